@@ -1,0 +1,100 @@
+package gguf
+
+import (
+	"bytes"
+	"testing"
+)
+
+// FuzzRead feeds arbitrary bytes to the parser. It must never panic, and a
+// file it accepts must be one the writer accepts too: writing what was read and
+// reading it back must reach a fixed point (bytes equal after one rewrite).
+func FuzzRead(f *testing.F) {
+	for _, c := range malformedCases() {
+		f.Add(c.data)
+	}
+	for _, seed := range fuzzSeeds(f) {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := Parse(data)
+		if err != nil {
+			return
+		}
+		for _, ti := range file.Tensors {
+			b, err := file.TensorData(ti.Name)
+			if err != nil || uint64(len(b)) != ti.Size {
+				t.Fatalf("tensor %s: %d bytes, %v", ti.Name, len(b), err)
+			}
+			if ti.Elements() <= 1<<16 {
+				// Types we cannot dequantize give an error; none may panic.
+				_ = Dequantize(ti.Type, b, make([]float32, ti.Elements()))
+			}
+		}
+		once := rewrite(t, file)
+		again, err := Parse(once)
+		if err != nil {
+			t.Fatalf("the writer wrote a file the reader refuses: %v", err)
+		}
+		if twice := rewrite(t, again); !bytes.Equal(once, twice) {
+			t.Fatalf("rewriting is not stable: %d bytes, then %d", len(once), len(twice))
+		}
+	})
+}
+
+// rewrite writes every entry and tensor of file with the Writer.
+func rewrite(t *testing.T, file *File) []byte {
+	w := NewWriter()
+	for _, kv := range file.KVs {
+		if err := w.SetKV(kv.Key, kv.Value); err != nil {
+			t.Fatalf("the reader accepted what the writer refuses: %v", err)
+		}
+	}
+	for _, ti := range file.Tensors {
+		b, _ := file.TensorData(ti.Name)
+		if err := w.AddTensor(ti.Name, ti.Type, ti.Dims, b); err != nil {
+			t.Fatalf("the reader accepted what the writer refuses: %v", err)
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// fuzzSeeds are small valid files: every value type, every tensor type, a
+// custom alignment.
+func fuzzSeeds(tb testing.TB) [][]byte {
+	var seeds [][]byte
+	add := func(w *Writer) {
+		var buf bytes.Buffer
+		if _, err := w.WriteTo(&buf); err != nil {
+			tb.Fatal(err)
+		}
+		seeds = append(seeds, buf.Bytes())
+	}
+	w := NewWriter()
+	for _, kv := range everyValue() {
+		if err := w.SetKV(kv.Key, kv.Value); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	add(w)
+	w = NewWriter()
+	must := func(err error) {
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	must(w.SetKV("general.architecture", Scalar("llama")))
+	must(w.SetKV(KeyAlignment, Scalar(uint32(16))))
+	vals := make([]float32, 64)
+	for i := range vals {
+		vals[i] = float32(i) - 20
+	}
+	for _, typ := range []TensorType{TypeF32, TypeF16, TypeBF16, TypeQ8_0, TypeQ4_0} {
+		must(w.AddFloat32("t."+typ.String(), typ, []uint64{32, 2}, vals))
+	}
+	add(w)
+	return seeds
+}

@@ -1,0 +1,33 @@
+// Package shared locates the project's shared data folder (../shared/data
+// beside the checkout, or $MODRUN_SHARED_DATA) for tests, and skips a test
+// with a reason when the data is absent, so a user's clone still passes.
+package shared
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// Dir is the shared data folder: $MODRUN_SHARED_DATA if set, else
+// ../shared/data relative to the repository root.
+func Dir() string {
+	if d := os.Getenv("MODRUN_SHARED_DATA"); d != "" {
+		return d
+	}
+	_, file, _, _ := runtime.Caller(0) // .../internal/shared/shared.go
+	root := filepath.Dir(filepath.Dir(filepath.Dir(file)))
+	return filepath.Join(filepath.Dir(root), "shared", "data")
+}
+
+// Path returns the path of a file under the shared data folder, or skips t
+// when that file does not exist.
+func Path(t testing.TB, rel string) string {
+	t.Helper()
+	p := filepath.Join(Dir(), rel)
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("shared data %s is absent (set MODRUN_SHARED_DATA or place ../shared/data beside the checkout): %v", rel, err)
+	}
+	return p
+}
