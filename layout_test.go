@@ -1,0 +1,138 @@
+package modrun
+
+import (
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/modrun/modrun"
+
+// layers says which of our packages each package may depend on, directly or
+// not (DESIGN.md §2: cmd, bench -> engine -> engine/vulkan -> (mod, vk,
+// shaders); mod -> (gguf, tokenizer); vk and shaders import nothing of ours).
+// A key ending in "/..." covers the folder and everything below it; "*"
+// allows every package but cmd and bench, which nothing may import.
+var layers = map[string][]string{
+	"gguf":          {"internal/..."},
+	"vk":            {"internal/..."},
+	"shaders":       {"internal/..."},
+	"internal/...":  {"internal/..."},
+	"tokenizer":     {"gguf", "internal/..."},
+	"mod":           {"gguf", "tokenizer", "internal/..."},
+	"engine/vulkan": {"mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
+	"engine":        {"engine/vulkan", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
+	"":              {"*"}, // the root package: the Go API for embedding
+	"cmd/...":       {"*"},
+	"bench/...":     {"*"},
+	"train/...":     {"*"},
+}
+
+func TestImportDirection(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "./...")
+	out, err := cmd.Output()
+	require.NoError(t, err, "go list: %s", exitStderr(err))
+	deps := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		deps[fields[0]] = fields[1:]
+	}
+	require.Contains(t, deps, module+"/gguf", "go list saw the packages")
+	assert.Empty(t, checkLayers(deps))
+}
+
+// TestCheckLayersCatchesViolations shows that the check above can fail.
+func TestCheckLayersCatchesViolations(t *testing.T) {
+	deps := map[string][]string{
+		module + "/mod":        {module + "/gguf", module + "/vk", "fmt"},
+		module + "/gguf":       {"fmt"},
+		module + "/engine":     {module + "/cmd/modrun"},
+		module + "/newthing":   {},
+		module + "/cmd/modrun": {module + "/engine", module + "/mod"},
+	}
+	assert.Equal(t, []string{
+		"engine imports cmd/modrun, which nothing may import",
+		"mod imports vk, which DESIGN.md §2 does not allow (allowed: gguf, tokenizer, internal/...)",
+		"newthing has no place in the layers of DESIGN.md §2: add it to layers in layout_test.go",
+	}, checkLayers(deps))
+}
+
+// checkLayers returns one line for each dependency that breaks layers.
+func checkLayers(deps map[string][]string) []string {
+	var bad []string
+	for pkg, ds := range deps {
+		rel, ok := relative(pkg)
+		if !ok {
+			continue
+		}
+		allowed, ok := layerOf(rel)
+		if !ok {
+			bad = append(bad, rel+" has no place in the layers of DESIGN.md §2: add it to layers in layout_test.go")
+			continue
+		}
+		for _, d := range ds {
+			drel, ok := relative(d)
+			if !ok {
+				continue
+			}
+			switch {
+			case matches("cmd/...", drel) || matches("bench/...", drel):
+				bad = append(bad, rel+" imports "+drel+", which nothing may import")
+			case !allows(allowed, drel):
+				bad = append(bad, rel+" imports "+drel+", which DESIGN.md §2 does not allow (allowed: "+strings.Join(allowed, ", ")+")")
+			}
+		}
+	}
+	sort.Strings(bad)
+	return bad
+}
+
+// relative strips the module path; ok is false for packages not ours.
+func relative(pkg string) (string, bool) {
+	if pkg == module {
+		return "", true
+	}
+	rel, ok := strings.CutPrefix(pkg, module+"/")
+	return rel, ok
+}
+
+// layerOf finds the entry of layers for a package: its exact name, else the
+// longest "/..." pattern that covers it.
+func layerOf(rel string) ([]string, bool) {
+	if allowed, ok := layers[rel]; ok {
+		return allowed, true
+	}
+	best := ""
+	for pattern := range layers {
+		if strings.HasSuffix(pattern, "/...") && matches(pattern, rel) && len(pattern) > len(best) {
+			best = pattern
+		}
+	}
+	allowed, ok := layers[best]
+	return allowed, ok && best != ""
+}
+
+func allows(allowed []string, rel string) bool {
+	for _, a := range allowed {
+		if a == "*" || a == rel || matches(a, rel) {
+			return true
+		}
+	}
+	return false
+}
+
+func matches(pattern, rel string) bool {
+	prefix, ok := strings.CutSuffix(pattern, "/...")
+	return ok && (rel == prefix || strings.HasPrefix(rel, prefix+"/"))
+}
+
+func exitStderr(err error) string {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(ee.Stderr)
+	}
+	return ""
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# test.sh: everything `make test` checks. Formatting and vet first (cheap),
+# then every test with a summary that lists skips and their reasons, then each
+# fuzz target for a bounded time over its committed seed corpus.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+FUZZTIME=${FUZZTIME:-20s}
+
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+go vet ./...
+
+go build -o bin/testsum ./internal/testsum
+set +e
+go test -json -count=1 ./... | bin/testsum
+status=$?
+set -e
+[ $status -eq 0 ] || exit $status
+
+# Each fuzz target: `go test -fuzz` takes one target in one package per run.
+for pkg in $(go list ./...); do
+  dir=$(go list -f '{{.Dir}}' "$pkg")
+  for target in $(grep -ho '^func \(Fuzz[A-Za-z0-9_]*\)' "$dir"/*_test.go 2>/dev/null | awk '{print $2}'); do
+    echo "fuzz  $pkg $target for $FUZZTIME"
+    go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg" 2>&1 | tail -3
+  done
+done
