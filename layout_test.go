@@ -24,6 +24,7 @@ var layers = map[string][]string{
 	"internal/...":  {"internal/..."},
 	"tokenizer":     {"gguf", "internal/..."},
 	"mod":           {"gguf", "tokenizer", "internal/..."},
+	"mod/convert":   {"mod", "gguf", "tokenizer", "internal/..."}, // checkpoints -> GGUF
 	"engine/vulkan": {"mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
 	"engine":        {"engine/vulkan", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
 	"":              {"*"}, // the root package: the Go API for embedding

@@ -1,0 +1,77 @@
+package mod
+
+import "fmt"
+
+// Every GGUF key and tensor name the model uses, in one place (DESIGN.md §4).
+// The llama keys are llama.cpp's; the MoD keys live under "llama-mod.mod.".
+
+// Architectures.
+const (
+	ArchLlama = "llama"     // a dense model; a plain llama GGUF that llama.cpp loads
+	ArchMoD   = "llama-mod" // a Mixture-of-Depths model: llama plus router tensors
+)
+
+// General and tokenizer keys (no architecture prefix).
+const (
+	KeyArchitecture = "general.architecture"
+	KeyName         = "general.name"
+	KeyFileType     = "general.file_type"
+)
+
+// Hyperparameter keys, without the "ARCH." prefix: use ArchKey to build one.
+const (
+	KeyContextLength  = "context_length"
+	KeyEmbeddingLen   = "embedding_length"
+	KeyBlockCount     = "block_count"
+	KeyFeedForwardLen = "feed_forward_length"
+	KeyHeadCount      = "attention.head_count"
+	KeyHeadCountKV    = "attention.head_count_kv"
+	KeyRMSEpsilon     = "attention.layer_norm_rms_epsilon"
+	KeyRopeFreqBase   = "rope.freq_base"
+	KeyRopeDimCount   = "rope.dimension_count"
+	KeyVocabSize      = "vocab_size"
+
+	// MoD keys (arch "llama-mod" only).
+	KeyRoutedLayers    = "mod.routed_layers"    // array of u32: block indices with a router
+	KeyCapacity        = "mod.capacity"         // f32 in (0, 1]: fraction of tokens routed in top-k mode
+	KeyGate            = "mod.gate"             // string: "sigmoid" | "identity"
+	KeyPredictorHidden = "mod.predictor_hidden" // u32: hidden width of the causal predictor, 0 = none
+)
+
+// Gate functions g(r) applied to a routed block's output (DESIGN.md §3).
+const (
+	GateSigmoid  = "sigmoid"
+	GateIdentity = "identity"
+)
+
+// ArchKey is the full metadata key of a hyperparameter: "llama.block_count".
+func ArchKey(arch, key string) string { return arch + "." + key }
+
+// Tensor names outside the blocks.
+const (
+	TensorTokenEmbd  = "token_embd.weight"  // [nEmbd, nVocab]
+	TensorOutputNorm = "output_norm.weight" // [nEmbd]
+	TensorOutput     = "output.weight"      // [nEmbd, nVocab]; absent = tied to token_embd
+)
+
+// Tensor names inside block N, without the "blk.N." prefix: use BlockTensor.
+const (
+	TensorAttnNorm   = "attn_norm.weight"   // [nEmbd]
+	TensorAttnQ      = "attn_q.weight"      // [nEmbd, nHead*headDim]
+	TensorAttnK      = "attn_k.weight"      // [nEmbd, nKVHead*headDim]
+	TensorAttnV      = "attn_v.weight"      // [nEmbd, nKVHead*headDim]
+	TensorAttnOutput = "attn_output.weight" // [nHead*headDim, nEmbd]
+	TensorFFNNorm    = "ffn_norm.weight"    // [nEmbd]
+	TensorFFNGate    = "ffn_gate.weight"    // [nEmbd, nFF]
+	TensorFFNUp      = "ffn_up.weight"      // [nEmbd, nFF]
+	TensorFFNDown    = "ffn_down.weight"    // [nFF, nEmbd]
+
+	// MoD tensors (routed blocks only; always F32).
+	TensorRouterWeight = "mod_router.weight"    // [nEmbd]
+	TensorRouterBias   = "mod_router.bias"      // [1], optional
+	TensorPredUp       = "mod_pred_up.weight"   // [nEmbd, predictorHidden]
+	TensorPredDown     = "mod_pred_down.weight" // [predictorHidden]
+)
+
+// BlockTensor is the full name of a tensor of block i: "blk.3.attn_q.weight".
+func BlockTensor(i int, name string) string { return fmt.Sprintf("blk.%d.%s", i, name) }
