@@ -1,0 +1,206 @@
+package mod
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/modrun/modrun/gguf"
+)
+
+// Config is a model's shape and routing, read from GGUF metadata.
+type Config struct {
+	Arch       string  // ArchLlama or ArchMoD
+	NVocab     int     // tokens in the vocabulary
+	NEmbd      int     // width of the residual stream
+	NLayer     int     // blocks
+	NHead      int     // query heads
+	NKVHead    int     // key/value heads (GQA: NHead is a multiple)
+	HeadDim    int     // NEmbd / NHead
+	NFF        int     // hidden width of the SwiGLU MLP
+	ContextLen int     // longest sequence the model takes
+	RMSEps     float32 // RMSNorm epsilon
+	RopeBase   float32 // RoPE frequency base
+
+	// Mixture-of-Depths (DESIGN.md §3); empty for a dense model.
+	Routed          []bool  // [NLayer] whether block l has a router
+	Capacity        float32 // fraction of a sequence routed in top-k (eval) mode
+	Gate            string  // GateSigmoid or GateIdentity
+	PredictorHidden int     // hidden width of the causal predictor; 0 = none
+}
+
+// Hard limits that keep a hostile header from asking for absurd buffers.
+const (
+	maxDim     = 1 << 16
+	maxLayers  = 1 << 10
+	maxContext = 1 << 20
+)
+
+// KVDim is the width of one token's keys (and values) in one layer.
+func (c Config) KVDim() int { return c.NKVHead * c.HeadDim }
+
+// IsMoD reports whether any block is routed.
+func (c Config) IsMoD() bool {
+	for _, r := range c.Routed {
+		if r {
+			return true
+		}
+	}
+	return false
+}
+
+// RoutedLayers lists the routed blocks in order.
+func (c Config) RoutedLayers() []int {
+	var out []int
+	for l, r := range c.Routed {
+		if r {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// ConfigFromGGUF reads and checks the configuration of a "llama" or
+// "llama-mod" file. Every error names the key that is wrong.
+func ConfigFromGGUF(f *gguf.File) (Config, error) {
+	c := Config{Arch: f.Architecture()}
+	if c.Arch != ArchLlama && c.Arch != ArchMoD {
+		return c, fmt.Errorf("mod: %s: architecture %q is not %q or %q", f.Path, c.Arch, ArchLlama, ArchMoD)
+	}
+	r := &metaReader{f: f, arch: c.Arch}
+	c.NEmbd = r.int(KeyEmbeddingLen, 1, maxDim)
+	c.NLayer = r.int(KeyBlockCount, 1, maxLayers)
+	c.NFF = r.int(KeyFeedForwardLen, 1, 1<<20)
+	c.NHead = r.int(KeyHeadCount, 1, maxDim)
+	c.NKVHead = r.intOr(KeyHeadCountKV, c.NHead, 1, maxDim)
+	c.ContextLen = r.int(KeyContextLength, 1, maxContext)
+	c.RMSEps = r.float(KeyRMSEpsilon, 1e-5)
+	c.RopeBase = r.float(KeyRopeFreqBase, 10000)
+	if r.err != nil {
+		return c, r.err
+	}
+	if c.NEmbd%c.NHead != 0 {
+		return c, fmt.Errorf("mod: %s: %s = %d is not a multiple of %s = %d", f.Path, r.key(KeyEmbeddingLen), c.NEmbd, r.key(KeyHeadCount), c.NHead)
+	}
+	c.HeadDim = c.NEmbd / c.NHead
+	if c.NHead%c.NKVHead != 0 {
+		return c, fmt.Errorf("mod: %s: %s = %d is not a multiple of %s = %d", f.Path, r.key(KeyHeadCount), c.NHead, r.key(KeyHeadCountKV), c.NKVHead)
+	}
+	if c.HeadDim%2 != 0 {
+		return c, fmt.Errorf("mod: %s: head dimension %d is odd; RoPE rotates pairs", f.Path, c.HeadDim)
+	}
+	if rd := r.intOr(KeyRopeDimCount, c.HeadDim, 0, maxDim); r.err == nil && rd != c.HeadDim {
+		return c, fmt.Errorf("mod: %s: %s = %d: only RoPE over the whole head (%d) is supported", f.Path, r.key(KeyRopeDimCount), rd, c.HeadDim)
+	}
+	if !(c.RMSEps > 0) || !(c.RopeBase > 1) {
+		return c, fmt.Errorf("mod: %s: %s = %g and %s = %g must be positive (and the base above 1)", f.Path, r.key(KeyRMSEpsilon), c.RMSEps, r.key(KeyRopeFreqBase), c.RopeBase)
+	}
+	var err error
+	if c.NVocab, err = vocabSize(f, r); err != nil {
+		return c, err
+	}
+	c.Routed = make([]bool, c.NLayer)
+	if c.Arch == ArchMoD {
+		if err := readMoD(&c, r); err != nil {
+			return c, err
+		}
+	}
+	return c, r.err
+}
+
+// vocabSize is the length of the embedded vocabulary, else llama.vocab_size,
+// else the token embedding's row count.
+func vocabSize(f *gguf.File, r *metaReader) (int, error) {
+	if tokens, err := f.Strings("tokenizer.ggml.tokens"); err == nil {
+		return len(tokens), nil
+	}
+	if f.Has(r.key(KeyVocabSize)) {
+		n := r.int(KeyVocabSize, 1, 1<<24)
+		return n, r.err
+	}
+	if t, ok := f.Tensor(TensorTokenEmbd); ok && len(t.Dims) == 2 {
+		return int(t.Dims[1]), nil
+	}
+	return 0, fmt.Errorf("mod: %s: no vocabulary size: none of tokenizer.ggml.tokens, %s, %s", f.Path, r.key(KeyVocabSize), TensorTokenEmbd)
+}
+
+func readMoD(c *Config, r *metaReader) error {
+	f := r.f
+	layers, err := f.Uint32s(r.key(KeyRoutedLayers))
+	if err != nil {
+		return fmt.Errorf("mod: %w", err)
+	}
+	for _, l := range layers {
+		if int(l) >= c.NLayer || c.Routed[l] {
+			return fmt.Errorf("mod: %s: %s: layer %d is out of range [0, %d) or listed twice", f.Path, r.key(KeyRoutedLayers), l, c.NLayer)
+		}
+		c.Routed[l] = true
+	}
+	c.Capacity = r.float(KeyCapacity, 0.125)
+	if r.err == nil && !(c.Capacity > 0 && c.Capacity <= 1) {
+		return fmt.Errorf("mod: %s: %s = %g is not in (0, 1]", f.Path, r.key(KeyCapacity), c.Capacity)
+	}
+	c.Gate = GateSigmoid
+	if f.Has(r.key(KeyGate)) {
+		if c.Gate, err = f.String(r.key(KeyGate)); err != nil {
+			return fmt.Errorf("mod: %w", err)
+		}
+	}
+	if c.Gate != GateSigmoid && c.Gate != GateIdentity {
+		return fmt.Errorf("mod: %s: %s = %q is not %q or %q", f.Path, r.key(KeyGate), c.Gate, GateSigmoid, GateIdentity)
+	}
+	c.PredictorHidden = r.intOr(KeyPredictorHidden, 0, 0, maxDim)
+	return r.err
+}
+
+// metaReader reads hyperparameters under the architecture's prefix and keeps
+// the first error, so the reads above stay one line each.
+type metaReader struct {
+	f    *gguf.File
+	arch string
+	err  error
+}
+
+func (r *metaReader) key(k string) string { return ArchKey(r.arch, k) }
+
+func (r *metaReader) int(k string, lo, hi int) int {
+	if r.err != nil {
+		return 0
+	}
+	v, err := r.f.Uint(r.key(k))
+	if err != nil {
+		r.err = fmt.Errorf("mod: %w", err)
+		return 0
+	}
+	if v < uint64(lo) || v > uint64(hi) {
+		r.err = fmt.Errorf("mod: %s: %s = %d is not in [%d, %d]", r.f.Path, r.key(k), v, lo, hi)
+		return 0
+	}
+	return int(v)
+}
+
+func (r *metaReader) intOr(k string, def, lo, hi int) int {
+	if r.err != nil || !r.f.Has(r.key(k)) {
+		return def
+	}
+	return r.int(k, lo, hi)
+}
+
+func (r *metaReader) float(k string, def float32) float32 {
+	if r.err != nil {
+		return 0
+	}
+	v, err := r.f.Float(r.key(k))
+	if errors.Is(err, gguf.ErrKeyNotFound) {
+		return def
+	}
+	if err != nil {
+		r.err = fmt.Errorf("mod: %w", err)
+		return 0
+	}
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		r.err = fmt.Errorf("mod: %s: %s is %g", r.f.Path, r.key(k), v)
+		return 0
+	}
+	return float32(v)
+}

@@ -1,0 +1,400 @@
+package mod
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Routing chooses which tokens a routed block processes (DESIGN.md §3).
+type Routing int
+
+const (
+	// RoutingTopK is eval mode, the training semantics: the k = max(1,
+	// ceil(capacity*S)) tokens of the sequence with the largest router logits.
+	// It needs the whole sequence, so it takes one Forward call per sequence.
+	RoutingTopK Routing = iota
+	// RoutingRouter is causal (generate) mode: a token goes through iff r > 0.
+	RoutingRouter
+	// RoutingPredictor is causal mode with the predictor MLP: iff p > 0.
+	RoutingPredictor
+)
+
+var routingNames = [...]string{"topk", "router", "predictor"}
+
+func (r Routing) String() string { return routingNames[r] }
+
+// ParseRouting reads "topk", "router" or "predictor".
+func ParseRouting(s string) (Routing, error) {
+	for i, n := range routingNames {
+		if n == s {
+			return Routing(i), nil
+		}
+	}
+	return 0, fmt.Errorf("routing %q is not one of topk, router, predictor", s)
+}
+
+// TopK is the number of tokens a routed block takes from a sequence of n in
+// top-k mode: max(1, ceil(capacity*n)). The capacity comes from an f32, so
+// the product is taken in float64 less a hair: 0.1 as f32 times 10 must give
+// 1, as it does for the float64 0.1 the trainer used.
+func TopK(capacity float32, n int) int {
+	return max(1, min(n, int(math.Ceil(float64(capacity)*float64(n)-1e-6))))
+}
+
+// State is one sequence running through a model: its position and its KV
+// cache. A routed layer's cache is compact: it holds only the tokens that
+// layer selected, keys already rotated, with their original positions.
+type State struct {
+	m       *Model
+	routing Routing
+	pos     int       // tokens processed so far
+	kv      []layerKV // [NLayer]
+	// Trace, when non-nil, is overwritten by each Forward call with the
+	// routing decisions and final hidden states of that call.
+	Trace *Trace
+	// Selected[l] and Seen[l] count, over the sequence, the tokens routed
+	// layer l processed and the tokens it saw.
+	Selected, Seen []int
+}
+
+type layerKV struct {
+	k, v []float32 // [entries][kvDim]
+	pos  []int32   // [entries] original position of each entry, ascending
+}
+
+// Trace records what one Forward call decided and computed.
+type Trace struct {
+	Layers []LayerTrace // one per routed layer, in layer order
+	Hidden []float32    // [n][NEmbd] final hidden states, after output_norm
+}
+
+// LayerTrace is one routed layer's decisions for the tokens of one call.
+type LayerTrace struct {
+	Layer           int
+	RouterLogits    []float32 // [n] r for each token
+	PredictorLogits []float32 // [n] p for each token; nil without a predictor
+	Selected        []int     // original positions of the selected tokens, ascending
+}
+
+// NewState starts an empty sequence with the given routing. Dense models
+// ignore routing; the predictor needs a model trained with one.
+func (m *Model) NewState(r Routing) (*State, error) {
+	if r == RoutingPredictor && m.Config.IsMoD() && m.Config.PredictorHidden == 0 {
+		return nil, fmt.Errorf("mod: %s: routing by predictor, but the model has no predictor (mod.predictor_hidden = 0)", m.Path)
+	}
+	if r < RoutingTopK || r > RoutingPredictor {
+		return nil, fmt.Errorf("mod: unknown routing %d", r)
+	}
+	s := &State{m: m, routing: r}
+	s.Reset()
+	return s, nil
+}
+
+// Reset empties the sequence, keeping the routing.
+func (s *State) Reset() {
+	n := s.m.Config.NLayer
+	s.pos, s.kv, s.Selected, s.Seen = 0, make([]layerKV, n), make([]int, n), make([]int, n)
+}
+
+// Pos is the number of tokens processed so far.
+func (s *State) Pos() int { return s.pos }
+
+// Routing is the state's routing mode.
+func (s *State) Routing() Routing { return s.routing }
+
+// KV returns layer l's cache: keys and values [entries][KVDim] and the
+// original position of each entry.
+func (s *State) KV(l int) (k, v []float32, pos []int32) {
+	c := s.kv[l]
+	return c.k, c.v, c.pos
+}
+
+// Forward runs tokens, continuing the sequence, and returns the logits of
+// every token ([n][NVocab]) when all is true, else of the last one ([NVocab]).
+func (s *State) Forward(tokens []int32, all bool) ([]float32, error) {
+	c := s.m.Config
+	n := len(tokens)
+	if err := s.check(tokens); err != nil {
+		return nil, err
+	}
+	w := s.m.Weights
+	x := make([]float32, n*c.NEmbd) // [n][nEmbd] the residual stream
+	pos := make([]int32, n)
+	for i, t := range tokens {
+		w.TokenEmbd.Row(int(t), x[i*c.NEmbd:(i+1)*c.NEmbd])
+		pos[i] = int32(s.pos + i)
+	}
+	if s.Trace != nil {
+		*s.Trace = Trace{}
+	}
+	for l := range w.Blocks {
+		if w.Blocks[l].Router == nil {
+			s.block(l, x, pos)
+		} else {
+			s.routedBlock(l, x, pos)
+		}
+	}
+	hidden := make([]float32, n*c.NEmbd)
+	for i := 0; i < n; i++ {
+		rmsnorm(hidden[i*c.NEmbd:(i+1)*c.NEmbd], x[i*c.NEmbd:(i+1)*c.NEmbd], w.OutputNorm.Vec(), c.RMSEps)
+	}
+	if s.Trace != nil {
+		s.Trace.Hidden = hidden
+	}
+	s.pos += n
+	if !all {
+		hidden, n = hidden[(n-1)*c.NEmbd:], 1
+	}
+	logits := make([]float32, n*c.NVocab)
+	matmul(logits, hidden, &w.Output, n)
+	return logits, nil
+}
+
+func (s *State) check(tokens []int32) error {
+	c := s.m.Config
+	if len(tokens) == 0 {
+		return fmt.Errorf("mod: no tokens to run")
+	}
+	if s.pos+len(tokens) > c.ContextLen {
+		return fmt.Errorf("mod: %d tokens after %d would pass the context length %d", len(tokens), s.pos, c.ContextLen)
+	}
+	if s.routing == RoutingTopK && s.pos > 0 && c.IsMoD() {
+		return fmt.Errorf("mod: top-k (eval) routing ranks a whole sequence, so it takes one Forward call per sequence; Reset first")
+	}
+	for i, t := range tokens {
+		if t < 0 || int(t) >= c.NVocab {
+			return fmt.Errorf("mod: token %d at index %d is outside the vocabulary [0, %d)", t, i, c.NVocab)
+		}
+	}
+	return nil
+}
+
+// routedBlock is the MoD step of DESIGN.md §3 for block l: score every
+// token, select some, run the whole block on the selected tokens alone
+// (attention among them, at their original positions), and add each
+// selected token's block output f scaled by g(r). The rest pass unchanged
+// and leave no KV entry.
+func (s *State) routedBlock(l int, x []float32, pos []int32) {
+	c := s.m.Config
+	d := c.NEmbd
+	router := s.m.Weights.Blocks[l].Router
+	n := len(pos)
+	r := make([]float32, n) // r_i = w·x_i + b, on the raw block input
+	for i := range r {
+		r[i] = dotF32(router.Weight.Vec(), x[i*d:(i+1)*d])
+		if router.Bias.Cols > 0 {
+			r[i] += router.Bias.Vec()[0]
+		}
+	}
+	var p []float32 // p_i = w2·silu(W1·x_i), the causal predictor
+	if router.PredUp != nil {
+		p = predict(router, x, n, d)
+	}
+	var sel []int // indices into this call's tokens, ascending
+	switch s.routing {
+	case RoutingTopK:
+		sel = topKIndices(r, TopK(c.Capacity, n))
+	case RoutingRouter:
+		sel = positive(r)
+	case RoutingPredictor:
+		sel = positive(p)
+	}
+	s.Seen[l] += n
+	s.Selected[l] += len(sel)
+	if s.Trace != nil {
+		lt := LayerTrace{Layer: l, RouterLogits: r, PredictorLogits: p, Selected: make([]int, len(sel))}
+		for j, i := range sel {
+			lt.Selected[j] = int(pos[i])
+		}
+		s.Trace.Layers = append(s.Trace.Layers, lt)
+	}
+	if len(sel) == 0 {
+		return
+	}
+	xs := make([]float32, len(sel)*d) // [k][nEmbd] gathered block inputs
+	ps := make([]int32, len(sel))
+	for j, i := range sel {
+		copy(xs[j*d:(j+1)*d], x[i*d:(i+1)*d])
+		ps[j] = pos[i]
+	}
+	s.block(l, xs, ps) // xs becomes the block outputs o = x + f(x)
+	for j, i := range sel {
+		g := gate(c.Gate, r[i])
+		xi, oj := x[i*d:(i+1)*d], xs[j*d:(j+1)*d]
+		for e := range xi {
+			xi[e] += g * (oj[e] - xi[e])
+		}
+	}
+}
+
+func predict(router *Router, x []float32, n, d int) []float32 {
+	hidden := make([]float32, n*router.PredUp.Rows)
+	matmul(hidden, x, router.PredUp, n)
+	p := make([]float32, n)
+	h := router.PredUp.Rows
+	for i := range p {
+		row := hidden[i*h : (i+1)*h]
+		for j := range row {
+			row[j] = silu(row[j])
+		}
+		p[i] = dotF32(router.PredDown.Vec(), row)
+	}
+	return p
+}
+
+// topKIndices returns the k indices with the largest scores, ties to the
+// lower index, in ascending index order.
+func topKIndices(scores []float32, k int) []int {
+	idx := make([]int, len(scores))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return scores[idx[a]] > scores[idx[b]] })
+	sel := idx[:k]
+	sort.Ints(sel)
+	return sel
+}
+
+func positive(scores []float32) []int {
+	var sel []int
+	for i, v := range scores {
+		if v > 0 {
+			sel = append(sel, i)
+		}
+	}
+	return sel
+}
+
+func gate(kind string, r float32) float32 {
+	if kind == GateIdentity {
+		return r
+	}
+	return 1 / (1 + float32(math.Exp(float64(-r))))
+}
+
+// block runs Llama block l on the rows of x at positions pos, in place:
+// h = x + Attn(norm1(x)), x = h + MLP(norm2(h)). The rows' keys and values
+// are appended to layer l's cache, and each row attends to the cache up to
+// and including itself: the cache is in position order, so this is the
+// causal mask by original position.
+func (s *State) block(l int, x []float32, pos []int32) {
+	c := s.m.Config
+	b := &s.m.Weights.Blocks[l]
+	n, d, qd, kvd := len(pos), c.NEmbd, c.NHead*c.HeadDim, c.KVDim()
+
+	xn := make([]float32, n*d)
+	for i := 0; i < n; i++ {
+		rmsnorm(xn[i*d:(i+1)*d], x[i*d:(i+1)*d], b.AttnNorm.Vec(), c.RMSEps)
+	}
+	q, k, v := make([]float32, n*qd), make([]float32, n*kvd), make([]float32, n*kvd)
+	matmul(q, xn, &b.Q, n)
+	matmul(k, xn, &b.K, n)
+	matmul(v, xn, &b.V, n)
+	for i, p := range pos {
+		rope(q[i*qd:(i+1)*qd], p, c.HeadDim, c.RopeBase)
+		rope(k[i*kvd:(i+1)*kvd], p, c.HeadDim, c.RopeBase)
+	}
+	cache := &s.kv[l]
+	base := len(cache.pos)
+	cache.k = append(cache.k, k...)
+	cache.v = append(cache.v, v...)
+	cache.pos = append(cache.pos, pos...)
+
+	att := make([]float32, n*qd)
+	s.attention(att, q, cache, base, n)
+	o := make([]float32, n*d)
+	matmul(o, att, &b.O, n)
+	add(x, o)
+
+	for i := 0; i < n; i++ {
+		rmsnorm(xn[i*d:(i+1)*d], x[i*d:(i+1)*d], b.FFNNorm.Vec(), c.RMSEps)
+	}
+	gt, up := make([]float32, n*c.NFF), make([]float32, n*c.NFF)
+	matmul(gt, xn, &b.Gate, n)
+	matmul(up, xn, &b.Up, n)
+	for i := range gt {
+		gt[i] = silu(gt[i]) * up[i] // SwiGLU
+	}
+	matmul(o, gt, &b.Down, n)
+	add(x, o)
+}
+
+// attention computes, for each of the n newest cache rows' queries, softmax
+// attention over cache entries [0, base+i]. GQA: query head h reads kv head
+// h / (NHead/NKVHead).
+func (s *State) attention(out, q []float32, cache *layerKV, base, n int) {
+	c := s.m.Config
+	hd, qd, kvd := c.HeadDim, c.NHead*c.HeadDim, c.KVDim()
+	group := c.NHead / c.NKVHead
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	parallelFor(n*c.NHead, n*c.NHead*(base+n)*hd, func(lo, hi int) {
+		scores := make([]float32, base+n)
+		for job := lo; job < hi; job++ {
+			i, h := job/c.NHead, job%c.NHead
+			kvh := h / group
+			qi := q[i*qd+h*hd : i*qd+(h+1)*hd]
+			m := base + i + 1 // entries visible to row i
+			for e := 0; e < m; e++ {
+				scores[e] = dotF32(qi, cache.k[e*kvd+kvh*hd:e*kvd+(kvh+1)*hd]) * scale
+			}
+			softmax(scores[:m])
+			oi := out[i*qd+h*hd : i*qd+(h+1)*hd]
+			clear(oi)
+			for e := 0; e < m; e++ {
+				ve := cache.v[e*kvd+kvh*hd : e*kvd+(kvh+1)*hd]
+				for j := range oi {
+					oi[j] += scores[e] * ve[j]
+				}
+			}
+		}
+	})
+}
+
+// rmsnorm: out = x / sqrt(mean(x²) + eps) * w.
+func rmsnorm(out, x, w []float32, eps float32) {
+	var ss float32
+	for _, v := range x {
+		ss += v * v
+	}
+	inv := float32(1 / math.Sqrt(float64(ss/float32(len(x))+eps)))
+	for i, v := range x {
+		out[i] = v * inv * w[i]
+	}
+}
+
+// rope rotates each head's interleaved pairs (2i, 2i+1) by pos*base^(-2i/hd),
+// Meta's Llama convention (GGUF "norm" RoPE).
+func rope(v []float32, pos int32, hd int, base float32) {
+	for i := 0; i < hd; i += 2 {
+		theta := float64(pos) * math.Pow(float64(base), -float64(i)/float64(hd))
+		cos, sin := float32(math.Cos(theta)), float32(math.Sin(theta))
+		for h := 0; h < len(v); h += hd {
+			a, b := v[h+i], v[h+i+1]
+			v[h+i], v[h+i+1] = a*cos-b*sin, a*sin+b*cos
+		}
+	}
+}
+
+func softmax(x []float32) {
+	mx := x[0]
+	for _, v := range x[1:] {
+		mx = max(mx, v)
+	}
+	var sum float32
+	for i, v := range x {
+		x[i] = float32(math.Exp(float64(v - mx)))
+		sum += x[i]
+	}
+	for i := range x {
+		x[i] /= sum
+	}
+}
+
+func silu(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
+
+func add(x, y []float32) {
+	for i := range x {
+		x[i] += y[i]
+	}
+}
