@@ -1,0 +1,92 @@
+// Command modrun runs Mixture-of-Depths Llama models from GGUF files.
+//
+// This file is wiring only: it picks the subcommand and reports its error.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+// command is one subcommand: it parses its own flags from args.
+type command struct {
+	name, summary string
+	run           func(args []string, stdin io.Reader, stdout, stderr io.Writer) error
+}
+
+var commands = []command{
+	{"inspect", "print a GGUF file's metadata, tokenizer and tensors", inspectMain},
+	{"tokenize", "text on stdin -> token ids (or ids -> text with --decode)", tokenizeMain},
+}
+
+// errUsage marks an error in how modrun was called (exit status 2).
+var errUsage = errors.New("usage")
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(args[1:], stdin, stdout, stderr)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errUsage):
+			fmt.Fprintf(stderr, "modrun %s: %v\n", c.name, err)
+			return 2
+		}
+		fmt.Fprintf(stderr, "modrun %s: %v\n", c.name, err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "modrun: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "modrun runs Mixture-of-Depths Llama models from GGUF files.")
+	fmt.Fprintln(w, "\nUsage: modrun COMMAND [flags] (modrun COMMAND -h for its flags)")
+	fmt.Fprintln(w, "\nCommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+}
+
+// newFlags makes a flag set that reports errors instead of exiting, with a
+// usage line naming the command and its arguments.
+func newFlags(name, argsUsage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: modrun %s %s\n", name, argsUsage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args, wrapping a bad flag as a usage error.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return nil
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/tokenizer"
+)
+
+// tokenizeMain implements `modrun tokenize`. All of stdin is one text (a
+// trailing newline included: it is part of the text and gets its token), so
+// that `modrun tokenize | modrun tokenize --decode` gives back the input.
+func tokenizeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlags("tokenize", "-m FILE.gguf [--bos] [--out ids.bin | --decode] < input", stderr)
+	model := fs.String("m", "", "GGUF file whose tokenizer to use (required)")
+	decode := fs.Bool("decode", false, "read token ids on stdin and print the text")
+	out := fs.String("out", "", "write ids as raw little-endian uint16 (uint32 when the vocab exceeds 65536) to this file")
+	bos := fs.Bool("bos", false, "prepend the BOS token")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case *model == "":
+		return fmt.Errorf("%w: -m FILE.gguf is required", errUsage)
+	case fs.NArg() != 0:
+		return fmt.Errorf("%w: unexpected argument %q (text comes on stdin)", errUsage, fs.Arg(0))
+	case *decode && (*out != "" || *bos):
+		return fmt.Errorf("%w: --decode takes neither --out nor --bos", errUsage)
+	}
+
+	tok, err := loadTokenizer(*model)
+	if err != nil {
+		return err
+	}
+	input, err := io.ReadAll(stdin)
+	if err != nil {
+		return fmt.Errorf("reading stdin: %w", err)
+	}
+	if *decode {
+		return decodeIDs(tok, string(input), stdout)
+	}
+	ids, err := encodeText(tok, string(input), *bos)
+	if err != nil {
+		return err
+	}
+	if *out != "" {
+		return writeIDFile(*out, ids, tok.NVocab())
+	}
+	return printIDs(stdout, ids)
+}
+
+func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("-m %s: %w", path, err)
+	}
+	defer f.Close()
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		return nil, fmt.Errorf("-m %s: %w", path, err)
+	}
+	return tok, nil
+}
+
+func encodeText(tok *tokenizer.Tokenizer, text string, bos bool) ([]int32, error) {
+	ids, err := tok.Encode(text, false)
+	if err != nil {
+		return nil, fmt.Errorf("stdin: %w", err)
+	}
+	if !bos {
+		return ids, nil
+	}
+	if tok.BOS() < 0 {
+		return nil, fmt.Errorf("--bos: the vocabulary has no BOS token")
+	}
+	return append([]int32{tok.BOS()}, ids...), nil
+}
+
+func printIDs(w io.Writer, ids []int32) error {
+	bw := bufio.NewWriter(w)
+	for i, id := range ids {
+		if i > 0 {
+			bw.WriteByte(' ')
+		}
+		bw.WriteString(strconv.Itoa(int(id)))
+	}
+	bw.WriteByte('\n')
+	return bw.Flush()
+}
+
+// decodeIDs reads whitespace-separated ids and writes their text, byte for
+// byte, with no newline added.
+func decodeIDs(tok *tokenizer.Tokenizer, input string, w io.Writer) error {
+	fields := strings.Fields(input)
+	ids := make([]int32, len(fields))
+	for i, f := range fields {
+		n, err := strconv.ParseInt(f, 10, 32)
+		if err != nil {
+			return fmt.Errorf("stdin: id %d (%q): %w", i+1, f, err)
+		}
+		ids[i] = int32(n)
+	}
+	text, err := tok.Decode(ids)
+	if err != nil {
+		return fmt.Errorf("stdin: %w", err)
+	}
+	_, err = w.Write(text)
+	return err
+}
+
+// writeIDFile writes ids in the flat format training scripts memory-map:
+// uint16 when every id fits, else uint32, little-endian, no header.
+func writeIDFile(path string, ids []int32, nVocab int) error {
+	width := 2
+	if nVocab > 1<<16 {
+		width = 4
+	}
+	buf := make([]byte, width*len(ids))
+	for i, id := range ids {
+		if width == 2 {
+			binary.LittleEndian.PutUint16(buf[2*i:], uint16(id))
+		} else {
+			binary.LittleEndian.PutUint32(buf[4*i:], uint32(id))
+		}
+	}
+	if err := os.WriteFile(path, buf, 0o644); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	return nil
+}
