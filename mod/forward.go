@@ -97,6 +97,9 @@ func (s *State) Reset() {
 	s.pos, s.kv, s.Selected, s.Seen = 0, make([]layerKV, n), make([]int, n), make([]int, n)
 }
 
+// Model is the model the state runs.
+func (s *State) Model() *Model { return s.m }
+
 // Pos is the number of tokens processed so far.
 func (s *State) Pos() int { return s.pos }
 

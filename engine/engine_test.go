@@ -1,0 +1,203 @@
+package engine
+
+import (
+	"math"
+	"testing"
+
+	"github.com/modrun/modrun/internal/shared"
+	"github.com/modrun/modrun/mod"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func newSampler(t *testing.T, o SamplerOptions) *Sampler {
+	s, err := NewSampler(o)
+	require.NoError(t, err)
+	return s
+}
+
+func TestGreedyAndFilters(t *testing.T) {
+	logits := []float32{1, 3, 2, 3.5, -1}
+	o := DefaultSampler()
+	assert.Equal(t, int32(3), newSampler(t, o).Sample(logits), "greedy is argmax")
+	assert.Equal(t, []float32{1, 3, 2, 3.5, -1}, logits, "logits are left unchanged")
+
+	o.Temperature, o.Seed = 1, 1
+	for _, f := range []func(*SamplerOptions){
+		func(o *SamplerOptions) { o.TopK = 1 },
+		func(o *SamplerOptions) { o.TopP = 0.01 },
+		func(o *SamplerOptions) { o.MinP = 0.99 },
+	} {
+		oo := o
+		f(&oo)
+		s := newSampler(t, oo)
+		for i := 0; i < 50; i++ {
+			require.Equal(t, int32(3), s.Sample(logits), "a filter that keeps one token always draws it: %+v", oo)
+		}
+	}
+}
+
+func TestSameSeedSameTokens(t *testing.T) {
+	logits := make([]float32, 50)
+	for i := range logits {
+		logits[i] = float32(math.Sin(float64(i)))
+	}
+	draw := func(seed uint64) []int32 {
+		o := DefaultSampler()
+		o.Temperature, o.TopK, o.TopP, o.Seed = 0.9, 40, 0.95, seed
+		s := newSampler(t, o)
+		var out []int32
+		for i := 0; i < 100; i++ {
+			out = append(out, s.Sample(logits))
+		}
+		return out
+	}
+	assert.Equal(t, draw(42), draw(42))
+	assert.NotEqual(t, draw(42), draw(43))
+}
+
+// TestTemperatureFollowsTheDistribution draws 20000 tokens from two logits
+// whose softmax is (0.25, 0.75) at T=1 and (0.1, 0.9) at T=0.5 (since
+// p ∝ e^(l/T)); the frequency must be within 5 standard deviations (~0.015).
+func TestTemperatureFollowsTheDistribution(t *testing.T) {
+	logits := []float32{0, float32(math.Log(3))}
+	for _, c := range []struct {
+		temp float32
+		want float64
+	}{{1, 0.75}, {0.5, 0.9}} {
+		o := DefaultSampler()
+		o.Temperature, o.Seed = c.temp, 7
+		s := newSampler(t, o)
+		n, hits := 20000, 0
+		for i := 0; i < n; i++ {
+			if s.Sample(logits) == 1 {
+				hits++
+			}
+		}
+		sd := math.Sqrt(c.want * (1 - c.want) / float64(n))
+		assert.InDelta(t, c.want, float64(hits)/float64(n), 5*sd, "T=%g", c.temp)
+	}
+}
+
+func TestRepetitionPenalty(t *testing.T) {
+	o := DefaultSampler()
+	o.RepeatPenalty = 2
+	s := newSampler(t, o)
+	s.Accept(0)
+	assert.Equal(t, int32(1), s.Sample([]float32{3, 2}), "3/2 = 1.5 < 2")
+	assert.Equal(t, int32(0), s.Sample([]float32{-1, -1.5}), "token 1, now recent, goes from -1.5 to -3")
+}
+
+func TestSamplerOptionsAreChecked(t *testing.T) {
+	for _, c := range []struct {
+		f    func(*SamplerOptions)
+		want string
+	}{
+		{func(o *SamplerOptions) { o.Temperature = -1 }, "--temp -1"},
+		{func(o *SamplerOptions) { o.TopP = 0 }, "--top-p 0"},
+		{func(o *SamplerOptions) { o.MinP = 1 }, "--min-p 1"},
+		{func(o *SamplerOptions) { o.TopK = -2 }, "--top-k -2"},
+		{func(o *SamplerOptions) { o.RepeatPenalty = 0 }, "--repeat-penalty 0"},
+	} {
+		o := DefaultSampler()
+		c.f(&o)
+		_, err := NewSampler(o)
+		assert.ErrorContains(t, err, c.want)
+	}
+}
+
+// fakeRunner returns logits that put all mass on next[pos].
+type fakeRunner struct {
+	next []int32
+	pos  int
+	ctx  int
+}
+
+func (f *fakeRunner) Feed(tokens []int32) ([]float32, error) {
+	f.pos += len(tokens)
+	l := make([]float32, 8)
+	l[f.next[f.pos-1]] = 10
+	return l, nil
+}
+func (f *fakeRunner) Pos() int        { return f.pos }
+func (f *fakeRunner) ContextLen() int { return f.ctx }
+func (f *fakeRunner) Reset()          { f.pos = 0 }
+
+func TestGenerateStops(t *testing.T) {
+	next := []int32{5, 6, 7, 2, 4, 4, 4, 4, 4, 4}
+	opts := GenerateOptions{EOS: 2, Sampler: DefaultSampler()}
+	res, err := Generate(&fakeRunner{next: next, ctx: 10}, []int32{1}, opts)
+	require.NoError(t, err)
+	assert.Equal(t, []int32{5, 6, 7}, res.Tokens)
+	assert.Equal(t, StopEOS, res.Stop)
+
+	opts.MaxTokens = 2
+	res, err = Generate(&fakeRunner{next: next, ctx: 10}, []int32{1}, opts)
+	require.NoError(t, err)
+	assert.Equal(t, []int32{5, 6}, res.Tokens)
+	assert.Equal(t, StopMaxTokens, res.Stop)
+
+	opts.MaxTokens, opts.EOS = 0, -1
+	res, err = Generate(&fakeRunner{next: next, ctx: 4}, []int32{1, 1}, opts)
+	require.NoError(t, err)
+	assert.Equal(t, StopContextFull, res.Stop)
+	assert.Len(t, res.Tokens, 3, "2 prompt + 2 fed tokens fill the context of 4; the third drawn token is the last")
+
+	var streamed []int32
+	opts.OnToken = func(id int32) error {
+		streamed = append(streamed, id)
+		if len(streamed) == 2 {
+			return ErrStop
+		}
+		return nil
+	}
+	res, err = Generate(&fakeRunner{next: next, ctx: 10}, []int32{1}, opts)
+	require.NoError(t, err)
+	assert.Equal(t, StopCallback, res.Stop)
+	assert.Equal(t, streamed, res.Tokens)
+
+	_, err = Generate(&fakeRunner{next: next, ctx: 3}, []int32{1, 1, 1, 1}, opts)
+	assert.ErrorContains(t, err, "the prompt has 4 tokens, more than the context length 3")
+	_, err = Generate(&fakeRunner{next: next, ctx: 3}, nil, opts)
+	assert.ErrorContains(t, err, "empty prompt")
+}
+
+// TestGenerateStories260K: the CPU runner inside Generate reproduces the
+// 200 greedy tokens of the llama2.c vector.
+func TestGenerateStories260K(t *testing.T) {
+	m, err := mod.Open(shared.Path(t, "models/stories260K.gguf"))
+	require.NoError(t, err)
+	defer m.Close()
+	r, err := NewCPU(m, mod.RoutingRouter)
+	require.NoError(t, err)
+	res, err := Generate(r, []int32{1}, GenerateOptions{MaxTokens: 200, EOS: -1, Sampler: DefaultSampler()})
+	require.NoError(t, err)
+	require.Len(t, res.Tokens, 200)
+	assert.Equal(t, []int32{403, 407, 261}, res.Tokens[:3])
+	assert.Positive(t, res.DecodeRate())
+}
+
+// uniformScorer gives equal logits: every token's NLL is log(nVocab).
+type uniformScorer struct{ calls [][]int32 }
+
+func (u *uniformScorer) Score(tokens []int32) ([]float32, error) {
+	u.calls = append(u.calls, append([]int32(nil), tokens...))
+	return make([]float32, len(tokens)*10), nil
+}
+func (u *uniformScorer) ContextLen() int { return 5 }
+func (u *uniformScorer) NVocab() int     { return 10 }
+
+func TestPerplexityWindows(t *testing.T) {
+	u := &uniformScorer{}
+	text := []int32{3, 4, 5, 6, 7, 8, 9, 3, 4, 5}
+	res, err := Perplexity(u, text, 1, 5, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 10, res.Tokens, "every token is scored once")
+	assert.Equal(t, 3, res.Windows)
+	assert.Equal(t, [][]int32{{1, 3, 4, 5, 6}, {1, 7, 8, 9, 3}, {1, 4, 5}}, u.calls, "each window is BOS + the next tokens")
+	assert.InDelta(t, math.Log(10), res.NLL, 1e-12)
+	assert.InDelta(t, 10, res.Perplexity(), 1e-9)
+
+	_, err = Perplexity(u, text, 1, 6, nil)
+	assert.ErrorContains(t, err, "window 6 must be in [2, 5]")
+}

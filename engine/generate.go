@@ -1,0 +1,104 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// StopReason says why generation ended.
+type StopReason string
+
+const (
+	StopEOS         StopReason = "eos"          // the model produced end-of-sequence
+	StopMaxTokens   StopReason = "max-tokens"   // the requested number of tokens was produced
+	StopContextFull StopReason = "context-full" // the sequence reached the context length
+	StopCallback    StopReason = "stopped"      // OnToken returned ErrStop
+)
+
+// ErrStop, returned by OnToken, ends generation without an error.
+var ErrStop = errors.New("stop")
+
+// GenerateOptions control one generation.
+type GenerateOptions struct {
+	MaxTokens int   // new tokens at most; 0 = until EOS or the context is full
+	EOS       int32 // end-of-sequence id; negative = none
+	Sampler   SamplerOptions
+	// OnToken is called with each new token as soon as it is drawn.
+	OnToken func(id int32) error
+}
+
+// Result is what Generate produced and how fast.
+type Result struct {
+	Tokens       []int32 // the new tokens (not the prompt), EOS excluded
+	Stop         StopReason
+	PromptTokens int
+	Prefill      time.Duration // time to feed the prompt
+	Decode       time.Duration // time to produce the rest
+}
+
+// PrefillRate and DecodeRate are tokens per second.
+func (r Result) PrefillRate() float64 { return rate(r.PromptTokens, r.Prefill) }
+func (r Result) DecodeRate() float64  { return rate(len(r.Tokens), r.Decode) }
+
+func rate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// Generate feeds the prompt to a fresh sequence and draws tokens until EOS,
+// MaxTokens, or the context length.
+func Generate(r Runner, prompt []int32, opts GenerateOptions) (res Result, err error) {
+	res.PromptTokens = len(prompt)
+	if len(prompt) == 0 {
+		return res, fmt.Errorf("engine: empty prompt (add BOS to start from nothing)")
+	}
+	if len(prompt) > r.ContextLen() {
+		return res, fmt.Errorf("engine: the prompt has %d tokens, more than the context length %d", len(prompt), r.ContextLen())
+	}
+	sampler, err := NewSampler(opts.Sampler)
+	if err != nil {
+		return res, err
+	}
+	for _, id := range prompt {
+		sampler.Accept(id)
+	}
+	r.Reset()
+	start := time.Now()
+	logits, err := r.Feed(prompt)
+	if err != nil {
+		return res, err
+	}
+	res.Prefill = time.Since(start)
+	start = time.Now()
+	defer func() { res.Decode = time.Since(start) }()
+	for {
+		id := sampler.Sample(logits)
+		if opts.EOS >= 0 && id == opts.EOS {
+			res.Stop = StopEOS
+			return res, nil
+		}
+		res.Tokens = append(res.Tokens, id)
+		if opts.OnToken != nil {
+			if err := opts.OnToken(id); errors.Is(err, ErrStop) {
+				res.Stop = StopCallback
+				return res, nil
+			} else if err != nil {
+				return res, err
+			}
+		}
+		if opts.MaxTokens > 0 && len(res.Tokens) >= opts.MaxTokens {
+			res.Stop = StopMaxTokens
+			return res, nil
+		}
+		if r.Pos() >= r.ContextLen() {
+			res.Stop = StopContextFull
+			return res, nil
+		}
+		if logits, err = r.Feed([]int32{id}); err != nil {
+			return res, err
+		}
+	}
+}

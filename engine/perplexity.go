@@ -1,0 +1,98 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/modrun/modrun/mod"
+)
+
+// Scorer returns the logits of every token of a sequence in eval mode
+// (teacher-forced, top-k routing per sequence: the training semantics).
+type Scorer interface {
+	Score(tokens []int32) ([]float32, error) // [n][nVocab]
+	ContextLen() int
+	NVocab() int
+}
+
+// CPUScorer scores with the CPU reference.
+type CPUScorer struct {
+	m     *mod.Model
+	state *mod.State
+}
+
+// NewCPUScorer returns an eval-mode scorer of m.
+func NewCPUScorer(m *mod.Model) (*CPUScorer, error) {
+	s, err := m.NewState(mod.RoutingTopK)
+	if err != nil {
+		return nil, err
+	}
+	return &CPUScorer{m: m, state: s}, nil
+}
+
+func (c *CPUScorer) Score(tokens []int32) ([]float32, error) {
+	c.state.Reset()
+	return c.state.Forward(tokens, true)
+}
+func (c *CPUScorer) ContextLen() int { return c.m.Config.ContextLen }
+func (c *CPUScorer) NVocab() int     { return c.m.Config.NVocab }
+
+// PerplexityResult is the mean negative log-likelihood of the scored tokens.
+type PerplexityResult struct {
+	Tokens  int     // tokens scored
+	Windows int     // sequences run
+	NLL     float64 // mean NLL per token, in nats
+}
+
+// Perplexity is exp(NLL).
+func (r PerplexityResult) Perplexity() float64 { return math.Exp(r.NLL) }
+
+// Perplexity scores text (token ids without BOS) in windows of at most
+// window tokens: each window is BOS followed by the next window-1 tokens of
+// the text, and every one of those tokens is scored given what precedes it
+// in its window. So each token of the text is scored exactly once, and each
+// window is an independent sequence, as in training. progress, if not nil,
+// is called after each window with the tokens scored so far.
+func Perplexity(sc Scorer, text []int32, bos int32, window int, progress func(done, total int)) (PerplexityResult, error) {
+	var res PerplexityResult
+	if window < 2 || window > sc.ContextLen() {
+		return res, fmt.Errorf("engine: window %d must be in [2, %d] (the context length)", window, sc.ContextLen())
+	}
+	if len(text) == 0 {
+		return res, fmt.Errorf("engine: no tokens to score")
+	}
+	var total float64
+	seq := make([]int32, 0, window)
+	for lo := 0; lo < len(text); lo += window - 1 {
+		chunk := text[lo:min(lo+window-1, len(text))]
+		seq = append(append(seq[:0], bos), chunk...)
+		logits, err := sc.Score(seq)
+		if err != nil {
+			return res, fmt.Errorf("engine: window at token %d: %w", lo, err)
+		}
+		v := sc.NVocab()
+		for i, next := range chunk { // logits of position i predict seq[i+1] = chunk[i]
+			total += nll(logits[i*v:(i+1)*v], next)
+		}
+		res.Tokens += len(chunk)
+		res.Windows++
+		if progress != nil {
+			progress(res.Tokens, len(text))
+		}
+	}
+	res.NLL = total / float64(res.Tokens)
+	return res, nil
+}
+
+// nll is -log softmax(logits)[target], computed stably in float64.
+func nll(logits []float32, target int32) float64 {
+	mx := float64(logits[0])
+	for _, v := range logits {
+		mx = math.Max(mx, float64(v))
+	}
+	var sum float64
+	for _, v := range logits {
+		sum += math.Exp(float64(v) - mx)
+	}
+	return math.Log(sum) + mx - float64(logits[target])
+}

@@ -1,0 +1,65 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/modrun/modrun/mod"
+)
+
+// Runner runs one sequence of a model on some backend, in generate mode
+// (causal routing). It has what Generate needs.
+type Runner interface {
+	// Feed runs tokens after those already fed and returns the logits of
+	// the last one [nVocab].
+	Feed(tokens []int32) ([]float32, error)
+	// Pos is the number of tokens fed since the last Reset.
+	Pos() int
+	// ContextLen is the longest sequence the runner takes.
+	ContextLen() int
+	// Reset starts a new sequence.
+	Reset()
+}
+
+// LayerStat is how many tokens one routed layer processed.
+type LayerStat struct {
+	Layer          int
+	Selected, Seen int
+}
+
+// RoutingStatser is a Runner that reports, per routed layer, how many tokens
+// went through since the last Reset.
+type RoutingStatser interface {
+	RoutingStats() []LayerStat
+}
+
+// CPU runs a model with the pure-Go reference forward pass of package mod.
+type CPU struct {
+	s *mod.State
+}
+
+// NewCPU returns a CPU runner with causal routing r (mod.RoutingRouter or
+// mod.RoutingPredictor; dense models ignore it).
+func NewCPU(m *mod.Model, r mod.Routing) (*CPU, error) {
+	if r == mod.RoutingTopK {
+		return nil, fmt.Errorf("engine: generation needs causal routing (router or predictor), not top-k")
+	}
+	s, err := m.NewState(r)
+	if err != nil {
+		return nil, err
+	}
+	return &CPU{s: s}, nil
+}
+
+func (c *CPU) Feed(tokens []int32) ([]float32, error) { return c.s.Forward(tokens, false) }
+func (c *CPU) Pos() int                               { return c.s.Pos() }
+func (c *CPU) Reset()                                 { c.s.Reset() }
+func (c *CPU) ContextLen() int                        { return c.s.Model().Config.ContextLen }
+
+// RoutingStats reports the routed layers' counts.
+func (c *CPU) RoutingStats() []LayerStat {
+	var out []LayerStat
+	for _, l := range c.s.Model().Config.RoutedLayers() {
+		out = append(out, LayerStat{Layer: l, Selected: c.s.Selected[l], Seen: c.s.Seen[l]})
+	}
+	return out
+}

@@ -1,0 +1,173 @@
+// Package engine runs models: the Runner interface that each backend
+// implements, the sampler, the Generate loop and perplexity scoring.
+package engine
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+)
+
+// SamplerOptions choose how the next token is drawn from the logits. The
+// filters apply in llama.cpp's order: repetition penalty, top-k, top-p,
+// min-p, then temperature and the draw.
+type SamplerOptions struct {
+	Temperature   float32 // 0 = greedy (argmax)
+	TopK          int     // keep the k most likely tokens; 0 = all
+	TopP          float32 // keep the smallest set with probability >= p; 1 = all
+	MinP          float32 // drop tokens less likely than MinP times the most likely; 0 = none
+	RepeatPenalty float32 // divide positive (multiply negative) logits of recent tokens; 1 = off
+	RepeatLastN   int     // how many recent tokens the penalty looks at
+	Seed          uint64  // the same seed, options and logits give the same tokens
+}
+
+// DefaultSampler is greedy decoding.
+func DefaultSampler() SamplerOptions {
+	return SamplerOptions{TopP: 1, RepeatPenalty: 1, RepeatLastN: 64}
+}
+
+// Check reports the first option out of its range, named as its flag.
+func (o SamplerOptions) Check() error {
+	switch {
+	case o.Temperature < 0 || math.IsNaN(float64(o.Temperature)):
+		return fmt.Errorf("--temp %g: must be 0 (greedy) or positive", o.Temperature)
+	case o.TopK < 0:
+		return fmt.Errorf("--top-k %d: must be 0 (off) or positive", o.TopK)
+	case !(o.TopP > 0 && o.TopP <= 1):
+		return fmt.Errorf("--top-p %g: must be in (0, 1]", o.TopP)
+	case !(o.MinP >= 0 && o.MinP < 1):
+		return fmt.Errorf("--min-p %g: must be in [0, 1)", o.MinP)
+	case !(o.RepeatPenalty > 0):
+		return fmt.Errorf("--repeat-penalty %g: must be positive (1 = off)", o.RepeatPenalty)
+	case o.RepeatLastN < 0:
+		return fmt.Errorf("--repeat-last-n %d: must be 0 or positive", o.RepeatLastN)
+	}
+	return nil
+}
+
+// Sampler draws tokens; it remembers what it drew for the repetition penalty.
+type Sampler struct {
+	opts    SamplerOptions
+	rng     *rand.Rand
+	recent  []int32
+	cands   []candidate
+	scratch []float32
+}
+
+type candidate struct {
+	id int32
+	p  float32 // logit, then probability
+}
+
+// NewSampler checks the options and returns a sampler seeded by opts.Seed.
+func NewSampler(opts SamplerOptions) (*Sampler, error) {
+	if err := opts.Check(); err != nil {
+		return nil, err
+	}
+	return &Sampler{opts: opts, rng: rand.New(rand.NewPCG(opts.Seed, 0x6d6f6472756e))}, nil
+}
+
+// Accept records a token (of the prompt, or drawn) for the repetition penalty.
+func (s *Sampler) Accept(id int32) {
+	if s.opts.RepeatLastN == 0 {
+		return
+	}
+	s.recent = append(s.recent, id)
+	if len(s.recent) > s.opts.RepeatLastN {
+		s.recent = s.recent[len(s.recent)-s.opts.RepeatLastN:]
+	}
+}
+
+// Sample draws the next token from logits (left unchanged) and accepts it.
+func (s *Sampler) Sample(logits []float32) int32 {
+	l := append(s.scratch[:0], logits...)
+	s.scratch = l
+	if s.opts.RepeatPenalty != 1 {
+		for _, id := range s.recent {
+			if l[id] > 0 {
+				l[id] /= s.opts.RepeatPenalty
+			} else {
+				l[id] *= s.opts.RepeatPenalty
+			}
+		}
+	}
+	var id int32
+	if s.opts.Temperature == 0 {
+		id = argmax(l)
+	} else {
+		id = s.draw(l)
+	}
+	s.Accept(id)
+	return id
+}
+
+func (s *Sampler) draw(l []float32) int32 {
+	c := s.cands[:0]
+	for i, v := range l {
+		c = append(c, candidate{int32(i), v})
+	}
+	sort.SliceStable(c, func(a, b int) bool { return c[a].p > c[b].p })
+	if k := s.opts.TopK; k > 0 && k < len(c) {
+		c = c[:k]
+	}
+	softmaxCands(c, 1)
+	if p := s.opts.TopP; p < 1 {
+		var cum float32
+		for i := range c {
+			cum += c[i].p
+			if cum >= p {
+				c = c[:i+1]
+				break
+			}
+		}
+	}
+	if m := s.opts.MinP; m > 0 {
+		floor := c[0].p * m
+		n := 1
+		for n < len(c) && c[n].p >= floor {
+			n++
+		}
+		c = c[:n]
+	}
+	// Temperature on what is left: p_i ∝ p_i^(1/T), i.e. logits divided by T.
+	for i := range c {
+		c[i].p = float32(math.Log(float64(c[i].p)))
+	}
+	softmaxCands(c, s.opts.Temperature)
+	s.cands = c
+	r := s.rng.Float32()
+	var cum float32
+	for _, cand := range c {
+		cum += cand.p
+		if r < cum {
+			return cand.id
+		}
+	}
+	return c[len(c)-1].id // rounding left r just above the total
+}
+
+// softmaxCands turns the candidates' logits (sorted, largest first) divided
+// by temp into probabilities.
+func softmaxCands(c []candidate, temp float32) {
+	mx := c[0].p
+	var sum float64
+	for i := range c {
+		e := math.Exp(float64((c[i].p - mx) / temp))
+		c[i].p = float32(e)
+		sum += e
+	}
+	for i := range c {
+		c[i].p = float32(float64(c[i].p) / sum)
+	}
+}
+
+func argmax(x []float32) int32 {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}
