@@ -7,8 +7,9 @@ import (
 	"github.com/modrun/modrun/mod"
 )
 
-// Scorer returns the logits of every token of a sequence in eval mode
-// (teacher-forced, top-k routing per sequence: the training semantics).
+// Scorer returns the logits of every token of a sequence, teacher-forced:
+// in eval mode (top-k routing per sequence, the training semantics) or with
+// causal routing.
 type Scorer interface {
 	Score(tokens []int32) ([]float32, error) // [n][nVocab]
 	ContextLen() int
@@ -21,9 +22,10 @@ type CPUScorer struct {
 	state *mod.State
 }
 
-// NewCPUScorer returns an eval-mode scorer of m.
-func NewCPUScorer(m *mod.Model) (*CPUScorer, error) {
-	s, err := m.NewState(mod.RoutingTopK)
+// NewCPUScorer returns a scorer of m. Top-k routing is eval mode; router or
+// predictor routing scores each window as generation would see it.
+func NewCPUScorer(m *mod.Model, r mod.Routing) (*CPUScorer, error) {
+	s, err := m.NewState(r)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 // command is one subcommand: it parses its own flags from args.
@@ -18,8 +19,11 @@ type command struct {
 }
 
 var commands = []command{
+	{"run", "generate text: modrun [run] -m FILE.gguf -p PROMPT (the default command)", generateMain},
+	{"perplexity", "score a text file: NLL per token and perplexity", perplexityMain},
 	{"inspect", "print a GGUF file's metadata, tokenizer and tensors", inspectMain},
 	{"tokenize", "text on stdin -> token ids (or ids -> text with --decode)", tokenizeMain},
+	{"convert", "PyTorch checkpoint of train/ (+ config JSON) -> GGUF", convertMain},
 }
 
 // errUsage marks an error in how modrun was called (exit status 2).
@@ -36,6 +40,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 2
 		}
 		return 0
+	}
+	if strings.HasPrefix(args[0], "-") {
+		args = append([]string{"run"}, args...) // modrun -m FILE -p PROMPT
 	}
 	for _, c := range commands {
 		if c.name != args[0] {
@@ -61,7 +68,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "modrun runs Mixture-of-Depths Llama models from GGUF files.")
-	fmt.Fprintln(w, "\nUsage: modrun COMMAND [flags] (modrun COMMAND -h for its flags)")
+	fmt.Fprintln(w, "\nUsage: modrun -m FILE.gguf -p PROMPT [flags]   (generate; modrun run -h for the flags)")
+	fmt.Fprintln(w, "       modrun COMMAND [flags]                (modrun COMMAND -h for its flags)")
 	fmt.Fprintln(w, "\nCommands:")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/modrun/modrun/engine"
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/tokenizer"
+)
+
+// modelFlags are the flags every command that loads a model shares.
+type modelFlags struct {
+	path    string
+	backend string
+	routing string
+}
+
+func (mf *modelFlags) register(fs *flag.FlagSet, defaultRouting, routingHelp string) {
+	fs.StringVar(&mf.path, "m", "", "model `FILE`.gguf (required)")
+	fs.StringVar(&mf.backend, "backend", "auto", "auto | cpu | vulkan")
+	fs.StringVar(&mf.routing, "routing", defaultRouting, routingHelp)
+}
+
+// loaded is a model with its tokenizer.
+type loaded struct {
+	model   *mod.Model
+	tok     *tokenizer.Tokenizer
+	routing mod.Routing
+}
+
+// load opens the model named by -m and checks the flags that depend on it.
+// routingSet says whether --routing was given on the command line.
+func (mf *modelFlags) load(routingSet bool) (*loaded, error) {
+	if mf.path == "" {
+		return nil, fmt.Errorf("%w: -m FILE.gguf is required", errUsage)
+	}
+	switch mf.backend {
+	case "auto", "cpu":
+	case "vulkan":
+		return nil, fmt.Errorf("--backend vulkan: the Vulkan backend is not in this build yet; use --backend cpu")
+	default:
+		return nil, fmt.Errorf("%w: --backend %q is not auto, cpu or vulkan", errUsage, mf.backend)
+	}
+	routing, err := mod.ParseRouting(mf.routing)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --routing: %v", errUsage, err)
+	}
+	m, err := mod.Open(mf.path)
+	if err != nil {
+		return nil, fmt.Errorf("-m %s: %w", mf.path, err)
+	}
+	if routingSet && !m.Config.IsMoD() {
+		m.Close()
+		return nil, fmt.Errorf("--routing %s: %s is a dense model (architecture %q); it has no routers", mf.routing, mf.path, m.Config.Arch)
+	}
+	if routing == mod.RoutingPredictor && m.Config.IsMoD() && m.Config.PredictorHidden == 0 {
+		m.Close()
+		return nil, fmt.Errorf("--routing predictor: %s has no predictor (%s = 0); use --routing router", mf.path, mod.ArchKey(m.Config.Arch, mod.KeyPredictorHidden))
+	}
+	tok, err := tokenizer.FromGGUF(m.File)
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("-m %s: %w", mf.path, err)
+	}
+	return &loaded{model: m, tok: tok, routing: routing}, nil
+}
+
+// flagSet reports whether the named flag was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+const generateArgs = "-m FILE.gguf -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--routing router|predictor] [--stats]"
+
+// generateMain is modrun's default command: generate text from a prompt.
+func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlags("run", generateArgs, stderr)
+	var mf modelFlags
+	mf.register(fs, "router", "causal routing of MoD blocks: router (r > 0) | predictor (p > 0)")
+	prompt := fs.String("p", "", "prompt `TEXT` (BOS is added when the model's tokenizer asks for it)")
+	n := fs.Int("n", 256, "new tokens at most (0 = until EOS or the context is full)")
+	so := engine.DefaultSampler()
+	fs.Func("temp", "sampling temperature `T` (0 = greedy, the default)", floatFlag(&so.Temperature))
+	fs.IntVar(&so.TopK, "top-k", 0, "keep the `K` most likely tokens (0 = all)")
+	fs.Func("top-p", "keep the most likely tokens up to probability `P` (default 1 = all)", floatFlag(&so.TopP))
+	fs.Func("min-p", "drop tokens less likely than `P` times the best (default 0 = none)", floatFlag(&so.MinP))
+	fs.Func("repeat-penalty", "penalty `R` on the last --repeat-last-n tokens (default 1 = off)", floatFlag(&so.RepeatPenalty))
+	fs.IntVar(&so.RepeatLastN, "repeat-last-n", so.RepeatLastN, "tokens the repetition penalty looks back at")
+	seed := fs.Int64("seed", -1, "random seed; -1 picks one from the clock (printed with --stats)")
+	stats := fs.Bool("stats", false, "print speed and per-layer routing to stderr")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q (quote the prompt: -p \"...\")", errUsage, fs.Arg(0))
+	}
+	if *n < 0 {
+		return fmt.Errorf("%w: -n %d: must be 0 or positive", errUsage, *n)
+	}
+	if *seed < 0 {
+		*seed = time.Now().UnixNano() & (1<<62 - 1)
+	}
+	so.Seed = uint64(*seed)
+	if err := so.Check(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	l, err := mf.load(flagSet(fs, "routing"))
+	if err != nil {
+		return err
+	}
+	defer l.model.Close()
+
+	ids, err := l.tok.Encode(*prompt, true)
+	if err != nil {
+		return fmt.Errorf("-p: %w", err)
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("-p: the prompt is empty and the tokenizer adds no BOS; give some text")
+	}
+	if ctx := l.model.Config.ContextLen; len(ids) > ctx {
+		return fmt.Errorf("-p: the prompt has %d tokens, more than the context length %d of %s", len(ids), ctx, mf.path)
+	}
+	runner, err := engine.NewCPU(l.model, l.routing)
+	if err != nil {
+		return err
+	}
+	dec := l.tok.NewStreamDecoder()
+	var werr error
+	write := func(b []byte) {
+		if werr == nil && len(b) > 0 {
+			_, werr = stdout.Write(b)
+		}
+	}
+	for _, id := range ids {
+		b, _ := dec.Push(id) // the prompt's ids came from the tokenizer: valid
+		write(b)
+	}
+	res, err := engine.Generate(runner, ids, engine.GenerateOptions{
+		MaxTokens: *n, EOS: l.tok.EOS(), Sampler: so,
+		OnToken: func(id int32) error {
+			b, err := dec.Push(id)
+			write(b)
+			if err != nil {
+				return err
+			}
+			return werr
+		},
+	})
+	write(dec.Flush())
+	write([]byte("\n"))
+	if err != nil {
+		return err
+	}
+	if res.Stop == engine.StopContextFull {
+		fmt.Fprintf(stderr, "modrun: stopped: the sequence filled the context length (%d tokens)\n", l.model.Config.ContextLen)
+	}
+	if *stats {
+		printStats(stderr, l, runner, res, so.Seed)
+	}
+	return werr
+}
+
+func printStats(w io.Writer, l *loaded, r *engine.CPU, res engine.Result, seed uint64) {
+	fmt.Fprintf(w, "backend cpu, seed %d, stop: %s\n", seed, res.Stop)
+	fmt.Fprintf(w, "prefill: %d tokens in %v (%.1f tokens/s)\n", res.PromptTokens, res.Prefill.Round(time.Microsecond), res.PrefillRate())
+	fmt.Fprintf(w, "decode:  %d tokens in %v (%.1f tokens/s)\n", len(res.Tokens), res.Decode.Round(time.Microsecond), res.DecodeRate())
+	if !l.model.Config.IsMoD() {
+		return
+	}
+	fmt.Fprintf(w, "routing: %s, capacity %g (top-k in eval mode only)\n", l.routing, l.model.Config.Capacity)
+	for _, s := range r.RoutingStats() {
+		frac := 0.0
+		if s.Seen > 0 {
+			frac = float64(s.Selected) / float64(s.Seen)
+		}
+		fmt.Fprintf(w, "  layer %2d: %4d of %4d tokens went through (%.1f%%)\n", s.Layer, s.Selected, s.Seen, 100*frac)
+	}
+}
+
+// floatFlag parses a float32 flag value into dst.
+func floatFlag(dst *float32) func(string) error {
+	return func(s string) error {
+		var v float64
+		if _, err := fmt.Sscan(s, &v); err != nil {
+			return fmt.Errorf("%q is not a number", s)
+		}
+		*dst = float32(v)
+		return nil
+	}
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/modrun/modrun/internal/shared"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestGenerateGreedyStory: `modrun -m stories260K.gguf -p ""` (BOS alone)
+// prints llama2.c's greedy story, byte for byte.
+func TestGenerateGreedyStory(t *testing.T) {
+	model := shared.Path(t, "models/stories260K.gguf")
+	want, err := os.ReadFile(shared.Path(t, "models/stories260K_greedy200_expected.txt"))
+	require.NoError(t, err)
+	code, out, stderr := modrun(t, "-m", model, "-p", "", "-n", "200", "--stats")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, string(want), out)
+	assert.Contains(t, stderr, "decode:  200 tokens")
+	assert.Contains(t, stderr, "tokens/s")
+}
+
+func TestGeneratePromptAndSeed(t *testing.T) {
+	model := shared.Path(t, "models/stories260K.gguf")
+	code, out, stderr := modrun(t, "run", "-m", model, "-p", "Once upon a time", "-n", "20")
+	require.Equal(t, 0, code, stderr)
+	assert.True(t, strings.HasPrefix(out, "Once upon a time, there was a little girl named Lily."), out)
+
+	args := []string{"-m", model, "-p", "Lily", "-n", "30", "--temp", "0.9", "--top-p", "0.9", "--top-k", "40", "--seed", "5"}
+	_, a, _ := modrun(t, args...)
+	_, b, _ := modrun(t, args...)
+	assert.Equal(t, a, b, "the same seed gives the same text")
+	args[len(args)-1] = "6"
+	_, c, _ := modrun(t, args...)
+	assert.NotEqual(t, a, c, "another seed gives another text")
+}
+
+func TestGenerateBadInput(t *testing.T) {
+	model := shared.Path(t, "models/stories260K.gguf")
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"-p", "x"}, 2, "-m FILE.gguf is required"},
+		{[]string{"-m", model, "-p", strings.Repeat("a b ", 1200)}, 1, "the prompt has 2402 tokens, more than the context length 2048"}, // BOS, 2400 words, a final space
+		{[]string{"-m", model, "-p", "x", "--routing", "router"}, 1, "--routing router: " + model + " is a dense model"},
+		{[]string{"-m", model, "-p", "x", "--routing", "sideways"}, 2, `routing "sideways" is not one of topk, router, predictor`},
+		{[]string{"-m", model, "-p", "x", "--temp", "-1"}, 2, "--temp -1: must be 0 (greedy) or positive"},
+		{[]string{"-m", model, "-p", "x", "--top-p", "0"}, 2, "--top-p 0: must be in (0, 1]"},
+		{[]string{"-m", model, "-p", "x", "--backend", "vulkan"}, 1, "the Vulkan backend is not in this build yet"},
+		{[]string{"-m", model, "-p", "x", "-n", "-3"}, 2, "-n -3: must be 0 or positive"},
+		{[]string{"-m", model, "-p", "x", "stray"}, 2, `unexpected argument "stray"`},
+		{[]string{"-m", filepath.Join(t.TempDir(), "none.gguf"), "-p", "x"}, 1, "none.gguf"},
+	}
+	for _, c := range cases {
+		code, _, stderr := modrun(t, c.args...)
+		assert.Equal(t, c.code, code, stderr)
+		assert.Contains(t, stderr, c.want)
+	}
+}
+
+func TestPerplexity(t *testing.T) {
+	model := shared.Path(t, "models/stories260K.gguf")
+	text := filepath.Join(t.TempDir(), "story.txt")
+	require.NoError(t, os.WriteFile(text, []byte("Once upon a time, there was a little girl named Lily. She loved to play outside in the park.\n"), 0o644))
+	code, out, stderr := modrun(t, "perplexity", "-m", model, "-f", text, "--ctx", "16")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "routing dense")
+	// 32 tokens in windows of BOS + 15; the model knows this story well, so
+	// far better than chance (log 512 = 6.2 nats).
+	m := regexp.MustCompile(`32 tokens in 3 windows of at most 16: NLL (\d+\.\d+) nats/token`).FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	nll, err := strconv.ParseFloat(m[1], 64)
+	require.NoError(t, err)
+	assert.Less(t, nll, 2.0)
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"perplexity", "-m", model}, "-f TEXT is required"},
+		{[]string{"perplexity", "-m", model, "-f", text, "--ctx", "1"}, "--ctx 1: must be in [2, 2048]"},
+		{[]string{"perplexity", "-m", model, "-f", text, "--capacity", "0"}, "--capacity 0: must be in (0, 1]"},
+		{[]string{"perplexity", "-m", model, "-f", filepath.Join(t.TempDir(), "none.txt")}, "none.txt"},
+	} {
+		code, _, stderr := modrun(t, c.args...)
+		assert.NotEqual(t, 0, code, "%v", c.args)
+		assert.Contains(t, stderr, c.want, "%v", c.args)
+	}
+}
