@@ -174,6 +174,10 @@ func (w *Writer) WriteFile(path string) error {
 		tmp.Close()
 		return fmt.Errorf("gguf: writer: %s: %w", path, err)
 	}
+	if err := tmp.Chmod(0o644); err != nil { // CreateTemp makes 0600; a model file is for everyone to read
+		tmp.Close()
+		return fmt.Errorf("gguf: writer: %s: %w", path, err)
+	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("gguf: writer: %s: %w", path, err)
 	}
