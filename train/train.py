@@ -1,0 +1,262 @@
+#!/usr/bin/python3
+"""Train a MoD Llama (or its dense baseline) on TinyStories.
+
+Text is tokenized by the Go tokenizer (`bin/modrun tokenize`, one story at a
+time with BOS), so Python and Go agree by construction; ids are cached beside
+the output. Validation uses TinyStories-validation.head-hf.txt only, never for
+training.
+
+  /usr/bin/python3 train/train.py --out runs/mod --steps 2000           # from scratch
+  /usr/bin/python3 train/train.py --out runs/retro \\
+      --init ../shared/data/models/stories260K.gguf --steps 500          # retrofit routers
+
+Writes OUT/ckpt.pt (state_dict), OUT/config.json (ModelConfig), OUT/log.jsonl.
+Convert with: bin/modrun convert -i OUT/ckpt.pt --vocab VOCAB.gguf -o OUT/model.gguf
+"""
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gguf_io import GGUFFile  # noqa: E402
+from modllama import MoDLlama, ModelConfig, config_from_gguf, load_dense_gguf  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.environ.get("MODRUN_SHARED_DATA", os.path.join(os.path.dirname(ROOT), "shared", "data"))
+TRAIN_FILES = [
+    os.path.join(DATA, "tinystories", "TinyStories-train.head-2MiB.txt"),
+    os.path.join(DATA, "tinystories", "TinyStoriesV2-GPT4-train.head-1727stories.txt"),
+]
+VAL_FILE = os.path.join(DATA, "tinystories", "TinyStories-validation.head-hf.txt")
+VOCAB = os.path.join(DATA, "models", "stories260K.gguf")
+
+
+# ---- data -------------------------------------------------------------------
+
+def split_stories(text, path):
+    """Stories: split on "<|endoftext|>" lines, or on blank lines for the
+    validation file (which has no separators: paragraph breaks split a story,
+    which only shortens the validation windows)."""
+    if "<|endoftext|>" in text:
+        parts = text.split("<|endoftext|>")
+    else:
+        parts = text.split("\n\n")
+    return [p.strip() for p in parts if p.strip()]
+
+
+def tokenize_file(path, vocab, modrun, cache_dir):
+    """All stories of a text file as one uint16 array, each story BOS-first,
+    tokenized by `modrun tokenize`; cached by content hash."""
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    key = hashlib.sha256(raw + open(vocab, "rb").read()).hexdigest()[:16]
+    out = os.path.join(cache_dir, f"{os.path.basename(path)}.{key}.ids.bin")
+    if os.path.exists(out):
+        return np.fromfile(out, dtype="<u2")
+    stories = split_stories(raw.decode("utf-8"), path)
+
+    def one(story):
+        r = subprocess.run([modrun, "tokenize", "-m", vocab, "--bos"], input=story.encode(),
+                           capture_output=True, check=False)
+        if r.returncode != 0:
+            raise RuntimeError(f"{modrun} tokenize failed on {path}: {r.stderr.decode().strip()}")
+        return [int(t) for t in r.stdout.split()]
+
+    with ThreadPoolExecutor(4) as ex:
+        ids = [t for s in ex.map(one, stories) for t in s]
+    arr = np.array(ids, dtype="<u2")
+    os.makedirs(cache_dir, exist_ok=True)
+    arr.tofile(out + ".tmp")
+    os.replace(out + ".tmp", out)
+    print(f"tokenized {path}: {len(stories)} stories, {len(arr)} tokens -> {out}", flush=True)
+    return arr
+
+
+def batches(ids, batch, seq_len, gen):
+    """Random windows of seq_len+1 tokens: (inputs, targets) [batch, seq_len]."""
+    n = len(ids) - seq_len - 1
+    if n <= 0:
+        raise ValueError(f"{len(ids)} tokens is too few for seq_len {seq_len}")
+    data = torch.from_numpy(ids.astype(np.int64))
+    while True:
+        starts = torch.randint(0, n, (batch,), generator=gen)
+        w = torch.stack([data[s:s + seq_len + 1] for s in starts.tolist()])
+        yield w[:, :-1], w[:, 1:]
+
+
+def val_windows(ids, seq_len, count):
+    """Fixed, non-overlapping validation windows (the first `count`)."""
+    data = torch.from_numpy(ids.astype(np.int64))
+    n = min(count, (len(ids) - 1) // seq_len)
+    w = torch.stack([data[i * seq_len:i * seq_len + seq_len + 1] for i in range(n)])
+    return w[:, :-1], w[:, 1:]
+
+
+# ---- model ------------------------------------------------------------------
+
+def build_model(a):
+    """From scratch, or retrofit: a dense GGUF's weights with routers added."""
+    routed = None if a.routed == "default" else ([] if a.routed == "dense" else [int(i) for i in a.routed.split(",")])
+    common = dict(routed_layers=routed, capacity=a.capacity, gate=a.gate, router_bias=a.router_bias,
+                  predictor_hidden=a.predictor_hidden, aux_loss_weight=a.aux_weight,
+                  predictor_loss_weight=a.pred_weight, max_seq_len=max(a.seq_len, 512))
+    if a.init == "scratch":
+        cfg = ModelConfig(dim=a.dim, n_layers=a.layers, n_heads=a.heads, n_kv_heads=a.kv_heads,
+                          vocab_size=a.vocab_size, ffn_dim=a.ffn, tied_output=not a.untied,
+                          rope_base=a.rope_base, **common)
+        return MoDLlama(cfg).init_weights(seed=a.seed, router_std=a.router_std)
+    g = GGUFFile(a.init)
+    cfg = config_from_gguf(g, **common)
+    m = MoDLlama(cfg).init_weights(seed=a.seed, router_std=a.router_std)
+    return load_dense_gguf(m, g)
+
+
+def lr_at(step, a):
+    """Linear warmup, then cosine decay to min_lr."""
+    if step < a.warmup:
+        return a.lr * (step + 1) / a.warmup
+    t = (step - a.warmup) / max(1, a.steps - a.warmup)
+    return a.min_lr + 0.5 * (a.lr - a.min_lr) * (1 + math.cos(math.pi * min(1.0, t)))
+
+
+@torch.no_grad()
+def evaluate(model, vx, vy, device, bs=16):
+    model.eval()
+    tot, n = 0.0, 0
+    for i in range(0, len(vx), bs):
+        out = model(vx[i:i + bs].to(device), vy[i:i + bs].to(device))
+        tot += float(out["lm_loss"]) * len(vx[i:i + bs])
+        n += len(vx[i:i + bs])
+    model.train()
+    return tot / max(1, n)
+
+
+def save(model, out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    sd = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
+    torch.save(sd, os.path.join(out_dir, "ckpt.pt"))
+    with open(os.path.join(out_dir, "config.json"), "w") as fh:
+        fh.write(model.cfg.to_json() + "\n")
+
+
+def train(a, model=None, log=print):
+    """Run the training loop; returns (model, list of log records)."""
+    torch.manual_seed(a.seed)
+    torch.set_num_threads(a.threads)
+    device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if a.train_ids:
+        tr = np.fromfile(a.train_ids, dtype="<u2")
+    else:
+        tr = np.concatenate([tokenize_file(p, a.vocab, a.modrun, a.cache) for p in a.train_files])
+    va = np.fromfile(a.val_ids, dtype="<u2") if a.val_ids else tokenize_file(a.val_file, a.vocab, a.modrun, a.cache)
+    model = (model or build_model(a)).to(device)
+    if int(tr.max()) >= model.cfg.vocab_size:
+        raise ValueError(f"token id {int(tr.max())} >= vocab_size {model.cfg.vocab_size}")
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(a.seed)
+    it = batches(tr, a.batch, a.seq_len, gen)
+    vx, vy = val_windows(va, a.seq_len, a.val_windows)
+    records = []
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+    logf = open(os.path.join(a.out, "log.jsonl"), "w") if a.out else None
+    t0 = time.time()
+    model.train()
+    for step in range(a.steps):
+        for grp in opt.param_groups:
+            grp["lr"] = lr_at(step, a)
+        x, y = next(it)
+        out = model(x.to(device), y.to(device))
+        opt.zero_grad(set_to_none=True)
+        out["loss"].backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
+        opt.step()
+        rec = {"step": step, "loss": float(out["loss"]), "lm_loss": float(out["lm_loss"]),
+               "aux_loss": float(out["aux_loss"]), "pred_loss": float(out["pred_loss"]),
+               "lr": lr_at(step, a), "time_s": round(time.time() - t0, 2)}
+        if (a.eval_every and (step + 1) % a.eval_every == 0) or step == a.steps - 1:
+            rec["val_loss"] = evaluate(model, vx, vy, device)
+            if a.out:
+                save(model, a.out)
+        records.append(rec)
+        if logf:
+            logf.write(json.dumps(rec) + "\n")
+            logf.flush()
+        if step % a.log_every == 0 or "val_loss" in rec:
+            log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in rec.items()))
+    if logf:
+        logf.close()
+    return model.cpu(), records
+
+
+def parser():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", help="output folder: ckpt.pt, config.json, log.jsonl")
+    p.add_argument("--init", default="scratch", help="'scratch' or a dense llama GGUF to retrofit")
+    p.add_argument("--vocab", default=VOCAB, help="GGUF whose tokenizer encodes the text")
+    p.add_argument("--modrun", default=os.path.join(ROOT, "bin", "modrun"))
+    p.add_argument("--train-files", nargs="+", default=TRAIN_FILES)
+    p.add_argument("--val-file", default=VAL_FILE)
+    p.add_argument("--train-ids", help="pre-tokenized uint16 ids instead of --train-files")
+    p.add_argument("--val-ids", help="pre-tokenized uint16 ids instead of --val-file")
+    p.add_argument("--cache", default=os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "modrun", "train"),
+                   help="where tokenized ids are cached")
+    # model (scratch)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--kv-heads", type=int, default=4)
+    p.add_argument("--ffn", type=int, default=172)
+    p.add_argument("--vocab-size", type=int, default=512)
+    p.add_argument("--rope-base", type=float, default=10000.0)
+    p.add_argument("--untied", action="store_true", help="a separate output matrix")
+    # MoD
+    p.add_argument("--routed", default="default", help="'default' (1,3,5,..), 'dense', or a list '1,3'")
+    p.add_argument("--capacity", type=float, default=0.125)
+    p.add_argument("--gate", choices=["sigmoid", "identity"], default="sigmoid")
+    p.add_argument("--router-bias", action="store_true")
+    p.add_argument("--router-std", type=float, default=0.02)
+    p.add_argument("--predictor-hidden", type=int, default=-1, help="-1: dim/2, 0: none")
+    p.add_argument("--aux-weight", type=float, default=0.01)
+    p.add_argument("--pred-weight", type=float, default=0.01)
+    # optimisation
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--min-lr", type=float, default=3e-4)
+    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--eval-every", type=int, default=200)
+    p.add_argument("--val-windows", type=int, default=64)
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="", help="cpu or cuda (default: cuda when available)")
+    return p
+
+
+def main(argv=None):
+    a = parser().parse_args(argv)
+    if not a.out:
+        parser().error("--out is required")
+    train(a)
+    print(f"wrote {a.out}/ckpt.pt and {a.out}/config.json")
+
+
+if __name__ == "__main__":
+    main()
