@@ -6,7 +6,8 @@ export PATH := $(PATH):/usr/local/go/bin
 # Debian packages, by what needs them. They grow as the project does
 # (Vulkan loader, lavapipe, glslc with the GPU backend).
 BUILD_DEBS   := gcc libc6-dev
-FIXTURE_DEBS := python3-sentencepiece python3-numpy
+TEST_DEBS    := $(BUILD_DEBS) python3-torch python3-numpy
+FIXTURE_DEBS := $(TEST_DEBS) python3-sentencepiece
 
 DEMO_MODEL ?= ../shared/data/models/stories260K.gguf
 
@@ -18,7 +19,8 @@ setup:
 build: setup
 	go build -o bin/modrun ./cmd/modrun
 
-test: setup
+test:
+	@scripts/setup.sh $(TEST_DEBS)
 	@scripts/test.sh
 
 # Until models/tinystories-mod.gguf ships, the demo tells a story with the
@@ -27,13 +29,16 @@ demo: build
 	bin/modrun -m $(DEMO_MODEL) -p "Once upon a time" -n 120 --stats
 
 # A longer fuzz run of every target (FUZZTIME=10m make fuzz).
-fuzz: setup
+fuzz:
+	@scripts/setup.sh $(TEST_DEBS)
 	FUZZTIME=$${FUZZTIME:-2m} scripts/test.sh
 
-# Regenerate the committed golden fixtures (needs Python packages).
+# Regenerate the committed golden fixtures: SentencePiece ids, and the
+# PyTorch reference's MoD models and outputs (about 3 minutes).
 fixtures:
 	@scripts/setup.sh $(FIXTURE_DEBS)
 	/usr/bin/python3 scripts/gen_tokenizer_fixture.py
+	scripts/gen_mod_fixtures.sh
 
 clean:
 	rm -rf bin

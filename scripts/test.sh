@@ -12,6 +12,10 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 
+# The PyTorch reference (train/): Debian's python3, which has python3-torch.
+# One torch thread: two are slower on a 2-core machine shared with go test.
+OMP_NUM_THREADS=1 /usr/bin/python3 -m unittest discover -s train -p 'test_*.py'
+
 go build -o bin/testsum ./internal/testsum
 set +e
 go test -json -count=1 ./... | bin/testsum
