@@ -34,7 +34,7 @@ fuzz:
 	FUZZTIME=$${FUZZTIME:-2m} scripts/test.sh
 
 # Regenerate the committed golden fixtures: SentencePiece ids, and the
-# PyTorch reference's MoD models and outputs (about 3 minutes).
+# PyTorch reference's MoD models and outputs (about 10 minutes: a short training run).
 fixtures:
 	@scripts/setup.sh $(FIXTURE_DEBS)
 	/usr/bin/python3 scripts/gen_tokenizer_fixture.py

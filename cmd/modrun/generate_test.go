@@ -95,3 +95,43 @@ func TestPerplexity(t *testing.T) {
 		assert.Contains(t, stderr, c.want, "%v", c.args)
 	}
 }
+
+// The MoD fixture models of testdata/mod (written by train/, converted by
+// modrun convert) carry the stories260K vocabulary.
+const (
+	modTrained   = "../../testdata/mod/mod-trained.gguf"            // router bias, predictor, capacity 0.5
+	modNoPredict = "../../testdata/mod/mod-rand-identity-bias.gguf" // no predictor
+)
+
+func TestGenerateMoD(t *testing.T) {
+	for _, routing := range []string{"router", "predictor"} {
+		code, out, stderr := modrun(t, "-m", modTrained, "-p", "Once upon a time", "-n", "20", "--routing", routing, "--stats")
+		require.Equal(t, 0, code, stderr)
+		assert.True(t, strings.HasPrefix(out, "Once upon a time"), out)
+		assert.Contains(t, stderr, "routing: "+routing)
+		// 1 BOS + 4 prompt tokens + 19 fed back = 24 tokens seen by each routed layer.
+		assert.Regexp(t, `layer  1: +\d+ of +24 tokens went through \(\d+\.\d%\)`, stderr)
+		assert.Regexp(t, `layer  3: +\d+ of +24 tokens went through`, stderr)
+	}
+	code, _, stderr := modrun(t, "-m", modNoPredict, "-p", "x", "--routing", "predictor")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "--routing predictor: "+modNoPredict+" has no predictor (llama-mod.mod.predictor_hidden = 0)")
+}
+
+func TestPerplexityMoD(t *testing.T) {
+	text := filepath.Join(t.TempDir(), "story.txt")
+	require.NoError(t, os.WriteFile(text, []byte("Once upon a time there was a girl. She liked to play."), 0o644))
+	for routing, want := range map[string]string{
+		"topk":      "routing topk (capacity 0.5)",
+		"router":    "routing router",
+		"predictor": "routing predictor",
+	} {
+		code, out, stderr := modrun(t, "perplexity", "-m", modTrained, "-f", text, "--routing", routing)
+		require.Equal(t, 0, code, stderr)
+		assert.Contains(t, out, want)
+		assert.Contains(t, out, "tokens in 1 window of at most 512")
+	}
+	code, out, stderr := modrun(t, "perplexity", "-m", modTrained, "-f", text, "--capacity", "0.25")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "routing topk (capacity 0.25)")
+}

@@ -82,8 +82,12 @@ func perplexityMain(args []string, _ io.Reader, stdout, stderr io.Writer) error 
 		}
 	}
 	fmt.Fprintf(stdout, "model %s, text %s, routing %s\n", mf.path, *textPath, routing)
-	fmt.Fprintf(stdout, "%d tokens in %d windows of at most %d: NLL %.4f nats/token, perplexity %.3f (%.0f tokens/s)\n",
-		res.Tokens, res.Windows, window, res.NLL, res.Perplexity(), float64(res.Tokens)/time.Since(start).Seconds())
+	windows := "windows"
+	if res.Windows == 1 {
+		windows = "window"
+	}
+	fmt.Fprintf(stdout, "%d tokens in %d %s of at most %d: NLL %.4f nats/token, perplexity %.3f (%.0f tokens/s)\n",
+		res.Tokens, res.Windows, windows, window, res.NLL, res.Perplexity(), float64(res.Tokens)/time.Since(start).Seconds())
 	return nil
 }
 
