@@ -333,21 +333,29 @@ func (s *State) attention(out, q []float32, cache *layerKV, base, n int) {
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	parallelFor(n*c.NHead, n*c.NHead*(base+n)*hd, func(lo, hi int) {
 		scores := make([]float32, base+n)
+		kc, vc := cache.k, cache.v
 		for job := lo; job < hi; job++ {
 			i, h := job/c.NHead, job%c.NHead
 			kvh := h / group
 			qi := q[i*qd+h*hd : i*qd+(h+1)*hd]
 			m := base + i + 1 // entries visible to row i
-			for e := 0; e < m; e++ {
-				scores[e] = dotF32(qi, cache.k[e*kvd+kvh*hd:e*kvd+(kvh+1)*hd]) * scale
+			// Index the cache directly: heads are short (often 8-16), so
+			// a sub-slice and a call per entry would cost more than the math.
+			for e, off := 0, kvh*hd; e < m; e, off = e+1, off+kvd {
+				k := kc[off : off+hd]
+				var dot float32
+				for j, qv := range qi {
+					dot += qv * k[j]
+				}
+				scores[e] = dot * scale
 			}
 			softmax(scores[:m])
 			oi := out[i*qd+h*hd : i*qd+(h+1)*hd]
 			clear(oi)
-			for e := 0; e < m; e++ {
-				ve := cache.v[e*kvd+kvh*hd : e*kvd+(kvh+1)*hd]
+			for e, off := 0, kvh*hd; e < m; e, off = e+1, off+kvd {
+				v, p := vc[off:off+hd], scores[e]
 				for j := range oi {
-					oi[j] += scores[e] * ve[j]
+					oi[j] += p * v[j]
 				}
 			}
 		}
