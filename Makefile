@@ -6,8 +6,8 @@ export PATH := $(PATH):/usr/local/go/bin
 # Debian packages, by what needs them. They grow as the project does
 # (Vulkan loader, lavapipe, glslc with the GPU backend).
 BUILD_DEBS   := gcc libc6-dev
-TEST_DEBS    := $(BUILD_DEBS) python3-torch python3-numpy
-FIXTURE_DEBS := $(TEST_DEBS) python3-sentencepiece
+TEST_DEBS    := $(BUILD_DEBS) python3-torch python3-numpy python3-sentencepiece
+FIXTURE_DEBS := $(TEST_DEBS)
 
 DEMO_MODEL ?= ../shared/data/models/stories260K.gguf
 

@@ -9,9 +9,16 @@ training.
   /usr/bin/python3 train/train.py --out runs/mod --steps 2000           # from scratch
   /usr/bin/python3 train/train.py --out runs/retro \\
       --init ../shared/data/models/stories260K.gguf --steps 500          # retrofit routers
+  /usr/bin/python3 train/train.py --out runs/spm --spm-vocab 4096       # own SentencePiece vocab
 
-Writes OUT/ckpt.pt (state_dict), OUT/config.json (ModelConfig), OUT/log.jsonl.
-Convert with: bin/modrun convert -i OUT/ckpt.pt --vocab VOCAB.gguf -o OUT/model.gguf
+The vocabulary is stories260K.gguf's 512 tokens unless --vocab names another
+GGUF or --spm-vocab N trains a SentencePiece BPE vocabulary of N tokens on the
+train files (spm_vocab.py; cached by a hash of its settings and inputs).
+
+Writes OUT/ckpt.pt (state_dict), OUT/config.json (ModelConfig), OUT/log.jsonl,
+and OUT/vocab.json, which names the vocabulary GGUF (an --spm-vocab one is
+copied to OUT/vocab.gguf). Convert with the GGUF it names:
+  bin/modrun convert -i OUT/ckpt.pt --vocab VOCAB.gguf -o OUT/model.gguf
 """
 
 import argparse
@@ -19,6 +26,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -102,6 +110,57 @@ def val_windows(ids, seq_len, count):
     return w[:, :-1], w[:, 1:]
 
 
+# ---- vocabulary -------------------------------------------------------------
+
+VOCAB_FORMAT = "modrun-train-vocab/1"
+
+
+def resolve_vocab(a):
+    """Settle a.vocab (the GGUF that tokenizes) and a.vocab_size (the model's):
+    --spm-vocab N trains or reuses a SentencePiece vocabulary; --vocab-size
+    defaults to the vocabulary's token count. Idempotent."""
+    if getattr(a, "vocab_resolved", False):
+        return a.vocab
+    if a.spm_vocab:
+        if a.vocab != VOCAB:
+            raise ValueError("--spm-vocab and --vocab both name a vocabulary; give one")
+        if a.init != "scratch":
+            raise ValueError(f"--spm-vocab needs --init scratch: {a.init} has its own vocabulary")
+        if not 259 < a.spm_vocab <= 1 << 16:
+            raise ValueError(f"--spm-vocab {a.spm_vocab}: want 260..65536 (259 specials and bytes, uint16 ids)")
+        if os.path.abspath(a.val_file) in map(os.path.abspath, a.train_files):
+            raise ValueError(f"{a.val_file} is the validation file; never train a vocabulary on it")
+        import spm_vocab  # needs python3-sentencepiece, which only this option does
+        a.vocab = spm_vocab.cached(a.train_files, a.cache, spm_vocab.settings(a.spm_vocab))
+        if a.vocab_size not in (None, a.spm_vocab):
+            raise ValueError(f"--vocab-size {a.vocab_size} differs from --spm-vocab {a.spm_vocab}")
+    if a.vocab_size is None:
+        a.vocab_size = len(GGUFFile(a.vocab).kv["tokenizer.ggml.tokens"])
+    a.vocab_resolved = True
+    return a.vocab
+
+
+def save_vocab_choice(a, out_dir):
+    """OUT/vocab.json: which GGUF tokenized the data, for `modrun convert
+    --vocab`. (Not in config.json: modrun convert reads that strictly and
+    rejects unknown fields.) An --spm-vocab GGUF lives in the cache, so a
+    copy goes beside the checkpoint."""
+    path = os.path.abspath(a.vocab)
+    if a.spm_vocab:
+        path = os.path.join(os.path.abspath(out_dir), "vocab.gguf")
+        shutil.copyfile(a.vocab, path)
+    with open(a.vocab, "rb") as fh:
+        digest = hashlib.sha256(fh.read()).hexdigest()
+    rec = {"format": VOCAB_FORMAT, "gguf": path, "sha256": digest,
+           "source": f"spm-bpe-{a.spm_vocab}" if a.spm_vocab else ("stories260K" if a.vocab == VOCAB else "file")}
+    if a.spm_vocab:
+        rec["spm_cache"] = os.path.dirname(os.path.abspath(a.vocab))
+    with open(os.path.join(out_dir, "vocab.json"), "w") as fh:
+        json.dump(rec, fh, indent=2)
+        fh.write("\n")
+    return path
+
+
 # ---- model ------------------------------------------------------------------
 
 def build_model(a):
@@ -154,6 +213,7 @@ def train(a, model=None, log=print):
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    resolve_vocab(a)
     if a.train_ids:
         tr = np.fromfile(a.train_ids, dtype="<u2")
     else:
@@ -172,6 +232,7 @@ def train(a, model=None, log=print):
     records = []
     if a.out:
         os.makedirs(a.out, exist_ok=True)
+        a.vocab_gguf = save_vocab_choice(a, a.out)
     logf = open(os.path.join(a.out, "log.jsonl"), "w") if a.out else None
     t0 = time.time()
     model.train()
@@ -204,9 +265,11 @@ def train(a, model=None, log=print):
 
 def parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", help="output folder: ckpt.pt, config.json, log.jsonl")
+    p.add_argument("--out", help="output folder: ckpt.pt, config.json, log.jsonl, vocab.json")
     p.add_argument("--init", default="scratch", help="'scratch' or a dense llama GGUF to retrofit")
     p.add_argument("--vocab", default=VOCAB, help="GGUF whose tokenizer encodes the text")
+    p.add_argument("--spm-vocab", type=int, default=0, metavar="N",
+                   help="train (or reuse from --cache) an N-token SentencePiece BPE vocabulary on the train files")
     p.add_argument("--modrun", default=os.path.join(ROOT, "bin", "modrun"))
     p.add_argument("--train-files", nargs="+", default=TRAIN_FILES)
     p.add_argument("--val-file", default=VAL_FILE)
@@ -220,7 +283,7 @@ def parser():
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--kv-heads", type=int, default=4)
     p.add_argument("--ffn", type=int, default=172)
-    p.add_argument("--vocab-size", type=int, default=512)
+    p.add_argument("--vocab-size", type=int, help="default: the vocabulary's token count")
     p.add_argument("--rope-base", type=float, default=10000.0)
     p.add_argument("--untied", action="store_true", help="a separate output matrix")
     # MoD
@@ -254,8 +317,13 @@ def main(argv=None):
     a = parser().parse_args(argv)
     if not a.out:
         parser().error("--out is required")
+    try:
+        resolve_vocab(a)
+    except ValueError as e:
+        parser().error(str(e))
     train(a)
-    print(f"wrote {a.out}/ckpt.pt and {a.out}/config.json")
+    print(f"wrote {a.out}/ckpt.pt, {a.out}/config.json and {a.out}/vocab.json")
+    print(f"convert with: {os.path.relpath(a.modrun)} convert -i {a.out}/ckpt.pt --vocab {a.vocab_gguf} -o {a.out}/model.gguf")
 
 
 if __name__ == "__main__":
