@@ -3,7 +3,6 @@ package mod
 import (
 	"fmt"
 	"math"
-	"sort"
 )
 
 // Routing chooses which tokens a routed block processes (DESIGN.md §3).
@@ -140,7 +139,7 @@ func (s *State) Forward(tokens []int32, all bool) ([]float32, error) {
 	}
 	hidden := make([]float32, n*c.NEmbd)
 	for i := 0; i < n; i++ {
-		rmsnorm(hidden[i*c.NEmbd:(i+1)*c.NEmbd], x[i*c.NEmbd:(i+1)*c.NEmbd], w.OutputNorm.Vec(), c.RMSEps)
+		RMSNorm(hidden[i*c.NEmbd:(i+1)*c.NEmbd], x[i*c.NEmbd:(i+1)*c.NEmbd], w.OutputNorm.Vec(), c.RMSEps)
 	}
 	if s.Trace != nil {
 		s.Trace.Hidden = hidden
@@ -150,7 +149,7 @@ func (s *State) Forward(tokens []int32, all bool) ([]float32, error) {
 		hidden, n = hidden[(n-1)*c.NEmbd:], 1
 	}
 	logits := make([]float32, n*c.NVocab)
-	matmul(logits, hidden, &w.Output, n)
+	MatMul(logits, hidden, &w.Output, n)
 	return logits, nil
 }
 
@@ -190,14 +189,14 @@ func (s *State) routedBlock(l int, x []float32, pos []int32) {
 			r[i] += router.Bias.Vec()[0]
 		}
 	}
-	var p []float32 // p_i = w2·silu(W1·x_i), the causal predictor
+	var p []float32 // p_i = w2·SiLU(W1·x_i), the causal predictor
 	if router.PredUp != nil {
 		p = predict(router, x, n, d)
 	}
 	var sel []int // indices into this call's tokens, ascending
 	switch s.routing {
 	case RoutingTopK:
-		sel = topKIndices(r, TopK(c.Capacity, n))
+		sel = TopKIndices(r, TopK(c.Capacity, n))
 	case RoutingRouter:
 		sel = positive(r)
 	case RoutingPredictor:
@@ -223,7 +222,7 @@ func (s *State) routedBlock(l int, x []float32, pos []int32) {
 	}
 	s.block(l, xs, ps) // xs becomes the block outputs o = x + f(x)
 	for j, i := range sel {
-		g := gate(c.Gate, r[i])
+		g := Gate(c.Gate, r[i])
 		xi, oj := x[i*d:(i+1)*d], xs[j*d:(j+1)*d]
 		for e := range xi {
 			xi[e] += g * (oj[e] - xi[e])
@@ -233,47 +232,17 @@ func (s *State) routedBlock(l int, x []float32, pos []int32) {
 
 func predict(router *Router, x []float32, n, d int) []float32 {
 	hidden := make([]float32, n*router.PredUp.Rows)
-	matmul(hidden, x, router.PredUp, n)
+	MatMul(hidden, x, router.PredUp, n)
 	p := make([]float32, n)
 	h := router.PredUp.Rows
 	for i := range p {
 		row := hidden[i*h : (i+1)*h]
 		for j := range row {
-			row[j] = silu(row[j])
+			row[j] = SiLU(row[j])
 		}
 		p[i] = dotF32(router.PredDown.Vec(), row)
 	}
 	return p
-}
-
-// topKIndices returns the k indices with the largest scores, ties to the
-// lower index, in ascending index order.
-func topKIndices(scores []float32, k int) []int {
-	idx := make([]int, len(scores))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(a, b int) bool { return scores[idx[a]] > scores[idx[b]] })
-	sel := idx[:k]
-	sort.Ints(sel)
-	return sel
-}
-
-func positive(scores []float32) []int {
-	var sel []int
-	for i, v := range scores {
-		if v > 0 {
-			sel = append(sel, i)
-		}
-	}
-	return sel
-}
-
-func gate(kind string, r float32) float32 {
-	if kind == GateIdentity {
-		return r
-	}
-	return 1 / (1 + float32(math.Exp(float64(-r))))
 }
 
 // block runs Llama block l on the rows of x at positions pos, in place:
@@ -288,15 +257,15 @@ func (s *State) block(l int, x []float32, pos []int32) {
 
 	xn := make([]float32, n*d)
 	for i := 0; i < n; i++ {
-		rmsnorm(xn[i*d:(i+1)*d], x[i*d:(i+1)*d], b.AttnNorm.Vec(), c.RMSEps)
+		RMSNorm(xn[i*d:(i+1)*d], x[i*d:(i+1)*d], b.AttnNorm.Vec(), c.RMSEps)
 	}
 	q, k, v := make([]float32, n*qd), make([]float32, n*kvd), make([]float32, n*kvd)
-	matmul(q, xn, &b.Q, n)
-	matmul(k, xn, &b.K, n)
-	matmul(v, xn, &b.V, n)
+	MatMul(q, xn, &b.Q, n)
+	MatMul(k, xn, &b.K, n)
+	MatMul(v, xn, &b.V, n)
 	for i, p := range pos {
-		rope(q[i*qd:(i+1)*qd], p, c.HeadDim, c.RopeBase)
-		rope(k[i*kvd:(i+1)*kvd], p, c.HeadDim, c.RopeBase)
+		RoPE(q[i*qd:(i+1)*qd], p, c.HeadDim, c.RopeBase)
+		RoPE(k[i*kvd:(i+1)*kvd], p, c.HeadDim, c.RopeBase)
 	}
 	cache := &s.kv[l]
 	base := len(cache.pos)
@@ -305,107 +274,20 @@ func (s *State) block(l int, x []float32, pos []int32) {
 	cache.pos = append(cache.pos, pos...)
 
 	att := make([]float32, n*qd)
-	s.attention(att, q, cache, base, n)
+	Attend(att, q, cache.k, cache.v, base, n, c.NHead, c.NKVHead, c.HeadDim)
 	o := make([]float32, n*d)
-	matmul(o, att, &b.O, n)
+	MatMul(o, att, &b.O, n)
 	add(x, o)
 
 	for i := 0; i < n; i++ {
-		rmsnorm(xn[i*d:(i+1)*d], x[i*d:(i+1)*d], b.FFNNorm.Vec(), c.RMSEps)
+		RMSNorm(xn[i*d:(i+1)*d], x[i*d:(i+1)*d], b.FFNNorm.Vec(), c.RMSEps)
 	}
 	gt, up := make([]float32, n*c.NFF), make([]float32, n*c.NFF)
-	matmul(gt, xn, &b.Gate, n)
-	matmul(up, xn, &b.Up, n)
+	MatMul(gt, xn, &b.Gate, n)
+	MatMul(up, xn, &b.Up, n)
 	for i := range gt {
-		gt[i] = silu(gt[i]) * up[i] // SwiGLU
+		gt[i] = SiLU(gt[i]) * up[i] // SwiGLU
 	}
-	matmul(o, gt, &b.Down, n)
+	MatMul(o, gt, &b.Down, n)
 	add(x, o)
-}
-
-// attention computes, for each of the n newest cache rows' queries, softmax
-// attention over cache entries [0, base+i]. GQA: query head h reads kv head
-// h / (NHead/NKVHead).
-func (s *State) attention(out, q []float32, cache *layerKV, base, n int) {
-	c := s.m.Config
-	hd, qd, kvd := c.HeadDim, c.NHead*c.HeadDim, c.KVDim()
-	group := c.NHead / c.NKVHead
-	scale := float32(1 / math.Sqrt(float64(hd)))
-	parallelFor(n*c.NHead, n*c.NHead*(base+n)*hd, func(lo, hi int) {
-		scores := make([]float32, base+n)
-		kc, vc := cache.k, cache.v
-		for job := lo; job < hi; job++ {
-			i, h := job/c.NHead, job%c.NHead
-			kvh := h / group
-			qi := q[i*qd+h*hd : i*qd+(h+1)*hd]
-			m := base + i + 1 // entries visible to row i
-			// Index the cache directly: heads are short (often 8-16), so
-			// a sub-slice and a call per entry would cost more than the math.
-			for e, off := 0, kvh*hd; e < m; e, off = e+1, off+kvd {
-				k := kc[off : off+hd]
-				var dot float32
-				for j, qv := range qi {
-					dot += qv * k[j]
-				}
-				scores[e] = dot * scale
-			}
-			softmax(scores[:m])
-			oi := out[i*qd+h*hd : i*qd+(h+1)*hd]
-			clear(oi)
-			for e, off := 0, kvh*hd; e < m; e, off = e+1, off+kvd {
-				v, p := vc[off:off+hd], scores[e]
-				for j := range oi {
-					oi[j] += p * v[j]
-				}
-			}
-		}
-	})
-}
-
-// rmsnorm: out = x / sqrt(mean(x²) + eps) * w.
-func rmsnorm(out, x, w []float32, eps float32) {
-	var ss float32
-	for _, v := range x {
-		ss += v * v
-	}
-	inv := float32(1 / math.Sqrt(float64(ss/float32(len(x))+eps)))
-	for i, v := range x {
-		out[i] = v * inv * w[i]
-	}
-}
-
-// rope rotates each head's interleaved pairs (2i, 2i+1) by pos*base^(-2i/hd),
-// Meta's Llama convention (GGUF "norm" RoPE).
-func rope(v []float32, pos int32, hd int, base float32) {
-	for i := 0; i < hd; i += 2 {
-		theta := float64(pos) * math.Pow(float64(base), -float64(i)/float64(hd))
-		cos, sin := float32(math.Cos(theta)), float32(math.Sin(theta))
-		for h := 0; h < len(v); h += hd {
-			a, b := v[h+i], v[h+i+1]
-			v[h+i], v[h+i+1] = a*cos-b*sin, a*sin+b*cos
-		}
-	}
-}
-
-func softmax(x []float32) {
-	mx := x[0]
-	for _, v := range x[1:] {
-		mx = max(mx, v)
-	}
-	var sum float32
-	for i, v := range x {
-		x[i] = float32(math.Exp(float64(v - mx)))
-		sum += x[i]
-	}
-	for i := range x {
-		x[i] /= sum
-	}
-}
-
-func silu(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
-
-func add(x, y []float32) {
-	for i := range x {
-		x[i] += y[i]
-	}
 }

@@ -22,7 +22,9 @@ type Mat struct {
 	rowBytes   int
 }
 
-func newMat(name string, t gguf.TensorType, dims []uint64, data []byte) (Mat, error) {
+// NewMat wraps a tensor's bytes (type t, ggml dims [cols] or [cols, rows]) as
+// a Mat: F32 matrices and all vectors are decoded, the others stay packed.
+func NewMat(name string, t gguf.TensorType, dims []uint64, data []byte) (Mat, error) {
 	m := Mat{Name: name, Type: t, Cols: int(dims[0]), Rows: 1}
 	if len(dims) == 2 {
 		m.Rows = int(dims[1])
@@ -124,10 +126,10 @@ func dotF32(a, b []float32) float32 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-// matmul computes out[s][i] = W.row(i) · x[s] for n tokens: x is [n][W.Cols],
+// MatMul computes out[s][i] = W.row(i) · x[s] for n tokens: x is [n][W.Cols],
 // out is [n][W.Rows]. Each worker takes a range of rows and reuses each weight
 // row for every token.
-func matmul(out, x []float32, w *Mat, n int) {
+func MatMul(out, x []float32, w *Mat, n int) {
 	parallelFor(w.Rows, w.Rows*w.Cols*n, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			for s := 0; s < n; s++ {

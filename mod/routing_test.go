@@ -122,8 +122,8 @@ func TestTopKSelectsTheLargestRouterLogits(t *testing.T) {
 }
 
 func TestTopKRule(t *testing.T) {
-	assert.Equal(t, []int{0, 2}, topKIndices([]float32{5, 1, 5, 5}, 2), "ties go to the lower position")
-	assert.Equal(t, []int{1, 3}, topKIndices([]float32{0, 9, -1, 8}, 2), "returned in position order")
+	assert.Equal(t, []int{0, 2}, TopKIndices([]float32{5, 1, 5, 5}, 2), "ties go to the lower position")
+	assert.Equal(t, []int{1, 3}, TopKIndices([]float32{0, 9, -1, 8}, 2), "returned in position order")
 	assert.Equal(t, 1, TopK(0.125, 1))
 	assert.Equal(t, 1, TopK(0.125, 8))
 	assert.Equal(t, 2, TopK(0.125, 9))

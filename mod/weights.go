@@ -132,7 +132,7 @@ func (ld *loader) load(dst *Mat, name, shape, opts string) error {
 	if err != nil {
 		return fmt.Errorf("mod: %w", err)
 	}
-	m, err := newMat(name, info.Type, want, data)
+	m, err := NewMat(name, info.Type, want, data)
 	if err != nil {
 		return fmt.Errorf("mod: %s: %w", ld.f.Path, err)
 	}

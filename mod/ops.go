@@ -1,0 +1,131 @@
+package mod
+
+import (
+	"math"
+	"sort"
+)
+
+// The primitives of the forward pass. They are exported because they are
+// the oracle that every GPU kernel is checked against.
+
+// TopKIndices returns the k indices with the largest scores, ties to the
+// lower index, in ascending index order.
+func TopKIndices(scores []float32, k int) []int {
+	idx := make([]int, len(scores))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return scores[idx[a]] > scores[idx[b]] })
+	sel := idx[:k]
+	sort.Ints(sel)
+	return sel
+}
+
+func positive(scores []float32) []int {
+	var sel []int
+	for i, v := range scores {
+		if v > 0 {
+			sel = append(sel, i)
+		}
+	}
+	return sel
+}
+
+// Gate is g(r), the multiplier of a routed block's output: sigmoid or identity.
+func Gate(kind string, r float32) float32 {
+	if kind == GateIdentity {
+		return r
+	}
+	return 1 / (1 + float32(math.Exp(float64(-r))))
+}
+
+// Attend is causal softmax attention for n query rows whose keys and
+// values are the last n of the cache's entries: row i attends to entries
+// [0, base+i]. The cache is in position order, so this is the causal mask by
+// original position, for a compact cache too. GQA: query head h reads kv
+// head h / (nHead/nKVHead).
+//
+//	out, q [n][nHead*headDim]; k, v [base+n][nKVHead*headDim]
+func Attend(out, q, k, v []float32, base, n, nHead, nKVHead, hd int) {
+	qd, kvd := nHead*hd, nKVHead*hd
+	group := nHead / nKVHead
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	parallelFor(n*nHead, n*nHead*(base+n)*hd, func(lo, hi int) {
+		scores := make([]float32, base+n)
+		for job := lo; job < hi; job++ {
+			i, h := job/nHead, job%nHead
+			kvh := h / group
+			qi := q[i*qd+h*hd : i*qd+(h+1)*hd]
+			m := base + i + 1 // entries visible to row i
+			// Index the cache directly: heads are short (often 8-16), so
+			// a sub-slice and a call per entry would cost more than the math.
+			for e, off := 0, kvh*hd; e < m; e, off = e+1, off+kvd {
+				ke := k[off : off+hd]
+				var dot float32
+				for j, qv := range qi {
+					dot += qv * ke[j]
+				}
+				scores[e] = dot * scale
+			}
+			Softmax(scores[:m])
+			oi := out[i*qd+h*hd : i*qd+(h+1)*hd]
+			clear(oi)
+			for e, off := 0, kvh*hd; e < m; e, off = e+1, off+kvd {
+				ve, p := v[off:off+hd], scores[e]
+				for j := range oi {
+					oi[j] += p * ve[j]
+				}
+			}
+		}
+	})
+}
+
+// RMSNorm: out = x / sqrt(mean(x²) + eps) * w.
+func RMSNorm(out, x, w []float32, eps float32) {
+	var ss float32
+	for _, v := range x {
+		ss += v * v
+	}
+	inv := float32(1 / math.Sqrt(float64(ss/float32(len(x))+eps)))
+	for i, v := range x {
+		out[i] = v * inv * w[i]
+	}
+}
+
+// RoPE rotates each head's interleaved pairs (2i, 2i+1) by pos*base^(-2i/hd),
+// Meta's Llama convention (GGUF "norm" RoPE).
+func RoPE(v []float32, pos int32, hd int, base float32) {
+	for i := 0; i < hd; i += 2 {
+		theta := float64(pos) * math.Pow(float64(base), -float64(i)/float64(hd))
+		cos, sin := float32(math.Cos(theta)), float32(math.Sin(theta))
+		for h := 0; h < len(v); h += hd {
+			a, b := v[h+i], v[h+i+1]
+			v[h+i], v[h+i+1] = a*cos-b*sin, a*sin+b*cos
+		}
+	}
+}
+
+// Softmax replaces x by softmax(x), subtracting the max first.
+func Softmax(x []float32) {
+	mx := x[0]
+	for _, v := range x[1:] {
+		mx = max(mx, v)
+	}
+	var sum float32
+	for i, v := range x {
+		x[i] = float32(math.Exp(float64(v - mx)))
+		sum += x[i]
+	}
+	for i := range x {
+		x[i] /= sum
+	}
+}
+
+// SiLU is x·sigmoid(x), the activation of SwiGLU and of the predictor.
+func SiLU(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
+
+func add(x, y []float32) {
+	for i := range x {
+		x[i] += y[i]
+	}
+}
