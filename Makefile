@@ -5,8 +5,9 @@ export PATH := $(PATH):/usr/local/go/bin
 
 # Debian packages, by what needs them. They grow as the project does
 # (Vulkan loader, lavapipe, glslc with the GPU backend).
-BUILD_DEBS   := gcc libc6-dev
-TEST_DEBS    := $(BUILD_DEBS) python3-torch python3-numpy python3-sentencepiece
+BUILD_DEBS   := gcc libc6-dev libvulkan-dev
+VULKAN_DEBS  := libvulkan1 mesa-vulkan-drivers glslc spirv-tools vulkan-validationlayers
+TEST_DEBS    := $(BUILD_DEBS) $(VULKAN_DEBS) python3-torch python3-numpy python3-sentencepiece
 FIXTURE_DEBS := $(TEST_DEBS)
 
 DEMO_MODEL ?= ../shared/data/models/stories260K.gguf

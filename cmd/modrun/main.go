@@ -23,6 +23,7 @@ var commands = []command{
 	{"perplexity", "score a text file: NLL per token and perplexity", perplexityMain},
 	{"inspect", "print a GGUF file's metadata, tokenizer and tensors", inspectMain},
 	{"tokenize", "text on stdin -> token ids (or ids -> text with --decode)", tokenizeMain},
+	{"devices", "list the Vulkan devices, their limits and features", devicesMain},
 	{"convert", "PyTorch checkpoint of train/ (+ config JSON) -> GGUF", convertMain},
 }
 

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/modrun/modrun/vk"
+)
+
+func devicesMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlags("devices", "[--json]", stderr)
+	asJSON := fs.Bool("json", false, "print one JSON object instead of text")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return fmt.Errorf("%w: devices takes no arguments, got %d", errUsage, fs.NArg())
+	}
+	inst, err := vk.NewInstance(vk.InstanceOptions{})
+	if err != nil {
+		return err
+	}
+	defer inst.Close()
+	devs, err := inst.Devices()
+	if err != nil {
+		return err
+	}
+	r := devicesReport{Devices: []deviceReport{}}
+	chosen, err := vk.ChooseDevice(devs, -1)
+	if err != nil {
+		r.DefaultError = err.Error()
+	}
+	for _, d := range devs {
+		def := err == nil && d.Index == chosen.Index
+		if def {
+			r.Default = &chosen.Index
+		}
+		r.Devices = append(r.Devices, deviceReport{DeviceInfo: d, Default: def})
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	return r.writeText(stdout)
+}
+
+// devicesReport is what `modrun devices` prints; its JSON form is --json.
+type devicesReport struct {
+	Devices      []deviceReport `json:"devices"`
+	Default      *int           `json:"default"`                 // the index run uses without --device; null when none
+	DefaultError string         `json:"default_error,omitempty"` // why there is none
+}
+
+type deviceReport struct {
+	vk.DeviceInfo
+	Default bool `json:"default"`
+}
+
+func (r *devicesReport) writeText(w io.Writer) error {
+	if len(r.Devices) == 0 {
+		fmt.Fprintln(w, "no Vulkan devices")
+	}
+	for _, d := range r.Devices {
+		mark := " "
+		if d.Default {
+			mark = "*"
+		}
+		fmt.Fprintf(w, "%s %d: %s", mark, d.Index, d.Name)
+		if d.Default {
+			fmt.Fprint(w, "  (default)")
+		}
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		l, f := d.Limits, d.Features
+		fmt.Fprintf(tw, "    type:\t%s\n", d.Type)
+		fmt.Fprintf(tw, "    driver:\t%s (%s)\n", d.DriverName, d.DriverInfo)
+		fmt.Fprintf(tw, "    vulkan:\t%s (vendor 0x%04x, device 0x%04x)\n", d.APIVersion, d.VendorID, d.DeviceID)
+		fmt.Fprintf(tw, "    memory:\t%s device-local\n", humanBytes(d.DeviceLocalBytes))
+		if d.Problem != "" {
+			fmt.Fprintf(tw, "    unusable:\t%s\n", d.Problem)
+		}
+		fmt.Fprintf(tw, "    workgroups:\t%d invocations, size %v, count %v, %s shared memory, subgroup %d\n",
+			l.MaxComputeWorkGroupInvocations, l.MaxComputeWorkGroupSize, l.MaxComputeWorkGroupCount,
+			humanBytes(uint64(l.MaxComputeSharedMemorySize)), l.SubgroupSize)
+		fmt.Fprintf(tw, "    buffers:\t%s per binding, offsets aligned to %d, %d bytes of push constants\n",
+			humanBytes(l.MaxStorageBufferRange), l.MinStorageBufferOffsetAlignment, l.MaxPushConstantsSize)
+		if d.Timestamps() {
+			fmt.Fprintf(tw, "    timestamps:\t%g ns per tick, %d bits\n", l.TimestampPeriod, l.TimestampValidBits)
+		} else {
+			fmt.Fprintf(tw, "    timestamps:\tnone on the compute queue\n")
+		}
+		fmt.Fprintf(tw, "    features:\t%s\n", featureText(f))
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if r.DefaultError != "" {
+		fmt.Fprintf(w, "default: none (%s)\n", r.DefaultError)
+	}
+	return nil
+}
+
+func featureText(f vk.Features) string {
+	var parts []string
+	for _, x := range []struct {
+		name string
+		on   bool
+	}{
+		{"float16", f.ShaderFloat16}, {"int8", f.ShaderInt8},
+		{"16-bit storage", f.StorageBuffer16BitAccess}, {"8-bit storage", f.StorageBuffer8BitAccess},
+		{"subgroup arithmetic", f.SubgroupArithmetic}, {"subgroup shuffle", f.SubgroupShuffle},
+		{"cooperative matrix", f.CooperativeMatrix},
+	} {
+		state := "no"
+		if x.on {
+			state = "yes"
+		}
+		parts = append(parts, x.name+" "+state)
+	}
+	return strings.Join(parts, ", ")
+}

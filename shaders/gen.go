@@ -1,0 +1,57 @@
+//go:build ignore
+
+// gen compiles every variant of the table in shaders.go to spv/NAME.spv with
+// glslc: `go generate ./shaders`. With -o DIR it writes there instead.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/modrun/modrun/shaders"
+)
+
+func main() {
+	out := flag.String("o", "spv", "output directory")
+	flag.Parse()
+	if err := run(*out); err != nil {
+		fmt.Fprintln(os.Stderr, "shaders/gen:", err)
+		os.Exit(1)
+	}
+}
+
+func run(out string) error {
+	glslc, err := exec.LookPath("glslc")
+	if err != nil {
+		return fmt.Errorf("glslc is not installed (Debian: glslc): %w", err)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	want := map[string]bool{}
+	for _, v := range shaders.Variants {
+		path := filepath.Join(out, v.Name+".spv")
+		want[v.Name+".spv"] = true
+		cmd := exec.Command(glslc, v.GlslcArgs(path)...)
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: glslc %s: %v\n%s", v.Name, strings.Join(v.GlslcArgs(path), " "), err, msg)
+		}
+	}
+	// A variant removed from the table leaves no stale file behind.
+	entries, err := os.ReadDir(out)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".spv") && !want[e.Name()] {
+			if err := os.Remove(filepath.Join(out, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,17 @@
+package shaders
+
+// Push-constant structs, one per op family, mirroring include/push.glsl
+// member for member: 4-byte fields only (pack with vk.PackPush). A test
+// checks each against the block in every variant's SPIR-V.
+
+// MatvecPush is matvec's push-constant block.
+type MatvecPush struct {
+	Rows uint32 // rows of W = elements of each y
+	Cols uint32 // columns of W = elements of each x (Q8_0: a multiple of 32)
+	N    uint32 // vectors: x is [N][Cols], y is [N][Rows]
+}
+
+// AddPush is add's push-constant block.
+type AddPush struct {
+	N uint32 // elements
+}

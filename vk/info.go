@@ -1,0 +1,148 @@
+package vk
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// DeviceType is what kind of device Vulkan reports.
+type DeviceType string
+
+const (
+	Discrete   DeviceType = "discrete"   // a GPU with its own memory
+	Integrated DeviceType = "integrated" // a GPU sharing the CPU's memory
+	Virtual    DeviceType = "virtual"    // a GPU of a virtual machine
+	CPU        DeviceType = "cpu"        // a software rasterizer: lavapipe, SwiftShader
+	Other      DeviceType = "other"
+)
+
+// deviceTypes is indexed by VkPhysicalDeviceType.
+var deviceTypes = [...]DeviceType{Other, Integrated, Discrete, Virtual, CPU}
+
+// preference orders the types ChooseDevice picks from, best first.
+var preference = []DeviceType{Discrete, Integrated, Virtual, CPU, Other}
+
+// Version is a Vulkan API version as VK_MAKE_API_VERSION packs it.
+type Version uint32
+
+// MakeVersion packs major.minor.patch.
+func MakeVersion(major, minor, patch uint32) Version {
+	return Version(major<<22 | minor<<12 | patch)
+}
+
+func (v Version) String() string {
+	return fmt.Sprintf("%d.%d.%d", uint32(v)>>22&0x7f, uint32(v)>>12&0x3ff, uint32(v)&0xfff)
+}
+
+// MarshalText writes the version as "1.3.230" (in JSON too).
+func (v Version) MarshalText() ([]byte, error) { return []byte(v.String()), nil }
+
+// MinAPI is the Vulkan version modrun needs: 1.2 core, nothing optional.
+var MinAPI = MakeVersion(1, 2, 0)
+
+// DeviceInfo describes one physical device: what `modrun devices` prints
+// and what kernels consult before picking a variant.
+type DeviceInfo struct {
+	Index            int        `json:"index"` // for --device and MODRUN_DEVICE
+	Name             string     `json:"name"`
+	Type             DeviceType `json:"type"`
+	DriverName       string     `json:"driver_name"`
+	DriverInfo       string     `json:"driver_info"`
+	APIVersion       Version    `json:"api_version"`
+	VendorID         uint32     `json:"vendor_id"`
+	DeviceID         uint32     `json:"device_id"`
+	DeviceLocalBytes uint64     `json:"device_local_bytes"` // the largest device-local heap
+	Limits           Limits     `json:"limits"`
+	Features         Features   `json:"features"`
+	// Problem says why modrun cannot use the device (API older than 1.2, no
+	// compute queue); empty when it can.
+	Problem string `json:"problem,omitempty"`
+
+	phys          uint64 // VkPhysicalDevice
+	computeFamily int    // queue family index, -1 when none
+}
+
+// Limits are the VkPhysicalDeviceLimits (and subgroup properties) that
+// kernels and the engine must respect.
+type Limits struct {
+	MaxComputeSharedMemorySize      uint32    `json:"max_compute_shared_memory_size"`
+	MaxComputeWorkGroupInvocations  uint32    `json:"max_compute_work_group_invocations"`
+	MaxComputeWorkGroupSize         [3]uint32 `json:"max_compute_work_group_size"`
+	MaxComputeWorkGroupCount        [3]uint32 `json:"max_compute_work_group_count"`
+	MaxStorageBufferRange           uint64    `json:"max_storage_buffer_range"` // bytes one binding may span: bind bigger tensors in pieces
+	MaxPushConstantsSize            uint32    `json:"max_push_constants_size"`
+	MinStorageBufferOffsetAlignment uint64    `json:"min_storage_buffer_offset_alignment"` // Bind.Offset must be a multiple
+	TimestampPeriod                 float32   `json:"timestamp_period"`                    // ns per timestamp tick
+	TimestampValidBits              uint32    `json:"timestamp_valid_bits"`                // of the compute queue; 0: no timestamps
+	SubgroupSize                    uint32    `json:"subgroup_size"`
+}
+
+// Features are the optional capabilities modrun may use. Each is enabled on
+// the Device exactly when present; a kernel variant that needs one must only
+// be chosen when it is true.
+type Features struct {
+	ShaderFloat16            bool `json:"shader_float16"`
+	ShaderInt8               bool `json:"shader_int8"`
+	StorageBuffer16BitAccess bool `json:"storage_buffer_16bit_access"`
+	StorageBuffer8BitAccess  bool `json:"storage_buffer_8bit_access"`
+	SubgroupArithmetic       bool `json:"subgroup_arithmetic"` // in compute shaders
+	SubgroupShuffle          bool `json:"subgroup_shuffle"`    // in compute shaders
+	CooperativeMatrix        bool `json:"cooperative_matrix"`  // VK_KHR_cooperative_matrix is offered (not yet enabled)
+}
+
+// Timestamps says whether the compute queue can write timestamps.
+func (d DeviceInfo) Timestamps() bool { return d.Limits.TimestampValidBits > 0 }
+
+// EnvDevice is the environment variable that picks a device when no
+// --device flag does.
+const EnvDevice = "MODRUN_DEVICE"
+
+// ChooseDevice picks the device to run on. requested is a --device index, or
+// -1 for the default: $MODRUN_DEVICE when set, else the first usable device of
+// the best type (discrete, integrated, virtual, cpu).
+func ChooseDevice(devs []DeviceInfo, requested int) (DeviceInfo, error) {
+	source := "--device"
+	if requested < 0 {
+		if env, ok := os.LookupEnv(EnvDevice); ok && strings.TrimSpace(env) != "" {
+			n, err := strconv.Atoi(strings.TrimSpace(env))
+			if err != nil || n < 0 {
+				return DeviceInfo{}, fmt.Errorf("vk: %s=%q is not a device index (see modrun devices)", EnvDevice, env)
+			}
+			requested, source = n, EnvDevice
+		}
+	}
+	if requested >= 0 {
+		if requested >= len(devs) {
+			return DeviceInfo{}, fmt.Errorf("vk: %s %d: no such device (%d found; see modrun devices)", source, requested, len(devs))
+		}
+		d := devs[requested]
+		if d.Problem != "" {
+			return DeviceInfo{}, fmt.Errorf("vk: %s %d (%s): %s", source, requested, d.Name, d.Problem)
+		}
+		return d, nil
+	}
+	for _, t := range preference {
+		for _, d := range devs {
+			if d.Type == t && d.Problem == "" {
+				return d, nil
+			}
+		}
+	}
+	if len(devs) == 0 {
+		return DeviceInfo{}, fmt.Errorf("vk: no Vulkan device found: %w", ErrNoVulkan)
+	}
+	return DeviceInfo{}, fmt.Errorf("vk: none of the %d Vulkan devices is usable (%s): %w", len(devs), devs[0].Problem, ErrNoVulkan)
+}
+
+// problem says why a device cannot be used, or "".
+func problem(api Version, computeFamily int) string {
+	switch {
+	case api < MinAPI:
+		return fmt.Sprintf("Vulkan %s is older than the %s that modrun needs", api, MinAPI)
+	case computeFamily < 0:
+		return "no compute queue"
+	}
+	return ""
+}

@@ -1,0 +1,133 @@
+package vk
+
+import (
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// ValidationLayer is the Khronos validation layer's name.
+const ValidationLayer = "VK_LAYER_KHRONOS_validation"
+
+// DefaultTimeout is a new Device's Timeout.
+const DefaultTimeout = 5 * time.Minute
+
+// InstanceOptions configure NewInstance.
+type InstanceOptions struct {
+	// Validation enables the Khronos validation layer, when it is installed,
+	// with synchronization validation (which reports a missing barrier as a
+	// hazard), and collects its messages (see Instance.ValidationMessages).
+	// Tests set it.
+	Validation bool
+}
+
+// Instance is a Vulkan instance: the entry point that lists devices.
+// Close it after every Device made from it.
+type Instance struct {
+	h          uint64 // mr_instance*
+	validation bool   // the layer is on
+	mu         sync.Mutex
+	kept       []string // messages drained at Close
+}
+
+// Validating says whether the validation layer is on.
+func (in *Instance) Validating() bool { return in.validation }
+
+// Device is one logical device with one compute queue. A Device and the
+// objects made from it are not safe for concurrent use; close the Buffers,
+// Kernels and Recorders before the Device.
+type Device struct {
+	inst *Instance
+	info DeviceInfo
+	h    uint64 // mr_device*
+
+	// Timeout bounds how long Run waits for the GPU before it returns an
+	// error (VK_TIMEOUT) instead of hanging.
+	Timeout time.Duration
+
+	staging *Buffer // host-visible, for Upload and Download of device-local buffers
+	stats   Stats
+}
+
+// Info describes the device.
+func (d *Device) Info() DeviceInfo { return d.info }
+
+// Stats are what a Device (in total) or a Recorder has done.
+type Stats struct {
+	Recordings     int // command buffers recorded
+	Submits        int // command buffers submitted (each waited for)
+	Dispatches     int // dispatches recorded
+	Barriers       int // derived vkCmdPipelineBarrier calls recorded
+	BufferBarriers int // buffer memory barriers in them
+}
+
+func (s *Stats) add(o Stats) {
+	s.Recordings += o.Recordings
+	s.Submits += o.Submits
+	s.Dispatches += o.Dispatches
+	s.Barriers += o.Barriers
+	s.BufferBarriers += o.BufferBarriers
+}
+
+// Stats counts everything recorded and submitted on the device so far.
+func (d *Device) Stats() Stats { return d.stats }
+
+// BufferKind says where a buffer lives.
+type BufferKind int
+
+const (
+	// DeviceLocal memory is the fastest for kernels; the host reaches it
+	// only through Upload and Download (a staging copy). Usable as storage,
+	// copy source and destination, and indirect-dispatch arguments.
+	DeviceLocal BufferKind = iota
+	// HostVisible memory is mapped and coherent: Upload and Download are
+	// plain copies. Also usable as a storage buffer, slower on a discrete GPU.
+	HostVisible
+)
+
+func (k BufferKind) String() string {
+	if k == HostVisible {
+		return "host-visible"
+	}
+	return "device-local"
+}
+
+// Buffer is a range of GPU memory.
+type Buffer struct {
+	dev    *Device
+	kind   BufferKind
+	size   uint64
+	buf    uint64 // VkBuffer
+	mem    uint64 // VkDeviceMemory
+	mapped unsafe.Pointer
+}
+
+// Size is the buffer's size in bytes (what was asked, rounded up to 4).
+func (b *Buffer) Size() uint64 { return b.size }
+
+// Kind says where the buffer lives.
+func (b *Buffer) Kind() BufferKind { return b.kind }
+
+// KernelSpec describes a compute shader's interface.
+type KernelSpec struct {
+	Name              string   // for errors and profiles: "matvec_f16"
+	Bindings          int      // storage buffers at set 0, bindings 0..Bindings-1
+	PushConstantBytes int      // size of the push-constant block, a multiple of 4
+	Specialization    []uint32 // value i is constant_id i
+}
+
+// Kernel is a compute pipeline.
+type Kernel struct {
+	dev                   *Device
+	spec                  KernelSpec
+	dsl, layout, pipeline uint64
+}
+
+// Spec is what the kernel was made from.
+func (k *Kernel) Spec() KernelSpec { return k.spec }
+
+// stagingBytes is the most host memory Upload and Download stage at once.
+const stagingBytes = 16 << 20
+
+// maxBindings bounds KernelSpec.Bindings (the C side's array).
+const maxBindings = 32

@@ -1,0 +1,222 @@
+package vk
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// These tests need no GPU: the barrier derivation, device choice, push
+// packing and error names are plain Go.
+
+func TestErrorNamesResult(t *testing.T) {
+	err := result("vkCreateDevice", -3)
+	assert.EqualError(t, err, "vk: vkCreateDevice: VK_ERROR_INITIALIZATION_FAILED")
+	assert.Equal(t, "VK_ERROR_OUT_OF_POOL_MEMORY", Result(-1000069000).String())
+	assert.Equal(t, "VkResult(-77)", Result(-77).String())
+	assert.NoError(t, result("vkQueueSubmit", 0))
+}
+
+func TestChooseDevice(t *testing.T) {
+	devs := []DeviceInfo{
+		{Index: 0, Name: "llvmpipe", Type: CPU},
+		{Index: 1, Name: "old", Type: Discrete, Problem: "Vulkan 1.1.0 is older than the 1.2.0 that modrun needs"},
+		{Index: 2, Name: "igpu", Type: Integrated},
+		{Index: 3, Name: "dgpu", Type: Discrete},
+	}
+	t.Setenv(EnvDevice, "")
+	d, err := ChooseDevice(devs, -1)
+	require.NoError(t, err)
+	assert.Equal(t, "dgpu", d.Name, "a usable discrete GPU first")
+	d, err = ChooseDevice(devs[:3], -1)
+	require.NoError(t, err)
+	assert.Equal(t, "igpu", d.Name, "then integrated")
+	d, err = ChooseDevice(devs[:1], -1)
+	require.NoError(t, err)
+	assert.Equal(t, "llvmpipe", d.Name, "then the CPU")
+
+	d, err = ChooseDevice(devs, 0)
+	require.NoError(t, err)
+	assert.Equal(t, "llvmpipe", d.Name, "--device wins")
+	_, err = ChooseDevice(devs, 4)
+	assert.EqualError(t, err, "vk: --device 4: no such device (4 found; see modrun devices)")
+	_, err = ChooseDevice(devs, 1)
+	assert.ErrorContains(t, err, "--device 1 (old): Vulkan 1.1.0 is older")
+
+	t.Setenv(EnvDevice, "2")
+	d, err = ChooseDevice(devs, -1)
+	require.NoError(t, err)
+	assert.Equal(t, "igpu", d.Name, "MODRUN_DEVICE when no --device")
+	d, err = ChooseDevice(devs, 0)
+	require.NoError(t, err)
+	assert.Equal(t, "llvmpipe", d.Name, "--device beats MODRUN_DEVICE")
+	t.Setenv(EnvDevice, "9")
+	_, err = ChooseDevice(devs, -1)
+	assert.EqualError(t, err, "vk: MODRUN_DEVICE 9: no such device (4 found; see modrun devices)")
+	t.Setenv(EnvDevice, "gpu")
+	_, err = ChooseDevice(devs, -1)
+	assert.ErrorContains(t, err, `MODRUN_DEVICE="gpu" is not a device index`)
+
+	t.Setenv(EnvDevice, "")
+	_, err = ChooseDevice(nil, -1)
+	assert.ErrorIs(t, err, ErrNoVulkan)
+	_, err = ChooseDevice(devs[1:2], -1)
+	assert.ErrorIs(t, err, ErrNoVulkan)
+}
+
+func TestVersion(t *testing.T) {
+	v := MakeVersion(1, 3, 230)
+	assert.Equal(t, "1.3.230", v.String())
+	assert.Less(t, MakeVersion(1, 1, 999), MinAPI)
+	b, err := v.MarshalText()
+	require.NoError(t, err)
+	assert.Equal(t, "1.3.230", string(b))
+}
+
+func TestPackPush(t *testing.T) {
+	type push struct {
+		Rows  uint32
+		Delta int32
+		Scale float32
+	}
+	b, err := PackPush(push{Rows: 7, Delta: -1, Scale: 1})
+	require.NoError(t, err)
+	assert.Equal(t, []byte{7, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0x80, 0x3f}, b, "4 bytes per field, little-endian")
+	b, err = PackPush(&push{})
+	require.NoError(t, err)
+	assert.Len(t, b, 12, "a pointer packs its struct")
+
+	_, err = PackPush(struct{ N uint64 }{})
+	assert.ErrorContains(t, err, ".N is uint64, want uint32, int32 or float32")
+	_, err = PackPush(3)
+	assert.ErrorContains(t, err, "int is not a struct")
+	assert.Panics(t, func() { MustPackPush(struct{ B bool }{}) })
+}
+
+// fakeDevice is enough of a Device for recording without a GPU.
+func fakeDevice() *Device {
+	return &Device{info: DeviceInfo{Limits: Limits{
+		MinStorageBufferOffsetAlignment: 16,
+		MaxStorageBufferRange:           1 << 27,
+		MaxComputeWorkGroupCount:        [3]uint32{65535, 65535, 65535},
+		TimestampValidBits:              64,
+	}}}
+}
+
+func fakeBuffer(d *Device, size uint64, kind BufferKind) *Buffer {
+	return &Buffer{dev: d, size: size, kind: kind, buf: 1}
+}
+
+// barriers lists the barrier ops of r as (srcStages, dstStages, buffers).
+func barriers(r *Recorder) []*barrier {
+	var bs []*barrier
+	for _, o := range r.ops {
+		if o.kind == opBarrier {
+			bs = append(bs, o.barrier)
+		}
+	}
+	return bs
+}
+
+func TestBarriersDerived(t *testing.T) {
+	d := fakeDevice()
+	k := &Kernel{dev: d, spec: KernelSpec{Name: "k", Bindings: 2}}
+	a := fakeBuffer(d, 1024, DeviceLocal)
+	b := fakeBuffer(d, 1024, DeviceLocal)
+	c := fakeBuffer(d, 1024, DeviceLocal)
+	g := [3]uint32{1, 1, 1}
+	r := d.NewRecorder()
+	n := func() int { return r.Stats().Barriers }
+
+	r.Dispatch(k, nil, g, Bind{Buf: a, Access: Read}, Bind{Buf: b, Access: Write}) // b = f(a)
+	assert.Equal(t, 0, n(), "first writer of b: nothing to wait for")
+	r.Dispatch(k, nil, g, Bind{Buf: a, Access: Read}, Bind{Buf: c, Access: Write}) // c = f(a)
+	assert.Equal(t, 0, n(), "reads of a and a fresh write of c: independent")
+	r.Dispatch(k, nil, g, Bind{Buf: b, Access: Read}, Bind{Buf: a, Access: Write}) // a = f(b)
+	require.Equal(t, 1, n(), "RAW on b and WAR on a")
+	bar := barriers(r)[0]
+	assert.Equal(t, stageCompute, bar.srcStages)
+	assert.Equal(t, stageCompute, bar.dstStages)
+	assert.ElementsMatch(t, []bufferBarrier{
+		{buf: b, off: 0, end: 1024, srcAccess: accessShaderWrite, dstAccess: accessShaderRead | accessShaderWrite},
+		{buf: a, off: 0, end: 1024, srcAccess: 0, dstAccess: accessShaderWrite},
+		{buf: c, off: 0, end: 1024, srcAccess: accessShaderWrite, dstAccess: accessShaderRead | accessShaderWrite},
+	}, bar.buffers, "RAW on b makes its write visible; WAR on a needs only ordering; the pending write of c rides along")
+
+	e := fakeBuffer(d, 1024, DeviceLocal)
+	r.Dispatch(k, nil, g, Bind{Buf: c, Access: Read}, Bind{Buf: e, Access: Write}) // e = f(c)
+	assert.Equal(t, 1, n(), "the last barrier also made the pending write of c visible")
+	r.Dispatch(k, nil, g, Bind{Buf: c, Access: Read}, Bind{Buf: b, Access: Write}) // b = f(c)
+	assert.Equal(t, 2, n(), "WAR: b was read since the last barrier")
+
+	// Disjoint halves of one buffer: independent. The same half: WAW.
+	r.Dispatch(k, nil, g, Bind{Buf: a, Access: Read}, Bind{Buf: c, Size: 512, Access: Write})
+	assert.Equal(t, 3, n(), "WAR: c was read before")
+	r.Dispatch(k, nil, g, Bind{Buf: a, Access: Read}, Bind{Buf: c, Offset: 512, Access: Write})
+	assert.Equal(t, 3, n(), "the other half of c: no hazard")
+	r.Dispatch(k, nil, g, Bind{Buf: a, Access: Read}, Bind{Buf: c, Offset: 512, Size: 256, Access: Write})
+	assert.Equal(t, 4, n(), "WAW on the second half")
+	last := barriers(r)[3]
+	require.Len(t, last.buffers, 1, "the conflict on c[512:] and the pending write of c[:512], merged")
+	assert.Equal(t, bufferBarrier{buf: c, off: 0, end: 1024, srcAccess: accessShaderWrite, dstAccess: accessShaderRead | accessShaderWrite}, last.buffers[0])
+
+	// A transfer reading what compute wrote needs a compute -> transfer barrier,
+	// even though compute readers were already synchronized.
+	r.Copy(c, b, 0, 0, 64)
+	assert.Equal(t, 5, n())
+	bar = barriers(r)[4]
+	assert.Equal(t, stageCompute, bar.srcStages)
+	assert.Equal(t, stageTransfer, bar.dstStages)
+
+	// An indirect dispatch whose arguments a kernel wrote waits in the
+	// draw-indirect stage.
+	args := fakeBuffer(d, 64, DeviceLocal)
+	r.Dispatch(k, nil, g, Bind{Buf: a, Access: Read}, Bind{Buf: args, Access: Write})
+	assert.Equal(t, 5, n())
+	r.DispatchIndirect(k, nil, args, 0, Bind{Buf: a, Access: Read}, Bind{Buf: c, Access: ReadWrite}) // WAR with the copy's read of c
+	assert.Equal(t, 6, n())
+	bar = barriers(r)[5]
+	assert.Equal(t, stageDrawIndirect|stageCompute, bar.dstStages)
+	var argsBarrier *bufferBarrier
+	for i := range bar.buffers {
+		if bar.buffers[i].buf == args {
+			argsBarrier = &bar.buffers[i]
+		}
+	}
+	require.NotNil(t, argsBarrier, "a barrier on the arguments")
+	assert.Equal(t, accessShaderWrite, argsBarrier.srcAccess)
+	assert.Equal(t, accessIndirectRead, argsBarrier.dstAccess&accessIndirectRead)
+
+	// Reading again what was already made visible: nothing.
+	r.Dispatch(k, nil, g, Bind{Buf: args, Access: Read}, Bind{Buf: fakeBuffer(d, 16, DeviceLocal), Access: Write})
+	assert.Equal(t, 6, n())
+	require.NoError(t, r.Err())
+	assert.Equal(t, 11, r.Stats().Dispatches)
+}
+
+func TestBarrierRepeatedReadsStayBounded(t *testing.T) {
+	d := fakeDevice()
+	k := &Kernel{dev: d, spec: KernelSpec{Name: "k", Bindings: 2}}
+	w := fakeBuffer(d, 4096, DeviceLocal)
+	outs := []*Buffer{fakeBuffer(d, 64, DeviceLocal), fakeBuffer(d, 64, DeviceLocal)}
+	r := d.NewRecorder()
+	for i := 0; i < 1000; i++ {
+		r.Dispatch(k, nil, [3]uint32{1, 1, 1}, Bind{Buf: w, Access: Read}, Bind{Buf: outs[i%2], Access: ReadWrite})
+	}
+	require.NoError(t, r.Err())
+	assert.Len(t, r.track.entries[w], 1, "identical reads are tracked once")
+	assert.LessOrEqual(t, len(r.track.entries[outs[0]]), 2, "superseded writes are dropped")
+}
+
+func TestHostVisibleWritesNeedHostBarrier(t *testing.T) {
+	d := fakeDevice()
+	r := d.NewRecorder()
+	dl := fakeBuffer(d, 64, DeviceLocal)
+	hv := fakeBuffer(d, 64, HostVisible)
+	r.Fill(dl, 0, 64, 0)
+	assert.Zero(t, r.track.hostStages, "device-local writes: Download copies them")
+	r.Copy(dl, hv, 0, 0, 64)
+	assert.Equal(t, stageTransfer, r.track.hostStages)
+	assert.Equal(t, accessTransferWrite, r.track.hostAccess)
+}

@@ -1,0 +1,296 @@
+package vk
+
+import (
+	"fmt"
+)
+
+// Access says what a dispatch does with a bound buffer range.
+type Access uint8
+
+const (
+	Read      Access = 1 << iota // the shader only reads it (GLSL readonly)
+	Write                        // the shader only writes it (GLSL writeonly)
+	ReadWrite = Read | Write
+)
+
+func (a Access) String() string {
+	switch a {
+	case Read:
+		return "read"
+	case Write:
+		return "write"
+	case ReadWrite:
+		return "read-write"
+	}
+	return fmt.Sprintf("Access(%d)", uint8(a))
+}
+
+// Bind is one storage-buffer binding of a dispatch: Buf[Offset:Offset+Size].
+// Offset must be a multiple of Limits.MinStorageBufferOffsetAlignment and
+// Size at most Limits.MaxStorageBufferRange; Size 0 means the rest of Buf.
+type Bind struct {
+	Buf          *Buffer
+	Offset, Size uint64
+	Access       Access
+}
+
+// Timing is the GPU time between one Timestamp and the one before it (or
+// the start of the command buffer).
+type Timing struct {
+	Label string
+	NS    float64
+}
+
+// Recorder records a sequence of GPU commands, once, for Device.Run to
+// submit as many times as wanted (Kompute's Sequence). Barriers between the
+// commands are derived from the Binds' access (see track.go): callers never
+// write one.
+//
+// Recording methods do not return errors: the first error sticks, later
+// calls do nothing, and Err and Device.Run report it (like bufio.Writer).
+// The Vulkan command buffer is built at the first Run; after that the
+// recorder is sealed. The buffers and kernels it uses must outlive it.
+type Recorder struct {
+	dev    *Device
+	ops    []op
+	track  tracker
+	labels []string
+	stats  Stats
+	err    error
+	sealed bool
+
+	// dropBarriers records no derived barrier: only for the test that shows
+	// synchronization validation catches what the barriers prevent.
+	dropBarriers bool
+
+	cb, descPool, queryPool uint64 // made at the first Run
+	ticks                   []uint64
+	timings                 []Timing
+}
+
+type opKind uint8
+
+const (
+	opDispatch opKind = iota
+	opCopy
+	opFill
+	opBarrier
+	opTimestamp
+)
+
+// op is one recorded command.
+type op struct {
+	kind opKind
+
+	kernel      *Kernel // opDispatch
+	push        []byte
+	groups      [3]uint32
+	indirect    *Buffer // nil: direct dispatch
+	indirectOff uint64
+	binds       []Bind // sizes resolved
+
+	src, dst       *Buffer // opCopy (src), opCopy and opFill (dst)
+	srcOff, dstOff uint64
+	n              uint64
+	value          uint32
+
+	barrier *barrier // opBarrier
+	query   uint32   // opTimestamp
+}
+
+// NewRecorder starts an empty recording.
+func (d *Device) NewRecorder() *Recorder { return &Recorder{dev: d} }
+
+// Err is the first error met while recording, or nil.
+func (r *Recorder) Err() error { return r.err }
+
+// Stats counts what this recorder recorded and how often it was submitted.
+func (r *Recorder) Stats() Stats { return r.stats }
+
+// Timings are the durations between Timestamps measured by the last Run; nil
+// before a Run or when the device cannot write timestamps.
+func (r *Recorder) Timings() []Timing { return r.timings }
+
+func (r *Recorder) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("vk: recording command %d: "+format, append([]any{len(r.ops)}, args...)...)
+	}
+}
+
+// usable reports whether recording may go on.
+func (r *Recorder) usable() bool {
+	if r.sealed && r.err == nil {
+		r.err = fmt.Errorf("vk: recorder already submitted: commands cannot be added to it (record a new one)")
+	}
+	return r.err == nil
+}
+
+// Dispatch records k over groups workgroups, with push constants push and
+// the storage buffers binds in binding order.
+func (r *Recorder) Dispatch(k *Kernel, push []byte, groups [3]uint32, binds ...Bind) {
+	if !r.usable() {
+		return
+	}
+	for i, g := range groups {
+		if max := r.dev.info.Limits.MaxComputeWorkGroupCount[i]; g > max {
+			r.fail("%s: %d workgroups in dimension %d, the device allows %d", kernelName(k), g, i, max)
+			return
+		}
+	}
+	r.dispatch(op{kind: opDispatch, kernel: k, push: push, groups: groups, binds: binds})
+}
+
+// DispatchIndirect records k with the workgroup counts read by the GPU from
+// args at offset (three uint32: VkDispatchIndirectCommand), so a count a
+// kernel computed needs no trip through the host.
+func (r *Recorder) DispatchIndirect(k *Kernel, push []byte, args *Buffer, offset uint64, binds ...Bind) {
+	if !r.usable() {
+		return
+	}
+	if !r.checkBuffer(args, "indirect arguments") {
+		return
+	}
+	if offset%4 != 0 || offset+12 > args.size {
+		r.fail("%s: indirect arguments at offset %d: want a multiple of 4 with 12 bytes inside the %d-byte buffer",
+			kernelName(k), offset, args.size)
+		return
+	}
+	r.dispatch(op{kind: opDispatch, kernel: k, push: push, indirect: args, indirectOff: offset, binds: binds})
+}
+
+func kernelName(k *Kernel) string {
+	if k == nil {
+		return "nil kernel"
+	}
+	return k.spec.Name
+}
+
+func (r *Recorder) dispatch(o op) {
+	k := o.kernel
+	switch {
+	case k == nil:
+		r.fail("dispatch of a nil kernel")
+		return
+	case k.dev != r.dev:
+		r.fail("%s: kernel of another device", k.spec.Name)
+		return
+	case len(o.push) != k.spec.PushConstantBytes:
+		r.fail("%s: %d bytes of push constants, the kernel takes %d", k.spec.Name, len(o.push), k.spec.PushConstantBytes)
+		return
+	case len(o.binds) != k.spec.Bindings:
+		r.fail("%s: %d bindings, the kernel has %d", k.spec.Name, len(o.binds), k.spec.Bindings)
+		return
+	}
+	o.push = append([]byte(nil), o.push...)
+	o.binds = append([]Bind(nil), o.binds...)
+	uses := make([]use, 0, len(o.binds)+1)
+	lim := r.dev.info.Limits
+	for i := range o.binds {
+		b := &o.binds[i]
+		what := fmt.Sprintf("%s binding %d", k.spec.Name, i)
+		if !r.checkBuffer(b.Buf, what) {
+			return
+		}
+		if b.Size == 0 && b.Offset < b.Buf.size {
+			b.Size = b.Buf.size - b.Offset
+		}
+		switch {
+		case b.Access&ReadWrite == 0 || b.Access&^ReadWrite != 0:
+			r.fail("%s: access %v: want Read, Write or ReadWrite", what, b.Access)
+			return
+		case b.Offset%lim.MinStorageBufferOffsetAlignment != 0:
+			r.fail("%s: offset %d is not a multiple of minStorageBufferOffsetAlignment %d", what, b.Offset, lim.MinStorageBufferOffsetAlignment)
+			return
+		case b.Offset+b.Size > b.Buf.size || b.Size == 0:
+			r.fail("%s: range [%d, +%d) is outside the %d-byte buffer", what, b.Offset, b.Size, b.Buf.size)
+			return
+		case b.Size > lim.MaxStorageBufferRange:
+			r.fail("%s: %d bytes exceed maxStorageBufferRange %d: bind the tensor in pieces", what, b.Size, lim.MaxStorageBufferRange)
+			return
+		}
+		u := use{buf: b.Buf, off: b.Offset, end: b.Offset + b.Size, stage: stageCompute}
+		if b.Access&Read != 0 {
+			u.access |= accessShaderRead
+		}
+		if b.Access&Write != 0 {
+			u.write = true
+			u.access |= accessShaderWrite
+		}
+		uses = append(uses, u)
+	}
+	if o.indirect != nil {
+		uses = append(uses, use{buf: o.indirect, off: o.indirectOff, end: o.indirectOff + 12,
+			stage: stageDrawIndirect, access: accessIndirectRead})
+	}
+	r.add(o, uses)
+	r.stats.Dispatches++
+}
+
+// Copy records a copy of n bytes from src[srcOff:] to dst[dstOff:].
+func (r *Recorder) Copy(src, dst *Buffer, srcOff, dstOff, n uint64) {
+	if !r.usable() || !r.checkBuffer(src, "copy source") || !r.checkBuffer(dst, "copy destination") {
+		return
+	}
+	switch {
+	case n == 0 || srcOff+n > src.size || dstOff+n > dst.size:
+		r.fail("copy of %d bytes from offset %d of %d to offset %d of %d: out of range", n, srcOff, src.size, dstOff, dst.size)
+		return
+	case src == dst && srcOff < dstOff+n && dstOff < srcOff+n:
+		r.fail("copy within one buffer with overlapping ranges [%d,+%d) and [%d,+%d)", srcOff, n, dstOff, n)
+		return
+	}
+	r.add(op{kind: opCopy, src: src, dst: dst, srcOff: srcOff, dstOff: dstOff, n: n}, []use{
+		{buf: src, off: srcOff, end: srcOff + n, stage: stageTransfer, access: accessTransferRead},
+		{buf: dst, off: dstOff, end: dstOff + n, write: true, stage: stageTransfer, access: accessTransferWrite},
+	})
+}
+
+// Fill records writing value to the n bytes of buf at off as uint32s (off and
+// n multiples of 4).
+func (r *Recorder) Fill(buf *Buffer, off, n uint64, value uint32) {
+	if !r.usable() || !r.checkBuffer(buf, "fill") {
+		return
+	}
+	if off%4 != 0 || n%4 != 0 || n == 0 || off+n > buf.size {
+		r.fail("fill of %d bytes at offset %d of a %d-byte buffer: want multiples of 4 inside it", n, off, buf.size)
+		return
+	}
+	r.add(op{kind: opFill, dst: buf, dstOff: off, n: n, value: value}, []use{
+		{buf: buf, off: off, end: off + n, write: true, stage: stageTransfer, access: accessTransferWrite},
+	})
+}
+
+// Timestamp records the GPU clock once every earlier command has finished;
+// after Run, Timings gives the time since the previous Timestamp under this
+// label. A no-op on a device without timestamps.
+func (r *Recorder) Timestamp(label string) {
+	if !r.usable() || !r.dev.info.Timestamps() {
+		return
+	}
+	r.labels = append(r.labels, label)
+	r.ops = append(r.ops, op{kind: opTimestamp, query: uint32(len(r.labels))}) // query 0: the start
+}
+
+func (r *Recorder) checkBuffer(b *Buffer, what string) bool {
+	switch {
+	case b == nil:
+		r.fail("%s: nil buffer", what)
+	case b.dev != r.dev:
+		r.fail("%s: buffer of another device", what)
+	case b.buf == 0:
+		r.fail("%s: closed buffer", what)
+	default:
+		return true
+	}
+	return false
+}
+
+// add appends o, preceded by the barrier its uses need.
+func (r *Recorder) add(o op, uses []use) {
+	if b := r.track.access(uses); b != nil && !r.dropBarriers {
+		r.ops = append(r.ops, op{kind: opBarrier, barrier: b})
+		r.stats.Barriers++
+		r.stats.BufferBarriers += len(b.buffers)
+	}
+	r.ops = append(r.ops, o)
+}
