@@ -1,0 +1,816 @@
+package shaders
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/vk"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Tests of the routing kernels against mod's CPU reference (the oracle):
+// mod.TopKIndices, mod.TopK, mod.Gate, mod.SiLU and the dot products of
+// mod.Mat, on ragged sizes. Integer outputs (masks, indices, counts,
+// indirect arguments) must be exact.
+
+// routingSizes are token counts: not powers of two, up to a context length.
+var routingSizes = []int{1, 2, 7, 37, 100, 513, 2048}
+
+// routingCapacities give k = mod.TopK(c, n).
+var routingCapacities = []float32{0.125, 0.3, 1}
+
+// Tolerances, relative to the sum of the absolute terms (see closeness):
+//   - router: the kernel sums in dotF32's order with contraction forbidden,
+//     so on amd64 (where Go never fuses a multiply-add) r is the CPU's bit
+//     for bit; elsewhere Go may fuse, a rounding per term.
+//   - predictor: as the router up to the hidden activations; then GLSL's exp
+//     may be off by 3+2|a| ulp (GLSL 4.50 §4.7.1) where Go's is exact-ish,
+//     and the division by 1+exp another 2.5 ulp: |a| stays under ~10 here.
+//   - scatter, sigmoid gate: g carries exp's error (r under ~8 here: < 20
+//     ulp, 2.4e-6); identity gate: the same two roundings as Go.
+var (
+	routerTolerance    = map[bool]float64{true: 0, false: 1e-6}[runtime.GOARCH == "amd64"]
+	predictorTolerance = 1e-5
+	scatterTolerance   = map[string]float64{
+		mod.GateSigmoid:  1e-5,
+		mod.GateIdentity: map[bool]float64{true: 0, false: 1e-6}[runtime.GOARCH == "amd64"],
+	}
+)
+
+func routingU32Bytes(x []uint32) []byte {
+	b := make([]byte, 4*len(x))
+	for i, v := range x {
+		binary.LittleEndian.PutUint32(b[4*i:], v)
+	}
+	return b
+}
+
+func routingDownloadU32(t testing.TB, b *vk.Buffer, n int) []uint32 {
+	t.Helper()
+	raw := make([]byte, 4*max(n, 1))
+	require.NoError(t, b.Download(raw, 0))
+	x := make([]uint32, n)
+	for i := range x {
+		x[i] = binary.LittleEndian.Uint32(raw[4*i:])
+	}
+	return x
+}
+
+// routingBuffer is a device-local buffer of n uint32 filled with fill by rec.
+func routingBuffer(t testing.TB, dev *vk.Device, rec *vk.Recorder, n int, fill uint32) *vk.Buffer {
+	t.Helper()
+	b, err := dev.NewBuffer(uint64(4*max(n, 1)), vk.DeviceLocal)
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	if rec != nil {
+		rec.Fill(b, 0, b.Size(), fill)
+	}
+	return b
+}
+
+// routingExact reports where got and want differ: the first bad index and a few
+// pairs from there.
+func routingExact(got, want []uint32) error {
+	if len(got) != len(want) {
+		return fmt.Errorf("%d values, want %d", len(got), len(want))
+	}
+	first, bad := -1, 0
+	for i := range got {
+		if got[i] != want[i] {
+			bad++
+			if first < 0 {
+				first = i
+			}
+		}
+	}
+	if bad == 0 {
+		return nil
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%d of %d values differ, first bad index %d\n", bad, len(got), first)
+	for i := first; i < len(got) && i < first+5; i++ {
+		fmt.Fprintf(&sb, "  [%d] got %d want %d\n", i, got[i], want[i])
+	}
+	return errors.New(sb.String())
+}
+
+func routingU32(x []int) []uint32 {
+	out := make([]uint32, len(x))
+	for i, v := range x {
+		out[i] = uint32(v)
+	}
+	return out
+}
+
+// routingMask is the 0/1 mask of the selected indices sel among n.
+func routingMask(sel []int, n int) []uint32 {
+	m := make([]uint32, n)
+	for _, i := range sel {
+		m[i] = 1
+	}
+	return m
+}
+
+// routingPositive is causal routing's selection: i with s[i] > 0 (DESIGN.md §3).
+func routingPositive(s []float32) []int {
+	sel := []int{}
+	for i, v := range s {
+		if v > 0 {
+			sel = append(sel, i)
+		}
+	}
+	return sel
+}
+
+// routingArgs is the VkDispatchIndirectCommand compact writes for count rows.
+func routingArgs(count, rowsPerGroup int) []uint32 {
+	g := Groups(uint32((count + rowsPerGroup - 1) / rowsPerGroup))
+	if count == 0 {
+		g = [3]uint32{0, 1, 1}
+	}
+	return g[:]
+}
+
+func routingMat(t testing.TB, name string, rows, cols int, v []float32) *mod.Mat {
+	t.Helper()
+	dims := []uint64{uint64(cols)}
+	if rows > 1 {
+		dims = append(dims, uint64(rows))
+	}
+	m, err := mod.NewMat(name, gguf.TypeF32, dims, f32bytes(v))
+	require.NoError(t, err)
+	return &m
+}
+
+func routingNormal(rng *rand.Rand, n int, scale float64) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64() * scale)
+	}
+	return x
+}
+
+// routerRef is r[i] = w·x[i] + b as mod's routedBlock computes it, and the
+// scale of each (sum of |terms|) for closeness.
+func routerRef(t testing.TB, w, x []float32, bias *float32, n, d int) (r []float32, want, scale []float64) {
+	wm := routingMat(t, "mod_router.weight", 1, d, w)
+	r, want, scale = make([]float32, n), make([]float64, n), make([]float64, n)
+	for i := 0; i < n; i++ {
+		xi := x[i*d : (i+1)*d]
+		r[i] = wm.Dot(0, xi)
+		for j := range xi {
+			scale[i] += math.Abs(float64(w[j] * xi[j]))
+		}
+		if bias != nil {
+			r[i] += *bias
+			scale[i] += math.Abs(float64(*bias))
+		}
+		want[i] = float64(r[i])
+	}
+	return r, want, scale
+}
+
+func TestRouterScore(t *testing.T) {
+	dev := openDevice(t)
+	v, err := Lookup("router_score")
+	require.NoError(t, err)
+	k := newKernel(t, dev, v)
+	for _, n := range routingSizes {
+		for _, d := range []int{7, 64, 288} {
+			for _, withBias := range []bool{false, true} {
+				name := fmt.Sprintf("n%d/d%d/bias%v", n, d, withBias)
+				rng := rand.New(rand.NewSource(int64(n*1000 + d)))
+				w, x := routingNormal(rng, d, 0.1), routingNormal(rng, n*d, 1)
+				b := float32(rng.NormFloat64())
+				var bias *float32
+				hasBias := uint32(0)
+				if withBias {
+					bias, hasBias = &b, 1
+				}
+				_, want, scale := routerRef(t, w, x, bias, n, d)
+				wb, bb, xb := newBuffer(t, dev, f32bytes(w)), newBuffer(t, dev, f32bytes([]float32{b})), newBuffer(t, dev, f32bytes(x))
+				rec := dev.NewRecorder()
+				rb := routingBuffer(t, dev, rec, n, 0x7fc00000) // NaN: a row the kernel skips shows
+				rec.Dispatch(k, vk.MustPackPush(RouterPush{N: uint32(n), NEmbd: uint32(d), HasBias: hasBias}),
+					Groups(uint32((n+63)/64)), vk.Bind{Buf: wb, Access: vk.Read}, vk.Bind{Buf: bb, Access: vk.Read},
+					vk.Bind{Buf: xb, Access: vk.Read}, vk.Bind{Buf: rb, Access: vk.Write})
+				require.NoError(t, dev.Run(rec))
+				if err := closeness(download(t, rb, n), want, scale, routerTolerance); err != nil {
+					t.Errorf("%s: %v", name, err)
+				}
+				rec.Close()
+			}
+		}
+	}
+}
+
+// predictorRef is p[i] = w2·SiLU(W1·x[i]) as mod's predict computes it.
+func predictorRef(t testing.TB, w1, w2, x []float32, n, d, h int) (want, scale []float64) {
+	up := routingMat(t, "mod_pred_up.weight", h, d, w1)
+	down := routingMat(t, "mod_pred_down.weight", 1, h, w2)
+	hidden := make([]float32, n*h)
+	mod.MatMul(hidden, x, up, n)
+	want, scale = make([]float64, n), make([]float64, n)
+	for i := 0; i < n; i++ {
+		row := hidden[i*h : (i+1)*h]
+		for j := range row {
+			row[j] = mod.SiLU(row[j])
+			scale[i] += math.Abs(float64(w2[j] * row[j]))
+		}
+		want[i] = float64(down.Dot(0, row))
+	}
+	return want, scale
+}
+
+func TestPredictorScore(t *testing.T) {
+	dev := openDevice(t)
+	v, err := Lookup("predictor_score")
+	require.NoError(t, err)
+	k := newKernel(t, dev, v)
+	for _, n := range []int{1, 2, 7, 37, 513} {
+		for _, d := range []int{8, 36, 64} { // hidden d/2: 4, 18, 32
+			h := d / 2
+			name := fmt.Sprintf("n%d/d%d/h%d", n, d, h)
+			rng := rand.New(rand.NewSource(int64(n*100 + d)))
+			w1, w2, x := routingNormal(rng, h*d, 1/math.Sqrt(float64(d))), routingNormal(rng, h, 1), routingNormal(rng, n*d, 1)
+			want, scale := predictorRef(t, w1, w2, x, n, d, h)
+			b1, b2, xb := newBuffer(t, dev, f32bytes(w1)), newBuffer(t, dev, f32bytes(w2)), newBuffer(t, dev, f32bytes(x))
+			rec := dev.NewRecorder()
+			pb := routingBuffer(t, dev, rec, n, 0x7fc00000)
+			rec.Dispatch(k, vk.MustPackPush(PredictorPush{N: uint32(n), NEmbd: uint32(d), PredHidden: uint32(h)}),
+				Groups(uint32((n+63)/64)), vk.Bind{Buf: b1, Access: vk.Read}, vk.Bind{Buf: b2, Access: vk.Read},
+				vk.Bind{Buf: xb, Access: vk.Read}, vk.Bind{Buf: pb, Access: vk.Write})
+			require.NoError(t, dev.Run(rec))
+			if err := closeness(download(t, pb, n), want, scale, predictorTolerance); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+			rec.Close()
+		}
+	}
+}
+
+// topkScores are the score patterns top-k must rank as the CPU does.
+func topkScores(kind string, n int, rng *rand.Rand) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		switch kind {
+		case "random":
+			s[i] = float32(rng.NormFloat64())
+		case "ties": // few distinct values: ties everywhere, some -0 against +0
+			s[i] = float32(rng.Intn(5) - 2)
+			if s[i] == 0 && rng.Intn(2) == 0 {
+				s[i] = float32(math.Copysign(0, -1))
+			}
+		case "equal":
+			s[i] = 0.5
+		case "extremes": // infinities and the largest and smallest floats
+			s[i] = []float32{float32(math.Inf(1)), float32(math.Inf(-1)), math.MaxFloat32, -math.MaxFloat32,
+				math.SmallestNonzeroFloat32, -math.SmallestNonzeroFloat32, 1, -1}[rng.Intn(8)]
+		}
+	}
+	return s
+}
+
+// topkKernels makes every top-k and compaction kernel once.
+type topkKernels map[string]*vk.Kernel
+
+func newTopkKernels(t testing.TB, dev *vk.Device) topkKernels {
+	ks := topkKernels{}
+	for _, name := range []string{"topk", "topk_sort", "topk_merge_global", "topk_merge_local", "topk_select", "compact_mask"} {
+		v, err := Lookup(name)
+		require.NoError(t, err)
+		ks[name] = newKernel(t, dev, v)
+	}
+	return ks
+}
+
+// topkBuffers hold one top-k problem's outputs and scratch.
+type topkBuffers struct {
+	scores, mask, idx, keys, count, args *vk.Buffer
+}
+
+// record records top-k of n scores with TopkPasses; for the multi-pass plan
+// compact_mask makes idx (and count, args).
+func (ks topkKernels) record(rec *vk.Recorder, b topkBuffers, n, k uint32) {
+	for _, pass := range TopkPasses(n, k) {
+		push := vk.MustPackPush(pass.Push)
+		var binds []vk.Bind
+		switch pass.Variant {
+		case "topk":
+			binds = []vk.Bind{{Buf: b.scores, Access: vk.Read}, {Buf: b.mask, Access: vk.Write}, {Buf: b.idx, Access: vk.Write}}
+		case "topk_sort":
+			binds = []vk.Bind{{Buf: b.scores, Access: vk.Read}, {Buf: b.keys, Access: vk.Write}}
+		case "topk_merge_global", "topk_merge_local":
+			binds = []vk.Bind{{Buf: b.keys, Access: vk.ReadWrite}}
+		case "topk_select":
+			binds = []vk.Bind{{Buf: b.keys, Access: vk.Read}, {Buf: b.mask, Access: vk.Write}}
+		}
+		rec.Dispatch(ks[pass.Variant], push, pass.Groups, binds...)
+	}
+	if n > TopkLocal {
+		rec.Dispatch(ks["compact_mask"], vk.MustPackPush(CompactPush{N: n, RowsPerGroup: 1}), [3]uint32{1, 1, 1},
+			vk.Bind{Buf: b.mask, Access: vk.Read}, vk.Bind{Buf: b.idx, Access: vk.Write},
+			vk.Bind{Buf: b.count, Access: vk.Write}, vk.Bind{Buf: b.args, Access: vk.Write})
+	}
+}
+
+func newTopkBuffers(t testing.TB, dev *vk.Device, rec *vk.Recorder, scores []float32) topkBuffers {
+	n := len(scores)
+	b := topkBuffers{scores: newBuffer(t, dev, f32bytes(scores))}
+	b.mask = routingBuffer(t, dev, rec, n, 7) // 7: neither 0 nor 1, so an unwritten entry shows
+	b.idx = routingBuffer(t, dev, rec, n, 0xdeadbeef)
+	b.count, b.args = routingBuffer(t, dev, rec, 1, 0), routingBuffer(t, dev, rec, 3, 0)
+	b.keys = routingBuffer(t, dev, nil, 2*int(TopkKeys(uint32(n))), 0)
+	return b
+}
+
+func TestTopK(t *testing.T) {
+	dev := openDevice(t)
+	ks := newTopkKernels(t, dev)
+	// 2049 and 7000 take the multi-pass plan (1 and 2 merges past the
+	// shared-memory chunk); one capacity each keeps lavapipe's time down.
+	type tc struct {
+		n    int
+		caps []float32
+	}
+	cases := []tc{}
+	for _, n := range routingSizes {
+		cases = append(cases, tc{n, routingCapacities})
+	}
+	cases = append(cases, tc{2049, []float32{0.125}}, tc{7000, []float32{0.3}})
+	for _, c := range cases {
+		for _, kind := range []string{"random", "ties", "equal", "extremes"} {
+			if c.n > TopkLocal && kind != "ties" && kind != "random" {
+				continue
+			}
+			for _, capacity := range c.caps {
+				n, k := c.n, mod.TopK(capacity, c.n)
+				name := fmt.Sprintf("n%d/%s/c%g/k%d", n, kind, capacity, k)
+				scores := topkScores(kind, n, rand.New(rand.NewSource(int64(n))))
+				want := mod.TopKIndices(scores, k)
+				rec := dev.NewRecorder()
+				b := newTopkBuffers(t, dev, rec, scores)
+				ks.record(rec, b, uint32(n), uint32(k))
+				require.NoError(t, dev.Run(rec), name)
+				if err := routingExact(routingDownloadU32(t, b.mask, n), routingMask(want, n)); err != nil {
+					t.Errorf("%s: mask: %v", name, err)
+				}
+				if err := routingExact(routingDownloadU32(t, b.idx, k), routingU32(want)); err != nil {
+					t.Errorf("%s: idx: %v", name, err)
+				}
+				if n > TopkLocal {
+					assert.Equal(t, []uint32{uint32(k)}, routingDownloadU32(t, b.count, 1), "%s: count", name)
+				}
+				rec.Close()
+			}
+		}
+	}
+}
+
+// TestTopKPasses checks the plan's shape: one dispatch up to TopkLocal, and
+// a bitonic network over the next power of two beyond.
+func TestTopKPasses(t *testing.T) {
+	assert.Len(t, TopkPasses(1, 1), 1)
+	assert.Len(t, TopkPasses(TopkLocal, 3), 1)
+	var names []string
+	for _, p := range TopkPasses(7000, 2100) {
+		names = append(names, fmt.Sprintf("%s/%d/%d", p.Variant, p.Push.Block, p.Push.Stride))
+	}
+	assert.Equal(t, []string{"topk_sort/0/0",
+		"topk_merge_global/4096/2048", "topk_merge_local/4096/0",
+		"topk_merge_global/8192/4096", "topk_merge_global/8192/2048", "topk_merge_local/8192/0",
+		"topk_select/0/0"}, names)
+	assert.Equal(t, uint32(8192), TopkKeys(7000))
+	assert.Equal(t, uint32(1), TopkKeys(1))
+}
+
+func TestCompact(t *testing.T) {
+	dev := openDevice(t)
+	kMask := newKernel(t, dev, routingLookup(t, "compact_mask"))
+	kPos := newKernel(t, dev, routingLookup(t, "compact_positive"))
+	// 70000 all selected: more than 65535 workgroups of one row, so the
+	// arguments need a second dimension.
+	sizes := append(append([]int{}, routingSizes...), 70000)
+	for _, n := range sizes {
+		for _, density := range []float64{0, 0.3, 1} {
+			if n == 70000 && density != 1 {
+				continue
+			}
+			for _, rpg := range []int{1, 3, 64} {
+				for _, positive := range []bool{false, true} {
+					name := fmt.Sprintf("n%d/density%g/rows%d/positive%v", n, density, rpg, positive)
+					rng := rand.New(rand.NewSource(int64(n + rpg)))
+					// Scores: selected ones > 0 (some tiny); the rest 0, -0
+					// or negative, which r > 0 must all reject.
+					scores := make([]float32, n)
+					var sel []int
+					for i := range scores {
+						if rng.Float64() < density {
+							sel = append(sel, i)
+							scores[i] = []float32{math.SmallestNonzeroFloat32, 1, 3.5}[rng.Intn(3)]
+						} else {
+							scores[i] = []float32{0, float32(math.Copysign(0, -1)), -2}[rng.Intn(3)]
+						}
+					}
+					require.Equal(t, sel, routingNilIfEmpty(routingPositive(scores)))
+					rec := dev.NewRecorder()
+					idx := routingBuffer(t, dev, rec, n, 0xdeadbeef)
+					count, args := routingBuffer(t, dev, rec, 1, 0xdeadbeef), routingBuffer(t, dev, rec, 3, 0xdeadbeef)
+					push := vk.MustPackPush(CompactPush{N: uint32(n), RowsPerGroup: uint32(rpg)})
+					var mask *vk.Buffer
+					if positive {
+						mask = routingBuffer(t, dev, rec, n, 7)
+						rec.Dispatch(kPos, push, [3]uint32{1, 1, 1}, vk.Bind{Buf: newBuffer(t, dev, f32bytes(scores)), Access: vk.Read},
+							vk.Bind{Buf: idx, Access: vk.Write}, vk.Bind{Buf: count, Access: vk.Write},
+							vk.Bind{Buf: args, Access: vk.Write}, vk.Bind{Buf: mask, Access: vk.Write})
+					} else {
+						mask = newBuffer(t, dev, routingU32Bytes(routingMask(sel, n)))
+						rec.Dispatch(kMask, push, [3]uint32{1, 1, 1}, vk.Bind{Buf: mask, Access: vk.Read},
+							vk.Bind{Buf: idx, Access: vk.Write}, vk.Bind{Buf: count, Access: vk.Write}, vk.Bind{Buf: args, Access: vk.Write})
+					}
+					require.NoError(t, dev.Run(rec), name)
+					if err := routingExact(routingDownloadU32(t, idx, len(sel)), routingU32(sel)); err != nil {
+						t.Errorf("%s: idx: %v", name, err)
+					}
+					assert.Equal(t, []uint32{uint32(len(sel))}, routingDownloadU32(t, count, 1), "%s: count", name)
+					assert.Equal(t, routingArgs(len(sel), rpg), routingDownloadU32(t, args, 3), "%s: indirect arguments", name)
+					if err := routingExact(routingDownloadU32(t, mask, n), routingMask(sel, n)); err != nil {
+						t.Errorf("%s: mask: %v", name, err)
+					}
+					rec.Close()
+				}
+			}
+		}
+	}
+}
+
+func routingNilIfEmpty(x []int) []int {
+	if len(x) == 0 {
+		return nil
+	}
+	return x
+}
+
+func routingLookup(t testing.TB, name string) Variant {
+	t.Helper()
+	v, err := Lookup(name)
+	require.NoError(t, err)
+	return v
+}
+
+// scatterRef is routedBlock's update for the selected rows: x[i] +=
+// g(r[i]) * (o[j] - x[i]), with the scale of each element for closeness.
+func scatterRef(x, o, r []float32, sel []int, d int, gate string) (want, scale []float64) {
+	want, scale = make([]float64, len(x)), make([]float64, len(x))
+	y := append([]float32(nil), x...)
+	for i := range x {
+		scale[i] = math.Abs(float64(x[i]))
+	}
+	for j, i := range sel {
+		g := mod.Gate(gate, r[i])
+		xi, oj := y[i*d:(i+1)*d], o[j*d:(j+1)*d]
+		for e := range xi {
+			scale[i*d+e] += math.Abs(float64(g * (oj[e] - xi[e])))
+			xi[e] += g * (oj[e] - xi[e])
+		}
+	}
+	for i := range y {
+		want[i] = float64(y[i])
+	}
+	return want, scale
+}
+
+func TestGatherScatter(t *testing.T) {
+	dev := openDevice(t)
+	kGather := newKernel(t, dev, routingLookup(t, "gather"))
+	kScatter := map[string]*vk.Kernel{
+		mod.GateSigmoid:  newKernel(t, dev, routingLookup(t, "scatter"), ScatterGateSigmoid...),
+		mod.GateIdentity: newKernel(t, dev, routingLookup(t, "scatter"), ScatterGateIdentity...),
+	}
+	for _, n := range routingSizes {
+		for _, d := range []int{1, 7, 64, 100} {
+			for _, capacity := range []float32{0.3, 1} {
+				for _, gate := range []string{mod.GateSigmoid, mod.GateIdentity} {
+					for _, indirect := range []bool{false, true} {
+						name := fmt.Sprintf("n%d/d%d/c%g/%s/indirect%v", n, d, capacity, gate, indirect)
+						rng := rand.New(rand.NewSource(int64(n*10 + d)))
+						x, r := routingNormal(rng, n*d, 1), routingNormal(rng, n, 2)
+						sel := mod.TopKIndices(r, mod.TopK(capacity, n))
+						ks := len(sel)
+						o := routingNormal(rng, ks*d, 1) // the block's outputs for the gathered rows
+						wantXS := make([]float64, ks*d)
+						for j, i := range sel {
+							for e := 0; e < d; e++ {
+								wantXS[j*d+e] = float64(x[i*d+e])
+							}
+						}
+						want, scale := scatterRef(x, o, r, sel, d, gate)
+
+						xb, rb, ob := newBuffer(t, dev, f32bytes(x)), newBuffer(t, dev, f32bytes(r)), newBuffer(t, dev, f32bytes(o))
+						idx := newBuffer(t, dev, routingU32Bytes(routingU32(sel)))
+						count := newBuffer(t, dev, routingU32Bytes([]uint32{uint32(ks)}))
+						args := newBuffer(t, dev, routingU32Bytes(routingArgs(ks, RoutingRowsPerGroup)))
+						rec := dev.NewRecorder()
+						xs := routingBuffer(t, dev, rec, n*d, 0x7fc00000)
+						gBinds := []vk.Bind{{Buf: idx, Access: vk.Read}, {Buf: count, Access: vk.Read},
+							{Buf: xb, Access: vk.Read}, {Buf: xs, Access: vk.Write}}
+						sBinds := []vk.Bind{{Buf: idx, Access: vk.Read}, {Buf: count, Access: vk.Read},
+							{Buf: rb, Access: vk.Read}, {Buf: ob, Access: vk.Read}, {Buf: xb, Access: vk.ReadWrite}}
+						gPush, sPush := vk.MustPackPush(GatherPush{NEmbd: uint32(d)}), vk.MustPackPush(ScatterPush{NEmbd: uint32(d)})
+						if indirect {
+							rec.DispatchIndirect(kGather, gPush, args, 0, gBinds...)
+							rec.DispatchIndirect(kScatter[gate], sPush, args, 0, sBinds...)
+						} else { // over every row there could be: those past count do nothing
+							rec.Dispatch(kGather, gPush, Groups(uint32(n)), gBinds...)
+							rec.Dispatch(kScatter[gate], sPush, Groups(uint32(n)), sBinds...)
+						}
+						require.NoError(t, dev.Run(rec), name)
+						ones := make([]float64, ks*d)
+						for i := range ones {
+							ones[i] = 1
+						}
+						if err := closeness(download(t, xs, ks*d), wantXS, ones, 0); err != nil {
+							t.Errorf("%s: gather: %v", name, err)
+						}
+						if err := closeness(download(t, xb, n*d), want, scale, scatterTolerance[gate]); err != nil {
+							t.Errorf("%s: scatter: %v", name, err)
+						}
+						rec.Close()
+					}
+				}
+			}
+		}
+	}
+}
+
+// routingStep is one routed block on the GPU, recorded once: scores, the
+// selection, compaction, and the block's kernels dispatched indirectly on
+// the count the GPU computed.
+type routingStep struct {
+	n, d, k                               int
+	x, w, bias, w1, w2                    *vk.Buffer
+	r, p, mask, idxTopk, idx, count, args *vk.Buffer
+	xs, o                                 *vk.Buffer
+	rec                                   *vk.Recorder
+}
+
+// TestRoutingEndToEnd runs routedBlock's semantics (mod/forward.go) on the
+// GPU with a stand-in block o = xs + xs (the add kernel; nEmbd 256 so that
+// add's 256-element workgroups are one row each and compact's arguments
+// drive it too): router score -> top-k or r > 0 or p > 0 -> compaction ->
+// indirect gather -> block -> indirect gated scatter. The step is recorded
+// once and replayed on different inputs; nothing is read back until each
+// replay has finished, so the selected count never reaches the CPU before
+// the end. Inputs are small integers and the router weights -1, 0, 1, so
+// r is exact and full of ties: the selection must be the CPU's exactly.
+func TestRoutingEndToEnd(t *testing.T) {
+	dev := openDevice(t)
+	const n, d = 100, 256
+	ks := newTopkKernels(t, dev)
+	kRouter := newKernel(t, dev, routingLookup(t, "router_score"))
+	kPred := newKernel(t, dev, routingLookup(t, "predictor_score"))
+	kPos := newKernel(t, dev, routingLookup(t, "compact_positive"))
+	kGather := newKernel(t, dev, routingLookup(t, "gather"))
+	kAdd := newKernel(t, dev, routingLookup(t, "add"))
+	kScatter := map[string]*vk.Kernel{
+		mod.GateSigmoid:  newKernel(t, dev, routingLookup(t, "scatter"), ScatterGateSigmoid...),
+		mod.GateIdentity: newKernel(t, dev, routingLookup(t, "scatter"), ScatterGateIdentity...),
+	}
+	for _, tc := range []struct {
+		routing mod.Routing
+		gate    string
+		bias    float32
+	}{
+		{mod.RoutingTopK, mod.GateSigmoid, 0.25},
+		{mod.RoutingRouter, mod.GateIdentity, -0.5},
+		{mod.RoutingPredictor, mod.GateSigmoid, 0.5},
+	} {
+		name := tc.routing.String()
+		rng := rand.New(rand.NewSource(int64(tc.routing) + 1))
+		w := make([]float32, d)
+		for i := range w {
+			w[i] = float32(rng.Intn(3) - 1)
+		}
+		h := d / 2
+		w1, w2 := routingNormal(rng, h*d, 1/math.Sqrt(d)), routingNormal(rng, h, 1)
+		k := mod.TopK(0.3, n)
+		st := routingStep{n: n, d: d, k: k, rec: dev.NewRecorder()}
+		rec := st.rec
+		st.x = routingBuffer(t, dev, nil, n*d, 0)
+		st.w, st.bias = newBuffer(t, dev, f32bytes(w)), newBuffer(t, dev, f32bytes([]float32{tc.bias}))
+		st.w1, st.w2 = newBuffer(t, dev, f32bytes(w1)), newBuffer(t, dev, f32bytes(w2))
+		// Filled at the start of every replay: what a kernel fails to write
+		// shows (NaN rows in o would poison x).
+		st.r, st.p = routingBuffer(t, dev, rec, n, 0x7fc00000), routingBuffer(t, dev, rec, n, 0x7fc00000)
+		st.mask, st.idxTopk, st.idx = routingBuffer(t, dev, rec, n, 7), routingBuffer(t, dev, rec, k, 0xdeadbeef), routingBuffer(t, dev, rec, n, 0xdeadbeef)
+		st.count, st.args = routingBuffer(t, dev, rec, 1, 0xdeadbeef), routingBuffer(t, dev, rec, 3, 0xdeadbeef)
+		st.xs, st.o = routingBuffer(t, dev, rec, n*d, 0x7fc00000), routingBuffer(t, dev, rec, n*d, 0x7fc00000)
+
+		groups := Groups((n + 63) / 64)
+		rec.Dispatch(kRouter, vk.MustPackPush(RouterPush{N: n, NEmbd: d, HasBias: 1}), groups,
+			vk.Bind{Buf: st.w, Access: vk.Read}, vk.Bind{Buf: st.bias, Access: vk.Read},
+			vk.Bind{Buf: st.x, Access: vk.Read}, vk.Bind{Buf: st.r, Access: vk.Write})
+		compactOut := []vk.Bind{{Buf: st.idx, Access: vk.Write}, {Buf: st.count, Access: vk.Write}, {Buf: st.args, Access: vk.Write}}
+		compactPush := vk.MustPackPush(CompactPush{N: n, RowsPerGroup: RoutingRowsPerGroup})
+		switch tc.routing {
+		case mod.RoutingTopK:
+			ks.record(rec, topkBuffers{scores: st.r, mask: st.mask, idx: st.idxTopk}, n, uint32(k))
+			rec.Dispatch(ks["compact_mask"], compactPush, [3]uint32{1, 1, 1},
+				append([]vk.Bind{{Buf: st.mask, Access: vk.Read}}, compactOut...)...)
+		case mod.RoutingRouter:
+			rec.Dispatch(kPos, compactPush, [3]uint32{1, 1, 1},
+				append(append([]vk.Bind{{Buf: st.r, Access: vk.Read}}, compactOut...), vk.Bind{Buf: st.mask, Access: vk.Write})...)
+		case mod.RoutingPredictor:
+			rec.Dispatch(kPred, vk.MustPackPush(PredictorPush{N: n, NEmbd: d, PredHidden: uint32(h)}), groups,
+				vk.Bind{Buf: st.w1, Access: vk.Read}, vk.Bind{Buf: st.w2, Access: vk.Read},
+				vk.Bind{Buf: st.x, Access: vk.Read}, vk.Bind{Buf: st.p, Access: vk.Write})
+			rec.Dispatch(kPos, compactPush, [3]uint32{1, 1, 1},
+				append(append([]vk.Bind{{Buf: st.p, Access: vk.Read}}, compactOut...), vk.Bind{Buf: st.mask, Access: vk.Write})...)
+		}
+		rec.DispatchIndirect(kGather, vk.MustPackPush(GatherPush{NEmbd: d}), st.args, 0,
+			vk.Bind{Buf: st.idx, Access: vk.Read}, vk.Bind{Buf: st.count, Access: vk.Read},
+			vk.Bind{Buf: st.x, Access: vk.Read}, vk.Bind{Buf: st.xs, Access: vk.Write})
+		rec.DispatchIndirect(kAdd, vk.MustPackPush(AddPush{N: n * d}), st.args, 0, // o = 2 xs, count rows
+			vk.Bind{Buf: st.xs, Access: vk.Read}, vk.Bind{Buf: st.xs, Access: vk.Read}, vk.Bind{Buf: st.o, Access: vk.Write})
+		rec.DispatchIndirect(kScatter[tc.gate], vk.MustPackPush(ScatterPush{NEmbd: d}), st.args, 0,
+			vk.Bind{Buf: st.idx, Access: vk.Read}, vk.Bind{Buf: st.count, Access: vk.Read}, vk.Bind{Buf: st.r, Access: vk.Read},
+			vk.Bind{Buf: st.o, Access: vk.Read}, vk.Bind{Buf: st.x, Access: vk.ReadWrite})
+		require.NoError(t, rec.Err())
+
+		inputs := map[string][]float32{}
+		for _, in := range []string{"a", "zeros", "b"} {
+			x := make([]float32, n*d)
+			if in != "zeros" { // zeros: r = bias for every token
+				for i := range x {
+					x[i] = float32(rng.Intn(7) - 3)
+				}
+			}
+			inputs[in] = x
+		}
+		for _, in := range []string{"a", "zeros", "b"} {
+			t.Run(fmt.Sprintf("%s/%s/%s", name, tc.gate, in), func(t *testing.T) {
+				st.check(t, dev, tc.routing, tc.gate, w, tc.bias, w1, w2, inputs[in])
+			})
+		}
+		assert.Equal(t, 1, rec.Stats().Recordings, "%s: recorded once", name)
+		assert.Equal(t, 3, rec.Stats().Submits, "%s: replayed per input", name)
+		rec.Close()
+	}
+}
+
+// check replays the step on x and compares every output with the CPU's.
+func (st *routingStep) check(t *testing.T, dev *vk.Device, routing mod.Routing, gate string, w []float32, bias float32, w1, w2, x []float32) {
+	n, d := st.n, st.d
+	require.NoError(t, st.x.Upload(f32bytes(x), 0))
+	require.NoError(t, dev.Run(st.rec))
+
+	r, rWant, rScale := routerRef(t, w, x, &bias, n, d)
+	rGot := download(t, st.r, n)
+	require.NoError(t, closeness(rGot, rWant, rScale, 0), "router scores: integer data, exact")
+	var sel []int
+	switch routing {
+	case mod.RoutingTopK:
+		sel = mod.TopKIndices(r, st.k)
+		assert.NoError(t, routingExact(routingDownloadU32(t, st.idxTopk, st.k), routingU32(sel)), "topk idx")
+	case mod.RoutingRouter:
+		sel = routingPositive(r)
+	case mod.RoutingPredictor:
+		pWant, pScale := predictorRef(t, w1, w2, x, n, d, d/2)
+		pGot := download(t, st.p, n)
+		require.NoError(t, closeness(pGot, pWant, pScale, predictorTolerance), "predictor scores")
+		// p is not exact (exp), so the CPU's selection is the GPU's unless
+		// a p_i is within the tolerance of 0.
+		sel = routingPositive(pGot)
+		pCPU := make([]float32, n)
+		for i := range pCPU {
+			pCPU[i] = float32(pWant[i])
+			if math.Abs(pWant[i]) <= predictorTolerance*pScale[i] {
+				pCPU[i] = pGot[i]
+			}
+		}
+		require.Equal(t, sel, routingPositive(pCPU), "predictor selection")
+	}
+	t.Logf("%d of %d tokens selected", len(sel), n)
+	count := len(sel)
+	assert.Equal(t, []uint32{uint32(count)}, routingDownloadU32(t, st.count, 1), "count")
+	assert.Equal(t, routingArgs(count, RoutingRowsPerGroup), routingDownloadU32(t, st.args, 3), "indirect arguments")
+	assert.NoError(t, routingExact(routingDownloadU32(t, st.mask, n), routingMask(sel, n)), "mask")
+	assert.NoError(t, routingExact(routingDownloadU32(t, st.idx, count), routingU32(sel)), "idx")
+
+	o := make([]float32, count*d) // the stand-in block: o = xs + xs
+	for j, i := range sel {
+		for e := 0; e < d; e++ {
+			o[j*d+e] = x[i*d+e] + x[i*d+e]
+		}
+	}
+	want, scale := scatterRef(x, o, r, sel, d, gate)
+	assert.NoError(t, closeness(download(t, st.x, n*d), want, scale, scatterTolerance[gate]), "x after the routed block")
+}
+
+// routingCPUTime is the time per call of fn on the CPU, measured in the same
+// run as the GPU timing it is a baseline for.
+func routingCPUTime(fn func()) float64 {
+	const minTime = 0.05 // seconds
+	start := time.Now()
+	calls := 0
+	for time.Since(start).Seconds() < minTime {
+		fn()
+		calls++
+	}
+	return time.Since(start).Seconds() / float64(calls)
+}
+
+// BenchmarkRoutingTopK times top-k of n scores (k = mod.TopK(0.125, n)):
+// the one-workgroup kernel at the context length 2048 with a few workgroup
+// sizes, and the multi-pass plan at 8192. It checks the result first. Each
+// Run replays perRun top-ks so the submit cost is spread; the baseline is
+// mod.TopKIndices on the CPU, timed in the same run.
+func BenchmarkRoutingTopK(b *testing.B) {
+	dev := openDeviceWith(b, vk.InstanceOptions{})
+	const perRun = 8
+	for _, bc := range []struct {
+		n  int
+		wg uint32
+	}{{2048, 64}, {2048, 256}, {2048, 1024}, {8192, 256}} {
+		b.Run(fmt.Sprintf("n%d/wg%d", bc.n, bc.wg), func(b *testing.B) {
+			n, k := bc.n, mod.TopK(0.125, bc.n)
+			ks := newTopkKernels(b, dev)
+			ks["topk"] = newKernel(b, dev, routingLookup(b, "topk"), bc.wg, TopkLocal)
+			scores := topkScores("ties", n, rand.New(rand.NewSource(1)))
+			want := mod.TopKIndices(scores, k)
+			rec := dev.NewRecorder()
+			defer rec.Close()
+			bufs := newTopkBuffers(b, dev, rec, scores)
+			for i := 0; i < perRun; i++ {
+				ks.record(rec, bufs, uint32(n), uint32(k))
+			}
+			require.NoError(b, dev.Run(rec)) // records
+			if err := routingExact(routingDownloadU32(b, bufs.idx, k), routingU32(want)); err != nil {
+				b.Fatalf("wrong before timing: %v", err)
+			}
+			cpu := routingCPUTime(func() { mod.TopKIndices(scores, k) })
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := dev.Run(rec); err != nil {
+					b.Fatal(err)
+				}
+			}
+			per := b.Elapsed().Seconds() / float64(b.N*perRun)
+			b.ReportMetric(per*1e6, "us/topk")
+			b.ReportMetric(cpu*1e6, "cpu_us/topk")
+			b.ReportMetric(per/cpu, "gpu/cpu")
+		})
+	}
+}
+
+// BenchmarkRoutingCompact times compact_mask over n = 2048 with 1/8
+// selected, checked first; the baseline is the same compaction in Go.
+func BenchmarkRoutingCompact(b *testing.B) {
+	dev := openDeviceWith(b, vk.InstanceOptions{})
+	const n, perRun = 2048, 8
+	k := newKernel(b, dev, routingLookup(b, "compact_mask"))
+	sel := mod.TopKIndices(topkScores("random", n, rand.New(rand.NewSource(1))), mod.TopK(0.125, n))
+	mask := routingMask(sel, n)
+	rec := dev.NewRecorder()
+	defer rec.Close()
+	mb := newBuffer(b, dev, routingU32Bytes(mask))
+	idx, count, args := routingBuffer(b, dev, nil, n, 0), routingBuffer(b, dev, nil, 1, 0), routingBuffer(b, dev, nil, 3, 0)
+	for i := 0; i < perRun; i++ {
+		rec.Dispatch(k, vk.MustPackPush(CompactPush{N: n, RowsPerGroup: 1}), [3]uint32{1, 1, 1},
+			vk.Bind{Buf: mb, Access: vk.Read}, vk.Bind{Buf: idx, Access: vk.Write},
+			vk.Bind{Buf: count, Access: vk.Write}, vk.Bind{Buf: args, Access: vk.Write})
+	}
+	require.NoError(b, dev.Run(rec))
+	if err := routingExact(routingDownloadU32(b, idx, len(sel)), routingU32(sel)); err != nil {
+		b.Fatalf("wrong before timing: %v", err)
+	}
+	out := make([]uint32, 0, n)
+	cpu := routingCPUTime(func() {
+		out = out[:0]
+		for i, m := range mask {
+			if m != 0 {
+				out = append(out, uint32(i))
+			}
+		}
+	})
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := dev.Run(rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+	per := b.Elapsed().Seconds() / float64(b.N*perRun)
+	b.ReportMetric(per*1e6, "us/compact")
+	b.ReportMetric(cpu*1e6, "cpu_us/compact")
+	b.ReportMetric(per/cpu, "gpu/cpu")
+}
