@@ -1,0 +1,221 @@
+package shaders
+
+import (
+	"math"
+	"math/bits"
+)
+
+// The elementwise and row ops of a Llama block: RMSNorm, RoPE, SwiGLU, the
+// MoD gated residual, embedding lookup, softmax and argmax. Their
+// push-constant structs mirror include/push_dense.glsl member for member.
+
+// RMSNormPush is rmsnorm's push-constant block.
+type RMSNormPush struct {
+	Cols uint32  // elements per row (nEmbd)
+	N    uint32  // rows: x and out are [N][Cols]
+	Eps  float32 // added to mean(x²) (layer_norm_rms_epsilon)
+}
+
+// SoftmaxPush is softmax's push-constant block.
+type SoftmaxPush struct {
+	Cols uint32 // elements per row
+	N    uint32 // rows: x and out are [N][Cols]
+}
+
+// RopePush is rope's push-constant block.
+type RopePush struct {
+	HeadDim uint32 // elements per head, even
+	NHead   uint32 // heads per row: x and out are [N][NHead*HeadDim]
+	N       uint32 // rows
+}
+
+// SwiGLUPush is swiglu's push-constant block.
+type SwiGLUPush struct {
+	N uint32 // elements
+}
+
+// ModResidualPush is mod_residual's push-constant block.
+type ModResidualPush struct {
+	Cols uint32 // elements per row (nEmbd)
+	N    uint32 // rows of x and entries of r
+	K    uint32 // entries of sel = rows of o (the capacity)
+}
+
+// EmbedPush is embed's push-constant block.
+type EmbedPush struct {
+	Cols    uint32 // elements per row (nEmbd)
+	N       uint32 // tokens: tok is [N], out is [N][Cols]
+	RowBase uint32 // first vocabulary row in the w binding
+	Rows    uint32 // vocabulary rows in the w binding
+}
+
+// ArgmaxPush is argmax's push-constant block.
+type ArgmaxPush struct {
+	Cols uint32 // elements per row (nVocab)
+	N    uint32 // rows: x is [N][Cols], out is [N]
+}
+
+// Row-kernel specialization constants (rmsnorm, softmax, argmax):
+// [workgroup size, invocations per row]; a workgroup takes size/per-row rows.
+var (
+	// RowSpecGPU suits GPUs: a workgroup per row, loads coalesced.
+	RowSpecGPU = []uint32{128, 128}
+	// RowSpecCPU suits CPU devices (lavapipe): a workgroup of 8 per row.
+	// lavapipe runs a workgroup on one thread, 8 invocations at a time in
+	// 256-bit SIMD, and spreads workgroups over threads; so 8 invocations
+	// fill the SIMD lanes with one row, and rows go to different threads.
+	// Measured against 4 other specs (rmsnorm on 1 and 64 rows of 512 and
+	// 4096, softmax on 1 row of 32000 and 64 of 512; a loaded 2-core
+	// machine): the best or within 12% of it but once (40%, one row of
+	// 512); an invocation per row (no barrier, as matvec prefers) was 2-3x
+	// slower on one row (decode: 7 lanes idle), 128 per row 2.5x slower on
+	// 64 rows. Use RowSpecCPUFor, which also respects lavapipe's loop limit
+	// on very long rows.
+	RowSpecCPU = []uint32{8, 8}
+)
+
+// LavapipeLoopIterations is the most loop iterations an invocation may run
+// on lavapipe: llvmpipe's LP_MAX_TGSI_LOOP_ITERATIONS (65535), one budget
+// shared by every loop of the shader. Past it the loops stop early,
+// silently, and the result is wrong with no error: softmax over 32000 with
+// an invocation per row (3 passes, 96000 iterations) left most of its row
+// undivided. A kernel that loops must keep each invocation's iterations
+// under it on a CPU device.
+const LavapipeLoopIterations = 65535
+
+// rowPasses is how many times each row kernel loops over its row.
+var rowPasses = map[string]uint32{"rmsnorm": 2, "softmax": 3, "argmax": 1}
+
+// RowLoopIterations is how many loop iterations an invocation of row kernel
+// name runs on rows of cols with spec: its passes over its part of the row,
+// and the fold of the row's partial results.
+func RowLoopIterations(name string, cols uint32, spec []uint32) uint32 {
+	tpr := spec[1]
+	return rowPasses[name]*((cols+tpr-1)/tpr) + 2*uint32(bits.Len32(tpr))
+}
+
+// RowSpecCPUFor is the spec of row kernel name (rmsnorm, softmax, argmax)
+// for rows of cols on a CPU device: RowSpecCPU while its loops stay under
+// LavapipeLoopIterations (rows up to 174000 for softmax), else the fewest
+// invocations per row that do.
+func RowSpecCPUFor(name string, cols uint32) []uint32 {
+	if RowLoopIterations(name, cols, RowSpecCPU) <= LavapipeLoopIterations {
+		return RowSpecCPU
+	}
+	tpr := RowSpecCPU[1]
+	for tpr < 1024 && RowLoopIterations(name, cols, []uint32{tpr, tpr}) > LavapipeLoopIterations {
+		tpr *= 2
+	}
+	return []uint32{tpr, tpr}
+}
+
+// RowGroups is the dispatch size of a row kernel over n rows with spec.
+func RowGroups(n uint32, spec []uint32) [3]uint32 {
+	perGroup := spec[0] / spec[1]
+	return Groups((n + perGroup - 1) / perGroup)
+}
+
+// ElementGroups is the dispatch size of swiglu, which has an invocation per
+// element in workgroups of 256. (rope, mod_residual and embed have a
+// workgroup per row: Groups(rows).)
+func ElementGroups(n uint32) [3]uint32 {
+	return Groups((n + 255) / 256)
+}
+
+// RopeFreqs is rope's freq binding for heads of headDim elements and
+// rope.freq_base base: for pair i, base^(-2i/headDim) radians per position,
+// computed in float64 as mod.RoPE does, as a 64-bit fixed-point fraction of
+// a turn (low word, high word). The kernel takes pos * freq mod 2^64 in
+// integers, exactly, so its angle is as good as the CPU's float64 one to
+// within the final float32 rounding (see rope.comp).
+func RopeFreqs(headDim int, base float32) []uint32 {
+	out := make([]uint32, headDim) // headDim/2 pairs of words
+	for i := 0; i < headDim; i += 2 {
+		radians := math.Pow(float64(base), -float64(i)/float64(headDim))
+		// < 1/(2 pi) turn per position, so the product is < 2^62.
+		fixed := uint64(math.Ldexp(radians/(2*math.Pi), 64))
+		out[i], out[i+1] = uint32(fixed), uint32(fixed>>32)
+	}
+	return out
+}
+
+func rowVariant(name, source string, bindings []Binding, push any, notes string) Variant {
+	return Variant{
+		Name: name, Source: source, Bindings: bindings, Push: push,
+		LocalSize: [3]uint32{128, 1, 1}, LocalSizeSpec: true, Spec: RowSpecGPU,
+		Notes: "Spec: [workgroup size, invocations per row] (RowSpecGPU, RowSpecCPUFor); dispatch RowGroups(n, spec)" + notes,
+	}
+}
+
+func embedVariant(name, define, weightShape string) Variant {
+	return Variant{
+		Name: name, Source: "embed.comp", Defines: []string{define},
+		Bindings: []Binding{
+			{"w", Read, weightShape},
+			{"tok", Read, "[n] u32 token ids"},
+			{"out", Write, "[n][cols] f32"},
+		},
+		Push: EmbedPush{}, LocalSize: [3]uint32{128, 1, 1},
+		Notes: "dispatch Groups(n); a table over maxStorageBufferRange is bound in pieces " +
+			"of rows [rowBase, rowBase+rows), one dispatch each (an offset a multiple of the alignment); " +
+			"the host checks token ids; cols a multiple of 32 for Q8_0",
+	}
+}
+
+func modResidualVariant(name, define string) Variant {
+	return Variant{
+		Name: name, Source: "mod_residual.comp", Defines: []string{define},
+		Bindings: []Binding{
+			{"x", ReadWrite, "[n][cols] f32, the block inputs, updated"},
+			{"o", Read, "[k][cols] f32, the block outputs of the selected rows"},
+			{"sel", Read, "[k] u32 rows of x; >= n: an unused entry"},
+			{"r", Read, "[n] f32 router scores"},
+		},
+		Push: ModResidualPush{}, LocalSize: [3]uint32{128, 1, 1},
+		Notes: "dispatch Groups(k)",
+	}
+}
+
+func init() {
+	Variants = append(Variants,
+		rowVariant("rmsnorm", "rmsnorm.comp", []Binding{
+			{"x", Read, "[n][cols] f32"},
+			{"w", Read, "[cols] f32"},
+			{"out", Write, "[n][cols] f32 (may be x)"},
+		}, RMSNormPush{}, ""),
+		rowVariant("softmax", "softmax.comp", []Binding{
+			{"x", Read, "[n][cols] f32"},
+			{"out", ReadWrite, "[n][cols] f32 (may be x)"},
+		}, SoftmaxPush{}, ""),
+		rowVariant("argmax", "argmax.comp", []Binding{
+			{"x", Read, "[n][cols] f32"},
+			{"out", Write, "[n] u32"},
+		}, ArgmaxPush{}, ""),
+		Variant{
+			Name: "rope", Source: "rope.comp",
+			Bindings: []Binding{
+				{"x", Read, "[n][nHead*headDim] f32"},
+				{"pos", Read, "[n] u32 original positions"},
+				{"freq", Read, "[headDim/2][2] u32 from RopeFreqs"},
+				{"out", Write, "[n][nHead*headDim] f32 (may be x, or a KV cache slice)"},
+			},
+			Push: RopePush{}, LocalSize: [3]uint32{64, 1, 1},
+			Notes: "dispatch Groups(n); headDim even; freq = RopeFreqs(headDim, base), uploaded once",
+		},
+		Variant{
+			Name: "swiglu", Source: "swiglu.comp",
+			Bindings: []Binding{
+				{"gate", Read, "[n] f32"},
+				{"up", Read, "[n] f32"},
+				{"out", Write, "[n] f32 (may be gate or up)"},
+			},
+			Push: SwiGLUPush{}, LocalSize: [3]uint32{256, 1, 1},
+			Notes: "dispatch ElementGroups(n)",
+		},
+		modResidualVariant("mod_residual_sigmoid", "GATE_SIGMOID"),
+		modResidualVariant("mod_residual_identity", "GATE_IDENTITY"),
+		embedVariant("embed_f32", "WEIGHT_F32", "[rows][cols] f32"),
+		embedVariant("embed_f16", "WEIGHT_F16", "[rows][cols] f16"),
+		embedVariant("embed_q8_0", "WEIGHT_Q8_0", "[rows][cols/32] q8_0 blocks (34 bytes)"),
+	)
+}

@@ -1,0 +1,49 @@
+#version 450
+// embed: out[t] = row tok[t] of the embedding table w (token_embd), decoded
+// to F32, with w in F32, F16 or Q8_0 (WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0),
+// as mod.Mat.Row. A workgroup per token, its invocations strided over the
+// row: no integer division per element (lavapipe does those one lane at a
+// time).
+//
+// A table bigger than maxStorageBufferRange (128 MiB on lavapipe: 32000 x
+// 4096 F16 is 250 MiB) is bound in pieces, one dispatch per piece: the
+// binding holds rows [rowBase, rowBase+rows), and tokens outside it are left
+// untouched for another piece's dispatch. Token ids are not checked against
+// the vocabulary here (the host does): an id in no piece leaves its row
+// as it was.
+#include "include/common.glsl"
+#define OP_EMBED
+#include "include/push_dense.glsl"
+
+layout(local_size_x = 128) in;
+
+layout(std430, binding = 0) readonly buffer Weights { uint w[]; };   // [rows] rows of ggml bytes
+layout(std430, binding = 1) readonly buffer Tok { uint tok[]; };     // [n] token ids
+layout(std430, binding = 2) writeonly buffer Out { float out_[]; };  // [n][cols]
+
+#include "include/weights.glsl"
+
+void main() {
+	uint t = groupIndex();
+	if (t >= p.n) {
+		return;
+	}
+	uint row = tok[t] - p.rowBase; // wraps for ids below rowBase
+	if (row >= p.rows) {
+		return;
+	}
+	for (uint e = gl_LocalInvocationID.x; e < p.cols; e += gl_WorkGroupSize.x) {
+#if defined(WEIGHT_F32)
+		float v = loadF32(row * p.cols + e);
+#elif defined(WEIGHT_F16)
+		float v = loadF16(row * p.cols + e);
+#elif defined(WEIGHT_Q8_0)
+		uint at = (row * (p.cols / 32u) + e / 32u) * 34u; // byte offset of the block
+		uint q = at + 2u + e % 32u;                       // byte offset of the quant
+		float v = loadHalf(at) * float(bitfieldExtract(int(w[q >> 2]), int(q & 3u) * 8, 8));
+#else
+#error "define one of WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0"
+#endif
+		out_[t * p.cols + e] = v;
+	}
+}
