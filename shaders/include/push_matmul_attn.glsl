@@ -1,0 +1,24 @@
+// push_matmul_attn.glsl: the push-constant blocks of matmul.comp and
+// attention.comp, mirrored in Go by shaders/matmul_attn.go (same members,
+// same order, 4-byte scalars only, so the std430 offsets are 0, 4, 8, ...;
+// TestVariantInterfaces checks both against the SPIR-V). A kernel defines
+// its OP_* name before including this file.
+
+#ifdef OP_MATMUL
+layout(push_constant) uniform MatmulPush {
+	uint rows; // rows of W = elements of each y row
+	uint cols; // columns of W = elements of each x row (Q8_0: a multiple of 32)
+	uint n;    // tokens: x is [n][cols], y is [n][rows]
+} p;
+#endif
+
+#ifdef OP_ATTENTION
+layout(push_constant) uniform AttentionPush {
+	uint n;       // query rows: q and out are [n][nHead*headDim], qPos is [n]
+	uint entries; // KV cache entries: k and v are [entries][nKVHead*headDim], kPos is [entries]
+	uint nHead;   // query heads, a multiple of nKVHead
+	uint nKVHead; // key/value heads; query head h reads kv head h / (nHead/nKVHead)
+	uint headDim; // elements per head, at most the kernel's MAX_HD
+	float scale;  // score multiplier, 1/sqrt(headDim)
+} p;
+#endif

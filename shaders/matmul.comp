@@ -1,0 +1,145 @@
+#version 450
+// matmul: Y[s][r] = W[r] . X[s] for prefill (many tokens at once), with W in
+// F32, F16 or Q8_0 (one of WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0; ggml layout,
+// read through uint words by include/weights.glsl) and X, Y in F32.
+//
+// A classic shared-memory tiling: a workgroup owns a tile of BM tokens by BN
+// rows of W and walks the columns BK at a time. Each step it stages the BM x
+// BK slice of X and the BN x BK slice of W (dequantized once) in shared
+// memory between two barriers, then every invocation multiplies TM tokens by
+// TN rows out of it, in registers. Each weight read from memory thus serves
+// BM tokens and each x value BN rows, where matvec reads a row once per
+// token. Tiles past the edge are zero-filled, so n, rows and cols need not be
+// multiples of the tile (Q8_0 cols are multiples of 32 by format).
+//
+// On lavapipe a barrier costs more than the arithmetic, and so does a load
+// whose address differs per invocation (MatmulSpecCPU takes bigger steps,
+// fewer barriers). A variant without shared memory or barriers, each
+// invocation reading its W rows directly with the x values common to the
+// workgroup, measured no faster there (2.4-3.7x matvec against 2.8-4.9x).
+//
+// lavapipe ends an invocation's loops after 65535 iterations in all
+// (llvmpipe's loop limiter, LP_MAX_TGSI_LOOP_ITERATIONS); the loops here run
+// a few times per step, so cols up to 16384 are safe there
+// (TestMatmulLongRows).
+//
+// Specialization constants (MatmulSpec.Constants): 0 WG = (BM/TM)*(BN/TN)
+// invocations, 1 BM, 2 BN, 3 BK (a multiple of 4: W is loaded in quads), 4 TM,
+// 5 TN. Dispatch MatmulGroups(rows, n, spec): x over row tiles, y over token
+// tiles.
+#include "include/common.glsl"
+#define OP_MATMUL
+#include "include/push_matmul_attn.glsl"
+
+// The defaults are MatmulSpecGPU.
+layout(local_size_x = 128, local_size_x_id = 0) in;
+layout(constant_id = 1) const uint BM = 64; // tokens per tile
+layout(constant_id = 2) const uint BN = 64; // rows of W per tile
+layout(constant_id = 3) const uint BK = 16; // columns per step, a multiple of 4
+layout(constant_id = 4) const uint TM = 8;  // tokens per invocation, divides BM
+layout(constant_id = 5) const uint TN = 4;  // rows per invocation, divides BN
+
+layout(std430, binding = 0) readonly buffer Weights { uint w[]; }; // [rows] rows of ggml bytes
+layout(std430, binding = 1) readonly buffer X { float x[]; };      // [n][cols]
+layout(std430, binding = 2) writeonly buffer Y { float y[]; };     // [n][rows]
+
+#include "include/weights.glsl"
+
+// Staged tiles, column-major ([k][token], [k][row]) so that the inner loop's
+// reads by neighbouring invocations are neighbouring words.
+shared float xs[BK * BM];
+shared float ws[BK * BN];
+
+// loadWeightQuad is W[r][c..c+3], zero past cols; c is a multiple of 4.
+vec4 loadWeightQuad(uint r, uint c) {
+	vec4 v = vec4(0.0);
+#if defined(WEIGHT_F32)
+	uint e = r * p.cols + c;
+	for (uint t = 0u; t < 4u; t++) {
+		if (c + t < p.cols) {
+			v[t] = loadF32(e + t);
+		}
+	}
+#elif defined(WEIGHT_F16)
+	uint e = r * p.cols + c;
+	if ((p.cols & 1u) == 0u && c + 4u <= p.cols) { // e is even: two whole words
+		v = vec4(loadF16Pair(e / 2u), loadF16Pair(e / 2u + 1u));
+	} else {
+		for (uint t = 0u; t < 4u; t++) {
+			if (c + t < p.cols) {
+				v[t] = loadF16(e + t);
+			}
+		}
+	}
+#elif defined(WEIGHT_Q8_0)
+	if (c < p.cols) { // cols is a multiple of 32: a quad is all in or all out
+		uint at = (r * (p.cols / 32u) + c / 32u) * 34u; // byte offset of the block
+		v = loadHalf(at) * vec4(loadQ8Quad(at + 2u, (c % 32u) / 4u));
+	}
+#else
+#error "define one of WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0"
+#endif
+	return v;
+}
+
+void main() {
+	const uint WG = gl_WorkGroupSize.x;
+	const uint NTX = BN / TN; // invocations across the tile's rows
+	const uint NTY = BM / TM; // invocations across the tile's tokens
+	uint tid = gl_LocalInvocationID.x;
+	uint r0 = gl_WorkGroupID.x * BN;
+	uint s0 = gl_WorkGroupID.y * BM;
+	// This invocation's outputs: rows r0 + tx + i*NTX, tokens s0 + ty + j*NTY
+	// (strided, so neighbours read neighbouring shared words).
+	uint tx = tid % NTX;
+	uint ty = tid / NTX;
+
+	float acc[TM * TN]; // [token][row]
+	for (uint i = 0u; i < TM * TN; i++) {
+		acc[i] = 0.0;
+	}
+	for (uint k0 = 0u; k0 < p.cols; k0 += BK) {
+		// Stage W[r0 .. r0+BN][k0 .. k0+BK] in quads; neighbouring
+		// invocations take neighbouring rows, so the shared writes do not
+		// collide.
+		for (uint i = tid; i < BN * (BK / 4u); i += WG) {
+			uint rr = i % BN, kq = i / BN;
+			uint r = r0 + rr;
+			vec4 v = r < p.rows ? loadWeightQuad(r, k0 + 4u * kq) : vec4(0.0);
+			for (uint t = 0u; t < 4u; t++) {
+				ws[(4u * kq + t) * BN + rr] = v[t];
+			}
+		}
+		// Stage X[s0 .. s0+BM][k0 .. k0+BK].
+		for (uint i = tid; i < BM * BK; i += WG) {
+			uint ss = i % BM, kk = i / BM;
+			uint s = s0 + ss, c = k0 + kk;
+			xs[kk * BM + ss] = s < p.n && c < p.cols ? x[s * p.cols + c] : 0.0;
+		}
+		barrier(); // the tiles are complete before anyone reads them
+		for (uint k = 0u; k < BK; k++) {
+			float a[TM], b[TN];
+			for (uint j = 0u; j < TM; j++) {
+				a[j] = xs[k * BM + ty + j * NTY];
+			}
+			for (uint i = 0u; i < TN; i++) {
+				b[i] = ws[k * BN + tx + i * NTX];
+			}
+			for (uint j = 0u; j < TM; j++) {
+				for (uint i = 0u; i < TN; i++) {
+					acc[j * TN + i] += a[j] * b[i];
+				}
+			}
+		}
+		barrier(); // everyone is done reading before the next step overwrites
+	}
+	for (uint j = 0u; j < TM; j++) {
+		uint s = s0 + ty + j * NTY;
+		for (uint i = 0u; i < TN; i++) {
+			uint r = r0 + tx + i * NTX;
+			if (s < p.n && r < p.rows) {
+				y[s * p.rows + r] = acc[j * TN + i];
+			}
+		}
+	}
+}

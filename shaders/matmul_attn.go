@@ -1,0 +1,120 @@
+package shaders
+
+import "fmt"
+
+// The prefill matrix-matrix product (matmul.comp) and causal attention over a
+// compact KV cache (attention.comp): their push-constant structs, mirroring
+// include/push_matmul_attn.glsl member for member (4-byte fields only), their
+// specialization constants and dispatch sizes, and their table entries.
+
+// MatmulPush is matmul's push-constant block.
+type MatmulPush struct {
+	Rows uint32 // rows of W = elements of each y row
+	Cols uint32 // columns of W = elements of each x row (Q8_0: a multiple of 32)
+	N    uint32 // tokens: x is [N][Cols], y is [N][Rows]
+}
+
+// AttentionPush is attention's push-constant block.
+type AttentionPush struct {
+	N       uint32  // query rows: q and out are [N][NHead*HeadDim], qPos is [N]
+	Entries uint32  // KV cache entries: k and v are [Entries][NKVHead*HeadDim], kPos is [Entries]
+	NHead   uint32  // query heads, a multiple of NKVHead
+	NKVHead uint32  // key/value heads; query head h reads kv head h / (NHead/NKVHead)
+	HeadDim uint32  // elements per head, at most the spec's MAX_HD
+	Scale   float32 // score multiplier: float32(1/sqrt(HeadDim)), as mod.Attend
+}
+
+// MatmulSpec is matmul's specialization constants: a workgroup computes a
+// tile of BM tokens by BN rows of W, BK columns per step (a multiple of 4),
+// each invocation TM tokens by TN rows.
+type MatmulSpec struct{ BM, BN, BK, TM, TN uint32 }
+
+var (
+	// MatmulSpecGPU suits GPUs: 128 invocations (every device has them),
+	// 64x64 tiles, 32 outputs each (the usual register-blocked shape; not
+	// yet measured on one).
+	MatmulSpecGPU = MatmulSpec{BM: 64, BN: 64, BK: 16, TM: 8, TN: 4}
+	// MatmulSpecCPU is meant for CPU devices (lavapipe): 64 invocations
+	// and 32-column steps, half the barriers per FLOP. On a loaded 2-core
+	// machine it was the fastest of eight tiles once (1.5 GFLOP/s against
+	// 0.8) but not in a later run: the noise there is as large as the
+	// differences, so the choice is not settled.
+	MatmulSpecCPU = MatmulSpec{BM: 64, BN: 32, BK: 32, TM: 8, TN: 4}
+)
+
+// Invocations is the workgroup size: one invocation per TM x TN outputs.
+func (s MatmulSpec) Invocations() uint32 { return (s.BM / s.TM) * (s.BN / s.TN) }
+
+// Constants is the spec as specialization constants 0..5 (constant 0 is the
+// workgroup size).
+func (s MatmulSpec) Constants() []uint32 {
+	return []uint32{s.Invocations(), s.BM, s.BN, s.BK, s.TM, s.TN}
+}
+
+// SharedBytes is the shared memory a workgroup uses: the two staged tiles.
+func (s MatmulSpec) SharedBytes() uint32 { return 4 * s.BK * (s.BM + s.BN) }
+
+// Check says whether the tiles divide as the kernel needs.
+func (s MatmulSpec) Check() error {
+	switch {
+	case s.TM == 0 || s.TN == 0 || s.BM%s.TM != 0 || s.BN%s.TN != 0:
+		return fmt.Errorf("shaders: matmul spec %+v: TM must divide BM and TN divide BN", s)
+	case s.BK == 0 || s.BK%4 != 0:
+		return fmt.Errorf("shaders: matmul spec %+v: BK must be a positive multiple of 4", s)
+	}
+	return nil
+}
+
+// MatmulGroups is matmul's dispatch size for rows of W and n tokens.
+func MatmulGroups(rows, n uint32, s MatmulSpec) [3]uint32 {
+	return [3]uint32{(rows + s.BN - 1) / s.BN, (n + s.BM - 1) / s.BM, 1}
+}
+
+// AttentionSpec is attention's specialization constants: [workgroup size,
+// MAX_HD]. Shared memory is 4*(MAX_HD*(WG+1) + 2*WG) bytes: 16.6 KiB here.
+var AttentionSpec = []uint32{32, 128}
+
+// AttentionGroups is attention's dispatch size for n query rows.
+func AttentionGroups(n, nHead uint32) [3]uint32 { return Groups(n * nHead) }
+
+func matmulVariant(name, define, weightShape string) Variant {
+	return Variant{
+		Name: name, Source: "matmul.comp", Defines: []string{define},
+		Bindings: []Binding{
+			{"w", Read, weightShape},
+			{"x", Read, "[n][cols] f32"},
+			{"y", Write, "[n][rows] f32"},
+		},
+		Push:          MatmulPush{},
+		LocalSize:     [3]uint32{128, 1, 1},
+		LocalSizeSpec: true,
+		Spec:          MatmulSpecGPU.Constants(),
+		Notes: "Spec: MatmulSpec.Constants() (MatmulSpecGPU, MatmulSpecCPU); dispatch MatmulGroups(rows, n, spec); " +
+			"bind w with its size rounded up to 4 (vk buffers are); cols must be a multiple of 32 for Q8_0",
+	}
+}
+
+func init() {
+	Variants = append(Variants,
+		matmulVariant("matmul_f32", "WEIGHT_F32", "[rows][cols] f32"),
+		matmulVariant("matmul_f16", "WEIGHT_F16", "[rows][cols] f16"),
+		matmulVariant("matmul_q8_0", "WEIGHT_Q8_0", "[rows][cols/32] q8_0 blocks (34 bytes)"),
+		Variant{
+			Name: "attention", Source: "attention.comp",
+			Bindings: []Binding{
+				{"q", Read, "[n][nHead*headDim] f32, rotated"},
+				{"k", Read, "[entries][nKVHead*headDim] f32, rotated"},
+				{"v", Read, "[entries][nKVHead*headDim] f32"},
+				{"kPos", Read, "[entries] u32 original positions"},
+				{"qPos", Read, "[n] u32 original positions"},
+				{"out", Write, "[n][nHead*headDim] f32"},
+			},
+			Push:          AttentionPush{},
+			LocalSize:     [3]uint32{32, 1, 1},
+			LocalSizeSpec: true,
+			Spec:          AttentionSpec,
+			Notes: "Spec: [workgroup size, MAX_HD >= headDim]; dispatch AttentionGroups(n, nHead); " +
+				"entry e is visible to row i iff kPos[e] <= qPos[i]; a row that sees none gets zeros",
+		},
+	)
+}

@@ -1,0 +1,461 @@
+package shaders
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand"
+	"slices"
+	"testing"
+
+	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/vk"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Matmul tolerances, relative to sum_j |W[r][j] * x[s][j]| (what fp32
+// rounding of the sum can lose). The oracle is mod.MatMul, which sums in
+// float32 too, so the bound covers two float32 sums of the same exact
+// products in different orders (the reference: 4 partial sums for F32, one
+// running sum for F16, per-block sums for Q8_0; the kernel: one running sum
+// over the tiles). Both are within a few ulps of the scale on these sizes
+// (cols <= 300); the decoded weights are exact on both sides (a Q8_0 weight
+// d*q has at most 19 significant bits).
+var matmulTolerance = map[gguf.TensorType]float64{
+	gguf.TypeF32:  1e-5,
+	gguf.TypeF16:  1e-5,
+	gguf.TypeQ8_0: 1e-5,
+}
+
+var matmulVariantOf = map[gguf.TensorType]string{
+	gguf.TypeF32:  "matmul_f32",
+	gguf.TypeF16:  "matmul_f16",
+	gguf.TypeQ8_0: "matmul_q8_0",
+}
+
+// matmulCase is one problem: W [rows][cols] of type typ, x [n][cols].
+type matmulCase struct {
+	typ           gguf.TensorType
+	rows, cols, n int
+	w             []byte    // ggml bytes
+	x             []float32 // [n][cols]
+	want, scale   []float64 // [n][rows]: mod.MatMul, and sum |w*x|
+}
+
+func newMatmulCase(t testing.TB, typ gguf.TensorType, rows, cols, n int, seed int64) *matmulCase {
+	t.Helper()
+	rng := rand.New(rand.NewSource(seed))
+	src := make([]float32, rows*cols)
+	for i := range src {
+		src[i] = float32(rng.NormFloat64())
+	}
+	w, err := gguf.Quantize(typ, src)
+	require.NoError(t, err)
+	wf := make([]float32, rows*cols) // what the reference multiplies by
+	require.NoError(t, gguf.Dequantize(typ, w, wf))
+	m, err := mod.NewMat("w", typ, []uint64{uint64(cols), uint64(rows)}, w)
+	require.NoError(t, err)
+	c := &matmulCase{typ: typ, rows: rows, cols: cols, n: n, w: w, x: make([]float32, n*cols)}
+	for i := range c.x {
+		c.x[i] = float32(rng.NormFloat64())
+	}
+	out := make([]float32, n*rows)
+	mod.MatMul(out, c.x, &m, n)
+	c.want, c.scale = make([]float64, n*rows), make([]float64, n*rows)
+	for s := 0; s < n; s++ {
+		for r := 0; r < rows; r++ {
+			var abs float64
+			for j := 0; j < cols; j++ {
+				abs += math.Abs(float64(wf[r*cols+j]) * float64(c.x[s*cols+j]))
+			}
+			c.want[s*rows+r], c.scale[s*rows+r] = float64(out[s*rows+r]), abs
+		}
+	}
+	return c
+}
+
+// run computes the case on the GPU with kernel k made from spec.
+func (c *matmulCase) run(t testing.TB, dev *vk.Device, k *vk.Kernel, spec MatmulSpec) []float32 {
+	t.Helper()
+	wb := newBuffer(t, dev, c.w)
+	defer wb.Close()
+	xb := newBuffer(t, dev, f32bytes(c.x))
+	defer xb.Close()
+	yb, err := dev.NewBuffer(uint64(4*c.n*c.rows), vk.DeviceLocal)
+	require.NoError(t, err)
+	defer yb.Close()
+	rec := dev.NewRecorder()
+	defer rec.Close()
+	rec.Fill(yb, 0, yb.Size(), 0x7fc00000) // NaN: an output the kernel skips shows
+	rec.Dispatch(k, vk.MustPackPush(MatmulPush{Rows: uint32(c.rows), Cols: uint32(c.cols), N: uint32(c.n)}),
+		MatmulGroups(uint32(c.rows), uint32(c.n), spec),
+		vk.Bind{Buf: wb, Access: vk.Read}, vk.Bind{Buf: xb, Access: vk.Read}, vk.Bind{Buf: yb, Access: vk.Write})
+	require.NoError(t, dev.Run(rec))
+	return download(t, yb, c.n*c.rows)
+}
+
+// errStats is the max abs error and the max error relative to scale, for
+// the log: a passing test still says how close it came.
+type errStats struct{ abs, rel float64 }
+
+func (e *errStats) add(got []float32, want, scale []float64) {
+	for i := range got {
+		d := math.Abs(float64(got[i]) - want[i])
+		if math.IsNaN(d) {
+			d = math.Inf(1)
+		}
+		e.abs = math.Max(e.abs, d)
+		if scale[i] > 0 {
+			e.rel = math.Max(e.rel, d/scale[i])
+		}
+	}
+}
+
+func (e errStats) String() string {
+	return fmt.Sprintf("max abs err %.3g, max err/scale %.3g", e.abs, e.rel)
+}
+
+// matmulSpecs are the presets and tiles that exercise the index arithmetic:
+// non-square, TM != TN, a 4-wide step, one output per invocation, and a tile
+// whose sides are not powers of two.
+var matmulSpecs = []MatmulSpec{
+	MatmulSpecGPU,
+	MatmulSpecCPU,
+	{BM: 8, BN: 24, BK: 4, TM: 2, TN: 3},
+	{BM: 16, BN: 16, BK: 8, TM: 1, TN: 1},
+	{BM: 12, BN: 40, BK: 12, TM: 3, TN: 5},
+}
+
+func TestMatmul(t *testing.T) {
+	dev := openDevice(t)
+	colsOf := map[gguf.TensorType][]int{
+		gguf.TypeF32:  {7, 32, 100, 300},
+		gguf.TypeF16:  {7, 32, 100, 301},  // odd: rows do not start on a word
+		gguf.TypeQ8_0: {32, 96, 160, 288}, // 160: 5 blocks, rows alternate 4-alignment
+	}
+	rowsList := []int{1, 13, 67, 130}
+	nList := []int{1, 5, 33, 70} // 70: more than one token tile of every spec
+	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0} {
+		v, err := Lookup(matmulVariantOf[typ])
+		require.NoError(t, err)
+		var stats errStats
+		for si, spec := range matmulSpecs {
+			require.NoError(t, spec.Check())
+			k := newKernel(t, dev, v, spec.Constants()...)
+			for ci, cols := range colsOf[typ] {
+				for ri, rows := range rowsList {
+					// Every cols and rows with every spec, the n rotating.
+					n := nList[(si+ci+ri)%len(nList)]
+					name := fmt.Sprintf("%s/%+v/%dx%d/n%d", typ, spec, rows, cols, n)
+					c := newMatmulCase(t, typ, rows, cols, n, int64(rows*1000+cols*10+n))
+					got := c.run(t, dev, k, spec)
+					stats.add(got, c.want, c.scale)
+					if err := closeness(got, c.want, c.scale, matmulTolerance[typ]); err != nil {
+						t.Errorf("%s: %v", name, err)
+					}
+				}
+			}
+		}
+		t.Logf("%s: %v (tolerance %g)", typ, stats, matmulTolerance[typ])
+	}
+}
+
+// TestMatmulLongRows runs rows of 16384 columns (Llama-3-8B's nFF is 14336)
+// with every spec: lavapipe silently ends an invocation's loops after 65535
+// iterations in all (llvmpipe's loop limiter), which a kernel looping too
+// often per column would hit here, with wrong sums and no error.
+func TestMatmulLongRows(t *testing.T) {
+	dev := openDevice(t)
+	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0} {
+		v, err := Lookup(matmulVariantOf[typ])
+		require.NoError(t, err)
+		c := newMatmulCase(t, typ, 5, 16384, 3, 16384)
+		var stats errStats
+		for _, spec := range matmulSpecs {
+			got := c.run(t, dev, newKernel(t, dev, v, spec.Constants()...), spec)
+			stats.add(got, c.want, c.scale)
+			if err := closeness(got, c.want, c.scale, matmulTolerance[typ]); err != nil {
+				t.Errorf("%s/%+v/5x16384/n3: %v", typ, spec, err)
+			}
+		}
+		t.Logf("%s: %v (tolerance %g)", typ, stats, matmulTolerance[typ])
+	}
+}
+
+func TestMatmulSpec(t *testing.T) {
+	for _, s := range []MatmulSpec{MatmulSpecGPU, MatmulSpecCPU} {
+		require.NoError(t, s.Check())
+		assert.LessOrEqual(t, s.SharedBytes(), uint32(16<<10), "%+v: shared memory (every device has 16 KiB)", s)
+		assert.LessOrEqual(t, s.Invocations(), uint32(128), "%+v: workgroup size (every device has 128)", s)
+	}
+	assert.Equal(t, []uint32{128, 64, 64, 16, 8, 4}, MatmulSpecGPU.Constants())
+	assert.Error(t, MatmulSpec{BM: 8, BN: 8, BK: 6, TM: 2, TN: 2}.Check(), "BK not a multiple of 4")
+	assert.Error(t, MatmulSpec{BM: 8, BN: 8, BK: 8, TM: 3, TN: 2}.Check(), "TM does not divide BM")
+	assert.Error(t, MatmulSpec{BM: 8, BN: 8, BK: 8, TM: 2, TN: 0}.Check())
+	assert.Equal(t, [3]uint32{3, 2, 1}, MatmulGroups(130, 33, MatmulSpec{BM: 32, BN: 64}))
+}
+
+// Attention tolerance, relative to sum_e p_e |v_e[d]| (the size of the terms
+// averaged into an output). The oracle, mod.Attend, computes in float32 too;
+// the kernel differs in three roundings: its exp (Vulkan allows 3 + 2|x|
+// ulp, Go's is correctly rounded from float64), the order it sums the
+// probabilities and outputs in (WG strided online partials, then a merge),
+// and the rescaling of partial sums when the running max grows. Scores here
+// reach +-120 (the max-subtraction case), where a score's own rounding is
+// ~1e-5 absolute and moves its probability by that relative amount.
+const attentionTolerance = 1e-5
+
+// attentionCase is one problem: q [n][nHead*hd], a cache of entries rows
+// with positions kPos, and query rows at positions qPos.
+type attentionCase struct {
+	n, entries, nHead, nKVHead, hd int
+	q, k, v                        []float32
+	kPos, qPos                     []uint32
+}
+
+// newAttentionCase makes random q, k, v (q times qScale, to sharpen the
+// softmax) and a compact cache: positions ascending with random gaps, as a
+// routed layer keeps its selected tokens. The queries are the last n
+// entries, as in a prefill or decode step.
+func newAttentionCase(n, entries, nHead, nKVHead, hd int, qScale float64, seed int64) *attentionCase {
+	rng := rand.New(rand.NewSource(seed))
+	c := &attentionCase{n: n, entries: entries, nHead: nHead, nKVHead: nKVHead, hd: hd}
+	normal := func(count int, s float64) []float32 {
+		x := make([]float32, count)
+		for i := range x {
+			x[i] = float32(s * rng.NormFloat64())
+		}
+		return x
+	}
+	c.q = normal(n*nHead*hd, qScale)
+	c.k = normal(entries*nKVHead*hd, 1)
+	c.v = normal(entries*nKVHead*hd, 1)
+	c.kPos = make([]uint32, entries)
+	pos := uint32(rng.Intn(3))
+	for e := range c.kPos {
+		c.kPos[e] = pos
+		pos += 1 + uint32(rng.Intn(4))
+	}
+	c.qPos = slices.Clone(c.kPos[entries-n:])
+	return c
+}
+
+// reference is mod.Attend row by row over the entries each row may see (in
+// cache order), with the float64 scale sum_e p_e |v_e[d]| beside it. A row
+// that sees no entry wants zeros.
+func (c *attentionCase) reference() (want, scale []float64) {
+	qd, kvd := c.nHead*c.hd, c.nKVHead*c.hd
+	want, scale = make([]float64, c.n*qd), make([]float64, c.n*qd)
+	out := make([]float32, qd)
+	for i := 0; i < c.n; i++ {
+		var k, v []float32 // [m][kvd]: the visible entries
+		var visible []int
+		for e, p := range c.kPos {
+			if p <= c.qPos[i] {
+				k = append(k, c.k[e*kvd:(e+1)*kvd]...)
+				v = append(v, c.v[e*kvd:(e+1)*kvd]...)
+				visible = append(visible, e)
+			}
+		}
+		m := len(visible)
+		if m == 0 {
+			for j := 0; j < qd; j++ {
+				scale[i*qd+j] = 1
+			}
+			continue
+		}
+		// The row is the last of m entries: it attends to all of them.
+		mod.Attend(out, c.q[i*qd:(i+1)*qd], k, v, m-1, 1, c.nHead, c.nKVHead, c.hd)
+		for h := 0; h < c.nHead; h++ {
+			kvh := h / (c.nHead / c.nKVHead)
+			p := make([]float64, m)
+			mx := math.Inf(-1)
+			for e := range p {
+				for d := 0; d < c.hd; d++ {
+					p[e] += float64(c.q[i*qd+h*c.hd+d]) * float64(k[e*kvd+kvh*c.hd+d])
+				}
+				p[e] /= math.Sqrt(float64(c.hd))
+				mx = math.Max(mx, p[e])
+			}
+			var sum float64
+			for e := range p {
+				p[e] = math.Exp(p[e] - mx)
+				sum += p[e]
+			}
+			for d := 0; d < c.hd; d++ {
+				j := i*qd + h*c.hd + d
+				want[j] = float64(out[h*c.hd+d])
+				for e := range p {
+					scale[j] += p[e] / sum * math.Abs(float64(v[e*kvd+kvh*c.hd+d]))
+				}
+			}
+		}
+	}
+	return want, scale
+}
+
+func u32bytes(x []uint32) []byte {
+	b := make([]byte, 4*len(x))
+	for i, v := range x {
+		binary.LittleEndian.PutUint32(b[4*i:], v)
+	}
+	return b
+}
+
+// attentionBuffers holds a case's inputs and output on the device.
+type attentionBuffers struct {
+	q, k, v, kPos, qPos, out *vk.Buffer
+}
+
+func (c *attentionCase) upload(t testing.TB, dev *vk.Device) *attentionBuffers {
+	t.Helper()
+	out, err := dev.NewBuffer(uint64(4*c.n*c.nHead*c.hd), vk.DeviceLocal)
+	require.NoError(t, err)
+	t.Cleanup(out.Close)
+	return &attentionBuffers{q: newBuffer(t, dev, f32bytes(c.q)), k: newBuffer(t, dev, f32bytes(c.k)),
+		v: newBuffer(t, dev, f32bytes(c.v)), kPos: newBuffer(t, dev, u32bytes(c.kPos)),
+		qPos: newBuffer(t, dev, u32bytes(c.qPos)), out: out}
+}
+
+func (b *attentionBuffers) close() {
+	for _, x := range []*vk.Buffer{b.q, b.k, b.v, b.kPos, b.qPos, b.out} {
+		x.Close()
+	}
+}
+
+// record adds the attention dispatch to rec.
+func (c *attentionCase) record(rec *vk.Recorder, k *vk.Kernel, b *attentionBuffers) {
+	push := AttentionPush{N: uint32(c.n), Entries: uint32(c.entries), NHead: uint32(c.nHead),
+		NKVHead: uint32(c.nKVHead), HeadDim: uint32(c.hd), Scale: float32(1 / math.Sqrt(float64(c.hd)))}
+	rec.Dispatch(k, vk.MustPackPush(push), AttentionGroups(uint32(c.n), uint32(c.nHead)),
+		vk.Bind{Buf: b.q, Access: vk.Read}, vk.Bind{Buf: b.k, Access: vk.Read}, vk.Bind{Buf: b.v, Access: vk.Read},
+		vk.Bind{Buf: b.kPos, Access: vk.Read}, vk.Bind{Buf: b.qPos, Access: vk.Read}, vk.Bind{Buf: b.out, Access: vk.Write})
+}
+
+// run computes the case on the GPU with kernel k.
+func (c *attentionCase) run(t testing.TB, dev *vk.Device, k *vk.Kernel) []float32 {
+	t.Helper()
+	b := c.upload(t, dev)
+	defer b.close()
+	rec := dev.NewRecorder()
+	defer rec.Close()
+	rec.Fill(b.out, 0, b.out.Size(), 0x7fc00000) // NaN: an output the kernel skips shows
+	c.record(rec, k, b)
+	require.NoError(t, dev.Run(rec))
+	return download(t, b.out, c.n*c.nHead*c.hd)
+}
+
+// TestAttention checks the kernel against mod.Attend on caches in position
+// order whose last n entries are the queries: decode (n = 1) and prefill,
+// ragged head counts and GQA groups, head sizes 8, 16 and 64, 1 to 600
+// entries, and a sharp softmax whose exponentials overflow float32 unless
+// the max is subtracted.
+func TestAttention(t *testing.T) {
+	dev := openDevice(t)
+	v, err := Lookup("attention")
+	require.NoError(t, err)
+	cases := []struct {
+		n, entries, nHead, nKVHead, hd int
+		qScale                         float64
+	}{
+		{1, 1, 1, 1, 8, 1},
+		{1, 2, 4, 2, 8, 1},
+		{1, 37, 6, 2, 16, 1},
+		{1, 600, 4, 1, 64, 1},
+		{1, 513, 3, 3, 16, 8},
+		{5, 5, 2, 1, 8, 1},
+		{7, 100, 6, 3, 16, 1},
+		{33, 33, 5, 1, 64, 1},
+		{40, 300, 4, 2, 8, 8},
+		{17, 600, 2, 2, 64, 1},
+		{9, 64, 3, 1, 16, 40}, // scores up to ~+-120: exp overflows without the max
+		{1, 250, 8, 8, 64, 40},
+		{2, 2048, 2, 1, 128, 1}, // a long cache and the largest head: lavapipe's loop limiter
+	}
+	for _, spec := range [][]uint32{AttentionSpec, {8, 64}, {1, 16}, {48, 72}} { // 1: one invocation walks every entry
+		k := newKernel(t, dev, v, spec...)
+		var stats errStats
+		for i, tc := range cases {
+			if tc.hd > int(spec[1]) {
+				continue // past this spec's MAX_HD
+			}
+			name := fmt.Sprintf("spec%v/n%d/entries%d/heads%d:%d/hd%d/qscale%g", spec, tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.qScale)
+			c := newAttentionCase(tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.qScale, int64(i))
+			want, scale := c.reference()
+			got := c.run(t, dev, k)
+			stats.add(got, want, scale)
+			if err := closeness(got, want, scale, attentionTolerance); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+		t.Logf("spec %v: %v (tolerance %g)", spec, stats, attentionTolerance)
+	}
+}
+
+// TestAttentionMasked gives the queries positions that are not the cache's
+// last: some cache entries are later than some queries (masked), a query may
+// sit between entries, before every entry (it sees none: zeros) or after
+// all; and a cache out of position order, which the kernel must not assume.
+func TestAttentionMasked(t *testing.T) {
+	dev := openDevice(t)
+	v, err := Lookup("attention")
+	require.NoError(t, err)
+	k := newKernel(t, dev, v)
+	var stats errStats
+	var sawNone, sawSome bool // a row that sees no entry; one that sees some, not all
+	for i, tc := range []struct {
+		n, entries, nHead, nKVHead, hd int
+		shuffle                        bool
+	}{
+		{1, 200, 4, 2, 16, false},
+		{9, 200, 6, 2, 8, false},
+		{12, 517, 4, 4, 64, false},
+		{9, 200, 6, 3, 16, true},
+		{1, 1, 2, 1, 8, false},
+	} {
+		c := newAttentionCase(tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, 1, int64(100+i))
+		rng := rand.New(rand.NewSource(int64(i)))
+		last := int(c.kPos[tc.entries-1])
+		for j := range c.qPos {
+			c.qPos[j] = uint32(rng.Intn(last + 10))
+		}
+		c.qPos[0] = c.kPos[0] + 1 // between the first two entries (or after the only one)
+		if tc.n > 2 {
+			c.qPos[1] = c.kPos[0] - min(c.kPos[0], 1) // before every entry when kPos[0] > 0
+			c.kPos[0] = max(c.kPos[0], 1)             // ... which this makes so
+		}
+		if tc.shuffle {
+			kvd := tc.nKVHead * tc.hd
+			for e := range c.kPos {
+				f := rng.Intn(e + 1)
+				c.kPos[e], c.kPos[f] = c.kPos[f], c.kPos[e]
+				for j := 0; j < kvd; j++ {
+					c.k[e*kvd+j], c.k[f*kvd+j] = c.k[f*kvd+j], c.k[e*kvd+j]
+					c.v[e*kvd+j], c.v[f*kvd+j] = c.v[f*kvd+j], c.v[e*kvd+j]
+				}
+			}
+		}
+		for _, qp := range c.qPos {
+			seen := 0
+			for _, kp := range c.kPos {
+				if kp <= qp {
+					seen++
+				}
+			}
+			sawNone = sawNone || seen == 0
+			sawSome = sawSome || seen > 0 && seen < tc.entries
+		}
+		want, scale := c.reference()
+		got := c.run(t, dev, k)
+		stats.add(got, want, scale)
+		name := fmt.Sprintf("n%d/entries%d/heads%d:%d/hd%d/shuffled=%v", tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.shuffle)
+		if err := closeness(got, want, scale, attentionTolerance); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	assert.True(t, sawNone, "some row sees no entry")
+	assert.True(t, sawSome, "some row sees some entries, not all")
+	t.Logf("%v (tolerance %g)", stats, attentionTolerance)
+}
