@@ -8,6 +8,7 @@ import (
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/vk"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -141,6 +142,27 @@ func TestMatvecWorkgroupSizes(t *testing.T) {
 			if err := closeness(c.run(t, dev, k), c.want, c.scale, matvecTolerance[typ]); err != nil {
 				t.Errorf("%s spec %v: %v", typ, spec, err)
 			}
+		}
+	}
+}
+
+// TestMatvecLongLoops: lavapipe stops an invocation's loops after 65535
+// iterations in all and returns garbage without an error. With an invocation
+// per row, n=64 vectors of 1024 columns need ~130000; MatvecSpecCPUFor
+// shares each row among enough invocations to stay under the limit.
+func TestMatvecLongLoops(t *testing.T) {
+	assert.Greater(t, MatvecLoopIterations(64, 1024, MatvecSpecCPU), uint32(LavapipeLoopIterations), "the shape crosses the limit with MatvecSpecCPU")
+	assert.Equal(t, MatvecSpecCPU, MatvecSpecCPUFor(1, 4096), "decode keeps an invocation per row")
+	dev := openDevice(t)
+	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0} {
+		v, err := Lookup(matvecVariantOf[typ])
+		require.NoError(t, err)
+		spec := MatvecSpecCPUFor(64, 1024)
+		require.LessOrEqual(t, MatvecLoopIterations(64, 1024, spec), uint32(LavapipeLoopIterations))
+		c, err := newMatvecCase(typ, 37, 1024, 64, 11)
+		require.NoError(t, err)
+		if err := closeness(c.run(t, dev, newKernel(t, dev, v, spec...)), c.want, c.scale, matvecTolerance[typ]); err != nil {
+			t.Errorf("%s n=64 cols=1024 spec %v: %v", typ, spec, err)
 		}
 	}
 }

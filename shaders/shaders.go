@@ -20,6 +20,7 @@ package shaders
 import (
 	"embed"
 	"fmt"
+	"math/bits"
 	"reflect"
 	"slices"
 )
@@ -99,7 +100,7 @@ func matvecVariant(name, define, weightShape string) Variant {
 		LocalSize:     [3]uint32{64, 1, 1},
 		LocalSizeSpec: true,
 		Spec:          MatvecSpecGPU,
-		Notes: "Spec: [workgroup size, invocations per row, vectors per pass] (MatvecSpecGPU, MatvecSpecCPU); " +
+		Notes: "Spec: [workgroup size, invocations per row, vectors per pass] (MatvecSpecGPU, or MatvecSpecCPUFor(n, cols) on a CPU device: lavapipe caps an invocation's loops); " +
 			"dispatch MatvecGroups(rows, spec); bind w with its size rounded up to 4 " +
 			"(vk buffers are); cols must be a multiple of 32 for Q8_0",
 	}
@@ -134,6 +135,30 @@ var (
 	// barriers, which on lavapipe cost more than the arithmetic.
 	MatvecSpecCPU = []uint32{64, 1, 1}
 )
+
+// MatvecLoopIterations bounds the loop iterations one invocation of matvec
+// runs for n vectors of cols with spec: per pass of NB vectors, its share of
+// the row (each step with its NB inner iterations), the vector set-up and
+// the tree sum. The F32 row walk is the longest of the three weight types.
+func MatvecLoopIterations(n, cols uint32, spec []uint32) uint32 {
+	tpr, nb := spec[1], spec[2]
+	passes := (n + nb - 1) / nb
+	perPass := (cols+tpr-1)/tpr*(1+nb) + 3*nb + uint32(bits.Len32(tpr))*(1+nb)
+	return passes * perPass
+}
+
+// MatvecSpecCPUFor is the spec for n vectors of cols on a CPU device:
+// MatvecSpecCPU (an invocation per row) while its loops stay under
+// LavapipeLoopIterations, else the fewest invocations per row that do (up to
+// 64). Past that — n*cols of about 4 million — split the vectors over
+// several dispatches, or use matmul, which is meant for many vectors.
+func MatvecSpecCPUFor(n, cols uint32) []uint32 {
+	spec := append([]uint32(nil), MatvecSpecCPU...)
+	for spec[1] < spec[0] && MatvecLoopIterations(n, cols, spec) > LavapipeLoopIterations {
+		spec[1] *= 2
+	}
+	return spec
+}
 
 // MatvecGroups is the dispatch size of matvec over rows with spec.
 func MatvecGroups(rows uint32, spec []uint32) [3]uint32 {

@@ -58,4 +58,8 @@
 //   - workgroup barriers are expensive: a kernel whose invocations share a
 //     row through shared memory ran 2-3x slower than one where each
 //     invocation owns a row (see shaders.MatvecSpecCPU).
+//   - an invocation's loops stop, silently, after 65535 iterations in all
+//     (llvmpipe's LP_MAX_TGSI_LOOP_ITERATIONS): no error, a wrong result. A
+//     kernel must keep each invocation's iterations under it on a CPU device
+//     (shaders.LavapipeLoopIterations, RowSpecCPUFor, MatvecSpecCPUFor).
 package vk
