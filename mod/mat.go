@@ -111,6 +111,12 @@ func (m *Mat) Row(i int, dst []float32) {
 // Vec returns a vector's values (norm weights, router vectors), decoded at load.
 func (m *Mat) Vec() []float32 { return m.f32 }
 
+// Data is the tensor as stored for the GPU to upload: the decoded float32
+// values (F32 tensors and every vector), or else the packed rows in the
+// file's type (F16, Q8_0, ...: Rows rows of ggml blocks). Exactly one is
+// non-nil. Callers must not modify either.
+func (m *Mat) Data() (f32 []float32, packed []byte) { return m.f32, m.packed }
+
 func dotF32(a, b []float32) float32 {
 	var s0, s1, s2, s3 float32
 	n := len(a) &^ 3

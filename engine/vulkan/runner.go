@@ -1,0 +1,320 @@
+// Package vulkan runs a mod model on a Vulkan device (package vk) in
+// generate mode, with the same method set as engine.Runner: the weights are
+// uploaded once, each layer's KV cache lives on the GPU (compact in a routed
+// layer: only the tokens that layer selected, with their original
+// positions), and the decode step of one token is recorded once and replayed
+// for every token. What changes from token to token lives in buffers: the
+// token id and position (written by the host) and each layer's cache entry
+// count (maintained by the GPU). MoD causal routing (router r > 0 or
+// predictor p > 0, DESIGN.md §3) is decided on the GPU: compaction writes
+// indirect-dispatch arguments, and a routed block runs on 0 or 1 token
+// without the CPU ever reading the decision.
+//
+// The semantics are mod.State.Forward's in causal routing, which the tests
+// check logit for logit.
+package vulkan
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/shaders"
+	"github.com/modrun/modrun/vk"
+)
+
+// Options configure New.
+type Options struct {
+	// ContextLen caps the sequence, and so the KV caches' size; 0 (or more
+	// than the model's) means the model's context length.
+	ContextLen int
+}
+
+// Runner runs one sequence of a model on a Vulkan device. Like the device,
+// it is not safe for concurrent use. Close it before the device.
+type Runner struct {
+	dev     *vk.Device
+	c       mod.Config
+	routing mod.Routing
+	ctx     int // the longest sequence, entries in each KV cache
+	pos     int // tokens fed since the last Reset
+
+	ks   *kernels
+	w    weights
+	bufs []*vk.Buffer // every buffer, for Close
+
+	// The per-token inputs of the step, written by the host before each
+	// replay: host-visible, so a write is a memcpy, no transfer.
+	tok    *vk.Buffer // [1] u32 token id
+	tokPos *vk.Buffer // [1] u32 its position
+	// counts[l] is layer l's KV cache entry count, maintained by the GPU
+	// (decode_kv increments it when the layer runs on the token).
+	counts *vk.Buffer   // [nLayer] u32
+	cache  []layerCache // [nLayer]
+	act    activations  // the step's scratch
+	routes []route      // [nLayer]; zero for a dense layer
+	// What the host reads after a step.
+	logitsHost *vk.Buffer // [nVocab] f32
+	bestHost   *vk.Buffer // [1] u32: argmax of the logits, on the GPU
+
+	step *vk.Recorder // the decode step: recorded once, replayed per token
+}
+
+// layerCache is one layer's KV cache on the GPU: the first counts[l] entries
+// are valid, in position order.
+type layerCache struct {
+	k, v *vk.Buffer // [ctx][kvDim] f32, k rotated
+	pos  *vk.Buffer // [ctx] u32 original position of each entry
+}
+
+// activations are the step's intermediate vectors (one token).
+type activations struct {
+	x      *vk.Buffer // [nEmbd] the residual stream
+	xs     *vk.Buffer // [nEmbd] a routed block's copy of x, then its output
+	xn     *vk.Buffer // [nEmbd] normed input of a matvec
+	qkv    *vk.Buffer // q [qDim], k [kvDim], v [kvDim] (weights.block.qkv.part)
+	att    *vk.Buffer // [qDim] attention output
+	o      *vk.Buffer // [nEmbd] a matvec output added to x
+	gu     *vk.Buffer // gate [nFF], up [nFF] (weights.block.gateUp.part)
+	h      *vk.Buffer // [nFF] SwiGLU output
+	logits *vk.Buffer // [nVocab]
+}
+
+// route is a routed layer's routing state for one token, all on the GPU.
+type route struct {
+	score     *vk.Buffer // [1] f32 router score r
+	pred      *vk.Buffer // [1] f32 predictor score p (predictor routing)
+	idx       *vk.Buffer // [1] u32 compact_positive's index list
+	count     *vk.Buffer // [1] u32 selected tokens: 0 or 1
+	args      *vk.Buffer // [3] u32 indirect arguments over count rows (scatter)
+	mask      *vk.Buffer // [1] u32
+	groups    *vk.Buffer // [m][3] u32 the block's dispatch sizes, uploaded once
+	blockArgs *vk.Buffer // [m][3] u32 decode_args's indirect arguments of the block
+}
+
+// New uploads m's weights to dev and records the decode step, for causal
+// routing r (mod.RoutingRouter or mod.RoutingPredictor; dense models ignore
+// it). m may be closed afterwards: the runner keeps no reference to its
+// memory.
+func New(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Runner, error) {
+	c := m.Config
+	if r == mod.RoutingTopK {
+		return nil, fmt.Errorf("vulkan: generation needs causal routing (router or predictor), not top-k")
+	}
+	if _, err := m.NewState(r); err != nil { // the model has what r needs
+		return nil, err
+	}
+	if c.HeadDim > int(shaders.AttentionSpec[1]) {
+		return nil, fmt.Errorf("vulkan: %s: head dimension %d is over the attention kernel's %d", m.Path, c.HeadDim, shaders.AttentionSpec[1])
+	}
+	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: newKernels(dev)}
+	if opts.ContextLen > 0 && opts.ContextLen < run.ctx {
+		run.ctx = opts.ContextLen
+	}
+	if err := run.build(m); err != nil {
+		run.Close()
+		return nil, fmt.Errorf("vulkan: %s: %w", m.Path, err)
+	}
+	return run, nil
+}
+
+func (r *Runner) build(m *mod.Model) error {
+	if err := r.uploadWeights(m.Weights, r.c); err != nil {
+		return err
+	}
+	if err := r.allocate(); err != nil {
+		return err
+	}
+	if err := r.record(); err != nil {
+		return err
+	}
+	r.Reset()
+	return nil
+}
+
+// allocate makes the caches, the activations and the step's inputs and outputs.
+func (r *Runner) allocate() error {
+	c := r.c
+	f32 := func(n int) uint64 { return 4 * uint64(n) }
+	kvd := c.KVDim()
+	var err error
+	must := func(size uint64, kind vk.BufferKind) *vk.Buffer {
+		if err != nil {
+			return nil
+		}
+		var b *vk.Buffer
+		b, err = r.buffer(size, kind)
+		return b
+	}
+	r.tok, r.tokPos = must(4, vk.HostVisible), must(4, vk.HostVisible)
+	r.logitsHost, r.bestHost = must(f32(c.NVocab), vk.HostVisible), must(4, vk.HostVisible)
+	r.counts = must(f32(c.NLayer), vk.DeviceLocal)
+	b0 := r.w.blocks[0]
+	a := &r.act
+	a.x, a.xs, a.xn, a.o = must(f32(c.NEmbd), vk.DeviceLocal), must(f32(c.NEmbd), vk.DeviceLocal),
+		must(f32(c.NEmbd), vk.DeviceLocal), must(f32(c.NEmbd), vk.DeviceLocal)
+	a.qkv, a.att = must(b0.qkv.bytes, vk.DeviceLocal), must(f32(c.NHead*c.HeadDim), vk.DeviceLocal)
+	a.gu, a.h = must(b0.gateUp.bytes, vk.DeviceLocal), must(f32(c.NFF), vk.DeviceLocal)
+	a.logits = must(f32(c.NVocab), vk.DeviceLocal)
+	r.cache = make([]layerCache, c.NLayer)
+	r.routes = make([]route, c.NLayer)
+	for l := range r.cache {
+		r.cache[l] = layerCache{k: must(f32(r.ctx*kvd), vk.DeviceLocal), v: must(f32(r.ctx*kvd), vk.DeviceLocal),
+			pos: must(f32(r.ctx), vk.DeviceLocal)}
+		if c.Routed[l] {
+			r.routes[l] = route{score: must(4, vk.DeviceLocal), pred: must(4, vk.DeviceLocal), idx: must(4, vk.DeviceLocal),
+				count: must(4, vk.DeviceLocal), args: must(12, vk.DeviceLocal), mask: must(4, vk.DeviceLocal)}
+		}
+	}
+	return err
+}
+
+// Feed runs tokens after those already fed and returns the logits of the
+// last one [nVocab].
+//
+// The prompt is fed token by token through the recorded decode step, one
+// submit each. That is exact, since causal routing decides token by token
+// (DESIGN.md §3: the result does not depend on how the prompt is split), but
+// slow for long prompts; a batched prefill with matmul is a later step.
+// After an error the sequence is in an unspecified state: Reset it.
+func (r *Runner) Feed(tokens []int32) ([]float32, error) {
+	if err := r.check(tokens); err != nil {
+		return nil, err
+	}
+	for _, t := range tokens {
+		if err := r.tok.Upload(u32Bytes([]uint32{uint32(t)}), 0); err != nil {
+			return nil, err
+		}
+		if err := r.tokPos.Upload(u32Bytes([]uint32{uint32(r.pos)}), 0); err != nil {
+			return nil, err
+		}
+		if err := r.dev.Run(r.step); err != nil {
+			return nil, fmt.Errorf("vulkan: decode step at position %d: %w", r.pos, err)
+		}
+		r.pos++
+	}
+	raw := make([]byte, 4*r.c.NVocab)
+	if err := r.logitsHost.Download(raw, 0); err != nil {
+		return nil, err
+	}
+	logits := make([]float32, r.c.NVocab)
+	for i := range logits {
+		logits[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	return logits, nil
+}
+
+func (r *Runner) check(tokens []int32) error {
+	if len(tokens) == 0 {
+		return fmt.Errorf("vulkan: no tokens to run")
+	}
+	if r.pos+len(tokens) > r.ctx {
+		return fmt.Errorf("vulkan: %d tokens after %d would pass the context length %d", len(tokens), r.pos, r.ctx)
+	}
+	for i, t := range tokens {
+		if t < 0 || int(t) >= r.c.NVocab {
+			return fmt.Errorf("vulkan: token %d at index %d is outside the vocabulary [0, %d)", t, i, r.c.NVocab)
+		}
+	}
+	return nil
+}
+
+// Argmax is the index of the largest logit of the last token fed, computed
+// on the GPU (ties to the lower index): greedy decoding without reading the
+// logits back.
+func (r *Runner) Argmax() (int32, error) {
+	var raw [4]byte
+	if err := r.bestHost.Download(raw[:], 0); err != nil {
+		return 0, err
+	}
+	return int32(binary.LittleEndian.Uint32(raw[:])), nil
+}
+
+// Pos is the number of tokens fed since the last Reset.
+func (r *Runner) Pos() int { return r.pos }
+
+// ContextLen is the longest sequence the runner takes.
+func (r *Runner) ContextLen() int { return r.ctx }
+
+// Reset starts a new sequence: every cache count back to 0 (the entries
+// themselves are left, unread).
+func (r *Runner) Reset() {
+	r.pos = 0
+	if err := r.counts.Upload(make([]byte, 4*r.c.NLayer), 0); err != nil {
+		// Only a lost device fails here; the next Feed reports it.
+		r.pos = r.ctx
+	}
+}
+
+// CacheEntries is, per layer, the number of entries in its KV cache: pos for
+// a dense layer, the tokens it selected for a routed one (read from the GPU).
+func (r *Runner) CacheEntries() ([]int, error) {
+	raw := make([]byte, 4*r.c.NLayer)
+	if err := r.counts.Download(raw, 0); err != nil {
+		return nil, err
+	}
+	out := make([]int, r.c.NLayer)
+	for l := range out {
+		out[l] = int(binary.LittleEndian.Uint32(raw[4*l:]))
+	}
+	return out, nil
+}
+
+// Cache reads layer l's KV cache back, as mod.State.KV returns it: keys and
+// values [entries][kvDim] and each entry's original position.
+func (r *Runner) Cache(l int) (k, v []float32, pos []int32, err error) {
+	counts, err := r.CacheEntries()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	n := counts[l]
+	if n == 0 {
+		return nil, nil, nil, nil
+	}
+	kvd := r.c.KVDim()
+	lc := r.cache[l]
+	if k, err = downloadF32(lc.k, n*kvd); err != nil {
+		return nil, nil, nil, err
+	}
+	if v, err = downloadF32(lc.v, n*kvd); err != nil {
+		return nil, nil, nil, err
+	}
+	p, err := downloadF32(lc.pos, n)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pos = make([]int32, n)
+	for i, f := range p {
+		pos[i] = int32(math.Float32bits(f))
+	}
+	return k, v, pos, nil
+}
+
+func downloadF32(b *vk.Buffer, n int) ([]float32, error) {
+	raw := make([]byte, 4*n)
+	if err := b.Download(raw, 0); err != nil {
+		return nil, err
+	}
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	return x, nil
+}
+
+// Close waits for the device and frees every GPU object the runner made.
+func (r *Runner) Close() {
+	if r.dev == nil {
+		return
+	}
+	_ = r.dev.WaitIdle() // destruction waits for the GPU
+	if r.step != nil {
+		r.step.Close()
+	}
+	r.ks.Close()
+	for _, b := range r.bufs {
+		b.Close()
+	}
+	r.bufs, r.step, r.dev = nil, nil, nil
+}

@@ -1,0 +1,292 @@
+package vulkan
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/shaders"
+	"github.com/modrun/modrun/vk"
+)
+
+// The model's weights on the GPU, uploaded once, device-local, each matrix
+// in its file type (F32, F16 or Q8_0: the matvec kernels decode them).
+
+// weights are every tensor the step reads.
+type weights struct {
+	tokenEmbd  mat        // [nVocab][nEmbd]
+	outputNorm *vk.Buffer // [nEmbd] f32
+	output     mat        // [nVocab][nEmbd]; tokenEmbd's buffer when tied
+	blocks     []block    // [nLayer]
+	ropeFreq   *vk.Buffer // [headDim/2][2] u32, shaders.RopeFreqs
+}
+
+// block is one transformer block's tensors.
+type block struct {
+	attnNorm, ffnNorm *vk.Buffer // [nEmbd] f32
+	qkv               stack      // q [qDim], k [kvDim], v [kvDim] from the normed input
+	o                 mat        // [nEmbd][qDim]
+	gateUp            stack      // gate [nFF], up [nFF]
+	down              mat        // [nEmbd][nFF]
+	router            *router    // routed blocks only
+}
+
+// router is a routed block's router and, when trained, its predictor (F32).
+type router struct {
+	w, bias          *vk.Buffer // [nEmbd], [1] (bias: any buffer when absent)
+	hasBias          bool
+	predUp, predDown *vk.Buffer // [predHidden][nEmbd], [predHidden]; nil without a predictor
+	predHidden       uint32
+}
+
+// mat is a weight matrix with the matvec kernel of its type.
+type mat struct {
+	name       string
+	buf        *vk.Buffer // [rows] rows of ggml bytes
+	typ        string     // "f32", "f16", "q8_0": the kernel variants' suffix
+	mv         *kernel
+	rows, cols uint32
+}
+
+// op is y[yOff:] = W x for one token.
+func (m mat) op(x, y *vk.Buffer, yOff uint64) op {
+	return newOp(m.mv, shaders.MatvecPush{Rows: m.rows, Cols: m.cols, N: 1}, shaders.MatvecGroups(m.rows, m.mv.spec),
+		rd(m.buf, 0, 0), rd(x, 0, 4*uint64(m.cols)), wr(y, yOff, 4*uint64(m.rows)))
+}
+
+// stack is matrices applied to one input whose outputs lie side by side in
+// one buffer. When they share a type (and, if asked, each output starts on a
+// binding-aligned offset) their rows are uploaded stacked and one matvec
+// computes them all: one dispatch instead of several, the first cost on
+// every device (DESIGN.md §6). Else each has its matvec, its output at an
+// aligned offset.
+type stack struct {
+	mvs   []mat
+	mvOff []uint64 // byte offset of each matvec's output
+	part  []uint64 // byte offset of each matrix's output
+	bytes uint64   // size of the output buffer
+}
+
+func (s stack) ops(x, y *vk.Buffer) []op {
+	var ops []op
+	for i, m := range s.mvs {
+		ops = append(ops, m.op(x, y, s.mvOff[i]))
+	}
+	return ops
+}
+
+// uploadWeights uploads every tensor of w.
+func (r *Runner) uploadWeights(w *mod.Weights, c mod.Config) error {
+	var err error
+	g := &r.w
+	if g.tokenEmbd, err = r.uploadMat(&w.TokenEmbd); err != nil {
+		return err
+	}
+	if w.Output.Name == w.TokenEmbd.Name {
+		g.output = g.tokenEmbd // tied classifier: one copy
+	} else if g.output, err = r.uploadMat(&w.Output); err != nil {
+		return err
+	}
+	if g.outputNorm, err = r.uploadVec(&w.OutputNorm); err != nil {
+		return err
+	}
+	if g.ropeFreq, err = r.upload("rope frequencies", u32Bytes(shaders.RopeFreqs(c.HeadDim, c.RopeBase))); err != nil {
+		return err
+	}
+	g.blocks = make([]block, len(w.Blocks))
+	for l := range w.Blocks {
+		if err := r.uploadBlock(&g.blocks[l], &w.Blocks[l]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Runner) uploadBlock(g *block, b *mod.Block) error {
+	var err error
+	if g.attnNorm, err = r.uploadVec(&b.AttnNorm); err != nil {
+		return err
+	}
+	if g.ffnNorm, err = r.uploadVec(&b.FFNNorm); err != nil {
+		return err
+	}
+	// decode_kv finds k and v by element offset, so q, k, v need not be
+	// aligned; swiglu binds gate and up, so they must.
+	if g.qkv, err = r.uploadStack(false, &b.Q, &b.K, &b.V); err != nil {
+		return err
+	}
+	if g.gateUp, err = r.uploadStack(true, &b.Gate, &b.Up); err != nil {
+		return err
+	}
+	if g.o, err = r.uploadMat(&b.O); err != nil {
+		return err
+	}
+	if g.down, err = r.uploadMat(&b.Down); err != nil {
+		return err
+	}
+	if b.Router == nil {
+		return nil
+	}
+	rt := &router{hasBias: b.Router.Bias.Cols > 0}
+	if rt.w, err = r.uploadVec(&b.Router.Weight); err != nil {
+		return err
+	}
+	rt.bias = rt.w // bound but not read when there is no bias
+	if rt.hasBias {
+		if rt.bias, err = r.uploadVec(&b.Router.Bias); err != nil {
+			return err
+		}
+	}
+	if b.Router.PredUp != nil {
+		rt.predHidden = uint32(b.Router.PredUp.Rows)
+		if rt.predUp, err = r.uploadVec(b.Router.PredUp); err != nil {
+			return err
+		}
+		if rt.predDown, err = r.uploadVec(b.Router.PredDown); err != nil {
+			return err
+		}
+	}
+	g.router = rt
+	return nil
+}
+
+// matBytes is m's data as the kernels read it, and its type's suffix.
+func matBytes(m *mod.Mat) ([]byte, string, error) {
+	f, packed := m.Data()
+	if f != nil {
+		return f32Bytes(f), "f32", nil
+	}
+	switch m.Type {
+	case gguf.TypeF16:
+		return packed, "f16", nil
+	case gguf.TypeQ8_0:
+		if m.Cols%32 != 0 {
+			return nil, "", fmt.Errorf("vulkan: tensor %q: Q8_0 with %d columns, not a multiple of 32", m.Name, m.Cols)
+		}
+		return packed, "q8_0", nil
+	}
+	return nil, "", fmt.Errorf("vulkan: tensor %q: type %s has no GPU kernel yet (F32, F16, Q8_0 do)", m.Name, m.Type)
+}
+
+func (r *Runner) uploadMat(m *mod.Mat) (mat, error) {
+	data, typ, err := matBytes(m)
+	if err != nil {
+		return mat{}, err
+	}
+	return r.newMat(m.Name, typ, data, m.Rows, m.Cols)
+}
+
+func (r *Runner) newMat(name, typ string, data []byte, rows, cols int) (mat, error) {
+	mv, err := r.ks.matvec(typ)
+	if err != nil {
+		return mat{}, err
+	}
+	buf, err := r.upload(name, data)
+	if err != nil {
+		return mat{}, err
+	}
+	return mat{name: name, buf: buf, typ: typ, mv: mv, rows: uint32(rows), cols: uint32(cols)}, nil
+}
+
+// uploadStack uploads ms (same columns) as a stack.
+func (r *Runner) uploadStack(aligned bool, ms ...*mod.Mat) (stack, error) {
+	align := r.dev.Info().Limits.MinStorageBufferOffsetAlignment
+	var s stack
+	var datas [][]byte
+	fuse := true
+	var typ0 string
+	var off uint64
+	for i, m := range ms {
+		data, typ, err := matBytes(m)
+		if err != nil {
+			return s, err
+		}
+		if i == 0 {
+			typ0 = typ
+		}
+		fuse = fuse && typ == typ0 && (!aligned || off%align == 0)
+		datas = append(datas, data)
+		s.part = append(s.part, off)
+		off += 4 * uint64(m.Rows)
+	}
+	if fuse {
+		var all []byte
+		rows := 0
+		for i, d := range datas {
+			all = append(all, d...)
+			rows += ms[i].Rows
+		}
+		m, err := r.newMat(ms[0].Name+"+", typ0, all, rows, ms[0].Cols)
+		if err != nil {
+			return s, err
+		}
+		s.mvs, s.mvOff, s.bytes = []mat{m}, []uint64{0}, off
+		return s, nil
+	}
+	s.part, off = nil, 0
+	for _, m := range ms {
+		off = (off + align - 1) / align * align
+		g, err := r.uploadMat(m)
+		if err != nil {
+			return s, err
+		}
+		s.mvs, s.mvOff, s.part = append(s.mvs, g), append(s.mvOff, off), append(s.part, off)
+		off += 4 * uint64(m.Rows)
+	}
+	s.bytes = off
+	return s, nil
+}
+
+// uploadVec uploads an F32 vector or small matrix (norms, routers: decoded
+// at load).
+func (r *Runner) uploadVec(m *mod.Mat) (*vk.Buffer, error) {
+	f, _ := m.Data()
+	if f == nil {
+		return nil, fmt.Errorf("vulkan: tensor %q: want F32 data, it is %s", m.Name, m.Type)
+	}
+	return r.upload(m.Name, f32Bytes(f))
+}
+
+// upload makes a device-local buffer holding data.
+func (r *Runner) upload(name string, data []byte) (*vk.Buffer, error) {
+	if lim := r.dev.Info().Limits.MaxStorageBufferRange; uint64(len(data)) > lim {
+		return nil, fmt.Errorf("vulkan: tensor %q is %d bytes, over the device's maxStorageBufferRange %d: binding a tensor in pieces is not implemented yet",
+			name, len(data), lim)
+	}
+	b, err := r.buffer(uint64(len(data)), vk.DeviceLocal)
+	if err != nil {
+		return nil, fmt.Errorf("vulkan: tensor %q: %w", name, err)
+	}
+	if err := b.Upload(data, 0); err != nil {
+		return nil, fmt.Errorf("vulkan: tensor %q: %w", name, err)
+	}
+	return b, nil
+}
+
+// buffer makes a buffer that Close frees.
+func (r *Runner) buffer(bytes uint64, kind vk.BufferKind) (*vk.Buffer, error) {
+	b, err := r.dev.NewBuffer(bytes, kind)
+	if err != nil {
+		return nil, err
+	}
+	r.bufs = append(r.bufs, b)
+	return b, nil
+}
+
+func f32Bytes(x []float32) []byte {
+	b := make([]byte, 4*len(x))
+	for i, v := range x {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	return b
+}
+
+func u32Bytes(x []uint32) []byte {
+	b := make([]byte, 4*len(x))
+	for i, v := range x {
+		binary.LittleEndian.PutUint32(b[4*i:], v)
+	}
+	return b
+}

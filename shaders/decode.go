@@ -1,0 +1,93 @@
+package shaders
+
+// The decode-step kernels: what a one-token step needs beyond the other op
+// families so that it is recorded once and replayed per token (DESIGN.md §6).
+// Every value that changes from token to token (the position, each layer's
+// KV cache entry count, whether a routed block runs) is read from a buffer.
+// Their push-constant structs mirror include/push_decode.glsl member for
+// member.
+//
+// A decode step's layer (engine/vulkan):
+//
+//	rmsnorm, matvec q|k|v         x        -> qkv
+//	decode_kv                     qkv, pos -> q rotated; k, v, pos appended at counts[layer]++
+//	decode_attention              q, cache, counts[layer] -> att
+//	matvec o, add, rmsnorm, matvec gate|up, swiglu, matvec down, add
+//
+// In a routed layer, router_score (or predictor_score) and compact_positive
+// decide on the GPU; decode_args turns compact's count into the indirect
+// arguments of every kernel of the block, which runs on a copy of x, and
+// scatter adds the gated result.
+
+// DecodeKVPush is decode_kv's push-constant block.
+type DecodeKVPush struct {
+	HeadDim    uint32 // elements per head, even
+	NHead      uint32 // query heads: q is qkv[0 : NHead*HeadDim]
+	NKVHead    uint32 // key/value heads: k, v and a cache entry are NKVHead*HeadDim
+	KOff       uint32 // element offset of k in qkv
+	VOff       uint32 // element offset of v in qkv
+	Layer      uint32 // index of this layer's entry count in counts
+	MaxEntries uint32 // entries the cache holds; an append past it is dropped
+}
+
+// DecodeAttentionPush is decode_attention's push-constant block.
+type DecodeAttentionPush struct {
+	N       uint32  // query rows: q and out are [N][NHead*HeadDim], qPos is [N]
+	Layer   uint32  // index of this layer's entry count in counts
+	NHead   uint32  // query heads, a multiple of NKVHead
+	NKVHead uint32  // key/value heads; query head h reads kv head h / (NHead/NKVHead)
+	HeadDim uint32  // elements per head, at most the spec's MAX_HD
+	Scale   float32 // score multiplier: float32(1/sqrt(HeadDim)), as mod.Attend
+}
+
+// DecodeArgsPush is decode_args's push-constant block.
+type DecodeArgsPush struct {
+	M uint32 // dispatches: groups and args are [M][3]
+}
+
+// DecodeArgsGroups is decode_args's dispatch size for m dispatches.
+func DecodeArgsGroups(m uint32) [3]uint32 { return Groups((m + 63) / 64) }
+
+func init() {
+	Variants = append(Variants,
+		Variant{
+			Name: "decode_kv", Source: "decode_kv.comp",
+			Bindings: []Binding{
+				{"qkv", ReadWrite, "q [nHead*headDim] (rotated in place), k at kOff, v at vOff, f32"},
+				{"pos", Read, "[1] u32 the token's original position"},
+				{"freq", Read, "[headDim/2][2] u32 from RopeFreqs"},
+				{"kCache", Write, "[maxEntries][nKVHead*headDim] f32, rotated"},
+				{"vCache", Write, "[maxEntries][nKVHead*headDim] f32"},
+				{"kPos", Write, "[maxEntries] u32 original positions"},
+				{"counts", ReadWrite, "[nLayer] u32 entries per layer; counts[layer] is incremented"},
+			},
+			Push: DecodeKVPush{}, LocalSize: [3]uint32{64, 1, 1},
+			Notes: "dispatch (1, 1, 1), or indirectly in a routed block; one token",
+		},
+		Variant{
+			Name: "decode_attention", Source: "decode_attention.comp",
+			Bindings: []Binding{
+				{"q", Read, "[n][nHead*headDim] f32, rotated"},
+				{"k", Read, "[entries][nKVHead*headDim] f32, rotated"},
+				{"v", Read, "[entries][nKVHead*headDim] f32"},
+				{"kPos", Read, "[entries] u32 original positions"},
+				{"qPos", Read, "[n] u32 original positions"},
+				{"counts", Read, "[nLayer] u32: entries = counts[layer]"},
+				{"out", Write, "[n][nHead*headDim] f32"},
+			},
+			Push: DecodeAttentionPush{}, LocalSize: [3]uint32{32, 1, 1}, LocalSizeSpec: true, Spec: AttentionSpec,
+			Notes: "attention with the entry count from a buffer; Spec: [workgroup size, MAX_HD >= headDim]; " +
+				"dispatch AttentionGroups(n, nHead)",
+		},
+		Variant{
+			Name: "decode_args", Source: "decode_args.comp",
+			Bindings: []Binding{
+				{"count", Read, "[1] u32 selected tokens, from compact_positive"},
+				{"groups", Read, "[m][3] u32 workgroups of each dispatch when selected"},
+				{"args", Write, "[m][3] u32 VkDispatchIndirectCommand, (0, 1, 1) when not selected"},
+			},
+			Push: DecodeArgsPush{}, LocalSize: [3]uint32{64, 1, 1},
+			Notes: "dispatch DecodeArgsGroups(m)",
+		},
+	)
+}

@@ -1,0 +1,113 @@
+#version 450
+// decode_attention: attention.comp with the number of KV cache entries read
+// from a buffer (counts[layer]) instead of a push constant, so that a decode
+// step recorded once can be replayed while the cache grows: the count is
+// maintained on the GPU by decode_kv (and, in a routed layer, depends on
+// routing decisions the CPU never reads). Everything else is attention.comp's
+// algorithm, unchanged (that file explains it): causal softmax attention with
+// GQA over a compact cache whose entries carry their original positions,
+// entry e visible to row i iff kPos[e] <= qPos[i], an online softmax per
+// invocation over every WG-th entry, merged at the end.
+//
+// Specialization constants (AttentionSpec): 0 WG, 1 MAX_HD. Dispatch
+// AttentionGroups(n, nHead).
+#include "include/common.glsl"
+#define OP_DECODE_ATTENTION
+#include "include/push_decode.glsl"
+
+layout(local_size_x = 32, local_size_x_id = 0) in;
+layout(constant_id = 1) const uint MAX_HD = 128; // the largest headDim
+
+layout(std430, binding = 0) readonly buffer Q { float q[]; };         // [n][nHead*headDim], rotated
+layout(std430, binding = 1) readonly buffer K { float k[]; };         // [entries][nKVHead*headDim], rotated
+layout(std430, binding = 2) readonly buffer V { float v[]; };         // [entries][nKVHead*headDim]
+layout(std430, binding = 3) readonly buffer KPos { uint kPos[]; };    // [entries] original positions
+layout(std430, binding = 4) readonly buffer QPos { uint qPos[]; };    // [n] original positions
+layout(std430, binding = 5) readonly buffer Counts { uint counts[]; }; // [nLayer] entries per layer
+layout(std430, binding = 6) writeonly buffer Out { float out_[]; };   // [n][nHead*headDim]
+
+shared float qs[MAX_HD];              // this row's query head
+shared float accs[MAX_HD * gl_WorkGroupSize.x]; // [d][invocation] running outputs
+shared float ms[gl_WorkGroupSize.x];  // running max of each invocation
+shared float ls[gl_WorkGroupSize.x];  // running sum, then rescaled to the common max
+
+// Below any score: the running max before the first visible entry. Finite,
+// so that m - max stays a number (exp of it is 0) without relying on the
+// driver's handling of infinities.
+const float NO_SCORE = -1e30;
+
+void main() {
+	const uint WG = gl_WorkGroupSize.x;
+	uint tid = gl_LocalInvocationID.x;
+	uint g = groupIndex();
+	if (g >= p.n * p.nHead) {
+		return; // a surplus workgroup of a 2D grid: all its invocations leave
+	}
+	uint i = g / p.nHead, h = g % p.nHead;
+	uint hd = p.headDim;
+	uint kvh = h / (p.nHead / p.nKVHead);
+	uint qBase = i * p.nHead * hd + h * hd;
+	uint kvd = p.nKVHead * hd;
+	uint qp = qPos[i];
+	uint entries = counts[p.layer];
+
+	for (uint d = tid; d < hd; d += WG) {
+		qs[d] = q[qBase + d];
+	}
+	for (uint d = 0u; d < hd; d++) {
+		accs[d * WG + tid] = 0.0;
+	}
+	barrier(); // qs is complete
+
+	float m = NO_SCORE, l = 0.0;
+	for (uint e = tid; e < entries; e += WG) {
+		if (kPos[e] > qp) {
+			continue; // a later token: masked
+		}
+		uint kb = e * kvd + kvh * hd;
+		float dot = 0.0;
+		for (uint d = 0u; d < hd; d++) {
+			dot += qs[d] * k[kb + d];
+		}
+		float s = dot * p.scale;
+		if (s > m) { // a new max: rescale what was summed so far
+			float a = exp(m - s);
+			l *= a;
+			for (uint d = 0u; d < hd; d++) {
+				accs[d * WG + tid] *= a;
+			}
+			m = s;
+		}
+		float pe = exp(s - m);
+		l += pe;
+		for (uint d = 0u; d < hd; d++) {
+			accs[d * WG + tid] += pe * v[kb + d];
+		}
+	}
+	ms[tid] = m;
+	barrier(); // every running max is in ms
+
+	// Rescale this invocation's partial result to the common max.
+	float mx = NO_SCORE;
+	for (uint t = 0u; t < WG; t++) {
+		mx = max(mx, ms[t]);
+	}
+	float a = exp(m - mx);
+	ls[tid] = l * a;
+	for (uint d = 0u; d < hd; d++) {
+		accs[d * WG + tid] *= a;
+	}
+	barrier(); // every partial is rescaled
+
+	float sum = 0.0;
+	for (uint t = 0u; t < WG; t++) {
+		sum += ls[t];
+	}
+	for (uint d = tid; d < hd; d += WG) {
+		float o = 0.0;
+		for (uint t = 0u; t < WG; t++) {
+			o += accs[d * WG + t];
+		}
+		out_[qBase + d] = sum > 0.0 ? o / sum : 0.0;
+	}
+}

@@ -1,0 +1,192 @@
+package shaders
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"slices"
+	"testing"
+
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/vk"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// decodeBuffer is a device-local buffer holding data, padded with NaN words
+// to n floats: what a kernel must not read or write shows.
+func decodeBuffer(t testing.TB, dev *vk.Device, data []byte, n int) *vk.Buffer {
+	t.Helper()
+	padded := make([]byte, 4*n)
+	for i := 0; i < n; i++ {
+		copy(padded[4*i:], f32bytes([]float32{float32(math.NaN())}))
+	}
+	copy(padded, data)
+	return newBuffer(t, dev, padded)
+}
+
+// TestDecodeKV: q rotated in place, k rotated into cache entry c = counts[layer],
+// v copied there, kPos[c] = pos, counts[layer] = c+1, nothing else touched;
+// and a full cache (c = maxEntries) left as it was. Tolerance ropeTol (as
+// rope: the same angle computation), relative to each pair's norm; v, kPos
+// and counts exact.
+func TestDecodeKV(t *testing.T) {
+	dev := openDevice(t)
+	k := newKernel(t, dev, routingLookup(t, "decode_kv"))
+	var worst float64
+	for _, tc := range []struct {
+		headDim, nHead, nKVHead int
+		pos                     uint32
+		count, maxEntries       uint32
+	}{
+		{8, 8, 4, 0, 0, 3},
+		{8, 8, 4, 37, 2, 3},
+		{6, 3, 1, 1000, 1, 5},    // ragged: 3 pairs a head, MQA
+		{64, 4, 4, 70000, 4, 9},  // a long head, a far position
+		{130, 2, 1, 12345, 0, 1}, // more pairs than invocations
+		{8, 8, 4, 9, 3, 3},       // full: nothing is written
+	} {
+		name := fmt.Sprintf("hd%d_h%d_kv%d_pos%d_c%d_max%d", tc.headDim, tc.nHead, tc.nKVHead, tc.pos, tc.count, tc.maxEntries)
+		rng := rand.New(rand.NewSource(int64(tc.pos) + 1))
+		qd, kvd := tc.nHead*tc.headDim, tc.nKVHead*tc.headDim
+		// qkv with k and v at offsets that are not aligned: decode_kv takes
+		// element offsets.
+		kOff, vOff := qd+1, qd+1+kvd+3
+		qkv := denseNormals(rng, vOff+kvd, 1)
+		const layer, nLayer = 1, 3
+		counts := []uint32{77, tc.count, 88}
+		bQKV := newBuffer(t, dev, f32bytes(qkv))
+		bPos := newBuffer(t, dev, denseU32Bytes([]uint32{tc.pos}))
+		bFreq := newBuffer(t, dev, denseU32Bytes(RopeFreqs(tc.headDim, 10000)))
+		capEntries := int(tc.maxEntries) + 1 // one entry past the end, which must stay NaN
+		bK, bV := decodeBuffer(t, dev, nil, capEntries*kvd), decodeBuffer(t, dev, nil, capEntries*kvd)
+		bKPos := newBuffer(t, dev, denseU32Bytes(decodeRepeat([]uint32{0xdeadbeef}, capEntries)))
+		bCounts := newBuffer(t, dev, denseU32Bytes(counts))
+		rec := dev.NewRecorder()
+		rec.Dispatch(k, vk.MustPackPush(DecodeKVPush{HeadDim: uint32(tc.headDim), NHead: uint32(tc.nHead), NKVHead: uint32(tc.nKVHead),
+			KOff: uint32(kOff), VOff: uint32(vOff), Layer: layer, MaxEntries: tc.maxEntries}), [3]uint32{1, 1, 1},
+			denseBind(bQKV, vk.ReadWrite), denseBind(bPos, vk.Read), denseBind(bFreq, vk.Read),
+			denseBind(bK, vk.Write), denseBind(bV, vk.Write), denseBind(bKPos, vk.Write), denseBind(bCounts, vk.ReadWrite))
+		require.NoError(t, dev.Run(rec))
+		rec.Close()
+
+		wantQ := slices.Clone(qkv[:qd])
+		mod.RoPE(wantQ, int32(tc.pos), tc.headDim, 10000)
+		wantK := slices.Clone(qkv[kOff : kOff+kvd])
+		mod.RoPE(wantK, int32(tc.pos), tc.headDim, 10000)
+		gotQKV := download(t, bQKV, len(qkv))
+		w, s := ropeScale(wantQ)
+		require.NoError(t, closeness(gotQKV[:qd], w, s, ropeTol), "%s: q", name)
+		assert.Equal(t, qkv[qd:], gotQKV[qd:], "%s: k and v are left", name)
+		worst = math.Max(worst, maxRelPair(gotQKV[:qd], w, s))
+
+		gotK, gotV := download(t, bK, capEntries*kvd), download(t, bV, capEntries*kvd)
+		gotPos := routingDownloadU32(t, bKPos, capEntries)
+		gotCounts := routingDownloadU32(t, bCounts, nLayer)
+		c := int(tc.count)
+		if tc.count >= tc.maxEntries {
+			assert.Equal(t, counts, gotCounts, "%s: a full cache keeps its count", name)
+			c = -1
+		} else {
+			assert.Equal(t, []uint32{77, tc.count + 1, 88}, gotCounts, "%s: counts", name)
+			w, s := ropeScale(wantK)
+			require.NoError(t, closeness(gotK[c*kvd:(c+1)*kvd], w, s, ropeTol), "%s: k entry", name)
+			assert.Equal(t, qkv[vOff:vOff+kvd], gotV[c*kvd:(c+1)*kvd], "%s: v entry", name)
+			assert.Equal(t, tc.pos, gotPos[c], "%s: kPos", name)
+		}
+		for e := 0; e < capEntries; e++ {
+			if e == c {
+				continue
+			}
+			for j := e * kvd; j < (e+1)*kvd; j++ {
+				require.True(t, math.IsNaN(float64(gotK[j])) && math.IsNaN(float64(gotV[j])), "%s: entry %d was written", name, e)
+			}
+			assert.Equal(t, uint32(0xdeadbeef), gotPos[e], "%s: kPos[%d] was written", name, e)
+		}
+	}
+	t.Logf("max q err/scale %.3g (tolerance %g)", worst, ropeTol)
+}
+
+func maxRelPair(got []float32, want, scale []float64) float64 {
+	var m float64
+	for i := range got {
+		m = math.Max(m, math.Abs(float64(got[i])-want[i])/scale[i])
+	}
+	return m
+}
+
+// TestDecodeAttention: attention whose entry count is counts[layer] gives
+// attention's results (same reference and tolerance, attentionTolerance),
+// and reads no entry past the count (they are NaN).
+func TestDecodeAttention(t *testing.T) {
+	dev := openDevice(t)
+	k := newKernel(t, dev, routingLookup(t, "decode_attention"))
+	for i, sh := range []struct{ n, entries, nHead, nKVHead, hd int }{
+		{1, 1, 8, 4, 8},
+		{1, 37, 8, 4, 8},
+		{1, 300, 3, 1, 6},
+		{3, 70, 4, 2, 64}, // several query rows: some entries masked by position
+		{1, 5, 2, 2, 128},
+	} {
+		name := fmt.Sprintf("n%d_e%d_h%d_kv%d_hd%d", sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd)
+		c := newAttentionCase(sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd, 3, int64(i)+1)
+		want, scale := c.reference()
+		kvd, qd := sh.nKVHead*sh.hd, sh.nHead*sh.hd
+		capEntries := sh.entries + 4
+		kPos := append(slices.Clone(c.kPos), 0, 0, 0, 0) // past the count: visible by position, must be unread
+		const layer = 2
+		rec := dev.NewRecorder()
+		out := denseNaNBuffer(t, dev, sh.n*qd)
+		rec.Dispatch(k, vk.MustPackPush(DecodeAttentionPush{N: uint32(sh.n), Layer: layer, NHead: uint32(sh.nHead),
+			NKVHead: uint32(sh.nKVHead), HeadDim: uint32(sh.hd), Scale: float32(1 / math.Sqrt(float64(sh.hd)))}),
+			AttentionGroups(uint32(sh.n), uint32(sh.nHead)),
+			denseBind(newBuffer(t, dev, f32bytes(c.q)), vk.Read),
+			denseBind(decodeBuffer(t, dev, f32bytes(c.k), capEntries*kvd), vk.Read),
+			denseBind(decodeBuffer(t, dev, f32bytes(c.v), capEntries*kvd), vk.Read),
+			denseBind(newBuffer(t, dev, denseU32Bytes(kPos)), vk.Read),
+			denseBind(newBuffer(t, dev, denseU32Bytes(c.qPos)), vk.Read),
+			denseBind(newBuffer(t, dev, denseU32Bytes([]uint32{5, 6, uint32(sh.entries), 7})), vk.Read),
+			denseBind(out, vk.Write))
+		require.NoError(t, dev.Run(rec))
+		rec.Close()
+		assert.NoError(t, closeness(download(t, out, sh.n*qd), want, scale, attentionTolerance), name)
+	}
+}
+
+// TestDecodeArgs: the block's indirect arguments are its sizes when the
+// token was selected, (0, 1, 1) when not.
+func TestDecodeArgs(t *testing.T) {
+	dev := openDevice(t)
+	k := newKernel(t, dev, routingLookup(t, "decode_args"))
+	const m = 70 // more than one workgroup
+	groups := make([]uint32, 3*m)
+	for i := range groups {
+		groups[i] = uint32(i%7 + 1)
+	}
+	bGroups := newBuffer(t, dev, denseU32Bytes(groups))
+	for _, count := range []uint32{0, 1} {
+		bCount := newBuffer(t, dev, denseU32Bytes([]uint32{count}))
+		args := routingBuffer(t, dev, nil, 3*m+1, 0)
+		require.NoError(t, args.Upload(denseU32Bytes(decodeRepeat([]uint32{0xdeadbeef}, 3*m+1)), 0))
+		rec := dev.NewRecorder()
+		rec.Dispatch(k, vk.MustPackPush(DecodeArgsPush{M: m}), DecodeArgsGroups(m),
+			denseBind(bCount, vk.Read), denseBind(bGroups, vk.Read), denseBind(args, vk.Write))
+		require.NoError(t, dev.Run(rec))
+		rec.Close()
+		want := slices.Clone(groups)
+		if count == 0 {
+			want = decodeRepeat([]uint32{0, 1, 1}, m)
+		}
+		want = append(want, 0xdeadbeef)
+		assert.Equal(t, want, routingDownloadU32(t, args, 3*m+1), "count %d", count)
+	}
+}
+
+// decodeRepeat is x repeated n times (slices.Repeat needs Go 1.23).
+func decodeRepeat(x []uint32, n int) []uint32 {
+	var out []uint32
+	for i := 0; i < n; i++ {
+		out = append(out, x...)
+	}
+	return out
+}
