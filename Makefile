@@ -24,10 +24,11 @@ test:
 	@scripts/setup.sh $(TEST_DEBS)
 	@scripts/test.sh
 
-# Until models/tinystories-mod.gguf ships, the demo tells a story with the
-# dense reference model on the CPU.
+# The demo tells a story on the Vulkan backend (lavapipe when there is no
+# GPU). Until models/tinystories-mod.gguf ships, with the dense reference model.
 demo: build
-	bin/modrun -m $(DEMO_MODEL) -p "Once upon a time" -n 120 --stats
+	@scripts/setup.sh libvulkan1 mesa-vulkan-drivers
+	bin/modrun -m $(DEMO_MODEL) -p "Once upon a time" -n 120 --backend vulkan --stats
 
 # A longer fuzz run of every target (FUZZTIME=10m make fuzz).
 fuzz:

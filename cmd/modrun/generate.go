@@ -15,12 +15,14 @@ import (
 type modelFlags struct {
 	path    string
 	backend string
+	device  int
 	routing string
 }
 
 func (mf *modelFlags) register(fs *flag.FlagSet, defaultRouting, routingHelp string) {
 	fs.StringVar(&mf.path, "m", "", "model `FILE`.gguf (required)")
-	fs.StringVar(&mf.backend, "backend", "auto", "auto | cpu | vulkan")
+	fs.StringVar(&mf.backend, "backend", "auto", "auto (a Vulkan GPU if any, else the CPU) | cpu | vulkan (any Vulkan device, lavapipe too)")
+	fs.IntVar(&mf.device, "device", -1, "Vulkan device `N` (see modrun devices; default $MODRUN_DEVICE or the best)")
 	fs.StringVar(&mf.routing, "routing", defaultRouting, routingHelp)
 }
 
@@ -38,9 +40,7 @@ func (mf *modelFlags) load(routingSet bool) (*loaded, error) {
 		return nil, fmt.Errorf("%w: -m FILE.gguf is required", errUsage)
 	}
 	switch mf.backend {
-	case "auto", "cpu":
-	case "vulkan":
-		return nil, fmt.Errorf("--backend vulkan: the Vulkan backend is not in this build yet; use --backend cpu")
+	case engine.BackendAuto, engine.BackendCPU, engine.BackendVulkan:
 	default:
 		return nil, fmt.Errorf("%w: --backend %q is not auto, cpu or vulkan", errUsage, mf.backend)
 	}
@@ -125,9 +125,13 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if ctx := l.model.Config.ContextLen; len(ids) > ctx {
 		return fmt.Errorf("-p: the prompt has %d tokens, more than the context length %d of %s", len(ids), ctx, mf.path)
 	}
-	runner, err := engine.NewCPU(l.model, l.routing)
+	backend, notice, err := engine.OpenBackend(l.model, l.routing, engine.BackendOptions{Name: mf.backend, Device: mf.device})
 	if err != nil {
-		return err
+		return fmt.Errorf("--backend %s: %w", mf.backend, err)
+	}
+	defer backend.Close()
+	if notice != "" {
+		fmt.Fprintln(stderr, notice)
 	}
 	dec := l.tok.NewStreamDecoder()
 	var werr error
@@ -140,7 +144,7 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		b, _ := dec.Push(id) // the prompt's ids came from the tokenizer: valid
 		write(b)
 	}
-	res, err := engine.Generate(runner, ids, engine.GenerateOptions{
+	res, err := engine.Generate(backend, ids, engine.GenerateOptions{
 		MaxTokens: *n, EOS: l.tok.EOS(), Sampler: so,
 		OnToken: func(id int32) error {
 			b, err := dec.Push(id)
@@ -160,20 +164,24 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "modrun: stopped: the sequence filled the context length (%d tokens)\n", l.model.Config.ContextLen)
 	}
 	if *stats {
-		printStats(stderr, l, runner, res, so.Seed)
+		printStats(stderr, l, backend, res, so.Seed)
 	}
 	return werr
 }
 
-func printStats(w io.Writer, l *loaded, r *engine.CPU, res engine.Result, seed uint64) {
-	fmt.Fprintf(w, "backend cpu, seed %d, stop: %s\n", seed, res.Stop)
+func printStats(w io.Writer, l *loaded, b *engine.Backend, res engine.Result, seed uint64) {
+	fmt.Fprintf(w, "backend %s, seed %d, stop: %s\n", b.Name, seed, res.Stop)
 	fmt.Fprintf(w, "prefill: %d tokens in %v (%.1f tokens/s)\n", res.PromptTokens, res.Prefill.Round(time.Microsecond), res.PrefillRate())
 	fmt.Fprintf(w, "decode:  %d tokens in %v (%.1f tokens/s)\n", len(res.Tokens), res.Decode.Round(time.Microsecond), res.DecodeRate())
 	if !l.model.Config.IsMoD() {
 		return
 	}
 	fmt.Fprintf(w, "routing: %s, capacity %g (top-k in eval mode only)\n", l.routing, l.model.Config.Capacity)
-	for _, s := range r.RoutingStats() {
+	rs, ok := b.Runner.(engine.RoutingStatser)
+	if !ok {
+		return
+	}
+	for _, s := range rs.RoutingStats() {
 		frac := 0.0
 		if s.Seen > 0 {
 			frac = float64(s.Selected) / float64(s.Seen)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/modrun/modrun/internal/shared"
+	"github.com/modrun/modrun/vk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -54,7 +55,7 @@ func TestGenerateBadInput(t *testing.T) {
 		{[]string{"-m", model, "-p", "x", "--routing", "sideways"}, 2, `routing "sideways" is not one of topk, router, predictor`},
 		{[]string{"-m", model, "-p", "x", "--temp", "-1"}, 2, "--temp -1: must be 0 (greedy) or positive"},
 		{[]string{"-m", model, "-p", "x", "--top-p", "0"}, 2, "--top-p 0: must be in (0, 1]"},
-		{[]string{"-m", model, "-p", "x", "--backend", "vulkan"}, 1, "the Vulkan backend is not in this build yet"},
+		{[]string{"-m", model, "-p", "x", "--backend", "gpu"}, 2, `--backend "gpu" is not auto, cpu or vulkan`},
 		{[]string{"-m", model, "-p", "x", "-n", "-3"}, 2, "-n -3: must be 0 or positive"},
 		{[]string{"-m", model, "-p", "x", "stray"}, 2, `unexpected argument "stray"`},
 		{[]string{"-m", filepath.Join(t.TempDir(), "none.gguf"), "-p", "x"}, 1, "none.gguf"},
@@ -134,4 +135,30 @@ func TestPerplexityMoD(t *testing.T) {
 	code, out, stderr := modrun(t, "perplexity", "-m", modTrained, "-f", text, "--capacity", "0.25")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "routing topk (capacity 0.25)")
+}
+
+// TestGenerateOnVulkan: the greedy story through the Vulkan backend (on
+// lavapipe here), byte for byte, with per-layer routing counts for MoD.
+func TestGenerateOnVulkan(t *testing.T) {
+	if err := vk.Load(); err != nil {
+		t.Skipf("no Vulkan loader: %v", err)
+	}
+	model := shared.Path(t, "models/stories260K.gguf")
+	want, err := os.ReadFile(shared.Path(t, "models/stories260K_greedy200_expected.txt"))
+	require.NoError(t, err)
+	code, out, stderr := modrun(t, "-m", model, "-p", "", "-n", "200", "--backend", "vulkan", "--stats")
+	if code != 0 && strings.Contains(stderr, "no Vulkan device") {
+		t.Skipf("no Vulkan device: %s", stderr)
+	}
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, string(want), out)
+	assert.Contains(t, stderr, "backend vulkan: ")
+
+	code, _, stderr = modrun(t, "-m", modTrained, "-p", "Once upon a time", "-n", "20", "--backend", "vulkan", "--stats")
+	require.Equal(t, 0, code, stderr)
+	assert.Regexp(t, `layer  1: +\d+ of +24 tokens went through`, stderr)
+
+	code, _, stderr = modrun(t, "-m", model, "-p", "x", "--backend", "vulkan", "--device", "99")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "--device 99: no such device")
 }

@@ -31,6 +31,9 @@ func perplexityMain(args []string, _ io.Reader, stdout, stderr io.Writer) error 
 	if flagSet(fs, "capacity") && !(*capacity > 0 && *capacity <= 1) {
 		return fmt.Errorf("%w: --capacity %g: must be in (0, 1]", errUsage, *capacity)
 	}
+	if mf.backend == "vulkan" {
+		return fmt.Errorf("--backend vulkan: perplexity runs on the CPU for now (eval mode on the GPU is not built yet)")
+	}
 	l, err := mf.load(flagSet(fs, "routing") || flagSet(fs, "capacity"))
 	if err != nil {
 		return err

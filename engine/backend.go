@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/modrun/modrun/engine/vulkan"
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/vk"
+)
+
+// Backend names, as --backend takes them.
+const (
+	BackendAuto   = "auto"   // a Vulkan GPU when there is one, else the CPU
+	BackendCPU    = "cpu"    // the pure-Go reference
+	BackendVulkan = "vulkan" // any Vulkan device, lavapipe included
+)
+
+// BackendOptions choose where a model runs.
+type BackendOptions struct {
+	Name   string // BackendAuto, BackendCPU or BackendVulkan
+	Device int    // a Vulkan device index (--device); -1 = $MODRUN_DEVICE or the best
+}
+
+// Backend is a Runner on the chosen device. Close releases the device.
+type Backend struct {
+	Runner
+	Name    string // "cpu", or "vulkan: DEVICE NAME"
+	release []func()
+}
+
+// Close frees the runner and the device, in that order.
+func (b *Backend) Close() {
+	for i := len(b.release) - 1; i >= 0; i-- {
+		b.release[i]()
+	}
+	b.release = nil
+}
+
+// OpenBackend makes a generate-mode runner of m with routing r. With
+// BackendAuto it takes a Vulkan GPU when one is usable and otherwise the
+// CPU, returning a one-line notice that says why. A Vulkan device that is a
+// CPU emulation (lavapipe) does not count as a GPU for auto: the native CPU
+// backend is several times faster there; BackendVulkan uses it anyway.
+func OpenBackend(m *mod.Model, r mod.Routing, o BackendOptions) (b *Backend, notice string, err error) {
+	switch o.Name {
+	case BackendCPU:
+		return cpuBackend(m, r)
+	case BackendVulkan:
+		b, _, err := vulkanBackend(m, r, o.Device, false)
+		return b, "", err
+	case BackendAuto:
+		b, why, err := vulkanBackend(m, r, o.Device, o.Device < 0 && os.Getenv(vk.EnvDevice) == "")
+		if err == nil && b != nil {
+			return b, "", nil
+		}
+		if err != nil {
+			why = err.Error()
+		}
+		b, _, err = cpuBackend(m, r)
+		return b, "modrun: " + why + "; running on the CPU", err
+	}
+	return nil, "", fmt.Errorf("--backend %q is not auto, cpu or vulkan", o.Name)
+}
+
+func cpuBackend(m *mod.Model, r mod.Routing) (*Backend, string, error) {
+	c, err := NewCPU(m, r)
+	if err != nil {
+		return nil, "", err
+	}
+	return &Backend{Runner: c, Name: BackendCPU}, "", nil
+}
+
+// vulkanBackend opens the chosen device and a runner on it. With gpuOnly it
+// returns (nil, why, nil) instead of using a CPU device.
+func vulkanBackend(m *mod.Model, r mod.Routing, device int, gpuOnly bool) (*Backend, string, error) {
+	if err := vk.Load(); err != nil {
+		return nil, "", fmt.Errorf("no Vulkan: %w", err)
+	}
+	inst, err := vk.NewInstance(vk.InstanceOptions{})
+	if err != nil {
+		return nil, "", err
+	}
+	b := &Backend{release: []func(){inst.Close}}
+	fail := func(err error) (*Backend, string, error) { b.Close(); return nil, "", err }
+	devs, err := inst.Devices()
+	if err != nil {
+		return fail(err)
+	}
+	info, err := vk.ChooseDevice(devs, device)
+	if err != nil {
+		return fail(err)
+	}
+	if gpuOnly && info.Type == vk.CPU {
+		b.Close()
+		return nil, fmt.Sprintf("the only Vulkan device, %s, is a CPU emulation (--backend vulkan uses it)", info.Name), nil
+	}
+	dev, err := inst.NewDevice(info)
+	if err != nil {
+		return fail(err)
+	}
+	b.release = append(b.release, dev.Close)
+	run, err := vulkan.New(dev, m, r, vulkan.Options{})
+	if err != nil {
+		return fail(err)
+	}
+	b.release = append(b.release, run.Close)
+	b.Runner = gpuRunner{Runner: run, m: m}
+	b.Name = "vulkan: " + info.Name
+	return b, "", nil
+}
+
+// gpuRunner adds the routing counts to the Vulkan runner: a routed layer's
+// compact cache holds exactly the tokens it selected.
+type gpuRunner struct {
+	*vulkan.Runner
+	m *mod.Model
+}
+
+func (g gpuRunner) RoutingStats() []LayerStat {
+	counts, err := g.CacheEntries()
+	if err != nil {
+		return nil
+	}
+	var out []LayerStat
+	for _, l := range g.m.Config.RoutedLayers() {
+		out = append(out, LayerStat{Layer: l, Selected: counts[l], Seen: g.Pos()})
+	}
+	return out
+}
