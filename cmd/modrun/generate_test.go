@@ -162,3 +162,21 @@ func TestGenerateOnVulkan(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "--device 99: no such device")
 }
+
+func TestBench(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "bench.md")
+	code, stdout, stderr := modrun(t, "bench", "-m", modNoPredict, "-m", modTrained, "--backends", "cpu", "--prompt", "8", "-n", "8", "--repeats", "1", "--out", out)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "| "+modTrained+" | cpu | ")
+	assert.Regexp(t, `\| `+regexp.QuoteMeta(modNoPredict)+` \| cpu \| \d+ \| \d+ \| 1\.00 \| 1\.00 \| \d+, \d+ \| 0 \|`, stdout)
+	written, err := os.ReadFile(out)
+	require.NoError(t, err)
+	assert.Equal(t, stdout, string(written))
+
+	code, _, stderr = modrun(t, "bench", "-m", modNoPredict, "--backends", "cpu", "--routing", "predictor")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "has no predictor")
+	code, _, stderr = modrun(t, "bench")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "-m FILE.gguf is required")
+}

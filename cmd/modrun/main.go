@@ -21,6 +21,7 @@ type command struct {
 var commands = []command{
 	{"run", "generate text: modrun [run] -m FILE.gguf -p PROMPT (the default command)", generateMain},
 	{"perplexity", "score a text file: NLL per token and perplexity", perplexityMain},
+	{"bench", "prefill and decode tokens/s per model and backend, validated first", benchMain},
 	{"inspect", "print a GGUF file's metadata, tokenizer and tensors", inspectMain},
 	{"tokenize", "text on stdin -> token ids (or ids -> text with --decode)", tokenizeMain},
 	{"devices", "list the Vulkan devices, their limits and features", devicesMain},

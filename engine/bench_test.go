@@ -1,0 +1,48 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/modrun/modrun/mod"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const benchModel = "../testdata/mod/mod-trained.gguf"
+
+// skewed is a runner whose logits are off by delta from its inner runner's.
+type skewed struct {
+	Runner
+	delta float32
+}
+
+func (s skewed) Feed(tokens []int32) ([]float32, error) {
+	l, err := s.Runner.Feed(tokens)
+	for i := range l {
+		l[i] += s.delta * float32(i%3)
+	}
+	return l, err
+}
+
+func TestBenchValidatesBeforeTiming(t *testing.T) {
+	m, err := mod.Open(benchModel)
+	require.NoError(t, err)
+	defer m.Close()
+	cpu, err := NewCPU(m, mod.RoutingRouter)
+	require.NoError(t, err)
+	prompt := []int32{1, 403, 407, 261, 378, 1, 403, 407}
+	o := BenchOptions{PromptTokens: 8, DecodeTokens: 8, Repeats: 1, ValidateTokens: 4, ValidateTol: 1e-3}
+
+	res, err := Bench(&Backend{Runner: cpu, Name: "cpu"}, m, mod.RoutingRouter, prompt, o)
+	require.NoError(t, err)
+	assert.Positive(t, res.DecodeRate)
+	assert.Positive(t, res.PrefillRate)
+	assert.Zero(t, res.MaxLogitDiff, "the CPU agrees with itself exactly")
+	assert.Len(t, res.RoutedPercent, 2, "one entry per routed layer")
+
+	_, err = Bench(&Backend{Runner: skewed{cpu, 0.01}, Name: "skewed"}, m, mod.RoutingRouter, prompt, o)
+	assert.ErrorContains(t, err, "validation failed at step 0: a logit differs from the CPU reference by 0.02")
+
+	_, err = Bench(&Backend{Runner: cpu, Name: "cpu"}, m, mod.RoutingRouter, prompt[:3], o)
+	assert.ErrorContains(t, err, "needs a prompt of 8 tokens")
+}
