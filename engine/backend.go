@@ -20,6 +20,20 @@ const (
 type BackendOptions struct {
 	Name   string // BackendAuto, BackendCPU or BackendVulkan
 	Device int    // a Vulkan device index (--device); -1 = $MODRUN_DEVICE or the best
+	// Profile times every GPU command (vulkan.Options.Profile); the
+	// backend's Runner is then a Profiler. Ignored on the CPU.
+	Profile bool
+}
+
+// Profiler is a Runner that reports the GPU time of each kernel (the Vulkan
+// backend, opened with BackendOptions.Profile).
+type Profiler interface {
+	Profile() []vulkan.ProfileEntry // most time first
+}
+
+// GPUMemoryStatser is a Runner that reports the GPU memory it holds.
+type GPUMemoryStatser interface {
+	MemoryStats() vulkan.MemoryStats
 }
 
 // Backend is a Runner on the chosen device. Close releases the device.
@@ -47,10 +61,10 @@ func OpenBackend(m *mod.Model, r mod.Routing, o BackendOptions) (b *Backend, not
 	case BackendCPU:
 		return cpuBackend(m, r)
 	case BackendVulkan:
-		b, _, err := vulkanBackend(m, r, o.Device, false)
+		b, _, err := vulkanBackend(m, r, o, false)
 		return b, "", err
 	case BackendAuto:
-		b, why, err := vulkanBackend(m, r, o.Device, o.Device < 0 && os.Getenv(vk.EnvDevice) == "")
+		b, why, err := vulkanBackend(m, r, o, o.Device < 0 && os.Getenv(vk.EnvDevice) == "")
 		if err == nil && b != nil {
 			return b, "", nil
 		}
@@ -73,7 +87,7 @@ func cpuBackend(m *mod.Model, r mod.Routing) (*Backend, string, error) {
 
 // vulkanBackend opens the chosen device and a runner on it. With gpuOnly it
 // returns (nil, why, nil) instead of using a CPU device.
-func vulkanBackend(m *mod.Model, r mod.Routing, device int, gpuOnly bool) (*Backend, string, error) {
+func vulkanBackend(m *mod.Model, r mod.Routing, o BackendOptions, gpuOnly bool) (*Backend, string, error) {
 	if err := vk.Load(); err != nil {
 		return nil, "", fmt.Errorf("no Vulkan: %w", err)
 	}
@@ -87,7 +101,7 @@ func vulkanBackend(m *mod.Model, r mod.Routing, device int, gpuOnly bool) (*Back
 	if err != nil {
 		return fail(err)
 	}
-	info, err := vk.ChooseDevice(devs, device)
+	info, err := vk.ChooseDevice(devs, o.Device)
 	if err != nil {
 		return fail(err)
 	}
@@ -100,7 +114,7 @@ func vulkanBackend(m *mod.Model, r mod.Routing, device int, gpuOnly bool) (*Back
 		return fail(err)
 	}
 	b.release = append(b.release, dev.Close)
-	run, err := vulkan.New(dev, m, r, vulkan.Options{})
+	run, err := vulkan.New(dev, m, r, vulkan.Options{Profile: o.Profile})
 	if err != nil {
 		return fail(err)
 	}
@@ -111,7 +125,9 @@ func vulkanBackend(m *mod.Model, r mod.Routing, device int, gpuOnly bool) (*Back
 }
 
 // gpuRunner adds the routing counts to the Vulkan runner: a routed layer's
-// compact cache holds exactly the tokens it selected.
+// compact cache holds exactly the tokens it selected. The runner's
+// FeedArgmax, Profile and MemoryStats make it a GreedyFeeder, a Profiler and
+// a GPUMemoryStatser.
 type gpuRunner struct {
 	*vulkan.Runner
 	m *mod.Model

@@ -162,6 +162,51 @@ func TestGenerateStops(t *testing.T) {
 	assert.ErrorContains(t, err, "empty prompt")
 }
 
+// greedyFake is a fakeRunner that is also a GreedyFeeder, counting which
+// path Generate took.
+type greedyFake struct {
+	fakeRunner
+	feeds, argmaxFeeds int
+}
+
+func (g *greedyFake) Feed(tokens []int32) ([]float32, error) {
+	g.feeds++
+	return g.fakeRunner.Feed(tokens)
+}
+
+func (g *greedyFake) FeedArgmax(tokens []int32) (int32, error) {
+	g.argmaxFeeds++
+	l, err := g.fakeRunner.Feed(tokens)
+	return argmax(l), err
+}
+
+// TestGenerateGreedyFeeder: a pure greedy sampler lets a GreedyFeeder take
+// the argmax (same tokens, no logits); any other sampler reads the logits.
+func TestGenerateGreedyFeeder(t *testing.T) {
+	next := []int32{5, 6, 7, 2, 4, 4, 4, 4, 4, 4}
+	want, err := Generate(&fakeRunner{next: next, ctx: 10}, []int32{1}, GenerateOptions{EOS: 2, Sampler: DefaultSampler()})
+	require.NoError(t, err)
+
+	g := &greedyFake{fakeRunner: fakeRunner{next: next, ctx: 10}}
+	got, err := Generate(g, []int32{1}, GenerateOptions{EOS: 2, Sampler: DefaultSampler()})
+	require.NoError(t, err)
+	assert.Equal(t, want.Tokens, got.Tokens)
+	assert.Equal(t, StopEOS, got.Stop)
+	assert.Equal(t, 0, g.feeds)
+	assert.Equal(t, 4, g.argmaxFeeds, "the prompt and 3 tokens fed back")
+
+	for _, so := range []SamplerOptions{
+		{TopP: 1, RepeatPenalty: 1.1, RepeatLastN: 64},         // the penalty may move the argmax
+		{Temperature: 0.5, TopP: 1, RepeatPenalty: 1, Seed: 1}, // a draw
+	} {
+		g := &greedyFake{fakeRunner: fakeRunner{next: next, ctx: 10}}
+		_, err := Generate(g, []int32{1}, GenerateOptions{EOS: 2, Sampler: so})
+		require.NoError(t, err)
+		assert.Equal(t, 0, g.argmaxFeeds, "%+v", so)
+		assert.Positive(t, g.feeds, "%+v", so)
+	}
+}
+
 // TestGenerateStories260K: the CPU runner inside Generate reproduces the
 // 200 greedy tokens of the llama2.c vector.
 func TestGenerateStories260K(t *testing.T) {

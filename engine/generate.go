@@ -33,7 +33,7 @@ type Result struct {
 	Tokens       []int32 // the new tokens (not the prompt), EOS excluded
 	Stop         StopReason
 	PromptTokens int
-	Prefill      time.Duration // time to feed the prompt
+	Prefill      time.Duration // time to feed the prompt and choose the first token
 	Decode       time.Duration // time to produce the rest
 }
 
@@ -49,7 +49,8 @@ func rate(n int, d time.Duration) float64 {
 }
 
 // Generate feeds the prompt to a fresh sequence and draws tokens until EOS,
-// MaxTokens, or the context length.
+// MaxTokens, or the context length. With a pure greedy sampler and a
+// GreedyFeeder it lets the runner take the argmax.
 func Generate(r Runner, prompt []int32, opts GenerateOptions) (res Result, err error) {
 	res.PromptTokens = len(prompt)
 	if len(prompt) == 0 {
@@ -65,9 +66,19 @@ func Generate(r Runner, prompt []int32, opts GenerateOptions) (res Result, err e
 	for _, id := range prompt {
 		sampler.Accept(id)
 	}
+	next := func(tokens []int32) (int32, error) { // feed, then draw the next token
+		logits, err := r.Feed(tokens)
+		if err != nil {
+			return 0, err
+		}
+		return sampler.Sample(logits), nil
+	}
+	if g, ok := r.(GreedyFeeder); ok && pureGreedy(opts.Sampler) {
+		next = g.FeedArgmax // the same token, and no logits to read back
+	}
 	r.Reset()
 	start := time.Now()
-	logits, err := r.Feed(prompt)
+	id, err := next(prompt)
 	if err != nil {
 		return res, err
 	}
@@ -75,7 +86,6 @@ func Generate(r Runner, prompt []int32, opts GenerateOptions) (res Result, err e
 	start = time.Now()
 	defer func() { res.Decode = time.Since(start) }()
 	for {
-		id := sampler.Sample(logits)
 		if opts.EOS >= 0 && id == opts.EOS {
 			res.Stop = StopEOS
 			return res, nil
@@ -97,8 +107,14 @@ func Generate(r Runner, prompt []int32, opts GenerateOptions) (res Result, err e
 			res.Stop = StopContextFull
 			return res, nil
 		}
-		if logits, err = r.Feed([]int32{id}); err != nil {
+		if id, err = next([]int32{id}); err != nil {
 			return res, err
 		}
 	}
+}
+
+// pureGreedy says whether o draws the argmax of the raw logits: temperature
+// 0 and no repetition penalty (top-k, top-p and min-p keep the argmax).
+func pureGreedy(o SamplerOptions) bool {
+	return o.Temperature == 0 && o.RepeatPenalty == 1
 }

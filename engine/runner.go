@@ -20,6 +20,15 @@ type Runner interface {
 	Reset()
 }
 
+// GreedyFeeder is a Runner that can take the argmax of the logits itself:
+// Feed followed by greedy sampling, without reading the logits back.
+// Generate uses it when the sampler is pure greedy.
+type GreedyFeeder interface {
+	// FeedArgmax runs tokens like Feed and returns the index of the last
+	// one's largest logit, ties to the lower index (as the sampler's argmax).
+	FeedArgmax(tokens []int32) (int32, error)
+}
+
 // LayerStat is how many tokens one routed layer processed.
 type LayerStat struct {
 	Layer          int

@@ -75,7 +75,7 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
-const generateArgs = "-m FILE.gguf -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--routing router|predictor] [--stats]"
+const generateArgs = "-m FILE.gguf -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--routing router|predictor] [--stats] [--profile]"
 
 // generateMain is modrun's default command: generate text from a prompt.
 func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
@@ -93,6 +93,7 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs.IntVar(&so.RepeatLastN, "repeat-last-n", so.RepeatLastN, "tokens the repetition penalty looks back at")
 	seed := fs.Int64("seed", -1, "random seed; -1 picks one from the clock (printed with --stats)")
 	stats := fs.Bool("stats", false, "print speed and per-layer routing to stderr")
+	profile := fs.Bool("profile", false, "print each GPU kernel's time to stderr (Vulkan backend)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -125,7 +126,7 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if ctx := l.model.Config.ContextLen; len(ids) > ctx {
 		return fmt.Errorf("-p: the prompt has %d tokens, more than the context length %d of %s", len(ids), ctx, mf.path)
 	}
-	backend, notice, err := engine.OpenBackend(l.model, l.routing, engine.BackendOptions{Name: mf.backend, Device: mf.device})
+	backend, notice, err := engine.OpenBackend(l.model, l.routing, engine.BackendOptions{Name: mf.backend, Device: mf.device, Profile: *profile})
 	if err != nil {
 		return fmt.Errorf("--backend %s: %w", mf.backend, err)
 	}
@@ -166,13 +167,45 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if *stats {
 		printStats(stderr, l, backend, res, so.Seed)
 	}
+	if *profile {
+		printProfile(stderr, backend)
+	}
 	return werr
+}
+
+// printProfile prints the GPU time per kernel, or why there is none.
+func printProfile(w io.Writer, b *engine.Backend) {
+	p, ok := b.Runner.(engine.Profiler)
+	if !ok {
+		fmt.Fprintf(w, "profile: --profile times GPU kernels; backend %s has none (use --backend vulkan)\n", b.Name)
+		return
+	}
+	entries := p.Profile()
+	if len(entries) == 0 {
+		fmt.Fprintf(w, "profile: backend %s cannot write GPU timestamps\n", b.Name)
+		return
+	}
+	var total uint64
+	for _, e := range entries {
+		total += e.NS
+	}
+	fmt.Fprintf(w, "%-20s %8s %10s %10s %6s\n", "kernel", "calls", "total ms", "us/call", "%")
+	for _, e := range entries {
+		fmt.Fprintf(w, "%-20s %8d %10.3f %10.2f %5.1f%%\n", e.Kernel, e.Calls, float64(e.NS)/1e6,
+			float64(e.NS)/1e3/float64(e.Calls), 100*float64(e.NS)/float64(total))
+	}
+	fmt.Fprintf(w, "%-20s %8s %10.3f\n", "GPU total", "", float64(total)/1e6)
 }
 
 func printStats(w io.Writer, l *loaded, b *engine.Backend, res engine.Result, seed uint64) {
 	fmt.Fprintf(w, "backend %s, seed %d, stop: %s\n", b.Name, seed, res.Stop)
 	fmt.Fprintf(w, "prefill: %d tokens in %v (%.1f tokens/s)\n", res.PromptTokens, res.Prefill.Round(time.Microsecond), res.PrefillRate())
 	fmt.Fprintf(w, "decode:  %d tokens in %v (%.1f tokens/s)\n", len(res.Tokens), res.Decode.Round(time.Microsecond), res.DecodeRate())
+	if ms, ok := b.Runner.(engine.GPUMemoryStatser); ok {
+		m := ms.MemoryStats()
+		fmt.Fprintf(w, "GPU memory: %s (weights %s, KV cache %s, scratch %s)\n",
+			mib(m.Total()), mib(m.Weights), mib(m.KVCache), mib(m.Scratch))
+	}
 	if !l.model.Config.IsMoD() {
 		return
 	}
@@ -189,6 +222,9 @@ func printStats(w io.Writer, l *loaded, b *engine.Backend, res engine.Result, se
 		fmt.Fprintf(w, "  layer %2d: %4d of %4d tokens went through (%.1f%%)\n", s.Layer, s.Selected, s.Seen, 100*frac)
 	}
 }
+
+// mib is n bytes in MiB.
+func mib(n uint64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
 
 // floatFlag parses a float32 flag value into dst.
 func floatFlag(dst *float32) func(string) error {

@@ -153,6 +153,7 @@ func TestGenerateOnVulkan(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, string(want), out)
 	assert.Contains(t, stderr, "backend vulkan: ")
+	assert.Regexp(t, `GPU memory: [\d.]+ MiB \(weights [\d.]+ MiB, KV cache [\d.]+ MiB, scratch [\d.]+ MiB\)`, stderr)
 
 	code, _, stderr = modrun(t, "-m", modTrained, "-p", "Once upon a time", "-n", "20", "--backend", "vulkan", "--stats")
 	require.Equal(t, 0, code, stderr)
@@ -161,6 +162,35 @@ func TestGenerateOnVulkan(t *testing.T) {
 	code, _, stderr = modrun(t, "-m", model, "-p", "x", "--backend", "vulkan", "--device", "99")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "--device 99: no such device")
+}
+
+// TestGenerateProfile: --profile prints a per-kernel table on Vulkan, the
+// same text as without it, and one line saying what it needs on the CPU.
+func TestGenerateProfile(t *testing.T) {
+	model := shared.Path(t, "models/stories260K.gguf")
+	code, _, stderr := modrun(t, "-m", model, "-p", "x", "-n", "3", "--backend", "cpu", "--profile")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stderr, "profile: --profile times GPU kernels; backend cpu has none (use --backend vulkan)")
+
+	if err := vk.Load(); err != nil {
+		t.Skipf("no Vulkan loader: %v", err)
+	}
+	_, plain, _ := modrun(t, "-m", model, "-p", "Once upon", "-n", "10", "--backend", "vulkan")
+	code, out, stderr := modrun(t, "-m", model, "-p", "Once upon", "-n", "10", "--backend", "vulkan", "--profile")
+	if code != 0 && strings.Contains(stderr, "no Vulkan device") {
+		t.Skipf("no Vulkan device: %s", stderr)
+	}
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, plain, out)
+	if strings.Contains(stderr, "cannot write GPU timestamps") {
+		t.Skipf("the device has no timestamps: %s", stderr)
+	}
+	assert.Regexp(t, `kernel +calls +total ms +us/call +%`, stderr)
+	// 1 BOS + 2 prompt tokens + 9 fed back = 12 steps, an embed each.
+	assert.Regexp(t, `\nmatvec_f32 +\d+ +[\d.]+ +[\d.]+ +[\d.]+%`, stderr)
+	assert.Regexp(t, `\nembed_f32 +12 `, stderr)
+	assert.Regexp(t, `\ndecode_attention +\d+ `, stderr)
+	assert.Regexp(t, `\nGPU total +[\d.]+\n`, stderr)
 }
 
 func TestBench(t *testing.T) {

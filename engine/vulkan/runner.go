@@ -29,6 +29,11 @@ type Options struct {
 	// ContextLen caps the sequence, and so the KV caches' size; 0 (or more
 	// than the model's) means the model's context length.
 	ContextLen int
+	// Profile writes a GPU timestamp after every command of the step, so
+	// Profile can say where the GPU time goes. It costs a query per
+	// command: leave it off when timing the whole step. Ignored on a device
+	// without timestamps (vk.DeviceInfo.Timestamps).
+	Profile bool
 }
 
 // Runner runs one sequence of a model on a Vulkan device. Like the device,
@@ -42,7 +47,9 @@ type Runner struct {
 
 	ks   *kernels
 	w    weights
-	bufs []*vk.Buffer // every buffer, for Close
+	bufs []*vk.Buffer // every buffer, for Close; the first nWeightBufs hold weights
+	// nWeightBufs is how many of bufs uploadWeights made (MemoryStats).
+	nWeightBufs int
 
 	// The per-token inputs of the step, written by the host before each
 	// replay: host-visible, so a write is a memcpy, no transfer.
@@ -59,6 +66,9 @@ type Runner struct {
 	bestHost   *vk.Buffer // [1] u32: argmax of the logits, on the GPU
 
 	step *vk.Recorder // the decode step: recorded once, replayed per token
+
+	profile bool                     // the step has a timestamp after each command
+	prof    map[string]*ProfileEntry // per label, summed over replays since New
 }
 
 // layerCache is one layer's KV cache on the GPU: the first counts[l] entries
@@ -108,7 +118,8 @@ func New(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Runner, er
 	if c.HeadDim > int(shaders.AttentionSpec[1]) {
 		return nil, fmt.Errorf("vulkan: %s: head dimension %d is over the attention kernel's %d", m.Path, c.HeadDim, shaders.AttentionSpec[1])
 	}
-	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: newKernels(dev)}
+	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: newKernels(dev),
+		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{}}
 	if opts.ContextLen > 0 && opts.ContextLen < run.ctx {
 		run.ctx = opts.ContextLen
 	}
@@ -123,6 +134,7 @@ func (r *Runner) build(m *mod.Model) error {
 	if err := r.uploadWeights(m.Weights, r.c); err != nil {
 		return err
 	}
+	r.nWeightBufs = len(r.bufs)
 	if err := r.allocate(); err != nil {
 		return err
 	}
@@ -179,30 +191,41 @@ func (r *Runner) allocate() error {
 // slow for long prompts; a batched prefill with matmul is a later step.
 // After an error the sequence is in an unspecified state: Reset it.
 func (r *Runner) Feed(tokens []int32) ([]float32, error) {
-	if err := r.check(tokens); err != nil {
+	if err := r.run(tokens); err != nil {
 		return nil, err
+	}
+	return downloadF32(r.logitsHost, r.c.NVocab)
+}
+
+// FeedArgmax is Feed for greedy decoding: it runs tokens and returns the
+// argmax of the last one's logits (Argmax), reading 4 bytes back instead of
+// the nVocab logits.
+func (r *Runner) FeedArgmax(tokens []int32) (int32, error) {
+	if err := r.run(tokens); err != nil {
+		return 0, err
+	}
+	return r.Argmax()
+}
+
+// run replays the step once per token.
+func (r *Runner) run(tokens []int32) error {
+	if err := r.check(tokens); err != nil {
+		return err
 	}
 	for _, t := range tokens {
 		if err := r.tok.Upload(u32Bytes([]uint32{uint32(t)}), 0); err != nil {
-			return nil, err
+			return err
 		}
 		if err := r.tokPos.Upload(u32Bytes([]uint32{uint32(r.pos)}), 0); err != nil {
-			return nil, err
+			return err
 		}
 		if err := r.dev.Run(r.step); err != nil {
-			return nil, fmt.Errorf("vulkan: decode step at position %d: %w", r.pos, err)
+			return fmt.Errorf("vulkan: decode step at position %d: %w", r.pos, err)
 		}
+		r.addTimings()
 		r.pos++
 	}
-	raw := make([]byte, 4*r.c.NVocab)
-	if err := r.logitsHost.Download(raw, 0); err != nil {
-		return nil, err
-	}
-	logits := make([]float32, r.c.NVocab)
-	for i := range logits {
-		logits[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
-	return logits, nil
+	return nil
 }
 
 func (r *Runner) check(tokens []int32) error {

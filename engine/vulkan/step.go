@@ -19,6 +19,9 @@ import (
 //	           the block on xs (indirect), scatter x += g(r) (xs - x)
 //	rmsnorm, matvec output, argmax, copy    x -> logits, best
 
+// With Options.Profile every command is followed by a timestamp labelled
+// with its kernel's name (r.dispatch, r.timestamp).
+
 func (r *Runner) record() error {
 	c := r.c
 	a := &r.act
@@ -30,8 +33,8 @@ func (r *Runner) record() error {
 	if err != nil {
 		return err
 	}
-	newOp(embed, shaders.EmbedPush{Cols: uint32(c.NEmbd), N: 1, RowBase: 0, Rows: uint32(c.NVocab)}, shaders.Groups(1),
-		rd(r.w.tokenEmbd.buf, 0, 0), rd(r.tok, 0, 0), wr(a.x, 0, dB)).record(rec)
+	r.dispatch(rec, newOp(embed, shaders.EmbedPush{Cols: uint32(c.NEmbd), N: 1, RowBase: 0, Rows: uint32(c.NVocab)}, shaders.Groups(1),
+		rd(r.w.tokenEmbd.buf, 0, 0), rd(r.tok, 0, 0), wr(a.x, 0, dB)))
 
 	for l := range r.w.blocks {
 		if r.w.blocks[l].router != nil {
@@ -40,7 +43,7 @@ func (r *Runner) record() error {
 			var ops []op
 			ops, err = r.blockOps(l, a.x)
 			for _, o := range ops {
-				o.record(rec)
+				r.dispatch(rec, o)
 			}
 		}
 		if err != nil {
@@ -57,12 +60,13 @@ func (r *Runner) record() error {
 		return err
 	}
 	vB := 4 * uint64(c.NVocab)
-	newOp(norm, shaders.RMSNormPush{Cols: uint32(c.NEmbd), N: 1, Eps: c.RMSEps}, shaders.RowGroups(1, norm.spec),
-		rd(a.x, 0, dB), rd(r.w.outputNorm, 0, 0), wr(a.xn, 0, dB)).record(rec)
-	r.w.output.op(a.xn, a.logits, 0).record(rec)
-	newOp(argmax, shaders.ArgmaxPush{Cols: uint32(c.NVocab), N: 1}, shaders.RowGroups(1, argmax.spec),
-		rd(a.logits, 0, vB), wr(r.bestHost, 0, 0)).record(rec)
+	r.dispatch(rec, newOp(norm, shaders.RMSNormPush{Cols: uint32(c.NEmbd), N: 1, Eps: c.RMSEps}, shaders.RowGroups(1, norm.spec),
+		rd(a.x, 0, dB), rd(r.w.outputNorm, 0, 0), wr(a.xn, 0, dB)))
+	r.dispatch(rec, r.w.output.op(a.xn, a.logits, 0))
+	r.dispatch(rec, newOp(argmax, shaders.ArgmaxPush{Cols: uint32(c.NVocab), N: 1}, shaders.RowGroups(1, argmax.spec),
+		rd(a.logits, 0, vB), wr(r.bestHost, 0, 0)))
 	rec.Copy(a.logits, r.logitsHost, 0, 0, vB)
+	r.timestamp(rec, "copy")
 	return rec.Err()
 }
 
@@ -161,20 +165,20 @@ func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 	if rt.hasBias {
 		hasBias = 1
 	}
-	newOp(score, shaders.RouterPush{N: 1, NEmbd: d, HasBias: hasBias}, shaders.Groups(1),
-		rd(rt.w, 0, 0), rd(rt.bias, 0, 0), rd(a.x, 0, dB), wr(ro.score, 0, 0)).record(rec)
+	r.dispatch(rec, newOp(score, shaders.RouterPush{N: 1, NEmbd: d, HasBias: hasBias}, shaders.Groups(1),
+		rd(rt.w, 0, 0), rd(rt.bias, 0, 0), rd(a.x, 0, dB), wr(ro.score, 0, 0)))
 	decide := ro.score // r > 0
 	if r.routing == mod.RoutingPredictor {
 		pred, err := r.ks.get("predictor_score", nil)
 		if err != nil {
 			return err
 		}
-		newOp(pred, shaders.PredictorPush{N: 1, NEmbd: d, PredHidden: rt.predHidden}, shaders.Groups(1),
-			rd(rt.predUp, 0, 0), rd(rt.predDown, 0, 0), rd(a.x, 0, dB), wr(ro.pred, 0, 0)).record(rec)
+		r.dispatch(rec, newOp(pred, shaders.PredictorPush{N: 1, NEmbd: d, PredHidden: rt.predHidden}, shaders.Groups(1),
+			rd(rt.predUp, 0, 0), rd(rt.predDown, 0, 0), rd(a.x, 0, dB), wr(ro.pred, 0, 0)))
 		decide = ro.pred // p > 0; the multiplier is still g(r)
 	}
-	newOp(compact, shaders.CompactPush{N: 1, RowsPerGroup: shaders.RoutingRowsPerGroup}, [3]uint32{1, 1, 1},
-		rd(decide, 0, 0), wr(ro.idx, 0, 0), wr(ro.count, 0, 0), wr(ro.args, 0, 0), wr(ro.mask, 0, 0)).record(rec)
+	r.dispatch(rec, newOp(compact, shaders.CompactPush{N: 1, RowsPerGroup: shaders.RoutingRowsPerGroup}, [3]uint32{1, 1, 1},
+		rd(decide, 0, 0), wr(ro.idx, 0, 0), wr(ro.count, 0, 0), wr(ro.args, 0, 0), wr(ro.mask, 0, 0)))
 
 	ops, err := r.blockOps(l, a.xs)
 	if err != nil {
@@ -190,15 +194,18 @@ func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 	if ro.blockArgs, err = r.buffer(4*uint64(len(table)), vk.DeviceLocal); err != nil {
 		return err
 	}
-	newOp(argsK, shaders.DecodeArgsPush{M: uint32(len(ops))}, shaders.DecodeArgsGroups(uint32(len(ops))),
-		rd(ro.count, 0, 0), rd(ro.groups, 0, 0), wr(ro.blockArgs, 0, 0)).record(rec)
+	r.dispatch(rec, newOp(argsK, shaders.DecodeArgsPush{M: uint32(len(ops))}, shaders.DecodeArgsGroups(uint32(len(ops))),
+		rd(ro.count, 0, 0), rd(ro.groups, 0, 0), wr(ro.blockArgs, 0, 0)))
 
 	rec.Copy(a.x, a.xs, 0, 0, dB)
+	r.timestamp(rec, "copy")
 	for i, o := range ops {
 		rec.DispatchIndirect(o.k.k, o.push, ro.blockArgs, 12*uint64(i), o.binds...)
+		r.timestamp(rec, o.k.v.Name)
 	}
 	rec.DispatchIndirect(scatter.k, vk.MustPackPush(shaders.ScatterPush{NEmbd: d}), ro.args, 0,
 		rd(ro.idx, 0, 0), rd(ro.count, 0, 0), rd(ro.score, 0, 0), rd(a.xs, 0, dB), rw(a.x, 0, dB))
+	r.timestamp(rec, scatter.v.Name)
 	return nil
 }
 
@@ -220,4 +227,10 @@ func (r *Runner) checkLoops(rt *router) error {
 			r.routing, iters, shaders.LavapipeLoopIterations)
 	}
 	return nil
+}
+
+// dispatch records o, then its timestamp when profiling.
+func (r *Runner) dispatch(rec *vk.Recorder, o op) {
+	o.record(rec)
+	r.timestamp(rec, o.k.v.Name)
 }

@@ -1,0 +1,107 @@
+package vulkan
+
+import (
+	"testing"
+	"time"
+
+	"github.com/modrun/modrun/mod"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestProfile: with Options.Profile, every kernel of a MoD step has an
+// entry, one call per token per dispatch, and the GPU time is positive and
+// no more than the wall time of the Feeds.
+func TestProfile(t *testing.T) {
+	dev := openDevice(t, true)
+	if !dev.Info().Timestamps() {
+		t.Skipf("%s cannot write timestamps", dev.Info().Name)
+	}
+	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+	run, err := New(dev, m, mod.RoutingRouter, Options{Profile: true})
+	require.NoError(t, err)
+	t.Cleanup(run.Close)
+
+	const tokens = 6
+	start := time.Now()
+	_, err = run.Feed([]int32{1, 400, 401})
+	require.NoError(t, err)
+	_, err = run.FeedArgmax([]int32{402, 403, 404})
+	require.NoError(t, err)
+	wall := time.Since(start)
+
+	prof := run.Profile()
+	byKernel := map[string]ProfileEntry{}
+	var total uint64
+	for i, e := range prof {
+		byKernel[e.Kernel] = e
+		total += e.NS
+		if i > 0 {
+			assert.GreaterOrEqual(t, prof[i-1].NS, e.NS, "sorted by time")
+		}
+	}
+	for _, k := range []string{"embed_f32", "matvec_f32", "rmsnorm", "decode_kv", "decode_attention", "swiglu", "add",
+		"router_score", "compact_positive", "decode_args", "scatter", "argmax", "copy"} {
+		assert.Contains(t, byKernel, k)
+	}
+	assert.Equal(t, tokens, byKernel["embed_f32"].Calls, "one embed per token")
+	assert.Equal(t, tokens, byKernel["argmax"].Calls, "one argmax per token")
+	assert.Equal(t, 2*tokens, byKernel["scatter"].Calls, "one scatter per routed layer per token")
+	assert.Positive(t, total)
+	assert.LessOrEqual(t, total, uint64(wall.Nanoseconds()), "GPU time within the wall time")
+
+	plain := newRunner(t, dev, m, mod.RoutingRouter)
+	assert.Nil(t, plain.Profile(), "no profile unless asked for")
+}
+
+// TestMemoryStats: the weights take at least the file's tensor bytes (F32
+// and quantized matrices are uploaded as stored, vectors decoded to F32),
+// the KV caches are keys, values and positions for ContextLen tokens, and
+// the three parts add up to every buffer the runner holds.
+func TestMemoryStats(t *testing.T) {
+	dev := openDevice(t, true)
+	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+	run, err := New(dev, m, mod.RoutingRouter, Options{ContextLen: 100})
+	require.NoError(t, err)
+	t.Cleanup(run.Close)
+
+	ms := run.MemoryStats()
+	var fileBytes uint64
+	for _, ti := range m.File.Tensors {
+		fileBytes += ti.Size
+	}
+	assert.GreaterOrEqual(t, ms.Weights, fileBytes)
+	c := m.Config
+	assert.Equal(t, uint64(c.NLayer*100*(2*c.KVDim()+1)*4), ms.KVCache)
+	var all uint64
+	for _, b := range run.bufs {
+		all += b.Size()
+	}
+	assert.Equal(t, all, ms.Total())
+	assert.Positive(t, ms.Scratch)
+}
+
+// TestFeedArgmax: FeedArgmax returns the argmax of the logits Feed returns
+// for the same sequence.
+func TestFeedArgmax(t *testing.T) {
+	dev := openDevice(t, true)
+	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+	run := newRunner(t, dev, m, mod.RoutingRouter)
+	seq := []int32{1, 400, 401, 402, 403}
+	var want []int32
+	for _, tok := range seq {
+		logits, err := run.Feed([]int32{tok})
+		require.NoError(t, err)
+		want = append(want, argmax(logits))
+	}
+	run.Reset()
+	var got []int32
+	for _, tok := range seq {
+		id, err := run.FeedArgmax([]int32{tok})
+		require.NoError(t, err)
+		got = append(got, id)
+	}
+	assert.Equal(t, want, got)
+	_, err := run.FeedArgmax([]int32{-1})
+	assert.ErrorContains(t, err, "outside the vocabulary")
+}
