@@ -1,0 +1,525 @@
+package vulkan
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/shaders"
+	"github.com/modrun/modrun/vk"
+)
+
+// Eval mode on the GPU (DESIGN.md §3): a whole sequence of S tokens at once,
+// teacher-forced, with top-k routing per sequence (k = mod.TopK(capacity,
+// S), the k largest router scores, ties to the lower position, taken in
+// ascending order), as mod.State.Forward with mod.RoutingTopK. The logits
+// of every token come back: what perplexity scoring needs.
+//
+// Since k is known when recording, every buffer is sized by S or k and no
+// dispatch is indirect: the step of one S is recorded once, at its first
+// Eval, and cached by S (Evaluator.recs); later sequences of that length
+// replay it with new token ids.
+//
+//	embed                                         tok -> x [S]
+//	dense layer: the block on x, S rows at positions 0..S-1
+//	routed layer: router_score x -> r; topk r -> idx [k] (ascending: the
+//	              selected positions); gather x[idx] -> xs; the block on xs,
+//	              k rows at positions idx (attention among them only);
+//	              mod_residual x[idx] += g(r) (xs - x[idx])
+//	rmsnorm, matmul output                        x -> logits [S][nVocab]
+//
+// The block on n rows: rmsnorm, matmul q, k, v, rope at each row's
+// position, attention over the n rows (causal by position), matmul o, add,
+// rmsnorm, matmul gate and up, swiglu, matmul down, add.
+
+// Evaluator runs eval-mode forward passes of one model on a Vulkan device.
+// Like the device, it is not safe for concurrent use. Close it before the
+// device.
+type Evaluator struct {
+	w      *Runner // the weights, kernels and every buffer (no decode step)
+	blocks []evalBlock
+	output evalMat
+	ctx    int
+	recs   map[int]*evalRec // by S
+	last   *evalRec         // the last sequence run, for Selected
+}
+
+// evalMat is a weight matrix bound for matmul: buf[off:] holds its rows.
+type evalMat struct {
+	buf        *vk.Buffer
+	off        uint64
+	mm         *kernel
+	rows, cols uint32
+}
+
+type evalBlock struct {
+	q, k, v, o, gate, up, down evalMat
+}
+
+// evalRec is the recorded step for sequences of s tokens, with its buffers.
+type evalRec struct {
+	s, k       int
+	rec        *vk.Recorder
+	tok        *vk.Buffer   // [S] u32, host-visible
+	logitsHost *vk.Buffer   // [S][nVocab] f32, host-visible
+	idx        []*vk.Buffer // [nLayer]: routed layers' selected rows [S] u32 (first k); nil for dense
+}
+
+// evalActs are the scratch buffers of one recording, sized by S.
+type evalActs struct {
+	x, xs, xn, ob        *vk.Buffer // [S][nEmbd]
+	q, qr, att           *vk.Buffer // [S][qDim]
+	k, kr, v             *vk.Buffer // [S][kvDim]
+	gate, up, h          *vk.Buffer // [S][nFF]
+	pos                  *vk.Buffer // [S] u32 0..S-1
+	r, mask, count, args *vk.Buffer // [S] f32, [S] u32, [1] u32, [3] u32
+	keys                 *vk.Buffer // topk's sort keys (S > TopkLocal)
+	logits               *vk.Buffer // [S][nVocab]
+}
+
+// NewEvaluator uploads m's weights to dev for eval mode. opts.ContextLen caps
+// S (0: the model's context length); opts.Profile is ignored. m may be
+// closed afterwards.
+func NewEvaluator(dev *vk.Device, m *mod.Model, opts Options) (*Evaluator, error) {
+	c := m.Config
+	if c.HeadDim > int(shaders.AttentionSpec[1]) {
+		return nil, fmt.Errorf("vulkan: %s: head dimension %d is over the attention kernel's %d", m.Path, c.HeadDim, shaders.AttentionSpec[1])
+	}
+	w := &Runner{dev: dev, c: c, routing: mod.RoutingTopK, ctx: c.ContextLen, ks: newKernels(dev), prof: map[string]*ProfileEntry{}}
+	if opts.ContextLen > 0 && opts.ContextLen < w.ctx {
+		w.ctx = opts.ContextLen
+	}
+	e := &Evaluator{w: w, ctx: w.ctx, recs: map[int]*evalRec{}}
+	if err := e.build(m); err != nil {
+		e.Close()
+		return nil, fmt.Errorf("vulkan: %s: %w", m.Path, err)
+	}
+	return e, nil
+}
+
+func (e *Evaluator) build(m *mod.Model) error {
+	w := e.w
+	if err := w.uploadWeights(m.Weights, w.c); err != nil {
+		return err
+	}
+	w.nWeightBufs = len(w.bufs)
+	var err error
+	if e.output, err = e.matOf(w.w.output); err != nil {
+		return err
+	}
+	e.blocks = make([]evalBlock, len(w.w.blocks))
+	for l := range w.w.blocks {
+		b, mb := &w.w.blocks[l], &m.Weights.Blocks[l]
+		eb := &e.blocks[l]
+		qkv, err := e.stackParts(b.qkv, &mb.Q, &mb.K, &mb.V)
+		if err != nil {
+			return err
+		}
+		gu, err := e.stackParts(b.gateUp, &mb.Gate, &mb.Up)
+		if err != nil {
+			return err
+		}
+		eb.q, eb.k, eb.v, eb.gate, eb.up = qkv[0], qkv[1], qkv[2], gu[0], gu[1]
+		if eb.o, err = e.matOf(b.o); err != nil {
+			return err
+		}
+		if eb.down, err = e.matOf(b.down); err != nil {
+			return err
+		}
+		if b.router != nil {
+			if err := w.checkLoops(b.router); err != nil {
+				return fmt.Errorf("layer %d: %w", l, err)
+			}
+		}
+	}
+	return nil
+}
+
+// matmulKernel is matmul for weights of type typ, with the device's tiles.
+func (e *Evaluator) matmulKernel(typ string) (*kernel, error) {
+	spec := shaders.MatmulSpecGPU
+	if e.w.ks.cpu {
+		spec = shaders.MatmulSpecCPU
+	}
+	return e.w.ks.get("matmul_"+typ, spec.Constants())
+}
+
+func (e *Evaluator) matOf(m mat) (evalMat, error) {
+	mm, err := e.matmulKernel(m.typ)
+	if err != nil {
+		return evalMat{}, err
+	}
+	return evalMat{buf: m.buf, mm: mm, rows: m.rows, cols: m.cols}, nil
+}
+
+// rowBytes is the size of a weight row of cols in type typ.
+func rowBytes(typ string, cols uint32) uint64 {
+	switch typ {
+	case "f16":
+		return 2 * uint64(cols)
+	case "q8_0":
+		return uint64(cols) / 32 * 34
+	}
+	return 4 * uint64(cols)
+}
+
+// stackParts is each matrix of a stack as its own evalMat: matmul writes
+// [n][rows] per matrix, so the stacked rows must be bound apart. A fused
+// stack's matrices are bound at their row offsets when those are aligned,
+// else (and in an unfused stack) each has its own buffer; ms are the
+// matrices, to upload a part whose offset cannot be bound.
+func (e *Evaluator) stackParts(s stack, ms ...*mod.Mat) ([]evalMat, error) {
+	if len(s.mvs) == len(ms) {
+		out := make([]evalMat, len(ms))
+		for i, m := range s.mvs {
+			var err error
+			if out[i], err = e.matOf(m); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	fused := s.mvs[0]
+	align := e.w.dev.Info().Limits.MinStorageBufferOffsetAlignment
+	if evalPartAlign != 0 {
+		align = evalPartAlign
+	}
+	out := make([]evalMat, len(ms))
+	for i, m := range ms {
+		off := s.part[i] / 4 * rowBytes(fused.typ, fused.cols) // rows before part i
+		if off%align != 0 {
+			g, err := e.w.uploadMat(m)
+			if err != nil {
+				return nil, err
+			}
+			if out[i], err = e.matOf(g); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		mm, err := e.matmulKernel(fused.typ)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = evalMat{buf: fused.buf, off: off, mm: mm, rows: uint32(m.Rows), cols: uint32(m.Cols)}
+	}
+	return out, nil
+}
+
+// evalPartAlign, when not 0, replaces the device's offset alignment in
+// stackParts: tests set it to take the upload path.
+var evalPartAlign uint64
+
+// op is Y = X W^T for n rows of x.
+func (m evalMat) op(x, y *vk.Buffer, n int) op {
+	return newOp(m.mm, shaders.MatmulPush{Rows: m.rows, Cols: m.cols, N: uint32(n)},
+		shaders.MatmulGroups(m.rows, uint32(n), shaders.MatmulSpec{BM: m.mm.spec[1], BN: m.mm.spec[2], BK: m.mm.spec[3], TM: m.mm.spec[4], TN: m.mm.spec[5]}),
+		rd(m.buf, m.off, 0), rd(x, 0, 0), wr(y, 0, 0))
+}
+
+// ContextLen is the longest sequence Eval takes.
+func (e *Evaluator) ContextLen() int { return e.ctx }
+
+// NVocab is the number of logits per token.
+func (e *Evaluator) NVocab() int { return e.w.c.NVocab }
+
+// Score is Eval: with ContextLen and NVocab, the evaluator is an
+// engine.Scorer in eval mode.
+func (e *Evaluator) Score(tokens []int32) ([]float32, error) { return e.Eval(tokens) }
+
+// Eval runs tokens as one sequence from position 0 and returns the logits
+// of every token, [S][nVocab].
+func (e *Evaluator) Eval(tokens []int32) ([]float32, error) {
+	c := e.w.c
+	s := len(tokens)
+	if s == 0 {
+		return nil, fmt.Errorf("vulkan: no tokens to run")
+	}
+	if s > e.ctx {
+		return nil, fmt.Errorf("vulkan: %d tokens pass the context length %d", s, e.ctx)
+	}
+	ids := make([]uint32, s)
+	for i, t := range tokens {
+		if t < 0 || int(t) >= c.NVocab {
+			return nil, fmt.Errorf("vulkan: token %d at index %d is outside the vocabulary [0, %d)", t, i, c.NVocab)
+		}
+		ids[i] = uint32(t)
+	}
+	er, ok := e.recs[s]
+	if !ok {
+		var err error
+		if er, err = e.record(s); err != nil {
+			if er != nil && er.rec != nil {
+				er.rec.Close()
+			}
+			return nil, fmt.Errorf("vulkan: eval of %d tokens: %w", s, err)
+		}
+		e.recs[s] = er
+	}
+	e.last = nil
+	if err := er.tok.Upload(u32Bytes(ids), 0); err != nil {
+		return nil, err
+	}
+	if err := e.w.dev.Run(er.rec); err != nil {
+		return nil, fmt.Errorf("vulkan: eval of %d tokens: %w", s, err)
+	}
+	e.last = er
+	return downloadF32(er.logitsHost, s*c.NVocab)
+}
+
+// Selected is, per layer, the positions the last Eval's sequence routed
+// through that layer, ascending (read from the GPU); nil for a dense layer.
+func (e *Evaluator) Selected() ([][]int, error) {
+	if e.last == nil {
+		return nil, fmt.Errorf("vulkan: no sequence evaluated")
+	}
+	out := make([][]int, len(e.last.idx))
+	for l, b := range e.last.idx {
+		if b == nil {
+			continue
+		}
+		raw := make([]byte, 4*e.last.k)
+		if err := b.Download(raw, 0); err != nil {
+			return nil, err
+		}
+		out[l] = make([]int, e.last.k)
+		for j := range out[l] {
+			out[l][j] = int(binary.LittleEndian.Uint32(raw[4*j:]))
+		}
+	}
+	return out, nil
+}
+
+// Recordings is how many sequence lengths have a recorded step.
+func (e *Evaluator) Recordings() int { return len(e.recs) }
+
+// record records the step for sequences of s tokens.
+func (e *Evaluator) record(s int) (*evalRec, error) {
+	w := e.w
+	c := w.c
+	if err := e.checkAttentionLoops(s); err != nil {
+		return nil, err
+	}
+	f32 := func(n int) uint64 { return 4 * uint64(n) }
+	kvd, qd := c.KVDim(), c.NHead*c.HeadDim
+	var err error
+	must := func(size uint64, kind vk.BufferKind) *vk.Buffer {
+		if err != nil {
+			return nil
+		}
+		var b *vk.Buffer
+		b, err = w.buffer(size, kind)
+		return b
+	}
+	dev := vk.DeviceLocal
+	er := &evalRec{s: s, k: mod.TopK(c.Capacity, s), idx: make([]*vk.Buffer, c.NLayer)}
+	er.tok, er.logitsHost = must(f32(s), vk.HostVisible), must(f32(s*c.NVocab), vk.HostVisible)
+	var a evalActs
+	a.x, a.xs, a.xn, a.ob = must(f32(s*c.NEmbd), dev), must(f32(s*c.NEmbd), dev), must(f32(s*c.NEmbd), dev), must(f32(s*c.NEmbd), dev)
+	a.q, a.qr, a.att = must(f32(s*qd), dev), must(f32(s*qd), dev), must(f32(s*qd), dev)
+	a.k, a.kr, a.v = must(f32(s*kvd), dev), must(f32(s*kvd), dev), must(f32(s*kvd), dev)
+	a.gate, a.up, a.h = must(f32(s*c.NFF), dev), must(f32(s*c.NFF), dev), must(f32(s*c.NFF), dev)
+	a.pos, a.r, a.mask = must(f32(s), dev), must(f32(s), dev), must(f32(s), dev)
+	a.count, a.args = must(4, dev), must(12, dev)
+	a.logits = must(f32(s*c.NVocab), dev)
+	if s > shaders.TopkLocal {
+		a.keys = must(8*uint64(shaders.TopkKeys(uint32(s))), dev)
+	}
+	for l := range w.w.blocks {
+		if w.w.blocks[l].router != nil {
+			er.idx[l] = must(f32(s), dev)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	iota := make([]uint32, s)
+	for i := range iota {
+		iota[i] = uint32(i)
+	}
+	if err := a.pos.Upload(u32Bytes(iota), 0); err != nil {
+		return nil, err
+	}
+
+	rec := w.dev.NewRecorder()
+	er.rec = rec
+	d := uint32(c.NEmbd)
+	embed, err := w.ks.get("embed_"+w.w.tokenEmbd.typ, nil)
+	if err != nil {
+		return er, err
+	}
+	newOp(embed, shaders.EmbedPush{Cols: d, N: uint32(s), RowBase: 0, Rows: uint32(c.NVocab)}, shaders.Groups(uint32(s)),
+		rd(w.w.tokenEmbd.buf, 0, 0), rd(er.tok, 0, 0), wr(a.x, 0, 0)).record(rec)
+	for l := range w.w.blocks {
+		if w.w.blocks[l].router != nil {
+			err = e.recordRouted(rec, er, &a, l)
+		} else {
+			err = e.recordBlock(rec, &a, l, a.x, s, a.pos)
+		}
+		if err != nil {
+			return er, fmt.Errorf("layer %d: %w", l, err)
+		}
+	}
+	norm, err := w.ks.row("rmsnorm", c.NEmbd)
+	if err != nil {
+		return er, err
+	}
+	newOp(norm, shaders.RMSNormPush{Cols: d, N: uint32(s), Eps: c.RMSEps}, shaders.RowGroups(uint32(s), norm.spec),
+		rd(a.x, 0, 0), rd(w.w.outputNorm, 0, 0), wr(a.xn, 0, 0)).record(rec)
+	e.output.op(a.xn, a.logits, s).record(rec)
+	rec.Copy(a.logits, er.logitsHost, 0, 0, f32(s*c.NVocab))
+	return er, rec.Err()
+}
+
+// checkAttentionLoops refuses, on a CPU device, a sequence whose attention
+// would pass lavapipe's loop limit (shaders.LavapipeLoopIterations): each
+// invocation walks every WG-th of the s entries over 3 head dimensions'
+// loops, plus its set-up and the merge.
+func (e *Evaluator) checkAttentionLoops(s int) error {
+	if !e.w.ks.cpu {
+		return nil
+	}
+	wg, hd := int(shaders.AttentionSpec[0]), e.w.c.HeadDim
+	iters := (s+wg-1)/wg*(3*hd+1) + 5*hd + 2*wg
+	if iters > shaders.LavapipeLoopIterations {
+		return fmt.Errorf("attention over %d tokens would loop %d times per invocation, over lavapipe's limit %d", s, iters, shaders.LavapipeLoopIterations)
+	}
+	return nil
+}
+
+// recordRouted records routed layer l on the whole sequence: top-k by
+// router score, the block on the k selected rows, the gated residual.
+func (e *Evaluator) recordRouted(rec *vk.Recorder, er *evalRec, a *evalActs, l int) error {
+	w := e.w
+	c := w.c
+	rt := w.w.blocks[l].router
+	s, k := uint32(er.s), uint32(er.k)
+	d := uint32(c.NEmbd)
+	idx := er.idx[l]
+	var kerr error
+	get := func(name string) *kernel {
+		kk, err := w.ks.get(name, nil)
+		if err != nil && kerr == nil {
+			kerr = err
+		}
+		return kk
+	}
+	hasBias := uint32(0)
+	if rt.hasBias {
+		hasBias = 1
+	}
+	var ops []op
+	ops = append(ops, newOp(get("router_score"), shaders.RouterPush{N: s, NEmbd: d, HasBias: hasBias}, shaders.Groups((s+63)/64),
+		rd(rt.w, 0, 0), rd(rt.bias, 0, 0), rd(a.x, 0, 0), wr(a.r, 0, 0)))
+	for _, pass := range shaders.TopkPasses(s, k) {
+		var binds []vk.Bind
+		switch pass.Variant {
+		case "topk":
+			binds = []vk.Bind{rd(a.r, 0, 0), wr(a.mask, 0, 0), wr(idx, 0, 0)}
+		case "topk_sort":
+			binds = []vk.Bind{rd(a.r, 0, 0), wr(a.keys, 0, 0)}
+		case "topk_merge_global", "topk_merge_local":
+			binds = []vk.Bind{rw(a.keys, 0, 0)}
+		case "topk_select":
+			binds = []vk.Bind{rd(a.keys, 0, 0), wr(a.mask, 0, 0)}
+		}
+		ops = append(ops, newOp(get(pass.Variant), pass.Push, pass.Groups, binds...))
+	}
+	if s > shaders.TopkLocal { // the multi-pass plan leaves a mask: compact it
+		ops = append(ops, newOp(get("compact_mask"), shaders.CompactPush{N: s, RowsPerGroup: shaders.RoutingRowsPerGroup}, [3]uint32{1, 1, 1},
+			rd(a.mask, 0, 0), wr(idx, 0, 0), wr(a.count, 0, 0), wr(a.args, 0, 0)))
+	}
+	gather := newOp(get("gather"), shaders.GatherPush{NEmbd: d}, shaders.Groups(k),
+		rd(idx, 0, 0), rd(a.count, 0, 0), rd(a.x, 0, 0), wr(a.xs, 0, 0))
+	if kerr != nil {
+		return kerr
+	}
+	for _, o := range ops {
+		o.record(rec)
+	}
+	if s <= shaders.TopkLocal {
+		rec.Fill(a.count, 0, 4, k) // gather's count; compact_mask writes it otherwise
+	}
+	gather.record(rec)
+	// idx holds the selected rows, ascending: in eval they are the positions.
+	if err := e.recordBlock(rec, a, l, a.xs, int(k), idx); err != nil {
+		return err
+	}
+	name := "mod_residual_sigmoid"
+	if c.Gate == mod.GateIdentity {
+		name = "mod_residual_identity"
+	}
+	res, err := w.ks.get(name, nil)
+	if err != nil {
+		return err
+	}
+	newOp(res, shaders.ModResidualPush{Cols: d, N: s, K: k}, shaders.Groups(k),
+		rw(a.x, 0, 0), rd(a.xs, 0, 0), rd(idx, 0, 0), rd(a.r, 0, 0)).record(rec)
+	return nil
+}
+
+// recordBlock records Llama block l on the first n rows of xb, in place, at
+// the positions in pos [n] u32; attention runs among those n rows.
+func (e *Evaluator) recordBlock(rec *vk.Recorder, a *evalActs, l int, xb *vk.Buffer, n int, pos *vk.Buffer) error {
+	w := e.w
+	c := w.c
+	b := &w.w.blocks[l]
+	eb := &e.blocks[l]
+	nu := uint32(n)
+	d := uint32(c.NEmbd)
+	norm, err := w.ks.row("rmsnorm", c.NEmbd)
+	if err != nil {
+		return err
+	}
+	var kern [4]*kernel
+	for i, name := range []string{"rope", "attention", "add", "swiglu"} {
+		if kern[i], err = w.ks.get(name, nil); err != nil {
+			return err
+		}
+	}
+	rope, attn, add, swiglu := kern[0], kern[1], kern[2], kern[3]
+	normOp := func(wt *vk.Buffer) op {
+		return newOp(norm, shaders.RMSNormPush{Cols: d, N: nu, Eps: c.RMSEps}, shaders.RowGroups(nu, norm.spec),
+			rd(xb, 0, 0), rd(wt, 0, 0), wr(a.xn, 0, 0))
+	}
+	addOp := newOp(add, shaders.AddPush{N: nu * d}, shaders.Groups((nu*d+255)/256), rd(xb, 0, 0), rd(a.ob, 0, 0), wr(xb, 0, 0))
+	ropeOp := func(x, out *vk.Buffer, heads int) op {
+		return newOp(rope, shaders.RopePush{HeadDim: uint32(c.HeadDim), NHead: uint32(heads), N: nu}, shaders.Groups(nu),
+			rd(x, 0, 0), rd(pos, 0, 0), rd(w.w.ropeFreq, 0, 0), wr(out, 0, 0))
+	}
+	ops := []op{
+		normOp(b.attnNorm),
+		eb.q.op(a.xn, a.q, n), eb.k.op(a.xn, a.k, n), eb.v.op(a.xn, a.v, n),
+		ropeOp(a.q, a.qr, c.NHead), ropeOp(a.k, a.kr, c.NKVHead),
+		newOp(attn, shaders.AttentionPush{N: nu, Entries: nu, NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
+			HeadDim: uint32(c.HeadDim), Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))},
+			shaders.AttentionGroups(nu, uint32(c.NHead)),
+			rd(a.qr, 0, 0), rd(a.kr, 0, 0), rd(a.v, 0, 0), rd(pos, 0, 0), rd(pos, 0, 0), wr(a.att, 0, 0)),
+		eb.o.op(a.att, a.ob, n),
+		addOp,
+		normOp(b.ffnNorm),
+		eb.gate.op(a.xn, a.gate, n), eb.up.op(a.xn, a.up, n),
+		newOp(swiglu, shaders.SwiGLUPush{N: nu * uint32(c.NFF)}, shaders.ElementGroups(nu*uint32(c.NFF)),
+			rd(a.gate, 0, 0), rd(a.up, 0, 0), wr(a.h, 0, 0)),
+		eb.down.op(a.h, a.ob, n),
+		addOp,
+	}
+	for _, o := range ops {
+		o.record(rec)
+	}
+	return nil
+}
+
+// Close waits for the device and frees every GPU object the evaluator made.
+func (e *Evaluator) Close() {
+	if e.w == nil || e.w.dev == nil {
+		return
+	}
+	_ = e.w.dev.WaitIdle()
+	for _, er := range e.recs {
+		er.rec.Close()
+	}
+	e.recs, e.last = nil, nil
+	e.w.Close()
+}
