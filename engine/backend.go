@@ -85,43 +85,113 @@ func cpuBackend(m *mod.Model, r mod.Routing) (*Backend, string, error) {
 	return &Backend{Runner: c, Name: BackendCPU}, "", nil
 }
 
-// vulkanBackend opens the chosen device and a runner on it. With gpuOnly it
-// returns (nil, why, nil) instead of using a CPU device.
-func vulkanBackend(m *mod.Model, r mod.Routing, o BackendOptions, gpuOnly bool) (*Backend, string, error) {
+// vulkanDevice opens the chosen Vulkan device. With gpuOnly it returns
+// (nil, why, nil) instead of using a CPU device. The returned Backend holds
+// only the release of the instance and device; callers add the runner.
+func vulkanDevice(device int, gpuOnly bool) (*Backend, *vk.Device, string, error) {
 	if err := vk.Load(); err != nil {
-		return nil, "", fmt.Errorf("no Vulkan: %w", err)
+		return nil, nil, "", fmt.Errorf("no Vulkan: %w", err)
 	}
 	inst, err := vk.NewInstance(vk.InstanceOptions{})
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	b := &Backend{release: []func(){inst.Close}}
-	fail := func(err error) (*Backend, string, error) { b.Close(); return nil, "", err }
+	fail := func(err error) (*Backend, *vk.Device, string, error) { b.Close(); return nil, nil, "", err }
 	devs, err := inst.Devices()
 	if err != nil {
 		return fail(err)
 	}
-	info, err := vk.ChooseDevice(devs, o.Device)
+	info, err := vk.ChooseDevice(devs, device)
 	if err != nil {
 		return fail(err)
 	}
 	if gpuOnly && info.Type == vk.CPU {
 		b.Close()
-		return nil, fmt.Sprintf("the only Vulkan device, %s, is a CPU emulation (--backend vulkan uses it)", info.Name), nil
+		return nil, nil, fmt.Sprintf("the only Vulkan device, %s, is a CPU emulation (--backend vulkan uses it)", info.Name), nil
 	}
 	dev, err := inst.NewDevice(info)
 	if err != nil {
 		return fail(err)
 	}
 	b.release = append(b.release, dev.Close)
+	b.Name = "vulkan: " + info.Name
+	return b, dev, "", nil
+}
+
+// vulkanBackend opens the chosen device and a generate-mode runner on it.
+func vulkanBackend(m *mod.Model, r mod.Routing, o BackendOptions, gpuOnly bool) (*Backend, string, error) {
+	b, dev, why, err := vulkanDevice(o.Device, gpuOnly)
+	if b == nil {
+		return nil, why, err
+	}
 	run, err := vulkan.New(dev, m, r, vulkan.Options{Profile: o.Profile})
 	if err != nil {
-		return fail(err)
+		b.Close()
+		return nil, "", err
 	}
 	b.release = append(b.release, run.Close)
 	b.Runner = gpuRunner{Runner: run, m: m}
-	b.Name = "vulkan: " + info.Name
 	return b, "", nil
+}
+
+// ScorerBackend is a Scorer on the chosen device. Close releases it.
+type ScorerBackend struct {
+	Scorer
+	Name    string
+	release []func()
+}
+
+// Close frees the scorer and the device.
+func (s *ScorerBackend) Close() { (&Backend{release: s.release}).Close() }
+
+// OpenScorer makes a scorer of m with routing r, choosing the backend as
+// OpenBackend does. On Vulkan only eval mode (top-k routing) exists, so a MoD
+// model with causal routing is scored on the CPU (auto) or refused (vulkan).
+func OpenScorer(m *mod.Model, r mod.Routing, o BackendOptions) (*ScorerBackend, string, error) {
+	cpu := func(notice string) (*ScorerBackend, string, error) {
+		sc, err := NewCPUScorer(m, r)
+		if err != nil {
+			return nil, "", err
+		}
+		return &ScorerBackend{Scorer: sc, Name: BackendCPU}, notice, nil
+	}
+	causal := m.Config.IsMoD() && r != mod.RoutingTopK
+	switch o.Name {
+	case BackendCPU:
+		return cpu("")
+	case BackendVulkan:
+		if causal {
+			return nil, "", fmt.Errorf("scoring with %s routing runs on the CPU for now; the GPU scores in eval mode (--routing topk)", r)
+		}
+		return vulkanScorer(m, o, false)
+	case BackendAuto:
+		if causal {
+			return cpu("")
+		}
+		sb, why, err := vulkanScorer(m, o, o.Device < 0 && os.Getenv(vk.EnvDevice) == "")
+		if err == nil && sb != nil {
+			return sb, "", nil
+		}
+		if err != nil {
+			why = err.Error()
+		}
+		return cpu("modrun: " + why + "; running on the CPU")
+	}
+	return nil, "", fmt.Errorf("--backend %q is not auto, cpu or vulkan", o.Name)
+}
+
+func vulkanScorer(m *mod.Model, o BackendOptions, gpuOnly bool) (*ScorerBackend, string, error) {
+	b, dev, why, err := vulkanDevice(o.Device, gpuOnly)
+	if b == nil {
+		return nil, why, err
+	}
+	ev, err := vulkan.NewEvaluator(dev, m, vulkan.Options{})
+	if err != nil {
+		b.Close()
+		return nil, "", err
+	}
+	return &ScorerBackend{Scorer: ev, Name: b.Name, release: append(b.release, ev.Close)}, "", nil
 }
 
 // gpuRunner adds the routing counts to the Vulkan runner: a routed layer's

@@ -210,3 +210,25 @@ func TestBench(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "-m FILE.gguf is required")
 }
+
+// TestPerplexityOnVulkan: eval mode on the GPU gives the CPU's NLL.
+func TestPerplexityOnVulkan(t *testing.T) {
+	if err := vk.Load(); err != nil {
+		t.Skipf("no Vulkan loader: %v", err)
+	}
+	text := filepath.Join(t.TempDir(), "story.txt")
+	require.NoError(t, os.WriteFile(text, []byte("Once upon a time there was a girl. She liked to play with her red ball in the park."), 0o644))
+	nll := func(backend string) string {
+		code, out, stderr := modrun(t, "perplexity", "-m", modTrained, "-f", text, "--backend", backend)
+		if code != 0 && strings.Contains(stderr, "no Vulkan device") {
+			t.Skipf("no Vulkan device: %s", stderr)
+		}
+		require.Equal(t, 0, code, stderr)
+		assert.Contains(t, out, "backend "+backend)
+		return regexp.MustCompile(`NLL (\d+\.\d+)`).FindStringSubmatch(out)[1]
+	}
+	assert.Equal(t, nll("cpu"), nll("vulkan"), "NLL to 4 decimals")
+	code, _, stderr := modrun(t, "perplexity", "-m", modTrained, "-f", text, "--backend", "vulkan", "--routing", "router")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "scoring with router routing runs on the CPU for now")
+}

@@ -31,9 +31,6 @@ func perplexityMain(args []string, _ io.Reader, stdout, stderr io.Writer) error 
 	if flagSet(fs, "capacity") && !(*capacity > 0 && *capacity <= 1) {
 		return fmt.Errorf("%w: --capacity %g: must be in (0, 1]", errUsage, *capacity)
 	}
-	if mf.backend == "vulkan" {
-		return fmt.Errorf("--backend vulkan: perplexity runs on the CPU for now (eval mode on the GPU is not built yet)")
-	}
 	l, err := mf.load(flagSet(fs, "routing") || flagSet(fs, "capacity"))
 	if err != nil {
 		return err
@@ -61,9 +58,13 @@ func perplexityMain(args []string, _ io.Reader, stdout, stderr io.Writer) error 
 	if len(ids) == 0 {
 		return fmt.Errorf("-f %s: the file has no text to score", *textPath)
 	}
-	scorer, err := engine.NewCPUScorer(l.model, l.routing)
+	scorer, notice, err := engine.OpenScorer(l.model, l.routing, engine.BackendOptions{Name: mf.backend, Device: mf.device})
 	if err != nil {
-		return err
+		return fmt.Errorf("--backend %s: %w", mf.backend, err)
+	}
+	defer scorer.Close()
+	if notice != "" {
+		fmt.Fprintln(stderr, notice)
 	}
 	var progress func(done, total int)
 	if !*quiet {
@@ -84,7 +85,7 @@ func perplexityMain(args []string, _ io.Reader, stdout, stderr io.Writer) error 
 			routing += fmt.Sprintf(" (capacity %g)", cfg.Capacity)
 		}
 	}
-	fmt.Fprintf(stdout, "model %s, text %s, routing %s\n", mf.path, *textPath, routing)
+	fmt.Fprintf(stdout, "model %s, text %s, routing %s, backend %s\n", mf.path, *textPath, routing, scorer.Name)
 	windows := "windows"
 	if res.Windows == 1 {
 		windows = "window"
