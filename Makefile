@@ -10,7 +10,7 @@ VULKAN_DEBS  := libvulkan1 mesa-vulkan-drivers glslc spirv-tools vulkan-validati
 TEST_DEBS    := $(BUILD_DEBS) $(VULKAN_DEBS) python3-torch python3-numpy python3-sentencepiece
 FIXTURE_DEBS := $(TEST_DEBS)
 
-DEMO_MODEL ?= ../shared/data/models/stories260K.gguf
+DEMO_MODEL ?= models/tinystories-mod.gguf
 
 .PHONY: setup build test demo fuzz fixtures clean
 
@@ -24,11 +24,11 @@ test:
 	@scripts/setup.sh $(TEST_DEBS)
 	@scripts/test.sh
 
-# The demo tells a story on the Vulkan backend (lavapipe when there is no
-# GPU). Until models/tinystories-mod.gguf ships, with the dense reference model.
+# The demo tells a story with the shipped MoD model on the Vulkan backend
+# (lavapipe when there is no GPU).
 demo: build
 	@scripts/setup.sh libvulkan1 mesa-vulkan-drivers
-	bin/modrun -m $(DEMO_MODEL) -p "Once upon a time" -n 120 --backend vulkan --stats
+	bin/modrun -m $(DEMO_MODEL) -p "Once upon" -n 120 --backend vulkan --stats
 
 # A longer fuzz run of every target (FUZZTIME=10m make fuzz).
 fuzz:
