@@ -226,17 +226,7 @@ func TestEvalWeightTypes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := openModel(t, "../../testdata/mod/mod-trained.gguf")
 			w := m.Weights
-			quantize := func(mt *mod.Mat, typ gguf.TensorType) {
-				f32 := make([]float32, mt.Rows*mt.Cols)
-				for i := 0; i < mt.Rows; i++ {
-					mt.Row(i, f32[i*mt.Cols:(i+1)*mt.Cols])
-				}
-				data, err := gguf.Quantize(typ, f32)
-				require.NoError(t, err)
-				q, err := mod.NewMat(mt.Name, typ, []uint64{uint64(mt.Cols), uint64(mt.Rows)}, data)
-				require.NoError(t, err)
-				*mt = q
-			}
+			quantize := func(mt *mod.Mat, typ gguf.TensorType) { requantize(t, mt, typ) }
 			tied := w.Output.Name == w.TokenEmbd.Name
 			quantize(&w.TokenEmbd, tc.embd)
 			if tied {

@@ -304,6 +304,20 @@ func checkAgainstCPU(t *testing.T, dev *vk.Device, m *mod.Model, routing mod.Rou
 	t.Logf("%d steps, max |logit diff| %.2g; selected %s", len(tokens), worst, strings.Join(sel, ", "))
 }
 
+// requantize replaces a loaded matrix by its values stored as typ.
+func requantize(t *testing.T, mt *mod.Mat, typ gguf.TensorType) {
+	t.Helper()
+	f32 := make([]float32, mt.Rows*mt.Cols)
+	for i := 0; i < mt.Rows; i++ {
+		mt.Row(i, f32[i*mt.Cols:(i+1)*mt.Cols])
+	}
+	data, err := gguf.Quantize(typ, f32)
+	require.NoError(t, err)
+	q, err := mod.NewMat(mt.Name, typ, []uint64{uint64(mt.Cols), uint64(mt.Rows)}, data)
+	require.NoError(t, err)
+	*mt = q
+}
+
 // TestQuantizedWeights: the same checks with the block matrices in F16 and
 // Q8_0, mixed so that q|k|v and gate|up are not one type (the unstacked,
 // aligned-offset path), and the token embedding (tied to the output) in
@@ -313,17 +327,7 @@ func TestQuantizedWeights(t *testing.T) {
 	dev := openDevice(t, true)
 	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
 	w := m.Weights
-	quantize := func(mt *mod.Mat, typ gguf.TensorType) {
-		f32 := make([]float32, mt.Rows*mt.Cols)
-		for i := 0; i < mt.Rows; i++ {
-			mt.Row(i, f32[i*mt.Cols:(i+1)*mt.Cols])
-		}
-		data, err := gguf.Quantize(typ, f32)
-		require.NoError(t, err)
-		q, err := mod.NewMat(mt.Name, typ, []uint64{uint64(mt.Cols), uint64(mt.Rows)}, data)
-		require.NoError(t, err)
-		*mt = q
-	}
+	quantize := func(mt *mod.Mat, typ gguf.TensorType) { requantize(t, mt, typ) }
 	tied := w.Output.Name == w.TokenEmbd.Name
 	quantize(&w.TokenEmbd, gguf.TypeQ8_0)
 	if tied {
