@@ -20,6 +20,7 @@ const module = "github.com/modrun/modrun"
 var layers = map[string][]string{
 	"gguf":          {"internal/..."},
 	"vk":            {"internal/..."},
+	"vk/vktest":     {"vk", "internal/..."}, // the tests' device helper
 	"shaders":       {"internal/..."},
 	"internal/...":  {"internal/..."},
 	"tokenizer":     {"gguf", "internal/..."},

@@ -66,15 +66,9 @@ func init() {
 		},
 		Variant{
 			Name: "decode_attention", Source: "decode_attention.comp",
-			Bindings: []Binding{
-				{"q", Read, "[n][nHead*headDim] f32, rotated"},
-				{"k", Read, "[entries][nKVHead*headDim] f32, rotated"},
-				{"v", Read, "[entries][nKVHead*headDim] f32"},
-				{"kPos", Read, "[entries] u32 original positions"},
-				{"qPos", Read, "[n] u32 original positions"},
-				{"counts", Read, "[nLayer] u32: entries = counts[layer]"},
-				{"out", Write, "[n][nHead*headDim] f32"},
-			},
+			Bindings: append(attentionInputs(),
+				Binding{"counts", Read, "[nLayer] u32: entries = counts[layer]"},
+				Binding{"out", Write, "[n][nHead*headDim] f32"}),
 			Push: DecodeAttentionPush{}, LocalSize: [3]uint32{32, 1, 1}, LocalSizeSpec: true, Spec: AttentionSpec,
 			Notes: "attention with the entry count from a buffer; Spec: [workgroup size, MAX_HD >= headDim]; " +
 				"dispatch AttentionGroups(n, nHead)",

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/modrun/modrun/vk"
-	"github.com/stretchr/testify/assert"
+	"github.com/modrun/modrun/vk/vktest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,30 +25,7 @@ func openDevice(t testing.TB) *vk.Device {
 // validation layer, whose checks would be timed too.
 func openDeviceWith(t testing.TB, opts vk.InstanceOptions) *vk.Device {
 	t.Helper()
-	inst, err := vk.NewInstance(opts)
-	if errors.Is(err, vk.ErrNoVulkan) {
-		t.Skipf("no Vulkan on this machine: %v", err)
-	}
-	require.NoError(t, err)
-	devs, err := inst.Devices()
-	require.NoError(t, err)
-	info, err := vk.ChooseDevice(devs, -1)
-	if errors.Is(err, vk.ErrNoVulkan) {
-		inst.Close()
-		t.Skipf("no usable Vulkan device: %v", err)
-	}
-	require.NoError(t, err)
-	dev, err := inst.NewDevice(info)
-	require.NoError(t, err)
-	if opts.Validation && !inst.Validating() {
-		t.Logf("the validation layer is not installed (Debian: vulkan-validationlayers): running without it")
-	}
-	t.Cleanup(func() {
-		dev.Close()
-		inst.Close()
-		assert.Empty(t, inst.ValidationMessages(), "validation layer messages")
-	})
-	return dev
+	return vktest.Open(t, opts)
 }
 
 // newKernel makes v's kernel, with spec overriding its default

@@ -94,6 +94,17 @@ func matmulVariant(name, define, weightShape string) Variant {
 	}
 }
 
+// attentionInputs are the first bindings of attention and decode_attention.
+func attentionInputs() []Binding {
+	return []Binding{
+		{"q", Read, "[n][nHead*headDim] f32, rotated"},
+		{"k", Read, "[entries][nKVHead*headDim] f32, rotated"},
+		{"v", Read, "[entries][nKVHead*headDim] f32"},
+		{"kPos", Read, "[entries] u32 original positions"},
+		{"qPos", Read, "[n] u32 original positions"},
+	}
+}
+
 func init() {
 	Variants = append(Variants,
 		matmulVariant("matmul_f32", "WEIGHT_F32", "[rows][cols] f32"),
@@ -101,14 +112,7 @@ func init() {
 		matmulVariant("matmul_q8_0", "WEIGHT_Q8_0", "[rows][cols/32] q8_0 blocks (34 bytes)"),
 		Variant{
 			Name: "attention", Source: "attention.comp",
-			Bindings: []Binding{
-				{"q", Read, "[n][nHead*headDim] f32, rotated"},
-				{"k", Read, "[entries][nKVHead*headDim] f32, rotated"},
-				{"v", Read, "[entries][nKVHead*headDim] f32"},
-				{"kPos", Read, "[entries] u32 original positions"},
-				{"qPos", Read, "[n] u32 original positions"},
-				{"out", Write, "[n][nHead*headDim] f32"},
-			},
+			Bindings:      append(attentionInputs(), Binding{"out", Write, "[n][nHead*headDim] f32"}),
 			Push:          AttentionPush{},
 			LocalSize:     [3]uint32{32, 1, 1},
 			LocalSizeSpec: true,

@@ -2,7 +2,6 @@ package vulkan
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/tokenizer"
 	"github.com/modrun/modrun/vk"
+	"github.com/modrun/modrun/vk/vktest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -36,30 +36,7 @@ const (
 // on any validation message.
 func openDevice(t testing.TB, validation bool) *vk.Device {
 	t.Helper()
-	inst, err := vk.NewInstance(vk.InstanceOptions{Validation: validation && vk.HasValidationLayer()})
-	if errors.Is(err, vk.ErrNoVulkan) {
-		t.Skipf("no Vulkan on this machine: %v", err)
-	}
-	require.NoError(t, err)
-	devs, err := inst.Devices()
-	require.NoError(t, err)
-	info, err := vk.ChooseDevice(devs, -1)
-	if errors.Is(err, vk.ErrNoVulkan) {
-		inst.Close()
-		t.Skipf("no usable Vulkan device: %v", err)
-	}
-	require.NoError(t, err)
-	dev, err := inst.NewDevice(info)
-	require.NoError(t, err)
-	if validation && !inst.Validating() {
-		t.Logf("the validation layer is not installed (Debian: vulkan-validationlayers): running without it")
-	}
-	t.Cleanup(func() {
-		dev.Close()
-		inst.Close()
-		assert.Empty(t, inst.ValidationMessages(), "validation layer messages")
-	})
-	return dev
+	return vktest.Open(t, vk.InstanceOptions{Validation: validation})
 }
 
 func openModel(t testing.TB, path string) *mod.Model {
