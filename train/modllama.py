@@ -400,22 +400,43 @@ def config_from_gguf(g, **overrides):
     return ModelConfig(**d)
 
 
-def load_dense_gguf(model, g):
+def load_dense_gguf(model, g, layer_map=None):
     """Copy a dense llama GGUF's weights into model; routers and predictors
     keep their init (retrofit). Linear weights: GGUF dims [in, out] are the
-    same bytes as PyTorch's [out, in]."""
+    same bytes as PyTorch's [out, in]. layer_map {model layer: GGUF block}
+    places the GGUF's blocks (default: block i into layer i, all layers);
+    layers it leaves out keep their init."""
+    if layer_map is None:
+        layer_map = {i: i for i in range(model.cfg.n_layers)}
     sd = {"tok_embeddings.weight": g.tensor("token_embd.weight"), "norm.weight": g.tensor("output_norm.weight")}
     if not model.cfg.tied_output:
         sd["output.weight"] = g.tensor("output.weight" if "output.weight" in g.tensors else "token_embd.weight")
-    for i in range(model.cfg.n_layers):
+    for i, j in layer_map.items():
         for gn, mn in GGUF_TO_META.items():
-            sd[f"layers.{i}.{mn}"] = g.tensor(f"blk.{i}.{gn}")
+            sd[f"layers.{i}.{mn}"] = g.tensor(f"blk.{j}.{gn}")
     own = model.state_dict()
     with torch.no_grad():
         for k, v in sd.items():
             if tuple(own[k].shape) != v.shape:
                 raise ValueError(f"{g.path}: {k} has shape {v.shape}, model wants {tuple(own[k].shape)}")
             own[k].copy_(torch.from_numpy(v))
+    return model
+
+
+def grow_interleaved(model, g):
+    """Depth growth: a dense GGUF of L blocks into a model of 2L-1 layers,
+    its blocks at the even layers 0, 2, .., 2L-2 and new blocks at the odd
+    ones (the default routed layers), whose output projections (wo, w2) start
+    at zero, so every new block starts as the identity and the grown model
+    computes exactly what the GGUF's model does."""
+    n = int(g.kv[f"{g.kv.get('general.architecture', 'llama')}.block_count"])
+    if model.cfg.n_layers != 2 * n - 1:
+        raise ValueError(f"{g.path}: {n} blocks grow into {2 * n - 1} layers, model has {model.cfg.n_layers}")
+    load_dense_gguf(model, g, {2 * j: j for j in range(n)})
+    with torch.no_grad():
+        for i in range(1, model.cfg.n_layers, 2):
+            model.layers[i].attention.wo.weight.zero_()
+            model.layers[i].feed_forward.w2.weight.zero_()
     return model
 
 

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+import shutil
 import tempfile
 import unittest
 
@@ -16,7 +17,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train as trainer  # noqa: E402
 from gguf_io import GGUFFile  # noqa: E402
-from modllama import MoDLlama, ModelConfig, capacity_k, config_from_gguf, load_dense_gguf  # noqa: E402
+from modllama import (MoDLlama, ModelConfig, capacity_k, config_from_gguf, grow_interleaved,  # noqa: E402
+                      load_dense_gguf, model_from_gguf)
 
 torch.set_num_threads(1)  # tiny tensors: more threads only add contention
 
@@ -213,23 +215,50 @@ class TestStories260K(unittest.TestCase):
         self.assertEqual(out["layers"][0]["selected"].shape, (2, 5))
         self.assertTrue(torch.isfinite(out["loss"]))
 
+    def test_grow_interleaved_starts_as_the_dense_model(self):
+        path = os.path.join(SHARED, "models", "stories260K.gguf")
+        if not os.path.exists(path):
+            self.skipTest(f"shared data absent: {path}")
+        g = GGUFFile(path)
+        base = model_from_gguf(g).eval()
+        m = grow_interleaved(MoDLlama(config_from_gguf(g, n_layers=9, predictor_hidden=32)).init_weights(seed=3), g)
+        self.assertEqual(m.cfg.routed_layers, [1, 3, 5, 7])
+        x = torch.randint(0, 512, (2, 70), generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            want, got = base(x)["logits"], m.eval()(x)["logits"]
+        self.assertEqual(float((want - got).abs().max()), 0.0)
+        # ... and the new blocks are real: a nonzero output projection changes the logits.
+        with torch.no_grad():
+            m.layers[1].attention.wo.weight.normal_(0, 0.1)
+            self.assertGreater(float((m(x)["logits"] - want).abs().max()), 1e-3)
+        with self.assertRaisesRegex(ValueError, "grow into 9 layers"):
+            grow_interleaved(MoDLlama(config_from_gguf(g, n_layers=7)), g)
+
+
+def counting_ids(d):
+    """Synthetic data with structure to learn: BOS then counting runs mod 50."""
+    rng = np.random.default_rng(0)
+    seqs = []
+    for _ in range(400):
+        start, step = rng.integers(3, 50), rng.integers(1, 4)
+        seqs += [1] + [3 + (start + step * i) % 50 for i in range(30)]
+    ids = os.path.join(d, "ids.bin")
+    np.array(seqs, dtype="<u2").tofile(ids)
+    return ids
+
+
+def tiny_args(d, ids, *extra):
+    return trainer.parser().parse_args([
+        "--out", d, "--train-ids", ids, "--val-ids", ids, "--batch", "8",
+        "--seq-len", "24", "--dim", "32", "--layers", "2", "--heads", "4", "--kv-heads", "2",
+        "--ffn", "48", "--vocab-size", "64", "--lr", "1e-2", "--warmup", "5",
+        "--val-windows", "8", "--threads", "1", "--router-bias", "--device", "cpu", *extra])
+
 
 class TestTraining(unittest.TestCase):
     def test_smoke_30_steps_loss_falls(self):
-        # Synthetic data with structure to learn: BOS then counting runs mod 50.
-        rng = np.random.default_rng(0)
-        seqs = []
-        for _ in range(400):
-            start, step = rng.integers(3, 50), rng.integers(1, 4)
-            seqs += [1] + [3 + (start + step * i) % 50 for i in range(30)]
         with tempfile.TemporaryDirectory() as d:
-            ids = os.path.join(d, "ids.bin")
-            np.array(seqs, dtype="<u2").tofile(ids)
-            a = trainer.parser().parse_args([
-                "--out", d, "--train-ids", ids, "--val-ids", ids, "--steps", "30", "--batch", "8",
-                "--seq-len", "24", "--dim", "32", "--layers", "2", "--heads", "4", "--kv-heads", "2",
-                "--ffn", "48", "--vocab-size", "64", "--lr", "1e-2", "--warmup", "5", "--eval-every", "0",
-                "--val-windows", "8", "--threads", "1", "--router-bias", "--device", "cpu"])
+            a = tiny_args(d, counting_ids(d), "--steps", "30", "--eval-every", "0")
             _, recs = trainer.train(a, log=lambda s: None)
             first = np.mean([r["lm_loss"] for r in recs[:5]])
             last = np.mean([r["lm_loss"] for r in recs[-5:]])
@@ -242,6 +271,51 @@ class TestTraining(unittest.TestCase):
             self.assertIn("layers.1.mod_router.weight", sd)
             self.assertIn("layers.1.mod_pred_up.weight", sd)
             self.assertNotIn("layers.0.mod_router.weight", sd)
+
+    def test_resume_continues_the_same_run(self):
+        # 20 steps in one go, and 10 + (stop) + 10 with --resume, give the same weights.
+        with tempfile.TemporaryDirectory() as d:
+            ids = counting_ids(d)
+            one, two = os.path.join(d, "one"), os.path.join(d, "two")
+            m1, r1 = trainer.train(tiny_args(one, ids, "--steps", "20", "--eval-every", "10"), log=lambda s: None)
+            trainer.train(tiny_args(two, ids, "--steps", "10", "--eval-every", "10"), log=lambda s: None)
+            # the stopped run's schedule was for 10 steps; resuming with --steps 20 must
+            # replay the same data and optimiser state, so give both the 20-step schedule:
+            shutil.rmtree(two)
+            trainer.train(tiny_args(two, ids, "--steps", "20", "--eval-every", "10", "--stop-after", "10"),
+                          log=lambda s: None)
+            msgs = []
+            m2, r2 = trainer.train(tiny_args(two, ids, "--steps", "20", "--eval-every", "10", "--resume"),
+                                   log=msgs.append)
+            self.assertIn(f"resumed {two} at step 10", msgs)
+            self.assertEqual([r["step"] for r in r2], list(range(10, 20)))
+            for (k, v1), v2 in zip(m1.state_dict().items(), m2.state_dict().values()):
+                self.assertTrue(torch.allclose(v1, v2, atol=1e-6), k)
+            with open(os.path.join(two, "log.jsonl")) as fh:
+                self.assertEqual([json.loads(l)["step"] for l in fh], list(range(20)))
+
+    def test_distill_moves_towards_the_teacher(self):
+        # A student distilled from a teacher (here a run folder) ends closer to it
+        # than the same student trained on the data alone.
+        with tempfile.TemporaryDirectory() as d:
+            ids = counting_ids(d)
+            tg = os.path.join(d, "t")
+            teacher, _ = trainer.train(tiny_args(tg, ids, "--steps", "40", "--eval-every", "0",
+                                                 "--routed", "dense", "--predictor-hidden", "0"), log=lambda s: None)
+            x = torch.randint(3, 53, (4, 24), generator=torch.Generator().manual_seed(1))
+
+            def kl_to_teacher(*extra):
+                m, recs = trainer.train(tiny_args(os.path.join(d, "s" + str(len(extra))), ids, "--steps", "40",
+                                                  "--eval-every", "0", "--routed", "dense",
+                                                  "--predictor-hidden", "0", "--seed", "7", *extra),
+                                        log=lambda s: None)
+                with torch.no_grad():
+                    return float(trainer.distill_loss(m.eval()(x)["logits"], teacher.eval()(x)["logits"])), recs
+
+            plain, _ = kl_to_teacher()
+            distilled, recs = kl_to_teacher("--teacher", tg, "--distill", "1")
+            self.assertIn("kl", recs[0])
+            self.assertLess(distilled, 0.5 * plain, f"KL to teacher: distilled {distilled:.4f}, plain {plain:.4f}")
 
 
 if __name__ == "__main__":

@@ -34,10 +34,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gguf_io import GGUFFile  # noqa: E402
-from modllama import MoDLlama, ModelConfig, config_from_gguf, load_dense_gguf  # noqa: E402
+from modllama import MoDLlama, ModelConfig, config_from_gguf, grow_interleaved, load_dense_gguf  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.environ.get("MODRUN_SHARED_DATA", os.path.join(os.path.dirname(ROOT), "shared", "data"))
@@ -175,6 +176,10 @@ def build_model(a):
                           rope_base=a.rope_base, **common)
         return MoDLlama(cfg).init_weights(seed=a.seed, router_std=a.router_std)
     g = GGUFFile(a.init)
+    if a.grow:
+        n = int(g.kv[f"{g.kv.get('general.architecture', 'llama')}.block_count"])
+        cfg = config_from_gguf(g, n_layers=2 * n - 1, **common)
+        return grow_interleaved(MoDLlama(cfg).init_weights(seed=a.seed, router_std=a.router_std), g)
     cfg = config_from_gguf(g, **common)
     m = MoDLlama(cfg).init_weights(seed=a.seed, router_std=a.router_std)
     return load_dense_gguf(m, g)
@@ -200,12 +205,47 @@ def evaluate(model, vx, vy, device, bs=16):
     return tot / max(1, n)
 
 
-def save(model, out_dir):
+def save(model, out_dir, opt=None, step=None, gen=None):
+    """OUT/ckpt.pt and OUT/config.json; with opt, also OUT/resume.pt (the
+    optimiser, the next step and the data generator's state) for --resume.
+    Each file is written beside and renamed, so a stop never leaves half a file."""
     os.makedirs(out_dir, exist_ok=True)
     sd = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
-    torch.save(sd, os.path.join(out_dir, "ckpt.pt"))
+    torch.save(sd, os.path.join(out_dir, "ckpt.pt.tmp"))
+    os.replace(os.path.join(out_dir, "ckpt.pt.tmp"), os.path.join(out_dir, "ckpt.pt"))
     with open(os.path.join(out_dir, "config.json"), "w") as fh:
         fh.write(model.cfg.to_json() + "\n")
+    if opt is not None:
+        state = {"step": step, "opt": opt.state_dict(), "gen": gen.get_state(), "torch_rng": torch.get_rng_state()}
+        torch.save(state, os.path.join(out_dir, "resume.pt.tmp"))
+        os.replace(os.path.join(out_dir, "resume.pt.tmp"), os.path.join(out_dir, "resume.pt"))
+
+
+def load_teacher(a, device):
+    """The frozen model whose next-token distribution --distill trains
+    towards (a GGUF, or a run folder with ckpt.pt and config.json; same
+    vocabulary), or None."""
+    if not a.teacher:
+        return None
+    from modllama import model_from_gguf
+    if os.path.isdir(a.teacher):
+        with open(os.path.join(a.teacher, "config.json")) as fh:
+            t = MoDLlama(ModelConfig.from_json(fh.read()))
+        t.load_state_dict(torch.load(os.path.join(a.teacher, "ckpt.pt")))
+    else:
+        t = model_from_gguf(GGUFFile(a.teacher))
+    t = t.to(device).eval()
+    for p in t.parameters():
+        p.requires_grad_(False)
+    return t
+
+
+def distill_loss(logits, teacher_logits):
+    """KL(teacher || student) per token, averaged: the teacher's whole
+    distribution as the target instead of the one observed token."""
+    lt = F.log_softmax(teacher_logits.float(), dim=-1)
+    ls = F.log_softmax(logits.float(), dim=-1)
+    return (lt.exp() * (lt - ls)).sum(-1).mean()
 
 
 def train(a, model=None, log=print):
@@ -227,37 +267,70 @@ def train(a, model=None, log=print):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(a.seed)
+    start = 0
+    resume = os.path.join(a.out, "resume.pt") if a.out else None
+    if a.resume and resume and os.path.exists(resume):
+        st = torch.load(resume)
+        model.load_state_dict(torch.load(os.path.join(a.out, "ckpt.pt")))
+        opt.load_state_dict(st["opt"])
+        gen.set_state(st["gen"])
+        torch.set_rng_state(st["torch_rng"])
+        start = st["step"]
+        log(f"resumed {a.out} at step {start}")
+    teacher = load_teacher(a, device)
+    if teacher is not None and teacher.cfg.vocab_size != model.cfg.vocab_size:
+        raise ValueError(f"--teacher {a.teacher}: vocab {teacher.cfg.vocab_size}, model {model.cfg.vocab_size}")
     it = batches(tr, a.batch, a.seq_len, gen)
     vx, vy = val_windows(va, a.seq_len, a.val_windows)
     records = []
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         a.vocab_gguf = save_vocab_choice(a, a.out)
-    logf = open(os.path.join(a.out, "log.jsonl"), "w") if a.out else None
+    logf = None
+    if a.out:
+        logf = open(os.path.join(a.out, "log.jsonl"), "a" if start else "w")
     t0 = time.time()
+    if start and a.out:
+        with open(os.path.join(a.out, "log.jsonl")) as fh:
+            done = [json.loads(l) for l in fh if l.strip()]
+        t0 = time.time() - (done[-1]["time_s"] if done else 0.0)
     model.train()
-    for step in range(a.steps):
+    for step in range(start, a.steps):
         for grp in opt.param_groups:
             grp["lr"] = lr_at(step, a)
         x, y = next(it)
-        out = model(x.to(device), y.to(device))
+        x, y = x.to(device), y.to(device)
+        out = model(x, y)
+        loss = out["loss"]
+        rec = {"step": step}
+        if teacher is not None:
+            with torch.no_grad():
+                tl = teacher(x)["logits"]
+            kl = distill_loss(out["logits"], tl)
+            loss = loss + a.distill * (kl - out["lm_loss"])
+            rec["kl"] = float(kl)
         opt.zero_grad(set_to_none=True)
-        out["loss"].backward()
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
         opt.step()
-        rec = {"step": step, "loss": float(out["loss"]), "lm_loss": float(out["lm_loss"]),
-               "aux_loss": float(out["aux_loss"]), "pred_loss": float(out["pred_loss"]),
-               "lr": lr_at(step, a), "time_s": round(time.time() - t0, 2)}
+        rec.update({"loss": float(loss), "lm_loss": float(out["lm_loss"]),
+                    "aux_loss": float(out["aux_loss"]), "pred_loss": float(out["pred_loss"]),
+                    "lr": lr_at(step, a), "time_s": round(time.time() - t0, 2)})
         if (a.eval_every and (step + 1) % a.eval_every == 0) or step == a.steps - 1:
             rec["val_loss"] = evaluate(model, vx, vy, device)
             if a.out:
-                save(model, a.out)
+                save(model, a.out, opt, step + 1, gen)
         records.append(rec)
         if logf:
             logf.write(json.dumps(rec) + "\n")
             logf.flush()
         if step % a.log_every == 0 or "val_loss" in rec:
             log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in rec.items()))
+        if a.stop_after and step + 1 == a.stop_after and step + 1 < a.steps:
+            if a.out and "val_loss" not in rec:
+                save(model, a.out, opt, step + 1, gen)
+            log(f"stopped after step {step + 1} of {a.steps}; continue with --resume")
+            break
     if logf:
         logf.close()
     return model.cpu(), records
@@ -267,6 +340,9 @@ def parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", help="output folder: ckpt.pt, config.json, log.jsonl, vocab.json")
     p.add_argument("--init", default="scratch", help="'scratch' or a dense llama GGUF to retrofit")
+    p.add_argument("--grow", action="store_true",
+                   help="with --init GGUF of L blocks: a 2L-1 layer model, the GGUF's blocks at the even layers "
+                        "and new identity-initialised blocks at the odd (routed) ones")
     p.add_argument("--vocab", default=VOCAB, help="GGUF whose tokenizer encodes the text")
     p.add_argument("--spm-vocab", type=int, default=0, metavar="N",
                    help="train (or reuse from --cache) an N-token SentencePiece BPE vocabulary on the train files")
@@ -309,6 +385,13 @@ def parser():
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--teacher", help="a GGUF or a run folder (same vocabulary) to distil from, with --distill")
+    p.add_argument("--distill", type=float, default=1.0,
+                   help="with --teacher: the LM loss is (1-D)*cross-entropy + D*KL(teacher || student)")
+    p.add_argument("--stop-after", type=int, default=0, metavar="N",
+                   help="stop (with a checkpoint) after step N of --steps' schedule")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from OUT/resume.pt (written at every eval) when it exists")
     p.add_argument("--device", default="", help="cpu or cuda (default: cuda when available)")
     return p
 
