@@ -32,36 +32,73 @@ type BenchResult struct {
 // decoding against the CPU reference (same tokens, logits within tolerance;
 // a backend that disagrees is not timed), then prefill and decode speeds.
 func Bench(b *Backend, m *mod.Model, routing mod.Routing, prompt []int32, o BenchOptions) (BenchResult, error) {
-	res := BenchResult{Backend: b.Name}
-	if len(prompt) < o.PromptTokens || o.PromptTokens < 1 {
-		return res, fmt.Errorf("engine: bench needs a prompt of %d tokens, got %d", o.PromptTokens, len(prompt))
+	k, err := NewBenchmark(b, m, routing, prompt, o)
+	if err != nil {
+		return k.Result(), err
 	}
-	prompt = prompt[:o.PromptTokens]
+	for i := 0; i < max(1, o.Repeats); i++ {
+		if err := k.Time(); err != nil {
+			return k.Result(), err
+		}
+	}
+	return k.Result(), nil
+}
+
+// Benchmark is one model on one backend, validated against the CPU
+// reference and then timed one run at a time, so that a caller comparing
+// several can interleave their runs round by round: load on a shared
+// machine then falls on every row alike instead of on whichever row ran
+// while it lasted.
+type Benchmark struct {
+	b               *Backend
+	prompt          []int32
+	o               BenchOptions
+	res             BenchResult
+	prefill, decode []float64
+}
+
+// NewBenchmark checks the options and validates b against the CPU
+// reference; a backend that disagrees is an error and is never timed.
+func NewBenchmark(b *Backend, m *mod.Model, routing mod.Routing, prompt []int32, o BenchOptions) (*Benchmark, error) {
+	k := &Benchmark{b: b, o: o, res: BenchResult{Backend: b.Name}}
+	if len(prompt) < o.PromptTokens || o.PromptTokens < 1 {
+		return k, fmt.Errorf("engine: bench needs a prompt of %d tokens, got %d", o.PromptTokens, len(prompt))
+	}
+	k.prompt = prompt[:o.PromptTokens]
 	if o.PromptTokens+max(o.DecodeTokens, o.ValidateTokens) > b.ContextLen() {
-		return res, fmt.Errorf("engine: %d prompt + %d decoded tokens pass the context length %d", o.PromptTokens, o.DecodeTokens, b.ContextLen())
+		return k, fmt.Errorf("engine: %d prompt + %d decoded tokens pass the context length %d", o.PromptTokens, o.DecodeTokens, b.ContextLen())
 	}
 	ref, err := NewCPU(m, routing)
 	if err != nil {
-		return res, err
+		return k, err
 	}
-	if res.MaxLogitDiff, err = validate(b, ref, prompt, o); err != nil {
-		return res, err
+	k.res.MaxLogitDiff, err = validate(b, ref, k.prompt, o)
+	return k, err
+}
+
+// Time runs the benchmark once: the prompt, then o.DecodeTokens greedy tokens.
+func (k *Benchmark) Time() error {
+	r, err := Generate(k.b, k.prompt, GenerateOptions{MaxTokens: k.o.DecodeTokens, EOS: -1, Sampler: DefaultSampler()})
+	if err != nil {
+		return err
 	}
-	var prefill, decode []float64
-	for i := 0; i < max(1, o.Repeats); i++ {
-		r, err := Generate(b, prompt, GenerateOptions{MaxTokens: o.DecodeTokens, EOS: -1, Sampler: DefaultSampler()})
-		if err != nil {
-			return res, err
-		}
-		prefill, decode = append(prefill, r.PrefillRate()), append(decode, r.DecodeRate())
+	k.prefill, k.decode = append(k.prefill, r.PrefillRate()), append(k.decode, r.DecodeRate())
+	return nil
+}
+
+// Result gives the medians of the timed runs so far (zero before the first)
+// and, for a MoD model, the share of tokens each routed layer took in the last.
+func (k *Benchmark) Result() BenchResult {
+	res := k.res
+	if len(k.decode) > 0 {
+		res.PrefillRate, res.DecodeRate = median(k.prefill), median(k.decode)
 	}
-	res.PrefillRate, res.DecodeRate = median(prefill), median(decode)
-	if rs, ok := b.Runner.(RoutingStatser); ok {
+	if rs, ok := k.b.Runner.(RoutingStatser); ok && len(k.decode) > 0 {
 		for _, s := range rs.RoutingStats() {
 			res.RoutedPercent = append(res.RoutedPercent, 100*float64(s.Selected)/float64(max(1, s.Seen)))
 		}
 	}
-	return res, nil
+	return res
 }
 
 // validate decodes greedily on both runners in lockstep, feeding the

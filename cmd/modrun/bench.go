@@ -50,30 +50,50 @@ func benchMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	var report strings.Builder
 	fmt.Fprintf(&report, "# modrun bench, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&report, "`modrun bench %s` on %s/%s, %d CPUs. Each row was validated first: %d greedy tokens equal to the CPU reference's, logits within %g. Rates are medians of %d runs: prefill of %d tokens, decode of %d.\n\n",
+	fmt.Fprintf(&report, "`modrun bench %s` on %s/%s, %d CPUs. Each row was validated first: %d greedy tokens equal to the CPU reference's, logits within %g. Rates are medians of %d runs, taken round by round over all rows: prefill of %d tokens, decode of %d.\n\n",
 		strings.Join(args, " "), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), o.ValidateTokens, o.ValidateTol, o.Repeats, o.PromptTokens, o.DecodeTokens)
 	fmt.Fprintf(&report, "| model | backend | prefill tok/s | decode tok/s | decode × first model | decode × cpu | routed %% per layer | max Δlogit |\n|---|---|---|---|---|---|---|---|\n")
-	baseline := map[string]float64{} // backend -> decode rate of the first model
+	// Every row is opened and validated first; then the timed runs go round
+	// by round over all rows, so that load on a shared machine falls on
+	// every row alike and the ratios between rows stay meaningful.
+	var rows []*benchRow
+	defer func() {
+		for _, row := range rows {
+			row.close()
+		}
+	}()
 	for _, path := range models {
-		cpuRate := 0.0
 		for _, name := range strings.Split(*backends, ",") {
-			row, err := benchOne(path, strings.TrimSpace(name), *device, r, o)
+			row, err := openBenchRow(path, strings.TrimSpace(name), *device, r, o)
 			if err != nil {
 				return err
 			}
-			if _, ok := baseline[name]; !ok {
-				baseline[name] = row.DecodeRate
-			}
-			if name == engine.BackendCPU {
-				cpuRate = row.DecodeRate
-			}
-			vsCPU := "—"
-			if cpuRate > 0 {
-				vsCPU = fmt.Sprintf("%.2f", row.DecodeRate/cpuRate)
-			}
-			fmt.Fprintf(&report, "| %s | %s | %.0f | %.0f | %.2f | %s | %s | %.2g |\n", path, row.Backend, row.PrefillRate, row.DecodeRate,
-				row.DecodeRate/baseline[name], vsCPU, percents(row.RoutedPercent), row.MaxLogitDiff)
+			rows = append(rows, row)
 		}
+	}
+	for i := 0; i < o.Repeats; i++ {
+		for _, row := range rows {
+			if err := row.Time(); err != nil {
+				return fmt.Errorf("%s on %s: %w", row.path, row.backend, err)
+			}
+		}
+	}
+	baseline := map[string]float64{} // backend -> decode rate of the first model
+	cpuRate := map[string]float64{}  // model -> its decode rate on the CPU
+	for _, row := range rows {
+		res := row.Result()
+		if _, ok := baseline[row.backend]; !ok {
+			baseline[row.backend] = res.DecodeRate
+		}
+		if row.backend == engine.BackendCPU {
+			cpuRate[row.path] = res.DecodeRate
+		}
+		vsCPU := "—"
+		if c := cpuRate[row.path]; c > 0 {
+			vsCPU = fmt.Sprintf("%.2f", res.DecodeRate/c)
+		}
+		fmt.Fprintf(&report, "| %s | %s | %.0f | %.0f | %.2f | %s | %s | %.2g |\n", row.path, res.Backend, res.PrefillRate, res.DecodeRate,
+			res.DecodeRate/baseline[row.backend], vsCPU, percents(res.RoutedPercent), res.MaxLogitDiff)
 	}
 	if _, err := io.WriteString(stdout, report.String()); err != nil {
 		return err
@@ -86,36 +106,53 @@ func benchMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func benchOne(path, backend string, device int, r mod.Routing, o engine.BenchOptions) (engine.BenchResult, error) {
+// benchRow is one model open on one backend, validated and ready to time.
+type benchRow struct {
+	*engine.Benchmark
+	path, backend string
+	close         func()
+}
+
+func openBenchRow(path, backend string, device int, r mod.Routing, o engine.BenchOptions) (_ *benchRow, err error) {
+	if backend == engine.BackendAuto {
+		return nil, fmt.Errorf("%w: --backends: name cpu or vulkan, not auto", errUsage)
+	}
 	mf := modelFlags{path: path, backend: backend, device: device, routing: r.String()}
 	l, err := mf.load(false)
 	if err != nil {
-		return engine.BenchResult{}, err
+		return nil, err
 	}
-	defer l.model.Close()
+	var closers []func()
+	row := &benchRow{path: path, backend: backend, close: func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}}
+	closers = append(closers, func() { l.model.Close() })
+	defer func() {
+		if err != nil {
+			row.close()
+		}
+	}()
 	routing := r
 	if !l.model.Config.IsMoD() {
 		routing = mod.RoutingRouter // dense: ignored
 	} else if r == mod.RoutingPredictor && l.model.Config.PredictorHidden == 0 {
-		return engine.BenchResult{}, fmt.Errorf("--routing predictor: %s has no predictor", path)
-	}
-	if backend == engine.BackendAuto {
-		return engine.BenchResult{}, fmt.Errorf("%w: --backends: name cpu or vulkan, not auto", errUsage)
+		return nil, fmt.Errorf("--routing predictor: %s has no predictor", path)
 	}
 	b, _, err := engine.OpenBackend(l.model, routing, engine.BackendOptions{Name: backend, Device: device})
 	if err != nil {
-		return engine.BenchResult{}, fmt.Errorf("%s on %s: %w", path, backend, err)
+		return nil, fmt.Errorf("%s on %s: %w", path, backend, err)
 	}
-	defer b.Close()
+	closers = append(closers, func() { b.Close() })
 	prompt, err := l.tok.Encode(strings.Repeat(benchText, 1+o.PromptTokens/30), true)
 	if err != nil {
-		return engine.BenchResult{}, err
+		return nil, err
 	}
-	res, err := engine.Bench(b, l.model, routing, prompt, o)
-	if err != nil {
-		return res, fmt.Errorf("%s on %s: %w", path, b.Name, err)
+	if row.Benchmark, err = engine.NewBenchmark(b, l.model, routing, prompt, o); err != nil {
+		return nil, fmt.Errorf("%s on %s: %w", path, b.Name, err)
 	}
-	return res, nil
+	return row, nil
 }
 
 func percents(p []float64) string {
