@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Issue 8: the training runs behind models/ and bench/results/mod_vs_dense.*
 
-  /usr/bin/python3 train/experiments.py train retro 1    # shipped models (retrofit of stories260K), 1 thread
+  /usr/bin/python3 train/experiments.py train grow 1     # shipped models (stories260K grown to 9 layers), 1 thread
+  /usr/bin/python3 train/experiments.py train retro-kl 1 # same-shape retrofit, distilled (comparison)
+  /usr/bin/python3 train/experiments.py train retro 1    # session 1's models (5-layer retrofit of stories260K)
   /usr/bin/python3 train/experiments.py train scratch 1  # the paper's comparison, from scratch
   /usr/bin/python3 train/experiments.py train retro2 1   # second retrofit pair (not shipped)
   /usr/bin/python3 train/experiments.py train QUEUE 1 RUN   # only one run of a queue
@@ -10,8 +12,8 @@
   /usr/bin/python3 train/experiments.py modrun_eval RUN  # convert + modrun perplexity/samples -> runs/RUN/modrun.txt
   /usr/bin/python3 train/experiments.py report           # bench/results/mod_vs_dense_loss_flops.png, runs/table.md
 
-Each train run is skipped when its log is complete; train.py saves ckpt.pt at every eval (50 steps)
-but cannot resume, so a stopped run restarts from step 0. analyze/throughput/report need the same
+Each train run is skipped when its log is complete; train.py saves ckpt.pt and resume.pt at every
+eval (50 steps) and the queue passes --resume, so a stopped run continues from its last eval. analyze/throughput/report need the same
 LD_LIBRARY_PATH (below) only for speed. Runs go to runs/ (git-ignored; MODRUN_RUNS overrides).
 
 Speed: Debian's python3-torch links the reference BLAS (libblas.so.3 from
@@ -43,6 +45,9 @@ COMMON = ["--batch", "16", "--seq-len", "256", "--eval-every", "50", "--val-wind
           "--log-every", "25", "--seed", "1337"]
 MOD = ["--capacity", "0.125", "--routed", "default", "--gate", "sigmoid"]
 
+GROW = ["--init", STORIES260K, "--grow", "--teacher", STORIES260K, "--distill", "0.5", "--steps", "600",
+        "--lr", "1e-3", "--min-lr", "1e-4", "--warmup", "20"]
+
 STEPS_RETRO = 400
 STEPS_SCRATCH = 400
 
@@ -64,6 +69,20 @@ QUEUES = {
                         "--train-files", V1_TRAIN]),
         ("retro2-dense", ["--init", STORIES260K, "--steps", str(STEPS_RETRO), "--lr", "1e-3", "--min-lr", "1e-4",
                           "--warmup", "20", "--routed", "dense", "--train-files", V1_TRAIN]),
+    ],
+    # Session 2, shipped: depth growth. stories260K's 5 blocks at layers 0,2,4,6,8 of a 9-layer model,
+    # new identity-initialised blocks at 1,3,5,7 (routed in the MoD model, dense in its twin); the LM
+    # loss is half cross-entropy on the data, half KL to stories260K (which keeps the old blocks from
+    # drifting on our small data while the new ones learn).
+    "grow": [
+        ("grow-mod", [*GROW, *MOD, "--aux-weight", "0.01", "--pred-weight", "0.01"]),
+        ("grow-dense", [*GROW, "--routed", "dense"]),
+    ],
+    # Session 2, for comparison: the same-shape (5-layer) retrofit, distilled (pure KL) at lr 3e-3.
+    "retro-kl": [
+        ("retro-kl-mod", ["--init", STORIES260K, "--teacher", STORIES260K, "--distill", "1", "--steps", "600",
+                          "--lr", "3e-3", "--min-lr", "1e-4", "--warmup", "20", *MOD,
+                          "--aux-weight", "0.01", "--pred-weight", "0.01"]),
     ],
     # The paper's comparison: same shapes, data, steps, tokens; from scratch.
     "scratch": [
@@ -105,10 +124,10 @@ def train_queue(name, threads, only=None):
             print(f"{run}: done already", flush=True)
             continue
         cmd = ["/usr/bin/python3", os.path.join(HERE, "train.py"), "--out", out, "--threads", str(threads),
-               *COMMON, *args]
+               *COMMON, "--resume", *args]
         print("+ " + " ".join(cmd), flush=True)
         t0 = time.time()
-        with open(os.path.join(RUNS, run + ".log"), "w") as fh:
+        with open(os.path.join(RUNS, run + ".log"), "a") as fh:
             rc = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env(threads))
         wall = time.time() - t0
         with open(os.path.join(RUNS, run + ".meta.json"), "w") as fh:
