@@ -145,8 +145,17 @@ def save_vocab_choice(a, out_dir):
     """OUT/vocab.json: which GGUF tokenized the data, for `modrun convert
     --vocab`. (Not in config.json: modrun convert reads that strictly and
     rejects unknown fields.) An --spm-vocab GGUF lives in the cache, so a
-    copy goes beside the checkpoint."""
+    copy goes beside the checkpoint. Training on pre-tokenized --train-ids
+    needs no vocabulary: when the GGUF is absent, vocab.json says so and
+    convert needs a --vocab from the user."""
     path = os.path.abspath(a.vocab)
+    if a.train_ids and not a.spm_vocab and not os.path.exists(a.vocab):
+        rec = {"format": VOCAB_FORMAT, "gguf": None, "sha256": None,
+               "source": f"absent: {path} (trained on --train-ids {a.train_ids})"}
+        with open(os.path.join(out_dir, "vocab.json"), "w") as fh:
+            json.dump(rec, fh, indent=2)
+            fh.write("\n")
+        return None
     if a.spm_vocab:
         path = os.path.join(os.path.abspath(out_dir), "vocab.gguf")
         shutil.copyfile(a.vocab, path)
@@ -406,7 +415,7 @@ def main(argv=None):
         parser().error(str(e))
     train(a)
     print(f"wrote {a.out}/ckpt.pt, {a.out}/config.json and {a.out}/vocab.json")
-    print(f"convert with: {os.path.relpath(a.modrun)} convert -i {a.out}/ckpt.pt --vocab {a.vocab_gguf} -o {a.out}/model.gguf")
+    print(f"convert with: {os.path.relpath(a.modrun)} convert -i {a.out}/ckpt.pt --vocab {a.vocab_gguf or 'VOCAB.gguf'} -o {a.out}/model.gguf")
 
 
 if __name__ == "__main__":
