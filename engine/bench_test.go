@@ -46,3 +46,30 @@ func TestBenchValidatesBeforeTiming(t *testing.T) {
 	_, err = Bench(&Backend{Runner: cpu, Name: "cpu"}, m, mod.RoutingRouter, prompt[:3], o)
 	assert.ErrorContains(t, err, "needs a prompt of 8 tokens")
 }
+
+func TestBenchmarkTimesOneRunAtATime(t *testing.T) {
+	m, err := mod.Open(benchModel)
+	require.NoError(t, err)
+	defer m.Close()
+	cpu, err := NewCPU(m, mod.RoutingRouter)
+	require.NoError(t, err)
+	prompt := []int32{1, 403, 407, 261, 378, 1, 403, 407}
+	o := BenchOptions{PromptTokens: 8, DecodeTokens: 8, ValidateTokens: 4, ValidateTol: 1e-3}
+
+	k, err := NewBenchmark(&Backend{Runner: cpu, Name: "cpu"}, m, mod.RoutingRouter, prompt, o)
+	require.NoError(t, err)
+	res := k.Result()
+	assert.Zero(t, res.DecodeRate, "validated, not yet timed")
+	assert.Empty(t, res.RoutedPercent)
+	for i := 0; i < 3; i++ {
+		require.NoError(t, k.Time())
+	}
+	res = k.Result()
+	assert.Equal(t, median(k.decode), res.DecodeRate)
+	assert.Len(t, k.decode, 3)
+	assert.Positive(t, res.PrefillRate)
+	assert.Len(t, res.RoutedPercent, 2)
+
+	_, err = NewBenchmark(&Backend{Runner: skewed{cpu, 0.01}, Name: "skewed"}, m, mod.RoutingRouter, prompt, o)
+	assert.ErrorContains(t, err, "validation failed", "a backend that disagrees is never timed")
+}
