@@ -150,21 +150,19 @@ def save_vocab_choice(a, out_dir):
     convert needs a --vocab from the user."""
     path = os.path.abspath(a.vocab)
     if a.train_ids and not a.spm_vocab and not os.path.exists(a.vocab):
+        path = None
         rec = {"format": VOCAB_FORMAT, "gguf": None, "sha256": None,
-               "source": f"absent: {path} (trained on --train-ids {a.train_ids})"}
-        with open(os.path.join(out_dir, "vocab.json"), "w") as fh:
-            json.dump(rec, fh, indent=2)
-            fh.write("\n")
-        return None
-    if a.spm_vocab:
-        path = os.path.join(os.path.abspath(out_dir), "vocab.gguf")
-        shutil.copyfile(a.vocab, path)
-    with open(a.vocab, "rb") as fh:
-        digest = hashlib.sha256(fh.read()).hexdigest()
-    rec = {"format": VOCAB_FORMAT, "gguf": path, "sha256": digest,
-           "source": f"spm-bpe-{a.spm_vocab}" if a.spm_vocab else ("stories260K" if a.vocab == VOCAB else "file")}
-    if a.spm_vocab:
-        rec["spm_cache"] = os.path.dirname(os.path.abspath(a.vocab))
+               "source": f"absent: {os.path.abspath(a.vocab)} (trained on --train-ids {a.train_ids})"}
+    else:
+        if a.spm_vocab:
+            path = os.path.join(os.path.abspath(out_dir), "vocab.gguf")
+            shutil.copyfile(a.vocab, path)
+        with open(a.vocab, "rb") as fh:
+            digest = hashlib.sha256(fh.read()).hexdigest()
+        rec = {"format": VOCAB_FORMAT, "gguf": path, "sha256": digest,
+               "source": f"spm-bpe-{a.spm_vocab}" if a.spm_vocab else ("stories260K" if a.vocab == VOCAB else "file")}
+        if a.spm_vocab:
+            rec["spm_cache"] = os.path.dirname(os.path.abspath(a.vocab))
     with open(os.path.join(out_dir, "vocab.json"), "w") as fh:
         json.dump(rec, fh, indent=2)
         fh.write("\n")
