@@ -110,7 +110,15 @@ func benchMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 type benchRow struct {
 	*engine.Benchmark
 	path, backend string
-	close         func()
+	model         *mod.Model
+	b             *engine.Backend
+}
+
+func (row *benchRow) close() {
+	if row.b != nil {
+		row.b.Close()
+	}
+	row.model.Close()
 }
 
 func openBenchRow(path, backend string, device int, r mod.Routing, o engine.BenchOptions) (_ *benchRow, err error) {
@@ -122,13 +130,7 @@ func openBenchRow(path, backend string, device int, r mod.Routing, o engine.Benc
 	if err != nil {
 		return nil, err
 	}
-	var closers []func()
-	row := &benchRow{path: path, backend: backend, close: func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-	}}
-	closers = append(closers, func() { l.model.Close() })
+	row := &benchRow{path: path, backend: backend, model: l.model}
 	defer func() {
 		if err != nil {
 			row.close()
@@ -140,17 +142,15 @@ func openBenchRow(path, backend string, device int, r mod.Routing, o engine.Benc
 	} else if r == mod.RoutingPredictor && l.model.Config.PredictorHidden == 0 {
 		return nil, fmt.Errorf("--routing predictor: %s has no predictor", path)
 	}
-	b, _, err := engine.OpenBackend(l.model, routing, engine.BackendOptions{Name: backend, Device: device})
-	if err != nil {
+	if row.b, _, err = engine.OpenBackend(l.model, routing, engine.BackendOptions{Name: backend, Device: device}); err != nil {
 		return nil, fmt.Errorf("%s on %s: %w", path, backend, err)
 	}
-	closers = append(closers, func() { b.Close() })
 	prompt, err := l.tok.Encode(strings.Repeat(benchText, 1+o.PromptTokens/30), true)
 	if err != nil {
 		return nil, err
 	}
-	if row.Benchmark, err = engine.NewBenchmark(b, l.model, routing, prompt, o); err != nil {
-		return nil, fmt.Errorf("%s on %s: %w", path, b.Name, err)
+	if row.Benchmark, err = engine.NewBenchmark(row.b, l.model, routing, prompt, o); err != nil {
+		return nil, fmt.Errorf("%s on %s: %w", path, row.b.Name, err)
 	}
 	return row, nil
 }
