@@ -26,6 +26,7 @@ var layers = map[string][]string{
 	"tokenizer":     {"gguf", "internal/..."},
 	"mod":           {"gguf", "tokenizer", "internal/..."},
 	"mod/convert":   {"mod", "gguf", "tokenizer", "internal/..."}, // checkpoints -> GGUF
+	"mod/synth":     {"mod", "gguf", "tokenizer", "internal/..."}, // random-weight models of standard shapes
 	"engine/vulkan": {"mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
 	"engine":        {"engine/vulkan", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
 	"":              {"*"}, // the root package: the Go API for embedding

@@ -14,18 +14,59 @@ type BenchOptions struct {
 	DecodeTokens int // tokens decoded after the prompt
 	Repeats      int // runs timed; the median is reported
 	// ValidateTokens greedy tokens are checked against the CPU reference
-	// before anything is timed, with logits within ValidateTol.
+	// before anything is timed, with logits within ValidateTol, after the
+	// first ValidatePrompt tokens of the prompt (0: all of it). A large
+	// model validates fewer: the CPU reference is slow (ValidationFor).
 	ValidateTokens int
+	ValidatePrompt int
 	ValidateTol    float64
+	// KVElemBytes is the size of a KV cache element on the backend, for
+	// the decode traffic (4 for F32).
+	KVElemBytes int
+}
+
+// validationFLOPs bounds the CPU reference's work when validating one row:
+// a few seconds to a minute on a small machine.
+const validationFLOPs = 4e11
+
+// ValidationFor sets o's validation length for a model of params weights:
+// ValidateTokens decoded after ValidatePrompt prompt tokens, as many as
+// fit validationFLOPs of CPU reference work, at most the whole prompt and
+// o.ValidateTokens, and never fewer than 4 tokens in all.
+func ValidationFor(o BenchOptions, params int64) BenchOptions {
+	o.ValidatePrompt = o.PromptTokens
+	total := max(4, int(validationFLOPs/(2*float64(params))))
+	if total >= o.PromptTokens+o.ValidateTokens {
+		return o
+	}
+	o.ValidateTokens = min(o.ValidateTokens, max(1, total/2))
+	o.ValidatePrompt = max(1, min(o.PromptTokens, total-o.ValidateTokens))
+	return o
+}
+
+// Params is the number of weights in m's tensors.
+func Params(m *mod.Model) int64 {
+	var n int64
+	for _, t := range m.File.Tensors {
+		n += int64(t.Elements())
+	}
+	return n
 }
 
 // BenchResult is one model on one backend.
 type BenchResult struct {
-	Backend       string
-	PrefillRate   float64 // tokens/s, median over repeats
-	DecodeRate    float64 // tokens/s, median over repeats
-	MaxLogitDiff  float64 // largest |logit - CPU reference logit| while validating
-	RoutedPercent []float64
+	Backend        string
+	PrefillRate    float64 // tokens/s, median over repeats
+	DecodeRate     float64 // tokens/s, median over repeats
+	MaxLogitDiff   float64 // largest |logit - CPU reference logit| while validating
+	ValidatePrompt int     // prompt tokens fed while validating
+	ValidateTokens int     // greedy tokens validated after them
+	RoutedPercent  []float64
+	// Traffic is what a decode token reads at the mean context of the
+	// timed decode, with the routed shares seen; EffectiveGBps is that
+	// times DecodeRate, in 1e9 bytes/s.
+	Traffic       DecodeTraffic
+	EffectiveGBps float64
 }
 
 // Bench validates then times backend b running model m: first greedy
@@ -51,6 +92,8 @@ func Bench(b *Backend, m *mod.Model, routing mod.Routing, prompt []int32, o Benc
 // while it lasted.
 type Benchmark struct {
 	b               *Backend
+	m               *mod.Model
+	routing         mod.Routing
 	prompt          []int32
 	o               BenchOptions
 	res             BenchResult
@@ -60,7 +103,14 @@ type Benchmark struct {
 // NewBenchmark checks the options and validates b against the CPU
 // reference; a backend that disagrees is an error and is never timed.
 func NewBenchmark(b *Backend, m *mod.Model, routing mod.Routing, prompt []int32, o BenchOptions) (*Benchmark, error) {
-	k := &Benchmark{b: b, o: o, res: BenchResult{Backend: b.Name}}
+	if o.ValidatePrompt <= 0 || o.ValidatePrompt > o.PromptTokens {
+		o.ValidatePrompt = o.PromptTokens
+	}
+	if o.KVElemBytes == 0 {
+		o.KVElemBytes = 4
+	}
+	k := &Benchmark{b: b, m: m, routing: routing, o: o,
+		res: BenchResult{Backend: b.Name, ValidatePrompt: o.ValidatePrompt, ValidateTokens: o.ValidateTokens}}
 	if len(prompt) < o.PromptTokens || o.PromptTokens < 1 {
 		return k, fmt.Errorf("engine: bench needs a prompt of %d tokens, got %d", o.PromptTokens, len(prompt))
 	}
@@ -72,7 +122,7 @@ func NewBenchmark(b *Backend, m *mod.Model, routing mod.Routing, prompt []int32,
 	if err != nil {
 		return k, err
 	}
-	k.res.MaxLogitDiff, err = validate(b, ref, k.prompt, o)
+	k.res.MaxLogitDiff, err = validate(b, ref, k.prompt[:o.ValidatePrompt], o)
 	return k, err
 }
 
@@ -93,10 +143,18 @@ func (k *Benchmark) Result() BenchResult {
 	if len(k.decode) > 0 {
 		res.PrefillRate, res.DecodeRate = median(k.prefill), median(k.decode)
 	}
+	routed := map[int]float64{}
 	if rs, ok := k.b.Runner.(RoutingStatser); ok && len(k.decode) > 0 {
 		for _, s := range rs.RoutingStats() {
-			res.RoutedPercent = append(res.RoutedPercent, 100*float64(s.Selected)/float64(max(1, s.Seen)))
+			share := float64(s.Selected) / float64(max(1, s.Seen))
+			routed[s.Layer] = share
+			res.RoutedPercent = append(res.RoutedPercent, 100*share)
 		}
+	}
+	if len(k.decode) > 0 {
+		meanCtx := float64(k.o.PromptTokens) + float64(k.o.DecodeTokens)/2
+		res.Traffic = DecodeTrafficOf(k.m, k.routing, routed, meanCtx, k.o.KVElemBytes)
+		res.EffectiveGBps = res.Traffic.Total() * res.DecodeRate / 1e9
 	}
 	return res
 }

@@ -73,3 +73,18 @@ func TestBenchmarkTimesOneRunAtATime(t *testing.T) {
 	_, err = NewBenchmark(&Backend{Runner: skewed{cpu, 0.01}, Name: "skewed"}, m, mod.RoutingRouter, prompt, o)
 	assert.ErrorContains(t, err, "validation failed", "a backend that disagrees is never timed")
 }
+
+// A model too big for the CPU reference to check at length validates fewer
+// tokens, never none; a small one validates all it was asked to.
+func TestValidationFor(t *testing.T) {
+	o := BenchOptions{PromptTokens: 64, ValidateTokens: 16}
+	small := ValidationFor(o, 15e6)
+	assert.Equal(t, 64, small.ValidatePrompt)
+	assert.Equal(t, 16, small.ValidateTokens)
+	big := ValidationFor(o, 7e9) // 4e11 / 1.4e10: 28 tokens
+	assert.Equal(t, 14, big.ValidateTokens)
+	assert.Equal(t, 14, big.ValidatePrompt)
+	huge := ValidationFor(o, 1e12)
+	assert.Equal(t, 2, huge.ValidateTokens)
+	assert.Equal(t, 2, huge.ValidatePrompt)
+}

@@ -2,6 +2,7 @@ package gguf
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -190,4 +191,39 @@ func TestWriteFileLeavesNoPartialFile(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, entries, 1, "no temporary file is left behind")
 	assert.Error(t, w.WriteFile(filepath.Join(dir, "missing-dir", "m.gguf")))
+}
+
+// Bytes and WriteTo give the same file, whether a tensor's data was given or
+// made by a fill function; a fill's error names its tensor.
+func TestWriterBytesAndTensorFunc(t *testing.T) {
+	build := func() *Writer {
+		w := NewWriter()
+		require.NoError(t, w.SetKV("general.architecture", Scalar("llama")))
+		require.NoError(t, w.AddFloat32("a", TypeF32, []uint64{3}, []float32{1, 2, 3}))
+		for _, name := range []string{"b", "c", "d"} {
+			require.NoError(t, w.AddTensorFunc(name, TypeF16, []uint64{32, 5}, func(dst []byte) error {
+				assert.Len(t, dst, 32*5*2)
+				for i := range dst {
+					dst[i] = byte(i*7) + name[0]
+				}
+				return nil
+			}))
+		}
+		return w
+	}
+	streamed := writeBytes(t, build())
+	laid, err := build().Bytes()
+	require.NoError(t, err)
+	assert.Equal(t, streamed, laid)
+	f, err := Parse(laid)
+	require.NoError(t, err)
+	d, err := f.TensorData("d")
+	require.NoError(t, err)
+	assert.Equal(t, byte(7)+'d', d[1])
+
+	w := NewWriter()
+	require.NoError(t, w.AddTensorFunc("bad", TypeF32, []uint64{4}, func([]byte) error { return errors.New("no entropy") }))
+	_, err = w.Bytes()
+	assert.ErrorContains(t, err, `tensor "bad": no entropy`)
+	assert.ErrorContains(t, w.AddTensorFunc("x", TypeQ8_0, []uint64{31}, nil), "block size")
 }

@@ -2,12 +2,16 @@ package gguf
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -25,6 +29,7 @@ type Writer struct {
 type writerTensor struct {
 	info TensorInfo
 	data []byte
+	fill func(dst []byte) error // AddTensorFunc: makes the data at write time
 }
 
 // NewWriter returns an empty Writer.
@@ -96,26 +101,49 @@ func checkValue(v Value, depth int) error {
 // contiguous) whose bytes are data. The data is referenced, not copied, until
 // the file is written.
 func (w *Writer) AddTensor(name string, t TensorType, dims []uint64, data []byte) error {
+	info, err := w.newTensor(name, t, dims)
+	if err != nil {
+		return err
+	}
+	if uint64(len(data)) != info.Size {
+		return fmt.Errorf("gguf: writer: tensor %q: %s %v needs %d bytes, got %d", name, t, dims, info.Size, len(data))
+	}
+	w.names[name] = true
+	w.tensors = append(w.tensors, writerTensor{info: info, data: data})
+	return nil
+}
+
+// AddTensorFunc adds a tensor whose bytes fill makes when the file is
+// written, into a zeroed slice of exactly the tensor's size. A model too
+// large to hold twice in memory (random weights of a 7B shape) is then made
+// in place: Bytes lets fill write straight into the file's buffer. fill may
+// run on another goroutine, concurrently with other tensors' fills.
+func (w *Writer) AddTensorFunc(name string, t TensorType, dims []uint64, fill func(dst []byte) error) error {
+	info, err := w.newTensor(name, t, dims)
+	if err != nil {
+		return err
+	}
+	w.names[name] = true
+	w.tensors = append(w.tensors, writerTensor{info: info, fill: fill})
+	return nil
+}
+
+// newTensor checks a tensor's name, type and shape and sizes it.
+func (w *Writer) newTensor(name string, t TensorType, dims []uint64) (TensorInfo, error) {
 	if name == "" || len(name) > MaxTensorName || !utf8.ValidString(name) {
-		return fmt.Errorf("gguf: writer: tensor name %q: empty, longer than %d bytes, or not UTF-8", name, MaxTensorName)
+		return TensorInfo{}, fmt.Errorf("gguf: writer: tensor name %q: empty, longer than %d bytes, or not UTF-8", name, MaxTensorName)
 	}
 	if w.names[name] {
-		return fmt.Errorf("gguf: writer: duplicate tensor %q", name)
+		return TensorInfo{}, fmt.Errorf("gguf: writer: duplicate tensor %q", name)
 	}
 	if len(w.tensors) >= MaxTensors {
-		return fmt.Errorf("gguf: writer: tensor %q: more than %d tensors", name, MaxTensors)
+		return TensorInfo{}, fmt.Errorf("gguf: writer: tensor %q: more than %d tensors", name, MaxTensors)
 	}
 	size, err := TensorBytes(t, dims)
 	if err != nil {
-		return fmt.Errorf("gguf: writer: tensor %q: %w", name, err)
+		return TensorInfo{}, fmt.Errorf("gguf: writer: tensor %q: %w", name, err)
 	}
-	if uint64(len(data)) != size {
-		return fmt.Errorf("gguf: writer: tensor %q: %s %v needs %d bytes, got %d", name, t, dims, size, len(data))
-	}
-	w.names[name] = true
-	info := TensorInfo{Name: name, Type: t, Dims: append([]uint64(nil), dims...), Size: size}
-	w.tensors = append(w.tensors, writerTensor{info: info, data: data})
-	return nil
+	return TensorInfo{Name: name, Type: t, Dims: append([]uint64(nil), dims...), Size: size}, nil
 }
 
 // AddFloat32 quantizes values to type t and adds them as a tensor.
@@ -131,6 +159,74 @@ func (w *Writer) AddFloat32(name string, t TensorType, dims []uint64, values []f
 // data, each tensor at a multiple of the alignment.
 func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 	e := &encoder{w: bufio.NewWriterSize(out, 1<<20)}
+	w.header(e)
+	for _, t := range w.tensors {
+		data := t.data
+		if t.fill != nil {
+			data = make([]byte, t.info.Size)
+			if err := t.fill(data); err != nil {
+				return e.n, fmt.Errorf("gguf: writer: tensor %q: %w", t.info.Name, err)
+			}
+		}
+		e.bytes(data)
+		e.pad(w.alignment)
+	}
+	if e.err == nil {
+		e.err = e.w.Flush()
+	}
+	return e.n, e.err
+}
+
+// Bytes lays the whole file out in one slice, the same bytes WriteTo
+// writes. Tensors go straight into their place, the fills of AddTensorFunc
+// running in parallel (one per CPU), so the file is made without a second
+// copy of its data.
+func (w *Writer) Bytes() ([]byte, error) {
+	var head bytes.Buffer
+	e := &encoder{w: bufio.NewWriter(&head)}
+	w.header(e)
+	if e.err == nil {
+		e.err = e.w.Flush()
+	}
+	if e.err != nil {
+		return nil, e.err
+	}
+	offsets := make([]uint64, len(w.tensors))
+	size := uint64(head.Len())
+	for i, t := range w.tensors {
+		offsets[i] = size
+		size = alignUp(size+t.info.Size, w.alignment)
+	}
+	out := make([]byte, size)
+	copy(out, head.Bytes())
+	errs := make([]error, len(w.tensors))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for i, t := range w.tensors {
+		dst := out[offsets[i] : offsets[i]+t.info.Size]
+		if t.fill == nil {
+			copy(dst, t.data)
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := t.fill(dst); err != nil {
+				errs[i] = fmt.Errorf("gguf: writer: tensor %q: %w", t.info.Name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// header writes everything before the tensor data: the magic, the
+// metadata and the tensor infos, padded to the alignment.
+func (w *Writer) header(e *encoder) {
 	e.u32(Magic)
 	e.u32(maxVersion)
 	e.u64(uint64(len(w.tensors)))
@@ -152,14 +248,6 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 		offset = alignUp(offset+t.info.Size, w.alignment)
 	}
 	e.pad(w.alignment)
-	for _, t := range w.tensors {
-		e.bytes(t.data)
-		e.pad(w.alignment)
-	}
-	if e.err == nil {
-		e.err = e.w.Flush()
-	}
-	return e.n, e.err
 }
 
 // WriteFile writes the file to path through a temporary file in the same

@@ -55,6 +55,10 @@ type State struct {
 	// Selected[l] and Seen[l] count, over the sequence, the tokens routed
 	// layer l processed and the tokens it saw.
 	Selected, Seen []int
+	// BeforeRoute, when set, is called with routed layer l's block inputs
+	// ([n][NEmbd]) before the layer scores them, so a calibration (mod/synth)
+	// can set the layer's router from the very activations it will route.
+	BeforeRoute func(l int, x []float32)
 }
 
 type layerKV struct {
@@ -182,6 +186,9 @@ func (s *State) routedBlock(l int, x []float32, pos []int32) {
 	d := c.NEmbd
 	router := s.m.Weights.Blocks[l].Router
 	n := len(pos)
+	if s.BeforeRoute != nil {
+		s.BeforeRoute(l, x)
+	}
 	r := make([]float32, n) // r_i = w·x_i + b, on the raw block input
 	for i := range r {
 		r[i] = dotF32(router.Weight.Vec(), x[i*d:(i+1)*d])

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
+	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/modrun/modrun/engine"
+	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/mod/synth"
+	"github.com/modrun/modrun/tokenizer"
 )
 
 // benchText fills the benchmark's prompt: plain story text, so that every
@@ -23,36 +25,47 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
+const benchArgs = "(-m A.gguf | --synthetic SHAPE)... [--type q8_0] [--capacity C] [--seed S] [--save FILE.gguf] [--backends cpu,vulkan] [--routing router,predictor] [--prompt N] [-n N] [--repeats N] [--out FILE.md] [--json FILE.json]"
+
+// benchFlags are bench's options, parsed.
+type benchFlags struct {
+	paths, shapes stringList
+	typ           gguf.TensorType
+	capacity      float64
+	seed          uint64
+	save          string
+	backends      []string
+	routings      []mod.Routing
+	routingSet    bool
+	device        int
+	o             engine.BenchOptions
+	out, json     string
+}
+
 func benchMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("bench", "-m A.gguf [-m B.gguf ...] [--backends cpu,vulkan] [--prompt N] [-n N] [--repeats N] [--out FILE.md]", stderr)
-	var models stringList
-	fs.Var(&models, "m", "model `FILE`.gguf; repeat to compare (the first is the baseline, e.g. the dense model)")
-	backends := fs.String("backends", "cpu,vulkan", "comma-separated backends to run: cpu, vulkan")
-	device := fs.Int("device", -1, "Vulkan device `N` (default $MODRUN_DEVICE or the best)")
-	routing := fs.String("routing", "router", "causal routing of MoD models: router | predictor")
-	o := engine.BenchOptions{ValidateTokens: 16, ValidateTol: 1e-3}
-	fs.IntVar(&o.PromptTokens, "prompt", 64, "prompt tokens prefilled")
-	fs.IntVar(&o.DecodeTokens, "n", 64, "tokens decoded")
-	fs.IntVar(&o.Repeats, "repeats", 3, "timed runs; the median is reported")
-	out := fs.String("out", "", "also write the report to `FILE`.md (e.g. bench/results/...)")
-	if err := parseFlags(fs, args); err != nil {
+	f, err := parseBenchFlags(args, stderr)
+	if err != nil {
 		return err
 	}
-	if len(models) == 0 {
-		return fmt.Errorf("%w: -m FILE.gguf is required", errUsage)
+	models, err := f.openModels(stderr)
+	defer func() {
+		for _, m := range models {
+			m.close()
+		}
+	}()
+	if err != nil {
+		return err
 	}
-	r, err := mod.ParseRouting(*routing)
-	if err != nil || r == mod.RoutingTopK {
-		return fmt.Errorf("%w: --routing %q: want router or predictor", errUsage, *routing)
+	// The yardstick first, on an otherwise idle device: how fast each
+	// backend's device reads memory.
+	var devices []engine.Bandwidth
+	for _, name := range f.backends {
+		bw, err := engine.ProbeBandwidth(engine.BackendOptions{Name: name, Device: f.device})
+		if err != nil {
+			return fmt.Errorf("--backends %s: bandwidth probe: %w", name, err)
+		}
+		devices = append(devices, bw)
 	}
-	if o.PromptTokens < 1 || o.DecodeTokens < 1 || o.Repeats < 1 {
-		return fmt.Errorf("%w: --prompt, -n and --repeats must be positive", errUsage)
-	}
-	var report strings.Builder
-	fmt.Fprintf(&report, "# modrun bench, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&report, "`modrun bench %s` on %s/%s, %d CPUs. Each row was validated first: %d greedy tokens equal to the CPU reference's, logits within %g. Rates are medians of %d runs, taken round by round over all rows: prefill of %d tokens, decode of %d.\n\n",
-		strings.Join(args, " "), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), o.ValidateTokens, o.ValidateTol, o.Repeats, o.PromptTokens, o.DecodeTokens)
-	fmt.Fprintf(&report, "| model | backend | prefill tok/s | decode tok/s | decode × first model | decode × cpu | routed %% per layer | max Δlogit |\n|---|---|---|---|---|---|---|---|\n")
 	// Every row is opened and validated first; then the timed runs go round
 	// by round over all rows, so that load on a shared machine falls on
 	// every row alike and the ratios between rows stay meaningful.
@@ -62,106 +75,252 @@ func benchMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			row.close()
 		}
 	}()
-	for _, path := range models {
-		for _, name := range strings.Split(*backends, ",") {
-			row, err := openBenchRow(path, strings.TrimSpace(name), *device, r, o)
-			if err != nil {
-				return err
+	for _, m := range models {
+		for _, routing := range f.routingsOf(m) {
+			for i, name := range f.backends {
+				fmt.Fprintf(stderr, "bench: validating %s %s on %s\n", m.name, routingName(m, routing), name)
+				row, err := openBenchRow(m, routing, name, f.device, f.o, devices[i])
+				if err != nil {
+					return err
+				}
+				rows = append(rows, row)
 			}
-			rows = append(rows, row)
 		}
 	}
-	for i := 0; i < o.Repeats; i++ {
+	for i := 0; i < f.o.Repeats; i++ {
 		for _, row := range rows {
 			if err := row.Time(); err != nil {
-				return fmt.Errorf("%s on %s: %w", row.path, row.backend, err)
+				return fmt.Errorf("%s on %s: %w", row.model.name, row.backend, err)
 			}
 		}
 	}
-	baseline := map[string]float64{} // backend -> decode rate of the first model
-	cpuRate := map[string]float64{}  // model -> its decode rate on the CPU
-	for _, row := range rows {
-		res := row.Result()
-		if _, ok := baseline[row.backend]; !ok {
-			baseline[row.backend] = res.DecodeRate
-		}
-		if row.backend == engine.BackendCPU {
-			cpuRate[row.path] = res.DecodeRate
-		}
-		vsCPU := "—"
-		if c := cpuRate[row.path]; c > 0 {
-			vsCPU = fmt.Sprintf("%.2f", res.DecodeRate/c)
-		}
-		fmt.Fprintf(&report, "| %s | %s | %.0f | %.0f | %.2f | %s | %s | %.2g |\n", row.path, res.Backend, res.PrefillRate, res.DecodeRate,
-			res.DecodeRate/baseline[row.backend], vsCPU, percents(res.RoutedPercent), res.MaxLogitDiff)
-	}
-	if _, err := io.WriteString(stdout, report.String()); err != nil {
+	rep := newBenchReport(args, f.o, devices, rows)
+	if _, err := io.WriteString(stdout, rep.markdown()); err != nil {
 		return err
 	}
-	if *out != "" {
-		if err := os.WriteFile(*out, []byte(report.String()), 0o644); err != nil {
+	if f.out != "" {
+		if err := os.WriteFile(f.out, []byte(rep.markdown()), 0o644); err != nil {
 			return fmt.Errorf("--out: %w", err)
+		}
+	}
+	if f.json != "" {
+		if err := rep.writeJSON(f.json); err != nil {
+			return fmt.Errorf("--json: %w", err)
 		}
 	}
 	return nil
 }
 
-// benchRow is one model open on one backend, validated and ready to time.
+func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
+	fs := newFlags("bench", benchArgs, stderr)
+	f := &benchFlags{o: engine.BenchOptions{ValidateTokens: 16, ValidateTol: 1e-3}}
+	fs.Var(&f.paths, "m", "model `FILE`.gguf; repeat to compare (the first is the baseline of the others, e.g. the dense model)")
+	fs.Var(&f.shapes, "synthetic", "a random-weight model of `SHAPE`, built in memory: stories260k, stories15m, tinyllama-1.1b, llama2-7b, or d=2048,L=4,h=32,kv=4,ff=5632,vocab=32000[,ctx=N]; repeatable")
+	typ := fs.String("type", "q8_0", "weight matrices of synthetic models: f32 | f16 | q8_0 | q4_0")
+	fs.Float64Var(&f.capacity, "capacity", 0, "with --synthetic: also bench each shape's MoD twin routing this fraction `C` (e.g. 0.125)")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic weights (the same model on every machine)")
+	fs.StringVar(&f.save, "save", "", "also write the synthetic model(s) to `FILE`.gguf (several: FILE-NAME.gguf each)")
+	backends := fs.String("backends", "cpu,vulkan", "comma-separated backends to run: cpu, vulkan")
+	fs.IntVar(&f.device, "device", -1, "Vulkan device `N` (default $MODRUN_DEVICE or the best)")
+	routing := fs.String("routing", "router,predictor", "causal routing of MoD models, comma-separated: router, predictor (predictor only where the model has one, unless named)")
+	fs.IntVar(&f.o.PromptTokens, "prompt", 64, "prompt tokens prefilled")
+	fs.IntVar(&f.o.DecodeTokens, "n", 64, "tokens decoded")
+	fs.IntVar(&f.o.Repeats, "repeats", 3, "timed runs; the median is reported")
+	fs.StringVar(&f.out, "out", "", "also write the report to `FILE`.md (e.g. bench/results/...)")
+	fs.StringVar(&f.json, "json", "", "also write the report as JSON to `FILE`")
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	if len(f.paths)+len(f.shapes) == 0 {
+		return nil, fmt.Errorf("%w: give a model: -m FILE.gguf or --synthetic SHAPE", errUsage)
+	}
+	var err error
+	if f.typ, err = synthType(*typ); err != nil {
+		return nil, err
+	}
+	if f.capacity < 0 || f.capacity > 1 || (f.capacity > 0 && len(f.shapes) == 0) {
+		return nil, fmt.Errorf("%w: --capacity %g: want a fraction in (0, 1], with --synthetic", errUsage, f.capacity)
+	}
+	if f.save != "" && len(f.shapes) == 0 {
+		return nil, fmt.Errorf("%w: --save writes synthetic models: give --synthetic", errUsage)
+	}
+	for _, name := range strings.Split(*backends, ",") {
+		switch name = strings.TrimSpace(name); name {
+		case engine.BackendCPU, engine.BackendVulkan:
+			f.backends = append(f.backends, name)
+		default:
+			return nil, fmt.Errorf("%w: --backends: %q is not cpu or vulkan", errUsage, name)
+		}
+	}
+	f.routingSet = flagSet(fs, "routing")
+	for _, name := range strings.Split(*routing, ",") {
+		r, err := mod.ParseRouting(strings.TrimSpace(name))
+		if err != nil || r == mod.RoutingTopK {
+			return nil, fmt.Errorf("%w: --routing %q: want router and/or predictor", errUsage, name)
+		}
+		f.routings = append(f.routings, r)
+	}
+	if f.o.PromptTokens < 1 || f.o.DecodeTokens < 1 || f.o.Repeats < 1 {
+		return nil, fmt.Errorf("%w: --prompt, -n and --repeats must be positive", errUsage)
+	}
+	return f, nil
+}
+
+func synthType(s string) (gguf.TensorType, error) {
+	switch strings.ToLower(s) {
+	case "f32":
+		return gguf.TypeF32, nil
+	case "f16":
+		return gguf.TypeF16, nil
+	case "q8_0":
+		return gguf.TypeQ8_0, nil
+	case "q4_0":
+		return gguf.TypeQ4_0, nil
+	}
+	return 0, fmt.Errorf("%w: --type %q: want f32, f16, q8_0 or q4_0", errUsage, s)
+}
+
+// benchModel is a model under benchmark, from a file or built in memory.
+type benchModel struct {
+	name     string // the -m path, or the synthetic model's name
+	model    *mod.Model
+	tok      *tokenizer.Tokenizer
+	baseline *benchModel // whose decode rate its rows are compared with (itself for a baseline)
+	shape    string      // the synthetic shape, or ""
+	synth    *synth.Model
+}
+
+func (m *benchModel) close() { m.model.Close() }
+
+// openModels loads the -m files, then builds each synthetic shape and, with
+// --capacity, its MoD twin, saving them with --save. The first -m model is
+// the baseline of the files; each shape's dense model that of its twin.
+func (f *benchFlags) openModels(stderr io.Writer) ([]*benchModel, error) {
+	var out []*benchModel
+	for _, path := range f.paths {
+		mf := modelFlags{path: path, backend: engine.BackendCPU, routing: "router"}
+		l, err := mf.load(false)
+		if err != nil {
+			return out, err
+		}
+		m := &benchModel{name: path, model: l.model, tok: l.tok}
+		m.baseline = m
+		if len(out) > 0 {
+			m.baseline = out[0]
+		}
+		out = append(out, m)
+	}
+	nSynth := len(f.shapes) * (1 + btoi(f.capacity > 0))
+	for _, spec := range f.shapes {
+		shape, err := synth.ParseShape(spec)
+		if err != nil {
+			return out, fmt.Errorf("%w: --synthetic: %v", errUsage, err)
+		}
+		var dense *benchModel
+		for _, capacity := range []float64{0, f.capacity} {
+			if capacity == 0 && dense != nil {
+				break
+			}
+			fmt.Fprintf(stderr, "bench: building %s (%s, capacity %g, seed %d)\n", shape.Name, f.typ, capacity, f.seed)
+			sm, err := synth.Build(shape, synth.Options{Type: f.typ, Seed: f.seed, Capacity: float32(capacity)})
+			if err != nil {
+				return out, fmt.Errorf("--synthetic %s: %w", spec, err)
+			}
+			tok, err := tokenizer.FromGGUF(sm.File)
+			if err != nil {
+				sm.Close()
+				return out, fmt.Errorf("--synthetic %s: %w", spec, err)
+			}
+			m := &benchModel{name: sm.Name, model: sm.Model, tok: tok, shape: shape.Name, synth: sm}
+			if dense == nil {
+				dense, m.baseline = m, m
+			} else {
+				m.baseline = dense
+			}
+			out = append(out, m)
+			if f.save != "" {
+				path := f.save
+				if nSynth > 1 {
+					path = strings.TrimSuffix(f.save, filepath.Ext(f.save)) + "-" + sm.Name + ".gguf"
+				}
+				if err := sm.Save(path); err != nil {
+					return out, fmt.Errorf("--save: %w", err)
+				}
+				fmt.Fprintf(stderr, "bench: wrote %s\n", path)
+			}
+		}
+	}
+	return out, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// routingsOf is the routings m is benched with: one row for a dense model;
+// for a MoD model each --routing that it has (a predictor named with
+// --routing that the model lacks is an error).
+func (f *benchFlags) routingsOf(m *benchModel) []mod.Routing {
+	if !m.model.Config.IsMoD() {
+		return []mod.Routing{mod.RoutingRouter} // ignored
+	}
+	var out []mod.Routing
+	for _, r := range f.routings {
+		if r == mod.RoutingPredictor && m.model.Config.PredictorHidden == 0 && !f.routingSet {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func routingName(m *benchModel, r mod.Routing) string {
+	if !m.model.Config.IsMoD() {
+		return "dense"
+	}
+	return r.String()
+}
+
+// benchRow is one model with one routing on one backend, validated and
+// ready to time.
 type benchRow struct {
 	*engine.Benchmark
-	path, backend string
-	model         *mod.Model
-	b             *engine.Backend
+	model   *benchModel
+	routing mod.Routing
+	backend string
+	device  engine.Bandwidth
+	b       *engine.Backend
 }
 
 func (row *benchRow) close() {
 	if row.b != nil {
 		row.b.Close()
 	}
-	row.model.Close()
 }
 
-func openBenchRow(path, backend string, device int, r mod.Routing, o engine.BenchOptions) (_ *benchRow, err error) {
-	if backend == engine.BackendAuto {
-		return nil, fmt.Errorf("%w: --backends: name cpu or vulkan, not auto", errUsage)
+func openBenchRow(m *benchModel, routing mod.Routing, backend string, device int, o engine.BenchOptions, bw engine.Bandwidth) (_ *benchRow, err error) {
+	if routing == mod.RoutingPredictor && m.model.Config.IsMoD() && m.model.Config.PredictorHidden == 0 {
+		return nil, fmt.Errorf("--routing predictor: %s has no predictor", m.name)
 	}
-	mf := modelFlags{path: path, backend: backend, device: device, routing: r.String()}
-	l, err := mf.load(false)
+	row := &benchRow{model: m, routing: routing, backend: backend, device: bw}
+	if row.b, _, err = engine.OpenBackend(m.model, routing, engine.BackendOptions{Name: backend, Device: device}); err != nil {
+		return nil, fmt.Errorf("%s on %s: %w", m.name, backend, err)
+	}
+	prompt, err := m.tok.Encode(strings.Repeat(benchText, 1+o.PromptTokens/30), true)
 	if err != nil {
+		row.close()
 		return nil, err
 	}
-	row := &benchRow{path: path, backend: backend, model: l.model}
-	defer func() {
-		if err != nil {
-			row.close()
-		}
-	}()
-	routing := r
-	if !l.model.Config.IsMoD() {
-		routing = mod.RoutingRouter // dense: ignored
-	} else if r == mod.RoutingPredictor && l.model.Config.PredictorHidden == 0 {
-		return nil, fmt.Errorf("--routing predictor: %s has no predictor", path)
-	}
-	if row.b, _, err = engine.OpenBackend(l.model, routing, engine.BackendOptions{Name: backend, Device: device}); err != nil {
-		return nil, fmt.Errorf("%s on %s: %w", path, backend, err)
-	}
-	prompt, err := l.tok.Encode(strings.Repeat(benchText, 1+o.PromptTokens/30), true)
-	if err != nil {
-		return nil, err
-	}
-	if row.Benchmark, err = engine.NewBenchmark(row.b, l.model, routing, prompt, o); err != nil {
-		return nil, fmt.Errorf("%s on %s: %w", path, row.b.Name, err)
+	o = engine.ValidationFor(o, engine.Params(m.model))
+	if row.Benchmark, err = engine.NewBenchmark(row.b, m.model, routing, prompt, o); err != nil {
+		row.close()
+		return nil, fmt.Errorf("%s on %s: %w", m.name, row.b.Name, err)
 	}
 	return row, nil
-}
-
-func percents(p []float64) string {
-	if len(p) == 0 {
-		return "dense"
-	}
-	parts := make([]string, len(p))
-	for i, v := range p {
-		parts[i] = fmt.Sprintf("%.0f", v)
-	}
-	return strings.Join(parts, ", ")
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -197,8 +198,10 @@ func TestBench(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "bench.md")
 	code, stdout, stderr := modrun(t, "bench", "-m", modNoPredict, "-m", modTrained, "--backends", "cpu", "--prompt", "8", "-n", "8", "--repeats", "1", "--out", out)
 	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, stdout, "| "+modTrained+" | cpu | ")
-	assert.Regexp(t, `\| `+regexp.QuoteMeta(modNoPredict)+` \| cpu \| \d+ \| \d+ \| 1\.00 \| 1\.00 \| \d+, \d+ \| 0 \|`, stdout)
+	assert.Contains(t, stdout, "| "+modTrained+" | router | cpu | ")
+	assert.Contains(t, stdout, "| "+modTrained+" | predictor | cpu | ")
+	assert.Regexp(t, `\| `+regexp.QuoteMeta(modNoPredict)+` \| router \| cpu \| \d+ \| [\d.]+ \| — \| — \| — \| [\d.]+ \| [\d.]+ \| \d+, \d+ \| 16 after 8 \| 0 \|`, stdout)
+	assert.NotContains(t, stdout, "| "+modNoPredict+" | predictor", "a model without a predictor is benched with the router alone")
 	written, err := os.ReadFile(out)
 	require.NoError(t, err)
 	assert.Equal(t, stdout, string(written))
@@ -208,7 +211,51 @@ func TestBench(t *testing.T) {
 	assert.Contains(t, stderr, "has no predictor")
 	code, _, stderr = modrun(t, "bench")
 	assert.Equal(t, 2, code)
-	assert.Contains(t, stderr, "-m FILE.gguf is required")
+	assert.Contains(t, stderr, "give a model: -m FILE.gguf or --synthetic SHAPE")
+	for _, bad := range [][]string{
+		{"--synthetic", "gpt5"}, {"--synthetic", "stories260k", "--type", "q5_k"},
+		{"--synthetic", "stories260k", "--capacity", "1.5"}, {"-m", modTrained, "--capacity", "0.1"},
+		{"-m", modTrained, "--save", "x.gguf"}, {"-m", modTrained, "--backends", "metal"},
+	} {
+		code, _, stderr = modrun(t, append([]string{"bench"}, bad...)...)
+		assert.Equal(t, 2, code, "%v: %s", bad, stderr)
+	}
+}
+
+// A synthetic model and its MoD twin are built, saved, benched on the CPU
+// with the bandwidth columns and the JSON report; the saved dense file is a
+// plain llama GGUF with llama.cpp's tensor names.
+func TestBenchSynthetic(t *testing.T) {
+	dir := t.TempDir()
+	save, js := filepath.Join(dir, "s.gguf"), filepath.Join(dir, "bench.json")
+	code, stdout, stderr := modrun(t, "bench", "--synthetic", "stories260k", "--type", "q8_0", "--capacity", "0.25", "--backends", "cpu",
+		"--prompt", "16", "-n", "16", "--repeats", "1", "--save", save, "--json", js)
+	require.Equal(t, 0, code, stderr)
+	assert.Regexp(t, `\| cpu \| cpu \| go[\d.]+ \| [\d.]+ GB/s \| Go probe`, stdout)
+	assert.Regexp(t, `\| stories260k-q8_0 \| dense \| cpu \| \d+ \| [\d.]+ \| — \| — \| — \| [\d.]+ \| [\d.]+ \| dense \| 16 after 16 \| 0 \|`, stdout)
+	assert.Regexp(t, `\| stories260k-q8_0-mod \| router \| cpu \| \d+ \| [\d.]+ \| [\d.]+ \| 1\.\d\d \| \d+% \| [\d.]+ \| [\d.]+ \| \d+, \d+ \| 16 after 16 \| 0 \|`, stdout)
+	assert.Contains(t, stdout, "| stories260k-q8_0-mod | predictor | cpu |")
+
+	var rep benchReport
+	b, err := os.ReadFile(js)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &rep))
+	require.Len(t, rep.Rows, 3)
+	assert.Equal(t, "stories260k-q8_0", rep.Rows[1].Baseline)
+	assert.Greater(t, rep.Rows[1].IdealVsBaseline, 1.0, "the twin reads fewer bytes per token")
+	assert.Positive(t, rep.Rows[0].EffectiveGBps)
+	assert.Positive(t, rep.Devices[0].GBps)
+	assert.Len(t, rep.Rows[1].RoutedPercent, 2)
+
+	code, out, stderr := modrun(t, "inspect", strings.TrimSuffix(save, ".gguf")+"-stories260k-q8_0.gguf")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "architecture:  llama\n")
+	assert.Regexp(t, `blk\.4\.ffn_down\.weight +F16 +\[172, 64\]`, out, "172 columns are no Q8_0 blocks: F16, as llama.cpp falls back")
+	assert.Regexp(t, `blk\.4\.attn_k\.weight +Q8_0 +\[64, 32\]`, out)
+	code, out, stderr = modrun(t, "inspect", strings.TrimSuffix(save, ".gguf")+"-stories260k-q8_0-mod.gguf")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "architecture:  llama-mod\n")
+	assert.Contains(t, out, "blk.3.mod_pred_up.weight")
 }
 
 // TestPerplexityOnVulkan: eval mode on the GPU gives the CPU's NLL.

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/modrun/modrun/engine"
+)
+
+// benchReport is what `modrun bench` prints (Markdown) and writes (--out,
+// --json): the machine, each device with its probed bandwidth, and a row
+// per model, routing and backend.
+type benchReport struct {
+	Date    string             `json:"date"`
+	Command string             `json:"command"`
+	Machine string             `json:"machine"`
+	CPUs    int                `json:"cpus"`
+	Devices []engine.Bandwidth `json:"devices"`
+	Prompt  int                `json:"prompt_tokens"`
+	Decode  int                `json:"decode_tokens"`
+	Repeats int                `json:"repeats"`
+	Tol     float64            `json:"validate_tolerance"`
+	Rows    []benchRowReport   `json:"rows"`
+}
+
+type benchRowReport struct {
+	Model    string `json:"model"`
+	Shape    string `json:"shape,omitempty"` // a synthetic model's shape
+	Baseline string `json:"baseline"`        // the model its ratios are against
+	Routing  string `json:"routing"`         // dense, router or predictor
+	Backend  string `json:"backend"`
+	engine.BenchResult
+	VsBaseline      float64 `json:"decode_vs_baseline"`       // decode rate / the baseline's on this backend
+	IdealVsBaseline float64 `json:"ideal_decode_vs_baseline"` // the baseline's decode bytes / this row's
+	PercentOfProbe  float64 `json:"effective_percent_of_probe"`
+}
+
+func newBenchReport(args []string, o engine.BenchOptions, devices []engine.Bandwidth, rows []*benchRow) *benchReport {
+	rep := &benchReport{
+		Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Command: "modrun bench " + strings.Join(args, " "),
+		Machine: runtime.GOOS + "/" + runtime.GOARCH, CPUs: runtime.NumCPU(), Devices: devices,
+		Prompt: o.PromptTokens, Decode: o.DecodeTokens, Repeats: o.Repeats, Tol: o.ValidateTol,
+	}
+	for _, row := range rows {
+		res := row.Result()
+		r := benchRowReport{Model: row.model.name, Shape: row.model.shape, Baseline: row.model.baseline.name,
+			Routing: routingName(row.model, row.routing), Backend: row.backend, BenchResult: res}
+		if base := baselineRow(rows, row); base != nil {
+			b := base.Result()
+			r.VsBaseline = res.DecodeRate / b.DecodeRate
+			r.IdealVsBaseline = b.Traffic.Total() / res.Traffic.Total()
+		}
+		if row.device.GBps > 0 {
+			r.PercentOfProbe = 100 * res.EffectiveGBps / row.device.GBps
+		}
+		rep.Rows = append(rep.Rows, r)
+	}
+	return rep
+}
+
+// baselineRow is the first row of row's baseline model on row's backend.
+func baselineRow(rows []*benchRow, row *benchRow) *benchRow {
+	for _, r := range rows {
+		if r.model == row.model.baseline && r.backend == row.backend {
+			return r
+		}
+	}
+	return nil
+}
+
+func (rep *benchReport) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# modrun bench, %s\n\n", rep.Date)
+	fmt.Fprintf(&b, "`%s` on %s, %d CPUs.\n\n", rep.Command, rep.Machine, rep.CPUs)
+	fmt.Fprintf(&b, "| backend | device | driver | read bandwidth (probe) | how |\n|---|---|---|---|---|\n")
+	for _, d := range rep.Devices {
+		fmt.Fprintf(&b, "| %s | %s | %s | %.1f GB/s | %s |\n", backendOf(d.Device), d.Device, d.Driver, d.GBps, d.Method)
+	}
+	fmt.Fprintf(&b, "\nEach row was validated before anything was timed: greedy tokens equal to the CPU reference's, logits within %g (the `validated` column: tokens decoded after prompt tokens; fewer where the CPU reference is slow). "+
+		"Rates are medians of %d runs, taken round by round over all rows: prefill of %d tokens, decode of %d. "+
+		"Effective bandwidth is the bytes a decode token must read (each weight it uses once, the KV entries it attends to, at the mean context of the decode) times tokens/s; "+
+		"`× base` is the decode rate against the baseline model on the same backend (a MoD twin's dense model), `ideal ×` the ratio of their bytes per token, `of ideal` the share of that achieved.\n\n",
+		rep.Tol, rep.Repeats, rep.Prompt, rep.Decode)
+	fmt.Fprintf(&b, "| model | routing | backend | prefill tok/s | decode tok/s | × base | ideal × | of ideal | eff. GB/s | %% of probe | routed %% per layer | validated | max Δlogit |\n")
+	fmt.Fprintf(&b, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|---|---|--:|\n")
+	for _, r := range rep.Rows {
+		vs, ideal, of := "—", "—", "—"
+		if r.Model != r.Baseline && r.VsBaseline > 0 {
+			vs, ideal = fmt.Sprintf("%.2f", r.VsBaseline), fmt.Sprintf("%.2f", r.IdealVsBaseline)
+			of = fmt.Sprintf("%.0f%%", 100*r.VsBaseline/r.IdealVsBaseline)
+		}
+		validated := fmt.Sprintf("%d after %d", r.ValidateTokens, r.ValidatePrompt)
+		if r.ValidatePrompt < rep.Prompt {
+			validated += " (CPU reference slow)"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.1f | %s | %s | %s | %.2f | %.1f | %s | %s | %.2g |\n",
+			r.Model, r.Routing, r.Backend, r.PrefillRate, r.DecodeRate, vs, ideal, of,
+			r.EffectiveGBps, r.PercentOfProbe, percents(r.RoutedPercent), validated, r.MaxLogitDiff)
+	}
+	return b.String()
+}
+
+// backendOf is the backend name of a device name: "cpu" or "vulkan".
+func backendOf(device string) string {
+	name, _, _ := strings.Cut(device, ":")
+	return name
+}
+
+func (rep *benchReport) writeJSON(path string) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func percents(p []float64) string {
+	if len(p) == 0 {
+		return "dense"
+	}
+	parts := make([]string, len(p))
+	for i, v := range p {
+		parts[i] = fmt.Sprintf("%.0f", v)
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,180 @@
+package synth
+
+import (
+	"math"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/tokenizer"
+)
+
+func TestParseShape(t *testing.T) {
+	s, err := ParseShape("TinyLlama-1.1B")
+	require.NoError(t, err)
+	assert.Equal(t, Shapes[2], s)
+	s, err = ParseShape("d=2048,L=4,h=32,kv=4,ff=5632,vocab=32000")
+	require.NoError(t, err)
+	assert.Equal(t, Shape{Name: "d2048-L4-h32-kv4-ff5632-v32000", NEmbd: 2048, NLayer: 4, NHead: 32, NKVHead: 4, NFF: 5632, NVocab: 32000, ContextLen: 2048}, s)
+	s, err = ParseShape("d=256,L=2,ctx=4096")
+	require.NoError(t, err)
+	assert.Equal(t, Shape{Name: "d256-L2-h4-kv4-ff704-v32000", NEmbd: 256, NLayer: 2, NHead: 4, NKVHead: 4, NFF: 704, NVocab: 32000, ContextLen: 4096}, s)
+	for in, want := range map[string]string{
+		"gpt5":                   "not one of stories260k",
+		"d=256":                  "d and L are required",
+		"d=256,L=2,x=3":          `unknown key "x"`,
+		"d=256,L=2,h=0":          "not KEY=POSITIVE-INTEGER",
+		"d=256,L=2,L=3":          "L given twice",
+		"d=250,L=2,h=4":          "not a multiple of h=4",
+		"d=256,L=2,h=8,kv=3":     "not a multiple of kv=3",
+		"d=96,L=2,h=32":          "head width d/h=3 is odd",
+		"d=256,L=2,vocab=100":    "vocab=100 is below",
+		"d=131072,L=2,h=1024":    "larger than modrun takes",
+		"d=256,L=2,ff=twelve":    "not KEY=POSITIVE-INTEGER",
+		"d=256,L=2,ctx=-5":       "not KEY=POSITIVE-INTEGER",
+		"d=256,L=2,vocab=32000,": "not KEY=POSITIVE-INTEGER",
+	} {
+		_, err := ParseShape(in)
+		assert.ErrorContains(t, err, want, in)
+	}
+}
+
+// small is a shape that builds in milliseconds: every code path of the
+// big ones (GQA, a quantizable width, a byte vocabulary plus pieces).
+var small = Shape{Name: "small", NEmbd: 128, NLayer: 4, NHead: 4, NKVHead: 2, NFF: 352, NVocab: 1000, ContextLen: 256}
+
+func build(t *testing.T, s Shape, o Options) *Model {
+	t.Helper()
+	m, err := Build(s, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func TestBuildIsDeterministic(t *testing.T) {
+	a := build(t, small, Options{Type: gguf.TypeQ8_0, Seed: 7})
+	b := build(t, small, Options{Type: gguf.TypeQ8_0, Seed: 7})
+	c := build(t, small, Options{Type: gguf.TypeQ8_0, Seed: 8})
+	assert.Equal(t, a.Data, b.Data)
+	assert.NotEqual(t, a.Data, c.Data)
+	assert.Equal(t, "small-q8_0", a.Name)
+	assert.Equal(t, "synthetic:small-q8_0", a.Path)
+}
+
+// The twin is the dense model plus routers: every tensor they share holds
+// the same bytes, so MoD against dense compares like with like.
+func TestTwinSharesTheDenseWeights(t *testing.T) {
+	dense := build(t, small, Options{Type: gguf.TypeF16, Seed: 3})
+	twin := build(t, small, Options{Type: gguf.TypeF16, Seed: 3, Capacity: 0.125})
+	assert.Equal(t, mod.ArchLlama, dense.Config.Arch)
+	assert.Equal(t, mod.ArchMoD, twin.Config.Arch)
+	assert.Equal(t, []int{1, 3}, twin.Config.RoutedLayers())
+	assert.Equal(t, small.NEmbd/2, twin.Config.PredictorHidden)
+	for _, ti := range dense.File.Tensors {
+		a, err := dense.File.TensorData(ti.Name)
+		require.NoError(t, err)
+		b, err := twin.File.TensorData(ti.Name)
+		require.NoError(t, err, ti.Name)
+		assert.Equal(t, a, b, ti.Name)
+	}
+	assert.Len(t, twin.File.Tensors, len(dense.File.Tensors)+4*2)
+}
+
+// Every weight type loads, and greedy decoding follows the successor cycle
+// by a wide margin: the property that lets GPU and CPU agree on tokens.
+func TestGreedyWalksTheCycleByAWideMargin(t *testing.T) {
+	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0} {
+		for _, capacity := range []float32{0, 0.125} {
+			m := build(t, small, Options{Type: typ, Seed: 1, Capacity: capacity})
+			b := &builder{s: small, o: Options{Seed: 1}}
+			next := cycle(small.NVocab, b.rng("permutation", 0))
+			tok, err := tokenizer.FromGGUF(m.File)
+			require.NoError(t, err)
+			ids, err := tok.Encode("Once upon a time", true)
+			require.NoError(t, err)
+			st, err := m.NewState(mod.RoutingRouter)
+			require.NoError(t, err)
+			last := ids
+			minMargin := math.Inf(1)
+			for step := 0; step < 24; step++ {
+				logits, err := st.Forward(last, false)
+				require.NoError(t, err)
+				top, second := top2(logits)
+				minMargin = math.Min(minMargin, float64(logits[top]-logits[second]))
+				require.Equal(t, next[last[len(last)-1]], int32(top), "%s capacity %g step %d", typ, capacity, step)
+				last = []int32{int32(top)}
+			}
+			assert.Greater(t, minMargin, 3.0, "%s capacity %g: smallest top-1 - top-2 logit gap", typ, capacity)
+			t.Logf("%s capacity %g: smallest greedy margin %.2f", typ, capacity, minMargin)
+		}
+	}
+}
+
+func top2(v []float32) (int, int) {
+	idx := make([]int, len(v))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return v[idx[a]] > v[idx[b]] })
+	return idx[0], idx[1]
+}
+
+// Calibration sets each routed layer so that causal routing, router or
+// predictor, sends about the capacity through it on text it never saw: a
+// different story, then the greedy cycle, as a benchmark runs.
+func TestCalibratedTwinRoutesAboutTheCapacity(t *testing.T) {
+	s, err := ParseShape("stories15m")
+	require.NoError(t, err)
+	m := build(t, s, Options{Type: gguf.TypeQ8_0, Seed: 1, Capacity: 0.125})
+	require.Len(t, m.Calibration, 3)
+	for _, c := range m.Calibration {
+		assert.Equal(t, CalibrationTokens(s), c.Tokens)
+		assert.Equal(t, c.RouterBias, m.Weights.Blocks[c.Layer].Router.Bias.Vec()[0])
+		stored, err := m.File.TensorFloat32(mod.BlockTensor(c.Layer, mod.TensorRouterBias))
+		require.NoError(t, err)
+		assert.Equal(t, c.RouterBias, stored[0], "the bias is in the GGUF data too")
+	}
+	tok, err := tokenizer.FromGGUF(m.File)
+	require.NoError(t, err)
+	ids, err := tok.Encode("Lily and her dog Max played in the garden all afternoon. They found a shiny red ball under a bush and laughed.", true)
+	require.NoError(t, err)
+	for _, routing := range []mod.Routing{mod.RoutingRouter, mod.RoutingPredictor} {
+		st, err := m.NewState(routing)
+		require.NoError(t, err)
+		logits, err := st.Forward(ids, false)
+		require.NoError(t, err)
+		for i := 0; i < 64; i++ {
+			next, _ := top2(logits)
+			logits, err = st.Forward([]int32{int32(next)}, false)
+			require.NoError(t, err)
+		}
+		for _, l := range m.Config.RoutedLayers() {
+			pct := 100 * float64(st.Selected[l]) / float64(st.Seen[l])
+			t.Logf("%s layer %d: %.1f%% routed", routing, l, pct)
+			assert.True(t, pct >= 6 && pct <= 20, "%s layer %d routes %.1f%%, want 6-20%%", routing, l, pct)
+		}
+	}
+}
+
+// The threshold leaves exactly k values above it.
+func TestThreshold(t *testing.T) {
+	v := []float64{3, -1, 7, 0.5, math.Inf(-1), 2}
+	for k := 1; k <= len(v); k++ {
+		thr := threshold(v, k)
+		above := 0
+		for _, x := range v {
+			if x > thr {
+				above++
+			}
+		}
+		want := k
+		if k == len(v) {
+			want = len(v) - 1 // -Inf is never above
+		}
+		assert.Equal(t, want, above, "k=%d", k)
+	}
+}
