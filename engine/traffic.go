@@ -42,7 +42,7 @@ func DecodeTrafficOf(m *mod.Model, routing mod.Routing, routed map[int]float64, 
 			if routing != mod.RoutingPredictor {
 				size = 0
 			}
-		case c.Routed[layer]:
+		case layer < len(c.Routed) && c.Routed[layer]:
 			size *= routed[layer]
 		}
 		t.WeightBytes += size

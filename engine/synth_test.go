@@ -1,0 +1,109 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/mod/synth"
+)
+
+// tiny is a synthetic shape with GQA and widths the quantized types take.
+var tiny = synth.Shape{Name: "tiny", NEmbd: 128, NLayer: 4, NHead: 4, NKVHead: 2, NFF: 256, NVocab: 600, ContextLen: 128}
+
+func buildSynth(t *testing.T, typ gguf.TensorType, capacity float32) *synth.Model {
+	t.Helper()
+	m, err := synth.Build(tiny, synth.Options{Type: typ, Seed: 5, Capacity: capacity})
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// A synthetic model and its twin give the CPU's greedy tokens and logits
+// on Vulkan, with router and predictor routing: what bench validates
+// before timing, here as a test.
+func TestSyntheticModelsOnVulkanEqualTheCPU(t *testing.T) {
+	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0} {
+		for _, capacity := range []float32{0, 0.25} {
+			m := buildSynth(t, typ, capacity)
+			routings := []mod.Routing{mod.RoutingRouter}
+			if capacity > 0 {
+				routings = append(routings, mod.RoutingPredictor)
+			}
+			for _, r := range routings {
+				b, _, err := OpenBackend(m.Model, r, BackendOptions{Name: BackendVulkan})
+				if err != nil && strings.Contains(err.Error(), "no Vulkan") {
+					t.Skipf("no Vulkan device: %v", err)
+				}
+				require.NoError(t, err)
+				ref, err := NewCPU(m.Model, r)
+				require.NoError(t, err)
+				prompt := []int32{1, 80, 111, 122, 259, 101, 120, 259, 40, 99}
+				// F32 weights: the GPU sums in other orders, a few ulps of
+				// logits of |x| < 40; F16/Q8_0 weights are the same numbers
+				// on both sides, so the same bound holds.
+				worst, err := validate(b, ref, prompt, BenchOptions{ValidateTokens: 12, ValidateTol: 1e-3})
+				b.Close()
+				require.NoError(t, err, "%s capacity %g %s", typ, capacity, r)
+				t.Logf("%s capacity %g %s: max |Δlogit| %.2g", typ, capacity, r, worst)
+			}
+		}
+	}
+}
+
+// The decode traffic counts each weight once, one embedding row, a routed
+// layer's weights by its routed share, the predictor only when it routes,
+// and KV entries over the context (a routed layer's by its share squared).
+func TestDecodeTraffic(t *testing.T) {
+	dense := buildSynth(t, gguf.TypeQ8_0, 0)
+	twin := buildSynth(t, gguf.TypeQ8_0, 0.25)
+	var all, embd, routedBlocks, router, predictor float64
+	for _, ti := range twin.File.Tensors {
+		size := float64(ti.Size)
+		layer, name, inBlock := blockTensor(ti.Name)
+		switch {
+		case ti.Name == mod.TensorTokenEmbd:
+			embd = size
+		case strings.HasPrefix(name, "mod_router"):
+			router += size
+		case strings.HasPrefix(name, "mod_pred"):
+			predictor += size
+		case inBlock && layer%2 == 1:
+			routedBlocks += size
+		}
+		all += size
+	}
+	kvEntry := float64(2 * tiny.NKVHead * (tiny.NEmbd / tiny.NHead) * 2) // F16 entries
+	d := DecodeTrafficOf(dense.Model, mod.RoutingRouter, nil, 10, 2)
+	assert.InDelta(t, all-router-predictor-embd+embd/float64(tiny.NVocab), d.WeightBytes, 1e-6)
+	assert.InDelta(t, 4*10*kvEntry, d.KVBytes, 1e-6)
+
+	half := map[int]float64{1: 0.5, 3: 0.5}
+	r := DecodeTrafficOf(twin.Model, mod.RoutingRouter, half, 10, 2)
+	assert.InDelta(t, d.WeightBytes-routedBlocks/2+router, r.WeightBytes, 1e-6)
+	assert.InDelta(t, (2+2*0.25)*10*kvEntry, r.KVBytes, 1e-6)
+	p := DecodeTrafficOf(twin.Model, mod.RoutingPredictor, half, 10, 2)
+	assert.InDelta(t, r.WeightBytes+predictor, p.WeightBytes, 1e-6)
+}
+
+// Each backend's probe reports a rate and how it got it.
+func TestProbeBandwidth(t *testing.T) {
+	cpu, err := ProbeBandwidth(BackendOptions{Name: BackendCPU})
+	require.NoError(t, err)
+	assert.Positive(t, cpu.GBps)
+	assert.Equal(t, "cpu", cpu.Device)
+	_, err = ProbeBandwidth(BackendOptions{Name: "metal"})
+	assert.ErrorContains(t, err, `backend "metal" is not cpu or vulkan`)
+	gpu, err := ProbeBandwidth(BackendOptions{Name: BackendVulkan, Device: -1})
+	if err != nil && strings.Contains(err.Error(), "no Vulkan") {
+		t.Skipf("no Vulkan device: %v", err)
+	}
+	require.NoError(t, err)
+	assert.Positive(t, gpu.GBps)
+	assert.True(t, strings.HasPrefix(gpu.Device, "vulkan: "), gpu.Device)
+	assert.Contains(t, gpu.Method, "probe kernel")
+}
