@@ -12,7 +12,7 @@ FIXTURE_DEBS := $(TEST_DEBS)
 
 DEMO_MODEL ?= models/tinystories-mod.gguf
 
-.PHONY: setup build test demo fuzz fixtures clean
+.PHONY: setup build test demo fuzz fixtures gpu-bundle clean
 
 setup:
 	@scripts/setup.sh $(BUILD_DEBS)
@@ -29,6 +29,11 @@ test:
 demo: build
 	@scripts/setup.sh libvulkan1 mesa-vulkan-drivers
 	bin/modrun -m $(DEMO_MODEL) -p "Once upon" -n 120 --backend vulkan --stats
+
+# One folder (bin/gpu-bundle) that checks a GPU machine with only a Vulkan
+# driver: the binaries, the GPU tests and the standard bench set (run.sh).
+gpu-bundle: setup
+	@scripts/gpu-bundle.sh $(GPU_BUNDLE)
 
 # A longer fuzz run of every target (FUZZTIME=10m make fuzz).
 fuzz:

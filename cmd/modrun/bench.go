@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/gguf"
@@ -224,11 +225,12 @@ func (f *benchFlags) openModels(stderr io.Writer) ([]*benchModel, error) {
 			if capacity == 0 && dense != nil {
 				break
 			}
-			fmt.Fprintf(stderr, "bench: building %s (%s, capacity %g, seed %d)\n", shape.Name, f.typ, capacity, f.seed)
+			start := time.Now()
 			sm, err := synth.Build(shape, synth.Options{Type: f.typ, Seed: f.seed, Capacity: float32(capacity)})
 			if err != nil {
 				return out, fmt.Errorf("--synthetic %s: %w", spec, err)
 			}
+			fmt.Fprintf(stderr, "bench: built %s (%s, %.2f GiB, seed %d) in %.1fs\n", sm.Name, f.typ, float64(len(sm.Data))/(1<<30), f.seed, time.Since(start).Seconds())
 			tok, err := tokenizer.FromGGUF(sm.File)
 			if err != nil {
 				sm.Close()

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# run.sh [REPORT.md]: check this machine's Vulkan device with the GPU bundle
+# (built by `make gpu-bundle`): run the kernel and engine tests, then the
+# standard bench set, and write one Markdown report (default report.md
+# beside this script; full logs in logs/). Needs only a Vulkan driver.
+#
+#   BENCH_SHAPES  shapes to bench (default: stories260k stories15m tinyllama-1.1b llama2-7b)
+#   BENCH_TYPES   weight types (default: f16 q8_0)
+#   BENCH_ARGS    more bench flags (default: --prompt 64 -n 64 --repeats 3)
+#   MODRUN_DEVICE the Vulkan device, as for modrun
+# A step that fails is reported as failed; the others still run, and the
+# exit status is 1 when any failed.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+report=${1:-$here/report.md}
+logs=$here/logs
+mkdir -p "$logs"
+shapes=${BENCH_SHAPES:-stories260k stories15m tinyllama-1.1b llama2-7b}
+types=${BENCH_TYPES:-f16 q8_0}
+bench_args=${BENCH_ARGS:---prompt 64 -n 64 --repeats 3}
+failed=0
+{
+  echo "# modrun GPU bundle report, $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo
+  echo "Commit $(cat "$here/COMMIT"), on $(uname -srm), $(nproc) CPUs."
+  echo
+  echo '```'
+  "$here/bin/modrun" devices 2>&1
+  echo '```'
+  echo
+  echo "## Tests"
+  echo
+  echo "| package | result | passed | failed | skipped |"
+  echo "|---|---|--:|--:|--:|"
+} > "$report"
+while read -r p; do
+  bin=$here/tests/$(echo "$p" | tr / _).test
+  log=$logs/test-$(echo "$p" | tr / _).log
+  (cd "$here/src/$p" && "$bin" -test.v -test.count=1 -test.timeout=20m) > "$log" 2>&1
+  rc=$?
+  pass=$(grep -c '^--- PASS' "$log"); fail=$(grep -c '^--- FAIL' "$log"); skip=$(grep -c '^--- SKIP' "$log")
+  result=ok; [ $rc -ne 0 ] && { result="FAIL (exit $rc)"; failed=1; }
+  echo "| $p | $result | $pass | $fail | $skip |" >> "$report"
+  echo "run.sh: tests $p: $result ($pass passed, $fail failed, $skip skipped)" >&2
+done < "$here/tests/packages.txt"
+{
+  echo
+  echo "Skips and failures are listed in logs/test-*.log (grep -- '--- SKIP\\|--- FAIL')."
+  echo
+  echo "## Bench: each shape, dense and its MoD twin at capacity 0.125, on Vulkan"
+  echo
+} >> "$report"
+for shape in $shapes; do
+  for typ in $types; do
+    name=$shape-$typ
+    # shellcheck disable=SC2086
+    "$here/bin/modrun" bench --synthetic "$shape" --type "$typ" --capacity 0.125 --backends vulkan $bench_args \
+      --out "$logs/bench-$name.md" --json "$logs/bench-$name.json" > /dev/null 2> "$logs/bench-$name.log"
+    rc=$?
+    if [ $rc -eq 0 ]; then
+      echo "run.sh: bench $name: ok" >&2
+      sed -e '1s/^# /### /' "$logs/bench-$name.md" >> "$report"
+    else
+      failed=1
+      echo "run.sh: bench $name: FAILED (exit $rc)" >&2
+      { echo "### $name: FAILED (exit $rc)"; echo; echo '```'; tail -5 "$logs/bench-$name.log"; echo '```'; } >> "$report"
+    fi
+    echo >> "$report"
+  done
+done
+echo "run.sh: report in $report" >&2
+exit $failed

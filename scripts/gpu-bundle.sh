@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# gpu-bundle.sh [DIR]: build the GPU bundle (`make gpu-bundle`), one folder
+# that checks a machine's Vulkan GPU with nothing but a Vulkan driver: no Go,
+# no Python, no network. It holds bin/modrun, the test binaries of every
+# package that runs kernels (go test -c), the fixtures they read, laid out
+# as in the repository, and run.sh (scripts/gpu-bundle-run.sh), which runs
+# the tests and the standard bench set and writes one Markdown report.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-bin/gpu-bundle}
+rm -rf "$dir"
+mkdir -p "$dir/bin" "$dir/tests"
+flags=(-trimpath -ldflags "-s -w")
+go build "${flags[@]}" -o "$dir/bin/modrun" ./cmd/modrun
+# Each test binary runs in its package's folder of src/, so that the
+# relative paths of its fixtures (../../testdata/...) resolve as in the repo.
+pkgs=(vk shaders engine engine/vulkan cmd/modrun)
+for p in "${pkgs[@]}"; do
+  go test -c "${flags[@]}" -o "$dir/tests/$(echo "$p" | tr / _).test" "./$p"
+  mkdir -p "$dir/src/$p"
+done
+printf '%s\n' "${pkgs[@]}" > "$dir/tests/packages.txt"
+cp -r testdata models "$dir/src/"
+cp -r vk/testdata "$dir/src/vk/"
+cp scripts/gpu-bundle-run.sh "$dir/run.sh"
+git rev-parse HEAD > "$dir/COMMIT" 2>/dev/null || echo unknown > "$dir/COMMIT"
+echo "gpu-bundle: $dir ($(du -sh "$dir" | cut -f1)); on the GPU machine: $dir/run.sh [REPORT.md]"
