@@ -224,6 +224,16 @@ func (w *Writer) Bytes() ([]byte, error) {
 	return out, nil
 }
 
+// DataBytes is the size of the tensor data the file will hold, padding
+// included: nearly all of the file, known before any tensor is made.
+func (w *Writer) DataBytes() uint64 {
+	var n uint64
+	for _, t := range w.tensors {
+		n = alignUp(n+t.info.Size, w.alignment)
+	}
+	return n
+}
+
 // header writes everything before the tensor data: the magic, the
 // metadata and the tensor infos, padded to the alignment.
 func (w *Writer) header(e *encoder) {

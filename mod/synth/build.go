@@ -111,6 +111,9 @@ func Build(s Shape, o Options) (*Model, error) {
 	if err := b.tensors(); err != nil {
 		return nil, err
 	}
+	if err := checkFits(name, b.w.DataBytes()); err != nil {
+		return nil, err
+	}
 	data, err := b.w.Bytes()
 	if err != nil {
 		return nil, fmt.Errorf("synth: %s: %w", name, err)

@@ -178,3 +178,34 @@ func TestThreshold(t *testing.T) {
 		assert.Equal(t, want, above, "k=%d", k)
 	}
 }
+
+// ParseShape takes a user's --synthetic string: whatever it is, it gives a
+// shape that passes check, or an error; never a panic.
+func FuzzParseShape(f *testing.F) {
+	for _, s := range []string{"stories15m", "d=2048,L=4,h=32,kv=4,ff=5632,vocab=32000", "d=64,L=1,ctx=1", "d=,L=2", "d=8,L=1,h=4,kv=2,vocab=261"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		sh, err := ParseShape(s)
+		if err != nil {
+			return
+		}
+		require.NoError(t, sh.check())
+		assert.Positive(t, sh.Params())
+		assert.NotEmpty(t, sh.Name)
+	})
+}
+
+// A model larger than the free memory is a clear error, not the runtime's
+// fatal out-of-memory.
+func TestBuildRefusesWhatDoesNotFit(t *testing.T) {
+	saved := availableMemory
+	t.Cleanup(func() { availableMemory = saved })
+	availableMemory = func() uint64 { return 1 << 19 }
+	_, err := Build(small, Options{Type: gguf.TypeQ8_0})
+	assert.ErrorContains(t, err, "synth: small-q8_0 needs 1.0 MiB in memory, more than the 0.5 MiB this machine has available")
+	availableMemory = func() uint64 { return 0 } // unknown: no check
+	m, err := Build(small, Options{Type: gguf.TypeQ8_0})
+	require.NoError(t, err)
+	m.Close()
+}
