@@ -34,6 +34,9 @@ type Options struct {
 	// command: leave it off when timing the whole step. Ignored on a device
 	// without timestamps (vk.DeviceInfo.Timestamps).
 	Profile bool
+	// UBatch is the longest chunk of a batched prefill (a Feed of more than
+	// one token, prefill.go); 0 means DefaultUBatch.
+	UBatch int
 }
 
 // Runner runs one sequence of a model on a Vulkan device. Like the device,
@@ -66,6 +69,8 @@ type Runner struct {
 	bestHost   *vk.Buffer // [1] u32: argmax of the logits, on the GPU
 
 	step *vk.Recorder // the decode step: recorded once, replayed per token
+	pf   *prefill     // the batched prefill (prefill.go)
+	ub   int          // Options.UBatch
 
 	profile bool                     // the step has a timestamp after each command
 	prof    map[string]*ProfileEntry // per label, summed over replays since New
@@ -119,7 +124,7 @@ func New(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Runner, er
 		return nil, fmt.Errorf("vulkan: %s: head dimension %d is over the attention kernel's %d", m.Path, c.HeadDim, shaders.AttentionSpec[1])
 	}
 	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: newKernels(dev),
-		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{}}
+		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{}, ub: opts.UBatch}
 	if opts.ContextLen > 0 && opts.ContextLen < run.ctx {
 		run.ctx = opts.ContextLen
 	}
@@ -139,6 +144,9 @@ func (r *Runner) build(m *mod.Model) error {
 		return err
 	}
 	if err := r.record(); err != nil {
+		return err
+	}
+	if err := r.buildPrefill(m, r.ub); err != nil {
 		return err
 	}
 	r.Reset()
@@ -185,10 +193,10 @@ func (r *Runner) allocate() error {
 // Feed runs tokens after those already fed and returns the logits of the
 // last one [nVocab].
 //
-// The prompt is fed token by token through the recorded decode step, one
-// submit each. That is exact, since causal routing decides token by token
-// (DESIGN.md §3: the result does not depend on how the prompt is split), but
-// slow for long prompts; a batched prefill with matmul is a later step.
+// One token runs through the recorded decode step; more go through the
+// batched prefill in chunks of up to Options.UBatch (prefill.go). Causal
+// routing decides token by token (DESIGN.md §3), so the result does not
+// depend on how the tokens are split, up to the kernels' summation orders.
 // After an error the sequence is in an unspecified state: Reset it.
 func (r *Runner) Feed(tokens []int32) ([]float32, error) {
 	if err := r.run(tokens); err != nil {
@@ -211,6 +219,9 @@ func (r *Runner) FeedArgmax(tokens []int32) (int32, error) {
 func (r *Runner) run(tokens []int32) error {
 	if err := r.check(tokens); err != nil {
 		return err
+	}
+	if len(tokens) > 1 && r.pf != nil {
+		return r.runPrefill(tokens)
 	}
 	for _, t := range tokens {
 		if err := r.tok.Upload(u32Bytes([]uint32{uint32(t)}), 0); err != nil {
@@ -335,9 +346,14 @@ func (r *Runner) Close() {
 	if r.step != nil {
 		r.step.Close()
 	}
+	if r.pf != nil {
+		for _, rec := range r.pf.recs {
+			rec.Close()
+		}
+	}
 	r.ks.Close()
 	for _, b := range r.bufs {
 		b.Close()
 	}
-	r.bufs, r.step, r.dev = nil, nil, nil
+	r.bufs, r.step, r.pf, r.dev = nil, nil, nil, nil
 }

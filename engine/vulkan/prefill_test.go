@@ -1,0 +1,129 @@
+package vulkan
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/modrun/modrun/mod"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPrefillSplits: a sequence fed to the GPU whole, in chunks split
+// anywhere, with a small UBatch, or token by token gives the logits of mod's
+// CPU State (fed token by token) after every Feed, and the same compact
+// caches at the end; decoding then continues from the batched prefill's
+// caches. Tolerance tolLogits, as the decode step: the batched kernels
+// (matmul, attention) only sum in other orders than the CPU. On the CPU,
+// the same chunks give the token-by-token logits exactly. The splits
+// include chunks in which a routed layer selects none of the chunk's tokens
+// and chunks in which it selects all (checked, not assumed).
+func TestPrefillSplits(t *testing.T) {
+	dev := openDevice(t, true)
+	type split struct {
+		name  string
+		ub    int
+		sizes []int // chunk lengths fed in turn, the last repeated; nil: whole
+	}
+	splits := []split{
+		{"whole", 0, nil},
+		{"ubatch5", 5, nil},
+		{"ragged", 0, []int{3, 1, 7, 2, 1, 4, 9, 2}},
+		{"ragged-ubatch3", 3, []int{8, 1, 2, 5}},
+		{"pairs", 0, []int{2}},
+	}
+	for _, tc := range []struct {
+		model   string
+		routing mod.Routing
+	}{
+		{"mod-trained", mod.RoutingRouter},
+		{"mod-trained", mod.RoutingPredictor},
+		{"mod-rand-sigmoid-pred", mod.RoutingRouter},
+		{"mod-rand-sigmoid-pred", mod.RoutingPredictor},
+		{"mod-rand-identity-bias", mod.RoutingRouter},
+		{"dense-rand", mod.RoutingRouter},
+	} {
+		base := "../../testdata/mod/" + tc.model
+		m := openModel(t, base+".gguf")
+		seqs := fixtureTokens(t, base+".fixture.json")
+		tokens := seqs["generate-"+tc.routing.String()]
+		if len(tokens) == 0 { // the dense fixture has no generate case
+			for i := 0; i < 40; i++ {
+				tokens = append(tokens, int32(1+7*i%(m.Config.NVocab-1)))
+			}
+		}
+		require.NotEmpty(t, tokens, tc.model)
+		prompt, decode := tokens[:len(tokens)-3], tokens[len(tokens)-3:]
+		var sawNone, sawAll bool
+		for _, sp := range splits {
+			t.Run(tc.model+"/"+tc.routing.String()+"/"+sp.name, func(t *testing.T) {
+				run, err := New(dev, m, tc.routing, Options{UBatch: sp.ub})
+				require.NoError(t, err)
+				defer run.Close()
+				cpu, err := m.NewState(tc.routing)
+				require.NoError(t, err)
+				cpuChunks, err := m.NewState(tc.routing) // the CPU fed the same chunks
+				require.NoError(t, err)
+				var chunks []string
+				feed := func(toks []int32) {
+					before := append([]int(nil), cpu.Selected...)
+					var want []float32
+					for _, tok := range toks { // the CPU token by token
+						want, err = cpu.Forward([]int32{tok}, false)
+						require.NoError(t, err)
+					}
+					chunked, err := cpuChunks.Forward(toks, false)
+					require.NoError(t, err)
+					require.Equal(t, want, chunked, "CPU logits after %d tokens, chunked", cpu.Pos())
+					got, err := run.Feed(toks)
+					require.NoError(t, err)
+					require.Empty(t, closeErr(want, got, tolLogits), "logits after %d tokens", cpu.Pos())
+					entries, err := run.CacheEntries()
+					require.NoError(t, err)
+					for l := range entries {
+						if !m.Config.Routed[l] {
+							assert.Equal(t, cpu.Pos(), entries[l], "dense layer %d entries", l)
+							continue
+						}
+						require.Equal(t, cpu.Selected[l], entries[l], "layer %d entries after %d tokens", l, cpu.Pos())
+						if len(toks) > 1 {
+							switch cpu.Selected[l] - before[l] {
+							case 0:
+								sawNone = true
+							case len(toks):
+								sawAll = true
+							}
+						}
+					}
+					chunks = append(chunks, fmt.Sprint(len(toks)))
+				}
+				rest := prompt
+				for i := 0; len(rest) > 0; i++ {
+					n := len(rest)
+					if sp.sizes != nil {
+						n = min(n, sp.sizes[min(i, len(sp.sizes)-1)])
+					}
+					feed(rest[:n])
+					rest = rest[n:]
+				}
+				for l := 0; l < m.Config.NLayer; l++ {
+					kw, vw, pw := cpu.KV(l)
+					kg, vg, pg, err := run.Cache(l)
+					require.NoError(t, err)
+					assert.Equal(t, pw, pg, "layer %d: cache positions", l)
+					assert.Empty(t, closeErr(kw, kg, tolLogits), "layer %d keys", l)
+					assert.Empty(t, closeErr(vw, vg, tolLogits), "layer %d values", l)
+				}
+				for _, tok := range decode { // the decode step after a prefill
+					feed([]int32{tok})
+				}
+				t.Logf("chunks %s", strings.Join(chunks, " "))
+			})
+		}
+		if m.Config.IsMoD() {
+			assert.True(t, sawNone, "%s: some chunk had a routed layer select none", tc.model)
+			assert.True(t, sawAll, "%s: some chunk had a routed layer select all", tc.model)
+		}
+	}
+}
