@@ -23,6 +23,9 @@ type BackendOptions struct {
 	// Profile times every GPU command (vulkan.Options.Profile); the
 	// backend's Runner is then a Profiler. Ignored on the CPU.
 	Profile bool
+	// UBatch is the longest chunk of a batched prompt on Vulkan
+	// (vulkan.Options.UBatch, --ubatch); 0 = vulkan.DefaultUBatch.
+	UBatch int
 }
 
 // Profiler is a Runner that reports the GPU time of each kernel (the Vulkan
@@ -125,7 +128,7 @@ func vulkanBackend(m *mod.Model, r mod.Routing, o BackendOptions, gpuOnly bool) 
 	if b == nil {
 		return nil, why, err
 	}
-	run, err := vulkan.New(dev, m, r, vulkan.Options{Profile: o.Profile})
+	run, err := vulkan.New(dev, m, r, vulkan.Options{Profile: o.Profile, UBatch: o.UBatch})
 	if err != nil {
 		b.Close()
 		return nil, "", err

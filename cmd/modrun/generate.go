@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/modrun/modrun/engine"
+	"github.com/modrun/modrun/engine/vulkan"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/tokenizer"
 )
@@ -94,8 +95,12 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	seed := fs.Int64("seed", -1, "random seed; -1 picks one from the clock (printed with --stats)")
 	stats := fs.Bool("stats", false, "print speed and per-layer routing to stderr")
 	profile := fs.Bool("profile", false, "print each GPU kernel's time to stderr (Vulkan backend)")
+	ubatch := fs.Int("ubatch", vulkan.DefaultUBatch, "the prompt runs in batches of at most `N` tokens (Vulkan backend)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *ubatch < 1 {
+		return fmt.Errorf("%w: --ubatch %d must be at least 1", errUsage, *ubatch)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q (quote the prompt: -p \"...\")", errUsage, fs.Arg(0))
@@ -126,7 +131,7 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if ctx := l.model.Config.ContextLen; len(ids) > ctx {
 		return fmt.Errorf("-p: the prompt has %d tokens, more than the context length %d of %s", len(ids), ctx, mf.path)
 	}
-	backend, notice, err := engine.OpenBackend(l.model, l.routing, engine.BackendOptions{Name: mf.backend, Device: mf.device, Profile: *profile})
+	backend, notice, err := engine.OpenBackend(l.model, l.routing, engine.BackendOptions{Name: mf.backend, Device: mf.device, Profile: *profile, UBatch: *ubatch})
 	if err != nil {
 		return fmt.Errorf("--backend %s: %w", mf.backend, err)
 	}
