@@ -140,6 +140,7 @@ func (r *Runner) runPrefill(tokens []int32) error {
 		if err := r.dev.Run(rec); err != nil {
 			return fmt.Errorf("vulkan: prefill of %d tokens at position %d: %w", n, r.pos, err)
 		}
+		r.addTimings(rec)
 		r.pos += n
 		tokens = tokens[n:]
 	}
@@ -159,8 +160,8 @@ func (r *Runner) recordPrefill(n int) (*vk.Recorder, error) {
 	if err != nil {
 		return rec, err
 	}
-	newOp(embed, shaders.EmbedPush{Cols: d, N: uint32(n), RowBase: 0, Rows: uint32(c.NVocab)}, shaders.Groups(uint32(n)),
-		rd(r.w.tokenEmbd.buf, 0, 0), rd(pf.tok, 0, 0), wr(a.x, 0, 0)).record(rec)
+	r.dispatch(rec, newOp(embed, shaders.EmbedPush{Cols: d, N: uint32(n), RowBase: 0, Rows: uint32(c.NVocab)}, shaders.Groups(uint32(n)),
+		rd(r.w.tokenEmbd.buf, 0, 0), rd(pf.tok, 0, 0), wr(a.x, 0, 0)))
 	for l := range r.w.blocks {
 		if r.w.blocks[l].router != nil {
 			err = r.recordPrefillRouted(rec, l, n)
@@ -173,6 +174,7 @@ func (r *Runner) recordPrefill(n int) (*vk.Recorder, error) {
 	}
 	// The last row's logits, as the decode step computes them.
 	rec.Copy(a.x, r.act.x, uint64(n-1)*dB, 0, dB)
+	r.timestamp(rec, "copy")
 	norm, err := r.ks.row("rmsnorm", c.NEmbd)
 	if err != nil {
 		return rec, err
@@ -183,12 +185,13 @@ func (r *Runner) recordPrefill(n int) (*vk.Recorder, error) {
 	}
 	vB := 4 * uint64(c.NVocab)
 	ra := &r.act
-	newOp(norm, shaders.RMSNormPush{Cols: d, N: 1, Eps: c.RMSEps}, shaders.RowGroups(1, norm.spec),
-		rd(ra.x, 0, dB), rd(r.w.outputNorm, 0, 0), wr(ra.xn, 0, dB)).record(rec)
-	r.w.output.op(ra.xn, ra.logits, 0).record(rec)
-	newOp(argmax, shaders.ArgmaxPush{Cols: uint32(c.NVocab), N: 1}, shaders.RowGroups(1, argmax.spec),
-		rd(ra.logits, 0, vB), wr(r.bestHost, 0, 0)).record(rec)
+	r.dispatch(rec, newOp(norm, shaders.RMSNormPush{Cols: d, N: 1, Eps: c.RMSEps}, shaders.RowGroups(1, norm.spec),
+		rd(ra.x, 0, dB), rd(r.w.outputNorm, 0, 0), wr(ra.xn, 0, dB)))
+	r.dispatch(rec, r.w.output.op(ra.xn, ra.logits, 0))
+	r.dispatch(rec, newOp(argmax, shaders.ArgmaxPush{Cols: uint32(c.NVocab), N: 1}, shaders.RowGroups(1, argmax.spec),
+		rd(ra.logits, 0, vB), wr(r.bestHost, 0, 0)))
 	rec.Copy(ra.logits, r.logitsHost, 0, 0, vB)
+	r.timestamp(rec, "copy")
 	return rec, rec.Err()
 }
 
@@ -239,13 +242,14 @@ func (r *Runner) recordPrefillRouted(rec *vk.Recorder, l, n int) error {
 		return kerr
 	}
 	for _, o := range ops {
-		o.record(rec)
+		r.dispatch(rec, o)
 	}
 	if err := r.recordPrefillBlock(rec, l, a.xs, n, pf.psel, a.count); err != nil {
 		return err
 	}
 	rec.DispatchIndirect(scatter.k, vk.MustPackPush(shaders.ScatterPush{NEmbd: d}), a.args, 0,
 		rd(idx, 0, 0), rd(a.count, 0, 0), rd(a.r, 0, 0), rd(a.xs, 0, 0), rw(a.x, 0, 0))
+	r.timestamp(rec, scatter.v.Name)
 	return nil
 }
 
@@ -304,7 +308,7 @@ func (r *Runner) recordPrefillBlock(rec *vk.Recorder, l int, xb *vk.Buffer, n in
 		addOp,
 	}
 	for _, o := range ops {
-		o.record(rec)
+		r.dispatch(rec, o)
 	}
 	return nil
 }

@@ -233,7 +233,7 @@ func (r *Runner) run(tokens []int32) error {
 		if err := r.dev.Run(r.step); err != nil {
 			return fmt.Errorf("vulkan: decode step at position %d: %w", r.pos, err)
 		}
-		r.addTimings()
+		r.addTimings(r.step)
 		r.pos++
 	}
 	return nil

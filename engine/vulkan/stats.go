@@ -40,11 +40,11 @@ func (r *Runner) Profile() []ProfileEntry {
 }
 
 // addTimings adds the last replay's timestamps to the profile.
-func (r *Runner) addTimings() {
+func (r *Runner) addTimings(rec *vk.Recorder) {
 	if !r.profile {
 		return
 	}
-	for _, t := range r.step.Timings() {
+	for _, t := range rec.Timings() {
 		e := r.prof[t.Label]
 		if e == nil {
 			e = &ProfileEntry{Kernel: t.Label}
