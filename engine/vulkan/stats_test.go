@@ -22,12 +22,15 @@ func TestProfile(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(run.Close)
 
-	const tokens = 6
+	// A batched prompt (one submit), then three decode steps.
+	const submits = 4
 	start := time.Now()
 	_, err = run.Feed([]int32{1, 400, 401})
 	require.NoError(t, err)
-	_, err = run.FeedArgmax([]int32{402, 403, 404})
-	require.NoError(t, err)
+	for _, tok := range []int32{402, 403, 404} {
+		_, err = run.FeedArgmax([]int32{tok})
+		require.NoError(t, err)
+	}
 	wall := time.Since(start)
 
 	prof := run.Profile()
@@ -41,12 +44,13 @@ func TestProfile(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"embed_f32", "matvec_f32", "rmsnorm", "decode_kv", "decode_attention", "swiglu", "add",
-		"router_score", "compact_positive", "decode_args", "scatter", "argmax", "copy"} {
+		"router_score", "compact_positive", "decode_args", "scatter", "argmax", "copy",
+		"matmul_f32", "prefill_kv_f32", "prefill_count", "prefill_pos", "gather"} {
 		assert.Contains(t, byKernel, k)
 	}
-	assert.Equal(t, tokens, byKernel["embed_f32"].Calls, "one embed per token")
-	assert.Equal(t, tokens, byKernel["argmax"].Calls, "one argmax per token")
-	assert.Equal(t, 2*tokens, byKernel["scatter"].Calls, "one scatter per routed layer per token")
+	assert.Equal(t, submits, byKernel["embed_f32"].Calls, "one embed per submit")
+	assert.Equal(t, submits, byKernel["argmax"].Calls, "one argmax per submit")
+	assert.Equal(t, 2*submits, byKernel["scatter"].Calls, "one scatter per routed layer per submit")
 	assert.Positive(t, total)
 	assert.LessOrEqual(t, total, uint64(wall.Nanoseconds()), "GPU time within the wall time")
 
