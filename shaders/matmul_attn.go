@@ -122,3 +122,64 @@ func init() {
 		},
 	)
 }
+
+// AttentionSplitPush is the push-constant block of attention_split,
+// attention_split_counts and attention_merge (attention_split.comp).
+type AttentionSplitPush struct {
+	N        uint32  // query rows: q is [N][NHead*HeadDim], qPos is [N]
+	Entries  uint32  // KV cache entries (attention_split_counts: the most there can be)
+	NHead    uint32  // query heads, a multiple of NKVHead
+	NKVHead  uint32  // key/value heads
+	HeadDim  uint32  // elements per head, at most the spec's MAX_HD
+	Scale    float32 // score multiplier: float32(1/sqrt(HeadDim))
+	Layer    uint32  // attention_split_counts: index of the entry count in counts
+	Splits   uint32  // key tiles per (row, head): AttentionSplits(Entries, SplitLen)
+	SplitLen uint32  // entries per key tile
+}
+
+// Key tile lengths of attention_split. On a CPU device (lavapipe) a tile
+// keeps an invocation's loops under LavapipeLoopIterations for any head up
+// to MAX_HD = 128: 1024/32 entries * (3*128+1) + set-up = 13,024. On a GPU a
+// shorter tile gives a long context more workgroups (flash-decoding).
+const (
+	AttentionSplitLenCPU = 1024
+	AttentionSplitLenGPU = 256
+)
+
+// AttentionSplits is the number of key tiles of splitLen over entries (at
+// least 1).
+func AttentionSplits(entries, splitLen uint32) uint32 {
+	return max(1, (entries+splitLen-1)/splitLen)
+}
+
+// AttentionSplitGroups and AttentionMergeGroups are the dispatch sizes.
+func AttentionSplitGroups(n, nHead, splits uint32) [3]uint32 { return Groups(n * nHead * splits) }
+func AttentionMergeGroups(n, nHead uint32) [3]uint32         { return Groups(n * nHead) }
+
+func init() {
+	split := func(name string, defines ...string) Variant {
+		return Variant{
+			Name: name, Source: "attention_split.comp", Defines: append([]string{"ATTN_SPLIT"}, defines...),
+			Bindings: append(attentionInputs(),
+				Binding{"counts", Read, "[nLayer] u32 (attention_split_counts: entries = counts[layer]; else unread, bind any)"},
+				Binding{"partO", Write, "[n*nHead*splits][headDim] f32"},
+				Binding{"partML", Write, "[n*nHead*splits][2] f32 (max, sum)"}),
+			Push: AttentionSplitPush{}, LocalSize: [3]uint32{32, 1, 1}, LocalSizeSpec: true, Spec: AttentionSpec,
+			Notes: "Spec: [workgroup size, MAX_HD >= headDim]; dispatch AttentionSplitGroups(n, nHead, splits); then attention_merge",
+		}
+	}
+	Variants = append(Variants,
+		split("attention_split"),
+		split("attention_split_counts", "ATTN_COUNTS"),
+		Variant{
+			Name: "attention_merge", Source: "attention_split.comp", Defines: []string{"ATTN_MERGE"},
+			Bindings: []Binding{
+				{"partO", Read, "[n*nHead*splits][headDim] f32"},
+				{"partML", Read, "[n*nHead*splits][2] f32"},
+				{"out", Write, "[n][nHead*headDim] f32"},
+			},
+			Push: AttentionSplitPush{}, LocalSize: [3]uint32{32, 1, 1}, LocalSizeSpec: true, Spec: AttentionSpec[:1],
+			Notes: "dispatch AttentionMergeGroups(n, nHead)",
+		},
+	)
+}

@@ -3,7 +3,6 @@ package vulkan
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
@@ -75,6 +74,7 @@ type evalActs struct {
 	pos                  *vk.Buffer // [S] u32 0..S-1
 	r, mask, count, args *vk.Buffer // [S] f32, [S] u32, [1] u32, [3] u32
 	keys                 *vk.Buffer // topk's sort keys (S > TopkLocal)
+	partO, partML        *vk.Buffer // attention's key-tile partial results (attentionOps)
 	logits               *vk.Buffer // [S][nVocab]
 }
 
@@ -298,9 +298,6 @@ func (e *Evaluator) Recordings() int { return len(e.recs) }
 func (e *Evaluator) record(s int) (*evalRec, error) {
 	w := e.w
 	c := w.c
-	if err := e.checkAttentionLoops(s); err != nil {
-		return nil, err
-	}
 	f32 := func(n int) uint64 { return 4 * uint64(n) }
 	kvd, qd := c.KVDim(), c.NHead*c.HeadDim
 	var err error
@@ -323,6 +320,7 @@ func (e *Evaluator) record(s int) (*evalRec, error) {
 	a.pos, a.r, a.mask = must(f32(s), dev), must(f32(s), dev), must(f32(s), dev)
 	a.count, a.args = must(4, dev), must(12, dev)
 	a.logits = must(f32(s*c.NVocab), dev)
+	a.partO, a.partML = w.attentionParts(must, s, s)
 	if s > shaders.TopkLocal {
 		a.keys = must(8*uint64(shaders.TopkKeys(uint32(s))), dev)
 	}
@@ -370,22 +368,6 @@ func (e *Evaluator) record(s int) (*evalRec, error) {
 	e.output.op(a.xn, a.logits, s).record(rec)
 	rec.Copy(a.logits, er.logitsHost, 0, 0, f32(s*c.NVocab))
 	return er, rec.Err()
-}
-
-// checkAttentionLoops refuses, on a CPU device, a sequence whose attention
-// would pass lavapipe's loop limit (shaders.LavapipeLoopIterations): each
-// invocation walks every WG-th of the s entries over 3 head dimensions'
-// loops, plus its set-up and the merge.
-func (e *Evaluator) checkAttentionLoops(s int) error {
-	if !e.w.ks.cpu {
-		return nil
-	}
-	wg, hd := int(shaders.AttentionSpec[0]), e.w.c.HeadDim
-	iters := (s+wg-1)/wg*(3*hd+1) + 5*hd + 2*wg
-	if iters > shaders.LavapipeLoopIterations {
-		return fmt.Errorf("attention over %d tokens would loop %d times per invocation, over lavapipe's limit %d", s, iters, shaders.LavapipeLoopIterations)
-	}
-	return nil
 }
 
 // recordRouted records routed layer l on the whole sequence: top-k by
@@ -472,13 +454,13 @@ func (e *Evaluator) recordBlock(rec *vk.Recorder, a *evalActs, l int, xb *vk.Buf
 	if err != nil {
 		return err
 	}
-	var kern [4]*kernel
-	for i, name := range []string{"rope", "attention", "add", "swiglu"} {
+	var kern [3]*kernel
+	for i, name := range []string{"rope", "add", "swiglu"} {
 		if kern[i], err = w.ks.get(name, nil); err != nil {
 			return err
 		}
 	}
-	rope, attn, add, swiglu := kern[0], kern[1], kern[2], kern[3]
+	rope, add, swiglu := kern[0], kern[1], kern[2]
 	normOp := func(wt *vk.Buffer) op {
 		return newOp(norm, shaders.RMSNormPush{Cols: d, N: nu, Eps: c.RMSEps}, shaders.RowGroups(nu, norm.spec),
 			rd(xb, 0, 0), rd(wt, 0, 0), wr(a.xn, 0, 0))
@@ -492,10 +474,14 @@ func (e *Evaluator) recordBlock(rec *vk.Recorder, a *evalActs, l int, xb *vk.Buf
 		normOp(b.attnNorm),
 		eb.q.op(a.xn, a.q, n), eb.k.op(a.xn, a.k, n), eb.v.op(a.xn, a.v, n),
 		ropeOp(a.q, a.qr, c.NHead), ropeOp(a.k, a.kr, c.NKVHead),
-		newOp(attn, shaders.AttentionPush{N: nu, Entries: nu, NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
-			HeadDim: uint32(c.HeadDim), Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))},
-			shaders.AttentionGroups(nu, uint32(c.NHead)),
-			rd(a.qr, 0, 0), rd(a.kr, 0, 0), rd(a.v, 0, 0), rd(pos, 0, 0), rd(pos, 0, 0), wr(a.att, 0, 0)),
+	}
+	att, err := w.attentionOps(attentionArgs{n: nu, entries: nu, q: a.qr, k: a.kr, v: a.v, kPos: pos, qPos: pos,
+		partO: a.partO, partML: a.partML, out: a.att})
+	if err != nil {
+		return err
+	}
+	ops = append(ops, att...)
+	ops = append(ops,
 		eb.o.op(a.att, a.ob, n),
 		addOp,
 		normOp(b.ffnNorm),
@@ -504,7 +490,7 @@ func (e *Evaluator) recordBlock(rec *vk.Recorder, a *evalActs, l int, xb *vk.Buf
 			rd(a.gate, 0, 0), rd(a.up, 0, 0), wr(a.h, 0, 0)),
 		eb.down.op(a.h, a.ob, n),
 		addOp,
-	}
+	)
 	for _, o := range ops {
 		o.record(rec)
 	}

@@ -2,7 +2,6 @@ package vulkan
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
@@ -26,8 +25,9 @@ import (
 // The block on the rows of a chunk: rmsnorm, matmul q, k, v (the eval-mode
 // matmul kernels), rope at each row's position, prefill_kv appends the rows'
 // k and v to the layer's cache at counts[layer] and prefill_count adds them
-// to the count, decode_attention of the rows over the whole cache (the
-// earlier entries plus the chunk's own, causal by original position), matmul
+// to the count, attention of the rows over the whole cache in key tiles
+// (attention.go: the earlier entries plus the chunk's own, causal by
+// original position), matmul
 // o, add, rmsnorm, matmul gate and up, swiglu, matmul down, add.
 //
 // A routed layer's selected count lives on the GPU only: its block is
@@ -104,6 +104,7 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 	a.r, a.mask, a.count, a.args = must(f32(ub), dev), must(f32(ub), dev), must(4, dev), must(12, dev)
 	a.keys = must(f32(ub), dev) // the selected rows of the chunk (compact_positive's idx)
 	pf.rows, pf.pred, pf.psel = must(4, dev), must(f32(ub), dev), must(f32(ub), dev)
+	a.partO, a.partML = r.attentionParts(must, ub, r.ctx)
 	if err != nil {
 		return err
 	}
@@ -269,13 +270,13 @@ func (r *Runner) recordPrefillBlock(rec *vk.Recorder, l int, xb *vk.Buffer, n in
 	if err != nil {
 		return err
 	}
-	var kern [6]*kernel
-	for i, name := range []string{"rope", "decode_attention", "add", "swiglu", shaders.PrefillKVVariant(pf.kvType), "prefill_count"} {
+	var kern [5]*kernel
+	for i, name := range []string{"rope", "add", "swiglu", shaders.PrefillKVVariant(pf.kvType), "prefill_count"} {
 		if kern[i], err = r.ks.get(name, nil); err != nil {
 			return err
 		}
 	}
-	rope, attn, add, swiglu, kv, count := kern[0], kern[1], kern[2], kern[3], kern[4], kern[5]
+	rope, add, swiglu, kv, count := kern[0], kern[1], kern[2], kern[3], kern[4]
 	normOp := func(wt *vk.Buffer) op {
 		return newOp(norm, shaders.RMSNormPush{Cols: d, N: nu, Eps: c.RMSEps}, shaders.RowGroups(nu, norm.spec),
 			rd(xb, 0, 0), rd(wt, 0, 0), wr(a.xn, 0, 0))
@@ -294,10 +295,14 @@ func (r *Runner) recordPrefillBlock(rec *vk.Recorder, l int, xb *vk.Buffer, n in
 			rd(a.kr, 0, 0), rd(a.v, 0, 0), rd(pos, 0, 0), rd(rows, 0, 0), rd(r.counts, 0, 0),
 			wr(kc.k, 0, 0), wr(kc.v, 0, 0), wr(kc.pos, 0, 0)),
 		newOp(count, push, [3]uint32{1, 1, 1}, rd(rows, 0, 0), rw(r.counts, 0, 0)),
-		newOp(attn, shaders.DecodeAttentionPush{N: nu, Layer: uint32(l), NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
-			HeadDim: uint32(c.HeadDim), Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))},
-			shaders.AttentionGroups(nu, uint32(c.NHead)),
-			rd(a.qr, 0, 0), rd(kc.k, 0, 0), rd(kc.v, 0, 0), rd(kc.pos, 0, 0), rd(pos, 0, 0), rd(r.counts, 0, 0), wr(a.att, 0, 0)),
+	}
+	att, err := r.attentionOps(attentionArgs{n: nu, entries: uint32(r.ctx), layer: uint32(l), counts: r.counts,
+		q: a.qr, k: kc.k, v: kc.v, kPos: kc.pos, qPos: pos, partO: a.partO, partML: a.partML, out: a.att})
+	if err != nil {
+		return err
+	}
+	ops = append(ops, att...)
+	ops = append(ops,
 		eb.o.op(a.att, a.ob, n),
 		addOp,
 		normOp(b.ffnNorm),
@@ -306,7 +311,7 @@ func (r *Runner) recordPrefillBlock(rec *vk.Recorder, l int, xb *vk.Buffer, n in
 			rd(a.gate, 0, 0), rd(a.up, 0, 0), wr(a.h, 0, 0)),
 		eb.down.op(a.h, a.ob, n),
 		addOp,
-	}
+	)
 	for _, o := range ops {
 		r.dispatch(rec, o)
 	}

@@ -22,3 +22,17 @@ layout(push_constant) uniform AttentionPush {
 	float scale;  // score multiplier, 1/sqrt(headDim)
 } p;
 #endif
+
+#ifdef OP_ATTENTION_SPLIT
+layout(push_constant) uniform AttentionSplitPush {
+	uint n;        // query rows: q is [n][nHead*headDim], qPos is [n]
+	uint entries;  // KV cache entries (ATTN_COUNTS: the most there can be; counts[layer] is read)
+	uint nHead;    // query heads, a multiple of nKVHead
+	uint nKVHead;  // key/value heads; query head h reads kv head h / (nHead/nKVHead)
+	uint headDim;  // elements per head, at most the kernel's MAX_HD
+	float scale;   // score multiplier, 1/sqrt(headDim)
+	uint layer;    // ATTN_COUNTS: index of the entry count in counts
+	uint splits;   // key tiles per (row, head): partial results per (row, head)
+	uint splitLen; // entries per key tile
+} p;
+#endif

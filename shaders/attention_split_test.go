@@ -1,0 +1,98 @@
+package shaders
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/modrun/modrun/vk"
+	"github.com/stretchr/testify/require"
+)
+
+// runSplit computes c with attention_split (or attention_split_counts, the
+// entry count in counts[1] and entries only a bound) and attention_merge, in
+// key tiles of splitLen.
+func (c *attentionCase) runSplit(t testing.TB, dev *vk.Device, split, merge *vk.Kernel, splitLen uint32, counts bool) []float32 {
+	t.Helper()
+	b := c.upload(t, dev)
+	defer b.close()
+	entries := uint32(c.entries)
+	var cnt []uint32
+	if counts {
+		cnt = []uint32{0, entries, 0}
+		entries += 5 // a bound past the count: the entries beyond must not be read
+	} else {
+		cnt = []uint32{0}
+	}
+	bCounts := newBuffer(t, dev, u32bytes(cnt))
+	splits := AttentionSplits(entries, splitLen)
+	rows := uint64(c.n * c.nHead * int(splits))
+	partO, err := dev.NewBuffer(4*rows*uint64(c.hd), vk.DeviceLocal)
+	require.NoError(t, err)
+	defer partO.Close()
+	partML, err := dev.NewBuffer(8*rows, vk.DeviceLocal)
+	require.NoError(t, err)
+	defer partML.Close()
+	push := vk.MustPackPush(AttentionSplitPush{N: uint32(c.n), Entries: entries, NHead: uint32(c.nHead),
+		NKVHead: uint32(c.nKVHead), HeadDim: uint32(c.hd), Scale: float32(1 / math.Sqrt(float64(c.hd))),
+		Layer: 1, Splits: splits, SplitLen: splitLen})
+	rec := dev.NewRecorder()
+	defer rec.Close()
+	rec.Fill(b.out, 0, b.out.Size(), 0x7fc00000)
+	r := func(x *vk.Buffer) vk.Bind { return vk.Bind{Buf: x, Access: vk.Read} }
+	w := func(x *vk.Buffer) vk.Bind { return vk.Bind{Buf: x, Access: vk.Write} }
+	rec.Dispatch(split, push, AttentionSplitGroups(uint32(c.n), uint32(c.nHead), splits),
+		r(b.q), r(b.k), r(b.v), r(b.kPos), r(b.qPos), r(bCounts), w(partO), w(partML))
+	rec.Dispatch(merge, push, AttentionMergeGroups(uint32(c.n), uint32(c.nHead)), r(partO), r(partML), w(b.out))
+	require.NoError(t, dev.Run(rec))
+	return download(t, b.out, c.n*c.nHead*c.hd)
+}
+
+// TestAttentionSplit: attention in key tiles against mod.Attend, at
+// attentionTolerance (the same roundings as attention.comp, plus the merge
+// of tiles by their common max: one more rescaling, as the in-workgroup
+// merge). Tiles of 1, 3, 7, 64 and the CPU and GPU lengths; ragged heads and
+// GQA; rows that see no entry (zeros); a context of 5000 (past what the
+// single-pass kernel could walk under lavapipe's loop limit with the largest
+// head) with the CPU tile; the counts variant with a bound past the count.
+func TestAttentionSplit(t *testing.T) {
+	dev := openDevice(t)
+	merge := newKernel(t, dev, routingLookup(t, "attention_merge"))
+	cases := []struct {
+		n, entries, nHead, nKVHead, hd int
+		qScale                         float64
+		splitLen                       uint32
+	}{
+		{1, 1, 1, 1, 8, 1, 1},
+		{5, 5, 2, 1, 8, 1, 3},
+		{7, 100, 6, 3, 16, 1, 7},
+		{40, 300, 4, 2, 8, 8, 64},
+		{9, 64, 3, 1, 16, 40, 3}, // scores up to ~+-120: the merge must subtract the max
+		{33, 600, 5, 1, 64, 1, AttentionSplitLenGPU},
+		{3, 700, 2, 2, 48, 1, AttentionSplitLenCPU},
+		{2, 5000, 2, 1, 128, 1, AttentionSplitLenCPU}, // 5 tiles of the largest head
+	}
+	for _, variant := range []string{"attention_split", "attention_split_counts"} {
+		split := newKernel(t, dev, routingLookup(t, variant))
+		var stats errStats
+		for i, tc := range cases {
+			name := fmt.Sprintf("%s/n%d/entries%d/heads%d:%d/hd%d/q%g/tile%d", variant, tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.qScale, tc.splitLen)
+			c := newAttentionCase(tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.qScale, int64(i))
+			if i == 1 {
+				// Every entry moves one position later and row 0 sits at
+				// position 0, before all of them: it sees none (zeros).
+				c.qPos[0] = 0
+				for e := range c.kPos {
+					c.kPos[e]++
+				}
+			}
+			want, scale := c.reference()
+			got := c.runSplit(t, dev, split, merge, tc.splitLen, variant == "attention_split_counts")
+			stats.add(got, want, scale)
+			if err := closeness(got, want, scale, attentionTolerance); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+		t.Logf("%s: %v (tolerance %g)", variant, stats, attentionTolerance)
+	}
+}
