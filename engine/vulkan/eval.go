@@ -218,6 +218,28 @@ func (m evalMat) op(x, y *vk.Buffer, n int) op {
 		rd(m.buf, m.off, 0), rd(x, 0, 0), wr(y, 0, 0))
 }
 
+// opsInPieces is op over n rows of x, cut into pieces of rows whose
+// bindings of x and y stay within the device's maxStorageBufferRange (the
+// logits of a long window pass it: 4096 tokens of a 32,000 vocabulary are
+// 524 MB). A piece is a multiple of 64 rows, so its offsets are multiples
+// of 256 bytes, the largest offset alignment Vulkan allows.
+func (m evalMat) opsInPieces(lim vk.Limits, x, y *vk.Buffer, n int) []op {
+	rowBytes := 4 * uint64(max(m.rows, m.cols))
+	per := int(lim.MaxStorageBufferRange / rowBytes / 64 * 64)
+	if per <= 0 || per >= n {
+		return []op{m.op(x, y, n)}
+	}
+	var ops []op
+	for i := 0; i < n; i += per {
+		k := min(per, n-i)
+		o := m.op(x, y, k)
+		o.binds[1] = rd(x, uint64(i)*4*uint64(m.cols), 4*uint64(k)*uint64(m.cols))
+		o.binds[2] = wr(y, uint64(i)*4*uint64(m.rows), 4*uint64(k)*uint64(m.rows))
+		ops = append(ops, o)
+	}
+	return ops
+}
+
 // ContextLen is the longest sequence Eval takes.
 func (e *Evaluator) ContextLen() int { return e.ctx }
 
@@ -365,7 +387,9 @@ func (e *Evaluator) record(s int) (*evalRec, error) {
 	}
 	newOp(norm, shaders.RMSNormPush{Cols: d, N: uint32(s), Eps: c.RMSEps}, shaders.RowGroups(uint32(s), norm.spec),
 		rd(a.x, 0, 0), rd(w.w.outputNorm, 0, 0), wr(a.xn, 0, 0)).record(rec)
-	e.output.op(a.xn, a.logits, s).record(rec)
+	for _, o := range e.output.opsInPieces(w.dev.Info().Limits, a.xn, a.logits, s) {
+		o.record(rec)
+	}
 	rec.Copy(a.logits, er.logitsHost, 0, 0, f32(s*c.NVocab))
 	return er, rec.Err()
 }
