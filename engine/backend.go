@@ -149,8 +149,9 @@ type ScorerBackend struct {
 func (s *ScorerBackend) Close() { (&Backend{release: s.release}).Close() }
 
 // OpenScorer makes a scorer of m with routing r, choosing the backend as
-// OpenBackend does. On Vulkan only eval mode (top-k routing) exists, so a MoD
-// model with causal routing is scored on the CPU (auto) or refused (vulkan).
+// OpenBackend does. On Vulkan, top-k routing (and a dense model) is eval
+// mode (vulkan.Evaluator); causal routing of a MoD model runs through the
+// generate-mode batched prefill (vulkan.Runner.Score).
 func OpenScorer(m *mod.Model, r mod.Routing, o BackendOptions) (*ScorerBackend, string, error) {
 	cpu := func(notice string) (*ScorerBackend, string, error) {
 		sc, err := NewCPUScorer(m, r)
@@ -159,20 +160,13 @@ func OpenScorer(m *mod.Model, r mod.Routing, o BackendOptions) (*ScorerBackend, 
 		}
 		return &ScorerBackend{Scorer: sc, Name: BackendCPU}, notice, nil
 	}
-	causal := m.Config.IsMoD() && r != mod.RoutingTopK
 	switch o.Name {
 	case BackendCPU:
 		return cpu("")
 	case BackendVulkan:
-		if causal {
-			return nil, "", fmt.Errorf("scoring with %s routing runs on the CPU for now; the GPU scores in eval mode (--routing topk)", r)
-		}
-		return vulkanScorer(m, o, false)
+		return vulkanScorer(m, r, o, false)
 	case BackendAuto:
-		if causal {
-			return cpu("")
-		}
-		sb, why, err := vulkanScorer(m, o, o.Device < 0 && os.Getenv(vk.EnvDevice) == "")
+		sb, why, err := vulkanScorer(m, r, o, o.Device < 0 && os.Getenv(vk.EnvDevice) == "")
 		if err == nil && sb != nil {
 			return sb, "", nil
 		}
@@ -184,10 +178,18 @@ func OpenScorer(m *mod.Model, r mod.Routing, o BackendOptions) (*ScorerBackend, 
 	return nil, "", fmt.Errorf("--backend %q is not auto, cpu or vulkan", o.Name)
 }
 
-func vulkanScorer(m *mod.Model, o BackendOptions, gpuOnly bool) (*ScorerBackend, string, error) {
+func vulkanScorer(m *mod.Model, r mod.Routing, o BackendOptions, gpuOnly bool) (*ScorerBackend, string, error) {
 	b, dev, why, err := vulkanDevice(o.Device, gpuOnly)
 	if b == nil {
 		return nil, why, err
+	}
+	if m.Config.IsMoD() && r != mod.RoutingTopK {
+		run, err := vulkan.New(dev, m, r, vulkan.Options{UBatch: o.UBatch})
+		if err != nil {
+			b.Close()
+			return nil, "", err
+		}
+		return &ScorerBackend{Scorer: run, Name: b.Name, release: append(b.release, run.Close)}, "", nil
 	}
 	ev, err := vulkan.NewEvaluator(dev, m, vulkan.Options{})
 	if err != nil {

@@ -258,15 +258,17 @@ func TestBenchSynthetic(t *testing.T) {
 	assert.Contains(t, out, "blk.3.mod_pred_up.weight")
 }
 
-// TestPerplexityOnVulkan: eval mode on the GPU gives the CPU's NLL.
+// TestPerplexityOnVulkan: eval mode and causal routing (router, predictor:
+// the batched prefill) on the GPU give the CPU's NLL to the 4 decimals
+// printed.
 func TestPerplexityOnVulkan(t *testing.T) {
 	if err := vk.Load(); err != nil {
 		t.Skipf("no Vulkan loader: %v", err)
 	}
 	text := filepath.Join(t.TempDir(), "story.txt")
 	require.NoError(t, os.WriteFile(text, []byte("Once upon a time there was a girl. She liked to play with her red ball in the park."), 0o644))
-	nll := func(backend string) string {
-		code, out, stderr := modrun(t, "perplexity", "-m", modTrained, "-f", text, "--backend", backend)
+	nll := func(backend, routing string) string {
+		code, out, stderr := modrun(t, "perplexity", "-m", modTrained, "-f", text, "--backend", backend, "--routing", routing)
 		if code != 0 && strings.Contains(stderr, "no Vulkan device") {
 			t.Skipf("no Vulkan device: %s", stderr)
 		}
@@ -274,8 +276,7 @@ func TestPerplexityOnVulkan(t *testing.T) {
 		assert.Contains(t, out, "backend "+backend)
 		return regexp.MustCompile(`NLL (\d+\.\d+)`).FindStringSubmatch(out)[1]
 	}
-	assert.Equal(t, nll("cpu"), nll("vulkan"), "NLL to 4 decimals")
-	code, _, stderr := modrun(t, "perplexity", "-m", modTrained, "-f", text, "--backend", "vulkan", "--routing", "router")
-	assert.Equal(t, 1, code)
-	assert.Contains(t, stderr, "scoring with router routing runs on the CPU for now")
+	for _, routing := range []string{"topk", "router", "predictor"} {
+		assert.Equal(t, nll("cpu", routing), nll("vulkan", routing), "%s: NLL to 4 decimals", routing)
+	}
 }

@@ -51,7 +51,10 @@ type prefill struct {
 	rows   *vk.Buffer           // [1] u32: n, filled by each recording (the dense layers' append count)
 	pred   *vk.Buffer           // [ub] f32 predictor scores
 	psel   *vk.Buffer           // [ub] u32 positions of a routed layer's selected rows
-	recs   map[int]*vk.Recorder // by chunk length
+	recs   map[int]*vk.Recorder // by chunk length; -n: with every row's logits (Score)
+	output evalMat              // the output matrix bound for matmul (every row's logits)
+	logits *vk.Buffer           // [ub][nVocab] every row's logits, made at the first Score
+	host   *vk.Buffer           // [ub][nVocab] their host-visible copy
 }
 
 // buildPrefill binds the weights for matmul and makes the chunk scratch.
@@ -83,9 +86,12 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 			return err
 		}
 	}
+	var err error
+	if pf.output, err = e.matOf(r.w.output); err != nil {
+		return err
+	}
 	f32 := func(n int) uint64 { return 4 * uint64(n) }
 	kvd, qd := c.KVDim(), c.NHead*c.HeadDim
-	var err error
 	must := func(size uint64, kind vk.BufferKind) *vk.Buffer {
 		if err != nil {
 			return nil
@@ -112,21 +118,26 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 	return nil
 }
 
-// runPrefill feeds tokens (already checked) in chunks of up to ub.
-func (r *Runner) runPrefill(tokens []int32) error {
+// runPrefill feeds tokens (already checked) in chunks of up to ub. With
+// all, each chunk's logits of every row are passed to each in turn.
+func (r *Runner) runPrefill(tokens []int32, each func(logits []float32) error) error {
 	pf := r.pf
 	for len(tokens) > 0 {
 		n := min(len(tokens), pf.ub)
-		rec, ok := pf.recs[n]
+		key := n
+		if each != nil {
+			key = -n
+		}
+		rec, ok := pf.recs[key]
 		if !ok {
 			var err error
-			if rec, err = r.recordPrefill(n); err != nil {
+			if rec, err = r.recordPrefill(n, each != nil); err != nil {
 				if rec != nil {
 					rec.Close()
 				}
 				return fmt.Errorf("vulkan: prefill of %d tokens: %w", n, err)
 			}
-			pf.recs[n] = rec
+			pf.recs[key] = rec
 		}
 		ids, pos := make([]uint32, n), make([]uint32, n)
 		for i, t := range tokens[:n] {
@@ -144,12 +155,22 @@ func (r *Runner) runPrefill(tokens []int32) error {
 		r.addTimings(rec)
 		r.pos += n
 		tokens = tokens[n:]
+		if each != nil {
+			logits, err := downloadF32(pf.host, n*r.c.NVocab)
+			if err != nil {
+				return err
+			}
+			if err := each(logits); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
 
-// recordPrefill records a chunk of n tokens.
-func (r *Runner) recordPrefill(n int) (*vk.Recorder, error) {
+// recordPrefill records a chunk of n tokens; with all, every row's logits
+// are computed too (into pf.host).
+func (r *Runner) recordPrefill(n int, all bool) (*vk.Recorder, error) {
 	c := r.c
 	pf := r.pf
 	a := &pf.a
@@ -193,6 +214,15 @@ func (r *Runner) recordPrefill(n int) (*vk.Recorder, error) {
 		rd(ra.logits, 0, vB), wr(r.bestHost, 0, 0)))
 	rec.Copy(ra.logits, r.logitsHost, 0, 0, vB)
 	r.timestamp(rec, "copy")
+	if all {
+		r.dispatch(rec, newOp(norm, shaders.RMSNormPush{Cols: d, N: uint32(n), Eps: c.RMSEps}, shaders.RowGroups(uint32(n), norm.spec),
+			rd(a.x, 0, 0), rd(r.w.outputNorm, 0, 0), wr(a.xn, 0, 0)))
+		for _, o := range pf.output.opsInPieces(r.dev.Info().Limits, a.xn, pf.logits, n) {
+			r.dispatch(rec, o)
+		}
+		rec.Copy(pf.logits, pf.host, 0, 0, uint64(n)*vB)
+		r.timestamp(rec, "copy")
+	}
 	return rec, rec.Err()
 }
 

@@ -221,7 +221,7 @@ func (r *Runner) run(tokens []int32) error {
 		return err
 	}
 	if len(tokens) > 1 && r.pf != nil {
-		return r.runPrefill(tokens)
+		return r.runPrefill(tokens, nil)
 	}
 	for _, t := range tokens {
 		if err := r.tok.Upload(u32Bytes([]uint32{uint32(t)}), 0); err != nil {
