@@ -14,6 +14,11 @@
 //   Dispatch (1, 1, 1).
 // PREFILL_POS: pos[j] = chunkPos[idx[j]] for j < count[0]: the original
 //   positions of the selected rows. Dispatch Groups(ceil(n / 64)).
+// PREFILL_ARGS: the indirect arguments of a routed block's n dispatches for
+//   the count of selected rows: args[i] = table[min(count, maxEntries)][i],
+//   a table of every dispatch's workgroups for each count 0..maxEntries
+//   made on the host, so a routed block runs on its selected rows only.
+//   Dispatch Groups(ceil(n / 64)).
 #include "include/common.glsl"
 #include "include/push_prefill.glsl"
 
@@ -84,6 +89,21 @@ void main() {
 		pos[j] = cpos[idx[j]];
 	}
 }
+#elif defined(PREFILL_ARGS)
+layout(std430, binding = 0) readonly buffer Count { uint count[]; };  // [1] selected rows
+layout(std430, binding = 1) readonly buffer Table { uint table[]; };  // [maxEntries+1][n][3] groups by count
+layout(std430, binding = 2) writeonly buffer Args { uint args[]; };   // [n][3] VkDispatchIndirectCommand
+
+void main() {
+	uint i = groupIndex() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
+	if (i >= p.n) {
+		return;
+	}
+	uint c = min(count[0], p.maxEntries);
+	for (uint j = 0u; j < 3u; j++) {
+		args[3u * i + j] = table[3u * (c * p.n + i) + j];
+	}
+}
 #else
-#error "define one of PREFILL_KV, PREFILL_COUNT, PREFILL_POS"
+#error "define one of PREFILL_KV, PREFILL_COUNT, PREFILL_POS, PREFILL_ARGS"
 #endif

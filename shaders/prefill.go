@@ -49,6 +49,16 @@ func init() {
 			Notes: "dispatch (1, 1, 1)",
 		},
 		Variant{
+			Name: "prefill_args", Source: "prefill.comp", Defines: []string{"PREFILL_ARGS"},
+			Bindings: []Binding{
+				{"count", Read, "[1] u32 selected rows"},
+				{"table", Read, "[maxEntries+1][n][3] u32 each dispatch's workgroups for each count"},
+				{"args", Write, "[n][3] u32 VkDispatchIndirectCommand"},
+			},
+			Push: PrefillPush{}, LocalSize: [3]uint32{64, 1, 1},
+			Notes: "push N = dispatches, MaxEntries = the largest count; dispatch Groups(ceil(n / 64))",
+		},
+		Variant{
 			Name: "prefill_pos", Source: "prefill.comp", Defines: []string{"PREFILL_POS"},
 			Bindings: []Binding{
 				{"idx", Read, "[count] u32 selected rows of the chunk"},

@@ -148,3 +148,27 @@ func prefillU32(t testing.TB, b *vk.Buffer, n int) []uint32 {
 	}
 	return out
 }
+
+// TestPrefillArgs: args[i] = table[min(count, maxEntries)][i] for each of
+// the n dispatches, counts 0, some, the largest and past it.
+func TestPrefillArgs(t *testing.T) {
+	dev := openDevice(t)
+	k := newKernel(t, dev, routingLookup(t, "prefill_args"))
+	const m, maxCount = 70, 5 // more dispatches than invocations
+	table := make([]uint32, 3*m*(maxCount+1))
+	for i := range table {
+		table[i] = uint32(i*7 + 1)
+	}
+	bTable := newBuffer(t, dev, denseU32Bytes(table))
+	for _, count := range []int{0, 2, maxCount, maxCount + 3} {
+		bCount := newBuffer(t, dev, denseU32Bytes([]uint32{uint32(count)}))
+		bArgs := newBuffer(t, dev, denseU32Bytes(make([]uint32, 3*m)))
+		rec := dev.NewRecorder()
+		rec.Dispatch(k, vk.MustPackPush(PrefillPush{N: m, MaxEntries: maxCount}), Groups((m+63)/64),
+			denseBind(bCount, vk.Read), denseBind(bTable, vk.Read), denseBind(bArgs, vk.Write))
+		require.NoError(t, dev.Run(rec))
+		rec.Close()
+		c := min(count, maxCount)
+		assert.Equal(t, table[3*m*c:3*m*(c+1)], prefillU32(t, bArgs, 3*m), "count %d", count)
+	}
+}

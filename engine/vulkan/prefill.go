@@ -55,6 +55,8 @@ type prefill struct {
 	output evalMat              // the output matrix bound for matmul (every row's logits)
 	logits *vk.Buffer           // [ub][nVocab] every row's logits, made at the first Score
 	host   *vk.Buffer           // [ub][nVocab] their host-visible copy
+	tables map[int]*vk.Buffer   // by chunk length n: a routed block's dispatch sizes for each count 0..n
+	args   map[int]*vk.Buffer   // by layer: a routed block's indirect arguments
 }
 
 // buildPrefill binds the weights for matmul and makes the chunk scratch.
@@ -64,7 +66,7 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 		ub = DefaultUBatch
 	}
 	ub = min(ub, r.ctx)
-	pf := &prefill{ub: ub, kvType: "f32", recs: map[int]*vk.Recorder{}}
+	pf := &prefill{ub: ub, kvType: "f32", recs: map[int]*vk.Recorder{}, tables: map[int]*vk.Buffer{}, args: map[int]*vk.Buffer{}}
 	e := &Evaluator{w: r}
 	pf.blocks = make([]evalBlock, len(r.w.blocks))
 	for l := range r.w.blocks {
@@ -275,7 +277,7 @@ func (r *Runner) recordPrefillRouted(rec *vk.Recorder, l, n int) error {
 	for _, o := range ops {
 		r.dispatch(rec, o)
 	}
-	if err := r.recordPrefillBlock(rec, l, a.xs, n, pf.psel, a.count); err != nil {
+	if err := r.recordPrefillRoutedBlock(rec, l, n); err != nil {
 		return err
 	}
 	rec.DispatchIndirect(scatter.k, vk.MustPackPush(shaders.ScatterPush{NEmbd: d}), a.args, 0,
@@ -289,6 +291,18 @@ func (r *Runner) recordPrefillRouted(rec *vk.Recorder, l, n int) error {
 // real (the rest are computed and ignored), and those are appended to the
 // layer's cache before attention reads it.
 func (r *Runner) recordPrefillBlock(rec *vk.Recorder, l int, xb *vk.Buffer, n int, pos, rows *vk.Buffer) error {
+	ops, err := r.prefillBlockOps(l, xb, n, pos, rows)
+	if err != nil {
+		return err
+	}
+	for _, o := range ops {
+		r.dispatch(rec, o)
+	}
+	return nil
+}
+
+// prefillBlockOps are recordPrefillBlock's dispatches.
+func (r *Runner) prefillBlockOps(l int, xb *vk.Buffer, n int, pos, rows *vk.Buffer) ([]op, error) {
 	c := r.c
 	pf := r.pf
 	a := &pf.a
@@ -298,12 +312,12 @@ func (r *Runner) recordPrefillBlock(rec *vk.Recorder, l int, xb *vk.Buffer, n in
 	nu, d := uint32(n), uint32(c.NEmbd)
 	norm, err := r.ks.row("rmsnorm", c.NEmbd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var kern [5]*kernel
 	for i, name := range []string{"rope", "add", "swiglu", shaders.PrefillKVVariant(pf.kvType), "prefill_count"} {
 		if kern[i], err = r.ks.get(name, nil); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	rope, add, swiglu, kv, count := kern[0], kern[1], kern[2], kern[3], kern[4]
@@ -329,7 +343,7 @@ func (r *Runner) recordPrefillBlock(rec *vk.Recorder, l int, xb *vk.Buffer, n in
 	att, err := r.attentionOps(attentionArgs{n: nu, entries: uint32(r.ctx), layer: uint32(l), counts: r.counts,
 		q: a.qr, k: kc.k, v: kc.v, kPos: kc.pos, qPos: pos, partO: a.partO, partML: a.partML, out: a.att})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ops = append(ops, att...)
 	ops = append(ops,
@@ -342,8 +356,59 @@ func (r *Runner) recordPrefillBlock(rec *vk.Recorder, l int, xb *vk.Buffer, n in
 		eb.down.op(a.h, a.ob, n),
 		addOp,
 	)
-	for _, o := range ops {
-		r.dispatch(rec, o)
+	return ops, nil
+}
+
+// recordPrefillRoutedBlock records routed layer l's block on the selected
+// rows of a chunk of n (gathered into xs; their count in a.count on the
+// GPU) as indirect dispatches: prefill_args picks each dispatch's size for
+// the count from a table of the sizes for every count 0..n, made here (the
+// block's dispatches for k rows, k = 0..n), so the block costs what its
+// selected rows cost, not the chunk's.
+func (r *Runner) recordPrefillRoutedBlock(rec *vk.Recorder, l, n int) error {
+	pf := r.pf
+	a := &pf.a
+	ops, err := r.prefillBlockOps(l, a.xs, n, pf.psel, a.count)
+	if err != nil {
+		return err
+	}
+	m := len(ops)
+	table, ok := pf.tables[n]
+	if !ok {
+		sizes := make([]uint32, 0, 3*m*(n+1))
+		for k := 0; k <= n; k++ {
+			opsK, err := r.prefillBlockOps(l, a.xs, k, pf.psel, a.count)
+			if err != nil {
+				return err
+			}
+			if len(opsK) != m {
+				return fmt.Errorf("vulkan: a routed block of %d rows has %d dispatches, of %d rows %d", k, len(opsK), n, m)
+			}
+			for _, o := range opsK {
+				sizes = append(sizes, o.groups[:]...)
+			}
+		}
+		if table, err = r.upload(fmt.Sprintf("prefill dispatch sizes of %d rows", n), u32Bytes(sizes)); err != nil {
+			return err
+		}
+		pf.tables[n] = table
+	}
+	args := pf.args[l]
+	if args == nil || args.Size() < 12*uint64(m) {
+		if args, err = r.buffer(12*uint64(m), vk.DeviceLocal); err != nil {
+			return err
+		}
+		pf.args[l] = args
+	}
+	argsK, err := r.ks.get("prefill_args", nil)
+	if err != nil {
+		return err
+	}
+	r.dispatch(rec, newOp(argsK, shaders.PrefillPush{N: uint32(m), MaxEntries: uint32(n)}, shaders.Groups((uint32(m)+63)/64),
+		rd(a.count, 0, 0), rd(table, 0, 0), wr(args, 0, 0)))
+	for i, o := range ops {
+		rec.DispatchIndirect(o.k.k, o.push, args, 12*uint64(i), o.binds...)
+		r.timestamp(rec, o.k.v.Name)
 	}
 	return nil
 }
