@@ -78,6 +78,9 @@ void main() {
 	float m = NO_SCORE, l = 0.0;
 	for (uint e = e0 + tid; e < e1; e += WG) {
 		if (kPos[e] > qp) {
+			if (p.sorted != 0u) {
+				break; // every later entry of this invocation is later still
+			}
 			continue;
 		}
 		uint kb = e * kvd + kvh * hd;

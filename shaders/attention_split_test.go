@@ -12,7 +12,7 @@ import (
 // runSplit computes c with attention_split (or attention_split_counts, the
 // entry count in counts[1] and entries only a bound) and attention_merge, in
 // key tiles of splitLen.
-func (c *attentionCase) runSplit(t testing.TB, dev *vk.Device, split, merge *vk.Kernel, splitLen uint32, counts bool) []float32 {
+func (c *attentionCase) runSplit(t testing.TB, dev *vk.Device, split, merge *vk.Kernel, splitLen uint32, counts bool, sorted uint32) []float32 {
 	t.Helper()
 	b := c.upload(t, dev)
 	defer b.close()
@@ -35,7 +35,7 @@ func (c *attentionCase) runSplit(t testing.TB, dev *vk.Device, split, merge *vk.
 	defer partML.Close()
 	push := vk.MustPackPush(AttentionSplitPush{N: uint32(c.n), Entries: entries, NHead: uint32(c.nHead),
 		NKVHead: uint32(c.nKVHead), HeadDim: uint32(c.hd), Scale: float32(1 / math.Sqrt(float64(c.hd))),
-		Layer: 1, Splits: splits, SplitLen: splitLen})
+		Layer: 1, Splits: splits, SplitLen: splitLen, Sorted: sorted})
 	rec := dev.NewRecorder()
 	defer rec.Close()
 	rec.Fill(b.out, 0, b.out.Size(), 0x7fc00000)
@@ -54,7 +54,8 @@ func (c *attentionCase) runSplit(t testing.TB, dev *vk.Device, split, merge *vk.
 // merge). Tiles of 1, 3, 7, 64 and the CPU and GPU lengths; ragged heads and
 // GQA; rows that see no entry (zeros); a context of 5000 (past what the
 // single-pass kernel could walk under lavapipe's loop limit with the largest
-// head) with the CPU tile; the counts variant with a bound past the count.
+// head) with the CPU tile; the counts variant with a bound past the count;
+// each with Sorted 0 and 1 (the caches ascend).
 func TestAttentionSplit(t *testing.T) {
 	dev := openDevice(t)
 	merge := newKernel(t, dev, routingLookup(t, "attention_merge"))
@@ -87,10 +88,12 @@ func TestAttentionSplit(t *testing.T) {
 				}
 			}
 			want, scale := c.reference()
-			got := c.runSplit(t, dev, split, merge, tc.splitLen, variant == "attention_split_counts")
-			stats.add(got, want, scale)
-			if err := closeness(got, want, scale, attentionTolerance); err != nil {
-				t.Errorf("%s: %v", name, err)
+			for _, sorted := range []uint32{0, 1} { // the cases' kPos ascend
+				got := c.runSplit(t, dev, split, merge, tc.splitLen, variant == "attention_split_counts", sorted)
+				stats.add(got, want, scale)
+				if err := closeness(got, want, scale, attentionTolerance); err != nil {
+					t.Errorf("%s/sorted%d: %v", name, sorted, err)
+				}
 			}
 		}
 		t.Logf("%s: %v (tolerance %g)", variant, stats, attentionTolerance)

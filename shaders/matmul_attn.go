@@ -135,6 +135,7 @@ type AttentionSplitPush struct {
 	Layer    uint32  // attention_split_counts: index of the entry count in counts
 	Splits   uint32  // key tiles per (row, head): AttentionSplits(Entries, SplitLen)
 	SplitLen uint32  // entries per key tile
+	Sorted   uint32  // 1: kPos ascends, so a row stops at its first later entry (causal: about half the work)
 }
 
 // Key tile lengths of attention_split. On a CPU device (lavapipe) a tile

@@ -14,6 +14,11 @@ import (
 // (lavapipe's loop limit included), and a long one gives the GPU more
 // workgroups.
 
+// Every cache attended here ascends by position (an eval window's rows or
+// selected rows, ascending; a generate-mode cache, appended in position
+// order), so the kernel is told so (Sorted): a row stops at its first later
+// entry.
+
 // attentionArgs are one batched attention's buffers and sizes.
 type attentionArgs struct {
 	n       uint32     // query rows
@@ -65,7 +70,7 @@ func (r *Runner) attentionOps(a attentionArgs) ([]op, error) {
 	splits := shaders.AttentionSplits(a.entries, splitLen)
 	push := shaders.AttentionSplitPush{N: a.n, Entries: a.entries, NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
 		HeadDim: uint32(c.HeadDim), Scale: float32(1 / math.Sqrt(float64(c.HeadDim))), Layer: a.layer,
-		Splits: splits, SplitLen: splitLen}
+		Splits: splits, SplitLen: splitLen, Sorted: 1}
 	return []op{
 		newOp(split, push, shaders.AttentionSplitGroups(a.n, uint32(c.NHead), splits),
 			rd(a.q, 0, 0), rd(a.k, 0, 0), rd(a.v, 0, 0), rd(a.kPos, 0, 0), rd(a.qPos, 0, 0), rd(counts, 0, 0),

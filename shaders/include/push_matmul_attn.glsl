@@ -34,5 +34,6 @@ layout(push_constant) uniform AttentionSplitPush {
 	uint layer;    // ATTN_COUNTS: index of the entry count in counts
 	uint splits;   // key tiles per (row, head): partial results per (row, head)
 	uint splitLen; // entries per key tile
+	uint sorted;   // 1: kPos ascends (every cache here does): a row stops at its first later entry
 } p;
 #endif
