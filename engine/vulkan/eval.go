@@ -74,7 +74,7 @@ type evalActs struct {
 	pos                  *vk.Buffer // [S] u32 0..S-1
 	r, mask, count, args *vk.Buffer // [S] f32, [S] u32, [1] u32, [3] u32
 	keys                 *vk.Buffer // topk's sort keys (S > TopkLocal)
-	partO, partML        *vk.Buffer // attention's key-tile partial results (attentionOps)
+	partO, partML        *vk.Buffer // attention's key-tile partial results (batchAttentionOps)
 	logits               *vk.Buffer // [S][nVocab]
 }
 
@@ -342,7 +342,7 @@ func (e *Evaluator) record(s int) (*evalRec, error) {
 	a.pos, a.r, a.mask = must(f32(s), dev), must(f32(s), dev), must(f32(s), dev)
 	a.count, a.args = must(4, dev), must(12, dev)
 	a.logits = must(f32(s*c.NVocab), dev)
-	a.partO, a.partML = w.attentionParts(must, s, s)
+	a.partO, a.partML = w.batchAttentionParts(must, s, s)
 	if s > shaders.TopkLocal {
 		a.keys = must(8*uint64(shaders.TopkKeys(uint32(s))), dev)
 	}
@@ -499,7 +499,7 @@ func (e *Evaluator) recordBlock(rec *vk.Recorder, a *evalActs, l int, xb *vk.Buf
 		eb.q.op(a.xn, a.q, n), eb.k.op(a.xn, a.k, n), eb.v.op(a.xn, a.v, n),
 		ropeOp(a.q, a.qr, c.NHead), ropeOp(a.k, a.kr, c.NKVHead),
 	}
-	att, err := w.attentionOps(attentionArgs{n: nu, entries: nu, q: a.qr, k: a.kr, v: a.v, kPos: pos, qPos: pos,
+	att, err := w.batchAttentionOps(attentionArgs{n: nu, entries: nu, q: a.qr, k: a.kr, v: a.v, kPos: pos, qPos: pos,
 		partO: a.partO, partML: a.partML, out: a.att})
 	if err != nil {
 		return err

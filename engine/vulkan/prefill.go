@@ -112,7 +112,7 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 	a.r, a.mask, a.count, a.args = must(f32(ub), dev), must(f32(ub), dev), must(4, dev), must(12, dev)
 	a.keys = must(f32(ub), dev) // the selected rows of the chunk (compact_positive's idx)
 	pf.rows, pf.pred, pf.psel = must(4, dev), must(f32(ub), dev), must(f32(ub), dev)
-	a.partO, a.partML = r.attentionParts(must, ub, r.ctx)
+	a.partO, a.partML = r.batchAttentionParts(must, ub, r.ctx)
 	if err != nil {
 		return err
 	}
@@ -340,7 +340,7 @@ func (r *Runner) prefillBlockOps(l int, xb *vk.Buffer, n int, pos, rows *vk.Buff
 			wr(kc.k, 0, 0), wr(kc.v, 0, 0), wr(kc.pos, 0, 0)),
 		newOp(count, push, [3]uint32{1, 1, 1}, rd(rows, 0, 0), rw(r.counts, 0, 0)),
 	}
-	att, err := r.attentionOps(attentionArgs{n: nu, entries: uint32(r.ctx), layer: uint32(l), counts: r.counts,
+	att, err := r.batchAttentionOps(attentionArgs{n: nu, entries: uint32(r.ctx), layer: uint32(l), counts: r.counts,
 		q: a.qr, k: kc.k, v: kc.v, kPos: kc.pos, qPos: pos, partO: a.partO, partML: a.partML, out: a.att})
 	if err != nil {
 		return nil, err

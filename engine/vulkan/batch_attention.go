@@ -28,7 +28,7 @@ type attentionArgs struct {
 	q, k, v *vk.Buffer
 	kPos    *vk.Buffer
 	qPos    *vk.Buffer
-	partO   *vk.Buffer // attentionParts
+	partO   *vk.Buffer // batchAttentionParts
 	partML  *vk.Buffer
 	out     *vk.Buffer
 }
@@ -41,16 +41,16 @@ func (ks *kernels) attentionSplitLen() uint32 {
 	return shaders.AttentionSplitLenGPU
 }
 
-// attentionParts makes the partial-result buffers of attention over up to n
+// batchAttentionParts makes the partial-result buffers of attention over up to n
 // rows and entries entries.
-func (r *Runner) attentionParts(must func(uint64, vk.BufferKind) *vk.Buffer, n, entries int) (partO, partML *vk.Buffer) {
+func (r *Runner) batchAttentionParts(must func(uint64, vk.BufferKind) *vk.Buffer, n, entries int) (partO, partML *vk.Buffer) {
 	splits := uint64(shaders.AttentionSplits(uint32(entries), r.ks.attentionSplitLen()))
 	rows := uint64(n) * uint64(r.c.NHead) * splits
 	return must(4*rows*uint64(r.c.HeadDim), vk.DeviceLocal), must(8*rows, vk.DeviceLocal)
 }
 
-// attentionOps are the two dispatches of a batched attention.
-func (r *Runner) attentionOps(a attentionArgs) ([]op, error) {
+// batchAttentionOps are the two dispatches of a batched attention.
+func (r *Runner) batchAttentionOps(a attentionArgs) ([]op, error) {
 	c := r.c
 	name, counts := "attention_split", a.counts
 	if counts != nil {
