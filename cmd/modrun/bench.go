@@ -164,8 +164,11 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 		}
 		f.routings = append(f.routings, r)
 	}
-	if f.o.PromptTokens < 1 || f.o.DecodeTokens < 1 || f.o.Repeats < 1 {
-		return nil, fmt.Errorf("%w: --prompt, -n and --repeats must be positive", errUsage)
+	if f.o.PromptTokens < 1 || f.o.Repeats < 1 {
+		return nil, fmt.Errorf("%w: --prompt and --repeats must be positive", errUsage)
+	}
+	if f.o.DecodeTokens < 2 {
+		return nil, fmt.Errorf("%w: -n %d: decode is timed from the second token on (the first comes with the prompt): give at least 2", errUsage, f.o.DecodeTokens)
 	}
 	return f, nil
 }

@@ -200,7 +200,7 @@ func printProfile(w io.Writer, b *engine.Backend) {
 func printStats(w io.Writer, l *loaded, b *engine.Backend, res engine.Result, seed uint64) {
 	fmt.Fprintf(w, "backend %s, seed %d, stop: %s\n", b.Name, seed, res.Stop)
 	fmt.Fprintf(w, "prefill: %d tokens in %v (%.1f tokens/s)\n", res.PromptTokens, res.Prefill.Round(time.Microsecond), res.PrefillRate())
-	fmt.Fprintf(w, "decode:  %d tokens in %v (%.1f tokens/s)\n", len(res.Tokens), res.Decode.Round(time.Microsecond), res.DecodeRate())
+	fmt.Fprintf(w, "decode:  %d tokens in %v (%.1f tokens/s)\n", res.DecodeSteps, res.Decode.Round(time.Microsecond), res.DecodeRate())
 	if ms, ok := b.Runner.(engine.GPUMemoryStatser); ok {
 		m := ms.MemoryStats()
 		fmt.Fprintf(w, "GPU memory: %s (weights %s, KV cache %s, scratch %s)\n",
