@@ -121,11 +121,12 @@ func routingMask(sel []int, n int) []uint32 {
 	return m
 }
 
-// routingPositive is causal routing's selection: i with s[i] > 0 (DESIGN.md §3).
+// routingPositive is causal routing's selection: i with s[i] > 0 by
+// mod.Selects (DESIGN.md §3).
 func routingPositive(s []float32) []int {
 	sel := []int{}
 	for i, v := range s {
-		if v > 0 {
+		if mod.Selects(v) {
 			sel = append(sel, i)
 		}
 	}
@@ -451,6 +452,52 @@ func TestCompact(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestCompactDecisionBits feeds compact_positive crafted scores, every
+// class a device may produce (denormals, which NVIDIA flushes to zero in
+// float arithmetic, both zeros, NaNs of both signs, infinities), and wants
+// mod.Selects' decision for each: selected iff the bits are in [1,
+// 0x7f800000]. lavapipe keeps denormals, so a kernel comparing floats would
+// pass here too; the kernel reads the scores as uint, and this test pins the
+// rule on NaN and -0, where a float comparison and the bits could disagree.
+func TestCompactDecisionBits(t *testing.T) {
+	dev := openDevice(t)
+	k := newKernel(t, dev, routingLookup(t, "compact_positive"))
+	bits := []uint32{
+		0x00000001, 0x00000002, 0x007fffff, 0x00800000, 0x3f800000, 0x7f7fffff, 0x7f800000, // > 0: denormals to +Inf
+		0x00000000, 0x80000000, 0x80000001, 0x807fffff, 0xbf800000, 0xff800000, // +0, -0, negative denormals, -1, -Inf
+		0x7f800001, 0x7fc00000, 0x7fffffff, 0xff800001, 0xffc00000, 0xffffffff, // NaNs of both signs
+	}
+	rng := rand.New(rand.NewSource(15))
+	for _, n := range []int{len(bits), 300, 1000} { // 1000: several scores per invocation's run
+		scores := make([]float32, n)
+		for i := range scores {
+			b := bits[i%len(bits)]
+			if i >= len(bits) {
+				b = bits[rng.Intn(len(bits))]
+			}
+			scores[i] = math.Float32frombits(b)
+		}
+		want := routingPositive(scores)
+		rec := dev.NewRecorder()
+		idx := routingBuffer(t, dev, rec, n, 0xdeadbeef)
+		count, args := routingBuffer(t, dev, rec, 1, 0xdeadbeef), routingBuffer(t, dev, rec, 3, 0xdeadbeef)
+		mask := routingBuffer(t, dev, rec, n, 7)
+		rec.Dispatch(k, vk.MustPackPush(CompactPush{N: uint32(n), RowsPerGroup: 1}), [3]uint32{1, 1, 1},
+			vk.Bind{Buf: newBuffer(t, dev, f32bytes(scores)), Access: vk.Read}, vk.Bind{Buf: idx, Access: vk.Write},
+			vk.Bind{Buf: count, Access: vk.Write}, vk.Bind{Buf: args, Access: vk.Write}, vk.Bind{Buf: mask, Access: vk.Write})
+		require.NoError(t, dev.Run(rec))
+		got := routingDownloadU32(t, mask, n)
+		for i, s := range scores {
+			if (got[i] == 1) != mod.Selects(s) || got[i] > 1 {
+				t.Errorf("n%d: score %#08x: mask %d, mod.Selects %v", n, math.Float32bits(s), got[i], mod.Selects(s))
+			}
+		}
+		assert.Equal(t, []uint32{uint32(len(want))}, routingDownloadU32(t, count, 1), "n%d: count", n)
+		assert.NoError(t, routingExact(routingDownloadU32(t, idx, len(want)), routingU32(want)), "n%d: idx", n)
+		rec.Close()
 	}
 }
 
