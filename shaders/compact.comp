@@ -41,14 +41,7 @@ layout(std430, binding = 3) writeonly buffer Args { uint args[]; };   // [3]: x,
 
 shared uint sums[gl_WorkGroupSize.x];
 
-#if defined(FROM_POSITIVE)
-// selects is mod.Selects: the bits of a score > 0 are 1 (the smallest
-// denormal) up to 0x7f800000 (+Inf); -0, negatives and NaNs have the sign
-// bit or larger bits, +0 is 0.
-bool selects(uint bits) {
-	return bits != 0u && bits <= 0x7f800000u;
-}
-#endif
+#include "include/selects.glsl"
 
 bool selected(uint i) {
 #if defined(FROM_MASK)

@@ -71,6 +71,13 @@ func (ks *kernels) row(name string, cols int) (*kernel, error) {
 	return ks.get(name, spec)
 }
 
+// scoreDevice is what shaders.PlanScore needs to know of the device.
+func (ks *kernels) scoreDevice() shaders.ScoreDevice {
+	info := ks.dev.Info()
+	return shaders.ScoreDevice{CPU: ks.cpu, SubgroupSize: info.Limits.SubgroupSize,
+		SubgroupArithmetic: info.Features.SubgroupArithmetic}
+}
+
 func (ks *kernels) Close() {
 	for _, k := range ks.made {
 		k.k.Close()

@@ -95,12 +95,11 @@ type activations struct {
 type route struct {
 	score     *vk.Buffer // [1] f32 router score r
 	pred      *vk.Buffer // [1] f32 predictor score p (predictor routing)
-	idx       *vk.Buffer // [1] u32 compact_positive's index list
+	hidden    *vk.Buffer // [predHidden] f32 SiLU(W1 x) (predictor routing)
+	idx       *vk.Buffer // [1] u32 0: scatter's index list (the one token)
 	count     *vk.Buffer // [1] u32 selected tokens: 0 or 1
-	args      *vk.Buffer // [3] u32 indirect arguments over count rows (scatter)
-	mask      *vk.Buffer // [1] u32
-	groups    *vk.Buffer // [m][3] u32 the block's dispatch sizes, uploaded once
-	blockArgs *vk.Buffer // [m][3] u32 decode_args's indirect arguments of the block
+	groups    *vk.Buffer // [m][3] u32 the dispatch sizes of the block and scatter, uploaded once
+	blockArgs *vk.Buffer // [m][3] u32 route_decode's indirect arguments of the block and scatter
 }
 
 // New uploads m's weights to dev and records the decode step, for causal
@@ -175,8 +174,7 @@ func (r *Runner) allocate() error {
 		r.cache[l] = layerCache{k: must(f32(r.ctx*kvd), vk.DeviceLocal), v: must(f32(r.ctx*kvd), vk.DeviceLocal),
 			pos: must(f32(r.ctx), vk.DeviceLocal)}
 		if c.Routed[l] {
-			r.routes[l] = route{score: must(4, vk.DeviceLocal), pred: must(4, vk.DeviceLocal), idx: must(4, vk.DeviceLocal),
-				count: must(4, vk.DeviceLocal), args: must(12, vk.DeviceLocal), mask: must(4, vk.DeviceLocal)}
+			r.routes[l] = route{score: must(4, vk.DeviceLocal), pred: must(4, vk.DeviceLocal), count: must(4, vk.DeviceLocal)}
 		}
 	}
 	return err
