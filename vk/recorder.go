@@ -224,6 +224,9 @@ func (r *Recorder) dispatch(o op) {
 	}
 	r.add(o, uses)
 	r.stats.Dispatches++
+	if o.indirect != nil {
+		r.stats.Indirect++
+	}
 }
 
 // Copy records a copy of n bytes from src[srcOff:] to dst[dstOff:].
