@@ -34,6 +34,12 @@ type Options struct {
 	// command: leave it off when timing the whole step. Ignored on a device
 	// without timestamps (vk.DeviceInfo.Timestamps).
 	Profile bool
+	// NoConditional records a skipped routed block as indirect dispatches of
+	// zero workgroups only, even on a device with
+	// VK_EXT_conditional_rendering, where by default the block's dispatches
+	// are also in a conditional span on the routing decision: to measure
+	// what the span saves.
+	NoConditional bool
 }
 
 // Runner runs one sequence of a model on a Vulkan device. Like the device,
@@ -67,8 +73,9 @@ type Runner struct {
 
 	step *vk.Recorder // the decode step: recorded once, replayed per token
 
-	profile bool                     // the step has a timestamp after each command
-	prof    map[string]*ProfileEntry // per label, summed over replays since New
+	profile     bool                     // the step has a timestamp after each command
+	conditional bool                     // routed blocks run in conditional spans (VK_EXT_conditional_rendering)
+	prof        map[string]*ProfileEntry // per label, summed over replays since New
 }
 
 // layerCache is one layer's KV cache on the GPU: the first counts[l] entries
@@ -118,7 +125,8 @@ func New(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Runner, er
 		return nil, fmt.Errorf("vulkan: %s: head dimension %d is over the attention kernel's %d", m.Path, c.HeadDim, shaders.AttentionSpec[1])
 	}
 	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: newKernels(dev),
-		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{}}
+		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{},
+		conditional: dev.Info().Features.ConditionalRendering && !opts.NoConditional}
 	if opts.ContextLen > 0 && opts.ContextLen < run.ctx {
 		run.ctx = opts.ContextLen
 	}

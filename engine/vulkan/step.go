@@ -136,8 +136,11 @@ func (r *Runner) blockOps(l int, xb *vk.Buffer) ([]op, error) {
 //	the block on xs, then scatter x += g(r) (xs - x), all indirect
 //
 // No decision reaches the host: the same recording serves a selected and a
-// skipped token, and a skipped token costs the block's dispatches at zero
-// workgroups (an indirect dispatch's fixed cost only).
+// skipped token. A skipped token costs the block's dispatches at zero
+// workgroups (an indirect dispatch's fixed cost only), and on a device with
+// VK_EXT_conditional_rendering not even that: the dispatches are in a
+// conditional span on count, which the GPU discards (the barriers between
+// them still run).
 func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 	c := r.c
 	a := &r.act
@@ -202,9 +205,15 @@ func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 		binds = append(binds, rd(ro.hidden, 0, 0), rd(rt.predDown, 0, 0), wr(ro.pred, 0, 0))
 	}
 	r.dispatch(rec, newOp(decide, push, [3]uint32{1, 1, 1}, binds...))
+	if r.conditional { // count is the predicate: a skipped token's dispatches are discarded whole
+		rec.BeginConditional(ro.count, 0)
+	}
 	for i, o := range ops {
 		rec.DispatchIndirect(o.k.k, o.push, ro.blockArgs, 12*uint64(i), o.binds...)
 		r.timestamp(rec, o.k.v.Name)
+	}
+	if r.conditional {
+		rec.EndConditional()
 	}
 	return nil
 }
