@@ -20,7 +20,8 @@ import (
 // shipped fixtures are a few hundred wide.
 type wideModel struct {
 	nVocab, nEmbd, nLayer, nHead, nKVHead, nFF, ctx, predHidden int
-	routed                                                      []uint32
+	routed                                                      []uint32 // empty: a dense ("llama") twin
+	routerBias                                                  float32  // r ~ N(routerBias, 1)
 	seed                                                        int64
 }
 
@@ -45,18 +46,23 @@ func (wm wideModel) write(t testing.TB) string {
 		return v
 	}
 	arch := mod.ArchMoD
+	if len(wm.routed) == 0 {
+		arch = mod.ArchLlama
+	}
 	w := gguf.NewWriter()
 	kv := func(k string, v gguf.Value) { require.NoError(t, w.SetKV(k, v)) }
 	kv(mod.KeyArchitecture, gguf.Scalar(arch))
 	for k, v := range map[string]int{mod.KeyContextLength: wm.ctx, mod.KeyEmbeddingLen: wm.nEmbd, mod.KeyBlockCount: wm.nLayer,
-		mod.KeyFeedForwardLen: wm.nFF, mod.KeyHeadCount: wm.nHead, mod.KeyHeadCountKV: wm.nKVHead, mod.KeyVocabSize: wm.nVocab,
-		mod.KeyPredictorHidden: wm.predHidden} {
+		mod.KeyFeedForwardLen: wm.nFF, mod.KeyHeadCount: wm.nHead, mod.KeyHeadCountKV: wm.nKVHead, mod.KeyVocabSize: wm.nVocab} {
 		kv(mod.ArchKey(arch, k), gguf.Scalar(uint32(v)))
 	}
 	kv(mod.ArchKey(arch, mod.KeyRMSEpsilon), gguf.Scalar(float32(1e-5)))
-	kv(mod.ArchKey(arch, mod.KeyRoutedLayers), gguf.Array(wm.routed))
-	kv(mod.ArchKey(arch, mod.KeyCapacity), gguf.Scalar(float32(0.125)))
-	kv(mod.ArchKey(arch, mod.KeyGate), gguf.Scalar(mod.GateSigmoid))
+	if arch == mod.ArchMoD {
+		kv(mod.ArchKey(arch, mod.KeyPredictorHidden), gguf.Scalar(uint32(wm.predHidden)))
+		kv(mod.ArchKey(arch, mod.KeyRoutedLayers), gguf.Array(wm.routed))
+		kv(mod.ArchKey(arch, mod.KeyCapacity), gguf.Scalar(float32(0.125)))
+		kv(mod.ArchKey(arch, mod.KeyGate), gguf.Scalar(mod.GateSigmoid))
+	}
 
 	d, kvd, ff, h := wm.nEmbd, wm.nKVHead*(wm.nEmbd/wm.nHead), wm.nFF, wm.predHidden
 	add := func(name string, dims []uint64, v []float32) {
@@ -94,7 +100,7 @@ func (wm wideModel) write(t testing.TB) string {
 		// The block input's rows have |x| ~ sqrt(d): with w ~ N(0, 1/d),
 		// r = w.x ~ N(0, 1), and so is each predictor hidden unit.
 		add(bt(mod.TensorRouterWeight), u(d), randn(d, sd))
-		add(bt(mod.TensorRouterBias), u(1), []float32{0.1})
+		add(bt(mod.TensorRouterBias), u(1), []float32{wm.routerBias})
 		if h > 0 {
 			add(bt(mod.TensorPredUp), u(d, h), randn(d*h, sd))
 			add(bt(mod.TensorPredDown), u(h), randn(h, 2/math.Sqrt(float64(h))))
@@ -110,7 +116,7 @@ func (wm wideModel) write(t testing.TB) string {
 // nEmbd/2: the predictor kernel alone once looped 526336 times per token
 // here, over lavapipe's cap, and was refused.
 var wide2048 = wideModel{nVocab: 96, nEmbd: 2048, nLayer: 2, nHead: 32, nKVHead: 4, nFF: 512, ctx: 32,
-	predHidden: 1024, routed: []uint32{1}, seed: 2048}
+	predHidden: 1024, routed: []uint32{1}, routerBias: 0.1, seed: 2048}
 
 // TestWideMoD runs router and predictor routing at nEmbd 2048 and at a
 // ragged 2050 (heads of 82) against mod's CPU State: every step's logits and
@@ -215,6 +221,92 @@ func TestRoutedDispatches(t *testing.T) {
 			require.Positive(t, ran, "some go through")
 			t.Logf("%d routed-block visits ran, %d skipped; a skipped visit: %d direct dispatches and %d indirect ones of zero workgroups",
 				ran, skipped, fixed, blockDispatches[1]+1)
+		})
+	}
+}
+
+// BenchmarkMoDDecode times decode of a MoD model against its dense twin
+// (the same shapes without routers) at nEmbd 2048, 4 blocks (1 and 3
+// routed, router bias -1.15: ~12.5% of tokens go through, DESIGN.md's
+// capacity), router and predictor routing, with and without conditional
+// spans, each validated first against the CPU (logits and decisions). It
+// reports tokens/s, the speedup over the dense twin timed in the same run,
+// the ideal speedup from the weight bytes each reads per token
+// (mod.Model.WeightBytesPerToken at the routed fractions measured), and the
+// fraction of the ideal achieved.
+//
+//	go test ./engine/vulkan -run '^$' -bench MoDDecode -benchtime 2x
+func BenchmarkMoDDecode(b *testing.B) {
+	const steps = 16
+	shape := wideModel{nVocab: 96, nEmbd: 2048, nLayer: 4, nHead: 32, nKVHead: 4, nFF: 1024, ctx: 64,
+		predHidden: 1024, routed: []uint32{1, 3}, routerBias: -1.15, seed: 4}
+	twin := shape
+	twin.routed = nil
+	dm, mm := openModel(b, twin.write(b)), openModel(b, shape.write(b))
+	tokens := make([]int32, steps)
+	for i := range tokens {
+		tokens[i] = int32((i*37 + 5) % shape.nVocab)
+	}
+	dev := openDevice(b, false)
+	var denseRate float64
+	for _, bc := range []struct {
+		name          string
+		m             *mod.Model
+		routing       mod.Routing
+		noConditional bool
+	}{
+		{"dense", dm, mod.RoutingRouter, false},
+		{"mod/router", mm, mod.RoutingRouter, false},
+		{"mod/router/no-conditional", mm, mod.RoutingRouter, true},
+		{"mod/predictor", mm, mod.RoutingPredictor, false},
+		{"mod/predictor/no-conditional", mm, mod.RoutingPredictor, true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			run, err := New(dev, bc.m, bc.routing, Options{NoConditional: bc.noConditional})
+			require.NoError(b, err)
+			defer run.Close()
+			cpu, err := bc.m.NewState(bc.routing)
+			require.NoError(b, err)
+			for i, tok := range tokens { // validate before timing
+				want, err := cpu.Forward([]int32{tok}, false)
+				require.NoError(b, err)
+				got, err := run.Feed([]int32{tok})
+				require.NoError(b, err)
+				require.Empty(b, closeErr(want, got, tolLogits), "step %d", i)
+				entries, err := run.CacheEntries()
+				require.NoError(b, err)
+				for l := range entries {
+					if bc.m.Config.Routed[l] {
+						require.Equal(b, cpu.Selected[l], entries[l], "step %d layer %d: routing", i, l)
+					}
+				}
+			}
+			frac := make([]float64, shape.nLayer)
+			for l := range frac {
+				frac[l] = float64(cpu.Selected[l]) / float64(steps)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				run.Reset()
+				for _, t := range tokens {
+					_, err := run.Feed([]int32{t})
+					require.NoError(b, err)
+				}
+			}
+			rate := float64(b.N*steps) / b.Elapsed().Seconds()
+			b.ReportMetric(rate, "tokens/s")
+			if bc.m == dm {
+				denseRate = rate
+				return
+			}
+			ideal := dm.WeightBytesPerToken(bc.routing, nil) / mm.WeightBytesPerToken(bc.routing, frac)
+			b.ReportMetric(frac[1], "routed1")
+			b.ReportMetric(frac[3], "routed3")
+			if denseRate > 0 {
+				b.ReportMetric(rate/denseRate, "speedup")
+				b.ReportMetric(ideal, "ideal")
+				b.ReportMetric(rate/denseRate/ideal, "of_ideal")
+			}
 		})
 	}
 }
