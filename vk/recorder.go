@@ -289,9 +289,10 @@ func (r *Recorder) BeginConditional(pred *Buffer, offset uint64) {
 		return
 	}
 	r.conditional = true
-	r.add(op{kind: opBeginConditional, src: pred, srcOff: offset}, []use{
-		{buf: pred, off: offset, end: offset + 4, stage: stageConditional, access: accessConditionalRead},
-	})
+	// The predicate's barrier also serves the span's dispatches: they
+	// usually read what the predicate's writer wrote too.
+	r.addWiden(op{kind: opBeginConditional, src: pred, srcOff: offset},
+		[]use{{buf: pred, off: offset, end: offset + 4, stage: stageConditional, access: accessConditionalRead}}, allStages)
 }
 
 // EndConditional ends the span BeginConditional started.
@@ -333,8 +334,12 @@ func (r *Recorder) checkBuffer(b *Buffer, what string) bool {
 }
 
 // add appends o, preceded by the barrier its uses need.
-func (r *Recorder) add(o op, uses []use) {
-	if b := r.track.access(uses); b != nil && !r.dropBarriers {
+func (r *Recorder) add(o op, uses []use) { r.addWiden(o, uses, 0) }
+
+// addWiden is add with the barrier widened to the stages widen
+// (tracker.accessWiden).
+func (r *Recorder) addWiden(o op, uses []use, widen uint32) {
+	if b := r.track.accessWiden(uses, widen); b != nil && !r.dropBarriers {
 		r.ops = append(r.ops, op{kind: opBarrier, barrier: b})
 		r.stats.Barriers++
 		r.stats.BufferBarriers += len(b.buffers)

@@ -92,6 +92,15 @@ func overlaps(a, b use) bool { return a.off < b.end && b.off < a.end }
 // stages: a later command that reads one of them then needs no barrier of its
 // own (q, k and v written side by side, then read together, cost one).
 func (t *tracker) access(uses []use) *barrier {
+	return t.accessWiden(uses, 0)
+}
+
+// accessWiden is access, but a barrier it records also orders everything
+// before it ahead of the stages widen and makes every pending write visible
+// there: for a command whose own stage is not where the commands after it
+// run (a conditional span's predicate read), so that they need no barrier
+// of their own.
+func (t *tracker) accessWiden(uses []use, widen uint32) *barrier {
 	if t.entries == nil {
 		t.entries = map[*Buffer][]entry{}
 	}
@@ -116,6 +125,7 @@ func (t *tracker) access(uses []use) *barrier {
 		}
 		return nil
 	}
+	b.dstStages |= widen
 	dstAccess := accessesOf(b.dstStages)
 	for buf, es := range t.entries {
 		for _, e := range es {
