@@ -404,7 +404,8 @@ func (e *Evaluator) recordRouted(rec *vk.Recorder, er *evalRec, a *evalActs, l i
 	if rt.hasBias {
 		hasBias = 1
 	}
-	plan := shaders.PlanScore(w.ks.scoreDevice(), s, 1, d, !w.ks.cpu)
+	sd := w.ks.scoreDevice()
+	plan := shaders.PlanScore(sd, s, 1, d, !sd.CPU)
 	score, err := w.ks.get(plan.Variant, plan.Spec)
 	if err != nil {
 		return err

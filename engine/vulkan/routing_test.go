@@ -140,6 +140,53 @@ func TestWideMoD(t *testing.T) {
 	}
 }
 
+// TestGPURoutingPlans runs the routing kernels as a GPU would run them
+// (subgroupAdd, 256-wide route_decode, a subgroup per predictor row), on
+// lavapipe, which plans the tree and narrower workgroups for itself: router
+// and predictor, at nEmbd 2048 and on a fixture, against the CPU.
+func TestGPURoutingPlans(t *testing.T) {
+	dev := openDevice(t, true)
+	if !dev.Info().Features.SubgroupArithmetic {
+		t.Skipf("%s has no subgroup arithmetic", dev.Info().Name)
+	}
+	wide := openModel(t, wide2048.write(t))
+	fixture := openModel(t, "../../testdata/mod/mod-rand-sigmoid-pred.gguf")
+	for _, m := range []*mod.Model{wide, fixture} {
+		tokens := make([]int32, 12)
+		for i := range tokens {
+			tokens[i] = int32((i*37 + 5) % m.Config.NVocab)
+		}
+		for _, routing := range []mod.Routing{mod.RoutingRouter, mod.RoutingPredictor} {
+			t.Run(fmt.Sprintf("d%d/%s", m.Config.NEmbd, routing), func(t *testing.T) {
+				run, err := New(dev, m, routing, Options{routeAsGPU: true})
+				require.NoError(t, err)
+				t.Cleanup(run.Close)
+				cpu, err := m.NewState(routing)
+				require.NoError(t, err)
+				for i, tok := range tokens {
+					want, err := cpu.Forward([]int32{tok}, false)
+					require.NoError(t, err)
+					got, err := run.Feed([]int32{tok})
+					require.NoError(t, err)
+					require.Empty(t, closeErr(want, got, tolLogits), "step %d", i)
+					entries, err := run.CacheEntries()
+					require.NoError(t, err)
+					for l := range entries {
+						if m.Config.Routed[l] {
+							require.Equal(t, cpu.Selected[l], entries[l], "step %d layer %d: routing", i, l)
+						}
+					}
+				}
+				var names []string
+				for name := range run.ks.made {
+					names = append(names, name)
+				}
+				assert.Contains(t, fmt.Sprint(names), "_sg", "the subgroup variants ran")
+			})
+		}
+	}
+}
+
 // TestRoutedDispatches counts the dispatches of the recorded decode step of
 // a MoD model, and, token by token, those that ran workgroups. A routed
 // block records 1 direct dispatch (route_decode; 2 with the predictor's

@@ -40,6 +40,8 @@ type Options struct {
 	// are also in a conditional span on the routing decision: to measure
 	// what the span saves.
 	NoConditional bool
+
+	routeAsGPU bool // tests: kernels.routeAsGPU
 }
 
 // Runner runs one sequence of a model on a Vulkan device. Like the device,
@@ -124,7 +126,9 @@ func New(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Runner, er
 	if c.HeadDim > int(shaders.AttentionSpec[1]) {
 		return nil, fmt.Errorf("vulkan: %s: head dimension %d is over the attention kernel's %d", m.Path, c.HeadDim, shaders.AttentionSpec[1])
 	}
-	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: newKernels(dev),
+	ks := newKernels(dev)
+	ks.routeAsGPU = opts.routeAsGPU
+	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: ks,
 		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{},
 		conditional: dev.Info().Features.ConditionalRendering && !opts.NoConditional}
 	if opts.ContextLen > 0 && opts.ContextLen < run.ctx {

@@ -150,7 +150,7 @@ func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 	dB := 4 * uint64(d)
 	pred := r.routing == mod.RoutingPredictor
 	sd := r.ks.scoreDevice()
-	sg := !r.ks.cpu // lavapipe runs the shared-memory tree faster (shaders.PlanScore)
+	sg := !sd.CPU // lavapipe runs the shared-memory tree faster (shaders.PlanScore)
 	decide, err := r.ks.get(shaders.RouteDecodeVariant(sd, pred, sg), shaders.RouteDecodeSpec(sd))
 	if err != nil {
 		return err
