@@ -125,8 +125,8 @@ func (r *Runner) blockOps(l int, xb *vk.Buffer) ([]op, error) {
 	return ops, nil
 }
 
-// recordRouted records routed block l (DESIGN.md §3, causal routing) in two
-// dispatches before the block (three with the predictor):
+// recordRouted records routed block l (DESIGN.md §3, causal routing): one
+// dispatch decides (two with the predictor), then the block and the scatter:
 //
 //	[router_score W1 x, SiLU -> h]   predictor routing: the hidden layer, parallel over its rows
 //	route_decode    x -> r [, p = w2 . h], count, xs = x, and the indirect
