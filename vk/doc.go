@@ -33,7 +33,8 @@
 // Barriers are derived (track.go): a command that reads what an earlier one
 // wrote, or writes what an earlier one read or wrote, gets a pipeline
 // barrier with the right stages (compute, transfer, draw-indirect for
-// DispatchIndirect arguments); others get none. Each command buffer starts
+// DispatchIndirect arguments, conditional rendering for a
+// BeginConditional predicate); others get none. Each command buffer starts
 // with one memory barrier against everything submitted before it (replays
 // included) and ends with one to the host when it wrote host-visible memory.
 // Tests run under the Khronos validation layer with synchronization

@@ -127,11 +127,6 @@ func (e *Evaluator) build(m *mod.Model) error {
 		if eb.down, err = e.matOf(b.down); err != nil {
 			return err
 		}
-		if b.router != nil {
-			if err := w.checkLoops(b.router); err != nil {
-				return fmt.Errorf("layer %d: %w", l, err)
-			}
-		}
 	}
 	return nil
 }
@@ -409,8 +404,14 @@ func (e *Evaluator) recordRouted(rec *vk.Recorder, er *evalRec, a *evalActs, l i
 	if rt.hasBias {
 		hasBias = 1
 	}
+	sd := w.ks.scoreDevice()
+	plan := shaders.PlanScore(sd, s, 1, d, !sd.CPU)
+	score, err := w.ks.get(plan.Variant, plan.Spec)
+	if err != nil {
+		return err
+	}
 	var ops []op
-	ops = append(ops, newOp(get("router_score"), shaders.RouterPush{N: s, NEmbd: d, HasBias: hasBias}, shaders.Groups((s+63)/64),
+	ops = append(ops, newOp(score, shaders.RouterPush{N: s, Rows: 1, Cols: d, HasBias: hasBias}, plan.Groups,
 		rd(rt.w, 0, 0), rd(rt.bias, 0, 0), rd(a.x, 0, 0), wr(a.r, 0, 0)))
 	for _, pass := range shaders.TopkPasses(s, k) {
 		var binds []vk.Bind

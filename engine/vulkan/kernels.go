@@ -20,6 +20,9 @@ type kernels struct {
 	dev  *vk.Device
 	cpu  bool // a CPU device (lavapipe): the CPU specs
 	made map[string]*kernel
+	// routeAsGPU plans the routing kernels as for a GPU (subgroups, wide
+	// workgroups) on a CPU device: tests run the GPU configuration on lavapipe.
+	routeAsGPU bool
 }
 
 func newKernels(dev *vk.Device) *kernels {
@@ -69,6 +72,13 @@ func (ks *kernels) row(name string, cols int) (*kernel, error) {
 		spec = shaders.RowSpecCPUFor(name, uint32(cols))
 	}
 	return ks.get(name, spec)
+}
+
+// scoreDevice is what shaders.PlanScore needs to know of the device.
+func (ks *kernels) scoreDevice() shaders.ScoreDevice {
+	info := ks.dev.Info()
+	return shaders.ScoreDevice{CPU: ks.cpu && !ks.routeAsGPU, SubgroupSize: info.Limits.SubgroupSize,
+		SubgroupArithmetic: info.Features.SubgroupArithmetic}
 }
 
 func (ks *kernels) Close() {

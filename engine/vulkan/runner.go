@@ -34,6 +34,14 @@ type Options struct {
 	// command: leave it off when timing the whole step. Ignored on a device
 	// without timestamps (vk.DeviceInfo.Timestamps).
 	Profile bool
+	// NoConditional records a skipped routed block as indirect dispatches of
+	// zero workgroups only, even on a device with
+	// VK_EXT_conditional_rendering, where by default the block's dispatches
+	// are also in a conditional span on the routing decision: to measure
+	// what the span saves.
+	NoConditional bool
+
+	routeAsGPU bool // tests: kernels.routeAsGPU
 }
 
 // Runner runs one sequence of a model on a Vulkan device. Like the device,
@@ -67,8 +75,9 @@ type Runner struct {
 
 	step *vk.Recorder // the decode step: recorded once, replayed per token
 
-	profile bool                     // the step has a timestamp after each command
-	prof    map[string]*ProfileEntry // per label, summed over replays since New
+	profile     bool                     // the step has a timestamp after each command
+	conditional bool                     // routed blocks run in conditional spans (VK_EXT_conditional_rendering)
+	prof        map[string]*ProfileEntry // per label, summed over replays since New
 }
 
 // layerCache is one layer's KV cache on the GPU: the first counts[l] entries
@@ -95,12 +104,11 @@ type activations struct {
 type route struct {
 	score     *vk.Buffer // [1] f32 router score r
 	pred      *vk.Buffer // [1] f32 predictor score p (predictor routing)
-	idx       *vk.Buffer // [1] u32 compact_positive's index list
+	hidden    *vk.Buffer // [predHidden] f32 SiLU(W1 x) (predictor routing)
+	idx       *vk.Buffer // [1] u32 0: scatter's index list (the one token)
 	count     *vk.Buffer // [1] u32 selected tokens: 0 or 1
-	args      *vk.Buffer // [3] u32 indirect arguments over count rows (scatter)
-	mask      *vk.Buffer // [1] u32
-	groups    *vk.Buffer // [m][3] u32 the block's dispatch sizes, uploaded once
-	blockArgs *vk.Buffer // [m][3] u32 decode_args's indirect arguments of the block
+	groups    *vk.Buffer // [m][3] u32 the dispatch sizes of the block and scatter, uploaded once
+	blockArgs *vk.Buffer // [m][3] u32 route_decode's indirect arguments of the block and scatter
 }
 
 // New uploads m's weights to dev and records the decode step, for causal
@@ -118,8 +126,11 @@ func New(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Runner, er
 	if c.HeadDim > int(shaders.AttentionSpec[1]) {
 		return nil, fmt.Errorf("vulkan: %s: head dimension %d is over the attention kernel's %d", m.Path, c.HeadDim, shaders.AttentionSpec[1])
 	}
-	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: newKernels(dev),
-		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{}}
+	ks := newKernels(dev)
+	ks.routeAsGPU = opts.routeAsGPU
+	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: ks,
+		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{},
+		conditional: dev.Info().Features.ConditionalRendering && !opts.NoConditional}
 	if opts.ContextLen > 0 && opts.ContextLen < run.ctx {
 		run.ctx = opts.ContextLen
 	}
@@ -175,8 +186,7 @@ func (r *Runner) allocate() error {
 		r.cache[l] = layerCache{k: must(f32(r.ctx*kvd), vk.DeviceLocal), v: must(f32(r.ctx*kvd), vk.DeviceLocal),
 			pos: must(f32(r.ctx), vk.DeviceLocal)}
 		if c.Routed[l] {
-			r.routes[l] = route{score: must(4, vk.DeviceLocal), pred: must(4, vk.DeviceLocal), idx: must(4, vk.DeviceLocal),
-				count: must(4, vk.DeviceLocal), args: must(12, vk.DeviceLocal), mask: must(4, vk.DeviceLocal)}
+			r.routes[l] = route{score: must(4, vk.DeviceLocal), pred: must(4, vk.DeviceLocal), count: must(4, vk.DeviceLocal)}
 		}
 	}
 	return err

@@ -41,7 +41,7 @@ func TestProfile(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"embed_f32", "matvec_f32", "rmsnorm", "decode_kv", "decode_attention", "swiglu", "add",
-		"router_score", "compact_positive", "decode_args", "scatter", "argmax", "copy"} {
+		"route_decode", "scatter", "argmax", "copy"} {
 		assert.Contains(t, byKernel, k)
 	}
 	assert.Equal(t, tokens, byKernel["embed_f32"].Calls, "one embed per token")

@@ -15,8 +15,9 @@ import (
 //
 //	embed                                   tok -> x
 //	per layer: dense block on x, or         (blockOps)
-//	           router [predictor] compact decode_args, copy x -> xs,
-//	           the block on xs (indirect), scatter x += g(r) (xs - x)
+//	           [predictor hidden] route_decode (x -> xs, the decision, the
+//	           arguments), the block on xs and scatter x += g(r) (xs - x),
+//	           all indirect (recordRouted)
 //	rmsnorm, matvec output, argmax, copy    x -> logits, best
 
 // With Options.Profile every command is followed by a timestamp labelled
@@ -124,13 +125,22 @@ func (r *Runner) blockOps(l int, xb *vk.Buffer) ([]op, error) {
 	return ops, nil
 }
 
-// recordRouted records routed block l (DESIGN.md §3, causal routing): the
-// router (or predictor) scores the token, compact_positive selects it iff
-// the score is > 0 and writes the count and scatter's indirect arguments,
-// decode_args turns the count into every block dispatch's arguments (their
-// sizes, or nothing), the block runs on a copy of x, and scatter adds
-// g(r) * (block output - x) to x. No decision reaches the host: the same
-// recording serves a selected and a skipped token.
+// recordRouted records routed block l (DESIGN.md §3, causal routing): one
+// dispatch decides (two with the predictor), then the block and the scatter:
+//
+//	[router_score W1 x, SiLU -> h]   predictor routing: the hidden layer, parallel over its rows
+//	route_decode    x -> r [, p = w2 . h], count, xs = x, and the indirect
+//	                arguments of every later dispatch: their sizes when the
+//	                token is selected (r > 0, or p > 0, by mod.Selects' bits),
+//	                else zero workgroups
+//	the block on xs, then scatter x += g(r) (xs - x), all indirect
+//
+// No decision reaches the host: the same recording serves a selected and a
+// skipped token. A skipped token costs the block's dispatches at zero
+// workgroups (an indirect dispatch's fixed cost only), and on a device with
+// VK_EXT_conditional_rendering not even that: the dispatches are in a
+// conditional span on count, which the GPU discards (the barriers between
+// them still run).
 func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 	c := r.c
 	a := &r.act
@@ -138,18 +148,10 @@ func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 	ro := &r.routes[l]
 	d := uint32(c.NEmbd)
 	dB := 4 * uint64(d)
-	if err := r.checkLoops(rt); err != nil {
-		return err
-	}
-	score, err := r.ks.get("router_score", nil)
-	if err != nil {
-		return err
-	}
-	compact, err := r.ks.get("compact_positive", nil)
-	if err != nil {
-		return err
-	}
-	argsK, err := r.ks.get("decode_args", nil)
+	pred := r.routing == mod.RoutingPredictor
+	sd := r.ks.scoreDevice()
+	sg := !sd.CPU // lavapipe runs the shared-memory tree faster (shaders.PlanScore)
+	decide, err := r.ks.get(shaders.RouteDecodeVariant(sd, pred, sg), shaders.RouteDecodeSpec(sd))
 	if err != nil {
 		return err
 	}
@@ -161,29 +163,15 @@ func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 	if err != nil {
 		return err
 	}
-	hasBias := uint32(0)
-	if rt.hasBias {
-		hasBias = 1
-	}
-	r.dispatch(rec, newOp(score, shaders.RouterPush{N: 1, NEmbd: d, HasBias: hasBias}, shaders.Groups(1),
-		rd(rt.w, 0, 0), rd(rt.bias, 0, 0), rd(a.x, 0, dB), wr(ro.score, 0, 0)))
-	decide := ro.score // r > 0
-	if r.routing == mod.RoutingPredictor {
-		pred, err := r.ks.get("predictor_score", nil)
-		if err != nil {
-			return err
-		}
-		r.dispatch(rec, newOp(pred, shaders.PredictorPush{N: 1, NEmbd: d, PredHidden: rt.predHidden}, shaders.Groups(1),
-			rd(rt.predUp, 0, 0), rd(rt.predDown, 0, 0), rd(a.x, 0, dB), wr(ro.pred, 0, 0)))
-		decide = ro.pred // p > 0; the multiplier is still g(r)
-	}
-	r.dispatch(rec, newOp(compact, shaders.CompactPush{N: 1, RowsPerGroup: shaders.RoutingRowsPerGroup}, [3]uint32{1, 1, 1},
-		rd(decide, 0, 0), wr(ro.idx, 0, 0), wr(ro.count, 0, 0), wr(ro.args, 0, 0), wr(ro.mask, 0, 0)))
-
 	ops, err := r.blockOps(l, a.xs)
 	if err != nil {
 		return err
 	}
+	if ro.idx, err = r.upload(fmt.Sprintf("layer %d index list", l), u32Bytes([]uint32{0})); err != nil {
+		return err // the token's row, when it is selected: scatter's idx[0]
+	}
+	ops = append(ops, newOp(scatter, shaders.ScatterPush{NEmbd: d}, shaders.Groups(shaders.RoutingRowsPerGroup),
+		rd(ro.idx, 0, 0), rd(ro.count, 0, 0), rd(ro.score, 0, 0), rd(a.xs, 0, dB), rw(a.x, 0, dB)))
 	table := make([]uint32, 0, 3*len(ops))
 	for _, o := range ops {
 		table = append(table, o.groups[:]...)
@@ -194,37 +182,38 @@ func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 	if ro.blockArgs, err = r.buffer(4*uint64(len(table)), vk.DeviceLocal); err != nil {
 		return err
 	}
-	r.dispatch(rec, newOp(argsK, shaders.DecodeArgsPush{M: uint32(len(ops))}, shaders.DecodeArgsGroups(uint32(len(ops))),
-		rd(ro.count, 0, 0), rd(ro.groups, 0, 0), wr(ro.blockArgs, 0, 0)))
 
-	rec.Copy(a.x, a.xs, 0, 0, dB)
-	r.timestamp(rec, "copy")
+	hasBias := uint32(0)
+	if rt.hasBias {
+		hasBias = 1
+	}
+	push := shaders.RouteDecodePush{NEmbd: d, HasBias: hasBias, M: uint32(len(ops))}
+	binds := []vk.Bind{rd(rt.w, 0, 0), rd(rt.bias, 0, 0), rd(a.x, 0, dB), wr(a.xs, 0, dB), wr(ro.score, 0, 0),
+		wr(ro.count, 0, 0), rd(ro.groups, 0, 0), wr(ro.blockArgs, 0, 0)}
+	if pred {
+		plan := shaders.PlanScore(sd, 1, rt.predHidden, d, sg)
+		up, err := r.ks.get(plan.Variant, plan.Spec)
+		if err != nil {
+			return err
+		}
+		if ro.hidden, err = r.buffer(4*uint64(rt.predHidden), vk.DeviceLocal); err != nil {
+			return err
+		}
+		r.dispatch(rec, newOp(up, shaders.RouterPush{N: 1, Rows: rt.predHidden, Cols: d, Act: shaders.RouterActSiLU}, plan.Groups,
+			rd(rt.predUp, 0, 0), rd(rt.predDown, 0, 0), rd(a.x, 0, dB), wr(ro.hidden, 0, 0)))
+		push.PredHidden = rt.predHidden
+		binds = append(binds, rd(ro.hidden, 0, 0), rd(rt.predDown, 0, 0), wr(ro.pred, 0, 0))
+	}
+	r.dispatch(rec, newOp(decide, push, [3]uint32{1, 1, 1}, binds...))
+	if r.conditional { // count is the predicate: a skipped token's dispatches are discarded whole
+		rec.BeginConditional(ro.count, 0)
+	}
 	for i, o := range ops {
 		rec.DispatchIndirect(o.k.k, o.push, ro.blockArgs, 12*uint64(i), o.binds...)
 		r.timestamp(rec, o.k.v.Name)
 	}
-	rec.DispatchIndirect(scatter.k, vk.MustPackPush(shaders.ScatterPush{NEmbd: d}), ro.args, 0,
-		rd(ro.idx, 0, 0), rd(ro.count, 0, 0), rd(ro.score, 0, 0), rd(a.xs, 0, dB), rw(a.x, 0, dB))
-	r.timestamp(rec, scatter.v.Name)
-	return nil
-}
-
-// checkLoops refuses a router or predictor whose one-invocation-per-token
-// kernel would pass lavapipe's loop limit (shaders.LavapipeLoopIterations),
-// where it would silently compute a wrong score.
-func (r *Runner) checkLoops(rt *router) error {
-	if !r.ks.cpu {
-		return nil
-	}
-	d := uint32(r.c.NEmbd)
-	perRow := d/4 + d%4 + 1
-	iters := perRow
-	if r.routing == mod.RoutingPredictor {
-		iters = rt.predHidden * (perRow + 1)
-	}
-	if iters > shaders.LavapipeLoopIterations {
-		return fmt.Errorf("the %s score kernel would loop %d times per token, over lavapipe's limit %d (shaders.LavapipeLoopIterations)",
-			r.routing, iters, shaders.LavapipeLoopIterations)
+	if r.conditional {
+		rec.EndConditional()
 	}
 	return nil
 }
