@@ -67,6 +67,9 @@ type BenchResult struct {
 	// times DecodeRate, in 1e9 bytes/s.
 	Traffic       DecodeTraffic
 	EffectiveGBps float64
+	// PrefillFLOPs is the arithmetic of a prompt token at the prompt's
+	// mean position (mod.Model.FLOPsPerToken), with the routed shares seen.
+	PrefillFLOPs float64
 }
 
 // Bench validates then times backend b running model m: first greedy
@@ -143,19 +146,21 @@ func (k *Benchmark) Result() BenchResult {
 	if len(k.decode) > 0 {
 		res.PrefillRate, res.DecodeRate = median(k.prefill), median(k.decode)
 	}
-	routed := map[int]float64{}
-	if rs, ok := k.b.Runner.(RoutingStatser); ok && len(k.decode) > 0 {
+	if len(k.decode) == 0 {
+		return res
+	}
+	var routed []float64 // [NLayer] share of the tokens each routed layer took
+	if rs, ok := k.b.Runner.(RoutingStatser); ok && k.m.Config.IsMoD() {
+		routed = make([]float64, k.m.Config.NLayer)
 		for _, s := range rs.RoutingStats() {
-			share := float64(s.Selected) / float64(max(1, s.Seen))
-			routed[s.Layer] = share
-			res.RoutedPercent = append(res.RoutedPercent, 100*share)
+			routed[s.Layer] = float64(s.Selected) / float64(max(1, s.Seen))
+			res.RoutedPercent = append(res.RoutedPercent, 100*routed[s.Layer])
 		}
 	}
-	if len(k.decode) > 0 {
-		meanCtx := float64(k.o.PromptTokens) + float64(k.o.DecodeTokens)/2
-		res.Traffic = DecodeTrafficOf(k.m, k.routing, routed, meanCtx, k.o.KVElemBytes)
-		res.EffectiveGBps = res.Traffic.Total() * res.DecodeRate / 1e9
-	}
+	meanCtx := float64(k.o.PromptTokens) + float64(k.o.DecodeTokens)/2
+	res.Traffic = DecodeTrafficOf(k.m, k.routing, routed, meanCtx, k.o.KVElemBytes)
+	res.EffectiveGBps = res.Traffic.Total() * res.DecodeRate / 1e9
+	res.PrefillFLOPs = k.m.FLOPsPerToken(k.routing, routed, k.o.PromptTokens/2)
 	return res
 }
 

@@ -200,7 +200,7 @@ func TestBench(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "| "+modTrained+" | router | cpu | ")
 	assert.Contains(t, stdout, "| "+modTrained+" | predictor | cpu | ")
-	assert.Regexp(t, `\| `+regexp.QuoteMeta(modNoPredict)+` \| router \| cpu \| \d+ \| [\d.]+ \| — \| — \| — \| [\d.]+ \| [\d.]+ \| \d+, \d+ \| 16 after 8 \| 0 \|`, stdout)
+	assert.Regexp(t, `\| `+regexp.QuoteMeta(modNoPredict)+` \| router \| cpu \| \d+ \| — \| — \| [\d.]+ \| — \| — \| — \| [\d.]+ \| [\d.]+ \| \d+, \d+ \| 16 after 8 \| 0 \|`, stdout)
 	assert.NotContains(t, stdout, "| "+modNoPredict+" | predictor", "a model without a predictor is benched with the router alone")
 	written, err := os.ReadFile(out)
 	require.NoError(t, err)
@@ -232,8 +232,8 @@ func TestBenchSynthetic(t *testing.T) {
 		"--prompt", "16", "-n", "16", "--repeats", "1", "--save", save, "--json", js)
 	require.Equal(t, 0, code, stderr)
 	assert.Regexp(t, `\| cpu \| cpu \| go[\d.]+ \| [\d.]+ GB/s \| Go probe`, stdout)
-	assert.Regexp(t, `\| stories260k-q8_0 \| dense \| cpu \| \d+ \| [\d.]+ \| — \| — \| — \| [\d.]+ \| [\d.]+ \| dense \| 16 after 16 \| 0 \|`, stdout)
-	assert.Regexp(t, `\| stories260k-q8_0-mod \| router \| cpu \| \d+ \| [\d.]+ \| [\d.]+ \| 1\.\d\d \| \d+% \| [\d.]+ \| [\d.]+ \| \d+, \d+ \| 16 after 16 \| 0 \|`, stdout)
+	assert.Regexp(t, `\| stories260k-q8_0 \| dense \| cpu \| \d+ \| — \| — \| [\d.]+ \| — \| — \| — \| [\d.]+ \| [\d.]+ \| dense \| 16 after 16 \| 0 \|`, stdout)
+	assert.Regexp(t, `\| stories260k-q8_0-mod \| router \| cpu \| \d+ \| [\d.]+ \| 1\.\d\d \| [\d.]+ \| [\d.]+ \| 1\.\d\d \| \d+% \| [\d.]+ \| [\d.]+ \| \d+, \d+ \| 16 after 16 \| 0 \|`, stdout)
 	assert.Contains(t, stdout, "| stories260k-q8_0-mod | predictor | cpu |")
 
 	var rep benchReport
@@ -243,6 +243,7 @@ func TestBenchSynthetic(t *testing.T) {
 	require.Len(t, rep.Rows, 3)
 	assert.Equal(t, "stories260k-q8_0", rep.Rows[1].Baseline)
 	assert.Greater(t, rep.Rows[1].IdealVsBaseline, 1.0, "the twin reads fewer bytes per token")
+	assert.Greater(t, rep.Rows[1].IdealPrefillVsBaseline, 1.0, "and does less arithmetic")
 	assert.Positive(t, rep.Rows[0].EffectiveGBps)
 	assert.Positive(t, rep.Devices[0].GBps)
 	assert.Len(t, rep.Rows[1].RoutedPercent, 2)
