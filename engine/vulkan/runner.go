@@ -29,6 +29,10 @@ type Options struct {
 	// ContextLen caps the sequence, and so the KV caches' size; 0 (or more
 	// than the model's) means the model's context length.
 	ContextLen int
+	// DeviceProfile picks each kernel's variant and specialization; nil
+	// means the device's own (DeviceProfile). Tests set it to run a GPU's
+	// variants (subgroup matvec) on lavapipe.
+	DeviceProfile *shaders.Profile
 	// Profile writes a GPU timestamp after every command of the step, so
 	// Profile can say where the GPU time goes. It costs a query per
 	// command: leave it off when timing the whole step. Ignored on a device
@@ -45,9 +49,12 @@ type Runner struct {
 	ctx     int // the longest sequence, entries in each KV cache
 	pos     int // tokens fed since the last Reset
 
-	ks   *kernels
-	w    weights
-	bufs []*vk.Buffer // every buffer, for Close; the first nWeightBufs hold weights
+	ks *kernels
+	w  weights
+	// matvecLayout: quantized matrices are uploaded in matvec's split
+	// layout (the decode step), not in ggml blocks (eval mode's matmul).
+	matvecLayout bool
+	bufs         []*vk.Buffer // every buffer, for Close; the first nWeightBufs hold weights
 	// nWeightBufs is how many of bufs uploadWeights made (MemoryStats).
 	nWeightBufs int
 
@@ -118,7 +125,7 @@ func New(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Runner, er
 	if c.HeadDim > int(shaders.AttentionSpec[1]) {
 		return nil, fmt.Errorf("vulkan: %s: head dimension %d is over the attention kernel's %d", m.Path, c.HeadDim, shaders.AttentionSpec[1])
 	}
-	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: newKernels(dev),
+	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: newKernels(dev, opts.DeviceProfile), matvecLayout: true,
 		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{}}
 	if opts.ContextLen > 0 && opts.ContextLen < run.ctx {
 		run.ctx = opts.ContextLen

@@ -12,6 +12,7 @@ import (
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/internal/shared"
 	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/tokenizer"
 	"github.com/modrun/modrun/vk"
 	"github.com/modrun/modrun/vk/vktest"
@@ -239,7 +240,14 @@ func TestMoDGenerate(t *testing.T) {
 // checkAgainstCPU feeds tokens one at a time to the GPU and to mod's State
 // and compares logits, routing counts and, at the end, the KV caches.
 func checkAgainstCPU(t *testing.T, dev *vk.Device, m *mod.Model, routing mod.Routing, tokens []int32) {
-	run := newRunner(t, dev, m, routing)
+	checkAgainstCPUWith(t, dev, m, routing, tokens, Options{})
+}
+
+// checkAgainstCPUWith is checkAgainstCPU with a runner made with opts.
+func checkAgainstCPUWith(t *testing.T, dev *vk.Device, m *mod.Model, routing mod.Routing, tokens []int32, opts Options) {
+	run, err := New(dev, m, routing, opts)
+	require.NoError(t, err)
+	t.Cleanup(run.Close)
 	cpu, err := m.NewState(routing)
 	require.NoError(t, err)
 	cpu.Trace = &mod.Trace{}
@@ -295,35 +303,82 @@ func requantize(t *testing.T, mt *mod.Mat, typ gguf.TensorType) {
 	*mt = q
 }
 
-// TestQuantizedWeights: the same checks with the block matrices in F16 and
-// Q8_0, mixed so that q|k|v and gate|up are not one type (the unstacked,
-// aligned-offset path), and the token embedding (tied to the output) in
-// Q8_0. The CPU runs the same quantized matrices, so the tolerance stays
+// testProfiles are the kernel profiles every GPU-vs-CPU test of the step
+// runs under on this device: its own, and a GPU's with and without subgroup
+// arithmetic forced onto it (so lavapipe runs the subgroup matvec at its
+// subgroup size 8, as CI must: no GPU there).
+func testProfiles(t *testing.T, dev *vk.Device) map[string]*shaders.Profile {
+	own := DeviceProfile(dev.Info())
+	d := own.Device
+	gpu, shared := shaders.GPUProfileOn(d), shaders.SharedGPUProfileOn(d)
+	out := map[string]*shaders.Profile{"own": &own, "gpu-shared": &shared}
+	if d.SubgroupArithmetic {
+		out["gpu-subgroup"] = &gpu
+	} else {
+		t.Logf("the device has no subgroup arithmetic: the subgroup profile is not tested here")
+	}
+	return out
+}
+
+// TestQuantizedWeights: the same checks with the block matrices in F16,
+// Q8_0 and Q4_0, mixed so that q|k|v and gate|up are not one type (the
+// unstacked, aligned-offset path), and the token embedding (tied to the
+// output) in Q8_0 or Q4_0, both in matvec's split layout; under every test
+// profile. The CPU runs the same quantized matrices, so the tolerance stays
 // tolLogits: only the summation order differs.
 func TestQuantizedWeights(t *testing.T) {
 	dev := openDevice(t, true)
-	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
-	w := m.Weights
-	quantize := func(mt *mod.Mat, typ gguf.TensorType) { requantize(t, mt, typ) }
-	tied := w.Output.Name == w.TokenEmbd.Name
-	quantize(&w.TokenEmbd, gguf.TypeQ8_0)
-	if tied {
-		w.Output = w.TokenEmbd
-	} else {
-		quantize(&w.Output, gguf.TypeF16)
+	for name, prof := range testProfiles(t, dev) {
+		for _, embd := range []gguf.TensorType{gguf.TypeQ8_0, gguf.TypeQ4_0} {
+			t.Run(fmt.Sprintf("%s/embd-%s", name, embd), func(t *testing.T) {
+				m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+				w := m.Weights
+				quantize := func(mt *mod.Mat, typ gguf.TensorType) { requantize(t, mt, typ) }
+				tied := w.Output.Name == w.TokenEmbd.Name
+				quantize(&w.TokenEmbd, embd)
+				if tied {
+					w.Output = w.TokenEmbd
+				} else {
+					quantize(&w.Output, gguf.TypeF16)
+				}
+				for l := range w.Blocks {
+					b := &w.Blocks[l]
+					quantize(&b.Q, gguf.TypeF16)
+					quantize(&b.K, gguf.TypeQ8_0)
+					quantize(&b.V, gguf.TypeQ4_0)
+					quantize(&b.O, gguf.TypeQ8_0)
+					quantize(&b.Gate, gguf.TypeQ4_0)
+					quantize(&b.Up, gguf.TypeQ8_0)
+					quantize(&b.Down, gguf.TypeF16) // 172 columns: not a multiple of 32 for Q8_0
+				}
+				tokens := fixtureTokens(t, "../../testdata/mod/mod-trained.fixture.json")["generate-router"]
+				checkAgainstCPUWith(t, dev, m, mod.RoutingRouter, tokens, Options{DeviceProfile: prof})
+			})
+		}
 	}
-	for l := range w.Blocks {
-		b := &w.Blocks[l]
-		quantize(&b.Q, gguf.TypeF16)
-		quantize(&b.K, gguf.TypeQ8_0)
-		quantize(&b.V, gguf.TypeF16)
-		quantize(&b.O, gguf.TypeQ8_0)
-		quantize(&b.Gate, gguf.TypeF16)
-		quantize(&b.Up, gguf.TypeQ8_0)
-		quantize(&b.Down, gguf.TypeF16) // 172 columns: not a multiple of 32 for Q8_0
+}
+
+// TestProfilesStacked: the stacked (one type) q|k|v and gate|up of each
+// quantized type, split at upload as one matrix, under every test profile.
+func TestProfilesStacked(t *testing.T) {
+	dev := openDevice(t, true)
+	for name, prof := range testProfiles(t, dev) {
+		for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeQ8_0, gguf.TypeQ4_0} {
+			t.Run(fmt.Sprintf("%s/%s", name, typ), func(t *testing.T) {
+				m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+				if typ != gguf.TypeF32 {
+					for l := range m.Weights.Blocks {
+						b := &m.Weights.Blocks[l]
+						for _, mt := range []*mod.Mat{&b.Q, &b.K, &b.V, &b.O, &b.Gate, &b.Up} {
+							requantize(t, mt, typ)
+						}
+					}
+				}
+				tokens := fixtureTokens(t, "../../testdata/mod/mod-trained.fixture.json")["generate-predictor"]
+				checkAgainstCPUWith(t, dev, m, mod.RoutingPredictor, tokens, Options{DeviceProfile: prof})
+			})
+		}
 	}
-	tokens := fixtureTokens(t, "../../testdata/mod/mod-trained.fixture.json")["generate-router"]
-	checkAgainstCPU(t, dev, m, mod.RoutingRouter, tokens)
 }
 
 func TestFeedErrors(t *testing.T) {

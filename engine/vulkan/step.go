@@ -29,7 +29,7 @@ func (r *Runner) record() error {
 	rec := r.dev.NewRecorder()
 	r.step = rec
 
-	embed, err := r.ks.get("embed_"+r.w.tokenEmbd.typ, nil)
+	embed, err := r.ks.get(r.w.tokenEmbd.embedKernel(), nil)
 	if err != nil {
 		return err
 	}
@@ -213,7 +213,7 @@ func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 // kernel would pass lavapipe's loop limit (shaders.LavapipeLoopIterations),
 // where it would silently compute a wrong score.
 func (r *Runner) checkLoops(rt *router) error {
-	if !r.ks.cpu {
+	if r.ks.prof.LoopCap == 0 {
 		return nil
 	}
 	d := uint32(r.c.NEmbd)
@@ -222,9 +222,9 @@ func (r *Runner) checkLoops(rt *router) error {
 	if r.routing == mod.RoutingPredictor {
 		iters = rt.predHidden * (perRow + 1)
 	}
-	if iters > shaders.LavapipeLoopIterations {
-		return fmt.Errorf("the %s score kernel would loop %d times per token, over lavapipe's limit %d (shaders.LavapipeLoopIterations)",
-			r.routing, iters, shaders.LavapipeLoopIterations)
+	if iters > r.ks.prof.LoopCap {
+		return fmt.Errorf("the %s score kernel would loop %d times per token, over the device's loop limit %d (shaders.LavapipeLoopIterations)",
+			r.routing, iters, r.ks.prof.LoopCap)
 	}
 	return nil
 }

@@ -12,7 +12,8 @@ import (
 )
 
 // The model's weights on the GPU, uploaded once, device-local, each matrix
-// in its file type (F32, F16 or Q8_0: the matvec kernels decode them).
+// in its file type (F32, F16, Q8_0 or Q4_0: the matvec kernels decode them),
+// Q8_0 and Q4_0 in matvec's split layout for the decode step.
 
 // weights are every tensor the step reads.
 type weights struct {
@@ -44,8 +45,9 @@ type router struct {
 // mat is a weight matrix with the matvec kernel of its type.
 type mat struct {
 	name       string
-	buf        *vk.Buffer // [rows] rows of ggml bytes
-	typ        string     // "f32", "f16", "q8_0": the kernel variants' suffix
+	buf        *vk.Buffer // [rows] rows of ggml bytes, or their split layout (split)
+	typ        string     // shaders.MatvecTypes: the kernel variants' suffix
+	split      bool       // buf is in shaders.MatvecBytes's split layout (Q8_0, Q4_0 in decode)
 	mv         *kernel
 	rows, cols uint32
 }
@@ -152,22 +154,26 @@ func (r *Runner) uploadBlock(g *block, b *mod.Block) error {
 	return nil
 }
 
-// matBytes is m's data as the kernels read it, and its type's suffix.
+// matBytes is m's data in the file's layout (F32 for every type the
+// loader decodes), and its type's suffix (shaders.MatvecTypes).
 func matBytes(m *mod.Mat) ([]byte, string, error) {
 	f, packed := m.Data()
 	if f != nil {
-		return f32Bytes(f), "f32", nil
+		return f32Bytes(f), shaders.MatvecF32, nil
 	}
 	switch m.Type {
 	case gguf.TypeF16:
-		return packed, "f16", nil
-	case gguf.TypeQ8_0:
+		return packed, shaders.MatvecF16, nil
+	case gguf.TypeQ8_0, gguf.TypeQ4_0:
 		if m.Cols%32 != 0 {
-			return nil, "", fmt.Errorf("vulkan: tensor %q: Q8_0 with %d columns, not a multiple of 32", m.Name, m.Cols)
+			return nil, "", fmt.Errorf("vulkan: tensor %q: %s with %d columns, not a multiple of 32", m.Name, m.Type, m.Cols)
 		}
-		return packed, "q8_0", nil
+		if m.Type == gguf.TypeQ8_0 {
+			return packed, shaders.MatvecQ8_0, nil
+		}
+		return packed, shaders.MatvecQ4_0, nil
 	}
-	return nil, "", fmt.Errorf("vulkan: tensor %q: type %s has no GPU kernel yet (F32, F16, Q8_0 do)", m.Name, m.Type)
+	return nil, "", fmt.Errorf("vulkan: tensor %q: type %s has no GPU kernel yet (F32, F16, Q8_0, Q4_0 do)", m.Name, m.Type)
 }
 
 func (r *Runner) uploadMat(m *mod.Mat) (mat, error) {
@@ -178,16 +184,34 @@ func (r *Runner) uploadMat(m *mod.Mat) (mat, error) {
 	return r.newMat(m.Name, typ, data, m.Rows, m.Cols)
 }
 
+// newMat uploads a matrix of the file's bytes data: in matvec's layout for
+// the decode step (shaders.MatvecBytes: Q8_0 and Q4_0 split into quants and
+// scales, so that loads are 16-byte aligned), as it is for eval mode, whose
+// matmul reads ggml blocks.
 func (r *Runner) newMat(name, typ string, data []byte, rows, cols int) (mat, error) {
-	mv, err := r.ks.matvec(typ)
+	mv, err := r.ks.matvec(typ, cols)
 	if err != nil {
 		return mat{}, err
+	}
+	if r.matvecLayout {
+		if data, err = shaders.MatvecBytes(typ, data, rows, cols); err != nil {
+			return mat{}, fmt.Errorf("vulkan: tensor %q: %w", name, err)
+		}
 	}
 	buf, err := r.upload(name, data)
 	if err != nil {
 		return mat{}, err
 	}
-	return mat{name: name, buf: buf, typ: typ, mv: mv, rows: uint32(rows), cols: uint32(cols)}, nil
+	return mat{name: name, buf: buf, typ: typ, split: r.matvecLayout && (typ == shaders.MatvecQ8_0 || typ == shaders.MatvecQ4_0),
+		mv: mv, rows: uint32(rows), cols: uint32(cols)}, nil
+}
+
+// embedKernel is the embed variant that reads m's layout.
+func (m mat) embedKernel() string {
+	if m.split {
+		return "embed_" + m.typ + "_split"
+	}
+	return "embed_" + m.typ
 }
 
 // uploadStack uploads ms (same columns) as a stack.
