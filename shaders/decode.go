@@ -48,31 +48,74 @@ type DecodeArgsPush struct {
 // DecodeArgsGroups is decode_args's dispatch size for m dispatches.
 func DecodeArgsGroups(m uint32) [3]uint32 { return Groups((m + 63) / 64) }
 
+// KV cache element types: the suffix of decode_kv's and decode_attention's
+// variant names.
+const (
+	KVF32 = ""     // float32 entries
+	KVF16 = "_f16" // IEEE halves, two to a word: half the bytes per token of context
+)
+
+// KVTypeName is the KV cache type as --kv-type spells it.
+func KVTypeName(kv string) string {
+	if kv == KVF16 {
+		return "f16"
+	}
+	return "f32"
+}
+
+// KVElementBytes is the size of one cached key or value element.
+func KVElementBytes(kv string) uint64 {
+	if kv == KVF16 {
+		return 2
+	}
+	return 4
+}
+
+func decodeKVVariant(kv string) Variant {
+	elem := "f32"
+	var defines []string
+	if kv == KVF16 {
+		elem, defines = "f16 (pairs in u32 words)", []string{"KV_F16"}
+	}
+	return Variant{
+		Name: "decode_kv" + kv, Source: "decode_kv.comp", Defines: defines,
+		Bindings: []Binding{
+			{"qkv", ReadWrite, "q [nHead*headDim] (rotated in place), k at kOff, v at vOff, f32"},
+			{"pos", Read, "[1] u32 the token's original position"},
+			{"freq", Read, "[headDim/2][2] u32 from RopeFreqs"},
+			{"kCache", Write, "[maxEntries][nKVHead*headDim] " + elem + ", rotated"},
+			{"vCache", Write, "[maxEntries][nKVHead*headDim] " + elem},
+			{"kPos", Write, "[maxEntries] u32 original positions"},
+			{"counts", ReadWrite, "[nLayer] u32 entries per layer; counts[layer] is incremented"},
+		},
+		Push: DecodeKVPush{}, LocalSize: [3]uint32{64, 1, 1},
+		Notes: "dispatch (1, 1, 1), or indirectly in a routed block; one token",
+	}
+}
+
+func decodeAttentionVariant(kv string) Variant {
+	bindings := attentionInputs()
+	var defines []string
+	if kv == KVF16 {
+		defines = []string{"KV_F16"}
+		bindings[1].Shape = "[entries][nKVHead*headDim] f16 (pairs in u32 words), rotated"
+		bindings[2].Shape = "[entries][nKVHead*headDim] f16 (pairs in u32 words)"
+	}
+	return Variant{
+		Name: "decode_attention" + kv, Source: "decode_attention.comp", Defines: defines,
+		Bindings: append(bindings,
+			Binding{"counts", Read, "[nLayer] u32: entries = counts[layer]"},
+			Binding{"out", Write, "[n][nHead*headDim] f32"}),
+		Push: DecodeAttentionPush{}, LocalSize: [3]uint32{32, 1, 1}, LocalSizeSpec: true, Spec: AttentionSpec,
+		Notes: "attention with the entry count from a buffer; Spec: [workgroup size, MAX_HD >= headDim]; " +
+			"dispatch AttentionGroups(n, nHead)",
+	}
+}
+
 func init() {
 	Variants = append(Variants,
-		Variant{
-			Name: "decode_kv", Source: "decode_kv.comp",
-			Bindings: []Binding{
-				{"qkv", ReadWrite, "q [nHead*headDim] (rotated in place), k at kOff, v at vOff, f32"},
-				{"pos", Read, "[1] u32 the token's original position"},
-				{"freq", Read, "[headDim/2][2] u32 from RopeFreqs"},
-				{"kCache", Write, "[maxEntries][nKVHead*headDim] f32, rotated"},
-				{"vCache", Write, "[maxEntries][nKVHead*headDim] f32"},
-				{"kPos", Write, "[maxEntries] u32 original positions"},
-				{"counts", ReadWrite, "[nLayer] u32 entries per layer; counts[layer] is incremented"},
-			},
-			Push: DecodeKVPush{}, LocalSize: [3]uint32{64, 1, 1},
-			Notes: "dispatch (1, 1, 1), or indirectly in a routed block; one token",
-		},
-		Variant{
-			Name: "decode_attention", Source: "decode_attention.comp",
-			Bindings: append(attentionInputs(),
-				Binding{"counts", Read, "[nLayer] u32: entries = counts[layer]"},
-				Binding{"out", Write, "[n][nHead*headDim] f32"}),
-			Push: DecodeAttentionPush{}, LocalSize: [3]uint32{32, 1, 1}, LocalSizeSpec: true, Spec: AttentionSpec,
-			Notes: "attention with the entry count from a buffer; Spec: [workgroup size, MAX_HD >= headDim]; " +
-				"dispatch AttentionGroups(n, nHead)",
-		},
+		decodeKVVariant(KVF32), decodeKVVariant(KVF16),
+		decodeAttentionVariant(KVF32), decodeAttentionVariant(KVF16),
 		Variant{
 			Name: "decode_args", Source: "decode_args.comp",
 			Bindings: []Binding{

@@ -9,6 +9,8 @@
 // entry e visible to row i iff kPos[e] <= qPos[i], an online softmax per
 // invocation over every WG-th entry, merged at the end.
 //
+// With KV_F16 the cache holds halves, two to a word (decode_kv's KV_F16).
+//
 // Specialization constants (AttentionSpec): 0 WG, 1 MAX_HD. Dispatch
 // AttentionGroups(n, nHead).
 #include "include/common.glsl"
@@ -19,8 +21,17 @@ layout(local_size_x = 32, local_size_x_id = 0) in;
 layout(constant_id = 1) const uint MAX_HD = 128; // the largest headDim
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };         // [n][nHead*headDim], rotated
+#ifdef KV_F16
+layout(std430, binding = 1) readonly buffer K { uint k[]; };          // [entries][nKVHead*headDim/2] f16 pairs, rotated
+layout(std430, binding = 2) readonly buffer V { uint v[]; };          // [entries][nKVHead*headDim/2] f16 pairs
+float kAt(uint i) { return unpackHalf2x16(k[i >> 1])[i & 1u]; }
+float vAt(uint i) { return unpackHalf2x16(v[i >> 1])[i & 1u]; }
+#else
 layout(std430, binding = 1) readonly buffer K { float k[]; };         // [entries][nKVHead*headDim], rotated
 layout(std430, binding = 2) readonly buffer V { float v[]; };         // [entries][nKVHead*headDim]
+float kAt(uint i) { return k[i]; }
+float vAt(uint i) { return v[i]; }
+#endif
 layout(std430, binding = 3) readonly buffer KPos { uint kPos[]; };    // [entries] original positions
 layout(std430, binding = 4) readonly buffer QPos { uint qPos[]; };    // [n] original positions
 layout(std430, binding = 5) readonly buffer Counts { uint counts[]; }; // [nLayer] entries per layer
@@ -67,7 +78,7 @@ void main() {
 		uint kb = e * kvd + kvh * hd;
 		float dot = 0.0;
 		for (uint d = 0u; d < hd; d++) {
-			dot += qs[d] * k[kb + d];
+			dot += qs[d] * kAt(kb + d);
 		}
 		float s = dot * p.scale;
 		if (s > m) { // a new max: rescale what was summed so far
@@ -81,7 +92,7 @@ void main() {
 		float pe = exp(s - m);
 		l += pe;
 		for (uint d = 0u; d < hd; d++) {
-			accs[d * WG + tid] += pe * v[kb + d];
+			accs[d * WG + tid] += pe * vAt(kb + d);
 		}
 	}
 	ms[tid] = m;

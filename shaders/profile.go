@@ -32,6 +32,11 @@ type Profile struct {
 	// row, vectors per pass] for one vector of a short enough row.
 	MatvecReduce string
 	MatvecSpec   []uint32
+	// KV is the KV cache's default element type: KVF16 on GPUs (decode
+	// attention reads half the bytes, the cache takes half the memory),
+	// KVF32 on CPU devices (lavapipe), where the engine's results stay
+	// within F32 tolerance of the CPU reference.
+	KV string
 }
 
 // matvecRowsPerGroup is how many rows (subgroups) a GPU's matvec workgroup
@@ -50,14 +55,14 @@ const matvecRowsPerGroup = 4
 //     subgroupAdd, matvecRowsPerGroup rows per workgroup.
 //   - other GPUs: 32 invocations per row summed in shared memory.
 func NewProfile(d Device) Profile {
-	p := Profile{Device: d}
+	p := Profile{Device: d, KV: KVF16}
 	if d.MaxWorkGroupInvocations == 0 {
 		p.MaxWorkGroupInvocations = 128 // Vulkan's minimum
 	}
 	sg := d.SubgroupSize
 	switch {
 	case d.CPU:
-		p.LoopCap = LavapipeLoopIterations
+		p.LoopCap, p.KV = LavapipeLoopIterations, KVF32
 		p.MatvecReduce, p.MatvecSpec = ReduceShared, []uint32{64, 1, 1}
 	case d.SubgroupArithmetic && sg >= 4 && sg <= 128 && sg&(sg-1) == 0 && matvecRowsPerGroup*sg <= p.MaxWorkGroupInvocations:
 		p.MatvecReduce, p.MatvecSpec = ReduceSubgroup, []uint32{matvecRowsPerGroup * sg, sg, 1}
@@ -77,7 +82,7 @@ func (p Profile) String() string {
 	if p.MatvecReduce == ReduceSubgroup {
 		red = "subgroup"
 	}
-	return fmt.Sprintf("%s/sg%d/matvec-%s%v/loopcap%d", kind, p.SubgroupSize, red, p.MatvecSpec, p.LoopCap)
+	return fmt.Sprintf("%s/sg%d/matvec-%s%v/loopcap%d/kv-%s", kind, p.SubgroupSize, red, p.MatvecSpec, p.LoopCap, KVTypeName(p.KV))
 }
 
 // Matvec is the matvec variant and specialization for n vectors of cols

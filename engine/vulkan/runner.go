@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/vk"
@@ -29,6 +30,10 @@ type Options struct {
 	// ContextLen caps the sequence, and so the KV caches' size; 0 (or more
 	// than the model's) means the model's context length.
 	ContextLen int
+	// KVType is the KV cache's element type, "f16" or "f32" (KVTypes); ""
+	// means the profile's (f16 on GPUs, f32 on CPU devices). Generation
+	// only: eval mode keeps no cache.
+	KVType string
 	// DeviceProfile picks each kernel's variant and specialization; nil
 	// means the device's own (DeviceProfile). Tests set it to run a GPU's
 	// variants (subgroup matvec) on lavapipe.
@@ -46,8 +51,9 @@ type Runner struct {
 	dev     *vk.Device
 	c       mod.Config
 	routing mod.Routing
-	ctx     int // the longest sequence, entries in each KV cache
-	pos     int // tokens fed since the last Reset
+	ctx     int    // the longest sequence, entries in each KV cache
+	kv      string // the caches' element type, shaders.KVF32 or KVF16
+	pos     int    // tokens fed since the last Reset
 
 	ks *kernels
 	w  weights
@@ -81,7 +87,7 @@ type Runner struct {
 // layerCache is one layer's KV cache on the GPU: the first counts[l] entries
 // are valid, in position order.
 type layerCache struct {
-	k, v *vk.Buffer // [ctx][kvDim] f32, k rotated
+	k, v *vk.Buffer // [ctx][kvDim] f32 or f16 (Runner.kv), k rotated
 	pos  *vk.Buffer // [ctx] u32 original position of each entry
 }
 
@@ -110,6 +116,25 @@ type route struct {
 	blockArgs *vk.Buffer // [m][3] u32 decode_args's indirect arguments of the block
 }
 
+// KVTypes are the KV cache types Options.KVType takes.
+var KVTypes = []string{"f16", "f32"}
+
+// kvType is the shaders KV constant of Options.KVType name.
+func kvType(name string, prof shaders.Profile) (string, error) {
+	switch name {
+	case "":
+		return prof.KV, nil
+	case "f16":
+		return shaders.KVF16, nil
+	case "f32":
+		return shaders.KVF32, nil
+	}
+	return "", fmt.Errorf("vulkan: KV cache type %q is not f16 or f32", name)
+}
+
+// KVType is the KV caches' element type, "f16" or "f32".
+func (r *Runner) KVType() string { return shaders.KVTypeName(r.kv) }
+
 // New uploads m's weights to dev and records the decode step, for causal
 // routing r (mod.RoutingRouter or mod.RoutingPredictor; dense models ignore
 // it). m may be closed afterwards: the runner keeps no reference to its
@@ -129,6 +154,11 @@ func New(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Runner, er
 		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{}}
 	if opts.ContextLen > 0 && opts.ContextLen < run.ctx {
 		run.ctx = opts.ContextLen
+	}
+	var err error
+	if run.kv, err = kvType(opts.KVType, run.ks.prof); err != nil {
+		run.Close()
+		return nil, err
 	}
 	if err := run.build(m); err != nil {
 		run.Close()
@@ -179,7 +209,8 @@ func (r *Runner) allocate() error {
 	r.cache = make([]layerCache, c.NLayer)
 	r.routes = make([]route, c.NLayer)
 	for l := range r.cache {
-		r.cache[l] = layerCache{k: must(f32(r.ctx*kvd), vk.DeviceLocal), v: must(f32(r.ctx*kvd), vk.DeviceLocal),
+		kvB := shaders.KVElementBytes(r.kv) * uint64(r.ctx*kvd)
+		r.cache[l] = layerCache{k: must(kvB, vk.DeviceLocal), v: must(kvB, vk.DeviceLocal),
 			pos: must(f32(r.ctx), vk.DeviceLocal)}
 		if c.Routed[l] {
 			r.routes[l] = route{score: must(4, vk.DeviceLocal), pred: must(4, vk.DeviceLocal), idx: must(4, vk.DeviceLocal),
@@ -304,10 +335,10 @@ func (r *Runner) Cache(l int) (k, v []float32, pos []int32, err error) {
 	}
 	kvd := r.c.KVDim()
 	lc := r.cache[l]
-	if k, err = downloadF32(lc.k, n*kvd); err != nil {
+	if k, err = r.downloadKV(lc.k, n*kvd); err != nil {
 		return nil, nil, nil, err
 	}
-	if v, err = downloadF32(lc.v, n*kvd); err != nil {
+	if v, err = r.downloadKV(lc.v, n*kvd); err != nil {
 		return nil, nil, nil, err
 	}
 	p, err := downloadF32(lc.pos, n)
@@ -319,6 +350,22 @@ func (r *Runner) Cache(l int) (k, v []float32, pos []int32, err error) {
 		pos[i] = int32(math.Float32bits(f))
 	}
 	return k, v, pos, nil
+}
+
+// downloadKV reads n cache elements of b, decoded to float32.
+func (r *Runner) downloadKV(b *vk.Buffer, n int) ([]float32, error) {
+	if r.kv == shaders.KVF32 {
+		return downloadF32(b, n)
+	}
+	raw := make([]byte, 2*n)
+	if err := b.Download(raw, 0); err != nil {
+		return nil, err
+	}
+	x := make([]float32, n)
+	if err := gguf.Dequantize(gguf.TypeF16, raw, x); err != nil {
+		return nil, err
+	}
+	return x, nil
 }
 
 func downloadF32(b *vk.Buffer, n int) ([]float32, error) {

@@ -240,18 +240,30 @@ func TestMoDGenerate(t *testing.T) {
 // checkAgainstCPU feeds tokens one at a time to the GPU and to mod's State
 // and compares logits, routing counts and, at the end, the KV caches.
 func checkAgainstCPU(t *testing.T, dev *vk.Device, m *mod.Model, routing mod.Routing, tokens []int32) {
-	checkAgainstCPUWith(t, dev, m, routing, tokens, Options{})
+	checkAgainstCPUWith(t, dev, m, routing, tokens, Options{KVType: "f32"}, tolF32, tolF32)
 }
 
-// checkAgainstCPUWith is checkAgainstCPU with a runner made with opts.
-func checkAgainstCPUWith(t *testing.T, dev *vk.Device, m *mod.Model, routing mod.Routing, tokens []int32, opts Options) {
+// tolerance bounds |got - want| by abs + rel * max |want| (over a step's
+// logits, or a layer's keys or values).
+type tolerance struct{ abs, rel float64 }
+
+func (tl tolerance) of(want []float32) float64 {
+	return tl.abs + tl.rel*maxAbsDiff(want, make([]float32, len(want)))
+}
+
+// tolF32 is tolLogits: the bound of an F32 cache.
+var tolF32 = tolerance{abs: tolLogits}
+
+// checkAgainstCPUWith is checkAgainstCPU with a runner made with opts, the
+// logits within tol and the cached keys and values within tolKV.
+func checkAgainstCPUWith(t *testing.T, dev *vk.Device, m *mod.Model, routing mod.Routing, tokens []int32, opts Options, tol, tolKV tolerance) {
 	run, err := New(dev, m, routing, opts)
 	require.NoError(t, err)
 	t.Cleanup(run.Close)
 	cpu, err := m.NewState(routing)
 	require.NoError(t, err)
 	cpu.Trace = &mod.Trace{}
-	var worst float64
+	var worst, biggest float64
 	for step, tok := range tokens {
 		got, err := run.Feed([]int32{tok})
 		require.NoError(t, err)
@@ -269,24 +281,29 @@ func checkAgainstCPUWith(t *testing.T, dev *vk.Device, m *mod.Model, routing mod
 					step, lt.Layer, entries[lt.Layer], cpu.Selected[lt.Layer], score, decisionMargin)
 			}
 		}
-		if msg := closeErr(want, got, tolLogits); msg != "" {
+		if msg := closeErr(want, got, tol.of(want)); msg != "" {
 			require.Failf(t, "logits differ", "step %d: %s", step, msg)
 		}
 		worst = math.Max(worst, maxAbsDiff(want, got))
+		biggest = math.Max(biggest, maxAbsDiff(want, make([]float32, len(want))))
 	}
 	var sel []string
+	var kvWorst, kvBiggest float64
 	for l := 0; l < m.Config.NLayer; l++ {
 		kw, vw, pw := cpu.KV(l)
 		kg, vg, pg, err := run.Cache(l)
 		require.NoError(t, err)
 		assert.Equal(t, pw, pg, "layer %d: cache positions", l)
-		assert.Empty(t, closeErr(kw, kg, tolLogits), "layer %d keys", l)
-		assert.Empty(t, closeErr(vw, vg, tolLogits), "layer %d values", l)
+		assert.Empty(t, closeErr(kw, kg, tolKV.of(kw)), "layer %d keys", l)
+		assert.Empty(t, closeErr(vw, vg, tolKV.of(vw)), "layer %d values", l)
+		kvWorst = math.Max(kvWorst, math.Max(maxAbsDiff(kw, kg), maxAbsDiff(vw, vg)))
+		kvBiggest = math.Max(kvBiggest, math.Max(maxAbsDiff(kw, make([]float32, len(kw))), maxAbsDiff(vw, make([]float32, len(vw)))))
 		if m.Config.Routed[l] {
 			sel = append(sel, fmt.Sprintf("layer %d: %d of %d", l, len(pg), len(tokens)))
 		}
 	}
-	t.Logf("%d steps, max |logit diff| %.2g; selected %s", len(tokens), worst, strings.Join(sel, ", "))
+	t.Logf("%d steps, max |logit diff| %.2g (max |logit| %.3g), max |k, v diff| %.2g (max |k|, |v| %.3g); selected %s",
+		len(tokens), worst, biggest, kvWorst, kvBiggest, strings.Join(sel, ", "))
 }
 
 // requantize replaces a loaded matrix by its values stored as typ.
@@ -352,7 +369,7 @@ func TestQuantizedWeights(t *testing.T) {
 					quantize(&b.Down, gguf.TypeF16) // 172 columns: not a multiple of 32 for Q8_0
 				}
 				tokens := fixtureTokens(t, "../../testdata/mod/mod-trained.fixture.json")["generate-router"]
-				checkAgainstCPUWith(t, dev, m, mod.RoutingRouter, tokens, Options{DeviceProfile: prof})
+				checkAgainstCPUWith(t, dev, m, mod.RoutingRouter, tokens, Options{DeviceProfile: prof, KVType: "f32"}, tolF32, tolF32)
 			})
 		}
 	}
@@ -375,10 +392,50 @@ func TestProfilesStacked(t *testing.T) {
 					}
 				}
 				tokens := fixtureTokens(t, "../../testdata/mod/mod-trained.fixture.json")["generate-predictor"]
-				checkAgainstCPUWith(t, dev, m, mod.RoutingPredictor, tokens, Options{DeviceProfile: prof})
+				checkAgainstCPUWith(t, dev, m, mod.RoutingPredictor, tokens, Options{DeviceProfile: prof, KVType: "f32"}, tolF32, tolF32)
 			})
 		}
 	}
+}
+
+// TestKVCacheF16 runs the MoD fixtures with an F16 KV cache (the GPU
+// default) against the CPU reference, whose cache is F32, under every test
+// profile. Tolerances, relative to the largest value compared (of a step's
+// logits, of a layer's keys or values):
+//   - keys and values: a half keeps 11 significant bits, so each is off by
+//     at most 2^-11 of itself, plus the F32 path's few ulps: 2^-10 of the
+//     largest (measured 5.1e-4 = 0.012 of 23.6 on mod-trained);
+//   - logits: scores and attention outputs carry that relative error
+//     through every layer; measured 6.1e-4 of the largest logit
+//     (0.012 of 19.7, mod-trained) and 2.7e-4 (mod-rand-sigmoid-pred):
+//     2e-3 leaves room. A routing decision may flip where |r| is that
+//     close to 0, which these fixtures do not come near.
+func TestKVCacheF16(t *testing.T) {
+	tolF16 := tolerance{abs: tolLogits, rel: 2e-3}
+	tolKVF16 := tolerance{abs: tolLogits, rel: 1.0 / 1024}
+	dev := openDevice(t, true)
+	for name, prof := range testProfiles(t, dev) {
+		for _, tc := range []struct {
+			model   string
+			routing mod.Routing
+		}{{"mod-trained", mod.RoutingRouter}, {"mod-rand-sigmoid-pred", mod.RoutingPredictor}} {
+			t.Run(name+"/"+tc.model, func(t *testing.T) {
+				base := "../../testdata/mod/" + tc.model
+				m := openModel(t, base+".gguf")
+				tokens := fixtureTokens(t, base+".fixture.json")["generate-"+tc.routing.String()]
+				run, err := New(dev, m, tc.routing, Options{DeviceProfile: prof, KVType: "f16"})
+				require.NoError(t, err)
+				assert.Equal(t, "f16", run.KVType())
+				run.Close()
+				checkAgainstCPUWith(t, dev, m, tc.routing, tokens, Options{DeviceProfile: prof, KVType: "f16"}, tolF16, tolKVF16)
+			})
+		}
+	}
+	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+	_, err := New(dev, m, mod.RoutingRouter, Options{KVType: "q8"})
+	assert.ErrorContains(t, err, `KV cache type "q8"`)
+	run := newRunner(t, dev, m, mod.RoutingRouter)
+	assert.Equal(t, shaders.KVTypeName(DeviceProfile(dev.Info()).KV), run.KVType(), "the profile's default")
 }
 
 func TestFeedErrors(t *testing.T) {

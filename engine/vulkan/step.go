@@ -81,7 +81,7 @@ func (r *Runner) blockOps(l int, xb *vk.Buffer) ([]op, error) {
 	d, qd := uint32(c.NEmbd), uint32(c.NHead*c.HeadDim)
 	dB, qB, ffB := 4*uint64(d), 4*uint64(qd), 4*uint64(c.NFF)
 	var kern [5]*kernel
-	for i, name := range []string{"rmsnorm", "decode_kv", "decode_attention", "add", "swiglu"} {
+	for i, name := range []string{"rmsnorm", "decode_kv" + r.kv, "decode_attention" + r.kv, "add", "swiglu"} {
 		var err error
 		if name == "rmsnorm" {
 			kern[i], err = r.ks.row(name, c.NEmbd)
