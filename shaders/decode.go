@@ -40,6 +40,30 @@ type DecodeAttentionPush struct {
 	Scale   float32 // score multiplier: float32(1/sqrt(HeadDim)), as mod.Attend
 }
 
+// DecodeAttentionCombinePush is decode_attention_combine's push-constant block.
+type DecodeAttentionCombinePush struct {
+	N       uint32 // query rows: out is [N][NHead*HeadDim]
+	NHead   uint32 // query heads
+	HeadDim uint32 // elements per head
+	Splits  uint32 // chunks per (row, head): part is [N][NHead][Splits][2+HeadDim]
+}
+
+// DecodeAttentionSplitSpec is the split decode_attention's specialization
+// constants for splits chunks: AttentionSpec's, then SPLITS.
+func DecodeAttentionSplitSpec(splits uint32) []uint32 {
+	return append(append([]uint32(nil), AttentionSpec...), splits)
+}
+
+// DecodeAttentionSplitGroups is the split decode_attention's dispatch size:
+// a workgroup per (row, head, chunk).
+func DecodeAttentionSplitGroups(n, nHead, splits uint32) [3]uint32 { return Groups(n * nHead * splits) }
+
+// DecodeAttentionPartialFloats is the size of the split pass's output, in
+// floats: per row, head and chunk a max, a sum and headDim outputs.
+func DecodeAttentionPartialFloats(n, nHead, headDim, splits uint32) uint64 {
+	return uint64(n) * uint64(nHead) * uint64(splits) * uint64(2+headDim)
+}
+
 // DecodeArgsPush is decode_args's push-constant block.
 type DecodeArgsPush struct {
 	M uint32 // dispatches: groups and args are [M][3]
@@ -112,10 +136,33 @@ func decodeAttentionVariant(kv string) Variant {
 	}
 }
 
+// decodeAttentionSplitVariant is flash-decoding's first pass: the entries
+// in chunks, a workgroup each, partial results out.
+func decodeAttentionSplitVariant(kv string) Variant {
+	v := decodeAttentionVariant(kv)
+	v.Name = "decode_attention_split" + kv
+	v.Defines = append(v.Defines, "SPLIT")
+	v.Bindings[len(v.Bindings)-1] = Binding{"part", Write, "[n][nHead][splits][2+headDim] f32: each chunk's max, sum, unnormalized output"}
+	v.Spec = DecodeAttentionSplitSpec(16)
+	v.Notes = "flash-decoding's first pass: Spec [workgroup size, MAX_HD, splits] (DecodeAttentionSplitSpec); " +
+		"dispatch DecodeAttentionSplitGroups(n, nHead, splits); then decode_attention_combine"
+	return v
+}
+
 func init() {
 	Variants = append(Variants,
 		decodeKVVariant(KVF32), decodeKVVariant(KVF16),
 		decodeAttentionVariant(KVF32), decodeAttentionVariant(KVF16),
+		decodeAttentionSplitVariant(KVF32), decodeAttentionSplitVariant(KVF16),
+		Variant{
+			Name: "decode_attention_combine", Source: "decode_attention_combine.comp",
+			Bindings: []Binding{
+				{"part", Read, "[n][nHead][splits][2+headDim] f32: each chunk's max, sum, unnormalized output"},
+				{"out", Write, "[n][nHead*headDim] f32"},
+			},
+			Push: DecodeAttentionCombinePush{}, LocalSize: [3]uint32{64, 1, 1},
+			Notes: "the second pass of flash-decoding; dispatch Groups(n * nHead)",
+		},
 		Variant{
 			Name: "decode_args", Source: "decode_args.comp",
 			Bindings: []Binding{

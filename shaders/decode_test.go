@@ -216,6 +216,63 @@ func TestDecodeAttention(t *testing.T) {
 	}
 }
 
+// TestDecodeAttentionSplit: flash-decoding (decode_attention_split, then
+// decode_attention_combine, recorded together so the barrier between them
+// is derived) gives attention's results over contexts of 1, 17, 300 and
+// 2100 entries, with 1, 4, 7 and 16 chunks (more chunks than entries
+// included: empty chunks), from an F32 and an F16 cache. Tolerance
+// attentionTolerance, as decode_attention: the chunks are one more level of
+// the same online-softmax merge (rescale by exp(m - max), sum). The F16
+// reference attends over the rounded keys and values, as in
+// TestDecodeAttention.
+func TestDecodeAttentionSplit(t *testing.T) {
+	dev := openDevice(t)
+	combine := newKernel(t, dev, routingLookup(t, "decode_attention_combine"))
+	for _, kv := range []string{KVF32, KVF16} {
+		v := routingLookup(t, "decode_attention_split"+kv)
+		for _, splits := range []uint32{1, 4, 7, 16} {
+			k := newKernel(t, dev, v, DecodeAttentionSplitSpec(splits)...)
+			for i, sh := range []struct{ n, entries, nHead, nKVHead, hd int }{
+				{1, 1, 8, 4, 8},
+				{1, 17, 4, 2, 64},
+				{1, 300, 3, 1, 6},
+				{3, 70, 4, 2, 64}, // several query rows: some entries masked by position
+				{1, 2100, 4, 2, 64},
+			} {
+				name := fmt.Sprintf("kv%s_splits%d_n%d_e%d_h%d_kv%d_hd%d", KVTypeName(kv), splits, sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd)
+				c := newAttentionCase(sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd, 3, int64(i)+1)
+				kRaw, kRounded := kvEncode(t, kv, c.k)
+				vRaw, vRounded := kvEncode(t, kv, c.v)
+				c.k, c.v = kRounded, vRounded
+				want, scale := c.reference()
+				kvd, qd := sh.nKVHead*sh.hd, sh.nHead*sh.hd
+				capWords := (sh.entries + 4) * kvd * int(KVElementBytes(kv)) / 4
+				kPos := append(slices.Clone(c.kPos), 0, 0, 0, 0) // past the count: visible by position, must be unread
+				const layer = 2
+				part := denseNaNBuffer(t, dev, int(DecodeAttentionPartialFloats(uint32(sh.n), uint32(sh.nHead), uint32(sh.hd), splits)))
+				out := denseNaNBuffer(t, dev, sh.n*qd)
+				rec := dev.NewRecorder()
+				rec.Dispatch(k, vk.MustPackPush(DecodeAttentionPush{N: uint32(sh.n), Layer: layer, NHead: uint32(sh.nHead),
+					NKVHead: uint32(sh.nKVHead), HeadDim: uint32(sh.hd), Scale: float32(1 / math.Sqrt(float64(sh.hd)))}),
+					DecodeAttentionSplitGroups(uint32(sh.n), uint32(sh.nHead), splits),
+					denseBind(newBuffer(t, dev, f32bytes(c.q)), vk.Read),
+					denseBind(decodeBuffer(t, dev, kRaw, capWords), vk.Read),
+					denseBind(decodeBuffer(t, dev, vRaw, capWords), vk.Read),
+					denseBind(newBuffer(t, dev, denseU32Bytes(kPos)), vk.Read),
+					denseBind(newBuffer(t, dev, denseU32Bytes(c.qPos)), vk.Read),
+					denseBind(newBuffer(t, dev, denseU32Bytes([]uint32{5, 6, uint32(sh.entries), 7})), vk.Read),
+					denseBind(part, vk.Write))
+				rec.Dispatch(combine, vk.MustPackPush(DecodeAttentionCombinePush{N: uint32(sh.n), NHead: uint32(sh.nHead),
+					HeadDim: uint32(sh.hd), Splits: splits}), Groups(uint32(sh.n*sh.nHead)),
+					denseBind(part, vk.Read), denseBind(out, vk.Write))
+				require.NoError(t, dev.Run(rec))
+				rec.Close()
+				assert.NoError(t, closeness(download(t, out, sh.n*qd), want, scale, attentionTolerance), name)
+			}
+		}
+	}
+}
+
 // TestDecodeArgs: the block's indirect arguments are its sizes when the
 // token was selected, (0, 1, 1) when not.
 func TestDecodeArgs(t *testing.T) {

@@ -37,6 +37,11 @@ type Profile struct {
 	// KVF32 on CPU devices (lavapipe), where the engine's results stay
 	// within F32 tolerance of the CPU reference.
 	KV string
+	// AttentionChunk is how many entries of the cache's capacity make one
+	// chunk of split decode attention (flash-decoding, AttentionSplits);
+	// 0 never splits: CPU devices, where workgroups already outnumber the
+	// threads and the combine pass would be one more dispatch per layer.
+	AttentionChunk uint32
 }
 
 // matvecRowsPerGroup is how many rows (subgroups) a GPU's matvec workgroup
@@ -55,14 +60,14 @@ const matvecRowsPerGroup = 4
 //     subgroupAdd, matvecRowsPerGroup rows per workgroup.
 //   - other GPUs: 32 invocations per row summed in shared memory.
 func NewProfile(d Device) Profile {
-	p := Profile{Device: d, KV: KVF16}
+	p := Profile{Device: d, KV: KVF16, AttentionChunk: attentionChunk}
 	if d.MaxWorkGroupInvocations == 0 {
 		p.MaxWorkGroupInvocations = 128 // Vulkan's minimum
 	}
 	sg := d.SubgroupSize
 	switch {
 	case d.CPU:
-		p.LoopCap, p.KV = LavapipeLoopIterations, KVF32
+		p.LoopCap, p.KV, p.AttentionChunk = LavapipeLoopIterations, KVF32, 0
 		p.MatvecReduce, p.MatvecSpec = ReduceShared, []uint32{64, 1, 1}
 	case d.SubgroupArithmetic && sg >= 4 && sg <= 128 && sg&(sg-1) == 0 && matvecRowsPerGroup*sg <= p.MaxWorkGroupInvocations:
 		p.MatvecReduce, p.MatvecSpec = ReduceSubgroup, []uint32{matvecRowsPerGroup * sg, sg, 1}
@@ -82,7 +87,7 @@ func (p Profile) String() string {
 	if p.MatvecReduce == ReduceSubgroup {
 		red = "subgroup"
 	}
-	return fmt.Sprintf("%s/sg%d/matvec-%s%v/loopcap%d/kv-%s", kind, p.SubgroupSize, red, p.MatvecSpec, p.LoopCap, KVTypeName(p.KV))
+	return fmt.Sprintf("%s/sg%d/matvec-%s%v/loopcap%d/kv-%s/attention-chunk%d", kind, p.SubgroupSize, red, p.MatvecSpec, p.LoopCap, KVTypeName(p.KV), p.AttentionChunk)
 }
 
 // Matvec is the matvec variant and specialization for n vectors of cols
@@ -101,6 +106,26 @@ func (p Profile) Matvec(typ string, n, cols uint32) (name string, spec []uint32)
 		spec[1] *= 2
 	}
 	return MatvecName(typ, ReduceShared), spec
+}
+
+// Flash-decoding's chunks on a GPU: one per attentionChunk entries of the
+// cache's capacity, at most maxAttentionSplits. A long context's attention then
+// spreads over nHead*splits workgroups (TinyLlama at 2048: 32*8 = 256, two
+// per SM of an H100) instead of nHead, so speed at 2K stays near speed at
+// 16; a short cache keeps the single pass.
+const (
+	attentionChunk     = 256
+	maxAttentionSplits = 16
+)
+
+// AttentionSplits is how many chunks decode attention over a cache of ctx
+// entries is split into: 1 means the single-pass kernel (decode_attention),
+// more the split one and its combine pass.
+func (p Profile) AttentionSplits(ctx int) uint32 {
+	if p.AttentionChunk == 0 {
+		return 1
+	}
+	return uint32(min(max(ctx/int(p.AttentionChunk), 1), maxAttentionSplits))
 }
 
 // Row is the spec of row kernel name (rmsnorm, softmax, argmax) for rows of

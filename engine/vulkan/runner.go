@@ -53,7 +53,10 @@ type Runner struct {
 	routing mod.Routing
 	ctx     int    // the longest sequence, entries in each KV cache
 	kv      string // the caches' element type, shaders.KVF32 or KVF16
-	pos     int    // tokens fed since the last Reset
+	// attnSplits is how many chunks decode attention splits each cache
+	// into (flash-decoding; 1: the single-pass kernel).
+	attnSplits uint32
+	pos        int // tokens fed since the last Reset
 
 	ks *kernels
 	w  weights
@@ -98,6 +101,7 @@ type activations struct {
 	xn     *vk.Buffer // [nEmbd] normed input of a matvec
 	qkv    *vk.Buffer // q [qDim], k [kvDim], v [kvDim] (weights.block.qkv.part)
 	att    *vk.Buffer // [qDim] attention output
+	part   *vk.Buffer // [nHead][attnSplits][2+headDim] flash-decoding's partial results
 	o      *vk.Buffer // [nEmbd] a matvec output added to x
 	gu     *vk.Buffer // gate [nFF], up [nFF] (weights.block.gateUp.part)
 	h      *vk.Buffer // [nFF] SwiGLU output
@@ -160,6 +164,7 @@ func New(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Runner, er
 		run.Close()
 		return nil, err
 	}
+	run.attnSplits = run.ks.prof.AttentionSplits(run.ctx)
 	if err := run.build(m); err != nil {
 		run.Close()
 		return nil, fmt.Errorf("vulkan: %s: %w", m.Path, err)
@@ -206,6 +211,7 @@ func (r *Runner) allocate() error {
 	a.qkv, a.att = must(b0.qkv.bytes, vk.DeviceLocal), must(f32(c.NHead*c.HeadDim), vk.DeviceLocal)
 	a.gu, a.h = must(b0.gateUp.bytes, vk.DeviceLocal), must(f32(c.NFF), vk.DeviceLocal)
 	a.logits = must(f32(c.NVocab), vk.DeviceLocal)
+	a.part = must(4*shaders.DecodeAttentionPartialFloats(1, uint32(c.NHead), uint32(c.HeadDim), r.attnSplits), vk.DeviceLocal)
 	r.cache = make([]layerCache, c.NLayer)
 	r.routes = make([]route, c.NLayer)
 	for l := range r.cache {

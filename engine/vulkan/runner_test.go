@@ -438,6 +438,41 @@ func TestKVCacheF16(t *testing.T) {
 	assert.Equal(t, shaders.KVTypeName(DeviceProfile(dev.Info()).KV), run.KVType(), "the profile's default")
 }
 
+// TestSplitAttention runs the MoD fixtures with decode attention split
+// across workgroups (flash-decoding) into the most chunks, 16 (a chunk per 4
+// entries of the capacity, capped): the 37 tokens make chunks of 1 to 3
+// entries, and the routed layers' shorter caches leave some empty; in
+// dense and routed (indirectly dispatched) blocks, under each GPU profile
+// forced onto this device, with both cache types. Tolerance as without the
+// split (tolF32), or TestKVCacheF16's for F16: the chunks are one more level
+// of the same online-softmax merge.
+func TestSplitAttention(t *testing.T) {
+	dev := openDevice(t, true)
+	for name, prof := range testProfiles(t, dev) {
+		if prof.AttentionChunk == 0 {
+			continue // a CPU profile never splits
+		}
+		split := *prof
+		split.AttentionChunk = 4
+		for _, kv := range []string{"f32", "f16"} {
+			t.Run(name+"/"+kv, func(t *testing.T) {
+				m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+				run, err := New(dev, m, mod.RoutingRouter, Options{DeviceProfile: &split})
+				require.NoError(t, err)
+				require.Greater(t, run.attnSplits, uint32(1), "context %d", run.ctx)
+				t.Logf("context %d: %d chunks", run.ctx, run.attnSplits)
+				run.Close()
+				tokens := fixtureTokens(t, "../../testdata/mod/mod-trained.fixture.json")["generate-router"]
+				tol, tolKV := tolF32, tolF32
+				if kv == "f16" {
+					tol, tolKV = tolerance{abs: tolLogits, rel: 2e-3}, tolerance{abs: tolLogits, rel: 1.0 / 1024}
+				}
+				checkAgainstCPUWith(t, dev, m, mod.RoutingRouter, tokens, Options{DeviceProfile: &split, KVType: kv}, tol, tolKV)
+			})
+		}
+	}
+}
+
 func TestFeedErrors(t *testing.T) {
 	dev := openDevice(t, true)
 	m := openModel(t, "../../testdata/mod/mod-trained.gguf")

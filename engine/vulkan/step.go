@@ -78,8 +78,8 @@ func (r *Runner) blockOps(l int, xb *vk.Buffer) ([]op, error) {
 	a := &r.act
 	b := &r.w.blocks[l]
 	kc := r.cache[l]
-	d, qd := uint32(c.NEmbd), uint32(c.NHead*c.HeadDim)
-	dB, qB, ffB := 4*uint64(d), 4*uint64(qd), 4*uint64(c.NFF)
+	d := uint32(c.NEmbd)
+	dB, ffB := 4*uint64(d), 4*uint64(c.NFF)
 	var kern [5]*kernel
 	for i, name := range []string{"rmsnorm", "decode_kv" + r.kv, "decode_attention" + r.kv, "add", "swiglu"} {
 		var err error
@@ -106,10 +106,13 @@ func (r *Runner) blockOps(l int, xb *vk.Buffer) ([]op, error) {
 			KOff: uint32(b.qkv.part[1] / 4), VOff: uint32(b.qkv.part[2] / 4), Layer: uint32(l), MaxEntries: uint32(r.ctx)},
 			[3]uint32{1, 1, 1},
 			rw(a.qkv, 0, 0), rd(r.tokPos, 0, 0), rd(r.w.ropeFreq, 0, 0), wr(kc.k, 0, 0), wr(kc.v, 0, 0), wr(kc.pos, 0, 0), rw(r.counts, 0, 0)),
-		newOp(attn, shaders.DecodeAttentionPush{N: 1, Layer: uint32(l), NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
-			HeadDim: uint32(c.HeadDim), Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))},
-			shaders.AttentionGroups(1, uint32(c.NHead)),
-			rd(a.qkv, 0, qB), rd(kc.k, 0, 0), rd(kc.v, 0, 0), rd(kc.pos, 0, 0), rd(r.tokPos, 0, 0), rd(r.counts, 0, 0), wr(a.att, 0, qB)),
+	)
+	attnOps, err := r.attentionOps(l, attn)
+	if err != nil {
+		return nil, err
+	}
+	ops = append(ops, attnOps...)
+	ops = append(ops,
 		b.o.op(a.att, a.o, 0),
 		addOp,
 		normOp(b.ffnNorm),
@@ -122,6 +125,37 @@ func (r *Runner) blockOps(l int, xb *vk.Buffer) ([]op, error) {
 		addOp,
 	)
 	return ops, nil
+}
+
+// attentionOps are decode attention of layer l over its cache, q in a.qkv,
+// the output in a.att: the single-pass kernel attn, or with a split
+// profile flash-decoding's two passes (the cache in r.attnSplits chunks, a
+// workgroup each, then their merge).
+func (r *Runner) attentionOps(l int, attn *kernel) ([]op, error) {
+	c := r.c
+	a := &r.act
+	kc := r.cache[l]
+	qB := 4 * uint64(c.NHead*c.HeadDim)
+	push := shaders.DecodeAttentionPush{N: 1, Layer: uint32(l), NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
+		HeadDim: uint32(c.HeadDim), Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))}
+	inputs := []vk.Bind{rd(a.qkv, 0, qB), rd(kc.k, 0, 0), rd(kc.v, 0, 0), rd(kc.pos, 0, 0), rd(r.tokPos, 0, 0), rd(r.counts, 0, 0)}
+	if r.attnSplits <= 1 {
+		return []op{newOp(attn, push, shaders.AttentionGroups(1, uint32(c.NHead)), append(inputs, wr(a.att, 0, qB))...)}, nil
+	}
+	split, err := r.ks.get("decode_attention_split"+r.kv, shaders.DecodeAttentionSplitSpec(r.attnSplits))
+	if err != nil {
+		return nil, err
+	}
+	combine, err := r.ks.get("decode_attention_combine", nil)
+	if err != nil {
+		return nil, err
+	}
+	nh, hd := uint32(c.NHead), uint32(c.HeadDim)
+	return []op{
+		newOp(split, push, shaders.DecodeAttentionSplitGroups(1, nh, r.attnSplits), append(inputs, wr(a.part, 0, 0))...),
+		newOp(combine, shaders.DecodeAttentionCombinePush{N: 1, NHead: nh, HeadDim: hd, Splits: r.attnSplits}, shaders.Groups(nh),
+			rd(a.part, 0, 0), wr(a.att, 0, qB)),
+	}, nil
 }
 
 // recordRouted records routed block l (DESIGN.md §3, causal routing): the

@@ -32,6 +32,15 @@ layout(push_constant) uniform DecodeAttentionPush {
 } p;
 #endif
 
+#ifdef OP_DECODE_ATTENTION_COMBINE
+layout(push_constant) uniform DecodeAttentionCombinePush {
+	uint n;       // query rows: out is [n][nHead*headDim]
+	uint nHead;   // query heads
+	uint headDim; // elements per head
+	uint splits;  // chunks per (row, head): part is [n][nHead][splits][2+headDim]
+} p;
+#endif
+
 #ifdef OP_DECODE_ARGS
 layout(push_constant) uniform DecodeArgsPush {
 	uint m; // dispatches: groups and args are [m][3]
