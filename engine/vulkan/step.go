@@ -33,8 +33,9 @@ func (r *Runner) record() error {
 	if err != nil {
 		return err
 	}
-	r.dispatch(rec, newOp(embed, shaders.EmbedPush{Cols: uint32(c.NEmbd), N: 1, RowBase: 0, Rows: uint32(c.NVocab)}, shaders.Groups(1),
-		rd(r.w.tokenEmbd.buf, 0, 0), rd(r.tok, 0, 0), wr(a.x, 0, dB)))
+	for _, o := range r.w.tokenEmbd.embedOps(embed, r.tok, a.x) {
+		r.dispatch(rec, o)
+	}
 
 	for l := range r.w.blocks {
 		if r.w.blocks[l].router != nil {
@@ -62,7 +63,9 @@ func (r *Runner) record() error {
 	vB := 4 * uint64(c.NVocab)
 	r.dispatch(rec, newOp(norm, shaders.RMSNormPush{Cols: uint32(c.NEmbd), N: 1, Eps: c.RMSEps}, shaders.RowGroups(1, norm.spec),
 		rd(a.x, 0, dB), rd(r.w.outputNorm, 0, 0), wr(a.xn, 0, dB)))
-	r.dispatch(rec, r.w.output.op(a.xn, a.logits, 0))
+	for _, o := range r.w.output.ops(a.xn, a.logits, 0) {
+		r.dispatch(rec, o)
+	}
 	r.dispatch(rec, newOp(argmax, shaders.ArgmaxPush{Cols: uint32(c.NVocab), N: 1}, shaders.RowGroups(1, argmax.spec),
 		rd(a.logits, 0, vB), wr(r.bestHost, 0, 0)))
 	rec.Copy(a.logits, r.logitsHost, 0, 0, vB)
@@ -112,18 +115,15 @@ func (r *Runner) blockOps(l int, xb *vk.Buffer) ([]op, error) {
 		return nil, err
 	}
 	ops = append(ops, attnOps...)
-	ops = append(ops,
-		b.o.op(a.att, a.o, 0),
-		addOp,
-		normOp(b.ffnNorm),
-	)
+	ops = append(ops, b.o.ops(a.att, a.o, 0)...)
+	ops = append(ops, addOp, normOp(b.ffnNorm))
 	ops = append(ops, b.gateUp.ops(a.xn, a.gu)...)
 	ops = append(ops,
 		newOp(swiglu, shaders.SwiGLUPush{N: uint32(c.NFF)}, shaders.ElementGroups(uint32(c.NFF)),
 			rd(a.gu, b.gateUp.part[0], ffB), rd(a.gu, b.gateUp.part[1], ffB), wr(a.h, 0, ffB)),
-		b.down.op(a.h, a.o, 0),
-		addOp,
 	)
+	ops = append(ops, b.down.ops(a.h, a.o, 0)...)
+	ops = append(ops, addOp)
 	return ops, nil
 }
 
