@@ -29,7 +29,7 @@ func BenchmarkMatvec(b *testing.B) {
 			rows, cols := shape[0], shape[1]
 			for _, pr := range profiles {
 				b.Run(fmt.Sprintf("%s/%dx%d/%s", typ, rows, cols, pr.name), func(b *testing.B) {
-					name, spec := pr.p.Matvec(matvecTypeOf[typ], 1, uint32(cols))
+					name, spec := pr.p.Matvec(matvecTypeOf[typ], FuseNone, 1, uint32(cols))
 					v, err := Lookup(name)
 					require.NoError(b, err)
 					k := newKernel(b, dev, v, spec...)

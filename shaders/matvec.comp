@@ -21,6 +21,16 @@
 // The row is read once for up to NB vectors at a time (constant 2), so a
 // step with a few tokens costs about one pass over the weights. More than
 // 65535 workgroups use a 2D grid (groupIndex).
+//
+// Fusions (DESIGN.md §6: a dispatch and its barrier cost more than a small
+// kernel's work on a GPU), each a define:
+//   NORM      x is RMSNorm'd first with weight normw (binding 3) and p.eps:
+//             y = W (x * inv * normw), inv = 1/sqrt(mean(x^2) + eps), each
+//             row group summing x^2 itself (x is small and cached), so the
+//             rmsnorm dispatch before a matvec goes.
+//   ADD       y += W x: the residual add after the output and down matvecs.
+//   SWIGLU    W is gate and up stacked ([2*rows][cols]) and y[r] =
+//             silu(gate_r . x) * (up_r . x): the swiglu dispatch goes.
 #ifdef REDUCE_SUBGROUP
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -38,7 +48,21 @@ layout(std430, binding = 0) readonly buffer Weights { uint w[]; };    // see the
 layout(std430, binding = 0) readonly buffer Weights4 { uvec4 w4[]; };
 layout(std430, binding = 1) readonly buffer X { float x[]; };         // [n][cols]
 layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
+#ifdef ADD
+layout(std430, binding = 2) buffer Y { float y[]; };                  // [n][rows], added to
+#else
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };        // [n][rows]
+#endif
+#ifdef NORM
+layout(std430, binding = 3) readonly buffer NormW { float nw[]; };    // [cols] RMSNorm weight
+layout(std430, binding = 3) readonly buffer NormW4 { vec4 nw4[]; };
+#endif
+
+#ifdef SWIGLU
+const uint MATS = 2u; // gate and up, stacked
+#else
+const uint MATS = 1u;
+#endif
 
 #include "include/weights.glsl"
 
@@ -61,6 +85,17 @@ float scaleAt(uint at, uint b) {
 	return unpackHalf2x16(w[(at >> 2) + (b >> 1)] >> ((b & 1u) * 16u)).x;
 }
 
+// X4 is elements 4c..4c+3 of the vector at element offset xs (a multiple of
+// 4), times the RMSNorm weight under NORM (the 1/rms is applied to the
+// sum); X is element j.
+#ifdef NORM
+#define X4(xs, c) (x4[(xs) / 4u + (c)] * nw4[c])
+#define X(xs, j) (x[(xs) + (j)] * nw[j])
+#else
+#define X4(xs, c) x4[(xs) / 4u + (c)]
+#define X(xs, j) x[(xs) + (j)]
+#endif
+
 // accumulate adds to acc[k] the partial dot product of this invocation's
 // part of row r with x[s0 + k] (k < NB; vectors past n repeat the last one
 // and their sums are discarded).
@@ -75,7 +110,7 @@ void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
 		for (uint j = lane; j < c4; j += TPR) {
 			vec4 wv = uintBitsToFloat(w4[base + j]);
 			for (uint k = 0u; k < NB; k++) {
-				acc[k] += dot(wv, x4[xs[k] / 4u + j]);
+				acc[k] += dot(wv, X4(xs[k], j));
 			}
 		}
 	} else {
@@ -83,7 +118,7 @@ void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
 		for (uint j = lane; j < p.cols; j += TPR) {
 			float wv = loadF32(base + j);
 			for (uint k = 0u; k < NB; k++) {
-				acc[k] += wv * x[xs[k] + j];
+				acc[k] += wv * X(xs[k], j);
 			}
 		}
 	}
@@ -95,8 +130,7 @@ void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
 			vec4 lo = vec4(unpackHalf2x16(u.x), unpackHalf2x16(u.y));
 			vec4 hi = vec4(unpackHalf2x16(u.z), unpackHalf2x16(u.w));
 			for (uint k = 0u; k < NB; k++) {
-				uint xa = xs[k] / 4u + 2u * j;
-				acc[k] += dot(lo, x4[xa]) + dot(hi, x4[xa + 1u]);
+				acc[k] += dot(lo, X4(xs[k], 2u * j)) + dot(hi, X4(xs[k], 2u * j + 1u));
 			}
 		}
 	} else {
@@ -104,24 +138,24 @@ void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
 		for (uint j = lane; j < p.cols; j += TPR) {
 			float wv = loadF16(base + j);
 			for (uint k = 0u; k < NB; k++) {
-				acc[k] += wv * x[xs[k] + j];
+				acc[k] += wv * X(xs[k], j);
 			}
 		}
 	}
 #elif defined(WEIGHT_Q8_0)
 	// Block b of row r: quants w4[2(r*blocks+b)], w4[2(r*blocks+b)+1].
 	uint blocks = p.cols / 32u;
-	uint scales = p.rows * p.cols; // byte offset of the scales
+	uint scales = MATS * p.rows * p.cols; // byte offset of the scales
 	for (uint b = lane; b < blocks; b += TPR) {
 		uint blk = r * blocks + b;
 		uvec4 q0 = w4[2u * blk], q1 = w4[2u * blk + 1u];
 		float d = scaleAt(scales, blk);
 		for (uint k = 0u; k < NB; k++) {
-			uint xa = xs[k] / 4u + 8u * b;
-			float s = dot(i8x4(q0.x), x4[xa]) + dot(i8x4(q0.y), x4[xa + 1u]) +
-				dot(i8x4(q0.z), x4[xa + 2u]) + dot(i8x4(q0.w), x4[xa + 3u]) +
-				dot(i8x4(q1.x), x4[xa + 4u]) + dot(i8x4(q1.y), x4[xa + 5u]) +
-				dot(i8x4(q1.z), x4[xa + 6u]) + dot(i8x4(q1.w), x4[xa + 7u]);
+			uint c = 8u * b; // the block's first vec4 of x
+			float s = dot(i8x4(q0.x), X4(xs[k], c)) + dot(i8x4(q0.y), X4(xs[k], c + 1u)) +
+				dot(i8x4(q0.z), X4(xs[k], c + 2u)) + dot(i8x4(q0.w), X4(xs[k], c + 3u)) +
+				dot(i8x4(q1.x), X4(xs[k], c + 4u)) + dot(i8x4(q1.y), X4(xs[k], c + 5u)) +
+				dot(i8x4(q1.z), X4(xs[k], c + 6u)) + dot(i8x4(q1.w), X4(xs[k], c + 7u));
 			acc[k] += d * s;
 		}
 	}
@@ -129,7 +163,7 @@ void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
 	// Block b of row r: 16 bytes w4[r*blocks+b]; byte i holds element i in its
 	// low nibble and element i+16 in its high one, each stored as q+8.
 	uint blocks = p.cols / 32u;
-	uint scales = p.rows * p.cols / 2u;
+	uint scales = MATS * p.rows * p.cols / 2u;
 	for (uint b = lane; b < blocks; b += TPR) {
 		uint blk = r * blocks + b;
 		uvec4 q = w4[blk];
@@ -141,10 +175,10 @@ void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
 			hi[i] = vec4((v >> uvec4(4u, 12u, 20u, 28u)) & 15u) - 8.0;
 		}
 		for (uint k = 0u; k < NB; k++) {
-			uint xa = xs[k] / 4u + 8u * b;
+			uint c = 8u * b;
 			float s = 0.0;
 			for (uint i = 0u; i < 4u; i++) {
-				s += dot(lo[i], x4[xa + i]) + dot(hi[i], x4[xa + 4u + i]);
+				s += dot(lo[i], X4(xs[k], c + i)) + dot(hi[i], X4(xs[k], c + 4u + i));
 			}
 			acc[k] += d * s;
 		}
@@ -152,6 +186,94 @@ void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
 #else
 #error "define one of WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0, WEIGHT_Q4_0"
 #endif
+}
+
+// rowSum adds v[k] over the row's TPR invocations; every invocation of the
+// row gets the sums. The shared-memory variant holds barriers: every
+// invocation of the workgroup must call it.
+#ifdef REDUCE_SUBGROUP
+void rowSum(inout float v[NB], uint tid, uint lane) {
+	for (uint k = 0u; k < NB; k++) {
+		v[k] = subgroupAdd(v[k]);
+	}
+}
+#else
+void rowSum(inout float v[NB], uint tid, uint lane) {
+	const uint WG = gl_WorkGroupSize.x;
+	if (TPR == 1u) {
+		return;
+	}
+	for (uint k = 0u; k < NB; k++) {
+		partial[k * WG + tid] = v[k];
+	}
+	barrier();
+	// Tree sum over the row's invocations, any TPR: fold the upper part
+	// onto the lower.
+	for (uint width = TPR; width > 1u;) {
+		uint half_ = (width + 1u) / 2u;
+		if (lane < width - half_) {
+			for (uint k = 0u; k < NB; k++) {
+				partial[k * WG + tid] += partial[k * WG + tid + half_];
+			}
+		}
+		width = half_;
+		barrier();
+	}
+	for (uint k = 0u; k < NB; k++) {
+		v[k] = partial[k * WG + tid - lane];
+	}
+	barrier(); // partial is reused by the next sum
+}
+#endif
+
+// rowPass computes y for row r of vectors s0..s0+NB-1 (the live ones).
+void rowPass(uint r, uint s0, uint tid, uint lane, bool live) {
+	float acc[NB];
+	for (uint k = 0u; k < NB; k++) {
+		acc[k] = 0.0;
+	}
+	accumulate(r, s0, lane, acc);
+	rowSum(acc, tid, lane);
+#ifdef SWIGLU
+	float up[NB];
+	for (uint k = 0u; k < NB; k++) {
+		up[k] = 0.0;
+	}
+	accumulate(r + p.rows, s0, lane, up);
+	rowSum(up, tid, lane);
+#endif
+#ifdef NORM
+	// mod.RMSNorm: inv = 1/sqrt(mean(x^2) + eps), applied to the sum.
+	float ss[NB];
+	for (uint k = 0u; k < NB; k++) {
+		ss[k] = 0.0;
+		uint xs = min(s0 + k, p.n - 1u) * p.cols;
+		for (uint j = lane; j < p.cols; j += TPR) {
+			ss[k] += x[xs + j] * x[xs + j];
+		}
+	}
+	rowSum(ss, tid, lane);
+	for (uint k = 0u; k < NB; k++) {
+		float inv = 1.0 / sqrt(ss[k] / float(p.cols) + p.eps);
+		acc[k] *= inv;
+#ifdef SWIGLU
+		up[k] *= inv;
+#endif
+	}
+#endif
+	if (live && lane == 0u) {
+		for (uint k = 0u; k < NB && s0 + k < p.n; k++) {
+			uint at = (s0 + k) * p.rows + r;
+#if defined(SWIGLU)
+			float g = acc[k];
+			y[at] = g / (1.0 + exp(-g)) * up[k];
+#elif defined(ADD)
+			y[at] = y[at] + acc[k];
+#else
+			y[at] = acc[k];
+#endif
+		}
+	}
 }
 
 #ifdef REDUCE_SUBGROUP
@@ -163,21 +285,8 @@ void main() {
 	if (r >= p.rows) {
 		return;
 	}
-	uint lane = gl_SubgroupInvocationID;
 	for (uint s0 = 0u; s0 < p.n; s0 += NB) {
-		float acc[NB];
-		for (uint k = 0u; k < NB; k++) {
-			acc[k] = 0.0;
-		}
-		accumulate(r, s0, lane, acc);
-		for (uint k = 0u; k < NB; k++) {
-			acc[k] = subgroupAdd(acc[k]);
-		}
-		if (lane == 0u) {
-			for (uint k = 0u; k < NB && s0 + k < p.n; k++) {
-				y[(s0 + k) * p.rows + r] = acc[k];
-			}
-		}
+		rowPass(r, s0, 0u, gl_SubgroupInvocationID, true);
 	}
 }
 #else
@@ -191,38 +300,7 @@ void main() {
 	bool live = r < p.rows;
 	r = min(r, p.rows - 1u);
 	for (uint s0 = 0u; s0 < p.n; s0 += NB) {
-		float acc[NB];
-		for (uint k = 0u; k < NB; k++) {
-			acc[k] = 0.0;
-		}
-		accumulate(r, s0, lane, acc);
-		if (TPR > 1u) {
-			for (uint k = 0u; k < NB; k++) {
-				partial[k * WG + tid] = acc[k];
-			}
-			barrier();
-			// Tree sum over the row's invocations, any TPR: fold the upper
-			// part onto the lower.
-			for (uint width = TPR; width > 1u;) {
-				uint half_ = (width + 1u) / 2u;
-				if (lane < width - half_) {
-					for (uint k = 0u; k < NB; k++) {
-						partial[k * WG + tid] += partial[k * WG + tid + half_];
-					}
-				}
-				width = half_;
-				barrier();
-			}
-			for (uint k = 0u; k < NB; k++) {
-				acc[k] = partial[k * WG + tid];
-			}
-			barrier(); // partial is reused by the next pass
-		}
-		if (live && lane == 0u) {
-			for (uint k = 0u; k < NB && s0 + k < p.n; k++) {
-				y[(s0 + k) * p.rows + r] = acc[k];
-			}
-		}
+		rowPass(r, s0, tid, lane, live);
 	}
 }
 #endif

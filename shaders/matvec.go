@@ -31,9 +31,43 @@ const (
 	ReduceSubgroup = "_sg"
 )
 
+// Matvec fusions (matvec.comp): what the kernel does besides y = W x.
+const (
+	FuseNone       = ""
+	FuseAdd        = "_add"         // y += W x: the residual add
+	FuseNorm       = "_norm"        // y = W rmsnorm(x, normw, eps)
+	FuseNormSwiGLU = "_norm_swiglu" // y = silu(Wg xn) * (Wu xn), xn = rmsnorm(x), W = [Wg; Wu]
+)
+
+// MatvecFusions are every fusion, in the table's order.
+var MatvecFusions = []string{FuseNone, FuseAdd, FuseNorm, FuseNormSwiGLU}
+
 // MatvecName is the variant of matvec for weight type typ (MatvecTypes) and
-// reduction (ReduceShared or ReduceSubgroup).
+// reduction (ReduceShared or ReduceSubgroup), unfused.
 func MatvecName(typ, reduce string) string { return "matvec_" + typ + reduce }
+
+// MatvecFusedName is MatvecName with a fusion (MatvecFusions).
+func MatvecFusedName(typ, reduce, fuse string) string { return MatvecName(typ, reduce) + fuse }
+
+func matvecFusedVariant(typ, reduce, fuse string) Variant {
+	v := matvecVariant(typ, reduce)
+	v.Name += fuse
+	switch fuse {
+	case FuseAdd:
+		v.Defines = append(v.Defines, "ADD")
+		v.Bindings[2] = Binding{"y", ReadWrite, "[n][rows] f32, added to (the residual stream)"}
+	case FuseNorm, FuseNormSwiGLU:
+		v.Defines = append(v.Defines, "NORM")
+		v.Bindings = append(v.Bindings, Binding{"normw", Read, "[cols] f32 RMSNorm weight"})
+		v.Notes += "; x is RMSNorm'd with normw and MatvecPush.Eps first"
+		if fuse == FuseNormSwiGLU {
+			v.Defines = append(v.Defines, "SWIGLU")
+			v.Bindings[0].Shape = "gate and up stacked, [2*rows][cols], as " + v.Bindings[0].Shape
+			v.Notes += "; w is gate and up stacked (2*rows rows, one matrix: split together), y = silu(gate x) * (up x)"
+		}
+	}
+	return v
+}
 
 func matvecVariant(typ, reduce string) Variant {
 	defines := map[string]string{MatvecF32: "WEIGHT_F32", MatvecF16: "WEIGHT_F16", MatvecQ8_0: "WEIGHT_Q8_0", MatvecQ4_0: "WEIGHT_Q4_0"}
@@ -69,7 +103,9 @@ func matvecVariant(typ, reduce string) Variant {
 func init() {
 	for _, reduce := range []string{ReduceShared, ReduceSubgroup} {
 		for _, typ := range MatvecTypes {
-			Variants = append(Variants, matvecVariant(typ, reduce))
+			for _, fuse := range MatvecFusions {
+				Variants = append(Variants, matvecFusedVariant(typ, reduce, fuse))
+			}
 		}
 	}
 }

@@ -210,17 +210,17 @@ func TestMatvecWorkgroupSizes(t *testing.T) {
 func TestMatvecLongLoops(t *testing.T) {
 	lp := LavapipeProfile
 	assert.Greater(t, MatvecLoopIterations(64, 1024, lp.MatvecSpec), lp.LoopCap, "the shape crosses the limit with the profile's spec")
-	name, spec := lp.Matvec(MatvecQ8_0, 1, 4096)
+	name, spec := lp.Matvec(MatvecQ8_0, FuseNone, 1, 4096)
 	assert.Equal(t, lp.MatvecSpec, spec, "decode keeps the profile's spec")
 	assert.Equal(t, MatvecName(MatvecQ8_0, lp.MatvecReduce), name)
 	gpu := NewProfile(Device{SubgroupSize: 32, SubgroupArithmetic: true, MaxWorkGroupInvocations: 1024})
 	assert.Zero(t, gpu.LoopCap, "lavapipe's loop cap shapes lavapipe's variants only")
-	_, gspec := gpu.Matvec(MatvecQ8_0, 64, 1<<20)
+	_, gspec := gpu.Matvec(MatvecQ8_0, FuseNone, 64, 1<<20)
 	assert.Equal(t, []uint32{128, 32, 1}, gspec)
 
 	dev := openDevice(t)
 	for _, typ := range matvecWeightTypes {
-		name, spec := lp.Matvec(matvecTypeOf[typ], 64, 1024)
+		name, spec := lp.Matvec(matvecTypeOf[typ], FuseNone, 64, 1024)
 		require.LessOrEqual(t, MatvecLoopIterations(64, 1024, spec), lp.LoopCap)
 		v, err := Lookup(name)
 		require.NoError(t, err)
@@ -318,4 +318,122 @@ func TestAdd(t *testing.T) {
 		rec.Close()
 		out.Close()
 	}
+}
+
+// TestMatvecFused checks the fused variants (FuseAdd, FuseNorm,
+// FuseNormSwiGLU) against float64 references built from the same weights,
+// for every weight type and every spec of matvecSpecs. Tolerances: the
+// type's matvecTolerance relative to the size of the summed terms, as
+// unfused, with each fusion's own terms added to the scale:
+//   - add: |y0| (one more float32 addition);
+//   - norm: the terms are W x inv normw; inv is computed in float32 from a
+//     float32 sum of squares (mod.RMSNorm does the same), a few ulps;
+//   - swiglu: silu(g) u moves by |silu'(g)| |u| (<= 1.1 |u|) per unit of
+//     error in g, and by |silu(g)| per unit of error in u.
+func TestMatvecFused(t *testing.T) {
+	dev := openDevice(t)
+	const eps = 1e-5
+	colsOf := map[gguf.TensorType][]int{
+		gguf.TypeF32:  {64, 96, 7},
+		gguf.TypeF16:  {64, 172, 7},
+		gguf.TypeQ8_0: {64, 160},
+		gguf.TypeQ4_0: {64, 160},
+	}
+	for _, typ := range matvecWeightTypes {
+		for _, sp := range matvecSpecs(t, dev) {
+			for _, fuse := range []string{FuseAdd, FuseNorm, FuseNormSwiGLU} {
+				v, err := Lookup(MatvecFusedName(matvecTypeOf[typ], sp.reduce, fuse))
+				require.NoError(t, err)
+				k := newKernel(t, dev, v, sp.spec...)
+				for _, rows := range []int{1, 7, 67, 172} {
+					for _, cols := range colsOf[typ] {
+						for _, n := range []int{1, 3, 6} {
+							name := fmt.Sprintf("%s/%v%s/%dx%d/n%d", typ, sp, fuse, rows, cols, n)
+							wRows := rows
+							if fuse == FuseNormSwiGLU {
+								wRows = 2 * rows
+							}
+							c, err := newMatvecCase(typ, wRows, cols, n, int64(rows*1000+cols*10+n))
+							require.NoError(t, err, name)
+							got, want, scale := runFused(t, dev, k, c, fuse, rows, eps)
+							if err := closeness(got, want, scale, matvecTolerance[typ]); err != nil {
+								t.Errorf("%s: %v", name, err)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// runFused runs fused matvec k on case c (W of c.rows rows: rows outputs,
+// twice that for swiglu) and returns its output with the reference and
+// its scale.
+func runFused(t *testing.T, dev *vk.Device, k *vk.Kernel, c *matvecCase, fuse string, rows int, eps float32) (got []float32, want, scale []float64) {
+	t.Helper()
+	rng := rand.New(rand.NewSource(int64(rows + c.cols)))
+	y0 := make([]float32, c.n*rows)
+	for i := range y0 {
+		y0[i] = float32(rng.NormFloat64())
+	}
+	nw := make([]float32, c.cols)
+	for i := range nw {
+		nw[i] = float32(0.5 + rng.Float64())
+	}
+	want, scale = make([]float64, c.n*rows), make([]float64, c.n*rows)
+	dot := func(r int, xs []float64) (sum, abs float64) {
+		for j, xv := range xs {
+			p := float64(c.wf[r*c.cols+j]) * xv
+			sum += p
+			abs += math.Abs(p)
+		}
+		return sum, abs
+	}
+	for s := 0; s < c.n; s++ {
+		x := c.x[s*c.cols : (s+1)*c.cols]
+		xs := make([]float64, c.cols)
+		for j := range xs {
+			xs[j] = float64(x[j])
+		}
+		if fuse != FuseAdd {
+			var ss float32
+			for _, v := range x {
+				ss += v * v
+			}
+			inv := 1 / math.Sqrt(float64(ss/float32(c.cols)+eps))
+			for j := range xs {
+				xs[j] *= inv * float64(nw[j])
+			}
+		}
+		for r := 0; r < rows; r++ {
+			g, ga := dot(r, xs)
+			i := s*rows + r
+			switch fuse {
+			case FuseAdd:
+				want[i], scale[i] = float64(y0[i])+g, math.Abs(float64(y0[i]))+ga
+			case FuseNorm:
+				want[i], scale[i] = g, ga
+			case FuseNormSwiGLU:
+				u, ua := dot(rows+r, xs)
+				silu := g / (1 + math.Exp(-g))
+				want[i], scale[i] = silu*u, 1.1*ga*math.Abs(u)+math.Abs(silu)*ua
+			}
+		}
+	}
+	wb := newBuffer(t, dev, c.gpu)
+	xb := newBuffer(t, dev, f32bytes(c.x))
+	yb := newBuffer(t, dev, f32bytes(y0))
+	binds := []vk.Bind{{Buf: wb, Access: vk.Read}, {Buf: xb, Access: vk.Read}, {Buf: yb, Access: vk.Write}}
+	if fuse == FuseAdd {
+		binds[2].Access = vk.ReadWrite
+	} else {
+		binds = append(binds, vk.Bind{Buf: newBuffer(t, dev, f32bytes(nw)), Access: vk.Read})
+	}
+	rec := dev.NewRecorder()
+	defer rec.Close()
+	rec.Dispatch(k, vk.MustPackPush(MatvecPush{Rows: uint32(rows), Cols: uint32(c.cols), N: uint32(c.n), Eps: eps}),
+		MatvecGroups(uint32(rows), k.Spec().Specialization), binds...)
+	require.NoError(t, dev.Run(rec))
+	return download(t, yb, c.n*rows), want, scale
 }

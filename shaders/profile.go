@@ -42,6 +42,13 @@ type Profile struct {
 	// 0 never splits: CPU devices, where workgroups already outnumber the
 	// threads and the combine pass would be one more dispatch per layer.
 	AttentionChunk uint32
+	// FuseNorm folds RMSNorm into the matvec that follows it (matvec's
+	// FuseNorm and FuseNormSwiGLU): one dispatch fewer per norm, at the
+	// price of each row group summing x^2 itself. On a GPU a row group is a
+	// subgroup and x is cached: cheap. On a CPU device an invocation owns a
+	// row and would redo the whole sum for every row, so it stays off there
+	// (not measured: the safe side).
+	FuseNorm bool
 }
 
 // matvecRowsPerGroup is how many rows (subgroups) a GPU's matvec workgroup
@@ -60,14 +67,14 @@ const matvecRowsPerGroup = 4
 //     subgroupAdd, matvecRowsPerGroup rows per workgroup.
 //   - other GPUs: 32 invocations per row summed in shared memory.
 func NewProfile(d Device) Profile {
-	p := Profile{Device: d, KV: KVF16, AttentionChunk: attentionChunk}
+	p := Profile{Device: d, KV: KVF16, AttentionChunk: attentionChunk, FuseNorm: true}
 	if d.MaxWorkGroupInvocations == 0 {
 		p.MaxWorkGroupInvocations = 128 // Vulkan's minimum
 	}
 	sg := d.SubgroupSize
 	switch {
 	case d.CPU:
-		p.LoopCap, p.KV, p.AttentionChunk = LavapipeLoopIterations, KVF32, 0
+		p.LoopCap, p.KV, p.AttentionChunk, p.FuseNorm = LavapipeLoopIterations, KVF32, 0, false
 		p.MatvecReduce, p.MatvecSpec = ReduceShared, []uint32{64, 1, 1}
 	case d.SubgroupArithmetic && sg >= 4 && sg <= 128 && sg&(sg-1) == 0 && matvecRowsPerGroup*sg <= p.MaxWorkGroupInvocations:
 		p.MatvecReduce, p.MatvecSpec = ReduceSubgroup, []uint32{matvecRowsPerGroup * sg, sg, 1}
@@ -91,21 +98,25 @@ func (p Profile) String() string {
 }
 
 // Matvec is the matvec variant and specialization for n vectors of cols
-// with weights of type typ. Where the profile's own choice would pass the
-// loop cap (n*cols of about 32000 with an invocation per row), the row is
-// shared by more invocations in shared memory, the fewest that stay under
-// it; past that (n*cols of about 4 million) split the vectors over several
-// dispatches, or use matmul, which is meant for many vectors.
-func (p Profile) Matvec(typ string, n, cols uint32) (name string, spec []uint32) {
+// with weights of type typ and fusion fuse (MatvecFusions). Where the
+// profile's own choice would pass the loop cap (n*cols of about 32000 with
+// an invocation per row), the row is shared by more invocations in shared
+// memory, the fewest that stay under it; past that (n*cols of about 4
+// million) split the vectors over several dispatches, or use matmul, which
+// is meant for many vectors.
+func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []uint32) {
+	// A norm adds a walk over x to each row's; swiglu walks two rows.
+	loops := map[string]uint32{FuseNone: 1, FuseAdd: 1, FuseNorm: 2, FuseNormSwiGLU: 3}[fuse]
+	iters := func(spec []uint32) uint32 { return loops * MatvecLoopIterations(n, cols, spec) }
 	spec = append([]uint32(nil), p.MatvecSpec...)
-	if p.LoopCap == 0 || MatvecLoopIterations(n, cols, spec) <= p.LoopCap {
-		return MatvecName(typ, p.MatvecReduce), spec
+	if p.LoopCap == 0 || iters(spec) <= p.LoopCap {
+		return MatvecFusedName(typ, p.MatvecReduce, fuse), spec
 	}
 	spec = []uint32{max(spec[0], 64), 1, 1}
-	for spec[1] < spec[0] && MatvecLoopIterations(n, cols, spec) > p.LoopCap {
+	for spec[1] < spec[0] && iters(spec) > p.LoopCap {
 		spec[1] *= 2
 	}
-	return MatvecName(typ, ReduceShared), spec
+	return MatvecFusedName(typ, ReduceShared, fuse), spec
 }
 
 // Flash-decoding's chunks on a GPU: one per attentionChunk entries of the

@@ -114,7 +114,7 @@ func TestVariantInterfaces(t *testing.T) {
 func TestLookupAndGroups(t *testing.T) {
 	v, err := Lookup("matvec_q8_0")
 	require.NoError(t, err)
-	assert.Equal(t, 12, v.PushBytes())
+	assert.Equal(t, 16, v.PushBytes())
 	_, err = Lookup("matvec_q5_1")
 	assert.EqualError(t, err, `shaders: no kernel variant "matvec_q5_1"`)
 

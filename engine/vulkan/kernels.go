@@ -70,9 +70,10 @@ func (ks *kernels) get(name string, spec []uint32) (*kernel, error) {
 }
 
 // matvec is the decode matrix-vector kernel for one vector of cols with
-// weights of type typ (shaders.MatvecTypes), as the profile picks it.
-func (ks *kernels) matvec(typ string, cols int) (*kernel, error) {
-	name, spec := ks.prof.Matvec(typ, 1, uint32(cols))
+// weights of type typ (shaders.MatvecTypes) and fusion fuse
+// (shaders.MatvecFusions), as the profile picks it.
+func (ks *kernels) matvec(typ, fuse string, cols int) (*kernel, error) {
+	name, spec := ks.prof.Matvec(typ, fuse, 1, uint32(cols))
 	return ks.get(name, spec)
 }
 

@@ -98,11 +98,10 @@ type layerCache struct {
 type activations struct {
 	x      *vk.Buffer // [nEmbd] the residual stream
 	xs     *vk.Buffer // [nEmbd] a routed block's copy of x, then its output
-	xn     *vk.Buffer // [nEmbd] normed input of a matvec
+	xn     *vk.Buffer // [nEmbd] normed input of a matvec (without FuseNorm)
 	qkv    *vk.Buffer // q [qDim], k [kvDim], v [kvDim] (weights.block.qkv.part)
 	att    *vk.Buffer // [qDim] attention output
 	part   *vk.Buffer // [nHead][attnSplits][2+headDim] flash-decoding's partial results
-	o      *vk.Buffer // [nEmbd] a matvec output added to x
 	gu     *vk.Buffer // gate [nFF], up [nFF] (weights.block.gateUp.part)
 	h      *vk.Buffer // [nFF] SwiGLU output
 	logits *vk.Buffer // [nVocab]
@@ -206,8 +205,7 @@ func (r *Runner) allocate() error {
 	r.counts = must(f32(c.NLayer), vk.DeviceLocal)
 	b0 := r.w.blocks[0]
 	a := &r.act
-	a.x, a.xs, a.xn, a.o = must(f32(c.NEmbd), vk.DeviceLocal), must(f32(c.NEmbd), vk.DeviceLocal),
-		must(f32(c.NEmbd), vk.DeviceLocal), must(f32(c.NEmbd), vk.DeviceLocal)
+	a.x, a.xs, a.xn = must(f32(c.NEmbd), vk.DeviceLocal), must(f32(c.NEmbd), vk.DeviceLocal), must(f32(c.NEmbd), vk.DeviceLocal)
 	a.qkv, a.att = must(b0.qkv.bytes, vk.DeviceLocal), must(f32(c.NHead*c.HeadDim), vk.DeviceLocal)
 	a.gu, a.h = must(b0.gateUp.bytes, vk.DeviceLocal), must(f32(c.NFF), vk.DeviceLocal)
 	a.logits = must(f32(c.NVocab), vk.DeviceLocal)

@@ -40,7 +40,7 @@ func TestProfile(t *testing.T) {
 			assert.GreaterOrEqual(t, prof[i-1].NS, e.NS, "sorted by time")
 		}
 	}
-	for _, k := range []string{"embed_f32", "matvec_f32", "rmsnorm", "decode_kv", "decode_attention", "swiglu", "add",
+	for _, k := range []string{"embed_f32", "matvec_f32", "rmsnorm", "decode_kv", "decode_attention", "swiglu", "matvec_f32_add",
 		"router_score", "compact_positive", "decode_args", "scatter", "argmax", "copy"} {
 		assert.Contains(t, byKernel, k)
 	}

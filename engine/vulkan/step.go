@@ -17,7 +17,8 @@ import (
 //	per layer: dense block on x, or         (blockOps)
 //	           router [predictor] compact decode_args, copy x -> xs,
 //	           the block on xs (indirect), scatter x += g(r) (xs - x)
-//	rmsnorm, matvec output, argmax, copy    x -> logits, best
+//	[rmsnorm] matvec output, argmax, copy   x -> logits, best (the norm
+//	                                        folded into the matvec: FuseNorm)
 
 // With Options.Profile every command is followed by a timestamp labelled
 // with its kernel's name (r.dispatch, r.timestamp).
@@ -52,18 +53,28 @@ func (r *Runner) record() error {
 		}
 	}
 
-	norm, err := r.ks.row("rmsnorm", c.NEmbd)
-	if err != nil {
-		return err
-	}
 	argmax, err := r.ks.row("argmax", c.NVocab)
 	if err != nil {
 		return err
 	}
 	vB := 4 * uint64(c.NVocab)
-	r.dispatch(rec, newOp(norm, shaders.RMSNormPush{Cols: uint32(c.NEmbd), N: 1, Eps: c.RMSEps}, shaders.RowGroups(1, norm.spec),
-		rd(a.x, 0, dB), rd(r.w.outputNorm, 0, 0), wr(a.xn, 0, dB)))
-	for _, o := range r.w.output.ops(a.xn, a.logits, 0) {
+	out := r.w.output
+	var outOps []op
+	if r.ks.prof.FuseNorm {
+		k, err := r.ks.matvec(out.typ, shaders.FuseNorm, int(out.cols))
+		if err != nil {
+			return err
+		}
+		outOps = out.fusedOps(k, shaders.FuseNorm, a.x, a.logits, 0, r.w.outputNorm, c.RMSEps)
+	} else {
+		norm, err := r.ks.row("rmsnorm", c.NEmbd)
+		if err != nil {
+			return err
+		}
+		outOps = append([]op{newOp(norm, shaders.RMSNormPush{Cols: uint32(c.NEmbd), N: 1, Eps: c.RMSEps}, shaders.RowGroups(1, norm.spec),
+			rd(a.x, 0, dB), rd(r.w.outputNorm, 0, 0), wr(a.xn, 0, dB))}, out.ops(a.xn, a.logits, 0)...)
+	}
+	for _, o := range outOps {
 		r.dispatch(rec, o)
 	}
 	r.dispatch(rec, newOp(argmax, shaders.ArgmaxPush{Cols: uint32(c.NVocab), N: 1}, shaders.RowGroups(1, argmax.spec),
@@ -75,7 +86,10 @@ func (r *Runner) record() error {
 
 // blockOps are the dispatches of Llama block l on one token, in place on xb
 // (mod's block): h = x + Attn(norm1(x)), x = h + MLP(norm2(h)); its k and v
-// are appended to the layer's cache at the GPU-side count.
+// are appended to the layer's cache at the GPU-side count. The residual
+// adds are folded into the output and down matvecs; with the profile's
+// FuseNorm each RMSNorm is folded into the matvec after it, and SwiGLU into
+// the gate|up matvec when gate and up are one stacked matrix.
 func (r *Runner) blockOps(l int, xb *vk.Buffer) ([]op, error) {
 	c := r.c
 	a := &r.act
@@ -83,8 +97,8 @@ func (r *Runner) blockOps(l int, xb *vk.Buffer) ([]op, error) {
 	kc := r.cache[l]
 	d := uint32(c.NEmbd)
 	dB, ffB := 4*uint64(d), 4*uint64(c.NFF)
-	var kern [5]*kernel
-	for i, name := range []string{"rmsnorm", "decode_kv" + r.kv, "decode_attention" + r.kv, "add", "swiglu"} {
+	var kern [4]*kernel
+	for i, name := range []string{"rmsnorm", "decode_kv" + r.kv, "decode_attention" + r.kv, "swiglu"} {
 		var err error
 		if name == "rmsnorm" {
 			kern[i], err = r.ks.row(name, c.NEmbd)
@@ -95,15 +109,39 @@ func (r *Runner) blockOps(l int, xb *vk.Buffer) ([]op, error) {
 			return nil, err
 		}
 	}
-	norm, kv, attn, add, swiglu := kern[0], kern[1], kern[2], kern[3], kern[4]
+	norm, kv, attn, swiglu := kern[0], kern[1], kern[2], kern[3]
 	normOp := func(w *vk.Buffer) op {
 		return newOp(norm, shaders.RMSNormPush{Cols: d, N: 1, Eps: c.RMSEps}, shaders.RowGroups(1, norm.spec),
 			rd(xb, 0, dB), rd(w, 0, 0), wr(a.xn, 0, dB))
 	}
-	addOp := newOp(add, shaders.AddPush{N: d}, shaders.Groups((d+255)/256), rd(xb, 0, dB), rd(a.o, 0, dB), wr(xb, 0, dB))
+	// normed is the ops of stack s on norm(xb) with weight w into y.
+	normed := func(s stack, w, y *vk.Buffer) ([]op, error) {
+		if !r.ks.prof.FuseNorm {
+			return append([]op{normOp(w)}, s.ops(a.xn, y)...), nil
+		}
+		var ops []op
+		for i, m := range s.mvs {
+			k, err := r.ks.matvec(m.typ, shaders.FuseNorm, int(m.cols))
+			if err != nil {
+				return nil, err
+			}
+			ops = append(ops, m.fusedOps(k, shaders.FuseNorm, xb, y, s.mvOff[i], w, c.RMSEps)...)
+		}
+		return ops, nil
+	}
+	// residual is xb += m x.
+	residual := func(m mat, x *vk.Buffer) ([]op, error) {
+		k, err := r.ks.matvec(m.typ, shaders.FuseAdd, int(m.cols))
+		if err != nil {
+			return nil, err
+		}
+		return m.fusedOps(k, shaders.FuseAdd, x, xb, 0, nil, 0), nil
+	}
 
-	ops := []op{normOp(b.attnNorm)}
-	ops = append(ops, b.qkv.ops(a.xn, a.qkv)...)
+	ops, err := normed(b.qkv, b.attnNorm, a.qkv)
+	if err != nil {
+		return nil, err
+	}
 	ops = append(ops,
 		newOp(kv, shaders.DecodeKVPush{HeadDim: uint32(c.HeadDim), NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
 			KOff: uint32(b.qkv.part[1] / 4), VOff: uint32(b.qkv.part[2] / 4), Layer: uint32(l), MaxEntries: uint32(r.ctx)},
@@ -115,16 +153,35 @@ func (r *Runner) blockOps(l int, xb *vk.Buffer) ([]op, error) {
 		return nil, err
 	}
 	ops = append(ops, attnOps...)
-	ops = append(ops, b.o.ops(a.att, a.o, 0)...)
-	ops = append(ops, addOp, normOp(b.ffnNorm))
-	ops = append(ops, b.gateUp.ops(a.xn, a.gu)...)
-	ops = append(ops,
-		newOp(swiglu, shaders.SwiGLUPush{N: uint32(c.NFF)}, shaders.ElementGroups(uint32(c.NFF)),
-			rd(a.gu, b.gateUp.part[0], ffB), rd(a.gu, b.gateUp.part[1], ffB), wr(a.h, 0, ffB)),
-	)
-	ops = append(ops, b.down.ops(a.h, a.o, 0)...)
-	ops = append(ops, addOp)
-	return ops, nil
+	oOps, err := residual(b.o, a.att)
+	if err != nil {
+		return nil, err
+	}
+	ops = append(ops, oOps...)
+
+	if gu := b.gateUp; r.ks.prof.FuseNorm && len(gu.mvs) == 1 && len(gu.mvs[0].pieces) == 1 && gu.part[1] == ffB {
+		// gate and up are one matrix [2*nFF][nEmbd]: norm, both matvecs and
+		// SwiGLU in one dispatch.
+		m := gu.mvs[0]
+		k, err := r.ks.matvec(m.typ, shaders.FuseNormSwiGLU, int(m.cols))
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, m.fusedOps(k, shaders.FuseNormSwiGLU, xb, a.h, 0, b.ffnNorm, c.RMSEps)...)
+	} else {
+		guOps, err := normed(gu, b.ffnNorm, a.gu)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, guOps...)
+		ops = append(ops, newOp(swiglu, shaders.SwiGLUPush{N: uint32(c.NFF)}, shaders.ElementGroups(uint32(c.NFF)),
+			rd(a.gu, gu.part[0], ffB), rd(a.gu, gu.part[1], ffB), wr(a.h, 0, ffB)))
+	}
+	downOps, err := residual(b.down, a.h)
+	if err != nil {
+		return nil, err
+	}
+	return append(ops, downOps...), nil
 }
 
 // attentionOps are decode attention of layer l over its cache, q in a.qkv,

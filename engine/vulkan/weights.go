@@ -67,10 +67,29 @@ type piece struct {
 // ops is y[yOff:] = W x for one token: a matvec per piece, each writing its
 // rows' outputs.
 func (m mat) ops(x, y *vk.Buffer, yOff uint64) []op {
+	return m.fusedOps(m.mv, shaders.FuseNone, x, y, yOff, nil, 0)
+}
+
+// fusedOps is ops with matvec kernel k of fusion fuse (shaders.MatvecFusions):
+// y[yOff:] += W x (FuseAdd), y[yOff:] = W rmsnorm(x, normw, eps)
+// (FuseNorm), or, for a single-piece stack of gate and up of equal rows,
+// y[yOff:] = silu(Wg xn) * (Wu xn) (FuseNormSwiGLU, m.rows/2 outputs).
+func (m mat) fusedOps(k *kernel, fuse string, x, y *vk.Buffer, yOff uint64, normw *vk.Buffer, eps float32) []op {
 	var ops []op
 	for _, pc := range m.pieces {
-		ops = append(ops, newOp(m.mv, shaders.MatvecPush{Rows: pc.rows, Cols: m.cols, N: 1}, shaders.MatvecGroups(pc.rows, m.mv.spec),
-			rd(pc.buf, 0, 0), rd(x, 0, 4*uint64(m.cols)), wr(y, yOff+4*uint64(pc.row0), 4*uint64(pc.rows))))
+		rows := pc.rows
+		if fuse == shaders.FuseNormSwiGLU {
+			rows /= 2
+		}
+		out := wr(y, yOff+4*uint64(pc.row0), 4*uint64(rows))
+		if fuse == shaders.FuseAdd {
+			out.Access = vk.ReadWrite
+		}
+		binds := []vk.Bind{rd(pc.buf, 0, 0), rd(x, 0, 4*uint64(m.cols)), out}
+		if fuse == shaders.FuseNorm || fuse == shaders.FuseNormSwiGLU {
+			binds = append(binds, rd(normw, 0, 4*uint64(m.cols)))
+		}
+		ops = append(ops, newOp(k, shaders.MatvecPush{Rows: rows, Cols: m.cols, N: 1, Eps: eps}, shaders.MatvecGroups(rows, k.spec), binds...))
 	}
 	return ops
 }
@@ -209,7 +228,7 @@ func (r *Runner) uploadMat(m *mod.Mat) (mat, error) {
 // For the decode step a matrix over the device's maxStorageBufferRange is
 // uploaded in pieces of whole rows (pieceRows), each a matrix of its own.
 func (r *Runner) newMat(name, typ string, data []byte, rows, cols int) (mat, error) {
-	mv, err := r.ks.matvec(typ, cols)
+	mv, err := r.ks.matvec(typ, shaders.FuseNone, cols)
 	if err != nil {
 		return mat{}, err
 	}
