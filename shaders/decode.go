@@ -64,6 +64,30 @@ func DecodeAttentionPartialFloats(n, nHead, headDim, splits uint32) uint64 {
 	return uint64(n) * uint64(nHead) * uint64(splits) * uint64(2+headDim)
 }
 
+// DecodeAttendPush is decode_attend's push-constant block.
+type DecodeAttendPush struct {
+	HeadDim    uint32  // elements per head, even
+	NHead      uint32  // query heads: q is qkv[0 : NHead*HeadDim]
+	NKVHead    uint32  // key/value heads, NHead a multiple of it
+	KOff       uint32  // element offset of k in qkv
+	VOff       uint32  // element offset of v in qkv
+	Layer      uint32  // index of this layer's entry count in counts
+	MaxEntries uint32  // entries the cache holds; an append past it is dropped
+	Scale      float32 // score multiplier: float32(1/sqrt(HeadDim)), as mod.Attend
+}
+
+// DecodeAttendSpec is decode_attend's specialization constants for splits
+// chunks: AttentionSpec's, then SPLITS.
+func DecodeAttendSpec(splits uint32) []uint32 { return DecodeAttentionSplitSpec(splits) }
+
+// DecodeAttendGroups is decode_attend's dispatch size: a workgroup per
+// (head, chunk).
+func DecodeAttendGroups(nHead, splits uint32) [3]uint32 { return Groups(nHead * splits) }
+
+// DecodeAttendDoneWords is the size of decode_attend's done counters, in
+// u32 words (zero-filled once; each dispatch leaves them zero).
+func DecodeAttendDoneWords(nHead uint32) uint64 { return uint64(nHead) + 1 }
+
 // DecodeArgsPush is decode_args's push-constant block.
 type DecodeArgsPush struct {
 	M uint32 // dispatches: groups and args are [M][3]
@@ -136,6 +160,34 @@ func decodeAttentionVariant(kv string) Variant {
 	}
 }
 
+// decodeAttendVariant is a decode step's whole attention in one dispatch:
+// RoPE, the KV append, flash-decoding's chunks and their merge.
+func decodeAttendVariant(kv string) Variant {
+	elem := "f32"
+	var defines []string
+	if kv == KVF16 {
+		elem, defines = "f16 (pairs in u32 words)", []string{"KV_F16"}
+	}
+	return Variant{
+		Name: "decode_attend" + kv, Source: "decode_attend.comp", Defines: defines,
+		Bindings: []Binding{
+			{"qkv", Read, "q [nHead*headDim], k at kOff, v at vOff, f32, not rotated"},
+			{"pos", Read, "[1] u32 the token's original position"},
+			{"freq", Read, "[headDim/2][2] u32 from RopeFreqs"},
+			{"kCache", ReadWrite, "[maxEntries][nKVHead*headDim] " + elem + ", rotated; entry counts[layer] appended"},
+			{"vCache", ReadWrite, "[maxEntries][nKVHead*headDim] " + elem},
+			{"kPos", ReadWrite, "[maxEntries] u32 original positions"},
+			{"counts", ReadWrite, "[nLayer] u32 entries per layer; counts[layer] is incremented"},
+			{"part", ReadWrite, "[nHead][splits][2+headDim] f32 scratch: each chunk's max, sum, unnormalized output"},
+			{"done", ReadWrite, "[nHead+1] u32 scratch, zero before and after"},
+			{"out", Write, "[nHead*headDim] f32 attention output"},
+		},
+		Push: DecodeAttendPush{}, LocalSize: [3]uint32{32, 1, 1}, LocalSizeSpec: true, Spec: DecodeAttendSpec(16),
+		Notes: "one token; Spec [workgroup size, MAX_HD, splits] (DecodeAttendSpec); dispatch DecodeAttendGroups(nHead, splits), " +
+			"or indirectly in a routed block; done zero-filled once (DecodeAttendDoneWords)",
+	}
+}
+
 // decodeAttentionSplitVariant is flash-decoding's first pass: the entries
 // in chunks, a workgroup each, partial results out.
 func decodeAttentionSplitVariant(kv string) Variant {
@@ -154,6 +206,7 @@ func init() {
 		decodeKVVariant(KVF32), decodeKVVariant(KVF16),
 		decodeAttentionVariant(KVF32), decodeAttentionVariant(KVF16),
 		decodeAttentionSplitVariant(KVF32), decodeAttentionSplitVariant(KVF16),
+		decodeAttendVariant(KVF32), decodeAttendVariant(KVF16),
 		Variant{
 			Name: "decode_attention_combine", Source: "decode_attention_combine.comp",
 			Bindings: []Binding{

@@ -310,3 +310,101 @@ func decodeRepeat(x []uint32, n int) []uint32 {
 	}
 	return out
 }
+
+// TestDecodeAttend: decode_attend, a step's whole attention in one dispatch,
+// over caches of c = 0, 16, 299 and 2099 old entries (contexts of 1, 17,
+// 300 and 2100 with the token's own), split into 1, 4 and 16 chunks, with
+// F32 and F16 caches. Two tokens are run, one submit each, so the second
+// sees the first's append and the done counters the first left at zero.
+// Checked: the output against attention's reference over the rotated q, the
+// old entries (as stored: rounded in F16) and the token's own k and v
+// (exact: decode_attend uses them from shared memory), at
+// attentionTolerance plus ropeTol (the GPU's rotation against mod.RoPE);
+// the appended entry as TestDecodeKV checks decode_kv's; counts[layer]
+// incremented once per token and no other count touched; done back to 0.
+func TestDecodeAttend(t *testing.T) {
+	dev := openDevice(t)
+	const nHead, nKVHead, hd = 4, 2, 64
+	const layer = 1
+	qd, kvd := nHead*hd, nKVHead*hd
+	kOff, vOff := qd+3, qd+3+kvd+1 // unaligned element offsets, as a qkv stack may give
+	for _, kv := range []string{KVF32, KVF16} {
+		v := routingLookup(t, "decode_attend"+kv)
+		for _, splits := range []uint32{1, 4, 16} {
+			k := newKernel(t, dev, v, DecodeAttendSpec(splits)...)
+			for _, old := range []int{0, 16, 299, 2099} {
+				name := fmt.Sprintf("kv%s/splits%d/old%d", KVTypeName(kv), splits, old)
+				rng := rand.New(rand.NewSource(int64(old) + int64(splits)))
+				maxEntries := old + 3
+				// The old entries: random keys (already rotated) and values,
+				// at ascending positions with gaps (a routed layer's).
+				c := newAttentionCase(1, max(old, 1), nHead, nKVHead, hd, 3, int64(old)+7)
+				oldK, oldV, oldPos := c.k[:old*kvd], c.v[:old*kvd], c.kPos[:old]
+				kRaw, kRounded := kvEncode(t, kv, oldK)
+				vRaw, vRounded := kvEncode(t, kv, oldV)
+				words := maxEntries * kvd * int(KVElementBytes(kv)) / 4
+				bK, bV := decodeBuffer(t, dev, kRaw, words), decodeBuffer(t, dev, vRaw, words)
+				bKPos := newBuffer(t, dev, denseU32Bytes(append(slices.Clone(oldPos), decodeRepeat([]uint32{0xdeadbeef}, maxEntries-old)...)))
+				bCounts := newBuffer(t, dev, denseU32Bytes([]uint32{77, uint32(old), 88}))
+				bFreq := newBuffer(t, dev, denseU32Bytes(RopeFreqs(hd, 10000)))
+				bPart := denseNaNBuffer(t, dev, nHead*int(splits)*(2+hd))
+				bDone := newBuffer(t, dev, denseU32Bytes(make([]uint32, DecodeAttendDoneWords(nHead))))
+				pos := uint32(0)
+				if old > 0 {
+					pos = oldPos[old-1] + 2
+				}
+				refK, refV, refPos := slices.Clone(kRounded), slices.Clone(vRounded), slices.Clone(oldPos)
+				for step := 0; step < 2; step++ {
+					qkv := denseNormals(rng, vOff+kvd, 1)
+					for i := 0; i < qd; i++ {
+						qkv[i] *= 3 // sharpen the softmax, as newAttentionCase
+					}
+					bQKV, bPos := newBuffer(t, dev, f32bytes(qkv)), newBuffer(t, dev, denseU32Bytes([]uint32{pos}))
+					out := denseNaNBuffer(t, dev, qd)
+					rec := dev.NewRecorder()
+					rec.Dispatch(k, vk.MustPackPush(DecodeAttendPush{HeadDim: hd, NHead: nHead, NKVHead: nKVHead, KOff: uint32(kOff), VOff: uint32(vOff),
+						Layer: layer, MaxEntries: uint32(maxEntries), Scale: float32(1 / math.Sqrt(hd))}),
+						DecodeAttendGroups(nHead, splits),
+						denseBind(bQKV, vk.Read), denseBind(bPos, vk.Read), denseBind(bFreq, vk.Read),
+						denseBind(bK, vk.ReadWrite), denseBind(bV, vk.ReadWrite), denseBind(bKPos, vk.ReadWrite), denseBind(bCounts, vk.ReadWrite),
+						denseBind(bPart, vk.ReadWrite), denseBind(bDone, vk.ReadWrite), denseBind(out, vk.Write))
+					require.NoError(t, dev.Run(rec))
+					rec.Close()
+
+					q := slices.Clone(qkv[:qd])
+					mod.RoPE(q, int32(pos), hd, 10000)
+					kNew := slices.Clone(qkv[kOff : kOff+kvd])
+					mod.RoPE(kNew, int32(pos), hd, 10000)
+					vNew := qkv[vOff : vOff+kvd]
+					ref := &attentionCase{n: 1, entries: len(refPos) + 1, nHead: nHead, nKVHead: nKVHead, hd: hd, q: q,
+						k: append(slices.Clone(refK), kNew...), v: append(slices.Clone(refV), vNew...),
+						kPos: append(slices.Clone(refPos), pos), qPos: []uint32{pos}}
+					want, scale := ref.reference()
+					assert.NoError(t, closeness(download(t, out, qd), want, scale, attentionTolerance+ropeTol), "%s step %d: output", name, step)
+
+					n := old + step + 1
+					assert.Equal(t, []uint32{77, uint32(n), 88}, routingDownloadU32(t, bCounts, 3), "%s step %d: counts", name, step)
+					assert.Equal(t, make([]uint32, DecodeAttendDoneWords(nHead)), routingDownloadU32(t, bDone, int(DecodeAttendDoneWords(nHead))), "%s: done left at zero", name)
+					gotPos := routingDownloadU32(t, bKPos, maxEntries)
+					assert.Equal(t, pos, gotPos[n-1], "%s step %d: kPos", name, step)
+					gotK := kvDecode(t, kv, routingDownloadU32(t, bK, words))[(n-1)*kvd : n*kvd]
+					gotV := kvDecode(t, kv, routingDownloadU32(t, bV, words))[(n-1)*kvd : n*kvd]
+					tol := ropeTol
+					if kv == KVF16 {
+						tol += kvHalfTol
+					}
+					w, s := ropeScale(kNew)
+					assert.NoError(t, closeness(gotK, w, s, tol), "%s step %d: appended k", name, step)
+					vw, vs := make([]float64, kvd), make([]float64, kvd)
+					for i, x := range vNew {
+						vw[i], vs[i] = float64(x), math.Abs(float64(x))
+					}
+					assert.NoError(t, closeness(gotV, vw, vs, tol), "%s step %d: appended v", name, step)
+					// The next token attends over this one as the cache holds it.
+					refK, refV, refPos = append(refK, gotK...), append(refV, gotV...), append(refPos, pos)
+					pos += 3
+				}
+			}
+		}
+	}
+}

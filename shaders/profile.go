@@ -49,6 +49,14 @@ type Profile struct {
 	// row and would redo the whole sum for every row, so it stays off there
 	// (not measured: the safe side).
 	FuseNorm bool
+	// FuseAttention runs a decode step's attention as one dispatch
+	// (decode_attend: RoPE, the KV append, the chunks and their merge by
+	// the last workgroup, an atomic hand-off) instead of decode_kv and
+	// decode_attention (or its split pass and combine): on GPUs, where a
+	// dispatch and its barrier are the cost to save. Off on CPU devices,
+	// whose profile keeps the single-pass kernels (no atomics to trust to
+	// a software rasterizer's scheduling when nothing is gained).
+	FuseAttention bool
 }
 
 // matvecRowsPerGroup is how many rows (subgroups) a GPU's matvec workgroup
@@ -67,14 +75,14 @@ const matvecRowsPerGroup = 4
 //     subgroupAdd, matvecRowsPerGroup rows per workgroup.
 //   - other GPUs: 32 invocations per row summed in shared memory.
 func NewProfile(d Device) Profile {
-	p := Profile{Device: d, KV: KVF16, AttentionChunk: attentionChunk, FuseNorm: true}
+	p := Profile{Device: d, KV: KVF16, AttentionChunk: attentionChunk, FuseNorm: true, FuseAttention: true}
 	if d.MaxWorkGroupInvocations == 0 {
 		p.MaxWorkGroupInvocations = 128 // Vulkan's minimum
 	}
 	sg := d.SubgroupSize
 	switch {
 	case d.CPU:
-		p.LoopCap, p.KV, p.AttentionChunk, p.FuseNorm = LavapipeLoopIterations, KVF32, 0, false
+		p.LoopCap, p.KV, p.AttentionChunk, p.FuseNorm, p.FuseAttention = LavapipeLoopIterations, KVF32, 0, false, false
 		p.MatvecReduce, p.MatvecSpec = ReduceShared, []uint32{64, 1, 1}
 	case d.SubgroupArithmetic && sg >= 4 && sg <= 128 && sg&(sg-1) == 0 && matvecRowsPerGroup*sg <= p.MaxWorkGroupInvocations:
 		p.MatvecReduce, p.MatvecSpec = ReduceSubgroup, []uint32{matvecRowsPerGroup * sg, sg, 1}

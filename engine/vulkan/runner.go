@@ -102,6 +102,7 @@ type activations struct {
 	qkv    *vk.Buffer // q [qDim], k [kvDim], v [kvDim] (weights.block.qkv.part)
 	att    *vk.Buffer // [qDim] attention output
 	part   *vk.Buffer // [nHead][attnSplits][2+headDim] flash-decoding's partial results
+	done   *vk.Buffer // [nHead+1] u32 decode_attend's counters, zero between dispatches
 	gu     *vk.Buffer // gate [nFF], up [nFF] (weights.block.gateUp.part)
 	h      *vk.Buffer // [nFF] SwiGLU output
 	logits *vk.Buffer // [nVocab]
@@ -210,6 +211,10 @@ func (r *Runner) allocate() error {
 	a.gu, a.h = must(b0.gateUp.bytes, vk.DeviceLocal), must(f32(c.NFF), vk.DeviceLocal)
 	a.logits = must(f32(c.NVocab), vk.DeviceLocal)
 	a.part = must(4*shaders.DecodeAttentionPartialFloats(1, uint32(c.NHead), uint32(c.HeadDim), r.attnSplits), vk.DeviceLocal)
+	a.done = must(4*shaders.DecodeAttendDoneWords(uint32(c.NHead)), vk.DeviceLocal)
+	if err == nil {
+		err = a.done.Upload(make([]byte, a.done.Size()), 0) // decode_attend leaves it zero after each dispatch
+	}
 	r.cache = make([]layerCache, c.NLayer)
 	r.routes = make([]route, c.NLayer)
 	for l := range r.cache {
@@ -306,7 +311,13 @@ func (r *Runner) ContextLen() int { return r.ctx }
 // themselves are left, unread).
 func (r *Runner) Reset() {
 	r.pos = 0
-	if err := r.counts.Upload(make([]byte, 4*r.c.NLayer), 0); err != nil {
+	// decode_attend's counters are zero after every complete step; zeroed
+	// here too, in case a step failed half-way.
+	err := r.counts.Upload(make([]byte, 4*r.c.NLayer), 0)
+	if err == nil {
+		err = r.act.done.Upload(make([]byte, r.act.done.Size()), 0)
+	}
+	if err != nil {
 		// Only a lost device fails here; the next Feed reports it.
 		r.pos = r.ctx
 	}

@@ -443,7 +443,9 @@ func TestKVCacheF16(t *testing.T) {
 // entries of the capacity, capped): the 37 tokens make chunks of 1 to 3
 // entries, and the routed layers' shorter caches leave some empty; in
 // dense and routed (indirectly dispatched) blocks, under each GPU profile
-// forced onto this device, with both cache types. Tolerance as without the
+// forced onto this device, with both cache types, fused into decode_attend
+// (one dispatch, the merge by the last workgroup) and not (decode_kv, the
+// split pass and the combine pass). Tolerance as without the
 // split (tolF32), or TestKVCacheF16's for F16: the chunks are one more level
 // of the same online-softmax merge.
 func TestSplitAttention(t *testing.T) {
@@ -452,23 +454,25 @@ func TestSplitAttention(t *testing.T) {
 		if prof.AttentionChunk == 0 {
 			continue // a CPU profile never splits
 		}
-		split := *prof
-		split.AttentionChunk = 4
-		for _, kv := range []string{"f32", "f16"} {
-			t.Run(name+"/"+kv, func(t *testing.T) {
-				m := openModel(t, "../../testdata/mod/mod-trained.gguf")
-				run, err := New(dev, m, mod.RoutingRouter, Options{DeviceProfile: &split})
-				require.NoError(t, err)
-				require.Greater(t, run.attnSplits, uint32(1), "context %d", run.ctx)
-				t.Logf("context %d: %d chunks", run.ctx, run.attnSplits)
-				run.Close()
-				tokens := fixtureTokens(t, "../../testdata/mod/mod-trained.fixture.json")["generate-router"]
-				tol, tolKV := tolF32, tolF32
-				if kv == "f16" {
-					tol, tolKV = tolerance{abs: tolLogits, rel: 2e-3}, tolerance{abs: tolLogits, rel: 1.0 / 1024}
-				}
-				checkAgainstCPUWith(t, dev, m, mod.RoutingRouter, tokens, Options{DeviceProfile: &split, KVType: kv}, tol, tolKV)
-			})
+		for _, fuse := range []bool{true, false} {
+			split := *prof
+			split.AttentionChunk, split.FuseAttention = 4, fuse
+			for _, kv := range []string{"f32", "f16"} {
+				t.Run(fmt.Sprintf("%s/fused-%t/%s", name, fuse, kv), func(t *testing.T) {
+					m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+					run, err := New(dev, m, mod.RoutingRouter, Options{DeviceProfile: &split})
+					require.NoError(t, err)
+					require.Greater(t, run.attnSplits, uint32(1), "context %d", run.ctx)
+					t.Logf("context %d: %d chunks", run.ctx, run.attnSplits)
+					run.Close()
+					tokens := fixtureTokens(t, "../../testdata/mod/mod-trained.fixture.json")["generate-router"]
+					tol, tolKV := tolF32, tolF32
+					if kv == "f16" {
+						tol, tolKV = tolerance{abs: tolLogits, rel: 2e-3}, tolerance{abs: tolLogits, rel: 1.0 / 1024}
+					}
+					checkAgainstCPUWith(t, dev, m, mod.RoutingRouter, tokens, Options{DeviceProfile: &split, KVType: kv}, tol, tolKV)
+				})
+			}
 		}
 	}
 }
@@ -526,48 +530,57 @@ func TestMatricesInPieces(t *testing.T) {
 // a dense model (q|k|v and gate|up stacked, one type), per block and for
 // the embedding and the head, under each profile:
 //   - GPU profiles (RMSNorm folded into the matvecs, SwiGLU into gate|up,
-//     the residual adds into the output and down matvecs): per block the
-//     norm+q|k|v matvec, decode_kv (RoPE and the KV append), attention
-//     (one pass, or two when split), output+add, norm+gate|up+SwiGLU,
-//     down+add: 6, or 7 with split attention. The head: embed, then
-//     norm+output and argmax.
-//   - a CPU profile (no norm fusion): rmsnorm, q|k|v, decode_kv, attention,
-//     output+add, rmsnorm, gate|up, swiglu, down+add: 9; the head 4.
-//
-// DESIGN.md §6's target is 5 per block: that needs RoPE and the KV append
-// folded into the q|k|v matvec and the split attention's merge into its
-// first pass, which are not done yet.
+//     the residual adds into the output and down matvecs, RoPE, the KV
+//     append and split attention into decode_attend): per block
+//     norm+q|k|v, attention, output+add, norm+gate|up+SwiGLU, down+add: 5,
+//     DESIGN.md §6's target, however many chunks the attention has. The
+//     head: embed, then norm+output and argmax (3).
+//   - the same without the attention fusion: decode_kv and attention apart,
+//     6, or 7 with split attention (its combine pass).
+//   - a CPU profile (no norm or attention fusion): rmsnorm, q|k|v,
+//     decode_kv, attention, output+add, rmsnorm, gate|up, swiglu,
+//     down+add: 9; the head 4.
 func TestDecodeDispatches(t *testing.T) {
 	dev := openDevice(t, true)
 	m := openModel(t, "../../testdata/mod/dense-rand.gguf")
 	require.False(t, m.Config.IsMoD())
 	for name, prof := range testProfiles(t, dev) {
-		for _, chunk := range []uint32{0, 4} {
-			if chunk > 0 && prof.AttentionChunk == 0 {
-				continue
-			}
-			p := *prof
-			if p.AttentionChunk > 0 {
-				p.AttentionChunk = chunk
-				if chunk == 0 {
-					p.AttentionChunk = uint32(m.Config.ContextLen) // one chunk: the single pass
+		for _, fuse := range []bool{true, false} {
+			for _, chunk := range []uint32{0, 4} {
+				if (chunk > 0 || !fuse) && prof.AttentionChunk == 0 {
+					continue // a CPU profile: one case
 				}
+				p := *prof
+				p.FuseAttention = p.FuseAttention && fuse
+				if p.AttentionChunk > 0 {
+					p.AttentionChunk = chunk
+					if chunk == 0 {
+						p.AttentionChunk = uint32(m.Config.ContextLen) // one chunk: the single pass
+					}
+				}
+				run, err := New(dev, m, mod.RoutingRouter, Options{DeviceProfile: &p})
+				require.NoError(t, err)
+				_, err = run.Feed([]int32{1})
+				require.NoError(t, err)
+				perBlock, head := 9, 4
+				switch {
+				case p.FuseAttention:
+					perBlock, head = 5, 3
+				case p.FuseNorm:
+					perBlock, head = 6, 3
+					if run.attnSplits > 1 {
+						perBlock++
+					}
+				}
+				got := run.step.Stats().Dispatches
+				assert.Equal(t, head+m.Config.NLayer*perBlock, got, "%s, fused attention %t, %d chunks", name, p.FuseAttention, run.attnSplits)
+				if p.FuseNorm && p.FuseAttention {
+					assert.LessOrEqual(t, got, 3+5*m.Config.NLayer, "DESIGN.md §6: at most 5 per dense block plus 3")
+				}
+				t.Logf("%s, fused attention %t, %d attention chunks: %d dispatches = %d per block x %d blocks + %d",
+					name, p.FuseAttention, run.attnSplits, got, perBlock, m.Config.NLayer, head)
+				run.Close()
 			}
-			run, err := New(dev, m, mod.RoutingRouter, Options{DeviceProfile: &p})
-			require.NoError(t, err)
-			_, err = run.Feed([]int32{1})
-			require.NoError(t, err)
-			perBlock, head := 9, 4
-			if p.FuseNorm {
-				perBlock, head = 6, 3
-			}
-			if run.attnSplits > 1 {
-				perBlock++
-			}
-			got := run.step.Stats().Dispatches
-			assert.Equal(t, head+m.Config.NLayer*perBlock, got, "%s, %d attention chunks", name, run.attnSplits)
-			t.Logf("%s, %d attention chunks: %d dispatches = %d per block x %d blocks + %d", name, run.attnSplits, got, perBlock, m.Config.NLayer, head)
-			run.Close()
 		}
 	}
 }

@@ -89,7 +89,10 @@ func (r *Runner) record() error {
 // are appended to the layer's cache at the GPU-side count. The residual
 // adds are folded into the output and down matvecs; with the profile's
 // FuseNorm each RMSNorm is folded into the matvec after it, and SwiGLU into
-// the gate|up matvec when gate and up are one stacked matrix.
+// the gate|up matvec when gate and up are one stacked matrix; with
+// FuseAttention RoPE, the KV append and attention are one dispatch
+// (decode_attend). A GPU profile's dense block is then 5 dispatches:
+// norm+q|k|v, attention, output+add, norm+gate|up+SwiGLU, down+add.
 func (r *Runner) blockOps(l int, xb *vk.Buffer) ([]op, error) {
 	c := r.c
 	a := &r.act
@@ -142,17 +145,31 @@ func (r *Runner) blockOps(l int, xb *vk.Buffer) ([]op, error) {
 	if err != nil {
 		return nil, err
 	}
-	ops = append(ops,
-		newOp(kv, shaders.DecodeKVPush{HeadDim: uint32(c.HeadDim), NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
-			KOff: uint32(b.qkv.part[1] / 4), VOff: uint32(b.qkv.part[2] / 4), Layer: uint32(l), MaxEntries: uint32(r.ctx)},
-			[3]uint32{1, 1, 1},
-			rw(a.qkv, 0, 0), rd(r.tokPos, 0, 0), rd(r.w.ropeFreq, 0, 0), wr(kc.k, 0, 0), wr(kc.v, 0, 0), wr(kc.pos, 0, 0), rw(r.counts, 0, 0)),
-	)
-	attnOps, err := r.attentionOps(l, attn)
-	if err != nil {
-		return nil, err
+	if r.ks.prof.FuseAttention {
+		// RoPE, the KV append and attention in one dispatch.
+		attend, err := r.ks.get("decode_attend"+r.kv, shaders.DecodeAttendSpec(r.attnSplits))
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, newOp(attend, shaders.DecodeAttendPush{HeadDim: uint32(c.HeadDim), NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
+			KOff: uint32(b.qkv.part[1] / 4), VOff: uint32(b.qkv.part[2] / 4), Layer: uint32(l), MaxEntries: uint32(r.ctx),
+			Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))},
+			shaders.DecodeAttendGroups(uint32(c.NHead), r.attnSplits),
+			rd(a.qkv, 0, 0), rd(r.tokPos, 0, 0), rd(r.w.ropeFreq, 0, 0), rw(kc.k, 0, 0), rw(kc.v, 0, 0), rw(kc.pos, 0, 0), rw(r.counts, 0, 0),
+			rw(a.part, 0, 0), rw(a.done, 0, 0), wr(a.att, 0, 4*uint64(c.NHead*c.HeadDim))))
+	} else {
+		ops = append(ops,
+			newOp(kv, shaders.DecodeKVPush{HeadDim: uint32(c.HeadDim), NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
+				KOff: uint32(b.qkv.part[1] / 4), VOff: uint32(b.qkv.part[2] / 4), Layer: uint32(l), MaxEntries: uint32(r.ctx)},
+				[3]uint32{1, 1, 1},
+				rw(a.qkv, 0, 0), rd(r.tokPos, 0, 0), rd(r.w.ropeFreq, 0, 0), wr(kc.k, 0, 0), wr(kc.v, 0, 0), wr(kc.pos, 0, 0), rw(r.counts, 0, 0)),
+		)
+		attnOps, err := r.attentionOps(l, attn)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, attnOps...)
 	}
-	ops = append(ops, attnOps...)
 	oOps, err := residual(b.o, a.att)
 	if err != nil {
 		return nil, err

@@ -41,6 +41,19 @@ layout(push_constant) uniform DecodeAttentionCombinePush {
 } p;
 #endif
 
+#ifdef OP_DECODE_ATTEND
+layout(push_constant) uniform DecodeAttendPush {
+	uint headDim;    // elements per head, even
+	uint nHead;      // query heads: q is qkv[0 : nHead*headDim]
+	uint nKVHead;    // key/value heads, nHead a multiple of it
+	uint kOff;       // element offset of k in qkv
+	uint vOff;       // element offset of v in qkv
+	uint layer;      // index of this layer's entry count in counts
+	uint maxEntries; // entries the cache holds; an append past it is dropped
+	float scale;     // score multiplier, 1/sqrt(headDim)
+} p;
+#endif
+
 #ifdef OP_DECODE_ARGS
 layout(push_constant) uniform DecodeArgsPush {
 	uint m; // dispatches: groups and args are [m][3]
