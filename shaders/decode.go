@@ -7,12 +7,18 @@ package shaders
 // Their push-constant structs mirror include/push_decode.glsl member for
 // member.
 //
-// A decode step's layer (engine/vulkan):
+// A decode step's dense layer (engine/vulkan), on a GPU profile, 5 dispatches:
 //
-//	rmsnorm, matvec q|k|v         x        -> qkv
-//	decode_kv                     qkv, pos -> q rotated; k, v, pos appended at counts[layer]++
-//	decode_attention              q, cache, counts[layer] -> att
-//	matvec o, add, rmsnorm, matvec gate|up, swiglu, matvec down, add
+//	matvec_*_norm q|k|v           x                 -> qkv (RMSNorm folded in)
+//	decode_attend                 qkv, pos, cache   -> att; k, v, pos appended at counts[layer]++
+//	matvec_*_add o                att               -> x += o
+//	matvec_*_norm_swiglu gate|up  x                 -> h (RMSNorm and SwiGLU folded in)
+//	matvec_*_add down             h                 -> x += down
+//
+// On a CPU device's profile (lavapipe): rmsnorm, matvec q|k|v; decode_kv
+// (q rotated; k, v, pos appended at counts[layer]++); decode_attention (or
+// flash-decoding's decode_attention_split and decode_attention_combine);
+// matvec_*_add o, rmsnorm, matvec gate|up, swiglu, matvec_*_add down.
 //
 // In a routed layer, router_score (or predictor_score) and compact_positive
 // decide on the GPU; decode_args turns compact's count into the indirect
