@@ -26,8 +26,9 @@
 // kernel's work on a GPU), each a define:
 //   NORM      x is RMSNorm'd first with weight normw (binding 3) and p.eps:
 //             y = W (x * inv * normw), inv = 1/sqrt(mean(x^2) + eps), each
-//             row group summing x^2 itself (x is small and cached), so the
-//             rmsnorm dispatch before a matvec goes.
+//             row group summing x^2 from the x it loads for the dot product
+//             anyway, so the rmsnorm dispatch before a matvec goes at the
+//             cost of a multiply-add per element.
 //   ADD       y += W x: the residual add after the output and down matvecs.
 //   SWIGLU    W is gate and up stacked ([2*rows][cols]) and y[r] =
 //             silu(gate_r . x) * (up_r . x): the swiglu dispatch goes.
@@ -85,15 +86,34 @@ float scaleAt(uint at, uint b) {
 	return unpackHalf2x16(w[(at >> 2) + (b >> 1)] >> ((b & 1u) * 16u)).x;
 }
 
-// X4 is elements 4c..4c+3 of the vector at element offset xs (a multiple of
-// 4), times the RMSNorm weight under NORM (the 1/rms is applied to the
-// sum); X is element j.
+// X4(k, c) is elements 4c..4c+3 of vector k (at element offset xs[k], a
+// multiple of 4, in accumulate), times the RMSNorm weight under NORM (the
+// 1/rms is applied to the sum); X(k, j) is element j. Under NORM they also
+// add the squares of the raw elements to ss[k] while wantSS: a row's
+// invocations load every element of x exactly once, so their sums of ss
+// make mean(x^2) with no second walk over x.
 #ifdef NORM
-#define X4(xs, c) (x4[(xs) / 4u + (c)] * nw4[c])
-#define X(xs, j) (x[(xs) + (j)] * nw[j])
+float ss[NB];
+bool wantSS = false;
+vec4 loadX4(uint k, uint xs, uint c) {
+	vec4 v = x4[xs / 4u + c];
+	if (wantSS) {
+		ss[k] += dot(v, v);
+	}
+	return v * nw4[c];
+}
+float loadX(uint k, uint xs, uint j) {
+	float v = x[xs + j];
+	if (wantSS) {
+		ss[k] += v * v;
+	}
+	return v * nw[j];
+}
+#define X4(k, c) loadX4(k, xs[k], c)
+#define X(k, j) loadX(k, xs[k], j)
 #else
-#define X4(xs, c) x4[(xs) / 4u + (c)]
-#define X(xs, j) x[(xs) + (j)]
+#define X4(k, c) x4[xs[k] / 4u + (c)]
+#define X(k, j) x[xs[k] + (j)]
 #endif
 
 // accumulate adds to acc[k] the partial dot product of this invocation's
@@ -110,7 +130,7 @@ void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
 		for (uint j = lane; j < c4; j += TPR) {
 			vec4 wv = uintBitsToFloat(w4[base + j]);
 			for (uint k = 0u; k < NB; k++) {
-				acc[k] += dot(wv, X4(xs[k], j));
+				acc[k] += dot(wv, X4(k, j));
 			}
 		}
 	} else {
@@ -118,7 +138,7 @@ void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
 		for (uint j = lane; j < p.cols; j += TPR) {
 			float wv = loadF32(base + j);
 			for (uint k = 0u; k < NB; k++) {
-				acc[k] += wv * X(xs[k], j);
+				acc[k] += wv * X(k, j);
 			}
 		}
 	}
@@ -130,7 +150,7 @@ void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
 			vec4 lo = vec4(unpackHalf2x16(u.x), unpackHalf2x16(u.y));
 			vec4 hi = vec4(unpackHalf2x16(u.z), unpackHalf2x16(u.w));
 			for (uint k = 0u; k < NB; k++) {
-				acc[k] += dot(lo, X4(xs[k], 2u * j)) + dot(hi, X4(xs[k], 2u * j + 1u));
+				acc[k] += dot(lo, X4(k, 2u * j)) + dot(hi, X4(k, 2u * j + 1u));
 			}
 		}
 	} else {
@@ -138,7 +158,7 @@ void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
 		for (uint j = lane; j < p.cols; j += TPR) {
 			float wv = loadF16(base + j);
 			for (uint k = 0u; k < NB; k++) {
-				acc[k] += wv * X(xs[k], j);
+				acc[k] += wv * X(k, j);
 			}
 		}
 	}
@@ -152,10 +172,10 @@ void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
 		float d = scaleAt(scales, blk);
 		for (uint k = 0u; k < NB; k++) {
 			uint c = 8u * b; // the block's first vec4 of x
-			float s = dot(i8x4(q0.x), X4(xs[k], c)) + dot(i8x4(q0.y), X4(xs[k], c + 1u)) +
-				dot(i8x4(q0.z), X4(xs[k], c + 2u)) + dot(i8x4(q0.w), X4(xs[k], c + 3u)) +
-				dot(i8x4(q1.x), X4(xs[k], c + 4u)) + dot(i8x4(q1.y), X4(xs[k], c + 5u)) +
-				dot(i8x4(q1.z), X4(xs[k], c + 6u)) + dot(i8x4(q1.w), X4(xs[k], c + 7u));
+			float s = dot(i8x4(q0.x), X4(k, c)) + dot(i8x4(q0.y), X4(k, c + 1u)) +
+				dot(i8x4(q0.z), X4(k, c + 2u)) + dot(i8x4(q0.w), X4(k, c + 3u)) +
+				dot(i8x4(q1.x), X4(k, c + 4u)) + dot(i8x4(q1.y), X4(k, c + 5u)) +
+				dot(i8x4(q1.z), X4(k, c + 6u)) + dot(i8x4(q1.w), X4(k, c + 7u));
 			acc[k] += d * s;
 		}
 	}
@@ -178,7 +198,7 @@ void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
 			uint c = 8u * b;
 			float s = 0.0;
 			for (uint i = 0u; i < 4u; i++) {
-				s += dot(lo[i], X4(xs[k], c + i)) + dot(hi[i], X4(xs[k], c + 4u + i));
+				s += dot(lo[i], X4(k, c + i)) + dot(hi[i], X4(k, c + 4u + i));
 			}
 			acc[k] += d * s;
 		}
@@ -232,7 +252,16 @@ void rowPass(uint r, uint s0, uint tid, uint lane, bool live) {
 	for (uint k = 0u; k < NB; k++) {
 		acc[k] = 0.0;
 	}
+#ifdef NORM
+	for (uint k = 0u; k < NB; k++) {
+		ss[k] = 0.0;
+	}
+	wantSS = true; // the first walk over x sums its squares
+#endif
 	accumulate(r, s0, lane, acc);
+#ifdef NORM
+	wantSS = false;
+#endif
 	rowSum(acc, tid, lane);
 #ifdef SWIGLU
 	float up[NB];
@@ -244,14 +273,6 @@ void rowPass(uint r, uint s0, uint tid, uint lane, bool live) {
 #endif
 #ifdef NORM
 	// mod.RMSNorm: inv = 1/sqrt(mean(x^2) + eps), applied to the sum.
-	float ss[NB];
-	for (uint k = 0u; k < NB; k++) {
-		ss[k] = 0.0;
-		uint xs = min(s0 + k, p.n - 1u) * p.cols;
-		for (uint j = lane; j < p.cols; j += TPR) {
-			ss[k] += x[xs + j] * x[xs + j];
-		}
-	}
 	rowSum(ss, tid, lane);
 	for (uint k = 0u; k < NB; k++) {
 		float inv = 1.0 / sqrt(ss[k] / float(p.cols) + p.eps);

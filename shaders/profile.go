@@ -44,10 +44,10 @@ type Profile struct {
 	AttentionChunk uint32
 	// FuseNorm folds RMSNorm into the matvec that follows it (matvec's
 	// FuseNorm and FuseNormSwiGLU): one dispatch fewer per norm, at the
-	// price of each row group summing x^2 itself. On a GPU a row group is a
-	// subgroup and x is cached: cheap. On a CPU device an invocation owns a
-	// row and would redo the whole sum for every row, so it stays off there
-	// (not measured: the safe side).
+	// price of each row group summing x^2 from the x it loads anyway. On a
+	// GPU that is a multiply-add per element. On a CPU device, where an
+	// invocation owns a row, it is one per weight, and a dispatch costs
+	// less against lavapipe's slow matvecs: off there (not measured).
 	FuseNorm bool
 	// FuseAttention runs a decode step's attention as one dispatch
 	// (decode_attend: RoPE, the KV append, the chunks and their merge by
