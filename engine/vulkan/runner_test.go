@@ -48,9 +48,12 @@ func openModel(t testing.TB, path string) *mod.Model {
 	return m
 }
 
+// newRunner makes a runner with the device's profile and an F32 KV cache,
+// whatever the device's default: the tests that use it compare with the
+// CPU at tolLogits (TestKVCacheF16 has the F16 cache's tolerance).
 func newRunner(t testing.TB, dev *vk.Device, m *mod.Model, r mod.Routing) *Runner {
 	t.Helper()
-	run, err := New(dev, m, r, Options{})
+	run, err := New(dev, m, r, Options{KVType: "f32"})
 	require.NoError(t, err)
 	t.Cleanup(run.Close)
 	return run
@@ -434,7 +437,9 @@ func TestKVCacheF16(t *testing.T) {
 	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
 	_, err := New(dev, m, mod.RoutingRouter, Options{KVType: "q8"})
 	assert.ErrorContains(t, err, `KV cache type "q8"`)
-	run := newRunner(t, dev, m, mod.RoutingRouter)
+	run, err := New(dev, m, mod.RoutingRouter, Options{})
+	require.NoError(t, err)
+	defer run.Close()
 	assert.Equal(t, shaders.KVTypeName(DeviceProfile(dev.Info()).KV), run.KVType(), "the profile's default")
 }
 
