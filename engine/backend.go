@@ -23,6 +23,40 @@ type BackendOptions struct {
 	// Profile times every GPU command (vulkan.Options.Profile); the
 	// backend's Runner is then a Profiler. Ignored on the CPU.
 	Profile bool
+	// ContextLen is the longest sequence a Runner takes, and so the size
+	// of its KV caches (--ctx); 0 means the model's context length, at most
+	// DefaultMaxContext. More than the model's is an error.
+	ContextLen int
+	// KVType is the GPU KV cache's element type, "f16" or "f32"
+	// (--kv-type); "" means the device's default: f16 on a GPU, f32 on a
+	// CPU emulation. Ignored on the CPU backend, whose cache is F32.
+	KVType string
+}
+
+// DefaultMaxContext caps the default context length (BackendOptions): a
+// model made for long contexts (Llama-2: 4096 tokens, F32 KV cache of 2 GiB)
+// takes no more memory than that unless asked.
+const DefaultMaxContext = 4096
+
+// contextLen is the context length o asks for with model m.
+func (o BackendOptions) contextLen(m *mod.Model) (int, error) {
+	model := m.Config.ContextLen
+	switch {
+	case o.ContextLen < 0 || o.ContextLen > model:
+		return 0, fmt.Errorf("engine: context length %d is outside [1, %d] (the model's)", o.ContextLen, model)
+	case o.ContextLen > 0:
+		return o.ContextLen, nil
+	}
+	return min(model, DefaultMaxContext), nil
+}
+
+// checkKVType refuses a KV cache type other than "", "f16" and "f32".
+func (o BackendOptions) checkKVType() error {
+	switch o.KVType {
+	case "", "f16", "f32":
+		return nil
+	}
+	return fmt.Errorf("engine: KV cache type %q is not f16 or f32", o.KVType)
 }
 
 // Profiler is a Runner that reports the GPU time of each kernel (the Vulkan
@@ -57,9 +91,17 @@ func (b *Backend) Close() {
 // CPU emulation (lavapipe) does not count as a GPU for auto: the native CPU
 // backend is several times faster there; BackendVulkan uses it anyway.
 func OpenBackend(m *mod.Model, r mod.Routing, o BackendOptions) (b *Backend, notice string, err error) {
+	ctx, err := o.contextLen(m)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := o.checkKVType(); err != nil {
+		return nil, "", err
+	}
+	o.ContextLen = ctx
 	switch o.Name {
 	case BackendCPU:
-		return cpuBackend(m, r)
+		return cpuBackend(m, r, ctx)
 	case BackendVulkan:
 		b, _, err := vulkanBackend(m, r, o, false)
 		return b, "", err
@@ -71,17 +113,18 @@ func OpenBackend(m *mod.Model, r mod.Routing, o BackendOptions) (b *Backend, not
 		if err != nil {
 			why = err.Error()
 		}
-		b, _, err = cpuBackend(m, r)
+		b, _, err = cpuBackend(m, r, ctx)
 		return b, "modrun: " + why + "; running on the CPU", err
 	}
 	return nil, "", fmt.Errorf("--backend %q is not auto, cpu or vulkan", o.Name)
 }
 
-func cpuBackend(m *mod.Model, r mod.Routing) (*Backend, string, error) {
+func cpuBackend(m *mod.Model, r mod.Routing, ctx int) (*Backend, string, error) {
 	c, err := NewCPU(m, r)
 	if err != nil {
 		return nil, "", err
 	}
+	c.ctx = ctx
 	return &Backend{Runner: c, Name: BackendCPU}, "", nil
 }
 
@@ -125,7 +168,7 @@ func vulkanBackend(m *mod.Model, r mod.Routing, o BackendOptions, gpuOnly bool) 
 	if b == nil {
 		return nil, why, err
 	}
-	run, err := vulkan.New(dev, m, r, vulkan.Options{Profile: o.Profile})
+	run, err := vulkan.New(dev, m, r, vulkan.Options{Profile: o.Profile, ContextLen: o.ContextLen, KVType: o.KVType})
 	if err != nil {
 		b.Close()
 		return nil, "", err

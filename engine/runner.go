@@ -43,7 +43,8 @@ type RoutingStatser interface {
 
 // CPU runs a model with the pure-Go reference forward pass of package mod.
 type CPU struct {
-	s *mod.State
+	s   *mod.State
+	ctx int // ContextLen when set (BackendOptions.ContextLen), else the model's
 }
 
 // NewCPU returns a CPU runner with causal routing r (mod.RoutingRouter or
@@ -59,10 +60,21 @@ func NewCPU(m *mod.Model, r mod.Routing) (*CPU, error) {
 	return &CPU{s: s}, nil
 }
 
-func (c *CPU) Feed(tokens []int32) ([]float32, error) { return c.s.Forward(tokens, false) }
-func (c *CPU) Pos() int                               { return c.s.Pos() }
-func (c *CPU) Reset()                                 { c.s.Reset() }
-func (c *CPU) ContextLen() int                        { return c.s.Model().Config.ContextLen }
+func (c *CPU) Feed(tokens []int32) ([]float32, error) {
+	if n := c.ContextLen(); c.s.Pos()+len(tokens) > n {
+		return nil, fmt.Errorf("engine: %d tokens after %d would pass the context length %d", len(tokens), c.s.Pos(), n)
+	}
+	return c.s.Forward(tokens, false)
+}
+
+func (c *CPU) Pos() int { return c.s.Pos() }
+func (c *CPU) Reset()   { c.s.Reset() }
+func (c *CPU) ContextLen() int {
+	if c.ctx > 0 {
+		return c.ctx
+	}
+	return c.s.Model().Config.ContextLen
+}
 
 // RoutingStats reports the routed layers' counts.
 func (c *CPU) RoutingStats() []LayerStat {

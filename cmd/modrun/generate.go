@@ -26,6 +26,35 @@ func (mf *modelFlags) register(fs *flag.FlagSet, defaultRouting, routingHelp str
 	fs.StringVar(&mf.routing, "routing", defaultRouting, routingHelp)
 }
 
+// cacheFlags are the KV cache flags of the commands that generate (run and
+// bench): they fill engine.BackendOptions.ContextLen and KVType.
+type cacheFlags struct {
+	ctx    int
+	kvType string
+}
+
+func (cf *cacheFlags) register(fs *flag.FlagSet) {
+	usage := fmt.Sprintf("context length `N`: the longest sequence, and the KV cache's size (default: the model's, at most %d)", engine.DefaultMaxContext)
+	fs.IntVar(&cf.ctx, "c", 0, usage)
+	fs.IntVar(&cf.ctx, "ctx", 0, usage)
+	fs.StringVar(&cf.kvType, "kv-type", "", "KV cache type on the GPU: f16 | f32 (default: f16 on a GPU, f32 on a CPU emulation such as lavapipe)")
+}
+
+// options sets o's context length and KV cache type, checking the flags
+// against model m.
+func (cf cacheFlags) options(o *engine.BackendOptions, m *mod.Model) error {
+	if limit := m.Config.ContextLen; cf.ctx < 0 || cf.ctx > limit {
+		return fmt.Errorf("%w: --ctx %d: must be in [1, %d] (the context length of the model)", errUsage, cf.ctx, limit)
+	}
+	switch cf.kvType {
+	case "", "f16", "f32":
+	default:
+		return fmt.Errorf("%w: --kv-type %q is not f16 or f32", errUsage, cf.kvType)
+	}
+	o.ContextLen, o.KVType = cf.ctx, cf.kvType
+	return nil
+}
+
 // loaded is a model with its tokenizer.
 type loaded struct {
 	model   *mod.Model
@@ -82,6 +111,8 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("run", generateArgs, stderr)
 	var mf modelFlags
 	mf.register(fs, "router", "causal routing of MoD blocks: router (r > 0) | predictor (p > 0)")
+	var cf cacheFlags
+	cf.register(fs)
 	prompt := fs.String("p", "", "prompt `TEXT` (BOS is added when the model's tokenizer asks for it)")
 	n := fs.Int("n", 256, "new tokens at most (0 = until EOS or the context is full)")
 	so := engine.DefaultSampler()
@@ -123,14 +154,21 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if len(ids) == 0 {
 		return fmt.Errorf("-p: the prompt is empty and the tokenizer adds no BOS; give some text")
 	}
+	bo := engine.BackendOptions{Name: mf.backend, Device: mf.device, Profile: *profile}
+	if err := cf.options(&bo, l.model); err != nil {
+		return err
+	}
 	if ctx := l.model.Config.ContextLen; len(ids) > ctx {
 		return fmt.Errorf("-p: the prompt has %d tokens, more than the context length %d of %s", len(ids), ctx, mf.path)
 	}
-	backend, notice, err := engine.OpenBackend(l.model, l.routing, engine.BackendOptions{Name: mf.backend, Device: mf.device, Profile: *profile})
+	backend, notice, err := engine.OpenBackend(l.model, l.routing, bo)
 	if err != nil {
 		return fmt.Errorf("--backend %s: %w", mf.backend, err)
 	}
 	defer backend.Close()
+	if ctx := backend.ContextLen(); len(ids) > ctx {
+		return fmt.Errorf("-p: the prompt has %d tokens, more than the context length %d (--ctx)", len(ids), ctx)
+	}
 	if notice != "" {
 		fmt.Fprintln(stderr, notice)
 	}
@@ -162,7 +200,7 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	if res.Stop == engine.StopContextFull {
-		fmt.Fprintf(stderr, "modrun: stopped: the sequence filled the context length (%d tokens)\n", l.model.Config.ContextLen)
+		fmt.Fprintf(stderr, "modrun: stopped: the sequence filled the context length (%d tokens; --ctx sets it)\n", backend.ContextLen())
 	}
 	if *stats {
 		printStats(stderr, l, backend, res, so.Seed)
@@ -205,6 +243,9 @@ func printStats(w io.Writer, l *loaded, b *engine.Backend, res engine.Result, se
 		m := ms.MemoryStats()
 		fmt.Fprintf(w, "GPU memory: %s (weights %s, KV cache %s, scratch %s)\n",
 			mib(m.Total()), mib(m.Weights), mib(m.KVCache), mib(m.Scratch))
+		if k, ok := b.Runner.(interface{ KVType() string }); ok {
+			fmt.Fprintf(w, "KV cache: %s, %d tokens (--kv-type, --ctx)\n", k.KVType(), b.ContextLen())
+		}
 	}
 	if !l.model.Config.IsMoD() {
 		return

@@ -59,12 +59,41 @@ func TestGenerateBadInput(t *testing.T) {
 		{[]string{"-m", model, "-p", "x", "--backend", "gpu"}, 2, `--backend "gpu" is not auto, cpu or vulkan`},
 		{[]string{"-m", model, "-p", "x", "-n", "-3"}, 2, "-n -3: must be 0 or positive"},
 		{[]string{"-m", model, "-p", "x", "stray"}, 2, `unexpected argument "stray"`},
+		{[]string{"-m", model, "-p", "x", "--kv-type", "q8"}, 2, `--kv-type "q8" is not f16 or f32`},
+		{[]string{"-m", model, "-p", "x", "--ctx", "5000"}, 2, "--ctx 5000: must be in [1, 2048]"},
+		{[]string{"-m", model, "-p", "x", "-c", "-1"}, 2, "--ctx -1: must be in [1, 2048]"},
+		{[]string{"-m", model, "-p", "Once upon a time there", "-c", "4"}, 1, "the prompt has 6 tokens, more than the context length 4 (--ctx)"},
 		{[]string{"-m", filepath.Join(t.TempDir(), "none.gguf"), "-p", "x"}, 1, "none.gguf"},
 	}
 	for _, c := range cases {
 		code, _, stderr := modrun(t, c.args...)
 		assert.Equal(t, c.code, code, stderr)
 		assert.Contains(t, stderr, c.want)
+	}
+}
+
+// TestGenerateContext: --ctx caps the sequence (and sizes the GPU's KV
+// cache) on both backends, and --kv-type picks the GPU cache's type.
+func TestGenerateContext(t *testing.T) {
+	model := shared.Path(t, "models/stories260K.gguf")
+	code, cpuOut, stderr := modrun(t, "-m", model, "-p", "Once upon", "-n", "100", "--ctx", "12", "--backend", "cpu")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stderr, "filled the context length (12 tokens")
+
+	if err := vk.Load(); err != nil {
+		t.Skipf("no Vulkan loader: %v", err)
+	}
+	for _, kv := range []string{"f32", "f16"} {
+		code, out, stderr := modrun(t, "-m", model, "-p", "Once upon", "-n", "100", "-c", "12", "--kv-type", kv, "--backend", "vulkan", "--stats")
+		if code != 0 && strings.Contains(stderr, "no Vulkan device") {
+			t.Skipf("no Vulkan device: %s", stderr)
+		}
+		require.Equal(t, 0, code, stderr)
+		assert.Contains(t, stderr, "filled the context length (12 tokens")
+		assert.Contains(t, stderr, "KV cache: "+kv+", 12 tokens")
+		if kv == "f32" {
+			assert.Equal(t, cpuOut, out, "greedy text as the CPU's")
+		}
 	}
 }
 
@@ -154,6 +183,13 @@ func TestGenerateOnVulkan(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, string(want), out)
 	assert.Contains(t, stderr, "backend vulkan: ")
+	// Both KV cache types tell the same story (the F16 cache's logits differ
+	// by ~1e-3 of their size: no greedy choice here is that close).
+	for _, kv := range []string{"f16", "f32"} {
+		code, kvOut, stderr := modrun(t, "-m", model, "-p", "", "-n", "200", "--backend", "vulkan", "--kv-type", kv)
+		require.Equal(t, 0, code, stderr)
+		assert.Equal(t, string(want), kvOut, "--kv-type %s", kv)
+	}
 	assert.Regexp(t, `GPU memory: [\d.]+ MiB \(weights [\d.]+ MiB, KV cache [\d.]+ MiB, scratch [\d.]+ MiB\)`, stderr)
 
 	code, _, stderr = modrun(t, "-m", modTrained, "-p", "Once upon a time", "-n", "20", "--backend", "vulkan", "--stats")
@@ -188,9 +224,11 @@ func TestGenerateProfile(t *testing.T) {
 	}
 	assert.Regexp(t, `kernel +calls +total ms +us/call +%`, stderr)
 	// 1 BOS + 2 prompt tokens + 9 fed back = 12 steps, an embed each.
-	assert.Regexp(t, `\nmatvec_f32 +\d+ +[\d.]+ +[\d.]+ +[\d.]+%`, stderr)
+	// A GPU's profile picks the subgroup matvec, fused with the norms and
+	// residual adds, decode_attend and the F16 cache.
+	assert.Regexp(t, `\nmatvec_f32(_sg)?(_add|_norm|_norm_swiglu)? +\d+ +[\d.]+ +[\d.]+ +[\d.]+%`, stderr)
 	assert.Regexp(t, `\nembed_f32 +12 `, stderr)
-	assert.Regexp(t, `\ndecode_attention +\d+ `, stderr)
+	assert.Regexp(t, `\ndecode_atten(tion|d)(_f16)? +\d+ `, stderr)
 	assert.Regexp(t, `\nGPU total +[\d.]+\n`, stderr)
 }
 

@@ -86,7 +86,7 @@ func NewEvaluator(dev *vk.Device, m *mod.Model, opts Options) (*Evaluator, error
 	if c.HeadDim > int(shaders.AttentionSpec[1]) {
 		return nil, fmt.Errorf("vulkan: %s: head dimension %d is over the attention kernel's %d", m.Path, c.HeadDim, shaders.AttentionSpec[1])
 	}
-	w := &Runner{dev: dev, c: c, routing: mod.RoutingTopK, ctx: c.ContextLen, ks: newKernels(dev), prof: map[string]*ProfileEntry{}}
+	w := &Runner{dev: dev, c: c, routing: mod.RoutingTopK, ctx: c.ContextLen, ks: newKernels(dev, opts.DeviceProfile), prof: map[string]*ProfileEntry{}}
 	if opts.ContextLen > 0 && opts.ContextLen < w.ctx {
 		w.ctx = opts.ContextLen
 	}
@@ -133,11 +133,10 @@ func (e *Evaluator) build(m *mod.Model) error {
 
 // matmulKernel is matmul for weights of type typ, with the device's tiles.
 func (e *Evaluator) matmulKernel(typ string) (*kernel, error) {
-	spec := shaders.MatmulSpecGPU
-	if e.w.ks.cpu {
-		spec = shaders.MatmulSpecCPU
+	if typ == shaders.MatvecQ4_0 {
+		return nil, fmt.Errorf("vulkan: eval mode has no Q4_0 matmul yet (generation runs Q4_0)")
 	}
-	return e.w.ks.get("matmul_"+typ, spec.Constants())
+	return e.w.ks.get("matmul_"+typ, e.w.ks.prof.Matmul().Constants())
 }
 
 func (e *Evaluator) matOf(m mat) (evalMat, error) {
@@ -340,7 +339,7 @@ func (e *Evaluator) record(s int) (*evalRec, error) {
 	rec := w.dev.NewRecorder()
 	er.rec = rec
 	d := uint32(c.NEmbd)
-	embed, err := w.ks.get("embed_"+w.w.tokenEmbd.typ, nil)
+	embed, err := w.ks.get(w.w.tokenEmbd.embedKernel(), nil)
 	if err != nil {
 		return er, err
 	}
@@ -367,18 +366,19 @@ func (e *Evaluator) record(s int) (*evalRec, error) {
 	return er, rec.Err()
 }
 
-// checkAttentionLoops refuses, on a CPU device, a sequence whose attention
-// would pass lavapipe's loop limit (shaders.LavapipeLoopIterations): each
-// invocation walks every WG-th of the s entries over 3 head dimensions'
-// loops, plus its set-up and the merge.
+// checkAttentionLoops refuses, on a device with a loop cap (lavapipe's
+// shaders.LavapipeLoopIterations), a sequence whose attention would pass it:
+// each invocation walks every WG-th of the s entries over 3 head
+// dimensions' loops, plus its set-up and the merge.
 func (e *Evaluator) checkAttentionLoops(s int) error {
-	if !e.w.ks.cpu {
+	limit := e.w.ks.prof.LoopCap
+	if limit == 0 {
 		return nil
 	}
 	wg, hd := int(shaders.AttentionSpec[0]), e.w.c.HeadDim
 	iters := (s+wg-1)/wg*(3*hd+1) + 5*hd + 2*wg
-	if iters > shaders.LavapipeLoopIterations {
-		return fmt.Errorf("attention over %d tokens would loop %d times per invocation, over lavapipe's limit %d", s, iters, shaders.LavapipeLoopIterations)
+	if iters > int(limit) {
+		return fmt.Errorf("attention over %d tokens would loop %d times per invocation, over the device's limit %d", s, iters, limit)
 	}
 	return nil
 }
