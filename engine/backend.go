@@ -23,6 +23,9 @@ type BackendOptions struct {
 	// Profile times every GPU command (vulkan.Options.Profile); the
 	// backend's Runner is then a Profiler. Ignored on the CPU.
 	Profile bool
+	// Trace makes the backend's Runner a RoutingTracer on Vulkan too (the
+	// CPU always is): each token's routing is copied back from the GPU.
+	Trace bool
 }
 
 // Profiler is a Runner that reports the GPU time of each kernel (the Vulkan
@@ -125,7 +128,7 @@ func vulkanBackend(m *mod.Model, r mod.Routing, o BackendOptions, gpuOnly bool) 
 	if b == nil {
 		return nil, why, err
 	}
-	run, err := vulkan.New(dev, m, r, vulkan.Options{Profile: o.Profile})
+	run, err := vulkan.New(dev, m, r, vulkan.Options{Profile: o.Profile, Trace: o.Trace})
 	if err != nil {
 		b.Close()
 		return nil, "", err
@@ -201,6 +204,22 @@ func vulkanScorer(m *mod.Model, o BackendOptions, gpuOnly bool) (*ScorerBackend,
 type gpuRunner struct {
 	*vulkan.Runner
 	m *mod.Model
+}
+
+// Routes is the Vulkan runner's trace (BackendOptions.Trace), as engine's type.
+func (g gpuRunner) Routes() [][]LayerRoute {
+	trace := g.Runner.Routes()
+	if trace == nil {
+		return nil
+	}
+	out := make([][]LayerRoute, len(trace))
+	for i, routes := range trace {
+		out[i] = make([]LayerRoute, len(routes))
+		for j, r := range routes {
+			out[i][j] = LayerRoute(r)
+		}
+	}
+	return out
 }
 
 func (g gpuRunner) RoutingStats() []LayerStat {
