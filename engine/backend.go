@@ -23,6 +23,10 @@ type BackendOptions struct {
 	// Profile times every GPU command (vulkan.Options.Profile); the
 	// backend's Runner is then a Profiler. Ignored on the CPU.
 	Profile bool
+	// ContextLen caps the sequence on Vulkan, and so the KV caches' size
+	// (vulkan.Options.ContextLen); 0 = the model's. The CPU's cache grows
+	// as it goes, so it ignores this.
+	ContextLen int
 	// Trace makes the backend's Runner a RoutingTracer on Vulkan too (the
 	// CPU always is): each token's routing is copied back from the GPU.
 	Trace bool
@@ -128,7 +132,7 @@ func vulkanBackend(m *mod.Model, r mod.Routing, o BackendOptions, gpuOnly bool) 
 	if b == nil {
 		return nil, why, err
 	}
-	run, err := vulkan.New(dev, m, r, vulkan.Options{Profile: o.Profile, Trace: o.Trace})
+	run, err := vulkan.New(dev, m, r, vulkan.Options{Profile: o.Profile, Trace: o.Trace, ContextLen: o.ContextLen})
 	if err != nil {
 		b.Close()
 		return nil, "", err
