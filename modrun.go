@@ -46,6 +46,9 @@ type Options struct {
 	// KVType is the KV cache's element type: "" or "f32", the only one
 	// this engine keeps for now.
 	KVType string
+	// Profile times every GPU command on Vulkan, for Model.Profile. It
+	// costs a timestamp per command: leave it off when timing generation.
+	Profile bool
 }
 
 // Model is a loaded model on its device. It serves any number of
@@ -101,7 +104,7 @@ func Open(path string, opts Options) (*Model, error) {
 	}
 	m, err := mod.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("modrun: %w", err)
+		return nil, err // it names the file and what is wrong in it
 	}
 	model, err := open(m, opts, bo, routing)
 	if err != nil {
@@ -113,7 +116,7 @@ func Open(path string, opts Options) (*Model, error) {
 
 // check validates opts and turns them into engine's.
 func (o Options) check() (engine.BackendOptions, mod.Routing, error) {
-	bo := engine.BackendOptions{Name: o.Backend, Device: -1, ContextLen: o.ContextLen, Trace: true}
+	bo := engine.BackendOptions{Name: o.Backend, Device: -1, ContextLen: o.ContextLen, Trace: true, Profile: o.Profile}
 	switch o.Backend {
 	case "":
 		bo.Name = BackendAuto
@@ -148,8 +151,8 @@ func (o Options) check() (engine.BackendOptions, mod.Routing, error) {
 func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Routing) (*Model, error) {
 	c := m.Config
 	if c.IsMoD() && routing == mod.RoutingPredictor && c.PredictorHidden == 0 {
-		return nil, fmt.Errorf("modrun: routing predictor: %s has no predictor (%s = 0); use router routing",
-			m.Path, mod.ArchKey(c.Arch, mod.KeyPredictorHidden))
+		return nil, fmt.Errorf("modrun: %s has no predictor (%s = 0): %w",
+			m.Path, mod.ArchKey(c.Arch, mod.KeyPredictorHidden), ErrNoPredictor)
 	}
 	tok, err := tokenizer.FromGGUF(m.File)
 	if err != nil {
@@ -194,6 +197,34 @@ func (m *Model) Info() Info {
 // is true and the tokenizer has one.
 func (m *Model) Tokenize(text string, bos bool) ([]int32, error) {
 	return m.tok.Encode(text, bos)
+}
+
+// ErrNoPredictor is returned by Open for RoutingPredictor with a MoD model
+// trained without a predictor.
+var ErrNoPredictor = errors.New("use router routing")
+
+// ProfileEntry is the GPU time of one kernel (or "copy") over every token
+// since Open.
+type ProfileEntry struct {
+	Kernel string // the shader variant's name, e.g. "matvec_f32"
+	Calls  int
+	NS     uint64 // GPU nanoseconds
+}
+
+// Profile is the GPU time per kernel, most first, with Options.Profile on
+// a Vulkan device that has timestamps; nil otherwise.
+func (m *Model) Profile() []ProfileEntry {
+	m.turn <- struct{}{}
+	defer func() { <-m.turn }()
+	p, ok := m.backend.Runner.(engine.Profiler)
+	if !ok || m.closed {
+		return nil
+	}
+	var out []ProfileEntry
+	for _, e := range p.Profile() {
+		out = append(out, ProfileEntry(e))
+	}
+	return out
 }
 
 // ErrClosed is returned by the methods of a closed Model or Session.

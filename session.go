@@ -74,7 +74,7 @@ type GenerateOptions struct {
 	TopP          float32 // keep the smallest set with probability >= p; 0 (or 1) = all
 	MinP          float32 // drop tokens less likely than MinP times the most likely
 	RepeatPenalty float32 // > 1 penalises the last RepeatLastN tokens; 0 (or 1) = off
-	RepeatLastN   int     // tokens the penalty looks at; 0 = 64
+	RepeatLastN   int     // tokens the penalty looks at; 0 = 64, negative = none
 	Seed          uint64  // the same seed, options and model give the same tokens
 }
 
@@ -87,8 +87,11 @@ func (o GenerateOptions) sampler() (engine.SamplerOptions, error) {
 	if so.RepeatPenalty == 0 {
 		so.RepeatPenalty = 1
 	}
-	if so.RepeatLastN == 0 {
+	switch {
+	case so.RepeatLastN == 0:
 		so.RepeatLastN = engine.DefaultSampler().RepeatLastN
+	case so.RepeatLastN < 0:
+		so.RepeatLastN = 0
 	}
 	if o.MaxTokens < 0 {
 		return so, fmt.Errorf("modrun: MaxTokens %d: must be 0 (no limit) or positive", o.MaxTokens)
@@ -179,9 +182,12 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 	if len(ids) == 0 && len(s.pending) == 0 {
 		return Result{}, fmt.Errorf("modrun: the prompt is empty and there is nothing to continue from; give some text")
 	}
-	if n := len(s.fed) + len(s.pending) + len(ids); n > s.m.ctxLen {
-		return Result{}, fmt.Errorf("modrun: the prompt has %d tokens; with the session's %d that is more than the context length %d",
-			len(ids), len(s.fed)+len(s.pending), s.m.ctxLen)
+	if have := len(s.fed) + len(s.pending); have+len(ids) > s.m.ctxLen {
+		if have == 0 {
+			return Result{}, fmt.Errorf("modrun: the prompt has %d tokens, more than the context length %d", len(ids), s.m.ctxLen)
+		}
+		return Result{}, fmt.Errorf("modrun: the prompt has %d tokens; after the session's %d that is more than the context length %d",
+			len(ids), have, s.m.ctxLen)
 	}
 	select { // take the model's runner
 	case s.m.turn <- struct{}{}:
