@@ -103,15 +103,16 @@ func fill(dst *image.RGBA, r image.Rectangle, c color.RGBA) {
 }
 
 // ReadRoutingMap reads back, from a picture holding a routing map of
-// columns tokens and rows layers with its top-left corner at at, which
-// cells are marked: [column][row]. It lets a test or a tool check a
-// screenshot or a PNG against a generation's routes.
-func ReadRoutingMap(img image.Image, at image.Point, columns, rows int) [][]bool {
+// columns tokens and rows layers with its top-left corner at at, magnified
+// scale times (1: as drawn), which cells are marked: [column][row]. It lets
+// a test or a tool check a screenshot or a PNG against a generation's
+// routes.
+func ReadRoutingMap(img image.Image, at image.Point, scale, columns, rows int) [][]bool {
 	out := make([][]bool, columns)
 	for i := range out {
 		out[i] = make([]bool, rows)
 		for j := range out[i] {
-			c := at.Add(MapCellOrigin(i, j)).Add(image.Pt(MapCell/2, MapCell/2))
+			c := at.Add(MapCellOrigin(i, j).Add(image.Pt(MapCell/2, MapCell/2)).Mul(scale)).Add(image.Pt(scale/2, scale/2))
 			r, g, b, _ := img.At(c.X, c.Y).RGBA()
 			out[i][j] = r>>8 == 255 && g>>8 == 255 && b>>8 == 255
 		}

@@ -26,7 +26,7 @@ func TestRoutingMapRoundTrip(t *testing.T) {
 	back, err := png.Decode(&buf)
 	require.NoError(t, err)
 	want := modrun.Marked(toks, rows)
-	assert.Equal(t, want, modrun.ReadRoutingMap(back, image.Point{}, len(toks), rows))
+	assert.Equal(t, want, modrun.ReadRoutingMap(back, image.Point{}, 1, len(toks), rows))
 	marks := 0
 	for _, col := range want {
 		for _, m := range col {
@@ -48,6 +48,6 @@ func TestRoutingMapRoundTrip(t *testing.T) {
 	// Drawn at an offset inside a bigger picture, clipped at its edge.
 	big := image.NewRGBA(image.Rect(0, 0, 300, 100))
 	modrun.DrawRoutingMap(big, image.Pt(7, 30), toks[:20], rows)
-	assert.Equal(t, want[:20], modrun.ReadRoutingMap(big, image.Pt(7, 30), 20, rows))
+	assert.Equal(t, want[:20], modrun.ReadRoutingMap(big, image.Pt(7, 30), 1, 20, rows))
 	modrun.DrawRoutingMap(big, image.Pt(250, 90), toks, rows) // mostly outside: no panic
 }

@@ -45,7 +45,7 @@ func TestRoutingMapFile(t *testing.T) {
 	require.NoError(t, err)
 	rows := len(model.Info().RoutedLayers)
 	require.Equal(t, api.MapSize(len(toks), rows), img.Bounds().Size())
-	marked := api.ReadRoutingMap(img, image.Point{}, len(toks), rows)
+	marked := api.ReadRoutingMap(img, image.Point{}, 1, len(toks), rows)
 	assert.Equal(t, api.Marked(toks, rows), marked)
 
 	stats := regexp.MustCompile(`layer +(\d+): +(\d+) of +(\d+) tokens went through`).FindAllStringSubmatch(stderr, -1)
