@@ -46,6 +46,10 @@ type Options struct {
 	// KVType is the KV cache's element type: "" or "f32", the only one
 	// this engine keeps for now.
 	KVType string
+	// NoRoutes leaves Token.Routes nil. On Vulkan, routing is decided on
+	// the GPU and copied back for each token only for Token.Routes: a
+	// program that does not look at it saves those copies.
+	NoRoutes bool
 	// Profile times every GPU command on Vulkan, for Model.Profile. It
 	// costs a timestamp per command: leave it off when timing generation.
 	Profile bool
@@ -55,11 +59,12 @@ type Options struct {
 // Sessions, one Generate call at a time: a call waits while another
 // session's runs. Close it when done.
 type Model struct {
-	m       *mod.Model
-	tok     *tokenizer.Tokenizer
-	backend *engine.Backend
-	info    Info
-	ctxLen  int
+	m        *mod.Model
+	tok      *tokenizer.Tokenizer
+	backend  *engine.Backend
+	info     Info
+	ctxLen   int
+	noRoutes bool
 
 	// turn is held by the Generate call using the runner; owner is the
 	// session whose sequence the runner holds.
@@ -116,7 +121,7 @@ func Open(path string, opts Options) (*Model, error) {
 
 // check validates opts and turns them into engine's.
 func (o Options) check() (engine.BackendOptions, mod.Routing, error) {
-	bo := engine.BackendOptions{Name: o.Backend, Device: -1, ContextLen: o.ContextLen, Trace: true, Profile: o.Profile}
+	bo := engine.BackendOptions{Name: o.Backend, Device: -1, ContextLen: o.ContextLen, Trace: !o.NoRoutes, Profile: o.Profile}
 	switch o.Backend {
 	case "":
 		bo.Name = BackendAuto
@@ -166,7 +171,7 @@ func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Rout
 	if opts.ContextLen > 0 {
 		ctxLen = min(ctxLen, opts.ContextLen)
 	}
-	model := &Model{m: m, tok: tok, backend: backend, ctxLen: ctxLen, turn: make(chan struct{}, 1)}
+	model := &Model{m: m, tok: tok, backend: backend, ctxLen: ctxLen, noRoutes: opts.NoRoutes, turn: make(chan struct{}, 1)}
 	model.info = Info{
 		Path: m.Path, Arch: c.Arch, NLayer: c.NLayer, NEmbd: c.NEmbd, NHead: c.NHead, NKVHead: c.NKVHead,
 		NFF: c.NFF, NVocab: c.NVocab, ContextLen: ctxLen, RoutedLayers: c.RoutedLayers(), Capacity: c.Capacity,

@@ -74,6 +74,31 @@ func TestModelInfo(t *testing.T) {
 	assert.Equal(t, 16, small.ContextLen)
 }
 
+// TestNoRoutes: without routes the tokens and the per-layer counts are the
+// same (on the GPU too: the counts come from the KV caches).
+func TestNoRoutes(t *testing.T) {
+	want, wres := run(t, open(t, modrun.Options{Backend: modrun.BackendCPU}), "Once upon", 20)
+	backends := []string{modrun.BackendCPU}
+	if vk.Load() == nil {
+		backends = append(backends, modrun.BackendVulkan)
+	}
+	for _, b := range backends {
+		m, err := modrun.Open(shipped, modrun.Options{Backend: b, NoRoutes: true})
+		if b == modrun.BackendVulkan && err != nil {
+			t.Skipf("no Vulkan device: %v", err)
+		}
+		require.NoError(t, err)
+		got, res := run(t, m, "Once upon", 20)
+		require.NoError(t, m.Close())
+		require.Len(t, got, len(want))
+		for i := range got {
+			assert.Equal(t, want[i].ID, got[i].ID)
+			assert.Nil(t, got[i].Routes)
+		}
+		assert.Equal(t, wres.Layers, res.Layers, b)
+	}
+}
+
 // TestTokensAndRoutes: the stream holds the prompt (BOS first) then the
 // new tokens, positions in order, text that joins into the decoded
 // sequence, and routes for every token but the last, whose Selected counts

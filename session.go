@@ -44,8 +44,8 @@ type Token struct {
 	// generated ones.
 	Prompt bool
 	// Routes says, for each routed layer in order, what that layer did with
-	// the token. It is nil for a dense model and for the last token of a
-	// generation: a drawn token runs through the model only when the next
+	// the token. It is nil for a dense model, with Options.NoRoutes, and
+	// for the last token of a generation: a drawn token runs through the model only when the next
 	// one is computed (the following Generate call of the session runs it).
 	Routes []Route
 }
@@ -330,7 +330,7 @@ func (g *generation) feed(tokens []int32, last bool) (int32, [][]engine.LayerRou
 	}
 	g.s.fed = append(g.s.fed, tokens...)
 	var routes [][]engine.LayerRoute
-	if rt, ok := r.(engine.RoutingTracer); ok {
+	if rt, ok := r.(engine.RoutingTracer); ok && !g.s.m.noRoutes {
 		routes = rt.Routes()
 	}
 	return next, routes, nil

@@ -124,6 +124,7 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	opts.Profile = *profile
+	opts.NoRoutes = *routingMap == "" // --stats counts from the KV caches
 	model, err := mf.open(opts, flagSet(fs, "routing"))
 	if err != nil {
 		return err
