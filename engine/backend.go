@@ -31,6 +31,9 @@ type BackendOptions struct {
 	// (--kv-type); "" means the device's default: f16 on a GPU, f32 on a
 	// CPU emulation. Ignored on the CPU backend, whose cache is F32.
 	KVType string
+	// Trace makes the backend's Runner a RoutingTracer on Vulkan too (the
+	// CPU always is): each token's routing is copied back from the GPU.
+	Trace bool
 }
 
 // DefaultMaxContext caps the default context length (BackendOptions): a
@@ -168,7 +171,7 @@ func vulkanBackend(m *mod.Model, r mod.Routing, o BackendOptions, gpuOnly bool) 
 	if b == nil {
 		return nil, why, err
 	}
-	run, err := vulkan.New(dev, m, r, vulkan.Options{Profile: o.Profile, ContextLen: o.ContextLen, KVType: o.KVType})
+	run, err := vulkan.New(dev, m, r, vulkan.Options{Profile: o.Profile, Trace: o.Trace, ContextLen: o.ContextLen, KVType: o.KVType})
 	if err != nil {
 		b.Close()
 		return nil, "", err
@@ -244,6 +247,22 @@ func vulkanScorer(m *mod.Model, o BackendOptions, gpuOnly bool) (*ScorerBackend,
 type gpuRunner struct {
 	*vulkan.Runner
 	m *mod.Model
+}
+
+// Routes is the Vulkan runner's trace (BackendOptions.Trace), as engine's type.
+func (g gpuRunner) Routes() [][]LayerRoute {
+	trace := g.Runner.Routes()
+	if trace == nil {
+		return nil
+	}
+	out := make([][]LayerRoute, len(trace))
+	for i, routes := range trace {
+		out[i] = make([]LayerRoute, len(routes))
+		for j, r := range routes {
+			out[i][j] = LayerRoute(r)
+		}
+	}
+	return out
 }
 
 func (g gpuRunner) RoutingStats() []LayerStat {

@@ -103,7 +103,7 @@ func (rep *benchReport) markdown() string {
 			validated += " (CPU reference slow)"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %s | %s | %.1f | %s | %s | %s | %.2f | %.1f | %s | %s | %.2g |\n",
-			r.Model, r.Routing, r.Backend, r.PrefillRate, pvs, pideal, r.DecodeRate, vs, ideal, of,
+			r.Model, r.Routing, r.Backend+" ("+r.KVType+" KV)", r.PrefillRate, pvs, pideal, r.DecodeRate, vs, ideal, of,
 			r.EffectiveGBps, r.PercentOfProbe, percents(r.RoutedPercent), validated, r.MaxLogitDiff)
 	}
 	return b.String()

@@ -61,8 +61,8 @@ func TestGenerateBadInput(t *testing.T) {
 		{[]string{"-m", model, "-p", "x", "stray"}, 2, `unexpected argument "stray"`},
 		{[]string{"-m", model, "-p", "x", "--kv-type", "q8"}, 2, `--kv-type "q8" is not f16 or f32`},
 		{[]string{"-m", model, "-p", "x", "--ctx", "5000"}, 2, "--ctx 5000: must be in [1, 2048]"},
-		{[]string{"-m", model, "-p", "x", "-c", "-1"}, 2, "--ctx -1: must be in [1, 2048]"},
-		{[]string{"-m", model, "-p", "Once upon a time there", "-c", "4"}, 1, "the prompt has 6 tokens, more than the context length 4 (--ctx)"},
+		{[]string{"-m", model, "-p", "x", "-c", "-1"}, 2, "--ctx -1: must be positive"},
+		{[]string{"-m", model, "-p", "Once upon a time there", "-c", "4"}, 1, "the prompt has 6 tokens, more than the context length 4"},
 		{[]string{"-m", filepath.Join(t.TempDir(), "none.gguf"), "-p", "x"}, 1, "none.gguf"},
 	}
 	for _, c := range cases {
@@ -236,9 +236,9 @@ func TestBench(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "bench.md")
 	code, stdout, stderr := modrun(t, "bench", "-m", modNoPredict, "-m", modTrained, "--backends", "cpu", "--prompt", "8", "-n", "8", "--repeats", "1", "--out", out)
 	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, stdout, "| "+modTrained+" | router | cpu | ")
-	assert.Contains(t, stdout, "| "+modTrained+" | predictor | cpu | ")
-	assert.Regexp(t, `\| `+regexp.QuoteMeta(modNoPredict)+` \| router \| cpu \| \d+ \| — \| — \| [\d.]+ \| — \| — \| — \| [\d.]+ \| [\d.]+ \| \d+, \d+ \| 16 after 8 \| 0 \|`, stdout)
+	assert.Contains(t, stdout, "| "+modTrained+" | router | cpu (f32 KV) | ")
+	assert.Contains(t, stdout, "| "+modTrained+" | predictor | cpu (f32 KV) | ")
+	assert.Regexp(t, `\| `+regexp.QuoteMeta(modNoPredict)+` \| router \| cpu \(f32 KV\) \| \d+ \| — \| — \| [\d.]+ \| — \| — \| — \| [\d.]+ \| [\d.]+ \| \d+, \d+ \| 16 after 8 \| 0 \|`, stdout)
 	assert.NotContains(t, stdout, "| "+modNoPredict+" | predictor", "a model without a predictor is benched with the router alone")
 	written, err := os.ReadFile(out)
 	require.NoError(t, err)
@@ -270,9 +270,9 @@ func TestBenchSynthetic(t *testing.T) {
 		"--prompt", "16", "-n", "16", "--repeats", "1", "--save", save, "--json", js)
 	require.Equal(t, 0, code, stderr)
 	assert.Regexp(t, `\| cpu \| cpu \| go[\d.]+ \| [\d.]+ GB/s \| Go probe`, stdout)
-	assert.Regexp(t, `\| stories260k-q8_0 \| dense \| cpu \| \d+ \| — \| — \| [\d.]+ \| — \| — \| — \| [\d.]+ \| [\d.]+ \| dense \| 16 after 16 \| 0 \|`, stdout)
-	assert.Regexp(t, `\| stories260k-q8_0-mod \| router \| cpu \| \d+ \| [\d.]+ \| 1\.\d\d \| [\d.]+ \| [\d.]+ \| 1\.\d\d \| \d+% \| [\d.]+ \| [\d.]+ \| \d+, \d+ \| 16 after 16 \| 0 \|`, stdout)
-	assert.Contains(t, stdout, "| stories260k-q8_0-mod | predictor | cpu |")
+	assert.Regexp(t, `\| stories260k-q8_0 \| dense \| cpu \(f32 KV\) \| \d+ \| — \| — \| [\d.]+ \| — \| — \| — \| [\d.]+ \| [\d.]+ \| dense \| 16 after 16 \| 0 \|`, stdout)
+	assert.Regexp(t, `\| stories260k-q8_0-mod \| router \| cpu \(f32 KV\) \| \d+ \| [\d.]+ \| 1\.\d\d \| [\d.]+ \| [\d.]+ \| 1\.\d\d \| \d+% \| [\d.]+ \| [\d.]+ \| \d+, \d+ \| 16 after 16 \| 0 \|`, stdout)
+	assert.Contains(t, stdout, "| stories260k-q8_0-mod | predictor | cpu (f32 KV) |")
 
 	var rep benchReport
 	b, err := os.ReadFile(js)

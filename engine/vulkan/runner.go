@@ -49,6 +49,10 @@ type Options struct {
 	// are also in a conditional span on the routing decision: to measure
 	// what the span saves.
 	NoConditional bool
+	// Trace copies each routed layer's score and decision to the host after
+	// every token, so Routes can report them. It costs two or three small
+	// copies per routed layer and token: leave it off when only speed matters.
+	Trace bool
 
 	routeAsGPU bool // tests: kernels.routeAsGPU
 }
@@ -94,6 +98,21 @@ type Runner struct {
 	profile     bool                     // the step has a timestamp after each command
 	conditional bool                     // routed blocks run in conditional spans (VK_EXT_conditional_rendering)
 	prof        map[string]*ProfileEntry // per label, summed over replays since New
+
+	// With Options.Trace, the step ends by copying each routed layer's
+	// score r, predictor score p and count (0 or 1) here, and run reads
+	// them after each token into routes.
+	traceHost *vk.Buffer     // [nRouted][3] r f32, p f32, selected u32
+	trace     [][]LayerRoute // [tokens of the last Feed][nRouted]
+}
+
+// LayerRoute is what one routed layer did with one token (DESIGN.md §3,
+// causal routing): the score that decided, r (router routing) or p
+// (predictor routing), and whether the token went through (score > 0).
+type LayerRoute struct {
+	Layer    int
+	Score    float32
+	Selected bool
 }
 
 // layerCache is one layer's KV cache on the GPU: the first counts[l] entries
@@ -167,6 +186,9 @@ func New(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Runner, er
 	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: ks, matvecLayout: true,
 		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{},
 		conditional: dev.Info().Features.ConditionalRendering && !opts.NoConditional}
+	if opts.Trace && c.IsMoD() {
+		run.trace = [][]LayerRoute{} // non-nil: tracing
+	}
 	if opts.ContextLen > 0 && opts.ContextLen < run.ctx {
 		run.ctx = opts.ContextLen
 	}
@@ -236,6 +258,9 @@ func (r *Runner) allocate() error {
 			r.routes[l] = route{score: must(4, vk.DeviceLocal), pred: must(4, vk.DeviceLocal), count: must(4, vk.DeviceLocal)}
 		}
 	}
+	if r.trace != nil {
+		r.traceHost = must(12*uint64(len(c.RoutedLayers())), vk.HostVisible)
+	}
 	return err
 }
 
@@ -269,6 +294,9 @@ func (r *Runner) run(tokens []int32) error {
 	if err := r.check(tokens); err != nil {
 		return err
 	}
+	if r.trace != nil {
+		r.trace = r.trace[:0]
+	}
 	for _, t := range tokens {
 		if err := r.tok.Upload(u32Bytes([]uint32{uint32(t)}), 0); err != nil {
 			return err
@@ -280,9 +308,43 @@ func (r *Runner) run(tokens []int32) error {
 			return fmt.Errorf("vulkan: decode step at position %d: %w", r.pos, err)
 		}
 		r.addTimings()
+		if err := r.readTrace(); err != nil {
+			return fmt.Errorf("vulkan: routing of position %d: %w", r.pos, err)
+		}
 		r.pos++
 	}
 	return nil
+}
+
+// readTrace appends the routing of the token just run to r.trace (with
+// Options.Trace; a no-op otherwise).
+func (r *Runner) readTrace() error {
+	if r.trace == nil {
+		return nil
+	}
+	routed := r.c.RoutedLayers()
+	raw := make([]byte, 12*len(routed))
+	if err := r.traceHost.Download(raw, 0); err != nil {
+		return err
+	}
+	routes := make([]LayerRoute, len(routed))
+	for j, l := range routed {
+		score := math.Float32frombits(binary.LittleEndian.Uint32(raw[12*j:]))
+		if r.routing == mod.RoutingPredictor {
+			score = math.Float32frombits(binary.LittleEndian.Uint32(raw[12*j+4:]))
+		}
+		routes[j] = LayerRoute{Layer: l, Score: score, Selected: binary.LittleEndian.Uint32(raw[12*j+8:]) > 0}
+	}
+	r.trace = append(r.trace, routes)
+	return nil
+}
+
+// Routes is, for each token of the last Feed or FeedArgmax call, what each
+// routed layer did with it ([tokens][routed layers]), read back from the
+// GPU. It is nil unless the runner was made with Options.Trace (and for a
+// dense model).
+func (r *Runner) Routes() [][]LayerRoute {
+	return r.trace
 }
 
 func (r *Runner) check(tokens []int32) error {

@@ -82,7 +82,27 @@ func (r *Runner) record() error {
 		rd(a.logits, 0, vB), wr(r.bestHost, 0, 0)))
 	rec.Copy(a.logits, r.logitsHost, 0, 0, vB)
 	r.timestamp(rec, "copy")
+	r.recordTrace(rec)
 	return rec.Err()
+}
+
+// recordTrace copies each routed layer's decision to traceHost (readTrace
+// reads it): the score r, the predictor score p with predictor routing, and
+// the count of tokens compact_positive selected (0 or 1).
+func (r *Runner) recordTrace(rec *vk.Recorder) {
+	if r.traceHost == nil {
+		return
+	}
+	for j, l := range r.c.RoutedLayers() {
+		ro := &r.routes[l]
+		off := 12 * uint64(j)
+		rec.Copy(ro.score, r.traceHost, 0, off, 4)
+		if r.routing == mod.RoutingPredictor {
+			rec.Copy(ro.pred, r.traceHost, 0, off+4, 4)
+		}
+		rec.Copy(ro.count, r.traceHost, 0, off+8, 4)
+	}
+	r.timestamp(rec, "copy")
 }
 
 // blockOps are the dispatches of Llama block l on one token, in place on xb
