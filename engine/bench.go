@@ -65,22 +65,22 @@ func Params(m *mod.Model) int64 {
 
 // BenchResult is one model on one backend.
 type BenchResult struct {
-	Backend        string
-	PrefillRate    float64 // tokens/s, median over repeats
-	DecodeRate     float64 // tokens/s, median over repeats
-	MaxLogitDiff   float64 // largest |logit - CPU reference logit| while validating
-	ValidatePrompt int     // prompt tokens fed while validating
-	ValidateTokens int     // greedy tokens validated after them
-	KVType         string  // the KV cache's element type: "f16" or "f32"
-	RoutedPercent  []float64
+	Backend        string    `json:"backend"`
+	PrefillRate    float64   `json:"prefill_tokens_per_s"`   // tokens/s, median over repeats
+	DecodeRate     float64   `json:"decode_tokens_per_s"`    // tokens/s, median over repeats
+	MaxLogitDiff   float64   `json:"max_logit_diff"`         // largest |logit - CPU reference logit| while validating
+	ValidatePrompt int       `json:"validate_prompt_tokens"` // prompt tokens fed while validating
+	ValidateTokens int       `json:"validate_tokens"`        // greedy tokens validated after them
+	KVType         string    `json:"kv_type"`                // the KV cache's element type: "f16" or "f32"
+	RoutedPercent  []float64 `json:"routed_percent"`
 	// Traffic is what a decode token reads at the mean context of the
 	// timed decode, with the routed shares seen; EffectiveGBps is that
 	// times DecodeRate, in 1e9 bytes/s.
-	Traffic       DecodeTraffic
-	EffectiveGBps float64
+	Traffic       DecodeTraffic `json:"decode_traffic"`
+	EffectiveGBps float64       `json:"effective_gbps"`
 	// PrefillFLOPs is the arithmetic of a prompt token at the prompt's
 	// mean position (mod.Model.FLOPsPerToken), with the routed shares seen.
-	PrefillFLOPs float64
+	PrefillFLOPs float64 `json:"prefill_flops_per_token"`
 }
 
 // Bench validates then times backend b running model m: first greedy

@@ -10,8 +10,8 @@ import (
 // tokens/s; a MoD model's ideal decode speedup over its dense twin is the
 // ratio of their bytes.
 type DecodeTraffic struct {
-	WeightBytes float64
-	KVBytes     float64
+	WeightBytes float64 `json:"weight_bytes"`
+	KVBytes     float64 `json:"kv_bytes"`
 }
 
 // Total is all the bytes.
