@@ -28,6 +28,7 @@ for p in "${pkgs[@]}"; do
 done
 cp -r testdata models "$dir/src/"
 cp -r vk/testdata "$dir/src/vk/"
+cp example_test.go "$dir/src/" # TestExamplesOnVulkan reruns its examples from their // Output: lines
 cp scripts/gpu-bundle-run.sh "$dir/run.sh"
 git rev-parse HEAD > "$dir/COMMIT" 2>/dev/null || echo unknown > "$dir/COMMIT"
 echo "gpu-bundle: $dir ($(du -sh "$dir" | cut -f1)); on the GPU machine: $dir/run.sh [REPORT.md]"
