@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -176,17 +177,11 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 }
 
 func synthType(s string) (gguf.TensorType, error) {
-	switch strings.ToLower(s) {
-	case "f32":
-		return gguf.TypeF32, nil
-	case "f16":
-		return gguf.TypeF16, nil
-	case "q8_0":
-		return gguf.TypeQ8_0, nil
-	case "q4_0":
-		return gguf.TypeQ4_0, nil
+	t, err := gguf.ParseTensorType(strings.ToUpper(s))
+	if err != nil || !slices.Contains(synth.Types, t) {
+		return 0, fmt.Errorf("%w: --type %q: want f32, f16, q8_0 or q4_0", errUsage, s)
 	}
-	return 0, fmt.Errorf("%w: --type %q: want f32, f16, q8_0 or q4_0", errUsage, s)
+	return t, nil
 }
 
 // benchModel is a model under benchmark, from a file or built in memory.
