@@ -191,7 +191,6 @@ type benchModel struct {
 	tok      *tokenizer.Tokenizer
 	baseline *benchModel // whose decode rate its rows are compared with (itself for a baseline)
 	shape    string      // the synthetic shape, or ""
-	synth    *synth.Model
 }
 
 func (m *benchModel) close() { m.model.Close() }
@@ -236,7 +235,7 @@ func (f *benchFlags) openModels(stderr io.Writer) ([]*benchModel, error) {
 				sm.Close()
 				return out, fmt.Errorf("--synthetic %s: %w", spec, err)
 			}
-			m := &benchModel{name: sm.Name, model: sm.Model, tok: tok, shape: shape.Name, synth: sm}
+			m := &benchModel{name: sm.Name, model: sm.Model, tok: tok, shape: shape.Name}
 			if dense == nil {
 				dense, m.baseline = m, m
 			} else {
