@@ -21,8 +21,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"image"
-	"image/png"
 	"io"
 	"os"
 	"runtime"
@@ -30,6 +28,7 @@ import (
 
 	"github.com/go-gl/glfw/v3.3/glfw"
 	"github.com/modrun/modrun"
+	"github.com/modrun/modrun/internal/pngfile"
 )
 
 func init() {
@@ -182,7 +181,7 @@ func loop(win *glfw.Window, scr *screen, p *painter, st *state, f flags, stderr 
 func screenshot(scr *screen, w, h int, path string, v view, stderr io.Writer) int {
 	img, err := scr.read(w, h)
 	if err == nil {
-		err = writePNG(path, img)
+		err = pngfile.Write(path, img)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "modrun-viewer: --screenshot:", err)
@@ -192,18 +191,6 @@ func screenshot(scr *screen, w, h int, path string, v view, stderr io.Writer) in
 		fmt.Fprintf(stderr, "modrun-viewer: %s: %d tokens on %s, %s\n", path, len(v.Tokens), v.Info.Device, v.Status)
 	}
 	return 0
-}
-
-func writePNG(path string, img image.Image) error {
-	out, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := png.Encode(out, img); err != nil {
-		out.Close()
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return out.Close()
 }
 
 func generated(tokens []modrun.Token) int {

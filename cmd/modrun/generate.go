@@ -5,15 +5,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"image"
-	"image/png"
 	"io"
-	"os"
 	"strconv"
 	"time"
 
 	api "github.com/modrun/modrun"
 	"github.com/modrun/modrun/engine"
+	"github.com/modrun/modrun/internal/pngfile"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/tokenizer"
 )
@@ -224,7 +222,7 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		printProfile(stderr, info, model.Profile())
 	}
 	if *routingMap != "" {
-		if err := writePNG(*routingMap, api.RoutingMap(tokens, len(info.RoutedLayers))); err != nil {
+		if err := pngfile.Write(*routingMap, api.RoutingMap(tokens, len(info.RoutedLayers))); err != nil {
 			return fmt.Errorf("--routing-map: %w", err)
 		}
 	}
@@ -283,18 +281,6 @@ func (mf *modelFlags) open(opts api.Options, routingSet bool) (*api.Model, error
 		return nil, fmt.Errorf("--routing %s: %s is a dense model (architecture %q); it has no routers", mf.routing, mf.path, info.Arch)
 	}
 	return model, nil
-}
-
-func writePNG(path string, img image.Image) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := png.Encode(f, img); err != nil {
-		f.Close()
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return f.Close()
 }
 
 // printProfile prints the GPU time per kernel, or why there is none.
