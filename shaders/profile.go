@@ -180,21 +180,15 @@ var LavapipeProfile = NewProfile(Device{CPU: true, SubgroupSize: 8, SubgroupArit
 // GPUProfileOn is the profile a GPU with subgroup arithmetic of d's subgroup
 // size would get, for d: what tests use to run the GPU variants on lavapipe
 // (subgroup size 8). It keeps d's loop cap, since the device still has it.
-func GPUProfileOn(d Device) Profile {
-	g := d
-	g.CPU, g.SubgroupArithmetic = false, true
-	p := NewProfile(g)
-	if d.CPU {
-		p.LoopCap = LavapipeLoopIterations
-	}
-	return p
-}
+func GPUProfileOn(d Device) Profile { return gpuProfileOn(d, true) }
 
 // SharedGPUProfileOn is GPUProfileOn for a GPU without subgroup arithmetic:
 // the shared-memory reduction with many invocations per row.
-func SharedGPUProfileOn(d Device) Profile {
+func SharedGPUProfileOn(d Device) Profile { return gpuProfileOn(d, false) }
+
+func gpuProfileOn(d Device, subgroupArithmetic bool) Profile {
 	g := d
-	g.CPU, g.SubgroupArithmetic = false, false
+	g.CPU, g.SubgroupArithmetic = false, subgroupArithmetic
 	p := NewProfile(g)
 	if d.CPU {
 		p.LoopCap = LavapipeLoopIterations
