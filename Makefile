@@ -6,19 +6,30 @@ export PATH := $(PATH):/usr/local/go/bin
 # Debian packages, by what needs them. They grow as the project does
 # (Vulkan loader, lavapipe, glslc with the GPU backend).
 BUILD_DEBS   := gcc libc6-dev libvulkan-dev
+# cmd/modrun-viewer: GLFW's cgo build (X11 headers and libraries), OpenGL
+# (libGL; Mesa's llvmpipe renders when there is no GPU), and Xvfb with xauth
+# for xvfb-run, under which the tests run the viewer.
+VIEWER_DEBS  := libx11-dev libxcursor-dev libxrandr-dev libxinerama-dev libxi-dev libxxf86vm-dev \
+                libgl1-mesa-dev libgl1-mesa-dri xvfb xauth
 VULKAN_DEBS  := libvulkan1 mesa-vulkan-drivers glslc spirv-tools vulkan-validationlayers
-TEST_DEBS    := $(BUILD_DEBS) $(VULKAN_DEBS) python3-torch python3-numpy python3-sentencepiece
+TEST_DEBS    := $(BUILD_DEBS) $(VIEWER_DEBS) $(VULKAN_DEBS) python3-torch python3-numpy python3-sentencepiece
 FIXTURE_DEBS := $(TEST_DEBS)
 
 DEMO_MODEL ?= models/tinystories-mod.gguf
 
-.PHONY: setup build test demo fuzz fixtures gpu-bundle clean
+.PHONY: setup build viewer test demo fuzz fixtures gpu-bundle clean
 
 setup:
-	@scripts/setup.sh $(BUILD_DEBS)
+	@scripts/setup.sh $(BUILD_DEBS) $(VIEWER_DEBS)
 
 build: setup
 	go build -o bin/modrun ./cmd/modrun
+	go build -o bin/modrun-viewer ./cmd/modrun-viewer
+
+# The desktop viewer tells a story beside its live routing map (needs a
+# display; xvfb-run gives one: see README.md).
+viewer: build
+	bin/modrun-viewer -m $(DEMO_MODEL) -p "Once upon"
 
 test:
 	@scripts/setup.sh $(TEST_DEBS)

@@ -26,6 +26,47 @@ type BackendOptions struct {
 	// UBatch is the longest chunk of a batched prompt on Vulkan
 	// (vulkan.Options.UBatch, --ubatch); 0 = vulkan.DefaultUBatch.
 	UBatch int
+	// ContextLen is the longest sequence a Runner takes, and so the size
+	// of its KV caches (--ctx); 0 means the model's context length, at most
+	// DefaultMaxContext. More than the model's is an error.
+	ContextLen int
+	// KVType is the GPU KV cache's element type, "f16" or "f32"
+	// (--kv-type); "" means the device's default: f16 on a GPU, f32 on a
+	// CPU emulation. Ignored on the CPU backend, whose cache is F32.
+	KVType string
+	// Trace makes the backend's Runner a RoutingTracer on Vulkan too (the
+	// CPU always is): each token's routing is copied back from the GPU.
+	Trace bool
+}
+
+// DefaultUBatch is the longest prompt batch on Vulkan when
+// BackendOptions.UBatch is 0.
+const DefaultUBatch = vulkan.DefaultUBatch
+
+// DefaultMaxContext caps the default context length (BackendOptions): a
+// model made for long contexts (Llama-2: 4096 tokens, F32 KV cache of 2 GiB)
+// takes no more memory than that unless asked.
+const DefaultMaxContext = 4096
+
+// contextLen is the context length o asks for with model m.
+func (o BackendOptions) contextLen(m *mod.Model) (int, error) {
+	model := m.Config.ContextLen
+	switch {
+	case o.ContextLen < 0 || o.ContextLen > model:
+		return 0, fmt.Errorf("engine: context length %d is outside [1, %d] (the model's)", o.ContextLen, model)
+	case o.ContextLen > 0:
+		return o.ContextLen, nil
+	}
+	return min(model, DefaultMaxContext), nil
+}
+
+// checkKVType refuses a KV cache type other than "", "f16" and "f32".
+func (o BackendOptions) checkKVType() error {
+	switch o.KVType {
+	case "", "f16", "f32":
+		return nil
+	}
+	return fmt.Errorf("engine: KV cache type %q is not f16 or f32", o.KVType)
 }
 
 // Profiler is a Runner that reports the GPU time of each kernel (the Vulkan
@@ -60,9 +101,17 @@ func (b *Backend) Close() {
 // CPU emulation (lavapipe) does not count as a GPU for auto: the native CPU
 // backend is several times faster there; BackendVulkan uses it anyway.
 func OpenBackend(m *mod.Model, r mod.Routing, o BackendOptions) (b *Backend, notice string, err error) {
+	ctx, err := o.contextLen(m)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := o.checkKVType(); err != nil {
+		return nil, "", err
+	}
+	o.ContextLen = ctx
 	switch o.Name {
 	case BackendCPU:
-		return cpuBackend(m, r)
+		return cpuBackend(m, r, ctx)
 	case BackendVulkan:
 		b, _, err := vulkanBackend(m, r, o, false)
 		return b, "", err
@@ -74,17 +123,18 @@ func OpenBackend(m *mod.Model, r mod.Routing, o BackendOptions) (b *Backend, not
 		if err != nil {
 			why = err.Error()
 		}
-		b, _, err = cpuBackend(m, r)
+		b, _, err = cpuBackend(m, r, ctx)
 		return b, "modrun: " + why + "; running on the CPU", err
 	}
 	return nil, "", fmt.Errorf("--backend %q is not auto, cpu or vulkan", o.Name)
 }
 
-func cpuBackend(m *mod.Model, r mod.Routing) (*Backend, string, error) {
+func cpuBackend(m *mod.Model, r mod.Routing, ctx int) (*Backend, string, error) {
 	c, err := NewCPU(m, r)
 	if err != nil {
 		return nil, "", err
 	}
+	c.ctx = ctx
 	return &Backend{Runner: c, Name: BackendCPU}, "", nil
 }
 
@@ -128,7 +178,7 @@ func vulkanBackend(m *mod.Model, r mod.Routing, o BackendOptions, gpuOnly bool) 
 	if b == nil {
 		return nil, why, err
 	}
-	run, err := vulkan.New(dev, m, r, vulkan.Options{Profile: o.Profile, UBatch: o.UBatch})
+	run, err := vulkan.New(dev, m, r, vulkan.Options{Profile: o.Profile, Trace: o.Trace, ContextLen: o.ContextLen, KVType: o.KVType, UBatch: o.UBatch})
 	if err != nil {
 		b.Close()
 		return nil, "", err
@@ -206,6 +256,22 @@ func vulkanScorer(m *mod.Model, r mod.Routing, o BackendOptions, gpuOnly bool) (
 type gpuRunner struct {
 	*vulkan.Runner
 	m *mod.Model
+}
+
+// Routes is the Vulkan runner's trace (BackendOptions.Trace), as engine's type.
+func (g gpuRunner) Routes() [][]LayerRoute {
+	trace := g.Runner.Routes()
+	if trace == nil {
+		return nil
+	}
+	out := make([][]LayerRoute, len(trace))
+	for i, routes := range trace {
+		out[i] = make([]LayerRoute, len(routes))
+		for j, r := range routes {
+			out[i][j] = LayerRoute(r)
+		}
+	}
+	return out
 }
 
 func (g gpuRunner) RoutingStats() []LayerStat {

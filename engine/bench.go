@@ -20,10 +20,20 @@ type BenchOptions struct {
 	ValidateTokens int
 	ValidatePrompt int
 	ValidateTol    float64
+	// ValidateRelTol adds to ValidateTol this fraction of the step's
+	// largest |logit|. 0 means: none with an F32 KV cache, f16KVRelTol
+	// with an F16 one.
+	ValidateRelTol float64
 	// KVElemBytes is the size of a KV cache element on the backend, for
-	// the decode traffic (4 for F32).
+	// the decode traffic; 0 means the backend's (2 for an F16 cache, 4 for F32).
 	KVElemBytes int
 }
+
+// f16KVRelTol is the validation tolerance an F16 KV cache adds, relative to
+// the largest |logit|: keys and values rounded to 11 significant bits move
+// the logits by up to ~6e-4 of their scale (measured, engine/vulkan's
+// TestKVCacheF16, whose tolerance this is).
+const f16KVRelTol = 2e-3
 
 // validationFLOPs bounds the CPU reference's work when validating one row:
 // a few seconds to a minute on a small machine.
@@ -55,18 +65,22 @@ func Params(m *mod.Model) int64 {
 
 // BenchResult is one model on one backend.
 type BenchResult struct {
-	Backend        string
-	PrefillRate    float64 // tokens/s, median over repeats
-	DecodeRate     float64 // tokens/s, median over repeats
-	MaxLogitDiff   float64 // largest |logit - CPU reference logit| while validating
-	ValidatePrompt int     // prompt tokens fed while validating
-	ValidateTokens int     // greedy tokens validated after them
-	RoutedPercent  []float64
+	Backend        string    `json:"backend"`
+	PrefillRate    float64   `json:"prefill_tokens_per_s"`   // tokens/s, median over repeats
+	DecodeRate     float64   `json:"decode_tokens_per_s"`    // tokens/s, median over repeats
+	MaxLogitDiff   float64   `json:"max_logit_diff"`         // largest |logit - CPU reference logit| while validating
+	ValidatePrompt int       `json:"validate_prompt_tokens"` // prompt tokens fed while validating
+	ValidateTokens int       `json:"validate_tokens"`        // greedy tokens validated after them
+	KVType         string    `json:"kv_type"`                // the KV cache's element type: "f16" or "f32"
+	RoutedPercent  []float64 `json:"routed_percent"`
 	// Traffic is what a decode token reads at the mean context of the
 	// timed decode, with the routed shares seen; EffectiveGBps is that
 	// times DecodeRate, in 1e9 bytes/s.
-	Traffic       DecodeTraffic
-	EffectiveGBps float64
+	Traffic       DecodeTraffic `json:"decode_traffic"`
+	EffectiveGBps float64       `json:"effective_gbps"`
+	// PrefillFLOPs is the arithmetic of a prompt token at the prompt's
+	// mean position (mod.Model.FLOPsPerToken), with the routed shares seen.
+	PrefillFLOPs float64 `json:"prefill_flops_per_token"`
 }
 
 // Bench validates then times backend b running model m: first greedy
@@ -106,11 +120,25 @@ func NewBenchmark(b *Backend, m *mod.Model, routing mod.Routing, prompt []int32,
 	if o.ValidatePrompt <= 0 || o.ValidatePrompt > o.PromptTokens {
 		o.ValidatePrompt = o.PromptTokens
 	}
+	f16 := false
+	if k, ok := b.Runner.(interface{ KVType() string }); ok {
+		f16 = k.KVType() == "f16"
+	}
 	if o.KVElemBytes == 0 {
 		o.KVElemBytes = 4
+		if f16 {
+			o.KVElemBytes = 2
+		}
+	}
+	if o.ValidateRelTol == 0 && f16 {
+		o.ValidateRelTol = f16KVRelTol
+	}
+	kv := "f32"
+	if f16 {
+		kv = "f16"
 	}
 	k := &Benchmark{b: b, m: m, routing: routing, o: o,
-		res: BenchResult{Backend: b.Name, ValidatePrompt: o.ValidatePrompt, ValidateTokens: o.ValidateTokens}}
+		res: BenchResult{Backend: b.Name, ValidatePrompt: o.ValidatePrompt, ValidateTokens: o.ValidateTokens, KVType: kv}}
 	if len(prompt) < o.PromptTokens || o.PromptTokens < 1 {
 		return k, fmt.Errorf("engine: bench needs a prompt of %d tokens, got %d", o.PromptTokens, len(prompt))
 	}
@@ -143,19 +171,21 @@ func (k *Benchmark) Result() BenchResult {
 	if len(k.decode) > 0 {
 		res.PrefillRate, res.DecodeRate = median(k.prefill), median(k.decode)
 	}
-	routed := map[int]float64{}
-	if rs, ok := k.b.Runner.(RoutingStatser); ok && len(k.decode) > 0 {
+	if len(k.decode) == 0 {
+		return res
+	}
+	var routed []float64 // [NLayer] share of the tokens each routed layer took
+	if rs, ok := k.b.Runner.(RoutingStatser); ok && k.m.Config.IsMoD() {
+		routed = make([]float64, k.m.Config.NLayer)
 		for _, s := range rs.RoutingStats() {
-			share := float64(s.Selected) / float64(max(1, s.Seen))
-			routed[s.Layer] = share
-			res.RoutedPercent = append(res.RoutedPercent, 100*share)
+			routed[s.Layer] = float64(s.Selected) / float64(max(1, s.Seen))
+			res.RoutedPercent = append(res.RoutedPercent, 100*routed[s.Layer])
 		}
 	}
-	if len(k.decode) > 0 {
-		meanCtx := float64(k.o.PromptTokens) + float64(k.o.DecodeTokens)/2
-		res.Traffic = DecodeTrafficOf(k.m, k.routing, routed, meanCtx, k.o.KVElemBytes)
-		res.EffectiveGBps = res.Traffic.Total() * res.DecodeRate / 1e9
-	}
+	meanCtx := float64(k.o.PromptTokens) + float64(k.o.DecodeTokens)/2
+	res.Traffic = DecodeTrafficOf(k.m, k.routing, routed, meanCtx, k.o.KVElemBytes)
+	res.EffectiveGBps = res.Traffic.Total() * res.DecodeRate / 1e9
+	res.PrefillFLOPs = k.m.FLOPsPerToken(k.routing, routed, k.o.PromptTokens/2)
 	return res
 }
 
@@ -174,11 +204,13 @@ func validate(b Runner, ref Runner, prompt []int32, o BenchOptions) (float64, er
 	}
 	var worst float64
 	for step := 0; ; step++ {
+		var scale float64 // the step's largest |logit|
 		for i := range want {
 			worst = math.Max(worst, math.Abs(float64(got[i])-float64(want[i])))
+			scale = math.Max(scale, math.Abs(float64(want[i])))
 		}
-		if worst > o.ValidateTol || math.IsNaN(worst) {
-			return worst, fmt.Errorf("engine: validation failed at step %d: a logit differs from the CPU reference by %.3g (> %.3g)", step, worst, o.ValidateTol)
+		if tol := o.ValidateTol + o.ValidateRelTol*scale; worst > tol || math.IsNaN(worst) {
+			return worst, fmt.Errorf("engine: validation failed at step %d: a logit differs from the CPU reference by %.3g (> %.3g)", step, worst, tol)
 		}
 		next := argmax(want)
 		if g := argmax(got); g != next {

@@ -35,11 +35,12 @@ type Result struct {
 	PromptTokens int
 	Prefill      time.Duration // time to feed the prompt and choose the first token
 	Decode       time.Duration // time to produce the rest
+	DecodeSteps  int           // forward passes in Decode: one per token after the first
 }
 
 // PrefillRate and DecodeRate are tokens per second.
 func (r Result) PrefillRate() float64 { return rate(r.PromptTokens, r.Prefill) }
-func (r Result) DecodeRate() float64  { return rate(len(r.Tokens), r.Decode) }
+func (r Result) DecodeRate() float64  { return rate(r.DecodeSteps, r.Decode) }
 
 func rate(n int, d time.Duration) float64 {
 	if d <= 0 {
@@ -110,6 +111,7 @@ func Generate(r Runner, prompt []int32, opts GenerateOptions) (res Result, err e
 		if id, err = next([]int32{id}); err != nil {
 			return res, err
 		}
+		res.DecodeSteps++
 	}
 }
 

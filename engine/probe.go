@@ -13,10 +13,10 @@ import (
 // Bandwidth is how fast a backend's device streams memory, measured by a
 // probe on that device: the yardstick of a decode row's effective rate.
 type Bandwidth struct {
-	Device string  // the backend's name: "cpu", "vulkan: NVIDIA H100 ..."
-	Driver string  // the driver and its version, when a GPU
-	GBps   float64 // read rate, 1e9 bytes/s
-	Method string  // how it was measured, in a few words
+	Device string  `json:"device"` // the backend's name: "cpu", "vulkan: NVIDIA H100 ..."
+	Driver string  `json:"driver"` // the driver and its version, when a GPU
+	GBps   float64 `json:"read_gbps"`
+	Method string  `json:"method"` // how it was measured, in a few words
 }
 
 // ProbeBandwidth measures the read bandwidth of the device that backend

@@ -41,9 +41,28 @@ type RoutingStatser interface {
 	RoutingStats() []LayerStat
 }
 
+// LayerRoute is what one routed layer did with one token in causal routing
+// (DESIGN.md §3): the score that decided, r (router routing) or p
+// (predictor routing), and whether the token went through (Score > 0).
+type LayerRoute struct {
+	Layer    int
+	Score    float32
+	Selected bool
+}
+
+// RoutingTracer is a Runner that reports, token by token, what its routed
+// layers did during the last Feed (or FeedArgmax) call.
+type RoutingTracer interface {
+	// Routes is [tokens of the last Feed][routed layers, in layer order];
+	// nil for a dense model or a runner opened without tracing.
+	Routes() [][]LayerRoute
+}
+
 // CPU runs a model with the pure-Go reference forward pass of package mod.
 type CPU struct {
-	s *mod.State
+	s     *mod.State
+	ctx   int       // ContextLen when set (BackendOptions.ContextLen), else the model's
+	trace mod.Trace // of the last Feed: the routing decisions, for Routes
 }
 
 // NewCPU returns a CPU runner with causal routing r (mod.RoutingRouter or
@@ -56,19 +75,59 @@ func NewCPU(m *mod.Model, r mod.Routing) (*CPU, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CPU{s: s}, nil
+	c := &CPU{s: s}
+	s.Trace = &c.trace // free: Forward computes the scores anyway
+	return c, nil
 }
 
-func (c *CPU) Feed(tokens []int32) ([]float32, error) { return c.s.Forward(tokens, false) }
-func (c *CPU) Pos() int                               { return c.s.Pos() }
-func (c *CPU) Reset()                                 { c.s.Reset() }
-func (c *CPU) ContextLen() int                        { return c.s.Model().Config.ContextLen }
+func (c *CPU) Feed(tokens []int32) ([]float32, error) {
+	if n := c.ContextLen(); c.s.Pos()+len(tokens) > n {
+		return nil, fmt.Errorf("engine: %d tokens after %d would pass the context length %d", len(tokens), c.s.Pos(), n)
+	}
+	return c.s.Forward(tokens, false)
+}
+
+func (c *CPU) Pos() int { return c.s.Pos() }
+func (c *CPU) Reset()   { c.s.Reset() }
+func (c *CPU) ContextLen() int {
+	if c.ctx > 0 {
+		return c.ctx
+	}
+	return c.s.Model().Config.ContextLen
+}
 
 // RoutingStats reports the routed layers' counts.
 func (c *CPU) RoutingStats() []LayerStat {
 	var out []LayerStat
 	for _, l := range c.s.Model().Config.RoutedLayers() {
 		out = append(out, LayerStat{Layer: l, Selected: c.s.Selected[l], Seen: c.s.Seen[l]})
+	}
+	return out
+}
+
+// Routes reports the routing of the last Feed's tokens, from mod's trace.
+func (c *CPU) Routes() [][]LayerRoute {
+	layers := c.trace.Layers
+	if len(layers) == 0 {
+		return nil
+	}
+	predictor := c.s.Routing() == mod.RoutingPredictor
+	out := make([][]LayerRoute, len(layers[0].RouterLogits))
+	for i := range out {
+		out[i] = make([]LayerRoute, len(layers))
+	}
+	for j, lt := range layers {
+		scores := lt.RouterLogits
+		if predictor {
+			scores = lt.PredictorLogits
+		}
+		first := c.s.Pos() - len(out) // the position of the call's first token
+		for i, s := range scores {
+			out[i][j] = LayerRoute{Layer: lt.Layer, Score: s}
+		}
+		for _, p := range lt.Selected {
+			out[p-first][j].Selected = true
+		}
 	}
 	return out
 }

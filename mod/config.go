@@ -126,12 +126,12 @@ func vocabSize(f *gguf.File, r *metaReader) (int, error) {
 
 func readMoD(c *Config, r *metaReader) error {
 	f := r.f
-	layers, err := f.Uint32s(r.key(KeyRoutedLayers))
+	layers, err := routedLayers(f, r.key(KeyRoutedLayers))
 	if err != nil {
-		return fmt.Errorf("mod: %w", err)
+		return err
 	}
 	for _, l := range layers {
-		if int(l) >= c.NLayer || c.Routed[l] {
+		if l < 0 || l >= int64(c.NLayer) || c.Routed[l] {
 			return fmt.Errorf("mod: %s: %s: layer %d is out of range [0, %d) or listed twice", f.Path, r.key(KeyRoutedLayers), l, c.NLayer)
 		}
 		c.Routed[l] = true
@@ -151,6 +151,35 @@ func readMoD(c *Config, r *metaReader) error {
 	}
 	c.PredictorHidden = r.intOr(KeyPredictorHidden, 0, 0, maxDim)
 	return r.err
+}
+
+// routedLayers reads the routed layer indices, an array of u32 (as modrun
+// writes it) or of i32 (as llama.cpp's gguf-py writes a Python list of
+// ints); the caller checks that each is a layer.
+func routedLayers(f *gguf.File, key string) ([]int64, error) {
+	v, ok := f.Lookup(key)
+	if !ok {
+		_, err := f.Uint32s(key) // gguf's "key not found", naming the file and key
+		return nil, fmt.Errorf("mod: %w", err)
+	}
+	var out []int64
+	switch a := v.Interface().(type) {
+	case []uint32:
+		for _, l := range a {
+			out = append(out, int64(l))
+		}
+	case []int32:
+		for _, l := range a {
+			out = append(out, int64(l))
+		}
+	default:
+		typ := v.Type().String()
+		if v.Type() == gguf.TypeArray {
+			typ += " of " + v.ElemType().String()
+		}
+		return nil, fmt.Errorf("mod: %s: %s has type %s; want an array of u32 or i32", f.Path, key, typ)
+	}
+	return out, nil
 }
 
 // metaReader reads hyperparameters under the architecture's prefix and keeps

@@ -32,7 +32,7 @@ const (
 	KeyVocabSize      = "vocab_size"
 
 	// MoD keys (arch "llama-mod" only).
-	KeyRoutedLayers    = "mod.routed_layers"    // array of u32: block indices with a router
+	KeyRoutedLayers    = "mod.routed_layers"    // array of u32 (or i32, as gguf-py writes): block indices with a router
 	KeyCapacity        = "mod.capacity"         // f32 in (0, 1]: fraction of tokens routed in top-k mode
 	KeyGate            = "mod.gate"             // string: "sigmoid" | "identity"
 	KeyPredictorHidden = "mod.predictor_hidden" // u32: hidden width of the causal predictor, 0 = none

@@ -21,10 +21,23 @@ func TopKIndices(scores []float32, k int) []int {
 	return sel
 }
 
+// Selects is causal routing's rule (DESIGN.md §3): a token goes through iff
+// its score is > 0. It is decided on the float's bits, as the GPU's kernels
+// do (shaders/include/selects.glsl), so that a device which flushes
+// denormals to zero (NVIDIA does, in arithmetic and comparisons) still
+// selects a positive denormal: selected iff the sign bit is clear and the
+// bits are neither +0 nor a NaN, i.e. the bits are in [1, 0x7f800000] (+Inf
+// included). So -0, +0 and every NaN never select: a NaN score is a broken
+// model, and it must not silently run a block. This is exactly IEEE's v > 0.
+func Selects(score float32) bool {
+	b := math.Float32bits(score)
+	return b != 0 && b <= 0x7f800000
+}
+
 func positive(scores []float32) []int {
 	var sel []int
 	for i, v := range scores {
-		if v > 0 {
+		if Selects(v) {
 			sel = append(sel, i)
 		}
 	}

@@ -13,7 +13,8 @@ import (
 // ragged sizes (nothing a power of two but the head dimension).
 type testModel struct {
 	nVocab, nEmbd, nLayer, nHead, nKVHead, nFF, ctx int
-	routed                                          []uint32 // empty: dense ("llama")
+	routed                                          []uint32    // empty: dense ("llama")
+	routedKV                                        *gguf.Value // written as routed_layers instead of routed, when set
 	capacity                                        float32
 	gate                                            string
 	predHidden                                      int
@@ -70,7 +71,11 @@ func (tm testModel) write(t *testing.T) string {
 	kv(ArchKey(arch, KeyRMSEpsilon), gguf.Scalar(float32(1e-5)))
 	kv(ArchKey(arch, KeyVocabSize), gguf.Scalar(uint32(tm.nVocab)))
 	if arch == ArchMoD {
-		kv(ArchKey(arch, KeyRoutedLayers), gguf.Array(tm.routed))
+		if tm.routedKV != nil {
+			kv(ArchKey(arch, KeyRoutedLayers), *tm.routedKV)
+		} else {
+			kv(ArchKey(arch, KeyRoutedLayers), gguf.Array(tm.routed))
+		}
 		kv(ArchKey(arch, KeyCapacity), gguf.Scalar(tm.capacity))
 		kv(ArchKey(arch, KeyGate), gguf.Scalar(tm.gate))
 		kv(ArchKey(arch, KeyPredictorHidden), gguf.Scalar(uint32(tm.predHidden)))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test.sh: everything `make test` checks. Formatting and vet first (cheap),
-# then every test with a summary that lists skips and their reasons, then each
+# then every test (with the race detector: sessions of the API share a
+# runner across goroutines) with a summary that lists skips and their reasons, then each
 # fuzz target for a bounded time over its committed seed corpus.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,7 @@ OMP_NUM_THREADS=1 /usr/bin/python3 -m unittest discover -s train -p 'test_*.py'
 
 go build -o bin/testsum ./internal/testsum
 set +e
-go test -json -count=1 ./... | bin/testsum
+go test -race -json -count=1 ./... | bin/testsum
 status=$?
 set -e
 [ $status -eq 0 ] || exit $status

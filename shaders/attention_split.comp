@@ -17,6 +17,8 @@
 //   With ATTN_COUNTS the entry count is counts[layer] (the generate-mode
 //   cache, whose count the GPU keeps); entries is then only the most there
 //   can be, which sets the grid. Dispatch Groups(n * nHead * splits).
+//   With KV_F16 the cache holds halves, two to a word (a generate-mode
+//   cache of shaders.KVF16: prefill_kv_f16, decode_kv_f16).
 // ATTN_MERGE: workgroup (row, head) combines the splits partials: M = max
 //   m_s, L = sum l_s exp(m_s - M), out[d] = sum o_s[d] exp(m_s - M) / L; a
 //   row that sees no entry (L = 0) gets 0. Dispatch Groups(n * nHead).
@@ -33,8 +35,17 @@ const float NO_SCORE = -1e30; // below any score, finite (see attention.comp)
 layout(constant_id = 1) const uint MAX_HD = 128; // the largest headDim
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };         // [n][nHead*headDim], rotated
+#ifdef KV_F16
+layout(std430, binding = 1) readonly buffer K { uint k[]; };          // [entries][nKVHead*headDim/2] f16 pairs, rotated
+layout(std430, binding = 2) readonly buffer V { uint v[]; };          // [entries][nKVHead*headDim/2] f16 pairs
+float kAt(uint i) { return unpackHalf2x16(k[i >> 1])[i & 1u]; }
+float vAt(uint i) { return unpackHalf2x16(v[i >> 1])[i & 1u]; }
+#else
 layout(std430, binding = 1) readonly buffer K { float k[]; };         // [entries][nKVHead*headDim], rotated
 layout(std430, binding = 2) readonly buffer V { float v[]; };         // [entries][nKVHead*headDim]
+float kAt(uint i) { return k[i]; }
+float vAt(uint i) { return v[i]; }
+#endif
 layout(std430, binding = 3) readonly buffer KPos { uint kPos[]; };    // [entries] original positions
 layout(std430, binding = 4) readonly buffer QPos { uint qPos[]; };    // [n] original positions
 layout(std430, binding = 5) readonly buffer Counts { uint counts[]; }; // ATTN_COUNTS: [nLayer]; else unread
@@ -86,7 +97,7 @@ void main() {
 		uint kb = e * kvd + kvh * hd;
 		float dot = 0.0;
 		for (uint d = 0u; d < hd; d++) {
-			dot += qs[d] * k[kb + d];
+			dot += qs[d] * kAt(kb + d);
 		}
 		float sc = dot * p.scale;
 		if (sc > m) {
@@ -100,7 +111,7 @@ void main() {
 		float pe = exp(sc - m);
 		l += pe;
 		for (uint d = 0u; d < hd; d++) {
-			accs[d * WG + tid] += pe * v[kb + d];
+			accs[d * WG + tid] += pe * vAt(kb + d);
 		}
 	}
 	ms[tid] = m;

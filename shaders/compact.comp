@@ -11,6 +11,11 @@
 //   FROM_POSITIVE: token i is selected iff score[i] > 0, causal routing by
 //                  router or predictor (DESIGN.md §3), and the 0/1 mask is
 //                  written too (the threshold selection in the same pass).
+//                  "> 0" is decided on the score's bits, as mod.Selects: the
+//                  sign bit clear and the bits neither +0 nor a NaN. A float
+//                  comparison would not do: NVIDIA flushes a denormal score
+//                  to 0 and would reject a token the CPU selects. The scores
+//                  are read as uint, so no float operation ever touches them.
 //
 // One workgroup does it all, so no pass waits on another: invocation t owns
 // a contiguous run of ceil(n / WG) tokens, counts its selected, an exclusive
@@ -25,7 +30,7 @@ layout(local_size_x = 256, local_size_x_id = 0) in;
 #if defined(FROM_MASK)
 layout(std430, binding = 0) readonly buffer Mask { uint mask[]; }; // [n]
 #elif defined(FROM_POSITIVE)
-layout(std430, binding = 0) readonly buffer Scores { float score[]; }; // [n]
+layout(std430, binding = 0) readonly buffer Scores { uint scoreBits[]; }; // [n] f32 bits
 layout(std430, binding = 4) writeonly buffer Mask { uint mask[]; };    // [n]
 #else
 #error "define FROM_MASK or FROM_POSITIVE"
@@ -36,11 +41,13 @@ layout(std430, binding = 3) writeonly buffer Args { uint args[]; };   // [3]: x,
 
 shared uint sums[gl_WorkGroupSize.x];
 
+#include "include/selects.glsl"
+
 bool selected(uint i) {
 #if defined(FROM_MASK)
 	return mask[i] != 0u;
 #else
-	bool s = score[i] > 0.0;
+	bool s = selects(scoreBits[i]);
 	mask[i] = s ? 1u : 0u;
 	return s;
 #endif
@@ -70,7 +77,7 @@ void main() {
 #if defined(FROM_MASK)
 		bool s = mask[i] != 0u;
 #else
-		bool s = score[i] > 0.0;
+		bool s = selects(scoreBits[i]);
 #endif
 		if (s) {
 			idx[at++] = i;

@@ -9,8 +9,19 @@
 // entry e visible to row i iff kPos[e] <= qPos[i], an online softmax per
 // invocation over every WG-th entry, merged at the end.
 //
-// Specialization constants (AttentionSpec): 0 WG, 1 MAX_HD. Dispatch
-// AttentionGroups(n, nHead).
+// With KV_F16 the cache holds halves, two to a word (decode_kv's KV_F16).
+//
+// With SPLIT (flash-decoding, DESIGN.md §6) the entries are cut into
+// SPLITS chunks (constant 2) of ceil(entries/SPLITS), a workgroup each, so a
+// long context keeps the whole GPU busy instead of nHead workgroups; each
+// writes its chunk's running max m, sum l and unnormalized output acc
+// (the softmax of its chunk before the division) to out as
+// [n][nHead][SPLITS][2 + headDim], and decode_attention_combine merges them.
+// An empty chunk writes m = NO_SCORE, l = 0, acc = 0.
+//
+// Specialization constants (AttentionSpec, DecodeAttentionSplitSpec): 0 WG,
+// 1 MAX_HD, 2 SPLITS (SPLIT only). Dispatch AttentionGroups(n, nHead), or
+// DecodeAttentionSplitGroups(n, nHead, splits).
 #include "include/common.glsl"
 #define OP_DECODE_ATTENTION
 #include "include/push_decode.glsl"
@@ -19,12 +30,25 @@ layout(local_size_x = 32, local_size_x_id = 0) in;
 layout(constant_id = 1) const uint MAX_HD = 128; // the largest headDim
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };         // [n][nHead*headDim], rotated
+#ifdef KV_F16
+layout(std430, binding = 1) readonly buffer K { uint k[]; };          // [entries][nKVHead*headDim/2] f16 pairs, rotated
+layout(std430, binding = 2) readonly buffer V { uint v[]; };          // [entries][nKVHead*headDim/2] f16 pairs
+float kAt(uint i) { return unpackHalf2x16(k[i >> 1])[i & 1u]; }
+float vAt(uint i) { return unpackHalf2x16(v[i >> 1])[i & 1u]; }
+#else
 layout(std430, binding = 1) readonly buffer K { float k[]; };         // [entries][nKVHead*headDim], rotated
 layout(std430, binding = 2) readonly buffer V { float v[]; };         // [entries][nKVHead*headDim]
+float kAt(uint i) { return k[i]; }
+float vAt(uint i) { return v[i]; }
+#endif
 layout(std430, binding = 3) readonly buffer KPos { uint kPos[]; };    // [entries] original positions
 layout(std430, binding = 4) readonly buffer QPos { uint qPos[]; };    // [n] original positions
 layout(std430, binding = 5) readonly buffer Counts { uint counts[]; }; // [nLayer] entries per layer
-layout(std430, binding = 6) writeonly buffer Out { float out_[]; };   // [n][nHead*headDim]
+layout(std430, binding = 6) writeonly buffer Out { float out_[]; };   // [n][nHead*headDim]; SPLIT: [n][nHead][SPLITS][2+headDim]
+
+#ifdef SPLIT
+layout(constant_id = 2) const uint SPLITS = 16;
+#endif
 
 shared float qs[MAX_HD];              // this row's query head
 shared float accs[MAX_HD * gl_WorkGroupSize.x]; // [d][invocation] running outputs
@@ -40,6 +64,10 @@ void main() {
 	const uint WG = gl_WorkGroupSize.x;
 	uint tid = gl_LocalInvocationID.x;
 	uint g = groupIndex();
+#ifdef SPLIT
+	uint split = g % SPLITS;
+	g /= SPLITS;
+#endif
 	if (g >= p.n * p.nHead) {
 		return; // a surplus workgroup of a 2D grid: all its invocations leave
 	}
@@ -49,7 +77,12 @@ void main() {
 	uint qBase = i * p.nHead * hd + h * hd;
 	uint kvd = p.nKVHead * hd;
 	uint qp = qPos[i];
-	uint entries = counts[p.layer];
+	uint first = 0u, entries = counts[p.layer];
+#ifdef SPLIT
+	uint chunk = (entries + SPLITS - 1u) / SPLITS;
+	first = min(split * chunk, entries);
+	entries = min(first + chunk, entries);
+#endif
 
 	for (uint d = tid; d < hd; d += WG) {
 		qs[d] = q[qBase + d];
@@ -60,14 +93,14 @@ void main() {
 	barrier(); // qs is complete
 
 	float m = NO_SCORE, l = 0.0;
-	for (uint e = tid; e < entries; e += WG) {
+	for (uint e = first + tid; e < entries; e += WG) {
 		if (kPos[e] > qp) {
 			continue; // a later token: masked
 		}
 		uint kb = e * kvd + kvh * hd;
 		float dot = 0.0;
 		for (uint d = 0u; d < hd; d++) {
-			dot += qs[d] * k[kb + d];
+			dot += qs[d] * kAt(kb + d);
 		}
 		float s = dot * p.scale;
 		if (s > m) { // a new max: rescale what was summed so far
@@ -81,7 +114,7 @@ void main() {
 		float pe = exp(s - m);
 		l += pe;
 		for (uint d = 0u; d < hd; d++) {
-			accs[d * WG + tid] += pe * v[kb + d];
+			accs[d * WG + tid] += pe * vAt(kb + d);
 		}
 	}
 	ms[tid] = m;
@@ -103,6 +136,20 @@ void main() {
 	for (uint t = 0u; t < WG; t++) {
 		sum += ls[t];
 	}
+#ifdef SPLIT
+	uint pBase = (g * SPLITS + split) * (2u + hd); // this chunk's partial
+	if (tid == 0u) {
+		out_[pBase] = mx;
+		out_[pBase + 1u] = sum;
+	}
+	for (uint d = tid; d < hd; d += WG) {
+		float o = 0.0;
+		for (uint t = 0u; t < WG; t++) {
+			o += accs[d * WG + t];
+		}
+		out_[pBase + 2u + d] = o;
+	}
+#else
 	for (uint d = tid; d < hd; d += WG) {
 		float o = 0.0;
 		for (uint t = 0u; t < WG; t++) {
@@ -110,4 +157,5 @@ void main() {
 		}
 		out_[qBase + d] = sum > 0.0 ? o / sum : 0.0;
 	}
+#endif
 }

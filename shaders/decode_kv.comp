@@ -16,6 +16,10 @@
 // 64-bit fixed-point fraction of a turn; see rope.comp for why): the pair
 // (2i, 2i+1) of every head turns by pos * freq[i].
 //
+// With KV_F16 the cache holds halves (the default on GPUs: half the bytes
+// that attention reads per token), two to a word: a RoPE pair, or two
+// adjacent values, is one packHalf2x16 word (headDim is even).
+//
 // One workgroup. Invocation 0 reads the count into shared memory and, after
 // a barrier that orders every other invocation's read of it, writes c + 1.
 // Dispatch (1, 1, 1).
@@ -28,8 +32,13 @@ layout(local_size_x = 64) in;
 layout(std430, binding = 0) buffer QKV { float qkv[]; };               // q (rotated in place), k, v
 layout(std430, binding = 1) readonly buffer Pos { uint pos[]; };       // [1] the token's original position
 layout(std430, binding = 2) readonly buffer Freq { uvec2 freq[]; };    // [headDim/2] from RopeFreqs
+#ifdef KV_F16
+layout(std430, binding = 3) writeonly buffer KCache { uint kc[]; };    // [maxEntries][nKVHead*headDim/2] f16 pairs
+layout(std430, binding = 4) writeonly buffer VCache { uint vc[]; };    // [maxEntries][nKVHead*headDim/2] f16 pairs
+#else
 layout(std430, binding = 3) writeonly buffer KCache { float kc[]; };   // [maxEntries][nKVHead*headDim]
 layout(std430, binding = 4) writeonly buffer VCache { float vc[]; };   // [maxEntries][nKVHead*headDim]
+#endif
 layout(std430, binding = 5) writeonly buffer KPos { uint kPos[]; };    // [maxEntries]
 layout(std430, binding = 6) buffer Counts { uint counts[]; };          // [nLayer] entries per layer
 
@@ -64,15 +73,25 @@ void main() {
 		if (room) {
 			for (uint h = 0u, e = 2u * i; h < p.nKVHead; h++, e += p.headDim) {
 				float a = qkv[p.kOff + e], b = qkv[p.kOff + e + 1u];
+#ifdef KV_F16
+				kc[(c * kvd + e) / 2u] = packHalf2x16(vec2(a * cs - b * sn, a * sn + b * cs));
+#else
 				kc[c * kvd + e] = a * cs - b * sn;
 				kc[c * kvd + e + 1u] = a * sn + b * cs;
+#endif
 			}
 		}
 	}
 	if (room) {
+#ifdef KV_F16
+		for (uint e = 2u * tid; e < kvd; e += 2u * WG) {
+			vc[(c * kvd + e) / 2u] = packHalf2x16(vec2(qkv[p.vOff + e], qkv[p.vOff + e + 1u]));
+		}
+#else
 		for (uint e = tid; e < kvd; e += WG) {
 			vc[c * kvd + e] = qkv[p.vOff + e];
 		}
+#endif
 		if (tid == 0u) {
 			kPos[c] = ps;
 			counts[p.layer] = c + 1u;

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/vk"
 	"github.com/stretchr/testify/assert"
@@ -25,86 +26,139 @@ func decodeBuffer(t testing.TB, dev *vk.Device, data []byte, n int) *vk.Buffer {
 	return newBuffer(t, dev, padded)
 }
 
+// kvHalfTol is the F16 cache's rounding: a half keeps 11 significant bits,
+// so a value rounded to nearest is off by at most 2^-11 of itself (of the
+// pair's norm for a rotated key). F32 caches are exact (v) or ropeTol (k).
+const kvHalfTol = 1.0 / 2048
+
+// decodeNaNWord is a float32 NaN as f32bytes writes it: the word a kernel
+// must leave alone in decodeBuffer's padding.
+var decodeNaNWord = math.Float32bits(float32(math.NaN()))
+
+// kvDecode decodes a downloaded cache of words: floats (F32) or pairs of
+// halves (F16).
+func kvDecode(t testing.TB, kv string, words []uint32) []float32 {
+	raw := denseU32Bytes(words)
+	if kv == KVF32 {
+		out := make([]float32, len(words))
+		for i, w := range words {
+			out[i] = math.Float32frombits(w)
+		}
+		return out
+	}
+	out := make([]float32, 2*len(words))
+	require.NoError(t, gguf.Dequantize(gguf.TypeF16, raw, out))
+	return out
+}
+
+// kvEncode is x as a cache of kv's type stores it, and x rounded to it.
+func kvEncode(t testing.TB, kv string, x []float32) ([]byte, []float32) {
+	if kv == KVF32 {
+		return f32bytes(x), slices.Clone(x)
+	}
+	raw, err := gguf.Quantize(gguf.TypeF16, x)
+	require.NoError(t, err)
+	back := make([]float32, len(x))
+	require.NoError(t, gguf.Dequantize(gguf.TypeF16, raw, back))
+	return raw, back
+}
+
 // TestDecodeKV: q rotated in place, k rotated into cache entry c = counts[layer],
 // v copied there, kPos[c] = pos, counts[layer] = c+1, nothing else touched;
-// and a full cache (c = maxEntries) left as it was. Tolerance ropeTol (as
-// rope: the same angle computation), relative to each pair's norm; v, kPos
-// and counts exact.
+// and a full cache (c = maxEntries) left as it was; for an F32 and an F16
+// cache. Tolerance ropeTol (as rope: the same angle computation), relative
+// to each pair's norm, and kvHalfTol more for F16 keys; v exact in F32,
+// within kvHalfTol of itself in F16; kPos and counts exact.
 func TestDecodeKV(t *testing.T) {
 	dev := openDevice(t)
-	k := newKernel(t, dev, routingLookup(t, "decode_kv"))
-	var worst float64
-	for _, tc := range []struct {
-		headDim, nHead, nKVHead int
-		pos                     uint32
-		count, maxEntries       uint32
-	}{
-		{8, 8, 4, 0, 0, 3},
-		{8, 8, 4, 37, 2, 3},
-		{6, 3, 1, 1000, 1, 5},    // ragged: 3 pairs a head, MQA
-		{64, 4, 4, 70000, 4, 9},  // a long head, a far position
-		{130, 2, 1, 12345, 0, 1}, // more pairs than invocations
-		{8, 8, 4, 9, 3, 3},       // full: nothing is written
-	} {
-		name := fmt.Sprintf("hd%d_h%d_kv%d_pos%d_c%d_max%d", tc.headDim, tc.nHead, tc.nKVHead, tc.pos, tc.count, tc.maxEntries)
-		rng := rand.New(rand.NewSource(int64(tc.pos) + 1))
-		qd, kvd := tc.nHead*tc.headDim, tc.nKVHead*tc.headDim
-		// qkv with k and v at offsets that are not aligned: decode_kv takes
-		// element offsets.
-		kOff, vOff := qd+1, qd+1+kvd+3
-		qkv := denseNormals(rng, vOff+kvd, 1)
-		const layer, nLayer = 1, 3
-		counts := []uint32{77, tc.count, 88}
-		bQKV := newBuffer(t, dev, f32bytes(qkv))
-		bPos := newBuffer(t, dev, denseU32Bytes([]uint32{tc.pos}))
-		bFreq := newBuffer(t, dev, denseU32Bytes(RopeFreqs(tc.headDim, 10000)))
-		capEntries := int(tc.maxEntries) + 1 // one entry past the end, which must stay NaN
-		bK, bV := decodeBuffer(t, dev, nil, capEntries*kvd), decodeBuffer(t, dev, nil, capEntries*kvd)
-		bKPos := newBuffer(t, dev, denseU32Bytes(decodeRepeat([]uint32{0xdeadbeef}, capEntries)))
-		bCounts := newBuffer(t, dev, denseU32Bytes(counts))
-		rec := dev.NewRecorder()
-		rec.Dispatch(k, vk.MustPackPush(DecodeKVPush{HeadDim: uint32(tc.headDim), NHead: uint32(tc.nHead), NKVHead: uint32(tc.nKVHead),
-			KOff: uint32(kOff), VOff: uint32(vOff), Layer: layer, MaxEntries: tc.maxEntries}), [3]uint32{1, 1, 1},
-			denseBind(bQKV, vk.ReadWrite), denseBind(bPos, vk.Read), denseBind(bFreq, vk.Read),
-			denseBind(bK, vk.Write), denseBind(bV, vk.Write), denseBind(bKPos, vk.Write), denseBind(bCounts, vk.ReadWrite))
-		require.NoError(t, dev.Run(rec))
-		rec.Close()
+	for _, kv := range []string{KVF32, KVF16} {
+		k := newKernel(t, dev, routingLookup(t, "decode_kv"+kv))
+		var worst float64
+		for _, tc := range []struct {
+			headDim, nHead, nKVHead int
+			pos                     uint32
+			count, maxEntries       uint32
+		}{
+			{8, 8, 4, 0, 0, 3},
+			{8, 8, 4, 37, 2, 3},
+			{6, 3, 1, 1000, 1, 5},    // ragged: 3 pairs a head, MQA
+			{64, 4, 4, 70000, 4, 9},  // a long head, a far position
+			{130, 2, 1, 12345, 0, 1}, // more pairs than invocations
+			{8, 8, 4, 9, 3, 3},       // full: nothing is written
+		} {
+			name := fmt.Sprintf("kv%s_hd%d_h%d_kv%d_pos%d_c%d_max%d", KVTypeName(kv), tc.headDim, tc.nHead, tc.nKVHead, tc.pos, tc.count, tc.maxEntries)
+			rng := rand.New(rand.NewSource(int64(tc.pos) + 1))
+			qd, kvd := tc.nHead*tc.headDim, tc.nKVHead*tc.headDim
+			// qkv with k and v at offsets that are not aligned: decode_kv takes
+			// element offsets.
+			kOff, vOff := qd+1, qd+1+kvd+3
+			qkv := denseNormals(rng, vOff+kvd, 1)
+			const layer, nLayer = 1, 3
+			counts := []uint32{77, tc.count, 88}
+			bQKV := newBuffer(t, dev, f32bytes(qkv))
+			bPos := newBuffer(t, dev, denseU32Bytes([]uint32{tc.pos}))
+			bFreq := newBuffer(t, dev, denseU32Bytes(RopeFreqs(tc.headDim, 10000)))
+			capEntries := int(tc.maxEntries) + 1 // one entry past the end, which must stay NaN
+			words := capEntries * kvd * int(KVElementBytes(kv)) / 4
+			bK, bV := decodeBuffer(t, dev, nil, words), decodeBuffer(t, dev, nil, words)
+			bKPos := newBuffer(t, dev, denseU32Bytes(decodeRepeat([]uint32{0xdeadbeef}, capEntries)))
+			bCounts := newBuffer(t, dev, denseU32Bytes(counts))
+			rec := dev.NewRecorder()
+			rec.Dispatch(k, vk.MustPackPush(DecodeKVPush{HeadDim: uint32(tc.headDim), NHead: uint32(tc.nHead), NKVHead: uint32(tc.nKVHead),
+				KOff: uint32(kOff), VOff: uint32(vOff), Layer: layer, MaxEntries: tc.maxEntries}), [3]uint32{1, 1, 1},
+				denseBind(bQKV, vk.ReadWrite), denseBind(bPos, vk.Read), denseBind(bFreq, vk.Read),
+				denseBind(bK, vk.Write), denseBind(bV, vk.Write), denseBind(bKPos, vk.Write), denseBind(bCounts, vk.ReadWrite))
+			require.NoError(t, dev.Run(rec))
+			rec.Close()
 
-		wantQ := slices.Clone(qkv[:qd])
-		mod.RoPE(wantQ, int32(tc.pos), tc.headDim, 10000)
-		wantK := slices.Clone(qkv[kOff : kOff+kvd])
-		mod.RoPE(wantK, int32(tc.pos), tc.headDim, 10000)
-		gotQKV := download(t, bQKV, len(qkv))
-		w, s := ropeScale(wantQ)
-		require.NoError(t, closeness(gotQKV[:qd], w, s, ropeTol), "%s: q", name)
-		assert.Equal(t, qkv[qd:], gotQKV[qd:], "%s: k and v are left", name)
-		worst = math.Max(worst, maxRelPair(gotQKV[:qd], w, s))
+			wantQ := slices.Clone(qkv[:qd])
+			mod.RoPE(wantQ, int32(tc.pos), tc.headDim, 10000)
+			wantK := slices.Clone(qkv[kOff : kOff+kvd])
+			mod.RoPE(wantK, int32(tc.pos), tc.headDim, 10000)
+			gotQKV := download(t, bQKV, len(qkv))
+			w, s := ropeScale(wantQ)
+			require.NoError(t, closeness(gotQKV[:qd], w, s, ropeTol), "%s: q", name)
+			assert.Equal(t, qkv[qd:], gotQKV[qd:], "%s: k and v are left", name)
+			worst = math.Max(worst, maxRelPair(gotQKV[:qd], w, s))
 
-		gotK, gotV := download(t, bK, capEntries*kvd), download(t, bV, capEntries*kvd)
-		gotPos := routingDownloadU32(t, bKPos, capEntries)
-		gotCounts := routingDownloadU32(t, bCounts, nLayer)
-		c := int(tc.count)
-		if tc.count >= tc.maxEntries {
-			assert.Equal(t, counts, gotCounts, "%s: a full cache keeps its count", name)
-			c = -1
-		} else {
-			assert.Equal(t, []uint32{77, tc.count + 1, 88}, gotCounts, "%s: counts", name)
-			w, s := ropeScale(wantK)
-			require.NoError(t, closeness(gotK[c*kvd:(c+1)*kvd], w, s, ropeTol), "%s: k entry", name)
-			assert.Equal(t, qkv[vOff:vOff+kvd], gotV[c*kvd:(c+1)*kvd], "%s: v entry", name)
-			assert.Equal(t, tc.pos, gotPos[c], "%s: kPos", name)
-		}
-		for e := 0; e < capEntries; e++ {
-			if e == c {
-				continue
+			rawK, rawV := routingDownloadU32(t, bK, words), routingDownloadU32(t, bV, words)
+			gotK, gotV := kvDecode(t, kv, rawK), kvDecode(t, kv, rawV)
+			gotPos := routingDownloadU32(t, bKPos, capEntries)
+			gotCounts := routingDownloadU32(t, bCounts, nLayer)
+			c := int(tc.count)
+			if tc.count >= tc.maxEntries {
+				assert.Equal(t, counts, gotCounts, "%s: a full cache keeps its count", name)
+				c = -1
+			} else {
+				assert.Equal(t, []uint32{77, tc.count + 1, 88}, gotCounts, "%s: counts", name)
+				w, s := ropeScale(wantK)
+				wantV := qkv[vOff : vOff+kvd]
+				if kv == KVF32 {
+					require.NoError(t, closeness(gotK[c*kvd:(c+1)*kvd], w, s, ropeTol), "%s: k entry", name)
+					assert.Equal(t, wantV, gotV[c*kvd:(c+1)*kvd], "%s: v entry", name)
+				} else {
+					require.NoError(t, closeness(gotK[c*kvd:(c+1)*kvd], w, s, ropeTol+kvHalfTol), "%s: k entry", name)
+					vw, vs := make([]float64, kvd), make([]float64, kvd)
+					for i, x := range wantV {
+						vw[i], vs[i] = float64(x), math.Abs(float64(x))
+					}
+					require.NoError(t, closeness(gotV[c*kvd:(c+1)*kvd], vw, vs, kvHalfTol), "%s: v entry", name)
+				}
+				assert.Equal(t, tc.pos, gotPos[c], "%s: kPos", name)
 			}
-			for j := e * kvd; j < (e+1)*kvd; j++ {
-				require.True(t, math.IsNaN(float64(gotK[j])) && math.IsNaN(float64(gotV[j])), "%s: entry %d was written", name, e)
+			perEntry := len(rawK) / capEntries
+			for e := 0; e < capEntries; e++ {
+				if e == c {
+					continue
+				}
+				for j := e * perEntry; j < (e+1)*perEntry; j++ {
+					require.True(t, rawK[j] == decodeNaNWord && rawV[j] == decodeNaNWord, "%s: entry %d was written", name, e)
+				}
+				assert.Equal(t, uint32(0xdeadbeef), gotPos[e], "%s: kPos[%d] was written", name, e)
 			}
-			assert.Equal(t, uint32(0xdeadbeef), gotPos[e], "%s: kPos[%d] was written", name, e)
 		}
+		t.Logf("%s cache: max q err/scale %.3g (tolerance %g)", KVTypeName(kv), worst, ropeTol)
 	}
-	t.Logf("max q err/scale %.3g (tolerance %g)", worst, ropeTol)
 }
 
 func maxRelPair(got []float32, want, scale []float64) float64 {
@@ -117,39 +171,105 @@ func maxRelPair(got []float32, want, scale []float64) float64 {
 
 // TestDecodeAttention: attention whose entry count is counts[layer] gives
 // attention's results (same reference and tolerance, attentionTolerance),
-// and reads no entry past the count (they are NaN).
+// and reads no entry past the count (they are NaN); from an F32 and an F16
+// cache. The F16 case's reference attends over the keys and values rounded
+// to halves, as the cache holds them, so its tolerance is the same: what
+// the rounding itself costs against an F32 cache is the engine's test
+// (engine/vulkan TestKVCacheF16).
 func TestDecodeAttention(t *testing.T) {
 	dev := openDevice(t)
-	k := newKernel(t, dev, routingLookup(t, "decode_attention"))
-	for i, sh := range []struct{ n, entries, nHead, nKVHead, hd int }{
-		{1, 1, 8, 4, 8},
-		{1, 37, 8, 4, 8},
-		{1, 300, 3, 1, 6},
-		{3, 70, 4, 2, 64}, // several query rows: some entries masked by position
-		{1, 5, 2, 2, 128},
-	} {
-		name := fmt.Sprintf("n%d_e%d_h%d_kv%d_hd%d", sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd)
-		c := newAttentionCase(sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd, 3, int64(i)+1)
-		want, scale := c.reference()
-		kvd, qd := sh.nKVHead*sh.hd, sh.nHead*sh.hd
-		capEntries := sh.entries + 4
-		kPos := append(slices.Clone(c.kPos), 0, 0, 0, 0) // past the count: visible by position, must be unread
-		const layer = 2
-		rec := dev.NewRecorder()
-		out := denseNaNBuffer(t, dev, sh.n*qd)
-		rec.Dispatch(k, vk.MustPackPush(DecodeAttentionPush{N: uint32(sh.n), Layer: layer, NHead: uint32(sh.nHead),
-			NKVHead: uint32(sh.nKVHead), HeadDim: uint32(sh.hd), Scale: float32(1 / math.Sqrt(float64(sh.hd)))}),
-			AttentionGroups(uint32(sh.n), uint32(sh.nHead)),
-			denseBind(newBuffer(t, dev, f32bytes(c.q)), vk.Read),
-			denseBind(decodeBuffer(t, dev, f32bytes(c.k), capEntries*kvd), vk.Read),
-			denseBind(decodeBuffer(t, dev, f32bytes(c.v), capEntries*kvd), vk.Read),
-			denseBind(newBuffer(t, dev, denseU32Bytes(kPos)), vk.Read),
-			denseBind(newBuffer(t, dev, denseU32Bytes(c.qPos)), vk.Read),
-			denseBind(newBuffer(t, dev, denseU32Bytes([]uint32{5, 6, uint32(sh.entries), 7})), vk.Read),
-			denseBind(out, vk.Write))
-		require.NoError(t, dev.Run(rec))
-		rec.Close()
-		assert.NoError(t, closeness(download(t, out, sh.n*qd), want, scale, attentionTolerance), name)
+	for _, kv := range []string{KVF32, KVF16} {
+		k := newKernel(t, dev, routingLookup(t, "decode_attention"+kv))
+		for i, sh := range []struct{ n, entries, nHead, nKVHead, hd int }{
+			{1, 1, 8, 4, 8},
+			{1, 37, 8, 4, 8},
+			{1, 300, 3, 1, 6},
+			{3, 70, 4, 2, 64}, // several query rows: some entries masked by position
+			{1, 5, 2, 2, 128},
+		} {
+			name := fmt.Sprintf("kv%s_n%d_e%d_h%d_kv%d_hd%d", KVTypeName(kv), sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd)
+			c := newAttentionCase(sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd, 3, int64(i)+1)
+			kRaw, kRounded := kvEncode(t, kv, c.k)
+			vRaw, vRounded := kvEncode(t, kv, c.v)
+			c.k, c.v = kRounded, vRounded
+			want, scale := c.reference()
+			kvd, qd := sh.nKVHead*sh.hd, sh.nHead*sh.hd
+			capWords := (sh.entries + 4) * kvd * int(KVElementBytes(kv)) / 4
+			kPos := append(slices.Clone(c.kPos), 0, 0, 0, 0) // past the count: visible by position, must be unread
+			const layer = 2
+			rec := dev.NewRecorder()
+			out := denseNaNBuffer(t, dev, sh.n*qd)
+			rec.Dispatch(k, vk.MustPackPush(DecodeAttentionPush{N: uint32(sh.n), Layer: layer, NHead: uint32(sh.nHead),
+				NKVHead: uint32(sh.nKVHead), HeadDim: uint32(sh.hd), Scale: float32(1 / math.Sqrt(float64(sh.hd)))}),
+				AttentionGroups(uint32(sh.n), uint32(sh.nHead)),
+				denseBind(newBuffer(t, dev, f32bytes(c.q)), vk.Read),
+				denseBind(decodeBuffer(t, dev, kRaw, capWords), vk.Read),
+				denseBind(decodeBuffer(t, dev, vRaw, capWords), vk.Read),
+				denseBind(newBuffer(t, dev, denseU32Bytes(kPos)), vk.Read),
+				denseBind(newBuffer(t, dev, denseU32Bytes(c.qPos)), vk.Read),
+				denseBind(newBuffer(t, dev, denseU32Bytes([]uint32{5, 6, uint32(sh.entries), 7})), vk.Read),
+				denseBind(out, vk.Write))
+			require.NoError(t, dev.Run(rec))
+			rec.Close()
+			assert.NoError(t, closeness(download(t, out, sh.n*qd), want, scale, attentionTolerance), name)
+		}
+	}
+}
+
+// TestDecodeAttentionSplit: flash-decoding (decode_attention_split, then
+// decode_attention_combine, recorded together so the barrier between them
+// is derived) gives attention's results over contexts of 1, 17, 300 and
+// 2100 entries, with 1, 4, 7 and 16 chunks (more chunks than entries
+// included: empty chunks), from an F32 and an F16 cache. Tolerance
+// attentionTolerance, as decode_attention: the chunks are one more level of
+// the same online-softmax merge (rescale by exp(m - max), sum). The F16
+// reference attends over the rounded keys and values, as in
+// TestDecodeAttention.
+func TestDecodeAttentionSplit(t *testing.T) {
+	dev := openDevice(t)
+	combine := newKernel(t, dev, routingLookup(t, "decode_attention_combine"))
+	for _, kv := range []string{KVF32, KVF16} {
+		v := routingLookup(t, "decode_attention_split"+kv)
+		for _, splits := range []uint32{1, 4, 7, 16} {
+			k := newKernel(t, dev, v, DecodeAttentionSplitSpec(splits)...)
+			for i, sh := range []struct{ n, entries, nHead, nKVHead, hd int }{
+				{1, 1, 8, 4, 8},
+				{1, 17, 4, 2, 64},
+				{1, 300, 3, 1, 6},
+				{3, 70, 4, 2, 64}, // several query rows: some entries masked by position
+				{1, 2100, 4, 2, 64},
+			} {
+				name := fmt.Sprintf("kv%s_splits%d_n%d_e%d_h%d_kv%d_hd%d", KVTypeName(kv), splits, sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd)
+				c := newAttentionCase(sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd, 3, int64(i)+1)
+				kRaw, kRounded := kvEncode(t, kv, c.k)
+				vRaw, vRounded := kvEncode(t, kv, c.v)
+				c.k, c.v = kRounded, vRounded
+				want, scale := c.reference()
+				kvd, qd := sh.nKVHead*sh.hd, sh.nHead*sh.hd
+				capWords := (sh.entries + 4) * kvd * int(KVElementBytes(kv)) / 4
+				kPos := append(slices.Clone(c.kPos), 0, 0, 0, 0) // past the count: visible by position, must be unread
+				const layer = 2
+				part := denseNaNBuffer(t, dev, int(DecodeAttentionPartialFloats(uint32(sh.n), uint32(sh.nHead), uint32(sh.hd), splits)))
+				out := denseNaNBuffer(t, dev, sh.n*qd)
+				rec := dev.NewRecorder()
+				rec.Dispatch(k, vk.MustPackPush(DecodeAttentionPush{N: uint32(sh.n), Layer: layer, NHead: uint32(sh.nHead),
+					NKVHead: uint32(sh.nKVHead), HeadDim: uint32(sh.hd), Scale: float32(1 / math.Sqrt(float64(sh.hd)))}),
+					DecodeAttentionSplitGroups(uint32(sh.n), uint32(sh.nHead), splits),
+					denseBind(newBuffer(t, dev, f32bytes(c.q)), vk.Read),
+					denseBind(decodeBuffer(t, dev, kRaw, capWords), vk.Read),
+					denseBind(decodeBuffer(t, dev, vRaw, capWords), vk.Read),
+					denseBind(newBuffer(t, dev, denseU32Bytes(kPos)), vk.Read),
+					denseBind(newBuffer(t, dev, denseU32Bytes(c.qPos)), vk.Read),
+					denseBind(newBuffer(t, dev, denseU32Bytes([]uint32{5, 6, uint32(sh.entries), 7})), vk.Read),
+					denseBind(part, vk.Write))
+				rec.Dispatch(combine, vk.MustPackPush(DecodeAttentionCombinePush{N: uint32(sh.n), NHead: uint32(sh.nHead),
+					HeadDim: uint32(sh.hd), Splits: splits}), Groups(uint32(sh.n*sh.nHead)),
+					denseBind(part, vk.Read), denseBind(out, vk.Write))
+				require.NoError(t, dev.Run(rec))
+				rec.Close()
+				assert.NoError(t, closeness(download(t, out, sh.n*qd), want, scale, attentionTolerance), name)
+			}
+		}
 	}
 }
 
@@ -189,4 +309,102 @@ func decodeRepeat(x []uint32, n int) []uint32 {
 		out = append(out, x...)
 	}
 	return out
+}
+
+// TestDecodeAttend: decode_attend, a step's whole attention in one dispatch,
+// over caches of c = 0, 16, 299 and 2099 old entries (contexts of 1, 17,
+// 300 and 2100 with the token's own), split into 1, 4 and 16 chunks, with
+// F32 and F16 caches. Two tokens are run, one submit each, so the second
+// sees the first's append and the done counters the first left at zero.
+// Checked: the output against attention's reference over the rotated q, the
+// old entries (as stored: rounded in F16) and the token's own k and v
+// (exact: decode_attend uses them from shared memory), at
+// attentionTolerance plus ropeTol (the GPU's rotation against mod.RoPE);
+// the appended entry as TestDecodeKV checks decode_kv's; counts[layer]
+// incremented once per token and no other count touched; done back to 0.
+func TestDecodeAttend(t *testing.T) {
+	dev := openDevice(t)
+	const nHead, nKVHead, hd = 4, 2, 64
+	const layer = 1
+	qd, kvd := nHead*hd, nKVHead*hd
+	kOff, vOff := qd+3, qd+3+kvd+1 // unaligned element offsets, as a qkv stack may give
+	for _, kv := range []string{KVF32, KVF16} {
+		v := routingLookup(t, "decode_attend"+kv)
+		for _, splits := range []uint32{1, 4, 16} {
+			k := newKernel(t, dev, v, DecodeAttendSpec(splits)...)
+			for _, old := range []int{0, 16, 299, 2099} {
+				name := fmt.Sprintf("kv%s/splits%d/old%d", KVTypeName(kv), splits, old)
+				rng := rand.New(rand.NewSource(int64(old) + int64(splits)))
+				maxEntries := old + 3
+				// The old entries: random keys (already rotated) and values,
+				// at ascending positions with gaps (a routed layer's).
+				c := newAttentionCase(1, max(old, 1), nHead, nKVHead, hd, 3, int64(old)+7)
+				oldK, oldV, oldPos := c.k[:old*kvd], c.v[:old*kvd], c.kPos[:old]
+				kRaw, kRounded := kvEncode(t, kv, oldK)
+				vRaw, vRounded := kvEncode(t, kv, oldV)
+				words := maxEntries * kvd * int(KVElementBytes(kv)) / 4
+				bK, bV := decodeBuffer(t, dev, kRaw, words), decodeBuffer(t, dev, vRaw, words)
+				bKPos := newBuffer(t, dev, denseU32Bytes(append(slices.Clone(oldPos), decodeRepeat([]uint32{0xdeadbeef}, maxEntries-old)...)))
+				bCounts := newBuffer(t, dev, denseU32Bytes([]uint32{77, uint32(old), 88}))
+				bFreq := newBuffer(t, dev, denseU32Bytes(RopeFreqs(hd, 10000)))
+				bPart := denseNaNBuffer(t, dev, nHead*int(splits)*(2+hd))
+				bDone := newBuffer(t, dev, denseU32Bytes(make([]uint32, DecodeAttendDoneWords(nHead))))
+				pos := uint32(0)
+				if old > 0 {
+					pos = oldPos[old-1] + 2
+				}
+				refK, refV, refPos := slices.Clone(kRounded), slices.Clone(vRounded), slices.Clone(oldPos)
+				for step := 0; step < 2; step++ {
+					qkv := denseNormals(rng, vOff+kvd, 1)
+					for i := 0; i < qd; i++ {
+						qkv[i] *= 3 // sharpen the softmax, as newAttentionCase
+					}
+					bQKV, bPos := newBuffer(t, dev, f32bytes(qkv)), newBuffer(t, dev, denseU32Bytes([]uint32{pos}))
+					out := denseNaNBuffer(t, dev, qd)
+					rec := dev.NewRecorder()
+					rec.Dispatch(k, vk.MustPackPush(DecodeAttendPush{HeadDim: hd, NHead: nHead, NKVHead: nKVHead, KOff: uint32(kOff), VOff: uint32(vOff),
+						Layer: layer, MaxEntries: uint32(maxEntries), Scale: float32(1 / math.Sqrt(hd))}),
+						DecodeAttendGroups(nHead, splits),
+						denseBind(bQKV, vk.Read), denseBind(bPos, vk.Read), denseBind(bFreq, vk.Read),
+						denseBind(bK, vk.ReadWrite), denseBind(bV, vk.ReadWrite), denseBind(bKPos, vk.ReadWrite), denseBind(bCounts, vk.ReadWrite),
+						denseBind(bPart, vk.ReadWrite), denseBind(bDone, vk.ReadWrite), denseBind(out, vk.Write))
+					require.NoError(t, dev.Run(rec))
+					rec.Close()
+
+					q := slices.Clone(qkv[:qd])
+					mod.RoPE(q, int32(pos), hd, 10000)
+					kNew := slices.Clone(qkv[kOff : kOff+kvd])
+					mod.RoPE(kNew, int32(pos), hd, 10000)
+					vNew := qkv[vOff : vOff+kvd]
+					ref := &attentionCase{n: 1, entries: len(refPos) + 1, nHead: nHead, nKVHead: nKVHead, hd: hd, q: q,
+						k: append(slices.Clone(refK), kNew...), v: append(slices.Clone(refV), vNew...),
+						kPos: append(slices.Clone(refPos), pos), qPos: []uint32{pos}}
+					want, scale := ref.reference()
+					assert.NoError(t, closeness(download(t, out, qd), want, scale, attentionTolerance+ropeTol), "%s step %d: output", name, step)
+
+					n := old + step + 1
+					assert.Equal(t, []uint32{77, uint32(n), 88}, routingDownloadU32(t, bCounts, 3), "%s step %d: counts", name, step)
+					assert.Equal(t, make([]uint32, DecodeAttendDoneWords(nHead)), routingDownloadU32(t, bDone, int(DecodeAttendDoneWords(nHead))), "%s: done left at zero", name)
+					gotPos := routingDownloadU32(t, bKPos, maxEntries)
+					assert.Equal(t, pos, gotPos[n-1], "%s step %d: kPos", name, step)
+					gotK := kvDecode(t, kv, routingDownloadU32(t, bK, words))[(n-1)*kvd : n*kvd]
+					gotV := kvDecode(t, kv, routingDownloadU32(t, bV, words))[(n-1)*kvd : n*kvd]
+					tol := ropeTol
+					if kv == KVF16 {
+						tol += kvHalfTol
+					}
+					w, s := ropeScale(kNew)
+					assert.NoError(t, closeness(gotK, w, s, tol), "%s step %d: appended k", name, step)
+					vw, vs := make([]float64, kvd), make([]float64, kvd)
+					for i, x := range vNew {
+						vw[i], vs[i] = float64(x), math.Abs(float64(x))
+					}
+					assert.NoError(t, closeness(gotV, vw, vs, tol), "%s step %d: appended v", name, step)
+					// The next token attends over this one as the cache holds it.
+					refK, refV, refPos = append(refK, gotK...), append(refV, gotV...), append(refPos, pos)
+					pos += 3
+				}
+			}
+		}
+	}
 }

@@ -95,18 +95,11 @@ func RowLoopIterations(name string, cols uint32, spec []uint32) uint32 {
 }
 
 // RowSpecCPUFor is the spec of row kernel name (rmsnorm, softmax, argmax)
-// for rows of cols on a CPU device: RowSpecCPU while its loops stay under
-// LavapipeLoopIterations (rows up to 174000 for softmax), else the fewest
-// invocations per row that do.
+// for rows of cols on lavapipe (LavapipeProfile.Row): RowSpecCPU while its
+// loops stay under LavapipeLoopIterations (rows up to 174000 for softmax),
+// else the fewest invocations per row that do.
 func RowSpecCPUFor(name string, cols uint32) []uint32 {
-	if RowLoopIterations(name, cols, RowSpecCPU) <= LavapipeLoopIterations {
-		return RowSpecCPU
-	}
-	tpr := RowSpecCPU[1]
-	for tpr < 1024 && RowLoopIterations(name, cols, []uint32{tpr, tpr}) > LavapipeLoopIterations {
-		tpr *= 2
-	}
-	return []uint32{tpr, tpr}
+	return LavapipeProfile.Row(name, cols)
 }
 
 // RowGroups is the dispatch size of a row kernel over n rows with spec.
@@ -217,5 +210,7 @@ func init() {
 		embedVariant("embed_f32", "WEIGHT_F32", "[rows][cols] f32"),
 		embedVariant("embed_f16", "WEIGHT_F16", "[rows][cols] f16"),
 		embedVariant("embed_q8_0", "WEIGHT_Q8_0", "[rows][cols/32] q8_0 blocks (34 bytes)"),
+		embedVariant("embed_q8_0_split", "WEIGHT_Q8_0_SPLIT", "RepackQ8_0 of [rows][cols] (bound whole: no pieces)"),
+		embedVariant("embed_q4_0_split", "WEIGHT_Q4_0_SPLIT", "RepackQ4_0 of [rows][cols] (bound whole: no pieces)"),
 	)
 }

@@ -622,12 +622,19 @@ var embedVariantOf = map[gguf.TensorType]string{
 	gguf.TypeQ8_0: "embed_q8_0",
 }
 
+// embedSplitVariantOf is the variant that reads matvec's split layout.
+var embedSplitVariantOf = map[gguf.TensorType]string{
+	gguf.TypeQ8_0: "embed_q8_0_split",
+	gguf.TypeQ4_0: "embed_q4_0_split",
+}
+
 // embedRun looks up n tokens (the first and last ids among them, and
 // repeats) in a vocab x cols table of type typ. With split > 0 the table
 // is bound in two pieces, rows [0, split) and [split, vocab), one dispatch
 // each, as a table over maxStorageBufferRange must be; run records the
-// second.
-func embedRun(t testing.TB, dev *vk.Device, k *vk.Kernel, typ gguf.TensorType, vocab, cols, n, split int, seed int64) (*denseRun, *denseRun) {
+// second. With repack the table is uploaded in matvec's split layout
+// (MatvecBytes), bound whole.
+func embedRun(t testing.TB, dev *vk.Device, k *vk.Kernel, typ gguf.TensorType, vocab, cols, n, split int, seed int64, repack bool) (*denseRun, *denseRun) {
 	rng := rand.New(rand.NewSource(seed))
 	table, err := gguf.Quantize(typ, denseNormals(rng, vocab*cols, 1))
 	require.NoError(t, err)
@@ -649,8 +656,13 @@ func embedRun(t testing.TB, dev *vk.Device, k *vk.Kernel, typ gguf.TensorType, v
 			want[i*cols+e], scale[i*cols+e] = float64(v), 1
 		}
 	}
-	wb, tb, out := newBuffer(t, dev, table), newBuffer(t, dev, denseU32Bytes(tok)), denseNaNBuffer(t, dev, n*cols)
 	rowBytes := len(table) / vocab
+	if repack {
+		require.Zero(t, split, "a split-layout table is bound whole")
+		table, err = MatvecBytes(matvecTypeOf[typ], table, vocab, cols)
+		require.NoError(t, err)
+	}
+	wb, tb, out := newBuffer(t, dev, table), newBuffer(t, dev, denseU32Bytes(tok)), denseNaNBuffer(t, dev, n*cols)
 	piece := func(base, rows int) *denseRun {
 		return &denseRun{
 			k: k, push: EmbedPush{Cols: uint32(cols), N: uint32(n), RowBase: uint32(base), Rows: uint32(rows)},
@@ -678,19 +690,33 @@ func TestEmbed(t *testing.T) {
 		gguf.TypeF16:  {{5, 7}, {37, 33}, {100, 96}},   // odd cols: rows do not start on a word
 		gguf.TypeQ8_0: {{5, 32}, {37, 96}, {100, 160}}, // 160: 5 blocks, rows alternate 4-alignment
 	}
-	var w denseWorst
+	shapes[gguf.TypeQ4_0] = shapes[gguf.TypeQ8_0]
+	type variant struct {
+		typ    gguf.TensorType
+		name   string
+		repack bool
+	}
+	var variants []variant
 	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0} {
-		k := newKernel(t, dev, denseLookup(t, embedVariantOf[typ]))
+		variants = append(variants, variant{typ, embedVariantOf[typ], false})
+	}
+	for _, typ := range []gguf.TensorType{gguf.TypeQ8_0, gguf.TypeQ4_0} {
+		variants = append(variants, variant{typ, embedSplitVariantOf[typ], true})
+	}
+	var w denseWorst
+	for _, v := range variants {
+		typ := v.typ
+		k := newKernel(t, dev, denseLookup(t, v.name))
 		for _, sh := range shapes[typ] {
 			for _, n := range []int{1, 2, 9} {
 				// Split at row 8: 8 rows of any type here are a multiple of
 				// 16 bytes, lavapipe's offset alignment.
 				for _, split := range []int{0, 8} {
-					if split >= sh[0] {
+					if split >= sh[0] || (v.repack && split > 0) {
 						continue
 					}
-					name := fmt.Sprintf("%s/vocab%d/cols%d/n%d/split%d", typ, sh[0], sh[1], n, split)
-					first, last := embedRun(t, dev, k, typ, sh[0], sh[1], n, split, int64(sh[0]+n))
+					name := fmt.Sprintf("%s/vocab%d/cols%d/n%d/split%d", v.name, sh[0], sh[1], n, split)
+					first, last := embedRun(t, dev, k, typ, sh[0], sh[1], n, split, int64(sh[0]+n), v.repack)
 					if first != nil {
 						rec := dev.NewRecorder()
 						first.record(rec)
@@ -779,11 +805,11 @@ func BenchmarkDense(b *testing.B) {
 			return modResidualRun(b, dev, newKernel(b, dev, denseLookup(b, "mod_residual_sigmoid")), mod.GateSigmoid, 4096, 512, 64, 0, 1)
 		}},
 		benchCase{"embed_f16/64/4096x4096", func(b *testing.B) *denseRun {
-			_, r := embedRun(b, dev, newKernel(b, dev, denseLookup(b, "embed_f16")), gguf.TypeF16, 4096, 4096, 64, 0, 1)
+			_, r := embedRun(b, dev, newKernel(b, dev, denseLookup(b, "embed_f16")), gguf.TypeF16, 4096, 4096, 64, 0, 1, false)
 			return r
 		}},
 		benchCase{"embed_q8_0/64/4096x4096", func(b *testing.B) *denseRun {
-			_, r := embedRun(b, dev, newKernel(b, dev, denseLookup(b, "embed_q8_0")), gguf.TypeQ8_0, 4096, 4096, 64, 0, 1)
+			_, r := embedRun(b, dev, newKernel(b, dev, denseLookup(b, "embed_q8_0")), gguf.TypeQ8_0, 4096, 4096, 64, 0, 1, false)
 			return r
 		}},
 	)

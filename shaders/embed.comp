@@ -1,7 +1,9 @@
 #version 450
 // embed: out[t] = row tok[t] of the embedding table w (token_embd), decoded
 // to F32, with w in F32, F16 or Q8_0 (WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0),
-// as mod.Mat.Row. A workgroup per token, its invocations strided over the
+// or in matvec's split layout of Q8_0 or Q4_0 (WEIGHT_Q8_0_SPLIT,
+// WEIGHT_Q4_0_SPLIT: RepackQ8_0, RepackQ4_0), which a decode step reads when
+// the table is also the output matrix, as mod.Mat.Row. A workgroup per token, its invocations strided over the
 // row: no integer division per element (lavapipe does those one lane at a
 // time).
 //
@@ -10,7 +12,7 @@
 // binding holds rows [rowBase, rowBase+rows), and tokens outside it are left
 // untouched for another piece's dispatch. Token ids are not checked against
 // the vocabulary here (the host does): an id in no piece leaves its row
-// as it was.
+// as it was. A split table is bound whole (its scales follow all its quants).
 #include "include/common.glsl"
 #define OP_EMBED
 #include "include/push_dense.glsl"
@@ -41,8 +43,18 @@ void main() {
 		uint at = (row * (p.cols / 32u) + e / 32u) * 34u; // byte offset of the block
 		uint q = at + 2u + e % 32u;                       // byte offset of the quant
 		float v = loadHalf(at) * float(bitfieldExtract(int(w[q >> 2]), int(q & 3u) * 8, 8));
+#elif defined(WEIGHT_Q8_0_SPLIT)
+		uint q = row * p.cols + e; // byte offset of the quant; its block is q / 32
+		float v = loadHalf(p.rows * p.cols + 2u * (q >> 5)) * float(bitfieldExtract(int(w[q >> 2]), int(q & 3u) * 8, 8));
+#elif defined(WEIGHT_Q4_0_SPLIT)
+		// Block blk's byte i holds element i in its low nibble, i+16 in its
+		// high one, each stored as q+8.
+		uint blk = row * (p.cols / 32u) + e / 32u, i = e % 32u;
+		uint at = 16u * blk + (i & 15u); // byte offset of the nibble pair
+		uint nib = (w[at >> 2] >> ((at & 3u) * 8u + (i >= 16u ? 4u : 0u))) & 15u;
+		float v = loadHalf(p.rows * p.cols / 2u + 2u * blk) * (float(nib) - 8.0);
 #else
-#error "define one of WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0"
+#error "define one of WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0, WEIGHT_Q8_0_SPLIT, WEIGHT_Q4_0_SPLIT"
 #endif
 		out_[t * p.cols + e] = v;
 	}

@@ -1,7 +1,15 @@
 #version 450
-// matmul: Y[s][r] = W[r] . X[s] for prefill (many tokens at once), with W in
-// F32, F16 or Q8_0 (one of WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0; ggml layout,
-// read through uint words by include/weights.glsl) and X, Y in F32.
+// matmul: Y[s][yOff + r] = W[wRow0 + r] . X[s] for r < rows, s < n, for
+// prefill chunks and eval windows (many tokens at once), with W in F32, F16
+// or matvec's split layout of Q8_0 or Q4_0 (WEIGHT_F32, WEIGHT_F16,
+// WEIGHT_Q8_0_SPLIT, WEIGHT_Q4_0_SPLIT: shaders.MatvecBytes, the layout the
+// decode step's matvec reads, so one upload serves both), read through uint
+// words by include/weights.glsl, and X, Y in F32. The binding of W holds
+// wRows rows (a piece of a matrix bound in pieces, or a stack of matrices
+// uploaded together); the dispatch computes rows of them from wRow0. Y's
+// rows are ldy apart and the outputs start at column yOff: a piece of a
+// matrix writes its columns of the whole output, a part of a stack its own
+// output. Nothing here needs an offset binding, so no alignment applies.
 //
 // A classic shared-memory tiling: a workgroup owns a tile of BM tokens by BN
 // rows of W and walks the columns BK at a time. Each step it stages the BM x
@@ -10,7 +18,7 @@
 // TN rows out of it, in registers. Each weight read from memory thus serves
 // BM tokens and each x value BN rows, where matvec reads a row once per
 // token. Tiles past the edge are zero-filled, so n, rows and cols need not be
-// multiples of the tile (Q8_0 cols are multiples of 32 by format).
+// multiples of the tile (Q8_0 and Q4_0 cols are multiples of 32 by format).
 //
 // On lavapipe a barrier costs more than the arithmetic, and so does a load
 // whose address differs per invocation (MatmulSpecCPU takes bigger steps,
@@ -39,9 +47,9 @@ layout(constant_id = 3) const uint BK = 16; // columns per step, a multiple of 4
 layout(constant_id = 4) const uint TM = 8;  // tokens per invocation, divides BM
 layout(constant_id = 5) const uint TN = 4;  // rows per invocation, divides BN
 
-layout(std430, binding = 0) readonly buffer Weights { uint w[]; }; // [rows] rows of ggml bytes
+layout(std430, binding = 0) readonly buffer Weights { uint w[]; }; // [wRows] rows, F32/F16, or split Q8_0/Q4_0
 layout(std430, binding = 1) readonly buffer X { float x[]; };      // [n][cols]
-layout(std430, binding = 2) writeonly buffer Y { float y[]; };     // [n][rows]
+layout(std430, binding = 2) writeonly buffer Y { float y[]; };     // [n][ldy], columns yOff..yOff+rows written
 
 #include "include/weights.glsl"
 
@@ -71,13 +79,28 @@ vec4 loadWeightQuad(uint r, uint c) {
 			}
 		}
 	}
-#elif defined(WEIGHT_Q8_0)
+#elif defined(WEIGHT_Q8_0_SPLIT)
 	if (c < p.cols) { // cols is a multiple of 32: a quad is all in or all out
-		uint at = (r * (p.cols / 32u) + c / 32u) * 34u; // byte offset of the block
-		v = loadHalf(at) * vec4(loadQ8Quad(at + 2u, (c % 32u) / 4u));
+		// Quants [wRows][cols] int8, then scales [wRows][cols/32] f16: the
+		// quad is one aligned word, and its block is q / 32.
+		uint q = r * p.cols + c;
+		int s = int(w[q >> 2]);
+		ivec4 iv = ivec4(bitfieldExtract(s, 0, 8), bitfieldExtract(s, 8, 8), bitfieldExtract(s, 16, 8), bitfieldExtract(s, 24, 8));
+		v = loadHalf(p.wRows * p.cols + 2u * (q >> 5)) * vec4(iv);
+	}
+#elif defined(WEIGHT_Q4_0_SPLIT)
+	if (c < p.cols) {
+		// Nibble bytes [wRows][cols/2], then scales [wRows][cols/32] f16.
+		// Block byte i holds element i in its low nibble and i+16 in its
+		// high one, each stored as q+8: the quad's 4 elements are 4
+		// consecutive bytes' low (i < 16) or high nibbles, one aligned word.
+		uint blk = r * (p.cols / 32u) + c / 32u, i = c % 32u;
+		uint word = w[(16u * blk + (i & 15u)) >> 2] >> (i >= 16u ? 4u : 0u);
+		vec4 nib = vec4(float(word & 15u), float((word >> 8) & 15u), float((word >> 16) & 15u), float(word >> 24 & 15u));
+		v = loadHalf(p.wRows * p.cols / 2u + 2u * blk) * (nib - 8.0);
 	}
 #else
-#error "define one of WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0"
+#error "define one of WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0_SPLIT, WEIGHT_Q4_0_SPLIT"
 #endif
 	return v;
 }
@@ -105,7 +128,7 @@ void main() {
 		for (uint i = tid; i < BN * (BK / 4u); i += WG) {
 			uint rr = i % BN, kq = i / BN;
 			uint r = r0 + rr;
-			vec4 v = r < p.rows ? loadWeightQuad(r, k0 + 4u * kq) : vec4(0.0);
+			vec4 v = r < p.rows ? loadWeightQuad(p.wRow0 + r, k0 + 4u * kq) : vec4(0.0);
 			for (uint t = 0u; t < 4u; t++) {
 				ws[(4u * kq + t) * BN + rr] = v[t];
 			}
@@ -138,7 +161,7 @@ void main() {
 		for (uint i = 0u; i < TN; i++) {
 			uint r = r0 + tx + i * NTX;
 			if (s < p.n && r < p.rows) {
-				y[s * p.rows + r] = acc[j * TN + i];
+				y[s * p.ldy + p.yOff + r] = acc[j * TN + i];
 			}
 		}
 	}

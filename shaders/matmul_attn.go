@@ -9,9 +9,19 @@ import "fmt"
 
 // MatmulPush is matmul's push-constant block.
 type MatmulPush struct {
-	Rows uint32 // rows of W = elements of each y row
-	Cols uint32 // columns of W = elements of each x row (Q8_0: a multiple of 32)
-	N    uint32 // tokens: x is [N][Cols], y is [N][Rows]
+	Rows  uint32 // rows of W computed (from WRow0) = outputs per token
+	Cols  uint32 // columns of W = elements of each x row (Q8_0, Q4_0: a multiple of 32)
+	N     uint32 // tokens: x is [N][Cols]
+	WRow0 uint32 // the first row computed, of the binding's
+	WRows uint32 // rows in W's binding (the split layouts' scales follow them)
+	LdY   uint32 // elements per y row: y is [N][LdY]
+	YOff  uint32 // the column of y that row WRow0's output goes to
+}
+
+// MatmulWhole is the push of a matmul of all rows of a matrix bound whole
+// into y [n][rows].
+func MatmulWhole(rows, cols, n uint32) MatmulPush {
+	return MatmulPush{Rows: rows, Cols: cols, N: n, WRows: rows, LdY: rows}
 }
 
 // AttentionPush is attention's push-constant block.
@@ -83,14 +93,14 @@ func matmulVariant(name, define, weightShape string) Variant {
 		Bindings: []Binding{
 			{"w", Read, weightShape},
 			{"x", Read, "[n][cols] f32"},
-			{"y", Write, "[n][rows] f32"},
+			{"y", Write, "[n][ldy] f32, columns [yOff, yOff+rows)"},
 		},
 		Push:          MatmulPush{},
 		LocalSize:     [3]uint32{128, 1, 1},
 		LocalSizeSpec: true,
 		Spec:          MatmulSpecGPU.Constants(),
 		Notes: "Spec: MatmulSpec.Constants() (MatmulSpecGPU, MatmulSpecCPU); dispatch MatmulGroups(rows, n, spec); " +
-			"bind w with its size rounded up to 4 (vk buffers are); cols must be a multiple of 32 for Q8_0",
+			"bind w with its size rounded up to 4 (vk buffers are); cols must be a multiple of 32 for Q8_0 and Q4_0",
 	}
 }
 
@@ -109,7 +119,8 @@ func init() {
 	Variants = append(Variants,
 		matmulVariant("matmul_f32", "WEIGHT_F32", "[rows][cols] f32"),
 		matmulVariant("matmul_f16", "WEIGHT_F16", "[rows][cols] f16"),
-		matmulVariant("matmul_q8_0", "WEIGHT_Q8_0", "[rows][cols/32] q8_0 blocks (34 bytes)"),
+		matmulVariant("matmul_q8_0", "WEIGHT_Q8_0_SPLIT", "[wRows][cols] int8 quants, then [wRows][cols/32] f16 scales (RepackQ8_0)"),
+		matmulVariant("matmul_q4_0", "WEIGHT_Q4_0_SPLIT", "[wRows][cols/2] nibble bytes, then [wRows][cols/32] f16 scales (RepackQ4_0)"),
 		Variant{
 			Name: "attention", Source: "attention.comp",
 			Bindings:      append(attentionInputs(), Binding{"out", Write, "[n][nHead*headDim] f32"}),
@@ -172,6 +183,7 @@ func init() {
 	Variants = append(Variants,
 		split("attention_split"),
 		split("attention_split_counts", "ATTN_COUNTS"),
+		split("attention_split_counts_f16", "ATTN_COUNTS", "KV_F16"),
 		Variant{
 			Name: "attention_merge", Source: "attention_split.comp", Defines: []string{"ATTN_MERGE"},
 			Bindings: []Binding{

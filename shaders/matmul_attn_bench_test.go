@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/vk"
 	"github.com/stretchr/testify/require"
@@ -26,24 +25,28 @@ func secondsPerRun(b *testing.B, dev *vk.Device, rec *vk.Recorder) float64 {
 
 // BenchmarkMatmul times matmul on a prefill-sized problem (128 tokens through
 // a 1024x1024 weight) and reports GFLOP/s, and its speed against matvec doing
-// the same product a token at a time (MatvecSpecCPU, one dispatch), timed
+// the same product a token at a time (lavapipe's matvec spec, one dispatch), timed
 // in the same run. Both are checked against the reference first.
 func BenchmarkMatmul(b *testing.B) {
 	dev := openDeviceWith(b, vk.InstanceOptions{})
 	const rows, cols, n = 1024, 1024, 128
 	flops := 2.0 * rows * cols * n
-	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0} {
+	for _, typ := range matmulTypes {
 		c := newMatmulCase(b, typ, rows, cols, n, 1)
-		wb, xb := newBuffer(b, dev, c.w), newBuffer(b, dev, f32bytes(c.x))
+		wb, xb := newBuffer(b, dev, matmulLayout(b, typ, c.w, rows, cols)), newBuffer(b, dev, f32bytes(c.x))
 		yb, err := dev.NewBuffer(4*rows*n, vk.DeviceLocal)
 		require.NoError(b, err)
 		b.Cleanup(yb.Close)
 		binds := []vk.Bind{{Buf: wb, Access: vk.Read}, {Buf: xb, Access: vk.Read}, {Buf: yb, Access: vk.Write}}
 
 		// The baseline: matvec, each weight row read once per token.
-		mv, err := Lookup(matvecVariantOf[typ])
+		mvName, mvSpec := LavapipeProfile.Matvec(matvecTypeOf[typ], FuseNone, 1, cols)
+		mv, err := Lookup(mvName)
 		require.NoError(b, err)
-		mk := newKernel(b, dev, mv, MatvecSpecCPU...)
+		mk := newKernel(b, dev, mv, mvSpec...)
+		mvw, err := MatvecBytes(matvecTypeOf[typ], c.w, rows, cols)
+		require.NoError(b, err)
+		mwb := newBuffer(b, dev, mvw)
 		mrec := dev.NewRecorder()
 		b.Cleanup(mrec.Close)
 		// In dispatches of 32 tokens: lavapipe ends every loop of an
@@ -51,8 +54,8 @@ func BenchmarkMatmul(b *testing.B) {
 		// limiter), and matvec's invocation loops over n*cols/NB weights.
 		const chunk = 32
 		for s := 0; s < n; s += chunk {
-			mrec.Dispatch(mk, vk.MustPackPush(MatvecPush{Rows: rows, Cols: cols, N: chunk}), MatvecGroups(rows, MatvecSpecCPU),
-				vk.Bind{Buf: wb, Access: vk.Read},
+			mrec.Dispatch(mk, vk.MustPackPush(MatvecPush{Rows: rows, Cols: cols, N: chunk}), MatvecGroups(rows, mvSpec),
+				vk.Bind{Buf: mwb, Access: vk.Read},
 				vk.Bind{Buf: xb, Offset: uint64(4 * s * cols), Size: 4 * chunk * cols, Access: vk.Read},
 				vk.Bind{Buf: yb, Offset: uint64(4 * s * rows), Size: 4 * chunk * rows, Access: vk.Write})
 		}
@@ -75,7 +78,7 @@ func BenchmarkMatmul(b *testing.B) {
 				}
 				rec := dev.NewRecorder()
 				defer rec.Close()
-				rec.Dispatch(k, vk.MustPackPush(MatmulPush{Rows: rows, Cols: cols, N: n}), MatmulGroups(rows, n, sp.spec), binds...)
+				rec.Dispatch(k, vk.MustPackPush(MatmulWhole(rows, cols, n)), MatmulGroups(rows, n, sp.spec), binds...)
 				require.NoError(b, dev.Run(rec)) // records
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {

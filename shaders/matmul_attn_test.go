@@ -27,12 +27,26 @@ var matmulTolerance = map[gguf.TensorType]float64{
 	gguf.TypeF32:  1e-5,
 	gguf.TypeF16:  1e-5,
 	gguf.TypeQ8_0: 1e-5,
+	gguf.TypeQ4_0: 1e-5,
 }
 
 var matmulVariantOf = map[gguf.TensorType]string{
 	gguf.TypeF32:  "matmul_f32",
 	gguf.TypeF16:  "matmul_f16",
 	gguf.TypeQ8_0: "matmul_q8_0",
+	gguf.TypeQ4_0: "matmul_q4_0",
+}
+
+// matmulTypes are the weight types matmul takes.
+var matmulTypes = []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0}
+
+// matmulLayout is ggml bytes of rows x cols in matmul's layout for typ
+// (MatvecBytes: the quantized types split, as the engine uploads them).
+func matmulLayout(t testing.TB, typ gguf.TensorType, ggml []byte, rows, cols int) []byte {
+	t.Helper()
+	b, err := MatvecBytes(matvecTypeOf[typ], ggml, rows, cols)
+	require.NoError(t, err)
+	return b
 }
 
 // matmulCase is one problem: W [rows][cols] of type typ, x [n][cols].
@@ -76,11 +90,19 @@ func newMatmulCase(t testing.TB, typ gguf.TensorType, rows, cols, n int, seed in
 	return c
 }
 
-// run computes the case on the GPU with kernel k made from spec.
+// run computes the case on the GPU with kernel k made from spec, the
+// matrix bound whole.
 func (c *matmulCase) run(t testing.TB, dev *vk.Device, k *vk.Kernel, spec MatmulSpec) []float32 {
+	return c.runParts(t, dev, k, spec, nil, false)
+}
+
+// runParts computes the case in parts of rows: the rows from cuts[i] to
+// cuts[i+1] (0 and rows at the ends) by a dispatch each, all writing one y.
+// With pieces each part is a matrix of its own in its own buffer (a matrix
+// bound in pieces), else each reads its rows of the whole matrix's binding
+// from WRow0 (a stack's parts).
+func (c *matmulCase) runParts(t testing.TB, dev *vk.Device, k *vk.Kernel, spec MatmulSpec, cuts []int, pieces bool) []float32 {
 	t.Helper()
-	wb := newBuffer(t, dev, c.w)
-	defer wb.Close()
 	xb := newBuffer(t, dev, f32bytes(c.x))
 	defer xb.Close()
 	yb, err := dev.NewBuffer(uint64(4*c.n*c.rows), vk.DeviceLocal)
@@ -89,9 +111,23 @@ func (c *matmulCase) run(t testing.TB, dev *vk.Device, k *vk.Kernel, spec Matmul
 	rec := dev.NewRecorder()
 	defer rec.Close()
 	rec.Fill(yb, 0, yb.Size(), 0x7fc00000) // NaN: an output the kernel skips shows
-	rec.Dispatch(k, vk.MustPackPush(MatmulPush{Rows: uint32(c.rows), Cols: uint32(c.cols), N: uint32(c.n)}),
-		MatmulGroups(uint32(c.rows), uint32(c.n), spec),
-		vk.Bind{Buf: wb, Access: vk.Read}, vk.Bind{Buf: xb, Access: vk.Read}, vk.Bind{Buf: yb, Access: vk.Write})
+	bounds := append(append([]int{0}, cuts...), c.rows)
+	rowBytes := len(c.w) / c.rows
+	whole := newBuffer(t, dev, matmulLayout(t, c.typ, c.w, c.rows, c.cols))
+	defer whole.Close()
+	for i := 0; i+1 < len(bounds); i++ {
+		r0, r1 := bounds[i], bounds[i+1]
+		push := MatmulPush{Rows: uint32(r1 - r0), Cols: uint32(c.cols), N: uint32(c.n), WRow0: uint32(r0), WRows: uint32(c.rows),
+			LdY: uint32(c.rows), YOff: uint32(r0)}
+		wb := whole
+		if pieces {
+			wb = newBuffer(t, dev, matmulLayout(t, c.typ, c.w[r0*rowBytes:r1*rowBytes], r1-r0, c.cols))
+			defer wb.Close()
+			push.WRow0, push.WRows = 0, uint32(r1-r0)
+		}
+		rec.Dispatch(k, vk.MustPackPush(push), MatmulGroups(push.Rows, uint32(c.n), spec),
+			vk.Bind{Buf: wb, Access: vk.Read}, vk.Bind{Buf: xb, Access: vk.Read}, vk.Bind{Buf: yb, Access: vk.Write})
+	}
 	require.NoError(t, dev.Run(rec))
 	return download(t, yb, c.n*c.rows)
 }
@@ -133,11 +169,12 @@ func TestMatmul(t *testing.T) {
 	colsOf := map[gguf.TensorType][]int{
 		gguf.TypeF32:  {7, 32, 100, 300},
 		gguf.TypeF16:  {7, 32, 100, 301},  // odd: rows do not start on a word
-		gguf.TypeQ8_0: {32, 96, 160, 288}, // 160: 5 blocks, rows alternate 4-alignment
+		gguf.TypeQ8_0: {32, 96, 160, 288}, // 160: 5 blocks
+		gguf.TypeQ4_0: {32, 96, 160, 288},
 	}
 	rowsList := []int{1, 13, 67, 130}
 	nList := []int{1, 5, 33, 70} // 70: more than one token tile of every spec
-	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0} {
+	for _, typ := range matmulTypes {
 		v, err := Lookup(matmulVariantOf[typ])
 		require.NoError(t, err)
 		var stats errStats
@@ -168,7 +205,7 @@ func TestMatmul(t *testing.T) {
 // often per column would hit here, with wrong sums and no error.
 func TestMatmulLongRows(t *testing.T) {
 	dev := openDevice(t)
-	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0} {
+	for _, typ := range matmulTypes {
 		v, err := Lookup(matmulVariantOf[typ])
 		require.NoError(t, err)
 		c := newMatmulCase(t, typ, 5, 16384, 3, 16384)
@@ -181,6 +218,27 @@ func TestMatmulLongRows(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %v (tolerance %g)", typ, stats, matmulTolerance[typ])
+	}
+}
+
+// TestMatmulParts: a matrix computed in row ranges, each from its rows of
+// one binding (WRow0: a stack's parts) or from a buffer of its own (a
+// matrix bound in pieces), each writing its columns of one y (LdY, YOff),
+// equals the whole; the cuts are uneven and not tile multiples.
+func TestMatmulParts(t *testing.T) {
+	dev := openDevice(t)
+	spec := MatmulSpec{BM: 8, BN: 24, BK: 4, TM: 2, TN: 3}
+	for _, typ := range matmulTypes {
+		v, err := Lookup(matmulVariantOf[typ])
+		require.NoError(t, err)
+		k := newKernel(t, dev, v, spec.Constants()...)
+		c := newMatmulCase(t, typ, 77, 96, 9, 7796)
+		for _, pieces := range []bool{false, true} {
+			got := c.runParts(t, dev, k, spec, []int{5, 40, 41}, pieces)
+			if err := closeness(got, c.want, c.scale, matmulTolerance[typ]); err != nil {
+				t.Errorf("%s pieces=%v: %v", typ, pieces, err)
+			}
+		}
 	}
 }
 

@@ -1,16 +1,41 @@
 #version 450
-// matvec: y[s][r] = W[r] . x[s] for decode, with W in F32, F16 or Q8_0 (one
-// of WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0) and x, y in F32.
+// matvec: y[s][r] = W[r] . x[s] for decode, with W in F32, F16, Q8_0 or Q4_0
+// (one of WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0, WEIGHT_Q4_0) and x, y in F32.
+// Decode reads every weight byte once per token, so this kernel is what
+// decides a large model's speed: it must stream W at the device's rate
+// (DESIGN.md §6). Hence:
+//   - 16-byte loads (uvec4): F32 rows of a multiple of 4 columns, F16 rows of
+//     a multiple of 8; other rows (small test shapes) take a scalar path.
+//     Q8_0 and Q4_0 are read in the split layout that RepackQ8_0/RepackQ4_0
+//     make at upload (matvec.go): all quants first, [rows][cols] int8 or
+//     [rows][cols/2] nibble bytes, each block's 32 or 16 bytes 16-aligned,
+//     then all scales, [rows][cols/32] f16. ggml's 34- and 18-byte blocks
+//     would leave the quants 2-aligned.
+//   - several rows per workgroup: WG invocations (specialization constant 0)
+//     take WG/TPR rows, TPR (constant 1) invocations per row, strided over
+//     it (a Q8_0/Q4_0 block, or 16 bytes of F32/F16, at a time).
+//   - the row's partial sums are added by subgroupAdd (REDUCE_SUBGROUP: TPR
+//     must be the device's subgroup size, and a row is one subgroup) or else
+//     by a tree in shared memory with barriers (any TPR, 1 included: on a
+//     CPU device an invocation per row runs no barrier at all).
+// The row is read once for up to NB vectors at a time (constant 2), so a
+// step with a few tokens costs about one pass over the weights. More than
+// 65535 workgroups use a 2D grid (groupIndex).
 //
-// A workgroup of WG invocations (specialization constant 0) takes WG/TPR
-// rows of W; TPR invocations (constant 1, a divisor of WG) share a row: they
-// stride over it (a block of 32 at a time for Q8_0), then sum their partial
-// dot products in shared memory (a tree, no subgroup operations: core Vulkan
-// 1.2 only). A GPU wants many invocations per row (TPR = 32..64: coalesced
-// loads); a CPU device (lavapipe) wants TPR = 1, where each invocation owns a
-// row and no barrier runs. The row is read once for up to NB vectors at a
-// time (constant 2), so a step with a few tokens costs about one pass over
-// the weights. More than 65535 workgroups use a 2D grid (groupIndex).
+// Fusions (DESIGN.md §6: a dispatch and its barrier cost more than a small
+// kernel's work on a GPU), each a define:
+//   NORM      x is RMSNorm'd first with weight normw (binding 3) and p.eps:
+//             y = W (x * inv * normw), inv = 1/sqrt(mean(x^2) + eps), each
+//             row group summing x^2 from the x it loads for the dot product
+//             anyway, so the rmsnorm dispatch before a matvec goes at the
+//             cost of a multiply-add per element.
+//   ADD       y += W x: the residual add after the output and down matvecs.
+//   SWIGLU    W is gate and up stacked ([2*rows][cols]) and y[r] =
+//             silu(gate_r . x) * (up_r . x): the swiglu dispatch goes.
+#ifdef REDUCE_SUBGROUP
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 #include "include/common.glsl"
 #define OP_MATVEC
 #include "include/push.glsl"
@@ -18,9 +43,27 @@
 layout(local_size_x = 64, local_size_x_id = 0) in;
 layout(constant_id = 1) const uint TPR = 64; // invocations per row, divides WG
 
-layout(std430, binding = 0) readonly buffer Weights { uint w[]; }; // [rows] rows of ggml bytes
-layout(std430, binding = 1) readonly buffer X { float x[]; };      // [n][cols]
-layout(std430, binding = 2) writeonly buffer Y { float y[]; };     // [n][rows]
+// W and x are each bound once and read through two views: words for the
+// scalar paths and the scales, 16-byte vectors for the aligned loads.
+layout(std430, binding = 0) readonly buffer Weights { uint w[]; };    // see the layouts above
+layout(std430, binding = 0) readonly buffer Weights4 { uvec4 w4[]; };
+layout(std430, binding = 1) readonly buffer X { float x[]; };         // [n][cols]
+layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
+#ifdef ADD
+layout(std430, binding = 2) buffer Y { float y[]; };                  // [n][rows], added to
+#else
+layout(std430, binding = 2) writeonly buffer Y { float y[]; };        // [n][rows]
+#endif
+#ifdef NORM
+layout(std430, binding = 3) readonly buffer NormW { float nw[]; };    // [cols] RMSNorm weight
+layout(std430, binding = 3) readonly buffer NormW4 { vec4 nw4[]; };
+#endif
+
+#ifdef SWIGLU
+const uint MATS = 2u; // gate and up, stacked
+#else
+const uint MATS = 1u;
+#endif
 
 #include "include/weights.glsl"
 
@@ -28,69 +71,246 @@ layout(std430, binding = 2) writeonly buffer Y { float y[]; };     // [n][rows]
 // weight even when fewer vectors are left, so decode (n = 1) wants NB = 1.
 layout(constant_id = 2) const uint NB = 1;
 
+#ifndef REDUCE_SUBGROUP
 shared float partial[NB * gl_WorkGroupSize.x];
+#endif
+
+// i8x4 is the 4 signed bytes of v, low byte first.
+vec4 i8x4(uint v) {
+	return vec4(ivec4(uvec4(v) << uvec4(24u, 16u, 8u, 0u)) >> 24);
+}
+
+// scaleAt is the f16 scale of block b (counted over the whole matrix) in a
+// split layout whose scales start at byte `at` (a multiple of 4).
+float scaleAt(uint at, uint b) {
+	return unpackHalf2x16(w[(at >> 2) + (b >> 1)] >> ((b & 1u) * 16u)).x;
+}
+
+// X4(k, c) is elements 4c..4c+3 of vector k (at element offset xs[k], a
+// multiple of 4, in accumulate), times the RMSNorm weight under NORM (the
+// 1/rms is applied to the sum); X(k, j) is element j. Under NORM they also
+// add the squares of the raw elements to ss[k] while wantSS: a row's
+// invocations load every element of x exactly once, so their sums of ss
+// make mean(x^2) with no second walk over x.
+#ifdef NORM
+float ss[NB];
+bool wantSS = false;
+vec4 loadX4(uint k, uint xs, uint c) {
+	vec4 v = x4[xs / 4u + c];
+	if (wantSS) {
+		ss[k] += dot(v, v);
+	}
+	return v * nw4[c];
+}
+float loadX(uint k, uint xs, uint j) {
+	float v = x[xs + j];
+	if (wantSS) {
+		ss[k] += v * v;
+	}
+	return v * nw[j];
+}
+#define X4(k, c) loadX4(k, xs[k], c)
+#define X(k, j) loadX(k, xs[k], j)
+#else
+#define X4(k, c) x4[xs[k] / 4u + (c)]
+#define X(k, j) x[xs[k] + (j)]
+#endif
 
 // accumulate adds to acc[k] the partial dot product of this invocation's
 // part of row r with x[s0 + k] (k < NB; vectors past n repeat the last one
 // and their sums are discarded).
 void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
-	const uint WG = TPR; // the stride: invocations on this row
-	uint tid = lane;
-	uint xs[NB];
+	uint xs[NB]; // element offset of each vector
 	for (uint k = 0u; k < NB; k++) {
 		xs[k] = min(s0 + k, p.n - 1u) * p.cols;
 	}
 #if defined(WEIGHT_F32)
-	uint base = r * p.cols;
-	for (uint j = tid; j < p.cols; j += WG) {
-		float wv = loadF32(base + j);
-		for (uint k = 0u; k < NB; k++) {
-			acc[k] += wv * x[xs[k] + j];
-		}
-	}
-#elif defined(WEIGHT_F16)
-	if ((p.cols & 1u) == 0u) { // rows start on a word: read pairs
-		uint base = r * (p.cols / 2u);
-		for (uint j = tid; j < p.cols / 2u; j += WG) {
-			vec2 wv = loadF16Pair(base + j);
+	if ((p.cols & 3u) == 0u) { // rows and x start on 16 bytes
+		uint c4 = p.cols / 4u, base = r * c4;
+		for (uint j = lane; j < c4; j += TPR) {
+			vec4 wv = uintBitsToFloat(w4[base + j]);
 			for (uint k = 0u; k < NB; k++) {
-				acc[k] += wv.x * x[xs[k] + 2u * j] + wv.y * x[xs[k] + 2u * j + 1u];
+				acc[k] += dot(wv, X4(k, j));
 			}
 		}
 	} else {
 		uint base = r * p.cols;
-		for (uint j = tid; j < p.cols; j += WG) {
+		for (uint j = lane; j < p.cols; j += TPR) {
+			float wv = loadF32(base + j);
+			for (uint k = 0u; k < NB; k++) {
+				acc[k] += wv * X(k, j);
+			}
+		}
+	}
+#elif defined(WEIGHT_F16)
+	if ((p.cols & 7u) == 0u) { // 8 halves in 16 bytes
+		uint c8 = p.cols / 8u, base = r * c8;
+		for (uint j = lane; j < c8; j += TPR) {
+			uvec4 u = w4[base + j];
+			vec4 lo = vec4(unpackHalf2x16(u.x), unpackHalf2x16(u.y));
+			vec4 hi = vec4(unpackHalf2x16(u.z), unpackHalf2x16(u.w));
+			for (uint k = 0u; k < NB; k++) {
+				acc[k] += dot(lo, X4(k, 2u * j)) + dot(hi, X4(k, 2u * j + 1u));
+			}
+		}
+	} else {
+		uint base = r * p.cols;
+		for (uint j = lane; j < p.cols; j += TPR) {
 			float wv = loadF16(base + j);
 			for (uint k = 0u; k < NB; k++) {
-				acc[k] += wv * x[xs[k] + j];
+				acc[k] += wv * X(k, j);
 			}
 		}
 	}
 #elif defined(WEIGHT_Q8_0)
+	// Block b of row r: quants w4[2(r*blocks+b)], w4[2(r*blocks+b)+1].
 	uint blocks = p.cols / 32u;
-	for (uint b = tid; b < blocks; b += WG) {
-		uint at = (r * blocks + b) * 34u; // byte offset of the block
-		float d = loadHalf(at);
-		float sums[NB];
+	uint scales = MATS * p.rows * p.cols; // byte offset of the scales
+	for (uint b = lane; b < blocks; b += TPR) {
+		uint blk = r * blocks + b;
+		uvec4 q0 = w4[2u * blk], q1 = w4[2u * blk + 1u];
+		float d = scaleAt(scales, blk);
 		for (uint k = 0u; k < NB; k++) {
-			sums[k] = 0.0;
+			uint c = 8u * b; // the block's first vec4 of x
+			float s = dot(i8x4(q0.x), X4(k, c)) + dot(i8x4(q0.y), X4(k, c + 1u)) +
+				dot(i8x4(q0.z), X4(k, c + 2u)) + dot(i8x4(q0.w), X4(k, c + 3u)) +
+				dot(i8x4(q1.x), X4(k, c + 4u)) + dot(i8x4(q1.y), X4(k, c + 5u)) +
+				dot(i8x4(q1.z), X4(k, c + 6u)) + dot(i8x4(q1.w), X4(k, c + 7u));
+			acc[k] += d * s;
 		}
-		for (uint q = 0u; q < 8u; q++) {
-			vec4 qv = vec4(loadQ8Quad(at + 2u, q));
-			for (uint k = 0u; k < NB; k++) {
-				uint e = xs[k] + b * 32u + 4u * q;
-				sums[k] += dot(qv, vec4(x[e], x[e + 1u], x[e + 2u], x[e + 3u]));
+	}
+#elif defined(WEIGHT_Q4_0)
+	// Block b of row r: 16 bytes w4[r*blocks+b]; byte i holds element i in its
+	// low nibble and element i+16 in its high one, each stored as q+8.
+	uint blocks = p.cols / 32u;
+	uint scales = MATS * p.rows * p.cols / 2u;
+	for (uint b = lane; b < blocks; b += TPR) {
+		uint blk = r * blocks + b;
+		uvec4 q = w4[blk];
+		float d = scaleAt(scales, blk);
+		vec4 lo[4], hi[4];
+		for (uint i = 0u; i < 4u; i++) {
+			uvec4 v = uvec4(q[i]);
+			lo[i] = vec4((v >> uvec4(0u, 8u, 16u, 24u)) & 15u) - 8.0;
+			hi[i] = vec4((v >> uvec4(4u, 12u, 20u, 28u)) & 15u) - 8.0;
+		}
+		for (uint k = 0u; k < NB; k++) {
+			uint c = 8u * b;
+			float s = 0.0;
+			for (uint i = 0u; i < 4u; i++) {
+				s += dot(lo[i], X4(k, c + i)) + dot(hi[i], X4(k, c + 4u + i));
 			}
-		}
-		for (uint k = 0u; k < NB; k++) {
-			acc[k] += d * sums[k];
+			acc[k] += d * s;
 		}
 	}
 #else
-#error "define one of WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0"
+#error "define one of WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0, WEIGHT_Q4_0"
 #endif
 }
 
+// rowSum adds v[k] over the row's TPR invocations; every invocation of the
+// row gets the sums. The shared-memory variant holds barriers: every
+// invocation of the workgroup must call it.
+#ifdef REDUCE_SUBGROUP
+void rowSum(inout float v[NB], uint tid, uint lane) {
+	for (uint k = 0u; k < NB; k++) {
+		v[k] = subgroupAdd(v[k]);
+	}
+}
+#else
+void rowSum(inout float v[NB], uint tid, uint lane) {
+	const uint WG = gl_WorkGroupSize.x;
+	if (TPR == 1u) {
+		return;
+	}
+	for (uint k = 0u; k < NB; k++) {
+		partial[k * WG + tid] = v[k];
+	}
+	barrier();
+	// Tree sum over the row's invocations, any TPR: fold the upper part
+	// onto the lower.
+	for (uint width = TPR; width > 1u;) {
+		uint half_ = (width + 1u) / 2u;
+		if (lane < width - half_) {
+			for (uint k = 0u; k < NB; k++) {
+				partial[k * WG + tid] += partial[k * WG + tid + half_];
+			}
+		}
+		width = half_;
+		barrier();
+	}
+	for (uint k = 0u; k < NB; k++) {
+		v[k] = partial[k * WG + tid - lane];
+	}
+	barrier(); // partial is reused by the next sum
+}
+#endif
+
+// rowPass computes y for row r of vectors s0..s0+NB-1 (the live ones).
+void rowPass(uint r, uint s0, uint tid, uint lane, bool live) {
+	float acc[NB];
+	for (uint k = 0u; k < NB; k++) {
+		acc[k] = 0.0;
+	}
+#ifdef NORM
+	for (uint k = 0u; k < NB; k++) {
+		ss[k] = 0.0;
+	}
+	wantSS = true; // the first walk over x sums its squares
+#endif
+	accumulate(r, s0, lane, acc);
+#ifdef NORM
+	wantSS = false;
+#endif
+	rowSum(acc, tid, lane);
+#ifdef SWIGLU
+	float up[NB];
+	for (uint k = 0u; k < NB; k++) {
+		up[k] = 0.0;
+	}
+	accumulate(r + p.rows, s0, lane, up);
+	rowSum(up, tid, lane);
+#endif
+#ifdef NORM
+	// mod.RMSNorm: inv = 1/sqrt(mean(x^2) + eps), applied to the sum.
+	rowSum(ss, tid, lane);
+	for (uint k = 0u; k < NB; k++) {
+		float inv = 1.0 / sqrt(ss[k] / float(p.cols) + p.eps);
+		acc[k] *= inv;
+#ifdef SWIGLU
+		up[k] *= inv;
+#endif
+	}
+#endif
+	if (live && lane == 0u) {
+		for (uint k = 0u; k < NB && s0 + k < p.n; k++) {
+			uint at = (s0 + k) * p.rows + r;
+#if defined(SWIGLU)
+			float g = acc[k];
+			y[at] = g / (1.0 + exp(-g)) * up[k];
+#elif defined(ADD)
+			y[at] = y[at] + acc[k];
+#else
+			y[at] = acc[k];
+#endif
+		}
+	}
+}
+
+#ifdef REDUCE_SUBGROUP
+// A row is one subgroup (TPR = gl_SubgroupSize, which the host takes from the
+// device's subgroup size): no shared memory, no barrier, and a surplus
+// subgroup past the last row leaves at once.
+void main() {
+	uint r = groupIndex() * (gl_WorkGroupSize.x / TPR) + gl_SubgroupID;
+	if (r >= p.rows) {
+		return;
+	}
+	for (uint s0 = 0u; s0 < p.n; s0 += NB) {
+		rowPass(r, s0, 0u, gl_SubgroupInvocationID, true);
+	}
+}
+#else
 void main() {
 	const uint WG = gl_WorkGroupSize.x;
 	uint tid = gl_LocalInvocationID.x;
@@ -101,37 +321,7 @@ void main() {
 	bool live = r < p.rows;
 	r = min(r, p.rows - 1u);
 	for (uint s0 = 0u; s0 < p.n; s0 += NB) {
-		float acc[NB];
-		for (uint k = 0u; k < NB; k++) {
-			acc[k] = 0.0;
-		}
-		accumulate(r, s0, lane, acc);
-		if (TPR > 1u) {
-			for (uint k = 0u; k < NB; k++) {
-				partial[k * WG + tid] = acc[k];
-			}
-			barrier();
-			// Tree sum over the row's invocations, any TPR: fold the upper
-			// part onto the lower.
-			for (uint width = TPR; width > 1u;) {
-				uint half_ = (width + 1u) / 2u;
-				if (lane < width - half_) {
-					for (uint k = 0u; k < NB; k++) {
-						partial[k * WG + tid] += partial[k * WG + tid + half_];
-					}
-				}
-				width = half_;
-				barrier();
-			}
-			for (uint k = 0u; k < NB; k++) {
-				acc[k] = partial[k * WG + tid];
-			}
-			barrier(); // partial is reused by the next pass
-		}
-		if (live && lane == 0u) {
-			for (uint k = 0u; k < NB && s0 + k < p.n; k++) {
-				y[(s0 + k) * p.rows + r] = acc[k];
-			}
-		}
+		rowPass(r, s0, tid, lane, live);
 	}
 }
+#endif

@@ -17,26 +17,34 @@ import (
 // (gguf.Dequantize) and sums in float64, so what is left is the kernel's
 // float32 accumulation in a different order than the reference:
 //   - F32, F16: the decoded weights are exactly the reference's; only the
-//     summation order differs (strided partial sums, then a tree): a few ulps.
-//   - Q8_0: the kernel sums q*x within a block and multiplies by the scale
-//     once, where the reference multiplies each element: one more rounding.
+//     summation order differs (4-wide dots, strided partial sums, then a
+//     tree or subgroupAdd): a few ulps.
+//   - Q8_0, Q4_0: the kernel sums q*x within a block and multiplies by the
+//     scale once, where the reference multiplies each element: one more
+//     rounding.
 var matvecTolerance = map[gguf.TensorType]float64{
 	gguf.TypeF32:  1e-5,
 	gguf.TypeF16:  1e-5,
 	gguf.TypeQ8_0: 2e-5,
+	gguf.TypeQ4_0: 2e-5,
 }
 
-var matvecVariantOf = map[gguf.TensorType]string{
-	gguf.TypeF32:  "matvec_f32",
-	gguf.TypeF16:  "matvec_f16",
-	gguf.TypeQ8_0: "matvec_q8_0",
+// matvecTypeOf is matvec's name for each weight type.
+var matvecTypeOf = map[gguf.TensorType]string{
+	gguf.TypeF32:  MatvecF32,
+	gguf.TypeF16:  MatvecF16,
+	gguf.TypeQ8_0: MatvecQ8_0,
+	gguf.TypeQ4_0: MatvecQ4_0,
 }
+
+var matvecWeightTypes = []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0}
 
 // matvecCase is one problem: W [rows][cols] of type typ, x [n][cols].
 type matvecCase struct {
 	typ           gguf.TensorType
 	rows, cols, n int
 	w             []byte    // ggml bytes
+	gpu           []byte    // w as matvec reads it (MatvecBytes)
 	wf            []float32 // W dequantized: the reference's weights
 	x             []float32
 	want, scale   []float64 // [n][rows]
@@ -54,6 +62,9 @@ func newMatvecCase(typ gguf.TensorType, rows, cols, n int, seed int64) (*matvecC
 	}
 	c := &matvecCase{typ: typ, rows: rows, cols: cols, n: n, w: w, wf: make([]float32, rows*cols)}
 	if err := gguf.Dequantize(typ, w, c.wf); err != nil {
+		return nil, err
+	}
+	if c.gpu, err = MatvecBytes(matvecTypeOf[typ], w, rows, cols); err != nil {
 		return nil, err
 	}
 	c.x = make([]float32, n*cols)
@@ -79,7 +90,7 @@ func newMatvecCase(typ gguf.TensorType, rows, cols, n int, seed int64) (*matvecC
 func (c *matvecCase) run(t testing.TB, dev *vk.Device, k *vk.Kernel) []float32 {
 	spec := k.Spec().Specialization
 	t.Helper()
-	wb := newBuffer(t, dev, c.w)
+	wb := newBuffer(t, dev, c.gpu)
 	xb := newBuffer(t, dev, f32bytes(c.x))
 	yb, err := dev.NewBuffer(uint64(4*c.n*c.rows), vk.DeviceLocal)
 	require.NoError(t, err)
@@ -97,23 +108,67 @@ func (c *matvecCase) run(t testing.TB, dev *vk.Device, k *vk.Kernel) []float32 {
 	return got
 }
 
+// deviceOf is the Profile facts of dev (the engine makes them the same way).
+func deviceOf(dev *vk.Device) Device {
+	info := dev.Info()
+	return Device{CPU: info.Type == vk.CPU, SubgroupSize: info.Limits.SubgroupSize,
+		SubgroupArithmetic: info.Features.SubgroupArithmetic, SharedMemory: info.Limits.MaxComputeSharedMemorySize,
+		MaxWorkGroupInvocations: info.Limits.MaxComputeWorkGroupInvocations, MaxStorageBufferRange: info.Limits.MaxStorageBufferRange}
+}
+
+// matvecSpecs are the (reduction, spec) pairs every matvec test runs on this
+// device: the profiles a CPU device, a GPU with subgroup arithmetic and one
+// without would choose, forced onto this device (so lavapipe runs the GPU
+// variants, at its subgroup size 8), and other specs: several vectors per
+// pass, and subgroup workgroups of one and of many rows.
+func matvecSpecs(t testing.TB, dev *vk.Device) []matvecSpec {
+	d := deviceOf(dev)
+	var out []matvecSpec
+	for _, p := range []Profile{NewProfile(Device{CPU: true, SubgroupSize: d.SubgroupSize}), SharedGPUProfileOn(d)} {
+		out = append(out, matvecSpec{p.MatvecReduce, p.MatvecSpec})
+	}
+	out = append(out, matvecSpec{ReduceShared, []uint32{64, 64, 4}}, matvecSpec{ReduceShared, []uint32{64, 1, 4}})
+	if !d.SubgroupArithmetic {
+		t.Logf("the device has no subgroup arithmetic: the subgroup variants are not tested here")
+		return out
+	}
+	sg := d.SubgroupSize
+	gpu := GPUProfileOn(d)
+	require.Equal(t, ReduceSubgroup, gpu.MatvecReduce)
+	return append(out, matvecSpec{gpu.MatvecReduce, gpu.MatvecSpec},
+		matvecSpec{ReduceSubgroup, []uint32{sg, sg, 1}}, matvecSpec{ReduceSubgroup, []uint32{8 * sg, sg, 4}})
+}
+
+type matvecSpec struct {
+	reduce string
+	spec   []uint32
+}
+
+func (s matvecSpec) String() string {
+	if s.reduce == ReduceSubgroup {
+		return fmt.Sprint("subgroup", s.spec)
+	}
+	return fmt.Sprint("shared", s.spec)
+}
+
 func TestMatvec(t *testing.T) {
 	dev := openDevice(t)
 	rowsList := []int{1, 7, 67, 172, 513}
 	colsOf := map[gguf.TensorType][]int{
-		gguf.TypeF32:  {32, 64, 96, 172, 7},
-		gguf.TypeF16:  {32, 64, 96, 172, 7}, // 7: odd, rows do not start on a word
-		gguf.TypeQ8_0: {32, 64, 96, 160},    // 160: 5 blocks, rows alternate 4-alignment
+		gguf.TypeF32:  {32, 64, 96, 172, 7, 30}, // 7, 30: not a multiple of 4, the scalar path
+		gguf.TypeF16:  {32, 64, 96, 172, 7},     // 172, 7: not a multiple of 8, the scalar path
+		gguf.TypeQ8_0: {32, 64, 96, 160},        // 160: 5 blocks, an odd count of scales a row
+		gguf.TypeQ4_0: {32, 64, 96, 160},
 	}
-	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0} {
-		v, err := Lookup(matvecVariantOf[typ])
-		require.NoError(t, err)
-		for _, spec := range [][]uint32{MatvecSpecGPU, MatvecSpecCPU, {64, 64, 4}, {64, 1, 4}} {
-			k := newKernel(t, dev, v, spec...)
+	for _, typ := range matvecWeightTypes {
+		for _, sp := range matvecSpecs(t, dev) {
+			v, err := Lookup(MatvecName(matvecTypeOf[typ], sp.reduce))
+			require.NoError(t, err)
+			k := newKernel(t, dev, v, sp.spec...)
 			for _, rows := range rowsList {
 				for _, cols := range colsOf[typ] {
 					for _, n := range []int{1, 3, 6} { // 6: two passes of 4 vectors
-						name := fmt.Sprintf("%s/spec%v/%dx%d/n%d", typ, spec, rows, cols, n)
+						name := fmt.Sprintf("%s/%v/%dx%d/n%d", typ, sp, rows, cols, n)
 						c, err := newMatvecCase(typ, rows, cols, n, int64(rows*1000+cols*10+n))
 						require.NoError(t, err, name)
 						got := c.run(t, dev, k)
@@ -127,13 +182,14 @@ func TestMatvec(t *testing.T) {
 	}
 }
 
-// TestMatvecWorkgroupSizes runs the reduction with other workgroup sizes and
-// invocations per row (specialization constants 0 and 1), including sizes
-// that are not powers of two and rows that do not fill the last workgroup.
+// TestMatvecWorkgroupSizes runs the shared-memory reduction with other
+// workgroup sizes and invocations per row (specialization constants 0 and
+// 1), including sizes that are not powers of two and rows that do not fill
+// the last workgroup.
 func TestMatvecWorkgroupSizes(t *testing.T) {
 	dev := openDevice(t)
-	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0} {
-		v, err := Lookup(matvecVariantOf[typ])
+	for _, typ := range matvecWeightTypes {
+		v, err := Lookup(MatvecName(matvecTypeOf[typ], ReduceShared))
 		require.NoError(t, err)
 		for _, spec := range [][]uint32{{1, 1, 1}, {32, 32, 2}, {48, 48, 3}, {100, 25, 4}, {256, 32, 1}, {96, 3, 5}, {64, 8, 2}, {64, 1, 3}} {
 			k := newKernel(t, dev, v, spec...)
@@ -148,17 +204,26 @@ func TestMatvecWorkgroupSizes(t *testing.T) {
 
 // TestMatvecLongLoops: lavapipe stops an invocation's loops after 65535
 // iterations in all and returns garbage without an error. With an invocation
-// per row, n=64 vectors of 1024 columns need ~130000; MatvecSpecCPUFor
-// shares each row among enough invocations to stay under the limit.
+// per row, n=64 vectors of 1024 columns need ~130000; the profile of a
+// device with the cap shares each row among enough invocations to stay
+// under it, and a GPU profile has no cap.
 func TestMatvecLongLoops(t *testing.T) {
-	assert.Greater(t, MatvecLoopIterations(64, 1024, MatvecSpecCPU), uint32(LavapipeLoopIterations), "the shape crosses the limit with MatvecSpecCPU")
-	assert.Equal(t, MatvecSpecCPU, MatvecSpecCPUFor(1, 4096), "decode keeps an invocation per row")
+	lp := LavapipeProfile
+	assert.Greater(t, MatvecLoopIterations(64, 1024, lp.MatvecSpec), lp.LoopCap, "the shape crosses the limit with the profile's spec")
+	name, spec := lp.Matvec(MatvecQ8_0, FuseNone, 1, 4096)
+	assert.Equal(t, lp.MatvecSpec, spec, "decode keeps the profile's spec")
+	assert.Equal(t, MatvecName(MatvecQ8_0, lp.MatvecReduce), name)
+	gpu := NewProfile(Device{SubgroupSize: 32, SubgroupArithmetic: true, MaxWorkGroupInvocations: 1024})
+	assert.Zero(t, gpu.LoopCap, "lavapipe's loop cap shapes lavapipe's variants only")
+	_, gspec := gpu.Matvec(MatvecQ8_0, FuseNone, 64, 1<<20)
+	assert.Equal(t, []uint32{128, 32, 1}, gspec)
+
 	dev := openDevice(t)
-	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0} {
-		v, err := Lookup(matvecVariantOf[typ])
+	for _, typ := range matvecWeightTypes {
+		name, spec := lp.Matvec(matvecTypeOf[typ], FuseNone, 64, 1024)
+		require.LessOrEqual(t, MatvecLoopIterations(64, 1024, spec), lp.LoopCap)
+		v, err := Lookup(name)
 		require.NoError(t, err)
-		spec := MatvecSpecCPUFor(64, 1024)
-		require.LessOrEqual(t, MatvecLoopIterations(64, 1024, spec), uint32(LavapipeLoopIterations))
 		c, err := newMatvecCase(typ, 37, 1024, 64, 11)
 		require.NoError(t, err)
 		if err := closeness(c.run(t, dev, newKernel(t, dev, v, spec...)), c.want, c.scale, matvecTolerance[typ]); err != nil {
@@ -167,22 +232,55 @@ func TestMatvecLongLoops(t *testing.T) {
 	}
 }
 
-// TestMatvecManyRows crosses 65535 workgroups, so the grid is 2D. One type
-// is enough (the grid is the same code for all) and keeps lavapipe's 65537
-// workgroups to about a second.
+// TestMatvecManyRows crosses 65535 workgroups, so the grid is 2D, with both
+// reductions. One type is enough (the grid is the same code for all) and
+// keeps lavapipe's 65537 workgroups to about a second.
 func TestMatvecManyRows(t *testing.T) {
 	dev := openDevice(t)
-	for _, typ := range []gguf.TensorType{gguf.TypeQ8_0} {
-		v, err := Lookup(matvecVariantOf[typ])
-		require.NoError(t, err)
-		c, err := newMatvecCase(typ, 65537, 32, 1, 7)
+	c, err := newMatvecCase(gguf.TypeQ8_0, 65537, 32, 1, 7)
+	require.NoError(t, err)
+	sg := dev.Info().Limits.SubgroupSize
+	for _, sp := range []matvecSpec{{ReduceShared, []uint32{8, 8, 1}}, {ReduceSubgroup, []uint32{sg, sg, 1}}} {
+		if sp.reduce == ReduceSubgroup && !dev.Info().Features.SubgroupArithmetic {
+			continue
+		}
+		v, err := Lookup(MatvecName(MatvecQ8_0, sp.reduce))
 		require.NoError(t, err)
 		// One row per workgroup: 65537 workgroups, a 2D grid.
-		spec := []uint32{8, 8, 1}
-		require.Equal(t, uint32(2), MatvecGroups(65537, spec)[1])
-		if err := closeness(c.run(t, dev, newKernel(t, dev, v, spec...)), c.want, c.scale, matvecTolerance[typ]); err != nil {
-			t.Errorf("%s 65537 rows: %v", typ, err)
+		require.Equal(t, uint32(2), MatvecGroups(65537, sp.spec)[1])
+		if err := closeness(c.run(t, dev, newKernel(t, dev, v, sp.spec...)), c.want, c.scale, matvecTolerance[c.typ]); err != nil {
+			t.Errorf("%v 65537 rows: %v", sp, err)
 		}
+	}
+}
+
+// TestRepack checks the split layouts against the ggml blocks they come
+// from: quants in block order, then scales.
+func TestRepack(t *testing.T) {
+	src := make([]float32, 3*64)
+	for i := range src {
+		src[i] = float32(i%37) - 18
+	}
+	for _, tc := range []struct {
+		typ    gguf.TensorType
+		repack func([]byte, int, int) ([]byte, error)
+		qBytes int
+	}{{gguf.TypeQ8_0, RepackQ8_0, 32}, {gguf.TypeQ4_0, RepackQ4_0, 16}} {
+		g, err := gguf.Quantize(tc.typ, src)
+		require.NoError(t, err)
+		out, err := tc.repack(g, 3, 64)
+		require.NoError(t, err)
+		require.Len(t, out, len(g))
+		blocks := 6
+		for b := 0; b < blocks; b++ {
+			blk := g[b*(2+tc.qBytes) : (b+1)*(2+tc.qBytes)]
+			assert.Equal(t, blk[2:], out[b*tc.qBytes:(b+1)*tc.qBytes], "%s block %d quants", tc.typ, b)
+			assert.Equal(t, blk[:2], out[blocks*tc.qBytes+2*b:blocks*tc.qBytes+2*b+2], "%s block %d scale", tc.typ, b)
+		}
+		_, err = tc.repack(g, 3, 48)
+		assert.Error(t, err, "columns not a multiple of 32")
+		_, err = tc.repack(g[:len(g)-1], 3, 64)
+		assert.Error(t, err, "short data")
 	}
 }
 
@@ -220,4 +318,122 @@ func TestAdd(t *testing.T) {
 		rec.Close()
 		out.Close()
 	}
+}
+
+// TestMatvecFused checks the fused variants (FuseAdd, FuseNorm,
+// FuseNormSwiGLU) against float64 references built from the same weights,
+// for every weight type and every spec of matvecSpecs. Tolerances: the
+// type's matvecTolerance relative to the size of the summed terms, as
+// unfused, with each fusion's own terms added to the scale:
+//   - add: |y0| (one more float32 addition);
+//   - norm: the terms are W x inv normw; inv is computed in float32 from a
+//     float32 sum of squares (mod.RMSNorm does the same), a few ulps;
+//   - swiglu: silu(g) u moves by |silu'(g)| |u| (<= 1.1 |u|) per unit of
+//     error in g, and by |silu(g)| per unit of error in u.
+func TestMatvecFused(t *testing.T) {
+	dev := openDevice(t)
+	const eps = 1e-5
+	colsOf := map[gguf.TensorType][]int{
+		gguf.TypeF32:  {64, 96, 7},
+		gguf.TypeF16:  {64, 172, 7},
+		gguf.TypeQ8_0: {64, 160},
+		gguf.TypeQ4_0: {64, 160},
+	}
+	for _, typ := range matvecWeightTypes {
+		for _, sp := range matvecSpecs(t, dev) {
+			for _, fuse := range []string{FuseAdd, FuseNorm, FuseNormSwiGLU} {
+				v, err := Lookup(MatvecFusedName(matvecTypeOf[typ], sp.reduce, fuse))
+				require.NoError(t, err)
+				k := newKernel(t, dev, v, sp.spec...)
+				for _, rows := range []int{1, 7, 67, 172} {
+					for _, cols := range colsOf[typ] {
+						for _, n := range []int{1, 3, 6} {
+							name := fmt.Sprintf("%s/%v%s/%dx%d/n%d", typ, sp, fuse, rows, cols, n)
+							wRows := rows
+							if fuse == FuseNormSwiGLU {
+								wRows = 2 * rows
+							}
+							c, err := newMatvecCase(typ, wRows, cols, n, int64(rows*1000+cols*10+n))
+							require.NoError(t, err, name)
+							got, want, scale := runFused(t, dev, k, c, fuse, rows, eps)
+							if err := closeness(got, want, scale, matvecTolerance[typ]); err != nil {
+								t.Errorf("%s: %v", name, err)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// runFused runs fused matvec k on case c (W of c.rows rows: rows outputs,
+// twice that for swiglu) and returns its output with the reference and
+// its scale.
+func runFused(t *testing.T, dev *vk.Device, k *vk.Kernel, c *matvecCase, fuse string, rows int, eps float32) (got []float32, want, scale []float64) {
+	t.Helper()
+	rng := rand.New(rand.NewSource(int64(rows + c.cols)))
+	y0 := make([]float32, c.n*rows)
+	for i := range y0 {
+		y0[i] = float32(rng.NormFloat64())
+	}
+	nw := make([]float32, c.cols)
+	for i := range nw {
+		nw[i] = float32(0.5 + rng.Float64())
+	}
+	want, scale = make([]float64, c.n*rows), make([]float64, c.n*rows)
+	dot := func(r int, xs []float64) (sum, abs float64) {
+		for j, xv := range xs {
+			p := float64(c.wf[r*c.cols+j]) * xv
+			sum += p
+			abs += math.Abs(p)
+		}
+		return sum, abs
+	}
+	for s := 0; s < c.n; s++ {
+		x := c.x[s*c.cols : (s+1)*c.cols]
+		xs := make([]float64, c.cols)
+		for j := range xs {
+			xs[j] = float64(x[j])
+		}
+		if fuse != FuseAdd {
+			var ss float32
+			for _, v := range x {
+				ss += v * v
+			}
+			inv := 1 / math.Sqrt(float64(ss/float32(c.cols)+eps))
+			for j := range xs {
+				xs[j] *= inv * float64(nw[j])
+			}
+		}
+		for r := 0; r < rows; r++ {
+			g, ga := dot(r, xs)
+			i := s*rows + r
+			switch fuse {
+			case FuseAdd:
+				want[i], scale[i] = float64(y0[i])+g, math.Abs(float64(y0[i]))+ga
+			case FuseNorm:
+				want[i], scale[i] = g, ga
+			case FuseNormSwiGLU:
+				u, ua := dot(rows+r, xs)
+				silu := g / (1 + math.Exp(-g))
+				want[i], scale[i] = silu*u, 1.1*ga*math.Abs(u)+math.Abs(silu)*ua
+			}
+		}
+	}
+	wb := newBuffer(t, dev, c.gpu)
+	xb := newBuffer(t, dev, f32bytes(c.x))
+	yb := newBuffer(t, dev, f32bytes(y0))
+	binds := []vk.Bind{{Buf: wb, Access: vk.Read}, {Buf: xb, Access: vk.Read}, {Buf: yb, Access: vk.Write}}
+	if fuse == FuseAdd {
+		binds[2].Access = vk.ReadWrite
+	} else {
+		binds = append(binds, vk.Bind{Buf: newBuffer(t, dev, f32bytes(nw)), Access: vk.Read})
+	}
+	rec := dev.NewRecorder()
+	defer rec.Close()
+	rec.Dispatch(k, vk.MustPackPush(MatvecPush{Rows: uint32(rows), Cols: uint32(c.cols), N: uint32(c.n), Eps: eps}),
+		MatvecGroups(uint32(rows), k.Spec().Specialization), binds...)
+	require.NoError(t, dev.Run(rec))
+	return download(t, yb, c.n*rows), want, scale
 }

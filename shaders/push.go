@@ -6,9 +6,10 @@ package shaders
 
 // MatvecPush is matvec's push-constant block.
 type MatvecPush struct {
-	Rows uint32 // rows of W = elements of each y
-	Cols uint32 // columns of W = elements of each x (Q8_0: a multiple of 32)
-	N    uint32 // vectors: x is [N][Cols], y is [N][Rows]
+	Rows uint32  // rows of W = elements of each y
+	Cols uint32  // columns of W = elements of each x (Q8_0: a multiple of 32)
+	N    uint32  // vectors: x is [N][Cols], y is [N][Rows]
+	Eps  float32 // NORM variants (MatvecNorm...): added to mean(x²) (layer_norm_rms_epsilon)
 }
 
 // AddPush is add's push-constant block.

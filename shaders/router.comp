@@ -1,98 +1,66 @@
 #version 450
-// router: the MoD scores of DESIGN.md §3, one per token, in F32.
-//   ROUTER:    r[i] = w . x[i] + bias[0]            (mod_router.weight, .bias)
-//   PREDICTOR: p[i] = w2 . silu(W1 . x[i])          (mod_pred_up, mod_pred_down)
-// One invocation owns a token row: no shared memory, no barrier (lavapipe
-// pays more for a workgroup barrier than for these dot products; a router
-// is one row of weights, and the predictor's hidden size is nEmbd/2).
-//
-// Dot products sum in the CPU reference's order (mod/mat.go dotF32: four
-// strided partial sums, the tail into the first, then (s0+s1)+(s2+s3)), and
-// `precise` forbids fusing a multiply into an add, so on a device with IEEE
-// float32 the router score is the CPU's bit for bit. That matters beyond
-// tolerance: top-k and r > 0 are discontinuous, and a score one ulp off can
-// flip a routing decision the CPU made.
-#include "include/common.glsl"
-#if defined(ROUTER)
-#define OP_ROUTER
-#elif defined(PREDICTOR)
-#define OP_PREDICTOR
-#else
-#error "define ROUTER or PREDICTOR"
+#if defined(SUBGROUP)
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
+// router: the MoD scores of DESIGN.md §3 as parallel row dot products, in F32:
+//   y[i][r] = act(W[r] . x[i] + bias[0])        r < rows, i < n
+// with act the identity or SiLU (act = 1, as mod.SiLU) and bias read when
+// hasBias is set. One kernel makes every score:
+//   router score      W = mod_router.weight [1][nEmbd], bias     -> r [n]
+//   predictor hidden  W = mod_pred_up [predHidden][nEmbd], SiLU  -> h [n][predHidden]
+//   predictor score   W = mod_pred_down [1][predHidden] over h   -> p [n]
+// (route_decode.comp fuses the last step into the decode decision.)
+//
+// A workgroup of WG invocations (specialization constant 0) takes WG/TPR dot
+// products; TPR invocations (constant 1, a divisor of WG) share one: each
+// strides over the row, then they sum their partials. Dot q of the grid is
+// token q / rows, row q % rows; a grid of more than 65535 workgroups is 2D
+// (groupIndex). An invocation loops ceil(cols / TPR) times plus the
+// reduction, so any width fits lavapipe's 65535-iteration cap once TPR is
+// large enough (ScorePlan picks it).
+//
+// Two reductions (include/dotreduce.glsl), one per variant; ScorePlan
+// chooses by the device: SUBGROUP (subgroupAdd; TPR a multiple of the
+// subgroup size) where the device has subgroup arithmetic, else a tree in
+// shared memory (TPR = 1: no barrier at all).
+// The sum's order differs from the CPU's (mod/mat.go dotF32): scores agree
+// within rounding, and a decision can differ only for a score within that
+// rounding of 0.
+#include "include/common.glsl"
+#define OP_ROUTER
 #include "include/push_routing.glsl"
 
-layout(local_size_x = 64) in;
+layout(local_size_x = 64, local_size_x_id = 0) in;
+layout(constant_id = 1) const uint TPR = 64; // invocations per dot product, divides WG
 
-#if defined(ROUTER)
-layout(std430, binding = 0) readonly buffer W { float w[]; };       // [nEmbd]
+layout(std430, binding = 0) readonly buffer W { float w[]; };       // [rows][cols]
 layout(std430, binding = 1) readonly buffer Bias { float bias[]; }; // [1] (read when hasBias)
-#else
-layout(std430, binding = 0) readonly buffer W1 { float w1[]; }; // [predHidden][nEmbd]
-layout(std430, binding = 1) readonly buffer W2 { float w2[]; }; // [predHidden]
-#endif
-layout(std430, binding = 2) readonly buffer X { float x[]; };      // [n][nEmbd]
-layout(std430, binding = 3) writeonly buffer Score { float s[]; }; // [n]
+layout(std430, binding = 2) readonly buffer X { float x[]; };       // [n][cols]
+layout(std430, binding = 3) writeonly buffer Y { float y[]; };      // [n][rows]
 
-// dotRow is w[wb:wb+len] . x[xb:xb+len] (or w1's) in dotF32's order.
-float dotRow(uint wb, uint xb, uint len) {
-	precise float s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-	uint n4 = len & ~3u;
-	for (uint j = 0u; j < n4; j += 4u) {
-#if defined(ROUTER)
-		s0 += w[wb + j] * x[xb + j];
-		s1 += w[wb + j + 1u] * x[xb + j + 1u];
-		s2 += w[wb + j + 2u] * x[xb + j + 2u];
-		s3 += w[wb + j + 3u] * x[xb + j + 3u];
-#else
-		s0 += w1[wb + j] * x[xb + j];
-		s1 += w1[wb + j + 1u] * x[xb + j + 1u];
-		s2 += w1[wb + j + 2u] * x[xb + j + 2u];
-		s3 += w1[wb + j + 3u] * x[xb + j + 3u];
-#endif
-	}
-	for (uint j = n4; j < len; j++) {
-#if defined(ROUTER)
-		s0 += w[wb + j] * x[xb + j];
-#else
-		s0 += w1[wb + j] * x[xb + j];
-#endif
-	}
-	precise float sum = (s0 + s1) + (s2 + s3);
-	return sum;
-}
+#include "include/dotreduce.glsl"
 
 void main() {
-	uint i = groupIndex() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
-	if (i >= p.n) {
-		return;
-	}
-	uint xb = i * p.nEmbd;
-#if defined(ROUTER)
-	precise float r = dotRow(0u, xb, p.nEmbd);
-	if (p.hasBias != 0u) {
-		r += bias[0];
-	}
-	s[i] = r;
-#else
-	// The hidden activations are not kept: p needs only their dot with w2,
-	// summed in dotF32's order as the CPU does over the hidden row.
-	precise float s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-	uint h4 = p.predHidden & ~3u;
-	for (uint j = 0u; j < p.predHidden; j++) {
-		float a = dotRow(j * p.nEmbd, xb, p.nEmbd);
-		precise float t = w2[j] * (a / (1.0 + exp(-a))); // silu(a), as mod.SiLU
-		if (j >= h4 || (j & 3u) == 0u) { // the tail goes to s0, as in dotF32
-			s0 += t;
-		} else if ((j & 3u) == 1u) {
-			s1 += t;
-		} else if ((j & 3u) == 2u) {
-			s2 += t;
-		} else {
-			s3 += t;
+	uint q = groupIndex() * (gl_WorkGroupSize.x / TPR) + dotInGroup();
+	bool live = q < p.n * p.rows; // the rest take part in the reduction's barriers only
+	uint i = live ? q / p.rows : 0u, r = live ? q % p.rows : 0u;
+	uint wb = r * p.cols, xb = i * p.cols;
+	float acc = 0.0;
+	if (live) {
+		for (uint j = dotLane(); j < p.cols; j += TPR) {
+			acc += w[wb + j] * x[xb + j];
 		}
 	}
-	precise float sum = (s0 + s1) + (s2 + s3);
-	s[i] = sum;
-#endif
+	float s = dotSum(acc);
+	if (!live || dotLane() != 0u) {
+		return;
+	}
+	if (p.hasBias != 0u) {
+		s += bias[0];
+	}
+	if (p.act == 1u) {
+		s = s / (1.0 + exp(-s)); // SiLU, as mod.SiLU
+	}
+	y[q] = s;
 }

@@ -1,5 +1,10 @@
 package shaders
 
+import (
+	"math/bits"
+	"slices"
+)
+
 // The MoD routing kernels (DESIGN.md §3 and §6): router and predictor
 // scores, top-k by bitonic sort, threshold selection and compaction into an
 // index list, a count and indirect-dispatch arguments, and the gather and
@@ -8,30 +13,47 @@ package shaders
 //
 // Eval (top-k) step, n tokens, k = mod.TopK(capacity, n):
 //
-//	router_score                  x, w, b  -> r
+//	router_score (PlanScore)      x, w, b  -> r
 //	topk (n <= TopkLocal)         r        -> mask, idx    (or TopkPasses for larger n)
 //	compact_mask                  mask     -> idx, count, args
 //	gather (indirect on args)     x, idx   -> xs
 //	... the block on xs[0:count] -> o ...
 //	scatter (indirect on args)    o, r     -> x
 //
-// Generate (causal) step: compact_positive on r (router) or p
-// (predictor_score) in place of topk + compact_mask.
+// Generate (causal) step: compact_positive on r (router) or p (the
+// predictor: router_score twice, W1 with SiLU then w2) in place of topk +
+// compact_mask. A decode step (one token) fuses the score, the decision,
+// the block's indirect arguments and the copy of x into route_decode:
+//
+//	[router_score W1 x, SiLU -> h]          predictor routing only
+//	route_decode  x, w, b [h, w2] -> xs = x, r, count, args (block and scatter)
+//	... the block on xs, every dispatch indirect on args ...
+//	scatter (indirect on args)    xs, r    -> x
 
 // Push-constant structs, mirroring include/push_routing.glsl member for member.
 
-// RouterPush is router_score's push-constant block.
+// RouterPush is router_score's push-constant block: y[i][r] = act(W[r] .
+// x[i] + bias) for r < Rows, i < N.
 type RouterPush struct {
-	N       uint32 // tokens: x is [N][NEmbd], r is [N]
-	NEmbd   uint32 // elements of each x row and of w
+	N       uint32 // tokens: x is [N][Cols], y is [N][Rows]
+	Rows    uint32 // rows of W: 1 for a score, predHidden for the predictor's hidden layer
+	Cols    uint32 // elements of each W row and x row
 	HasBias uint32 // 1: add bias[0]; 0: the bias binding is not read (bind any buffer)
+	Act     uint32 // RouterActNone or RouterActSiLU
 }
 
-// PredictorPush is predictor_score's push-constant block.
-type PredictorPush struct {
-	N          uint32 // tokens: x is [N][NEmbd], p is [N]
-	NEmbd      uint32 // columns of W1
-	PredHidden uint32 // rows of W1, elements of w2
+// router_score's activations (RouterPush.Act).
+const (
+	RouterActNone uint32 = 0 // the dot product (+ bias): router and predictor scores
+	RouterActSiLU uint32 = 1 // SiLU of it: the predictor's hidden layer
+)
+
+// RouteDecodePush is route_decode's push-constant block.
+type RouteDecodePush struct {
+	NEmbd      uint32 // elements of x, xs and w
+	HasBias    uint32 // 1: add bias[0]; 0: the bias binding is not read
+	PredHidden uint32 // route_decode_pred*: elements of h and w2; 0 otherwise
+	M          uint32 // dispatches in the groups and args tables
 }
 
 // TopkPush is the push-constant block of every topk variant.
@@ -91,28 +113,12 @@ func routingVariants() []Variant {
 			Push: TopkPush{}, LocalSize: [3]uint32{256, 1, 1}, LocalSizeSpec: true, Spec: spec, Notes: notes}
 	}
 	return []Variant{
-		{
-			Name: "router_score", Source: "router.comp", Defines: []string{"ROUTER"},
-			Bindings: []Binding{
-				{"w", Read, "[nEmbd] f32"},
-				{"bias", Read, "[1] f32 (any buffer when hasBias is 0)"},
-				{"x", Read, "[n][nEmbd] f32"},
-				{"r", Write, "[n] f32"},
-			},
-			Push: RouterPush{}, LocalSize: [3]uint32{64, 1, 1},
-			Notes: "dispatch Groups(ceil(n / 64)); sums in mod's dotF32 order, so r equals the CPU's",
-		},
-		{
-			Name: "predictor_score", Source: "router.comp", Defines: []string{"PREDICTOR"},
-			Bindings: []Binding{
-				{"w1", Read, "[predHidden][nEmbd] f32"},
-				{"w2", Read, "[predHidden] f32"},
-				{"x", Read, "[n][nEmbd] f32"},
-				{"p", Write, "[n] f32"},
-			},
-			Push: PredictorPush{}, LocalSize: [3]uint32{64, 1, 1},
-			Notes: "dispatch Groups(ceil(n / 64)); p = w2 . silu(W1 x), fused, one invocation per token",
-		},
+		scoreVariant("router_score", nil),
+		scoreVariant("router_score_sg", []string{"SUBGROUP"}),
+		routeDecodeVariant("route_decode", nil),
+		routeDecodeVariant("route_decode_sg", []string{"SUBGROUP"}),
+		routeDecodeVariant("route_decode_pred", []string{"PREDICTOR"}),
+		routeDecodeVariant("route_decode_pred_sg", []string{"PREDICTOR", "SUBGROUP"}),
 		topk("topk", "TOPK_SINGLE", "n <= TopkLocal; dispatch (1, 1, 1); see TopkPasses",
 			Binding{"scores", Read, "[n] f32"}, Binding{"mask", Write, "[n] u32"}, Binding{"idx", Write, "[k] u32, ascending"}),
 		topk("topk_sort", "TOPK_SORT", "n > TopkLocal; see TopkPasses",
@@ -170,6 +176,135 @@ func routingVariants() []Variant {
 			Notes: "Spec: ScatterGateSigmoid or ScatterGateIdentity; dispatch as gather",
 		},
 	}
+}
+
+func scoreVariant(name string, defines []string) Variant {
+	return Variant{
+		Name: name, Source: "router.comp", Defines: defines,
+		Bindings: []Binding{
+			{"w", Read, "[rows][cols] f32"},
+			{"bias", Read, "[1] f32 (any buffer when hasBias is 0)"},
+			{"x", Read, "[n][cols] f32"},
+			{"y", Write, "[n][rows] f32"},
+		},
+		Push: RouterPush{}, LocalSize: [3]uint32{64, 1, 1}, LocalSizeSpec: true, Spec: []uint32{64, 64},
+		Notes: "use PlanScore for the variant, spec ([workgroup size, invocations per dot]) and groups; " +
+			"_sg needs subgroup arithmetic",
+	}
+}
+
+func routeDecodeVariant(name string, defines []string) Variant {
+	v := Variant{
+		Name: name, Source: "route_decode.comp", Defines: defines,
+		Bindings: []Binding{
+			{"w", Read, "[nEmbd] f32"},
+			{"bias", Read, "[1] f32 (any buffer when hasBias is 0)"},
+			{"x", Read, "[nEmbd] f32"},
+			{"xs", Write, "[nEmbd] f32: a copy of x"},
+			{"r", Write, "[1] f32: the router score"},
+			{"count", Write, "[1] u32: 1 when the token is selected, else 0"},
+			{"groups", Read, "[m][3] u32: each dispatch's workgroups when selected"},
+			{"args", Write, "[m][3] u32: groups, or (0, 1, 1) when not selected"},
+		},
+		Push: RouteDecodePush{}, LocalSize: [3]uint32{64, 1, 1}, LocalSizeSpec: true, Spec: []uint32{64},
+		Notes: "dispatch (1, 1, 1); Spec: RouteDecodeSpec; _sg needs subgroup arithmetic",
+	}
+	if slices.Contains(defines, "PREDICTOR") {
+		v.Bindings = append(v.Bindings,
+			Binding{"h", Read, "[predHidden] f32: SiLU(W1 x), router_score with RouterActSiLU"},
+			Binding{"w2", Read, "[predHidden] f32"},
+			Binding{"p", Write, "[1] f32: the predictor score, which decides"})
+		v.Notes = "decides on p = w2 . h; " + v.Notes
+	}
+	return v
+}
+
+// ScoreDevice is what PlanScore needs to know of the device.
+type ScoreDevice struct {
+	CPU                bool   // a CPU device (lavapipe): wide loops are cheap, barriers dear, loops capped
+	SubgroupSize       uint32 // 0 when unknown
+	SubgroupArithmetic bool   // subgroupAdd in compute shaders
+}
+
+// ScorePlan is one router_score dispatch: the variant, its specialization
+// constants [workgroup size, invocations per dot product] and its grid.
+type ScorePlan struct {
+	Variant string
+	Spec    []uint32
+	Groups  [3]uint32
+}
+
+// subgroupOK says whether the device's subgroups suit the _sg variants: a
+// power of two that divides every workgroup size used here (64 and up).
+func (d ScoreDevice) subgroupOK() bool {
+	s := d.SubgroupSize
+	return d.SubgroupArithmetic && s >= 4 && s <= 64 && s&(s-1) == 0
+}
+
+// PlanScore plans router_score over n tokens and rows rows of cols columns
+// (n*rows dot products). A few dot products (a decode token's router score)
+// take a whole workgroup each, so the one row is read in parallel; many (the
+// predictor's hidden layer, eval's scores) take a subgroup each on a GPU
+// with subgroup arithmetic, no barrier at all. On a CPU device an
+// invocation takes a dot product (no reduction) unless the row would pass
+// lavapipe's loop cap, which then sets how many share it. preferSubgroup
+// false forces the shared-memory tree (tests run both). On lavapipe the
+// tree measured faster for the decode score at nEmbd 2048 (BenchmarkScores,
+// 2026-11: router_score 26 us tree, 33 us subgroup; route_decode 41 us
+// tree, 76 us subgroup), so the engine asks for subgroups on GPUs only.
+func PlanScore(dev ScoreDevice, n, rows, cols uint32, preferSubgroup bool) ScorePlan {
+	sg := dev.subgroupOK() && preferSubgroup
+	dots := n * rows
+	var wg, tpr uint32
+	switch {
+	case dev.CPU:
+		wg, tpr = 64, 1
+		if dots < 8 { // a decode score: spread it, as on a GPU but narrower
+			tpr = 64
+		}
+		for tpr < wg && ScoreLoopIterations(cols, tpr) > LavapipeLoopIterations {
+			tpr *= 2
+		}
+	case dots < 64:
+		wg, tpr = 256, 256
+	case sg:
+		wg, tpr = max(128, dev.SubgroupSize), dev.SubgroupSize
+	default:
+		wg, tpr = 64, 64
+	}
+	name := "router_score"
+	if sg && tpr > 1 && tpr%dev.SubgroupSize == 0 { // TPR 1 has no reduction to speed up
+		name = "router_score_sg"
+	}
+	per := wg / tpr
+	return ScorePlan{Variant: name, Spec: []uint32{wg, tpr}, Groups: Groups((dots + per - 1) / per)}
+}
+
+// ScoreLoopIterations bounds the loop iterations of one router_score
+// invocation: its share of the row and the tree's steps.
+func ScoreLoopIterations(cols, tpr uint32) uint32 {
+	return (cols+tpr-1)/tpr + uint32(bits.Len32(tpr))
+}
+
+// RouteDecodeSpec is route_decode's specialization [workgroup size]: 256
+// on a GPU (a 2048-wide row is 8 loads an invocation), 64 on a CPU device.
+func RouteDecodeSpec(dev ScoreDevice) []uint32 {
+	if dev.CPU {
+		return []uint32{64}
+	}
+	return []uint32{256}
+}
+
+// RouteDecodeVariant is route_decode's variant for the device and routing.
+func RouteDecodeVariant(dev ScoreDevice, predictor, preferSubgroup bool) string {
+	name := "route_decode"
+	if predictor {
+		name += "_pred"
+	}
+	if dev.subgroupOK() && preferSubgroup {
+		name += "_sg"
+	}
+	return name
 }
 
 // TopkPass is one dispatch of a top-k plan.

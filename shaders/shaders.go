@@ -12,7 +12,9 @@
 //
 // Only core Vulkan 1.2 is required: weights of every type are read through
 // uint words (unpackHalf2x16, bitfieldExtract), so no 8/16-bit storage or
-// arithmetic feature is needed.
+// arithmetic feature is needed. Variants that use an optional feature
+// (subgroup arithmetic: the *_sg matvecs) are picked by a device's Profile
+// only when it has the feature.
 package shaders
 
 //go:generate go run gen.go
@@ -20,7 +22,6 @@ package shaders
 import (
 	"embed"
 	"fmt"
-	"math/bits"
 	"reflect"
 	"slices"
 )
@@ -87,30 +88,8 @@ func (v Variant) GlslcArgs(out string) []string {
 	return append(args, "-o", out, v.Source)
 }
 
-// weightVariant is matvec for one weight type.
-func matvecVariant(name, define, weightShape string) Variant {
-	return Variant{
-		Name: name, Source: "matvec.comp", Defines: []string{define},
-		Bindings: []Binding{
-			{"w", Read, weightShape},
-			{"x", Read, "[n][cols] f32"},
-			{"y", Write, "[n][rows] f32"},
-		},
-		Push:          MatvecPush{},
-		LocalSize:     [3]uint32{64, 1, 1},
-		LocalSizeSpec: true,
-		Spec:          MatvecSpecGPU,
-		Notes: "Spec: [workgroup size, invocations per row, vectors per pass] (MatvecSpecGPU, or MatvecSpecCPUFor(n, cols) on a CPU device: lavapipe caps an invocation's loops); " +
-			"dispatch MatvecGroups(rows, spec); bind w with its size rounded up to 4 " +
-			"(vk buffers are); cols must be a multiple of 32 for Q8_0",
-	}
-}
-
 // Variants is every kernel, by op family.
 var Variants = []Variant{
-	matvecVariant("matvec_f32", "WEIGHT_F32", "[rows][cols] f32"),
-	matvecVariant("matvec_f16", "WEIGHT_F16", "[rows][cols] f16"),
-	matvecVariant("matvec_q8_0", "WEIGHT_Q8_0", "[rows][cols/32] q8_0 blocks (34 bytes)"),
 	{
 		Name: "add", Source: "add.comp",
 		Bindings: []Binding{
@@ -122,48 +101,6 @@ var Variants = []Variant{
 		LocalSize: [3]uint32{256, 1, 1},
 		Notes:     "dispatch Groups(ceil(n / 256))",
 	},
-}
-
-// Matvec specialization constants: [workgroup size, invocations per row,
-// vectors per pass]. The defaults suit decode (one vector); for n vectors
-// set the third to min(n, 4) or so: each pass reads the row once and x that
-// many times.
-var (
-	// MatvecSpecGPU suits GPUs: a workgroup per row, loads coalesced.
-	MatvecSpecGPU = []uint32{64, 64, 1}
-	// MatvecSpecCPU suits CPU devices (lavapipe): an invocation per row, no
-	// barriers, which on lavapipe cost more than the arithmetic.
-	MatvecSpecCPU = []uint32{64, 1, 1}
-)
-
-// MatvecLoopIterations bounds the loop iterations one invocation of matvec
-// runs for n vectors of cols with spec: per pass of NB vectors, its share of
-// the row (each step with its NB inner iterations), the vector set-up and
-// the tree sum. The F32 row walk is the longest of the three weight types.
-func MatvecLoopIterations(n, cols uint32, spec []uint32) uint32 {
-	tpr, nb := spec[1], spec[2]
-	passes := (n + nb - 1) / nb
-	perPass := (cols+tpr-1)/tpr*(1+nb) + 3*nb + uint32(bits.Len32(tpr))*(1+nb)
-	return passes * perPass
-}
-
-// MatvecSpecCPUFor is the spec for n vectors of cols on a CPU device:
-// MatvecSpecCPU (an invocation per row) while its loops stay under
-// LavapipeLoopIterations, else the fewest invocations per row that do (up to
-// 64). Past that — n*cols of about 4 million — split the vectors over
-// several dispatches, or use matmul, which is meant for many vectors.
-func MatvecSpecCPUFor(n, cols uint32) []uint32 {
-	spec := append([]uint32(nil), MatvecSpecCPU...)
-	for spec[1] < spec[0] && MatvecLoopIterations(n, cols, spec) > LavapipeLoopIterations {
-		spec[1] *= 2
-	}
-	return spec
-}
-
-// MatvecGroups is the dispatch size of matvec over rows with spec.
-func MatvecGroups(rows uint32, spec []uint32) [3]uint32 {
-	perGroup := spec[0] / spec[1]
-	return Groups((rows + perGroup - 1) / perGroup)
 }
 
 // Lookup finds a variant by name.

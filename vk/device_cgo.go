@@ -29,7 +29,8 @@ func (in *Instance) NewDevice(info DeviceInfo) (*Device, error) {
 	var h C.uint64_t
 	var call *C.char
 	r := C.mr_create_device(C.uint64_t(in.h), C.uint64_t(info.phys), C.uint32_t(info.computeFamily),
-		cbool(f.ShaderFloat16), cbool(f.ShaderInt8), cbool(f.StorageBuffer16BitAccess), cbool(f.StorageBuffer8BitAccess), &h, &call)
+		cbool(f.ShaderFloat16), cbool(f.ShaderInt8), cbool(f.StorageBuffer16BitAccess), cbool(f.StorageBuffer8BitAccess),
+		cbool(f.ConditionalRendering), &h, &call)
 	if err := result(C.GoString(call), Result(r)); err != nil {
 		return nil, fmt.Errorf("device %d (%s): %w", info.Index, info.Name, err)
 	}
@@ -61,6 +62,7 @@ const (
 	usageTransferDst = C.VK_BUFFER_USAGE_TRANSFER_DST_BIT
 	usageStorage     = C.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT
 	usageIndirect    = C.VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT
+	usageConditional = C.VK_BUFFER_USAGE_CONDITIONAL_RENDERING_BIT_EXT
 	memDeviceLocal   = C.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
 	memHostVisible   = C.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT
 	memHostCoherent  = C.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
@@ -75,6 +77,9 @@ func (d *Device) NewBuffer(bytes uint64, kind BufferKind) (*Buffer, error) {
 	}
 	size := (bytes + 3) &^ 3
 	usage := C.uint32_t(usageStorage | usageTransferSrc | usageTransferDst | usageIndirect)
+	if d.info.Features.ConditionalRendering {
+		usage |= usageConditional // any buffer may hold a predicate
+	}
 	required, preferred, mapped := C.uint32_t(memDeviceLocal), C.uint32_t(0), 0
 	if kind == HostVisible {
 		// Cached memory makes Download (the host reading) fast; not required.
@@ -207,10 +212,10 @@ func (d *Device) oneShot(fn func(cb uint64)) error {
 // made visible, and their reads finish before this one's writes. Runs are
 // serialized by a fence, so this costs one barrier per submit.
 func (d *Device) entryBarrier(cb uint64) {
+	stages := d.stages()
 	C.mr_cmd_memory_barrier(C.uint64_t(d.h), C.uint64_t(cb),
-		C.uint32_t(allStages), C.uint32_t(allStages),
-		C.uint32_t(accessShaderWrite|accessTransferWrite),
-		C.uint32_t(accessShaderRead|accessShaderWrite|accessTransferRead|accessTransferWrite|accessIndirectRead))
+		C.uint32_t(stages), C.uint32_t(stages),
+		C.uint32_t(accessShaderWrite|accessTransferWrite), C.uint32_t(accessesOf(stages)))
 }
 
 func (d *Device) submitWait(cb uint64) error {

@@ -33,7 +33,8 @@
 // Barriers are derived (track.go): a command that reads what an earlier one
 // wrote, or writes what an earlier one read or wrote, gets a pipeline
 // barrier with the right stages (compute, transfer, draw-indirect for
-// DispatchIndirect arguments); others get none. Each command buffer starts
+// DispatchIndirect arguments, conditional rendering for a
+// BeginConditional predicate); others get none. Each command buffer starts
 // with one memory barrier against everything submitted before it (replays
 // included) and ends with one to the host when it wrote host-visible memory.
 // Tests run under the Khronos validation layer with synchronization
@@ -57,9 +58,9 @@
 //     number of dispatches is what counts.
 //   - workgroup barriers are expensive: a kernel whose invocations share a
 //     row through shared memory ran 2-3x slower than one where each
-//     invocation owns a row (see shaders.MatvecSpecCPU).
+//     invocation owns a row (see shaders.NewProfile).
 //   - an invocation's loops stop, silently, after 65535 iterations in all
 //     (llvmpipe's LP_MAX_TGSI_LOOP_ITERATIONS): no error, a wrong result. A
 //     kernel must keep each invocation's iterations under it on a CPU device
-//     (shaders.LavapipeLoopIterations, RowSpecCPUFor, MatvecSpecCPUFor).
+//     (shaders.LavapipeLoopIterations, the loop cap of shaders.Profile).
 package vk

@@ -90,6 +90,10 @@ type Features struct {
 	SubgroupArithmetic       bool `json:"subgroup_arithmetic"` // in compute shaders
 	SubgroupShuffle          bool `json:"subgroup_shuffle"`    // in compute shaders
 	CooperativeMatrix        bool `json:"cooperative_matrix"`  // VK_KHR_cooperative_matrix is offered (not yet enabled)
+	// ConditionalRendering: VK_EXT_conditional_rendering (enabled when
+	// present): Recorder.BeginConditional discards dispatches on a GPU-written
+	// predicate, so a skipped routed block costs no dispatch at all.
+	ConditionalRendering bool `json:"conditional_rendering"`
 }
 
 // Timestamps says whether the compute queue can write timestamps.

@@ -185,6 +185,7 @@ func (in *Instance) deviceInfo(phys uint64, index int) DeviceInfo {
 		SubgroupArithmetic:       computeSubgroups && c.subgroup_ops&C.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT != 0,
 		SubgroupShuffle:          computeSubgroups && c.subgroup_ops&C.VK_SUBGROUP_FEATURE_SHUFFLE_BIT != 0,
 		CooperativeMatrix:        c.coopmat != 0,
+		ConditionalRendering:     c.cond_render != 0,
 	}
 	d.Problem = problem(d.APIVersion, d.computeFamily)
 	return d

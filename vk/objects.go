@@ -57,6 +57,7 @@ type Stats struct {
 	Recordings     int // command buffers recorded
 	Submits        int // command buffers submitted (each waited for)
 	Dispatches     int // dispatches recorded
+	Indirect       int // of the Dispatches, those whose workgroup counts the GPU reads (DispatchIndirect)
 	Barriers       int // derived vkCmdPipelineBarrier calls recorded
 	BufferBarriers int // buffer memory barriers in them
 }
@@ -65,6 +66,7 @@ func (s *Stats) add(o Stats) {
 	s.Recordings += o.Recordings
 	s.Submits += o.Submits
 	s.Dispatches += o.Dispatches
+	s.Indirect += o.Indirect
 	s.Barriers += o.Barriers
 	s.BufferBarriers += o.BufferBarriers
 }

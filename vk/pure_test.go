@@ -195,6 +195,44 @@ func TestBarriersDerived(t *testing.T) {
 	assert.Equal(t, 11, r.Stats().Dispatches)
 }
 
+// TestConditionalBarriers: a conditional span's predicate, written by a
+// kernel, needs a barrier into the conditional-rendering stage; that one
+// barrier also orders the kernel's other writes before the span's
+// dispatches (indirect arguments included), which then need none.
+func TestConditionalBarriers(t *testing.T) {
+	d := fakeDevice()
+	d.info.Features.ConditionalRendering = true
+	k := &Kernel{dev: d, spec: KernelSpec{Name: "k", Bindings: 2}}
+	pred, args, xs := fakeBuffer(d, 16, DeviceLocal), fakeBuffer(d, 64, DeviceLocal), fakeBuffer(d, 1024, DeviceLocal)
+	g := [3]uint32{1, 1, 1}
+	r := d.NewRecorder()
+	r.Dispatch(k, nil, g, Bind{Buf: pred, Access: Write}, Bind{Buf: args, Access: Write})
+	r.Dispatch(k, nil, g, Bind{Buf: xs, Access: Write}, Bind{Buf: fakeBuffer(d, 16, DeviceLocal), Access: Write})
+	require.Zero(t, r.Stats().Barriers)
+	r.BeginConditional(pred, 0)
+	require.Equal(t, 1, r.Stats().Barriers, "the predicate's RAW")
+	bar := barriers(r)[0]
+	assert.Equal(t, stageCompute, bar.srcStages)
+	assert.Equal(t, stageConditional|allStages, bar.dstStages, "widened to every stage the span's commands run in")
+	var predBarrier *bufferBarrier
+	for i := range bar.buffers {
+		if bar.buffers[i].buf == pred {
+			predBarrier = &bar.buffers[i]
+		}
+	}
+	require.NotNil(t, predBarrier)
+	assert.Equal(t, accessConditionalRead, predBarrier.dstAccess&accessConditionalRead)
+	r.DispatchIndirect(k, nil, args, 0, Bind{Buf: xs, Access: Read}, Bind{Buf: fakeBuffer(d, 16, DeviceLocal), Access: Write})
+	assert.Equal(t, 1, r.Stats().Barriers, "args and xs were made visible by the predicate's barrier")
+	r.EndConditional()
+	require.NoError(t, r.Err())
+
+	plain := fakeDevice()
+	rp := plain.NewRecorder()
+	rp.BeginConditional(fakeBuffer(plain, 4, DeviceLocal), 0)
+	assert.ErrorContains(t, rp.Err(), "no VK_EXT_conditional_rendering")
+}
+
 func TestBarrierRepeatedReadsStayBounded(t *testing.T) {
 	d := fakeDevice()
 	k := &Kernel{dev: d, spec: KernelSpec{Name: "k", Bindings: 2}}

@@ -63,6 +63,8 @@ type Recorder struct {
 	// synchronization validation catches what the barriers prevent.
 	dropBarriers bool
 
+	conditional bool // between BeginConditional and EndConditional
+
 	cb, descPool, queryPool uint64 // made at the first Run
 	ticks                   []uint64
 	timings                 []Timing
@@ -76,6 +78,8 @@ const (
 	opFill
 	opBarrier
 	opTimestamp
+	opBeginConditional
+	opEndConditional
 )
 
 // op is one recorded command.
@@ -99,7 +103,7 @@ type op struct {
 }
 
 // NewRecorder starts an empty recording.
-func (d *Device) NewRecorder() *Recorder { return &Recorder{dev: d} }
+func (d *Device) NewRecorder() *Recorder { return &Recorder{dev: d, track: tracker{all: d.stages()}} }
 
 // Err is the first error met while recording, or nil.
 func (r *Recorder) Err() error { return r.err }
@@ -224,6 +228,9 @@ func (r *Recorder) dispatch(o op) {
 	}
 	r.add(o, uses)
 	r.stats.Dispatches++
+	if o.indirect != nil {
+		r.stats.Indirect++
+	}
 }
 
 // Copy records a copy of n bytes from src[srcOff:] to dst[dstOff:].
@@ -260,6 +267,47 @@ func (r *Recorder) Fill(buf *Buffer, off, n uint64, value uint32) {
 	})
 }
 
+// BeginConditional starts a span of dispatches that the GPU discards when
+// the uint32 at pred[offset] is 0 when the span begins
+// (VK_EXT_conditional_rendering): a kernel may compute the predicate, and
+// nothing reaches the host. Only dispatches are affected (copies, fills and
+// the derived barriers run anyway); spans do not nest. It needs
+// Features.ConditionalRendering.
+func (r *Recorder) BeginConditional(pred *Buffer, offset uint64) {
+	if !r.usable() || !r.checkBuffer(pred, "conditional predicate") {
+		return
+	}
+	switch {
+	case !r.dev.info.Features.ConditionalRendering:
+		r.fail("conditional span: %s has no VK_EXT_conditional_rendering", r.dev.info.Name)
+		return
+	case r.conditional:
+		r.fail("conditional span inside another (they do not nest)")
+		return
+	case offset%4 != 0 || offset+4 > pred.size:
+		r.fail("conditional predicate at offset %d: want a multiple of 4 with 4 bytes inside the %d-byte buffer", offset, pred.size)
+		return
+	}
+	r.conditional = true
+	// The predicate's barrier also serves the span's dispatches: they
+	// usually read what the predicate's writer wrote too.
+	r.addWiden(op{kind: opBeginConditional, src: pred, srcOff: offset},
+		[]use{{buf: pred, off: offset, end: offset + 4, stage: stageConditional, access: accessConditionalRead}}, allStages)
+}
+
+// EndConditional ends the span BeginConditional started.
+func (r *Recorder) EndConditional() {
+	if !r.usable() {
+		return
+	}
+	if !r.conditional {
+		r.fail("EndConditional without BeginConditional")
+		return
+	}
+	r.conditional = false
+	r.ops = append(r.ops, op{kind: opEndConditional})
+}
+
 // Timestamp records the GPU clock once every earlier command has finished;
 // after Run, Timings gives the time since the previous Timestamp under this
 // label. A no-op on a device without timestamps.
@@ -286,8 +334,12 @@ func (r *Recorder) checkBuffer(b *Buffer, what string) bool {
 }
 
 // add appends o, preceded by the barrier its uses need.
-func (r *Recorder) add(o op, uses []use) {
-	if b := r.track.access(uses); b != nil && !r.dropBarriers {
+func (r *Recorder) add(o op, uses []use) { r.addWiden(o, uses, 0) }
+
+// addWiden is add with the barrier widened to the stages widen
+// (tracker.accessWiden).
+func (r *Recorder) addWiden(o op, uses []use, widen uint32) {
+	if b := r.track.accessWiden(uses, widen); b != nil && !r.dropBarriers {
 		r.ops = append(r.ops, op{kind: opBarrier, barrier: b})
 		r.stats.Barriers++
 		r.stats.BufferBarriers += len(b.buffers)

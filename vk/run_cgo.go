@@ -43,6 +43,9 @@ func (d *Device) Run(r *Recorder) error {
 // exactly its dispatches, the commands with their derived barriers, a
 // timestamp query pool when it has Timestamps.
 func (d *Device) record(r *Recorder) (err error) {
+	if r.conditional {
+		return fmt.Errorf("vk: recording: a conditional span was begun and never ended (EndConditional)")
+	}
 	dh := C.uint64_t(d.h)
 	sets, descriptors := 0, 0
 	for _, o := range r.ops {
@@ -97,7 +100,7 @@ func (d *Device) record(r *Recorder) (err error) {
 		return err
 	}
 	r.stats.Recordings++
-	d.stats.add(Stats{Recordings: 1, Dispatches: r.stats.Dispatches, Barriers: r.stats.Barriers, BufferBarriers: r.stats.BufferBarriers})
+	d.stats.add(Stats{Recordings: 1, Dispatches: r.stats.Dispatches, Indirect: r.stats.Indirect, Barriers: r.stats.Barriers, BufferBarriers: r.stats.BufferBarriers})
 	return nil
 }
 
@@ -134,6 +137,10 @@ func (d *Device) recordOp(cb C.uint64_t, r *Recorder, o *op) error {
 		C.mr_cmd_fill(dh, cb, C.uint64_t(o.dst.buf), C.uint64_t(o.dstOff), C.uint64_t(o.n), C.uint32_t(o.value))
 	case opTimestamp:
 		C.mr_cmd_timestamp(dh, cb, C.uint64_t(r.queryPool), C.uint32_t(o.query))
+	case opBeginConditional:
+		C.mr_cmd_begin_conditional(dh, cb, C.uint64_t(o.src.buf), C.uint64_t(o.srcOff))
+	case opEndConditional:
+		C.mr_cmd_end_conditional(dh, cb)
 	case opBarrier:
 		b := o.barrier
 		for start := 0; start < len(b.buffers); start += 64 { // the C side takes 64 at a time

@@ -18,18 +18,30 @@ const (
 	stageCompute      uint32 = 0x00000800
 	stageTransfer     uint32 = 0x00001000
 	stageHost         uint32 = 0x00004000
+	stageConditional  uint32 = 0x00040000 // VK_EXT_conditional_rendering's predicate read
 
-	accessIndirectRead  uint32 = 0x00000001
-	accessShaderRead    uint32 = 0x00000020
-	accessShaderWrite   uint32 = 0x00000040
-	accessTransferRead  uint32 = 0x00000800
-	accessTransferWrite uint32 = 0x00001000
-	accessHostRead      uint32 = 0x00002000
+	accessIndirectRead    uint32 = 0x00000001
+	accessShaderRead      uint32 = 0x00000020
+	accessShaderWrite     uint32 = 0x00000040
+	accessTransferRead    uint32 = 0x00000800
+	accessTransferWrite   uint32 = 0x00001000
+	accessHostRead        uint32 = 0x00002000
+	accessConditionalRead uint32 = 0x00100000
 )
 
 // allStages are the stages commands of a recorder run in. An access ordered
-// before all of them can never cause a hazard again.
+// before all of them can never cause a hazard again. A device with
+// conditional rendering adds stageConditional (Device.stages): a barrier may
+// name that stage only where the extension is enabled.
 const allStages = stageDrawIndirect | stageCompute | stageTransfer
+
+// stages are the stages this device's commands run in.
+func (d *Device) stages() uint32 {
+	if d.info.Features.ConditionalRendering {
+		return allStages | stageConditional
+	}
+	return allStages
+}
 
 // use is one command's access to a buffer range [off, end).
 type use struct {
@@ -63,6 +75,7 @@ type barrier struct {
 
 // tracker holds, per buffer, the accesses not yet ordered before every stage.
 type tracker struct {
+	all     uint32 // the device's stages (Device.stages); 0 means allStages
 	entries map[*Buffer][]entry
 	// The stages and accesses that wrote host-visible buffers: the end of
 	// the command buffer needs a barrier from them to the host.
@@ -79,6 +92,15 @@ func overlaps(a, b use) bool { return a.off < b.end && b.off < a.end }
 // stages: a later command that reads one of them then needs no barrier of its
 // own (q, k and v written side by side, then read together, cost one).
 func (t *tracker) access(uses []use) *barrier {
+	return t.accessWiden(uses, 0)
+}
+
+// accessWiden is access, but a barrier it records also orders everything
+// before it ahead of the stages widen and makes every pending write visible
+// there: for a command whose own stage is not where the commands after it
+// run (a conditional span's predicate read), so that they need no barrier
+// of their own.
+func (t *tracker) accessWiden(uses []use, widen uint32) *barrier {
 	if t.entries == nil {
 		t.entries = map[*Buffer][]entry{}
 	}
@@ -103,6 +125,7 @@ func (t *tracker) access(uses []use) *barrier {
 		}
 		return nil
 	}
+	b.dstStages |= widen
 	dstAccess := accessesOf(b.dstStages)
 	for buf, es := range t.entries {
 		for _, e := range es {
@@ -119,6 +142,13 @@ func (t *tracker) access(uses []use) *barrier {
 	return &b
 }
 
+func (t *tracker) stages() uint32 {
+	if t.all == 0 {
+		return allStages
+	}
+	return t.all
+}
+
 // accessesOf is every access a command can make in stages.
 func accessesOf(stages uint32) uint32 {
 	var a uint32
@@ -130,6 +160,9 @@ func accessesOf(stages uint32) uint32 {
 	}
 	if stages&stageDrawIndirect != 0 {
 		a |= accessIndirectRead
+	}
+	if stages&stageConditional != 0 {
+		a |= accessConditionalRead
 	}
 	return a
 }
@@ -181,7 +214,7 @@ func (t *tracker) add(u use) {
 	es := t.entries[u.buf][:0:0]
 	for _, e := range t.entries[u.buf] {
 		switch {
-		case e.synced&allStages == allStages:
+		case e.synced&t.stages() == t.stages():
 			continue
 		case u.write && e.synced&u.stage != 0 && u.off <= e.off && e.end <= u.end:
 			continue

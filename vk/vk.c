@@ -331,7 +331,17 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out) {
 		if (e && in->EnumerateDeviceExtensionProperties(pd, NULL, &ne, e) >= 0)
 			for (uint32_t i = 0; i < ne; i++)
 				if (strcmp(e[i].extensionName, "VK_KHR_cooperative_matrix") == 0) out->coopmat = 1;
+				else if (strcmp(e[i].extensionName, VK_EXT_CONDITIONAL_RENDERING_EXTENSION_NAME) == 0) out->cond_render = 1;
 		free(e);
+	}
+	if (out->cond_render && p->apiVersion >= VK_API_VERSION_1_2) { // offered: is its feature there?
+		VkPhysicalDeviceConditionalRenderingFeaturesEXT cr = {
+			.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_CONDITIONAL_RENDERING_FEATURES_EXT};
+		VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &cr};
+		in->GetPhysicalDeviceFeatures2(pd, &f2);
+		out->cond_render = cr.conditionalRendering ? 1 : 0;
+	} else {
+		out->cond_render = 0;
 	}
 }
 
@@ -389,6 +399,9 @@ typedef struct mr_device {
 	PFN_vkResetFences ResetFences;
 	PFN_vkWaitForFences WaitForFences;
 	PFN_vkQueueSubmit QueueSubmit;
+	// VK_EXT_conditional_rendering, NULL unless enabled.
+	PFN_vkCmdBeginConditionalRenderingEXT CmdBeginConditionalRenderingEXT;
+	PFN_vkCmdEndConditionalRenderingEXT CmdEndConditionalRenderingEXT;
 } mr_device;
 
 #define D(dev) ((mr_device *)(uintptr_t)(dev))
@@ -396,7 +409,7 @@ typedef struct mr_device {
 	if (!((d)->name = (PFN_vk##name)(in)->GetDeviceProcAddr((d)->h, "vk" #name))) missing = 1
 
 VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
-	int f16, int i8, int sb16, int sb8, uint64_t *out, const char **call) {
+	int f16, int i8, int sb16, int sb8, int cond_render, uint64_t *out, const char **call) {
 	mr_instance *in = (mr_instance *)(uintptr_t)inst;
 	VkPhysicalDevice pd = (VkPhysicalDevice)(uintptr_t)phys;
 	mr_device *d = calloc(1, sizeof *d);
@@ -432,6 +445,17 @@ VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 		.queueCreateInfoCount = 1,
 		.pQueueCreateInfos = &qci,
 	};
+	VkPhysicalDeviceConditionalRenderingFeaturesEXT cr = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_CONDITIONAL_RENDERING_FEATURES_EXT,
+		.conditionalRendering = VK_TRUE,
+	};
+	const char *exts[] = {VK_EXT_CONDITIONAL_RENDERING_EXTENSION_NAME};
+	if (cond_render) {
+		cr.pNext = feats.pNext;
+		feats.pNext = &cr;
+		ci.enabledExtensionCount = 1;
+		ci.ppEnabledExtensionNames = exts;
+	}
 	*call = "vkCreateDevice";
 	VkResult r = in->CreateDevice(pd, &ci, NULL, &d->h);
 	if (r != VK_SUCCESS) {
@@ -490,6 +514,10 @@ VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 	LOAD_D(in, d, ResetFences);
 	LOAD_D(in, d, WaitForFences);
 	LOAD_D(in, d, QueueSubmit);
+	if (cond_render) {
+		LOAD_D(in, d, CmdBeginConditionalRenderingEXT);
+		LOAD_D(in, d, CmdEndConditionalRenderingEXT);
+	}
 	if (missing) {
 		*call = "vkGetDeviceProcAddr";
 		r = VK_ERROR_INITIALIZATION_FAILED;
@@ -846,6 +874,19 @@ void mr_cmd_memory_barrier(uint64_t dev, uint64_t cb, uint32_t src_stages, uint3
 		.dstAccessMask = dst_access,
 	};
 	D(dev)->CmdPipelineBarrier(CB(cb), src_stages, dst_stages, 0, 1, &b, 0, NULL, 0, NULL);
+}
+
+void mr_cmd_begin_conditional(uint64_t dev, uint64_t cb, uint64_t buf, uint64_t off) {
+	VkConditionalRenderingBeginInfoEXT bi = {
+		.sType = VK_STRUCTURE_TYPE_CONDITIONAL_RENDERING_BEGIN_INFO_EXT,
+		.buffer = (VkBuffer)(uintptr_t)buf,
+		.offset = off,
+	};
+	D(dev)->CmdBeginConditionalRenderingEXT(CB(cb), &bi);
+}
+
+void mr_cmd_end_conditional(uint64_t dev, uint64_t cb) {
+	D(dev)->CmdEndConditionalRenderingEXT(CB(cb));
 }
 
 void mr_cmd_reset_queries(uint64_t dev, uint64_t cb, uint64_t pool, uint32_t count) {

@@ -46,6 +46,7 @@ typedef struct mr_device_info {
 	uint32_t timestamp_compute_and_graphics, timestamp_valid_bits;
 	uint32_t subgroup_size, subgroup_stages, subgroup_ops;
 	uint32_t f16, i8, sb16, sb8, coopmat;
+	uint32_t cond_render; // VK_EXT_conditional_rendering with its conditionalRendering feature
 	int32_t compute_family; // -1: none
 } mr_device_info;
 void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out);
@@ -53,7 +54,7 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out);
 // Device: *out is an mr_device* (function table, device, queue, memory
 // properties, command pool, fence).
 VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
-	int f16, int i8, int sb16, int sb8, uint64_t *out, const char **call);
+	int f16, int i8, int sb16, int sb8, int cond_render, uint64_t *out, const char **call);
 void mr_destroy_device(uint64_t dev); // waits idle first
 VkResult mr_wait_idle(uint64_t dev);
 
@@ -95,6 +96,11 @@ void mr_cmd_barrier(uint64_t dev, uint64_t cb, uint32_t src_stages, uint32_t dst
 	const uint32_t *src_access, const uint32_t *dst_access);
 void mr_cmd_memory_barrier(uint64_t dev, uint64_t cb, uint32_t src_stages, uint32_t dst_stages,
 	uint32_t src_access, uint32_t dst_access);
+// Conditional rendering (VK_EXT_conditional_rendering; only on a device
+// made with cond_render): the dispatches between begin and end are
+// discarded when the uint32 at buf[off] is 0.
+void mr_cmd_begin_conditional(uint64_t dev, uint64_t cb, uint64_t buf, uint64_t off);
+void mr_cmd_end_conditional(uint64_t dev, uint64_t cb);
 void mr_cmd_reset_queries(uint64_t dev, uint64_t cb, uint64_t pool, uint32_t count);
 void mr_cmd_timestamp(uint64_t dev, uint64_t cb, uint64_t pool, uint32_t query);
 

@@ -205,6 +205,7 @@ func TestDispatchReplaySpecialization(t *testing.T) {
 	assert.Equal(t, 1, s.Recordings, "recorded once")
 	assert.Equal(t, runs, s.Submits, "replayed")
 	assert.Equal(t, 2, s.Dispatches)
+	assert.Zero(t, s.Indirect, "both direct")
 	assert.Equal(t, 2, s.Barriers, "fill -> dispatch (RAW), dispatch -> dispatch (RAW+WAW on y)")
 	after := dev.Stats()
 	assert.Equal(t, 1, after.Recordings-before.Recordings)
@@ -278,6 +279,7 @@ func TestIndirectDispatchAndHostVisible(t *testing.T) {
 		Bind{Buf: xb, Access: Read}, Bind{Buf: yb, Access: ReadWrite})
 	require.NoError(t, dev.Run(rec))
 	assert.Equal(t, 1, rec.Stats().Barriers, "copy -> indirect read")
+	assert.Equal(t, 1, rec.Stats().Indirect, "the dispatch is indirect")
 	got := make([]byte, 4*n)
 	require.NoError(t, yb.Download(got, 0))
 	y := bytesF32(got)
@@ -288,6 +290,73 @@ func TestIndirectDispatchAndHostVisible(t *testing.T) {
 		}
 		require.Equal(t, want, y[i], "y[%d]", i)
 	}
+}
+
+// TestConditionalDispatch: dispatches inside a conditional span run when the
+// GPU-written predicate is nonzero and are discarded when it is 0; a copy
+// inside runs anyway. The predicate is written by a Fill in the same
+// recording (a barrier orders it before the span) and the recording is
+// replayed with each value.
+func TestConditionalDispatch(t *testing.T) {
+	dev := openDevice(t)
+	if !dev.Info().Features.ConditionalRendering {
+		rec := dev.NewRecorder()
+		rec.BeginConditional(newBuffer(t, dev, 4, DeviceLocal), 0)
+		assert.ErrorContains(t, rec.Err(), "no VK_EXT_conditional_rendering")
+		t.Skipf("%s has no VK_EXT_conditional_rendering", dev.Info().Name)
+	}
+	const n = 64
+	k := newAxpy(t, dev, 32, 1)
+	xb, yb := newBuffer(t, dev, 4*n, DeviceLocal), newBuffer(t, dev, 4*n, DeviceLocal)
+	copied := newBuffer(t, dev, 4, DeviceLocal)
+	pred, predHost := newBuffer(t, dev, 16, DeviceLocal), newBuffer(t, dev, 4, HostVisible)
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(i) + 1
+	}
+	require.NoError(t, xb.Upload(f32bytes(x), 0))
+	rec := dev.NewRecorder()
+	defer rec.Close()
+	rec.Fill(yb, 0, 4*n, 0)
+	rec.Fill(copied, 0, 4, 0)
+	rec.Copy(predHost, pred, 0, 8, 4) // the predicate, at an offset
+	rec.BeginConditional(pred, 8)
+	rec.Dispatch(k, MustPackPush(axpyPush{N: n, Scale: 1}), [3]uint32{n / 32, 1, 1},
+		Bind{Buf: xb, Access: Read}, Bind{Buf: yb, Access: ReadWrite})
+	rec.Copy(xb, copied, 0, 0, 4)
+	rec.EndConditional()
+	for _, p := range []uint32{1, 0, 7, 0} {
+		require.NoError(t, predHost.Upload(f32bytesU32(p), 0))
+		require.NoError(t, dev.Run(rec))
+		got := make([]byte, 4*n)
+		require.NoError(t, yb.Download(got, 0))
+		y := bytesF32(got)
+		for i := range y {
+			want := float32(0)
+			if p != 0 {
+				want = x[i]
+			}
+			require.Equal(t, want, y[i], "predicate %d: y[%d]", p, i)
+		}
+		c := make([]byte, 4)
+		require.NoError(t, copied.Download(c, 0))
+		assert.Equal(t, x[0], bytesF32(c)[0], "predicate %d: a copy is not conditional", p)
+	}
+
+	bad := dev.NewRecorder()
+	bad.BeginConditional(pred, 2)
+	assert.ErrorContains(t, bad.Err(), "multiple of 4")
+	nested := dev.NewRecorder()
+	nested.BeginConditional(pred, 0)
+	nested.BeginConditional(pred, 4)
+	assert.ErrorContains(t, nested.Err(), "do not nest")
+	open := dev.NewRecorder()
+	open.BeginConditional(pred, 0)
+	assert.ErrorContains(t, dev.Run(open), "never ended")
+	open.Close()
+	unopened := dev.NewRecorder()
+	unopened.EndConditional()
+	assert.ErrorContains(t, unopened.Err(), "without BeginConditional")
 }
 
 func f32bytesU32(v ...uint32) []byte {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,7 +27,7 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-const benchArgs = "(-m A.gguf | --synthetic SHAPE)... [--type q8_0] [--capacity C] [--seed S] [--save FILE.gguf] [--backends cpu,vulkan] [--routing router,predictor] [--prompt N] [-n N] [--repeats N] [--out FILE.md] [--json FILE.json]"
+const benchArgs = "(-m A.gguf | --synthetic SHAPE)... [--type q8_0] [--capacity C] [--seed S] [--save FILE.gguf] [--backends cpu,vulkan] [--routing router,predictor] [--ctx N] [--kv-type f16|f32] [--prompt N] [-n N] [--repeats N] [--out FILE.md] [--json FILE.json]"
 
 // benchFlags are bench's options, parsed.
 type benchFlags struct {
@@ -39,6 +40,7 @@ type benchFlags struct {
 	routings      []mod.Routing
 	routingSet    bool
 	device        int
+	cache         cacheFlags
 	o             engine.BenchOptions
 	out, json     string
 }
@@ -80,7 +82,7 @@ func benchMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		for _, routing := range f.routingsOf(m) {
 			for i, name := range f.backends {
 				fmt.Fprintf(stderr, "bench: validating %s %s on %s\n", m.name, routingName(m, routing), name)
-				row, err := openBenchRow(m, routing, name, f.device, f.o, devices[i])
+				row, err := f.openBenchRow(m, routing, name, devices[i])
 				if err != nil {
 					return err
 				}
@@ -123,6 +125,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.StringVar(&f.save, "save", "", "also write the synthetic model(s) to `FILE`.gguf (several: FILE-NAME.gguf each)")
 	backends := fs.String("backends", "cpu,vulkan", "comma-separated backends to run: cpu, vulkan")
 	fs.IntVar(&f.device, "device", -1, "Vulkan device `N` (default $MODRUN_DEVICE or the best)")
+	f.cache.register(fs)
 	routing := fs.String("routing", "router,predictor", "causal routing of MoD models, comma-separated: router, predictor (predictor only where the model has one, unless named)")
 	fs.IntVar(&f.o.PromptTokens, "prompt", 64, "prompt tokens prefilled")
 	fs.IntVar(&f.o.DecodeTokens, "n", 64, "tokens decoded")
@@ -164,24 +167,21 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 		}
 		f.routings = append(f.routings, r)
 	}
-	if f.o.PromptTokens < 1 || f.o.DecodeTokens < 1 || f.o.Repeats < 1 {
-		return nil, fmt.Errorf("%w: --prompt, -n and --repeats must be positive", errUsage)
+	if f.o.PromptTokens < 1 || f.o.Repeats < 1 {
+		return nil, fmt.Errorf("%w: --prompt and --repeats must be positive", errUsage)
+	}
+	if f.o.DecodeTokens < 2 {
+		return nil, fmt.Errorf("%w: -n %d: decode is timed from the second token on (the first comes with the prompt): give at least 2", errUsage, f.o.DecodeTokens)
 	}
 	return f, nil
 }
 
 func synthType(s string) (gguf.TensorType, error) {
-	switch strings.ToLower(s) {
-	case "f32":
-		return gguf.TypeF32, nil
-	case "f16":
-		return gguf.TypeF16, nil
-	case "q8_0":
-		return gguf.TypeQ8_0, nil
-	case "q4_0":
-		return gguf.TypeQ4_0, nil
+	t, err := gguf.ParseTensorType(strings.ToUpper(s))
+	if err != nil || !slices.Contains(synth.Types, t) {
+		return 0, fmt.Errorf("%w: --type %q: want f32, f16, q8_0 or q4_0", errUsage, s)
 	}
-	return 0, fmt.Errorf("%w: --type %q: want f32, f16, q8_0 or q4_0", errUsage, s)
+	return t, nil
 }
 
 // benchModel is a model under benchmark, from a file or built in memory.
@@ -191,7 +191,6 @@ type benchModel struct {
 	tok      *tokenizer.Tokenizer
 	baseline *benchModel // whose decode rate its rows are compared with (itself for a baseline)
 	shape    string      // the synthetic shape, or ""
-	synth    *synth.Model
 }
 
 func (m *benchModel) close() { m.model.Close() }
@@ -236,7 +235,7 @@ func (f *benchFlags) openModels(stderr io.Writer) ([]*benchModel, error) {
 				sm.Close()
 				return out, fmt.Errorf("--synthetic %s: %w", spec, err)
 			}
-			m := &benchModel{name: sm.Name, model: sm.Model, tok: tok, shape: shape.Name, synth: sm}
+			m := &benchModel{name: sm.Name, model: sm.Model, tok: tok, shape: shape.Name}
 			if dense == nil {
 				dense, m.baseline = m, m
 			} else {
@@ -306,14 +305,19 @@ func (row *benchRow) close() {
 	}
 }
 
-func openBenchRow(m *benchModel, routing mod.Routing, backend string, device int, o engine.BenchOptions, bw engine.Bandwidth) (_ *benchRow, err error) {
+func (f *benchFlags) openBenchRow(m *benchModel, routing mod.Routing, backend string, bw engine.Bandwidth) (_ *benchRow, err error) {
 	if routing == mod.RoutingPredictor && m.model.Config.IsMoD() && m.model.Config.PredictorHidden == 0 {
 		return nil, fmt.Errorf("--routing predictor: %s has no predictor", m.name)
 	}
 	row := &benchRow{model: m, routing: routing, backend: backend, device: bw}
-	if row.b, _, err = engine.OpenBackend(m.model, routing, engine.BackendOptions{Name: backend, Device: device}); err != nil {
+	bo := engine.BackendOptions{Name: backend, Device: f.device}
+	if err := f.cache.options(&bo, m.model); err != nil {
+		return nil, err
+	}
+	if row.b, _, err = engine.OpenBackend(m.model, routing, bo); err != nil {
 		return nil, fmt.Errorf("%s on %s: %w", m.name, backend, err)
 	}
+	o := f.o
 	prompt, err := m.tok.Encode(strings.Repeat(benchText, 1+o.PromptTokens/30), true)
 	if err != nil {
 		row.close()

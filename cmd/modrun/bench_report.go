@@ -34,9 +34,11 @@ type benchRowReport struct {
 	Routing  string `json:"routing"`         // dense, router or predictor
 	Backend  string `json:"backend"`
 	engine.BenchResult
-	VsBaseline      float64 `json:"decode_vs_baseline"`       // decode rate / the baseline's on this backend
-	IdealVsBaseline float64 `json:"ideal_decode_vs_baseline"` // the baseline's decode bytes / this row's
-	PercentOfProbe  float64 `json:"effective_percent_of_probe"`
+	VsBaseline             float64 `json:"decode_vs_baseline"`        // decode rate / the baseline's on this backend
+	IdealVsBaseline        float64 `json:"ideal_decode_vs_baseline"`  // the baseline's decode bytes / this row's
+	PrefillVsBaseline      float64 `json:"prefill_vs_baseline"`       // prefill rate / the baseline's on this backend
+	IdealPrefillVsBaseline float64 `json:"ideal_prefill_vs_baseline"` // the baseline's prefill FLOPs / this row's
+	PercentOfProbe         float64 `json:"effective_percent_of_probe"`
 }
 
 func newBenchReport(args []string, o engine.BenchOptions, devices []engine.Bandwidth, rows []*benchRow) *benchReport {
@@ -53,6 +55,8 @@ func newBenchReport(args []string, o engine.BenchOptions, devices []engine.Bandw
 			b := base.Result()
 			r.VsBaseline = res.DecodeRate / b.DecodeRate
 			r.IdealVsBaseline = b.Traffic.Total() / res.Traffic.Total()
+			r.PrefillVsBaseline = res.PrefillRate / b.PrefillRate
+			r.IdealPrefillVsBaseline = b.PrefillFLOPs / res.PrefillFLOPs
 		}
 		if row.device.GBps > 0 {
 			r.PercentOfProbe = 100 * res.EffectiveGBps / row.device.GBps
@@ -83,13 +87,14 @@ func (rep *benchReport) markdown() string {
 	fmt.Fprintf(&b, "\nEach row was validated before anything was timed: greedy tokens equal to the CPU reference's, logits within %g (the `validated` column: tokens decoded after prompt tokens; fewer where the CPU reference is slow). "+
 		"Rates are medians of %d runs, taken round by round over all rows: prefill of %d tokens, decode of %d. "+
 		"Effective bandwidth is the bytes a decode token must read (each weight it uses once, the KV entries it attends to, at the mean context of the decode) times tokens/s; "+
-		"`× base` is the decode rate against the baseline model on the same backend (a MoD twin's dense model), `ideal ×` the ratio of their bytes per token, `of ideal` the share of that achieved.\n\n",
+		"`× base` is a rate against the baseline model on the same backend (a MoD twin's dense model), `ideal ×` the ratio of the baseline's cost per token to this row's (FLOPs in prefill, bytes in decode), `of ideal` the share of that achieved.\n\n",
 		rep.Tol, rep.Repeats, rep.Prompt, rep.Decode)
-	fmt.Fprintf(&b, "| model | routing | backend | prefill tok/s | decode tok/s | × base | ideal × | of ideal | eff. GB/s | %% of probe | routed %% per layer | validated | max Δlogit |\n")
-	fmt.Fprintf(&b, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|---|---|--:|\n")
+	fmt.Fprintf(&b, "| model | routing | backend | prefill tok/s | × base | ideal × | decode tok/s | × base | ideal × | of ideal | eff. GB/s | %% of probe | routed %% per layer | validated | max Δlogit |\n")
+	fmt.Fprintf(&b, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|--:|\n")
 	for _, r := range rep.Rows {
-		vs, ideal, of := "—", "—", "—"
+		pvs, pideal, vs, ideal, of := "—", "—", "—", "—", "—"
 		if r.Model != r.Baseline && r.VsBaseline > 0 {
+			pvs, pideal = fmt.Sprintf("%.2f", r.PrefillVsBaseline), fmt.Sprintf("%.2f", r.IdealPrefillVsBaseline)
 			vs, ideal = fmt.Sprintf("%.2f", r.VsBaseline), fmt.Sprintf("%.2f", r.IdealVsBaseline)
 			of = fmt.Sprintf("%.0f%%", 100*r.VsBaseline/r.IdealVsBaseline)
 		}
@@ -97,8 +102,8 @@ func (rep *benchReport) markdown() string {
 		if r.ValidatePrompt < rep.Prompt {
 			validated += " (CPU reference slow)"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.1f | %s | %s | %s | %.2f | %.1f | %s | %s | %.2g |\n",
-			r.Model, r.Routing, r.Backend, r.PrefillRate, r.DecodeRate, vs, ideal, of,
+		fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %s | %s | %.1f | %s | %s | %s | %.2f | %.1f | %s | %s | %.2g |\n",
+			r.Model, r.Routing, r.Backend+" ("+r.KVType+" KV)", r.PrefillRate, pvs, pideal, r.DecodeRate, vs, ideal, of,
 			r.EffectiveGBps, r.PercentOfProbe, percents(r.RoutedPercent), validated, r.MaxLogitDiff)
 	}
 	return b.String()

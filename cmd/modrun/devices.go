@@ -114,7 +114,7 @@ func featureText(f vk.Features) string {
 		{"float16", f.ShaderFloat16}, {"int8", f.ShaderInt8},
 		{"16-bit storage", f.StorageBuffer16BitAccess}, {"8-bit storage", f.StorageBuffer8BitAccess},
 		{"subgroup arithmetic", f.SubgroupArithmetic}, {"subgroup shuffle", f.SubgroupShuffle},
-		{"cooperative matrix", f.CooperativeMatrix},
+		{"cooperative matrix", f.CooperativeMatrix}, {"conditional rendering", f.ConditionalRendering},
 	} {
 		state := "no"
 		if x.on {

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
+	api "github.com/modrun/modrun"
 	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/engine/vulkan"
+	"github.com/modrun/modrun/internal/pngfile"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/tokenizer"
 )
@@ -25,6 +30,55 @@ func (mf *modelFlags) register(fs *flag.FlagSet, defaultRouting, routingHelp str
 	fs.StringVar(&mf.backend, "backend", "auto", "auto (a Vulkan GPU if any, else the CPU) | cpu | vulkan (any Vulkan device, lavapipe too)")
 	fs.IntVar(&mf.device, "device", -1, "Vulkan device `N` (see modrun devices; default $MODRUN_DEVICE or the best)")
 	fs.StringVar(&mf.routing, "routing", defaultRouting, routingHelp)
+}
+
+// cacheFlags are the KV cache flags of the commands that generate (run and
+// bench): they fill engine.BackendOptions.ContextLen and KVType.
+type cacheFlags struct {
+	ctx    int
+	kvType string
+}
+
+func (cf *cacheFlags) register(fs *flag.FlagSet) {
+	usage := fmt.Sprintf("context length `N`: the longest sequence, and the KV cache's size (default: the model's, at most %d)", engine.DefaultMaxContext)
+	fs.IntVar(&cf.ctx, "c", 0, usage)
+	fs.IntVar(&cf.ctx, "ctx", 0, usage)
+	fs.StringVar(&cf.kvType, "kv-type", "", "KV cache type on the GPU: f16 | f32 (default: f16 on a GPU, f32 on a CPU emulation such as lavapipe)")
+}
+
+// options sets o's context length and KV cache type, checking the flags
+// against model m.
+func (cf cacheFlags) options(o *engine.BackendOptions, m *mod.Model) error {
+	if limit := m.Config.ContextLen; cf.ctx > limit {
+		return fmt.Errorf("%w: --ctx %d: must be in [1, %d] (the context length of the model)", errUsage, cf.ctx, limit)
+	}
+	if err := cf.check(); err != nil {
+		return err
+	}
+	o.ContextLen, o.KVType = cf.ctx, cf.kvType
+	return nil
+}
+
+// check refuses a negative --ctx and an unknown --kv-type.
+func (cf cacheFlags) check() error {
+	if cf.ctx < 0 {
+		return fmt.Errorf("%w: --ctx %d: must be positive (0: the model's)", errUsage, cf.ctx)
+	}
+	switch cf.kvType {
+	case "", "f16", "f32":
+		return nil
+	}
+	return fmt.Errorf("%w: --kv-type %q is not f16 or f32", errUsage, cf.kvType)
+}
+
+// apiOptions sets the API's context length and KV cache type; the API
+// checks the context length against the model's.
+func (cf cacheFlags) apiOptions(o *api.Options) error {
+	if err := cf.check(); err != nil {
+		return err
+	}
+	o.ContextLen, o.KVType = cf.ctx, cf.kvType
+	return nil
 }
 
 // loaded is a model with its tokenizer.
@@ -76,13 +130,16 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
-const generateArgs = "-m FILE.gguf -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--routing router|predictor] [--stats] [--profile]"
+const generateArgs = "-m FILE.gguf -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--routing router|predictor] [--stats] [--profile] [--routing-map FILE.png]"
 
-// generateMain is modrun's default command: generate text from a prompt.
+// generateMain is modrun's default command: generate text from a prompt,
+// through the embedding API (package modrun).
 func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("run", generateArgs, stderr)
 	var mf modelFlags
 	mf.register(fs, "router", "causal routing of MoD blocks: router (r > 0) | predictor (p > 0)")
+	var cf cacheFlags
+	cf.register(fs)
 	prompt := fs.String("p", "", "prompt `TEXT` (BOS is added when the model's tokenizer asks for it)")
 	n := fs.Int("n", 256, "new tokens at most (0 = until EOS or the context is full)")
 	so := engine.DefaultSampler()
@@ -96,6 +153,7 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	stats := fs.Bool("stats", false, "print speed and per-layer routing to stderr")
 	profile := fs.Bool("profile", false, "print each GPU kernel's time to stderr (Vulkan backend)")
 	ubatch := fs.Int("ubatch", vulkan.DefaultUBatch, "the prompt runs in batches of at most `N` tokens (Vulkan backend)")
+	routingMap := fs.String("routing-map", "", "write the routing map to `FILE`.png: a column per token, a row per routed layer, coloured by score, marked where the token went through")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -115,79 +173,130 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err := so.Check(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	l, err := mf.load(flagSet(fs, "routing"))
+	opts, err := mf.options()
 	if err != nil {
 		return err
 	}
-	defer l.model.Close()
+	opts.Profile = *profile
+	opts.UBatch = *ubatch
+	if err := cf.apiOptions(&opts); err != nil {
+		return err
+	}
+	opts.NoRoutes = *routingMap == "" // --stats counts from the KV caches
+	model, err := mf.open(opts, flagSet(fs, "routing"))
+	if err != nil {
+		return err
+	}
+	defer model.Close()
+	info := model.Info()
+	if info.Notice != "" {
+		fmt.Fprintln(stderr, info.Notice)
+	}
+	if *routingMap != "" && len(info.RoutedLayers) == 0 {
+		return fmt.Errorf("--routing-map: %s is a dense model (architecture %q); it has no routing to draw", mf.path, info.Arch)
+	}
 
-	ids, err := l.tok.Encode(*prompt, true)
-	if err != nil {
-		return fmt.Errorf("-p: %w", err)
-	}
-	if len(ids) == 0 {
-		return fmt.Errorf("-p: the prompt is empty and the tokenizer adds no BOS; give some text")
-	}
-	if ctx := l.model.Config.ContextLen; len(ids) > ctx {
-		return fmt.Errorf("-p: the prompt has %d tokens, more than the context length %d of %s", len(ids), ctx, mf.path)
-	}
-	backend, notice, err := engine.OpenBackend(l.model, l.routing, engine.BackendOptions{Name: mf.backend, Device: mf.device, Profile: *profile, UBatch: *ubatch})
-	if err != nil {
-		return fmt.Errorf("--backend %s: %w", mf.backend, err)
-	}
-	defer backend.Close()
-	if notice != "" {
-		fmt.Fprintln(stderr, notice)
-	}
-	dec := l.tok.NewStreamDecoder()
 	var werr error
-	write := func(b []byte) {
-		if werr == nil && len(b) > 0 {
-			_, werr = stdout.Write(b)
+	var tokens []api.Token
+	session := model.NewSession()
+	defer session.Close()
+	res, err := session.Generate(context.Background(), *prompt, api.GenerateOptions{
+		MaxTokens: *n, Temperature: so.Temperature, TopK: so.TopK, TopP: so.TopP, MinP: so.MinP,
+		RepeatPenalty: so.RepeatPenalty, RepeatLastN: repeatLastN(so.RepeatLastN), Seed: so.Seed,
+	}, func(t api.Token) error {
+		if *routingMap != "" {
+			tokens = append(tokens, t)
 		}
-	}
-	for _, id := range ids {
-		b, _ := dec.Push(id) // the prompt's ids came from the tokenizer: valid
-		write(b)
-	}
-	res, err := engine.Generate(backend, ids, engine.GenerateOptions{
-		MaxTokens: *n, EOS: l.tok.EOS(), Sampler: so,
-		OnToken: func(id int32) error {
-			b, err := dec.Push(id)
-			write(b)
-			if err != nil {
-				return err
-			}
-			return werr
-		},
+		if werr == nil && t.Text != "" {
+			_, werr = io.WriteString(stdout, t.Text)
+		}
+		return werr
 	})
-	write(dec.Flush())
-	write([]byte("\n"))
+	if werr == nil {
+		_, werr = io.WriteString(stdout, res.Tail+"\n")
+	}
 	if err != nil {
 		return err
 	}
-	if res.Stop == engine.StopContextFull {
-		fmt.Fprintf(stderr, "modrun: stopped: the sequence filled the context length (%d tokens)\n", l.model.Config.ContextLen)
+	if res.Stop == api.StopContextFull {
+		fmt.Fprintf(stderr, "modrun: stopped: the sequence filled the context length (%d tokens; --ctx sets it)\n", info.ContextLen)
 	}
 	if *stats {
-		printStats(stderr, l, backend, res, so.Seed)
+		printStats(stderr, info, res, so.Seed)
 	}
 	if *profile {
-		printProfile(stderr, backend)
+		printProfile(stderr, info, model.Profile())
+	}
+	if *routingMap != "" {
+		if err := pngfile.Write(*routingMap, api.RoutingMap(tokens, len(info.RoutedLayers))); err != nil {
+			return fmt.Errorf("--routing-map: %w", err)
+		}
 	}
 	return werr
 }
 
+// repeatLastN is --repeat-last-n as the API takes it (0 there means 64).
+func repeatLastN(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+// options turns the model flags into the API's options; a bad flag is a
+// usage error.
+func (mf *modelFlags) options() (api.Options, error) {
+	if mf.path == "" {
+		return api.Options{}, fmt.Errorf("%w: -m FILE.gguf is required", errUsage)
+	}
+	switch mf.backend {
+	case engine.BackendAuto, engine.BackendCPU, engine.BackendVulkan:
+	default:
+		return api.Options{}, fmt.Errorf("%w: --backend %q is not auto, cpu or vulkan", errUsage, mf.backend)
+	}
+	r, err := mod.ParseRouting(mf.routing)
+	if err == nil && r == mod.RoutingTopK {
+		err = fmt.Errorf("generation needs causal routing, router or predictor, not topk")
+	}
+	if err != nil {
+		return api.Options{}, fmt.Errorf("%w: --routing: %v", errUsage, err)
+	}
+	opts := api.Options{Backend: mf.backend, Routing: api.Routing(mf.routing)}
+	if mf.device >= 0 {
+		opts.Device = strconv.Itoa(mf.device)
+	}
+	return opts, nil
+}
+
+// open opens the model through the API, naming the flags in its errors.
+// routingSet says whether --routing was given on the command line.
+func (mf *modelFlags) open(opts api.Options, routingSet bool) (*api.Model, error) {
+	model, err := api.Open(mf.path, opts)
+	var ctxErr *api.ContextLengthError
+	if errors.As(err, &ctxErr) {
+		return nil, fmt.Errorf("%w: --ctx %d: must be in [1, %d] (the context length of the model)", errUsage, ctxErr.Asked, ctxErr.Model)
+	}
+	if errors.Is(err, api.ErrNoPredictor) {
+		return nil, fmt.Errorf("--routing predictor: %s has no predictor (%s = 0); use --routing router", mf.path, mod.ArchKey(mod.ArchMoD, mod.KeyPredictorHidden))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if info := model.Info(); routingSet && len(info.RoutedLayers) == 0 {
+		model.Close()
+		return nil, fmt.Errorf("--routing %s: %s is a dense model (architecture %q); it has no routers", mf.routing, mf.path, info.Arch)
+	}
+	return model, nil
+}
+
 // printProfile prints the GPU time per kernel, or why there is none.
-func printProfile(w io.Writer, b *engine.Backend) {
-	p, ok := b.Runner.(engine.Profiler)
-	if !ok {
-		fmt.Fprintf(w, "profile: --profile times GPU kernels; backend %s has none (use --backend vulkan)\n", b.Name)
+func printProfile(w io.Writer, info api.Info, entries []api.ProfileEntry) {
+	if info.Backend != api.BackendVulkan {
+		fmt.Fprintf(w, "profile: --profile times GPU kernels; backend %s has none (use --backend vulkan)\n", info.Backend)
 		return
 	}
-	entries := p.Profile()
 	if len(entries) == 0 {
-		fmt.Fprintf(w, "profile: backend %s cannot write GPU timestamps\n", b.Name)
+		fmt.Fprintf(w, "profile: backend vulkan: %s cannot write GPU timestamps\n", info.Device)
 		return
 	}
 	var total uint64
@@ -202,24 +311,24 @@ func printProfile(w io.Writer, b *engine.Backend) {
 	fmt.Fprintf(w, "%-20s %8s %10.3f\n", "GPU total", "", float64(total)/1e6)
 }
 
-func printStats(w io.Writer, l *loaded, b *engine.Backend, res engine.Result, seed uint64) {
-	fmt.Fprintf(w, "backend %s, seed %d, stop: %s\n", b.Name, seed, res.Stop)
+func printStats(w io.Writer, info api.Info, res api.Result, seed uint64) {
+	backend := info.Backend
+	if backend == api.BackendVulkan {
+		backend += ": " + info.Device
+	}
+	fmt.Fprintf(w, "backend %s, seed %d, stop: %s\n", backend, seed, res.Stop)
 	fmt.Fprintf(w, "prefill: %d tokens in %v (%.1f tokens/s)\n", res.PromptTokens, res.Prefill.Round(time.Microsecond), res.PrefillRate())
-	fmt.Fprintf(w, "decode:  %d tokens in %v (%.1f tokens/s)\n", len(res.Tokens), res.Decode.Round(time.Microsecond), res.DecodeRate())
-	if ms, ok := b.Runner.(engine.GPUMemoryStatser); ok {
-		m := ms.MemoryStats()
+	fmt.Fprintf(w, "decode:  %d tokens in %v (%.1f tokens/s)\n", res.DecodeSteps, res.Decode.Round(time.Microsecond), res.DecodeRate())
+	if info.Backend == api.BackendVulkan {
 		fmt.Fprintf(w, "GPU memory: %s (weights %s, KV cache %s, scratch %s)\n",
-			mib(m.Total()), mib(m.Weights), mib(m.KVCache), mib(m.Scratch))
+			mib(info.GPUWeights+info.GPUKVCache+info.GPUScratch), mib(info.GPUWeights), mib(info.GPUKVCache), mib(info.GPUScratch))
+		fmt.Fprintf(w, "KV cache: %s, %d tokens (--kv-type, --ctx)\n", info.KVType, info.ContextLen)
 	}
-	if !l.model.Config.IsMoD() {
+	if len(info.RoutedLayers) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "routing: %s, capacity %g (top-k in eval mode only)\n", l.routing, l.model.Config.Capacity)
-	rs, ok := b.Runner.(engine.RoutingStatser)
-	if !ok {
-		return
-	}
-	for _, s := range rs.RoutingStats() {
+	fmt.Fprintf(w, "routing: %s, capacity %g (top-k in eval mode only)\n", info.Routing, info.Capacity)
+	for _, s := range res.Layers {
 		frac := 0.0
 		if s.Seen > 0 {
 			frac = float64(s.Selected) / float64(s.Seen)

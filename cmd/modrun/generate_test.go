@@ -24,7 +24,7 @@ func TestGenerateGreedyStory(t *testing.T) {
 	code, out, stderr := modrun(t, "-m", model, "-p", "", "-n", "200", "--stats")
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, string(want), out)
-	assert.Contains(t, stderr, "decode:  200 tokens")
+	assert.Contains(t, stderr, "decode:  199 tokens") // the first of the 200 comes with the prefill
 	assert.Contains(t, stderr, "tokens/s")
 }
 
@@ -59,12 +59,41 @@ func TestGenerateBadInput(t *testing.T) {
 		{[]string{"-m", model, "-p", "x", "--backend", "gpu"}, 2, `--backend "gpu" is not auto, cpu or vulkan`},
 		{[]string{"-m", model, "-p", "x", "-n", "-3"}, 2, "-n -3: must be 0 or positive"},
 		{[]string{"-m", model, "-p", "x", "stray"}, 2, `unexpected argument "stray"`},
+		{[]string{"-m", model, "-p", "x", "--kv-type", "q8"}, 2, `--kv-type "q8" is not f16 or f32`},
+		{[]string{"-m", model, "-p", "x", "--ctx", "5000"}, 2, "--ctx 5000: must be in [1, 2048]"},
+		{[]string{"-m", model, "-p", "x", "-c", "-1"}, 2, "--ctx -1: must be positive"},
+		{[]string{"-m", model, "-p", "Once upon a time there", "-c", "4"}, 1, "the prompt has 6 tokens, more than the context length 4"},
 		{[]string{"-m", filepath.Join(t.TempDir(), "none.gguf"), "-p", "x"}, 1, "none.gguf"},
 	}
 	for _, c := range cases {
 		code, _, stderr := modrun(t, c.args...)
 		assert.Equal(t, c.code, code, stderr)
 		assert.Contains(t, stderr, c.want)
+	}
+}
+
+// TestGenerateContext: --ctx caps the sequence (and sizes the GPU's KV
+// cache) on both backends, and --kv-type picks the GPU cache's type.
+func TestGenerateContext(t *testing.T) {
+	model := shared.Path(t, "models/stories260K.gguf")
+	code, cpuOut, stderr := modrun(t, "-m", model, "-p", "Once upon", "-n", "100", "--ctx", "12", "--backend", "cpu")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stderr, "filled the context length (12 tokens")
+
+	if err := vk.Load(); err != nil {
+		t.Skipf("no Vulkan loader: %v", err)
+	}
+	for _, kv := range []string{"f32", "f16"} {
+		code, out, stderr := modrun(t, "-m", model, "-p", "Once upon", "-n", "100", "-c", "12", "--kv-type", kv, "--backend", "vulkan", "--stats")
+		if code != 0 && strings.Contains(stderr, "no Vulkan device") {
+			t.Skipf("no Vulkan device: %s", stderr)
+		}
+		require.Equal(t, 0, code, stderr)
+		assert.Contains(t, stderr, "filled the context length (12 tokens")
+		assert.Contains(t, stderr, "KV cache: "+kv+", 12 tokens")
+		if kv == "f32" {
+			assert.Equal(t, cpuOut, out, "greedy text as the CPU's")
+		}
 	}
 }
 
@@ -154,6 +183,13 @@ func TestGenerateOnVulkan(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, string(want), out)
 	assert.Contains(t, stderr, "backend vulkan: ")
+	// Both KV cache types tell the same story (the F16 cache's logits differ
+	// by ~1e-3 of their size: no greedy choice here is that close).
+	for _, kv := range []string{"f16", "f32"} {
+		code, kvOut, stderr := modrun(t, "-m", model, "-p", "", "-n", "200", "--backend", "vulkan", "--kv-type", kv)
+		require.Equal(t, 0, code, stderr)
+		assert.Equal(t, string(want), kvOut, "--kv-type %s", kv)
+	}
 	assert.Regexp(t, `GPU memory: [\d.]+ MiB \(weights [\d.]+ MiB, KV cache [\d.]+ MiB, scratch [\d.]+ MiB\)`, stderr)
 
 	code, _, stderr = modrun(t, "-m", modTrained, "-p", "Once upon a time", "-n", "20", "--backend", "vulkan", "--stats")
@@ -187,10 +223,13 @@ func TestGenerateProfile(t *testing.T) {
 		t.Skipf("the device has no timestamps: %s", stderr)
 	}
 	assert.Regexp(t, `kernel +calls +total ms +us/call +%`, stderr)
-	// 1 BOS + 2 prompt tokens in one batched prefill, 9 fed back: 10 embeds.
-	assert.Regexp(t, `\nmatvec_f32 +\d+ +[\d.]+ +[\d.]+ +[\d.]+%`, stderr)
+	// 1 BOS + 2 prompt tokens in one batched prefill (one embed), then 9
+	// fed back: 10 embeds. A GPU's profile picks the subgroup matvec, fused
+	// with the norms and residual adds, decode_attend and the F16 cache.
+	assert.Regexp(t, `\nmatvec_f32(_sg)?(_add|_norm|_norm_swiglu)? +\d+ +[\d.]+ +[\d.]+ +[\d.]+%`, stderr)
 	assert.Regexp(t, `\nembed_f32 +10 `, stderr)
-	assert.Regexp(t, `\ndecode_attention +\d+ `, stderr)
+	assert.Regexp(t, `\nmatmul_f32 +\d+ `, stderr)
+	assert.Regexp(t, `\ndecode_atten(tion|d)(_f16)? +\d+ `, stderr)
 	assert.Regexp(t, `\nGPU total +[\d.]+\n`, stderr)
 }
 
@@ -198,9 +237,9 @@ func TestBench(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "bench.md")
 	code, stdout, stderr := modrun(t, "bench", "-m", modNoPredict, "-m", modTrained, "--backends", "cpu", "--prompt", "8", "-n", "8", "--repeats", "1", "--out", out)
 	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, stdout, "| "+modTrained+" | router | cpu | ")
-	assert.Contains(t, stdout, "| "+modTrained+" | predictor | cpu | ")
-	assert.Regexp(t, `\| `+regexp.QuoteMeta(modNoPredict)+` \| router \| cpu \| \d+ \| [\d.]+ \| — \| — \| — \| [\d.]+ \| [\d.]+ \| \d+, \d+ \| 16 after 8 \| 0 \|`, stdout)
+	assert.Contains(t, stdout, "| "+modTrained+" | router | cpu (f32 KV) | ")
+	assert.Contains(t, stdout, "| "+modTrained+" | predictor | cpu (f32 KV) | ")
+	assert.Regexp(t, `\| `+regexp.QuoteMeta(modNoPredict)+` \| router \| cpu \(f32 KV\) \| \d+ \| — \| — \| [\d.]+ \| — \| — \| — \| [\d.]+ \| [\d.]+ \| \d+, \d+ \| 16 after 8 \| 0 \|`, stdout)
 	assert.NotContains(t, stdout, "| "+modNoPredict+" | predictor", "a model without a predictor is benched with the router alone")
 	written, err := os.ReadFile(out)
 	require.NoError(t, err)
@@ -232,9 +271,9 @@ func TestBenchSynthetic(t *testing.T) {
 		"--prompt", "16", "-n", "16", "--repeats", "1", "--save", save, "--json", js)
 	require.Equal(t, 0, code, stderr)
 	assert.Regexp(t, `\| cpu \| cpu \| go[\d.]+ \| [\d.]+ GB/s \| Go probe`, stdout)
-	assert.Regexp(t, `\| stories260k-q8_0 \| dense \| cpu \| \d+ \| [\d.]+ \| — \| — \| — \| [\d.]+ \| [\d.]+ \| dense \| 16 after 16 \| 0 \|`, stdout)
-	assert.Regexp(t, `\| stories260k-q8_0-mod \| router \| cpu \| \d+ \| [\d.]+ \| [\d.]+ \| 1\.\d\d \| \d+% \| [\d.]+ \| [\d.]+ \| \d+, \d+ \| 16 after 16 \| 0 \|`, stdout)
-	assert.Contains(t, stdout, "| stories260k-q8_0-mod | predictor | cpu |")
+	assert.Regexp(t, `\| stories260k-q8_0 \| dense \| cpu \(f32 KV\) \| \d+ \| — \| — \| [\d.]+ \| — \| — \| — \| [\d.]+ \| [\d.]+ \| dense \| 16 after 16 \| 0 \|`, stdout)
+	assert.Regexp(t, `\| stories260k-q8_0-mod \| router \| cpu \(f32 KV\) \| \d+ \| [\d.]+ \| 1\.\d\d \| [\d.]+ \| [\d.]+ \| 1\.\d\d \| \d+% \| [\d.]+ \| [\d.]+ \| \d+, \d+ \| 16 after 16 \| 0 \|`, stdout)
+	assert.Contains(t, stdout, "| stories260k-q8_0-mod | predictor | cpu (f32 KV) |")
 
 	var rep benchReport
 	b, err := os.ReadFile(js)
@@ -243,6 +282,7 @@ func TestBenchSynthetic(t *testing.T) {
 	require.Len(t, rep.Rows, 3)
 	assert.Equal(t, "stories260k-q8_0", rep.Rows[1].Baseline)
 	assert.Greater(t, rep.Rows[1].IdealVsBaseline, 1.0, "the twin reads fewer bytes per token")
+	assert.Greater(t, rep.Rows[1].IdealPrefillVsBaseline, 1.0, "and does less arithmetic")
 	assert.Positive(t, rep.Rows[0].EffectiveGBps)
 	assert.Positive(t, rep.Devices[0].GBps)
 	assert.Len(t, rep.Rows[1].RoutedPercent, 2)

@@ -60,7 +60,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "modrun %s: %v\n", c.name, err)
 			return 2
 		}
-		fmt.Fprintf(stderr, "modrun %s: %v\n", c.name, err)
+		// The API's errors start "modrun: ", which the line has said already.
+		fmt.Fprintf(stderr, "modrun %s: %s\n", c.name, strings.TrimPrefix(err.Error(), "modrun: "))
 		return 1
 	}
 	fmt.Fprintf(stderr, "modrun: unknown command %q\n\n", args[0])

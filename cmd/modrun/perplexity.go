@@ -17,6 +17,7 @@ func perplexityMain(args []string, _ io.Reader, stdout, stderr io.Writer) error 
 	mf.register(fs, "topk", "topk (eval mode: the training semantics) | router | predictor (causal, as in generation)")
 	textPath := fs.String("f", "", "`TEXT` file to score (required)")
 	ctx := fs.Int("ctx", 0, "window length in tokens, BOS included (default: the model's context length)")
+	fs.IntVar(ctx, "c", 0, "short for --ctx")
 	capacity := fs.Float64("capacity", 0, "override the routed fraction of top-k routing, in (0, 1] (default: the model's)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	if err := parseFlags(fs, args); err != nil {

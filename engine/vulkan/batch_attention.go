@@ -22,6 +22,7 @@ import (
 // attentionArgs are one batched attention's buffers and sizes.
 type attentionArgs struct {
 	n       uint32     // query rows
+	kv      string     // k and v's element type: shaders.KVF32, or KVF16 (a generate-mode cache)
 	entries uint32     // cache entries; with counts, the most there can be
 	layer   uint32     // with counts: the entry count is counts[layer]
 	counts  *vk.Buffer // nil: entries is exact
@@ -35,7 +36,7 @@ type attentionArgs struct {
 
 // attentionSplitLen is the key tile length on this device.
 func (ks *kernels) attentionSplitLen() uint32 {
-	if ks.cpu {
+	if ks.prof.CPU {
 		return shaders.AttentionSplitLenCPU
 	}
 	return shaders.AttentionSplitLenGPU
@@ -58,7 +59,7 @@ func (r *Runner) batchAttentionOps(a attentionArgs) ([]op, error) {
 	} else {
 		counts = a.qPos // unread: any buffer
 	}
-	split, err := r.ks.get(name, nil)
+	split, err := r.ks.get(name+a.kv, nil)
 	if err != nil {
 		return nil, err
 	}

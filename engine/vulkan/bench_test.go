@@ -1,10 +1,13 @@
 package vulkan
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/modrun/modrun/internal/shared"
 	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/shaders"
 	"github.com/stretchr/testify/require"
 )
 
@@ -62,5 +65,66 @@ func BenchmarkDecode(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N*steps)/b.Elapsed().Seconds(), "tokens/s")
 		})
+	}
+}
+
+// BenchmarkDecodeContext times 16 decode steps after 16 and after 2000
+// tokens of context (stories260K, 2048 tokens of context), under the
+// device's own profile and a GPU's (subgroup matvec, fused and split
+// attention) forced onto it, and reports tokens/s: DESIGN.md §6 wants the
+// rate at 2K context to stay near the rate at 16 (the issue: >= 70%). The
+// context is fed untimed before each timed window. It validates first: the
+// GPU profile's logits at the end of a 2000-token context within
+// TestKVCacheF16's tolerance of the CPU's.
+//
+//	go test ./engine/vulkan -run '^$' -bench DecodeContext -benchtime 1x
+func BenchmarkDecodeContext(b *testing.B) {
+	const window = 16
+	m := openModel(b, shared.Path(b, "models/stories260K.gguf"))
+	dev := openDevice(b, false)
+	own := DeviceProfile(dev.Info())
+	gpu := shaders.GPUProfileOn(own.Device)
+	if !own.SubgroupArithmetic {
+		gpu = shaders.SharedGPUProfileOn(own.Device)
+	}
+	tokens := make([]int32, 2000+window)
+	for i := range tokens {
+		tokens[i] = int32(1 + (i*7919)%(m.Config.NVocab-1))
+	}
+	for _, pc := range []struct {
+		name string
+		p    *shaders.Profile
+	}{{"own", &own}, {"gpu", &gpu}} {
+		run, err := New(dev, m, mod.RoutingRouter, Options{DeviceProfile: pc.p})
+		require.NoError(b, err)
+		b.Cleanup(run.Close)
+		if pc.name == "gpu" { // validate at the long context
+			cpu, err := m.NewState(mod.RoutingRouter)
+			require.NoError(b, err)
+			want, err := cpu.Forward(tokens[:2000], false)
+			require.NoError(b, err)
+			got, err := run.Feed(tokens[:2000])
+			require.NoError(b, err)
+			tol := tolerance{abs: tolLogits, rel: 2e-3}
+			require.Empty(b, closeErr(want, got, tol.of(want)), "logits after 2000 tokens, %s", gpu)
+		}
+		for _, ctx := range []int{16, 2000} {
+			b.Run(fmt.Sprintf("%s/ctx%d", pc.name, ctx), func(b *testing.B) {
+				var timed time.Duration
+				for i := 0; i < b.N; i++ {
+					run.Reset()
+					_, err := run.Feed(tokens[:ctx])
+					require.NoError(b, err)
+					start := time.Now()
+					for _, t := range tokens[ctx : ctx+window] {
+						_, err := run.FeedArgmax([]int32{t})
+						require.NoError(b, err)
+					}
+					timed += time.Since(start)
+				}
+				b.ReportMetric(float64(b.N*window)/timed.Seconds(), "tokens/s")
+				b.ReportMetric(float64(run.attnSplits), "chunks")
+			})
+		}
 	}
 }

@@ -44,12 +44,19 @@ type Evaluator struct {
 	last   *evalRec         // the last sequence run, for Selected
 }
 
-// evalMat is a weight matrix bound for matmul: buf[off:] holds its rows.
+// evalMat is a weight matrix, or one matrix of a stack, bound for matmul:
+// its rows lie in one or more buffers (the mat's pieces), a dispatch each.
 type evalMat struct {
-	buf        *vk.Buffer
-	off        uint64
 	mm         *kernel
-	rows, cols uint32
+	rows, cols uint32 // outputs per token, columns
+	parts      []matPart
+}
+
+// matPart is the rows of an evalMat in one buffer: rows of them from row
+// wRow0 of the buffer's wRows, whose outputs go to columns yOff.. of y.
+type matPart struct {
+	buf                      *vk.Buffer
+	wRow0, wRows, rows, yOff uint32
 }
 
 type evalBlock struct {
@@ -86,7 +93,7 @@ func NewEvaluator(dev *vk.Device, m *mod.Model, opts Options) (*Evaluator, error
 	if c.HeadDim > int(shaders.AttentionSpec[1]) {
 		return nil, fmt.Errorf("vulkan: %s: head dimension %d is over the attention kernel's %d", m.Path, c.HeadDim, shaders.AttentionSpec[1])
 	}
-	w := &Runner{dev: dev, c: c, routing: mod.RoutingTopK, ctx: c.ContextLen, ks: newKernels(dev), prof: map[string]*ProfileEntry{}}
+	w := &Runner{dev: dev, c: c, routing: mod.RoutingTopK, ctx: c.ContextLen, ks: newKernels(dev, opts.DeviceProfile), prof: map[string]*ProfileEntry{}}
 	if opts.ContextLen > 0 && opts.ContextLen < w.ctx {
 		w.ctx = opts.ContextLen
 	}
@@ -127,98 +134,79 @@ func (e *Evaluator) build(m *mod.Model) error {
 		if eb.down, err = e.matOf(b.down); err != nil {
 			return err
 		}
-		if b.router != nil {
-			if err := w.checkLoops(b.router); err != nil {
-				return fmt.Errorf("layer %d: %w", l, err)
-			}
-		}
 	}
 	return nil
 }
 
 // matmulKernel is matmul for weights of type typ, with the device's tiles.
 func (e *Evaluator) matmulKernel(typ string) (*kernel, error) {
-	spec := shaders.MatmulSpecGPU
-	if e.w.ks.cpu {
-		spec = shaders.MatmulSpecCPU
-	}
-	return e.w.ks.get("matmul_"+typ, spec.Constants())
+	return matmulKernel(e.w.ks, typ)
+}
+
+func matmulKernel(ks *kernels, typ string) (*kernel, error) {
+	return ks.get("matmul_"+typ, ks.prof.Matmul().Constants())
 }
 
 func (e *Evaluator) matOf(m mat) (evalMat, error) {
-	mm, err := e.matmulKernel(m.typ)
+	return matRows(e.w.ks, m, 0, m.rows)
+}
+
+// matRows is rows [r0, r1) of m bound for matmul: the part of each of m's
+// pieces that holds some of them.
+func matRows(ks *kernels, m mat, r0, r1 uint32) (evalMat, error) {
+	mm, err := matmulKernel(ks, m.typ)
 	if err != nil {
 		return evalMat{}, err
 	}
-	return evalMat{buf: m.buf, mm: mm, rows: m.rows, cols: m.cols}, nil
-}
-
-// rowBytes is the size of a weight row of cols in type typ.
-func rowBytes(typ string, cols uint32) uint64 {
-	switch typ {
-	case "f16":
-		return 2 * uint64(cols)
-	case "q8_0":
-		return uint64(cols) / 32 * 34
+	em := evalMat{mm: mm, rows: r1 - r0, cols: m.cols}
+	for _, pc := range m.pieces {
+		a, b := max(r0, pc.row0), min(r1, pc.row0+pc.rows)
+		if a < b {
+			em.parts = append(em.parts, matPart{buf: pc.buf, wRow0: a - pc.row0, wRows: pc.rows, rows: b - a, yOff: a - r0})
+		}
 	}
-	return 4 * uint64(cols)
+	return em, nil
 }
 
-// stackParts is each matrix of a stack as its own evalMat: matmul writes
-// [n][rows] per matrix, so the stacked rows must be bound apart. A fused
-// stack's matrices are bound at their row offsets when those are aligned,
-// else (and in an unfused stack) each has its own buffer; ms are the
-// matrices, to upload a part whose offset cannot be bound.
 func (e *Evaluator) stackParts(s stack, ms ...*mod.Mat) ([]evalMat, error) {
+	return stackParts(e.w.ks, s, ms...)
+}
+
+// stackParts is each matrix of a stack as its own evalMat (matmul writes
+// [n][rows] per matrix): in a stack uploaded as one matrix, its rows of it.
+func stackParts(ks *kernels, s stack, ms ...*mod.Mat) ([]evalMat, error) {
+	out := make([]evalMat, len(ms))
+	var err error
 	if len(s.mvs) == len(ms) {
-		out := make([]evalMat, len(ms))
 		for i, m := range s.mvs {
-			var err error
-			if out[i], err = e.matOf(m); err != nil {
+			if out[i], err = matRows(ks, m, 0, m.rows); err != nil {
 				return nil, err
 			}
 		}
 		return out, nil
 	}
-	fused := s.mvs[0]
-	align := e.w.dev.Info().Limits.MinStorageBufferOffsetAlignment
-	if evalPartAlign != 0 {
-		align = evalPartAlign
-	}
-	out := make([]evalMat, len(ms))
 	for i, m := range ms {
-		off := s.part[i] / 4 * rowBytes(fused.typ, fused.cols) // rows before part i
-		if off%align != 0 {
-			g, err := e.w.uploadMat(m)
-			if err != nil {
-				return nil, err
-			}
-			if out[i], err = e.matOf(g); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		mm, err := e.matmulKernel(fused.typ)
-		if err != nil {
+		r0 := uint32(s.part[i] / 4) // the rows before matrix i
+		if out[i], err = matRows(ks, s.mvs[0], r0, r0+uint32(m.Rows)); err != nil {
 			return nil, err
 		}
-		out[i] = evalMat{buf: fused.buf, off: off, mm: mm, rows: uint32(m.Rows), cols: uint32(m.Cols)}
 	}
 	return out, nil
 }
 
-// evalPartAlign, when not 0, replaces the device's offset alignment in
-// stackParts: tests set it to take the upload path.
-var evalPartAlign uint64
-
-// op is Y = X W^T for n rows of x.
-func (m evalMat) op(x, y *vk.Buffer, n int) op {
-	return newOp(m.mm, shaders.MatmulPush{Rows: m.rows, Cols: m.cols, N: uint32(n)},
-		shaders.MatmulGroups(m.rows, uint32(n), shaders.MatmulSpec{BM: m.mm.spec[1], BN: m.mm.spec[2], BK: m.mm.spec[3], TM: m.mm.spec[4], TN: m.mm.spec[5]}),
-		rd(m.buf, m.off, 0), rd(x, 0, 0), wr(y, 0, 0))
+// ops is Y = X W^T for n rows of x: y is [n][m.rows].
+func (m evalMat) ops(x, y *vk.Buffer, n int) []op {
+	var ops []op
+	for _, pt := range m.parts {
+		ops = append(ops, newOp(m.mm, shaders.MatmulPush{Rows: pt.rows, Cols: m.cols, N: uint32(n), WRow0: pt.wRow0, WRows: pt.wRows,
+			LdY: m.rows, YOff: pt.yOff},
+			shaders.MatmulGroups(pt.rows, uint32(n), shaders.MatmulSpec{BM: m.mm.spec[1], BN: m.mm.spec[2], BK: m.mm.spec[3], TM: m.mm.spec[4], TN: m.mm.spec[5]}),
+			rd(pt.buf, 0, 0), rd(x, 0, 0), wr(y, 0, 0)))
+	}
+	return ops
 }
 
-// opsInPieces is op over n rows of x, cut into pieces of rows whose
+// opsInPieces is ops over n rows of x, cut into pieces of rows whose
 // bindings of x and y stay within the device's maxStorageBufferRange (the
 // logits of a long window pass it: 4096 tokens of a 32,000 vocabulary are
 // 524 MB). A piece is a multiple of 64 rows, so its offsets are multiples
@@ -227,15 +215,16 @@ func (m evalMat) opsInPieces(lim vk.Limits, x, y *vk.Buffer, n int) []op {
 	rowBytes := 4 * uint64(max(m.rows, m.cols))
 	per := int(lim.MaxStorageBufferRange / rowBytes / 64 * 64)
 	if per <= 0 || per >= n {
-		return []op{m.op(x, y, n)}
+		return m.ops(x, y, n)
 	}
 	var ops []op
 	for i := 0; i < n; i += per {
 		k := min(per, n-i)
-		o := m.op(x, y, k)
-		o.binds[1] = rd(x, uint64(i)*4*uint64(m.cols), 4*uint64(k)*uint64(m.cols))
-		o.binds[2] = wr(y, uint64(i)*4*uint64(m.rows), 4*uint64(k)*uint64(m.rows))
-		ops = append(ops, o)
+		for _, o := range m.ops(x, y, k) {
+			o.binds[1] = rd(x, uint64(i)*4*uint64(m.cols), 4*uint64(k)*uint64(m.cols))
+			o.binds[2] = wr(y, uint64(i)*4*uint64(m.rows), 4*uint64(k)*uint64(m.rows))
+			ops = append(ops, o)
+		}
 	}
 	return ops
 }
@@ -365,12 +354,13 @@ func (e *Evaluator) record(s int) (*evalRec, error) {
 	rec := w.dev.NewRecorder()
 	er.rec = rec
 	d := uint32(c.NEmbd)
-	embed, err := w.ks.get("embed_"+w.w.tokenEmbd.typ, nil)
+	embed, err := w.ks.get(w.w.tokenEmbd.embedKernel(), nil)
 	if err != nil {
 		return er, err
 	}
-	newOp(embed, shaders.EmbedPush{Cols: d, N: uint32(s), RowBase: 0, Rows: uint32(c.NVocab)}, shaders.Groups(uint32(s)),
-		rd(w.w.tokenEmbd.buf, 0, 0), rd(er.tok, 0, 0), wr(a.x, 0, 0)).record(rec)
+	for _, o := range w.w.tokenEmbd.embedOps(embed, er.tok, a.x, s) {
+		o.record(rec)
+	}
 	for l := range w.w.blocks {
 		if w.w.blocks[l].router != nil {
 			err = e.recordRouted(rec, er, &a, l)
@@ -415,8 +405,14 @@ func (e *Evaluator) recordRouted(rec *vk.Recorder, er *evalRec, a *evalActs, l i
 	if rt.hasBias {
 		hasBias = 1
 	}
+	sd := w.ks.scoreDevice()
+	plan := shaders.PlanScore(sd, s, 1, d, !sd.CPU)
+	score, err := w.ks.get(plan.Variant, plan.Spec)
+	if err != nil {
+		return err
+	}
 	var ops []op
-	ops = append(ops, newOp(get("router_score"), shaders.RouterPush{N: s, NEmbd: d, HasBias: hasBias}, shaders.Groups((s+63)/64),
+	ops = append(ops, newOp(score, shaders.RouterPush{N: s, Rows: 1, Cols: d, HasBias: hasBias}, plan.Groups,
 		rd(rt.w, 0, 0), rd(rt.bias, 0, 0), rd(a.x, 0, 0), wr(a.r, 0, 0)))
 	for _, pass := range shaders.TopkPasses(s, k) {
 		var binds []vk.Bind
@@ -494,27 +490,25 @@ func (e *Evaluator) recordBlock(rec *vk.Recorder, a *evalActs, l int, xb *vk.Buf
 		return newOp(rope, shaders.RopePush{HeadDim: uint32(c.HeadDim), NHead: uint32(heads), N: nu}, shaders.Groups(nu),
 			rd(x, 0, 0), rd(pos, 0, 0), rd(w.w.ropeFreq, 0, 0), wr(out, 0, 0))
 	}
-	ops := []op{
-		normOp(b.attnNorm),
-		eb.q.op(a.xn, a.q, n), eb.k.op(a.xn, a.k, n), eb.v.op(a.xn, a.v, n),
-		ropeOp(a.q, a.qr, c.NHead), ropeOp(a.k, a.kr, c.NKVHead),
-	}
-	att, err := w.batchAttentionOps(attentionArgs{n: nu, entries: nu, q: a.qr, k: a.kr, v: a.v, kPos: pos, qPos: pos,
+	att, err := w.batchAttentionOps(attentionArgs{n: nu, entries: nu, kv: shaders.KVF32, q: a.qr, k: a.kr, v: a.v, kPos: pos, qPos: pos,
 		partO: a.partO, partML: a.partML, out: a.att})
 	if err != nil {
 		return err
 	}
+	ops := []op{normOp(b.attnNorm)}
+	ops = append(ops, eb.q.ops(a.xn, a.q, n)...)
+	ops = append(ops, eb.k.ops(a.xn, a.k, n)...)
+	ops = append(ops, eb.v.ops(a.xn, a.v, n)...)
+	ops = append(ops, ropeOp(a.q, a.qr, c.NHead), ropeOp(a.k, a.kr, c.NKVHead))
 	ops = append(ops, att...)
-	ops = append(ops,
-		eb.o.op(a.att, a.ob, n),
-		addOp,
-		normOp(b.ffnNorm),
-		eb.gate.op(a.xn, a.gate, n), eb.up.op(a.xn, a.up, n),
-		newOp(swiglu, shaders.SwiGLUPush{N: nu * uint32(c.NFF)}, shaders.ElementGroups(nu*uint32(c.NFF)),
-			rd(a.gate, 0, 0), rd(a.up, 0, 0), wr(a.h, 0, 0)),
-		eb.down.op(a.h, a.ob, n),
-		addOp,
-	)
+	ops = append(ops, eb.o.ops(a.att, a.ob, n)...)
+	ops = append(ops, addOp, normOp(b.ffnNorm))
+	ops = append(ops, eb.gate.ops(a.xn, a.gate, n)...)
+	ops = append(ops, eb.up.ops(a.xn, a.up, n)...)
+	ops = append(ops, newOp(swiglu, shaders.SwiGLUPush{N: nu * uint32(c.NFF)}, shaders.ElementGroups(nu*uint32(c.NFF)),
+		rd(a.gate, 0, 0), rd(a.up, 0, 0), wr(a.h, 0, 0)))
+	ops = append(ops, eb.down.ops(a.h, a.ob, n)...)
+	ops = append(ops, addOp)
 	for _, o := range ops {
 		o.record(rec)
 	}

@@ -205,23 +205,22 @@ func TestEvalLongTopk(t *testing.T) {
 	t.Logf("S=%d k=%d: max |logit diff| vs CPU %.2g", s, mod.TopK(m.Config.Capacity, s), maxAbsDiff(cpu, got))
 }
 
-// TestEvalWeightTypes: eval with the block matrices in F16 and Q8_0 against
-// the CPU running the same matrices: one type per stack (q|k|v and gate|up
-// stacked, each bound at its row offset), mixed types (unstacked), and
-// stacked parts whose offsets are taken as unaligned (uploaded apart).
+// TestEvalWeightTypes: eval with the block matrices in F16, Q8_0 and Q4_0
+// against the CPU running the same matrices: one type per stack (q|k|v and
+// gate|up stacked, each matmul reading its rows of the stack) and mixed
+// types (unstacked).
 func TestEvalWeightTypes(t *testing.T) {
 	dev := openDevice(t, true)
-	f16, q8 := gguf.TypeF16, gguf.TypeQ8_0
+	f16, q8, q4 := gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0
 	for _, tc := range []struct {
 		name                       string
 		q, k, v, o, gate, up, down gguf.TensorType
 		embd                       gguf.TensorType
-		unaligned                  bool
 	}{
-		{"q8_0-stacked", q8, q8, q8, q8, q8, q8, f16, q8, false},
-		{"f16-stacked", f16, f16, f16, f16, f16, f16, f16, f16, false},
-		{"mixed", f16, q8, f16, q8, f16, q8, f16, q8, false},
-		{"f16-unaligned", f16, f16, f16, f16, f16, f16, f16, f16, true},
+		{"q8_0-stacked", q8, q8, q8, q8, q8, q8, f16, q8},
+		{"q4_0-stacked", q4, q4, q4, q4, q4, q4, f16, q4},
+		{"f16-stacked", f16, f16, f16, f16, f16, f16, f16, f16},
+		{"mixed", f16, q8, f16, q8, f16, q4, f16, q8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := openModel(t, "../../testdata/mod/mod-trained.gguf")
@@ -244,14 +243,10 @@ func TestEvalWeightTypes(t *testing.T) {
 				quantize(&b.Up, tc.up)
 				quantize(&b.Down, tc.down) // 172 columns: not a multiple of 32 for Q8_0
 			}
-			if tc.unaligned {
-				evalPartAlign = 1 << 40
-				defer func() { evalPartAlign = 0 }()
-			}
 			e := newEvaluator(t, dev, m)
 			b := e.blocks[0]
 			stacked := tc.q == tc.k && tc.k == tc.v
-			assert.Equal(t, stacked && !tc.unaligned, b.q.buf == b.k.buf && b.k.off > 0, "q and k bound in one buffer at offsets")
+			assert.Equal(t, stacked, b.q.parts[0].buf == b.k.parts[0].buf && b.k.parts[0].wRow0 > 0, "q and k read from one stack")
 			tokens := fixtureTokens(t, "../../testdata/mod/mod-trained.fixture.json")["generate-router"]
 			got, err := e.Eval(tokens)
 			require.NoError(t, err)

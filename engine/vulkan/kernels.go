@@ -18,12 +18,35 @@ type kernel struct {
 // kernels makes each (variant, specialization) once and closes them all.
 type kernels struct {
 	dev  *vk.Device
-	cpu  bool // a CPU device (lavapipe): the CPU specs
+	prof shaders.Profile // picks each kernel's variant and specialization
 	made map[string]*kernel
+	// routeAsGPU plans the routing kernels as for a GPU (subgroups, wide
+	// workgroups) on a CPU device: tests run the GPU configuration on lavapipe.
+	routeAsGPU bool
 }
 
-func newKernels(dev *vk.Device) *kernels {
-	return &kernels{dev: dev, cpu: dev.Info().Type == vk.CPU, made: map[string]*kernel{}}
+// newKernels makes the kernels of dev with profile prof, or with the
+// device's own (DeviceProfile) when prof is nil.
+func newKernels(dev *vk.Device, prof *shaders.Profile) *kernels {
+	p := DeviceProfile(dev.Info())
+	if prof != nil {
+		p = *prof
+	}
+	return &kernels{dev: dev, prof: p, made: map[string]*kernel{}}
+}
+
+// DeviceProfile is the kernel profile of a device (DESIGN.md §6): its
+// subgroup size and arithmetic, shared memory and limits, and whether it is
+// a CPU emulation (lavapipe, with its loop cap).
+func DeviceProfile(info vk.DeviceInfo) shaders.Profile {
+	return shaders.NewProfile(shaders.Device{
+		CPU:                     info.Type == vk.CPU,
+		SubgroupSize:            info.Limits.SubgroupSize,
+		SubgroupArithmetic:      info.Features.SubgroupArithmetic,
+		SharedMemory:            info.Limits.MaxComputeSharedMemorySize,
+		MaxWorkGroupInvocations: info.Limits.MaxComputeWorkGroupInvocations,
+		MaxStorageBufferRange:   info.Limits.MaxStorageBufferRange,
+	})
 }
 
 // get returns variant name with spec (nil: the variant's default).
@@ -49,26 +72,26 @@ func (ks *kernels) get(name string, spec []uint32) (*kernel, error) {
 	return k, nil
 }
 
-// matvec is the decode matrix-vector kernel for weights of type typ ("f32",
-// "f16", "q8_0"): an invocation per row on a CPU device, where a workgroup
-// barrier costs more than the arithmetic (shaders.MatvecSpecCPU).
-func (ks *kernels) matvec(typ string) (*kernel, error) {
-	spec := shaders.MatvecSpecGPU
-	if ks.cpu {
-		spec = shaders.MatvecSpecCPU
-	}
-	return ks.get("matvec_"+typ, spec)
+// matvec is the decode matrix-vector kernel for one vector of cols with
+// weights of type typ (shaders.MatvecTypes) and fusion fuse
+// (shaders.MatvecFusions), as the profile picks it.
+func (ks *kernels) matvec(typ, fuse string, cols int) (*kernel, error) {
+	name, spec := ks.prof.Matvec(typ, fuse, 1, uint32(cols))
+	return ks.get(name, spec)
 }
 
-// row is a row kernel (rmsnorm, argmax) for rows of cols elements. On a CPU
-// device RowSpecCPUFor keeps each invocation's loops under lavapipe's limit
-// (shaders.LavapipeLoopIterations): a vocabulary-wide argmax needs it.
+// row is a row kernel (rmsnorm, argmax) for rows of cols elements. On a
+// device with a loop cap the profile keeps each invocation's loops under it
+// (lavapipe's shaders.LavapipeLoopIterations): a vocabulary-wide argmax
+// needs it.
 func (ks *kernels) row(name string, cols int) (*kernel, error) {
-	spec := shaders.RowSpecGPU
-	if ks.cpu {
-		spec = shaders.RowSpecCPUFor(name, uint32(cols))
-	}
-	return ks.get(name, spec)
+	return ks.get(name, ks.prof.Row(name, uint32(cols)))
+}
+
+// scoreDevice is what shaders.PlanScore needs to know of the device.
+func (ks *kernels) scoreDevice() shaders.ScoreDevice {
+	return shaders.ScoreDevice{CPU: ks.prof.CPU && !ks.routeAsGPU, SubgroupSize: ks.prof.SubgroupSize,
+		SubgroupArithmetic: ks.prof.SubgroupArithmetic}
 }
 
 func (ks *kernels) Close() {

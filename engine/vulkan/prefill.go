@@ -1,7 +1,9 @@
 package vulkan
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
@@ -44,13 +46,14 @@ const DefaultUBatch = 512
 // prefill is the batched prefill's weights view, scratch and recordings.
 type prefill struct {
 	ub     int
-	kvType string // the cache entries' type: the prefill_kv variant's suffix
 	blocks []evalBlock
 	a      evalActs             // [ub] rows; a.pos is the chunk's positions (host-visible)
 	tok    *vk.Buffer           // [ub] u32 token ids, host-visible
 	rows   *vk.Buffer           // [1] u32: n, filled by each recording (the dense layers' append count)
 	pred   *vk.Buffer           // [ub] f32 predictor scores
 	psel   *vk.Buffer           // [ub] u32 positions of a routed layer's selected rows
+	hidden *vk.Buffer           // [ub][predHidden] f32 the predictor's hidden layer (predictor routing)
+	trace  *vk.Buffer           // [nRouted][3][ub]: r f32, p f32, selected u32 of each row (Options.Trace)
 	recs   map[int]*vk.Recorder // by chunk length; -n: with every row's logits (Score)
 	output evalMat              // the output matrix bound for matmul (every row's logits)
 	logits *vk.Buffer           // [ub][nVocab] every row's logits, made at the first Score
@@ -66,30 +69,30 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 		ub = DefaultUBatch
 	}
 	ub = min(ub, r.ctx)
-	pf := &prefill{ub: ub, kvType: "f32", recs: map[int]*vk.Recorder{}, tables: map[int]*vk.Buffer{}, args: map[int]*vk.Buffer{}}
-	e := &Evaluator{w: r}
+	pf := &prefill{ub: ub, recs: map[int]*vk.Recorder{}, tables: map[int]*vk.Buffer{}, args: map[int]*vk.Buffer{}}
+	ks := r.ks
 	pf.blocks = make([]evalBlock, len(r.w.blocks))
 	for l := range r.w.blocks {
 		b, mb := &r.w.blocks[l], &m.Weights.Blocks[l]
 		eb := &pf.blocks[l]
-		qkv, err := e.stackParts(b.qkv, &mb.Q, &mb.K, &mb.V)
+		qkv, err := stackParts(ks, b.qkv, &mb.Q, &mb.K, &mb.V)
 		if err != nil {
 			return err
 		}
-		gu, err := e.stackParts(b.gateUp, &mb.Gate, &mb.Up)
+		gu, err := stackParts(ks, b.gateUp, &mb.Gate, &mb.Up)
 		if err != nil {
 			return err
 		}
 		eb.q, eb.k, eb.v, eb.gate, eb.up = qkv[0], qkv[1], qkv[2], gu[0], gu[1]
-		if eb.o, err = e.matOf(b.o); err != nil {
+		if eb.o, err = matRows(ks, b.o, 0, b.o.rows); err != nil {
 			return err
 		}
-		if eb.down, err = e.matOf(b.down); err != nil {
+		if eb.down, err = matRows(ks, b.down, 0, b.down.rows); err != nil {
 			return err
 		}
 	}
 	var err error
-	if pf.output, err = e.matOf(r.w.output); err != nil {
+	if pf.output, err = matRows(ks, r.w.output, 0, r.w.output.rows); err != nil {
 		return err
 	}
 	f32 := func(n int) uint64 { return 4 * uint64(n) }
@@ -112,6 +115,12 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 	a.r, a.mask, a.count, a.args = must(f32(ub), dev), must(f32(ub), dev), must(4, dev), must(12, dev)
 	a.keys = must(f32(ub), dev) // the selected rows of the chunk (compact_positive's idx)
 	pf.rows, pf.pred, pf.psel = must(4, dev), must(f32(ub), dev), must(f32(ub), dev)
+	if r.routing == mod.RoutingPredictor && c.PredictorHidden > 0 {
+		pf.hidden = must(f32(ub*c.PredictorHidden), dev)
+	}
+	if r.trace != nil {
+		pf.trace = must(12*uint64(ub*len(c.RoutedLayers())), vk.HostVisible)
+	}
 	a.partO, a.partML = r.batchAttentionParts(must, ub, r.ctx)
 	if err != nil {
 		return err
@@ -155,6 +164,9 @@ func (r *Runner) runPrefill(tokens []int32, each func(logits []float32) error) e
 			return fmt.Errorf("vulkan: prefill of %d tokens at position %d: %w", n, r.pos, err)
 		}
 		r.addTimings(rec)
+		if err := r.readPrefillTrace(n); err != nil {
+			return fmt.Errorf("vulkan: routing of positions %d..%d: %w", r.pos, r.pos+n-1, err)
+		}
 		r.pos += n
 		tokens = tokens[n:]
 		if each != nil {
@@ -180,15 +192,18 @@ func (r *Runner) recordPrefill(n int, all bool) (*vk.Recorder, error) {
 	dB := 4 * uint64(d)
 	rec := r.dev.NewRecorder()
 	rec.Fill(pf.rows, 0, 4, uint32(n))
-	embed, err := r.ks.get("embed_"+r.w.tokenEmbd.typ, nil)
+	embed, err := r.ks.get(r.w.tokenEmbd.embedKernel(), nil)
 	if err != nil {
 		return rec, err
 	}
-	r.dispatch(rec, newOp(embed, shaders.EmbedPush{Cols: d, N: uint32(n), RowBase: 0, Rows: uint32(c.NVocab)}, shaders.Groups(uint32(n)),
-		rd(r.w.tokenEmbd.buf, 0, 0), rd(pf.tok, 0, 0), wr(a.x, 0, 0)))
+	for _, o := range r.w.tokenEmbd.embedOps(embed, pf.tok, a.x, n) {
+		r.dispatch(rec, o)
+	}
+	routed := 0 // routed layers so far: the trace's index
 	for l := range r.w.blocks {
 		if r.w.blocks[l].router != nil {
-			err = r.recordPrefillRouted(rec, l, n)
+			err = r.recordPrefillRouted(rec, l, n, routed)
+			routed++
 		} else {
 			err = r.recordPrefillBlock(rec, l, a.x, n, a.pos, pf.rows)
 		}
@@ -199,24 +214,15 @@ func (r *Runner) recordPrefill(n int, all bool) (*vk.Recorder, error) {
 	// The last row's logits, as the decode step computes them.
 	rec.Copy(a.x, r.act.x, uint64(n-1)*dB, 0, dB)
 	r.timestamp(rec, "copy")
-	norm, err := r.ks.row("rmsnorm", c.NEmbd)
-	if err != nil {
-		return rec, err
-	}
-	argmax, err := r.ks.row("argmax", c.NVocab)
-	if err != nil {
+	if err := r.recordLogits(rec); err != nil {
 		return rec, err
 	}
 	vB := 4 * uint64(c.NVocab)
-	ra := &r.act
-	r.dispatch(rec, newOp(norm, shaders.RMSNormPush{Cols: d, N: 1, Eps: c.RMSEps}, shaders.RowGroups(1, norm.spec),
-		rd(ra.x, 0, dB), rd(r.w.outputNorm, 0, 0), wr(ra.xn, 0, dB)))
-	r.dispatch(rec, r.w.output.op(ra.xn, ra.logits, 0))
-	r.dispatch(rec, newOp(argmax, shaders.ArgmaxPush{Cols: uint32(c.NVocab), N: 1}, shaders.RowGroups(1, argmax.spec),
-		rd(ra.logits, 0, vB), wr(r.bestHost, 0, 0)))
-	rec.Copy(ra.logits, r.logitsHost, 0, 0, vB)
-	r.timestamp(rec, "copy")
 	if all {
+		norm, err := r.ks.row("rmsnorm", c.NEmbd)
+		if err != nil {
+			return rec, err
+		}
 		r.dispatch(rec, newOp(norm, shaders.RMSNormPush{Cols: d, N: uint32(n), Eps: c.RMSEps}, shaders.RowGroups(uint32(n), norm.spec),
 			rd(a.x, 0, 0), rd(r.w.outputNorm, 0, 0), wr(a.xn, 0, 0)))
 		for _, o := range pf.output.opsInPieces(r.dev.Info().Limits, a.xn, pf.logits, n) {
@@ -228,10 +234,12 @@ func (r *Runner) recordPrefill(n int, all bool) (*vk.Recorder, error) {
 	return rec, rec.Err()
 }
 
-// recordPrefillRouted records routed layer l on a chunk of n tokens: causal
-// routing (r > 0, or p > 0 with the predictor) selects rows on the GPU, the
-// block runs on them, scatter adds g(r) times its output.
-func (r *Runner) recordPrefillRouted(rec *vk.Recorder, l, n int) error {
+// recordPrefillRouted records routed layer l, the j-th routed one, on a
+// chunk of n tokens: causal routing (r > 0, or p > 0 with the predictor, on
+// the scores' bits as mod.Selects) selects rows on the GPU, the block runs
+// on them, scatter adds g(r) times its output. With Options.Trace each
+// row's r, p and selection are copied to the trace buffer.
+func (r *Runner) recordPrefillRouted(rec *vk.Recorder, l, n, j int) error {
 	c := r.c
 	pf := r.pf
 	a := &pf.a
@@ -253,13 +261,24 @@ func (r *Runner) recordPrefillRouted(rec *vk.Recorder, l, n int) error {
 	if rt.hasBias {
 		hasBias = 1
 	}
+	sd := r.ks.scoreDevice()
+	score := func(n, rows, cols uint32) (*kernel, [3]uint32) {
+		plan := shaders.PlanScore(sd, n, rows, cols, !sd.CPU)
+		return get(plan.Variant, plan.Spec), plan.Groups
+	}
 	idx := a.keys
-	ops := []op{newOp(get("router_score", nil), shaders.RouterPush{N: nu, NEmbd: d, HasBias: hasBias}, shaders.Groups((nu+63)/64),
+	k, groups := score(nu, 1, d)
+	ops := []op{newOp(k, shaders.RouterPush{N: nu, Rows: 1, Cols: d, HasBias: hasBias}, groups,
 		rd(rt.w, 0, 0), rd(rt.bias, 0, 0), rd(a.x, 0, 0), wr(a.r, 0, 0))}
 	decide := a.r
 	if r.routing == mod.RoutingPredictor {
-		ops = append(ops, newOp(get("predictor_score", nil), shaders.PredictorPush{N: nu, NEmbd: d, PredHidden: rt.predHidden},
-			shaders.Groups((nu+63)/64), rd(rt.predUp, 0, 0), rd(rt.predDown, 0, 0), rd(a.x, 0, 0), wr(pf.pred, 0, 0)))
+		// p = w2 . SiLU(W1 x), no bias: the hidden layer, then the score.
+		k, groups := score(nu, rt.predHidden, d)
+		ops = append(ops, newOp(k, shaders.RouterPush{N: nu, Rows: rt.predHidden, Cols: d, Act: shaders.RouterActSiLU}, groups,
+			rd(rt.predUp, 0, 0), rd(rt.predDown, 0, 0), rd(a.x, 0, 0), wr(pf.hidden, 0, 0)))
+		k, groups = score(nu, 1, rt.predHidden)
+		ops = append(ops, newOp(k, shaders.RouterPush{N: nu, Rows: 1, Cols: rt.predHidden}, groups,
+			rd(rt.predDown, 0, 0), rd(rt.predDown, 0, 0), rd(pf.hidden, 0, 0), wr(pf.pred, 0, 0)))
 		decide = pf.pred // p > 0; the multiplier is still g(r)
 	}
 	ops = append(ops,
@@ -277,12 +296,50 @@ func (r *Runner) recordPrefillRouted(rec *vk.Recorder, l, n int) error {
 	for _, o := range ops {
 		r.dispatch(rec, o)
 	}
+	if pf.trace != nil {
+		rB, off := 4*uint64(n), 12*uint64(pf.ub)*uint64(j)
+		rec.Copy(a.r, pf.trace, 0, off, rB)
+		if r.routing == mod.RoutingPredictor {
+			rec.Copy(pf.pred, pf.trace, 0, off+4*uint64(pf.ub), rB)
+		}
+		rec.Copy(a.mask, pf.trace, 0, off+8*uint64(pf.ub), rB)
+		r.timestamp(rec, "copy")
+	}
 	if err := r.recordPrefillRoutedBlock(rec, l, n); err != nil {
 		return err
 	}
 	rec.DispatchIndirect(scatter.k, vk.MustPackPush(shaders.ScatterPush{NEmbd: d}), a.args, 0,
 		rd(idx, 0, 0), rd(a.count, 0, 0), rd(a.r, 0, 0), rd(a.xs, 0, 0), rw(a.x, 0, 0))
 	r.timestamp(rec, scatter.v.Name)
+	return nil
+}
+
+// readPrefillTrace appends the routing of the n rows of the chunk just run
+// to r.trace (with Options.Trace; a no-op otherwise).
+func (r *Runner) readPrefillTrace(n int) error {
+	if r.trace == nil {
+		return nil
+	}
+	ub := r.pf.ub
+	routed := r.c.RoutedLayers()
+	raw := make([]byte, 12*ub*len(routed))
+	if err := r.pf.trace.Download(raw, 0); err != nil {
+		return err
+	}
+	word := func(j, field, i int) uint32 {
+		return binary.LittleEndian.Uint32(raw[4*((3*j+field)*ub+i):])
+	}
+	for i := 0; i < n; i++ {
+		routes := make([]LayerRoute, len(routed))
+		for j, l := range routed {
+			field := 0 // the score that decided
+			if r.routing == mod.RoutingPredictor {
+				field = 1
+			}
+			routes[j] = LayerRoute{Layer: l, Score: math.Float32frombits(word(j, field, i)), Selected: word(j, 2, i) != 0}
+		}
+		r.trace = append(r.trace, routes)
+	}
 	return nil
 }
 
@@ -315,7 +372,7 @@ func (r *Runner) prefillBlockOps(l int, xb *vk.Buffer, n int, pos, rows *vk.Buff
 		return nil, err
 	}
 	var kern [5]*kernel
-	for i, name := range []string{"rope", "add", "swiglu", shaders.PrefillKVVariant(pf.kvType), "prefill_count"} {
+	for i, name := range []string{"rope", "add", "swiglu", shaders.PrefillKVVariant(shaders.KVTypeName(r.kv)), "prefill_count"} {
 		if kern[i], err = r.ks.get(name, nil); err != nil {
 			return nil, err
 		}
@@ -331,31 +388,30 @@ func (r *Runner) prefillBlockOps(l int, xb *vk.Buffer, n int, pos, rows *vk.Buff
 			rd(x, 0, 0), rd(pos, 0, 0), rd(r.w.ropeFreq, 0, 0), wr(out, 0, 0))
 	}
 	push := shaders.PrefillPush{N: nu, KVDim: uint32(c.KVDim()), Layer: uint32(l), MaxEntries: uint32(r.ctx)}
-	ops := []op{
-		normOp(b.attnNorm),
-		eb.q.op(a.xn, a.q, n), eb.k.op(a.xn, a.k, n), eb.v.op(a.xn, a.v, n),
-		ropeOp(a.q, a.qr, c.NHead), ropeOp(a.k, a.kr, c.NKVHead),
-		newOp(kv, push, shaders.Groups(nu),
-			rd(a.kr, 0, 0), rd(a.v, 0, 0), rd(pos, 0, 0), rd(rows, 0, 0), rd(r.counts, 0, 0),
-			wr(kc.k, 0, 0), wr(kc.v, 0, 0), wr(kc.pos, 0, 0)),
-		newOp(count, push, [3]uint32{1, 1, 1}, rd(rows, 0, 0), rw(r.counts, 0, 0)),
-	}
-	att, err := r.batchAttentionOps(attentionArgs{n: nu, entries: uint32(r.ctx), layer: uint32(l), counts: r.counts,
+	att, err := r.batchAttentionOps(attentionArgs{n: nu, entries: uint32(r.ctx), layer: uint32(l), counts: r.counts, kv: r.kv,
 		q: a.qr, k: kc.k, v: kc.v, kPos: kc.pos, qPos: pos, partO: a.partO, partML: a.partML, out: a.att})
 	if err != nil {
 		return nil, err
 	}
-	ops = append(ops, att...)
+	ops := []op{normOp(b.attnNorm)}
+	ops = append(ops, eb.q.ops(a.xn, a.q, n)...)
+	ops = append(ops, eb.k.ops(a.xn, a.k, n)...)
+	ops = append(ops, eb.v.ops(a.xn, a.v, n)...)
 	ops = append(ops,
-		eb.o.op(a.att, a.ob, n),
-		addOp,
-		normOp(b.ffnNorm),
-		eb.gate.op(a.xn, a.gate, n), eb.up.op(a.xn, a.up, n),
-		newOp(swiglu, shaders.SwiGLUPush{N: nu * uint32(c.NFF)}, shaders.ElementGroups(nu*uint32(c.NFF)),
-			rd(a.gate, 0, 0), rd(a.up, 0, 0), wr(a.h, 0, 0)),
-		eb.down.op(a.h, a.ob, n),
-		addOp,
-	)
+		ropeOp(a.q, a.qr, c.NHead), ropeOp(a.k, a.kr, c.NKVHead),
+		newOp(kv, push, shaders.Groups(nu),
+			rd(a.kr, 0, 0), rd(a.v, 0, 0), rd(pos, 0, 0), rd(rows, 0, 0), rd(r.counts, 0, 0),
+			wr(kc.k, 0, 0), wr(kc.v, 0, 0), wr(kc.pos, 0, 0)),
+		newOp(count, push, [3]uint32{1, 1, 1}, rd(rows, 0, 0), rw(r.counts, 0, 0)))
+	ops = append(ops, att...)
+	ops = append(ops, eb.o.ops(a.att, a.ob, n)...)
+	ops = append(ops, addOp, normOp(b.ffnNorm))
+	ops = append(ops, eb.gate.ops(a.xn, a.gate, n)...)
+	ops = append(ops, eb.up.ops(a.xn, a.up, n)...)
+	ops = append(ops, newOp(swiglu, shaders.SwiGLUPush{N: nu * uint32(c.NFF)}, shaders.ElementGroups(nu*uint32(c.NFF)),
+		rd(a.gate, 0, 0), rd(a.up, 0, 0), wr(a.h, 0, 0)))
+	ops = append(ops, eb.down.ops(a.h, a.ob, n)...)
+	ops = append(ops, addOp)
 	return ops, nil
 }
 

@@ -2,9 +2,12 @@ package vulkan
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -124,6 +127,101 @@ func TestPrefillSplits(t *testing.T) {
 		if m.Config.IsMoD() {
 			assert.True(t, sawNone, "%s: some chunk had a routed layer select none", tc.model)
 			assert.True(t, sawAll, "%s: some chunk had a routed layer select all", tc.model)
+		}
+	}
+}
+
+// TestPrefillProfiles: a batched prompt under every test profile (the
+// GPU's, forced onto this device, with its F16 KV cache, and the device's
+// own), with F32 and F16 caches, router and predictor routing, and the
+// block matrices in Q8_0 and Q4_0 as well as the file's F32, against the
+// CPU fed the same chunks: the logits after each chunk, each token's
+// routing as Options.Trace reports it (score and decision), and the compact
+// caches. Tolerances as TestKVCacheF16 (an F16 cache) or TestPrefillSplits.
+func TestPrefillProfiles(t *testing.T) {
+	dev := openDevice(t, true)
+	tolF16 := tolerance{abs: tolLogits, rel: 2e-3}
+	tolKVF16 := tolerance{abs: tolLogits, rel: 1.0 / 1024}
+	tol32 := tolerance{abs: tolLogits}
+	chunks := []int{1, 9, 4, 17} // then the rest, whole
+	for name, prof := range testProfiles(t, dev) {
+		for _, tc := range []struct {
+			model   string
+			routing mod.Routing
+			quant   bool // q|k|v Q8_0, o and gate|up Q4_0
+			kv      string
+		}{
+			{"mod-trained", mod.RoutingRouter, false, "f16"},
+			{"mod-trained", mod.RoutingRouter, true, "f32"},
+			{"mod-rand-sigmoid-pred", mod.RoutingPredictor, true, "f16"},
+			{"mod-rand-sigmoid-pred", mod.RoutingPredictor, false, "f32"},
+		} {
+			t.Run(fmt.Sprintf("%s/%s/%s/quant=%v/%s", name, tc.model, tc.routing, tc.quant, tc.kv), func(t *testing.T) {
+				base := "../../testdata/mod/" + tc.model
+				m := openModel(t, base+".gguf")
+				if tc.quant {
+					for l := range m.Weights.Blocks {
+						b := &m.Weights.Blocks[l]
+						for _, mt := range []*mod.Mat{&b.Q, &b.K, &b.V} {
+							requantize(t, mt, gguf.TypeQ8_0)
+						}
+						for _, mt := range []*mod.Mat{&b.O, &b.Gate, &b.Up} {
+							requantize(t, mt, gguf.TypeQ4_0)
+						}
+					}
+				}
+				tokens := fixtureTokens(t, base+".fixture.json")["generate-"+tc.routing.String()]
+				tol, tolKV := tol32, tol32
+				if tc.kv == "f16" {
+					tol, tolKV = tolF16, tolKVF16
+				}
+				run, err := New(dev, m, tc.routing, Options{DeviceProfile: prof, KVType: tc.kv, Trace: true})
+				require.NoError(t, err)
+				defer run.Close()
+				cpu, err := m.NewState(tc.routing)
+				require.NoError(t, err)
+				cpu.Trace = &mod.Trace{}
+				var worst float64
+				rest := tokens
+				for i := 0; len(rest) > 0; i++ {
+					n := len(rest)
+					if i < len(chunks) {
+						n = min(n, chunks[i])
+					}
+					toks := rest[:n]
+					rest = rest[n:]
+					want, err := cpu.Forward(toks, false)
+					require.NoError(t, err)
+					got, err := run.Feed(toks)
+					require.NoError(t, err)
+					require.Empty(t, closeErr(want, got, tol.of(want)), "logits after %d tokens", cpu.Pos())
+					worst = max(worst, maxAbsDiff(want, got))
+					routes := run.Routes()
+					require.Len(t, routes, n, "a route per token of the chunk")
+					for j, lt := range cpu.Trace.Layers {
+						scores := lt.RouterLogits
+						if tc.routing == mod.RoutingPredictor {
+							scores = lt.PredictorLogits
+						}
+						for row := range toks {
+							pos := cpu.Pos() - n + row
+							gr := routes[row][j]
+							require.Equal(t, lt.Layer, gr.Layer)
+							assert.Equal(t, slices.Contains(lt.Selected, pos), gr.Selected, "layer %d position %d selected", lt.Layer, pos)
+							assert.InDelta(t, scores[row], gr.Score, 1e-3+2e-3*math.Abs(float64(scores[row])), "layer %d position %d score", lt.Layer, pos)
+						}
+					}
+				}
+				for l := 0; l < m.Config.NLayer; l++ {
+					kw, vw, pw := cpu.KV(l)
+					kg, vg, pg, err := run.Cache(l)
+					require.NoError(t, err)
+					assert.Equal(t, pw, pg, "layer %d: cache positions", l)
+					assert.Empty(t, closeErr(kw, kg, tolKV.of(kw)), "layer %d keys", l)
+					assert.Empty(t, closeErr(vw, vg, tolKV.of(vw)), "layer %d values", l)
+				}
+				t.Logf("%d tokens: max |logit diff| %.2g", len(tokens), worst)
+			})
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/vk"
@@ -29,6 +30,14 @@ type Options struct {
 	// ContextLen caps the sequence, and so the KV caches' size; 0 (or more
 	// than the model's) means the model's context length.
 	ContextLen int
+	// KVType is the KV cache's element type, "f16" or "f32" (KVTypes); ""
+	// means the profile's (f16 on GPUs, f32 on CPU devices). Generation
+	// only: eval mode keeps no cache.
+	KVType string
+	// DeviceProfile picks each kernel's variant and specialization; nil
+	// means the device's own (DeviceProfile). Tests set it to run a GPU's
+	// variants (subgroup matvec) on lavapipe.
+	DeviceProfile *shaders.Profile
 	// Profile writes a GPU timestamp after every command of the step, so
 	// Profile can say where the GPU time goes. It costs a query per
 	// command: leave it off when timing the whole step. Ignored on a device
@@ -37,6 +46,18 @@ type Options struct {
 	// UBatch is the longest chunk of a batched prefill (a Feed of more than
 	// one token, prefill.go); 0 means DefaultUBatch.
 	UBatch int
+	// NoConditional records a skipped routed block as indirect dispatches of
+	// zero workgroups only, even on a device with
+	// VK_EXT_conditional_rendering, where by default the block's dispatches
+	// are also in a conditional span on the routing decision: to measure
+	// what the span saves.
+	NoConditional bool
+	// Trace copies each routed layer's score and decision to the host after
+	// every token, so Routes can report them. It costs two or three small
+	// copies per routed layer and token: leave it off when only speed matters.
+	Trace bool
+
+	routeAsGPU bool // tests: kernels.routeAsGPU
 }
 
 // Runner runs one sequence of a model on a Vulkan device. Like the device,
@@ -45,8 +66,12 @@ type Runner struct {
 	dev     *vk.Device
 	c       mod.Config
 	routing mod.Routing
-	ctx     int // the longest sequence, entries in each KV cache
-	pos     int // tokens fed since the last Reset
+	ctx     int    // the longest sequence, entries in each KV cache
+	kv      string // the caches' element type, shaders.KVF32 or KVF16
+	// attnSplits is how many chunks decode attention splits each cache
+	// into (flash-decoding; 1: the single-pass kernel).
+	attnSplits uint32
+	pos        int // tokens fed since the last Reset
 
 	ks   *kernels
 	w    weights
@@ -72,14 +97,30 @@ type Runner struct {
 	pf   *prefill     // the batched prefill (prefill.go)
 	ub   int          // Options.UBatch
 
-	profile bool                     // the step has a timestamp after each command
-	prof    map[string]*ProfileEntry // per label, summed over replays since New
+	profile     bool                     // the step has a timestamp after each command
+	conditional bool                     // routed blocks run in conditional spans (VK_EXT_conditional_rendering)
+	prof        map[string]*ProfileEntry // per label, summed over replays since New
+
+	// With Options.Trace, the step ends by copying each routed layer's
+	// score r, predictor score p and count (0 or 1) here, and run reads
+	// them after each token into routes.
+	traceHost *vk.Buffer     // [nRouted][3] r f32, p f32, selected u32
+	trace     [][]LayerRoute // [tokens of the last Feed][nRouted]
+}
+
+// LayerRoute is what one routed layer did with one token (DESIGN.md §3,
+// causal routing): the score that decided, r (router routing) or p
+// (predictor routing), and whether the token went through (score > 0).
+type LayerRoute struct {
+	Layer    int
+	Score    float32
+	Selected bool
 }
 
 // layerCache is one layer's KV cache on the GPU: the first counts[l] entries
 // are valid, in position order.
 type layerCache struct {
-	k, v *vk.Buffer // [ctx][kvDim] f32, k rotated
+	k, v *vk.Buffer // [ctx][kvDim] f32 or f16 (Runner.kv), k rotated
 	pos  *vk.Buffer // [ctx] u32 original position of each entry
 }
 
@@ -87,10 +128,11 @@ type layerCache struct {
 type activations struct {
 	x      *vk.Buffer // [nEmbd] the residual stream
 	xs     *vk.Buffer // [nEmbd] a routed block's copy of x, then its output
-	xn     *vk.Buffer // [nEmbd] normed input of a matvec
+	xn     *vk.Buffer // [nEmbd] normed input of a matvec (without FuseNorm)
 	qkv    *vk.Buffer // q [qDim], k [kvDim], v [kvDim] (weights.block.qkv.part)
 	att    *vk.Buffer // [qDim] attention output
-	o      *vk.Buffer // [nEmbd] a matvec output added to x
+	part   *vk.Buffer // [nHead][attnSplits][2+headDim] flash-decoding's partial results
+	done   *vk.Buffer // [nHead+1] u32 decode_attend's counters, zero between dispatches
 	gu     *vk.Buffer // gate [nFF], up [nFF] (weights.block.gateUp.part)
 	h      *vk.Buffer // [nFF] SwiGLU output
 	logits *vk.Buffer // [nVocab]
@@ -100,13 +142,31 @@ type activations struct {
 type route struct {
 	score     *vk.Buffer // [1] f32 router score r
 	pred      *vk.Buffer // [1] f32 predictor score p (predictor routing)
-	idx       *vk.Buffer // [1] u32 compact_positive's index list
+	hidden    *vk.Buffer // [predHidden] f32 SiLU(W1 x) (predictor routing)
+	idx       *vk.Buffer // [1] u32 0: scatter's index list (the one token)
 	count     *vk.Buffer // [1] u32 selected tokens: 0 or 1
-	args      *vk.Buffer // [3] u32 indirect arguments over count rows (scatter)
-	mask      *vk.Buffer // [1] u32
-	groups    *vk.Buffer // [m][3] u32 the block's dispatch sizes, uploaded once
-	blockArgs *vk.Buffer // [m][3] u32 decode_args's indirect arguments of the block
+	groups    *vk.Buffer // [m][3] u32 the dispatch sizes of the block and scatter, uploaded once
+	blockArgs *vk.Buffer // [m][3] u32 route_decode's indirect arguments of the block and scatter
 }
+
+// KVTypes are the KV cache types Options.KVType takes.
+var KVTypes = []string{"f16", "f32"}
+
+// kvType is the shaders KV constant of Options.KVType name.
+func kvType(name string, prof shaders.Profile) (string, error) {
+	switch name {
+	case "":
+		return prof.KV, nil
+	case "f16":
+		return shaders.KVF16, nil
+	case "f32":
+		return shaders.KVF32, nil
+	}
+	return "", fmt.Errorf("vulkan: KV cache type %q is not f16 or f32", name)
+}
+
+// KVType is the KV caches' element type, "f16" or "f32".
+func (r *Runner) KVType() string { return shaders.KVTypeName(r.kv) }
 
 // New uploads m's weights to dev and records the decode step, for causal
 // routing r (mod.RoutingRouter or mod.RoutingPredictor; dense models ignore
@@ -123,11 +183,23 @@ func New(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Runner, er
 	if c.HeadDim > int(shaders.AttentionSpec[1]) {
 		return nil, fmt.Errorf("vulkan: %s: head dimension %d is over the attention kernel's %d", m.Path, c.HeadDim, shaders.AttentionSpec[1])
 	}
-	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: newKernels(dev),
-		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{}, ub: opts.UBatch}
+	ks := newKernels(dev, opts.DeviceProfile)
+	ks.routeAsGPU = opts.routeAsGPU
+	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: ks,
+		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{},
+		conditional: dev.Info().Features.ConditionalRendering && !opts.NoConditional, ub: opts.UBatch}
+	if opts.Trace && c.IsMoD() {
+		run.trace = [][]LayerRoute{} // non-nil: tracing
+	}
 	if opts.ContextLen > 0 && opts.ContextLen < run.ctx {
 		run.ctx = opts.ContextLen
 	}
+	var err error
+	if run.kv, err = kvType(opts.KVType, run.ks.prof); err != nil {
+		run.Close()
+		return nil, err
+	}
+	run.attnSplits = run.ks.prof.AttentionSplits(run.ctx)
 	if err := run.build(m); err != nil {
 		run.Close()
 		return nil, fmt.Errorf("vulkan: %s: %w", m.Path, err)
@@ -172,20 +244,27 @@ func (r *Runner) allocate() error {
 	r.counts = must(f32(c.NLayer), vk.DeviceLocal)
 	b0 := r.w.blocks[0]
 	a := &r.act
-	a.x, a.xs, a.xn, a.o = must(f32(c.NEmbd), vk.DeviceLocal), must(f32(c.NEmbd), vk.DeviceLocal),
-		must(f32(c.NEmbd), vk.DeviceLocal), must(f32(c.NEmbd), vk.DeviceLocal)
+	a.x, a.xs, a.xn = must(f32(c.NEmbd), vk.DeviceLocal), must(f32(c.NEmbd), vk.DeviceLocal), must(f32(c.NEmbd), vk.DeviceLocal)
 	a.qkv, a.att = must(b0.qkv.bytes, vk.DeviceLocal), must(f32(c.NHead*c.HeadDim), vk.DeviceLocal)
 	a.gu, a.h = must(b0.gateUp.bytes, vk.DeviceLocal), must(f32(c.NFF), vk.DeviceLocal)
 	a.logits = must(f32(c.NVocab), vk.DeviceLocal)
+	a.part = must(4*shaders.DecodeAttentionPartialFloats(1, uint32(c.NHead), uint32(c.HeadDim), r.attnSplits), vk.DeviceLocal)
+	a.done = must(4*shaders.DecodeAttendDoneWords(uint32(c.NHead)), vk.DeviceLocal)
+	if err == nil {
+		err = a.done.Upload(make([]byte, a.done.Size()), 0) // decode_attend leaves it zero after each dispatch
+	}
 	r.cache = make([]layerCache, c.NLayer)
 	r.routes = make([]route, c.NLayer)
 	for l := range r.cache {
-		r.cache[l] = layerCache{k: must(f32(r.ctx*kvd), vk.DeviceLocal), v: must(f32(r.ctx*kvd), vk.DeviceLocal),
+		kvB := shaders.KVElementBytes(r.kv) * uint64(r.ctx*kvd)
+		r.cache[l] = layerCache{k: must(kvB, vk.DeviceLocal), v: must(kvB, vk.DeviceLocal),
 			pos: must(f32(r.ctx), vk.DeviceLocal)}
 		if c.Routed[l] {
-			r.routes[l] = route{score: must(4, vk.DeviceLocal), pred: must(4, vk.DeviceLocal), idx: must(4, vk.DeviceLocal),
-				count: must(4, vk.DeviceLocal), args: must(12, vk.DeviceLocal), mask: must(4, vk.DeviceLocal)}
+			r.routes[l] = route{score: must(4, vk.DeviceLocal), pred: must(4, vk.DeviceLocal), count: must(4, vk.DeviceLocal)}
 		}
+	}
+	if r.trace != nil {
+		r.traceHost = must(12*uint64(len(c.RoutedLayers())), vk.HostVisible)
 	}
 	return err
 }
@@ -220,6 +299,9 @@ func (r *Runner) run(tokens []int32) error {
 	if err := r.check(tokens); err != nil {
 		return err
 	}
+	if r.trace != nil {
+		r.trace = r.trace[:0]
+	}
 	if len(tokens) > 1 && r.pf != nil {
 		return r.runPrefill(tokens, nil)
 	}
@@ -234,9 +316,43 @@ func (r *Runner) run(tokens []int32) error {
 			return fmt.Errorf("vulkan: decode step at position %d: %w", r.pos, err)
 		}
 		r.addTimings(r.step)
+		if err := r.readTrace(); err != nil {
+			return fmt.Errorf("vulkan: routing of position %d: %w", r.pos, err)
+		}
 		r.pos++
 	}
 	return nil
+}
+
+// readTrace appends the routing of the token just run to r.trace (with
+// Options.Trace; a no-op otherwise).
+func (r *Runner) readTrace() error {
+	if r.trace == nil {
+		return nil
+	}
+	routed := r.c.RoutedLayers()
+	raw := make([]byte, 12*len(routed))
+	if err := r.traceHost.Download(raw, 0); err != nil {
+		return err
+	}
+	routes := make([]LayerRoute, len(routed))
+	for j, l := range routed {
+		score := math.Float32frombits(binary.LittleEndian.Uint32(raw[12*j:]))
+		if r.routing == mod.RoutingPredictor {
+			score = math.Float32frombits(binary.LittleEndian.Uint32(raw[12*j+4:]))
+		}
+		routes[j] = LayerRoute{Layer: l, Score: score, Selected: binary.LittleEndian.Uint32(raw[12*j+8:]) > 0}
+	}
+	r.trace = append(r.trace, routes)
+	return nil
+}
+
+// Routes is, for each token of the last Feed or FeedArgmax call, what each
+// routed layer did with it ([tokens][routed layers]), read back from the
+// GPU. It is nil unless the runner was made with Options.Trace (and for a
+// dense model).
+func (r *Runner) Routes() [][]LayerRoute {
+	return r.trace
 }
 
 func (r *Runner) check(tokens []int32) error {
@@ -275,7 +391,13 @@ func (r *Runner) ContextLen() int { return r.ctx }
 // themselves are left, unread).
 func (r *Runner) Reset() {
 	r.pos = 0
-	if err := r.counts.Upload(make([]byte, 4*r.c.NLayer), 0); err != nil {
+	// decode_attend's counters are zero after every complete step; zeroed
+	// here too, in case a step failed half-way.
+	err := r.counts.Upload(make([]byte, 4*r.c.NLayer), 0)
+	if err == nil {
+		err = r.act.done.Upload(make([]byte, r.act.done.Size()), 0)
+	}
+	if err != nil {
 		// Only a lost device fails here; the next Feed reports it.
 		r.pos = r.ctx
 	}
@@ -308,10 +430,10 @@ func (r *Runner) Cache(l int) (k, v []float32, pos []int32, err error) {
 	}
 	kvd := r.c.KVDim()
 	lc := r.cache[l]
-	if k, err = downloadF32(lc.k, n*kvd); err != nil {
+	if k, err = r.downloadKV(lc.k, n*kvd); err != nil {
 		return nil, nil, nil, err
 	}
-	if v, err = downloadF32(lc.v, n*kvd); err != nil {
+	if v, err = r.downloadKV(lc.v, n*kvd); err != nil {
 		return nil, nil, nil, err
 	}
 	p, err := downloadF32(lc.pos, n)
@@ -323,6 +445,22 @@ func (r *Runner) Cache(l int) (k, v []float32, pos []int32, err error) {
 		pos[i] = int32(math.Float32bits(f))
 	}
 	return k, v, pos, nil
+}
+
+// downloadKV reads n cache elements of b, decoded to float32.
+func (r *Runner) downloadKV(b *vk.Buffer, n int) ([]float32, error) {
+	if r.kv == shaders.KVF32 {
+		return downloadF32(b, n)
+	}
+	raw := make([]byte, 2*n)
+	if err := b.Download(raw, 0); err != nil {
+		return nil, err
+	}
+	x := make([]float32, n)
+	if err := gguf.Dequantize(gguf.TypeF16, raw, x); err != nil {
+		return nil, err
+	}
+	return x, nil
 }
 
 func downloadF32(b *vk.Buffer, n int) ([]float32, error) {

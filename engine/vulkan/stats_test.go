@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/shaders"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -18,7 +19,10 @@ func TestProfile(t *testing.T) {
 		t.Skipf("%s cannot write timestamps", dev.Info().Name)
 	}
 	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
-	run, err := New(dev, m, mod.RoutingRouter, Options{Profile: true})
+	// A CPU device's profile on any device, so the kernels (and their
+	// names) are the same everywhere.
+	cpuProf := shaders.NewProfile(shaders.Device{CPU: true, SubgroupSize: dev.Info().Limits.SubgroupSize})
+	run, err := New(dev, m, mod.RoutingRouter, Options{Profile: true, DeviceProfile: &cpuProf})
 	require.NoError(t, err)
 	t.Cleanup(run.Close)
 
@@ -43,9 +47,9 @@ func TestProfile(t *testing.T) {
 			assert.GreaterOrEqual(t, prof[i-1].NS, e.NS, "sorted by time")
 		}
 	}
-	for _, k := range []string{"embed_f32", "matvec_f32", "rmsnorm", "decode_kv", "decode_attention", "swiglu", "add",
-		"router_score", "compact_positive", "decode_args", "scatter", "argmax", "copy",
-		"matmul_f32", "prefill_kv_f32", "prefill_count", "prefill_pos", "gather"} {
+	for _, k := range []string{"embed_f32", "matvec_f32", "rmsnorm", "decode_kv", "decode_attention", "swiglu", "matvec_f32_add",
+		"route_decode", "scatter", "argmax", "copy",
+		"matmul_f32", "prefill_kv_f32", "prefill_count", "prefill_pos", "gather", "compact_positive"} {
 		assert.Contains(t, byKernel, k)
 	}
 	assert.Equal(t, submits, byKernel["embed_f32"].Calls, "one embed per submit")
@@ -65,24 +69,26 @@ func TestProfile(t *testing.T) {
 func TestMemoryStats(t *testing.T) {
 	dev := openDevice(t, true)
 	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
-	run, err := New(dev, m, mod.RoutingRouter, Options{ContextLen: 100})
-	require.NoError(t, err)
-	t.Cleanup(run.Close)
+	for kv, elem := range map[string]int{"f32": 4, "f16": 2} {
+		run, err := New(dev, m, mod.RoutingRouter, Options{ContextLen: 100, KVType: kv})
+		require.NoError(t, err)
+		t.Cleanup(run.Close)
 
-	ms := run.MemoryStats()
-	var fileBytes uint64
-	for _, ti := range m.File.Tensors {
-		fileBytes += ti.Size
+		ms := run.MemoryStats()
+		var fileBytes uint64
+		for _, ti := range m.File.Tensors {
+			fileBytes += ti.Size
+		}
+		assert.GreaterOrEqual(t, ms.Weights, fileBytes)
+		c := m.Config
+		assert.Equal(t, uint64(c.NLayer*100*(2*c.KVDim()*elem+4)), ms.KVCache, "%s cache: keys, values, positions", kv)
+		var all uint64
+		for _, b := range run.bufs {
+			all += b.Size()
+		}
+		assert.Equal(t, all, ms.Total())
+		assert.Positive(t, ms.Scratch)
 	}
-	assert.GreaterOrEqual(t, ms.Weights, fileBytes)
-	c := m.Config
-	assert.Equal(t, uint64(c.NLayer*100*(2*c.KVDim()+1)*4), ms.KVCache)
-	var all uint64
-	for _, b := range run.bufs {
-		all += b.Size()
-	}
-	assert.Equal(t, all, ms.Total())
-	assert.Positive(t, ms.Scratch)
 }
 
 // TestFeedArgmax: FeedArgmax returns the argmax of the logits Feed returns

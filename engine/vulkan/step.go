@@ -15,26 +15,27 @@ import (
 //
 //	embed                                   tok -> x
 //	per layer: dense block on x, or         (blockOps)
-//	           router [predictor] compact decode_args, copy x -> xs,
-//	           the block on xs (indirect), scatter x += g(r) (xs - x)
-//	rmsnorm, matvec output, argmax, copy    x -> logits, best
+//	           [predictor hidden] route_decode (x -> xs, the decision, the
+//	           arguments), the block on xs and scatter x += g(r) (xs - x),
+//	           all indirect (recordRouted)
+//	[rmsnorm] matvec output, argmax, copy   x -> logits, best (the norm
+//	                                        folded into the matvec: FuseNorm)
 
 // With Options.Profile every command is followed by a timestamp labelled
 // with its kernel's name (r.dispatch, r.timestamp).
 
 func (r *Runner) record() error {
-	c := r.c
 	a := &r.act
-	dB := 4 * uint64(c.NEmbd)
 	rec := r.dev.NewRecorder()
 	r.step = rec
 
-	embed, err := r.ks.get("embed_"+r.w.tokenEmbd.typ, nil)
+	embed, err := r.ks.get(r.w.tokenEmbd.embedKernel(), nil)
 	if err != nil {
 		return err
 	}
-	r.dispatch(rec, newOp(embed, shaders.EmbedPush{Cols: uint32(c.NEmbd), N: 1, RowBase: 0, Rows: uint32(c.NVocab)}, shaders.Groups(1),
-		rd(r.w.tokenEmbd.buf, 0, 0), rd(r.tok, 0, 0), wr(a.x, 0, dB)))
+	for _, o := range r.w.tokenEmbd.embedOps(embed, r.tok, a.x, 1) {
+		r.dispatch(rec, o)
+	}
 
 	for l := range r.w.blocks {
 		if r.w.blocks[l].router != nil {
@@ -51,37 +52,88 @@ func (r *Runner) record() error {
 		}
 	}
 
-	norm, err := r.ks.row("rmsnorm", c.NEmbd)
-	if err != nil {
+	if err := r.recordLogits(rec); err != nil {
 		return err
 	}
+	r.recordTrace(rec)
+	return rec.Err()
+}
+
+// recordLogits records the logits of the token in act.x, their argmax
+// (bestHost) and their copy to logitsHost: the end of the decode step and
+// of a batched prefill.
+func (r *Runner) recordLogits(rec *vk.Recorder) error {
+	c := r.c
+	a := &r.act
+	dB := 4 * uint64(c.NEmbd)
 	argmax, err := r.ks.row("argmax", c.NVocab)
 	if err != nil {
 		return err
 	}
 	vB := 4 * uint64(c.NVocab)
-	r.dispatch(rec, newOp(norm, shaders.RMSNormPush{Cols: uint32(c.NEmbd), N: 1, Eps: c.RMSEps}, shaders.RowGroups(1, norm.spec),
-		rd(a.x, 0, dB), rd(r.w.outputNorm, 0, 0), wr(a.xn, 0, dB)))
-	r.dispatch(rec, r.w.output.op(a.xn, a.logits, 0))
+	out := r.w.output
+	var outOps []op
+	if r.ks.prof.FuseNorm {
+		k, err := r.ks.matvec(out.typ, shaders.FuseNorm, int(out.cols))
+		if err != nil {
+			return err
+		}
+		outOps = out.fusedOps(k, shaders.FuseNorm, a.x, a.logits, 0, r.w.outputNorm, c.RMSEps)
+	} else {
+		norm, err := r.ks.row("rmsnorm", c.NEmbd)
+		if err != nil {
+			return err
+		}
+		outOps = append([]op{newOp(norm, shaders.RMSNormPush{Cols: uint32(c.NEmbd), N: 1, Eps: c.RMSEps}, shaders.RowGroups(1, norm.spec),
+			rd(a.x, 0, dB), rd(r.w.outputNorm, 0, 0), wr(a.xn, 0, dB))}, out.ops(a.xn, a.logits, 0)...)
+	}
+	for _, o := range outOps {
+		r.dispatch(rec, o)
+	}
 	r.dispatch(rec, newOp(argmax, shaders.ArgmaxPush{Cols: uint32(c.NVocab), N: 1}, shaders.RowGroups(1, argmax.spec),
 		rd(a.logits, 0, vB), wr(r.bestHost, 0, 0)))
 	rec.Copy(a.logits, r.logitsHost, 0, 0, vB)
 	r.timestamp(rec, "copy")
-	return rec.Err()
+	return nil
+}
+
+// recordTrace copies each routed layer's decision to traceHost (readTrace
+// reads it): the score r, the predictor score p with predictor routing, and
+// the count of tokens compact_positive selected (0 or 1).
+func (r *Runner) recordTrace(rec *vk.Recorder) {
+	if r.traceHost == nil {
+		return
+	}
+	for j, l := range r.c.RoutedLayers() {
+		ro := &r.routes[l]
+		off := 12 * uint64(j)
+		rec.Copy(ro.score, r.traceHost, 0, off, 4)
+		if r.routing == mod.RoutingPredictor {
+			rec.Copy(ro.pred, r.traceHost, 0, off+4, 4)
+		}
+		rec.Copy(ro.count, r.traceHost, 0, off+8, 4)
+	}
+	r.timestamp(rec, "copy")
 }
 
 // blockOps are the dispatches of Llama block l on one token, in place on xb
 // (mod's block): h = x + Attn(norm1(x)), x = h + MLP(norm2(h)); its k and v
-// are appended to the layer's cache at the GPU-side count.
+// are appended to the layer's cache at the GPU-side count. The residual
+// adds are folded into the output and down matvecs; with the profile's
+// FuseNorm each RMSNorm is folded into the matvec after it, and SwiGLU into
+// the gate|up matvec when gate and up are one stacked matrix; with
+// FuseAttention RoPE, the KV append and attention are one dispatch
+// (decode_attend). A GPU profile's dense block is then 5 dispatches:
+// norm+q|k|v, attention, output+add, norm+gate|up+SwiGLU, down+add.
 func (r *Runner) blockOps(l int, xb *vk.Buffer) ([]op, error) {
 	c := r.c
 	a := &r.act
 	b := &r.w.blocks[l]
 	kc := r.cache[l]
-	d, qd := uint32(c.NEmbd), uint32(c.NHead*c.HeadDim)
-	dB, qB, ffB := 4*uint64(d), 4*uint64(qd), 4*uint64(c.NFF)
-	var kern [5]*kernel
-	for i, name := range []string{"rmsnorm", "decode_kv", "decode_attention", "add", "swiglu"} {
+	d := uint32(c.NEmbd)
+	dB, ffB := 4*uint64(d), 4*uint64(c.NFF)
+	var kern [4]*kernel
+	for i, name := range []string{"rmsnorm", "decode_kv" + r.kv, "decode_attention" + r.kv, "swiglu"} {
 		var err error
 		if name == "rmsnorm" {
 			kern[i], err = r.ks.row(name, c.NEmbd)
@@ -92,45 +144,142 @@ func (r *Runner) blockOps(l int, xb *vk.Buffer) ([]op, error) {
 			return nil, err
 		}
 	}
-	norm, kv, attn, add, swiglu := kern[0], kern[1], kern[2], kern[3], kern[4]
+	norm, kv, attn, swiglu := kern[0], kern[1], kern[2], kern[3]
 	normOp := func(w *vk.Buffer) op {
 		return newOp(norm, shaders.RMSNormPush{Cols: d, N: 1, Eps: c.RMSEps}, shaders.RowGroups(1, norm.spec),
 			rd(xb, 0, dB), rd(w, 0, 0), wr(a.xn, 0, dB))
 	}
-	addOp := newOp(add, shaders.AddPush{N: d}, shaders.Groups((d+255)/256), rd(xb, 0, dB), rd(a.o, 0, dB), wr(xb, 0, dB))
+	// normed is the ops of stack s on norm(xb) with weight w into y.
+	normed := func(s stack, w, y *vk.Buffer) ([]op, error) {
+		if !r.ks.prof.FuseNorm {
+			return append([]op{normOp(w)}, s.ops(a.xn, y)...), nil
+		}
+		var ops []op
+		for i, m := range s.mvs {
+			k, err := r.ks.matvec(m.typ, shaders.FuseNorm, int(m.cols))
+			if err != nil {
+				return nil, err
+			}
+			ops = append(ops, m.fusedOps(k, shaders.FuseNorm, xb, y, s.mvOff[i], w, c.RMSEps)...)
+		}
+		return ops, nil
+	}
+	// residual is xb += m x.
+	residual := func(m mat, x *vk.Buffer) ([]op, error) {
+		k, err := r.ks.matvec(m.typ, shaders.FuseAdd, int(m.cols))
+		if err != nil {
+			return nil, err
+		}
+		return m.fusedOps(k, shaders.FuseAdd, x, xb, 0, nil, 0), nil
+	}
 
-	ops := []op{normOp(b.attnNorm)}
-	ops = append(ops, b.qkv.ops(a.xn, a.qkv)...)
-	ops = append(ops,
-		newOp(kv, shaders.DecodeKVPush{HeadDim: uint32(c.HeadDim), NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
-			KOff: uint32(b.qkv.part[1] / 4), VOff: uint32(b.qkv.part[2] / 4), Layer: uint32(l), MaxEntries: uint32(r.ctx)},
-			[3]uint32{1, 1, 1},
-			rw(a.qkv, 0, 0), rd(r.tokPos, 0, 0), rd(r.w.ropeFreq, 0, 0), wr(kc.k, 0, 0), wr(kc.v, 0, 0), wr(kc.pos, 0, 0), rw(r.counts, 0, 0)),
-		newOp(attn, shaders.DecodeAttentionPush{N: 1, Layer: uint32(l), NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
-			HeadDim: uint32(c.HeadDim), Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))},
-			shaders.AttentionGroups(1, uint32(c.NHead)),
-			rd(a.qkv, 0, qB), rd(kc.k, 0, 0), rd(kc.v, 0, 0), rd(kc.pos, 0, 0), rd(r.tokPos, 0, 0), rd(r.counts, 0, 0), wr(a.att, 0, qB)),
-		b.o.op(a.att, a.o, 0),
-		addOp,
-		normOp(b.ffnNorm),
-	)
-	ops = append(ops, b.gateUp.ops(a.xn, a.gu)...)
-	ops = append(ops,
-		newOp(swiglu, shaders.SwiGLUPush{N: uint32(c.NFF)}, shaders.ElementGroups(uint32(c.NFF)),
-			rd(a.gu, b.gateUp.part[0], ffB), rd(a.gu, b.gateUp.part[1], ffB), wr(a.h, 0, ffB)),
-		b.down.op(a.h, a.o, 0),
-		addOp,
-	)
-	return ops, nil
+	ops, err := normed(b.qkv, b.attnNorm, a.qkv)
+	if err != nil {
+		return nil, err
+	}
+	if r.ks.prof.FuseAttention {
+		// RoPE, the KV append and attention in one dispatch.
+		attend, err := r.ks.get("decode_attend"+r.kv, shaders.DecodeAttendSpec(r.attnSplits))
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, newOp(attend, shaders.DecodeAttendPush{HeadDim: uint32(c.HeadDim), NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
+			KOff: uint32(b.qkv.part[1] / 4), VOff: uint32(b.qkv.part[2] / 4), Layer: uint32(l), MaxEntries: uint32(r.ctx),
+			Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))},
+			shaders.DecodeAttendGroups(uint32(c.NHead), r.attnSplits),
+			rd(a.qkv, 0, 0), rd(r.tokPos, 0, 0), rd(r.w.ropeFreq, 0, 0), rw(kc.k, 0, 0), rw(kc.v, 0, 0), rw(kc.pos, 0, 0), rw(r.counts, 0, 0),
+			rw(a.part, 0, 0), rw(a.done, 0, 0), wr(a.att, 0, 4*uint64(c.NHead*c.HeadDim))))
+	} else {
+		ops = append(ops,
+			newOp(kv, shaders.DecodeKVPush{HeadDim: uint32(c.HeadDim), NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
+				KOff: uint32(b.qkv.part[1] / 4), VOff: uint32(b.qkv.part[2] / 4), Layer: uint32(l), MaxEntries: uint32(r.ctx)},
+				[3]uint32{1, 1, 1},
+				rw(a.qkv, 0, 0), rd(r.tokPos, 0, 0), rd(r.w.ropeFreq, 0, 0), wr(kc.k, 0, 0), wr(kc.v, 0, 0), wr(kc.pos, 0, 0), rw(r.counts, 0, 0)),
+		)
+		attnOps, err := r.attentionOps(l, attn)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, attnOps...)
+	}
+	oOps, err := residual(b.o, a.att)
+	if err != nil {
+		return nil, err
+	}
+	ops = append(ops, oOps...)
+
+	if gu := b.gateUp; r.ks.prof.FuseNorm && len(gu.mvs) == 1 && len(gu.mvs[0].pieces) == 1 && gu.part[1] == ffB {
+		// gate and up are one matrix [2*nFF][nEmbd]: norm, both matvecs and
+		// SwiGLU in one dispatch.
+		m := gu.mvs[0]
+		k, err := r.ks.matvec(m.typ, shaders.FuseNormSwiGLU, int(m.cols))
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, m.fusedOps(k, shaders.FuseNormSwiGLU, xb, a.h, 0, b.ffnNorm, c.RMSEps)...)
+	} else {
+		guOps, err := normed(gu, b.ffnNorm, a.gu)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, guOps...)
+		ops = append(ops, newOp(swiglu, shaders.SwiGLUPush{N: uint32(c.NFF)}, shaders.ElementGroups(uint32(c.NFF)),
+			rd(a.gu, gu.part[0], ffB), rd(a.gu, gu.part[1], ffB), wr(a.h, 0, ffB)))
+	}
+	downOps, err := residual(b.down, a.h)
+	if err != nil {
+		return nil, err
+	}
+	return append(ops, downOps...), nil
 }
 
-// recordRouted records routed block l (DESIGN.md §3, causal routing): the
-// router (or predictor) scores the token, compact_positive selects it iff
-// the score is > 0 and writes the count and scatter's indirect arguments,
-// decode_args turns the count into every block dispatch's arguments (their
-// sizes, or nothing), the block runs on a copy of x, and scatter adds
-// g(r) * (block output - x) to x. No decision reaches the host: the same
-// recording serves a selected and a skipped token.
+// attentionOps are decode attention of layer l over its cache, q in a.qkv,
+// the output in a.att: the single-pass kernel attn, or with a split
+// profile flash-decoding's two passes (the cache in r.attnSplits chunks, a
+// workgroup each, then their merge).
+func (r *Runner) attentionOps(l int, attn *kernel) ([]op, error) {
+	c := r.c
+	a := &r.act
+	kc := r.cache[l]
+	qB := 4 * uint64(c.NHead*c.HeadDim)
+	push := shaders.DecodeAttentionPush{N: 1, Layer: uint32(l), NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
+		HeadDim: uint32(c.HeadDim), Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))}
+	inputs := []vk.Bind{rd(a.qkv, 0, qB), rd(kc.k, 0, 0), rd(kc.v, 0, 0), rd(kc.pos, 0, 0), rd(r.tokPos, 0, 0), rd(r.counts, 0, 0)}
+	if r.attnSplits <= 1 {
+		return []op{newOp(attn, push, shaders.AttentionGroups(1, uint32(c.NHead)), append(inputs, wr(a.att, 0, qB))...)}, nil
+	}
+	split, err := r.ks.get("decode_attention_split"+r.kv, shaders.DecodeAttentionSplitSpec(r.attnSplits))
+	if err != nil {
+		return nil, err
+	}
+	combine, err := r.ks.get("decode_attention_combine", nil)
+	if err != nil {
+		return nil, err
+	}
+	nh, hd := uint32(c.NHead), uint32(c.HeadDim)
+	return []op{
+		newOp(split, push, shaders.DecodeAttentionSplitGroups(1, nh, r.attnSplits), append(inputs, wr(a.part, 0, 0))...),
+		newOp(combine, shaders.DecodeAttentionCombinePush{N: 1, NHead: nh, HeadDim: hd, Splits: r.attnSplits}, shaders.Groups(nh),
+			rd(a.part, 0, 0), wr(a.att, 0, qB)),
+	}, nil
+}
+
+// recordRouted records routed block l (DESIGN.md §3, causal routing): one
+// dispatch decides (two with the predictor), then the block and the scatter:
+//
+//	[router_score W1 x, SiLU -> h]   predictor routing: the hidden layer, parallel over its rows
+//	route_decode    x -> r [, p = w2 . h], count, xs = x, and the indirect
+//	                arguments of every later dispatch: their sizes when the
+//	                token is selected (r > 0, or p > 0, by mod.Selects' bits),
+//	                else zero workgroups
+//	the block on xs, then scatter x += g(r) (xs - x), all indirect
+//
+// No decision reaches the host: the same recording serves a selected and a
+// skipped token. A skipped token costs the block's dispatches at zero
+// workgroups (an indirect dispatch's fixed cost only), and on a device with
+// VK_EXT_conditional_rendering not even that: the dispatches are in a
+// conditional span on count, which the GPU discards (the barriers between
+// them still run).
 func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 	c := r.c
 	a := &r.act
@@ -138,18 +287,10 @@ func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 	ro := &r.routes[l]
 	d := uint32(c.NEmbd)
 	dB := 4 * uint64(d)
-	if err := r.checkLoops(rt); err != nil {
-		return err
-	}
-	score, err := r.ks.get("router_score", nil)
-	if err != nil {
-		return err
-	}
-	compact, err := r.ks.get("compact_positive", nil)
-	if err != nil {
-		return err
-	}
-	argsK, err := r.ks.get("decode_args", nil)
+	pred := r.routing == mod.RoutingPredictor
+	sd := r.ks.scoreDevice()
+	sg := !sd.CPU // lavapipe runs the shared-memory tree faster (shaders.PlanScore)
+	decide, err := r.ks.get(shaders.RouteDecodeVariant(sd, pred, sg), shaders.RouteDecodeSpec(sd))
 	if err != nil {
 		return err
 	}
@@ -161,29 +302,15 @@ func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 	if err != nil {
 		return err
 	}
-	hasBias := uint32(0)
-	if rt.hasBias {
-		hasBias = 1
-	}
-	r.dispatch(rec, newOp(score, shaders.RouterPush{N: 1, NEmbd: d, HasBias: hasBias}, shaders.Groups(1),
-		rd(rt.w, 0, 0), rd(rt.bias, 0, 0), rd(a.x, 0, dB), wr(ro.score, 0, 0)))
-	decide := ro.score // r > 0
-	if r.routing == mod.RoutingPredictor {
-		pred, err := r.ks.get("predictor_score", nil)
-		if err != nil {
-			return err
-		}
-		r.dispatch(rec, newOp(pred, shaders.PredictorPush{N: 1, NEmbd: d, PredHidden: rt.predHidden}, shaders.Groups(1),
-			rd(rt.predUp, 0, 0), rd(rt.predDown, 0, 0), rd(a.x, 0, dB), wr(ro.pred, 0, 0)))
-		decide = ro.pred // p > 0; the multiplier is still g(r)
-	}
-	r.dispatch(rec, newOp(compact, shaders.CompactPush{N: 1, RowsPerGroup: shaders.RoutingRowsPerGroup}, [3]uint32{1, 1, 1},
-		rd(decide, 0, 0), wr(ro.idx, 0, 0), wr(ro.count, 0, 0), wr(ro.args, 0, 0), wr(ro.mask, 0, 0)))
-
 	ops, err := r.blockOps(l, a.xs)
 	if err != nil {
 		return err
 	}
+	if ro.idx, err = r.upload(fmt.Sprintf("layer %d index list", l), u32Bytes([]uint32{0})); err != nil {
+		return err // the token's row, when it is selected: scatter's idx[0]
+	}
+	ops = append(ops, newOp(scatter, shaders.ScatterPush{NEmbd: d}, shaders.Groups(shaders.RoutingRowsPerGroup),
+		rd(ro.idx, 0, 0), rd(ro.count, 0, 0), rd(ro.score, 0, 0), rd(a.xs, 0, dB), rw(a.x, 0, dB)))
 	table := make([]uint32, 0, 3*len(ops))
 	for _, o := range ops {
 		table = append(table, o.groups[:]...)
@@ -194,37 +321,38 @@ func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 	if ro.blockArgs, err = r.buffer(4*uint64(len(table)), vk.DeviceLocal); err != nil {
 		return err
 	}
-	r.dispatch(rec, newOp(argsK, shaders.DecodeArgsPush{M: uint32(len(ops))}, shaders.DecodeArgsGroups(uint32(len(ops))),
-		rd(ro.count, 0, 0), rd(ro.groups, 0, 0), wr(ro.blockArgs, 0, 0)))
 
-	rec.Copy(a.x, a.xs, 0, 0, dB)
-	r.timestamp(rec, "copy")
+	hasBias := uint32(0)
+	if rt.hasBias {
+		hasBias = 1
+	}
+	push := shaders.RouteDecodePush{NEmbd: d, HasBias: hasBias, M: uint32(len(ops))}
+	binds := []vk.Bind{rd(rt.w, 0, 0), rd(rt.bias, 0, 0), rd(a.x, 0, dB), wr(a.xs, 0, dB), wr(ro.score, 0, 0),
+		wr(ro.count, 0, 0), rd(ro.groups, 0, 0), wr(ro.blockArgs, 0, 0)}
+	if pred {
+		plan := shaders.PlanScore(sd, 1, rt.predHidden, d, sg)
+		up, err := r.ks.get(plan.Variant, plan.Spec)
+		if err != nil {
+			return err
+		}
+		if ro.hidden, err = r.buffer(4*uint64(rt.predHidden), vk.DeviceLocal); err != nil {
+			return err
+		}
+		r.dispatch(rec, newOp(up, shaders.RouterPush{N: 1, Rows: rt.predHidden, Cols: d, Act: shaders.RouterActSiLU}, plan.Groups,
+			rd(rt.predUp, 0, 0), rd(rt.predDown, 0, 0), rd(a.x, 0, dB), wr(ro.hidden, 0, 0)))
+		push.PredHidden = rt.predHidden
+		binds = append(binds, rd(ro.hidden, 0, 0), rd(rt.predDown, 0, 0), wr(ro.pred, 0, 0))
+	}
+	r.dispatch(rec, newOp(decide, push, [3]uint32{1, 1, 1}, binds...))
+	if r.conditional { // count is the predicate: a skipped token's dispatches are discarded whole
+		rec.BeginConditional(ro.count, 0)
+	}
 	for i, o := range ops {
 		rec.DispatchIndirect(o.k.k, o.push, ro.blockArgs, 12*uint64(i), o.binds...)
 		r.timestamp(rec, o.k.v.Name)
 	}
-	rec.DispatchIndirect(scatter.k, vk.MustPackPush(shaders.ScatterPush{NEmbd: d}), ro.args, 0,
-		rd(ro.idx, 0, 0), rd(ro.count, 0, 0), rd(ro.score, 0, 0), rd(a.xs, 0, dB), rw(a.x, 0, dB))
-	r.timestamp(rec, scatter.v.Name)
-	return nil
-}
-
-// checkLoops refuses a router or predictor whose one-invocation-per-token
-// kernel would pass lavapipe's loop limit (shaders.LavapipeLoopIterations),
-// where it would silently compute a wrong score.
-func (r *Runner) checkLoops(rt *router) error {
-	if !r.ks.cpu {
-		return nil
-	}
-	d := uint32(r.c.NEmbd)
-	perRow := d/4 + d%4 + 1
-	iters := perRow
-	if r.routing == mod.RoutingPredictor {
-		iters = rt.predHidden * (perRow + 1)
-	}
-	if iters > shaders.LavapipeLoopIterations {
-		return fmt.Errorf("the %s score kernel would loop %d times per token, over lavapipe's limit %d (shaders.LavapipeLoopIterations)",
-			r.routing, iters, shaders.LavapipeLoopIterations)
+	if r.conditional {
+		rec.EndConditional()
 	}
 	return nil
 }

@@ -12,7 +12,9 @@ import (
 )
 
 // The model's weights on the GPU, uploaded once, device-local, each matrix
-// in its file type (F32, F16 or Q8_0: the matvec kernels decode them).
+// in its file type (F32, F16, Q8_0 or Q4_0: the matvec and matmul kernels
+// decode them), Q8_0 and Q4_0 in matvec's split layout, which the decode
+// step's matvec and the batched graph's matmul both read.
 
 // weights are every tensor the step reads.
 type weights struct {
@@ -44,16 +46,53 @@ type router struct {
 // mat is a weight matrix with the matvec kernel of its type.
 type mat struct {
 	name       string
-	buf        *vk.Buffer // [rows] rows of ggml bytes
-	typ        string     // "f32", "f16", "q8_0": the kernel variants' suffix
+	buf        *vk.Buffer // [rows] rows of ggml bytes, or their split layout (split); pieces[0].buf
+	typ        string     // shaders.MatvecTypes: the kernel variants' suffix
+	split      bool       // buf is in shaders.MatvecBytes's split layout (Q8_0, Q4_0)
 	mv         *kernel
 	rows, cols uint32
+	// pieces are the matrix's row ranges, each in its own buffer: one, or
+	// several when the matrix is over the device's maxStorageBufferRange
+	// (lavapipe: 128 MiB, less than a 7B model's Q8_0 token_embd), so that
+	// each binds whole.
+	pieces []piece
 }
 
-// op is y[yOff:] = W x for one token.
-func (m mat) op(x, y *vk.Buffer, yOff uint64) op {
-	return newOp(m.mv, shaders.MatvecPush{Rows: m.rows, Cols: m.cols, N: 1}, shaders.MatvecGroups(m.rows, m.mv.spec),
-		rd(m.buf, 0, 0), rd(x, 0, 4*uint64(m.cols)), wr(y, yOff, 4*uint64(m.rows)))
+// piece is rows [row0, row0+rows) of a matrix in a buffer of their own,
+// laid out as a matrix of those rows.
+type piece struct {
+	buf        *vk.Buffer
+	row0, rows uint32
+}
+
+// ops is y[yOff:] = W x for one token: a matvec per piece, each writing its
+// rows' outputs.
+func (m mat) ops(x, y *vk.Buffer, yOff uint64) []op {
+	return m.fusedOps(m.mv, shaders.FuseNone, x, y, yOff, nil, 0)
+}
+
+// fusedOps is ops with matvec kernel k of fusion fuse (shaders.MatvecFusions):
+// y[yOff:] += W x (FuseAdd), y[yOff:] = W rmsnorm(x, normw, eps)
+// (FuseNorm), or, for a single-piece stack of gate and up of equal rows,
+// y[yOff:] = silu(Wg xn) * (Wu xn) (FuseNormSwiGLU, m.rows/2 outputs).
+func (m mat) fusedOps(k *kernel, fuse string, x, y *vk.Buffer, yOff uint64, normw *vk.Buffer, eps float32) []op {
+	var ops []op
+	for _, pc := range m.pieces {
+		rows := pc.rows
+		if fuse == shaders.FuseNormSwiGLU {
+			rows /= 2
+		}
+		out := wr(y, yOff+4*uint64(pc.row0), 4*uint64(rows))
+		if fuse == shaders.FuseAdd {
+			out.Access = vk.ReadWrite
+		}
+		binds := []vk.Bind{rd(pc.buf, 0, 0), rd(x, 0, 4*uint64(m.cols)), out}
+		if fuse == shaders.FuseNorm || fuse == shaders.FuseNormSwiGLU {
+			binds = append(binds, rd(normw, 0, 4*uint64(m.cols)))
+		}
+		ops = append(ops, newOp(k, shaders.MatvecPush{Rows: rows, Cols: m.cols, N: 1, Eps: eps}, shaders.MatvecGroups(rows, k.spec), binds...))
+	}
+	return ops
 }
 
 // stack is matrices applied to one input whose outputs lie side by side in
@@ -72,7 +111,7 @@ type stack struct {
 func (s stack) ops(x, y *vk.Buffer) []op {
 	var ops []op
 	for i, m := range s.mvs {
-		ops = append(ops, m.op(x, y, s.mvOff[i]))
+		ops = append(ops, m.ops(x, y, s.mvOff[i])...)
 	}
 	return ops
 }
@@ -152,22 +191,26 @@ func (r *Runner) uploadBlock(g *block, b *mod.Block) error {
 	return nil
 }
 
-// matBytes is m's data as the kernels read it, and its type's suffix.
+// matBytes is m's data in the file's layout (F32 for every type the
+// loader decodes), and its type's suffix (shaders.MatvecTypes).
 func matBytes(m *mod.Mat) ([]byte, string, error) {
 	f, packed := m.Data()
 	if f != nil {
-		return f32Bytes(f), "f32", nil
+		return f32Bytes(f), shaders.MatvecF32, nil
 	}
 	switch m.Type {
 	case gguf.TypeF16:
-		return packed, "f16", nil
-	case gguf.TypeQ8_0:
+		return packed, shaders.MatvecF16, nil
+	case gguf.TypeQ8_0, gguf.TypeQ4_0:
 		if m.Cols%32 != 0 {
-			return nil, "", fmt.Errorf("vulkan: tensor %q: Q8_0 with %d columns, not a multiple of 32", m.Name, m.Cols)
+			return nil, "", fmt.Errorf("vulkan: tensor %q: %s with %d columns, not a multiple of 32", m.Name, m.Type, m.Cols)
 		}
-		return packed, "q8_0", nil
+		if m.Type == gguf.TypeQ8_0 {
+			return packed, shaders.MatvecQ8_0, nil
+		}
+		return packed, shaders.MatvecQ4_0, nil
 	}
-	return nil, "", fmt.Errorf("vulkan: tensor %q: type %s has no GPU kernel yet (F32, F16, Q8_0 do)", m.Name, m.Type)
+	return nil, "", fmt.Errorf("vulkan: tensor %q: type %s has no GPU kernel yet (F32, F16, Q8_0, Q4_0 do)", m.Name, m.Type)
 }
 
 func (r *Runner) uploadMat(m *mod.Mat) (mat, error) {
@@ -178,16 +221,79 @@ func (r *Runner) uploadMat(m *mod.Mat) (mat, error) {
 	return r.newMat(m.Name, typ, data, m.Rows, m.Cols)
 }
 
+// newMat uploads a matrix of the file's bytes data in matvec's layout
+// (shaders.MatvecBytes: Q8_0 and Q4_0 split into quants and scales, so that
+// loads are 16-byte aligned), which matmul reads too. A matrix over the
+// device's maxStorageBufferRange is uploaded in pieces of whole rows
+// (pieceRows), each a matrix of its own.
 func (r *Runner) newMat(name, typ string, data []byte, rows, cols int) (mat, error) {
-	mv, err := r.ks.matvec(typ)
+	mv, err := r.ks.matvec(typ, shaders.FuseNone, cols)
 	if err != nil {
 		return mat{}, err
 	}
-	buf, err := r.upload(name, data)
+	m := mat{name: name, typ: typ, split: typ == shaders.MatvecQ8_0 || typ == shaders.MatvecQ4_0,
+		mv: mv, rows: uint32(rows), cols: uint32(cols)}
+	rowBytes := len(data) / rows
+	per, err := r.pieceRows(rowBytes, rows)
 	if err != nil {
-		return mat{}, err
+		return mat{}, fmt.Errorf("vulkan: tensor %q: %w", name, err)
 	}
-	return mat{name: name, buf: buf, typ: typ, mv: mv, rows: uint32(rows), cols: uint32(cols)}, nil
+	for row0 := 0; row0 < rows; row0 += per {
+		n := min(per, rows-row0)
+		part := data[row0*rowBytes : (row0+n)*rowBytes]
+		if part, err = shaders.MatvecBytes(typ, part, n, cols); err != nil {
+			return mat{}, fmt.Errorf("vulkan: tensor %q: %w", name, err)
+		}
+		pieceName := name
+		if per < rows {
+			pieceName = fmt.Sprintf("%s rows [%d, %d)", name, row0, row0+n)
+		}
+		buf, err := r.upload(pieceName, part)
+		if err != nil {
+			return mat{}, err
+		}
+		m.pieces = append(m.pieces, piece{buf: buf, row0: uint32(row0), rows: uint32(n)})
+	}
+	m.buf = m.pieces[0].buf
+	return m, nil
+}
+
+// pieceRows is how many rows of rowBytes each go in one piece of a matrix
+// of rows: all of them when they fit in a binding (the profile's
+// MaxStorageBufferRange), else the most that do, a multiple of the rows
+// whose outputs fill minStorageBufferOffsetAlignment (each piece's matvec
+// binds its slice of y at an aligned offset).
+func (r *Runner) pieceRows(rowBytes, rows int) (int, error) {
+	limit := r.ks.prof.MaxStorageBufferRange
+	if limit == 0 || uint64(rowBytes*rows) <= limit {
+		return rows, nil
+	}
+	step := int(max(r.dev.Info().Limits.MinStorageBufferOffsetAlignment/4, 1))
+	per := int(limit/uint64(rowBytes)) / step * step
+	if per == 0 {
+		return 0, fmt.Errorf("%d rows of %d bytes: not %d of them fit in maxStorageBufferRange %d", rows, rowBytes, step, limit)
+	}
+	return per, nil
+}
+
+// embedOps are the embedding lookup of the n tokens in tok into out
+// [n][cols]: a dispatch per piece of the table, each writing the rows of
+// the tokens in its range.
+func (m mat) embedOps(k *kernel, tok, out *vk.Buffer, n int) []op {
+	var ops []op
+	for _, pc := range m.pieces {
+		ops = append(ops, newOp(k, shaders.EmbedPush{Cols: m.cols, N: uint32(n), RowBase: pc.row0, Rows: pc.rows}, shaders.Groups(uint32(n)),
+			rd(pc.buf, 0, 0), rd(tok, 0, 4*uint64(n)), wr(out, 0, 4*uint64(n)*uint64(m.cols))))
+	}
+	return ops
+}
+
+// embedKernel is the embed variant that reads m's layout.
+func (m mat) embedKernel() string {
+	if m.split {
+		return "embed_" + m.typ + "_split"
+	}
+	return "embed_" + m.typ
 }
 
 // uploadStack uploads ms (same columns) as a stack.
@@ -251,7 +357,7 @@ func (r *Runner) uploadVec(m *mod.Mat) (*vk.Buffer, error) {
 
 // upload makes a device-local buffer holding data.
 func (r *Runner) upload(name string, data []byte) (*vk.Buffer, error) {
-	if lim := r.dev.Info().Limits.MaxStorageBufferRange; uint64(len(data)) > lim {
+	if lim := r.ks.prof.MaxStorageBufferRange; lim > 0 && uint64(len(data)) > lim {
 		return nil, fmt.Errorf("vulkan: tensor %q is %d bytes, over the device's maxStorageBufferRange %d: binding a tensor in pieces is not implemented yet",
 			name, len(data), lim)
 	}

@@ -8,11 +8,15 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
 )
+
+// Types are the weight types a synthetic model's matrices may have.
+var Types = []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0}
 
 // Options choose the weights of a synthetic model.
 type Options struct {
@@ -82,9 +86,7 @@ func Build(s Shape, o Options) (*Model, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	switch o.Type {
-	case gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0:
-	default:
+	if !slices.Contains(Types, o.Type) {
 		return nil, fmt.Errorf("synth: weight type %s: want f32, f16, q8_0 or q4_0", o.Type)
 	}
 	if o.Capacity < 0 || o.Capacity > 1 || math.IsNaN(float64(o.Capacity)) {

@@ -209,3 +209,14 @@ func TestBuildRefusesWhatDoesNotFit(t *testing.T) {
 	require.NoError(t, err)
 	m.Close()
 }
+
+// BenchmarkBuildTinyLlama times the making of a 1.1B Q8_0 model (1.1 GiB).
+func BenchmarkBuildTinyLlama(b *testing.B) {
+	s, err := ParseShape("tinyllama-1.1b")
+	require.NoError(b, err)
+	for i := 0; i < b.N; i++ {
+		m, err := Build(s, Options{Type: gguf.TypeQ8_0, Seed: 1})
+		require.NoError(b, err)
+		m.Close()
+	}
+}

@@ -8,6 +8,7 @@ layout(push_constant) uniform MatvecPush {
 	uint rows; // rows of W = elements of each y
 	uint cols; // columns of W = elements of each x (Q8_0: a multiple of 32)
 	uint n;    // vectors: x is [n][cols], y is [n][rows]
+	float eps; // NORM variants: added to mean(x^2) (layer_norm_rms_epsilon)
 } p;
 #endif
 

@@ -32,6 +32,28 @@ layout(push_constant) uniform DecodeAttentionPush {
 } p;
 #endif
 
+#ifdef OP_DECODE_ATTENTION_COMBINE
+layout(push_constant) uniform DecodeAttentionCombinePush {
+	uint n;       // query rows: out is [n][nHead*headDim]
+	uint nHead;   // query heads
+	uint headDim; // elements per head
+	uint splits;  // chunks per (row, head): part is [n][nHead][splits][2+headDim]
+} p;
+#endif
+
+#ifdef OP_DECODE_ATTEND
+layout(push_constant) uniform DecodeAttendPush {
+	uint headDim;    // elements per head, even
+	uint nHead;      // query heads: q is qkv[0 : nHead*headDim]
+	uint nKVHead;    // key/value heads, nHead a multiple of it
+	uint kOff;       // element offset of k in qkv
+	uint vOff;       // element offset of v in qkv
+	uint layer;      // index of this layer's entry count in counts
+	uint maxEntries; // entries the cache holds; an append past it is dropped
+	float scale;     // score multiplier, 1/sqrt(headDim)
+} p;
+#endif
+
 #ifdef OP_DECODE_ARGS
 layout(push_constant) uniform DecodeArgsPush {
 	uint m; // dispatches: groups and args are [m][3]

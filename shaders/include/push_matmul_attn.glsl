@@ -6,9 +6,13 @@
 
 #ifdef OP_MATMUL
 layout(push_constant) uniform MatmulPush {
-	uint rows; // rows of W = elements of each y row
-	uint cols; // columns of W = elements of each x row (Q8_0: a multiple of 32)
-	uint n;    // tokens: x is [n][cols], y is [n][rows]
+	uint rows;  // rows of W computed (from wRow0) = outputs per token
+	uint cols;  // columns of W = elements of each x row (Q8_0, Q4_0: a multiple of 32)
+	uint n;     // tokens: x is [n][cols]
+	uint wRow0; // the first row computed, of the binding's
+	uint wRows; // rows in W's binding (where the split layouts' scales start)
+	uint ldy;   // elements per y row: y is [n][ldy]
+	uint yOff;  // the column of y that row wRow0's output goes to
 } p;
 #endif
 

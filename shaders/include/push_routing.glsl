@@ -1,5 +1,5 @@
 // push_routing.glsl: the push-constant blocks of the MoD routing kernels
-// (router.comp, topk.comp, compact.comp, gather.comp, scatter.comp), mirrored
+// (router.comp, route_decode.comp, topk.comp, compact.comp, gather.comp, scatter.comp), mirrored
 // in Go by shaders/routing.go (same members, same order, 4-byte scalars
 // only; a test checks both against the SPIR-V). A kernel defines its OP_*
 // name before including this file. Names follow DESIGN.md §3: n tokens,
@@ -7,17 +7,20 @@
 
 #ifdef OP_ROUTER
 layout(push_constant) uniform RouterPush {
-	uint n;       // tokens: x is [n][nEmbd], r is [n]
-	uint nEmbd;   // elements of each x row and of w
+	uint n;       // tokens: x is [n][cols], y is [n][rows]
+	uint rows;    // rows of W: 1 for a score, predHidden for the predictor's hidden layer
+	uint cols;    // elements of each W row and x row: nEmbd, or predHidden
 	uint hasBias; // 1: add bias[0] (mod_router.bias); 0: the bias binding is not read
+	uint act;     // 0: y is the dot product (+ bias); 1: SiLU of it
 } p;
 #endif
 
-#ifdef OP_PREDICTOR
-layout(push_constant) uniform PredictorPush {
-	uint n;          // tokens: x is [n][nEmbd], p is [n]
-	uint nEmbd;      // columns of W1, elements of each x row
-	uint predHidden; // rows of W1, elements of w2
+#ifdef OP_ROUTE_DECODE
+layout(push_constant) uniform RouteDecodePush {
+	uint nEmbd;      // elements of x, xs and w
+	uint hasBias;    // 1: add bias[0]; 0: the bias binding is not read
+	uint predHidden; // predictor routing: elements of h and w2 (0 with the router)
+	uint m;          // dispatches in the groups and args tables
 } p;
 #endif
 

@@ -1,0 +1,99 @@
+package mod
+
+import (
+	"math"
+	"testing"
+
+	"github.com/modrun/modrun/gguf"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestRoutedLayersTypes: llama-mod.mod.routed_layers is read as an array of
+// u32 (modrun's writer) or of i32 (llama.cpp's gguf-py writes a Python list
+// of ints so); any other type, and any value that is not a layer of the
+// model, is refused with an error naming the key.
+func TestRoutedLayersTypes(t *testing.T) {
+	key := ArchKey(ArchMoD, KeyRoutedLayers)
+	ok := []struct {
+		name string
+		v    gguf.Value
+	}{
+		{"u32", gguf.Array([]uint32{1, 3})},
+		{"i32", gguf.Array([]int32{1, 3})},
+		{"i32 unordered", gguf.Array([]int32{3, 1})},
+	}
+	for _, c := range ok {
+		t.Run(c.name, func(t *testing.T) {
+			tm := defaultTestModel()
+			tm.routedKV = &c.v
+			m := tm.open(t)
+			assert.Equal(t, []bool{false, true, false, true}, m.Config.Routed)
+			assert.Equal(t, []int{1, 3}, m.Config.RoutedLayers())
+		})
+	}
+	bad := []struct {
+		name string
+		v    gguf.Value
+		want string
+	}{
+		{"i32 negative", gguf.Array([]int32{1, -1}), "layer -1 is out of range [0, 4)"},
+		{"i32 past the last layer", gguf.Array([]int32{1, 4}), "layer 4 is out of range [0, 4)"},
+		{"u32 past the last layer", gguf.Array([]uint32{1, 3, 7}), "layer 7 is out of range [0, 4)"},
+		{"u32 huge", gguf.Array([]uint32{1, 0xffffffff}), "layer 4294967295 is out of range [0, 4)"},
+		{"i32 twice", gguf.Array([]int32{1, 3, 1}), "layer 1 is out of range [0, 4) or listed twice"},
+		{"i64", gguf.Array([]int64{1, 3}), "has type array of i64; want an array of u32 or i32"},
+		{"f32", gguf.Array([]float32{1, 3}), "has type array of f32; want an array of u32 or i32"},
+		{"scalar", gguf.Scalar(uint32(1)), "has type u32; want an array of u32 or i32"},
+	}
+	for _, c := range bad {
+		t.Run(c.name, func(t *testing.T) {
+			tm := defaultTestModel()
+			tm.routedKV = &c.v
+			_, err := Open(tm.write(t))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.want)
+			assert.Contains(t, err.Error(), key, "the error names the key")
+			assert.Contains(t, err.Error(), "model.gguf", "the error names the file")
+		})
+	}
+}
+
+// TestSelects: causal routing's rule on the scores a device may produce:
+// denormals (which NVIDIA flushes to zero), both zeros, NaNs of both signs
+// and infinities. shaders.TestCompactDecisionBits feeds such scores to the
+// GPU's compact_positive and checks it against Selects.
+func TestSelects(t *testing.T) {
+	f := math.Float32frombits
+	cases := []struct {
+		name  string
+		score float32
+		want  bool
+	}{
+		{"smallest denormal", f(1), true},
+		{"largest denormal", f(0x007fffff), true},
+		{"smallest normal", f(0x00800000), true},
+		{"one", 1, true},
+		{"largest float", math.MaxFloat32, true},
+		{"+Inf", float32(math.Inf(1)), true},
+		{"+0", 0, false},
+		{"-0", f(0x80000000), false},
+		{"negative denormal", f(0x80000001), false},
+		{"minus one", -1, false},
+		{"-Inf", float32(math.Inf(-1)), false},
+		{"quiet NaN", f(0x7fc00000), false},
+		{"signalling NaN", f(0x7f800001), false},
+		{"largest NaN", f(0x7fffffff), false},
+		{"negative NaN", f(0xffc00000), false},
+	}
+	scores := make([]float32, len(cases))
+	var want []int
+	for i, c := range cases {
+		assert.Equal(t, c.want, Selects(c.score), "%s (%#08x)", c.name, math.Float32bits(c.score))
+		scores[i] = c.score
+		if c.want {
+			want = append(want, i)
+		}
+	}
+	assert.Equal(t, want, positive(scores))
+}

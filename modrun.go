@@ -1,0 +1,294 @@
+package modrun
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/modrun/modrun/engine"
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/tokenizer"
+)
+
+// Backend names, as the command line's --backend takes them.
+const (
+	BackendAuto   = engine.BackendAuto   // a Vulkan GPU when there is one, else the CPU (the default)
+	BackendCPU    = engine.BackendCPU    // the pure-Go reference
+	BackendVulkan = engine.BackendVulkan // any Vulkan device, lavapipe (software) included
+)
+
+// Routing is the causal routing rule of a MoD model's routed blocks in
+// generation (DESIGN.md §3). Dense models ignore it.
+type Routing string
+
+const (
+	RoutingRouter    Routing = "router"    // a token goes through iff its router score r > 0 (the default)
+	RoutingPredictor Routing = "predictor" // iff the predictor MLP's p > 0 (a model trained with one)
+)
+
+// Options choose where and how a model runs. The zero value runs on a
+// Vulkan GPU when there is one and otherwise on the CPU, with router
+// routing and the model's context length.
+type Options struct {
+	// Backend is BackendAuto (also ""), BackendCPU or BackendVulkan.
+	Backend string
+	// Device is a Vulkan device index as `modrun devices` lists them;
+	// "" = $MODRUN_DEVICE, or the best device.
+	Device string
+	// Routing is RoutingRouter (also "") or RoutingPredictor.
+	Routing Routing
+	// ContextLen caps the sequence (and the GPU's KV caches); 0 = the
+	// model's context length.
+	ContextLen int
+	// KVType is the GPU KV cache's element type: "f16" or "f32"; "" = the
+	// device's default (f16 on a GPU, f32 on a CPU emulation such as
+	// lavapipe). The CPU backend's cache is always f32.
+	KVType string
+	// NoRoutes leaves Token.Routes nil. On Vulkan, routing is decided on
+	// the GPU and copied back for each token only for Token.Routes: a
+	// program that does not look at it saves those copies.
+	NoRoutes bool
+	// UBatch is the longest batch a prompt runs in on Vulkan (a matmul over
+	// its tokens, attention over the cache plus the batch); 0 = 512
+	// (engine.DefaultUBatch). Cancelling waits for the batch in flight.
+	UBatch int
+	// Profile times every GPU command on Vulkan, for Model.Profile. It
+	// costs a timestamp per command: leave it off when timing generation.
+	Profile bool
+}
+
+// Model is a loaded model on its device. It serves any number of
+// Sessions, one Generate call at a time: a call waits while another
+// session's runs. Close it when done.
+type Model struct {
+	m        *mod.Model
+	tok      *tokenizer.Tokenizer
+	backend  *engine.Backend
+	info     Info
+	ctxLen   int
+	noRoutes bool
+	chunk    int // prompt tokens per Feed: cpuChunk, or the GPU's batch
+
+	// turn is held by the Generate call using the runner; owner is the
+	// session whose sequence the runner holds.
+	turn   chan struct{}
+	owner  *Session
+	closed bool
+	mu     sync.Mutex // guards closed
+}
+
+// Info says what a Model is and where it runs.
+type Info struct {
+	Path         string
+	Arch         string // "llama" (dense) or "llama-mod"
+	NLayer       int
+	NEmbd        int
+	NHead        int
+	NKVHead      int
+	NFF          int
+	NVocab       int
+	ContextLen   int     // the longest sequence a session takes (Options.ContextLen or the model's)
+	RoutedLayers []int   // the routed blocks, in order; none for a dense model
+	Capacity     float32 // the routed fraction of eval (top-k) mode
+	Routing      Routing // the causal routing generation uses ("" for a dense model)
+
+	Backend string // BackendCPU or BackendVulkan
+	Device  string // the device's name
+	KVType  string // the KV cache's element type: "f16" or "f32"
+	// Notice says why BackendAuto runs on the CPU ("" otherwise): no Vulkan,
+	// or only a software one. The command line prints it.
+	Notice string
+
+	FileBytes uint64 // the GGUF file, memory-mapped
+	// GPU memory held on Vulkan (zero on the CPU), in bytes.
+	GPUWeights, GPUKVCache, GPUScratch uint64
+}
+
+// Open loads the GGUF model at path and opens it on the device opts choose.
+// Every error names the file, option or tensor that is wrong.
+func Open(path string, opts Options) (*Model, error) {
+	bo, routing, err := opts.check()
+	if err != nil {
+		return nil, err
+	}
+	m, err := mod.Open(path)
+	if err != nil {
+		return nil, err // it names the file and what is wrong in it
+	}
+	model, err := open(m, opts, bo, routing)
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	return model, nil
+}
+
+// check validates opts and turns them into engine's.
+func (o Options) check() (engine.BackendOptions, mod.Routing, error) {
+	bo := engine.BackendOptions{Name: o.Backend, Device: -1, ContextLen: o.ContextLen, KVType: o.KVType, Trace: !o.NoRoutes, Profile: o.Profile, UBatch: o.UBatch}
+	switch o.Backend {
+	case "":
+		bo.Name = BackendAuto
+	case BackendAuto, BackendCPU, BackendVulkan:
+	default:
+		return bo, 0, fmt.Errorf("modrun: backend %q is not auto, cpu or vulkan", o.Backend)
+	}
+	if o.Device != "" {
+		d, err := strconv.Atoi(o.Device)
+		if err != nil || d < 0 {
+			return bo, 0, fmt.Errorf("modrun: device %q is not a device index (modrun devices lists them)", o.Device)
+		}
+		bo.Device = d
+	}
+	routing := mod.RoutingRouter
+	switch o.Routing {
+	case "", RoutingRouter:
+	case RoutingPredictor:
+		routing = mod.RoutingPredictor
+	default:
+		return bo, 0, fmt.Errorf("modrun: routing %q is not router or predictor", o.Routing)
+	}
+	if o.ContextLen < 0 {
+		return bo, 0, fmt.Errorf("modrun: context length %d: must be 0 (the model's) or positive", o.ContextLen)
+	}
+	if o.UBatch < 0 {
+		return bo, 0, fmt.Errorf("modrun: prompt batch (UBatch) %d: must be 0 (the default) or positive", o.UBatch)
+	}
+	switch o.KVType {
+	case "", "f16", "f32":
+	default:
+		return bo, 0, fmt.Errorf("modrun: KV type %q is not f16 or f32", o.KVType)
+	}
+	return bo, routing, nil
+}
+
+func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Routing) (*Model, error) {
+	c := m.Config
+	if c.IsMoD() && routing == mod.RoutingPredictor && c.PredictorHidden == 0 {
+		return nil, fmt.Errorf("modrun: %s has no predictor (%s = 0): %w",
+			m.Path, mod.ArchKey(c.Arch, mod.KeyPredictorHidden), ErrNoPredictor)
+	}
+	if opts.ContextLen > c.ContextLen {
+		return nil, &ContextLengthError{Path: m.Path, Asked: opts.ContextLen, Model: c.ContextLen}
+	}
+	tok, err := tokenizer.FromGGUF(m.File)
+	if err != nil {
+		return nil, fmt.Errorf("modrun: %s: %w", m.Path, err)
+	}
+	backend, notice, err := engine.OpenBackend(m, routing, bo)
+	if err != nil {
+		return nil, fmt.Errorf("modrun: backend %s: %w", bo.Name, err)
+	}
+	ctxLen := min(c.ContextLen, backend.ContextLen())
+	if opts.ContextLen > 0 {
+		ctxLen = min(ctxLen, opts.ContextLen)
+	}
+	model := &Model{m: m, tok: tok, backend: backend, ctxLen: ctxLen, noRoutes: opts.NoRoutes, chunk: cpuChunk, turn: make(chan struct{}, 1)}
+	model.info = Info{
+		Path: m.Path, Arch: c.Arch, NLayer: c.NLayer, NEmbd: c.NEmbd, NHead: c.NHead, NKVHead: c.NKVHead,
+		NFF: c.NFF, NVocab: c.NVocab, ContextLen: ctxLen, RoutedLayers: c.RoutedLayers(), Capacity: c.Capacity,
+		Backend: BackendCPU, Device: fmt.Sprintf("CPU (pure Go, %d threads)", runtime.GOMAXPROCS(0)), KVType: "f32",
+		Notice: notice, FileBytes: uint64(m.File.Size()),
+	}
+	if c.IsMoD() {
+		model.info.Routing = Routing(routing.String())
+	}
+	if name, ok := strings.CutPrefix(backend.Name, "vulkan: "); ok {
+		model.info.Backend, model.info.Device = BackendVulkan, name
+		// The GPU runs a prompt in batches: feed it whole batches.
+		model.chunk = cmp.Or(opts.UBatch, engine.DefaultUBatch)
+	}
+	if k, ok := backend.Runner.(interface{ KVType() string }); ok {
+		model.info.KVType = k.KVType()
+	}
+	if ms, ok := backend.Runner.(engine.GPUMemoryStatser); ok {
+		s := ms.MemoryStats()
+		model.info.GPUWeights, model.info.GPUKVCache, model.info.GPUScratch = s.Weights, s.KVCache, s.Scratch
+	}
+	return model, nil
+}
+
+// Info says what the model is and where it runs.
+func (m *Model) Info() Info {
+	info := m.info
+	info.RoutedLayers = append([]int(nil), info.RoutedLayers...)
+	return info
+}
+
+// Tokenize turns text into the model's token ids, with BOS first when bos
+// is true and the tokenizer has one.
+func (m *Model) Tokenize(text string, bos bool) ([]int32, error) {
+	return m.tok.Encode(text, bos)
+}
+
+// ErrNoPredictor is returned by Open for RoutingPredictor with a MoD model
+// trained without a predictor.
+var ErrNoPredictor = errors.New("use router routing")
+
+// ContextLengthError is returned by Open for an Options.ContextLen longer
+// than the model's context length.
+type ContextLengthError struct {
+	Path         string
+	Asked, Model int
+}
+
+func (e *ContextLengthError) Error() string {
+	return fmt.Sprintf("modrun: context length %d: must be in [1, %d], the context length of %s", e.Asked, e.Model, e.Path)
+}
+
+// ProfileEntry is the GPU time of one kernel (or "copy") over every token
+// since Open.
+type ProfileEntry struct {
+	Kernel string // the shader variant's name, e.g. "matvec_f32"
+	Calls  int
+	NS     uint64 // GPU nanoseconds
+}
+
+// Profile is the GPU time per kernel, most first, with Options.Profile on
+// a Vulkan device that has timestamps; nil otherwise.
+func (m *Model) Profile() []ProfileEntry {
+	m.turn <- struct{}{}
+	defer func() { <-m.turn }()
+	p, ok := m.backend.Runner.(engine.Profiler)
+	if !ok || m.closed {
+		return nil
+	}
+	var out []ProfileEntry
+	for _, e := range p.Profile() {
+		out = append(out, ProfileEntry(e))
+	}
+	return out
+}
+
+// ErrClosed is returned by the methods of a closed Model or Session.
+var ErrClosed = errors.New("modrun: closed")
+
+// Close waits for a Generate call in progress (cancel its context to hurry
+// it), then frees the device's objects and the model's file. Sessions of a
+// closed model return ErrClosed.
+func (m *Model) Close() error {
+	m.turn <- struct{}{}
+	defer func() { <-m.turn }()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	m.backend.Close()
+	m.owner = nil
+	if err := m.m.Close(); err != nil {
+		return fmt.Errorf("modrun: %w", err)
+	}
+	return nil
+}
+
+func (m *Model) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}

@@ -1,0 +1,433 @@
+package modrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/modrun/modrun/engine"
+	"github.com/modrun/modrun/tokenizer"
+)
+
+// Session is one sequence: a prompt, the tokens generated after it, and
+// whatever later Generate calls add, until Reset. Its methods may be
+// called from any goroutine, but one Generate at a time: a second
+// concurrent call returns ErrBusy.
+type Session struct {
+	m    *Model
+	busy atomic.Bool
+	// The rest is touched only by the Generate call that set busy (or by
+	// Reset and Close, which take busy too).
+	fed     []int32 // every token the runner has run for this session, in order
+	pending []int32 // the last token drawn and delivered but not run yet (0 or 1)
+	dec     *tokenizer.StreamDecoder
+	closed  bool
+}
+
+// ErrBusy is returned by a Session's Generate, Reset or Close while
+// another Generate call of the same session runs.
+var ErrBusy = errors.New("modrun: the session is generating (one Generate call at a time)")
+
+// NewSession starts an empty sequence.
+func (m *Model) NewSession() *Session {
+	return &Session{m: m, dec: m.tok.NewStreamDecoder()}
+}
+
+// Token is one token of the sequence, as Generate delivers it.
+type Token struct {
+	ID   int32
+	Text string // its text; a character split over byte tokens comes whole with its last one
+	Pos  int    // its position in the session's sequence
+	// Prompt is true for the tokens of the prompt (BOS included), false for
+	// generated ones.
+	Prompt bool
+	// Routes says, for each routed layer in order, what that layer did with
+	// the token. It is nil for a dense model, with Options.NoRoutes, and
+	// for the last token of a generation: a drawn token runs through the model only when the next
+	// one is computed (the following Generate call of the session runs it).
+	Routes []Route
+}
+
+// Route is what one routed layer did with one token (DESIGN.md §3).
+type Route struct {
+	Layer int
+	// Score decided: the router's r with RoutingRouter, the predictor's p
+	// with RoutingPredictor. Colour maps use it.
+	Score float32
+	// Selected is true when the token went through the block (Score > 0):
+	// attention and MLP ran on it and it holds an entry in the layer's KV
+	// cache. Otherwise it skipped the block on the residual stream.
+	Selected bool
+}
+
+// GenerateOptions control one Generate call. The zero value is greedy
+// decoding until EOS or the context is full.
+type GenerateOptions struct {
+	MaxTokens int // new tokens at most; 0 = until EOS or the context is full
+
+	// Sampling, in llama.cpp's order: repetition penalty, top-k, top-p,
+	// min-p, temperature. Zero values mean off.
+	Temperature   float32 // 0 = greedy (argmax)
+	TopK          int     // keep the k most likely tokens; 0 = all
+	TopP          float32 // keep the smallest set with probability >= p; 0 (or 1) = all
+	MinP          float32 // drop tokens less likely than MinP times the most likely
+	RepeatPenalty float32 // > 1 penalises the last RepeatLastN tokens; 0 (or 1) = off
+	RepeatLastN   int     // tokens the penalty looks at; 0 = 64, negative = none
+	Seed          uint64  // the same seed, options and model give the same tokens
+}
+
+func (o GenerateOptions) sampler() (engine.SamplerOptions, error) {
+	so := engine.SamplerOptions{Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, MinP: o.MinP,
+		RepeatPenalty: o.RepeatPenalty, RepeatLastN: o.RepeatLastN, Seed: o.Seed}
+	if so.TopP == 0 {
+		so.TopP = 1
+	}
+	if so.RepeatPenalty == 0 {
+		so.RepeatPenalty = 1
+	}
+	switch {
+	case so.RepeatLastN == 0:
+		so.RepeatLastN = engine.DefaultSampler().RepeatLastN
+	case so.RepeatLastN < 0:
+		so.RepeatLastN = 0
+	}
+	if o.MaxTokens < 0 {
+		return so, fmt.Errorf("modrun: MaxTokens %d: must be 0 (no limit) or positive", o.MaxTokens)
+	}
+	if err := so.Check(); err != nil {
+		return so, fmt.Errorf("modrun: %w", err)
+	}
+	return so, nil
+}
+
+// StopReason says why a generation ended.
+type StopReason = engine.StopReason
+
+// The reasons a generation ends without an error.
+const (
+	StopEOS         = engine.StopEOS         // the model produced end-of-sequence (not delivered)
+	StopMaxTokens   = engine.StopMaxTokens   // MaxTokens were generated
+	StopContextFull = engine.StopContextFull // the sequence reached the context length
+	StopCallback    = engine.StopCallback    // the callback returned ErrStop
+)
+
+// ErrStop, returned by Generate's callback, ends the generation without an
+// error.
+var ErrStop = engine.ErrStop
+
+// Result is what one Generate call did and how fast.
+type Result struct {
+	Stop         StopReason
+	PromptTokens int           // tokens of the prompt run (BOS included)
+	Tokens       int           // new tokens delivered
+	Prefill      time.Duration // running the prompt and choosing the first token
+	Decode       time.Duration // producing the rest
+	DecodeSteps  int           // forward passes in Decode: one per new token after the first
+	// Layers counts, per routed layer, the tokens of the session's
+	// sequence that went through it (Selected) of those it saw (Seen).
+	Layers []LayerStat
+	// Tail is text held back because the generation ended inside a UTF-8
+	// character (rare): the Text of the tokens, then Tail, is the whole.
+	Tail string
+}
+
+// LayerStat is how many tokens one routed layer processed.
+type LayerStat struct {
+	Layer          int
+	Selected, Seen int
+}
+
+// PrefillRate and DecodeRate are tokens per second.
+func (r Result) PrefillRate() float64 { return rate(r.PromptTokens, r.Prefill) }
+func (r Result) DecodeRate() float64  { return rate(r.DecodeSteps, r.Decode) }
+
+func rate(n int, d time.Duration) float64 {
+	if d <= 0 || n <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// cpuChunk bounds how many prompt tokens the CPU runs between two looks at
+// the context, so cancelling stops a long prompt soon. On Vulkan a prompt
+// goes in batches of Options.UBatch (Model.chunk), which the GPU runs as
+// one graph in milliseconds.
+const cpuChunk = 32
+
+// Generate runs prompt after the session's sequence (a fresh session
+// starts with BOS when the tokenizer asks for one) and generates until
+// EOS, opts.MaxTokens, the context length, ErrStop from fn, or ctx is
+// done. fn receives every token in order: first the prompt's, then each
+// new one once it has run through the model (so its Routes are known),
+// the last new one with its Routes nil. fn runs on Generate's goroutine;
+// an error from it other than ErrStop ends Generate with that error.
+//
+// Cancelling ctx stops Generate within one token; it returns ctx's error,
+// and the session holds the tokens delivered so far.
+func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOptions, fn func(Token) error) (Result, error) {
+	if !s.busy.CompareAndSwap(false, true) {
+		return Result{}, ErrBusy
+	}
+	defer s.busy.Store(false)
+	if s.closed {
+		return Result{}, ErrClosed
+	}
+	so, err := opts.sampler()
+	if err != nil {
+		return Result{}, err
+	}
+	ids, err := s.m.tok.Encode(prompt, len(s.fed) == 0 && len(s.pending) == 0)
+	if err != nil {
+		return Result{}, fmt.Errorf("modrun: prompt: %w", err)
+	}
+	if len(ids) == 0 && len(s.pending) == 0 {
+		return Result{}, fmt.Errorf("modrun: the prompt is empty and there is nothing to continue from; give some text")
+	}
+	if have := len(s.fed) + len(s.pending); have+len(ids) > s.m.ctxLen {
+		if have == 0 {
+			return Result{}, fmt.Errorf("modrun: the prompt has %d tokens, more than the context length %d", len(ids), s.m.ctxLen)
+		}
+		return Result{}, fmt.Errorf("modrun: the prompt has %d tokens; after the session's %d that is more than the context length %d",
+			len(ids), have, s.m.ctxLen)
+	}
+	select { // take the model's runner
+	case s.m.turn <- struct{}{}:
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+	defer func() { <-s.m.turn }()
+	if s.m.isClosed() {
+		return Result{}, ErrClosed
+	}
+	if err := s.restore(ctx); err != nil {
+		return Result{}, err
+	}
+	g := &generation{s: s, ctx: ctx, fn: fn, res: Result{PromptTokens: len(ids)}}
+	if g.sampler, err = engine.NewSampler(so); err != nil {
+		return Result{}, err
+	}
+	_, g.greedy = s.m.backend.Runner.(engine.GreedyFeeder)
+	g.greedy = g.greedy && so.Temperature == 0 && so.RepeatPenalty == 1
+	for _, id := range s.fed {
+		g.sampler.Accept(id)
+	}
+	err = g.run(ids, opts.MaxTokens)
+	g.res.Tail = string(s.dec.Flush())
+	g.res.Layers = s.m.layerStats()
+	return g.res, err
+}
+
+// restore makes the runner hold this session's sequence: a runner that ran
+// another session since is reset and fed this one's tokens again (causal
+// routing gives the same caches however the tokens are split).
+func (s *Session) restore(ctx context.Context) error {
+	if s.m.owner == s {
+		return nil
+	}
+	r := s.m.backend.Runner
+	r.Reset()
+	s.m.owner = s
+	chunk := s.m.chunk
+	for i := 0; i < len(s.fed); i += chunk {
+		if err := ctx.Err(); err != nil {
+			s.m.owner = nil
+			return err
+		}
+		if _, err := r.Feed(s.fed[i:min(i+chunk, len(s.fed))]); err != nil {
+			s.m.owner = nil
+			return fmt.Errorf("modrun: restoring the session: %w", err)
+		}
+	}
+	return nil
+}
+
+// generation is one Generate call's loop state.
+type generation struct {
+	s       *Session
+	ctx     context.Context
+	fn      func(Token) error
+	sampler *engine.Sampler
+	greedy  bool // the runner takes the argmax itself (pure greedy sampling)
+	res     Result
+}
+
+// run feeds the pending token and the prompt, then generates.
+func (g *generation) run(prompt []int32, maxTokens int) error {
+	s := g.s
+	start := time.Now()
+	toRun := append(append([]int32(nil), s.pending...), prompt...)
+	skip := len(s.pending) // delivered by the last call
+	s.pending = nil
+	var id int32
+	step := s.m.chunk
+	for i := 0; i < len(toRun); i += step {
+		chunk := toRun[i:min(i+step, len(toRun))]
+		last := i+step >= len(toRun)
+		next, routes, err := g.feed(chunk, last)
+		if err != nil {
+			return err
+		}
+		for j, tok := range chunk {
+			g.sampler.Accept(tok)
+			if i+j < skip {
+				continue
+			}
+			pos := len(s.fed) - len(chunk) + j
+			if err := g.deliver(tok, pos, true, routeAt(routes, j)); err != nil {
+				return g.stopped(err)
+			}
+		}
+		id = next
+	}
+	g.res.Prefill = time.Since(start)
+	start = time.Now()
+	defer func() { g.res.Decode = time.Since(start) }()
+	for {
+		if eos := s.m.tok.EOS(); eos >= 0 && id == eos {
+			g.res.Stop = StopEOS
+			return nil
+		}
+		g.res.Tokens++
+		full := len(s.fed) >= s.m.ctxLen
+		if (maxTokens > 0 && g.res.Tokens >= maxTokens) || full {
+			g.res.Stop = StopMaxTokens
+			if full {
+				g.res.Stop = StopContextFull
+			}
+			s.pending = []int32{id}
+			return g.stopped(g.deliver(id, len(s.fed), false, nil))
+		}
+		next, routes, err := g.feed([]int32{id}, true)
+		if err != nil {
+			g.res.Tokens--
+			return err
+		}
+		g.res.DecodeSteps++
+		if err := g.deliver(id, len(s.fed)-1, false, routeAt(routes, 0)); err != nil {
+			return g.stopped(err)
+		}
+		id = next
+	}
+}
+
+// feed runs tokens after the context is checked; with last it also chooses
+// the next token. The tokens join the session's sequence.
+func (g *generation) feed(tokens []int32, last bool) (int32, [][]engine.LayerRoute, error) {
+	if err := g.ctx.Err(); err != nil {
+		return 0, nil, err
+	}
+	r := g.s.m.backend.Runner
+	var next int32
+	var err error
+	if g.greedy {
+		next, err = r.(engine.GreedyFeeder).FeedArgmax(tokens)
+	} else {
+		var logits []float32
+		if logits, err = r.Feed(tokens); err == nil && last {
+			next = g.sampler.Sample(logits)
+		}
+	}
+	if err != nil {
+		// The runner's sequence is unknown now: restore it next time.
+		g.s.m.owner = nil
+		return 0, nil, fmt.Errorf("modrun: %w", err)
+	}
+	g.s.fed = append(g.s.fed, tokens...)
+	var routes [][]engine.LayerRoute
+	if rt, ok := r.(engine.RoutingTracer); ok && !g.s.m.noRoutes {
+		routes = rt.Routes()
+	}
+	return next, routes, nil
+}
+
+// deliver decodes a token's text and passes the token to the callback.
+func (g *generation) deliver(id int32, pos int, prompt bool, routes []Route) error {
+	b, err := g.s.dec.Push(id)
+	if err != nil {
+		return fmt.Errorf("modrun: %w", err)
+	}
+	if g.fn == nil {
+		return nil
+	}
+	return g.fn(Token{ID: id, Text: string(b), Pos: pos, Prompt: prompt, Routes: routes})
+}
+
+// stopped turns ErrStop from the callback into a clean stop.
+func (g *generation) stopped(err error) error {
+	if errors.Is(err, ErrStop) {
+		g.res.Stop = StopCallback
+		return nil
+	}
+	return err
+}
+
+func routeAt(routes [][]engine.LayerRoute, i int) []Route {
+	if i >= len(routes) {
+		return nil
+	}
+	out := make([]Route, len(routes[i]))
+	for j, r := range routes[i] {
+		out[j] = Route(r)
+	}
+	return out
+}
+
+func (m *Model) layerStats() []LayerStat {
+	rs, ok := m.backend.Runner.(engine.RoutingStatser)
+	if !ok {
+		return nil
+	}
+	var out []LayerStat
+	for _, st := range rs.RoutingStats() {
+		out = append(out, LayerStat(st))
+	}
+	return out
+}
+
+// Tokens is the session's sequence: every token delivered since the last
+// Reset, the prompt's included.
+func (s *Session) Tokens() ([]int32, error) {
+	if !s.busy.CompareAndSwap(false, true) {
+		return nil, ErrBusy
+	}
+	defer s.busy.Store(false)
+	return append(append([]int32(nil), s.fed...), s.pending...), nil
+}
+
+// Reset empties the session's sequence; the next Generate starts afresh.
+func (s *Session) Reset() error {
+	if !s.busy.CompareAndSwap(false, true) {
+		return ErrBusy
+	}
+	defer s.busy.Store(false)
+	s.fed, s.pending = nil, nil
+	s.dec = s.m.tok.NewStreamDecoder()
+	s.release()
+	return nil
+}
+
+// release gives up the runner's sequence if the session holds it.
+func (s *Session) release() {
+	s.m.turn <- struct{}{}
+	if s.m.owner == s {
+		s.m.owner = nil
+	}
+	<-s.m.turn
+}
+
+// Close ends the session. It returns ErrBusy while Generate runs (cancel
+// its context first).
+func (s *Session) Close() error {
+	if !s.busy.CompareAndSwap(false, true) {
+		return ErrBusy
+	}
+	defer s.busy.Store(false)
+	if !s.closed {
+		s.closed = true
+		s.fed, s.pending = nil, nil
+		s.release()
+	}
+	return nil
+}

@@ -1,0 +1,180 @@
+package shaders
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+)
+
+// matvec, the decode matrix-vector product (matvec.comp): one variant per
+// weight type and reduction. The Q8_0 and Q4_0 variants read the split
+// layout of RepackQ8_0 and RepackQ4_0, not the file's ggml blocks.
+
+// Matvec weight types: the suffix of each variant's name.
+const (
+	MatvecF32  = "f32"
+	MatvecF16  = "f16"
+	MatvecQ8_0 = "q8_0"
+	MatvecQ4_0 = "q4_0"
+)
+
+// MatvecTypes are the weight types matvec takes.
+var MatvecTypes = []string{MatvecF32, MatvecF16, MatvecQ8_0, MatvecQ4_0}
+
+// Matvec reductions: how a row's invocations add their partial sums.
+const (
+	// ReduceShared is a tree in shared memory with barriers: core Vulkan,
+	// any invocations per row (1: no barrier at all).
+	ReduceShared = ""
+	// ReduceSubgroup is subgroupAdd over one subgroup per row: needs subgroup
+	// arithmetic, and invocations per row = the device's subgroup size.
+	ReduceSubgroup = "_sg"
+)
+
+// Matvec fusions (matvec.comp): what the kernel does besides y = W x.
+const (
+	FuseNone       = ""
+	FuseAdd        = "_add"         // y += W x: the residual add
+	FuseNorm       = "_norm"        // y = W rmsnorm(x, normw, eps)
+	FuseNormSwiGLU = "_norm_swiglu" // y = silu(Wg xn) * (Wu xn), xn = rmsnorm(x), W = [Wg; Wu]
+)
+
+// MatvecFusions are every fusion, in the table's order.
+var MatvecFusions = []string{FuseNone, FuseAdd, FuseNorm, FuseNormSwiGLU}
+
+// MatvecName is the variant of matvec for weight type typ (MatvecTypes) and
+// reduction (ReduceShared or ReduceSubgroup), unfused.
+func MatvecName(typ, reduce string) string { return "matvec_" + typ + reduce }
+
+// MatvecFusedName is MatvecName with a fusion (MatvecFusions).
+func MatvecFusedName(typ, reduce, fuse string) string { return MatvecName(typ, reduce) + fuse }
+
+func matvecFusedVariant(typ, reduce, fuse string) Variant {
+	v := matvecVariant(typ, reduce)
+	v.Name += fuse
+	switch fuse {
+	case FuseAdd:
+		v.Defines = append(v.Defines, "ADD")
+		v.Bindings[2] = Binding{"y", ReadWrite, "[n][rows] f32, added to (the residual stream)"}
+	case FuseNorm, FuseNormSwiGLU:
+		v.Defines = append(v.Defines, "NORM")
+		v.Bindings = append(v.Bindings, Binding{"normw", Read, "[cols] f32 RMSNorm weight"})
+		v.Notes += "; x is RMSNorm'd with normw and MatvecPush.Eps first"
+		if fuse == FuseNormSwiGLU {
+			v.Defines = append(v.Defines, "SWIGLU")
+			v.Bindings[0].Shape = "gate and up stacked, [2*rows][cols], as " + v.Bindings[0].Shape
+			v.Notes += "; w is gate and up stacked (2*rows rows, one matrix: split together), y = silu(gate x) * (up x)"
+		}
+	}
+	return v
+}
+
+func matvecVariant(typ, reduce string) Variant {
+	defines := map[string]string{MatvecF32: "WEIGHT_F32", MatvecF16: "WEIGHT_F16", MatvecQ8_0: "WEIGHT_Q8_0", MatvecQ4_0: "WEIGHT_Q4_0"}
+	shapes := map[string]string{
+		MatvecF32:  "[rows][cols] f32",
+		MatvecF16:  "[rows][cols] f16",
+		MatvecQ8_0: "RepackQ8_0: quants [rows][cols] i8, then scales [rows][cols/32] f16",
+		MatvecQ4_0: "RepackQ4_0: quants [rows][cols/2] nibble bytes, then scales [rows][cols/32] f16",
+	}
+	v := Variant{
+		Name: MatvecName(typ, reduce), Source: "matvec.comp", Defines: []string{defines[typ]},
+		Bindings: []Binding{
+			{"w", Read, shapes[typ]},
+			{"x", Read, "[n][cols] f32"},
+			{"y", Write, "[n][rows] f32"},
+		},
+		Push:          MatvecPush{},
+		LocalSize:     [3]uint32{64, 1, 1},
+		LocalSizeSpec: true,
+		Spec:          []uint32{64, 64, 1},
+		Notes: "Spec: [workgroup size, invocations per row, vectors per pass], from Profile.Matvec; " +
+			"dispatch MatvecGroups(rows, spec); bind w with its size rounded up to 4 (vk buffers are); " +
+			"cols a multiple of 32 for Q8_0 and Q4_0",
+	}
+	if reduce == ReduceSubgroup {
+		v.Defines = append(v.Defines, "REDUCE_SUBGROUP")
+		v.Spec = []uint32{64, 32, 1} // a 32-wide subgroup's
+		v.Notes += "; needs subgroup arithmetic, and invocations per row = the device's subgroup size"
+	}
+	return v
+}
+
+func init() {
+	for _, reduce := range []string{ReduceShared, ReduceSubgroup} {
+		for _, typ := range MatvecTypes {
+			for _, fuse := range MatvecFusions {
+				Variants = append(Variants, matvecFusedVariant(typ, reduce, fuse))
+			}
+		}
+	}
+}
+
+// MatvecLoopIterations bounds the loop iterations one invocation of matvec
+// runs for n vectors of cols with spec: per pass of NB vectors, its share of
+// the row (each step with its NB inner iterations), the vector set-up and
+// the tree sum. An element at a time bounds every weight type's walk (the
+// scalar F32 path is the longest).
+func MatvecLoopIterations(n, cols uint32, spec []uint32) uint32 {
+	tpr, nb := spec[1], spec[2]
+	passes := (n + nb - 1) / nb
+	perPass := (cols+tpr-1)/tpr*(1+nb) + 3*nb + uint32(bits.Len32(tpr))*(1+nb)
+	return passes * perPass
+}
+
+// MatvecGroups is the dispatch size of matvec over rows with spec.
+func MatvecGroups(rows uint32, spec []uint32) [3]uint32 {
+	perGroup := spec[0] / spec[1]
+	return Groups((rows + perGroup - 1) / perGroup)
+}
+
+// MatvecBytes is W of type typ (a MatvecTypes entry) as the matvec reads
+// it, from the file's ggml bytes of rows x cols: F32 and F16 as they are,
+// Q8_0 and Q4_0 repacked.
+func MatvecBytes(typ string, ggml []byte, rows, cols int) ([]byte, error) {
+	switch typ {
+	case MatvecF32, MatvecF16:
+		return ggml, nil
+	case MatvecQ8_0:
+		return RepackQ8_0(ggml, rows, cols)
+	case MatvecQ4_0:
+		return RepackQ4_0(ggml, rows, cols)
+	}
+	return nil, fmt.Errorf("shaders: matvec has no weight type %q", typ)
+}
+
+// RepackQ8_0 is ggml Q8_0 data of rows x cols (blocks of 34 bytes: an f16
+// scale, 32 int8 quants) in matvec's split layout: every block's quants in
+// order ([rows][cols] int8), then every scale ([rows][cols/32] f16). ggml's
+// blocks leave the quants 2-aligned; split, each block's 32 quants are two
+// aligned 16-byte loads. The GGUF file is not changed: this is done at upload.
+func RepackQ8_0(ggml []byte, rows, cols int) ([]byte, error) {
+	return repack(ggml, rows, cols, 32)
+}
+
+// RepackQ4_0 is ggml Q4_0 data of rows x cols (blocks of 18 bytes: an f16
+// scale, 16 bytes of nibbles) in matvec's split layout: every block's 16
+// nibble bytes in order ([rows][cols/2] bytes, one aligned 16-byte load a
+// block), then every scale ([rows][cols/32] f16).
+func RepackQ4_0(ggml []byte, rows, cols int) ([]byte, error) {
+	return repack(ggml, rows, cols, 16)
+}
+
+// repack splits blocks of a 2-byte scale and qBytes of quants.
+func repack(ggml []byte, rows, cols, qBytes int) ([]byte, error) {
+	if cols%32 != 0 {
+		return nil, fmt.Errorf("shaders: %d columns of 32-element blocks", cols)
+	}
+	blocks := rows * cols / 32
+	if len(ggml) != blocks*(2+qBytes) {
+		return nil, fmt.Errorf("shaders: %d bytes for %d blocks of %d", len(ggml), blocks, 2+qBytes)
+	}
+	out := make([]byte, blocks*(2+qBytes))
+	scales := out[blocks*qBytes:]
+	for b := 0; b < blocks; b++ {
+		blk := ggml[b*(2+qBytes) : (b+1)*(2+qBytes)]
+		binary.LittleEndian.PutUint16(scales[2*b:], binary.LittleEndian.Uint16(blk))
+		copy(out[b*qBytes:], blk[2:])
+	}
+	return out, nil
+}

@@ -1,0 +1,197 @@
+package shaders
+
+import "fmt"
+
+// Device profiles (DESIGN.md §6): the facts of a device that shape its
+// kernels, and the variant and specialization each kernel gets from them.
+// The engine makes one at load from vk.DeviceInfo; tests make others to run
+// a GPU's variants on lavapipe. One device's limit shapes that device's
+// variants only: lavapipe's loop cap is a property of its profile, and no
+// GPU profile has it.
+
+// Device is what a Profile is made from (vk.DeviceInfo's fields, copied by
+// the engine: shaders imports nothing of ours).
+type Device struct {
+	CPU                     bool   // a software device (lavapipe): a workgroup runs on one CPU thread
+	SubgroupSize            uint32 // invocations per subgroup: 8 on lavapipe, 32 on NVIDIA, 64 on AMD GCN
+	SubgroupArithmetic      bool   // subgroupAdd in compute shaders
+	SharedMemory            uint32 // maxComputeSharedMemorySize, bytes
+	MaxWorkGroupInvocations uint32 // maxComputeWorkGroupInvocations
+	MaxStorageBufferRange   uint64 // bytes one binding may span
+}
+
+// Profile is a device's kernel choices.
+type Profile struct {
+	Device
+	// LoopCap is the most loop iterations one invocation may run, all loops
+	// together; past it the device stops the loops silently (lavapipe:
+	// LavapipeLoopIterations). 0: no cap.
+	LoopCap uint32
+	// MatvecReduce and MatvecSpec are matvec's reduction (ReduceShared or
+	// ReduceSubgroup) and specialization [workgroup size, invocations per
+	// row, vectors per pass] for one vector of a short enough row.
+	MatvecReduce string
+	MatvecSpec   []uint32
+	// KV is the KV cache's default element type: KVF16 on GPUs (decode
+	// attention reads half the bytes, the cache takes half the memory),
+	// KVF32 on CPU devices (lavapipe), where the engine's results stay
+	// within F32 tolerance of the CPU reference.
+	KV string
+	// AttentionChunk is how many entries of the cache's capacity make one
+	// chunk of split decode attention (flash-decoding, AttentionSplits);
+	// 0 never splits: CPU devices, where workgroups already outnumber the
+	// threads and the combine pass would be one more dispatch per layer.
+	AttentionChunk uint32
+	// FuseNorm folds RMSNorm into the matvec that follows it (matvec's
+	// FuseNorm and FuseNormSwiGLU): one dispatch fewer per norm, at the
+	// price of each row group summing x^2 from the x it loads anyway. On a
+	// GPU that is a multiply-add per element. On a CPU device, where an
+	// invocation owns a row, it is one per weight, and a dispatch costs
+	// less against lavapipe's slow matvecs: off there (not measured).
+	FuseNorm bool
+	// FuseAttention runs a decode step's attention as one dispatch
+	// (decode_attend: RoPE, the KV append, the chunks and their merge by
+	// the last workgroup, an atomic hand-off) instead of decode_kv and
+	// decode_attention (or its split pass and combine): on GPUs, where a
+	// dispatch and its barrier are the cost to save. Off on CPU devices,
+	// whose profile keeps the single-pass kernels (no atomics to trust to
+	// a software rasterizer's scheduling when nothing is gained).
+	FuseAttention bool
+}
+
+// matvecRowsPerGroup is how many rows (subgroups) a GPU's matvec workgroup
+// takes: 4 keeps a 32-wide subgroup's workgroup at 128 invocations, and
+// enough workgroups in flight for the smallest decode matrices (a 2048-row
+// matrix is 512 workgroups over an H100's 132 SMs).
+const matvecRowsPerGroup = 4
+
+// NewProfile chooses d's kernels.
+//   - CPU devices (lavapipe): the loop cap, and an invocation per matvec row
+//     with no reduction at all (lavapipe runs a workgroup's invocations 8
+//     at a time in SIMD on one thread, so 8 rows share the SIMD lanes and
+//     the loads of a lane walk its row; see BenchmarkMatvec for the
+//     subgroup variant beside it).
+//   - GPUs with subgroup arithmetic: a subgroup per row, summed by
+//     subgroupAdd, matvecRowsPerGroup rows per workgroup.
+//   - other GPUs: 32 invocations per row summed in shared memory.
+func NewProfile(d Device) Profile {
+	p := Profile{Device: d, KV: KVF16, AttentionChunk: attentionChunk, FuseNorm: true, FuseAttention: true}
+	if d.MaxWorkGroupInvocations == 0 {
+		p.MaxWorkGroupInvocations = 128 // Vulkan's minimum
+	}
+	sg := d.SubgroupSize
+	switch {
+	case d.CPU:
+		p.LoopCap, p.KV, p.AttentionChunk, p.FuseNorm, p.FuseAttention = LavapipeLoopIterations, KVF32, 0, false, false
+		p.MatvecReduce, p.MatvecSpec = ReduceShared, []uint32{64, 1, 1}
+	case d.SubgroupArithmetic && sg >= 4 && sg <= 128 && sg&(sg-1) == 0 && matvecRowsPerGroup*sg <= p.MaxWorkGroupInvocations:
+		p.MatvecReduce, p.MatvecSpec = ReduceSubgroup, []uint32{matvecRowsPerGroup * sg, sg, 1}
+	default:
+		p.MatvecReduce, p.MatvecSpec = ReduceShared, []uint32{128, 32, 1}
+	}
+	return p
+}
+
+// String names the profile's choices, for logs and test names.
+func (p Profile) String() string {
+	kind := "gpu"
+	if p.CPU {
+		kind = "cpu"
+	}
+	red := "shared"
+	if p.MatvecReduce == ReduceSubgroup {
+		red = "subgroup"
+	}
+	return fmt.Sprintf("%s/sg%d/matvec-%s%v/loopcap%d/kv-%s/attention-chunk%d", kind, p.SubgroupSize, red, p.MatvecSpec, p.LoopCap, KVTypeName(p.KV), p.AttentionChunk)
+}
+
+// Matvec is the matvec variant and specialization for n vectors of cols
+// with weights of type typ and fusion fuse (MatvecFusions). Where the
+// profile's own choice would pass the loop cap (n*cols of about 32000 with
+// an invocation per row), the row is shared by more invocations in shared
+// memory, the fewest that stay under it; past that (n*cols of about 4
+// million) split the vectors over several dispatches, or use matmul, which
+// is meant for many vectors.
+func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []uint32) {
+	// Swiglu walks two rows (a norm sums x^2 inside the walk).
+	loops := map[string]uint32{FuseNone: 1, FuseAdd: 1, FuseNorm: 1, FuseNormSwiGLU: 2}[fuse]
+	iters := func(spec []uint32) uint32 { return loops * MatvecLoopIterations(n, cols, spec) }
+	spec = append([]uint32(nil), p.MatvecSpec...)
+	if p.LoopCap == 0 || iters(spec) <= p.LoopCap {
+		return MatvecFusedName(typ, p.MatvecReduce, fuse), spec
+	}
+	spec = []uint32{max(spec[0], 64), 1, 1}
+	for spec[1] < spec[0] && iters(spec) > p.LoopCap {
+		spec[1] *= 2
+	}
+	return MatvecFusedName(typ, ReduceShared, fuse), spec
+}
+
+// Flash-decoding's chunks on a GPU: one per attentionChunk entries of the
+// cache's capacity, at most maxAttentionSplits. A long context's attention then
+// spreads over nHead*splits workgroups (TinyLlama at 2048: 32*8 = 256, two
+// per SM of an H100) instead of nHead, so speed at 2K stays near speed at
+// 16; a short cache keeps the single pass.
+const (
+	attentionChunk     = 256
+	maxAttentionSplits = 16
+)
+
+// AttentionSplits is how many chunks decode attention over a cache of ctx
+// entries is split into: 1 means the single-pass kernel (decode_attention),
+// more the split one and its combine pass.
+func (p Profile) AttentionSplits(ctx int) uint32 {
+	if p.AttentionChunk == 0 {
+		return 1
+	}
+	return uint32(min(max(ctx/int(p.AttentionChunk), 1), maxAttentionSplits))
+}
+
+// Row is the spec of row kernel name (rmsnorm, softmax, argmax) for rows of
+// cols: RowSpecGPU on a GPU; on a CPU device RowSpecCPU while its loops stay
+// under the cap, else the fewest invocations per row that do.
+func (p Profile) Row(name string, cols uint32) []uint32 {
+	if !p.CPU {
+		return RowSpecGPU
+	}
+	if p.LoopCap == 0 || RowLoopIterations(name, cols, RowSpecCPU) <= p.LoopCap {
+		return RowSpecCPU
+	}
+	tpr := RowSpecCPU[1]
+	for tpr < 1024 && RowLoopIterations(name, cols, []uint32{tpr, tpr}) > p.LoopCap {
+		tpr *= 2
+	}
+	return []uint32{tpr, tpr}
+}
+
+// Matmul is matmul's tiles for the device.
+func (p Profile) Matmul() MatmulSpec {
+	if p.CPU {
+		return MatmulSpecCPU
+	}
+	return MatmulSpecGPU
+}
+
+// LavapipeProfile is lavapipe's profile as NewProfile makes it (lavapipe
+// 22-23 on a 256-bit SIMD CPU), for tests that run without asking the device.
+var LavapipeProfile = NewProfile(Device{CPU: true, SubgroupSize: 8, SubgroupArithmetic: true,
+	SharedMemory: 32768, MaxWorkGroupInvocations: 1024, MaxStorageBufferRange: 128 << 20})
+
+// GPUProfileOn is the profile a GPU with subgroup arithmetic of d's subgroup
+// size would get, for d: what tests use to run the GPU variants on lavapipe
+// (subgroup size 8). It keeps d's loop cap, since the device still has it.
+func GPUProfileOn(d Device) Profile { return gpuProfileOn(d, true) }
+
+// SharedGPUProfileOn is GPUProfileOn for a GPU without subgroup arithmetic:
+// the shared-memory reduction with many invocations per row.
+func SharedGPUProfileOn(d Device) Profile { return gpuProfileOn(d, false) }
+
+func gpuProfileOn(d Device, subgroupArithmetic bool) Profile {
+	g := d
+	g.CPU, g.SubgroupArithmetic = false, subgroupArithmetic
+	p := NewProfile(g)
+	if d.CPU {
+		p.LoopCap = LavapipeLoopIterations
+	}
+	return p
+}
