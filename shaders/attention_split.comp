@@ -1,29 +1,39 @@
 #version 450
-// attention_split and attention_merge: attention.comp's causal softmax
-// attention with GQA over a compact KV cache (entries carry their original
-// positions; entry e is visible to row i iff kPos[e] <= qPos[i]), with the
-// entries cut into key tiles of splitLen (flash-decoding's split-K), so any
-// context runs on any device: a workgroup walks one tile of one (row, head),
-// so the loops per invocation are bounded by splitLen, not by the context
-// (lavapipe runs at most LavapipeLoopIterations per loop invocation), and a
-// long context gives the GPU splits times more workgroups.
+// attention_split and attention_merge: causal softmax attention with GQA
+// over a compact KV cache (entries carry their original positions; entry e
+// is visible to row i iff kPos[e] <= qPos[i]), for a batch of query rows
+// (a prefill chunk, an eval window), with the entries cut into key tiles of
+// splitLen (flash-decoding's split-K), so any context runs on any device:
+// the loops of an invocation are bounded by splitLen, not by the context
+// (lavapipe runs at most LavapipeLoopIterations per invocation), and a long
+// context gives the GPU splits times more workgroups.
 //
-// ATTN_SPLIT: workgroup (row i, head h, tile s) runs attention.comp's
-//   algorithm over entries [s*splitLen, min((s+1)*splitLen, entries)):
-//   each invocation keeps an online softmax (running max m, sum l, output
-//   acc) over every WG-th entry, merged in the workgroup by the common max,
-//   and writes the tile's partial result: its max m_s, sum l_s and the
-//   unnormalised output o_s[d] = sum_e exp(score_e - m_s) v[e][d].
-//   With ATTN_COUNTS the entry count is counts[layer] (the generate-mode
-//   cache, whose count the GPU keeps); entries is then only the most there
-//   can be, which sets the grid. Dispatch Groups(n * nHead * splits).
-//   With KV_F16 the cache holds halves, two to a word (a generate-mode
-//   cache of shaders.KVF16: prefill_kv_f16, decode_kv_f16).
+// ATTN_SPLIT: workgroup (block b of WG query rows, head h, tile s), flash
+//   attention's way: the workgroup stages BKEYS keys and values of the tile
+//   at a time in shared memory, and each invocation, one query row
+//   (b*WG + its index) with its query and output in registers, runs an
+//   online softmax (running max m, sum l, output acc) over them. Every key
+//   read from memory thus serves WG rows (one workgroup per row would read
+//   it WG times). Each staged block is scored first, then the running
+//   state is rescaled once to the block's max and each key takes one exp.
+//   The tile's partial result of each row is its max m_s,
+//   sum l_s and the unnormalised output o_s[d] = sum_e exp(score_e - m_s)
+//   v[e][d]. With Sorted (kPos ascends: every cache here) a row stops at
+//   its first later entry, and the workgroup at the first staged block that
+//   none of its rows sees. With ATTN_COUNTS the entry count is
+//   counts[layer] (the generate-mode cache, whose count the GPU keeps);
+//   entries is then only the most there can be, which sets the grid. With
+//   KV_F16 the cache holds halves, two to a word (a generate-mode cache of
+//   shaders.KVF16: prefill_kv_f16, decode_kv_f16). Dispatch
+//   AttentionSplitGroups(n, nHead, splits).
 // ATTN_MERGE: workgroup (row, head) combines the splits partials: M = max
 //   m_s, L = sum l_s exp(m_s - M), out[d] = sum o_s[d] exp(m_s - M) / L; a
 //   row that sees no entry (L = 0) gets 0. Dispatch Groups(n * nHead).
 //
-// Specialization constants: 0 WG, 1 MAX_HD (AttentionSpec).
+// Specialization constants (AttentionSplitSpec): 0 WG (rows per
+// workgroup), 1 HD (the head dimension, exactly: the register arrays and
+// their loops have constant bounds), 2 BKEYS (keys staged at a time: the
+// shared tiles are 2*BKEYS*HD floats). ATTN_MERGE takes only WG.
 #include "include/common.glsl"
 #define OP_ATTENTION_SPLIT
 #include "include/push_matmul_attn.glsl"
@@ -32,7 +42,8 @@ layout(local_size_x = 32, local_size_x_id = 0) in;
 const float NO_SCORE = -1e30; // below any score, finite (see attention.comp)
 
 #if defined(ATTN_SPLIT)
-layout(constant_id = 1) const uint MAX_HD = 128; // the largest headDim
+layout(constant_id = 1) const uint HD = 64;     // the head dimension
+layout(constant_id = 2) const uint BKEYS = 32;  // keys staged at a time
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };         // [n][nHead*headDim], rotated
 #ifdef KV_F16
@@ -52,25 +63,25 @@ layout(std430, binding = 5) readonly buffer Counts { uint counts[]; }; // ATTN_C
 layout(std430, binding = 6) writeonly buffer PartO { float partO[]; }; // [n*nHead*splits][headDim]
 layout(std430, binding = 7) writeonly buffer PartML { vec2 partML[]; }; // [n*nHead*splits] (m, l)
 
-shared float qs[MAX_HD];
-shared float accs[MAX_HD * gl_WorkGroupSize.x]; // [d][invocation]
-shared float ms[gl_WorkGroupSize.x];
-shared float ls[gl_WorkGroupSize.x];
+
+shared float kt[BKEYS * HD]; // [key][d] the staged keys
+shared float vt[BKEYS * HD]; // [key][d] and values
+shared uint pt[BKEYS];       // their positions
+shared uint lastPos;         // the latest position of the block's rows
 
 void main() {
 	const uint WG = gl_WorkGroupSize.x;
 	uint tid = gl_LocalInvocationID.x;
 	uint g = groupIndex();
-	if (g >= p.n * p.nHead * p.splits) {
-		return;
+	uint blocks = (p.n + WG - 1u) / WG;
+	if (g >= blocks * p.nHead * p.splits) {
+		return; // the whole workgroup: g is uniform
 	}
-	uint s = g % p.splits, ih = g / p.splits;
-	uint i = ih / p.nHead, h = ih % p.nHead;
-	uint hd = p.headDim;
+	uint s = g % p.splits, bh = g / p.splits;
+	uint h = bh % p.nHead, i = (bh / p.nHead) * WG + tid;
+	bool live = i < p.n;
 	uint kvh = h / (p.nHead / p.nKVHead);
-	uint qBase = i * p.nHead * hd + h * hd;
-	uint kvd = p.nKVHead * hd;
-	uint qp = qPos[i];
+	uint kvd = p.nKVHead * HD;
 #ifdef ATTN_COUNTS
 	uint entries = min(counts[p.layer], p.entries);
 #else
@@ -78,70 +89,93 @@ void main() {
 #endif
 	uint e0 = s * p.splitLen, e1 = min(e0 + p.splitLen, entries);
 
-	for (uint d = tid; d < hd; d += WG) {
-		qs[d] = q[qBase + d];
-	}
-	for (uint d = 0u; d < hd; d++) {
-		accs[d * WG + tid] = 0.0;
+	float qr[HD], acc[HD];
+	uint qp = 0u;
+	if (tid == 0u) {
+		lastPos = 0u;
 	}
 	barrier();
+	if (live) {
+		qp = qPos[i];
+		uint qBase = i * p.nHead * HD + h * HD;
+		for (uint d = 0u; d < HD; d++) {
+			qr[d] = q[qBase + d];
+		}
+		atomicMax(lastPos, qp);
+	}
+	for (uint d = 0u; d < HD; d++) {
+		acc[d] = 0.0;
+	}
+	barrier();
+	uint last = lastPos;
 
 	float m = NO_SCORE, l = 0.0;
-	for (uint e = e0 + tid; e < e1; e += WG) {
-		if (kPos[e] > qp) {
-			if (p.sorted != 0u) {
-				break; // every later entry of this invocation is later still
+	for (uint t0 = e0; t0 < e1; t0 += BKEYS) {
+		uint cnt = min(BKEYS, e1 - t0);
+		for (uint j = 0u; j < cnt; j++) { // no division per element: lavapipe does those a lane at a time
+			uint at = (t0 + j) * kvd + kvh * HD;
+			for (uint d = tid; d < HD; d += WG) {
+				kt[j * HD + d] = kAt(at + d);
+				vt[j * HD + d] = vAt(at + d);
 			}
-			continue;
 		}
-		uint kb = e * kvd + kvh * hd;
-		float dot = 0.0;
-		for (uint d = 0u; d < hd; d++) {
-			dot += qs[d] * kAt(kb + d);
+		for (uint j = tid; j < cnt; j += WG) {
+			pt[j] = kPos[t0 + j];
 		}
-		float sc = dot * p.scale;
-		if (sc > m) {
-			float a = exp(m - sc);
-			l *= a;
-			for (uint d = 0u; d < hd; d++) {
-				accs[d * WG + tid] *= a;
+		barrier();
+		bool past = p.sorted != 0u && pt[0] > last; // uniform: no row sees any of these, or later ones
+		if (live && !past) {
+			// The staged keys' scores first, then one rescale to their max
+			// and an exp per key: flash attention's block step.
+			float sc[BKEYS];
+			float bm = NO_SCORE;
+			uint jn = cnt; // keys to look at: with Sorted, up to the first later one
+			for (uint j = 0u; j < cnt; j++) {
+				if (pt[j] > qp) {
+					if (p.sorted != 0u) {
+						jn = j;
+						break;
+					}
+					continue;
+				}
+				float dot = 0.0;
+				for (uint d = 0u; d < HD; d++) {
+					dot += qr[d] * kt[j * HD + d];
+				}
+				sc[j] = dot * p.scale;
+				bm = max(bm, sc[j]);
 			}
-			m = sc;
+			if (bm > NO_SCORE) { // some key is visible
+				float mn = max(m, bm);
+				float a = exp(m - mn);
+				l *= a;
+				for (uint d = 0u; d < HD; d++) {
+					acc[d] *= a;
+				}
+				m = mn;
+				for (uint j = 0u; j < jn; j++) {
+					if (pt[j] > qp) {
+						continue;
+					}
+					float pe = exp(sc[j] - m);
+					l += pe;
+					for (uint d = 0u; d < HD; d++) {
+						acc[d] += pe * vt[j * HD + d];
+					}
+				}
+			}
 		}
-		float pe = exp(sc - m);
-		l += pe;
-		for (uint d = 0u; d < hd; d++) {
-			accs[d * WG + tid] += pe * vAt(kb + d);
+		barrier(); // everyone is done with the tile before the next is staged
+		if (past) {
+			break;
 		}
 	}
-	ms[tid] = m;
-	barrier();
-
-	float mx = NO_SCORE;
-	for (uint t = 0u; t < WG; t++) {
-		mx = max(mx, ms[t]);
-	}
-	float a = exp(m - mx);
-	ls[tid] = l * a;
-	for (uint d = 0u; d < hd; d++) {
-		accs[d * WG + tid] *= a;
-	}
-	barrier();
-
-	uint pb = ih * p.splits + s;
-	for (uint d = tid; d < hd; d += WG) {
-		float o = 0.0;
-		for (uint t = 0u; t < WG; t++) {
-			o += accs[d * WG + t];
+	if (live) {
+		uint pb = (i * p.nHead + h) * p.splits + s;
+		for (uint d = 0u; d < HD; d++) {
+			partO[pb * HD + d] = acc[d];
 		}
-		partO[pb * hd + d] = o;
-	}
-	if (tid == 0u) {
-		float sum = 0.0;
-		for (uint t = 0u; t < WG; t++) {
-			sum += ls[t];
-		}
-		partML[pb] = vec2(mx, sum);
+		partML[pb] = vec2(m, l);
 	}
 }
 

@@ -3,8 +3,10 @@ package shaders
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
+	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/vk"
 	"github.com/stretchr/testify/require"
 )
@@ -12,10 +14,21 @@ import (
 // runSplit computes c with attention_split (or attention_split_counts, the
 // entry count in counts[1] and entries only a bound) and attention_merge, in
 // key tiles of splitLen.
-func (c *attentionCase) runSplit(t testing.TB, dev *vk.Device, split, merge *vk.Kernel, splitLen uint32, counts bool, sorted uint32) []float32 {
+func (c *attentionCase) runSplit(t testing.TB, dev *vk.Device, split, merge *vk.Kernel, splitLen uint32, counts, f16 bool, sorted uint32) []float32 {
 	t.Helper()
 	b := c.upload(t, dev)
 	defer b.close()
+	if f16 { // the cache as halves (c's keys and values are already rounded to them)
+		for _, kv := range []struct {
+			buf **vk.Buffer
+			x   []float32
+		}{{&b.k, c.k}, {&b.v, c.v}} {
+			h, err := gguf.Quantize(gguf.TypeF16, kv.x)
+			require.NoError(t, err)
+			(*kv.buf).Close()
+			*kv.buf = newBuffer(t, dev, h)
+		}
+	}
 	entries := uint32(c.entries)
 	var cnt []uint32
 	if counts {
@@ -50,11 +63,12 @@ func (c *attentionCase) runSplit(t testing.TB, dev *vk.Device, split, merge *vk.
 
 // TestAttentionSplit: attention in key tiles against mod.Attend, at
 // attentionTolerance (the same roundings as attention.comp, plus the merge
-// of tiles by their common max: one more rescaling, as the in-workgroup
-// merge). Tiles of 1, 3, 7, 64 and the CPU and GPU lengths; ragged heads and
-// GQA; rows that see no entry (zeros); a context of 5000 (past what the
-// single-pass kernel could walk under lavapipe's loop limit with the largest
-// head) with the CPU tile; the counts variant with a bound past the count;
+// of tiles by their common max). Tiles of 1, 3, 7, 64 and the CPU and GPU
+// lengths; more rows than a workgroup takes; ragged heads and GQA; rows
+// that see no entry (zeros); a context of 5000 (past what a single pass
+// could walk under lavapipe's loop limit with the largest head) with the
+// CPU tile; the counts variant with a bound past the count, also reading
+// an F16 cache (the keys and values rounded to halves for the reference);
 // each with Sorted 0 and 1 (the caches ascend).
 func TestAttentionSplit(t *testing.T) {
 	dev := openDevice(t)
@@ -70,13 +84,15 @@ func TestAttentionSplit(t *testing.T) {
 		{40, 300, 4, 2, 8, 8, 64},
 		{9, 64, 3, 1, 16, 40, 3}, // scores up to ~+-120: the merge must subtract the max
 		{33, 600, 5, 1, 64, 1, AttentionSplitLenGPU},
-		{3, 700, 2, 2, 48, 1, AttentionSplitLenCPU},
-		{2, 5000, 2, 1, 128, 1, AttentionSplitLenCPU}, // 5 tiles of the largest head
+		{70, 700, 2, 2, 48, 1, AttentionSplitLen(48, true)},   // three blocks of rows
+		{2, 5000, 2, 1, 128, 1, AttentionSplitLen(128, true)}, // many tiles of the largest head
+		{33, 200, 2, 1, 6, 1, 200},                            // one tile of more keys than are staged at a time
 	}
-	for _, variant := range []string{"attention_split", "attention_split_counts"} {
-		split := newKernel(t, dev, routingLookup(t, variant))
+	for _, variant := range []string{"attention_split", "attention_split_counts", "attention_split_counts_f16"} {
+		f16 := strings.HasSuffix(variant, "_f16")
 		var stats errStats
 		for i, tc := range cases {
+			split := newKernel(t, dev, routingLookup(t, variant), AttentionSplitSpec(uint32(tc.hd))...)
 			name := fmt.Sprintf("%s/n%d/entries%d/heads%d:%d/hd%d/q%g/tile%d", variant, tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.qScale, tc.splitLen)
 			c := newAttentionCase(tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.qScale, int64(i))
 			if i == 1 {
@@ -87,9 +103,13 @@ func TestAttentionSplit(t *testing.T) {
 					c.kPos[e]++
 				}
 			}
+			if f16 {
+				roundToHalf(t, c.k)
+				roundToHalf(t, c.v)
+			}
 			want, scale := c.reference()
 			for _, sorted := range []uint32{0, 1} { // the cases' kPos ascend
-				got := c.runSplit(t, dev, split, merge, tc.splitLen, variant == "attention_split_counts", sorted)
+				got := c.runSplit(t, dev, split, merge, tc.splitLen, variant != "attention_split", f16, sorted)
 				stats.add(got, want, scale)
 				if err := closeness(got, want, scale, attentionTolerance); err != nil {
 					t.Errorf("%s/sorted%d: %v", name, sorted, err)
@@ -98,4 +118,12 @@ func TestAttentionSplit(t *testing.T) {
 		}
 		t.Logf("%s: %v (tolerance %g)", variant, stats, attentionTolerance)
 	}
+}
+
+// roundToHalf rounds x to IEEE halves, in place.
+func roundToHalf(t testing.TB, x []float32) {
+	t.Helper()
+	h, err := gguf.Quantize(gguf.TypeF16, x)
+	require.NoError(t, err)
+	require.NoError(t, gguf.Dequantize(gguf.TypeF16, h, x))
 }

@@ -149,14 +149,45 @@ type AttentionSplitPush struct {
 	Sorted   uint32  // 1: kPos ascends, so a row stops at its first later entry (causal: about half the work)
 }
 
-// Key tile lengths of attention_split. On a CPU device (lavapipe) a tile
-// keeps an invocation's loops under LavapipeLoopIterations for any head up
-// to MAX_HD = 128: 1024/32 entries * (3*128+1) + set-up = 13,024. On a GPU a
-// shorter tile gives a long context more workgroups (flash-decoding).
-const (
-	AttentionSplitLenCPU = 1024
-	AttentionSplitLenGPU = 256
-)
+// AttentionSplitRows is attention_split's query rows per workgroup (its
+// workgroup size, specialization constant 0).
+const AttentionSplitRows = 32
+
+// attentionSharedBytes is the shared memory attention_split may use: the
+// least every Vulkan device has.
+const attentionSharedBytes = 16384
+
+// AttentionSplitKeys is how many keys attention_split stages at a time for
+// head dimension hd: as many as fit, with their values and positions, in
+// 16 KiB of shared memory, at most 64.
+func AttentionSplitKeys(hd uint32) uint32 {
+	return max(1, min(64, (attentionSharedBytes-4)/(8*hd+4)))
+}
+
+// AttentionSplitSpec is attention_split's specialization constants for head
+// dimension hd: [rows per workgroup, hd, keys staged at a time].
+func AttentionSplitSpec(hd uint32) []uint32 {
+	return []uint32{AttentionSplitRows, hd, AttentionSplitKeys(hd)}
+}
+
+// Key tile lengths of attention_split. On a GPU a tile of 256 gives a long
+// context more workgroups (flash-decoding). On a CPU device (lavapipe) a
+// tile is as long as lavapipe's loop limit allows an invocation: per entry
+// a dot product, a rescale and an accumulation of hd each (3hd+1 loop
+// iterations at worst) and its share of the staging (hd/rows), plus the
+// set-up and the write of 3hd; at most 1024.
+const AttentionSplitLenGPU = 256
+
+// AttentionSplitLen is the key tile length for head dimension hd on a CPU
+// device (cpu) or a GPU.
+func AttentionSplitLen(hd uint32, cpu bool) uint32 {
+	if !cpu {
+		return AttentionSplitLenGPU
+	}
+	const budget = 60000 // under LavapipeLoopIterations, with room for the loops' own bookkeeping
+	per := 3*hd + 2 + (hd+AttentionSplitRows-1)/AttentionSplitRows
+	return max(1, min(1024, (budget-3*hd)/per))
+}
 
 // AttentionSplits is the number of key tiles of splitLen over entries (at
 // least 1).
@@ -164,9 +195,14 @@ func AttentionSplits(entries, splitLen uint32) uint32 {
 	return max(1, (entries+splitLen-1)/splitLen)
 }
 
-// AttentionSplitGroups and AttentionMergeGroups are the dispatch sizes.
-func AttentionSplitGroups(n, nHead, splits uint32) [3]uint32 { return Groups(n * nHead * splits) }
-func AttentionMergeGroups(n, nHead uint32) [3]uint32         { return Groups(n * nHead) }
+// AttentionSplitGroups is attention_split's dispatch size: a workgroup per
+// block of AttentionSplitRows rows, head and tile.
+func AttentionSplitGroups(n, nHead, splits uint32) [3]uint32 {
+	return Groups((n + AttentionSplitRows - 1) / AttentionSplitRows * nHead * splits)
+}
+
+// AttentionMergeGroups is attention_merge's dispatch size.
+func AttentionMergeGroups(n, nHead uint32) [3]uint32 { return Groups(n * nHead) }
 
 func init() {
 	split := func(name string, defines ...string) Variant {
@@ -176,8 +212,8 @@ func init() {
 				Binding{"counts", Read, "[nLayer] u32 (attention_split_counts: entries = counts[layer]; else unread, bind any)"},
 				Binding{"partO", Write, "[n*nHead*splits][headDim] f32"},
 				Binding{"partML", Write, "[n*nHead*splits][2] f32 (max, sum)"}),
-			Push: AttentionSplitPush{}, LocalSize: [3]uint32{32, 1, 1}, LocalSizeSpec: true, Spec: AttentionSpec,
-			Notes: "Spec: [workgroup size, MAX_HD >= headDim]; dispatch AttentionSplitGroups(n, nHead, splits); then attention_merge",
+			Push: AttentionSplitPush{}, LocalSize: [3]uint32{32, 1, 1}, LocalSizeSpec: true, Spec: AttentionSplitSpec(64),
+			Notes: "Spec: AttentionSplitSpec(headDim); dispatch AttentionSplitGroups(n, nHead, splits); then attention_merge",
 		}
 	}
 	Variants = append(Variants,

@@ -35,17 +35,14 @@ type attentionArgs struct {
 }
 
 // attentionSplitLen is the key tile length on this device.
-func (ks *kernels) attentionSplitLen() uint32 {
-	if ks.prof.CPU {
-		return shaders.AttentionSplitLenCPU
-	}
-	return shaders.AttentionSplitLenGPU
+func (r *Runner) attentionSplitLen() uint32 {
+	return shaders.AttentionSplitLen(uint32(r.c.HeadDim), r.ks.prof.CPU)
 }
 
 // batchAttentionParts makes the partial-result buffers of attention over up to n
 // rows and entries entries.
 func (r *Runner) batchAttentionParts(must func(uint64, vk.BufferKind) *vk.Buffer, n, entries int) (partO, partML *vk.Buffer) {
-	splits := uint64(shaders.AttentionSplits(uint32(entries), r.ks.attentionSplitLen()))
+	splits := uint64(shaders.AttentionSplits(uint32(entries), r.attentionSplitLen()))
 	rows := uint64(n) * uint64(r.c.NHead) * splits
 	return must(4*rows*uint64(r.c.HeadDim), vk.DeviceLocal), must(8*rows, vk.DeviceLocal)
 }
@@ -59,7 +56,7 @@ func (r *Runner) batchAttentionOps(a attentionArgs) ([]op, error) {
 	} else {
 		counts = a.qPos // unread: any buffer
 	}
-	split, err := r.ks.get(name+a.kv, nil)
+	split, err := r.ks.get(name+a.kv, shaders.AttentionSplitSpec(uint32(c.HeadDim)))
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +64,7 @@ func (r *Runner) batchAttentionOps(a attentionArgs) ([]op, error) {
 	if err != nil {
 		return nil, err
 	}
-	splitLen := r.ks.attentionSplitLen()
+	splitLen := r.attentionSplitLen()
 	splits := shaders.AttentionSplits(a.entries, splitLen)
 	push := shaders.AttentionSplitPush{N: a.n, Entries: a.entries, NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
 		HeadDim: uint32(c.HeadDim), Scale: float32(1 / math.Sqrt(float64(c.HeadDim))), Layer: a.layer,

@@ -10,10 +10,10 @@ import (
 // TestOpsInPieces: the output matmul of a long window is cut into pieces of
 // a multiple of 64 rows whose bindings fit maxStorageBufferRange, at offsets
 // that are multiples of 256 bytes, covering every row once; a short window
-// is one op.
+// is one op. A matrix in two pieces takes two ops per piece of rows.
 func TestOpsInPieces(t *testing.T) {
 	k := &kernel{spec: []uint32{128, 64, 64, 16, 8, 4}}
-	m := evalMat{mm: k, rows: 32000, cols: 288}
+	m := evalMat{mm: k, rows: 32000, cols: 288, parts: []matPart{{rows: 32000, wRows: 32000}}}
 	lim := vk.Limits{MaxStorageBufferRange: 128 << 20}
 	assert.Len(t, m.opsInPieces(lim, nil, nil, 1000), 1)
 	ops := m.opsInPieces(lim, nil, nil, 4096)
@@ -30,4 +30,8 @@ func TestOpsInPieces(t *testing.T) {
 		next += y.Size / (4 * 32000)
 	}
 	assert.Equal(t, uint64(4096), next)
+
+	two := m
+	two.parts = []matPart{{rows: 20000, wRows: 20000}, {rows: 12000, wRows: 12000, yOff: 20000}}
+	assert.Len(t, two.opsInPieces(lim, nil, nil, 4096), 2*len(ops))
 }
