@@ -64,8 +64,12 @@ layout(std430, binding = 6) writeonly buffer PartO { float partO[]; }; // [n*nHe
 layout(std430, binding = 7) writeonly buffer PartML { vec2 partML[]; }; // [n*nHead*splits] (m, l)
 
 
-shared float kt[BKEYS * HD]; // [key][d] the staged keys
-shared float vt[BKEYS * HD]; // [key][d] and values
+const uint HD4 = (HD + 3u) / 4u; // quads of the head, the last zero-padded
+
+// The staged keys and values in quads: one 16-byte load serves four
+// multiply-adds (on lavapipe each shared load is a gather).
+shared vec4 kt[BKEYS * HD4]; // [key][d/4]
+shared vec4 vt[BKEYS * HD4]; // [key][d/4]
 shared uint pt[BKEYS];       // their positions
 shared uint lastPos;         // the latest position of the block's rows
 
@@ -89,22 +93,23 @@ void main() {
 #endif
 	uint e0 = s * p.splitLen, e1 = min(e0 + p.splitLen, entries);
 
-	float qr[HD], acc[HD];
+	vec4 qr[HD4], acc[HD4];
 	uint qp = 0u;
 	if (tid == 0u) {
 		lastPos = 0u;
 	}
 	barrier();
+	for (uint d4 = 0u; d4 < HD4; d4++) {
+		qr[d4] = vec4(0.0);
+		acc[d4] = vec4(0.0);
+	}
 	if (live) {
 		qp = qPos[i];
 		uint qBase = i * p.nHead * HD + h * HD;
 		for (uint d = 0u; d < HD; d++) {
-			qr[d] = q[qBase + d];
+			qr[d / 4u][d % 4u] = q[qBase + d];
 		}
 		atomicMax(lastPos, qp);
-	}
-	for (uint d = 0u; d < HD; d++) {
-		acc[d] = 0.0;
 	}
 	barrier();
 	uint last = lastPos;
@@ -114,9 +119,16 @@ void main() {
 		uint cnt = min(BKEYS, e1 - t0);
 		for (uint j = 0u; j < cnt; j++) { // no division per element: lavapipe does those a lane at a time
 			uint at = (t0 + j) * kvd + kvh * HD;
-			for (uint d = tid; d < HD; d += WG) {
-				kt[j * HD + d] = kAt(at + d);
-				vt[j * HD + d] = vAt(at + d);
+			for (uint d4 = tid; d4 < HD4; d4 += WG) {
+				vec4 kq = vec4(0.0), vq = vec4(0.0);
+				for (uint t = 0u; t < 4u; t++) {
+					if (4u * d4 + t < HD) {
+						kq[t] = kAt(at + 4u * d4 + t);
+						vq[t] = vAt(at + 4u * d4 + t);
+					}
+				}
+				kt[j * HD4 + d4] = kq;
+				vt[j * HD4 + d4] = vq;
 			}
 		}
 		for (uint j = tid; j < cnt; j += WG) {
@@ -138,19 +150,19 @@ void main() {
 					}
 					continue;
 				}
-				float dot = 0.0;
-				for (uint d = 0u; d < HD; d++) {
-					dot += qr[d] * kt[j * HD + d];
+				float dt = 0.0;
+				for (uint d4 = 0u; d4 < HD4; d4++) {
+					dt += dot(qr[d4], kt[j * HD4 + d4]);
 				}
-				sc[j] = dot * p.scale;
+				sc[j] = dt * p.scale;
 				bm = max(bm, sc[j]);
 			}
 			if (bm > NO_SCORE) { // some key is visible
 				float mn = max(m, bm);
 				float a = exp(m - mn);
 				l *= a;
-				for (uint d = 0u; d < HD; d++) {
-					acc[d] *= a;
+				for (uint d4 = 0u; d4 < HD4; d4++) {
+					acc[d4] *= a;
 				}
 				m = mn;
 				for (uint j = 0u; j < jn; j++) {
@@ -159,8 +171,8 @@ void main() {
 					}
 					float pe = exp(sc[j] - m);
 					l += pe;
-					for (uint d = 0u; d < HD; d++) {
-						acc[d] += pe * vt[j * HD + d];
+					for (uint d4 = 0u; d4 < HD4; d4++) {
+						acc[d4] += pe * vt[j * HD4 + d4];
 					}
 				}
 			}
@@ -173,7 +185,7 @@ void main() {
 	if (live) {
 		uint pb = (i * p.nHead + h) * p.splits + s;
 		for (uint d = 0u; d < HD; d++) {
-			partO[pb * HD + d] = acc[d];
+			partO[pb * HD + d] = acc[d / 4u][d % 4u];
 		}
 		partML[pb] = vec2(m, l);
 	}

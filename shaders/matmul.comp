@@ -53,10 +53,13 @@ layout(std430, binding = 2) writeonly buffer Y { float y[]; };     // [n][ldy], 
 
 #include "include/weights.glsl"
 
-// Staged tiles, column-major ([k][token], [k][row]) so that the inner loop's
-// reads by neighbouring invocations are neighbouring words.
-shared float xs[BK * BM];
-shared float ws[BK * BN];
+// Staged tiles in quads of columns, column-major ([k/4][token],
+// [k/4][row]) so that the inner loop's reads by neighbouring invocations
+// are neighbouring vec4s: one 16-byte load serves four multiply-adds (on
+// lavapipe a shared load whose address differs per invocation is a gather,
+// the inner loop's main cost).
+shared vec4 xs[(BK / 4u) * BM];
+shared vec4 ws[(BK / 4u) * BN];
 
 // loadWeightQuad is W[r][c..c+3], zero past cols; c is a multiple of 4.
 vec4 loadWeightQuad(uint r, uint c) {
@@ -128,29 +131,39 @@ void main() {
 		for (uint i = tid; i < BN * (BK / 4u); i += WG) {
 			uint rr = i % BN, kq = i / BN;
 			uint r = r0 + rr;
-			vec4 v = r < p.rows ? loadWeightQuad(p.wRow0 + r, k0 + 4u * kq) : vec4(0.0);
-			for (uint t = 0u; t < 4u; t++) {
-				ws[(4u * kq + t) * BN + rr] = v[t];
-			}
+			ws[kq * BN + rr] = r < p.rows ? loadWeightQuad(p.wRow0 + r, k0 + 4u * kq) : vec4(0.0);
 		}
-		// Stage X[s0 .. s0+BM][k0 .. k0+BK].
-		for (uint i = tid; i < BM * BK; i += WG) {
-			uint ss = i % BM, kk = i / BM;
-			uint s = s0 + ss, c = k0 + kk;
-			xs[kk * BM + ss] = s < p.n && c < p.cols ? x[s * p.cols + c] : 0.0;
+		// Stage X[s0 .. s0+BM][k0 .. k0+BK] in quads.
+		for (uint i = tid; i < BM * (BK / 4u); i += WG) {
+			uint ss = i % BM, kq = i / BM;
+			uint s = s0 + ss, c = k0 + 4u * kq;
+			vec4 v = vec4(0.0);
+			if (s < p.n) {
+				uint e = s * p.cols + c;
+				if (c + 4u <= p.cols) {
+					v = vec4(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
+				} else {
+					for (uint t = 0u; t < 4u; t++) {
+						if (c + t < p.cols) {
+							v[t] = x[e + t];
+						}
+					}
+				}
+			}
+			xs[kq * BM + ss] = v;
 		}
 		barrier(); // the tiles are complete before anyone reads them
-		for (uint k = 0u; k < BK; k++) {
-			float a[TM], b[TN];
+		for (uint kq = 0u; kq < BK / 4u; kq++) {
+			vec4 a[TM], b[TN];
 			for (uint j = 0u; j < TM; j++) {
-				a[j] = xs[k * BM + ty + j * NTY];
+				a[j] = xs[kq * BM + ty + j * NTY];
 			}
 			for (uint i = 0u; i < TN; i++) {
-				b[i] = ws[k * BN + tx + i * NTX];
+				b[i] = ws[kq * BN + tx + i * NTX];
 			}
 			for (uint j = 0u; j < TM; j++) {
 				for (uint i = 0u; i < TN; i++) {
-					acc[j * TN + i] += a[j] * b[i];
+					acc[j * TN + i] += dot(a[j], b[i]);
 				}
 			}
 		}

@@ -161,7 +161,8 @@ const attentionSharedBytes = 16384
 // head dimension hd: as many as fit, with their values and positions, in
 // 16 KiB of shared memory, at most 64.
 func AttentionSplitKeys(hd uint32) uint32 {
-	return max(1, min(64, (attentionSharedBytes-4)/(8*hd+4)))
+	quads := (hd + 3) / 4 // the tiles hold quads
+	return max(1, min(64, (attentionSharedBytes-4)/(32*quads+4)))
 }
 
 // AttentionSplitSpec is attention_split's specialization constants for head
