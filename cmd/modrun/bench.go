@@ -27,7 +27,7 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-const benchArgs = "(-m A.gguf | --synthetic SHAPE)... [--type q8_0] [--capacity C] [--seed S] [--save FILE.gguf] [--backends cpu,vulkan] [--routing router,predictor] [--ctx N] [--kv-type f16|f32] [--prompt N] [-n N] [--repeats N] [--out FILE.md] [--json FILE.json]"
+const benchArgs = "(-m A.gguf | --synthetic SHAPE)... [--type q8_0] [--capacity C] [--seed S] [--save FILE.gguf] [--backends cpu,vulkan] [--routing router,predictor] [--ctx N] [--kv-type f16|f32] [--ubatch N] [--prompt N] [-n N] [--repeats N] [--out FILE.md] [--json FILE.json]"
 
 // benchFlags are bench's options, parsed.
 type benchFlags struct {

@@ -11,7 +11,6 @@ import (
 
 	api "github.com/modrun/modrun"
 	"github.com/modrun/modrun/engine"
-	"github.com/modrun/modrun/engine/vulkan"
 	"github.com/modrun/modrun/internal/pngfile"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/tokenizer"
@@ -32,11 +31,13 @@ func (mf *modelFlags) register(fs *flag.FlagSet, defaultRouting, routingHelp str
 	fs.StringVar(&mf.routing, "routing", defaultRouting, routingHelp)
 }
 
-// cacheFlags are the KV cache flags of the commands that generate (run and
-// bench): they fill engine.BackendOptions.ContextLen and KVType.
+// cacheFlags are the KV cache and prompt batch flags of the commands that
+// generate (run and bench): they fill engine.BackendOptions.ContextLen,
+// KVType and UBatch.
 type cacheFlags struct {
 	ctx    int
 	kvType string
+	ubatch int
 }
 
 func (cf *cacheFlags) register(fs *flag.FlagSet) {
@@ -44,6 +45,7 @@ func (cf *cacheFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&cf.ctx, "c", 0, usage)
 	fs.IntVar(&cf.ctx, "ctx", 0, usage)
 	fs.StringVar(&cf.kvType, "kv-type", "", "KV cache type on the GPU: f16 | f32 (default: f16 on a GPU, f32 on a CPU emulation such as lavapipe)")
+	fs.IntVar(&cf.ubatch, "ubatch", engine.DefaultUBatch, "on Vulkan a prompt runs as one batched graph over chunks of at most `N` tokens")
 }
 
 // options sets o's context length and KV cache type, checking the flags
@@ -55,14 +57,18 @@ func (cf cacheFlags) options(o *engine.BackendOptions, m *mod.Model) error {
 	if err := cf.check(); err != nil {
 		return err
 	}
-	o.ContextLen, o.KVType = cf.ctx, cf.kvType
+	o.ContextLen, o.KVType, o.UBatch = cf.ctx, cf.kvType, cf.ubatch
 	return nil
 }
 
-// check refuses a negative --ctx and an unknown --kv-type.
+// check refuses a negative --ctx, an unknown --kv-type and a --ubatch
+// under 1.
 func (cf cacheFlags) check() error {
 	if cf.ctx < 0 {
 		return fmt.Errorf("%w: --ctx %d: must be positive (0: the model's)", errUsage, cf.ctx)
+	}
+	if cf.ubatch < 1 {
+		return fmt.Errorf("%w: --ubatch %d: must be at least 1", errUsage, cf.ubatch)
 	}
 	switch cf.kvType {
 	case "", "f16", "f32":
@@ -77,7 +83,7 @@ func (cf cacheFlags) apiOptions(o *api.Options) error {
 	if err := cf.check(); err != nil {
 		return err
 	}
-	o.ContextLen, o.KVType = cf.ctx, cf.kvType
+	o.ContextLen, o.KVType, o.UBatch = cf.ctx, cf.kvType, cf.ubatch
 	return nil
 }
 
@@ -152,13 +158,9 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	seed := fs.Int64("seed", -1, "random seed; -1 picks one from the clock (printed with --stats)")
 	stats := fs.Bool("stats", false, "print speed and per-layer routing to stderr")
 	profile := fs.Bool("profile", false, "print each GPU kernel's time to stderr (Vulkan backend)")
-	ubatch := fs.Int("ubatch", vulkan.DefaultUBatch, "the prompt runs in batches of at most `N` tokens (Vulkan backend)")
 	routingMap := fs.String("routing-map", "", "write the routing map to `FILE`.png: a column per token, a row per routed layer, coloured by score, marked where the token went through")
 	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if *ubatch < 1 {
-		return fmt.Errorf("%w: --ubatch %d must be at least 1", errUsage, *ubatch)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q (quote the prompt: -p \"...\")", errUsage, fs.Arg(0))
@@ -178,7 +180,6 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	opts.Profile = *profile
-	opts.UBatch = *ubatch
 	if err := cf.apiOptions(&opts); err != nil {
 		return err
 	}

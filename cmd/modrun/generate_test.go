@@ -60,6 +60,7 @@ func TestGenerateBadInput(t *testing.T) {
 		{[]string{"-m", model, "-p", "x", "-n", "-3"}, 2, "-n -3: must be 0 or positive"},
 		{[]string{"-m", model, "-p", "x", "stray"}, 2, `unexpected argument "stray"`},
 		{[]string{"-m", model, "-p", "x", "--kv-type", "q8"}, 2, `--kv-type "q8" is not f16 or f32`},
+		{[]string{"-m", model, "-p", "x", "--ubatch", "0"}, 2, `--ubatch 0: must be at least 1`},
 		{[]string{"-m", model, "-p", "x", "--ctx", "5000"}, 2, "--ctx 5000: must be in [1, 2048]"},
 		{[]string{"-m", model, "-p", "x", "-c", "-1"}, 2, "--ctx -1: must be positive"},
 		{[]string{"-m", model, "-p", "Once upon a time there", "-c", "4"}, 1, "the prompt has 6 tokens, more than the context length 4"},
@@ -191,6 +192,18 @@ func TestGenerateOnVulkan(t *testing.T) {
 		assert.Equal(t, string(want), kvOut, "--kv-type %s", kv)
 	}
 	assert.Regexp(t, `GPU memory: [\d.]+ MiB \(weights [\d.]+ MiB, KV cache [\d.]+ MiB, scratch [\d.]+ MiB\)`, stderr)
+	// A long prompt tells the same story whether it runs token by token
+	// (--ubatch 1), in batches of 7, or whole (the default 512).
+	prompt := string(want[:300])
+	var byUBatch []string
+	for _, ub := range []string{"1", "7", "512"} {
+		code, out, stderr := modrun(t, "-m", model, "-p", prompt, "-n", "40", "--backend", "vulkan", "--ubatch", ub)
+		require.Equal(t, 0, code, stderr)
+		byUBatch = append(byUBatch, out)
+	}
+	assert.Equal(t, byUBatch[2], byUBatch[0], "--ubatch 1")
+	assert.Equal(t, byUBatch[2], byUBatch[1], "--ubatch 7")
+	assert.True(t, strings.HasPrefix(byUBatch[2], prompt), "the prompt is echoed first")
 
 	code, _, stderr = modrun(t, "-m", modTrained, "-p", "Once upon a time", "-n", "20", "--backend", "vulkan", "--stats")
 	require.Equal(t, 0, code, stderr)
