@@ -234,14 +234,20 @@ func vulkanScorer(m *mod.Model, r mod.Routing, o BackendOptions, gpuOnly bool) (
 		return nil, why, err
 	}
 	if m.Config.IsMoD() && r != mod.RoutingTopK {
-		run, err := vulkan.New(dev, m, r, vulkan.Options{UBatch: o.UBatch})
+		// Scoring is for accuracy: an F32 cache, as eval mode's attention
+		// and the CPU's, unless asked otherwise.
+		kv := o.KVType
+		if kv == "" {
+			kv = "f32"
+		}
+		run, err := vulkan.New(dev, m, r, vulkan.Options{UBatch: o.UBatch, KVType: kv, ContextLen: o.ContextLen})
 		if err != nil {
 			b.Close()
 			return nil, "", err
 		}
 		return &ScorerBackend{Scorer: run, Name: b.Name, release: append(b.release, run.Close)}, "", nil
 	}
-	ev, err := vulkan.NewEvaluator(dev, m, vulkan.Options{})
+	ev, err := vulkan.NewEvaluator(dev, m, vulkan.Options{ContextLen: o.ContextLen})
 	if err != nil {
 		b.Close()
 		return nil, "", err

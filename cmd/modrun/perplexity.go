@@ -59,7 +59,7 @@ func perplexityMain(args []string, _ io.Reader, stdout, stderr io.Writer) error 
 	if len(ids) == 0 {
 		return fmt.Errorf("-f %s: the file has no text to score", *textPath)
 	}
-	scorer, notice, err := engine.OpenScorer(l.model, l.routing, engine.BackendOptions{Name: mf.backend, Device: mf.device})
+	scorer, notice, err := engine.OpenScorer(l.model, l.routing, engine.BackendOptions{Name: mf.backend, Device: mf.device, ContextLen: window})
 	if err != nil {
 		return fmt.Errorf("--backend %s: %w", mf.backend, err)
 	}
