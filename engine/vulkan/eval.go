@@ -310,7 +310,6 @@ func (e *Evaluator) record(s int) (*evalRec, error) {
 	w := e.w
 	c := w.c
 	f32 := func(n int) uint64 { return 4 * uint64(n) }
-	kvd, qd := c.KVDim(), c.NHead*c.HeadDim
 	var err error
 	must := func(size uint64, kind vk.BufferKind) *vk.Buffer {
 		if err != nil {
@@ -323,11 +322,7 @@ func (e *Evaluator) record(s int) (*evalRec, error) {
 	dev := vk.DeviceLocal
 	er := &evalRec{s: s, k: mod.TopK(c.Capacity, s), idx: make([]*vk.Buffer, c.NLayer)}
 	er.tok, er.logitsHost = must(f32(s), vk.HostVisible), must(f32(s*c.NVocab), vk.HostVisible)
-	var a evalActs
-	a.x, a.xs, a.xn, a.ob = must(f32(s*c.NEmbd), dev), must(f32(s*c.NEmbd), dev), must(f32(s*c.NEmbd), dev), must(f32(s*c.NEmbd), dev)
-	a.q, a.qr, a.att = must(f32(s*qd), dev), must(f32(s*qd), dev), must(f32(s*qd), dev)
-	a.k, a.kr, a.v = must(f32(s*kvd), dev), must(f32(s*kvd), dev), must(f32(s*kvd), dev)
-	a.gate, a.up, a.h = must(f32(s*c.NFF), dev), must(f32(s*c.NFF), dev), must(f32(s*c.NFF), dev)
+	a := w.newBatchActs(must, s)
 	a.pos, a.r, a.mask = must(f32(s), dev), must(f32(s), dev), must(f32(s), dev)
 	a.count, a.args = must(4, dev), must(12, dev)
 	a.logits = must(f32(s*c.NVocab), dev)
@@ -464,20 +459,36 @@ func (e *Evaluator) recordRouted(rec *vk.Recorder, er *evalRec, a *evalActs, l i
 // recordBlock records Llama block l on the first n rows of xb, in place, at
 // the positions in pos [n] u32; attention runs among those n rows.
 func (e *Evaluator) recordBlock(rec *vk.Recorder, a *evalActs, l int, xb *vk.Buffer, n int, pos *vk.Buffer) error {
-	w := e.w
-	c := w.c
-	b := &w.w.blocks[l]
-	eb := &e.blocks[l]
 	nu := uint32(n)
-	d := uint32(c.NEmbd)
-	norm, err := w.ks.row("rmsnorm", c.NEmbd)
+	ops, err := e.w.batchBlockOps(l, &e.blocks[l], a, xb, n, pos, nil, attentionArgs{n: nu, entries: nu, kv: shaders.KVF32,
+		q: a.qr, k: a.kr, v: a.v, kPos: pos, qPos: pos, partO: a.partO, partML: a.partML, out: a.att})
 	if err != nil {
 		return err
 	}
+	for _, o := range ops {
+		o.record(rec)
+	}
+	return nil
+}
+
+// batchBlockOps are the dispatches of Llama block l (eb: its matrices bound
+// for matmul) on the first n rows of xb, in place, at the positions in pos
+// [n] u32, with scratch a: rmsnorm, matmul q, k, v, rope, then kv (a
+// generate-mode cache's append, or nothing), attention att (its q, out and
+// partials are a's), matmul o, add, rmsnorm, matmul gate and up, swiglu,
+// matmul down, add. Eval windows and prefill chunks share it.
+func (r *Runner) batchBlockOps(l int, eb *evalBlock, a *evalActs, xb *vk.Buffer, n int, pos *vk.Buffer, kv []op, att attentionArgs) ([]op, error) {
+	c := r.c
+	b := &r.w.blocks[l]
+	nu, d := uint32(n), uint32(c.NEmbd)
+	norm, err := r.ks.row("rmsnorm", c.NEmbd)
+	if err != nil {
+		return nil, err
+	}
 	var kern [3]*kernel
 	for i, name := range []string{"rope", "add", "swiglu"} {
-		if kern[i], err = w.ks.get(name, nil); err != nil {
-			return err
+		if kern[i], err = r.ks.get(name, nil); err != nil {
+			return nil, err
 		}
 	}
 	rope, add, swiglu := kern[0], kern[1], kern[2]
@@ -488,19 +499,19 @@ func (e *Evaluator) recordBlock(rec *vk.Recorder, a *evalActs, l int, xb *vk.Buf
 	addOp := newOp(add, shaders.AddPush{N: nu * d}, shaders.Groups((nu*d+255)/256), rd(xb, 0, 0), rd(a.ob, 0, 0), wr(xb, 0, 0))
 	ropeOp := func(x, out *vk.Buffer, heads int) op {
 		return newOp(rope, shaders.RopePush{HeadDim: uint32(c.HeadDim), NHead: uint32(heads), N: nu}, shaders.Groups(nu),
-			rd(x, 0, 0), rd(pos, 0, 0), rd(w.w.ropeFreq, 0, 0), wr(out, 0, 0))
+			rd(x, 0, 0), rd(pos, 0, 0), rd(r.w.ropeFreq, 0, 0), wr(out, 0, 0))
 	}
-	att, err := w.batchAttentionOps(attentionArgs{n: nu, entries: nu, kv: shaders.KVF32, q: a.qr, k: a.kr, v: a.v, kPos: pos, qPos: pos,
-		partO: a.partO, partML: a.partML, out: a.att})
+	attOps, err := r.batchAttentionOps(att)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ops := []op{normOp(b.attnNorm)}
 	ops = append(ops, eb.q.ops(a.xn, a.q, n)...)
 	ops = append(ops, eb.k.ops(a.xn, a.k, n)...)
 	ops = append(ops, eb.v.ops(a.xn, a.v, n)...)
 	ops = append(ops, ropeOp(a.q, a.qr, c.NHead), ropeOp(a.k, a.kr, c.NKVHead))
-	ops = append(ops, att...)
+	ops = append(ops, kv...)
+	ops = append(ops, attOps...)
 	ops = append(ops, eb.o.ops(a.att, a.ob, n)...)
 	ops = append(ops, addOp, normOp(b.ffnNorm))
 	ops = append(ops, eb.gate.ops(a.xn, a.gate, n)...)
@@ -509,10 +520,23 @@ func (e *Evaluator) recordBlock(rec *vk.Recorder, a *evalActs, l int, xb *vk.Buf
 		rd(a.gate, 0, 0), rd(a.up, 0, 0), wr(a.h, 0, 0)))
 	ops = append(ops, eb.down.ops(a.h, a.ob, n)...)
 	ops = append(ops, addOp)
-	for _, o := range ops {
-		o.record(rec)
-	}
-	return nil
+	return ops, nil
+}
+
+// newBatchActs allocates, through must, the per-row scratch of a batch of
+// up to rows rows (the block's activations); the routing and output
+// buffers are the caller's.
+func (r *Runner) newBatchActs(must func(uint64, vk.BufferKind) *vk.Buffer, rows int) evalActs {
+	c := r.c
+	f32 := func(n int) uint64 { return 4 * uint64(rows) * uint64(n) }
+	dev := vk.DeviceLocal
+	kvd, qd := c.KVDim(), c.NHead*c.HeadDim
+	var a evalActs
+	a.x, a.xs, a.xn, a.ob = must(f32(c.NEmbd), dev), must(f32(c.NEmbd), dev), must(f32(c.NEmbd), dev), must(f32(c.NEmbd), dev)
+	a.q, a.qr, a.att = must(f32(qd), dev), must(f32(qd), dev), must(f32(qd), dev)
+	a.k, a.kr, a.v = must(f32(kvd), dev), must(f32(kvd), dev), must(f32(kvd), dev)
+	a.gate, a.up, a.h = must(f32(c.NFF), dev), must(f32(c.NFF), dev), must(f32(c.NFF), dev)
+	return a
 }
 
 // Close waits for the device and frees every GPU object the evaluator made.

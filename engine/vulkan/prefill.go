@@ -96,7 +96,6 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 		return err
 	}
 	f32 := func(n int) uint64 { return 4 * uint64(n) }
-	kvd, qd := c.KVDim(), c.NHead*c.HeadDim
 	must := func(size uint64, kind vk.BufferKind) *vk.Buffer {
 		if err != nil {
 			return nil
@@ -106,11 +105,8 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 		return b
 	}
 	dev := vk.DeviceLocal
+	pf.a = r.newBatchActs(must, ub)
 	a := &pf.a
-	a.x, a.xs, a.xn, a.ob = must(f32(ub*c.NEmbd), dev), must(f32(ub*c.NEmbd), dev), must(f32(ub*c.NEmbd), dev), must(f32(ub*c.NEmbd), dev)
-	a.q, a.qr, a.att = must(f32(ub*qd), dev), must(f32(ub*qd), dev), must(f32(ub*qd), dev)
-	a.k, a.kr, a.v = must(f32(ub*kvd), dev), must(f32(ub*kvd), dev), must(f32(ub*kvd), dev)
-	a.gate, a.up, a.h = must(f32(ub*c.NFF), dev), must(f32(ub*c.NFF), dev), must(f32(ub*c.NFF), dev)
 	a.pos, pf.tok = must(f32(ub), vk.HostVisible), must(f32(ub), vk.HostVisible)
 	a.r, a.mask, a.count, a.args = must(f32(ub), dev), must(f32(ub), dev), must(4, dev), must(12, dev)
 	a.keys = must(f32(ub), dev) // the selected rows of the chunk (compact_positive's idx)
@@ -358,61 +354,31 @@ func (r *Runner) recordPrefillBlock(rec *vk.Recorder, l int, xb *vk.Buffer, n in
 	return nil
 }
 
-// prefillBlockOps are recordPrefillBlock's dispatches.
+// prefillBlockOps are recordPrefillBlock's dispatches: the batched block,
+// its k and v appended to the layer's cache (the first rows[0] of the n
+// rows) before attention reads the cache.
 func (r *Runner) prefillBlockOps(l int, xb *vk.Buffer, n int, pos, rows *vk.Buffer) ([]op, error) {
 	c := r.c
-	pf := r.pf
-	a := &pf.a
-	b := &r.w.blocks[l]
-	eb := &pf.blocks[l]
+	a := &r.pf.a
 	kc := r.cache[l]
-	nu, d := uint32(n), uint32(c.NEmbd)
-	norm, err := r.ks.row("rmsnorm", c.NEmbd)
+	nu := uint32(n)
+	kv, err := r.ks.get(shaders.PrefillKVVariant(shaders.KVTypeName(r.kv)), nil)
 	if err != nil {
 		return nil, err
 	}
-	var kern [5]*kernel
-	for i, name := range []string{"rope", "add", "swiglu", shaders.PrefillKVVariant(shaders.KVTypeName(r.kv)), "prefill_count"} {
-		if kern[i], err = r.ks.get(name, nil); err != nil {
-			return nil, err
-		}
-	}
-	rope, add, swiglu, kv, count := kern[0], kern[1], kern[2], kern[3], kern[4]
-	normOp := func(wt *vk.Buffer) op {
-		return newOp(norm, shaders.RMSNormPush{Cols: d, N: nu, Eps: c.RMSEps}, shaders.RowGroups(nu, norm.spec),
-			rd(xb, 0, 0), rd(wt, 0, 0), wr(a.xn, 0, 0))
-	}
-	addOp := newOp(add, shaders.AddPush{N: nu * d}, shaders.Groups((nu*d+255)/256), rd(xb, 0, 0), rd(a.ob, 0, 0), wr(xb, 0, 0))
-	ropeOp := func(x, out *vk.Buffer, heads int) op {
-		return newOp(rope, shaders.RopePush{HeadDim: uint32(c.HeadDim), NHead: uint32(heads), N: nu}, shaders.Groups(nu),
-			rd(x, 0, 0), rd(pos, 0, 0), rd(r.w.ropeFreq, 0, 0), wr(out, 0, 0))
+	count, err := r.ks.get("prefill_count", nil)
+	if err != nil {
+		return nil, err
 	}
 	push := shaders.PrefillPush{N: nu, KVDim: uint32(c.KVDim()), Layer: uint32(l), MaxEntries: uint32(r.ctx)}
-	att, err := r.batchAttentionOps(attentionArgs{n: nu, entries: uint32(r.ctx), layer: uint32(l), counts: r.counts, kv: r.kv,
-		q: a.qr, k: kc.k, v: kc.v, kPos: kc.pos, qPos: pos, partO: a.partO, partML: a.partML, out: a.att})
-	if err != nil {
-		return nil, err
-	}
-	ops := []op{normOp(b.attnNorm)}
-	ops = append(ops, eb.q.ops(a.xn, a.q, n)...)
-	ops = append(ops, eb.k.ops(a.xn, a.k, n)...)
-	ops = append(ops, eb.v.ops(a.xn, a.v, n)...)
-	ops = append(ops,
-		ropeOp(a.q, a.qr, c.NHead), ropeOp(a.k, a.kr, c.NKVHead),
+	appendKV := []op{
 		newOp(kv, push, shaders.Groups(nu),
 			rd(a.kr, 0, 0), rd(a.v, 0, 0), rd(pos, 0, 0), rd(rows, 0, 0), rd(r.counts, 0, 0),
 			wr(kc.k, 0, 0), wr(kc.v, 0, 0), wr(kc.pos, 0, 0)),
-		newOp(count, push, [3]uint32{1, 1, 1}, rd(rows, 0, 0), rw(r.counts, 0, 0)))
-	ops = append(ops, att...)
-	ops = append(ops, eb.o.ops(a.att, a.ob, n)...)
-	ops = append(ops, addOp, normOp(b.ffnNorm))
-	ops = append(ops, eb.gate.ops(a.xn, a.gate, n)...)
-	ops = append(ops, eb.up.ops(a.xn, a.up, n)...)
-	ops = append(ops, newOp(swiglu, shaders.SwiGLUPush{N: nu * uint32(c.NFF)}, shaders.ElementGroups(nu*uint32(c.NFF)),
-		rd(a.gate, 0, 0), rd(a.up, 0, 0), wr(a.h, 0, 0)))
-	ops = append(ops, eb.down.ops(a.h, a.ob, n)...)
-	ops = append(ops, addOp)
-	return ops, nil
+		newOp(count, push, [3]uint32{1, 1, 1}, rd(rows, 0, 0), rw(r.counts, 0, 0)),
+	}
+	return r.batchBlockOps(l, &r.pf.blocks[l], a, xb, n, pos, appendKV, attentionArgs{n: nu, entries: uint32(r.ctx), layer: uint32(l),
+		counts: r.counts, kv: r.kv, q: a.qr, k: kc.k, v: kc.v, kPos: kc.pos, qPos: pos, partO: a.partO, partML: a.partML, out: a.att})
 }
 
 // recordPrefillRoutedBlock records routed layer l's block on the selected
