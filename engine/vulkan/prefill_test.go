@@ -36,17 +36,7 @@ func TestPrefillSplits(t *testing.T) {
 		{"ragged-ubatch3", 3, []int{8, 1, 2, 5}},
 		{"pairs", 0, []int{2}},
 	}
-	for _, tc := range []struct {
-		model   string
-		routing mod.Routing
-	}{
-		{"mod-trained", mod.RoutingRouter},
-		{"mod-trained", mod.RoutingPredictor},
-		{"mod-rand-sigmoid-pred", mod.RoutingRouter},
-		{"mod-rand-sigmoid-pred", mod.RoutingPredictor},
-		{"mod-rand-identity-bias", mod.RoutingRouter},
-		{"dense-rand", mod.RoutingRouter},
-	} {
+	for _, tc := range append(modFixtures, fixtureCase{"dense-rand", mod.RoutingRouter}) {
 		base := "../../testdata/mod/" + tc.model
 		m := openModel(t, base+".gguf")
 		seqs := fixtureTokens(t, base+".fixture.json")

@@ -211,6 +211,22 @@ func fixtureTokens(t *testing.T, path string) map[string][]int32 {
 	return out
 }
 
+// fixtureCase is a fixture model (testdata/mod/MODEL.gguf) and a causal
+// routing to run it with.
+type fixtureCase struct {
+	model   string
+	routing mod.Routing
+}
+
+// modFixtures are the MoD fixture models with each routing they have.
+var modFixtures = []fixtureCase{
+	{"mod-trained", mod.RoutingRouter},
+	{"mod-trained", mod.RoutingPredictor},
+	{"mod-rand-sigmoid-pred", mod.RoutingRouter},
+	{"mod-rand-sigmoid-pred", mod.RoutingPredictor},
+	{"mod-rand-identity-bias", mod.RoutingRouter},
+}
+
 // TestMoDGenerate runs the MoD fixture models on the GPU with causal routing
 // decided there, against mod's CPU State with the same routing: the logits
 // of every step within tolLogits, the tokens each routed layer selected
@@ -218,16 +234,7 @@ func fixtureTokens(t *testing.T, path string) map[string][]int32 {
 // the CPU's entries (same positions, keys and values within tolLogits).
 func TestMoDGenerate(t *testing.T) {
 	dev := openDevice(t, true)
-	for _, tc := range []struct {
-		model   string
-		routing mod.Routing
-	}{
-		{"mod-trained", mod.RoutingRouter},
-		{"mod-trained", mod.RoutingPredictor},
-		{"mod-rand-sigmoid-pred", mod.RoutingRouter},
-		{"mod-rand-sigmoid-pred", mod.RoutingPredictor},
-		{"mod-rand-identity-bias", mod.RoutingRouter},
-	} {
+	for _, tc := range modFixtures {
 		t.Run(tc.model+"/"+tc.routing.String(), func(t *testing.T) {
 			base := "../../testdata/mod/" + tc.model
 			m := openModel(t, base+".gguf")
