@@ -39,7 +39,7 @@
 #include "include/push_matmul_attn.glsl"
 
 layout(local_size_x = 32, local_size_x_id = 0) in;
-const float NO_SCORE = -1e30; // below any score, finite (see attention.comp)
+const float NO_SCORE = -1e30; // below any score, finite (see decode_attention.comp)
 
 #if defined(ATTN_SPLIT)
 layout(constant_id = 1) const uint HD = 64;     // the head dimension
@@ -150,9 +150,15 @@ void main() {
 					}
 					continue;
 				}
+				// In element order, as mod.Attend sums: a score of 100 or
+				// more moves its probability by its rounding (ulps of 1e-5).
 				float dt = 0.0;
 				for (uint d4 = 0u; d4 < HD4; d4++) {
-					dt += dot(qr[d4], kt[j * HD4 + d4]);
+					vec4 kq = kt[j * HD4 + d4];
+					dt += qr[d4].x * kq.x;
+					dt += qr[d4].y * kq.y;
+					dt += qr[d4].z * kq.z;
+					dt += qr[d4].w * kq.w;
 				}
 				sc[j] = dt * p.scale;
 				bm = max(bm, sc[j]);

@@ -16,8 +16,17 @@ import (
 // key tiles of splitLen.
 func (c *attentionCase) runSplit(t testing.TB, dev *vk.Device, split, merge *vk.Kernel, splitLen uint32, counts, f16 bool, sorted uint32) []float32 {
 	t.Helper()
+	rec, out := c.splitRecorder(t, dev, split, merge, splitLen, counts, f16, sorted)
+	require.NoError(t, dev.Run(rec))
+	return download(t, out, c.n*c.nHead*c.hd)
+}
+
+// splitRecorder is runSplit's recording (its buffers freed at the test's
+// end) and the output buffer it fills.
+func (c *attentionCase) splitRecorder(t testing.TB, dev *vk.Device, split, merge *vk.Kernel, splitLen uint32, counts, f16 bool, sorted uint32) (*vk.Recorder, *vk.Buffer) {
+	t.Helper()
 	b := c.upload(t, dev)
-	defer b.close()
+	t.Cleanup(b.close)
 	if f16 { // the cache as halves (c's keys and values are already rounded to them)
 		for _, kv := range []struct {
 			buf **vk.Buffer
@@ -38,31 +47,31 @@ func (c *attentionCase) runSplit(t testing.TB, dev *vk.Device, split, merge *vk.
 		cnt = []uint32{0}
 	}
 	bCounts := newBuffer(t, dev, u32bytes(cnt))
+	t.Cleanup(bCounts.Close)
 	splits := AttentionSplits(entries, splitLen)
 	rows := uint64(c.n * c.nHead * int(splits))
 	partO, err := dev.NewBuffer(4*rows*uint64(c.hd), vk.DeviceLocal)
 	require.NoError(t, err)
-	defer partO.Close()
+	t.Cleanup(partO.Close)
 	partML, err := dev.NewBuffer(8*rows, vk.DeviceLocal)
 	require.NoError(t, err)
-	defer partML.Close()
+	t.Cleanup(partML.Close)
 	push := vk.MustPackPush(AttentionSplitPush{N: uint32(c.n), Entries: entries, NHead: uint32(c.nHead),
 		NKVHead: uint32(c.nKVHead), HeadDim: uint32(c.hd), Scale: float32(1 / math.Sqrt(float64(c.hd))),
 		Layer: 1, Splits: splits, SplitLen: splitLen, Sorted: sorted})
 	rec := dev.NewRecorder()
-	defer rec.Close()
+	t.Cleanup(rec.Close)
 	rec.Fill(b.out, 0, b.out.Size(), 0x7fc00000)
 	r := func(x *vk.Buffer) vk.Bind { return vk.Bind{Buf: x, Access: vk.Read} }
 	w := func(x *vk.Buffer) vk.Bind { return vk.Bind{Buf: x, Access: vk.Write} }
 	rec.Dispatch(split, push, AttentionSplitGroups(uint32(c.n), uint32(c.nHead), splits),
 		r(b.q), r(b.k), r(b.v), r(b.kPos), r(b.qPos), r(bCounts), w(partO), w(partML))
 	rec.Dispatch(merge, push, AttentionMergeGroups(uint32(c.n), uint32(c.nHead)), r(partO), r(partML), w(b.out))
-	require.NoError(t, dev.Run(rec))
-	return download(t, b.out, c.n*c.nHead*c.hd)
+	return rec, b.out
 }
 
 // TestAttentionSplit: attention in key tiles against mod.Attend, at
-// attentionTolerance (the same roundings as attention.comp, plus the merge
+// attentionTolerance (the softmax's roundings, plus the merge
 // of tiles by their common max). Tiles of 1, 3, 7, 64 and the CPU and GPU
 // lengths; more rows than a workgroup takes; ragged heads and GQA; rows
 // that see no entry (zeros); a context of 5000 (past what a single pass

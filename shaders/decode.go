@@ -20,10 +20,10 @@ package shaders
 // flash-decoding's decode_attention_split and decode_attention_combine);
 // matvec_*_add o, rmsnorm, matvec gate|up, swiglu, matvec_*_add down.
 //
-// In a routed layer, router_score (or predictor_score) and compact_positive
-// decide on the GPU; decode_args turns compact's count into the indirect
-// arguments of every kernel of the block, which runs on a copy of x, and
-// scatter adds the gated result.
+// In a routed layer, route_decode scores the token (after router_score's
+// hidden layer with the predictor) and writes the indirect arguments of
+// every kernel of the block, which runs on a copy of x, and scatter adds
+// the gated result.
 
 // DecodeKVPush is decode_kv's push-constant block.
 type DecodeKVPush struct {
@@ -93,14 +93,6 @@ func DecodeAttendGroups(nHead, splits uint32) [3]uint32 { return Groups(nHead * 
 // DecodeAttendDoneWords is the size of decode_attend's done counters, in
 // u32 words (zero-filled once; each dispatch leaves them zero).
 func DecodeAttendDoneWords(nHead uint32) uint64 { return uint64(nHead) + 1 }
-
-// DecodeArgsPush is decode_args's push-constant block.
-type DecodeArgsPush struct {
-	M uint32 // dispatches: groups and args are [M][3]
-}
-
-// DecodeArgsGroups is decode_args's dispatch size for m dispatches.
-func DecodeArgsGroups(m uint32) [3]uint32 { return Groups((m + 63) / 64) }
 
 // KV cache element types: the suffix of decode_kv's and decode_attention's
 // variant names.
@@ -221,16 +213,6 @@ func init() {
 			},
 			Push: DecodeAttentionCombinePush{}, LocalSize: [3]uint32{64, 1, 1},
 			Notes: "the second pass of flash-decoding; dispatch Groups(n * nHead)",
-		},
-		Variant{
-			Name: "decode_args", Source: "decode_args.comp",
-			Bindings: []Binding{
-				{"count", Read, "[1] u32 selected tokens, from compact_positive"},
-				{"groups", Read, "[m][3] u32 workgroups of each dispatch when selected"},
-				{"args", Write, "[m][3] u32 VkDispatchIndirectCommand, (0, 1, 1) when not selected"},
-			},
-			Push: DecodeArgsPush{}, LocalSize: [3]uint32{64, 1, 1},
-			Notes: "dispatch DecodeArgsGroups(m)",
 		},
 	)
 }

@@ -1,13 +1,31 @@
 #version 450
-// decode_attention: attention.comp with the number of KV cache entries read
-// from a buffer (counts[layer]) instead of a push constant, so that a decode
-// step recorded once can be replayed while the cache grows: the count is
-// maintained on the GPU by decode_kv (and, in a routed layer, depends on
-// routing decisions the CPU never reads). Everything else is attention.comp's
-// algorithm, unchanged (that file explains it): causal softmax attention with
-// GQA over a compact cache whose entries carry their original positions,
-// entry e visible to row i iff kPos[e] <= qPos[i], an online softmax per
-// invocation over every WG-th entry, merged at the end.
+// decode_attention: causal softmax attention with GQA over a compact KV
+// cache whose entries carry their original positions (DESIGN.md §3: a
+// routed layer's cache holds only its selected tokens, K already rotated),
+// for the decode step:
+//
+//   out[i][h] = sum_e softmax_e(scale * q[i][h] . k[e][kvh]) v[e][kvh]
+//   over the entries e with kPos[e] <= qPos[i] (the causal mask by original
+//   position), kvh = h / (nHead/nKVHead). A row that sees no entry gets 0.
+//
+// The number of entries is read from a buffer (counts[layer]), not a push
+// constant, so that a decode step recorded once can be replayed while the
+// cache grows: the count is maintained on the GPU by decode_kv (and, in a
+// routed layer, depends on routing decisions the CPU never reads).
+//
+// A workgroup takes one (query row, head). The cache can be as long as the
+// context, so the scores do not fit anywhere at once: each of the WG
+// invocations walks every WG-th entry with its own online softmax (running
+// max m, running sum l, running output acc rescaled whenever m grows;
+// Milakov & Gimelshein 2018) and no barrier, which suits lavapipe, where a
+// workgroup barrier costs more than the arithmetic. At the end the WG partial
+// results are merged by the common max: two barriers, then each invocation
+// sums a few output dimensions over the partials. The accumulators live in
+// shared memory, [headDim][WG], because headDim is a push constant (one
+// kernel for every model) and a register array needs a compile-time size.
+// The kernel does not assume the cache is sorted: a later entry is skipped
+// by its position, not by its index. (Batches of rows go to
+// attention_split.comp, which shares each key among 32 rows.)
 //
 // With KV_F16 the cache holds halves, two to a word (decode_kv's KV_F16).
 //

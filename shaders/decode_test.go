@@ -273,35 +273,6 @@ func TestDecodeAttentionSplit(t *testing.T) {
 	}
 }
 
-// TestDecodeArgs: the block's indirect arguments are its sizes when the
-// token was selected, (0, 1, 1) when not.
-func TestDecodeArgs(t *testing.T) {
-	dev := openDevice(t)
-	k := newKernel(t, dev, routingLookup(t, "decode_args"))
-	const m = 70 // more than one workgroup
-	groups := make([]uint32, 3*m)
-	for i := range groups {
-		groups[i] = uint32(i%7 + 1)
-	}
-	bGroups := newBuffer(t, dev, denseU32Bytes(groups))
-	for _, count := range []uint32{0, 1} {
-		bCount := newBuffer(t, dev, denseU32Bytes([]uint32{count}))
-		args := routingBuffer(t, dev, nil, 3*m+1, 0)
-		require.NoError(t, args.Upload(denseU32Bytes(decodeRepeat([]uint32{0xdeadbeef}, 3*m+1)), 0))
-		rec := dev.NewRecorder()
-		rec.Dispatch(k, vk.MustPackPush(DecodeArgsPush{M: m}), DecodeArgsGroups(m),
-			denseBind(bCount, vk.Read), denseBind(bGroups, vk.Read), denseBind(args, vk.Write))
-		require.NoError(t, dev.Run(rec))
-		rec.Close()
-		want := slices.Clone(groups)
-		if count == 0 {
-			want = decodeRepeat([]uint32{0, 1, 1}, m)
-		}
-		want = append(want, 0xdeadbeef)
-		assert.Equal(t, want, routingDownloadU32(t, args, 3*m+1), "count %d", count)
-	}
-}
-
 // decodeRepeat is x repeated n times (slices.Repeat needs Go 1.23).
 func decodeRepeat(x []uint32, n int) []uint32 {
 	var out []uint32

@@ -3,7 +3,7 @@ package shaders
 import "fmt"
 
 // The prefill matrix-matrix product (matmul.comp) and causal attention over a
-// compact KV cache (attention.comp): their push-constant structs, mirroring
+// compact KV cache for batches of rows (attention_split.comp): their push-constant structs, mirroring
 // include/push_matmul_attn.glsl member for member (4-byte fields only), their
 // specialization constants and dispatch sizes, and their table entries.
 
@@ -22,16 +22,6 @@ type MatmulPush struct {
 // into y [n][rows].
 func MatmulWhole(rows, cols, n uint32) MatmulPush {
 	return MatmulPush{Rows: rows, Cols: cols, N: n, WRows: rows, LdY: rows}
-}
-
-// AttentionPush is attention's push-constant block.
-type AttentionPush struct {
-	N       uint32  // query rows: q and out are [N][NHead*HeadDim], qPos is [N]
-	Entries uint32  // KV cache entries: k and v are [Entries][NKVHead*HeadDim], kPos is [Entries]
-	NHead   uint32  // query heads, a multiple of NKVHead
-	NKVHead uint32  // key/value heads; query head h reads kv head h / (NHead/NKVHead)
-	HeadDim uint32  // elements per head, at most the spec's MAX_HD
-	Scale   float32 // score multiplier: float32(1/sqrt(HeadDim)), as mod.Attend
 }
 
 // MatmulSpec is matmul's specialization constants: a workgroup computes a
@@ -80,11 +70,13 @@ func MatmulGroups(rows, n uint32, s MatmulSpec) [3]uint32 {
 	return [3]uint32{(rows + s.BN - 1) / s.BN, (n + s.BM - 1) / s.BM, 1}
 }
 
-// AttentionSpec is attention's specialization constants: [workgroup size,
-// MAX_HD]. Shared memory is 4*(MAX_HD*(WG+1) + 2*WG) bytes: 16.6 KiB here.
+// AttentionSpec is decode_attention's specialization constants: [workgroup
+// size, MAX_HD]. Shared memory is 4*(MAX_HD*(WG+1) + 2*WG) bytes: 16.6 KiB
+// here. MAX_HD is also the largest head the engine takes.
 var AttentionSpec = []uint32{32, 128}
 
-// AttentionGroups is attention's dispatch size for n query rows.
+// AttentionGroups is decode_attention's dispatch size for n query rows: a
+// workgroup per (row, head).
 func AttentionGroups(n, nHead uint32) [3]uint32 { return Groups(n * nHead) }
 
 func matmulVariant(name, define, weightShape string) Variant {
@@ -121,16 +113,6 @@ func init() {
 		matmulVariant("matmul_f16", "WEIGHT_F16", "[rows][cols] f16"),
 		matmulVariant("matmul_q8_0", "WEIGHT_Q8_0_SPLIT", "[wRows][cols] int8 quants, then [wRows][cols/32] f16 scales (RepackQ8_0)"),
 		matmulVariant("matmul_q4_0", "WEIGHT_Q4_0_SPLIT", "[wRows][cols/2] nibble bytes, then [wRows][cols/32] f16 scales (RepackQ4_0)"),
-		Variant{
-			Name: "attention", Source: "attention.comp",
-			Bindings:      append(attentionInputs(), Binding{"out", Write, "[n][nHead*headDim] f32"}),
-			Push:          AttentionPush{},
-			LocalSize:     [3]uint32{32, 1, 1},
-			LocalSizeSpec: true,
-			Spec:          AttentionSpec,
-			Notes: "Spec: [workgroup size, MAX_HD >= headDim]; dispatch AttentionGroups(n, nHead); " +
-				"entry e is visible to row i iff kPos[e] <= qPos[i]; a row that sees none gets zeros",
-		},
 	)
 }
 

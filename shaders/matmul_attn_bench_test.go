@@ -95,36 +95,32 @@ func BenchmarkMatmul(b *testing.B) {
 	}
 }
 
-// BenchmarkAttention times attention for a decode step over a 512-entry
-// cache and a 128-token prefill (8 query heads, 4 kv heads of 64), reports
-// microseconds per dispatch, and its speed against mod.Attend on the CPU
-// (all cores), timed in the same run. It checks the result first.
+// BenchmarkAttention times attention_split and attention_merge for a decode
+// step over a 512-entry cache and a 128-token prefill (8 query heads, 4 kv
+// heads of 64), in the CPU device's key tiles, reports microseconds per
+// attention, and its speed against mod.Attend on the CPU (all cores), timed
+// in the same run. It checks the result first.
 func BenchmarkAttention(b *testing.B) {
 	dev := openDeviceWith(b, vk.InstanceOptions{})
-	v, err := Lookup("attention")
-	require.NoError(b, err)
-	k := newKernel(b, dev, v)
 	const nHead, nKVHead, hd = 8, 4, 64
+	split := newKernel(b, dev, routingLookup(b, "attention_split"), AttentionSplitSpec(hd)...)
+	merge := newKernel(b, dev, routingLookup(b, "attention_merge"))
 	for _, sh := range []struct{ n, entries int }{{1, 512}, {128, 128}} {
 		b.Run(fmt.Sprintf("n%d/entries%d/heads%d:%d/hd%d", sh.n, sh.entries, nHead, nKVHead, hd), func(b *testing.B) {
 			c := newAttentionCase(sh.n, sh.entries, nHead, nKVHead, hd, 1, 1)
 			want, scale := c.reference()
-			if err := closeness(c.run(b, dev, k), want, scale, attentionTolerance); err != nil {
+			rec, out := c.splitRecorder(b, dev, split, merge, AttentionSplitLen(hd, true), false, false, 1)
+			require.NoError(b, dev.Run(rec))
+			if err := closeness(download(b, out, sh.n*nHead*hd), want, scale, attentionTolerance); err != nil {
 				b.Fatalf("wrong before timing: %v", err)
 			}
-			out := make([]float32, sh.n*nHead*hd)
+			cpuOut := make([]float32, sh.n*nHead*hd)
 			start, runs := time.Now(), 0
 			for runs < 3 || time.Since(start) < 200*time.Millisecond {
-				mod.Attend(out, c.q, c.k, c.v, sh.entries-sh.n, sh.n, nHead, nKVHead, hd)
+				mod.Attend(cpuOut, c.q, c.k, c.v, sh.entries-sh.n, sh.n, nHead, nKVHead, hd)
 				runs++
 			}
 			cpuSeconds := time.Since(start).Seconds() / float64(runs)
-
-			bufs := c.upload(b, dev)
-			rec := dev.NewRecorder()
-			defer rec.Close()
-			c.record(rec, k, bufs)
-			require.NoError(b, dev.Run(rec)) // records
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				if err := dev.Run(rec); err != nil {

@@ -383,37 +383,23 @@ func (b *attentionBuffers) close() {
 	}
 }
 
-// record adds the attention dispatch to rec.
-func (c *attentionCase) record(rec *vk.Recorder, k *vk.Kernel, b *attentionBuffers) {
-	push := AttentionPush{N: uint32(c.n), Entries: uint32(c.entries), NHead: uint32(c.nHead),
-		NKVHead: uint32(c.nKVHead), HeadDim: uint32(c.hd), Scale: float32(1 / math.Sqrt(float64(c.hd)))}
-	rec.Dispatch(k, vk.MustPackPush(push), AttentionGroups(uint32(c.n), uint32(c.nHead)),
-		vk.Bind{Buf: b.q, Access: vk.Read}, vk.Bind{Buf: b.k, Access: vk.Read}, vk.Bind{Buf: b.v, Access: vk.Read},
-		vk.Bind{Buf: b.kPos, Access: vk.Read}, vk.Bind{Buf: b.qPos, Access: vk.Read}, vk.Bind{Buf: b.out, Access: vk.Write})
-}
-
-// run computes the case on the GPU with kernel k.
-func (c *attentionCase) run(t testing.TB, dev *vk.Device, k *vk.Kernel) []float32 {
+// runTiled computes c with attention_split (for c's head dimension) and
+// attention_merge in key tiles of splitLen.
+func (c *attentionCase) runTiled(t testing.TB, dev *vk.Device, splitLen, sorted uint32) []float32 {
 	t.Helper()
-	b := c.upload(t, dev)
-	defer b.close()
-	rec := dev.NewRecorder()
-	defer rec.Close()
-	rec.Fill(b.out, 0, b.out.Size(), 0x7fc00000) // NaN: an output the kernel skips shows
-	c.record(rec, k, b)
-	require.NoError(t, dev.Run(rec))
-	return download(t, b.out, c.n*c.nHead*c.hd)
+	split := newKernel(t, dev, routingLookup(t, "attention_split"), AttentionSplitSpec(uint32(c.hd))...)
+	merge := newKernel(t, dev, routingLookup(t, "attention_merge"))
+	return c.runSplit(t, dev, split, merge, splitLen, false, false, sorted)
 }
 
-// TestAttention checks the kernel against mod.Attend on caches in position
-// order whose last n entries are the queries: decode (n = 1) and prefill,
-// ragged head counts and GQA groups, head sizes 8, 16 and 64, 1 to 600
-// entries, and a sharp softmax whose exponentials overflow float32 unless
-// the max is subtracted.
+// TestAttention checks attention_split and attention_merge against
+// mod.Attend on caches in position order whose last n entries are the
+// queries: decode (n = 1) and prefill, ragged head counts and GQA groups,
+// head sizes 8, 16, 64 and 128, 1 to 2048 entries, and a sharp softmax
+// whose exponentials overflow float32 unless the max is subtracted; in
+// tiles of the CPU device's length and of 7, Sorted and not.
 func TestAttention(t *testing.T) {
 	dev := openDevice(t)
-	v, err := Lookup("attention")
-	require.NoError(t, err)
 	cases := []struct {
 		n, entries, nHead, nKVHead, hd int
 		qScale                         float64
@@ -432,35 +418,31 @@ func TestAttention(t *testing.T) {
 		{1, 250, 8, 8, 64, 40},
 		{2, 2048, 2, 1, 128, 1}, // a long cache and the largest head: lavapipe's loop limiter
 	}
-	for _, spec := range [][]uint32{AttentionSpec, {8, 64}, {1, 16}, {48, 72}} { // 1: one invocation walks every entry
-		k := newKernel(t, dev, v, spec...)
-		var stats errStats
-		for i, tc := range cases {
-			if tc.hd > int(spec[1]) {
-				continue // past this spec's MAX_HD
-			}
-			name := fmt.Sprintf("spec%v/n%d/entries%d/heads%d:%d/hd%d/qscale%g", spec, tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.qScale)
-			c := newAttentionCase(tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.qScale, int64(i))
-			want, scale := c.reference()
-			got := c.run(t, dev, k)
-			stats.add(got, want, scale)
-			if err := closeness(got, want, scale, attentionTolerance); err != nil {
-				t.Errorf("%s: %v", name, err)
+	var stats errStats
+	for i, tc := range cases {
+		c := newAttentionCase(tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.qScale, int64(i))
+		want, scale := c.reference()
+		for _, splitLen := range []uint32{AttentionSplitLen(uint32(tc.hd), true), 7} {
+			for _, sorted := range []uint32{0, 1} {
+				name := fmt.Sprintf("n%d/entries%d/heads%d:%d/hd%d/qscale%g/tile%d/sorted%d", tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.qScale, splitLen, sorted)
+				got := c.runTiled(t, dev, splitLen, sorted)
+				stats.add(got, want, scale)
+				if err := closeness(got, want, scale, attentionTolerance); err != nil {
+					t.Errorf("%s: %v", name, err)
+				}
 			}
 		}
-		t.Logf("spec %v: %v (tolerance %g)", spec, stats, attentionTolerance)
 	}
+	t.Logf("%v (tolerance %g)", stats, attentionTolerance)
 }
 
 // TestAttentionMasked gives the queries positions that are not the cache's
 // last: some cache entries are later than some queries (masked), a query may
 // sit between entries, before every entry (it sees none: zeros) or after
-// all; and a cache out of position order, which the kernel must not assume.
+// all; and a cache out of position order, which the kernel must not assume
+// unless told the cache is Sorted (these ascend unless shuffled).
 func TestAttentionMasked(t *testing.T) {
 	dev := openDevice(t)
-	v, err := Lookup("attention")
-	require.NoError(t, err)
-	k := newKernel(t, dev, v)
 	var stats errStats
 	var sawNone, sawSome bool // a row that sees no entry; one that sees some, not all
 	for i, tc := range []struct {
@@ -506,11 +488,17 @@ func TestAttentionMasked(t *testing.T) {
 			sawSome = sawSome || seen > 0 && seen < tc.entries
 		}
 		want, scale := c.reference()
-		got := c.run(t, dev, k)
-		stats.add(got, want, scale)
-		name := fmt.Sprintf("n%d/entries%d/heads%d:%d/hd%d/shuffled=%v", tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.shuffle)
-		if err := closeness(got, want, scale, attentionTolerance); err != nil {
-			t.Errorf("%s: %v", name, err)
+		sorted := uint32(1)
+		if tc.shuffle {
+			sorted = 0
+		}
+		for _, splitLen := range []uint32{AttentionSplitLen(uint32(tc.hd), true), 50} {
+			got := c.runTiled(t, dev, splitLen, sorted)
+			stats.add(got, want, scale)
+			name := fmt.Sprintf("n%d/entries%d/heads%d:%d/hd%d/shuffled=%v/tile%d", tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.shuffle, splitLen)
+			if err := closeness(got, want, scale, attentionTolerance); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
 		}
 	}
 	assert.True(t, sawNone, "some row sees no entry")

@@ -1,5 +1,5 @@
 // push_decode.glsl: the push-constant blocks of the decode-step kernels
-// (decode_kv.comp, decode_attention.comp, decode_args.comp), mirrored in Go
+// (decode_kv.comp, decode_attention.comp), mirrored in Go
 // by shaders/decode.go (same members, same order, 4-byte scalars only, so the
 // std430 offsets are 0, 4, 8, ...; TestVariantInterfaces checks both against
 // the SPIR-V). A kernel defines its OP_* name before including this file.
@@ -51,11 +51,5 @@ layout(push_constant) uniform DecodeAttendPush {
 	uint layer;      // index of this layer's entry count in counts
 	uint maxEntries; // entries the cache holds; an append past it is dropped
 	float scale;     // score multiplier, 1/sqrt(headDim)
-} p;
-#endif
-
-#ifdef OP_DECODE_ARGS
-layout(push_constant) uniform DecodeArgsPush {
-	uint m; // dispatches: groups and args are [m][3]
 } p;
 #endif

@@ -1,5 +1,5 @@
 // push_matmul_attn.glsl: the push-constant blocks of matmul.comp and
-// attention.comp, mirrored in Go by shaders/matmul_attn.go (same members,
+// attention_split.comp, mirrored in Go by shaders/matmul_attn.go (same members,
 // same order, 4-byte scalars only, so the std430 offsets are 0, 4, 8, ...;
 // TestVariantInterfaces checks both against the SPIR-V). A kernel defines
 // its OP_* name before including this file.
@@ -13,17 +13,6 @@ layout(push_constant) uniform MatmulPush {
 	uint wRows; // rows in W's binding (where the split layouts' scales start)
 	uint ldy;   // elements per y row: y is [n][ldy]
 	uint yOff;  // the column of y that row wRow0's output goes to
-} p;
-#endif
-
-#ifdef OP_ATTENTION
-layout(push_constant) uniform AttentionPush {
-	uint n;       // query rows: q and out are [n][nHead*headDim], qPos is [n]
-	uint entries; // KV cache entries: k and v are [entries][nKVHead*headDim], kPos is [entries]
-	uint nHead;   // query heads, a multiple of nKVHead
-	uint nKVHead; // key/value heads; query head h reads kv head h / (nHead/nKVHead)
-	uint headDim; // elements per head, at most the kernel's MAX_HD
-	float scale;  // score multiplier, 1/sqrt(headDim)
 } p;
 #endif
 
