@@ -41,14 +41,17 @@ func onesF32(t *testing.T, name string, n int) mod.Mat {
 // 139 MB, tied to the output) is over lavapipe's 128 MiB binding range; the
 // runner, with the device's own profile, uploads it in pieces and the
 // decode step's logits agree with the CPU's. The rest of the model is one
-// small block (nFF 256), so the test stays a few seconds. Tolerance: 1e-4
+// small block (nFF 256), so the test stays a few seconds. The context is
+// 4096, so a batched prompt's attention partials for 512 rows (32 heads of
+// 128 in lavapipe's tiles) would pass the binding range too: they are
+// sized for a group of rows (attentionGroupRows). Tolerance: 1e-4
 // of the largest logit plus tolLogits: the output row sums 4096 products
 // of about 0.02 in another order than the CPU (measured 5.5e-5 at
 // |logits| < 4.7: 1.2e-5 of the largest).
 func TestLargeTensorInPieces(t *testing.T) {
 	dev := openDevice(t, true)
 	c := mod.Config{Arch: "llama", NVocab: 32000, NEmbd: 4096, NLayer: 1, NHead: 32, NKVHead: 8, HeadDim: 128, NFF: 256,
-		ContextLen: 16, RMSEps: 1e-5, RopeBase: 10000, Routed: []bool{false}}
+		ContextLen: 4096, RMSEps: 1e-5, RopeBase: 10000, Routed: []bool{false}}
 	rng := rand.New(rand.NewSource(7))
 	embd := randomQ8_0(t, rng, "token_embd.weight", c.NVocab, c.NEmbd)
 	w := &mod.Weights{TokenEmbd: embd, Output: embd, OutputNorm: onesF32(t, "output_norm.weight", c.NEmbd)}

@@ -344,7 +344,7 @@ func (r *Runner) readPrefillTrace(n int) error {
 // real (the rest are computed and ignored), and those are appended to the
 // layer's cache before attention reads it.
 func (r *Runner) recordPrefillBlock(rec *vk.Recorder, l int, xb *vk.Buffer, n int, pos, rows *vk.Buffer) error {
-	ops, err := r.prefillBlockOps(l, xb, n, pos, rows)
+	ops, err := r.prefillBlockOps(l, xb, n, n, pos, rows)
 	if err != nil {
 		return err
 	}
@@ -357,7 +357,7 @@ func (r *Runner) recordPrefillBlock(rec *vk.Recorder, l int, xb *vk.Buffer, n in
 // prefillBlockOps are recordPrefillBlock's dispatches: the batched block,
 // its k and v appended to the layer's cache (the first rows[0] of the n
 // rows) before attention reads the cache.
-func (r *Runner) prefillBlockOps(l int, xb *vk.Buffer, n int, pos, rows *vk.Buffer) ([]op, error) {
+func (r *Runner) prefillBlockOps(l int, xb *vk.Buffer, n, maxRows int, pos, rows *vk.Buffer) ([]op, error) {
 	c := r.c
 	a := &r.pf.a
 	kc := r.cache[l]
@@ -377,7 +377,7 @@ func (r *Runner) prefillBlockOps(l int, xb *vk.Buffer, n int, pos, rows *vk.Buff
 			wr(kc.k, 0, 0), wr(kc.v, 0, 0), wr(kc.pos, 0, 0)),
 		newOp(count, push, [3]uint32{1, 1, 1}, rd(rows, 0, 0), rw(r.counts, 0, 0)),
 	}
-	return r.batchBlockOps(l, &r.pf.blocks[l], a, xb, n, pos, appendKV, attentionArgs{n: nu, entries: uint32(r.ctx), layer: uint32(l),
+	return r.batchBlockOps(l, &r.pf.blocks[l], a, xb, n, pos, appendKV, attentionArgs{n: nu, maxRows: uint32(maxRows), entries: uint32(r.ctx), layer: uint32(l),
 		counts: r.counts, kv: r.kv, q: a.qr, k: kc.k, v: kc.v, kPos: kc.pos, qPos: pos, partO: a.partO, partML: a.partML, out: a.att})
 }
 
@@ -390,7 +390,7 @@ func (r *Runner) prefillBlockOps(l int, xb *vk.Buffer, n int, pos, rows *vk.Buff
 func (r *Runner) recordPrefillRoutedBlock(rec *vk.Recorder, l, n int) error {
 	pf := r.pf
 	a := &pf.a
-	ops, err := r.prefillBlockOps(l, a.xs, n, pf.psel, a.count)
+	ops, err := r.prefillBlockOps(l, a.xs, n, n, pf.psel, a.count)
 	if err != nil {
 		return err
 	}
@@ -399,7 +399,7 @@ func (r *Runner) recordPrefillRoutedBlock(rec *vk.Recorder, l, n int) error {
 	if !ok {
 		sizes := make([]uint32, 0, 3*m*(n+1))
 		for k := 0; k <= n; k++ {
-			opsK, err := r.prefillBlockOps(l, a.xs, k, pf.psel, a.count)
+			opsK, err := r.prefillBlockOps(l, a.xs, k, n, pf.psel, a.count)
 			if err != nil {
 				return err
 			}

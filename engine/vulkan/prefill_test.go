@@ -9,6 +9,7 @@ import (
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/shaders"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -213,5 +214,47 @@ func TestPrefillProfiles(t *testing.T) {
 				t.Logf("%d tokens: max |logit diff| %.2g", len(tokens), worst)
 			})
 		}
+	}
+}
+
+// TestPrefillAttentionGroups: when attention's partial results over a
+// chunk would pass a binding's range, the chunk's rows go through attention
+// in groups of 64 (attentionGroupRows); here a range that holds 64 rows'
+// partials forces three groups on a 150-token prompt, and a
+// routed layer's selected rows, whose groups past the GPU-side count are
+// empty dispatches. The logits and caches equal the CPU's, as in
+// TestPrefillSplits.
+func TestPrefillAttentionGroups(t *testing.T) {
+	dev := openDevice(t, true)
+	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+	c := m.Config
+	prof := DeviceProfile(dev.Info())
+	splits := uint64(shaders.AttentionSplits(uint32(c.ContextLen), shaders.AttentionSplitLen(uint32(c.HeadDim), prof.CPU)))
+	attentionRange = 64*4*uint64(c.NHead)*splits*uint64(c.HeadDim) + 4
+	defer func() { attentionRange = 0 }()
+	run, err := New(dev, m, mod.RoutingRouter, Options{})
+	require.NoError(t, err)
+	defer run.Close()
+	require.Equal(t, uint32(64), run.attentionGroupRows(150, uint32(run.ctx)))
+	base := fixtureTokens(t, "../../testdata/mod/mod-trained.fixture.json")["generate-router"]
+	var tokens []int32
+	for len(tokens) < 150 {
+		tokens = append(tokens, base...)
+	}
+	tokens = tokens[:150]
+	cpu, err := m.NewState(mod.RoutingRouter)
+	require.NoError(t, err)
+	want, err := cpu.Forward(tokens, false)
+	require.NoError(t, err)
+	got, err := run.Feed(tokens)
+	require.NoError(t, err)
+	require.Empty(t, closeErr(want, got, tolLogits))
+	for l := 0; l < c.NLayer; l++ {
+		kw, vw, pw := cpu.KV(l)
+		kg, vg, pg, err := run.Cache(l)
+		require.NoError(t, err)
+		assert.Equal(t, pw, pg, "layer %d: cache positions", l)
+		assert.Empty(t, closeErr(kw, kg, tolLogits), "layer %d keys", l)
+		assert.Empty(t, closeErr(vw, vg, tolLogits), "layer %d values", l)
 	}
 }
