@@ -15,7 +15,8 @@
 // Open loads a model on a device (Options: backend, device, routing, context
 // length); Model.Info says what it is and where it runs. A Session is one
 // sequence: Generate streams its tokens, each with its text (UTF-8 safe) and
-// its routing, and stops within one token when its context is cancelled.
+// its routing, and stops within one token (in the prompt, one batch) when
+// its context is cancelled.
 // RoutingMap draws a generation's routing as an image.
 //
 // The packages, from the leaves up (../shared/DESIGN.md §2): gguf (the file

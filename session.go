@@ -164,8 +164,9 @@ const cpuChunk = 32
 // the last new one with its Routes nil. fn runs on Generate's goroutine;
 // an error from it other than ErrStop ends Generate with that error.
 //
-// Cancelling ctx stops Generate within one token; it returns ctx's error,
-// and the session holds the tokens delivered so far.
+// Cancelling ctx stops Generate within one token (in the prompt, within one
+// batch: 32 tokens on the CPU, Options.UBatch on Vulkan); it returns ctx's
+// error, and the session holds the tokens delivered so far.
 func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOptions, fn func(Token) error) (Result, error) {
 	if !s.busy.CompareAndSwap(false, true) {
 		return Result{}, ErrBusy
