@@ -29,6 +29,9 @@ done
 cp -r testdata models "$dir/src/"
 cp -r vk/testdata "$dir/src/vk/"
 cp example_test.go "$dir/src/" # TestExamplesOnVulkan reruns its examples from their // Output: lines
+# A module of its own, so that the repository's ./... (go test, go list in
+# TestImportDirection) does not take the copied example for a package.
+printf 'module modrun-gpu-bundle\n' > "$dir/go.mod"
 cp scripts/gpu-bundle-run.sh "$dir/run.sh"
 git rev-parse HEAD > "$dir/COMMIT" 2>/dev/null || echo unknown > "$dir/COMMIT"
 echo "gpu-bundle: $dir ($(du -sh "$dir" | cut -f1)); on the GPU machine: $dir/run.sh [REPORT.md]"
