@@ -17,27 +17,31 @@ import (
 //
 //	embed                                      tok -> x [n]
 //	dense layer: the block on x, n rows at the chunk's positions
-//	routed layer: router_score [predictor_score] x -> r [p]; compact_positive
-//	              (r > 0 or p > 0) -> idx, count, args; gather x[idx] -> xs;
-//	              prefill_pos -> the selected rows' positions; the block on
-//	              xs; scatter x[idx] += g(r) (xs - x[idx])
-//	copy the last row of x to the decode step's x; rmsnorm, matvec output,
-//	argmax, copy                               -> logits, best (as the step)
+//	routed layer: router_score x -> r (with the predictor, router_score's
+//	              SiLU hidden layer and score -> p); compact_positive
+//	              (r > 0 or p > 0, on the bits as mod.Selects) -> idx,
+//	              count, args; gather x[idx] -> xs; prefill_pos -> the
+//	              selected rows' positions; prefill_args -> the block's
+//	              indirect arguments for the count; the block on xs;
+//	              scatter x[idx] += g(r) (xs - x[idx])
+//	copy the last row of x to the decode step's x; the decode step's
+//	output (recordLogits)                      -> logits, best
 //
-// The block on the rows of a chunk: rmsnorm, matmul q, k, v (the eval-mode
-// matmul kernels), rope at each row's position, prefill_kv appends the rows'
-// k and v to the layer's cache at counts[layer] and prefill_count adds them
-// to the count, attention of the rows over the whole cache in key tiles
-// (attention.go: the earlier entries plus the chunk's own, causal by
-// original position), matmul
-// o, add, rmsnorm, matmul gate and up, swiglu, matmul down, add.
+// The block on the rows of a chunk (batchBlockOps, shared with eval mode):
+// rmsnorm, matmul q, k, v (reading the decode step's upload), rope at each
+// row's position, prefill_kv appends the rows' k and v to the layer's cache
+// at counts[layer] and prefill_count adds them to the count, attention of
+// the rows over the whole cache in key tiles (batch_attention.go: the
+// earlier entries plus the chunk's own, causal by original position),
+// matmul o, add, rmsnorm, matmul gate and up, swiglu, matmul down, add.
 //
 // A routed layer's selected count lives on the GPU only: its block is
-// recorded over all n rows (the rows past the count hold stale values and
-// their results are never read: every kernel is row-independent, the KV
-// append and the scatter stop at the count). The caches and counts are the
-// decode step's, so decoding continues after a prefill exactly as after
-// token-by-token feeding.
+// recorded as indirect dispatches whose sizes prefill_args picks for the
+// count from a table made at recording (recordPrefillRoutedBlock), so the
+// block costs what its selected rows cost. With Options.Trace each row's
+// scores and decision are copied back (readPrefillTrace). The caches and
+// counts are the decode step's, so decoding continues after a prefill
+// exactly as after token-by-token feeding.
 
 // DefaultUBatch is the chunk length of a batched prefill when
 // Options.UBatch is 0.
