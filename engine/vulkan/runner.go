@@ -8,7 +8,10 @@
 // count (maintained by the GPU). MoD causal routing (router r > 0 or
 // predictor p > 0, DESIGN.md §3) is decided on the GPU: compaction writes
 // indirect-dispatch arguments, and a routed block runs on 0 or 1 token
-// without the CPU ever reading the decision.
+// without the CPU ever reading the decision. A prompt of several tokens
+// runs as a batched graph over chunks of them (prefill.go: matmul and
+// key-tiled attention, with the same caches), and eval mode (eval.go)
+// runs whole windows through the same block builder.
 //
 // The semantics are mod.State.Forward's in causal routing, which the tests
 // check logit for logit.
