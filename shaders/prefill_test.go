@@ -1,7 +1,6 @@
 package shaders
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand"
@@ -65,8 +64,8 @@ func TestPrefillKV(t *testing.T) {
 			rec.Close()
 
 			appended := min(tc.rows, max(0, tc.maxEntries-tc.base))
-			assert.Equal(t, []uint32{7, uint32(tc.base + appended), 9}, prefillU32(t, bCounts, 3), "%s: counts", name)
-			gotPos := prefillU32(t, bKPos, capEntries)
+			assert.Equal(t, []uint32{7, uint32(tc.base + appended), 9}, routingDownloadU32(t, bCounts, 3), "%s: counts", name)
+			gotPos := routingDownloadU32(t, bKPos, capEntries)
 			for c := range capEntries {
 				want := uint32(0xdeadbeef)
 				if i := c - tc.base; i >= 0 && i < appended {
@@ -79,7 +78,7 @@ func TestPrefillKV(t *testing.T) {
 				src  []float32
 				buf  *vk.Buffer
 			}{{"k", kk, bKC}, {"v", vv, bVC}} {
-				got := prefillU32(t, kv.buf, capEntries*words)
+				got := routingDownloadU32(t, kv.buf, capEntries*words)
 				for c := range capEntries {
 					i := c - tc.base
 					for w := range words {
@@ -127,7 +126,7 @@ func TestPrefillPos(t *testing.T) {
 			denseBind(bIdx, vk.Read), denseBind(bCount, vk.Read), denseBind(bCPos, vk.Read), denseBind(bPos, vk.Write))
 		require.NoError(t, dev.Run(rec))
 		rec.Close()
-		got := prefillU32(t, bPos, tc.n)
+		got := routingDownloadU32(t, bPos, tc.n)
 		for j := range tc.n {
 			want := uint32(0xdeadbeef)
 			if j < tc.count {
@@ -136,17 +135,6 @@ func TestPrefillPos(t *testing.T) {
 			assert.Equal(t, want, got[j], "n %d count %d: pos[%d]", tc.n, tc.count, j)
 		}
 	}
-}
-
-func prefillU32(t testing.TB, b *vk.Buffer, n int) []uint32 {
-	t.Helper()
-	raw := make([]byte, 4*n)
-	require.NoError(t, b.Download(raw, 0))
-	out := make([]uint32, n)
-	for i := range out {
-		out[i] = binary.LittleEndian.Uint32(raw[4*i:])
-	}
-	return out
 }
 
 // TestPrefillArgs: args[i] = table[min(count, maxEntries)][i] for each of
@@ -169,6 +157,6 @@ func TestPrefillArgs(t *testing.T) {
 		require.NoError(t, dev.Run(rec))
 		rec.Close()
 		c := min(count, maxCount)
-		assert.Equal(t, table[3*m*c:3*m*(c+1)], prefillU32(t, bArgs, 3*m), "count %d", count)
+		assert.Equal(t, table[3*m*c:3*m*(c+1)], routingDownloadU32(t, bArgs, 3*m), "count %d", count)
 	}
 }
