@@ -101,14 +101,7 @@ func TestPrefillSplits(t *testing.T) {
 					feed(rest[:n])
 					rest = rest[n:]
 				}
-				for l := 0; l < m.Config.NLayer; l++ {
-					kw, vw, pw := cpu.KV(l)
-					kg, vg, pg, err := run.Cache(l)
-					require.NoError(t, err)
-					assert.Equal(t, pw, pg, "layer %d: cache positions", l)
-					assert.Empty(t, closeErr(kw, kg, tolLogits), "layer %d keys", l)
-					assert.Empty(t, closeErr(vw, vg, tolLogits), "layer %d values", l)
-				}
+				assertCaches(t, cpu, run, tolerance{abs: tolLogits})
 				for _, tok := range decode { // the decode step after a prefill
 					feed([]int32{tok})
 				}
@@ -203,14 +196,7 @@ func TestPrefillProfiles(t *testing.T) {
 						}
 					}
 				}
-				for l := 0; l < m.Config.NLayer; l++ {
-					kw, vw, pw := cpu.KV(l)
-					kg, vg, pg, err := run.Cache(l)
-					require.NoError(t, err)
-					assert.Equal(t, pw, pg, "layer %d: cache positions", l)
-					assert.Empty(t, closeErr(kw, kg, tolKV.of(kw)), "layer %d keys", l)
-					assert.Empty(t, closeErr(vw, vg, tolKV.of(vw)), "layer %d values", l)
-				}
+				assertCaches(t, cpu, run, tolKV)
 				t.Logf("%d tokens: max |logit diff| %.2g", len(tokens), worst)
 			})
 		}
@@ -249,12 +235,5 @@ func TestPrefillAttentionGroups(t *testing.T) {
 	got, err := run.Feed(tokens)
 	require.NoError(t, err)
 	require.Empty(t, closeErr(want, got, tolLogits))
-	for l := 0; l < c.NLayer; l++ {
-		kw, vw, pw := cpu.KV(l)
-		kg, vg, pg, err := run.Cache(l)
-		require.NoError(t, err)
-		assert.Equal(t, pw, pg, "layer %d: cache positions", l)
-		assert.Empty(t, closeErr(kw, kg, tolLogits), "layer %d keys", l)
-		assert.Empty(t, closeErr(vw, vg, tolLogits), "layer %d values", l)
-	}
+	assertCaches(t, cpu, run, tolerance{abs: tolLogits})
 }

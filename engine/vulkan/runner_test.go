@@ -298,22 +298,33 @@ func checkAgainstCPUWith(t *testing.T, dev *vk.Device, m *mod.Model, routing mod
 		biggest = math.Max(biggest, maxAbsDiff(want, make([]float32, len(want))))
 	}
 	var sel []string
-	var kvWorst, kvBiggest float64
+	kvWorst, kvBiggest := assertCaches(t, cpu, run, tolKV)
 	for l := 0; l < m.Config.NLayer; l++ {
-		kw, vw, pw := cpu.KV(l)
-		kg, vg, pg, err := run.Cache(l)
-		require.NoError(t, err)
-		assert.Equal(t, pw, pg, "layer %d: cache positions", l)
-		assert.Empty(t, closeErr(kw, kg, tolKV.of(kw)), "layer %d keys", l)
-		assert.Empty(t, closeErr(vw, vg, tolKV.of(vw)), "layer %d values", l)
-		kvWorst = math.Max(kvWorst, math.Max(maxAbsDiff(kw, kg), maxAbsDiff(vw, vg)))
-		kvBiggest = math.Max(kvBiggest, math.Max(maxAbsDiff(kw, make([]float32, len(kw))), maxAbsDiff(vw, make([]float32, len(vw)))))
-		if m.Config.Routed[l] {
-			sel = append(sel, fmt.Sprintf("layer %d: %d of %d", l, len(pg), len(tokens)))
+		if _, _, pw := cpu.KV(l); m.Config.Routed[l] {
+			sel = append(sel, fmt.Sprintf("layer %d: %d of %d", l, len(pw), len(tokens)))
 		}
 	}
 	t.Logf("%d steps, max |logit diff| %.2g (max |logit| %.3g), max |k, v diff| %.2g (max |k|, |v| %.3g); selected %s",
 		len(tokens), worst, biggest, kvWorst, kvBiggest, strings.Join(sel, ", "))
+}
+
+// assertCaches asserts that every layer's GPU cache holds the CPU's
+// entries: the same positions, keys and values within tol of the largest,
+// and returns the largest difference of a key or value and the largest
+// one of them.
+func assertCaches(t *testing.T, cpu *mod.State, run *Runner, tol tolerance) (worst, biggest float64) {
+	t.Helper()
+	for l := 0; l < run.c.NLayer; l++ {
+		kw, vw, pw := cpu.KV(l)
+		kg, vg, pg, err := run.Cache(l)
+		require.NoError(t, err)
+		assert.Equal(t, pw, pg, "layer %d: cache positions", l)
+		assert.Empty(t, closeErr(kw, kg, tol.of(kw)), "layer %d keys", l)
+		assert.Empty(t, closeErr(vw, vg, tol.of(vw)), "layer %d values", l)
+		worst = math.Max(worst, math.Max(maxAbsDiff(kw, kg), maxAbsDiff(vw, vg)))
+		biggest = math.Max(biggest, math.Max(maxAbsDiff(kw, make([]float32, len(kw))), maxAbsDiff(vw, make([]float32, len(vw)))))
+	}
+	return worst, biggest
 }
 
 // requantize replaces a loaded matrix by its values stored as typ.
