@@ -188,30 +188,15 @@ func TestDecodeAttention(t *testing.T) {
 			{1, 5, 2, 2, 128},
 		} {
 			name := fmt.Sprintf("kv%s_n%d_e%d_h%d_kv%d_hd%d", KVTypeName(kv), sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd)
-			c := newAttentionCase(sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd, 3, int64(i)+1)
-			kRaw, kRounded := kvEncode(t, kv, c.k)
-			vRaw, vRounded := kvEncode(t, kv, c.v)
-			c.k, c.v = kRounded, vRounded
-			want, scale := c.reference()
-			kvd, qd := sh.nKVHead*sh.hd, sh.nHead*sh.hd
-			capWords := (sh.entries + 4) * kvd * int(KVElementBytes(kv)) / 4
-			kPos := append(slices.Clone(c.kPos), 0, 0, 0, 0) // past the count: visible by position, must be unread
-			const layer = 2
+			in := newDecodeAttentionInputs(t, dev, kv, sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd, int64(i)+1)
+			qd := sh.nHead * sh.hd
 			rec := dev.NewRecorder()
 			out := denseNaNBuffer(t, dev, sh.n*qd)
-			rec.Dispatch(k, vk.MustPackPush(DecodeAttentionPush{N: uint32(sh.n), Layer: layer, NHead: uint32(sh.nHead),
-				NKVHead: uint32(sh.nKVHead), HeadDim: uint32(sh.hd), Scale: float32(1 / math.Sqrt(float64(sh.hd)))}),
-				AttentionGroups(uint32(sh.n), uint32(sh.nHead)),
-				denseBind(newBuffer(t, dev, f32bytes(c.q)), vk.Read),
-				denseBind(decodeBuffer(t, dev, kRaw, capWords), vk.Read),
-				denseBind(decodeBuffer(t, dev, vRaw, capWords), vk.Read),
-				denseBind(newBuffer(t, dev, denseU32Bytes(kPos)), vk.Read),
-				denseBind(newBuffer(t, dev, denseU32Bytes(c.qPos)), vk.Read),
-				denseBind(newBuffer(t, dev, denseU32Bytes([]uint32{5, 6, uint32(sh.entries), 7})), vk.Read),
-				denseBind(out, vk.Write))
+			rec.Dispatch(k, vk.MustPackPush(in.push), AttentionGroups(uint32(sh.n), uint32(sh.nHead)),
+				append(in.binds, denseBind(out, vk.Write))...)
 			require.NoError(t, dev.Run(rec))
 			rec.Close()
-			assert.NoError(t, closeness(download(t, out, sh.n*qd), want, scale, attentionTolerance), name)
+			assert.NoError(t, closeness(download(t, out, sh.n*qd), in.want, in.scale, attentionTolerance), name)
 		}
 	}
 }
@@ -240,36 +225,58 @@ func TestDecodeAttentionSplit(t *testing.T) {
 				{1, 2100, 4, 2, 64},
 			} {
 				name := fmt.Sprintf("kv%s_splits%d_n%d_e%d_h%d_kv%d_hd%d", KVTypeName(kv), splits, sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd)
-				c := newAttentionCase(sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd, 3, int64(i)+1)
-				kRaw, kRounded := kvEncode(t, kv, c.k)
-				vRaw, vRounded := kvEncode(t, kv, c.v)
-				c.k, c.v = kRounded, vRounded
-				want, scale := c.reference()
-				kvd, qd := sh.nKVHead*sh.hd, sh.nHead*sh.hd
-				capWords := (sh.entries + 4) * kvd * int(KVElementBytes(kv)) / 4
-				kPos := append(slices.Clone(c.kPos), 0, 0, 0, 0) // past the count: visible by position, must be unread
-				const layer = 2
+				in := newDecodeAttentionInputs(t, dev, kv, sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd, int64(i)+1)
+				qd := sh.nHead * sh.hd
 				part := denseNaNBuffer(t, dev, int(DecodeAttentionPartialFloats(uint32(sh.n), uint32(sh.nHead), uint32(sh.hd), splits)))
 				out := denseNaNBuffer(t, dev, sh.n*qd)
 				rec := dev.NewRecorder()
-				rec.Dispatch(k, vk.MustPackPush(DecodeAttentionPush{N: uint32(sh.n), Layer: layer, NHead: uint32(sh.nHead),
-					NKVHead: uint32(sh.nKVHead), HeadDim: uint32(sh.hd), Scale: float32(1 / math.Sqrt(float64(sh.hd)))}),
-					DecodeAttentionSplitGroups(uint32(sh.n), uint32(sh.nHead), splits),
-					denseBind(newBuffer(t, dev, f32bytes(c.q)), vk.Read),
-					denseBind(decodeBuffer(t, dev, kRaw, capWords), vk.Read),
-					denseBind(decodeBuffer(t, dev, vRaw, capWords), vk.Read),
-					denseBind(newBuffer(t, dev, denseU32Bytes(kPos)), vk.Read),
-					denseBind(newBuffer(t, dev, denseU32Bytes(c.qPos)), vk.Read),
-					denseBind(newBuffer(t, dev, denseU32Bytes([]uint32{5, 6, uint32(sh.entries), 7})), vk.Read),
-					denseBind(part, vk.Write))
+				rec.Dispatch(k, vk.MustPackPush(in.push), DecodeAttentionSplitGroups(uint32(sh.n), uint32(sh.nHead), splits),
+					append(in.binds, denseBind(part, vk.Write))...)
 				rec.Dispatch(combine, vk.MustPackPush(DecodeAttentionCombinePush{N: uint32(sh.n), NHead: uint32(sh.nHead),
 					HeadDim: uint32(sh.hd), Splits: splits}), Groups(uint32(sh.n*sh.nHead)),
 					denseBind(part, vk.Read), denseBind(out, vk.Write))
 				require.NoError(t, dev.Run(rec))
 				rec.Close()
-				assert.NoError(t, closeness(download(t, out, sh.n*qd), want, scale, attentionTolerance), name)
+				assert.NoError(t, closeness(download(t, out, sh.n*qd), in.want, in.scale, attentionTolerance), name)
 			}
 		}
+	}
+}
+
+// decodeAttentionInputs are a decode attention case's push constants, its
+// six input bindings (q, k, v, kPos, qPos, counts) and its reference.
+type decodeAttentionInputs struct {
+	push        DecodeAttentionPush
+	binds       []vk.Bind
+	want, scale []float64
+}
+
+// newDecodeAttentionInputs makes a case of n query rows over entries cache
+// entries in a cache of type kv (the reference attends over the keys and
+// values as the cache holds them), whose count counts[2] is entries, with
+// four more entries past it that are visible by position and must be unread.
+func newDecodeAttentionInputs(t *testing.T, dev *vk.Device, kv string, n, entries, nHead, nKVHead, hd int, seed int64) decodeAttentionInputs {
+	t.Helper()
+	c := newAttentionCase(n, entries, nHead, nKVHead, hd, 3, seed)
+	kRaw, kRounded := kvEncode(t, kv, c.k)
+	vRaw, vRounded := kvEncode(t, kv, c.v)
+	c.k, c.v = kRounded, vRounded
+	want, scale := c.reference()
+	capWords := (entries + 4) * nKVHead * hd * int(KVElementBytes(kv)) / 4
+	kPos := append(slices.Clone(c.kPos), 0, 0, 0, 0)
+	const layer = 2
+	return decodeAttentionInputs{
+		push: DecodeAttentionPush{N: uint32(n), Layer: layer, NHead: uint32(nHead), NKVHead: uint32(nKVHead),
+			HeadDim: uint32(hd), Scale: float32(1 / math.Sqrt(float64(hd)))},
+		binds: []vk.Bind{
+			denseBind(newBuffer(t, dev, f32bytes(c.q)), vk.Read),
+			denseBind(decodeBuffer(t, dev, kRaw, capWords), vk.Read),
+			denseBind(decodeBuffer(t, dev, vRaw, capWords), vk.Read),
+			denseBind(newBuffer(t, dev, denseU32Bytes(kPos)), vk.Read),
+			denseBind(newBuffer(t, dev, denseU32Bytes(c.qPos)), vk.Read),
+			denseBind(newBuffer(t, dev, denseU32Bytes([]uint32{5, 6, uint32(entries), 7})), vk.Read),
+		},
+		want: want, scale: scale,
 	}
 }
 
