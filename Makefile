@@ -17,18 +17,23 @@ FIXTURE_DEBS := $(TEST_DEBS)
 
 DEMO_MODEL ?= models/tinystories-mod.gguf
 
-.PHONY: setup build viewer test demo fuzz fixtures gpu-bundle clean
+.PHONY: setup build viewer-build viewer test demo fuzz fixtures gpu-bundle clean
 
 setup:
-	@scripts/setup.sh $(BUILD_DEBS) $(VIEWER_DEBS)
+	@scripts/setup.sh $(BUILD_DEBS)
 
+# bin/modrun only: the demo needs nothing else (the viewer's GLFW cgo build
+# takes minutes on a fresh machine, so it has a target of its own).
 build: setup
 	go build -o bin/modrun ./cmd/modrun
+
+viewer-build: setup
+	@scripts/setup.sh $(VIEWER_DEBS)
 	go build -o bin/modrun-viewer ./cmd/modrun-viewer
 
 # The desktop viewer tells a story beside its live routing map (needs a
 # display; xvfb-run gives one: see README.md).
-viewer: build
+viewer: viewer-build
 	bin/modrun-viewer -m $(DEMO_MODEL) -p "Once upon"
 
 test:
