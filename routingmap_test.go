@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/modrun/modrun"
+	"github.com/modrun/modrun/internal/maptest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -25,8 +26,8 @@ func TestRoutingMapRoundTrip(t *testing.T) {
 	require.NoError(t, png.Encode(&buf, img))
 	back, err := png.Decode(&buf)
 	require.NoError(t, err)
-	want := modrun.Marked(toks, rows)
-	assert.Equal(t, want, modrun.ReadRoutingMap(back, image.Point{}, 1, len(toks), rows))
+	want := maptest.Marked(toks, rows)
+	assert.Equal(t, want, maptest.Read(back, image.Point{}, 1, len(toks), rows))
 	marks := 0
 	for _, col := range want {
 		for _, m := range col {
@@ -48,6 +49,6 @@ func TestRoutingMapRoundTrip(t *testing.T) {
 	// Drawn at an offset inside a bigger picture, clipped at its edge.
 	big := image.NewRGBA(image.Rect(0, 0, 300, 100))
 	modrun.DrawRoutingMap(big, image.Pt(7, 30), toks[:20], rows)
-	assert.Equal(t, want[:20], modrun.ReadRoutingMap(big, image.Pt(7, 30), 1, 20, rows))
+	assert.Equal(t, want[:20], maptest.Read(big, image.Pt(7, 30), 1, 20, rows))
 	modrun.DrawRoutingMap(big, image.Pt(250, 90), toks, rows) // mostly outside: no panic
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/modrun/modrun"
+	"github.com/modrun/modrun/internal/maptest"
 	"github.com/modrun/modrun/vk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -128,8 +129,8 @@ func TestViewerScreenshot(t *testing.T) {
 			l := layoutFor(size.X, size.Y, rows)
 			first := firstColumn(len(want), l.mapCols)
 			require.Zero(t, first, "43 tokens fit in a %d-pixel-wide map", size.X)
-			got := modrun.ReadRoutingMap(img, l.mapOrigin, mapScale, len(want), rows)
-			assert.Equal(t, modrun.Marked(want, rows), got, "the map's marks are the session's routing")
+			got := maptest.Read(img, l.mapOrigin, mapScale, len(want), rows)
+			assert.Equal(t, maptest.Marked(want, rows), got, "the map's marks are the session's routing")
 			for j, s := range res.Layers {
 				n := 0
 				for i := range got {
@@ -203,7 +204,7 @@ func TestFrameWithoutWindow(t *testing.T) {
 		if w == 400 {
 			assert.Positive(t, first, "a narrow window shows the newest tokens")
 		}
-		assert.Equal(t, modrun.Marked(toks[first:], 4), modrun.ReadRoutingMap(img, l.mapOrigin, mapScale, len(toks)-first, 4))
+		assert.Equal(t, maptest.Marked(toks[first:], 4), maptest.Read(img, l.mapOrigin, mapScale, len(toks)-first, 4))
 	}
 	fatal := p.frame(view{Fatal: "cannot load the model: boom", Done: true}, 640, 480)
 	assert.Greater(t, colours(fatal), 5)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	api "github.com/modrun/modrun"
+	"github.com/modrun/modrun/internal/maptest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -45,8 +46,8 @@ func TestRoutingMapFile(t *testing.T) {
 	require.NoError(t, err)
 	rows := len(model.Info().RoutedLayers)
 	require.Equal(t, api.MapSize(len(toks), rows), img.Bounds().Size())
-	marked := api.ReadRoutingMap(img, image.Point{}, 1, len(toks), rows)
-	assert.Equal(t, api.Marked(toks, rows), marked)
+	marked := maptest.Read(img, image.Point{}, 1, len(toks), rows)
+	assert.Equal(t, maptest.Marked(toks, rows), marked)
 
 	stats := regexp.MustCompile(`layer +(\d+): +(\d+) of +(\d+) tokens went through`).FindAllStringSubmatch(stderr, -1)
 	require.Len(t, stats, rows, stderr)
