@@ -95,8 +95,19 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 	for i := range vals {
 		vals[i] = float32(i) - 20
 	}
-	for _, typ := range []TensorType{TypeF32, TypeF16, TypeBF16, TypeQ8_0, TypeQ4_0} {
+	for _, typ := range []TensorType{TypeF32, TypeF16, TypeBF16, TypeQ8_0, TypeQ4_0, TypeQ4_1, TypeQ5_0, TypeQ5_1} {
 		must(w.AddFloat32("t."+typ.String(), typ, []uint64{32, 2}, vals))
+	}
+	add(w)
+	// One block of each K-quant, its bytes a counting pattern (every bit
+	// pattern decodes to some value, so any bytes make a valid block).
+	w = NewWriter()
+	for _, typ := range []TensorType{TypeQ2_K, TypeQ3_K, TypeQ4_K, TypeQ5_K, TypeQ6_K} {
+		blk := make([]byte, typ.BlockBytes())
+		for i := range blk {
+			blk[i] = byte(i * 37)
+		}
+		must(w.AddTensor("t."+typ.String(), typ, []uint64{256}, blk))
 	}
 	add(w)
 	return seeds
