@@ -45,8 +45,8 @@ func (t TensorType) Supported() bool {
 	return ok || t == TypeF32 || t == TypeF16 || t == TypeBF16
 }
 
-// supportedList names SupportedTypes for error messages.
-func supportedList() string {
+// SupportedTypeNames lists SupportedTypes for messages: "F32, F16, ...".
+func SupportedTypeNames() string {
 	names := make([]string, len(SupportedTypes))
 	for i, t := range SupportedTypes {
 		names[i] = t.String()
@@ -61,7 +61,7 @@ func checkBlocks(op string, t TensorType, n, nBytes int) error {
 		return fmt.Errorf("unknown tensor type %d", uint32(t))
 	}
 	if !t.Supported() {
-		return fmt.Errorf("%s %s is not supported (%s are)", op, t, supportedList())
+		return fmt.Errorf("%s %s is not supported (%s are)", op, t, SupportedTypeNames())
 	}
 	if n%t.BlockSize() != 0 {
 		return fmt.Errorf("%d elements is not a whole number of %s blocks of %d", n, t, t.BlockSize())

@@ -176,6 +176,9 @@ func TestWeightTypes(t *testing.T) {
 		{gguf.TypeBF16, 0.1},
 		{gguf.TypeQ8_0, 0.1},
 		{gguf.TypeQ4_0, 1.5},
+		{gguf.TypeQ4_1, 1.5},  // 16 levels, as Q4_0
+		{gguf.TypeQ5_0, 0.75}, // 32 levels: half Q4_0's step
+		{gguf.TypeQ5_1, 0.75},
 	} {
 		t.Run(c.typ.String(), func(t *testing.T) {
 			tm := base
@@ -294,4 +297,9 @@ func TestLoadRefusesWrongShapeAndType(t *testing.T) {
 	}
 	_, err = Open(tm.write(t))
 	assert.ErrorContains(t, err, fmt.Sprintf(`tensor "blk.0.attn_k.weight" has shape [48 48], want [48 16] (nEmbd,kvDim)`))
+}
+
+func TestNewMatRefusesUnsupportedTypes(t *testing.T) {
+	_, err := NewMat("blk.0.attn_q.weight", gguf.TensorType(16), []uint64{256, 2}, make([]byte, 2*66))
+	assert.ErrorContains(t, err, `tensor "blk.0.attn_q.weight": type IQ2_XXS is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K are)`)
 }
