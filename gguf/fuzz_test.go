@@ -2,6 +2,8 @@ package gguf
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math"
 	"testing"
 )
 
@@ -111,4 +113,25 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 	}
 	add(w)
 	return seeds
+}
+
+// FuzzQuantize: any float32 values (NaN, infinities, subnormals included)
+// quantize to every supported type and decode again without a panic.
+func FuzzQuantize(f *testing.F) {
+	f.Add([]byte{0, 0, 0x80, 0x7f, 0, 0, 0xc0, 0x7f, 1, 0, 0, 0, 0, 0, 0x80, 0xff})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		x := make([]float32, 256)
+		for i := 0; i < len(x) && 4*i+4 <= len(data); i++ {
+			x[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
+		}
+		for _, typ := range SupportedTypes {
+			b, err := Quantize(typ, x)
+			if err != nil {
+				t.Fatalf("%s: %v", typ, err)
+			}
+			if err := Dequantize(typ, b, make([]float32, len(x))); err != nil {
+				t.Fatalf("%s: %v", typ, err)
+			}
+		}
+	})
 }

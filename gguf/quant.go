@@ -24,11 +24,11 @@ var codecs = map[TensorType]blockCodec{
 	TypeQ4_1: {decodeQ4_1, encodeQ4_1},
 	TypeQ5_0: {decodeQ5_0, encodeQ5_0},
 	TypeQ5_1: {decodeQ5_1, encodeQ5_1},
-	TypeQ2_K: {decodeQ2_K, nil},
-	TypeQ3_K: {decodeQ3_K, nil},
-	TypeQ4_K: {decodeQ4_K, nil},
-	TypeQ5_K: {decodeQ5_K, nil},
-	TypeQ6_K: {decodeQ6_K, nil},
+	TypeQ2_K: {decodeQ2_K, encodeQ2_K},
+	TypeQ3_K: {decodeQ3_K, encodeQ3_K},
+	TypeQ4_K: {decodeQ4_K, encodeQ4_K},
+	TypeQ5_K: {decodeQ5_K, encodeQ5_K},
+	TypeQ6_K: {decodeQ6_K, encodeQ6_K},
 }
 
 // SupportedTypes are the tensor types Dequantize and Quantize handle, plain
@@ -124,9 +124,6 @@ func Quantize(t TensorType, src []float32) ([]byte, error) {
 		}
 	default:
 		encode, bs, bb := codecs[t].encode, t.BlockSize(), t.BlockBytes()
-		if encode == nil {
-			return nil, fmt.Errorf("quantizing to %s is not supported yet", t)
-		}
 		for b := 0; b < len(src)/bs; b++ {
 			encode(src[b*bs:(b+1)*bs], out[b*bb:(b+1)*bb])
 		}
@@ -214,7 +211,7 @@ func encodeQ4_0(x []float32, blk []byte) {
 	d := signedMax(x) / -8
 	id := inverse(d)
 	binary.LittleEndian.PutUint16(blk, F32ToF16(d))
-	q := func(v float32) byte { return byte(min(15, int8(v*id+8.5))) }
+	q := func(v float32) byte { return byte(min(15, int8(float32(v*id)+8.5))) }
 	for j := 0; j < qk/2; j++ {
 		blk[2+j] = q(x[j]) | q(x[j+qk/2])<<4
 	}
@@ -227,7 +224,7 @@ func encodeQ5_0(x []float32, blk []byte) {
 	binary.LittleEndian.PutUint16(blk, F32ToF16(d))
 	var q [qk]byte
 	for j, v := range x {
-		q[j] = byte(min(31, int8(v*id+16.5)))
+		q[j] = byte(min(31, int8(float32(v*id)+16.5)))
 	}
 	packFifthBits(q[:], blk[2:6], blk[6:22])
 }
@@ -235,7 +232,7 @@ func encodeQ5_0(x []float32, blk []byte) {
 // encodeQ4_1: d = (max-min)/15, m = min, q = min(15, trunc((x-min)/d + 0.5)).
 func encodeQ4_1(x []float32, blk []byte) {
 	lo, id := putScaleMin(x, 15, blk)
-	q := func(v float32) byte { return byte(min(15, int8((v-lo)*id+0.5))) }
+	q := func(v float32) byte { return byte(min(15, int8(float32((v-lo)*id)+0.5))) }
 	for j := 0; j < qk/2; j++ {
 		blk[4+j] = q(x[j]) | q(x[j+qk/2])<<4
 	}
@@ -247,7 +244,7 @@ func encodeQ5_1(x []float32, blk []byte) {
 	lo, id := putScaleMin(x, 31, blk)
 	var q [qk]byte
 	for j, v := range x {
-		q[j] = byte(uint8((v-lo)*id + 0.5))
+		q[j] = byte(uint8(float32((v-lo)*id) + 0.5))
 	}
 	packFifthBits(q[:], blk[4:8], blk[8:24])
 }

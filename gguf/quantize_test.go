@@ -93,3 +93,73 @@ func TestQuantizeLegacyRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// gaussianRMSE is the error of the best uniform quantizer of a unit normal
+// with 2^bits levels (Max, 1960; one scale for all values). A K-quant adapts
+// its scale every 16 or 32 values, so it must do at least this well.
+var gaussianRMSE = map[TensorType]float64{
+	TypeQ2_K: 0.345, // 2 bits
+	TypeQ3_K: 0.193, // 3 bits
+	TypeQ4_K: 0.107, // 4 bits
+	TypeQ5_K: 0.059, // 5 bits
+	TypeQ6_K: 0.032, // 6 bits
+}
+
+func TestQuantizeKRoundTrip(t *testing.T) {
+	for _, typ := range []TensorType{TypeQ2_K, TypeQ3_K, TypeQ4_K, TypeQ5_K, TypeQ6_K} {
+		t.Run(typ.String(), func(t *testing.T) {
+			r := rand.New(rand.NewSource(int64(typ)))
+			x := make([]float32, 256*64)
+			for i := range x {
+				x[i] = float32(r.NormFloat64())
+			}
+			b, err := Quantize(typ, x)
+			require.NoError(t, err)
+			require.Len(t, b, 64*typ.BlockBytes())
+			y := make([]float32, len(x))
+			require.NoError(t, Dequantize(typ, b, y))
+			var se float64
+			for i := range x {
+				se += float64(x[i]-y[i]) * float64(x[i]-y[i])
+			}
+			rmse := math.Sqrt(se / float64(len(x)))
+			assert.Less(t, rmse, gaussianRMSE[typ], "RMS error on unit normals")
+
+			// Doubling the input doubles every step of the computation exactly
+			// (powers of two commute with rounding), so the values come back doubled.
+			x2 := make([]float32, len(x))
+			for i := range x {
+				x2[i] = 2 * x[i]
+			}
+			b2, err := Quantize(typ, x2)
+			require.NoError(t, err)
+			y2 := make([]float32, len(x))
+			require.NoError(t, Dequantize(typ, b2, y2))
+			for i := range y {
+				require.Equal(t, 2*y[i], y2[i], "element %d: doubled input", i)
+			}
+
+			zero, err := Quantize(typ, make([]float32, 256))
+			require.NoError(t, err)
+			back := make([]float32, 256)
+			require.NoError(t, Dequantize(typ, zero, back))
+			for i, v := range back {
+				require.Zero(t, v, "element %d of an all-zero block", i)
+			}
+
+			// Requantizing what came back moves it less than the first
+			// quantization moved x: those values lie on a grid the search can
+			// find again. (Not always exactly: Q3_K's and Q5_K's searches
+			// settle on a neighbouring grid for some blocks.)
+			b3, err := Quantize(typ, y)
+			require.NoError(t, err)
+			y3 := make([]float32, len(x))
+			require.NoError(t, Dequantize(typ, b3, y3))
+			var se3 float64
+			for i := range y {
+				se3 += float64(y[i]-y3[i]) * float64(y[i]-y3[i])
+			}
+			assert.Less(t, math.Sqrt(se3/float64(len(y))), rmse/2, "RMS change on requantizing")
+		})
+	}
+}

@@ -160,18 +160,20 @@ func TestAllSelectedEqualsDense(t *testing.T) {
 	}
 }
 
+// weightTypeCase is a weight type and the largest |Δlogit| it may cause
+// (logits ~ ±5): each bit fewer doubles the quantization step.
+type weightTypeCase struct {
+	typ gguf.TensorType
+	tol float64
+}
+
 // TestWeightTypes: quantized weights give the logits of their dequantized
 // values. The packed dot products are checked against Row + an F32 dot;
 // tolerances are relative to the quantization error, per type.
 func TestWeightTypes(t *testing.T) {
 	base := defaultTestModel()
 	base.nEmbd, base.nHead, base.nKVHead, base.nFF = 64, 8, 4, 96 // quantized rows are whole blocks of 32
-	tokens := randomTokens(19, base.nVocab, 11)
-	f32, _ := run(t, base.open(t), RoutingRouter, tokens, 0)
-	for _, c := range []struct {
-		typ gguf.TensorType
-		tol float64 // max abs logit difference from the F32 model (logits ~ ±5)
-	}{
+	checkWeightTypes(t, base, []weightTypeCase{
 		{gguf.TypeF16, 0.01},
 		{gguf.TypeBF16, 0.1},
 		{gguf.TypeQ8_0, 0.1},
@@ -179,12 +181,28 @@ func TestWeightTypes(t *testing.T) {
 		{gguf.TypeQ4_1, 1.5},  // 16 levels, as Q4_0
 		{gguf.TypeQ5_0, 0.75}, // 32 levels: half Q4_0's step
 		{gguf.TypeQ5_1, 0.75},
-	} {
+	})
+	// The K-quants' rows are whole super-blocks of 256.
+	base.nEmbd, base.nFF = 256, 256
+	checkWeightTypes(t, base, []weightTypeCase{
+		{gguf.TypeQ6_K, 0.4},
+		{gguf.TypeQ5_K, 0.75},
+		{gguf.TypeQ4_K, 1.5},
+		{gguf.TypeQ3_K, 3},
+		{gguf.TypeQ2_K, 6},
+	})
+}
+
+func checkWeightTypes(t *testing.T, base testModel, cases []weightTypeCase) {
+	tokens := randomTokens(19, base.nVocab, 11)
+	f32, _ := run(t, base.open(t), RoutingRouter, tokens, 0)
+	for _, c := range cases {
 		t.Run(c.typ.String(), func(t *testing.T) {
 			tm := base
 			tm.weightType = c.typ
 			m := tm.open(t)
 			assert.Equal(t, c.typ, m.Weights.Blocks[0].Q.Type)
+			assert.Equal(t, c.typ, m.Weights.TokenEmbd.Type)
 			got, _ := run(t, m, RoutingRouter, tokens, 0)
 			assertClose(t, f32, got, c.tol, "%s logits vs F32", c.typ)
 			// The packed kernel equals decoding the row and an F32 dot.
