@@ -2,6 +2,8 @@ package gguf
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math"
 	"testing"
 )
 
@@ -95,9 +97,41 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 	for i := range vals {
 		vals[i] = float32(i) - 20
 	}
-	for _, typ := range []TensorType{TypeF32, TypeF16, TypeBF16, TypeQ8_0, TypeQ4_0} {
+	for _, typ := range []TensorType{TypeF32, TypeF16, TypeBF16, TypeQ8_0, TypeQ4_0, TypeQ4_1, TypeQ5_0, TypeQ5_1} {
 		must(w.AddFloat32("t."+typ.String(), typ, []uint64{32, 2}, vals))
 	}
 	add(w)
+	// One block of each K-quant, its bytes a counting pattern (every bit
+	// pattern decodes to some value, so any bytes make a valid block).
+	w = NewWriter()
+	for _, typ := range []TensorType{TypeQ2_K, TypeQ3_K, TypeQ4_K, TypeQ5_K, TypeQ6_K} {
+		blk := make([]byte, typ.BlockBytes())
+		for i := range blk {
+			blk[i] = byte(i * 37)
+		}
+		must(w.AddTensor("t."+typ.String(), typ, []uint64{256}, blk))
+	}
+	add(w)
 	return seeds
+}
+
+// FuzzQuantize: any float32 values (NaN, infinities, subnormals included)
+// quantize to every supported type and decode again without a panic.
+func FuzzQuantize(f *testing.F) {
+	f.Add([]byte{0, 0, 0x80, 0x7f, 0, 0, 0xc0, 0x7f, 1, 0, 0, 0, 0, 0, 0x80, 0xff})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		x := make([]float32, 256)
+		for i := 0; i < len(x) && 4*i+4 <= len(data); i++ {
+			x[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
+		}
+		for _, typ := range SupportedTypes {
+			b, err := Quantize(typ, x)
+			if err != nil {
+				t.Fatalf("%s: %v", typ, err)
+			}
+			if err := Dequantize(typ, b, make([]float32, len(x))); err != nil {
+				t.Fatalf("%s: %v", typ, err)
+			}
+		}
+	})
 }

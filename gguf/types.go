@@ -84,7 +84,15 @@ const (
 	TypeF32  TensorType = 0
 	TypeF16  TensorType = 1
 	TypeQ4_0 TensorType = 2
+	TypeQ4_1 TensorType = 3
+	TypeQ5_0 TensorType = 6
+	TypeQ5_1 TensorType = 7
 	TypeQ8_0 TensorType = 8
+	TypeQ2_K TensorType = 10
+	TypeQ3_K TensorType = 11
+	TypeQ4_K TensorType = 12
+	TypeQ5_K TensorType = 13
+	TypeQ6_K TensorType = 14
 	TypeBF16 TensorType = 30
 )
 

@@ -29,10 +29,14 @@ func NewMat(name string, t gguf.TensorType, dims []uint64, data []byte) (Mat, er
 	if len(dims) == 2 {
 		m.Rows = int(dims[1])
 	}
-	switch t {
-	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0:
-	default:
-		return m, fmt.Errorf("tensor %q: type %s is not supported (F32, F16, BF16, Q8_0, Q4_0 are)", name, t)
+	if !t.Supported() {
+		return m, fmt.Errorf("tensor %q: type %s is not supported (%s are)", name, t, gguf.SupportedTypeNames())
+	}
+	// Whole blocks and the bytes they take: Dot and Row rely on both.
+	if want, err := gguf.TensorBytes(t, dims); err != nil {
+		return m, fmt.Errorf("tensor %q: %w", name, err)
+	} else if uint64(len(data)) != want {
+		return m, fmt.Errorf("tensor %q: %d bytes, %s %v takes %d", name, len(data), t, dims, want)
 	}
 	if t != gguf.TypeF32 && m.Rows > 1 {
 		m.packed, m.rowBytes = data, len(data)/m.Rows
@@ -92,8 +96,23 @@ func (m *Mat) Dot(i int, x []float32) float32 {
 			}
 			sum += f16Table[le.Uint16(blk)] * s
 		}
+	default: // the other quantized types: each block decoded by gguf, then dotted
+		var buf [256]float32 // the largest block (K-quants: 256 elements)
+		bs, bb := m.Type.BlockSize(), m.Type.BlockBytes()
+		for b := 0; b < m.Cols/bs; b++ {
+			m.decode(i, row[b*bb:(b+1)*bb], buf[:bs])
+			sum += dotF32(buf[:bs], x[b*bs:(b+1)*bs])
+		}
 	}
 	return sum
+}
+
+// decode dequantizes one block of row i. The type and length were checked at
+// load, so gguf cannot fail here.
+func (m *Mat) decode(i int, blk []byte, dst []float32) {
+	if err := gguf.Dequantize(m.Type, blk, dst); err != nil {
+		panic(fmt.Sprintf("mod: tensor %q row %d: %v", m.Name, i, err))
+	}
 }
 
 // Row decodes row i into dst (len Cols).
@@ -102,10 +121,7 @@ func (m *Mat) Row(i int, dst []float32) {
 		copy(dst, m.f32[i*m.Cols:(i+1)*m.Cols])
 		return
 	}
-	// The type and length were checked at load, so this cannot fail.
-	if err := gguf.Dequantize(m.Type, m.packed[i*m.rowBytes:(i+1)*m.rowBytes], dst); err != nil {
-		panic(fmt.Sprintf("mod: tensor %q row %d: %v", m.Name, i, err))
-	}
+	m.decode(i, m.packed[i*m.rowBytes:(i+1)*m.rowBytes], dst)
 }
 
 // Vec returns a vector's values (norm weights, router vectors), decoded at load.

@@ -160,28 +160,49 @@ func TestAllSelectedEqualsDense(t *testing.T) {
 	}
 }
 
+// weightTypeCase is a weight type and the largest |Δlogit| it may cause
+// (logits ~ ±5): each bit fewer doubles the quantization step.
+type weightTypeCase struct {
+	typ gguf.TensorType
+	tol float64
+}
+
 // TestWeightTypes: quantized weights give the logits of their dequantized
 // values. The packed dot products are checked against Row + an F32 dot;
 // tolerances are relative to the quantization error, per type.
 func TestWeightTypes(t *testing.T) {
 	base := defaultTestModel()
 	base.nEmbd, base.nHead, base.nKVHead, base.nFF = 64, 8, 4, 96 // quantized rows are whole blocks of 32
-	tokens := randomTokens(19, base.nVocab, 11)
-	f32, _ := run(t, base.open(t), RoutingRouter, tokens, 0)
-	for _, c := range []struct {
-		typ gguf.TensorType
-		tol float64 // max abs logit difference from the F32 model (logits ~ ±5)
-	}{
+	checkWeightTypes(t, base, []weightTypeCase{
 		{gguf.TypeF16, 0.01},
 		{gguf.TypeBF16, 0.1},
 		{gguf.TypeQ8_0, 0.1},
 		{gguf.TypeQ4_0, 1.5},
-	} {
+		{gguf.TypeQ4_1, 1.5},  // 16 levels, as Q4_0
+		{gguf.TypeQ5_0, 0.75}, // 32 levels: half Q4_0's step
+		{gguf.TypeQ5_1, 0.75},
+	})
+	// The K-quants' rows are whole super-blocks of 256.
+	base.nEmbd, base.nFF = 256, 256
+	checkWeightTypes(t, base, []weightTypeCase{
+		{gguf.TypeQ6_K, 0.4},
+		{gguf.TypeQ5_K, 0.75},
+		{gguf.TypeQ4_K, 1.5},
+		{gguf.TypeQ3_K, 3},
+		{gguf.TypeQ2_K, 6},
+	})
+}
+
+func checkWeightTypes(t *testing.T, base testModel, cases []weightTypeCase) {
+	tokens := randomTokens(19, base.nVocab, 11)
+	f32, _ := run(t, base.open(t), RoutingRouter, tokens, 0)
+	for _, c := range cases {
 		t.Run(c.typ.String(), func(t *testing.T) {
 			tm := base
 			tm.weightType = c.typ
 			m := tm.open(t)
 			assert.Equal(t, c.typ, m.Weights.Blocks[0].Q.Type)
+			assert.Equal(t, c.typ, m.Weights.TokenEmbd.Type)
 			got, _ := run(t, m, RoutingRouter, tokens, 0)
 			assertClose(t, f32, got, c.tol, "%s logits vs F32", c.typ)
 			// The packed kernel equals decoding the row and an F32 dot.
@@ -294,4 +315,13 @@ func TestLoadRefusesWrongShapeAndType(t *testing.T) {
 	}
 	_, err = Open(tm.write(t))
 	assert.ErrorContains(t, err, fmt.Sprintf(`tensor "blk.0.attn_k.weight" has shape [48 48], want [48 16] (nEmbd,kvDim)`))
+}
+
+func TestNewMatRefusesBadInput(t *testing.T) {
+	_, err := NewMat("blk.0.attn_q.weight", gguf.TensorType(16), []uint64{256, 2}, make([]byte, 2*66))
+	assert.ErrorContains(t, err, `tensor "blk.0.attn_q.weight": type IQ2_XXS is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K are)`)
+	_, err = NewMat("w", gguf.TypeQ4_K, []uint64{128, 2}, make([]byte, 144))
+	assert.ErrorContains(t, err, `tensor "w": first dimension 128 is not a multiple of the Q4_K block size 256`)
+	_, err = NewMat("w", gguf.TypeQ6_K, []uint64{256, 2}, make([]byte, 210))
+	assert.ErrorContains(t, err, `tensor "w": 210 bytes, Q6_K [256 2] takes 420`)
 }
