@@ -34,6 +34,7 @@ func (in *Instance) NewDevice(info DeviceInfo) (*Device, error) {
 	if err := result(C.GoString(call), Result(r)); err != nil {
 		return nil, fmt.Errorf("device %d (%s): %w", info.Index, info.Name, err)
 	}
+	live.devices.Add(1)
 	return &Device{inst: in, info: info, h: uint64(h), Timeout: DefaultTimeout}, nil
 }
 
@@ -48,6 +49,7 @@ func (d *Device) Close() {
 	}
 	C.mr_destroy_device(C.uint64_t(d.h))
 	d.h = 0
+	live.devices.Add(-1)
 }
 
 // WaitIdle waits until the device has finished all submitted work.
@@ -92,6 +94,8 @@ func (d *Device) NewBuffer(bytes uint64, kind BufferKind) (*Buffer, error) {
 	if err := result(C.GoString(call), Result(r)); err != nil {
 		return nil, fmt.Errorf("%s buffer of %d bytes: %w", kind, size, err)
 	}
+	live.buffers.Add(1)
+	live.bytes.Add(size)
 	return &Buffer{dev: d, kind: kind, size: size, buf: uint64(buf), mem: uint64(mem), mapped: ptr}, nil
 }
 
@@ -102,6 +106,8 @@ func (b *Buffer) Close() {
 	}
 	C.mr_destroy_buffer(C.uint64_t(b.dev.h), C.uint64_t(b.buf), C.uint64_t(b.mem))
 	b.buf, b.mem, b.mapped = 0, 0, nil
+	live.buffers.Add(-1)
+	live.bytes.Add(-b.size)
 }
 
 // Upload copies data into the buffer at offset, and returns when the copy is
