@@ -38,6 +38,9 @@
 //   - Cancelling a Generate keeps every token run so far (Tokens says
 //     which, in the prompt too); the next Generate continues after them,
 //     with more prompt or none (""), or Reset starts afresh.
+//   - A NaN or an infinity in the weights or activations is never hidden
+//     behind an ordinary token: Generate stops with ErrNonFinite ("non-finite
+//     logits at token N"), on every backend.
 //
 // The packages, from the leaves up (../shared/DESIGN.md §2): gguf (the file
 // format), tokenizer, mod (the model and its CPU reference), vk and shaders

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/modrun/modrun/engine"
+	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/tokenizer"
 )
 
@@ -131,6 +132,12 @@ const (
 	StopContextFull = engine.StopContextFull // the sequence reached the context length
 	StopCallback    = engine.StopCallback    // the callback returned ErrStop
 )
+
+// ErrNonFinite is wrapped by Generate's error when the model's logits hold
+// a NaN or an infinity ("non-finite logits at token N"): a broken weight
+// (modrun inspect --check names them) or an overflow. No backend hides one
+// behind an ordinary-looking token.
+var ErrNonFinite = mod.ErrNonFinite
 
 // ErrStop, returned by Generate's callback, ends the generation without an
 // error.
@@ -362,7 +369,9 @@ func (g *generation) feed(tokens []int32, last bool) (int32, [][]engine.LayerRou
 		next, err = r.(engine.GreedyFeeder).FeedArgmax(tokens)
 	} else {
 		var logits []float32
-		if logits, err = r.Feed(tokens); err == nil && last {
+		if logits, err = r.Feed(tokens); err == nil && !mod.Finite(logits) {
+			err = mod.NonFinite(len(g.s.fed) + len(tokens) - 1)
+		} else if err == nil && last {
 			next = g.sampler.Sample(logits)
 		}
 	}

@@ -376,12 +376,18 @@ func (r *Runner) check(tokens []int32) error {
 // Argmax is the index of the largest logit of the last token fed, computed
 // on the GPU (ties to the lower index): greedy decoding without reading the
 // logits back.
+// Logits holding a NaN or an infinity give mod.ErrNonFinite, as Feed's
+// caller finds them on the CPU.
 func (r *Runner) Argmax() (int32, error) {
 	var raw [4]byte
 	if err := r.bestHost.Download(raw[:], 0); err != nil {
 		return 0, err
 	}
-	return int32(binary.LittleEndian.Uint32(raw[:])), nil
+	best := binary.LittleEndian.Uint32(raw[:])
+	if best == shaders.ArgmaxNonFinite {
+		return 0, fmt.Errorf("vulkan: %w", mod.NonFinite(r.pos-1))
+	}
+	return int32(best), nil
 }
 
 // Pos is the number of tokens fed since the last Reset.
