@@ -391,3 +391,41 @@ func TestSoak(t *testing.T) {
 		assert.Equal(t, before, vk.LiveObjects(), "GPU objects")
 	})
 }
+
+// TestDeviceLost: a GPU fault in the middle of a generation (a lost
+// device, injected: no real device loses itself on demand) ends that
+// Generate with an error naming it; later calls fail at once, and the
+// model closes cleanly, freeing every GPU object.
+func TestDeviceLost(t *testing.T) {
+	if err := vk.Load(); err != nil {
+		t.Skipf("no Vulkan loader: %v", err)
+	}
+	before := vk.LiveObjects()
+	m, err := modrun.Open(shipped, modrun.Options{Backend: modrun.BackendVulkan})
+	if err != nil {
+		t.Skipf("no Vulkan device: %v", err)
+	}
+	s := m.NewSession()
+	n := 0
+	within(t, "a generation on a lost device", func() {
+		_, err = s.Generate(context.Background(), "Once upon", modrun.GenerateOptions{MaxTokens: 8}, func(tk modrun.Token) error {
+			if n++; n == 5 {
+				vk.InjectFault(vk.ErrorDeviceLost)
+			}
+			return nil
+		})
+	})
+	var vkErr *vk.Error
+	require.ErrorAs(t, err, &vkErr)
+	assert.Equal(t, vk.ErrorDeviceLost, vkErr.Result)
+	assert.ErrorContains(t, err, "the device is unusable now")
+	within(t, "calls after the fault", func() {
+		_, err = m.NewSession().Generate(context.Background(), "Lily", modrun.GenerateOptions{MaxTokens: 2}, nil)
+		assert.ErrorIs(t, err, vkErr)
+		_, err = s.Generate(context.Background(), "", modrun.GenerateOptions{MaxTokens: 2}, nil)
+		assert.ErrorIs(t, err, vkErr)
+		assert.NoError(t, s.Close())
+		assert.NoError(t, m.Close())
+	})
+	assert.Equal(t, before, vk.LiveObjects())
+}

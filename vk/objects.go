@@ -45,9 +45,19 @@ type Device struct {
 	// Timeout bounds how long Run waits for the GPU before it returns an
 	// error (VK_TIMEOUT) instead of hanging.
 	Timeout time.Duration
+	// MemoryLimit caps the bytes this device's live buffers may hold
+	// together (0: only the driver's limit). NewBuffer past it fails with
+	// an *OutOfMemoryError, as when the device's memory runs out: a program
+	// may leave room for others, and tests make an allocation fail midway.
+	MemoryLimit uint64
 
 	staging *Buffer // host-visible, for Upload and Download of device-local buffers
 	stats   Stats
+	held    [2]uint64 // bytes of the live buffers, by BufferKind
+	// broken is set by a submit that failed so that the device's state is
+	// unknown (VK_ERROR_DEVICE_LOST, a fence that timed out): every later
+	// Run, Upload and Download returns it at once, never waits.
+	broken error
 }
 
 // Info describes the device.
