@@ -429,3 +429,35 @@ func TestDeviceLost(t *testing.T) {
 	})
 	assert.Equal(t, before, vk.LiveObjects())
 }
+
+// TestMisuse: a nil context is an error, and a callback that panics
+// (recovered by the caller) leaves the model and the session usable.
+func TestMisuse(t *testing.T) {
+	eachBackend(t, func(t *testing.T, open func() *modrun.Model) {
+		m := open()
+		want := ids(t, m, "Once upon", 6)
+		s := m.NewSession()
+		_, err := s.Generate(nil, "Once", modrun.GenerateOptions{}, nil) //nolint:staticcheck // the misuse under test
+		assert.ErrorContains(t, err, "nil context")
+
+		within(t, "a panicking callback", func() {
+			defer func() { assert.Equal(t, "boom", recover()) }()
+			_, _ = s.Generate(context.Background(), "Once upon", modrun.GenerateOptions{MaxTokens: 6}, func(tk modrun.Token) error {
+				if !tk.Prompt {
+					panic("boom")
+				}
+				return nil
+			})
+		})
+		within(t, "generating after the panic", func() { // assert only: not the test's goroutine
+			assert.NoError(t, s.Reset())
+			var got []int32
+			_, err := s.Generate(context.Background(), "Once upon", modrun.GenerateOptions{MaxTokens: 6}, func(tk modrun.Token) error {
+				got = append(got, tk.ID)
+				return nil
+			})
+			assert.NoError(t, err)
+			assert.Equal(t, want, got)
+		})
+	})
+}

@@ -195,6 +195,9 @@ const cpuChunk = 32
 // error, and the session holds the tokens run so far (Tokens): a later
 // Generate continues after them, with more prompt or none.
 func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOptions, fn func(Token) error) (Result, error) {
+	if ctx == nil {
+		return Result{}, errors.New("modrun: Generate: nil context (context.Background() is the one that never ends)")
+	}
 	leave, err := s.enter()
 	if err != nil {
 		return Result{}, err
