@@ -18,22 +18,24 @@ const module = "github.com/modrun/modrun"
 // A key ending in "/..." covers the folder and everything below it; "*"
 // allows every package but cmd and bench, which nothing may import.
 var layers = map[string][]string{
-	"gguf":            {"internal/..."},
-	"vk":              {"internal/..."},
-	"vk/vktest":       {"vk", "internal/..."}, // the tests' device helper
-	"shaders":         {"internal/..."},
-	"internal/...":    {"internal/..."},
-	"internal/poison": {"gguf", "internal/..."}, // tests: a GGUF copy with a NaN planted
-	"tokenizer":       {"gguf", "internal/..."},
-	"mod":             {"gguf", "tokenizer", "internal/..."},
-	"mod/convert":     {"mod", "gguf", "tokenizer", "internal/..."}, // checkpoints -> GGUF
-	"mod/synth":       {"mod", "gguf", "tokenizer", "internal/..."}, // random-weight models of standard shapes
-	"engine/vulkan":   {"mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
-	"engine":          {"engine/vulkan", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
-	"":                {"*"}, // the root package: the Go API for embedding
-	"cmd/...":         {"*"},
-	"bench/...":       {"*"},
-	"train/...":       {"*"},
+	"gguf":          {"internal/..."},
+	"vk":            {"internal/..."},
+	"vk/vktest":     {"vk", "internal/..."}, // the tests' device helper
+	"shaders":       {"internal/..."},
+	"internal/...":  {"internal/..."},
+	"tokenizer":     {"gguf", "internal/..."},
+	"mod":           {"gguf", "tokenizer", "internal/..."},
+	"mod/convert":   {"mod", "gguf", "tokenizer", "internal/..."}, // checkpoints -> GGUF
+	"mod/synth":     {"mod", "gguf", "tokenizer", "internal/..."}, // random-weight models of standard shapes
+	"engine/vulkan": {"mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
+	"engine":        {"engine/vulkan", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
+	"":              {"*"}, // the root package: the Go API for embedding
+	"cmd/...":       {"*"},
+	"bench/...":     {"*"},
+	"train/...":     {"*"},
+
+	// The tests' GGUF copies with a NaN or an Inf planted.
+	"internal/poison": {"gguf", "internal/..."},
 }
 
 func TestImportDirection(t *testing.T) {
