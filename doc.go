@@ -31,7 +31,8 @@
 //     Close). Everything else works: another session's Generate (it runs in
 //     the callback's place, and the outer generation restores its sequence
 //     after), Reset and Close; Model.Close (the outer Generate then returns
-//     ErrClosed); Model.Profile, Tokenize, NewSession.
+//     ErrClosed); Model.Profile, Tokenize, NewSession. (A call from another
+//     goroutine waits its turn as ever: a callback must not wait for one.)
 //   - A Session's Reset, Close and Tokens never wait for another session.
 //   - Every method of a closed Session, of the Sessions of a closed Model,
 //     and of a closed Model returns ErrClosed (a second Close included).
