@@ -19,6 +19,30 @@
 // its context is cancelled.
 // RoutingMap draws a generation's routing as an image.
 //
+// # The contract
+//
+// A Model serves its Sessions one Generate call at a time: a call from
+// another goroutine waits its turn (or its ctx). A Session takes one call
+// of its methods at a time: a second concurrent call returns ErrBusy.
+// Beyond that, misuse gives an error at once, never a hang:
+//   - From inside a token callback, every method either works or returns
+//     ErrBusy at once; none waits on the Generate running the callback.
+//     The callback's own session returns ErrBusy (Generate, Tokens, Reset,
+//     Close). Everything else works: another session's Generate (it runs in
+//     the callback's place, and the outer generation restores its sequence
+//     after), Reset and Close; Model.Close (the outer Generate then returns
+//     ErrClosed); Model.Profile, Tokenize, NewSession. (A call from another
+//     goroutine waits its turn as ever: a callback must not wait for one.)
+//   - A Session's Reset, Close and Tokens never wait for another session.
+//   - Every method of a closed Session, of the Sessions of a closed Model,
+//     and of a closed Model returns ErrClosed (a second Close included).
+//   - Cancelling a Generate keeps every token run so far (Tokens says
+//     which, in the prompt too); the next Generate continues after them,
+//     with more prompt or none (""), or Reset starts afresh.
+//   - A NaN or an infinity in the weights or activations is never hidden
+//     behind an ordinary token: Generate stops with ErrNonFinite ("non-finite
+//     logits at token N"), on every backend.
+//
 // The packages, from the leaves up (../shared/DESIGN.md §2): gguf (the file
 // format), tokenizer, mod (the model and its CPU reference), vk and shaders
 // (Vulkan compute), engine and engine/vulkan (runners, sampling, generation),

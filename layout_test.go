@@ -38,6 +38,9 @@ var layers = map[string][]string{
 	// The tests' reader of the API's routing map (the API draws maps; only
 	// tests read them back).
 	"internal/maptest": {"*"},
+
+	// The tests' GGUF copies with a NaN or an Inf planted.
+	"internal/poison": {"gguf", "internal/..."},
 }
 
 func TestImportDirection(t *testing.T) {

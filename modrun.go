@@ -2,12 +2,14 @@ package modrun
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/mod"
@@ -63,7 +65,8 @@ type Options struct {
 
 // Model is a loaded model on its device. It serves any number of
 // Sessions, one Generate call at a time: a call waits while another
-// session's runs. Close it when done.
+// session's runs (the package doc has the whole contract). Close it when
+// done.
 type Model struct {
 	m        *mod.Model
 	tok      *tokenizer.Tokenizer
@@ -73,12 +76,17 @@ type Model struct {
 	noRoutes bool
 	chunk    int // prompt tokens per Feed: cpuChunk, or the GPU's batch
 
-	// turn is held by the Generate call using the runner; owner is the
-	// session whose sequence the runner holds.
-	turn   chan struct{}
-	owner  *Session
-	closed bool
-	mu     sync.Mutex // guards closed
+	// turn is held by the call using the runner (see acquire); callback
+	// is the goroutine that holds it while that goroutine runs a token
+	// callback (0 otherwise).
+	turn     chan struct{}
+	callback atomic.Uint64
+	// owner is the session whose sequence the runner holds, as of that
+	// session's Reset count ownerSeq (under turn).
+	owner    *Session
+	ownerSeq uint64
+	closed   bool
+	mu       sync.Mutex // guards closed
 }
 
 // Info says what a Model is and where it runs.
@@ -222,6 +230,9 @@ func (m *Model) Info() Info {
 // Tokenize turns text into the model's token ids, with BOS first when bos
 // is true and the tokenizer has one.
 func (m *Model) Tokenize(text string, bos bool) ([]int32, error) {
+	if m.isClosed() {
+		return nil, ErrClosed
+	}
 	return m.tok.Encode(text, bos)
 }
 
@@ -251,10 +262,13 @@ type ProfileEntry struct {
 // Profile is the GPU time per kernel, most first, with Options.Profile on
 // a Vulkan device that has timestamps; nil otherwise.
 func (m *Model) Profile() []ProfileEntry {
-	m.turn <- struct{}{}
-	defer func() { <-m.turn }()
+	release, err := m.acquire(context.Background())
+	if err != nil {
+		return nil
+	}
+	defer release()
 	p, ok := m.backend.Runner.(engine.Profiler)
-	if !ok || m.closed {
+	if !ok {
 		return nil
 	}
 	var out []ProfileEntry
@@ -264,21 +278,24 @@ func (m *Model) Profile() []ProfileEntry {
 	return out
 }
 
-// ErrClosed is returned by the methods of a closed Model or Session.
+// ErrClosed is returned by the methods of a closed Model or Session, and
+// of the Sessions of a closed Model.
 var ErrClosed = errors.New("modrun: closed")
 
 // Close waits for a Generate call in progress (cancel its context to hurry
-// it), then frees the device's objects and the model's file. Sessions of a
-// closed model return ErrClosed.
+// it), then frees the device's objects and the model's file. Called from a
+// token callback, it closes at once, and the Generate call that runs the
+// callback returns ErrClosed when the callback returns. A second Close and
+// the methods of a closed model's sessions return ErrClosed.
 func (m *Model) Close() error {
-	m.turn <- struct{}{}
-	defer func() { <-m.turn }()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return nil
+	release, err := m.acquire(context.Background())
+	if err != nil {
+		return err
 	}
+	defer release()
+	m.mu.Lock()
 	m.closed = true
+	m.mu.Unlock()
 	m.backend.Close()
 	m.owner = nil
 	if err := m.m.Close(); err != nil {
@@ -291,4 +308,63 @@ func (m *Model) isClosed() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.closed
+}
+
+// acquire takes the model's runner for one call that uses it (Generate,
+// Profile, Close; a new method that touches the runner or its owner does
+// the same), waiting while another call holds it, until ctx is done. It
+// returns ErrClosed once the model is closed; otherwise the caller must
+// call release when done.
+//
+// Called from a token callback of the call that holds the runner, it
+// returns at once without taking it: the runner is idle while the callback
+// runs, and waiting would wait on itself forever. The nested call then
+// uses the runner in the callback's place (the outer Generate restores its
+// session before it goes on). Go gives no other way to tell a call from
+// the callback's goroutine from another goroutine's call, which must wait
+// its turn, hence the goroutine id.
+func (m *Model) acquire(ctx context.Context) (release func(), err error) {
+	release = func() { <-m.turn }
+	select {
+	case m.turn <- struct{}{}:
+	default:
+		if g := m.callback.Load(); g != 0 && g == goroutineID() {
+			release = func() {}
+			break
+		}
+		select {
+		case m.turn <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if m.isClosed() {
+		release()
+		return nil, ErrClosed
+	}
+	return release, nil
+}
+
+// inCallback runs a token callback of the call holding the runner, marking
+// the goroutine as the runner's holder for acquire while it runs.
+func (m *Model) inCallback(gid uint64, fn func() error) error {
+	prev := m.callback.Swap(gid)
+	defer m.callback.Store(prev)
+	return fn()
+}
+
+// goroutineID is the running goroutine's id, from the first line of its
+// stack trace ("goroutine 42 [running]:").
+func goroutineID() uint64 {
+	var buf [40]byte
+	n := runtime.Stack(buf[:], false)
+	f := strings.Fields(strings.TrimPrefix(string(buf[:n]), "goroutine "))
+	if len(f) == 0 {
+		panic("modrun: no goroutine id in runtime.Stack")
+	}
+	id, err := strconv.ParseUint(f[0], 10, 64)
+	if err != nil || id == 0 {
+		panic(fmt.Sprintf("modrun: goroutine id %q in runtime.Stack: %v", f[0], err))
+	}
+	return id
 }

@@ -8,27 +8,47 @@ import (
 	"time"
 
 	"github.com/modrun/modrun/engine"
+	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/tokenizer"
 )
 
 // Session is one sequence: a prompt, the tokens generated after it, and
 // whatever later Generate calls add, until Reset. Its methods may be
-// called from any goroutine, but one Generate at a time: a second
-// concurrent call returns ErrBusy.
+// called from any goroutine, but one at a time: a call while another of
+// the same session runs (a Generate, or any call from that Generate's
+// token callback) returns ErrBusy.
 type Session struct {
-	m    *Model
-	busy atomic.Bool
-	// The rest is touched only by the Generate call that set busy (or by
-	// Reset and Close, which take busy too).
+	m      *Model
+	busy   atomic.Bool
+	closed atomic.Bool
+	// The rest is touched only by the call that set busy.
 	fed     []int32 // every token the runner has run for this session, in order
 	pending []int32 // the last token drawn and delivered but not run yet (0 or 1)
 	dec     *tokenizer.StreamDecoder
-	closed  bool
+	// resets counts Reset and Close: the runner holds this session's
+	// sequence only if it was fed since the last one (Model.owner).
+	resets uint64
 }
 
-// ErrBusy is returned by a Session's Generate, Reset or Close while
-// another Generate call of the same session runs.
-var ErrBusy = errors.New("modrun: the session is generating (one Generate call at a time)")
+// ErrBusy is returned by a Session's methods while another call of the
+// same session runs: a Generate, or from inside Generate's callback.
+var ErrBusy = errors.New("modrun: the session is generating (one call at a time)")
+
+// enter marks the session busy for one call of its methods, or says why it
+// cannot be: ErrClosed (the session or its model is closed) or ErrBusy.
+func (s *Session) enter() (leave func(), err error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	if !s.busy.CompareAndSwap(false, true) {
+		return nil, ErrBusy
+	}
+	if s.closed.Load() || s.m.isClosed() {
+		s.busy.Store(false)
+		return nil, ErrClosed
+	}
+	return func() { s.busy.Store(false) }, nil
+}
 
 // NewSession starts an empty sequence.
 func (m *Model) NewSession() *Session {
@@ -113,6 +133,12 @@ const (
 	StopCallback    = engine.StopCallback    // the callback returned ErrStop
 )
 
+// ErrNonFinite is wrapped by Generate's error when the model's logits hold
+// a NaN or an infinity ("non-finite logits at token N"): a broken weight
+// (modrun inspect --check names them) or an overflow. No backend hides one
+// behind an ordinary-looking token.
+var ErrNonFinite = mod.ErrNonFinite
+
 // ErrStop, returned by Generate's callback, ends the generation without an
 // error.
 var ErrStop = engine.ErrStop
@@ -166,15 +192,17 @@ const cpuChunk = 32
 //
 // Cancelling ctx stops Generate within one token (in the prompt, within one
 // batch: 32 tokens on the CPU, Options.UBatch on Vulkan); it returns ctx's
-// error, and the session holds the tokens delivered so far.
+// error, and the session holds the tokens run so far (Tokens): a later
+// Generate continues after them, with more prompt or none.
 func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOptions, fn func(Token) error) (Result, error) {
-	if !s.busy.CompareAndSwap(false, true) {
-		return Result{}, ErrBusy
+	if ctx == nil {
+		return Result{}, errors.New("modrun: Generate: nil context (context.Background() is the one that never ends)")
 	}
-	defer s.busy.Store(false)
-	if s.closed {
-		return Result{}, ErrClosed
+	leave, err := s.enter()
+	if err != nil {
+		return Result{}, err
 	}
+	defer leave()
 	so, err := opts.sampler()
 	if err != nil {
 		return Result{}, err
@@ -184,7 +212,15 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 		return Result{}, fmt.Errorf("modrun: prompt: %w", err)
 	}
 	if len(ids) == 0 && len(s.pending) == 0 {
-		return Result{}, fmt.Errorf("modrun: the prompt is empty and there is nothing to continue from; give some text")
+		if len(s.fed) == 0 {
+			return Result{}, fmt.Errorf("modrun: the prompt is empty and there is nothing to continue from; give some text")
+		}
+		// The last call stopped before it drew a token (cancelled in its
+		// prompt): run the last token again to draw one. The runner must
+		// first forget it, so the session's sequence is restored.
+		s.pending = []int32{s.fed[len(s.fed)-1]}
+		s.fed = s.fed[:len(s.fed)-1]
+		s.resets++
 	}
 	if have := len(s.fed) + len(s.pending); have+len(ids) > s.m.ctxLen {
 		if have == 0 {
@@ -193,19 +229,18 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 		return Result{}, fmt.Errorf("modrun: the prompt has %d tokens; after the session's %d that is more than the context length %d",
 			len(ids), have, s.m.ctxLen)
 	}
-	select { // take the model's runner
-	case s.m.turn <- struct{}{}:
-	case <-ctx.Done():
-		return Result{}, ctx.Err()
+	release, err := s.m.acquire(ctx)
+	if err != nil {
+		return Result{}, err
 	}
-	defer func() { <-s.m.turn }()
-	if s.m.isClosed() {
-		return Result{}, ErrClosed
-	}
+	defer release()
 	if err := s.restore(ctx); err != nil {
 		return Result{}, err
 	}
 	g := &generation{s: s, ctx: ctx, fn: fn, res: Result{PromptTokens: len(ids)}}
+	if fn != nil {
+		g.gid = goroutineID()
+	}
 	if g.sampler, err = engine.NewSampler(so); err != nil {
 		return Result{}, err
 	}
@@ -216,20 +251,23 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 	}
 	err = g.run(ids, opts.MaxTokens)
 	g.res.Tail = string(s.dec.Flush())
-	g.res.Layers = s.m.layerStats()
+	if !s.m.isClosed() { // a callback may have closed it
+		g.res.Layers = s.m.layerStats()
+	}
 	return g.res, err
 }
 
 // restore makes the runner hold this session's sequence: a runner that ran
-// another session since is reset and fed this one's tokens again (causal
-// routing gives the same caches however the tokens are split).
+// another session since (or this one before its Reset) is reset and fed
+// this one's tokens again (causal routing gives the same caches however the
+// tokens are split). The caller holds the runner (Model.acquire).
 func (s *Session) restore(ctx context.Context) error {
-	if s.m.owner == s {
+	if s.m.owner == s && s.m.ownerSeq == s.resets {
 		return nil
 	}
 	r := s.m.backend.Runner
 	r.Reset()
-	s.m.owner = s
+	s.m.owner, s.m.ownerSeq = s, s.resets
 	chunk := s.m.chunk
 	for i := 0; i < len(s.fed); i += chunk {
 		if err := ctx.Err(); err != nil {
@@ -250,7 +288,8 @@ type generation struct {
 	ctx     context.Context
 	fn      func(Token) error
 	sampler *engine.Sampler
-	greedy  bool // the runner takes the argmax itself (pure greedy sampling)
+	greedy  bool   // the runner takes the argmax itself (pure greedy sampling)
+	gid     uint64 // the goroutine running fn, which holds the runner (Model.acquire)
 	res     Result
 }
 
@@ -319,6 +358,13 @@ func (g *generation) feed(tokens []int32, last bool) (int32, [][]engine.LayerRou
 	if err := g.ctx.Err(); err != nil {
 		return 0, nil, err
 	}
+	// The callback may have closed the model, or run another session.
+	if g.s.m.isClosed() {
+		return 0, nil, ErrClosed
+	}
+	if err := g.s.restore(g.ctx); err != nil {
+		return 0, nil, err
+	}
 	r := g.s.m.backend.Runner
 	var next int32
 	var err error
@@ -326,7 +372,9 @@ func (g *generation) feed(tokens []int32, last bool) (int32, [][]engine.LayerRou
 		next, err = r.(engine.GreedyFeeder).FeedArgmax(tokens)
 	} else {
 		var logits []float32
-		if logits, err = r.Feed(tokens); err == nil && last {
+		if logits, err = r.Feed(tokens); err == nil && !mod.Finite(logits) {
+			err = mod.NonFinite(len(g.s.fed) + len(tokens) - 1)
+		} else if err == nil && last {
 			next = g.sampler.Sample(logits)
 		}
 	}
@@ -352,7 +400,8 @@ func (g *generation) deliver(id int32, pos int, prompt bool, routes []Route) err
 	if g.fn == nil {
 		return nil
 	}
-	return g.fn(Token{ID: id, Text: string(b), Pos: pos, Prompt: prompt, Routes: routes})
+	tok := Token{ID: id, Text: string(b), Pos: pos, Prompt: prompt, Routes: routes}
+	return g.s.m.inCallback(g.gid, func() error { return g.fn(tok) })
 }
 
 // stopped turns ErrStop from the callback into a clean stop.
@@ -387,48 +436,42 @@ func (m *Model) layerStats() []LayerStat {
 	return out
 }
 
-// Tokens is the session's sequence: every token delivered since the last
-// Reset, the prompt's included.
+// Tokens is the session's sequence: every token run or delivered since the
+// last Reset, the prompt's included.
 func (s *Session) Tokens() ([]int32, error) {
-	if !s.busy.CompareAndSwap(false, true) {
-		return nil, ErrBusy
+	leave, err := s.enter()
+	if err != nil {
+		return nil, err
 	}
-	defer s.busy.Store(false)
+	defer leave()
 	return append(append([]int32(nil), s.fed...), s.pending...), nil
 }
 
 // Reset empties the session's sequence; the next Generate starts afresh.
+// It never waits for another session's Generate.
 func (s *Session) Reset() error {
-	if !s.busy.CompareAndSwap(false, true) {
-		return ErrBusy
+	leave, err := s.enter()
+	if err != nil {
+		return err
 	}
-	defer s.busy.Store(false)
+	defer leave()
 	s.fed, s.pending = nil, nil
 	s.dec = s.m.tok.NewStreamDecoder()
-	s.release()
+	s.resets++ // the runner no longer holds this sequence (restore)
 	return nil
 }
 
-// release gives up the runner's sequence if the session holds it.
-func (s *Session) release() {
-	s.m.turn <- struct{}{}
-	if s.m.owner == s {
-		s.m.owner = nil
-	}
-	<-s.m.turn
-}
-
-// Close ends the session. It returns ErrBusy while Generate runs (cancel
-// its context first).
+// Close ends the session; its methods return ErrClosed after. It returns
+// ErrBusy while Generate runs (cancel its context first), and never waits
+// for another session's Generate.
 func (s *Session) Close() error {
-	if !s.busy.CompareAndSwap(false, true) {
-		return ErrBusy
+	leave, err := s.enter()
+	if err != nil {
+		return err
 	}
-	defer s.busy.Store(false)
-	if !s.closed {
-		s.closed = true
-		s.fed, s.pending = nil, nil
-		s.release()
-	}
+	defer leave()
+	s.closed.Store(true)
+	s.fed, s.pending = nil, nil
+	s.resets++
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/modrun/modrun/mod"
 )
 
 // StopReason says why generation ended.
@@ -71,6 +73,9 @@ func Generate(r Runner, prompt []int32, opts GenerateOptions) (res Result, err e
 		logits, err := r.Feed(tokens)
 		if err != nil {
 			return 0, err
+		}
+		if !mod.Finite(logits) {
+			return 0, fmt.Errorf("engine: %w", mod.NonFinite(r.Pos()-1))
 		}
 		return sampler.Sample(logits), nil
 	}

@@ -1,7 +1,9 @@
 #version 450
 // argmax: out[r] = the index of the largest x[r][j], ties to the lower index
 // (mod.TopKIndices(x[r], 1)), for each row r of x (a logits vector per row).
-// NaN never wins a comparison, so a row with NaNs gives an unspecified index.
+// A row holding a NaN or an infinity gives NONFINITE instead: its logits
+// are broken, and any index would pass for an ordinary token
+// (shaders.ArgmaxNonFinite; the runner turns it into an error).
 //
 // TPR invocations (constant 1) share a row: each scans a stride keeping its
 // first maximum, then the pairs (value, index) fold in a shared-memory tree
@@ -18,12 +20,15 @@ layout(constant_id = 1) const uint TPR = 128; // invocations per row, divides th
 layout(std430, binding = 0) readonly buffer X { float x[]; };   // [n][cols]
 layout(std430, binding = 1) writeonly buffer Out { uint out_[]; }; // [n]
 
+const uint NONFINITE = 0xfffffffeu;
+
 shared float bestV[gl_WorkGroupSize.x];
 shared uint bestI[gl_WorkGroupSize.x];
 
 // beats says whether (v, i) wins over (bv, bi).
+// NONFINITE beats everything.
 bool beats(float v, uint i, float bv, uint bi) {
-	return v > bv || (v == bv && i < bi);
+	return i == NONFINITE || (bi != NONFINITE && (v > bv || (v == bv && i < bi)));
 }
 
 void main() {
@@ -36,6 +41,10 @@ void main() {
 	// Ascending within the stride, so a strict > keeps the first maximum.
 	for (uint j = lane; j < cols; j += TPR) {
 		float v = x[base + j];
+		if (isnan(v) || isinf(v)) {
+			bi = NONFINITE;
+			break;
+		}
 		if (v > bv || bi == 0xffffffffu) {
 			bv = v;
 			bi = j;

@@ -161,10 +161,10 @@ void main() {
 					dt += qr[d4].w * kq.w;
 				}
 				sc[j] = dt * p.scale;
-				bm = max(bm, sc[j]);
+				bm = maxNaN(bm, sc[j]);
 			}
-			if (bm > NO_SCORE) { // some key is visible
-				float mn = max(m, bm);
+			if (!(bm <= NO_SCORE)) { // some key is visible (or a score is NaN)
+				float mn = maxNaN(m, bm);
 				float a = exp(m - mn);
 				l *= a;
 				for (uint d4 = 0u; d4 < HD4; d4++) {
@@ -212,7 +212,7 @@ void main() {
 	uint pb = ih * p.splits;
 	float mx = NO_SCORE;
 	for (uint s = 0u; s < p.splits; s++) {
-		mx = max(mx, partML[pb + s].x);
+		mx = maxNaN(mx, partML[pb + s].x);
 	}
 	float sum = 0.0;
 	for (uint s = 0u; s < p.splits; s++) {
@@ -224,7 +224,7 @@ void main() {
 		for (uint s = 0u; s < p.splits; s++) {
 			o += partO[(pb + s) * hd + d] * exp(partML[pb + s].x - mx);
 		}
-		out_[ih * hd + d] = sum > 0.0 ? o / sum : 0.0;
+		out_[ih * hd + d] = sum == 0.0 ? 0.0 : o / sum; // never negative; NaN stays
 	}
 }
 #else

@@ -152,7 +152,7 @@ void main() {
 			dot += qs[d] * (self ? kn[d] : kAt(kb + d));
 		}
 		float s = dot * p.scale;
-		if (s > m) {
+		if (!(s <= m)) { // a NaN score too: it becomes the max and spreads
 			float a = exp(m - s);
 			l *= a;
 			for (uint d = 0u; d < hd; d++) {
@@ -170,7 +170,7 @@ void main() {
 	barrier();
 	float mx = NO_SCORE;
 	for (uint t = 0u; t < WG; t++) {
-		mx = max(mx, ms[t]);
+		mx = maxNaN(mx, ms[t]);
 	}
 	float a = exp(m - mx);
 	ls[tid] = l * a;
@@ -210,7 +210,7 @@ void main() {
 	uint base = h * SPLITS * stride;
 	float gm = part[base];
 	for (uint s = 1u; s < SPLITS; s++) {
-		gm = max(gm, part[base + s * stride]);
+		gm = maxNaN(gm, part[base + s * stride]);
 	}
 	float gl = 0.0;
 	for (uint s = 0u; s < SPLITS; s++) {
@@ -221,7 +221,7 @@ void main() {
 		for (uint s = 0u; s < SPLITS; s++) {
 			o += part[base + s * stride + 2u + d] * exp(part[base + s * stride] - gm);
 		}
-		out_[h * hd + d] = gl > 0.0 ? o / gl : 0.0;
+		out_[h * hd + d] = gl == 0.0 ? 0.0 : o / gl; // never negative; NaN stays
 	}
 	if (tid == 0u) {
 		done[h] = 0u;

@@ -121,7 +121,7 @@ void main() {
 			dot += qs[d] * kAt(kb + d);
 		}
 		float s = dot * p.scale;
-		if (s > m) { // a new max: rescale what was summed so far
+		if (!(s <= m)) { // a new max (or a NaN, which spreads): rescale what was summed so far
 			float a = exp(m - s);
 			l *= a;
 			for (uint d = 0u; d < hd; d++) {
@@ -141,7 +141,7 @@ void main() {
 	// Rescale this invocation's partial result to the common max.
 	float mx = NO_SCORE;
 	for (uint t = 0u; t < WG; t++) {
-		mx = max(mx, ms[t]);
+		mx = maxNaN(mx, ms[t]);
 	}
 	float a = exp(m - mx);
 	ls[tid] = l * a;
@@ -173,7 +173,7 @@ void main() {
 		for (uint t = 0u; t < WG; t++) {
 			o += accs[d * WG + t];
 		}
-		out_[qBase + d] = sum > 0.0 ? o / sum : 0.0;
+		out_[qBase + d] = sum == 0.0 ? 0.0 : o / sum; // never negative; NaN stays
 	}
 #endif
 }

@@ -27,7 +27,7 @@ void main() {
 	uint base = g * p.splits * stride;
 	float mx = part[base];
 	for (uint s = 1u; s < p.splits; s++) {
-		mx = max(mx, part[base + s * stride]);
+		mx = maxNaN(mx, part[base + s * stride]);
 	}
 	float sum = 0.0;
 	for (uint s = 0u; s < p.splits; s++) {
@@ -38,6 +38,6 @@ void main() {
 		for (uint s = 0u; s < p.splits; s++) {
 			o += part[base + s * stride + 2u + d] * exp(part[base + s * stride] - mx);
 		}
-		out_[g * hd + d] = sum > 0.0 ? o / sum : 0.0;
+		out_[g * hd + d] = sum == 0.0 ? 0.0 : o / sum; // never negative; NaN stays
 	}
 }

@@ -49,6 +49,10 @@ type EmbedPush struct {
 	Rows    uint32 // vocabulary rows in the w binding
 }
 
+// ArgmaxNonFinite is argmax's answer for a row that holds a NaN or an
+// infinity: broken logits, which no index may pass for.
+const ArgmaxNonFinite = 0xfffffffe
+
 // ArgmaxPush is argmax's push-constant block.
 type ArgmaxPush struct {
 	Cols uint32 // elements per row (nVocab)

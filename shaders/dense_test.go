@@ -321,9 +321,10 @@ func TestSoftmax(t *testing.T) {
 
 // ---- Argmax
 
-// argmaxRun takes n rows of cols logits; row r%4 is: 0 random with the
+// argmaxRun takes n rows of cols logits; row r%6 is: 0 random with the
 // maximum planted twice (the lower index wins), 1 constant, 2 the maximum
-// last, 3 all -inf.
+// last, 3 all -inf, 4 a NaN planted, 5 a +Inf planted. A row with a
+// non-finite value gives ArgmaxNonFinite (-1 in the comparison).
 func argmaxRun(t testing.TB, dev *vk.Device, k *vk.Kernel, cols, n int, seed int64) *denseRun {
 	rng := rand.New(rand.NewSource(seed))
 	x := make([]float32, 0, n*cols)
@@ -343,12 +344,20 @@ func argmaxRun(t testing.TB, dev *vk.Device, k *vk.Kernel, cols, n int, seed int
 			for j := range row {
 				row[j] = float32(math.Inf(-1))
 			}
+		case 4:
+			row[rng.Intn(cols)] = float32(math.NaN())
+		case 5:
+			row[rng.Intn(cols)] = float32(math.Inf(1))
 		}
 		x = append(x, row...)
 	}
 	want, scale := make([]float64, n), make([]float64, n)
 	for r := 0; r < n; r++ {
-		want[r], scale[r] = float64(mod.TopKIndices(x[r*cols:(r+1)*cols], 1)[0]), 1
+		row := x[r*cols : (r+1)*cols]
+		want[r], scale[r] = float64(mod.TopKIndices(row, 1)[0]), 1
+		if !mod.Finite(row) {
+			want[r] = -1
+		}
 	}
 	xb := newBuffer(t, dev, f32bytes(x))
 	out, err := dev.NewBuffer(uint64(4*n), vk.DeviceLocal)
@@ -364,6 +373,9 @@ func argmaxRun(t testing.TB, dev *vk.Device, k *vk.Kernel, cols, n int, seed int
 			got := make([]float32, n)
 			for i, v := range idx {
 				got[i] = float32(v) // exact: indices < 2^24
+				if v == ArgmaxNonFinite {
+					got[i] = -1
+				}
 			}
 			return got, want, scale
 		},
@@ -374,7 +386,7 @@ func TestArgmax(t *testing.T) {
 	dev := openDevice(t)
 	ks := denseKernels{dev: dev, v: denseLookup(t, "argmax")}
 	var w denseWorst
-	for _, sh := range [][2]int{{1, 4}, {7, 4}, {512, 5}, {1000, 4}, {32000, 4}, {100000, 1}} {
+	for _, sh := range [][2]int{{1, 6}, {7, 6}, {512, 7}, {1000, 6}, {32000, 6}, {100000, 1}} {
 		for _, spec := range append(denseRowSpecs("argmax", sh[0]), []uint32{64, 64}, []uint32{256, 256}) {
 			name := fmt.Sprintf("spec%v/%dx%d", spec, sh[1], sh[0])
 			if err := argmaxRun(t, dev, ks.get(t, spec), sh[0], sh[1], int64(sh[0]+sh[1])).run(t, dev, &w); err != nil {

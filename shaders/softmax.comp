@@ -24,7 +24,7 @@ void main() {
 	uint base = r * p.cols;
 	float mx = uintBitsToFloat(0xff800000u); // -inf
 	for (uint j = lane; j < cols; j += TPR) {
-		mx = max(mx, x[base + j]);
+		mx = maxNaN(mx, x[base + j]);
 	}
 	mx = rowMax(mx);
 	float sum = 0.0;

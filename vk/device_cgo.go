@@ -34,6 +34,7 @@ func (in *Instance) NewDevice(info DeviceInfo) (*Device, error) {
 	if err := result(C.GoString(call), Result(r)); err != nil {
 		return nil, fmt.Errorf("device %d (%s): %w", info.Index, info.Name, err)
 	}
+	live.devices.Add(1)
 	return &Device{inst: in, info: info, h: uint64(h), Timeout: DefaultTimeout}, nil
 }
 
@@ -48,6 +49,7 @@ func (d *Device) Close() {
 	}
 	C.mr_destroy_device(C.uint64_t(d.h))
 	d.h = 0
+	live.devices.Add(-1)
 }
 
 // WaitIdle waits until the device has finished all submitted work.
@@ -85,13 +87,31 @@ func (d *Device) NewBuffer(bytes uint64, kind BufferKind) (*Buffer, error) {
 		// Cached memory makes Download (the host reading) fast; not required.
 		required, preferred, mapped = memHostVisible|memHostCoherent, memHostCached, 1
 	}
+	oom := &OutOfMemoryError{Kind: kind, Asked: size, Held: d.held[kind], Heap: d.info.DeviceLocalBytes, Limit: d.MemoryLimit}
+	// The device-local heap is a hard limit, even where the driver would
+	// go past it (lavapipe takes host memory until the system runs out).
+	heapFull := kind == DeviceLocal && oom.Heap > 0 && d.held[kind]+size > oom.Heap
+	if heapFull || (d.MemoryLimit > 0 && d.held[DeviceLocal]+d.held[HostVisible]+size > d.MemoryLimit) {
+		if !heapFull {
+			oom.Held = d.held[DeviceLocal] + d.held[HostVisible]
+		}
+		oom.Err = &Error{Call: "vkAllocateMemory", Result: ErrorOutOfDeviceMemory}
+		return nil, oom
+	}
 	var buf, mem C.uint64_t
 	var ptr unsafe.Pointer
 	var call *C.char
 	r := C.mr_create_buffer(C.uint64_t(d.h), C.uint64_t(size), usage, required, preferred, C.int(mapped), &buf, &mem, &ptr, &call)
 	if err := result(C.GoString(call), Result(r)); err != nil {
+		if Result(r) == ErrorOutOfDeviceMemory || Result(r) == ErrorOutOfHostMemory {
+			oom.Err = err
+			return nil, oom
+		}
 		return nil, fmt.Errorf("%s buffer of %d bytes: %w", kind, size, err)
 	}
+	d.held[kind] += size
+	live.buffers.Add(1)
+	live.bytes.Add(size)
 	return &Buffer{dev: d, kind: kind, size: size, buf: uint64(buf), mem: uint64(mem), mapped: ptr}, nil
 }
 
@@ -102,6 +122,9 @@ func (b *Buffer) Close() {
 	}
 	C.mr_destroy_buffer(C.uint64_t(b.dev.h), C.uint64_t(b.buf), C.uint64_t(b.mem))
 	b.buf, b.mem, b.mapped = 0, 0, nil
+	b.dev.held[b.kind] -= b.size
+	live.buffers.Add(-1)
+	live.bytes.Add(-b.size)
 }
 
 // Upload copies data into the buffer at offset, and returns when the copy is
@@ -130,6 +153,9 @@ func (b *Buffer) Download(dst []byte, offset uint64) error {
 		return err
 	}
 	if b.kind == HostVisible {
+		if b.dev.broken != nil {
+			return b.dev.broken
+		}
 		if err := b.dev.WaitIdle(); err != nil {
 			return err
 		}
@@ -218,14 +244,30 @@ func (d *Device) entryBarrier(cb uint64) {
 		C.uint32_t(accessShaderWrite|accessTransferWrite), C.uint32_t(accessesOf(stages)))
 }
 
+// submitWait submits cb and waits for it, at most d.Timeout. A lost device
+// or a timeout breaks the device: what the GPU still does with its buffers
+// is unknown, so nothing may be submitted, read or waited for again.
 func (d *Device) submitWait(cb uint64) error {
-	var call *C.char
-	r := Result(C.mr_submit_wait(C.uint64_t(d.h), C.uint64_t(cb), C.uint64_t(d.Timeout.Nanoseconds()), &call))
-	if err := result(C.GoString(call), r); err != nil {
-		if r == 2 { // VK_TIMEOUT
-			return fmt.Errorf("%w (the GPU did not finish within Device.Timeout %s)", err, d.Timeout)
+	if d.broken != nil {
+		return d.broken
+	}
+	r, name := takeFault()
+	if r == Success {
+		var call *C.char
+		r = Result(C.mr_submit_wait(C.uint64_t(d.h), C.uint64_t(cb), C.uint64_t(d.Timeout.Nanoseconds()), &call))
+		name = C.GoString(call)
+	}
+	if err := result(name, r); err != nil {
+		switch r {
+		case Timeout:
+			d.broken = fmt.Errorf("%w: the GPU did not finish within Device.Timeout (%s); the device is unusable now: close it",
+				err, d.Timeout)
+		case ErrorDeviceLost:
+			d.broken = fmt.Errorf("%w: the GPU stopped (a driver reset or a fault); the device is unusable now: close it", err)
+		default:
+			return err
 		}
-		return err
+		return d.broken
 	}
 	d.stats.Submits++
 	return nil

@@ -24,9 +24,10 @@ const (
 var tokenTypeNames = map[int32]string{0: "undefined", 1: "normal", 2: "unknown", 3: "control", 4: "user_defined", 5: "unused", 6: "byte"}
 
 func inspectMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("inspect", "[--json [--full]] FILE.gguf", stderr)
+	fs := newFlags("inspect", "[--json [--full]] [--check] FILE.gguf", stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of text")
 	full := fs.Bool("full", false, "with --json: include every element of long arrays (the vocabulary)")
+	check := fs.Bool("check", false, "also scan every tensor (dequantized) for NaN and infinite values; exit 1 if any")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -40,12 +41,25 @@ func inspectMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	defer f.Close()
 	r := newReport(f, *full)
+	if *check {
+		bad, err := checkFinite(f)
+		if err != nil {
+			return err
+		}
+		r.Check = &checkReport{NonFinite: bad}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(r)
+		if err := enc.Encode(r); err != nil || r.Check == nil {
+			return err
+		}
+		return checkError(f, r.Check.NonFinite)
 	}
-	return r.writeText(stdout)
+	if err := r.writeText(stdout); err != nil || r.Check == nil {
+		return err
+	}
+	return writeCheck(stdout, f, r.Check.NonFinite)
 }
 
 // report is what inspect prints; its JSON form is the --json output.
@@ -61,6 +75,7 @@ type report struct {
 	Metadata        []kvReport     `json:"metadata"` // every key, in file order
 	Tensors         []tensorReport `json:"tensors"`
 	TensorBytes     uint64         `json:"tensor_bytes"`
+	Check           *checkReport   `json:"check,omitempty"` // --check only
 }
 
 type kvReport struct {

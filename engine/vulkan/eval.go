@@ -98,6 +98,10 @@ func NewEvaluator(dev *vk.Device, m *mod.Model, opts Options) (*Evaluator, error
 		w.ctx = opts.ContextLen
 	}
 	e := &Evaluator{w: w, ctx: w.ctx, recs: map[int]*evalRec{}}
+	if err := checkFit(dev, m, 0, 0, ""); err != nil { // eval mode has no KV cache
+		e.Close()
+		return nil, err
+	}
 	if err := e.build(m); err != nil {
 		e.Close()
 		return nil, fmt.Errorf("vulkan: %s: %w", m.Path, err)

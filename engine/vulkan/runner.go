@@ -79,6 +79,8 @@ type Runner struct {
 	ks   *kernels
 	w    weights
 	bufs []*vk.Buffer // every buffer, for Close; the first nWeightBufs hold weights
+	// resetErr is the last Reset's error (a broken device): Feed returns it.
+	resetErr error
 	// nWeightBufs is how many of bufs uploadWeights made (MemoryStats).
 	nWeightBufs int
 
@@ -203,6 +205,10 @@ func New(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Runner, er
 		return nil, err
 	}
 	run.attnSplits = run.ks.prof.AttentionSplits(run.ctx)
+	if err := checkFit(dev, m, run.ctx, kvBytesPerToken(c, run.kv), run.KVType()); err != nil {
+		run.Close()
+		return nil, err
+	}
 	if err := run.build(m); err != nil {
 		run.Close()
 		return nil, fmt.Errorf("vulkan: %s: %w", m.Path, err)
@@ -256,6 +262,9 @@ func (r *Runner) allocate() error {
 	if err == nil {
 		err = a.done.Upload(make([]byte, a.done.Size()), 0) // decode_attend leaves it zero after each dispatch
 	}
+	if err != nil {
+		return fmt.Errorf("activations: %w", err)
+	}
 	r.cache = make([]layerCache, c.NLayer)
 	r.routes = make([]route, c.NLayer)
 	for l := range r.cache {
@@ -269,7 +278,10 @@ func (r *Runner) allocate() error {
 	if r.trace != nil {
 		r.traceHost = must(12*uint64(len(c.RoutedLayers())), vk.HostVisible)
 	}
-	return err
+	if err != nil {
+		return fmt.Errorf("KV caches for %d tokens: %w", r.ctx, err)
+	}
+	return nil
 }
 
 // Feed runs tokens after those already fed and returns the logits of the
@@ -299,6 +311,9 @@ func (r *Runner) FeedArgmax(tokens []int32) (int32, error) {
 
 // run replays the step once per token.
 func (r *Runner) run(tokens []int32) error {
+	if r.resetErr != nil {
+		return fmt.Errorf("vulkan: Reset: %w", r.resetErr)
+	}
 	if err := r.check(tokens); err != nil {
 		return err
 	}
@@ -376,12 +391,18 @@ func (r *Runner) check(tokens []int32) error {
 // Argmax is the index of the largest logit of the last token fed, computed
 // on the GPU (ties to the lower index): greedy decoding without reading the
 // logits back.
+// Logits holding a NaN or an infinity give mod.ErrNonFinite, as Feed's
+// caller finds them on the CPU.
 func (r *Runner) Argmax() (int32, error) {
 	var raw [4]byte
 	if err := r.bestHost.Download(raw[:], 0); err != nil {
 		return 0, err
 	}
-	return int32(binary.LittleEndian.Uint32(raw[:])), nil
+	best := binary.LittleEndian.Uint32(raw[:])
+	if best == shaders.ArgmaxNonFinite {
+		return 0, fmt.Errorf("vulkan: %w", mod.NonFinite(r.pos-1))
+	}
+	return int32(best), nil
 }
 
 // Pos is the number of tokens fed since the last Reset.
@@ -400,10 +421,9 @@ func (r *Runner) Reset() {
 	if err == nil {
 		err = r.act.done.Upload(make([]byte, r.act.done.Size()), 0)
 	}
-	if err != nil {
-		// Only a lost device fails here; the next Feed reports it.
-		r.pos = r.ctx
-	}
+	// Only a broken device (lost, or timed out) fails here; the next Feed
+	// reports it.
+	r.resetErr = err
 }
 
 // CacheEntries is, per layer, the number of entries in its KV cache: pos for

@@ -7,3 +7,12 @@
 uint groupIndex() {
 	return gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
 }
+
+// maxNaN is max that propagates a NaN, as the CPU's running max does (a
+// NaN compares false, so mod keeps it once it is there, and exp of it is
+// NaN). GLSL's max may return either operand when one is a NaN, and most
+// devices (lavapipe, NVIDIA) return the other: a NaN score would vanish
+// and a broken model would print ordinary-looking numbers.
+float maxNaN(float a, float b) {
+	return isnan(a) || isnan(b) ? a + b : max(a, b);
+}

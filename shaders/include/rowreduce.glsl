@@ -54,7 +54,7 @@ float rowMax(float v) {
 	for (uint width = TPR; width > 1u;) {
 		uint half_ = (width + 1u) / 2u;
 		if (lane < width - half_) {
-			red[tid] = max(red[tid], red[tid + half_]);
+			red[tid] = maxNaN(red[tid], red[tid + half_]);
 		}
 		width = half_;
 		barrier();
