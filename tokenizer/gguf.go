@@ -23,7 +23,6 @@ const (
 	keyPre            = "tokenizer.ggml.pre"
 	keyEOT            = "tokenizer.ggml.eot_token_id"
 	keyEOM            = "tokenizer.ggml.eom_token_id"
-	KeyChatTemplate   = "tokenizer.chat_template"
 )
 
 // Defaults for a "llama" vocab when a key is absent; llama.cpp uses the

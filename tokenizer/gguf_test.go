@@ -14,7 +14,7 @@ import (
 func parseKVs(t *testing.T, kvs map[string]gguf.Value) *gguf.File {
 	t.Helper()
 	w := gguf.NewWriter()
-	for _, k := range []string{keyModel, keyTokens, keyScores, keyTokenType, keyBOS, keyEOS, keyUNK, keyAddBOS, keyAddEOS, keyAddSpacePrefix, keyMerges, keyPre, keyEOT, keyEOM} {
+	for _, k := range []string{keyModel, keyTokens, keyScores, keyTokenType, keyBOS, keyEOS, keyUNK, keyAddBOS, keyAddEOS, keyAddSpacePrefix, keyMerges, keyPre, keyEOT, keyEOM, KeyChatTemplate} {
 		if v, ok := kvs[k]; ok {
 			require.NoError(t, w.SetKV(k, v))
 		}
