@@ -59,7 +59,10 @@ func chatMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	c.msgs = slices.Clone(c.system)
 	if readerIsTerminal(stdin) {
-		return c.interactive(stdin, model.Info().ContextLen)
+		interrupt := make(chan os.Signal, 1)
+		signal.Notify(interrupt, os.Interrupt)
+		defer signal.Stop(interrupt)
+		return c.interactive(stdin, interrupt, model.Info().ContextLen)
 	}
 	return c.piped(stdin)
 }
@@ -93,25 +96,28 @@ func (c *chatLoop) piped(stdin io.Reader) error {
 	return nil
 }
 
-// interactive shows a prompt line per turn. Ctrl-C stops a reply; at the
-// prompt it, Ctrl-D or /exit ends the chat.
-func (c *chatLoop) interactive(stdin io.Reader, ctxLen int) error {
+// interactive shows a prompt line per turn. An interrupt (Ctrl-C) stops a
+// reply; at the prompt it, Ctrl-D or /exit ends the chat.
+func (c *chatLoop) interactive(stdin io.Reader, interrupt <-chan os.Signal, ctxLen int) error {
 	fmt.Fprintf(c.stderr, "chat template %s, context %d tokens. /reset starts over, /exit (or Ctrl-D) quits; Ctrl-C stops a reply.\n",
 		c.chat.Template(), ctxLen)
 	lines := make(chan string)
 	readErr := make(chan error, 1)
+	stop := make(chan struct{})
+	defer close(stop)
 	go func() { // a blocked read cannot be interrupted; it ends with the process
 		sc := bufio.NewScanner(stdin)
 		sc.Buffer(make([]byte, 0, 64<<10), lineMax)
 		for sc.Scan() {
-			lines <- sc.Text()
+			select {
+			case lines <- sc.Text():
+			case <-stop:
+				return
+			}
 		}
 		readErr <- sc.Err()
 		close(lines)
 	}()
-	interrupt := make(chan os.Signal, 1)
-	signal.Notify(interrupt, os.Interrupt)
-	defer signal.Stop(interrupt)
 	for {
 		fmt.Fprint(c.stdout, "> ")
 		var line string

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -145,4 +147,57 @@ func TestChatLlama3Header(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, len(ids), 12)
 	assert.Equal(t, []int32{256, 258, 's', 'y', 's', 't', 'e', 'm', 259, '\n', '\n', 'B'}, ids[:12])
+}
+
+// interruptingWriter sends an interrupt when the n-th write comes. (It
+// has no WriteString, so io.WriteString goes through Write.)
+type interruptingWriter struct {
+	buf       bytes.Buffer
+	writes, n int
+	interrupt chan<- os.Signal
+}
+
+func (w *interruptingWriter) Write(p []byte) (int, error) {
+	w.writes++
+	if w.writes == w.n {
+		w.interrupt <- os.Interrupt
+	}
+	return w.buf.Write(p)
+}
+
+// TestChatInteractive drives the terminal loop: a prompt line per turn,
+// Ctrl-C stopping a reply (not the chat), /reset, /exit.
+func TestChatInteractive(t *testing.T) {
+	m, err := api.Open(storyModel, api.Options{Backend: api.BackendCPU, NoRoutes: true})
+	require.NoError(t, err)
+	defer m.Close()
+	loop := func(stdin string, out io.Writer, interrupt chan os.Signal) (*chatLoop, string) {
+		c, err := m.NewChat("chatml")
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		var errOut bytes.Buffer
+		l := &chatLoop{chat: c, gen: api.GenerateOptions{MaxTokens: 40}, stdout: out, stderr: &errOut}
+		require.NoError(t, l.interactive(strings.NewReader(stdin), interrupt, 512))
+		return l, errOut.String()
+	}
+
+	var out bytes.Buffer
+	l, stderr := loop("Hi\n/reset\nHi\n/exit\nHello\n", &out, make(chan os.Signal))
+	assert.Contains(t, stderr, "chat template chatml")
+	assert.Contains(t, stderr, "(conversation reset)")
+	turns := strings.Split(out.String(), "> ")
+	// Prompt lines before: the first turn, /reset, the second turn, /exit.
+	require.Equal(t, []string{"", turns[1], "", turns[1], ""}, turns, "after /reset the same question gets the same answer")
+	assert.Len(t, l.msgs, 2, "the conversation after the reset: one question, one answer")
+
+	// The first reply chunk brings an interrupt (handed over, unbuffered,
+	// to the watcher of the reply): the reply stops within a token or two,
+	// and the chat goes on to the next line.
+	interrupt := make(chan os.Signal)
+	w := &interruptingWriter{n: 2, interrupt: interrupt}
+	l, stderr = loop("Hi\nHi again\n", w, interrupt)
+	assert.Contains(t, stderr, "(reply stopped)")
+	require.Len(t, l.msgs, 4)
+	assert.Less(t, len(l.msgs[1].Content), len(turns[1]), "the stopped reply is shorter than the whole one")
+	assert.True(t, strings.HasSuffix(w.buf.String(), "> \n"), "%q: Ctrl-D at the end", w.buf.String())
 }
