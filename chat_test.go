@@ -60,6 +60,31 @@ func TestChatKeepsTheCacheAcrossTurns(t *testing.T) {
 	assert.Equal(t, first.Reply, again.Reply)
 }
 
+// TestChatLlama2Turns: Llama 2's template closes an answer with " </s>"
+// and opens the next turn with BOS; both are tokens in the second prompt.
+func TestChatLlama2Turns(t *testing.T) {
+	m := open(t, modrun.Options{Backend: modrun.BackendCPU})
+	c, err := m.NewChat("llama2")
+	require.NoError(t, err)
+	defer c.Close()
+	msgs := []modrun.Message{{Role: modrun.RoleSystem, Content: "Be kind."}, {Role: modrun.RoleUser, Content: "Hi"}}
+	first := reply(t, c, msgs, 4)
+	assert.Equal(t, "<s>[INST] <<SYS>>\nBe kind.\n<</SYS>>\n\nHi [/INST]", first.Prompt)
+	ids, err := c.Tokens()
+	require.NoError(t, err)
+	assert.Equal(t, int32(1), ids[0], "one BOS: the template's <s> is the one the tokenizer adds")
+	assert.NotEqual(t, int32(1), ids[1])
+
+	msgs = append(msgs, modrun.Message{Role: modrun.RoleAssistant, Content: first.Reply}, modrun.Message{Role: modrun.RoleUser, Content: "Lily"})
+	second := reply(t, c, msgs, 4)
+	assert.Equal(t, " </s><s>[INST] Lily [/INST]", second.Prompt)
+	all, err := c.Tokens()
+	require.NoError(t, err)
+	fed := all[len(ids) : len(ids)+second.PromptTokens]
+	assert.Contains(t, fed, int32(2), "</s> is EOS")
+	assert.Contains(t, fed, int32(1), "<s> is BOS")
+}
+
 func TestChatTemplateErrors(t *testing.T) {
 	m := open(t, modrun.Options{Backend: modrun.BackendCPU})
 	_, err := m.NewChat("")

@@ -28,8 +28,9 @@ func fuzzTokenizer(f *testing.F) *Tokenizer {
 
 // FuzzEncode checks, for any input: no panic; invalid UTF-8 is an error;
 // valid text decodes back to itself, except that a literal U+2581 comes back
-// as a space (SentencePiece cannot tell the two apart); the stream decoder
-// agrees with Decode and cuts no character in two.
+// as a space (SentencePiece cannot tell the two apart); with special tokens
+// parsed, ids stay in range; the stream decoder agrees with Decode and cuts
+// no character in two.
 func FuzzEncode(f *testing.F) {
 	tok := fuzzTokenizer(f)
 	for _, s := range []string{"", " ", "Hello world", " Hello  world\n", "\u2581x", "<s>", "é\U0001f999", "\xff", "a\x00b"} {
@@ -45,6 +46,7 @@ func FuzzEncode(f *testing.F) {
 		withBOS, err := tok.Encode(text, true)
 		require.NoError(t, err)
 		assert.Equal(t, append([]int32{tok.BOS()}, ids...), withBOS)
+		encodeDecode(t, tok, text, EncodeOptions{ParseSpecial: true})
 
 		d := tok.NewStreamDecoder()
 		var streamed []byte

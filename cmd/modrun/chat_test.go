@@ -140,13 +140,23 @@ func TestChatLlama3Header(t *testing.T) {
 	c, err := m.NewChat("")
 	require.NoError(t, err)
 	assert.Equal(t, "llama3", c.Template())
-	_, err = c.Reply(context.Background(), []api.Message{{Role: api.RoleSystem, Content: "Be brief."}, {Role: api.RoleUser, Content: "Hi"}},
-		api.ChatOptions{GenerateOptions: api.GenerateOptions{MaxTokens: 1}}, nil)
+	msgs := []api.Message{{Role: api.RoleSystem, Content: "Be brief."}, {Role: api.RoleUser, Content: "Hi"}}
+	res, err := c.Reply(context.Background(), msgs, api.ChatOptions{GenerateOptions: api.GenerateOptions{MaxTokens: 1}}, nil)
 	require.NoError(t, err)
 	ids, err := c.Tokens()
 	require.NoError(t, err)
 	require.Greater(t, len(ids), 12)
 	assert.Equal(t, []int32{256, 258, 's', 'y', 's', 't', 'e', 'm', 259, '\n', '\n', 'B'}, ids[:12])
+
+	// The next turn closes the answer with <|eot_id|> (260), which the model
+	// never ran: it stopped at its token limit.
+	msgs = append(msgs, api.Message{Role: api.RoleAssistant, Content: res.Reply}, api.Message{Role: api.RoleUser, Content: "More"})
+	res, err = c.Reply(context.Background(), msgs, api.ChatOptions{GenerateOptions: api.GenerateOptions{MaxTokens: 1}}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nMore<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", res.Prompt)
+	all, err := c.Tokens()
+	require.NoError(t, err)
+	assert.Equal(t, []int32{260, 258, 'u'}, all[len(ids):len(ids)+3])
 }
 
 // interruptingWriter sends an interrupt when the n-th write comes. (It
