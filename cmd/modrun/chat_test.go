@@ -57,6 +57,8 @@ func TestChatBadInput(t *testing.T) {
 		{[]string{"--chat-template", "chatml"}, 2, "-m FILE.gguf is required"},
 		{[]string{"-m", storyModel, "--chat-template", "chatml", "-n", "-1"}, 2, "-n -1: must be 0 or positive"},
 		{[]string{"-m", storyModel, "--chat-template", "chatml", "hello"}, 2, `unexpected argument "hello"`},
+		{[]string{"-m", storyModel, "--chat-template", "chatml", "--seed", "-2"}, 2, "--seed -2: want 0 or more, or -1"},
+		{[]string{"-m", storyModel, "--chat-template", "chatml", "--top-p", "0"}, 2, "--top-p 0: must be in (0, 1]"},
 	}
 	for _, c := range cases {
 		code, _, stderr := chat(t, "Hi\n", c.args...)
