@@ -27,7 +27,8 @@ func ChatTemplates() []string { return tokenizer.ChatTemplateNames() }
 // Chat is a conversation with a chat model on one Session. Each Reply gets
 // the whole conversation so far; the session keeps its KV cache from turn
 // to turn, so only what was added since the last reply (the new messages,
-// rendered by the chat template) runs through the model.
+// rendered by the chat template) runs through the model. A Chat is used
+// by one goroutine at a time.
 type Chat struct {
 	s    *Session
 	tmpl tokenizer.ChatTemplate
