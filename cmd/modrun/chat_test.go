@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -69,9 +70,10 @@ func TestChatBadInput(t *testing.T) {
 
 // byteLevelStoryModel writes the story model with a Llama 3 style
 // vocabulary in place of its own: the 256 byte characters of GPT-2's
-// byte-level BPE, Llama 3's special tokens and chat template, and filler
-// pieces up to the model's 512 tokens.
-func byteLevelStoryModel(t *testing.T) string {
+// byte-level BPE, Llama 3's special tokens and chat template (with eotText
+// as id 260, "<|eot_id|>" in Llama 3), and filler pieces up to the model's
+// 512 tokens; extra metadata replaces or adds to the tokenizer's.
+func byteLevelStoryModel(t *testing.T, eotText string, extra ...gguf.KV) string {
 	t.Helper()
 	src, err := gguf.Open(storyModel)
 	require.NoError(t, err)
@@ -94,14 +96,14 @@ func byteLevelStoryModel(t *testing.T) string {
 		}
 		tokens, types = append(tokens, string(r)), append(types, 1)
 	}
-	for _, s := range []string{"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"} {
+	for _, s := range []string{"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", eotText} {
 		tokens, types = append(tokens, s), append(types, 3)
 	}
 	for len(tokens) < 512 {
 		tokens, types = append(tokens, fmt.Sprintf("\u0120w%d", len(tokens))), append(types, 1)
 	}
 	llama3 := "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
-	for _, kv := range []gguf.KV{
+	kvs := []gguf.KV{
 		{Key: "tokenizer.ggml.model", Value: gguf.Scalar("gpt2")},
 		{Key: "tokenizer.ggml.pre", Value: gguf.Scalar("llama-bpe")},
 		{Key: "tokenizer.ggml.tokens", Value: gguf.Array(tokens)},
@@ -110,7 +112,15 @@ func byteLevelStoryModel(t *testing.T) string {
 		{Key: "tokenizer.ggml.bos_token_id", Value: gguf.Scalar(uint32(256))},
 		{Key: "tokenizer.ggml.eos_token_id", Value: gguf.Scalar(uint32(257))},
 		{Key: "tokenizer.chat_template", Value: gguf.Scalar(llama3)},
-	} {
+	}
+	for _, kv := range extra { // replacing a key above, or added
+		if i := slices.IndexFunc(kvs, func(o gguf.KV) bool { return o.Key == kv.Key }); i >= 0 {
+			kvs[i] = kv
+		} else {
+			kvs = append(kvs, kv)
+		}
+	}
+	for _, kv := range kvs {
 		require.NoError(t, w.SetKV(kv.Key, kv.Value))
 	}
 	for _, ti := range src.Tensors {
@@ -127,7 +137,7 @@ func byteLevelStoryModel(t *testing.T) string {
 // with Llama 3's vocabulary and template: the prompt comes out in Llama 3's
 // header format, the template found from the file.
 func TestChatLlama3Header(t *testing.T) {
-	model := byteLevelStoryModel(t)
+	model := byteLevelStoryModel(t, "<|eot_id|>")
 	code, out, stderr := chat(t, "Hi\n", "-m", model, "--system", "Be brief.", "--print-prompt", "-n", "4")
 	require.Equal(t, 0, code, stderr)
 	want := "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
@@ -212,4 +222,42 @@ func TestChatInteractive(t *testing.T) {
 	require.Len(t, l.msgs, 4)
 	assert.Less(t, len(l.msgs[1].Content), len(turns[1]), "the stopped reply is shorter than the whole one")
 	assert.True(t, strings.HasSuffix(w.buf.String(), "> \n"), "%q: Ctrl-D at the end", w.buf.String())
+}
+
+// TestChatStopsAtEndOfTurn: the story model with a Llama 3 vocabulary
+// answers "Hi" with three tokens and then id 260. As a plain control token
+// that id is just part of the reply; named <|eot_id|>, or by
+// tokenizer.ggml.eot_token_id, it ends the reply as EOS does.
+func TestChatStopsAtEndOfTurn(t *testing.T) {
+	reply := func(path string) (api.ChatResult, []int32) {
+		m, err := api.Open(path, api.Options{Backend: api.BackendCPU, NoRoutes: true})
+		require.NoError(t, err)
+		defer m.Close()
+		c, err := m.NewChat("")
+		require.NoError(t, err)
+		var ids []int32
+		res, err := c.Reply(context.Background(), []api.Message{{Role: api.RoleUser, Content: "Hi"}},
+			api.ChatOptions{GenerateOptions: api.GenerateOptions{MaxTokens: 8}},
+			func(tk api.Token) error {
+				if !tk.Prompt {
+					ids = append(ids, tk.ID)
+				}
+				return nil
+			})
+		require.NoError(t, err)
+		return res, ids
+	}
+	res, ids := reply(byteLevelStoryModel(t, "<|reserved|>"))
+	assert.Equal(t, api.StopMaxTokens, res.Stop)
+	require.Len(t, ids, 8)
+	require.Equal(t, int32(260), ids[3])
+
+	for _, path := range []string{
+		byteLevelStoryModel(t, "<|eot_id|>"),
+		byteLevelStoryModel(t, "<|reserved|>", gguf.KV{Key: "tokenizer.ggml.eot_token_id", Value: gguf.Scalar(uint32(260))}),
+	} {
+		res, stopped := reply(path)
+		assert.Equal(t, api.StopEOS, res.Stop)
+		assert.Equal(t, ids[:3], stopped)
+	}
 }
