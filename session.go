@@ -96,6 +96,11 @@ type GenerateOptions struct {
 	RepeatPenalty float32 // > 1 penalises the last RepeatLastN tokens; 0 (or 1) = off
 	RepeatLastN   int     // tokens the penalty looks at; 0 = 64, negative = none
 	Seed          uint64  // the same seed, options and model give the same tokens
+
+	// ParseSpecial reads control tokens written in the prompt, such as
+	// "<|eot_id|>", as those tokens (a chat template's prompt needs it);
+	// otherwise the prompt is plain text.
+	ParseSpecial bool
 }
 
 func (o GenerateOptions) sampler() (engine.SamplerOptions, error) {
@@ -127,7 +132,7 @@ type StopReason = engine.StopReason
 
 // The reasons a generation ends without an error.
 const (
-	StopEOS         = engine.StopEOS         // the model produced end-of-sequence (not delivered)
+	StopEOS         = engine.StopEOS         // the model produced end-of-sequence or end-of-turn (not delivered)
 	StopMaxTokens   = engine.StopMaxTokens   // MaxTokens were generated
 	StopContextFull = engine.StopContextFull // the sequence reached the context length
 	StopCallback    = engine.StopCallback    // the callback returned ErrStop
@@ -207,7 +212,7 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 	if err != nil {
 		return Result{}, err
 	}
-	ids, err := s.m.tok.Encode(prompt, len(s.fed) == 0 && len(s.pending) == 0)
+	ids, err := s.m.tok.EncodeWith(prompt, tokenizer.EncodeOptions{AddSpecial: len(s.fed) == 0 && len(s.pending) == 0, ParseSpecial: opts.ParseSpecial})
 	if err != nil {
 		return Result{}, fmt.Errorf("modrun: prompt: %w", err)
 	}
@@ -325,7 +330,7 @@ func (g *generation) run(prompt []int32, maxTokens int) error {
 	start = time.Now()
 	defer func() { g.res.Decode = time.Since(start) }()
 	for {
-		if eos := s.m.tok.EOS(); eos >= 0 && id == eos {
+		if s.m.tok.IsEndOfGeneration(id) { // EOS, or an end of turn such as <|eot_id|>
 			g.res.Stop = StopEOS
 			return nil
 		}
