@@ -5,11 +5,13 @@
 package convert
 
 import (
+	"archive/zip"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"math/big"
 	"os"
 	"path/filepath"
 	"sort"
@@ -76,18 +78,16 @@ func LoadCheckpoint(path string) (*Checkpoint, error) {
 	return &Checkpoint{Path: path, Tensors: tensors}, nil
 }
 
-// loadTorch unpickles a torch.save file with gopickle. gopickle is not our
-// code and its input is untrusted, so a panic inside it becomes an error.
-func loadTorch(path string) (out map[string]*Tensor, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			out, err = nil, fmt.Errorf("not a readable PyTorch checkpoint (unpickler failed: %v)", r)
-		}
-	}()
+// loadTorch reads a torch.save file: checked (sniffTorch, guardTorch), then
+// unpickled by gopickle.
+func loadTorch(path string) (map[string]*Tensor, error) {
 	if err := sniffTorch(path); err != nil {
 		return nil, err
 	}
-	obj, err := pytorch.Load(path)
+	if err := guardTorch(path); err != nil {
+		return nil, fmt.Errorf("not a readable PyTorch checkpoint: %w", err)
+	}
+	obj, err := unpickleTorch(path)
 	if err != nil {
 		return nil, fmt.Errorf("not a readable PyTorch checkpoint: %w", err)
 	}
@@ -108,6 +108,18 @@ func loadTorch(path string) (out map[string]*Tensor, err error) {
 	return torchTensors(entries)
 }
 
+// unpickleTorch runs gopickle. It is not our code and its input is
+// untrusted, so a panic inside it (it panics on what it does not implement)
+// becomes an error.
+func unpickleTorch(path string) (obj any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			obj, err = nil, fmt.Errorf("unpickler failed: %v", r)
+		}
+	}()
+	return pytorch.Load(path)
+}
+
 // sniffTorch accepts only what torch.save writes: a zip archive, or the
 // legacy format, a pickle stream (first byte 0x80, PROTO). gopickle v0.2.0
 // loops forever on an empty file or one that reads as an empty tar archive
@@ -123,11 +135,54 @@ func sniffTorch(path string) error {
 	n, _ := io.ReadFull(f, head)
 	switch {
 	case n == 4 && string(head) == "PK\x03\x04":
-		return nil
+		// gopickle takes a zip archive that does not open for the legacy
+		// format, and reports the zip header as a pickle opcode
+		// ("unsupported persistent ID"): say what is wrong instead.
+		z, err := zip.OpenReader(path)
+		if err != nil {
+			return fmt.Errorf("a zip archive (torch.save's format) that does not open, truncated or damaged: %w", err)
+		}
+		return z.Close()
 	case n >= 2 && head[0] == 0x80:
 		return nil
 	}
 	return fmt.Errorf("not a PyTorch checkpoint: neither a zip archive (torch.save) nor a pickle stream (%d bytes read)", n)
+}
+
+// pyType names the Python type of an unpickled value, for errors: gopickle's
+// Go types (*types.List) mean nothing to the user.
+func pyType(v any) string {
+	switch t := v.(type) {
+	case nil:
+		return "None"
+	case bool:
+		return "a bool"
+	case int, int64, *big.Int:
+		return "an int"
+	case float64:
+		return "a float"
+	case string:
+		return "a string"
+	case []byte:
+		return "bytes"
+	case *types.List, []any:
+		return "a list"
+	case *types.Tuple:
+		return "a tuple"
+	case *types.Dict, *types.OrderedDict:
+		return "a dict"
+	case *types.Set, *types.FrozenSet:
+		return "a set"
+	case *pytorch.Tensor:
+		return "a tensor"
+	case pytorch.StorageInterface:
+		return "a storage"
+	case *types.GenericObject:
+		return fmt.Sprintf("a %s.%s object", t.Class.Module, t.Class.Name)
+	case *types.GenericClass:
+		return fmt.Sprintf("the class %s.%s", t.Module, t.Name)
+	}
+	return "a value of another type"
 }
 
 type entry struct{ key, value any }
@@ -145,7 +200,7 @@ func dictEntries(obj any) ([]entry, error) {
 			out = append(out, entry{e.Key, e.Value})
 		}
 	default:
-		return nil, fmt.Errorf("top-level object is %T, want a state_dict (a dict of tensors)", obj)
+		return nil, fmt.Errorf("the checkpoint holds %s, want a state_dict (a dict of tensors)", pyType(obj))
 	}
 	return out, nil
 }
@@ -155,11 +210,11 @@ func torchTensors(entries []entry) (map[string]*Tensor, error) {
 	for _, e := range entries {
 		name, ok := e.key.(string)
 		if !ok {
-			return nil, fmt.Errorf("state_dict key %v is %T, want a string", e.key, e.key)
+			return nil, fmt.Errorf("state_dict key %v is %s, want a string", e.key, pyType(e.key))
 		}
 		pt, ok := e.value.(*pytorch.Tensor)
 		if !ok {
-			return nil, fmt.Errorf("state_dict entry %q is %T, want a tensor", name, e.value)
+			return nil, fmt.Errorf("state_dict entry %q is %s, want a tensor", name, pyType(e.value))
 		}
 		t, err := fromTorch(pt)
 		if err != nil {
@@ -186,7 +241,7 @@ func fromTorch(pt *pytorch.Tensor) (*Tensor, error) {
 			src[i] = float32(v)
 		}
 	default:
-		return nil, fmt.Errorf("storage %T is not a floating-point type", pt.Source)
+		return nil, fmt.Errorf("storage type %s is not a floating-point type", strings.TrimPrefix(fmt.Sprintf("%T", pt.Source), "*pytorch."))
 	}
 	if len(pt.Size) != len(pt.Stride) {
 		return nil, fmt.Errorf("size %v and stride %v differ in rank", pt.Size, pt.Stride)
