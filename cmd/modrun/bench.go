@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -145,8 +146,13 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	if f.typ, err = synthType(*typ); err != nil {
 		return nil, err
 	}
-	if f.capacity < 0 || f.capacity > 1 || (f.capacity > 0 && len(f.shapes) == 0) {
-		return nil, fmt.Errorf("%w: --capacity %g: want a fraction in (0, 1], with --synthetic", errUsage, f.capacity)
+	if flagSet(fs, "capacity") {
+		if err := fractionFlag("capacity", f.capacity); err != nil {
+			return nil, err
+		}
+		if len(f.shapes) == 0 {
+			return nil, fmt.Errorf("%w: --capacity %g builds a MoD twin of a --synthetic model: give --synthetic", errUsage, f.capacity)
+		}
 	}
 	if f.save != "" && len(f.shapes) == 0 {
 		return nil, fmt.Errorf("%w: --save writes synthetic models: give --synthetic", errUsage)
@@ -173,7 +179,41 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	if f.o.DecodeTokens < 2 {
 		return nil, fmt.Errorf("%w: -n %d: decode is timed from the second token on (the first comes with the prompt): give at least 2", errUsage, f.o.DecodeTokens)
 	}
+	if err := f.check(fs); err != nil {
+		return nil, err
+	}
 	return f, nil
+}
+
+// check validates what parseBenchFlags has not, before any model is loaded
+// or built: the cache flags, --device, every shape, and every path read or
+// written.
+func (f *benchFlags) check(fs *flag.FlagSet) error {
+	if err := f.cache.check(); err != nil {
+		return err
+	}
+	if err := deviceFlag(fs, f.device, f.backends...); err != nil {
+		return err
+	}
+	for _, spec := range f.shapes {
+		if _, err := synth.ParseShape(spec); err != nil {
+			return fmt.Errorf("%w: --synthetic: %v", errUsage, err)
+		}
+	}
+	for _, path := range f.paths {
+		if err := inputFile("-m", path); err != nil {
+			return err
+		}
+	}
+	for _, o := range []struct{ name, path string }{{"--out", f.out}, {"--json", f.json}, {"--save", f.save}} {
+		if o.path == "" {
+			continue
+		}
+		if err := outputFile(o.name, o.path); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func synthType(s string) (gguf.TensorType, error) {
@@ -202,7 +242,7 @@ func (f *benchFlags) openModels(stderr io.Writer) ([]*benchModel, error) {
 	var out []*benchModel
 	for _, path := range f.paths {
 		mf := modelFlags{path: path, backend: engine.BackendCPU, routing: "router"}
-		l, err := mf.load(false)
+		l, err := mf.load(mod.RoutingRouter, "")
 		if err != nil {
 			return out, err
 		}

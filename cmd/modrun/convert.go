@@ -36,11 +36,23 @@ func convertMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: --type: %v", errUsage, err)
 	}
+	if err := inputFile("-i", *in); err != nil {
+		return err
+	}
 	if *cfgPath == "" {
 		*cfgPath = filepath.Join(filepath.Dir(*in), "config.json")
 		if _, err := os.Stat(*cfgPath); err != nil {
-			return fmt.Errorf("%w: -c not given and %s does not exist", errUsage, *cfgPath)
+			return fmt.Errorf("%w: -c not given and %s, beside -i, does not exist", errUsage, *cfgPath)
 		}
+	}
+	if err := inputFile("-c", *cfgPath); err != nil {
+		return err
+	}
+	if err := inputFile("--vocab", *vocabPath); err != nil {
+		return err
+	}
+	if err := outputFile("-o", *out); err != nil {
+		return err
 	}
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(*out), filepath.Ext(*out))
