@@ -173,8 +173,11 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 		}
 		f.routings = append(f.routings, r)
 	}
-	if f.o.PromptTokens < 1 || f.o.Repeats < 1 {
-		return nil, fmt.Errorf("%w: --prompt and --repeats must be positive", errUsage)
+	if f.o.PromptTokens < 1 {
+		return nil, fmt.Errorf("%w: --prompt %d: must be positive", errUsage, f.o.PromptTokens)
+	}
+	if f.o.Repeats < 1 {
+		return nil, fmt.Errorf("%w: --repeats %d: must be positive", errUsage, f.o.Repeats)
 	}
 	if f.o.DecodeTokens < 2 {
 		return nil, fmt.Errorf("%w: -n %d: decode is timed from the second token on (the first comes with the prompt): give at least 2", errUsage, f.o.DecodeTokens)
@@ -196,8 +199,12 @@ func (f *benchFlags) check(fs *flag.FlagSet) error {
 		return err
 	}
 	for _, spec := range f.shapes {
-		if _, err := synth.ParseShape(spec); err != nil {
+		shape, err := synth.ParseShape(spec)
+		if err != nil {
 			return fmt.Errorf("%w: --synthetic: %v", errUsage, err)
+		}
+		if err := f.fits(shape); err != nil {
+			return err
 		}
 	}
 	for _, path := range f.paths {
@@ -212,6 +219,22 @@ func (f *benchFlags) check(fs *flag.FlagSet) error {
 		if err := outputFile(o.name, o.path); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// fits checks --ctx, --prompt and -n against a synthetic shape's context
+// length before the model is built (a file's is checked when it loads).
+func (f *benchFlags) fits(shape synth.Shape) error {
+	ctx := shape.ContextLen
+	if f.cache.ctx > shape.ContextLen {
+		return fmt.Errorf("%w: --ctx %d: must be in [1, %d] (the context length of %s)", errUsage, f.cache.ctx, shape.ContextLen, shape.Name)
+	}
+	if f.cache.ctx > 0 {
+		ctx = f.cache.ctx
+	}
+	if n := f.o.PromptTokens + f.o.DecodeTokens; n > ctx {
+		return fmt.Errorf("%w: --prompt %d + -n %d = %d tokens pass the context length %d of %s", errUsage, f.o.PromptTokens, f.o.DecodeTokens, n, ctx, shape.Name)
 	}
 	return nil
 }

@@ -105,6 +105,9 @@ func TestFlagErrorsComeFirst(t *testing.T) {
 		{"bench --device on the cpu", []string{"bench", "--synthetic", "stories260k", "--backends", "cpu", "--device", "1"}, 2, "--device 1 picks a Vulkan device, but the backend is cpu", built},
 		{"bench --device negative", []string{"bench", "--synthetic", "stories260k", "--device", "-2"}, 2, "--device -2: want a device index", built},
 		{"bench bad shape after a file", []string{"bench", "-m", model, "--synthetic", "gpt5"}, 2, `synthetic shape "gpt5"`, built},
+		{"bench --prompt and -n past the context", []string{"bench", "--synthetic", "stories260k", "--prompt", "500", "-n", "20"}, 2, "--prompt 500 + -n 20 = 520 tokens pass the context length 512 of stories260k", built},
+		{"bench --ctx past the shape's", []string{"bench", "--synthetic", "stories260k", "--ctx", "600"}, 2, "--ctx 600: must be in [1, 512] (the context length of stories260k)", built},
+		{"bench --repeats 0", []string{"bench", "--synthetic", "stories260k", "--repeats", "0"}, 2, "--repeats 0: must be positive", built},
 		{"bench -m missing", []string{"bench", "-m", missing, "--synthetic", "stories260k"}, 1, "-m " + missing + ": no such file or directory", built},
 
 		// tokenize
@@ -152,12 +155,25 @@ func TestConvertNamesTheInput(t *testing.T) {
 	truncated := filepath.Join(dir, "truncated.pt")
 	require.NoError(t, os.WriteFile(truncated, full[:3000], 0o644))
 	vocab, cfg := cv("vocab512.gguf"), cv("tiny-mod.config.json")
+	config, err := os.ReadFile(cfg)
+	require.NoError(t, err)
+	besideCkpt, besideCfg := filepath.Join(dir, "ckpt.pt"), filepath.Join(dir, "config.json")
+	require.NoError(t, os.WriteFile(besideCkpt, full, 0o644))
+	require.NoError(t, os.WriteFile(besideCfg, config, 0o644))
+	defer func() {
+		after, err := os.ReadFile(besideCfg)
+		require.NoError(t, err)
+		assert.Equal(t, config, after, "the config is untouched")
+	}()
 	runCLICases(t, []cliCase{
 		{"-i missing", []string{"convert", "-i", missing, "--vocab", vocab, "-o", out}, 1, "-i " + missing + ": no such file or directory", []string{"config.json"}},
 		{"-i a directory", []string{"convert", "-i", dir, "-c", cfg, "--vocab", vocab, "-o", out}, 1, "-i " + dir + ": is a directory, not a file", nil},
 		{"-c missing", []string{"convert", "-i", cv("tiny-mod.pt"), "-c", filepath.Join(dir, "c.json"), "--vocab", vocab, "-o", out}, 1, "-c " + filepath.Join(dir, "c.json") + ": no such file", nil},
 		{"--vocab missing", []string{"convert", "-i", cv("tiny-mod.pt"), "-c", cfg, "--vocab", filepath.Join(dir, "v.gguf"), "-o", out}, 1, "--vocab " + filepath.Join(dir, "v.gguf") + ": no such file", nil},
 		{"-o unwritable", []string{"convert", "-i", cv("tiny-mod.pt"), "-c", cfg, "--vocab", vocab, "-o", filepath.Join(dir, "no", "out.gguf")}, 1, "-o " + filepath.Join(dir, "no", "out.gguf") + ": directory", nil},
+		{"-o is -c", []string{"convert", "-i", cv("tiny-mod.pt"), "-c", cfg, "--vocab", vocab, "-o", cfg}, 2, "-o " + cfg + " would overwrite an input", nil},
+		{"-o is the config beside -i", []string{"convert", "-i", besideCkpt, "--vocab", vocab, "-o", besideCfg}, 2, "-o " + besideCfg + " would overwrite an input (the config beside -i)", nil},
+		{"-c not JSON", []string{"convert", "-i", cv("tiny-mod.pt"), "-c", cv("tiny-mod.pt"), "--vocab", vocab, "-o", out}, 1, "config " + cv("tiny-mod.pt") + ": not JSON at byte 1", nil},
 		{"truncated checkpoint", []string{"convert", "-i", truncated, "-c", cfg, "--vocab", vocab, "-o", out}, 1, "checkpoint " + truncated + ": a zip archive (torch.save's format) that does not open, truncated or damaged", []string{"persistent ID"}},
 	})
 }
