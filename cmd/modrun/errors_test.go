@@ -72,6 +72,7 @@ func TestFlagErrorsComeFirst(t *testing.T) {
 		{"run --temp NaN", []string{"-m", missing, "-p", "x", "--temp", "NaN"}, 2, `"NaN" is not a finite number`, nil},
 		{"run --top-p 1e39", []string{"-m", missing, "-p", "x", "--top-p", "1e39"}, 2, `"1e39" is not a finite number`, nil},
 		{"run unknown flag", []string{"-m", missing, "--bogus"}, 2, "modrun run: usage: flag provided but not defined: -bogus (modrun run -h lists the flags)", []string{"-ubatch"}},
+		{"run --seed below -1", []string{"-m", missing, "-p", "x", "--seed", "-5"}, 2, "--seed -5: want 0 or more, or -1 for one from the clock", nil},
 		{"run bad -n", []string{"-m", missing, "-n", "lots"}, 2, `invalid value "lots" for flag -n`, nil},
 		{"run prompt not UTF-8", []string{"-m", missing, "-p", "caf\xe9"}, 2, "-p: the prompt is not valid UTF-8", nil},
 		{"run --routing-map unwritable", []string{"-m", modTrained, "-p", "x", "--routing-map", filepath.Join(noDir, "map.png")}, 1, "--routing-map " + filepath.Join(noDir, "map.png") + ": directory " + noDir + " does not exist", nil},

@@ -183,7 +183,10 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if !utf8.ValidString(*prompt) {
 		return fmt.Errorf("%w: -p: the prompt is not valid UTF-8", errUsage)
 	}
-	if *seed < 0 {
+	if *seed < -1 {
+		return fmt.Errorf("%w: --seed %d: want 0 or more, or -1 for one from the clock", errUsage, *seed)
+	}
+	if *seed == -1 {
 		*seed = time.Now().UnixNano() & (1<<62 - 1)
 	}
 	so.Seed = uint64(*seed)
