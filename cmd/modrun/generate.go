@@ -231,6 +231,7 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	wrote := false
 	session := model.NewSession()
 	defer session.Close()
+	watchingInterrupt.Store(true)
 	res, err := session.Generate(interrupt, *prompt, api.GenerateOptions{
 		MaxTokens: *n, Temperature: so.Temperature, TopK: so.TopK, TopP: so.TopP, MinP: so.MinP,
 		RepeatPenalty: so.RepeatPenalty, RepeatLastN: repeatLastN(so.RepeatLastN), Seed: so.Seed,
@@ -244,6 +245,7 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		}
 		return werr
 	})
+	watchingInterrupt.Store(false)
 	if werr == nil && (err == nil || wrote || res.Tail != "") {
 		_, werr = io.WriteString(stdout, res.Tail+"\n")
 	}

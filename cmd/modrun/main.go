@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // command is one subcommand: it parses its own flags from args.
@@ -42,12 +43,13 @@ const exitInterrupted = 130
 // errInterrupted is what a command returns when it stopped on interrupt.
 var errInterrupted = errors.New("interrupted")
 
-// interrupt is cancelled by the first SIGINT. Commands in stopsOnInterrupt
-// watch it and stop cleanly (run keeps what it has printed); the others are
-// ended at once.
-var interrupt = context.Background()
-
-var stopsOnInterrupt = map[string]bool{"run": true}
+// interrupt is cancelled by the first SIGINT. A command that watches it
+// sets watchingInterrupt while it does (run, while it generates) and stops
+// cleanly; at any other time the first SIGINT ends modrun at once.
+var (
+	interrupt         = context.Background()
+	watchingInterrupt atomic.Bool
+)
 
 func main() {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -67,7 +69,7 @@ func main() {
 	go func() {
 		<-sig
 		cancel()
-		if !stopsOnInterrupt[commandName(os.Args[1:])] {
+		if !watchingInterrupt.Load() {
 			exit(true)
 		}
 		<-sig // a second ^C does not wait for the command
@@ -78,17 +80,6 @@ func main() {
 		exit(false)
 	}
 	os.Exit(code)
-}
-
-// commandName is the subcommand args run: run when they start with a flag.
-func commandName(args []string) string {
-	if len(args) > 0 && strings.HasPrefix(args[0], "-") {
-		return "run"
-	}
-	if len(args) == 0 {
-		return ""
-	}
-	return args[0]
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
