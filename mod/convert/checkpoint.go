@@ -100,12 +100,12 @@ func loadTorch(path string) (map[string]*Tensor, error) {
 		for _, e := range entries {
 			if k, _ := e.key.(string); k == key {
 				if inner, err := dictEntries(e.value); err == nil {
-					return torchTensors(inner)
+					return torchTensors(inner, fileSize(path))
 				}
 			}
 		}
 	}
-	return torchTensors(entries)
+	return torchTensors(entries, fileSize(path))
 }
 
 // unpickleTorch runs gopickle. It is not our code and its input is
@@ -205,7 +205,21 @@ func dictEntries(obj any) ([]entry, error) {
 	return out, nil
 }
 
-func torchTensors(entries []entry) (map[string]*Tensor, error) {
+// fileSize is the size of the file at path, 0 when it cannot be read.
+func fileSize(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// torchTensors copies the tensors out of their storages. Views may share a
+// storage (tied weights), so the copies may hold more elements than the
+// storages; budget bounds them all to one element per byte of the file, which
+// no real checkpoint comes near (a float takes 2 to 8 bytes), while a few
+// hundred bytes of pickle cannot ask for gigabytes of views.
+func torchTensors(entries []entry, budget int64) (map[string]*Tensor, error) {
 	out := map[string]*Tensor{}
 	for _, e := range entries {
 		name, ok := e.key.(string)
@@ -216,7 +230,7 @@ func torchTensors(entries []entry) (map[string]*Tensor, error) {
 		if !ok {
 			return nil, fmt.Errorf("state_dict entry %q is %s, want a tensor", name, pyType(e.value))
 		}
-		t, err := fromTorch(pt)
+		t, err := fromTorch(pt, &budget)
 		if err != nil {
 			return nil, fmt.Errorf("tensor %q: %w", name, err)
 		}
@@ -226,8 +240,10 @@ func torchTensors(entries []entry) (map[string]*Tensor, error) {
 }
 
 // fromTorch copies a (possibly strided) tensor view out of its storage.
-func fromTorch(pt *pytorch.Tensor) (*Tensor, error) {
+// budget is the number of elements left to copy (torchTensors).
+func fromTorch(pt *pytorch.Tensor, budget *int64) (*Tensor, error) {
 	var src []float32
+	var doubles []float64
 	switch s := pt.Source.(type) {
 	case *pytorch.FloatStorage:
 		src = s.Data
@@ -236,10 +252,7 @@ func fromTorch(pt *pytorch.Tensor) (*Tensor, error) {
 	case *pytorch.BFloat16Storage:
 		src = s.Data
 	case *pytorch.DoubleStorage:
-		src = make([]float32, len(s.Data))
-		for i, v := range s.Data {
-			src[i] = float32(v)
-		}
+		doubles = s.Data // converted below, once the budget allows
 	default:
 		return nil, fmt.Errorf("storage type %s is not a floating-point type", strings.TrimPrefix(fmt.Sprintf("%T", pt.Source), "*pytorch."))
 	}
@@ -252,6 +265,16 @@ func fromTorch(pt *pytorch.Tensor) (*Tensor, error) {
 			return nil, fmt.Errorf("bad size %v", pt.Size)
 		}
 		n *= d
+	}
+	if need := int64(n) + int64(len(doubles)); need > *budget {
+		return nil, fmt.Errorf("%d elements: with the tensors before it, more than the file could hold (views that share a storage again and again?)", n)
+	}
+	*budget -= int64(n) + int64(len(doubles))
+	if doubles != nil {
+		src = make([]float32, len(doubles))
+		for i, v := range doubles {
+			src[i] = float32(v)
+		}
 	}
 	t := &Tensor{Shape: append([]int(nil), pt.Size...), Data: make([]float32, n)}
 	idx := make([]int, len(pt.Size))
@@ -297,6 +320,9 @@ func loadSafetensors(path string) (map[string]*Tensor, error) {
 	}
 	data := raw[8+hlen:]
 	out := map[string]*Tensor{}
+	// Tensors hold disjoint ranges of the data; ranges that overlap could
+	// ask a small file for its data many times over.
+	var total uint64
 	for name, msg := range header {
 		if name == "__metadata__" {
 			continue
@@ -312,6 +338,9 @@ func loadSafetensors(path string) (map[string]*Tensor, error) {
 		t, err := safetensor(info.Dtype, info.Shape, info.DataOffsets, data)
 		if err != nil {
 			return nil, fmt.Errorf("safetensors tensor %q: %w", name, err)
+		}
+		if total += info.DataOffsets[1] - info.DataOffsets[0]; total > uint64(len(data)) {
+			return nil, fmt.Errorf("safetensors tensor %q: the tensors' data_offsets overlap (%d bytes in all, %d of data)", name, total, len(data))
 		}
 		out[name] = t
 	}

@@ -2,7 +2,9 @@ package convert
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -157,10 +159,31 @@ func TestLoadTorchFiles(t *testing.T) {
 		{corpusFile(t, "FuzzLoadTorch", "frame", "fr.pt"), "fr.pt: not a readable PyTorch checkpoint: pickle: opcode 0x95 at byte 2 asks for 68719476736 bytes; 3 follow"},
 		{corpusFile(t, "FuzzLoadTorch", "bigstorage", "bs.pt"), `bs.pt: not a readable PyTorch checkpoint: storage "0": 1073741824 torch.FloatStorage elements do not fit in its 8 bytes`},
 		{corpusFile(t, "FuzzLoadTorch", "legacybig", "lb.pt"), `lb.pt: not a readable PyTorch checkpoint: storage "0": 1099511627776 elements do not fit in the 12 bytes left`},
+		{corpusFile(t, "FuzzLoadTorch", "expanded", "ex.pt"), `ex.pt: tensor "w": 1073741824 elements: with the tensors before it, more than the file could hold`},
+		{corpusFile(t, "FuzzLoadTorch", "views", "vw.pt"), `elements: with the tensors before it, more than the file could hold`},
 	} {
 		_, err := LoadCheckpoint(c.path)
 		require.Error(t, err, c.path)
 		assert.Contains(t, err.Error(), c.want)
 		assert.NotContains(t, err.Error(), "types.")
 	}
+}
+
+// TestSafetensorsOverlap: tensors whose data_offsets overlap are refused: a
+// few bytes of data named a thousand times would be copied a thousand times.
+func TestSafetensorsOverlap(t *testing.T) {
+	var header strings.Builder
+	header.WriteString("{")
+	for i := 0; i < 1000; i++ {
+		if i > 0 {
+			header.WriteString(",")
+		}
+		fmt.Fprintf(&header, `"w%d":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}`, i)
+	}
+	header.WriteString("}")
+	file := binary.LittleEndian.AppendUint64(nil, uint64(header.Len()))
+	file = append(append(file, header.String()...), make([]byte, 16)...)
+	_, err := loadFuzzFile(t, "x.safetensors", file)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "data_offsets overlap")
 }
