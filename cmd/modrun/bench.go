@@ -125,7 +125,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic weights (the same model on every machine)")
 	fs.StringVar(&f.save, "save", "", "also write the synthetic model(s) to `FILE`.gguf (several: FILE-NAME.gguf each)")
 	backends := fs.String("backends", "cpu,vulkan", "comma-separated backends to run: cpu, vulkan")
-	fs.IntVar(&f.device, "device", -1, "Vulkan device `N` (default $MODRUN_DEVICE or the best)")
+	fs.IntVar(&f.device, "device", -1, "Vulkan device `N`, as modrun devices lists them. -1: $MODRUN_DEVICE or the best")
 	f.cache.register(fs)
 	routing := fs.String("routing", "router,predictor", "causal routing of MoD models, comma-separated: router, predictor (predictor only where the model has one, unless named)")
 	fs.IntVar(&f.o.PromptTokens, "prompt", 64, "prompt tokens prefilled")

@@ -64,6 +64,7 @@ func TestFlagErrorsComeFirst(t *testing.T) {
 		// run
 		{"run --ctx negative", []string{"-m", missing, "-p", "x", "--ctx", "-1"}, 2, "--ctx -1: must be positive (or 0: the model's)", nil},
 		{"run --device negative", []string{"-m", missing, "-p", "x", "--device", "-5"}, 2, "--device -5: want a device index, 0 or more", nil},
+		{"run --device -1 is the default", []string{"-m", missing, "-p", "x", "--backend", "cpu", "--device", "-1"}, 1, "-m " + missing + ": no such file", nil},
 		{"run --device on the cpu", []string{"-m", missing, "-p", "x", "--backend", "cpu", "--device", "99"}, 2,
 			"--device 99 picks a Vulkan device, but the backend is cpu", nil},
 		{"run --routing lists what run takes", []string{"-m", missing, "-p", "x", "--routing", "bogus"}, 2, `--routing "bogus": want router or predictor`, []string{"topk"}},

@@ -28,7 +28,7 @@ type modelFlags struct {
 func (mf *modelFlags) register(fs *flag.FlagSet, defaultRouting, routingHelp string) {
 	fs.StringVar(&mf.path, "m", "", "model `FILE`.gguf (required)")
 	fs.StringVar(&mf.backend, "backend", "auto", "auto (a Vulkan GPU if any, else the CPU) | cpu | vulkan (any Vulkan device, lavapipe too)")
-	fs.IntVar(&mf.device, "device", -1, "Vulkan device `N`, as modrun devices lists them; with --backend auto it means vulkan (default: $MODRUN_DEVICE or the best)")
+	fs.IntVar(&mf.device, "device", -1, "Vulkan device `N`, as modrun devices lists them; with --backend auto it means vulkan. -1: $MODRUN_DEVICE or the best")
 	fs.StringVar(&mf.routing, "routing", defaultRouting, routingHelp)
 }
 
@@ -111,7 +111,7 @@ func (mf *modelFlags) check(fs *flag.FlagSet, accepted ...mod.Routing) (mod.Rout
 	if err := deviceFlag(fs, mf.device, mf.backend); err != nil {
 		return 0, err
 	}
-	if flagSet(fs, "device") && mf.backend == engine.BackendAuto {
+	if mf.device >= 0 && mf.backend == engine.BackendAuto {
 		mf.backend = engine.BackendVulkan // the device named, not a fallback to the CPU
 	}
 	return routingFlag(mf.routing, accepted...)

@@ -77,14 +77,15 @@ func plainPathError(err error) error {
 
 // deviceFlag checks --device against the backends it would apply to: it
 // picks a Vulkan device, so it needs one of them to be Vulkan (auto may pick
-// Vulkan), and it is an index (modrun devices lists them). The device list
-// itself is checked when the backend opens (--device 99: no such device).
+// Vulkan), and it is an index (modrun devices lists them), or -1, the
+// default. The device list itself is checked when the backend opens
+// (--device 99: no such device).
 func deviceFlag(fs *flag.FlagSet, device int, backends ...string) error {
-	if !flagSet(fs, "device") {
+	if !flagSet(fs, "device") || device == -1 {
 		return nil
 	}
 	if device < 0 {
-		return fmt.Errorf("%w: --device %d: want a device index, 0 or more (modrun devices lists them)", errUsage, device)
+		return fmt.Errorf("%w: --device %d: want a device index, 0 or more (modrun devices lists them), or -1 for the default", errUsage, device)
 	}
 	for _, b := range backends {
 		if b != engine.BackendCPU {
