@@ -61,7 +61,10 @@ func TestInterruptRun(t *testing.T) {
 	cmd, stdout, stderr := modrunProcess(t, ctx, "-m", model, "-p", "Once", "-n", "0", "--backend", "cpu")
 	first := make([]byte, 1)
 	_, err := io.ReadFull(stdout, first) // generation has begun: main has its handler
-	require.NoError(t, err, stderr.String())
+	if err != nil {
+		_ = cmd.Wait() // stderr is complete, and no longer written, after Wait
+		t.Fatalf("no output: %v; stderr: %s", err, stderr)
+	}
 	require.NoError(t, cmd.Process.Signal(os.Interrupt))
 	rest, err := io.ReadAll(stdout)
 	require.NoError(t, err)
