@@ -88,8 +88,8 @@ func TestInterruptBusyCommand(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd, _, stderr := modrunProcess(t, ctx, "perplexity", "-m", model, "-f", fifo, "--backend", "cpu")
-	// Opening the FIFO waits for modrun to open it (checking -f): main has
-	// its handler by then, and modrun then blocks reading it.
+	// Opening the FIFO waits for modrun to open it (reading -f, after the
+	// model loads): main has its handler by then, and modrun blocks reading.
 	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
 	require.NoError(t, err)
 	defer w.Close()

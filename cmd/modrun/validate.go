@@ -20,7 +20,8 @@ import (
 )
 
 // inputFile checks that path, given with flag name, is a file that can be
-// opened for reading.
+// opened for reading. A pipe or device is not opened: opening a FIFO waits
+// for its writer, and closing it again would leave the writer no reader.
 func inputFile(name, path string) error {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -28,6 +29,9 @@ func inputFile(name, path string) error {
 	}
 	if st.IsDir() {
 		return fmt.Errorf("%s %s: is a directory, not a file", name, path)
+	}
+	if !st.Mode().IsRegular() {
+		return nil
 	}
 	f, err := os.Open(path)
 	if err != nil {
