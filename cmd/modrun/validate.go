@@ -92,11 +92,11 @@ func deviceFlag(fs *flag.FlagSet, device int, backends ...string) error {
 		return fmt.Errorf("%w: --device %d: want a device index, 0 or more (modrun devices lists them), or -1 for the default", errUsage, device)
 	}
 	for _, b := range backends {
-		if b != engine.BackendCPU {
+		if b == engine.BackendVulkan || b == engine.BackendAuto {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: --device %d picks a Vulkan device, but the backend is cpu: drop --device, or use --backend vulkan", errUsage, device)
+	return fmt.Errorf("%w: --device %d picks a Vulkan device, but the backend is %s: drop --device, or use --backend vulkan", errUsage, device, strings.Join(backends, ","))
 }
 
 // routingFlag parses --routing, listing in its error only what the command
