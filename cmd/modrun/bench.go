@@ -195,7 +195,7 @@ func (f *benchFlags) check(fs *flag.FlagSet) error {
 	if err := f.cache.check(); err != nil {
 		return err
 	}
-	if err := deviceFlag(fs, f.device, f.backends...); err != nil {
+	if err := deviceFlag(f.device, f.backends...); err != nil {
 		return err
 	}
 	for _, spec := range f.shapes {

@@ -99,7 +99,7 @@ type loaded struct {
 // --backend and --device make sense together, and --routing is one of those
 // the command accepts. The caller checks the -m file (inputFile) after its
 // other usage errors, so that a usage error always exits 2.
-func (mf *modelFlags) check(fs *flag.FlagSet, accepted ...mod.Routing) (mod.Routing, error) {
+func (mf *modelFlags) check(accepted ...mod.Routing) (mod.Routing, error) {
 	if mf.path == "" {
 		return 0, fmt.Errorf("%w: -m FILE.gguf is required", errUsage)
 	}
@@ -108,7 +108,7 @@ func (mf *modelFlags) check(fs *flag.FlagSet, accepted ...mod.Routing) (mod.Rout
 	default:
 		return 0, fmt.Errorf("%w: --backend %q is not auto, cpu or vulkan", errUsage, mf.backend)
 	}
-	if err := deviceFlag(fs, mf.device, mf.backend); err != nil {
+	if err := deviceFlag(mf.device, mf.backend); err != nil {
 		return 0, err
 	}
 	if mf.device >= 0 && mf.backend == engine.BackendAuto {
@@ -196,13 +196,10 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err := cf.check(); err != nil {
 		return err
 	}
-	if _, err := mf.check(fs, mod.RoutingRouter, mod.RoutingPredictor); err != nil {
+	opts, err := mf.options()
+	if err != nil {
 		return err
 	}
-	if err := inputFile("-m", mf.path); err != nil {
-		return err
-	}
-	opts := mf.options()
 	opts.Profile = *profile
 	if err := cf.apiOptions(&opts); err != nil {
 		return err
@@ -280,13 +277,20 @@ func repeatLastN(n int) int {
 	return n
 }
 
-// options turns the model flags, checked, into the API's options.
-func (mf *modelFlags) options() api.Options {
+// options checks the model flags of a command that generates (check, then
+// the -m file) and turns them into the API's options.
+func (mf *modelFlags) options() (api.Options, error) {
+	if _, err := mf.check(mod.RoutingRouter, mod.RoutingPredictor); err != nil {
+		return api.Options{}, err
+	}
+	if err := inputFile("-m", mf.path); err != nil {
+		return api.Options{}, err
+	}
 	opts := api.Options{Backend: mf.backend, Routing: api.Routing(mf.routing)}
 	if mf.device >= 0 {
 		opts.Device = strconv.Itoa(mf.device)
 	}
-	return opts
+	return opts, nil
 }
 
 // open opens the model through the API, naming the flags in its errors.

@@ -32,7 +32,7 @@ func perplexityMain(args []string, _ io.Reader, stdout, stderr io.Writer) error 
 	if *ctx < 0 || *ctx == 1 {
 		return fmt.Errorf("%w: --ctx %d: must be at least 2 (BOS and one token to score), or 0: the model's", errUsage, *ctx)
 	}
-	routing, err := mf.check(fs, mod.RoutingTopK, mod.RoutingRouter, mod.RoutingPredictor)
+	routing, err := mf.check(mod.RoutingTopK, mod.RoutingRouter, mod.RoutingPredictor)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"math"
@@ -84,8 +83,8 @@ func plainPathError(err error) error {
 // Vulkan), and it is an index (modrun devices lists them), or -1, the
 // default. The device list itself is checked when the backend opens
 // (--device 99: no such device).
-func deviceFlag(fs *flag.FlagSet, device int, backends ...string) error {
-	if !flagSet(fs, "device") || device == -1 {
+func deviceFlag(device int, backends ...string) error {
+	if device == -1 {
 		return nil
 	}
 	if device < 0 {
