@@ -90,7 +90,9 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 		return c, fmt.Errorf("mod: %s: head dimension %d is odd; RoPE rotates pairs", f.Path, c.HeadDim)
 	}
 	if rd := r.intOr(KeyRopeDimCount, c.HeadDim, 0, maxDim); r.err == nil && rd != c.HeadDim {
-		return c, fmt.Errorf("mod: %s: %s = %d: only RoPE over the whole head (%d) is supported", f.Path, r.key(KeyRopeDimCount), rd, c.HeadDim)
+		// Either key may be the wrong one: name both.
+		return c, fmt.Errorf("mod: %s: %s = %d, but the head dimension is %d (%s %d / %s %d): a wrong head count, or RoPE over part of the head, which is not supported",
+			f.Path, r.key(KeyRopeDimCount), rd, c.HeadDim, r.key(KeyEmbeddingLen), c.NEmbd, r.key(KeyHeadCount), c.NHead)
 	}
 	if !(c.RMSEps > 0) || !(c.RopeBase > 1) {
 		return c, fmt.Errorf("mod: %s: %s = %g and %s = %g must be positive (and the base above 1)", f.Path, r.key(KeyRMSEpsilon), c.RMSEps, r.key(KeyRopeFreqBase), c.RopeBase)
@@ -109,14 +111,24 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 }
 
 // vocabSize is the length of the embedded vocabulary, else llama.vocab_size,
-// else the token embedding's row count.
+// else the token embedding's row count. Where the vocabulary and the key
+// both exist they must agree (the token embedding's shape is checked against
+// the result when the weights load).
 func vocabSize(f *gguf.File, r *metaReader) (int, error) {
+	key := -1
+	if f.Has(r.key(KeyVocabSize)) {
+		if key = r.int(KeyVocabSize, 1, 1<<24); r.err != nil {
+			return 0, r.err
+		}
+	}
 	if tokens, err := f.Strings("tokenizer.ggml.tokens"); err == nil {
+		if key >= 0 && key != len(tokens) {
+			return 0, fmt.Errorf("mod: %s: %s = %d, but tokenizer.ggml.tokens has %d tokens", f.Path, r.key(KeyVocabSize), key, len(tokens))
+		}
 		return len(tokens), nil
 	}
-	if f.Has(r.key(KeyVocabSize)) {
-		n := r.int(KeyVocabSize, 1, 1<<24)
-		return n, r.err
+	if key >= 0 {
+		return key, nil
 	}
 	if t, ok := f.Tensor(TensorTokenEmbd); ok && len(t.Dims) == 2 {
 		return int(t.Dims[1]), nil

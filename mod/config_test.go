@@ -2,6 +2,7 @@ package mod
 
 import (
 	"math"
+	"path/filepath"
 	"testing"
 
 	"github.com/modrun/modrun/gguf"
@@ -96,4 +97,75 @@ func TestSelects(t *testing.T) {
 		}
 	}
 	assert.Equal(t, want, positive(scores))
+}
+
+// rewriteKVs copies the GGUF file at path with the given keys set (replaced
+// or added), and returns the copy's path.
+func rewriteKVs(t *testing.T, path string, set map[string]gguf.Value) string {
+	t.Helper()
+	f, err := gguf.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	w := gguf.NewWriter()
+	for _, kv := range f.KVs {
+		v, ok := set[kv.Key]
+		if !ok {
+			v = kv.Value
+		}
+		delete(set, kv.Key)
+		require.NoError(t, w.SetKV(kv.Key, v))
+	}
+	for k, v := range set {
+		require.NoError(t, w.SetKV(k, v))
+	}
+	for _, ti := range f.Tensors {
+		b, err := f.TensorData(ti.Name)
+		require.NoError(t, err)
+		require.NoError(t, w.AddTensor(ti.Name, ti.Type, ti.Dims, b))
+	}
+	out := filepath.Join(t.TempDir(), "edited.gguf")
+	require.NoError(t, w.WriteFile(out))
+	return out
+}
+
+// TestConfigNamesTheWrongKey: a file whose weights are right but one key is
+// wrong is refused, and the error names the key that is wrong, or both keys
+// where either may be.
+func TestConfigNamesTheWrongKey(t *testing.T) {
+	tm := defaultTestModel() // nEmbd 48, nHead 6: head dimension 8; nVocab 67
+	path := tm.write(t)
+	key := func(k string) string { return ArchKey(ArchMoD, k) }
+	tokens := func(n int) gguf.Value {
+		s := make([]string, n)
+		for i := range s {
+			s[i] = string(rune('a' + i%26))
+		}
+		return gguf.Array(s)
+	}
+	for _, c := range []struct {
+		name string
+		set  map[string]gguf.Value
+		want string
+	}{
+		{"head_count wrong, rope.dimension_count right", map[string]gguf.Value{key(KeyHeadCount): gguf.Scalar(uint32(12)), key(KeyRopeDimCount): gguf.Scalar(uint32(8))},
+			"llama-mod.rope.dimension_count = 8, but the head dimension is 4 (llama-mod.embedding_length 48 / llama-mod.attention.head_count 12)"},
+		{"head_count does not divide", map[string]gguf.Value{key(KeyHeadCount): gguf.Scalar(uint32(7))},
+			"llama-mod.embedding_length = 48 is not a multiple of llama-mod.attention.head_count = 7"},
+		{"vocab_size against the tokens", map[string]gguf.Value{key(KeyVocabSize): gguf.Scalar(uint32(70)), "tokenizer.ggml.tokens": tokens(67)},
+			"llama-mod.vocab_size = 70, but tokenizer.ggml.tokens has 67 tokens"},
+		{"vocab_size against token_embd", map[string]gguf.Value{key(KeyVocabSize): gguf.Scalar(uint32(70))},
+			TensorTokenEmbd},
+		{"tokens against token_embd", map[string]gguf.Value{key(KeyVocabSize): gguf.Scalar(uint32(60)), "tokenizer.ggml.tokens": tokens(60)},
+			TensorTokenEmbd},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Open(rewriteKVs(t, path, c.set))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.want)
+		})
+	}
+	m, err := Open(rewriteKVs(t, path, map[string]gguf.Value{"tokenizer.ggml.tokens": tokens(67)}))
+	require.NoError(t, err, "the key and the tokens agree")
+	assert.Equal(t, 67, m.Config.NVocab)
+	m.Close()
 }

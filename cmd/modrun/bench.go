@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -123,7 +124,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic weights (the same model on every machine)")
 	fs.StringVar(&f.save, "save", "", "also write the synthetic model(s) to `FILE`.gguf (several: FILE-NAME.gguf each)")
 	backends := fs.String("backends", "cpu,vulkan", "comma-separated backends to run: cpu, vulkan")
-	fs.IntVar(&f.device, "device", -1, "Vulkan device `N` (default $MODRUN_DEVICE or the best)")
+	fs.IntVar(&f.device, "device", -1, "Vulkan device `N`, as modrun devices lists them. -1: $MODRUN_DEVICE or the best")
 	f.cache.register(fs)
 	routing := fs.String("routing", "router,predictor", "causal routing of MoD models, comma-separated: router, predictor (predictor only where the model has one, unless named)")
 	fs.IntVar(&f.o.PromptTokens, "prompt", 64, "prompt tokens prefilled")
@@ -144,8 +145,13 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	if f.scheme, err = quant.Parse(*typ); err != nil {
 		return nil, fmt.Errorf("%w: --type: %v", errUsage, err)
 	}
-	if f.capacity < 0 || f.capacity > 1 || (f.capacity > 0 && len(f.shapes) == 0) {
-		return nil, fmt.Errorf("%w: --capacity %g: want a fraction in (0, 1], with --synthetic", errUsage, f.capacity)
+	if flagSet(fs, "capacity") {
+		if err := fractionFlag("capacity", f.capacity); err != nil {
+			return nil, err
+		}
+		if len(f.shapes) == 0 {
+			return nil, fmt.Errorf("%w: --capacity %g builds a MoD twin of a --synthetic model: give --synthetic", errUsage, f.capacity)
+		}
 	}
 	if f.save != "" && len(f.shapes) == 0 {
 		return nil, fmt.Errorf("%w: --save writes synthetic models: give --synthetic", errUsage)
@@ -166,13 +172,70 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 		}
 		f.routings = append(f.routings, r)
 	}
-	if f.o.PromptTokens < 1 || f.o.Repeats < 1 {
-		return nil, fmt.Errorf("%w: --prompt and --repeats must be positive", errUsage)
+	if f.o.PromptTokens < 1 {
+		return nil, fmt.Errorf("%w: --prompt %d: must be positive", errUsage, f.o.PromptTokens)
+	}
+	if f.o.Repeats < 1 {
+		return nil, fmt.Errorf("%w: --repeats %d: must be positive", errUsage, f.o.Repeats)
 	}
 	if f.o.DecodeTokens < 2 {
 		return nil, fmt.Errorf("%w: -n %d: decode is timed from the second token on (the first comes with the prompt): give at least 2", errUsage, f.o.DecodeTokens)
 	}
+	if err := f.check(fs); err != nil {
+		return nil, err
+	}
 	return f, nil
+}
+
+// check validates what parseBenchFlags has not, before any model is loaded
+// or built: the cache flags, --device, every shape, and every path read or
+// written.
+func (f *benchFlags) check(fs *flag.FlagSet) error {
+	if err := f.cache.check(); err != nil {
+		return err
+	}
+	if err := deviceFlag(f.device, f.backends...); err != nil {
+		return err
+	}
+	for _, spec := range f.shapes {
+		shape, err := synth.ParseShape(spec)
+		if err != nil {
+			return fmt.Errorf("%w: --synthetic: %v", errUsage, err)
+		}
+		if err := f.fits(shape); err != nil {
+			return err
+		}
+	}
+	for _, path := range f.paths {
+		if err := inputFile("-m", path); err != nil {
+			return err
+		}
+	}
+	for _, o := range []struct{ name, path string }{{"--out", f.out}, {"--json", f.json}, {"--save", f.save}} {
+		if o.path == "" {
+			continue
+		}
+		if err := outputFile(o.name, o.path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fits checks --ctx, --prompt and -n against a synthetic shape's context
+// length before the model is built (a file's is checked when it loads).
+func (f *benchFlags) fits(shape synth.Shape) error {
+	ctx := shape.ContextLen
+	if f.cache.ctx > shape.ContextLen {
+		return fmt.Errorf("%w: --ctx %d: must be in [1, %d] (the context length of %s)", errUsage, f.cache.ctx, shape.ContextLen, shape.Name)
+	}
+	if f.cache.ctx > 0 {
+		ctx = f.cache.ctx
+	}
+	if n := f.o.PromptTokens + f.o.DecodeTokens; n > ctx {
+		return fmt.Errorf("%w: --prompt %d + -n %d = %d tokens pass the context length %d of %s", errUsage, f.o.PromptTokens, f.o.DecodeTokens, n, ctx, shape.Name)
+	}
+	return nil
 }
 
 // benchModel is a model under benchmark, from a file or built in memory.
@@ -193,7 +256,7 @@ func (f *benchFlags) openModels(stderr io.Writer) ([]*benchModel, error) {
 	var out []*benchModel
 	for _, path := range f.paths {
 		mf := modelFlags{path: path, backend: engine.BackendCPU, routing: "router"}
-		l, err := mf.load(false)
+		l, err := mf.load(mod.RoutingRouter, "")
 		if err != nil {
 			return out, err
 		}

@@ -30,18 +30,34 @@ func convertMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: -i, --vocab and -o are required", errUsage)
 	case fs.NArg() != 0:
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
-	case filepath.Clean(*out) == filepath.Clean(*in) || filepath.Clean(*out) == filepath.Clean(*vocabPath):
+	case filepath.Clean(*out) == filepath.Clean(*in) || filepath.Clean(*out) == filepath.Clean(*vocabPath) ||
+		(*cfgPath != "" && filepath.Clean(*out) == filepath.Clean(*cfgPath)):
 		return fmt.Errorf("%w: -o %s would overwrite an input", errUsage, *out)
 	}
 	scheme, err := quant.Parse(*typ)
 	if err != nil {
 		return fmt.Errorf("%w: --type: %v", errUsage, err)
 	}
+	if err := inputFile("-i", *in); err != nil {
+		return err
+	}
 	if *cfgPath == "" {
 		*cfgPath = filepath.Join(filepath.Dir(*in), "config.json")
 		if _, err := os.Stat(*cfgPath); err != nil {
-			return fmt.Errorf("%w: -c not given and %s does not exist", errUsage, *cfgPath)
+			return fmt.Errorf("%w: -c not given and %s, beside -i, does not exist", errUsage, *cfgPath)
 		}
+		if filepath.Clean(*out) == filepath.Clean(*cfgPath) {
+			return fmt.Errorf("%w: -o %s would overwrite an input (the config beside -i)", errUsage, *out)
+		}
+	}
+	if err := inputFile("-c", *cfgPath); err != nil {
+		return err
+	}
+	if err := inputFile("--vocab", *vocabPath); err != nil {
+		return err
+	}
+	if err := outputFile("-o", *out); err != nil {
+		return err
 	}
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(*out), filepath.Ext(*out))

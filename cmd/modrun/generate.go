@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	api "github.com/modrun/modrun"
 	"github.com/modrun/modrun/engine"
@@ -27,7 +28,7 @@ type modelFlags struct {
 func (mf *modelFlags) register(fs *flag.FlagSet, defaultRouting, routingHelp string) {
 	fs.StringVar(&mf.path, "m", "", "model `FILE`.gguf (required)")
 	fs.StringVar(&mf.backend, "backend", "auto", "auto (a Vulkan GPU if any, else the CPU) | cpu | vulkan (any Vulkan device, lavapipe too)")
-	fs.IntVar(&mf.device, "device", -1, "Vulkan device `N` (see modrun devices; default $MODRUN_DEVICE or the best)")
+	fs.IntVar(&mf.device, "device", -1, "Vulkan device `N`, as modrun devices lists them; with --backend auto it means vulkan. -1: $MODRUN_DEVICE or the best")
 	fs.StringVar(&mf.routing, "routing", defaultRouting, routingHelp)
 }
 
@@ -41,7 +42,7 @@ type cacheFlags struct {
 }
 
 func (cf *cacheFlags) register(fs *flag.FlagSet) {
-	usage := fmt.Sprintf("context length `N`: the longest sequence, and the KV cache's size (default: the model's, at most %d)", engine.DefaultMaxContext)
+	usage := fmt.Sprintf("context length `N`: the longest sequence, and the KV cache's size; 0 = the model's, at most %d", engine.DefaultMaxContext)
 	fs.IntVar(&cf.ctx, "c", 0, usage)
 	fs.IntVar(&cf.ctx, "ctx", 0, usage)
 	fs.StringVar(&cf.kvType, "kv-type", "", "KV cache type on the GPU: f16 | f32 (default: f16 on a GPU, f32 on a CPU emulation such as lavapipe)")
@@ -65,7 +66,7 @@ func (cf cacheFlags) options(o *engine.BackendOptions, m *mod.Model) error {
 // under 1.
 func (cf cacheFlags) check() error {
 	if cf.ctx < 0 {
-		return fmt.Errorf("%w: --ctx %d: must be positive (0: the model's)", errUsage, cf.ctx)
+		return fmt.Errorf("%w: --ctx %d: must be positive (or 0: the model's)", errUsage, cf.ctx)
 	}
 	if cf.ubatch < 1 {
 		return fmt.Errorf("%w: --ubatch %d: must be at least 1", errUsage, cf.ubatch)
@@ -94,28 +95,39 @@ type loaded struct {
 	routing mod.Routing
 }
 
-// load opens the model named by -m and checks the flags that depend on it.
-// routingSet says whether --routing was given on the command line.
-func (mf *modelFlags) load(routingSet bool) (*loaded, error) {
+// check validates the model flags before anything is loaded: -m is given,
+// --backend and --device make sense together, and --routing is one of those
+// the command accepts. The caller checks the -m file (inputFile) after its
+// other usage errors, so that a usage error always exits 2.
+func (mf *modelFlags) check(accepted ...mod.Routing) (mod.Routing, error) {
 	if mf.path == "" {
-		return nil, fmt.Errorf("%w: -m FILE.gguf is required", errUsage)
+		return 0, fmt.Errorf("%w: -m FILE.gguf is required", errUsage)
 	}
 	switch mf.backend {
 	case engine.BackendAuto, engine.BackendCPU, engine.BackendVulkan:
 	default:
-		return nil, fmt.Errorf("%w: --backend %q is not auto, cpu or vulkan", errUsage, mf.backend)
+		return 0, fmt.Errorf("%w: --backend %q is not auto, cpu or vulkan", errUsage, mf.backend)
 	}
-	routing, err := mod.ParseRouting(mf.routing)
-	if err != nil {
-		return nil, fmt.Errorf("%w: --routing: %v", errUsage, err)
+	if err := deviceFlag(mf.device, mf.backend); err != nil {
+		return 0, err
 	}
+	if mf.device >= 0 && mf.backend == engine.BackendAuto {
+		mf.backend = engine.BackendVulkan // the device named, not a fallback to the CPU
+	}
+	return routingFlag(mf.routing, accepted...)
+}
+
+// load opens the model named by -m (after check) and checks the flags that
+// depend on it. needsMoD is the flag given that only a MoD model takes, as
+// the user wrote it ("--routing topk", "--capacity 0.5"), or "".
+func (mf *modelFlags) load(routing mod.Routing, needsMoD string) (*loaded, error) {
 	m, err := mod.Open(mf.path)
 	if err != nil {
 		return nil, fmt.Errorf("-m %s: %w", mf.path, err)
 	}
-	if routingSet && !m.Config.IsMoD() {
+	if needsMoD != "" && !m.Config.IsMoD() {
 		m.Close()
-		return nil, fmt.Errorf("--routing %s: %s is a dense model (architecture %q); it has no routers", mf.routing, mf.path, m.Config.Arch)
+		return nil, fmt.Errorf("%s: %s is a dense model (architecture %q); it has no routers", needsMoD, mf.path, m.Config.Arch)
 	}
 	if routing == mod.RoutingPredictor && m.Config.IsMoD() && m.Config.PredictorHidden == 0 {
 		m.Close()
@@ -158,6 +170,14 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if *n < 0 {
 		return fmt.Errorf("%w: -n %d: must be 0 or positive", errUsage, *n)
 	}
+	if !utf8.ValidString(*prompt) {
+		return fmt.Errorf("%w: -p: the prompt is not valid UTF-8", errUsage)
+	}
+	if *routingMap != "" {
+		if err := outputFile("--routing-map", *routingMap); err != nil {
+			return err
+		}
+	}
 	model, so, err := gf.open(fs, stderr, func(opts *api.Options) {
 		opts.Profile = *profile
 		opts.NoRoutes = *routingMap == "" // --stats counts from the KV caches
@@ -173,19 +193,26 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 
 	var werr error
 	var tokens []api.Token
+	wrote := false
 	session := model.NewSession()
 	defer session.Close()
-	res, err := session.Generate(context.Background(), *prompt, generateOptions(so, *n), func(t api.Token) error {
+	watchingInterrupt.Store(true)
+	res, err := session.Generate(interrupt, *prompt, generateOptions(so, *n), func(t api.Token) error {
 		if *routingMap != "" {
 			tokens = append(tokens, t)
 		}
 		if werr == nil && t.Text != "" {
 			_, werr = io.WriteString(stdout, t.Text)
+			wrote = true
 		}
 		return werr
 	})
-	if werr == nil {
+	watchingInterrupt.Store(false)
+	if werr == nil && (err == nil || wrote || res.Tail != "") {
 		_, werr = io.WriteString(stdout, res.Tail+"\n")
+	}
+	if errors.Is(err, context.Canceled) && interrupt.Err() != nil {
+		return errInterrupted // what was generated is printed, with its newline
 	}
 	if err != nil {
 		return err
@@ -207,23 +234,14 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	return werr
 }
 
-// options turns the model flags into the API's options; a bad flag is a
-// usage error.
+// options checks the model flags of a command that generates (check, then
+// the -m file) and turns them into the API's options.
 func (mf *modelFlags) options() (api.Options, error) {
-	if mf.path == "" {
-		return api.Options{}, fmt.Errorf("%w: -m FILE.gguf is required", errUsage)
+	if _, err := mf.check(mod.RoutingRouter, mod.RoutingPredictor); err != nil {
+		return api.Options{}, err
 	}
-	switch mf.backend {
-	case engine.BackendAuto, engine.BackendCPU, engine.BackendVulkan:
-	default:
-		return api.Options{}, fmt.Errorf("%w: --backend %q is not auto, cpu or vulkan", errUsage, mf.backend)
-	}
-	r, err := mod.ParseRouting(mf.routing)
-	if err == nil && r == mod.RoutingTopK {
-		err = fmt.Errorf("generation needs causal routing, router or predictor, not topk")
-	}
-	if err != nil {
-		return api.Options{}, fmt.Errorf("%w: --routing: %v", errUsage, err)
+	if err := inputFile("-m", mf.path); err != nil {
+		return api.Options{}, err
 	}
 	opts := api.Options{Backend: mf.backend, Routing: api.Routing(mf.routing)}
 	if mf.device >= 0 {
@@ -303,15 +321,3 @@ func printStats(w io.Writer, info api.Info, res api.Result, seed uint64) {
 
 // mib is n bytes in MiB.
 func mib(n uint64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
-
-// floatFlag parses a float32 flag value into dst.
-func floatFlag(dst *float32) func(string) error {
-	return func(s string) error {
-		var v float64
-		if _, err := fmt.Sscan(s, &v); err != nil {
-			return fmt.Errorf("%q is not a number", s)
-		}
-		*dst = float32(v)
-		return nil
-	}
-}

@@ -53,7 +53,7 @@ func TestGenerateBadInput(t *testing.T) {
 		{[]string{"-p", "x"}, 2, "-m FILE.gguf is required"},
 		{[]string{"-m", model, "-p", strings.Repeat("a b ", 1200)}, 1, "the prompt has 2402 tokens, more than the context length 2048"}, // BOS, 2400 words, a final space
 		{[]string{"-m", model, "-p", "x", "--routing", "router"}, 1, "--routing router: " + model + " is a dense model"},
-		{[]string{"-m", model, "-p", "x", "--routing", "sideways"}, 2, `routing "sideways" is not one of topk, router, predictor`},
+		{[]string{"-m", model, "-p", "x", "--routing", "sideways"}, 2, `--routing "sideways": want router or predictor`},
 		{[]string{"-m", model, "-p", "x", "--temp", "-1"}, 2, "--temp -1: must be 0 (greedy) or positive"},
 		{[]string{"-m", model, "-p", "x", "--top-p", "0"}, 2, "--top-p 0: must be in (0, 1]"},
 		{[]string{"-m", model, "-p", "x", "--backend", "gpu"}, 2, `--backend "gpu" is not auto, cpu or vulkan`},
@@ -118,8 +118,8 @@ func TestPerplexity(t *testing.T) {
 		want string
 	}{
 		{[]string{"perplexity", "-m", model}, "-f TEXT is required"},
-		{[]string{"perplexity", "-m", model, "-f", text, "--ctx", "1"}, "--ctx 1: must be in [2, 2048]"},
-		{[]string{"perplexity", "-m", model, "-f", text, "--capacity", "0"}, "--capacity 0: must be in (0, 1]"},
+		{[]string{"perplexity", "-m", model, "-f", text, "--ctx", "1"}, "--ctx 1: must be at least 2"},
+		{[]string{"perplexity", "-m", model, "-f", text, "--capacity", "0"}, "--capacity 0: want a fraction in (0, 1]"},
 		{[]string{"perplexity", "-m", model, "-f", filepath.Join(t.TempDir(), "none.txt")}, "none.txt"},
 	} {
 		code, _, stderr := modrun(t, c.args...)

@@ -31,6 +31,9 @@ func (gf *generationFlags) open(fs *flag.FlagSet, stderr io.Writer, set func(*ap
 	if err != nil {
 		return nil, so, err
 	}
+	if err := gf.cf.check(); err != nil { // usage errors before -m's file
+		return nil, so, err
+	}
 	opts, err := gf.mf.options()
 	if err != nil {
 		return nil, so, err

@@ -4,12 +4,16 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // command is one subcommand: it parses its own flags from args.
@@ -32,8 +36,51 @@ var commands = []command{
 // errUsage marks an error in how modrun was called (exit status 2).
 var errUsage = errors.New("usage")
 
+// Exit statuses: 0 done, 1 an error in the work, 2 a usage error (a bad
+// flag, caught before anything is loaded), 130 interrupted (128 + SIGINT, as
+// shells report it).
+const exitInterrupted = 130
+
+// errInterrupted is what a command returns when it stopped on interrupt.
+var errInterrupted = errors.New("interrupted")
+
+// interrupt is cancelled by the first SIGINT. A command that watches it
+// sets watchingInterrupt while it does (run, while it generates) and stops
+// cleanly; at any other time the first SIGINT ends modrun at once.
+var (
+	interrupt         = context.Background()
+	watchingInterrupt atomic.Bool
+)
+
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	ctx, cancel := context.WithCancel(context.Background())
+	interrupt = ctx
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt)
+	var once sync.Once
+	exit := func(newline bool) {
+		once.Do(func() {
+			if newline && isTerminal(os.Stderr) {
+				fmt.Fprintln(os.Stderr) // end a progress bar's line
+			}
+			fmt.Fprintln(os.Stderr, "modrun: interrupted")
+			os.Exit(exitInterrupted)
+		})
+	}
+	go func() {
+		<-sig
+		cancel()
+		if !watchingInterrupt.Load() {
+			exit(true)
+		}
+		<-sig // a second ^C does not wait for the command
+		exit(true)
+	}()
+	code := run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	if code == exitInterrupted {
+		exit(false)
+	}
+	os.Exit(code)
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -57,6 +104,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 0
 		case errors.Is(err, flag.ErrHelp):
 			return 0
+		case errors.Is(err, errInterrupted):
+			return exitInterrupted // main prints the line
 		case errors.Is(err, errUsage):
 			fmt.Fprintf(stderr, "modrun %s: %v\n", c.name, err)
 			return 2
@@ -92,13 +141,23 @@ func newFlags(name, argsUsage string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args, wrapping a bad flag as a usage error.
+// parseFlags parses args, wrapping a bad flag as a usage error. The flag
+// package's own report (its message and every flag) is silenced: the error
+// comes back as one line under the "modrun COMMAND:" prefix, and -h prints
+// the flags.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
+	case err != nil:
+		return fmt.Errorf("%w: %v (modrun %s -h lists the flags)", errUsage, err, fs.Name())
 	}
 	return nil
 }

@@ -12,13 +12,13 @@ import (
 )
 
 func perplexityMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("perplexity", "-m FILE.gguf -f TEXT [--ctx N] [--routing topk|router|predictor] [--capacity C]", stderr)
+	fs := newFlags("perplexity", "-m FILE.gguf -f TEXT [--ctx N] [--routing topk|router|predictor] [--capacity C] [--backend B] [--device N]", stderr)
 	var mf modelFlags
 	mf.register(fs, "topk", "topk (eval mode: the training semantics) | router | predictor (causal, as in generation)")
 	textPath := fs.String("f", "", "`TEXT` file to score (required)")
-	ctx := fs.Int("ctx", 0, "window length in tokens, BOS included (default: the model's context length)")
+	ctx := fs.Int("ctx", 0, "window length `N` in tokens, BOS included; 0 = the model's context length")
 	fs.IntVar(ctx, "c", 0, "short for --ctx")
-	capacity := fs.Float64("capacity", 0, "override the routed fraction of top-k routing, in (0, 1] (default: the model's)")
+	capacity := fs.Float64("capacity", 0, "override the routed fraction `C` of --routing topk, in (0, 1] (default: the model's)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -29,10 +29,33 @@ func perplexityMain(args []string, _ io.Reader, stdout, stderr io.Writer) error 
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	if flagSet(fs, "capacity") && !(*capacity > 0 && *capacity <= 1) {
-		return fmt.Errorf("%w: --capacity %g: must be in (0, 1]", errUsage, *capacity)
+	if *ctx < 0 || *ctx == 1 {
+		return fmt.Errorf("%w: --ctx %d: must be at least 2 (BOS and one token to score), or 0: the model's", errUsage, *ctx)
 	}
-	l, err := mf.load(flagSet(fs, "routing") || flagSet(fs, "capacity"))
+	routing, err := mf.check(mod.RoutingTopK, mod.RoutingRouter, mod.RoutingPredictor)
+	if err != nil {
+		return err
+	}
+	needsMoD := "" // the flag, as given, that only a MoD model takes
+	if flagSet(fs, "routing") {
+		needsMoD = "--routing " + mf.routing
+	}
+	if flagSet(fs, "capacity") {
+		if err := fractionFlag("capacity", *capacity); err != nil {
+			return err
+		}
+		if routing != mod.RoutingTopK {
+			return fmt.Errorf("%w: --capacity sets the fraction of --routing topk; --routing %s routes by sign, with no fraction", errUsage, routing)
+		}
+		needsMoD = fmt.Sprintf("--capacity %g", *capacity)
+	}
+	if err := inputFile("-m", mf.path); err != nil {
+		return err
+	}
+	if err := inputFile("-f", *textPath); err != nil {
+		return err
+	}
+	l, err := mf.load(routing, needsMoD)
 	if err != nil {
 		return err
 	}
@@ -43,7 +66,7 @@ func perplexityMain(args []string, _ io.Reader, stdout, stderr io.Writer) error 
 	}
 	window := cfg.ContextLen
 	if *ctx != 0 {
-		if *ctx < 2 || *ctx > cfg.ContextLen {
+		if *ctx > cfg.ContextLen {
 			return fmt.Errorf("%w: --ctx %d: must be in [2, %d] (the context length of %s)", errUsage, *ctx, cfg.ContextLen, mf.path)
 		}
 		window = *ctx
@@ -79,14 +102,14 @@ func perplexityMain(args []string, _ io.Reader, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	routing := "dense"
+	routed := "dense"
 	if cfg.IsMoD() {
-		routing = l.routing.String()
-		if l.routing == mod.RoutingTopK {
-			routing += fmt.Sprintf(" (capacity %g)", cfg.Capacity)
+		routed = routing.String()
+		if routing == mod.RoutingTopK {
+			routed += fmt.Sprintf(" (capacity %g)", cfg.Capacity)
 		}
 	}
-	fmt.Fprintf(stdout, "model %s, text %s, routing %s, backend %s\n", mf.path, *textPath, routing, scorer.Name)
+	fmt.Fprintf(stdout, "model %s, text %s, routing %s, backend %s\n", mf.path, *textPath, routed, scorer.Name)
 	windows := "windows"
 	if res.Windows == 1 {
 		windows = "window"

@@ -67,5 +67,5 @@ func TestRoutingMapFile(t *testing.T) {
 	assert.Contains(t, stderr, "--routing-map: ../../models/tinystories-dense.gguf is a dense model")
 	code, _, stderr = modrun(t, "-m", shippedMoD, "-p", "x", "-n", "2", "--backend", "cpu", "--routing-map", filepath.Join(t.TempDir(), "no", "such", "dir.png"))
 	assert.Equal(t, 1, code)
-	assert.Contains(t, stderr, "--routing-map: open ")
+	assert.Contains(t, stderr, "such/dir.png: directory ")
 }

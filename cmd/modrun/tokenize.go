@@ -33,6 +33,14 @@ func tokenizeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 	case *decode && (*out != "" || *bos):
 		return fmt.Errorf("%w: --decode takes neither --out nor --bos", errUsage)
 	}
+	if err := inputFile("-m", *model); err != nil {
+		return err
+	}
+	if *out != "" {
+		if err := outputFile("--out", *out); err != nil {
+			return err
+		}
+	}
 
 	tok, err := loadTokenizer(*model)
 	if err != nil {
@@ -101,8 +109,8 @@ func decodeIDs(tok *tokenizer.Tokenizer, input string, w io.Writer) error {
 	ids := make([]int32, len(fields))
 	for i, f := range fields {
 		n, err := strconv.ParseInt(f, 10, 32)
-		if err != nil {
-			return fmt.Errorf("stdin: id %d (%q): %w", i+1, f, err)
+		if err != nil || n < 0 || n >= int64(tok.NVocab()) {
+			return fmt.Errorf("stdin: word %d, %q, is not a token id: want a whole number in [0, %d)", i+1, f, tok.NVocab())
 		}
 		ids[i] = int32(n)
 	}

@@ -88,10 +88,10 @@ func TestTokenizeErrors(t *testing.T) {
 		{"decode with out", "1", []string{"-m", model, "--decode", "--out", "x.bin"}, "--decode takes neither", true},
 		{"unknown flag", "x", []string{"--nope"}, "flag provided but not defined", true},
 		{"missing file", "x", []string{"-m", missing}, "-m " + missing, false},
-		{"bad id", "1 two", []string{"-m", model, "--decode"}, `stdin: id 2 ("two")`, false},
-		{"id out of range", "32000", []string{"-m", model, "--decode"}, "token id 32000 out of range", false},
+		{"bad id", "1 two", []string{"-m", model, "--decode"}, `stdin: word 2, "two", is not a token id: want a whole number in [0, 32000)`, false},
+		{"id out of range", "32000", []string{"-m", model, "--decode"}, `stdin: word 1, "32000", is not a token id`, false},
 		{"invalid UTF-8", "a\xffb", []string{"-m", model}, "stdin: tokenizer: invalid UTF-8 at byte 1", false},
-		{"unwritable out", "x", []string{"-m", model, "--out", filepath.Join(missing, "ids.bin")}, "--out: ", false},
+		{"unwritable out", "x", []string{"-m", model, "--out", filepath.Join(missing, "ids.bin")}, "--out " + filepath.Join(missing, "ids.bin") + ": directory " + missing + " does not exist", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,11 +5,13 @@
 package convert
 
 import (
+	"archive/zip"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"math/big"
 	"os"
 	"path/filepath"
 	"sort"
@@ -76,18 +78,16 @@ func LoadCheckpoint(path string) (*Checkpoint, error) {
 	return &Checkpoint{Path: path, Tensors: tensors}, nil
 }
 
-// loadTorch unpickles a torch.save file with gopickle. gopickle is not our
-// code and its input is untrusted, so a panic inside it becomes an error.
-func loadTorch(path string) (out map[string]*Tensor, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			out, err = nil, fmt.Errorf("not a readable PyTorch checkpoint (unpickler failed: %v)", r)
-		}
-	}()
+// loadTorch reads a torch.save file: checked (sniffTorch, guardTorch), then
+// unpickled by gopickle.
+func loadTorch(path string) (map[string]*Tensor, error) {
 	if err := sniffTorch(path); err != nil {
 		return nil, err
 	}
-	obj, err := pytorch.Load(path)
+	if err := guardTorch(path); err != nil {
+		return nil, fmt.Errorf("not a readable PyTorch checkpoint: %w", err)
+	}
+	obj, err := unpickleTorch(path)
 	if err != nil {
 		return nil, fmt.Errorf("not a readable PyTorch checkpoint: %w", err)
 	}
@@ -100,12 +100,24 @@ func loadTorch(path string) (out map[string]*Tensor, err error) {
 		for _, e := range entries {
 			if k, _ := e.key.(string); k == key {
 				if inner, err := dictEntries(e.value); err == nil {
-					return torchTensors(inner)
+					return torchTensors(inner, fileSize(path))
 				}
 			}
 		}
 	}
-	return torchTensors(entries)
+	return torchTensors(entries, fileSize(path))
+}
+
+// unpickleTorch runs gopickle. It is not our code and its input is
+// untrusted, so a panic inside it (it panics on what it does not implement)
+// becomes an error.
+func unpickleTorch(path string) (obj any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			obj, err = nil, fmt.Errorf("unpickler failed: %v", r)
+		}
+	}()
+	return pytorch.Load(path)
 }
 
 // sniffTorch accepts only what torch.save writes: a zip archive, or the
@@ -123,11 +135,54 @@ func sniffTorch(path string) error {
 	n, _ := io.ReadFull(f, head)
 	switch {
 	case n == 4 && string(head) == "PK\x03\x04":
-		return nil
+		// gopickle takes a zip archive that does not open for the legacy
+		// format, and reports the zip header as a pickle opcode
+		// ("unsupported persistent ID"): say what is wrong instead.
+		z, err := zip.OpenReader(path)
+		if err != nil {
+			return fmt.Errorf("a zip archive (torch.save's format) that does not open, truncated or damaged: %w", err)
+		}
+		return z.Close()
 	case n >= 2 && head[0] == 0x80:
 		return nil
 	}
 	return fmt.Errorf("not a PyTorch checkpoint: neither a zip archive (torch.save) nor a pickle stream (%d bytes read)", n)
+}
+
+// pyType names the Python type of an unpickled value, for errors: gopickle's
+// Go types (*types.List) mean nothing to the user.
+func pyType(v any) string {
+	switch t := v.(type) {
+	case nil:
+		return "None"
+	case bool:
+		return "a bool"
+	case int, int64, *big.Int:
+		return "an int"
+	case float64:
+		return "a float"
+	case string:
+		return "a string"
+	case []byte:
+		return "bytes"
+	case *types.List, []any:
+		return "a list"
+	case *types.Tuple:
+		return "a tuple"
+	case *types.Dict, *types.OrderedDict:
+		return "a dict"
+	case *types.Set, *types.FrozenSet:
+		return "a set"
+	case *pytorch.Tensor:
+		return "a tensor"
+	case pytorch.StorageInterface:
+		return "a storage"
+	case *types.GenericObject:
+		return fmt.Sprintf("a %s.%s object", t.Class.Module, t.Class.Name)
+	case *types.GenericClass:
+		return fmt.Sprintf("the class %s.%s", t.Module, t.Name)
+	}
+	return "a value of another type"
 }
 
 type entry struct{ key, value any }
@@ -145,23 +200,37 @@ func dictEntries(obj any) ([]entry, error) {
 			out = append(out, entry{e.Key, e.Value})
 		}
 	default:
-		return nil, fmt.Errorf("top-level object is %T, want a state_dict (a dict of tensors)", obj)
+		return nil, fmt.Errorf("the checkpoint holds %s, want a state_dict (a dict of tensors)", pyType(obj))
 	}
 	return out, nil
 }
 
-func torchTensors(entries []entry) (map[string]*Tensor, error) {
+// fileSize is the size of the file at path, 0 when it cannot be read.
+func fileSize(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// torchTensors copies the tensors out of their storages. Views may share a
+// storage (tied weights), so the copies may hold more elements than the
+// storages; budget bounds them all to one element per byte of the file, which
+// no real checkpoint comes near (a float takes 2 to 8 bytes), while a few
+// hundred bytes of pickle cannot ask for gigabytes of views.
+func torchTensors(entries []entry, budget int64) (map[string]*Tensor, error) {
 	out := map[string]*Tensor{}
 	for _, e := range entries {
 		name, ok := e.key.(string)
 		if !ok {
-			return nil, fmt.Errorf("state_dict key %v is %T, want a string", e.key, e.key)
+			return nil, fmt.Errorf("state_dict key %v is %s, want a string", e.key, pyType(e.key))
 		}
 		pt, ok := e.value.(*pytorch.Tensor)
 		if !ok {
-			return nil, fmt.Errorf("state_dict entry %q is %T, want a tensor", name, e.value)
+			return nil, fmt.Errorf("state_dict entry %q is %s, want a tensor", name, pyType(e.value))
 		}
-		t, err := fromTorch(pt)
+		t, err := fromTorch(pt, &budget)
 		if err != nil {
 			return nil, fmt.Errorf("tensor %q: %w", name, err)
 		}
@@ -171,8 +240,10 @@ func torchTensors(entries []entry) (map[string]*Tensor, error) {
 }
 
 // fromTorch copies a (possibly strided) tensor view out of its storage.
-func fromTorch(pt *pytorch.Tensor) (*Tensor, error) {
+// budget is the number of elements left to copy (torchTensors).
+func fromTorch(pt *pytorch.Tensor, budget *int64) (*Tensor, error) {
 	var src []float32
+	var doubles []float64
 	switch s := pt.Source.(type) {
 	case *pytorch.FloatStorage:
 		src = s.Data
@@ -181,12 +252,9 @@ func fromTorch(pt *pytorch.Tensor) (*Tensor, error) {
 	case *pytorch.BFloat16Storage:
 		src = s.Data
 	case *pytorch.DoubleStorage:
-		src = make([]float32, len(s.Data))
-		for i, v := range s.Data {
-			src[i] = float32(v)
-		}
+		doubles = s.Data // converted below, once the budget allows
 	default:
-		return nil, fmt.Errorf("storage %T is not a floating-point type", pt.Source)
+		return nil, fmt.Errorf("storage type %s is not a floating-point type", strings.TrimPrefix(fmt.Sprintf("%T", pt.Source), "*pytorch."))
 	}
 	if len(pt.Size) != len(pt.Stride) {
 		return nil, fmt.Errorf("size %v and stride %v differ in rank", pt.Size, pt.Stride)
@@ -197,6 +265,16 @@ func fromTorch(pt *pytorch.Tensor) (*Tensor, error) {
 			return nil, fmt.Errorf("bad size %v", pt.Size)
 		}
 		n *= d
+	}
+	if need := int64(n) + int64(len(doubles)); need > *budget {
+		return nil, fmt.Errorf("%d elements: with the tensors before it, more than the file could hold (views that share a storage again and again?)", n)
+	}
+	*budget -= int64(n) + int64(len(doubles))
+	if doubles != nil {
+		src = make([]float32, len(doubles))
+		for i, v := range doubles {
+			src[i] = float32(v)
+		}
 	}
 	t := &Tensor{Shape: append([]int(nil), pt.Size...), Data: make([]float32, n)}
 	idx := make([]int, len(pt.Size))
@@ -242,6 +320,9 @@ func loadSafetensors(path string) (map[string]*Tensor, error) {
 	}
 	data := raw[8+hlen:]
 	out := map[string]*Tensor{}
+	// Tensors hold disjoint ranges of the data; ranges that overlap could
+	// ask a small file for its data many times over.
+	var total uint64
 	for name, msg := range header {
 		if name == "__metadata__" {
 			continue
@@ -257,6 +338,9 @@ func loadSafetensors(path string) (map[string]*Tensor, error) {
 		t, err := safetensor(info.Dtype, info.Shape, info.DataOffsets, data)
 		if err != nil {
 			return nil, fmt.Errorf("safetensors tensor %q: %w", name, err)
+		}
+		if total += info.DataOffsets[1] - info.DataOffsets[0]; total > uint64(len(data)) {
+			return nil, fmt.Errorf("safetensors tensor %q: the tensors' data_offsets overlap (%d bytes in all, %d of data)", name, total, len(data))
 		}
 		out[name] = t
 	}

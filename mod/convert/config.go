@@ -3,6 +3,7 @@ package convert
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 )
@@ -43,6 +44,10 @@ func LoadConfig(path string) (*Config, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
+		var syntax *json.SyntaxError
+		if errors.As(err, &syntax) {
+			return nil, fmt.Errorf("config %s: not JSON at byte %d: %w", path, syntax.Offset, err)
+		}
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	if err := c.check(); err != nil {
