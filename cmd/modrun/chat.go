@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
 
@@ -60,8 +59,8 @@ func chatMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	c.msgs = slices.Clone(c.system)
 	if readerIsTerminal(stdin) {
 		interrupt := make(chan os.Signal, 1)
-		signal.Notify(interrupt, os.Interrupt)
-		defer signal.Stop(interrupt)
+		interruptHandler.Store(&interrupt) // main forwards each ^C here
+		defer interruptHandler.Store(nil)
 		return c.interactive(stdin, interrupt, model.Info().ContextLen)
 	}
 	return c.piped(stdin)

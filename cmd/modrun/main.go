@@ -47,9 +47,13 @@ var errInterrupted = errors.New("interrupted")
 // interrupt is cancelled by the first SIGINT. A command that watches it
 // sets watchingInterrupt while it does (run, while it generates) and stops
 // cleanly; at any other time the first SIGINT ends modrun at once.
+//
+// A command that handles every SIGINT itself (chat on a terminal) sets
+// interruptHandler instead: main then forwards each SIGINT to it.
 var (
 	interrupt         = context.Background()
 	watchingInterrupt atomic.Bool
+	interruptHandler  atomic.Pointer[chan os.Signal]
 )
 
 func main() {
@@ -68,13 +72,22 @@ func main() {
 		})
 	}
 	go func() {
-		<-sig
-		cancel()
-		if !watchingInterrupt.Load() {
-			exit(true)
+		first := true
+		for s := range sig {
+			if h := interruptHandler.Load(); h != nil {
+				select { // chat: ^C stops the reply, not the program
+				case *h <- s:
+				default:
+				}
+				continue
+			}
+			if !first || !watchingInterrupt.Load() {
+				cancel()
+				exit(true) // a second ^C does not wait for the command
+			}
+			first = false
+			cancel()
 		}
-		<-sig // a second ^C does not wait for the command
-		exit(true)
 	}()
 	code := run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	if code == exitInterrupted {
