@@ -168,7 +168,7 @@ func (o Options) check() (engine.BackendOptions, mod.Routing, error) {
 
 func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Routing) (*Model, error) {
 	c := m.Config
-	if c.IsMoD() && routing == mod.RoutingPredictor && c.PredictorHidden == 0 {
+	if c.IsMoD() && routing == mod.RoutingPredictor && !c.HasPredictor() {
 		return nil, fmt.Errorf("modrun: %s has no predictor (%s = 0): %w",
 			m.Path, mod.ArchKey(c.Arch, mod.KeyPredictorHidden), ErrNoPredictor)
 	}

@@ -117,7 +117,10 @@ func (mf *modelFlags) load(routingSet bool) (*loaded, error) {
 		m.Close()
 		return nil, fmt.Errorf("--routing %s: %s is a dense model (architecture %q); it has no routers", mf.routing, mf.path, m.Config.Arch)
 	}
-	if routing == mod.RoutingPredictor && m.Config.IsMoD() && m.Config.PredictorHidden == 0 {
+	if !routingSet && routing == mod.RoutingRouter && m.Config.IsMoD() {
+		routing = m.Config.CausalRouting // the causal rule the model was trained for (mod.causal_routing)
+	}
+	if routing == mod.RoutingPredictor && m.Config.IsMoD() && !m.Config.HasPredictor() {
 		m.Close()
 		return nil, fmt.Errorf("--routing predictor: %s has no predictor (%s = 0); use --routing router", mf.path, mod.ArchKey(m.Config.Arch, mod.KeyPredictorHidden))
 	}

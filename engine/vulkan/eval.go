@@ -93,6 +93,9 @@ func NewEvaluator(dev *vk.Device, m *mod.Model, opts Options) (*Evaluator, error
 	if c.HeadDim > int(shaders.AttentionSpec[1]) {
 		return nil, fmt.Errorf("vulkan: %s: head dimension %d is over the attention kernel's %d", m.Path, c.HeadDim, shaders.AttentionSpec[1])
 	}
+	if err := checkSemantics(m); err != nil {
+		return nil, err
+	}
 	w := &Runner{dev: dev, c: c, routing: mod.RoutingTopK, ctx: c.ContextLen, ks: newKernels(dev, opts.DeviceProfile), prof: map[string]*ProfileEntry{}}
 	if opts.ContextLen > 0 && opts.ContextLen < w.ctx {
 		w.ctx = opts.ContextLen
