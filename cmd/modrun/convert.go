@@ -11,11 +11,13 @@ import (
 	"github.com/modrun/modrun/mod/convert"
 )
 
-// convertMain implements `modrun convert`: a checkpoint of train/ -> GGUF.
+// convertMain implements `modrun convert`: a checkpoint -> GGUF. The layout
+// (train/'s, Meta or Hugging Face Llama, MoD Llama 2, the Mixture-AI
+// wrapper) is detected and named.
 func convertMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("convert", "-i CKPT.pt|CKPT.safetensors [-c config.json] --vocab VOCAB.gguf -o OUT.gguf [--type f32|f16|q8_0]", stderr)
-	in := fs.String("i", "", "checkpoint: a torch.save state_dict (.pt) or .safetensors (required)")
-	cfgPath := fs.String("c", "", "config JSON written by train/ (default: config.json beside the checkpoint)")
+	fs := newFlags("convert", "-i CKPT.pt|CKPT.pth|CKPT.bin|CKPT.safetensors [-c config.json|params.json] --vocab VOCAB.gguf -o OUT.gguf [--type f32|f16|q8_0]", stderr)
+	in := fs.String("i", "", "checkpoint: a torch.save state_dict (.pt, .pth, .bin) or .safetensors (required)")
+	cfgPath := fs.String("c", "", "the checkpoint's config: train/'s JSON, Meta's params.json or Hugging Face's config.json (default: config.json, else params.json, beside the checkpoint)")
 	vocabPath := fs.String("vocab", "", "GGUF whose tokenizer.* metadata the output gets (required)")
 	out := fs.String("o", "", "output GGUF (required)")
 	typ := fs.String("type", "f32", "type of the weight matrices: f32, f16 or q8_0 (norms and MoD tensors stay F32)")
@@ -37,32 +39,26 @@ func convertMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --type: %v", errUsage, err)
 	}
 	if *cfgPath == "" {
-		*cfgPath = filepath.Join(filepath.Dir(*in), "config.json")
-		if _, err := os.Stat(*cfgPath); err != nil {
-			return fmt.Errorf("%w: -c not given and %s does not exist", errUsage, *cfgPath)
+		if *cfgPath = besideConfig(*in); *cfgPath == "" {
+			return fmt.Errorf("%w: -c not given and neither config.json nor params.json exists beside %s", errUsage, *in)
 		}
 	}
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(*out), filepath.Ext(*out))
 	}
 
-	ck, err := convert.LoadCheckpoint(*in)
+	src, err := convert.Load(*in, *cfgPath)
 	if err != nil {
 		return err
 	}
-	if err := convert.CheckLayout(ck); err != nil {
-		return err // before the config: that layout comes without one
-	}
-	cfg, err := convert.LoadConfig(*cfgPath)
-	if err != nil {
-		return err
-	}
+	fmt.Fprintf(stdout, "layout %s: %s\n", src.Layout, src.Description)
+	cfg := src.Config
 	vocab, err := gguf.Open(*vocabPath)
 	if err != nil {
 		return fmt.Errorf("--vocab: %w", err)
 	}
 	defer vocab.Close()
-	w, err := convert.Convert(ck, cfg, vocab, convert.Options{Type: t, Name: *name})
+	w, err := convert.Convert(src.Checkpoint, cfg, vocab, convert.Options{Type: t, Name: *name})
 	if err != nil {
 		return err
 	}
@@ -73,6 +69,18 @@ func convertMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if len(cfg.RoutedLayers) > 0 {
 		arch = fmt.Sprintf("llama-mod, routed layers %v", cfg.RoutedLayers)
 	}
-	fmt.Fprintf(stdout, "wrote %s (%s, %d tensors from %s)\n", *out, arch, len(ck.Tensors), *in)
+	fmt.Fprintf(stdout, "wrote %s (%s, %d tensors from %s)\n", *out, arch, len(src.Checkpoint.Tensors), *in)
 	return nil
+}
+
+// besideConfig is the config file beside a checkpoint: config.json (train/
+// and Hugging Face), else params.json (Meta); "" when neither exists.
+func besideConfig(ckpt string) string {
+	for _, name := range []string{"config.json", "params.json"} {
+		p := filepath.Join(filepath.Dir(ckpt), name)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
 }
