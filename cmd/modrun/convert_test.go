@@ -94,3 +94,26 @@ func TestConvertErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestPublicModelRunsItsTrainedRouting: a converted MoD Llama 2 checkpoint
+// with an aux router generates with predictor routing unless told
+// otherwise (llama-mod.mod.causal_routing), and perplexity names its
+// capacity as a token count.
+func TestPublicModelRunsItsTrainedRouting(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "m.gguf")
+	code, _, stderr := modrun(t, "convert", "-i", cv("modllama2-aux/consolidated.00.pth"), "--vocab", cv("vocab512.gguf"), "-o", out)
+	require.Equal(t, 0, code, stderr)
+	code, _, stderr = modrun(t, "-m", out, "--backend", "cpu", "-p", "Once upon a time", "-n", "4", "--stats")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stderr, "routing: predictor")
+	code, _, stderr = modrun(t, "-m", out, "--backend", "cpu", "-p", "Once upon a time", "-n", "4", "--stats", "--routing", "router")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stderr, "routing: router")
+
+	text := filepath.Join(dir, "text.txt")
+	require.NoError(t, os.WriteFile(text, []byte("Once upon a time, there was a little girl named Lily."), 0o644))
+	code, stdout, stderr := modrun(t, "perplexity", "-m", out, "--backend", "cpu", "-f", text, "--quiet")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "routing topk (capacity 9 tokens)")
+}

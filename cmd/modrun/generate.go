@@ -146,7 +146,7 @@ const generateArgs = "-m FILE.gguf -p PROMPT [-n N] [--temp T] [--top-k K] [--to
 func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("run", generateArgs, stderr)
 	var mf modelFlags
-	mf.register(fs, "router", "causal routing of MoD blocks: router (r > 0) | predictor (p > 0)")
+	mf.register(fs, "", "causal routing of MoD blocks: router (r > 0) | predictor (p > 0) (default: the one the model was trained for, llama-mod.mod.causal_routing, else router)")
 	var cf cacheFlags
 	cf.register(fs)
 	prompt := fs.String("p", "", "prompt `TEXT` (BOS is added when the model's tokenizer asks for it)")
@@ -259,6 +259,9 @@ func (mf *modelFlags) options() (api.Options, error) {
 		return api.Options{}, fmt.Errorf("%w: --backend %q is not auto, cpu or vulkan", errUsage, mf.backend)
 	}
 	r, err := mod.ParseRouting(mf.routing)
+	if mf.routing == "" {
+		r, err = mod.RoutingRouter, nil // the model's own: the API reads mod.causal_routing
+	}
 	if err == nil && r == mod.RoutingTopK {
 		err = fmt.Errorf("generation needs causal routing, router or predictor, not topk")
 	}
