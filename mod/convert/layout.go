@@ -66,10 +66,40 @@ var (
 	wrapperNames   = regexp.MustCompile(`\.(router_mlp|aux_mlp|transformer_block)\.`)
 )
 
+// derivedNames are tensors some trainers save that hold no weights, only
+// what RoPE computes from the config: Meta's rope.freqs, HF's inv_freq.
+var derivedNames = regexp.MustCompile(`^rope\.freqs$|(^|\.)rotary_emb\.inv_freq$`)
+
+// wrapperPrefixes are what nn.DataParallel ("module.") and torch.compile
+// ("_orig_mod.") put before every name of a state_dict saved through them.
+var wrapperPrefixes = []string{"module.", "_orig_mod."}
+
+// unwrap drops a prefix that every tensor name shares.
+func unwrap(ck *Checkpoint) *Checkpoint {
+	for _, pre := range wrapperPrefixes {
+		all := len(ck.Tensors) > 0
+		for n := range ck.Tensors {
+			all = all && strings.HasPrefix(n, pre)
+		}
+		if all {
+			out := &Checkpoint{Path: ck.Path, Tensors: map[string]*Tensor{}}
+			for n, t := range ck.Tensors {
+				out.Tensors[strings.TrimPrefix(n, pre)] = t
+			}
+			return unwrap(out)
+		}
+	}
+	return ck
+}
+
 // adapt detects the layout from the tensor names and the config's kind.
 func adapt(ck *Checkpoint, raw jsonObject) (*Source, error) {
+	ck = unwrap(ck)
 	var modLlama2, wrapper, hf bool
 	for _, n := range ck.Names() {
+		if derivedNames.MatchString(n) {
+			continue
+		}
 		modLlama2 = modLlama2 || modLlama2Names.MatchString(n)
 		wrapper = wrapper || wrapperNames.MatchString(n)
 		hf = hf || strings.HasPrefix(n, "model.")
@@ -105,7 +135,11 @@ type renamer struct {
 }
 
 func newRenamer(ck *Checkpoint) *renamer {
-	return &renamer{src: ck, out: map[string]*Tensor{}, used: map[string]bool{}}
+	r := &renamer{src: ck, out: map[string]*Tensor{}, used: map[string]bool{}}
+	for n := range ck.Tensors {
+		r.used[n] = derivedNames.MatchString(n) // recomputed from the config: nothing to convert
+	}
+	return r
 }
 
 // take moves tensor from (when present) to the name to; missing tensors are

@@ -239,3 +239,31 @@ func TestUnknownLayout(t *testing.T) {
 	_, err = adapt(ck2, params)
 	assert.ErrorContains(t, err, `tensor "layers.3.router.weight" differs from "router.weight"`)
 }
+
+// TestSavedThroughWrappers: a state_dict saved through nn.DataParallel or
+// torch.compile (every name prefixed), with the RoPE tables some trainers
+// save (rope.freqs, rotary_emb.inv_freq), converts as the plain one does.
+func TestSavedThroughWrappers(t *testing.T) {
+	for _, dir := range []string{"modllama2-aux", "mixtureai-hf"} {
+		t.Run(dir, func(t *testing.T) {
+			g := loadGolden(t, dir)
+			ck, err := LoadCheckpoint(td(filepath.Join(dir, g.Checkpoint)))
+			require.NoError(t, err)
+			cfg, err := readConfigJSON(td(filepath.Join(dir, g.Config)))
+			require.NoError(t, err)
+			plain, err := adapt(ck, cfg)
+			require.NoError(t, err)
+			wrapped := &Checkpoint{Path: ck.Path, Tensors: map[string]*Tensor{}}
+			for n, v := range ck.Tensors {
+				wrapped.Tensors["module._orig_mod."+n] = v
+			}
+			freqs := &Tensor{Shape: []int{4}, Data: make([]float32, 4)}
+			wrapped.Tensors["module._orig_mod.rope.freqs"] = freqs
+			wrapped.Tensors["module._orig_mod.model.layers.0.self_attn.rotary_emb.inv_freq"] = freqs
+			got, err := adapt(wrapped, cfg)
+			require.NoError(t, err)
+			assert.Equal(t, plain.Layout, got.Layout)
+			assert.Equal(t, plain.Checkpoint.Names(), got.Checkpoint.Names())
+		})
+	}
+}
