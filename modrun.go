@@ -28,20 +28,21 @@ const (
 type Routing string
 
 const (
-	RoutingRouter    Routing = "router"    // a token goes through iff its router score r > 0 (the default)
+	RoutingRouter    Routing = "router"    // a token goes through iff its router score r > 0
 	RoutingPredictor Routing = "predictor" // iff the predictor MLP's p > 0 (a model trained with one)
 )
 
 // Options choose where and how a model runs. The zero value runs on a
-// Vulkan GPU when there is one and otherwise on the CPU, with router
-// routing and the model's context length.
+// Vulkan GPU when there is one and otherwise on the CPU, with the causal
+// routing the model was trained for and the model's context length.
 type Options struct {
 	// Backend is BackendAuto (also ""), BackendCPU or BackendVulkan.
 	Backend string
 	// Device is a Vulkan device index as `modrun devices` lists them;
 	// "" = $MODRUN_DEVICE, or the best device.
 	Device string
-	// Routing is RoutingRouter (also "") or RoutingPredictor.
+	// Routing is RoutingRouter or RoutingPredictor; "" is the one the model
+	// was trained for (llama-mod.mod.causal_routing; router when absent).
 	Routing Routing
 	// ContextLen caps the sequence (and the GPU's KV caches); 0 = the
 	// model's context length.
@@ -176,7 +177,10 @@ func (o Options) check() (engine.BackendOptions, mod.Routing, error) {
 
 func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Routing) (*Model, error) {
 	c := m.Config
-	if c.IsMoD() && routing == mod.RoutingPredictor && c.PredictorHidden == 0 {
+	if opts.Routing == "" && c.IsMoD() {
+		routing = c.CausalRouting
+	}
+	if c.IsMoD() && routing == mod.RoutingPredictor && !c.HasPredictor() {
 		return nil, fmt.Errorf("modrun: %s has no predictor (%s = 0): %w",
 			m.Path, mod.ArchKey(c.Arch, mod.KeyPredictorHidden), ErrNoPredictor)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/modrun/modrun/gguf"
 )
@@ -27,6 +28,57 @@ type Config struct {
 	Capacity        float32 // fraction of a sequence routed in top-k (eval) mode
 	Gate            string  // GateSigmoid or GateIdentity
 	PredictorHidden int     // hidden width of the causal predictor; 0 = none
+
+	// What a routed block computes (the mod.* semantics keys, names.go).
+	// A file without those keys gets DESIGN.md §3: "block", "original",
+	// "ceil", a predictor by predictor_hidden, causal routing by router.
+	GateTarget       string  // GateTargetBlock, GateTargetMLP or GateTargetOutput
+	Positions        string  // PositionsOriginal or PositionsCompact
+	CapacityTokens   int     // > 0: top-k takes min(n, CapacityTokens) tokens, not a fraction
+	CapacityRounding string  // RoundingCeil or RoundingFloor, for the fraction
+	RouterBias       *bool   // whether every router has a bias; nil = each may or may not
+	Predictor        string  // PredictorNone, PredictorMLP or PredictorLinear
+	CausalRouting    Routing // RoutingRouter or RoutingPredictor: what causal routing was trained for
+}
+
+// HasPredictor reports whether the routed blocks carry a causal predictor.
+func (c Config) HasPredictor() bool {
+	return c.Predictor == PredictorMLP || c.Predictor == PredictorLinear
+}
+
+// Semantics names how the routed blocks differ from DESIGN.md §3, one
+// "key = value" per difference; empty for §3 exactly (and for dense models).
+func (c Config) Semantics() []string {
+	var out []string
+	differs := func(key, v, def string) {
+		if v != "" && v != def {
+			out = append(out, fmt.Sprintf("%s = %s", key, v))
+		}
+	}
+	differs(KeyGateTarget, c.GateTarget, GateTargetBlock)
+	differs(KeyPositions, c.Positions, PositionsOriginal)
+	differs(KeyCapacityRounding, c.CapacityRounding, RoundingCeil)
+	differs(KeyPredictor, c.Predictor, PredictorMLP)
+	if c.Predictor == PredictorNone {
+		out = out[:len(out)-1]
+	}
+	if c.CapacityTokens > 0 {
+		out = append(out, fmt.Sprintf("%s = %d", KeyCapacityTokens, c.CapacityTokens))
+	}
+	return out
+}
+
+// TopKCount is the number of tokens a routed block takes from a sequence of
+// n in top-k (eval) mode, by the file's capacity rule; it may be 0 with
+// the floor rounding.
+func (c Config) TopKCount(n int) int {
+	switch {
+	case c.CapacityTokens > 0:
+		return min(n, c.CapacityTokens)
+	case c.CapacityRounding == RoundingFloor:
+		return min(n, int(math.Floor(float64(c.Capacity)*float64(n))))
+	}
+	return TopK(c.Capacity, n)
 }
 
 // Hard limits that keep a hostile header from asking for absurd buffers.
@@ -162,6 +214,52 @@ func readMoD(c *Config, r *metaReader) error {
 		return fmt.Errorf("mod: %s: %s = %q is not %q or %q", f.Path, r.key(KeyGate), c.Gate, GateSigmoid, GateIdentity)
 	}
 	c.PredictorHidden = r.intOr(KeyPredictorHidden, 0, 0, maxDim)
+	if r.err != nil {
+		return r.err
+	}
+	return readSemantics(c, r)
+}
+
+// readSemantics reads the keys that declare how a routed block computes;
+// each absent key takes its DESIGN.md §3 value.
+func readSemantics(c *Config, r *metaReader) error {
+	var err error
+	if c.GateTarget, err = r.choice(KeyGateTarget, GateTargetBlock, GateTargetBlock, GateTargetMLP, GateTargetOutput); err != nil {
+		return err
+	}
+	if c.Positions, err = r.choice(KeyPositions, PositionsOriginal, PositionsOriginal, PositionsCompact); err != nil {
+		return err
+	}
+	if c.CapacityRounding, err = r.choice(KeyCapacityRounding, RoundingCeil, RoundingCeil, RoundingFloor); err != nil {
+		return err
+	}
+	c.CapacityTokens = r.intOr(KeyCapacityTokens, 0, 1, maxContext)
+	if r.f.Has(r.key(KeyRouterBias)) {
+		b, err := r.f.Bool(r.key(KeyRouterBias))
+		if err != nil {
+			return fmt.Errorf("mod: %w", err)
+		}
+		c.RouterBias = &b
+	}
+	predDefault := PredictorNone
+	if c.PredictorHidden > 0 {
+		predDefault = PredictorMLP
+	}
+	if c.Predictor, err = r.choice(KeyPredictor, predDefault, PredictorNone, PredictorMLP, PredictorLinear); err != nil {
+		return err
+	}
+	if (c.Predictor == PredictorMLP) != (c.PredictorHidden > 0) {
+		return fmt.Errorf("mod: %s: %s = %q but %s = %d: an MLP predictor needs a hidden width, and only it has one",
+			r.f.Path, r.key(KeyPredictor), c.Predictor, r.key(KeyPredictorHidden), c.PredictorHidden)
+	}
+	causal, err := r.choice(KeyCausalRouting, RoutingRouter.String(), RoutingRouter.String(), RoutingPredictor.String())
+	if err != nil {
+		return err
+	}
+	c.CausalRouting, _ = ParseRouting(causal)
+	if c.CausalRouting == RoutingPredictor && !c.HasPredictor() {
+		return fmt.Errorf("mod: %s: %s = %q, but the model has no predictor (%s = %q)", r.f.Path, r.key(KeyCausalRouting), causal, r.key(KeyPredictor), c.Predictor)
+	}
 	return r.err
 }
 
@@ -225,6 +323,23 @@ func (r *metaReader) intOr(k string, def, lo, hi int) int {
 		return def
 	}
 	return r.int(k, lo, hi)
+}
+
+// choice reads a string key that must be one of allowed; absent gives def.
+func (r *metaReader) choice(k, def string, allowed ...string) (string, error) {
+	if r.err != nil || !r.f.Has(r.key(k)) {
+		return def, r.err
+	}
+	v, err := r.f.String(r.key(k))
+	if err != nil {
+		return "", fmt.Errorf("mod: %w", err)
+	}
+	for _, a := range allowed {
+		if v == a {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("mod: %s: %s = %q is not one of %s", r.f.Path, r.key(k), v, strings.Join(allowed, ", "))
 }
 
 func (r *metaReader) float(k string, def float32) float32 {

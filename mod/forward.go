@@ -83,7 +83,7 @@ type LayerTrace struct {
 // NewState starts an empty sequence with the given routing. Dense models
 // ignore routing; the predictor needs a model trained with one.
 func (m *Model) NewState(r Routing) (*State, error) {
-	if r == RoutingPredictor && m.Config.IsMoD() && m.Config.PredictorHidden == 0 {
+	if r == RoutingPredictor && m.Config.IsMoD() && !m.Config.HasPredictor() {
 		return nil, fmt.Errorf("mod: %s: routing by predictor, but the model has no predictor (mod.predictor_hidden = 0)", m.Path)
 	}
 	if r < RoutingTopK || r > RoutingPredictor {
@@ -136,7 +136,7 @@ func (s *State) Forward(tokens []int32, all bool) ([]float32, error) {
 	}
 	for l := range w.Blocks {
 		if w.Blocks[l].Router == nil {
-			s.block(l, x, pos)
+			s.block(l, x, pos, pos, nil)
 		} else {
 			s.routedBlock(l, x, pos)
 		}
@@ -196,14 +196,14 @@ func (s *State) routedBlock(l int, x []float32, pos []int32) {
 			r[i] += router.Bias.Vec()[0]
 		}
 	}
-	var p []float32 // p_i = w2·SiLU(W1·x_i), the causal predictor
-	if router.PredUp != nil {
+	var p []float32 // the causal predictor's logits
+	if router.PredUp != nil || router.Pred != nil {
 		p = predict(router, x, n, d)
 	}
 	var sel []int // indices into this call's tokens, ascending
 	switch s.routing {
 	case RoutingTopK:
-		sel = TopKIndices(r, TopK(c.Capacity, n))
+		sel = TopKIndices(r, c.TopKCount(n))
 	case RoutingRouter:
 		sel = positive(r)
 	case RoutingPredictor:
@@ -222,22 +222,54 @@ func (s *State) routedBlock(l int, x []float32, pos []int32) {
 		return
 	}
 	xs := make([]float32, len(sel)*d) // [k][nEmbd] gathered block inputs
-	ps := make([]int32, len(sel))
+	ps := make([]int32, len(sel))     // their original positions
+	g := make([]float32, len(sel))    // their gates g(r)
 	for j, i := range sel {
 		copy(xs[j*d:(j+1)*d], x[i*d:(i+1)*d])
 		ps[j] = pos[i]
+		g[j] = Gate(c.Gate, r[i])
 	}
-	s.block(l, xs, ps) // xs becomes the block outputs o = x + f(x)
+	rope := ps
+	if c.Positions == PositionsCompact {
+		// A token's position is its index among the tokens that entered
+		// this block so far, which is the compact cache's length before it.
+		rope = make([]int32, len(sel))
+		for j := range rope {
+			rope[j] = int32(len(s.kv[l].pos) + j)
+		}
+	}
+	var mlpScale []float32
+	if c.GateTarget == GateTargetMLP {
+		mlpScale = g
+	}
+	s.block(l, xs, ps, rope, mlpScale) // xs becomes the block outputs o
 	for j, i := range sel {
-		g := Gate(c.Gate, r[i])
 		xi, oj := x[i*d:(i+1)*d], xs[j*d:(j+1)*d]
-		for e := range xi {
-			xi[e] += g * (oj[e] - xi[e])
+		switch c.GateTarget {
+		case GateTargetMLP: // o = h + g·MLP, scatter-added onto x
+			add(xi, oj)
+		case GateTargetOutput: // g·o: the output, residual included, scaled
+			for e := range xi {
+				xi[e] = g[j] * oj[e]
+			}
+		default: // DESIGN.md §3: x + g·f(x), f(x) = o − x
+			for e := range xi {
+				xi[e] += g[j] * (oj[e] - xi[e])
+			}
 		}
 	}
 }
 
+// predict is the causal predictor's logit for each row of x: linear, p_i =
+// w·x_i + b, or an MLP, p_i = w2·SiLU(W1·x_i).
 func predict(router *Router, x []float32, n, d int) []float32 {
+	if router.Pred != nil {
+		p := make([]float32, n)
+		for i := range p {
+			p[i] = dotF32(router.Pred.Vec(), x[i*d:(i+1)*d]) + router.PredBias.Vec()[0]
+		}
+		return p
+	}
 	hidden := make([]float32, n*router.PredUp.Rows)
 	MatMul(hidden, x, router.PredUp, n)
 	p := make([]float32, n)
@@ -253,11 +285,13 @@ func predict(router *Router, x []float32, n, d int) []float32 {
 }
 
 // block runs Llama block l on the rows of x at positions pos, in place:
-// h = x + Attn(norm1(x)), x = h + MLP(norm2(h)). The rows' keys and values
-// are appended to layer l's cache, and each row attends to the cache up to
-// and including itself: the cache is in position order, so this is the
-// causal mask by original position.
-func (s *State) block(l int, x []float32, pos []int32) {
+// h = x + Attn(norm1(x)), x = h + MLP(norm2(h)), with RoPE at positions
+// rope (pos, or compact ones) and row i's MLP output scaled by mlpScale[i]
+// when mlpScale is not nil. The rows' keys and values are appended to layer
+// l's cache, and each row attends to the cache up to and including itself:
+// the cache is in position order, so this is the causal mask by original
+// position.
+func (s *State) block(l int, x []float32, pos, rope []int32, mlpScale []float32) {
 	c := s.m.Config
 	b := &s.m.Weights.Blocks[l]
 	n, d, qd, kvd := len(pos), c.NEmbd, c.NHead*c.HeadDim, c.KVDim()
@@ -270,7 +304,7 @@ func (s *State) block(l int, x []float32, pos []int32) {
 	MatMul(q, xn, &b.Q, n)
 	MatMul(k, xn, &b.K, n)
 	MatMul(v, xn, &b.V, n)
-	for i, p := range pos {
+	for i, p := range rope {
 		RoPE(q[i*qd:(i+1)*qd], p, c.HeadDim, c.RopeBase)
 		RoPE(k[i*kvd:(i+1)*kvd], p, c.HeadDim, c.RopeBase)
 	}
@@ -296,5 +330,10 @@ func (s *State) block(l int, x []float32, pos []int32) {
 		gt[i] = SiLU(gt[i]) * up[i] // SwiGLU
 	}
 	MatMul(o, gt, &b.Down, n)
+	for i, g := range mlpScale {
+		for e := range o[i*d : (i+1)*d] {
+			o[i*d+e] *= g
+		}
+	}
 	add(x, o)
 }

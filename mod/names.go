@@ -36,6 +36,43 @@ const (
 	KeyCapacity        = "mod.capacity"         // f32 in (0, 1]: fraction of tokens routed in top-k mode
 	KeyGate            = "mod.gate"             // string: "sigmoid" | "identity"
 	KeyPredictorHidden = "mod.predictor_hidden" // u32: hidden width of the causal predictor, 0 = none
+
+	// MoD semantics keys: what a routed block computes, for checkpoints of
+	// the public MoD implementations. A file without them means DESIGN.md §3.
+	KeyGateTarget       = "mod.gate_target"       // string: GateTarget*; default "block"
+	KeyPositions        = "mod.positions"         // string: Positions*; default "original"
+	KeyCapacityTokens   = "mod.capacity_tokens"   // u32 > 0: top-k takes min(n, this); mod.capacity is then unused
+	KeyCapacityRounding = "mod.capacity_rounding" // string: Rounding*; default "ceil"
+	KeyRouterBias       = "mod.router_bias"       // bool: every router has (true) or lacks (false) a bias; absent = either
+	KeyPredictor        = "mod.predictor"         // string: Predictor*; default "mlp" when predictor_hidden > 0, else "none"
+	KeyCausalRouting    = "mod.causal_routing"    // string: "router" | "predictor", the causal rule the model was trained for; default "router"
+)
+
+// Where g(r) applies in a routed block (mod.gate_target). With h = x +
+// Attn(norm1(x)) and o = h + MLP(norm2(h)), a selected token becomes:
+const (
+	GateTargetBlock  = "block"  // x + g·(o − x): the whole block's update (DESIGN.md §3, the paper)
+	GateTargetMLP    = "mlp"    // x + (h + g·MLP(norm2(h))): o with its MLP scaled, added onto x (MoD Llama 2's scatter_add)
+	GateTargetOutput = "output" // g·o: the output including its residual (the Mixture-AI wrapper)
+)
+
+// The RoPE position of a token in a routed block (mod.positions).
+const (
+	PositionsOriginal = "original" // its position in the sequence (DESIGN.md §3)
+	PositionsCompact  = "compact"  // its index among the tokens that entered this block so far
+)
+
+// How top-k turns the capacity fraction c into k for n tokens (mod.capacity_rounding).
+const (
+	RoundingCeil  = "ceil"  // max(1, ceil(c·n)) (DESIGN.md §3)
+	RoundingFloor = "floor" // floor(c·n), which may be 0: Python's int(n * capacity)
+)
+
+// The causal predictor's form (mod.predictor).
+const (
+	PredictorNone   = "none"
+	PredictorMLP    = "mlp"    // p = w2·SiLU(W1·x): mod_pred_up, mod_pred_down
+	PredictorLinear = "linear" // p = w·x + b: mod_pred.weight, mod_pred.bias
 )
 
 // Gate functions g(r) applied to a routed block's output (DESIGN.md §3).
@@ -71,6 +108,8 @@ const (
 	TensorRouterBias   = "mod_router.bias"      // [1], optional
 	TensorPredUp       = "mod_pred_up.weight"   // [nEmbd, predictorHidden]
 	TensorPredDown     = "mod_pred_down.weight" // [predictorHidden]
+	TensorPredWeight   = "mod_pred.weight"      // [nEmbd], the linear predictor
+	TensorPredBias     = "mod_pred.bias"        // [1], the linear predictor
 )
 
 // BlockTensor is the full name of a tensor of block i: "blk.3.attn_q.weight".

@@ -3,6 +3,7 @@ package mod
 import (
 	"math/rand"
 	"path/filepath"
+	"sort"
 	"testing"
 
 	"github.com/modrun/modrun/gguf"
@@ -142,6 +143,15 @@ func (tm testModel) write(t *testing.T) string {
 			typ = gguf.TypeF32
 		}
 		require.NoError(t, w.AddFloat32(tn.name, typ, tn.dims, v))
+		delete(values, tn.name)
+	}
+	added := make([]string, 0, len(values)) // tensors the edit added: vectors, F32
+	for name := range values {
+		added = append(added, name)
+	}
+	sort.Strings(added)
+	for _, name := range added {
+		require.NoError(t, w.AddFloat32(name, gguf.TypeF32, []uint64{uint64(len(values[name]))}, values[name]))
 	}
 	path := filepath.Join(t.TempDir(), "model.gguf")
 	require.NoError(t, w.WriteFile(path))

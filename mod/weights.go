@@ -35,12 +35,15 @@ type Block struct {
 	Router   *Router // routed blocks only
 }
 
-// Router holds a routed block's router and, when trained, its causal predictor.
+// Router holds a routed block's router and, when trained, its causal
+// predictor: an MLP (PredUp, PredDown) or a linear one (Pred, PredBias).
 type Router struct {
 	Weight   Mat  `gguf:"mod_router.weight" shape:"nEmbd" opt:"f32"`             // [nEmbd]
 	Bias     Mat  `gguf:"mod_router.bias" shape:"1" opt:"f32,optional"`          // [1]
 	PredUp   *Mat `gguf:"mod_pred_up.weight" shape:"nEmbd,predHidden" opt:"f32"` // [predHidden][nEmbd]
 	PredDown *Mat `gguf:"mod_pred_down.weight" shape:"predHidden" opt:"f32"`     // [predHidden]
+	Pred     *Mat `gguf:"mod_pred.weight" shape:"nEmbd" opt:"f32"`               // [nEmbd]
+	PredBias *Mat `gguf:"mod_pred.bias" shape:"1" opt:"f32"`                     // [1]
 }
 
 // loader binds tensors of one file to struct fields and remembers which
@@ -73,11 +76,18 @@ func LoadWeights(f *gguf.File, c Config) (*Weights, error) {
 			continue
 		}
 		r := &Router{}
-		if c.PredictorHidden > 0 {
+		switch c.Predictor {
+		case PredictorMLP:
 			r.PredUp, r.PredDown = &Mat{}, &Mat{}
+		case PredictorLinear:
+			r.Pred, r.PredBias = &Mat{}, &Mat{}
 		}
 		if err := ld.bind(reflect.ValueOf(r).Elem(), prefix); err != nil {
 			return nil, err
+		}
+		if c.RouterBias != nil && *c.RouterBias != (r.Bias.Cols > 0) {
+			return nil, fmt.Errorf("mod: %s: %s = %v, but tensor %q is %s", f.Path, ArchKey(c.Arch, KeyRouterBias), *c.RouterBias,
+				prefix+TensorRouterBias, map[bool]string{true: "present", false: "absent"}[r.Bias.Cols > 0])
 		}
 		w.Blocks[l].Router = r
 	}

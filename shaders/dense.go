@@ -3,6 +3,7 @@ package shaders
 import (
 	"math"
 	"math/bits"
+	"slices"
 )
 
 // The elementwise and row ops of a Llama block: RMSNorm, RoPE, SwiGLU, the
@@ -159,9 +160,11 @@ func embedVariant(name, define, weightShape string) Variant {
 	}
 }
 
-func modResidualVariant(name, define string) Variant {
-	return Variant{
-		Name: name, Source: "mod_residual.comp", Defines: []string{define},
+// modResidualVariant is mod_residual with a gate function (GATE_*) and,
+// after it, where the gate applies (TARGET_*; none: the whole block).
+func modResidualVariant(name string, defines ...string) Variant {
+	v := Variant{
+		Name: name, Source: "mod_residual.comp", Defines: defines,
 		Bindings: []Binding{
 			{"x", ReadWrite, "[n][cols] f32, the block inputs, updated"},
 			{"o", Read, "[k][cols] f32, the block outputs of the selected rows"},
@@ -171,6 +174,22 @@ func modResidualVariant(name, define string) Variant {
 		Push: ModResidualPush{}, LocalSize: [3]uint32{128, 1, 1},
 		Notes: "dispatch Groups(k)",
 	}
+	if slices.Contains(defines, "TARGET_MLP") {
+		v.Bindings[1].Shape = "[k][cols] f32, h = x + attn of the selected rows (the block stopped before its MLP add)"
+		v.Bindings = append(v.Bindings, Binding{"m", Read, "[k][cols] f32, the MLP outputs of the selected rows"})
+	}
+	return v
+}
+
+// ModResidualVariant names the mod_residual variant for a gate function
+// (mod.GateSigmoid or mod.GateIdentity) and a gate target (mod.GateTarget*;
+// "" is the whole block).
+func ModResidualVariant(gate, target string) string {
+	name := "mod_residual"
+	if target == "output" || target == "mlp" {
+		name += "_" + target
+	}
+	return name + "_" + gate
 }
 
 func init() {
@@ -211,6 +230,10 @@ func init() {
 		},
 		modResidualVariant("mod_residual_sigmoid", "GATE_SIGMOID"),
 		modResidualVariant("mod_residual_identity", "GATE_IDENTITY"),
+		modResidualVariant("mod_residual_output_sigmoid", "GATE_SIGMOID", "TARGET_OUTPUT"),
+		modResidualVariant("mod_residual_output_identity", "GATE_IDENTITY", "TARGET_OUTPUT"),
+		modResidualVariant("mod_residual_mlp_sigmoid", "GATE_SIGMOID", "TARGET_MLP"),
+		modResidualVariant("mod_residual_mlp_identity", "GATE_IDENTITY", "TARGET_MLP"),
 		embedVariant("embed_f32", "WEIGHT_F32", "[rows][cols] f32"),
 		embedVariant("embed_f16", "WEIGHT_F16", "[rows][cols] f16"),
 		embedVariant("embed_q8_0", "WEIGHT_Q8_0", "[rows][cols/32] q8_0 blocks (34 bytes)"),

@@ -557,9 +557,13 @@ func TestDenseGrid2D(t *testing.T) {
 // modResidualRun updates n rows of cols where the k with the largest r are
 // selected (mod.TopKIndices), as a routed block's output does; pad more
 // unused entries (>= n) follow in sel.
-func modResidualRun(t testing.TB, dev *vk.Device, k *vk.Kernel, gate string, cols, n, sel, pad int, seed int64) *denseRun {
+// modResidualRun checks mod_residual for a gate function and a gate target
+// (mod.GateTarget*: "block" as mod's routedBlock for DESIGN.md §3, "output"
+// g·o, "mlp" x + (h + g·m) with o holding h and a fifth binding m).
+func modResidualRun(t testing.TB, dev *vk.Device, k *vk.Kernel, gate, target string, cols, n, sel, pad int, seed int64) *denseRun {
 	rng := rand.New(rand.NewSource(seed))
 	x, o, r := denseNormals(rng, n*cols, 1), denseNormals(rng, sel*cols, 1), denseNormals(rng, n, 2)
+	m := denseNormals(rng, (sel+pad)*cols, 1) // the MLP outputs (target mlp)
 	idx := mod.TopKIndices(r, sel)
 	selected := make([]uint32, 0, sel+pad)
 	for _, i := range idx {
@@ -575,8 +579,18 @@ func modResidualRun(t testing.TB, dev *vk.Device, k *vk.Kernel, gate string, col
 		g := mod.Gate(gate, r[i])
 		xi, oj := xs[i*cols:(i+1)*cols], o[j*cols:(j+1)*cols]
 		for e := range xi {
-			scale[i*cols+e] = math.Abs(float64(xi[e])) + math.Abs(float64(g*(oj[e]-xi[e])))
-			xi[e] += g * (oj[e] - xi[e])
+			switch target {
+			case mod.GateTargetOutput:
+				scale[i*cols+e] = math.Abs(float64(g * oj[e]))
+				xi[e] = g * oj[e]
+			case mod.GateTargetMLP:
+				gm := g * m[j*cols+e]
+				scale[i*cols+e] = math.Abs(float64(xi[e])) + math.Abs(float64(oj[e])) + math.Abs(float64(gm))
+				xi[e] += oj[e] + gm
+			default:
+				scale[i*cols+e] = math.Abs(float64(xi[e])) + math.Abs(float64(g*(oj[e]-xi[e])))
+				xi[e] += g * (oj[e] - xi[e])
+			}
 		}
 	}
 	for i, v := range xs {
@@ -584,12 +598,16 @@ func modResidualRun(t testing.TB, dev *vk.Device, k *vk.Kernel, gate string, col
 	}
 	xb := newBuffer(t, dev, f32bytes(x))
 	kk := sel + pad
+	binds := []vk.Bind{denseBind(xb, vk.ReadWrite), denseBind(newBuffer(t, dev, f32bytes(o)), vk.Read),
+		denseBind(newBuffer(t, dev, denseU32Bytes(selected)), vk.Read), denseBind(newBuffer(t, dev, f32bytes(r)), vk.Read)}
+	if target == mod.GateTargetMLP {
+		binds = append(binds, denseBind(newBuffer(t, dev, f32bytes(m)), vk.Read))
+	}
 	return &denseRun{
 		k: k, push: ModResidualPush{Cols: uint32(cols), N: uint32(n), K: uint32(kk)},
 		groups: Groups(uint32(kk)),
-		binds: []vk.Bind{denseBind(xb, vk.ReadWrite), denseBind(newBuffer(t, dev, f32bytes(o)), vk.Read),
-			denseBind(newBuffer(t, dev, denseU32Bytes(selected)), vk.Read), denseBind(newBuffer(t, dev, f32bytes(r)), vk.Read)},
-		bytes: 4 * 3 * sel * cols, tol: modResidualTol,
+		binds:  binds,
+		bytes:  4 * 3 * sel * cols, tol: modResidualTol,
 		result: func() ([]float32, []float64, []float64) { return download(t, xb, n*cols), want, scale },
 		exact: func() error { // rows not selected pass unchanged, bit for bit
 			got := download(t, xb, n*cols)
@@ -611,14 +629,16 @@ func modResidualRun(t testing.TB, dev *vk.Device, k *vk.Kernel, gate string, col
 func TestModResidual(t *testing.T) {
 	dev := openDevice(t)
 	var w denseWorst
-	for _, gate := range []string{mod.GateSigmoid, mod.GateIdentity} {
-		k := newKernel(t, dev, denseLookup(t, "mod_residual_"+gate))
-		for _, sh := range [][3]int{{1, 1, 1}, {7, 5, 2}, {64, 16, 4}, {257, 9, 9}, {576, 33, 5}} { // cols, n, k
-			for _, pad := range []int{0, 3} {
-				name := fmt.Sprintf("%s/%dx%d/k%d/pad%d", gate, sh[1], sh[0], sh[2], pad)
-				r := modResidualRun(t, dev, k, gate, sh[0], sh[1], sh[2], pad, int64(sh[0]+sh[1]*10+pad))
-				if err := r.run(t, dev, &w); err != nil {
-					t.Errorf("%s: %v", name, err)
+	for _, target := range []string{mod.GateTargetBlock, mod.GateTargetOutput, mod.GateTargetMLP} {
+		for _, gate := range []string{mod.GateSigmoid, mod.GateIdentity} {
+			k := newKernel(t, dev, denseLookup(t, ModResidualVariant(gate, target)))
+			for _, sh := range [][3]int{{1, 1, 1}, {7, 5, 2}, {64, 16, 4}, {257, 9, 9}, {576, 33, 5}} { // cols, n, k
+				for _, pad := range []int{0, 3} {
+					name := fmt.Sprintf("%s/%s/%dx%d/k%d/pad%d", target, gate, sh[1], sh[0], sh[2], pad)
+					r := modResidualRun(t, dev, k, gate, target, sh[0], sh[1], sh[2], pad, int64(sh[0]+sh[1]*10+pad))
+					if err := r.run(t, dev, &w); err != nil {
+						t.Errorf("%s: %v", name, err)
+					}
 				}
 			}
 		}
@@ -814,7 +834,7 @@ func BenchmarkDense(b *testing.B) {
 			return swigluRun(b, dev, newKernel(b, dev, denseLookup(b, "swiglu")), 64*11008, false, 1)
 		}},
 		benchCase{"mod_residual_sigmoid/512x4096/k64", func(b *testing.B) *denseRun {
-			return modResidualRun(b, dev, newKernel(b, dev, denseLookup(b, "mod_residual_sigmoid")), mod.GateSigmoid, 4096, 512, 64, 0, 1)
+			return modResidualRun(b, dev, newKernel(b, dev, denseLookup(b, "mod_residual_sigmoid")), mod.GateSigmoid, mod.GateTargetBlock, 4096, 512, 64, 0, 1)
 		}},
 		benchCase{"embed_f16/64/4096x4096", func(b *testing.B) *denseRun {
 			_, r := embedRun(b, dev, newKernel(b, dev, denseLookup(b, "embed_f16")), gguf.TypeF16, 4096, 4096, 64, 0, 1, false)

@@ -8,7 +8,7 @@ decisions and predictor logits, in eval (top-k) and generate (causal) modes,
 and a greedy continuation decoded with the compact KV cache.
 
 testdata/convert/: tiny checkpoints for the convert tests (a MoD .pt, a dense
-.safetensors, a checkpoint in the public MoD Llama 2 layout), their configs,
+.safetensors), their configs,
 the tensors the converted GGUF must hold, and a 512-token vocab-only GGUF.
 
 Run through scripts/gen_mod_fixtures.sh (it builds bin/modrun first).
@@ -244,26 +244,6 @@ def write_convert_testdata(a):
             json.dump({"format": "modrun-convert-expected/1", "made_by": MADE_BY,
                        "tensors": expected_tensors(m)}, fh, separators=(",", ":"))
             fh.write("\n")
-    # The public MoD Llama 2 implementation's layout (sramshetty/mixture-of-depths):
-    # Meta names plus one shared router (saved at the top and under each layer)
-    # and aux_router.0/2. Random values: only the names matter.
-    gen = torch.Generator().manual_seed(5)
-    dim, ff, v = 8, 16, 16
-    sd = {"tok_embeddings.weight": torch.randn(v, dim, generator=gen), "norm.weight": torch.ones(dim),
-          "output.weight": torch.randn(v, dim, generator=gen), "router.weight": torch.randn(1, dim, generator=gen),
-          "aux_router.0.weight": torch.randn(dim // 2, dim, generator=gen),
-          "aux_router.2.weight": torch.randn(1, dim // 2, generator=gen)}
-    for i in range(2):
-        p = f"layers.{i}."
-        for n in ("wq", "wk", "wv", "wo"):
-            sd[p + f"attention.{n}.weight"] = torch.randn(dim, dim, generator=gen)
-        sd[p + "feed_forward.w1.weight"] = torch.randn(ff, dim, generator=gen)
-        sd[p + "feed_forward.w2.weight"] = torch.randn(dim, ff, generator=gen)
-        sd[p + "feed_forward.w3.weight"] = torch.randn(ff, dim, generator=gen)
-        sd[p + "attention_norm.weight"] = torch.ones(dim)
-        sd[p + "ffn_norm.weight"] = torch.ones(dim)
-        sd[p + "router.weight"] = sd["router.weight"]
-    torch.save(sd, os.path.join(d, "meta-mod-llama2.pt"))
     print(f"wrote {d}", flush=True)
 
 

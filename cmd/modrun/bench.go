@@ -327,7 +327,7 @@ func (f *benchFlags) routingsOf(m *benchModel) []mod.Routing {
 	}
 	var out []mod.Routing
 	for _, r := range f.routings {
-		if r == mod.RoutingPredictor && m.model.Config.PredictorHidden == 0 && !f.routingSet {
+		if r == mod.RoutingPredictor && !m.model.Config.HasPredictor() && !f.routingSet {
 			continue
 		}
 		out = append(out, r)
@@ -360,7 +360,7 @@ func (row *benchRow) close() {
 }
 
 func (f *benchFlags) openBenchRow(m *benchModel, routing mod.Routing, backend string, bw engine.Bandwidth) (_ *benchRow, err error) {
-	if routing == mod.RoutingPredictor && m.model.Config.IsMoD() && m.model.Config.PredictorHidden == 0 {
+	if routing == mod.RoutingPredictor && m.model.Config.IsMoD() && !m.model.Config.HasPredictor() {
 		return nil, fmt.Errorf("--routing predictor: %s has no predictor", m.name)
 	}
 	row := &benchRow{model: m, routing: routing, backend: backend, device: bw}

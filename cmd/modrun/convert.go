@@ -12,11 +12,13 @@ import (
 	"github.com/modrun/modrun/mod/quant"
 )
 
-// convertMain implements `modrun convert`: a checkpoint of train/ -> GGUF.
+// convertMain implements `modrun convert`: a checkpoint -> GGUF. The layout
+// (train/'s, Meta or Hugging Face Llama, MoD Llama 2, the Mixture-AI
+// wrapper) is detected and named.
 func convertMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("convert", "-i CKPT.pt|CKPT.safetensors [-c config.json] --vocab VOCAB.gguf -o OUT.gguf [--type TYPE]", stderr)
-	in := fs.String("i", "", "checkpoint: a torch.save state_dict (.pt) or .safetensors (required)")
-	cfgPath := fs.String("c", "", "config JSON written by train/ (default: config.json beside the checkpoint)")
+	fs := newFlags("convert", "-i CKPT.pt|CKPT.pth|CKPT.bin|CKPT.safetensors [-c config.json|params.json] --vocab VOCAB.gguf -o OUT.gguf [--type TYPE]", stderr)
+	in := fs.String("i", "", "checkpoint: a torch.save state_dict (.pt, .pth, .bin) or .safetensors (required)")
+	cfgPath := fs.String("c", "", "the checkpoint's config: train/'s JSON, Meta's params.json or Hugging Face's config.json (default: config.json, else params.json, beside the checkpoint)")
 	vocabPath := fs.String("vocab", "", "GGUF whose tokenizer.* metadata the output gets (required)")
 	out := fs.String("o", "", "output GGUF (required)")
 	typ := fs.String("type", "f32", "type of the weight matrices: "+quant.Names()+" (q2_k, q3_k_s..q6_k: llama.cpp's mixes; norms and MoD tensors stay F32)")
@@ -42,9 +44,8 @@ func convertMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *cfgPath == "" {
-		*cfgPath = filepath.Join(filepath.Dir(*in), "config.json")
-		if _, err := os.Stat(*cfgPath); err != nil {
-			return fmt.Errorf("%w: -c not given and %s, beside -i, does not exist", errUsage, *cfgPath)
+		if *cfgPath = besideConfig(*in); *cfgPath == "" {
+			return fmt.Errorf("%w: -c not given and neither config.json nor params.json exists beside %s", errUsage, *in)
 		}
 		if filepath.Clean(*out) == filepath.Clean(*cfgPath) {
 			return fmt.Errorf("%w: -o %s would overwrite an input (the config beside -i)", errUsage, *out)
@@ -63,23 +64,18 @@ func convertMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		*name = strings.TrimSuffix(filepath.Base(*out), filepath.Ext(*out))
 	}
 
-	ck, err := convert.LoadCheckpoint(*in)
+	src, err := convert.Load(*in, *cfgPath)
 	if err != nil {
 		return err
 	}
-	if err := convert.CheckLayout(ck); err != nil {
-		return err // before the config: that layout comes without one
-	}
-	cfg, err := convert.LoadConfig(*cfgPath)
-	if err != nil {
-		return err
-	}
+	fmt.Fprintf(stdout, "layout %s: %s\n", src.Layout, src.Description)
+	cfg := src.Config
 	vocab, err := gguf.Open(*vocabPath)
 	if err != nil {
 		return fmt.Errorf("--vocab: %w", err)
 	}
 	defer vocab.Close()
-	w, err := convert.Convert(ck, cfg, vocab, convert.Options{Scheme: scheme, Name: *name})
+	w, err := convert.Convert(src.Checkpoint, cfg, vocab, convert.Options{Scheme: scheme, Name: *name})
 	if err != nil {
 		return err
 	}
@@ -90,6 +86,18 @@ func convertMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if len(cfg.RoutedLayers) > 0 {
 		arch = fmt.Sprintf("llama-mod, routed layers %v", cfg.RoutedLayers)
 	}
-	fmt.Fprintf(stdout, "wrote %s (%s, %d tensors from %s)\n", *out, arch, len(ck.Tensors), *in)
+	fmt.Fprintf(stdout, "wrote %s (%s, %d tensors from %s)\n", *out, arch, len(src.Checkpoint.Tensors), *in)
 	return nil
+}
+
+// besideConfig is the config file beside a checkpoint: config.json (train/
+// and Hugging Face), else params.json (Meta); "" when neither exists.
+func besideConfig(ckpt string) string {
+	for _, name := range []string{"config.json", "params.json"} {
+		p := filepath.Join(filepath.Dir(ckpt), name)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
 }

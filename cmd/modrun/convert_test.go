@@ -48,17 +48,23 @@ func TestConvertCommand(t *testing.T) {
 	assert.Contains(t, stdout, "(llama, ")
 }
 
-func TestConvertRefusesMetaMoD(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "x.gguf")
-	code, _, stderr := modrun(t, "convert", "-i", cv("meta-mod-llama2.pt"), "-c", cv("tiny-mod.config.json"),
-		"--vocab", cv("vocab512.gguf"), "-o", out)
-	assert.Equal(t, 1, code)
-	assert.Contains(t, stderr, "public MoD Llama 2 implementation")
-	assert.Contains(t, stderr, "only the MLP")
-	assert.Contains(t, stderr, "residual twice")
-	assert.Contains(t, stderr, "compact positions")
-	_, err := os.Stat(out)
-	assert.True(t, os.IsNotExist(err), "no output file on failure")
+// TestConvertPublicLayouts: each public layout converts, with its config
+// found beside the checkpoint, and the command names the layout it found.
+func TestConvertPublicLayouts(t *testing.T) {
+	for _, tc := range []struct{ dir, ckpt, layout string }{
+		{"modllama2-aux", "consolidated.00.pth", "layout mod-llama2: MoD Llama 2"},
+		{"mixtureai-hf", "pytorch_model.bin", "layout mixture-ai: Mixture-AI MoD wrapper"},
+		{"hf-dense", "model.safetensors", "layout hf-llama"},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out.gguf")
+			code, stdout, stderr := modrun(t, "convert", "-i", cv(filepath.Join(tc.dir, tc.ckpt)), "--vocab", cv("vocab512.gguf"), "-o", out)
+			require.Equal(t, 0, code, stderr)
+			assert.Contains(t, stdout, tc.layout)
+			_, err := os.Stat(out)
+			assert.NoError(t, err)
+		})
+	}
 }
 
 func TestConvertErrors(t *testing.T) {
@@ -75,7 +81,7 @@ func TestConvertErrors(t *testing.T) {
 	}{
 		{"no flags", nil, 2, "-i, --vocab and -o are required"},
 		{"bad type", append(append([]string{}, ok...), "--type", "q4_k_xl"), 2, `--type: type "q4_k_xl": want one of f32, f16, q8_0`},
-		{"no config beside", []string{"-i", junk, "--vocab", cv("vocab512.gguf"), "-o", out}, 2, "config.json, beside -i, does not exist"},
+		{"no config beside", []string{"-i", junk, "--vocab", cv("vocab512.gguf"), "-o", out}, 2, "neither config.json nor params.json exists beside"},
 		{"overwrite input", []string{"-i", cv("tiny-mod.pt"), "-c", cv("tiny-mod.config.json"), "--vocab", cv("vocab512.gguf"), "-o", cv("tiny-mod.pt")}, 2, "would overwrite"},
 		{"junk checkpoint", []string{"-i", junk, "-c", cv("tiny-mod.config.json"), "--vocab", cv("vocab512.gguf"), "-o", out}, 1, junk},
 		{"wrong config", []string{"-i", cv("tiny-mod.pt"), "-c", cv("tiny-dense.config.json"), "--vocab", cv("vocab512.gguf"), "-o", out}, 1, "tiny-mod.pt"},
@@ -87,4 +93,27 @@ func TestConvertErrors(t *testing.T) {
 			assert.Contains(t, stderr, tc.want)
 		})
 	}
+}
+
+// TestPublicModelRunsItsTrainedRouting: a converted MoD Llama 2 checkpoint
+// with an aux router generates with predictor routing unless told
+// otherwise (llama-mod.mod.causal_routing), and perplexity names its
+// capacity as a token count.
+func TestPublicModelRunsItsTrainedRouting(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "m.gguf")
+	code, _, stderr := modrun(t, "convert", "-i", cv("modllama2-aux/consolidated.00.pth"), "--vocab", cv("vocab512.gguf"), "-o", out)
+	require.Equal(t, 0, code, stderr)
+	code, _, stderr = modrun(t, "-m", out, "--backend", "cpu", "-p", "Once upon a time", "-n", "4", "--stats")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stderr, "routing: predictor")
+	code, _, stderr = modrun(t, "-m", out, "--backend", "cpu", "-p", "Once upon a time", "-n", "4", "--stats", "--routing", "router")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stderr, "routing: router")
+
+	text := filepath.Join(dir, "text.txt")
+	require.NoError(t, os.WriteFile(text, []byte("Once upon a time, there was a little girl named Lily."), 0o644))
+	code, stdout, stderr := modrun(t, "perplexity", "-m", out, "--backend", "cpu", "-f", text, "--quiet")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "routing topk (capacity 9 tokens)")
 }

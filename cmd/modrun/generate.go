@@ -114,6 +114,9 @@ func (mf *modelFlags) check(accepted ...mod.Routing) (mod.Routing, error) {
 	if mf.device >= 0 && mf.backend == engine.BackendAuto {
 		mf.backend = engine.BackendVulkan // the device named, not a fallback to the CPU
 	}
+	if mf.routing == "" { // the model's own (llama-mod.mod.causal_routing), read at load
+		return mod.RoutingRouter, nil
+	}
 	return routingFlag(mf.routing, accepted...)
 }
 
@@ -129,7 +132,10 @@ func (mf *modelFlags) load(routing mod.Routing, needsMoD string) (*loaded, error
 		m.Close()
 		return nil, fmt.Errorf("%s: %s is a dense model (architecture %q); it has no routers", needsMoD, mf.path, m.Config.Arch)
 	}
-	if routing == mod.RoutingPredictor && m.Config.IsMoD() && m.Config.PredictorHidden == 0 {
+	if mf.routing == "" && routing == mod.RoutingRouter && m.Config.IsMoD() {
+		routing = m.Config.CausalRouting // the causal rule the model was trained for (mod.causal_routing)
+	}
+	if routing == mod.RoutingPredictor && m.Config.IsMoD() && !m.Config.HasPredictor() {
 		m.Close()
 		return nil, fmt.Errorf("--routing predictor: %s has no predictor (%s = 0); use --routing router", mf.path, mod.ArchKey(m.Config.Arch, mod.KeyPredictorHidden))
 	}

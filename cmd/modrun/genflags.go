@@ -19,7 +19,7 @@ type generationFlags struct {
 }
 
 func (gf *generationFlags) register(fs *flag.FlagSet) {
-	gf.mf.register(fs, "router", "causal routing of MoD blocks: router (r > 0) | predictor (p > 0)")
+	gf.mf.register(fs, "", "causal routing of MoD blocks: router (r > 0) | predictor (p > 0) (default: the one the model was trained for, llama-mod.mod.causal_routing, else router)")
 	gf.cf.register(fs)
 	gf.sf.register(fs)
 }

@@ -62,7 +62,7 @@ func perplexityMain(args []string, _ io.Reader, stdout, stderr io.Writer) error 
 	defer l.model.Close()
 	cfg := &l.model.Config
 	if flagSet(fs, "capacity") {
-		cfg.Capacity = float32(*capacity)
+		cfg.Capacity, cfg.CapacityTokens = float32(*capacity), 0 // a fraction, also for a model whose k is a token count
 	}
 	window := cfg.ContextLen
 	if *ctx != 0 {
@@ -106,7 +106,11 @@ func perplexityMain(args []string, _ io.Reader, stdout, stderr io.Writer) error 
 	if cfg.IsMoD() {
 		routed = routing.String()
 		if routing == mod.RoutingTopK {
-			routed += fmt.Sprintf(" (capacity %g)", cfg.Capacity)
+			if cfg.CapacityTokens > 0 {
+				routed += fmt.Sprintf(" (capacity %d tokens)", cfg.CapacityTokens)
+			} else {
+				routed += fmt.Sprintf(" (capacity %g)", cfg.Capacity)
+			}
 		}
 	}
 	fmt.Fprintf(stdout, "model %s, text %s, routing %s, backend %s\n", mf.path, *textPath, routed, scorer.Name)

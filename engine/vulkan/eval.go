@@ -10,8 +10,8 @@ import (
 )
 
 // Eval mode on the GPU (DESIGN.md §3): a whole sequence of S tokens at once,
-// teacher-forced, with top-k routing per sequence (k = mod.TopK(capacity,
-// S), the k largest router scores, ties to the lower position, taken in
+// teacher-forced, with top-k routing per sequence (k = Config.TopKCount(S),
+// the k largest router scores, ties to the lower position, taken in
 // ascending order), as mod.State.Forward with mod.RoutingTopK. The logits
 // of every token come back: what perplexity scoring needs.
 //
@@ -25,7 +25,9 @@ import (
 //	routed layer: router_score x -> r; topk r -> idx [k] (ascending: the
 //	              selected positions); gather x[idx] -> xs; the block on xs,
 //	              k rows at positions idx (attention among them only);
-//	              mod_residual x[idx] += g(r) (xs - x[idx])
+//	              mod_residual x[idx] += g(r) (xs - x[idx]) (or the file's
+//	              gate target: g·xs, or xs + g·mlp added onto x; RoPE at
+//	              compact positions 0..k-1 when the file says so)
 //	rmsnorm, matmul output                        x -> logits [S][nVocab]
 //
 // The block on n rows: rmsnorm, matmul q, k, v, rope at each row's
@@ -324,7 +326,7 @@ func (e *Evaluator) record(s int) (*evalRec, error) {
 		return b
 	}
 	dev := vk.DeviceLocal
-	er := &evalRec{s: s, k: mod.TopK(c.Capacity, s), idx: make([]*vk.Buffer, c.NLayer)}
+	er := &evalRec{s: s, k: c.TopKCount(s), idx: make([]*vk.Buffer, c.NLayer)}
 	er.tok, er.logitsHost = must(f32(s), vk.HostVisible), must(f32(s*c.NVocab), vk.HostVisible)
 	a := w.newBatchActs(must, s)
 	a.pos, a.r, a.mask = must(f32(s), dev), must(f32(s), dev), must(f32(s), dev)
@@ -364,7 +366,7 @@ func (e *Evaluator) record(s int) (*evalRec, error) {
 		if w.w.blocks[l].router != nil {
 			err = e.recordRouted(rec, er, &a, l)
 		} else {
-			err = e.recordBlock(rec, &a, l, a.x, s, a.pos)
+			err = e.recordBlock(rec, &a, l, a.x, s, a.pos, true)
 		}
 		if err != nil {
 			return er, fmt.Errorf("layer %d: %w", l, err)
@@ -392,6 +394,9 @@ func (e *Evaluator) recordRouted(rec *vk.Recorder, er *evalRec, a *evalActs, l i
 	s, k := uint32(er.s), uint32(er.k)
 	d := uint32(c.NEmbd)
 	idx := er.idx[l]
+	if k == 0 {
+		return nil // a floor(c·S) of 0 (mod.RoundingFloor): no token goes through
+	}
 	var kerr error
 	get := func(name string) *kernel {
 		kk, err := w.ks.get(name, nil)
@@ -443,28 +448,37 @@ func (e *Evaluator) recordRouted(rec *vk.Recorder, er *evalRec, a *evalActs, l i
 		rec.Fill(a.count, 0, 4, k) // gather's count; compact_mask writes it otherwise
 	}
 	gather.record(rec)
-	// idx holds the selected rows, ascending: in eval they are the positions.
-	if err := e.recordBlock(rec, a, l, a.xs, int(k), idx); err != nil {
+	// idx holds the selected rows, ascending: in eval they are the original
+	// positions; compact ones (mod.PositionsCompact) are 0..k-1, a.pos's first k.
+	pos := idx
+	if c.Positions == mod.PositionsCompact {
+		pos = a.pos
+	}
+	// With the gate on the MLP, the block stops before its MLP residual
+	// add: xs holds h = x + attn and a.ob the MLP output, for mod_residual.
+	mlpGate := c.GateTarget == mod.GateTargetMLP
+	if err := e.recordBlock(rec, a, l, a.xs, int(k), pos, !mlpGate); err != nil {
 		return err
 	}
-	name := "mod_residual_sigmoid"
-	if c.Gate == mod.GateIdentity {
-		name = "mod_residual_identity"
-	}
-	res, err := w.ks.get(name, nil)
+	res, err := w.ks.get(shaders.ModResidualVariant(c.Gate, c.GateTarget), nil)
 	if err != nil {
 		return err
 	}
-	newOp(res, shaders.ModResidualPush{Cols: d, N: s, K: k}, shaders.Groups(k),
-		rw(a.x, 0, 0), rd(a.xs, 0, 0), rd(idx, 0, 0), rd(a.r, 0, 0)).record(rec)
+	binds := []vk.Bind{rw(a.x, 0, 0), rd(a.xs, 0, 0), rd(idx, 0, 0), rd(a.r, 0, 0)}
+	if mlpGate {
+		binds = append(binds, rd(a.ob, 0, 0))
+	}
+	newOp(res, shaders.ModResidualPush{Cols: d, N: s, K: k}, shaders.Groups(k), binds...).record(rec)
 	return nil
 }
 
 // recordBlock records Llama block l on the first n rows of xb, in place, at
-// the positions in pos [n] u32; attention runs among those n rows.
-func (e *Evaluator) recordBlock(rec *vk.Recorder, a *evalActs, l int, xb *vk.Buffer, n int, pos *vk.Buffer) error {
+// the positions in pos [n] u32; attention runs among those n rows. Without
+// mlpAdd it stops before the MLP's residual add (xb = h, a.ob = the MLP's
+// output).
+func (e *Evaluator) recordBlock(rec *vk.Recorder, a *evalActs, l int, xb *vk.Buffer, n int, pos *vk.Buffer, mlpAdd bool) error {
 	nu := uint32(n)
-	ops, err := e.w.batchBlockOps(l, &e.blocks[l], a, xb, n, pos, nil, attentionArgs{n: nu, entries: nu, kv: shaders.KVF32,
+	ops, err := e.w.batchBlockOps(l, &e.blocks[l], a, xb, n, pos, nil, mlpAdd, attentionArgs{n: nu, entries: nu, kv: shaders.KVF32,
 		q: a.qr, k: a.kr, v: a.v, kPos: pos, qPos: pos, partO: a.partO, partML: a.partML, out: a.att})
 	if err != nil {
 		return err
@@ -480,8 +494,9 @@ func (e *Evaluator) recordBlock(rec *vk.Recorder, a *evalActs, l int, xb *vk.Buf
 // [n] u32, with scratch a: rmsnorm, matmul q, k, v, rope, then kv (a
 // generate-mode cache's append, or nothing), attention att (its q, out and
 // partials are a's), matmul o, add, rmsnorm, matmul gate and up, swiglu,
-// matmul down, add. Eval windows and prefill chunks share it.
-func (r *Runner) batchBlockOps(l int, eb *evalBlock, a *evalActs, xb *vk.Buffer, n int, pos *vk.Buffer, kv []op, att attentionArgs) ([]op, error) {
+// matmul down, add (left out without mlpAdd: the MoD Llama 2 gate scales
+// the MLP output first). Eval windows and prefill chunks share it.
+func (r *Runner) batchBlockOps(l int, eb *evalBlock, a *evalActs, xb *vk.Buffer, n int, pos *vk.Buffer, kv []op, mlpAdd bool, att attentionArgs) ([]op, error) {
 	c := r.c
 	b := &r.w.blocks[l]
 	nu, d := uint32(n), uint32(c.NEmbd)
@@ -523,7 +538,9 @@ func (r *Runner) batchBlockOps(l int, eb *evalBlock, a *evalActs, xb *vk.Buffer,
 	ops = append(ops, newOp(swiglu, shaders.SwiGLUPush{N: nu * uint32(c.NFF)}, shaders.ElementGroups(nu*uint32(c.NFF)),
 		rd(a.gate, 0, 0), rd(a.up, 0, 0), wr(a.h, 0, 0)))
 	ops = append(ops, eb.down.ops(a.h, a.ob, n)...)
-	ops = append(ops, addOp)
+	if mlpAdd {
+		ops = append(ops, addOp)
+	}
 	return ops, nil
 }
 

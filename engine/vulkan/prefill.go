@@ -381,7 +381,7 @@ func (r *Runner) prefillBlockOps(l int, xb *vk.Buffer, n, maxRows int, pos, rows
 			wr(kc.k, 0, 0), wr(kc.v, 0, 0), wr(kc.pos, 0, 0)),
 		newOp(count, push, [3]uint32{1, 1, 1}, rd(rows, 0, 0), rw(r.counts, 0, 0)),
 	}
-	return r.batchBlockOps(l, &r.pf.blocks[l], a, xb, n, pos, appendKV, attentionArgs{n: nu, maxRows: uint32(maxRows), entries: uint32(r.ctx), layer: uint32(l),
+	return r.batchBlockOps(l, &r.pf.blocks[l], a, xb, n, pos, appendKV, true, attentionArgs{n: nu, maxRows: uint32(maxRows), entries: uint32(r.ctx), layer: uint32(l),
 		counts: r.counts, kv: r.kv, q: a.qr, k: kc.k, v: kc.v, kPos: kc.pos, qPos: pos, partO: a.partO, partML: a.partML, out: a.att})
 }
 

@@ -1,11 +1,7 @@
 package convert
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 )
 
 // ConfigFormat is the "format" of the config JSON train/modllama.py writes.
@@ -32,28 +28,19 @@ type Config struct {
 	// Training-only fields (aux_loss_weight, ...) are accepted and ignored.
 	AuxLossWeight       float64 `json:"aux_loss_weight"`
 	PredictorLossWeight float64 `json:"predictor_loss_weight"`
+
+	// Semantics, set by Load for the public layouts (never in the JSON), is
+	// how their routed blocks differ from DESIGN.md §3; nil: they do not.
+	Semantics *Semantics `json:"-"`
 }
 
-// LoadConfig reads and checks a config JSON.
+// LoadConfig reads and checks a config JSON of train/.
 func LoadConfig(path string) (*Config, error) {
-	raw, err := os.ReadFile(path)
+	o, err := readConfigJSON(path)
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, err
 	}
-	var c Config
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		var syntax *json.SyntaxError
-		if errors.As(err, &syntax) {
-			return nil, fmt.Errorf("config %s: not JSON at byte %d: %w", path, syntax.Offset, err)
-		}
-		return nil, fmt.Errorf("config %s: %w", path, err)
-	}
-	if err := c.check(); err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
-	}
-	return &c, nil
+	return parseModrunConfig(o)
 }
 
 func (c *Config) check() error {
@@ -74,13 +61,16 @@ func (c *Config) check() error {
 	if len(c.RoutedLayers) == 0 {
 		return nil
 	}
-	if !(c.Capacity > 0 && c.Capacity <= 1) {
+	if !(c.Capacity > 0 && c.Capacity <= 1) && !c.capacityInTokens() {
 		return fmt.Errorf("capacity %v: want (0, 1]", c.Capacity)
 	}
 	if c.Gate != "sigmoid" && c.Gate != "identity" {
 		return fmt.Errorf("gate %q: want sigmoid or identity", c.Gate)
 	}
 	prev := 0
+	if c.Semantics != nil {
+		prev = -1 // the public layouts may route block 0
+	}
 	for _, l := range c.RoutedLayers {
 		if l <= prev || l >= c.NLayers {
 			return fmt.Errorf("routed_layers %v: want ascending block indices in 1..%d (block 0 is always dense)", c.RoutedLayers, c.NLayers-1)
@@ -89,6 +79,8 @@ func (c *Config) check() error {
 	}
 	return nil
 }
+
+func (c *Config) capacityInTokens() bool { return c.Semantics != nil && c.Semantics.CapacityTokens > 0 }
 
 // HeadDim is dim / n_heads.
 func (c *Config) HeadDim() int { return c.Dim / c.NHeads }

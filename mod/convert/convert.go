@@ -1,42 +1,12 @@
 package convert
 
 import (
-	"errors"
 	"fmt"
-	"regexp"
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/mod/quant"
 )
-
-// ErrMetaMoDLayout marks a checkpoint of the public MoD Llama 2 implementation
-// (sramshetty/mixture-of-depths), which modrun refuses: see metaMoDReason.
-var ErrMetaMoDLayout = errors.New("checkpoint of the public MoD Llama 2 implementation")
-
-// metaMoDReason says why that layout is refused rather than converted: the
-// weights would load, but the model they were trained in computes something
-// other than DESIGN.md §3, so our forward pass would not reproduce it.
-const metaMoDReason = `it has one router.weight shared by every routed block (and aux_router.0/2 as its causal predictor), and its routed block computes something else than modrun's (DESIGN.md §3):
-  - it scales only the MLP output by sigmoid(r); modrun scales the whole block, attention and MLP: x + g(r)*f(x);
-  - it adds the residual twice: the block output h + MLP (h already holds x) is scatter_add-ed onto x, so a selected token becomes 2x + attn + sigmoid(r)*mlp;
-  - it applies RoPE at compact positions 0..k-1 of the selected tokens; modrun rotates each token at its original position.
-Its weights would load but would not compute what they were trained to, so modrun does not convert them`
-
-// metaMoDNames match that layout's tensors: the shared router (saved once at
-// the top and again under every layer that holds it) and the aux router.
-var metaMoDNames = regexp.MustCompile(`^(layers\.\d+\.)?(router\.weight|aux_router\.\d+\.weight)$`)
-
-// CheckLayout fails with ErrMetaMoDLayout when the checkpoint has the layout
-// of the public MoD Llama 2 implementation.
-func CheckLayout(ck *Checkpoint) error {
-	for _, name := range ck.Names() {
-		if metaMoDNames.MatchString(name) {
-			return fmt.Errorf("%s: tensor %q: %w: %s", ck.Path, name, ErrMetaMoDLayout, metaMoDReason)
-		}
-	}
-	return nil
-}
 
 // Options controls the output file.
 type Options struct {
@@ -64,9 +34,6 @@ var blockNames = []struct{ meta, gguf string }{
 func Convert(ck *Checkpoint, cfg *Config, vocab *gguf.File, opts Options) (*gguf.Writer, error) {
 	if opts.Scheme.IsZero() {
 		return nil, fmt.Errorf("no output type: want one of %s", quant.Names())
-	}
-	if err := CheckLayout(ck); err != nil {
-		return nil, err
 	}
 	if err := cfg.check(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -133,9 +100,12 @@ func (c *converter) metadata(name string, vocab *gguf.File) error {
 		}
 		kvs = append(kvs,
 			keyValue{ak(mod.KeyRoutedLayers), gguf.Array(routed)},
-			keyValue{ak(mod.KeyCapacity), gguf.Scalar(float32(cfg.Capacity))},
 			keyValue{ak(mod.KeyGate), gguf.Scalar(cfg.Gate)},
 			keyValue{ak(mod.KeyPredictorHidden), gguf.Scalar(uint32(cfg.PredictorHidden))})
+		if !cfg.capacityInTokens() {
+			kvs = append(kvs, keyValue{ak(mod.KeyCapacity), gguf.Scalar(float32(cfg.Capacity))})
+		}
+		kvs = append(kvs, semanticsKeys(cfg, ak)...)
 	}
 	for _, kv := range kvs {
 		if err := c.w.SetKV(kv.key, kv.v); err != nil {
@@ -143,6 +113,26 @@ func (c *converter) metadata(name string, vocab *gguf.File) error {
 		}
 	}
 	return c.copyTokenizer(vocab)
+}
+
+// semanticsKeys are the mod.* keys that declare how a public layout's
+// routed blocks compute; none for modrun's own (DESIGN.md §3).
+func semanticsKeys(cfg *Config, ak func(string) string) []keyValue {
+	sem := cfg.Semantics
+	if sem == nil {
+		return nil
+	}
+	kvs := []keyValue{
+		{ak(mod.KeyGateTarget), gguf.Scalar(sem.GateTarget)},
+		{ak(mod.KeyPositions), gguf.Scalar(sem.Positions)},
+		{ak(mod.KeyRouterBias), gguf.Scalar(cfg.RouterBias)},
+		{ak(mod.KeyPredictor), gguf.Scalar(sem.Predictor)},
+		{ak(mod.KeyCausalRouting), gguf.Scalar(sem.CausalRouting)},
+	}
+	if sem.CapacityTokens > 0 {
+		return append(kvs, keyValue{ak(mod.KeyCapacityTokens), gguf.Scalar(uint32(sem.CapacityTokens))})
+	}
+	return append(kvs, keyValue{ak(mod.KeyCapacityRounding), gguf.Scalar(sem.CapacityRounding)})
 }
 
 // copyTokenizer copies every tokenizer.* key of the vocabulary file, after
@@ -233,6 +223,12 @@ func (c *converter) modTensors(i int) error {
 		if err := c.vector(pre+"mod_router.bias", mod.BlockTensor(i, mod.TensorRouterBias), 1); err != nil {
 			return err
 		}
+	}
+	if cfg.Semantics != nil && cfg.Semantics.Predictor == mod.PredictorLinear {
+		if err := c.vector(pre+"mod_pred.weight", mod.BlockTensor(i, mod.TensorPredWeight), cfg.Dim); err != nil {
+			return err
+		}
+		return c.vector(pre+"mod_pred.bias", mod.BlockTensor(i, mod.TensorPredBias), 1)
 	}
 	if cfg.PredictorHidden == 0 {
 		return nil

@@ -190,18 +190,6 @@ func isMoD(name string) bool {
 	return false
 }
 
-func TestRefuseMetaMoDLayout(t *testing.T) {
-	ck, err := LoadCheckpoint(td("meta-mod-llama2.pt"))
-	require.NoError(t, err)
-	err = CheckLayout(ck)
-	require.ErrorIs(t, err, ErrMetaMoDLayout)
-	msg := err.Error()
-	for _, why := range []string{"router.weight", "only the MLP", "residual twice", "compact positions", "original position"} {
-		assert.Contains(t, msg, why)
-	}
-	assert.Contains(t, msg, "meta-mod-llama2.pt")
-}
-
 func TestBadCheckpoints(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name string, b []byte) string {

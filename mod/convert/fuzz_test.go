@@ -58,7 +58,7 @@ func addFileSeeds(f *testing.F, names ...string) {
 
 // FuzzLoadTorch: torch.save files, zip and legacy, through gopickle.
 func FuzzLoadTorch(f *testing.F) {
-	addFileSeeds(f, td("tiny-mod.pt"), td("meta-mod-llama2.pt"))
+	addFileSeeds(f, td("tiny-mod.pt"), td("modllama2-aux/consolidated.00.pth"), td("mixtureai-hf/pytorch_model.bin"))
 	f.Add([]byte{})
 	f.Add([]byte("\x80\x02}q\x00."))        // a legacy pickle stream: an empty dict
 	f.Add([]byte("PK\x03\x04 and no more")) // a zip header, truncated
