@@ -69,3 +69,29 @@ func TestLlama3RoPE(t *testing.T) {
 		t.Logf("max |logit diff| vs CPU %.2g; vs base 10000 %.2g", maxAbsDiff(want, got), maxAbsDiff(want, other))
 	})
 }
+
+// TestTiedOutput: mod-trained has no output.weight, as Llama 3.2: the
+// decode step, the batched prompt and eval classify with the token
+// embedding's one upload (no second copy of the largest matrix), and their
+// logits are the CPU's (TestEvalFixtures checks them against PyTorch too).
+func TestTiedOutput(t *testing.T) {
+	dev := openDevice(t, true)
+	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+	require.Equal(t, mod.TensorTokenEmbd, m.Weights.Output.Name, "the fixture is tied")
+	tokens := fixtureTokens(t, "../../testdata/mod/mod-trained.fixture.json")["generate-router"]
+	run := newRunner(t, dev, m, mod.RoutingRouter)
+	assert.Same(t, run.w.tokenEmbd.buf, run.w.output.buf, "one upload")
+	got, err := run.Feed(tokens)
+	require.NoError(t, err)
+	cpu, err := m.NewState(mod.RoutingRouter)
+	require.NoError(t, err)
+	want, err := cpu.Forward(tokens, false)
+	require.NoError(t, err)
+	assert.Empty(t, closeErr(want, got, tolLogits), "batched prompt")
+	e := newEvaluator(t, dev, m)
+	assert.Same(t, e.w.w.tokenEmbd.buf, e.w.w.output.buf, "one upload")
+	all, err := e.Eval(tokens)
+	require.NoError(t, err)
+	wantAll, _ := cpuEval(t, m, tokens)
+	assert.Empty(t, closeErr(wantAll, all, tolLogits), "eval")
+}

@@ -187,3 +187,32 @@ func TestRopeFreqsTensor(t *testing.T) {
 		})
 	}
 }
+
+// TestTiedOutput: a file without output.weight (Llama 3.2, TinyStories
+// models) classifies with token_embd.weight: each logit is the token's
+// embedding row dotted with the final normed hidden state.
+func TestTiedOutput(t *testing.T) {
+	tm := defaultTestModel()
+	tm.edit = func(_ *gguf.Writer, tensors map[string][]float32) { delete(tensors, TensorOutput) }
+	m := tm.open(t)
+	assert.Equal(t, TensorTokenEmbd, m.Weights.Output.Name)
+	s, err := m.NewState(RoutingRouter)
+	require.NoError(t, err)
+	s.Trace = &Trace{}
+	tokens := randomTokens(5, tm.nVocab, 9)
+	logits, err := s.Forward(tokens, true)
+	require.NoError(t, err)
+	d := tm.nEmbd
+	row := make([]float32, d)
+	for i := range tokens {
+		h := s.Trace.Hidden[i*d : (i+1)*d]
+		for v := 0; v < tm.nVocab; v++ {
+			m.Weights.TokenEmbd.Row(v, row)
+			var want float64
+			for j := range row {
+				want += float64(row[j]) * float64(h[j])
+			}
+			require.InDelta(t, want, logits[i*tm.nVocab+v], 1e-4, "token %d logit %d", i, v)
+		}
+	}
+}
