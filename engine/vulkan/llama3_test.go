@@ -1,6 +1,8 @@
 package vulkan
 
 import (
+	"math"
+	"math/rand"
 	"testing"
 
 	"github.com/modrun/modrun/gguf"
@@ -94,4 +96,103 @@ func TestTiedOutput(t *testing.T) {
 	require.NoError(t, err)
 	wantAll, _ := cpuEval(t, m, tokens)
 	assert.Empty(t, closeErr(wantAll, all, tolLogits), "eval")
+}
+
+// randomMat is rows x cols of normal values times std, stored as typ.
+func randomMat(t *testing.T, rng *rand.Rand, name string, typ gguf.TensorType, rows, cols int, std float64) mod.Mat {
+	t.Helper()
+	v := make([]float32, rows*cols)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64() * std)
+	}
+	data, err := gguf.Quantize(typ, v)
+	require.NoError(t, err)
+	dims := []uint64{uint64(cols), uint64(rows)}
+	if rows == 1 {
+		dims = dims[:1]
+	}
+	m, err := mod.NewMat(name, typ, dims, data)
+	require.NoError(t, err)
+	return m
+}
+
+// TestLargeVocabulary: Llama 3's vocabulary of 128,256 tokens, its output
+// tied to an F16 token embedding, with a device profile whose binding range
+// is cut to 4 MiB, so that what a 1B model's 525 MB F16 head does under
+// lavapipe's 128 MiB happens here at a cheap width (d 64, one block): the
+// head is uploaded in pieces (each a matvec in decode, a matmul in the
+// batched graph), and 20 rows of logits (10 MB) are computed in pieces of
+// rows (opsInPieces) by Score (whose buffer is sized for the whole ubatch)
+// and by eval. UBatch is 300, so Score's logits buffer (154 MB) is over
+// the device's own range too: each piece binds its rows, never the whole
+// buffer. Decode's logits and GPU argmax, the batched prompt's, the scored
+// rows' and eval's agree with the CPU's.
+func TestLargeVocabulary(t *testing.T) {
+	dev := openDevice(t, true)
+	c := mod.Config{Arch: "llama", NVocab: 128256, NEmbd: 64, NLayer: 1, NHead: 4, NKVHead: 2, HeadDim: 16, NFF: 96,
+		ContextLen: 64, RMSEps: 1e-5, RopeBase: 500000, Routed: []bool{false}}
+	rng := rand.New(rand.NewSource(11))
+	f16 := gguf.TypeF16
+	embd := randomMat(t, rng, mod.TensorTokenEmbd, f16, c.NVocab, c.NEmbd, 1)
+	w := &mod.Weights{TokenEmbd: embd, Output: embd, OutputNorm: onesF32(t, mod.TensorOutputNorm, c.NEmbd)}
+	qd, kvd := c.NHead*c.HeadDim, c.KVDim()
+	std := 1 / math.Sqrt(float64(c.NEmbd))
+	w.Blocks = []mod.Block{{
+		AttnNorm: onesF32(t, "blk.0.attn_norm.weight", c.NEmbd),
+		Q:        randomMat(t, rng, "blk.0.attn_q.weight", f16, qd, c.NEmbd, std),
+		K:        randomMat(t, rng, "blk.0.attn_k.weight", f16, kvd, c.NEmbd, std),
+		V:        randomMat(t, rng, "blk.0.attn_v.weight", f16, kvd, c.NEmbd, std),
+		O:        randomMat(t, rng, "blk.0.attn_output.weight", f16, c.NEmbd, qd, std),
+		FFNNorm:  onesF32(t, "blk.0.ffn_norm.weight", c.NEmbd),
+		Gate:     randomMat(t, rng, "blk.0.ffn_gate.weight", f16, c.NFF, c.NEmbd, std),
+		Up:       randomMat(t, rng, "blk.0.ffn_up.weight", f16, c.NFF, c.NEmbd, std),
+		Down:     randomMat(t, rng, "blk.0.ffn_down.weight", f16, c.NEmbd, c.NFF, 1/math.Sqrt(float64(c.NFF))),
+	}}
+	m := &mod.Model{Path: "Llama 3 vocabulary", Config: c, Weights: w}
+	tokens := make([]int32, 20)
+	for i := range tokens {
+		tokens[i] = int32(rng.Intn(c.NVocab))
+	}
+	tokens[3], tokens[7] = 128255, 128000 // the last rows of the head
+
+	prof := DeviceProfile(dev.Info())
+	prof.MaxStorageBufferRange = 4 << 20
+	opts := Options{DeviceProfile: &prof, KVType: "f32", UBatch: 300}
+	run, err := New(dev, m, mod.RoutingRouter, opts)
+	require.NoError(t, err)
+	defer run.Close()
+	require.Greater(t, len(run.w.output.pieces), 1, "the head is in pieces")
+	tol := tolerance{abs: tolLogits, rel: 1e-5}
+
+	cpu, err := m.NewState(mod.RoutingRouter)
+	require.NoError(t, err)
+	var want []float32
+	for step, tok := range tokens {
+		want, err = cpu.Forward([]int32{tok}, false)
+		require.NoError(t, err)
+		best, err := run.FeedArgmax([]int32{tok})
+		require.NoError(t, err)
+		require.Equal(t, argmax(want), best, "step %d: the GPU's argmax", step)
+	}
+	run.Reset()
+	got, err := run.Feed(tokens)
+	require.NoError(t, err)
+	require.Empty(t, closeErr(want, got, tol.of(want)), "batched prompt")
+
+	all, err := m.NewState(mod.RoutingRouter)
+	require.NoError(t, err)
+	wantAll, err := all.Forward(tokens, true)
+	require.NoError(t, err)
+	scored, err := run.Score(tokens)
+	require.NoError(t, err)
+	require.Empty(t, closeErr(wantAll, scored, tol.of(wantAll)), "scored rows")
+
+	e, err := NewEvaluator(dev, m, opts)
+	require.NoError(t, err)
+	defer e.Close()
+	evals, err := e.Eval(tokens)
+	require.NoError(t, err)
+	require.Empty(t, closeErr(wantAll, evals, tol.of(wantAll)), "eval window")
+	t.Logf("head in %d pieces; max |logit diff|: prompt %.2g, scored %.2g, eval %.2g (max |logit| %.3g)", len(run.w.output.pieces),
+		maxAbsDiff(want, got), maxAbsDiff(wantAll, scored), maxAbsDiff(wantAll, evals), maxAbsDiff(wantAll, make([]float32, len(wantAll))))
 }
