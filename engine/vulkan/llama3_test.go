@@ -134,21 +134,9 @@ func TestLargeVocabulary(t *testing.T) {
 	rng := rand.New(rand.NewSource(11))
 	f16 := gguf.TypeF16
 	embd := randomMat(t, rng, mod.TensorTokenEmbd, f16, c.NVocab, c.NEmbd, 1)
-	w := &mod.Weights{TokenEmbd: embd, Output: embd, OutputNorm: onesF32(t, mod.TensorOutputNorm, c.NEmbd)}
-	qd, kvd := c.NHead*c.HeadDim, c.KVDim()
-	std := 1 / math.Sqrt(float64(c.NEmbd))
-	w.Blocks = []mod.Block{{
-		AttnNorm: onesF32(t, "blk.0.attn_norm.weight", c.NEmbd),
-		Q:        randomMat(t, rng, "blk.0.attn_q.weight", f16, qd, c.NEmbd, std),
-		K:        randomMat(t, rng, "blk.0.attn_k.weight", f16, kvd, c.NEmbd, std),
-		V:        randomMat(t, rng, "blk.0.attn_v.weight", f16, kvd, c.NEmbd, std),
-		O:        randomMat(t, rng, "blk.0.attn_output.weight", f16, c.NEmbd, qd, std),
-		FFNNorm:  onesF32(t, "blk.0.ffn_norm.weight", c.NEmbd),
-		Gate:     randomMat(t, rng, "blk.0.ffn_gate.weight", f16, c.NFF, c.NEmbd, std),
-		Up:       randomMat(t, rng, "blk.0.ffn_up.weight", f16, c.NFF, c.NEmbd, std),
-		Down:     randomMat(t, rng, "blk.0.ffn_down.weight", f16, c.NEmbd, c.NFF, 1/math.Sqrt(float64(c.NFF))),
-	}}
-	m := &mod.Model{Path: "Llama 3 vocabulary", Config: c, Weights: w}
+	m := oneBlockModel(t, "Llama 3 vocabulary", c, embd, func(name string, rows, cols int) mod.Mat {
+		return randomMat(t, rng, name, f16, rows, cols, 1/math.Sqrt(float64(cols)))
+	})
 	tokens := make([]int32, 20)
 	for i := range tokens {
 		tokens[i] = int32(rng.Intn(c.NVocab))
