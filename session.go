@@ -107,7 +107,7 @@ type StopReason = engine.StopReason
 
 // The reasons a generation ends without an error.
 const (
-	StopEOS         = engine.StopEOS         // the model produced end-of-sequence (not delivered)
+	StopEOS         = engine.StopEOS         // the model produced end-of-sequence or end-of-turn (not delivered)
 	StopMaxTokens   = engine.StopMaxTokens   // MaxTokens were generated
 	StopContextFull = engine.StopContextFull // the sequence reached the context length
 	StopCallback    = engine.StopCallback    // the callback returned ErrStop
@@ -286,7 +286,7 @@ func (g *generation) run(prompt []int32, maxTokens int) error {
 	start = time.Now()
 	defer func() { g.res.Decode = time.Since(start) }()
 	for {
-		if eos := s.m.tok.EOS(); eos >= 0 && id == eos {
+		if s.m.tok.IsEndOfGeneration(id) { // EOS, or an end of turn such as <|eot_id|>
 			g.res.Stop = StopEOS
 			return nil
 		}

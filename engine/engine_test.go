@@ -131,6 +131,13 @@ func TestGenerateStops(t *testing.T) {
 	assert.Equal(t, []int32{5, 6, 7}, res.Tokens)
 	assert.Equal(t, StopEOS, res.Stop)
 
+	turn := opts
+	turn.EndOfTurn = []int32{9, 7} // an end-of-turn id stops as EOS does
+	res, err = Generate(&fakeRunner{next: next, ctx: 10}, []int32{1}, turn)
+	require.NoError(t, err)
+	assert.Equal(t, []int32{5, 6}, res.Tokens)
+	assert.Equal(t, StopEOS, res.Stop)
+
 	opts.MaxTokens = 2
 	res, err = Generate(&fakeRunner{next: next, ctx: 10}, []int32{1}, opts)
 	require.NoError(t, err)

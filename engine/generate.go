@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -10,7 +11,7 @@ import (
 type StopReason string
 
 const (
-	StopEOS         StopReason = "eos"          // the model produced end-of-sequence
+	StopEOS         StopReason = "eos"          // the model produced end-of-sequence (or end-of-turn)
 	StopMaxTokens   StopReason = "max-tokens"   // the requested number of tokens was produced
 	StopContextFull StopReason = "context-full" // the sequence reached the context length
 	StopCallback    StopReason = "stopped"      // OnToken returned ErrStop
@@ -23,6 +24,9 @@ var ErrStop = errors.New("stop")
 type GenerateOptions struct {
 	MaxTokens int   // new tokens at most; 0 = until EOS or the context is full
 	EOS       int32 // end-of-sequence id; negative = none
+	// EndOfTurn lists more ids that end generation as EOS does, such as
+	// Llama 3's <|eot_id|> (tokenizer.Tokenizer.EndOfGeneration).
+	EndOfTurn []int32
 	Sampler   SamplerOptions
 	// OnToken is called with each new token as soon as it is drawn.
 	OnToken func(id int32) error
@@ -87,7 +91,7 @@ func Generate(r Runner, prompt []int32, opts GenerateOptions) (res Result, err e
 	start = time.Now()
 	defer func() { res.Decode = time.Since(start) }()
 	for {
-		if opts.EOS >= 0 && id == opts.EOS {
+		if (opts.EOS >= 0 && id == opts.EOS) || slices.Contains(opts.EndOfTurn, id) {
 			res.Stop = StopEOS
 			return res, nil
 		}

@@ -40,8 +40,12 @@ func roundTrip(tb testing.TB, tok *Tokenizer, text string) int {
 	return len(ids)
 }
 
-func BenchmarkEncode(b *testing.B) {
-	tok := llamaVocab(b)
+func BenchmarkEncode(b *testing.B) { benchmarkEncode(b, llamaVocab(b)) }
+
+// BenchmarkEncodeBPE is BenchmarkEncode with Llama 3's byte-level BPE.
+func BenchmarkEncodeBPE(b *testing.B) { benchmarkEncode(b, llama3Vocab(b)) }
+
+func benchmarkEncode(b *testing.B, tok *Tokenizer) {
 	text := readShared(b, tinyStoriesV1)
 	nTok := roundTrip(b, tok, text)
 	b.SetBytes(int64(len(text)))

@@ -28,18 +28,30 @@ func loadGGUF(t testing.TB, rel string) *Tokenizer {
 	return tok
 }
 
-var (
-	llamaOnce sync.Once
-	llamaTok  *Tokenizer
+// cachedVocab loads a shared vocabulary once per test run.
+type cachedVocab struct {
+	rel  string
+	once sync.Once
+	tok  *Tokenizer
+}
+
+func (c *cachedVocab) get(t testing.TB) *Tokenizer {
+	t.Helper()
+	sharedData(t, c.rel)
+	c.once.Do(func() { c.tok = loadGGUF(t, c.rel) })
+	require.NotNil(t, c.tok, "loading %s failed earlier", c.rel)
+	return c.tok
+}
+
+const (
+	llamaVocabGGUF  = "vocab/ggml-vocab-llama-spm.gguf"
+	llama3VocabGGUF = "vocab/ggml-vocab-llama-bpe.gguf"
 )
 
-const llamaVocabGGUF = "vocab/ggml-vocab-llama-spm.gguf"
+var llamaCache, llama3Cache = cachedVocab{rel: llamaVocabGGUF}, cachedVocab{rel: llama3VocabGGUF}
 
-// llamaVocab is the 32000-piece Llama 2 vocabulary, loaded once per run.
-func llamaVocab(t testing.TB) *Tokenizer {
-	t.Helper()
-	sharedData(t, llamaVocabGGUF)
-	llamaOnce.Do(func() { llamaTok = loadGGUF(t, llamaVocabGGUF) })
-	require.NotNil(t, llamaTok, "loading %s failed earlier", llamaVocabGGUF)
-	return llamaTok
-}
+// llamaVocab is the 32000-piece Llama 2 vocabulary.
+func llamaVocab(t testing.TB) *Tokenizer { return llamaCache.get(t) }
+
+// llama3Vocab is Llama 3's 128256-token byte-level BPE vocabulary.
+func llama3Vocab(t testing.TB) *Tokenizer { return llama3Cache.get(t) }

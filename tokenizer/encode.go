@@ -32,22 +32,42 @@ type encoder struct {
 // U+FFFD and llama.cpp would pass them on as byte tokens, and since neither
 // round-trips everywhere, Encode refuses instead.
 func (t *Tokenizer) Encode(text string, addSpecial bool) ([]int32, error) {
+	return t.EncodeWith(text, EncodeOptions{AddSpecial: addSpecial})
+}
+
+// EncodeWith tokenizes text as o says. With o.ParseSpecial, the text
+// between two special tokens is encoded on its own, as llama.cpp does: a
+// SentencePiece vocabulary gives each such stretch its dummy-prefix space,
+// and a byte-level BPE one pre-tokenizes each apart.
+func (t *Tokenizer) EncodeWith(text string, o EncodeOptions) ([]int32, error) {
 	if err := checkText(text); err != nil {
 		return nil, err
 	}
 	ids := make([]int32, 0, len(text)/3+2)
-	if addSpecial && t.addBOS {
+	if o.AddSpecial && t.addBOS {
 		ids = append(ids, t.bos)
 	}
-	// An empty text stays empty: no dummy prefix, like SentencePiece.
-	if text != "" {
-		e := encoder{t: t, text: t.normalize(text)}
+	var bpe *bpeEncoder
+	if t.bpe != nil {
+		bpe = &bpeEncoder{m: t.bpe}
+	}
+	for _, f := range t.special.split(text, t.cutter(o.ParseSpecial)) {
 		var err error
-		if ids, err = e.run(ids); err != nil {
+		switch {
+		case f.id >= 0:
+			ids = append(ids, f.id)
+		case bpe != nil:
+			ids, err = bpe.encode(ids, f.text, t.unk)
+		default:
+			// An empty text stays empty: no dummy prefix, like SentencePiece.
+			e := encoder{t: t, text: t.normalize(f.text)}
+			ids, err = e.run(ids)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
-	if addSpecial && t.addEOS {
+	if o.AddSpecial && t.addEOS {
 		ids = append(ids, t.eos)
 	}
 	return ids, nil
@@ -194,12 +214,7 @@ func (e *encoder) mergeAll() {
 		if l.n == 0 || r.n == 0 || l.n+r.n != p.size {
 			continue
 		}
-		l.n += r.n
-		r.n = 0
-		l.next = r.next
-		if r.next >= 0 {
-			e.symbols[r.next].prev = p.left
-		}
+		joinSymbols(e.symbols, p.left, p.right)
 		e.tryPair(l.prev, p.left)
 		e.tryPair(p.left, l.next)
 	}
@@ -246,4 +261,16 @@ func (t *Tokenizer) emitUnknown(ids []int32, piece string) ([]int32, error) {
 		return nil, fmt.Errorf("tokenizer: %q has no piece and the vocabulary has neither byte tokens nor UNK", piece)
 	}
 	return append(ids, t.unk), nil
+}
+
+// joinSymbols merges symbols[right] into its left neighbour symbols[left]
+// and unlinks it.
+func joinSymbols(symbols []symbol, left, right int32) {
+	l, r := &symbols[left], &symbols[right]
+	l.n += r.n
+	r.n = 0
+	l.next = r.next
+	if r.next >= 0 {
+		symbols[r.next].prev = left
+	}
 }

@@ -36,18 +36,10 @@ func FuzzEncode(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, text string) {
-		ids, err := tok.Encode(text, false)
-		if !utf8.ValidString(text) {
-			assert.Error(t, err)
+		ids, back, ok := encodeDecode(t, tok, text, EncodeOptions{})
+		if !ok {
 			return
 		}
-		require.NoError(t, err)
-		for _, id := range ids {
-			require.True(t, id >= 0 && int(id) < tok.NVocab(), "id %d out of range", id)
-		}
-
-		back, err := tok.Decode(ids)
-		require.NoError(t, err)
 		assert.Equal(t, strings.ReplaceAll(text, spaceSymbol, " "), string(back))
 
 		withBOS, err := tok.Encode(text, true)
@@ -65,6 +57,24 @@ func FuzzEncode(f *testing.F) {
 		assert.Empty(t, d.Flush())
 		assert.Equal(t, string(back), string(streamed))
 	})
+}
+
+// encodeDecode encodes text, checks that invalid UTF-8 is refused (ok is
+// false then) and that every id is in range, and decodes the ids.
+func encodeDecode(t *testing.T, tok *Tokenizer, text string, o EncodeOptions) (ids []int32, back []byte, ok bool) {
+	t.Helper()
+	ids, err := tok.EncodeWith(text, o)
+	if !utf8.ValidString(text) {
+		assert.Error(t, err)
+		return nil, nil, false
+	}
+	require.NoError(t, err)
+	for _, id := range ids {
+		require.True(t, id >= 0 && int(id) < tok.NVocab(), "id %d out of range", id)
+	}
+	back, err = tok.Decode(ids)
+	require.NoError(t, err)
+	return ids, back, true
 }
 
 // FuzzDecode feeds arbitrary id sequences (two bytes each) to both
@@ -92,5 +102,48 @@ func FuzzDecode(f *testing.F) {
 		require.NoError(t, err)
 		got = append(got, d.Flush()...)
 		assert.Equal(t, string(want), string(got))
+	})
+}
+
+// bpeFuzzTokenizer is Llama 3's vocabulary when the shared data is
+// present, else a small synthetic byte-level one.
+func bpeFuzzTokenizer(f *testing.F) *Tokenizer {
+	if _, err := os.Stat(filepath.Join(shared.Dir(), llama3VocabGGUF)); err == nil {
+		return llama3Vocab(f)
+	}
+	f.Logf("shared data absent: fuzzing a synthetic byte-level vocab")
+	tok, err := New(testBPEVocab("llama-bpe", "Ġ a", "a b", "Ġa b"))
+	require.NoError(f, err)
+	return tok
+}
+
+// FuzzEncodeBPE checks, for any input: no panic; invalid UTF-8 is an
+// error; plain text decodes back to itself byte for byte (byte-level BPE
+// loses nothing); with special tokens parsed, ids stay in range and the
+// decoded text is the input less the control tokens' text.
+func FuzzEncodeBPE(f *testing.F) {
+	tok := bpeFuzzTokenizer(f)
+	for _, s := range []string{"", " ", "Hello world", "  12345\n\n\tx", "I'M don't", "<|eot_id|>", "a<|begin_of_text|>b",
+		"é\U0001f999 ٣٤", "\xff", "a\x00b", "\r\n \u00a0\u3000x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		_, back, ok := encodeDecode(t, tok, text, EncodeOptions{})
+		if !ok {
+			return
+		}
+		assert.Equal(t, text, string(back))
+
+		_, back, _ = encodeDecode(t, tok, text, EncodeOptions{ParseSpecial: true, AddSpecial: true})
+		var want strings.Builder
+		for _, f := range tok.special.split(text, tok.cutter(true)) {
+			if typ, _ := tok.Type(f.id); f.id < 0 || typ == TypeUserDefined {
+				want.WriteString(f.text)
+				if f.id >= 0 {
+					want.WriteString(tok.pieces[f.id])
+				}
+			}
+		}
+		assert.Equal(t, want.String(), string(back))
 	})
 }

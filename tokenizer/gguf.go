@@ -19,6 +19,10 @@ const (
 	keyAddBOS         = "tokenizer.ggml.add_bos_token"
 	keyAddEOS         = "tokenizer.ggml.add_eos_token"
 	keyAddSpacePrefix = "tokenizer.ggml.add_space_prefix"
+	keyMerges         = "tokenizer.ggml.merges"
+	keyPre            = "tokenizer.ggml.pre"
+	keyEOT            = "tokenizer.ggml.eot_token_id"
+	keyEOM            = "tokenizer.ggml.eom_token_id"
 )
 
 // Defaults for a "llama" vocab when a key is absent; llama.cpp uses the
@@ -64,36 +68,91 @@ func vocabFromGGUF(f *gguf.File) (Vocab, error) {
 			return v, fmt.Errorf("tokenizer: %s: %w", keyTokenType, err)
 		}
 	}
-	if v.BOS, err = optionalID(f, keyBOS, defaultBOS, len(v.Tokens)); err != nil {
+	if v.Model == ModelBPE {
+		if err := bpeFromGGUF(f, &v); err != nil {
+			return v, err
+		}
+	} else if err := spmIDsFromGGUF(f, &v); err != nil {
 		return v, err
 	}
-	if v.EOS, err = optionalID(f, keyEOS, defaultEOS, len(v.Tokens)); err != nil {
-		return v, err
-	}
-	if v.UNK, err = optionalID(f, keyUNK, defaultUNK, len(v.Tokens)); err != nil {
-		return v, err
-	}
-	if v.AddBOS, err = optionalBool(f, keyAddBOS, defaultAddBOS); err != nil {
-		return v, err
-	}
-	if v.BOS < 0 && !f.Has(keyAddBOS) {
-		v.AddBOS = false // the default asks for a BOS the vocab lacks
+	for _, key := range []string{keyEOT, keyEOM} {
+		id, err := optionalID(f, key, -1, len(v.Tokens))
+		if err != nil {
+			return v, err
+		}
+		if id >= 0 {
+			v.EndOfTurn = append(v.EndOfTurn, id)
+		}
 	}
 	if v.AddEOS, err = optionalBool(f, keyAddEOS, defaultAddEOS); err != nil {
 		return v, err
 	}
-	if v.AddSpacePrefix, err = optionalBool(f, keyAddSpacePrefix, defaultAddSpacePrefix); err != nil {
+	if v.AddSpacePrefix, err = optionalBool(f, keyAddSpacePrefix, defaultAddSpacePrefix && v.Model == ModelSPM); err != nil {
 		return v, err
 	}
 	return v, nil
 }
 
+// spmIDsFromGGUF reads the special ids of a "llama" vocab, with llama.cpp's
+// defaults.
+func spmIDsFromGGUF(f *gguf.File, v *Vocab) error {
+	var err error
+	if v.BOS, err = optionalID(f, keyBOS, defaultBOS, len(v.Tokens)); err != nil {
+		return err
+	}
+	if v.EOS, err = optionalID(f, keyEOS, defaultEOS, len(v.Tokens)); err != nil {
+		return err
+	}
+	if v.UNK, err = optionalID(f, keyUNK, defaultUNK, len(v.Tokens)); err != nil {
+		return err
+	}
+	if v.AddBOS, err = optionalBool(f, keyAddBOS, defaultAddBOS); err != nil {
+		return err
+	}
+	if v.BOS < 0 && !f.Has(keyAddBOS) {
+		v.AddBOS = false // the default asks for a BOS the vocab lacks
+	}
+	return nil
+}
+
+// bpeFromGGUF reads what a "gpt2" vocab adds: merges, the pre-tokenizer,
+// and special ids, which have no defaults (llama.cpp's, id 11, fit GPT-2
+// alone). BOS is added by default where the pre-tokenizer's model does
+// (Llama 3) and the vocab has one.
+func bpeFromGGUF(f *gguf.File, v *Vocab) error {
+	var err error
+	if v.Merges, err = f.Strings(keyMerges); err != nil {
+		return fmt.Errorf("tokenizer: %s: %w", keyMerges, err)
+	}
+	if f.Has(keyPre) {
+		if v.Pre, err = f.String(keyPre); err != nil {
+			return fmt.Errorf("tokenizer: %s: %w", keyPre, err)
+		}
+	}
+	pre, err := lookupPre(v.Pre)
+	if err != nil {
+		return err
+	}
+	for _, sp := range []struct {
+		key string
+		id  *int32
+	}{{keyBOS, &v.BOS}, {keyEOS, &v.EOS}, {keyUNK, &v.UNK}} {
+		if *sp.id, err = optionalID(f, sp.key, -1, len(v.Tokens)); err != nil {
+			return err
+		}
+	}
+	if v.AddBOS, err = optionalBool(f, keyAddBOS, pre.addBOS && v.BOS >= 0); err != nil {
+		return err
+	}
+	return nil
+}
+
 // optionalID reads a special-token id. A default that does not fit the
-// vocabulary (a tiny test vocab) means the token is absent; an explicit id
-// that does not fit is an error.
+// vocabulary (a tiny test vocab), or -1, means the token is absent; an
+// explicit id that does not fit is an error.
 func optionalID(f *gguf.File, key string, def int32, nVocab int) (int32, error) {
 	if !f.Has(key) {
-		if int(def) >= nVocab {
+		if int(def) >= nVocab || def < 0 {
 			return -1, nil
 		}
 		return def, nil

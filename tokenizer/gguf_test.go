@@ -14,7 +14,7 @@ import (
 func parseKVs(t *testing.T, kvs map[string]gguf.Value) *gguf.File {
 	t.Helper()
 	w := gguf.NewWriter()
-	for _, k := range []string{keyModel, keyTokens, keyScores, keyTokenType, keyBOS, keyEOS, keyUNK, keyAddBOS, keyAddEOS, keyAddSpacePrefix} {
+	for _, k := range []string{keyModel, keyTokens, keyScores, keyTokenType, keyBOS, keyEOS, keyUNK, keyAddBOS, keyAddEOS, keyAddSpacePrefix, keyMerges, keyPre, keyEOT, keyEOM, KeyChatTemplate} {
 		if v, ok := kvs[k]; ok {
 			require.NoError(t, w.SetKV(k, v))
 		}
@@ -81,7 +81,12 @@ func TestFromGGUFErrors(t *testing.T) {
 		want   string
 	}{
 		{"no model", func(kvs map[string]gguf.Value) { delete(kvs, keyModel) }, "tokenizer.ggml.model: "},
-		{"other model", func(kvs map[string]gguf.Value) { kvs[keyModel] = gguf.Scalar("gpt2") }, `model "gpt2" is not supported`},
+		{"other model", func(kvs map[string]gguf.Value) { kvs[keyModel] = gguf.Scalar("bert") }, `model "bert" is not supported`},
+		{"gpt2 without merges", func(kvs map[string]gguf.Value) { kvs[keyModel] = gguf.Scalar("gpt2") }, "tokenizer.ggml.merges: "},
+		{"unknown pre", func(kvs map[string]gguf.Value) {
+			kvs[keyModel], kvs[keyMerges], kvs[keyPre] = gguf.Scalar("gpt2"), gguf.Array([]string{}), gguf.Scalar("tekken9")
+		}, `pre-tokenizer "tekken9" (tokenizer.ggml.pre) is not supported (supported: `},
+		{"eot range", func(kvs map[string]gguf.Value) { kvs[keyEOT] = gguf.Scalar(uint32(9)) }, "tokenizer.ggml.eot_token_id: id 9 out of range"},
 		{"no tokens", func(kvs map[string]gguf.Value) { delete(kvs, keyTokens) }, "tokenizer.ggml.tokens: "},
 		{"empty tokens", func(kvs map[string]gguf.Value) { kvs[keyTokens] = gguf.Array([]string{}) }, "empty vocabulary"},
 		{"scores type", func(kvs map[string]gguf.Value) { kvs[keyScores] = gguf.Array([]int32{1, 2, 3, 4, 5}) }, "tokenizer.ggml.scores: "},
@@ -107,4 +112,31 @@ func TestFromGGUFMissingKeyWrapsErrKeyNotFound(t *testing.T) {
 	delete(kvs, keyTokens)
 	_, err := FromGGUF(parseKVs(t, kvs))
 	assert.ErrorIs(t, err, gguf.ErrKeyNotFound)
+}
+
+func TestFromGGUFByteLevelBPE(t *testing.T) {
+	tokens := []string{"a", "b", "ab", "<|begin_of_text|>", "<|end|>", "<|eot|>"}
+	kvs := map[string]gguf.Value{
+		keyModel:     gguf.Scalar("gpt2"),
+		keyTokens:    gguf.Array(tokens),
+		keyMerges:    gguf.Array([]string{"a b"}),
+		keyPre:       gguf.Scalar("llama-bpe"),
+		keyTokenType: gguf.Array([]int32{TypeNormal, TypeNormal, TypeNormal, TypeControl, TypeControl, TypeControl}),
+		keyBOS:       gguf.Scalar(uint32(3)),
+		keyEOT:       gguf.Scalar(uint32(5)),
+	}
+	tok, err := FromGGUF(parseKVs(t, kvs))
+	require.NoError(t, err)
+	ids, err := tok.Encode("ab", true)
+	require.NoError(t, err)
+	assert.Equal(t, []int32{3, 2}, ids, "llama-bpe adds BOS when add_bos_token is absent")
+	assert.Equal(t, int32(-1), tok.EOS(), "no default ids for gpt2")
+	assert.Equal(t, []int32{4, 5}, tok.EndOfGeneration(), "<|end|> by its text, <|eot|> by eot_token_id")
+
+	kvs[keyPre] = gguf.Scalar("gpt-2")
+	tok, err = FromGGUF(parseKVs(t, kvs))
+	require.NoError(t, err)
+	ids, err = tok.Encode("ab", true)
+	require.NoError(t, err)
+	assert.Equal(t, []int32{2}, ids, "GPT-2 adds no BOS by default")
 }

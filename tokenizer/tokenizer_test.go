@@ -205,7 +205,8 @@ func TestNewRejectsBadVocab(t *testing.T) {
 		mutate func(v *Vocab)
 		want   string
 	}{
-		{"wrong model", func(v *Vocab) { v.Model = "gpt2" }, `model "gpt2" is not supported`},
+		{"wrong model", func(v *Vocab) { v.Model = "bert" }, `model "bert" is not supported`},
+		{"gpt2 without merges", func(v *Vocab) { v.Model = ModelBPE }, "needs merges"},
 		{"empty", func(v *Vocab) { v.Tokens, v.Scores, v.Types = nil, nil, nil }, "empty vocabulary"},
 		{"scores length", func(v *Vocab) { v.Scores = v.Scores[:3] }, "3 scores for 260 tokens"},
 		{"types length", func(v *Vocab) { v.Types = v.Types[1:] }, "259 token types for 260 tokens"},

@@ -37,17 +37,33 @@ var ErrInvalidUTF8 = errors.New("tokenizer: invalid UTF-8")
 
 // Vocab is everything the tokenizer needs, as a GGUF file stores it.
 type Vocab struct {
-	Model          string    // must be "llama" (SentencePiece BPE)
-	Tokens         []string  // [nVocab] pieces, with U+2581 for space
-	Scores         []float32 // [nVocab] merge priority; nil means all zero
+	Model          string    // ModelSPM ("llama") or ModelBPE ("gpt2")
+	Tokens         []string  // [nVocab] pieces, with U+2581 for space (SPM) or GPT-2's byte characters (BPE)
+	Scores         []float32 // [nVocab] merge priority (SPM only); nil means all zero
 	Types          []int32   // [nVocab] Type* values; nil means infer (see New)
 	BOS, EOS, UNK  int32     // -1 when absent
 	AddBOS, AddEOS bool
-	AddSpacePrefix bool // prefix a space before encoding (true for Llama)
+	AddSpacePrefix bool // prefix a space before encoding (true for Llama 2; SPM only)
+
+	// Byte-level BPE ("gpt2") only.
+	Merges []string // [nMerges] "left right", highest priority first (tokenizer.ggml.merges)
+	Pre    string   // pre-tokenizer (tokenizer.ggml.pre): see PreTokenizers; "" = "default"
+
+	// EndOfTurn lists ids besides EOS that end a generation, such as
+	// tokenizer.ggml.eot_token_id (<|eot_id|> in Llama 3). Tokens with
+	// the well-known end-of-turn texts count too (see IsEndOfGeneration).
+	EndOfTurn []int32
 }
+
+// Tokenizer models, as tokenizer.ggml.model names them.
+const (
+	ModelSPM = "llama" // SentencePiece BPE with byte fallback (Llama 1 and 2, TinyLlama)
+	ModelBPE = "gpt2"  // byte-level BPE with merges (Llama 3)
+)
 
 // Tokenizer encodes text to token ids and back. It is safe for concurrent use.
 type Tokenizer struct {
+	model  string    // ModelSPM or ModelBPE
 	pieces []string  // [nVocab]
 	scores []float32 // [nVocab]
 	types  []int32   // [nVocab]
@@ -76,6 +92,10 @@ type Tokenizer struct {
 	hasUnused   bool       // any unused piece: merge with one global queue
 
 	surface [][]byte // [nVocab] bytes each token decodes to
+
+	bpe     *bpeModel      // ModelBPE only
+	special specialMatcher // control, unknown and user-defined pieces found in text
+	eog     map[int32]bool // ids that end a generation: EOS, end of turn
 }
 
 // New validates v and builds the lookup tables. When v.Types is nil the
@@ -90,6 +110,7 @@ func New(v Vocab) (*Tokenizer, error) {
 	// Copies, so the caller may reuse its slices (a GGUF reader may hand out
 	// its own).
 	t := &Tokenizer{
+		model:          v.Model,
 		pieces:         append([]string(nil), v.Tokens...),
 		scores:         append([]float32(nil), v.Scores...),
 		types:          append([]int32(nil), v.Types...),
@@ -98,7 +119,7 @@ func New(v Vocab) (*Tokenizer, error) {
 		unk:            v.UNK,
 		addBOS:         v.AddBOS,
 		addEOS:         v.AddEOS,
-		addSpacePrefix: v.AddSpacePrefix,
+		addSpacePrefix: v.AddSpacePrefix && v.Model == ModelSPM,
 		mergeable:      make(map[string]int32, n),
 		reserved:       make(map[string]int32),
 	}
@@ -108,14 +129,26 @@ func New(v Vocab) (*Tokenizer, error) {
 	if t.types == nil {
 		t.types = inferTypes(&v)
 	}
-	t.indexPieces()
+	if v.Model == ModelBPE {
+		var err error
+		if t.bpe, err = newBPEModel(t.pieces, t.types, v.Merges, v.Pre); err != nil {
+			return nil, err
+		}
+	} else {
+		t.indexPieces()
+	}
 	t.buildSurfaces()
+	t.special = newSpecialMatcher(t.pieces, t.types)
+	t.eog = endOfGeneration(t.pieces, t.eos, v.EndOfTurn)
 	return t, nil
 }
 
 func validate(v *Vocab) error {
-	if v.Model != "llama" {
-		return fmt.Errorf("tokenizer: model %q is not supported (want \"llama\")", v.Model)
+	if v.Model != ModelSPM && v.Model != ModelBPE {
+		return fmt.Errorf("tokenizer: model %q is not supported (want %q or %q)", v.Model, ModelSPM, ModelBPE)
+	}
+	if v.Model == ModelBPE && v.Merges == nil {
+		return fmt.Errorf("tokenizer: model %q needs merges (tokenizer.ggml.merges)", ModelBPE)
 	}
 	n := len(v.Tokens)
 	if n == 0 {
@@ -148,6 +181,11 @@ func validate(v *Vocab) error {
 			return fmt.Errorf("tokenizer: %s id %d out of range [-1, %d)", sp.name, sp.id, n)
 		}
 	}
+	for _, id := range v.EndOfTurn {
+		if id < 0 || int(id) >= n {
+			return fmt.Errorf("tokenizer: end-of-turn id %d out of range [0, %d)", id, n)
+		}
+	}
 	if v.AddBOS && v.BOS < 0 {
 		return errors.New("tokenizer: AddBOS is set but the vocabulary has no BOS token")
 	}
@@ -161,7 +199,7 @@ func inferTypes(v *Vocab) []int32 {
 	types := make([]int32, len(v.Tokens))
 	for i, p := range v.Tokens {
 		types[i] = TypeNormal
-		if _, ok := parseBytePiece(p); ok {
+		if _, ok := parseBytePiece(p); ok && v.Model == ModelSPM {
 			types[i] = TypeByte
 		}
 	}
@@ -241,15 +279,33 @@ func (t *Tokenizer) buildSurfaces() {
 		case TypeControl:
 			t.surface[i] = nil
 		case TypeUnknown:
-			t.surface[i] = []byte(unknownSurface)
+			if t.bpe == nil { // llama.cpp prints nothing for a BPE vocab's
+				t.surface[i] = []byte(unknownSurface)
+			}
 		case TypeByte:
 			if b, ok := parseBytePiece(p); ok {
 				t.surface[i] = []byte{b}
 			} else {
 				t.surface[i] = []byte(p)
 			}
+		case TypeUnused:
+			if t.bpe != nil { // llama.cpp prints nothing for them
+				t.surface[i] = nil
+			} else {
+				t.surface[i] = []byte(strings.ReplaceAll(p, spaceSymbol, " "))
+			}
+		case TypeUserDefined:
+			if t.bpe != nil { // stored as plain text, not byte characters
+				t.surface[i] = []byte(p)
+			} else {
+				t.surface[i] = []byte(strings.ReplaceAll(p, spaceSymbol, " "))
+			}
 		default:
-			t.surface[i] = []byte(strings.ReplaceAll(p, spaceSymbol, " "))
+			if t.bpe != nil {
+				t.surface[i] = t.bpe.decodePiece(p)
+			} else {
+				t.surface[i] = []byte(strings.ReplaceAll(p, spaceSymbol, " "))
+			}
 		}
 	}
 }
@@ -283,6 +339,9 @@ func sortDescending(xs []int) {
 		}
 	}
 }
+
+// Model is ModelSPM or ModelBPE.
+func (t *Tokenizer) Model() string { return t.model }
 
 // NVocab is the number of tokens.
 func (t *Tokenizer) NVocab() int { return len(t.pieces) }

@@ -1,0 +1,130 @@
+package tokenizer
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modrun/modrun/gguf"
+)
+
+// The families' published Jinja templates, as tokenizer.chat_template holds
+// them: Meta-Llama-3-8B-Instruct, Llama-2-7b-chat-hf, zephyr-7b-beta (=
+// TinyLlama-1.1B-Chat-v1.0) and OpenHermes-2.5-Mistral-7B (ChatML).
+var jinjaTemplates = map[string]string{
+	"llama3": "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}",
+	"llama2": "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}",
+	"zephyr": "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}",
+	"chatml": "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+}
+
+// llama.cpp's test conversation (tests/test-chat-template.cpp).
+var testConversation = []Message{
+	{RoleSystem, "You are a helpful assistant"},
+	{RoleUser, "Hello"},
+	{RoleAssistant, "Hi there"},
+	{RoleUser, "Who are you"},
+	{RoleAssistant, "   I am an assistant   "},
+	{RoleUser, "Another question"},
+}
+
+// TestChatTemplatesRenderAsJinja compares with the templates above rendered
+// by Python's jinja2 3.1 (trim_blocks and lstrip_blocks on, as in Hugging
+// Face's apply_chat_template, add_generation_prompt true), with bos_token and
+// eos_token "<|begin_of_text|>"/"<|end_of_text|>" for llama3, "<s>"/"</s>"
+// for the others.
+func TestChatTemplatesRenderAsJinja(t *testing.T) {
+	bosEOS := map[string][2]string{"llama3": {"<|begin_of_text|>", "<|end_of_text|>"}}
+	spaces := []Message{{RoleSystem, "  Be brief.\n"}, {RoleUser, " Hi \n"}}
+	tests := []struct {
+		name string
+		msgs []Message
+		want string
+	}{
+		{"llama3", testConversation, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHi there<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWho are you<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nI am an assistant<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nAnother question<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
+		{"llama3", testConversation[1:], "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHi there<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWho are you<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nI am an assistant<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nAnother question<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
+		{"llama3", spaces, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
+		{"llama2", testConversation, "<s>[INST] <<SYS>>\nYou are a helpful assistant\n<</SYS>>\n\nHello [/INST] Hi there </s><s>[INST] Who are you [/INST] I am an assistant </s><s>[INST] Another question [/INST]"},
+		{"llama2", testConversation[1:], "<s>[INST] Hello [/INST] Hi there </s><s>[INST] Who are you [/INST] I am an assistant </s><s>[INST] Another question [/INST]"},
+		{"llama2", spaces, "<s>[INST] <<SYS>>\n  Be brief.\n\n<</SYS>>\n\n Hi [/INST]"},
+		{"zephyr", testConversation, "<|system|>\nYou are a helpful assistant</s>\n<|user|>\nHello</s>\n<|assistant|>\nHi there</s>\n<|user|>\nWho are you</s>\n<|assistant|>\n   I am an assistant   </s>\n<|user|>\nAnother question</s>\n<|assistant|>\n"},
+		{"zephyr", spaces, "<|system|>\n  Be brief.\n</s>\n<|user|>\n Hi \n</s>\n<|assistant|>\n"},
+		{"chatml", testConversation, "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\nHi there<|im_end|>\n<|im_start|>user\nWho are you<|im_end|>\n<|im_start|>assistant\n   I am an assistant   <|im_end|>\n<|im_start|>user\nAnother question<|im_end|>\n<|im_start|>assistant\n"},
+		{"chatml", spaces, "<|im_start|>system\n  Be brief.\n<|im_end|>\n<|im_start|>user\n Hi \n<|im_end|>\n<|im_start|>assistant\n"},
+	}
+	for _, tt := range tests {
+		be, ok := bosEOS[tt.name]
+		if !ok {
+			be = [2]string{"<s>", "</s>"}
+		}
+		name, err := DetectChatTemplate(jinjaTemplates[tt.name])
+		require.NoError(t, err)
+		require.Equal(t, tt.name, name)
+		tmpl, err := NewChatTemplate(name, be[0], be[1])
+		require.NoError(t, err)
+		got, err := tmpl.Render(tt.msgs, true)
+		require.NoError(t, err)
+		assert.Equal(t, tt.want, got, "%s, %d messages", tt.name, len(tt.msgs))
+	}
+}
+
+// TestChatTemplatesMatchLlamaCpp compares with llama.cpp's expected strings,
+// rendered there without a BOS text.
+func TestChatTemplatesMatchLlamaCpp(t *testing.T) {
+	for name, want := range map[string]string{
+		"llama3": "<|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHi there<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWho are you<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nI am an assistant<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nAnother question<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+		"chatml": "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\nHi there<|im_end|>\n<|im_start|>user\nWho are you<|im_end|>\n<|im_start|>assistant\n   I am an assistant   <|im_end|>\n<|im_start|>user\nAnother question<|im_end|>\n<|im_start|>assistant\n",
+	} {
+		tmpl, err := NewChatTemplate(name, "", "")
+		require.NoError(t, err)
+		got, err := tmpl.Render(testConversation, true)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, name)
+	}
+}
+
+func TestChatTemplateErrors(t *testing.T) {
+	_, err := NewChatTemplate("vicuna", "", "")
+	assert.EqualError(t, err, `tokenizer: chat template "vicuna" is unknown (known: chatml, llama2, llama3, zephyr)`)
+
+	// Phi-3's template has <|user|> and <|assistant|> too, but ends turns
+	// with <|end|>: it is not Zephyr's.
+	phi3 := "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') %}{{'<|user|>' + '\n' + message['content'] + '<|end|>' + '\n' + '<|assistant|>' + '\n'}}{% elif (message['role'] == 'assistant') %}{{message['content'] + '<|end|>' + '\n'}}{% endif %}{% endfor %}"
+	_, err = DetectChatTemplate(phi3)
+	assert.ErrorContains(t, err, "none of the known chat templates (chatml, llama2, llama3, zephyr)")
+
+	tmpl, err := NewChatTemplate("llama2", "<s>", "</s>")
+	require.NoError(t, err)
+	_, err = tmpl.Render([]Message{{RoleUser, "a"}, {RoleUser, "b"}}, true)
+	assert.ErrorContains(t, err, "roles must alternate")
+	_, err = tmpl.Render([]Message{{"tool", "x"}}, true)
+	assert.ErrorContains(t, err, `message 0: role "tool" is not system, user or assistant`)
+	_, err = ChatTemplate{}.Render(testConversation, true)
+	assert.Error(t, err)
+}
+
+func TestChatTemplateFromGGUF(t *testing.T) {
+	tok := llama3Vocab(t)
+	f := parseKVs(t, map[string]gguf.Value{KeyChatTemplate: gguf.Scalar(jinjaTemplates["llama3"])})
+	tmpl, err := ChatTemplateFromGGUF(f, tok, "")
+	require.NoError(t, err)
+	assert.Equal(t, ChatTemplate{Name: "llama3", BOS: "<|begin_of_text|>", EOS: "<|end_of_text|>"}, ChatTemplate{Name: tmpl.Name, BOS: tmpl.BOS, EOS: tmpl.EOS})
+
+	tmpl, err = ChatTemplateFromGGUF(f, tok, "chatml")
+	require.NoError(t, err)
+	assert.Equal(t, "chatml", tmpl.Name, "a name overrides the file's template")
+
+	_, err = ChatTemplateFromGGUF(parseKVs(t, nil), tok, "")
+	assert.ErrorIs(t, err, ErrNoChatTemplate)
+	assert.ErrorContains(t, err, "name one (chatml, llama2, llama3, zephyr)")
+
+	// The rendered Llama 3 prompt encodes to its header tokens.
+	tmpl, err = ChatTemplateFromGGUF(f, tok, "")
+	require.NoError(t, err)
+	prompt, err := tmpl.Render([]Message{{RoleUser, "Hi"}}, true)
+	require.NoError(t, err)
+	ids, err := tok.EncodeWith(prompt, EncodeOptions{ParseSpecial: true})
+	require.NoError(t, err)
+	assert.Equal(t, []int32{128000, 128006, 882, 128007, 271, 13347, 128009, 128006, 78191, 128007, 271}, ids)
+}
