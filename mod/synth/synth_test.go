@@ -1,6 +1,7 @@
 package synth
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"testing"
@@ -91,27 +92,37 @@ func TestGreedyWalksTheCycleByAWideMargin(t *testing.T) {
 		for _, capacity := range []float32{0, 0.125} {
 			m := build(t, small, Options{Type: typ, Seed: 1, Capacity: capacity})
 			b := &builder{s: small, o: Options{Seed: 1}}
-			next := cycle(small.NVocab, b.rng("permutation", 0))
+			next := cycle(small.cycleMembers(), small.NVocab, b.rng("permutation", 0))
 			tok, err := tokenizer.FromGGUF(m.File)
 			require.NoError(t, err)
 			ids, err := tok.Encode("Once upon a time", true)
 			require.NoError(t, err)
-			st, err := m.NewState(mod.RoutingRouter)
-			require.NoError(t, err)
-			last := ids
-			minMargin := math.Inf(1)
-			for step := 0; step < 24; step++ {
-				logits, err := st.Forward(last, false)
-				require.NoError(t, err)
-				top, second := top2(logits)
-				minMargin = math.Min(minMargin, float64(logits[top]-logits[second]))
-				require.Equal(t, next[last[len(last)-1]], int32(top), "%s capacity %g step %d", typ, capacity, step)
-				last = []int32{int32(top)}
-			}
+			minMargin := walkGreedy(t, m, ids, next, 24, func(int32) {}, "%s capacity %g", typ, capacity)
 			assert.Greater(t, minMargin, 3.0, "%s capacity %g: smallest top-1 - top-2 logit gap", typ, capacity)
 			t.Logf("%s capacity %g: smallest greedy margin %.2f", typ, capacity, minMargin)
 		}
 	}
+}
+
+// walkGreedy decodes steps greedy tokens after prompt on the CPU, requires
+// each to be the successor next gives the previous token, passes each to
+// check, and returns the smallest top-1 - top-2 logit gap.
+func walkGreedy(t *testing.T, m *Model, prompt, next []int32, steps int, check func(tok int32), what string, args ...any) float64 {
+	t.Helper()
+	st, err := m.NewState(mod.RoutingRouter)
+	require.NoError(t, err)
+	last := prompt
+	minMargin := math.Inf(1)
+	for step := 0; step < steps; step++ {
+		logits, err := st.Forward(last, false)
+		require.NoError(t, err)
+		top, second := top2(logits)
+		minMargin = math.Min(minMargin, float64(logits[top]-logits[second]))
+		require.Equal(t, next[last[len(last)-1]], int32(top), "%s: step %d", fmt.Sprintf(what, args...), step)
+		check(int32(top))
+		last = []int32{int32(top)}
+	}
+	return minMargin
 }
 
 func top2(v []float32) (int, int) {
