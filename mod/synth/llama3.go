@@ -191,6 +191,12 @@ func (b *builder) newOrbit(next []int32) *orbit {
 // orbitBias is dimension 0 of every embedding: half the norm of the pairs.
 func (o *orbit) bias() float32 { return float32(math.Sqrt(float64(len(o.m))) / 2) }
 
+// norm is the length of a member's embedding.
+func (o *orbit) norm() float32 {
+	b := float64(o.bias())
+	return float32(math.Sqrt(b*b + float64(len(o.m))))
+}
+
 // row is token t's embedding.
 func (o *orbit) row(t int, dst []float32) {
 	clear(dst)
@@ -211,9 +217,8 @@ func (o *orbit) row(t int, dst []float32) {
 func (b *builder) cycleMLP(o *orbit, w []float32) error {
 	d, nFF := b.s.NEmbd, b.s.NFF
 	bt := func(n string) string { return mod.BlockTensor(0, n) }
-	pairs := float64(len(o.m))
 	bias := float64(o.bias())
-	rms := math.Sqrt((bias*bias + pairs) / float64(d)) // of every member's embedding
+	rms := float64(o.norm()) / math.Sqrt(float64(d)) // of every member's embedding
 	z := float64(w[0]) * bias / rms
 	g0 := z / (1 + math.Exp(-z)) // silu of the gate
 	if err := b.rows(bt(mod.TensorFFNGate), d, nFF, func(j int, dst []float32) {
