@@ -76,6 +76,11 @@ type GenerateOptions struct {
 	RepeatPenalty float32 // > 1 penalises the last RepeatLastN tokens; 0 (or 1) = off
 	RepeatLastN   int     // tokens the penalty looks at; 0 = 64, negative = none
 	Seed          uint64  // the same seed, options and model give the same tokens
+
+	// ParseSpecial reads control tokens written in the prompt, such as
+	// "<|eot_id|>", as those tokens (a chat template's prompt needs it);
+	// otherwise the prompt is plain text.
+	ParseSpecial bool
 }
 
 func (o GenerateOptions) sampler() (engine.SamplerOptions, error) {
@@ -179,7 +184,7 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 	if err != nil {
 		return Result{}, err
 	}
-	ids, err := s.m.tok.Encode(prompt, len(s.fed) == 0 && len(s.pending) == 0)
+	ids, err := s.m.tok.EncodeWith(prompt, tokenizer.EncodeOptions{AddSpecial: len(s.fed) == 0 && len(s.pending) == 0, ParseSpecial: opts.ParseSpecial})
 	if err != nil {
 		return Result{}, fmt.Errorf("modrun: prompt: %w", err)
 	}

@@ -142,20 +142,10 @@ const generateArgs = "-m FILE.gguf -p PROMPT [-n N] [--temp T] [--top-k K] [--to
 // through the embedding API (package modrun).
 func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("run", generateArgs, stderr)
-	var mf modelFlags
-	mf.register(fs, "router", "causal routing of MoD blocks: router (r > 0) | predictor (p > 0)")
-	var cf cacheFlags
-	cf.register(fs)
+	var gf generationFlags
+	gf.register(fs)
 	prompt := fs.String("p", "", "prompt `TEXT` (BOS is added when the model's tokenizer asks for it)")
 	n := fs.Int("n", 256, "new tokens at most (0 = until EOS or the context is full)")
-	so := engine.DefaultSampler()
-	fs.Func("temp", "sampling temperature `T` (0 = greedy, the default)", floatFlag(&so.Temperature))
-	fs.IntVar(&so.TopK, "top-k", 0, "keep the `K` most likely tokens (0 = all)")
-	fs.Func("top-p", "keep the most likely tokens up to probability `P` (default 1 = all)", floatFlag(&so.TopP))
-	fs.Func("min-p", "drop tokens less likely than `P` times the best (default 0 = none)", floatFlag(&so.MinP))
-	fs.Func("repeat-penalty", "penalty `R` on the last --repeat-last-n tokens (default 1 = off)", floatFlag(&so.RepeatPenalty))
-	fs.IntVar(&so.RepeatLastN, "repeat-last-n", so.RepeatLastN, "tokens the repetition penalty looks back at")
-	seed := fs.Int64("seed", -1, "random seed; -1 picks one from the clock (printed with --stats)")
 	stats := fs.Bool("stats", false, "print speed and per-layer routing to stderr")
 	profile := fs.Bool("profile", false, "print each GPU kernel's time to stderr (Vulkan backend)")
 	routingMap := fs.String("routing-map", "", "write the routing map to `FILE`.png: a column per token, a row per routed layer, coloured by score, marked where the token went through")
@@ -168,43 +158,24 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if *n < 0 {
 		return fmt.Errorf("%w: -n %d: must be 0 or positive", errUsage, *n)
 	}
-	if *seed < 0 {
-		*seed = time.Now().UnixNano() & (1<<62 - 1)
-	}
-	so.Seed = uint64(*seed)
-	if err := so.Check(); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	opts, err := mf.options()
-	if err != nil {
-		return err
-	}
-	opts.Profile = *profile
-	if err := cf.apiOptions(&opts); err != nil {
-		return err
-	}
-	opts.NoRoutes = *routingMap == "" // --stats counts from the KV caches
-	model, err := mf.open(opts, flagSet(fs, "routing"))
+	model, so, err := gf.open(fs, stderr, func(opts *api.Options) {
+		opts.Profile = *profile
+		opts.NoRoutes = *routingMap == "" // --stats counts from the KV caches
+	})
 	if err != nil {
 		return err
 	}
 	defer model.Close()
 	info := model.Info()
-	if info.Notice != "" {
-		fmt.Fprintln(stderr, info.Notice)
-	}
 	if *routingMap != "" && len(info.RoutedLayers) == 0 {
-		return fmt.Errorf("--routing-map: %s is a dense model (architecture %q); it has no routing to draw", mf.path, info.Arch)
+		return fmt.Errorf("--routing-map: %s is a dense model (architecture %q); it has no routing to draw", gf.mf.path, info.Arch)
 	}
 
 	var werr error
 	var tokens []api.Token
 	session := model.NewSession()
 	defer session.Close()
-	res, err := session.Generate(context.Background(), *prompt, api.GenerateOptions{
-		MaxTokens: *n, Temperature: so.Temperature, TopK: so.TopK, TopP: so.TopP, MinP: so.MinP,
-		RepeatPenalty: so.RepeatPenalty, RepeatLastN: repeatLastN(so.RepeatLastN), Seed: so.Seed,
-	}, func(t api.Token) error {
+	res, err := session.Generate(context.Background(), *prompt, generateOptions(so, *n), func(t api.Token) error {
 		if *routingMap != "" {
 			tokens = append(tokens, t)
 		}
@@ -236,12 +207,86 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	return werr
 }
 
-// repeatLastN is --repeat-last-n as the API takes it (0 there means 64).
-func repeatLastN(n int) int {
-	if n == 0 {
-		return -1
+// generationFlags are the flags of the commands that generate through the
+// API (run, chat): model, cache and sampling.
+type generationFlags struct {
+	mf modelFlags
+	cf cacheFlags
+	sf samplingFlags
+}
+
+func (gf *generationFlags) register(fs *flag.FlagSet) {
+	gf.mf.register(fs, "router", "causal routing of MoD blocks: router (r > 0) | predictor (p > 0)")
+	gf.cf.register(fs)
+	gf.sf.register(fs)
+}
+
+// open checks the flags and opens the model, with set adjusting the API's
+// options first; it prints the API's notice (the CPU fallback) to stderr.
+func (gf *generationFlags) open(fs *flag.FlagSet, stderr io.Writer, set func(*api.Options)) (*api.Model, engine.SamplerOptions, error) {
+	so, err := gf.sf.options()
+	if err != nil {
+		return nil, so, err
 	}
-	return n
+	opts, err := gf.mf.options()
+	if err != nil {
+		return nil, so, err
+	}
+	if err := gf.cf.apiOptions(&opts); err != nil {
+		return nil, so, err
+	}
+	set(&opts)
+	model, err := gf.mf.open(opts, flagSet(fs, "routing"))
+	if err != nil {
+		return nil, so, err
+	}
+	if notice := model.Info().Notice; notice != "" {
+		fmt.Fprintln(stderr, notice)
+	}
+	return model, so, nil
+}
+
+// samplingFlags are the sampling flags of the commands that generate.
+type samplingFlags struct {
+	so   engine.SamplerOptions
+	seed int64
+}
+
+func (sf *samplingFlags) register(fs *flag.FlagSet) {
+	sf.so = engine.DefaultSampler()
+	so := &sf.so
+	fs.Func("temp", "sampling temperature `T` (0 = greedy, the default)", floatFlag(&so.Temperature))
+	fs.IntVar(&so.TopK, "top-k", 0, "keep the `K` most likely tokens (0 = all)")
+	fs.Func("top-p", "keep the most likely tokens up to probability `P` (default 1 = all)", floatFlag(&so.TopP))
+	fs.Func("min-p", "drop tokens less likely than `P` times the best (default 0 = none)", floatFlag(&so.MinP))
+	fs.Func("repeat-penalty", "penalty `R` on the last --repeat-last-n tokens (default 1 = off)", floatFlag(&so.RepeatPenalty))
+	fs.IntVar(&so.RepeatLastN, "repeat-last-n", so.RepeatLastN, "tokens the repetition penalty looks back at")
+	fs.Int64Var(&sf.seed, "seed", -1, "random seed; -1 picks one from the clock (printed with --stats)")
+}
+
+// options checks the flags; a seed of -1 becomes one from the clock.
+func (sf *samplingFlags) options() (engine.SamplerOptions, error) {
+	so := sf.so
+	seed := sf.seed
+	if seed < 0 {
+		seed = time.Now().UnixNano() & (1<<62 - 1)
+	}
+	so.Seed = uint64(seed)
+	if err := so.Check(); err != nil {
+		return so, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return so, nil
+}
+
+// generateOptions are the API's options for sampler so and at most n new
+// tokens.
+func generateOptions(so engine.SamplerOptions, n int) api.GenerateOptions {
+	lastN := so.RepeatLastN
+	if lastN == 0 { // the API's 0 means 64
+		lastN = -1
+	}
+	return api.GenerateOptions{MaxTokens: n, Temperature: so.Temperature, TopK: so.TopK, TopP: so.TopP, MinP: so.MinP,
+		RepeatPenalty: so.RepeatPenalty, RepeatLastN: lastN, Seed: so.Seed}
 }
 
 // options turns the model flags into the API's options; a bad flag is a

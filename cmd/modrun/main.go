@@ -20,6 +20,7 @@ type command struct {
 
 var commands = []command{
 	{"run", "generate text: modrun [run] -m FILE.gguf -p PROMPT (the default command)", generateMain},
+	{"chat", "talk with a chat model: a prompt line per turn, or one turn per line of piped stdin", chatMain},
 	{"perplexity", "score a text file: NLL per token and perplexity", perplexityMain},
 	{"bench", "prefill and decode tokens/s per model and backend, validated first", benchMain},
 	{"inspect", "print a GGUF file's metadata, tokenizer and tensors", inspectMain},
