@@ -10,6 +10,7 @@ import (
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/mod/synth"
+	"github.com/modrun/modrun/tokenizer"
 )
 
 // tiny is a synthetic shape with GQA and widths the quantized types take.
@@ -52,6 +53,40 @@ func TestSyntheticModelsOnVulkanEqualTheCPU(t *testing.T) {
 				t.Logf("%s capacity %g %s: max |Δlogit| %.2g", typ, capacity, r, worst)
 			}
 		}
+	}
+}
+
+// The Llama 3 synthetic shape at a small width (its 128,256 vocabulary,
+// output tied to the token embedding, RoPE at base 500000 with Llama 3.2's
+// frequency factors) and its MoD twin: a chat prompt, encoded by its gpt2
+// tokenizer with the special tokens read, gives the CPU's greedy tokens
+// and logits on Vulkan. Tolerance as above.
+func TestSyntheticLlama3OnVulkanEqualsTheCPU(t *testing.T) {
+	shape, err := synth.ParseShape("llama3.2-1b,d=256,L=2,h=4,kv=2,ff=512,ctx=128")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		typ      gguf.TensorType
+		capacity float32
+	}{{gguf.TypeQ8_0, 0}, {gguf.TypeF16, 0.25}} {
+		m, err := synth.Build(shape, synth.Options{Type: tc.typ, Seed: 5, Capacity: tc.capacity})
+		require.NoError(t, err)
+		defer m.Close()
+		tok, err := tokenizer.FromGGUF(m.File)
+		require.NoError(t, err)
+		prompt, err := tok.EncodeWith("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhello there<|eot_id|>"+
+			"<|start_header_id|>assistant<|end_header_id|>\n\n", tokenizer.EncodeOptions{ParseSpecial: true})
+		require.NoError(t, err)
+		b, _, err := OpenBackend(m.Model, mod.RoutingRouter, BackendOptions{Name: BackendVulkan})
+		if err != nil && strings.Contains(err.Error(), "no Vulkan") {
+			t.Skipf("no Vulkan device: %v", err)
+		}
+		require.NoError(t, err)
+		ref, err := NewCPU(m.Model, mod.RoutingRouter)
+		require.NoError(t, err)
+		worst, err := validate(b, ref, prompt, BenchOptions{ValidateTokens: 6, ValidateTol: 1e-3})
+		b.Close()
+		require.NoError(t, err, "%s capacity %g", tc.typ, tc.capacity)
+		t.Logf("%s capacity %g: max |Δlogit| %.2g over %d prompt tokens and 6 greedy ones", tc.typ, tc.capacity, worst, len(prompt))
 	}
 }
 

@@ -22,6 +22,7 @@ type Config struct {
 	ContextLen int     // longest sequence the model takes
 	RMSEps     float32 // RMSNorm epsilon
 	RopeBase   float32 // RoPE frequency base
+	RopeScale  float32 // linear RoPE scaling: frequencies are divided by it; 0 (or 1) = none
 
 	// Mixture-of-Depths (DESIGN.md §3); empty for a dense model.
 	Routed          []bool  // [NLayer] whether block l has a router
@@ -149,6 +150,9 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	if !(c.RMSEps > 0) || !(c.RopeBase > 1) {
 		return c, fmt.Errorf("mod: %s: %s = %g and %s = %g must be positive (and the base above 1)", f.Path, r.key(KeyRMSEpsilon), c.RMSEps, r.key(KeyRopeFreqBase), c.RopeBase)
 	}
+	if err := readRopeScaling(&c, r); err != nil {
+		return c, err
+	}
 	var err error
 	if c.NVocab, err = vocabSize(f, r); err != nil {
 		return c, err
@@ -160,6 +164,44 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 		}
 	}
 	return c, r.err
+}
+
+// readRopeScaling reads rope.scaling.* as llama.cpp does for a llama
+// model: the type defaults to "linear", whose factor (rope.scaling.factor,
+// else the older rope.scale_linear; absent or 0: none) divides every
+// frequency; "none" ignores the factor. YaRN and LongRoPE mix or replace
+// frequencies per pair and scale the rotated vectors, which modrun does not
+// do: refused, as is an attention factor other than 1 (it would scale them).
+func readRopeScaling(c *Config, r *metaReader) error {
+	f := r.f
+	typ := RopeScalingLinear
+	if f.Has(r.key(KeyRopeScalingType)) {
+		var err error
+		if typ, err = f.String(r.key(KeyRopeScalingType)); err != nil {
+			return fmt.Errorf("mod: %w", err)
+		}
+	}
+	if typ != RopeScalingNone && typ != RopeScalingLinear {
+		return fmt.Errorf("mod: %s: %s = %q is not supported (%q and %q are)", f.Path, r.key(KeyRopeScalingType), typ, RopeScalingNone, RopeScalingLinear)
+	}
+	key := KeyRopeScalingFactor
+	if !f.Has(r.key(key)) {
+		key = KeyRopeScaleLinear
+	}
+	factor := r.float(key, 0)
+	if attn := r.float(KeyRopeScalingAttnFactor, 1); r.err == nil && attn != 1 {
+		return fmt.Errorf("mod: %s: %s = %g is not supported (only 1)", f.Path, r.key(KeyRopeScalingAttnFactor), attn)
+	}
+	if r.err != nil {
+		return r.err
+	}
+	if factor < 0 {
+		return fmt.Errorf("mod: %s: %s = %g is negative", f.Path, r.key(key), factor)
+	}
+	if typ == RopeScalingLinear {
+		c.RopeScale = factor
+	}
+	return nil
 }
 
 // vocabSize is the length of the embedded vocabulary, else llama.vocab_size,

@@ -49,6 +49,7 @@ type State struct {
 	routing Routing
 	pos     int       // tokens processed so far
 	kv      []layerKV // [NLayer]
+	rope    []float64 // [HeadDim/2] RoPE's radians per position of each pair (RopeFrequencies)
 	// Trace, when non-nil, is overwritten by each Forward call with the
 	// routing decisions and final hidden states of that call.
 	Trace *Trace
@@ -89,7 +90,7 @@ func (m *Model) NewState(r Routing) (*State, error) {
 	if r < RoutingTopK || r > RoutingPredictor {
 		return nil, fmt.Errorf("mod: unknown routing %d", r)
 	}
-	s := &State{m: m, routing: r}
+	s := &State{m: m, routing: r, rope: m.RopeFreqs()}
 	s.Reset()
 	return s, nil
 }
@@ -305,8 +306,8 @@ func (s *State) block(l int, x []float32, pos, rope []int32, mlpScale []float32)
 	MatMul(k, xn, &b.K, n)
 	MatMul(v, xn, &b.V, n)
 	for i, p := range rope {
-		RoPE(q[i*qd:(i+1)*qd], p, c.HeadDim, c.RopeBase)
-		RoPE(k[i*kvd:(i+1)*kvd], p, c.HeadDim, c.RopeBase)
+		RoPE(q[i*qd:(i+1)*qd], p, s.rope)
+		RoPE(k[i*kvd:(i+1)*kvd], p, s.rope)
 	}
 	cache := &s.kv[l]
 	base := len(cache.pos)

@@ -42,6 +42,11 @@ func FromFile(f *gguf.File) (*Model, error) {
 	return &Model{Path: f.Path, Config: c, Weights: w, File: f}, nil
 }
 
+// RopeFreqs is the model's RoPE table, radians per position of each pair
+// of a head ([HeadDim/2]): RopeFrequencies of its configuration and
+// frequency factors. Every backend rotates by it.
+func (m *Model) RopeFreqs() []float64 { return RopeFrequencies(m.Config, m.Weights.RopeFactors()) }
+
 // Close releases the file. The model must not be used afterwards.
 func (m *Model) Close() error {
 	if err := m.File.Close(); err != nil {

@@ -29,7 +29,15 @@ const (
 	KeyRMSEpsilon     = "attention.layer_norm_rms_epsilon"
 	KeyRopeFreqBase   = "rope.freq_base"
 	KeyRopeDimCount   = "rope.dimension_count"
-	KeyVocabSize      = "vocab_size"
+	// RoPE scaling (llama.cpp's keys): type "none" or "linear" (the default
+	// when absent, as in llama.cpp); factor divides every frequency.
+	// rope.scale_linear is the factor's older name. YaRN and LongRoPE
+	// ("yarn", "longrope") and an attention factor other than 1 are refused.
+	KeyRopeScalingType       = "rope.scaling.type"
+	KeyRopeScalingFactor     = "rope.scaling.factor"
+	KeyRopeScaleLinear       = "rope.scale_linear"
+	KeyRopeScalingAttnFactor = "rope.scaling.attn_factor"
+	KeyVocabSize             = "vocab_size"
 
 	// MoD keys (arch "llama-mod" only).
 	KeyRoutedLayers    = "mod.routed_layers"    // array of u32 (or i32, as gguf-py writes): block indices with a router
@@ -89,6 +97,7 @@ const (
 	TensorTokenEmbd  = "token_embd.weight"  // [nEmbd, nVocab]
 	TensorOutputNorm = "output_norm.weight" // [nEmbd]
 	TensorOutput     = "output.weight"      // [nEmbd, nVocab]; absent = tied to token_embd
+	TensorRopeFreqs  = "rope_freqs.weight"  // [headDim/2] F32 RoPE frequency factors (Llama 3.1); optional
 )
 
 // Tensor names inside block N, without the "blk.N." prefix: use BlockTensor.

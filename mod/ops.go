@@ -105,19 +105,6 @@ func RMSNorm(out, x, w []float32, eps float32) {
 	}
 }
 
-// RoPE rotates each head's interleaved pairs (2i, 2i+1) by pos*base^(-2i/hd),
-// Meta's Llama convention (GGUF "norm" RoPE).
-func RoPE(v []float32, pos int32, hd int, base float32) {
-	for i := 0; i < hd; i += 2 {
-		theta := float64(pos) * math.Pow(float64(base), -float64(i)/float64(hd))
-		cos, sin := float32(math.Cos(theta)), float32(math.Sin(theta))
-		for h := 0; h < len(v); h += hd {
-			a, b := v[h+i], v[h+i+1]
-			v[h+i], v[h+i+1] = a*cos-b*sin, a*sin+b*cos
-		}
-	}
-}
-
 // Softmax replaces x by softmax(x), subtracting the max first.
 func Softmax(x []float32) {
 	mx := x[0]

@@ -2,6 +2,7 @@ package mod
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"sort"
 	"strings"
@@ -15,10 +16,21 @@ import (
 // Tag options: "optional" (absent is allowed; Output absent = tied to
 // TokenEmbd, Bias absent = 0), "f32" (must be stored as F32).
 type Weights struct {
-	TokenEmbd  Mat     `gguf:"token_embd.weight" shape:"nEmbd,nVocab"` // [nVocab][nEmbd]
-	OutputNorm Mat     `gguf:"output_norm.weight" shape:"nEmbd"`       // [nEmbd]
-	Output     Mat     `gguf:"output.weight" shape:"nEmbd,nVocab" opt:"optional"`
-	Blocks     []Block // [nLayer]
+	TokenEmbd  Mat `gguf:"token_embd.weight" shape:"nEmbd,nVocab"` // [nVocab][nEmbd]
+	OutputNorm Mat `gguf:"output_norm.weight" shape:"nEmbd"`       // [nEmbd]
+	Output     Mat `gguf:"output.weight" shape:"nEmbd,nVocab" opt:"optional"`
+	// RopeFreqs are Llama 3.1's RoPE frequency factors (absent: all 1),
+	// which divide each pair's frequency (RopeFrequencies).
+	RopeFreqs Mat     `gguf:"rope_freqs.weight" shape:"halfHeadDim" opt:"f32,optional"` // [headDim/2]
+	Blocks    []Block // [nLayer]
+}
+
+// RopeFactors are the RoPE frequency factors, nil when the file has none.
+func (w *Weights) RopeFactors() []float32 {
+	if w.RopeFreqs.Cols == 0 {
+		return nil
+	}
+	return w.RopeFreqs.Vec()
 }
 
 // Block is one transformer block; Router is nil for dense blocks.
@@ -58,7 +70,7 @@ type loader struct {
 func LoadWeights(f *gguf.File, c Config) (*Weights, error) {
 	ld := &loader{f: f, used: map[string]bool{}, dims: map[string]uint64{
 		"nEmbd": uint64(c.NEmbd), "nVocab": uint64(c.NVocab), "nFF": uint64(c.NFF), "1": 1,
-		"qDim": uint64(c.NHead * c.HeadDim), "kvDim": uint64(c.KVDim()), "predHidden": uint64(c.PredictorHidden),
+		"qDim": uint64(c.NHead * c.HeadDim), "halfHeadDim": uint64(c.HeadDim / 2), "kvDim": uint64(c.KVDim()), "predHidden": uint64(c.PredictorHidden),
 	}}
 	w := &Weights{Blocks: make([]Block, c.NLayer)}
 	if err := ld.bind(reflect.ValueOf(w).Elem(), ""); err != nil {
@@ -66,6 +78,13 @@ func LoadWeights(f *gguf.File, c Config) (*Weights, error) {
 	}
 	if w.Output.Name == "" {
 		w.Output = w.TokenEmbd // tied classifier
+	}
+	for i, v := range w.RopeFactors() {
+		// A factor divides a frequency: 0, a negative or a NaN one would
+		// make the angles meaningless.
+		if !(v > 0) || math.IsInf(float64(v), 0) {
+			return nil, fmt.Errorf("mod: %s: tensor %q: factor %d is %g; RoPE frequency factors must be positive and finite", f.Path, TensorRopeFreqs, i, v)
+		}
 	}
 	for l := range w.Blocks {
 		prefix := BlockTensor(l, "")
@@ -136,7 +155,11 @@ func (ld *loader) load(dst *Mat, name, shape, opts string) error {
 		return fmt.Errorf("mod: %s: tensor %q has shape %v, want %v (%s)", ld.f.Path, name, info.Dims, want, shape)
 	}
 	if strings.Contains(opts, "f32") && info.Type != gguf.TypeF32 {
-		return fmt.Errorf("mod: %s: tensor %q is %s; MoD tensors must be F32", ld.f.Path, name, info.Type)
+		what := "MoD tensors"
+		if name == TensorRopeFreqs {
+			what = "RoPE frequency factors" // as llama.cpp requires
+		}
+		return fmt.Errorf("mod: %s: tensor %q is %s; %s must be F32", ld.f.Path, name, info.Type, what)
 	}
 	data, err := ld.f.TensorData(name)
 	if err != nil {

@@ -128,7 +128,7 @@ func decodeKVVariant(kv string) Variant {
 		Bindings: []Binding{
 			{"qkv", ReadWrite, "q [nHead*headDim] (rotated in place), k at kOff, v at vOff, f32"},
 			{"pos", Read, "[1] u32 the token's original position"},
-			{"freq", Read, "[headDim/2][2] u32 from RopeFreqs"},
+			{"freq", Read, "[headDim/2][2] u32: RopeFreqs of the model's table"},
 			{"kCache", Write, "[maxEntries][nKVHead*headDim] " + elem + ", rotated"},
 			{"vCache", Write, "[maxEntries][nKVHead*headDim] " + elem},
 			{"kPos", Write, "[maxEntries] u32 original positions"},
@@ -171,7 +171,7 @@ func decodeAttendVariant(kv string) Variant {
 		Bindings: []Binding{
 			{"qkv", Read, "q [nHead*headDim], k at kOff, v at vOff, f32, not rotated"},
 			{"pos", Read, "[1] u32 the token's original position"},
-			{"freq", Read, "[headDim/2][2] u32 from RopeFreqs"},
+			{"freq", Read, "[headDim/2][2] u32: RopeFreqs of the model's table"},
 			{"kCache", ReadWrite, "[maxEntries][nKVHead*headDim] " + elem + ", rotated; entry counts[layer] appended"},
 			{"vCache", ReadWrite, "[maxEntries][nKVHead*headDim] " + elem},
 			{"kPos", ReadWrite, "[maxEntries] u32 original positions"},

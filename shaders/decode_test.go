@@ -74,7 +74,7 @@ func TestDecodeKV(t *testing.T) {
 	for _, kv := range []string{KVF32, KVF16} {
 		k := newKernel(t, dev, routingLookup(t, "decode_kv"+kv))
 		var worst float64
-		for _, tc := range []struct {
+		for i, tc := range []struct {
 			headDim, nHead, nKVHead int
 			pos                     uint32
 			count, maxEntries       uint32
@@ -86,7 +86,9 @@ func TestDecodeKV(t *testing.T) {
 			{130, 2, 1, 12345, 0, 1}, // more pairs than invocations
 			{8, 8, 4, 9, 3, 3},       // full: nothing is written
 		} {
-			name := fmt.Sprintf("kv%s_hd%d_h%d_kv%d_pos%d_c%d_max%d", KVTypeName(kv), tc.headDim, tc.nHead, tc.nKVHead, tc.pos, tc.count, tc.maxEntries)
+			rope := ropeKinds[i%len(ropeKinds)]
+			freqs := ropeTable(t, tc.headDim, rope)
+			name := fmt.Sprintf("kv%s_hd%d_h%d_kv%d_pos%d_c%d_max%d_%s", KVTypeName(kv), tc.headDim, tc.nHead, tc.nKVHead, tc.pos, tc.count, tc.maxEntries, rope)
 			rng := rand.New(rand.NewSource(int64(tc.pos) + 1))
 			qd, kvd := tc.nHead*tc.headDim, tc.nKVHead*tc.headDim
 			// qkv with k and v at offsets that are not aligned: decode_kv takes
@@ -97,7 +99,7 @@ func TestDecodeKV(t *testing.T) {
 			counts := []uint32{77, tc.count, 88}
 			bQKV := newBuffer(t, dev, f32bytes(qkv))
 			bPos := newBuffer(t, dev, denseU32Bytes([]uint32{tc.pos}))
-			bFreq := newBuffer(t, dev, denseU32Bytes(RopeFreqs(tc.headDim, 10000)))
+			bFreq := newBuffer(t, dev, denseU32Bytes(RopeFreqs(freqs)))
 			capEntries := int(tc.maxEntries) + 1 // one entry past the end, which must stay NaN
 			words := capEntries * kvd * int(KVElementBytes(kv)) / 4
 			bK, bV := decodeBuffer(t, dev, nil, words), decodeBuffer(t, dev, nil, words)
@@ -112,9 +114,9 @@ func TestDecodeKV(t *testing.T) {
 			rec.Close()
 
 			wantQ := slices.Clone(qkv[:qd])
-			mod.RoPE(wantQ, int32(tc.pos), tc.headDim, 10000)
+			mod.RoPE(wantQ, int32(tc.pos), freqs)
 			wantK := slices.Clone(qkv[kOff : kOff+kvd])
-			mod.RoPE(wantK, int32(tc.pos), tc.headDim, 10000)
+			mod.RoPE(wantK, int32(tc.pos), freqs)
 			gotQKV := download(t, bQKV, len(qkv))
 			w, s := ropeScale(wantQ)
 			require.NoError(t, closeness(gotQKV[:qd], w, s, ropeTol), "%s: q", name)
@@ -306,6 +308,7 @@ func TestDecodeAttend(t *testing.T) {
 	const layer = 1
 	qd, kvd := nHead*hd, nKVHead*hd
 	kOff, vOff := qd+3, qd+3+kvd+1 // unaligned element offsets, as a qkv stack may give
+	freqs := ropeTable(t, hd, "llama3.2+linear4")
 	for _, kv := range []string{KVF32, KVF16} {
 		v := routingLookup(t, "decode_attend"+kv)
 		for _, splits := range []uint32{1, 4, 16} {
@@ -324,7 +327,7 @@ func TestDecodeAttend(t *testing.T) {
 				bK, bV := decodeBuffer(t, dev, kRaw, words), decodeBuffer(t, dev, vRaw, words)
 				bKPos := newBuffer(t, dev, denseU32Bytes(append(slices.Clone(oldPos), decodeRepeat([]uint32{0xdeadbeef}, maxEntries-old)...)))
 				bCounts := newBuffer(t, dev, denseU32Bytes([]uint32{77, uint32(old), 88}))
-				bFreq := newBuffer(t, dev, denseU32Bytes(RopeFreqs(hd, 10000)))
+				bFreq := newBuffer(t, dev, denseU32Bytes(RopeFreqs(freqs)))
 				bPart := denseNaNBuffer(t, dev, nHead*int(splits)*(2+hd))
 				bDone := newBuffer(t, dev, denseU32Bytes(make([]uint32, DecodeAttendDoneWords(nHead))))
 				pos := uint32(0)
@@ -350,9 +353,9 @@ func TestDecodeAttend(t *testing.T) {
 					rec.Close()
 
 					q := slices.Clone(qkv[:qd])
-					mod.RoPE(q, int32(pos), hd, 10000)
+					mod.RoPE(q, int32(pos), freqs)
 					kNew := slices.Clone(qkv[kOff : kOff+kvd])
-					mod.RoPE(kNew, int32(pos), hd, 10000)
+					mod.RoPE(kNew, int32(pos), freqs)
 					vNew := qkv[vOff : vOff+kvd]
 					ref := &attentionCase{n: 1, entries: len(refPos) + 1, nHead: nHead, nKVHead: nKVHead, hd: hd, q: q,
 						k: append(slices.Clone(refK), kNew...), v: append(slices.Clone(refV), vNew...),

@@ -120,19 +120,21 @@ func ElementGroups(n uint32) [3]uint32 {
 	return Groups((n + 255) / 256)
 }
 
-// RopeFreqs is rope's freq binding for heads of headDim elements and
-// rope.freq_base base: for pair i, base^(-2i/headDim) radians per position,
-// computed in float64 as mod.RoPE does, as a 64-bit fixed-point fraction of
-// a turn (low word, high word). The kernel takes pos * freq mod 2^64 in
+// RopeFreqs is rope's freq binding for a model's RoPE table, radians per
+// position of each pair of a head (mod.RopeFrequencies: [headDim/2], the
+// one table every rope site reads): each as a 64-bit fixed-point fraction
+// of a turn (low word, high word). The kernel takes pos * freq mod 2^64 in
 // integers, exactly, so its angle is as good as the CPU's float64 one to
-// within the final float32 rounding (see rope.comp).
-func RopeFreqs(headDim int, base float32) []uint32 {
-	out := make([]uint32, headDim) // headDim/2 pairs of words
-	for i := 0; i < headDim; i += 2 {
-		radians := math.Pow(float64(base), -float64(i)/float64(headDim))
-		// < 1/(2 pi) turn per position, so the product is < 2^62.
-		fixed := uint64(math.Ldexp(radians/(2*math.Pi), 64))
-		out[i], out[i+1] = uint32(fixed), uint32(fixed>>32)
+// within the final float32 rounding (see rope.comp). Whole turns do not
+// change an integer position's angle, so a frequency of a turn or more
+// keeps only its fraction.
+func RopeFreqs(radians []float64) []uint32 {
+	out := make([]uint32, 2*len(radians))
+	for i, r := range radians {
+		turns := r / (2 * math.Pi)
+		turns -= math.Floor(turns) // in [0, 1), exactly: the product below is < 2^64
+		fixed := uint64(math.Ldexp(turns, 64))
+		out[2*i], out[2*i+1] = uint32(fixed), uint32(fixed>>32)
 	}
 	return out
 }
@@ -212,11 +214,11 @@ func init() {
 			Bindings: []Binding{
 				{"x", Read, "[n][nHead*headDim] f32"},
 				{"pos", Read, "[n] u32 original positions"},
-				{"freq", Read, "[headDim/2][2] u32 from RopeFreqs"},
+				{"freq", Read, "[headDim/2][2] u32: RopeFreqs of the model's table"},
 				{"out", Write, "[n][nHead*headDim] f32 (may be x, or a KV cache slice)"},
 			},
 			Push: RopePush{}, LocalSize: [3]uint32{64, 1, 1},
-			Notes: "dispatch Groups(n); headDim even; freq = RopeFreqs(headDim, base), uploaded once",
+			Notes: "dispatch Groups(n); headDim even; freq = RopeFreqs(mod.RopeFrequencies), uploaded once",
 		},
 		Variant{
 			Name: "swiglu", Source: "swiglu.comp",

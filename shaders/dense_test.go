@@ -403,7 +403,7 @@ func TestArgmax(t *testing.T) {
 // that grow by about step a row (compact rows: the positions have gaps).
 // out is where the rotated rows go: nil for a new buffer, or x's own buffer
 // (in place) when inPlace.
-func ropeRun(t testing.TB, dev *vk.Device, k *vk.Kernel, headDim, nHead, n, step int, base float32, inPlace bool, seed int64) *denseRun {
+func ropeRun(t testing.TB, dev *vk.Device, k *vk.Kernel, headDim, nHead, n, step int, freqs []float64, inPlace bool, seed int64) *denseRun {
 	rng := rand.New(rand.NewSource(seed))
 	width := nHead * headDim
 	x := denseNormals(rng, n*width, 1)
@@ -413,7 +413,7 @@ func ropeRun(t testing.TB, dev *vk.Device, k *vk.Kernel, headDim, nHead, n, step
 	}
 	want := slices.Clone(x)
 	for r := 0; r < n; r++ {
-		mod.RoPE(want[r*width:(r+1)*width], int32(pos[r]), headDim, base)
+		mod.RoPE(want[r*width:(r+1)*width], int32(pos[r]), freqs)
 	}
 	xb := newBuffer(t, dev, f32bytes(x))
 	out := xb
@@ -424,7 +424,7 @@ func ropeRun(t testing.TB, dev *vk.Device, k *vk.Kernel, headDim, nHead, n, step
 		k: k, push: RopePush{HeadDim: uint32(headDim), NHead: uint32(nHead), N: uint32(n)},
 		groups: Groups(uint32(n)),
 		binds: []vk.Bind{denseBind(xb, vk.Read), denseBind(newBuffer(t, dev, denseU32Bytes(pos)), vk.Read),
-			denseBind(newBuffer(t, dev, denseU32Bytes(RopeFreqs(headDim, base))), vk.Read), denseBind(out, vk.Write)},
+			denseBind(newBuffer(t, dev, denseU32Bytes(RopeFreqs(freqs))), vk.Read), denseBind(out, vk.Write)},
 		bytes: 4 * 2 * n * width, tol: ropeTol,
 		result: func() ([]float32, []float64, []float64) {
 			w, s := ropeScale(want)
@@ -446,16 +446,39 @@ func ropeScale(want []float32) (w, scale []float64) {
 	return w, scale
 }
 
+// RoPE tables of the kinds a model may have (mod.RopeFrequencies, the
+// one table every rope site reads): Llama 2's base 10000; Llama 3's base
+// 500000 with Llama 3.2's frequency factors (rope_freqs.weight: factor 32,
+// low and high frequency factors 1 and 4, original context 8192); and
+// that with linear scaling by 4 (rope.scaling.factor) on top.
+var ropeKinds = []string{"llama2", "llama3.2", "llama3.2+linear4"}
+
+func ropeTable(t testing.TB, headDim int, kind string) []float64 {
+	t.Helper()
+	c := mod.Config{HeadDim: headDim, RopeBase: 10000}
+	var factors []float32
+	if kind != "llama2" {
+		c.RopeBase = 500000
+		var err error
+		factors, err = mod.Llama3RopeFactors(headDim, 500000, 32, 1, 4, 8192)
+		require.NoError(t, err)
+	}
+	if kind == "llama3.2+linear4" {
+		c.RopeScale = 4
+	}
+	return mod.RopeFrequencies(c, factors)
+}
+
 func TestRoPE(t *testing.T) {
 	dev := openDevice(t)
 	k := newKernel(t, dev, denseLookup(t, "rope"))
 	var w denseWorst
 	for i, sh := range [][3]int{{2, 1, 1}, {6, 5, 4}, {8, 3, 5}, {64, 4, 7}, {128, 2, 3}, {256, 3, 2}} { // 256: more pairs than invocations
 		for _, step := range []int{1, 37, 3000, 300000} { // positions up to ~2e6
-			for _, base := range []float32{10000, 500000} {
+			for _, kind := range ropeKinds {
 				for _, inPlace := range []bool{false, true} {
-					name := fmt.Sprintf("headDim%d/nHead%d/n%d/step%d/base%g/inPlace=%v", sh[0], sh[1], sh[2], step, base, inPlace)
-					r := ropeRun(t, dev, k, sh[0], sh[1], sh[2], step, base, inPlace, int64(i*1000+step))
+					name := fmt.Sprintf("headDim%d/nHead%d/n%d/step%d/%s/inPlace=%v", sh[0], sh[1], sh[2], step, kind, inPlace)
+					r := ropeRun(t, dev, k, sh[0], sh[1], sh[2], step, ropeTable(t, sh[0], kind), inPlace, int64(i*1000+step))
 					if err := r.run(t, dev, &w); err != nil {
 						t.Errorf("%s: %v", name, err)
 					}
@@ -474,7 +497,7 @@ func TestRoPEIntoCache(t *testing.T) {
 	k := newKernel(t, dev, denseLookup(t, "rope"))
 	const headDim, nHead, n, entries, at = 64, 2, 3, 8, 3
 	width := headDim * nHead // 512 bytes a row: any device's offset alignment divides it
-	r := ropeRun(t, dev, k, headDim, nHead, n, 100, 10000, false, 1)
+	r := ropeRun(t, dev, k, headDim, nHead, n, 100, ropeTable(t, headDim, "llama2"), false, 1)
 	cache := denseNaNBuffer(t, dev, entries*width)
 	r.binds[3] = vk.Bind{Buf: cache, Offset: uint64(4 * at * width), Size: uint64(4 * n * width), Access: vk.Write}
 	rec := dev.NewRecorder()
@@ -828,7 +851,7 @@ func BenchmarkDense(b *testing.B) {
 	}
 	cases = append(cases,
 		benchCase{"rope/64x32x128", func(b *testing.B) *denseRun {
-			return ropeRun(b, dev, newKernel(b, dev, denseLookup(b, "rope")), 128, 32, 64, 1, 10000, false, 1)
+			return ropeRun(b, dev, newKernel(b, dev, denseLookup(b, "rope")), 128, 32, 64, 1, ropeTable(b, 128, "llama3.2"), false, 1)
 		}},
 		benchCase{"swiglu/64x11008", func(b *testing.B) *denseRun {
 			return swigluRun(b, dev, newKernel(b, dev, denseLookup(b, "swiglu")), 64*11008, false, 1)

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -193,4 +194,23 @@ func TestSentencePieceParseSpecial(t *testing.T) {
 	assert.NotContains(t, plain, int32(1))
 	assert.True(t, tok.IsEndOfGeneration(2))
 	assert.Equal(t, []int32{2}, tok.EndOfGeneration())
+}
+
+// TestByteLevel: GPT-2's stand-ins, as a Llama 3 vocabulary spells them:
+// printable ASCII is itself, a space "Ġ" (U+0120), a newline "Ċ" (U+010A),
+// NUL U+0100, and every byte decodes back.
+func TestByteLevel(t *testing.T) {
+	assert.Equal(t, "ĠHello,Ġworld!Ċ", ByteLevel([]byte(" Hello, world!\n")))
+	assert.Equal(t, "\u0100", ByteLevel([]byte{0}))
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	s := ByteLevel(all)
+	assert.Equal(t, 256, utf8.RuneCountInString(s))
+	var back []byte
+	for _, r := range s {
+		back = append(back, charByte[r])
+	}
+	assert.Equal(t, all, back)
 }

@@ -118,7 +118,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs := newFlags("bench", benchArgs, stderr)
 	f := &benchFlags{o: engine.BenchOptions{ValidateTokens: 16, ValidateTol: 1e-3}}
 	fs.Var(&f.paths, "m", "model `FILE`.gguf; repeat to compare (the first is the baseline of the others, e.g. the dense model)")
-	fs.Var(&f.shapes, "synthetic", "a random-weight model of `SHAPE`, built in memory: stories260k, stories15m, tinyllama-1.1b, llama2-7b, or d=2048,L=4,h=32,kv=4,ff=5632,vocab=32000[,ctx=N]; repeatable")
+	fs.Var(&f.shapes, "synthetic", "a random-weight model of `SHAPE`, built in memory: stories260k, stories15m, tinyllama-1.1b, llama2-7b, llama3.2-1b, or d=2048,L=4,h=32,kv=4,ff=5632,vocab=32000[,ctx=N], or a name with sizes changed (llama3.2-1b,d=256,L=2); repeatable")
 	typ := fs.String("type", "q8_0", "weight matrices of synthetic models: "+quant.Names()+" (q2_k, q3_k_s..q6_k: llama.cpp's mixes)")
 	fs.Float64Var(&f.capacity, "capacity", 0, "with --synthetic: also bench each shape's MoD twin routing this fraction `C` (e.g. 0.125)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic weights (the same model on every machine)")

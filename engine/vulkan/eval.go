@@ -213,27 +213,40 @@ func (m evalMat) ops(x, y *vk.Buffer, n int) []op {
 }
 
 // opsInPieces is ops over n rows of x, cut into pieces of rows whose
-// bindings of x and y stay within the device's maxStorageBufferRange (the
-// logits of a long window pass it: 4096 tokens of a 32,000 vocabulary are
-// 524 MB). A piece is a multiple of 64 rows, so its offsets are multiples
-// of 256 bytes, the largest offset alignment Vulkan allows.
-func (m evalMat) opsInPieces(lim vk.Limits, x, y *vk.Buffer, n int) []op {
-	rowBytes := 4 * uint64(max(m.rows, m.cols))
-	per := int(lim.MaxStorageBufferRange / rowBytes / 64 * 64)
-	if per <= 0 || per >= n {
-		return m.ops(x, y, n)
+// bindings of x and y stay within maxRange, the profile's
+// maxStorageBufferRange (the logits of a long window pass it: 4096 tokens
+// of a 32,000 vocabulary are 524 MB; 256 rows of Llama 3's 128,256 are 131
+// MB). x and y are bound for the n rows only, never whole: a buffer sized
+// for a longer chunk may itself be over the range. A piece is a multiple of
+// the rows whose x and y both fill whole multiples of align
+// (minStorageBufferOffsetAlignment), so each piece's offsets are aligned.
+func (m evalMat) opsInPieces(maxRange, align uint64, x, y *vk.Buffer, n int) []op {
+	xRow, yRow := 4*uint64(m.cols), 4*uint64(m.rows)
+	step := lcm(align/gcd(align, xRow), align/gcd(align, yRow))
+	per := int(maxRange / max(xRow, yRow) / step * step)
+	if maxRange == 0 || per <= 0 || per > n {
+		per = n // under the range or, when not even step rows fit, one piece that the recorder refuses by name
 	}
 	var ops []op
 	for i := 0; i < n; i += per {
 		k := min(per, n-i)
 		for _, o := range m.ops(x, y, k) {
-			o.binds[1] = rd(x, uint64(i)*4*uint64(m.cols), 4*uint64(k)*uint64(m.cols))
-			o.binds[2] = wr(y, uint64(i)*4*uint64(m.rows), 4*uint64(k)*uint64(m.rows))
+			o.binds[1] = rd(x, uint64(i)*xRow, uint64(k)*xRow)
+			o.binds[2] = wr(y, uint64(i)*yRow, uint64(k)*yRow)
 			ops = append(ops, o)
 		}
 	}
 	return ops
 }
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+func lcm(a, b uint64) uint64 { return a / gcd(a, b) * b }
 
 // ContextLen is the longest sequence Eval takes.
 func (e *Evaluator) ContextLen() int { return e.ctx }
@@ -378,7 +391,7 @@ func (e *Evaluator) record(s int) (*evalRec, error) {
 	}
 	newOp(norm, shaders.RMSNormPush{Cols: d, N: uint32(s), Eps: c.RMSEps}, shaders.RowGroups(uint32(s), norm.spec),
 		rd(a.x, 0, 0), rd(w.w.outputNorm, 0, 0), wr(a.xn, 0, 0)).record(rec)
-	for _, o := range e.output.opsInPieces(w.dev.Info().Limits, a.xn, a.logits, s) {
+	for _, o := range e.output.opsInPieces(w.ks.prof.MaxStorageBufferRange, w.dev.Info().Limits.MinStorageBufferOffsetAlignment, a.xn, a.logits, s) {
 		o.record(rec)
 	}
 	rec.Copy(a.logits, er.logitsHost, 0, 0, f32(s*c.NVocab))

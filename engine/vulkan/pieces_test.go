@@ -26,6 +26,27 @@ func randomQ8_0(t *testing.T, rng *rand.Rand, name string, rows, cols int) mod.M
 	return m
 }
 
+// oneBlockModel is a dense model of one block whose output is tied to
+// embd, its matrices made by mat and its norms all 1.
+func oneBlockModel(t *testing.T, path string, c mod.Config, embd mod.Mat, mat func(name string, rows, cols int) mod.Mat) *mod.Model {
+	t.Helper()
+	qd, kvd := c.NHead*c.HeadDim, c.KVDim()
+	w := &mod.Weights{TokenEmbd: embd, Output: embd, OutputNorm: onesF32(t, mod.TensorOutputNorm, c.NEmbd)}
+	bt := func(name string) string { return mod.BlockTensor(0, name) }
+	w.Blocks = []mod.Block{{
+		AttnNorm: onesF32(t, bt(mod.TensorAttnNorm), c.NEmbd),
+		Q:        mat(bt(mod.TensorAttnQ), qd, c.NEmbd),
+		K:        mat(bt(mod.TensorAttnK), kvd, c.NEmbd),
+		V:        mat(bt(mod.TensorAttnV), kvd, c.NEmbd),
+		O:        mat(bt(mod.TensorAttnOutput), c.NEmbd, qd),
+		FFNNorm:  onesF32(t, bt(mod.TensorFFNNorm), c.NEmbd),
+		Gate:     mat(bt(mod.TensorFFNGate), c.NFF, c.NEmbd),
+		Up:       mat(bt(mod.TensorFFNUp), c.NFF, c.NEmbd),
+		Down:     mat(bt(mod.TensorFFNDown), c.NEmbd, c.NFF),
+	}}
+	return &mod.Model{Path: path, Config: c, Weights: w}
+}
+
 func onesF32(t *testing.T, name string, n int) mod.Mat {
 	t.Helper()
 	data := make([]byte, 4*n)
@@ -54,19 +75,9 @@ func TestLargeTensorInPieces(t *testing.T) {
 		ContextLen: 4096, RMSEps: 1e-5, RopeBase: 10000, Routed: []bool{false}}
 	rng := rand.New(rand.NewSource(7))
 	embd := randomQ8_0(t, rng, "token_embd.weight", c.NVocab, c.NEmbd)
-	w := &mod.Weights{TokenEmbd: embd, Output: embd, OutputNorm: onesF32(t, "output_norm.weight", c.NEmbd)}
-	w.Blocks = []mod.Block{{
-		AttnNorm: onesF32(t, "blk.0.attn_norm.weight", c.NEmbd),
-		Q:        randomQ8_0(t, rng, "blk.0.attn_q.weight", c.NHead*c.HeadDim, c.NEmbd),
-		K:        randomQ8_0(t, rng, "blk.0.attn_k.weight", c.KVDim(), c.NEmbd),
-		V:        randomQ8_0(t, rng, "blk.0.attn_v.weight", c.KVDim(), c.NEmbd),
-		O:        randomQ8_0(t, rng, "blk.0.attn_output.weight", c.NEmbd, c.NHead*c.HeadDim),
-		FFNNorm:  onesF32(t, "blk.0.ffn_norm.weight", c.NEmbd),
-		Gate:     randomQ8_0(t, rng, "blk.0.ffn_gate.weight", c.NFF, c.NEmbd),
-		Up:       randomQ8_0(t, rng, "blk.0.ffn_up.weight", c.NFF, c.NEmbd),
-		Down:     randomQ8_0(t, rng, "blk.0.ffn_down.weight", c.NEmbd, c.NFF),
-	}}
-	m := &mod.Model{Path: "7B-shape embedding", Config: c, Weights: w}
+	m := oneBlockModel(t, "7B-shape embedding", c, embd, func(name string, rows, cols int) mod.Mat {
+		return randomQ8_0(t, rng, name, rows, cols)
+	})
 
 	run, err := New(dev, m, mod.RoutingRouter, Options{KVType: "f32"})
 	require.NoError(t, err)

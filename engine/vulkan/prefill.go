@@ -225,7 +225,7 @@ func (r *Runner) recordPrefill(n int, all bool) (*vk.Recorder, error) {
 		}
 		r.dispatch(rec, newOp(norm, shaders.RMSNormPush{Cols: d, N: uint32(n), Eps: c.RMSEps}, shaders.RowGroups(uint32(n), norm.spec),
 			rd(a.x, 0, 0), rd(r.w.outputNorm, 0, 0), wr(a.xn, 0, 0)))
-		for _, o := range pf.output.opsInPieces(r.dev.Info().Limits, a.xn, pf.logits, n) {
+		for _, o := range pf.output.opsInPieces(r.ks.prof.MaxStorageBufferRange, r.dev.Info().Limits.MinStorageBufferOffsetAlignment, a.xn, pf.logits, n) {
 			r.dispatch(rec, o)
 		}
 		rec.Copy(pf.logits, pf.host, 0, 0, uint64(n)*vB)

@@ -22,7 +22,7 @@ type weights struct {
 	outputNorm *vk.Buffer // [nEmbd] f32
 	output     mat        // [nVocab][nEmbd]; tokenEmbd's buffer when tied
 	blocks     []block    // [nLayer]
-	ropeFreq   *vk.Buffer // [headDim/2][2] u32, shaders.RopeFreqs
+	ropeFreq   *vk.Buffer // [headDim/2][2] u32: shaders.RopeFreqs of mod.RopeFrequencies, read by every rope site
 }
 
 // block is one transformer block's tensors.
@@ -131,7 +131,7 @@ func (r *Runner) uploadWeights(w *mod.Weights, c mod.Config) error {
 	if g.outputNorm, err = r.uploadVec(&w.OutputNorm); err != nil {
 		return err
 	}
-	if g.ropeFreq, err = r.upload("rope frequencies", u32Bytes(shaders.RopeFreqs(c.HeadDim, c.RopeBase))); err != nil {
+	if g.ropeFreq, err = r.upload("rope frequencies", u32Bytes(shaders.RopeFreqs(mod.RopeFrequencies(c, w.RopeFactors())))); err != nil {
 		return err
 	}
 	g.blocks = make([]block, len(w.Blocks))

@@ -108,8 +108,11 @@ func Build(s Shape, o Options) (*Model, error) {
 		return nil, fmt.Errorf("synth: capacity %g is not in (0, 1]", o.Capacity)
 	}
 	b := &builder{s: s, o: o, scheme: scheme, w: gguf.NewWriter(), hd: s.NEmbd / s.NHead,
-		qm: quant.Model{NLayer: s.NLayer, NHead: s.NHead, NKVHead: s.NKVHead}}
-	b.perm = cycle(s.NVocab, b.rng("permutation", 0))
+		qm: quant.Model{NLayer: s.NLayer, NHead: s.NHead, NKVHead: s.NKVHead, TiedOutput: s.Llama3}}
+	b.perm = cycle(s.cycleMembers(), s.NVocab, b.rng("permutation", 0))
+	if s.Llama3 {
+		b.orbit = b.newOrbit(b.perm)
+	}
 	b.prev = make([]int32, s.NVocab)
 	for i := range b.prev {
 		b.prev[i] = -1
@@ -163,6 +166,13 @@ type builder struct {
 	hd     int     // head width
 	perm   []int32 // [nVocab] the greedy successor of each token; -1 for </s>, <unk>
 	prev   []int32 // [nVocab] the token whose successor this one is; -1 for none
+	orbit  *orbit  // the tied embedding's structure (Llama 3 shapes); nil when untied
+}
+
+// kv is one metadata key and value.
+type kv struct {
+	k string
+	v gguf.Value
 }
 
 // Token ids of the byte-level vocabulary.
@@ -179,24 +189,11 @@ func (b *builder) metadata(name string) error {
 		arch = mod.ArchMoD
 	}
 	ak := func(k string) string { return mod.ArchKey(arch, k) }
-	tokens := make([]string, s.NVocab)
-	scores := make([]float32, s.NVocab)
-	types := make([]int32, s.NVocab)
-	tokens[tokUnk], tokens[tokBOS], tokens[tokEOS] = "<unk>", "<s>", "</s>"
-	types[tokUnk], types[tokBOS], types[tokEOS] = 2, 3, 3 // unknown, control
-	for i := 0; i < 256; i++ {
-		tokens[tokByte0+i], types[tokByte0+i] = fmt.Sprintf("<0x%02X>", i), 6 // byte
+	ropeBase := float32(10000)
+	if s.Llama3 {
+		ropeBase = llama3RopeBase
 	}
-	tokens[tokSpace], types[tokSpace] = "\u2581", 1
-	for i := tokPiece0; i < s.NVocab; i++ {
-		// Plain pieces that no text encodes to (no merge path leads to
-		// them), so prompts are bytes and spaces; the model may emit them.
-		tokens[i], types[i], scores[i] = fmt.Sprintf("\u2581w%d", i-tokPiece0), 1, -float32(i)
-	}
-	kvs := []struct {
-		k string
-		v gguf.Value
-	}{
+	kvs := []kv{
 		{mod.KeyArchitecture, gguf.Scalar(arch)},
 		{mod.KeyName, gguf.Scalar("modrun synthetic " + name)},
 		{mod.KeyFileType, gguf.Scalar(b.scheme.FileType())},
@@ -207,7 +204,7 @@ func (b *builder) metadata(name string) error {
 		{ak(mod.KeyHeadCount), gguf.Scalar(uint32(s.NHead))},
 		{ak(mod.KeyHeadCountKV), gguf.Scalar(uint32(s.NKVHead))},
 		{ak(mod.KeyRMSEpsilon), gguf.Scalar(float32(1e-5))},
-		{ak(mod.KeyRopeFreqBase), gguf.Scalar(float32(10000))},
+		{ak(mod.KeyRopeFreqBase), gguf.Scalar(ropeBase)},
 		{ak(mod.KeyRopeDimCount), gguf.Scalar(uint32(b.hd))},
 		{ak(mod.KeyVocabSize), gguf.Scalar(uint32(s.NVocab))},
 	}
@@ -216,20 +213,44 @@ func (b *builder) metadata(name string) error {
 		for l := 1; l < s.NLayer; l += 2 {
 			routed = append(routed, uint32(l))
 		}
-		kvs = append(kvs, []struct {
-			k string
-			v gguf.Value
-		}{
+		kvs = append(kvs, []kv{
 			{ak(mod.KeyRoutedLayers), gguf.Array(routed)},
 			{ak(mod.KeyCapacity), gguf.Scalar(b.o.Capacity)},
 			{ak(mod.KeyGate), gguf.Scalar(mod.GateSigmoid)},
 			{ak(mod.KeyPredictorHidden), gguf.Scalar(uint32(b.s.NEmbd / 2))},
 		}...)
 	}
-	kvs = append(kvs, []struct {
-		k string
-		v gguf.Value
-	}{
+	if s.Llama3 {
+		kvs = append(kvs, llama3Tokenizer()...)
+	} else {
+		kvs = append(kvs, spmTokenizer(s.NVocab)...)
+	}
+	for _, kv := range kvs {
+		if err := b.w.SetKV(kv.k, kv.v); err != nil {
+			return fmt.Errorf("synth: %w", err)
+		}
+	}
+	return nil
+}
+
+// spmTokenizer is the metadata of a "llama" vocabulary of n tokens:
+// <unk>, <s>, </s>, the 256 byte tokens, "▁" and plain pieces.
+func spmTokenizer(n int) []kv {
+	tokens := make([]string, n)
+	scores := make([]float32, n)
+	types := make([]int32, n)
+	tokens[tokUnk], tokens[tokBOS], tokens[tokEOS] = "<unk>", "<s>", "</s>"
+	types[tokUnk], types[tokBOS], types[tokEOS] = 2, 3, 3 // unknown, control
+	for i := 0; i < 256; i++ {
+		tokens[tokByte0+i], types[tokByte0+i] = fmt.Sprintf("<0x%02X>", i), 6 // byte
+	}
+	tokens[tokSpace], types[tokSpace] = "\u2581", 1
+	for i := tokPiece0; i < n; i++ {
+		// Plain pieces that no text encodes to (no merge path leads to
+		// them), so prompts are bytes and spaces; the model may emit them.
+		tokens[i], types[i], scores[i] = fmt.Sprintf("\u2581w%d", i-tokPiece0), 1, -float32(i)
+	}
+	return []kv{
 		{"tokenizer.ggml.model", gguf.Scalar("llama")},
 		{"tokenizer.ggml.tokens", gguf.Array(tokens)},
 		{"tokenizer.ggml.scores", gguf.Array(scores)},
@@ -239,13 +260,7 @@ func (b *builder) metadata(name string) error {
 		{"tokenizer.ggml.unknown_token_id", gguf.Scalar(uint32(tokUnk))},
 		{"tokenizer.ggml.add_bos_token", gguf.Scalar(true)},
 		{"tokenizer.ggml.add_eos_token", gguf.Scalar(false)},
-	}...)
-	for _, kv := range kvs {
-		if err := b.w.SetKV(kv.k, kv.v); err != nil {
-			return fmt.Errorf("synth: %w", err)
-		}
 	}
-	return nil
 }
 
 // tensors adds every tensor in llama.cpp's order, each made by a fill
@@ -255,11 +270,23 @@ func (b *builder) tensors() error {
 	d, qd, kvd := s.NEmbd, s.NHead*b.hd, s.NKVHead*b.hd
 	inv := func(n int) float64 { return 1 / math.Sqrt(float64(n)) }
 	residual := 1 / math.Sqrt(2*float64(s.NLayer)) // the output matrices' scale (see above)
-	if err := b.rows(mod.TensorTokenEmbd, d, s.NVocab, b.embeddingRow); err != nil {
+	embedding := b.embeddingRow
+	if b.orbit != nil {
+		embedding = b.orbit.row
+		factors, err := llama3RopeFactors(b.hd)
+		if err != nil {
+			return err
+		}
+		if err := b.w.AddFloat32(mod.TensorRopeFreqs, gguf.TypeF32, []uint64{uint64(len(factors))}, factors); err != nil {
+			return fmt.Errorf("synth: %w", err)
+		}
+	}
+	if err := b.rows(mod.TensorTokenEmbd, d, s.NVocab, embedding); err != nil {
 		return err
 	}
 	for l := 0; l < s.NLayer; l++ {
 		bt := func(n string) string { return mod.BlockTensor(l, n) }
+		cycleBlock := b.orbit != nil && l == 0 // its MLP moves a token to its successor (see orbit)
 		for _, t := range []struct {
 			name       string
 			rows, cols int
@@ -273,6 +300,9 @@ func (b *builder) tensors() error {
 			{mod.TensorFFNUp, s.NFF, d, inv(d)},
 			{mod.TensorFFNDown, d, s.NFF, residual * inv(s.NFF)},
 		} {
+			if cycleBlock && (t.name == mod.TensorFFNGate || t.name == mod.TensorFFNUp || t.name == mod.TensorFFNDown) {
+				continue
+			}
 			if err := b.matrix(bt(t.name), t.rows, t.cols, t.std); err != nil {
 				return err
 			}
@@ -282,14 +312,32 @@ func (b *builder) tensors() error {
 				return err
 			}
 		}
+		if cycleBlock {
+			if err := b.cycleMLP(b.orbit, b.normWeights(bt(mod.TensorFFNNorm))); err != nil {
+				return err
+			}
+		}
 		if b.o.Capacity > 0 && l%2 == 1 {
 			if err := b.router(l); err != nil {
 				return err
 			}
 		}
 	}
-	if err := b.norm(mod.TensorOutputNorm); err != nil {
-		return err
+	outNorm := b.normWeights(mod.TensorOutputNorm)
+	if b.orbit != nil {
+		// Tied logits are e_j · hn, |hn| = sqrt(d): over |e| they are as
+		// large as an untied shape's (about sqrt(d) for the successor), so
+		// that float32 sums in another order stay far below the validation
+		// tolerance, as there.
+		for i := range outNorm {
+			outNorm[i] /= b.orbit.norm()
+		}
+	}
+	if err := b.w.AddFloat32(mod.TensorOutputNorm, gguf.TypeF32, []uint64{uint64(len(outNorm))}, outNorm); err != nil {
+		return fmt.Errorf("synth: %w", err)
+	}
+	if b.orbit != nil {
+		return nil // tied: the output is token_embd
 	}
 	return b.rows(mod.TensorOutput, d, s.NVocab, b.outputRow)
 }
@@ -444,28 +492,33 @@ func (b *builder) outputRow(j int, dst []float32) {
 
 // norm adds an RMSNorm weight, 1 ± normJitter.
 func (b *builder) norm(name string) error {
+	v := b.normWeights(name)
+	return b.w.AddFloat32(name, gguf.TypeF32, []uint64{uint64(len(v))}, v)
+}
+
+// normWeights are the values of the RMSNorm weight name.
+func (b *builder) normWeights(name string) []float32 {
 	v := make([]float32, b.s.NEmbd)
 	b.uniform(v, name, 0, normJitter/math.Sqrt(3))
 	for i := range v {
 		v[i]++
 	}
-	return b.w.AddFloat32(name, gguf.TypeF32, []uint64{uint64(len(v))}, v)
+	return v
 }
 
-// cycle is a random cyclic permutation (Sattolo's algorithm) through every
-// token but </s> and <unk>, as successor[token]; those two get -1.
-func cycle(n int, g *rand.PCG) []int32 {
-	members := []int32{tokBOS}
-	for t := tokByte0; t < n; t++ {
-		members = append(members, int32(t))
-	}
+// cycle is a random cyclic permutation (Sattolo's algorithm) through the
+// members of a vocabulary of n, as successor[token]; the others get -1.
+func cycle(members []int32, n int, g *rand.PCG) []int32 {
+	members = slices.Clone(members)
 	r := rand.New(g)
 	for i := len(members) - 1; i > 0; i-- {
 		j := r.IntN(i)
 		members[i], members[j] = members[j], members[i]
 	}
 	next := make([]int32, n)
-	next[tokUnk], next[tokEOS] = -1, -1
+	for i := range next {
+		next[i] = -1
+	}
 	for i, t := range members {
 		next[t] = members[(i+1)%len(members)]
 	}

@@ -97,27 +97,38 @@ func TestGreedyWalksTheCycleByAWideMargin(t *testing.T) {
 	}
 }
 
-// checkGreedyCycle decodes 24 greedy tokens of m (built with seed) after a
-// prompt and checks each is the successor the builder chose, by a margin.
-func checkGreedyCycle(t *testing.T, m *Model, seed uint64, what string) {
-	b := &builder{s: m.Shape, o: Options{Seed: seed}}
-	next := cycle(m.Shape.NVocab, b.rng("permutation", 0))
-	tok, err := tokenizer.FromGGUF(m.File)
-	require.NoError(t, err)
-	ids, err := tok.Encode("Once upon a time", true)
-	require.NoError(t, err)
+// walkGreedy decodes steps greedy tokens after prompt on the CPU, requires
+// each to be the successor next gives the previous token, passes each to
+// check, and returns the smallest top-1 - top-2 logit gap.
+func walkGreedy(t *testing.T, m *Model, prompt, next []int32, steps int, check func(tok int32), what string, args ...any) float64 {
+	t.Helper()
 	st, err := m.NewState(mod.RoutingRouter)
 	require.NoError(t, err)
-	last := ids
+	last := prompt
 	minMargin := math.Inf(1)
-	for step := 0; step < 24; step++ {
+	for step := 0; step < steps; step++ {
 		logits, err := st.Forward(last, false)
 		require.NoError(t, err)
 		top, second := top2(logits)
 		minMargin = math.Min(minMargin, float64(logits[top]-logits[second]))
-		require.Equal(t, next[last[len(last)-1]], int32(top), "%s step %d", what, step)
+		require.Equal(t, next[last[len(last)-1]], int32(top), "%s: step %d", fmt.Sprintf(what, args...), step)
+		check(int32(top))
 		last = []int32{int32(top)}
 	}
+	return minMargin
+}
+
+// checkGreedyCycle decodes 24 greedy tokens of m (built with seed) after a
+// prompt and checks each is the successor the builder chose, by a margin.
+func checkGreedyCycle(t *testing.T, m *Model, seed uint64, what string) {
+	t.Helper()
+	b := &builder{s: m.Shape, o: Options{Seed: seed}}
+	next := cycle(m.Shape.cycleMembers(), m.Shape.NVocab, b.rng("permutation", 0))
+	tok, err := tokenizer.FromGGUF(m.File)
+	require.NoError(t, err)
+	ids, err := tok.Encode("Once upon a time", true)
+	require.NoError(t, err)
+	minMargin := walkGreedy(t, m, ids, next, 24, func(int32) {}, "%s", what)
 	assert.Greater(t, minMargin, 3.0, "%s: smallest top-1 - top-2 logit gap", what)
 	t.Logf("%s: smallest greedy margin %.2f", what, minMargin)
 }
