@@ -26,7 +26,7 @@ type modelFlags struct {
 
 func (mf *modelFlags) register(fs *flag.FlagSet, defaultRouting, routingHelp string) {
 	fs.StringVar(&mf.path, "m", "", "model `FILE`.gguf (required)")
-	fs.StringVar(&mf.backend, "backend", "auto", "auto (a Vulkan GPU if any, else the CPU) | cpu | vulkan (any Vulkan device, lavapipe too)")
+	fs.StringVar(&mf.backend, "backend", "auto", "auto (a Vulkan GPU if any, else the CPU) | cpu (fast: all cores, SIMD) | reference (mod's plain Go forward pass, the oracle) | vulkan (any Vulkan device, lavapipe too)")
 	fs.IntVar(&mf.device, "device", -1, "Vulkan device `N` (see modrun devices; default $MODRUN_DEVICE or the best)")
 	fs.StringVar(&mf.routing, "routing", defaultRouting, routingHelp)
 }
@@ -101,9 +101,9 @@ func (mf *modelFlags) load(routingSet bool) (*loaded, error) {
 		return nil, fmt.Errorf("%w: -m FILE.gguf is required", errUsage)
 	}
 	switch mf.backend {
-	case engine.BackendAuto, engine.BackendCPU, engine.BackendVulkan:
+	case engine.BackendAuto, engine.BackendCPU, engine.BackendReference, engine.BackendVulkan:
 	default:
-		return nil, fmt.Errorf("%w: --backend %q is not auto, cpu or vulkan", errUsage, mf.backend)
+		return nil, fmt.Errorf("%w: --backend %q is not auto, cpu, reference or vulkan", errUsage, mf.backend)
 	}
 	routing, err := mod.ParseRouting(mf.routing)
 	if err != nil {
@@ -251,9 +251,9 @@ func (mf *modelFlags) options() (api.Options, error) {
 		return api.Options{}, fmt.Errorf("%w: -m FILE.gguf is required", errUsage)
 	}
 	switch mf.backend {
-	case engine.BackendAuto, engine.BackendCPU, engine.BackendVulkan:
+	case engine.BackendAuto, engine.BackendCPU, engine.BackendReference, engine.BackendVulkan:
 	default:
-		return api.Options{}, fmt.Errorf("%w: --backend %q is not auto, cpu or vulkan", errUsage, mf.backend)
+		return api.Options{}, fmt.Errorf("%w: --backend %q is not auto, cpu, reference or vulkan", errUsage, mf.backend)
 	}
 	r, err := mod.ParseRouting(mf.routing)
 	if err == nil && r == mod.RoutingTopK {

@@ -1,0 +1,174 @@
+#include "textflag.h"
+
+// The amd64 kernels of kernels.go (AVX2, FMA, F16C). Go assembler operand
+// order: sources first, destination last.
+
+// func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL eaxArg+0(FP), AX
+	MOVL ecxArg+4(FP), CX
+	CPUID
+	MOVL AX, eax+8(FP)
+	MOVL BX, ebx+12(FP)
+	MOVL CX, ecx+16(FP)
+	MOVL DX, edx+20(FP)
+	RET
+
+// func xgetbv0() (eax, edx uint32)
+TEXT ·xgetbv0(SB), NOSPLIT, $0-8
+	MOVL $0, CX
+	XGETBV
+	MOVL AX, eax+0(FP)
+	MOVL DX, edx+4(FP)
+	RET
+
+// Signed int8 products without a signed-by-signed multiply: |w| (unsigned)
+// times x carrying w's sign, VPMADDUBSW summing pairs into int16 (at most
+// 2·128·127, no saturation), VPMADDWD by ones summing pairs into int32.
+// Then the block's 8 partial sums are scaled by wd·xd into 8 float lanes.
+
+// func q8DotAVX2(w, x *int8, wd, xd *float32, nb int) float32
+TEXT ·q8DotAVX2(SB), NOSPLIT, $0-44
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ wd+16(FP), R8
+	MOVQ xd+24(FP), R9
+	MOVQ nb+32(FP), CX
+	VXORPS Y0, Y0, Y0
+	VPCMPEQW Y7, Y7, Y7
+	VPSRLW $15, Y7, Y7 // int16 ones
+
+q8loop:
+	TESTQ CX, CX
+	JZ    q8done
+	VMOVDQU (SI), Y1
+	VMOVDQU (DI), Y2
+	VPSIGNB Y1, Y1, Y3     // |w|
+	VPSIGNB Y1, Y2, Y4     // x with w's sign
+	VPMADDUBSW Y4, Y3, Y5
+	VPMADDWD Y7, Y5, Y5
+	VCVTDQ2PS Y5, Y5
+	VMOVSS (R8), X6
+	VMULSS (R9), X6, X6
+	VBROADCASTSS X6, Y6
+	VFMADD231PS Y5, Y6, Y0
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JMP  q8loop
+
+q8done:
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+40(FP)
+	RET
+
+// func q4DotAVX2(w *byte, x *int8, wd, xd *float32, nb int) float32
+TEXT ·q4DotAVX2(SB), NOSPLIT, $0-44
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ wd+16(FP), R8
+	MOVQ xd+24(FP), R9
+	MOVQ nb+32(FP), CX
+	VXORPS Y0, Y0, Y0
+	VPCMPEQW Y7, Y7, Y7
+	VPSRLW $15, Y7, Y7 // int16 ones
+	MOVL $0x0f0f0f0f, AX
+	MOVD AX, X8
+	VPBROADCASTD X8, Y8 // low-nibble mask
+	MOVL $0x08080808, AX
+	MOVD AX, X9
+	VPBROADCASTD X9, Y9 // the bias, 8
+
+q4loop:
+	TESTQ CX, CX
+	JZ    q4done
+	VMOVDQU (SI), X1
+	VPSRLW $4, X1, X2
+	VINSERTI128 $1, X2, Y1, Y1 // elements 0-15 low nibbles, 16-31 high
+	VPAND Y8, Y1, Y1
+	VPSUBB Y9, Y1, Y1          // -8..7
+	VMOVDQU (DI), Y2
+	VPSIGNB Y1, Y1, Y3
+	VPSIGNB Y1, Y2, Y4
+	VPMADDUBSW Y4, Y3, Y5
+	VPMADDWD Y7, Y5, Y5
+	VCVTDQ2PS Y5, Y5
+	VMOVSS (R8), X6
+	VMULSS (R9), X6, X6
+	VBROADCASTSS X6, Y6
+	VFMADD231PS Y5, Y6, Y0
+	ADDQ $16, SI
+	ADDQ $32, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JMP  q4loop
+
+q4done:
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+40(FP)
+	RET
+
+// func f32DotAVX2(w, x *float32, n int) float32  (n a multiple of 8)
+TEXT ·f32DotAVX2(SB), NOSPLIT, $0-28
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	VXORPS Y0, Y0, Y0
+
+f32loop:
+	TESTQ CX, CX
+	JZ    f32done
+	VMOVUPS (SI), Y1
+	VFMADD231PS (DI), Y1, Y0
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JMP  f32loop
+
+f32done:
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
+	RET
+
+// func f16DotAVX2(w *uint16, x *float32, n int) float32  (n a multiple of 8)
+TEXT ·f16DotAVX2(SB), NOSPLIT, $0-28
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	VXORPS Y0, Y0, Y0
+
+f16loop:
+	TESTQ CX, CX
+	JZ    f16done
+	VCVTPH2PS (SI), Y1
+	VFMADD231PS (DI), Y1, Y0
+	ADDQ $16, SI
+	ADDQ $32, DI
+	DECQ CX
+	JMP  f16loop
+
+f16done:
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
+	RET

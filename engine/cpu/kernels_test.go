@@ -1,0 +1,110 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modrun/modrun/gguf"
+)
+
+func randInt8(g *rand.Rand, n int) []int8 {
+	v := make([]int8, n)
+	for i := range v {
+		v[i] = int8(g.IntN(255) - 127)
+	}
+	return v
+}
+
+func randF32(g *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(g.NormFloat64())
+	}
+	return v
+}
+
+// Each kernel, on both paths, equals a float64 sum of the same products
+// over ragged lengths (blocks: 1, 3, 9, 24; floats: tails past a multiple
+// of 8). The integer block sums are exact on both paths; only the float32
+// accumulation of scaled block sums differs, hence a relative 1e-5.
+func TestKernels(t *testing.T) {
+	g := rand.New(rand.NewPCG(1, 2))
+	kernelPaths(t, func(t *testing.T) {
+		for _, nb := range []int{1, 3, 9, 24} {
+			n := nb * blockLen
+			w, x := randInt8(g, n), randInt8(g, n)
+			w[0], x[1] = -128, -127 // the extremes VPSIGNB and VPMADDUBSW must take
+			wd, xd := randF32(g, nb), randF32(g, nb)
+			q4 := make([]byte, n/2)
+			for i := range q4 {
+				q4[i] = byte(g.IntN(256))
+			}
+			var want8, want4 float64
+			for b := range nb {
+				var s8, s4 int64
+				for j := range blockLen {
+					s8 += int64(w[b*blockLen+j]) * int64(x[b*blockLen+j])
+					nib := q4[b*16+j%16] & 0x0f
+					if j >= 16 {
+						nib = q4[b*16+j%16] >> 4
+					}
+					s4 += (int64(nib) - 8) * int64(x[b*blockLen+j])
+				}
+				want8 += float64(wd[b]) * float64(xd[b]) * float64(s8)
+				want4 += float64(wd[b]) * float64(xd[b]) * float64(s4)
+			}
+			assertClose(t, want8, dotQ8(w, x, wd, xd), fmt.Sprintf("q8 %d blocks", nb))
+			assertClose(t, want4, dotQ4(q4, x, wd, xd), fmt.Sprintf("q4 %d blocks", nb))
+		}
+		for _, n := range []int{1, 7, 8, 13, 48, 288, 301} {
+			a, b := randF32(g, n), randF32(g, n)
+			h := make([]uint16, n)
+			var want32, want16 float64
+			for i := range a {
+				h[i] = gguf.F32ToF16(a[i])
+				want32 += float64(a[i]) * float64(b[i])
+				want16 += float64(gguf.F16ToF32(h[i])) * float64(b[i])
+			}
+			assertClose(t, want32, dotF32(a, b), fmt.Sprintf("f32 %d", n))
+			assertClose(t, want16, dotF16(h, b), fmt.Sprintf("f16 %d", n))
+		}
+	})
+}
+
+// scale is the sum's magnitude the error is relative to: the terms can
+// cancel, so relative to the result alone would demand the impossible.
+func assertClose(t *testing.T, want float64, got float32, what string) {
+	t.Helper()
+	assert.InDelta(t, want, float64(got), 1e-5*math.Max(1, math.Abs(want))*10, what)
+}
+
+// quantizeRow rounds each element to the nearest step of its block's
+// max|x|/127: the error is at most half a step, the largest element is
+// ±127 exactly, and a block of zeros stays zero.
+func TestQuantizeRow(t *testing.T) {
+	g := rand.New(rand.NewPCG(3, 4))
+	x := randF32(g, 4*blockLen)
+	clear(x[2*blockLen : 3*blockLen])
+	q, d := make([]int8, len(x)), make([]float32, 4)
+	quantizeRow(q, d, x)
+	for b := range d {
+		var amax float32
+		for j := range blockLen {
+			amax = max(amax, float32(math.Abs(float64(x[b*blockLen+j]))))
+		}
+		require.InDelta(t, amax/127, d[b], 1e-9, "block %d scale", b)
+		for j := range blockLen {
+			i := b*blockLen + j
+			assert.InDelta(t, x[i], float32(q[i])*d[b], float64(d[b])/2+1e-7, "element %d", i)
+			if amax > 0 && (x[i] == amax || x[i] == -amax) {
+				assert.EqualValues(t, 127, max(q[i], -q[i]), "element %d is its block's largest", i)
+			}
+		}
+	}
+	assert.Equal(t, make([]int8, blockLen), q[2*blockLen:3*blockLen])
+}
