@@ -38,6 +38,24 @@ func dotQ8(w, x []int8, wd, xd []float32) float32 {
 	return dotQ8Go(w, x, wd, xd)
 }
 
+// dotQ8x4 is dotQ8 of four consecutive weight rows (w and wd hold at
+// least four rows of cols) with one row of activations: the activations
+// are loaded once for the four.
+func dotQ8x4(w []int8, wd []float32, x []int8, xd []float32, cols int, out *[4]float32) {
+	if useSIMD {
+		dotQ8x4SIMD(w, wd, x, xd, cols, out)
+		return
+	}
+	dotQ8x4Go(w, wd, x, xd, cols, out)
+}
+
+func dotQ8x4Go(w []int8, wd []float32, x []int8, xd []float32, cols int, out *[4]float32) {
+	nb := cols / blockLen
+	for r := range out {
+		out[r] = dotQ8Go(w[r*cols:(r+1)*cols], x, wd[r*nb:(r+1)*nb], xd)
+	}
+}
+
 // dotQ4 is dotQ8 for a Q4_0 row: w holds 16 bytes per block, element j in
 // the low nibble of byte j and element j+16 in its high nibble, each
 // biased by 8 (ggml's layout).

@@ -172,3 +172,66 @@ f16done:
 	VZEROUPPER
 	MOVSS X0, ret+24(FP)
 	RET
+
+// One block of one row for q8x4AVX2: Y2 holds the activations, Y7 int16
+// ones; w at off(SI)(row stride R10), its scale at off(R8)(R11); X12 the
+// activations' scale. Adds into acc.
+#define Q8ROW(wq, ws, acc) \
+	VMOVDQU wq, Y1; \
+	VPSIGNB Y1, Y1, Y3; \
+	VPSIGNB Y1, Y2, Y4; \
+	VPMADDUBSW Y4, Y3, Y5; \
+	VPMADDWD Y7, Y5, Y5; \
+	VCVTDQ2PS Y5, Y5; \
+	VMULSS ws, X12, X6; \
+	VBROADCASTSS X6, Y6; \
+	VFMADD231PS Y5, Y6, acc
+
+// func q8x4AVX2(w *int8, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
+// Four weight rows (w, w+wstride, ...; scales wd, wd+dstride floats, ...)
+// dotted with one row of activations: out[0..3].
+TEXT ·q8x4AVX2(SB), NOSPLIT, $0-64
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), R10
+	MOVQ wd+16(FP), R8
+	MOVQ dstride+24(FP), R11
+	SHLQ $2, R11
+	MOVQ x+32(FP), DI
+	MOVQ xd+40(FP), R9
+	MOVQ nb+48(FP), CX
+	LEAQ (R10)(R10*2), R12 // 3 strides
+	LEAQ (R11)(R11*2), R13
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VPCMPEQW Y7, Y7, Y7
+	VPSRLW $15, Y7, Y7
+
+q8x4loop:
+	TESTQ CX, CX
+	JZ    q8x4done
+	VMOVDQU (DI), Y2
+	VMOVSS (R9), X12
+	Q8ROW((SI), (R8), Y8)
+	Q8ROW((SI)(R10*1), (R8)(R11*1), Y9)
+	Q8ROW((SI)(R10*2), (R8)(R11*2), Y10)
+	Q8ROW((SI)(R12*1), (R8)(R13*1), Y11)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JMP  q8x4loop
+
+q8x4done:
+	// Four horizontal sums at once: pairs, then quads, then halves.
+	VHADDPS Y9, Y8, Y8    // [a01 a23 b01 b23 | a45 a67 b45 b67]
+	VHADDPS Y11, Y10, Y10 // the same for c, d
+	VHADDPS Y10, Y8, Y8   // [a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7]
+	VEXTRACTF128 $1, Y8, X1
+	VADDPS X1, X8, X8
+	MOVQ out+56(FP), AX
+	VMOVUPS X8, (AX)
+	VZEROUPPER
+	RET

@@ -9,3 +9,7 @@ func dotQ8SIMD(w, x []int8, wd, xd []float32) float32        { return dotQ8Go(w,
 func dotQ4SIMD(w []byte, x []int8, wd, xd []float32) float32 { return dotQ4Go(w, x, wd, xd) }
 func dotF32SIMD(w, x []float32) float32                      { return dotF32Go(w, x) }
 func dotF16SIMD(w []uint16, x []float32) float32             { return dotF16Go(w, x) }
+
+func dotQ8x4SIMD(w []int8, wd []float32, x []int8, xd []float32, cols int, out *[4]float32) {
+	dotQ8x4Go(w, wd, x, xd, cols, out)
+}

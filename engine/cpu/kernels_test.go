@@ -108,3 +108,22 @@ func TestQuantizeRow(t *testing.T) {
 	}
 	assert.Equal(t, make([]int8, blockLen), q[2*blockLen:3*blockLen])
 }
+
+// dotQ8x4 is four dotQ8 calls, on both paths, over ragged row counts of
+// blocks.
+func TestDotQ8x4(t *testing.T) {
+	g := rand.New(rand.NewPCG(5, 6))
+	kernelPaths(t, func(t *testing.T) {
+		for _, nb := range []int{1, 3, 9, 24} {
+			cols := nb * blockLen
+			w, x := randInt8(g, 4*cols), randInt8(g, cols)
+			wd, xd := randF32(g, 4*nb), randF32(g, nb)
+			var got [4]float32
+			dotQ8x4(w, wd, x, xd, cols, &got)
+			for r := range got {
+				want := dotQ8Go(w[r*cols:(r+1)*cols], x, wd[r*nb:(r+1)*nb], xd)
+				assertClose(t, float64(want), got[r], fmt.Sprintf("%d blocks row %d", nb, r))
+			}
+		}
+	})
+}

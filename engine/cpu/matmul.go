@@ -64,7 +64,18 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 		}
 		for t0 := 0; t0 < n; t0 += tokenTile {
 			t1 := min(n, t0+tokenTile)
-			for i := lo; i < hi; i++ {
+			i := lo
+			if w.kind == kindQ8 { // four rows at a time, each activation row loaded once for them
+				var four [4]float32
+				for ; i+4 <= hi; i += 4 {
+					wq, wd := w.q8[i*cols:(i+4)*cols], w.d[i*nb:(i+4)*nb]
+					for s := t0; s < t1; s++ {
+						dotQ8x4(wq, wd, x.q[s*cols:(s+1)*cols], x.d[s*nb:(s+1)*nb], cols, &four)
+						copy(out[s*w.rows+i:s*w.rows+i+4], four[:])
+					}
+				}
+			}
+			for ; i < hi; i++ {
 				switch w.kind {
 				case kindQ8:
 					wq, wd := w.q8[i*cols:(i+1)*cols], w.d[i*nb:(i+1)*nb]
