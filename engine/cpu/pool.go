@@ -13,18 +13,18 @@ import (
 // are shared with other programs, a worker the OS has descheduled simply
 // takes no share, instead of making the caller wait for a fixed one.
 type pool struct {
-	workers int          // including the caller
+	workers int           // including the caller
 	wake    []chan *split // one per worker goroutine
 	mu      sync.Mutex    // one split at a time
 }
 
 // split is one call of run: shares of [0, n), each `share` long.
 type split struct {
-	fn     func(lo, hi int)
-	n      int
-	share  int
-	next   atomic.Int64 // the next share's start
-	done   atomic.Int64 // rows finished
+	fn    func(lo, hi int)
+	n     int
+	share int
+	next  atomic.Int64 // the next share's start
+	done  atomic.Int64 // rows finished
 }
 
 var (
