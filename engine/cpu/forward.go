@@ -246,24 +246,15 @@ func (r *Runner) attend(out, q, k, v []float32, base, n int) {
 	jobs := n * nHead
 	grain := max(1, 8192/((base+n)*hd)) // jobs per share: enough work to hand off
 	r.pool.run(jobs, grain, func(lo, hi int) {
-		scores := make([]float32, base+n)
+		sc := make([]float32, base+n)
 		for job := lo; job < hi; job++ {
 			i, h := job/nHead, job%nHead
 			kvh := h / group
 			qi := q[i*qd+h*hd : i*qd+(h+1)*hd]
 			m := base + i + 1
-			for e, off := 0, kvh*hd; e < m; e, off = e+1, off+kvd {
-				scores[e] = dotF32(qi, k[off:off+hd]) * scale
-			}
-			mod.Softmax(scores[:m])
-			oi := out[i*qd+h*hd : i*qd+(h+1)*hd]
-			clear(oi)
-			for e, off := 0, kvh*hd; e < m; e, off = e+1, off+kvd {
-				ve, p := v[off:off+hd], scores[e]
-				for j := range oi {
-					oi[j] += p * ve[j]
-				}
-			}
+			scores(sc[:m], qi, k[kvh*hd:], kvd, hd, scale)
+			mod.Softmax(sc[:m])
+			mix(out[i*qd+h*hd:i*qd+(h+1)*hd], v[kvh*hd:], kvd, sc[:m])
 		}
 	})
 }

@@ -82,6 +82,57 @@ func dotF16(w []uint16, x []float32) float32 {
 	return dotF16Go(w, x)
 }
 
+// scores is attention's out[e] = scale·q·k_e for the len(out) keys k_e =
+// k[e·stride : e·stride+hd].
+func scores(out, q, k []float32, stride, hd int, scale float32) {
+	if useSIMD {
+		scoresSIMD(out, q, k, stride, hd, scale)
+		return
+	}
+	scoresGo(out, q, k, stride, hd, scale)
+}
+
+// mix is attention's out = Σ_e p[e]·v_e for the len(p) values v_e =
+// v[e·stride : e·stride+len(out)].
+func mix(out, v []float32, stride int, p []float32) {
+	if useSIMD {
+		mixSIMD(out, v, stride, p)
+		return
+	}
+	mixGo(out, v, stride, p)
+}
+
+// f16Row decodes a row of halves.
+func f16Row(dst []float32, src []uint16) {
+	if useSIMD {
+		f16RowSIMD(dst, src)
+		return
+	}
+	f16RowGo(dst, src)
+}
+
+func scoresGo(out, q, k []float32, stride, hd int, scale float32) {
+	for e := range out {
+		out[e] = dotF32Go(q, k[e*stride:e*stride+hd]) * scale
+	}
+}
+
+func mixGo(out, v []float32, stride int, p []float32) {
+	clear(out)
+	for e, pe := range p {
+		ve := v[e*stride : e*stride+len(out)]
+		for j := range out {
+			out[j] += pe * ve[j]
+		}
+	}
+}
+
+func f16RowGo(dst []float32, src []uint16) {
+	for j, h := range src {
+		dst[j] = f16Table[h]
+	}
+}
+
 func dotQ8Go(w, x []int8, wd, xd []float32) float32 {
 	var sum float32
 	for b := range wd {

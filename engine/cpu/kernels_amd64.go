@@ -28,6 +28,15 @@ func q8x4AVX2(w *int8, wstride int, wd *float32, dstride int, x *int8, xd *float
 func q4DotAVX2(w *byte, x *int8, wd, xd *float32, nb int) float32
 
 //go:noescape
+func f32ScoresAVX2(q, k *float32, stride, m, hd int, scale float32, out *float32)
+
+//go:noescape
+func f32MixAVX2(out, v *float32, stride, m, hd int, p *float32)
+
+//go:noescape
+func f16ToF32AVX2(dst *float32, src *uint16, n int)
+
+//go:noescape
 func f32DotAVX2(w, x *float32, n int) float32
 
 //go:noescape
@@ -88,4 +97,35 @@ func dotF16SIMD(w []uint16, x []float32) float32 {
 		s += f16Table[w[j]] * x[j]
 	}
 	return s
+}
+
+func scoresSIMD(out, q, k []float32, stride, hd int, scale float32) {
+	m := len(out)
+	if hd%8 != 0 || m == 0 {
+		scoresGo(out, q, k, stride, hd, scale)
+		return
+	}
+	_, _ = q[hd-1], k[(m-1)*stride+hd-1]
+	f32ScoresAVX2(&q[0], &k[0], stride, m, hd, scale, &out[0])
+}
+
+func mixSIMD(out, v []float32, stride int, p []float32) {
+	hd, m := len(out), len(p)
+	if hd%8 != 0 || m == 0 {
+		mixGo(out, v, stride, p)
+		return
+	}
+	_ = v[(m-1)*stride+hd-1]
+	f32MixAVX2(&out[0], &v[0], stride, m, hd, &p[0])
+}
+
+func f16RowSIMD(dst []float32, src []uint16) {
+	n := len(src) &^ 7
+	if n > 0 {
+		_ = dst[n-1]
+		f16ToF32AVX2(&dst[0], &src[0], n)
+	}
+	for j := n; j < len(src); j++ {
+		dst[j] = f16Table[src[j]]
+	}
 }

@@ -235,3 +235,112 @@ q8x4done:
 	VMOVUPS X8, (AX)
 	VZEROUPPER
 	RET
+
+// func f32ScoresAVX2(q, k *float32, stride, m, hd int, scale float32, out *float32)
+// out[e] = scale · q[0:hd]·k[e·stride : e·stride+hd] for e < m; hd a
+// multiple of 8, stride in floats.
+TEXT ·f32ScoresAVX2(SB), NOSPLIT, $0-56
+	MOVQ q+0(FP), SI
+	MOVQ k+8(FP), DI
+	MOVQ stride+16(FP), R10
+	SHLQ $2, R10
+	MOVQ m+24(FP), CX
+	MOVQ hd+32(FP), R11
+	SHRQ $3, R11
+	VBROADCASTSS scale+40(FP), X13
+	MOVQ out+48(FP), AX
+
+scoreEntry:
+	TESTQ CX, CX
+	JZ    scoreDone
+	VXORPS Y0, Y0, Y0
+	MOVQ  R11, DX
+	XORQ  BX, BX
+
+scoreLoop:
+	VMOVUPS (SI)(BX*1), Y1
+	VFMADD231PS (DI)(BX*1), Y1, Y0
+	ADDQ $32, BX
+	DECQ DX
+	JNZ  scoreLoop
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMULSS X13, X0, X0
+	MOVSS X0, (AX)
+	ADDQ $4, AX
+	ADDQ R10, DI
+	DECQ CX
+	JMP  scoreEntry
+
+scoreDone:
+	VZEROUPPER
+	RET
+
+// func f32MixAVX2(out, v *float32, stride, m, hd int, p *float32)
+// out[0:hd] = Σ_e p[e]·v[e·stride : e·stride+hd] for e < m; hd a
+// multiple of 8.
+TEXT ·f32MixAVX2(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), SI
+	MOVQ v+8(FP), DI
+	MOVQ stride+16(FP), R10
+	SHLQ $2, R10
+	MOVQ m+24(FP), CX
+	MOVQ hd+32(FP), R11
+	SHRQ $3, R11
+	MOVQ p+40(FP), AX
+	// clear out
+	VXORPS Y0, Y0, Y0
+	MOVQ R11, DX
+	XORQ BX, BX
+
+mixClear:
+	VMOVUPS Y0, (SI)(BX*1)
+	ADDQ $32, BX
+	DECQ DX
+	JNZ  mixClear
+
+mixEntry:
+	TESTQ CX, CX
+	JZ    mixDone
+	VBROADCASTSS (AX), Y2
+	MOVQ R11, DX
+	XORQ BX, BX
+
+mixLoop:
+	VMOVUPS (SI)(BX*1), Y1
+	VFMADD231PS (DI)(BX*1), Y2, Y1
+	VMOVUPS Y1, (SI)(BX*1)
+	ADDQ $32, BX
+	DECQ DX
+	JNZ  mixLoop
+	ADDQ $4, AX
+	ADDQ R10, DI
+	DECQ CX
+	JMP  mixEntry
+
+mixDone:
+	VZEROUPPER
+	RET
+
+// func f16ToF32AVX2(dst *float32, src *uint16, n int)  (n a multiple of 8)
+TEXT ·f16ToF32AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+
+cvtLoop:
+	TESTQ CX, CX
+	JZ    cvtDone
+	VCVTPH2PS (SI), Y1
+	VMOVUPS Y1, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	DECQ CX
+	JMP  cvtLoop
+
+cvtDone:
+	VZEROUPPER
+	RET

@@ -13,3 +13,9 @@ func dotF16SIMD(w []uint16, x []float32) float32             { return dotF16Go(w
 func dotQ8x4SIMD(w []int8, wd []float32, x []int8, xd []float32, cols int, out *[4]float32) {
 	dotQ8x4Go(w, wd, x, xd, cols, out)
 }
+
+func scoresSIMD(out, q, k []float32, stride, hd int, scale float32) {
+	scoresGo(out, q, k, stride, hd, scale)
+}
+func mixSIMD(out, v []float32, stride int, p []float32) { mixGo(out, v, stride, p) }
+func f16RowSIMD(dst []float32, src []uint16)            { f16RowGo(dst, src) }

@@ -127,3 +127,43 @@ func TestDotQ8x4(t *testing.T) {
 		}
 	})
 }
+
+// Attention's kernels and the half decoder, on both paths, against plain
+// float64 loops: head sizes a multiple of 8 (the SIMD case) and not.
+func TestAttentionKernels(t *testing.T) {
+	g := rand.New(rand.NewPCG(7, 8))
+	kernelPaths(t, func(t *testing.T) {
+		for _, hd := range []int{8, 12, 48, 64} {
+			const m, stride = 5, 200
+			q, k := randF32(g, hd), randF32(g, m*stride)
+			got := make([]float32, m)
+			scores(got, q, k, stride, hd, 0.5)
+			for e := range got {
+				var want float64
+				for j := range hd {
+					want += float64(q[j]) * float64(k[e*stride+j])
+				}
+				assertClose(t, 0.5*want, got[e], fmt.Sprintf("scores hd %d entry %d", hd, e))
+			}
+			p := randF32(g, m)
+			out := randF32(g, hd) // mix overwrites it
+			mix(out, k, stride, p)
+			for j := range out {
+				var want float64
+				for e := range p {
+					want += float64(p[e]) * float64(k[e*stride+j])
+				}
+				assertClose(t, want, out[j], fmt.Sprintf("mix hd %d element %d", hd, j))
+			}
+			h := make([]uint16, hd+3)
+			for i := range h {
+				h[i] = gguf.F32ToF16(float32(g.NormFloat64()))
+			}
+			dec := make([]float32, len(h))
+			f16Row(dec, h)
+			for i := range h {
+				assert.Equal(t, gguf.F16ToF32(h[i]), dec[i], "f16 %d of %d", i, len(h))
+			}
+		}
+	})
+}

@@ -58,8 +58,8 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 	}
 	n, cols, nb := x.n, w.cols, w.cols/blockLen
 	r.pool.run(w.rows, rowGrain, func(lo, hi int) {
-		var row []float32 // kindRows: the decoded weight row
-		if w.kind == kindRows {
+		var row []float32 // kindRows, kindF16: a decoded weight row
+		if w.kind == kindRows || w.kind == kindF16 {
 			row = make([]float32, cols)
 		}
 		for t0 := 0; t0 < n; t0 += tokenTile {
@@ -94,8 +94,13 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 					}
 				case kindF16:
 					wr := w.f16[i*cols : (i+1)*cols]
+					if t1-t0 == 1 {
+						out[t0*w.rows+i] = dotF16(wr, x.f[t0*cols:(t0+1)*cols])
+						continue
+					}
+					f16Row(row, wr) // decoded once for the tile's rows
 					for s := t0; s < t1; s++ {
-						out[s*w.rows+i] = dotF16(wr, x.f[s*cols:(s+1)*cols])
+						out[s*w.rows+i] = dotF32(row, x.f[s*cols:(s+1)*cols])
 					}
 				case kindRows:
 					w.src.Row(i, row)
