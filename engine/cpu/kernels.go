@@ -56,6 +56,22 @@ func dotQ8x4Go(w []int8, wd []float32, x []int8, xd []float32, cols int, out *[4
 	}
 }
 
+// dotQ4x4 is dotQ8x4 for Q4_0 rows (cols/2 bytes each).
+func dotQ4x4(w []byte, wd []float32, x []int8, xd []float32, cols int, out *[4]float32) {
+	if useSIMD {
+		dotQ4x4SIMD(w, wd, x, xd, cols, out)
+		return
+	}
+	dotQ4x4Go(w, wd, x, xd, cols, out)
+}
+
+func dotQ4x4Go(w []byte, wd []float32, x []int8, xd []float32, cols int, out *[4]float32) {
+	nb := cols / blockLen
+	for r := range out {
+		out[r] = dotQ4Go(w[r*cols/2:(r+1)*cols/2], x, wd[r*nb:(r+1)*nb], xd)
+	}
+}
+
 // dotQ4 is dotQ8 for a Q4_0 row: w holds 16 bytes per block, element j in
 // the low nibble of byte j and element j+16 in its high nibble, each
 // biased by 8 (ggml's layout).

@@ -25,6 +25,9 @@ func q8DotAVX2(w, x *int8, wd, xd *float32, nb int) float32
 func q8x4AVX2(w *int8, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
 
 //go:noescape
+func q4x4AVX2(w *byte, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
+
+//go:noescape
 func q4DotAVX2(w *byte, x *int8, wd, xd *float32, nb int) float32
 
 //go:noescape
@@ -62,6 +65,16 @@ func dotQ8x4SIMD(w []int8, wd []float32, x []int8, xd []float32, cols int, out *
 	}
 	_, _, _, _ = w[3*cols+cols-1], wd[3*nb+nb-1], x[cols-1], xd[nb-1]
 	q8x4AVX2(&w[0], cols, &wd[0], nb, &x[0], &xd[0], nb, &out[0])
+}
+
+func dotQ4x4SIMD(w []byte, wd []float32, x []int8, xd []float32, cols int, out *[4]float32) {
+	nb := cols / blockLen
+	if nb == 0 {
+		*out = [4]float32{}
+		return
+	}
+	_, _, _, _ = w[2*cols-1], wd[4*nb-1], x[cols-1], xd[nb-1]
+	q4x4AVX2(&w[0], cols/2, &wd[0], nb, &x[0], &xd[0], nb, &out[0])
 }
 
 func dotQ4SIMD(w []byte, x []int8, wd, xd []float32) float32 {

@@ -344,3 +344,73 @@ cvtLoop:
 cvtDone:
 	VZEROUPPER
 	RET
+
+// One block of one Q4_0 row for q4x4AVX2: 16 bytes at wq unpacked to 32
+// values -8..7 (Y8 the nibble mask, Y9 the bias), then as Q8ROW.
+#define Q4ROW(wq, ws, acc) \
+	VMOVDQU wq, X1; \
+	VPSRLW $4, X1, X3; \
+	VINSERTI128 $1, X3, Y1, Y1; \
+	VPAND Y8, Y1, Y1; \
+	VPSUBB Y9, Y1, Y1; \
+	VPSIGNB Y1, Y1, Y3; \
+	VPSIGNB Y1, Y2, Y4; \
+	VPMADDUBSW Y4, Y3, Y5; \
+	VPMADDWD Y7, Y5, Y5; \
+	VCVTDQ2PS Y5, Y5; \
+	VMULSS ws, X12, X6; \
+	VBROADCASTSS X6, Y6; \
+	VFMADD231PS Y5, Y6, acc
+
+// func q4x4AVX2(w *byte, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
+// q8x4AVX2 for Q4_0 rows (wstride in bytes: cols/2).
+TEXT ·q4x4AVX2(SB), NOSPLIT, $0-64
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), R10
+	MOVQ wd+16(FP), R8
+	MOVQ dstride+24(FP), R11
+	SHLQ $2, R11
+	MOVQ x+32(FP), DI
+	MOVQ xd+40(FP), R9
+	MOVQ nb+48(FP), CX
+	LEAQ (R10)(R10*2), R12
+	LEAQ (R11)(R11*2), R13
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VXORPS Y14, Y14, Y14
+	VXORPS Y15, Y15, Y15
+	VPCMPEQW Y7, Y7, Y7
+	VPSRLW $15, Y7, Y7
+	MOVL $0x0f0f0f0f, AX
+	MOVD AX, X8
+	VPBROADCASTD X8, Y8
+	MOVL $0x08080808, AX
+	MOVD AX, X9
+	VPBROADCASTD X9, Y9
+
+q4x4loop:
+	TESTQ CX, CX
+	JZ    q4x4done
+	VMOVDQU (DI), Y2
+	VMOVSS (R9), X12
+	Q4ROW((SI), (R8), Y10)
+	Q4ROW((SI)(R10*1), (R8)(R11*1), Y11)
+	Q4ROW((SI)(R10*2), (R8)(R11*2), Y14)
+	Q4ROW((SI)(R12*1), (R8)(R13*1), Y15)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JMP  q4x4loop
+
+q4x4done:
+	VHADDPS Y11, Y10, Y10
+	VHADDPS Y15, Y14, Y14
+	VHADDPS Y14, Y10, Y10
+	VEXTRACTF128 $1, Y10, X1
+	VADDPS X1, X10, X10
+	MOVQ out+56(FP), AX
+	VMOVUPS X10, (AX)
+	VZEROUPPER
+	RET

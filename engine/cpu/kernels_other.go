@@ -19,3 +19,7 @@ func scoresSIMD(out, q, k []float32, stride, hd int, scale float32) {
 }
 func mixSIMD(out, v []float32, stride int, p []float32) { mixGo(out, v, stride, p) }
 func f16RowSIMD(dst []float32, src []uint16)            { f16RowGo(dst, src) }
+
+func dotQ4x4SIMD(w []byte, wd []float32, x []int8, xd []float32, cols int, out *[4]float32) {
+	dotQ4x4Go(w, wd, x, xd, cols, out)
+}

@@ -109,20 +109,27 @@ func TestQuantizeRow(t *testing.T) {
 	assert.Equal(t, make([]int8, blockLen), q[2*blockLen:3*blockLen])
 }
 
-// dotQ8x4 is four dotQ8 calls, on both paths, over ragged row counts of
+// dotQ8x4 and dotQ4x4 are four dotQ8 (dotQ4) calls, on both paths, over ragged row counts of
 // blocks.
-func TestDotQ8x4(t *testing.T) {
+func TestDotX4(t *testing.T) {
 	g := rand.New(rand.NewPCG(5, 6))
 	kernelPaths(t, func(t *testing.T) {
 		for _, nb := range []int{1, 3, 9, 24} {
 			cols := nb * blockLen
 			w, x := randInt8(g, 4*cols), randInt8(g, cols)
 			wd, xd := randF32(g, 4*nb), randF32(g, nb)
-			var got [4]float32
+			q4 := make([]byte, 4*cols/2)
+			for i := range q4 {
+				q4[i] = byte(g.IntN(256))
+			}
+			var got, got4 [4]float32
 			dotQ8x4(w, wd, x, xd, cols, &got)
+			dotQ4x4(q4, wd, x, xd, cols, &got4)
 			for r := range got {
 				want := dotQ8Go(w[r*cols:(r+1)*cols], x, wd[r*nb:(r+1)*nb], xd)
-				assertClose(t, float64(want), got[r], fmt.Sprintf("%d blocks row %d", nb, r))
+				assertClose(t, float64(want), got[r], fmt.Sprintf("q8 %d blocks row %d", nb, r))
+				want4 := dotQ4Go(q4[r*cols/2:(r+1)*cols/2], x, wd[r*nb:(r+1)*nb], xd)
+				assertClose(t, float64(want4), got4[r], fmt.Sprintf("q4 %d blocks row %d", nb, r))
 			}
 		}
 	})

@@ -75,6 +75,16 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 					}
 				}
 			}
+			if w.kind == kindQ4 {
+				var four [4]float32
+				for ; i+4 <= hi; i += 4 {
+					wq, wd := w.q4[i*cols/2:(i+4)*cols/2], w.d[i*nb:(i+4)*nb]
+					for s := t0; s < t1; s++ {
+						dotQ4x4(wq, wd, x.q[s*cols:(s+1)*cols], x.d[s*nb:(s+1)*nb], cols, &four)
+						copy(out[s*w.rows+i:s*w.rows+i+4], four[:])
+					}
+				}
+			}
 			for ; i < hi; i++ {
 				switch w.kind {
 				case kindQ8:

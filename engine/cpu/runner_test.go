@@ -252,3 +252,28 @@ func TestRunnerRefusesBadInput(t *testing.T) {
 	_, err = top.Feed(prompt[:3])
 	assert.ErrorContains(t, err, "one call per sequence")
 }
+
+// The fallback for types without a kernel (mod.Mat.Row, then a float dot:
+// the K-quants and the rest of gguf's types) gives mod's logits to float32
+// rounding: run here by sending a Q8_0 and a Q4_0 model's every matrix
+// through it.
+func TestRowFallback(t *testing.T) {
+	kernelPaths(t, func(t *testing.T) {
+		for _, typ := range []gguf.TensorType{gguf.TypeQ8_0, gguf.TypeQ4_0} {
+			m := buildSynth(t, tiny, typ, 0.25)
+			run, err := New(m.Model, mod.RoutingRouter, Options{})
+			require.NoError(t, err)
+			run.w.output.kind = kindRows
+			for _, b := range run.w.blocks {
+				for _, w := range []*matrix{b.q, b.k, b.v, b.o, b.gate, b.up, b.down} {
+					w.kind = kindRows
+				}
+			}
+			require.False(t, run.QuantizedActivations())
+			ref, err := m.NewState(mod.RoutingRouter)
+			require.NoError(t, err)
+			worst := lockstep(t, run, ref, prompt, 6)
+			assert.LessOrEqual(t, worst, 1e-5, typ.String())
+		}
+	})
+}
