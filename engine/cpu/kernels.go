@@ -1,6 +1,10 @@
 package cpu
 
-import "github.com/modrun/modrun/gguf"
+import (
+	"math"
+
+	"github.com/modrun/modrun/gguf"
+)
 
 // The dot products every matrix product reduces to. Each has a portable Go
 // version here and, on amd64 with AVX2, an assembly one (kernels_amd64.s);
@@ -214,9 +218,19 @@ func dotF16Go(w []uint16, x []float32) float32 {
 }
 
 // quantizeRow writes x (a multiple of 32 long) as Q8_0-style blocks: for
-// each block, d = max|x|/127 and q = round(x/d), as ggml quantizes the
-// activations it dots with Q8_0 and Q4_0 weights.
+// each block, d = max|x|/127 and q = x·(127/max|x|) rounded to the
+// nearest integer, ties to even (the SIMD conversion's rounding, so both
+// paths give the same bytes; ggml rounds ties away from zero, a
+// difference only on exact halves).
 func quantizeRow(q []int8, d []float32, x []float32) {
+	if useSIMD {
+		quantizeRowSIMD(q, d, x)
+		return
+	}
+	quantizeRowGo(q, d, x)
+}
+
+func quantizeRowGo(q []int8, d []float32, x []float32) {
 	for b := range d {
 		xs := x[b*blockLen : (b+1)*blockLen]
 		var amax float32
@@ -231,16 +245,7 @@ func quantizeRow(q []int8, d []float32, x []float32) {
 		id := 127 / amax
 		qs := q[b*blockLen : (b+1)*blockLen]
 		for j, v := range xs {
-			qs[j] = int8(roundHalfAway(v * id))
+			qs[j] = int8(math.RoundToEven(float64(v * id)))
 		}
 	}
-}
-
-// roundHalfAway rounds to the nearest integer, halves away from zero (C's
-// roundf), for |v| <= 127.
-func roundHalfAway(v float32) int32 {
-	if v < 0 {
-		return -int32(-v + 0.5)
-	}
-	return int32(v + 0.5)
 }

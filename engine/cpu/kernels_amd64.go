@@ -40,6 +40,9 @@ func f32MixAVX2(out, v *float32, stride, m, hd int, p *float32)
 func f16ToF32AVX2(dst *float32, src *uint16, n int)
 
 //go:noescape
+func quantizeAVX2(q *int8, d *float32, x *float32, nb int)
+
+//go:noescape
 func f32DotAVX2(w, x *float32, n int) float32
 
 //go:noescape
@@ -141,4 +144,13 @@ func f16RowSIMD(dst []float32, src []uint16) {
 	for j := n; j < len(src); j++ {
 		dst[j] = f16Table[src[j]]
 	}
+}
+
+func quantizeRowSIMD(q []int8, d []float32, x []float32) {
+	nb := len(d)
+	if nb == 0 {
+		return
+	}
+	_, _ = q[nb*blockLen-1], x[nb*blockLen-1]
+	quantizeAVX2(&q[0], &d[0], &x[0], nb)
 }

@@ -414,3 +414,80 @@ q4x4done:
 	VMOVUPS X10, (AX)
 	VZEROUPPER
 	RET
+
+// The order of the dwords after VPACKSSDW and VPACKSSWB, which pack within
+// 128-bit lanes: back to element order.
+DATA packOrder<>+0(SB)/4, $0
+DATA packOrder<>+4(SB)/4, $4
+DATA packOrder<>+8(SB)/4, $1
+DATA packOrder<>+12(SB)/4, $5
+DATA packOrder<>+16(SB)/4, $2
+DATA packOrder<>+20(SB)/4, $6
+DATA packOrder<>+24(SB)/4, $3
+DATA packOrder<>+28(SB)/4, $7
+GLOBL packOrder<>(SB), RODATA|NOPTR, $32
+
+// func quantizeAVX2(q *int8, d *float32, x *float32, nb int)
+// quantizeRow: per block of 32, d = max|x|/127, q = x·(127/max|x|)
+// rounded to nearest even (VCVTPS2DQ), 0 for a block of zeros.
+TEXT ·quantizeAVX2(SB), NOSPLIT, $0-32
+	MOVQ q+0(FP), DI
+	MOVQ d+8(FP), R8
+	MOVQ x+16(FP), SI
+	MOVQ nb+24(FP), CX
+	MOVL $0x7fffffff, AX
+	MOVD AX, X15
+	VPBROADCASTD X15, Y15 // |x| mask
+	MOVL $0x42fe0000, AX  // 127.0
+	MOVD AX, X14
+	VMOVDQU packOrder<>(SB), Y13
+
+quantLoop:
+	TESTQ CX, CX
+	JZ    quantDone
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	VANDPS Y15, Y0, Y4
+	VANDPS Y15, Y1, Y5
+	VMAXPS Y5, Y4, Y4
+	VANDPS Y15, Y2, Y5
+	VMAXPS Y5, Y4, Y4
+	VANDPS Y15, Y3, Y5
+	VMAXPS Y5, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VMAXPS X5, X4, X4
+	VMOVHLPS X4, X4, X5
+	VMAXPS X5, X4, X4
+	VPSHUFD $1, X4, X5
+	VMAXSS X5, X4, X4     // amax
+	VDIVSS X14, X4, X5
+	VMOVSS X5, (R8)       // d = amax/127
+	VXORPS X6, X6, X6
+	VCMPSS $4, X6, X4, X7 // amax != 0
+	VDIVSS X4, X14, X6    // 127/amax
+	VANDPS X7, X6, X6     // 0 for a block of zeros
+	VBROADCASTSS X6, Y6
+	VMULPS Y6, Y0, Y0
+	VMULPS Y6, Y1, Y1
+	VMULPS Y6, Y2, Y2
+	VMULPS Y6, Y3, Y3
+	VCVTPS2DQ Y0, Y0
+	VCVTPS2DQ Y1, Y1
+	VCVTPS2DQ Y2, Y2
+	VCVTPS2DQ Y3, Y3
+	VPACKSSDW Y1, Y0, Y0
+	VPACKSSDW Y3, Y2, Y2
+	VPACKSSWB Y2, Y0, Y0
+	VPERMD Y0, Y13, Y0
+	VMOVDQU Y0, (DI)
+	ADDQ $128, SI
+	ADDQ $32, DI
+	ADDQ $4, R8
+	DECQ CX
+	JMP  quantLoop
+
+quantDone:
+	VZEROUPPER
+	RET

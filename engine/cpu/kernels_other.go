@@ -23,3 +23,5 @@ func f16RowSIMD(dst []float32, src []uint16)            { f16RowGo(dst, src) }
 func dotQ4x4SIMD(w []byte, wd []float32, x []int8, xd []float32, cols int, out *[4]float32) {
 	dotQ4x4Go(w, wd, x, xd, cols, out)
 }
+
+func quantizeRowSIMD(q []int8, d []float32, x []float32) { quantizeRowGo(q, d, x) }

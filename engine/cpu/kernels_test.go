@@ -83,15 +83,21 @@ func assertClose(t *testing.T, want float64, got float32, what string) {
 	assert.InDelta(t, want, float64(got), 1e-5*math.Max(1, math.Abs(want))*10, what)
 }
 
-// quantizeRow rounds each element to the nearest step of its block's
+// quantizeRow (on the path this CPU takes) rounds each element to the nearest step of its block's
 // max|x|/127: the error is at most half a step, the largest element is
 // ±127 exactly, and a block of zeros stays zero.
 func TestQuantizeRow(t *testing.T) {
 	g := rand.New(rand.NewPCG(3, 4))
 	x := randF32(g, 4*blockLen)
 	clear(x[2*blockLen : 3*blockLen])
+	x[3*blockLen+5] = 0.5 * x[3*blockLen] // a tie after scaling, unless it rounds
 	q, d := make([]int8, len(x)), make([]float32, 4)
 	quantizeRow(q, d, x)
+	// Both paths give the same bytes.
+	qGo, dGo := make([]int8, len(x)), make([]float32, 4)
+	quantizeRowGo(qGo, dGo, x)
+	assert.Equal(t, qGo, q)
+	assert.Equal(t, dGo, d)
 	for b := range d {
 		var amax float32
 		for j := range blockLen {
