@@ -45,7 +45,7 @@ func (cf *cacheFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&cf.ctx, "c", 0, usage)
 	fs.IntVar(&cf.ctx, "ctx", 0, usage)
 	fs.StringVar(&cf.kvType, "kv-type", "", "KV cache type on the GPU: f16 | f32 (default: f16 on a GPU, f32 on a CPU emulation such as lavapipe)")
-	fs.IntVar(&cf.ubatch, "ubatch", engine.DefaultUBatch, "on Vulkan a prompt runs as one batched graph over chunks of at most `N` tokens")
+	fs.IntVar(&cf.ubatch, "ubatch", engine.DefaultUBatch, "a prompt runs batched over chunks of at most `N` tokens (Vulkan: one graph per chunk; CPU: batched products)")
 }
 
 // options sets o's context length and KV cache type, checking the flags

@@ -35,9 +35,10 @@ type Options struct {
 	UBatch int
 }
 
-// DefaultUBatch is the longest chunk of a prompt when Options.UBatch is 0:
-// a chunk's activations of a small model stay in the caches.
-const DefaultUBatch = 256
+// DefaultUBatch is the longest chunk of a prompt when Options.UBatch is 0,
+// as on Vulkan (the command line's --ubatch default); the products tile
+// the chunk's rows (tokenTile) so that any chunk stays in the caches.
+const DefaultUBatch = 512
 
 // LayerRoute is what one routed layer did with one token (DESIGN.md §3,
 // causal routing): the score that decided, r (router routing) or p
