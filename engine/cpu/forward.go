@@ -19,12 +19,15 @@ type scratch struct {
 	score, pscr  []float32 // [n] router and predictor scores
 	pos, posr    []int32   // [n] positions of x's rows and of xr's
 	in, mid, ffn acts      // the products' inputs: normed rows, attention, SwiGLU
+	head, pin    acts      // the classifier's and the predictor's inputs
+	logits       []float32 // [nVocab] FeedArgmax's logits, reused
 }
 
 // forward runs tokens (checked) in chunks of at most ub (a whole top-k
 // sequence in one) and returns the last token's logits, or every token's
-// with all.
-func (r *Runner) forward(tokens []int32, all bool) []float32 {
+// with all. With reuse the last token's logits are written to scratch
+// memory that the next call overwrites (FeedArgmax reads them at once).
+func (r *Runner) forward(tokens []int32, all, reuse bool) []float32 {
 	r.trace = nil
 	if r.routed != nil && r.c.IsMoD() {
 		r.trace = make([][]LayerRoute, 0, len(tokens))
@@ -37,7 +40,7 @@ func (r *Runner) forward(tokens []int32, all bool) []float32 {
 	for lo := 0; lo < len(tokens); lo += chunk {
 		part := tokens[lo:min(lo+chunk, len(tokens))]
 		last := lo+chunk >= len(tokens)
-		if l := r.chunk(part, all, last); all {
+		if l := r.chunk(part, all, last, reuse); all {
 			logits = append(logits, l...)
 		} else if last {
 			logits = l
@@ -48,7 +51,7 @@ func (r *Runner) forward(tokens []int32, all bool) []float32 {
 
 // chunk runs n tokens through every block and returns the logits of all
 // of them (all), of the last (last), or none.
-func (r *Runner) chunk(tokens []int32, all, last bool) []float32 {
+func (r *Runner) chunk(tokens []int32, all, last, reuse bool) []float32 {
 	c, s, w := r.c, &r.s, r.m.Weights
 	n, d := len(tokens), c.NEmbd
 	s.x, s.pos = grow(s.x, n*d), grow(s.pos, n)
@@ -82,10 +85,15 @@ func (r *Runner) chunk(tokens []int32, all, last bool) []float32 {
 	for i := range n {
 		mod.RMSNorm(s.hidden[i*d:(i+1)*d], rows[i*d:(i+1)*d], w.OutputNorm.Vec(), c.RMSEps)
 	}
-	logits := make([]float32, n*c.NVocab)
-	var in acts
-	in.set(s.hidden, n, d)
-	r.matmul(logits, &in, r.w.output)
+	var logits []float32
+	if reuse && !all {
+		s.logits = grow(s.logits, c.NVocab)
+		logits = s.logits
+	} else {
+		logits = make([]float32, n*c.NVocab)
+	}
+	s.head.set(s.hidden, n, d)
+	r.matmul(logits, &s.head, r.w.output)
 	return logits
 }
 
@@ -158,9 +166,8 @@ func (r *Runner) predict(up *matrix, down, x []float32, n int) []float32 {
 	s := &r.s
 	h := up.rows
 	s.pred, s.pscr = grow(s.pred, n*h), grow(s.pscr, n)
-	var in acts
-	in.set(x, n, up.cols)
-	r.matmul(s.pred, &in, up)
+	s.pin.set(x, n, up.cols)
+	r.matmul(s.pred, &s.pin, up)
 	for i := range n {
 		row := s.pred[i*h : (i+1)*h]
 		for j, v := range row {

@@ -160,16 +160,16 @@ func (r *Runner) Feed(tokens []int32) ([]float32, error) {
 	if err := r.check(tokens); err != nil {
 		return nil, err
 	}
-	return r.forward(tokens, false), nil
+	return r.forward(tokens, false, false), nil
 }
 
 // FeedArgmax runs tokens like Feed and returns the index of the last one's
 // largest logit, ties to the lower index.
 func (r *Runner) FeedArgmax(tokens []int32) (int32, error) {
-	logits, err := r.Feed(tokens)
-	if err != nil {
+	if err := r.check(tokens); err != nil {
 		return 0, err
 	}
+	logits := r.forward(tokens, false, true)
 	best := 0
 	for i, v := range logits {
 		if v > logits[best] {
@@ -187,7 +187,7 @@ func (r *Runner) Score(tokens []int32) ([]float32, error) {
 	if err := r.check(tokens); err != nil {
 		return nil, err
 	}
-	return r.forward(tokens, true), nil
+	return r.forward(tokens, true, false), nil
 }
 
 func (r *Runner) check(tokens []int32) error {

@@ -277,3 +277,31 @@ func TestRowFallback(t *testing.T) {
 		}
 	})
 }
+
+// FeedArgmax (whose logits live in reused memory) picks Feed's argmax, step
+// after step, and leaves earlier Feed results alone.
+func TestFeedArgmax(t *testing.T) {
+	m := buildSynth(t, tiny, gguf.TypeQ8_0, 0.25)
+	a, err := New(m.Model, mod.RoutingRouter, Options{})
+	require.NoError(t, err)
+	b, err := New(m.Model, mod.RoutingRouter, Options{})
+	require.NoError(t, err)
+	logits, err := a.Feed(prompt)
+	require.NoError(t, err)
+	next, err := b.FeedArgmax(prompt)
+	require.NoError(t, err)
+	for step := range 8 {
+		require.Equal(t, argmax(logits), next, "step %d", step)
+		logits, err = a.Feed([]int32{next})
+		require.NoError(t, err)
+		next, err = b.FeedArgmax([]int32{next})
+		require.NoError(t, err)
+	}
+	// A Feed result is the caller's: a later FeedArgmax does not overwrite it.
+	kept := append([]float32(nil), logits...)
+	_, err = a.FeedArgmax([]int32{next})
+	require.NoError(t, err)
+	assert.Equal(t, kept, logits)
+	_, err = b.FeedArgmax([]int32{-1})
+	assert.ErrorContains(t, err, "outside the vocabulary")
+}
