@@ -14,7 +14,8 @@ const module = "github.com/modrun/modrun"
 
 // layers says which of our packages each package may depend on, directly or
 // not (DESIGN.md §2: cmd, bench -> engine -> engine/vulkan -> (mod, vk,
-// shaders); mod -> (gguf, tokenizer); vk and shaders import nothing of ours).
+// shaders), engine -> engine/cpu -> mod; mod -> (gguf, tokenizer); vk and
+// shaders import nothing of ours).
 // A key ending in "/..." covers the folder and everything below it; "*"
 // allows every package but cmd and bench, which nothing may import.
 var layers = map[string][]string{
@@ -29,7 +30,8 @@ var layers = map[string][]string{
 	"mod/convert":   {"mod", "mod/quant", "gguf", "tokenizer", "internal/..."}, // checkpoints -> GGUF
 	"mod/synth":     {"mod", "mod/quant", "gguf", "tokenizer", "internal/..."}, // random-weight models of standard shapes
 	"engine/vulkan": {"mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
-	"engine":        {"engine/vulkan", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
+	"engine/cpu":    {"mod", "gguf", "tokenizer", "internal/..."}, // the fast CPU runner
+	"engine":        {"engine/vulkan", "engine/cpu", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
 	"":              {"*"}, // the root package: the Go API for embedding
 	"cmd/...":       {"*"},
 	"bench/...":     {"*"},

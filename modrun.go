@@ -18,9 +18,10 @@ import (
 
 // Backend names, as the command line's --backend takes them.
 const (
-	BackendAuto   = engine.BackendAuto   // a Vulkan GPU when there is one, else the CPU (the default)
-	BackendCPU    = engine.BackendCPU    // the pure-Go reference
-	BackendVulkan = engine.BackendVulkan // any Vulkan device, lavapipe (software) included
+	BackendAuto      = engine.BackendAuto      // a Vulkan GPU when there is one, else the CPU (the default)
+	BackendCPU       = engine.BackendCPU       // the fast CPU runner: all cores, 8-bit activations, SIMD
+	BackendReference = engine.BackendReference // the pure-Go reference forward pass (the oracle)
+	BackendVulkan    = engine.BackendVulkan    // any Vulkan device, lavapipe (software) included
 )
 
 // Routing is the causal routing rule of a MoD model's routed blocks in
@@ -36,7 +37,8 @@ const (
 // Vulkan GPU when there is one and otherwise on the CPU, with the causal
 // routing the model was trained for and the model's context length.
 type Options struct {
-	// Backend is BackendAuto (also ""), BackendCPU or BackendVulkan.
+	// Backend is BackendAuto (also ""), BackendCPU, BackendReference or
+	// BackendVulkan.
 	Backend string
 	// Device is a Vulkan device index as `modrun devices` lists them;
 	// "" = $MODRUN_DEVICE, or the best device.
@@ -105,7 +107,7 @@ type Info struct {
 	Capacity     float32 // the routed fraction of eval (top-k) mode
 	Routing      Routing // the causal routing generation uses ("" for a dense model)
 
-	Backend string // BackendCPU or BackendVulkan
+	Backend string // BackendCPU, BackendReference or BackendVulkan
 	Device  string // the device's name
 	KVType  string // the KV cache's element type: "f16" or "f32"
 	// Notice says why BackendAuto runs on the CPU ("" otherwise): no Vulkan,
@@ -142,9 +144,9 @@ func (o Options) check() (engine.BackendOptions, mod.Routing, error) {
 	switch o.Backend {
 	case "":
 		bo.Name = BackendAuto
-	case BackendAuto, BackendCPU, BackendVulkan:
+	case BackendAuto, BackendCPU, BackendReference, BackendVulkan:
 	default:
-		return bo, 0, fmt.Errorf("modrun: backend %q is not auto, cpu or vulkan", o.Backend)
+		return bo, 0, fmt.Errorf("modrun: backend %q is not auto, cpu, reference or vulkan", o.Backend)
 	}
 	if o.Device != "" {
 		d, err := strconv.Atoi(o.Device)
@@ -203,11 +205,16 @@ func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Rout
 	model.info = Info{
 		Path: m.Path, Arch: c.Arch, NLayer: c.NLayer, NEmbd: c.NEmbd, NHead: c.NHead, NKVHead: c.NKVHead,
 		NFF: c.NFF, NVocab: c.NVocab, ContextLen: ctxLen, RoutedLayers: c.RoutedLayers(), Capacity: c.Capacity,
-		Backend: BackendCPU, Device: fmt.Sprintf("CPU (pure Go, %d threads)", runtime.GOMAXPROCS(0)), KVType: "f32",
+		Backend: backend.Name, Device: fmt.Sprintf("CPU (pure Go, %d threads)", runtime.GOMAXPROCS(0)), KVType: "f32",
 		Notice: notice, FileBytes: uint64(m.File.Size()),
 	}
 	if c.IsMoD() {
 		model.info.Routing = Routing(routing.String())
+	}
+	if backend.Name == BackendCPU {
+		// The fast CPU runs a prompt as batched products: feed it batches.
+		model.info.Device = fmt.Sprintf("CPU (%d threads, %s kernels)", runtime.GOMAXPROCS(0), engine.CPUKernels())
+		model.chunk = cmp.Or(opts.UBatch, engine.DefaultCPUUBatch)
 	}
 	if name, ok := strings.CutPrefix(backend.Name, "vulkan: "); ok {
 		model.info.Backend, model.info.Device = BackendVulkan, name

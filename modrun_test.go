@@ -276,7 +276,7 @@ func TestOpenErrors(t *testing.T) {
 		opts modrun.Options
 		want string
 	}{
-		{shipped, modrun.Options{Backend: "gpu"}, `backend "gpu" is not auto, cpu or vulkan`},
+		{shipped, modrun.Options{Backend: "gpu"}, `backend "gpu" is not auto, cpu, reference or vulkan`},
 		{shipped, modrun.Options{Device: "first"}, `device "first" is not a device index`},
 		{shipped, modrun.Options{Routing: "topk"}, `routing "topk" is not router or predictor`},
 		{shipped, modrun.Options{KVType: "q8"}, `KV type "q8" is not f16 or f32`},

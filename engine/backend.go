@@ -3,7 +3,9 @@ package engine
 import (
 	"fmt"
 	"os"
+	"strings"
 
+	"github.com/modrun/modrun/engine/cpu"
 	"github.com/modrun/modrun/engine/vulkan"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/vk"
@@ -11,20 +13,25 @@ import (
 
 // Backend names, as --backend takes them.
 const (
-	BackendAuto   = "auto"   // a Vulkan GPU when there is one, else the CPU
-	BackendCPU    = "cpu"    // the pure-Go reference
-	BackendVulkan = "vulkan" // any Vulkan device, lavapipe included
+	BackendAuto      = "auto"      // a Vulkan GPU when there is one, else the CPU
+	BackendCPU       = "cpu"       // the fast CPU runner (engine/cpu): all cores, 8-bit activations, SIMD
+	BackendReference = "reference" // mod's reference forward pass: plain float32 loops, the oracle
+	BackendVulkan    = "vulkan"    // any Vulkan device, lavapipe included
 )
+
+// backendNames lists the backends for error messages.
+const backendNames = "auto, cpu, reference or vulkan"
 
 // BackendOptions choose where a model runs.
 type BackendOptions struct {
-	Name   string // BackendAuto, BackendCPU or BackendVulkan
+	Name   string // BackendAuto, BackendCPU, BackendReference or BackendVulkan
 	Device int    // a Vulkan device index (--device); -1 = $MODRUN_DEVICE or the best
 	// Profile times every GPU command (vulkan.Options.Profile); the
 	// backend's Runner is then a Profiler. Ignored on the CPU.
 	Profile bool
-	// UBatch is the longest chunk of a batched prompt on Vulkan
-	// (vulkan.Options.UBatch, --ubatch); 0 = vulkan.DefaultUBatch.
+	// UBatch is the longest chunk of a batched prompt on Vulkan and on the
+	// CPU (vulkan.Options.UBatch, cpu.Options.UBatch, --ubatch); 0 = the
+	// backend's default (DefaultUBatch, DefaultCPUUBatch).
 	UBatch int
 	// ContextLen is the longest sequence a Runner takes, and so the size
 	// of its KV caches (--ctx); 0 means the model's context length, at most
@@ -42,6 +49,10 @@ type BackendOptions struct {
 // DefaultUBatch is the longest prompt batch on Vulkan when
 // BackendOptions.UBatch is 0.
 const DefaultUBatch = vulkan.DefaultUBatch
+
+// DefaultCPUUBatch is the longest prompt batch on the CPU backend when
+// BackendOptions.UBatch is 0.
+const DefaultCPUUBatch = cpu.DefaultUBatch
 
 // DefaultMaxContext caps the default context length (BackendOptions): a
 // model made for long contexts (Llama-2: 4096 tokens, F32 KV cache of 2 GiB)
@@ -83,7 +94,7 @@ type GPUMemoryStatser interface {
 // Backend is a Runner on the chosen device. Close releases the device.
 type Backend struct {
 	Runner
-	Name    string // "cpu", or "vulkan: DEVICE NAME"
+	Name    string // "cpu", "reference", or "vulkan: DEVICE NAME"
 	release []func()
 }
 
@@ -111,7 +122,9 @@ func OpenBackend(m *mod.Model, r mod.Routing, o BackendOptions) (b *Backend, not
 	o.ContextLen = ctx
 	switch o.Name {
 	case BackendCPU:
-		return cpuBackend(m, r, ctx)
+		return cpuBackend(m, r, o)
+	case BackendReference:
+		return referenceBackend(m, r, ctx)
 	case BackendVulkan:
 		b, _, err := vulkanBackend(m, r, o, false)
 		return b, "", err
@@ -123,19 +136,84 @@ func OpenBackend(m *mod.Model, r mod.Routing, o BackendOptions) (b *Backend, not
 		if err != nil {
 			why = err.Error()
 		}
-		b, _, err = cpuBackend(m, r, ctx)
+		b, _, err = cpuBackend(m, r, o)
 		return b, "modrun: " + why + "; running on the CPU", err
 	}
-	return nil, "", fmt.Errorf("--backend %q is not auto, cpu or vulkan", o.Name)
+	return nil, "", fmt.Errorf("--backend %q is not %s", o.Name, backendNames)
 }
 
-func cpuBackend(m *mod.Model, r mod.Routing, ctx int) (*Backend, string, error) {
+// cpuBackend opens the fast CPU runner, which generates with causal
+// routing only (as the reference's NewCPU).
+func cpuBackend(m *mod.Model, r mod.Routing, o BackendOptions) (*Backend, string, error) {
+	if r == mod.RoutingTopK {
+		return nil, "", fmt.Errorf("engine: generation needs causal routing (router or predictor), not top-k")
+	}
+	if notice := referenceOnly(m); notice != "" {
+		b, _, err := referenceBackend(m, r, o.ContextLen)
+		return b, notice, err
+	}
+	run, err := cpu.New(m, r, cpu.Options{ContextLen: o.ContextLen, UBatch: o.UBatch})
+	if err != nil {
+		return nil, "", err
+	}
+	return &Backend{Runner: cpuRunner{run}, Name: BackendCPU}, "", nil
+}
+
+// referenceOnly is the notice for a model that only mod's reference runs on
+// the CPU (the routed-block variants of converted public MoD checkpoints),
+// or "" when the fast CPU runner takes it.
+func referenceOnly(m *mod.Model) string {
+	if sem := m.Config.Semantics(); len(sem) > 0 {
+		return fmt.Sprintf("modrun: routed blocks with %s run on the CPU reference (the fast CPU runner lacks them)", strings.Join(sem, ", "))
+	}
+	return ""
+}
+
+func referenceBackend(m *mod.Model, r mod.Routing, ctx int) (*Backend, string, error) {
 	c, err := NewCPU(m, r)
 	if err != nil {
 		return nil, "", err
 	}
 	c.ctx = ctx
-	return &Backend{Runner: c, Name: BackendCPU}, "", nil
+	return &Backend{Runner: c, Name: BackendReference}, "", nil
+}
+
+// CPUKernels names the kernels the CPU backend runs on this machine:
+// "avx2", or "go" (the portable ones).
+func CPUKernels() string { return cpu.Kernels() }
+
+// cpuRunner gives the fast CPU runner engine's routing types; its
+// FeedArgmax makes it a GreedyFeeder.
+type cpuRunner struct{ *cpu.Runner }
+
+// Routes is the runner's trace of the last Feed, as engine's type.
+func (c cpuRunner) Routes() [][]LayerRoute { return routesOf(c.Runner.Routes()) }
+
+// routesOf converts a backend's trace to engine's type.
+func routesOf[R cpu.LayerRoute | vulkan.LayerRoute](trace [][]R) [][]LayerRoute {
+	if trace == nil {
+		return nil
+	}
+	out := make([][]LayerRoute, len(trace))
+	for i, routes := range trace {
+		out[i] = make([]LayerRoute, len(routes))
+		for j, r := range routes {
+			out[i][j] = LayerRoute(r)
+		}
+	}
+	return out
+}
+
+// RoutingStats reports the routed layers' counts since Reset.
+func (c cpuRunner) RoutingStats() []LayerStat {
+	selected, seen := c.Counts()
+	var out []LayerStat
+	for l, n := range seen {
+		if c.Routed(l) {
+			out = append(out, LayerStat{Layer: l, Selected: selected[l], Seen: n})
+		}
+	}
+	return out
 }
 
 // vulkanDevice opens the chosen Vulkan device. With gpuOnly it returns
@@ -203,16 +281,29 @@ func (s *ScorerBackend) Close() { (&Backend{release: s.release}).Close() }
 // mode (vulkan.Evaluator); causal routing of a MoD model runs through the
 // generate-mode batched prefill (vulkan.Runner.Score).
 func OpenScorer(m *mod.Model, r mod.Routing, o BackendOptions) (*ScorerBackend, string, error) {
-	cpu := func(notice string) (*ScorerBackend, string, error) {
+	onCPU := func(notice string) (*ScorerBackend, string, error) {
+		if ref := referenceOnly(m); ref != "" {
+			sc, err := NewCPUScorer(m, r)
+			if err != nil {
+				return nil, "", err
+			}
+			return &ScorerBackend{Scorer: sc, Name: BackendReference}, strings.TrimSpace(notice + "\n" + ref), nil
+		}
+		run, err := cpu.New(m, r, cpu.Options{ContextLen: o.ContextLen, UBatch: o.UBatch})
+		if err != nil {
+			return nil, "", err
+		}
+		return &ScorerBackend{Scorer: run, Name: BackendCPU}, notice, nil
+	}
+	switch o.Name {
+	case BackendCPU:
+		return onCPU("")
+	case BackendReference:
 		sc, err := NewCPUScorer(m, r)
 		if err != nil {
 			return nil, "", err
 		}
-		return &ScorerBackend{Scorer: sc, Name: BackendCPU}, notice, nil
-	}
-	switch o.Name {
-	case BackendCPU:
-		return cpu("")
+		return &ScorerBackend{Scorer: sc, Name: BackendReference}, "", nil
 	case BackendVulkan:
 		return vulkanScorer(m, r, o, false)
 	case BackendAuto:
@@ -223,9 +314,9 @@ func OpenScorer(m *mod.Model, r mod.Routing, o BackendOptions) (*ScorerBackend, 
 		if err != nil {
 			why = err.Error()
 		}
-		return cpu("modrun: " + why + "; running on the CPU")
+		return onCPU("modrun: " + why + "; running on the CPU")
 	}
-	return nil, "", fmt.Errorf("--backend %q is not auto, cpu or vulkan", o.Name)
+	return nil, "", fmt.Errorf("--backend %q is not %s", o.Name, backendNames)
 }
 
 func vulkanScorer(m *mod.Model, r mod.Routing, o BackendOptions, gpuOnly bool) (*ScorerBackend, string, error) {
@@ -265,20 +356,7 @@ type gpuRunner struct {
 }
 
 // Routes is the Vulkan runner's trace (BackendOptions.Trace), as engine's type.
-func (g gpuRunner) Routes() [][]LayerRoute {
-	trace := g.Runner.Routes()
-	if trace == nil {
-		return nil
-	}
-	out := make([][]LayerRoute, len(trace))
-	for i, routes := range trace {
-		out[i] = make([]LayerRoute, len(routes))
-		for j, r := range routes {
-			out[i][j] = LayerRoute(r)
-		}
-	}
-	return out
-}
+func (g gpuRunner) Routes() [][]LayerRoute { return routesOf(g.Runner.Routes()) }
 
 func (g gpuRunner) RoutingStats() []LayerStat {
 	counts, err := g.CacheEntries()

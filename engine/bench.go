@@ -5,6 +5,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/modrun/modrun/engine/cpu"
 	"github.com/modrun/modrun/mod"
 )
 
@@ -22,7 +23,8 @@ type BenchOptions struct {
 	ValidateTol    float64
 	// ValidateRelTol adds to ValidateTol this fraction of the step's
 	// largest |logit|. 0 means: none with an F32 KV cache, f16KVRelTol
-	// with an F16 one.
+	// with an F16 one; the CPU backend's quantized activations add
+	// cpu.QuantizedRelTol.
 	ValidateRelTol float64
 	// KVElemBytes is the size of a KV cache element on the backend, for
 	// the decode traffic; 0 means the backend's (2 for an F16 cache, 4 for F32).
@@ -132,6 +134,10 @@ func NewBenchmark(b *Backend, m *mod.Model, routing mod.Routing, prompt []int32,
 	}
 	if o.ValidateRelTol == 0 && f16 {
 		o.ValidateRelTol = f16KVRelTol
+	}
+	if q, ok := b.Runner.(interface{ QuantizedActivations() bool }); ok && q.QuantizedActivations() {
+		// The CPU backend's 8-bit activations (cpu.QuantizedRelTol).
+		o.ValidateRelTol += cpu.QuantizedRelTol
 	}
 	kv := "f32"
 	if f16 {

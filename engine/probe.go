@@ -24,7 +24,7 @@ type Bandwidth struct {
 // (vulkan.ProbeBandwidth), on the CPU every core sums its share of one.
 func ProbeBandwidth(o BackendOptions) (Bandwidth, error) {
 	switch o.Name {
-	case BackendCPU:
+	case BackendCPU, BackendReference:
 		return probeCPU(), nil
 	case BackendVulkan:
 		b, dev, _, err := vulkanDevice(o.Device, false)
@@ -40,7 +40,7 @@ func ProbeBandwidth(o BackendOptions) (Bandwidth, error) {
 		return Bandwidth{Device: b.Name, Driver: info.DriverName + " " + info.DriverInfo, GBps: bw.GBps,
 			Method: fmt.Sprintf("probe kernel: %d MiB read %d times, %s, median of runs", bw.Bytes>>20, bw.Passes, bw.Timer)}, nil
 	}
-	return Bandwidth{}, fmt.Errorf("engine: bandwidth probe: backend %q is not cpu or vulkan", o.Name)
+	return Bandwidth{}, fmt.Errorf("engine: bandwidth probe: backend %q is not cpu, reference or vulkan", o.Name)
 }
 
 // probeCPU reads a 256 MiB buffer with one goroutine per CPU, as the CPU

@@ -115,7 +115,7 @@ func TestProbeBandwidth(t *testing.T) {
 	assert.Positive(t, cpu.GBps)
 	assert.Equal(t, "cpu", cpu.Device)
 	_, err = ProbeBandwidth(BackendOptions{Name: "metal"})
-	assert.ErrorContains(t, err, `backend "metal" is not cpu or vulkan`)
+	assert.ErrorContains(t, err, `backend "metal" is not cpu, reference or vulkan`)
 	gpu, err := ProbeBandwidth(BackendOptions{Name: BackendVulkan, Device: -1})
 	if err != nil && strings.Contains(err.Error(), "no Vulkan") {
 		t.Skipf("no Vulkan device: %v", err)

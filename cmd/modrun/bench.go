@@ -27,7 +27,7 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-const benchArgs = "(-m A.gguf | --synthetic SHAPE)... [--type q8_0] [--capacity C] [--seed S] [--save FILE.gguf] [--backends cpu,vulkan] [--routing router,predictor] [--ctx N] [--kv-type f16|f32] [--ubatch N] [--prompt N] [-n N] [--repeats N] [--out FILE.md] [--json FILE.json]"
+const benchArgs = "(-m A.gguf | --synthetic SHAPE)... [--type q8_0] [--capacity C] [--seed S] [--save FILE.gguf] [--backends cpu,reference,vulkan] [--routing router,predictor] [--ctx N] [--kv-type f16|f32] [--ubatch N] [--prompt N] [-n N] [--repeats N] [--out FILE.md] [--json FILE.json]"
 
 // benchFlags are bench's options, parsed.
 type benchFlags struct {
@@ -123,7 +123,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.Float64Var(&f.capacity, "capacity", 0, "with --synthetic: also bench each shape's MoD twin routing this fraction `C` (e.g. 0.125)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic weights (the same model on every machine)")
 	fs.StringVar(&f.save, "save", "", "also write the synthetic model(s) to `FILE`.gguf (several: FILE-NAME.gguf each)")
-	backends := fs.String("backends", "cpu,vulkan", "comma-separated backends to run: cpu, vulkan")
+	backends := fs.String("backends", "cpu,vulkan", "comma-separated backends to run: cpu, reference, vulkan")
 	fs.IntVar(&f.device, "device", -1, "Vulkan device `N`, as modrun devices lists them. -1: $MODRUN_DEVICE or the best")
 	f.cache.register(fs)
 	routing := fs.String("routing", "router,predictor", "causal routing of MoD models, comma-separated: router, predictor (predictor only where the model has one, unless named)")
@@ -158,10 +158,10 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	}
 	for _, name := range strings.Split(*backends, ",") {
 		switch name = strings.TrimSpace(name); name {
-		case engine.BackendCPU, engine.BackendVulkan:
+		case engine.BackendCPU, engine.BackendReference, engine.BackendVulkan:
 			f.backends = append(f.backends, name)
 		default:
-			return nil, fmt.Errorf("%w: --backends: %q is not cpu or vulkan", errUsage, name)
+			return nil, fmt.Errorf("%w: --backends: %q is not cpu, reference or vulkan", errUsage, name)
 		}
 	}
 	f.routingSet = flagSet(fs, "routing")

@@ -27,7 +27,7 @@ type modelFlags struct {
 
 func (mf *modelFlags) register(fs *flag.FlagSet, defaultRouting, routingHelp string) {
 	fs.StringVar(&mf.path, "m", "", "model `FILE`.gguf (required)")
-	fs.StringVar(&mf.backend, "backend", "auto", "auto (a Vulkan GPU if any, else the CPU) | cpu | vulkan (any Vulkan device, lavapipe too)")
+	fs.StringVar(&mf.backend, "backend", "auto", "auto (a Vulkan GPU if any, else the CPU) | cpu (fast: all cores, SIMD) | reference (mod's plain Go forward pass, the oracle) | vulkan (any Vulkan device, lavapipe too)")
 	fs.IntVar(&mf.device, "device", -1, "Vulkan device `N`, as modrun devices lists them; with --backend auto it means vulkan. -1: $MODRUN_DEVICE or the best")
 	fs.StringVar(&mf.routing, "routing", defaultRouting, routingHelp)
 }
@@ -46,7 +46,7 @@ func (cf *cacheFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&cf.ctx, "c", 0, usage)
 	fs.IntVar(&cf.ctx, "ctx", 0, usage)
 	fs.StringVar(&cf.kvType, "kv-type", "", "KV cache type on the GPU: f16 | f32 (default: f16 on a GPU, f32 on a CPU emulation such as lavapipe)")
-	fs.IntVar(&cf.ubatch, "ubatch", engine.DefaultUBatch, "on Vulkan a prompt runs as one batched graph over chunks of at most `N` tokens")
+	fs.IntVar(&cf.ubatch, "ubatch", engine.DefaultUBatch, "a prompt runs batched over chunks of at most `N` tokens (Vulkan: one graph per chunk; CPU: batched products)")
 }
 
 // options sets o's context length and KV cache type, checking the flags
@@ -104,9 +104,9 @@ func (mf *modelFlags) check(accepted ...mod.Routing) (mod.Routing, error) {
 		return 0, fmt.Errorf("%w: -m FILE.gguf is required", errUsage)
 	}
 	switch mf.backend {
-	case engine.BackendAuto, engine.BackendCPU, engine.BackendVulkan:
+	case engine.BackendAuto, engine.BackendCPU, engine.BackendReference, engine.BackendVulkan:
 	default:
-		return 0, fmt.Errorf("%w: --backend %q is not auto, cpu or vulkan", errUsage, mf.backend)
+		return 0, fmt.Errorf("%w: --backend %q is not auto, cpu, reference or vulkan", errUsage, mf.backend)
 	}
 	if err := deviceFlag(mf.device, mf.backend); err != nil {
 		return 0, err

@@ -1,0 +1,273 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/modrun/modrun/mod"
+)
+
+// scratch is the forward pass's memory, kept between calls and grown to
+// the largest chunk seen.
+type scratch struct {
+	x, xr        []float32 // [n][nEmbd] residual stream; a routed block's gathered rows
+	xn, o        []float32 // [n][nEmbd] normed input; a product to add
+	q, att       []float32 // [n][qDim]
+	k, v         []float32 // [n][kvDim]
+	gate, up     []float32 // [n][nFF]
+	pred         []float32 // [n][predHidden]
+	hidden       []float32 // [rows][nEmbd] after output_norm
+	score, pscr  []float32 // [n] router and predictor scores
+	pos, posr    []int32   // [n] positions of x's rows and of xr's
+	in, mid, ffn acts      // the products' inputs: normed rows, attention, SwiGLU
+	head, pin    acts      // the classifier's and the predictor's inputs
+	logits       []float32 // [nVocab] FeedArgmax's logits, reused
+}
+
+// forward runs tokens (checked) in chunks of at most ub (a whole top-k
+// sequence in one) and returns the last token's logits, or every token's
+// with all. With reuse the last token's logits are written to scratch
+// memory that the next call overwrites (FeedArgmax reads them at once).
+func (r *Runner) forward(tokens []int32, all, reuse bool) []float32 {
+	r.trace = nil
+	if r.routed != nil && r.c.IsMoD() {
+		r.trace = make([][]LayerRoute, 0, len(tokens))
+	}
+	chunk := r.ub
+	if r.routing == mod.RoutingTopK && r.c.IsMoD() {
+		chunk = len(tokens)
+	}
+	var logits []float32
+	for lo := 0; lo < len(tokens); lo += chunk {
+		part := tokens[lo:min(lo+chunk, len(tokens))]
+		last := lo+chunk >= len(tokens)
+		if l := r.chunk(part, all, last, reuse); all {
+			logits = append(logits, l...)
+		} else if last {
+			logits = l
+		}
+	}
+	return logits
+}
+
+// chunk runs n tokens through every block and returns the logits of all
+// of them (all), of the last (last), or none.
+func (r *Runner) chunk(tokens []int32, all, last, reuse bool) []float32 {
+	c, s, w := r.c, &r.s, r.m.Weights
+	n, d := len(tokens), c.NEmbd
+	s.x, s.pos = grow(s.x, n*d), grow(s.pos, n)
+	for i, t := range tokens {
+		w.TokenEmbd.Row(int(t), s.x[i*d:(i+1)*d])
+		s.pos[i] = int32(r.pos + i)
+	}
+	first := len(r.trace)
+	if r.trace != nil {
+		routes := make([]LayerRoute, n*len(r.routedLayers()))
+		for i := range n {
+			r.trace = append(r.trace, routes[i*len(routes)/n:(i+1)*len(routes)/n])
+		}
+	}
+	for l := range w.Blocks {
+		if w.Blocks[l].Router == nil {
+			r.block(l, s.x, s.pos)
+		} else {
+			r.routedBlock(l, s.x, s.pos, r.trace[first:])
+		}
+	}
+	r.pos += n
+	if !all && !last {
+		return nil
+	}
+	rows := s.x
+	if !all {
+		rows, n = s.x[(n-1)*d:n*d], 1
+	}
+	s.hidden = grow(s.hidden, n*d)
+	for i := range n {
+		mod.RMSNorm(s.hidden[i*d:(i+1)*d], rows[i*d:(i+1)*d], w.OutputNorm.Vec(), c.RMSEps)
+	}
+	var logits []float32
+	if reuse && !all {
+		s.logits = grow(s.logits, c.NVocab)
+		logits = s.logits
+	} else {
+		logits = make([]float32, n*c.NVocab)
+	}
+	s.head.set(s.hidden, n, d)
+	r.matmul(logits, &s.head, r.w.output)
+	return logits
+}
+
+func (r *Runner) routedLayers() []int { return r.c.RoutedLayers() }
+
+// routedBlock is the MoD step of DESIGN.md §3 for block l, as
+// mod.State.routedBlock: score every row, select (top-k, or causal on the
+// score's bits, mod.Selects), run the block on the selected rows alone and
+// add each one's output scaled by g(r). Skipped rows cost their score only.
+func (r *Runner) routedBlock(l int, x []float32, pos []int32, trace [][]LayerRoute) {
+	c, s := r.c, &r.s
+	d, n := c.NEmbd, len(pos)
+	router := r.m.Weights.Blocks[l].Router
+	s.score = grow(s.score, n)
+	var bias float32
+	if router.Bias.Cols > 0 {
+		bias = router.Bias.Vec()[0]
+	}
+	for i := range n { // r_i = w·x_i + b, on the raw block input
+		s.score[i] = dotF32(router.Weight.Vec(), x[i*d:(i+1)*d]) + bias
+	}
+	var p []float32
+	if pu := r.w.blocks[l].predUp; pu != nil {
+		p = r.predict(pu, router.PredDown.Vec(), x, n)
+	}
+	decide := s.score
+	if r.routing == mod.RoutingPredictor {
+		decide = p
+	}
+	var sel []int
+	if r.routing == mod.RoutingTopK {
+		sel = mod.TopKIndices(s.score, mod.TopK(c.Capacity, n))
+	} else {
+		for i, v := range decide {
+			if mod.Selects(v) {
+				sel = append(sel, i)
+			}
+		}
+	}
+	r.seen[l] += n
+	r.selected[l] += len(sel)
+	j := r.routed[l]
+	for i := range n {
+		trace[i][j] = LayerRoute{Layer: l, Score: decide[i]}
+	}
+	for _, i := range sel {
+		trace[i][j].Selected = true
+	}
+	if len(sel) == 0 {
+		return
+	}
+	k := len(sel)
+	s.xr, s.posr = grow(s.xr, k*d), grow(s.posr, k)
+	for j, i := range sel {
+		copy(s.xr[j*d:(j+1)*d], x[i*d:(i+1)*d])
+		s.posr[j] = pos[i]
+	}
+	r.block(l, s.xr[:k*d], s.posr[:k]) // xr becomes the block outputs x + f(x)
+	for j, i := range sel {
+		g := mod.Gate(c.Gate, s.score[i])
+		xi, oj := x[i*d:(i+1)*d], s.xr[j*d:(j+1)*d]
+		for e := range xi {
+			xi[e] += g * (oj[e] - xi[e])
+		}
+	}
+}
+
+// predict is the causal predictor p_i = w2·SiLU(W1·x_i) of n rows.
+func (r *Runner) predict(up *matrix, down, x []float32, n int) []float32 {
+	s := &r.s
+	h := up.rows
+	s.pred, s.pscr = grow(s.pred, n*h), grow(s.pscr, n)
+	s.pin.set(x, n, up.cols)
+	r.matmul(s.pred, &s.pin, up)
+	for i := range n {
+		row := s.pred[i*h : (i+1)*h]
+		for j, v := range row {
+			row[j] = mod.SiLU(v)
+		}
+		s.pscr[i] = dotF32(down, row)
+	}
+	return s.pscr
+}
+
+// block runs Llama block l on the rows of x at positions pos, in place, as
+// mod.State.block: h = x + Attn(norm1(x)), x = h + MLP(norm2(h)); the
+// rows' keys and values join layer l's cache.
+func (r *Runner) block(l int, x []float32, pos []int32) {
+	c, s, b, bw := r.c, &r.s, &r.m.Weights.Blocks[l], &r.w.blocks[l]
+	n, d, qd, kvd := len(pos), c.NEmbd, c.NHead*c.HeadDim, c.KVDim()
+	s.xn, s.o = grow(s.xn, n*d), grow(s.o, n*d)
+	s.q, s.att = grow(s.q, n*qd), grow(s.att, n*qd)
+	s.k, s.v = grow(s.k, n*kvd), grow(s.v, n*kvd)
+	s.gate, s.up = grow(s.gate, n*c.NFF), grow(s.up, n*c.NFF)
+
+	r.norm(s.xn, x, b.AttnNorm.Vec(), n)
+	s.in.set(s.xn, n, d)
+	r.matmul(s.q, &s.in, bw.q)
+	r.matmul(s.k, &s.in, bw.k)
+	r.matmul(s.v, &s.in, bw.v)
+	for i, p := range pos {
+		r.rotate(s.q[i*qd:(i+1)*qd], p)
+		r.rotate(s.k[i*kvd:(i+1)*kvd], p)
+	}
+	cache := &r.kv[l]
+	base := len(cache.pos)
+	cache.k = append(cache.k, s.k...)
+	cache.v = append(cache.v, s.v...)
+	cache.pos = append(cache.pos, pos...)
+	r.attend(s.att, s.q, cache.k, cache.v, base, n)
+	s.mid.set(s.att, n, qd)
+	r.matmul(s.o, &s.mid, bw.o)
+	addTo(x, s.o)
+
+	r.norm(s.xn, x, b.FFNNorm.Vec(), n)
+	s.in.set(s.xn, n, d)
+	r.matmul(s.gate, &s.in, bw.gate)
+	r.matmul(s.up, &s.in, bw.up)
+	for i, g := range s.gate {
+		s.gate[i] = mod.SiLU(g) * s.up[i] // SwiGLU
+	}
+	s.ffn.set(s.gate, n, c.NFF)
+	r.matmul(s.o, &s.ffn, bw.down)
+	addTo(x, s.o)
+}
+
+func (r *Runner) norm(out, x, w []float32, n int) {
+	d := r.c.NEmbd
+	for i := range n {
+		mod.RMSNorm(out[i*d:(i+1)*d], x[i*d:(i+1)*d], w, r.c.RMSEps)
+	}
+}
+
+// rotate is mod.RoPE with the table's cos and sin.
+func (r *Runner) rotate(v []float32, pos int32) {
+	hd := r.c.HeadDim
+	t := r.rope[int(pos)*hd : (int(pos)+1)*hd]
+	for h := 0; h < len(v); h += hd {
+		for i := 0; i < hd; i += 2 {
+			cos, sin := t[i], t[i+1]
+			a, b := v[h+i], v[h+i+1]
+			v[h+i], v[h+i+1] = a*cos-b*sin, a*sin+b*cos
+		}
+	}
+}
+
+// attend is mod.Attend over the pool: n query rows whose keys and values
+// are the cache's last n entries, row i seeing entries [0, base+i].
+//
+//	out, q [n][nHead*headDim]; k, v [base+n][nKVHead*headDim]
+func (r *Runner) attend(out, q, k, v []float32, base, n int) {
+	c := r.c
+	nHead, hd := c.NHead, c.HeadDim
+	qd, kvd := nHead*hd, c.KVDim()
+	group := nHead / c.NKVHead
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	jobs := n * nHead
+	grain := max(1, 8192/((base+n)*hd)) // jobs per share: enough work to hand off
+	r.pool.run(jobs, grain, func(lo, hi int) {
+		sc := make([]float32, base+n)
+		for job := lo; job < hi; job++ {
+			i, h := job/nHead, job%nHead
+			kvh := h / group
+			qi := q[i*qd+h*hd : i*qd+(h+1)*hd]
+			m := base + i + 1
+			scores(sc[:m], qi, k[kvh*hd:], kvd, hd, scale)
+			mod.Softmax(sc[:m])
+			mix(out[i*qd+h*hd:i*qd+(h+1)*hd], v[kvh*hd:], kvd, sc[:m])
+		}
+	})
+}
+
+func addTo(x, y []float32) {
+	for i := range x {
+		x[i] += y[i]
+	}
+}

@@ -1,0 +1,156 @@
+package cpu
+
+// simdName names the assembly kernels this CPU runs, "" for none: AVX2
+// with FMA and F16C, and an OS that saves the YMM registers.
+var simdName = func() string {
+	_, _, c1, _ := cpuid(1, 0)
+	_, b7, _, _ := cpuid(7, 0)
+	const fma, osxsave, avx, f16c = 1 << 12, 1 << 27, 1 << 28, 1 << 29
+	if c1&(fma|osxsave|avx|f16c) != fma|osxsave|avx|f16c || b7&(1<<5) == 0 {
+		return ""
+	}
+	if xcr0, _ := xgetbv0(); xcr0&6 != 6 { // XMM and YMM state
+		return ""
+	}
+	return "avx2"
+}()
+
+func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
+func xgetbv0() (eax, edx uint32)
+
+//go:noescape
+func q8DotAVX2(w, x *int8, wd, xd *float32, nb int) float32
+
+//go:noescape
+func q8x4AVX2(w *int8, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
+
+//go:noescape
+func q4x4AVX2(w *byte, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
+
+//go:noescape
+func q4DotAVX2(w *byte, x *int8, wd, xd *float32, nb int) float32
+
+//go:noescape
+func f32ScoresAVX2(q, k *float32, stride, m, hd int, scale float32, out *float32)
+
+//go:noescape
+func f32MixAVX2(out, v *float32, stride, m, hd int, p *float32)
+
+//go:noescape
+func f16ToF32AVX2(dst *float32, src *uint16, n int)
+
+//go:noescape
+func quantizeAVX2(q *int8, d *float32, x *float32, nb int)
+
+//go:noescape
+func f32DotAVX2(w, x *float32, n int) float32
+
+//go:noescape
+func f16DotAVX2(w *uint16, x *float32, n int) float32
+
+// The wrappers check lengths the assembly trusts: a short slice is a bug
+// in the caller, and it must panic here rather than read past memory.
+
+func dotQ8SIMD(w, x []int8, wd, xd []float32) float32 {
+	nb := len(wd)
+	if nb == 0 {
+		return 0
+	}
+	_, _, _ = w[nb*blockLen-1], x[nb*blockLen-1], xd[nb-1]
+	return q8DotAVX2(&w[0], &x[0], &wd[0], &xd[0], nb)
+}
+
+func dotQ8x4SIMD(w []int8, wd []float32, x []int8, xd []float32, cols int, out *[4]float32) {
+	nb := cols / blockLen
+	if nb == 0 {
+		*out = [4]float32{}
+		return
+	}
+	_, _, _, _ = w[3*cols+cols-1], wd[3*nb+nb-1], x[cols-1], xd[nb-1]
+	q8x4AVX2(&w[0], cols, &wd[0], nb, &x[0], &xd[0], nb, &out[0])
+}
+
+func dotQ4x4SIMD(w []byte, wd []float32, x []int8, xd []float32, cols int, out *[4]float32) {
+	nb := cols / blockLen
+	if nb == 0 {
+		*out = [4]float32{}
+		return
+	}
+	_, _, _, _ = w[2*cols-1], wd[4*nb-1], x[cols-1], xd[nb-1]
+	q4x4AVX2(&w[0], cols/2, &wd[0], nb, &x[0], &xd[0], nb, &out[0])
+}
+
+func dotQ4SIMD(w []byte, x []int8, wd, xd []float32) float32 {
+	nb := len(wd)
+	if nb == 0 {
+		return 0
+	}
+	_, _, _ = w[nb*16-1], x[nb*blockLen-1], xd[nb-1]
+	return q4DotAVX2(&w[0], &x[0], &wd[0], &xd[0], nb)
+}
+
+func dotF32SIMD(w, x []float32) float32 {
+	n := len(w) &^ 7
+	var s float32
+	if n > 0 {
+		_ = x[n-1]
+		s = f32DotAVX2(&w[0], &x[0], n)
+	}
+	for j := n; j < len(w); j++ {
+		s += w[j] * x[j]
+	}
+	return s
+}
+
+func dotF16SIMD(w []uint16, x []float32) float32 {
+	n := len(w) &^ 7
+	var s float32
+	if n > 0 {
+		_ = x[n-1]
+		s = f16DotAVX2(&w[0], &x[0], n)
+	}
+	for j := n; j < len(w); j++ {
+		s += f16Table[w[j]] * x[j]
+	}
+	return s
+}
+
+func scoresSIMD(out, q, k []float32, stride, hd int, scale float32) {
+	m := len(out)
+	if hd%8 != 0 || m == 0 {
+		scoresGo(out, q, k, stride, hd, scale)
+		return
+	}
+	_, _ = q[hd-1], k[(m-1)*stride+hd-1]
+	f32ScoresAVX2(&q[0], &k[0], stride, m, hd, scale, &out[0])
+}
+
+func mixSIMD(out, v []float32, stride int, p []float32) {
+	hd, m := len(out), len(p)
+	if hd%8 != 0 || m == 0 {
+		mixGo(out, v, stride, p)
+		return
+	}
+	_ = v[(m-1)*stride+hd-1]
+	f32MixAVX2(&out[0], &v[0], stride, m, hd, &p[0])
+}
+
+func f16RowSIMD(dst []float32, src []uint16) {
+	n := len(src) &^ 7
+	if n > 0 {
+		_ = dst[n-1]
+		f16ToF32AVX2(&dst[0], &src[0], n)
+	}
+	for j := n; j < len(src); j++ {
+		dst[j] = f16Table[src[j]]
+	}
+}
+
+func quantizeRowSIMD(q []int8, d []float32, x []float32) {
+	nb := len(d)
+	if nb == 0 {
+		return
+	}
+	_, _ = q[nb*blockLen-1], x[nb*blockLen-1]
+	quantizeAVX2(&q[0], &d[0], &x[0], nb)
+}

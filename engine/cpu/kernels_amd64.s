@@ -1,0 +1,493 @@
+#include "textflag.h"
+
+// The amd64 kernels of kernels.go (AVX2, FMA, F16C). Go assembler operand
+// order: sources first, destination last.
+
+// func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL eaxArg+0(FP), AX
+	MOVL ecxArg+4(FP), CX
+	CPUID
+	MOVL AX, eax+8(FP)
+	MOVL BX, ebx+12(FP)
+	MOVL CX, ecx+16(FP)
+	MOVL DX, edx+20(FP)
+	RET
+
+// func xgetbv0() (eax, edx uint32)
+TEXT ·xgetbv0(SB), NOSPLIT, $0-8
+	MOVL $0, CX
+	XGETBV
+	MOVL AX, eax+0(FP)
+	MOVL DX, edx+4(FP)
+	RET
+
+// Signed int8 products without a signed-by-signed multiply: |w| (unsigned)
+// times x carrying w's sign, VPMADDUBSW summing pairs into int16 (at most
+// 2·128·127, no saturation), VPMADDWD by ones summing pairs into int32.
+// Then the block's 8 partial sums are scaled by wd·xd into 8 float lanes.
+
+// func q8DotAVX2(w, x *int8, wd, xd *float32, nb int) float32
+TEXT ·q8DotAVX2(SB), NOSPLIT, $0-44
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ wd+16(FP), R8
+	MOVQ xd+24(FP), R9
+	MOVQ nb+32(FP), CX
+	VXORPS Y0, Y0, Y0
+	VPCMPEQW Y7, Y7, Y7
+	VPSRLW $15, Y7, Y7 // int16 ones
+
+q8loop:
+	TESTQ CX, CX
+	JZ    q8done
+	VMOVDQU (SI), Y1
+	VMOVDQU (DI), Y2
+	VPSIGNB Y1, Y1, Y3     // |w|
+	VPSIGNB Y1, Y2, Y4     // x with w's sign
+	VPMADDUBSW Y4, Y3, Y5
+	VPMADDWD Y7, Y5, Y5
+	VCVTDQ2PS Y5, Y5
+	VMOVSS (R8), X6
+	VMULSS (R9), X6, X6
+	VBROADCASTSS X6, Y6
+	VFMADD231PS Y5, Y6, Y0
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JMP  q8loop
+
+q8done:
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+40(FP)
+	RET
+
+// func q4DotAVX2(w *byte, x *int8, wd, xd *float32, nb int) float32
+TEXT ·q4DotAVX2(SB), NOSPLIT, $0-44
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ wd+16(FP), R8
+	MOVQ xd+24(FP), R9
+	MOVQ nb+32(FP), CX
+	VXORPS Y0, Y0, Y0
+	VPCMPEQW Y7, Y7, Y7
+	VPSRLW $15, Y7, Y7 // int16 ones
+	MOVL $0x0f0f0f0f, AX
+	MOVD AX, X8
+	VPBROADCASTD X8, Y8 // low-nibble mask
+	MOVL $0x08080808, AX
+	MOVD AX, X9
+	VPBROADCASTD X9, Y9 // the bias, 8
+
+q4loop:
+	TESTQ CX, CX
+	JZ    q4done
+	VMOVDQU (SI), X1
+	VPSRLW $4, X1, X2
+	VINSERTI128 $1, X2, Y1, Y1 // elements 0-15 low nibbles, 16-31 high
+	VPAND Y8, Y1, Y1
+	VPSUBB Y9, Y1, Y1          // -8..7
+	VMOVDQU (DI), Y2
+	VPSIGNB Y1, Y1, Y3
+	VPSIGNB Y1, Y2, Y4
+	VPMADDUBSW Y4, Y3, Y5
+	VPMADDWD Y7, Y5, Y5
+	VCVTDQ2PS Y5, Y5
+	VMOVSS (R8), X6
+	VMULSS (R9), X6, X6
+	VBROADCASTSS X6, Y6
+	VFMADD231PS Y5, Y6, Y0
+	ADDQ $16, SI
+	ADDQ $32, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JMP  q4loop
+
+q4done:
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+40(FP)
+	RET
+
+// func f32DotAVX2(w, x *float32, n int) float32  (n a multiple of 8)
+TEXT ·f32DotAVX2(SB), NOSPLIT, $0-28
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	VXORPS Y0, Y0, Y0
+
+f32loop:
+	TESTQ CX, CX
+	JZ    f32done
+	VMOVUPS (SI), Y1
+	VFMADD231PS (DI), Y1, Y0
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JMP  f32loop
+
+f32done:
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
+	RET
+
+// func f16DotAVX2(w *uint16, x *float32, n int) float32  (n a multiple of 8)
+TEXT ·f16DotAVX2(SB), NOSPLIT, $0-28
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	VXORPS Y0, Y0, Y0
+
+f16loop:
+	TESTQ CX, CX
+	JZ    f16done
+	VCVTPH2PS (SI), Y1
+	VFMADD231PS (DI), Y1, Y0
+	ADDQ $16, SI
+	ADDQ $32, DI
+	DECQ CX
+	JMP  f16loop
+
+f16done:
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
+	RET
+
+// One block of one row for q8x4AVX2: Y2 holds the activations, Y7 int16
+// ones; w at off(SI)(row stride R10), its scale at off(R8)(R11); X12 the
+// activations' scale. Adds into acc.
+#define Q8ROW(wq, ws, acc) \
+	VMOVDQU wq, Y1; \
+	VPSIGNB Y1, Y1, Y3; \
+	VPSIGNB Y1, Y2, Y4; \
+	VPMADDUBSW Y4, Y3, Y5; \
+	VPMADDWD Y7, Y5, Y5; \
+	VCVTDQ2PS Y5, Y5; \
+	VMULSS ws, X12, X6; \
+	VBROADCASTSS X6, Y6; \
+	VFMADD231PS Y5, Y6, acc
+
+// func q8x4AVX2(w *int8, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
+// Four weight rows (w, w+wstride, ...; scales wd, wd+dstride floats, ...)
+// dotted with one row of activations: out[0..3].
+TEXT ·q8x4AVX2(SB), NOSPLIT, $0-64
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), R10
+	MOVQ wd+16(FP), R8
+	MOVQ dstride+24(FP), R11
+	SHLQ $2, R11
+	MOVQ x+32(FP), DI
+	MOVQ xd+40(FP), R9
+	MOVQ nb+48(FP), CX
+	LEAQ (R10)(R10*2), R12 // 3 strides
+	LEAQ (R11)(R11*2), R13
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VPCMPEQW Y7, Y7, Y7
+	VPSRLW $15, Y7, Y7
+
+q8x4loop:
+	TESTQ CX, CX
+	JZ    q8x4done
+	VMOVDQU (DI), Y2
+	VMOVSS (R9), X12
+	Q8ROW((SI), (R8), Y8)
+	Q8ROW((SI)(R10*1), (R8)(R11*1), Y9)
+	Q8ROW((SI)(R10*2), (R8)(R11*2), Y10)
+	Q8ROW((SI)(R12*1), (R8)(R13*1), Y11)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JMP  q8x4loop
+
+q8x4done:
+	// Four horizontal sums at once: pairs, then quads, then halves.
+	VHADDPS Y9, Y8, Y8    // [a01 a23 b01 b23 | a45 a67 b45 b67]
+	VHADDPS Y11, Y10, Y10 // the same for c, d
+	VHADDPS Y10, Y8, Y8   // [a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7]
+	VEXTRACTF128 $1, Y8, X1
+	VADDPS X1, X8, X8
+	MOVQ out+56(FP), AX
+	VMOVUPS X8, (AX)
+	VZEROUPPER
+	RET
+
+// func f32ScoresAVX2(q, k *float32, stride, m, hd int, scale float32, out *float32)
+// out[e] = scale · q[0:hd]·k[e·stride : e·stride+hd] for e < m; hd a
+// multiple of 8, stride in floats.
+TEXT ·f32ScoresAVX2(SB), NOSPLIT, $0-56
+	MOVQ q+0(FP), SI
+	MOVQ k+8(FP), DI
+	MOVQ stride+16(FP), R10
+	SHLQ $2, R10
+	MOVQ m+24(FP), CX
+	MOVQ hd+32(FP), R11
+	SHRQ $3, R11
+	VBROADCASTSS scale+40(FP), X13
+	MOVQ out+48(FP), AX
+
+scoreEntry:
+	TESTQ CX, CX
+	JZ    scoreDone
+	VXORPS Y0, Y0, Y0
+	MOVQ  R11, DX
+	XORQ  BX, BX
+
+scoreLoop:
+	VMOVUPS (SI)(BX*1), Y1
+	VFMADD231PS (DI)(BX*1), Y1, Y0
+	ADDQ $32, BX
+	DECQ DX
+	JNZ  scoreLoop
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMULSS X13, X0, X0
+	MOVSS X0, (AX)
+	ADDQ $4, AX
+	ADDQ R10, DI
+	DECQ CX
+	JMP  scoreEntry
+
+scoreDone:
+	VZEROUPPER
+	RET
+
+// func f32MixAVX2(out, v *float32, stride, m, hd int, p *float32)
+// out[0:hd] = Σ_e p[e]·v[e·stride : e·stride+hd] for e < m; hd a
+// multiple of 8.
+TEXT ·f32MixAVX2(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), SI
+	MOVQ v+8(FP), DI
+	MOVQ stride+16(FP), R10
+	SHLQ $2, R10
+	MOVQ m+24(FP), CX
+	MOVQ hd+32(FP), R11
+	SHRQ $3, R11
+	MOVQ p+40(FP), AX
+	// clear out
+	VXORPS Y0, Y0, Y0
+	MOVQ R11, DX
+	XORQ BX, BX
+
+mixClear:
+	VMOVUPS Y0, (SI)(BX*1)
+	ADDQ $32, BX
+	DECQ DX
+	JNZ  mixClear
+
+mixEntry:
+	TESTQ CX, CX
+	JZ    mixDone
+	VBROADCASTSS (AX), Y2
+	MOVQ R11, DX
+	XORQ BX, BX
+
+mixLoop:
+	VMOVUPS (SI)(BX*1), Y1
+	VFMADD231PS (DI)(BX*1), Y2, Y1
+	VMOVUPS Y1, (SI)(BX*1)
+	ADDQ $32, BX
+	DECQ DX
+	JNZ  mixLoop
+	ADDQ $4, AX
+	ADDQ R10, DI
+	DECQ CX
+	JMP  mixEntry
+
+mixDone:
+	VZEROUPPER
+	RET
+
+// func f16ToF32AVX2(dst *float32, src *uint16, n int)  (n a multiple of 8)
+TEXT ·f16ToF32AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+
+cvtLoop:
+	TESTQ CX, CX
+	JZ    cvtDone
+	VCVTPH2PS (SI), Y1
+	VMOVUPS Y1, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	DECQ CX
+	JMP  cvtLoop
+
+cvtDone:
+	VZEROUPPER
+	RET
+
+// One block of one Q4_0 row for q4x4AVX2: 16 bytes at wq unpacked to 32
+// values -8..7 (Y8 the nibble mask, Y9 the bias), then as Q8ROW.
+#define Q4ROW(wq, ws, acc) \
+	VMOVDQU wq, X1; \
+	VPSRLW $4, X1, X3; \
+	VINSERTI128 $1, X3, Y1, Y1; \
+	VPAND Y8, Y1, Y1; \
+	VPSUBB Y9, Y1, Y1; \
+	VPSIGNB Y1, Y1, Y3; \
+	VPSIGNB Y1, Y2, Y4; \
+	VPMADDUBSW Y4, Y3, Y5; \
+	VPMADDWD Y7, Y5, Y5; \
+	VCVTDQ2PS Y5, Y5; \
+	VMULSS ws, X12, X6; \
+	VBROADCASTSS X6, Y6; \
+	VFMADD231PS Y5, Y6, acc
+
+// func q4x4AVX2(w *byte, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
+// q8x4AVX2 for Q4_0 rows (wstride in bytes: cols/2).
+TEXT ·q4x4AVX2(SB), NOSPLIT, $0-64
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), R10
+	MOVQ wd+16(FP), R8
+	MOVQ dstride+24(FP), R11
+	SHLQ $2, R11
+	MOVQ x+32(FP), DI
+	MOVQ xd+40(FP), R9
+	MOVQ nb+48(FP), CX
+	LEAQ (R10)(R10*2), R12
+	LEAQ (R11)(R11*2), R13
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VXORPS Y14, Y14, Y14
+	VXORPS Y15, Y15, Y15
+	VPCMPEQW Y7, Y7, Y7
+	VPSRLW $15, Y7, Y7
+	MOVL $0x0f0f0f0f, AX
+	MOVD AX, X8
+	VPBROADCASTD X8, Y8
+	MOVL $0x08080808, AX
+	MOVD AX, X9
+	VPBROADCASTD X9, Y9
+
+q4x4loop:
+	TESTQ CX, CX
+	JZ    q4x4done
+	VMOVDQU (DI), Y2
+	VMOVSS (R9), X12
+	Q4ROW((SI), (R8), Y10)
+	Q4ROW((SI)(R10*1), (R8)(R11*1), Y11)
+	Q4ROW((SI)(R10*2), (R8)(R11*2), Y14)
+	Q4ROW((SI)(R12*1), (R8)(R13*1), Y15)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JMP  q4x4loop
+
+q4x4done:
+	VHADDPS Y11, Y10, Y10
+	VHADDPS Y15, Y14, Y14
+	VHADDPS Y14, Y10, Y10
+	VEXTRACTF128 $1, Y10, X1
+	VADDPS X1, X10, X10
+	MOVQ out+56(FP), AX
+	VMOVUPS X10, (AX)
+	VZEROUPPER
+	RET
+
+// The order of the dwords after VPACKSSDW and VPACKSSWB, which pack within
+// 128-bit lanes: back to element order.
+DATA packOrder<>+0(SB)/4, $0
+DATA packOrder<>+4(SB)/4, $4
+DATA packOrder<>+8(SB)/4, $1
+DATA packOrder<>+12(SB)/4, $5
+DATA packOrder<>+16(SB)/4, $2
+DATA packOrder<>+20(SB)/4, $6
+DATA packOrder<>+24(SB)/4, $3
+DATA packOrder<>+28(SB)/4, $7
+GLOBL packOrder<>(SB), RODATA|NOPTR, $32
+
+// func quantizeAVX2(q *int8, d *float32, x *float32, nb int)
+// quantizeRow: per block of 32, d = max|x|/127, q = x·(127/max|x|)
+// rounded to nearest even (VCVTPS2DQ), 0 for a block of zeros.
+TEXT ·quantizeAVX2(SB), NOSPLIT, $0-32
+	MOVQ q+0(FP), DI
+	MOVQ d+8(FP), R8
+	MOVQ x+16(FP), SI
+	MOVQ nb+24(FP), CX
+	MOVL $0x7fffffff, AX
+	MOVD AX, X15
+	VPBROADCASTD X15, Y15 // |x| mask
+	MOVL $0x42fe0000, AX  // 127.0
+	MOVD AX, X14
+	VMOVDQU packOrder<>(SB), Y13
+
+quantLoop:
+	TESTQ CX, CX
+	JZ    quantDone
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	VANDPS Y15, Y0, Y4
+	VANDPS Y15, Y1, Y5
+	VMAXPS Y5, Y4, Y4
+	VANDPS Y15, Y2, Y5
+	VMAXPS Y5, Y4, Y4
+	VANDPS Y15, Y3, Y5
+	VMAXPS Y5, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VMAXPS X5, X4, X4
+	VMOVHLPS X4, X4, X5
+	VMAXPS X5, X4, X4
+	VPSHUFD $1, X4, X5
+	VMAXSS X5, X4, X4     // amax
+	VDIVSS X14, X4, X5
+	VMOVSS X5, (R8)       // d = amax/127
+	VXORPS X6, X6, X6
+	VCMPSS $4, X6, X4, X7 // amax != 0
+	VDIVSS X4, X14, X6    // 127/amax
+	VANDPS X7, X6, X6     // 0 for a block of zeros
+	VBROADCASTSS X6, Y6
+	VMULPS Y6, Y0, Y0
+	VMULPS Y6, Y1, Y1
+	VMULPS Y6, Y2, Y2
+	VMULPS Y6, Y3, Y3
+	VCVTPS2DQ Y0, Y0
+	VCVTPS2DQ Y1, Y1
+	VCVTPS2DQ Y2, Y2
+	VCVTPS2DQ Y3, Y3
+	VPACKSSDW Y1, Y0, Y0
+	VPACKSSDW Y3, Y2, Y2
+	VPACKSSWB Y2, Y0, Y0
+	VPERMD Y0, Y13, Y0
+	VMOVDQU Y0, (DI)
+	ADDQ $128, SI
+	ADDQ $32, DI
+	ADDQ $4, R8
+	DECQ CX
+	JMP  quantLoop
+
+quantDone:
+	VZEROUPPER
+	RET

@@ -1,0 +1,182 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modrun/modrun/gguf"
+)
+
+func randInt8(g *rand.Rand, n int) []int8 {
+	v := make([]int8, n)
+	for i := range v {
+		v[i] = int8(g.IntN(255) - 127)
+	}
+	return v
+}
+
+func randF32(g *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(g.NormFloat64())
+	}
+	return v
+}
+
+// Each kernel, on both paths, equals a float64 sum of the same products
+// over ragged lengths (blocks: 1, 3, 9, 24; floats: tails past a multiple
+// of 8). The integer block sums are exact on both paths; only the float32
+// accumulation of scaled block sums differs, hence a relative 1e-5.
+func TestKernels(t *testing.T) {
+	g := rand.New(rand.NewPCG(1, 2))
+	kernelPaths(t, func(t *testing.T) {
+		for _, nb := range []int{1, 3, 9, 24} {
+			n := nb * blockLen
+			w, x := randInt8(g, n), randInt8(g, n)
+			w[0], x[1] = -128, -127 // the extremes VPSIGNB and VPMADDUBSW must take
+			wd, xd := randF32(g, nb), randF32(g, nb)
+			q4 := make([]byte, n/2)
+			for i := range q4 {
+				q4[i] = byte(g.IntN(256))
+			}
+			var want8, want4 float64
+			for b := range nb {
+				var s8, s4 int64
+				for j := range blockLen {
+					s8 += int64(w[b*blockLen+j]) * int64(x[b*blockLen+j])
+					nib := q4[b*16+j%16] & 0x0f
+					if j >= 16 {
+						nib = q4[b*16+j%16] >> 4
+					}
+					s4 += (int64(nib) - 8) * int64(x[b*blockLen+j])
+				}
+				want8 += float64(wd[b]) * float64(xd[b]) * float64(s8)
+				want4 += float64(wd[b]) * float64(xd[b]) * float64(s4)
+			}
+			assertClose(t, want8, dotQ8(w, x, wd, xd), fmt.Sprintf("q8 %d blocks", nb))
+			assertClose(t, want4, dotQ4(q4, x, wd, xd), fmt.Sprintf("q4 %d blocks", nb))
+		}
+		for _, n := range []int{1, 7, 8, 13, 48, 288, 301} {
+			a, b := randF32(g, n), randF32(g, n)
+			h := make([]uint16, n)
+			var want32, want16 float64
+			for i := range a {
+				h[i] = gguf.F32ToF16(a[i])
+				want32 += float64(a[i]) * float64(b[i])
+				want16 += float64(gguf.F16ToF32(h[i])) * float64(b[i])
+			}
+			assertClose(t, want32, dotF32(a, b), fmt.Sprintf("f32 %d", n))
+			assertClose(t, want16, dotF16(h, b), fmt.Sprintf("f16 %d", n))
+		}
+	})
+}
+
+// scale is the sum's magnitude the error is relative to: the terms can
+// cancel, so relative to the result alone would demand the impossible.
+func assertClose(t *testing.T, want float64, got float32, what string) {
+	t.Helper()
+	assert.InDelta(t, want, float64(got), 1e-5*math.Max(1, math.Abs(want))*10, what)
+}
+
+// quantizeRow (on the path this CPU takes) rounds each element to the nearest step of its block's
+// max|x|/127: the error is at most half a step, the largest element is
+// ±127 exactly, and a block of zeros stays zero.
+func TestQuantizeRow(t *testing.T) {
+	g := rand.New(rand.NewPCG(3, 4))
+	x := randF32(g, 4*blockLen)
+	clear(x[2*blockLen : 3*blockLen])
+	x[3*blockLen+5] = 0.5 * x[3*blockLen] // a tie after scaling, unless it rounds
+	q, d := make([]int8, len(x)), make([]float32, 4)
+	quantizeRow(q, d, x)
+	// Both paths give the same bytes.
+	qGo, dGo := make([]int8, len(x)), make([]float32, 4)
+	quantizeRowGo(qGo, dGo, x)
+	assert.Equal(t, qGo, q)
+	assert.Equal(t, dGo, d)
+	for b := range d {
+		var amax float32
+		for j := range blockLen {
+			amax = max(amax, float32(math.Abs(float64(x[b*blockLen+j]))))
+		}
+		require.InDelta(t, amax/127, d[b], 1e-9, "block %d scale", b)
+		for j := range blockLen {
+			i := b*blockLen + j
+			assert.InDelta(t, x[i], float32(q[i])*d[b], float64(d[b])/2+1e-7, "element %d", i)
+			if amax > 0 && (x[i] == amax || x[i] == -amax) {
+				assert.EqualValues(t, 127, max(q[i], -q[i]), "element %d is its block's largest", i)
+			}
+		}
+	}
+	assert.Equal(t, make([]int8, blockLen), q[2*blockLen:3*blockLen])
+}
+
+// dotQ8x4 and dotQ4x4 are four dotQ8 (dotQ4) calls, on both paths, over ragged row counts of
+// blocks.
+func TestDotX4(t *testing.T) {
+	g := rand.New(rand.NewPCG(5, 6))
+	kernelPaths(t, func(t *testing.T) {
+		for _, nb := range []int{1, 3, 9, 24} {
+			cols := nb * blockLen
+			w, x := randInt8(g, 4*cols), randInt8(g, cols)
+			wd, xd := randF32(g, 4*nb), randF32(g, nb)
+			q4 := make([]byte, 4*cols/2)
+			for i := range q4 {
+				q4[i] = byte(g.IntN(256))
+			}
+			var got, got4 [4]float32
+			dotQ8x4(w, wd, x, xd, cols, &got)
+			dotQ4x4(q4, wd, x, xd, cols, &got4)
+			for r := range got {
+				want := dotQ8Go(w[r*cols:(r+1)*cols], x, wd[r*nb:(r+1)*nb], xd)
+				assertClose(t, float64(want), got[r], fmt.Sprintf("q8 %d blocks row %d", nb, r))
+				want4 := dotQ4Go(q4[r*cols/2:(r+1)*cols/2], x, wd[r*nb:(r+1)*nb], xd)
+				assertClose(t, float64(want4), got4[r], fmt.Sprintf("q4 %d blocks row %d", nb, r))
+			}
+		}
+	})
+}
+
+// Attention's kernels and the half decoder, on both paths, against plain
+// float64 loops: head sizes a multiple of 8 (the SIMD case) and not.
+func TestAttentionKernels(t *testing.T) {
+	g := rand.New(rand.NewPCG(7, 8))
+	kernelPaths(t, func(t *testing.T) {
+		for _, hd := range []int{8, 12, 48, 64} {
+			const m, stride = 5, 200
+			q, k := randF32(g, hd), randF32(g, m*stride)
+			got := make([]float32, m)
+			scores(got, q, k, stride, hd, 0.5)
+			for e := range got {
+				var want float64
+				for j := range hd {
+					want += float64(q[j]) * float64(k[e*stride+j])
+				}
+				assertClose(t, 0.5*want, got[e], fmt.Sprintf("scores hd %d entry %d", hd, e))
+			}
+			p := randF32(g, m)
+			out := randF32(g, hd) // mix overwrites it
+			mix(out, k, stride, p)
+			for j := range out {
+				var want float64
+				for e := range p {
+					want += float64(p[e]) * float64(k[e*stride+j])
+				}
+				assertClose(t, want, out[j], fmt.Sprintf("mix hd %d element %d", hd, j))
+			}
+			h := make([]uint16, hd+3)
+			for i := range h {
+				h[i] = gguf.F32ToF16(float32(g.NormFloat64()))
+			}
+			dec := make([]float32, len(h))
+			f16Row(dec, h)
+			for i := range h {
+				assert.Equal(t, gguf.F16ToF32(h[i]), dec[i], "f16 %d of %d", i, len(h))
+			}
+		}
+	})
+}

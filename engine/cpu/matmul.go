@@ -1,0 +1,124 @@
+package cpu
+
+// acts are n rows of activations [n][cols], as floats and, once asked for,
+// quantized to blocks of 32 (quantizeRow): a set of rows feeding several
+// matrices (q, k and v; gate and up) is quantized once.
+type acts struct {
+	f     []float32 // [n][cols]
+	n     int
+	cols  int
+	q     []int8    // [n][cols] when quantized
+	d     []float32 // [n][cols/32]
+	ready bool      // q and d hold f's rows
+}
+
+// set points a at n rows of f, dropping any quantized copy.
+func (a *acts) set(f []float32, n, cols int) {
+	a.f, a.n, a.cols, a.ready = f[:n*cols], n, cols, false
+}
+
+// quantize fills q and d from f, once per set, split over the pool.
+func (a *acts) quantize(p *pool) {
+	if a.ready {
+		return
+	}
+	nb := a.cols / blockLen
+	a.q, a.d = grow(a.q, a.n*a.cols), grow(a.d, a.n*nb)
+	p.run(a.n, max(1, 4096/a.cols), func(lo, hi int) {
+		for s := lo; s < hi; s++ {
+			quantizeRow(a.q[s*a.cols:(s+1)*a.cols], a.d[s*nb:(s+1)*nb], a.f[s*a.cols:(s+1)*a.cols])
+		}
+	})
+	a.ready = true
+}
+
+// grow returns buf resliced to n, reallocated only when too short.
+func grow[T any](buf []T, n int) []T {
+	if cap(buf) < n {
+		return make([]T, n)
+	}
+	return buf[:n]
+}
+
+// rowGrain is the fewest rows a worker takes: below it the hand-off costs
+// more than the rows.
+const rowGrain = 16
+
+// tokenTile is how many activation rows a worker runs through each weight
+// row before moving on: the weight row stays in L1 while the tile's rows
+// stream from L2.
+const tokenTile = 64
+
+// matmul computes out[s][i] = w.row(i) · x[s] for the n rows of x; out is
+// [n][w.rows]. Workers split w's rows, so each weight byte is read by one
+// core; a quantized w uses x's quantized rows.
+func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
+	if w.quantized() {
+		x.quantize(r.pool)
+	}
+	n, cols, nb := x.n, w.cols, w.cols/blockLen
+	r.pool.run(w.rows, rowGrain, func(lo, hi int) {
+		var row []float32 // kindRows, kindF16: a decoded weight row
+		if w.kind == kindRows || w.kind == kindF16 {
+			row = make([]float32, cols)
+		}
+		for t0 := 0; t0 < n; t0 += tokenTile {
+			t1 := min(n, t0+tokenTile)
+			i := lo
+			if w.kind == kindQ8 { // four rows at a time, each activation row loaded once for them
+				var four [4]float32
+				for ; i+4 <= hi; i += 4 {
+					wq, wd := w.q8[i*cols:(i+4)*cols], w.d[i*nb:(i+4)*nb]
+					for s := t0; s < t1; s++ {
+						dotQ8x4(wq, wd, x.q[s*cols:(s+1)*cols], x.d[s*nb:(s+1)*nb], cols, &four)
+						copy(out[s*w.rows+i:s*w.rows+i+4], four[:])
+					}
+				}
+			}
+			if w.kind == kindQ4 {
+				var four [4]float32
+				for ; i+4 <= hi; i += 4 {
+					wq, wd := w.q4[i*cols/2:(i+4)*cols/2], w.d[i*nb:(i+4)*nb]
+					for s := t0; s < t1; s++ {
+						dotQ4x4(wq, wd, x.q[s*cols:(s+1)*cols], x.d[s*nb:(s+1)*nb], cols, &four)
+						copy(out[s*w.rows+i:s*w.rows+i+4], four[:])
+					}
+				}
+			}
+			for ; i < hi; i++ {
+				switch w.kind {
+				case kindQ8:
+					wq, wd := w.q8[i*cols:(i+1)*cols], w.d[i*nb:(i+1)*nb]
+					for s := t0; s < t1; s++ {
+						out[s*w.rows+i] = dotQ8(wq, x.q[s*cols:(s+1)*cols], wd, x.d[s*nb:(s+1)*nb])
+					}
+				case kindQ4:
+					wq, wd := w.q4[i*cols/2:(i+1)*cols/2], w.d[i*nb:(i+1)*nb]
+					for s := t0; s < t1; s++ {
+						out[s*w.rows+i] = dotQ4(wq, x.q[s*cols:(s+1)*cols], wd, x.d[s*nb:(s+1)*nb])
+					}
+				case kindF32:
+					wr := w.f32[i*cols : (i+1)*cols]
+					for s := t0; s < t1; s++ {
+						out[s*w.rows+i] = dotF32(wr, x.f[s*cols:(s+1)*cols])
+					}
+				case kindF16:
+					wr := w.f16[i*cols : (i+1)*cols]
+					if t1-t0 == 1 {
+						out[t0*w.rows+i] = dotF16(wr, x.f[t0*cols:(t0+1)*cols])
+						continue
+					}
+					f16Row(row, wr) // decoded once for the tile's rows
+					for s := t0; s < t1; s++ {
+						out[s*w.rows+i] = dotF32(row, x.f[s*cols:(s+1)*cols])
+					}
+				case kindRows:
+					w.src.Row(i, row)
+					for s := t0; s < t1; s++ {
+						out[s*w.rows+i] = dotF32(row, x.f[s*cols:(s+1)*cols])
+					}
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,115 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/mod"
+)
+
+// kind is how a matrix is stored for the kernels.
+type kind int
+
+const (
+	kindQ8   kind = iota // Q8_0: int8 quants, float32 scales; quantized activations
+	kindQ4               // Q4_0: 16 nibble bytes per block, float32 scales; quantized activations
+	kindF32              // float32 rows
+	kindF16              // half rows
+	kindRows             // any other type mod takes: each row decoded by mod.Mat.Row, then dotted in float32
+)
+
+// matrix is a weight matrix [rows][cols] repacked for the kernels: the
+// quants of a row contiguous (aligned loads, no scale between blocks) and
+// the scales decoded from F16 once, here, instead of in every dot.
+type matrix struct {
+	name       string
+	kind       kind
+	rows, cols int
+	q8         []int8    // kindQ8: [rows*cols]
+	q4         []byte    // kindQ4: [rows*cols/2]
+	d          []float32 // kindQ8, kindQ4: [rows*cols/32] block scales
+	f32        []float32 // kindF32: [rows*cols]
+	f16        []uint16  // kindF16: [rows*cols]
+	src        *mod.Mat  // kindRows: decoded a row at a time
+}
+
+// quantized says whether the matrix dots with quantized activations.
+func (w *matrix) quantized() bool { return w.kind == kindQ8 || w.kind == kindQ4 }
+
+// newMatrix repacks a weight matrix of mod.
+func newMatrix(m *mod.Mat) (*matrix, error) {
+	w := &matrix{name: m.Name, rows: m.Rows, cols: m.Cols, kind: kindRows, src: m}
+	f32, packed := m.Data()
+	le := binary.LittleEndian
+	switch {
+	case f32 != nil:
+		w.kind, w.f32 = kindF32, f32
+	case m.Type == gguf.TypeF16:
+		w.kind, w.f16 = kindF16, make([]uint16, m.Rows*m.Cols)
+		for i := range w.f16 {
+			w.f16[i] = le.Uint16(packed[2*i:])
+		}
+	case m.Type == gguf.TypeQ8_0 || m.Type == gguf.TypeQ4_0:
+		if m.Cols%blockLen != 0 {
+			return nil, fmt.Errorf("cpu: tensor %q: %d columns are not whole blocks of %d", m.Name, m.Cols, blockLen)
+		}
+		nb := m.Rows * m.Cols / blockLen
+		w.d = make([]float32, nb)
+		if m.Type == gguf.TypeQ8_0 { // a block: f16 scale, 32 int8
+			w.kind, w.q8 = kindQ8, make([]int8, m.Rows*m.Cols)
+			for b := range nb {
+				blk := packed[b*34 : b*34+34]
+				w.d[b] = f16Table[le.Uint16(blk)]
+				for j, v := range blk[2:] {
+					w.q8[b*blockLen+j] = int8(v)
+				}
+			}
+		} else { // a block: f16 scale, 16 bytes of two nibbles
+			w.kind, w.q4 = kindQ4, make([]byte, m.Rows*m.Cols/2)
+			for b := range nb {
+				blk := packed[b*18 : b*18+18]
+				w.d[b] = f16Table[le.Uint16(blk)]
+				copy(w.q4[b*16:], blk[2:])
+			}
+		}
+	}
+	return w, nil
+}
+
+// weights are a model's matrices for the kernels; the vectors (norms,
+// routers, predictors) are read from mod's Weights directly.
+type weights struct {
+	blocks []blockWeights
+	output *matrix
+}
+
+type blockWeights struct {
+	q, k, v, o     *matrix
+	gate, up, down *matrix
+	predUp         *matrix // routed blocks with a predictor
+}
+
+func loadWeights(m *mod.Model) (*weights, error) {
+	w := &weights{blocks: make([]blockWeights, len(m.Weights.Blocks))}
+	var err error
+	mat := func(src *mod.Mat) *matrix {
+		if err != nil {
+			return nil
+		}
+		var out *matrix
+		out, err = newMatrix(src)
+		return out
+	}
+	// The tied classifier shares the embedding's matrix.
+	w.output = mat(&m.Weights.Output)
+	for l := range m.Weights.Blocks {
+		b := &m.Weights.Blocks[l]
+		w.blocks[l] = blockWeights{q: mat(&b.Q), k: mat(&b.K), v: mat(&b.V), o: mat(&b.O),
+			gate: mat(&b.Gate), up: mat(&b.Up), down: mat(&b.Down)}
+		if b.Router != nil && b.Router.PredUp != nil {
+			w.blocks[l].predUp = mat(b.Router.PredUp)
+		}
+	}
+	return w, err
+}
