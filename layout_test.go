@@ -25,8 +25,9 @@ var layers = map[string][]string{
 	"internal/...":  {"internal/..."},
 	"tokenizer":     {"gguf", "internal/..."},
 	"mod":           {"gguf", "tokenizer", "internal/..."},
-	"mod/convert":   {"mod", "gguf", "tokenizer", "internal/..."}, // checkpoints -> GGUF
-	"mod/synth":     {"mod", "gguf", "tokenizer", "internal/..."}, // random-weight models of standard shapes
+	"mod/quant":     {"mod", "gguf", "internal/..."},                           // each weight matrix's type (llama.cpp's mixes)
+	"mod/convert":   {"mod", "mod/quant", "gguf", "tokenizer", "internal/..."}, // checkpoints -> GGUF
+	"mod/synth":     {"mod", "mod/quant", "gguf", "tokenizer", "internal/..."}, // random-weight models of standard shapes
 	"engine/vulkan": {"mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
 	"engine":        {"engine/vulkan", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
 	"":              {"*"}, // the root package: the Go API for embedding

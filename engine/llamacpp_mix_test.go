@@ -18,16 +18,24 @@ import (
 // holding several tensor types.
 var llamaCppMixes = []string{"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K"}
 
-// mixScoreTol is how far a quantized model's perplexity may stray from its
-// F32 twin's, per backend. The CPU's products of packed blocks sum in another
-// order than its F32 dot products, and nothing else differs: a few float32
-// ulps in the logits.
-var mixScoreTol = map[string]float64{BackendCPU: 1e-4}
+// mixScorers are the backends on which a quantized model must score as its
+// F32 twin, and how closely (relative perplexity). The reference's products
+// of packed blocks sum in another order than its F32 dot products, and
+// nothing else differs: a few float32 ulps in the logits.
+var mixScorers = []struct {
+	name string
+	tol  float64
+	open func(t *testing.T, m *mod.Model) Scorer
+}{
+	{"reference", 1e-4, func(t *testing.T, m *mod.Model) Scorer {
+		sc, err := NewCPUScorer(m, mod.RoutingTopK)
+		require.NoError(t, err)
+		return sc
+	}},
+}
 
 const mixText = `Once upon a time, in a small village by the sea, there lived a girl
-named Mia. Every morning she walked to the shore to look for shells. One day
-she found a shell that sang when the wind blew through it. "What a strange
-shell," she said, and she carried it home to show her grandmother.`
+named Mia. Every morning she walked to the shore to look for shells.`
 
 // TestLlamaCppMixesScoreAsTheirF32Twin: a model in each llama.cpp mix scores
 // a text (several windows) as an F32 model holding its dequantized values.
@@ -36,18 +44,18 @@ func TestLlamaCppMixesScoreAsTheirF32Twin(t *testing.T) {
 		t.Run(mix, func(t *testing.T) {
 			path := shared.Path(t, "quant/kq-"+mix+".gguf")
 			twin := writeF32Twin(t, path)
-			for backend, tol := range mixScoreTol {
-				q, f := scoreFile(t, path, backend), scoreFile(t, twin, backend)
+			for _, sc := range mixScorers {
+				q, f := scoreFile(t, path, sc.open), scoreFile(t, twin, sc.open)
 				require.Greater(t, q.Windows, 2, "the text spans several windows")
-				assert.InEpsilon(t, f.Perplexity(), q.Perplexity(), tol, "%s on %s: perplexity of the mix vs its F32 twin", mix, backend)
-				t.Logf("%s on %s: %d tokens in %d windows, perplexity %.6f, twin %.6f", mix, backend, q.Tokens, q.Windows, q.Perplexity(), f.Perplexity())
+				assert.InEpsilon(t, f.Perplexity(), q.Perplexity(), sc.tol, "%s on %s: perplexity of the mix vs its F32 twin", mix, sc.name)
+				t.Logf("%s on %s: %d tokens in %d windows, perplexity %.6f, twin %.6f", mix, sc.name, q.Tokens, q.Windows, q.Perplexity(), f.Perplexity())
 			}
 		})
 	}
 }
 
 // scoreFile is the perplexity of the model in path on mixText, in windows of 48.
-func scoreFile(t *testing.T, path, backend string) PerplexityResult {
+func scoreFile(t *testing.T, path string, open func(t *testing.T, m *mod.Model) Scorer) PerplexityResult {
 	m, err := mod.Open(path)
 	require.NoError(t, err)
 	defer m.Close()
@@ -55,10 +63,7 @@ func scoreFile(t *testing.T, path, backend string) PerplexityResult {
 	require.NoError(t, err)
 	ids, err := tok.Encode(mixText, false)
 	require.NoError(t, err)
-	sc, _, err := OpenScorer(m, mod.RoutingTopK, BackendOptions{Name: backend})
-	require.NoError(t, err)
-	defer sc.Close()
-	res, err := Perplexity(sc, ids, tok.BOS(), 48, nil)
+	res, err := Perplexity(open(t, m), ids, tok.BOS(), 48, nil)
 	require.NoError(t, err)
 	return res
 }

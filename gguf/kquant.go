@@ -40,50 +40,69 @@ func scaleQ3K(j int, s []byte) int {
 	return int(lo|hi<<4) - 32
 }
 
-// crumb is the 2-bit field of element e (0..255) in a 2-bit-packed super-block.
-func crumb(qs []byte, e int) int {
-	return int(qs[32*(e/128)+e%32]>>(2*(e%128/32))) & 3
+// crumbs decodes the 2-bit fields of 16 elements from e (a multiple of 16)
+// of a 2-bit-packed super-block into q.
+func crumbs(qs []byte, e int, q *[16]int) {
+	b, shift := qs[32*(e/128)+e%32:], 2*(e%128/32)
+	for l := range q {
+		q[l] = int(b[l]>>shift) & 3
+	}
 }
 
 func decodeQ2_K(blk []byte, y []float32) {
 	scales, qs := blk[:16], blk[16:80]
 	d, dmin := half(blk[80:]), half(blk[82:])
-	for e := range y[:qkK] {
-		sc := scales[e/16]
+	var q [16]int
+	for j, sc := range scales { // 16 sub-blocks of 16
 		dl, ml := d*float32(sc&0x0f), float32(dmin*float32(sc>>4))
-		y[e] = float32(dl*float32(crumb(qs, e))) - ml
+		crumbs(qs, 16*j, &q)
+		for l, v := range q {
+			y[16*j+l] = float32(dl*float32(v)) - ml
+		}
 	}
 }
 
 func decodeQ3_K(blk []byte, y []float32) {
 	hmask, qs, scales := blk[:32], blk[32:96], blk[96:108]
 	d := half(blk[108:])
-	for e := range y[:qkK] {
-		dl := d * float32(scaleQ3K(e/16, scales))
-		q := crumb(qs, e)
-		if hmask[e%32]>>(e/32)&1 == 0 {
-			q -= 4
+	var q [16]int
+	for j := 0; j < 16; j++ { // 16 sub-blocks of 16
+		dl := d * float32(scaleQ3K(j, scales))
+		crumbs(qs, 16*j, &q)
+		bit := uint(j / 2) // element e's third bit is bit e/32 of hmask[e%32]
+		for l, v := range q {
+			e := 16*j + l
+			if hmask[e%32]>>bit&1 == 0 {
+				v -= 4
+			}
+			y[e] = dl * float32(v)
 		}
-		y[e] = dl * float32(q)
 	}
 }
 
 func decodeQ4_K(blk []byte, y []float32) {
 	d, dmin, scales, qs := half(blk), half(blk[2:]), blk[4:16], blk[16:144]
 	// Each 64 elements share 32 bytes: low nibbles first, then high nibbles.
-	for e := range y[:qkK] {
-		sc, m := scaleMinK4(e/32, scales)
-		q := qs[32*(e/64)+e%32] >> (4 * (e / 32 % 2)) & 0x0f
-		y[e] = float32(d*float32(sc)*float32(q)) - float32(dmin*float32(m))
+	for j := 0; j < 8; j++ { // 8 sub-blocks of 32
+		sc, m := scaleMinK4(j, scales)
+		dl, ml := d*float32(sc), float32(dmin*float32(m))
+		b, shift := qs[32*(j/2):32*(j/2)+32], 4*(j%2)
+		for l, v := range b {
+			y[32*j+l] = float32(dl*float32(v>>shift&0x0f)) - ml
+		}
 	}
 }
 
 func decodeQ5_K(blk []byte, y []float32) {
 	d, dmin, scales, qh, qs := half(blk), half(blk[2:]), blk[4:16], blk[16:48], blk[48:176]
-	for e := range y[:qkK] {
-		sc, m := scaleMinK4(e/32, scales)
-		q := qs[32*(e/64)+e%32]>>(4*(e/32%2))&0x0f | (qh[e%32]>>(e/32)&1)<<4
-		y[e] = float32(d*float32(sc)*float32(q)) - float32(dmin*float32(m))
+	for j := 0; j < 8; j++ { // 8 sub-blocks of 32; the fifth bit is bit j of qh[l]
+		sc, m := scaleMinK4(j, scales)
+		dl, ml := d*float32(sc), float32(dmin*float32(m))
+		b, shift := qs[32*(j/2):32*(j/2)+32], 4*(j%2)
+		for l, v := range b {
+			q := v>>shift&0x0f | (qh[l]>>j&1)<<4
+			y[32*j+l] = float32(dl*float32(q)) - ml
+		}
 	}
 }
 
@@ -92,11 +111,14 @@ func decodeQ6_K(blk []byte, y []float32) {
 	d := half(blk[208:])
 	// Per half of 128: ql bytes l and l+32 hold elements l, l+32 (low nibbles)
 	// and l+64, l+96 (high nibbles); qh byte l their high 2 bits.
-	for e := range y[:qkK] {
-		h, r := e/128, e%128
-		lo := ql[64*h+r%64] >> (4 * (r / 64)) & 0x0f
-		hi := qh[32*h+r%32] >> (2 * (r / 32)) & 3
-		q := int(lo|hi<<4) - 32
-		y[e] = d * float32(int8(scales[e/16])) * float32(q)
+	for j := 0; j < 16; j++ { // 16 sub-blocks of 16
+		dl := d * float32(int8(scales[j]))
+		h, r := j/8, 16*(j%8) // half, first element within it
+		lo, hi := ql[64*h+r%64:], qh[32*h+r%32:]
+		loShift, hiShift := 4*(r/64), 2*(r/32)
+		for l := 0; l < 16; l++ {
+			q := int(lo[l]>>loShift&0x0f|(hi[l]>>hiShift&3)<<4) - 32
+			y[16*j+l] = dl * float32(q)
+		}
 	}
 }

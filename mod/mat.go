@@ -32,6 +32,12 @@ func NewMat(name string, t gguf.TensorType, dims []uint64, data []byte) (Mat, er
 	if !t.Supported() {
 		return m, fmt.Errorf("tensor %q: type %s is not supported (%s are)", name, t, gguf.SupportedTypeNames())
 	}
+	// Whole blocks and the bytes they take: Dot and Row rely on both.
+	if want, err := gguf.TensorBytes(t, dims); err != nil {
+		return m, fmt.Errorf("tensor %q: %w", name, err)
+	} else if uint64(len(data)) != want {
+		return m, fmt.Errorf("tensor %q: %d bytes, %s %v takes %d", name, len(data), t, dims, want)
+	}
 	if t != gguf.TypeF32 && m.Rows > 1 {
 		m.packed, m.rowBytes = data, len(data)/m.Rows
 		return m, nil

@@ -317,7 +317,11 @@ func TestLoadRefusesWrongShapeAndType(t *testing.T) {
 	assert.ErrorContains(t, err, fmt.Sprintf(`tensor "blk.0.attn_k.weight" has shape [48 48], want [48 16] (nEmbd,kvDim)`))
 }
 
-func TestNewMatRefusesUnsupportedTypes(t *testing.T) {
+func TestNewMatRefusesBadInput(t *testing.T) {
 	_, err := NewMat("blk.0.attn_q.weight", gguf.TensorType(16), []uint64{256, 2}, make([]byte, 2*66))
 	assert.ErrorContains(t, err, `tensor "blk.0.attn_q.weight": type IQ2_XXS is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K are)`)
+	_, err = NewMat("w", gguf.TypeQ4_K, []uint64{128, 2}, make([]byte, 144))
+	assert.ErrorContains(t, err, `tensor "w": first dimension 128 is not a multiple of the Q4_K block size 256`)
+	_, err = NewMat("w", gguf.TypeQ6_K, []uint64{256, 2}, make([]byte, 210))
+	assert.ErrorContains(t, err, `tensor "w": 210 bytes, Q6_K [256 2] takes 420`)
 }

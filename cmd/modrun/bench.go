@@ -5,13 +5,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/modrun/modrun/engine"
-	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/mod/quant"
 	"github.com/modrun/modrun/mod/synth"
 	"github.com/modrun/modrun/tokenizer"
 )
@@ -32,7 +31,7 @@ const benchArgs = "(-m A.gguf | --synthetic SHAPE)... [--type q8_0] [--capacity 
 // benchFlags are bench's options, parsed.
 type benchFlags struct {
 	paths, shapes stringList
-	typ           gguf.TensorType
+	scheme        quant.Scheme // of the synthetic models' matrices
 	capacity      float64
 	seed          uint64
 	save          string
@@ -119,7 +118,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	f := &benchFlags{o: engine.BenchOptions{ValidateTokens: 16, ValidateTol: 1e-3}}
 	fs.Var(&f.paths, "m", "model `FILE`.gguf; repeat to compare (the first is the baseline of the others, e.g. the dense model)")
 	fs.Var(&f.shapes, "synthetic", "a random-weight model of `SHAPE`, built in memory: stories260k, stories15m, tinyllama-1.1b, llama2-7b, or d=2048,L=4,h=32,kv=4,ff=5632,vocab=32000[,ctx=N]; repeatable")
-	typ := fs.String("type", "q8_0", "weight matrices of synthetic models: f32 | f16 | q8_0 | q4_0")
+	typ := fs.String("type", "q8_0", "weight matrices of synthetic models: "+quant.Names()+" (q2_k, q3_k_s..q6_k: llama.cpp's mixes)")
 	fs.Float64Var(&f.capacity, "capacity", 0, "with --synthetic: also bench each shape's MoD twin routing this fraction `C` (e.g. 0.125)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic weights (the same model on every machine)")
 	fs.StringVar(&f.save, "save", "", "also write the synthetic model(s) to `FILE`.gguf (several: FILE-NAME.gguf each)")
@@ -142,8 +141,8 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 		return nil, fmt.Errorf("%w: give a model: -m FILE.gguf or --synthetic SHAPE", errUsage)
 	}
 	var err error
-	if f.typ, err = synthType(*typ); err != nil {
-		return nil, err
+	if f.scheme, err = quant.Parse(*typ); err != nil {
+		return nil, fmt.Errorf("%w: --type: %v", errUsage, err)
 	}
 	if f.capacity < 0 || f.capacity > 1 || (f.capacity > 0 && len(f.shapes) == 0) {
 		return nil, fmt.Errorf("%w: --capacity %g: want a fraction in (0, 1], with --synthetic", errUsage, f.capacity)
@@ -174,14 +173,6 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 		return nil, fmt.Errorf("%w: -n %d: decode is timed from the second token on (the first comes with the prompt): give at least 2", errUsage, f.o.DecodeTokens)
 	}
 	return f, nil
-}
-
-func synthType(s string) (gguf.TensorType, error) {
-	t, err := gguf.ParseTensorType(strings.ToUpper(s))
-	if err != nil || !slices.Contains(synth.Types, t) {
-		return 0, fmt.Errorf("%w: --type %q: want f32, f16, q8_0 or q4_0", errUsage, s)
-	}
-	return t, nil
 }
 
 // benchModel is a model under benchmark, from a file or built in memory.
@@ -225,11 +216,11 @@ func (f *benchFlags) openModels(stderr io.Writer) ([]*benchModel, error) {
 				break
 			}
 			start := time.Now()
-			sm, err := synth.Build(shape, synth.Options{Type: f.typ, Seed: f.seed, Capacity: float32(capacity)})
+			sm, err := synth.Build(shape, synth.Options{Scheme: f.scheme, Seed: f.seed, Capacity: float32(capacity)})
 			if err != nil {
 				return out, fmt.Errorf("--synthetic %s: %w", spec, err)
 			}
-			fmt.Fprintf(stderr, "bench: built %s (%s, %.2f GiB, seed %d) in %.1fs\n", sm.Name, f.typ, float64(len(sm.Data))/(1<<30), f.seed, time.Since(start).Seconds())
+			fmt.Fprintf(stderr, "bench: built %s (%s, %.2f GiB, seed %d) in %.1fs\n", sm.Name, f.scheme, float64(len(sm.Data))/(1<<30), f.seed, time.Since(start).Seconds())
 			tok, err := tokenizer.FromGGUF(sm.File)
 			if err != nil {
 				sm.Close()

@@ -9,16 +9,17 @@ import (
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod/convert"
+	"github.com/modrun/modrun/mod/quant"
 )
 
 // convertMain implements `modrun convert`: a checkpoint of train/ -> GGUF.
 func convertMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("convert", "-i CKPT.pt|CKPT.safetensors [-c config.json] --vocab VOCAB.gguf -o OUT.gguf [--type f32|f16|q8_0]", stderr)
+	fs := newFlags("convert", "-i CKPT.pt|CKPT.safetensors [-c config.json] --vocab VOCAB.gguf -o OUT.gguf [--type TYPE]", stderr)
 	in := fs.String("i", "", "checkpoint: a torch.save state_dict (.pt) or .safetensors (required)")
 	cfgPath := fs.String("c", "", "config JSON written by train/ (default: config.json beside the checkpoint)")
 	vocabPath := fs.String("vocab", "", "GGUF whose tokenizer.* metadata the output gets (required)")
 	out := fs.String("o", "", "output GGUF (required)")
-	typ := fs.String("type", "f32", "type of the weight matrices: f32, f16 or q8_0 (norms and MoD tensors stay F32)")
+	typ := fs.String("type", "f32", "type of the weight matrices: "+quant.Names()+" (q2_k, q3_k_s..q6_k: llama.cpp's mixes; norms and MoD tensors stay F32)")
 	name := fs.String("name", "", "general.name (default: the output file's base name)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -32,7 +33,7 @@ func convertMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	case filepath.Clean(*out) == filepath.Clean(*in) || filepath.Clean(*out) == filepath.Clean(*vocabPath):
 		return fmt.Errorf("%w: -o %s would overwrite an input", errUsage, *out)
 	}
-	t, err := convert.ParseType(*typ)
+	scheme, err := quant.Parse(*typ)
 	if err != nil {
 		return fmt.Errorf("%w: --type: %v", errUsage, err)
 	}
@@ -62,7 +63,7 @@ func convertMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--vocab: %w", err)
 	}
 	defer vocab.Close()
-	w, err := convert.Convert(ck, cfg, vocab, convert.Options{Type: t, Name: *name})
+	w, err := convert.Convert(ck, cfg, vocab, convert.Options{Scheme: scheme, Name: *name})
 	if err != nil {
 		return err
 	}

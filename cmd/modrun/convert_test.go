@@ -74,7 +74,7 @@ func TestConvertErrors(t *testing.T) {
 		want string
 	}{
 		{"no flags", nil, 2, "-i, --vocab and -o are required"},
-		{"bad type", append(append([]string{}, ok...), "--type", "q4_0"), 2, "--type"},
+		{"bad type", append(append([]string{}, ok...), "--type", "q4_k_xl"), 2, `--type: type "q4_k_xl": want one of f32, f16, q8_0`},
 		{"no config beside", []string{"-i", junk, "--vocab", cv("vocab512.gguf"), "-o", out}, 2, "config.json does not exist"},
 		{"overwrite input", []string{"-i", cv("tiny-mod.pt"), "-c", cv("tiny-mod.config.json"), "--vocab", cv("vocab512.gguf"), "-o", cv("tiny-mod.pt")}, 2, "would overwrite"},
 		{"junk checkpoint", []string{"-i", junk, "-c", cv("tiny-mod.config.json"), "--vocab", cv("vocab512.gguf"), "-o", out}, 1, junk},

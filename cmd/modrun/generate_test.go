@@ -265,7 +265,7 @@ func TestBench(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "give a model: -m FILE.gguf or --synthetic SHAPE")
 	for _, bad := range [][]string{
-		{"--synthetic", "gpt5"}, {"--synthetic", "stories260k", "--type", "q5_k"},
+		{"--synthetic", "gpt5"}, {"--synthetic", "stories260k", "--type", "q4_k_xl"},
 		{"--synthetic", "stories260k", "--capacity", "1.5"}, {"-m", modTrained, "--capacity", "0.1"},
 		{"-m", modTrained, "--save", "x.gguf"}, {"-m", modTrained, "--backends", "metal"},
 	} {

@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strings"
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/mod/quant"
 )
 
 // ErrMetaMoDLayout marks a checkpoint of the public MoD Llama 2 implementation
@@ -40,8 +40,8 @@ func CheckLayout(ck *Checkpoint) error {
 
 // Options controls the output file.
 type Options struct {
-	Type gguf.TensorType // F32, F16 or Q8_0 for the weight matrices; norms and MoD tensors stay F32
-	Name string          // general.name
+	Scheme quant.Scheme // the weight matrices' types (quant.Parse); norms and MoD tensors stay F32
+	Name   string       // general.name
 }
 
 // blockNames maps Meta's per-block names to GGUF's.
@@ -62,18 +62,16 @@ var blockNames = []struct{ meta, gguf string }{
 // copied from vocab. Every tensor of the checkpoint must be used and every
 // expected one present with the shape cfg implies.
 func Convert(ck *Checkpoint, cfg *Config, vocab *gguf.File, opts Options) (*gguf.Writer, error) {
+	if opts.Scheme.IsZero() {
+		return nil, fmt.Errorf("no output type: want one of %s", quant.Names())
+	}
 	if err := CheckLayout(ck); err != nil {
 		return nil, err
 	}
 	if err := cfg.check(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	switch opts.Type {
-	case gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0:
-	default:
-		return nil, fmt.Errorf("output type %s: want F32, F16 or Q8_0", opts.Type)
-	}
-	c := &converter{ck: ck, cfg: cfg, typ: opts.Type, w: gguf.NewWriter(), used: map[string]bool{}}
+	c := &converter{ck: ck, cfg: cfg, scheme: opts.Scheme, w: gguf.NewWriter(), used: map[string]bool{}}
 	c.arch = mod.ArchLlama
 	if len(cfg.RoutedLayers) > 0 {
 		c.arch = mod.ArchMoD
@@ -94,24 +92,12 @@ func Convert(ck *Checkpoint, cfg *Config, vocab *gguf.File, opts Options) (*gguf
 }
 
 type converter struct {
-	ck   *Checkpoint
-	cfg  *Config
-	arch string
-	typ  gguf.TensorType
-	w    *gguf.Writer
-	used map[string]bool
-}
-
-// fileType is general.file_type (llama.cpp's enum llama_ftype) for the type
-// of the weight matrices.
-func fileType(t gguf.TensorType) uint32 {
-	switch t {
-	case gguf.TypeF16:
-		return 1 // MOSTLY_F16
-	case gguf.TypeQ8_0:
-		return 7 // MOSTLY_Q8_0
-	}
-	return 0 // ALL_F32
+	ck     *Checkpoint
+	cfg    *Config
+	arch   string
+	scheme quant.Scheme
+	w      *gguf.Writer
+	used   map[string]bool
 }
 
 type keyValue struct {
@@ -128,7 +114,7 @@ func (c *converter) metadata(name string, vocab *gguf.File) error {
 	kvs := []keyValue{
 		{mod.KeyArchitecture, gguf.Scalar(c.arch)},
 		{mod.KeyName, gguf.Scalar(name)},
-		{mod.KeyFileType, gguf.Scalar(fileType(c.typ))},
+		{mod.KeyFileType, gguf.Scalar(c.scheme.FileType())},
 		{ak(mod.KeyContextLength), gguf.Scalar(uint32(cfg.MaxSeqLen))},
 		{ak(mod.KeyEmbeddingLen), gguf.Scalar(uint32(cfg.Dim))},
 		{ak(mod.KeyBlockCount), gguf.Scalar(uint32(cfg.NLayers))},
@@ -264,14 +250,13 @@ func (c *converter) modTensors(i int) error {
 }
 
 // matrix adds a weight matrix [out, in] (PyTorch) = GGUF dims [in, out], in
-// the output type; Q8_0 needs rows that are whole 32-element blocks, so a
-// matrix whose rows are not falls back to F16 (as llama.cpp's quantizer does).
+// the type the scheme gives it: a quantized type needs rows that are whole
+// blocks, so a matrix whose rows are not falls back (as llama.cpp's
+// quantizer does: to a type of smaller blocks, else F16).
 func (c *converter) matrix(src, dst string, out, in int) error {
-	t := c.typ
-	if t == gguf.TypeQ8_0 && in%t.BlockSize() != 0 {
-		t = gguf.TypeF16
-	}
-	return c.add(src, dst, []int{out, in}, t)
+	cfg := c.cfg
+	m := quant.Model{NLayer: cfg.NLayers, NHead: cfg.NHeads, NKVHead: cfg.NKVHeads, TiedOutput: cfg.TiedOutput}
+	return c.add(src, dst, []int{out, in}, c.scheme.TypeOf(dst, in, m))
 }
 
 // vector adds a 1-D tensor; always F32.
@@ -324,17 +309,4 @@ func equalData(a, b *Tensor) bool {
 		}
 	}
 	return true
-}
-
-// ParseType reads a --type flag value: f32, f16 or q8_0.
-func ParseType(s string) (gguf.TensorType, error) {
-	switch strings.ToLower(s) {
-	case "f32":
-		return gguf.TypeF32, nil
-	case "f16":
-		return gguf.TypeF16, nil
-	case "q8_0":
-		return gguf.TypeQ8_0, nil
-	}
-	return 0, fmt.Errorf("type %q: want f32, f16 or q8_0", s)
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/mod/quant"
 )
 
 // The committed inputs and expected outputs, written by
@@ -53,8 +55,10 @@ func decodeF32(t *testing.T, s string) []float32 {
 }
 
 // convertFile runs the whole conversion into a temporary GGUF and opens it.
-func convertFile(t *testing.T, ckpt, config string, typ gguf.TensorType) *gguf.File {
+func convertFile(t *testing.T, ckpt, config string, typ string) *gguf.File {
 	t.Helper()
+	scheme, err := quant.Parse(typ)
+	require.NoError(t, err)
 	ck, err := LoadCheckpoint(td(ckpt))
 	require.NoError(t, err)
 	cfg, err := LoadConfig(td(config))
@@ -62,7 +66,7 @@ func convertFile(t *testing.T, ckpt, config string, typ gguf.TensorType) *gguf.F
 	vocab, err := gguf.Open(td("vocab512.gguf"))
 	require.NoError(t, err)
 	defer vocab.Close()
-	w, err := Convert(ck, cfg, vocab, Options{Type: typ, Name: "test"})
+	w, err := Convert(ck, cfg, vocab, Options{Scheme: scheme, Name: "test"})
 	require.NoError(t, err)
 	out := filepath.Join(t.TempDir(), "out.gguf")
 	require.NoError(t, w.WriteFile(out))
@@ -91,7 +95,7 @@ func checkTensors(t *testing.T, f *gguf.File, e expected) {
 }
 
 func TestConvertMoDCheckpoint(t *testing.T) {
-	f := convertFile(t, "tiny-mod.pt", "tiny-mod.config.json", gguf.TypeF32)
+	f := convertFile(t, "tiny-mod.pt", "tiny-mod.config.json", "f32")
 	checkTensors(t, f, loadExpected(t, "tiny-mod.expected.json"))
 
 	assert.Equal(t, mod.ArchMoD, f.Architecture())
@@ -131,7 +135,7 @@ func TestConvertMoDCheckpoint(t *testing.T) {
 }
 
 func TestConvertDenseSafetensors(t *testing.T) {
-	f := convertFile(t, "tiny-dense.safetensors", "tiny-dense.config.json", gguf.TypeF32)
+	f := convertFile(t, "tiny-dense.safetensors", "tiny-dense.config.json", "f32")
 	checkTensors(t, f, loadExpected(t, "tiny-dense.expected.json"))
 	// A plain llama file: no MoD keys or tensors, llama.cpp's names only.
 	assert.Equal(t, mod.ArchLlama, f.Architecture())
@@ -153,7 +157,7 @@ func TestConvertTypes(t *testing.T) {
 		typ gguf.TensorType
 		tol float64 // relative to the tensor's max |value|: F16 2^-11, Q8_0 half a step of 1/127
 	}{{gguf.TypeF16, 1.0 / 2048}, {gguf.TypeQ8_0, 1.0 / 254}} {
-		f := convertFile(t, "tiny-mod.pt", "tiny-mod.config.json", tc.typ)
+		f := convertFile(t, "tiny-mod.pt", "tiny-mod.config.json", strings.ToLower(tc.typ.String()))
 		for name, want := range e.Tensors {
 			info, ok := f.Tensor(name)
 			require.True(t, ok, name)
@@ -237,6 +241,8 @@ func TestCheckpointConfigMismatch(t *testing.T) {
 	vocab, err := gguf.Open(td("vocab512.gguf"))
 	require.NoError(t, err)
 	defer vocab.Close()
+	f32, err := quant.Parse("f32")
+	require.NoError(t, err)
 	load := func() (*Checkpoint, *Config) {
 		ck, err := LoadCheckpoint(td("tiny-mod.pt"))
 		require.NoError(t, err)
@@ -265,7 +271,7 @@ func TestCheckpointConfigMismatch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ck, cfg := load()
 			tc.change(ck, cfg)
-			_, err := Convert(ck, cfg, vocab, Options{Type: gguf.TypeF32})
+			_, err := Convert(ck, cfg, vocab, Options{Scheme: f32})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 		})
@@ -290,12 +296,21 @@ func TestBadConfig(t *testing.T) {
 	}
 }
 
-func TestParseType(t *testing.T) {
-	for s, want := range map[string]gguf.TensorType{"f32": gguf.TypeF32, "F16": gguf.TypeF16, "q8_0": gguf.TypeQ8_0} {
-		got, err := ParseType(s)
-		require.NoError(t, err)
-		assert.Equal(t, want, got)
+// A llama.cpp mix on this tiny model: no row (16 or 24 elements) is a whole
+// number of 32 or 256, so every matrix falls back to F16, as llama-quantize
+// would store it, and the file says it is a Q4_K_M file.
+func TestConvertMixFallsBack(t *testing.T) {
+	f := convertFile(t, "tiny-mod.pt", "tiny-mod.config.json", "q4_k_m")
+	for _, info := range f.Tensors {
+		want := gguf.TypeF16
+		if len(info.Dims) == 1 || isMoD(info.Name) {
+			want = gguf.TypeF32
+		}
+		assert.Equal(t, want, info.Type, info.Name)
 	}
-	_, err := ParseType("q4_0")
-	assert.Error(t, err)
+	ft, err := f.Uint(mod.KeyFileType)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(15), ft, "llama_ftype MOSTLY_Q4_K_M")
+	_, err = Convert(nil, nil, nil, Options{})
+	assert.ErrorContains(t, err, "no output type")
 }

@@ -2,26 +2,34 @@ package synth
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
-	"strings"
+	"sync"
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/mod/quant"
 )
 
-// Types are the weight types a synthetic model's matrices may have.
-var Types = []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0}
+// Types are the weight types Options.Type takes: one type for every matrix
+// (quant.Pure). Options.Scheme takes llama.cpp's mixes as well.
+var Types = []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0,
+	gguf.TypeQ4_1, gguf.TypeQ5_0, gguf.TypeQ5_1, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K}
 
 // Options choose the weights of a synthetic model.
 type Options struct {
-	Type gguf.TensorType // of the weight matrices: F32, F16, Q8_0 or Q4_0
-	Seed uint64          // the same seed gives the same model everywhere
+	Type gguf.TensorType // of every weight matrix: one of Types
+	// Scheme, when set (quant.Parse: "q4_k_m", ...), types each matrix
+	// instead of Type, as llama.cpp's mixes do.
+	Scheme quant.Scheme
+	Seed   uint64 // the same seed gives the same model everywhere
 	// Capacity > 0 makes the MoD twin: every other block (1, 3, 5, ...)
 	// routed, with a router and a predictor calibrated so that causal
 	// routing sends about this fraction of the tokens through each.
@@ -86,13 +94,21 @@ func Build(s Shape, o Options) (*Model, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	if !slices.Contains(Types, o.Type) {
-		return nil, fmt.Errorf("synth: weight type %s: want f32, f16, q8_0 or q4_0", o.Type)
+	scheme := o.Scheme
+	if scheme.IsZero() {
+		if !slices.Contains(Types, o.Type) {
+			return nil, fmt.Errorf("synth: weight type %s: want one of %v", o.Type, Types)
+		}
+		var err error
+		if scheme, err = quant.Pure(o.Type); err != nil {
+			return nil, fmt.Errorf("synth: %w", err)
+		}
 	}
 	if o.Capacity < 0 || o.Capacity > 1 || math.IsNaN(float64(o.Capacity)) {
 		return nil, fmt.Errorf("synth: capacity %g is not in (0, 1]", o.Capacity)
 	}
-	b := &builder{s: s, o: o, w: gguf.NewWriter(), hd: s.NEmbd / s.NHead}
+	b := &builder{s: s, o: o, scheme: scheme, w: gguf.NewWriter(), hd: s.NEmbd / s.NHead,
+		qm: quant.Model{NLayer: s.NLayer, NHead: s.NHead, NKVHead: s.NKVHead}}
 	b.perm = cycle(s.NVocab, b.rng("permutation", 0))
 	b.prev = make([]int32, s.NVocab)
 	for i := range b.prev {
@@ -103,7 +119,7 @@ func Build(s Shape, o Options) (*Model, error) {
 			b.prev[next] = int32(t)
 		}
 	}
-	name := s.Name + "-" + strings.ToLower(o.Type.String())
+	name := s.Name + "-" + scheme.String()
 	if o.Capacity > 0 {
 		name += "-mod"
 	}
@@ -139,12 +155,14 @@ func Build(s Shape, o Options) (*Model, error) {
 }
 
 type builder struct {
-	s    Shape
-	o    Options
-	w    *gguf.Writer
-	hd   int     // head width
-	perm []int32 // [nVocab] the greedy successor of each token; -1 for </s>, <unk>
-	prev []int32 // [nVocab] the token whose successor this one is; -1 for none
+	s      Shape
+	o      Options
+	scheme quant.Scheme // the matrices' types
+	qm     quant.Model  // what the scheme's rules look at
+	w      *gguf.Writer
+	hd     int     // head width
+	perm   []int32 // [nVocab] the greedy successor of each token; -1 for </s>, <unk>
+	prev   []int32 // [nVocab] the token whose successor this one is; -1 for none
 }
 
 // Token ids of the byte-level vocabulary.
@@ -181,7 +199,7 @@ func (b *builder) metadata(name string) error {
 	}{
 		{mod.KeyArchitecture, gguf.Scalar(arch)},
 		{mod.KeyName, gguf.Scalar("modrun synthetic " + name)},
-		{mod.KeyFileType, gguf.Scalar(fileType(b.o.Type))},
+		{mod.KeyFileType, gguf.Scalar(b.scheme.FileType())},
 		{ak(mod.KeyContextLength), gguf.Scalar(uint32(s.ContextLen))},
 		{ak(mod.KeyEmbeddingLen), gguf.Scalar(uint32(s.NEmbd))},
 		{ak(mod.KeyBlockCount), gguf.Scalar(uint32(s.NLayer))},
@@ -228,19 +246,6 @@ func (b *builder) metadata(name string) error {
 		}
 	}
 	return nil
-}
-
-// fileType is general.file_type (llama.cpp's llama_ftype) of the matrices' type.
-func fileType(t gguf.TensorType) uint32 {
-	switch t {
-	case gguf.TypeF16:
-		return 1 // MOSTLY_F16
-	case gguf.TypeQ4_0:
-		return 2 // MOSTLY_Q4_0
-	case gguf.TypeQ8_0:
-		return 7 // MOSTLY_Q8_0
-	}
-	return 0 // ALL_F32
 }
 
 // tensors adds every tensor in llama.cpp's order, each made by a fill
@@ -296,14 +301,11 @@ func (b *builder) rng(tensor string, row int) *rand.PCG {
 	return rand.NewPCG(b.o.Seed^h.Sum64(), uint64(row)*0x9E3779B97F4A7C15+1)
 }
 
-// matrixType is the type a matrix of rows of cols is stored in: the
-// model's, or F16 when cols is no multiple of its block size (as
-// llama.cpp's quantizer falls back, e.g. stories260k's nFF = 172 in Q8_0).
-func (b *builder) matrixType(cols int) gguf.TensorType {
-	if cols%b.o.Type.BlockSize() != 0 {
-		return gguf.TypeF16
-	}
-	return b.o.Type
+// matrixType is the type the matrix name with rows of cols is stored in:
+// the scheme's, which falls back when cols is no whole number of its blocks
+// (as llama.cpp's quantizer does, e.g. stories260k's nFF = 172 in Q8_0 is F16).
+func (b *builder) matrixType(name string, cols int) gguf.TensorType {
+	return b.scheme.TypeOf(name, cols, b.qm)
 }
 
 // matrix adds rows×cols weights drawn uniformly with standard deviation
@@ -311,7 +313,7 @@ func (b *builder) matrixType(cols int) gguf.TensorType {
 // random quants, float types draw from a 4096-level table (fast enough for
 // a 7B shape in seconds).
 func (b *builder) matrix(name string, rows, cols int, std float64) error {
-	t := b.matrixType(cols)
+	t := b.matrixType(name, cols)
 	a := math.Sqrt(3) * std // uniform on [-a, a] has this std
 	var level [4096]float32
 	for i := range level {
@@ -319,14 +321,36 @@ func (b *builder) matrix(name string, rows, cols int, std float64) error {
 	}
 	return b.w.AddTensorFunc(name, t, []uint64{uint64(cols), uint64(rows)}, func(dst []byte) error {
 		rowBytes := len(dst) / rows
-		for r := 0; r < rows; r++ {
-			fillRow(dst[r*rowBytes:(r+1)*rowBytes], t, a, &level, b.rng(name, r))
-		}
-		return nil
+		return parallelRows(rows, func(r int) error {
+			if err := fillRow(dst[r*rowBytes:(r+1)*rowBytes], t, a, &level, b.rng(name, r)); err != nil {
+				return fmt.Errorf("synth: %s: %w", name, err)
+			}
+			return nil
+		})
 	})
 }
 
-func fillRow(dst []byte, t gguf.TensorType, a float64, level *[4096]float32, g *rand.PCG) {
+// parallelRows calls fill for every row in [0, rows), the rows split among
+// the CPUs (each row has its own random stream, so the result is the same),
+// and returns the first error.
+func parallelRows(rows int, fill func(r int) error) error {
+	workers := min(runtime.GOMAXPROCS(0), rows)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := w; r < rows && errs[w] == nil; r += workers {
+				errs[w] = fill(r)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func fillRow(dst []byte, t gguf.TensorType, a float64, level *[4096]float32, g *rand.PCG) error {
 	switch t {
 	case gguf.TypeF32, gguf.TypeF16:
 		size := 4
@@ -367,13 +391,24 @@ func fillRow(dst []byte, t gguf.TensorType, a float64, level *[4096]float32, g *
 			binary.LittleEndian.PutUint64(blk[2:], g.Uint64())
 			binary.LittleEndian.PutUint64(blk[10:], g.Uint64())
 		}
+	default: // the other quantized types: uniform values, quantized as ggml does
+		v := make([]float32, len(dst)/t.BlockBytes()*t.BlockSize())
+		for i := range v {
+			v[i] = level[g.Uint64()&4095]
+		}
+		q, err := gguf.Quantize(t, v)
+		if err != nil {
+			return err
+		}
+		copy(dst, q)
 	}
+	return nil
 }
 
 // rows adds a [n][d] matrix made row by row from float32 rows, quantized
 // to the model's type.
 func (b *builder) rows(name string, d, n int, row func(i int, dst []float32)) error {
-	t := b.matrixType(d)
+	t := b.matrixType(name, d)
 	return b.w.AddTensorFunc(name, t, []uint64{uint64(d), uint64(n)}, func(dst []byte) error {
 		rowBytes := len(dst) / n
 		v := make([]float32, d)

@@ -1,6 +1,7 @@
 package synth
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/mod/quant"
 	"github.com/modrun/modrun/tokenizer"
 )
 
@@ -87,31 +89,72 @@ func TestTwinSharesTheDenseWeights(t *testing.T) {
 // Every weight type loads, and greedy decoding follows the successor cycle
 // by a wide margin: the property that lets GPU and CPU agree on tokens.
 func TestGreedyWalksTheCycleByAWideMargin(t *testing.T) {
-	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0} {
+	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_1} {
 		for _, capacity := range []float32{0, 0.125} {
 			m := build(t, small, Options{Type: typ, Seed: 1, Capacity: capacity})
-			b := &builder{s: small, o: Options{Seed: 1}}
-			next := cycle(small.NVocab, b.rng("permutation", 0))
-			tok, err := tokenizer.FromGGUF(m.File)
-			require.NoError(t, err)
-			ids, err := tok.Encode("Once upon a time", true)
-			require.NoError(t, err)
-			st, err := m.NewState(mod.RoutingRouter)
-			require.NoError(t, err)
-			last := ids
-			minMargin := math.Inf(1)
-			for step := 0; step < 24; step++ {
-				logits, err := st.Forward(last, false)
-				require.NoError(t, err)
-				top, second := top2(logits)
-				minMargin = math.Min(minMargin, float64(logits[top]-logits[second]))
-				require.Equal(t, next[last[len(last)-1]], int32(top), "%s capacity %g step %d", typ, capacity, step)
-				last = []int32{int32(top)}
-			}
-			assert.Greater(t, minMargin, 3.0, "%s capacity %g: smallest top-1 - top-2 logit gap", typ, capacity)
-			t.Logf("%s capacity %g: smallest greedy margin %.2f", typ, capacity, minMargin)
+			checkGreedyCycle(t, m, 1, fmt.Sprintf("%s capacity %g", typ, capacity))
 		}
 	}
+}
+
+// checkGreedyCycle decodes 24 greedy tokens of m (built with seed) after a
+// prompt and checks each is the successor the builder chose, by a margin.
+func checkGreedyCycle(t *testing.T, m *Model, seed uint64, what string) {
+	b := &builder{s: m.Shape, o: Options{Seed: seed}}
+	next := cycle(m.Shape.NVocab, b.rng("permutation", 0))
+	tok, err := tokenizer.FromGGUF(m.File)
+	require.NoError(t, err)
+	ids, err := tok.Encode("Once upon a time", true)
+	require.NoError(t, err)
+	st, err := m.NewState(mod.RoutingRouter)
+	require.NoError(t, err)
+	last := ids
+	minMargin := math.Inf(1)
+	for step := 0; step < 24; step++ {
+		logits, err := st.Forward(last, false)
+		require.NoError(t, err)
+		top, second := top2(logits)
+		minMargin = math.Min(minMargin, float64(logits[top]-logits[second]))
+		require.Equal(t, next[last[len(last)-1]], int32(top), "%s step %d", what, step)
+		last = []int32{int32(top)}
+	}
+	assert.Greater(t, minMargin, 3.0, "%s: smallest top-1 - top-2 logit gap", what)
+	t.Logf("%s: smallest greedy margin %.2f", what, minMargin)
+}
+
+// A model built as llama.cpp's Q4_K_M mix has the types llama-quantize
+// would give it, written out here from llama_tensor_get_type's rules for 8
+// blocks, and runs: attn_v and ffn_down get more bits in blocks 0, 3, 6 and
+// 7; ffn_down's rows of 288 are no whole number of 256, so its Q4_K falls
+// back to Q5_0 and its Q6_K to Q8_0; the output matrix is Q6_K.
+func TestQ4KMMix(t *testing.T) {
+	shape := Shape{Name: "k", NEmbd: 256, NLayer: 8, NHead: 8, NKVHead: 2, NFF: 288, NVocab: 512, ContextLen: 128}
+	scheme, err := quant.Parse("q4_k_m")
+	require.NoError(t, err)
+	m := build(t, shape, Options{Scheme: scheme, Seed: 2})
+	assert.Equal(t, "k-q4_k_m", m.Name)
+	want := map[string]gguf.TensorType{mod.TensorTokenEmbd: gguf.TypeQ4_K, mod.TensorOutput: gguf.TypeQ6_K, mod.TensorOutputNorm: gguf.TypeF32}
+	for l := 0; l < 8; l++ {
+		v, down := gguf.TypeQ4_K, gguf.TypeQ5_0
+		if l == 0 || l == 3 || l == 6 || l == 7 {
+			v, down = gguf.TypeQ6_K, gguf.TypeQ8_0
+		}
+		for role, typ := range map[string]gguf.TensorType{
+			mod.TensorAttnQ: gguf.TypeQ4_K, mod.TensorAttnK: gguf.TypeQ4_K, mod.TensorAttnV: v, mod.TensorAttnOutput: gguf.TypeQ4_K,
+			mod.TensorFFNGate: gguf.TypeQ4_K, mod.TensorFFNUp: gguf.TypeQ4_K, mod.TensorFFNDown: down,
+			mod.TensorAttnNorm: gguf.TypeF32, mod.TensorFFNNorm: gguf.TypeF32,
+		} {
+			want[mod.BlockTensor(l, role)] = typ
+		}
+	}
+	require.Len(t, m.File.Tensors, len(want))
+	for _, ti := range m.File.Tensors {
+		assert.Equal(t, want[ti.Name], ti.Type, ti.Name)
+	}
+	ft, err := m.File.Uint(mod.KeyFileType)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(15), ft, "llama_ftype MOSTLY_Q4_K_M")
+	checkGreedyCycle(t, m, 2, "q4_k_m")
 }
 
 func top2(v []float32) (int, int) {
