@@ -397,11 +397,13 @@ func TestQuantizedWeights(t *testing.T) {
 }
 
 // TestProfilesStacked: the stacked (one type) q|k|v and gate|up of each
-// quantized type, split at upload as one matrix, under every test profile.
+// quantized type, split at upload as one matrix, under every test profile;
+// and BF16 and a sub-block type (Q5_1: a min and a fifth bit), whose
+// kernels no llama.cpp file here holds (BF16) or holds only in its mix.
 func TestProfilesStacked(t *testing.T) {
 	dev := openDevice(t, true)
 	for name, prof := range testProfiles(t, dev) {
-		for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeQ8_0, gguf.TypeQ4_0} {
+		for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeBF16, gguf.TypeQ5_1} {
 			t.Run(fmt.Sprintf("%s/%s", name, typ), func(t *testing.T) {
 				m := openModel(t, "../../testdata/mod/mod-trained.gguf")
 				if typ != gguf.TypeF32 {
