@@ -220,35 +220,37 @@ void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
 		}
 	}
 #elif defined(WEIGHT_SUBBLOCK)
-	// Group b of row r: SB_SUBS sub-blocks of QS quads each.
-	const uint QS = 8u / SB_SUBS;
+	// Group b of row r: 8 quads, in one sub-block of 32 or two of 16 (quads
+	// 0-3 and 4-7), written out so that every index is a constant.
 	uint groups = p.cols / 32u;
 	for (uint b = lane; b < groups; b += TPR) {
 		uint g = r * groups + b;
-		uvec4 lo;
-		uvec2 hi;
-		sbGroup(g, lo, hi);
-		for (uint t = 0u; t < SB_SUBS; t++) {
-			vec2 sc = sbScale(g * SB_SUBS + t);
-			vec4 qv[QS];
-			for (uint i = 0u; i < QS; i++) {
-				qv[i] = sbValues(sbQuad(lo, hi, t * QS + i));
-			}
-			for (uint k = 0u; k < NB; k++) {
-				uint c = 8u * b + t * QS; // the sub-block's first vec4 of x
-				float s = 0.0;
-				vec4 sx = vec4(0.0);
-				for (uint i = 0u; i < QS; i++) {
-					vec4 xv = X4(k, c + i);
-					s += dot(qv[i], xv);
-					sx += xv;
-				}
-#ifdef SB_MIN
-				acc[k] += sc.x * s - sc.y * (sx.x + sx.y + sx.z + sx.w);
-#else
-				acc[k] += sc.x * s;
+		uvec4 qa, qb;
+		sbGroupQuads(g, qa, qb);
+		vec4 v0 = sbValues(qa.x), v1 = sbValues(qa.y), v2 = sbValues(qa.z), v3 = sbValues(qa.w);
+		vec4 v4 = sbValues(qb.x), v5 = sbValues(qb.y), v6 = sbValues(qb.z), v7 = sbValues(qb.w);
+		vec2 sc0 = sbScale(g * SB_SUBS);
+#if SB_SUB == 16
+		vec2 sc1 = sbScale(g * SB_SUBS + 1u);
 #endif
-			}
+		for (uint k = 0u; k < NB; k++) {
+			uint c = 8u * b; // the group's first vec4 of x
+			vec4 x0 = X4(k, c), x1 = X4(k, c + 1u), x2 = X4(k, c + 2u), x3 = X4(k, c + 3u);
+			vec4 x4_ = X4(k, c + 4u), x5 = X4(k, c + 5u), x6 = X4(k, c + 6u), x7 = X4(k, c + 7u);
+			float s0 = dot(v0, x0) + dot(v1, x1) + dot(v2, x2) + dot(v3, x3);
+			float s1 = dot(v4, x4_) + dot(v5, x5) + dot(v6, x6) + dot(v7, x7);
+#if SB_SUB == 16
+			float sum = sc0.x * s0 + sc1.x * s1;
+#ifdef SB_MIN
+			sum -= sc0.y * dot((x0 + x1) + (x2 + x3), vec4(1.0)) + sc1.y * dot((x4_ + x5) + (x6 + x7), vec4(1.0));
+#endif
+#else
+			float sum = sc0.x * (s0 + s1);
+#ifdef SB_MIN
+			sum -= sc0.y * dot(((x0 + x1) + (x2 + x3)) + ((x4_ + x5) + (x6 + x7)), vec4(1.0));
+#endif
+#endif
+			acc[k] += sum;
 		}
 	}
 #else

@@ -59,6 +59,37 @@ uint sbQuad(uvec4 lo, uvec2 hi, uint j) {
 	return q;
 }
 
+// sbSpread puts 4 bits, one per byte: bit t of n at bit 8t.
+uvec4 sbSpread(uvec4 n) {
+	return (n & 1u) | ((n & 2u) << 7) | ((n & 4u) << 14) | ((n & 8u) << 21);
+}
+
+// sbGroupQuads is group g's 8 quads as sbQuad makes them (quad j in qa[j]
+// for j < 4, qb[j-4] after), with every index known at compile time: on a
+// CPU device (lavapipe) a vector indexed by a run-time value costs a
+// select chain per access, more than the decoding itself.
+void sbGroupQuads(uint g, out uvec4 qa, out uvec4 qb) {
+#if SB_BITS >= 4
+	uvec4 lo = uvec4(w[4u * g], w[4u * g + 1u], w[4u * g + 2u], w[4u * g + 3u]);
+	qa = lo & 0x0f0f0f0fu;
+	qb = (lo >> 4u) & 0x0f0f0f0fu;
+#else
+	uvec4 lo = uvec4(w[2u * g], w[2u * g + 1u], w[2u * g], w[2u * g + 1u]);
+	qa = (lo >> uvec4(0u, 0u, 2u, 2u)) & 0x03030303u;
+	qb = (lo >> uvec4(4u, 4u, 6u, 6u)) & 0x03030303u;
+#endif
+#if SB_BITS != 4 && SB_BITS != 2
+	uint h0 = w[sbHigh + g * SB_HIGH];
+	qa |= sbSpread((uvec4(h0) >> uvec4(0u, 4u, 8u, 12u)) & 15u) << SB_LOW;
+	qb |= sbSpread((uvec4(h0) >> uvec4(16u, 20u, 24u, 28u)) & 15u) << SB_LOW;
+#endif
+#if SB_BITS == 6
+	uint h1 = w[sbHigh + g * SB_HIGH + 1u];
+	qa |= sbSpread((uvec4(h1) >> uvec4(0u, 4u, 8u, 12u)) & 15u) << (SB_LOW + 1u);
+	qb |= sbSpread((uvec4(h1) >> uvec4(16u, 20u, 24u, 28u)) & 15u) << (SB_LOW + 1u);
+#endif
+}
+
 // sbValues is a quad's q less SB_ZERO.
 vec4 sbValues(uint q) {
 	return vec4((uvec4(q) >> uvec4(0u, 8u, 16u, 24u)) & 0xffu) - float(SB_ZERO);
