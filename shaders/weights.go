@@ -113,6 +113,24 @@ func EmbedName(typ string) string {
 	return "embed_" + typ
 }
 
+// RowBytes is an upper bound of the bytes one row of cols takes in typ's
+// device layout, such that n rows take at most n*RowBytes(cols) bytes: the
+// sub-block layout is bigger than ggml's blocks for the 2- and 3-bit types
+// (Q2_K: 164 bytes a super-block against 84), so a matrix bound in pieces
+// sizes them by this, not by the file's bytes.
+func RowBytes(typ string, cols int) (int, error) {
+	wt, err := Weight(typ)
+	if err != nil {
+		return 0, err
+	}
+	f, ok := subblockOf[typ]
+	if !ok {
+		return cols / wt.Block * wt.BlockBytes, nil
+	}
+	low, high, scales, supers := subblockPlanes(f, cols)
+	return low + high + scales + supers, nil // scales rounded up to 4 bytes: a bound of n rows' share
+}
+
 // MatvecBytes is W of type typ (a MatvecTypes entry) as the kernels read
 // it, from the file's ggml bytes of rows x cols: F32, F16 and BF16 as they
 // are, the quantized types repacked.
@@ -145,6 +163,13 @@ type subblockFormat struct {
 	// unpack reads one ggml block: q [super] (unsigned, < 1<<bits), sc and m
 	// [super/sub], d and dmin (half bits).
 	unpack func(blk []byte, q []uint8, sc []int8, m []uint8) (d, dmin uint16)
+}
+
+// subblockOf is the format of each type in the sub-block layout.
+var subblockOf = map[string]subblockFormat{
+	MatvecQ4_1: subblockQ4_1, MatvecQ5_0: subblockQ5_0, MatvecQ5_1: subblockQ5_1,
+	MatvecQ2_K: subblockQ2_K, MatvecQ3_K: subblockQ3_K, MatvecQ4_K: subblockQ4_K,
+	MatvecQ5_K: subblockQ5_K, MatvecQ6_K: subblockQ6_K,
 }
 
 func subblockType(name, ggml string, f subblockFormat) WeightType {

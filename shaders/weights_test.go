@@ -65,6 +65,13 @@ func TestRepackSubblock(t *testing.T) {
 		require.NoError(t, err, wt.GGML)
 		low, high, scales, supers := subblockPlanes(f, len(src))
 		require.Len(t, b, low+high+scales+supers, wt.GGML)
+		perRow, err := RowBytes(wt.Name, cols)
+		require.NoError(t, err)
+		for n := 1; n <= rows; n++ {
+			got, err := MatvecBytes(wt.Name, g[:n*len(g)/rows], n, cols)
+			require.NoError(t, err)
+			assert.LessOrEqual(t, len(got), n*perRow, "%s: %d rows within RowBytes", wt.GGML, n)
+		}
 		for e := range want {
 			if got := subblockValue(f, b, len(src), e); got != want[e] {
 				t.Errorf("%s value %d: %g, gguf.Dequantize %g", wt.GGML, e, got, want[e])
@@ -72,13 +79,6 @@ func TestRepackSubblock(t *testing.T) {
 			}
 		}
 	}
-}
-
-// subblockOf is the sub-block format of each type in that layout.
-var subblockOf = map[string]subblockFormat{
-	MatvecQ4_1: subblockQ4_1, MatvecQ5_0: subblockQ5_0, MatvecQ5_1: subblockQ5_1,
-	MatvecQ2_K: subblockQ2_K, MatvecQ3_K: subblockQ3_K, MatvecQ4_K: subblockQ4_K,
-	MatvecQ5_K: subblockQ5_K, MatvecQ6_K: subblockQ6_K,
 }
 
 func ggmlType(t *testing.T, name string) gguf.TensorType {

@@ -239,8 +239,12 @@ func (r *Runner) newMat(name, typ string, data []byte, rows, cols int) (mat, err
 		return mat{}, err
 	}
 	m := mat{name: name, typ: typ, mv: mv, rows: uint32(rows), cols: uint32(cols)}
-	rowBytes := len(data) / rows
-	per, err := r.pieceRows(rowBytes, rows)
+	rowBytes := len(data) / rows // in the file
+	devRow, err := shaders.RowBytes(typ, cols)
+	if err != nil {
+		return mat{}, fmt.Errorf("vulkan: tensor %q: %w", name, err)
+	}
+	per, err := r.pieceRows(devRow, rows)
 	if err != nil {
 		return mat{}, fmt.Errorf("vulkan: tensor %q: %w", name, err)
 	}
@@ -264,8 +268,8 @@ func (r *Runner) newMat(name, typ string, data []byte, rows, cols int) (mat, err
 	return m, nil
 }
 
-// pieceRows is how many rows of rowBytes each go in one piece of a matrix
-// of rows: all of them when they fit in a binding (the profile's
+// pieceRows is how many rows of rowBytes each (on the device:
+// shaders.RowBytes) go in one piece of a matrix of rows: all of them when they fit in a binding (the profile's
 // MaxStorageBufferRange), else the most that do, a multiple of the rows
 // whose outputs fill minStorageBufferOffsetAlignment (each piece's matvec
 // binds its slice of y at an aligned offset).
