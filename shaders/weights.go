@@ -115,9 +115,10 @@ func EmbedName(typ string) string {
 
 // RowBytes is an upper bound of the bytes one row of cols takes in typ's
 // device layout, such that n rows take at most n*RowBytes(cols) bytes: the
-// sub-block layout is bigger than ggml's blocks for the 2- and 3-bit types
-// (Q2_K: 164 bytes a super-block against 84), so a matrix bound in pieces
-// sizes them by this, not by the file's bytes.
+// sub-block layout is bigger than ggml's blocks (a byte of scale and one of
+// min a sub-block, unpacked: Q2_K 100 bytes a super-block against 84, Q3_K
+// 132 against 110, Q4_K 148 against 144, Q6_K 228 against 210), so a
+// matrix bound in pieces sizes them by this, not by the file's bytes.
 func RowBytes(typ string, cols int) (int, error) {
 	wt, err := Weight(typ)
 	if err != nil {
