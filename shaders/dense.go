@@ -147,9 +147,9 @@ func rowVariant(name, source string, bindings []Binding, push any, notes string)
 	}
 }
 
-func embedVariant(name, define, weightShape string) Variant {
+func embedVariant(name string, defines []string, weightShape string) Variant {
 	return Variant{
-		Name: name, Source: "embed.comp", Defines: []string{define},
+		Name: name, Source: "embed.comp", Defines: defines,
 		Bindings: []Binding{
 			{"w", Read, weightShape},
 			{"tok", Read, "[n] u32 token ids"},
@@ -236,10 +236,12 @@ func init() {
 		modResidualVariant("mod_residual_output_identity", "GATE_IDENTITY", "TARGET_OUTPUT"),
 		modResidualVariant("mod_residual_mlp_sigmoid", "GATE_SIGMOID", "TARGET_MLP"),
 		modResidualVariant("mod_residual_mlp_identity", "GATE_IDENTITY", "TARGET_MLP"),
-		embedVariant("embed_f32", "WEIGHT_F32", "[rows][cols] f32"),
-		embedVariant("embed_f16", "WEIGHT_F16", "[rows][cols] f16"),
-		embedVariant("embed_q8_0", "WEIGHT_Q8_0", "[rows][cols/32] q8_0 blocks (34 bytes)"),
-		embedVariant("embed_q8_0_split", "WEIGHT_Q8_0_SPLIT", "RepackQ8_0 of [rows][cols] (bound whole: no pieces)"),
-		embedVariant("embed_q4_0_split", "WEIGHT_Q4_0_SPLIT", "RepackQ4_0 of [rows][cols] (bound whole: no pieces)"),
+		embedVariant("embed_q8_0", []string{"WEIGHT_Q8_0"}, "[rows][cols/32] q8_0 blocks (34 bytes)"),
 	)
+	// Each weight type's embed reads its device layout (EmbedName); a
+	// repacked table is bound whole or, over the binding limit, uploaded in
+	// pieces that are each a table of their own.
+	for _, wt := range WeightTypes {
+		Variants = append(Variants, embedVariant(EmbedName(wt.Name), wt.Defines, wt.Shape))
+	}
 }

@@ -677,12 +677,6 @@ var embedVariantOf = map[gguf.TensorType]string{
 	gguf.TypeQ8_0: "embed_q8_0",
 }
 
-// embedSplitVariantOf is the variant that reads matvec's split layout.
-var embedSplitVariantOf = map[gguf.TensorType]string{
-	gguf.TypeQ8_0: "embed_q8_0_split",
-	gguf.TypeQ4_0: "embed_q4_0_split",
-}
-
 // embedRun looks up n tokens (the first and last ids among them, and
 // repeats) in a vocab x cols table of type typ. With split > 0 the table
 // is bound in two pieces, rows [0, split) and [split, vocab), one dispatch
@@ -745,7 +739,16 @@ func TestEmbed(t *testing.T) {
 		gguf.TypeF16:  {{5, 7}, {37, 33}, {100, 96}},   // odd cols: rows do not start on a word
 		gguf.TypeQ8_0: {{5, 32}, {37, 96}, {100, 160}}, // 160: 5 blocks, rows alternate 4-alignment
 	}
-	shapes[gguf.TypeQ4_0] = shapes[gguf.TypeQ8_0]
+	for _, typ := range gguf.SupportedTypes {
+		switch {
+		case typ == gguf.TypeBF16:
+			shapes[typ] = shapes[gguf.TypeF16]
+		case typ.BlockSize() == 32:
+			shapes[typ] = shapes[gguf.TypeQ8_0]
+		case typ.BlockSize() == 256:
+			shapes[typ] = [][2]int{{5, 256}, {37, 768}} // 768: 3 super-blocks
+		}
+	}
 	type variant struct {
 		typ    gguf.TensorType
 		name   string
@@ -755,8 +758,13 @@ func TestEmbed(t *testing.T) {
 	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0} {
 		variants = append(variants, variant{typ, embedVariantOf[typ], false})
 	}
-	for _, typ := range []gguf.TensorType{gguf.TypeQ8_0, gguf.TypeQ4_0} {
-		variants = append(variants, variant{typ, embedSplitVariantOf[typ], true})
+	// Every type's variant that reads its device layout, as the engine
+	// uploads it (MatvecBytes); the quantized ones are repacked.
+	for _, typ := range gguf.SupportedTypes {
+		if typ == gguf.TypeF32 || typ == gguf.TypeF16 {
+			continue // the same variant as above
+		}
+		variants = append(variants, variant{typ, EmbedName(matvecTypeOf[typ]), typ.BlockSize() > 1})
 	}
 	var w denseWorst
 	for _, v := range variants {

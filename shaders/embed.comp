@@ -1,9 +1,11 @@
 #version 450
 // embed: out[t] = row tok[t] of the embedding table w (token_embd), decoded
-// to F32, with w in F32, F16 or Q8_0 (WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0),
-// or in matvec's split layout of Q8_0 or Q4_0 (WEIGHT_Q8_0_SPLIT,
-// WEIGHT_Q4_0_SPLIT: RepackQ8_0, RepackQ4_0), which a decode step reads when
-// the table is also the output matrix, as mod.Mat.Row. A workgroup per token, its invocations strided over the
+// to F32 as mod.Mat.Row, with w in a weight type's device layout (the one
+// matvec reads, so a table that is also the output matrix is one upload):
+// F32, F16, BF16 (WEIGHT_F32, WEIGHT_F16, WEIGHT_BF16), Q8_0 and Q4_0 split
+// (WEIGHT_Q8_0_SPLIT, WEIGHT_Q4_0_SPLIT: RepackQ8_0, RepackQ4_0), the
+// other quantized types in the sub-block layout (WEIGHT_SUBBLOCK:
+// RepackSubblock), or Q8_0 as in the file (WEIGHT_Q8_0). A workgroup per token, its invocations strided over the
 // row: no integer division per element (lavapipe does those one lane at a
 // time).
 //
@@ -24,8 +26,14 @@ layout(std430, binding = 1) readonly buffer Tok { uint tok[]; };     // [n] toke
 layout(std430, binding = 2) writeonly buffer Out { float out_[]; };  // [n][cols]
 
 #include "include/weights.glsl"
+#ifdef WEIGHT_SUBBLOCK
+#include "include/subblock.glsl"
+#endif
 
 void main() {
+#ifdef WEIGHT_SUBBLOCK
+	sbInit(p.rows * (p.cols / 32u));
+#endif
 	uint t = groupIndex();
 	if (t >= p.n) {
 		return;
@@ -39,6 +47,11 @@ void main() {
 		float v = loadF32(row * p.cols + e);
 #elif defined(WEIGHT_F16)
 		float v = loadF16(row * p.cols + e);
+#elif defined(WEIGHT_BF16)
+		float v = loadBF16(row * p.cols + e);
+#elif defined(WEIGHT_SUBBLOCK)
+		uint q = row * p.cols + e;
+		float v = sbDequant(q >> 5, (q & 31u) >> 2)[q & 3u];
 #elif defined(WEIGHT_Q8_0)
 		uint at = (row * (p.cols / 32u) + e / 32u) * 34u; // byte offset of the block
 		uint q = at + 2u + e % 32u;                       // byte offset of the quant
@@ -54,7 +67,7 @@ void main() {
 		uint nib = (w[at >> 2] >> ((at & 3u) * 8u + (i >= 16u ? 4u : 0u))) & 15u;
 		float v = loadHalf(p.rows * p.cols / 2u + 2u * blk) * (float(nib) - 8.0);
 #else
-#error "define one of WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0, WEIGHT_Q8_0_SPLIT, WEIGHT_Q4_0_SPLIT"
+#error "define a weight type: WEIGHT_F32, WEIGHT_F16, WEIGHT_BF16, WEIGHT_Q8_0, WEIGHT_Q8_0_SPLIT, WEIGHT_Q4_0_SPLIT, WEIGHT_SUBBLOCK"
 #endif
 		out_[t * p.cols + e] = v;
 	}

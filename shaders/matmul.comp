@@ -1,9 +1,11 @@
 #version 450
 // matmul: Y[s][yOff + r] = W[wRow0 + r] . X[s] for r < rows, s < n, for
-// prefill chunks and eval windows (many tokens at once), with W in F32, F16
-// or matvec's split layout of Q8_0 or Q4_0 (WEIGHT_F32, WEIGHT_F16,
-// WEIGHT_Q8_0_SPLIT, WEIGHT_Q4_0_SPLIT: shaders.MatvecBytes, the layout the
-// decode step's matvec reads, so one upload serves both), read through uint
+// prefill chunks and eval windows (many tokens at once), with W of a type of
+// shaders.WeightTypes in the layout the decode step's matvec reads
+// (shaders.MatvecBytes: F32, F16, BF16 as in the file; Q8_0 and Q4_0 split;
+// the other quantized types in the sub-block layout), so one upload serves
+// both, selected by the type's define (WEIGHT_F32, WEIGHT_F16, WEIGHT_BF16,
+// WEIGHT_Q8_0_SPLIT, WEIGHT_Q4_0_SPLIT, WEIGHT_SUBBLOCK), read through uint
 // words by include/weights.glsl, and X, Y in F32. The binding of W holds
 // wRows rows (a piece of a matrix bound in pieces, or a stack of matrices
 // uploaded together); the dispatch computes rows of them from wRow0. Y's
@@ -18,7 +20,7 @@
 // TN rows out of it, in registers. Each weight read from memory thus serves
 // BM tokens and each x value BN rows, where matvec reads a row once per
 // token. Tiles past the edge are zero-filled, so n, rows and cols need not be
-// multiples of the tile (Q8_0 and Q4_0 cols are multiples of 32 by format).
+// multiples of the tile (a quantized type's cols are multiples of its block).
 //
 // On lavapipe a barrier costs more than the arithmetic, and so does a load
 // whose address differs per invocation (MatmulSpecCPU takes bigger steps,
@@ -52,6 +54,9 @@ layout(std430, binding = 1) readonly buffer X { float x[]; };      // [n][cols]
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };     // [n][ldy], columns yOff..yOff+rows written
 
 #include "include/weights.glsl"
+#ifdef WEIGHT_SUBBLOCK
+#include "include/subblock.glsl"
+#endif
 
 // Staged tiles in quads of columns, column-major ([k/4][token],
 // [k/4][row]) so that the inner loop's reads by neighbouring invocations
@@ -71,14 +76,21 @@ vec4 loadWeightQuad(uint r, uint c) {
 			v[t] = loadF32(e + t);
 		}
 	}
-#elif defined(WEIGHT_F16)
+#elif defined(WEIGHT_F16) || defined(WEIGHT_BF16)
+#ifdef WEIGHT_BF16
+#define PAIR(j) loadBF16Pair(j)
+#define ONE(e) loadBF16(e)
+#else
+#define PAIR(j) loadF16Pair(j)
+#define ONE(e) loadF16(e)
+#endif
 	uint e = r * p.cols + c;
 	if ((p.cols & 1u) == 0u && c + 4u <= p.cols) { // e is even: two whole words
-		v = vec4(loadF16Pair(e / 2u), loadF16Pair(e / 2u + 1u));
+		v = vec4(PAIR(e / 2u), PAIR(e / 2u + 1u));
 	} else {
 		for (uint t = 0u; t < 4u; t++) {
 			if (c + t < p.cols) {
-				v[t] = loadF16(e + t);
+				v[t] = ONE(e + t);
 			}
 		}
 	}
@@ -102,13 +114,21 @@ vec4 loadWeightQuad(uint r, uint c) {
 		vec4 nib = vec4(float(word & 15u), float((word >> 8) & 15u), float((word >> 16) & 15u), float(word >> 24 & 15u));
 		v = loadHalf(p.wRows * p.cols / 2u + 2u * blk) * (nib - 8.0);
 	}
+#elif defined(WEIGHT_SUBBLOCK)
+	if (c < p.cols) { // cols is a multiple of 32: a quad is all in or all out
+		uint q = r * p.cols + c;
+		v = sbDequant(q >> 5, (q & 31u) >> 2);
+	}
 #else
-#error "define one of WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0_SPLIT, WEIGHT_Q4_0_SPLIT"
+#error "define a weight type: WEIGHT_F32, WEIGHT_F16, WEIGHT_BF16, WEIGHT_Q8_0_SPLIT, WEIGHT_Q4_0_SPLIT, WEIGHT_SUBBLOCK"
 #endif
 	return v;
 }
 
 void main() {
+#ifdef WEIGHT_SUBBLOCK
+	sbInit(p.wRows * (p.cols / 32u));
+#endif
 	const uint WG = gl_WorkGroupSize.x;
 	const uint NTX = BN / TN; // invocations across the tile's rows
 	const uint NTY = BM / TM; // invocations across the tile's tokens

@@ -79,9 +79,9 @@ var AttentionSpec = []uint32{32, 128}
 // workgroup per (row, head).
 func AttentionGroups(n, nHead uint32) [3]uint32 { return Groups(n * nHead) }
 
-func matmulVariant(name, define, weightShape string) Variant {
+func matmulVariant(name string, defines []string, weightShape string) Variant {
 	return Variant{
-		Name: name, Source: "matmul.comp", Defines: []string{define},
+		Name: name, Source: "matmul.comp", Defines: defines,
 		Bindings: []Binding{
 			{"w", Read, weightShape},
 			{"x", Read, "[n][cols] f32"},
@@ -92,7 +92,7 @@ func matmulVariant(name, define, weightShape string) Variant {
 		LocalSizeSpec: true,
 		Spec:          MatmulSpecGPU.Constants(),
 		Notes: "Spec: MatmulSpec.Constants() (MatmulSpecGPU, MatmulSpecCPU); dispatch MatmulGroups(rows, n, spec); " +
-			"bind w with its size rounded up to 4 (vk buffers are); cols must be a multiple of 32 for Q8_0 and Q4_0",
+			"bind w with its size rounded up to 4 (vk buffers are); cols a multiple of the type's block (WeightType.Block)",
 	}
 }
 
@@ -108,12 +108,9 @@ func attentionInputs() []Binding {
 }
 
 func init() {
-	Variants = append(Variants,
-		matmulVariant("matmul_f32", "WEIGHT_F32", "[rows][cols] f32"),
-		matmulVariant("matmul_f16", "WEIGHT_F16", "[rows][cols] f16"),
-		matmulVariant("matmul_q8_0", "WEIGHT_Q8_0_SPLIT", "[wRows][cols] int8 quants, then [wRows][cols/32] f16 scales (RepackQ8_0)"),
-		matmulVariant("matmul_q4_0", "WEIGHT_Q4_0_SPLIT", "[wRows][cols/2] nibble bytes, then [wRows][cols/32] f16 scales (RepackQ4_0)"),
-	)
+	for _, wt := range WeightTypes {
+		Variants = append(Variants, matmulVariant(MatmulName(wt.Name), wt.Defines, wt.Shape))
+	}
 }
 
 // AttentionSplitPush is the push-constant block of attention_split,

@@ -70,7 +70,7 @@ func BenchmarkMatmul(b *testing.B) {
 		}{{"gpu-spec", MatmulSpecGPU}, {"cpu-spec", MatmulSpecCPU}}
 		for _, sp := range specs {
 			b.Run(fmt.Sprintf("%s/%dx%d/n%d/%s", typ, rows, cols, n, sp.name), func(b *testing.B) {
-				v, err := Lookup(matmulVariantOf[typ])
+				v, err := Lookup(matmulVariantOf(typ))
 				require.NoError(b, err)
 				k := newKernel(b, dev, v, sp.spec.Constants()...)
 				if err := closeness(c.run(b, dev, k, sp.spec), c.want, c.scale, matmulTolerance[typ]); err != nil {

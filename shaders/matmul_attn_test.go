@@ -22,23 +22,32 @@ import (
 // running sum for F16, per-block sums for Q8_0; the kernel: one running sum
 // over the tiles). Both are within a few ulps of the scale on these sizes
 // (cols <= 300); the decoded weights are exact on both sides (a Q8_0 weight
-// d*q has at most 19 significant bits).
+// d*q has at most 19 significant bits). The sub-block types decode each
+// weight as (d*sc)*(q-zero) - dmin*m, as ggml does; a GPU compiler may fuse
+// the multiply and the subtraction (one rounding fewer than ggml), an ulp
+// of a weight, well inside the same bound (measured: 2e-7 of the scale).
 var matmulTolerance = map[gguf.TensorType]float64{
 	gguf.TypeF32:  1e-5,
 	gguf.TypeF16:  1e-5,
+	gguf.TypeBF16: 1e-5,
 	gguf.TypeQ8_0: 1e-5,
 	gguf.TypeQ4_0: 1e-5,
+	gguf.TypeQ4_1: 1e-5,
+	gguf.TypeQ5_0: 1e-5,
+	gguf.TypeQ5_1: 1e-5,
+	gguf.TypeQ2_K: 1e-5,
+	gguf.TypeQ3_K: 1e-5,
+	gguf.TypeQ4_K: 1e-5,
+	gguf.TypeQ5_K: 1e-5,
+	gguf.TypeQ6_K: 1e-5,
 }
 
-var matmulVariantOf = map[gguf.TensorType]string{
-	gguf.TypeF32:  "matmul_f32",
-	gguf.TypeF16:  "matmul_f16",
-	gguf.TypeQ8_0: "matmul_q8_0",
-	gguf.TypeQ4_0: "matmul_q4_0",
-}
+// matmulVariantOf is matmul's variant for each weight type, as the engine
+// names it.
+func matmulVariantOf(typ gguf.TensorType) string { return MatmulName(matvecTypeOf[typ]) }
 
-// matmulTypes are the weight types matmul takes.
-var matmulTypes = []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0}
+// matmulTypes are the weight types matmul takes: every type gguf decodes.
+var matmulTypes = gguf.SupportedTypes
 
 // matmulLayout is ggml bytes of rows x cols in matmul's layout for typ
 // (MatvecBytes: the quantized types split, as the engine uploads them).
@@ -166,23 +175,17 @@ var matmulSpecs = []MatmulSpec{
 
 func TestMatmul(t *testing.T) {
 	dev := openDevice(t)
-	colsOf := map[gguf.TensorType][]int{
-		gguf.TypeF32:  {7, 32, 100, 300},
-		gguf.TypeF16:  {7, 32, 100, 301},  // odd: rows do not start on a word
-		gguf.TypeQ8_0: {32, 96, 160, 288}, // 160: 5 blocks
-		gguf.TypeQ4_0: {32, 96, 160, 288},
-	}
 	rowsList := []int{1, 13, 67, 130}
 	nList := []int{1, 5, 33, 70} // 70: more than one token tile of every spec
 	for _, typ := range matmulTypes {
-		v, err := Lookup(matmulVariantOf[typ])
+		v, err := Lookup(matmulVariantOf(typ))
 		require.NoError(t, err)
 		var stats errStats
 		for si, spec := range matmulSpecs {
 			require.NoError(t, spec.Check())
 			k := newKernel(t, dev, v, spec.Constants()...)
-			for ci, cols := range colsOf[typ] {
-				for ri, rows := range rowsList {
+			for ci, cols := range testCols(typ) {
+				for ri, rows := range testRows(typ, rowsList) {
 					// Every cols and rows with every spec, the n rotating.
 					n := nList[(si+ci+ri)%len(nList)]
 					name := fmt.Sprintf("%s/%+v/%dx%d/n%d", typ, spec, rows, cols, n)
@@ -206,7 +209,7 @@ func TestMatmul(t *testing.T) {
 func TestMatmulLongRows(t *testing.T) {
 	dev := openDevice(t)
 	for _, typ := range matmulTypes {
-		v, err := Lookup(matmulVariantOf[typ])
+		v, err := Lookup(matmulVariantOf(typ))
 		require.NoError(t, err)
 		c := newMatmulCase(t, typ, 5, 16384, 3, 16384)
 		var stats errStats
@@ -229,10 +232,10 @@ func TestMatmulParts(t *testing.T) {
 	dev := openDevice(t)
 	spec := MatmulSpec{BM: 8, BN: 24, BK: 4, TM: 2, TN: 3}
 	for _, typ := range matmulTypes {
-		v, err := Lookup(matmulVariantOf[typ])
+		v, err := Lookup(matmulVariantOf(typ))
 		require.NoError(t, err)
 		k := newKernel(t, dev, v, spec.Constants()...)
-		c := newMatmulCase(t, typ, 77, 96, 9, 7796)
+		c := newMatmulCase(t, typ, 77, testCols(typ)[1], 9, 7796)
 		for _, pieces := range []bool{false, true} {
 			got := c.runParts(t, dev, k, spec, []int{5, 40, 41}, pieces)
 			if err := closeness(got, c.want, c.scale, matmulTolerance[typ]); err != nil {

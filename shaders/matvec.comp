@@ -1,6 +1,8 @@
 #version 450
-// matvec: y[s][r] = W[r] . x[s] for decode, with W in F32, F16, Q8_0 or Q4_0
-// (one of WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0, WEIGHT_Q4_0) and x, y in F32.
+// matvec: y[s][r] = W[r] . x[s] for decode, with W of a weight type of
+// shaders.WeightTypes (its define: WEIGHT_F32, WEIGHT_F16, WEIGHT_BF16,
+// WEIGHT_Q8_0_SPLIT, WEIGHT_Q4_0_SPLIT, or WEIGHT_SUBBLOCK with its SB_*
+// constants for Q4_1, Q5_0, Q5_1 and the K-quants) and x, y in F32.
 // Decode reads every weight byte once per token, so this kernel is what
 // decides a large model's speed: it must stream W at the device's rate
 // (DESIGN.md §6). Hence:
@@ -10,7 +12,11 @@
 //     make at upload (matvec.go): all quants first, [rows][cols] int8 or
 //     [rows][cols/2] nibble bytes, each block's 32 or 16 bytes 16-aligned,
 //     then all scales, [rows][cols/32] f16. ggml's 34- and 18-byte blocks
-//     would leave the quants 2-aligned.
+//     would leave the quants 2-aligned. The other quantized types are read
+//     in the sub-block layout (include/subblock.glsl), a group of 32 values
+//     at a time: its low-bit words, high-bit words, and a scale per
+//     sub-block; a sub-block's sum is scaled once (and, with a min, less
+//     dmin*m times the sum of its x).
 //   - several rows per workgroup: WG invocations (specialization constant 0)
 //     take WG/TPR rows, TPR (constant 1) invocations per row, strided over
 //     it (a Q8_0/Q4_0 block, or 16 bytes of F32/F16, at a time).
@@ -66,6 +72,9 @@ const uint MATS = 1u;
 #endif
 
 #include "include/weights.glsl"
+#ifdef WEIGHT_SUBBLOCK
+#include "include/subblock.glsl"
+#endif
 
 // Vectors per pass over the row (constant 2). A pass costs NB loads of x per
 // weight even when fewer vectors are left, so decode (n = 1) wants NB = 1.
@@ -142,13 +151,20 @@ void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
 			}
 		}
 	}
-#elif defined(WEIGHT_F16)
+#elif defined(WEIGHT_F16) || defined(WEIGHT_BF16)
+#ifdef WEIGHT_BF16
+#define UNPACK2(u) unpackBF16x2(u)
+#define LOAD1(e) loadBF16(e)
+#else
+#define UNPACK2(u) unpackHalf2x16(u)
+#define LOAD1(e) loadF16(e)
+#endif
 	if ((p.cols & 7u) == 0u) { // 8 halves in 16 bytes
 		uint c8 = p.cols / 8u, base = r * c8;
 		for (uint j = lane; j < c8; j += TPR) {
 			uvec4 u = w4[base + j];
-			vec4 lo = vec4(unpackHalf2x16(u.x), unpackHalf2x16(u.y));
-			vec4 hi = vec4(unpackHalf2x16(u.z), unpackHalf2x16(u.w));
+			vec4 lo = vec4(UNPACK2(u.x), UNPACK2(u.y));
+			vec4 hi = vec4(UNPACK2(u.z), UNPACK2(u.w));
 			for (uint k = 0u; k < NB; k++) {
 				acc[k] += dot(lo, X4(k, 2u * j)) + dot(hi, X4(k, 2u * j + 1u));
 			}
@@ -156,13 +172,13 @@ void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
 	} else {
 		uint base = r * p.cols;
 		for (uint j = lane; j < p.cols; j += TPR) {
-			float wv = loadF16(base + j);
+			float wv = LOAD1(base + j);
 			for (uint k = 0u; k < NB; k++) {
 				acc[k] += wv * X(k, j);
 			}
 		}
 	}
-#elif defined(WEIGHT_Q8_0)
+#elif defined(WEIGHT_Q8_0_SPLIT)
 	// Block b of row r: quants w4[2(r*blocks+b)], w4[2(r*blocks+b)+1].
 	uint blocks = p.cols / 32u;
 	uint scales = MATS * p.rows * p.cols; // byte offset of the scales
@@ -179,7 +195,7 @@ void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
 			acc[k] += d * s;
 		}
 	}
-#elif defined(WEIGHT_Q4_0)
+#elif defined(WEIGHT_Q4_0_SPLIT)
 	// Block b of row r: 16 bytes w4[r*blocks+b]; byte i holds element i in its
 	// low nibble and element i+16 in its high one, each stored as q+8.
 	uint blocks = p.cols / 32u;
@@ -203,8 +219,42 @@ void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
 			acc[k] += d * s;
 		}
 	}
+#elif defined(WEIGHT_SUBBLOCK)
+	// Group b of row r: 8 quads, in one sub-block of 32 or two of 16 (quads
+	// 0-3 and 4-7), written out so that every index is a constant.
+	uint groups = p.cols / 32u;
+	for (uint b = lane; b < groups; b += TPR) {
+		uint g = r * groups + b;
+		uvec4 qa, qb;
+		sbGroupQuads(g, qa, qb);
+		vec4 v0 = sbValues(qa.x), v1 = sbValues(qa.y), v2 = sbValues(qa.z), v3 = sbValues(qa.w);
+		vec4 v4 = sbValues(qb.x), v5 = sbValues(qb.y), v6 = sbValues(qb.z), v7 = sbValues(qb.w);
+		vec2 sc0 = sbScale(g * SB_SUBS);
+#if SB_SUB == 16
+		vec2 sc1 = sbScale(g * SB_SUBS + 1u);
+#endif
+		for (uint k = 0u; k < NB; k++) {
+			uint c = 8u * b; // the group's first vec4 of x
+			vec4 x0 = X4(k, c), x1 = X4(k, c + 1u), x2 = X4(k, c + 2u), x3 = X4(k, c + 3u);
+			vec4 x4_ = X4(k, c + 4u), x5 = X4(k, c + 5u), x6 = X4(k, c + 6u), x7 = X4(k, c + 7u);
+			float s0 = dot(v0, x0) + dot(v1, x1) + dot(v2, x2) + dot(v3, x3);
+			float s1 = dot(v4, x4_) + dot(v5, x5) + dot(v6, x6) + dot(v7, x7);
+#if SB_SUB == 16
+			float sum = sc0.x * s0 + sc1.x * s1;
+#ifdef SB_MIN
+			sum -= sc0.y * dot((x0 + x1) + (x2 + x3), vec4(1.0)) + sc1.y * dot((x4_ + x5) + (x6 + x7), vec4(1.0));
+#endif
 #else
-#error "define one of WEIGHT_F32, WEIGHT_F16, WEIGHT_Q8_0, WEIGHT_Q4_0"
+			float sum = sc0.x * (s0 + s1);
+#ifdef SB_MIN
+			sum -= sc0.y * dot(((x0 + x1) + (x2 + x3)) + ((x4_ + x5) + (x6 + x7)), vec4(1.0));
+#endif
+#endif
+			acc[k] += sum;
+		}
+	}
+#else
+#error "define a weight type: WEIGHT_F32, WEIGHT_F16, WEIGHT_BF16, WEIGHT_Q8_0_SPLIT, WEIGHT_Q4_0_SPLIT, WEIGHT_SUBBLOCK"
 #endif
 }
 
@@ -302,6 +352,9 @@ void rowPass(uint r, uint s0, uint tid, uint lane, bool live) {
 // device's subgroup size): no shared memory, no barrier, and a surplus
 // subgroup past the last row leaves at once.
 void main() {
+#ifdef WEIGHT_SUBBLOCK
+	sbInit(MATS * p.rows * (p.cols / 32u));
+#endif
 	uint r = groupIndex() * (gl_WorkGroupSize.x / TPR) + gl_SubgroupID;
 	if (r >= p.rows) {
 		return;
@@ -312,6 +365,9 @@ void main() {
 }
 #else
 void main() {
+#ifdef WEIGHT_SUBBLOCK
+	sbInit(MATS * p.rows * (p.cols / 32u));
+#endif
 	const uint WG = gl_WorkGroupSize.x;
 	uint tid = gl_LocalInvocationID.x;
 	uint lane = tid % TPR;

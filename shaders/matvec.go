@@ -7,19 +7,9 @@ import (
 )
 
 // matvec, the decode matrix-vector product (matvec.comp): one variant per
-// weight type and reduction. The Q8_0 and Q4_0 variants read the split
-// layout of RepackQ8_0 and RepackQ4_0, not the file's ggml blocks.
-
-// Matvec weight types: the suffix of each variant's name.
-const (
-	MatvecF32  = "f32"
-	MatvecF16  = "f16"
-	MatvecQ8_0 = "q8_0"
-	MatvecQ4_0 = "q4_0"
-)
-
-// MatvecTypes are the weight types matvec takes.
-var MatvecTypes = []string{MatvecF32, MatvecF16, MatvecQ8_0, MatvecQ4_0}
+// weight type (WeightTypes), reduction and fusion. The quantized variants
+// read the layouts the weight table repacks to (RepackQ8_0, RepackQ4_0,
+// RepackSubblock), not the file's ggml blocks.
 
 // Matvec reductions: how a row's invocations add their partial sums.
 const (
@@ -70,17 +60,14 @@ func matvecFusedVariant(typ, reduce, fuse string) Variant {
 }
 
 func matvecVariant(typ, reduce string) Variant {
-	defines := map[string]string{MatvecF32: "WEIGHT_F32", MatvecF16: "WEIGHT_F16", MatvecQ8_0: "WEIGHT_Q8_0", MatvecQ4_0: "WEIGHT_Q4_0"}
-	shapes := map[string]string{
-		MatvecF32:  "[rows][cols] f32",
-		MatvecF16:  "[rows][cols] f16",
-		MatvecQ8_0: "RepackQ8_0: quants [rows][cols] i8, then scales [rows][cols/32] f16",
-		MatvecQ4_0: "RepackQ4_0: quants [rows][cols/2] nibble bytes, then scales [rows][cols/32] f16",
+	wt, err := Weight(typ)
+	if err != nil {
+		panic(err) // the variant table names a type the weight table lacks: a build bug
 	}
 	v := Variant{
-		Name: MatvecName(typ, reduce), Source: "matvec.comp", Defines: []string{defines[typ]},
+		Name: MatvecName(typ, reduce), Source: "matvec.comp", Defines: append([]string(nil), wt.Defines...),
 		Bindings: []Binding{
-			{"w", Read, shapes[typ]},
+			{"w", Read, wt.Shape},
 			{"x", Read, "[n][cols] f32"},
 			{"y", Write, "[n][rows] f32"},
 		},
@@ -90,7 +77,7 @@ func matvecVariant(typ, reduce string) Variant {
 		Spec:          []uint32{64, 64, 1},
 		Notes: "Spec: [workgroup size, invocations per row, vectors per pass], from Profile.Matvec; " +
 			"dispatch MatvecGroups(rows, spec); bind w with its size rounded up to 4 (vk buffers are); " +
-			"cols a multiple of 32 for Q8_0 and Q4_0",
+			"cols a multiple of the type's block (WeightType.Block)",
 	}
 	if reduce == ReduceSubgroup {
 		v.Defines = append(v.Defines, "REDUCE_SUBGROUP")
@@ -126,21 +113,6 @@ func MatvecLoopIterations(n, cols uint32, spec []uint32) uint32 {
 func MatvecGroups(rows uint32, spec []uint32) [3]uint32 {
 	perGroup := spec[0] / spec[1]
 	return Groups((rows + perGroup - 1) / perGroup)
-}
-
-// MatvecBytes is W of type typ (a MatvecTypes entry) as the matvec reads
-// it, from the file's ggml bytes of rows x cols: F32 and F16 as they are,
-// Q8_0 and Q4_0 repacked.
-func MatvecBytes(typ string, ggml []byte, rows, cols int) ([]byte, error) {
-	switch typ {
-	case MatvecF32, MatvecF16:
-		return ggml, nil
-	case MatvecQ8_0:
-		return RepackQ8_0(ggml, rows, cols)
-	case MatvecQ4_0:
-		return RepackQ4_0(ggml, rows, cols)
-	}
-	return nil, fmt.Errorf("shaders: matvec has no weight type %q", typ)
 }
 
 // RepackQ8_0 is ggml Q8_0 data of rows x cols (blocks of 34 bytes: an f16

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"slices"
 	"testing"
 
 	"github.com/modrun/modrun/gguf"
@@ -16,28 +17,72 @@ import (
 // sum can lose). The reference dequantizes W exactly as the CPU model does
 // (gguf.Dequantize) and sums in float64, so what is left is the kernel's
 // float32 accumulation in a different order than the reference:
-//   - F32, F16: the decoded weights are exactly the reference's; only the
-//     summation order differs (4-wide dots, strided partial sums, then a
+//   - F32, F16, BF16: the decoded weights are exactly the reference's; only
+//     the summation order differs (4-wide dots, strided partial sums, then a
 //     tree or subgroupAdd): a few ulps.
 //   - Q8_0, Q4_0: the kernel sums q*x within a block and multiplies by the
 //     scale once, where the reference multiplies each element: one more
 //     rounding.
+//   - the sub-block types (Q4_1, Q5_0, Q5_1, K-quants): as Q8_0 per
+//     sub-block, and with a min (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) the kernel
+//     subtracts dmin*m*sum(x) from d*sc*sum(q*x), two sums each up to about
+//     the size of the row's terms (q*d*sc and dmin*m are of the same
+//     magnitude as the weights they make), so their roundings cancel less:
+//     a few times Q8_0's bound.
 var matvecTolerance = map[gguf.TensorType]float64{
 	gguf.TypeF32:  1e-5,
 	gguf.TypeF16:  1e-5,
+	gguf.TypeBF16: 1e-5,
 	gguf.TypeQ8_0: 2e-5,
 	gguf.TypeQ4_0: 2e-5,
+	gguf.TypeQ4_1: 5e-5,
+	gguf.TypeQ5_0: 2e-5,
+	gguf.TypeQ5_1: 5e-5,
+	gguf.TypeQ2_K: 5e-5,
+	gguf.TypeQ3_K: 2e-5,
+	gguf.TypeQ4_K: 5e-5,
+	gguf.TypeQ5_K: 5e-5,
+	gguf.TypeQ6_K: 2e-5,
 }
 
-// matvecTypeOf is matvec's name for each weight type.
-var matvecTypeOf = map[gguf.TensorType]string{
-	gguf.TypeF32:  MatvecF32,
-	gguf.TypeF16:  MatvecF16,
-	gguf.TypeQ8_0: MatvecQ8_0,
-	gguf.TypeQ4_0: MatvecQ4_0,
+// matvecTypeOf is matvec's name for each weight type: the GPU weight table's
+// row of its ggml name, as the engine finds it.
+var matvecTypeOf = func() map[gguf.TensorType]string {
+	m := map[gguf.TensorType]string{}
+	for _, typ := range gguf.SupportedTypes {
+		if wt, ok := WeightForGGML(typ.String()); ok {
+			m[typ] = wt.Name
+		}
+	}
+	return m
+}()
+
+// matvecWeightTypes are every type gguf decodes: the GPU must read them all.
+var matvecWeightTypes = gguf.SupportedTypes
+
+// testRows keeps the K-quants' cases (rows of 256 values and more) to
+// ragged row counts under 100, for the suite's time on lavapipe.
+func testRows(typ gguf.TensorType, rows []int) []int {
+	if typ.BlockSize() < 256 {
+		return rows
+	}
+	return slices.DeleteFunc(slices.Clone(rows), func(r int) bool { return r > 100 })
 }
 
-var matvecWeightTypes = []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0}
+// testCols are the row lengths the kernel tests take for each type: ragged
+// for the plain types (scalar paths), odd counts of blocks (scales that do
+// not fill a word) for the quantized ones.
+func testCols(typ gguf.TensorType) []int {
+	switch {
+	case typ == gguf.TypeF32:
+		return []int{32, 96, 172, 7, 30} // 7, 30: not a multiple of 4, the scalar path
+	case typ.BlockSize() == 1:
+		return []int{32, 96, 172, 7} // 172, 7: not a multiple of 8, the scalar path
+	case typ.BlockSize() == 32:
+		return []int{32, 96, 160} // 160: 5 blocks, an odd count of scales a row
+	}
+	return []int{256, 768} // 3 super-blocks
+}
 
 // matvecCase is one problem: W [rows][cols] of type typ, x [n][cols].
 type matvecCase struct {
@@ -154,19 +199,13 @@ func (s matvecSpec) String() string {
 func TestMatvec(t *testing.T) {
 	dev := openDevice(t)
 	rowsList := []int{1, 7, 67, 172, 513}
-	colsOf := map[gguf.TensorType][]int{
-		gguf.TypeF32:  {32, 64, 96, 172, 7, 30}, // 7, 30: not a multiple of 4, the scalar path
-		gguf.TypeF16:  {32, 64, 96, 172, 7},     // 172, 7: not a multiple of 8, the scalar path
-		gguf.TypeQ8_0: {32, 64, 96, 160},        // 160: 5 blocks, an odd count of scales a row
-		gguf.TypeQ4_0: {32, 64, 96, 160},
-	}
 	for _, typ := range matvecWeightTypes {
 		for _, sp := range matvecSpecs(t, dev) {
 			v, err := Lookup(MatvecName(matvecTypeOf[typ], sp.reduce))
 			require.NoError(t, err)
 			k := newKernel(t, dev, v, sp.spec...)
-			for _, rows := range rowsList {
-				for _, cols := range colsOf[typ] {
+			for _, rows := range testRows(typ, rowsList) {
+				for _, cols := range testCols(typ) {
 					for _, n := range []int{1, 3, 6} { // 6: two passes of 4 vectors
 						name := fmt.Sprintf("%s/%v/%dx%d/n%d", typ, sp, rows, cols, n)
 						c, err := newMatvecCase(typ, rows, cols, n, int64(rows*1000+cols*10+n))
@@ -193,7 +232,11 @@ func TestMatvecWorkgroupSizes(t *testing.T) {
 		require.NoError(t, err)
 		for _, spec := range [][]uint32{{1, 1, 1}, {32, 32, 2}, {48, 48, 3}, {100, 25, 4}, {256, 32, 1}, {96, 3, 5}, {64, 8, 2}, {64, 1, 3}} {
 			k := newKernel(t, dev, v, spec...)
-			c, err := newMatvecCase(typ, 67, 320, 5, int64(spec[0]*100+spec[1]))
+			cols := 320 // 10 blocks of 32
+			if typ.BlockSize() == 256 {
+				cols = 512
+			}
+			c, err := newMatvecCase(typ, 67, cols, 5, int64(spec[0]*100+spec[1]))
 			require.NoError(t, err)
 			if err := closeness(c.run(t, dev, k), c.want, c.scale, matvecTolerance[typ]); err != nil {
 				t.Errorf("%s spec %v: %v", typ, spec, err)
@@ -330,24 +373,28 @@ func TestAdd(t *testing.T) {
 //     float32 sum of squares (mod.RMSNorm does the same), a few ulps;
 //   - swiglu: silu(g) u moves by |silu'(g)| |u| (<= 1.1 |u|) per unit of
 //     error in g, and by |silu(g)| per unit of error in u.
+//
+// fusedFullTypes get TestMatvecFused's full grid of shapes; the other types,
+// whose fused variants differ from these only in the weight reader that
+// TestMatvec covers, get a few shapes.
+var fusedFullTypes = []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0}
+
 func TestMatvecFused(t *testing.T) {
 	dev := openDevice(t)
 	const eps = 1e-5
-	colsOf := map[gguf.TensorType][]int{
-		gguf.TypeF32:  {64, 96, 7},
-		gguf.TypeF16:  {64, 172, 7},
-		gguf.TypeQ8_0: {64, 160},
-		gguf.TypeQ4_0: {64, 160},
-	}
 	for _, typ := range matvecWeightTypes {
 		for _, sp := range matvecSpecs(t, dev) {
 			for _, fuse := range []string{FuseAdd, FuseNorm, FuseNormSwiGLU} {
 				v, err := Lookup(MatvecFusedName(matvecTypeOf[typ], sp.reduce, fuse))
 				require.NoError(t, err)
 				k := newKernel(t, dev, v, sp.spec...)
-				for _, rows := range []int{1, 7, 67, 172} {
-					for _, cols := range colsOf[typ] {
-						for _, n := range []int{1, 3, 6} {
+				rowsList, colsList, ns := []int{1, 7, 67, 172}, testCols(typ)[1:], []int{1, 3, 6}
+				if !slices.Contains(fusedFullTypes, typ) { // the fusions' code is the same for every type
+					rowsList, colsList, ns = []int{7, 67}, colsList[len(colsList)-1:], []int{1, 6}
+				}
+				for _, rows := range rowsList {
+					for _, cols := range colsList {
+						for _, n := range ns {
 							name := fmt.Sprintf("%s/%v%s/%dx%d/n%d", typ, sp, fuse, rows, cols, n)
 							wRows := rows
 							if fuse == FuseNormSwiGLU {

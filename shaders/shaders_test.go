@@ -115,8 +115,8 @@ func TestLookupAndGroups(t *testing.T) {
 	v, err := Lookup("matvec_q8_0")
 	require.NoError(t, err)
 	assert.Equal(t, 16, v.PushBytes())
-	_, err = Lookup("matvec_q5_1")
-	assert.EqualError(t, err, `shaders: no kernel variant "matvec_q5_1"`)
+	_, err = Lookup("matvec_q8_1")
+	assert.EqualError(t, err, `shaders: no kernel variant "matvec_q8_1"`)
 
 	assert.Equal(t, [3]uint32{1, 1, 1}, Groups(1))
 	assert.Equal(t, [3]uint32{65535, 1, 1}, Groups(65535))

@@ -150,7 +150,7 @@ func (e *Evaluator) matmulKernel(typ string) (*kernel, error) {
 }
 
 func matmulKernel(ks *kernels, typ string) (*kernel, error) {
-	return ks.get("matmul_"+typ, ks.prof.Matmul().Constants())
+	return ks.get(shaders.MatmulName(typ), ks.prof.Matmul().Constants())
 }
 
 func (e *Evaluator) matOf(m mat) (evalMat, error) {

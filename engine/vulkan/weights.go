@@ -4,17 +4,20 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strings"
 
-	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/vk"
 )
 
 // The model's weights on the GPU, uploaded once, device-local, each matrix
-// in its file type (F32, F16, Q8_0 or Q4_0: the matvec and matmul kernels
-// decode them), Q8_0 and Q4_0 in matvec's split layout, which the decode
-// step's matvec and the batched graph's matmul both read.
+// in its file type, in the device layout of shaders.WeightTypes (the
+// quantized types repacked at upload), which the decode step's matvec, the
+// batched graph's matmul and the embedding lookup all read. Weight types are
+// the shaders table's rows, found by their ggml name: nothing here names
+// one, so a new type touches shaders.WeightTypes (and its reader in the
+// kernels), not the engine.
 
 // weights are every tensor the step reads.
 type weights struct {
@@ -46,9 +49,8 @@ type router struct {
 // mat is a weight matrix with the matvec kernel of its type.
 type mat struct {
 	name       string
-	buf        *vk.Buffer // [rows] rows of ggml bytes, or their split layout (split); pieces[0].buf
+	buf        *vk.Buffer // [rows] rows in the type's device layout (shaders.MatvecBytes); pieces[0].buf
 	typ        string     // shaders.MatvecTypes: the kernel variants' suffix
-	split      bool       // buf is in shaders.MatvecBytes's split layout (Q8_0, Q4_0)
 	mv         *kernel
 	rows, cols uint32
 	// pieces are the matrix's row ranges, each in its own buffer: one, or
@@ -198,19 +200,23 @@ func matBytes(m *mod.Mat) ([]byte, string, error) {
 	if f != nil {
 		return f32Bytes(f), shaders.MatvecF32, nil
 	}
-	switch m.Type {
-	case gguf.TypeF16:
-		return packed, shaders.MatvecF16, nil
-	case gguf.TypeQ8_0, gguf.TypeQ4_0:
-		if m.Cols%32 != 0 {
-			return nil, "", fmt.Errorf("vulkan: tensor %q: %s with %d columns, not a multiple of 32", m.Name, m.Type, m.Cols)
-		}
-		if m.Type == gguf.TypeQ8_0 {
-			return packed, shaders.MatvecQ8_0, nil
-		}
-		return packed, shaders.MatvecQ4_0, nil
+	wt, ok := shaders.WeightForGGML(m.Type.String())
+	if !ok {
+		return nil, "", fmt.Errorf("vulkan: tensor %q: type %s has no GPU kernel (%s do)", m.Name, m.Type, gpuTypeNames())
 	}
-	return nil, "", fmt.Errorf("vulkan: tensor %q: type %s has no GPU kernel yet (F32, F16, Q8_0, Q4_0 do)", m.Name, m.Type)
+	if m.Cols%wt.Block != 0 {
+		return nil, "", fmt.Errorf("vulkan: tensor %q: %s with %d columns, not a multiple of its block of %d", m.Name, m.Type, m.Cols, wt.Block)
+	}
+	return packed, wt.Name, nil
+}
+
+// gpuTypeNames lists the weight types the kernels read, for messages.
+func gpuTypeNames() string {
+	var names []string
+	for _, wt := range shaders.WeightTypes {
+		names = append(names, wt.GGML)
+	}
+	return strings.Join(names, ", ")
 }
 
 func (r *Runner) uploadMat(m *mod.Mat) (mat, error) {
@@ -221,9 +227,10 @@ func (r *Runner) uploadMat(m *mod.Mat) (mat, error) {
 	return r.newMat(m.Name, typ, data, m.Rows, m.Cols)
 }
 
-// newMat uploads a matrix of the file's bytes data in matvec's layout
-// (shaders.MatvecBytes: Q8_0 and Q4_0 split into quants and scales, so that
-// loads are 16-byte aligned), which matmul reads too. A matrix over the
+// newMat uploads a matrix of the file's bytes data in its type's device
+// layout (shaders.MatvecBytes: Q8_0 and Q4_0 split into quants and scales
+// so that loads are 16-byte aligned, the other quantized types in the
+// sub-block layout), which matmul and embed read too. A matrix over the
 // device's maxStorageBufferRange is uploaded in pieces of whole rows
 // (pieceRows), each a matrix of its own.
 func (r *Runner) newMat(name, typ string, data []byte, rows, cols int) (mat, error) {
@@ -231,10 +238,13 @@ func (r *Runner) newMat(name, typ string, data []byte, rows, cols int) (mat, err
 	if err != nil {
 		return mat{}, err
 	}
-	m := mat{name: name, typ: typ, split: typ == shaders.MatvecQ8_0 || typ == shaders.MatvecQ4_0,
-		mv: mv, rows: uint32(rows), cols: uint32(cols)}
-	rowBytes := len(data) / rows
-	per, err := r.pieceRows(rowBytes, rows)
+	m := mat{name: name, typ: typ, mv: mv, rows: uint32(rows), cols: uint32(cols)}
+	rowBytes := len(data) / rows // in the file
+	devRow, err := shaders.RowBytes(typ, cols)
+	if err != nil {
+		return mat{}, fmt.Errorf("vulkan: tensor %q: %w", name, err)
+	}
+	per, err := r.pieceRows(devRow, rows)
 	if err != nil {
 		return mat{}, fmt.Errorf("vulkan: tensor %q: %w", name, err)
 	}
@@ -258,8 +268,8 @@ func (r *Runner) newMat(name, typ string, data []byte, rows, cols int) (mat, err
 	return m, nil
 }
 
-// pieceRows is how many rows of rowBytes each go in one piece of a matrix
-// of rows: all of them when they fit in a binding (the profile's
+// pieceRows is how many rows of rowBytes each (on the device:
+// shaders.RowBytes) go in one piece of a matrix of rows: all of them when they fit in a binding (the profile's
 // MaxStorageBufferRange), else the most that do, a multiple of the rows
 // whose outputs fill minStorageBufferOffsetAlignment (each piece's matvec
 // binds its slice of y at an aligned offset).
@@ -289,12 +299,7 @@ func (m mat) embedOps(k *kernel, tok, out *vk.Buffer, n int) []op {
 }
 
 // embedKernel is the embed variant that reads m's layout.
-func (m mat) embedKernel() string {
-	if m.split {
-		return "embed_" + m.typ + "_split"
-	}
-	return "embed_" + m.typ
-}
+func (m mat) embedKernel() string { return shaders.EmbedName(m.typ) }
 
 // uploadStack uploads ms (same columns) as a stack.
 func (r *Runner) uploadStack(aligned bool, ms ...*mod.Mat) (stack, error) {

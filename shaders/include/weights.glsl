@@ -8,6 +8,7 @@
 // ggml layouts (ggml-common.h):
 //   F32:  4 bytes per element.
 //   F16:  2 bytes per element (IEEE half).
+//   BF16: 2 bytes per element (the high half of an f32).
 //   Q8_0: blocks of 32 elements, 34 bytes each: f16 scale d, then 32 int8 q;
 //         x = d * q. Blocks are 2-aligned, not 4-aligned.
 
@@ -38,4 +39,19 @@ ivec4 loadQ8Quad(uint q, uint k) {
 	uint word = (q & 2u) == 0u ? w[a] : (w[a] >> 16) | (w[a + 1u] << 16);
 	int s = int(word);
 	return ivec4(bitfieldExtract(s, 0, 8), bitfieldExtract(s, 8, 8), bitfieldExtract(s, 16, 8), bitfieldExtract(s, 24, 8));
+}
+
+// BF16: the high 16 bits of an f32 (ggml's BF16; a file's bf16 weights).
+// Elements 2j and 2j+1 of a BF16 tensor, as loadF16Pair.
+vec2 unpackBF16x2(uint u) {
+	return vec2(uintBitsToFloat(u << 16), uintBitsToFloat(u & 0xffff0000u));
+}
+
+vec2 loadBF16Pair(uint j) {
+	return unpackBF16x2(w[j]);
+}
+
+// Element e of a BF16 tensor.
+float loadBF16(uint e) {
+	return uintBitsToFloat(((w[e >> 1] >> ((e & 1u) * 16u)) & 0xffffu) << 16);
 }

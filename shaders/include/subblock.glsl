@@ -1,0 +1,115 @@
+// subblock.glsl: reading weights in the sub-block layout (shaders.
+// RepackSubblock: Q4_1, Q5_0, Q5_1 and the K-quants Q2_K..Q6_K) from a uint[]
+// binding named w. Each value is x = (d*sc) * (q - SB_ZERO) - (dmin*m):
+// q is SB_BITS bits, sc and m the 8-bit scale and min of its sub-block of
+// SB_SUB values, d and dmin the halves of its super-block of SB_SUPER
+// (ggml's arithmetic, product by product). The layout is four planes, each
+// indexed by the 32-value group g counted over the whole binding:
+//   low bits   4 a value (16 bytes a group: byte k holds values k and k+16 in
+//              its nibbles) or, for SB_BITS < 4, 2 (8 bytes: byte k holds
+//              values k, k+8, k+16, k+24 at shifts 0, 2, 4, 6);
+//   high bits  SB_BITS - low bits words a group, word h bit i = bit h of
+//              value i's high part;
+//   scales     a u16 per sub-block: sc (int8) low, m high; padded to 4 bytes;
+//   supers     a u32 per super-block: d low, dmin high.
+// So a quad of values 4j..4j+3 has its low bits in one word, and every load
+// is an aligned word. The caller sets the planes' places with sbInit(groups)
+// for the binding's groups (rows * cols / 32) before reading.
+#if SB_BITS >= 4
+const uint SB_LOW = 4u;
+#else
+const uint SB_LOW = 2u;
+#endif
+const uint SB_HIGH = uint(SB_BITS) - SB_LOW;
+const uint SB_SUBS = 32u / uint(SB_SUB); // sub-blocks a group: 1 or 2
+
+uint sbHigh, sbScales, sbSupers; // word offsets of the planes after the low bits
+
+void sbInit(uint groups) {
+	sbHigh = groups * SB_LOW;
+	sbScales = sbHigh + groups * SB_HIGH;
+	sbSupers = sbScales + (groups * SB_SUBS + 1u) / 2u;
+}
+
+// sbGroup is group g's low-bit words (SB_LOW of them, in .xy or .xyzw) and
+// high-bit words (in hi.xy).
+void sbGroup(uint g, out uvec4 lo, out uvec2 hi) {
+	lo = uvec4(0u);
+	for (uint i = 0u; i < SB_LOW; i++) {
+		lo[i] = w[g * SB_LOW + i];
+	}
+	hi = uvec2(0u);
+	for (uint h = 0u; h < SB_HIGH; h++) {
+		hi[h] = w[sbHigh + g * SB_HIGH + h];
+	}
+}
+
+// sbQuad is values 4j..4j+3 of a group (lo, hi: sbGroup) as unsigned q, a
+// byte each (value 4j+t in byte t).
+uint sbQuad(uvec4 lo, uvec2 hi, uint j) {
+#if SB_BITS >= 4
+	uint q = (lo[j & 3u] >> (4u * (j >> 2))) & 0x0f0f0f0fu;
+#else
+	uint q = (lo[j & 1u] >> (2u * (j >> 1))) & 0x03030303u;
+#endif
+	for (uint h = 0u; h < SB_HIGH; h++) {
+		uint n = (hi[h] >> (4u * j)) & 15u; // bits of the 4 values
+		q |= ((n & 1u) | ((n & 2u) << 7) | ((n & 4u) << 14) | ((n & 8u) << 21)) << (SB_LOW + h);
+	}
+	return q;
+}
+
+// sbSpread puts 4 bits, one per byte: bit t of n at bit 8t.
+uvec4 sbSpread(uvec4 n) {
+	return (n & 1u) | ((n & 2u) << 7) | ((n & 4u) << 14) | ((n & 8u) << 21);
+}
+
+// sbGroupQuads is group g's 8 quads as sbQuad makes them (quad j in qa[j]
+// for j < 4, qb[j-4] after), with every index known at compile time: on a
+// CPU device (lavapipe) a vector indexed by a run-time value costs a
+// select chain per access, more than the decoding itself.
+void sbGroupQuads(uint g, out uvec4 qa, out uvec4 qb) {
+#if SB_BITS >= 4
+	uvec4 lo = uvec4(w[4u * g], w[4u * g + 1u], w[4u * g + 2u], w[4u * g + 3u]);
+	qa = lo & 0x0f0f0f0fu;
+	qb = (lo >> 4u) & 0x0f0f0f0fu;
+#else
+	uvec4 lo = uvec4(w[2u * g], w[2u * g + 1u], w[2u * g], w[2u * g + 1u]);
+	qa = (lo >> uvec4(0u, 0u, 2u, 2u)) & 0x03030303u;
+	qb = (lo >> uvec4(4u, 4u, 6u, 6u)) & 0x03030303u;
+#endif
+#if SB_BITS != 4 && SB_BITS != 2
+	uint h0 = w[sbHigh + g * SB_HIGH];
+	qa |= sbSpread((uvec4(h0) >> uvec4(0u, 4u, 8u, 12u)) & 15u) << SB_LOW;
+	qb |= sbSpread((uvec4(h0) >> uvec4(16u, 20u, 24u, 28u)) & 15u) << SB_LOW;
+#endif
+#if SB_BITS == 6
+	uint h1 = w[sbHigh + g * SB_HIGH + 1u];
+	qa |= sbSpread((uvec4(h1) >> uvec4(0u, 4u, 8u, 12u)) & 15u) << (SB_LOW + 1u);
+	qb |= sbSpread((uvec4(h1) >> uvec4(16u, 20u, 24u, 28u)) & 15u) << (SB_LOW + 1u);
+#endif
+}
+
+// sbValues is a quad's q less SB_ZERO.
+vec4 sbValues(uint q) {
+	return vec4((uvec4(q) >> uvec4(0u, 8u, 16u, 24u)) & 0xffu) - float(SB_ZERO);
+}
+
+// sbScale is sub-block s's (d*sc, dmin*m) (s counted over the binding).
+vec2 sbScale(uint s) {
+	uint sm = (w[sbScales + (s >> 1)] >> ((s & 1u) * 16u)) & 0xffffu;
+	vec2 dd = unpackHalf2x16(w[sbSupers + s / uint(SB_SUPER / SB_SUB)]);
+	return vec2(dd.x * float(bitfieldExtract(int(sm), 0, 8)), dd.y * float(sm >> 8));
+}
+
+// sbDequant is values 4j..4j+3 of group g, decoded as ggml does: precise
+// keeps the compiler from fusing the product and the difference into an
+// FMA (one rounding fewer than ggml's), so the embedding lookup is exact.
+vec4 sbDequant(uint g, uint j) {
+	uvec4 lo;
+	uvec2 hi;
+	sbGroup(g, lo, hi);
+	vec2 s = sbScale(g * SB_SUBS + j / (8u / SB_SUBS));
+	precise vec4 v = s.x * sbValues(sbQuad(lo, hi, j)) - s.y;
+	return v;
+}
