@@ -47,3 +47,39 @@ func TestBackendContextAndKV(t *testing.T) {
 	_, err = b.Feed([]int32{4})
 	assert.ErrorContains(t, err, "context length 3")
 }
+
+// TestPublicSemanticsRunOnTheReference: a model whose routed blocks declare
+// another computation than DESIGN.md §3 (the mod.* semantics keys of
+// converted public MoD checkpoints) is refused by the fast CPU runner, which
+// does not implement those variants, so --backend cpu (and auto's CPU
+// fallback) runs it on mod's reference and says so, for generation and
+// for scoring alike.
+func TestPublicSemanticsRunOnTheReference(t *testing.T) {
+	m, err := mod.Open(benchModel)
+	require.NoError(t, err)
+	defer m.Close()
+	require.True(t, m.Config.IsMoD(), "benchModel is a MoD model")
+	public := *m
+	public.Config.GateTarget = mod.GateTargetMLP
+	require.NotEmpty(t, public.Config.Semantics())
+
+	b, notice, err := OpenBackend(&public, mod.RoutingRouter, BackendOptions{Name: BackendCPU})
+	require.NoError(t, err)
+	defer b.Close()
+	assert.Equal(t, BackendReference, b.Name)
+	assert.Contains(t, notice, "run on the CPU reference")
+	assert.Contains(t, notice, mod.KeyGateTarget)
+
+	sb, notice, err := OpenScorer(&public, mod.RoutingTopK, BackendOptions{Name: BackendCPU})
+	require.NoError(t, err)
+	defer sb.Close()
+	assert.Equal(t, BackendReference, sb.Name)
+	assert.Contains(t, notice, "run on the CPU reference")
+
+	// §3 models keep the fast runner.
+	b2, notice, err := OpenBackend(m, mod.RoutingRouter, BackendOptions{Name: BackendCPU})
+	require.NoError(t, err)
+	defer b2.Close()
+	assert.Equal(t, BackendCPU, b2.Name)
+	assert.Empty(t, notice)
+}
