@@ -44,14 +44,15 @@ func within(t *testing.T, what string, fn func()) {
 // Vulkan runs prompts in batches of 4, so a short prompt can be cancelled
 // half fed as a long one is on the CPU.
 func eachBackend(t *testing.T, fn func(t *testing.T, open func() *modrun.Model)) {
-	for _, backend := range []string{modrun.BackendCPU, modrun.BackendVulkan} {
+	for _, backend := range []string{modrun.BackendReference, modrun.BackendCPU, modrun.BackendVulkan} {
 		t.Run(backend, func(t *testing.T) {
-			opts := modrun.Options{Backend: backend}
+			// Batches of 4 prompt tokens, so that a cancel can cut a prompt
+			// (the reference feeds 32 at a time whatever UBatch says).
+			opts := modrun.Options{Backend: backend, UBatch: 4}
 			if backend == modrun.BackendVulkan {
 				if err := vk.Load(); err != nil {
 					t.Skipf("no Vulkan loader: %v", err)
 				}
-				opts.UBatch = 4
 			}
 			fn(t, func() *modrun.Model {
 				m, err := modrun.Open(shipped, opts)
@@ -66,8 +67,8 @@ func eachBackend(t *testing.T, fn func(t *testing.T, open func() *modrun.Model))
 	}
 }
 
-// story is a prompt longer than one batch: Vulkan's 4 tokens here, the
-// CPU's 32.
+// story is a prompt longer than one batch: 4 tokens here, the
+// reference's 32.
 const story = "Once upon a time there was a little girl named Lily who loved to play outside in the big green park with her friends and her red ball every sunny day"
 
 // ids generates n tokens of prompt on a fresh session and returns every
@@ -229,7 +230,7 @@ func TestCancelInPrompt(t *testing.T) {
 		m := open()
 		prompt, err := m.Tokenize(story, true)
 		require.NoError(t, err)
-		require.Greater(t, len(prompt), 33, "a prompt longer than the CPU's 32-token batch")
+		require.Greater(t, len(prompt), 33, "a prompt longer than the reference's 32-token batch")
 		want := ids(t, m, story, 4)
 		_, wantRes := run(t, m, story, 4)
 		continued := func(s *modrun.Session) []int32 {
