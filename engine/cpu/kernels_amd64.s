@@ -429,7 +429,8 @@ GLOBL packOrder<>(SB), RODATA|NOPTR, $32
 
 // func quantizeAVX2(q *int8, d *float32, x *float32, nb int)
 // quantizeRow: per block of 32, d = max|x|/127, q = x·(127/max|x|)
-// rounded to nearest even (VCVTPS2DQ), 0 for a block of zeros.
+// rounded to nearest even (VCVTPS2DQ), 0 for a block of zeros; d = NaN
+// and q = -128 for a block holding a NaN or an infinity.
 TEXT ·quantizeAVX2(SB), NOSPLIT, $0-32
 	MOVQ q+0(FP), DI
 	MOVQ d+8(FP), R8
@@ -449,6 +450,19 @@ quantLoop:
 	VMOVUPS 32(SI), Y1
 	VMOVUPS 64(SI), Y2
 	VMOVUPS 96(SI), Y3
+	VSUBPS Y0, Y0, Y8     // x - x: 0, or NaN for a NaN or an infinity (MAXPS
+	VSUBPS Y1, Y1, Y9     // alone would drop a NaN: it returns its second
+	VADDPS Y9, Y8, Y8     // operand when either is NaN)
+	VSUBPS Y2, Y2, Y9
+	VADDPS Y9, Y8, Y8
+	VSUBPS Y3, Y3, Y9
+	VADDPS Y9, Y8, Y8
+	VEXTRACTF128 $1, Y8, X9
+	VADDPS X9, X8, X8
+	VMOVHLPS X8, X8, X9
+	VADDPS X9, X8, X8
+	VPSHUFD $1, X8, X9
+	VADDSS X9, X8, X8     // 0, or NaN
 	VANDPS Y15, Y0, Y4
 	VANDPS Y15, Y1, Y5
 	VMAXPS Y5, Y4, Y4
@@ -462,6 +476,7 @@ quantLoop:
 	VMAXPS X5, X4, X4
 	VPSHUFD $1, X4, X5
 	VMAXSS X5, X4, X4     // amax
+	VADDSS X8, X4, X4     // NaN for a block that is not finite: d NaN, q -128
 	VDIVSS X14, X4, X5
 	VMOVSS X5, (R8)       // d = amax/127
 	VXORPS X6, X6, X6
