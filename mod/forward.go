@@ -207,8 +207,10 @@ func (s *State) routedBlock(l int, x []float32, pos []int32) {
 		sel = TopKIndices(r, c.TopKCount(n))
 	case RoutingRouter:
 		sel = positive(r)
+		PoisonRows(x, r, d) // a non-finite score must not pass as a skip
 	case RoutingPredictor:
 		sel = positive(p)
+		PoisonRows(x, p, d)
 	}
 	s.Seen[l] += n
 	s.Selected[l] += len(sel)

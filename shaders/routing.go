@@ -68,6 +68,7 @@ type TopkPush struct {
 type CompactPush struct {
 	N            uint32 // mask (or score) entries
 	RowsPerGroup uint32 // rows one workgroup of the indirectly dispatched kernel covers (>= 1)
+	Cols         uint32 // compact_positive: elements of each row of x (nEmbd), NaN when its score is not finite
 }
 
 // GatherPush is gather's push-constant block.
@@ -148,6 +149,7 @@ func routingVariants() []Variant {
 				{"count", Write, "[1] u32"},
 				{"args", Write, "[3] u32: VkDispatchIndirectCommand over count rows"},
 				{"mask", Write, "[n] u32"},
+				{"x", ReadWrite, "[n][cols] f32: a row whose score is not finite becomes NaN (mod.PoisonRows)"},
 			},
 			Push: CompactPush{}, LocalSize: [3]uint32{256, 1, 1}, LocalSizeSpec: true, Spec: CompactSpec,
 			Notes: "dispatch (1, 1, 1): one workgroup for any n",
@@ -199,7 +201,7 @@ func routeDecodeVariant(name string, defines []string) Variant {
 		Bindings: []Binding{
 			{"w", Read, "[nEmbd] f32"},
 			{"bias", Read, "[1] f32 (any buffer when hasBias is 0)"},
-			{"x", Read, "[nEmbd] f32"},
+			{"x", ReadWrite, "[nEmbd] f32: NaN when the deciding score is not finite (mod.PoisonRows)"},
 			{"xs", Write, "[nEmbd] f32: a copy of x"},
 			{"r", Write, "[1] f32: the router score"},
 			{"count", Write, "[1] u32: 1 when the token is selected, else 0"},

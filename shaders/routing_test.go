@@ -369,7 +369,8 @@ func TestCompact(t *testing.T) {
 						mask = routingBuffer(t, dev, rec, n, 7)
 						rec.Dispatch(kPos, push, [3]uint32{1, 1, 1}, vk.Bind{Buf: newBuffer(t, dev, f32bytes(scores)), Access: vk.Read},
 							vk.Bind{Buf: idx, Access: vk.Write}, vk.Bind{Buf: count, Access: vk.Write},
-							vk.Bind{Buf: args, Access: vk.Write}, vk.Bind{Buf: mask, Access: vk.Write})
+							vk.Bind{Buf: args, Access: vk.Write}, vk.Bind{Buf: mask, Access: vk.Write},
+							vk.Bind{Buf: routingBuffer(t, dev, rec, 1, 0), Access: vk.ReadWrite}) // no rows (Cols 0): every score is finite
 					} else {
 						mask = newBuffer(t, dev, routingU32Bytes(routingMask(sel, n)))
 						rec.Dispatch(kMask, push, [3]uint32{1, 1, 1}, vk.Bind{Buf: mask, Access: vk.Read},
@@ -398,6 +399,8 @@ func TestCompact(t *testing.T) {
 // 0x7f800000]. lavapipe keeps denormals, so a kernel comparing floats would
 // pass here too; the kernel reads the scores as uint, and this test pins the
 // rule on NaN and -0, where a float comparison and the bits could disagree.
+// A non-finite score (NaN, ±Inf) also sets its row of x to NaN, as
+// mod.PoisonRows does, and leaves every other row as it was.
 func TestCompactDecisionBits(t *testing.T) {
 	dev := openDevice(t)
 	k := newKernel(t, dev, routingLookup(t, "compact_positive"))
@@ -421,10 +424,29 @@ func TestCompactDecisionBits(t *testing.T) {
 		idx := routingBuffer(t, dev, rec, n, 0xdeadbeef)
 		count, args := routingBuffer(t, dev, rec, 1, 0xdeadbeef), routingBuffer(t, dev, rec, 3, 0xdeadbeef)
 		mask := routingBuffer(t, dev, rec, n, 7)
-		rec.Dispatch(k, vk.MustPackPush(CompactPush{N: uint32(n), RowsPerGroup: 1}), [3]uint32{1, 1, 1},
+		const cols = 5
+		x := make([]float32, n*cols)
+		for i := range x {
+			x[i] = float32(i%7) - 2.5
+		}
+		xb := newBuffer(t, dev, f32bytes(x))
+		rec.Dispatch(k, vk.MustPackPush(CompactPush{N: uint32(n), RowsPerGroup: 1, Cols: cols}), [3]uint32{1, 1, 1},
 			vk.Bind{Buf: newBuffer(t, dev, f32bytes(scores)), Access: vk.Read}, vk.Bind{Buf: idx, Access: vk.Write},
-			vk.Bind{Buf: count, Access: vk.Write}, vk.Bind{Buf: args, Access: vk.Write}, vk.Bind{Buf: mask, Access: vk.Write})
+			vk.Bind{Buf: count, Access: vk.Write}, vk.Bind{Buf: args, Access: vk.Write}, vk.Bind{Buf: mask, Access: vk.Write},
+			vk.Bind{Buf: xb, Access: vk.ReadWrite})
 		require.NoError(t, dev.Run(rec))
+		mod.PoisonRows(x, scores, cols)
+		gotX := download(t, xb, n*cols)
+		for i := range n {
+			row, wantRow := gotX[i*cols:(i+1)*cols], x[i*cols:(i+1)*cols]
+			if math.IsNaN(float64(wantRow[0])) {
+				for _, v := range row {
+					assert.True(t, math.IsNaN(float64(v)), "n%d: score %#08x: row %d %v, want NaN", n, math.Float32bits(scores[i]), i, row)
+				}
+			} else {
+				assert.Equal(t, wantRow, row, "n%d: score %#08x: row %d", n, math.Float32bits(scores[i]), i)
+			}
+		}
 		got := routingDownloadU32(t, mask, n)
 		for i, s := range scores {
 			if (got[i] == 1) != mod.Selects(s) || got[i] > 1 {
@@ -606,7 +628,7 @@ func TestRoutingEndToEnd(t *testing.T) {
 			vk.Bind{Buf: st.w, Access: vk.Read}, vk.Bind{Buf: st.bias, Access: vk.Read},
 			vk.Bind{Buf: st.x, Access: vk.Read}, vk.Bind{Buf: st.r, Access: vk.Write})
 		compactOut := []vk.Bind{{Buf: st.idx, Access: vk.Write}, {Buf: st.count, Access: vk.Write}, {Buf: st.args, Access: vk.Write}}
-		compactPush := vk.MustPackPush(CompactPush{N: n, RowsPerGroup: RoutingRowsPerGroup})
+		compactPush := vk.MustPackPush(CompactPush{N: n, RowsPerGroup: RoutingRowsPerGroup, Cols: d})
 		switch tc.routing {
 		case mod.RoutingTopK:
 			ks.record(rec, topkBuffers{scores: st.r, mask: st.mask, idx: st.idxTopk}, n, uint32(k))
@@ -614,7 +636,7 @@ func TestRoutingEndToEnd(t *testing.T) {
 				append([]vk.Bind{{Buf: st.mask, Access: vk.Read}}, compactOut...)...)
 		case mod.RoutingRouter:
 			rec.Dispatch(kPos, compactPush, [3]uint32{1, 1, 1},
-				append(append([]vk.Bind{{Buf: st.r, Access: vk.Read}}, compactOut...), vk.Bind{Buf: st.mask, Access: vk.Write})...)
+				append(append([]vk.Bind{{Buf: st.r, Access: vk.Read}}, compactOut...), vk.Bind{Buf: st.mask, Access: vk.Write}, vk.Bind{Buf: st.x, Access: vk.ReadWrite})...)
 		case mod.RoutingPredictor:
 			hid := routingBuffer(t, dev, rec, n*h, 0x7fc00000)
 			rec.Dispatch(kUp, vk.MustPackPush(RouterPush{N: n, Rows: uint32(h), Cols: d, Act: RouterActSiLU}), upPlan.Groups,
@@ -624,7 +646,7 @@ func TestRoutingEndToEnd(t *testing.T) {
 				vk.Bind{Buf: st.w2, Access: vk.Read}, vk.Bind{Buf: st.w2, Access: vk.Read},
 				vk.Bind{Buf: hid, Access: vk.Read}, vk.Bind{Buf: st.p, Access: vk.Write})
 			rec.Dispatch(kPos, compactPush, [3]uint32{1, 1, 1},
-				append(append([]vk.Bind{{Buf: st.p, Access: vk.Read}}, compactOut...), vk.Bind{Buf: st.mask, Access: vk.Write})...)
+				append(append([]vk.Bind{{Buf: st.p, Access: vk.Read}}, compactOut...), vk.Bind{Buf: st.mask, Access: vk.Write}, vk.Bind{Buf: st.x, Access: vk.ReadWrite})...)
 		}
 		rec.DispatchIndirect(kGather, vk.MustPackPush(GatherPush{NEmbd: d}), st.args, 0,
 			vk.Bind{Buf: st.idx, Access: vk.Read}, vk.Bind{Buf: st.count, Access: vk.Read},

@@ -37,6 +37,7 @@ layout(push_constant) uniform TopkPush {
 layout(push_constant) uniform CompactPush {
 	uint n;            // mask (or score) entries
 	uint rowsPerGroup; // rows one workgroup of the next kernel covers
+	uint cols;         // FROM_POSITIVE: elements of each row of x (nEmbd), set to NaN when its score is not finite
 } p;
 #endif
 
