@@ -28,14 +28,7 @@ func TestNonFiniteNeverHides(t *testing.T) {
 	} {
 		poisoned(t, c.tensor, c.v, func(m *mod.Model, backend string) {
 			name := c.tensor + "=" + fmtFloat(c.v) + "/" + backend
-			for _, r := range []mod.Routing{mod.RoutingTopK, mod.RoutingRouter} {
-				sc, _, err := OpenScorer(m, r, BackendOptions{Name: backend, Device: -1})
-				require.NoError(t, err, name)
-				res, err := Perplexity(sc, []int32{30, 40, 50, 60, 70, 80, 90}, 1, 8, nil)
-				sc.Close()
-				require.NoError(t, err, name)
-				assert.True(t, math.IsNaN(res.NLL), "%s, routing %s: NLL %v", name, r, res.NLL)
-			}
+			assertPerplexityNaN(t, m, backend, name, mod.RoutingTopK, mod.RoutingRouter)
 			b, _, err := OpenBackend(m, mod.RoutingRouter, BackendOptions{Name: backend, Device: -1})
 			require.NoError(t, err, name)
 			assertGenerateStops(t, b, name)
@@ -48,9 +41,9 @@ func TestNonFiniteNeverHides(t *testing.T) {
 // weight makes the causal score non-finite, which never selects (mod.Selects,
 // DESIGN.md §3) and so would skip the block silently; instead the token's
 // residual row becomes NaN (mod.PoisonRows), on every backend and on both of
-// Vulkan's paths (route_decode for one token, compact_positive for a batch):
-// causal perplexity is NaN and generation stops with "non-finite logits at
-// token N".
+// Vulkan's paths (route_decode for one token, compact_positive for a batch,
+// topk in eval mode): perplexity is NaN, causal and top-k, and generation
+// stops with "non-finite logits at token N".
 func TestRouterNaNNeverHides(t *testing.T) {
 	for _, c := range []struct {
 		tensor  string
@@ -63,12 +56,11 @@ func TestRouterNaNNeverHides(t *testing.T) {
 	} {
 		poisoned(t, c.tensor, c.v, func(m *mod.Model, backend string) {
 			name := c.tensor + "=" + fmtFloat(c.v) + "/" + c.routing.String() + "/" + backend
-			sc, _, err := OpenScorer(m, c.routing, BackendOptions{Name: backend, Device: -1})
-			require.NoError(t, err, name)
-			res, err := Perplexity(sc, []int32{30, 40, 50, 60, 70, 80, 90}, 1, 8, nil)
-			sc.Close()
-			require.NoError(t, err, name)
-			assert.True(t, math.IsNaN(res.NLL), "%s: NLL %v", name, res.NLL)
+			scoring := []mod.Routing{c.routing}
+			if c.routing == mod.RoutingRouter {
+				scoring = append(scoring, mod.RoutingTopK) // eval mode ranks the same scores
+			}
+			assertPerplexityNaN(t, m, backend, name, scoring...)
 
 			b, _, err := OpenBackend(m, c.routing, BackendOptions{Name: backend, Device: -1})
 			require.NoError(t, err, name)
@@ -98,6 +90,19 @@ func poisoned(t *testing.T, tensor string, v float64, f func(m *mod.Model, backe
 			continue
 		}
 		f(m, backend)
+	}
+}
+
+// assertPerplexityNaN: m scored on backend with each routing has NLL NaN.
+func assertPerplexityNaN(t *testing.T, m *mod.Model, backend, name string, routings ...mod.Routing) {
+	t.Helper()
+	for _, r := range routings {
+		sc, _, err := OpenScorer(m, r, BackendOptions{Name: backend, Device: -1})
+		require.NoError(t, err, name)
+		res, err := Perplexity(sc, []int32{30, 40, 50, 60, 70, 80, 90}, 1, 8, nil)
+		sc.Close()
+		require.NoError(t, err, name)
+		assert.True(t, math.IsNaN(res.NLL), "%s, scored with %s: NLL %v", name, r, res.NLL)
 	}
 }
 

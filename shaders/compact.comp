@@ -56,9 +56,9 @@ bool selected(uint i) {
 	uint bits = scoreBits[i];
 	bool s = selects(bits);
 	mask[i] = s ? 1u : 0u;
-	if ((bits & 0x7f800000u) == 0x7f800000u) {
+	if (poisons(bits)) {
 		for (uint e = 0u; e < p.cols; e++) {
-			x[i * p.cols + e] = uintBitsToFloat(0x7fc00000u);
+			x[i * p.cols + e] = quietNaN();
 		}
 	}
 	return s;

@@ -78,13 +78,13 @@ void main() {
 		pOut[0] = score;
 #endif
 	}
-	// Non-finite: the exponent's bits all ones (mod.Poisons). Each
+	// A non-finite score poisons the row (include/selects.glsl). Each
 	// invocation overwrites the elements it read itself, after dotSum's
 	// barriers, so no read of x races with the write.
-	if ((floatBitsToUint(score) & 0x7f800000u) == 0x7f800000u) {
+	if (poisons(floatBitsToUint(score))) {
 		for (uint j = tid; j < p.nEmbd; j += WG) {
-			x[j] = uintBitsToFloat(0x7fc00000u);
-			xs[j] = uintBitsToFloat(0x7fc00000u);
+			x[j] = quietNaN();
+			xs[j] = quietNaN();
 		}
 	}
 	for (uint j = tid; j < p.m; j += WG) {

@@ -234,19 +234,26 @@ func newTopkKernels(t testing.TB, dev *vk.Device) topkKernels {
 // topkBuffers hold one top-k problem's outputs and scratch.
 type topkBuffers struct {
 	scores, mask, idx, keys, count, args *vk.Buffer
+	x                                    *vk.Buffer // [n][cols] poisoned where a score is not finite
+	cols                                 uint32     // 0: x is not touched (the scores are finite)
 }
 
 // record records top-k of n scores with TopkPasses; for the multi-pass plan
 // compact_mask makes idx (and count, args).
 func (ks topkKernels) record(rec *vk.Recorder, b topkBuffers, n, k uint32) {
 	for _, pass := range TopkPasses(n, k) {
+		pass.Push.Cols = b.cols
 		push := vk.MustPackPush(pass.Push)
+		x := b.x
+		if x == nil {
+			x = b.mask // any buffer: with cols 0 nothing is written
+		}
 		var binds []vk.Bind
 		switch pass.Variant {
 		case "topk":
-			binds = []vk.Bind{{Buf: b.scores, Access: vk.Read}, {Buf: b.mask, Access: vk.Write}, {Buf: b.idx, Access: vk.Write}}
+			binds = []vk.Bind{{Buf: b.scores, Access: vk.Read}, {Buf: b.mask, Access: vk.Write}, {Buf: b.idx, Access: vk.Write}, {Buf: x, Access: vk.ReadWrite}}
 		case "topk_sort":
-			binds = []vk.Bind{{Buf: b.scores, Access: vk.Read}, {Buf: b.keys, Access: vk.Write}}
+			binds = []vk.Bind{{Buf: b.scores, Access: vk.Read}, {Buf: b.keys, Access: vk.Write}, {Buf: x, Access: vk.ReadWrite}}
 		case "topk_merge_global", "topk_merge_local":
 			binds = []vk.Bind{{Buf: b.keys, Access: vk.ReadWrite}}
 		case "topk_select":
@@ -389,6 +396,43 @@ func TestCompact(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestTopKPoisons: the top-k kernels that read the scores (the one-workgroup
+// topk, and topk_sort of the multi-pass plan) set the row of x of each
+// non-finite score (NaN, ±Inf) to NaN, as mod.PoisonRows, and leave the
+// other rows alone; eval mode's NaN router cannot pass as a skip either.
+func TestTopKPoisons(t *testing.T) {
+	dev := openDevice(t)
+	ks := newTopkKernels(t, dev)
+	bad := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), math.Float32frombits(0xffc00001)}
+	for _, n := range []int{300, 2049} { // 2049: topk_sort
+		rng := rand.New(rand.NewSource(int64(n)))
+		scores := topkScores("random", n, rng)
+		for i := range scores {
+			if rng.Intn(10) == 0 {
+				scores[i] = bad[rng.Intn(len(bad))]
+			}
+		}
+		const cols = 3
+		x := make([]float32, n*cols)
+		for i := range x {
+			x[i] = float32(i%11) - 4.5
+		}
+		rec := dev.NewRecorder()
+		b := newTopkBuffers(t, dev, rec, scores)
+		b.x, b.cols = newBuffer(t, dev, f32bytes(x)), cols
+		ks.record(rec, b, uint32(n), uint32(mod.TopK(0.25, n)))
+		require.NoError(t, dev.Run(rec))
+		mod.PoisonRows(x, scores, cols)
+		got := download(t, b.x, n*cols)
+		for i, v := range got {
+			if math.IsNaN(float64(x[i])) != math.IsNaN(float64(v)) || (!math.IsNaN(float64(v)) && v != x[i]) {
+				t.Errorf("n%d: x[%d] (score %g) = %g, want %g", n, i, scores[i/cols], v, x[i])
+			}
+		}
+		rec.Close()
 	}
 }
 
@@ -631,7 +675,7 @@ func TestRoutingEndToEnd(t *testing.T) {
 		compactPush := vk.MustPackPush(CompactPush{N: n, RowsPerGroup: RoutingRowsPerGroup, Cols: d})
 		switch tc.routing {
 		case mod.RoutingTopK:
-			ks.record(rec, topkBuffers{scores: st.r, mask: st.mask, idx: st.idxTopk}, n, uint32(k))
+			ks.record(rec, topkBuffers{scores: st.r, mask: st.mask, idx: st.idxTopk, x: st.x, cols: d}, n, uint32(k))
 			rec.Dispatch(ks["compact_mask"], compactPush, [3]uint32{1, 1, 1},
 				append([]vk.Bind{{Buf: st.mask, Access: vk.Read}}, compactOut...)...)
 		case mod.RoutingRouter:

@@ -132,8 +132,8 @@ func (r *Runner) routedBlock(l int, x []float32, pos []int32, trace [][]LayerRou
 				sel = append(sel, i)
 			}
 		}
-		mod.PoisonRows(x, decide, d) // a non-finite score must not pass as a skip
 	}
+	mod.PoisonRows(x, decide, d) // a non-finite score must not pass as a skip
 	r.seen[l] += n
 	r.selected[l] += len(sel)
 	j := r.routed[l]
