@@ -223,8 +223,9 @@ func dotF16Go(w []uint16, x []float32) float32 {
 // paths give the same bytes; ggml rounds ties away from zero, a
 // difference only on exact halves). A block holding a NaN or an infinity
 // gets a NaN scale (and q = -128, the SIMD conversion's answer to NaN), so
-// that every dot product with it is NaN: a max alone would drop a NaN (x86's
-// MAXPS returns its second operand when either is NaN), and an infinity
+// that every dot product with it is NaN: x86's MAXPS would drop a NaN (it
+// returns its second operand when either is NaN; the SIMD path takes the
+// max of |x|'s bits as integers, where a NaN tops +Inf), and an infinity
 // would scale the rest of its block to 0 and look finite.
 func quantizeRow(q []int8, d []float32, x []float32) {
 	if useSIMD {
@@ -237,12 +238,11 @@ func quantizeRow(q []int8, d []float32, x []float32) {
 func quantizeRowGo(q []int8, d []float32, x []float32) {
 	for b := range d {
 		xs := x[b*blockLen : (b+1)*blockLen]
-		var amax, bad float32
+		var amax float32
 		for _, v := range xs {
-			amax = max(amax, v, -v)
-			bad += v - v // 0, or NaN for a NaN or an infinity
+			amax = max(amax, v, -v) // Go's max keeps a NaN
 		}
-		amax += bad
+		amax += amax - amax // NaN for a NaN or +Inf: the block is not finite
 		d[b] = amax / 127
 		if amax != amax {
 			for j := range blockLen {

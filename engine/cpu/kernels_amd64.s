@@ -450,33 +450,21 @@ quantLoop:
 	VMOVUPS 32(SI), Y1
 	VMOVUPS 64(SI), Y2
 	VMOVUPS 96(SI), Y3
-	VSUBPS Y0, Y0, Y8     // x - x: 0, or NaN for a NaN or an infinity (MAXPS
-	VSUBPS Y1, Y1, Y9     // alone would drop a NaN: it returns its second
-	VADDPS Y9, Y8, Y8     // operand when either is NaN)
-	VSUBPS Y2, Y2, Y9
-	VADDPS Y9, Y8, Y8
-	VSUBPS Y3, Y3, Y9
-	VADDPS Y9, Y8, Y8
-	VEXTRACTF128 $1, Y8, X9
-	VADDPS X9, X8, X8
-	VMOVHLPS X8, X8, X9
-	VADDPS X9, X8, X8
-	VPSHUFD $1, X8, X9
-	VADDSS X9, X8, X8     // 0, or NaN
-	VANDPS Y15, Y0, Y4
-	VANDPS Y15, Y1, Y5
-	VMAXPS Y5, Y4, Y4
-	VANDPS Y15, Y2, Y5
-	VMAXPS Y5, Y4, Y4
+	VANDPS Y15, Y0, Y4    // |x| as bits: for |x| the integer order is the
+	VANDPS Y15, Y1, Y5    // float order, and a NaN (> 0x7f800000) tops +Inf:
+	VPMAXSD Y5, Y4, Y4    // an integer max keeps it, where MAXPS returns its
+	VANDPS Y15, Y2, Y5    // second operand when either is NaN
+	VPMAXSD Y5, Y4, Y4
 	VANDPS Y15, Y3, Y5
-	VMAXPS Y5, Y4, Y4
+	VPMAXSD Y5, Y4, Y4
 	VEXTRACTF128 $1, Y4, X5
-	VMAXPS X5, X4, X4
+	VPMAXSD X5, X4, X4
 	VMOVHLPS X4, X4, X5
-	VMAXPS X5, X4, X4
+	VPMAXSD X5, X4, X4
 	VPSHUFD $1, X4, X5
-	VMAXSS X5, X4, X4     // amax
-	VADDSS X8, X4, X4     // NaN for a block that is not finite: d NaN, q -128
+	VPMAXSD X5, X4, X4    // amax: NaN if any is, else +Inf if any is
+	VSUBSS X4, X4, X5     // 0, or NaN for a NaN or +Inf amax
+	VADDSS X5, X4, X4     // NaN for a block that is not finite: d NaN, q -128
 	VDIVSS X14, X4, X5
 	VMOVSS X5, (R8)       // d = amax/127
 	VXORPS X6, X6, X6
