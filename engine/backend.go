@@ -71,6 +71,13 @@ func (o BackendOptions) contextLen(m *mod.Model) (int, error) {
 	return min(model, DefaultMaxContext), nil
 }
 
+// namedDevice says whether o (Device) or $MODRUN_DEVICE names a Vulkan
+// device: then BackendAuto means that device, and failing to open it is an
+// error naming the flag or the variable, not a fallback to the CPU.
+func (o BackendOptions) namedDevice() bool {
+	return o.Device >= 0 || strings.TrimSpace(os.Getenv(vk.EnvDevice)) != ""
+}
+
 // checkKVType refuses a KV cache type other than "", "f16" and "f32".
 func (o BackendOptions) checkKVType() error {
 	switch o.KVType {
@@ -111,6 +118,8 @@ func (b *Backend) Close() {
 // CPU, returning a one-line notice that says why. A Vulkan device that is a
 // CPU emulation (lavapipe) does not count as a GPU for auto: the native CPU
 // backend is several times faster there; BackendVulkan uses it anyway.
+// A device named by o.Device or $MODRUN_DEVICE is used whatever its type,
+// and one that cannot be opened is an error, never a fallback.
 func OpenBackend(m *mod.Model, r mod.Routing, o BackendOptions) (b *Backend, notice string, err error) {
 	ctx, err := o.contextLen(m)
 	if err != nil {
@@ -129,9 +138,13 @@ func OpenBackend(m *mod.Model, r mod.Routing, o BackendOptions) (b *Backend, not
 		b, _, err := vulkanBackend(m, r, o, false)
 		return b, "", err
 	case BackendAuto:
-		b, why, err := vulkanBackend(m, r, o, o.Device < 0 && os.Getenv(vk.EnvDevice) == "")
+		named := o.namedDevice()
+		b, why, err := vulkanBackend(m, r, o, !named)
 		if err == nil && b != nil {
 			return b, "", nil
+		}
+		if named {
+			return nil, "", err // the device asked for, not a fallback to the CPU
 		}
 		if err != nil {
 			why = err.Error()
@@ -307,9 +320,13 @@ func OpenScorer(m *mod.Model, r mod.Routing, o BackendOptions) (*ScorerBackend, 
 	case BackendVulkan:
 		return vulkanScorer(m, r, o, false)
 	case BackendAuto:
-		sb, why, err := vulkanScorer(m, r, o, o.Device < 0 && os.Getenv(vk.EnvDevice) == "")
+		named := o.namedDevice()
+		sb, why, err := vulkanScorer(m, r, o, !named)
 		if err == nil && sb != nil {
 			return sb, "", nil
+		}
+		if named {
+			return nil, "", err
 		}
 		if err != nil {
 			why = err.Error()

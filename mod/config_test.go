@@ -63,7 +63,7 @@ func TestRoutedLayersTypes(t *testing.T) {
 // TestSelects: causal routing's rule on the scores a device may produce:
 // denormals (which NVIDIA flushes to zero), both zeros, NaNs of both signs
 // and infinities. shaders.TestCompactDecisionBits feeds such scores to the
-// GPU's compact_positive and checks it against Selects.
+// GPU's compact_positive and checks it against Selects and PoisonRows.
 func TestSelects(t *testing.T) {
 	f := math.Float32frombits
 	cases := []struct {
@@ -97,6 +97,26 @@ func TestSelects(t *testing.T) {
 		}
 	}
 	assert.Equal(t, want, positive(scores))
+
+	// PoisonRows: the rows of exactly the non-finite scores (±Inf and every
+	// NaN, selected or not) become NaN; the rest stay as they were.
+	const d = 3
+	x := make([]float32, len(cases)*d)
+	for i := range x {
+		x[i] = float32(i) + 0.5
+	}
+	PoisonRows(x, scores, d)
+	for i, c := range cases {
+		bad := math.IsNaN(float64(c.score)) || math.IsInf(float64(c.score), 0)
+		assert.Equal(t, bad, Poisons(c.score), "%s: Poisons", c.name)
+		for e, v := range x[i*d : (i+1)*d] {
+			if bad {
+				assert.True(t, math.IsNaN(float64(v)), "%s: row %d[%d] = %v, want NaN", c.name, i, e, v)
+			} else {
+				assert.Equal(t, float32(i*d+e)+0.5, v, "%s: row %d[%d]", c.name, i, e)
+			}
+		}
+	}
 }
 
 // rewriteKVs copies the GGUF file at path with the given keys set (replaced

@@ -202,14 +202,20 @@ func (s *State) routedBlock(l int, x []float32, pos []int32) {
 		p = predict(router, x, n, d)
 	}
 	var sel []int // indices into this call's tokens, ascending
+	decide := r   // the score that selects
 	switch s.routing {
 	case RoutingTopK:
 		sel = TopKIndices(r, c.TopKCount(n))
 	case RoutingRouter:
 		sel = positive(r)
 	case RoutingPredictor:
-		sel = positive(p)
+		sel, decide = positive(p), p
 	}
+	// A NaN or infinite score, ranked or not, selected or not, turns its
+	// token's row NaN before the block gathers it: a broken router must
+	// reach the logits, not pass as a skip (NaN never selects, +Inf does
+	// with a sigmoid gate of 1).
+	PoisonRows(x, decide, d)
 	s.Seen[l] += n
 	s.Selected[l] += len(sel)
 	if s.Trace != nil {

@@ -29,9 +29,34 @@ func TopKIndices(scores []float32, k int) []int {
 // bits are neither +0 nor a NaN, i.e. the bits are in [1, 0x7f800000] (+Inf
 // included). So -0, +0 and every NaN never select: a NaN score is a broken
 // model, and it must not silently run a block. This is exactly IEEE's v > 0.
+// Nor may a broken score pass as a silent skip: PoisonRows turns its row NaN.
 func Selects(score float32) bool {
 	b := math.Float32bits(score)
 	return b != 0 && b <= 0x7f800000
+}
+
+// Poisons says whether a causal routing score is not finite (a NaN or an
+// infinity: a broken router or predictor, or an overflow before it). Such a
+// token's residual row becomes NaN at the decision (PoisonRows), selected
+// (+Inf) or not, so that the broken score reaches the logits as
+// ErrNonFinite instead of skipping the block silently; Selects stays as it
+// is. Decided on the bits, as Selects: the exponent all ones.
+func Poisons(score float32) bool {
+	return math.Float32bits(score)&0x7f800000 == 0x7f800000
+}
+
+// PoisonRows sets row i of x ([n][d]) to NaN for each score i that
+// Poisons: the skip path of causal routing (DESIGN.md §3), done by every
+// backend before the selected rows are gathered.
+func PoisonRows(x, scores []float32, d int) {
+	nan := float32(math.NaN())
+	for i, v := range scores {
+		if Poisons(v) {
+			for e := range x[i*d : (i+1)*d] {
+				x[i*d+e] = nan
+			}
+		}
+	}
 }
 
 func positive(scores []float32) []int {

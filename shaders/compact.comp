@@ -16,6 +16,11 @@
 //                  comparison would not do: NVIDIA flushes a denormal score
 //                  to 0 and would reject a token the CPU selects. The scores
 //                  are read as uint, so no float operation ever touches them.
+//                  A token whose score is not finite (a NaN or an infinity:
+//                  the exponent's bits all ones, mod.Poisons) gets its row
+//                  of x set to NaN, selected (+Inf) or not, so that a broken
+//                  router or predictor reaches the logits instead of passing
+//                  as a skip (mod.PoisonRows); a finite score writes nothing.
 //
 // One workgroup does it all, so no pass waits on another: invocation t owns
 // a contiguous run of ceil(n / WG) tokens, counts its selected, an exclusive
@@ -32,6 +37,7 @@ layout(std430, binding = 0) readonly buffer Mask { uint mask[]; }; // [n]
 #elif defined(FROM_POSITIVE)
 layout(std430, binding = 0) readonly buffer Scores { uint scoreBits[]; }; // [n] f32 bits
 layout(std430, binding = 4) writeonly buffer Mask { uint mask[]; };    // [n]
+layout(std430, binding = 5) buffer X { float x[]; };                   // [n][cols] the residual rows
 #else
 #error "define FROM_MASK or FROM_POSITIVE"
 #endif
@@ -47,8 +53,14 @@ bool selected(uint i) {
 #if defined(FROM_MASK)
 	return mask[i] != 0u;
 #else
-	bool s = selects(scoreBits[i]);
+	uint bits = scoreBits[i];
+	bool s = selects(bits);
 	mask[i] = s ? 1u : 0u;
+	if (poisons(bits)) {
+		for (uint e = 0u; e < p.cols; e++) {
+			x[i * p.cols + e] = quietNaN();
+		}
+	}
 	return s;
 #endif
 }

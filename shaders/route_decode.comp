@@ -15,6 +15,9 @@
 //             arguments of the block's dispatches and scatter's: a token
 //             that skips runs them all over zero workgroups
 //   xs = x                                 the block's working row
+//   x = xs = NaN when the deciding score is not finite (mod.PoisonRows): a
+//             broken router or predictor reaches the logits as a NaN
+//             instead of passing as a skip; a finite score writes nothing
 // The decision never reaches the host: the same recording serves a selected
 // and a skipped token. Sums are spread over the workgroup and reduced as in
 // router.comp (include/dotreduce.glsl: SUBGROUP or the shared-memory tree);
@@ -30,7 +33,7 @@ layout(local_size_x = 64, local_size_x_id = 0) in;
 
 layout(std430, binding = 0) readonly buffer W { float w[]; };         // [nEmbd] mod_router.weight
 layout(std430, binding = 1) readonly buffer Bias { float bias[]; };   // [1] (read when hasBias)
-layout(std430, binding = 2) readonly buffer X { float x[]; };         // [nEmbd] the block input
+layout(std430, binding = 2) buffer X { float x[]; };                  // [nEmbd] the block input (NaN when poisoned)
 layout(std430, binding = 3) writeonly buffer XS { float xs[]; };      // [nEmbd] its copy
 layout(std430, binding = 4) writeonly buffer R { float r[]; };        // [1]
 layout(std430, binding = 5) writeonly buffer Count { uint count[]; }; // [1] 0 or 1
@@ -74,6 +77,15 @@ void main() {
 #if defined(PREDICTOR)
 		pOut[0] = score;
 #endif
+	}
+	// A non-finite score poisons the row (include/selects.glsl). Each
+	// invocation overwrites the elements it read itself, after dotSum's
+	// barriers, so no read of x races with the write.
+	if (poisons(floatBitsToUint(score))) {
+		for (uint j = tid; j < p.nEmbd; j += WG) {
+			x[j] = quietNaN();
+			xs[j] = quietNaN();
+		}
 	}
 	for (uint j = tid; j < p.m; j += WG) {
 		args[3u * j] = sel ? groups[3u * j] : 0u;

@@ -62,12 +62,14 @@ type TopkPush struct {
 	K      uint32 // how many to select (clamped to N)
 	Block  uint32 // topk_merge_*: size of the bitonic sequences being merged
 	Stride uint32 // topk_merge_global: compare-exchange distance
+	Cols   uint32 // topk, topk_sort: elements of each row of x (nEmbd), NaN when its score is not finite; the caller sets it
 }
 
 // CompactPush is compact's push-constant block.
 type CompactPush struct {
 	N            uint32 // mask (or score) entries
 	RowsPerGroup uint32 // rows one workgroup of the indirectly dispatched kernel covers (>= 1)
+	Cols         uint32 // compact_positive: elements of each row of x (nEmbd), NaN when its score is not finite
 }
 
 // GatherPush is gather's push-constant block.
@@ -103,6 +105,10 @@ func init() {
 	Variants = append(Variants, routingVariants()...)
 }
 
+// poisonedX is the binding of the residual rows that a deciding kernel
+// sets to NaN where a score is not finite (mod.PoisonRows).
+var poisonedX = Binding{"x", ReadWrite, "[n][cols] f32: a row whose score is not finite becomes NaN (mod.PoisonRows)"}
+
 func routingVariants() []Variant {
 	topk := func(name, define, notes string, bindings ...Binding) Variant {
 		spec := TopkSpec
@@ -120,9 +126,9 @@ func routingVariants() []Variant {
 		routeDecodeVariant("route_decode_pred", []string{"PREDICTOR"}),
 		routeDecodeVariant("route_decode_pred_sg", []string{"PREDICTOR", "SUBGROUP"}),
 		topk("topk", "TOPK_SINGLE", "n <= TopkLocal; dispatch (1, 1, 1); see TopkPasses",
-			Binding{"scores", Read, "[n] f32"}, Binding{"mask", Write, "[n] u32"}, Binding{"idx", Write, "[k] u32, ascending"}),
+			Binding{"scores", Read, "[n] f32"}, Binding{"mask", Write, "[n] u32"}, Binding{"idx", Write, "[k] u32, ascending"}, poisonedX),
 		topk("topk_sort", "TOPK_SORT", "n > TopkLocal; see TopkPasses",
-			Binding{"scores", Read, "[n] f32"}, Binding{"keys", Write, "[P] (u32, u32), P = next power of two >= n"}),
+			Binding{"scores", Read, "[n] f32"}, Binding{"keys", Write, "[P] (u32, u32), P = next power of two >= n"}, poisonedX),
 		topk("topk_merge_global", "TOPK_MERGE_GLOBAL", "see TopkPasses",
 			Binding{"keys", ReadWrite, "[P] (u32, u32)"}),
 		topk("topk_merge_local", "TOPK_MERGE_LOCAL", "see TopkPasses",
@@ -148,6 +154,7 @@ func routingVariants() []Variant {
 				{"count", Write, "[1] u32"},
 				{"args", Write, "[3] u32: VkDispatchIndirectCommand over count rows"},
 				{"mask", Write, "[n] u32"},
+				poisonedX,
 			},
 			Push: CompactPush{}, LocalSize: [3]uint32{256, 1, 1}, LocalSizeSpec: true, Spec: CompactSpec,
 			Notes: "dispatch (1, 1, 1): one workgroup for any n",
@@ -199,7 +206,7 @@ func routeDecodeVariant(name string, defines []string) Variant {
 		Bindings: []Binding{
 			{"w", Read, "[nEmbd] f32"},
 			{"bias", Read, "[1] f32 (any buffer when hasBias is 0)"},
-			{"x", Read, "[nEmbd] f32"},
+			{"x", ReadWrite, "[nEmbd] f32: NaN when the deciding score is not finite (mod.PoisonRows)"},
 			{"xs", Write, "[nEmbd] f32: a copy of x"},
 			{"r", Write, "[1] f32: the router score"},
 			{"count", Write, "[1] u32: 1 when the token is selected, else 0"},

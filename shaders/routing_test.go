@@ -234,19 +234,26 @@ func newTopkKernels(t testing.TB, dev *vk.Device) topkKernels {
 // topkBuffers hold one top-k problem's outputs and scratch.
 type topkBuffers struct {
 	scores, mask, idx, keys, count, args *vk.Buffer
+	x                                    *vk.Buffer // [n][cols] poisoned where a score is not finite
+	cols                                 uint32     // 0: x is not touched (the scores are finite)
 }
 
 // record records top-k of n scores with TopkPasses; for the multi-pass plan
 // compact_mask makes idx (and count, args).
 func (ks topkKernels) record(rec *vk.Recorder, b topkBuffers, n, k uint32) {
 	for _, pass := range TopkPasses(n, k) {
+		pass.Push.Cols = b.cols
 		push := vk.MustPackPush(pass.Push)
+		x := b.x
+		if x == nil {
+			x = b.mask // any buffer: with cols 0 nothing is written
+		}
 		var binds []vk.Bind
 		switch pass.Variant {
 		case "topk":
-			binds = []vk.Bind{{Buf: b.scores, Access: vk.Read}, {Buf: b.mask, Access: vk.Write}, {Buf: b.idx, Access: vk.Write}}
+			binds = []vk.Bind{{Buf: b.scores, Access: vk.Read}, {Buf: b.mask, Access: vk.Write}, {Buf: b.idx, Access: vk.Write}, {Buf: x, Access: vk.ReadWrite}}
 		case "topk_sort":
-			binds = []vk.Bind{{Buf: b.scores, Access: vk.Read}, {Buf: b.keys, Access: vk.Write}}
+			binds = []vk.Bind{{Buf: b.scores, Access: vk.Read}, {Buf: b.keys, Access: vk.Write}, {Buf: x, Access: vk.ReadWrite}}
 		case "topk_merge_global", "topk_merge_local":
 			binds = []vk.Bind{{Buf: b.keys, Access: vk.ReadWrite}}
 		case "topk_select":
@@ -369,7 +376,8 @@ func TestCompact(t *testing.T) {
 						mask = routingBuffer(t, dev, rec, n, 7)
 						rec.Dispatch(kPos, push, [3]uint32{1, 1, 1}, vk.Bind{Buf: newBuffer(t, dev, f32bytes(scores)), Access: vk.Read},
 							vk.Bind{Buf: idx, Access: vk.Write}, vk.Bind{Buf: count, Access: vk.Write},
-							vk.Bind{Buf: args, Access: vk.Write}, vk.Bind{Buf: mask, Access: vk.Write})
+							vk.Bind{Buf: args, Access: vk.Write}, vk.Bind{Buf: mask, Access: vk.Write},
+							vk.Bind{Buf: routingBuffer(t, dev, rec, 1, 0), Access: vk.ReadWrite}) // no rows (Cols 0): every score is finite
 					} else {
 						mask = newBuffer(t, dev, routingU32Bytes(routingMask(sel, n)))
 						rec.Dispatch(kMask, push, [3]uint32{1, 1, 1}, vk.Bind{Buf: mask, Access: vk.Read},
@@ -391,6 +399,43 @@ func TestCompact(t *testing.T) {
 	}
 }
 
+// TestTopKPoisons: the top-k kernels that read the scores (the one-workgroup
+// topk, and topk_sort of the multi-pass plan) set the row of x of each
+// non-finite score (NaN, ±Inf) to NaN, as mod.PoisonRows, and leave the
+// other rows alone; eval mode's NaN router cannot pass as a skip either.
+func TestTopKPoisons(t *testing.T) {
+	dev := openDevice(t)
+	ks := newTopkKernels(t, dev)
+	bad := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), math.Float32frombits(0xffc00001)}
+	for _, n := range []int{300, 2049} { // 2049: topk_sort
+		rng := rand.New(rand.NewSource(int64(n)))
+		scores := topkScores("random", n, rng)
+		for i := range scores {
+			if rng.Intn(10) == 0 {
+				scores[i] = bad[rng.Intn(len(bad))]
+			}
+		}
+		const cols = 3
+		x := make([]float32, n*cols)
+		for i := range x {
+			x[i] = float32(i%11) - 4.5
+		}
+		rec := dev.NewRecorder()
+		b := newTopkBuffers(t, dev, rec, scores)
+		b.x, b.cols = newBuffer(t, dev, f32bytes(x)), cols
+		ks.record(rec, b, uint32(n), uint32(mod.TopK(0.25, n)))
+		require.NoError(t, dev.Run(rec))
+		mod.PoisonRows(x, scores, cols)
+		got := download(t, b.x, n*cols)
+		for i, v := range got {
+			if math.IsNaN(float64(x[i])) != math.IsNaN(float64(v)) || (!math.IsNaN(float64(v)) && v != x[i]) {
+				t.Errorf("n%d: x[%d] (score %g) = %g, want %g", n, i, scores[i/cols], v, x[i])
+			}
+		}
+		rec.Close()
+	}
+}
+
 // TestCompactDecisionBits feeds compact_positive crafted scores, every
 // class a device may produce (denormals, which NVIDIA flushes to zero in
 // float arithmetic, both zeros, NaNs of both signs, infinities), and wants
@@ -398,6 +443,8 @@ func TestCompact(t *testing.T) {
 // 0x7f800000]. lavapipe keeps denormals, so a kernel comparing floats would
 // pass here too; the kernel reads the scores as uint, and this test pins the
 // rule on NaN and -0, where a float comparison and the bits could disagree.
+// A non-finite score (NaN, ±Inf) also sets its row of x to NaN, as
+// mod.PoisonRows does, and leaves every other row as it was.
 func TestCompactDecisionBits(t *testing.T) {
 	dev := openDevice(t)
 	k := newKernel(t, dev, routingLookup(t, "compact_positive"))
@@ -421,10 +468,29 @@ func TestCompactDecisionBits(t *testing.T) {
 		idx := routingBuffer(t, dev, rec, n, 0xdeadbeef)
 		count, args := routingBuffer(t, dev, rec, 1, 0xdeadbeef), routingBuffer(t, dev, rec, 3, 0xdeadbeef)
 		mask := routingBuffer(t, dev, rec, n, 7)
-		rec.Dispatch(k, vk.MustPackPush(CompactPush{N: uint32(n), RowsPerGroup: 1}), [3]uint32{1, 1, 1},
+		const cols = 5
+		x := make([]float32, n*cols)
+		for i := range x {
+			x[i] = float32(i%7) - 2.5
+		}
+		xb := newBuffer(t, dev, f32bytes(x))
+		rec.Dispatch(k, vk.MustPackPush(CompactPush{N: uint32(n), RowsPerGroup: 1, Cols: cols}), [3]uint32{1, 1, 1},
 			vk.Bind{Buf: newBuffer(t, dev, f32bytes(scores)), Access: vk.Read}, vk.Bind{Buf: idx, Access: vk.Write},
-			vk.Bind{Buf: count, Access: vk.Write}, vk.Bind{Buf: args, Access: vk.Write}, vk.Bind{Buf: mask, Access: vk.Write})
+			vk.Bind{Buf: count, Access: vk.Write}, vk.Bind{Buf: args, Access: vk.Write}, vk.Bind{Buf: mask, Access: vk.Write},
+			vk.Bind{Buf: xb, Access: vk.ReadWrite})
 		require.NoError(t, dev.Run(rec))
+		mod.PoisonRows(x, scores, cols)
+		gotX := download(t, xb, n*cols)
+		for i := range n {
+			row, wantRow := gotX[i*cols:(i+1)*cols], x[i*cols:(i+1)*cols]
+			if math.IsNaN(float64(wantRow[0])) {
+				for _, v := range row {
+					assert.True(t, math.IsNaN(float64(v)), "n%d: score %#08x: row %d %v, want NaN", n, math.Float32bits(scores[i]), i, row)
+				}
+			} else {
+				assert.Equal(t, wantRow, row, "n%d: score %#08x: row %d", n, math.Float32bits(scores[i]), i)
+			}
+		}
 		got := routingDownloadU32(t, mask, n)
 		for i, s := range scores {
 			if (got[i] == 1) != mod.Selects(s) || got[i] > 1 {
@@ -606,15 +672,15 @@ func TestRoutingEndToEnd(t *testing.T) {
 			vk.Bind{Buf: st.w, Access: vk.Read}, vk.Bind{Buf: st.bias, Access: vk.Read},
 			vk.Bind{Buf: st.x, Access: vk.Read}, vk.Bind{Buf: st.r, Access: vk.Write})
 		compactOut := []vk.Bind{{Buf: st.idx, Access: vk.Write}, {Buf: st.count, Access: vk.Write}, {Buf: st.args, Access: vk.Write}}
-		compactPush := vk.MustPackPush(CompactPush{N: n, RowsPerGroup: RoutingRowsPerGroup})
+		compactPush := vk.MustPackPush(CompactPush{N: n, RowsPerGroup: RoutingRowsPerGroup, Cols: d})
 		switch tc.routing {
 		case mod.RoutingTopK:
-			ks.record(rec, topkBuffers{scores: st.r, mask: st.mask, idx: st.idxTopk}, n, uint32(k))
+			ks.record(rec, topkBuffers{scores: st.r, mask: st.mask, idx: st.idxTopk, x: st.x, cols: d}, n, uint32(k))
 			rec.Dispatch(ks["compact_mask"], compactPush, [3]uint32{1, 1, 1},
 				append([]vk.Bind{{Buf: st.mask, Access: vk.Read}}, compactOut...)...)
 		case mod.RoutingRouter:
 			rec.Dispatch(kPos, compactPush, [3]uint32{1, 1, 1},
-				append(append([]vk.Bind{{Buf: st.r, Access: vk.Read}}, compactOut...), vk.Bind{Buf: st.mask, Access: vk.Write})...)
+				append(append([]vk.Bind{{Buf: st.r, Access: vk.Read}}, compactOut...), vk.Bind{Buf: st.mask, Access: vk.Write}, vk.Bind{Buf: st.x, Access: vk.ReadWrite})...)
 		case mod.RoutingPredictor:
 			hid := routingBuffer(t, dev, rec, n*h, 0x7fc00000)
 			rec.Dispatch(kUp, vk.MustPackPush(RouterPush{N: n, Rows: uint32(h), Cols: d, Act: RouterActSiLU}), upPlan.Groups,
@@ -624,7 +690,7 @@ func TestRoutingEndToEnd(t *testing.T) {
 				vk.Bind{Buf: st.w2, Access: vk.Read}, vk.Bind{Buf: st.w2, Access: vk.Read},
 				vk.Bind{Buf: hid, Access: vk.Read}, vk.Bind{Buf: st.p, Access: vk.Write})
 			rec.Dispatch(kPos, compactPush, [3]uint32{1, 1, 1},
-				append(append([]vk.Bind{{Buf: st.p, Access: vk.Read}}, compactOut...), vk.Bind{Buf: st.mask, Access: vk.Write})...)
+				append(append([]vk.Bind{{Buf: st.p, Access: vk.Read}}, compactOut...), vk.Bind{Buf: st.mask, Access: vk.Write}, vk.Bind{Buf: st.x, Access: vk.ReadWrite})...)
 		}
 		rec.DispatchIndirect(kGather, vk.MustPackPush(GatherPush{NEmbd: d}), st.args, 0,
 			vk.Bind{Buf: st.idx, Access: vk.Read}, vk.Bind{Buf: st.count, Access: vk.Read},

@@ -244,7 +244,7 @@ func TestRouteDecode(t *testing.T) {
 		bits uint32
 		sel  bool
 	}{{"denormal", 1, true}, {"-denormal", 0x80000001, false}, {"+0", 0, false}, {"-0", 0x80000000, false},
-		{"NaN", 0x7fc00000, false}, {"-NaN", 0xffc00000, false}, {"+Inf", 0x7f800000, true}, {"one", 0x3f800000, true}} {
+		{"NaN", 0x7fc00000, false}, {"-NaN", 0xffc00000, false}, {"+Inf", 0x7f800000, true}, {"-Inf", 0xff800000, false}, {"one", 0x3f800000, true}} {
 		want := &no
 		if sc.sel {
 			want = &yes
@@ -299,8 +299,9 @@ func (c routeDecodeCase) run(t *testing.T, dev *vk.Device, k *vk.Kernel, name st
 	m := len(groupsTable) / 3
 	xs, r := routingBuffer(t, dev, rec, d, 0x7fc00000), routingBuffer(t, dev, rec, 1, 0x7fc00000)
 	count, args := routingBuffer(t, dev, rec, 1, 0xdeadbeef), routingBuffer(t, dev, rec, 3*m, 0xdeadbeef)
+	x := newBuffer(t, dev, f32bytes(c.x))
 	binds := []vk.Bind{{Buf: newBuffer(t, dev, f32bytes(c.w)), Access: vk.Read}, {Buf: newBuffer(t, dev, f32bytes(bias)), Access: vk.Read},
-		{Buf: newBuffer(t, dev, f32bytes(c.x)), Access: vk.Read}, {Buf: xs, Access: vk.Write}, {Buf: r, Access: vk.Write},
+		{Buf: x, Access: vk.ReadWrite}, {Buf: xs, Access: vk.Write}, {Buf: r, Access: vk.Write},
 		{Buf: count, Access: vk.Write}, {Buf: newBuffer(t, dev, routingU32Bytes(groupsTable)), Access: vk.Read}, {Buf: args, Access: vk.Write}}
 	push := RouteDecodePush{NEmbd: uint32(d), HasBias: hasBias, M: uint32(m)}
 	var p *vk.Buffer
@@ -346,7 +347,19 @@ func (c routeDecodeCase) run(t *testing.T, dev *vk.Device, k *vk.Kernel, name st
 	}
 	assert.Equal(t, []uint32{wantCount}, routingDownloadU32(t, count, 1), "%s: count (score %g, GPU %g)", name, score, gotScore)
 	assert.Equal(t, wantArgs, routingDownloadU32(t, args, 3*m), "%s: indirect arguments", name)
+	if mod.Poisons(score) { // the skip path must not hide a broken score: x and xs become NaN (mod.PoisonRows)
+		for what, got := range map[string][]float32{"x": download(t, x, d), "xs": download(t, xs, d)} {
+			for e, v := range got {
+				if !math.IsNaN(float64(v)) {
+					t.Errorf("%s: score %g: %s[%d] = %g, want NaN", name, score, what, e, v)
+					break
+				}
+			}
+		}
+		return
+	}
 	assert.Equal(t, f32bytes(c.x), f32bytes(download(t, xs, d)), "%s: xs = x", name)
+	assert.Equal(t, f32bytes(c.x), f32bytes(download(t, x, d)), "%s: x unchanged", name)
 }
 
 // BenchmarkScores times one decode token's routing scores at d = 2048 (a
@@ -377,7 +390,7 @@ func BenchmarkScores(b *testing.B) {
 		kDec := newKernel(b, dev, routingLookup(b, RouteDecodeVariant(sd, false, sg)), RouteDecodeSpec(sd)...)
 		kDecP := newKernel(b, dev, routingLookup(b, RouteDecodeVariant(sd, true, sg)), RouteDecodeSpec(sd)...)
 		decode := func(rec *vk.Recorder, k *vk.Kernel, predHidden uint32) {
-			binds := []vk.Bind{{Buf: wb, Access: vk.Read}, {Buf: bias, Access: vk.Read}, {Buf: xb, Access: vk.Read}, {Buf: xs, Access: vk.Write},
+			binds := []vk.Bind{{Buf: wb, Access: vk.Read}, {Buf: bias, Access: vk.Read}, {Buf: xb, Access: vk.ReadWrite}, {Buf: xs, Access: vk.Write},
 				{Buf: out, Access: vk.Write}, {Buf: count, Access: vk.Write}, {Buf: groups, Access: vk.Read}, {Buf: args, Access: vk.Write}}
 			if predHidden > 0 {
 				binds = append(binds, vk.Bind{Buf: hid, Access: vk.Read}, vk.Bind{Buf: w2b, Access: vk.Read}, vk.Bind{Buf: p, Access: vk.Write})

@@ -28,6 +28,9 @@
 //
 // NaN scores have no place in this order (the CPU's comparison sort gives
 // them none either); -0 counts as +0, a tie, as in the CPU's float compare.
+// So the kernels that read the scores (TOPK_SINGLE, TOPK_SORT) also set the
+// row of x of a non-finite score to NaN (mod.PoisonRows, include/selects.glsl):
+// whatever rank it gets, the broken score reaches the logits.
 #include "include/common.glsl"
 #define OP_TOPK
 #include "include/push_routing.glsl"
@@ -46,9 +49,11 @@ shared uvec2 keys[L];
 layout(std430, binding = 0) readonly buffer Scores { float score[]; }; // [n]
 layout(std430, binding = 1) writeonly buffer Mask { uint mask[]; };    // [n]
 layout(std430, binding = 2) writeonly buffer Idx { uint idx[]; };      // [k]
+layout(std430, binding = 3) buffer X { float x[]; };                   // [n][cols] the residual rows
 #elif defined(TOPK_SORT)
 layout(std430, binding = 0) readonly buffer Scores { float score[]; }; // [n]
 layout(std430, binding = 1) writeonly buffer Keys { uvec2 gkeys[]; };  // [P]
+layout(std430, binding = 2) buffer X { float x[]; };                   // [n][cols] the residual rows
 #elif defined(TOPK_MERGE_GLOBAL) || defined(TOPK_MERGE_LOCAL)
 layout(std430, binding = 0) buffer Keys { uvec2 gkeys[]; }; // [P]
 #elif defined(TOPK_SELECT)
@@ -74,6 +79,21 @@ uvec2 scoreKey(float f, uint i) {
 	uint ord = (u & 0x80000000u) != 0u ? ~u : (u | 0x80000000u); // ascending like f
 	return uvec2(~ord, i);
 }
+
+#if defined(TOPK_SINGLE) || defined(TOPK_SORT)
+#include "include/selects.glsl"
+
+// scoreKeyAt is score i's key; a non-finite score poisons row i of x first.
+uvec2 scoreKeyAt(uint i) {
+	float f = score[i];
+	if (poisons(floatBitsToUint(f))) {
+		for (uint e = 0u; e < p.cols; e++) {
+			x[i * p.cols + e] = quietNaN();
+		}
+	}
+	return scoreKey(f, i);
+}
+#endif
 
 bool keyLess(uvec2 a, uvec2 b) {
 	return a.x < b.x || (a.x == b.x && a.y < b.y);
@@ -120,7 +140,7 @@ void main() {
 #if defined(TOPK_SINGLE)
 	uint P = nextPow2(p.n);
 	for (uint i = tid; i < P; i += WG) {
-		keys[i] = i < p.n ? scoreKey(score[i], i) : SENTINEL;
+		keys[i] = i < p.n ? scoreKeyAt(i) : SENTINEL;
 	}
 	barrier();
 	sortShared(P, 0u);
@@ -142,7 +162,7 @@ void main() {
 #elif defined(TOPK_SORT)
 	uint base = groupIndex() * L;
 	for (uint i = tid; i < L; i += WG) {
-		keys[i] = base + i < p.n ? scoreKey(score[base + i], base + i) : SENTINEL;
+		keys[i] = base + i < p.n ? scoreKeyAt(base + i) : SENTINEL;
 	}
 	barrier();
 	sortShared(L, base);

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modrun/modrun/internal/shared"
+	"github.com/modrun/modrun/vk"
 )
 
 // cliCase is one command line, the exit status it must give, what stderr
@@ -121,6 +122,7 @@ func TestFlagErrorsComeFirst(t *testing.T) {
 		// inspect, devices
 		{"inspect a directory", []string{"inspect", dir}, 1, dir, nil},
 		{"inspect empty", []string{"inspect", empty}, 1, "0 bytes is too short for a GGUF header", nil},
+		{"inspect --full without --json", []string{"inspect", "--full", missing}, 2, "--full needs --json", []string{missing}},
 		{"inspect unknown flag", []string{"inspect", "--bogus", model}, 2, "modrun inspect: usage: flag provided but not defined: -bogus", []string{"-json"}},
 		{"devices argument", []string{"devices", "all"}, 2, "devices takes no arguments", nil},
 		{"unknown command", []string{"serve"}, 2, `modrun: unknown command "serve"`, nil},
@@ -182,6 +184,34 @@ func TestConvertNamesTheInput(t *testing.T) {
 
 // TestContextZeroIsTheModels: --ctx 0 is the model's context length, and the
 // flag's help says so.
+// TestPromptPastTheContext: a prompt longer than the context length is a
+// usage error that names both flags deciding it, before any token runs.
+func TestPromptPastTheContext(t *testing.T) {
+	model := shared.Path(t, "models/stories260K.gguf")
+	long := strings.Repeat("Once upon a time ", 10)
+	runCLICases(t, []cliCase{
+		{"run", []string{"-m", model, "-p", long, "--ctx", "8", "--backend", "cpu"}, 2,
+			"more than the context length 8: shorten -p, or raise --ctx", nil},
+		{"run --backend reference", []string{"-m", model, "-p", long, "-c", "40", "--backend", "reference"}, 2,
+			"more than the context length 40: shorten -p, or raise --ctx", nil},
+	})
+}
+
+// TestDeviceEnvIsNotIgnored: MODRUN_DEVICE names a device as --device does,
+// so with --backend auto a device that does not exist is an error naming
+// the variable, not a quiet fallback to the CPU.
+func TestDeviceEnvIsNotIgnored(t *testing.T) {
+	needVulkan(t)
+	model := shared.Path(t, "models/stories260K.gguf")
+	text := filepath.Join(t.TempDir(), "story.txt")
+	require.NoError(t, os.WriteFile(text, []byte("Once upon a time."), 0o644))
+	t.Setenv(vk.EnvDevice, "99")
+	runCLICases(t, []cliCase{
+		{"run", []string{"-m", model, "-p", "x", "-n", "1"}, 1, "MODRUN_DEVICE 99: no such device", []string{"running on the CPU"}},
+		{"perplexity", []string{"perplexity", "-m", model, "-f", text}, 1, "MODRUN_DEVICE 99: no such device", []string{"running on the CPU"}},
+	})
+}
+
 func TestContextZeroIsTheModels(t *testing.T) {
 	model := shared.Path(t, "models/stories260K.gguf")
 	code, _, stderr := modrun(t, "-m", model, "-p", "x", "-n", "2", "--ctx", "0", "--backend", "cpu")

@@ -197,6 +197,10 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--routing-map: %s is a dense model (architecture %q); it has no routing to draw", gf.mf.path, info.Arch)
 	}
 
+	if err := promptFits(model, *prompt, info.ContextLen); err != nil {
+		return err
+	}
+
 	var werr error
 	var tokens []api.Token
 	wrote := false
@@ -238,6 +242,20 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		}
 	}
 	return werr
+}
+
+// promptFits refuses, before anything runs, a prompt longer than the
+// context length ctxLen, naming both flags that decide it (the API's error
+// knows neither): a usage error, as a --ctx past the model's is.
+func promptFits(model *api.Model, prompt string, ctxLen int) error {
+	ids, err := model.Tokenize(prompt, true) // as a new session encodes it: BOS when the tokenizer asks
+	if err != nil {
+		return fmt.Errorf("-p: %w", err)
+	}
+	if len(ids) > ctxLen {
+		return fmt.Errorf("%w: -p: the prompt has %d tokens, more than the context length %d: shorten -p, or raise --ctx (up to the model's context length)", errUsage, len(ids), ctxLen)
+	}
+	return nil
 }
 
 // options checks the model flags of a command that generates (check, then

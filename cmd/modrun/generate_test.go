@@ -51,7 +51,7 @@ func TestGenerateBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"-p", "x"}, 2, "-m FILE.gguf is required"},
-		{[]string{"-m", model, "-p", strings.Repeat("a b ", 1200)}, 1, "the prompt has 2402 tokens, more than the context length 2048"}, // BOS, 2400 words, a final space
+		{[]string{"-m", model, "-p", strings.Repeat("a b ", 1200)}, 2, "-p: the prompt has 2402 tokens, more than the context length 2048: shorten -p, or raise --ctx"}, // BOS, 2400 words, a final space
 		{[]string{"-m", model, "-p", "x", "--routing", "router"}, 1, "--routing router: " + model + " is a dense model"},
 		{[]string{"-m", model, "-p", "x", "--routing", "sideways"}, 2, `--routing "sideways": want router or predictor`},
 		{[]string{"-m", model, "-p", "x", "--temp", "-1"}, 2, "--temp -1: must be 0 (greedy) or positive"},
@@ -63,7 +63,7 @@ func TestGenerateBadInput(t *testing.T) {
 		{[]string{"-m", model, "-p", "x", "--ubatch", "0"}, 2, `--ubatch 0: must be at least 1`},
 		{[]string{"-m", model, "-p", "x", "--ctx", "5000"}, 2, "--ctx 5000: must be in [1, 2048]"},
 		{[]string{"-m", model, "-p", "x", "-c", "-1"}, 2, "--ctx -1: must be positive"},
-		{[]string{"-m", model, "-p", "Once upon a time there", "-c", "4"}, 1, "the prompt has 6 tokens, more than the context length 4"},
+		{[]string{"-m", model, "-p", "Once upon a time there", "-c", "4"}, 2, "-p: the prompt has 6 tokens, more than the context length 4: shorten -p, or raise --ctx"},
 		{[]string{"-m", filepath.Join(t.TempDir(), "none.gguf"), "-p", "x"}, 1, "none.gguf"},
 	}
 	for _, c := range cases {

@@ -35,6 +35,9 @@ func inspectMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return fmt.Errorf("%w: want one GGUF file, got %d arguments", errUsage, fs.NArg())
 	}
+	if *full && !*asJSON {
+		return fmt.Errorf("%w: --full needs --json (the text report counts a long array's elements; --json --full lists them)", errUsage)
+	}
 	f, err := gguf.Open(fs.Arg(0))
 	if err != nil {
 		return err

@@ -133,6 +133,7 @@ func (r *Runner) routedBlock(l int, x []float32, pos []int32, trace [][]LayerRou
 			}
 		}
 	}
+	mod.PoisonRows(x, decide, d) // a non-finite score must not pass as a skip
 	r.seen[l] += n
 	r.selected[l] += len(sel)
 	j := r.routed[l]

@@ -221,7 +221,12 @@ func dotF16Go(w []uint16, x []float32) float32 {
 // each block, d = max|x|/127 and q = x·(127/max|x|) rounded to the
 // nearest integer, ties to even (the SIMD conversion's rounding, so both
 // paths give the same bytes; ggml rounds ties away from zero, a
-// difference only on exact halves).
+// difference only on exact halves). A block holding a NaN or an infinity
+// gets a NaN scale (and q = -128, the SIMD conversion's answer to NaN), so
+// that every dot product with it is NaN: x86's MAXPS would drop a NaN (it
+// returns its second operand when either is NaN; the SIMD path takes the
+// max of |x|'s bits as integers, where a NaN tops +Inf), and an infinity
+// would scale the rest of its block to 0 and look finite.
 func quantizeRow(q []int8, d []float32, x []float32) {
 	if useSIMD {
 		quantizeRowSIMD(q, d, x)
@@ -235,9 +240,16 @@ func quantizeRowGo(q []int8, d []float32, x []float32) {
 		xs := x[b*blockLen : (b+1)*blockLen]
 		var amax float32
 		for _, v := range xs {
-			amax = max(amax, v, -v)
+			amax = max(amax, v, -v) // Go's max keeps a NaN
 		}
+		amax += amax - amax // NaN for a NaN or +Inf: the block is not finite
 		d[b] = amax / 127
+		if amax != amax {
+			for j := range blockLen {
+				q[b*blockLen+j] = -128
+			}
+			continue
+		}
 		if amax == 0 {
 			clear(q[b*blockLen : (b+1)*blockLen])
 			continue

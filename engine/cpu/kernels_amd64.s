@@ -429,7 +429,8 @@ GLOBL packOrder<>(SB), RODATA|NOPTR, $32
 
 // func quantizeAVX2(q *int8, d *float32, x *float32, nb int)
 // quantizeRow: per block of 32, d = max|x|/127, q = x·(127/max|x|)
-// rounded to nearest even (VCVTPS2DQ), 0 for a block of zeros.
+// rounded to nearest even (VCVTPS2DQ), 0 for a block of zeros; d = NaN
+// and q = -128 for a block holding a NaN or an infinity.
 TEXT ·quantizeAVX2(SB), NOSPLIT, $0-32
 	MOVQ q+0(FP), DI
 	MOVQ d+8(FP), R8
@@ -449,19 +450,21 @@ quantLoop:
 	VMOVUPS 32(SI), Y1
 	VMOVUPS 64(SI), Y2
 	VMOVUPS 96(SI), Y3
-	VANDPS Y15, Y0, Y4
-	VANDPS Y15, Y1, Y5
-	VMAXPS Y5, Y4, Y4
-	VANDPS Y15, Y2, Y5
-	VMAXPS Y5, Y4, Y4
+	VANDPS Y15, Y0, Y4    // |x| as bits: for |x| the integer order is the
+	VANDPS Y15, Y1, Y5    // float order, and a NaN (> 0x7f800000) tops +Inf:
+	VPMAXSD Y5, Y4, Y4    // an integer max keeps it, where MAXPS returns its
+	VANDPS Y15, Y2, Y5    // second operand when either is NaN
+	VPMAXSD Y5, Y4, Y4
 	VANDPS Y15, Y3, Y5
-	VMAXPS Y5, Y4, Y4
+	VPMAXSD Y5, Y4, Y4
 	VEXTRACTF128 $1, Y4, X5
-	VMAXPS X5, X4, X4
+	VPMAXSD X5, X4, X4
 	VMOVHLPS X4, X4, X5
-	VMAXPS X5, X4, X4
+	VPMAXSD X5, X4, X4
 	VPSHUFD $1, X4, X5
-	VMAXSS X5, X4, X4     // amax
+	VPMAXSD X5, X4, X4    // amax: NaN if any is, else +Inf if any is
+	VSUBSS X4, X4, X5     // 0, or NaN for a NaN or +Inf amax
+	VADDSS X5, X4, X4     // NaN for a block that is not finite: d NaN, q -128
 	VDIVSS X14, X4, X5
 	VMOVSS X5, (R8)       // d = amax/127
 	VXORPS X6, X6, X6

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -176,6 +177,34 @@ func TestAttentionKernels(t *testing.T) {
 			f16Row(dec, h)
 			for i := range h {
 				assert.Equal(t, gguf.F16ToF32(h[i]), dec[i], "f16 %d of %d", i, len(h))
+			}
+		}
+	})
+}
+
+// A NaN or an infinity anywhere in a block makes that block's scale NaN on
+// both paths, so every dot product with the row is NaN: the max of |x| alone
+// would drop a NaN on x86 (MAXPS returns its second operand), and an
+// infinity would scale the rest of the block to 0. The other blocks stay
+// as they were.
+func TestQuantizeRowNonFinite(t *testing.T) {
+	g := rand.New(rand.NewPCG(9, 10))
+	clean := randF32(g, 3*blockLen)
+	want, wantD := make([]int8, len(clean)), make([]float32, 3)
+	quantizeRowGo(want, wantD, clean)
+	kernelPaths(t, func(t *testing.T) {
+		for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+			for _, at := range []int{0, 7, 13, 20, blockLen - 1} { // each of the SIMD path's four vectors
+				x := slices.Clone(clean)
+				x[blockLen+at] = bad
+				q, d := make([]int8, len(x)), make([]float32, 3)
+				quantizeRow(q, d, x)
+				assert.True(t, math.IsNaN(float64(d[1])), "%v at %d: scale %v", bad, at, d[1])
+				assert.Equal(t, wantD[0], d[0], "block 0")
+				assert.Equal(t, wantD[2], d[2], "block 2")
+				w := randInt8(g, len(x))
+				wd := []float32{1, 1, 1}
+				assert.True(t, math.IsNaN(float64(dotQ8(w, q, wd, d))), "%v at %d: the dot product", bad, at)
 			}
 		}
 	})

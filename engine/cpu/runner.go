@@ -179,6 +179,9 @@ func (r *Runner) FeedArgmax(tokens []int32) (int32, error) {
 		return 0, err
 	}
 	logits := r.forward(tokens, false, true)
+	if !mod.Finite(logits) {
+		return 0, fmt.Errorf("cpu: %w", mod.NonFinite(r.pos-1))
+	}
 	best := 0
 	for i, v := range logits {
 		if v > logits[best] {

@@ -433,11 +433,12 @@ func (e *Evaluator) recordRouted(rec *vk.Recorder, er *evalRec, a *evalActs, l i
 		rd(rt.w, 0, 0), rd(rt.bias, 0, 0), rd(a.x, 0, 0), wr(a.r, 0, 0)))
 	for _, pass := range shaders.TopkPasses(s, k) {
 		var binds []vk.Bind
+		pass.Push.Cols = d // the kernel reading r poisons x's row of a non-finite one (mod.PoisonRows)
 		switch pass.Variant {
 		case "topk":
-			binds = []vk.Bind{rd(a.r, 0, 0), wr(a.mask, 0, 0), wr(idx, 0, 0)}
+			binds = []vk.Bind{rd(a.r, 0, 0), wr(a.mask, 0, 0), wr(idx, 0, 0), rw(a.x, 0, 0)}
 		case "topk_sort":
-			binds = []vk.Bind{rd(a.r, 0, 0), wr(a.keys, 0, 0)}
+			binds = []vk.Bind{rd(a.r, 0, 0), wr(a.keys, 0, 0), rw(a.x, 0, 0)}
 		case "topk_merge_global", "topk_merge_local":
 			binds = []vk.Bind{rw(a.keys, 0, 0)}
 		case "topk_select":

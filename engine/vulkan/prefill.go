@@ -282,8 +282,8 @@ func (r *Runner) recordPrefillRouted(rec *vk.Recorder, l, n, j int) error {
 		decide = pf.pred // p > 0; the multiplier is still g(r)
 	}
 	ops = append(ops,
-		newOp(get("compact_positive", nil), shaders.CompactPush{N: nu, RowsPerGroup: shaders.RoutingRowsPerGroup}, [3]uint32{1, 1, 1},
-			rd(decide, 0, 0), wr(idx, 0, 0), wr(a.count, 0, 0), wr(a.args, 0, 0), wr(a.mask, 0, 0)),
+		newOp(get("compact_positive", nil), shaders.CompactPush{N: nu, RowsPerGroup: shaders.RoutingRowsPerGroup, Cols: d}, [3]uint32{1, 1, 1},
+			rd(decide, 0, 0), wr(idx, 0, 0), wr(a.count, 0, 0), wr(a.args, 0, 0), wr(a.mask, 0, 0), rw(a.x, 0, 0)),
 		newOp(get("gather", nil), shaders.GatherPush{NEmbd: d}, shaders.Groups(nu),
 			rd(idx, 0, 0), rd(a.count, 0, 0), rd(a.x, 0, 0), wr(a.xs, 0, 0)),
 		newOp(get("prefill_pos", nil), shaders.PrefillPush{N: nu}, shaders.Groups((nu+63)/64),

@@ -268,7 +268,8 @@ func (r *Runner) attentionOps(l int, attn *kernel) ([]op, error) {
 // dispatch decides (two with the predictor), then the block and the scatter:
 //
 //	[router_score W1 x, SiLU -> h]   predictor routing: the hidden layer, parallel over its rows
-//	route_decode    x -> r [, p = w2 . h], count, xs = x, and the indirect
+//	route_decode    x -> r [, p = w2 . h], count, xs = x (both NaN when the
+//	                deciding score is not finite, mod.PoisonRows), and the indirect
 //	                arguments of every later dispatch: their sizes when the
 //	                token is selected (r > 0, or p > 0, by mod.Selects' bits),
 //	                else zero workgroups
@@ -327,7 +328,7 @@ func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 		hasBias = 1
 	}
 	push := shaders.RouteDecodePush{NEmbd: d, HasBias: hasBias, M: uint32(len(ops))}
-	binds := []vk.Bind{rd(rt.w, 0, 0), rd(rt.bias, 0, 0), rd(a.x, 0, dB), wr(a.xs, 0, dB), wr(ro.score, 0, 0),
+	binds := []vk.Bind{rd(rt.w, 0, 0), rd(rt.bias, 0, 0), rw(a.x, 0, dB), wr(a.xs, 0, dB), wr(ro.score, 0, 0),
 		wr(ro.count, 0, 0), rd(ro.groups, 0, 0), wr(ro.blockArgs, 0, 0)}
 	if pred {
 		plan := shaders.PlanScore(sd, 1, rt.predHidden, d, sg)

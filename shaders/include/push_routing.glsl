@@ -30,6 +30,7 @@ layout(push_constant) uniform TopkPush {
 	uint k;      // how many to select (clamped to n)
 	uint block;  // bitonic merge passes: size of the sequences being merged
 	uint stride; // bitonic merge passes: compare-exchange distance
+	uint cols;   // topk, topk_sort: elements of each row of x (nEmbd), set to NaN when its score is not finite
 } p;
 #endif
 
@@ -37,6 +38,7 @@ layout(push_constant) uniform TopkPush {
 layout(push_constant) uniform CompactPush {
 	uint n;            // mask (or score) entries
 	uint rowsPerGroup; // rows one workgroup of the next kernel covers
+	uint cols;         // FROM_POSITIVE: elements of each row of x (nEmbd), set to NaN when its score is not finite
 } p;
 #endif
 
