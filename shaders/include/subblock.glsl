@@ -113,3 +113,61 @@ vec4 sbDequant(uint g, uint j) {
 	precise vec4 v = s.x * sbValues(sbQuad(lo, hi, j)) - s.y;
 	return v;
 }
+
+// ---- The matvec dot product of a group (matvec.comp)
+//
+// A group's part of a row's dot product is, per sub-block of scale s =
+// d*sc and offset o = dmin*m (the min) and SB_ZERO,
+//   sum_j (s*(q_j - SB_ZERO) - o) * x_j = s * sum_j q_j*x_j - (s*SB_ZERO + o) * sum_j x_j,
+// so each weight costs its decode and one multiply-add, and the sub-block's
+// sum of x (sbXSums), which does not depend on the row, is made once for
+// every row that shares the x (matvec's rows per invocation, RPI).
+#if defined(SB_MIN) || SB_ZERO != 0
+#define SB_OFFSET // the sums of x are needed
+#endif
+
+// sbQ is a quad's q (sbGroupQuads's bytes) as floats: signed conversions,
+// which a CPU's SIMD has (an unsigned one it emulates).
+vec4 sbQ(uint q) {
+	return vec4(ivec4((uvec4(q) >> uvec4(0u, 8u, 16u, 24u)) & 0xffu));
+}
+
+// sbXSums is the sums of a group's x (x0..x7: values 4i..4i+3 in xi) per
+// sub-block: (all 32, 0) or (the first 16, the last 16); 0 where no type's
+// offset needs them.
+vec2 sbXSums(vec4 x0, vec4 x1, vec4 x2, vec4 x3, vec4 x4, vec4 x5, vec4 x6, vec4 x7) {
+#ifdef SB_OFFSET
+	float a = dot((x0 + x1) + (x2 + x3), vec4(1.0)), b = dot((x4 + x5) + (x6 + x7), vec4(1.0));
+#if SB_SUB == 16
+	return vec2(a, b);
+#else
+	return vec2(a + b, 0.0);
+#endif
+#else
+	return vec2(0.0);
+#endif
+}
+
+// sbGroupDot is group g's dot product with x0..x7, xs = sbXSums of them.
+// Every index is a constant: on a CPU device (lavapipe) a vector indexed at
+// run time costs a select chain per access, more than the decoding itself.
+float sbGroupDot(uint g, vec4 x0, vec4 x1, vec4 x2, vec4 x3, vec4 x4, vec4 x5, vec4 x6, vec4 x7, vec2 xs) {
+	uvec4 qa, qb;
+	sbGroupQuads(g, qa, qb);
+	float s0 = dot(sbQ(qa.x), x0) + dot(sbQ(qa.y), x1) + dot(sbQ(qa.z), x2) + dot(sbQ(qa.w), x3);
+	float s1 = dot(sbQ(qb.x), x4) + dot(sbQ(qb.y), x5) + dot(sbQ(qb.z), x6) + dot(sbQ(qb.w), x7);
+	vec2 sc0 = sbScale(g * SB_SUBS);
+#if SB_SUB == 16
+	vec2 sc1 = sbScale(g * SB_SUBS + 1u);
+	float sum = sc0.x * s0 + sc1.x * s1;
+#ifdef SB_OFFSET
+	sum -= (sc0.x * float(SB_ZERO) + sc0.y) * xs.x + (sc1.x * float(SB_ZERO) + sc1.y) * xs.y;
+#endif
+#else
+	float sum = sc0.x * (s0 + s1);
+#ifdef SB_OFFSET
+	sum -= (sc0.x * float(SB_ZERO) + sc0.y) * xs.x;
+#endif
+#endif
+	return sum;
+}
