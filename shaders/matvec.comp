@@ -80,6 +80,15 @@ const uint MATS = 1u;
 // weight even when fewer vectors are left, so decode (n = 1) wants NB = 1.
 layout(constant_id = 2) const uint NB = 1;
 
+// Rows per invocation (constant 3, with TPR = 1 and the shared-memory
+// reduction only): 1, or RPI rows an invocation. For the sub-block types
+// unfused or with ADD (a CPU device's decode, Profile.Matvec) the RPI rows
+// are walked together (rowsPass), so that each load of x and each sum of x
+// per sub-block serves RPI rows; other variants walk them one by one. On lavapipe an SSBO load of x is an
+// invocation's own load, as costly as the weights' decode: loaded once a
+// row it took about 70% of a 4-bit matvec's time.
+layout(constant_id = 3) const uint RPI = 1;
+
 #ifndef REDUCE_SUBGROUP
 shared float partial[NB * gl_WorkGroupSize.x];
 #endif
@@ -220,37 +229,13 @@ void accumulate(uint r, uint s0, uint lane, inout float acc[NB]) {
 		}
 	}
 #elif defined(WEIGHT_SUBBLOCK)
-	// Group b of row r: 8 quads, in one sub-block of 32 or two of 16 (quads
-	// 0-3 and 4-7), written out so that every index is a constant.
 	uint groups = p.cols / 32u;
 	for (uint b = lane; b < groups; b += TPR) {
-		uint g = r * groups + b;
-		uvec4 qa, qb;
-		sbGroupQuads(g, qa, qb);
-		vec4 v0 = sbValues(qa.x), v1 = sbValues(qa.y), v2 = sbValues(qa.z), v3 = sbValues(qa.w);
-		vec4 v4 = sbValues(qb.x), v5 = sbValues(qb.y), v6 = sbValues(qb.z), v7 = sbValues(qb.w);
-		vec2 sc0 = sbScale(g * SB_SUBS);
-#if SB_SUB == 16
-		vec2 sc1 = sbScale(g * SB_SUBS + 1u);
-#endif
 		for (uint k = 0u; k < NB; k++) {
 			uint c = 8u * b; // the group's first vec4 of x
 			vec4 x0 = X4(k, c), x1 = X4(k, c + 1u), x2 = X4(k, c + 2u), x3 = X4(k, c + 3u);
 			vec4 x4_ = X4(k, c + 4u), x5 = X4(k, c + 5u), x6 = X4(k, c + 6u), x7 = X4(k, c + 7u);
-			float s0 = dot(v0, x0) + dot(v1, x1) + dot(v2, x2) + dot(v3, x3);
-			float s1 = dot(v4, x4_) + dot(v5, x5) + dot(v6, x6) + dot(v7, x7);
-#if SB_SUB == 16
-			float sum = sc0.x * s0 + sc1.x * s1;
-#ifdef SB_MIN
-			sum -= sc0.y * dot((x0 + x1) + (x2 + x3), vec4(1.0)) + sc1.y * dot((x4_ + x5) + (x6 + x7), vec4(1.0));
-#endif
-#else
-			float sum = sc0.x * (s0 + s1);
-#ifdef SB_MIN
-			sum -= sc0.y * dot(((x0 + x1) + (x2 + x3)) + ((x4_ + x5) + (x6 + x7)), vec4(1.0));
-#endif
-#endif
-			acc[k] += sum;
+			acc[k] += sbGroupDot(r * groups + b, x0, x1, x2, x3, x4_, x5, x6, x7, sbXSums(x0, x1, x2, x3, x4_, x5, x6, x7));
 		}
 	}
 #else
@@ -347,6 +332,41 @@ void rowPass(uint r, uint s0, uint tid, uint lane, bool live) {
 	}
 }
 
+#if defined(WEIGHT_SUBBLOCK) && !defined(NORM)
+// rowsPass computes y for rows r0..r0+RPI-1 (those below p.rows; the others
+// compute row rows-1 again and drop it) of vectors s0..s0+NB-1, alone (TPR
+// = 1): each group of x is loaded, and summed per sub-block, once for the
+// RPI rows.
+void rowsPass(uint r0, uint s0) {
+	uint groups = p.cols / 32u;
+	for (uint k = 0u; k < NB && s0 + k < p.n; k++) {
+		uint xs = (s0 + k) * (p.cols / 4u); // the vector's first vec4
+		float acc[RPI];
+		for (uint i = 0u; i < RPI; i++) {
+			acc[i] = 0.0;
+		}
+		for (uint b = 0u; b < groups; b++) {
+			uint c = xs + 8u * b;
+			vec4 x0 = x4[c], x1 = x4[c + 1u], x2 = x4[c + 2u], x3 = x4[c + 3u];
+			vec4 x4_ = x4[c + 4u], x5 = x4[c + 5u], x6 = x4[c + 6u], x7 = x4[c + 7u];
+			vec2 sums = sbXSums(x0, x1, x2, x3, x4_, x5, x6, x7);
+			for (uint i = 0u; i < RPI; i++) {
+				uint r = min(r0 + i, p.rows - 1u);
+				acc[i] += sbGroupDot(r * groups + b, x0, x1, x2, x3, x4_, x5, x6, x7, sums);
+			}
+		}
+		for (uint i = 0u; i < RPI && r0 + i < p.rows; i++) {
+			uint at = (s0 + k) * p.rows + r0 + i;
+#ifdef ADD
+			y[at] = y[at] + acc[i];
+#else
+			y[at] = acc[i];
+#endif
+		}
+	}
+}
+#endif
+
 #ifdef REDUCE_SUBGROUP
 // A row is one subgroup (TPR = gl_SubgroupSize, which the host takes from the
 // device's subgroup size): no shared memory, no barrier, and a surplus
@@ -370,6 +390,21 @@ void main() {
 #endif
 	const uint WG = gl_WorkGroupSize.x;
 	uint tid = gl_LocalInvocationID.x;
+	if (RPI > 1u) { // TPR = 1: no barriers
+		uint r0 = (groupIndex() * WG + tid) * RPI;
+		for (uint s0 = 0u; s0 < p.n; s0 += NB) {
+#if defined(WEIGHT_SUBBLOCK) && !defined(NORM)
+			rowsPass(r0, s0);
+#else
+			// Other types and fusions: the rows one after the other (correct,
+			// and no faster: Profile.Matvec does not choose it).
+			for (uint i = 0u; i < RPI; i++) {
+				rowPass(min(r0 + i, p.rows - 1u), s0, tid, 0u, r0 + i < p.rows);
+			}
+#endif
+		}
+		return;
+	}
 	uint lane = tid % TPR;
 	uint r = groupIndex() * (WG / TPR) + tid / TPR;
 	// Invocations past the last row compute row rows-1 again and drop it, so

@@ -74,14 +74,14 @@ func matvecVariant(typ, reduce string) Variant {
 		Push:          MatvecPush{},
 		LocalSize:     [3]uint32{64, 1, 1},
 		LocalSizeSpec: true,
-		Spec:          []uint32{64, 64, 1},
-		Notes: "Spec: [workgroup size, invocations per row, vectors per pass], from Profile.Matvec; " +
+		Spec:          []uint32{64, 64, 1, 1},
+		Notes: "Spec: [workgroup size, invocations per row, vectors per pass, rows per invocation], from Profile.Matvec; " +
 			"dispatch MatvecGroups(rows, spec); bind w with its size rounded up to 4 (vk buffers are); " +
 			"cols a multiple of the type's block (WeightType.Block)",
 	}
 	if reduce == ReduceSubgroup {
 		v.Defines = append(v.Defines, "REDUCE_SUBGROUP")
-		v.Spec = []uint32{64, 32, 1} // a 32-wide subgroup's
+		v.Spec = []uint32{64, 32, 1, 1} // a 32-wide subgroup's
 		v.Notes += "; needs subgroup arithmetic, and invocations per row = the device's subgroup size"
 	}
 	return v
@@ -104,6 +104,11 @@ func init() {
 // scalar F32 path is the longest).
 func MatvecLoopIterations(n, cols uint32, spec []uint32) uint32 {
 	tpr, nb := spec[1], spec[2]
+	if rpi := matvecRowsPerInvocation(spec); rpi > 1 {
+		// rowsPass (sub-block types): per vector, a group at a time with its
+		// RPI rows, and the set-up and stores of the RPI sums.
+		return n * ((cols/32)*(1+rpi) + 2*rpi + 2)
+	}
 	passes := (n + nb - 1) / nb
 	perPass := (cols+tpr-1)/tpr*(1+nb) + 3*nb + uint32(bits.Len32(tpr))*(1+nb)
 	return passes * perPass
@@ -111,8 +116,17 @@ func MatvecLoopIterations(n, cols uint32, spec []uint32) uint32 {
 
 // MatvecGroups is the dispatch size of matvec over rows with spec.
 func MatvecGroups(rows uint32, spec []uint32) [3]uint32 {
-	perGroup := spec[0] / spec[1]
+	perGroup := spec[0] / spec[1] * matvecRowsPerInvocation(spec)
 	return Groups((rows + perGroup - 1) / perGroup)
+}
+
+// matvecRowsPerInvocation is spec's rows per invocation (constant 3; 1 when
+// spec stops before it).
+func matvecRowsPerInvocation(spec []uint32) uint32 {
+	if len(spec) > 3 && spec[3] > 1 {
+		return spec[3]
+	}
+	return 1
 }
 
 // RepackQ8_0 is ggml Q8_0 data of rows x cols (blocks of 34 bytes: an f16

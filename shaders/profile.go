@@ -65,6 +65,16 @@ type Profile struct {
 // matrix is 512 workgroups over an H100's 132 SMs).
 const matvecRowsPerGroup = 4
 
+// MatvecSubblockSpecCPU is the matvec spec of the sub-block types (Q4_1,
+// Q5_0, Q5_1, the K-quants) on a CPU device, unfused or with the residual
+// add: an invocation walks RPI rows together, loading each group of x and
+// summing it per sub-block once for all of them (matvec.comp's rowsPass),
+// in workgroups of lavapipe's 8 SIMD lanes, so that a workgroup still
+// takes 64 rows. On lavapipe an invocation's load of x costs as much as
+// decoding the weights it meets: shared by 8 rows, a 2048x2048 Q4_K
+// matvec runs in about half the time (BenchmarkMatvec).
+var MatvecSubblockSpecCPU = []uint32{8, 1, 1, 8}
+
 // NewProfile chooses d's kernels.
 //   - CPU devices (lavapipe): the loop cap, and an invocation per matvec row
 //     with no reduction at all (lavapipe runs a workgroup's invocations 8
@@ -117,6 +127,9 @@ func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []u
 	loops := map[string]uint32{FuseNone: 1, FuseAdd: 1, FuseNorm: 1, FuseNormSwiGLU: 2}[fuse]
 	iters := func(spec []uint32) uint32 { return loops * MatvecLoopIterations(n, cols, spec) }
 	spec = append([]uint32(nil), p.MatvecSpec...)
+	if _, sub := subblockOf[typ]; sub && p.CPU && (fuse == FuseNone || fuse == FuseAdd) {
+		spec = append([]uint32(nil), MatvecSubblockSpecCPU...)
+	}
 	if p.LoopCap == 0 || iters(spec) <= p.LoopCap {
 		return MatvecFusedName(typ, p.MatvecReduce, fuse), spec
 	}

@@ -208,13 +208,14 @@ func subblockPlanes(f subblockFormat, elems int) (low, high, scales, supers int)
 //     value k in its low nibble and k+16 in its high one) or 2 (8 bytes a
 //     group, byte k holding values k, k+8, k+16, k+24 at shifts 0, 2, 4, 6);
 //   - high bits: bits-4 (or bits-2) words a group, word h holding bit h of
-//     the high part of value i at bit i;
+//     the high part of value 4t+u (quad t, place u) at bit 8u+t, so that
+//     word>>t & 0x01010101 is quad t's bits, a byte each;
 //   - scales: a u16 a sub-block, sc (int8) in its low byte, m in its high
 //     one, padded to 4 bytes;
 //   - super-blocks: a u32 each, d in its low half, dmin in its high one.
 //
-// The low bits of a quad of values 4j..4j+3 are then one word (shifted), and
-// every plane is read in aligned words.
+// The low bits of a quad of values 4j..4j+3 are then one word (shifted and
+// masked), its high bits another, and every plane is read in aligned words.
 func RepackSubblock(f subblockFormat, ggml []byte, rows, cols int) []byte {
 	elems := rows * cols
 	low, high, scales, supers := subblockPlanes(f, elems)
@@ -249,7 +250,7 @@ func RepackSubblock(f subblockFormat, ggml []byte, rows, cols int) []byte {
 			for h := 0; h < hiWords; h++ {
 				var word uint32
 				for i, v := range vals {
-					word |= uint32(v>>(lowBits+h)&1) << i
+					word |= uint32(v>>(lowBits+h)&1) << (8*(i%4) + i/4)
 				}
 				le.PutUint32(highP[4*(gi*hiWords+h):], word)
 			}

@@ -29,7 +29,7 @@ func subblockValue(f subblockFormat, b []byte, elems, e int) float32 {
 	hiWords := f.bits - lowBits
 	for h := 0; h < hiWords; h++ {
 		word := binary.LittleEndian.Uint32(b[low+4*(g*hiWords+h):])
-		q |= (word >> i & 1) << (lowBits + h)
+		q |= (word >> (8*(i%4) + i/4) & 1) << (lowBits + h)
 	}
 	s := e / f.sub
 	sc := int8(b[low+high+2*s])

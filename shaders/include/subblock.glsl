@@ -8,8 +8,9 @@
 //   low bits   4 a value (16 bytes a group: byte k holds values k and k+16 in
 //              its nibbles) or, for SB_BITS < 4, 2 (8 bytes: byte k holds
 //              values k, k+8, k+16, k+24 at shifts 0, 2, 4, 6);
-//   high bits  SB_BITS - low bits words a group, word h bit i = bit h of
-//              value i's high part;
+//   high bits  SB_BITS - low bits words a group, word h bit 8u+t = bit h
+//              of the high part of value 4t+u (quad t, place u): shifted
+//              by t and masked, a word gives quad t's bits a byte each;
 //   scales     a u16 per sub-block: sc (int8) low, m high; padded to 4 bytes;
 //   supers     a u32 per super-block: d low, dmin high.
 // So a quad of values 4j..4j+3 has its low bits in one word, and every load
@@ -53,15 +54,9 @@ uint sbQuad(uvec4 lo, uvec2 hi, uint j) {
 	uint q = (lo[j & 1u] >> (2u * (j >> 1))) & 0x03030303u;
 #endif
 	for (uint h = 0u; h < SB_HIGH; h++) {
-		uint n = (hi[h] >> (4u * j)) & 15u; // bits of the 4 values
-		q |= ((n & 1u) | ((n & 2u) << 7) | ((n & 4u) << 14) | ((n & 8u) << 21)) << (SB_LOW + h);
+		q |= ((hi[h] >> j) & 0x01010101u) << (SB_LOW + h);
 	}
 	return q;
-}
-
-// sbSpread puts 4 bits, one per byte: bit t of n at bit 8t.
-uvec4 sbSpread(uvec4 n) {
-	return (n & 1u) | ((n & 2u) << 7) | ((n & 4u) << 14) | ((n & 8u) << 21);
 }
 
 // sbGroupQuads is group g's 8 quads as sbQuad makes them (quad j in qa[j]
@@ -79,14 +74,14 @@ void sbGroupQuads(uint g, out uvec4 qa, out uvec4 qb) {
 	qb = (lo >> uvec4(4u, 4u, 6u, 6u)) & 0x03030303u;
 #endif
 #if SB_BITS != 4 && SB_BITS != 2
-	uint h0 = w[sbHigh + g * SB_HIGH];
-	qa |= sbSpread((uvec4(h0) >> uvec4(0u, 4u, 8u, 12u)) & 15u) << SB_LOW;
-	qb |= sbSpread((uvec4(h0) >> uvec4(16u, 20u, 24u, 28u)) & 15u) << SB_LOW;
+	uvec4 h0 = uvec4(w[sbHigh + g * SB_HIGH]);
+	qa |= ((h0 >> uvec4(0u, 1u, 2u, 3u)) & 0x01010101u) << SB_LOW;
+	qb |= ((h0 >> uvec4(4u, 5u, 6u, 7u)) & 0x01010101u) << SB_LOW;
 #endif
 #if SB_BITS == 6
-	uint h1 = w[sbHigh + g * SB_HIGH + 1u];
-	qa |= sbSpread((uvec4(h1) >> uvec4(0u, 4u, 8u, 12u)) & 15u) << (SB_LOW + 1u);
-	qb |= sbSpread((uvec4(h1) >> uvec4(16u, 20u, 24u, 28u)) & 15u) << (SB_LOW + 1u);
+	uvec4 h1 = uvec4(w[sbHigh + g * SB_HIGH + 1u]);
+	qa |= ((h1 >> uvec4(0u, 1u, 2u, 3u)) & 0x01010101u) << (SB_LOW + 1u);
+	qb |= ((h1 >> uvec4(4u, 5u, 6u, 7u)) & 0x01010101u) << (SB_LOW + 1u);
 #endif
 }
 
@@ -112,4 +107,66 @@ vec4 sbDequant(uint g, uint j) {
 	vec2 s = sbScale(g * SB_SUBS + j / (8u / SB_SUBS));
 	precise vec4 v = s.x * sbValues(sbQuad(lo, hi, j)) - s.y;
 	return v;
+}
+
+// ---- The matvec dot product of a group (matvec.comp)
+//
+// A group's part of a row's dot product is, per sub-block of scale s =
+// d*sc and offset o = dmin*m (the min) and SB_ZERO,
+//   sum_j (s*(q_j - SB_ZERO) - o) * x_j = s * sum_j q_j*x_j - (s*SB_ZERO + o) * sum_j x_j,
+// so each weight costs its decode and one multiply-add, and the sub-block's
+// sum of x (sbXSums), which does not depend on the row, is made once for
+// every row that shares the x (matvec's rows per invocation, RPI).
+#if defined(SB_MIN) || SB_ZERO != 0
+#define SB_OFFSET // the sums of x are needed
+#endif
+
+// sbQ is a quad's q (sbGroupQuads's bytes) as floats: signed conversions,
+// which a CPU's SIMD has (an unsigned one it emulates).
+vec4 sbQ(uint q) {
+	return vec4(ivec4((uvec4(q) >> uvec4(0u, 8u, 16u, 24u)) & 0xffu));
+}
+
+// sbXSums is the sums of a group's x (x0..x7: values 4i..4i+3 in xi) per
+// sub-block: (all 32, 0) or (the first 16, the last 16); 0 where no type's
+// offset needs them.
+vec2 sbXSums(vec4 x0, vec4 x1, vec4 x2, vec4 x3, vec4 x4, vec4 x5, vec4 x6, vec4 x7) {
+#ifdef SB_OFFSET
+	float a = dot((x0 + x1) + (x2 + x3), vec4(1.0)), b = dot((x4 + x5) + (x6 + x7), vec4(1.0));
+#if SB_SUB == 16
+	return vec2(a, b);
+#else
+	return vec2(a + b, 0.0);
+#endif
+#else
+	return vec2(0.0);
+#endif
+}
+
+// sbGroupDot is group g's dot product with x0..x7, xs = sbXSums of them.
+// Every index is a constant: on a CPU device (lavapipe) a vector indexed at
+// run time costs a select chain per access, more than the decoding itself.
+float sbGroupDot(uint g, vec4 x0, vec4 x1, vec4 x2, vec4 x3, vec4 x4, vec4 x5, vec4 x6, vec4 x7, vec2 xs) {
+	uvec4 qa, qb;
+	sbGroupQuads(g, qa, qb);
+	float s0 = dot(sbQ(qa.x), x0) + dot(sbQ(qa.y), x1) + dot(sbQ(qa.z), x2) + dot(sbQ(qa.w), x3);
+	float s1 = dot(sbQ(qb.x), x4) + dot(sbQ(qb.y), x5) + dot(sbQ(qb.z), x6) + dot(sbQ(qb.w), x7);
+#if SB_SUB == 16
+	// Both sub-blocks' scales are one word, in one super-block.
+	uint sm = w[sbScales + g];
+	vec2 dd = unpackHalf2x16(w[sbSupers + g / uint(SB_SUPER / 32)]);
+	vec2 sc0 = vec2(dd.x * float(bitfieldExtract(int(sm), 0, 8)), dd.y * float((sm >> 8) & 0xffu));
+	vec2 sc1 = vec2(dd.x * float(bitfieldExtract(int(sm), 16, 8)), dd.y * float(sm >> 24));
+	float sum = sc0.x * s0 + sc1.x * s1;
+#ifdef SB_OFFSET
+	sum -= (sc0.x * float(SB_ZERO) + sc0.y) * xs.x + (sc1.x * float(SB_ZERO) + sc1.y) * xs.y;
+#endif
+#else
+	vec2 sc0 = sbScale(g);
+	float sum = sc0.x * (s0 + s1);
+#ifdef SB_OFFSET
+	sum -= (sc0.x * float(SB_ZERO) + sc0.y) * xs.x;
+#endif
+#endif
+	return sum;
 }
