@@ -192,7 +192,7 @@ func (s *State) routedBlock(l int, x []float32, pos []int32) {
 	}
 	r := make([]float32, n) // r_i = w·x_i + b, on the raw block input
 	for i := range r {
-		r[i] = dotF32(router.Weight.Vec(), x[i*d:(i+1)*d])
+		r[i] = DotF32(router.Weight.Vec(), x[i*d:(i+1)*d])
 		if router.Bias.Cols > 0 {
 			r[i] += router.Bias.Vec()[0]
 		}
@@ -273,7 +273,7 @@ func predict(router *Router, x []float32, n, d int) []float32 {
 	if router.Pred != nil {
 		p := make([]float32, n)
 		for i := range p {
-			p[i] = dotF32(router.Pred.Vec(), x[i*d:(i+1)*d]) + router.PredBias.Vec()[0]
+			p[i] = DotF32(router.Pred.Vec(), x[i*d:(i+1)*d]) + router.PredBias.Vec()[0]
 		}
 		return p
 	}
@@ -286,7 +286,7 @@ func predict(router *Router, x []float32, n, d int) []float32 {
 		for j := range row {
 			row[j] = SiLU(row[j])
 		}
-		p[i] = dotF32(router.PredDown.Vec(), row)
+		p[i] = DotF32(router.PredDown.Vec(), row)
 	}
 	return p
 }

@@ -64,7 +64,7 @@ var f16Table = func() *[1 << 16]float32 {
 // the reference kernels it is checked against.
 func (m *Mat) Dot(i int, x []float32) float32 {
 	if m.f32 != nil {
-		return dotF32(m.f32[i*m.Cols:(i+1)*m.Cols], x)
+		return DotF32(m.f32[i*m.Cols:(i+1)*m.Cols], x)
 	}
 	row := m.packed[i*m.rowBytes : (i+1)*m.rowBytes]
 	var sum float32
@@ -101,7 +101,7 @@ func (m *Mat) Dot(i int, x []float32) float32 {
 		bs, bb := m.Type.BlockSize(), m.Type.BlockBytes()
 		for b := 0; b < m.Cols/bs; b++ {
 			m.decode(i, row[b*bb:(b+1)*bb], buf[:bs])
-			sum += dotF32(buf[:bs], x[b*bs:(b+1)*bs])
+			sum += DotF32(buf[:bs], x[b*bs:(b+1)*bs])
 		}
 	}
 	return sum
@@ -133,7 +133,10 @@ func (m *Mat) Vec() []float32 { return m.f32 }
 // non-nil. Callers must not modify either.
 func (m *Mat) Data() (f32 []float32, packed []byte) { return m.f32, m.packed }
 
-func dotF32(a, b []float32) float32 {
+// DotF32 is a·b summed in four lanes, then (s0+s1)+(s2+s3): the order the
+// reference and the fast CPU runner's Go path share, so they agree bit for
+// bit.
+func DotF32(a, b []float32) float32 {
 	var s0, s1, s2, s3 float32
 	n := len(a) &^ 3
 	for j := 0; j < n; j += 4 {

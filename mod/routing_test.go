@@ -211,7 +211,7 @@ func checkWeightTypes(t *testing.T, base testModel, cases []weightTypeCase) {
 			row := make([]float32, q.Cols)
 			for i := 0; i < q.Rows; i++ {
 				q.Row(i, row)
-				want := dotF32(row, x)
+				want := DotF32(row, x)
 				require.InDelta(t, want, q.Dot(i, x), 1e-4*(1+float64(abs32(want))), "row %d", i)
 			}
 		})

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/mod"
 )
 
 // The dot products every matrix product reduces to. Each has a portable Go
@@ -91,7 +92,7 @@ func dotF32(w, x []float32) float32 {
 	if useSIMD {
 		return dotF32SIMD(w, x)
 	}
-	return dotF32Go(w, x)
+	return mod.DotF32(w, x)
 }
 
 // dotF16 is w·x for a row of IEEE halves.
@@ -133,7 +134,7 @@ func f16Row(dst []float32, src []uint16) {
 
 func scoresGo(out, q, k []float32, stride, hd int, scale float32) {
 	for e := range out {
-		out[e] = dotF32Go(q, k[e*stride:e*stride+hd]) * scale
+		out[e] = mod.DotF32(q, k[e*stride:e*stride+hd]) * scale
 	}
 }
 
@@ -177,21 +178,6 @@ func dotQ4Go(w []byte, x []int8, wd, xd []float32) float32 {
 		sum += wd[b] * xd[b] * float32(s)
 	}
 	return sum
-}
-
-func dotF32Go(w, x []float32) float32 {
-	var s0, s1, s2, s3 float32
-	n := len(w) &^ 3
-	for j := 0; j < n; j += 4 {
-		s0 += w[j] * x[j]
-		s1 += w[j+1] * x[j+1]
-		s2 += w[j+2] * x[j+2]
-		s3 += w[j+3] * x[j+3]
-	}
-	for j := n; j < len(w); j++ {
-		s0 += w[j] * x[j]
-	}
-	return (s0 + s1) + (s2 + s3)
 }
 
 // f16Table maps every half to its float32 value: a lookup beats bit

@@ -2,12 +2,14 @@
 
 package cpu
 
+import "github.com/modrun/modrun/mod"
+
 // simdName is "" where no assembly kernels exist: the Go ones run.
 const simdName = ""
 
 func dotQ8SIMD(w, x []int8, wd, xd []float32) float32        { return dotQ8Go(w, x, wd, xd) }
 func dotQ4SIMD(w []byte, x []int8, wd, xd []float32) float32 { return dotQ4Go(w, x, wd, xd) }
-func dotF32SIMD(w, x []float32) float32                      { return dotF32Go(w, x) }
+func dotF32SIMD(w, x []float32) float32                      { return mod.DotF32(w, x) }
 func dotF16SIMD(w []uint16, x []float32) float32             { return dotF16Go(w, x) }
 
 func dotQ8x4SIMD(w []int8, wd []float32, x []int8, xd []float32, cols int, out *[4]float32) {
