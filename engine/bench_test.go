@@ -88,3 +88,34 @@ func TestValidationFor(t *testing.T) {
 	assert.Equal(t, 2, huge.ValidateTokens)
 	assert.Equal(t, 2, huge.ValidatePrompt)
 }
+
+// scripted is a runner whose Feed returns its steps' logits in turn.
+type scripted struct {
+	steps [][]float32
+	i     int
+}
+
+func (s *scripted) Feed([]int32) ([]float32, error) {
+	l := append([]float32(nil), s.steps[s.i]...)
+	s.i++
+	return l, nil
+}
+func (s *scripted) Pos() int        { return s.i }
+func (s *scripted) ContextLen() int { return 100 }
+func (s *scripted) Reset()          { s.i = 0 }
+
+// Each step's logits are held to a bound relative to that step's own
+// largest |logit|: a difference allowed at a step of large logits does not
+// fail a later step of small ones, and one too big for its own step does.
+func TestValidateBoundsEachStep(t *testing.T) {
+	ref := &scripted{steps: [][]float32{{100, 0}, {1, 0}, {1, 0}}}
+	o := BenchOptions{ValidateTokens: 2, ValidateRelTol: 1e-2}
+	ok := &scripted{steps: [][]float32{{99.5, 0}, {1.001, 0}, {1, 0}}}
+	worst, err := validate(ok, ref, []int32{1}, o)
+	require.NoError(t, err)
+	assert.InDelta(t, 0.5, worst, 1e-6, "the largest difference of any step")
+
+	bad := &scripted{steps: [][]float32{{99.5, 0}, {1.02, 0}, {1, 0}}}
+	_, err = validate(bad, ref, []int32{1}, o)
+	assert.ErrorContains(t, err, "validation failed at step 1: a logit differs from the CPU reference by 0.02 (> 0.01)")
+}
