@@ -4,9 +4,9 @@
 //   - every core, through one persistent pool of workers that split a
 //     matrix's rows (pool.go);
 //   - activations quantized to 8-bit blocks of 32 once per product, dotted
-//     in integers with Q8_0 and Q4_0 weights (kernels.go); F16 and F32
-//     weights dot in float32, and any other type mod takes is decoded a row
-//     at a time;
+//     in integers with Q8_0 and Q4_0 weights (kernels.go), and with the
+//     other quantized types requantized to Q8_0 at load (weights.go); F16
+//     and F32 weights dot in float32, and BF16 is decoded a row at a time;
 //   - AVX2 kernels chosen at run time (kernels_amd64.s), with portable Go
 //     ones everywhere else;
 //   - a prompt runs as one batch per chunk: each weight row is dotted with
@@ -50,18 +50,20 @@ type LayerRoute struct {
 	Selected bool
 }
 
-// QuantizedRelTol bounds how far the logits of a model with Q8_0 or Q4_0
+// QuantizedRelTol bounds how far the logits of a model with quantized
 // weights move from the reference's, relative to the largest |logit|:
 // quantizing activations to 8 bits per block of 32 moves each element by
-// up to half a step of max|x|/127. Measured: up to 0.32% (Q8_0) and 0.38%
-// (Q4_0) on synthetic shapes (TestRunnerMatchesReference logs it); the
-// bound leaves 2.5x room for other seeds and prompts. F32 and F16 weights
-// dot float activations: float32 rounding only.
+// up to half a step of max|x|/127, and the types other than Q8_0 and Q4_0
+// are requantized to Q8_0 at load, a rounding of the same size. Measured
+// on synthetic shapes (TestRunnerMatchesReference logs it): up to 0.32%
+// (Q8_0), 0.38% (Q4_0), 0.39% (Q4_1) and 0.33% (Q4_K); the bound leaves
+// 2.5x room for other seeds and prompts. F32 and F16 weights dot float
+// activations: float32 rounding only.
 const QuantizedRelTol = 1e-2
 
 // QuantizedActivations says whether some product quantizes its
-// activations (a Q8_0 or Q4_0 matrix), so that logits may differ from the
-// reference's by up to QuantizedRelTol.
+// activations (a matrix of a quantized type), so that logits may differ
+// from the reference's by up to QuantizedRelTol.
 func (r *Runner) QuantizedActivations() bool {
 	if r.w.output.quantized() {
 		return true

@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -16,24 +17,30 @@ import (
 	"github.com/modrun/modrun/mod/synth"
 )
 
-// kernelPaths runs f once with the SIMD kernels (when this CPU has them)
-// and once with the portable Go ones, so that CI covers both.
+// kernelPaths runs f once on each kernel path this CPU has: the AVX-512
+// VNNI Q8_0 products (with the AVX2 kernels for the rest), the AVX2
+// kernels alone, and the portable Go ones, so that CI covers each.
 func kernelPaths(t *testing.T, f func(t *testing.T)) {
-	saved := useSIMD
-	t.Cleanup(func() { useSIMD = saved })
-	for _, simd := range []bool{true, false} {
-		name := "go"
-		if simd {
-			if simdName == "" {
-				t.Logf("no SIMD kernels on %s: the Go path only", runtime.GOARCH)
-				continue
-			}
-			name = simdName
-		}
-		useSIMD = simd
-		t.Run(name, f)
+	savedSIMD, savedVNNI := useSIMD, useVNNI
+	t.Cleanup(func() { useSIMD, useVNNI = savedSIMD, savedVNNI })
+	paths := []struct {
+		name       string
+		simd, vnni bool
+		have       bool
+	}{
+		{simdName + "+avx512-vnni", true, true, simdName != "" && hasVNNI},
+		{simdName, true, false, simdName != ""},
+		{"go", false, false, true},
 	}
-	useSIMD = saved
+	for _, p := range paths {
+		if !p.have {
+			t.Logf("no %q kernels on this CPU (%s): not run", p.name, runtime.GOARCH)
+			continue
+		}
+		useSIMD, useVNNI = p.simd, p.vnni
+		t.Run(p.name, f)
+	}
+	useSIMD, useVNNI = savedSIMD, savedVNNI
 }
 
 // Tolerances of the runner's logits against mod's, relative to the step's
@@ -46,11 +53,11 @@ var relTol = map[gguf.TensorType]float64{
 	gguf.TypeF16:  1e-4,
 	gguf.TypeQ8_0: QuantizedRelTol,
 	gguf.TypeQ4_0: QuantizedRelTol,
-	// The other types go through the row-decoding fallback (gguf.Dequantize,
-	// then float arithmetic, as F32): one legacy and one K-quant type stand
-	// for them, since the fallback does not depend on the type.
-	gguf.TypeQ4_1: 1e-4,
-	gguf.TypeQ4_K: 1e-4,
+	// The other quantized types are requantized to Q8_0 at load
+	// (matrix.requantize): one legacy and one K-quant type stand for them,
+	// since the requantization does not depend on the type.
+	gguf.TypeQ4_1: QuantizedRelTol,
+	gguf.TypeQ4_K: QuantizedRelTol,
 }
 
 // testTypes are the weight types the runner is checked in: each kernel
@@ -138,7 +145,7 @@ func TestRunnerMatchesReference(t *testing.T) {
 						worst := lockstep(t, run, ref, prompt, 12)
 						t.Logf("%s: max |Δlogit| / max |logit| = %.2g", name, worst)
 						assert.LessOrEqual(t, worst, relTol[typ], name)
-						assert.Equal(t, typ == gguf.TypeQ8_0 || typ == gguf.TypeQ4_0, run.QuantizedActivations(), name)
+						assert.Equal(t, typ != gguf.TypeF32 && typ != gguf.TypeF16, run.QuantizedActivations(), name)
 					}
 				}
 			}
@@ -263,9 +270,8 @@ func TestRunnerRefusesBadInput(t *testing.T) {
 }
 
 // The fallback for types without a kernel (mod.Mat.Row, then a float dot:
-// the K-quants and the rest of gguf's types) gives mod's logits to float32
-// rounding: run here by sending a Q8_0 and a Q4_0 model's every matrix
-// through it.
+// BF16) gives mod's logits to float32 rounding: run here by sending a Q8_0
+// and a Q4_0 model's every matrix through it.
 func TestRowFallback(t *testing.T) {
 	kernelPaths(t, func(t *testing.T) {
 		for _, typ := range []gguf.TensorType{gguf.TypeQ8_0, gguf.TypeQ4_0} {
@@ -313,4 +319,46 @@ func TestFeedArgmax(t *testing.T) {
 	assert.Equal(t, kept, logits)
 	_, err = b.FeedArgmax([]int32{-1})
 	assert.ErrorContains(t, err, "outside the vocabulary")
+}
+
+// A K-quant or other legacy-quantized matrix is requantized to Q8_0 at
+// load: each weight within half a step (max|w|/254 of its block of 32) of
+// its exact decoded value, each block's largest weight exact to rounding,
+// and a block holding a NaN a NaN block (so a poisoned weight still shows).
+func TestRequantize(t *testing.T) {
+	g := rand.New(rand.NewPCG(9, 10))
+	const rows, cols = 3, 512
+	src := randF32(g, rows*cols)
+	for _, typ := range []gguf.TensorType{gguf.TypeQ4_K, gguf.TypeQ6_K, gguf.TypeQ2_K, gguf.TypeQ5_1} {
+		data, err := gguf.Quantize(typ, src)
+		require.NoError(t, err)
+		m, err := mod.NewMat("w", typ, []uint64{cols, rows}, data)
+		require.NoError(t, err)
+		w, err := newMatrix(&m)
+		require.NoError(t, err)
+		require.Equal(t, kindQ8, w.kind, typ.String())
+		row := make([]float32, cols)
+		for i := range rows {
+			m.Row(i, row)
+			for b := range cols / blockLen {
+				d := w.d[i*cols/blockLen+b]
+				for j := range blockLen {
+					e := b*blockLen + j
+					require.InDelta(t, row[e], float32(w.q8[i*cols+e])*d, float64(d)/2+1e-6, "%s row %d element %d", typ, i, e)
+				}
+			}
+		}
+	}
+	// Two Q4_1 rows (one row would be a vector, decoded at load), the
+	// first's second block (bytes 20-39: d, m, 16 bytes of nibbles) with a
+	// NaN scale.
+	data, err := gguf.Quantize(gguf.TypeQ4_1, src[:2*cols])
+	require.NoError(t, err)
+	data[20], data[21] = 0x00, 0x7e // f16 NaN
+	m, err := mod.NewMat("w", gguf.TypeQ4_1, []uint64{cols, 2}, data)
+	require.NoError(t, err)
+	w, err := newMatrix(&m)
+	require.NoError(t, err)
+	assert.True(t, math.IsNaN(float64(w.d[1])), "block 1 holds the NaN")
+	assert.False(t, math.IsNaN(float64(w.d[0])), "block 0 is finite")
 }
