@@ -19,23 +19,26 @@ func BenchmarkKernels(b *testing.B) {
 	wd, xd := randF32(g, n/blockLen), randF32(g, n/blockLen)
 	q4 := make([]byte, n/2)
 	f, h := randF32(g, n), make([]uint16, n)
+	w4, wd4 := randInt8(g, 4*n), randF32(g, 4*n/blockLen)
+	var four [4]float32
 	kernels := []struct {
 		name  string
 		bytes int
 		run   func() float32
 	}{
 		{"q8_0", n + 4*n/blockLen, func() float32 { return dotQ8(w, x, wd, xd) }},
+		{"q8_0x4", 4 * (n + 4*n/blockLen), func() float32 { dotQ8x4(w4, wd4, x, xd, n, &four); return four[0] }},
 		{"q4_0", n/2 + 4*n/blockLen, func() float32 { return dotQ4(q4, x, wd, xd) }},
 		{"f32", 4 * n, func() float32 { return dotF32(f, f) }},
 		{"f16", 2 * n, func() float32 { return dotF16(h, f) }},
 	}
-	saved := useSIMD
-	defer func() { useSIMD = saved }()
-	for _, simd := range []bool{true, false} {
-		if simd && simdName == "" {
+	savedSIMD, savedVNNI := useSIMD, useVNNI
+	defer func() { useSIMD, useVNNI = savedSIMD, savedVNNI }()
+	for _, path := range [][2]bool{{true, true}, {true, false}, {false, false}} {
+		if path[0] && simdName == "" || path[1] && !hasVNNI {
 			continue
 		}
-		useSIMD = simd
+		useSIMD, useVNNI = path[0], path[1]
 		for _, k := range kernels {
 			b.Run(fmt.Sprintf("%s/%s", k.name, Kernels()), func(b *testing.B) {
 				b.SetBytes(int64(k.bytes))

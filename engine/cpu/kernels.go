@@ -26,9 +26,17 @@ const blockLen = 32
 // at start from the CPU's features; tests flip it to cover both paths.
 var useSIMD = simdName != ""
 
-// Kernels names the kernels that run: "avx2", or "go" for the portable ones.
+// useVNNI selects, within the SIMD kernels, the AVX-512 VNNI one of the
+// Q8_0 products (q8x4VNNI), where the CPU has it; tests flip it too.
+var useVNNI = hasVNNI
+
+// Kernels names the kernels that run: "avx2", "avx2+avx512-vnni", or "go"
+// for the portable ones.
 func Kernels() string {
-	if useSIMD {
+	switch {
+	case useSIMD && useVNNI:
+		return simdName + "+avx512-vnni"
+	case useSIMD:
 		return simdName
 	}
 	return "go"

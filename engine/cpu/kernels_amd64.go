@@ -15,6 +15,21 @@ var simdName = func() string {
 	return "avx2"
 }()
 
+// hasVNNI says whether this CPU also runs q8x4VNNI: AVX-512 F, BW and VL
+// with VNNI, and an OS that saves the mask and ZMM registers.
+var hasVNNI = func() bool {
+	if simdName == "" {
+		return false
+	}
+	_, b7, c7, _ := cpuid(7, 0)
+	const f, bw, vl, vnni = 1 << 16, 1 << 30, 1 << 31, 1 << 11
+	if b7&(f|bw|vl) != f|bw|vl || c7&vnni == 0 {
+		return false
+	}
+	xcr0, _ := xgetbv0()
+	return xcr0&0xe6 == 0xe6 // XMM, YMM, opmask, ZMM_Hi256, Hi16_ZMM
+}()
+
 func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
 func xgetbv0() (eax, edx uint32)
 
@@ -23,6 +38,9 @@ func q8DotAVX2(w, x *int8, wd, xd *float32, nb int) float32
 
 //go:noescape
 func q8x4AVX2(w *int8, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
+
+//go:noescape
+func q8x4VNNI(w *int8, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
 
 //go:noescape
 func q4x4AVX2(w *byte, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
@@ -67,6 +85,10 @@ func dotQ8x4SIMD(w []int8, wd []float32, x []int8, xd []float32, cols int, out *
 		return
 	}
 	_, _, _, _ = w[3*cols+cols-1], wd[3*nb+nb-1], x[cols-1], xd[nb-1]
+	if useVNNI {
+		q8x4VNNI(&w[0], cols, &wd[0], nb, &x[0], &xd[0], nb, &out[0])
+		return
+	}
 	q8x4AVX2(&w[0], cols, &wd[0], nb, &x[0], &xd[0], nb, &out[0])
 }
 

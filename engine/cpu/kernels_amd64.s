@@ -494,3 +494,120 @@ quantLoop:
 quantDone:
 	VZEROUPPER
 	RET
+
+// ---- AVX-512 VNNI (with BW and VL): q8x4VNNI
+
+// Lane i of the two-block scale vector takes scale i/8: [0 x8, 1 x8].
+DATA pairScales<>+0(SB)/8, $0
+DATA pairScales<>+8(SB)/8, $0
+DATA pairScales<>+16(SB)/8, $0
+DATA pairScales<>+24(SB)/8, $0
+DATA pairScales<>+32(SB)/8, $0x0000000100000001
+DATA pairScales<>+40(SB)/8, $0x0000000100000001
+DATA pairScales<>+48(SB)/8, $0x0000000100000001
+DATA pairScales<>+56(SB)/8, $0x0000000100000001
+GLOBL pairScales<>(SB), RODATA|NOPTR, $64
+
+// Two blocks (64 values) of one row for q8x4VNNI, the row's quants in Z1
+// and its two scales in X6: Z2 holds the activations, X12 their two
+// scales, Z0 zero, Z13 pairScales. As VPSIGNB (which has no 512-bit form):
+// |w| unsigned, times x negated where w is negative (a masked subtraction
+// from zero); VPDPBUSD sums each 4 products into an int32 lane at once, no
+// int16 step; lanes 0-7 are the first block's, 8-15 the second's.
+#define Q8PAIR(acc) \
+	VPMOVB2M Z1, K1; \
+	VPABSB Z1, Z3; \
+	VMOVDQA64 Z2, Z4; \
+	VPSUBB Z2, Z0, K1, Z4; \
+	VPXORD Z5, Z5, Z5; \
+	VPDPBUSD Z4, Z3, Z5; \
+	VCVTDQ2PS Z5, Z5; \
+	VMULPS X12, X6, X6; \
+	VPERMPS Z6, Z13, Z6; \
+	VFMADD231PS Z5, Z6, acc
+
+// func q8x4VNNI(w *int8, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
+// q8x4AVX2 two blocks at a time; an odd last block is loaded masked to 32
+// bytes (the rest zero) with one scale (the other 0), so nothing past the
+// rows is read.
+TEXT ·q8x4VNNI(SB), NOSPLIT, $0-64
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), R10
+	MOVQ wd+16(FP), R8
+	MOVQ dstride+24(FP), R11
+	SHLQ $2, R11
+	MOVQ x+32(FP), DI
+	MOVQ xd+40(FP), R9
+	MOVQ nb+48(FP), CX
+	LEAQ (R10)(R10*2), R12
+	LEAQ (R11)(R11*2), R13
+	VPXORD Z0, Z0, Z0
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VMOVDQU32 pairScales<>(SB), Z13
+	MOVQ $0xffffffff, AX
+	KMOVQ AX, K2
+
+vnniloop:
+	CMPQ CX, $2
+	JLT  vnnitail
+	VMOVDQU64 (DI), Z2
+	VMOVQ (R9), X12
+	VMOVDQU64 (SI), Z1
+	VMOVQ (R8), X6
+	Q8PAIR(Z8)
+	VMOVDQU64 (SI)(R10*1), Z1
+	VMOVQ (R8)(R11*1), X6
+	Q8PAIR(Z9)
+	VMOVDQU64 (SI)(R10*2), Z1
+	VMOVQ (R8)(R11*2), X6
+	Q8PAIR(Z10)
+	VMOVDQU64 (SI)(R12*1), Z1
+	VMOVQ (R8)(R13*1), X6
+	Q8PAIR(Z11)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $8, R8
+	ADDQ $8, R9
+	SUBQ $2, CX
+	JMP  vnniloop
+
+vnnitail:
+	TESTQ CX, CX
+	JZ    vnnidone
+	VMOVDQU8.Z (DI), K2, Z2
+	VMOVSS (R9), X12
+	VMOVDQU8.Z (SI), K2, Z1
+	VMOVSS (R8), X6
+	Q8PAIR(Z8)
+	VMOVDQU8.Z (SI)(R10*1), K2, Z1
+	VMOVSS (R8)(R11*1), X6
+	Q8PAIR(Z9)
+	VMOVDQU8.Z (SI)(R10*2), K2, Z1
+	VMOVSS (R8)(R11*2), X6
+	Q8PAIR(Z10)
+	VMOVDQU8.Z (SI)(R12*1), K2, Z1
+	VMOVSS (R8)(R13*1), X6
+	Q8PAIR(Z11)
+
+vnnidone:
+	// Each accumulator's halves added, then q8x4AVX2's four sums.
+	VEXTRACTF64X4 $1, Z8, Y1
+	VADDPS Y1, Y8, Y8
+	VEXTRACTF64X4 $1, Z9, Y1
+	VADDPS Y1, Y9, Y9
+	VEXTRACTF64X4 $1, Z10, Y1
+	VADDPS Y1, Y10, Y10
+	VEXTRACTF64X4 $1, Z11, Y1
+	VADDPS Y1, Y11, Y11
+	VHADDPS Y9, Y8, Y8
+	VHADDPS Y11, Y10, Y10
+	VHADDPS Y10, Y8, Y8
+	VEXTRACTF128 $1, Y8, X1
+	VADDPS X1, X8, X8
+	MOVQ out+56(FP), AX
+	VMOVUPS X8, (AX)
+	VZEROUPPER
+	RET

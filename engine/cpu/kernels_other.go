@@ -7,6 +7,9 @@ import "github.com/modrun/modrun/mod"
 // simdName is "" where no assembly kernels exist: the Go ones run.
 const simdName = ""
 
+// hasVNNI: no AVX-512 kernels here either.
+const hasVNNI = false
+
 func dotQ8SIMD(w, x []int8, wd, xd []float32) float32        { return dotQ8Go(w, x, wd, xd) }
 func dotQ4SIMD(w []byte, x []int8, wd, xd []float32) float32 { return dotQ4Go(w, x, wd, xd) }
 func dotF32SIMD(w, x []float32) float32                      { return mod.DotF32(w, x) }

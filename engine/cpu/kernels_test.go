@@ -124,6 +124,7 @@ func TestDotX4(t *testing.T) {
 		for _, nb := range []int{1, 3, 9, 24} {
 			cols := nb * blockLen
 			w, x := randInt8(g, 4*cols), randInt8(g, cols)
+			w[0], w[cols+33], x[1] = -128, -128, -127 // the extremes the sign tricks must take
 			wd, xd := randF32(g, 4*nb), randF32(g, nb)
 			q4 := make([]byte, 4*cols/2)
 			for i := range q4 {
