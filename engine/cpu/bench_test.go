@@ -20,6 +20,7 @@ func BenchmarkKernels(b *testing.B) {
 	q4 := make([]byte, n/2)
 	f, h := randF32(g, n), make([]uint16, n)
 	w4, wd4 := randInt8(g, 4*n), randF32(g, 4*n/blockLen)
+	q44 := make([]byte, 4*n/2)
 	var four [4]float32
 	kernels := []struct {
 		name  string
@@ -29,6 +30,7 @@ func BenchmarkKernels(b *testing.B) {
 		{"q8_0", n + 4*n/blockLen, func() float32 { return dotQ8(w, x, wd, xd) }},
 		{"q8_0x4", 4 * (n + 4*n/blockLen), func() float32 { dotQ8x4(w4, wd4, x, xd, n, &four); return four[0] }},
 		{"q4_0", n/2 + 4*n/blockLen, func() float32 { return dotQ4(q4, x, wd, xd) }},
+		{"q4_0x4", 4 * (n/2 + 4*n/blockLen), func() float32 { dotQ4x4(q44, wd4, x, xd, n, &four); return four[0] }},
 		{"f32", 4 * n, func() float32 { return dotF32(f, f) }},
 		{"f16", 2 * n, func() float32 { return dotF16(h, f) }},
 	}

@@ -43,6 +43,9 @@ func q8x4AVX2(w *int8, wstride int, wd *float32, dstride int, x *int8, xd *float
 func q8x4VNNI(w *int8, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
 
 //go:noescape
+func q4x4VNNI(w *byte, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
+
+//go:noescape
 func q4x4AVX2(w *byte, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
 
 //go:noescape
@@ -99,6 +102,10 @@ func dotQ4x4SIMD(w []byte, wd []float32, x []int8, xd []float32, cols int, out *
 		return
 	}
 	_, _, _, _ = w[2*cols-1], wd[4*nb-1], x[cols-1], xd[nb-1]
+	if useVNNI {
+		q4x4VNNI(&w[0], cols/2, &wd[0], nb, &x[0], &xd[0], nb, &out[0])
+		return
+	}
 	q4x4AVX2(&w[0], cols/2, &wd[0], nb, &x[0], &xd[0], nb, &out[0])
 }
 

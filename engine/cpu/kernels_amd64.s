@@ -611,3 +611,132 @@ vnnidone:
 	VMOVUPS X8, (AX)
 	VZEROUPPER
 	RET
+
+// ---- AVX-512 VNNI: q4x4VNNI
+
+// Q4_0's two-block lanes (see q4x4VNNI): 128-bit lanes 0 and 2 are the
+// first block's, 1 and 3 the second's.
+DATA q4PairScales<>+0(SB)/8, $0
+DATA q4PairScales<>+8(SB)/8, $0
+DATA q4PairScales<>+16(SB)/8, $0x0000000100000001
+DATA q4PairScales<>+24(SB)/8, $0x0000000100000001
+DATA q4PairScales<>+32(SB)/8, $0
+DATA q4PairScales<>+40(SB)/8, $0
+DATA q4PairScales<>+48(SB)/8, $0x0000000100000001
+DATA q4PairScales<>+56(SB)/8, $0x0000000100000001
+GLOBL q4PairScales<>(SB), RODATA|NOPTR, $64
+
+// Two Q4_0 blocks of one row for q4x4VNNI, their 32 bytes in Y1 (first
+// block's 16, then the second's) and their scales in X6: the low nibbles
+// (values 0-15 of each block) fill 128-bit lanes 0 and 1, the high ones
+// (values 16-31) lanes 2 and 3, matching Z2's activations. The nibbles are
+// unsigned 0..15, so VPDPBUSD takes them as they are; their bias of 8 is
+// Z14, 8·(the sum of each lane's 4 activations), subtracted per lane.
+#define Q4PAIR(acc) \
+	VPSRLW $4, Y1, Y3; \
+	VINSERTI64X4 $1, Y3, Z1, Z1; \
+	VPANDD Z16, Z1, Z1; \
+	VPXORD Z5, Z5, Z5; \
+	VPDPBUSD Z2, Z1, Z5; \
+	VPSUBD Z14, Z5, Z5; \
+	VCVTDQ2PS Z5, Z5; \
+	VMULPS X12, X6, X6; \
+	VPERMPS Z6, Z13, Z6; \
+	VFMADD231PS Z5, Z6, acc
+
+// func q4x4VNNI(w *byte, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
+// q4x4AVX2 two blocks at a time (an odd last block as q8x4VNNI's: the
+// activations loaded masked, 16 bytes of weights, one scale). Each pair's
+// activations are reordered once for the four rows: [values 0-15 of block
+// b, of b+1, values 16-31 of b, of b+1].
+TEXT ·q4x4VNNI(SB), NOSPLIT, $0-64
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), R10
+	MOVQ wd+16(FP), R8
+	MOVQ dstride+24(FP), R11
+	SHLQ $2, R11
+	MOVQ x+32(FP), DI
+	MOVQ xd+40(FP), R9
+	MOVQ nb+48(FP), CX
+	LEAQ (R10)(R10*2), R12
+	LEAQ (R11)(R11*2), R13
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VMOVDQU32 q4PairScales<>(SB), Z13
+	MOVL $0x01010101, AX
+	VPBROADCASTD AX, Z15
+	MOVL $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z16
+	MOVQ $0xffffffff, AX
+	KMOVQ AX, K2
+
+q4vloop:
+	CMPQ CX, $2
+	JLT  q4vtail
+	VMOVDQU64 (DI), Z2
+	VMOVQ (R9), X12
+	VSHUFI64X2 $0xd8, Z2, Z2, Z2
+	VPXORD Z14, Z14, Z14
+	VPDPBUSD Z2, Z15, Z14
+	VPSLLD $3, Z14, Z14
+	VMOVDQU (SI), Y1
+	VMOVQ (R8), X6
+	Q4PAIR(Z8)
+	VMOVDQU (SI)(R10*1), Y1
+	VMOVQ (R8)(R11*1), X6
+	Q4PAIR(Z9)
+	VMOVDQU (SI)(R10*2), Y1
+	VMOVQ (R8)(R11*2), X6
+	Q4PAIR(Z10)
+	VMOVDQU (SI)(R12*1), Y1
+	VMOVQ (R8)(R13*1), X6
+	Q4PAIR(Z11)
+	ADDQ $32, SI
+	ADDQ $64, DI
+	ADDQ $8, R8
+	ADDQ $8, R9
+	SUBQ $2, CX
+	JMP  q4vloop
+
+q4vtail:
+	TESTQ CX, CX
+	JZ    q4vdone
+	VMOVDQU8.Z (DI), K2, Z2
+	VMOVSS (R9), X12
+	VSHUFI64X2 $0xd8, Z2, Z2, Z2
+	VPXORD Z14, Z14, Z14
+	VPDPBUSD Z2, Z15, Z14
+	VPSLLD $3, Z14, Z14
+	VMOVDQU (SI), X1
+	VMOVSS (R8), X6
+	Q4PAIR(Z8)
+	VMOVDQU (SI)(R10*1), X1
+	VMOVSS (R8)(R11*1), X6
+	Q4PAIR(Z9)
+	VMOVDQU (SI)(R10*2), X1
+	VMOVSS (R8)(R11*2), X6
+	Q4PAIR(Z10)
+	VMOVDQU (SI)(R12*1), X1
+	VMOVSS (R8)(R13*1), X6
+	Q4PAIR(Z11)
+
+q4vdone:
+	VEXTRACTF64X4 $1, Z8, Y1
+	VADDPS Y1, Y8, Y8
+	VEXTRACTF64X4 $1, Z9, Y1
+	VADDPS Y1, Y9, Y9
+	VEXTRACTF64X4 $1, Z10, Y1
+	VADDPS Y1, Y10, Y10
+	VEXTRACTF64X4 $1, Z11, Y1
+	VADDPS Y1, Y11, Y11
+	VHADDPS Y9, Y8, Y8
+	VHADDPS Y11, Y10, Y10
+	VHADDPS Y10, Y8, Y8
+	VEXTRACTF128 $1, Y8, X1
+	VADDPS X1, X8, X8
+	MOVQ out+56(FP), AX
+	VMOVUPS X8, (AX)
+	VZEROUPPER
+	RET
