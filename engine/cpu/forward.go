@@ -172,7 +172,7 @@ func (r *Runner) predict(up *matrix, down, x []float32, n int) []float32 {
 	for i := range n {
 		row := s.pred[i*h : (i+1)*h]
 		for j, v := range row {
-			row[j] = mod.SiLU(v)
+			row[j] = silu(v)
 		}
 		s.pscr[i] = dotF32(down, row)
 	}
@@ -214,7 +214,7 @@ func (r *Runner) block(l int, x []float32, pos []int32) {
 	r.matmul(s.gate, &s.in, bw.gate)
 	r.matmul(s.up, &s.in, bw.up)
 	for i, g := range s.gate {
-		s.gate[i] = mod.SiLU(g) * s.up[i] // SwiGLU
+		s.gate[i] = silu(g) * s.up[i] // SwiGLU
 	}
 	s.ffn.set(s.gate, n, c.NFF)
 	r.matmul(s.o, &s.ffn, bw.down)
@@ -261,7 +261,7 @@ func (r *Runner) attend(out, q, k, v []float32, base, n int) {
 			qi := q[i*qd+h*hd : i*qd+(h+1)*hd]
 			m := base + i + 1
 			scores(sc[:m], qi, k[kvh*hd:], kvd, hd, scale)
-			mod.Softmax(sc[:m])
+			softmax(sc[:m])
 			mix(out[i*qd+h*hd:i*qd+(h+1)*hd], v[kvh*hd:], kvd, sc[:m])
 		}
 	})

@@ -1,0 +1,61 @@
+package cpu
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modrun/modrun/mod"
+)
+
+// expf is within 3e-7 of math.Exp, relative, over float32's normal range
+// (a step of 1/64 and the integers' neighbours, where n changes); its
+// edges are 0, +Inf and NaN.
+func TestExpf(t *testing.T) {
+	var worst float64
+	check := func(x float32) {
+		want := math.Exp(float64(x))
+		got := float64(expf(x))
+		if x < -87 {
+			require.Zero(t, got, "x = %g", x)
+			return
+		}
+		rel := math.Abs(got-want) / want
+		worst = math.Max(worst, rel)
+		require.LessOrEqual(t, rel, 3e-7, "x = %g", x)
+	}
+	for x := float32(-90); x <= 88.7; x += 1.0 / 64 {
+		check(x)
+	}
+	for n := -87; n <= 88; n++ {
+		for _, d := range []float32{-1e-6, 0, 1e-6} {
+			check(float32(n)*float32(math.Ln2) + d)
+		}
+	}
+	t.Logf("largest relative error %.2g", worst)
+	assert.Equal(t, float32(1), expf(0))
+	assert.True(t, math.IsInf(float64(expf(89)), 1))
+	assert.True(t, math.IsNaN(float64(expf(float32(math.NaN())))))
+	assert.Zero(t, expf(float32(math.Inf(-1))))
+}
+
+// softmax and silu agree with mod's to float32 rounding, and a NaN score
+// poisons the whole softmax row as mod's does.
+func TestSoftmaxSilu(t *testing.T) {
+	x := []float32{-3, 0.5, 2, 7.25, -40, 1e-3}
+	want := append([]float32(nil), x...)
+	mod.Softmax(want)
+	got := append([]float32(nil), x...)
+	softmax(got)
+	for i := range x {
+		assert.InDelta(t, want[i], got[i], 1e-6*math.Max(1, float64(want[i])), "softmax %d", i)
+		assert.InDelta(t, mod.SiLU(x[i]), silu(x[i]), 1e-6*math.Max(1, math.Abs(float64(x[i]))), "silu %g", x[i])
+	}
+	nan := []float32{1, float32(math.NaN()), 2}
+	softmax(nan)
+	for _, v := range nan {
+		assert.True(t, math.IsNaN(float64(v)))
+	}
+}
