@@ -202,6 +202,14 @@ func TestGenerateGreedyFeeder(t *testing.T) {
 	assert.Equal(t, 0, g.feeds)
 	assert.Equal(t, 4, g.argmaxFeeds, "the prompt and 3 tokens fed back")
 
+	// Inside a Backend (as bench runs it), the runner's argmax still runs.
+	g = &greedyFake{fakeRunner: fakeRunner{next: next, ctx: 10}}
+	got, err = Generate(&Backend{Runner: g, Name: "fake"}, []int32{1}, GenerateOptions{EOS: 2, Sampler: DefaultSampler()})
+	require.NoError(t, err)
+	assert.Equal(t, want.Tokens, got.Tokens)
+	assert.Equal(t, 0, g.feeds)
+	assert.Equal(t, 4, g.argmaxFeeds, "through the Backend")
+
 	for _, so := range []SamplerOptions{
 		{TopP: 1, RepeatPenalty: 1.1, RepeatLastN: 64},         // the penalty may move the argmax
 		{Temperature: 0.5, TopP: 1, RepeatPenalty: 1, Seed: 1}, // a draw
