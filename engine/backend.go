@@ -192,7 +192,7 @@ func referenceBackend(m *mod.Model, r mod.Routing, ctx int) (*Backend, string, e
 }
 
 // CPUKernels names the kernels the CPU backend runs on this machine:
-// "avx2", or "go" (the portable ones).
+// "avx2+avx512-vnni", "avx2", or "go" (the portable ones).
 func CPUKernels() string { return cpu.Kernels() }
 
 // cpuRunner gives the fast CPU runner engine's routing types; its
