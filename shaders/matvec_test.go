@@ -156,7 +156,8 @@ func (c *matvecCase) run(t testing.TB, dev *vk.Device, k *vk.Kernel) []float32 {
 // deviceOf is the Profile facts of dev (the engine makes them the same way).
 func deviceOf(dev *vk.Device) Device {
 	info := dev.Info()
-	return Device{CPU: info.Type == vk.CPU, SubgroupSize: info.Limits.SubgroupSize,
+	l := info.Limits
+	return Device{CPU: info.Type == vk.CPU, SubgroupSize: DispatchSubgroupSize(info.VendorID, l.SubgroupSize, l.MinSubgroupSize, l.MaxSubgroupSize),
 		SubgroupArithmetic: info.Features.SubgroupArithmetic, SharedMemory: info.Limits.MaxComputeSharedMemorySize,
 		MaxWorkGroupInvocations: info.Limits.MaxComputeWorkGroupInvocations, MaxStorageBufferRange: info.Limits.MaxStorageBufferRange}
 }
@@ -298,9 +299,9 @@ func TestMatvecManyRows(t *testing.T) {
 	dev := openDevice(t)
 	c, err := newMatvecCase(gguf.TypeQ8_0, 65537, 32, 1, 7)
 	require.NoError(t, err)
-	sg := dev.Info().Limits.SubgroupSize
+	sg := deviceOf(dev).SubgroupSize
 	for _, sp := range []matvecSpec{{ReduceShared, []uint32{8, 8, 1}}, {ReduceSubgroup, []uint32{sg, sg, 1}}} {
-		if sp.reduce == ReduceSubgroup && !dev.Info().Features.SubgroupArithmetic {
+		if sp.reduce == ReduceSubgroup && (!dev.Info().Features.SubgroupArithmetic || sg == 0) {
 			continue
 		}
 		v, err := Lookup(MatvecName(MatvecQ8_0, sp.reduce))

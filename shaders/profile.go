@@ -13,7 +13,7 @@ import "fmt"
 // the engine: shaders imports nothing of ours).
 type Device struct {
 	CPU                     bool   // a software device (lavapipe): a workgroup runs on one CPU thread
-	SubgroupSize            uint32 // invocations per subgroup: 8 on lavapipe, 32 on NVIDIA, 64 on AMD GCN
+	SubgroupSize            uint32 // invocations in every subgroup of a dispatch (DispatchSubgroupSize): 8 on lavapipe, 32 on NVIDIA, 64 on AMD GCN; 0 when not sure
 	SubgroupArithmetic      bool   // subgroupAdd in compute shaders
 	SharedMemory            uint32 // maxComputeSharedMemorySize, bytes
 	MaxWorkGroupInvocations uint32 // maxComputeWorkGroupInvocations

@@ -229,7 +229,7 @@ func routeDecodeVariant(name string, defines []string) Variant {
 // ScoreDevice is what PlanScore needs to know of the device.
 type ScoreDevice struct {
 	CPU                bool   // a CPU device (lavapipe): wide loops are cheap, barriers dear, loops capped
-	SubgroupSize       uint32 // 0 when unknown
+	SubgroupSize       uint32 // every dispatch's (DispatchSubgroupSize); 0 when not sure
 	SubgroupArithmetic bool   // subgroupAdd in compute shaders
 }
 

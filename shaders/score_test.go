@@ -24,7 +24,8 @@ var scoreWidths = []int{7, 64, 288, 1000, 2048, 2050}
 
 func scoreDevice(dev *vk.Device) ScoreDevice {
 	info := dev.Info()
-	return ScoreDevice{CPU: info.Type == vk.CPU, SubgroupSize: info.Limits.SubgroupSize,
+	l := info.Limits
+	return ScoreDevice{CPU: info.Type == vk.CPU, SubgroupSize: DispatchSubgroupSize(info.VendorID, l.SubgroupSize, l.MinSubgroupSize, l.MaxSubgroupSize),
 		SubgroupArithmetic: info.Features.SubgroupArithmetic}
 }
 

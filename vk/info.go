@@ -77,6 +77,13 @@ type Limits struct {
 	TimestampPeriod                 float32   `json:"timestamp_period"`                    // ns per timestamp tick
 	TimestampValidBits              uint32    `json:"timestamp_valid_bits"`                // of the compute queue; 0: no timestamps
 	SubgroupSize                    uint32    `json:"subgroup_size"`
+	// MinSubgroupSize and MaxSubgroupSize are the sizes a compute
+	// dispatch's subgroups may have (VK_EXT_subgroup_size_control), 0 when
+	// the device does not say. Where they differ (Intel: 8 to 32; AMD RDNA:
+	// 32 or 64) SubgroupSize is only the size the driver reports, not the
+	// one a kernel gets.
+	MinSubgroupSize uint32 `json:"min_subgroup_size,omitempty"`
+	MaxSubgroupSize uint32 `json:"max_subgroup_size,omitempty"`
 }
 
 // Features are the optional capabilities modrun may use. Each is enabled on

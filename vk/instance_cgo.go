@@ -165,6 +165,8 @@ func (in *Instance) deviceInfo(phys uint64, index int) DeviceInfo {
 			TimestampPeriod:                 float32(c.timestamp_period),
 			TimestampValidBits:              uint32(c.timestamp_valid_bits),
 			SubgroupSize:                    uint32(c.subgroup_size),
+			MinSubgroupSize:                 uint32(c.min_subgroup),
+			MaxSubgroupSize:                 uint32(c.max_subgroup),
 		},
 		phys:          phys,
 		computeFamily: int(c.compute_family),

@@ -326,13 +326,23 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out) {
 	}
 
 	uint32_t ne = 0;
+	int sizeControl = 0;
 	if (in->EnumerateDeviceExtensionProperties(pd, NULL, &ne, NULL) == VK_SUCCESS && ne > 0) {
 		VkExtensionProperties *e = calloc(ne, sizeof *e);
 		if (e && in->EnumerateDeviceExtensionProperties(pd, NULL, &ne, e) >= 0)
 			for (uint32_t i = 0; i < ne; i++)
 				if (strcmp(e[i].extensionName, "VK_KHR_cooperative_matrix") == 0) out->coopmat = 1;
 				else if (strcmp(e[i].extensionName, VK_EXT_CONDITIONAL_RENDERING_EXTENSION_NAME) == 0) out->cond_render = 1;
+				else if (strcmp(e[i].extensionName, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME) == 0) sizeControl = 1;
 		free(e);
+	}
+	if (sizeControl) { // the sizes a compute dispatch's subgroups may have
+		VkPhysicalDeviceSubgroupSizeControlPropertiesEXT sc = {
+			.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT};
+		VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sc};
+		in->GetPhysicalDeviceProperties2(pd, &p2);
+		out->min_subgroup = sc.minSubgroupSize;
+		out->max_subgroup = sc.maxSubgroupSize;
 	}
 	if (out->cond_render && p->apiVersion >= VK_API_VERSION_1_2) { // offered: is its feature there?
 		VkPhysicalDeviceConditionalRenderingFeaturesEXT cr = {

@@ -45,6 +45,7 @@ typedef struct mr_device_info {
 	float timestamp_period;
 	uint32_t timestamp_compute_and_graphics, timestamp_valid_bits;
 	uint32_t subgroup_size, subgroup_stages, subgroup_ops;
+	uint32_t min_subgroup, max_subgroup; // VK_EXT_subgroup_size_control's compute range; 0 when not offered
 	uint32_t f16, i8, sb16, sb8, coopmat;
 	uint32_t cond_render; // VK_EXT_conditional_rendering with its conditionalRendering feature
 	int32_t compute_family; // -1: none

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/vk"
 )
 
@@ -87,6 +88,7 @@ func (r *devicesReport) writeText(w io.Writer) error {
 		fmt.Fprintf(tw, "    workgroups:\t%d invocations, size %v, count %v, %s shared memory, subgroup %d\n",
 			l.MaxComputeWorkGroupInvocations, l.MaxComputeWorkGroupSize, l.MaxComputeWorkGroupCount,
 			humanBytes(uint64(l.MaxComputeSharedMemorySize)), l.SubgroupSize)
+		fmt.Fprintf(tw, "    subgroups:\t%s\n", subgroupLine(d.DeviceInfo))
 		fmt.Fprintf(tw, "    buffers:\t%s per binding, offsets aligned to %d, %d bytes of push constants\n",
 			humanBytes(l.MaxStorageBufferRange), l.MinStorageBufferOffsetAlignment, l.MaxPushConstantsSize)
 		if d.Timestamps() {
@@ -123,4 +125,18 @@ func featureText(f vk.Features) string {
 		parts = append(parts, x.name+" "+state)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// subgroupLine says which subgroup size the kernels count on, and why
+// (shaders.DispatchSubgroupSize).
+func subgroupLine(d vk.DeviceInfo) string {
+	l := d.Limits
+	declared := "no size range declared"
+	if l.MinSubgroupSize != 0 || l.MaxSubgroupSize != 0 {
+		declared = fmt.Sprintf("compute subgroups of %d to %d", l.MinSubgroupSize, l.MaxSubgroupSize)
+	}
+	if sg := shaders.DispatchSubgroupSize(d.VendorID, l.SubgroupSize, l.MinSubgroupSize, l.MaxSubgroupSize); sg != 0 {
+		return fmt.Sprintf("every dispatch gets %d (%s): subgroup kernels allowed", sg, declared)
+	}
+	return fmt.Sprintf("size not sure (%d reported, %s): shared-memory kernels only", l.SubgroupSize, declared)
 }

@@ -35,13 +35,16 @@ func newKernels(dev *vk.Device, prof *shaders.Profile) *kernels {
 	return &kernels{dev: dev, prof: p, made: map[string]*kernel{}}
 }
 
-// DeviceProfile is the kernel profile of a device (DESIGN.md §6): its
-// subgroup size and arithmetic, shared memory and limits, and whether it is
-// a CPU emulation (lavapipe, with its loop cap).
+// DeviceProfile is the kernel profile of a device (DESIGN.md §6): the
+// subgroup size every dispatch is sure to get (shaders.DispatchSubgroupSize:
+// 0, so no subgroup kernels, where the driver may pick another size than the
+// one it reports) and its subgroup arithmetic, shared memory and limits, and
+// whether it is a CPU emulation (lavapipe, with its loop cap).
 func DeviceProfile(info vk.DeviceInfo) shaders.Profile {
+	l := info.Limits
 	return shaders.NewProfile(shaders.Device{
 		CPU:                     info.Type == vk.CPU,
-		SubgroupSize:            info.Limits.SubgroupSize,
+		SubgroupSize:            shaders.DispatchSubgroupSize(info.VendorID, l.SubgroupSize, l.MinSubgroupSize, l.MaxSubgroupSize),
 		SubgroupArithmetic:      info.Features.SubgroupArithmetic,
 		SharedMemory:            info.Limits.MaxComputeSharedMemorySize,
 		MaxWorkGroupInvocations: info.Limits.MaxComputeWorkGroupInvocations,
