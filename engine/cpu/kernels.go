@@ -62,6 +62,21 @@ func dotQ8x4(w []int8, wd []float32, x []int8, xd []float32, cols int, out *[4]f
 	dotQ8x4Go(w, wd, x, xd, cols, out)
 }
 
+// dotQ8x4x4 is dotQ8x4 of four consecutive activation rows (x and xd hold
+// four rows of cols): out[4t+r] is weight row r with activation row t. The
+// VNNI kernel loads each weight once for the four; the other paths run
+// dotQ8x4 four times.
+func dotQ8x4x4(w []int8, wd []float32, x []int8, xd []float32, cols int, out *[16]float32) {
+	if useSIMD && useVNNI {
+		dotQ8x4x4VNNI(w, wd, x, xd, cols, out)
+		return
+	}
+	nb := cols / blockLen
+	for t := range 4 {
+		dotQ8x4(w, wd, x[t*cols:(t+1)*cols], xd[t*nb:(t+1)*nb], cols, (*[4]float32)(out[4*t:4*t+4]))
+	}
+}
+
 func dotQ8x4Go(w []int8, wd []float32, x []int8, xd []float32, cols int, out *[4]float32) {
 	nb := cols / blockLen
 	for r := range out {

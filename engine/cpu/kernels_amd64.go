@@ -43,6 +43,9 @@ func q8x4AVX2(w *int8, wstride int, wd *float32, dstride int, x *int8, xd *float
 func q8x4VNNI(w *int8, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
 
 //go:noescape
+func q8x4x4VNNI(w *int8, wstride int, wd *float32, dstride int, x *int8, xstride int, xd *float32, xdstride int, nb int, out *float32)
+
+//go:noescape
 func q4x4VNNI(w *byte, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
 
 //go:noescape
@@ -93,6 +96,18 @@ func dotQ8x4SIMD(w []int8, wd []float32, x []int8, xd []float32, cols int, out *
 		return
 	}
 	q8x4AVX2(&w[0], cols, &wd[0], nb, &x[0], &xd[0], nb, &out[0])
+}
+
+// dotQ8x4x4VNNI is dotQ8x4 of four activation rows at once (x and xd hold
+// four rows of cols): out[4t+r] is row r with token t. Only where hasVNNI.
+func dotQ8x4x4VNNI(w []int8, wd []float32, x []int8, xd []float32, cols int, out *[16]float32) {
+	nb := cols / blockLen
+	if nb == 0 {
+		*out = [16]float32{}
+		return
+	}
+	_, _, _, _ = w[3*cols+cols-1], wd[3*nb+nb-1], x[3*cols+cols-1], xd[3*nb+nb-1]
+	q8x4x4VNNI(&w[0], cols, &wd[0], nb, &x[0], cols, &xd[0], nb, nb, &out[0])
 }
 
 func dotQ4x4SIMD(w []byte, wd []float32, x []int8, xd []float32, cols int, out *[4]float32) {

@@ -740,3 +740,197 @@ q4vdone:
 	VMOVUPS X8, (AX)
 	VZEROUPPER
 	RET
+
+// ---- AVX-512 VNNI: q8x4x4VNNI, a prompt's tile of 4 rows by 4 tokens
+
+DATA signBytes<>+0(SB)/8, $0x8080808080808080
+GLOBL signBytes<>(SB), RODATA|NOPTR, $8
+
+// One row's two blocks against the 4 tokens' activations (Z1-Z4, each +128
+// so VPDPBUSD takes them unsigned, as the row's weights signed): Z5 holds
+// the row's quants, Z6 128·(the sum of each lane's 4 quants), which the
+// +128 added, Z7 the row's scales by lane; Z9-Z12 the tokens' scales by
+// lane. acc0..acc3 are the row's accumulators for tokens 0..3.
+#define Q8T(xt, xs, acc) \
+	VPXORD Z8, Z8, Z8; \
+	VPDPBUSD Z5, xt, Z8; \
+	VPSUBD Z6, Z8, Z8; \
+	VCVTDQ2PS Z8, Z8; \
+	VMULPS xs, Z7, Z15; \
+	VFMADD231PS Z8, Z15, acc
+
+#define Q8ROW4(acc0, acc1, acc2, acc3) \
+	VPXORD Z6, Z6, Z6; \
+	VPDPBUSD Z5, Z14, Z6; \
+	VPERMPS Z7, Z13, Z7; \
+	Q8T(Z1, Z9, acc0); \
+	Q8T(Z2, Z10, acc1); \
+	Q8T(Z3, Z11, acc2); \
+	Q8T(Z4, Z12, acc3)
+
+// The four rows' accumulators of one token reduced to 4 floats at off(DX).
+#define Q8SUM4(z0, y0, z1, y1, z2, y2, z3, y3, off) \
+	VEXTRACTF64X4 $1, z0, Y5; \
+	VADDPS Y5, y0, Y8; \
+	VEXTRACTF64X4 $1, z1, Y5; \
+	VADDPS Y5, y1, Y9; \
+	VEXTRACTF64X4 $1, z2, Y5; \
+	VADDPS Y5, y2, Y10; \
+	VEXTRACTF64X4 $1, z3, Y5; \
+	VADDPS Y5, y3, Y11; \
+	VHADDPS Y9, Y8, Y8; \
+	VHADDPS Y11, Y10, Y10; \
+	VHADDPS Y10, Y8, Y8; \
+	VEXTRACTF128 $1, Y8, X5; \
+	VADDPS X5, X8, X8; \
+	VMOVUPS X8, off(DX)
+
+// func q8x4x4VNNI(w *int8, wstride int, wd *float32, dstride int, x *int8, xstride int, xd *float32, xdstride int, nb int, out *float32)
+// Four weight rows (as q8x4VNNI) by four activation rows (x, x+xstride,
+// ...; scales xd, xd+xdstride floats, ...): out[4t+r] = row r · token t.
+// Each weight load serves four tokens, and the sign of the products comes
+// from +128 on the activations (once per token) and a correction per row
+// (once per row), not from a sign trick per row and token.
+TEXT ·q8x4x4VNNI(SB), NOSPLIT, $0-80
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), R10
+	MOVQ wd+16(FP), R8
+	MOVQ dstride+24(FP), R11
+	SHLQ $2, R11
+	MOVQ x+32(FP), DI
+	MOVQ xstride+40(FP), R12
+	MOVQ xd+48(FP), R9
+	MOVQ xdstride+56(FP), R13
+	SHLQ $2, R13
+	MOVQ nb+64(FP), CX
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	VPXORD Z26, Z26, Z26
+	VPXORD Z27, Z27, Z27
+	VPXORD Z28, Z28, Z28
+	VPXORD Z29, Z29, Z29
+	VPXORD Z30, Z30, Z30
+	VPXORD Z31, Z31, Z31
+	VMOVDQU32 pairScales<>(SB), Z13
+	VPBROADCASTQ signBytes<>(SB), Z14
+	MOVQ $0xffffffff, AX
+	KMOVQ AX, K2
+	MOVQ $-1, AX
+	KMOVQ AX, K3 // the loop's loads: all 64 bytes
+
+tile:
+	TESTQ CX, CX
+	JZ    tiledone
+	CMPQ  CX, $1
+	JNE   tileload
+	KMOVQ K2, K3 // an odd last block: 32 bytes, and one scale each
+
+tileload:
+	// The tokens' activations +128, and their scales by lane.
+	MOVQ DI, AX
+	VMOVDQU8.Z (AX), K3, Z1
+	VPXORD Z14, Z1, Z1
+	ADDQ R12, AX
+	VMOVDQU8.Z (AX), K3, Z2
+	VPXORD Z14, Z2, Z2
+	ADDQ R12, AX
+	VMOVDQU8.Z (AX), K3, Z3
+	VPXORD Z14, Z3, Z3
+	ADDQ R12, AX
+	VMOVDQU8.Z (AX), K3, Z4
+	VPXORD Z14, Z4, Z4
+	MOVQ R9, AX
+	CMPQ CX, $1
+	JEQ  tilexd1
+	VMOVQ (AX), X9
+	ADDQ R13, AX
+	VMOVQ (AX), X10
+	ADDQ R13, AX
+	VMOVQ (AX), X11
+	ADDQ R13, AX
+	VMOVQ (AX), X12
+	JMP tilexd
+tilexd1:
+	VMOVSS (AX), X9
+	ADDQ R13, AX
+	VMOVSS (AX), X10
+	ADDQ R13, AX
+	VMOVSS (AX), X11
+	ADDQ R13, AX
+	VMOVSS (AX), X12
+tilexd:
+	VPERMPS Z9, Z13, Z9
+	VPERMPS Z10, Z13, Z10
+	VPERMPS Z11, Z13, Z11
+	VPERMPS Z12, Z13, Z12
+	// A masked-off half of the +128 activations is zero again: the row's
+	// correction there must be too, so its quants are loaded masked alike.
+	MOVQ SI, AX
+	MOVQ R8, DX
+	VMOVDQU8.Z (AX), K3, Z5
+	CMPQ CX, $1
+	JEQ  tilewd1a
+	VMOVQ (DX), X7
+	JMP  tilewd1a2
+tilewd1a:
+	VMOVSS (DX), X7
+tilewd1a2:
+	Q8ROW4(Z16, Z17, Z18, Z19)
+	ADDQ R10, AX
+	ADDQ R11, DX
+	VMOVDQU8.Z (AX), K3, Z5
+	CMPQ CX, $1
+	JEQ  tilewd1b
+	VMOVQ (DX), X7
+	JMP  tilewd1b2
+tilewd1b:
+	VMOVSS (DX), X7
+tilewd1b2:
+	Q8ROW4(Z20, Z21, Z22, Z23)
+	ADDQ R10, AX
+	ADDQ R11, DX
+	VMOVDQU8.Z (AX), K3, Z5
+	CMPQ CX, $1
+	JEQ  tilewd1c
+	VMOVQ (DX), X7
+	JMP  tilewd1c2
+tilewd1c:
+	VMOVSS (DX), X7
+tilewd1c2:
+	Q8ROW4(Z24, Z25, Z26, Z27)
+	ADDQ R10, AX
+	ADDQ R11, DX
+	VMOVDQU8.Z (AX), K3, Z5
+	CMPQ CX, $1
+	JEQ  tilewd1d
+	VMOVQ (DX), X7
+	JMP  tilewd1d2
+tilewd1d:
+	VMOVSS (DX), X7
+tilewd1d2:
+	Q8ROW4(Z28, Z29, Z30, Z31)
+	CMPQ CX, $1
+	JEQ  tiledone
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $8, R8
+	ADDQ $8, R9
+	SUBQ $2, CX
+	JMP  tile
+
+tiledone:
+	MOVQ out+72(FP), DX
+	Q8SUM4(Z16, Y16, Z20, Y20, Z24, Y24, Z28, Y28, 0)
+	Q8SUM4(Z17, Y17, Z21, Y21, Z25, Y25, Z29, Y29, 16)
+	Q8SUM4(Z18, Y18, Z22, Y22, Z26, Y26, Z30, Y30, 32)
+	Q8SUM4(Z19, Y19, Z23, Y23, Z27, Y27, Z31, Y31, 48)
+	VZEROUPPER
+	RET

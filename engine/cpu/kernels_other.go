@@ -30,3 +30,7 @@ func dotQ4x4SIMD(w []byte, wd []float32, x []int8, xd []float32, cols int, out *
 }
 
 func quantizeRowSIMD(q []int8, d []float32, x []float32) { quantizeRowGo(q, d, x) }
+
+func dotQ8x4x4VNNI(w []int8, wd []float32, x []int8, xd []float32, cols int, out *[16]float32) {
+	panic("cpu: no VNNI kernels on this architecture")
+}

@@ -143,6 +143,29 @@ func TestDotX4(t *testing.T) {
 	})
 }
 
+// dotQ8x4x4 is sixteen dotQ8 calls (four weight rows by four activation
+// rows), on every path, over odd and even block counts, with the extremes
+// the sign tricks must take: -128 in weights, -127 in activations.
+func TestDotX4X4(t *testing.T) {
+	g := rand.New(rand.NewPCG(11, 12))
+	kernelPaths(t, func(t *testing.T) {
+		for _, nb := range []int{1, 2, 3, 9, 24} {
+			cols := nb * blockLen
+			w, x := randInt8(g, 4*cols), randInt8(g, 4*cols)
+			w[0], w[cols+33], x[1], x[2*cols+5] = -128, -128, -127, -127 // activations are never -128 (quantizeRow)
+			wd, xd := randF32(g, 4*nb), randF32(g, 4*nb)
+			var got [16]float32
+			dotQ8x4x4(w, wd, x, xd, cols, &got)
+			for tok := range 4 {
+				for r := range 4 {
+					want := dotQ8Go(w[r*cols:(r+1)*cols], x[tok*cols:(tok+1)*cols], wd[r*nb:(r+1)*nb], xd[tok*nb:(tok+1)*nb])
+					assertClose(t, float64(want), got[4*tok+r], fmt.Sprintf("%d blocks row %d token %d", nb, r, tok))
+				}
+			}
+		}
+	})
+}
+
 // Attention's kernels and the half decoder, on both paths, against plain
 // float64 loops: head sizes a multiple of 8 (the SIMD case) and not.
 func TestAttentionKernels(t *testing.T) {
