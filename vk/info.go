@@ -147,6 +147,28 @@ func ChooseDevice(devs []DeviceInfo, requested int) (DeviceInfo, error) {
 	return DeviceInfo{}, fmt.Errorf("vk: none of the %d Vulkan devices is usable (%s): %w", len(devs), devs[0].Problem, ErrNoVulkan)
 }
 
+// ChoiceReason says why ChooseDevice(devs, -1) picked d: $MODRUN_DEVICE, or
+// d's type's place in the order of preference among the usable devices.
+func ChoiceReason(devs []DeviceInfo, d DeviceInfo) string {
+	if env, ok := os.LookupEnv(EnvDevice); ok && strings.TrimSpace(env) != "" {
+		return EnvDevice + "=" + strings.TrimSpace(env)
+	}
+	usable := 0
+	for _, o := range devs {
+		if o.Problem == "" {
+			usable++
+		}
+	}
+	if usable == 1 {
+		return fmt.Sprintf("the only usable device (%s)", d.Type)
+	}
+	order := make([]string, len(preference))
+	for i, t := range preference {
+		order[i] = string(t)
+	}
+	return fmt.Sprintf("the first usable %s device, in the order %s", d.Type, strings.Join(order, ", "))
+}
+
 // problem says why a device cannot be used, or "".
 func problem(api Version, computeFamily int) string {
 	switch {

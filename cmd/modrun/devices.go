@@ -42,6 +42,9 @@ func devicesMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		}
 		r.Devices = append(r.Devices, deviceReport{DeviceInfo: d, Default: def})
 	}
+	if err == nil {
+		r.DefaultReason = vk.ChoiceReason(devs, chosen)
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -55,6 +58,8 @@ type devicesReport struct {
 	Devices      []deviceReport `json:"devices"`
 	Default      *int           `json:"default"`                 // the index run uses without --device; null when none
 	DefaultError string         `json:"default_error,omitempty"` // why there is none
+	// DefaultReason says why run would pick the default device.
+	DefaultReason string `json:"default_reason,omitempty"`
 }
 
 type deviceReport struct {
@@ -103,6 +108,9 @@ func (r *devicesReport) writeText(w io.Writer) error {
 	}
 	if r.DefaultError != "" {
 		fmt.Fprintf(w, "default: none (%s)\n", r.DefaultError)
+	}
+	if r.Default != nil {
+		fmt.Fprintf(w, "default: %d, %s\n", *r.Default, r.DefaultReason)
 	}
 	return nil
 }

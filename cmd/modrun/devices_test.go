@@ -32,6 +32,8 @@ func TestDevices(t *testing.T) {
 	code, out, stderr := modrun(t, "devices")
 	require.Equal(t, 0, code, stderr)
 	assert.Regexp(t, `(?m)^\* 0: .+  \(default\)$`, out, "the default device is marked")
+	assert.Regexp(t, `(?m)^default: 0, the (only usable device|first usable .+ device, in the order discrete.*)`, out, "and why it is the default")
+	assert.Regexp(t, `(?m)^    subgroups: +(every dispatch gets \d+|size not sure)`, out, "the subgroup size the kernels count on")
 	for _, want := range []string{"type:", "driver:", "vulkan:", "memory:", "device-local", "shared memory",
 		"per binding", "push constants", "subgroup", "features:", "float16"} {
 		assert.Contains(t, out, want)
@@ -72,6 +74,12 @@ func TestDevicesBadEnvAndArgs(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "default: none (vk: MODRUN_DEVICE 99: no such device")
 	assert.NotContains(t, out, "(default)")
+	assert.NotContains(t, out, "default: 0")
+
+	t.Setenv(vk.EnvDevice, "0")
+	code, out, stderr = modrun(t, "devices")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "default: 0, MODRUN_DEVICE=0")
 
 	code, _, stderr = modrun(t, "devices", "extra")
 	assert.Equal(t, 2, code)
