@@ -18,6 +18,19 @@ type Device struct {
 	SharedMemory            uint32 // maxComputeSharedMemorySize, bytes
 	MaxWorkGroupInvocations uint32 // maxComputeWorkGroupInvocations
 	MaxStorageBufferRange   uint64 // bytes one binding may span
+
+	// The device facts device.go reads (Allows, RequiredSubgroupSize).
+	Vendor uint32 // PCI vendor ID: its row of Vendors
+	// RequireSubgroupSize: SubgroupSize is sure because every subgroup
+	// kernel's pipeline requires it (SubgroupSizeFor), not because the
+	// device has one size.
+	RequireSubgroupSize   bool
+	MaxWorkgroupSubgroups uint32 // subgroups of a workgroup that requires a size; 0: not declared
+	Float16               bool   // shaderFloat16
+	Int8                  bool   // shaderInt8
+	Storage16Bit          bool   // storageBuffer16BitAccess
+	Storage8Bit           bool   // storageBuffer8BitAccess
+	SubgroupShuffle       bool   // subgroupShuffle in compute shaders
 }
 
 // Profile is a device's kernel choices.

@@ -30,7 +30,7 @@ func (in *Instance) NewDevice(info DeviceInfo) (*Device, error) {
 	var call *C.char
 	r := C.mr_create_device(C.uint64_t(in.h), C.uint64_t(info.phys), C.uint32_t(info.computeFamily),
 		cbool(f.ShaderFloat16), cbool(f.ShaderInt8), cbool(f.StorageBuffer16BitAccess), cbool(f.StorageBuffer8BitAccess),
-		cbool(f.ConditionalRendering), &h, &call)
+		cbool(f.ConditionalRendering), cbool(f.SubgroupSizeControl), cbool(f.ComputeFullSubgroups), &h, &call)
 	if err := result(C.GoString(call), Result(r)); err != nil {
 		return nil, fmt.Errorf("device %d (%s): %w", info.Index, info.Name, err)
 	}
@@ -288,6 +288,11 @@ func (d *Device) NewKernel(spirv []byte, spec KernelSpec) (*Kernel, error) {
 		return nil, fmt.Errorf("vk: kernel %q: %d bytes of push constants, want a multiple of 4 up to maxPushConstantsSize %d",
 			spec.Name, spec.PushConstantBytes, d.info.Limits.MaxPushConstantsSize)
 	}
+	if spec.RequiredSubgroupSize != 0 {
+		if err := d.info.CanRequireSubgroupSize(spec.RequiredSubgroupSize); err != nil {
+			return nil, fmt.Errorf("vk: kernel %q: %w", spec.Name, err)
+		}
+	}
 	code := make([]uint32, len(spirv)/4) // 4-aligned, which a []byte need not be
 	for i := range code {
 		code[i] = binary.LittleEndian.Uint32(spirv[4*i:])
@@ -301,7 +306,7 @@ func (d *Device) NewKernel(spirv []byte, spec KernelSpec) (*Kernel, error) {
 	var call *C.char
 	r := C.mr_create_kernel(C.uint64_t(d.h), (*C.uint32_t)(unsafe.Pointer(&code[0])), C.size_t(len(spirv)),
 		C.uint32_t(spec.Bindings), C.uint32_t(spec.PushConstantBytes), specPtr, C.uint32_t(len(spec.Specialization)),
-		&dsl, &layout, &pipeline, &call)
+		C.uint32_t(spec.RequiredSubgroupSize), &dsl, &layout, &pipeline, &call)
 	if err := result(C.GoString(call), Result(r)); err != nil {
 		return nil, fmt.Errorf("kernel %q: %w", spec.Name, err)
 	}

@@ -84,6 +84,12 @@ type Limits struct {
 	// one a kernel gets.
 	MinSubgroupSize uint32 `json:"min_subgroup_size,omitempty"`
 	MaxSubgroupSize uint32 `json:"max_subgroup_size,omitempty"`
+	// MaxComputeWorkgroupSubgroups bounds a workgroup that requires a
+	// subgroup size: at most this many subgroups of it (0: not declared).
+	MaxComputeWorkgroupSubgroups uint32 `json:"max_compute_workgroup_subgroups,omitempty"`
+	// RequiredSubgroupSizeCompute: the compute stage is among
+	// requiredSubgroupSizeStages, so a compute pipeline may require a size.
+	RequiredSubgroupSizeCompute bool `json:"required_subgroup_size_compute,omitempty"`
 }
 
 // Features are the optional capabilities modrun may use. Each is enabled on
@@ -101,6 +107,13 @@ type Features struct {
 	// present): Recorder.BeginConditional discards dispatches on a GPU-written
 	// predicate, so a skipped routed block costs no dispatch at all.
 	ConditionalRendering bool `json:"conditional_rendering"`
+	// SubgroupSizeControl and ComputeFullSubgroups are
+	// VK_EXT_subgroup_size_control's features (core in Vulkan 1.3), enabled
+	// when present: a pipeline may require a subgroup size, with every
+	// subgroup full (KernelSpec.RequiredSubgroupSize; see
+	// DeviceInfo.CanRequireSubgroupSize).
+	SubgroupSizeControl  bool `json:"subgroup_size_control"`
+	ComputeFullSubgroups bool `json:"compute_full_subgroups"`
 }
 
 // Timestamps says whether the compute queue can write timestamps.

@@ -167,6 +167,8 @@ func (in *Instance) deviceInfo(phys uint64, index int) DeviceInfo {
 			SubgroupSize:                    uint32(c.subgroup_size),
 			MinSubgroupSize:                 uint32(c.min_subgroup),
 			MaxSubgroupSize:                 uint32(c.max_subgroup),
+			MaxComputeWorkgroupSubgroups:    uint32(c.max_workgroup_subgroups),
+			RequiredSubgroupSizeCompute:     c.required_subgroup_stages&C.VK_SHADER_STAGE_COMPUTE_BIT != 0,
 		},
 		phys:          phys,
 		computeFamily: int(c.compute_family),
@@ -188,6 +190,8 @@ func (in *Instance) deviceInfo(phys uint64, index int) DeviceInfo {
 		SubgroupShuffle:          computeSubgroups && c.subgroup_ops&C.VK_SUBGROUP_FEATURE_SHUFFLE_BIT != 0,
 		CooperativeMatrix:        c.coopmat != 0,
 		ConditionalRendering:     c.cond_render != 0,
+		SubgroupSizeControl:      c.size_control != 0,
+		ComputeFullSubgroups:     c.full_subgroups != 0,
 	}
 	d.Problem = problem(d.APIVersion, d.computeFamily)
 	return d

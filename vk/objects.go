@@ -127,6 +127,12 @@ type KernelSpec struct {
 	Bindings          int      // storage buffers at set 0, bindings 0..Bindings-1
 	PushConstantBytes int      // size of the push-constant block, a multiple of 4
 	Specialization    []uint32 // value i is constant_id i
+	// RequiredSubgroupSize, when not 0, makes every subgroup of the
+	// kernel's dispatches exactly this size and full
+	// (VK_EXT_subgroup_size_control); NewKernel refuses it on a device
+	// that cannot (DeviceInfo.CanRequireSubgroupSize). The workgroup size
+	// must be a multiple of it.
+	RequiredSubgroupSize uint32
 }
 
 // Kernel is a compute pipeline.

@@ -343,6 +343,17 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out) {
 		in->GetPhysicalDeviceProperties2(pd, &p2);
 		out->min_subgroup = sc.minSubgroupSize;
 		out->max_subgroup = sc.maxSubgroupSize;
+		out->max_workgroup_subgroups = sc.maxComputeWorkgroupSubgroups;
+		out->required_subgroup_stages = sc.requiredSubgroupSizeStages;
+		// Whether a pipeline may ask for a size (subgroupSizeControl) and
+		// for full subgroups (computeFullSubgroups): the instance asks for
+		// Vulkan 1.2, so these come from the extension's feature struct.
+		VkPhysicalDeviceSubgroupSizeControlFeaturesEXT scf = {
+			.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT};
+		VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &scf};
+		in->GetPhysicalDeviceFeatures2(pd, &f2);
+		out->size_control = scf.subgroupSizeControl ? 1 : 0;
+		out->full_subgroups = scf.computeFullSubgroups ? 1 : 0;
 	}
 	if (out->cond_render && p->apiVersion >= VK_API_VERSION_1_2) { // offered: is its feature there?
 		VkPhysicalDeviceConditionalRenderingFeaturesEXT cr = {
@@ -419,7 +430,8 @@ typedef struct mr_device {
 	if (!((d)->name = (PFN_vk##name)(in)->GetDeviceProcAddr((d)->h, "vk" #name))) missing = 1
 
 VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
-	int f16, int i8, int sb16, int sb8, int cond_render, uint64_t *out, const char **call) {
+	int f16, int i8, int sb16, int sb8, int cond_render, int size_control, int full_subgroups,
+	uint64_t *out, const char **call) {
 	mr_instance *in = (mr_instance *)(uintptr_t)inst;
 	VkPhysicalDevice pd = (VkPhysicalDevice)(uintptr_t)phys;
 	mr_device *d = calloc(1, sizeof *d);
@@ -459,13 +471,25 @@ VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_CONDITIONAL_RENDERING_FEATURES_EXT,
 		.conditionalRendering = VK_TRUE,
 	};
-	const char *exts[] = {VK_EXT_CONDITIONAL_RENDERING_EXTENSION_NAME};
+	VkPhysicalDeviceSubgroupSizeControlFeaturesEXT scf = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT,
+		.subgroupSizeControl = size_control ? VK_TRUE : VK_FALSE,
+		.computeFullSubgroups = full_subgroups ? VK_TRUE : VK_FALSE,
+	};
+	const char *exts[2];
+	uint32_t nexts = 0;
 	if (cond_render) {
 		cr.pNext = feats.pNext;
 		feats.pNext = &cr;
-		ci.enabledExtensionCount = 1;
-		ci.ppEnabledExtensionNames = exts;
+		exts[nexts++] = VK_EXT_CONDITIONAL_RENDERING_EXTENSION_NAME;
 	}
+	if (size_control || full_subgroups) {
+		scf.pNext = feats.pNext;
+		feats.pNext = &scf;
+		exts[nexts++] = VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME;
+	}
+	ci.enabledExtensionCount = nexts;
+	ci.ppEnabledExtensionNames = nexts ? exts : NULL;
 	*call = "vkCreateDevice";
 	VkResult r = in->CreateDevice(pd, &ci, NULL, &d->h);
 	if (r != VK_SUCCESS) {
@@ -626,7 +650,7 @@ void mr_destroy_buffer(uint64_t dev, uint64_t buf, uint64_t mem) {
 // ---- Kernels ------------------------------------------------------------------
 
 VkResult mr_create_kernel(uint64_t dev, const uint32_t *code, size_t code_bytes,
-	uint32_t bindings, uint32_t push_bytes, const uint32_t *spec, uint32_t nspec,
+	uint32_t bindings, uint32_t push_bytes, const uint32_t *spec, uint32_t nspec, uint32_t subgroup_size,
 	uint64_t *dsl_out, uint64_t *layout_out, uint64_t *pipeline_out, const char **call) {
 	mr_device *d = D(dev);
 	VkShaderModule module = VK_NULL_HANDLE;
@@ -683,10 +707,19 @@ VkResult mr_create_kernel(uint64_t dev, const uint32_t *code, size_t code_bytes,
 		.dataSize = nspec * 4,
 		.pData = spec,
 	};
+	// A kernel whose correctness depends on the subgroup size asks for it,
+	// with every subgroup full (VK_EXT_subgroup_size_control): the size a
+	// driver reports is not the size a pipeline gets (Intel, AMD RDNA).
+	VkPipelineShaderStageRequiredSubgroupSizeCreateInfoEXT rss = {
+		.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO_EXT,
+		.requiredSubgroupSize = subgroup_size,
+	};
 	VkComputePipelineCreateInfo pci = {
 		.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
 		.stage = {
 			.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+			.pNext = subgroup_size ? &rss : NULL,
+			.flags = subgroup_size ? VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT_EXT : 0,
 			.stage = VK_SHADER_STAGE_COMPUTE_BIT,
 			.module = module,
 			.pName = "main",

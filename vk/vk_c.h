@@ -46,6 +46,8 @@ typedef struct mr_device_info {
 	uint32_t timestamp_compute_and_graphics, timestamp_valid_bits;
 	uint32_t subgroup_size, subgroup_stages, subgroup_ops;
 	uint32_t min_subgroup, max_subgroup; // VK_EXT_subgroup_size_control's compute range; 0 when not offered
+	uint32_t max_workgroup_subgroups, required_subgroup_stages; // its properties; 0 when not offered
+	uint32_t size_control, full_subgroups; // its features subgroupSizeControl, computeFullSubgroups
 	uint32_t f16, i8, sb16, sb8, coopmat;
 	uint32_t cond_render; // VK_EXT_conditional_rendering with its conditionalRendering feature
 	int32_t compute_family; // -1: none
@@ -55,7 +57,8 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out);
 // Device: *out is an mr_device* (function table, device, queue, memory
 // properties, command pool, fence).
 VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
-	int f16, int i8, int sb16, int sb8, int cond_render, uint64_t *out, const char **call);
+	int f16, int i8, int sb16, int sb8, int cond_render, int size_control, int full_subgroups,
+	uint64_t *out, const char **call);
 void mr_destroy_device(uint64_t dev); // waits idle first
 VkResult mr_wait_idle(uint64_t dev);
 
@@ -65,9 +68,11 @@ VkResult mr_create_buffer(uint64_t dev, uint64_t size, uint32_t usage, uint32_t 
 void mr_destroy_buffer(uint64_t dev, uint64_t buf, uint64_t mem);
 
 // Kernels: a shader module, a descriptor set layout of `bindings` storage
-// buffers, a pipeline layout with push constants, a compute pipeline.
+// buffers, a pipeline layout with push constants, a compute pipeline;
+// subgroup_size != 0 requires that subgroup size with full subgroups (a
+// device made with size_control and full_subgroups).
 VkResult mr_create_kernel(uint64_t dev, const uint32_t *code, size_t code_bytes,
-	uint32_t bindings, uint32_t push_bytes, const uint32_t *spec, uint32_t nspec,
+	uint32_t bindings, uint32_t push_bytes, const uint32_t *spec, uint32_t nspec, uint32_t subgroup_size,
 	uint64_t *dsl, uint64_t *layout, uint64_t *pipeline, const char **call);
 void mr_destroy_kernel(uint64_t dev, uint64_t dsl, uint64_t layout, uint64_t pipeline);
 

@@ -3,7 +3,6 @@ package vk
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"math"
 	"os"
 	"os/exec"
@@ -28,33 +27,7 @@ func openDevice(t testing.TB) *Device {
 // validation layer, whose checks would be timed too.
 func openDeviceWith(t testing.TB, opts InstanceOptions) *Device {
 	t.Helper()
-	inst, err := NewInstance(opts)
-	if errors.Is(err, ErrNoVulkan) {
-		t.Skipf("no Vulkan on this machine: %v", err)
-	}
-	require.NoError(t, err)
-	devs, err := inst.Devices()
-	require.NoError(t, err)
-	info, err := ChooseDevice(devs, -1)
-	if errors.Is(err, ErrNoVulkan) {
-		inst.Close()
-		t.Skipf("no usable Vulkan device: %v", err)
-	}
-	require.NoError(t, err)
-	dev, err := inst.NewDevice(info)
-	require.NoError(t, err)
-	if opts.Validation && !inst.Validating() {
-		t.Logf("the validation layer is not installed (Debian: vulkan-validationlayers): running without it")
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			return // keep the first failure's story short
-		}
-		dev.Close()
-		inst.Close()
-		assert.Empty(t, inst.ValidationMessages(), "validation layer messages")
-	})
-	return dev
+	return openRestricted(t, opts, Restriction{})
 }
 
 func readSPIRV(t testing.TB, name string) []byte {

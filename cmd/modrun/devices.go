@@ -125,6 +125,7 @@ func featureText(f vk.Features) string {
 		{"16-bit storage", f.StorageBuffer16BitAccess}, {"8-bit storage", f.StorageBuffer8BitAccess},
 		{"subgroup arithmetic", f.SubgroupArithmetic}, {"subgroup shuffle", f.SubgroupShuffle},
 		{"cooperative matrix", f.CooperativeMatrix}, {"conditional rendering", f.ConditionalRendering},
+		{"subgroup size control", f.SubgroupSizeControl && f.ComputeFullSubgroups},
 	} {
 		state := "no"
 		if x.on {
@@ -136,15 +137,24 @@ func featureText(f vk.Features) string {
 }
 
 // subgroupLine says which subgroup size the kernels count on, and why
-// (shaders.DispatchSubgroupSize).
+// (shaders.SubgroupSizeFor, the vendor table).
 func subgroupLine(d vk.DeviceInfo) string {
-	l := d.Limits
+	l, f := d.Limits, d.Features
 	declared := "no size range declared"
 	if l.MinSubgroupSize != 0 || l.MaxSubgroupSize != 0 {
 		declared = fmt.Sprintf("compute subgroups of %d to %d", l.MinSubgroupSize, l.MaxSubgroupSize)
 	}
-	if sg := shaders.DispatchSubgroupSize(d.VendorID, l.SubgroupSize, l.MinSubgroupSize, l.MaxSubgroupSize); sg != 0 {
-		return fmt.Sprintf("every dispatch gets %d (%s): subgroup kernels allowed", sg, declared)
+	vendor, _ := shaders.Vendor(d.VendorID)
+	control := f.SubgroupSizeControl && f.ComputeFullSubgroups && l.RequiredSubgroupSizeCompute
+	sg, require := shaders.SubgroupSizeFor(shaders.SubgroupFacts{Vendor: d.VendorID, Reported: l.SubgroupSize,
+		Min: l.MinSubgroupSize, Max: l.MaxSubgroupSize, Control: control})
+	switch {
+	case require:
+		return fmt.Sprintf("every dispatch gets %d, required with full subgroups (%s; %s: %s): subgroup kernels allowed",
+			sg, declared, vendor.Name, vendor.Sizes)
+	case sg != 0:
+		return fmt.Sprintf("every dispatch gets %d (%s; %s: %s): subgroup kernels allowed", sg, declared, vendor.Name, vendor.Sizes)
 	}
-	return fmt.Sprintf("size not sure (%d reported, %s): shared-memory kernels only", l.SubgroupSize, declared)
+	return fmt.Sprintf("size not sure (%d reported, %s, no subgroup size control; %s: %s): shared-memory kernels only",
+		l.SubgroupSize, declared, vendor.Name, vendor.Sizes)
 }

@@ -35,21 +35,12 @@ func newKernels(dev *vk.Device, prof *shaders.Profile) *kernels {
 	return &kernels{dev: dev, prof: p, made: map[string]*kernel{}}
 }
 
-// DeviceProfile is the kernel profile of a device (DESIGN.md §6): the
-// subgroup size every dispatch is sure to get (shaders.DispatchSubgroupSize:
-// 0, so no subgroup kernels, where the driver may pick another size than the
-// one it reports) and its subgroup arithmetic, shared memory and limits, and
-// whether it is a CPU emulation (lavapipe, with its loop cap).
+// DeviceProfile is the kernel profile of a device (DESIGN.md §6), from
+// its facts (deviceFacts: the subgroup size its subgroup kernels may count
+// on, features, limits, whether it is a CPU emulation with lavapipe's loop
+// cap).
 func DeviceProfile(info vk.DeviceInfo) shaders.Profile {
-	l := info.Limits
-	return shaders.NewProfile(shaders.Device{
-		CPU:                     info.Type == vk.CPU,
-		SubgroupSize:            shaders.DispatchSubgroupSize(info.VendorID, l.SubgroupSize, l.MinSubgroupSize, l.MaxSubgroupSize),
-		SubgroupArithmetic:      info.Features.SubgroupArithmetic,
-		SharedMemory:            info.Limits.MaxComputeSharedMemorySize,
-		MaxWorkGroupInvocations: info.Limits.MaxComputeWorkGroupInvocations,
-		MaxStorageBufferRange:   info.Limits.MaxStorageBufferRange,
-	})
+	return shaders.NewProfile(deviceFacts(info))
 }
 
 // get returns variant name with spec (nil: the variant's default).
@@ -58,15 +49,16 @@ func (ks *kernels) get(name string, spec []uint32) (*kernel, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vulkan: %w", err)
 	}
-	if spec == nil {
-		spec = v.Spec
-	}
+	spec = ks.prof.Fit(v, spec) // nil: v.Spec
 	key := fmt.Sprint(name, spec)
 	if k, ok := ks.made[key]; ok {
 		return k, nil
 	}
+	if err := ks.prof.Allows(v, spec); err != nil {
+		return nil, fmt.Errorf("vulkan: device %s: %w", ks.dev.Info().Name, err)
+	}
 	vkk, err := ks.dev.NewKernel(v.SPIRV(), vk.KernelSpec{Name: name, Bindings: len(v.Bindings),
-		PushConstantBytes: v.PushBytes(), Specialization: spec})
+		PushConstantBytes: v.PushBytes(), Specialization: spec, RequiredSubgroupSize: ks.prof.RequiredSubgroupSize(v)})
 	if err != nil {
 		return nil, fmt.Errorf("vulkan: kernel %s: %w", name, err)
 	}

@@ -1,0 +1,160 @@
+package shaders
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// The device side of a profile: whether a device can run a kernel variant
+// with a specialization (its features and limits against what the SPIR-V
+// needs), the subgroup size a subgroup kernel's pipeline must require, the
+// specializations that shrink to fit a small device, and each op's safe
+// variant for the self-check's fallback.
+
+// has says whether the device has feature (a vk.Features json name).
+func (d Device) has(feature string) bool {
+	switch feature {
+	case "shader_float16":
+		return d.Float16
+	case "shader_int8":
+		return d.Int8
+	case "storage_buffer_16bit_access":
+		return d.Storage16Bit
+	case "storage_buffer_8bit_access":
+		return d.Storage8Bit
+	case "subgroup_arithmetic":
+		return d.SubgroupArithmetic
+	case "subgroup_shuffle":
+		return d.SubgroupShuffle
+	}
+	return false
+}
+
+// limitsKnown: the Device carries the device's limits (the engine's
+// DeviceProfile fills them; a Device written by hand in a test may not, and
+// is then not checked against them).
+func (d Device) limitsKnown() bool { return d.SharedMemory != 0 }
+
+// Allows says why the device cannot run variant v with spec (nil: v.Spec),
+// or nil when it can: every optional feature its SPIR-V declares, a
+// workgroup within maxComputeWorkGroupInvocations, shared memory within
+// maxComputeSharedMemorySize, and, for a kernel with subgroup operations, a
+// subgroup size the profile is sure of (and, where its pipeline requires
+// it, a workgroup of whole subgroups, at most MaxWorkgroupSubgroups).
+func (p Profile) Allows(v Variant, spec []uint32) error {
+	nd, err := v.Needs(spec)
+	if err != nil {
+		return err
+	}
+	for _, f := range nd.Features {
+		if !p.has(f) {
+			return fmt.Errorf("shaders: %s needs %s, which the device lacks", v.Name, f)
+		}
+	}
+	if nd.Subgroups {
+		sg := p.SubgroupSize
+		switch {
+		case sg == 0:
+			return fmt.Errorf("shaders: %s depends on the subgroup size, and no size is sure on the device", v.Name)
+		case p.RequireSubgroupSize && nd.Invocations%sg != 0:
+			return fmt.Errorf("shaders: %s: a workgroup of %d is not whole subgroups of the required %d", v.Name, nd.Invocations, sg)
+		case p.RequireSubgroupSize && p.MaxWorkgroupSubgroups != 0 && nd.Invocations/sg > p.MaxWorkgroupSubgroups:
+			return fmt.Errorf("shaders: %s: a workgroup of %d is %d subgroups of %d, over the device's maxComputeWorkgroupSubgroups %d",
+				v.Name, nd.Invocations, nd.Invocations/sg, sg, p.MaxWorkgroupSubgroups)
+		}
+	}
+	if !p.limitsKnown() {
+		return nil
+	}
+	if nd.Invocations > p.MaxWorkGroupInvocations {
+		return fmt.Errorf("shaders: %s with spec %v: a workgroup of %d invocations, over the device's maxComputeWorkGroupInvocations %d",
+			v.Name, spec, nd.Invocations, p.MaxWorkGroupInvocations)
+	}
+	if nd.SharedBytes > p.SharedMemory {
+		return fmt.Errorf("shaders: %s with spec %v: %d bytes of shared memory, over the device's maxComputeSharedMemorySize %d",
+			v.Name, spec, nd.SharedBytes, p.SharedMemory)
+	}
+	return nil
+}
+
+// RequiredSubgroupSize is the subgroup size v's pipeline must require (the
+// vk.KernelSpec field), 0 for none: the profile's size for a kernel with
+// subgroup operations on a device where the size is sure by requiring it.
+func (p Profile) RequiredSubgroupSize(v Variant) uint32 {
+	if !p.RequireSubgroupSize {
+		return 0
+	}
+	if nd, err := v.Needs(nil); err != nil || !nd.Subgroups {
+		return 0
+	}
+	return p.SubgroupSize
+}
+
+// workgroupFits are the sources whose workgroup size (constant 0) may shrink
+// to fit a device: decode attention walks the cache WG entries apart and
+// merges WG partials, any WG gives the same sums in another order, and its
+// dispatch is a workgroup per (row, head[, chunk]) whatever WG is. Its
+// accumulators take 4*MAX_HD*WG bytes: 16.75 KiB at [32, 128], over
+// Vulkan's minimum of 16 KiB.
+var workgroupFits = []string{"decode_attention.comp", "decode_attend.comp"}
+
+// Fit is spec (nil: v.Spec) shrunk to the device where v allows it: a
+// workgroupFits kernel's workgroup halves until its shared memory and
+// invocations fit. Any other spec is returned as it is; Allows says
+// whether it fits.
+func (p Profile) Fit(v Variant, spec []uint32) []uint32 {
+	if spec == nil {
+		spec = v.Spec
+	}
+	if !p.limitsKnown() || !slices.Contains(workgroupFits, v.Source) || len(spec) == 0 {
+		return spec
+	}
+	spec = append([]uint32(nil), spec...)
+	for spec[0] > 1 {
+		nd, err := v.Needs(spec)
+		if err != nil || (nd.SharedBytes <= p.SharedMemory && nd.Invocations <= p.MaxWorkGroupInvocations) {
+			break
+		}
+		spec[0] /= 2
+	}
+	return spec
+}
+
+// Fallback is p with the choice that made kernel variant name replaced by
+// its safe variant, for when the self-check finds the kernel wrong on the
+// device, and what the safe variant is called, for the message; ok is false
+// when name is already the safe variant (nothing to fall back to):
+//   - a subgroup matvec: the profile's shared-memory matvec (no subgroups);
+//   - router_score_sg, route_decode*_sg: the shared-memory tree variants;
+//   - decode_attend (fused attention): decode_kv and decode_attention;
+//   - decode_attention_split (flash-decoding): the single-pass kernel.
+func (p Profile) Fallback(name string) (fb Profile, safe string, ok bool) {
+	fb = p
+	switch {
+	case strings.HasPrefix(name, "matvec_") && strings.Contains(name, ReduceSubgroup):
+		s := p.Safe()
+		fb.MatvecReduce, fb.MatvecSpec = s.MatvecReduce, s.MatvecSpec
+		return fb, strings.Replace(name, ReduceSubgroup, ReduceShared, 1), true
+	case strings.HasPrefix(name, "router_score_sg"), strings.HasPrefix(name, "route_decode") && strings.HasSuffix(name, "_sg"):
+		fb.SubgroupArithmetic = false // the score and route plans read it (ScoreDevice)
+		return fb, strings.TrimSuffix(name, "_sg"), true
+	case strings.HasPrefix(name, "decode_attend") && p.FuseAttention:
+		fb.FuseAttention = false
+		return fb, "decode_kv + decode_attention", true
+	case strings.HasPrefix(name, "decode_attention_split") && p.AttentionChunk != 0:
+		fb.AttentionChunk = 0
+		return fb, strings.Replace(name, "_split", "", 1), true
+	}
+	return p, "", false
+}
+
+// Safe is the profile of d with no subgroup kernel at all: what every
+// device runs correctly if its shared memory and barriers work.
+func (p Profile) Safe() Profile {
+	d := p.Device
+	d.SubgroupSize, d.RequireSubgroupSize, d.SubgroupArithmetic = 0, false, false
+	s := NewProfile(d)
+	s.LoopCap = p.LoopCap
+	return s
+}

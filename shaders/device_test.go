@@ -1,0 +1,238 @@
+package shaders
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// smallGPU is a device at Vulkan's minimum limits (16 KiB of shared memory,
+// 256 invocations as the issue asks) with subgroup arithmetic and no
+// other optional feature.
+var smallGPU = Device{SubgroupSize: 32, SubgroupArithmetic: true, SharedMemory: 16384,
+	MaxWorkGroupInvocations: 256, MaxStorageBufferRange: 128 << 20, Vendor: VendorNVIDIA}
+
+// Needs reads what the formulas in the variants' notes say: the workgroup
+// and shared memory of a specialization, from the SPIR-V alone.
+func TestNeeds(t *testing.T) {
+	mm, err := Lookup(MatmulName(MatvecQ8_0))
+	require.NoError(t, err)
+	for _, s := range []MatmulSpec{MatmulSpecGPU, MatmulSpecCPU} {
+		nd, err := mm.Needs(s.Constants())
+		require.NoError(t, err)
+		assert.Equal(t, s.Invocations(), nd.Invocations, "matmul %+v", s)
+		assert.Equal(t, s.SharedBytes(), nd.SharedBytes, "matmul %+v", s)
+	}
+	da, err := Lookup("decode_attention")
+	require.NoError(t, err)
+	for _, spec := range [][]uint32{{32, 128}, {16, 128}, {64, 64}} {
+		nd, err := da.Needs(spec)
+		require.NoError(t, err)
+		wg, hd := spec[0], spec[1]
+		// the note beside AttentionSpec: 4*(MAX_HD*(WG+1) + 2*WG)
+		assert.Equal(t, 4*(hd*(wg+1)+2*wg), nd.SharedBytes, "decode_attention %v", spec)
+		assert.Equal(t, wg, nd.Invocations)
+	}
+	am, err := Lookup("argmax")
+	require.NoError(t, err)
+	nd, err := am.Needs([]uint32{64, 64})
+	require.NoError(t, err)
+	assert.Equal(t, Needs{Invocations: 64, SharedBytes: 2 * 4 * 64}, nd, "a value and an index per invocation")
+}
+
+// The audit of the kernels against the optional features: only subgroup
+// arithmetic is ever needed, only by the subgroup variants, and each of
+// those has a variant without it of the same family.
+func TestOnlySubgroupVariantsNeedAFeature(t *testing.T) {
+	var subgroupKernels []string
+	for _, v := range Variants {
+		nd, err := v.Needs(nil)
+		require.NoError(t, err, v.Name)
+		if !nd.Subgroups {
+			assert.Empty(t, nd.Features, "%s needs features without subgroups", v.Name)
+			continue
+		}
+		subgroupKernels = append(subgroupKernels, v.Name)
+		assert.Equal(t, []string{"subgroup_arithmetic"}, nd.Features, v.Name)
+		fb, safe, ok := NewProfile(smallGPU).Fallback(v.Name)
+		require.True(t, ok, "%s has a fallback", v.Name)
+		sv, err := Lookup(safe)
+		require.NoError(t, err, "%s falls back to a kernel of the table", v.Name)
+		snd, err := sv.Needs(nil)
+		require.NoError(t, err)
+		assert.False(t, snd.Subgroups, "%s's fallback %s has no subgroup operations", v.Name, safe)
+		assert.NotEqual(t, NewProfile(smallGPU), fb, v.Name)
+	}
+	// The subgroup kernels are the ones DESIGN.md names, no others.
+	for _, name := range subgroupKernels {
+		assert.True(t, strings.HasPrefix(name, "matvec_") || name == "router_score_sg" || strings.HasPrefix(name, "route_decode"), name)
+	}
+	assert.Len(t, subgroupKernels, len(MatvecTypes)*len(MatvecFusions)+3, "every matvec, router_score_sg, route_decode(_pred)_sg")
+}
+
+// A device with none of the optional features, at the minimum limits, can
+// run every kernel its profile picks, in every shape the engine asks for.
+func TestMinimalDeviceAllowsItsChoices(t *testing.T) {
+	bare := smallGPU
+	bare.SubgroupArithmetic, bare.SubgroupSize = false, 0
+	for name, d := range map[string]Device{"bare": bare, "small-subgroups": smallGPU} {
+		p := NewProfile(d)
+		for _, typ := range MatvecTypes {
+			for _, fuse := range MatvecFusions {
+				for _, cols := range []uint32{256, 4096, 14336} {
+					mv, spec := p.Matvec(typ, fuse, 1, cols)
+					checkAllowed(t, p, name, mv, spec)
+				}
+			}
+			checkAllowed(t, p, name, MatmulName(typ), p.Matmul().Constants())
+		}
+		sd := ScoreDevice{SubgroupSize: d.SubgroupSize, SubgroupArithmetic: d.SubgroupArithmetic}
+		for _, n := range []uint32{1, 512} {
+			plan := PlanScore(sd, n, 1, 4096, true)
+			checkAllowed(t, p, name, plan.Variant, plan.Spec)
+		}
+		checkAllowed(t, p, name, RouteDecodeVariant(sd, true, true), RouteDecodeSpec(sd))
+		for _, kv := range []string{KVF32, KVF16} {
+			checkAllowed(t, p, name, "decode_attention"+kv, nil)
+			checkAllowed(t, p, name, "decode_attend"+kv, DecodeAttendSpec(p.AttentionSplits(2048)))
+			checkAllowed(t, p, name, "decode_attention_split"+kv, DecodeAttentionSplitSpec(p.AttentionSplits(2048)))
+		}
+		for _, hd := range []uint32{64, 128} {
+			checkAllowed(t, p, name, "attention_split", AttentionSplitSpec(hd))
+		}
+		for _, row := range []string{"rmsnorm", "softmax", "argmax"} {
+			checkAllowed(t, p, name, row, p.Row(row, 32000))
+		}
+		for _, v := range []string{"topk", "topk_sort", "topk_merge_local", "compact_mask", "add", "swiglu"} {
+			checkAllowed(t, p, name, v, nil)
+		}
+	}
+}
+
+func checkAllowed(t *testing.T, p Profile, dev, name string, spec []uint32) {
+	t.Helper()
+	v, err := Lookup(name)
+	require.NoError(t, err)
+	fitted := p.Fit(v, spec)
+	assert.NoError(t, p.Allows(v, fitted), "%s: %s %v (fitted from %v)", dev, name, fitted, spec)
+}
+
+func TestAllowsRefuses(t *testing.T) {
+	p := NewProfile(smallGPU)
+	da, err := Lookup("decode_attention")
+	require.NoError(t, err)
+	assert.ErrorContains(t, p.Allows(da, []uint32{32, 128}), "over the device's maxComputeSharedMemorySize 16384")
+	assert.Equal(t, []uint32{16, 128}, p.Fit(da, []uint32{32, 128}), "halved once: 8.6 KiB")
+	assert.Equal(t, []uint32{32, 64}, p.Fit(da, []uint32{32, 64}), "fits as it is")
+	assert.Equal(t, AttentionSpec, []uint32{32, 128}, "Fit copies, never edits the caller's spec")
+
+	add, err := Lookup("add")
+	require.NoError(t, err)
+	tiny := p
+	tiny.MaxWorkGroupInvocations = 128
+	assert.ErrorContains(t, tiny.Allows(add, nil), "256 invocations, over the device's maxComputeWorkGroupInvocations 128")
+
+	sg, err := Lookup(MatvecFusedName(MatvecQ8_0, ReduceSubgroup, FuseNone))
+	require.NoError(t, err)
+	none := p
+	none.SubgroupArithmetic = false
+	assert.ErrorContains(t, none.Allows(sg, p.MatvecSpec), "needs subgroup_arithmetic")
+	unsure := p
+	unsure.SubgroupSize = 0
+	assert.ErrorContains(t, unsure.Allows(sg, p.MatvecSpec), "no size is sure")
+	req := p
+	req.RequireSubgroupSize, req.MaxWorkgroupSubgroups = true, 2
+	assert.ErrorContains(t, req.Allows(sg, []uint32{128, 32, 1}), "over the device's maxComputeWorkgroupSubgroups 2")
+	assert.ErrorContains(t, req.Allows(sg, []uint32{48, 32, 1}), "not whole subgroups")
+}
+
+// A subgroup kernel requires the profile's size exactly where the size is
+// sure by requiring it; no other kernel requires one.
+func TestRequiredSubgroupSize(t *testing.T) {
+	sg, err := Lookup(MatvecFusedName(MatvecF16, ReduceSubgroup, FuseNorm))
+	require.NoError(t, err)
+	shared, err := Lookup(MatvecFusedName(MatvecF16, ReduceShared, FuseNorm))
+	require.NoError(t, err)
+	route, err := Lookup("route_decode_pred_sg")
+	require.NoError(t, err)
+	intel := Device{Vendor: VendorIntel, SubgroupArithmetic: true, SharedMemory: 65536, MaxWorkGroupInvocations: 1024}
+	intel.SubgroupSize, intel.RequireSubgroupSize = SubgroupSizeFor(SubgroupFacts{Vendor: VendorIntel, Reported: 32, Min: 8, Max: 32, Control: true})
+	p := NewProfile(intel)
+	assert.Equal(t, uint32(32), p.RequiredSubgroupSize(sg))
+	assert.Equal(t, uint32(32), p.RequiredSubgroupSize(route))
+	assert.Zero(t, p.RequiredSubgroupSize(shared))
+	nvidia := NewProfile(Device{Vendor: VendorNVIDIA, SubgroupSize: 32, SubgroupArithmetic: true})
+	assert.Zero(t, nvidia.RequiredSubgroupSize(sg), "sure without asking")
+}
+
+// The vendor table and size control: what a subgroup kernel may count on.
+func TestSubgroupSizeFor(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		f           SubgroupFacts
+		want        uint32
+		wantRequire bool
+	}{
+		{"NVIDIA, no control", SubgroupFacts{VendorNVIDIA, 32, 32, 32, false}, 32, false},
+		{"NVIDIA, control", SubgroupFacts{VendorNVIDIA, 32, 32, 32, true}, 32, true},
+		{"Intel, control: the reported 32", SubgroupFacts{VendorIntel, 32, 8, 32, true}, 32, true},
+		{"Intel, no control: none", SubgroupFacts{VendorIntel, 32, 8, 32, false}, 0, false},
+		{"RDNA, control", SubgroupFacts{VendorAMD, 64, 32, 64, true}, 64, true},
+		{"RDNA, no control", SubgroupFacts{VendorAMD, 64, 32, 64, false}, 0, false},
+		{"GCN", SubgroupFacts{VendorAMD, 64, 64, 64, false}, 64, false},
+		{"Adreno, control", SubgroupFacts{VendorQualcomm, 64, 64, 128, true}, 64, true},
+		{"Mali Valhall", SubgroupFacts{VendorARM, 16, 16, 16, false}, 16, false},
+		{"Apple, no range", SubgroupFacts{VendorApple, 32, 0, 0, false}, 32, false},
+		{"lavapipe", SubgroupFacts{VendorMesa, 8, 8, 8, true}, 8, true},
+		{"report outside the range: the range's largest", SubgroupFacts{0x1234, 128, 8, 32, true}, 32, true},
+		{"unknown vendor, no range", SubgroupFacts{0x1234, 32, 0, 0, false}, 0, false},
+		{"control without a range", SubgroupFacts{0x1234, 32, 0, 0, true}, 0, false},
+	} {
+		size, req := SubgroupSizeFor(c.f)
+		assert.Equal(t, c.want, size, c.name)
+		assert.Equal(t, c.wantRequire, req, c.name)
+	}
+	for _, v := range Vendors {
+		row, ok := Vendor(v.Vendor)
+		assert.True(t, ok)
+		assert.NotEmpty(t, row.Sizes, fmt.Sprintf("0x%x", v.Vendor))
+	}
+	_, ok := Vendor(0x1234)
+	assert.False(t, ok)
+}
+
+// Fallback switches only the failing op, to a variant without subgroups;
+// the safe variants have nothing to fall back to.
+func TestFallback(t *testing.T) {
+	p := NewProfile(smallGPU)
+	require.Equal(t, ReduceSubgroup, p.MatvecReduce)
+	fb, safe, ok := p.Fallback(MatvecFusedName(MatvecQ4_K, ReduceSubgroup, FuseAdd))
+	require.True(t, ok)
+	assert.Equal(t, MatvecFusedName(MatvecQ4_K, ReduceShared, FuseAdd), safe)
+	assert.Equal(t, ReduceShared, fb.MatvecReduce)
+	assert.True(t, fb.SubgroupArithmetic, "the score kernels keep their subgroups")
+	name, _ := fb.Matvec(MatvecQ4_K, FuseAdd, 1, 4096)
+	assert.Equal(t, safe, name)
+
+	fb, safe, ok = p.Fallback("route_decode_pred_sg")
+	require.True(t, ok)
+	assert.Equal(t, "route_decode_pred", safe)
+	assert.Equal(t, ReduceSubgroup, fb.MatvecReduce, "matvec keeps its subgroups")
+	assert.Equal(t, "route_decode_pred", RouteDecodeVariant(ScoreDevice{SubgroupSize: fb.SubgroupSize, SubgroupArithmetic: fb.SubgroupArithmetic}, true, true))
+
+	fb, _, ok = p.Fallback("decode_attend_f16")
+	require.True(t, ok)
+	assert.False(t, fb.FuseAttention)
+	fb, safe, ok = p.Fallback("decode_attention_split")
+	require.True(t, ok)
+	assert.Equal(t, "decode_attention", safe)
+	assert.Equal(t, uint32(1), fb.AttentionSplits(4096))
+
+	for _, name := range []string{"rmsnorm", MatvecFusedName(MatvecQ8_0, ReduceShared, FuseNorm), "router_score", "topk"} {
+		_, _, ok := p.Fallback(name)
+		assert.False(t, ok, name)
+	}
+}
