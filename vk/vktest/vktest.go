@@ -17,6 +17,14 @@ import (
 // the layer's checks would be timed too.
 func Open(t testing.TB, opts vk.InstanceOptions) *vk.Device {
 	t.Helper()
+	return OpenRestricted(t, opts, vk.Restriction{})
+}
+
+// OpenRestricted is Open with the device made smaller by r
+// (vk.DeviceInfo.Restrict): features off, limits lowered, as a smaller GPU
+// would have them.
+func OpenRestricted(t testing.TB, opts vk.InstanceOptions, r vk.Restriction) *vk.Device {
+	t.Helper()
 	opts.Validation = opts.Validation && vk.HasValidationLayer()
 	inst, err := vk.NewInstance(opts)
 	if errors.Is(err, vk.ErrNoVulkan) {
@@ -30,6 +38,8 @@ func Open(t testing.TB, opts vk.InstanceOptions) *vk.Device {
 		inst.Close()
 		t.Skipf("no usable Vulkan device: %v", err)
 	}
+	require.NoError(t, err)
+	info, err = info.Restrict(r)
 	require.NoError(t, err)
 	dev, err := inst.NewDevice(info)
 	require.NoError(t, err)
