@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run.sh [REPORT.md]: check this machine's Vulkan device with the GPU bundle
-# (built by `make gpu-bundle`): run the kernel and engine tests, then the
+# (built by `make gpu-bundle`): first `modrun devices --check` (every kernel
+# variant once against the CPU), then the kernel and engine tests, then the
 # standard bench set, and write one Markdown report (default report.md
 # beside this script; full logs in logs/). Needs only a Vulkan driver.
 #
@@ -29,8 +30,10 @@ failed=0
   echo
   echo "Commit $(cat "$here/COMMIT"), on $(uname -srm), $(nproc) CPUs."
   echo
+  echo "## Devices and the kernel self-check (modrun devices --check)"
+  echo
   echo '```'
-  "$here/bin/modrun" devices 2>&1
+  "$here/bin/modrun" devices --check 2>&1 || { echo "devices --check: FAILED (exit $?)"; failed=1; }
   echo '```'
   echo
   echo "## Tests"

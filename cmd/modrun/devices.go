@@ -7,13 +7,15 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/modrun/modrun/engine/vulkan"
 	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/vk"
 )
 
 func devicesMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("devices", "[--json]", stderr)
+	fs := newFlags("devices", "[--json] [--check]", stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of text")
+	check := fs.Bool("check", false, "run every kernel variant each usable device's profile picks once, against the CPU, and time it")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -40,7 +42,11 @@ func devicesMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		if def {
 			r.Default = &chosen.Index
 		}
-		r.Devices = append(r.Devices, deviceReport{DeviceInfo: d, Default: def})
+		dr := deviceReport{DeviceInfo: d, Default: def}
+		if *check && d.Problem == "" {
+			dr.Checks, dr.CheckError = checkDevice(inst, d)
+		}
+		r.Devices = append(r.Devices, dr)
 	}
 	if err == nil {
 		r.DefaultReason = vk.ChoiceReason(devs, chosen)
@@ -48,9 +54,13 @@ func devicesMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(r)
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	} else if err := r.writeText(stdout); err != nil {
+		return err
 	}
-	return r.writeText(stdout)
+	return r.checkFailures()
 }
 
 // devicesReport is what `modrun devices` prints; its JSON form is --json.
@@ -65,6 +75,9 @@ type devicesReport struct {
 type deviceReport struct {
 	vk.DeviceInfo
 	Default bool `json:"default"`
+	// With --check, every kernel variant's check (devices_check.go).
+	Checks     []vulkan.SelfCheck `json:"checks,omitempty"`
+	CheckError string             `json:"check_error,omitempty"` // the device could not be opened for it
 }
 
 func (r *devicesReport) writeText(w io.Writer) error {
@@ -103,6 +116,9 @@ func (r *devicesReport) writeText(w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "    features:\t%s\n", featureText(f))
 		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if err := d.writeChecks(w); err != nil {
 			return err
 		}
 	}

@@ -108,6 +108,14 @@ func NewEvaluator(dev *vk.Device, m *mod.Model, opts Options) (*Evaluator, error
 		e.Close()
 		return nil, fmt.Errorf("vulkan: %s: %w", m.Path, err)
 	}
+	if fb, err := w.ks.selfCheck(opts.SelfCheckLog); err != nil || fb != nil {
+		e.Close()
+		if err != nil {
+			return nil, fmt.Errorf("vulkan: %s: %w", m.Path, err)
+		}
+		opts.DeviceProfile = fb // a kernel failed: build again with its safe variant
+		return NewEvaluator(dev, m, opts)
+	}
 	return e, nil
 }
 

@@ -20,6 +20,7 @@ package vulkan
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 
 	"github.com/modrun/modrun/gguf"
@@ -59,6 +60,11 @@ type Options struct {
 	// every token, so Routes can report them. It costs two or three small
 	// copies per routed layer and token: leave it off when only speed matters.
 	Trace bool
+
+	// SelfCheckLog is where the self-check at load writes a line for each
+	// kernel that failed and what it fell back to (selfcheck.go); nil
+	// means os.Stderr.
+	SelfCheckLog io.Writer
 
 	routeAsGPU bool // tests: kernels.routeAsGPU
 }
@@ -215,6 +221,14 @@ func New(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Runner, er
 	if err := run.build(m); err != nil {
 		run.Close()
 		return nil, fmt.Errorf("vulkan: %s: %w", m.Path, err)
+	}
+	if fb, err := run.ks.selfCheck(opts.SelfCheckLog); err != nil || fb != nil {
+		run.Close()
+		if err != nil {
+			return nil, fmt.Errorf("vulkan: %s: %w", m.Path, err)
+		}
+		opts.DeviceProfile = fb // a kernel failed: build again with its safe variant
+		return New(dev, m, r, opts)
 	}
 	return run, nil
 }

@@ -1,0 +1,221 @@
+package vulkan
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/shaders"
+)
+
+// The self-check's cases: for each checked kernel family, a small input
+// (ragged: more rows than a workgroup takes, a router row that no
+// workgroup size divides) and the CPU's result for it, from mod's
+// reference operations on the same (quantized) data.
+
+// checkerFor is the case maker of variant name's family; ok is false for a
+// kernel the self-check does not cover (those whose variant does not
+// depend on the device's subgroups or limits).
+func checkerFor(name string) (mk func(name string, spec []uint32) (checkCase, error), ok bool) {
+	if _, _, ok := matvecOf(name); ok {
+		return matvecCase, true
+	}
+	switch name {
+	case "router_score", "router_score_sg":
+		return routerScoreCase, true
+	case "route_decode", "route_decode_sg", "route_decode_pred", "route_decode_pred_sg":
+		return routeDecodeCase, true
+	}
+	return nil, false
+}
+
+// matvecOf finds a matvec variant's weight type and fusion.
+func matvecOf(name string) (typ, fuse string, ok bool) {
+	for _, t := range shaders.MatvecTypes {
+		for _, r := range []string{shaders.ReduceShared, shaders.ReduceSubgroup} {
+			for _, f := range shaders.MatvecFusions {
+				if shaders.MatvecFusedName(t, r, f) == name {
+					return t, f, true
+				}
+			}
+		}
+	}
+	return "", "", false
+}
+
+// checkOp names what a checked variant computes.
+func checkOp(name string) string {
+	if typ, fuse, ok := matvecOf(name); ok {
+		return "matvec " + typ + map[string]string{shaders.FuseNone: "", shaders.FuseAdd: " add", shaders.FuseNorm: " norm",
+			shaders.FuseNormSwiGLU: " norm swiglu"}[fuse]
+	}
+	if name == "router_score" || name == "router_score_sg" {
+		return "router score"
+	}
+	return "routing decision"
+}
+
+const (
+	checkCols = 512 // a multiple of every weight type's block
+	checkEps  = 1e-5
+)
+
+func randVec(rng *rand.Rand, n int, lo, hi float32) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = lo + (hi-lo)*rng.Float32()
+	}
+	return v
+}
+
+// dotAbs is a float64 dot product and the sum of its terms' magnitudes
+// (what the bound of the GPU's sum is relative to).
+func dotAbs(a, b []float32) (dot, abs float64) {
+	for i := range a {
+		t := float64(a[i]) * float64(b[i])
+		dot += t
+		abs += math.Abs(t)
+	}
+	return dot, abs
+}
+
+// matvecCase: y = W x with W in the variant's type, fused as the variant
+// is, over 2 workgroups' rows and 3 more.
+func matvecCase(name string, spec []uint32) (checkCase, error) {
+	typ, fuse, _ := matvecOf(name)
+	wt, err := shaders.Weight(typ)
+	if err != nil {
+		return checkCase{}, err
+	}
+	ggmlType, err := gguf.ParseTensorType(wt.GGML)
+	if err != nil {
+		return checkCase{}, err
+	}
+	perGroup := int(spec[0] / spec[1])
+	if len(spec) > 3 && spec[3] > 1 {
+		perGroup *= int(spec[3])
+	}
+	rows := 2*perGroup + 3
+	wRows := rows
+	if fuse == shaders.FuseNormSwiGLU {
+		wRows = 2 * rows // gate, then up
+	}
+	rng := rand.New(rand.NewPCG(uint64(len(name)), 25))
+	ggml, err := gguf.Quantize(ggmlType, randVec(rng, wRows*checkCols, -1, 1))
+	if err != nil {
+		return checkCase{}, err
+	}
+	devBytes, err := shaders.MatvecBytes(typ, ggml, wRows, checkCols)
+	if err != nil {
+		return checkCase{}, err
+	}
+	m, err := mod.NewMat("self-check", ggmlType, []uint64{checkCols, uint64(wRows)}, ggml)
+	if err != nil {
+		return checkCase{}, err
+	}
+	x, normw := randVec(rng, checkCols, -1, 1), randVec(rng, checkCols, 0.5, 1.5)
+	xn := x
+	if fuse == shaders.FuseNorm || fuse == shaders.FuseNormSwiGLU {
+		xn = make([]float32, checkCols)
+		mod.RMSNorm(xn, x, normw, checkEps)
+	}
+	y0 := make([]float32, rows)
+	if fuse == shaders.FuseAdd {
+		y0 = randVec(rng, rows, -1, 1)
+	}
+	want, bound := make([]float32, rows), make([]float64, rows)
+	row := make([]float32, checkCols)
+	dot := func(r int) (float64, float64) {
+		m.Row(r, row)
+		return dotAbs(row, xn)
+	}
+	for r := range rows {
+		d, a := dot(r)
+		if fuse == shaders.FuseNormSwiGLU {
+			u, ua := dot(rows + r)
+			g := float32(d)
+			want[r] = mod.SiLU(g) * float32(u)
+			bound[r] = checkTol*(1.1*a*math.Abs(u)+math.Abs(float64(mod.SiLU(g)))*ua) + 1e-6
+			continue
+		}
+		want[r] = y0[r] + float32(d)
+		bound[r] = checkTol*(a+math.Abs(float64(y0[r]))) + 1e-6
+	}
+	bufs := []checkBuf{{data: devBytes}, {data: f32Bytes(x)}, {data: f32Bytes(y0), want: want, bound: bound}}
+	if fuse == shaders.FuseNorm || fuse == shaders.FuseNormSwiGLU {
+		bufs = append(bufs, checkBuf{data: f32Bytes(normw)})
+	}
+	return checkCase{op: checkOp(name), push: shaders.MatvecPush{Rows: uint32(rows), Cols: checkCols, N: 1, Eps: checkEps},
+		groups: shaders.MatvecGroups(uint32(rows), spec), bufs: bufs}, nil
+}
+
+// routerScoreCase: y = SiLU(W x + bias) for 3 tokens and 5 rows of 300
+// columns (the predictor's hidden layer; the score is the same sum without
+// the SiLU).
+func routerScoreCase(name string, spec []uint32) (checkCase, error) {
+	const n, rows, cols = 3, 5, 300
+	rng := rand.New(rand.NewPCG(3, 25))
+	w, x, bias := randVec(rng, rows*cols, -1, 1), randVec(rng, n*cols, -1, 1), randVec(rng, 1, -1, 1)
+	want, bound := make([]float32, n*rows), make([]float64, n*rows)
+	for i := range n {
+		for r := range rows {
+			d, a := dotAbs(w[r*cols:(r+1)*cols], x[i*cols:(i+1)*cols])
+			want[i*rows+r] = mod.SiLU(float32(d) + bias[0])
+			bound[i*rows+r] = 1.1*checkTol*(a+math.Abs(float64(bias[0]))) + 1e-6
+		}
+	}
+	per := spec[0] / spec[1]
+	return checkCase{op: checkOp(name),
+		push:   shaders.RouterPush{N: n, Rows: rows, Cols: cols, HasBias: 1, Act: shaders.RouterActSiLU},
+		groups: shaders.Groups((n*rows + per - 1) / per),
+		bufs: []checkBuf{{data: f32Bytes(w)}, {data: f32Bytes(bias)}, {data: f32Bytes(x)},
+			{data: make([]byte, 4*n*rows), want: want, bound: bound}},
+	}, nil
+}
+
+// routeDecodeCase: one token's routing step over a 300-wide row with a
+// deciding score of about 1 (selected): the score r, the count 1, x copied
+// to xs and left as it is, and the indirect arguments set to the block's
+// groups; with a predictor, p = w2 . h decides.
+func routeDecodeCase(name string, spec []uint32) (checkCase, error) {
+	const nEmbd, predHidden, m = 300, 37, 3
+	pred := name == "route_decode_pred" || name == "route_decode_pred_sg"
+	rng := rand.New(rand.NewPCG(4, 25))
+	w, x := randVec(rng, nEmbd, -1, 1), randVec(rng, nEmbd, -1, 1)
+	d, a := dotAbs(w, x)
+	bias := []float32{float32(1 - d)} // r = 1: selected by the router
+	groups := []uint32{7, 1, 1, 2, 3, 1, 5, 1, 1}
+	push := shaders.RouteDecodePush{NEmbd: nEmbd, HasBias: 1, M: m}
+	bufs := []checkBuf{{data: f32Bytes(w)}, {data: f32Bytes(bias)},
+		{data: f32Bytes(x), wantU32: f32Bits(x)},
+		{data: make([]byte, 4*nEmbd), wantU32: f32Bits(x)},
+		{data: make([]byte, 4), want: []float32{1}, bound: []float64{checkTol*(a+math.Abs(float64(bias[0]))) + 1e-6}},
+		{data: make([]byte, 4), wantU32: []uint32{1}},
+		{data: u32Bytes(groups)},
+		{data: make([]byte, 4*len(groups)), wantU32: groups},
+	}
+	if pred {
+		h, w2 := randVec(rng, predHidden, 0, 1), randVec(rng, predHidden, -1, 1)
+		bias[0] = float32(-1 - d) // r = -1: only the predictor selects
+		bufs[1].data, bufs[4].want[0] = f32Bytes(bias), -1
+		pd, pa := dotAbs(w2[1:], h[1:])
+		w2[0], h[0] = 1, float32(1-pd) // p = 1
+		push.PredHidden = predHidden
+		bufs = append(bufs, checkBuf{data: f32Bytes(h)}, checkBuf{data: f32Bytes(w2)},
+			checkBuf{data: make([]byte, 4), want: []float32{1}, bound: []float64{checkTol*(pa+math.Abs(float64(h[0]))) + 1e-6}})
+	}
+	if len(bufs) != map[bool]int{false: 8, true: 11}[pred] {
+		return checkCase{}, fmt.Errorf("%s: %d bindings in the check", name, len(bufs))
+	}
+	return checkCase{op: checkOp(name), push: push, groups: [3]uint32{1, 1, 1}, bufs: bufs}, nil
+}
+
+func f32Bits(x []float32) []uint32 {
+	b := make([]uint32, len(x))
+	for i, v := range x {
+		b[i] = math.Float32bits(v)
+	}
+	return b
+}

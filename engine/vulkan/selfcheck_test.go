@@ -1,0 +1,135 @@
+package vulkan
+
+import (
+	"bytes"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/shaders"
+	"github.com/modrun/modrun/tokenizer"
+	"github.com/modrun/modrun/vk"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// gpuProfileOf is the profile of a GPU with dev's facts (its subgroups as
+// they are: required where the device allows), lavapipe's loop cap kept.
+func gpuProfileOf(dev *vk.Device) shaders.Profile {
+	d := deviceFacts(dev.Info())
+	d.CPU = false
+	p := shaders.NewProfile(d)
+	p.LoopCap = DeviceProfile(dev.Info()).LoopCap
+	return p
+}
+
+// Every kernel the device's profile picks, and a GPU's on the same device
+// (the subgroup kernels, their size required), passes its check, timed.
+func TestCheckDevice(t *testing.T) {
+	dev := openDevice(t, true)
+	own, err := CheckDevice(dev)
+	require.NoError(t, err)
+	gpu, err := checkProfile(dev, gpuProfileOf(dev))
+	require.NoError(t, err)
+	subgroups := 0
+	for _, c := range append(own, gpu...) {
+		assert.True(t, c.Pass, "%s %s: worst %.3g of its bound; %s", c.Op, c.Variant(), c.Worst, c.Err)
+		assert.Positive(t, c.USPerCall, c.Variant())
+		if strings.Contains(c.Kernel, "_sg") {
+			subgroups++
+		}
+	}
+	assert.Len(t, own, len(shaders.MatvecTypes)*len(shaders.MatvecFusions)+4, "every matvec, two score plans, two decisions")
+	if dev.Info().Features.SubgroupArithmetic {
+		assert.Positive(t, subgroups, "the GPU profile's subgroup kernels were checked")
+	}
+	for _, c := range gpu[:3] {
+		t.Logf("%-24s %-40s pass=%v %.1f us", c.Op, c.Variant(), c.Pass, c.USPerCall)
+	}
+}
+
+// The self-check catches a variant that is wrong on this device: a profile
+// that claims every dispatch gets subgroups of 16 (the device's are 8, and
+// nothing requires 16), as a driver whose report is wrong would. Its
+// subgroup matvecs take rows of 16 lanes that the device runs as 8: rows
+// are skipped and summed twice. The check fails them, says so in one line
+// each, and the runner falls back to the shared-memory matvec; the greedy
+// story is then the CPU reference's, token for token. The score kernels
+// read the size at run time (gl_SubgroupSize), so 16 is only a multiple
+// of the size they get: they pass and are kept.
+func TestSelfCheckCatchesWrongSubgroupSize(t *testing.T) {
+	dev := openDevice(t, true)
+	info := dev.Info()
+	if !info.Features.SubgroupArithmetic || info.Limits.SubgroupSize != 8 {
+		t.Skipf("the test fakes 16 on a device with subgroups of 8 (lavapipe); this one has %d", info.Limits.SubgroupSize)
+	}
+	d := deviceFacts(info)
+	d.CPU, d.SubgroupSize, d.RequireSubgroupSize = false, 16, false
+	liar := shaders.NewProfile(d)
+	liar.LoopCap = shaders.LavapipeLoopIterations
+	require.Equal(t, shaders.ReduceSubgroup, liar.MatvecReduce)
+
+	m := openModel(t, "../../models/tinystories-mod.gguf")
+	var log bytes.Buffer
+	run, err := New(dev, m, mod.RoutingRouter, Options{DeviceProfile: &liar, KVType: "f32", SelfCheckLog: &log})
+	require.NoError(t, err)
+	defer run.Close()
+	lines := strings.Split(strings.TrimSpace(log.String()), "\n")
+	require.NotEmpty(t, log.String(), "the self-check reported the failing matvecs")
+	for _, l := range lines {
+		assert.Regexp(t, `^modrun: self-check: kernel matvec_\w+_sg\w*\[\d+ 16 1\] fails on device `+regexp.QuoteMeta(info.Name)+
+			` \([\d.e+]+ times its tolerance off the CPU\): using matvec_\w+$`, l)
+	}
+	t.Logf("%s", log.String())
+	assert.Equal(t, shaders.ReduceShared, run.ks.prof.MatvecReduce, "matvec fell back")
+	assert.True(t, run.ks.prof.SubgroupArithmetic, "the score kernels, right at 16, were kept")
+	for key := range run.ks.made {
+		assert.NotContains(t, key, "matvec_q8_0_sg", "no subgroup matvec in the rebuilt graph")
+	}
+
+	tk, err := tokenizer.FromGGUF(m.File)
+	require.NoError(t, err)
+	prompt, err := tk.Encode("Once upon a time", true)
+	require.NoError(t, err)
+	cpu, err := m.NewState(mod.RoutingRouter)
+	require.NoError(t, err)
+	greedy := func(feed func([]int32) ([]float32, error)) []int32 {
+		logits, err := feed(prompt)
+		require.NoError(t, err)
+		var ids []int32
+		for len(ids) < 24 {
+			ids = append(ids, argmax(logits))
+			logits, err = feed(ids[len(ids)-1:])
+			require.NoError(t, err)
+		}
+		return ids
+	}
+	want := greedy(func(toks []int32) ([]float32, error) { return cpu.Forward(toks, false) })
+	got := greedy(run.Feed)
+	wantText, err := tk.Decode(want)
+	require.NoError(t, err)
+	gotText, err := tk.Decode(got)
+	require.NoError(t, err)
+	assert.Equal(t, string(wantText), string(gotText), "the greedy story after the fallback")
+	t.Logf("greedy: %q", gotText)
+}
+
+// Each (device, variant) is checked once per process: a second model on
+// the same device runs no check again.
+func TestSelfCheckCached(t *testing.T) {
+	dev := openDevice(t, true)
+	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+	run := newRunner(t, dev, m, mod.RoutingRouter)
+	checked := 0
+	for _, k := range run.ks.made {
+		if _, ok := checkerFor(k.v.Name); ok {
+			checked++
+		}
+	}
+	assert.Positive(t, checked, "the graph has checked kernels")
+	before := checksRun
+	again := newRunner(t, dev, m, mod.RoutingRouter)
+	assert.Equal(t, before, checksRun, "no check ran again")
+	assert.Equal(t, run.ks.prof, again.ks.prof)
+}
