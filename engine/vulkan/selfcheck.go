@@ -17,7 +17,8 @@ import (
 // The self-check at load (DESIGN.md §6): when a model opens on a device,
 // each kernel variant its graph made that depends on the device (the
 // matvecs, whose reduction and specialization come from the subgroup size
-// and limits, and the router score and routing decision kernels) runs once
+// and limits, the router score and routing decision kernels, and decode
+// attention, whose workgroup fits the shared memory) runs once
 // on a small input and is compared with the CPU within the kernel's stated
 // tolerance. A variant that fails (a driver that reports a subgroup size
 // its dispatches do not get; a miscompile) switches its op to the safe
@@ -239,8 +240,8 @@ func timeDispatch(dev *vk.Device, k *kernel, push []byte, groups [3]uint32, bind
 // CheckDevice is `modrun devices --check`: every kernel variant the
 // device's profile picks for a model's decode (matvec of every weight type
 // and fusion, the router score and the routing decision with and without
-// a predictor), checked against the CPU and timed, whatever the cache
-// holds.
+// a predictor, decode attention on F32 and F16 caches, split when the
+// profile splits), checked against the CPU and timed.
 func CheckDevice(dev *vk.Device) ([]SelfCheck, error) {
 	return checkProfile(dev, DeviceProfile(dev.Info()))
 }
@@ -267,6 +268,12 @@ func checkProfile(dev *vk.Device, prof shaders.Profile) ([]SelfCheck, error) {
 	}
 	for _, pred := range []bool{false, true} {
 		picks = append(picks, pick{shaders.RouteDecodeVariant(sd, pred, !prof.CPU), shaders.RouteDecodeSpec(sd)})
+	}
+	for _, kv := range []string{shaders.KVF32, shaders.KVF16} { // ks.get fits the workgroup to the device
+		picks = append(picks, pick{"decode_attention" + kv, nil})
+		if splits := prof.AttentionSplits(2048); splits > 1 {
+			picks = append(picks, pick{"decode_attention_split" + kv, shaders.DecodeAttentionSplitSpec(splits)})
+		}
 	}
 	var out []SelfCheck
 	for _, p := range picks {

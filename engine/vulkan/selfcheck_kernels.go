@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
@@ -28,6 +29,11 @@ func checkerFor(name string) (mk func(name string, spec []uint32) (checkCase, er
 	case "route_decode", "route_decode_sg", "route_decode_pred", "route_decode_pred_sg":
 		return routeDecodeCase, true
 	}
+	for _, kv := range []string{shaders.KVF32, shaders.KVF16} {
+		if name == "decode_attention"+kv || name == "decode_attention_split"+kv {
+			return decodeAttentionCase, true
+		}
+	}
 	return nil, false
 }
 
@@ -51,10 +57,15 @@ func checkOp(name string) string {
 		return "matvec " + typ + map[string]string{shaders.FuseNone: "", shaders.FuseAdd: " add", shaders.FuseNorm: " norm",
 			shaders.FuseNormSwiGLU: " norm swiglu"}[fuse]
 	}
-	if name == "router_score" || name == "router_score_sg" {
+	switch {
+	case name == "router_score" || name == "router_score_sg":
 		return "router score"
+	case strings.HasPrefix(name, "route_decode"):
+		return "routing decision"
+	case strings.HasPrefix(name, "decode_attention_split"):
+		return "attention split " + shaders.KVTypeName(strings.TrimPrefix(name, "decode_attention_split"))
 	}
-	return "routing decision"
+	return "attention " + shaders.KVTypeName(strings.TrimPrefix(name, "decode_attention"))
 }
 
 const (

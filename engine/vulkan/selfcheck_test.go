@@ -10,6 +10,7 @@ import (
 	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/tokenizer"
 	"github.com/modrun/modrun/vk"
+	"github.com/modrun/modrun/vk/vktest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -25,7 +26,8 @@ func gpuProfileOf(dev *vk.Device) shaders.Profile {
 }
 
 // Every kernel the device's profile picks, and a GPU's on the same device
-// (the subgroup kernels, their size required), passes its check, timed.
+// (the subgroup kernels, their size required; split attention), passes its
+// check, timed.
 func TestCheckDevice(t *testing.T) {
 	dev := openDevice(t, true)
 	own, err := CheckDevice(dev)
@@ -40,7 +42,14 @@ func TestCheckDevice(t *testing.T) {
 			subgroups++
 		}
 	}
-	assert.Len(t, own, len(shaders.MatvecTypes)*len(shaders.MatvecFusions)+4, "every matvec, two score plans, two decisions")
+	assert.Len(t, own, len(shaders.MatvecTypes)*len(shaders.MatvecFusions)+6, "every matvec, two score plans, two decisions, attention on two caches")
+	split := 0
+	for _, c := range gpu {
+		if strings.HasPrefix(c.Kernel, "decode_attention_split") {
+			split++
+		}
+	}
+	assert.Equal(t, 2, split, "the GPU profile's split attention, on both caches")
 	if dev.Info().Features.SubgroupArithmetic {
 		assert.Positive(t, subgroups, "the GPU profile's subgroup kernels were checked")
 	}
@@ -132,4 +141,31 @@ func TestSelfCheckCached(t *testing.T) {
 	again := newRunner(t, dev, m, mod.RoutingRouter)
 	assert.Equal(t, before, checksRun, "no check ran again")
 	assert.Equal(t, run.ks.prof, again.ks.prof)
+}
+
+// On the smallest device of the forced matrix (no optional feature, 16 KiB
+// of shared memory, 256 invocations) every variant picked passes too, the
+// attention workgroup halved to fit.
+func TestCheckDeviceMinimal(t *testing.T) {
+	var minimal vk.Restriction
+	for _, fd := range forcedDevices {
+		if fd.name == "minimal" {
+			minimal = fd.r
+		}
+	}
+	dev := vktest.OpenRestricted(t, vk.InstanceOptions{Validation: true}, minimal)
+	own, err := CheckDevice(dev)
+	require.NoError(t, err)
+	gpu, err := checkProfile(dev, gpuProfileOf(dev))
+	require.NoError(t, err)
+	fitted := 0
+	for _, c := range append(own, gpu...) {
+		assert.True(t, c.Pass, "%s %s: worst %.3g of its bound; %s", c.Op, c.Variant(), c.Worst, c.Err)
+		assert.NotContains(t, c.Kernel, "_sg", "no subgroup kernel without subgroup arithmetic")
+		if strings.HasPrefix(c.Kernel, "decode_attention") {
+			assert.Equal(t, []uint32{16, 128}, c.Spec[:2], c.Kernel)
+			fitted++
+		}
+	}
+	assert.Equal(t, 6, fitted, "attention on two caches in both profiles, and split in the GPU's")
 }
