@@ -13,7 +13,11 @@
 //
 // Only core Vulkan 1.2 is required. Optional features (Features) are
 // detected and enabled when present; a kernel that needs one must be chosen
-// only when DeviceInfo says so.
+// only when DeviceInfo says so. With VK_EXT_subgroup_size_control a kernel
+// may require its subgroup size, all subgroups full
+// (KernelSpec.RequiredSubgroupSize, DeviceInfo.CanRequireSubgroupSize).
+// DeviceInfo.Restrict makes a device look smaller (features off, limits
+// lower) for tests of what runs on small GPUs.
 //
 // Typical use:
 //
@@ -43,9 +47,11 @@
 // # lavapipe (Mesa 22.3.6, LLVM 15, "llvmpipe (LLVM 15.0.6, 256 bits)"), measured here
 //
 //   - type cpu, Vulkan 1.3.230; a 2 GiB device-local heap (host memory).
-//   - subgroup size 8 (one 256-bit SIMD register of float32); subgroup
-//     arithmetic and shuffle supported; float16, int8, 8/16-bit storage
-//     supported; no VK_KHR_cooperative_matrix.
+//   - subgroup size 8 (one 256-bit SIMD register of float32), the one size
+//     of its declared compute range [8, 8]; subgroupSizeControl and
+//     computeFullSubgroups for compute (maxComputeWorkgroupSubgroups 32);
+//     subgroup arithmetic and shuffle supported; float16, int8, 8/16-bit
+//     storage supported; no VK_KHR_cooperative_matrix.
 //   - maxComputeSharedMemorySize 32 KiB, 1024 invocations per workgroup,
 //     65535 workgroups per dimension.
 //   - maxStorageBufferRange 128 MiB: a larger tensor must be bound in pieces
