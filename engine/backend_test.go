@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/modrun/modrun/mod"
@@ -53,7 +54,7 @@ func TestBackendContextAndKV(t *testing.T) {
 // converted public MoD checkpoints) is refused by the fast CPU runner, which
 // does not implement those variants, so --backend cpu (and auto's CPU
 // fallback) runs it on mod's reference and says so, for generation and
-// for scoring alike.
+// for scoring alike; --backend vulkan generates with it.
 func TestPublicSemanticsRunOnTheReference(t *testing.T) {
 	m, err := mod.Open(benchModel)
 	require.NoError(t, err)
@@ -75,6 +76,13 @@ func TestPublicSemanticsRunOnTheReference(t *testing.T) {
 	defer sb.Close()
 	assert.Equal(t, BackendReference, sb.Name)
 	assert.Contains(t, notice, "run on the CPU reference")
+
+	// Vulkan runs them itself (engine/vulkan's TestGeneratePublicLayouts).
+	bv, notice, err := OpenBackend(&public, mod.RoutingRouter, BackendOptions{Name: BackendVulkan})
+	require.NoError(t, err)
+	defer bv.Close()
+	assert.True(t, strings.HasPrefix(bv.Name, BackendVulkan), bv.Name)
+	assert.Empty(t, notice)
 
 	// §3 models keep the fast runner.
 	b2, notice, err := OpenBackend(m, mod.RoutingRouter, BackendOptions{Name: BackendCPU})

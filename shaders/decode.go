@@ -22,8 +22,8 @@ package shaders
 //
 // In a routed layer, route_decode scores the token (after router_score's
 // hidden layer with the predictor) and writes the indirect arguments of
-// every kernel of the block, which runs on a copy of x, and scatter adds
-// the gated result.
+// every kernel of the block, which runs on a copy of x, and mod_residual
+// adds the gated result (or applies the file's gate target).
 
 // DecodeKVPush is decode_kv's push-constant block.
 type DecodeKVPush struct {
@@ -34,6 +34,7 @@ type DecodeKVPush struct {
 	VOff       uint32 // element offset of v in qkv
 	Layer      uint32 // index of this layer's entry count in counts
 	MaxEntries uint32 // entries the cache holds; an append past it is dropped
+	Compact    uint32 // 1: RoPE at the layer's entry count (mod.PositionsCompact), not the token's position
 }
 
 // DecodeAttentionPush is decode_attention's push-constant block.
@@ -80,6 +81,7 @@ type DecodeAttendPush struct {
 	Layer      uint32  // index of this layer's entry count in counts
 	MaxEntries uint32  // entries the cache holds; an append past it is dropped
 	Scale      float32 // score multiplier: float32(1/sqrt(HeadDim)), as mod.Attend
+	Compact    uint32  // 1: RoPE at the layer's entry count (mod.PositionsCompact), not the token's position
 }
 
 // DecodeAttendSpec is decode_attend's specialization constants for splits

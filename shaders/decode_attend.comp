@@ -90,12 +90,13 @@ void main() {
 	uint c = at;
 	bool room = c < p.maxEntries;
 	uint entries = room ? c + 1u : c;
+	uint rp = p.compact != 0u ? c : ps; // the RoPE position: compact, the entry's index
 
 	// 1. RoPE of q (this head) and of the new k (this kv head), as decode_kv.
 	for (uint i = tid; i < half_; i += WG) {
 		uint carry, lo;
-		umulExtended(ps, freq[i].x, carry, lo);
-		uint hi = ps * freq[i].y + carry;
+		umulExtended(rp, freq[i].x, carry, lo);
+		uint hi = rp * freq[i].y + carry;
 		float turns = float(int(hi)) * (1.0 / 4294967296.0) + float(lo) * (1.0 / 18446744073709551616.0);
 		float theta = turns * 6.28318530717958647692;
 		float cs = cos(theta), sn = sin(theta);

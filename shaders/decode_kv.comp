@@ -14,7 +14,10 @@
 //
 // RoPE is rope.comp's, exactly (Meta's interleaved pairs, the angle from a
 // 64-bit fixed-point fraction of a turn; see rope.comp for why): the pair
-// (2i, 2i+1) of every head turns by pos * freq[i].
+// (2i, 2i+1) of every head turns by pos * freq[i], or with compact
+// positions (push compact = 1, mod.PositionsCompact: the public MoD Llama 2
+// and Mixture-AI layouts) by c * freq[i], the token's index among the
+// tokens that entered the layer; kPos keeps the original position.
 //
 // With KV_F16 the cache holds halves (the default on GPUs: half the bytes
 // that attention reads per token), two to a word: a RoPE pair, or two
@@ -53,6 +56,7 @@ void main() {
 	barrier();
 	uint c = at;
 	uint ps = pos[0];
+	uint rp = p.compact != 0u ? c : ps; // the RoPE position: compact, the entry's index
 	uint half_ = p.headDim / 2u;
 	uint kvd = p.nKVHead * p.headDim;
 	bool room = c < p.maxEntries;
@@ -60,8 +64,8 @@ void main() {
 		// As rope.comp: turns = ps * freq mod 2^64 in units of 2^-64 turn,
 		// then a signed fraction of a turn, so the angle is in [-pi, pi).
 		uint carry, lo;
-		umulExtended(ps, freq[i].x, carry, lo);
-		uint hi = ps * freq[i].y + carry;
+		umulExtended(rp, freq[i].x, carry, lo);
+		uint hi = rp * freq[i].y + carry;
 		float turns = float(int(hi)) * (1.0 / 4294967296.0) + float(lo) * (1.0 / 18446744073709551616.0);
 		float theta = turns * 6.28318530717958647692;
 		float cs = cos(theta), sn = sin(theta);

@@ -137,7 +137,7 @@ func (p Profile) Fallback(name string) (fb Profile, safe string, ok bool) {
 		fb.MatvecReduce, fb.MatvecSpec = s.MatvecReduce, s.MatvecSpec
 		return fb, strings.Replace(name, ReduceSubgroup, ReduceShared, 1), true
 	case strings.HasPrefix(name, "router_score_sg"), strings.HasPrefix(name, "route_decode") && strings.HasSuffix(name, "_sg"):
-		fb.SubgroupArithmetic = false // the score and route plans read it (ScoreDevice)
+		fb.RoutingShared = true // the score and route plans read it (ScoreDevice)
 		return fb, strings.TrimSuffix(name, "_sg"), true
 	case strings.HasPrefix(name, "decode_attend") && p.FuseAttention:
 		fb.FuseAttention = false

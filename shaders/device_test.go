@@ -221,7 +221,9 @@ func TestFallback(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, "route_decode_pred", safe)
 	assert.Equal(t, ReduceSubgroup, fb.MatvecReduce, "matvec keeps its subgroups")
-	assert.Equal(t, "route_decode_pred", RouteDecodeVariant(ScoreDevice{SubgroupSize: fb.SubgroupSize, SubgroupArithmetic: fb.SubgroupArithmetic}, true, true))
+	assert.True(t, fb.SubgroupArithmetic, "the device keeps its subgroup arithmetic: matvec needs it")
+	assert.Equal(t, "route_decode_pred", RouteDecodeVariant(fb.ScoreDevice(), true, true))
+	assert.Equal(t, "route_decode_pred_sg", RouteDecodeVariant(p.ScoreDevice(), true, true))
 
 	fb, _, ok = p.Fallback("decode_attend_f16")
 	require.True(t, ok)

@@ -4,7 +4,9 @@
 // row, r the router scores of all n rows and g sigmoid (GATE_SIGMOID) or
 // identity (GATE_IDENTITY), as mod.Gate. Where the gate applies is the
 // file's llama-mod.mod.gate_target (mod.GateTarget*):
-//   TARGET_BLOCK (DESIGN.md §3): x[i] += g(r[i]) * (o[j] - x[i]), o = x + f(x);
+//   TARGET_BLOCK (DESIGN.md §3): x[i] += g(r[i]) * (o[j] - x[i]), o = x + f(x),
+//     read from x itself, not the gathered copy (the block may have
+//     overwritten that in place), two roundings as in Go (`precise`);
 //   TARGET_OUTPUT (the Mixture-AI wrapper): x[i] = g(r[i]) * o[j], the
 //     output, residual included, scaled;
 //   TARGET_MLP (MoD Llama 2): x[i] += o[j] + g(r[i]) * m[j], where the block
@@ -61,7 +63,9 @@ void main() {
 		precise float y = xv + t;
 		x[i * p.cols + e] = y;
 #else
-		x[i * p.cols + e] = xv + g * (o[j * p.cols + e] - xv);
+		precise float delta = g * (o[j * p.cols + e] - xv);
+		precise float y = xv + delta;
+		x[i * p.cols + e] = y;
 #endif
 	}
 }

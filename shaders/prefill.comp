@@ -13,7 +13,10 @@
 // PREFILL_COUNT: counts[layer] = min(counts[layer] + rows[0], maxEntries).
 //   Dispatch (1, 1, 1).
 // PREFILL_POS: pos[j] = chunkPos[idx[j]] for j < count[0]: the original
-//   positions of the selected rows. Dispatch Groups(ceil(n / 64)).
+//   positions of the selected rows; with COMPACT also ropePos[j] =
+//   counts[layer] + j, their compact positions (mod.PositionsCompact: a
+//   row's index among the rows that entered the layer), at which RoPE turns
+//   them (run before PREFILL_COUNT). Dispatch Groups(ceil(n / 64)).
 // PREFILL_ARGS: the indirect arguments of a routed block's n dispatches for
 //   the count of selected rows: args[i] = table[min(count, maxEntries)][i],
 //   a table of every dispatch's workgroups for each count 0..maxEntries
@@ -82,11 +85,18 @@ layout(std430, binding = 0) readonly buffer Idx { uint idx[]; };         // [cou
 layout(std430, binding = 1) readonly buffer Count { uint count[]; };     // [1]
 layout(std430, binding = 2) readonly buffer ChunkPos { uint cpos[]; };   // [n] the chunk's positions
 layout(std430, binding = 3) writeonly buffer Pos { uint pos[]; };        // [n] the selected rows' positions
+#ifdef COMPACT
+layout(std430, binding = 4) readonly buffer Counts { uint counts[]; };   // [nLayer] entries per layer
+layout(std430, binding = 5) writeonly buffer RopePos { uint rpos[]; };   // [n] the selected rows' compact positions
+#endif
 
 void main() {
 	uint j = groupIndex() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
 	if (j < count[0] && j < p.n) {
 		pos[j] = cpos[idx[j]];
+#ifdef COMPACT
+		rpos[j] = counts[p.layer] + j;
+#endif
 	}
 }
 #elif defined(PREFILL_ARGS)

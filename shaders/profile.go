@@ -70,6 +70,17 @@ type Profile struct {
 	// whose profile keeps the single-pass kernels (no atomics to trust to
 	// a software rasterizer's scheduling when nothing is gained).
 	FuseAttention bool
+	// RoutingShared makes the router score and routing decision kernels
+	// use the shared-memory tree even where subgroups are sure: the
+	// self-check's fallback when their subgroup variants fail on a device
+	// (Fallback), which leaves the matvecs' subgroups alone.
+	RoutingShared bool
+}
+
+// ScoreDevice is what PlanScore and RouteDecodeVariant are told of the
+// device: the profile's subgroups, unless RoutingShared.
+func (p Profile) ScoreDevice() ScoreDevice {
+	return ScoreDevice{CPU: p.CPU, SubgroupSize: p.SubgroupSize, SubgroupArithmetic: p.SubgroupArithmetic && !p.RoutingShared}
 }
 
 // matvecRowsPerGroup is how many rows (subgroups) a GPU's matvec workgroup

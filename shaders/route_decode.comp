@@ -8,7 +8,10 @@
 // block runs (DESIGN.md §6) where it took four commands (router_score,
 // compact_positive, decode_args, a copy of x):
 //   r = w . x + bias[0]                    the router score, scatter's g(r)
-//   PREDICTOR: p = w2 . h                  h = SiLU(W1 x) from router.comp
+//   PREDICTOR: p = w2 . h [+ pb[0]]        an MLP predictor: h = SiLU(W1 x)
+//                                          from router.comp; a linear one
+//                                          (mod.PredictorLinear): h = x,
+//                                          w2 its weight, pb its bias
 //   selected = selects(bits of p, else r)  include/selects.glsl (mod.Selects)
 //   count[0] = selected ? 1 : 0
 //   args[j] = selected ? groups[j] : (0, 1, 1), j < m   the indirect
@@ -43,6 +46,7 @@ layout(std430, binding = 7) writeonly buffer Args { uint args[]; };   // [m][3] 
 layout(std430, binding = 8) readonly buffer H { float h[]; };   // [predHidden] SiLU(W1 x)
 layout(std430, binding = 9) readonly buffer W2 { float w2[]; }; // [predHidden] mod_pred_down.weight
 layout(std430, binding = 10) writeonly buffer P { float pOut[]; }; // [1]
+layout(std430, binding = 11) readonly buffer PB { float pb[]; };    // [1] (read when predBias)
 #endif
 
 #include "include/dotreduce.glsl"
@@ -67,6 +71,9 @@ void main() {
 		pa += w2[j] * h[j];
 	}
 	score = dotSum(pa);
+	if (p.predBias != 0u) {
+		score += pb[0];
+	}
 #endif
 	// Every invocation holds the same sums (dotSum returns the total in
 	// each), so each decides alike and writes its share of the arguments.

@@ -7,9 +7,10 @@ import (
 
 // The MoD routing kernels (DESIGN.md §3 and §6): router and predictor
 // scores, top-k by bitonic sort, threshold selection and compaction into an
-// index list, a count and indirect-dispatch arguments, and the gather and
-// gated scatter of the selected rows. Everything that decides how much of a
-// routed block runs stays on the GPU.
+// index list, a count and indirect-dispatch arguments, and the gather of
+// the selected rows (their gated residual is mod_residual, dense.go, for
+// every gate target). Everything that decides how much of a routed block
+// runs stays on the GPU.
 //
 // Eval (top-k) step, n tokens, k = mod.TopK(capacity, n):
 //
@@ -18,7 +19,7 @@ import (
 //	compact_mask                  mask     -> idx, count, args
 //	gather (indirect on args)     x, idx   -> xs
 //	... the block on xs[0:count] -> o ...
-//	scatter (indirect on args)    o, r     -> x
+//	mod_residual (indirect on args) o, r   -> x
 //
 // Generate (causal) step: compact_positive on r (router) or p (the
 // predictor: router_score twice, W1 with SiLU then w2) in place of topk +
@@ -26,9 +27,9 @@ import (
 // the block's indirect arguments and the copy of x into route_decode:
 //
 //	[router_score W1 x, SiLU -> h]          predictor routing only
-//	route_decode  x, w, b [h, w2] -> xs = x, r, count, args (block and scatter)
+//	route_decode  x, w, b [h, w2] -> xs = x, r, count, args (block and mod_residual)
 //	... the block on xs, every dispatch indirect on args ...
-//	scatter (indirect on args)    xs, r    -> x
+//	mod_residual (indirect on args) xs, r  -> x
 
 // Push-constant structs, mirroring include/push_routing.glsl member for member.
 
@@ -54,6 +55,7 @@ type RouteDecodePush struct {
 	HasBias    uint32 // 1: add bias[0]; 0: the bias binding is not read
 	PredHidden uint32 // route_decode_pred*: elements of h and w2; 0 otherwise
 	M          uint32 // dispatches in the groups and args tables
+	PredBias   uint32 // route_decode_pred*: 1 adds pb[0] to p (a linear predictor's bias); 0: pb is not read
 }
 
 // TopkPush is the push-constant block of every topk variant.
@@ -77,11 +79,6 @@ type GatherPush struct {
 	NEmbd uint32 // elements of each row
 }
 
-// ScatterPush is scatter's push-constant block.
-type ScatterPush struct {
-	NEmbd uint32 // elements of each row
-}
-
 // Routing specialization constants.
 var (
 	// TopkSpec is [workgroup size, keys sorted in shared memory]: 2048 keys
@@ -89,15 +86,12 @@ var (
 	TopkSpec = []uint32{256, TopkLocal}
 	// CompactSpec is [workgroup size]: the scan's width.
 	CompactSpec = []uint32{256}
-	// ScatterGateSigmoid and ScatterGateIdentity choose scatter's g.
-	ScatterGateSigmoid  = []uint32{0}
-	ScatterGateIdentity = []uint32{1}
 )
 
 // TopkLocal is the most scores the one-workgroup topk takes (TopkSpec[1]).
 const TopkLocal = 2048
 
-// RoutingRowsPerGroup is what gather and scatter cover per workgroup: pass it
+// RoutingRowsPerGroup is what gather and mod_residual cover per workgroup: pass it
 // as CompactPush.RowsPerGroup when compact's arguments dispatch them.
 const RoutingRowsPerGroup = 1
 
@@ -170,18 +164,6 @@ func routingVariants() []Variant {
 			Push: GatherPush{}, LocalSize: [3]uint32{64, 1, 1},
 			Notes: "dispatch indirectly on compact's args (RoutingRowsPerGroup), or Groups(most rows)",
 		},
-		{
-			Name: "scatter", Source: "scatter.comp",
-			Bindings: []Binding{
-				{"idx", Read, "[count] u32"},
-				{"count", Read, "[1] u32"},
-				{"r", Read, "[n] f32"},
-				{"o", Read, "[count][nEmbd] f32"},
-				{"x", ReadWrite, "[n][nEmbd] f32"},
-			},
-			Push: ScatterPush{}, LocalSize: [3]uint32{64, 1, 1}, Spec: ScatterGateSigmoid,
-			Notes: "Spec: ScatterGateSigmoid or ScatterGateIdentity; dispatch as gather",
-		},
 	}
 }
 
@@ -220,8 +202,9 @@ func routeDecodeVariant(name string, defines []string) Variant {
 		v.Bindings = append(v.Bindings,
 			Binding{"h", Read, "[predHidden] f32: SiLU(W1 x), router_score with RouterActSiLU"},
 			Binding{"w2", Read, "[predHidden] f32"},
-			Binding{"p", Write, "[1] f32: the predictor score, which decides"})
-		v.Notes = "decides on p = w2 . h; " + v.Notes
+			Binding{"p", Write, "[1] f32: the predictor score, which decides"},
+			Binding{"pb", Read, "[1] f32: the predictor's bias (any buffer when predBias is 0)"})
+		v.Notes = "decides on p = w2 . h [+ pb]: an MLP predictor's h is SiLU(W1 x), a linear one's is x itself; " + v.Notes
 	}
 	return v
 }

@@ -542,9 +542,9 @@ func scatterRef(x, o, r []float32, sel []int, d int, gate string) (want, scale [
 func TestGatherScatter(t *testing.T) {
 	dev := openDevice(t)
 	kGather := newKernel(t, dev, routingLookup(t, "gather"))
-	kScatter := map[string]*vk.Kernel{
-		mod.GateSigmoid:  newKernel(t, dev, routingLookup(t, "scatter"), ScatterGateSigmoid...),
-		mod.GateIdentity: newKernel(t, dev, routingLookup(t, "scatter"), ScatterGateIdentity...),
+	kScatter := map[string]*vk.Kernel{ // the gated residual: mod_residual, DESIGN.md §3's target
+		mod.GateSigmoid:  newKernel(t, dev, denseLookup(t, ModResidualVariant(mod.GateSigmoid, mod.GateTargetBlock))),
+		mod.GateIdentity: newKernel(t, dev, denseLookup(t, ModResidualVariant(mod.GateIdentity, mod.GateTargetBlock))),
 	}
 	for _, n := range routingSizes {
 		for _, d := range []int{1, 7, 64, 100} {
@@ -573,15 +573,15 @@ func TestGatherScatter(t *testing.T) {
 						xs := routingBuffer(t, dev, rec, n*d, 0x7fc00000)
 						gBinds := []vk.Bind{{Buf: idx, Access: vk.Read}, {Buf: count, Access: vk.Read},
 							{Buf: xb, Access: vk.Read}, {Buf: xs, Access: vk.Write}}
-						sBinds := []vk.Bind{{Buf: idx, Access: vk.Read}, {Buf: count, Access: vk.Read},
-							{Buf: rb, Access: vk.Read}, {Buf: ob, Access: vk.Read}, {Buf: xb, Access: vk.ReadWrite}}
-						gPush, sPush := vk.MustPackPush(GatherPush{NEmbd: uint32(d)}), vk.MustPackPush(ScatterPush{NEmbd: uint32(d)})
-						if indirect {
+						sBinds := []vk.Bind{{Buf: xb, Access: vk.ReadWrite}, {Buf: ob, Access: vk.Read},
+							{Buf: idx, Access: vk.Read}, {Buf: rb, Access: vk.Read}}
+						gPush := vk.MustPackPush(GatherPush{NEmbd: uint32(d)})
+						if indirect { // count workgroups: K is only a bound
 							rec.DispatchIndirect(kGather, gPush, args, 0, gBinds...)
-							rec.DispatchIndirect(kScatter[gate], sPush, args, 0, sBinds...)
-						} else { // over every row there could be: those past count do nothing
+							rec.DispatchIndirect(kScatter[gate], vk.MustPackPush(ModResidualPush{Cols: uint32(d), N: uint32(n), K: uint32(n)}), args, 0, sBinds...)
+						} else { // over every row there could be: those past count (gather) or K (mod_residual) do nothing
 							rec.Dispatch(kGather, gPush, Groups(uint32(n)), gBinds...)
-							rec.Dispatch(kScatter[gate], sPush, Groups(uint32(n)), sBinds...)
+							rec.Dispatch(kScatter[gate], vk.MustPackPush(ModResidualPush{Cols: uint32(d), N: uint32(n), K: uint32(ks)}), Groups(uint32(n)), sBinds...)
 						}
 						require.NoError(t, dev.Run(rec), name)
 						ones := make([]float64, ks*d)
@@ -634,9 +634,9 @@ func TestRoutingEndToEnd(t *testing.T) {
 	kPos := newKernel(t, dev, routingLookup(t, "compact_positive"))
 	kGather := newKernel(t, dev, routingLookup(t, "gather"))
 	kAdd := newKernel(t, dev, routingLookup(t, "add"))
-	kScatter := map[string]*vk.Kernel{
-		mod.GateSigmoid:  newKernel(t, dev, routingLookup(t, "scatter"), ScatterGateSigmoid...),
-		mod.GateIdentity: newKernel(t, dev, routingLookup(t, "scatter"), ScatterGateIdentity...),
+	kScatter := map[string]*vk.Kernel{ // the gated residual: mod_residual, DESIGN.md §3's target
+		mod.GateSigmoid:  newKernel(t, dev, denseLookup(t, ModResidualVariant(mod.GateSigmoid, mod.GateTargetBlock))),
+		mod.GateIdentity: newKernel(t, dev, denseLookup(t, ModResidualVariant(mod.GateIdentity, mod.GateTargetBlock))),
 	}
 	for _, tc := range []struct {
 		routing mod.Routing
@@ -697,9 +697,9 @@ func TestRoutingEndToEnd(t *testing.T) {
 			vk.Bind{Buf: st.x, Access: vk.Read}, vk.Bind{Buf: st.xs, Access: vk.Write})
 		rec.DispatchIndirect(kAdd, vk.MustPackPush(AddPush{N: n * d}), st.args, 0, // o = 2 xs, count rows
 			vk.Bind{Buf: st.xs, Access: vk.Read}, vk.Bind{Buf: st.xs, Access: vk.Read}, vk.Bind{Buf: st.o, Access: vk.Write})
-		rec.DispatchIndirect(kScatter[tc.gate], vk.MustPackPush(ScatterPush{NEmbd: d}), st.args, 0,
-			vk.Bind{Buf: st.idx, Access: vk.Read}, vk.Bind{Buf: st.count, Access: vk.Read}, vk.Bind{Buf: st.r, Access: vk.Read},
-			vk.Bind{Buf: st.o, Access: vk.Read}, vk.Bind{Buf: st.x, Access: vk.ReadWrite})
+		rec.DispatchIndirect(kScatter[tc.gate], vk.MustPackPush(ModResidualPush{Cols: d, N: n, K: n}), st.args, 0,
+			vk.Bind{Buf: st.x, Access: vk.ReadWrite}, vk.Bind{Buf: st.o, Access: vk.Read},
+			vk.Bind{Buf: st.idx, Access: vk.Read}, vk.Bind{Buf: st.r, Access: vk.Read})
 		require.NoError(t, rec.Err())
 
 		inputs := map[string][]float32{}

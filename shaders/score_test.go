@@ -205,6 +205,7 @@ type routeDecodeCase struct {
 	w, x       []float32 // [d]
 	bias       *float32
 	w2, h      []float32 // [predHidden]: predictor routing when non-nil
+	pbias      *float32  // the predictor's bias (a linear predictor's), or none
 	wantSelect *bool     // when set, the decision the crafted scores force
 }
 
@@ -235,6 +236,10 @@ func TestRouteDecode(t *testing.T) {
 				cases = append(cases, routeDecodeCase{name: fmt.Sprintf("random-pred/d%d/%d", d, rep), w: c.w, x: c.x, bias: c.bias,
 					w2: routingNormal(rng, h, 1), h: routingNormal(rng, h, 1)})
 			}
+			// A linear predictor (mod.PredictorLinear): p = w2 . x + b.
+			pb := float32(rng.NormFloat64() * 0.5)
+			cases = append(cases, routeDecodeCase{name: fmt.Sprintf("random-linear/d%d/%d", d, rep), w: c.w, x: c.x, bias: c.bias,
+				w2: routingNormal(rng, d, 1/math.Sqrt(float64(d))), h: c.x, pbias: &pb})
 		}
 	}
 	// Crafted: w = 0 makes r = +0 + bias, bit for bit; w2 = (1, 0, ...) makes
@@ -292,7 +297,7 @@ func (c routeDecodeCase) run(t *testing.T, dev *vk.Device, k *vk.Kernel, name st
 	pred := c.h != nil
 	if pred {
 		var pCPU []float32
-		pCPU, scoreWant, scoreScale = routerRef(t, c.w2, c.h, nil, 1, len(c.h))
+		pCPU, scoreWant, scoreScale = routerRef(t, c.w2, c.h, c.pbias, 1, len(c.h))
 		score, tol = pCPU[0], dotTolerance(len(c.h), int(wg))
 	}
 	rec := dev.NewRecorder()
@@ -309,8 +314,13 @@ func (c routeDecodeCase) run(t *testing.T, dev *vk.Device, k *vk.Kernel, name st
 	if pred {
 		p = routingBuffer(t, dev, rec, 1, 0x7fc00000)
 		push.PredHidden = uint32(len(c.h))
+		pb := []float32{0}
+		if c.pbias != nil {
+			pb, push.PredBias = []float32{*c.pbias}, 1
+		}
 		binds = append(binds, vk.Bind{Buf: newBuffer(t, dev, f32bytes(c.h)), Access: vk.Read},
-			vk.Bind{Buf: newBuffer(t, dev, f32bytes(c.w2)), Access: vk.Read}, vk.Bind{Buf: p, Access: vk.Write})
+			vk.Bind{Buf: newBuffer(t, dev, f32bytes(c.w2)), Access: vk.Read}, vk.Bind{Buf: p, Access: vk.Write},
+			vk.Bind{Buf: newBuffer(t, dev, f32bytes(pb)), Access: vk.Read})
 	}
 	rec.Dispatch(k, vk.MustPackPush(push), [3]uint32{1, 1, 1}, binds...)
 	require.NoError(t, dev.Run(rec), name)
@@ -394,7 +404,8 @@ func BenchmarkScores(b *testing.B) {
 			binds := []vk.Bind{{Buf: wb, Access: vk.Read}, {Buf: bias, Access: vk.Read}, {Buf: xb, Access: vk.ReadWrite}, {Buf: xs, Access: vk.Write},
 				{Buf: out, Access: vk.Write}, {Buf: count, Access: vk.Write}, {Buf: groups, Access: vk.Read}, {Buf: args, Access: vk.Write}}
 			if predHidden > 0 {
-				binds = append(binds, vk.Bind{Buf: hid, Access: vk.Read}, vk.Bind{Buf: w2b, Access: vk.Read}, vk.Bind{Buf: p, Access: vk.Write})
+				binds = append(binds, vk.Bind{Buf: hid, Access: vk.Read}, vk.Bind{Buf: w2b, Access: vk.Read}, vk.Bind{Buf: p, Access: vk.Write},
+					vk.Bind{Buf: w2b, Access: vk.Read})
 			}
 			rec.Dispatch(k, vk.MustPackPush(RouteDecodePush{NEmbd: d, HasBias: 0, PredHidden: predHidden, M: 12}), [3]uint32{1, 1, 1}, binds...)
 		}

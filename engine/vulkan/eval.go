@@ -500,7 +500,7 @@ func (e *Evaluator) recordRouted(rec *vk.Recorder, er *evalRec, a *evalActs, l i
 // output).
 func (e *Evaluator) recordBlock(rec *vk.Recorder, a *evalActs, l int, xb *vk.Buffer, n int, pos *vk.Buffer, mlpAdd bool) error {
 	nu := uint32(n)
-	ops, err := e.w.batchBlockOps(l, &e.blocks[l], a, xb, n, pos, nil, mlpAdd, attentionArgs{n: nu, entries: nu, kv: shaders.KVF32,
+	ops, err := e.w.batchBlockOps(l, &e.blocks[l], a, xb, n, pos, pos, nil, mlpAdd, attentionArgs{n: nu, entries: nu, kv: shaders.KVF32,
 		q: a.qr, k: a.kr, v: a.v, kPos: pos, qPos: pos, partO: a.partO, partML: a.partML, out: a.att})
 	if err != nil {
 		return err
@@ -513,12 +513,13 @@ func (e *Evaluator) recordBlock(rec *vk.Recorder, a *evalActs, l int, xb *vk.Buf
 
 // batchBlockOps are the dispatches of Llama block l (eb: its matrices bound
 // for matmul) on the first n rows of xb, in place, at the positions in pos
-// [n] u32, with scratch a: rmsnorm, matmul q, k, v, rope, then kv (a
+// [n] u32 (RoPE at ropePos: pos, or compact positions), with scratch a:
+// rmsnorm, matmul q, k, v, rope, then kv (a
 // generate-mode cache's append, or nothing), attention att (its q, out and
 // partials are a's), matmul o, add, rmsnorm, matmul gate and up, swiglu,
 // matmul down, add (left out without mlpAdd: the MoD Llama 2 gate scales
 // the MLP output first). Eval windows and prefill chunks share it.
-func (r *Runner) batchBlockOps(l int, eb *evalBlock, a *evalActs, xb *vk.Buffer, n int, pos *vk.Buffer, kv []op, mlpAdd bool, att attentionArgs) ([]op, error) {
+func (r *Runner) batchBlockOps(l int, eb *evalBlock, a *evalActs, xb *vk.Buffer, n int, pos, ropePos *vk.Buffer, kv []op, mlpAdd bool, att attentionArgs) ([]op, error) {
 	c := r.c
 	b := &r.w.blocks[l]
 	nu, d := uint32(n), uint32(c.NEmbd)
@@ -540,7 +541,7 @@ func (r *Runner) batchBlockOps(l int, eb *evalBlock, a *evalActs, xb *vk.Buffer,
 	addOp := newOp(add, shaders.AddPush{N: nu * d}, shaders.Groups((nu*d+255)/256), rd(xb, 0, 0), rd(a.ob, 0, 0), wr(xb, 0, 0))
 	ropeOp := func(x, out *vk.Buffer, heads int) op {
 		return newOp(rope, shaders.RopePush{HeadDim: uint32(c.HeadDim), NHead: uint32(heads), N: nu}, shaders.Groups(nu),
-			rd(x, 0, 0), rd(pos, 0, 0), rd(r.w.ropeFreq, 0, 0), wr(out, 0, 0))
+			rd(x, 0, 0), rd(ropePos, 0, 0), rd(r.w.ropeFreq, 0, 0), wr(out, 0, 0))
 	}
 	attOps, err := r.batchAttentionOps(att)
 	if err != nil {

@@ -85,8 +85,9 @@ func (ks *kernels) row(name string, cols int) (*kernel, error) {
 
 // scoreDevice is what shaders.PlanScore needs to know of the device.
 func (ks *kernels) scoreDevice() shaders.ScoreDevice {
-	return shaders.ScoreDevice{CPU: ks.prof.CPU && !ks.routeAsGPU, SubgroupSize: ks.prof.SubgroupSize,
-		SubgroupArithmetic: ks.prof.SubgroupArithmetic}
+	sd := ks.prof.ScoreDevice()
+	sd.CPU = sd.CPU && !ks.routeAsGPU
+	return sd
 }
 
 func (ks *kernels) Close() {

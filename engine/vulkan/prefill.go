@@ -21,9 +21,11 @@ import (
 //	              SiLU hidden layer and score -> p); compact_positive
 //	              (r > 0 or p > 0, on the bits as mod.Selects) -> idx,
 //	              count, args; gather x[idx] -> xs; prefill_pos -> the
-//	              selected rows' positions; prefill_args -> the block's
+//	              selected rows' positions (and compact ones, for RoPE,
+//	              with mod.PositionsCompact); prefill_args -> the block's
 //	              indirect arguments for the count; the block on xs;
-//	              scatter x[idx] += g(r) (xs - x[idx])
+//	              mod_residual x[idx] += g(r) (xs - x[idx]) (or the file's
+//	              gate target)
 //	copy the last row of x to the decode step's x; the decode step's
 //	output (recordLogits)                      -> logits, best
 //
@@ -56,6 +58,7 @@ type prefill struct {
 	rows   *vk.Buffer           // [1] u32: n, filled by each recording (the dense layers' append count)
 	pred   *vk.Buffer           // [ub] f32 predictor scores
 	psel   *vk.Buffer           // [ub] u32 positions of a routed layer's selected rows
+	prope  *vk.Buffer           // [ub] u32 their compact positions (mod.PositionsCompact), at which RoPE turns them
 	hidden *vk.Buffer           // [ub][predHidden] f32 the predictor's hidden layer (predictor routing)
 	trace  *vk.Buffer           // [nRouted][3][ub]: r f32, p f32, selected u32 of each row (Options.Trace)
 	recs   map[int]*vk.Recorder // by chunk length; -n: with every row's logits (Score)
@@ -114,7 +117,7 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 	a.pos, pf.tok = must(f32(ub), vk.HostVisible), must(f32(ub), vk.HostVisible)
 	a.r, a.mask, a.count, a.args = must(f32(ub), dev), must(f32(ub), dev), must(4, dev), must(12, dev)
 	a.keys = must(f32(ub), dev) // the selected rows of the chunk (compact_positive's idx)
-	pf.rows, pf.pred, pf.psel = must(4, dev), must(f32(ub), dev), must(f32(ub), dev)
+	pf.rows, pf.pred, pf.psel, pf.prope = must(4, dev), must(f32(ub), dev), must(f32(ub), dev), must(f32(ub), dev)
 	if r.routing == mod.RoutingPredictor && c.PredictorHidden > 0 {
 		pf.hidden = must(f32(ub*c.PredictorHidden), dev)
 	}
@@ -237,8 +240,9 @@ func (r *Runner) recordPrefill(n int, all bool) (*vk.Recorder, error) {
 // recordPrefillRouted records routed layer l, the j-th routed one, on a
 // chunk of n tokens: causal routing (r > 0, or p > 0 with the predictor, on
 // the scores' bits as mod.Selects) selects rows on the GPU, the block runs
-// on them, scatter adds g(r) times its output. With Options.Trace each
-// row's r, p and selection are copied to the trace buffer.
+// on them, mod_residual adds g(r) times its output (or applies the file's
+// gate target). With Options.Trace each row's r, p and selection are copied
+// to the trace buffer.
 func (r *Runner) recordPrefillRouted(rec *vk.Recorder, l, n, j int) error {
 	c := r.c
 	pf := r.pf
@@ -252,10 +256,6 @@ func (r *Runner) recordPrefillRouted(rec *vk.Recorder, l, n, j int) error {
 			kerr = err
 		}
 		return k
-	}
-	gate := shaders.ScatterGateSigmoid
-	if c.Gate == mod.GateIdentity {
-		gate = shaders.ScatterGateIdentity
 	}
 	hasBias := uint32(0)
 	if rt.hasBias {
@@ -271,7 +271,13 @@ func (r *Runner) recordPrefillRouted(rec *vk.Recorder, l, n, j int) error {
 	ops := []op{newOp(k, shaders.RouterPush{N: nu, Rows: 1, Cols: d, HasBias: hasBias}, groups,
 		rd(rt.w, 0, 0), rd(rt.bias, 0, 0), rd(a.x, 0, 0), wr(a.r, 0, 0))}
 	decide := a.r
-	if r.routing == mod.RoutingPredictor {
+	switch {
+	case r.routing == mod.RoutingPredictor && rt.pred != nil:
+		// A linear predictor: p = w . x + b, a score as the router's.
+		ops = append(ops, newOp(k, shaders.RouterPush{N: nu, Rows: 1, Cols: d, HasBias: 1}, groups,
+			rd(rt.pred, 0, 0), rd(rt.predBias, 0, 0), rd(a.x, 0, 0), wr(pf.pred, 0, 0)))
+		decide = pf.pred // p > 0; the multiplier is still g(r)
+	case r.routing == mod.RoutingPredictor:
 		// p = w2 . SiLU(W1 x), no bias: the hidden layer, then the score.
 		k, groups := score(nu, rt.predHidden, d)
 		ops = append(ops, newOp(k, shaders.RouterPush{N: nu, Rows: rt.predHidden, Cols: d, Act: shaders.RouterActSiLU}, groups,
@@ -279,17 +285,23 @@ func (r *Runner) recordPrefillRouted(rec *vk.Recorder, l, n, j int) error {
 		k, groups = score(nu, 1, rt.predHidden)
 		ops = append(ops, newOp(k, shaders.RouterPush{N: nu, Rows: 1, Cols: rt.predHidden}, groups,
 			rd(rt.predDown, 0, 0), rd(rt.predDown, 0, 0), rd(pf.hidden, 0, 0), wr(pf.pred, 0, 0)))
-		decide = pf.pred // p > 0; the multiplier is still g(r)
+		decide = pf.pred
+	}
+	rb := r.routedBlockOf(a.ob)
+	posOp := newOp(get("prefill_pos", nil), shaders.PrefillPush{N: nu}, shaders.Groups((nu+63)/64),
+		rd(idx, 0, 0), rd(a.count, 0, 0), rd(a.pos, 0, 0), wr(pf.psel, 0, 0))
+	if rb.compactPos { // and the compact positions, from the layer's count before the chunk
+		posOp = newOp(get("prefill_pos_compact", nil), shaders.PrefillPush{N: nu, Layer: uint32(l)}, shaders.Groups((nu+63)/64),
+			rd(idx, 0, 0), rd(a.count, 0, 0), rd(a.pos, 0, 0), wr(pf.psel, 0, 0), rd(r.counts, 0, 0), wr(pf.prope, 0, 0))
 	}
 	ops = append(ops,
 		newOp(get("compact_positive", nil), shaders.CompactPush{N: nu, RowsPerGroup: shaders.RoutingRowsPerGroup, Cols: d}, [3]uint32{1, 1, 1},
 			rd(decide, 0, 0), wr(idx, 0, 0), wr(a.count, 0, 0), wr(a.args, 0, 0), wr(a.mask, 0, 0), rw(a.x, 0, 0)),
 		newOp(get("gather", nil), shaders.GatherPush{NEmbd: d}, shaders.Groups(nu),
 			rd(idx, 0, 0), rd(a.count, 0, 0), rd(a.x, 0, 0), wr(a.xs, 0, 0)),
-		newOp(get("prefill_pos", nil), shaders.PrefillPush{N: nu}, shaders.Groups((nu+63)/64),
-			rd(idx, 0, 0), rd(a.count, 0, 0), rd(a.pos, 0, 0), wr(pf.psel, 0, 0)),
+		posOp,
 	)
-	scatter := get("scatter", gate)
+	residual := get(shaders.ModResidualVariant(c.Gate, c.GateTarget), nil)
 	if kerr != nil {
 		return kerr
 	}
@@ -305,12 +317,16 @@ func (r *Runner) recordPrefillRouted(rec *vk.Recorder, l, n, j int) error {
 		rec.Copy(a.mask, pf.trace, 0, off+8*uint64(pf.ub), rB)
 		r.timestamp(rec, "copy")
 	}
-	if err := r.recordPrefillRoutedBlock(rec, l, n); err != nil {
+	if err := r.recordPrefillRoutedBlock(rec, l, n, rb); err != nil {
 		return err
 	}
-	rec.DispatchIndirect(scatter.k, vk.MustPackPush(shaders.ScatterPush{NEmbd: d}), a.args, 0,
-		rd(idx, 0, 0), rd(a.count, 0, 0), rd(a.r, 0, 0), rd(a.xs, 0, 0), rw(a.x, 0, 0))
-	r.timestamp(rec, scatter.v.Name)
+	// One workgroup per selected row: compact_positive's arguments.
+	binds := []vk.Bind{rw(a.x, 0, 0), rd(a.xs, 0, 0), rd(idx, 0, 0), rd(a.r, 0, 0)}
+	if rb.mlpOut != nil {
+		binds = append(binds, rd(rb.mlpOut, 0, 0))
+	}
+	rec.DispatchIndirect(residual.k, vk.MustPackPush(shaders.ModResidualPush{Cols: d, N: nu, K: nu}), a.args, 0, binds...)
+	r.timestamp(rec, residual.v.Name)
 	return nil
 }
 
@@ -348,7 +364,7 @@ func (r *Runner) readPrefillTrace(n int) error {
 // real (the rest are computed and ignored), and those are appended to the
 // layer's cache before attention reads it.
 func (r *Runner) recordPrefillBlock(rec *vk.Recorder, l int, xb *vk.Buffer, n int, pos, rows *vk.Buffer) error {
-	ops, err := r.prefillBlockOps(l, xb, n, n, pos, rows)
+	ops, err := r.prefillBlockOps(l, xb, n, n, pos, rows, routedBlock{})
 	if err != nil {
 		return err
 	}
@@ -360,8 +376,10 @@ func (r *Runner) recordPrefillBlock(rec *vk.Recorder, l int, xb *vk.Buffer, n in
 
 // prefillBlockOps are recordPrefillBlock's dispatches: the batched block,
 // its k and v appended to the layer's cache (the first rows[0] of the n
-// rows) before attention reads the cache.
-func (r *Runner) prefillBlockOps(l int, xb *vk.Buffer, n, maxRows int, pos, rows *vk.Buffer) ([]op, error) {
+// rows) before attention reads the cache. A routed block of the public
+// layouts (rb) turns its rows at compact positions (pf.prope) and leaves
+// its MLP output apart in a.ob for mod_residual.
+func (r *Runner) prefillBlockOps(l int, xb *vk.Buffer, n, maxRows int, pos, rows *vk.Buffer, rb routedBlock) ([]op, error) {
 	c := r.c
 	a := &r.pf.a
 	kc := r.cache[l]
@@ -381,7 +399,11 @@ func (r *Runner) prefillBlockOps(l int, xb *vk.Buffer, n, maxRows int, pos, rows
 			wr(kc.k, 0, 0), wr(kc.v, 0, 0), wr(kc.pos, 0, 0)),
 		newOp(count, push, [3]uint32{1, 1, 1}, rd(rows, 0, 0), rw(r.counts, 0, 0)),
 	}
-	return r.batchBlockOps(l, &r.pf.blocks[l], a, xb, n, pos, appendKV, true, attentionArgs{n: nu, maxRows: uint32(maxRows), entries: uint32(r.ctx), layer: uint32(l),
+	ropePos := pos
+	if rb.compactPos {
+		ropePos = r.pf.prope
+	}
+	return r.batchBlockOps(l, &r.pf.blocks[l], a, xb, n, pos, ropePos, appendKV, rb.mlpOut == nil, attentionArgs{n: nu, maxRows: uint32(maxRows), entries: uint32(r.ctx), layer: uint32(l),
 		counts: r.counts, kv: r.kv, q: a.qr, k: kc.k, v: kc.v, kPos: kc.pos, qPos: pos, partO: a.partO, partML: a.partML, out: a.att})
 }
 
@@ -391,10 +413,10 @@ func (r *Runner) prefillBlockOps(l int, xb *vk.Buffer, n, maxRows int, pos, rows
 // the count from a table of the sizes for every count 0..n, made here (the
 // block's dispatches for k rows, k = 0..n), so the block costs what its
 // selected rows cost, not the chunk's.
-func (r *Runner) recordPrefillRoutedBlock(rec *vk.Recorder, l, n int) error {
+func (r *Runner) recordPrefillRoutedBlock(rec *vk.Recorder, l, n int, rb routedBlock) error {
 	pf := r.pf
 	a := &pf.a
-	ops, err := r.prefillBlockOps(l, a.xs, n, n, pf.psel, a.count)
+	ops, err := r.prefillBlockOps(l, a.xs, n, n, pf.psel, a.count, rb)
 	if err != nil {
 		return err
 	}
@@ -403,7 +425,7 @@ func (r *Runner) recordPrefillRoutedBlock(rec *vk.Recorder, l, n int) error {
 	if !ok {
 		sizes := make([]uint32, 0, 3*m*(n+1))
 		for k := 0; k <= n; k++ {
-			opsK, err := r.prefillBlockOps(l, a.xs, k, n, pf.psel, a.count)
+			opsK, err := r.prefillBlockOps(l, a.xs, k, n, pf.psel, a.count, rb)
 			if err != nil {
 				return err
 			}

@@ -190,7 +190,7 @@ func TestGPURoutingPlans(t *testing.T) {
 // TestRoutedDispatches counts the dispatches of the recorded decode step of
 // a MoD model, and, token by token, those that ran workgroups. A routed
 // block records 1 direct dispatch (route_decode; 2 with the predictor's
-// hidden layer) and its block's and scatter's dispatches, all indirect on
+// hidden layer) and its block's and mod_residual's dispatches, all indirect on
 // route_decode's arguments; when the token skips the block, every one of
 // them has zero workgroups (checked on the arguments the GPU wrote).
 func TestRoutedDispatches(t *testing.T) {
@@ -209,12 +209,12 @@ func TestRoutedDispatches(t *testing.T) {
 			blockDispatches := make([]int, c.NLayer)
 			wantAll, wantIndirect, dense := 1+3, 0, 1+3 // embed; rmsnorm, output matvec, argmax
 			for l := 0; l < c.NLayer; l++ {
-				ops, err := run.blockOps(l, run.act.x)
+				ops, err := run.blockOps(l, run.act.x, routedBlock{})
 				require.NoError(t, err)
 				blockDispatches[l] = len(ops)
 				dense += len(ops)
 				if c.Routed[l] {
-					wantAll += fixed + len(ops) + 1 // + scatter
+					wantAll += fixed + len(ops) + 1 // + mod_residual
 					wantIndirect += len(ops) + 1
 				} else {
 					wantAll += len(ops)

@@ -146,6 +146,7 @@ type activations struct {
 	done   *vk.Buffer // [nHead+1] u32 decode_attend's counters, zero between dispatches
 	gu     *vk.Buffer // gate [nFF], up [nFF] (weights.block.gateUp.part)
 	h      *vk.Buffer // [nFF] SwiGLU output
+	mo     *vk.Buffer // [nEmbd] a routed block's MLP output, when its gate scales it (mod.GateTargetMLP)
 	logits *vk.Buffer // [nVocab]
 }
 
@@ -154,10 +155,10 @@ type route struct {
 	score     *vk.Buffer // [1] f32 router score r
 	pred      *vk.Buffer // [1] f32 predictor score p (predictor routing)
 	hidden    *vk.Buffer // [predHidden] f32 SiLU(W1 x) (predictor routing)
-	idx       *vk.Buffer // [1] u32 0: scatter's index list (the one token)
+	idx       *vk.Buffer // [1] u32 0: mod_residual's index list (the one token)
 	count     *vk.Buffer // [1] u32 selected tokens: 0 or 1
-	groups    *vk.Buffer // [m][3] u32 the dispatch sizes of the block and scatter, uploaded once
-	blockArgs *vk.Buffer // [m][3] u32 route_decode's indirect arguments of the block and scatter
+	groups    *vk.Buffer // [m][3] u32 the dispatch sizes of the block and mod_residual, uploaded once
+	blockArgs *vk.Buffer // [m][3] u32 route_decode's indirect arguments of the block and mod_residual
 }
 
 // KVTypes are the KV cache types Options.KVType takes.
@@ -189,9 +190,6 @@ func New(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Runner, er
 		return nil, fmt.Errorf("vulkan: generation needs causal routing (router or predictor), not top-k")
 	}
 	if _, err := m.NewState(r); err != nil { // the model has what r needs
-		return nil, err
-	}
-	if err := checkSemantics(m); err != nil {
 		return nil, err
 	}
 	if c.HeadDim > int(shaders.AttentionSpec[1]) {
@@ -271,6 +269,7 @@ func (r *Runner) allocate() error {
 	b0 := r.w.blocks[0]
 	a := &r.act
 	a.x, a.xs, a.xn = must(f32(c.NEmbd), vk.DeviceLocal), must(f32(c.NEmbd), vk.DeviceLocal), must(f32(c.NEmbd), vk.DeviceLocal)
+	a.mo = must(f32(c.NEmbd), vk.DeviceLocal)
 	a.qkv, a.att = must(b0.qkv.bytes, vk.DeviceLocal), must(f32(c.NHead*c.HeadDim), vk.DeviceLocal)
 	a.gu, a.h = must(b0.gateUp.bytes, vk.DeviceLocal), must(f32(c.NFF), vk.DeviceLocal)
 	a.logits = must(f32(c.NVocab), vk.DeviceLocal)

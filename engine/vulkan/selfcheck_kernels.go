@@ -189,7 +189,7 @@ func routerScoreCase(name string, spec []uint32) (checkCase, error) {
 // routeDecodeCase: one token's routing step over a 300-wide row with a
 // deciding score of about 1 (selected): the score r, the count 1, x copied
 // to xs and left as it is, and the indirect arguments set to the block's
-// groups; with a predictor, p = w2 . h decides.
+// groups; with a predictor, p = w2 . h + b decides.
 func routeDecodeCase(name string, spec []uint32) (checkCase, error) {
 	const nEmbd, predHidden, m = 300, 37, 3
 	pred := name == "route_decode_pred" || name == "route_decode_pred_sg"
@@ -212,12 +212,14 @@ func routeDecodeCase(name string, spec []uint32) (checkCase, error) {
 		bias[0] = float32(-1 - d) // r = -1: only the predictor selects
 		bufs[1].data, bufs[4].want[0] = f32Bytes(bias), -1
 		pd, pa := dotAbs(w2[1:], h[1:])
-		w2[0], h[0] = 1, float32(1-pd) // p = 1
-		push.PredHidden = predHidden
+		pb := []float32{0.25}                         // a linear predictor's bias
+		w2[0], h[0] = 1, float32(1-pd-float64(pb[0])) // p = 1
+		push.PredHidden, push.PredBias = predHidden, 1
 		bufs = append(bufs, checkBuf{data: f32Bytes(h)}, checkBuf{data: f32Bytes(w2)},
-			checkBuf{data: make([]byte, 4), want: []float32{1}, bound: []float64{checkTol*(pa+math.Abs(float64(h[0]))) + 1e-6}})
+			checkBuf{data: make([]byte, 4), want: []float32{1}, bound: []float64{checkTol*(pa+math.Abs(float64(h[0]))+0.25) + 1e-6}},
+			checkBuf{data: f32Bytes(pb)})
 	}
-	if len(bufs) != map[bool]int{false: 8, true: 11}[pred] {
+	if len(bufs) != map[bool]int{false: 8, true: 12}[pred] {
 		return checkCase{}, fmt.Errorf("%s: %d bindings in the check", name, len(bufs))
 	}
 	return checkCase{op: checkOp(name), push: push, groups: [3]uint32{1, 1, 1}, bufs: bufs}, nil

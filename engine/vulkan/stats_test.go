@@ -48,13 +48,13 @@ func TestProfile(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"embed_f32", "matvec_f32", "rmsnorm", "decode_kv", "decode_attention", "swiglu", "matvec_f32_add",
-		"route_decode", "scatter", "argmax", "copy",
+		"route_decode", "mod_residual_sigmoid", "argmax", "copy",
 		"matmul_f32", "prefill_kv_f32", "prefill_count", "prefill_pos", "gather", "compact_positive"} {
 		assert.Contains(t, byKernel, k)
 	}
 	assert.Equal(t, submits, byKernel["embed_f32"].Calls, "one embed per submit")
 	assert.Equal(t, submits, byKernel["argmax"].Calls, "one argmax per submit")
-	assert.Equal(t, 2*submits, byKernel["scatter"].Calls, "one scatter per routed layer per submit")
+	assert.Equal(t, 2*submits, byKernel["mod_residual_sigmoid"].Calls, "one mod_residual per routed layer per submit")
 	assert.Positive(t, total)
 	assert.LessOrEqual(t, total, uint64(wall.Nanoseconds()), "GPU time within the wall time")
 

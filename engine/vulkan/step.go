@@ -16,8 +16,8 @@ import (
 //	embed                                   tok -> x
 //	per layer: dense block on x, or         (blockOps)
 //	           [predictor hidden] route_decode (x -> xs, the decision, the
-//	           arguments), the block on xs and scatter x += g(r) (xs - x),
-//	           all indirect (recordRouted)
+//	           arguments), the block on xs and mod_residual x += g(r) (xs - x)
+//	           (or the file's gate target), all indirect (recordRouted)
 //	[rmsnorm] matvec output, argmax, copy   x -> logits, best (the norm
 //	                                        folded into the matvec: FuseNorm)
 
@@ -42,7 +42,7 @@ func (r *Runner) record() error {
 			err = r.recordRouted(rec, l)
 		} else {
 			var ops []op
-			ops, err = r.blockOps(l, a.x)
+			ops, err = r.blockOps(l, a.x, routedBlock{})
 			for _, o := range ops {
 				r.dispatch(rec, o)
 			}
@@ -125,7 +125,9 @@ func (r *Runner) recordTrace(rec *vk.Recorder) {
 // FuseAttention RoPE, the KV append and attention are one dispatch
 // (decode_attend). A GPU profile's dense block is then 5 dispatches:
 // norm+q|k|v, attention, output+add, norm+gate|up+SwiGLU, down+add.
-func (r *Runner) blockOps(l int, xb *vk.Buffer) ([]op, error) {
+// A routed block of the public layouts' semantics (rb) turns by its compact
+// position, or leaves its MLP output apart for the gate.
+func (r *Runner) blockOps(l int, xb *vk.Buffer, rb routedBlock) ([]op, error) {
 	c := r.c
 	a := &r.act
 	b := &r.w.blocks[l]
@@ -185,14 +187,14 @@ func (r *Runner) blockOps(l int, xb *vk.Buffer) ([]op, error) {
 		}
 		ops = append(ops, newOp(attend, shaders.DecodeAttendPush{HeadDim: uint32(c.HeadDim), NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
 			KOff: uint32(b.qkv.part[1] / 4), VOff: uint32(b.qkv.part[2] / 4), Layer: uint32(l), MaxEntries: uint32(r.ctx),
-			Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))},
+			Scale: float32(1 / math.Sqrt(float64(c.HeadDim))), Compact: rb.compact()},
 			shaders.DecodeAttendGroups(uint32(c.NHead), r.attnSplits),
 			rd(a.qkv, 0, 0), rd(r.tokPos, 0, 0), rd(r.w.ropeFreq, 0, 0), rw(kc.k, 0, 0), rw(kc.v, 0, 0), rw(kc.pos, 0, 0), rw(r.counts, 0, 0),
 			rw(a.part, 0, 0), rw(a.done, 0, 0), wr(a.att, 0, 4*uint64(c.NHead*c.HeadDim))))
 	} else {
 		ops = append(ops,
 			newOp(kv, shaders.DecodeKVPush{HeadDim: uint32(c.HeadDim), NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
-				KOff: uint32(b.qkv.part[1] / 4), VOff: uint32(b.qkv.part[2] / 4), Layer: uint32(l), MaxEntries: uint32(r.ctx)},
+				KOff: uint32(b.qkv.part[1] / 4), VOff: uint32(b.qkv.part[2] / 4), Layer: uint32(l), MaxEntries: uint32(r.ctx), Compact: rb.compact()},
 				[3]uint32{1, 1, 1},
 				rw(a.qkv, 0, 0), rd(r.tokPos, 0, 0), rd(r.w.ropeFreq, 0, 0), wr(kc.k, 0, 0), wr(kc.v, 0, 0), wr(kc.pos, 0, 0), rw(r.counts, 0, 0)),
 		)
@@ -226,11 +228,40 @@ func (r *Runner) blockOps(l int, xb *vk.Buffer) ([]op, error) {
 		ops = append(ops, newOp(swiglu, shaders.SwiGLUPush{N: uint32(c.NFF)}, shaders.ElementGroups(uint32(c.NFF)),
 			rd(a.gu, gu.part[0], ffB), rd(a.gu, gu.part[1], ffB), wr(a.h, 0, ffB)))
 	}
+	if rb.mlpOut != nil { // the gate scales the MLP output: mod_residual adds it
+		return append(ops, b.down.ops(a.h, rb.mlpOut, 0)...), nil
+	}
 	downOps, err := residual(b.down, a.h)
 	if err != nil {
 		return nil, err
 	}
 	return append(ops, downOps...), nil
+}
+
+// routedBlock is how a routed block differs from a dense one in the public
+// MoD layouts' semantics (mod.Config's GateTarget and Positions); the zero
+// value is DESIGN.md §3's block.
+type routedBlock struct {
+	compactPos bool       // RoPE at the token's index among those that entered the layer (mod.PositionsCompact)
+	mlpOut     *vk.Buffer // not nil: the down matvec writes the MLP output here, unadded (mod.GateTargetMLP)
+}
+
+// compact is rb.compactPos as the decode kernels' push constant.
+func (rb routedBlock) compact() uint32 {
+	if rb.compactPos {
+		return 1
+	}
+	return 0
+}
+
+// routedBlockOf is layer l's routedBlock in the runner's model, with mlpOut
+// the buffer for a gated MLP's output.
+func (r *Runner) routedBlockOf(mlpOut *vk.Buffer) routedBlock {
+	rb := routedBlock{compactPos: r.c.Positions == mod.PositionsCompact}
+	if r.c.GateTarget == mod.GateTargetMLP {
+		rb.mlpOut = mlpOut
+	}
+	return rb
 }
 
 // attentionOps are decode attention of layer l over its cache, q in a.qkv,
@@ -265,15 +296,19 @@ func (r *Runner) attentionOps(l int, attn *kernel) ([]op, error) {
 }
 
 // recordRouted records routed block l (DESIGN.md §3, causal routing): one
-// dispatch decides (two with the predictor), then the block and the scatter:
+// dispatch decides (two with an MLP predictor), then the block and the gated
+// residual:
 //
-//	[router_score W1 x, SiLU -> h]   predictor routing: the hidden layer, parallel over its rows
-//	route_decode    x -> r [, p = w2 . h], count, xs = x (both NaN when the
-//	                deciding score is not finite, mod.PoisonRows), and the indirect
-//	                arguments of every later dispatch: their sizes when the
-//	                token is selected (r > 0, or p > 0, by mod.Selects' bits),
-//	                else zero workgroups
-//	the block on xs, then scatter x += g(r) (xs - x), all indirect
+//	[router_score W1 x, SiLU -> h]   MLP predictor routing: the hidden layer, parallel over its rows
+//	route_decode    x -> r [, p = w2 . h (+ b)], count, xs = x (both NaN when
+//	                the deciding score is not finite, mod.PoisonRows), and the
+//	                indirect arguments of every later dispatch: their sizes
+//	                when the token is selected (r > 0, or p > 0, by
+//	                mod.Selects' bits), else zero workgroups; a linear
+//	                predictor (mod.PredictorLinear) is w2 = its weight, h = x
+//	the block on xs, then mod_residual: x += g(r) (xs - x), or the file's
+//	                gate target (x += xs + g(r) m with the MLP output m apart,
+//	                or x = g(r) xs), all indirect
 //
 // No decision reaches the host: the same recording serves a selected and a
 // skipped token. A skipped token costs the block's dispatches at zero
@@ -295,23 +330,23 @@ func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 	if err != nil {
 		return err
 	}
-	gate := shaders.ScatterGateSigmoid
-	if c.Gate == mod.GateIdentity {
-		gate = shaders.ScatterGateIdentity
-	}
-	scatter, err := r.ks.get("scatter", gate)
+	residual, err := r.ks.get(shaders.ModResidualVariant(c.Gate, c.GateTarget), nil)
 	if err != nil {
 		return err
 	}
-	ops, err := r.blockOps(l, a.xs)
+	rb := r.routedBlockOf(a.mo)
+	ops, err := r.blockOps(l, a.xs, rb)
 	if err != nil {
 		return err
 	}
 	if ro.idx, err = r.upload(fmt.Sprintf("layer %d index list", l), u32Bytes([]uint32{0})); err != nil {
-		return err // the token's row, when it is selected: scatter's idx[0]
+		return err // the token's row, when it is selected: mod_residual's sel[0]
 	}
-	ops = append(ops, newOp(scatter, shaders.ScatterPush{NEmbd: d}, shaders.Groups(shaders.RoutingRowsPerGroup),
-		rd(ro.idx, 0, 0), rd(ro.count, 0, 0), rd(ro.score, 0, 0), rd(a.xs, 0, dB), rw(a.x, 0, dB)))
+	resBinds := []vk.Bind{rw(a.x, 0, dB), rd(a.xs, 0, dB), rd(ro.idx, 0, 0), rd(ro.score, 0, 0)}
+	if rb.mlpOut != nil {
+		resBinds = append(resBinds, rd(rb.mlpOut, 0, dB))
+	}
+	ops = append(ops, newOp(residual, shaders.ModResidualPush{Cols: d, N: 1, K: 1}, shaders.Groups(1), resBinds...))
 	table := make([]uint32, 0, 3*len(ops))
 	for _, o := range ops {
 		table = append(table, o.groups[:]...)
@@ -330,7 +365,11 @@ func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 	push := shaders.RouteDecodePush{NEmbd: d, HasBias: hasBias, M: uint32(len(ops))}
 	binds := []vk.Bind{rd(rt.w, 0, 0), rd(rt.bias, 0, 0), rw(a.x, 0, dB), wr(a.xs, 0, dB), wr(ro.score, 0, 0),
 		wr(ro.count, 0, 0), rd(ro.groups, 0, 0), wr(ro.blockArgs, 0, 0)}
-	if pred {
+	switch {
+	case pred && rt.pred != nil: // linear: p = w . x + b, x read as route_decode's h
+		push.PredHidden, push.PredBias = d, 1
+		binds = append(binds, rd(a.x, 0, dB), rd(rt.pred, 0, 0), wr(ro.pred, 0, 0), rd(rt.predBias, 0, 0))
+	case pred:
 		plan := shaders.PlanScore(sd, 1, rt.predHidden, d, sg)
 		up, err := r.ks.get(plan.Variant, plan.Spec)
 		if err != nil {
@@ -342,7 +381,7 @@ func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 		r.dispatch(rec, newOp(up, shaders.RouterPush{N: 1, Rows: rt.predHidden, Cols: d, Act: shaders.RouterActSiLU}, plan.Groups,
 			rd(rt.predUp, 0, 0), rd(rt.predDown, 0, 0), rd(a.x, 0, dB), wr(ro.hidden, 0, 0)))
 		push.PredHidden = rt.predHidden
-		binds = append(binds, rd(ro.hidden, 0, 0), rd(rt.predDown, 0, 0), wr(ro.pred, 0, 0))
+		binds = append(binds, rd(ro.hidden, 0, 0), rd(rt.predDown, 0, 0), wr(ro.pred, 0, 0), rd(rt.predDown, 0, 0))
 	}
 	r.dispatch(rec, newOp(decide, push, [3]uint32{1, 1, 1}, binds...))
 	if r.conditional { // count is the predicate: a skipped token's dispatches are discarded whole

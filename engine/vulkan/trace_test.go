@@ -30,24 +30,7 @@ func TestTraceMatchesState(t *testing.T) {
 		got := run.Routes()
 		run.Close()
 		require.Len(t, got, len(prompt))
-		for j, lt := range s.Trace.Layers {
-			want := lt.RouterLogits
-			if routing == mod.RoutingPredictor {
-				want = lt.PredictorLogits
-			}
-			selected := map[int]bool{}
-			for _, p := range lt.Selected {
-				selected[p] = true
-			}
-			for i := range prompt {
-				g := got[i][j]
-				assert.Equal(t, lt.Layer, g.Layer)
-				assert.InDelta(t, want[i], g.Score, tolLogits, "%s: token %d layer %d", routing, i, lt.Layer)
-				if abs(want[i]) > decisionMargin {
-					assert.Equal(t, selected[i], g.Selected, "%s: token %d layer %d (score %g)", routing, i, lt.Layer, want[i])
-				}
-			}
-		}
+		assertRoutes(t, s.Trace, routing, got, decisionMargin)
 	}
 	run := newRunner(t, dev, m, mod.RoutingRouter)
 	_, err := run.Feed(prompt[:2])
@@ -60,4 +43,37 @@ func abs(x float32) float32 {
 		return -x
 	}
 	return x
+}
+
+// assertRoutes asserts that got, a runner's Routes for the tokens of one
+// Forward, holds the CPU trace's deciding score (within tolLogits) and
+// decision for every token and routed layer; a decision is only compared
+// where the CPU's score is over margin away from 0. It returns how many
+// (token, layer) pairs went in and how many skipped, by the CPU.
+func assertRoutes(t *testing.T, trace *mod.Trace, routing mod.Routing, got [][]LayerRoute, margin float32) (in, out int) {
+	t.Helper()
+	for j, lt := range trace.Layers {
+		score := lt.RouterLogits
+		if routing == mod.RoutingPredictor {
+			score = lt.PredictorLogits
+		}
+		selected := map[int]bool{}
+		for _, p := range lt.Selected {
+			selected[p] = true
+		}
+		for i := range got {
+			g := got[i][j]
+			require.Equal(t, lt.Layer, g.Layer)
+			assert.InDelta(t, score[i], g.Score, tolLogits, "%s: token %d layer %d", routing, i, lt.Layer)
+			if abs(score[i]) > margin {
+				assert.Equal(t, selected[i], g.Selected, "%s: token %d layer %d (CPU score %g)", routing, i, lt.Layer, score[i])
+			}
+			if selected[i] {
+				in++
+			} else {
+				out++
+			}
+		}
+	}
+	return in, out
 }

@@ -42,8 +42,9 @@ type block struct {
 type router struct {
 	w, bias          *vk.Buffer // [nEmbd], [1] (bias: any buffer when absent)
 	hasBias          bool
-	predUp, predDown *vk.Buffer // [predHidden][nEmbd], [predHidden]; nil without a predictor
+	predUp, predDown *vk.Buffer // [predHidden][nEmbd], [predHidden]; nil without an MLP predictor
 	predHidden       uint32
+	pred, predBias   *vk.Buffer // a linear predictor (mod.PredictorLinear): [nEmbd], [1]; nil otherwise
 }
 
 // mat is a weight matrix with the matvec kernel of its type.
@@ -186,6 +187,14 @@ func (r *Runner) uploadBlock(g *block, b *mod.Block) error {
 			return err
 		}
 		if rt.predDown, err = r.uploadVec(b.Router.PredDown); err != nil {
+			return err
+		}
+	}
+	if b.Router.Pred != nil {
+		if rt.pred, err = r.uploadVec(b.Router.Pred); err != nil {
+			return err
+		}
+		if rt.predBias, err = r.uploadVec(b.Router.PredBias); err != nil {
 			return err
 		}
 	}

@@ -18,6 +18,7 @@ layout(push_constant) uniform DecodeKVPush {
 	uint vOff;       // element offset of v in qkv
 	uint layer;      // index of this layer's entry count in counts
 	uint maxEntries; // entries the cache holds; an append past it is dropped
+	uint compact;    // 1: RoPE at the layer's entry count (mod.PositionsCompact), not pos[0]
 } p;
 #endif
 
@@ -51,5 +52,6 @@ layout(push_constant) uniform DecodeAttendPush {
 	uint layer;      // index of this layer's entry count in counts
 	uint maxEntries; // entries the cache holds; an append past it is dropped
 	float scale;     // score multiplier, 1/sqrt(headDim)
+	uint compact;    // 1: RoPE at the layer's entry count (mod.PositionsCompact), not pos[0]
 } p;
 #endif

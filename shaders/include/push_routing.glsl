@@ -21,6 +21,7 @@ layout(push_constant) uniform RouteDecodePush {
 	uint hasBias;    // 1: add bias[0]; 0: the bias binding is not read
 	uint predHidden; // predictor routing: elements of h and w2 (0 with the router)
 	uint m;          // dispatches in the groups and args tables
+	uint predBias;   // predictor routing: 1 adds pb[0] to p (a linear predictor's bias)
 } p;
 #endif
 
@@ -48,8 +49,3 @@ layout(push_constant) uniform GatherPush {
 } p;
 #endif
 
-#ifdef OP_SCATTER
-layout(push_constant) uniform ScatterPush {
-	uint nEmbd; // elements of each row
-} p;
-#endif
