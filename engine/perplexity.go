@@ -16,6 +16,24 @@ type Scorer interface {
 	NVocab() int
 }
 
+// LossScorer is a Scorer that also computes the loss on its device: the
+// negative log-likelihood of each token after the first given those before
+// it ([n-1] nats), so a window's n floats come back instead of its n·nVocab
+// logits (the Vulkan scorers). Perplexity uses it when it is there.
+type LossScorer interface {
+	Losses(tokens []int32) ([]float32, error)
+}
+
+// lossScorer is sc as a LossScorer, looking through a ScorerBackend (whose
+// embedded Scorer interface hides its scorer's other methods).
+func lossScorer(sc Scorer) (LossScorer, bool) {
+	if b, ok := sc.(*ScorerBackend); ok {
+		sc = b.Scorer
+	}
+	ls, ok := sc.(LossScorer)
+	return ls, ok
+}
+
 // CPUScorer scores with the CPU reference.
 type CPUScorer struct {
 	m     *mod.Model
@@ -53,7 +71,9 @@ func (r PerplexityResult) Perplexity() float64 { return math.Exp(r.NLL) }
 // window tokens: each window is BOS followed by the next window-1 tokens of
 // the text, and every one of those tokens is scored given what precedes it
 // in its window. So each token of the text is scored exactly once, and each
-// window is an independent sequence, as in training. progress, if not nil,
+// window is an independent sequence, as in training. A LossScorer computes
+// the losses on its device; another scorer's logits are read back and its
+// losses summed here in float64. progress, if not nil,
 // is called after each window with the tokens scored so far.
 func Perplexity(sc Scorer, text []int32, bos int32, window int, progress func(done, total int)) (PerplexityResult, error) {
 	var res PerplexityResult
@@ -68,13 +88,23 @@ func Perplexity(sc Scorer, text []int32, bos int32, window int, progress func(do
 	for lo := 0; lo < len(text); lo += window - 1 {
 		chunk := text[lo:min(lo+window-1, len(text))]
 		seq = append(append(seq[:0], bos), chunk...)
-		logits, err := sc.Score(seq)
-		if err != nil {
-			return res, fmt.Errorf("engine: window at token %d: %w", lo, err)
-		}
-		v := sc.NVocab()
-		for i, next := range chunk { // logits of position i predict seq[i+1] = chunk[i]
-			total += nll(logits[i*v:(i+1)*v], next)
+		if ls, ok := lossScorer(sc); ok {
+			losses, err := ls.Losses(seq)
+			if err != nil {
+				return res, fmt.Errorf("engine: window at token %d: %w", lo, err)
+			}
+			for _, l := range losses { // position i's loss is of seq[i+1] = chunk[i]
+				total += float64(l)
+			}
+		} else {
+			logits, err := sc.Score(seq)
+			if err != nil {
+				return res, fmt.Errorf("engine: window at token %d: %w", lo, err)
+			}
+			v := sc.NVocab()
+			for i, next := range chunk { // logits of position i predict seq[i+1] = chunk[i]
+				total += nll(logits[i*v:(i+1)*v], next)
+			}
 		}
 		res.Tokens += len(chunk)
 		res.Windows++

@@ -7,7 +7,8 @@ import (
 )
 
 // The elementwise and row ops of a Llama block: RMSNorm, RoPE, SwiGLU, the
-// MoD gated residual, embedding lookup, softmax and argmax. Their
+// MoD gated residual, embedding lookup, and on the logits argmax and the
+// scoring loss (nll). Their
 // push-constant structs mirror include/push_dense.glsl member for member.
 
 // RMSNormPush is rmsnorm's push-constant block.
@@ -17,10 +18,10 @@ type RMSNormPush struct {
 	Eps  float32 // added to mean(x²) (layer_norm_rms_epsilon)
 }
 
-// SoftmaxPush is softmax's push-constant block.
-type SoftmaxPush struct {
-	Cols uint32 // elements per row
-	N    uint32 // rows: x and out are [N][Cols]
+// NLLPush is nll's push-constant block.
+type NLLPush struct {
+	Cols uint32 // elements per row (nVocab)
+	N    uint32 // rows: x is [N][Cols], target and out are [N]
 }
 
 // RopePush is rope's push-constant block.
@@ -60,7 +61,7 @@ type ArgmaxPush struct {
 	N    uint32 // rows: x is [N][Cols], out is [N]
 }
 
-// Row-kernel specialization constants (rmsnorm, softmax, argmax):
+// Row-kernel specialization constants (rmsnorm, nll, argmax):
 // [workgroup size, invocations per row]; a workgroup takes size/per-row rows.
 var (
 	// RowSpecGPU suits GPUs: a workgroup per row, loads coalesced.
@@ -82,14 +83,14 @@ var (
 // LavapipeLoopIterations is the most loop iterations an invocation may run
 // on lavapipe: llvmpipe's LP_MAX_TGSI_LOOP_ITERATIONS (65535), one budget
 // shared by every loop of the shader. Past it the loops stop early,
-// silently, and the result is wrong with no error: softmax over 32000 with
-// an invocation per row (3 passes, 96000 iterations) left most of its row
-// undivided. A kernel that loops must keep each invocation's iterations
+// silently, and the result is wrong with no error: a softmax over 32000
+// with an invocation per row (3 passes, 96000 iterations) left most of its
+// row undivided. A kernel that loops must keep each invocation's iterations
 // under it on a CPU device.
 const LavapipeLoopIterations = 65535
 
 // rowPasses is how many times each row kernel loops over its row.
-var rowPasses = map[string]uint32{"rmsnorm": 2, "softmax": 3, "argmax": 1}
+var rowPasses = map[string]uint32{"rmsnorm": 2, "nll": 2, "argmax": 1}
 
 // RowLoopIterations is how many loop iterations an invocation of row kernel
 // name runs on rows of cols with spec: its passes over its part of the row,
@@ -99,9 +100,9 @@ func RowLoopIterations(name string, cols uint32, spec []uint32) uint32 {
 	return rowPasses[name]*((cols+tpr-1)/tpr) + 2*uint32(bits.Len32(tpr))
 }
 
-// RowSpecCPUFor is the spec of row kernel name (rmsnorm, softmax, argmax)
+// RowSpecCPUFor is the spec of row kernel name (rmsnorm, nll, argmax)
 // for rows of cols on lavapipe (LavapipeProfile.Row): RowSpecCPU while its
-// loops stay under LavapipeLoopIterations (rows up to 174000 for softmax),
+// loops stay under LavapipeLoopIterations (rows up to 262000 for nll),
 // else the fewest invocations per row that do.
 func RowSpecCPUFor(name string, cols uint32) []uint32 {
 	return LavapipeProfile.Row(name, cols)
@@ -201,10 +202,11 @@ func init() {
 			{"w", Read, "[cols] f32"},
 			{"out", Write, "[n][cols] f32 (may be x)"},
 		}, RMSNormPush{}, ""),
-		rowVariant("softmax", "softmax.comp", []Binding{
-			{"x", Read, "[n][cols] f32"},
-			{"out", ReadWrite, "[n][cols] f32 (may be x)"},
-		}, SoftmaxPush{}, ""),
+		rowVariant("nll", "nll.comp", []Binding{
+			{"x", Read, "[n][cols] f32 logits"},
+			{"target", Read, "[n] u32 the token each row predicts"},
+			{"out", Write, "[n] f32 -log softmax(x[r])[target[r]]"},
+		}, NLLPush{}, ""),
 		rowVariant("argmax", "argmax.comp", []Binding{
 			{"x", Read, "[n][cols] f32"},
 			{"out", Write, "[n] u32"},

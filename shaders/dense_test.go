@@ -31,9 +31,10 @@ const (
 	// (strided partial sums, then a tree) and takes 1/sqrt in float32 where
 	// mod goes through float64, so the row's factor differs by a few ulps.
 	rmsnormTol = 1e-5 // lavapipe: 7.5e-7
-	// softmax, relative to |want|: exp in float32 at arguments down to -70
-	// (the float32 error of exp grows with |x|), then a sum in another order.
-	softmaxTol = 1e-5 // lavapipe: 2.9e-6
+	// nll, relative to |log sum| + |max| + |x[target]|: exp in float32 at
+	// arguments down to -70, summed in another order and in float32 where
+	// the reference sums in float64, then log in float32.
+	nllTol = 1e-5
 	// rope, relative to the norm of each rotated pair: the kernel's angle is
 	// exact mod 1 turn until its conversion to float32 (< 2e-7 rad, at any
 	// position, see rope.comp), then float32 cos and sin, two products and a
@@ -85,10 +86,10 @@ func (d *denseKernels) get(t testing.TB, spec []uint32) *vk.Kernel {
 }
 
 func TestRowSpecCPUFor(t *testing.T) {
-	assert.Equal(t, RowSpecCPU, RowSpecCPUFor("softmax", 32000))
-	assert.Greater(t, RowLoopIterations("softmax", 32000, []uint32{64, 1}), uint32(LavapipeLoopIterations), "an invocation alone on 32000: 96000 iterations")
-	assert.Equal(t, []uint32{16, 16}, RowSpecCPUFor("softmax", 200000))
-	for _, name := range []string{"rmsnorm", "softmax", "argmax"} {
+	assert.Equal(t, RowSpecCPU, RowSpecCPUFor("nll", 32000))
+	assert.Greater(t, RowLoopIterations("nll", 40000, []uint32{64, 1}), uint32(LavapipeLoopIterations), "an invocation alone on 40000: 80000 iterations")
+	assert.Equal(t, []uint32{16, 16}, RowSpecCPUFor("nll", 300000))
+	for _, name := range []string{"rmsnorm", "nll", "argmax"} {
 		for _, cols := range []uint32{1, 21000, 32000, 65535, 200000, 1 << 20} {
 			assert.LessOrEqual(t, RowLoopIterations(name, cols, RowSpecCPUFor(name, cols)), uint32(LavapipeLoopIterations), "%s cols %d", name, cols)
 		}
@@ -264,59 +265,96 @@ func TestRMSNorm(t *testing.T) {
 	w.log(t, rmsnormTol)
 }
 
-// ---- Softmax
+// ---- NLL
 
-// softmaxRun takes n rows of cols logits of alternating spread (1, 8: down
-// to exp(-70)); row 2 is masked as attention masks, every third entry -inf.
-func softmaxRun(t testing.TB, dev *vk.Device, k *vk.Kernel, cols, n int, inPlace bool, seed int64) *denseRun {
+// nllRun takes n rows of cols logits of alternating spread (1, 8: down to
+// exp(-70)); row 2 is masked as attention masks, every third entry -inf
+// (its target finite), and each row's target is random. The reference sums
+// in float64, as engine.Perplexity's nll; the scale is the sizes of the
+// terms, |log sum| + |max| + |x[target]|.
+func nllRun(t testing.TB, dev *vk.Device, k *vk.Kernel, cols, n int, seed int64) *denseRun {
 	rng := rand.New(rand.NewSource(seed))
 	x := make([]float32, 0, n*cols)
+	target := make([]uint32, n)
 	for r := 0; r < n; r++ {
 		row := denseNormals(rng, cols, []float64{1, 8}[r%2])
+		target[r] = uint32(rng.Intn(cols))
 		if r == 2 {
 			for j := 1; j < cols; j += 3 {
 				row[j] = float32(math.Inf(-1))
 			}
+			target[r] -= target[r] % 3 // j % 3 == 0: finite
 		}
 		x = append(x, row...)
 	}
-	want := slices.Clone(x)
+	want, scale := make([]float64, n), make([]float64, n)
 	for r := 0; r < n; r++ {
-		mod.Softmax(want[r*cols : (r+1)*cols])
+		row := x[r*cols : (r+1)*cols]
+		mx := math.Inf(-1)
+		for _, v := range row {
+			mx = math.Max(mx, float64(v))
+		}
+		var sum float64
+		for _, v := range row {
+			sum += math.Exp(float64(v) - mx)
+		}
+		xt := float64(row[target[r]])
+		want[r] = math.Log(sum) + mx - xt
+		scale[r] = math.Abs(math.Log(sum)) + math.Abs(mx) + math.Abs(xt)
 	}
 	xb := newBuffer(t, dev, f32bytes(x))
-	out := xb
-	if !inPlace {
-		out = denseNaNBuffer(t, dev, n*cols)
-	}
+	out := denseNaNBuffer(t, dev, n)
 	return &denseRun{
-		k: k, push: SoftmaxPush{Cols: uint32(cols), N: uint32(n)},
+		k: k, push: NLLPush{Cols: uint32(cols), N: uint32(n)},
 		groups: RowGroups(uint32(n), k.Spec().Specialization),
-		binds:  []vk.Bind{denseBind(xb, vk.Read), denseBind(out, vk.ReadWrite)},
-		bytes:  4 * 2 * n * cols, tol: softmaxTol,
-		result: func() ([]float32, []float64, []float64) {
-			w, s := denseRelative(want)
-			return download(t, out, n*cols), w, s
-		},
+		binds:  []vk.Bind{denseBind(xb, vk.Read), denseBind(newBuffer(t, dev, u32bytes(target)), vk.Read), denseBind(out, vk.Write)},
+		bytes:  4 * n * (cols + 2), tol: nllTol,
+		result: func() ([]float32, []float64, []float64) { return download(t, out, n), want, scale },
 	}
 }
 
-func TestSoftmax(t *testing.T) {
+func TestNLL(t *testing.T) {
 	dev := openDevice(t)
-	ks := denseKernels{dev: dev, v: denseLookup(t, "softmax")}
+	ks := denseKernels{dev: dev, v: denseLookup(t, "nll")}
 	var w denseWorst
-	for _, sh := range [][2]int{{1, 1}, {7, 3}, {100, 4}, {513, 3}, {32000, 1}} {
-		for _, spec := range denseRowSpecs("softmax", sh[0]) {
-			for _, inPlace := range []bool{false, true} {
-				name := fmt.Sprintf("spec%v/%dx%d/inPlace=%v", spec, sh[1], sh[0], inPlace)
-				r := softmaxRun(t, dev, ks.get(t, spec), sh[0], sh[1], inPlace, int64(sh[0]*10+sh[1]))
-				if err := r.run(t, dev, &w); err != nil {
-					t.Errorf("%s: %v", name, err)
-				}
+	for _, sh := range [][2]int{{1, 1}, {7, 3}, {100, 4}, {513, 3}, {32000, 2}} {
+		for _, spec := range denseRowSpecs("nll", sh[0]) {
+			name := fmt.Sprintf("spec%v/%dx%d", spec, sh[1], sh[0])
+			r := nllRun(t, dev, ks.get(t, spec), sh[0], sh[1], int64(sh[0]*10+sh[1]))
+			if err := r.run(t, dev, &w); err != nil {
+				t.Errorf("%s: %v", name, err)
 			}
 		}
 	}
-	w.log(t, softmaxTol)
+	w.log(t, nllTol)
+}
+
+// TestNLLNonFinite: a row with a NaN or an infinity, or a target outside
+// the row, gives NaN; the rows beside it are unaffected.
+func TestNLLNonFinite(t *testing.T) {
+	dev := openDevice(t)
+	const cols, n = 100, 5
+	x := make([]float32, n*cols)
+	for i := range x {
+		x[i] = float32(i%7) * 0.25
+	}
+	x[1*cols+50] = float32(math.NaN())
+	x[2*cols+3] = float32(math.Inf(1))
+	x[3*cols+3] = float32(math.Inf(-1)) // -inf is a masked logit: finite loss
+	target := []uint32{4, 4, 4, 4, cols}
+	for _, spec := range [][]uint32{RowSpecGPU, RowSpecCPU} {
+		out := denseNaNBuffer(t, dev, n)
+		rec := dev.NewRecorder()
+		k := newKernel(t, dev, denseLookup(t, "nll"), spec...)
+		rec.Dispatch(k, vk.MustPackPush(NLLPush{Cols: cols, N: n}), RowGroups(n, spec),
+			denseBind(newBuffer(t, dev, f32bytes(x)), vk.Read), denseBind(newBuffer(t, dev, u32bytes(target)), vk.Read), denseBind(out, vk.Write))
+		require.NoError(t, dev.Run(rec))
+		rec.Close()
+		got := download(t, out, n)
+		for r, nan := range []bool{false, true, true, false, true} {
+			assert.Equal(t, nan, math.IsNaN(float64(got[r])), "spec %v row %d: %g", spec, r, got[r])
+		}
+	}
 }
 
 // ---- Argmax
@@ -839,15 +877,15 @@ func BenchmarkDense(b *testing.B) {
 		"rmsnorm": func(b *testing.B, k *vk.Kernel, cols, n int) *denseRun {
 			return rmsnormRun(b, dev, k, cols, n, false, 1)
 		},
-		"softmax": func(b *testing.B, k *vk.Kernel, cols, n int) *denseRun {
-			return softmaxRun(b, dev, k, cols, n, false, 1)
+		"nll": func(b *testing.B, k *vk.Kernel, cols, n int) *denseRun {
+			return nllRun(b, dev, k, cols, n, 1)
 		},
 		"argmax": func(b *testing.B, k *vk.Kernel, cols, n int) *denseRun { return argmaxRun(b, dev, k, cols, n, 1) },
 	}
 	for _, rc := range []struct {
 		name    string
 		n, cols int
-	}{{"rmsnorm", 1, 4096}, {"rmsnorm", 64, 4096}, {"softmax", 1, 32000}, {"softmax", 64, 512}, {"argmax", 1, 32000}} {
+	}{{"rmsnorm", 1, 4096}, {"rmsnorm", 64, 4096}, {"nll", 1, 32000}, {"nll", 64, 32000}, {"argmax", 1, 32000}} {
 		for _, sp := range []struct {
 			name string
 			spec []uint32

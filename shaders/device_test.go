@@ -103,7 +103,7 @@ func TestMinimalDeviceAllowsItsChoices(t *testing.T) {
 		for _, hd := range []uint32{64, 128} {
 			checkAllowed(t, p, name, "attention_split", AttentionSplitSpec(hd))
 		}
-		for _, row := range []string{"rmsnorm", "softmax", "argmax"} {
+		for _, row := range []string{"rmsnorm", "nll", "argmax"} {
 			checkAllowed(t, p, name, row, p.Row(row, 32000))
 		}
 		for _, v := range []string{"topk", "topk_sort", "topk_merge_local", "compact_mask", "add", "swiglu"} {

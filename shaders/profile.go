@@ -184,7 +184,7 @@ func (p Profile) AttentionSplits(ctx int) uint32 {
 	return uint32(min(max(ctx/int(p.AttentionChunk), 1), maxAttentionSplits))
 }
 
-// Row is the spec of row kernel name (rmsnorm, softmax, argmax) for rows of
+// Row is the spec of row kernel name (rmsnorm, nll, argmax) for rows of
 // cols: RowSpecGPU on a GPU; on a CPU device RowSpecCPU while its loops stay
 // under the cap, else the fewest invocations per row that do.
 func (p Profile) Row(name string, cols uint32) []uint32 {

@@ -65,12 +65,13 @@ func (d *Device) Info() DeviceInfo { return d.info }
 
 // Stats are what a Device (in total) or a Recorder has done.
 type Stats struct {
-	Recordings     int // command buffers recorded
-	Submits        int // command buffers submitted (each waited for)
-	Dispatches     int // dispatches recorded
-	Indirect       int // of the Dispatches, those whose workgroup counts the GPU reads (DispatchIndirect)
-	Barriers       int // derived vkCmdPipelineBarrier calls recorded
-	BufferBarriers int // buffer memory barriers in them
+	Recordings     int    // command buffers recorded
+	Submits        int    // command buffers submitted (each waited for)
+	Dispatches     int    // dispatches recorded
+	Indirect       int    // of the Dispatches, those whose workgroup counts the GPU reads (DispatchIndirect)
+	Barriers       int    // derived vkCmdPipelineBarrier calls recorded
+	BufferBarriers int    // buffer memory barriers in them
+	CopyBytes      uint64 // bytes of the buffer-to-buffer copies recorded (Copy)
 }
 
 func (s *Stats) add(o Stats) {
@@ -80,6 +81,7 @@ func (s *Stats) add(o Stats) {
 	s.Indirect += o.Indirect
 	s.Barriers += o.Barriers
 	s.BufferBarriers += o.BufferBarriers
+	s.CopyBytes += o.CopyBytes
 }
 
 // Stats counts everything recorded and submitted on the device so far.

@@ -246,6 +246,7 @@ func (r *Recorder) Copy(src, dst *Buffer, srcOff, dstOff, n uint64) {
 		r.fail("copy within one buffer with overlapping ranges [%d,+%d) and [%d,+%d)", srcOff, n, dstOff, n)
 		return
 	}
+	r.stats.CopyBytes += n
 	r.add(op{kind: opCopy, src: src, dst: dst, srcOff: srcOff, dstOff: dstOff, n: n}, []use{
 		{buf: src, off: srcOff, end: srcOff + n, stage: stageTransfer, access: accessTransferRead},
 		{buf: dst, off: dstOff, end: dstOff + n, write: true, stage: stageTransfer, access: accessTransferWrite},

@@ -100,7 +100,7 @@ func (d *Device) record(r *Recorder) (err error) {
 		return err
 	}
 	r.stats.Recordings++
-	d.stats.add(Stats{Recordings: 1, Dispatches: r.stats.Dispatches, Indirect: r.stats.Indirect, Barriers: r.stats.Barriers, BufferBarriers: r.stats.BufferBarriers})
+	d.stats.add(Stats{Recordings: 1, Dispatches: r.stats.Dispatches, Indirect: r.stats.Indirect, Barriers: r.stats.Barriers, BufferBarriers: r.stats.BufferBarriers, CopyBytes: r.stats.CopyBytes})
 	return nil
 }
 

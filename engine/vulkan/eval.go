@@ -29,6 +29,8 @@ import (
 //	              gate target: g·xs, or xs + g·mlp added onto x; RoPE at
 //	              compact positions 0..k-1 when the file says so)
 //	rmsnorm, matmul output                        x -> logits [S][nVocab]
+//	their copy to the host (Eval), or nll        -> the loss of each row's
+//	                                             next token [S] (Losses)
 //
 // The block on n rows: rmsnorm, matmul q, k, v, rope at each row's
 // position, attention over the n rows (causal by position), matmul o, add,
@@ -42,8 +44,15 @@ type Evaluator struct {
 	blocks []evalBlock
 	output evalMat
 	ctx    int
-	recs   map[int]*evalRec // by S
-	last   *evalRec         // the last sequence run, for Selected
+	recs   map[evalKey]*evalRec
+	last   *evalRec // the last sequence run, for Selected
+}
+
+// evalKey is a recording's sequence length S and head (headLogits: Eval,
+// headLoss: Losses).
+type evalKey struct {
+	s    int
+	head rowsHead
 }
 
 // evalMat is a weight matrix, or one matrix of a stack, bound for matmul:
@@ -67,11 +76,11 @@ type evalBlock struct {
 
 // evalRec is the recorded step for sequences of s tokens, with its buffers.
 type evalRec struct {
-	s, k       int
-	rec        *vk.Recorder
-	tok        *vk.Buffer   // [S] u32, host-visible
-	logitsHost *vk.Buffer   // [S][nVocab] f32, host-visible
-	idx        []*vk.Buffer // [nLayer]: routed layers' selected rows [S] u32 (first k); nil for dense
+	s, k int
+	rec  *vk.Recorder
+	tok  *vk.Buffer   // [S] u32, host-visible
+	hb   headBufs     // the logits, and their host copy or the losses
+	idx  []*vk.Buffer // [nLayer]: routed layers' selected rows [S] u32 (first k); nil for dense
 }
 
 // evalActs are the scratch buffers of one recording, sized by S.
@@ -84,22 +93,22 @@ type evalActs struct {
 	r, mask, count, args *vk.Buffer // [S] f32, [S] u32, [1] u32, [3] u32
 	keys                 *vk.Buffer // topk's sort keys (S > TopkLocal)
 	partO, partML        *vk.Buffer // attention's key-tile partial results (batchAttentionOps)
-	logits               *vk.Buffer // [S][nVocab]
 }
 
 // NewEvaluator uploads m's weights to dev for eval mode. opts.ContextLen caps
-// S (0: the model's context length); opts.Profile is ignored. m may be
-// closed afterwards.
+// S (0: the model's context length); with opts.Profile every dispatch is
+// timed (Profile). m may be closed afterwards.
 func NewEvaluator(dev *vk.Device, m *mod.Model, opts Options) (*Evaluator, error) {
 	c := m.Config
 	if c.HeadDim > int(shaders.AttentionSpec[1]) {
 		return nil, fmt.Errorf("vulkan: %s: head dimension %d is over the attention kernel's %d", m.Path, c.HeadDim, shaders.AttentionSpec[1])
 	}
-	w := &Runner{dev: dev, c: c, routing: mod.RoutingTopK, ctx: c.ContextLen, ks: newKernels(dev, opts.DeviceProfile), prof: map[string]*ProfileEntry{}}
+	w := &Runner{dev: dev, c: c, routing: mod.RoutingTopK, ctx: c.ContextLen, ks: newKernels(dev, opts.DeviceProfile), prof: map[string]*ProfileEntry{},
+		profile: opts.Profile && dev.Info().Timestamps()}
 	if opts.ContextLen > 0 && opts.ContextLen < w.ctx {
 		w.ctx = opts.ContextLen
 	}
-	e := &Evaluator{w: w, ctx: w.ctx, recs: map[int]*evalRec{}}
+	e := &Evaluator{w: w, ctx: w.ctx, recs: map[evalKey]*evalRec{}}
 	if err := checkFit(dev, m, 0, 0, ""); err != nil { // eval mode has no KV cache
 		e.Close()
 		return nil, err
@@ -256,6 +265,10 @@ func gcd(a, b uint64) uint64 {
 
 func lcm(a, b uint64) uint64 { return a / gcd(a, b) * b }
 
+// Profile is the GPU time per kernel summed over every sequence run since
+// NewEvaluator, largest first (Options.Profile; nil without it).
+func (e *Evaluator) Profile() []ProfileEntry { return e.w.Profile() }
+
 // ContextLen is the longest sequence Eval takes.
 func (e *Evaluator) ContextLen() int { return e.ctx }
 
@@ -269,6 +282,32 @@ func (e *Evaluator) Score(tokens []int32) ([]float32, error) { return e.Eval(tok
 // Eval runs tokens as one sequence from position 0 and returns the logits
 // of every token, [S][nVocab].
 func (e *Evaluator) Eval(tokens []int32) ([]float32, error) {
+	er, err := e.run(tokens, headLogits)
+	if err != nil {
+		return nil, err
+	}
+	return downloadF32(er.hb.host, len(tokens)*e.w.c.NVocab)
+}
+
+// Losses runs tokens as one sequence from position 0 and returns, for each
+// token after the first, its negative log-likelihood given those before it
+// ([S-1] nats: -log softmax(logits of token i)[tokens[i+1]]), computed on
+// the device: S floats come back instead of S·nVocab logits. With it the
+// evaluator is an engine.LossScorer.
+func (e *Evaluator) Losses(tokens []int32) ([]float32, error) {
+	er, err := e.run(tokens, headLoss)
+	if err != nil {
+		return nil, err
+	}
+	out, err := downloadF32(er.hb.loss, len(tokens))
+	if err != nil {
+		return nil, err
+	}
+	return out[:len(tokens)-1], nil
+}
+
+// run runs tokens through the recording of their length with head.
+func (e *Evaluator) run(tokens []int32, head rowsHead) (*evalRec, error) {
 	c := e.w.c
 	s := len(tokens)
 	if s == 0 {
@@ -284,26 +323,33 @@ func (e *Evaluator) Eval(tokens []int32) ([]float32, error) {
 		}
 		ids[i] = uint32(t)
 	}
-	er, ok := e.recs[s]
+	key := evalKey{s, head}
+	er, ok := e.recs[key]
 	if !ok {
 		var err error
-		if er, err = e.record(s); err != nil {
+		if er, err = e.record(s, head); err != nil {
 			if er != nil && er.rec != nil {
 				er.rec.Close()
 			}
 			return nil, fmt.Errorf("vulkan: eval of %d tokens: %w", s, err)
 		}
-		e.recs[s] = er
+		e.recs[key] = er
 	}
 	e.last = nil
 	if err := er.tok.Upload(u32Bytes(ids), 0); err != nil {
 		return nil, err
 	}
+	if head == headLoss {
+		if err := er.hb.uploadTargets(tokens, 0); err != nil {
+			return nil, err
+		}
+	}
 	if err := e.w.dev.Run(er.rec); err != nil {
 		return nil, fmt.Errorf("vulkan: eval of %d tokens: %w", s, err)
 	}
+	e.w.addTimings(er.rec)
 	e.last = er
-	return downloadF32(er.logitsHost, s*c.NVocab)
+	return er, nil
 }
 
 // Selected is, per layer, the positions the last Eval's sequence routed
@@ -332,8 +378,8 @@ func (e *Evaluator) Selected() ([][]int, error) {
 // Recordings is how many sequence lengths have a recorded step.
 func (e *Evaluator) Recordings() int { return len(e.recs) }
 
-// record records the step for sequences of s tokens.
-func (e *Evaluator) record(s int) (*evalRec, error) {
+// record records the step for sequences of s tokens, ending with head.
+func (e *Evaluator) record(s int, head rowsHead) (*evalRec, error) {
 	w := e.w
 	c := w.c
 	f32 := func(n int) uint64 { return 4 * uint64(n) }
@@ -348,11 +394,10 @@ func (e *Evaluator) record(s int) (*evalRec, error) {
 	}
 	dev := vk.DeviceLocal
 	er := &evalRec{s: s, k: c.TopKCount(s), idx: make([]*vk.Buffer, c.NLayer)}
-	er.tok, er.logitsHost = must(f32(s), vk.HostVisible), must(f32(s*c.NVocab), vk.HostVisible)
+	er.tok = must(f32(s), vk.HostVisible)
 	a := w.newBatchActs(must, s)
 	a.pos, a.r, a.mask = must(f32(s), dev), must(f32(s), dev), must(f32(s), dev)
 	a.count, a.args = must(4, dev), must(12, dev)
-	a.logits = must(f32(s*c.NVocab), dev)
 	a.partO, a.partML = w.batchAttentionParts(must, s, s)
 	if s > shaders.TopkLocal {
 		a.keys = must(8*uint64(shaders.TopkKeys(uint32(s))), dev)
@@ -365,6 +410,9 @@ func (e *Evaluator) record(s int) (*evalRec, error) {
 	if err != nil {
 		return nil, err
 	}
+	if er.hb, err = w.newHeadBufs(head, s); err != nil {
+		return nil, err
+	}
 	iota := make([]uint32, s)
 	for i := range iota {
 		iota[i] = uint32(i)
@@ -375,13 +423,12 @@ func (e *Evaluator) record(s int) (*evalRec, error) {
 
 	rec := w.dev.NewRecorder()
 	er.rec = rec
-	d := uint32(c.NEmbd)
 	embed, err := w.ks.get(w.w.tokenEmbd.embedKernel(), nil)
 	if err != nil {
 		return er, err
 	}
 	for _, o := range w.w.tokenEmbd.embedOps(embed, er.tok, a.x, s) {
-		o.record(rec)
+		w.dispatch(rec, o)
 	}
 	for l := range w.w.blocks {
 		if w.w.blocks[l].router != nil {
@@ -393,16 +440,9 @@ func (e *Evaluator) record(s int) (*evalRec, error) {
 			return er, fmt.Errorf("layer %d: %w", l, err)
 		}
 	}
-	norm, err := w.ks.row("rmsnorm", c.NEmbd)
-	if err != nil {
+	if err := w.recordRowsHead(rec, head, e.output, a.x, a.xn, s, er.hb); err != nil {
 		return er, err
 	}
-	newOp(norm, shaders.RMSNormPush{Cols: d, N: uint32(s), Eps: c.RMSEps}, shaders.RowGroups(uint32(s), norm.spec),
-		rd(a.x, 0, 0), rd(w.w.outputNorm, 0, 0), wr(a.xn, 0, 0)).record(rec)
-	for _, o := range e.output.opsInPieces(w.ks.prof.MaxStorageBufferRange, w.dev.Info().Limits.MinStorageBufferOffsetAlignment, a.xn, a.logits, s) {
-		o.record(rec)
-	}
-	rec.Copy(a.logits, er.logitsHost, 0, 0, f32(s*c.NVocab))
 	return er, rec.Err()
 }
 
@@ -464,12 +504,12 @@ func (e *Evaluator) recordRouted(rec *vk.Recorder, er *evalRec, a *evalActs, l i
 		return kerr
 	}
 	for _, o := range ops {
-		o.record(rec)
+		w.dispatch(rec, o)
 	}
 	if s <= shaders.TopkLocal {
 		rec.Fill(a.count, 0, 4, k) // gather's count; compact_mask writes it otherwise
 	}
-	gather.record(rec)
+	w.dispatch(rec, gather)
 	// idx holds the selected rows, ascending: in eval they are the original
 	// positions; compact ones (mod.PositionsCompact) are 0..k-1, a.pos's first k.
 	pos := idx
@@ -490,7 +530,7 @@ func (e *Evaluator) recordRouted(rec *vk.Recorder, er *evalRec, a *evalActs, l i
 	if mlpGate {
 		binds = append(binds, rd(a.ob, 0, 0))
 	}
-	newOp(res, shaders.ModResidualPush{Cols: d, N: s, K: k}, shaders.Groups(k), binds...).record(rec)
+	w.dispatch(rec, newOp(res, shaders.ModResidualPush{Cols: d, N: s, K: k}, shaders.Groups(k), binds...))
 	return nil
 }
 
@@ -506,7 +546,7 @@ func (e *Evaluator) recordBlock(rec *vk.Recorder, a *evalActs, l int, xb *vk.Buf
 		return err
 	}
 	for _, o := range ops {
-		o.record(rec)
+		e.w.dispatch(rec, o)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -144,8 +145,13 @@ func TestEvalLengths(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, cpuSel, gotSel, "S=%d selected positions", s)
 		worst = math.Max(worst, maxAbsDiff(cpu, got))
+		if s == 64 { // the losses' recording of one length, beside its logits'
+			losses, err := e.Losses(tokens)
+			require.NoError(t, err)
+			assertLosses(t, cpu, tokens, losses, fmt.Sprintf("S=%d", s))
+		}
 	}
-	assert.Equal(t, 5, e.Recordings(), "one recording per length")
+	assert.Equal(t, 6, e.Recordings(), "one recording per length, and one of losses")
 	before := dev.Stats().Recordings
 	_, err := e.Eval(make([]int32, 37))
 	require.NoError(t, err)

@@ -53,20 +53,19 @@ const DefaultUBatch = 512
 type prefill struct {
 	ub     int
 	blocks []evalBlock
-	a      evalActs             // [ub] rows; a.pos is the chunk's positions (host-visible)
-	tok    *vk.Buffer           // [ub] u32 token ids, host-visible
-	rows   *vk.Buffer           // [1] u32: n, filled by each recording (the dense layers' append count)
-	pred   *vk.Buffer           // [ub] f32 predictor scores
-	psel   *vk.Buffer           // [ub] u32 positions of a routed layer's selected rows
-	prope  *vk.Buffer           // [ub] u32 their compact positions (mod.PositionsCompact), at which RoPE turns them
-	hidden *vk.Buffer           // [ub][predHidden] f32 the predictor's hidden layer (predictor routing)
-	trace  *vk.Buffer           // [nRouted][3][ub]: r f32, p f32, selected u32 of each row (Options.Trace)
-	recs   map[int]*vk.Recorder // by chunk length; -n: with every row's logits (Score)
-	output evalMat              // the output matrix bound for matmul (every row's logits)
-	logits *vk.Buffer           // [ub][nVocab] every row's logits, made at the first Score
-	host   *vk.Buffer           // [ub][nVocab] their host-visible copy
-	tables map[int]*vk.Buffer   // by chunk length n: a routed block's dispatch sizes for each count 0..n
-	args   map[int]*vk.Buffer   // by layer: a routed block's indirect arguments
+	a      evalActs   // [ub] rows; a.pos is the chunk's positions (host-visible)
+	tok    *vk.Buffer // [ub] u32 token ids, host-visible
+	rows   *vk.Buffer // [1] u32: n, filled by each recording (the dense layers' append count)
+	pred   *vk.Buffer // [ub] f32 predictor scores
+	psel   *vk.Buffer // [ub] u32 positions of a routed layer's selected rows
+	prope  *vk.Buffer // [ub] u32 their compact positions (mod.PositionsCompact), at which RoPE turns them
+	hidden *vk.Buffer // [ub][predHidden] f32 the predictor's hidden layer (predictor routing)
+	trace  *vk.Buffer // [nRouted][3][ub]: r f32, p f32, selected u32 of each row (Options.Trace)
+	recs   map[prefillKey]*vk.Recorder
+	output evalMat               // the output matrix bound for matmul (every row's logits)
+	heads  map[rowsHead]headBufs // every row's head (Score, Losses), made at its first use
+	tables map[int]*vk.Buffer    // by chunk length n: a routed block's dispatch sizes for each count 0..n
+	args   map[int]*vk.Buffer    // by layer: a routed block's indirect arguments
 }
 
 // buildPrefill binds the weights for matmul and makes the chunk scratch.
@@ -76,7 +75,7 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 		ub = DefaultUBatch
 	}
 	ub = min(ub, r.ctx)
-	pf := &prefill{ub: ub, recs: map[int]*vk.Recorder{}, tables: map[int]*vk.Buffer{}, args: map[int]*vk.Buffer{}}
+	pf := &prefill{ub: ub, recs: map[prefillKey]*vk.Recorder{}, heads: map[rowsHead]headBufs{}, tables: map[int]*vk.Buffer{}, args: map[int]*vk.Buffer{}}
 	ks := r.ks
 	pf.blocks = make([]evalBlock, len(r.w.blocks))
 	for l := range r.w.blocks {
@@ -132,20 +131,26 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 	return nil
 }
 
-// runPrefill feeds tokens (already checked) in chunks of up to ub. With
-// all, each chunk's logits of every row are passed to each in turn.
-func (r *Runner) runPrefill(tokens []int32, each func(logits []float32) error) error {
+// prefillKey is a chunk recording's length and head.
+type prefillKey struct {
+	n    int
+	head rowsHead
+}
+
+// runPrefill feeds tokens (already checked) in chunks of up to ub, each
+// ending with head. For headLogits and headLoss each chunk's rows' logits
+// or losses (of the token after each row, the first of the next chunk for
+// the last row) are passed to each in turn.
+func (r *Runner) runPrefill(tokens []int32, head rowsHead, each func(out []float32) error) error {
 	pf := r.pf
+	hb := pf.heads[head]
 	for len(tokens) > 0 {
 		n := min(len(tokens), pf.ub)
-		key := n
-		if each != nil {
-			key = -n
-		}
+		key := prefillKey{n, head}
 		rec, ok := pf.recs[key]
 		if !ok {
 			var err error
-			if rec, err = r.recordPrefill(n, each != nil); err != nil {
+			if rec, err = r.recordPrefill(n, head); err != nil {
 				if rec != nil {
 					rec.Close()
 				}
@@ -163,6 +168,15 @@ func (r *Runner) runPrefill(tokens []int32, each func(logits []float32) error) e
 		if err := pf.a.pos.Upload(u32Bytes(pos), 0); err != nil {
 			return err
 		}
+		if head == headLoss {
+			next := int32(0)
+			if n < len(tokens) {
+				next = tokens[n]
+			}
+			if err := hb.uploadTargets(tokens[:n], next); err != nil {
+				return err
+			}
+		}
 		if err := r.dev.Run(rec); err != nil {
 			return fmt.Errorf("vulkan: prefill of %d tokens at position %d: %w", n, r.pos, err)
 		}
@@ -172,22 +186,30 @@ func (r *Runner) runPrefill(tokens []int32, each func(logits []float32) error) e
 		}
 		r.pos += n
 		tokens = tokens[n:]
-		if each != nil {
-			logits, err := downloadF32(pf.host, n*r.c.NVocab)
-			if err != nil {
-				return err
-			}
-			if err := each(logits); err != nil {
-				return err
-			}
+		var out []float32
+		var err error
+		switch head {
+		case headLogits:
+			out, err = downloadF32(hb.host, n*r.c.NVocab)
+		case headLoss:
+			out, err = downloadF32(hb.loss, n)
+		default:
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := each(out); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// recordPrefill records a chunk of n tokens; with all, every row's logits
-// are computed too (into pf.host).
-func (r *Runner) recordPrefill(n int, all bool) (*vk.Recorder, error) {
+// recordPrefill records a chunk of n tokens, ending with head: the last
+// row's logits (as a decode step), or every row's logits or losses
+// (pf.heads[head]).
+func (r *Runner) recordPrefill(n int, head rowsHead) (*vk.Recorder, error) {
 	c := r.c
 	pf := r.pf
 	a := &pf.a
@@ -214,25 +236,14 @@ func (r *Runner) recordPrefill(n int, all bool) (*vk.Recorder, error) {
 			return rec, fmt.Errorf("layer %d: %w", l, err)
 		}
 	}
+	if head != headLast {
+		return rec, r.recordRowsHead(rec, head, pf.output, a.x, a.xn, n, pf.heads[head])
+	}
 	// The last row's logits, as the decode step computes them.
 	rec.Copy(a.x, r.act.x, uint64(n-1)*dB, 0, dB)
 	r.timestamp(rec, "copy")
 	if err := r.recordLogits(rec); err != nil {
 		return rec, err
-	}
-	vB := 4 * uint64(c.NVocab)
-	if all {
-		norm, err := r.ks.row("rmsnorm", c.NEmbd)
-		if err != nil {
-			return rec, err
-		}
-		r.dispatch(rec, newOp(norm, shaders.RMSNormPush{Cols: d, N: uint32(n), Eps: c.RMSEps}, shaders.RowGroups(uint32(n), norm.spec),
-			rd(a.x, 0, 0), rd(r.w.outputNorm, 0, 0), wr(a.xn, 0, 0)))
-		for _, o := range pf.output.opsInPieces(r.ks.prof.MaxStorageBufferRange, r.dev.Info().Limits.MinStorageBufferOffsetAlignment, a.xn, pf.logits, n) {
-			r.dispatch(rec, o)
-		}
-		rec.Copy(pf.logits, pf.host, 0, 0, uint64(n)*vB)
-		r.timestamp(rec, "copy")
 	}
 	return rec, rec.Err()
 }

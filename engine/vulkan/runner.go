@@ -104,9 +104,11 @@ type Runner struct {
 	logitsHost *vk.Buffer // [nVocab] f32
 	bestHost   *vk.Buffer // [1] u32: argmax of the logits, on the GPU
 
-	step *vk.Recorder // the decode step: recorded once, replayed per token
-	pf   *prefill     // the batched prefill (prefill.go)
-	ub   int          // Options.UBatch
+	step       *vk.Recorder // the decode step: recorded once, replayed per token
+	stepGreedy *vk.Recorder // the step without the logits' copy to the host (FeedArgmax)
+	fetch      *vk.Recorder // the logits' copy to the host alone, after a prefill (Feed)
+	pf         *prefill     // the batched prefill (prefill.go)
+	ub         int          // Options.UBatch
 
 	profile     bool                     // the step has a timestamp after each command
 	conditional bool                     // routed blocks run in conditional spans (VK_EXT_conditional_rendering)
@@ -309,8 +311,13 @@ func (r *Runner) allocate() error {
 // depend on how the tokens are split, up to the kernels' summation orders.
 // After an error the sequence is in an unspecified state: Reset it.
 func (r *Runner) Feed(tokens []int32) ([]float32, error) {
-	if err := r.run(tokens); err != nil {
+	if err := r.run(tokens, true); err != nil {
 		return nil, err
+	}
+	if len(tokens) > 1 { // a prefill: its last row's logits are on the device
+		if err := r.dev.Run(r.fetch); err != nil {
+			return nil, fmt.Errorf("vulkan: logits at position %d: %w", r.pos-1, err)
+		}
 	}
 	return downloadF32(r.logitsHost, r.c.NVocab)
 }
@@ -319,14 +326,15 @@ func (r *Runner) Feed(tokens []int32) ([]float32, error) {
 // argmax of the last one's logits (Argmax), reading 4 bytes back instead of
 // the nVocab logits.
 func (r *Runner) FeedArgmax(tokens []int32) (int32, error) {
-	if err := r.run(tokens); err != nil {
+	if err := r.run(tokens, false); err != nil {
 		return 0, err
 	}
 	return r.Argmax()
 }
 
-// run replays the step once per token.
-func (r *Runner) run(tokens []int32) error {
+// run runs tokens: one through the decode step (the one that copies the
+// logits to the host when logits), more through the batched prefill.
+func (r *Runner) run(tokens []int32, logits bool) error {
 	if r.resetErr != nil {
 		return fmt.Errorf("vulkan: Reset: %w", r.resetErr)
 	}
@@ -336,25 +344,27 @@ func (r *Runner) run(tokens []int32) error {
 	if r.trace != nil {
 		r.trace = r.trace[:0]
 	}
-	if len(tokens) > 1 && r.pf != nil {
-		return r.runPrefill(tokens, nil)
+	if len(tokens) > 1 {
+		return r.runPrefill(tokens, headLast, nil)
 	}
-	for _, t := range tokens {
-		if err := r.tok.Upload(u32Bytes([]uint32{uint32(t)}), 0); err != nil {
-			return err
-		}
-		if err := r.tokPos.Upload(u32Bytes([]uint32{uint32(r.pos)}), 0); err != nil {
-			return err
-		}
-		if err := r.dev.Run(r.step); err != nil {
-			return fmt.Errorf("vulkan: decode step at position %d: %w", r.pos, err)
-		}
-		r.addTimings(r.step)
-		if err := r.readTrace(); err != nil {
-			return fmt.Errorf("vulkan: routing of position %d: %w", r.pos, err)
-		}
-		r.pos++
+	if err := r.tok.Upload(u32Bytes([]uint32{uint32(tokens[0])}), 0); err != nil {
+		return err
 	}
+	if err := r.tokPos.Upload(u32Bytes([]uint32{uint32(r.pos)}), 0); err != nil {
+		return err
+	}
+	step := r.stepGreedy
+	if logits {
+		step = r.step
+	}
+	if err := r.dev.Run(step); err != nil {
+		return fmt.Errorf("vulkan: decode step at position %d: %w", r.pos, err)
+	}
+	r.addTimings(step)
+	if err := r.readTrace(); err != nil {
+		return fmt.Errorf("vulkan: routing of position %d: %w", r.pos, err)
+	}
+	r.pos++
 	return nil
 }
 
@@ -520,8 +530,10 @@ func (r *Runner) Close() {
 		return
 	}
 	_ = r.dev.WaitIdle() // destruction waits for the GPU
-	if r.step != nil {
-		r.step.Close()
+	for _, rec := range []*vk.Recorder{r.step, r.stepGreedy, r.fetch} {
+		if rec != nil {
+			rec.Close()
+		}
 	}
 	if r.pf != nil {
 		for _, rec := range r.pf.recs {
@@ -532,5 +544,5 @@ func (r *Runner) Close() {
 	for _, b := range r.bufs {
 		b.Close()
 	}
-	r.bufs, r.step, r.pf, r.dev = nil, nil, nil, nil
+	r.bufs, r.step, r.stepGreedy, r.fetch, r.pf, r.dev = nil, nil, nil, nil, nil, nil
 }

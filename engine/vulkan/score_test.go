@@ -1,9 +1,12 @@
 package vulkan
 
 import (
+	"fmt"
+	"math"
 	"testing"
 
 	"github.com/modrun/modrun/mod"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -39,7 +42,39 @@ func TestScoreCausal(t *testing.T) {
 			again, err := run.Score(tokens)
 			require.NoError(t, err)
 			require.Equal(t, got, again, "%s %s ubatch %d: a second Score", tc.model, tc.routing, ub)
+			losses, err := run.Losses(tokens)
+			require.NoError(t, err)
+			assertLosses(t, want, tokens, losses, fmt.Sprintf("%s %s ubatch %d", tc.model, tc.routing, ub))
 			run.Close()
 		}
 	}
 }
+
+// assertLosses asserts that losses, a device's negative log-likelihoods of
+// tokens[1:], are those of the CPU's logits (want, [n][nVocab]) within
+// lossTol of each loss's terms, |log sum exp| + |max| + |logit|: the GPU's
+// logits differ within tolLogits, and its sums are F32 where the CPU's
+// reference is float64 (engine.Perplexity's nll).
+func assertLosses(t *testing.T, want []float32, tokens []int32, losses []float32, name string) {
+	t.Helper()
+	require.Len(t, losses, len(tokens)-1, name)
+	v := len(want) / len(tokens)
+	for i, got := range losses {
+		row := want[i*v : (i+1)*v]
+		mx := math.Inf(-1)
+		for _, x := range row {
+			mx = math.Max(mx, float64(x))
+		}
+		var sum float64
+		for _, x := range row {
+			sum += math.Exp(float64(x) - mx)
+		}
+		xt := float64(row[tokens[i+1]])
+		nll := math.Log(sum) + mx - xt
+		bound := 2*tolLogits + lossTol*(math.Abs(math.Log(sum))+math.Abs(mx)+math.Abs(xt))
+		assert.InDelta(t, nll, float64(got), bound, "%s: loss of token %d", name, i+1)
+	}
+}
+
+// lossTol is the nll kernel's relative bound (shaders' nllTol).
+const lossTol = 1e-5

@@ -9,9 +9,11 @@ import (
 	"github.com/modrun/modrun/vk"
 )
 
-// The decode step: one token through the whole model, recorded once. Its
-// inputs are r.tok and r.tokPos (host-written) and r.counts (GPU-kept); its
-// outputs r.logitsHost and r.bestHost.
+// The decode step: one token through the whole model, recorded once (twice:
+// with the logits' copy to r.logitsHost for Feed, and without it for
+// FeedArgmax, which reads 4 bytes a token). Its inputs are r.tok and
+// r.tokPos (host-written) and r.counts (GPU-kept); its outputs r.bestHost
+// and r.logitsHost.
 //
 //	embed                                   tok -> x
 //	per layer: dense block on x, or         (blockOps)
@@ -25,13 +27,28 @@ import (
 // with its kernel's name (r.dispatch, r.timestamp).
 
 func (r *Runner) record() error {
+	var err error
+	if r.step, err = r.recordStep(true); err != nil {
+		return err
+	}
+	if r.stepGreedy, err = r.recordStep(false); err != nil {
+		return err
+	}
+	r.fetch = r.dev.NewRecorder() // the logits of a prefill's last row, for Feed
+	r.fetch.Copy(r.act.logits, r.logitsHost, 0, 0, 4*uint64(r.c.NVocab))
+	return r.fetch.Err()
+}
+
+// recordStep records the decode step; with logits it ends by copying the
+// logits to logitsHost (Feed), else only their argmax reaches the host
+// (FeedArgmax: 4 bytes a token instead of 4·nVocab).
+func (r *Runner) recordStep(logits bool) (*vk.Recorder, error) {
 	a := &r.act
 	rec := r.dev.NewRecorder()
-	r.step = rec
 
 	embed, err := r.ks.get(r.w.tokenEmbd.embedKernel(), nil)
 	if err != nil {
-		return err
+		return rec, err
 	}
 	for _, o := range r.w.tokenEmbd.embedOps(embed, r.tok, a.x, 1) {
 		r.dispatch(rec, o)
@@ -48,20 +65,24 @@ func (r *Runner) record() error {
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("layer %d: %w", l, err)
+			return rec, fmt.Errorf("layer %d: %w", l, err)
 		}
 	}
 
 	if err := r.recordLogits(rec); err != nil {
-		return err
+		return rec, err
+	}
+	if logits {
+		rec.Copy(a.logits, r.logitsHost, 0, 0, 4*uint64(r.c.NVocab))
+		r.timestamp(rec, "copy")
 	}
 	r.recordTrace(rec)
-	return rec.Err()
+	return rec, rec.Err()
 }
 
-// recordLogits records the logits of the token in act.x, their argmax
-// (bestHost) and their copy to logitsHost: the end of the decode step and
-// of a batched prefill.
+// recordLogits records the logits of the token in act.x (act.logits) and
+// their argmax (bestHost): the end of the decode step and of a batched
+// prefill.
 func (r *Runner) recordLogits(rec *vk.Recorder) error {
 	c := r.c
 	a := &r.act
@@ -92,8 +113,6 @@ func (r *Runner) recordLogits(rec *vk.Recorder) error {
 	}
 	r.dispatch(rec, newOp(argmax, shaders.ArgmaxPush{Cols: uint32(c.NVocab), N: 1}, shaders.RowGroups(1, argmax.spec),
 		rd(a.logits, 0, vB), wr(r.bestHost, 0, 0)))
-	rec.Copy(a.logits, r.logitsHost, 0, 0, vB)
-	r.timestamp(rec, "copy")
 	return nil
 }
 
@@ -339,8 +358,13 @@ func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 	if err != nil {
 		return err
 	}
-	if ro.idx, err = r.upload(fmt.Sprintf("layer %d index list", l), u32Bytes([]uint32{0})); err != nil {
-		return err // the token's row, when it is selected: mod_residual's sel[0]
+	// The routing buffers are made by the first recording of the step and
+	// shared by the second (with and without the logits' copy): the same
+	// block, the same tables.
+	if ro.idx == nil {
+		if ro.idx, err = r.upload(fmt.Sprintf("layer %d index list", l), u32Bytes([]uint32{0})); err != nil {
+			return err // the token's row, when it is selected: mod_residual's sel[0]
+		}
 	}
 	resBinds := []vk.Bind{rw(a.x, 0, dB), rd(a.xs, 0, dB), rd(ro.idx, 0, 0), rd(ro.score, 0, 0)}
 	if rb.mlpOut != nil {
@@ -351,11 +375,13 @@ func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 	for _, o := range ops {
 		table = append(table, o.groups[:]...)
 	}
-	if ro.groups, err = r.upload(fmt.Sprintf("layer %d dispatch sizes", l), u32Bytes(table)); err != nil {
-		return err
-	}
-	if ro.blockArgs, err = r.buffer(4*uint64(len(table)), vk.DeviceLocal); err != nil {
-		return err
+	if ro.groups == nil {
+		if ro.groups, err = r.upload(fmt.Sprintf("layer %d dispatch sizes", l), u32Bytes(table)); err != nil {
+			return err
+		}
+		if ro.blockArgs, err = r.buffer(4*uint64(len(table)), vk.DeviceLocal); err != nil {
+			return err
+		}
 	}
 
 	hasBias := uint32(0)
@@ -375,8 +401,10 @@ func (r *Runner) recordRouted(rec *vk.Recorder, l int) error {
 		if err != nil {
 			return err
 		}
-		if ro.hidden, err = r.buffer(4*uint64(rt.predHidden), vk.DeviceLocal); err != nil {
-			return err
+		if ro.hidden == nil {
+			if ro.hidden, err = r.buffer(4*uint64(rt.predHidden), vk.DeviceLocal); err != nil {
+				return err
+			}
 		}
 		r.dispatch(rec, newOp(up, shaders.RouterPush{N: 1, Rows: rt.predHidden, Cols: d, Act: shaders.RouterActSiLU}, plan.Groups,
 			rd(rt.predUp, 0, 0), rd(rt.predDown, 0, 0), rd(a.x, 0, dB), wr(ro.hidden, 0, 0)))

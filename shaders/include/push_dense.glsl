@@ -1,5 +1,5 @@
 // push_dense.glsl: the push-constant blocks of the elementwise and row ops
-// (rmsnorm, softmax, rope, swiglu, mod_residual, embed, argmax), mirrored in
+// (rmsnorm, nll, rope, swiglu, mod_residual, embed, argmax), mirrored in
 // Go by shaders/dense.go (same members, same order, 4-byte scalars only, so
 // the std430 offsets are 0, 4, 8, ...; a test checks both against the
 // SPIR-V). A kernel defines its OP_* name before including this file.
@@ -12,10 +12,10 @@ layout(push_constant) uniform RMSNormPush {
 } p;
 #endif
 
-#ifdef OP_SOFTMAX
-layout(push_constant) uniform SoftmaxPush {
-	uint cols; // elements per row
-	uint n;    // rows: x and out are [n][cols]
+#ifdef OP_NLL
+layout(push_constant) uniform NLLPush {
+	uint cols; // elements per row (nVocab)
+	uint n;    // rows: x is [n][cols], target and out are [n]
 } p;
 #endif
 

@@ -1,5 +1,5 @@
 // rowreduce.glsl: sums and maxima over the TPR invocations that share a row,
-// for the row kernels (rmsnorm, softmax, argmax). A workgroup of WG
+// for the row kernels (rmsnorm, nll, argmax). A workgroup of WG
 // invocations (specialization constant 0, the local size) takes WG/TPR rows;
 // TPR (constant 1, a divisor of WG) is declared by the kernel. The folds are
 // trees in shared memory with barriers, no subgroup operations (core Vulkan

@@ -1,0 +1,107 @@
+package vulkan
+
+import (
+	"fmt"
+
+	"github.com/modrun/modrun/shaders"
+	"github.com/modrun/modrun/vk"
+)
+
+// rowsHead is what a batched recording (an eval window, a prefill chunk)
+// ends with for its rows.
+type rowsHead int
+
+const (
+	// headLast: the last row's logits and their argmax, as the decode step
+	// ends (recordLogits): a prefill's chunk before decoding goes on.
+	headLast rowsHead = iota
+	// headLogits: every row's logits, copied to the host (Eval, Score).
+	headLogits
+	// headLoss: every row's negative log-likelihood of the token after it
+	// (the nll kernel on the device), a float a row to the host: scoring a
+	// window of n rows downloads 4n bytes, not 4n·nVocab (Losses).
+	headLoss
+)
+
+// headBufs are the buffers of an all-rows head over up to rows rows.
+type headBufs struct {
+	logits *vk.Buffer // [rows][nVocab] on the device
+	host   *vk.Buffer // headLogits: [rows][nVocab] host-visible
+	target *vk.Buffer // headLoss: [rows] u32 host-visible, the token each row predicts
+	loss   *vk.Buffer // headLoss: [rows] f32 host-visible
+}
+
+// newHeadBufs makes the buffers of head over rows rows.
+func (r *Runner) newHeadBufs(head rowsHead, rows int) (headBufs, error) {
+	var hb headBufs
+	if head == headLast {
+		return hb, nil
+	}
+	var err error
+	must := func(size uint64, kind vk.BufferKind) *vk.Buffer {
+		if err != nil {
+			return nil
+		}
+		var b *vk.Buffer
+		b, err = r.buffer(size, kind)
+		return b
+	}
+	n, v := uint64(rows), uint64(r.c.NVocab)
+	hb.logits = must(4*n*v, vk.DeviceLocal)
+	if head == headLogits {
+		hb.host = must(4*n*v, vk.HostVisible)
+	} else {
+		hb.target, hb.loss = must(4*n, vk.HostVisible), must(4*n, vk.HostVisible)
+	}
+	if err != nil {
+		return headBufs{}, fmt.Errorf("the output of %d rows: %w", rows, err)
+	}
+	return hb, nil
+}
+
+// recordRowsHead records the head of every one of n rows of x (a batch's
+// residual stream): the final rmsnorm and the output matmul into
+// hb.logits, then for headLogits their copy to the host, for headLoss the
+// loss of each row's target (hb.target) into hb.loss. out is the output
+// matrix bound for matmul; xn is scratch of [n][nEmbd].
+func (r *Runner) recordRowsHead(rec *vk.Recorder, head rowsHead, out evalMat, x, xn *vk.Buffer, n int, hb headBufs) error {
+	c := r.c
+	nu := uint32(n)
+	norm, err := r.ks.row("rmsnorm", c.NEmbd)
+	if err != nil {
+		return err
+	}
+	r.dispatch(rec, newOp(norm, shaders.RMSNormPush{Cols: uint32(c.NEmbd), N: nu, Eps: c.RMSEps}, shaders.RowGroups(nu, norm.spec),
+		rd(x, 0, 0), rd(r.w.outputNorm, 0, 0), wr(xn, 0, 0)))
+	for _, o := range out.opsInPieces(r.ks.prof.MaxStorageBufferRange, r.dev.Info().Limits.MinStorageBufferOffsetAlignment, xn, hb.logits, n) {
+		r.dispatch(rec, o)
+	}
+	switch head {
+	case headLogits:
+		rec.Copy(hb.logits, hb.host, 0, 0, 4*uint64(n)*uint64(c.NVocab))
+		r.timestamp(rec, "copy")
+	case headLoss:
+		nll, err := r.ks.row("nll", c.NVocab)
+		if err != nil {
+			return err
+		}
+		r.dispatch(rec, newOp(nll, shaders.NLLPush{Cols: uint32(c.NVocab), N: nu}, shaders.RowGroups(nu, nll.spec),
+			rd(hb.logits, 0, 0), rd(hb.target, 0, 0), wr(hb.loss, 0, 0)))
+	}
+	return nil
+}
+
+// uploadTargets writes the token each of the rows of tokens predicts into
+// hb.target: tokens[i+1], and next for the last (0 when there is none: its
+// loss is not used).
+func (hb headBufs) uploadTargets(tokens []int32, next int32) error {
+	ids := make([]uint32, len(tokens))
+	for i := range ids {
+		t := next
+		if i+1 < len(tokens) {
+			t = tokens[i+1]
+		}
+		ids[i] = uint32(max(t, 0))
+	}
+	return hb.target.Upload(u32Bytes(ids), 0)
+}
