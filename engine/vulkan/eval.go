@@ -383,15 +383,8 @@ func (e *Evaluator) record(s int, head rowsHead) (*evalRec, error) {
 	w := e.w
 	c := w.c
 	f32 := func(n int) uint64 { return 4 * uint64(n) }
-	var err error
-	must := func(size uint64, kind vk.BufferKind) *vk.Buffer {
-		if err != nil {
-			return nil
-		}
-		var b *vk.Buffer
-		b, err = w.buffer(size, kind)
-		return b
-	}
+	al := &allocator{r: w}
+	must := al.buf
 	dev := vk.DeviceLocal
 	er := &evalRec{s: s, k: c.TopKCount(s), idx: make([]*vk.Buffer, c.NLayer)}
 	er.tok = must(f32(s), vk.HostVisible)
@@ -407,9 +400,10 @@ func (e *Evaluator) record(s int, head rowsHead) (*evalRec, error) {
 			er.idx[l] = must(f32(s), dev)
 		}
 	}
-	if err != nil {
-		return nil, err
+	if al.err != nil {
+		return nil, al.err
 	}
+	var err error
 	if er.hb, err = w.newHeadBufs(head, s); err != nil {
 		return nil, err
 	}

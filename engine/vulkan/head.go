@@ -37,15 +37,8 @@ func (r *Runner) newHeadBufs(head rowsHead, rows int) (headBufs, error) {
 	if head == headLast {
 		return hb, nil
 	}
-	var err error
-	must := func(size uint64, kind vk.BufferKind) *vk.Buffer {
-		if err != nil {
-			return nil
-		}
-		var b *vk.Buffer
-		b, err = r.buffer(size, kind)
-		return b
-	}
+	al := &allocator{r: r}
+	must := al.buf
 	n, v := uint64(rows), uint64(r.c.NVocab)
 	hb.logits = must(4*n*v, vk.DeviceLocal)
 	if head == headLogits {
@@ -53,8 +46,8 @@ func (r *Runner) newHeadBufs(head rowsHead, rows int) (headBufs, error) {
 	} else {
 		hb.target, hb.loss = must(4*n, vk.HostVisible), must(4*n, vk.HostVisible)
 	}
-	if err != nil {
-		return headBufs{}, fmt.Errorf("the output of %d rows: %w", rows, err)
+	if al.err != nil {
+		return headBufs{}, fmt.Errorf("the output of %d rows: %w", rows, al.err)
 	}
 	return hb, nil
 }

@@ -102,14 +102,8 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 		return err
 	}
 	f32 := func(n int) uint64 { return 4 * uint64(n) }
-	must := func(size uint64, kind vk.BufferKind) *vk.Buffer {
-		if err != nil {
-			return nil
-		}
-		var b *vk.Buffer
-		b, err = r.buffer(size, kind)
-		return b
-	}
+	al := &allocator{r: r}
+	must := al.buf
 	dev := vk.DeviceLocal
 	pf.a = r.newBatchActs(must, ub)
 	a := &pf.a
@@ -124,8 +118,8 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 		pf.trace = must(12*uint64(ub*len(c.RoutedLayers())), vk.HostVisible)
 	}
 	a.partO, a.partML = r.batchAttentionParts(must, ub, r.ctx)
-	if err != nil {
-		return err
+	if al.err != nil {
+		return al.err
 	}
 	r.pf = pf
 	return nil

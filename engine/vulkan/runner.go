@@ -256,15 +256,8 @@ func (r *Runner) allocate() error {
 	c := r.c
 	f32 := func(n int) uint64 { return 4 * uint64(n) }
 	kvd := c.KVDim()
-	var err error
-	must := func(size uint64, kind vk.BufferKind) *vk.Buffer {
-		if err != nil {
-			return nil
-		}
-		var b *vk.Buffer
-		b, err = r.buffer(size, kind)
-		return b
-	}
+	al := &allocator{r: r}
+	must := al.buf
 	r.tok, r.tokPos = must(4, vk.HostVisible), must(4, vk.HostVisible)
 	r.logitsHost, r.bestHost = must(f32(c.NVocab), vk.HostVisible), must(4, vk.HostVisible)
 	r.counts = must(f32(c.NLayer), vk.DeviceLocal)
@@ -277,11 +270,11 @@ func (r *Runner) allocate() error {
 	a.logits = must(f32(c.NVocab), vk.DeviceLocal)
 	a.part = must(4*shaders.DecodeAttentionPartialFloats(1, uint32(c.NHead), uint32(c.HeadDim), r.attnSplits), vk.DeviceLocal)
 	a.done = must(4*shaders.DecodeAttendDoneWords(uint32(c.NHead)), vk.DeviceLocal)
-	if err == nil {
-		err = a.done.Upload(make([]byte, a.done.Size()), 0) // decode_attend leaves it zero after each dispatch
+	if al.err == nil {
+		al.err = a.done.Upload(make([]byte, a.done.Size()), 0) // decode_attend leaves it zero after each dispatch
 	}
-	if err != nil {
-		return fmt.Errorf("activations: %w", err)
+	if al.err != nil {
+		return fmt.Errorf("activations: %w", al.err)
 	}
 	r.cache = make([]layerCache, c.NLayer)
 	r.routes = make([]route, c.NLayer)
@@ -296,8 +289,8 @@ func (r *Runner) allocate() error {
 	if r.trace != nil {
 		r.traceHost = must(12*uint64(len(c.RoutedLayers())), vk.HostVisible)
 	}
-	if err != nil {
-		return fmt.Errorf("KV caches for %d tokens: %w", r.ctx, err)
+	if al.err != nil {
+		return fmt.Errorf("KV caches for %d tokens: %w", r.ctx, al.err)
 	}
 	return nil
 }

@@ -395,6 +395,23 @@ func (r *Runner) buffer(bytes uint64, kind vk.BufferKind) (*vk.Buffer, error) {
 	return b, nil
 }
 
+// allocator makes the runner's buffers one after another (r.buffer),
+// keeping the first error: after it buf returns nil, and err says what
+// failed, so a run of allocations is checked once.
+type allocator struct {
+	r   *Runner
+	err error
+}
+
+func (a *allocator) buf(size uint64, kind vk.BufferKind) *vk.Buffer {
+	if a.err != nil {
+		return nil
+	}
+	b, err := a.r.buffer(size, kind)
+	a.err = err
+	return b
+}
+
 func f32Bytes(x []float32) []byte {
 	b := make([]byte, 4*len(x))
 	for i, v := range x {
