@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -70,17 +71,13 @@ type Token struct {
 	Routes []Route
 }
 
-// Route is what one routed layer did with one token (DESIGN.md §3).
-type Route struct {
-	Layer int
-	// Score decided: the router's r with RoutingRouter, the predictor's p
-	// with RoutingPredictor. Colour maps use it.
-	Score float32
-	// Selected is true when the token went through the block (Score > 0):
-	// attention and MLP ran on it and it holds an entry in the layer's KV
-	// cache. Otherwise it skipped the block on the residual stream.
-	Selected bool
-}
+// Route is what one routed layer did with one token (DESIGN.md §3): its
+// Layer; the Score that decided, the router's r with RoutingRouter, the
+// predictor's p with RoutingPredictor (colour maps use it); and whether
+// the token went through the block (Selected, Score > 0): attention and
+// MLP ran on it and it holds an entry in the layer's KV cache. Otherwise it
+// skipped the block on the residual stream.
+type Route = mod.Route
 
 // GenerateOptions control one Generate call. The zero value is greedy
 // decoding until EOS or the context is full.
@@ -359,7 +356,7 @@ func (g *generation) run(prompt []int32, maxTokens int) error {
 
 // feed runs tokens after the context is checked; with last it also chooses
 // the next token. The tokens join the session's sequence.
-func (g *generation) feed(tokens []int32, last bool) (int32, [][]engine.LayerRoute, error) {
+func (g *generation) feed(tokens []int32, last bool) (int32, [][]Route, error) {
 	if err := g.ctx.Err(); err != nil {
 		return 0, nil, err
 	}
@@ -389,7 +386,7 @@ func (g *generation) feed(tokens []int32, last bool) (int32, [][]engine.LayerRou
 		return 0, nil, fmt.Errorf("modrun: %w", err)
 	}
 	g.s.fed = append(g.s.fed, tokens...)
-	var routes [][]engine.LayerRoute
+	var routes [][]Route
 	if rt, ok := r.(engine.RoutingTracer); ok && !g.s.m.noRoutes {
 		routes = rt.Routes()
 	}
@@ -418,15 +415,11 @@ func (g *generation) stopped(err error) error {
 	return err
 }
 
-func routeAt(routes [][]engine.LayerRoute, i int) []Route {
+func routeAt(routes [][]Route, i int) []Route {
 	if i >= len(routes) {
 		return nil
 	}
-	out := make([]Route, len(routes[i]))
-	for j, r := range routes[i] {
-		out[j] = Route(r)
-	}
-	return out
+	return slices.Clone(routes[i])
 }
 
 func (m *Model) layerStats() []LayerStat {

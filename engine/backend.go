@@ -199,24 +199,6 @@ func CPUKernels() string { return cpu.Kernels() }
 // FeedArgmax makes it a GreedyFeeder.
 type cpuRunner struct{ *cpu.Runner }
 
-// Routes is the runner's trace of the last Feed, as engine's type.
-func (c cpuRunner) Routes() [][]LayerRoute { return routesOf(c.Runner.Routes()) }
-
-// routesOf converts a backend's trace to engine's type.
-func routesOf[R cpu.LayerRoute | vulkan.LayerRoute](trace [][]R) [][]LayerRoute {
-	if trace == nil {
-		return nil
-	}
-	out := make([][]LayerRoute, len(trace))
-	for i, routes := range trace {
-		out[i] = make([]LayerRoute, len(routes))
-		for j, r := range routes {
-			out[i][j] = LayerRoute(r)
-		}
-	}
-	return out
-}
-
 // RoutingStats reports the routed layers' counts since Reset.
 func (c cpuRunner) RoutingStats() []LayerStat {
 	selected, seen := c.Counts()
@@ -371,9 +353,6 @@ type gpuRunner struct {
 	*vulkan.Runner
 	m *mod.Model
 }
-
-// Routes is the Vulkan runner's trace (BackendOptions.Trace), as engine's type.
-func (g gpuRunner) Routes() [][]LayerRoute { return routesOf(g.Runner.Routes()) }
 
 func (g gpuRunner) RoutingStats() []LayerStat {
 	counts, err := g.CacheEntries()

@@ -41,21 +41,12 @@ type RoutingStatser interface {
 	RoutingStats() []LayerStat
 }
 
-// LayerRoute is what one routed layer did with one token in causal routing
-// (DESIGN.md §3): the score that decided, r (router routing) or p
-// (predictor routing), and whether the token went through (Score > 0).
-type LayerRoute struct {
-	Layer    int
-	Score    float32
-	Selected bool
-}
-
 // RoutingTracer is a Runner that reports, token by token, what its routed
 // layers did during the last Feed (or FeedArgmax) call.
 type RoutingTracer interface {
 	// Routes is [tokens of the last Feed][routed layers, in layer order];
 	// nil for a dense model or a runner opened without tracing.
-	Routes() [][]LayerRoute
+	Routes() [][]mod.Route
 }
 
 // CPU runs a model with the pure-Go reference forward pass of package mod.
@@ -106,15 +97,15 @@ func (c *CPU) RoutingStats() []LayerStat {
 }
 
 // Routes reports the routing of the last Feed's tokens, from mod's trace.
-func (c *CPU) Routes() [][]LayerRoute {
+func (c *CPU) Routes() [][]mod.Route {
 	layers := c.trace.Layers
 	if len(layers) == 0 {
 		return nil
 	}
 	predictor := c.s.Routing() == mod.RoutingPredictor
-	out := make([][]LayerRoute, len(layers[0].RouterLogits))
+	out := make([][]mod.Route, len(layers[0].RouterLogits))
 	for i := range out {
-		out[i] = make([]LayerRoute, len(layers))
+		out[i] = make([]mod.Route, len(layers))
 	}
 	for j, lt := range layers {
 		scores := lt.RouterLogits
@@ -123,7 +114,7 @@ func (c *CPU) Routes() [][]LayerRoute {
 		}
 		first := c.s.Pos() - len(out) // the position of the call's first token
 		for i, s := range scores {
-			out[i][j] = LayerRoute{Layer: lt.Layer, Score: s}
+			out[i][j] = mod.Route{Layer: lt.Layer, Score: s}
 		}
 		for _, p := range lt.Selected {
 			out[p-first][j].Selected = true

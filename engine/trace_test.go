@@ -15,11 +15,11 @@ const modTrained = "../testdata/mod/mod-trained.gguf"
 
 // traceRun feeds a prompt in one call, then tokens one by one, and returns
 // every token's routes in order.
-func traceRun(t *testing.T, r Runner) [][]LayerRoute {
+func traceRun(t *testing.T, r Runner) [][]mod.Route {
 	t.Helper()
 	rt, ok := r.(RoutingTracer)
 	require.True(t, ok, "the runner is a RoutingTracer")
-	var all [][]LayerRoute
+	var all [][]mod.Route
 	_, err := r.Feed([]int32{1, 403, 407, 261, 378})
 	require.NoError(t, err)
 	all = append(all, rt.Routes()...)

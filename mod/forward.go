@@ -81,6 +81,19 @@ type LayerTrace struct {
 	Selected        []int     // original positions of the selected tokens, ascending
 }
 
+// Route is what one routed layer did with one token in causal routing
+// (DESIGN.md §3): the score that decided, the router's r (RoutingRouter)
+// or the predictor's p (RoutingPredictor), and whether the token went
+// through the block (Score > 0, as Selects): attention and MLP ran on it
+// and it holds an entry in the layer's KV cache; otherwise it skipped the
+// block on the residual stream. Every backend's trace, and the API's, is
+// made of these.
+type Route struct {
+	Layer    int
+	Score    float32
+	Selected bool
+}
+
 // NewState starts an empty sequence with the given routing. Dense models
 // ignore routing; the predictor needs a model trained with one.
 func (m *Model) NewState(r Routing) (*State, error) {

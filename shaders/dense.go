@@ -20,8 +20,9 @@ type RMSNormPush struct {
 
 // NLLPush is nll's push-constant block.
 type NLLPush struct {
-	Cols uint32 // elements per row (nVocab)
-	N    uint32 // rows: x is [N][Cols], target and out are [N]
+	Cols    uint32 // elements per row (nVocab)
+	N       uint32 // rows: x is [N][Cols]
+	RowBase uint32 // x's row r is row RowBase + r of target and out (logits bound in pieces)
 }
 
 // RopePush is rope's push-constant block.
@@ -204,9 +205,9 @@ func init() {
 		}, RMSNormPush{}, ""),
 		rowVariant("nll", "nll.comp", []Binding{
 			{"x", Read, "[n][cols] f32 logits"},
-			{"target", Read, "[n] u32 the token each row predicts"},
-			{"out", Write, "[n] f32 -log softmax(x[r])[target[r]]"},
-		}, NLLPush{}, ""),
+			{"target", Read, "[rowBase+n] u32 the token each row predicts"},
+			{"out", Write, "[rowBase+n] f32 -log softmax(x[r])[target[rowBase+r]]"},
+		}, NLLPush{}, "; logits over maxStorageBufferRange bound in pieces of rows, RowBase the first"),
 		rowVariant("argmax", "argmax.comp", []Binding{
 			{"x", Read, "[n][cols] f32"},
 			{"out", Write, "[n] u32"},

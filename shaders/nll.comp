@@ -9,6 +9,10 @@
 // infinite maximum makes inf - inf): broken logits never pass as a loss. A
 // target outside [0, cols) reads nothing and gives NaN too.
 //
+// Logits over maxStorageBufferRange (a 2048-token window of a 32,000
+// vocabulary is 262 MB) are bound in pieces of rows, a dispatch each: x
+// holds the piece's rows, row r of it is row rowBase + r of target and out.
+//
 // TPR invocations (constant 1) share a row (include/rowreduce.glsl).
 #include "include/common.glsl"
 #define OP_NLL
@@ -17,9 +21,9 @@
 layout(local_size_x = 128, local_size_x_id = 0) in;
 layout(constant_id = 1) const uint TPR = 128; // invocations per row, divides the local size
 
-layout(std430, binding = 0) readonly buffer X { float x[]; };          // [n][cols]
-layout(std430, binding = 1) readonly buffer Target { uint target[]; }; // [n] token ids
-layout(std430, binding = 2) writeonly buffer Out { float out_[]; };    // [n]
+layout(std430, binding = 0) readonly buffer X { float x[]; };          // [n][cols]: rows rowBase.. of the logits
+layout(std430, binding = 1) readonly buffer Target { uint target[]; }; // [rowBase+n] token ids
+layout(std430, binding = 2) writeonly buffer Out { float out_[]; };    // [rowBase+n]
 
 #include "include/rowreduce.glsl"
 
@@ -38,8 +42,8 @@ void main() {
 	}
 	sum = rowSum(sum);
 	if (r < p.n && lane == 0u) {
-		uint t = target[r];
+		uint t = target[p.rowBase + r];
 		float xt = t < p.cols ? x[base + t] : uintBitsToFloat(0x7fc00000u);
-		out_[r] = (log(sum) + mx) - xt;
+		out_[p.rowBase + r] = (log(sum) + mx) - xt;
 	}
 }

@@ -30,7 +30,7 @@ type scratch struct {
 func (r *Runner) forward(tokens []int32, all, reuse bool) []float32 {
 	r.trace = nil
 	if r.routed != nil && r.c.IsMoD() {
-		r.trace = make([][]LayerRoute, 0, len(tokens))
+		r.trace = make([][]mod.Route, 0, len(tokens))
 	}
 	chunk := r.ub
 	if r.routing == mod.RoutingTopK && r.c.IsMoD() {
@@ -61,7 +61,7 @@ func (r *Runner) chunk(tokens []int32, all, last, reuse bool) []float32 {
 	}
 	first := len(r.trace)
 	if r.trace != nil {
-		routes := make([]LayerRoute, n*len(r.routedLayers()))
+		routes := make([]mod.Route, n*len(r.routedLayers()))
 		for i := range n {
 			r.trace = append(r.trace, routes[i*len(routes)/n:(i+1)*len(routes)/n])
 		}
@@ -103,7 +103,7 @@ func (r *Runner) routedLayers() []int { return r.c.RoutedLayers() }
 // mod.State.routedBlock: score every row, select (top-k, or causal on the
 // score's bits, mod.Selects), run the block on the selected rows alone and
 // add each one's output scaled by g(r). Skipped rows cost their score only.
-func (r *Runner) routedBlock(l int, x []float32, pos []int32, trace [][]LayerRoute) {
+func (r *Runner) routedBlock(l int, x []float32, pos []int32, trace [][]mod.Route) {
 	c, s := r.c, &r.s
 	d, n := c.NEmbd, len(pos)
 	router := r.m.Weights.Blocks[l].Router
@@ -138,7 +138,7 @@ func (r *Runner) routedBlock(l int, x []float32, pos []int32, trace [][]LayerRou
 	r.selected[l] += len(sel)
 	j := r.routed[l]
 	for i := range n {
-		trace[i][j] = LayerRoute{Layer: l, Score: decide[i]}
+		trace[i][j] = mod.Route{Layer: l, Score: decide[i]}
 	}
 	for _, i := range sel {
 		trace[i][j].Selected = true

@@ -41,15 +41,6 @@ type Options struct {
 // the chunk's rows (tokenTile) so that any chunk stays in the caches.
 const DefaultUBatch = 512
 
-// LayerRoute is what one routed layer did with one token (DESIGN.md §3,
-// causal routing): the score that decided, r (router routing) or p
-// (predictor routing), and whether the token went through.
-type LayerRoute struct {
-	Layer    int
-	Score    float32
-	Selected bool
-}
-
 // QuantizedRelTol bounds how far the logits of a model with quantized
 // weights move from the reference's, relative to the largest |logit|:
 // quantizing activations to 8 bits per block of 32 moves each element by
@@ -94,7 +85,7 @@ type Runner struct {
 	pos            int
 	kv             []layerKV // [nLayer]
 	selected, seen []int     // [nLayer] tokens each routed layer took and saw since Reset
-	trace          [][]LayerRoute
+	trace          [][]mod.Route
 	s              scratch
 }
 
@@ -253,7 +244,7 @@ func (r *Runner) Routed(l int) bool { return r.routed[l] >= 0 }
 
 // Routes is, for each token of the last Feed or Score call, what each
 // routed layer did, in layer order; nil for a dense model.
-func (r *Runner) Routes() [][]LayerRoute { return r.trace }
+func (r *Runner) Routes() [][]mod.Route { return r.trace }
 
 // KV returns layer l's cache as mod.State.KV does: keys and values
 // [entries][kvDim] and each entry's original position.

@@ -36,15 +36,17 @@ func TestDownloads(t *testing.T) {
 	assert.Empty(t, closeErr(want, prefilled, tolLogits), "the fetched logits are the prefill's last row's")
 	assert.Len(t, logits, m.Config.NVocab)
 
-	e := newEvaluator(t, dev, m)
+	e, err := NewEvaluator(dev, m, Options{}) // no trace: nothing but the output comes back
+	require.NoError(t, err)
+	t.Cleanup(e.Close)
 	tokens := []int32{1, 30, 40, 50, 60, 70, 80, 90}
 	_, err = e.Losses(tokens)
 	require.NoError(t, err)
 	_, err = e.Eval(tokens)
 	require.NoError(t, err)
 	s := uint64(len(tokens))
-	assert.Equal(t, uint64(0), e.recs[evalKey{len(tokens), headLoss}].rec.Stats().CopyBytes, "Losses: no logits copied")
-	assert.Equal(t, s*v, e.recs[evalKey{len(tokens), headLogits}].rec.Stats().CopyBytes, "Eval: every row's logits")
+	assert.Equal(t, uint64(0), e.r.pf.recs[prefillKey{len(tokens), headLoss}].Stats().CopyBytes, "Losses: no logits copied")
+	assert.Equal(t, s*v, e.r.pf.recs[prefillKey{len(tokens), headLogits}].Stats().CopyBytes, "Eval: every row's logits")
 	_, err = run.Losses(tokens)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(0), run.pf.recs[prefillKey{len(tokens), headLoss}].Stats().CopyBytes, "causal Losses: no logits copied")

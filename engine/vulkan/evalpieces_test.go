@@ -16,7 +16,7 @@ func TestOpsInPieces(t *testing.T) {
 	k := &kernel{spec: []uint32{128, 64, 64, 16, 8, 4}}
 	const maxRange, align = 128 << 20, 256
 	for _, sh := range []struct{ vocab, cols uint32 }{{32000, 288}, {128256, 2048}, {128256, 72}, {1001, 36}} {
-		m := evalMat{mm: k, rows: sh.vocab, cols: sh.cols, parts: []matPart{{rows: sh.vocab, wRows: sh.vocab}}}
+		m := batchMat{mm: k, rows: sh.vocab, cols: sh.cols, parts: []matPart{{rows: sh.vocab, wRows: sh.vocab}}}
 		xRow, yRow := 4*uint64(sh.cols), 4*uint64(sh.vocab)
 		short := m.opsInPieces(maxRange, align, nil, nil, 3)
 		if assert.Len(t, short, 1) {
@@ -46,6 +46,6 @@ func TestOpsInPieces(t *testing.T) {
 		assert.Len(t, two.opsInPieces(maxRange, align, nil, nil, 4096), 2*len(ops))
 	}
 	// No range (0): one op.
-	m := evalMat{mm: k, rows: 32000, cols: 288, parts: []matPart{{rows: 32000, wRows: 32000}}}
+	m := batchMat{mm: k, rows: 32000, cols: 288, parts: []matPart{{rows: 32000, wRows: 32000}}}
 	assert.Len(t, m.opsInPieces(0, 256, nil, nil, 4096), 1)
 }

@@ -57,7 +57,7 @@ func (r *Runner) newHeadBufs(head rowsHead, rows int) (headBufs, error) {
 // hb.logits, then for headLogits their copy to the host, for headLoss the
 // loss of each row's target (hb.target) into hb.loss. out is the output
 // matrix bound for matmul; xn is scratch of [n][nEmbd].
-func (r *Runner) recordRowsHead(rec *vk.Recorder, head rowsHead, out evalMat, x, xn *vk.Buffer, n int, hb headBufs) error {
+func (r *Runner) recordRowsHead(rec *vk.Recorder, head rowsHead, out batchMat, x, xn *vk.Buffer, n int, hb headBufs) error {
 	c := r.c
 	nu := uint32(n)
 	norm, err := r.ks.row("rmsnorm", c.NEmbd)
@@ -78,8 +78,20 @@ func (r *Runner) recordRowsHead(rec *vk.Recorder, head rowsHead, out evalMat, x,
 		if err != nil {
 			return err
 		}
-		r.dispatch(rec, newOp(nll, shaders.NLLPush{Cols: uint32(c.NVocab), N: nu}, shaders.RowGroups(nu, nll.spec),
-			rd(hb.logits, 0, 0), rd(hb.target, 0, 0), wr(hb.loss, 0, 0)))
+		// The logits bound in pieces of rows within maxStorageBufferRange,
+		// each at an aligned offset.
+		vB := 4 * uint64(c.NVocab)
+		align := r.dev.Info().Limits.MinStorageBufferOffsetAlignment
+		step := align / gcd(align, vB) // rows between aligned offsets
+		per := int(r.ks.prof.MaxStorageBufferRange / vB / step * step)
+		if r.ks.prof.MaxStorageBufferRange == 0 || per <= 0 || per > n {
+			per = n // under the range or, when not even step rows fit, one piece that the recorder refuses by name
+		}
+		for i := 0; i < n; i += per {
+			k := uint32(min(per, n-i))
+			r.dispatch(rec, newOp(nll, shaders.NLLPush{Cols: uint32(c.NVocab), N: k, RowBase: uint32(i)}, shaders.RowGroups(k, nll.spec),
+				rd(hb.logits, uint64(i)*vB, uint64(k)*vB), rd(hb.target, 0, 0), wr(hb.loss, 0, 0)))
+		}
 	}
 	return nil
 }

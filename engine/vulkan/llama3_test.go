@@ -91,7 +91,7 @@ func TestTiedOutput(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, closeErr(want, got, tolLogits), "batched prompt")
 	e := newEvaluator(t, dev, m)
-	assert.Same(t, e.w.w.tokenEmbd.buf, e.w.w.output.buf, "one upload")
+	assert.Same(t, e.r.w.tokenEmbd.buf, e.r.w.output.buf, "one upload")
 	all, err := e.Eval(tokens)
 	require.NoError(t, err)
 	wantAll, _ := cpuEval(t, m, tokens)

@@ -52,20 +52,23 @@ const DefaultUBatch = 512
 // prefill is the batched prefill's weights view, scratch and recordings.
 type prefill struct {
 	ub     int
-	blocks []evalBlock
-	a      evalActs   // [ub] rows; a.pos is the chunk's positions (host-visible)
+	blocks []batchBlock
+	a      batchActs  // [ub] rows; a.pos is the chunk's positions (host-visible)
 	tok    *vk.Buffer // [ub] u32 token ids, host-visible
 	rows   *vk.Buffer // [1] u32: n, filled by each recording (the dense layers' append count)
 	pred   *vk.Buffer // [ub] f32 predictor scores
 	psel   *vk.Buffer // [ub] u32 positions of a routed layer's selected rows
 	prope  *vk.Buffer // [ub] u32 their compact positions (mod.PositionsCompact), at which RoPE turns them
-	hidden *vk.Buffer // [ub][predHidden] f32 the predictor's hidden layer (predictor routing)
-	trace  *vk.Buffer // [nRouted][3][ub]: r f32, p f32, selected u32 of each row (Options.Trace)
-	recs   map[prefillKey]*vk.Recorder
-	output evalMat               // the output matrix bound for matmul (every row's logits)
-	heads  map[rowsHead]headBufs // every row's head (Score, Losses), made at its first use
-	tables map[int]*vk.Buffer    // by chunk length n: a routed block's dispatch sizes for each count 0..n
-	args   map[int]*vk.Buffer    // by layer: a routed block's indirect arguments
+	// sortKeys are top-k's sort keys in eval mode over more rows than one
+	// workgroup sorts (TopkPasses); nil otherwise.
+	sortKeys *vk.Buffer
+	hidden   *vk.Buffer // [ub][predHidden] f32 the predictor's hidden layer (predictor routing)
+	trace    *vk.Buffer // [nRouted][3][ub]: r f32, p f32, selected u32 of each row (Options.Trace)
+	recs     map[prefillKey]*vk.Recorder
+	output   batchMat              // the output matrix bound for matmul (every row's logits)
+	heads    map[rowsHead]headBufs // every row's head (Score, Losses), made at its first use
+	tables   map[int]*vk.Buffer    // by chunk length n: a routed block's dispatch sizes for each count 0..n
+	args     map[int]*vk.Buffer    // by layer: a routed block's indirect arguments
 }
 
 // buildPrefill binds the weights for matmul and makes the chunk scratch.
@@ -77,7 +80,7 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 	ub = min(ub, r.ctx)
 	pf := &prefill{ub: ub, recs: map[prefillKey]*vk.Recorder{}, heads: map[rowsHead]headBufs{}, tables: map[int]*vk.Buffer{}, args: map[int]*vk.Buffer{}}
 	ks := r.ks
-	pf.blocks = make([]evalBlock, len(r.w.blocks))
+	pf.blocks = make([]batchBlock, len(r.w.blocks))
 	for l := range r.w.blocks {
 		b, mb := &r.w.blocks[l], &m.Weights.Blocks[l]
 		eb := &pf.blocks[l]
@@ -109,7 +112,10 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 	a := &pf.a
 	a.pos, pf.tok = must(f32(ub), vk.HostVisible), must(f32(ub), vk.HostVisible)
 	a.r, a.mask, a.count, a.args = must(f32(ub), dev), must(f32(ub), dev), must(4, dev), must(12, dev)
-	a.keys = must(f32(ub), dev) // the selected rows of the chunk (compact_positive's idx)
+	a.keys = must(f32(ub), dev) // the selected rows of the chunk (compact_positive's or topk's idx)
+	if r.evalMode && ub > shaders.TopkLocal {
+		pf.sortKeys = must(8*uint64(shaders.TopkKeys(uint32(ub))), dev) // top-k's multi-pass sort
+	}
 	pf.rows, pf.pred, pf.psel, pf.prope = must(4, dev), must(f32(ub), dev), must(f32(ub), dev), must(f32(ub), dev)
 	if r.routing == mod.RoutingPredictor && c.PredictorHidden > 0 {
 		pf.hidden = must(f32(ub*c.PredictorHidden), dev)
@@ -292,6 +298,47 @@ func (r *Runner) recordPrefillRouted(rec *vk.Recorder, l, n, j int) error {
 			rd(rt.predDown, 0, 0), rd(rt.predDown, 0, 0), rd(pf.hidden, 0, 0), wr(pf.pred, 0, 0)))
 		decide = pf.pred
 	}
+	// The selection: causal routing's compact_positive (r > 0 or p > 0),
+	// or in eval mode top-k of r (k fixed by the chunk's length).
+	topk := r.routing == mod.RoutingTopK
+	take := nu // the rows that go through: at most n
+	if topk {
+		if take = uint32(c.TopKCount(n)); take == 0 { // a floor(c·n) of 0 (mod.RoundingFloor): no row goes through
+			if kerr != nil {
+				return kerr
+			}
+			for _, o := range ops {
+				r.dispatch(rec, o)
+			}
+			if pf.trace != nil {
+				rec.Fill(a.mask, 0, 4*uint64(n), 0)
+				r.recordPrefillTrace(rec, n, j)
+			}
+			return nil
+		}
+		for _, pass := range shaders.TopkPasses(nu, take) {
+			var binds []vk.Bind
+			pass.Push.Cols = d // the kernel reading r poisons x's row of a non-finite one (mod.PoisonRows)
+			switch pass.Variant {
+			case "topk":
+				binds = []vk.Bind{rd(a.r, 0, 0), wr(a.mask, 0, 0), wr(idx, 0, 0), rw(a.x, 0, 0)}
+			case "topk_sort":
+				binds = []vk.Bind{rd(a.r, 0, 0), wr(pf.sortKeys, 0, 0), rw(a.x, 0, 0)}
+			case "topk_merge_global", "topk_merge_local":
+				binds = []vk.Bind{rw(pf.sortKeys, 0, 0)}
+			case "topk_select":
+				binds = []vk.Bind{rd(pf.sortKeys, 0, 0), wr(a.mask, 0, 0)}
+			}
+			ops = append(ops, newOp(get(pass.Variant, nil), pass.Push, pass.Groups, binds...))
+		}
+		if nu > shaders.TopkLocal { // the multi-pass plan leaves a mask: compact it
+			ops = append(ops, newOp(get("compact_mask", nil), shaders.CompactPush{N: nu, RowsPerGroup: shaders.RoutingRowsPerGroup}, [3]uint32{1, 1, 1},
+				rd(a.mask, 0, 0), wr(idx, 0, 0), wr(a.count, 0, 0), wr(a.args, 0, 0)))
+		}
+	} else {
+		ops = append(ops, newOp(get("compact_positive", nil), shaders.CompactPush{N: nu, RowsPerGroup: shaders.RoutingRowsPerGroup, Cols: d}, [3]uint32{1, 1, 1},
+			rd(decide, 0, 0), wr(idx, 0, 0), wr(a.count, 0, 0), wr(a.args, 0, 0), wr(a.mask, 0, 0), rw(a.x, 0, 0)))
+	}
 	rb := r.routedBlockOf(a.ob)
 	posOp := newOp(get("prefill_pos", nil), shaders.PrefillPush{N: nu}, shaders.Groups((nu+63)/64),
 		rd(idx, 0, 0), rd(a.count, 0, 0), rd(a.pos, 0, 0), wr(pf.psel, 0, 0))
@@ -299,13 +346,8 @@ func (r *Runner) recordPrefillRouted(rec *vk.Recorder, l, n, j int) error {
 		posOp = newOp(get("prefill_pos_compact", nil), shaders.PrefillPush{N: nu, Layer: uint32(l)}, shaders.Groups((nu+63)/64),
 			rd(idx, 0, 0), rd(a.count, 0, 0), rd(a.pos, 0, 0), wr(pf.psel, 0, 0), rd(r.counts, 0, 0), wr(pf.prope, 0, 0))
 	}
-	ops = append(ops,
-		newOp(get("compact_positive", nil), shaders.CompactPush{N: nu, RowsPerGroup: shaders.RoutingRowsPerGroup, Cols: d}, [3]uint32{1, 1, 1},
-			rd(decide, 0, 0), wr(idx, 0, 0), wr(a.count, 0, 0), wr(a.args, 0, 0), wr(a.mask, 0, 0), rw(a.x, 0, 0)),
-		newOp(get("gather", nil), shaders.GatherPush{NEmbd: d}, shaders.Groups(nu),
-			rd(idx, 0, 0), rd(a.count, 0, 0), rd(a.x, 0, 0), wr(a.xs, 0, 0)),
-		posOp,
-	)
+	gather := newOp(get("gather", nil), shaders.GatherPush{NEmbd: d}, shaders.Groups(take),
+		rd(idx, 0, 0), rd(a.count, 0, 0), rd(a.x, 0, 0), wr(a.xs, 0, 0))
 	residual := get(shaders.ModResidualVariant(c.Gate, c.GateTarget), nil)
 	if kerr != nil {
 		return kerr
@@ -313,26 +355,52 @@ func (r *Runner) recordPrefillRouted(rec *vk.Recorder, l, n, j int) error {
 	for _, o := range ops {
 		r.dispatch(rec, o)
 	}
+	if topk && nu <= shaders.TopkLocal { // topk wrote idx and mask; the count and arguments are k
+		rec.Fill(a.count, 0, 4, take)
+		rec.Fill(a.args, 0, 4, take)
+		rec.Fill(a.args, 4, 8, 1)
+	}
+	r.dispatch(rec, gather)
+	r.dispatch(rec, posOp)
 	if pf.trace != nil {
-		rB, off := 4*uint64(n), 12*uint64(pf.ub)*uint64(j)
-		rec.Copy(a.r, pf.trace, 0, off, rB)
-		if r.routing == mod.RoutingPredictor {
-			rec.Copy(pf.pred, pf.trace, 0, off+4*uint64(pf.ub), rB)
+		r.recordPrefillTrace(rec, n, j)
+	}
+	binds := []vk.Bind{rw(a.x, 0, 0), rd(a.xs, 0, 0), rd(idx, 0, 0), rd(a.r, 0, 0)}
+	if rb.mlpOut != nil {
+		binds = append(binds, rd(rb.mlpOut, 0, 0))
+	}
+	if topk { // take rows, known now: the block and the residual dispatched directly
+		blockOps, err := r.prefillBlockOps(l, a.xs, int(take), int(take), pf.psel, a.count, rb)
+		if err != nil {
+			return err
 		}
-		rec.Copy(a.mask, pf.trace, 0, off+8*uint64(pf.ub), rB)
-		r.timestamp(rec, "copy")
+		for _, o := range blockOps {
+			r.dispatch(rec, o)
+		}
+		r.dispatch(rec, newOp(residual, shaders.ModResidualPush{Cols: d, N: nu, K: take}, shaders.Groups(take), binds...))
+		return nil
 	}
 	if err := r.recordPrefillRoutedBlock(rec, l, n, rb); err != nil {
 		return err
 	}
 	// One workgroup per selected row: compact_positive's arguments.
-	binds := []vk.Bind{rw(a.x, 0, 0), rd(a.xs, 0, 0), rd(idx, 0, 0), rd(a.r, 0, 0)}
-	if rb.mlpOut != nil {
-		binds = append(binds, rd(rb.mlpOut, 0, 0))
-	}
 	rec.DispatchIndirect(residual.k, vk.MustPackPush(shaders.ModResidualPush{Cols: d, N: nu, K: nu}), a.args, 0, binds...)
 	r.timestamp(rec, residual.v.Name)
 	return nil
+}
+
+// recordPrefillTrace copies the j-th routed layer's scores and decisions
+// of the chunk's n rows to the trace buffer (Options.Trace).
+func (r *Runner) recordPrefillTrace(rec *vk.Recorder, n, j int) {
+	pf := r.pf
+	a := &pf.a
+	rB, off := 4*uint64(n), 12*uint64(pf.ub)*uint64(j)
+	rec.Copy(a.r, pf.trace, 0, off, rB)
+	if r.routing == mod.RoutingPredictor {
+		rec.Copy(pf.pred, pf.trace, 0, off+4*uint64(pf.ub), rB)
+	}
+	rec.Copy(a.mask, pf.trace, 0, off+8*uint64(pf.ub), rB)
+	r.timestamp(rec, "copy")
 }
 
 // readPrefillTrace appends the routing of the n rows of the chunk just run
@@ -351,13 +419,13 @@ func (r *Runner) readPrefillTrace(n int) error {
 		return binary.LittleEndian.Uint32(raw[4*((3*j+field)*ub+i):])
 	}
 	for i := 0; i < n; i++ {
-		routes := make([]LayerRoute, len(routed))
+		routes := make([]mod.Route, len(routed))
 		for j, l := range routed {
 			field := 0 // the score that decided
 			if r.routing == mod.RoutingPredictor {
 				field = 1
 			}
-			routes[j] = LayerRoute{Layer: l, Score: math.Float32frombits(word(j, field, i)), Selected: word(j, 2, i) != 0}
+			routes[j] = mod.Route{Layer: l, Score: math.Float32frombits(word(j, field, i)), Selected: word(j, 2, i) != 0}
 		}
 		r.trace = append(r.trace, routes)
 	}
@@ -387,8 +455,16 @@ func (r *Runner) recordPrefillBlock(rec *vk.Recorder, l int, xb *vk.Buffer, n in
 func (r *Runner) prefillBlockOps(l int, xb *vk.Buffer, n, maxRows int, pos, rows *vk.Buffer, rb routedBlock) ([]op, error) {
 	c := r.c
 	a := &r.pf.a
-	kc := r.cache[l]
 	nu := uint32(n)
+	ropePos := pos
+	if rb.compactPos {
+		ropePos = r.pf.prope
+	}
+	if r.evalMode { // no cache: attention among the n rows, causal by position
+		return r.batchBlockOps(l, &r.pf.blocks[l], a, xb, n, pos, ropePos, nil, rb.mlpOut == nil, attentionArgs{n: nu, entries: nu, kv: shaders.KVF32,
+			q: a.qr, k: a.kr, v: a.v, kPos: pos, qPos: pos, partO: a.partO, partML: a.partML, out: a.att})
+	}
+	kc := r.cache[l]
 	kv, err := r.ks.get(shaders.PrefillKVVariant(shaders.KVTypeName(r.kv)), nil)
 	if err != nil {
 		return nil, err
@@ -403,10 +479,6 @@ func (r *Runner) prefillBlockOps(l int, xb *vk.Buffer, n, maxRows int, pos, rows
 			rd(a.kr, 0, 0), rd(a.v, 0, 0), rd(pos, 0, 0), rd(rows, 0, 0), rd(r.counts, 0, 0),
 			wr(kc.k, 0, 0), wr(kc.v, 0, 0), wr(kc.pos, 0, 0)),
 		newOp(count, push, [3]uint32{1, 1, 1}, rd(rows, 0, 0), rw(r.counts, 0, 0)),
-	}
-	ropePos := pos
-	if rb.compactPos {
-		ropePos = r.pf.prope
 	}
 	return r.batchBlockOps(l, &r.pf.blocks[l], a, xb, n, pos, ropePos, appendKV, rb.mlpOut == nil, attentionArgs{n: nu, maxRows: uint32(maxRows), entries: uint32(r.ctx), layer: uint32(l),
 		counts: r.counts, kv: r.kv, q: a.qr, k: kc.k, v: kc.v, kPos: kc.pos, qPos: pos, partO: a.partO, partML: a.partML, out: a.att})

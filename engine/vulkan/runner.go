@@ -75,8 +75,11 @@ type Runner struct {
 	dev     *vk.Device
 	c       mod.Config
 	routing mod.Routing
-	ctx     int    // the longest sequence, entries in each KV cache
-	kv      string // the caches' element type, shaders.KVF32 or KVF16
+	// evalMode: top-k routing, the Evaluator's runner (openRunner): no KV
+	// cache and no decode step, a window one batched chunk.
+	evalMode bool
+	ctx      int    // the longest sequence, entries in each KV cache
+	kv       string // the caches' element type, shaders.KVF32 or KVF16
 	// attnSplits is how many chunks decode attention splits each cache
 	// into (flash-decoding; 1: the single-pass kernel).
 	attnSplits uint32
@@ -117,17 +120,8 @@ type Runner struct {
 	// With Options.Trace, the step ends by copying each routed layer's
 	// score r, predictor score p and count (0 or 1) here, and run reads
 	// them after each token into routes.
-	traceHost *vk.Buffer     // [nRouted][3] r f32, p f32, selected u32
-	trace     [][]LayerRoute // [tokens of the last Feed][nRouted]
-}
-
-// LayerRoute is what one routed layer did with one token (DESIGN.md §3,
-// causal routing): the score that decided, r (router routing) or p
-// (predictor routing), and whether the token went through (score > 0).
-type LayerRoute struct {
-	Layer    int
-	Score    float32
-	Selected bool
+	traceHost *vk.Buffer    // [nRouted][3] r f32, p f32, selected u32
+	trace     [][]mod.Route // [tokens of the last Feed][nRouted]
 }
 
 // layerCache is one layer's KV cache on the GPU: the first counts[l] entries
@@ -187,10 +181,19 @@ func (r *Runner) KVType() string { return shaders.KVTypeName(r.kv) }
 // it). m may be closed afterwards: the runner keeps no reference to its
 // memory.
 func New(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Runner, error) {
-	c := m.Config
 	if r == mod.RoutingTopK {
 		return nil, fmt.Errorf("vulkan: generation needs causal routing (router or predictor), not top-k")
 	}
+	return openRunner(dev, m, r, opts)
+}
+
+// openRunner is New for any routing. Top-k routing makes an eval-mode
+// runner (the Evaluator's): a window is one batched chunk from position 0
+// (UBatch is the context length), its routed layers select by top-k, its
+// attention runs among the window's rows with no KV cache, and there is no
+// decode step.
+func openRunner(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Runner, error) {
+	c := m.Config
 	if _, err := m.NewState(r); err != nil { // the model has what r needs
 		return nil, err
 	}
@@ -203,7 +206,7 @@ func New(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Runner, er
 		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{},
 		conditional: dev.Info().Features.ConditionalRendering && !opts.NoConditional, ub: opts.UBatch}
 	if opts.Trace && c.IsMoD() {
-		run.trace = [][]LayerRoute{} // non-nil: tracing
+		run.trace = [][]mod.Route{} // non-nil: tracing
 	}
 	if opts.ContextLen > 0 && opts.ContextLen < run.ctx {
 		run.ctx = opts.ContextLen
@@ -214,7 +217,11 @@ func New(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Runner, er
 		return nil, err
 	}
 	run.attnSplits = run.ks.prof.AttentionSplits(run.ctx)
-	if err := checkFit(dev, m, run.ctx, kvBytesPerToken(c, run.kv), run.KVType()); err != nil {
+	fitCtx, fitKV := run.ctx, kvBytesPerToken(c, run.kv)
+	if run.evalMode = r == mod.RoutingTopK; run.evalMode {
+		run.ub, run.kv, fitCtx, fitKV = run.ctx, shaders.KVF32, 0, 0 // no cache
+	}
+	if err := checkFit(dev, m, fitCtx, fitKV, run.KVType()); err != nil {
 		run.Close()
 		return nil, err
 	}
@@ -228,7 +235,7 @@ func New(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Runner, er
 			return nil, fmt.Errorf("vulkan: %s: %w", m.Path, err)
 		}
 		opts.DeviceProfile = fb // a kernel failed: build again with its safe variant
-		return New(dev, m, r, opts)
+		return openRunner(dev, m, r, opts)
 	}
 	return run, nil
 }
@@ -241,8 +248,10 @@ func (r *Runner) build(m *mod.Model) error {
 	if err := r.allocate(); err != nil {
 		return err
 	}
-	if err := r.record(); err != nil {
-		return err
+	if !r.evalMode {
+		if err := r.record(); err != nil {
+			return err
+		}
 	}
 	if err := r.buildPrefill(m, r.ub); err != nil {
 		return err
@@ -275,6 +284,9 @@ func (r *Runner) allocate() error {
 	}
 	if al.err != nil {
 		return fmt.Errorf("activations: %w", al.err)
+	}
+	if r.evalMode {
+		return nil // no cache, no decode step
 	}
 	r.cache = make([]layerCache, c.NLayer)
 	r.routes = make([]route, c.NLayer)
@@ -372,13 +384,13 @@ func (r *Runner) readTrace() error {
 	if err := r.traceHost.Download(raw, 0); err != nil {
 		return err
 	}
-	routes := make([]LayerRoute, len(routed))
+	routes := make([]mod.Route, len(routed))
 	for j, l := range routed {
 		score := math.Float32frombits(binary.LittleEndian.Uint32(raw[12*j:]))
 		if r.routing == mod.RoutingPredictor {
 			score = math.Float32frombits(binary.LittleEndian.Uint32(raw[12*j+4:]))
 		}
-		routes[j] = LayerRoute{Layer: l, Score: score, Selected: binary.LittleEndian.Uint32(raw[12*j+8:]) > 0}
+		routes[j] = mod.Route{Layer: l, Score: score, Selected: binary.LittleEndian.Uint32(raw[12*j+8:]) > 0}
 	}
 	r.trace = append(r.trace, routes)
 	return nil
@@ -388,7 +400,7 @@ func (r *Runner) readTrace() error {
 // routed layer did with it ([tokens][routed layers]), read back from the
 // GPU. It is nil unless the runner was made with Options.Trace (and for a
 // dense model).
-func (r *Runner) Routes() [][]LayerRoute {
+func (r *Runner) Routes() [][]mod.Route {
 	return r.trace
 }
 

@@ -39,6 +39,9 @@ func (r *Runner) scoreRows(tokens []int32, head rowsHead, each func([]float32) e
 	if err := r.check(tokens); err != nil {
 		return err
 	}
+	if r.trace != nil {
+		r.trace = r.trace[:0]
+	}
 	if _, ok := r.pf.heads[head]; !ok {
 		hb, err := r.newHeadBufs(head, r.pf.ub)
 		if err != nil {

@@ -78,3 +78,37 @@ func assertLosses(t *testing.T, want []float32, tokens []int32, losses []float32
 
 // lossTol is the nll kernel's relative bound (shaders' nllTol).
 const lossTol = 1e-5
+
+// TestLossesInPieces: logits over the device's binding range are scored in
+// pieces of rows (the nll kernel's RowBase), in eval mode and causal
+// scoring alike: a profile whose maxStorageBufferRange holds 9 rows of
+// logits cuts a window of 37 into 5 pieces, and every loss equals the CPU's.
+func TestLossesInPieces(t *testing.T) {
+	dev := openDevice(t, true)
+	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+	prof := DeviceProfile(dev.Info())
+	prof.MaxStorageBufferRange = uint64(9*4*m.Config.NVocab + 100)
+	tokens := fixtureTokens(t, "../../testdata/mod/mod-trained.fixture.json")["generate-router"]
+	tokens = append(tokens, tokens...)[:37]
+	for _, routing := range []mod.Routing{mod.RoutingTopK, mod.RoutingRouter} {
+		cpu, err := m.NewState(routing)
+		require.NoError(t, err)
+		want, err := cpu.Forward(tokens, true)
+		require.NoError(t, err)
+		var losses []float32
+		if routing == mod.RoutingTopK {
+			e, err := NewEvaluator(dev, m, Options{DeviceProfile: &prof})
+			require.NoError(t, err)
+			t.Cleanup(e.Close)
+			losses, err = e.Losses(tokens)
+			require.NoError(t, err)
+		} else {
+			run, err := New(dev, m, routing, Options{DeviceProfile: &prof})
+			require.NoError(t, err)
+			t.Cleanup(run.Close)
+			losses, err = run.Losses(tokens)
+			require.NoError(t, err)
+		}
+		assertLosses(t, want, tokens, losses, routing.String())
+	}
+}

@@ -50,7 +50,7 @@ func abs(x float32) float32 {
 // decision for every token and routed layer; a decision is only compared
 // where the CPU's score is over margin away from 0. It returns how many
 // (token, layer) pairs went in and how many skipped, by the CPU.
-func assertRoutes(t *testing.T, trace *mod.Trace, routing mod.Routing, got [][]LayerRoute, margin float32) (in, out int) {
+func assertRoutes(t *testing.T, trace *mod.Trace, routing mod.Routing, got [][]mod.Route, margin float32) (in, out int) {
 	t.Helper()
 	for j, lt := range trace.Layers {
 		score := lt.RouterLogits

@@ -14,8 +14,9 @@ layout(push_constant) uniform RMSNormPush {
 
 #ifdef OP_NLL
 layout(push_constant) uniform NLLPush {
-	uint cols; // elements per row (nVocab)
-	uint n;    // rows: x is [n][cols], target and out are [n]
+	uint cols;    // elements per row (nVocab)
+	uint n;       // rows: x is [n][cols]
+	uint rowBase; // x's row r is row rowBase + r of target and out
 } p;
 #endif
 

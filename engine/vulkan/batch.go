@@ -1,0 +1,209 @@
+package vulkan
+
+import (
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/shaders"
+	"github.com/modrun/modrun/vk"
+)
+
+// The batched graph's parts (DESIGN.md §6, "Prefill and eval are one
+// batched graph"): weights bound for matmul, the per-row scratch of a batch,
+// and the block on a batch of rows. The batched prefill (prefill.go)
+// records with them in both of its modes: generate (causal routing, the KV
+// cache) and eval (top-k routing, attention among the window's rows: the
+// Evaluator).
+
+// batchMat is a weight matrix, or one matrix of a stack, bound for matmul:
+// its rows lie in one or more buffers (the mat's pieces), a dispatch each.
+type batchMat struct {
+	mm         *kernel
+	rows, cols uint32 // outputs per token, columns
+	parts      []matPart
+}
+
+// matPart is the rows of an batchMat in one buffer: rows of them from row
+// wRow0 of the buffer's wRows, whose outputs go to columns yOff.. of y.
+type matPart struct {
+	buf                      *vk.Buffer
+	wRow0, wRows, rows, yOff uint32
+}
+
+type batchBlock struct {
+	q, k, v, o, gate, up, down batchMat
+}
+
+// batchActs are the scratch buffers of a batch of up to S rows.
+type batchActs struct {
+	x, xs, xn, ob        *vk.Buffer // [S][nEmbd]
+	q, qr, att           *vk.Buffer // [S][qDim]
+	k, kr, v             *vk.Buffer // [S][kvDim]
+	gate, up, h          *vk.Buffer // [S][nFF]
+	pos                  *vk.Buffer // [S] u32 the rows' positions
+	r, mask, count, args *vk.Buffer // [S] f32, [S] u32, [1] u32, [3] u32
+	keys                 *vk.Buffer // [S] u32 a routed layer's selected rows
+	partO, partML        *vk.Buffer // attention's key-tile partial results (batchAttentionOps)
+}
+
+// matmulKernel is matmul for weights of type typ, with the device's tiles.
+func matmulKernel(ks *kernels, typ string) (*kernel, error) {
+	return ks.get(shaders.MatmulName(typ), ks.prof.Matmul().Constants())
+}
+
+// matRows is rows [r0, r1) of m bound for matmul: the part of each of m's
+// pieces that holds some of them.
+func matRows(ks *kernels, m mat, r0, r1 uint32) (batchMat, error) {
+	mm, err := matmulKernel(ks, m.typ)
+	if err != nil {
+		return batchMat{}, err
+	}
+	em := batchMat{mm: mm, rows: r1 - r0, cols: m.cols}
+	for _, pc := range m.pieces {
+		a, b := max(r0, pc.row0), min(r1, pc.row0+pc.rows)
+		if a < b {
+			em.parts = append(em.parts, matPart{buf: pc.buf, wRow0: a - pc.row0, wRows: pc.rows, rows: b - a, yOff: a - r0})
+		}
+	}
+	return em, nil
+}
+
+// stackParts is each matrix of a stack as its own batchMat (matmul writes
+// [n][rows] per matrix): in a stack uploaded as one matrix, its rows of it.
+func stackParts(ks *kernels, s stack, ms ...*mod.Mat) ([]batchMat, error) {
+	out := make([]batchMat, len(ms))
+	var err error
+	if len(s.mvs) == len(ms) {
+		for i, m := range s.mvs {
+			if out[i], err = matRows(ks, m, 0, m.rows); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	for i, m := range ms {
+		r0 := uint32(s.part[i] / 4) // the rows before matrix i
+		if out[i], err = matRows(ks, s.mvs[0], r0, r0+uint32(m.Rows)); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// ops is Y = X W^T for n rows of x: y is [n][m.rows].
+func (m batchMat) ops(x, y *vk.Buffer, n int) []op {
+	var ops []op
+	for _, pt := range m.parts {
+		ops = append(ops, newOp(m.mm, shaders.MatmulPush{Rows: pt.rows, Cols: m.cols, N: uint32(n), WRow0: pt.wRow0, WRows: pt.wRows,
+			LdY: m.rows, YOff: pt.yOff},
+			shaders.MatmulGroups(pt.rows, uint32(n), shaders.MatmulSpec{BM: m.mm.spec[1], BN: m.mm.spec[2], BK: m.mm.spec[3], TM: m.mm.spec[4], TN: m.mm.spec[5]}),
+			rd(pt.buf, 0, 0), rd(x, 0, 0), wr(y, 0, 0)))
+	}
+	return ops
+}
+
+// opsInPieces is ops over n rows of x, cut into pieces of rows whose
+// bindings of x and y stay within maxRange, the profile's
+// maxStorageBufferRange (the logits of a long window pass it: 4096 tokens
+// of a 32,000 vocabulary are 524 MB; 256 rows of Llama 3's 128,256 are 131
+// MB). x and y are bound for the n rows only, never whole: a buffer sized
+// for a longer chunk may itself be over the range. A piece is a multiple of
+// the rows whose x and y both fill whole multiples of align
+// (minStorageBufferOffsetAlignment), so each piece's offsets are aligned.
+func (m batchMat) opsInPieces(maxRange, align uint64, x, y *vk.Buffer, n int) []op {
+	xRow, yRow := 4*uint64(m.cols), 4*uint64(m.rows)
+	step := lcm(align/gcd(align, xRow), align/gcd(align, yRow))
+	per := int(maxRange / max(xRow, yRow) / step * step)
+	if maxRange == 0 || per <= 0 || per > n {
+		per = n // under the range or, when not even step rows fit, one piece that the recorder refuses by name
+	}
+	var ops []op
+	for i := 0; i < n; i += per {
+		k := min(per, n-i)
+		for _, o := range m.ops(x, y, k) {
+			o.binds[1] = rd(x, uint64(i)*xRow, uint64(k)*xRow)
+			o.binds[2] = wr(y, uint64(i)*yRow, uint64(k)*yRow)
+			ops = append(ops, o)
+		}
+	}
+	return ops
+}
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+func lcm(a, b uint64) uint64 { return a / gcd(a, b) * b }
+
+// batchBlockOps are the dispatches of Llama block l (eb: its matrices bound
+// for matmul) on the first n rows of xb, in place, at the positions in pos
+// [n] u32 (RoPE at ropePos: pos, or compact positions), with scratch a:
+// rmsnorm, matmul q, k, v, rope, then kv (a
+// generate-mode cache's append, or nothing), attention att (its q, out and
+// partials are a's), matmul o, add, rmsnorm, matmul gate and up, swiglu,
+// matmul down, add (left out without mlpAdd: the MoD Llama 2 gate scales
+// the MLP output first). Eval windows and prefill chunks share it.
+func (r *Runner) batchBlockOps(l int, eb *batchBlock, a *batchActs, xb *vk.Buffer, n int, pos, ropePos *vk.Buffer, kv []op, mlpAdd bool, att attentionArgs) ([]op, error) {
+	c := r.c
+	b := &r.w.blocks[l]
+	nu, d := uint32(n), uint32(c.NEmbd)
+	norm, err := r.ks.row("rmsnorm", c.NEmbd)
+	if err != nil {
+		return nil, err
+	}
+	var kern [3]*kernel
+	for i, name := range []string{"rope", "add", "swiglu"} {
+		if kern[i], err = r.ks.get(name, nil); err != nil {
+			return nil, err
+		}
+	}
+	rope, add, swiglu := kern[0], kern[1], kern[2]
+	normOp := func(wt *vk.Buffer) op {
+		return newOp(norm, shaders.RMSNormPush{Cols: d, N: nu, Eps: c.RMSEps}, shaders.RowGroups(nu, norm.spec),
+			rd(xb, 0, 0), rd(wt, 0, 0), wr(a.xn, 0, 0))
+	}
+	addOp := newOp(add, shaders.AddPush{N: nu * d}, shaders.Groups((nu*d+255)/256), rd(xb, 0, 0), rd(a.ob, 0, 0), wr(xb, 0, 0))
+	ropeOp := func(x, out *vk.Buffer, heads int) op {
+		return newOp(rope, shaders.RopePush{HeadDim: uint32(c.HeadDim), NHead: uint32(heads), N: nu}, shaders.Groups(nu),
+			rd(x, 0, 0), rd(ropePos, 0, 0), rd(r.w.ropeFreq, 0, 0), wr(out, 0, 0))
+	}
+	attOps, err := r.batchAttentionOps(att)
+	if err != nil {
+		return nil, err
+	}
+	ops := []op{normOp(b.attnNorm)}
+	ops = append(ops, eb.q.ops(a.xn, a.q, n)...)
+	ops = append(ops, eb.k.ops(a.xn, a.k, n)...)
+	ops = append(ops, eb.v.ops(a.xn, a.v, n)...)
+	ops = append(ops, ropeOp(a.q, a.qr, c.NHead), ropeOp(a.k, a.kr, c.NKVHead))
+	ops = append(ops, kv...)
+	ops = append(ops, attOps...)
+	ops = append(ops, eb.o.ops(a.att, a.ob, n)...)
+	ops = append(ops, addOp, normOp(b.ffnNorm))
+	ops = append(ops, eb.gate.ops(a.xn, a.gate, n)...)
+	ops = append(ops, eb.up.ops(a.xn, a.up, n)...)
+	ops = append(ops, newOp(swiglu, shaders.SwiGLUPush{N: nu * uint32(c.NFF)}, shaders.ElementGroups(nu*uint32(c.NFF)),
+		rd(a.gate, 0, 0), rd(a.up, 0, 0), wr(a.h, 0, 0)))
+	ops = append(ops, eb.down.ops(a.h, a.ob, n)...)
+	if mlpAdd {
+		ops = append(ops, addOp)
+	}
+	return ops, nil
+}
+
+// newBatchActs allocates, through must, the per-row scratch of a batch of
+// up to rows rows (the block's activations); the routing and output
+// buffers are the caller's.
+func (r *Runner) newBatchActs(must func(uint64, vk.BufferKind) *vk.Buffer, rows int) batchActs {
+	c := r.c
+	f32 := func(n int) uint64 { return 4 * uint64(rows) * uint64(n) }
+	dev := vk.DeviceLocal
+	kvd, qd := c.KVDim(), c.NHead*c.HeadDim
+	var a batchActs
+	a.x, a.xs, a.xn, a.ob = must(f32(c.NEmbd), dev), must(f32(c.NEmbd), dev), must(f32(c.NEmbd), dev), must(f32(c.NEmbd), dev)
+	a.q, a.qr, a.att = must(f32(qd), dev), must(f32(qd), dev), must(f32(qd), dev)
+	a.k, a.kr, a.v = must(f32(kvd), dev), must(f32(kvd), dev), must(f32(kvd), dev)
+	a.gate, a.up, a.h = must(f32(c.NFF), dev), must(f32(c.NFF), dev), must(f32(c.NFF), dev)
+	return a
+}
