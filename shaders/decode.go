@@ -111,6 +111,13 @@ func KVTypeName(kv string) string {
 	return "f32"
 }
 
+// The decode attention variants for a KV cache type (KVF32 or KVF16): the
+// engine asks for them by these, never by building the names.
+func DecodeKVName(kv string) string             { return "decode_kv" + kv }
+func DecodeAttentionName(kv string) string      { return "decode_attention" + kv }
+func DecodeAttentionSplitName(kv string) string { return "decode_attention_split" + kv }
+func DecodeAttendName(kv string) string         { return "decode_attend" + kv }
+
 // KVElementBytes is the size of one cached key or value element.
 func KVElementBytes(kv string) uint64 {
 	if kv == KVF16 {
@@ -126,7 +133,7 @@ func decodeKVVariant(kv string) Variant {
 		elem, defines = "f16 (pairs in u32 words)", []string{"KV_F16"}
 	}
 	return Variant{
-		Name: "decode_kv" + kv, Source: "decode_kv.comp", Defines: defines,
+		Name: DecodeKVName(kv), Source: "decode_kv.comp", Defines: defines,
 		Bindings: []Binding{
 			{"qkv", ReadWrite, "q [nHead*headDim] (rotated in place), k at kOff, v at vOff, f32"},
 			{"pos", Read, "[1] u32 the token's original position"},
@@ -150,7 +157,7 @@ func decodeAttentionVariant(kv string) Variant {
 		bindings[2].Shape = "[entries][nKVHead*headDim] f16 (pairs in u32 words)"
 	}
 	return Variant{
-		Name: "decode_attention" + kv, Source: "decode_attention.comp", Defines: defines,
+		Name: DecodeAttentionName(kv), Source: "decode_attention.comp", Defines: defines,
 		Bindings: append(bindings,
 			Binding{"counts", Read, "[nLayer] u32: entries = counts[layer]"},
 			Binding{"out", Write, "[n][nHead*headDim] f32"}),
@@ -169,7 +176,7 @@ func decodeAttendVariant(kv string) Variant {
 		elem, defines = "f16 (pairs in u32 words)", []string{"KV_F16"}
 	}
 	return Variant{
-		Name: "decode_attend" + kv, Source: "decode_attend.comp", Defines: defines,
+		Name: DecodeAttendName(kv), Source: "decode_attend.comp", Defines: defines,
 		Bindings: []Binding{
 			{"qkv", Read, "q [nHead*headDim], k at kOff, v at vOff, f32, not rotated"},
 			{"pos", Read, "[1] u32 the token's original position"},
@@ -192,7 +199,7 @@ func decodeAttendVariant(kv string) Variant {
 // in chunks, a workgroup each, partial results out.
 func decodeAttentionSplitVariant(kv string) Variant {
 	v := decodeAttentionVariant(kv)
-	v.Name = "decode_attention_split" + kv
+	v.Name = DecodeAttentionSplitName(kv)
 	v.Defines = append(v.Defines, "SPLIT")
 	v.Bindings[len(v.Bindings)-1] = Binding{"part", Write, "[n][nHead][splits][2+headDim] f32: each chunk's max, sum, unnormalized output"}
 	v.Spec = DecodeAttentionSplitSpec(16)

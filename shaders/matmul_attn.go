@@ -18,12 +18,6 @@ type MatmulPush struct {
 	YOff  uint32 // the column of y that row WRow0's output goes to
 }
 
-// MatmulWhole is the push of a matmul of all rows of a matrix bound whole
-// into y [n][rows].
-func MatmulWhole(rows, cols, n uint32) MatmulPush {
-	return MatmulPush{Rows: rows, Cols: cols, N: n, WRows: rows, LdY: rows}
-}
-
 // MatmulSpec is matmul's specialization constants: a workgroup computes a
 // tile of BM tokens by BN rows of W, BK columns per step (a multiple of 4),
 // each invocation TM tokens by TN rows.

@@ -78,7 +78,7 @@ func BenchmarkMatmul(b *testing.B) {
 				}
 				rec := dev.NewRecorder()
 				defer rec.Close()
-				rec.Dispatch(k, vk.MustPackPush(MatmulWhole(rows, cols, n)), MatmulGroups(rows, n, sp.spec), binds...)
+				rec.Dispatch(k, vk.MustPackPush(matmulWhole(rows, cols, n)), MatmulGroups(rows, n, sp.spec), binds...)
 				require.NoError(b, dev.Run(rec)) // records
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
@@ -133,4 +133,10 @@ func BenchmarkAttention(b *testing.B) {
 			b.ReportMetric(cpuSeconds/seconds, "x-cpu")
 		})
 	}
+}
+
+// matmulWhole is the push of a matmul of all rows of a matrix bound whole
+// into y [n][rows].
+func matmulWhole(rows, cols, n uint32) MatmulPush {
+	return MatmulPush{Rows: rows, Cols: cols, N: n, WRows: rows, LdY: rows}
 }

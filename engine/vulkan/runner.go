@@ -34,7 +34,7 @@ type Options struct {
 	// ContextLen caps the sequence, and so the KV caches' size; 0 (or more
 	// than the model's) means the model's context length.
 	ContextLen int
-	// KVType is the KV cache's element type, "f16" or "f32" (KVTypes); ""
+	// KVType is the KV cache's element type, "f16" or "f32" (kvType); ""
 	// means the profile's (f16 on GPUs, f32 on CPU devices). Generation
 	// only: eval mode keeps no cache.
 	KVType string
@@ -156,9 +156,6 @@ type route struct {
 	groups    *vk.Buffer // [m][3] u32 the dispatch sizes of the block and mod_residual, uploaded once
 	blockArgs *vk.Buffer // [m][3] u32 route_decode's indirect arguments of the block and mod_residual
 }
-
-// KVTypes are the KV cache types Options.KVType takes.
-var KVTypes = []string{"f16", "f32"}
 
 // kvType is the shaders KV constant of Options.KVType name.
 func kvType(name string, prof shaders.Profile) (string, error) {

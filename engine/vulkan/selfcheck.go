@@ -270,9 +270,9 @@ func checkProfile(dev *vk.Device, prof shaders.Profile) ([]SelfCheck, error) {
 		picks = append(picks, pick{shaders.RouteDecodeVariant(sd, pred, !prof.CPU), shaders.RouteDecodeSpec(sd)})
 	}
 	for _, kv := range []string{shaders.KVF32, shaders.KVF16} { // ks.get fits the workgroup to the device
-		picks = append(picks, pick{"decode_attention" + kv, nil})
+		picks = append(picks, pick{shaders.DecodeAttentionName(kv), nil})
 		if splits := prof.AttentionSplits(2048); splits > 1 {
-			picks = append(picks, pick{"decode_attention_split" + kv, shaders.DecodeAttentionSplitSpec(splits)})
+			picks = append(picks, pick{shaders.DecodeAttentionSplitName(kv), shaders.DecodeAttentionSplitSpec(splits)})
 		}
 	}
 	var out []SelfCheck

@@ -30,7 +30,7 @@ func checkerFor(name string) (mk func(name string, spec []uint32) (checkCase, er
 		return routeDecodeCase, true
 	}
 	for _, kv := range []string{shaders.KVF32, shaders.KVF16} {
-		if name == "decode_attention"+kv || name == "decode_attention_split"+kv {
+		if name == shaders.DecodeAttentionName(kv) || name == shaders.DecodeAttentionSplitName(kv) {
 			return decodeAttentionCase, true
 		}
 	}

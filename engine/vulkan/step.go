@@ -154,7 +154,7 @@ func (r *Runner) blockOps(l int, xb *vk.Buffer, rb routedBlock) ([]op, error) {
 	d := uint32(c.NEmbd)
 	dB, ffB := 4*uint64(d), 4*uint64(c.NFF)
 	var kern [4]*kernel
-	for i, name := range []string{"rmsnorm", "decode_kv" + r.kv, "decode_attention" + r.kv, "swiglu"} {
+	for i, name := range []string{"rmsnorm", shaders.DecodeKVName(r.kv), shaders.DecodeAttentionName(r.kv), "swiglu"} {
 		var err error
 		if name == "rmsnorm" {
 			kern[i], err = r.ks.row(name, c.NEmbd)
@@ -200,7 +200,7 @@ func (r *Runner) blockOps(l int, xb *vk.Buffer, rb routedBlock) ([]op, error) {
 	}
 	if r.ks.prof.FuseAttention {
 		// RoPE, the KV append and attention in one dispatch.
-		attend, err := r.ks.get("decode_attend"+r.kv, shaders.DecodeAttendSpec(r.attnSplits))
+		attend, err := r.ks.get(shaders.DecodeAttendName(r.kv), shaders.DecodeAttendSpec(r.attnSplits))
 		if err != nil {
 			return nil, err
 		}
@@ -298,7 +298,7 @@ func (r *Runner) attentionOps(l int, attn *kernel) ([]op, error) {
 	if r.attnSplits <= 1 {
 		return []op{newOp(attn, push, shaders.AttentionGroups(1, uint32(c.NHead)), append(inputs, wr(a.att, 0, qB))...)}, nil
 	}
-	split, err := r.ks.get("decode_attention_split"+r.kv, shaders.DecodeAttentionSplitSpec(r.attnSplits))
+	split, err := r.ks.get(shaders.DecodeAttentionSplitName(r.kv), shaders.DecodeAttentionSplitSpec(r.attnSplits))
 	if err != nil {
 		return nil, err
 	}
