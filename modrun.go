@@ -105,7 +105,10 @@ type Info struct {
 	ContextLen   int     // the longest sequence a session takes (Options.ContextLen or the model's)
 	RoutedLayers []int   // the routed blocks, in order; none for a dense model
 	Capacity     float32 // the routed fraction of eval (top-k) mode
-	Routing      Routing // the causal routing generation uses ("" for a dense model)
+	// CapacityTokens, when not 0, is how many tokens of a sequence eval mode
+	// routes instead (a file whose capacity is a count, as MoD Llama 2's).
+	CapacityTokens int
+	Routing        Routing // the causal routing generation uses ("" for a dense model)
 
 	Backend string // BackendCPU, BackendReference or BackendVulkan
 	Device  string // the device's name
@@ -204,7 +207,7 @@ func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Rout
 	model := &Model{m: m, tok: tok, backend: backend, ctxLen: ctxLen, noRoutes: opts.NoRoutes, chunk: cpuChunk, turn: make(chan struct{}, 1)}
 	model.info = Info{
 		Path: m.Path, Arch: c.Arch, NLayer: c.NLayer, NEmbd: c.NEmbd, NHead: c.NHead, NKVHead: c.NKVHead,
-		NFF: c.NFF, NVocab: c.NVocab, ContextLen: ctxLen, RoutedLayers: c.RoutedLayers(), Capacity: c.Capacity,
+		NFF: c.NFF, NVocab: c.NVocab, ContextLen: ctxLen, RoutedLayers: c.RoutedLayers(), Capacity: c.Capacity, CapacityTokens: c.CapacityTokens,
 		Backend: backend.Name, Device: fmt.Sprintf("CPU (pure Go, %d threads)", runtime.GOMAXPROCS(0)), KVType: "f32",
 		Notice: notice, FileBytes: uint64(m.File.Size()),
 	}

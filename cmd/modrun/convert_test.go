@@ -97,8 +97,8 @@ func TestConvertErrors(t *testing.T) {
 
 // TestPublicModelRunsItsTrainedRouting: a converted MoD Llama 2 checkpoint
 // with an aux router generates with predictor routing unless told
-// otherwise (llama-mod.mod.causal_routing), and perplexity names its
-// capacity as a token count.
+// otherwise (llama-mod.mod.causal_routing), on the CPU and on Vulkan, and
+// --stats and perplexity name its capacity as a token count.
 func TestPublicModelRunsItsTrainedRouting(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "m.gguf")
@@ -106,8 +106,8 @@ func TestPublicModelRunsItsTrainedRouting(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	code, _, stderr = modrun(t, "-m", out, "--backend", "cpu", "-p", "Once upon a time", "-n", "4", "--stats")
 	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, stderr, "routing: predictor")
-	code, _, stderr = modrun(t, "-m", out, "--backend", "cpu", "-p", "Once upon a time", "-n", "4", "--stats", "--routing", "router")
+	assert.Contains(t, stderr, "routing: predictor, capacity 9 tokens")
+	code, _, stderr = modrun(t, "-m", out, "--backend", "vulkan", "-p", "Once upon a time", "-n", "4", "--stats", "--routing", "router")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stderr, "routing: router")
 

@@ -333,7 +333,11 @@ func printStats(w io.Writer, info api.Info, res api.Result, seed uint64) {
 	if len(info.RoutedLayers) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "routing: %s, capacity %g (top-k in eval mode only)\n", info.Routing, info.Capacity)
+	capacity := fmt.Sprintf("%g", info.Capacity)
+	if info.CapacityTokens > 0 {
+		capacity = fmt.Sprintf("%d tokens", info.CapacityTokens)
+	}
+	fmt.Fprintf(w, "routing: %s, capacity %s (top-k in eval mode only)\n", info.Routing, capacity)
 	for _, s := range res.Layers {
 		frac := 0.0
 		if s.Seen > 0 {
