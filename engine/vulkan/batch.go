@@ -110,11 +110,7 @@ func (m batchMat) ops(x, y *vk.Buffer, n int) []op {
 // (minStorageBufferOffsetAlignment), so each piece's offsets are aligned.
 func (m batchMat) opsInPieces(maxRange, align uint64, x, y *vk.Buffer, n int) []op {
 	xRow, yRow := 4*uint64(m.cols), 4*uint64(m.rows)
-	step := lcm(align/gcd(align, xRow), align/gcd(align, yRow))
-	per := int(maxRange / max(xRow, yRow) / step * step)
-	if maxRange == 0 || per <= 0 || per > n {
-		per = n // under the range or, when not even step rows fit, one piece that the recorder refuses by name
-	}
+	per := rowsPerPiece(maxRange, align, n, xRow, yRow)
 	var ops []op
 	for i := 0; i < n; i += per {
 		k := min(per, n-i)
@@ -125,6 +121,24 @@ func (m batchMat) opsInPieces(maxRange, align uint64, x, y *vk.Buffer, n int) []
 		}
 	}
 	return ops
+}
+
+// rowsPerPiece is how many of n rows one piece binds when each binding of
+// rows of rowBytes must stay within maxRange and start at a multiple of
+// align: a multiple of the rows after which every binding's offset is
+// aligned, as many as fit. It is n when all fit (or maxRange is 0), and n
+// too when not even one step fits: one piece, which the recorder then
+// refuses by name.
+func rowsPerPiece(maxRange, align uint64, n int, rowBytes ...uint64) int {
+	step, widest := uint64(1), uint64(0)
+	for _, b := range rowBytes {
+		step, widest = lcm(step, align/gcd(align, b)), max(widest, b)
+	}
+	per := int(maxRange / widest / step * step)
+	if maxRange == 0 || per <= 0 || per > n {
+		return n
+	}
+	return per
 }
 
 func gcd(a, b uint64) uint64 {

@@ -81,12 +81,7 @@ func (r *Runner) recordRowsHead(rec *vk.Recorder, head rowsHead, out batchMat, x
 		// The logits bound in pieces of rows within maxStorageBufferRange,
 		// each at an aligned offset.
 		vB := 4 * uint64(c.NVocab)
-		align := r.dev.Info().Limits.MinStorageBufferOffsetAlignment
-		step := align / gcd(align, vB) // rows between aligned offsets
-		per := int(r.ks.prof.MaxStorageBufferRange / vB / step * step)
-		if r.ks.prof.MaxStorageBufferRange == 0 || per <= 0 || per > n {
-			per = n // under the range or, when not even step rows fit, one piece that the recorder refuses by name
-		}
+		per := rowsPerPiece(r.ks.prof.MaxStorageBufferRange, r.dev.Info().Limits.MinStorageBufferOffsetAlignment, n, vB)
 		for i := 0; i < n; i += per {
 			k := uint32(min(per, n-i))
 			r.dispatch(rec, newOp(nll, shaders.NLLPush{Cols: uint32(c.NVocab), N: k, RowBase: uint32(i)}, shaders.RowGroups(k, nll.spec),
@@ -106,7 +101,7 @@ func (hb headBufs) uploadTargets(tokens []int32, next int32) error {
 		if i+1 < len(tokens) {
 			t = tokens[i+1]
 		}
-		ids[i] = uint32(max(t, 0))
+		ids[i] = uint32(t) // checked: in the vocabulary
 	}
 	return hb.target.Upload(u32Bytes(ids), 0)
 }

@@ -128,16 +128,8 @@ func mixPerplexity(t *testing.T, nVocab int, ids []int32, score func([]int32) []
 		logits := score(win)
 		require.Len(t, logits, len(win)*nVocab, fmt.Sprintf("window %d", w))
 		for i := 0; i+1 < len(win); i++ {
-			row := logits[i*nVocab : (i+1)*nVocab]
-			maxv := math.Inf(-1)
-			for _, v := range row {
-				maxv = math.Max(maxv, float64(v))
-			}
-			var sum float64
-			for _, v := range row {
-				sum += math.Exp(float64(v) - maxv)
-			}
-			nll += maxv + math.Log(sum) - float64(row[win[i+1]])
+			l, _ := refNLL(logits[i*nVocab:(i+1)*nVocab], win[i+1])
+			nll += l
 			n++
 		}
 	}

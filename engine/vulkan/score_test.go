@@ -60,20 +60,24 @@ func assertLosses(t *testing.T, want []float32, tokens []int32, losses []float32
 	require.Len(t, losses, len(tokens)-1, name)
 	v := len(want) / len(tokens)
 	for i, got := range losses {
-		row := want[i*v : (i+1)*v]
-		mx := math.Inf(-1)
-		for _, x := range row {
-			mx = math.Max(mx, float64(x))
-		}
-		var sum float64
-		for _, x := range row {
-			sum += math.Exp(float64(x) - mx)
-		}
-		xt := float64(row[tokens[i+1]])
-		nll := math.Log(sum) + mx - xt
-		bound := 2*tolLogits + lossTol*(math.Abs(math.Log(sum))+math.Abs(mx)+math.Abs(xt))
-		assert.InDelta(t, nll, float64(got), bound, "%s: loss of token %d", name, i+1)
+		nll, terms := refNLL(want[i*v:(i+1)*v], tokens[i+1])
+		assert.InDelta(t, nll, float64(got), 2*tolLogits+lossTol*terms, "%s: loss of token %d", name, i+1)
 	}
+}
+
+// refNLL is -log softmax(row)[target] in float64 (engine.Perplexity's
+// nll), and the sizes of its terms, |log sum exp| + |max| + |row[target]|.
+func refNLL(row []float32, target int32) (nll, terms float64) {
+	mx := math.Inf(-1)
+	for _, x := range row {
+		mx = math.Max(mx, float64(x))
+	}
+	var sum float64
+	for _, x := range row {
+		sum += math.Exp(float64(x) - mx)
+	}
+	xt := float64(row[target])
+	return math.Log(sum) + mx - xt, math.Abs(math.Log(sum)) + math.Abs(mx) + math.Abs(xt)
 }
 
 // lossTol is the nll kernel's relative bound (shaders' nllTol).
