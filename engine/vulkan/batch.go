@@ -6,12 +6,11 @@ import (
 	"github.com/modrun/modrun/vk"
 )
 
-// The batched graph's parts (DESIGN.md §6, "Prefill and eval are one
-// batched graph"): weights bound for matmul, the per-row scratch of a batch,
-// and the block on a batch of rows. The batched prefill (prefill.go)
-// records with them in both of its modes: generate (causal routing, the KV
-// cache) and eval (top-k routing, attention among the window's rows: the
-// Evaluator).
+// The batch pass's parts (forward.go): weights bound for matmul and the
+// per-row scratch of a batch, which the block's stages (block.go) use when
+// a pass runs more than the decode step's one row: a prefill chunk
+// (causal routing, the KV cache) or an eval window (top-k routing,
+// attention among the window's rows: the Evaluator).
 
 // batchMat is a weight matrix, or one matrix of a stack, bound for matmul:
 // its rows lie in one or more buffers (the mat's pieces), a dispatch each.
@@ -149,62 +148,6 @@ func gcd(a, b uint64) uint64 {
 }
 
 func lcm(a, b uint64) uint64 { return a / gcd(a, b) * b }
-
-// batchBlockOps are the dispatches of Llama block l (eb: its matrices bound
-// for matmul) on the first n rows of xb, in place, at the positions in pos
-// [n] u32 (RoPE at ropePos: pos, or compact positions), with scratch a:
-// rmsnorm, matmul q, k, v, rope, then kv (a
-// generate-mode cache's append, or nothing), attention att (its q, out and
-// partials are a's), matmul o, add, rmsnorm, matmul gate and up, swiglu,
-// matmul down, add (left out without mlpAdd: the MoD Llama 2 gate scales
-// the MLP output first). Eval windows and prefill chunks share it.
-func (r *Runner) batchBlockOps(l int, eb *batchBlock, a *batchActs, xb *vk.Buffer, n int, pos, ropePos *vk.Buffer, kv []op, mlpAdd bool, att attentionArgs) ([]op, error) {
-	c := r.c
-	b := &r.w.blocks[l]
-	nu, d := uint32(n), uint32(c.NEmbd)
-	norm, err := r.ks.row("rmsnorm", c.NEmbd)
-	if err != nil {
-		return nil, err
-	}
-	var kern [3]*kernel
-	for i, name := range []string{"rope", "add", "swiglu"} {
-		if kern[i], err = r.ks.get(name, nil); err != nil {
-			return nil, err
-		}
-	}
-	rope, add, swiglu := kern[0], kern[1], kern[2]
-	normOp := func(wt *vk.Buffer) op {
-		return newOp(norm, shaders.RMSNormPush{Cols: d, N: nu, Eps: c.RMSEps}, shaders.RowGroups(nu, norm.spec),
-			rd(xb, 0, 0), rd(wt, 0, 0), wr(a.xn, 0, 0))
-	}
-	addOp := newOp(add, shaders.AddPush{N: nu * d}, shaders.Groups((nu*d+255)/256), rd(xb, 0, 0), rd(a.ob, 0, 0), wr(xb, 0, 0))
-	ropeOp := func(x, out *vk.Buffer, heads int) op {
-		return newOp(rope, shaders.RopePush{HeadDim: uint32(c.HeadDim), NHead: uint32(heads), N: nu}, shaders.Groups(nu),
-			rd(x, 0, 0), rd(ropePos, 0, 0), rd(r.w.ropeFreq, 0, 0), wr(out, 0, 0))
-	}
-	attOps, err := r.batchAttentionOps(att)
-	if err != nil {
-		return nil, err
-	}
-	ops := []op{normOp(b.attnNorm)}
-	ops = append(ops, eb.q.ops(a.xn, a.q, n)...)
-	ops = append(ops, eb.k.ops(a.xn, a.k, n)...)
-	ops = append(ops, eb.v.ops(a.xn, a.v, n)...)
-	ops = append(ops, ropeOp(a.q, a.qr, c.NHead), ropeOp(a.k, a.kr, c.NKVHead))
-	ops = append(ops, kv...)
-	ops = append(ops, attOps...)
-	ops = append(ops, eb.o.ops(a.att, a.ob, n)...)
-	ops = append(ops, addOp, normOp(b.ffnNorm))
-	ops = append(ops, eb.gate.ops(a.xn, a.gate, n)...)
-	ops = append(ops, eb.up.ops(a.xn, a.up, n)...)
-	ops = append(ops, newOp(swiglu, shaders.SwiGLUPush{N: nu * uint32(c.NFF)}, shaders.ElementGroups(nu*uint32(c.NFF)),
-		rd(a.gate, 0, 0), rd(a.up, 0, 0), wr(a.h, 0, 0)))
-	ops = append(ops, eb.down.ops(a.h, a.ob, n)...)
-	if mlpAdd {
-		ops = append(ops, addOp)
-	}
-	return ops, nil
-}
 
 // newBatchActs allocates, through must, the per-row scratch of a batch of
 // up to rows rows (the block's activations); the routing and output

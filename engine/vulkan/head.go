@@ -13,7 +13,7 @@ type rowsHead int
 
 const (
 	// headLast: the last row's logits and their argmax, as the decode step
-	// ends (recordLogits): a prefill's chunk before decoding goes on.
+	// ends (recordHead): a prefill's chunk before decoding goes on.
 	headLast rowsHead = iota
 	// headLogits: every row's logits, copied to the host (Eval, Score).
 	headLogits

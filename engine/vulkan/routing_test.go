@@ -209,7 +209,7 @@ func TestRoutedDispatches(t *testing.T) {
 			blockDispatches := make([]int, c.NLayer)
 			wantAll, wantIndirect, dense := 1+3, 0, 1+3 // embed; rmsnorm, output matvec, argmax
 			for l := 0; l < c.NLayer; l++ {
-				ops, err := run.blockOps(l, run.act.x, routedBlock{})
+				ops, err := run.blockOps(stepPass(true), l, blockRows{x: run.act.x, n: 1, maxRows: 1, pos: run.tokPos, ropePos: run.tokPos}, routedBlock{})
 				require.NoError(t, err)
 				blockDispatches[l] = len(ops)
 				dense += len(ops)
@@ -246,7 +246,7 @@ func TestRoutedDispatches(t *testing.T) {
 					selected := cpu.Selected[l] > before[l]
 					count := downloadU32(t, run.routes[l].count, 1)[0]
 					assert.Equal(t, map[bool]uint32{true: 1, false: 0}[selected], count, "layer %d: the GPU's decision is the CPU's", l)
-					args := downloadU32(t, run.routes[l].blockArgs, 3*(blockDispatches[l]+1))
+					args := downloadU32(t, run.args[l], 3*(blockDispatches[l]+1))
 					for j := 0; j < len(args); j += 3 {
 						if args[j]*args[j+1]*args[j+2] != 0 {
 							nonzero++

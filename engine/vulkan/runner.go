@@ -8,10 +8,11 @@
 // count (maintained by the GPU). MoD causal routing (router r > 0 or
 // predictor p > 0, DESIGN.md §3) is decided on the GPU: compaction writes
 // indirect-dispatch arguments, and a routed block runs on 0 or 1 token
-// without the CPU ever reading the decision. A prompt of several tokens
-// runs as a batched graph over chunks of them (prefill.go: matmul and
-// key-tiled attention, with the same caches), and eval mode (eval.go)
-// runs whole windows through the same block builder.
+// without the CPU ever reading the decision. One forward recorder
+// (forward.go) records every mode: the decode step, a prompt of several
+// tokens in chunks (prefill.go: matmul and key-tiled attention, with the
+// same caches), causal scoring, and eval mode's whole windows (eval.go);
+// only a routed layer's selector differs between them.
 //
 // The semantics are mod.State.Forward's in causal routing, which the tests
 // check logit for logit.
@@ -103,6 +104,11 @@ type Runner struct {
 	cache  []layerCache // [nLayer]
 	act    activations  // the step's scratch
 	routes []route      // [nLayer]; zero for a dense layer
+	// args[l] is routed layer l's indirect arguments, written by its
+	// selector in every pass (routedArgs); tables the routed blocks'
+	// dispatch sizes per pass shape (routedTable).
+	args   []*vk.Buffer
+	tables map[tableKey]*vk.Buffer
 	// What the host reads after a step.
 	logitsHost *vk.Buffer // [nVocab] f32
 	bestHost   *vk.Buffer // [1] u32: argmax of the logits, on the GPU
@@ -117,10 +123,10 @@ type Runner struct {
 	conditional bool                     // routed blocks run in conditional spans (VK_EXT_conditional_rendering)
 	prof        map[string]*ProfileEntry // per label, summed over replays since New
 
-	// With Options.Trace, the step ends by copying each routed layer's
-	// score r, predictor score p and count (0 or 1) here, and run reads
-	// them after each token into routes.
-	traceHost *vk.Buffer    // [nRouted][3] r f32, p f32, selected u32
+	// With Options.Trace, the step copies each routed layer's score r,
+	// predictor score p and count (0 or 1) here, and run reads them after
+	// each token into trace (readTrace).
+	traceHost *vk.Buffer    // [nRouted][3][1] r f32, p f32, selected u32
 	trace     [][]mod.Route // [tokens of the last Feed][nRouted]
 }
 
@@ -146,15 +152,13 @@ type activations struct {
 	logits *vk.Buffer // [nVocab]
 }
 
-// route is a routed layer's routing state for one token, all on the GPU.
+// route is a routed layer's routing state in the decode step, on the GPU.
 type route struct {
-	score     *vk.Buffer // [1] f32 router score r
-	pred      *vk.Buffer // [1] f32 predictor score p (predictor routing)
-	hidden    *vk.Buffer // [predHidden] f32 SiLU(W1 x) (predictor routing)
-	idx       *vk.Buffer // [1] u32 0: mod_residual's index list (the one token)
-	count     *vk.Buffer // [1] u32 selected tokens: 0 or 1
-	groups    *vk.Buffer // [m][3] u32 the dispatch sizes of the block and mod_residual, uploaded once
-	blockArgs *vk.Buffer // [m][3] u32 route_decode's indirect arguments of the block and mod_residual
+	score  *vk.Buffer // [1] f32 router score r
+	pred   *vk.Buffer // [1] f32 predictor score p (predictor routing)
+	hidden *vk.Buffer // [predHidden] f32 SiLU(W1 x) (an MLP predictor's routing)
+	idx    *vk.Buffer // [1] u32 0: mod_residual's index list (the one token)
+	count  *vk.Buffer // [1] u32 selected tokens: 0 or 1
 }
 
 // kvType is the shaders KV constant of Options.KVType name.
@@ -199,7 +203,7 @@ func openRunner(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Run
 	}
 	ks := newKernels(dev, opts.DeviceProfile)
 	ks.routeAsGPU = opts.routeAsGPU
-	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: ks,
+	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: ks, args: make([]*vk.Buffer, c.NLayer), tables: map[tableKey]*vk.Buffer{},
 		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{},
 		conditional: dev.Info().Features.ConditionalRendering && !opts.NoConditional, ub: opts.UBatch}
 	if opts.Trace && c.IsMoD() {
@@ -292,7 +296,14 @@ func (r *Runner) allocate() error {
 		r.cache[l] = layerCache{k: must(kvB, vk.DeviceLocal), v: must(kvB, vk.DeviceLocal),
 			pos: must(f32(r.ctx), vk.DeviceLocal)}
 		if c.Routed[l] {
-			r.routes[l] = route{score: must(4, vk.DeviceLocal), pred: must(4, vk.DeviceLocal), count: must(4, vk.DeviceLocal)}
+			ro := route{score: must(4, vk.DeviceLocal), pred: must(4, vk.DeviceLocal), count: must(4, vk.DeviceLocal), idx: must(4, vk.DeviceLocal)}
+			if rt := r.w.blocks[l].router; r.routing == mod.RoutingPredictor && rt.predHidden > 0 {
+				ro.hidden = must(4*uint64(rt.predHidden), vk.DeviceLocal)
+			}
+			if al.err == nil {
+				al.err = ro.idx.Upload(u32Bytes([]uint32{0}), 0)
+			}
+			r.routes[l] = ro
 		}
 	}
 	if r.trace != nil {
@@ -363,33 +374,10 @@ func (r *Runner) run(tokens []int32, logits bool) error {
 		return fmt.Errorf("vulkan: decode step at position %d: %w", r.pos, err)
 	}
 	r.addTimings(step)
-	if err := r.readTrace(); err != nil {
+	if err := r.readTrace(stepPass(logits)); err != nil {
 		return fmt.Errorf("vulkan: routing of position %d: %w", r.pos, err)
 	}
 	r.pos++
-	return nil
-}
-
-// readTrace appends the routing of the token just run to r.trace (with
-// Options.Trace; a no-op otherwise).
-func (r *Runner) readTrace() error {
-	if r.trace == nil {
-		return nil
-	}
-	routed := r.c.RoutedLayers()
-	raw := make([]byte, 12*len(routed))
-	if err := r.traceHost.Download(raw, 0); err != nil {
-		return err
-	}
-	routes := make([]mod.Route, len(routed))
-	for j, l := range routed {
-		score := math.Float32frombits(binary.LittleEndian.Uint32(raw[12*j:]))
-		if r.routing == mod.RoutingPredictor {
-			score = math.Float32frombits(binary.LittleEndian.Uint32(raw[12*j+4:]))
-		}
-		routes[j] = mod.Route{Layer: l, Score: score, Selected: binary.LittleEndian.Uint32(raw[12*j+8:]) > 0}
-	}
-	r.trace = append(r.trace, routes)
 	return nil
 }
 
