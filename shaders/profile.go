@@ -75,13 +75,36 @@ type Profile struct {
 	// self-check's fallback when their subgroup variants fail on a device
 	// (Fallback), which leaves the matvecs' subgroups alone.
 	RoutingShared bool
+	// RoutingAsGPU plans the router score and routing decision kernels as
+	// for a GPU (wide workgroups, subgroups where sure) on a CPU device:
+	// tests run the GPU configuration of the routing on lavapipe.
+	RoutingAsGPU bool
 }
 
 // ScoreDevice is what PlanScore and RouteDecodeVariant are told of the
 // device: the profile's subgroups, unless RoutingShared.
 func (p Profile) ScoreDevice() ScoreDevice {
-	return ScoreDevice{CPU: p.CPU, SubgroupSize: p.SubgroupSize, SubgroupArithmetic: p.SubgroupArithmetic && !p.RoutingShared}
+	return ScoreDevice{CPU: p.CPU && !p.RoutingAsGPU, SubgroupSize: p.SubgroupSize, SubgroupArithmetic: p.SubgroupArithmetic && !p.RoutingShared}
 }
+
+// Score is the router_score dispatch of n rows of rows dot products over
+// cols on this device: subgroups where they are sure, except on a CPU
+// device, which runs the shared-memory tree faster.
+func (p Profile) Score(n, rows, cols uint32) ScorePlan {
+	sd := p.ScoreDevice()
+	return PlanScore(sd, n, rows, cols, !sd.CPU)
+}
+
+// RouteDecode is route_decode's variant (with the predictor's score or
+// not) and specialization on this device, chosen as Score's.
+func (p Profile) RouteDecode(predictor bool) (name string, spec []uint32) {
+	sd := p.ScoreDevice()
+	return RouteDecodeVariant(sd, predictor, !sd.CPU), RouteDecodeSpec(sd)
+}
+
+// AttentionSplitLen is the key tile length of batched attention for heads
+// of hd on this device (AttentionSplitLen).
+func (p Profile) AttentionSplitLen(hd uint32) uint32 { return AttentionSplitLen(hd, p.CPU) }
 
 // matvecRowsPerGroup is how many rows (subgroups) a GPU's matvec workgroup
 // takes: 4 keeps a 32-wide subgroup's workgroup at 128 invocations, and

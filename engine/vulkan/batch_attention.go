@@ -37,7 +37,7 @@ type attentionArgs struct {
 
 // attentionSplitLen is the key tile length on this device.
 func (r *Runner) attentionSplitLen() uint32 {
-	return shaders.AttentionSplitLen(uint32(r.c.HeadDim), r.ks.prof.CPU)
+	return r.ks.prof.AttentionSplitLen(uint32(r.c.HeadDim))
 }
 
 // attentionGroupRows is how many query rows one attention_split and
@@ -78,13 +78,11 @@ func (r *Runner) batchAttentionParts(must func(uint64, vk.BufferKind) *vk.Buffer
 // dispatch of no workgroups.
 func (r *Runner) batchAttentionOps(a attentionArgs) ([]op, error) {
 	c := r.c
-	name, counts := "attention_split", a.counts
-	if counts != nil {
-		name = "attention_split_counts"
-	} else {
+	counts := a.counts
+	if counts == nil {
 		counts = a.qPos // unread: any buffer
 	}
-	split, err := r.ks.get(name+a.kv, shaders.AttentionSplitSpec(uint32(c.HeadDim)))
+	split, err := r.ks.get(shaders.AttentionSplitName(a.kv, a.counts != nil), shaders.AttentionSplitSpec(uint32(c.HeadDim)))
 	if err != nil {
 		return nil, err
 	}

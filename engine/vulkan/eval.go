@@ -78,8 +78,5 @@ func (e *Evaluator) Losses(tokens []int32) ([]float32, error) {
 // token of the last sequence: its router score and whether top-k took it.
 func (e *Evaluator) Routes() [][]mod.Route { return e.r.Routes() }
 
-// Recordings is how many (sequence length, output) pairs have a recording.
-func (e *Evaluator) Recordings() int { return len(e.r.pf.recs) }
-
 // Close waits for the device and frees every GPU object the evaluator made.
 func (e *Evaluator) Close() { e.r.Close() }

@@ -167,7 +167,7 @@ func TestEvalLengths(t *testing.T) {
 			assertLosses(t, cpu, tokens, losses, fmt.Sprintf("S=%d", s))
 		}
 	}
-	assert.Equal(t, 6, e.Recordings(), "one recording per length, and one of losses")
+	assert.Equal(t, 6, len(e.r.pf.recs), "one recording per length, and one of losses")
 	before := dev.Stats().Recordings
 	_, err := e.Eval(make([]int32, 37))
 	require.NoError(t, err)

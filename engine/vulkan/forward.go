@@ -307,8 +307,7 @@ func (r *Runner) routedArgs(l, m int) (*vk.Buffer, error) {
 // predictorHidden is the MLP predictor's hidden layer SiLU(W1 x) of n rows
 // of x into hidden, parallel over its rows.
 func (r *Runner) predictorHidden(rt *router, n int, x, hidden *vk.Buffer) (op, error) {
-	sd := r.ks.scoreDevice()
-	plan := shaders.PlanScore(sd, uint32(n), rt.predHidden, uint32(r.c.NEmbd), !sd.CPU)
+	plan := r.ks.prof.Score(uint32(n), rt.predHidden, uint32(r.c.NEmbd))
 	k, err := r.ks.get(plan.Variant, plan.Spec)
 	if err != nil {
 		return op{}, err
@@ -330,9 +329,8 @@ func (r *Runner) predictorHidden(rt *router, n int, x, hidden *vk.Buffer) (op, e
 func (r *Runner) selectStep(l int, u routedBufs, table, args *vk.Buffer, m int) ([]op, error) {
 	rt := r.w.blocks[l].router
 	d := uint32(r.c.NEmbd)
-	sd := r.ks.scoreDevice()
 	pred := r.routing == mod.RoutingPredictor
-	decide, err := r.ks.get(shaders.RouteDecodeVariant(sd, pred, !sd.CPU), shaders.RouteDecodeSpec(sd))
+	decide, err := r.ks.get(r.ks.prof.RouteDecode(pred))
 	if err != nil {
 		return nil, err
 	}
@@ -365,9 +363,8 @@ func (r *Runner) selectStep(l int, u routedBufs, table, args *vk.Buffer, m int) 
 func (r *Runner) scoreOps(l, n int, u routedBufs) ([]op, *vk.Buffer, error) {
 	rt := r.w.blocks[l].router
 	nu, d := uint32(n), uint32(r.c.NEmbd)
-	sd := r.ks.scoreDevice()
 	score := func(push shaders.RouterPush, w, bias, x, out *vk.Buffer) (op, error) {
-		plan := shaders.PlanScore(sd, nu, push.Rows, push.Cols, !sd.CPU)
+		plan := r.ks.prof.Score(nu, push.Rows, push.Cols)
 		k, err := r.ks.get(plan.Variant, plan.Spec)
 		if err != nil {
 			return op{}, err

@@ -20,9 +20,6 @@ type kernels struct {
 	dev  *vk.Device
 	prof shaders.Profile // picks each kernel's variant and specialization
 	made map[string]*kernel
-	// routeAsGPU plans the routing kernels as for a GPU (subgroups, wide
-	// workgroups) on a CPU device: tests run the GPU configuration on lavapipe.
-	routeAsGPU bool
 }
 
 // newKernels makes the kernels of dev with profile prof, or with the
@@ -81,13 +78,6 @@ func (ks *kernels) matvec(typ, fuse string, cols int) (*kernel, error) {
 // needs it.
 func (ks *kernels) row(name string, cols int) (*kernel, error) {
 	return ks.get(name, ks.prof.Row(name, uint32(cols)))
-}
-
-// scoreDevice is what shaders.PlanScore needs to know of the device.
-func (ks *kernels) scoreDevice() shaders.ScoreDevice {
-	sd := ks.prof.ScoreDevice()
-	sd.CPU = sd.CPU && !ks.routeAsGPU
-	return sd
 }
 
 func (ks *kernels) Close() {

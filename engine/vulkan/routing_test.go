@@ -158,7 +158,9 @@ func TestGPURoutingPlans(t *testing.T) {
 		}
 		for _, routing := range []mod.Routing{mod.RoutingRouter, mod.RoutingPredictor} {
 			t.Run(fmt.Sprintf("d%d/%s", m.Config.NEmbd, routing), func(t *testing.T) {
-				run, err := New(dev, m, routing, Options{routeAsGPU: true})
+				prof := DeviceProfile(dev.Info())
+				prof.RoutingAsGPU = true // the GPU's routing kernels on lavapipe
+				run, err := New(dev, m, routing, Options{DeviceProfile: &prof})
 				require.NoError(t, err)
 				t.Cleanup(run.Close)
 				cpu, err := m.NewState(routing)

@@ -66,8 +66,6 @@ type Options struct {
 	// kernel that failed and what it fell back to (selfcheck.go); nil
 	// means os.Stderr.
 	SelfCheckLog io.Writer
-
-	routeAsGPU bool // tests: kernels.routeAsGPU
 }
 
 // Runner runs one sequence of a model on a Vulkan device. Like the device,
@@ -202,7 +200,6 @@ func openRunner(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Run
 		return nil, fmt.Errorf("vulkan: %s: head dimension %d is over the attention kernel's %d", m.Path, c.HeadDim, shaders.AttentionSpec[1])
 	}
 	ks := newKernels(dev, opts.DeviceProfile)
-	ks.routeAsGPU = opts.routeAsGPU
 	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: ks, args: make([]*vk.Buffer, c.NLayer), tables: map[tableKey]*vk.Buffer{},
 		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{},
 		conditional: dev.Info().Features.ConditionalRendering && !opts.NoConditional, ub: opts.UBatch}

@@ -261,13 +261,13 @@ func checkProfile(dev *vk.Device, prof shaders.Profile) ([]SelfCheck, error) {
 			picks = append(picks, pick{name, spec})
 		}
 	}
-	sd := ks.scoreDevice()
 	for _, n := range []uint32{1, 64} { // the decode score; the predictor's hidden layer
-		plan := shaders.PlanScore(sd, n, 1, 4096, !prof.CPU)
+		plan := prof.Score(n, 1, 4096)
 		picks = append(picks, pick{plan.Variant, plan.Spec})
 	}
 	for _, pred := range []bool{false, true} {
-		picks = append(picks, pick{shaders.RouteDecodeVariant(sd, pred, !prof.CPU), shaders.RouteDecodeSpec(sd)})
+		name, spec := prof.RouteDecode(pred)
+		picks = append(picks, pick{name, spec})
 	}
 	for _, kv := range []string{shaders.KVF32, shaders.KVF16} { // ks.get fits the workgroup to the device
 		picks = append(picks, pick{shaders.DecodeAttentionName(kv), nil})

@@ -60,6 +60,22 @@ func TestProfile(t *testing.T) {
 
 	plain := newRunner(t, dev, m, mod.RoutingRouter)
 	assert.Nil(t, plain.Profile(), "no profile unless asked for")
+
+	// Eval mode is the same recorder: its kernels are profiled too.
+	e, err := NewEvaluator(dev, m, Options{Profile: true, DeviceProfile: &cpuProf})
+	require.NoError(t, err)
+	t.Cleanup(e.Close)
+	_, err = e.Losses([]int32{1, 400, 401, 402, 403})
+	require.NoError(t, err)
+	byKernel = map[string]ProfileEntry{}
+	for _, pe := range e.Profile() {
+		byKernel[pe.Kernel] = pe
+	}
+	for _, k := range []string{"embed_f32", "matmul_f32", "rope", "attention_split", "attention_merge", "router_score", "topk", "gather",
+		"mod_residual_sigmoid", "nll"} {
+		assert.Contains(t, byKernel, k, "eval mode")
+	}
+	assert.Equal(t, 2, byKernel["mod_residual_sigmoid"].Calls, "one mod_residual per routed layer")
 }
 
 // TestMemoryStats: the weights take at least the file's tensor bytes (F32
