@@ -1,0 +1,231 @@
+package vulkan
+
+import (
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/shaders"
+	"github.com/modrun/modrun/vk"
+)
+
+// The routed layer's selectors (forward.go's recordRouted): what differs
+// between the passes. Each scores the rows, decides which go through the
+// block, gathers them and their positions, and (causal routing) writes the
+// block's indirect arguments for the count it found.
+
+// predictorHidden is the MLP predictor's hidden layer SiLU(W1 x) of n rows
+// of x into hidden, parallel over its rows.
+func (r *Runner) predictorHidden(rt *router, n int, x, hidden *vk.Buffer) (op, error) {
+	plan := r.ks.prof.Score(uint32(n), rt.predHidden, uint32(r.c.NEmbd))
+	k, err := r.ks.get(plan.Variant, plan.Spec)
+	if err != nil {
+		return op{}, err
+	}
+	return newOp(k, shaders.RouterPush{N: uint32(n), Rows: rt.predHidden, Cols: uint32(r.c.NEmbd), Act: shaders.RouterActSiLU}, plan.Groups,
+		rd(rt.predUp, 0, 0), rd(rt.predDown, 0, 0), rd(x, 0, 0), wr(hidden, 0, 0)), nil
+}
+
+// selectStep is the decode step's selector: one dispatch decides (two with
+// an MLP predictor):
+//
+//	[router_score W1 x, SiLU -> h]   the MLP predictor's hidden layer
+//	route_decode    x -> r [, p = w2 . h (+ b)], count, xs = x (both NaN when
+//	                the deciding score is not finite, mod.PoisonRows), and the
+//	                block's m indirect arguments: the table's sizes when the
+//	                token is selected (r > 0, or p > 0, by mod.Selects' bits),
+//	                else zero workgroups; a linear predictor
+//	                (mod.PredictorLinear) is w2 = its weight, h = x
+func (r *Runner) selectStep(l int, u routedBufs, table, args *vk.Buffer, m int) ([]op, error) {
+	rt := r.w.blocks[l].router
+	d := uint32(r.c.NEmbd)
+	pred := r.routing == mod.RoutingPredictor
+	decide, err := r.ks.get(r.ks.prof.RouteDecode(pred))
+	if err != nil {
+		return nil, err
+	}
+	push := shaders.RouteDecodePush{NEmbd: d, M: uint32(m)}
+	if rt.hasBias {
+		push.HasBias = 1
+	}
+	binds := []vk.Bind{rd(rt.w, 0, 0), rd(rt.bias, 0, 0), rw(u.x, 0, 0), wr(u.xs, 0, 0), wr(u.score, 0, 0),
+		wr(u.count, 0, 0), rd(table, 0, 0), wr(args, 0, 0)}
+	var ops []op
+	switch {
+	case pred && rt.pred != nil: // linear: p = w . x + b, x read as route_decode's h
+		push.PredHidden, push.PredBias = d, 1
+		binds = append(binds, rd(u.x, 0, 0), rd(rt.pred, 0, 0), wr(u.pred, 0, 0), rd(rt.predBias, 0, 0))
+	case pred:
+		hidden, err := r.predictorHidden(rt, 1, u.x, u.hidden)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, hidden)
+		push.PredHidden = rt.predHidden
+		binds = append(binds, rd(u.hidden, 0, 0), rd(rt.predDown, 0, 0), wr(u.pred, 0, 0), rd(rt.predDown, 0, 0))
+	}
+	return append(ops, newOp(decide, push, [3]uint32{1, 1, 1}, binds...)), nil
+}
+
+// scoreOps are the router score r of a batch's n rows and, with predictor
+// routing, the predictor's p (a linear predictor: w . x + b; an MLP one:
+// w2 . SiLU(W1 x)), and the buffer of the deciding score.
+func (r *Runner) scoreOps(l, n int, u routedBufs) ([]op, *vk.Buffer, error) {
+	rt := r.w.blocks[l].router
+	nu, d := uint32(n), uint32(r.c.NEmbd)
+	score := func(push shaders.RouterPush, w, bias, x, out *vk.Buffer) (op, error) {
+		plan := r.ks.prof.Score(nu, push.Rows, push.Cols)
+		k, err := r.ks.get(plan.Variant, plan.Spec)
+		if err != nil {
+			return op{}, err
+		}
+		push.N = nu
+		return newOp(k, push, plan.Groups, rd(w, 0, 0), rd(bias, 0, 0), rd(x, 0, 0), wr(out, 0, 0)), nil
+	}
+	hasBias := uint32(0)
+	if rt.hasBias {
+		hasBias = 1
+	}
+	o, err := score(shaders.RouterPush{Rows: 1, Cols: d, HasBias: hasBias}, rt.w, rt.bias, u.x, u.score)
+	if err != nil {
+		return nil, nil, err
+	}
+	ops := []op{o}
+	switch {
+	case r.routing != mod.RoutingPredictor:
+		return ops, u.score, nil
+	case rt.pred != nil: // linear: a score as the router's
+		o, err = score(shaders.RouterPush{Rows: 1, Cols: d, HasBias: 1}, rt.pred, rt.predBias, u.x, u.pred)
+		if err != nil {
+			return nil, nil, err
+		}
+		return append(ops, o), u.pred, nil
+	}
+	hidden, err := r.predictorHidden(rt, n, u.x, u.hidden)
+	if err != nil {
+		return nil, nil, err
+	}
+	o, err = score(shaders.RouterPush{Rows: 1, Cols: rt.predHidden}, rt.predDown, rt.predDown, u.hidden, u.pred)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(ops, hidden, o), u.pred, nil
+}
+
+// gatherOps are gather x[idx] -> xs and the selected rows' positions
+// (prefill_pos; with compact positions also RoPE's, from the layer's count
+// before the batch: prefill_pos_compact) of a batch of n rows, at most take
+// of them selected.
+func (r *Runner) gatherOps(l, n int, take uint32, u routedBufs) ([]op, error) {
+	a := &r.pf.a
+	nu := uint32(n)
+	gather, err := r.ks.get("gather", nil)
+	if err != nil {
+		return nil, err
+	}
+	ops := []op{newOp(gather, shaders.GatherPush{NEmbd: uint32(r.c.NEmbd)}, shaders.Groups(take),
+		rd(u.idx, 0, 0), rd(u.count, 0, 0), rd(u.x, 0, 0), wr(u.xs, 0, 0))}
+	if u.ropePos == u.pos {
+		k, err := r.ks.get("prefill_pos", nil)
+		if err != nil {
+			return nil, err
+		}
+		return append(ops, newOp(k, shaders.PrefillPush{N: nu}, shaders.Groups((nu+63)/64),
+			rd(u.idx, 0, 0), rd(u.count, 0, 0), rd(a.pos, 0, 0), wr(u.pos, 0, 0))), nil
+	}
+	k, err := r.ks.get("prefill_pos_compact", nil)
+	if err != nil {
+		return nil, err
+	}
+	return append(ops, newOp(k, shaders.PrefillPush{N: nu, Layer: uint32(l)}, shaders.Groups((nu+63)/64),
+		rd(u.idx, 0, 0), rd(u.count, 0, 0), rd(a.pos, 0, 0), wr(u.pos, 0, 0), rd(r.counts, 0, 0), wr(u.ropePos, 0, 0))), nil
+}
+
+// selectCausal is a batch's causal selector: the scores, compact_positive
+// (r > 0, or p > 0, on the bits as mod.Selects) -> idx, count, each row's
+// decision (a row whose deciding score is not finite poisons its x,
+// mod.PoisonRows), the gather and positions, then prefill_args: the
+// block's m indirect arguments, the table's sizes for the count.
+func (r *Runner) selectCausal(p pass, l int, u routedBufs, table, args *vk.Buffer, m int) ([]op, error) {
+	a := &r.pf.a
+	nu := uint32(p.n)
+	ops, decide, err := r.scoreOps(l, p.n, u)
+	if err != nil {
+		return nil, err
+	}
+	compact, err := r.ks.get("compact_positive", nil)
+	if err != nil {
+		return nil, err
+	}
+	ops = append(ops, newOp(compact, shaders.CompactPush{N: nu, RowsPerGroup: shaders.RoutingRowsPerGroup, Cols: uint32(r.c.NEmbd)}, [3]uint32{1, 1, 1},
+		rd(decide, 0, 0), wr(u.idx, 0, 0), wr(u.count, 0, 0), wr(a.args, 0, 0), wr(u.selected, 0, 0), rw(u.x, 0, 0)))
+	g, err := r.gatherOps(l, p.n, nu, u)
+	if err != nil {
+		return nil, err
+	}
+	argsK, err := r.ks.get("prefill_args", nil)
+	if err != nil {
+		return nil, err
+	}
+	ops = append(ops, g...)
+	return append(ops, newOp(argsK, shaders.PrefillPush{N: uint32(m), MaxEntries: nu}, shaders.Groups((uint32(m)+63)/64),
+		rd(u.count, 0, 0), rd(table, 0, 0), wr(args, 0, 0))), nil
+}
+
+// recordTopK records eval mode's selector: the router scores, top-k of
+// them (k = TopKCount(n); a row whose score is not finite poisons its x)
+// -> idx, each row's decision, count; the gather and positions; and with
+// Options.Trace the rows' routing. It returns k.
+func (r *Runner) recordTopK(rec *vk.Recorder, p pass, l, j int, u routedBufs) (int, error) {
+	pf := r.pf
+	a := &pf.a
+	nu := uint32(p.n)
+	ops, _, err := r.scoreOps(l, p.n, u)
+	if err != nil {
+		return 0, err
+	}
+	take := uint32(r.c.TopKCount(p.n))
+	if take == 0 { // a floor(c·n) of 0 (mod.RoundingFloor): no row goes through
+		r.dispatchAll(rec, ops)
+		if buf, _ := r.traceBuf(p); buf != nil {
+			rec.Fill(u.selected, 0, 4*uint64(p.n), 0)
+			r.recordTraceRows(rec, p, j, u)
+		}
+		return 0, nil
+	}
+	for _, pass := range shaders.TopkPasses(nu, take) {
+		var binds []vk.Bind
+		pass.Push.Cols = uint32(r.c.NEmbd) // the kernel reading r poisons x's row of a non-finite one (mod.PoisonRows)
+		switch pass.Variant {
+		case "topk":
+			binds = []vk.Bind{rd(u.score, 0, 0), wr(u.selected, 0, 0), wr(u.idx, 0, 0), rw(u.x, 0, 0)}
+		case "topk_sort":
+			binds = []vk.Bind{rd(u.score, 0, 0), wr(pf.sortKeys, 0, 0), rw(u.x, 0, 0)}
+		case "topk_merge_global", "topk_merge_local":
+			binds = []vk.Bind{rw(pf.sortKeys, 0, 0)}
+		case "topk_select":
+			binds = []vk.Bind{rd(pf.sortKeys, 0, 0), wr(u.selected, 0, 0)}
+		}
+		k, err := r.ks.get(pass.Variant, nil)
+		if err != nil {
+			return 0, err
+		}
+		ops = append(ops, newOp(k, pass.Push, pass.Groups, binds...))
+	}
+	if nu > shaders.TopkLocal { // the multi-pass plan leaves a mask: compact it
+		k, err := r.ks.get("compact_mask", nil)
+		if err != nil {
+			return 0, err
+		}
+		ops = append(ops, newOp(k, shaders.CompactPush{N: nu, RowsPerGroup: shaders.RoutingRowsPerGroup}, [3]uint32{1, 1, 1},
+			rd(u.selected, 0, 0), wr(u.idx, 0, 0), wr(u.count, 0, 0), wr(a.args, 0, 0)))
+	}
+	g, err := r.gatherOps(l, p.n, take, u)
+	if err != nil {
+		return 0, err
+	}
+	r.dispatchAll(rec, ops)
+	if nu <= shaders.TopkLocal { // topk wrote idx and the decisions; the count is k
+		rec.Fill(u.count, 0, 4, take)
+	}
+	r.dispatchAll(rec, g)
+	r.recordTraceRows(rec, p, j, u)
+	return int(take), nil
+}
