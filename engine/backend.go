@@ -161,25 +161,11 @@ func cpuBackend(m *mod.Model, r mod.Routing, o BackendOptions) (*Backend, string
 	if r == mod.RoutingTopK {
 		return nil, "", fmt.Errorf("engine: generation needs causal routing (router or predictor), not top-k")
 	}
-	if notice := referenceOnly(m); notice != "" {
-		b, _, err := referenceBackend(m, r, o.ContextLen)
-		return b, notice, err
-	}
 	run, err := cpu.New(m, r, cpu.Options{ContextLen: o.ContextLen, UBatch: o.UBatch})
 	if err != nil {
 		return nil, "", err
 	}
 	return &Backend{Runner: cpuRunner{run}, Name: BackendCPU}, "", nil
-}
-
-// referenceOnly is the notice for a model that only mod's reference runs on
-// the CPU (the routed-block variants of converted public MoD checkpoints),
-// or "" when the fast CPU runner takes it.
-func referenceOnly(m *mod.Model) string {
-	if sem := m.Config.Semantics(); len(sem) > 0 {
-		return fmt.Sprintf("modrun: routed blocks with %s run on the CPU reference (the fast CPU runner lacks them)", strings.Join(sem, ", "))
-	}
-	return ""
 }
 
 func referenceBackend(m *mod.Model, r mod.Routing, ctx int) (*Backend, string, error) {
@@ -277,13 +263,6 @@ func (s *ScorerBackend) Close() { (&Backend{release: s.release}).Close() }
 // generate-mode batched prefill (vulkan.Runner.Score).
 func OpenScorer(m *mod.Model, r mod.Routing, o BackendOptions) (*ScorerBackend, string, error) {
 	onCPU := func(notice string) (*ScorerBackend, string, error) {
-		if ref := referenceOnly(m); ref != "" {
-			sc, err := NewCPUScorer(m, r)
-			if err != nil {
-				return nil, "", err
-			}
-			return &ScorerBackend{Scorer: sc, Name: BackendReference}, strings.TrimSpace(notice + "\n" + ref), nil
-		}
 		run, err := cpu.New(m, r, cpu.Options{ContextLen: o.ContextLen, UBatch: o.UBatch})
 		if err != nil {
 			return nil, "", err

@@ -18,6 +18,8 @@ type scratch struct {
 	hidden       []float32 // [rows][nEmbd] after output_norm
 	score, pscr  []float32 // [n] router and predictor scores
 	pos, posr    []int32   // [n] positions of x's rows and of xr's
+	rope         []int32   // [n] the positions RoPE turns xr's rows by (compact ones with mod.PositionsCompact)
+	gates        []float32 // [n] g(r) of xr's rows
 	in, mid, ffn acts      // the products' inputs: normed rows, attention, SwiGLU
 	head, pin    acts      // the classifier's and the predictor's inputs
 	logits       []float32 // [nVocab] FeedArgmax's logits, reused
@@ -68,7 +70,7 @@ func (r *Runner) chunk(tokens []int32, all, last, reuse bool) []float32 {
 	}
 	for l := range w.Blocks {
 		if w.Blocks[l].Router == nil {
-			r.block(l, s.x, s.pos)
+			r.block(l, s.x, s.pos, s.pos, nil)
 		} else {
 			r.routedBlock(l, s.x, s.pos, r.trace[first:])
 		}
@@ -100,9 +102,12 @@ func (r *Runner) chunk(tokens []int32, all, last, reuse bool) []float32 {
 func (r *Runner) routedLayers() []int { return r.c.RoutedLayers() }
 
 // routedBlock is the MoD step of DESIGN.md §3 for block l, as
-// mod.State.routedBlock: score every row, select (top-k, or causal on the
-// score's bits, mod.Selects), run the block on the selected rows alone and
-// add each one's output scaled by g(r). Skipped rows cost their score only.
+// mod.State.routedBlock: score every row, select (top-k of the file's
+// capacity rule, or causal on the deciding score's bits, mod.Selects), run
+// the block on the selected rows alone and add each one's output scaled by
+// g(r), or apply the file's semantics (mod.Config.Semantics: the gate on
+// the MLP output or on the whole output, RoPE at compact positions, a
+// linear predictor). Skipped rows cost their scores only.
 func (r *Runner) routedBlock(l int, x []float32, pos []int32, trace [][]mod.Route) {
 	c, s := r.c, &r.s
 	d, n := c.NEmbd, len(pos)
@@ -115,17 +120,13 @@ func (r *Runner) routedBlock(l int, x []float32, pos []int32, trace [][]mod.Rout
 	for i := range n { // r_i = w·x_i + b, on the raw block input
 		s.score[i] = dotF32(router.Weight.Vec(), x[i*d:(i+1)*d]) + bias
 	}
-	var p []float32
-	if pu := r.w.blocks[l].predUp; pu != nil {
-		p = r.predict(pu, router.PredDown.Vec(), x, n)
-	}
 	decide := s.score
 	if r.routing == mod.RoutingPredictor {
-		decide = p
+		decide = r.predict(l, x, n)
 	}
 	var sel []int
 	if r.routing == mod.RoutingTopK {
-		sel = mod.TopKIndices(s.score, mod.TopK(c.Capacity, n))
+		sel = mod.TopKIndices(s.score, c.TopKCount(n))
 	} else {
 		for i, v := range decide {
 			if mod.Selects(v) {
@@ -147,26 +148,56 @@ func (r *Runner) routedBlock(l int, x []float32, pos []int32, trace [][]mod.Rout
 		return
 	}
 	k := len(sel)
-	s.xr, s.posr = grow(s.xr, k*d), grow(s.posr, k)
+	s.xr, s.posr, s.rope, s.gates = grow(s.xr, k*d), grow(s.posr, k), grow(s.rope, k), grow(s.gates, k)
+	entries := int32(len(r.kv[l].pos)) // the layer's cache before these rows
 	for j, i := range sel {
 		copy(s.xr[j*d:(j+1)*d], x[i*d:(i+1)*d])
 		s.posr[j] = pos[i]
+		s.rope[j] = pos[i]
+		if c.Positions == mod.PositionsCompact { // its index among the tokens that entered the layer
+			s.rope[j] = entries + int32(j)
+		}
+		s.gates[j] = mod.Gate(c.Gate, s.score[i])
 	}
-	r.block(l, s.xr[:k*d], s.posr[:k]) // xr becomes the block outputs x + f(x)
+	var mlpScale []float32
+	if c.GateTarget == mod.GateTargetMLP {
+		mlpScale = s.gates[:k]
+	}
+	r.block(l, s.xr[:k*d], s.posr[:k], s.rope[:k], mlpScale) // xr becomes the block outputs
 	for j, i := range sel {
-		g := mod.Gate(c.Gate, s.score[i])
-		xi, oj := x[i*d:(i+1)*d], s.xr[j*d:(j+1)*d]
-		for e := range xi {
-			xi[e] += g * (oj[e] - xi[e])
+		g, xi, oj := s.gates[j], x[i*d:(i+1)*d], s.xr[j*d:(j+1)*d]
+		switch c.GateTarget {
+		case mod.GateTargetMLP: // o = h + g·MLP, scatter-added onto x
+			addTo(xi, oj)
+		case mod.GateTargetOutput: // g·o: the output, residual included, scaled
+			for e := range xi {
+				xi[e] = g * oj[e]
+			}
+		default: // DESIGN.md §3: x + g·f(x), f(x) = o − x
+			for e := range xi {
+				xi[e] += g * (oj[e] - xi[e])
+			}
 		}
 	}
 }
 
-// predict is the causal predictor p_i = w2·SiLU(W1·x_i) of n rows.
-func (r *Runner) predict(up *matrix, down, x []float32, n int) []float32 {
+// predict is block l's causal predictor score of n rows of x: a linear
+// one, p_i = w·x_i + b, or an MLP, p_i = w2·SiLU(W1·x_i).
+func (r *Runner) predict(l int, x []float32, n int) []float32 {
 	s := &r.s
+	d := r.c.NEmbd
+	router := r.m.Weights.Blocks[l].Router
+	s.pscr = grow(s.pscr, n)
+	if router.Pred != nil {
+		b := router.PredBias.Vec()[0]
+		for i := range n {
+			s.pscr[i] = dotF32(router.Pred.Vec(), x[i*d:(i+1)*d]) + b
+		}
+		return s.pscr
+	}
+	up, down := r.w.blocks[l].predUp, router.PredDown.Vec()
 	h := up.rows
-	s.pred, s.pscr = grow(s.pred, n*h), grow(s.pscr, n)
+	s.pred = grow(s.pred, n*h)
 	s.pin.set(x, n, up.cols)
 	r.matmul(s.pred, &s.pin, up)
 	for i := range n {
@@ -180,9 +211,11 @@ func (r *Runner) predict(up *matrix, down, x []float32, n int) []float32 {
 }
 
 // block runs Llama block l on the rows of x at positions pos, in place, as
-// mod.State.block: h = x + Attn(norm1(x)), x = h + MLP(norm2(h)); the
-// rows' keys and values join layer l's cache.
-func (r *Runner) block(l int, x []float32, pos []int32) {
+// mod.State.block: h = x + Attn(norm1(x)), x = h + MLP(norm2(h)), RoPE
+// turning each row by rope (pos, or a routed block's compact positions);
+// with mlpScale, row i's MLP output is scaled by mlpScale[i] before its
+// add. The rows' keys and values join layer l's cache at their positions.
+func (r *Runner) block(l int, x []float32, pos, rope []int32, mlpScale []float32) {
 	c, s, b, bw := r.c, &r.s, &r.m.Weights.Blocks[l], &r.w.blocks[l]
 	n, d, qd, kvd := len(pos), c.NEmbd, c.NHead*c.HeadDim, c.KVDim()
 	s.xn, s.o = grow(s.xn, n*d), grow(s.o, n*d)
@@ -195,7 +228,7 @@ func (r *Runner) block(l int, x []float32, pos []int32) {
 	r.matmul(s.q, &s.in, bw.q)
 	r.matmul(s.k, &s.in, bw.k)
 	r.matmul(s.v, &s.in, bw.v)
-	for i, p := range pos {
+	for i, p := range rope {
 		r.rotate(s.q[i*qd:(i+1)*qd], p)
 		r.rotate(s.k[i*kvd:(i+1)*kvd], p)
 	}
@@ -218,6 +251,11 @@ func (r *Runner) block(l int, x []float32, pos []int32) {
 	}
 	s.ffn.set(s.gate, n, c.NFF)
 	r.matmul(s.o, &s.ffn, bw.down)
+	for i, g := range mlpScale {
+		for e := range s.o[i*d : (i+1)*d] {
+			s.o[i*d+e] *= g
+		}
+	}
 	addTo(x, s.o)
 }
 

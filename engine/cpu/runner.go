@@ -22,7 +22,6 @@ package cpu
 import (
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/modrun/modrun/mod"
 )
@@ -106,12 +105,6 @@ func New(m *mod.Model, r mod.Routing, o Options) (*Runner, error) {
 	}
 	if r == mod.RoutingPredictor && c.IsMoD() && !c.HasPredictor() {
 		return nil, fmt.Errorf("cpu: %s: routing by predictor, but the model has no predictor (mod.predictor_hidden = 0)", m.Path)
-	}
-	if sem := c.Semantics(); len(sem) > 0 {
-		// The routed-block variants of converted public MoD checkpoints
-		// (mod.* semantics keys) run in mod's reference only; a wrong
-		// answer must not pass for a fast one.
-		return nil, fmt.Errorf("cpu: %s: routed blocks with %s are not in the fast CPU runner (--backend reference runs them)", m.Path, strings.Join(sem, ", "))
 	}
 	if o.ContextLen < 0 || o.UBatch < 0 {
 		return nil, fmt.Errorf("cpu: context length %d and ubatch %d must not be negative", o.ContextLen, o.UBatch)

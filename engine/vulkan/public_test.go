@@ -1,45 +1,22 @@
 package vulkan
 
 import (
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/internal/publictest"
 	"github.com/modrun/modrun/mod"
-	"github.com/modrun/modrun/mod/convert"
-	"github.com/modrun/modrun/mod/quant"
 	"github.com/modrun/modrun/vk"
 )
 
-// convertedPublic converts a public layout's fixture checkpoint
-// (testdata/convert/NAME/, see mod/convert's public_test.go) and opens it.
+// convertedPublic converts a public layout's fixture checkpoint and opens
+// it.
 func convertedPublic(t *testing.T, dir string) (*mod.Model, []int32) {
 	t.Helper()
-	root := filepath.Join("../../testdata/convert", dir)
-	raw, err := os.ReadFile(filepath.Join(root, "golden.json"))
-	require.NoError(t, err)
-	var g struct {
-		Checkpoint, Config string
-		Tokens             []int32
-	}
-	require.NoError(t, json.Unmarshal(raw, &g))
-	src, err := convert.Load(filepath.Join(root, g.Checkpoint), filepath.Join(root, g.Config))
-	require.NoError(t, err)
-	vocab, err := gguf.Open("../../testdata/convert/vocab512.gguf")
-	require.NoError(t, err)
-	defer vocab.Close()
-	f32, err := quant.Pure(gguf.TypeF32)
-	require.NoError(t, err)
-	w, err := convert.Convert(src.Checkpoint, src.Config, vocab, convert.Options{Scheme: f32})
-	require.NoError(t, err)
-	out := filepath.Join(t.TempDir(), dir+".gguf")
-	require.NoError(t, w.WriteFile(out))
-	return openModel(t, out), g.Tokens
+	path, tokens := publictest.Convert(t, dir)
+	return openModel(t, path), tokens
 }
 
 // TestEvalPublicLayouts: eval mode of the public MoD layouts' semantics
@@ -49,7 +26,7 @@ func convertedPublic(t *testing.T, dir string) (*mod.Model, []int32) {
 // sequences than the fixture's move k across its rules' edges.
 func TestEvalPublicLayouts(t *testing.T) {
 	dev := openDevice(t, true)
-	for _, dir := range []string{"modllama2-aux", "modllama2", "mixtureai-meta", "mixtureai-hf"} {
+	for _, dir := range publictest.Layouts {
 		t.Run(dir, func(t *testing.T) {
 			m, tokens := convertedPublic(t, dir)
 			require.NotEmpty(t, m.Config.Semantics())
