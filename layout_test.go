@@ -43,6 +43,9 @@ var layers = map[string][]string{
 
 	// The tests' GGUF copies with a NaN or an Inf planted.
 	"internal/poison": {"gguf", "internal/..."},
+
+	// The tests' conversion of the public MoD fixtures (both backends').
+	"internal/publictest": {"mod/convert", "mod/quant", "mod", "gguf", "tokenizer", "internal/..."},
 }
 
 func TestImportDirection(t *testing.T) {
