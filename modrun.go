@@ -143,13 +143,10 @@ func Open(path string, opts Options) (*Model, error) {
 
 // check validates opts and turns them into engine's.
 func (o Options) check() (engine.BackendOptions, mod.Routing, error) {
-	bo := engine.BackendOptions{Name: o.Backend, Device: -1, ContextLen: o.ContextLen, KVType: o.KVType, Trace: !o.NoRoutes, Profile: o.Profile, UBatch: o.UBatch}
-	switch o.Backend {
-	case "":
-		bo.Name = BackendAuto
-	case BackendAuto, BackendCPU, BackendReference, BackendVulkan:
-	default:
-		return bo, 0, fmt.Errorf("modrun: backend %q is not auto, cpu, reference or vulkan", o.Backend)
+	bo := engine.BackendOptions{Name: cmp.Or(o.Backend, BackendAuto), Device: -1, ContextLen: o.ContextLen, KVType: o.KVType,
+		Trace: !o.NoRoutes, Profile: o.Profile, UBatch: o.UBatch}
+	if err := bo.Check(); err != nil {
+		return bo, 0, fmt.Errorf("modrun: %w", err)
 	}
 	if o.Device != "" {
 		d, err := strconv.Atoi(o.Device)
@@ -165,17 +162,6 @@ func (o Options) check() (engine.BackendOptions, mod.Routing, error) {
 		routing = mod.RoutingPredictor
 	default:
 		return bo, 0, fmt.Errorf("modrun: routing %q is not router or predictor", o.Routing)
-	}
-	if o.ContextLen < 0 {
-		return bo, 0, fmt.Errorf("modrun: context length %d: must be 0 (the model's) or positive", o.ContextLen)
-	}
-	if o.UBatch < 0 {
-		return bo, 0, fmt.Errorf("modrun: prompt batch (UBatch) %d: must be 0 (the default) or positive", o.UBatch)
-	}
-	switch o.KVType {
-	case "", "f16", "f32":
-	default:
-		return bo, 0, fmt.Errorf("modrun: KV type %q is not f16 or f32", o.KVType)
 	}
 	return bo, routing, nil
 }

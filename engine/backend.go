@@ -2,90 +2,12 @@ package engine
 
 import (
 	"fmt"
-	"os"
-	"strings"
 
 	"github.com/modrun/modrun/engine/cpu"
 	"github.com/modrun/modrun/engine/vulkan"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/vk"
 )
-
-// Backend names, as --backend takes them.
-const (
-	BackendAuto      = "auto"      // a Vulkan GPU when there is one, else the CPU
-	BackendCPU       = "cpu"       // the fast CPU runner (engine/cpu): all cores, 8-bit activations, SIMD
-	BackendReference = "reference" // mod's reference forward pass: plain float32 loops, the oracle
-	BackendVulkan    = "vulkan"    // any Vulkan device, lavapipe included
-)
-
-// backendNames lists the backends for error messages.
-const backendNames = "auto, cpu, reference or vulkan"
-
-// BackendOptions choose where a model runs.
-type BackendOptions struct {
-	Name   string // BackendAuto, BackendCPU, BackendReference or BackendVulkan
-	Device int    // a Vulkan device index (--device); -1 = $MODRUN_DEVICE or the best
-	// Profile times every GPU command (vulkan.Options.Profile); the
-	// backend's Runner is then a Profiler. Ignored on the CPU.
-	Profile bool
-	// UBatch is the longest chunk of a batched prompt on Vulkan and on the
-	// CPU (vulkan.Options.UBatch, cpu.Options.UBatch, --ubatch); 0 = the
-	// backend's default (DefaultUBatch, DefaultCPUUBatch).
-	UBatch int
-	// ContextLen is the longest sequence a Runner takes, and so the size
-	// of its KV caches (--ctx); 0 means the model's context length, at most
-	// DefaultMaxContext. More than the model's is an error.
-	ContextLen int
-	// KVType is the GPU KV cache's element type, "f16" or "f32"
-	// (--kv-type); "" means the device's default: f16 on a GPU, f32 on a
-	// CPU emulation. Ignored on the CPU backend, whose cache is F32.
-	KVType string
-	// Trace makes the backend's Runner a RoutingTracer on Vulkan too (the
-	// CPU always is): each token's routing is copied back from the GPU.
-	Trace bool
-}
-
-// DefaultUBatch is the longest prompt batch on Vulkan when
-// BackendOptions.UBatch is 0.
-const DefaultUBatch = vulkan.DefaultUBatch
-
-// DefaultCPUUBatch is the longest prompt batch on the CPU backend when
-// BackendOptions.UBatch is 0.
-const DefaultCPUUBatch = cpu.DefaultUBatch
-
-// DefaultMaxContext caps the default context length (BackendOptions): a
-// model made for long contexts (Llama-2: 4096 tokens, F32 KV cache of 2 GiB)
-// takes no more memory than that unless asked.
-const DefaultMaxContext = 4096
-
-// contextLen is the context length o asks for with model m.
-func (o BackendOptions) contextLen(m *mod.Model) (int, error) {
-	model := m.Config.ContextLen
-	switch {
-	case o.ContextLen < 0 || o.ContextLen > model:
-		return 0, fmt.Errorf("engine: context length %d is outside [1, %d] (the model's)", o.ContextLen, model)
-	case o.ContextLen > 0:
-		return o.ContextLen, nil
-	}
-	return min(model, DefaultMaxContext), nil
-}
-
-// namedDevice says whether o (Device) or $MODRUN_DEVICE names a Vulkan
-// device: then BackendAuto means that device, and failing to open it is an
-// error naming the flag or the variable, not a fallback to the CPU.
-func (o BackendOptions) namedDevice() bool {
-	return o.Device >= 0 || strings.TrimSpace(os.Getenv(vk.EnvDevice)) != ""
-}
-
-// checkKVType refuses a KV cache type other than "", "f16" and "f32".
-func (o BackendOptions) checkKVType() error {
-	switch o.KVType {
-	case "", "f16", "f32":
-		return nil
-	}
-	return fmt.Errorf("engine: KV cache type %q is not f16 or f32", o.KVType)
-}
 
 // Profiler is a Runner that reports the GPU time of each kernel (the Vulkan
 // backend, opened with BackendOptions.Profile).
@@ -121,11 +43,11 @@ func (b *Backend) Close() {
 // A device named by o.Device or $MODRUN_DEVICE is used whatever its type,
 // and one that cannot be opened is an error, never a fallback.
 func OpenBackend(m *mod.Model, r mod.Routing, o BackendOptions) (b *Backend, notice string, err error) {
+	if err := o.Check(); err != nil {
+		return nil, "", fmt.Errorf("engine: %w", err)
+	}
 	ctx, err := o.contextLen(m)
 	if err != nil {
-		return nil, "", err
-	}
-	if err := o.checkKVType(); err != nil {
 		return nil, "", err
 	}
 	o.ContextLen = ctx
@@ -262,6 +184,9 @@ func (s *ScorerBackend) Close() { (&Backend{release: s.release}).Close() }
 // mode (vulkan.Evaluator); causal routing of a MoD model runs through the
 // generate-mode batched prefill (vulkan.Runner.Score).
 func OpenScorer(m *mod.Model, r mod.Routing, o BackendOptions) (*ScorerBackend, string, error) {
+	if err := o.Check(); err != nil {
+		return nil, "", fmt.Errorf("engine: %w", err)
+	}
 	onCPU := func(notice string) (*ScorerBackend, string, error) {
 		run, err := cpu.New(m, r, cpu.Options{ContextLen: o.ContextLen, UBatch: o.UBatch})
 		if err != nil {

@@ -96,37 +96,7 @@ func DecodeAttendGroups(nHead, splits uint32) [3]uint32 { return Groups(nHead * 
 // u32 words (zero-filled once; each dispatch leaves them zero).
 func DecodeAttendDoneWords(nHead uint32) uint64 { return uint64(nHead) + 1 }
 
-// KV cache element types: the suffix of decode_kv's and decode_attention's
-// variant names.
-const (
-	KVF32 = ""     // float32 entries
-	KVF16 = "_f16" // IEEE halves, two to a word: half the bytes per token of context
-)
-
-// KVTypeName is the KV cache type as --kv-type spells it.
-func KVTypeName(kv string) string {
-	if kv == KVF16 {
-		return "f16"
-	}
-	return "f32"
-}
-
-// The decode attention variants for a KV cache type (KVF32 or KVF16): the
-// engine asks for them by these, never by building the names.
-func DecodeKVName(kv string) string             { return "decode_kv" + kv }
-func DecodeAttentionName(kv string) string      { return "decode_attention" + kv }
-func DecodeAttentionSplitName(kv string) string { return "decode_attention_split" + kv }
-func DecodeAttendName(kv string) string         { return "decode_attend" + kv }
-
-// KVElementBytes is the size of one cached key or value element.
-func KVElementBytes(kv string) uint64 {
-	if kv == KVF16 {
-		return 2
-	}
-	return 4
-}
-
-func decodeKVVariant(kv string) Variant {
+func decodeKVVariant(kv KV) Variant {
 	elem := "f32"
 	var defines []string
 	if kv == KVF16 {
@@ -148,7 +118,7 @@ func decodeKVVariant(kv string) Variant {
 	}
 }
 
-func decodeAttentionVariant(kv string) Variant {
+func decodeAttentionVariant(kv KV) Variant {
 	bindings := attentionInputs()
 	var defines []string
 	if kv == KVF16 {
@@ -169,7 +139,7 @@ func decodeAttentionVariant(kv string) Variant {
 
 // decodeAttendVariant is a decode step's whole attention in one dispatch:
 // RoPE, the KV append, flash-decoding's chunks and their merge.
-func decodeAttendVariant(kv string) Variant {
+func decodeAttendVariant(kv KV) Variant {
 	elem := "f32"
 	var defines []string
 	if kv == KVF16 {
@@ -197,7 +167,7 @@ func decodeAttendVariant(kv string) Variant {
 
 // decodeAttentionSplitVariant is flash-decoding's first pass: the entries
 // in chunks, a workgroup each, partial results out.
-func decodeAttentionSplitVariant(kv string) Variant {
+func decodeAttentionSplitVariant(kv KV) Variant {
 	v := decodeAttentionVariant(kv)
 	v.Name = DecodeAttentionSplitName(kv)
 	v.Defines = append(v.Defines, "SPLIT")

@@ -37,7 +37,7 @@ var decodeNaNWord = math.Float32bits(float32(math.NaN()))
 
 // kvDecode decodes a downloaded cache of words: floats (F32) or pairs of
 // halves (F16).
-func kvDecode(t testing.TB, kv string, words []uint32) []float32 {
+func kvDecode(t testing.TB, kv KV, words []uint32) []float32 {
 	raw := denseU32Bytes(words)
 	if kv == KVF32 {
 		out := make([]float32, len(words))
@@ -52,7 +52,7 @@ func kvDecode(t testing.TB, kv string, words []uint32) []float32 {
 }
 
 // kvEncode is x as a cache of kv's type stores it, and x rounded to it.
-func kvEncode(t testing.TB, kv string, x []float32) ([]byte, []float32) {
+func kvEncode(t testing.TB, kv KV, x []float32) ([]byte, []float32) {
 	if kv == KVF32 {
 		return f32bytes(x), slices.Clone(x)
 	}
@@ -71,8 +71,8 @@ func kvEncode(t testing.TB, kv string, x []float32) ([]byte, []float32) {
 // within kvHalfTol of itself in F16; kPos and counts exact.
 func TestDecodeKV(t *testing.T) {
 	dev := openDevice(t)
-	for _, kv := range []string{KVF32, KVF16} {
-		k := newKernel(t, dev, routingLookup(t, "decode_kv"+kv))
+	for _, kv := range KVTypes {
+		k := newKernel(t, dev, routingLookup(t, DecodeKVName(kv)))
 		var worst float64
 		for i, tc := range []struct {
 			headDim, nHead, nKVHead int
@@ -88,7 +88,7 @@ func TestDecodeKV(t *testing.T) {
 		} {
 			rope := ropeKinds[i%len(ropeKinds)]
 			freqs := ropeTable(t, tc.headDim, rope)
-			name := fmt.Sprintf("kv%s_hd%d_h%d_kv%d_pos%d_c%d_max%d_%s", KVTypeName(kv), tc.headDim, tc.nHead, tc.nKVHead, tc.pos, tc.count, tc.maxEntries, rope)
+			name := fmt.Sprintf("kv%s_hd%d_h%d_kv%d_pos%d_c%d_max%d_%s", kv, tc.headDim, tc.nHead, tc.nKVHead, tc.pos, tc.count, tc.maxEntries, rope)
 			rng := rand.New(rand.NewSource(int64(tc.pos) + 1))
 			qd, kvd := tc.nHead*tc.headDim, tc.nKVHead*tc.headDim
 			// qkv with k and v at offsets that are not aligned: decode_kv takes
@@ -101,7 +101,7 @@ func TestDecodeKV(t *testing.T) {
 			bPos := newBuffer(t, dev, denseU32Bytes([]uint32{tc.pos}))
 			bFreq := newBuffer(t, dev, denseU32Bytes(RopeFreqs(freqs)))
 			capEntries := int(tc.maxEntries) + 1 // one entry past the end, which must stay NaN
-			words := capEntries * kvd * int(KVElementBytes(kv)) / 4
+			words := capEntries * kvd * int(kv.ElementBytes()) / 4
 			bK, bV := decodeBuffer(t, dev, nil, words), decodeBuffer(t, dev, nil, words)
 			bKPos := newBuffer(t, dev, denseU32Bytes(decodeRepeat([]uint32{0xdeadbeef}, capEntries)))
 			bCounts := newBuffer(t, dev, denseU32Bytes(counts))
@@ -159,7 +159,7 @@ func TestDecodeKV(t *testing.T) {
 				assert.Equal(t, uint32(0xdeadbeef), gotPos[e], "%s: kPos[%d] was written", name, e)
 			}
 		}
-		t.Logf("%s cache: max q err/scale %.3g (tolerance %g)", KVTypeName(kv), worst, ropeTol)
+		t.Logf("%s cache: max q err/scale %.3g (tolerance %g)", kv, worst, ropeTol)
 	}
 }
 
@@ -180,8 +180,8 @@ func maxRelPair(got []float32, want, scale []float64) float64 {
 // (engine/vulkan TestKVCacheF16).
 func TestDecodeAttention(t *testing.T) {
 	dev := openDevice(t)
-	for _, kv := range []string{KVF32, KVF16} {
-		k := newKernel(t, dev, routingLookup(t, "decode_attention"+kv))
+	for _, kv := range KVTypes {
+		k := newKernel(t, dev, routingLookup(t, DecodeAttentionName(kv)))
 		for i, sh := range []struct{ n, entries, nHead, nKVHead, hd int }{
 			{1, 1, 8, 4, 8},
 			{1, 37, 8, 4, 8},
@@ -189,7 +189,7 @@ func TestDecodeAttention(t *testing.T) {
 			{3, 70, 4, 2, 64}, // several query rows: some entries masked by position
 			{1, 5, 2, 2, 128},
 		} {
-			name := fmt.Sprintf("kv%s_n%d_e%d_h%d_kv%d_hd%d", KVTypeName(kv), sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd)
+			name := fmt.Sprintf("kv%s_n%d_e%d_h%d_kv%d_hd%d", kv, sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd)
 			in := newDecodeAttentionInputs(t, dev, kv, sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd, int64(i)+1)
 			qd := sh.nHead * sh.hd
 			rec := dev.NewRecorder()
@@ -215,8 +215,8 @@ func TestDecodeAttention(t *testing.T) {
 func TestDecodeAttentionSplit(t *testing.T) {
 	dev := openDevice(t)
 	combine := newKernel(t, dev, routingLookup(t, "decode_attention_combine"))
-	for _, kv := range []string{KVF32, KVF16} {
-		v := routingLookup(t, "decode_attention_split"+kv)
+	for _, kv := range KVTypes {
+		v := routingLookup(t, DecodeAttentionSplitName(kv))
 		for _, splits := range []uint32{1, 4, 7, 16} {
 			k := newKernel(t, dev, v, DecodeAttentionSplitSpec(splits)...)
 			for i, sh := range []struct{ n, entries, nHead, nKVHead, hd int }{
@@ -226,7 +226,7 @@ func TestDecodeAttentionSplit(t *testing.T) {
 				{3, 70, 4, 2, 64}, // several query rows: some entries masked by position
 				{1, 2100, 4, 2, 64},
 			} {
-				name := fmt.Sprintf("kv%s_splits%d_n%d_e%d_h%d_kv%d_hd%d", KVTypeName(kv), splits, sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd)
+				name := fmt.Sprintf("kv%s_splits%d_n%d_e%d_h%d_kv%d_hd%d", kv, splits, sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd)
 				in := newDecodeAttentionInputs(t, dev, kv, sh.n, sh.entries, sh.nHead, sh.nKVHead, sh.hd, int64(i)+1)
 				qd := sh.nHead * sh.hd
 				part := denseNaNBuffer(t, dev, int(DecodeAttentionPartialFloats(uint32(sh.n), uint32(sh.nHead), uint32(sh.hd), splits)))
@@ -257,14 +257,14 @@ type decodeAttentionInputs struct {
 // entries in a cache of type kv (the reference attends over the keys and
 // values as the cache holds them), whose count counts[2] is entries, with
 // four more entries past it that are visible by position and must be unread.
-func newDecodeAttentionInputs(t *testing.T, dev *vk.Device, kv string, n, entries, nHead, nKVHead, hd int, seed int64) decodeAttentionInputs {
+func newDecodeAttentionInputs(t *testing.T, dev *vk.Device, kv KV, n, entries, nHead, nKVHead, hd int, seed int64) decodeAttentionInputs {
 	t.Helper()
 	c := newAttentionCase(n, entries, nHead, nKVHead, hd, 3, seed)
 	kRaw, kRounded := kvEncode(t, kv, c.k)
 	vRaw, vRounded := kvEncode(t, kv, c.v)
 	c.k, c.v = kRounded, vRounded
 	want, scale := c.reference()
-	capWords := (entries + 4) * nKVHead * hd * int(KVElementBytes(kv)) / 4
+	capWords := (entries + 4) * nKVHead * hd * int(kv.ElementBytes()) / 4
 	kPos := append(slices.Clone(c.kPos), 0, 0, 0, 0)
 	const layer = 2
 	return decodeAttentionInputs{
@@ -309,12 +309,12 @@ func TestDecodeAttend(t *testing.T) {
 	qd, kvd := nHead*hd, nKVHead*hd
 	kOff, vOff := qd+3, qd+3+kvd+1 // unaligned element offsets, as a qkv stack may give
 	freqs := ropeTable(t, hd, "llama3.2+linear4")
-	for _, kv := range []string{KVF32, KVF16} {
-		v := routingLookup(t, "decode_attend"+kv)
+	for _, kv := range KVTypes {
+		v := routingLookup(t, DecodeAttendName(kv))
 		for _, splits := range []uint32{1, 4, 16} {
 			k := newKernel(t, dev, v, DecodeAttendSpec(splits)...)
 			for _, old := range []int{0, 16, 299, 2099} {
-				name := fmt.Sprintf("kv%s/splits%d/old%d", KVTypeName(kv), splits, old)
+				name := fmt.Sprintf("kv%s/splits%d/old%d", kv, splits, old)
 				rng := rand.New(rand.NewSource(int64(old) + int64(splits)))
 				maxEntries := old + 3
 				// The old entries: random keys (already rotated) and values,
@@ -323,7 +323,7 @@ func TestDecodeAttend(t *testing.T) {
 				oldK, oldV, oldPos := c.k[:old*kvd], c.v[:old*kvd], c.kPos[:old]
 				kRaw, kRounded := kvEncode(t, kv, oldK)
 				vRaw, vRounded := kvEncode(t, kv, oldV)
-				words := maxEntries * kvd * int(KVElementBytes(kv)) / 4
+				words := maxEntries * kvd * int(kv.ElementBytes()) / 4
 				bK, bV := decodeBuffer(t, dev, kRaw, words), decodeBuffer(t, dev, vRaw, words)
 				bKPos := newBuffer(t, dev, denseU32Bytes(append(slices.Clone(oldPos), decodeRepeat([]uint32{0xdeadbeef}, maxEntries-old)...)))
 				bCounts := newBuffer(t, dev, denseU32Bytes([]uint32{77, uint32(old), 88}))

@@ -95,10 +95,10 @@ func TestMinimalDeviceAllowsItsChoices(t *testing.T) {
 			checkAllowed(t, p, name, plan.Variant, plan.Spec)
 		}
 		checkAllowed(t, p, name, RouteDecodeVariant(sd, true, true), RouteDecodeSpec(sd))
-		for _, kv := range []string{KVF32, KVF16} {
-			checkAllowed(t, p, name, "decode_attention"+kv, nil)
-			checkAllowed(t, p, name, "decode_attend"+kv, DecodeAttendSpec(p.AttentionSplits(2048)))
-			checkAllowed(t, p, name, "decode_attention_split"+kv, DecodeAttentionSplitSpec(p.AttentionSplits(2048)))
+		for _, kv := range KVTypes {
+			checkAllowed(t, p, name, DecodeAttentionName(kv), nil)
+			checkAllowed(t, p, name, DecodeAttendName(kv), DecodeAttendSpec(p.AttentionSplits(2048)))
+			checkAllowed(t, p, name, DecodeAttentionSplitName(kv), DecodeAttentionSplitSpec(p.AttentionSplits(2048)))
 		}
 		for _, hd := range []uint32{64, 128} {
 			checkAllowed(t, p, name, "attention_split", AttentionSplitSpec(hd))

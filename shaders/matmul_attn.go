@@ -144,16 +144,6 @@ func AttentionSplitSpec(hd uint32) []uint32 {
 	return []uint32{AttentionSplitRows, hd, AttentionSplitKeys(hd)}
 }
 
-// AttentionSplitName is attention_split's variant for k and v of KV type
-// kv (KVF32, KVF16), over a cache whose entry count is on the GPU
-// (counts[layer]: a generate-mode cache) or given (an eval window's rows).
-func AttentionSplitName(kv string, counts bool) string {
-	if counts {
-		return "attention_split_counts" + kv
-	}
-	return "attention_split" + kv
-}
-
 // Key tile lengths of attention_split. On a GPU a tile of 256 gives a long
 // context more workgroups (flash-decoding). On a CPU device (lavapipe) a
 // tile is as long as lavapipe's loop limit allows an invocation: per entry
@@ -201,9 +191,9 @@ func init() {
 		}
 	}
 	Variants = append(Variants,
-		split("attention_split"),
-		split("attention_split_counts", "ATTN_COUNTS"),
-		split("attention_split_counts_f16", "ATTN_COUNTS", "KV_F16"),
+		split(AttentionSplitName(KVF32, false)),
+		split(AttentionSplitName(KVF32, true), "ATTN_COUNTS"),
+		split(AttentionSplitName(KVF16, true), "ATTN_COUNTS", "KV_F16"),
 		Variant{
 			Name: "attention_merge", Source: "attention_split.comp", Defines: []string{"ATTN_MERGE"},
 			Bindings: []Binding{

@@ -13,13 +13,10 @@ type PrefillPush struct {
 	MaxEntries uint32 // entries the cache holds; an append past it is dropped
 }
 
-// PrefillKVVariant is the KV append variant for cache entries of type typ
-// ("f32" or "f16").
-func PrefillKVVariant(typ string) string { return "prefill_kv_" + typ }
-
-func prefillKV(typ string, defines ...string) Variant {
+func prefillKV(kv KV, defines ...string) Variant {
+	typ := kv.String()
 	return Variant{
-		Name: PrefillKVVariant(typ), Source: "prefill.comp", Defines: append([]string{"PREFILL_KV"}, defines...),
+		Name: PrefillKVName(kv), Source: "prefill.comp", Defines: append([]string{"PREFILL_KV"}, defines...),
 		Bindings: []Binding{
 			{"k", Read, "[n][kvDim] f32, rotated"},
 			{"v", Read, "[n][kvDim] f32"},
@@ -37,8 +34,8 @@ func prefillKV(typ string, defines ...string) Variant {
 
 func init() {
 	Variants = append(Variants,
-		prefillKV("f32"),
-		prefillKV("f16", "KV_F16"),
+		prefillKV(KVF32),
+		prefillKV(KVF16, "KV_F16"),
 		Variant{
 			Name: "prefill_count", Source: "prefill.comp", Defines: []string{"PREFILL_COUNT"},
 			Bindings: []Binding{

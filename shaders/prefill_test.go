@@ -22,8 +22,8 @@ import (
 func TestPrefillKV(t *testing.T) {
 	dev := openDevice(t)
 	count := newKernel(t, dev, routingLookup(t, "prefill_count"))
-	for _, typ := range []string{"f32", "f16"} {
-		k := newKernel(t, dev, routingLookup(t, PrefillKVVariant(typ)))
+	for _, kv := range KVTypes {
+		k := newKernel(t, dev, routingLookup(t, PrefillKVName(kv)))
 		for _, tc := range []struct {
 			kvd, n, rows, base, maxEntries int
 		}{
@@ -34,7 +34,7 @@ func TestPrefillKV(t *testing.T) {
 			{256, 9, 9, 5, 11},   // only 6 fit: the rest is dropped
 			{64, 70, 70, 0, 100}, // many rows
 		} {
-			name := fmt.Sprintf("%s_kvd%d_n%d_rows%d_base%d_max%d", typ, tc.kvd, tc.n, tc.rows, tc.base, tc.maxEntries)
+			name := fmt.Sprintf("%s_kvd%d_n%d_rows%d_base%d_max%d", kv, tc.kvd, tc.n, tc.rows, tc.base, tc.maxEntries)
 			rng := rand.New(rand.NewSource(int64(tc.kvd*100 + tc.n)))
 			kk, vv := denseNormals(rng, tc.n*tc.kvd, 1), denseNormals(rng, tc.n*tc.kvd, 1)
 			pos := make([]uint32, tc.n)
@@ -42,7 +42,7 @@ func TestPrefillKV(t *testing.T) {
 				pos[i] = uint32(1000 + 3*i)
 			}
 			words := tc.kvd // words per entry
-			if typ == "f16" {
+			if kv == KVF16 {
 				words /= 2
 			}
 			capEntries := tc.maxEntries + 1
@@ -73,28 +73,28 @@ func TestPrefillKV(t *testing.T) {
 				}
 				require.Equal(t, want, gotPos[c], "%s: kPos[%d]", name, c)
 			}
-			for _, kv := range []struct {
+			for _, kc := range []struct {
 				what string
 				src  []float32
 				buf  *vk.Buffer
 			}{{"k", kk, bKC}, {"v", vv, bVC}} {
-				got := routingDownloadU32(t, kv.buf, capEntries*words)
+				got := routingDownloadU32(t, kc.buf, capEntries*words)
 				for c := range capEntries {
 					i := c - tc.base
 					for w := range words {
 						g := got[c*words+w]
 						if i < 0 || i >= appended {
-							require.Equal(t, uint32(0xdeadbeef), g, "%s: %s entry %d word %d is left", name, kv.what, c, w)
+							require.Equal(t, uint32(0xdeadbeef), g, "%s: %s entry %d word %d is left", name, kc.what, c, w)
 							continue
 						}
-						if typ == "f32" {
-							require.Equal(t, math.Float32bits(kv.src[i*tc.kvd+w]), g, "%s: %s entry %d [%d]", name, kv.what, c, w)
+						if kv == KVF32 {
+							require.Equal(t, math.Float32bits(kc.src[i*tc.kvd+w]), g, "%s: %s entry %d [%d]", name, kc.what, c, w)
 							continue
 						}
 						for h := range 2 {
-							want := kv.src[i*tc.kvd+2*w+h]
+							want := kc.src[i*tc.kvd+2*w+h]
 							half := gguf.F16ToF32(uint16(g >> (16 * h)))
-							require.InDelta(t, want, half, 1e-3*math.Abs(float64(want))+1e-7, "%s: %s entry %d [%d]", name, kv.what, c, 2*w+h)
+							require.InDelta(t, want, half, 1e-3*math.Abs(float64(want))+1e-7, "%s: %s entry %d [%d]", name, kc.what, c, 2*w+h)
 						}
 					}
 				}

@@ -49,7 +49,7 @@ type Profile struct {
 	// attention reads half the bytes, the cache takes half the memory),
 	// KVF32 on CPU devices (lavapipe), where the engine's results stay
 	// within F32 tolerance of the CPU reference.
-	KV string
+	KV KV
 	// AttentionChunk is how many entries of the cache's capacity make one
 	// chunk of split decode attention (flash-decoding, AttentionSplits);
 	// 0 never splits: CPU devices, where workgroups already outnumber the
@@ -159,7 +159,7 @@ func (p Profile) String() string {
 	if p.MatvecReduce == ReduceSubgroup {
 		red = "subgroup"
 	}
-	return fmt.Sprintf("%s/sg%d/matvec-%s%v/loopcap%d/kv-%s/attention-chunk%d", kind, p.SubgroupSize, red, p.MatvecSpec, p.LoopCap, KVTypeName(p.KV), p.AttentionChunk)
+	return fmt.Sprintf("%s/sg%d/matvec-%s%v/loopcap%d/kv-%s/attention-chunk%d", kind, p.SubgroupSize, red, p.MatvecSpec, p.LoopCap, p.KV, p.AttentionChunk)
 }
 
 // Matvec is the matvec variant and specialization for n vectors of cols

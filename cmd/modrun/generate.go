@@ -62,20 +62,28 @@ func (cf cacheFlags) options(o *engine.BackendOptions, m *mod.Model) error {
 	return nil
 }
 
-// check refuses a negative --ctx, an unknown --kv-type and a --ubatch
-// under 1.
+// check refuses a negative --ctx, an unknown --kv-type (engine's check of
+// the options) and a --ubatch under 1: the flag has no 0, its default is
+// the number.
 func (cf cacheFlags) check() error {
-	if cf.ctx < 0 {
-		return fmt.Errorf("%w: --ctx %d: must be positive (or 0: the model's)", errUsage, cf.ctx)
+	if err := checkOptions(engine.BackendOptions{Name: engine.BackendAuto, ContextLen: cf.ctx, KVType: cf.kvType, UBatch: cf.ubatch}); err != nil {
+		return err
 	}
 	if cf.ubatch < 1 {
 		return fmt.Errorf("%w: --ubatch %d: must be at least 1", errUsage, cf.ubatch)
 	}
-	switch cf.kvType {
-	case "", "f16", "f32":
-		return nil
+	return nil
+}
+
+// checkOptions is engine's check of the options the flags fill, its error
+// a usage error that names the flag.
+func checkOptions(o engine.BackendOptions) error {
+	err := o.Check()
+	var oe *engine.OptionError
+	if errors.As(err, &oe) {
+		return fmt.Errorf("%w: %s", errUsage, oe.FlagError())
 	}
-	return fmt.Errorf("%w: --kv-type %q is not f16 or f32", errUsage, cf.kvType)
+	return err
 }
 
 // apiOptions sets the API's context length and KV cache type; the API
@@ -103,10 +111,8 @@ func (mf *modelFlags) check(accepted ...mod.Routing) (mod.Routing, error) {
 	if mf.path == "" {
 		return 0, fmt.Errorf("%w: -m FILE.gguf is required", errUsage)
 	}
-	switch mf.backend {
-	case engine.BackendAuto, engine.BackendCPU, engine.BackendReference, engine.BackendVulkan:
-	default:
-		return 0, fmt.Errorf("%w: --backend %q is not auto, cpu, reference or vulkan", errUsage, mf.backend)
+	if err := checkOptions(engine.BackendOptions{Name: mf.backend}); err != nil {
+		return 0, err
 	}
 	if err := deviceFlag(mf.device, mf.backend); err != nil {
 		return 0, err

@@ -23,7 +23,7 @@ import (
 type attentionArgs struct {
 	n       uint32     // query rows
 	maxRows uint32     // the most rows there can be (a routed block's n is a GPU-side count's bound): sets the row groups; 0: n
-	kv      string     // k and v's element type: shaders.KVF32, or KVF16 (a generate-mode cache)
+	kv      shaders.KV // k and v's element type: shaders.KVF32, or KVF16 (a generate-mode cache)
 	entries uint32     // cache entries; with counts, the most there can be
 	layer   uint32     // with counts: the entry count is counts[layer]
 	counts  *vk.Buffer // nil: entries is exact

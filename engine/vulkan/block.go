@@ -155,7 +155,7 @@ func (r *Runner) attention(p pass, l int, br blockRows, rb routedBlock) ([]op, e
 		att.entries, att.kv, att.k, att.v, att.kPos = nu, shaders.KVF32, a.kr, a.v, br.pos
 	} else {
 		kc := r.cache[l]
-		kv, err := r.ks.get(shaders.PrefillKVVariant(shaders.KVTypeName(r.kv)), nil)
+		kv, err := r.ks.get(shaders.PrefillKVName(r.kv), nil)
 		if err != nil {
 			return nil, err
 		}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
-	"github.com/modrun/modrun/shaders"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -118,7 +117,7 @@ func TestKVCacheF16(t *testing.T) {
 	run, err := New(dev, m, mod.RoutingRouter, Options{})
 	require.NoError(t, err)
 	defer run.Close()
-	assert.Equal(t, shaders.KVTypeName(DeviceProfile(dev.Info()).KV), run.KVType(), "the profile's default")
+	assert.Equal(t, DeviceProfile(dev.Info()).KV.String(), run.KVType(), "the profile's default")
 }
 
 // TestSplitAttention runs the MoD fixtures with decode attention split

@@ -68,8 +68,8 @@ func checkFit(dev *vk.Device, m *mod.Model, ctx int, kvBytesPerToken uint64, kvT
 
 // kvBytesPerToken is what one token takes in every layer's cache: its key,
 // its value and its position.
-func kvBytesPerToken(c mod.Config, kv string) uint64 {
-	return uint64(c.NLayer) * (2*shaders.KVElementBytes(kv)*uint64(c.KVDim()) + 4)
+func kvBytesPerToken(c mod.Config, kv shaders.KV) uint64 {
+	return uint64(c.NLayer) * (2*kv.ElementBytes()*uint64(c.KVDim()) + 4)
 }
 
 // weightBytes is what the model's tensors take: about what their upload

@@ -35,8 +35,8 @@ type Options struct {
 	// ContextLen caps the sequence, and so the KV caches' size; 0 (or more
 	// than the model's) means the model's context length.
 	ContextLen int
-	// KVType is the KV cache's element type, "f16" or "f32" (kvType); ""
-	// means the profile's (f16 on GPUs, f32 on CPU devices). Generation
+	// KVType is the KV cache's element type, "f16" or "f32"
+	// (shaders.ParseKV); "" means the profile's (f16 on GPUs, f32 on CPU devices). Generation
 	// only: eval mode keeps no cache.
 	KVType string
 	// DeviceProfile picks each kernel's variant and specialization; nil
@@ -77,8 +77,8 @@ type Runner struct {
 	// evalMode: top-k routing, the Evaluator's runner (openRunner): no KV
 	// cache and no decode step, a window one batched chunk.
 	evalMode bool
-	ctx      int    // the longest sequence, entries in each KV cache
-	kv       string // the caches' element type, shaders.KVF32 or KVF16
+	ctx      int        // the longest sequence, entries in each KV cache
+	kv       shaders.KV // the caches' element type, shaders.KVF32 or KVF16
 	// attnSplits is how many chunks decode attention splits each cache
 	// into (flash-decoding; 1: the single-pass kernel).
 	attnSplits uint32
@@ -159,21 +159,8 @@ type route struct {
 	count  *vk.Buffer // [1] u32 selected tokens: 0 or 1
 }
 
-// kvType is the shaders KV constant of Options.KVType name.
-func kvType(name string, prof shaders.Profile) (string, error) {
-	switch name {
-	case "":
-		return prof.KV, nil
-	case "f16":
-		return shaders.KVF16, nil
-	case "f32":
-		return shaders.KVF32, nil
-	}
-	return "", fmt.Errorf("vulkan: KV cache type %q is not f16 or f32", name)
-}
-
 // KVType is the KV caches' element type, "f16" or "f32".
-func (r *Runner) KVType() string { return shaders.KVTypeName(r.kv) }
+func (r *Runner) KVType() string { return r.kv.String() }
 
 // New uploads m's weights to dev and records the decode step, for causal
 // routing r (mod.RoutingRouter or mod.RoutingPredictor; dense models ignore
@@ -210,9 +197,12 @@ func openRunner(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Run
 		run.ctx = opts.ContextLen
 	}
 	var err error
-	if run.kv, err = kvType(opts.KVType, run.ks.prof); err != nil {
+	if run.kv, err = shaders.ParseKV(opts.KVType); err != nil {
 		run.Close()
-		return nil, err
+		return nil, fmt.Errorf("vulkan: %w", err)
+	}
+	if run.kv == shaders.KVDefault {
+		run.kv = run.ks.prof.KV
 	}
 	run.attnSplits = run.ks.prof.AttentionSplits(run.ctx)
 	fitCtx, fitKV := run.ctx, kvBytesPerToken(c, run.kv)
@@ -289,7 +279,7 @@ func (r *Runner) allocate() error {
 	r.cache = make([]layerCache, c.NLayer)
 	r.routes = make([]route, c.NLayer)
 	for l := range r.cache {
-		kvB := shaders.KVElementBytes(r.kv) * uint64(r.ctx*kvd)
+		kvB := r.kv.ElementBytes() * uint64(r.ctx*kvd)
 		r.cache[l] = layerCache{k: must(kvB, vk.DeviceLocal), v: must(kvB, vk.DeviceLocal),
 			pos: must(f32(r.ctx), vk.DeviceLocal)}
 		if c.Routed[l] {

@@ -269,7 +269,7 @@ func checkProfile(dev *vk.Device, prof shaders.Profile) ([]SelfCheck, error) {
 		name, spec := prof.RouteDecode(pred)
 		picks = append(picks, pick{name, spec})
 	}
-	for _, kv := range []string{shaders.KVF32, shaders.KVF16} { // ks.get fits the workgroup to the device
+	for _, kv := range shaders.KVTypes { // ks.get fits the workgroup to the device
 		picks = append(picks, pick{shaders.DecodeAttentionName(kv), nil})
 		if splits := prof.AttentionSplits(2048); splits > 1 {
 			picks = append(picks, pick{shaders.DecodeAttentionSplitName(kv), shaders.DecodeAttentionSplitSpec(splits)})

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
-	"strings"
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/shaders"
@@ -108,10 +107,10 @@ func (in attnInput) bufs() []checkBuf {
 // decodeAttentionCase: out = softmax(scale q.k) v per row and head over
 // the entries each row sees (layer 1's count of the counts buffer).
 func decodeAttentionCase(name string, spec []uint32) (checkCase, error) {
-	in := newAttnInput(min(40, int(spec[1])&^1), strings.HasSuffix(name, shaders.KVF16))
+	kv, split, _ := decodeAttentionOf(name)
+	in := newAttnInput(min(40, int(spec[1])&^1), kv == shaders.KVF16)
 	push := shaders.DecodeAttentionPush{N: attnRows, Layer: 1, NHead: attnHeads, NKVHead: attnKVHeads,
 		HeadDim: uint32(in.hd), Scale: in.scale}
-	split := strings.HasPrefix(name, "decode_attention_split")
 	if !split {
 		want, bound := make([]float32, attnRows*in.qd), make([]float64, attnRows*in.qd)
 		for i := range attnRows {

@@ -29,12 +29,24 @@ func checkerFor(name string) (mk func(name string, spec []uint32) (checkCase, er
 	case "route_decode", "route_decode_sg", "route_decode_pred", "route_decode_pred_sg":
 		return routeDecodeCase, true
 	}
-	for _, kv := range []string{shaders.KVF32, shaders.KVF16} {
-		if name == shaders.DecodeAttentionName(kv) || name == shaders.DecodeAttentionSplitName(kv) {
-			return decodeAttentionCase, true
-		}
+	if _, _, ok := decodeAttentionOf(name); ok {
+		return decodeAttentionCase, true
 	}
 	return nil, false
+}
+
+// decodeAttentionOf finds a decode attention variant's KV cache type and
+// whether it is the split pass.
+func decodeAttentionOf(name string) (kv shaders.KV, split, ok bool) {
+	for _, kv := range shaders.KVTypes {
+		switch name {
+		case shaders.DecodeAttentionName(kv):
+			return kv, false, true
+		case shaders.DecodeAttentionSplitName(kv):
+			return kv, true, true
+		}
+	}
+	return shaders.KVDefault, false, false
 }
 
 // matvecOf finds a matvec variant's weight type and fusion.
@@ -62,10 +74,12 @@ func checkOp(name string) string {
 		return "router score"
 	case strings.HasPrefix(name, "route_decode"):
 		return "routing decision"
-	case strings.HasPrefix(name, "decode_attention_split"):
-		return "attention split " + shaders.KVTypeName(strings.TrimPrefix(name, "decode_attention_split"))
 	}
-	return "attention " + shaders.KVTypeName(strings.TrimPrefix(name, "decode_attention"))
+	kv, split, _ := decodeAttentionOf(name)
+	if split {
+		return "attention split " + kv.String()
+	}
+	return "attention " + kv.String()
 }
 
 const (

@@ -1,0 +1,116 @@
+package engine
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/modrun/modrun/engine/cpu"
+	"github.com/modrun/modrun/engine/vulkan"
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/shaders"
+	"github.com/modrun/modrun/vk"
+)
+
+// Backend names, as --backend takes them.
+const (
+	BackendAuto      = "auto"      // a Vulkan GPU when there is one, else the CPU
+	BackendCPU       = "cpu"       // the fast CPU runner (engine/cpu): all cores, 8-bit activations, SIMD
+	BackendReference = "reference" // mod's reference forward pass: plain float32 loops, the oracle
+	BackendVulkan    = "vulkan"    // any Vulkan device, lavapipe included
+)
+
+// backendNames lists the backends for error messages.
+const backendNames = "auto, cpu, reference or vulkan"
+
+// BackendOptions choose where a model runs.
+type BackendOptions struct {
+	Name   string // BackendAuto, BackendCPU, BackendReference or BackendVulkan
+	Device int    // a Vulkan device index (--device); -1 = $MODRUN_DEVICE or the best
+	// Profile times every GPU command (vulkan.Options.Profile); the
+	// backend's Runner is then a Profiler. Ignored on the CPU.
+	Profile bool
+	// UBatch is the longest chunk of a batched prompt on Vulkan and on the
+	// CPU (vulkan.Options.UBatch, cpu.Options.UBatch, --ubatch); 0 = the
+	// backend's default (DefaultUBatch, DefaultCPUUBatch).
+	UBatch int
+	// ContextLen is the longest sequence a Runner takes, and so the size
+	// of its KV caches (--ctx); 0 means the model's context length, at most
+	// DefaultMaxContext. More than the model's is an error.
+	ContextLen int
+	// KVType is the GPU KV cache's element type, "f16" or "f32"
+	// (--kv-type); "" means the device's default: f16 on a GPU, f32 on a
+	// CPU emulation. Ignored on the CPU backend, whose cache is F32.
+	KVType string
+	// Trace makes the backend's Runner a RoutingTracer on Vulkan too (the
+	// CPU always is): each token's routing is copied back from the GPU.
+	Trace bool
+}
+
+// DefaultUBatch is the longest prompt batch on Vulkan when
+// BackendOptions.UBatch is 0.
+const DefaultUBatch = vulkan.DefaultUBatch
+
+// DefaultCPUUBatch is the longest prompt batch on the CPU backend when
+// BackendOptions.UBatch is 0.
+const DefaultCPUUBatch = cpu.DefaultUBatch
+
+// DefaultMaxContext caps the default context length (BackendOptions): a
+// model made for long contexts (Llama-2: 4096 tokens, F32 KV cache of 2 GiB)
+// takes no more memory than that unless asked.
+const DefaultMaxContext = 4096
+
+// contextLen is the context length o asks for with model m.
+func (o BackendOptions) contextLen(m *mod.Model) (int, error) {
+	model := m.Config.ContextLen
+	switch {
+	case o.ContextLen < 0 || o.ContextLen > model:
+		return 0, fmt.Errorf("engine: context length %d is outside [1, %d] (the model's)", o.ContextLen, model)
+	case o.ContextLen > 0:
+		return o.ContextLen, nil
+	}
+	return min(model, DefaultMaxContext), nil
+}
+
+// namedDevice says whether o (Device) or $MODRUN_DEVICE names a Vulkan
+// device: then BackendAuto means that device, and failing to open it is an
+// error naming the flag or the variable, not a fallback to the CPU.
+func (o BackendOptions) namedDevice() bool {
+	return o.Device >= 0 || strings.TrimSpace(os.Getenv(vk.EnvDevice)) != ""
+}
+
+// Check validates o's fields on their own (ContextLen against a model is
+// OpenBackend's): the one check of the options behind the API's Options
+// and the command line's flags. A wrong field is an *OptionError, which
+// names it as the API does and, by FlagError, as the command line does.
+func (o BackendOptions) Check() error {
+	switch o.Name {
+	case BackendAuto, BackendCPU, BackendReference, BackendVulkan:
+	default:
+		return &OptionError{Option: "backend", Flag: "--backend", Value: fmt.Sprintf("%q", o.Name), Problem: " is not " + backendNames}
+	}
+	if o.ContextLen < 0 {
+		return &OptionError{Option: "context length", Flag: "--ctx", Value: fmt.Sprint(o.ContextLen), Problem: ": must be positive (or 0: the model's)"}
+	}
+	if o.UBatch < 0 {
+		return &OptionError{Option: "prompt batch (UBatch)", Flag: "--ubatch", Value: fmt.Sprint(o.UBatch), Problem: ": must be positive (or 0: the backend's default)"}
+	}
+	if _, err := shaders.ParseKV(o.KVType); err != nil {
+		return &OptionError{Option: "KV type", Flag: "--kv-type", Value: fmt.Sprintf("%q", o.KVType), Problem: " is not f16 or f32"}
+	}
+	return nil
+}
+
+// OptionError is a BackendOptions field that Check refuses.
+type OptionError struct {
+	Option  string // the option in words, as Error names it: "KV type"
+	Flag    string // the command line's flag for it: "--kv-type"
+	Value   string // the value given, quoted when a string: "\"q8\""
+	Problem string // what is wrong, after the value: " is not f16 or f32"
+}
+
+// Error names the option in words: `KV type "q8" is not f16 or f32`.
+func (e *OptionError) Error() string { return e.Option + " " + e.Value + e.Problem }
+
+// FlagError names the option by its flag: `--kv-type "q8" is not f16 or f32`.
+func (e *OptionError) FlagError() string { return e.Flag + " " + e.Value + e.Problem }
