@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/modrun/modrun/engine/cpu"
 	"github.com/modrun/modrun/engine/vulkan"
 	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/vk"
 )
 
@@ -35,13 +37,9 @@ func (b *Backend) Close() {
 	b.release = nil
 }
 
-// OpenBackend makes a generate-mode runner of m with routing r. With
-// BackendAuto it takes a Vulkan GPU when one is usable and otherwise the
-// CPU, returning a one-line notice that says why. A Vulkan device that is a
-// CPU emulation (lavapipe) does not count as a GPU for auto: the native CPU
-// backend is several times faster there; BackendVulkan uses it anyway.
-// A device named by o.Device or $MODRUN_DEVICE is used whatever its type,
-// and one that cannot be opened is an error, never a fallback.
+// OpenBackend makes a generate-mode runner of m with routing r on the
+// backend o names (choose: BackendAuto falls back to the CPU with a
+// one-line notice).
 func OpenBackend(m *mod.Model, r mod.Routing, o BackendOptions) (b *Backend, notice string, err error) {
 	if err := o.Check(); err != nil {
 		return nil, "", fmt.Errorf("engine: %w", err)
@@ -51,19 +49,78 @@ func OpenBackend(m *mod.Model, r mod.Routing, o BackendOptions) (b *Backend, not
 		return nil, "", err
 	}
 	o.ContextLen = ctx
+	if r == mod.RoutingTopK {
+		return nil, "", fmt.Errorf("engine: generation needs causal routing (router or predictor), not top-k")
+	}
+	var run Runner
+	p, notice, err := choose(o, func(p *place) error {
+		switch {
+		case p.dev != nil:
+			v, err := vulkan.New(p.dev, m, r, vulkan.Options{Profile: o.Profile, Trace: o.Trace, ContextLen: ctx, KVType: o.KVType, UBatch: o.UBatch})
+			if err != nil {
+				return err
+			}
+			run, p.release = gpuRunner{Runner: v, m: m}, append(p.release, v.Close)
+		case p.name == BackendCPU:
+			c, err := cpu.New(m, r, cpu.Options{ContextLen: ctx, UBatch: o.UBatch})
+			if err != nil {
+				return err
+			}
+			run = cpuRunner{c}
+		default: // BackendReference
+			c, err := NewCPU(m, r)
+			if err != nil {
+				return err
+			}
+			c.ctx, run = ctx, c
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return &Backend{Runner: run, Name: p.name, release: p.release}, notice, nil
+}
+
+// place is where a backend runs: a CPU backend (dev nil), or a Vulkan
+// device with the releases of the device and its instance.
+type place struct {
+	name    string     // BackendCPU, BackendReference, or "vulkan: DEVICE NAME"
+	dev     *vk.Device // nil on the CPU
+	release []func()   // in the order of opening
+}
+
+func (p *place) close() { (&Backend{release: p.release}).Close() }
+
+// choose opens on the backend o names what open makes there (open adds
+// its releases to the place). With BackendAuto it takes a Vulkan GPU when
+// one is usable, and otherwise the CPU, returning a one-line notice that
+// says why: no Vulkan, only a CPU emulation, or open's error on the GPU.
+// A Vulkan device that is a CPU emulation (lavapipe) does not count as a
+// GPU for auto: the native CPU backend is several times faster there;
+// BackendVulkan uses it anyway. A device named by o.Device or
+// $MODRUN_DEVICE is used whatever its type, and one that cannot be opened
+// is an error, never a fallback.
+func choose(o BackendOptions, open func(*place) error) (*place, string, error) {
+	onCPU := func(name string) (*place, error) {
+		p := &place{name: name}
+		if err := open(p); err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
 	switch o.Name {
-	case BackendCPU:
-		return cpuBackend(m, r, o)
-	case BackendReference:
-		return referenceBackend(m, r, ctx)
+	case BackendCPU, BackendReference:
+		p, err := onCPU(o.Name)
+		return p, "", err
 	case BackendVulkan:
-		b, _, err := vulkanBackend(m, r, o, false)
-		return b, "", err
+		p, _, err := onVulkan(o.Device, false, open)
+		return p, "", err
 	case BackendAuto:
 		named := o.namedDevice()
-		b, why, err := vulkanBackend(m, r, o, !named)
-		if err == nil && b != nil {
-			return b, "", nil
+		p, why, err := onVulkan(o.Device, !named, open)
+		if err == nil && p != nil {
+			return p, "", nil
 		}
 		if named {
 			return nil, "", err // the device asked for, not a fallback to the CPU
@@ -71,32 +128,44 @@ func OpenBackend(m *mod.Model, r mod.Routing, o BackendOptions) (b *Backend, not
 		if err != nil {
 			why = err.Error()
 		}
-		b, _, err = cpuBackend(m, r, o)
-		return b, "modrun: " + why + "; running on the CPU", err
+		p, err = onCPU(BackendCPU)
+		return p, "modrun: " + why + "; running on the CPU", err
 	}
-	return nil, "", fmt.Errorf("--backend %q is not %s", o.Name, backendNames)
+	return nil, "", fmt.Errorf("engine: --backend %q is not %s", o.Name, backendNames) // Check refuses it first
 }
 
-// cpuBackend opens the fast CPU runner, which generates with causal
-// routing only (as the reference's NewCPU).
-func cpuBackend(m *mod.Model, r mod.Routing, o BackendOptions) (*Backend, string, error) {
-	if r == mod.RoutingTopK {
-		return nil, "", fmt.Errorf("engine: generation needs causal routing (router or predictor), not top-k")
+// onVulkan opens the chosen Vulkan device and what open makes on it. With
+// gpuOnly it returns (nil, why, nil) instead of using a CPU device.
+func onVulkan(device int, gpuOnly bool, open func(*place) error) (*place, string, error) {
+	if err := vk.Load(); err != nil {
+		return nil, "", fmt.Errorf("no Vulkan: %w", err)
 	}
-	run, err := cpu.New(m, r, cpu.Options{ContextLen: o.ContextLen, UBatch: o.UBatch})
+	inst, err := vk.NewInstance(vk.InstanceOptions{})
 	if err != nil {
 		return nil, "", err
 	}
-	return &Backend{Runner: cpuRunner{run}, Name: BackendCPU}, "", nil
-}
-
-func referenceBackend(m *mod.Model, r mod.Routing, ctx int) (*Backend, string, error) {
-	c, err := NewCPU(m, r)
+	p := &place{release: []func(){inst.Close}}
+	fail := func(err error) (*place, string, error) { p.close(); return nil, "", err }
+	devs, err := inst.Devices()
 	if err != nil {
-		return nil, "", err
+		return fail(err)
 	}
-	c.ctx = ctx
-	return &Backend{Runner: c, Name: BackendReference}, "", nil
+	info, err := vk.ChooseDevice(devs, device)
+	if err != nil {
+		return fail(err)
+	}
+	if gpuOnly && info.Type == vk.CPU {
+		p.close()
+		return nil, fmt.Sprintf("the only Vulkan device, %s, is a CPU emulation (--backend vulkan uses it)", info.Name), nil
+	}
+	if p.dev, err = inst.NewDevice(info); err != nil {
+		return fail(err)
+	}
+	p.name, p.release = "vulkan: "+info.Name, append(p.release, p.dev.Close)
+	if err := open(p); err != nil {
+		return fail(err)
+	}
+	return p, "", nil
 }
 
 // CPUKernels names the kernels the CPU backend runs on this machine:
@@ -119,56 +188,6 @@ func (c cpuRunner) RoutingStats() []LayerStat {
 	return out
 }
 
-// vulkanDevice opens the chosen Vulkan device. With gpuOnly it returns
-// (nil, why, nil) instead of using a CPU device. The returned Backend holds
-// only the release of the instance and device; callers add the runner.
-func vulkanDevice(device int, gpuOnly bool) (*Backend, *vk.Device, string, error) {
-	if err := vk.Load(); err != nil {
-		return nil, nil, "", fmt.Errorf("no Vulkan: %w", err)
-	}
-	inst, err := vk.NewInstance(vk.InstanceOptions{})
-	if err != nil {
-		return nil, nil, "", err
-	}
-	b := &Backend{release: []func(){inst.Close}}
-	fail := func(err error) (*Backend, *vk.Device, string, error) { b.Close(); return nil, nil, "", err }
-	devs, err := inst.Devices()
-	if err != nil {
-		return fail(err)
-	}
-	info, err := vk.ChooseDevice(devs, device)
-	if err != nil {
-		return fail(err)
-	}
-	if gpuOnly && info.Type == vk.CPU {
-		b.Close()
-		return nil, nil, fmt.Sprintf("the only Vulkan device, %s, is a CPU emulation (--backend vulkan uses it)", info.Name), nil
-	}
-	dev, err := inst.NewDevice(info)
-	if err != nil {
-		return fail(err)
-	}
-	b.release = append(b.release, dev.Close)
-	b.Name = "vulkan: " + info.Name
-	return b, dev, "", nil
-}
-
-// vulkanBackend opens the chosen device and a generate-mode runner on it.
-func vulkanBackend(m *mod.Model, r mod.Routing, o BackendOptions, gpuOnly bool) (*Backend, string, error) {
-	b, dev, why, err := vulkanDevice(o.Device, gpuOnly)
-	if b == nil {
-		return nil, why, err
-	}
-	run, err := vulkan.New(dev, m, r, vulkan.Options{Profile: o.Profile, Trace: o.Trace, ContextLen: o.ContextLen, KVType: o.KVType, UBatch: o.UBatch})
-	if err != nil {
-		b.Close()
-		return nil, "", err
-	}
-	b.release = append(b.release, run.Close)
-	b.Runner = gpuRunner{Runner: run, m: m}
-	return b, "", nil
-}
-
 // ScorerBackend is a Scorer on the chosen device. Close releases it.
 type ScorerBackend struct {
 	Scorer
@@ -179,74 +198,51 @@ type ScorerBackend struct {
 // Close frees the scorer and the device.
 func (s *ScorerBackend) Close() { (&Backend{release: s.release}).Close() }
 
-// OpenScorer makes a scorer of m with routing r, choosing the backend as
-// OpenBackend does. On Vulkan, top-k routing (and a dense model) is eval
-// mode (vulkan.Evaluator); causal routing of a MoD model runs through the
-// generate-mode batched prefill (vulkan.Runner.Score).
+// OpenScorer makes a scorer of m with routing r, on the backend o names
+// (choose, as OpenBackend). On Vulkan, top-k routing (and a dense model) is
+// eval mode (vulkan.Evaluator); causal routing of a MoD model runs through
+// the generate-mode batched prefill (vulkan.Runner.Score).
 func OpenScorer(m *mod.Model, r mod.Routing, o BackendOptions) (*ScorerBackend, string, error) {
 	if err := o.Check(); err != nil {
 		return nil, "", fmt.Errorf("engine: %w", err)
 	}
-	onCPU := func(notice string) (*ScorerBackend, string, error) {
-		run, err := cpu.New(m, r, cpu.Options{ContextLen: o.ContextLen, UBatch: o.UBatch})
-		if err != nil {
-			return nil, "", err
+	var sc Scorer
+	p, notice, err := choose(o, func(p *place) error {
+		switch {
+		case p.dev != nil && m.Config.IsMoD() && r != mod.RoutingTopK:
+			// Scoring is for accuracy: an F32 cache, as eval mode's
+			// attention and the CPU's, unless asked otherwise.
+			kv := cmp.Or(o.KVType, shaders.KVF32.String())
+			run, err := vulkan.New(p.dev, m, r, vulkan.Options{UBatch: o.UBatch, KVType: kv, ContextLen: o.ContextLen})
+			if err != nil {
+				return err
+			}
+			sc, p.release = run, append(p.release, run.Close)
+		case p.dev != nil:
+			ev, err := vulkan.NewEvaluator(p.dev, m, vulkan.Options{ContextLen: o.ContextLen})
+			if err != nil {
+				return err
+			}
+			sc, p.release = ev, append(p.release, ev.Close)
+		case p.name == BackendCPU:
+			run, err := cpu.New(m, r, cpu.Options{ContextLen: o.ContextLen, UBatch: o.UBatch})
+			if err != nil {
+				return err
+			}
+			sc = run
+		default: // BackendReference
+			ref, err := NewCPUScorer(m, r)
+			if err != nil {
+				return err
+			}
+			sc = ref
 		}
-		return &ScorerBackend{Scorer: run, Name: BackendCPU}, notice, nil
-	}
-	switch o.Name {
-	case BackendCPU:
-		return onCPU("")
-	case BackendReference:
-		sc, err := NewCPUScorer(m, r)
-		if err != nil {
-			return nil, "", err
-		}
-		return &ScorerBackend{Scorer: sc, Name: BackendReference}, "", nil
-	case BackendVulkan:
-		return vulkanScorer(m, r, o, false)
-	case BackendAuto:
-		named := o.namedDevice()
-		sb, why, err := vulkanScorer(m, r, o, !named)
-		if err == nil && sb != nil {
-			return sb, "", nil
-		}
-		if named {
-			return nil, "", err
-		}
-		if err != nil {
-			why = err.Error()
-		}
-		return onCPU("modrun: " + why + "; running on the CPU")
-	}
-	return nil, "", fmt.Errorf("--backend %q is not %s", o.Name, backendNames)
-}
-
-func vulkanScorer(m *mod.Model, r mod.Routing, o BackendOptions, gpuOnly bool) (*ScorerBackend, string, error) {
-	b, dev, why, err := vulkanDevice(o.Device, gpuOnly)
-	if b == nil {
-		return nil, why, err
-	}
-	if m.Config.IsMoD() && r != mod.RoutingTopK {
-		// Scoring is for accuracy: an F32 cache, as eval mode's attention
-		// and the CPU's, unless asked otherwise.
-		kv := o.KVType
-		if kv == "" {
-			kv = "f32"
-		}
-		run, err := vulkan.New(dev, m, r, vulkan.Options{UBatch: o.UBatch, KVType: kv, ContextLen: o.ContextLen})
-		if err != nil {
-			b.Close()
-			return nil, "", err
-		}
-		return &ScorerBackend{Scorer: run, Name: b.Name, release: append(b.release, run.Close)}, "", nil
-	}
-	ev, err := vulkan.NewEvaluator(dev, m, vulkan.Options{ContextLen: o.ContextLen})
+		return nil
+	})
 	if err != nil {
-		b.Close()
 		return nil, "", err
 	}
-	return &ScorerBackend{Scorer: ev, Name: b.Name, release: append(b.release, ev.Close)}, "", nil
+	return &ScorerBackend{Scorer: sc, Name: p.name, release: p.release}, notice, nil
 }
 
 // gpuRunner adds the routing counts to the Vulkan runner: a routed layer's

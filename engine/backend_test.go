@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/vk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -81,4 +83,53 @@ func TestPublicSemanticsRunFast(t *testing.T) {
 	defer bv.Close()
 	assert.True(t, strings.HasPrefix(bv.Name, BackendVulkan), bv.Name)
 	assert.Empty(t, notice)
+}
+
+// TestChooseFallback: choose opens the CPU backends as named; with auto,
+// a Vulkan device that fails (or none, or only a CPU emulation) falls back
+// to the CPU with a notice saying why; a named
+// device that fails is an error, never a fallback.
+func TestChooseFallback(t *testing.T) {
+	t.Setenv(vk.EnvDevice, "")
+	var tried []string
+	failGPU := func(p *place) error {
+		tried = append(tried, p.name)
+		if p.dev != nil {
+			return errors.New("no room on the GPU")
+		}
+		return nil
+	}
+	for _, name := range []string{BackendCPU, BackendReference} {
+		tried = nil
+		p, notice, err := choose(BackendOptions{Name: name, Device: -1}, failGPU)
+		require.NoError(t, err)
+		assert.Equal(t, name, p.name)
+		assert.Nil(t, p.dev)
+		assert.Empty(t, notice)
+		assert.Equal(t, []string{name}, tried)
+	}
+
+	tried = nil
+	p, notice, err := choose(BackendOptions{Name: BackendAuto, Device: -1}, failGPU)
+	require.NoError(t, err)
+	assert.Equal(t, BackendCPU, p.name)
+	assert.True(t, strings.HasPrefix(notice, "modrun: ") && strings.HasSuffix(notice, "; running on the CPU"), notice)
+	assert.Equal(t, BackendCPU, tried[len(tried)-1])
+	if len(tried) == 2 { // a GPU was opened, and its failure is the notice
+		assert.Contains(t, notice, "no room on the GPU")
+	}
+
+	if vk.Load() != nil {
+		t.Log("no Vulkan loader: the Vulkan cases need a device")
+		return
+	}
+	for _, o := range []BackendOptions{{Name: BackendVulkan, Device: -1}, {Name: BackendAuto, Device: 0}} {
+		tried = nil
+		p, notice, err := choose(o, failGPU)
+		assert.EqualError(t, err, "no room on the GPU", "%+v", o)
+		assert.Nil(t, p)
+		assert.Empty(t, notice)
+		require.Len(t, tried, 1, "%+v: no fallback", o)
+		assert.True(t, strings.HasPrefix(tried[0], "vulkan: "), tried[0])
+	}
 }

@@ -27,18 +27,19 @@ func ProbeBandwidth(o BackendOptions) (Bandwidth, error) {
 	case BackendCPU, BackendReference:
 		return probeCPU(), nil
 	case BackendVulkan:
-		b, dev, _, err := vulkanDevice(o.Device, false)
+		var out Bandwidth
+		p, _, err := onVulkan(o.Device, false, func(p *place) error {
+			bw, err := vulkan.ProbeBandwidth(p.dev)
+			info := p.dev.Info()
+			out = Bandwidth{Device: p.name, Driver: info.DriverName + " " + info.DriverInfo, GBps: bw.GBps,
+				Method: fmt.Sprintf("probe kernel: %d MiB read %d times, %s, median of runs", bw.Bytes>>20, bw.Passes, bw.Timer)}
+			return err
+		})
 		if err != nil {
 			return Bandwidth{}, err
 		}
-		defer b.Close()
-		bw, err := vulkan.ProbeBandwidth(dev)
-		if err != nil {
-			return Bandwidth{}, err
-		}
-		info := dev.Info()
-		return Bandwidth{Device: b.Name, Driver: info.DriverName + " " + info.DriverInfo, GBps: bw.GBps,
-			Method: fmt.Sprintf("probe kernel: %d MiB read %d times, %s, median of runs", bw.Bytes>>20, bw.Passes, bw.Timer)}, nil
+		p.close()
+		return out, nil
 	}
 	return Bandwidth{}, fmt.Errorf("engine: bandwidth probe: backend %q is not cpu, reference or vulkan", o.Name)
 }
