@@ -77,7 +77,6 @@ type Model struct {
 	info     Info
 	ctxLen   int
 	noRoutes bool
-	chunk    int // prompt tokens per Feed: cpuChunk, or the GPU's batch
 
 	// turn is held by the call using the runner (see acquire); callback
 	// is the goroutine that holds it while that goroutine runs a token
@@ -190,7 +189,7 @@ func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Rout
 	if opts.ContextLen > 0 {
 		ctxLen = min(ctxLen, opts.ContextLen)
 	}
-	model := &Model{m: m, tok: tok, backend: backend, ctxLen: ctxLen, noRoutes: opts.NoRoutes, chunk: cpuChunk, turn: make(chan struct{}, 1)}
+	model := &Model{m: m, tok: tok, backend: backend, ctxLen: ctxLen, noRoutes: opts.NoRoutes, turn: make(chan struct{}, 1)}
 	model.info = Info{
 		Path: m.Path, Arch: c.Arch, NLayer: c.NLayer, NEmbd: c.NEmbd, NHead: c.NHead, NKVHead: c.NKVHead,
 		NFF: c.NFF, NVocab: c.NVocab, ContextLen: ctxLen, RoutedLayers: c.RoutedLayers(), Capacity: c.Capacity, CapacityTokens: c.CapacityTokens,
@@ -201,14 +200,10 @@ func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Rout
 		model.info.Routing = Routing(routing.String())
 	}
 	if backend.Name == BackendCPU {
-		// The fast CPU runs a prompt as batched products: feed it batches.
 		model.info.Device = fmt.Sprintf("CPU (%d threads, %s kernels)", runtime.GOMAXPROCS(0), engine.CPUKernels())
-		model.chunk = cmp.Or(opts.UBatch, engine.DefaultCPUUBatch)
 	}
 	if name, ok := strings.CutPrefix(backend.Name, "vulkan: "); ok {
 		model.info.Backend, model.info.Device = BackendVulkan, name
-		// The GPU runs a prompt in batches: feed it whole batches.
-		model.chunk = cmp.Or(opts.UBatch, engine.DefaultUBatch)
 	}
 	if k, ok := backend.Runner.(interface{ KVType() string }); ok {
 		model.info.KVType = k.KVType()

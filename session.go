@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
-	"time"
 
 	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/mod"
@@ -145,14 +143,13 @@ var ErrNonFinite = mod.ErrNonFinite
 // error.
 var ErrStop = engine.ErrStop
 
-// Result is what one Generate call did and how fast.
+// Result is what one Generate call did and how fast: its Timing
+// (PromptTokens, Prefill, Decode, DecodeSteps; PrefillRate and DecodeRate)
+// and the rest.
 type Result struct {
-	Stop         StopReason
-	PromptTokens int           // tokens of the prompt run (BOS included)
-	Tokens       int           // new tokens delivered
-	Prefill      time.Duration // running the prompt and choosing the first token
-	Decode       time.Duration // producing the rest
-	DecodeSteps  int           // forward passes in Decode: one per new token after the first
+	Timing
+	Stop   StopReason
+	Tokens int // new tokens delivered
 	// Layers counts, per routed layer, the tokens of the session's
 	// sequence that went through it (Selected) of those it saw (Seen).
 	Layers []LayerStat
@@ -161,28 +158,18 @@ type Result struct {
 	Tail string
 }
 
+// Timing is how long the two phases of a generation took: PromptTokens
+// (the prompt's tokens run, BOS included) in Prefill (running the prompt
+// and choosing the first token), DecodeSteps (forward passes, one per new
+// token after the first) in Decode (producing the rest); PrefillRate and
+// DecodeRate are tokens per second.
+type Timing = engine.Timing
+
 // LayerStat is how many tokens one routed layer processed.
 type LayerStat struct {
 	Layer          int
 	Selected, Seen int
 }
-
-// PrefillRate and DecodeRate are tokens per second.
-func (r Result) PrefillRate() float64 { return rate(r.PromptTokens, r.Prefill) }
-func (r Result) DecodeRate() float64  { return rate(r.DecodeSteps, r.Decode) }
-
-func rate(n int, d time.Duration) float64 {
-	if d <= 0 || n <= 0 {
-		return 0
-	}
-	return float64(n) / d.Seconds()
-}
-
-// cpuChunk bounds how many prompt tokens the CPU runs between two looks at
-// the context, so cancelling stops a long prompt soon. On Vulkan a prompt
-// goes in batches of Options.UBatch (Model.chunk), which the GPU runs as
-// one graph in milliseconds.
-const cpuChunk = 32
 
 // Generate runs prompt after the session's sequence (a fresh session
 // starts with BOS when the tokenizer asks for one) and generates until
@@ -193,9 +180,10 @@ const cpuChunk = 32
 // an error from it other than ErrStop ends Generate with that error.
 //
 // Cancelling ctx stops Generate within one token (in the prompt, within one
-// batch: 32 tokens on the CPU, Options.UBatch on Vulkan); it returns ctx's
-// error, and the session holds the tokens run so far (Tokens): a later
-// Generate continues after them, with more prompt or none.
+// batch: Options.UBatch on Vulkan and the CPU, 32 tokens on the reference);
+// it returns ctx's error, and the session holds the tokens run so far
+// (Tokens): a later Generate continues after them, with more prompt or none.
+// The loop is engine's (engine.Continue), the one bench times.
 func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOptions, fn func(Token) error) (Result, error) {
 	if ctx == nil {
 		return Result{}, errors.New("modrun: Generate: nil context (context.Background() is the one that never ends)")
@@ -239,24 +227,47 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 	if err := s.restore(ctx); err != nil {
 		return Result{}, err
 	}
-	g := &generation{s: s, ctx: ctx, fn: fn, res: Result{PromptTokens: len(ids)}}
+	var gid uint64 // the goroutine running fn, which holds the runner (Model.acquire)
 	if fn != nil {
-		g.gid = goroutineID()
+		gid = goroutineID()
 	}
-	if g.sampler, err = engine.NewSampler(so); err != nil {
-		return Result{}, err
-	}
-	_, g.greedy = s.m.backend.Runner.(engine.GreedyFeeder)
-	g.greedy = g.greedy && so.Temperature == 0 && so.RepeatPenalty == 1
-	for _, id := range s.fed {
-		g.sampler.Accept(id)
-	}
-	err = g.run(ids, opts.MaxTokens)
-	g.res.Tail = string(s.dec.Flush())
+	pending := s.pending
+	s.pending = nil
+	er, err := engine.Continue(ctx, s.m.backend.Runner, ids, engine.GenerateOptions{
+		MaxTokens: opts.MaxTokens, EOS: -1, EndOfTurn: s.m.tok.EndOfGeneration(), Sampler: so, Chunk: s.m.backend.PromptChunk(),
+		Pending: pending, History: s.fed, Routes: fn != nil && !s.m.noRoutes,
+		BeforeFeed: func() error {
+			if s.m.isClosed() { // by the callback
+				return ErrClosed
+			}
+			return s.restore(ctx) // the callback may have run another session
+		},
+		AfterFeed: func(tokens []int32, err error) error {
+			if err != nil {
+				s.m.owner = nil // the runner's sequence is unknown now: restore it next time
+				return fmt.Errorf("modrun: %w", err)
+			}
+			s.fed = append(s.fed, tokens...)
+			return nil
+		},
+		OnToken: func(t engine.Token) error {
+			b, err := s.dec.Push(t.ID)
+			if err != nil {
+				return fmt.Errorf("modrun: %w", err)
+			}
+			if fn == nil {
+				return nil
+			}
+			tok := Token{ID: t.ID, Text: string(b), Pos: t.Pos, Prompt: t.Prompt, Routes: t.Routes}
+			return s.m.inCallback(gid, func() error { return fn(tok) })
+		},
+	})
+	s.pending = er.Pending
+	res := Result{Timing: er.Timing, Stop: er.Stop, Tokens: len(er.Tokens), Tail: string(s.dec.Flush())}
 	if !s.m.isClosed() { // a callback may have closed it
-		g.res.Layers = s.m.layerStats()
+		res.Layers = s.m.layerStats()
 	}
-	return g.res, err
+	return res, err
 }
 
 // restore makes the runner hold this session's sequence: a runner that ran
@@ -270,7 +281,7 @@ func (s *Session) restore(ctx context.Context) error {
 	r := s.m.backend.Runner
 	r.Reset()
 	s.m.owner, s.m.ownerSeq = s, s.resets
-	chunk := s.m.chunk
+	chunk := max(1, s.m.backend.PromptChunk())
 	for i := 0; i < len(s.fed); i += chunk {
 		if err := ctx.Err(); err != nil {
 			s.m.owner = nil
@@ -282,144 +293,6 @@ func (s *Session) restore(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// generation is one Generate call's loop state.
-type generation struct {
-	s       *Session
-	ctx     context.Context
-	fn      func(Token) error
-	sampler *engine.Sampler
-	greedy  bool   // the runner takes the argmax itself (pure greedy sampling)
-	gid     uint64 // the goroutine running fn, which holds the runner (Model.acquire)
-	res     Result
-}
-
-// run feeds the pending token and the prompt, then generates.
-func (g *generation) run(prompt []int32, maxTokens int) error {
-	s := g.s
-	start := time.Now()
-	toRun := append(append([]int32(nil), s.pending...), prompt...)
-	skip := len(s.pending) // delivered by the last call
-	s.pending = nil
-	var id int32
-	step := s.m.chunk
-	for i := 0; i < len(toRun); i += step {
-		chunk := toRun[i:min(i+step, len(toRun))]
-		last := i+step >= len(toRun)
-		next, routes, err := g.feed(chunk, last)
-		if err != nil {
-			return err
-		}
-		for j, tok := range chunk {
-			g.sampler.Accept(tok)
-			if i+j < skip {
-				continue
-			}
-			pos := len(s.fed) - len(chunk) + j
-			if err := g.deliver(tok, pos, true, routeAt(routes, j)); err != nil {
-				return g.stopped(err)
-			}
-		}
-		id = next
-	}
-	g.res.Prefill = time.Since(start)
-	start = time.Now()
-	defer func() { g.res.Decode = time.Since(start) }()
-	for {
-		if s.m.tok.IsEndOfGeneration(id) { // EOS, or an end of turn such as <|eot_id|>
-			g.res.Stop = StopEOS
-			return nil
-		}
-		g.res.Tokens++
-		full := len(s.fed) >= s.m.ctxLen
-		if (maxTokens > 0 && g.res.Tokens >= maxTokens) || full {
-			g.res.Stop = StopMaxTokens
-			if full {
-				g.res.Stop = StopContextFull
-			}
-			s.pending = []int32{id}
-			return g.stopped(g.deliver(id, len(s.fed), false, nil))
-		}
-		next, routes, err := g.feed([]int32{id}, true)
-		if err != nil {
-			g.res.Tokens--
-			return err
-		}
-		g.res.DecodeSteps++
-		if err := g.deliver(id, len(s.fed)-1, false, routeAt(routes, 0)); err != nil {
-			return g.stopped(err)
-		}
-		id = next
-	}
-}
-
-// feed runs tokens after the context is checked; with last it also chooses
-// the next token. The tokens join the session's sequence.
-func (g *generation) feed(tokens []int32, last bool) (int32, [][]Route, error) {
-	if err := g.ctx.Err(); err != nil {
-		return 0, nil, err
-	}
-	// The callback may have closed the model, or run another session.
-	if g.s.m.isClosed() {
-		return 0, nil, ErrClosed
-	}
-	if err := g.s.restore(g.ctx); err != nil {
-		return 0, nil, err
-	}
-	r := g.s.m.backend.Runner
-	var next int32
-	var err error
-	if g.greedy {
-		next, err = r.(engine.GreedyFeeder).FeedArgmax(tokens)
-	} else {
-		var logits []float32
-		if logits, err = r.Feed(tokens); err == nil && !mod.Finite(logits) {
-			err = mod.NonFinite(len(g.s.fed) + len(tokens) - 1)
-		} else if err == nil && last {
-			next = g.sampler.Sample(logits)
-		}
-	}
-	if err != nil {
-		// The runner's sequence is unknown now: restore it next time.
-		g.s.m.owner = nil
-		return 0, nil, fmt.Errorf("modrun: %w", err)
-	}
-	g.s.fed = append(g.s.fed, tokens...)
-	var routes [][]Route
-	if rt, ok := r.(engine.RoutingTracer); ok && !g.s.m.noRoutes {
-		routes = rt.Routes()
-	}
-	return next, routes, nil
-}
-
-// deliver decodes a token's text and passes the token to the callback.
-func (g *generation) deliver(id int32, pos int, prompt bool, routes []Route) error {
-	b, err := g.s.dec.Push(id)
-	if err != nil {
-		return fmt.Errorf("modrun: %w", err)
-	}
-	if g.fn == nil {
-		return nil
-	}
-	tok := Token{ID: id, Text: string(b), Pos: pos, Prompt: prompt, Routes: routes}
-	return g.s.m.inCallback(g.gid, func() error { return g.fn(tok) })
-}
-
-// stopped turns ErrStop from the callback into a clean stop.
-func (g *generation) stopped(err error) error {
-	if errors.Is(err, ErrStop) {
-		g.res.Stop = StopCallback
-		return nil
-	}
-	return err
-}
-
-func routeAt(routes [][]Route, i int) []Route {
-	if i >= len(routes) {
-		return nil
-	}
-	return slices.Clone(routes[i])
 }
 
 func (m *Model) layerStats() []LayerStat {

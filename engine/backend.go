@@ -26,8 +26,20 @@ type GPUMemoryStatser interface {
 type Backend struct {
 	Runner
 	Name    string // "cpu", "reference", or "vulkan: DEVICE NAME"
+	chunk   int    // PromptChunk
 	release []func()
 }
+
+// referenceChunk bounds how many prompt tokens the reference backend runs
+// in one Feed, so that cancelling stops a long prompt soon there.
+const referenceChunk = 32
+
+// PromptChunk is how many prompt tokens the generation loop gives one Feed
+// (GenerateOptions.Chunk): the backend's batch (BackendOptions.UBatch) on
+// Vulkan, whose batch runs as one graph in milliseconds, and on the fast
+// CPU, which runs a batch as matrix products; referenceChunk on the
+// reference. 0 (a Backend not opened by OpenBackend): the whole prompt.
+func (b *Backend) PromptChunk() int { return b.chunk }
 
 // Close frees the runner and the device, in that order.
 func (b *Backend) Close() {
@@ -53,21 +65,25 @@ func OpenBackend(m *mod.Model, r mod.Routing, o BackendOptions) (b *Backend, not
 		return nil, "", fmt.Errorf("engine: generation needs causal routing (router or predictor), not top-k")
 	}
 	var run Runner
+	var chunk int
 	p, notice, err := choose(o, func(p *place) error {
 		switch {
 		case p.dev != nil:
+			chunk = cmp.Or(o.UBatch, DefaultUBatch)
 			v, err := vulkan.New(p.dev, m, r, vulkan.Options{Profile: o.Profile, Trace: o.Trace, ContextLen: ctx, KVType: o.KVType, UBatch: o.UBatch})
 			if err != nil {
 				return err
 			}
 			run, p.release = gpuRunner{Runner: v, m: m}, append(p.release, v.Close)
 		case p.name == BackendCPU:
+			chunk = cmp.Or(o.UBatch, DefaultCPUUBatch)
 			c, err := cpu.New(m, r, cpu.Options{ContextLen: ctx, UBatch: o.UBatch})
 			if err != nil {
 				return err
 			}
 			run = cpuRunner{c}
 		default: // BackendReference
+			chunk = referenceChunk
 			c, err := NewCPU(m, r)
 			if err != nil {
 				return err
@@ -79,7 +95,7 @@ func OpenBackend(m *mod.Model, r mod.Routing, o BackendOptions) (b *Backend, not
 	if err != nil {
 		return nil, "", err
 	}
-	return &Backend{Runner: run, Name: p.name, release: p.release}, notice, nil
+	return &Backend{Runner: run, Name: p.name, chunk: chunk, release: p.release}, notice, nil
 }
 
 // place is where a backend runs: a CPU backend (dev nil), or a Vulkan

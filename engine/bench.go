@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sort"
@@ -160,9 +161,11 @@ func NewBenchmark(b *Backend, m *mod.Model, routing mod.Routing, prompt []int32,
 	return k, err
 }
 
-// Time runs the benchmark once: the prompt, then o.DecodeTokens greedy tokens.
+// Time runs the benchmark once: the prompt, then o.DecodeTokens greedy
+// tokens, through the generation loop the API runs.
 func (k *Benchmark) Time() error {
-	r, err := Generate(k.b, k.prompt, GenerateOptions{MaxTokens: k.o.DecodeTokens, EOS: -1, Sampler: DefaultSampler()})
+	r, err := Generate(context.Background(), k.b, k.prompt,
+		GenerateOptions{MaxTokens: k.o.DecodeTokens, EOS: -1, Sampler: DefaultSampler(), Chunk: k.b.PromptChunk()})
 	if err != nil {
 		return err
 	}

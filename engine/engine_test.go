@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"math"
 	"testing"
 
@@ -126,46 +127,49 @@ func (f *fakeRunner) Reset()          { f.pos = 0 }
 func TestGenerateStops(t *testing.T) {
 	next := []int32{5, 6, 7, 2, 4, 4, 4, 4, 4, 4}
 	opts := GenerateOptions{EOS: 2, Sampler: DefaultSampler()}
-	res, err := Generate(&fakeRunner{next: next, ctx: 10}, []int32{1}, opts)
+	res, err := Generate(context.Background(), &fakeRunner{next: next, ctx: 10}, []int32{1}, opts)
 	require.NoError(t, err)
 	assert.Equal(t, []int32{5, 6, 7}, res.Tokens)
 	assert.Equal(t, StopEOS, res.Stop)
 
 	turn := opts
 	turn.EndOfTurn = []int32{9, 7} // an end-of-turn id stops as EOS does
-	res, err = Generate(&fakeRunner{next: next, ctx: 10}, []int32{1}, turn)
+	res, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 10}, []int32{1}, turn)
 	require.NoError(t, err)
 	assert.Equal(t, []int32{5, 6}, res.Tokens)
 	assert.Equal(t, StopEOS, res.Stop)
 
 	opts.MaxTokens = 2
-	res, err = Generate(&fakeRunner{next: next, ctx: 10}, []int32{1}, opts)
+	res, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 10}, []int32{1}, opts)
 	require.NoError(t, err)
 	assert.Equal(t, []int32{5, 6}, res.Tokens)
 	assert.Equal(t, StopMaxTokens, res.Stop)
 
 	opts.MaxTokens, opts.EOS = 0, -1
-	res, err = Generate(&fakeRunner{next: next, ctx: 4}, []int32{1, 1}, opts)
+	res, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 4}, []int32{1, 1}, opts)
 	require.NoError(t, err)
 	assert.Equal(t, StopContextFull, res.Stop)
 	assert.Len(t, res.Tokens, 3, "2 prompt + 2 fed tokens fill the context of 4; the third drawn token is the last")
 
 	var streamed []int32
-	opts.OnToken = func(id int32) error {
-		streamed = append(streamed, id)
+	opts.OnToken = func(tk Token) error {
+		if tk.Prompt {
+			return nil
+		}
+		streamed = append(streamed, tk.ID)
 		if len(streamed) == 2 {
 			return ErrStop
 		}
 		return nil
 	}
-	res, err = Generate(&fakeRunner{next: next, ctx: 10}, []int32{1}, opts)
+	res, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 10}, []int32{1}, opts)
 	require.NoError(t, err)
 	assert.Equal(t, StopCallback, res.Stop)
 	assert.Equal(t, streamed, res.Tokens)
 
-	_, err = Generate(&fakeRunner{next: next, ctx: 3}, []int32{1, 1, 1, 1}, opts)
+	_, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 3}, []int32{1, 1, 1, 1}, opts)
 	assert.ErrorContains(t, err, "the prompt has 4 tokens, more than the context length 3")
-	_, err = Generate(&fakeRunner{next: next, ctx: 3}, nil, opts)
+	_, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 3}, nil, opts)
 	assert.ErrorContains(t, err, "empty prompt")
 }
 
@@ -191,11 +195,11 @@ func (g *greedyFake) FeedArgmax(tokens []int32) (int32, error) {
 // the argmax (same tokens, no logits); any other sampler reads the logits.
 func TestGenerateGreedyFeeder(t *testing.T) {
 	next := []int32{5, 6, 7, 2, 4, 4, 4, 4, 4, 4}
-	want, err := Generate(&fakeRunner{next: next, ctx: 10}, []int32{1}, GenerateOptions{EOS: 2, Sampler: DefaultSampler()})
+	want, err := Generate(context.Background(), &fakeRunner{next: next, ctx: 10}, []int32{1}, GenerateOptions{EOS: 2, Sampler: DefaultSampler()})
 	require.NoError(t, err)
 
 	g := &greedyFake{fakeRunner: fakeRunner{next: next, ctx: 10}}
-	got, err := Generate(g, []int32{1}, GenerateOptions{EOS: 2, Sampler: DefaultSampler()})
+	got, err := Generate(context.Background(), g, []int32{1}, GenerateOptions{EOS: 2, Sampler: DefaultSampler()})
 	require.NoError(t, err)
 	assert.Equal(t, want.Tokens, got.Tokens)
 	assert.Equal(t, StopEOS, got.Stop)
@@ -204,7 +208,7 @@ func TestGenerateGreedyFeeder(t *testing.T) {
 
 	// Inside a Backend (as bench runs it), the runner's argmax still runs.
 	g = &greedyFake{fakeRunner: fakeRunner{next: next, ctx: 10}}
-	got, err = Generate(&Backend{Runner: g, Name: "fake"}, []int32{1}, GenerateOptions{EOS: 2, Sampler: DefaultSampler()})
+	got, err = Generate(context.Background(), &Backend{Runner: g, Name: "fake"}, []int32{1}, GenerateOptions{EOS: 2, Sampler: DefaultSampler()})
 	require.NoError(t, err)
 	assert.Equal(t, want.Tokens, got.Tokens)
 	assert.Equal(t, 0, g.feeds)
@@ -215,7 +219,7 @@ func TestGenerateGreedyFeeder(t *testing.T) {
 		{Temperature: 0.5, TopP: 1, RepeatPenalty: 1, Seed: 1}, // a draw
 	} {
 		g := &greedyFake{fakeRunner: fakeRunner{next: next, ctx: 10}}
-		_, err := Generate(g, []int32{1}, GenerateOptions{EOS: 2, Sampler: so})
+		_, err := Generate(context.Background(), g, []int32{1}, GenerateOptions{EOS: 2, Sampler: so})
 		require.NoError(t, err)
 		assert.Equal(t, 0, g.argmaxFeeds, "%+v", so)
 		assert.Positive(t, g.feeds, "%+v", so)
@@ -230,7 +234,7 @@ func TestGenerateStories260K(t *testing.T) {
 	defer m.Close()
 	r, err := NewCPU(m, mod.RoutingRouter)
 	require.NoError(t, err)
-	res, err := Generate(r, []int32{1}, GenerateOptions{MaxTokens: 200, EOS: -1, Sampler: DefaultSampler()})
+	res, err := Generate(context.Background(), r, []int32{1}, GenerateOptions{MaxTokens: 200, EOS: -1, Sampler: DefaultSampler()})
 	require.NoError(t, err)
 	require.Len(t, res.Tokens, 200)
 	assert.Equal(t, []int32{403, 407, 261}, res.Tokens[:3])

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"math"
 	"testing"
 
@@ -114,7 +115,7 @@ func assertGenerateStops(t *testing.T, b *Backend, name string) {
 	for _, temp := range []float32{0, 0.8} {
 		o := DefaultSampler()
 		o.Temperature = temp
-		res, err := Generate(b, []int32{1, 30, 40}, GenerateOptions{Sampler: o, MaxTokens: 5, EOS: -1})
+		res, err := Generate(context.Background(), b, []int32{1, 30, 40}, GenerateOptions{Sampler: o, MaxTokens: 5, EOS: -1})
 		assert.ErrorIs(t, err, mod.ErrNonFinite, "%s, temperature %v", name, temp)
 		assert.ErrorContains(t, err, "non-finite logits at token 2", name)
 		assert.Empty(t, res.Tokens, name)
