@@ -86,22 +86,6 @@ type BenchResult struct {
 	PrefillFLOPs float64 `json:"prefill_flops_per_token"`
 }
 
-// Bench validates then times backend b running model m: first greedy
-// decoding against the CPU reference (same tokens, logits within tolerance;
-// a backend that disagrees is not timed), then prefill and decode speeds.
-func Bench(b *Backend, m *mod.Model, routing mod.Routing, prompt []int32, o BenchOptions) (BenchResult, error) {
-	k, err := NewBenchmark(b, m, routing, prompt, o)
-	if err != nil {
-		return k.Result(), err
-	}
-	for i := 0; i < max(1, o.Repeats); i++ {
-		if err := k.Time(); err != nil {
-			return k.Result(), err
-		}
-	}
-	return k.Result(), nil
-}
-
 // Benchmark is one model on one backend, validated against the CPU
 // reference and then timed one run at a time, so that a caller comparing
 // several can interleave their runs round by round: load on a shared

@@ -33,17 +33,17 @@ func TestBenchValidatesBeforeTiming(t *testing.T) {
 	prompt := []int32{1, 403, 407, 261, 378, 1, 403, 407}
 	o := BenchOptions{PromptTokens: 8, DecodeTokens: 8, Repeats: 1, ValidateTokens: 4, ValidateTol: 1e-3}
 
-	res, err := Bench(&Backend{Runner: cpu, Name: "cpu"}, m, mod.RoutingRouter, prompt, o)
+	res, err := bench(&Backend{Runner: cpu, Name: "cpu"}, m, mod.RoutingRouter, prompt, o)
 	require.NoError(t, err)
 	assert.Positive(t, res.DecodeRate)
 	assert.Positive(t, res.PrefillRate)
 	assert.Zero(t, res.MaxLogitDiff, "the CPU agrees with itself exactly")
 	assert.Len(t, res.RoutedPercent, 2, "one entry per routed layer")
 
-	_, err = Bench(&Backend{Runner: skewed{cpu, 0.01}, Name: "skewed"}, m, mod.RoutingRouter, prompt, o)
+	_, err = bench(&Backend{Runner: skewed{cpu, 0.01}, Name: "skewed"}, m, mod.RoutingRouter, prompt, o)
 	assert.ErrorContains(t, err, "validation failed at step 0: a logit differs from the CPU reference by 0.02")
 
-	_, err = Bench(&Backend{Runner: cpu, Name: "cpu"}, m, mod.RoutingRouter, prompt[:3], o)
+	_, err = bench(&Backend{Runner: cpu, Name: "cpu"}, m, mod.RoutingRouter, prompt[:3], o)
 	assert.ErrorContains(t, err, "needs a prompt of 8 tokens")
 }
 
@@ -118,4 +118,20 @@ func TestValidateBoundsEachStep(t *testing.T) {
 	bad := &scripted{steps: [][]float32{{99.5, 0}, {1.02, 0}, {1, 0}}}
 	_, err = validate(bad, ref, []int32{1}, o)
 	assert.ErrorContains(t, err, "validation failed at step 1: a logit differs from the CPU reference by 0.02 (> 0.01)")
+}
+
+// bench validates then times backend b running model m: first greedy
+// decoding against the CPU reference (same tokens, logits within tolerance;
+// a backend that disagrees is not timed), then prefill and decode speeds.
+func bench(b *Backend, m *mod.Model, routing mod.Routing, prompt []int32, o BenchOptions) (BenchResult, error) {
+	k, err := NewBenchmark(b, m, routing, prompt, o)
+	if err != nil {
+		return k.Result(), err
+	}
+	for i := 0; i < max(1, o.Repeats); i++ {
+		if err := k.Time(); err != nil {
+			return k.Result(), err
+		}
+	}
+	return k.Result(), nil
 }

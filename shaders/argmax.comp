@@ -9,7 +9,7 @@
 // first maximum, then the pairs (value, index) fold in a shared-memory tree
 // where a tie goes to the lower index. The whole row is one workgroup's, so
 // one dispatch gives the answer: no second pass. RowSpecGPU suits GPUs,
-// RowSpecCPUFor lavapipe.
+// Profile.Row on lavapipe.
 #include "include/common.glsl"
 #define OP_ARGMAX
 #include "include/push_dense.glsl"

@@ -22,7 +22,7 @@ func BenchmarkMatvec(b *testing.B) {
 	profiles := []struct {
 		name string
 		p    Profile
-	}{{"own", NewProfile(d)}, {"gpu-subgroup", GPUProfileOn(d)}, {"gpu-shared", SharedGPUProfileOn(d)}}
+	}{{"own", NewProfile(d)}, {"gpu-subgroup", gpuProfileOn(d, true)}, {"gpu-shared", gpuProfileOn(d, false)}}
 	const perRun = 8
 	for _, typ := range matvecWeightTypes {
 		for _, shape := range [][2]int{{2048, 2048}, {5632, 2048}} {

@@ -76,7 +76,7 @@ var (
 	// machine): the best or within 12% of it but once (40%, one row of
 	// 512); an invocation per row (no barrier, as matvec prefers) was 2-3x
 	// slower on one row (decode: 7 lanes idle), 128 per row 2.5x slower on
-	// 64 rows. Use RowSpecCPUFor, which also respects lavapipe's loop limit
+	// 64 rows. Profile.Row uses it, within the device's loop limit
 	// on very long rows.
 	RowSpecCPU = []uint32{8, 8}
 )
@@ -99,14 +99,6 @@ var rowPasses = map[string]uint32{"rmsnorm": 2, "nll": 2, "argmax": 1}
 func RowLoopIterations(name string, cols uint32, spec []uint32) uint32 {
 	tpr := spec[1]
 	return rowPasses[name]*((cols+tpr-1)/tpr) + 2*uint32(bits.Len32(tpr))
-}
-
-// RowSpecCPUFor is the spec of row kernel name (rmsnorm, nll, argmax)
-// for rows of cols on lavapipe (LavapipeProfile.Row): RowSpecCPU while its
-// loops stay under LavapipeLoopIterations (rows up to 262000 for nll),
-// else the fewest invocations per row that do.
-func RowSpecCPUFor(name string, cols uint32) []uint32 {
-	return LavapipeProfile.Row(name, cols)
 }
 
 // RowGroups is the dispatch size of a row kernel over n rows with spec.
@@ -145,7 +137,7 @@ func rowVariant(name, source string, bindings []Binding, push any, notes string)
 	return Variant{
 		Name: name, Source: source, Bindings: bindings, Push: push,
 		LocalSize: [3]uint32{128, 1, 1}, LocalSizeSpec: true, Spec: RowSpecGPU,
-		Notes: "Spec: [workgroup size, invocations per row] (RowSpecGPU, RowSpecCPUFor); dispatch RowGroups(n, spec)" + notes,
+		Notes: "Spec: [workgroup size, invocations per row] (RowSpecGPU, Profile.Row); dispatch RowGroups(n, spec)" + notes,
 	}
 }
 
@@ -160,7 +152,8 @@ func embedVariant(name string, defines []string, weightShape string) Variant {
 		Push: EmbedPush{}, LocalSize: [3]uint32{128, 1, 1},
 		Notes: "dispatch Groups(n); a table over maxStorageBufferRange is bound in pieces " +
 			"of rows [rowBase, rowBase+rows), one dispatch each (an offset a multiple of the alignment); " +
-			"the host checks token ids; cols a multiple of 32 for Q8_0",
+			"the host checks token ids; cols a multiple of the type's block; a split or sub-block table is bound whole " +
+			"or uploaded in pieces that are tables of their own",
 	}
 }
 
@@ -239,7 +232,6 @@ func init() {
 		modResidualVariant("mod_residual_output_identity", "GATE_IDENTITY", "TARGET_OUTPUT"),
 		modResidualVariant("mod_residual_mlp_sigmoid", "GATE_SIGMOID", "TARGET_MLP"),
 		modResidualVariant("mod_residual_mlp_identity", "GATE_IDENTITY", "TARGET_MLP"),
-		embedVariant("embed_q8_0", []string{"WEIGHT_Q8_0"}, "[rows][cols/32] q8_0 blocks (34 bytes)"),
 	)
 	// Each weight type's embed reads its device layout (EmbedName); a
 	// repacked table is bound whole or, over the binding limit, uploaded in

@@ -69,7 +69,7 @@ func BenchmarkDense(b *testing.B) {
 		for _, sp := range []struct {
 			name string
 			spec []uint32
-		}{{"gpu-spec", RowSpecGPU}, {"cpu-spec", RowSpecCPUFor(rc.name, uint32(rc.cols))}} {
+		}{{"gpu-spec", RowSpecGPU}, {"cpu-spec", lavapipeProfile.Row(rc.name, uint32(rc.cols))}} {
 			cases = append(cases, benchCase{fmt.Sprintf("%s/%dx%d/%s", rc.name, rc.n, rc.cols, sp.name), func(b *testing.B) *denseRun {
 				return rowRun[rc.name](b, newKernel(b, dev, denseLookup(b, rc.name), sp.spec...), rc.cols, rc.n)
 			}})
@@ -87,10 +87,6 @@ func BenchmarkDense(b *testing.B) {
 		}},
 		benchCase{"embed_f16/64/4096x4096", func(b *testing.B) *denseRun {
 			_, r := embedRun(b, dev, newKernel(b, dev, denseLookup(b, "embed_f16")), gguf.TypeF16, 4096, 4096, 64, 0, 1, false)
-			return r
-		}},
-		benchCase{"embed_q8_0/64/4096x4096", func(b *testing.B) *denseRun {
-			_, r := embedRun(b, dev, newKernel(b, dev, denseLookup(b, "embed_q8_0")), gguf.TypeQ8_0, 4096, 4096, 64, 0, 1, false)
 			return r
 		}},
 	)

@@ -53,12 +53,12 @@ const (
 // denseRowSpecs are the row kernels' specializations under test for rows
 // of cols: both defaults, an invocation per row (no barrier), a number of
 // invocations per row that is not a power of two, a workgroup of one, and
-// RowSpecCPUFor.
+// lavapipe's (Profile.Row).
 // Those whose invocations would loop more than lavapipe allows are left out:
-// no device is given them (RowSpecCPUFor exists to avoid them).
+// no device is given them (Profile.Row exists to avoid them).
 func denseRowSpecs(name string, cols int) [][]uint32 {
 	var specs [][]uint32
-	for _, s := range [][]uint32{RowSpecGPU, RowSpecCPU, {64, 1}, {96, 3}, {1, 1}, RowSpecCPUFor(name, uint32(cols))} {
+	for _, s := range [][]uint32{RowSpecGPU, RowSpecCPU, {64, 1}, {96, 3}, {1, 1}, lavapipeProfile.Row(name, uint32(cols))} {
 		if RowLoopIterations(name, uint32(cols), s) <= LavapipeLoopIterations {
 			specs = append(specs, s)
 		}
@@ -84,13 +84,16 @@ func (d *denseKernels) get(t testing.TB, spec []uint32) *vk.Kernel {
 	return d.k[key]
 }
 
-func TestRowSpecCPUFor(t *testing.T) {
-	assert.Equal(t, RowSpecCPU, RowSpecCPUFor("nll", 32000))
+// TestRowOnLavapipe: a row kernel's spec on a CPU device (Profile.Row) is
+// RowSpecCPU while its loops stay under the device's cap, and the fewest
+// invocations per row that do beyond.
+func TestRowOnLavapipe(t *testing.T) {
+	assert.Equal(t, RowSpecCPU, lavapipeProfile.Row("nll", 32000))
 	assert.Greater(t, RowLoopIterations("nll", 40000, []uint32{64, 1}), uint32(LavapipeLoopIterations), "an invocation alone on 40000: 80000 iterations")
-	assert.Equal(t, []uint32{16, 16}, RowSpecCPUFor("nll", 300000))
+	assert.Equal(t, []uint32{16, 16}, lavapipeProfile.Row("nll", 300000))
 	for _, name := range []string{"rmsnorm", "nll", "argmax"} {
 		for _, cols := range []uint32{1, 21000, 32000, 65535, 200000, 1 << 20} {
-			assert.LessOrEqual(t, RowLoopIterations(name, cols, RowSpecCPUFor(name, cols)), uint32(LavapipeLoopIterations), "%s cols %d", name, cols)
+			assert.LessOrEqual(t, RowLoopIterations(name, cols, lavapipeProfile.Row(name, cols)), uint32(LavapipeLoopIterations), "%s cols %d", name, cols)
 		}
 	}
 }

@@ -5,7 +5,7 @@
 // F32, F16, BF16 (WEIGHT_F32, WEIGHT_F16, WEIGHT_BF16), Q8_0 and Q4_0 split
 // (WEIGHT_Q8_0_SPLIT, WEIGHT_Q4_0_SPLIT: RepackQ8_0, RepackQ4_0), the
 // other quantized types in the sub-block layout (WEIGHT_SUBBLOCK:
-// RepackSubblock), or Q8_0 as in the file (WEIGHT_Q8_0). A workgroup per token, its invocations strided over the
+// RepackSubblock). A workgroup per token, its invocations strided over the
 // row: no integer division per element (lavapipe does those one lane at a
 // time).
 //
@@ -21,7 +21,7 @@
 
 layout(local_size_x = 128) in;
 
-layout(std430, binding = 0) readonly buffer Weights { uint w[]; };   // [rows] rows of ggml bytes
+layout(std430, binding = 0) readonly buffer Weights { uint w[]; };   // [rows] rows in the type's device layout
 layout(std430, binding = 1) readonly buffer Tok { uint tok[]; };     // [n] token ids
 layout(std430, binding = 2) writeonly buffer Out { float out_[]; };  // [n][cols]
 
@@ -52,10 +52,6 @@ void main() {
 #elif defined(WEIGHT_SUBBLOCK)
 		uint q = row * p.cols + e;
 		float v = sbDequant(q >> 5, (q & 31u) >> 2)[q & 3u];
-#elif defined(WEIGHT_Q8_0)
-		uint at = (row * (p.cols / 32u) + e / 32u) * 34u; // byte offset of the block
-		uint q = at + 2u + e % 32u;                       // byte offset of the quant
-		float v = loadHalf(at) * float(bitfieldExtract(int(w[q >> 2]), int(q & 3u) * 8, 8));
 #elif defined(WEIGHT_Q8_0_SPLIT)
 		uint q = row * p.cols + e; // byte offset of the quant; its block is q / 32
 		float v = loadHalf(p.rows * p.cols + 2u * (q >> 5)) * float(bitfieldExtract(int(w[q >> 2]), int(q & 3u) * 8, 8));
@@ -67,7 +63,7 @@ void main() {
 		uint nib = (w[at >> 2] >> ((at & 3u) * 8u + (i >= 16u ? 4u : 0u))) & 15u;
 		float v = loadHalf(p.rows * p.cols / 2u + 2u * blk) * (float(nib) - 8.0);
 #else
-#error "define a weight type: WEIGHT_F32, WEIGHT_F16, WEIGHT_BF16, WEIGHT_Q8_0, WEIGHT_Q8_0_SPLIT, WEIGHT_Q4_0_SPLIT, WEIGHT_SUBBLOCK"
+#error "define a weight type: WEIGHT_F32, WEIGHT_F16, WEIGHT_BF16, WEIGHT_Q8_0_SPLIT, WEIGHT_Q4_0_SPLIT, WEIGHT_SUBBLOCK"
 #endif
 		out_[t * p.cols + e] = v;
 	}

@@ -17,9 +17,8 @@ import (
 // ---- Embedding lookup
 
 var embedVariantOf = map[gguf.TensorType]string{
-	gguf.TypeF32:  "embed_f32",
-	gguf.TypeF16:  "embed_f16",
-	gguf.TypeQ8_0: "embed_q8_0",
+	gguf.TypeF32: "embed_f32",
+	gguf.TypeF16: "embed_f16",
 }
 
 // embedRun looks up n tokens (the first and last ids among them, and
@@ -100,7 +99,7 @@ func TestEmbed(t *testing.T) {
 		repack bool
 	}
 	var variants []variant
-	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0} {
+	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16} {
 		variants = append(variants, variant{typ, embedVariantOf[typ], false})
 	}
 	// Every type's variant that reads its device layout, as the engine

@@ -40,7 +40,7 @@ func BenchmarkMatmul(b *testing.B) {
 		binds := []vk.Bind{{Buf: wb, Access: vk.Read}, {Buf: xb, Access: vk.Read}, {Buf: yb, Access: vk.Write}}
 
 		// The baseline: matvec, each weight row read once per token.
-		mvName, mvSpec := LavapipeProfile.Matvec(matvecTypeOf[typ], FuseNone, 1, cols)
+		mvName, mvSpec := lavapipeProfile.Matvec(matvecTypeOf[typ], FuseNone, 1, cols)
 		mv, err := Lookup(mvName)
 		require.NoError(b, err)
 		mk := newKernel(b, dev, mv, mvSpec...)

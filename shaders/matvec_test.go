@@ -171,7 +171,7 @@ func deviceOf(dev *vk.Device) Device {
 func matvecSpecs(t testing.TB, dev *vk.Device) []matvecSpec {
 	d := deviceOf(dev)
 	var out []matvecSpec
-	for _, p := range []Profile{NewProfile(Device{CPU: true, SubgroupSize: d.SubgroupSize}), SharedGPUProfileOn(d)} {
+	for _, p := range []Profile{NewProfile(Device{CPU: true, SubgroupSize: d.SubgroupSize}), gpuProfileOn(d, false)} {
 		out = append(out, matvecSpec{p.MatvecReduce, p.MatvecSpec})
 	}
 	// Several rows an invocation: the CPU profile's sub-block spec, and
@@ -184,7 +184,7 @@ func matvecSpecs(t testing.TB, dev *vk.Device) []matvecSpec {
 		return out
 	}
 	sg := d.SubgroupSize
-	gpu := GPUProfileOn(d)
+	gpu := gpuProfileOn(d, true)
 	require.Equal(t, ReduceSubgroup, gpu.MatvecReduce)
 	return append(out, matvecSpec{gpu.MatvecReduce, gpu.MatvecSpec},
 		matvecSpec{ReduceSubgroup, []uint32{sg, sg, 1}}, matvecSpec{ReduceSubgroup, []uint32{8 * sg, sg, 4}})
@@ -257,7 +257,7 @@ func TestMatvecWorkgroupSizes(t *testing.T) {
 // device with the cap shares each row among enough invocations to stay
 // under it, and a GPU profile has no cap.
 func TestMatvecLongLoops(t *testing.T) {
-	lp := LavapipeProfile
+	lp := lavapipeProfile
 	assert.Greater(t, MatvecLoopIterations(64, 1024, lp.MatvecSpec), lp.LoopCap, "the shape crosses the limit with the profile's spec")
 	name, spec := lp.Matvec(MatvecQ8_0, FuseNone, 1, 4096)
 	assert.Equal(t, lp.MatvecSpec, spec, "decode keeps the profile's spec")

@@ -231,27 +231,3 @@ func (p Profile) Matmul() MatmulSpec {
 	}
 	return MatmulSpecGPU
 }
-
-// LavapipeProfile is lavapipe's profile as NewProfile makes it (lavapipe
-// 22-23 on a 256-bit SIMD CPU), for tests that run without asking the device.
-var LavapipeProfile = NewProfile(Device{CPU: true, SubgroupSize: 8, SubgroupArithmetic: true,
-	SharedMemory: 32768, MaxWorkGroupInvocations: 1024, MaxStorageBufferRange: 128 << 20})
-
-// GPUProfileOn is the profile a GPU with subgroup arithmetic of d's subgroup
-// size would get, for d: what tests use to run the GPU variants on lavapipe
-// (subgroup size 8). It keeps d's loop cap, since the device still has it.
-func GPUProfileOn(d Device) Profile { return gpuProfileOn(d, true) }
-
-// SharedGPUProfileOn is GPUProfileOn for a GPU without subgroup arithmetic:
-// the shared-memory reduction with many invocations per row.
-func SharedGPUProfileOn(d Device) Profile { return gpuProfileOn(d, false) }
-
-func gpuProfileOn(d Device, subgroupArithmetic bool) Profile {
-	g := d
-	g.CPU, g.SubgroupArithmetic = false, subgroupArithmetic
-	p := NewProfile(g)
-	if d.CPU {
-		p.LoopCap = LavapipeLoopIterations
-	}
-	return p
-}

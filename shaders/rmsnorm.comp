@@ -4,7 +4,7 @@
 // written by the same invocation, after the row's sum is complete).
 //
 // TPR invocations (constant 1) share a row and sum their strided squares in
-// a tree (include/rowreduce.glsl): RowSpecGPU, RowSpecCPUFor (dense.go).
+// a tree (include/rowreduce.glsl): RowSpecGPU, or Profile.Row on a CPU device (dense.go, profile.go).
 #include "include/common.glsl"
 #define OP_RMSNORM
 #include "include/push_dense.glsl"

@@ -83,10 +83,7 @@ func BenchmarkDecodeContext(b *testing.B) {
 	m := openModel(b, shared.Path(b, "models/stories260K.gguf"))
 	dev := openDevice(b, false)
 	own := DeviceProfile(dev.Info())
-	gpu := shaders.GPUProfileOn(own.Device)
-	if !own.SubgroupArithmetic {
-		gpu = shaders.SharedGPUProfileOn(own.Device)
-	}
+	gpu := gpuProfileOn(own.Device, own.SubgroupArithmetic)
 	tokens := make([]int32, 2000+window)
 	for i := range tokens {
 		tokens[i] = int32(1 + (i*7919)%(m.Config.NVocab-1))

@@ -24,7 +24,6 @@ import (
 	"io"
 	"math"
 
-	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/vk"
@@ -323,13 +322,13 @@ func (r *Runner) Feed(tokens []int32) ([]float32, error) {
 }
 
 // FeedArgmax is Feed for greedy decoding: it runs tokens and returns the
-// argmax of the last one's logits (Argmax), reading 4 bytes back instead of
-// the nVocab logits.
+// argmax of the last one's logits (lastArgmax), reading 4 bytes back
+// instead of the nVocab logits.
 func (r *Runner) FeedArgmax(tokens []int32) (int32, error) {
 	if err := r.run(tokens, false); err != nil {
 		return 0, err
 	}
-	return r.Argmax()
+	return r.lastArgmax()
 }
 
 // run runs tokens: one through the decode step (the one that copies the
@@ -391,12 +390,12 @@ func (r *Runner) check(tokens []int32) error {
 	return nil
 }
 
-// Argmax is the index of the largest logit of the last token fed, computed
+// lastArgmax is the index of the largest logit of the last token fed, computed
 // on the GPU (ties to the lower index): greedy decoding without reading the
 // logits back.
 // Logits holding a NaN or an infinity give mod.ErrNonFinite, as Feed's
 // caller finds them on the CPU.
-func (r *Runner) Argmax() (int32, error) {
+func (r *Runner) lastArgmax() (int32, error) {
 	var raw [4]byte
 	if err := r.bestHost.Download(raw[:], 0); err != nil {
 		return 0, err
@@ -441,52 +440,6 @@ func (r *Runner) CacheEntries() ([]int, error) {
 		out[l] = int(binary.LittleEndian.Uint32(raw[4*l:]))
 	}
 	return out, nil
-}
-
-// Cache reads layer l's KV cache back, as mod.State.KV returns it: keys and
-// values [entries][kvDim] and each entry's original position.
-func (r *Runner) Cache(l int) (k, v []float32, pos []int32, err error) {
-	counts, err := r.CacheEntries()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	n := counts[l]
-	if n == 0 {
-		return nil, nil, nil, nil
-	}
-	kvd := r.c.KVDim()
-	lc := r.cache[l]
-	if k, err = r.downloadKV(lc.k, n*kvd); err != nil {
-		return nil, nil, nil, err
-	}
-	if v, err = r.downloadKV(lc.v, n*kvd); err != nil {
-		return nil, nil, nil, err
-	}
-	p, err := downloadF32(lc.pos, n)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	pos = make([]int32, n)
-	for i, f := range p {
-		pos[i] = int32(math.Float32bits(f))
-	}
-	return k, v, pos, nil
-}
-
-// downloadKV reads n cache elements of b, decoded to float32.
-func (r *Runner) downloadKV(b *vk.Buffer, n int) ([]float32, error) {
-	if r.kv == shaders.KVF32 {
-		return downloadF32(b, n)
-	}
-	raw := make([]byte, 2*n)
-	if err := b.Download(raw, 0); err != nil {
-		return nil, err
-	}
-	x := make([]float32, n)
-	if err := gguf.Dequantize(gguf.TypeF16, raw, x); err != nil {
-		return nil, err
-	}
-	return x, nil
 }
 
 func downloadF32(b *vk.Buffer, n int) ([]float32, error) {

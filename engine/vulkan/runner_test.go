@@ -135,7 +135,7 @@ func TestStories260KGreedy(t *testing.T) {
 		t0 := time.Now()
 		got, err := run.Feed([]int32{tok})
 		require.NoError(t, err)
-		best, err := run.Argmax()
+		best, err := run.lastArgmax()
 		require.NoError(t, err)
 		t1 := time.Now()
 		want, err := cpu.Forward([]int32{tok}, false)
@@ -341,6 +341,20 @@ func requantize(t *testing.T, mt *mod.Mat, typ gguf.TensorType) {
 	*mt = q
 }
 
+// gpuProfileOn is the profile a GPU of d's subgroup size would get, with
+// subgroup arithmetic or without it, for d: it runs a GPU's variants on
+// lavapipe (subgroup size 8), keeping d's loop cap, which the device still
+// has.
+func gpuProfileOn(d shaders.Device, subgroupArithmetic bool) shaders.Profile {
+	g := d
+	g.CPU, g.SubgroupArithmetic = false, subgroupArithmetic
+	p := shaders.NewProfile(g)
+	if d.CPU {
+		p.LoopCap = shaders.LavapipeLoopIterations
+	}
+	return p
+}
+
 // testProfiles are the kernel profiles every GPU-vs-CPU test of the step
 // runs under on this device: its own, and a GPU's with and without subgroup
 // arithmetic forced onto it (so lavapipe runs the subgroup matvec at its
@@ -348,7 +362,7 @@ func requantize(t *testing.T, mt *mod.Mat, typ gguf.TensorType) {
 func testProfiles(t *testing.T, dev *vk.Device) map[string]*shaders.Profile {
 	own := DeviceProfile(dev.Info())
 	d := own.Device
-	gpu, shared := shaders.GPUProfileOn(d), shaders.SharedGPUProfileOn(d)
+	gpu, shared := gpuProfileOn(d, true), gpuProfileOn(d, false)
 	out := map[string]*shaders.Profile{"own": &own, "gpu-shared": &shared}
 	if d.SubgroupArithmetic {
 		out["gpu-subgroup"] = &gpu

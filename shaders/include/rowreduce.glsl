@@ -6,7 +6,7 @@
 // 1.2 only). With TPR = 1 no barrier runs at all: each invocation owns a
 // row. lavapipe stops an invocation's loops after 65535 iterations in all
 // (LavapipeLoopIterations in dense.go), so a long row needs enough
-// invocations: RowSpecCPUFor picks them.
+// invocations: Profile.Row picks them.
 //
 // Every invocation of the workgroup must call these (they hold barriers);
 // the result is the row's, in every invocation of the row.
