@@ -227,14 +227,28 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 	if err := s.restore(ctx); err != nil {
 		return Result{}, err
 	}
+	pending := s.pending
+	s.pending = nil
+	er, err := engine.Continue(ctx, s.m.backend.Runner, ids, s.loopOptions(ctx, so, opts.MaxTokens, pending, fn))
+	s.pending = er.Pending
+	res := Result{Timing: er.Timing, Stop: er.Stop, Tokens: len(er.Tokens), Tail: string(s.dec.Flush())}
+	if !s.m.isClosed() { // a callback may have closed it
+		res.Layers = s.m.layerStats()
+	}
+	return res, err
+}
+
+// loopOptions set engine's generation loop for one Generate call of the
+// session: its pending token and history, and the hooks that keep the
+// session's sequence (fed), restore the runner to it after a callback ran
+// another session, decode each token's text and pass it to fn.
+func (s *Session) loopOptions(ctx context.Context, so engine.SamplerOptions, maxTokens int, pending []int32, fn func(Token) error) engine.GenerateOptions {
 	var gid uint64 // the goroutine running fn, which holds the runner (Model.acquire)
 	if fn != nil {
 		gid = goroutineID()
 	}
-	pending := s.pending
-	s.pending = nil
-	er, err := engine.Continue(ctx, s.m.backend.Runner, ids, engine.GenerateOptions{
-		MaxTokens: opts.MaxTokens, EOS: -1, EndOfTurn: s.m.tok.EndOfGeneration(), Sampler: so, Chunk: s.m.backend.PromptChunk(),
+	return engine.GenerateOptions{
+		MaxTokens: maxTokens, EOS: -1, EndOfTurn: s.m.tok.EndOfGeneration(), Sampler: so, Chunk: s.m.backend.PromptChunk(),
 		Pending: pending, History: s.fed, Routes: fn != nil && !s.m.noRoutes,
 		BeforeFeed: func() error {
 			if s.m.isClosed() { // by the callback
@@ -261,13 +275,7 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 			tok := Token{ID: t.ID, Text: string(b), Pos: t.Pos, Prompt: t.Prompt, Routes: t.Routes}
 			return s.m.inCallback(gid, func() error { return fn(tok) })
 		},
-	})
-	s.pending = er.Pending
-	res := Result{Timing: er.Timing, Stop: er.Stop, Tokens: len(er.Tokens), Tail: string(s.dec.Flush())}
-	if !s.m.isClosed() { // a callback may have closed it
-		res.Layers = s.m.layerStats()
 	}
-	return res, err
 }
 
 // restore makes the runner hold this session's sequence: a runner that ran
