@@ -12,6 +12,8 @@
 //              of the high part of value 4t+u (quad t, place u): shifted
 //              by t and masked, a word gives quad t's bits a byte each;
 //   scales     a u16 per sub-block: sc (int8) low, m high; padded to 4 bytes;
+//              Q3_K (SB_HS) interleaves them with its high bits instead: its
+//              high plane holds the group's high-bit word, then its scales;
 //   supers     a u32 per super-block: d low, dmin high.
 // So a quad of values 4j..4j+3 has its low bits in one word, and every load
 // is an aligned word. The caller sets the planes' places with sbInit(groups)
@@ -23,13 +25,24 @@ const uint SB_LOW = 2u;
 #endif
 const uint SB_HIGH = uint(SB_BITS) - SB_LOW;
 const uint SB_SUBS = 32u / uint(SB_SUB); // sub-blocks a group: 1 or 2
+#if SB_BITS == 3 && SB_SUB == 16
+#define SB_HS // Q3_K: [high-bit word, scale word] a group in the high plane
+const uint SB_HSTRIDE = 2u, SB_SSTRIDE = 2u;
+#else
+const uint SB_HSTRIDE = SB_HIGH, SB_SSTRIDE = 1u; // words a group in the high plane; between scale words
+#endif
 
 uint sbHigh, sbScales, sbSupers; // word offsets of the planes after the low bits
 
 void sbInit(uint groups) {
 	sbHigh = groups * SB_LOW;
+#ifdef SB_HS
+	sbScales = sbHigh + 1u;
+	sbSupers = sbHigh + 2u * groups;
+#else
 	sbScales = sbHigh + groups * SB_HIGH;
 	sbSupers = sbScales + (groups * SB_SUBS + 1u) / 2u;
+#endif
 }
 
 // sbGroup is group g's low-bit words (SB_LOW of them, in .xy or .xyzw) and
@@ -41,7 +54,7 @@ void sbGroup(uint g, out uvec4 lo, out uvec2 hi) {
 	}
 	hi = uvec2(0u);
 	for (uint h = 0u; h < SB_HIGH; h++) {
-		hi[h] = w[sbHigh + g * SB_HIGH + h];
+		hi[h] = w[sbHigh + g * SB_HSTRIDE + h];
 	}
 }
 
@@ -74,12 +87,12 @@ void sbGroupQuads(uint g, out uvec4 qa, out uvec4 qb) {
 	qb = (lo >> uvec4(4u, 4u, 6u, 6u)) & 0x03030303u;
 #endif
 #if SB_BITS != 4 && SB_BITS != 2
-	uvec4 h0 = uvec4(w[sbHigh + g * SB_HIGH]);
+	uvec4 h0 = uvec4(w[sbHigh + g * SB_HSTRIDE]);
 	qa |= ((h0 >> uvec4(0u, 1u, 2u, 3u)) & 0x01010101u) << SB_LOW;
 	qb |= ((h0 >> uvec4(4u, 5u, 6u, 7u)) & 0x01010101u) << SB_LOW;
 #endif
 #if SB_BITS == 6
-	uvec4 h1 = uvec4(w[sbHigh + g * SB_HIGH + 1u]);
+	uvec4 h1 = uvec4(w[sbHigh + g * SB_HSTRIDE + 1u]);
 	qa |= ((h1 >> uvec4(0u, 1u, 2u, 3u)) & 0x01010101u) << (SB_LOW + 1u);
 	qb |= ((h1 >> uvec4(4u, 5u, 6u, 7u)) & 0x01010101u) << (SB_LOW + 1u);
 #endif
@@ -98,7 +111,7 @@ vec2 sbSuper(uint g) {
 // sbScaleIn is sub-block s's (d*sc, dmin*m) (s counted over the binding),
 // dd its super-block's (d, dmin).
 vec2 sbScaleIn(uint s, vec2 dd) {
-	uint sm = (w[sbScales + (s >> 1)] >> ((s & 1u) * 16u)) & 0xffffu;
+	uint sm = (w[sbScales + (s >> 1) * SB_SSTRIDE] >> ((s & 1u) * 16u)) & 0xffffu;
 	return vec2(dd.x * float(bitfieldExtract(int(sm), 0, 8)), dd.y * float(sm >> 8));
 }
 
@@ -173,7 +186,7 @@ float sbScaledBy(uint sm, float s0, float s1, vec2 xs, vec2 dd) {
 float sbScaled(uint g, float s0, float s1, vec2 xs, vec2 dd) {
 #if SB_SUB == 16
 	// Both sub-blocks' scales are one word, in one super-block.
-	return sbScaledBy(w[sbScales + g], s0, s1, xs, dd);
+	return sbScaledBy(w[sbScales + g * SB_SSTRIDE], s0, s1, xs, dd);
 #else
 	vec2 sc0 = sbScaleIn(g, dd);
 	float sum = sc0.x * (s0 + s1);
@@ -264,17 +277,18 @@ vec2 sbSlotsSums(uint lo0, uint lo1, uint h, vec4 y0, vec4 y1, vec4 y2, vec4 y3,
 // prepared as y0..y7 and z0..z7, xs and xt their sbXSums: on a CPU device
 // each load costs a walk over the SIMD lanes, so the pair's low bits are
 // one 16-byte load (w4: the plane starts the binding and a group is 8
-// bytes), their high-bit words and scale words one 8-byte load each (w2:
-// the planes start at an even word, as a matrix holds a whole number of
-// super-blocks of 8 groups).
+// bytes), and their scale words one 8-byte load (w2) or, for Q3_K
+// (SB_HS), their high-bit and scale words one 16-byte load: the planes
+// start at a multiple of 4 words, as a matrix holds a whole number of
+// super-blocks of 8 groups.
 float sbRowsDot2(uint g, vec4 y0, vec4 y1, vec4 y2, vec4 y3, vec4 y4, vec4 y5, vec4 y6, vec4 y7,
 		vec4 z0, vec4 z1, vec4 z2, vec4 z3, vec4 z4, vec4 z5, vec4 z6, vec4 z7, vec2 xs, vec2 xt, vec2 dd) {
 	uvec4 lo = w4[g >> 1];
-	uvec2 sm = w2[(sbScales + g) >> 1];
-#if SB_BITS == 3
-	uvec2 h = w2[(sbHigh + g) >> 1];
+#ifdef SB_HS
+	uvec4 hs = w4[(sbHigh + 2u * g) >> 2]; // both groups' high and scale words
+	uvec2 h = hs.xz, sm = hs.yw;
 #else
-	uvec2 h = uvec2(0u);
+	uvec2 h = uvec2(0u), sm = w2[(sbScales + g) >> 1];
 #endif
 	vec2 s = sbSlotsSums(lo.x, lo.y, h.x, y0, y1, y2, y3, y4, y5, y6, y7);
 	vec2 t = sbSlotsSums(lo.z, lo.w, h.y, z0, z1, z2, z3, z4, z5, z6, z7);
@@ -288,7 +302,7 @@ float sbRowsDot2(uint g, vec4 y0, vec4 y1, vec4 y2, vec4 y3, vec4 y4, vec4 y5, v
 float sbRowsDot(uint g, vec4 y0, vec4 y1, vec4 y2, vec4 y3, vec4 y4, vec4 y5, vec4 y6, vec4 y7, vec2 xs, vec2 dd) {
 #if SB_BITS < 4
 #if SB_BITS == 3
-	uint h = w[sbHigh + g];
+	uint h = w[sbHigh + g * SB_HSTRIDE];
 #else
 	uint h = 0u;
 #endif
