@@ -90,9 +90,10 @@ layout(constant_id = 2) const uint NB = 1;
 // per sub-block serves RPI rows; other variants walk them one by one. On
 // lavapipe an SSBO load is a walk over the SIMD lanes, a scalar load and a
 // bounds check a lane and component, even where every lane reads the same
-// x: loaded once a row, x took about 70% of a 4-bit matvec's time. The
-// loops over the RPI rows are unrolled ([[unroll]]), so that acc and dd are
-// registers, not arrays indexed at run time.
+// x: loaded once a row, x took about 70% of a 4-bit matvec's time. Q2_K's
+// and Q3_K's walk unrolls its loops over the RPI rows ([[unroll]]: NIR
+// would not at 16 rows), so that acc and dd are registers, not arrays
+// indexed at run time.
 layout(constant_id = 3) const uint RPI = 1;
 
 #ifndef REDUCE_SUBGROUP
@@ -339,26 +340,13 @@ void rowPass(uint r, uint s0, uint tid, uint lane, bool live) {
 }
 
 #if defined(WEIGHT_SUBBLOCK) && !defined(NORM)
-// rowsGroup adds to acc[i] row r0+i's dot product (rows past the last
-// compute row rows-1 again) with group b of the vector whose first vec4 is
-// at xs, for the RPI rows at once: the group's x is loaded, summed per
-// sub-block and prepared (sbRowsX) once for them all. dd[i] is the (d,
-// dmin) of row i's super-block.
-void rowsGroup(uint r0, uint xs, uint b, vec2 dd[RPI], inout float acc[RPI]) {
-	uint groups = p.cols / 32u, c = xs + 8u * b;
-	vec4 x0 = x4[c], x1 = x4[c + 1u], x2 = x4[c + 2u], x3 = x4[c + 3u];
-	vec4 x4_ = x4[c + 4u], x5 = x4[c + 5u], x6 = x4[c + 6u], x7 = x4[c + 7u];
-	vec2 sums = sbXSums(x0, x1, x2, x3, x4_, x5, x6, x7);
-	sbRowsX(x0, x1, x2, x3, x4_, x5, x6, x7);
-	[[unroll]] for (uint i = 0u; i < RPI; i++) {
-		uint r = min(r0 + i, p.rows - 1u);
-		acc[i] += sbRowsDot(r * groups + b, x0, x1, x2, x3, x4_, x5, x6, x7, sums, dd[i]);
-	}
-}
-
 #if SB_BITS < 4
-// rowsGroups is rowsGroup of groups b and b+1 (b even), with sbRowsDot2's
-// wider loads of the weights.
+// rowsGroups adds to acc[i] row r0+i's dot product (rows past the last
+// compute row rows-1 again) with groups b and b+1 (b even) of the vector
+// whose first vec4 is at xs, for the RPI rows at once: the groups' x is
+// loaded, summed per sub-block and prepared (sbRowsX) once for them all,
+// and each row's weights read by sbRowsDot2's wide loads. dd[i] is the (d,
+// dmin) of row i's super-block.
 void rowsGroups(uint r0, uint xs, uint b, vec2 dd[RPI], inout float acc[RPI]) {
 	uint groups = p.cols / 32u, c = xs + 8u * b;
 	vec4 x0 = x4[c], x1 = x4[c + 1u], x2 = x4[c + 2u], x3 = x4[c + 3u];
@@ -374,13 +362,13 @@ void rowsGroups(uint r0, uint xs, uint b, vec2 dd[RPI], inout float acc[RPI]) {
 			z0, z1, z2, z3, z4, z5, z6, z7, sums, sumz, dd[i]);
 	}
 }
-#endif
 
 // rowsPass computes y for rows r0..r0+RPI-1 (those below p.rows; the others
 // compute row rows-1 again and drop it) of vectors s0..s0+NB-1, alone (TPR
-// = 1), a group (or two: rowsGroups) at a time for all RPI rows (rowsGroup),
-// each row's super-block scales loaded once for its groups.
+// = 1), two groups at a time for all RPI rows (rowsGroups), each row's
+// super-block scales loaded once for its groups. (Q2_K and Q3_K.)
 void rowsPass(uint r0, uint s0) {
+	const uint GPS = uint(SB_SUPER) / 32u; // groups a super-block
 	uint groups = p.cols / 32u;
 	for (uint k = 0u; k < NB && s0 + k < p.n; k++) {
 		uint xs = (s0 + k) * (p.cols / 4u); // the vector's first vec4
@@ -388,36 +376,15 @@ void rowsPass(uint r0, uint s0) {
 		[[unroll]] for (uint i = 0u; i < RPI; i++) {
 			acc[i] = 0.0;
 		}
-#if SB_SUPER == 32
-		// A super-block is a group (Q4_1, Q5_0, Q5_1): its scales with it.
-		for (uint b = 0u; b < groups; b++) {
-			uint c = xs + 8u * b;
-			vec4 x0 = x4[c], x1 = x4[c + 1u], x2 = x4[c + 2u], x3 = x4[c + 3u];
-			vec4 x4_ = x4[c + 4u], x5 = x4[c + 5u], x6 = x4[c + 6u], x7 = x4[c + 7u];
-			vec2 sums = sbXSums(x0, x1, x2, x3, x4_, x5, x6, x7);
-			for (uint i = 0u; i < RPI; i++) {
-				uint r = min(r0 + i, p.rows - 1u);
-				acc[i] += sbGroupDot(r * groups + b, x0, x1, x2, x3, x4_, x5, x6, x7, sums);
-			}
-		}
-#else
-		const uint GPS = uint(SB_SUPER) / 32u; // groups a super-block
 		for (uint b0 = 0u; b0 < groups; b0 += GPS) {
 			vec2 dd[RPI];
 			[[unroll]] for (uint i = 0u; i < RPI; i++) {
 				dd[i] = sbSuper(min(r0 + i, p.rows - 1u) * groups + b0);
 			}
-#if SB_BITS < 4
 			for (uint j = 0u; j < GPS; j += 2u) {
 				rowsGroups(r0, xs, b0 + j, dd, acc);
 			}
-#else
-			for (uint j = 0u; j < GPS; j++) {
-				rowsGroup(r0, xs, b0 + j, dd, acc);
-			}
-#endif
 		}
-#endif
 		[[unroll]] for (uint i = 0u; i < RPI && r0 + i < p.rows; i++) {
 			uint at = (s0 + k) * p.rows + r0 + i;
 #ifdef ADD
@@ -428,6 +395,40 @@ void rowsPass(uint r0, uint s0) {
 		}
 	}
 }
+#else
+// rowsPass computes y for rows r0..r0+RPI-1 (those below p.rows; the others
+// compute row rows-1 again and drop it) of vectors s0..s0+NB-1, alone (TPR
+// = 1): each group of x is loaded, and summed per sub-block, once for the
+// RPI rows.
+void rowsPass(uint r0, uint s0) {
+	uint groups = p.cols / 32u;
+	for (uint k = 0u; k < NB && s0 + k < p.n; k++) {
+		uint xs = (s0 + k) * (p.cols / 4u); // the vector's first vec4
+		float acc[RPI];
+		for (uint i = 0u; i < RPI; i++) {
+			acc[i] = 0.0;
+		}
+		for (uint b = 0u; b < groups; b++) {
+			uint c = xs + 8u * b;
+			vec4 x0 = x4[c], x1 = x4[c + 1u], x2 = x4[c + 2u], x3 = x4[c + 3u];
+			vec4 x4_ = x4[c + 4u], x5 = x4[c + 5u], x6 = x4[c + 6u], x7 = x4[c + 7u];
+			vec2 sums = sbXSums(x0, x1, x2, x3, x4_, x5, x6, x7);
+			for (uint i = 0u; i < RPI; i++) {
+				uint r = min(r0 + i, p.rows - 1u);
+				acc[i] += sbGroupDot(r * groups + b, x0, x1, x2, x3, x4_, x5, x6, x7, sums);
+			}
+		}
+		for (uint i = 0u; i < RPI && r0 + i < p.rows; i++) {
+			uint at = (s0 + k) * p.rows + r0 + i;
+#ifdef ADD
+			y[at] = y[at] + acc[i];
+#else
+			y[at] = acc[i];
+#endif
+		}
+	}
+}
+#endif
 #endif
 
 #ifdef REDUCE_SUBGROUP

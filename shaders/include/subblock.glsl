@@ -215,43 +215,40 @@ float sbGroupDot(uint g, vec4 x0, vec4 x1, vec4 x2, vec4 x3, vec4 x4, vec4 x5, v
 	return sbGroupDotIn(g, x0, x1, x2, x3, x4, x5, x6, x7, xs, sbSuper(g));
 }
 
-// ---- The CPU matvec's group dot product (matvec.comp's rowsPass)
+// ---- The CPU matvec's dot product of Q2_K and Q3_K (matvec.comp's rowsPass)
 //
 // On a CPU device every x an invocation holds serves the RPI rows it walks,
 // so work on x is cheap and work per weight is not: sbRowsX prepares a
-// group's x once, and sbRowsDot(g, ...) = sbGroupDotIn(g, x, ...) for each
-// row from the prepared x. For the 2-bit low planes (Q2_K, Q3_K) a value
-// is not shifted down to be converted: its word is split into two words of
-// eight 4-bit slots, A = lo & 0x33333333 and B = (lo >> 2) & 0x33333333
-// (Q3_K's high bit joins each value at slot bit 2), and slot j, masked in
-// place, converts to q * 16^j; x is prepared as x * 16^-j, so that the
-// product is q*x exactly and a weight costs a mask, a conversion and a
-// fused multiply-add. Slot j of word 0's A holds value j/2 + 16(j%2), of
-// its B value 8 + j/2 + 16(j%2), word 1's values 4 more: even slots are
-// the first sub-block (x0..x3 by 256^-k), odd ones the second (x4..x7 by
-// 16 * 256^-k).
+// group's x once, and sbRowsDot2 makes two groups' dot products for each
+// row from the prepared x. A 2-bit value is not shifted down to be
+// converted: its word is split into two words of eight 4-bit slots, A =
+// lo & 0x33333333 and B = (lo >> 2) & 0x33333333 (Q3_K's high bit joins
+// each value at slot bit 2), and slot j, masked in place, converts to
+// q * 16^j; x is prepared as x * 16^-j, so that the product is q*x exactly
+// and a weight costs a mask, a conversion and a multiply-add. Slot j of
+// word 0's A holds value j/2 + 16(j%2), of its B value 8 + j/2 + 16(j%2),
+// word 1's values 4 more: even slots are the first sub-block (x0..x3 by
+// 256^-k), odd ones the second (x4..x7 by 16 * 256^-k).
 #if SB_BITS < 4
 const vec4 SB_EVEN = vec4(1.0, 1.0 / 256.0, 1.0 / 65536.0, 1.0 / 16777216.0);
 const vec4 SB_ODD = SB_EVEN / 16.0;
 const uvec4 SB_EVEN_SLOTS = uvec4(0xfu, 0xf00u, 0xf0000u, 0xf000000u);
 const uvec4 SB_ODD_SLOTS = SB_EVEN_SLOTS << 4;
 
+// sbRowsX prepares a group's x (x0..x7: values 4i..4i+3 in xi) for
+// sbSlotsSums, in place.
+void sbRowsX(inout vec4 x0, inout vec4 x1, inout vec4 x2, inout vec4 x3, inout vec4 x4, inout vec4 x5, inout vec4 x6, inout vec4 x7) {
+	x0 *= SB_EVEN, x1 *= SB_EVEN, x2 *= SB_EVEN, x3 *= SB_EVEN;
+	x4 *= SB_ODD, x5 *= SB_ODD, x6 *= SB_ODD, x7 *= SB_ODD;
+}
+
 // sbSlotsDot is acc + the dot product of slots (the masked word of each
-// component, converted exactly) with y, by fused multiply-adds.
+// component, converted exactly) with y.
 float sbSlotsDot(uvec4 slots, vec4 y, float acc) {
 	vec4 q = vec4(ivec4(slots)); // below 2^31: a signed conversion
 	return fma(q.w, y.w, fma(q.z, y.z, fma(q.y, y.y, fma(q.x, y.x, acc))));
 }
-#endif
 
-void sbRowsX(inout vec4 x0, inout vec4 x1, inout vec4 x2, inout vec4 x3, inout vec4 x4, inout vec4 x5, inout vec4 x6, inout vec4 x7) {
-#if SB_BITS < 4
-	x0 *= SB_EVEN, x1 *= SB_EVEN, x2 *= SB_EVEN, x3 *= SB_EVEN;
-	x4 *= SB_ODD, x5 *= SB_ODD, x6 *= SB_ODD, x7 *= SB_ODD;
-#endif
-}
-
-#if SB_BITS < 4
 // sbSlotsSums is a group's sums of q*x per sub-block (s.x: values 0..15,
 // s.y: 16..31) from its low-bit words lo0, lo1, high-bit word h (Q3_K) and
 // the x that sbRowsX prepared as y0..y7.
@@ -273,14 +270,14 @@ vec2 sbSlotsSums(uint lo0, uint lo1, uint h, vec4 y0, vec4 y1, vec4 y2, vec4 y3,
 }
 
 #ifdef SB_WIDE
-// sbRowsDot2 is sbRowsDot of groups g and g+1 (g even) together, their x
-// prepared as y0..y7 and z0..z7, xs and xt their sbXSums: on a CPU device
-// each load costs a walk over the SIMD lanes, so the pair's low bits are
-// one 16-byte load (w4: the plane starts the binding and a group is 8
-// bytes), and their scale words one 8-byte load (w2) or, for Q3_K
-// (SB_HS), their high-bit and scale words one 16-byte load: the planes
-// start at a multiple of 4 words, as a matrix holds a whole number of
-// super-blocks of 8 groups.
+// sbRowsDot2 is the dot product of groups g and g+1 (g even) with the x
+// that sbRowsX prepared as y0..y7 and z0..z7, xs and xt the sbXSums of
+// their x, dd = sbSuper(g). On a CPU device each load costs a walk over
+// the SIMD lanes, so the pair's low bits are one 16-byte load (w4: the
+// plane starts the binding and a group is 8 bytes), and their scale words
+// one 8-byte load (w2) or, for Q3_K (SB_HS), their high-bit and scale
+// words one 16-byte load: the planes start at a multiple of 4 words, as a
+// matrix holds a whole number of super-blocks of 8 groups.
 float sbRowsDot2(uint g, vec4 y0, vec4 y1, vec4 y2, vec4 y3, vec4 y4, vec4 y5, vec4 y6, vec4 y7,
 		vec4 z0, vec4 z1, vec4 z2, vec4 z3, vec4 z4, vec4 z5, vec4 z6, vec4 z7, vec2 xs, vec2 xt, vec2 dd) {
 	uvec4 lo = w4[g >> 1];
@@ -296,19 +293,3 @@ float sbRowsDot2(uint g, vec4 y0, vec4 y1, vec4 y2, vec4 y3, vec4 y4, vec4 y5, v
 }
 #endif
 #endif
-
-// sbRowsDot is group g's dot product with the x that sbRowsX prepared as
-// y0..y7, xs = sbXSums of the x, dd = sbSuper(g).
-float sbRowsDot(uint g, vec4 y0, vec4 y1, vec4 y2, vec4 y3, vec4 y4, vec4 y5, vec4 y6, vec4 y7, vec2 xs, vec2 dd) {
-#if SB_BITS < 4
-#if SB_BITS == 3
-	uint h = w[sbHigh + g * SB_HSTRIDE];
-#else
-	uint h = 0u;
-#endif
-	vec2 s = sbSlotsSums(w[2u * g], w[2u * g + 1u], h, y0, y1, y2, y3, y4, y5, y6, y7);
-	return sbScaled(g, s.x, s.y, xs, dd);
-#else
-	return sbGroupDotIn(g, y0, y1, y2, y3, y4, y5, y6, y7, xs, dd);
-#endif
-}
