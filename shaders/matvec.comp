@@ -42,6 +42,7 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
+#extension GL_EXT_control_flow_attributes : require
 #include "include/common.glsl"
 #define OP_MATVEC
 #include "include/push.glsl"
@@ -53,6 +54,7 @@ layout(constant_id = 1) const uint TPR = 64; // invocations per row, divides WG
 // scalar paths and the scales, 16-byte vectors for the aligned loads.
 layout(std430, binding = 0) readonly buffer Weights { uint w[]; };    // see the layouts above
 layout(std430, binding = 0) readonly buffer Weights4 { uvec4 w4[]; };
+layout(std430, binding = 0) readonly buffer Weights2 { uvec2 w2[]; };
 layout(std430, binding = 1) readonly buffer X { float x[]; };         // [n][cols]
 layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
 #ifdef ADD
@@ -73,6 +75,7 @@ const uint MATS = 1u;
 
 #include "include/weights.glsl"
 #ifdef WEIGHT_SUBBLOCK
+#define SB_WIDE // w2 and w4 are bound: sbRowsDot2
 #include "include/subblock.glsl"
 #endif
 
@@ -84,9 +87,13 @@ layout(constant_id = 2) const uint NB = 1;
 // reduction only): 1, or RPI rows an invocation. For the sub-block types
 // unfused or with ADD (a CPU device's decode, Profile.Matvec) the RPI rows
 // are walked together (rowsPass), so that each load of x and each sum of x
-// per sub-block serves RPI rows; other variants walk them one by one. On lavapipe an SSBO load of x is an
-// invocation's own load, as costly as the weights' decode: loaded once a
-// row it took about 70% of a 4-bit matvec's time.
+// per sub-block serves RPI rows; other variants walk them one by one. On
+// lavapipe an SSBO load is a walk over the SIMD lanes, a scalar load and a
+// bounds check a lane and component, even where every lane reads the same
+// x: loaded once a row, x took about 70% of a 4-bit matvec's time. Q2_K's
+// and Q3_K's walk unrolls its loops over the RPI rows ([[unroll]]: NIR
+// would not at 16 rows), so that acc and dd are registers, not arrays
+// indexed at run time.
 layout(constant_id = 3) const uint RPI = 1;
 
 #ifndef REDUCE_SUBGROUP
@@ -333,6 +340,62 @@ void rowPass(uint r, uint s0, uint tid, uint lane, bool live) {
 }
 
 #if defined(WEIGHT_SUBBLOCK) && !defined(NORM)
+#if SB_BITS < 4
+// rowsGroups adds to acc[i] row r0+i's dot product (rows past the last
+// compute row rows-1 again) with groups b and b+1 (b even) of the vector
+// whose first vec4 is at xs, for the RPI rows at once: the groups' x is
+// loaded, summed per sub-block and prepared (sbRowsX) once for them all,
+// and each row's weights read by sbRowsDot2's wide loads. dd[i] is the (d,
+// dmin) of row i's super-block.
+void rowsGroups(uint r0, uint xs, uint b, vec2 dd[RPI], inout float acc[RPI]) {
+	uint groups = p.cols / 32u, c = xs + 8u * b;
+	vec4 x0 = x4[c], x1 = x4[c + 1u], x2 = x4[c + 2u], x3 = x4[c + 3u];
+	vec4 x4_ = x4[c + 4u], x5 = x4[c + 5u], x6 = x4[c + 6u], x7 = x4[c + 7u];
+	vec4 z0 = x4[c + 8u], z1 = x4[c + 9u], z2 = x4[c + 10u], z3 = x4[c + 11u];
+	vec4 z4 = x4[c + 12u], z5 = x4[c + 13u], z6 = x4[c + 14u], z7 = x4[c + 15u];
+	vec2 sums = sbXSums(x0, x1, x2, x3, x4_, x5, x6, x7), sumz = sbXSums(z0, z1, z2, z3, z4, z5, z6, z7);
+	sbRowsX(x0, x1, x2, x3, x4_, x5, x6, x7);
+	sbRowsX(z0, z1, z2, z3, z4, z5, z6, z7);
+	[[unroll]] for (uint i = 0u; i < RPI; i++) {
+		uint r = min(r0 + i, p.rows - 1u);
+		acc[i] += sbRowsDot2(r * groups + b, x0, x1, x2, x3, x4_, x5, x6, x7,
+			z0, z1, z2, z3, z4, z5, z6, z7, sums, sumz, dd[i]);
+	}
+}
+
+// rowsPass computes y for rows r0..r0+RPI-1 (those below p.rows; the others
+// compute row rows-1 again and drop it) of vectors s0..s0+NB-1, alone (TPR
+// = 1), two groups at a time for all RPI rows (rowsGroups), each row's
+// super-block scales loaded once for its groups. (Q2_K and Q3_K.)
+void rowsPass(uint r0, uint s0) {
+	const uint GPS = uint(SB_SUPER) / 32u; // groups a super-block
+	uint groups = p.cols / 32u;
+	for (uint k = 0u; k < NB && s0 + k < p.n; k++) {
+		uint xs = (s0 + k) * (p.cols / 4u); // the vector's first vec4
+		float acc[RPI];
+		[[unroll]] for (uint i = 0u; i < RPI; i++) {
+			acc[i] = 0.0;
+		}
+		for (uint b0 = 0u; b0 < groups; b0 += GPS) {
+			vec2 dd[RPI];
+			[[unroll]] for (uint i = 0u; i < RPI; i++) {
+				dd[i] = sbSuper(min(r0 + i, p.rows - 1u) * groups + b0);
+			}
+			for (uint j = 0u; j < GPS; j += 2u) {
+				rowsGroups(r0, xs, b0 + j, dd, acc);
+			}
+		}
+		[[unroll]] for (uint i = 0u; i < RPI && r0 + i < p.rows; i++) {
+			uint at = (s0 + k) * p.rows + r0 + i;
+#ifdef ADD
+			y[at] = y[at] + acc[i];
+#else
+			y[at] = acc[i];
+#endif
+		}
+	}
+}
+#else
 // rowsPass computes y for rows r0..r0+RPI-1 (those below p.rows; the others
 // compute row rows-1 again and drop it) of vectors s0..s0+NB-1, alone (TPR
 // = 1): each group of x is loaded, and summed per sub-block, once for the
@@ -365,6 +428,7 @@ void rowsPass(uint r0, uint s0) {
 		}
 	}
 }
+#endif
 #endif
 
 #ifdef REDUCE_SUBGROUP

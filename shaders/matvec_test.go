@@ -174,10 +174,11 @@ func matvecSpecs(t testing.TB, dev *vk.Device) []matvecSpec {
 	for _, p := range []Profile{NewProfile(Device{CPU: true, SubgroupSize: d.SubgroupSize}), gpuProfileOn(d, false)} {
 		out = append(out, matvecSpec{p.MatvecReduce, p.MatvecSpec})
 	}
-	// Several rows an invocation: the CPU profile's sub-block spec, and
+	// Several rows an invocation: the CPU profile's sub-block specs, and
 	// vectors in passes of 4 with 5 rows an invocation in workgroups of 3
 	// (rows that fill neither).
-	out = append(out, matvecSpec{ReduceShared, MatvecSubblockSpecCPU}, matvecSpec{ReduceShared, []uint32{3, 1, 4, 5}})
+	out = append(out, matvecSpec{ReduceShared, MatvecSubblockSpecCPU}, matvecSpec{ReduceShared, MatvecLowBitSpecCPU},
+		matvecSpec{ReduceShared, []uint32{3, 1, 4, 5}})
 	out = append(out, matvecSpec{ReduceShared, []uint32{64, 64, 4}}, matvecSpec{ReduceShared, []uint32{64, 1, 4}})
 	if !d.SubgroupArithmetic {
 		t.Logf("the device has no subgroup arithmetic: the subgroup variants are not tested here")
@@ -267,11 +268,15 @@ func TestMatvecLongLoops(t *testing.T) {
 	_, gspec := gpu.Matvec(MatvecQ8_0, FuseNone, 64, 1<<20)
 	assert.Equal(t, []uint32{128, 32, 1}, gspec)
 
-	for _, typ := range []string{MatvecQ4_1, MatvecQ4_K, MatvecQ6_K} {
+	for _, typ := range []string{MatvecQ4_1, MatvecQ4_K, MatvecQ6_K, MatvecQ2_K, MatvecQ3_K} {
 		for _, fuse := range MatvecFusions {
 			_, spec := lp.Matvec(typ, fuse, 1, 5632)
+			want := MatvecSubblockSpecCPU
+			if typ == MatvecQ2_K || typ == MatvecQ3_K {
+				want = MatvecLowBitSpecCPU
+			}
 			if fuse == FuseNone || fuse == FuseAdd {
-				assert.Equal(t, MatvecSubblockSpecCPU, spec, "%s%s: the sub-block types' decode walks rows together", typ, fuse)
+				assert.Equal(t, want, spec, "%s%s: the sub-block types' decode walks rows together", typ, fuse)
 			} else {
 				assert.Equal(t, lp.MatvecSpec, spec, "%s%s: a fused norm walks a row at a time", typ, fuse)
 			}

@@ -122,6 +122,14 @@ const matvecRowsPerGroup = 4
 // matvec runs in about half the time (BenchmarkMatvec).
 var MatvecSubblockSpecCPU = []uint32{8, 1, 1, 8}
 
+// MatvecLowBitSpecCPU is MatvecSubblockSpecCPU for the types of 2-bit low
+// planes (Q2_K, Q3_K): 16 rows an invocation. Their weights cost the least
+// to decode, so the loads of x weigh the most: shared by 16 rows they cost
+// half as much a row, while the other types' longer decode of 16 rows
+// spills more than it saves (BenchmarkMatvec, bench/results/
+// lavapipe-weight-types-decode.md).
+var MatvecLowBitSpecCPU = []uint32{8, 1, 1, 16}
+
 // NewProfile chooses d's kernels.
 //   - CPU devices (lavapipe): the loop cap, and an invocation per matvec row
 //     with no reduction at all (lavapipe runs a workgroup's invocations 8
@@ -174,8 +182,11 @@ func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []u
 	loops := map[string]uint32{FuseNone: 1, FuseAdd: 1, FuseNorm: 1, FuseNormSwiGLU: 2}[fuse]
 	iters := func(spec []uint32) uint32 { return loops * MatvecLoopIterations(n, cols, spec) }
 	spec = append([]uint32(nil), p.MatvecSpec...)
-	if _, sub := subblockOf[typ]; sub && p.CPU && (fuse == FuseNone || fuse == FuseAdd) {
+	if f, sub := subblockOf[typ]; sub && p.CPU && (fuse == FuseNone || fuse == FuseAdd) {
 		spec = append([]uint32(nil), MatvecSubblockSpecCPU...)
+		if f.bits < 4 {
+			spec = append([]uint32(nil), MatvecLowBitSpecCPU...)
+		}
 	}
 	if p.LoopCap == 0 || iters(spec) <= p.LoopCap {
 		return MatvecFusedName(typ, p.MatvecReduce, fuse), spec

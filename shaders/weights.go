@@ -197,9 +197,18 @@ func subblockPlanes(f subblockFormat, elems int) (low, high, scales, supers int)
 	low = groups * 32 * lowBits / 8
 	high = groups * 4 * (f.bits - lowBits)
 	scales = (2*(elems/f.sub) + 3) / 4 * 4
+	if f.interleaved() {
+		high, scales = high+scales, 0
+	}
 	supers = 4 * (elems / f.super)
 	return low, high, scales, supers
 }
+
+// interleaved says whether f's high-bit and scale words share one plane,
+// [high word, scale word] a group: Q3_K, whose group has one of each (a
+// high bit a value, two sub-blocks of 16), so that a CPU device loads a
+// pair of groups' four words at once (matvec.comp's rowsPass).
+func (f subblockFormat) interleaved() bool { return f.bits == 3 && f.sub == 16 }
 
 // RepackSubblock is ggml data of rows x cols of format f in the sub-block
 // layout, four planes one after the other, each indexed by the 32-element
@@ -211,7 +220,9 @@ func subblockPlanes(f subblockFormat, elems int) (low, high, scales, supers int)
 //     the high part of value 4t+u (quad t, place u) at bit 8u+t, so that
 //     word>>t & 0x01010101 is quad t's bits, a byte each;
 //   - scales: a u16 a sub-block, sc (int8) in its low byte, m in its high
-//     one, padded to 4 bytes;
+//     one, padded to 4 bytes; for Q3_K (interleaved) not a plane of its
+//     own: its high plane holds two words a group, the high-bit word and
+//     then the group's two scales;
 //   - super-blocks: a u32 each, d in its low half, dmin in its high one.
 //
 // The low bits of a quad of values 4j..4j+3 are then one word (shifted and
@@ -221,7 +232,14 @@ func RepackSubblock(f subblockFormat, ggml []byte, rows, cols int) []byte {
 	low, high, scales, supers := subblockPlanes(f, elems)
 	out := make([]byte, low+high+scales+supers)
 	lowP, highP, scP, supP := out[:low], out[low:low+high], out[low+high:low+high+scales], out[low+high+scales:]
-	hiWords := high / 4 / (elems / 32)
+	hiWords := f.bits - 4 // high-bit words a group
+	if f.bits < 4 {
+		hiWords = f.bits - 2
+	}
+	hiStride := hiWords // words a group in the high plane
+	if f.interleaved() {
+		hiStride = 2
+	}
 	q := make([]uint8, f.super)
 	sc := make([]int8, f.super/f.sub)
 	m := make([]uint8, f.super/f.sub)
@@ -231,7 +249,12 @@ func RepackSubblock(f subblockFormat, ggml []byte, rows, cols int) []byte {
 		le.PutUint32(supP[4*b:], uint32(d)|uint32(dmin)<<16)
 		for s := range sc {
 			i := b*len(sc) + s
-			le.PutUint16(scP[2*i:], uint16(uint8(sc[s]))|uint16(m[s])<<8)
+			v := uint16(uint8(sc[s])) | uint16(m[s])<<8
+			if f.interleaved() { // after the high word of its group
+				le.PutUint16(highP[4*(2*(i/2)+1)+2*(i%2):], v)
+			} else {
+				le.PutUint16(scP[2*i:], v)
+			}
 		}
 		for g := 0; g < f.super/32; g++ {
 			gi := b*f.super/32 + g
@@ -252,7 +275,7 @@ func RepackSubblock(f subblockFormat, ggml []byte, rows, cols int) []byte {
 				for i, v := range vals {
 					word |= uint32(v>>(lowBits+h)&1) << (8*(i%4) + i/4)
 				}
-				le.PutUint32(highP[4*(gi*hiWords+h):], word)
+				le.PutUint32(highP[4*(gi*hiStride+h):], word)
 			}
 		}
 	}

@@ -27,13 +27,18 @@ func subblockValue(f subblockFormat, b []byte, elems, e int) float32 {
 		lowBits = 2
 	}
 	hiWords := f.bits - lowBits
+	// Words a group in the high plane, and the byte of the value's scale.
+	hiStride, scale := hiWords, low+high+2*(e/f.sub)
+	if f.bits == 3 && f.sub == 16 {
+		// Q3_K: a group's high word, then its scale word.
+		hiStride, scale = 2, low+4*(2*g+1)+2*(i/16)
+	}
 	for h := 0; h < hiWords; h++ {
-		word := binary.LittleEndian.Uint32(b[low+4*(g*hiWords+h):])
+		word := binary.LittleEndian.Uint32(b[low+4*(g*hiStride+h):])
 		q |= (word >> (8*(i%4) + i/4) & 1) << (lowBits + h)
 	}
-	s := e / f.sub
-	sc := int8(b[low+high+2*s])
-	m := b[low+high+2*s+1]
+	sc := int8(b[scale])
+	m := b[scale+1]
 	sup := binary.LittleEndian.Uint32(b[low+high+scales+4*(e/f.super):])
 	d, dmin := gguf.F16ToF32(uint16(sup)), gguf.F16ToF32(uint16(sup>>16))
 	dl, ml := d*float32(sc), dmin*float32(m)
