@@ -438,7 +438,8 @@ func TestMisuse(t *testing.T) {
 		m := open()
 		want := ids(t, m, "Once upon", 6)
 		s := m.NewSession()
-		_, err := s.Generate(nil, "Once", modrun.GenerateOptions{}, nil) //nolint:staticcheck // the misuse under test
+		//lint:ignore SA1012 a nil context is the misuse under test
+		_, err := s.Generate(nil, "Once", modrun.GenerateOptions{}, nil)
 		assert.ErrorContains(t, err, "nil context")
 
 		within(t, "a panicking callback", func() {

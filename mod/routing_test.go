@@ -1,7 +1,6 @@
 package mod
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/modrun/modrun/gguf"
@@ -314,7 +313,7 @@ func TestLoadRefusesWrongShapeAndType(t *testing.T) {
 		delete(ts, name)
 	}
 	_, err = Open(tm.write(t))
-	assert.ErrorContains(t, err, fmt.Sprintf(`tensor "blk.0.attn_k.weight" has shape [48 48], want [48 16] (nEmbd,kvDim)`))
+	assert.ErrorContains(t, err, `tensor "blk.0.attn_k.weight" has shape [48 48], want [48 16] (nEmbd,kvDim)`)
 }
 
 func TestNewMatRefusesBadInput(t *testing.T) {

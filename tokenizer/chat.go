@@ -183,7 +183,7 @@ func renderLlama2(c ChatTemplate, msgs []Message, _ bool) (string, error) {
 	var b strings.Builder
 	for i, m := range msgs {
 		if (m.Role == RoleUser) != (i%2 == 0) {
-			return "", errors.New("tokenizer: llama2 chat template: after the optional system message, roles must alternate user/assistant/user/assistant/...")
+			return "", errors.New("tokenizer: llama2 chat template: after the optional system message, roles must alternate user, assistant, user, assistant and so on")
 		}
 		content := m.Content
 		if i == 0 && hasSystem {

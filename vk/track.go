@@ -84,22 +84,19 @@ type tracker struct {
 
 func overlaps(a, b use) bool { return a.off < b.end && b.off < a.end }
 
-// access records a command's uses and returns the barrier that must be
+// accessWiden records a command's uses and returns the barrier that must be
 // recorded before it (nil when none is needed).
 //
 // A barrier's cost is mostly the wait it imposes, not its size, so once one is
 // needed it also makes every other pending write visible to the command's
 // stages: a later command that reads one of them then needs no barrier of its
 // own (q, k and v written side by side, then read together, cost one).
-func (t *tracker) access(uses []use) *barrier {
-	return t.accessWiden(uses, 0)
-}
-
-// accessWiden is access, but a barrier it records also orders everything
-// before it ahead of the stages widen and makes every pending write visible
+//
+// A widen of stages beyond the command's own also orders everything before
+// the barrier ahead of those stages and makes every pending write visible
 // there: for a command whose own stage is not where the commands after it
 // run (a conditional span's predicate read), so that they need no barrier
-// of their own.
+// of their own. 0 widens nothing.
 func (t *tracker) accessWiden(uses []use, widen uint32) *barrier {
 	if t.entries == nil {
 		t.entries = map[*Buffer][]entry{}
