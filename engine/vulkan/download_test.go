@@ -45,10 +45,10 @@ func TestDownloads(t *testing.T) {
 	_, err = e.Eval(tokens)
 	require.NoError(t, err)
 	s := uint64(len(tokens))
-	assert.Equal(t, uint64(0), e.r.pf.recs[prefillKey{len(tokens), headLoss}].Stats().CopyBytes, "Losses: no logits copied")
-	assert.Equal(t, s*v, e.r.pf.recs[prefillKey{len(tokens), headLogits}].Stats().CopyBytes, "Eval: every row's logits")
+	assert.Equal(t, uint64(0), e.r.pf.recs[prefillKey{len(tokens), headLoss}].rec.Stats().CopyBytes, "Losses: no logits copied")
+	assert.Equal(t, s*v, e.r.pf.recs[prefillKey{len(tokens), headLogits}].rec.Stats().CopyBytes, "Eval: every row's logits")
 	_, err = run.Losses(tokens)
 	require.NoError(t, err)
-	assert.Equal(t, uint64(0), run.pf.recs[prefillKey{len(tokens), headLoss}].Stats().CopyBytes, "causal Losses: no logits copied")
+	assert.Equal(t, uint64(0), run.pf.recs[prefillKey{len(tokens), headLoss}].rec.Stats().CopyBytes, "causal Losses: no logits copied")
 	t.Logf("bytes to the host: greedy step 4, sampled step %d; a window of %d: Eval %d, Losses %d", v+4, s, s*v, 4*s)
 }

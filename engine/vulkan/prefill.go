@@ -25,6 +25,15 @@ import (
 // Options.UBatch is 0.
 const DefaultUBatch = 512
 
+// maxRecordings is how many chunk recordings a runner keeps (each holds a
+// command buffer, its descriptor sets and, for a MoD model, its routed
+// blocks' dispatch-size table): a chat app feeds turns of every length,
+// and without a bound a long session would keep one recording per length
+// up to UBatch (hundreds of MB for a 22-block model). The least recently
+// used goes first; recording one again costs milliseconds of host time.
+// A variable so that tests can make it small.
+var maxRecordings = 32
+
 // prefill is the batched prefill's weights view, scratch and recordings.
 type prefill struct {
 	ub     int
@@ -38,11 +47,12 @@ type prefill struct {
 	// sortKeys are top-k's sort keys in eval mode over more rows than one
 	// workgroup sorts (TopkPasses); nil otherwise.
 	sortKeys *vk.Buffer
-	hidden   *vk.Buffer // [ub][predHidden] f32 the predictor's hidden layer (predictor routing)
-	trace    *vk.Buffer // [nRouted][3][ub]: r f32, p f32, selected u32 of each row (Options.Trace)
-	recs     map[prefillKey]*vk.Recorder
-	output   batchMat              // the output matrix bound for matmul (every row's logits)
-	heads    map[rowsHead]headBufs // every row's head (Score, Losses), made at its first use
+	hidden   *vk.Buffer                 // [ub][predHidden] f32 the predictor's hidden layer (predictor routing)
+	trace    *vk.Buffer                 // [nRouted][3][ub]: r f32, p f32, selected u32 of each row (Options.Trace)
+	recs     map[prefillKey]*prefillRec // at most maxRecordings
+	tick     uint64                     // counts chunk runs, for recs' last use
+	output   batchMat                   // the output matrix bound for matmul (every row's logits)
+	heads    map[rowsHead]headBufs      // every row's head (Score, Losses), made at its first use
 }
 
 // buildPrefill binds the weights for matmul and makes the chunk scratch.
@@ -52,7 +62,7 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 		ub = DefaultUBatch
 	}
 	ub = min(ub, r.ctx)
-	pf := &prefill{ub: ub, recs: map[prefillKey]*vk.Recorder{}, heads: map[rowsHead]headBufs{}}
+	pf := &prefill{ub: ub, recs: map[prefillKey]*prefillRec{}, heads: map[rowsHead]headBufs{}}
 	ks := r.ks
 	pf.blocks = make([]batchBlock, len(r.w.blocks))
 	for l := range r.w.blocks {
@@ -111,6 +121,64 @@ type prefillKey struct {
 	head rowsHead
 }
 
+// prefillRec is a chunk recording and its last use (prefill.tick).
+type prefillRec struct {
+	rec  *vk.Recorder
+	used uint64
+}
+
+// recording is the recording of a chunk of key's shape, made at its first
+// use; making one when maxRecordings are kept first drops the least
+// recently used (and its dispatch-size table when no other recording of
+// its length uses it).
+func (r *Runner) recording(key prefillKey) (*vk.Recorder, error) {
+	pf := r.pf
+	pf.tick++
+	if pr, ok := pf.recs[key]; ok {
+		pr.used = pf.tick
+		return pr.rec, nil
+	}
+	if len(pf.recs) >= max(1, maxRecordings) {
+		r.dropRecording()
+	}
+	rec, err := r.recordForward(pass{n: key.n, head: key.head})
+	if err != nil {
+		if rec != nil {
+			rec.Close()
+		}
+		return nil, fmt.Errorf("vulkan: prefill of %d tokens: %w", key.n, err)
+	}
+	pf.recs[key] = &prefillRec{rec: rec, used: pf.tick}
+	return rec, nil
+}
+
+// dropRecording frees the least recently used chunk recording. Run waits
+// for its submit, so no recording is in flight here.
+func (r *Runner) dropRecording() {
+	pf := r.pf
+	var old prefillKey
+	var oldest *prefillRec
+	for k, pr := range pf.recs {
+		if oldest == nil || pr.used < oldest.used {
+			old, oldest = k, pr
+		}
+	}
+	if oldest == nil {
+		return
+	}
+	oldest.rec.Close()
+	delete(pf.recs, old)
+	for k := range pf.recs {
+		if k.n == old.n {
+			return // the table serves it too
+		}
+	}
+	if t, ok := r.tables[tableKey{false, old.n}]; ok {
+		delete(r.tables, tableKey{false, old.n})
+		r.freeBuffer(t)
+	}
+}
+
 // runPrefill feeds tokens (already checked) in chunks of up to ub, each
 // ending with head. For headLogits and headLoss each chunk's rows' logits
 // or losses (of the token after each row, the first of the next chunk for
@@ -120,17 +188,9 @@ func (r *Runner) runPrefill(tokens []int32, head rowsHead, each func(out []float
 	hb := pf.heads[head]
 	for len(tokens) > 0 {
 		n := min(len(tokens), pf.ub)
-		key := prefillKey{n, head}
-		rec, ok := pf.recs[key]
-		if !ok {
-			var err error
-			if rec, err = r.recordForward(pass{n: n, head: head}); err != nil {
-				if rec != nil {
-					rec.Close()
-				}
-				return fmt.Errorf("vulkan: prefill of %d tokens: %w", n, err)
-			}
-			pf.recs[key] = rec
+		rec, err := r.recording(prefillKey{n, head})
+		if err != nil {
+			return err
 		}
 		ids, pos := make([]uint32, n), make([]uint32, n)
 		for i, t := range tokens[:n] {
@@ -161,7 +221,6 @@ func (r *Runner) runPrefill(tokens []int32, head rowsHead, each func(out []float
 		r.pos += n
 		tokens = tokens[n:]
 		var out []float32
-		var err error
 		switch head {
 		case headLogits:
 			out, err = downloadF32(hb.host, n*r.c.NVocab)

@@ -237,3 +237,50 @@ func TestPrefillAttentionGroups(t *testing.T) {
 	require.Empty(t, closeErr(want, got, tolLogits))
 	assertCaches(t, cpu, run, tolerance{abs: tolLogits})
 }
+
+// TestPrefillRecordingsBounded: with maxRecordings 3, chunks of many
+// lengths keep at most 3 recordings and only their lengths' dispatch-size
+// tables; the least recently used goes first (a length used again stays),
+// a dropped length is recorded again when it comes back, and the logits
+// stay the CPU's throughout.
+func TestPrefillRecordingsBounded(t *testing.T) {
+	defer func(n int) { maxRecordings = n }(maxRecordings)
+	maxRecordings = 3
+	dev := openDevice(t, true)
+	base := "../../testdata/mod/mod-trained"
+	m := openModel(t, base+".gguf")
+	run, err := New(dev, m, mod.RoutingRouter, Options{})
+	require.NoError(t, err)
+	defer run.Close()
+	cpu, err := m.NewState(mod.RoutingRouter)
+	require.NoError(t, err)
+	lengths := []int{5, 3, 7, 5, 2, 5, 3, 6, 7}
+	fresh := []bool{true, true, true, false, true, false, true, true, true} // 2 drops 3 (5 was used again), 3 drops 7, 6 drops 2, 7 drops 5
+	pos := 0
+	for i, n := range lengths {
+		toks := make([]int32, n)
+		for j := range toks {
+			toks[j] = int32(1 + (7*(pos+j)+3)%(m.Config.NVocab-1))
+		}
+		pos += n
+		before := dev.Stats().Recordings
+		want, err := cpu.Forward(toks, false)
+		require.NoError(t, err)
+		got, err := run.Feed(toks)
+		require.NoError(t, err)
+		require.Empty(t, closeErr(want, got, tolLogits), "logits after chunk %d (%d tokens)", i, n)
+		assert.Equal(t, fresh[i], dev.Stats().Recordings > before, "chunk %d of %d tokens recorded", i, n)
+		require.LessOrEqual(t, len(run.pf.recs), 3, "recordings kept after chunk %d", i)
+		for k := range run.tables {
+			if !k.step {
+				assert.Contains(t, run.pf.recs, prefillKey{k.n, headLast}, "a table of %d rows without its recording", k.n)
+			}
+		}
+	}
+	var kept []int
+	for k := range run.pf.recs {
+		kept = append(kept, k.n)
+	}
+	slices.Sort(kept)
+	assert.Equal(t, []int{3, 6, 7}, kept, "the three most recently used lengths")
+}

@@ -466,8 +466,8 @@ func (r *Runner) Close() {
 		}
 	}
 	if r.pf != nil {
-		for _, rec := range r.pf.recs {
-			rec.Close()
+		for _, pr := range r.pf.recs {
+			pr.rec.Close()
 		}
 	}
 	r.ks.Close()

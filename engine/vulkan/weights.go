@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/modrun/modrun/mod"
@@ -393,6 +394,14 @@ func (r *Runner) buffer(bytes uint64, kind vk.BufferKind) (*vk.Buffer, error) {
 	}
 	r.bufs = append(r.bufs, b)
 	return b, nil
+}
+
+// freeBuffer frees a buffer that buffer made before Close.
+func (r *Runner) freeBuffer(b *vk.Buffer) {
+	if i := slices.Index(r.bufs, b); i >= 0 {
+		r.bufs = slices.Delete(r.bufs, i, i+1)
+	}
+	b.Close()
 }
 
 // allocator makes the runner's buffers one after another (r.buffer),
