@@ -233,3 +233,52 @@ func TestQuantizeRowNonFinite(t *testing.T) {
 		}
 	})
 }
+
+// matmul of a Q4_0 matrix, on every path: with VNNI a tile of four tokens
+// or more unpacks four rows to int8 and takes Q8_0's four-by-four kernel
+// (unpackQ4), the rest dotQ4x4 or dotQ4 per token. Every element equals
+// dotQ4Go of its row and token, for token counts around the four-token
+// groups and past a tokenTile, and row counts that leave a remainder of
+// the four-row groups.
+func TestMatmulQ4(t *testing.T) {
+	g := rand.New(rand.NewPCG(13, 14))
+	r := &Runner{pool: newPool(2)}
+	kernelPaths(t, func(t *testing.T) {
+		for _, n := range []int{1, 3, 4, 7, tokenTile + 6} {
+			nb, rows := 3, 4*rowGrain+2
+			cols := nb * blockLen
+			w := &matrix{name: "q4", kind: kindQ4, rows: rows, cols: cols, q4: make([]byte, rows*cols/2), d: randF32(g, rows*nb)}
+			for i := range w.q4 {
+				w.q4[i] = byte(g.IntN(256))
+			}
+			x := &acts{}
+			x.set(randF32(g, n*cols), n, cols)
+			out := make([]float32, n*rows)
+			r.matmul(out, x, w)
+			for s := range n {
+				for i := range rows {
+					want := dotQ4Go(w.q4[i*cols/2:(i+1)*cols/2], x.q[s*cols:(s+1)*cols], w.d[i*nb:(i+1)*nb], x.d[s*nb:(s+1)*nb])
+					assertClose(t, float64(want), out[s*rows+i], fmt.Sprintf("%d tokens row %d token %d", n, i, s))
+				}
+			}
+		}
+	})
+}
+
+// unpackQ4 against the plain rule, for every byte in both halves of a
+// block (16 blocks hold each of the 256 bytes at each of the 16 places).
+func TestUnpackQ4(t *testing.T) {
+	q4 := make([]byte, 256*16)
+	for i := range q4 {
+		q4[i] = byte(i*17 + i/256)
+	}
+	got := make([]int8, 2*len(q4))
+	unpackQ4(got, q4)
+	for b := 0; b < len(q4)/16; b++ {
+		for j := range 16 {
+			v := q4[16*b+j]
+			require.Equal(t, int8(v&0x0f)-8, got[32*b+j], "block %d element %d (byte %#x)", b, j, v)
+			require.Equal(t, int8(v>>4)-8, got[32*b+j+16], "block %d element %d (byte %#x)", b, j+16, v)
+		}
+	}
+}

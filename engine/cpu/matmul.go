@@ -1,5 +1,10 @@
 package cpu
 
+import (
+	"encoding/binary"
+	"unsafe"
+)
+
 // acts are n rows of activations [n][cols], as floats and, once asked for,
 // quantized to blocks of 32 (quantizeRow): a set of rows feeding several
 // matrices (q, k and v; gate and up) is quantized once.
@@ -62,22 +67,15 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 		if w.kind == kindRows || w.kind == kindF16 {
 			row = make([]float32, cols)
 		}
+		var q8 []int8 // kindQ4: four rows unpacked to int8
 		for t0 := 0; t0 < n; t0 += tokenTile {
 			t1 := min(n, t0+tokenTile)
 			i := lo
 			if w.kind == kindQ8 { // four rows at a time, each activation row loaded once for them
 				var four [4]float32
-				var sixteen [16]float32
 				for ; i+4 <= hi; i += 4 {
 					wq, wd := w.q8[i*cols:(i+4)*cols], w.d[i*nb:(i+4)*nb]
-					s := t0
-					for ; s+4 <= t1; s += 4 { // and four tokens: each weight loaded once for them (VNNI)
-						dotQ8x4x4(wq, wd, x.q[s*cols:(s+4)*cols], x.d[s*nb:(s+4)*nb], cols, &sixteen)
-						for t := range 4 {
-							copy(out[(s+t)*w.rows+i:(s+t)*w.rows+i+4], sixteen[4*t:4*t+4])
-						}
-					}
-					for ; s < t1; s++ {
+					for s := q8Tiles(out, w.rows, i, wq, wd, x, t0, t1); s < t1; s++ {
 						dotQ8x4(wq, wd, x.q[s*cols:(s+1)*cols], x.d[s*nb:(s+1)*nb], cols, &four)
 						copy(out[s*w.rows+i:s*w.rows+i+4], four[:])
 					}
@@ -85,9 +83,21 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 			}
 			if w.kind == kindQ4 {
 				var four [4]float32
+				// With four tokens or more and VNNI, the four rows are
+				// unpacked to int8 once for the tile and take Q8_0's
+				// four-by-four kernel: the same integer products.
+				wide := useSIMD && useVNNI && t1-t0 >= 4
+				if wide && q8 == nil {
+					q8 = make([]int8, 4*cols)
+				}
 				for ; i+4 <= hi; i += 4 {
 					wq, wd := w.q4[i*cols/2:(i+4)*cols/2], w.d[i*nb:(i+4)*nb]
-					for s := t0; s < t1; s++ {
+					s := t0
+					if wide {
+						unpackQ4(q8, wq)
+						s = q8Tiles(out, w.rows, i, q8, wd, x, t0, t1)
+					}
+					for ; s < t1; s++ {
 						dotQ4x4(wq, wd, x.q[s*cols:(s+1)*cols], x.d[s*nb:(s+1)*nb], cols, &four)
 						copy(out[s*w.rows+i:s*w.rows+i+4], four[:])
 					}
@@ -129,4 +139,42 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 			}
 		}
 	})
+}
+
+// q8Tiles runs Q8_0 weight rows i..i+3 (wq, wd) over x's tokens t0.. in
+// groups of four (dotQ8x4x4: each weight loaded once for the four with
+// VNNI), writing out[s][i..i+3]; it returns the first token it left (the
+// last t1-t0 mod 4).
+func q8Tiles(out []float32, rows, i int, wq []int8, wd []float32, x *acts, t0, t1 int) int {
+	cols, nb := x.cols, x.cols/blockLen
+	var sixteen [16]float32
+	s := t0
+	for ; s+4 <= t1; s += 4 {
+		dotQ8x4x4(wq, wd, x.q[s*cols:(s+4)*cols], x.d[s*nb:(s+4)*nb], cols, &sixteen)
+		for t := range 4 {
+			copy(out[(s+t)*rows+i:(s+t)*rows+i+4], sixteen[4*t:4*t+4])
+		}
+	}
+	return s
+}
+
+// unpackQ4 writes Q4_0 quants (16 bytes a block: element j in the low
+// nibble of byte j, element j+16 in its high one, both offset by 8) as
+// int8 values, 32 a block, for the Q8_0 kernels. Eight nibbles at a time:
+// y = nibble ^ 8 is the value + 8 mod 16, whose bit 3 is set for the
+// negative values, which then take 0xF0 as well (y | 0xF0 = value as a
+// byte); (y & 8) * 0x1E is that 0xF0, with no carry between bytes.
+func unpackQ4(dst []int8, q4 []byte) {
+	const nib, bit3 = 0x0F0F0F0F0F0F0F0F, 0x0808080808080808
+	le := binary.LittleEndian
+	out := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(dst))), len(dst))
+	for b := 0; b+16 <= len(q4); b += 16 {
+		d := out[2*b : 2*b+32]
+		for h := 0; h < 2; h++ {
+			v := le.Uint64(q4[b+8*h:])
+			lo, hi := v&nib^bit3, v>>4&nib^bit3
+			le.PutUint64(d[8*h:], lo|(lo&bit3)*0x1E)
+			le.PutUint64(d[16+8*h:], hi|(hi&bit3)*0x1E)
+		}
+	}
 }
