@@ -44,12 +44,23 @@ func softmax(x []float32) {
 		mx = max(mx, v)
 	}
 	var sum float32
-	for i, v := range x {
-		x[i] = expf(v - mx)
-		sum += x[i]
+	if useSIMD && mx-mx == 0 { // finite: every x - mx is at most 0
+		sum = expSumSIMD(x, mx)
+	} else {
+		sum = expSumGo(x, mx)
 	}
 	inv := 1 / sum
 	for i := range x {
 		x[i] *= inv
 	}
+}
+
+// expSumGo sets x[i] = expf(x[i] - mx) and returns their sum.
+func expSumGo(x []float32, mx float32) float32 {
+	var sum float32
+	for i, v := range x {
+		x[i] = expf(v - mx)
+		sum += x[i]
+	}
+	return sum
 }

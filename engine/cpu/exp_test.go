@@ -2,6 +2,8 @@ package cpu
 
 import (
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -58,4 +60,52 @@ func TestSoftmaxSilu(t *testing.T) {
 	for _, v := range nan {
 		assert.True(t, math.IsNaN(float64(v)))
 	}
+}
+
+// expSumSIMD (AVX2 in blocks of 8, expf for the tail) against expf on
+// every element and a float64 sum, for lengths around the blocks of 8,
+// with values past -87 and -Inf (0) beside ordinary ones; and softmax on
+// every path against mod's over long rows, where a +Inf or a NaN makes
+// the row NaN.
+func TestExpSum(t *testing.T) {
+	g := rand.New(rand.NewPCG(21, 22))
+	kernelPaths(t, func(t *testing.T) {
+		for _, n := range []int{1, 7, 8, 9, 16, 31, 100} {
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(g.Float64()*100 - 95)
+			}
+			x[g.IntN(n)] = float32(math.Inf(-1))
+			mx := float32(5)
+			got := slices.Clone(x)
+			sum := expSumSIMD(got, mx)
+			var want float64
+			for i, v := range x {
+				e := expf(v - mx)
+				want += float64(e)
+				assert.InDelta(t, e, got[i], 4e-7*float64(e)+1e-45, "n=%d e^(%g)", n, v-mx)
+			}
+			assert.InDelta(t, want, float64(sum), 1e-6*want, "n=%d sum", n)
+
+			row := make([]float32, n)
+			for i := range row {
+				row[i] = float32(g.NormFloat64() * 8)
+			}
+			row[g.IntN(n)] = float32(math.Inf(-1))
+			wantRow := slices.Clone(row)
+			mod.Softmax(wantRow)
+			softmax(row)
+			for i := range row {
+				assert.InDelta(t, wantRow[i], row[i], 1e-6*math.Max(1e-3, float64(wantRow[i])), "n=%d softmax %d", n, i)
+			}
+			for _, bad := range []float32{float32(math.Inf(1)), float32(math.NaN())} {
+				row := make([]float32, n)
+				row[n-1] = bad
+				softmax(row)
+				for i, v := range row {
+					assert.True(t, math.IsNaN(float64(v)), "n=%d softmax with %g: element %d is %g", n, bad, i, v)
+				}
+			}
+		}
+	})
 }

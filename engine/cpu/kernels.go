@@ -270,3 +270,23 @@ func quantizeRowGo(q []int8, d []float32, x []float32) {
 		}
 	}
 }
+
+// dotF32x3x4 is out[3t+r] = dotF32 of weight row r (w holds three rows of
+// n) with activation row t (x holds four rows of n): in the AVX2 kernel
+// each weight load serves the four tokens and each activation load the
+// three rows.
+func dotF32x3x4(w, x []float32, n int, out *[12]float32) {
+	if useSIMD {
+		dotF32x3x4SIMD(w, x, n, out)
+		return
+	}
+	dotF32x3x4Go(w, x, n, out)
+}
+
+func dotF32x3x4Go(w, x []float32, n int, out *[12]float32) {
+	for t := range 4 {
+		for r := range 3 {
+			out[3*t+r] = mod.DotF32(w[r*n:(r+1)*n], x[t*n:(t+1)*n])
+		}
+	}
+}

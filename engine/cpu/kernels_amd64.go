@@ -70,6 +70,12 @@ func quantizeAVX2(q *int8, d *float32, x *float32, nb int)
 func f32DotAVX2(w, x *float32, n int) float32
 
 //go:noescape
+func f32x3x4AVX2(w *float32, wstride int, x *float32, xstride, n int, out *float32)
+
+//go:noescape
+func expSumAVX2(x *float32, n int, mx float32) float32
+
+//go:noescape
 func f16DotAVX2(w *uint16, x *float32, n int) float32
 
 // The wrappers check lengths the assembly trusts: a short slice is a bug
@@ -197,4 +203,26 @@ func quantizeRowSIMD(q []int8, d []float32, x []float32) {
 	}
 	_, _ = q[nb*blockLen-1], x[nb*blockLen-1]
 	quantizeAVX2(&q[0], &d[0], &x[0], nb)
+}
+
+func expSumSIMD(x []float32, mx float32) float32 {
+	n := len(x) &^ 7
+	var sum float32
+	if n > 0 {
+		sum = expSumAVX2(&x[0], n, mx)
+	}
+	for i := n; i < len(x); i++ {
+		x[i] = expf(x[i] - mx)
+		sum += x[i]
+	}
+	return sum
+}
+
+func dotF32x3x4SIMD(w []float32, x []float32, n int, out *[12]float32) {
+	if n%8 != 0 || n == 0 {
+		dotF32x3x4Go(w, x, n, out)
+		return
+	}
+	_, _ = w[3*n-1], x[4*n-1]
+	f32x3x4AVX2(&w[0], n, &x[0], n, n, &out[0])
 }

@@ -934,3 +934,140 @@ tiledone:
 	Q8SUM4(Z19, Y19, Z23, Y23, Z27, Y27, Z31, Y31, 48)
 	VZEROUPPER
 	RET
+
+#define BCAST(bits, reg) MOVL $bits, AX; VMOVD AX, X0; VBROADCASTSS X0, reg
+
+// func expSumAVX2(x *float32, n int, mx float32) float32
+// x[i] = e^(x[i]-mx) for i < n (n a multiple of 8; x[i]-mx <= 0), as
+// expf computes it (x = k·ln2 + r, k = floor(x·log2e + 1/2), e^r by its
+// Taylor polynomial to r^6, 2^k added to the exponent bits, 0 below -87),
+// with FMA for the products; returns the sum of the new x[i].
+TEXT ·expSumAVX2(SB), NOSPLIT, $0-28
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	SHRQ $3, CX
+	VBROADCASTSS mx+16(FP), Y15
+	BCAST(0xc2ae0000, Y14) // -87
+	BCAST(0x3fb8aa3b, Y13) // log2e
+	BCAST(0x3f000000, Y12) // 1/2
+	BCAST(0x3f317200, Y11) // ln2hi
+	BCAST(0x35bfbe8e, Y10) // ln2lo
+	BCAST(0x3ab60b61, Y9)  // 1/720
+	BCAST(0x3c088889, Y8)  // 1/120
+	BCAST(0x3d2aaaab, Y7)  // 1/24
+	BCAST(0x3e2aaaab, Y6)  // 1/6
+	BCAST(0x3f800000, Y5)  // 1
+	VXORPS Y4, Y4, Y4      // the sum
+
+expLoop:
+	TESTQ CX, CX
+	JZ    expDone
+	VMOVUPS (SI), Y0
+	VSUBPS  Y15, Y0, Y0       // x - mx
+	VCMPPS  $1, Y14, Y0, Y3   // lanes below -87 (and -Inf): 0 at the end
+	VMAXPS  Y14, Y0, Y0       // keep the arithmetic in range there
+	VMOVAPS Y12, Y1
+	VFMADD231PS Y13, Y0, Y1   // x·log2e + 1/2
+	VROUNDPS $1, Y1, Y1       // k = floor(...)
+	VFNMADD231PS Y11, Y1, Y0  // r = x - k·ln2hi
+	VFNMADD231PS Y10, Y1, Y0  // r -= k·ln2lo
+	VMOVAPS Y9, Y2            // p = 1/720
+	VFMADD213PS Y8, Y0, Y2    // p = p·r + 1/120
+	VFMADD213PS Y7, Y0, Y2    // + 1/24
+	VFMADD213PS Y6, Y0, Y2    // + 1/6
+	VFMADD213PS Y12, Y0, Y2   // + 1/2
+	VFMADD213PS Y5, Y0, Y2    // + 1
+	VFMADD213PS Y5, Y0, Y2    // + 1
+	VCVTTPS2DQ Y1, Y1         // k, exact: an integer already
+	VPSLLD  $23, Y1, Y1
+	VPADDD  Y1, Y2, Y2        // · 2^k
+	VANDNPS Y2, Y3, Y2        // 0 where x - mx < -87
+	VMOVUPS Y2, (SI)
+	VADDPS  Y2, Y4, Y4
+	ADDQ $32, SI
+	DECQ CX
+	JMP  expLoop
+
+expDone:
+	VEXTRACTF128 $1, Y4, X1
+	VADDPS X1, X4, X4
+	VHADDPS X4, X4, X4
+	VHADDPS X4, X4, X4
+	MOVSS X4, ret+24(FP)
+	VZEROUPPER
+	RET
+
+#define HSUM(y, x, off) VEXTRACTF128 $1, y, X12; VADDPS X12, x, x; VHADDPS x, x, x; VHADDPS x, x, x; MOVSS x, off(AX)
+
+// func f32x3x4AVX2(w *float32, wstride int, x *float32, xstride, n int, out *float32)
+// out[3t+r] = w[r·wstride : r·wstride+n] · x[t·xstride : t·xstride+n] for
+// three weight rows r and four activation rows t: each weight load serves
+// four products and each activation load three. n a multiple of 8, strides
+// in floats.
+TEXT ·f32x3x4AVX2(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), R8
+	SHLQ $2, R8
+	MOVQ x+16(FP), DI
+	MOVQ xstride+24(FP), R9
+	SHLQ $2, R9
+	MOVQ n+32(FP), CX
+	SHRQ $3, CX
+	MOVQ out+40(FP), AX
+	LEAQ (SI)(R8*1), R10
+	LEAQ (R10)(R8*1), R11
+	LEAQ (DI)(R9*1), R12
+	LEAQ (R12)(R9*1), R13
+	LEAQ (R13)(R9*1), DX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	XORQ BX, BX
+
+f3x4Loop:
+	VMOVUPS (SI)(BX*1), Y12
+	VMOVUPS (R10)(BX*1), Y13
+	VMOVUPS (R11)(BX*1), Y14
+	VMOVUPS (DI)(BX*1), Y15
+	VFMADD231PS Y15, Y12, Y0
+	VFMADD231PS Y15, Y13, Y1
+	VFMADD231PS Y15, Y14, Y2
+	VMOVUPS (R12)(BX*1), Y15
+	VFMADD231PS Y15, Y12, Y3
+	VFMADD231PS Y15, Y13, Y4
+	VFMADD231PS Y15, Y14, Y5
+	VMOVUPS (R13)(BX*1), Y15
+	VFMADD231PS Y15, Y12, Y6
+	VFMADD231PS Y15, Y13, Y7
+	VFMADD231PS Y15, Y14, Y8
+	VMOVUPS (DX)(BX*1), Y15
+	VFMADD231PS Y15, Y12, Y9
+	VFMADD231PS Y15, Y13, Y10
+	VFMADD231PS Y15, Y14, Y11
+	ADDQ $32, BX
+	DECQ CX
+	JNZ  f3x4Loop
+
+	HSUM(Y0, X0, 0)
+	HSUM(Y1, X1, 4)
+	HSUM(Y2, X2, 8)
+	HSUM(Y3, X3, 12)
+	HSUM(Y4, X4, 16)
+	HSUM(Y5, X5, 20)
+	HSUM(Y6, X6, 24)
+	HSUM(Y7, X7, 28)
+	HSUM(Y8, X8, 32)
+	HSUM(Y9, X9, 36)
+	HSUM(Y10, X10, 40)
+	HSUM(Y11, X11, 44)
+	VZEROUPPER
+	RET

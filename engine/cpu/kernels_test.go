@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/mod"
 )
 
 func randInt8(g *rand.Rand, n int) []int8 {
@@ -281,4 +282,61 @@ func TestUnpackQ4(t *testing.T) {
 			require.Equal(t, int8(v>>4)-8, got[32*b+j+16], "block %d element %d (byte %#x)", b, j+16, v)
 		}
 	}
+}
+
+// matmul of float matrices (F32, F16 and a BF16 one decoded a row at a
+// time), on every path: four tokens or more take three rows at a time
+// through dotF32x3x4, the rest dotF32. Every element equals a float64 dot
+// of its decoded row and token, for token counts around the four-token
+// groups and past a tokenTile, row counts that leave a remainder of the
+// three-row groups, and widths a multiple of 8 (the AVX2 kernel) and not.
+func TestMatmulFloat(t *testing.T) {
+	g := rand.New(rand.NewPCG(15, 16))
+	r := &Runner{pool: newPool(2)}
+	kernelPaths(t, func(t *testing.T) {
+		for _, cols := range []int{96, 100} {
+			rows := 3*rowGrain + 2
+			f32 := randF32(g, rows*cols)
+			f16 := make([]uint16, rows*cols)
+			bf16 := make([]byte, 2*rows*cols)
+			for i, v := range f32 {
+				f16[i] = gguf.F32ToF16(v)
+				b := math.Float32bits(v) >> 16
+				bf16[2*i], bf16[2*i+1] = byte(b), byte(b>>8)
+			}
+			src, err := mod.NewMat("bf16", gguf.TypeBF16, []uint64{uint64(cols), uint64(rows)}, bf16)
+			require.NoError(t, err)
+			mats := []*matrix{
+				{name: "f32", kind: kindF32, rows: rows, cols: cols, f32: f32},
+				{name: "f16", kind: kindF16, rows: rows, cols: cols, f16: f16},
+				{name: "bf16", kind: kindRows, rows: rows, cols: cols, src: &src},
+			}
+			for _, w := range mats {
+				row := make([]float32, cols)
+				for _, n := range []int{1, 3, 4, 7, tokenTile + 6} {
+					x := &acts{}
+					x.set(randF32(g, n*cols), n, cols)
+					out := make([]float32, n*rows)
+					r.matmul(out, x, w)
+					for i := range rows {
+						switch w.kind {
+						case kindF32:
+							copy(row, f32[i*cols:(i+1)*cols])
+						case kindF16:
+							f16RowGo(row, f16[i*cols:(i+1)*cols])
+						default:
+							src.Row(i, row)
+						}
+						for s := range n {
+							var want float64
+							for j, v := range row {
+								want += float64(v) * float64(x.f[s*cols+j])
+							}
+							assertClose(t, want, out[s*rows+i], fmt.Sprintf("%s %d cols %d tokens row %d token %d", w.name, cols, n, i, s))
+						}
+					}
+				}
+			}
+		}
+	})
 }

@@ -67,7 +67,8 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 		if w.kind == kindRows || w.kind == kindF16 {
 			row = make([]float32, cols)
 		}
-		var q8 []int8 // kindQ4: four rows unpacked to int8
+		var q8 []int8       // kindQ4: four rows unpacked to int8
+		var rows3 []float32 // kindF16, kindRows: three rows decoded
 		for t0 := 0; t0 < n; t0 += tokenTile {
 			t1 := min(n, t0+tokenTile)
 			i := lo
@@ -102,6 +103,9 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 						copy(out[s*w.rows+i:s*w.rows+i+4], four[:])
 					}
 				}
+			}
+			if w.kind == kindF32 || w.kind == kindF16 || w.kind == kindRows {
+				i = floatTiles(out, x, w, i, hi, t0, t1, &rows3)
 			}
 			for ; i < hi; i++ {
 				switch w.kind {
@@ -139,6 +143,48 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 			}
 		}
 	})
+}
+
+// floatTiles runs a float matrix's rows i.. of hi three at a time over
+// tokens t0..t1 in groups of four (dotF32x3x4), decoding F16 and other
+// rows into rows3 once for the tile; it returns the first row it left (at
+// most two, or all of them with fewer than four tokens).
+func floatTiles(out []float32, x *acts, w *matrix, i, hi, t0, t1 int, rows3 *[]float32) int {
+	if t1-t0 < 4 {
+		return i
+	}
+	cols := w.cols
+	var twelve [12]float32
+	for ; i+3 <= hi; i += 3 {
+		var wr []float32
+		switch w.kind {
+		case kindF32:
+			wr = w.f32[i*cols : (i+3)*cols]
+		case kindF16:
+			*rows3 = grow(*rows3, 3*cols)
+			wr = *rows3
+			f16Row(wr, w.f16[i*cols:(i+3)*cols])
+		default:
+			*rows3 = grow(*rows3, 3*cols)
+			wr = *rows3
+			for k := range 3 {
+				w.src.Row(i+k, wr[k*cols:(k+1)*cols])
+			}
+		}
+		s := t0
+		for ; s+4 <= t1; s += 4 {
+			dotF32x3x4(wr, x.f[s*cols:(s+4)*cols], cols, &twelve)
+			for t := range 4 {
+				copy(out[(s+t)*w.rows+i:(s+t)*w.rows+i+3], twelve[3*t:3*t+3])
+			}
+		}
+		for ; s < t1; s++ {
+			for k := range 3 {
+				out[s*w.rows+i+k] = dotF32(wr[k*cols:(k+1)*cols], x.f[s*cols:(s+1)*cols])
+			}
+		}
+	}
+	return i
 }
 
 // q8Tiles runs Q8_0 weight rows i..i+3 (wq, wd) over x's tokens t0.. in
