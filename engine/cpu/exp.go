@@ -36,6 +36,21 @@ func expf(x float32) float32 {
 // silu is mod.SiLU with expf: x·sigmoid(x).
 func silu(x float32) float32 { return x / (1 + expf(-x)) }
 
+// swiglu sets gate[i] = silu(gate[i])·up[i] (SwiGLU), 8 at a time on AVX2.
+func swiglu(gate, up []float32) {
+	if useSIMD {
+		swigluSIMD(gate, up)
+		return
+	}
+	swigluGo(gate, up)
+}
+
+func swigluGo(gate, up []float32) {
+	for i, g := range gate {
+		gate[i] = silu(g) * up[i]
+	}
+}
+
 // softmax is mod.Softmax with expf, in place; a NaN anywhere makes every
 // value NaN, as mod's does (Go's max keeps a NaN).
 func softmax(x []float32) {

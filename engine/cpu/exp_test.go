@@ -109,3 +109,27 @@ func TestExpSum(t *testing.T) {
 		}
 	})
 }
+
+// swiglu on every path against silu(g)·up, for lengths around the blocks
+// of 8 and gates from -100 to 100 (past both ends of expf's range), and a
+// NaN gate stays NaN.
+func TestSwiglu(t *testing.T) {
+	g := rand.New(rand.NewPCG(23, 24))
+	kernelPaths(t, func(t *testing.T) {
+		for _, n := range []int{1, 7, 8, 9, 33} {
+			gate, up := make([]float32, n), make([]float32, n)
+			for i := range gate {
+				gate[i], up[i] = float32(g.Float64()*200-100), float32(g.NormFloat64())
+			}
+			gate[0] = -95
+			gate[n-1] = float32(math.NaN())
+			got := slices.Clone(gate)
+			swiglu(got, up)
+			for i, v := range gate[:n-1] {
+				want := silu(v) * up[i]
+				assert.InDelta(t, want, got[i], 1e-6*math.Abs(float64(want))+1e-30, "n=%d silu(%g)·%g", n, v, up[i])
+			}
+			assert.True(t, math.IsNaN(float64(got[n-1])), "n=%d: a NaN gate gives %g", n, got[n-1])
+		}
+	})
+}

@@ -246,9 +246,7 @@ func (r *Runner) block(l int, x []float32, pos, rope []int32, mlpScale []float32
 	s.in.set(s.xn, n, d)
 	r.matmul(s.gate, &s.in, bw.gate)
 	r.matmul(s.up, &s.in, bw.up)
-	for i, g := range s.gate {
-		s.gate[i] = silu(g) * s.up[i] // SwiGLU
-	}
+	swiglu(s.gate, s.up)
 	s.ffn.set(s.gate, n, c.NFF)
 	r.matmul(s.o, &s.ffn, bw.down)
 	for i, g := range mlpScale {

@@ -73,6 +73,9 @@ func f32DotAVX2(w, x *float32, n int) float32
 func f32x3x4AVX2(w *float32, wstride int, x *float32, xstride, n int, out *float32)
 
 //go:noescape
+func swigluAVX2(gate, up *float32, n int)
+
+//go:noescape
 func expSumAVX2(x *float32, n int, mx float32) float32
 
 //go:noescape
@@ -225,4 +228,13 @@ func dotF32x3x4SIMD(w []float32, x []float32, n int, out *[12]float32) {
 	}
 	_, _ = w[3*n-1], x[4*n-1]
 	f32x3x4AVX2(&w[0], n, &x[0], n, n, &out[0])
+}
+
+func swigluSIMD(gate, up []float32) {
+	n := len(gate) &^ 7
+	if n > 0 {
+		_ = up[n-1]
+		swigluAVX2(&gate[0], &up[0], n)
+	}
+	swigluGo(gate[n:], up[n:])
 }

@@ -937,51 +937,66 @@ tiledone:
 
 #define BCAST(bits, reg) MOVL $bits, AX; VMOVD AX, X0; VBROADCASTSS X0, reg
 
+// EXP_CONSTS loads expf's constants for EXP8 into Y5-Y14 (clobbers AX and
+// X0): Y14 -87, Y13 log2e, Y12 1/2, Y11 and Y10 ln2 in a high and a low
+// part, Y9-Y6 1/720, 1/120, 1/24 and 1/6, Y5 1.
+#define EXP_CONSTS \
+	BCAST(0xc2ae0000, Y14); \
+	BCAST(0x3fb8aa3b, Y13); \
+	BCAST(0x3f000000, Y12); \
+	BCAST(0x3f317200, Y11); \
+	BCAST(0x35bfbe8e, Y10); \
+	BCAST(0x3ab60b61, Y9); \
+	BCAST(0x3c088889, Y8); \
+	BCAST(0x3d2aaaab, Y7); \
+	BCAST(0x3e2aaaab, Y6); \
+	BCAST(0x3f800000, Y5)
+
+// EXP8 sets Y2 = e^Y0 in 8 lanes as expf computes it (x = k·ln2 + r,
+// k = floor(x·log2e + 1/2), e^r by its Taylor polynomial to r^6, 2^k
+// added to the exponent bits, 0 below -87), with FMA for the products;
+// Y0 must be a number at most 88. Clobbers Y0, Y1, Y3. In turn: Y3 marks
+// the lanes below -87 (and -Inf), which end as 0; x is raised to -87
+// there to keep the arithmetic in range; Y1 = k = floor(x·log2e + 1/2);
+// Y0 = r = x - k·ln2hi - k·ln2lo; Y2 = p by Horner's rule from 1/720
+// down to 1; k, exact as an integer, shifted into the exponent and added.
+#define EXP8 \
+	VCMPPS  $1, Y14, Y0, Y3; \
+	VMAXPS  Y14, Y0, Y0; \
+	VMOVAPS Y12, Y1; \
+	VFMADD231PS Y13, Y0, Y1; \
+	VROUNDPS $1, Y1, Y1; \
+	VFNMADD231PS Y11, Y1, Y0; \
+	VFNMADD231PS Y10, Y1, Y0; \
+	VMOVAPS Y9, Y2; \
+	VFMADD213PS Y8, Y0, Y2; \
+	VFMADD213PS Y7, Y0, Y2; \
+	VFMADD213PS Y6, Y0, Y2; \
+	VFMADD213PS Y12, Y0, Y2; \
+	VFMADD213PS Y5, Y0, Y2; \
+	VFMADD213PS Y5, Y0, Y2; \
+	VCVTTPS2DQ Y1, Y1; \
+	VPSLLD  $23, Y1, Y1; \
+	VPADDD  Y1, Y2, Y2; \
+	VANDNPS Y2, Y3, Y2
+
 // func expSumAVX2(x *float32, n int, mx float32) float32
 // x[i] = e^(x[i]-mx) for i < n (n a multiple of 8; x[i]-mx <= 0), as
-// expf computes it (x = k·ln2 + r, k = floor(x·log2e + 1/2), e^r by its
-// Taylor polynomial to r^6, 2^k added to the exponent bits, 0 below -87),
-// with FMA for the products; returns the sum of the new x[i].
+// expf computes it (EXP8); returns the sum of the new x[i].
 TEXT ·expSumAVX2(SB), NOSPLIT, $0-28
 	MOVQ x+0(FP), SI
 	MOVQ n+8(FP), CX
 	SHRQ $3, CX
 	VBROADCASTSS mx+16(FP), Y15
-	BCAST(0xc2ae0000, Y14) // -87
-	BCAST(0x3fb8aa3b, Y13) // log2e
-	BCAST(0x3f000000, Y12) // 1/2
-	BCAST(0x3f317200, Y11) // ln2hi
-	BCAST(0x35bfbe8e, Y10) // ln2lo
-	BCAST(0x3ab60b61, Y9)  // 1/720
-	BCAST(0x3c088889, Y8)  // 1/120
-	BCAST(0x3d2aaaab, Y7)  // 1/24
-	BCAST(0x3e2aaaab, Y6)  // 1/6
-	BCAST(0x3f800000, Y5)  // 1
-	VXORPS Y4, Y4, Y4      // the sum
+	EXP_CONSTS
+	VXORPS Y4, Y4, Y4 // the sum
 
 expLoop:
 	TESTQ CX, CX
 	JZ    expDone
 	VMOVUPS (SI), Y0
-	VSUBPS  Y15, Y0, Y0       // x - mx
-	VCMPPS  $1, Y14, Y0, Y3   // lanes below -87 (and -Inf): 0 at the end
-	VMAXPS  Y14, Y0, Y0       // keep the arithmetic in range there
-	VMOVAPS Y12, Y1
-	VFMADD231PS Y13, Y0, Y1   // x·log2e + 1/2
-	VROUNDPS $1, Y1, Y1       // k = floor(...)
-	VFNMADD231PS Y11, Y1, Y0  // r = x - k·ln2hi
-	VFNMADD231PS Y10, Y1, Y0  // r -= k·ln2lo
-	VMOVAPS Y9, Y2            // p = 1/720
-	VFMADD213PS Y8, Y0, Y2    // p = p·r + 1/120
-	VFMADD213PS Y7, Y0, Y2    // + 1/24
-	VFMADD213PS Y6, Y0, Y2    // + 1/6
-	VFMADD213PS Y12, Y0, Y2   // + 1/2
-	VFMADD213PS Y5, Y0, Y2    // + 1
-	VFMADD213PS Y5, Y0, Y2    // + 1
-	VCVTTPS2DQ Y1, Y1         // k, exact: an integer already
-	VPSLLD  $23, Y1, Y1
-	VPADDD  Y1, Y2, Y2        // · 2^k
-	VANDNPS Y2, Y3, Y2        // 0 where x - mx < -87
+	VSUBPS  Y15, Y0, Y0 // x - mx
+	EXP8
 	VMOVUPS Y2, (SI)
 	VADDPS  Y2, Y4, Y4
 	ADDQ $32, SI
@@ -994,6 +1009,40 @@ expDone:
 	VHADDPS X4, X4, X4
 	VHADDPS X4, X4, X4
 	MOVSS X4, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func swigluAVX2(gate, up *float32, n int)
+// gate[i] = silu(gate[i])·up[i] = gate[i]/(1 + e^-gate[i])·up[i] for
+// i < n (a multiple of 8), e^ as EXP8 with its argument capped at 88 (a
+// gate below -88 gives about -1e-37·up where silu gives -0); a NaN gate
+// stays NaN.
+TEXT ·swigluAVX2(SB), NOSPLIT, $0-24
+	MOVQ gate+0(FP), SI
+	MOVQ up+8(FP), DI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	EXP_CONSTS
+	BCAST(0x42b00000, Y4) // 88
+
+swigluLoop:
+	TESTQ CX, CX
+	JZ    swigluDone
+	VMOVUPS (SI), Y15
+	VXORPS  Y0, Y0, Y0
+	VSUBPS  Y15, Y0, Y0 // -g
+	VMINPS  Y4, Y0, Y0  // at most 88 (NaN: 88, and g keeps the NaN)
+	EXP8
+	VADDPS  Y5, Y2, Y2  // 1 + e^-g
+	VDIVPS  Y2, Y15, Y2 // g / (1 + e^-g)
+	VMULPS  (DI), Y2, Y2
+	VMOVUPS Y2, (SI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JMP  swigluLoop
+
+swigluDone:
 	VZEROUPPER
 	RET
 

@@ -33,6 +33,7 @@ func quantizeRowSIMD(q []int8, d []float32, x []float32) { quantizeRowGo(q, d, x
 func dotF32x3x4SIMD(w []float32, x []float32, n int, out *[12]float32) {
 	dotF32x3x4Go(w, x, n, out)
 }
+func swigluSIMD(gate, up []float32)              { swigluGo(gate, up) }
 func expSumSIMD(x []float32, mx float32) float32 { return expSumGo(x, mx) }
 
 func dotQ8x4x4VNNI(w []int8, wd []float32, x []int8, xd []float32, cols int, out *[16]float32) {
