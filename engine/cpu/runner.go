@@ -9,9 +9,11 @@
 //     and F32 weights dot in float32, and BF16 is decoded a row at a time;
 //   - AVX2 kernels chosen at run time (kernels_amd64.s), with portable Go
 //     ones everywhere else;
-//   - a prompt runs as one batch per chunk: each weight row is dotted with
-//     a tile of the chunk's rows while it sits in cache, and attention is
-//     batched over the chunk;
+//   - a prompt runs as one batch per chunk: weight rows are dotted with a
+//     tile of the chunk's rows while they sit in cache (4 rows by 4 tokens
+//     in VNNI for Q8_0, and for Q4_0 unpacked to int8; 3 rows by 4 tokens
+//     for float matrices), and attention is batched over the chunk;
+//   - the softmax and SwiGLU exponentiate 8 lanes at a time (EXP8);
 //   - a routed block gathers the tokens it selected and runs on them alone:
 //     a skipped token costs its router score and nothing else.
 //
