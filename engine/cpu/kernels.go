@@ -8,9 +8,10 @@ import (
 )
 
 // The dot products every matrix product reduces to. Each has a portable Go
-// version here and, on amd64 with AVX2, an assembly one (kernels_amd64.s);
-// which runs is chosen once, at start, from CPUID (simdName), and tests run
-// both by switching useSIMD.
+// version here and, on amd64 with AVX2, an assembly one (kernels_avx2_amd64.s;
+// with AVX-512 VNNI some have a second, kernels_vnni_amd64.s): which runs
+// is chosen once, at start, from CPUID (simdName, hasVNNI), and tests run
+// every path by switching useSIMD and useVNNI.
 //
 // Quantized weights are dotted with activations quantized the same way as
 // Q8_0 (blocks of 32 int8 with a float32 scale, quantizeRow): the products

@@ -7,8 +7,8 @@
 //     in integers with Q8_0 and Q4_0 weights (kernels.go), and with the
 //     other quantized types requantized to Q8_0 at load (weights.go); F16
 //     and F32 weights dot in float32, and BF16 is decoded a row at a time;
-//   - AVX2 kernels chosen at run time (kernels_amd64.s), with portable Go
-//     ones everywhere else;
+//   - AVX2 and AVX-512 VNNI kernels chosen at run time (kernels_avx2_amd64.s,
+//     kernels_vnni_amd64.s), with portable Go ones everywhere else;
 //   - a prompt runs as one batch per chunk: weight rows are dotted with a
 //     tile of the chunk's rows while they sit in cache (4 rows by 4 tokens
 //     in VNNI for Q8_0, and for Q4_0 unpacked to int8; 3 rows by 4 tokens
