@@ -96,6 +96,9 @@ type GenerateOptions struct {
 	// "<|eot_id|>", as those tokens (a chat template's prompt needs it);
 	// otherwise the prompt is plain text.
 	ParseSpecial bool
+	// plain are the prompt's stretches that stay plain text even with
+	// ParseSpecial: a chat's message content (Chat.Reply sets them).
+	plain []tokenizer.Span
 }
 
 func (o GenerateOptions) sampler() (engine.SamplerOptions, error) {
@@ -197,7 +200,7 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 	if err != nil {
 		return Result{}, err
 	}
-	ids, err := s.m.tok.EncodeWith(prompt, tokenizer.EncodeOptions{AddSpecial: len(s.fed) == 0 && len(s.pending) == 0, ParseSpecial: opts.ParseSpecial})
+	ids, err := s.m.tok.EncodeWith(prompt, tokenizer.EncodeOptions{AddSpecial: len(s.fed) == 0 && len(s.pending) == 0, ParseSpecial: opts.ParseSpecial, Plain: opts.plain})
 	if err != nil {
 		return Result{}, fmt.Errorf("modrun: prompt: %w", err)
 	}

@@ -41,7 +41,113 @@ type ChatTemplate struct {
 	// templates write into the prompt ("<s>", "<|begin_of_text|>"); encode
 	// the prompt with EncodeOptions.ParseSpecial so they become tokens.
 	BOS, EOS string
-	render   func(c ChatTemplate, msgs []Message, addGenerationPrompt bool) (string, error)
+	render   func(c ChatTemplate, p *promptBuilder, msgs []Message, addGenerationPrompt bool) error
+}
+
+// ChatPrompt is a rendered conversation: its Text, and where in it each
+// message's content lies. Encode it with ChatPrompt.Options: the
+// template's markup becomes control tokens, the content stays plain text,
+// so "<|eot_id|>" typed by a user is never the end of a turn.
+type ChatPrompt struct {
+	Text    string
+	Content []MessageSpan // in order, apart
+}
+
+// MessageSpan is where the content of a message with Role lies in a
+// ChatPrompt's text.
+type MessageSpan struct {
+	Span
+	Role string
+}
+
+// PlainSpans are the content spans that must stay plain text: all of them,
+// or with specialSystem all but the system message's (a system prompt the
+// caller wrote, and trusts, may hold control tokens).
+func (p ChatPrompt) PlainSpans(specialSystem bool) []Span {
+	var out []Span
+	for _, c := range p.Content {
+		if !(specialSystem && c.Role == RoleSystem) {
+			out = append(out, c.Span)
+		}
+	}
+	return out
+}
+
+// Options are the encode options for the prompt: control tokens parsed in
+// the markup only (see PlainSpans), BOS added with addSpecial.
+func (p ChatPrompt) Options(addSpecial, specialSystem bool) EncodeOptions {
+	return EncodeOptions{AddSpecial: addSpecial, ParseSpecial: true, Plain: p.PlainSpans(specialSystem)}
+}
+
+// Slice is the prompt's text from byte from on, with the spans that lie
+// there (cut at from), shifted to match.
+func (p ChatPrompt) Slice(from int) ChatPrompt {
+	out := ChatPrompt{Text: p.Text[from:]}
+	for _, c := range p.Content {
+		if c.End <= from {
+			continue
+		}
+		c.Start = max(c.Start, from) - from
+		c.End -= from
+		out.Content = append(out.Content, c)
+	}
+	return out
+}
+
+// Prepend is the prompt with markup text before it.
+func (p ChatPrompt) Prepend(markup string) ChatPrompt {
+	out := ChatPrompt{Text: markup + p.Text}
+	for _, c := range p.Content {
+		c.Start += len(markup)
+		c.End += len(markup)
+		out.Content = append(out.Content, c)
+	}
+	return out
+}
+
+// promptBuilder writes a ChatPrompt: markup as it is, content with its span.
+type promptBuilder struct {
+	b     strings.Builder
+	spans []MessageSpan
+}
+
+func (p *promptBuilder) markup(s string) { p.b.WriteString(s) }
+
+func (p *promptBuilder) content(role, s string) {
+	start := p.b.Len()
+	p.b.WriteString(s)
+	if len(s) > 0 {
+		p.spans = append(p.spans, MessageSpan{Span{start, p.b.Len()}, role})
+	}
+}
+
+// part is a stretch of a rendering: content of a message with role, or
+// markup when role is "".
+type part struct{ role, text string }
+
+// stripped writes parts as pyStrip of their concatenation would read, each
+// part keeping its kind.
+func (p *promptBuilder) stripped(parts ...part) {
+	isSpace := func(r rune) bool { return unicode.IsSpace(r) || (r >= 0x1C && r <= 0x1F) }
+	for i := range parts { // leading whitespace, over empty parts
+		parts[i].text = strings.TrimLeftFunc(parts[i].text, isSpace)
+		if parts[i].text != "" {
+			break
+		}
+	}
+	for i := len(parts) - 1; i >= 0; i-- {
+		parts[i].text = strings.TrimRightFunc(parts[i].text, isSpace)
+		if parts[i].text != "" {
+			break
+		}
+	}
+	for _, pt := range parts {
+		if pt.role == "" {
+			p.markup(pt.text)
+		} else {
+			p.content(pt.role, pt.text)
+		}
+	}
 }
 
 // chatFamily is one template family: how to recognise its Jinja text and
@@ -50,7 +156,7 @@ type chatFamily struct {
 	name   string
 	about  string
 	detect func(jinja string) bool
-	render func(c ChatTemplate, msgs []Message, addGenerationPrompt bool) (string, error)
+	render func(c ChatTemplate, p *promptBuilder, msgs []Message, addGenerationPrompt bool) error
 }
 
 // chatFamilies are tried in order on a file's template: ChatML's and Llama
@@ -136,17 +242,27 @@ func ChatTemplateFromGGUF(f *gguf.File, tok *Tokenizer, name string) (ChatTempla
 // Render writes msgs as the template does; with addGenerationPrompt it
 // ends with the start of the assistant's turn, where generation goes on.
 func (c ChatTemplate) Render(msgs []Message, addGenerationPrompt bool) (string, error) {
+	p, err := c.RenderPrompt(msgs, addGenerationPrompt)
+	return p.Text, err
+}
+
+// RenderPrompt is Render with the place of each message's content.
+func (c ChatTemplate) RenderPrompt(msgs []Message, addGenerationPrompt bool) (ChatPrompt, error) {
 	if c.render == nil {
-		return "", errors.New("tokenizer: a ChatTemplate must come from NewChatTemplate")
+		return ChatPrompt{}, errors.New("tokenizer: a ChatTemplate must come from NewChatTemplate")
 	}
 	for i, m := range msgs {
 		switch m.Role {
 		case RoleSystem, RoleUser, RoleAssistant:
 		default:
-			return "", fmt.Errorf("tokenizer: message %d: role %q is not %s, %s or %s", i, m.Role, RoleSystem, RoleUser, RoleAssistant)
+			return ChatPrompt{}, fmt.Errorf("tokenizer: message %d: role %q is not %s, %s or %s", i, m.Role, RoleSystem, RoleUser, RoleAssistant)
 		}
 	}
-	return c.render(c, msgs, addGenerationPrompt)
+	var p promptBuilder
+	if err := c.render(c, &p, msgs, addGenerationPrompt); err != nil {
+		return ChatPrompt{}, err
+	}
+	return ChatPrompt{Text: p.b.String(), Content: p.spans}, nil
 }
 
 // pyStrip is Python's str.strip() (and Jinja's trim): Unicode whitespace and
@@ -157,70 +273,76 @@ func pyStrip(s string) string {
 
 // renderLlama3 is Meta-Llama-3-8B-Instruct's template: each message as a
 // header and its trimmed content, BOS before the first.
-func renderLlama3(c ChatTemplate, msgs []Message, gen bool) (string, error) {
-	var b strings.Builder
+func renderLlama3(c ChatTemplate, p *promptBuilder, msgs []Message, gen bool) error {
 	for i, m := range msgs {
 		if i == 0 {
-			b.WriteString(c.BOS)
+			p.markup(c.BOS)
 		}
-		b.WriteString("<|start_header_id|>" + m.Role + "<|end_header_id|>\n\n" + pyStrip(m.Content) + "<|eot_id|>")
+		p.markup("<|start_header_id|>" + m.Role + "<|end_header_id|>\n\n")
+		p.content(m.Role, pyStrip(m.Content))
+		p.markup("<|eot_id|>")
 	}
 	if gen {
-		b.WriteString("<|start_header_id|>assistant<|end_header_id|>\n\n")
+		p.markup("<|start_header_id|>assistant<|end_header_id|>\n\n")
 	}
-	return b.String(), nil
+	return nil
 }
 
 // renderLlama2 is Llama-2-chat's template: a leading system message goes
 // inside the first user message, each user message is one [INST] block
 // after BOS, each answer ends with EOS, and the roles must alternate. It has
 // no generation prompt: the answer follows " [/INST]".
-func renderLlama2(c ChatTemplate, msgs []Message, _ bool) (string, error) {
-	system, hasSystem := "", false
+func renderLlama2(c ChatTemplate, p *promptBuilder, msgs []Message, _ bool) error {
+	var system *Message
 	if len(msgs) > 0 && msgs[0].Role == RoleSystem {
-		system, hasSystem, msgs = msgs[0].Content, true, msgs[1:]
+		system, msgs = &msgs[0], msgs[1:]
 	}
-	var b strings.Builder
 	for i, m := range msgs {
 		if (m.Role == RoleUser) != (i%2 == 0) {
-			return "", errors.New("tokenizer: llama2 chat template: after the optional system message, roles must alternate user, assistant, user, assistant and so on")
-		}
-		content := m.Content
-		if i == 0 && hasSystem {
-			content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content
+			return errors.New("tokenizer: llama2 chat template: after the optional system message, roles must alternate user, assistant, user, assistant and so on")
 		}
 		switch m.Role {
 		case RoleUser:
-			b.WriteString(c.BOS + "[INST] " + pyStrip(content) + " [/INST]")
+			p.markup(c.BOS + "[INST] ")
+			if i == 0 && system != nil {
+				p.stripped(part{"", "<<SYS>>\n"}, part{RoleSystem, system.Content}, part{"", "\n<</SYS>>\n\n"}, part{RoleUser, m.Content})
+			} else {
+				p.stripped(part{RoleUser, m.Content})
+			}
+			p.markup(" [/INST]")
 		case RoleAssistant:
-			b.WriteString(" " + pyStrip(content) + " " + c.EOS)
+			p.markup(" ")
+			p.stripped(part{RoleAssistant, m.Content})
+			p.markup(" " + c.EOS)
 		}
 	}
-	return b.String(), nil
+	return nil
 }
 
 // renderZephyr is zephyr-7b-beta's and TinyLlama-1.1B-Chat's template: a
 // <|role|> line, the content and EOS, a newline; the generation prompt comes
 // after the last message only.
-func renderZephyr(c ChatTemplate, msgs []Message, gen bool) (string, error) {
-	var b strings.Builder
+func renderZephyr(c ChatTemplate, p *promptBuilder, msgs []Message, gen bool) error {
 	for _, m := range msgs {
-		b.WriteString("<|" + m.Role + "|>\n" + m.Content + c.EOS + "\n")
+		p.markup("<|" + m.Role + "|>\n")
+		p.content(m.Role, m.Content)
+		p.markup(c.EOS + "\n")
 	}
 	if gen && len(msgs) > 0 {
-		b.WriteString("<|assistant|>\n")
+		p.markup("<|assistant|>\n")
 	}
-	return b.String(), nil
+	return nil
 }
 
 // renderChatML is ChatML (teknium/OpenHermes-2.5-Mistral-7B's template).
-func renderChatML(_ ChatTemplate, msgs []Message, gen bool) (string, error) {
-	var b strings.Builder
+func renderChatML(_ ChatTemplate, p *promptBuilder, msgs []Message, gen bool) error {
 	for _, m := range msgs {
-		b.WriteString("<|im_start|>" + m.Role + "\n" + m.Content + "<|im_end|>\n")
+		p.markup("<|im_start|>" + m.Role + "\n")
+		p.content(m.Role, m.Content)
+		p.markup("<|im_end|>\n")
 	}
 	if gen {
-		b.WriteString("<|im_start|>assistant\n")
+		p.markup("<|im_start|>assistant\n")
 	}
-	return b.String(), nil
+	return nil
 }

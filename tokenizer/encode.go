@@ -44,14 +44,17 @@ func (t *Tokenizer) EncodeWith(text string, o EncodeOptions) ([]int32, error) {
 		return nil, err
 	}
 	ids := make([]int32, 0, len(text)/3+2)
-	if o.AddSpecial && t.addBOS {
+	fragments := t.special.split(text, t.cutter(o.ParseSpecial), o.Plain)
+	// A text that starts with BOS itself (ParseSpecial, "<|begin_of_text|>
+	// Hi") gets no second one: two BOS in a row is never what was meant.
+	if o.AddSpecial && t.addBOS && (len(fragments) == 0 || fragments[0].id != t.bos) {
 		ids = append(ids, t.bos)
 	}
 	var bpe *bpeEncoder
 	if t.bpe != nil {
 		bpe = &bpeEncoder{m: t.bpe}
 	}
-	for _, f := range t.special.split(text, t.cutter(o.ParseSpecial)) {
+	for _, f := range fragments {
 		var err error
 		switch {
 		case f.id >= 0:

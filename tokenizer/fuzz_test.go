@@ -138,7 +138,7 @@ func FuzzEncodeBPE(f *testing.F) {
 
 		_, back, _ = encodeDecode(t, tok, text, EncodeOptions{ParseSpecial: true, AddSpecial: true})
 		var want strings.Builder
-		for _, f := range tok.special.split(text, tok.cutter(true)) {
+		for _, f := range tok.special.split(text, tok.cutter(true), nil) {
 			if typ, _ := tok.Type(f.id); f.id < 0 || typ == TypeUserDefined {
 				want.WriteString(f.text)
 				if f.id >= 0 {

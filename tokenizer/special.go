@@ -13,6 +13,29 @@ type EncodeOptions struct {
 	// text is plain text, so a user typing "</s>" cannot end a turn. Chat
 	// templates need it: their markers are control tokens.
 	ParseSpecial bool
+	// Plain lists byte ranges of the text that stay plain text even with
+	// ParseSpecial, sorted and apart: a control or unknown piece that
+	// overlaps one is not cut out. A chat prompt marks its messages' content
+	// so (ChatPrompt.PlainSpans): the template's markup becomes control
+	// tokens, what a user typed never does.
+	Plain []Span
+}
+
+// Span is the byte range [Start, End) of a text.
+type Span struct{ Start, End int }
+
+// plainCursor answers, for positions that only grow, whether a range
+// overlaps one of the sorted spans.
+type plainCursor struct {
+	spans []Span
+	k     int
+}
+
+func (c *plainCursor) overlaps(start, end int) bool {
+	for c.k < len(c.spans) && c.spans[c.k].End <= start {
+		c.k++
+	}
+	return c.k < len(c.spans) && c.spans[c.k].Start < end
 }
 
 // specialMatcher finds the pieces that are cut out of the text before it is
@@ -58,10 +81,12 @@ type fragment struct {
 }
 
 // split cuts text at each special piece that cut accepts, scanning left to
-// right and taking the longest piece at each position.
-func (m *specialMatcher) split(text string, cut func(typ int32) bool) []fragment {
+// right and taking the longest piece at each position. A control or unknown
+// piece that overlaps a plain span stays text.
+func (m *specialMatcher) split(text string, cut func(typ int32) bool, plain []Span) []fragment {
 	var out []fragment
 	gap := 0
+	inPlain := plainCursor{spans: plain}
 	for i := 0; i < len(text); i++ {
 		if !m.first[text[i]] {
 			continue
@@ -71,7 +96,7 @@ func (m *specialMatcher) split(text string, cut func(typ int32) bool) []fragment
 				continue
 			}
 			id, ok := m.byText[text[i:i+l]]
-			if !ok || !cut(m.types[id]) {
+			if !ok || !cut(m.types[id]) || (m.types[id] != TypeUserDefined && inPlain.overlaps(i, i+l)) {
 				continue
 			}
 			if i > gap {
