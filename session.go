@@ -62,6 +62,12 @@ type Token struct {
 	// Prompt is true for the tokens of the prompt (BOS included), false for
 	// generated ones.
 	Prompt bool
+	// LogProb is a new token's log-probability under the model (the raw
+	// logits' log-softmax, before sampling) and TopLogProbs the most likely
+	// tokens where it was drawn, with GenerateOptions.LogProbs and
+	// TopLogProbs; zero and nil otherwise, and for prompt tokens.
+	LogProb     float32
+	TopLogProbs []TokenLogProb
 	// Routes says, for each routed layer in order, what that layer did with
 	// the token. It is nil for a dense model, with Options.NoRoutes, and
 	// for the last token of a generation: a drawn token runs through the model only when the next
@@ -92,6 +98,12 @@ type GenerateOptions struct {
 	RepeatLastN   int     // tokens the penalty looks at; 0 = 64, negative = none
 	Seed          uint64  // the same seed, options and model give the same tokens
 
+	// LogProbs fills each new Token's LogProb, and TopLogProbs (at most
+	// MaxTopLogProbs) its TopLogProbs. Greedy decoding then reads the
+	// logits back from the device.
+	LogProbs    bool
+	TopLogProbs int
+
 	// ParseSpecial reads control tokens written in the prompt, such as
 	// "<|eot_id|>", as those tokens (a chat template's prompt needs it);
 	// otherwise the prompt is plain text.
@@ -118,6 +130,9 @@ func (o GenerateOptions) sampler() (engine.SamplerOptions, error) {
 	}
 	if o.MaxTokens < 0 {
 		return so, fmt.Errorf("modrun: MaxTokens %d: must be 0 (no limit) or positive", o.MaxTokens)
+	}
+	if o.TopLogProbs < 0 || o.TopLogProbs > MaxTopLogProbs {
+		return so, fmt.Errorf("modrun: TopLogProbs %d: must be in [0, %d]", o.TopLogProbs, MaxTopLogProbs)
 	}
 	if err := so.Check(); err != nil {
 		return so, fmt.Errorf("modrun: %w", err)
@@ -216,11 +231,7 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 		s.resets++
 	}
 	if have := len(s.fed) + len(s.pending); have+len(ids) > s.m.ctxLen {
-		if have == 0 {
-			return Result{}, fmt.Errorf("modrun: the prompt has %d tokens, more than the context length %d", len(ids), s.m.ctxLen)
-		}
-		return Result{}, fmt.Errorf("modrun: the prompt has %d tokens; after the session's %d that is more than the context length %d",
-			len(ids), have, s.m.ctxLen)
+		return Result{}, &PromptLengthError{Tokens: len(ids), Held: have, ContextLen: s.m.ctxLen}
 	}
 	release, err := s.m.acquire(ctx)
 	if err != nil {
@@ -232,7 +243,7 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 	}
 	pending := s.pending
 	s.pending = nil
-	er, err := engine.Continue(ctx, s.m.backend.Runner, ids, s.loopOptions(ctx, so, opts.MaxTokens, pending, fn))
+	er, err := engine.Continue(ctx, s.m.backend.Runner, ids, s.loopOptions(ctx, so, opts, pending, fn))
 	s.pending = er.Pending
 	res := Result{Timing: er.Timing, Stop: er.Stop, Tokens: len(er.Tokens), Tail: string(s.dec.Flush())}
 	if !s.m.isClosed() { // a callback may have closed it
@@ -245,14 +256,15 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 // session: its pending token and history, and the hooks that keep the
 // session's sequence (fed), restore the runner to it after a callback ran
 // another session, decode each token's text and pass it to fn.
-func (s *Session) loopOptions(ctx context.Context, so engine.SamplerOptions, maxTokens int, pending []int32, fn func(Token) error) engine.GenerateOptions {
+func (s *Session) loopOptions(ctx context.Context, so engine.SamplerOptions, opts GenerateOptions, pending []int32, fn func(Token) error) engine.GenerateOptions {
 	var gid uint64 // the goroutine running fn, which holds the runner (Model.acquire)
 	if fn != nil {
 		gid = goroutineID()
 	}
 	return engine.GenerateOptions{
-		MaxTokens: maxTokens, EOS: -1, EndOfTurn: s.m.tok.EndOfGeneration(), Sampler: so, Chunk: s.m.backend.PromptChunk(),
+		MaxTokens: opts.MaxTokens, EOS: -1, EndOfTurn: s.m.tok.EndOfGeneration(), Sampler: so, Chunk: s.m.backend.PromptChunk(),
 		Pending: pending, History: s.fed, Routes: fn != nil && !s.m.noRoutes,
+		LogProbs: opts.LogProbs, TopLogProbs: opts.TopLogProbs,
 		BeforeFeed: func() error {
 			if s.m.isClosed() { // by the callback
 				return ErrClosed
@@ -275,7 +287,7 @@ func (s *Session) loopOptions(ctx context.Context, so engine.SamplerOptions, max
 			if fn == nil {
 				return nil
 			}
-			tok := Token{ID: t.ID, Text: string(b), Pos: t.Pos, Prompt: t.Prompt, Routes: t.Routes}
+			tok := Token{ID: t.ID, Text: string(b), Pos: t.Pos, Prompt: t.Prompt, Routes: t.Routes, LogProb: t.LogProb, TopLogProbs: t.Top}
 			return s.m.inCallback(gid, func() error { return fn(tok) })
 		},
 	}

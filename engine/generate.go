@@ -53,6 +53,11 @@ type GenerateOptions struct {
 	OnToken func(Token) error
 	// Routes fills Token.Routes from a RoutingTracer runner.
 	Routes bool
+	// LogProbs fills each new token's Token.LogProb, and TopLogProbs its
+	// Token.Top (the most likely tokens at its place). The logits are then
+	// read back even for greedy decoding.
+	LogProbs    bool
+	TopLogProbs int
 	// BeforeFeed runs before each Feed: the API makes the runner hold its
 	// session's sequence again (a token callback may have run another
 	// session on it), and refuses a model closed meanwhile.
@@ -71,6 +76,10 @@ type Token struct {
 	// Routes says what each routed layer did with the token (with
 	// GenerateOptions.Routes); nil for a token that has not run.
 	Routes []mod.Route
+	// LogProb is a new token's log-probability and Top the most likely
+	// tokens where it was drawn (GenerateOptions.LogProbs, TopLogProbs).
+	LogProb float32
+	Top     []TokenLogProb
 }
 
 // Timing is how long the two phases of a generation took, and how many
@@ -137,9 +146,11 @@ func Continue(ctx context.Context, r Runner, prompt []int32, opts GenerateOption
 	}
 	inner := unwrap(r)
 	greedy, argmax := inner.(GreedyFeeder)
-	argmax = argmax && pureGreedy(opts.Sampler)
+	argmax = argmax && pureGreedy(opts.Sampler) && !opts.LogProbs
 	tracer, _ := inner.(RoutingTracer)
-	// feed runs tokens; with sample it also chooses the next token.
+	// feed runs tokens; with sample it also chooses the next token (and
+	// with opts.LogProbs sets nextLP to its log-probabilities).
+	var nextLP Token
 	feed := func(tokens []int32, sample bool) (next int32, routes [][]mod.Route, err error) {
 		if err := ctx.Err(); err != nil {
 			return 0, nil, err
@@ -157,6 +168,9 @@ func Continue(ctx context.Context, r Runner, prompt []int32, opts GenerateOption
 				err = mod.NonFinite(pos + len(tokens) - 1)
 			} else if err == nil && sample {
 				next = sampler.Sample(logits)
+				if opts.LogProbs {
+					nextLP.LogProb, nextLP.Top = LogProbs(logits, next, opts.TopLogProbs)
+				}
 			}
 		}
 		if opts.AfterFeed != nil {
@@ -176,6 +190,13 @@ func Continue(ctx context.Context, r Runner, prompt []int32, opts GenerateOption
 			return nil
 		}
 		return opts.OnToken(Token{ID: id, Pos: pos, Prompt: prompt, Routes: routes})
+	}
+	var idLP Token // id's log-probabilities (nextLP when id was drawn)
+	deliverNew := func(id int32, pos int, routes []mod.Route) error {
+		if opts.OnToken == nil {
+			return nil
+		}
+		return opts.OnToken(Token{ID: id, Pos: pos, Routes: routes, LogProb: idLP.LogProb, Top: idLP.Top})
 	}
 	stopped := func(err error) (Result, error) { // ErrStop from OnToken is a clean stop
 		if errors.Is(err, ErrStop) {
@@ -208,7 +229,7 @@ func Continue(ctx context.Context, r Runner, prompt []int32, opts GenerateOption
 				return stopped(err)
 			}
 		}
-		id = next
+		id, idLP = next, nextLP
 	}
 	res.Prefill = time.Since(start)
 	start = time.Now()
@@ -226,7 +247,7 @@ func Continue(ctx context.Context, r Runner, prompt []int32, opts GenerateOption
 				res.Stop = StopContextFull
 			}
 			res.Pending = []int32{id}
-			return stopped(deliver(id, pos, false, nil))
+			return stopped(deliverNew(id, pos, nil))
 		}
 		next, routes, err := feed([]int32{id}, true)
 		if err != nil {
@@ -234,10 +255,10 @@ func Continue(ctx context.Context, r Runner, prompt []int32, opts GenerateOption
 			return res, err
 		}
 		res.DecodeSteps++
-		if err := deliver(id, pos-1, false, routeAt(routes, 0)); err != nil {
+		if err := deliverNew(id, pos-1, routeAt(routes, 0)); err != nil {
 			return stopped(err)
 		}
-		id = next
+		id, idLP = next, nextLP
 	}
 }
 

@@ -156,3 +156,29 @@ func TestContinueRepetitionWindow(t *testing.T) {
 	assert.Equal(t, int32(6), draw([]int32{5}, []int32{1}), "5 is in History")
 	assert.Equal(t, int32(6), draw(nil, []int32{1, 5}), "5 is in the prompt")
 }
+
+// TestContinueLogProbs: with LogProbs each new token carries its
+// log-probability under the raw logits and the most likely tokens there;
+// prompt tokens carry none.
+func TestContinueLogProbs(t *testing.T) {
+	logits := []float32{0, 0, 0, 0, 0, 1, 0.5, 0}
+	f := &fixedRunner{fakeRunner: fakeRunner{ctx: 8}, logits: logits}
+	var got []Token
+	so := DefaultSampler()
+	so.RepeatPenalty = 4 // the sampler draws 6 after 5 is penalised; log-probs stay the raw logits'
+	_, err := Continue(context.Background(), f, []int32{1, 5}, GenerateOptions{
+		EOS: -1, MaxTokens: 2, Sampler: so, LogProbs: true, TopLogProbs: 2,
+		OnToken: func(tk Token) error { got = append(got, tk); return nil },
+	})
+	require.NoError(t, err)
+	require.Len(t, got, 4)
+	assert.Equal(t, []int32{6, 5}, []int32{got[2].ID, got[3].ID}, "the penalty moves the draws")
+	assert.Zero(t, got[0].LogProb)
+	assert.Nil(t, got[1].Top, "prompt tokens have no log-probabilities")
+	for _, tk := range got[2:] {
+		wantLP, wantTop := LogProbs(logits, tk.ID, 2)
+		assert.Equal(t, wantLP, tk.LogProb)
+		assert.Equal(t, wantTop, tk.Top)
+		assert.Equal(t, int32(5), tk.Top[0].ID, "the raw logits' most likely token, not the penalised draw")
+	}
+}

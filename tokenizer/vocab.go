@@ -369,6 +369,16 @@ func (t *Tokenizer) Piece(id int32) (string, error) {
 	return t.pieces[id], nil
 }
 
+// Text returns the bytes id adds in the middle of a text (Decode's, without
+// the dummy-prefix rule of a text's first token): "\n" for <0x0A>, nothing
+// for a control token.
+func (t *Tokenizer) Text(id int32) ([]byte, error) {
+	if err := t.checkID(id); err != nil {
+		return nil, err
+	}
+	return t.surface[id], nil
+}
+
 // Type returns the Type* value of id.
 func (t *Tokenizer) Type(id int32) (int32, error) {
 	if err := t.checkID(id); err != nil {
