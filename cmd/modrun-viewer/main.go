@@ -18,10 +18,12 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"runtime"
 	"strconv"
@@ -38,6 +40,35 @@ func init() {
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+// noDisplay is the error when there is no display to open a window on.
+func noDisplay(why string) error {
+	return fmt.Errorf("no display found (%s): run it under a virtual one: xvfb-run -a modrun-viewer -m FILE.gguf -p PROMPT -n 40 --screenshot out.png", why)
+}
+
+// initGLFW initialises GLFW, or says why it cannot. go-gl's Init only logs
+// a platform error, such as X11's missing DISPLAY, and returns nil; the
+// next GLFW call then panics (NotInitialized). So a display is looked for
+// first, and what Init logs is taken as its failure.
+func initGLFW() error {
+	if runtime.GOOS != "windows" && runtime.GOOS != "darwin" && os.Getenv("DISPLAY") == "" && os.Getenv("WAYLAND_DISPLAY") == "" {
+		return noDisplay("neither DISPLAY nor WAYLAND_DISPLAY is set")
+	}
+	var logged bytes.Buffer
+	out, flags := log.Writer(), log.Flags()
+	log.SetOutput(&logged)
+	log.SetFlags(0)
+	err := glfw.Init()
+	log.SetOutput(out)
+	log.SetFlags(flags)
+	if err != nil {
+		return fmt.Errorf("cannot open a window: %w", err)
+	}
+	if msg := bytes.TrimSpace(logged.Bytes()); len(msg) > 0 {
+		return noDisplay(string(msg))
+	}
+	return nil
 }
 
 // Exit statuses: 0 done, 1 the model or the window failed, 2 a bad command
@@ -103,8 +134,8 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "modrun-viewer:", err)
 		return exitUsage
 	}
-	if err := glfw.Init(); err != nil {
-		fmt.Fprintf(stderr, "modrun-viewer: cannot open a window: %v\n", err)
+	if err := initGLFW(); err != nil {
+		fmt.Fprintf(stderr, "modrun-viewer: %v\n", err)
 		return exitFail
 	}
 	defer glfw.Terminate()

@@ -209,3 +209,32 @@ func TestFrameWithoutWindow(t *testing.T) {
 	fatal := p.frame(view{Fatal: "cannot load the model: boom", Done: true}, 640, 480)
 	assert.Greater(t, colours(fatal), 5)
 }
+
+// TestNoDisplay: without a display, or with one that does not answer, the
+// viewer says so in one line naming xvfb-run and exits 1 (GLFW's Init only
+// logged the failure, and the next call panicked).
+func TestNoDisplay(t *testing.T) {
+	bin := viewerBin(t)
+	for _, display := range []string{"", ":87"} {
+		for _, args := range [][]string{{"-m", shipped}, {"-m", shipped, "-p", "Once", "-n", "2", "--screenshot", filepath.Join(t.TempDir(), "out.png")}} {
+			cmd := exec.Command(bin, args...)
+			var env []string
+			for _, kv := range os.Environ() {
+				if !strings.HasPrefix(kv, "DISPLAY=") && !strings.HasPrefix(kv, "WAYLAND_DISPLAY=") {
+					env = append(env, kv)
+				}
+			}
+			if display != "" {
+				env = append(env, "DISPLAY="+display)
+			}
+			cmd.Env = env
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, "DISPLAY=%q: %s", display, out)
+			assert.Equal(t, 1, ee.ExitCode(), "DISPLAY=%q: %s", display, out)
+			assert.Equal(t, 1, strings.Count(string(out), "\n"), "one line: %s", out)
+			assert.True(t, strings.HasPrefix(string(out), "modrun-viewer: no display found ("), "%s", out)
+			assert.Contains(t, string(out), "xvfb-run -a modrun-viewer")
+		}
+	}
+}
