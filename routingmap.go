@@ -4,45 +4,30 @@ import (
 	"image"
 	"image/color"
 	"math"
-)
 
-// The routing map's geometry, in pixels. Column i (the i-th token) and row j
-// (the j-th routed layer) is the square cell at MapCellOrigin(i, j), MapCell
-// wide, with MapGap of background around it.
-const (
-	MapCell = 9
-	MapGap  = 1
+	"github.com/modrun/modrun/internal/mapgeom"
 )
 
 // Colours of the map. A cell is coloured by the token's score in that layer
 // (negative: skipped, towards blue; positive: through, towards orange),
 // scaled by the largest |score| in the map; a token that went through is
 // marked by a white square in its cell's middle, a colour no score takes
-// (internal/maptest reads the marks back by it).
+// (internal/maptest reads the marks back by it). Where the cells lie is
+// internal/mapgeom's.
 var (
 	mapBackground = color.RGBA{0, 0, 0, 255}
 	mapNotRun     = color.RGBA{48, 48, 48, 255} // a token not run yet (the last one)
-	mapMark       = color.RGBA{255, 255, 255, 255}
 	mapZero       = [3]float64{96, 96, 104}
 	mapNegative   = [3]float64{24, 64, 200}
 	mapPositive   = [3]float64{250, 150, 20}
 )
 
-// MapSize is the size of a map of columns tokens and rows routed layers.
-func MapSize(columns, rows int) image.Point {
-	return image.Pt(MapGap+columns*(MapCell+MapGap), MapGap+rows*(MapCell+MapGap))
-}
-
-// MapCellOrigin is the top-left pixel of column i, row j.
-func MapCellOrigin(i, j int) image.Point {
-	return image.Pt(MapGap+i*(MapCell+MapGap), MapGap+j*(MapCell+MapGap))
-}
-
 // RoutingMap draws tokens' routing: one column per token, one row per routed
 // layer (rows of them, Info.RoutedLayers in order), each cell coloured by
-// the router score and marked when the token went through the layer.
+// the router score and marked when the token went through the layer. Each
+// cell is 9 pixels square with a pixel of background around it.
 func RoutingMap(tokens []Token, rows int) *image.RGBA {
-	img := image.NewRGBA(image.Rectangle{Max: MapSize(len(tokens), rows)})
+	img := image.NewRGBA(image.Rectangle{Max: mapgeom.Size(len(tokens), rows)})
 	DrawRoutingMap(img, image.Point{}, tokens, rows)
 	return img
 }
@@ -50,7 +35,7 @@ func RoutingMap(tokens []Token, rows int) *image.RGBA {
 // DrawRoutingMap draws RoutingMap(tokens, rows) into dst with its top-left
 // corner at at, clipped to dst's bounds.
 func DrawRoutingMap(dst *image.RGBA, at image.Point, tokens []Token, rows int) {
-	size := MapSize(len(tokens), rows)
+	size := mapgeom.Size(len(tokens), rows)
 	fill(dst, image.Rectangle{Min: at, Max: at.Add(size)}, mapBackground)
 	scale := float32(0)
 	for _, t := range tokens {
@@ -60,8 +45,8 @@ func DrawRoutingMap(dst *image.RGBA, at image.Point, tokens []Token, rows int) {
 	}
 	for i, t := range tokens {
 		for j := 0; j < rows; j++ {
-			o := at.Add(MapCellOrigin(i, j))
-			cell := image.Rectangle{Min: o, Max: o.Add(image.Pt(MapCell, MapCell))}
+			o := at.Add(mapgeom.CellOrigin(i, j))
+			cell := image.Rectangle{Min: o, Max: o.Add(image.Pt(mapgeom.Cell, mapgeom.Cell))}
 			if j >= len(t.Routes) {
 				fill(dst, cell, mapNotRun)
 				continue
@@ -69,15 +54,14 @@ func DrawRoutingMap(dst *image.RGBA, at image.Point, tokens []Token, rows int) {
 			r := t.Routes[j]
 			fill(dst, cell, scoreColour(r.Score, scale))
 			if r.Selected {
-				m := MapCell / 3
-				fill(dst, image.Rectangle{Min: o.Add(image.Pt(m, m)), Max: o.Add(image.Pt(MapCell-m, MapCell-m))}, mapMark)
+				fill(dst, mapgeom.MarkRect(i, j).Add(at), mapgeom.Mark)
 			}
 		}
 	}
 }
 
 // scoreColour blends from mapZero towards mapNegative or mapPositive with
-// |score| / scale. No blend reaches mapMark's white.
+// |score| / scale. No blend reaches mapgeom.Mark's white.
 func scoreColour(score, scale float32) color.RGBA {
 	to, t := mapPositive, 0.0
 	if scale > 0 {

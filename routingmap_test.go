@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/modrun/modrun"
+	"github.com/modrun/modrun/internal/mapgeom"
 	"github.com/modrun/modrun/internal/maptest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,7 +21,7 @@ func TestRoutingMapRoundTrip(t *testing.T) {
 	toks, _ := run(t, m, "Once upon", 40)
 	rows := len(m.Info().RoutedLayers)
 	img := modrun.RoutingMap(toks, rows)
-	assert.Equal(t, modrun.MapSize(43, 4), img.Bounds().Size())
+	assert.Equal(t, mapgeom.Size(43, 4), img.Bounds().Size())
 
 	var buf bytes.Buffer
 	require.NoError(t, png.Encode(&buf, img))

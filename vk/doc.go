@@ -16,8 +16,8 @@
 // only when DeviceInfo says so. With VK_EXT_subgroup_size_control a kernel
 // may require its subgroup size, all subgroups full
 // (KernelSpec.RequiredSubgroupSize, DeviceInfo.CanRequireSubgroupSize).
-// DeviceInfo.Restrict makes a device look smaller (features off, limits
-// lower) for tests of what runs on small GPUs.
+// A DeviceInfo with features off or limits lower (vktest.Restriction) makes
+// a smaller device, for tests of what runs on small GPUs.
 //
 // Typical use:
 //

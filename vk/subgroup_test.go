@@ -28,9 +28,10 @@ func TestSubgroupSizeSpirvIsFresh(t *testing.T) {
 	assert.True(t, bytes.Equal(fresh, readSPIRV(t, "subgroup_size.spv")), "testdata/subgroup_size.spv is stale: run go generate ./vk")
 }
 
-// openRestricted opens the default device made smaller by r (see
-// openDevice), or skips t when this machine has no Vulkan.
-func openRestricted(t testing.TB, opts InstanceOptions, r Restriction) *Device {
+// openEdited opens the default device as edit makes its DeviceInfo (a
+// feature off: a smaller device; see openDevice), or skips t when this
+// machine has no Vulkan.
+func openEdited(t testing.TB, opts InstanceOptions, edit func(*DeviceInfo)) *Device {
 	t.Helper()
 	inst, err := NewInstance(opts)
 	if errors.Is(err, ErrNoVulkan) {
@@ -45,8 +46,9 @@ func openRestricted(t testing.TB, opts InstanceOptions, r Restriction) *Device {
 		t.Skipf("no usable Vulkan device: %v", err)
 	}
 	require.NoError(t, err)
-	info, err = info.Restrict(r)
-	require.NoError(t, err)
+	if edit != nil {
+		edit(&info)
+	}
 	dev, err := inst.NewDevice(info)
 	require.NoError(t, err)
 	if opts.Validation && !inst.Validating() {
@@ -109,7 +111,10 @@ func TestRequiredSubgroupSize(t *testing.T) {
 // Without subgroup size control (forced off) a required size is refused:
 // the engine must then pick a kernel that does not depend on the size.
 func TestRequiredSubgroupSizeWithoutControl(t *testing.T) {
-	dev := openRestricted(t, InstanceOptions{Validation: true}, Restriction{Off: []string{"subgroup_size_control"}})
+	dev := openEdited(t, InstanceOptions{Validation: true}, func(d *DeviceInfo) {
+		d.Features.SubgroupSizeControl, d.Features.ComputeFullSubgroups = false, false
+		d.Limits.RequiredSubgroupSizeCompute = false
+	})
 	assert.False(t, dev.Info().Features.SubgroupSizeControl)
 	_, err := dev.NewKernel(readSPIRV(t, "subgroup_size.spv"), KernelSpec{Name: "subgroup_size", Bindings: 1,
 		PushConstantBytes: 4, Specialization: []uint32{64}, RequiredSubgroupSize: dev.Info().Limits.SubgroupSize})
@@ -145,46 +150,4 @@ func TestCanRequireSubgroupSize(t *testing.T) {
 			assert.ErrorContains(t, err, c.want, c.name)
 		}
 	}
-}
-
-// Restrict only ever takes away: features off, limits down, alignment up;
-// a claimed subgroup size without a range also drops size control.
-func TestRestrict(t *testing.T) {
-	full := DeviceInfo{
-		Features: Features{ShaderFloat16: true, ShaderInt8: true, StorageBuffer16BitAccess: true, StorageBuffer8BitAccess: true,
-			SubgroupArithmetic: true, ConditionalRendering: true, SubgroupSizeControl: true, ComputeFullSubgroups: true},
-		Limits: Limits{MaxComputeSharedMemorySize: 32768, MaxComputeWorkGroupInvocations: 1024,
-			MaxComputeWorkGroupSize: [3]uint32{1024, 1024, 64}, MaxStorageBufferRange: 1 << 30,
-			MinStorageBufferOffsetAlignment: 16, TimestampValidBits: 64, SubgroupSize: 8, MinSubgroupSize: 8,
-			MaxSubgroupSize: 8, RequiredSubgroupSizeCompute: true, MaxComputeWorkgroupSubgroups: 32},
-	}
-	d, err := full.Restrict(Restriction{Off: []string{"shader_float16", "conditional_rendering", "timestamps"},
-		MaxComputeSharedMemorySize: 16384, MaxComputeWorkGroupInvocations: 256, MaxStorageBufferRange: 128 << 20,
-		MinStorageBufferOffsetAlignment: 256})
-	require.NoError(t, err)
-	assert.False(t, d.Features.ShaderFloat16)
-	assert.False(t, d.Features.ConditionalRendering)
-	assert.False(t, d.Timestamps())
-	assert.True(t, d.Features.ShaderInt8, "untouched")
-	assert.Equal(t, uint32(16384), d.Limits.MaxComputeSharedMemorySize)
-	assert.Equal(t, uint32(256), d.Limits.MaxComputeWorkGroupInvocations)
-	assert.Equal(t, [3]uint32{256, 256, 64}, d.Limits.MaxComputeWorkGroupSize)
-	assert.Equal(t, uint64(128<<20), d.Limits.MaxStorageBufferRange)
-	assert.Equal(t, uint64(256), d.Limits.MinStorageBufferOffsetAlignment)
-
-	up, err := full.Restrict(Restriction{MaxComputeSharedMemorySize: 65536, MinStorageBufferOffsetAlignment: 4})
-	require.NoError(t, err)
-	assert.Equal(t, full.Limits, up.Limits, "a restriction never raises a limit or lowers the alignment")
-
-	claim, err := full.Restrict(Restriction{SubgroupSize: 16})
-	require.NoError(t, err)
-	assert.Equal(t, uint32(16), claim.Limits.SubgroupSize)
-	assert.Zero(t, claim.Limits.MinSubgroupSize)
-	assert.False(t, claim.Features.SubgroupSizeControl)
-	assert.Error(t, claim.CanRequireSubgroupSize(16))
-
-	_, err = full.Restrict(Restriction{Off: []string{"warp_drive"}})
-	assert.ErrorContains(t, err, `no feature "warp_drive"`)
-	_, err = full.Restrict(Restriction{MinStorageBufferOffsetAlignment: 48})
-	assert.ErrorContains(t, err, "not a power of two")
 }

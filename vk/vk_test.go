@@ -27,7 +27,7 @@ func openDevice(t testing.TB) *Device {
 // validation layer, whose checks would be timed too.
 func openDeviceWith(t testing.TB, opts InstanceOptions) *Device {
 	t.Helper()
-	return openRestricted(t, opts, Restriction{})
+	return openEdited(t, opts, nil)
 }
 
 func readSPIRV(t testing.TB, name string) []byte {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/modrun/modrun"
+	"github.com/modrun/modrun/internal/mapgeom"
 	xdraw "golang.org/x/image/draw"
 	"golang.org/x/image/font"
 	"golang.org/x/image/font/gofont/goregular"
@@ -53,11 +54,11 @@ func layoutFor(w, h, rows int) layout {
 	l := layout{size: image.Pt(w, h)}
 	l.header = image.Rect(0, 0, w, 3*lineH+12)
 	l.prompt = image.Rect(margin, l.header.Max.Y+8, w-margin, l.header.Max.Y+8+lineH+10)
-	mapH := mapScale * modrun.MapSize(0, rows).Y
+	mapH := mapScale * mapgeom.Size(0, rows).Y
 	l.status = image.Pt(margin, h-margin-lineH)
 	l.mapOrigin = image.Pt(mapLeft, l.status.Y-lineH-8-mapH)
 	l.story = image.Rect(margin, l.prompt.Max.Y+10, w-margin, l.mapOrigin.Y-lineH-14)
-	l.mapCols = max(1, (w-mapLeft-margin-mapScale*modrun.MapGap)/(mapScale*(modrun.MapCell+modrun.MapGap)))
+	l.mapCols = max(1, (w-mapLeft-margin-mapScale*mapgeom.Gap)/(mapScale*(mapgeom.Cell+mapgeom.Gap)))
 	return l
 }
 
@@ -175,7 +176,7 @@ func (p *painter) frame(v view, w, h int) *image.RGBA {
 		}
 		p.text(img, margin, l.mapOrigin.Y-8, w-margin, dimColour, label)
 		for j, layer := range v.Info.RoutedLayers {
-			y := l.mapOrigin.Y + mapScale*(modrun.MapCellOrigin(0, j).Y+modrun.MapCell) - 4
+			y := l.mapOrigin.Y + mapScale*(mapgeom.CellOrigin(0, j).Y+mapgeom.Cell) - 4
 			p.text(img, margin, y, mapLeft-4, dimColour, fmt.Sprintf("L%d", layer))
 		}
 		m := modrun.RoutingMap(shown, rows)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	api "github.com/modrun/modrun"
+	"github.com/modrun/modrun/internal/mapgeom"
 	"github.com/modrun/modrun/internal/maptest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -45,7 +46,7 @@ func TestRoutingMapFile(t *testing.T) {
 	f.Close()
 	require.NoError(t, err)
 	rows := len(model.Info().RoutedLayers)
-	require.Equal(t, api.MapSize(len(toks), rows), img.Bounds().Size())
+	require.Equal(t, mapgeom.Size(len(toks), rows), img.Bounds().Size())
 	marked := maptest.Read(img, image.Point{}, 1, len(toks), rows)
 	assert.Equal(t, maptest.Marked(toks, rows), marked)
 

@@ -9,7 +9,7 @@ import (
 // size its subgroup kernels may count on (shaders.SubgroupSizeFor: one the
 // pipelines require where VK_EXT_subgroup_size_control allows, one the
 // device always has, else 0 and no subgroup kernels), its optional
-// features and its limits. A vk.Restriction shows here as a smaller device.
+// features and its limits. A vktest.Restriction shows here as a smaller device.
 func deviceFacts(info vk.DeviceInfo) shaders.Device {
 	l, f := info.Limits, info.Features
 	sg, require := shaders.SubgroupSizeFor(shaders.SubgroupFacts{Vendor: info.VendorID, Reported: l.SubgroupSize,

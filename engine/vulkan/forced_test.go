@@ -13,29 +13,29 @@ import (
 )
 
 // forcedDevices are the smaller devices the forced-feature and
-// forced-limit matrix makes of this one (vk.Restriction): every optional
+// forced-limit matrix makes of this one (vktest.Restriction): every optional
 // feature off in turn, each limit at the value small GPUs have (Vulkan's
 // minimum 16 KiB of shared memory; 256 invocations; a 128 MiB binding; a
 // 256-byte storage offset alignment, as on many NVIDIA and AMD GPUs), and
 // all of them at once.
 var forcedDevices = []struct {
 	name string
-	r    vk.Restriction
+	r    vktest.Restriction
 }{
-	{"as-is", vk.Restriction{}},
-	{"no-float16", vk.Restriction{Off: []string{"shader_float16"}}},
-	{"no-int8", vk.Restriction{Off: []string{"shader_int8"}}},
-	{"no-16bit-storage", vk.Restriction{Off: []string{"storage_buffer_16bit_access"}}},
-	{"no-8bit-storage", vk.Restriction{Off: []string{"storage_buffer_8bit_access"}}},
-	{"no-subgroup-arithmetic", vk.Restriction{Off: []string{"subgroup_arithmetic"}}},
-	{"no-subgroup-size-control", vk.Restriction{Off: []string{"subgroup_size_control"}}},
-	{"no-conditional-rendering", vk.Restriction{Off: []string{"conditional_rendering"}}},
-	{"no-timestamps", vk.Restriction{Off: []string{"timestamps"}}},
-	{"shared-16KiB", vk.Restriction{MaxComputeSharedMemorySize: 16 << 10}},
-	{"invocations-256", vk.Restriction{MaxComputeWorkGroupInvocations: 256}},
-	{"binding-128MiB", vk.Restriction{MaxStorageBufferRange: 128 << 20}},
-	{"align-256", vk.Restriction{MinStorageBufferOffsetAlignment: 256}},
-	{"minimal", vk.Restriction{Off: vk.RestrictableFeatures(), MaxComputeSharedMemorySize: 16 << 10,
+	{"as-is", vktest.Restriction{}},
+	{"no-float16", vktest.Restriction{Off: []string{"shader_float16"}}},
+	{"no-int8", vktest.Restriction{Off: []string{"shader_int8"}}},
+	{"no-16bit-storage", vktest.Restriction{Off: []string{"storage_buffer_16bit_access"}}},
+	{"no-8bit-storage", vktest.Restriction{Off: []string{"storage_buffer_8bit_access"}}},
+	{"no-subgroup-arithmetic", vktest.Restriction{Off: []string{"subgroup_arithmetic"}}},
+	{"no-subgroup-size-control", vktest.Restriction{Off: []string{"subgroup_size_control"}}},
+	{"no-conditional-rendering", vktest.Restriction{Off: []string{"conditional_rendering"}}},
+	{"no-timestamps", vktest.Restriction{Off: []string{"timestamps"}}},
+	{"shared-16KiB", vktest.Restriction{MaxComputeSharedMemorySize: 16 << 10}},
+	{"invocations-256", vktest.Restriction{MaxComputeWorkGroupInvocations: 256}},
+	{"binding-128MiB", vktest.Restriction{MaxStorageBufferRange: 128 << 20}},
+	{"align-256", vktest.Restriction{MinStorageBufferOffsetAlignment: 256}},
+	{"minimal", vktest.Restriction{Off: vktest.RestrictableFeatures(), MaxComputeSharedMemorySize: 16 << 10,
 		MaxComputeWorkGroupInvocations: 256, MaxStorageBufferRange: 128 << 20, MinStorageBufferOffsetAlignment: 256}},
 }
 

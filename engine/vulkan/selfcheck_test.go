@@ -152,7 +152,7 @@ func TestSelfCheckCached(t *testing.T) {
 // of shared memory, 256 invocations) every variant picked passes too, the
 // attention workgroup halved to fit.
 func TestCheckDeviceMinimal(t *testing.T) {
-	var minimal vk.Restriction
+	var minimal vktest.Restriction
 	for _, fd := range forcedDevices {
 		if fd.name == "minimal" {
 			minimal = fd.r

@@ -8,6 +8,7 @@ import (
 	"image"
 
 	"github.com/modrun/modrun"
+	"github.com/modrun/modrun/internal/mapgeom"
 )
 
 // Read reads back, from img holding a routing map of columns tokens and rows
@@ -19,9 +20,10 @@ func Read(img image.Image, at image.Point, scale, columns, rows int) [][]bool {
 	for i := range out {
 		out[i] = make([]bool, rows)
 		for j := range out[i] {
-			c := at.Add(modrun.MapCellOrigin(i, j).Add(image.Pt(modrun.MapCell/2, modrun.MapCell/2)).Mul(scale)).Add(image.Pt(scale/2, scale/2))
+			c := at.Add(mapgeom.CellOrigin(i, j).Add(image.Pt(mapgeom.Cell/2, mapgeom.Cell/2)).Mul(scale)).Add(image.Pt(scale/2, scale/2))
 			r, g, b, _ := img.At(c.X, c.Y).RGBA()
-			out[i][j] = r>>8 == 255 && g>>8 == 255 && b>>8 == 255
+			mr, mg, mb, _ := mapgeom.Mark.RGBA()
+			out[i][j] = r == mr && g == mg && b == mb
 		}
 	}
 	return out

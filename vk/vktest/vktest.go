@@ -17,13 +17,13 @@ import (
 // the layer's checks would be timed too.
 func Open(t testing.TB, opts vk.InstanceOptions) *vk.Device {
 	t.Helper()
-	return OpenRestricted(t, opts, vk.Restriction{})
+	return OpenRestricted(t, opts, Restriction{})
 }
 
 // OpenRestricted is Open with the device made smaller by r
-// (vk.DeviceInfo.Restrict): features off, limits lowered, as a smaller GPU
+// (Restriction.Apply): features off, limits lowered, as a smaller GPU
 // would have them.
-func OpenRestricted(t testing.TB, opts vk.InstanceOptions, r vk.Restriction) *vk.Device {
+func OpenRestricted(t testing.TB, opts vk.InstanceOptions, r Restriction) *vk.Device {
 	t.Helper()
 	opts.Validation = opts.Validation && vk.HasValidationLayer()
 	inst, err := vk.NewInstance(opts)
@@ -39,7 +39,7 @@ func OpenRestricted(t testing.TB, opts vk.InstanceOptions, r vk.Restriction) *vk
 		t.Skipf("no usable Vulkan device: %v", err)
 	}
 	require.NoError(t, err)
-	info, err = info.Restrict(r)
+	info, err = r.Apply(info)
 	require.NoError(t, err)
 	dev, err := inst.NewDevice(info)
 	require.NoError(t, err)
