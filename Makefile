@@ -25,7 +25,7 @@ setup:
 # bin/modrun only: the demo needs nothing else (the viewer's GLFW cgo build
 # takes minutes on a fresh machine, so it has a target of its own).
 build: setup
-	go build -o bin/modrun ./cmd/modrun
+	go build -ldflags "-X main.commit=$(shell git rev-parse HEAD 2>/dev/null)" -o bin/modrun ./cmd/modrun
 
 viewer-build: setup
 	@scripts/setup.sh $(VIEWER_DEBS)

@@ -193,14 +193,14 @@ func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Rout
 	model.info = Info{
 		Path: m.Path, Arch: c.Arch, NLayer: c.NLayer, NEmbd: c.NEmbd, NHead: c.NHead, NKVHead: c.NKVHead,
 		NFF: c.NFF, NVocab: c.NVocab, ContextLen: ctxLen, RoutedLayers: c.RoutedLayers(), Capacity: c.Capacity, CapacityTokens: c.CapacityTokens,
-		Backend: backend.Name, Device: fmt.Sprintf("CPU (pure Go, %d threads)", runtime.GOMAXPROCS(0)), KVType: "f32",
+		Backend: backend.Name, Device: fmt.Sprintf("CPU (pure Go, %s)", plural(runtime.GOMAXPROCS(0), "thread")), KVType: "f32",
 		Notice: notice, FileBytes: uint64(m.File.Size()),
 	}
 	if c.IsMoD() {
 		model.info.Routing = Routing(routing.String())
 	}
 	if backend.Name == BackendCPU {
-		model.info.Device = fmt.Sprintf("CPU (%d threads, %s kernels)", runtime.GOMAXPROCS(0), engine.CPUKernels())
+		model.info.Device = fmt.Sprintf("CPU (%s, %s kernels)", plural(runtime.GOMAXPROCS(0), "thread"), engine.CPUKernels())
 	}
 	if name, ok := strings.CutPrefix(backend.Name, "vulkan: "); ok {
 		model.info.Backend, model.info.Device = BackendVulkan, name

@@ -71,7 +71,7 @@ for shape in $shapes; do
     [ "$shape" = stories260k ] && [ "$prompt" -gt 448 ] && prompt=448 # its context is 512
     # shellcheck disable=SC2086
     "$here/bin/modrun" bench --synthetic "$shape" --type "$typ" --capacity 0.125 --backends vulkan --prompt "$prompt" $bench_args \
-      --out "$logs/bench-$name.md" --json "$logs/bench-$name.json" > /dev/null 2> "$logs/bench-$name.log"
+      --out "$logs/bench-$name.md" --json-out "$logs/bench-$name.json" > /dev/null 2> "$logs/bench-$name.log"
     rc=$?
     if [ $rc -eq 0 ]; then
       echo "run.sh: bench $name: ok" >&2

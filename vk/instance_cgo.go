@@ -33,6 +33,15 @@ func Load() error {
 	return loadErr
 }
 
+// LoaderVersion is the Vulkan version the loader reports (1.0 for a loader
+// without vkEnumerateInstanceVersion), or Load's error.
+func LoaderVersion() (Version, error) {
+	if err := Load(); err != nil {
+		return 0, err
+	}
+	return Version(C.mr_instance_version()), nil
+}
+
 // HasValidationLayer says whether the validation layer is installed
 // (Debian: vulkan-validationlayers).
 func HasValidationLayer() bool {

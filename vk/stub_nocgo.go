@@ -12,6 +12,9 @@ var errNoCgo = fmt.Errorf("vk: modrun was built without cgo (CGO_ENABLED=0), so 
 // Load reports that this build cannot use Vulkan.
 func Load() error { return errNoCgo }
 
+// LoaderVersion reports that this build cannot use Vulkan.
+func LoaderVersion() (Version, error) { return 0, errNoCgo }
+
 // HasValidationLayer is false without cgo.
 func HasValidationLayer() bool { return false }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -27,7 +28,7 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-const benchArgs = "(-m A.gguf | --synthetic SHAPE)... [--type q8_0] [--capacity C] [--seed S] [--save FILE.gguf] [--backends cpu,reference,vulkan] [--routing router,predictor] [--ctx N] [--kv-type f16|f32] [--ubatch N] [--prompt N] [-n N] [--repeats N] [--out FILE.md] [--json FILE.json]"
+const benchArgs = "(-m A.gguf | --synthetic SHAPE)... [--type q8_0] [--capacity C] [--seed S] [--save FILE.gguf] [--backends cpu,reference,vulkan] [--routing router,predictor] [--ctx N] [--kv-type f16|f32] [--ubatch N] [--prompt N] [-n N] [--repeats N] [--out FILE.md] [--json] [--json-out FILE.json]"
 
 // benchFlags are bench's options, parsed.
 type benchFlags struct {
@@ -43,6 +44,7 @@ type benchFlags struct {
 	cache         cacheFlags
 	o             engine.BenchOptions
 	out, json     string
+	asJSON        bool // --json: the report as JSON on stdout instead of its text
 }
 
 func benchMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
@@ -98,7 +100,15 @@ func benchMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		}
 	}
 	rep := newBenchReport(args, f.o, devices, rows)
-	if _, err := io.WriteString(stdout, rep.markdown()); err != nil {
+	if f.asJSON {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if _, err := stdout.Write(append(b, '\n')); err != nil {
+			return err
+		}
+	} else if _, err := io.WriteString(stdout, rep.markdown()); err != nil {
 		return err
 	}
 	if f.out != "" {
@@ -108,7 +118,7 @@ func benchMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	if f.json != "" {
 		if err := rep.writeJSON(f.json); err != nil {
-			return fmt.Errorf("--json: %w", err)
+			return fmt.Errorf("--json-out: %w", err)
 		}
 	}
 	return nil
@@ -131,7 +141,8 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.IntVar(&f.o.DecodeTokens, "n", 64, "tokens decoded")
 	fs.IntVar(&f.o.Repeats, "repeats", 3, "timed runs; the median is reported")
 	fs.StringVar(&f.out, "out", "", "also write the report to `FILE`.md (e.g. bench/results/...)")
-	fs.StringVar(&f.json, "json", "", "also write the report as JSON to `FILE`")
+	fs.BoolVar(&f.asJSON, "json", false, "print the report as one JSON document instead of its text")
+	fs.StringVar(&f.json, "json-out", "", "also write the report as JSON to `FILE` (the text still goes to --out or stdout)")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -211,7 +222,7 @@ func (f *benchFlags) check(fs *flag.FlagSet) error {
 			return err
 		}
 	}
-	for _, o := range []struct{ name, path string }{{"--out", f.out}, {"--json", f.json}, {"--save", f.save}} {
+	for _, o := range []struct{ name, path string }{{"--out", f.out}, {"--json-out", f.json}, {"--save", f.save}} {
 		if o.path == "" {
 			continue
 		}

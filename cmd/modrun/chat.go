@@ -11,48 +11,45 @@ import (
 	"strings"
 
 	api "github.com/modrun/modrun"
+	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/tokenizer"
 )
 
-const chatArgs = "-m FILE.gguf [--system TEXT] [--chat-template NAME] [--print-prompt] [-n N] [--temp T] [--seed S] [--backend B] [--ctx N]"
+const chatArgs = "-m FILE.gguf [--system TEXT] [--chat-template NAME] [--print-prompt] [--parse-special] [--stop TEXT] [-n N] [--temp T] [--seed S] [-t N] [--backend B] [--ctx N]"
 
 // chatMain talks with a chat model: on a terminal, a prompt line per turn;
 // with stdin piped, each line is a user turn.
 func chatMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("chat", chatArgs, stderr)
-	var gf generationFlags
-	gf.register(fs)
+	g := newGenerationCommand("chat", chatArgs, "new tokens per reply at most (0 = until the model ends its turn or the context is full)",
+		"read special-token text in --system, such as <|eot_id|>, as those tokens (what is typed stays plain text always)", stderr)
+	fs := g.fs
 	system := fs.String("system", "", "system message `TEXT` that opens the conversation")
 	template := fs.String("chat-template", "", "chat template `NAME`: "+strings.Join(api.ChatTemplates(), " | ")+
 		" (default: recognised from the file's tokenizer.chat_template)")
 	printPrompt := fs.Bool("print-prompt", false, "print the prompt each turn feeds (the template's text, special tokens written out) before the reply")
-	n := fs.Int("n", 256, "new tokens per reply at most (0 = until the model ends its turn or the context is full)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := g.parse(args, "the conversation comes on stdin"); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q (the conversation comes on stdin)", errUsage, fs.Arg(0))
-	}
-	if *n < 0 {
-		return fmt.Errorf("%w: -n %d: must be 0 or positive", errUsage, *n)
 	}
 	if *template != "" && !slices.Contains(api.ChatTemplates(), *template) {
 		return fmt.Errorf("%w: --chat-template %q is unknown (known: %s)", errUsage, *template, strings.Join(api.ChatTemplates(), ", "))
 	}
-	model, so, err := gf.open(fs, stderr, func(opts *api.Options) { opts.NoRoutes = true })
+	if _, err := g.gf.mf.options(); err != nil { // -m, before its template is read
+		return err
+	}
+	if err := fileChatTemplate(g.gf.mf.path, *template); err != nil {
+		return err
+	}
+	model, gen, err := g.open(stderr, nil, func(opts *api.Options) { opts.NoRoutes = true })
 	if err != nil {
 		return err
 	}
 	defer model.Close()
 	chat, err := model.NewChat(*template)
-	if errors.Is(err, tokenizer.ErrNoChatTemplate) {
-		return fmt.Errorf("%w with --chat-template", err)
-	}
 	if err != nil {
 		return err
 	}
 	defer chat.Close()
-	c := &chatLoop{chat: chat, gen: generateOptions(so, *n), printPrompt: *printPrompt, stdout: stdout, stderr: stderr}
+	c := &chatLoop{chat: chat, gen: gen, stops: g.stops, printPrompt: *printPrompt, specialSystem: g.parseSpecial, stdout: stdout, stderr: stderr}
 	if *system != "" {
 		c.system = []api.Message{{Role: api.RoleSystem, Content: *system}}
 	}
@@ -63,29 +60,69 @@ func chatMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		defer interruptHandler.Store(nil)
 		return c.interactive(stdin, interrupt, model.Info().ContextLen)
 	}
-	return c.piped(stdin)
+	return c.piped(interrupt, stdin)
+}
+
+// fileChatTemplate checks, before the model loads, that the chat has a
+// template: named, or one the file carries and modrun recognises.
+func fileChatTemplate(path, name string) error {
+	if name != "" {
+		return nil
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		return fmt.Errorf("-m %s: %w", path, err)
+	}
+	defer f.Close()
+	if !f.Has(tokenizer.KeyChatTemplate) {
+		return fmt.Errorf("%s: %w; name one (%s) with --chat-template", path, tokenizer.ErrNoChatTemplate, strings.Join(api.ChatTemplates(), ", "))
+	}
+	jinja, err := f.String(tokenizer.KeyChatTemplate)
+	if err == nil {
+		_, err = tokenizer.DetectChatTemplate(jinja)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }
 
 // chatLoop is one conversation on the command line.
 type chatLoop struct {
-	chat        *api.Chat
-	gen         api.GenerateOptions
-	printPrompt bool
-	system      []api.Message // the --system message, if any
-	msgs        []api.Message // the conversation so far
-	stdout      io.Writer
-	stderr      io.Writer
+	chat          *api.Chat
+	gen           api.GenerateOptions
+	stops         []string // --stop
+	printPrompt   bool
+	specialSystem bool          // --parse-special
+	system        []api.Message // the --system message, if any
+	msgs          []api.Message // the conversation so far
+	stdout        io.Writer
+	stderr        io.Writer
 }
+
+// errExit is what line returns for /exit.
+var errExit = errors.New("/exit")
 
 // lineMax bounds one line of input (one user turn).
 const lineMax = 1 << 20
 
-// piped reads one user turn per line until EOF.
-func (c *chatLoop) piped(stdin io.Reader) error {
+// piped reads one user turn per line until EOF or /exit. An interrupt
+// during a reply (ctx done) ends the reply's line, then modrun; at any
+// other time it ends modrun at once.
+func (c *chatLoop) piped(ctx context.Context, stdin io.Reader) error {
 	sc := bufio.NewScanner(stdin)
 	sc.Buffer(make([]byte, 0, 64<<10), lineMax)
 	for sc.Scan() {
-		if err := c.line(context.Background(), sc.Text()); err != nil {
+		watchingInterrupt.Store(true)
+		err := c.line(ctx, sc.Text())
+		watchingInterrupt.Store(false)
+		if errors.Is(err, errExit) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return errInterrupted
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -134,9 +171,6 @@ func (c *chatLoop) interactive(stdin io.Reader, interrupt <-chan os.Signal, ctxL
 			fmt.Fprintln(c.stdout)
 			return nil
 		}
-		if strings.TrimSpace(line) == "/exit" {
-			return nil
-		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
@@ -149,18 +183,25 @@ func (c *chatLoop) interactive(stdin io.Reader, interrupt <-chan os.Signal, ctxL
 		err := c.line(ctx, line)
 		close(done)
 		cancel()
+		if errors.Is(err, errExit) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
 	}
 }
 
-// line handles one line of input: a command or a user turn.
+// line handles one line of input: a command or a user turn. A turn that
+// cannot fit in the context is refused with a line on stderr; the chat
+// goes on.
 func (c *chatLoop) line(ctx context.Context, line string) error {
 	line = strings.TrimSuffix(line, "\r")
 	switch strings.TrimSpace(line) {
 	case "":
 		return nil
+	case "/exit":
+		return errExit
 	case "/reset":
 		c.msgs = slices.Clone(c.system)
 		if err := c.chat.Reset(); err != nil {
@@ -176,24 +217,50 @@ func (c *chatLoop) line(ctx context.Context, line string) error {
 			_, werr = io.WriteString(c.stdout, s)
 		}
 	}
-	opts := api.ChatOptions{GenerateOptions: c.gen}
+	opts := api.ChatOptions{GenerateOptions: c.gen, SpecialSystem: c.specialSystem}
 	if c.printPrompt {
 		opts.OnPrompt = write
 	}
+	stop := api.NewStopText(c.stops)
+	stopped := false
 	res, err := c.chat.Reply(ctx, msgs, opts, func(tk api.Token) error {
-		if !tk.Prompt {
-			write(tk.Text)
+		if tk.Prompt {
+			return werr
+		}
+		s, found := stop.Push(tk.Text)
+		write(s)
+		if found {
+			stopped = true
+			return api.ErrStop
 		}
 		return werr
 	})
-	write(res.Tail + "\n")
+	if errors.Is(err, api.ErrTurnTooLong) {
+		fmt.Fprintf(c.stderr, "(%s; the turn was not sent: shorten it, or raise --ctx)\n", strings.TrimPrefix(err.Error(), "modrun: chat: "))
+		return nil
+	}
+	if !stopped {
+		s, found := stop.Push(res.Tail)
+		if !found {
+			s += stop.Flush()
+		}
+		write(s)
+	}
+	write("\n")
 	switch {
 	case errors.Is(err, context.Canceled):
 		fmt.Fprintln(c.stderr, "(reply stopped)")
 	case err != nil:
 		return err
 	case res.Stop == api.StopContextFull:
-		fmt.Fprintln(c.stderr, "(the conversation filled the context; /reset starts a new one, --ctx sets its length)")
+		fmt.Fprintln(c.stderr, "(the reply filled the context; the next turn drops the oldest ones, /reset starts a new conversation, --ctx sets its length)")
+	}
+	if res.Shifted {
+		kept := fmt.Sprintf("the last %d", len(msgs)-len(c.system)-res.Dropped)
+		if len(c.system) > 0 {
+			kept = "the system message and " + kept
+		}
+		fmt.Fprintf(c.stderr, "(the context was full: the oldest %d messages were dropped and %s ran again)\n", res.Dropped, kept)
 	}
 	c.msgs = append(msgs, api.Message{Role: api.RoleAssistant, Content: res.Reply})
 	return werr
@@ -202,5 +269,5 @@ func (c *chatLoop) line(ctx context.Context, line string) error {
 // readerIsTerminal says whether r is a terminal.
 func readerIsTerminal(r io.Reader) bool {
 	f, ok := r.(*os.File)
-	return ok && isTerminal(f)
+	return ok && isTTY(f)
 }

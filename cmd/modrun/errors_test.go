@@ -101,7 +101,7 @@ func TestFlagErrorsComeFirst(t *testing.T) {
 		{"bench --ubatch 0", []string{"bench", "--synthetic", "stories260k", "--backends", "cpu", "--ubatch", "0"}, 2, "--ubatch 0: must be at least 1", built},
 		{"bench --ctx negative", []string{"bench", "--synthetic", "stories260k", "--backends", "cpu", "--ctx", "-2"}, 2, "--ctx -2: must be positive", built},
 		{"bench --out unwritable", []string{"bench", "--synthetic", "stories260k", "--backends", "cpu", "--out", filepath.Join(noDir, "b.md")}, 1, "--out " + filepath.Join(noDir, "b.md") + ": directory " + noDir + " does not exist", built},
-		{"bench --json a directory", []string{"bench", "--synthetic", "stories260k", "--backends", "cpu", "--json", dir}, 1, "--json " + dir + ": is a directory, not a file", built},
+		{"bench --json-out a directory", []string{"bench", "--synthetic", "stories260k", "--backends", "cpu", "--json-out", dir}, 1, "--json-out " + dir + ": is a directory, not a file", built},
 		{"bench --save unwritable", []string{"bench", "--synthetic", "stories260k", "--backends", "cpu", "--save", filepath.Join(noDir, "s.gguf")}, 1, "--save " + filepath.Join(noDir, "s.gguf"), built},
 		{"bench --capacity 0", []string{"bench", "--synthetic", "stories260k", "--capacity", "0"}, 2, "--capacity 0: want a fraction in (0, 1]", built},
 		{"bench --capacity 1.5", []string{"bench", "--synthetic", "stories260k", "--capacity", "1.5"}, 2, "--capacity 1.5: want a fraction in (0, 1]", built},

@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -160,39 +162,50 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
-const generateArgs = "-m FILE.gguf -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--routing router|predictor] [--stats] [--profile] [--routing-map FILE.png]"
+const generateArgs = "-m FILE.gguf (-p PROMPT | -f FILE) [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--stop TEXT] [--parse-special] [--no-display-prompt] [--json] [-t N] [--routing router|predictor] [--stats] [--profile] [--routing-map FILE.png]"
 
 // generateMain is modrun's default command: generate text from a prompt,
 // through the embedding API (package modrun).
-func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("run", generateArgs, stderr)
-	var gf generationFlags
-	gf.register(fs)
+func generateMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	g := newGenerationCommand("run", generateArgs, "new tokens at most (0 = until EOS or the context is full)",
+		"read special-token text in the prompt, such as <|eot_id|>, as those tokens (default: plain text)", stderr)
+	fs := g.fs
+	fs.Lookup("seed").Usage += " (printed with --stats and --json)"
 	prompt := fs.String("p", "", "prompt `TEXT` (BOS is added when the model's tokenizer asks for it)")
-	n := fs.Int("n", 256, "new tokens at most (0 = until EOS or the context is full)")
+	promptFile := fs.String("f", "", "read the prompt from `FILE` (- = stdin), whole, its last newline included")
+	noDisplay := fs.Bool("no-display-prompt", false, "print only the generated text, not the prompt before it")
+	asJSON := fs.Bool("json", false, "print one JSON document (text, token ids, timings, routing) instead of the text")
 	stats := fs.Bool("stats", false, "print speed and per-layer routing to stderr")
 	profile := fs.Bool("profile", false, "print each GPU kernel's time to stderr (Vulkan backend)")
 	routingMap := fs.String("routing-map", "", "write the routing map to `FILE`.png: a column per token, a row per routed layer, coloured by score, marked where the token went through")
-	if err := parseFlags(fs, args); err != nil {
+	if err := g.parse(args, `quote the prompt: -p "..."`); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q (quote the prompt: -p \"...\")", errUsage, fs.Arg(0))
-	}
-	if *n < 0 {
-		return fmt.Errorf("%w: -n %d: must be 0 or positive", errUsage, *n)
-	}
-	if !utf8.ValidString(*prompt) {
-		return fmt.Errorf("%w: -p: the prompt is not valid UTF-8", errUsage)
+	if *promptFile != "" && flagSet(fs, "p") {
+		return fmt.Errorf("%w: -p and -f both give the prompt: use one", errUsage)
 	}
 	if *routingMap != "" {
 		if err := outputFile("--routing-map", *routingMap); err != nil {
 			return err
 		}
 	}
-	model, so, err := gf.open(fs, stderr, func(opts *api.Options) {
-		opts.Profile = *profile
-		opts.NoRoutes = *routingMap == "" // --stats counts from the KV caches
+	var gpuOnly []string
+	if *profile {
+		gpuOnly = append(gpuOnly, "--profile")
+	}
+	if *promptFile != "" {
+		text, err := readPromptFile(*promptFile, stdin)
+		if err != nil {
+			return err
+		}
+		*prompt = text
+	}
+	if !utf8.ValidString(*prompt) {
+		return fmt.Errorf("%w: %s: the prompt is not valid UTF-8", errUsage, promptFlag(*promptFile))
+	}
+	model, opts, err := g.open(stderr, gpuOnly, func(o *api.Options) {
+		o.Profile = *profile
+		o.NoRoutes = *routingMap == "" // --stats counts from the KV caches
 	})
 	if err != nil {
 		return err
@@ -200,66 +213,160 @@ func generateMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	defer model.Close()
 	info := model.Info()
 	if *routingMap != "" && len(info.RoutedLayers) == 0 {
-		return fmt.Errorf("--routing-map: %s is a dense model (architecture %q); it has no routing to draw", gf.mf.path, info.Arch)
+		return fmt.Errorf("--routing-map: %s is a dense model (architecture %q); it has no routing to draw", g.gf.mf.path, info.Arch)
 	}
-
-	if err := promptFits(model, *prompt, info.ContextLen); err != nil {
+	if err := promptFits(model, *prompt, promptFlag(*promptFile), opts.ParseSpecial, info.ContextLen); err != nil {
 		return err
 	}
 
-	var werr error
-	var tokens []api.Token
-	wrote := false
+	out := &runOutput{w: stdout, stop: api.NewStopText(g.stops), noPrompt: *noDisplay || *asJSON, quiet: *asJSON, keepTokens: *routingMap != "" || *asJSON}
 	session := model.NewSession()
 	defer session.Close()
 	watchingInterrupt.Store(true)
-	res, err := session.Generate(interrupt, *prompt, generateOptions(so, *n), func(t api.Token) error {
-		if *routingMap != "" {
-			tokens = append(tokens, t)
-		}
-		if werr == nil && t.Text != "" {
-			_, werr = io.WriteString(stdout, t.Text)
-			wrote = true
-		}
-		return werr
-	})
+	res, err := session.Generate(interrupt, *prompt, opts, out.token)
 	watchingInterrupt.Store(false)
-	if werr == nil && (err == nil || wrote || res.Tail != "") {
-		_, werr = io.WriteString(stdout, res.Tail+"\n")
-	}
+	out.end(res, err)
 	if errors.Is(err, context.Canceled) && interrupt.Err() != nil {
 		return errInterrupted // what was generated is printed, with its newline
 	}
 	if err != nil {
 		return err
 	}
+	if out.err != nil {
+		return out.err
+	}
 	if res.Stop == api.StopContextFull {
 		fmt.Fprintf(stderr, "modrun: stopped: the sequence filled the context length (%d tokens; --ctx sets it)\n", info.ContextLen)
 	}
-	if *stats {
-		printStats(stderr, info, res, so.Seed)
+	if *asJSON {
+		if err := writeRunJSON(stdout, *prompt, out, info, res, opts.Seed); err != nil {
+			return err
+		}
 	}
-	if *profile {
+	if *stats {
+		printStats(stderr, info, res, opts.Seed)
+	}
+	if *profile && info.Backend == api.BackendVulkan {
 		printProfile(stderr, info, model.Profile())
 	}
 	if *routingMap != "" {
-		if err := pngfile.Write(*routingMap, api.RoutingMap(tokens, len(info.RoutedLayers))); err != nil {
+		if err := pngfile.Write(*routingMap, api.RoutingMap(out.tokens, len(info.RoutedLayers))); err != nil {
 			return fmt.Errorf("--routing-map: %w", err)
 		}
 	}
-	return werr
+	return nil
+}
+
+// promptFlag names the flag the prompt came from.
+func promptFlag(file string) string {
+	if file != "" {
+		return "-f " + file
+	}
+	return "-p"
+}
+
+// readPromptFile reads -f: a file, or stdin for "-".
+func readPromptFile(path string, stdin io.Reader) (string, error) {
+	if path == "-" {
+		b, err := io.ReadAll(io.LimitReader(stdin, maxPromptBytes+1))
+		if err != nil {
+			return "", fmt.Errorf("-f -: reading stdin: %w", err)
+		}
+		if len(b) > maxPromptBytes {
+			return "", fmt.Errorf("%w: -f -: the prompt is longer than %d bytes", errUsage, maxPromptBytes)
+		}
+		return string(b), nil
+	}
+	if err := inputFile("-f", path); err != nil {
+		return "", err
+	}
+	st, err := os.Stat(path)
+	if err == nil && st.Size() > maxPromptBytes {
+		return "", fmt.Errorf("%w: -f %s: %d bytes, longer than a prompt may be (%d)", errUsage, path, st.Size(), maxPromptBytes)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("-f: %w", err)
+	}
+	return string(b), nil
+}
+
+// maxPromptBytes bounds a prompt read with -f (the tokenizer's own limit).
+const maxPromptBytes = 64 << 20
+
+// runOutput writes run's text as it comes: the prompt unless noPrompt, the
+// generated text cut at a stop string (held back while it may be one),
+// nothing at all when quiet (--json). It keeps the tokens when asked.
+type runOutput struct {
+	w               io.Writer
+	stop            *api.StopText
+	noPrompt, quiet bool
+	keepTokens      bool
+	tokens          []api.Token
+	text            strings.Builder // the generated text, cut at a stop
+	wrote, stopped  bool
+	err             error
+}
+
+func (o *runOutput) write(s string) {
+	if o.err == nil && s != "" && !o.quiet {
+		_, o.err = io.WriteString(o.w, s)
+		o.wrote = true
+	}
+}
+
+// token is Generate's callback.
+func (o *runOutput) token(t api.Token) error {
+	if o.keepTokens {
+		o.tokens = append(o.tokens, t)
+	}
+	switch {
+	case t.Prompt:
+		if !o.noPrompt {
+			o.write(t.Text)
+		}
+	default:
+		s, found := o.stop.Push(t.Text)
+		o.text.WriteString(s)
+		o.write(s)
+		if found {
+			o.stopped = true
+			return api.ErrStop
+		}
+	}
+	return o.err
+}
+
+// end writes what was held back and the last newline.
+func (o *runOutput) end(res api.Result, err error) {
+	if !o.stopped {
+		s, found := o.stop.Push(res.Tail)
+		o.stopped = found
+		if !found {
+			s += o.stop.Flush()
+		}
+		o.text.WriteString(s)
+		o.write(s)
+	}
+	if o.err == nil && !o.quiet && (err == nil || o.wrote) {
+		_, o.err = io.WriteString(o.w, "\n")
+	}
 }
 
 // promptFits refuses, before anything runs, a prompt longer than the
 // context length ctxLen, naming both flags that decide it (the API's error
 // knows neither): a usage error, as a --ctx past the model's is.
-func promptFits(model *api.Model, prompt string, ctxLen int) error {
-	ids, err := model.Tokenize(prompt, true) // as a new session encodes it: BOS when the tokenizer asks
+func promptFits(model *api.Model, prompt, flagName string, parseSpecial bool, ctxLen int) error {
+	ids, err := model.TokenizeWith(prompt, true, parseSpecial) // as a new session encodes it
 	if err != nil {
-		return fmt.Errorf("-p: %w", err)
+		return fmt.Errorf("%s: %w", flagName, err)
 	}
 	if len(ids) > ctxLen {
-		return fmt.Errorf("%w: -p: the prompt has %d tokens, more than the context length %d: shorten -p, or raise --ctx (up to the model's context length)", errUsage, len(ids), ctxLen)
+		what := "-p"
+		if flagName != "-p" {
+			what = "the prompt"
+		}
+		return fmt.Errorf("%w: %s: the prompt has %d tokens, more than the context length %d: shorten %s, or raise --ctx (up to the model's context length)", errUsage, flagName, len(ids), ctxLen, what)
 	}
 	return nil
 }
@@ -301,12 +408,9 @@ func (mf *modelFlags) open(opts api.Options, routingSet bool) (*api.Model, error
 	return model, nil
 }
 
-// printProfile prints the GPU time per kernel, or why there is none.
+// printProfile prints the GPU time per kernel, or why there is none (on
+// Vulkan: a CPU backend's is the warning of generationCommand.open).
 func printProfile(w io.Writer, info api.Info, entries []api.ProfileEntry) {
-	if info.Backend != api.BackendVulkan {
-		fmt.Fprintf(w, "profile: --profile times GPU kernels; backend %s has none (use --backend vulkan)\n", info.Backend)
-		return
-	}
 	if len(entries) == 0 {
 		fmt.Fprintf(w, "profile: backend vulkan: %s cannot write GPU timestamps\n", info.Device)
 		return

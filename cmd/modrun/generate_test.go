@@ -214,13 +214,14 @@ func TestGenerateOnVulkan(t *testing.T) {
 	assert.Contains(t, stderr, "--device 99: no such device")
 }
 
-// TestGenerateProfile: --profile prints a per-kernel table on Vulkan, the
-// same text as without it, and one line saying what it needs on the CPU.
+// TestGenerateProfile: --profile prints a per-kernel table on Vulkan and
+// the same text as without it; the CPU backend named with it is refused in
+// one line.
 func TestGenerateProfile(t *testing.T) {
 	model := shared.Path(t, "models/stories260K.gguf")
 	code, _, stderr := modrun(t, "-m", model, "-p", "x", "-n", "3", "--backend", "cpu", "--profile")
-	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, stderr, "profile: --profile times GPU kernels; backend cpu has none (use --backend vulkan)")
+	require.Equal(t, 2, code, stderr)
+	assert.Equal(t, "modrun run: usage: --profile applies to the vulkan backend only, not to cpu\n", stderr)
 
 	if err := vk.Load(); err != nil {
 		t.Skipf("no Vulkan loader: %v", err)
@@ -281,7 +282,7 @@ func TestBenchSynthetic(t *testing.T) {
 	dir := t.TempDir()
 	save, js := filepath.Join(dir, "s.gguf"), filepath.Join(dir, "bench.json")
 	code, stdout, stderr := modrun(t, "bench", "--synthetic", "stories260k", "--type", "q8_0", "--capacity", "0.25", "--backends", "cpu",
-		"--prompt", "16", "-n", "16", "--repeats", "1", "--save", save, "--json", js)
+		"--prompt", "16", "-n", "16", "--repeats", "1", "--save", save, "--json-out", js)
 	require.Equal(t, 0, code, stderr)
 	assert.Regexp(t, `\| cpu \| cpu \| go[\d.]+ \| [\d.]+ GB/s \| Go probe`, stdout)
 	assert.Regexp(t, `\| stories260k-q8_0 \| dense \| cpu \(f32 KV\) \| \d+ \| — \| — \| [\d.]+ \| — \| — \| — \| [\d.]+ \| [\d.]+ \| dense \| 16 after 16 \| 0\.0\d+ \|`, stdout) // 8-bit activations: cpu.QuantizedRelTol
@@ -297,6 +298,13 @@ func TestBenchSynthetic(t *testing.T) {
 	assert.Greater(t, rep.Rows[1].IdealVsBaseline, 1.0, "the twin reads fewer bytes per token")
 	assert.Greater(t, rep.Rows[1].IdealPrefillVsBaseline, 1.0, "and does less arithmetic")
 	assert.Positive(t, rep.Rows[0].EffectiveGBps)
+
+	// --json prints the same report as one document on stdout instead.
+	code, stdout, stderr = modrun(t, "bench", "--synthetic", "stories260k", "--backends", "cpu", "--prompt", "16", "-n", "16", "--repeats", "1", "--json")
+	require.Equal(t, 0, code, stderr)
+	var onStdout benchReport
+	require.NoError(t, json.Unmarshal([]byte(stdout), &onStdout), stdout)
+	assert.Len(t, onStdout.Rows, 1)
 	assert.Positive(t, rep.Devices[0].GBps)
 	assert.Len(t, rep.Rows[1].RoutedPercent, 2)
 

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"runtime"
 	"time"
 
 	api "github.com/modrun/modrun"
@@ -22,6 +23,100 @@ func (gf *generationFlags) register(fs *flag.FlagSet) {
 	gf.mf.register(fs, "", "causal routing of MoD blocks: router (r > 0) | predictor (p > 0) (default: the one the model was trained for, llama-mod.mod.causal_routing, else router)")
 	gf.cf.register(fs)
 	gf.sf.register(fs)
+}
+
+// generationCommand is the flag set run and chat share: the model, cache
+// and sampling flags, -n, --parse-special, --stop and -t.
+type generationCommand struct {
+	fs           *flag.FlagSet
+	gf           generationFlags
+	n            int
+	parseSpecial bool
+	stops        []string
+	threads      int
+	gpuOnly      []string // flags given that only the Vulkan backend uses, as "--kv-type"
+}
+
+// newGenerationCommand makes the flag set of command name (run or chat);
+// parseSpecialHelp says what --parse-special reads there.
+func newGenerationCommand(name, argsUsage, nHelp, parseSpecialHelp string, stderr io.Writer) *generationCommand {
+	g := &generationCommand{fs: newFlags(name, argsUsage, stderr)}
+	g.gf.register(g.fs)
+	g.fs.IntVar(&g.n, "n", 256, nHelp)
+	g.fs.BoolVar(&g.parseSpecial, "parse-special", false, parseSpecialHelp)
+	g.fs.Func("stop", "stop at `TEXT`, which is not printed (repeatable: the first found stops)", func(v string) error {
+		if v == "" {
+			return fmt.Errorf("want some text")
+		}
+		g.stops = append(g.stops, v)
+		return nil
+	})
+	g.fs.IntVar(&g.threads, "t", 0, "threads `N` of the CPU backends (default 0: one per core)")
+	return g
+}
+
+// parse parses args and checks the shared flags' values; argHint says
+// where the input comes from, for an unexpected argument's error.
+func (g *generationCommand) parse(args []string, argHint string) error {
+	if err := parseFlags(g.fs, args); err != nil {
+		return err
+	}
+	switch {
+	case g.fs.NArg() > 0:
+		return fmt.Errorf("%w: unexpected argument %q (%s)", errUsage, g.fs.Arg(0), argHint)
+	case g.n < 0:
+		return fmt.Errorf("%w: -n %d: must be 0 or positive", errUsage, g.n)
+	case g.threads < 0:
+		return fmt.Errorf("%w: -t %d: must be 0 (one per core) or positive", errUsage, g.threads)
+	}
+	return nil
+}
+
+// ignoredBy lists the flags given that backend (as resolved) does not use,
+// with why: the GPU's flags on a CPU backend, -t on Vulkan.
+func (g *generationCommand) ignoredBy(backend string) []string {
+	var out []string
+	if backend == engine.BackendVulkan {
+		if flagSet(g.fs, "t") {
+			out = append(out, "-t sets the CPU backends' threads; the vulkan backend runs on the GPU")
+		}
+		return out
+	}
+	for _, name := range g.gpuOnly {
+		out = append(out, fmt.Sprintf("%s applies to the vulkan backend only, not to %s", name, backend))
+	}
+	return out
+}
+
+// open checks the flags, refuses those the named backend ignores and opens
+// the model (set adjusts the API's options); gpuOnly are the command's own
+// flags given that only the Vulkan backend uses. A flag that --backend auto
+// ends up ignoring (no GPU) gets a one-line warning. It prints the API's
+// notice (the CPU fallback) to stderr and returns the options of one
+// generation.
+func (g *generationCommand) open(stderr io.Writer, gpuOnly []string, set func(*api.Options)) (*api.Model, api.GenerateOptions, error) {
+	if flagSet(g.fs, "kv-type") {
+		gpuOnly = append([]string{"--kv-type"}, gpuOnly...)
+	}
+	g.gpuOnly = gpuOnly
+	if b := g.gf.mf.backend; b != engine.BackendAuto {
+		if ignored := g.ignoredBy(b); len(ignored) > 0 {
+			return nil, api.GenerateOptions{}, fmt.Errorf("%w: %s", errUsage, ignored[0])
+		}
+	}
+	if g.threads > 0 {
+		runtime.GOMAXPROCS(g.threads) // read once, when the CPU backend starts its workers
+	}
+	model, so, err := g.gf.open(g.fs, stderr, set)
+	if err != nil {
+		return nil, api.GenerateOptions{}, err
+	}
+	for _, w := range g.ignoredBy(model.Info().Backend) {
+		fmt.Fprintf(stderr, "modrun %s: warning: %s\n", g.fs.Name(), w)
+	}
+	opts := generateOptions(so, g.n)
+	opts.ParseSpecial = g.parseSpecial
+	return model, opts, nil
 }
 
 // open checks the flags and opens the model, with set adjusting the API's
@@ -67,7 +162,7 @@ func (sf *samplingFlags) register(fs *flag.FlagSet) {
 	fs.Func("min-p", "drop tokens less likely than `P` times the best (default 0 = none)", floatFlag(&so.MinP))
 	fs.Func("repeat-penalty", "penalty `R` on the last --repeat-last-n tokens (default 1 = off)", floatFlag(&so.RepeatPenalty))
 	fs.IntVar(&so.RepeatLastN, "repeat-last-n", so.RepeatLastN, "tokens the repetition penalty looks back at")
-	fs.Int64Var(&sf.seed, "seed", -1, "random seed; -1 picks one from the clock (printed with --stats)")
+	fs.Int64Var(&sf.seed, "seed", -1, "random seed; -1 picks one from the clock")
 }
 
 // options checks the flags; a seed of -1 becomes one from the clock.

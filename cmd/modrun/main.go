@@ -104,6 +104,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if args[0] == "--version" || args[0] == "-version" || args[0] == "version" {
+		printVersion(stdout)
+		return 0
+	}
 	if strings.HasPrefix(args[0], "-") {
 		args = append([]string{"run"}, args...) // modrun -m FILE -p PROMPT
 	}
@@ -136,6 +140,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "modrun runs Mixture-of-Depths Llama models from GGUF files.")
 	fmt.Fprintln(w, "\nUsage: modrun -m FILE.gguf -p PROMPT [flags]   (generate; modrun run -h for the flags)")
 	fmt.Fprintln(w, "       modrun COMMAND [flags]                (modrun COMMAND -h for its flags)")
+	fmt.Fprintln(w, "       modrun --version")
 	fmt.Fprintln(w, "\nCommands:")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)

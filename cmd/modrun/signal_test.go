@@ -59,18 +59,7 @@ func TestInterruptRun(t *testing.T) {
 	defer cancel()
 	// -n 0: until the context is full, 2048 greedy tokens (seconds), never EOS.
 	cmd, stdout, stderr := modrunProcess(t, ctx, "-m", model, "-p", "Once", "-n", "0", "--backend", "cpu")
-	first := make([]byte, 1)
-	_, err := io.ReadFull(stdout, first) // generation has begun: main has its handler
-	if err != nil {
-		_ = cmd.Wait() // stderr is complete, and no longer written, after Wait
-		t.Fatalf("no output: %v; stderr: %s", err, stderr)
-	}
-	require.NoError(t, cmd.Process.Signal(os.Interrupt))
-	rest, err := io.ReadAll(stdout)
-	require.NoError(t, err)
-	code := exitCode(t, cmd.Wait())
-	assert.Equal(t, exitInterrupted, code, stderr.String())
-	out := string(first) + string(rest)
+	out := interruptOnOutput(t, cmd, stdout, stderr)
 	assert.True(t, strings.HasPrefix(out, "Once"), out)
 	assert.True(t, strings.HasSuffix(out, "\n"), "the text printed so far ends its line")
 	assert.Less(t, len(out), 2048*8, "it stopped early")
@@ -103,4 +92,41 @@ func TestInterruptBusyCommand(t *testing.T) {
 func lastLine(s string) string {
 	i := strings.LastIndex(strings.TrimSuffix(s, "\n"), "\n")
 	return s[i+1:]
+}
+
+// TestInterruptPipedChat: ^C during a piped chat's reply ends the reply's
+// line on stdout, so that "modrun: interrupted" has a line of its own, and
+// exits 130.
+func TestInterruptPipedChat(t *testing.T) {
+	model := shared.Path(t, "models/stories260K.gguf")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "chat", "-m", model, "--chat-template", "chatml", "-n", "0", "--backend", "cpu")
+	cmd.Env = append(os.Environ(), envRunMain+"=1")
+	cmd.Stdin = strings.NewReader("Once upon a time\n")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	out := interruptOnOutput(t, cmd, stdout, &stderr)
+	assert.True(t, strings.HasSuffix(out, "\n"), "the reply's line is ended: %q", out)
+	assert.Equal(t, "modrun: interrupted\n", lastLine(stderr.String()))
+}
+
+// interruptOnOutput sends ^C once the first byte of output comes (the work
+// has begun: main has its handler), checks that modrun exits 130, and
+// returns all it printed.
+func interruptOnOutput(t *testing.T, cmd *exec.Cmd, stdout io.Reader, stderr *bytes.Buffer) string {
+	t.Helper()
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(stdout, first); err != nil {
+		_ = cmd.Wait() // stderr is complete, and no longer written, after Wait
+		t.Fatalf("no output: %v; stderr: %s", err, stderr)
+	}
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	rest, err := io.ReadAll(stdout)
+	require.NoError(t, err)
+	assert.Equal(t, exitInterrupted, exitCode(t, cmd.Wait()), stderr.String())
+	return string(first) + string(rest)
 }

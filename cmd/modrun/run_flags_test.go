@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modrun/modrun/internal/shared"
+)
+
+// modrunStdin runs modrun in-process with stdin.
+func modrunStdin(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(args, strings.NewReader(stdin), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// The shipped stories260K model's greedy story from this prompt.
+const (
+	storyPrompt = "Once upon a time"
+	storyText   = "Once upon a time, there was a little girl named Lily."
+)
+
+// TestRunPromptFile: -f FILE and -f - give the prompt as -p does, its text
+// exactly (a newline at the end is part of it).
+func TestRunPromptFile(t *testing.T) {
+	model := shared.Path(t, "models/stories260K.gguf")
+	file := filepath.Join(t.TempDir(), "prompt.txt")
+	require.NoError(t, os.WriteFile(file, []byte(storyPrompt), 0o644))
+	code, want, stderr := modrun(t, "-m", model, "-p", storyPrompt, "-n", "12")
+	require.Equal(t, 0, code, stderr)
+	require.True(t, strings.HasPrefix(want, storyText), want)
+	code, out, stderr := modrun(t, "-m", model, "-f", file, "-n", "12")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, want, out)
+	code, out, stderr = modrunStdin(t, storyPrompt, "-m", model, "-f", "-", "-n", "12")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, want, out)
+
+	code, out, stderr = modrun(t, "-m", model, "-f", file, "-p", "x")
+	assert.Equal(t, 2, code)
+	assert.Empty(t, out)
+	assert.Equal(t, "modrun run: usage: -p and -f both give the prompt: use one\n", stderr)
+	code, _, stderr = modrun(t, "-m", model, "-f", filepath.Join(t.TempDir(), "none.txt"))
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "modrun run: -f ")
+	assert.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
+}
+
+// TestRunStopAndNoDisplayPrompt: --stop cuts the text before the first stop
+// string found, which is never printed; --no-display-prompt leaves out
+// the prompt.
+func TestRunStopAndNoDisplayPrompt(t *testing.T) {
+	model := shared.Path(t, "models/stories260K.gguf")
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--stop", "little"}, "Once upon a time, there was a \n"},
+		{[]string{"--stop", " girl", "--stop", "was"}, "Once upon a time, there \n"},
+		{[]string{"--stop", "Lily.", "--no-display-prompt"}, ", there was a little girl named \n"},
+		{[]string{"--stop", "upon"}, "Once upon a time, there was a little girl named Lily.\n"}, // the prompt is not searched
+		{[]string{"--no-display-prompt"}, ", there was a little girl named Lily.\n"},
+	}
+	for _, c := range cases {
+		code, out, stderr := modrun(t, append([]string{"-m", model, "-p", storyPrompt, "-n", "11"}, c.args...)...)
+		require.Equal(t, 0, code, stderr)
+		assert.Equal(t, c.want, out, "%q", c.args)
+	}
+	code, _, stderr := modrun(t, "-m", model, "-p", "x", "--stop", "")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, `invalid value "" for flag -stop: want some text`)
+}
+
+// runJSONOf runs modrun --json and decodes its one document.
+func runJSONOf(t *testing.T, args ...string) runJSON {
+	t.Helper()
+	code, out, stderr := modrun(t, append(args, "--json")...)
+	require.Equal(t, 0, code, stderr)
+	var doc runJSON
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&doc), out)
+	assert.False(t, dec.More(), "one document")
+	return doc
+}
+
+// TestRunJSON: --json prints one document: the generated text (cut at a
+// --stop), the ids, why it stopped, timings and routing.
+func TestRunJSON(t *testing.T) {
+	model := shared.Path(t, "models/stories260K.gguf")
+	doc := runJSONOf(t, "-m", model, "-p", storyPrompt, "-n", "11", "--seed", "7")
+	assert.Equal(t, storyPrompt, doc.Prompt)
+	assert.Equal(t, strings.TrimPrefix(storyText, storyPrompt), doc.Text)
+	assert.Len(t, doc.Tokens, 11)
+	assert.Equal(t, int32(1), doc.PromptTokens[0], "BOS")
+	assert.Equal(t, "max-tokens", doc.Stop)
+	assert.Equal(t, uint64(7), doc.Seed)
+	assert.Equal(t, len(doc.PromptTokens), doc.Timings.PromptTokens)
+	assert.Equal(t, 10, doc.Timings.DecodeSteps)
+	assert.Positive(t, doc.Timings.DecodePerSec)
+	assert.Empty(t, doc.Routing, "a dense model")
+
+	stopped := runJSONOf(t, "-m", model, "-p", storyPrompt, "-n", "11", "--stop", "girl")
+	assert.Equal(t, ", there was a little ", stopped.Text)
+	assert.Equal(t, "stop-string", stopped.Stop)
+
+	mod := runJSONOf(t, "-m", "../../models/tinystories-mod.gguf", "-p", "Once", "-n", "4", "--backend", "cpu")
+	require.NotEmpty(t, mod.Routing)
+	for _, l := range mod.Routing {
+		assert.Equal(t, len(mod.PromptTokens)+3, l.Seen, "layer %d: every token run (the last drawn is not)", l.Layer)
+	}
+}
+
+// TestRunParseSpecial: special-token text in a prompt is plain text unless
+// --parse-special; then "</s>" is EOS (2), and a prompt that starts with
+// "<s>" gets one BOS (1), not two.
+func TestRunParseSpecial(t *testing.T) {
+	model := shared.Path(t, "models/stories260K.gguf")
+	plain := runJSONOf(t, "-m", model, "-p", "<s>Once</s> upon", "-n", "1")
+	assert.Equal(t, int32(1), plain.PromptTokens[0])
+	assert.NotContains(t, plain.PromptTokens[1:], int32(1))
+	assert.NotContains(t, plain.PromptTokens, int32(2))
+	special := runJSONOf(t, "-m", model, "-p", "<s>Once</s> upon", "-n", "1", "--parse-special")
+	assert.Equal(t, int32(1), special.PromptTokens[0])
+	assert.NotEqual(t, int32(1), special.PromptTokens[1], "one BOS")
+	eos := 0
+	for _, id := range special.PromptTokens {
+		if id == 2 {
+			eos++
+		}
+	}
+	assert.Equal(t, 1, eos, "</s> is EOS: %v", special.PromptTokens)
+	assert.Less(t, len(special.PromptTokens), len(plain.PromptTokens))
+}
+
+// TestIgnoredFlags: a flag the named backend would ignore is refused in
+// one line, before the model loads.
+func TestIgnoredFlags(t *testing.T) {
+	model := shared.Path(t, "models/stories260K.gguf")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "-p", "x", "--backend", "cpu", "--kv-type", "f16"}, "modrun run: usage: --kv-type applies to the vulkan backend only, not to cpu\n"},
+		{[]string{"run", "-p", "x", "--backend", "reference", "--profile"}, "modrun run: usage: --profile applies to the vulkan backend only, not to reference\n"},
+		{[]string{"run", "-p", "x", "--backend", "vulkan", "-t", "2"}, "modrun run: usage: -t sets the CPU backends' threads; the vulkan backend runs on the GPU\n"},
+		{[]string{"chat", "--chat-template", "chatml", "--backend", "cpu", "--kv-type", "f32"}, "modrun chat: usage: --kv-type applies to the vulkan backend only, not to cpu\n"},
+		{[]string{"run", "-p", "x", "-t", "-1"}, "modrun run: usage: -t -1: must be 0 (one per core) or positive\n"},
+	} {
+		code, out, stderr := modrun(t, append(c.args, "-m", model)...)
+		assert.Equal(t, 2, code, stderr)
+		assert.Empty(t, out)
+		assert.Equal(t, c.want, stderr)
+	}
+}
+
+// TestRunThreads: -t N runs the CPU backend on N threads (a process of its
+// own: the thread count is the process's).
+func TestRunThreads(t *testing.T) {
+	model := shared.Path(t, "models/stories260K.gguf")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd, stdout, stderr := modrunProcess(t, ctx, "-m", model, "-p", "Once", "-n", "2", "--backend", "cpu", "-t", "1", "--json")
+	var out bytes.Buffer
+	_, err := out.ReadFrom(stdout)
+	require.NoError(t, err)
+	require.NoError(t, cmd.Wait(), stderr.String())
+	var doc runJSON
+	require.NoError(t, json.Unmarshal(out.Bytes(), &doc), out.String())
+	assert.True(t, strings.HasPrefix(doc.Device, "CPU (1 thread, "), doc.Device)
+}
+
+// TestVersion: --version prints the version and commit, Go's version and
+// the Vulkan loader, one line each.
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"--version", "version"} {
+		code, out, stderr := modrun(t, arg)
+		require.Equal(t, 0, code, stderr)
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		require.Len(t, lines, 3, out)
+		assert.Regexp(t, `^modrun \S+, commit `, lines[0])
+		assert.Regexp(t, `^go: go1\.\d+`, lines[1])
+		assert.Regexp(t, `^vulkan loader: (none \(|libvulkan\.so\.1, Vulkan 1\.)`, lines[2])
+	}
+}
