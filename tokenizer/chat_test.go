@@ -212,3 +212,27 @@ func TestEncodeOneBOS(t *testing.T) {
 		assert.NotContains(t, plain[1:], c.tok.BOS())
 	}
 }
+
+// TestDecodeSpecial: control tokens come out as their text, so text
+// encoded with ParseSpecial decodes back to itself (SentencePiece adds its
+// dummy-prefix space after each special token); Decode drops them.
+func TestDecodeSpecial(t *testing.T) {
+	for _, c := range []struct {
+		tok        *Tokenizer
+		text, want string
+	}{
+		{llama3Vocab(t), "<|begin_of_text|>Hi<|eot_id|> there<|start_header_id|>", "<|begin_of_text|>Hi<|eot_id|> there<|start_header_id|>"},
+		{llamaVocab(t), "<s>Once</s> upon<s>", "<s>Once</s>  upon<s>"},
+	} {
+		ids, err := c.tok.EncodeWith(c.text, EncodeOptions{ParseSpecial: true})
+		require.NoError(t, err)
+		got, err := c.tok.DecodeSpecial(ids)
+		require.NoError(t, err)
+		assert.Equal(t, c.want, string(got))
+		plain, err := c.tok.Decode(ids)
+		require.NoError(t, err)
+		assert.NotContains(t, string(plain), "<", "Decode drops control tokens")
+		_, err = c.tok.DecodeSpecial([]int32{-1})
+		assert.Error(t, err)
+	}
+}

@@ -9,10 +9,23 @@ import "unicode/utf8"
 // it — at the start of the sequence or right after BOS, as SentencePiece and
 // llama2.c do. Bytes are returned as they are, even when the byte tokens
 // spell invalid UTF-8.
-func (t *Tokenizer) Decode(ids []int32) ([]byte, error) {
+func (t *Tokenizer) Decode(ids []int32) ([]byte, error) { return t.decode(ids, false) }
+
+// DecodeSpecial is Decode with control tokens written out as their text
+// ("<s>", "<|eot_id|>") instead of dropped, as llama.cpp's detokenizer does
+// with special on. With a byte-level BPE vocabulary, text encoded with
+// EncodeOptions.ParseSpecial decodes back to itself; SentencePiece gives
+// each stretch after a special token its dummy-prefix space.
+func (t *Tokenizer) DecodeSpecial(ids []int32) ([]byte, error) { return t.decode(ids, true) }
+
+func (t *Tokenizer) decode(ids []int32, special bool) ([]byte, error) {
 	out := make([]byte, 0, 4*len(ids))
 	atStart := true
 	for _, id := range ids {
+		if special && t.checkID(id) == nil && t.types[id] == TypeControl {
+			out = append(out, t.pieces[id]...)
+			continue
+		}
 		piece, err := t.pieceAt(id, &atStart)
 		if err != nil {
 			return nil, err

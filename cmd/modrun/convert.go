@@ -10,6 +10,7 @@ import (
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod/convert"
 	"github.com/modrun/modrun/mod/quant"
+	"github.com/modrun/modrun/tokenizer"
 )
 
 // convertMain implements `modrun convert`: a checkpoint -> GGUF. The layout
@@ -28,8 +29,7 @@ func convertMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	switch {
 	case *in == "" || *vocabPath == "" || *out == "":
-		fs.Usage()
-		return fmt.Errorf("%w: -i, --vocab and -o are required", errUsage)
+		return fmt.Errorf("%w: -i, --vocab and -o are required (modrun convert -h lists the flags)", errUsage)
 	case fs.NArg() != 0:
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	case filepath.Clean(*out) == filepath.Clean(*in) || filepath.Clean(*out) == filepath.Clean(*vocabPath) ||
@@ -64,17 +64,21 @@ func convertMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		*name = strings.TrimSuffix(filepath.Base(*out), filepath.Ext(*out))
 	}
 
+	// The vocabulary is read before the checkpoint, which may take minutes.
+	vocab, err := gguf.Open(*vocabPath)
+	if err != nil {
+		return fmt.Errorf("--vocab: %w", err)
+	}
+	defer vocab.Close()
+	if _, err := tokenizer.FromGGUF(vocab); err != nil {
+		return fmt.Errorf("--vocab %s: %w", *vocabPath, err)
+	}
 	src, err := convert.Load(*in, *cfgPath)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "layout %s: %s\n", src.Layout, src.Description)
 	cfg := src.Config
-	vocab, err := gguf.Open(*vocabPath)
-	if err != nil {
-		return fmt.Errorf("--vocab: %w", err)
-	}
-	defer vocab.Close()
 	w, err := convert.Convert(src.Checkpoint, cfg, vocab, convert.Options{Scheme: scheme, Name: *name})
 	if err != nil {
 		return err

@@ -20,7 +20,6 @@ func devicesMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 0 {
-		fs.Usage()
 		return fmt.Errorf("%w: devices takes no arguments, got %d", errUsage, fs.NArg())
 	}
 	inst, err := vk.NewInstance(vk.InstanceOptions{})

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/internal/shared"
 	"github.com/modrun/modrun/vk"
 )
@@ -220,4 +221,50 @@ func TestContextZeroIsTheModels(t *testing.T) {
 	assert.Contains(t, help, "0 = the model's")
 	_, _, help = modrun(t, "perplexity", "-h")
 	assert.Contains(t, help, "0 = the model's context length")
+}
+
+// TestConvertChecksVocabFirst: a --vocab without a tokenizer is refused
+// before the checkpoint is read (here a truncated one, whose error would
+// come first otherwise).
+func TestConvertChecksVocabFirst(t *testing.T) {
+	dir := t.TempDir()
+	full, err := os.ReadFile(cv("tiny-mod.pt"))
+	require.NoError(t, err)
+	truncated := filepath.Join(dir, "truncated.pt")
+	require.NoError(t, os.WriteFile(truncated, full[:3000], 0o644))
+	w := gguf.NewWriter()
+	require.NoError(t, w.SetKV("general.architecture", gguf.Scalar("llama")))
+	noTokenizer := filepath.Join(dir, "no-tokenizer.gguf")
+	require.NoError(t, w.WriteFile(noTokenizer))
+	code, out, stderr := modrun(t, "convert", "-i", truncated, "-c", cv("tiny-mod.config.json"), "--vocab", noTokenizer, "-o", filepath.Join(dir, "out.gguf"))
+	assert.Equal(t, 1, code)
+	assert.Empty(t, out)
+	assert.True(t, strings.HasPrefix(stderr, "modrun convert: --vocab "+noTokenizer+": "), stderr)
+	assert.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
+}
+
+// TestErrorsAreOneLine: a usage error is one line, never the flag list
+// before it (-h prints that), and inspect takes -m as every command does.
+func TestErrorsAreOneLine(t *testing.T) {
+	model := shared.Path(t, "models/stories260K.gguf")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"inspect"}, "modrun inspect: usage: want one GGUF file (FILE.gguf or -m FILE.gguf), got 0 arguments\n"},
+		{[]string{"inspect", "-m", model, model}, "modrun inspect: usage: -m " + model + " and the argument \"" + model + "\" both name the file: give one\n"},
+		{[]string{"devices", "extra"}, "modrun devices: usage: devices takes no arguments, got 1\n"},
+		{[]string{"convert", "-i", "x.pt"}, "modrun convert: usage: -i, --vocab and -o are required (modrun convert -h lists the flags)\n"},
+		{[]string{"frobnicate"}, "modrun: unknown command \"frobnicate\" (modrun -h lists the commands)\n"},
+		{[]string{"run", "--frobnicate"}, "modrun run: usage: flag provided but not defined: -frobnicate (modrun run -h lists the flags)\n"},
+	} {
+		code, out, stderr := modrun(t, c.args...)
+		assert.Equal(t, 2, code, "%q", c.args)
+		assert.Empty(t, out)
+		assert.Equal(t, c.want, stderr, "%q", c.args)
+	}
+	code, viaFlag, stderr := modrun(t, "inspect", "-m", model)
+	require.Equal(t, 0, code, stderr)
+	_, viaArg, _ := modrun(t, "inspect", model)
+	assert.Equal(t, viaArg, viaFlag)
 }

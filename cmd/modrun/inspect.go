@@ -24,21 +24,27 @@ const (
 var tokenTypeNames = map[int32]string{0: "undefined", 1: "normal", 2: "unknown", 3: "control", 4: "user_defined", 5: "unused", 6: "byte"}
 
 func inspectMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("inspect", "[--json [--full]] [--check] FILE.gguf", stderr)
+	fs := newFlags("inspect", "[--json [--full]] [--check] (FILE.gguf | -m FILE.gguf)", stderr)
+	model := fs.String("m", "", "the GGUF `FILE` (or give it as the argument)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of text")
 	full := fs.Bool("full", false, "with --json: include every element of long arrays (the vocabulary)")
 	check := fs.Bool("check", false, "also scan every tensor (dequantized) for NaN and infinite values; exit 1 if any")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return fmt.Errorf("%w: want one GGUF file, got %d arguments", errUsage, fs.NArg())
+	path := *model
+	switch {
+	case path != "" && fs.NArg() > 0:
+		return fmt.Errorf("%w: -m %s and the argument %q both name the file: give one", errUsage, path, fs.Arg(0))
+	case path == "" && fs.NArg() != 1:
+		return fmt.Errorf("%w: want one GGUF file (FILE.gguf or -m FILE.gguf), got %d arguments", errUsage, fs.NArg())
+	case path == "":
+		path = fs.Arg(0)
 	}
 	if *full && !*asJSON {
 		return fmt.Errorf("%w: --full needs --json (the text report counts a long array's elements; --json --full lists them)", errUsage)
 	}
-	f, err := gguf.Open(fs.Arg(0))
+	f, err := gguf.Open(path)
 	if err != nil {
 		return err
 	}

@@ -131,8 +131,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "modrun %s: %s\n", c.name, strings.TrimPrefix(err.Error(), "modrun: "))
 		return 1
 	}
-	fmt.Fprintf(stderr, "modrun: unknown command %q\n\n", args[0])
-	usage(stderr)
+	fmt.Fprintf(stderr, "modrun: unknown command %q (modrun -h lists the commands)\n", args[0])
 	return 2
 }
 

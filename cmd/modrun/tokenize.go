@@ -17,11 +17,14 @@ import (
 // trailing newline included: it is part of the text and gets its token), so
 // that `modrun tokenize | modrun tokenize --decode` gives back the input.
 func tokenizeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("tokenize", "-m FILE.gguf [--bos] [--out ids.bin | --decode] < input", stderr)
+	fs := newFlags("tokenize", "-m FILE.gguf [--bos] [--parse-special] [--pieces | --out ids.bin | --decode [--special]] < input", stderr)
 	model := fs.String("m", "", "GGUF file whose tokenizer to use (required)")
 	decode := fs.Bool("decode", false, "read token ids on stdin and print the text")
+	special := fs.Bool("special", false, "with --decode: write control tokens (BOS, EOS, <|eot_id|>) as their text instead of dropping them")
 	out := fs.String("out", "", "write ids as raw little-endian uint16 (uint32 when the vocab exceeds 65536) to this file")
 	bos := fs.Bool("bos", false, "prepend the BOS token")
+	parseSpecial := fs.Bool("parse-special", false, "read special-token text such as <s> or <|eot_id|> as those tokens (default: plain text)")
+	pieces := fs.Bool("pieces", false, "print one token a line: its id, a tab and its text, quoted")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -30,8 +33,12 @@ func tokenizeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: -m FILE.gguf is required", errUsage)
 	case fs.NArg() != 0:
 		return fmt.Errorf("%w: unexpected argument %q (text comes on stdin)", errUsage, fs.Arg(0))
-	case *decode && (*out != "" || *bos):
-		return fmt.Errorf("%w: --decode takes neither --out nor --bos", errUsage)
+	case *decode && (*out != "" || *bos || *parseSpecial || *pieces):
+		return fmt.Errorf("%w: --decode takes none of --out, --bos, --parse-special, --pieces", errUsage)
+	case *special && !*decode:
+		return fmt.Errorf("%w: --special goes with --decode (to encode special-token text as tokens, use --parse-special)", errUsage)
+	case *pieces && *out != "":
+		return fmt.Errorf("%w: --pieces prints, --out writes a file: use one", errUsage)
 	}
 	if err := inputFile("-m", *model); err != nil {
 		return err
@@ -51,14 +58,17 @@ func tokenizeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 		return fmt.Errorf("reading stdin: %w", err)
 	}
 	if *decode {
-		return decodeIDs(tok, string(input), stdout)
+		return decodeIDs(tok, string(input), *special, stdout)
 	}
-	ids, err := encodeText(tok, string(input), *bos)
+	ids, err := encodeText(tok, string(input), *bos, *parseSpecial)
 	if err != nil {
 		return err
 	}
-	if *out != "" {
+	switch {
+	case *out != "":
 		return writeIDFile(*out, ids, tok.NVocab())
+	case *pieces:
+		return printPieces(stdout, tok, ids)
 	}
 	return printIDs(stdout, ids)
 }
@@ -76,8 +86,8 @@ func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 	return tok, nil
 }
 
-func encodeText(tok *tokenizer.Tokenizer, text string, bos bool) ([]int32, error) {
-	ids, err := tok.Encode(text, false)
+func encodeText(tok *tokenizer.Tokenizer, text string, bos, parseSpecial bool) ([]int32, error) {
+	ids, err := tok.EncodeWith(text, tokenizer.EncodeOptions{ParseSpecial: parseSpecial})
 	if err != nil {
 		return nil, fmt.Errorf("stdin: %w", err)
 	}
@@ -86,6 +96,9 @@ func encodeText(tok *tokenizer.Tokenizer, text string, bos bool) ([]int32, error
 	}
 	if tok.BOS() < 0 {
 		return nil, fmt.Errorf("--bos: the vocabulary has no BOS token")
+	}
+	if len(ids) > 0 && ids[0] == tok.BOS() {
+		return ids, nil // the text starts with BOS itself (--parse-special): one is enough
 	}
 	return append([]int32{tok.BOS()}, ids...), nil
 }
@@ -102,9 +115,27 @@ func printIDs(w io.Writer, ids []int32) error {
 	return bw.Flush()
 }
 
+// printPieces writes each token on a line: its id, a tab, and the text it
+// adds (a control token's piece), quoted as Go quotes strings.
+func printPieces(w io.Writer, tok *tokenizer.Tokenizer, ids []int32) error {
+	bw := bufio.NewWriter(w)
+	for _, id := range ids {
+		text, err := tok.Text(id)
+		if err != nil {
+			return err
+		}
+		if typ, _ := tok.Type(id); typ == tokenizer.TypeControl {
+			piece, _ := tok.Piece(id)
+			text = []byte(piece)
+		}
+		fmt.Fprintf(bw, "%d\t%s\n", id, strconv.Quote(string(text)))
+	}
+	return bw.Flush()
+}
+
 // decodeIDs reads whitespace-separated ids and writes their text, byte for
-// byte, with no newline added.
-func decodeIDs(tok *tokenizer.Tokenizer, input string, w io.Writer) error {
+// byte, with no newline added; with special, control tokens as their text.
+func decodeIDs(tok *tokenizer.Tokenizer, input string, special bool, w io.Writer) error {
 	fields := strings.Fields(input)
 	ids := make([]int32, len(fields))
 	for i, f := range fields {
@@ -114,7 +145,11 @@ func decodeIDs(tok *tokenizer.Tokenizer, input string, w io.Writer) error {
 		}
 		ids[i] = int32(n)
 	}
-	text, err := tok.Decode(ids)
+	decode := tok.Decode
+	if special {
+		decode = tok.DecodeSpecial
+	}
+	text, err := decode(ids)
 	if err != nil {
 		return fmt.Errorf("stdin: %w", err)
 	}

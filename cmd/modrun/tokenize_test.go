@@ -85,7 +85,7 @@ func TestTokenizeErrors(t *testing.T) {
 	}{
 		{"no model", "x", nil, "-m FILE.gguf is required", true},
 		{"stray argument", "x", []string{"-m", model, "text"}, `unexpected argument "text"`, true},
-		{"decode with out", "1", []string{"-m", model, "--decode", "--out", "x.bin"}, "--decode takes neither", true},
+		{"decode with out", "1", []string{"-m", model, "--decode", "--out", "x.bin"}, "--decode takes none of --out", true},
 		{"unknown flag", "x", []string{"--nope"}, "flag provided but not defined", true},
 		{"missing file", "x", []string{"-m", missing}, "-m " + missing, false},
 		{"bad id", "1 two", []string{"-m", model, "--decode"}, `stdin: word 2, "two", is not a token id: want a whole number in [0, 32000)`, false},
@@ -100,5 +100,40 @@ func TestTokenizeErrors(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.want)
 			assert.Equal(t, tt.usage, errors.Is(err, errUsage), "usage error: %v", err)
 		})
+	}
+}
+
+// TestTokenizeSpecial: --parse-special reads "<s>" and "</s>" as BOS and
+// EOS (plain text otherwise), --bos adds no second BOS, --decode --special
+// writes control tokens out, and --pieces prints id and text per line.
+func TestTokenizeSpecial(t *testing.T) {
+	model := shared.Path(t, "models/stories260K.gguf")
+	for _, c := range []struct {
+		stdin string
+		args  []string
+		want  string
+	}{
+		{"<s>Once</s> upon", []string{"--parse-special", "--bos"}, "1 403 2 410 407\n"},
+		{"<s>Once</s> upon", []string{"--bos"}, "1 410 504 419 505 441 416 331 504 492 419 505 407\n"},
+		{"1 403 2 407", []string{"--decode", "--special"}, "<s>Once</s> upon"},
+		{"1 403 2 407", []string{"--decode"}, "Once upon"},
+		{"Once upon a time\n", []string{"--pieces"}, "403\t\" Once\"\n407\t\" upon\"\n261\t\" a\"\n378\t\" time\"\n13\t\"\\n\"\n"},
+		{"<s>Hi", []string{"--pieces", "--parse-special"}, "1\t\"<s>\"\n320\t\" H\"\n417\t\"i\"\n"},
+	} {
+		out, err := tokenizeRun(t, c.stdin, append([]string{"-m", model}, c.args...)...)
+		require.NoError(t, err, "%q", c.args)
+		assert.Equal(t, c.want, out, "%q", c.args)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--special"}, "--special goes with --decode"},
+		{[]string{"--decode", "--parse-special"}, "--decode takes none of --out, --bos, --parse-special, --pieces"},
+		{[]string{"--pieces", "--out", filepath.Join(t.TempDir(), "ids.bin")}, "--pieces prints, --out writes a file: use one"},
+	} {
+		_, err := tokenizeRun(t, "x", append([]string{"-m", model}, c.args...)...)
+		assert.ErrorIs(t, err, errUsage)
+		assert.ErrorContains(t, err, c.want)
 	}
 }
