@@ -3,10 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
-	"math"
 	"sort"
 
-	"github.com/modrun/modrun/engine/cpu"
 	"github.com/modrun/modrun/mod"
 )
 
@@ -16,27 +14,16 @@ type BenchOptions struct {
 	DecodeTokens int // tokens decoded after the prompt
 	Repeats      int // runs timed; the median is reported
 	// ValidateTokens greedy tokens are checked against the CPU reference
-	// before anything is timed, with logits within ValidateTol, after the
-	// first ValidatePrompt tokens of the prompt (0: all of it). A large
-	// model validates fewer: the CPU reference is slow (ValidationFor).
+	// before anything is timed, by the statistics of their next-token
+	// distributions (validate.go), after the first ValidatePrompt tokens of
+	// the prompt (0: all of it). A large model validates fewer: the CPU
+	// reference is slow (ValidationFor). ValidateTokens 0 validates nothing.
 	ValidateTokens int
 	ValidatePrompt int
-	ValidateTol    float64
-	// ValidateRelTol adds to ValidateTol this fraction of the step's
-	// largest |logit|. 0 means: none with an F32 KV cache, f16KVRelTol
-	// with an F16 one; the CPU backend's quantized activations add
-	// cpu.QuantizedRelTol.
-	ValidateRelTol float64
 	// KVElemBytes is the size of a KV cache element on the backend, for
 	// the decode traffic; 0 means the backend's (2 for an F16 cache, 4 for F32).
 	KVElemBytes int
 }
-
-// f16KVRelTol is the validation tolerance an F16 KV cache adds, relative to
-// the largest |logit|: keys and values rounded to 11 significant bits move
-// the logits by up to ~6e-4 of their scale (measured, engine/vulkan's
-// TestKVCacheF16, whose tolerance this is).
-const f16KVRelTol = 2e-3
 
 // validationFLOPs bounds the CPU reference's work when validating one row:
 // a few seconds to a minute on a small machine.
@@ -48,6 +35,9 @@ const validationFLOPs = 4e11
 // o.ValidateTokens, and never fewer than 4 tokens in all.
 func ValidationFor(o BenchOptions, params int64) BenchOptions {
 	o.ValidatePrompt = o.PromptTokens
+	if o.ValidateTokens == 0 {
+		return o
+	}
 	total := max(4, int(validationFLOPs/(2*float64(params))))
 	if total >= o.PromptTokens+o.ValidateTokens {
 		return o
@@ -68,14 +58,17 @@ func Params(m *mod.Model) int64 {
 
 // BenchResult is one model on one backend.
 type BenchResult struct {
-	Backend        string    `json:"backend"`
-	PrefillRate    float64   `json:"prefill_tokens_per_s"`   // tokens/s, median over repeats
-	DecodeRate     float64   `json:"decode_tokens_per_s"`    // tokens/s, median over repeats
-	MaxLogitDiff   float64   `json:"max_logit_diff"`         // largest |logit - CPU reference logit| while validating
-	ValidatePrompt int       `json:"validate_prompt_tokens"` // prompt tokens fed while validating
-	ValidateTokens int       `json:"validate_tokens"`        // greedy tokens validated after them
-	KVType         string    `json:"kv_type"`                // the KV cache's element type: "f16" or "f32"
-	RoutedPercent  []float64 `json:"routed_percent"`
+	Backend        string  `json:"backend"`
+	PrefillRate    float64 `json:"prefill_tokens_per_s"`   // tokens/s, median over repeats
+	DecodeRate     float64 `json:"decode_tokens_per_s"`    // tokens/s, median over repeats
+	ValidatePrompt int     `json:"validate_prompt_tokens"` // prompt tokens fed while validating
+	ValidateTokens int     `json:"validate_tokens"`        // greedy tokens validated after them (0: not validated)
+	// Validation is what validating showed against the CPU reference,
+	// within the tolerance of Tolerance's path (ValidationTolerance.Path).
+	Validation    ValidationStats `json:"validation"`
+	Tolerance     string          `json:"validation_tolerance"`
+	KVType        string          `json:"kv_type"` // the KV cache's element type: "f16" or "f32"
+	RoutedPercent []float64       `json:"routed_percent"`
 	// Traffic is what a decode token reads at the mean context of the
 	// timed decode, with the routed shares seen; EffectiveGBps is that
 	// times DecodeRate, in 1e9 bytes/s.
@@ -102,7 +95,8 @@ type Benchmark struct {
 }
 
 // NewBenchmark checks the options and validates b against the CPU
-// reference; a backend that disagrees is an error and is never timed.
+// reference (validate.go); a backend whose results no rounding of its path
+// explains is an error and is never timed.
 func NewBenchmark(b *Backend, m *mod.Model, routing mod.Routing, prompt []int32, o BenchOptions) (*Benchmark, error) {
 	if o.ValidatePrompt <= 0 || o.ValidatePrompt > o.PromptTokens {
 		o.ValidatePrompt = o.PromptTokens
@@ -117,13 +111,6 @@ func NewBenchmark(b *Backend, m *mod.Model, routing mod.Routing, prompt []int32,
 			o.KVElemBytes = 2
 		}
 	}
-	if o.ValidateRelTol == 0 && f16 {
-		o.ValidateRelTol = f16KVRelTol
-	}
-	if q, ok := b.Runner.(interface{ QuantizedActivations() bool }); ok && q.QuantizedActivations() {
-		// The CPU backend's 8-bit activations (cpu.QuantizedRelTol).
-		o.ValidateRelTol += cpu.QuantizedRelTol
-	}
 	kv := "f32"
 	if f16 {
 		kv = "f16"
@@ -137,11 +124,16 @@ func NewBenchmark(b *Backend, m *mod.Model, routing mod.Routing, prompt []int32,
 	if o.PromptTokens+max(o.DecodeTokens, o.ValidateTokens) > b.ContextLen() {
 		return k, fmt.Errorf("engine: %d prompt + %d decoded tokens pass the context length %d", o.PromptTokens, o.DecodeTokens, b.ContextLen())
 	}
+	if o.ValidateTokens == 0 {
+		return k, nil
+	}
 	ref, err := NewCPU(m, routing)
 	if err != nil {
 		return k, err
 	}
-	k.res.MaxLogitDiff, err = validate(b, ref, k.prompt[:o.ValidatePrompt], o)
+	tol := toleranceFor(b.Runner, m)
+	k.res.Tolerance = tol.Path
+	k.res.Validation, err = validate(b, ref, k.prompt[:o.ValidatePrompt], o.ValidateTokens, tol)
 	return k, err
 }
 
@@ -180,48 +172,6 @@ func (k *Benchmark) Result() BenchResult {
 	res.EffectiveGBps = res.Traffic.Total() * res.DecodeRate / 1e9
 	res.PrefillFLOPs = k.m.FLOPsPerToken(k.routing, routed, k.o.PromptTokens/2)
 	return res
-}
-
-// validate decodes greedily on both runners in lockstep, feeding the
-// reference's token to both, and returns the largest logit difference.
-func validate(b Runner, ref Runner, prompt []int32, o BenchOptions) (float64, error) {
-	b.Reset()
-	ref.Reset()
-	got, err := b.Feed(prompt)
-	if err != nil {
-		return 0, err
-	}
-	want, err := ref.Feed(prompt)
-	if err != nil {
-		return 0, err
-	}
-	var worst float64
-	for step := 0; ; step++ {
-		// Each step is held to its own bound: the tolerance is relative to
-		// the step's largest |logit|, which changes from step to step.
-		var diff, scale float64 // the step's largest |Δlogit| and |logit|
-		for i := range want {
-			diff = math.Max(diff, math.Abs(float64(got[i])-float64(want[i])))
-			scale = math.Max(scale, math.Abs(float64(want[i])))
-		}
-		worst = math.Max(worst, diff)
-		if tol := o.ValidateTol + o.ValidateRelTol*scale; diff > tol || math.IsNaN(diff) {
-			return worst, fmt.Errorf("engine: validation failed at step %d: a logit differs from the CPU reference by %.3g (> %.3g)", step, diff, tol)
-		}
-		next := argmax(want)
-		if g := argmax(got); g != next {
-			return worst, fmt.Errorf("engine: validation failed at step %d: greedy token %d, the CPU reference's %d", step, g, next)
-		}
-		if step == o.ValidateTokens {
-			return worst, nil
-		}
-		if got, err = b.Feed([]int32{next}); err != nil {
-			return worst, err
-		}
-		if want, err = ref.Feed([]int32{next}); err != nil {
-			return worst, err
-		}
-	}
 }
 
 func median(x []float64) float64 {

@@ -118,13 +118,5 @@ func Perplexity(sc Scorer, text []int32, bos int32, window int, progress func(do
 
 // nll is -log softmax(logits)[target], computed stably in float64.
 func nll(logits []float32, target int32) float64 {
-	mx := float64(logits[0])
-	for _, v := range logits {
-		mx = math.Max(mx, float64(v))
-	}
-	var sum float64
-	for _, v := range logits {
-		sum += math.Exp(float64(v) - mx)
-	}
-	return math.Log(sum) + mx - float64(logits[target])
+	return logSumExp(logits) - float64(logits[target])
 }

@@ -47,10 +47,12 @@ func TestSyntheticModelsOnVulkanEqualTheCPU(t *testing.T) {
 				// F32 weights: the GPU sums in other orders, a few ulps of
 				// logits of |x| < 40; F16/Q8_0 weights are the same numbers
 				// on both sides, so the same bound holds.
-				worst, err := validate(b, ref, prompt, BenchOptions{ValidateTokens: 12, ValidateTol: 1e-3})
+				st, err := validate(b, ref, prompt, 12, tolFloat)
 				b.Close()
 				require.NoError(t, err, "%s capacity %g %s", typ, capacity, r)
-				t.Logf("%s capacity %g %s: max |Δlogit| %.2g", typ, capacity, r, worst)
+				assert.LessOrEqual(t, st.MaxLogitDiff, 1e-3, "%s capacity %g %s", typ, capacity, r)
+				assert.Equal(t, 1.0, st.Top1Agreement, "%s capacity %g %s", typ, capacity, r)
+				t.Logf("%s capacity %g %s: max |Δlogit| %.2g", typ, capacity, r, st.MaxLogitDiff)
 			}
 		}
 	}
@@ -83,10 +85,12 @@ func TestSyntheticLlama3OnVulkanEqualsTheCPU(t *testing.T) {
 		require.NoError(t, err)
 		ref, err := NewCPU(m.Model, mod.RoutingRouter)
 		require.NoError(t, err)
-		worst, err := validate(b, ref, prompt, BenchOptions{ValidateTokens: 6, ValidateTol: 1e-3})
+		st, err := validate(b, ref, prompt, 6, tolFloat)
 		b.Close()
 		require.NoError(t, err, "%s capacity %g", tc.typ, tc.capacity)
-		t.Logf("%s capacity %g: max |Δlogit| %.2g over %d prompt tokens and 6 greedy ones", tc.typ, tc.capacity, worst, len(prompt))
+		assert.LessOrEqual(t, st.MaxLogitDiff, 1e-3, "%s capacity %g", tc.typ, tc.capacity)
+		assert.Equal(t, 1.0, st.Top1Agreement, "%s capacity %g", tc.typ, tc.capacity)
+		t.Logf("%s capacity %g: max |Δlogit| %.2g over %d prompt tokens and 6 greedy ones", tc.typ, tc.capacity, st.MaxLogitDiff, len(prompt))
 	}
 }
 

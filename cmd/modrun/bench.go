@@ -28,7 +28,7 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-const benchArgs = "(-m A.gguf | --synthetic SHAPE)... [--type q8_0] [--capacity C] [--seed S] [--save FILE.gguf] [--backends cpu,reference,vulkan] [--routing router,predictor] [--ctx N] [--kv-type f16|f32] [--ubatch N] [--prompt N] [-n N] [--repeats N] [--out FILE.md] [--json] [--json-out FILE.json]"
+const benchArgs = "(-m A.gguf | --synthetic SHAPE)... [--type q8_0] [--capacity C] [--seed S] [--save FILE.gguf] [--backends cpu,reference,vulkan] [--routing router,predictor] [--ctx N] [--kv-type f16|f32] [--ubatch N] [--prompt N] [-n N] [--repeats N] [--validate N] [--out FILE.md] [--json] [--json-out FILE.json]"
 
 // benchFlags are bench's options, parsed.
 type benchFlags struct {
@@ -126,7 +126,7 @@ func benchMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 
 func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs := newFlags("bench", benchArgs, stderr)
-	f := &benchFlags{o: engine.BenchOptions{ValidateTokens: 16, ValidateTol: 1e-3}}
+	f := &benchFlags{}
 	fs.Var(&f.paths, "m", "model `FILE`.gguf; repeat to compare (the first is the baseline of the others, e.g. the dense model)")
 	fs.Var(&f.shapes, "synthetic", "a random-weight model of `SHAPE`, built in memory: stories260k, stories15m, tinyllama-1.1b, llama2-7b, llama3.2-1b, or d=2048,L=4,h=32,kv=4,ff=5632,vocab=32000[,ctx=N], or a name with sizes changed (llama3.2-1b,d=256,L=2); repeatable")
 	typ := fs.String("type", "q8_0", "weight matrices of synthetic models: "+quant.Names()+" (q2_k, q3_k_s..q6_k: llama.cpp's mixes)")
@@ -140,6 +140,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.IntVar(&f.o.PromptTokens, "prompt", 64, "prompt tokens prefilled")
 	fs.IntVar(&f.o.DecodeTokens, "n", 64, "tokens decoded")
 	fs.IntVar(&f.o.Repeats, "repeats", 3, "timed runs; the median is reported")
+	fs.IntVar(&f.o.ValidateTokens, "validate", 16, "greedy tokens `N` checked against the CPU reference before timing (fewer on a large model: the reference is slow); 0 = no validation")
 	fs.StringVar(&f.out, "out", "", "also write the report to `FILE`.md (e.g. bench/results/...)")
 	fs.BoolVar(&f.asJSON, "json", false, "print the report as one JSON document instead of its text")
 	fs.StringVar(&f.json, "json-out", "", "also write the report as JSON to `FILE` (the text still goes to --out or stdout)")
@@ -188,6 +189,9 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	}
 	if f.o.Repeats < 1 {
 		return nil, fmt.Errorf("%w: --repeats %d: must be positive", errUsage, f.o.Repeats)
+	}
+	if f.o.ValidateTokens < 0 {
+		return nil, fmt.Errorf("%w: --validate %d: want a number of tokens, or 0 for none", errUsage, f.o.ValidateTokens)
 	}
 	if f.o.DecodeTokens < 2 {
 		return nil, fmt.Errorf("%w: -n %d: decode is timed from the second token on (the first comes with the prompt): give at least 2", errUsage, f.o.DecodeTokens)
@@ -245,6 +249,9 @@ func (f *benchFlags) fits(shape synth.Shape) error {
 	}
 	if n := f.o.PromptTokens + f.o.DecodeTokens; n > ctx {
 		return fmt.Errorf("%w: --prompt %d + -n %d = %d tokens pass the context length %d of %s", errUsage, f.o.PromptTokens, f.o.DecodeTokens, n, ctx, shape.Name)
+	}
+	if n := f.o.PromptTokens + f.o.ValidateTokens; n > ctx {
+		return fmt.Errorf("%w: --prompt %d + --validate %d = %d tokens pass the context length %d of %s", errUsage, f.o.PromptTokens, f.o.ValidateTokens, n, ctx, shape.Name)
 	}
 	return nil
 }
@@ -353,6 +360,11 @@ func routingName(m *benchModel, r mod.Routing) string {
 	return r.String()
 }
 
+// plantError, set by a test only, wraps each row's runner before it is
+// validated: how the tests plant a wrong kernel result and see bench
+// refuse it.
+var plantError func(engine.Runner) engine.Runner
+
 // benchRow is one model with one routing on one backend, validated and
 // ready to time.
 type benchRow struct {
@@ -381,6 +393,9 @@ func (f *benchFlags) openBenchRow(m *benchModel, routing mod.Routing, backend st
 	}
 	if row.b, _, err = engine.OpenBackend(m.model, routing, bo); err != nil {
 		return nil, fmt.Errorf("%s on %s: %w", m.name, backend, err)
+	}
+	if plantError != nil {
+		row.b.Runner = plantError(row.b.Runner)
 	}
 	o := f.o
 	prompt, err := m.tok.Encode(strings.Repeat(benchText, 1+o.PromptTokens/30), true)
