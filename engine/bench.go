@@ -133,7 +133,7 @@ func NewBenchmark(b *Backend, m *mod.Model, routing mod.Routing, prompt []int32,
 	}
 	tol := toleranceFor(b.Runner, m)
 	k.res.Tolerance = tol.Path
-	k.res.Validation, err = validate(b, ref, k.prompt[:o.ValidatePrompt], o.ValidateTokens, tol)
+	k.res.Validation, err = validate(b.Runner, ref, k.prompt[:o.ValidatePrompt], o.ValidateTokens, tol)
 	return k, err
 }
 

@@ -34,6 +34,13 @@ type ValidationStats struct {
 	// its largest |logit|, the figure ValidationTolerance.Rel bounds.
 	MaxLogitDiff    float64 `json:"max_logit_diff"`
 	MaxRelLogitDiff float64 `json:"max_rel_logit_diff"`
+	// RoutingNearTie is set when a routed layer of a MoD model decided a
+	// token otherwise than the reference where the reference's router
+	// score was within the path's bound of 0 (routingWatch): from that step
+	// (RoutingNearTieStep) on, the two compact KV caches hold different
+	// tokens, and the steps are reported but no longer held to the bound.
+	RoutingNearTie     bool `json:"routing_near_tie"`
+	RoutingNearTieStep int  `json:"routing_near_tie_step"`
 }
 
 // ValidationTolerance bounds how far a path's logits may be from the
@@ -119,8 +126,16 @@ func validate(b Runner, ref Runner, prompt []int32, steps int, tol ValidationTol
 	if err != nil {
 		return st, err
 	}
+	watch := newRoutingWatch(b, ref)
 	var sumKL float64
 	for step := 0; ; step++ {
+		if !st.RoutingNearTie {
+			tie, err := watch.after(tol)
+			if err != nil {
+				return st, fmt.Errorf("engine: validation failed at step %d: %w", step, err)
+			}
+			st.RoutingNearTie, st.RoutingNearTieStep = tie, step
+		}
 		s := compareStep(want, got)
 		st.Steps++
 		sumKL += s.kl
@@ -132,7 +147,7 @@ func validate(b Runner, ref Runner, prompt []int32, steps int, tol ValidationTol
 			st.Flips++
 		}
 		st.Top1Agreement = 1 - float64(st.Flips)/float64(st.Steps)
-		if err := s.check(tol); err != nil {
+		if err := s.check(tol, st.RoutingNearTie); err != nil {
 			return st, fmt.Errorf("engine: validation failed at step %d (%s tolerance, logit error D = %g + %g × largest |logit|: %s): %w",
 				step, tol.Path, tol.Abs, tol.Rel, tol.Reason, err)
 		}
@@ -176,12 +191,15 @@ func compareStep(want, got []float32) stepComparison {
 	return s
 }
 
-// check refuses a step that tol cannot explain.
-func (s stepComparison) check(tol ValidationTolerance) error {
+// check refuses a step that tol cannot explain; after a routing near-tie
+// (diverged) only a logit that is not a number.
+func (s stepComparison) check(tol ValidationTolerance, diverged bool) error {
 	d := tol.bound(s.scale)
 	switch {
 	case !s.finite:
 		return fmt.Errorf("a logit is not a number (NaN or infinite)")
+	case diverged:
+		return nil
 	case s.kl > d*d/2:
 		return fmt.Errorf("the next-token distribution is KL %.3g nats from the CPU reference's, more than a logit error within D = %.3g can move it (D²/2 = %.3g; its largest |Δlogit| %.3g)",
 			s.kl, d, d*d/2, s.diff)
@@ -190,6 +208,67 @@ func (s stepComparison) check(tol ValidationTolerance) error {
 			s.gotTop, s.wantTop, s.margin, d)
 	}
 	return nil
+}
+
+// routingWatch follows the routed layers of a MoD model on both runners:
+// after each Feed, the tokens each routed layer took so far (RoutingStats)
+// and the reference's router scores of the fed tokens (Routes). A causal
+// decision is a sign (r > 0), so a token whose score is within rounding of
+// 0 may go the other way on another path, a near-tie as a greedy token's
+// is; one whose score is far from 0 may not.
+type routingWatch struct {
+	b, ref RoutingStatser
+	trace  RoutingTracer
+	diff   map[int]int     // per routed layer: the backend's count minus the reference's
+	scale  map[int]float64 // per routed layer: the largest |score| seen
+}
+
+// newRoutingWatch watches b against ref where both report their routing
+// (a MoD model); nil otherwise.
+func newRoutingWatch(b, ref Runner) *routingWatch {
+	bs, ok1 := b.(RoutingStatser)
+	rs, ok2 := ref.(RoutingStatser)
+	tr, ok3 := ref.(RoutingTracer)
+	if !ok1 || !ok2 || !ok3 {
+		return nil
+	}
+	return &routingWatch{b: bs, ref: rs, trace: tr, diff: map[int]int{}, scale: map[int]float64{}}
+}
+
+// after checks the routing of the last Feed: whether some routed layer took
+// a different number of tokens than the reference (a decision went the
+// other way), and if so whether a near-tie explains it.
+func (w *routingWatch) after(tol ValidationTolerance) (nearTie bool, err error) {
+	if w == nil {
+		return false, nil
+	}
+	routes := w.trace.Routes()   // [tokens of the last Feed][routed layers]
+	nearest := map[int]float64{} // per routed layer: the smallest |score| of the Feed
+	for _, tok := range routes {
+		for _, r := range tok {
+			a := math.Abs(float64(r.Score))
+			w.scale[r.Layer] = math.Max(w.scale[r.Layer], a)
+			if n, ok := nearest[r.Layer]; !ok || a < n {
+				nearest[r.Layer] = a
+			}
+		}
+	}
+	bs, rs := w.b.RoutingStats(), w.ref.RoutingStats()
+	for i := range min(len(bs), len(rs)) {
+		l := rs[i].Layer
+		d := bs[i].Selected - rs[i].Selected
+		if d == w.diff[l] {
+			continue
+		}
+		w.diff[l] = d
+		bound := tol.bound(w.scale[l])
+		if n, ok := nearest[l]; ok && n <= bound {
+			return true, nil
+		}
+		return false, fmt.Errorf("routed layer %d took %d tokens, the CPU reference %d, but no router score of the step was within a near-tie of 0 (the nearest %.3g, the bound %.3g)",
+			l, bs[i].Selected, rs[i].Selected, nearest[l], bound)
+	}
+	return false, nil
 }
 
 // klDivergence is KL(p || q) of the distributions softmax(p) and

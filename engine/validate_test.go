@@ -69,9 +69,9 @@ func TestValidateRefusesOnlyWhatRoundingCannotExplain(t *testing.T) {
 
 	// The margin rule alone: a flip over 2D whose distribution barely moved.
 	s := stepComparison{scale: 1, margin: 0.5, wantTop: 0, gotTop: 1, finite: true}
-	assert.ErrorContains(t, s.check(ValidationTolerance{Abs: 0.1}), "greedy token 1, where the CPU reference's is 0 by a margin of 0.5, more than a logit error within D = 0.1 can flip")
+	assert.ErrorContains(t, s.check(ValidationTolerance{Abs: 0.1}, false), "greedy token 1, where the CPU reference's is 0 by a margin of 0.5, more than a logit error within D = 0.1 can flip")
 	s.margin = 0.19
-	assert.NoError(t, s.check(ValidationTolerance{Abs: 0.1}), "within 2D: a near-tie")
+	assert.NoError(t, s.check(ValidationTolerance{Abs: 0.1}, false), "within 2D: a near-tie")
 }
 
 // KL(p || q) of two logit vectors: zero for a shift, and the textbook value
@@ -173,4 +173,55 @@ func TestToleranceFor(t *testing.T) {
 	ref, err := NewCPU(m.Model, mod.RoutingRouter)
 	require.NoError(t, err)
 	assert.Equal(t, tolFloat, toleranceFor(ref, m.Model), "the reference itself")
+}
+
+// routed is a scripted runner with routing: the count its one routed layer
+// (1) took after each Feed, and the score of the Feed's token there.
+type routed struct {
+	scripted
+	counts []int
+	scores []float32
+}
+
+func (r *routed) RoutingStats() []LayerStat {
+	return []LayerStat{{Layer: 1, Selected: r.counts[r.i-1], Seen: r.i}}
+}
+func (r *routed) Routes() [][]mod.Route {
+	return [][]mod.Route{{{Layer: 1, Score: r.scores[r.i-1], Selected: r.scores[r.i-1] > 0}}}
+}
+
+// A routed layer that decides a token otherwise than the reference is a
+// near-tie when the reference's score was within the bound of 0: the steps
+// after it are reported, not refused (the two caches now differ). Far from
+// 0 it is refused.
+func TestValidateRoutingNearTie(t *testing.T) {
+	tol := ValidationTolerance{Abs: 0.01, Path: "test"}
+	logits := [][]float32{{3, 0, 0}, {3, 0, 0}, {3, 0, 0}}
+	moved := [][]float32{{3, 0, 0}, {3, 0, 0}, {3, 1, 1}} // past the bound, after the flip
+	for _, c := range []struct {
+		name   string
+		scores []float32
+		want   string
+	}{
+		{"near-tie", []float32{1, 0.005, 1}, ""},
+		{"decisive", []float32{1, 0.5, 1}, "validation failed at step 1: routed layer 1 took 2 tokens, the CPU reference 1, but no router score of the step was within a near-tie of 0 (the nearest 0.5, the bound 0.01)"},
+	} {
+		ref := &routed{scripted: scripted{steps: logits}, counts: []int{1, 1, 1}, scores: c.scores}
+		b := &routed{scripted: scripted{steps: moved}, counts: []int{1, 2, 2}, scores: c.scores}
+		st, err := validate(b, ref, []int32{1}, 2, tol)
+		if c.want != "" {
+			assert.ErrorContains(t, err, c.want, c.name)
+			continue
+		}
+		require.NoError(t, err, c.name)
+		assert.True(t, st.RoutingNearTie)
+		assert.Equal(t, 1, st.RoutingNearTieStep)
+		assert.Equal(t, 3, st.Steps)
+		assert.Positive(t, st.MaxKL, "the step after the flip is reported")
+	}
+	// Without the flip, the same logits are refused.
+	ref := &routed{scripted: scripted{steps: logits}, counts: []int{1, 1, 1}, scores: []float32{1, 0.005, 1}}
+	b := &routed{scripted: scripted{steps: moved}, counts: []int{1, 1, 1}, scores: []float32{1, 0.005, 1}}
+	_, err := validate(b, ref, []int32{1}, 2, tol)
+	assert.ErrorContains(t, err, "validation failed at step 2 (test tolerance")
 }

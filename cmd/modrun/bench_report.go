@@ -106,6 +106,9 @@ func (rep *benchReport) markdown() string {
 			if r.ValidatePrompt < rep.Prompt {
 				validated += " (CPU reference slow)"
 			}
+			if v.RoutingNearTie {
+				validated += fmt.Sprintf(" (a routing near-tie at step %d: later steps reported, not held)", v.RoutingNearTieStep)
+			}
 			top1 = fmt.Sprintf("%.0f%%", 100*v.Top1Agreement)
 			meanKL, maxKL, dlogit = fmt.Sprintf("%.2g", v.MeanKL), fmt.Sprintf("%.2g", v.MaxKL), fmt.Sprintf("%.2g (%.2g%%)", v.MaxLogitDiff, 100*v.MaxRelLogitDiff)
 		}
