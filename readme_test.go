@@ -47,3 +47,24 @@ func TestReadmeExample(t *testing.T) {
 	require.NoError(t, err, "%s", stderr.String())
 	assert.True(t, strings.HasPrefix(string(stdout), "Once upon a time, there was a little girl named Lily."), string(stdout))
 }
+
+// TestReadmeDemoIsTheMakefiles: the command the README says `make demo`
+// runs is the Makefile's demo recipe, with its model.
+func TestReadmeDemoIsTheMakefiles(t *testing.T) {
+	makefile, err := os.ReadFile("Makefile")
+	require.NoError(t, err)
+	_, recipe, ok := strings.Cut(string(makefile), "\ndemo: ")
+	require.True(t, ok, "the Makefile has a demo target")
+	var command string
+	for _, line := range strings.Split(recipe, "\n")[1:] {
+		if strings.HasPrefix(line, "\tbin/modrun ") {
+			command = strings.TrimPrefix(line, "\t")
+			break
+		}
+	}
+	require.NotEmpty(t, command, "the demo recipe runs bin/modrun")
+	command = strings.ReplaceAll(command, "$(DEMO_MODEL)", "models/tinystories-mod.gguf")
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	assert.Contains(t, string(readme), "`make demo` runs `"+command+"`")
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -49,6 +50,14 @@ func devicesMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	if err == nil {
 		r.DefaultReason = vk.ChoiceReason(devs, chosen)
+		// auto takes the default device unless it is a CPU emulation that
+		// no one named (engine's choose): then the CPU backend is faster.
+		r.Auto = "vulkan"
+		if chosen.Type == vk.CPU && os.Getenv(vk.EnvDevice) == "" {
+			r.Auto = "cpu"
+		}
+	} else {
+		r.Auto = "cpu"
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -69,6 +78,9 @@ type devicesReport struct {
 	DefaultError string         `json:"default_error,omitempty"` // why there is none
 	// DefaultReason says why run would pick the default device.
 	DefaultReason string `json:"default_reason,omitempty"`
+	// Auto is where --backend auto runs: "vulkan" (the default device) or
+	// "cpu" (no usable device, or only a CPU emulation such as lavapipe).
+	Auto string `json:"auto"`
 }
 
 type deviceReport struct {
@@ -89,7 +101,9 @@ func (r *devicesReport) writeText(w io.Writer) error {
 			mark = "*"
 		}
 		fmt.Fprintf(w, "%s %d: %s", mark, d.Index, d.Name)
-		if d.Default {
+		if d.Default && r.Auto == "cpu" {
+			fmt.Fprint(w, "  (default for --backend vulkan)")
+		} else if d.Default {
 			fmt.Fprint(w, "  (default)")
 		}
 		fmt.Fprintln(w)
@@ -126,6 +140,14 @@ func (r *devicesReport) writeText(w io.Writer) error {
 	}
 	if r.Default != nil {
 		fmt.Fprintf(w, "default: %d, %s\n", *r.Default, r.DefaultReason)
+	}
+	switch {
+	case r.Auto == "vulkan":
+		fmt.Fprintf(w, "--backend auto: runs on device %d\n", *r.Default)
+	case r.Default != nil:
+		fmt.Fprintf(w, "--backend auto: runs on the CPU backend (device %d is a CPU emulation, slower than it; --backend vulkan or --device %d uses it)\n", *r.Default, *r.Default)
+	default:
+		fmt.Fprintln(w, "--backend auto: runs on the CPU backend")
 	}
 	return nil
 }

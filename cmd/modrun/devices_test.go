@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"regexp"
 	"testing"
 
 	"github.com/modrun/modrun/vk"
@@ -31,9 +32,18 @@ func TestDevices(t *testing.T) {
 	t.Setenv(vk.EnvDevice, "")
 	code, out, stderr := modrun(t, "devices")
 	require.Equal(t, 0, code, stderr)
-	assert.Regexp(t, `(?m)^\* 0: .+  \(default\)$`, out, "the default device is marked")
+	assert.Regexp(t, `(?m)^\* 0: .+  \(default( for --backend vulkan)?\)$`, out, "the default device is marked")
 	assert.Regexp(t, `(?m)^default: 0, the (only usable device|first usable .+ device, in the order discrete.*)`, out, "and why it is the default")
 	assert.Regexp(t, `(?m)^    subgroups: +(every dispatch gets \d+|size not sure)`, out, "the subgroup size the kernels count on")
+	// Where auto runs: lavapipe is a CPU emulation, which auto leaves for
+	// the CPU backend, and the list says so rather than call it the default.
+	if regexp.MustCompile(`(?m)^\* 0: .+\n    type: +cpu$`).MatchString(out) {
+		assert.Contains(t, out, "* 0: llvmpipe")
+		assert.Regexp(t, `(?m)^\* 0: .+  \(default for --backend vulkan\)$`, out)
+		assert.Contains(t, out, "\n--backend auto: runs on the CPU backend (device 0 is a CPU emulation, slower than it; --backend vulkan or --device 0 uses it)\n")
+	} else {
+		assert.Contains(t, out, "\n--backend auto: runs on device 0\n")
+	}
 	for _, want := range []string{"type:", "driver:", "vulkan:", "memory:", "device-local", "shared memory",
 		"per binding", "push constants", "subgroup", "features:", "float16"} {
 		assert.Contains(t, out, want)

@@ -433,8 +433,8 @@ func printStats(w io.Writer, info api.Info, res api.Result, seed uint64) {
 		backend += ": " + info.Device
 	}
 	fmt.Fprintf(w, "backend %s, seed %d, stop: %s\n", backend, seed, res.Stop)
-	fmt.Fprintf(w, "prefill: %d tokens in %v (%.1f tokens/s)\n", res.PromptTokens, res.Prefill.Round(time.Microsecond), res.PrefillRate())
-	fmt.Fprintf(w, "decode:  %d tokens in %v (%.1f tokens/s)\n", res.DecodeSteps, res.Decode.Round(time.Microsecond), res.DecodeRate())
+	fmt.Fprintf(w, "prefill: %s in %v (%.1f tokens/s)\n", count(res.PromptTokens, "token"), res.Prefill.Round(time.Microsecond), res.PrefillRate())
+	fmt.Fprintf(w, "decode:  %s in %v (%.1f tokens/s)\n", count(res.DecodeSteps, "token"), res.Decode.Round(time.Microsecond), res.DecodeRate())
 	if info.Backend == api.BackendVulkan {
 		fmt.Fprintf(w, "GPU memory: %s (weights %s, KV cache %s, scratch %s)\n",
 			mib(info.GPUWeights+info.GPUKVCache+info.GPUScratch), mib(info.GPUWeights), mib(info.GPUKVCache), mib(info.GPUScratch))
@@ -445,7 +445,7 @@ func printStats(w io.Writer, info api.Info, res api.Result, seed uint64) {
 	}
 	capacity := fmt.Sprintf("%g", info.Capacity)
 	if info.CapacityTokens > 0 {
-		capacity = fmt.Sprintf("%d tokens", info.CapacityTokens)
+		capacity = count(info.CapacityTokens, "token")
 	}
 	fmt.Fprintf(w, "routing: %s, capacity %s (top-k in eval mode only)\n", info.Routing, capacity)
 	for _, s := range res.Layers {
@@ -455,6 +455,14 @@ func printStats(w io.Writer, info api.Info, res api.Result, seed uint64) {
 		}
 		fmt.Fprintf(w, "  layer %2d: %4d of %4d tokens went through (%.1f%%)\n", s.Layer, s.Selected, s.Seen, 100*frac)
 	}
+}
+
+// count is n of noun: "1 token", "2 tokens".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // mib is n bytes in MiB.

@@ -30,7 +30,7 @@ var commands = []command{
 	{"inspect", "print a GGUF file's metadata, tokenizer and tensors", inspectMain},
 	{"tokenize", "text on stdin -> token ids (or ids -> text with --decode)", tokenizeMain},
 	{"devices", "list the Vulkan devices, their limits and features", devicesMain},
-	{"convert", "PyTorch checkpoint of train/ (+ config JSON) -> GGUF", convertMain},
+	{"convert", "a checkpoint (train/'s, the public MoD code's, Meta's or Hugging Face's Llama) + its config -> GGUF", convertMain},
 }
 
 // errUsage marks an error in how modrun was called (exit status 2).

@@ -193,3 +193,23 @@ func TestVersion(t *testing.T) {
 		assert.Regexp(t, `^vulkan loader: (none \(|libvulkan\.so\.1, Vulkan 1\.)`, lines[2])
 	}
 }
+
+// TestWords: what --help and -h say, and --stats's counts, read right.
+func TestWords(t *testing.T) {
+	code, _, usage := modrun(t, "--help")
+	require.Equal(t, 0, code)
+	assert.Contains(t, usage, "  convert    a checkpoint (train/'s, the public MoD code's, Meta's or Hugging Face's Llama) + its config -> GGUF\n")
+	code, _, help := modrun(t, "chat", "-h")
+	require.Equal(t, 0, code)
+	assert.NotContains(t, help, "--stats", "chat has no --stats")
+	assert.Contains(t, help, "random seed; -1 picks one from the clock (default -1)\n")
+	code, _, help = modrun(t, "run", "-h")
+	require.Equal(t, 0, code)
+	assert.Contains(t, help, "random seed; -1 picks one from the clock (printed with --stats and --json) (default -1)\n")
+
+	model := shared.Path(t, "models/stories260K.gguf")
+	code, _, stderr := modrun(t, "-m", model, "-p", "", "-n", "2", "--stats", "--backend", "cpu")
+	require.Equal(t, 0, code, stderr)
+	assert.Regexp(t, `\nprefill: 1 token in \S+ \(`, stderr, "BOS alone")
+	assert.Regexp(t, `\ndecode:  1 token in \S+ \(`, stderr)
+}
