@@ -142,6 +142,42 @@ func TestCallbackReentry(t *testing.T) {
 	})
 }
 
+// TestCallDuringCallback: a call another goroutine starts while a token
+// callback runs takes the idle runner in the callback's place (the API
+// cannot tell it from the callback's own calls without goroutine ids):
+// it finishes while the callback still waits, both generations come out
+// as if alone, and a callback waiting for such a call does not deadlock.
+func TestCallDuringCallback(t *testing.T) {
+	eachBackend(t, func(t *testing.T, open func() *modrun.Model) {
+		m := open()
+		want := ids(t, m, "Once upon", 6)
+		other := ids(t, m, "Lily", 4)
+		var got, bGot []int32
+		var err error
+		within(t, "a callback waiting for another goroutine's call", func() {
+			_, err = m.NewSession().Generate(context.Background(), "Once upon", modrun.GenerateOptions{MaxTokens: 6}, func(tk modrun.Token) error {
+				got = append(got, tk.ID)
+				if tk.Prompt || len(got) != len(want)-5 {
+					return nil
+				}
+				done := make(chan error)
+				go func() {
+					_, err := m.NewSession().Generate(context.Background(), "Lily", modrun.GenerateOptions{MaxTokens: 4}, func(tk modrun.Token) error {
+						bGot = append(bGot, tk.ID)
+						return nil
+					})
+					done <- err
+				}()
+				assert.NoError(t, <-done)
+				return nil
+			})
+		})
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "the generation went on as if alone")
+		assert.Equal(t, other, bGot, "the other goroutine's generation ran as if alone")
+	})
+}
+
 // TestCloseModelFromCallback: Model.Close from a callback closes at once,
 // and the Generate running the callback returns ErrClosed.
 func TestCloseModelFromCallback(t *testing.T) {

@@ -31,8 +31,11 @@
 //     Close). Everything else works: another session's Generate (it runs in
 //     the callback's place, and the outer generation restores its sequence
 //     after), Reset and Close; Model.Close (the outer Generate then returns
-//     ErrClosed); Model.Profile, Tokenize, NewSession. (A call from another
-//     goroutine waits its turn as ever: a callback must not wait for one.)
+//     ErrClosed); Model.Profile, Tokenize, NewSession. The runner is idle
+//     while a callback runs and is lent to the calls made then: a call
+//     another goroutine starts in that window runs in the callback's place
+//     too, and the generation resumes after it. A call already waiting when
+//     the callback began waits for the whole generation.
 //   - A Session's Reset, Close and Tokens never wait for another session.
 //   - Every method of a closed Session, of the Sessions of a closed Model,
 //     and of a closed Model returns ErrClosed (a second Close included).

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/mod"
@@ -78,17 +77,16 @@ type Model struct {
 	ctxLen   int
 	noRoutes bool
 
-	// turn is held by the call using the runner (see acquire); callback
-	// is the goroutine that holds it while that goroutine runs a token
-	// callback (0 otherwise).
-	turn     chan struct{}
-	callback atomic.Uint64
+	// turn is held by the call using the runner, lends are the runner
+	// lent out while token callbacks run, innermost last (hold.go).
+	turn  chan struct{}
+	lends []*lend // under mu
 	// owner is the session whose sequence the runner holds, as of that
 	// session's Reset count ownerSeq (under turn).
 	owner    *Session
 	ownerSeq uint64
 	closed   bool
-	mu       sync.Mutex // guards closed
+	mu       sync.Mutex // guards closed and lends
 }
 
 // Info says what a Model is and where it runs.
@@ -174,7 +172,7 @@ func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Rout
 		return nil, fmt.Errorf("modrun: %s has no predictor (%s = 0): %w",
 			m.Path, mod.ArchKey(c.Arch, mod.KeyPredictorHidden), ErrNoPredictor)
 	}
-	if opts.ContextLen > c.ContextLen {
+	if bo.CheckFor(c) != nil {
 		return nil, &ContextLengthError{Path: m.Path, Asked: opts.ContextLen, Model: c.ContextLen}
 	}
 	tok, err := tokenizer.FromGGUF(m.File)
@@ -278,9 +276,11 @@ func (m *Model) Profile() []ProfileEntry {
 var ErrClosed = errors.New("modrun: closed")
 
 // Close waits for a Generate call in progress (cancel its context to hurry
-// it), then frees the device's objects and the model's file. Called from a
-// token callback, it closes at once, and the Generate call that runs the
-// callback returns ErrClosed when the callback returns. A second Close and
+// it), then frees the device's objects and the model's file. Called while
+// a token callback runs (from it, or from another goroutine in that
+// window: hold.go), it closes at once, and the Generate call that runs the
+// callback returns ErrClosed when the callback returns (its context's
+// error if that is done). A second Close and
 // the methods of a closed model's sessions return ErrClosed.
 func (m *Model) Close() error {
 	release, err := m.acquire(context.Background())
@@ -303,63 +303,4 @@ func (m *Model) isClosed() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.closed
-}
-
-// acquire takes the model's runner for one call that uses it (Generate,
-// Profile, Close; a new method that touches the runner or its owner does
-// the same), waiting while another call holds it, until ctx is done. It
-// returns ErrClosed once the model is closed; otherwise the caller must
-// call release when done.
-//
-// Called from a token callback of the call that holds the runner, it
-// returns at once without taking it: the runner is idle while the callback
-// runs, and waiting would wait on itself forever. The nested call then
-// uses the runner in the callback's place (the outer Generate restores its
-// session before it goes on). Go gives no other way to tell a call from
-// the callback's goroutine from another goroutine's call, which must wait
-// its turn, hence the goroutine id.
-func (m *Model) acquire(ctx context.Context) (release func(), err error) {
-	release = func() { <-m.turn }
-	select {
-	case m.turn <- struct{}{}:
-	default:
-		if g := m.callback.Load(); g != 0 && g == goroutineID() {
-			release = func() {}
-			break
-		}
-		select {
-		case m.turn <- struct{}{}:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	if m.isClosed() {
-		release()
-		return nil, ErrClosed
-	}
-	return release, nil
-}
-
-// inCallback runs a token callback of the call holding the runner, marking
-// the goroutine as the runner's holder for acquire while it runs.
-func (m *Model) inCallback(gid uint64, fn func() error) error {
-	prev := m.callback.Swap(gid)
-	defer m.callback.Store(prev)
-	return fn()
-}
-
-// goroutineID is the running goroutine's id, from the first line of its
-// stack trace ("goroutine 42 [running]:").
-func goroutineID() uint64 {
-	var buf [40]byte
-	n := runtime.Stack(buf[:], false)
-	f := strings.Fields(strings.TrimPrefix(string(buf[:n]), "goroutine "))
-	if len(f) == 0 {
-		panic("modrun: no goroutine id in runtime.Stack")
-	}
-	id, err := strconv.ParseUint(f[0], 10, 64)
-	if err != nil || id == 0 {
-		panic(fmt.Sprintf("modrun: goroutine id %q in runtime.Stack: %v", f[0], err))
-	}
-	return id
 }

@@ -270,6 +270,29 @@ func TestSampling(t *testing.T) {
 	assert.ErrorContains(t, err, "--temp -1")
 }
 
+// TestExactSampler: GenerateOptions.Sampler is used as it is: the same
+// choice as the fields with their defaults spelt out, and no zero value
+// read as a default (TopP 0 is refused, RepeatLastN 0 is no penalty).
+func TestExactSampler(t *testing.T) {
+	m := open(t, modrun.Options{Backend: modrun.BackendCPU})
+	gen := func(o modrun.GenerateOptions) (string, error) {
+		var b strings.Builder
+		o.MaxTokens = 30
+		_, err := m.NewSession().Generate(context.Background(), "Lily", o, func(tk modrun.Token) error { b.WriteString(tk.Text); return nil })
+		return b.String(), err
+	}
+	fields, err := gen(modrun.GenerateOptions{Temperature: 0.9, RepeatPenalty: 3, RepeatLastN: -1, Seed: 7})
+	require.NoError(t, err)
+	exact, err := gen(modrun.GenerateOptions{Sampler: &modrun.SamplerOptions{Temperature: 0.9, TopP: 1, RepeatPenalty: 3, Seed: 7}})
+	require.NoError(t, err)
+	assert.Equal(t, fields, exact, "RepeatLastN 0 there is -1 here: no penalty")
+	penalised, err := gen(modrun.GenerateOptions{Temperature: 0.9, RepeatPenalty: 3, Seed: 7})
+	require.NoError(t, err)
+	assert.NotEqual(t, exact, penalised, "the fields' RepeatLastN 0 is 64 tokens of penalty")
+	_, err = gen(modrun.GenerateOptions{Sampler: &modrun.SamplerOptions{RepeatPenalty: 1}})
+	assert.ErrorContains(t, err, "--top-p 0: must be in (0, 1]")
+}
+
 func TestOpenErrors(t *testing.T) {
 	for _, c := range []struct {
 		path string

@@ -97,6 +97,10 @@ type GenerateOptions struct {
 	RepeatPenalty float32 // > 1 penalises the last RepeatLastN tokens; 0 (or 1) = off
 	RepeatLastN   int     // tokens the penalty looks at; 0 = 64, negative = none
 	Seed          uint64  // the same seed, options and model give the same tokens
+	// Sampler, when set, is used as it is instead of the fields above: every
+	// option explicit, none read as a default (the command line passes its
+	// flags' this way, checked once by SamplerOptions.Check).
+	Sampler *SamplerOptions
 
 	// LogProbs fills each new Token's LogProb, and TopLogProbs (at most
 	// MaxTopLogProbs) its TopLogProbs. Greedy decoding then reads the
@@ -113,20 +117,30 @@ type GenerateOptions struct {
 	plain []tokenizer.Span
 }
 
+// SamplerOptions are the sampler's options with nothing left to a default
+// (GenerateOptions.Sampler): engine's, which the command line's flags fill.
+type SamplerOptions = engine.SamplerOptions
+
+// sampler is the sampler's options for o: o.Sampler, or o's fields with
+// their zero values read as defaults.
 func (o GenerateOptions) sampler() (engine.SamplerOptions, error) {
 	so := engine.SamplerOptions{Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, MinP: o.MinP,
 		RepeatPenalty: o.RepeatPenalty, RepeatLastN: o.RepeatLastN, Seed: o.Seed}
-	if so.TopP == 0 {
-		so.TopP = 1
-	}
-	if so.RepeatPenalty == 0 {
-		so.RepeatPenalty = 1
-	}
-	switch {
-	case so.RepeatLastN == 0:
-		so.RepeatLastN = engine.DefaultSampler().RepeatLastN
-	case so.RepeatLastN < 0:
-		so.RepeatLastN = 0
+	if o.Sampler != nil {
+		so = *o.Sampler
+	} else {
+		if so.TopP == 0 {
+			so.TopP = 1
+		}
+		if so.RepeatPenalty == 0 {
+			so.RepeatPenalty = 1
+		}
+		switch {
+		case so.RepeatLastN == 0:
+			so.RepeatLastN = engine.DefaultSampler().RepeatLastN
+		case so.RepeatLastN < 0:
+			so.RepeatLastN = 0
+		}
 	}
 	if o.MaxTokens < 0 {
 		return so, fmt.Errorf("modrun: MaxTokens %d: must be 0 (no limit) or positive", o.MaxTokens)
@@ -257,10 +271,6 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 // session's sequence (fed), restore the runner to it after a callback ran
 // another session, decode each token's text and pass it to fn.
 func (s *Session) loopOptions(ctx context.Context, so engine.SamplerOptions, opts GenerateOptions, pending []int32, fn func(Token) error) engine.GenerateOptions {
-	var gid uint64 // the goroutine running fn, which holds the runner (Model.acquire)
-	if fn != nil {
-		gid = goroutineID()
-	}
 	return engine.GenerateOptions{
 		MaxTokens: opts.MaxTokens, EOS: -1, EndOfTurn: s.m.tok.EndOfGeneration(), Sampler: so, Chunk: s.m.backend.PromptChunk(),
 		Pending: pending, History: s.fed, Routes: fn != nil && !s.m.noRoutes,
@@ -288,7 +298,7 @@ func (s *Session) loopOptions(ctx context.Context, so engine.SamplerOptions, opt
 				return nil
 			}
 			tok := Token{ID: t.ID, Text: string(b), Pos: t.Pos, Prompt: t.Prompt, Routes: t.Routes, LogProb: t.LogProb, TopLogProbs: t.Top}
-			return s.m.inCallback(gid, func() error { return fn(tok) })
+			return s.m.lendDuring(func() error { return fn(tok) })
 		},
 	}
 }

@@ -62,14 +62,25 @@ const DefaultMaxContext = 4096
 
 // contextLen is the context length o asks for with model m.
 func (o BackendOptions) contextLen(m *mod.Model) (int, error) {
-	model := m.Config.ContextLen
-	switch {
-	case o.ContextLen < 0 || o.ContextLen > model:
-		return 0, fmt.Errorf("engine: context length %d is outside [1, %d] (the model's)", o.ContextLen, model)
-	case o.ContextLen > 0:
+	if err := o.CheckFor(m.Config); err != nil {
+		return 0, fmt.Errorf("engine: %w", err)
+	}
+	if o.ContextLen > 0 {
 		return o.ContextLen, nil
 	}
-	return min(model, DefaultMaxContext), nil
+	return min(m.Config.ContextLen, DefaultMaxContext), nil
+}
+
+// CheckFor checks what o asks of a model with config c, after Check: a
+// context length no longer than the model's. It is the one check of the
+// options against a model (OpenBackend, the API's Open and the command
+// line call it); a wrong field is an *OptionError.
+func (o BackendOptions) CheckFor(c mod.Config) error {
+	if o.ContextLen < 0 || o.ContextLen > c.ContextLen {
+		return &OptionError{Option: "context length", Flag: "--ctx", Value: fmt.Sprint(o.ContextLen),
+			Problem: fmt.Sprintf(": must be in [1, %d] (the context length of the model)", c.ContextLen)}
+	}
+	return nil
 }
 
 // namedDevice says whether o (Device) or $MODRUN_DEVICE names a Vulkan
@@ -80,7 +91,7 @@ func (o BackendOptions) namedDevice() bool {
 }
 
 // Check validates o's fields on their own (ContextLen against a model is
-// OpenBackend's): the one check of the options behind the API's Options
+// CheckFor's): the one check of the options behind the API's Options
 // and the command line's flags. A wrong field is an *OptionError, which
 // names it as the API does and, by FlagError, as the command line does.
 func (o BackendOptions) Check() error {
@@ -88,6 +99,10 @@ func (o BackendOptions) Check() error {
 	case BackendAuto, BackendCPU, BackendReference, BackendVulkan:
 	default:
 		return &OptionError{Option: "backend", Flag: "--backend", Value: fmt.Sprintf("%q", o.Name), Problem: " is not " + backendNames}
+	}
+	if o.Device < -1 {
+		return &OptionError{Option: "device", Flag: "--device", Value: fmt.Sprint(o.Device),
+			Problem: ": want a device index, 0 or more (modrun devices lists them), or -1 for the default"}
 	}
 	if o.ContextLen < 0 {
 		return &OptionError{Option: "context length", Flag: "--ctx", Value: fmt.Sprint(o.ContextLen), Problem: ": must be positive (or 0: the model's)"}

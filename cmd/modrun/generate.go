@@ -54,14 +54,11 @@ func (cf *cacheFlags) register(fs *flag.FlagSet) {
 // options sets o's context length and KV cache type, checking the flags
 // against model m.
 func (cf cacheFlags) options(o *engine.BackendOptions, m *mod.Model) error {
-	if limit := m.Config.ContextLen; cf.ctx > limit {
-		return fmt.Errorf("%w: --ctx %d: must be in [1, %d] (the context length of the model)", errUsage, cf.ctx, limit)
-	}
 	if err := cf.check(); err != nil {
 		return err
 	}
 	o.ContextLen, o.KVType, o.UBatch = cf.ctx, cf.kvType, cf.ubatch
-	return nil
+	return flagError(o.CheckFor(m.Config))
 }
 
 // check refuses a negative --ctx, an unknown --kv-type (engine's check of
@@ -79,8 +76,11 @@ func (cf cacheFlags) check() error {
 
 // checkOptions is engine's check of the options the flags fill, its error
 // a usage error that names the flag.
-func checkOptions(o engine.BackendOptions) error {
-	err := o.Check()
+func checkOptions(o engine.BackendOptions) error { return flagError(o.Check()) }
+
+// flagError is an error of engine's checks of the options as the command
+// line says it: an *engine.OptionError is a usage error naming its flag.
+func flagError(err error) error {
 	var oe *engine.OptionError
 	if errors.As(err, &oe) {
 		return fmt.Errorf("%w: %s", errUsage, oe.FlagError())

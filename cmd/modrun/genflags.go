@@ -182,13 +182,8 @@ func (sf *samplingFlags) options() (engine.SamplerOptions, error) {
 	return so, nil
 }
 
-// generateOptions are the API's options for sampler so and at most n new
-// tokens.
+// generateOptions are the API's options for sampler so, as the flags set
+// it, and at most n new tokens.
 func generateOptions(so engine.SamplerOptions, n int) api.GenerateOptions {
-	lastN := so.RepeatLastN
-	if lastN == 0 { // the API's 0 means 64
-		lastN = -1
-	}
-	return api.GenerateOptions{MaxTokens: n, Temperature: so.Temperature, TopK: so.TopK, TopP: so.TopP, MinP: so.MinP,
-		RepeatPenalty: so.RepeatPenalty, RepeatLastN: lastN, Seed: so.Seed}
+	return api.GenerateOptions{MaxTokens: n, Sampler: &so}
 }
