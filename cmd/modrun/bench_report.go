@@ -91,6 +91,9 @@ func (rep *benchReport) markdown() string {
 		"Effective bandwidth is the bytes a decode token must read (each weight it uses once, the KV entries it attends to, at the mean context of the decode) times tokens/s; "+
 		"`× base` is a rate against the baseline model on the same backend (a MoD twin's dense model), `ideal ×` the ratio of the baseline's cost per token to this row's (FLOPs in prefill, bytes in decode), `of ideal` the share of that achieved.\n\n",
 		rep.Repeats, rep.Prompt, rep.Decode)
+	if rep.Repeats < minRepeatsOfIdeal {
+		fmt.Fprintf(&b, "`of ideal` is left out: it needs --repeats %d or more, since one run's ratio of two rates is noise (it read 149%% once).\n\n", minRepeatsOfIdeal)
+	}
 	fmt.Fprintf(&b, "| model | routing | backend | prefill tok/s | × base | ideal × | decode tok/s | × base | ideal × | of ideal | eff. GB/s | %% of probe | routed %% per layer | validated | top-1 | mean KL | max KL | max Δlogit |\n")
 	fmt.Fprintf(&b, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|--:|--:|--:|--:|\n")
 	for _, r := range rep.Rows {
@@ -98,7 +101,9 @@ func (rep *benchReport) markdown() string {
 		if r.Model != r.Baseline && r.VsBaseline > 0 {
 			pvs, pideal = fmt.Sprintf("%.2f", r.PrefillVsBaseline), fmt.Sprintf("%.2f", r.IdealPrefillVsBaseline)
 			vs, ideal = fmt.Sprintf("%.2f", r.VsBaseline), fmt.Sprintf("%.2f", r.IdealVsBaseline)
-			of = fmt.Sprintf("%.0f%%", 100*r.VsBaseline/r.IdealVsBaseline)
+			if rep.Repeats >= minRepeatsOfIdeal {
+				of = fmt.Sprintf("%.0f%%", 100*r.VsBaseline/r.IdealVsBaseline)
+			}
 		}
 		validated, top1, meanKL, maxKL, dlogit := "no (--validate 0)", "—", "—", "—", "—"
 		if v := r.Validation; v.Steps > 0 {
@@ -118,6 +123,10 @@ func (rep *benchReport) markdown() string {
 	}
 	return b.String()
 }
+
+// minRepeatsOfIdeal is the fewest runs whose medians make the share of the
+// ideal speedup worth printing.
+const minRepeatsOfIdeal = 3
 
 // backendOf is the backend name of a device name: "cpu" or "vulkan".
 func backendOf(device string) string {
