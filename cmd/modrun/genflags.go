@@ -85,6 +85,9 @@ func (g *generationCommand) ignoredBy(backend string) []string {
 	for _, name := range g.gpuOnly {
 		out = append(out, fmt.Sprintf("%s applies to the vulkan backend only, not to %s", name, backend))
 	}
+	if backend == engine.BackendReference && flagSet(g.fs, "ubatch") {
+		out = append(out, "--ubatch sets the vulkan and cpu backends' prompt batch; the reference runs a prompt 32 tokens at a time")
+	}
 	return out
 }
 

@@ -156,12 +156,22 @@ func TestIgnoredFlags(t *testing.T) {
 		{[]string{"run", "-p", "x", "--backend", "vulkan", "-t", "2"}, "modrun run: usage: -t sets the CPU backends' threads; the vulkan backend runs on the GPU\n"},
 		{[]string{"chat", "--chat-template", "chatml", "--backend", "cpu", "--kv-type", "f32"}, "modrun chat: usage: --kv-type applies to the vulkan backend only, not to cpu\n"},
 		{[]string{"run", "-p", "x", "-t", "-1"}, "modrun run: usage: -t -1: must be 0 (one per core) or positive\n"},
+		{[]string{"run", "-p", "x", "--backend", "reference", "--ubatch", "8"}, "modrun run: usage: --ubatch sets the vulkan and cpu backends' prompt batch; the reference runs a prompt 32 tokens at a time\n"},
 	} {
 		code, out, stderr := modrun(t, append(c.args, "-m", model)...)
 		assert.Equal(t, 2, code, stderr)
 		assert.Empty(t, out)
 		assert.Equal(t, c.want, stderr)
 	}
+
+	// --backend auto that ends on the CPU warns instead, in one line.
+	code, out, stderr := modrun(t, "-m", model, "-p", "Once", "-n", "2", "--kv-type", "f16")
+	require.Equal(t, 0, code, stderr)
+	assert.NotEmpty(t, out)
+	if !strings.Contains(stderr, "running on the CPU") {
+		t.Skipf("auto runs on a GPU here: %s", stderr)
+	}
+	assert.Contains(t, stderr, "\nmodrun run: warning: --kv-type applies to the vulkan backend only, not to cpu\n")
 }
 
 // TestRunThreads: -t N runs the CPU backend on N threads (a process of its
