@@ -30,8 +30,9 @@ var layers = map[string][]string{
 	"mod/convert":   {"mod", "mod/quant", "gguf", "tokenizer", "internal/..."}, // checkpoints -> GGUF
 	"mod/synth":     {"mod", "mod/quant", "gguf", "tokenizer", "internal/..."}, // random-weight models of standard shapes
 	"engine/vulkan": {"mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
-	"engine/cpu":    {"mod", "gguf", "tokenizer", "internal/..."}, // the fast CPU runner
-	"engine":        {"engine/vulkan", "engine/cpu", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
+	"engine/sched":  {"mod", "gguf", "tokenizer", "internal/..."},                 // many sequences per step: pages, tables, scheduler
+	"engine/cpu":    {"engine/sched", "mod", "gguf", "tokenizer", "internal/..."}, // the fast CPU runner
+	"engine":        {"engine/vulkan", "engine/cpu", "engine/sched", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
 	"":              {"*"}, // the root package: the Go API for embedding
 	"cmd/...":       {"*"},
 	"bench/...":     {"*"},

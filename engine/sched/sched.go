@@ -1,0 +1,511 @@
+package sched
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/modrun/modrun/mod"
+)
+
+// Layout is what the scheduler needs to know of a model.
+type Layout struct {
+	DenseLayers  int // layers whose cache holds every token (one shared table)
+	RoutedLayers int // routed layers, each with a compact cache of its own
+	ContextLen   int // the longest sequence
+	NVocab       int // logits per row
+}
+
+// Row is one token of a step: the sequence it belongs to, its position
+// there, and whether its logits are wanted (a sequence's last row when it
+// samples next). A step's rows of one sequence are consecutive, in
+// position order.
+type Row struct {
+	Seq    *Seq
+	Pos    int
+	Token  int32
+	Logits bool
+}
+
+// StepRunner runs one forward pass over a step's rows on some backend: the
+// products once over every row, RoPE at each row's position, each row's
+// keys and values written into its sequence's pages (Seq.Dense at the
+// row's position; a routed layer's Seq.Routed[j] at its Len, which the
+// runner advances for each row the layer selects), attention over the
+// row's own sequence only. The scheduler has reserved the pages: room for
+// every row in every table. The pages' memory is the runner's.
+type StepRunner interface {
+	Layout() Layout
+	// Step returns the logits of the rows with Logits set, [k][nVocab] in
+	// row order, and every row's routing [rows][routed layers] (nil for a
+	// dense model).
+	Step(rows []Row, blockTokens int) (logits []float32, routes [][]mod.Route, err error)
+	// CopyPage copies page src's entries into page dst (copy-on-write).
+	CopyPage(dst, src int32)
+}
+
+// Sampler draws a sequence's next token (engine.Sampler is one).
+type Sampler interface{ Sample(logits []float32) int32 }
+
+// StopReason says why a sequence ended (engine.StopReason's values, and
+// the scheduler's own).
+type StopReason string
+
+const (
+	StopEOS         StopReason = "eos"
+	StopMaxTokens   StopReason = "max-tokens"
+	StopContextFull StopReason = "context-full"
+	StopCallback    StopReason = "stopped"   // OnToken returned an error
+	StopCancel      StopReason = "cancelled" // Scheduler.Cancel
+	StopError       StopReason = "error"     // Seq.Err says which
+)
+
+// Request is one sequence to run.
+type Request struct {
+	Prompt    []int32
+	MaxTokens int     // new tokens at most; 0 = until a stop token or the context is full
+	Stop      []int32 // tokens that end the sequence (EOS, end of turn); not delivered
+	Sampler   Sampler // nil = greedy (argmax, ties to the lower id)
+	// OnToken receives each new token when it is drawn; an error ends the
+	// sequence (StopCallback, Seq.Err holds it).
+	OnToken func(id int32) error
+	// KeepLogits and KeepRoutes keep the logits of each draw and the
+	// routing of each token run (tests compare them with a solo run).
+	KeepLogits, KeepRoutes bool
+}
+
+// Seq is one sequence in the scheduler.
+type Seq struct {
+	ID     int
+	Dense  Table   // every dense layer's entries, one per position
+	Routed []Table // [routed layers] each layer's compact cache
+
+	req    Request
+	tokens []int32 // the prompt, then each drawn token once it is to run
+	fed    int     // tokens whose keys and values the tables hold
+	out    []int32
+	done   bool
+	hashes []uint64 // chain hash of each full block fed
+
+	Stop        StopReason
+	Err         error
+	Logits      [][]float32   // with KeepLogits: [draws][nVocab]
+	Routes      [][]mod.Route // with KeepRoutes: [positions][routed layers], nil where reused
+	Waits       int           // steps it was left out of for want of pages
+	Preemptions int           // times its pages were taken and it ran again from the start
+	Reused      int           // prompt tokens taken from the prefix cache instead of run
+}
+
+// Tokens are the new tokens drawn, stop tokens excluded.
+func (q *Seq) Tokens() []int32 { return q.out }
+
+// Done says whether the sequence has ended.
+func (q *Seq) Done() bool { return q.done }
+
+// Options size a Scheduler.
+type Options struct {
+	BlockTokens int  // entries per page; 0 = 16
+	Pages       int  // the pool's size in pages (PagesFor sizes it)
+	BatchTokens int  // rows per step at most (--batch-tokens); 0 = 512
+	MaxSeqs     int  // sequences running at once; 0 = no limit (the rest queue)
+	PrefixCache bool // keep full token blocks for reuse by later sequences
+}
+
+// PagesFor is how many pages hold seqs sequences of ctx tokens each in
+// the worst case (every routed layer selecting every token).
+func PagesFor(l Layout, seqs, ctx, blockTokens int) int {
+	blocks := (ctx + blockTokens - 1) / blockTokens
+	return seqs * blocks * (l.DenseLayers + l.RoutedLayers)
+}
+
+// Stats count what the scheduler did.
+type Stats struct {
+	Steps, Rows     int
+	Waits           int // sequence-steps left out for want of pages
+	Preemptions     int
+	ReusedTokens    int // prompt tokens served from the prefix cache
+	PrefixEvictions int
+	MaxPagesInUse   int
+	FinishedSeqs    int
+}
+
+// Scheduler runs sequences in steps over one StepRunner. It is not safe
+// for concurrent use: one goroutine adds, cancels and steps.
+type Scheduler struct {
+	run    StepRunner
+	lay    Layout
+	opts   Options
+	pool   *Pool
+	prefix *prefixCache
+	queue  []*Seq // added, not yet running
+	active []*Seq // running, in the order they started
+	nextID int
+	stats  Stats
+	rows   []Row
+}
+
+// New is a scheduler over run with o's sizes.
+func New(run StepRunner, o Options) (*Scheduler, error) {
+	if o.BlockTokens == 0 {
+		o.BlockTokens = 16
+	}
+	if o.BatchTokens == 0 {
+		o.BatchTokens = 512
+	}
+	if o.BatchTokens < 0 || o.MaxSeqs < 0 || o.BlockTokens < 0 {
+		return nil, fmt.Errorf("sched: --batch-tokens %d, parallel %d and block size %d must not be negative", o.BatchTokens, o.MaxSeqs, o.BlockTokens)
+	}
+	pool, err := NewPool(o.Pages, o.BlockTokens)
+	if err != nil {
+		return nil, err
+	}
+	s := &Scheduler{run: run, lay: run.Layout(), opts: o, pool: pool}
+	if o.PrefixCache {
+		s.prefix = newPrefixCache()
+	}
+	return s, nil
+}
+
+// Pool is the scheduler's page pool.
+func (s *Scheduler) Pool() *Pool { return s.pool }
+
+// Stats is what the scheduler did so far.
+func (s *Scheduler) Stats() Stats { return s.stats }
+
+// Busy says whether a sequence is running or queued.
+func (s *Scheduler) Busy() bool { return len(s.active)+len(s.queue) > 0 }
+
+// CachedPages is how many pages the prefix cache holds.
+func (s *Scheduler) CachedPages() int {
+	if s.prefix == nil {
+		return 0
+	}
+	return s.prefix.pages()
+}
+
+// ClearPrefix empties the prefix cache.
+func (s *Scheduler) ClearPrefix() {
+	for s.prefix != nil && s.prefix.evict(s.pool) {
+	}
+}
+
+// Add queues a sequence; it starts at a coming step.
+func (s *Scheduler) Add(req Request) (*Seq, error) {
+	l := s.lay
+	switch {
+	case len(req.Prompt) == 0:
+		return nil, fmt.Errorf("sched: empty prompt (add BOS to start from nothing)")
+	case len(req.Prompt) > l.ContextLen:
+		return nil, fmt.Errorf("sched: the prompt has %d tokens, more than the context length %d", len(req.Prompt), l.ContextLen)
+	case req.MaxTokens < 0:
+		return nil, fmt.Errorf("sched: max tokens %d must not be negative", req.MaxTokens)
+	}
+	for i, t := range req.Prompt {
+		if t < 0 || int(t) >= l.NVocab {
+			return nil, fmt.Errorf("sched: token %d at index %d is outside the vocabulary [0, %d)", t, i, l.NVocab)
+		}
+	}
+	longest := l.ContextLen
+	if req.MaxTokens > 0 {
+		longest = min(longest, len(req.Prompt)+req.MaxTokens)
+	}
+	// A sequence alone must fit, with one more block per table for a step's
+	// reservation and a copied page.
+	if need := PagesFor(l, 1, longest+2*s.opts.BlockTokens, s.opts.BlockTokens); need > s.pool.Pages() {
+		return nil, fmt.Errorf("sched: a sequence of up to %d tokens may need %d KV pages, more than the budget's %d (raise --kv-budget or lower --ctx)", longest, need, s.pool.Pages())
+	}
+	q := &Seq{ID: s.nextID, req: req, tokens: slices.Clone(req.Prompt)}
+	s.nextID++
+	q.Dense.Width = max(1, l.DenseLayers)
+	q.Routed = make([]Table, l.RoutedLayers)
+	for j := range q.Routed {
+		q.Routed[j].Width = 1
+	}
+	s.queue = append(s.queue, q)
+	return q, nil
+}
+
+// Cancel ends q at once (StopCancel) and frees its pages; a finished
+// sequence is left as it is.
+func (s *Scheduler) Cancel(q *Seq) {
+	if !q.done {
+		s.finish(q, StopCancel, nil)
+	}
+}
+
+// finish ends q: its pages go back to the pool now.
+func (s *Scheduler) finish(q *Seq, why StopReason, err error) {
+	q.done, q.Stop, q.Err = true, why, err
+	s.free(q)
+	s.active = slices.DeleteFunc(s.active, func(a *Seq) bool { return a == q })
+	s.queue = slices.DeleteFunc(s.queue, func(a *Seq) bool { return a == q })
+	s.stats.FinishedSeqs++
+}
+
+// free gives back every page q holds and forgets what it ran: it runs
+// again from its first token (a preemption).
+func (s *Scheduler) free(q *Seq) {
+	q.Dense.release(s.pool)
+	for j := range q.Routed {
+		q.Routed[j].release(s.pool)
+	}
+	q.fed, q.hashes = 0, q.hashes[:0]
+}
+
+// admit starts queued sequences while the parallel limit allows, each
+// taking the longest cached prefix of its tokens (all but the last, which
+// must run to give logits).
+func (s *Scheduler) admit() {
+	for len(s.queue) > 0 && (s.opts.MaxSeqs == 0 || len(s.active) < s.opts.MaxSeqs) {
+		q := s.queue[0]
+		s.queue = s.queue[1:]
+		s.active = append(s.active, q)
+		s.reuse(q)
+	}
+}
+
+// reuse points q's tables at the cache's pages for the longest cached
+// prefix of its tokens.
+func (s *Scheduler) reuse(q *Seq) {
+	if s.prefix == nil || q.fed > 0 {
+		return
+	}
+	bt := s.pool.blockTokens
+	e, blocks := s.prefix.lookup(q.tokens, bt, (len(q.tokens)-1)/bt)
+	if e == nil {
+		return
+	}
+	q.Dense.share(s.pool, e.dense, blocks*bt)
+	for j := range q.Routed {
+		q.Routed[j].share(s.pool, e.routed[j].Pages, e.routed[j].Len)
+	}
+	var parent uint64
+	for b := range blocks {
+		parent = chainHash(parent, q.tokens[b*bt:(b+1)*bt])
+		q.hashes = append(q.hashes, parent)
+	}
+	q.fed = blocks * bt
+	q.Reused += q.fed
+	s.stats.ReusedTokens += q.fed
+}
+
+// Step runs one forward pass over the running sequences: a row for each
+// decoding one, then prompt chunks of those still prefilling, up to
+// BatchTokens rows. A sequence whose pages cannot be had waits (when none
+// can, the latest started is preempted). It returns false when no
+// sequence is running or queued.
+func (s *Scheduler) Step() (bool, error) {
+	s.admit()
+	if len(s.active) == 0 {
+		return false, nil
+	}
+	rows, counts := s.plan()
+	for tries := 0; len(rows) == 0; tries++ { // every sequence waits: take the latest one's pages
+		victim := s.preemptable()
+		if victim == nil || tries > len(s.active) {
+			return true, fmt.Errorf("sched: no sequence can run and none holds pages (%d free of %d)", s.pool.Free(), s.pool.Pages())
+		}
+		s.free(victim)
+		victim.Preemptions++
+		s.stats.Preemptions++
+		rows, counts = s.plan()
+	}
+	s.stats.Steps++
+	s.stats.Rows += len(rows)
+	s.stats.MaxPagesInUse = max(s.stats.MaxPagesInUse, s.pool.Pages()-s.pool.Free())
+	logits, routes, err := s.run.Step(rows, s.pool.blockTokens)
+	if err != nil { // the backend failed: every sequence of the step ends with its error
+		for i, r := range rows {
+			if i == 0 || rows[i-1].Seq != r.Seq {
+				s.finish(r.Seq, StopError, err)
+			}
+		}
+		return true, nil
+	}
+	s.after(rows, counts, logits, routes)
+	return true, nil
+}
+
+// plan packs the step's rows and reserves their pages; counts are the
+// routed tables' lengths before the step, per row's sequence.
+func (s *Scheduler) plan() ([]Row, map[*Seq][]int) {
+	rows := s.rows[:0]
+	counts := map[*Seq][]int{}
+	budget := s.opts.BatchTokens
+	take := func(q *Seq) {
+		s.reuse(q) // a preempted sequence may find its prefix cached
+		n := min(len(q.tokens)-q.fed, budget)
+		if n <= 0 {
+			return
+		}
+		if !s.reserve(q, n) {
+			q.Waits++
+			s.stats.Waits++
+			return
+		}
+		c := make([]int, len(q.Routed))
+		for j := range q.Routed {
+			c[j] = q.Routed[j].Len
+		}
+		counts[q] = c
+		for i := range n {
+			p := q.fed + i
+			rows = append(rows, Row{Seq: q, Pos: p, Token: q.tokens[p], Logits: i == n-1 && p == len(q.tokens)-1})
+		}
+		budget -= n
+	}
+	for _, q := range s.active { // decoding sequences first: a row each
+		if len(q.tokens)-q.fed == 1 {
+			take(q)
+		}
+	}
+	for _, q := range s.active {
+		if len(q.tokens)-q.fed > 1 {
+			take(q)
+		}
+	}
+	s.rows = rows
+	return rows, counts
+}
+
+// reserve takes the pages q's next n rows may write (evicting cached
+// prefixes when the pool is short); false when the pool cannot give them.
+func (s *Scheduler) reserve(q *Seq, n int) bool {
+	need := func() int {
+		k := q.Dense.need(s.pool, q.fed+n)
+		for j := range q.Routed {
+			k += q.Routed[j].need(s.pool, q.Routed[j].Len+n)
+		}
+		return k
+	}
+	for need() > s.pool.Free() {
+		if s.prefix == nil || !s.prefix.evict(s.pool) {
+			return false
+		}
+		s.stats.PrefixEvictions++
+	}
+	q.Dense.reserve(s.pool, q.fed+n, s.run.CopyPage)
+	for j := range q.Routed {
+		q.Routed[j].reserve(s.pool, q.Routed[j].Len+n, s.run.CopyPage)
+	}
+	return true
+}
+
+// preemptable is the latest started running sequence that holds pages.
+func (s *Scheduler) preemptable() *Seq {
+	for i := len(s.active) - 1; i >= 0; i-- {
+		if q := s.active[i]; len(q.Dense.Pages) > 0 || slices.ContainsFunc(q.Routed, func(t Table) bool { return len(t.Pages) > 0 }) {
+			return q
+		}
+	}
+	return nil
+}
+
+// after books a step's results: each sequence's fed tokens and tables, its
+// routing, its full blocks into the prefix cache, and a drawn token for
+// each sequence that gave logits.
+func (s *Scheduler) after(rows []Row, counts map[*Seq][]int, logits []float32, routes [][]mod.Route) {
+	nv, k := s.lay.NVocab, 0
+	for lo := 0; lo < len(rows); {
+		q := rows[lo].Seq
+		hi := lo + 1
+		for hi < len(rows) && rows[hi].Seq == q {
+			hi++
+		}
+		if routes != nil {
+			s.book(q, rows[lo:hi], counts[q], routes[lo:hi])
+		} else {
+			s.book(q, rows[lo:hi], counts[q], nil)
+		}
+		if rows[hi-1].Logits {
+			s.draw(q, logits[k*nv:(k+1)*nv])
+			k++
+		}
+		lo = hi
+	}
+}
+
+// book advances q past its rows: the dense table's length, the routed
+// tables' unused pages back, the routes kept, and each block the rows
+// completed added to the prefix cache.
+func (s *Scheduler) book(q *Seq, rows []Row, base []int, routes [][]mod.Route) {
+	bt := s.pool.blockTokens
+	q.fed += len(rows)
+	q.Dense.Len = q.fed
+	for j := range q.Routed {
+		q.Routed[j].trim(s.pool)
+	}
+	if q.req.KeepRoutes && routes != nil {
+		for i, r := range rows {
+			for len(q.Routes) <= r.Pos {
+				q.Routes = append(q.Routes, nil)
+			}
+			q.Routes[r.Pos] = slices.Clone(routes[i])
+		}
+	}
+	for b := len(q.hashes); (b+1)*bt <= q.fed; b++ {
+		var parent uint64
+		if b > 0 {
+			parent = q.hashes[b-1]
+		}
+		h := chainHash(parent, q.tokens[b*bt:(b+1)*bt])
+		q.hashes = append(q.hashes, h)
+		if s.prefix == nil {
+			continue
+		}
+		// Each routed layer's entries below the block's end: those before
+		// the step, and the step's rows before it that the layer took.
+		end := (b + 1) * bt
+		c := slices.Clone(base)
+		for i, r := range rows {
+			if r.Pos >= end {
+				break
+			}
+			for j := range c {
+				if routes[i][j].Selected {
+					c[j]++
+				}
+			}
+		}
+		s.prefix.add(s.pool, h, parent, q.tokens[b*bt:end], q.Dense.Pages[:(b+1)*q.Dense.Width], q.Routed, c)
+	}
+}
+
+// draw samples q's next token from its logits and ends q on a stop.
+func (s *Scheduler) draw(q *Seq, logits []float32) {
+	if !mod.Finite(logits) {
+		s.finish(q, StopError, fmt.Errorf("sched: %w", mod.NonFinite(q.fed-1)))
+		return
+	}
+	if q.req.KeepLogits {
+		q.Logits = append(q.Logits, slices.Clone(logits))
+	}
+	var id int32
+	if q.req.Sampler != nil {
+		id = q.req.Sampler.Sample(logits)
+	} else {
+		for i, v := range logits {
+			if v > logits[id] {
+				id = int32(i)
+			}
+		}
+	}
+	if slices.Contains(q.req.Stop, id) {
+		s.finish(q, StopEOS, nil)
+		return
+	}
+	q.out = append(q.out, id)
+	if q.req.OnToken != nil {
+		if err := q.req.OnToken(id); err != nil {
+			s.finish(q, StopCallback, err)
+			return
+		}
+	}
+	switch {
+	case q.fed >= s.lay.ContextLen:
+		s.finish(q, StopContextFull, nil)
+	case q.req.MaxTokens > 0 && len(q.out) >= q.req.MaxTokens:
+		s.finish(q, StopMaxTokens, nil)
+	default:
+		q.tokens = append(q.tokens, id)
+	}
+}

@@ -1,0 +1,223 @@
+package sched
+
+import (
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// noisySampler draws the argmax of the logits plus seeded noise: a sampled
+// sequence whose draws depend only on its seed and its logits.
+type noisySampler struct{ rng *rand.Rand }
+
+func (n *noisySampler) Sample(logits []float32) int32 {
+	best, bv := 0, float32(-1)
+	for i, v := range logits {
+		if v += 500 * n.rng.Float32(); v > bv {
+			best, bv = i, v
+		}
+	}
+	return int32(best)
+}
+
+// solo runs req alone, with room to spare and no prefix cache.
+func solo(t *testing.T, f *fakeRunner, req Request) []int32 {
+	t.Helper()
+	s, err := New(newFake(f.lay.DenseLayers, f.lay.RoutedLayers, f.lay.ContextLen, f.lay.NVocab, 4096, f.bt), Options{BlockTokens: f.bt, Pages: 4096})
+	require.NoError(t, err)
+	q, err := s.Add(req)
+	require.NoError(t, err)
+	for {
+		more, err := s.Step()
+		require.NoError(t, err)
+		if !more {
+			break
+		}
+	}
+	require.NoError(t, q.Err)
+	return q.Tokens()
+}
+
+type soakCase struct {
+	name     string
+	pages    int
+	prefix   bool
+	maxSeqs  int
+	batch    int
+	steps    int
+	wantWait bool
+}
+
+// TestSoak joins, cancels and finishes sequences at random over thousands
+// of steps, on a pool too small for all of them and with shared prompt
+// prefixes: every finished sequence's tokens equal its solo run, the
+// fake runner finds every page it reads holding its own sequence's
+// entries, and when all is done no page is left taken.
+func TestSoak(t *testing.T) {
+	for _, c := range []soakCase{
+		{name: "roomy", pages: 4096, steps: 2000, batch: 64},
+		{name: "tight", pages: 260, steps: 3000, batch: 48, wantWait: true},
+		{name: "tight-prefix", pages: 260, prefix: true, steps: 3000, batch: 48, wantWait: true},
+		{name: "limit-prefix", pages: 1024, prefix: true, maxSeqs: 5, steps: 2000, batch: 32},
+	} {
+		t.Run(c.name, func(t *testing.T) { soak(t, c) })
+	}
+}
+
+func soak(t *testing.T, c soakCase) {
+	const bt, ctx, vocab = 4, 96, 50
+	f := newFake(2, 3, ctx, vocab, c.pages, bt)
+	s, err := New(f, Options{BlockTokens: bt, Pages: c.pages, BatchTokens: c.batch, MaxSeqs: c.maxSeqs, PrefixCache: c.prefix})
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(1, uint64(c.pages)))
+	system := make([]int32, 23) // a shared "system prompt"
+	for i := range system {
+		system[i] = int32(rng.IntN(vocab))
+	}
+	type running struct {
+		q    *Seq
+		req  Request
+		seed uint64
+	}
+	var live, done []running
+	for step := 0; step < c.steps; step++ {
+		if rng.IntN(3) == 0 && len(live) < 24 { // a join
+			n := 1 + rng.IntN(30)
+			prompt := make([]int32, n)
+			for i := range prompt {
+				prompt[i] = int32(rng.IntN(vocab))
+			}
+			if rng.IntN(2) == 0 {
+				prompt = append(slices.Clone(system), prompt...)
+			}
+			req := Request{Prompt: prompt, MaxTokens: 1 + rng.IntN(40), Stop: []int32{int32(rng.IntN(vocab))}}
+			seed := rng.Uint64()
+			if seed%2 == 0 {
+				req.Sampler = &noisySampler{rand.New(rand.NewPCG(seed, 7))}
+			}
+			q, err := s.Add(req)
+			require.NoError(t, err)
+			live = append(live, running{q, req, seed})
+		}
+		if rng.IntN(25) == 0 && len(live) > 0 { // a cancel
+			i := rng.IntN(len(live))
+			s.Cancel(live[i].q)
+			assert.Equal(t, StopCancel, live[i].q.Stop)
+		}
+		_, err := s.Step()
+		require.NoError(t, err, "step %d", step)
+		live = slices.DeleteFunc(live, func(r running) bool {
+			if r.q.Done() {
+				done = append(done, r)
+			}
+			return r.q.Done()
+		})
+	}
+	for s.Busy() {
+		_, err := s.Step()
+		require.NoError(t, err)
+	}
+	for _, r := range live {
+		done = append(done, r)
+	}
+	checked := 0
+	for _, r := range done {
+		require.NoError(t, r.q.Err, "seq %d", r.q.ID)
+		if r.q.Stop == StopCancel {
+			continue
+		}
+		req := r.req
+		if r.seed%2 == 0 {
+			req.Sampler = &noisySampler{rand.New(rand.NewPCG(r.seed, 7))}
+		}
+		require.Equal(t, solo(t, f, req), r.q.Tokens(), "seq %d (%s) against its solo run", r.q.ID, r.q.Stop)
+		checked++
+	}
+	st := s.Stats()
+	t.Logf("%d sequences (%d checked), %d steps, %d rows, %d waits, %d preemptions, %d reused tokens, %d prefix evictions, at most %d of %d pages",
+		len(done), checked, st.Steps, st.Rows, st.Waits, st.Preemptions, st.ReusedTokens, st.PrefixEvictions, st.MaxPagesInUse, c.pages)
+	assert.Greater(t, checked, 100)
+	if c.wantWait {
+		assert.Positive(t, st.Waits+st.Preemptions, "the tight pool made sequences wait")
+	}
+	if c.prefix {
+		assert.Positive(t, st.ReusedTokens, "the shared prefix was reused")
+	}
+	assert.Equal(t, s.CachedPages(), s.Pool().Pages()-s.Pool().Free(), "only the prefix cache holds pages")
+	s.ClearPrefix()
+	assert.Equal(t, s.Pool().Pages(), s.Pool().Free(), "no page leaked")
+}
+
+// A sequence too long for the whole budget is refused when it is added,
+// naming the flag; bad prompts are refused too.
+func TestAddRefuses(t *testing.T) {
+	f := newFake(2, 1, 64, 10, 8, 4)
+	s, err := New(f, Options{BlockTokens: 4, Pages: 8})
+	require.NoError(t, err)
+	_, err = s.Add(Request{Prompt: []int32{1, 2, 3}})
+	assert.ErrorContains(t, err, "--kv-budget")
+	_, err = s.Add(Request{})
+	assert.ErrorContains(t, err, "empty prompt")
+	_, err = s.Add(Request{Prompt: []int32{10}, MaxTokens: 1})
+	assert.ErrorContains(t, err, "outside the vocabulary")
+}
+
+// A prefix shared with an earlier sequence runs only the new tokens, and
+// gives the same tokens as without the cache.
+func TestPrefixReuse(t *testing.T) {
+	const bt = 4
+	f := newFake(2, 3, 256, 50, 1024, bt)
+	s, err := New(f, Options{BlockTokens: bt, Pages: 1024, PrefixCache: true})
+	require.NoError(t, err)
+	shared := make([]int32, 41)
+	for i := range shared {
+		shared[i] = int32(i % 50)
+	}
+	first := Request{Prompt: append(slices.Clone(shared), 7, 8), MaxTokens: 5}
+	second := Request{Prompt: append(slices.Clone(shared), 9, 9, 9), MaxTokens: 5}
+	q1, err := s.Add(first)
+	require.NoError(t, err)
+	for s.Busy() {
+		_, err := s.Step()
+		require.NoError(t, err)
+	}
+	rows := s.Stats().Rows
+	q2, err := s.Add(second)
+	require.NoError(t, err)
+	for s.Busy() {
+		_, err := s.Step()
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 40, q2.Reused, "the shared prefix's full blocks")
+	assert.Equal(t, len(second.Prompt)-40+4, s.Stats().Rows-rows, "only the new prompt tokens and the draws ran")
+	assert.Equal(t, solo(t, f, first), q1.Tokens())
+	assert.Equal(t, solo(t, f, second), q2.Tokens())
+}
+
+// A sequence's OnToken error ends it with StopCallback.
+func TestOnTokenStops(t *testing.T) {
+	f := newFake(1, 1, 64, 10, 64, 4)
+	s, err := New(f, Options{BlockTokens: 4, Pages: 64})
+	require.NoError(t, err)
+	stop := errors.New("enough")
+	n := 0
+	q, err := s.Add(Request{Prompt: []int32{1, 2}, OnToken: func(int32) error {
+		if n++; n == 3 {
+			return stop
+		}
+		return nil
+	}})
+	require.NoError(t, err)
+	for s.Busy() {
+		_, err := s.Step()
+		require.NoError(t, err)
+	}
+	assert.Equal(t, StopCallback, q.Stop)
+	assert.ErrorIs(t, q.Err, stop)
+	assert.Len(t, q.Tokens(), 3)
+	assert.Equal(t, 64, s.Pool().Free())
+}
