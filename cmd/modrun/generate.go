@@ -239,12 +239,12 @@ func generateMain(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "modrun: stopped: the sequence filled the context length (%d tokens; --ctx sets it)\n", info.ContextLen)
 	}
 	if *asJSON {
-		if err := writeRunJSON(stdout, *prompt, out, info, res, opts.Seed); err != nil {
+		if err := writeRunJSON(stdout, *prompt, out, info, res, g.seed); err != nil {
 			return err
 		}
 	}
 	if *stats {
-		printStats(stderr, info, res, opts.Seed)
+		printStats(stderr, info, res, g.seed)
 	}
 	if *profile && info.Backend == api.BackendVulkan {
 		printProfile(stderr, info, model.Profile())

@@ -34,6 +34,7 @@ type generationCommand struct {
 	parseSpecial bool
 	stops        []string
 	threads      int
+	seed         uint64   // the sampler's seed, after open (-1 drawn from the clock)
 	gpuOnly      []string // flags given that only the Vulkan backend uses, as "--kv-type"
 }
 
@@ -117,6 +118,7 @@ func (g *generationCommand) open(stderr io.Writer, gpuOnly []string, set func(*a
 	for _, w := range g.ignoredBy(model.Info().Backend) {
 		fmt.Fprintf(stderr, "modrun %s: warning: %s\n", g.fs.Name(), w)
 	}
+	g.seed = so.Seed
 	opts := generateOptions(so, g.n)
 	opts.ParseSpecial = g.parseSpecial
 	return model, opts, nil
