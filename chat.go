@@ -70,6 +70,9 @@ type ChatOptions struct {
 	// template's rendering of the new messages, special tokens written
 	// out) before the model runs it.
 	OnPrompt func(prompt string)
+	// OnShift, when set, is told before the turn runs that the context was
+	// full and the oldest dropped messages were left out (ChatResult.Dropped).
+	OnShift func(dropped int)
 	// SpecialSystem reads special-token text in the system message, such
 	// as "<|eot_id|>", as those tokens. The other messages' content is
 	// plain text always. (GenerateOptions.ParseSpecial has no effect here.)
@@ -120,6 +123,9 @@ func (c *Chat) Reply(ctx context.Context, msgs []Message, opts ChatOptions, fn f
 			return ChatResult{}, err
 		}
 		c.held, c.dropped, c.stale = nil, 0, false
+	}
+	if turn.fresh && turn.dropped > 0 && opts.OnShift != nil {
+		opts.OnShift(turn.dropped)
 	}
 	if opts.OnPrompt != nil {
 		opts.OnPrompt(turn.prompt.Text)

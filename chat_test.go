@@ -170,9 +170,12 @@ func TestChatShiftsContext(t *testing.T) {
 	for turn := 0; turn < 10; turn++ {
 		question := fmt.Sprintf("Once upon a time %d", turn)
 		msgs = append(msgs, modrun.Message{Role: modrun.RoleUser, Content: question})
-		res, err := c.Reply(context.Background(), msgs, modrun.ChatOptions{GenerateOptions: modrun.GenerateOptions{MaxTokens: 16}}, nil)
+		told := 0
+		res, err := c.Reply(context.Background(), msgs, modrun.ChatOptions{GenerateOptions: modrun.GenerateOptions{MaxTokens: 16},
+			OnShift: func(dropped int) { told = dropped }}, nil)
 		require.NoError(t, err, "turn %d", turn)
 		if res.Shifted {
+			assert.Equal(t, res.Dropped, told, "OnShift is told, before the turn runs")
 			shifted++
 			assert.True(t, strings.HasPrefix(res.Prompt, system), "turn %d: %q", turn, res.Prompt)
 			assert.NotContains(t, res.Prompt, "Once upon a time 0", "the oldest turn is dropped")

@@ -221,6 +221,16 @@ func (c *chatLoop) line(ctx context.Context, line string) error {
 	if c.printPrompt {
 		opts.OnPrompt = write
 	}
+	opts.OnShift = func(dropped int) {
+		kept := "the last message"
+		if n := len(msgs) - len(c.system) - dropped; n != 1 {
+			kept = fmt.Sprintf("the last %d messages", n)
+		}
+		if len(c.system) > 0 {
+			kept = "the system message and " + kept
+		}
+		fmt.Fprintf(c.stderr, "(the context is full: dropped the oldest %s, kept %s)\n", count(dropped, "message"), kept)
+	}
 	stop := api.NewStopText(c.stops)
 	stopped := false
 	res, err := c.chat.Reply(ctx, msgs, opts, func(tk api.Token) error {
@@ -254,13 +264,6 @@ func (c *chatLoop) line(ctx context.Context, line string) error {
 		return err
 	case res.Stop == api.StopContextFull:
 		fmt.Fprintln(c.stderr, "(the reply filled the context; the next turn drops the oldest ones, /reset starts a new conversation, --ctx sets its length)")
-	}
-	if res.Shifted {
-		kept := fmt.Sprintf("the last %d", len(msgs)-len(c.system)-res.Dropped)
-		if len(c.system) > 0 {
-			kept = "the system message and " + kept
-		}
-		fmt.Fprintf(c.stderr, "(the context was full: the oldest %d messages were dropped and %s ran again)\n", res.Dropped, kept)
 	}
 	c.msgs = append(msgs, api.Message{Role: api.RoleAssistant, Content: res.Reply})
 	return werr
