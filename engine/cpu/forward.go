@@ -109,8 +109,21 @@ func (r *Runner) routedLayers() []int { return r.c.RoutedLayers() }
 // the MLP output or on the whole output, RoPE at compact positions, a
 // linear predictor). Skipped rows cost their scores only.
 func (r *Runner) routedBlock(l int, x []float32, pos []int32, trace [][]mod.Route) {
+	sel := r.route(l, x, len(pos), trace)
+	if len(sel) == 0 {
+		return
+	}
+	r.gather(l, x, pos, sel, int32(len(r.kv[l].pos)))
+	k := len(sel)
+	r.block(l, r.s.xr[:k*r.c.NEmbd], r.s.posr[:k], r.s.rope[:k], r.mlpScale(k))
+	r.scatter(x, sel)
+}
+
+// route scores block l's n rows of x, records each row's decision in
+// trace, and returns the selected rows in order.
+func (r *Runner) route(l int, x []float32, n int, trace [][]mod.Route) []int {
 	c, s := r.c, &r.s
-	d, n := c.NEmbd, len(pos)
+	d := c.NEmbd
 	router := r.m.Weights.Blocks[l].Router
 	s.score = grow(s.score, n)
 	var bias float32
@@ -144,12 +157,16 @@ func (r *Runner) routedBlock(l int, x []float32, pos []int32, trace [][]mod.Rout
 	for _, i := range sel {
 		trace[i][j].Selected = true
 	}
-	if len(sel) == 0 {
-		return
-	}
-	k := len(sel)
+	return sel
+}
+
+// gather copies the selected rows of x into xr with their positions, the
+// positions RoPE turns them by (compact ones count from entries, the
+// layer's cache before them) and their gates g(r).
+func (r *Runner) gather(l int, x []float32, pos []int32, sel []int, entries int32) {
+	c, s := r.c, &r.s
+	d, k := c.NEmbd, len(sel)
 	s.xr, s.posr, s.rope, s.gates = grow(s.xr, k*d), grow(s.posr, k), grow(s.rope, k), grow(s.gates, k)
-	entries := int32(len(r.kv[l].pos)) // the layer's cache before these rows
 	for j, i := range sel {
 		copy(s.xr[j*d:(j+1)*d], x[i*d:(i+1)*d])
 		s.posr[j] = pos[i]
@@ -159,14 +176,22 @@ func (r *Runner) routedBlock(l int, x []float32, pos []int32, trace [][]mod.Rout
 		}
 		s.gates[j] = mod.Gate(c.Gate, s.score[i])
 	}
-	var mlpScale []float32
-	if c.GateTarget == mod.GateTargetMLP {
-		mlpScale = s.gates[:k]
+}
+
+// mlpScale is the gathered rows' gates when the file gates the MLP alone.
+func (r *Runner) mlpScale(k int) []float32 {
+	if r.c.GateTarget == mod.GateTargetMLP {
+		return r.s.gates[:k]
 	}
-	r.block(l, s.xr[:k*d], s.posr[:k], s.rope[:k], mlpScale) // xr becomes the block outputs
+	return nil
+}
+
+// scatter adds the block outputs in xr back onto the selected rows of x.
+func (r *Runner) scatter(x []float32, sel []int) {
+	d, s := r.c.NEmbd, &r.s
 	for j, i := range sel {
 		g, xi, oj := s.gates[j], x[i*d:(i+1)*d], s.xr[j*d:(j+1)*d]
-		switch c.GateTarget {
+		switch r.c.GateTarget {
 		case mod.GateTargetMLP: // o = h + g·MLP, scatter-added onto x
 			addTo(xi, oj)
 		case mod.GateTargetOutput: // g·o: the output, residual included, scaled
@@ -232,12 +257,16 @@ func (r *Runner) block(l int, x []float32, pos, rope []int32, mlpScale []float32
 		r.rotate(s.q[i*qd:(i+1)*qd], p)
 		r.rotate(s.k[i*kvd:(i+1)*kvd], p)
 	}
-	cache := &r.kv[l]
-	base := len(cache.pos)
-	cache.k = append(cache.k, s.k...)
-	cache.v = append(cache.v, s.v...)
-	cache.pos = append(cache.pos, pos...)
-	r.attend(s.att, s.q, cache.k, cache.v, base, n)
+	if r.step != nil { // a batched step: each row's sequence's pages (step.go)
+		r.step.attend(l, s.att, s.q, s.k, s.v, n)
+	} else {
+		cache := &r.kv[l]
+		base := len(cache.pos)
+		cache.k = append(cache.k, s.k...)
+		cache.v = append(cache.v, s.v...)
+		cache.pos = append(cache.pos, pos...)
+		r.attend(s.att, s.q, cache.k, cache.v, base, n)
+	}
 	s.mid.set(s.att, n, qd)
 	r.matmul(s.o, &s.mid, bw.o)
 	addTo(x, s.o)

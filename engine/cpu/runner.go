@@ -88,6 +88,7 @@ type Runner struct {
 	selected, seen []int     // [nLayer] tokens each routed layer took and saw since Reset
 	trace          [][]mod.Route
 	s              scratch
+	step           *Stepper // a batched step in flight: block's keys and values go to its pages
 }
 
 // layerKV is one layer's cache: compact in a routed layer (only the tokens

@@ -93,6 +93,7 @@ type Seq struct {
 	Waits       int           // steps it was left out of for want of pages
 	Preemptions int           // times its pages were taken and it ran again from the start
 	Reused      int           // prompt tokens taken from the prefix cache instead of run
+	Ran         int           // rows it ran (recomputed ones included)
 }
 
 // Tokens are the new tokens drawn, stop tokens excluded.
@@ -430,6 +431,7 @@ func (s *Scheduler) after(rows []Row, counts map[*Seq][]int, logits []float32, r
 func (s *Scheduler) book(q *Seq, rows []Row, base []int, routes [][]mod.Route) {
 	bt := s.pool.blockTokens
 	q.fed += len(rows)
+	q.Ran += len(rows)
 	q.Dense.Len = q.fed
 	for j := range q.Routed {
 		q.Routed[j].trim(s.pool)
