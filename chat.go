@@ -176,7 +176,9 @@ func (c *Chat) plan(msgs []Message, opts ChatOptions) (chatTurn, error) {
 	if opts.MaxTokens > 0 {
 		room = min(room, opts.MaxTokens)
 	}
+	start := 0 // messages already left out: a long chat does not render its whole past again
 	if c.continues(msgs) {
+		start = c.dropped
 		have, err := c.s.Tokens()
 		if err != nil {
 			return chatTurn{}, err
@@ -198,12 +200,12 @@ func (c *Chat) plan(msgs []Message, opts ChatOptions) (chatTurn, error) {
 	// at most half the context, so that the next turns go on without
 	// running it all again (llama.cpp's context shift discards half too).
 	var last chatTurn
-	for drop := 0; system+drop < len(msgs); drop = nextDrop(msgs, system, drop) {
+	for drop := start; system+drop < len(msgs); drop = nextDrop(msgs, system, drop) {
 		turn, err := c.whole(msgs, system, drop, opts.SpecialSystem)
 		if err != nil {
 			return chatTurn{}, err
 		}
-		if (drop == 0 && turn.tokens+room <= ctxLen) || turn.tokens <= ctxLen/2 {
+		if (drop == start && turn.tokens+room <= ctxLen) || turn.tokens <= ctxLen/2 {
 			return turn, nil
 		}
 		last = turn
