@@ -34,9 +34,12 @@ var layers = map[string][]string{
 	"engine/cpu":    {"engine/sched", "mod", "gguf", "tokenizer", "internal/..."}, // the fast CPU runner
 	"engine":        {"engine/vulkan", "engine/cpu", "engine/sched", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
 	"":              {"*"}, // the root package: the Go API for embedding
-	"cmd/...":       {"*"},
-	"bench/...":     {"*"},
-	"train/...":     {"*"},
+	// The HTTP server: through the root API (TestServerImportsTheAPI
+	// checks its direct imports), so transitively what the API uses.
+	"server":    {"", "engine", "engine/...", "mod", "mod/...", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
+	"cmd/...":   {"*"},
+	"bench/...": {"*"},
+	"train/...": {"*"},
 
 	// The tests' reader of the API's routing map (the API draws maps; only
 	// tests read them back).
@@ -76,6 +79,18 @@ func TestCheckLayersCatchesViolations(t *testing.T) {
 		"mod imports vk, which DESIGN.md §2 does not allow (allowed: gguf, tokenizer, internal/...)",
 		"newthing has no place in the layers of DESIGN.md §2: add it to layers in layout_test.go",
 	}, checkLayers(deps))
+}
+
+// TestServerImportsTheAPI: server/ uses the root API and nothing below it
+// (DESIGN.md §2), so that the engine's changes (batching) do not reach it.
+func TestServerImportsTheAPI(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{join .Imports " "}}`, "./server").Output()
+	require.NoError(t, err, "go list: %s", exitStderr(err))
+	for _, imp := range strings.Fields(string(out)) {
+		if rel, ours := relative(imp); ours {
+			assert.True(t, rel == "" || matches("internal/...", rel), "server imports %s: only the root API (and internal/) may be", imp)
+		}
+	}
 }
 
 // checkLayers returns one line for each dependency that breaks layers.

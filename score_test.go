@@ -106,3 +106,24 @@ func TestLogProbsErrors(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "\n", string(nl))
 }
+
+// TestPromptTokens: a prompt given as token ids generates what its text
+// does; ids outside the vocabulary, or ids and text both, are errors.
+func TestPromptTokens(t *testing.T) {
+	m := open(t, modrun.Options{Backend: modrun.BackendCPU})
+	ctx := context.Background()
+	gen := func(text string, ids []int32) []int32 {
+		var out []int32
+		_, err := m.NewSession().Generate(ctx, text, modrun.GenerateOptions{MaxTokens: 6, PromptTokens: ids},
+			func(tk modrun.Token) error { out = append(out, tk.ID); return nil })
+		require.NoError(t, err)
+		return out
+	}
+	ids, err := m.Tokenize("Once upon a time", true)
+	require.NoError(t, err)
+	assert.Equal(t, gen("Once upon a time", nil), gen("", ids))
+	_, err = m.NewSession().Generate(ctx, "", modrun.GenerateOptions{PromptTokens: []int32{1, 512}}, nil)
+	assert.ErrorContains(t, err, "token 512 at index 1 is outside the vocabulary [0, 512)")
+	_, err = m.NewSession().Generate(ctx, "x", modrun.GenerateOptions{PromptTokens: ids}, nil)
+	assert.ErrorContains(t, err, "both")
+}

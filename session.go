@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 
 	"github.com/modrun/modrun/engine"
@@ -107,6 +108,10 @@ type GenerateOptions struct {
 	// logits back from the device.
 	LogProbs    bool
 	TopLogProbs int
+
+	// PromptTokens, when not nil, is the prompt as token ids, run as they
+	// are (no BOS added); Generate's prompt text must then be "".
+	PromptTokens []int32
 
 	// ParseSpecial reads control tokens written in the prompt, such as
 	// "<|eot_id|>", as those tokens (a chat template's prompt needs it);
@@ -229,9 +234,9 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 	if err != nil {
 		return Result{}, err
 	}
-	ids, err := s.m.tok.EncodeWith(prompt, tokenizer.EncodeOptions{AddSpecial: len(s.fed) == 0 && len(s.pending) == 0, ParseSpecial: opts.ParseSpecial, Plain: opts.plain})
+	ids, err := s.promptTokens(prompt, opts)
 	if err != nil {
-		return Result{}, fmt.Errorf("modrun: prompt: %w", err)
+		return Result{}, err
 	}
 	if len(ids) == 0 && len(s.pending) == 0 {
 		if len(s.fed) == 0 {
@@ -264,6 +269,27 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 		res.Layers = s.m.layerStats()
 	}
 	return res, err
+}
+
+// promptTokens is the prompt as token ids: opts.PromptTokens as given, or
+// the text encoded (BOS first in a fresh session when the vocabulary asks).
+func (s *Session) promptTokens(prompt string, opts GenerateOptions) ([]int32, error) {
+	if opts.PromptTokens == nil {
+		ids, err := s.m.tok.EncodeWith(prompt, tokenizer.EncodeOptions{AddSpecial: len(s.fed) == 0 && len(s.pending) == 0, ParseSpecial: opts.ParseSpecial, Plain: opts.plain})
+		if err != nil {
+			return nil, fmt.Errorf("modrun: prompt: %w", err)
+		}
+		return ids, nil
+	}
+	if prompt != "" {
+		return nil, errors.New("modrun: a prompt of text and of PromptTokens both: give one")
+	}
+	for i, id := range opts.PromptTokens {
+		if id < 0 || int(id) >= s.m.info.NVocab {
+			return nil, fmt.Errorf("modrun: PromptTokens: token %d at index %d is outside the vocabulary [0, %d)", id, i, s.m.info.NVocab)
+		}
+	}
+	return slices.Clone(opts.PromptTokens), nil
 }
 
 // loopOptions set engine's generation loop for one Generate call of the

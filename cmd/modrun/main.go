@@ -26,6 +26,7 @@ var commands = []command{
 	{"run", "generate text: modrun [run] -m FILE.gguf -p PROMPT (the default command)", generateMain},
 	{"chat", "talk with a chat model: a prompt line per turn, or one turn per line of piped stdin", chatMain},
 	{"perplexity", "score a text file: NLL per token and perplexity", perplexityMain},
+	{"serve", "an OpenAI-compatible HTTP server with a web page of the live routing map", serveMain},
 	{"bench", "prefill and decode tokens/s per model and backend, validated first", benchMain},
 	{"inspect", "print a GGUF file's metadata, tokenizer and tensors", inspectMain},
 	{"tokenize", "text on stdin -> token ids (or ids -> text with --decode)", tokenizeMain},

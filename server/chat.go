@@ -1,0 +1,247 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/modrun/modrun"
+)
+
+// Responses, as OpenAI writes them.
+type (
+	usageJSON struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+		TotalTokens      int `json:"total_tokens"`
+	}
+	chatMessageJSON struct {
+		Role    string  `json:"role,omitempty"`
+		Content *string `json:"content,omitempty"`
+	}
+	chatChoice struct {
+		Index        int              `json:"index"`
+		Message      *chatMessageJSON `json:"message,omitempty"`
+		Delta        *chatMessageJSON `json:"delta,omitempty"`
+		LogProbs     *chatLogProbs    `json:"logprobs"`
+		FinishReason *string          `json:"finish_reason"`
+	}
+	chatLogProbs struct {
+		Content []chatLogProb `json:"content"`
+	}
+	chatLogProb struct {
+		Token       string        `json:"token"`
+		LogProb     float32       `json:"logprob"`
+		Bytes       []int         `json:"bytes"`
+		TopLogProbs []chatLogProb `json:"top_logprobs"`
+	}
+	chatResponse struct {
+		ID      string       `json:"id"`
+		Object  string       `json:"object"`
+		Created int64        `json:"created"`
+		Model   string       `json:"model"`
+		Choices []chatChoice `json:"choices"`
+		Usage   *usageJSON   `json:"usage,omitempty"`
+		// MoD is modrun's extension: the tokens' routing (OpenAI's
+		// clients ignore it).
+		MoD *modChunk `json:"mod,omitempty"`
+	}
+)
+
+// modChunk carries tokens' routing decisions in a streamed chunk: Layers
+// (the routed blocks, in the first chunk) and, per token, each routed
+// layer's score and whether the token went through it.
+type modChunk struct {
+	Layers []int      `json:"layers,omitempty"`
+	Tokens []modToken `json:"tokens"`
+}
+
+type modToken struct {
+	ID     int32      `json:"id"`
+	Pos    int        `json:"pos"`
+	Text   string     `json:"text"`
+	Prompt bool       `json:"prompt,omitempty"`
+	Routes []modRoute `json:"routes"` // [routed layers]; empty for a token not run yet
+}
+
+type modRoute struct {
+	Score    float32 `json:"score"`
+	Selected bool    `json:"selected"`
+}
+
+func modTokens(toks []modrun.Token) []modToken {
+	out := make([]modToken, 0, len(toks))
+	for _, t := range toks {
+		mt := modToken{ID: t.ID, Pos: t.Pos, Text: t.Text, Prompt: t.Prompt, Routes: []modRoute{}}
+		for _, r := range t.Routes {
+			mt.Routes = append(mt.Routes, modRoute{Score: r.Score, Selected: r.Selected})
+		}
+		out = append(out, mt)
+	}
+	return out
+}
+
+// chatRoles are the roles the templates render; "developer" is OpenAI's
+// newer name for system.
+var chatRoles = map[string]string{"system": modrun.RoleSystem, "developer": modrun.RoleSystem, "user": modrun.RoleUser, "assistant": modrun.RoleAssistant}
+
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modrun.Model) error {
+	start := time.Now()
+	var req chatRequest
+	if err := decode(r.Body, &req); err != nil {
+		return err
+	}
+	opts, err := req.genOptions(s.info, s.cfg.ModelName, 0)
+	if err != nil {
+		return err
+	}
+	if len(req.Messages) == 0 {
+		return badRequest("messages", "invalid_value", "messages is empty: give at least one message")
+	}
+	msgs := make([]modrun.Message, len(req.Messages))
+	for i, msg := range req.Messages {
+		role, ok := chatRoles[msg.Role]
+		if !ok {
+			return badRequest(fmt.Sprintf("messages[%d].role", i), "invalid_value", "messages[%d].role %q: the chat template knows system, user and assistant", i, msg.Role)
+		}
+		msgs[i] = modrun.Message{Role: role, Content: string(msg.Content)}
+	}
+	if req.TopLogProbs != nil {
+		if *req.TopLogProbs < 0 || *req.TopLogProbs > modrun.MaxTopLogProbs {
+			return badRequest("top_logprobs", "invalid_value", "top_logprobs %d: must be in [0, %d]", *req.TopLogProbs, modrun.MaxTopLogProbs)
+		}
+		if !req.LogProbs {
+			return badRequest("top_logprobs", "invalid_value", "top_logprobs needs logprobs: true")
+		}
+		opts.TopLogProbs = *req.TopLogProbs
+	}
+	opts.LogProbs = req.LogProbs
+	chat, err := m.NewChat(s.cfg.ChatTemplate)
+	if err != nil {
+		return badRequest("messages", "no_chat_template", "%v (start the server with --chat-template NAME)", err)
+	}
+	defer chat.Close()
+
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	release, err := s.admit(ctx)
+	if err != nil {
+		return s.runError(ctx, err, "messages")
+	}
+	defer release()
+
+	resp := chatResponse{ID: newID("chatcmpl"), Object: "chat.completion", Created: time.Now().Unix(), Model: s.cfg.ModelName}
+	g := &generation{stops: req.Stop, metrics: s.metrics, start: start, hook: s.tokenHook}
+	var promptToks []modrun.Token
+	g.onPrompt = func(t modrun.Token) { promptToks = append(promptToks, t) }
+	var stream *sse
+	if req.Stream {
+		stream = newSSE(w)
+		first := true
+		g.emit = func(p piece) error {
+			if first {
+				first = false
+				if err := stream.send(s.chatChunk(resp, &chatMessageJSON{Role: modrun.RoleAssistant, Content: ptr("")}, nil, nil, promptToks, true)); err != nil {
+					return err
+				}
+			}
+			return stream.send(s.chatChunk(resp, &chatMessageJSON{Content: ptr(p.text)}, s.chatLogProbs(m, p.tokens, req.LogProbs), nil, p.tokens, false))
+		}
+	}
+	res, err := chat.Reply(ctx, msgs, modrun.ChatOptions{GenerateOptions: opts}, g.token)
+	u := requestUsage(r.Context())
+	u.prompt, u.completion = g.prompt, g.newToks
+	if err != nil && g.prompt == 0 && ctx.Err() == nil {
+		if e := s.runError(ctx, err, "messages"); e != err {
+			return e
+		}
+		return badRequest("messages", "invalid_value", "%v", err) // the template refused the conversation
+	}
+	if err != nil {
+		return s.failed(r, g, stream, s.runError(ctx, err, "messages"))
+	}
+	reason, err := g.finish(res.Result)
+	if err != nil {
+		return s.runError(ctx, err, "messages")
+	}
+	usage := &usageJSON{PromptTokens: g.prompt, CompletionTokens: g.newToks, TotalTokens: g.prompt + g.newToks}
+	if stream == nil {
+		text := g.out.text
+		resp.Choices = []chatChoice{{Message: &chatMessageJSON{Role: modrun.RoleAssistant, Content: &text},
+			LogProbs: s.chatLogProbs(m, g.out.tokens, req.LogProbs), FinishReason: &reason}}
+		resp.Usage = usage
+		writeJSON(w, http.StatusOK, resp)
+		return nil
+	}
+	if g.newToks == 0 { // nothing streamed: the role chunk still comes
+		if err := stream.send(s.chatChunk(resp, &chatMessageJSON{Role: modrun.RoleAssistant, Content: ptr("")}, nil, nil, promptToks, true)); err != nil {
+			return nil
+		}
+	}
+	if stream.send(s.chatChunk(resp, &chatMessageJSON{}, nil, &reason, nil, false)) != nil {
+		return nil
+	}
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		last := resp
+		last.Object, last.Choices, last.Usage = "chat.completion.chunk", []chatChoice{}, usage
+		if stream.send(last) != nil {
+			return nil
+		}
+	}
+	_ = stream.done()
+	return nil
+}
+
+// chatChunk is one streamed chunk: a delta, its tokens' log-probabilities
+// and routing, or the finish reason.
+func (s *Server) chatChunk(base chatResponse, delta *chatMessageJSON, lp *chatLogProbs, finish *string, toks []modrun.Token, first bool) chatResponse {
+	c := base
+	c.Object = "chat.completion.chunk"
+	c.Choices = []chatChoice{{Delta: delta, LogProbs: lp, FinishReason: finish}}
+	c.MoD = s.modChunk(toks, first)
+	return c
+}
+
+// modChunk is the routing of toks for a chunk (nil for a dense model).
+func (s *Server) modChunk(toks []modrun.Token, first bool) *modChunk {
+	if len(s.info.RoutedLayers) == 0 || (len(toks) == 0 && !first) {
+		return nil
+	}
+	c := &modChunk{Tokens: modTokens(toks)}
+	if first {
+		c.Layers = s.info.RoutedLayers
+	}
+	return c
+}
+
+func (s *Server) chatLogProbs(m *modrun.Model, toks []modrun.Token, want bool) *chatLogProbs {
+	if !want {
+		return nil
+	}
+	out := &chatLogProbs{Content: []chatLogProb{}}
+	for _, t := range toks {
+		lp := tokenLogProb(m, t.ID, t.LogProb)
+		lp.TopLogProbs = []chatLogProb{}
+		for _, alt := range t.TopLogProbs {
+			lp.TopLogProbs = append(lp.TopLogProbs, tokenLogProb(m, alt.ID, alt.LogProb))
+		}
+		out.Content = append(out.Content, lp)
+	}
+	return out
+}
+
+func tokenLogProb(m *modrun.Model, id int32, lp float32) chatLogProb {
+	b, _ := m.TokenText(id) // ids the model drew are in its vocabulary
+	bs := make([]int, len(b))
+	for i, c := range b {
+		bs[i] = int(c)
+	}
+	return chatLogProb{Token: string(b), LogProb: lp, Bytes: bs}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// newID is a response id: prefix, the time, and a counter.
+func newID(prefix string) string {
+	return fmt.Sprintf("%s-%x%04x", prefix, time.Now().UnixNano(), idCounter.Add(1)&0xffff)
+}

@@ -1,0 +1,200 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/modrun/modrun"
+)
+
+// piece is text ready to go out and the new tokens it comes from (the last
+// one's text may be cut short by a stop string; Result.Tail has none).
+type piece struct {
+	text   string
+	tokens []modrun.Token
+}
+
+// generation is one request's run of the model, shared by chat and
+// completions: it counts tokens, keeps stop strings out of the text, and
+// hands each piece to emit as soon as no stop string can start in it.
+type generation struct {
+	stops    []string
+	emit     func(piece) error  // nil: collect in out
+	onPrompt func(modrun.Token) // each prompt token, for the routing map
+	metrics  *metrics
+	start    time.Time // the request's arrival, for time to first token
+	hook     func()    // Server.tokenHook
+
+	held     []modrun.Token // new tokens not sent yet: a stop string may start in them
+	heldText strings.Builder
+	out      piece // everything emitted, when emit is nil
+	prompt   int
+	newToks  int
+	last     time.Time
+	stopped  bool // a stop string ended it
+}
+
+// token is the API's callback: it runs on the generating goroutine.
+func (g *generation) token(t modrun.Token) error {
+	g.metrics.routes(t.Routes)
+	g.metrics.kvTokens.Set(float64(t.Pos + 1))
+	if t.Prompt {
+		g.prompt++
+		if g.onPrompt != nil {
+			g.onPrompt(t)
+		}
+		return nil
+	}
+	now := time.Now()
+	if g.newToks == 0 {
+		g.metrics.ttft.Observe(now.Sub(g.start).Seconds())
+	} else {
+		g.metrics.interToken.Observe(now.Sub(g.last).Seconds())
+	}
+	g.last = now
+	g.newToks++
+	g.held = append(g.held, t)
+	g.heldText.WriteString(t.Text)
+	err := g.release(false)
+	if g.hook != nil {
+		g.hook()
+	}
+	return err
+}
+
+// release sends the held tokens that no stop string can start in (all of
+// them when final). Finding a stop string sends the text before it and
+// ends the generation (modrun.ErrStop).
+func (g *generation) release(final bool) error {
+	text := g.heldText.String()
+	cut, found := len(text), false
+	for _, s := range g.stops {
+		if i := strings.Index(text, s); i >= 0 && i < cut {
+			cut, found = i, true
+		}
+	}
+	if !found && !final {
+		cut = len(text) - partialStop(text, g.stops)
+	}
+	// Send the tokens whose text ends by cut; with a stop string, also
+	// the one it starts in, its text cut short.
+	var p piece
+	n, end := 0, 0
+	for _, t := range g.held {
+		if end+len(t.Text) > cut && !found {
+			break
+		}
+		if end >= cut && found && len(t.Text) > 0 {
+			break
+		}
+		t.Text = t.Text[:min(len(t.Text), cut-end)]
+		end += len(t.Text)
+		p.text += t.Text
+		p.tokens = append(p.tokens, t)
+		n++
+	}
+	rest := g.held[n:]
+	g.held = append(g.held[:0:0], rest...)
+	g.heldText.Reset()
+	if !found {
+		g.heldText.WriteString(text[end:])
+	}
+	if len(p.tokens) > 0 || p.text != "" {
+		if err := g.send(p); err != nil {
+			return err
+		}
+	}
+	if found {
+		g.stopped, g.held = true, nil
+		return modrun.ErrStop
+	}
+	return nil
+}
+
+func (g *generation) send(p piece) error {
+	if g.emit == nil {
+		g.out.text += p.text
+		g.out.tokens = append(g.out.tokens, p.tokens...)
+		return nil
+	}
+	return g.emit(p)
+}
+
+// partialStop is the length of text's longest suffix that begins some
+// stop string (and so must wait for the next token).
+func partialStop(text string, stops []string) int {
+	longest := 0
+	for _, s := range stops {
+		for k := min(len(s)-1, len(text)); k > longest; k-- {
+			if strings.HasSuffix(text, s[:k]) {
+				longest = k
+				break
+			}
+		}
+	}
+	return longest
+}
+
+// finish sends what is held after the API returned (res.Tail too) and
+// says why the generation ended, as OpenAI's finish_reason.
+func (g *generation) finish(res modrun.Result) (string, error) {
+	if !g.stopped {
+		if err := g.release(true); err != nil && !errors.Is(err, modrun.ErrStop) {
+			return "", err
+		}
+		if res.Tail != "" && !g.stopped {
+			if err := g.send(piece{text: res.Tail}); err != nil {
+				return "", err
+			}
+		}
+	}
+	g.metrics.tokens(g.prompt, g.newToks)
+	switch {
+	case g.stopped, res.Stop == modrun.StopEOS:
+		return "stop", nil
+	default:
+		return "length", nil
+	}
+}
+
+// runError turns the API's error of a run into the request's: a prompt
+// that does not fit is the client's (400, naming param), a client gone or
+// a shutdown is errClientGone, the rest a 500.
+func (s *Server) runError(ctx context.Context, err error, param string) error {
+	var pl *modrun.PromptLengthError
+	switch {
+	case errors.As(err, &pl), errors.Is(err, modrun.ErrTurnTooLong):
+		return badRequest(param, "context_length_exceeded", "%s: %s", param, strings.TrimPrefix(err.Error(), "modrun: "))
+	case s.stop.Err() != nil:
+		return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "shutting_down",
+			Message: "the server is shutting down: the request was cancelled after the grace period (--shutdown-timeout)"}
+	case ctx.Err() != nil, errors.Is(err, errClientGone):
+		return errClientGone
+	}
+	return err
+}
+
+// failed ends a request whose run failed after it began: the tokens so
+// far go to its log line, and a stream already started gets an error
+// event (its status is 200 already; the log line says 499 when the client
+// went away, 503 when the shutdown cancelled it).
+func (s *Server) failed(r *http.Request, g *generation, stream *sse, err error) error {
+	u := requestUsage(r.Context())
+	u.prompt, u.completion = g.prompt, g.newToks
+	if stream == nil || !stream.started {
+		return err
+	}
+	u.status = http.StatusInternalServerError
+	var ae *apiError
+	switch {
+	case errors.Is(err, errClientGone):
+		u.status = 499
+	case errors.As(err, &ae):
+		u.status = ae.Status
+	}
+	stream.failed(err)
+	return nil
+}

@@ -1,0 +1,204 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"github.com/modrun/modrun"
+)
+
+// sampling is what chat and completion requests share: OpenAI's fields and
+// llama.cpp's extensions (top_k, min_p, repeat_penalty).
+type sampling struct {
+	Model               string         `json:"model"`
+	MaxTokens           *int           `json:"max_tokens"`
+	MaxCompletionTokens *int           `json:"max_completion_tokens"`
+	Temperature         *float64       `json:"temperature"`
+	TopP                *float64       `json:"top_p"`
+	TopK                *int           `json:"top_k"`
+	MinP                *float64       `json:"min_p"`
+	RepeatPenalty       *float64       `json:"repeat_penalty"`
+	Seed                *int64         `json:"seed"`
+	Stop                stopList       `json:"stop"`
+	N                   *int           `json:"n"`
+	Stream              bool           `json:"stream"`
+	StreamOptions       *streamOptions `json:"stream_options"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// chatRequest is POST /v1/chat/completions's body.
+type chatRequest struct {
+	sampling
+	Messages    []chatMessage `json:"messages"`
+	LogProbs    bool          `json:"logprobs"`
+	TopLogProbs *int          `json:"top_logprobs"`
+}
+
+type chatMessage struct {
+	Role    string      `json:"role"`
+	Content chatContent `json:"content"`
+}
+
+// completionRequest is POST /v1/completions's body.
+type completionRequest struct {
+	sampling
+	Prompt   prompt `json:"prompt"`
+	Echo     bool   `json:"echo"`
+	LogProbs *int   `json:"logprobs"`
+}
+
+// stopList is OpenAI's stop: a string or an array of strings.
+type stopList []string
+
+func (s *stopList) UnmarshalJSON(b []byte) error {
+	if bytes.Equal(b, []byte("null")) {
+		return nil
+	}
+	var one string
+	if json.Unmarshal(b, &one) == nil {
+		*s = stopList{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return &fieldError{"stop", "must be a string or an array of strings"}
+	}
+	*s = many
+	return nil
+}
+
+// chatContent is a message's content: a string, or an array of parts of
+// which only text parts are taken (this model reads text).
+type chatContent string
+
+func (c *chatContent) UnmarshalJSON(b []byte) error {
+	if bytes.Equal(b, []byte("null")) {
+		return nil
+	}
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		*c = chatContent(s)
+		return nil
+	}
+	var parts []struct {
+		Type string  `json:"type"`
+		Text *string `json:"text"`
+	}
+	if err := json.Unmarshal(b, &parts); err != nil {
+		return &fieldError{"messages.content", "must be a string or an array of content parts"}
+	}
+	var text bytes.Buffer
+	for _, p := range parts {
+		if p.Type != "text" || p.Text == nil {
+			return &fieldError{"messages.content", fmt.Sprintf("a content part of type %q: this model takes text parts only", p.Type)}
+		}
+		text.WriteString(*p.Text)
+	}
+	*c = chatContent(text.String())
+	return nil
+}
+
+// prompt is /v1/completions's prompt: a string, token ids, or an array of
+// one of those (n > 1 prompts are refused: one request, one sequence).
+type prompt struct {
+	text  string
+	ids   []int32
+	isIDs bool
+	count int // prompts given
+}
+
+func (p *prompt) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		*p = prompt{text: s, count: 1}
+		return nil
+	}
+	var ids []int32
+	if json.Unmarshal(b, &ids) == nil {
+		*p = prompt{ids: ids, isIDs: true, count: 1}
+		return nil
+	}
+	var texts []string
+	if json.Unmarshal(b, &texts) == nil && len(texts) > 0 {
+		*p = prompt{text: texts[0], count: len(texts)}
+		return nil
+	}
+	var idLists [][]int32
+	if json.Unmarshal(b, &idLists) == nil && len(idLists) > 0 {
+		*p = prompt{ids: idLists[0], isIDs: true, count: len(idLists)}
+		return nil
+	}
+	return &fieldError{"prompt", "must be a string, an array of token ids, or an array of one of those"}
+}
+
+// genOptions checks the sampling fields against the model and turns them
+// into the API's options. defaultMax applies when neither max_tokens field
+// is given (0 = until EOS or the context is full).
+func (r *sampling) genOptions(info modrun.Info, modelName string, defaultMax int) (modrun.GenerateOptions, error) {
+	var o modrun.GenerateOptions
+	if r.Model != "" && r.Model != modelName {
+		return o, &apiError{Status: 400, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
+			Message: fmt.Sprintf("model %q: this server serves %q (GET /v1/models)", r.Model, modelName)}
+	}
+	if r.N != nil && *r.N != 1 {
+		return o, badRequest("n", "invalid_value", "n %d: this server makes one choice per request (n = 1); send more requests instead", *r.N)
+	}
+	o.MaxTokens = defaultMax
+	for _, f := range []struct {
+		name string
+		v    *int
+	}{{"max_tokens", r.MaxTokens}, {"max_completion_tokens", r.MaxCompletionTokens}} {
+		if f.v == nil {
+			continue
+		}
+		if *f.v < 0 || *f.v > info.ContextLen {
+			return o, badRequest(f.name, "invalid_value", "%s %d: must be in [0, %d], the context length", f.name, *f.v, info.ContextLen)
+		}
+		o.MaxTokens = *f.v
+	}
+	num := func(name string, v *float64, lo, hi float64, set *float32) error {
+		if v == nil {
+			return nil
+		}
+		if math.IsNaN(*v) || *v < lo || *v > hi {
+			return badRequest(name, "invalid_value", "%s %g: must be in [%g, %g]", name, *v, lo, hi)
+		}
+		*set = float32(*v)
+		return nil
+	}
+	if err := num("temperature", r.Temperature, 0, 2, &o.Temperature); err != nil {
+		return o, err
+	}
+	if err := num("top_p", r.TopP, 0, 1, &o.TopP); err != nil {
+		return o, err
+	}
+	if err := num("min_p", r.MinP, 0, 1, &o.MinP); err != nil {
+		return o, err
+	}
+	if err := num("repeat_penalty", r.RepeatPenalty, 0, 10, &o.RepeatPenalty); err != nil {
+		return o, err
+	}
+	if r.TopK != nil {
+		if *r.TopK < 0 || *r.TopK > info.NVocab {
+			return o, badRequest("top_k", "invalid_value", "top_k %d: must be in [0, %d], the vocabulary", *r.TopK, info.NVocab)
+		}
+		o.TopK = *r.TopK
+	}
+	if r.Seed != nil {
+		o.Seed = uint64(*r.Seed)
+	}
+	for i, s := range r.Stop {
+		if s == "" {
+			return o, badRequest("stop", "invalid_value", "stop[%d] is empty", i)
+		}
+	}
+	if len(r.Stop) > 16 {
+		return o, badRequest("stop", "invalid_value", "%d stop strings: at most 16", len(r.Stop))
+	}
+	return o, nil
+}
