@@ -273,16 +273,7 @@ func (w *routingWatch) after(tol ValidationTolerance) (nearTie bool, err error) 
 
 // klDivergence is KL(p || q) of the distributions softmax(p) and
 // softmax(q) of two logit vectors, in nats, computed in float64.
-func klDivergence(p, q []float32) float64 {
-	lp, lq := logSumExp(p), logSumExp(q)
-	var kl float64
-	for i := range p {
-		a := float64(p[i]) - lp // log p_i
-		b := float64(q[i]) - lq // log q_i
-		kl += math.Exp(a) * (a - b)
-	}
-	return math.Max(kl, 0) // rounding can leave a tiny negative sum
-}
+func klDivergence(p, q []float32) float64 { return compareToken(p, q, 0).kl }
 
 // logSumExp is log Σ exp(x_i), computed stably in float64.
 func logSumExp(x []float32) float64 {

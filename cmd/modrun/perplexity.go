@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,116 +13,242 @@ import (
 	"github.com/modrun/modrun/mod"
 )
 
+const perplexityArgs = "-m FILE.gguf -f TEXT [--ctx N] [--routing topk|router|predictor] [--capacity C] [--backend B] [--device N] [--compare BACKEND|FILE.gguf] [--json] [--quiet]"
+
+// perplexityFlags are perplexity's options, parsed.
+type perplexityFlags struct {
+	mf       modelFlags
+	text     string
+	compare  string // a backend name or a model file, or ""
+	asJSON   bool
+	quiet    bool
+	opts     engine.PerplexityOptions
+	needsMoD string // the flag, as given, that only a MoD model takes
+}
+
+// scored, set by a test only, is called after each window with the tokens
+// scored so far: how a test interrupts a run part way.
+var scored func(done int)
+
 func perplexityMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("perplexity", "-m FILE.gguf -f TEXT [--ctx N] [--routing topk|router|predictor] [--capacity C] [--backend B] [--device N]", stderr)
-	var mf modelFlags
-	mf.register(fs, "topk", "topk (eval mode: the training semantics) | router | predictor (causal, as in generation)")
-	textPath := fs.String("f", "", "`TEXT` file to score (required)")
-	ctx := fs.Int("ctx", 0, "window length `N` in tokens, BOS included; 0 = the model's context length")
-	fs.IntVar(ctx, "c", 0, "short for --ctx")
-	capacity := fs.Float64("capacity", 0, "override the routed fraction `C` of --routing topk, in (0, 1] (default: the model's)")
-	quiet := fs.Bool("quiet", false, "no progress bar")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *textPath == "" {
-		return fmt.Errorf("%w: -f TEXT is required", errUsage)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
-	}
-	if *ctx < 0 || *ctx == 1 {
-		return fmt.Errorf("%w: --ctx %d: must be at least 2 (BOS and one token to score), or 0: the model's", errUsage, *ctx)
-	}
-	routing, err := mf.check(mod.RoutingTopK, mod.RoutingRouter, mod.RoutingPredictor)
+	f, err := parsePerplexityFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	needsMoD := "" // the flag, as given, that only a MoD model takes
-	if flagSet(fs, "routing") {
-		needsMoD = "--routing " + mf.routing
-	}
-	if flagSet(fs, "capacity") {
-		if err := fractionFlag("capacity", *capacity); err != nil {
-			return err
-		}
-		if routing != mod.RoutingTopK {
-			return fmt.Errorf("%w: --capacity sets the fraction of --routing topk; --routing %s routes by sign, with no fraction", errUsage, routing)
-		}
-		needsMoD = fmt.Sprintf("--capacity %g", *capacity)
-	}
-	if err := inputFile("-m", mf.path); err != nil {
-		return err
-	}
-	if err := inputFile("-f", *textPath); err != nil {
-		return err
-	}
-	l, err := mf.load(routing, needsMoD)
+	l, err := f.mf.load(f.opts.Routing, f.needsMoD)
 	if err != nil {
 		return err
 	}
 	defer l.model.Close()
-	cfg := &l.model.Config
-	if flagSet(fs, "capacity") {
-		cfg.Capacity, cfg.CapacityTokens = float32(*capacity), 0 // a fraction, also for a model whose k is a token count
+	window, err := f.opts.Apply(l.model)
+	if err != nil {
+		return optionError(err)
 	}
-	window := cfg.ContextLen
-	if *ctx != 0 {
-		if *ctx > cfg.ContextLen {
-			return fmt.Errorf("%w: --ctx %d: must be in [2, %d] (the context length of %s)", errUsage, *ctx, cfg.ContextLen, mf.path)
-		}
-		window = *ctx
-	}
-	raw, err := os.ReadFile(*textPath)
+	raw, err := os.ReadFile(f.text)
 	if err != nil {
 		return fmt.Errorf("-f: %w", err)
 	}
 	ids, err := l.tok.Encode(string(raw), false)
 	if err != nil {
-		return fmt.Errorf("-f %s: %w", *textPath, err)
+		return fmt.Errorf("-f %s: %w", f.text, err)
 	}
 	if len(ids) == 0 {
-		return fmt.Errorf("-f %s: the file has no text to score", *textPath)
+		return fmt.Errorf("-f %s: the file has no text to score", f.text)
 	}
-	scorer, notice, err := engine.OpenScorer(l.model, l.routing, engine.BackendOptions{Name: mf.backend, Device: mf.device, ContextLen: window})
-	if err != nil {
-		return fmt.Errorf("--backend %s: %w", mf.backend, err)
-	}
-	defer scorer.Close()
-	if notice != "" {
-		fmt.Fprintln(stderr, notice)
-	}
-	var progress func(done, total int)
-	if !*quiet {
-		progress = progressBar(stderr, time.Now())
-	}
-	start := time.Now()
-	res, err := engine.Perplexity(scorer, ids, l.tok.BOS(), window, progress)
-	if progress != nil {
-		fmt.Fprintln(stderr)
-	}
+	scorer, err := f.openScorer(l.model, l.routing, f.mf.backend, window, stderr)
 	if err != nil {
 		return err
 	}
-	routed := "dense"
-	if cfg.IsMoD() {
-		routed = routing.String()
-		if routing == mod.RoutingTopK {
-			if cfg.CapacityTokens > 0 {
-				routed += fmt.Sprintf(" (capacity %d tokens)", cfg.CapacityTokens)
-			} else {
-				routed += fmt.Sprintf(" (capacity %g)", cfg.Capacity)
-			}
+	defer scorer.Close()
+	rep := &perplexityReport{Model: f.mf.path, Text: f.text, Routing: routingOf(&l.model.Config, l.routing),
+		Backend: scorer.Name, Window: window, TextTokens: len(ids)}
+	var ref *engine.ScorerBackend // --compare's scorer
+	if f.compare != "" {
+		if ref, rep.Compare, err = f.openReference(l, scorer.Name, window, stderr); err != nil {
+			return err
+		}
+		defer ref.Close()
+	}
+
+	var bar func(done, total int)
+	if !f.quiet {
+		bar = progressBar(stderr, time.Now())
+	}
+	progress := func(done, total int) {
+		if bar != nil {
+			bar(done, total)
+		}
+		if scored != nil {
+			scored(done)
 		}
 	}
-	fmt.Fprintf(stdout, "model %s, text %s, routing %s, backend %s\n", mf.path, *textPath, routed, scorer.Name)
-	windows := "windows"
-	if res.Windows == 1 {
-		windows = "window"
+	start := time.Now()
+	// ^C stops between windows, and the windows scored so far are printed.
+	watchingInterrupt.Store(true)
+	if ref == nil {
+		var res engine.PerplexityResult
+		res, err = engine.PerplexityContext(interrupt, scorer, ids, l.tok.BOS(), window, progress)
+		rep.PerplexityResult = res
+	} else {
+		var res engine.CompareResult
+		res, err = engine.Compare(interrupt, scorer, ref, ids, l.tok.BOS(), window, progress)
+		rep.PerplexityResult = engine.PerplexityResult{Tokens: res.Tokens, Windows: res.Windows, NLL: res.NLL, NLLErr: res.NLLErr}
+		rep.Compare.CompareResult = &res
 	}
-	fmt.Fprintf(stdout, "%d tokens in %d %s of at most %d: NLL %.4f nats/token, perplexity %.3f (%.0f tokens/s)\n",
-		res.Tokens, res.Windows, windows, window, res.NLL, res.Perplexity(), float64(res.Tokens)/time.Since(start).Seconds())
+	watchingInterrupt.Store(false)
+	if bar != nil {
+		fmt.Fprintln(stderr)
+	}
+	rep.Interrupted = errors.Is(err, context.Canceled) && interrupt.Err() != nil
+	if err != nil && !(rep.Interrupted && rep.Tokens > 0) {
+		if rep.Interrupted {
+			return errInterrupted
+		}
+		return err
+	}
+	rep.Perplexity = rep.PerplexityResult.Perplexity()
+	rep.TokensPerS = float64(rep.Tokens) / time.Since(start).Seconds()
+	if err := rep.write(stdout, f.asJSON); err != nil {
+		return err
+	}
+	if rep.Interrupted {
+		return errInterrupted // what was scored is printed
+	}
 	return nil
+}
+
+func parsePerplexityFlags(args []string, stderr io.Writer) (*perplexityFlags, error) {
+	fs := newFlags("perplexity", perplexityArgs, stderr)
+	f := &perplexityFlags{}
+	f.mf.register(fs, "topk", "topk (eval mode: the training semantics) | router | predictor (causal, as in generation)")
+	fs.StringVar(&f.text, "f", "", "`TEXT` file to score (required)")
+	fs.IntVar(&f.opts.Window, "ctx", 0, "window length `N` in tokens, BOS included; 0 = the model's context length")
+	fs.IntVar(&f.opts.Window, "c", 0, "short for --ctx")
+	capacity := fs.Float64("capacity", 0, "override the routed fraction `C` of --routing topk, in (0, 1] (default: the model's)")
+	fs.StringVar(&f.compare, "compare", "", "also score with `BACKEND` (cpu, reference, vulkan, auto: the same model) or FILE.gguf (another model with the same vocabulary, on --backend), "+
+		"the reference, and print the ΔNLL, the mean KL divergence from the reference's next-token distributions and the top-1 agreement")
+	fs.BoolVar(&f.asJSON, "json", false, "print the result as one JSON document instead of its text")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar")
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	if f.text == "" {
+		return nil, fmt.Errorf("%w: -f TEXT is required", errUsage)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	var err error
+	if f.opts.Routing, err = f.mf.check(mod.RoutingTopK, mod.RoutingRouter, mod.RoutingPredictor); err != nil {
+		return nil, err
+	}
+	if flagSet(fs, "routing") {
+		f.needsMoD = "--routing " + f.mf.routing
+	}
+	if flagSet(fs, "capacity") {
+		f.opts.Capacity = capacity
+		f.needsMoD = fmt.Sprintf("--capacity %g", *capacity)
+	}
+	if err := f.opts.Check(); err != nil {
+		return nil, optionError(err)
+	}
+	if isBackend(f.compare) {
+		if err := deviceFlag(f.mf.device, f.mf.backend, f.compare); err != nil {
+			return nil, err
+		}
+	}
+	if err := inputFile("-m", f.mf.path); err != nil {
+		return nil, err
+	}
+	if err := inputFile("-f", f.text); err != nil {
+		return nil, err
+	}
+	if f.compare != "" && !isBackend(f.compare) {
+		if err := inputFile("--compare", f.compare); err != nil {
+			return nil, fmt.Errorf("%w (want a backend, %s, or a model file)", err, "auto, cpu, reference or vulkan")
+		}
+	}
+	return f, nil
+}
+
+// optionError is engine's refusal of an option as a usage error naming
+// its flag.
+func optionError(err error) error {
+	var oe *engine.OptionError
+	if errors.As(err, &oe) {
+		return fmt.Errorf("%w: %s", errUsage, oe.FlagError())
+	}
+	return err
+}
+
+// isBackend says whether --compare's value names a backend, not a file.
+func isBackend(s string) bool {
+	switch s {
+	case engine.BackendAuto, engine.BackendCPU, engine.BackendReference, engine.BackendVulkan:
+		return true
+	}
+	return false
+}
+
+// openScorer opens m's scorer on backend, saying on stderr where auto
+// fell back.
+func (f *perplexityFlags) openScorer(m *mod.Model, r mod.Routing, backend string, window int, stderr io.Writer) (*engine.ScorerBackend, error) {
+	sc, notice, err := engine.OpenScorer(m, r, engine.BackendOptions{Name: backend, Device: f.mf.device, ContextLen: window})
+	if err != nil {
+		return nil, fmt.Errorf("--backend %s: %w", backend, err)
+	}
+	if notice != "" {
+		fmt.Fprintln(stderr, notice)
+	}
+	return sc, nil
+}
+
+// openReference opens --compare's scorer: l's model on another backend, or
+// another model file on the backend the scorer runs on (backend).
+func (f *perplexityFlags) openReference(l *loaded, backend string, window int, stderr io.Writer) (*engine.ScorerBackend, *compareReport, error) {
+	if isBackend(f.compare) {
+		sc, err := f.openScorer(l.model, l.routing, f.compare, window, stderr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--compare: %w", err)
+		}
+		return sc, &compareReport{With: f.compare, Backend: sc.Name, Model: f.mf.path}, nil
+	}
+	mf := f.mf
+	mf.path = f.compare
+	other, err := mf.load(f.opts.Routing, f.needsMoD)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--compare: %w", err)
+	}
+	defer other.model.Close() // the scorer has what it needs
+	if _, err := f.opts.Apply(other.model); err != nil {
+		return nil, nil, fmt.Errorf("--compare %s: %w", f.compare, optionError(err))
+	}
+	if a, b := l.model.Config.NVocab, other.model.Config.NVocab; a != b || l.tok.BOS() != other.tok.BOS() {
+		return nil, nil, fmt.Errorf("--compare %s: its vocabulary (%d tokens, BOS %d) is not that of %s (%d tokens, BOS %d): the two cannot score the same tokens",
+			f.compare, b, other.tok.BOS(), f.mf.path, a, l.tok.BOS())
+	}
+	sc, err := f.openScorer(other.model, other.routing, backend, window, stderr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--compare %s: %w", f.compare, err)
+	}
+	return sc, &compareReport{With: f.compare, Backend: sc.Name, Model: f.compare}, nil
+}
+
+// routingOf names how a model is scored: dense, or its routing and the
+// capacity of top-k.
+func routingOf(cfg *mod.Config, routing mod.Routing) string {
+	if !cfg.IsMoD() {
+		return "dense"
+	}
+	s := routing.String()
+	if routing == mod.RoutingTopK {
+		if cfg.CapacityTokens > 0 {
+			s += fmt.Sprintf(" (capacity %d tokens)", cfg.CapacityTokens)
+		} else {
+			s += fmt.Sprintf(" (capacity %g)", cfg.Capacity)
+		}
+	}
+	return s
 }
 
 // progressBar draws "[#####.....] 42% 1234/5678 tokens" on one line of w,
