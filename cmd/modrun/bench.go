@@ -28,7 +28,7 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-const benchArgs = "(-m A.gguf | --synthetic SHAPE)... [--type q8_0] [--capacity C] [--seed S] [--save FILE.gguf] [--backends cpu,reference,vulkan] [--routing router,predictor] [--ctx N] [--kv-type f16|f32] [--ubatch N] [--prompt N] [-n N] [--repeats N] [--validate N] [--out FILE.md] [--json] [--json-out FILE.json]"
+const benchArgs = "(-m A.gguf | --synthetic SHAPE)... [--type q8_0] [--capacity C] [--seed S] [--save FILE.gguf] [--backends cpu,reference,vulkan] [--routing router,predictor] [--ctx N] [--kv-type f16|f32] [--ubatch N] [--prompt N] [-n N] [--repeats N] [--validate N] [--out FILE.md] [--json] [--json-out FILE.json] [--parallel 1,4,8,16 [--batch-tokens N]]"
 
 // benchFlags are bench's options, parsed.
 type benchFlags struct {
@@ -45,6 +45,7 @@ type benchFlags struct {
 	o             engine.BenchOptions
 	out, json     string
 	asJSON        bool // --json: the report as JSON on stdout instead of its text
+	par           parallelFlags
 }
 
 func benchMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
@@ -60,6 +61,9 @@ func benchMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}()
 	if err != nil {
 		return err
+	}
+	if f.par.counts != nil { // bench_parallel.go
+		return benchParallel(f, models, args, stdout, stderr)
 	}
 	// The yardstick first, on an otherwise idle device: how fast each
 	// backend's device reads memory.
@@ -144,6 +148,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.StringVar(&f.out, "out", "", "also write the report to `FILE`.md (e.g. bench/results/...)")
 	fs.BoolVar(&f.asJSON, "json", false, "print the report as one JSON document instead of its text")
 	fs.StringVar(&f.json, "json-out", "", "also write the report as JSON to `FILE` (the text still goes to --out or stdout)")
+	f.par.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -197,6 +202,9 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 		return nil, fmt.Errorf("%w: -n %d: decode is timed from the second token on (the first comes with the prompt): give at least 2", errUsage, f.o.DecodeTokens)
 	}
 	if err := f.check(fs); err != nil {
+		return nil, err
+	}
+	if err := f.par.check(fs, f.backends); err != nil {
 		return nil, err
 	}
 	return f, nil

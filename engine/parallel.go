@@ -1,0 +1,153 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/modrun/modrun/engine/cpu"
+	"github.com/modrun/modrun/engine/sched"
+	"github.com/modrun/modrun/mod"
+)
+
+// ParallelResult is one round of `modrun bench --parallel`: P sequences
+// started together on the CPU backend's scheduler (engine/sched over
+// cpu.Stepper), each with its own PromptTokens prompt and DecodeTokens
+// greedy tokens.
+type ParallelResult struct {
+	Parallel int `json:"parallel"`
+	// AggregateDecodeRate is every sequence's decoded tokens (after its
+	// first) over the time from the first sequence's first token to the
+	// last one's end; PerSequenceDecodeRate is the mean of each sequence's
+	// own rate.
+	AggregateDecodeRate   float64 `json:"aggregate_decode_tokens_per_s"`
+	PerSequenceDecodeRate float64 `json:"decode_tokens_per_s_per_sequence"`
+	// TimeToFirstToken is the mean time from the start to a sequence's
+	// first token, in milliseconds.
+	TimeToFirstToken float64 `json:"time_to_first_token_ms"`
+	Steps            int     `json:"steps"`
+}
+
+// ParallelBench times P sequences at once on the CPU scheduler, one round
+// at a time (Time), so that a caller may interleave it with other rows.
+type ParallelBench struct {
+	st       *cpu.Stepper
+	prompts  [][]int32
+	o        BenchOptions
+	rounds   []ParallelResult
+	parallel int
+	batch    int
+	solo     [][]int32 // each prompt's greedy tokens alone on a cpu.Runner
+}
+
+// NewParallelBench prepares P sequences of m with routing: sequence i's
+// prompt is prompt's PromptTokens tokens after BOS rotated and shifted by
+// i, so that no two share a prefix or their tokens. batchTokens is --batch-tokens
+// (0: 512).
+func NewParallelBench(m *mod.Model, routing mod.Routing, prompt []int32, o BenchOptions, parallel, batchTokens int) (*ParallelBench, error) {
+	if parallel < 1 {
+		return nil, fmt.Errorf("--parallel %d: must be 1 or more", parallel)
+	}
+	if len(prompt) < o.PromptTokens || o.PromptTokens < 2 || o.DecodeTokens < 2 {
+		return nil, fmt.Errorf("engine: bench --parallel needs a prompt of 2 tokens or more (got %d of %d) and 2 decoded or more (got %d)", len(prompt), o.PromptTokens, o.DecodeTokens)
+	}
+	ctx := o.PromptTokens + o.DecodeTokens
+	st, err := cpu.NewStepper(m, routing, cpu.Options{ContextLen: ctx})
+	if err != nil {
+		return nil, err
+	}
+	b := &ParallelBench{st: st, o: o, parallel: parallel, batch: batchTokens}
+	solo, err := cpu.New(m, routing, cpu.Options{ContextLen: ctx})
+	if err != nil {
+		return nil, err
+	}
+	for i := range parallel {
+		p := append([]int32(nil), prompt[:o.PromptTokens]...)
+		for j := 1; j < len(p); j++ { // the prompt after BOS, rotated and shifted by i
+			p[j] = int32((int(prompt[1+(j-1+3*i)%(o.PromptTokens-1)]) + i) % m.Config.NVocab)
+		}
+		b.prompts = append(b.prompts, p)
+		// The validation: each sequence's greedy tokens alone, which the
+		// batched ones must equal (the equality the tests check, here on
+		// the benched model).
+		solo.Reset()
+		r, err := Continue(context.Background(), solo, p, GenerateOptions{MaxTokens: o.DecodeTokens, EOS: -1, Sampler: DefaultSampler()})
+		if err != nil {
+			return nil, err
+		}
+		b.solo = append(b.solo, r.Tokens)
+	}
+	return b, nil
+}
+
+// Time runs one round: every sequence joins at once, and the scheduler
+// steps until all are done.
+func (b *ParallelBench) Time() error {
+	const bt = 16
+	s, err := sched.New(b.st, sched.Options{BlockTokens: bt, BatchTokens: b.batch,
+		Pages: sched.PagesFor(b.st.Layout(), b.parallel, b.o.PromptTokens+b.o.DecodeTokens+2*bt, bt)})
+	if err != nil {
+		return err
+	}
+	first := make([]time.Duration, b.parallel)
+	end := make([]time.Duration, b.parallel)
+	seqs := make([]*sched.Seq, b.parallel)
+	start := time.Now()
+	for i, p := range b.prompts {
+		i := i
+		n := 0
+		seqs[i], err = s.Add(sched.Request{Prompt: p, MaxTokens: b.o.DecodeTokens, OnToken: func(int32) error {
+			if n++; n == 1 {
+				first[i] = time.Since(start)
+			}
+			end[i] = time.Since(start)
+			return nil
+		}})
+		if err != nil {
+			return err
+		}
+	}
+	for s.Busy() {
+		if _, err := s.Step(); err != nil {
+			return err
+		}
+	}
+	res := ParallelResult{Parallel: b.parallel, Steps: s.Stats().Steps}
+	firstAll, endAll := first[0], end[0]
+	decoded := 0
+	for i, q := range seqs {
+		if q.Err != nil {
+			return q.Err
+		}
+		if !slices.Equal(q.Tokens(), b.solo[i]) {
+			return fmt.Errorf("engine: bench --parallel %d: sequence %d's greedy tokens differ from its run alone (%v, alone %v): not timed", b.parallel, i, q.Tokens(), b.solo[i])
+		}
+		n := len(q.Tokens()) - 1
+		decoded += n
+		firstAll, endAll = min(firstAll, first[i]), max(endAll, end[i])
+		res.PerSequenceDecodeRate += rate(n, end[i]-first[i]) / float64(b.parallel)
+		res.TimeToFirstToken += float64(first[i].Microseconds()) / 1e3 / float64(b.parallel)
+	}
+	res.AggregateDecodeRate = rate(decoded, endAll-firstAll)
+	b.rounds = append(b.rounds, res)
+	return nil
+}
+
+// Result is the round with the median aggregate decode rate.
+func (b *ParallelBench) Result() ParallelResult {
+	if len(b.rounds) == 0 {
+		return ParallelResult{Parallel: b.parallel}
+	}
+	rates := make([]float64, len(b.rounds))
+	for i, r := range b.rounds {
+		rates[i] = r.AggregateDecodeRate
+	}
+	m := median(rates)
+	for _, r := range b.rounds {
+		if r.AggregateDecodeRate == m {
+			return r
+		}
+	}
+	return b.rounds[0]
+}
