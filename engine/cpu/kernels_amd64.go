@@ -43,7 +43,7 @@ func q8x4AVX2(w *int8, wstride int, wd *float32, dstride int, x *int8, xd *float
 func q8x4VNNI(w *int8, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
 
 //go:noescape
-func q8x4x4VNNI(w *int8, wstride int, wd *float32, dstride int, x *int8, xstride int, xd *float32, xdstride int, nb int, out *float32)
+func q8x4x4VNNI(w *int8, wstride int, wd *float32, dstride int, x *int8, xstride int, xd *float32, xdstride int, nb int, out *float32, wsub int)
 
 //go:noescape
 func q4x4VNNI(w *byte, wstride int, wd *float32, dstride int, x *int8, xd *float32, nb int, out *float32)
@@ -116,7 +116,20 @@ func dotQ8x4x4VNNI(w []int8, wd []float32, x []int8, xd []float32, cols int, out
 		return
 	}
 	_, _, _, _ = w[3*cols+cols-1], wd[3*nb+nb-1], x[3*cols+cols-1], xd[3*nb+nb-1]
-	q8x4x4VNNI(&w[0], cols, &wd[0], nb, &x[0], cols, &xd[0], nb, nb, &out[0])
+	q8x4x4VNNI(&w[0], cols, &wd[0], nb, &x[0], cols, &xd[0], nb, nb, &out[0], 2)
+}
+
+// dotQ8x4x4s16VNNI is dotQ8x4x4VNNI with a weight scale per 16 values (wd
+// holds four rows of cols/16): a K-quant tile unpacked by kTile. Only
+// where hasVNNI.
+func dotQ8x4x4s16VNNI(w []int8, wd []float32, x []int8, xd []float32, cols int, out *[16]float32) {
+	nb, ng := cols/blockLen, cols/16
+	if nb == 0 {
+		*out = [16]float32{}
+		return
+	}
+	_, _, _, _ = w[3*cols+cols-1], wd[3*ng+ng-1], x[3*cols+cols-1], xd[3*nb+nb-1]
+	q8x4x4VNNI(&w[0], cols, &wd[0], ng, &x[0], cols, &xd[0], nb, nb, &out[0], 4)
 }
 
 func dotQ4x4SIMD(w []byte, wd []float32, x []int8, xd []float32, cols int, out *[4]float32) {
@@ -237,4 +250,48 @@ func swigluSIMD(gate, up []float32) {
 		swigluAVX2(&gate[0], &up[0], n)
 	}
 	swigluGo(gate[n:], up[n:])
+}
+
+//go:noescape
+func q4kDotAVX2(w *byte, x *int8, xd *float32, bs *int16, nk int) float32
+
+//go:noescape
+func q4kDotVNNI(w *byte, x *int8, xd *float32, bs *int16, nk int) float32
+
+//go:noescape
+func q6kDotAVX2(w *byte, x *int8, xd *float32, bs *int16, nk int) float32
+
+//go:noescape
+func q6kDotVNNI(w *byte, x *int8, xd *float32, bs *int16, nk int) float32
+
+//go:noescape
+func q5kDotAVX2(w *byte, x *int8, xd *float32, bs *int16, nk int) float32
+
+//go:noescape
+func q5kDotVNNI(w *byte, x *int8, xd *float32, bs *int16, nk int) float32
+
+// kDotSIMD runs a K-quant row kernel (its AVX2 or VNNI form) after
+// checking the lengths it trusts; kb is the type's block bytes.
+func kDotSIMD(avx2, vnni func(w *byte, x *int8, xd *float32, bs *int16, nk int) float32, kb int, w []byte, x []int8, xd []float32, bs []int16) float32 {
+	nk := len(xd)
+	if nk == 0 {
+		return 0
+	}
+	_, _, _ = w[nk*kb-1], x[nk*kLen-1], bs[nk*16-1]
+	if useVNNI {
+		return vnni(&w[0], &x[0], &xd[0], &bs[0], nk)
+	}
+	return avx2(&w[0], &x[0], &xd[0], &bs[0], nk)
+}
+
+func dotQ4KSIMD(w []byte, x []int8, xd []float32, bs []int16) float32 {
+	return kDotSIMD(q4kDotAVX2, q4kDotVNNI, 144, w, x, xd, bs)
+}
+
+func dotQ5KSIMD(w []byte, x []int8, xd []float32, bs []int16) float32 {
+	return kDotSIMD(q5kDotAVX2, q5kDotVNNI, 176, w, x, xd, bs)
+}
+
+func dotQ6KSIMD(w []byte, x []int8, xd []float32, bs []int16) float32 {
+	return kDotSIMD(q6kDotAVX2, q6kDotVNNI, 210, w, x, xd, bs)
 }

@@ -2,7 +2,10 @@
 
 package cpu
 
-import "github.com/modrun/modrun/mod"
+import (
+	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/mod"
+)
 
 // simdName is "" where no assembly kernels exist: the Go ones run.
 const simdName = ""
@@ -38,4 +41,20 @@ func expSumSIMD(x []float32, mx float32) float32 { return expSumGo(x, mx) }
 
 func dotQ8x4x4VNNI(w []int8, wd []float32, x []int8, xd []float32, cols int, out *[16]float32) {
 	panic("cpu: no VNNI kernels on this architecture")
+}
+
+func dotQ8x4x4s16VNNI(w []int8, wd []float32, x []int8, xd []float32, cols int, out *[16]float32) {
+	panic("cpu: no VNNI kernels on this architecture")
+}
+
+func dotQ4KSIMD(w []byte, x []int8, xd []float32, bs []int16) float32 {
+	return dotKGo(gguf.TypeQ4_K, w, x, xd, bs)
+}
+
+func dotQ6KSIMD(w []byte, x []int8, xd []float32, bs []int16) float32 {
+	return dotKGo(gguf.TypeQ6_K, w, x, xd, bs)
+}
+
+func dotQ5KSIMD(w []byte, x []int8, xd []float32, bs []int16) float32 {
+	return dotKGo(gguf.TypeQ5_K, w, x, xd, bs)
 }

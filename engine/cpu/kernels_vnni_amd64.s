@@ -229,11 +229,22 @@ q4vdone:
 DATA signBytes<>+0(SB)/8, $0x8080808080808080
 GLOBL signBytes<>(SB), RODATA|NOPTR, $8
 
+// Lane i of the four-scale vector takes scale i/4: [0 x4, 1 x4, 2 x4, 3 x4].
+DATA quadScales<>+0(SB)/8, $0
+DATA quadScales<>+8(SB)/8, $0
+DATA quadScales<>+16(SB)/8, $0x0000000100000001
+DATA quadScales<>+24(SB)/8, $0x0000000100000001
+DATA quadScales<>+32(SB)/8, $0x0000000200000002
+DATA quadScales<>+40(SB)/8, $0x0000000200000002
+DATA quadScales<>+48(SB)/8, $0x0000000300000003
+DATA quadScales<>+56(SB)/8, $0x0000000300000003
+GLOBL quadScales<>(SB), RODATA|NOPTR, $64
+
 // One row's two blocks against the 4 tokens' activations (Z1-Z4, each +128
 // so VPDPBUSD takes them unsigned, as the row's weights signed): Z5 holds
 // the row's quants, Z6 128·(the sum of each lane's 4 quants), which the
-// +128 added, Z7 the row's scales by lane; Z9-Z12 the tokens' scales by
-// lane. acc0..acc3 are the row's accumulators for tokens 0..3.
+// +128 added, Z7 the row's scales (which Z0 puts by lane); Z9-Z12 the
+// tokens' scales by lane. acc0..acc3 are the row's accumulators for tokens 0..3.
 #define Q8T(xt, xs, acc) \
 	VPXORD Z8, Z8, Z8; \
 	VPDPBUSD Z5, xt, Z8; \
@@ -245,20 +256,23 @@ GLOBL signBytes<>(SB), RODATA|NOPTR, $8
 #define Q8ROW4(acc0, acc1, acc2, acc3) \
 	VPXORD Z6, Z6, Z6; \
 	VPDPBUSD Z5, Z14, Z6; \
-	VPERMPS Z7, Z13, Z7; \
+	VPERMPS Z7, Z0, Z7; \
 	Q8T(Z1, Z9, acc0); \
 	Q8T(Z2, Z10, acc1); \
 	Q8T(Z3, Z11, acc2); \
 	Q8T(Z4, Z12, acc3)
 
 
-// func q8x4x4VNNI(w *int8, wstride int, wd *float32, dstride int, x *int8, xstride int, xd *float32, xdstride int, nb int, out *float32)
+// func q8x4x4VNNI(w *int8, wstride int, wd *float32, dstride int, x *int8, xstride int, xd *float32, xdstride int, nb int, out *float32, wsub int)
 // Four weight rows (as q8x4VNNI) by four activation rows (x, x+xstride,
 // ...; scales xd, xd+xdstride floats, ...): out[4t+r] = row r · token t.
 // Each weight load serves four tokens, and the sign of the products comes
 // from +128 on the activations (once per token) and a correction per row
-// (once per row), not from a sign trick per row and token.
-TEXT ·q8x4x4VNNI(SB), NOSPLIT, $0-80
+// (once per row), not from a sign trick per row and token. wsub is the
+// weights' scales per 64 bytes: 2 (a scale per block of 32, as the
+// activations') or 4 (one per 16, the K-quants' unpacked tiles); nb counts
+// blocks of 32 either way.
+TEXT ·q8x4x4VNNI(SB), NOSPLIT, $0-88
 	MOVQ w+0(FP), SI
 	MOVQ wstride+8(FP), R10
 	MOVQ wd+16(FP), R8
@@ -292,13 +306,29 @@ TEXT ·q8x4x4VNNI(SB), NOSPLIT, $0-80
 	KMOVQ AX, K2
 	MOVQ $-1, AX
 	KMOVQ AX, K3 // the loop's loads: all 64 bytes
+	MOVQ $3, AX
+	KMOVQ AX, K4 // the loop's scale loads: two floats
+	MOVQ $1, AX
+	KMOVQ AX, K5 // an odd last block's: one
+	MOVQ $8, BX  // the scales' bytes per step
+	VMOVDQU32 Z13, Z0 // the weights' scales by lane
+	MOVQ wsub+80(FP), AX
+	CMPQ AX, $4
+	JNE  tile
+	VMOVDQU32 quadScales<>(SB), Z0
+	MOVQ $15, AX
+	KMOVQ AX, K4
+	MOVQ $3, AX
+	KMOVQ AX, K5
+	MOVQ $16, BX
 
 tile:
 	TESTQ CX, CX
 	JZ    tiledone
 	CMPQ  CX, $1
 	JNE   tileload
-	KMOVQ K2, K3 // an odd last block: 32 bytes, and one scale each
+	KMOVQ K2, K3 // an odd last block: 32 bytes, and half the scales
+	KMOVQ K5, K4
 
 tileload:
 	// The tokens' activations +128, and their scales by lane.
@@ -339,56 +369,33 @@ tilexd:
 	VPERMPS Z11, Z13, Z11
 	VPERMPS Z12, Z13, Z12
 	// A masked-off half of the +128 activations is zero again: the row's
-	// correction there must be too, so its quants are loaded masked alike.
+	// correction there must be too, so its quants are loaded masked alike
+	// (and its scales, which K4 masks to the step's).
 	MOVQ SI, AX
 	MOVQ R8, DX
 	VMOVDQU8.Z (AX), K3, Z5
-	CMPQ CX, $1
-	JEQ  tilewd1a
-	VMOVQ (DX), X7
-	JMP  tilewd1a2
-tilewd1a:
-	VMOVSS (DX), X7
-tilewd1a2:
+	VMOVUPS.Z (DX), K4, X7
 	Q8ROW4(Z16, Z17, Z18, Z19)
 	ADDQ R10, AX
 	ADDQ R11, DX
 	VMOVDQU8.Z (AX), K3, Z5
-	CMPQ CX, $1
-	JEQ  tilewd1b
-	VMOVQ (DX), X7
-	JMP  tilewd1b2
-tilewd1b:
-	VMOVSS (DX), X7
-tilewd1b2:
+	VMOVUPS.Z (DX), K4, X7
 	Q8ROW4(Z20, Z21, Z22, Z23)
 	ADDQ R10, AX
 	ADDQ R11, DX
 	VMOVDQU8.Z (AX), K3, Z5
-	CMPQ CX, $1
-	JEQ  tilewd1c
-	VMOVQ (DX), X7
-	JMP  tilewd1c2
-tilewd1c:
-	VMOVSS (DX), X7
-tilewd1c2:
+	VMOVUPS.Z (DX), K4, X7
 	Q8ROW4(Z24, Z25, Z26, Z27)
 	ADDQ R10, AX
 	ADDQ R11, DX
 	VMOVDQU8.Z (AX), K3, Z5
-	CMPQ CX, $1
-	JEQ  tilewd1d
-	VMOVQ (DX), X7
-	JMP  tilewd1d2
-tilewd1d:
-	VMOVSS (DX), X7
-tilewd1d2:
+	VMOVUPS.Z (DX), K4, X7
 	Q8ROW4(Z28, Z29, Z30, Z31)
 	CMPQ CX, $1
 	JEQ  tiledone
 	ADDQ $64, SI
 	ADDQ $64, DI
-	ADDQ $8, R8
+	ADDQ BX, R8
 	ADDQ $8, R9
 	SUBQ $2, CX
 	JMP  tile

@@ -15,11 +15,19 @@ type acts struct {
 	q     []int8    // [n][cols] when quantized
 	d     []float32 // [n][cols/32]
 	ready bool      // q and d hold f's rows
+
+	// The Q8_K copy for K-quant weights (quantizeK, kquant.go).
+	kq            []int8    // [n][cols]
+	kd            []float32 // [n][cols/256]
+	ks            []int16   // [n][cols/16] each 16 quants' sum
+	kd32          []float32 // [n][cols/32] kd by block of 32, for the tile kernel
+	ksf           []float32 // [n][cols/16] ks·kd
+	kready, kwide bool      // kq, kd, ks hold f's rows; and kd32, ksf
 }
 
 // set points a at n rows of f, dropping any quantized copy.
 func (a *acts) set(f []float32, n, cols int) {
-	a.f, a.n, a.cols, a.ready = f[:n*cols], n, cols, false
+	a.f, a.n, a.cols, a.ready, a.kready, a.kwide = f[:n*cols], n, cols, false, false, false
 }
 
 // quantize fills q and d from f, once per set, split over the pool.
@@ -58,7 +66,10 @@ const tokenTile = 64
 // [n][w.rows]. Workers split w's rows, so each weight byte is read by one
 // core; a quantized w uses x's quantized rows.
 func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
-	if w.quantized() {
+	switch {
+	case w.kind == kindK:
+		x.quantizeK(r.pool, useSIMD && useVNNI && x.n >= 4)
+	case w.quantized():
 		x.quantize(r.pool)
 	}
 	n, cols, nb := x.n, w.cols, w.cols/blockLen
@@ -69,8 +80,13 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 		}
 		var q8 []int8       // kindQ4: four rows unpacked to int8
 		var rows3 []float32 // kindF16, kindRows: three rows decoded
+		var tile kTileBuf   // kindK: four rows unpacked
 		for t0 := 0; t0 < n; t0 += tokenTile {
 			t1 := min(n, t0+tokenTile)
+			if w.kind == kindK {
+				matmulK(out, x, w, lo, hi, t0, t1, &tile)
+				continue
+			}
 			i := lo
 			if w.kind == kindQ8 { // four rows at a time, each activation row loaded once for them
 				var four [4]float32

@@ -53,9 +53,10 @@ var relTol = map[gguf.TensorType]float64{
 	gguf.TypeF16:  1e-4,
 	gguf.TypeQ8_0: QuantizedRelTol,
 	gguf.TypeQ4_0: QuantizedRelTol,
-	// The other quantized types are requantized to Q8_0 at load
-	// (matrix.requantize): one legacy and one K-quant type stand for them,
-	// since the requantization does not depend on the type.
+	// Q4_1 is requantized to Q8_0 at load (matrix.requantize), and stands
+	// for the other types that are, since that does not depend on the
+	// type. tiny's widths are not whole K-quant blocks, so its Q4_K is
+	// requantized too; TestKMatrix runs the native K-quants.
 	gguf.TypeQ4_1: QuantizedRelTol,
 	gguf.TypeQ4_K: QuantizedRelTol,
 }
@@ -321,15 +322,15 @@ func TestFeedArgmax(t *testing.T) {
 	assert.ErrorContains(t, err, "outside the vocabulary")
 }
 
-// A K-quant or other legacy-quantized matrix is requantized to Q8_0 at
-// load: each weight within half a step (max|w|/254 of its block of 32) of
+// A Q2_K, Q3_K or legacy-quantized matrix other than Q8_0 and Q4_0 is
+// requantized to Q8_0 at load (TestKMatrix has the native K-quants): each weight within half a step (max|w|/254 of its block of 32) of
 // its exact decoded value, each block's largest weight exact to rounding,
 // and a block holding a NaN a NaN block (so a poisoned weight still shows).
 func TestRequantize(t *testing.T) {
 	g := rand.New(rand.NewPCG(9, 10))
 	const rows, cols = 3, 512
 	src := randF32(g, rows*cols)
-	for _, typ := range []gguf.TensorType{gguf.TypeQ4_K, gguf.TypeQ6_K, gguf.TypeQ2_K, gguf.TypeQ5_1} {
+	for _, typ := range []gguf.TensorType{gguf.TypeQ3_K, gguf.TypeQ2_K, gguf.TypeQ5_1} {
 		data, err := gguf.Quantize(typ, src)
 		require.NoError(t, err)
 		m, err := mod.NewMat("w", typ, []uint64{cols, rows}, data)

@@ -17,6 +17,7 @@ const (
 	kindF32              // float32 rows
 	kindF16              // half rows
 	kindRows             // BF16 and ragged rows: each row decoded by mod.Mat.Row, then dotted in float32
+	kindK                // a K-quant in the file's blocks (kquant.go); Q8_K activations
 )
 
 // matrix is a weight matrix [rows][cols] repacked for the kernels: the
@@ -32,10 +33,12 @@ type matrix struct {
 	f32        []float32 // kindF32: [rows*cols]
 	f16        []uint16  // kindF16: [rows*cols]
 	src        *mod.Mat  // kindRows: decoded a row at a time
+	ktype      gguf.TensorType
+	raw        []byte // kindK: [rows][cols/256] blocks of ktype, the file's bytes
 }
 
 // quantized says whether the matrix dots with quantized activations.
-func (w *matrix) quantized() bool { return w.kind == kindQ8 || w.kind == kindQ4 }
+func (w *matrix) quantized() bool { return w.kind == kindQ8 || w.kind == kindQ4 || w.kind == kindK }
 
 // newMatrix repacks a weight matrix of mod.
 func newMatrix(m *mod.Mat) (*matrix, error) {
@@ -73,13 +76,15 @@ func newMatrix(m *mod.Mat) (*matrix, error) {
 				copy(w.q4[b*16:], blk[2:])
 			}
 		}
+	case kBlockBytes[m.Type] > 0 && m.Cols%kLen == 0 && kNative[m.Type]:
+		w.kind, w.ktype, w.raw = kindK, m.Type, packed
 	case m.Type.BlockSize() > 1 && m.Cols%blockLen == 0:
 		w.requantize(m)
 	}
 	return w, nil
 }
 
-// requantize stores a matrix of another quantized type (the K-quants,
+// requantize stores a matrix of another quantized type (Q2_K, Q3_K,
 // Q4_1, Q5_0, Q5_1) as Q8_0 for the int8 kernels: each row decoded
 // exactly, then every block of 32 quantized as the activations are
 // (quantizeRow: d = max|w|/127, a NaN or infinity kept as a NaN block).

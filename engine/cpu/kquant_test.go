@@ -1,0 +1,215 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/mod/quant"
+	"github.com/modrun/modrun/mod/synth"
+)
+
+// kTypes are the K-quants dotted natively.
+var kTypes = []gguf.TensorType{gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K}
+
+// kRows quantizes rows×cols random weights to type t with gguf (real
+// blocks: scales, mins and quants as llama.cpp's quantizer spreads them)
+// and returns the blocks and gguf's dequantization of them.
+func kRows(t *testing.T, g *rand.Rand, typ gguf.TensorType, rows, cols int) ([]byte, []float32) {
+	t.Helper()
+	w := randF32(g, rows*cols)
+	for i := range w {
+		w[i] *= float32(1 + i/cols%3) // rows of different magnitudes
+	}
+	raw, err := gguf.Quantize(typ, w)
+	require.NoError(t, err)
+	deq := make([]float32, rows*cols)
+	require.NoError(t, gguf.Dequantize(typ, raw, deq))
+	return raw, deq
+}
+
+// kWant is the reference for a K-quant product: gguf's dequantized row
+// dotted in float64 with the activations' Q8_K values (q·d), and the sum
+// of the terms' magnitudes that the float32 rounding is relative to.
+func kWant(w []float32, q []int8, d []float32) (want, scale float64) {
+	for i, v := range w {
+		p := float64(v) * float64(q[i]) * float64(d[i/kLen])
+		want += p
+		scale += math.Abs(p)
+	}
+	return want, scale
+}
+
+// The K-quant dot products, on every path, equal gguf's dequantization
+// dotted with the Q8_K activations, over 1, 3 and 5 blocks: the integer
+// sums are exact, so only float32 rounding of a few products per block
+// remains (relative 1e-6 of Σ|terms|; a wrong quant, scale or min moves a
+// product by far more).
+func TestKDot(t *testing.T) {
+	g := rand.New(rand.NewPCG(21, 22))
+	kernelPaths(t, func(t *testing.T) {
+		for _, typ := range kTypes {
+			for _, nk := range []int{1, 3, 5} {
+				cols := nk * kLen
+				raw, deq := kRows(t, g, typ, 1, cols)
+				x := randF32(g, cols)
+				x[7] = 40 // one large activation: its block's others quantize coarsely
+				q, d, bs := make([]int8, cols), make([]float32, nk), make([]int16, cols/16)
+				quantizeK(q, d, bs, x)
+				want, scale := kWant(deq, q, d)
+				got := dotK(typ, raw, q, d, bs)
+				assert.InDelta(t, want, float64(got), 1e-6*scale, "%s %d blocks", typ, nk)
+			}
+		}
+	})
+}
+
+// quantizeK rounds each element to the nearest step of its block's
+// max|x|/127, and its sums are those of its quants.
+func TestQuantizeK(t *testing.T) {
+	g := rand.New(rand.NewPCG(23, 24))
+	x := randF32(g, 2*kLen)
+	clear(x[kLen:])
+	q, d, bs := make([]int8, len(x)), make([]float32, 2), make([]int16, len(x)/16)
+	quantizeK(q, d, bs, x)
+	var amax float32
+	for _, v := range x[:kLen] {
+		amax = max(amax, v, -v)
+	}
+	require.InDelta(t, amax/127, d[0], 1e-9)
+	assert.Zero(t, d[1])
+	for i, v := range x {
+		assert.InDelta(t, v, float32(q[i])*d[i/kLen], float64(d[i/kLen])/2+1e-7, "element %d", i)
+	}
+	for gi := range bs {
+		var s int16
+		for _, v := range q[16*gi : 16*gi+16] {
+			s += int16(v)
+		}
+		assert.Equal(t, s, bs[gi], "group %d", gi)
+	}
+	x[3] = float32(math.NaN())
+	quantizeK(q, d, bs, x)
+	assert.True(t, math.IsNaN(float64(d[0])), "a NaN block's scale is NaN")
+}
+
+// matmul of K-quant matrices, on every path: four tokens or more with VNNI
+// take the tile kernel on rows unpacked four at a time (kTile, with the
+// mins subtracted after), the rest dotK. Every element equals the
+// reference of TestKDot, for token counts around the four-token groups and
+// past a tokenTile, and row counts that leave a remainder of the four-row
+// groups.
+func TestMatmulK(t *testing.T) {
+	g := rand.New(rand.NewPCG(25, 26))
+	r := &Runner{pool: newPool(2)}
+	kernelPaths(t, func(t *testing.T) {
+		for _, typ := range kTypes {
+			rows, cols := 2*rowGrain+6, 3*kLen
+			raw, deq := kRows(t, g, typ, rows, cols)
+			w := &matrix{name: typ.String(), kind: kindK, ktype: typ, rows: rows, cols: cols, raw: raw}
+			for _, n := range []int{1, 3, 4, 7, tokenTile + 6} {
+				x := &acts{}
+				x.set(randF32(g, n*cols), n, cols)
+				out := make([]float32, n*rows)
+				r.matmul(out, x, w)
+				nk := cols / kLen
+				for s := range n {
+					for i := range rows {
+						want, scale := kWant(deq[i*cols:(i+1)*cols], x.kq[s*cols:(s+1)*cols], x.kd[s*nk:(s+1)*nk])
+						require.InDelta(t, want, float64(out[s*rows+i]), 1e-6*scale, fmt.Sprintf("%s %d tokens row %d token %d", typ, n, i, s))
+					}
+				}
+			}
+		}
+	})
+}
+
+// A 2048×2048 matrix's product with one token (decode) and with 128 (a
+// prompt), per K-quant type and Q8_0 for comparison; bytes/s counts the
+// weight bytes.
+func BenchmarkMatmulK(b *testing.B) {
+	g := rand.New(rand.NewPCG(27, 28))
+	const rows, cols = 2048, 2048
+	r := &Runner{pool: thePool()}
+	for _, typ := range []gguf.TensorType{gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K, gguf.TypeQ5_K} {
+		raw, err := gguf.Quantize(typ, randF32(g, rows*cols))
+		if err != nil {
+			b.Fatal(err)
+		}
+		src, err := mod.NewMat(typ.String(), typ, []uint64{cols, rows}, raw)
+		if err != nil {
+			b.Fatal(err)
+		}
+		w, err := newMatrix(&src)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, n := range []int{1, 128} {
+			x := &acts{}
+			f := randF32(g, n*cols)
+			out := make([]float32, n*rows)
+			b.Run(fmt.Sprintf("%s/%d", typ, n), func(b *testing.B) {
+				b.SetBytes(int64(len(raw)))
+				for i := 0; i < b.N; i++ {
+					x.set(f, n, cols)
+					r.matmul(out, x, w)
+				}
+			})
+		}
+	}
+}
+
+// kShape is a synthetic shape whose widths are whole K-quant blocks (tiny's
+// 128 are not, so there the K-quants are requantized), with GQA and MoD.
+var kShape = synth.Shape{Name: "kshape", NEmbd: 256, NLayer: 4, NHead: 4, NKVHead: 2, NFF: 512, NVocab: 512, ContextLen: 128}
+
+// Q4_K, Q5_K and Q6_K matrices stay in the file's bytes (the matrix holds
+// the file's own slice: resident weights are the file's size), and models
+// of those types and of llama.cpp's Q4_K_M and Q5_K_M mixes give the
+// reference's greedy tokens and its logits within QuantizedRelTol, on
+// every kernel path, batched prompts (the tile kernel) and decode alike.
+func TestKMatrix(t *testing.T) {
+	for _, typ := range []gguf.TensorType{gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K} {
+		raw, _ := kRows(t, rand.New(rand.NewPCG(29, 30)), typ, 3, 512)
+		m, err := mod.NewMat("w", typ, []uint64{512, 3}, raw)
+		require.NoError(t, err)
+		w, err := newMatrix(&m)
+		require.NoError(t, err)
+		assert.Equal(t, kindK, w.kind, typ.String())
+		_, packed := m.Data()
+		assert.Same(t, &packed[0], &w.raw[0], "%s: the file's bytes, not a copy", typ)
+	}
+	type model struct {
+		name string
+		m    *synth.Model
+	}
+	var models []model
+	for _, scheme := range []string{"q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m"} {
+		s, err := quant.Parse(scheme)
+		require.NoError(t, err)
+		for _, capacity := range []float32{0, 0.25} {
+			m, err := synth.Build(kShape, synth.Options{Scheme: s, Seed: 7, Capacity: capacity})
+			require.NoError(t, err)
+			t.Cleanup(func() { m.Close() })
+			models = append(models, model{fmt.Sprintf("%s capacity %g", scheme, capacity), m})
+		}
+	}
+	kernelPaths(t, func(t *testing.T) {
+		for _, m := range models {
+			run, err := New(m.m.Model, mod.RoutingRouter, Options{})
+			require.NoError(t, err)
+			require.Equal(t, kindK, run.w.blocks[0].up.kind, m.name)
+			ref, err := m.m.NewState(mod.RoutingRouter)
+			require.NoError(t, err)
+			worst := lockstep(t, run, ref, prompt, 12)
+			t.Logf("%s: max |Δlogit| / max |logit| = %.2g", m.name, worst)
+			assert.LessOrEqual(t, worst, QuantizedRelTol, m.name)
+		}
+	})
+}
