@@ -33,13 +33,10 @@ func chatMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if *template != "" && !slices.Contains(api.ChatTemplates(), *template) {
 		return fmt.Errorf("%w: --chat-template %q is unknown (known: %s)", errUsage, *template, strings.Join(api.ChatTemplates(), ", "))
 	}
-	if _, err := g.gf.mf.options(); err != nil { // -m, before its template is read
-		return err
-	}
-	if err := fileChatTemplate(g.gf.mf.path, *template); err != nil {
-		return err
-	}
-	model, gen, err := g.open(stderr, nil, func(opts *api.Options) { opts.NoRoutes = true })
+	model, gen, err := g.open(stderr, nil, func(opts *api.Options) error {
+		opts.NoRoutes = true
+		return fileChatTemplate(g.gf.mf.path, *template) // before the model loads
+	})
 	if err != nil {
 		return err
 	}

@@ -348,6 +348,8 @@ func TestChatTemplateCheckedFirst(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "no-tensors.gguf")
 	require.NoError(t, w.WriteFile(path))
+	code, _, stderr := chat(t, "Hi\n", "-m", path, "--top-p", "0")
+	assert.Equal(t, 2, code, "a bad flag comes first: %s", stderr)
 	code, out, stderr := chat(t, "Hi\n", "-m", path)
 	assert.Equal(t, 1, code)
 	assert.Empty(t, out)

@@ -193,19 +193,23 @@ func generateMain(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 	if *profile {
 		gpuOnly = append(gpuOnly, "--profile")
 	}
-	if *promptFile != "" {
-		text, err := readPromptFile(*promptFile, stdin)
-		if err != nil {
-			return err
-		}
-		*prompt = text
-	}
 	if !utf8.ValidString(*prompt) {
-		return fmt.Errorf("%w: %s: the prompt is not valid UTF-8", errUsage, promptFlag(*promptFile))
+		return fmt.Errorf("%w: -p: the prompt is not valid UTF-8", errUsage)
 	}
-	model, opts, err := g.open(stderr, gpuOnly, func(o *api.Options) {
+	model, opts, err := g.open(stderr, gpuOnly, func(o *api.Options) error {
 		o.Profile = *profile
 		o.NoRoutes = *routingMap == "" // --stats counts from the KV caches
+		if *promptFile != "" {         // after the flags' checks, before the model loads
+			text, err := readPromptFile(*promptFile, stdin)
+			if err != nil {
+				return err
+			}
+			if !utf8.ValidString(text) {
+				return fmt.Errorf("-f %s: the prompt is not valid UTF-8", *promptFile)
+			}
+			*prompt = text
+		}
+		return nil
 	})
 	if err != nil {
 		return err

@@ -93,12 +93,12 @@ func (g *generationCommand) ignoredBy(backend string) []string {
 }
 
 // open checks the flags, refuses those the named backend ignores and opens
-// the model (set adjusts the API's options); gpuOnly are the command's own
+// the model (set adjusts the API's options and checks the command's inputs); gpuOnly are the command's own
 // flags given that only the Vulkan backend uses. A flag that --backend auto
 // ends up ignoring (no GPU) gets a one-line warning. It prints the API's
 // notice (the CPU fallback) to stderr and returns the options of one
 // generation.
-func (g *generationCommand) open(stderr io.Writer, gpuOnly []string, set func(*api.Options)) (*api.Model, api.GenerateOptions, error) {
+func (g *generationCommand) open(stderr io.Writer, gpuOnly []string, set func(*api.Options) error) (*api.Model, api.GenerateOptions, error) {
 	if flagSet(g.fs, "kv-type") {
 		gpuOnly = append([]string{"--kv-type"}, gpuOnly...)
 	}
@@ -125,8 +125,10 @@ func (g *generationCommand) open(stderr io.Writer, gpuOnly []string, set func(*a
 }
 
 // open checks the flags and opens the model, with set adjusting the API's
-// options first; it prints the API's notice (the CPU fallback) to stderr.
-func (gf *generationFlags) open(fs *flag.FlagSet, stderr io.Writer, set func(*api.Options)) (*api.Model, engine.SamplerOptions, error) {
+// options first (and checking what the command reads before the model
+// loads, after the flags); it prints the API's notice (the CPU fallback)
+// to stderr.
+func (gf *generationFlags) open(fs *flag.FlagSet, stderr io.Writer, set func(*api.Options) error) (*api.Model, engine.SamplerOptions, error) {
 	so, err := gf.sf.options()
 	if err != nil {
 		return nil, so, err
@@ -141,7 +143,9 @@ func (gf *generationFlags) open(fs *flag.FlagSet, stderr io.Writer, set func(*ap
 	if err := gf.cf.apiOptions(&opts); err != nil {
 		return nil, so, err
 	}
-	set(&opts)
+	if err := set(&opts); err != nil {
+		return nil, so, err
+	}
 	model, err := gf.mf.open(opts, flagSet(fs, "routing"))
 	if err != nil {
 		return nil, so, err
