@@ -126,7 +126,7 @@ func TestFlagErrorsComeFirst(t *testing.T) {
 		{"inspect --full without --json", []string{"inspect", "--full", missing}, 2, "--full needs --json", []string{missing}},
 		{"inspect unknown flag", []string{"inspect", "--bogus", model}, 2, "modrun inspect: usage: flag provided but not defined: -bogus", []string{"-json"}},
 		{"devices argument", []string{"devices", "all"}, 2, "devices takes no arguments", nil},
-		{"unknown command", []string{"serve"}, 2, `modrun: unknown command "serve"`, nil},
+		{"unknown command", []string{"srve"}, 2, `modrun: unknown command "srve"`, nil},
 	})
 }
 
