@@ -65,7 +65,7 @@ func main() {
 	var once sync.Once
 	exit := func(newline bool) {
 		once.Do(func() {
-			if newline && isTerminal(os.Stderr) {
+			if newline && isTTY(os.Stderr) {
 				fmt.Fprintln(os.Stderr) // end a progress bar's line
 			}
 			fmt.Fprintln(os.Stderr, "modrun: interrupted")
