@@ -355,3 +355,13 @@ func TestChatTemplateCheckedFirst(t *testing.T) {
 	assert.Empty(t, out)
 	assert.Equal(t, "modrun chat: "+path+": tokenizer: the file has no chat template (tokenizer.chat_template); name one (chatml, llama2, llama3, zephyr) with --chat-template\n", stderr)
 }
+
+// TestChatStop: --stop ends a reply before its text, which is not printed.
+func TestChatStop(t *testing.T) {
+	code, out, stderr := chat(t, "Hi\n", "-m", storyModel, "--chat-template", "chatml", "-n", "12")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "\"Hey,\" Annab\n", out)
+	code, out, stderr = chat(t, "Hi\n", "-m", storyModel, "--chat-template", "chatml", "-n", "12", "--stop", "Anna")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "\"Hey,\" \n", out)
+}
