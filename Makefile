@@ -12,7 +12,8 @@ BUILD_DEBS   := gcc libc6-dev libvulkan-dev
 VIEWER_DEBS  := libx11-dev libxcursor-dev libxrandr-dev libxinerama-dev libxi-dev libxxf86vm-dev \
                 libgl1-mesa-dev libgl1-mesa-dri xvfb xauth
 VULKAN_DEBS  := libvulkan1 mesa-vulkan-drivers glslc spirv-tools vulkan-validationlayers
-TEST_DEBS    := $(BUILD_DEBS) $(VIEWER_DEBS) $(VULKAN_DEBS) python3-torch python3-numpy python3-sentencepiece
+TEST_DEBS    := $(BUILD_DEBS) $(VIEWER_DEBS) $(VULKAN_DEBS) python3-torch python3-numpy python3-sentencepiece \
+                chromium
 FIXTURE_DEBS := $(TEST_DEBS)
 
 DEMO_MODEL ?= models/tinystories-mod.gguf

@@ -200,6 +200,13 @@ func promptLogProbs(ctx context.Context, m *modrun.Model, ids []int32, top int) 
 	for _, st := range scored {
 		add(st.ID, finite(st.LogProb), st.Top)
 	}
+	// The echoed text drops the space SentencePiece puts before the first
+	// word (" Once" is "Once" at the start): offsets count in that text.
+	if echo, err := m.Detokenize(ids); err == nil {
+		for i, o := range out.TextOffset {
+			out.TextOffset[i] = max(0, o-(offset-len(echo)))
+		}
+	}
 	return out, nil
 }
 

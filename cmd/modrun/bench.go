@@ -49,6 +49,9 @@ type benchFlags struct {
 }
 
 func benchMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "serve" { // a running server, not a model file
+		return benchServeMain(args[1:], stdout, stderr)
+	}
 	f, err := parseBenchFlags(args, stderr)
 	if err != nil {
 		return err
