@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,11 +45,16 @@ func within(t *testing.T, what string, fn func()) {
 // Vulkan runs prompts in batches of 4, so a short prompt can be cancelled
 // half fed as a long one is on the CPU.
 func eachBackend(t *testing.T, fn func(t *testing.T, open func() *modrun.Model)) {
-	for _, backend := range []string{modrun.BackendReference, modrun.BackendCPU, modrun.BackendVulkan} {
-		t.Run(backend, func(t *testing.T) {
+	for _, name := range []string{modrun.BackendReference, modrun.BackendCPU, "cpu-parallel", modrun.BackendVulkan} {
+		backend, parallel := strings.CutSuffix(name, "-parallel")
+		t.Run(name, func(t *testing.T) {
 			// Batches of 4 prompt tokens, so that a cancel can cut a prompt
-			// (the reference feeds 32 at a time whatever UBatch says).
+			// (the reference feeds 32 at a time whatever UBatch says); with
+			// -parallel, sessions share steps of up to 4 rows (batch.go).
 			opts := modrun.Options{Backend: backend, UBatch: 4}
+			if parallel {
+				opts.Parallel = 4
+			}
 			if backend == modrun.BackendVulkan {
 				if err := vk.Load(); err != nil {
 					t.Skipf("no Vulkan loader: %v", err)

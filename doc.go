@@ -22,7 +22,12 @@
 // # The contract
 //
 // A Model serves its Sessions one Generate call at a time: a call from
-// another goroutine waits its turn (or its ctx). A Session takes one call
+// another goroutine waits its turn (or its ctx). With Options.Parallel
+// above 1 on the CPU backend, up to that many Generate calls run at once
+// instead, in shared steps (more queue), each giving the tokens it would
+// alone; Model.Close then waits for them (or, from a callback, ends them
+// with ErrClosed). Vulkan and the reference backend take turns whatever
+// Parallel says, for now. A Session takes one call
 // of its methods at a time: a second concurrent call returns ErrBusy.
 // Beyond that, misuse gives an error at once, never a hang:
 //   - From inside a token callback, every method either works or returns

@@ -63,6 +63,19 @@ type Options struct {
 	// Profile times every GPU command on Vulkan, for Model.Profile. It
 	// costs a timestamp per command: leave it off when timing generation.
 	Profile bool
+	// Parallel, above 1, lets that many sessions generate at once on the
+	// CPU backend, in shared steps: one forward pass per step over a row
+	// of each decoding session and prompt chunks of the others (at most
+	// UBatch rows), so the weights are read once for all of them, and a
+	// session's KV cache stays in a pool of pages between its calls (no
+	// re-feed). More sessions queue. 0 or 1: sessions take turns on one
+	// runner, as on Vulkan and the reference backend, which have no
+	// batched step yet.
+	Parallel int
+	// KVBudget is the memory of the parallel sessions' KV page pool in
+	// bytes; 0 = enough for Parallel sequences of the whole context. A
+	// smaller budget makes sessions wait for pages.
+	KVBudget int64
 }
 
 // Model is a loaded model on its device. It serves any number of
@@ -87,6 +100,9 @@ type Model struct {
 	ownerSeq uint64
 	closed   bool
 	mu       sync.Mutex // guards closed and lends
+	// batch runs the sessions in shared steps (Options.Parallel > 1 on the
+	// CPU backend; batch.go); nil otherwise.
+	batch *batcher
 }
 
 // Info says what a Model is and where it runs.
@@ -144,6 +160,9 @@ func (o Options) check() (engine.BackendOptions, mod.Routing, error) {
 		Trace: !o.NoRoutes, Profile: o.Profile, UBatch: o.UBatch}
 	if err := bo.Check(); err != nil {
 		return bo, 0, fmt.Errorf("modrun: %w", err)
+	}
+	if o.Parallel < 0 || o.KVBudget < 0 {
+		return bo, 0, fmt.Errorf("modrun: parallel sequences %d and KV budget %d must not be negative", o.Parallel, o.KVBudget)
 	}
 	if o.Device != "" {
 		d, err := strconv.Atoi(o.Device)
@@ -209,6 +228,12 @@ func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Rout
 	if ms, ok := backend.Runner.(engine.GPUMemoryStatser); ok {
 		s := ms.MemoryStats()
 		model.info.GPUWeights, model.info.GPUKVCache, model.info.GPUScratch = s.Weights, s.KVCache, s.Scratch
+	}
+	if opts.Parallel > 1 && backend.Name == BackendCPU {
+		if model.batch, err = newBatcher(m, routing, opts, ctxLen); err != nil {
+			backend.Close()
+			return nil, err
+		}
 	}
 	return model, nil
 }
@@ -283,6 +308,9 @@ var ErrClosed = errors.New("modrun: closed")
 // error if that is done). A second Close and
 // the methods of a closed model's sessions return ErrClosed.
 func (m *Model) Close() error {
+	if m.batch != nil && !m.isClosed() {
+		m.batch.close()
+	}
 	release, err := m.acquire(context.Background())
 	if err != nil {
 		return err

@@ -28,6 +28,10 @@ type Session struct {
 	// resets counts Reset and Close: the runner holds this session's
 	// sequence only if it was fed since the last one (Model.owner).
 	resets uint64
+	// On the batcher (batch.go): per routed layer, the tokens of the
+	// sequence that went through, counted up to position counted.
+	layers  []LayerStat
+	counted int
 }
 
 // ErrBusy is returned by a Session's methods while another call of the
@@ -252,6 +256,9 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 	if have := len(s.fed) + len(s.pending); have+len(ids) > s.m.ctxLen {
 		return Result{}, &PromptLengthError{Tokens: len(ids), Held: have, ContextLen: s.m.ctxLen}
 	}
+	if s.m.batch != nil { // sessions share steps (batch.go)
+		return s.generateBatched(ctx, ids, so, opts, fn)
+	}
 	release, err := s.m.acquire(ctx)
 	if err != nil {
 		return Result{}, err
@@ -387,6 +394,7 @@ func (s *Session) Reset() error {
 	defer leave()
 	s.fed, s.pending = nil, nil
 	s.dec = s.m.tok.NewStreamDecoder()
+	s.layers, s.counted = nil, 0
 	s.resets++ // the runner no longer holds this sequence (restore)
 	return nil
 }

@@ -24,6 +24,7 @@ type Stepper struct {
 	k, v  [][]float32 // [pages][blockTokens*kvDim], nil until first written
 	bt    int
 	cur   []pageRow // the rows of the block being run
+	out   []float32 // [rows wanting logits][nVocab], reused by each step
 }
 
 // pageRow is where one row of a block writes its keys and values (table
@@ -194,10 +195,10 @@ func (st *Stepper) logits(rows []sched.Row) []float32 {
 			j++
 		}
 	}
-	out := make([]float32, k*c.NVocab)
+	st.out = grow(st.out, k*c.NVocab) // read by the scheduler before the next step
 	s.head.set(s.hidden, k, d)
-	r.matmul(out, &s.head, r.w.output)
-	return out
+	r.matmul(st.out, &s.head, r.w.output)
+	return st.out
 }
 
 // attend writes the block's rows' keys and values into their pages, then

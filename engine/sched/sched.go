@@ -36,8 +36,8 @@ type Row struct {
 type StepRunner interface {
 	Layout() Layout
 	// Step returns the logits of the rows with Logits set, [k][nVocab] in
-	// row order, and every row's routing [rows][routed layers] (nil for a
-	// dense model).
+	// row order (the runner may reuse their memory at the next Step), and
+	// every row's routing [rows][routed layers] (nil for a dense model).
 	Step(rows []Row, blockTokens int) (logits []float32, routes [][]mod.Route, err error)
 	// CopyPage copies page src's entries into page dst (copy-on-write).
 	CopyPage(dst, src int32)
@@ -68,6 +68,16 @@ type Request struct {
 	// OnToken receives each new token when it is drawn; an error ends the
 	// sequence (StopCallback, Seq.Err holds it).
 	OnToken func(id int32) error
+	// OnRun sees each token once it has run (its position, and its routing
+	// [routed layers], nil for a dense model), OnDone the sequence's end;
+	// both run on the stepping goroutine, between steps: they must not
+	// block.
+	OnRun  func(pos int, routes []mod.Route)
+	OnDone func()
+	// ReuseAtMost bounds the prompt tokens the prefix cache may serve
+	// (tokens served so do not run: no OnRun); 0 = as many as it holds,
+	// negative = none.
+	ReuseAtMost int
 	// KeepLogits and KeepRoutes keep the logits of each draw and the
 	// routing of each token run (tests compare them with a solo run).
 	KeepLogits, KeepRoutes bool
@@ -127,6 +137,8 @@ type Stats struct {
 	PrefixEvictions int
 	MaxPagesInUse   int
 	FinishedSeqs    int
+	SharedSteps     int // steps that ran rows of two sequences or more
+	MaxSeqsInStep   int
 }
 
 // Scheduler runs sequences in steps over one StepRunner. It is not safe
@@ -240,6 +252,21 @@ func (s *Scheduler) finish(q *Seq, why StopReason, err error) {
 	s.active = slices.DeleteFunc(s.active, func(a *Seq) bool { return a == q })
 	s.queue = slices.DeleteFunc(s.queue, func(a *Seq) bool { return a == q })
 	s.stats.FinishedSeqs++
+	if q.req.OnDone != nil {
+		q.req.OnDone()
+	}
+}
+
+// CancelAll ends every running and queued sequence with err (StopError),
+// or StopCancel when err is nil.
+func (s *Scheduler) CancelAll(err error) {
+	why := StopCancel
+	if err != nil {
+		why = StopError
+	}
+	for _, q := range append(slices.Clone(s.active), s.queue...) {
+		s.finish(q, why, err)
+	}
 }
 
 // free gives back every page q holds and forgets what it ran: it runs
@@ -267,11 +294,15 @@ func (s *Scheduler) admit() {
 // reuse points q's tables at the cache's pages for the longest cached
 // prefix of its tokens.
 func (s *Scheduler) reuse(q *Seq) {
-	if s.prefix == nil || q.fed > 0 {
+	if s.prefix == nil || q.fed > 0 || q.req.ReuseAtMost < 0 {
 		return
 	}
 	bt := s.pool.blockTokens
-	e, blocks := s.prefix.lookup(q.tokens, bt, (len(q.tokens)-1)/bt)
+	most := (len(q.tokens) - 1) / bt
+	if q.req.ReuseAtMost > 0 {
+		most = min(most, q.req.ReuseAtMost/bt)
+	}
+	e, blocks := s.prefix.lookup(q.tokens, bt, most)
 	if e == nil {
 		return
 	}
@@ -303,7 +334,9 @@ func (s *Scheduler) Step() (bool, error) {
 	for tries := 0; len(rows) == 0; tries++ { // every sequence waits: take the latest one's pages
 		victim := s.preemptable()
 		if victim == nil || tries > len(s.active) {
-			return true, fmt.Errorf("sched: no sequence can run and none holds pages (%d free of %d)", s.pool.Free(), s.pool.Pages())
+			err := fmt.Errorf("sched: no sequence can run and none holds pages (%d free of %d)", s.pool.Free(), s.pool.Pages())
+			s.CancelAll(err)
+			return true, err
 		}
 		s.free(victim)
 		victim.Preemptions++
@@ -312,6 +345,16 @@ func (s *Scheduler) Step() (bool, error) {
 	}
 	s.stats.Steps++
 	s.stats.Rows += len(rows)
+	seqs := 1
+	for i := 1; i < len(rows); i++ {
+		if rows[i].Seq != rows[i-1].Seq {
+			seqs++
+		}
+	}
+	if seqs > 1 {
+		s.stats.SharedSteps++
+	}
+	s.stats.MaxSeqsInStep = max(s.stats.MaxSeqsInStep, seqs)
 	s.stats.MaxPagesInUse = max(s.stats.MaxPagesInUse, s.pool.Pages()-s.pool.Free())
 	logits, routes, err := s.run.Step(rows, s.pool.blockTokens)
 	if err != nil { // the backend failed: every sequence of the step ends with its error
@@ -435,6 +478,15 @@ func (s *Scheduler) book(q *Seq, rows []Row, base []int, routes [][]mod.Route) {
 	q.Dense.Len = q.fed
 	for j := range q.Routed {
 		q.Routed[j].trim(s.pool)
+	}
+	if q.req.OnRun != nil {
+		for i, r := range rows {
+			var rt []mod.Route
+			if routes != nil {
+				rt = slices.Clone(routes[i])
+			}
+			q.req.OnRun(r.Pos, rt)
+		}
 	}
 	if q.req.KeepRoutes && routes != nil {
 		for i, r := range rows {

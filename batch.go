@@ -1,0 +1,387 @@
+package modrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/modrun/modrun/engine"
+	"github.com/modrun/modrun/engine/cpu"
+	"github.com/modrun/modrun/engine/sched"
+	"github.com/modrun/modrun/mod"
+)
+
+// batcher runs the sessions of a Model on the CPU backend in shared steps
+// (Options.Parallel > 1; DESIGN.md §8): one goroutine steps an
+// engine/sched scheduler over a cpu.Stepper while any sequence runs, and
+// each Generate joins as one sequence. A session's next Generate is a new
+// sequence whose tokens begin with everything the session holds: the
+// prefix cache serves the full 16-token blocks of that history (it is
+// never fed again), and only the tail of the last block and the new
+// tokens run. Under memory pressure the cache may have evicted them, and
+// they run again: the same tokens, at the cost of a prefill.
+type batcher struct {
+	st *cpu.Stepper
+	mu sync.Mutex // guards everything below, and the scheduler
+	// cond wakes the stepping goroutine (work or closing) and Close (no
+	// Generate left, or a callback running).
+	cond      *sync.Cond
+	s         *sched.Scheduler
+	closed    bool
+	inflight  int // batched Generate calls running
+	callbacks int // token callbacks running
+	exited    chan struct{}
+}
+
+func newBatcher(m *mod.Model, routing mod.Routing, opts Options, ctxLen int) (*batcher, error) {
+	st, err := cpu.NewStepper(m, routing, cpu.Options{ContextLen: ctxLen})
+	if err != nil {
+		return nil, err
+	}
+	const bt = 16
+	pages := sched.PagesFor(st.Layout(), opts.Parallel, ctxLen+2*bt, bt)
+	if opts.KVBudget > 0 {
+		pages = int(opts.KVBudget / int64(st.PageBytes(bt)))
+		if pages < 1 {
+			return nil, fmt.Errorf("modrun: KV budget %d bytes holds no %d-byte page", opts.KVBudget, st.PageBytes(bt))
+		}
+	}
+	s, err := sched.New(st, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: opts.UBatch, MaxSeqs: opts.Parallel, PrefixCache: true})
+	if err != nil {
+		return nil, fmt.Errorf("modrun: %w", err)
+	}
+	b := &batcher{st: st, s: s, exited: make(chan struct{})}
+	b.cond = sync.NewCond(&b.mu)
+	go b.loop()
+	return b, nil
+}
+
+// loop steps while a sequence runs or waits; sequences join and leave
+// between steps (Add and Cancel take mu).
+func (b *batcher) loop() {
+	defer close(b.exited)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for {
+		for !b.closed && !b.s.Busy() {
+			b.cond.Wait()
+		}
+		if b.closed {
+			return
+		}
+		_, _ = b.s.Step() // a failed step ends its sequences with the error (Seq.Err)
+		b.mu.Unlock()     // let joins and cancels in
+		b.mu.Lock()
+	}
+}
+
+// close waits for the batched Generate calls to end (unless a token
+// callback runs: Close from one closes at once), ends every sequence and
+// stops the stepping goroutine.
+func (b *batcher) close() {
+	b.mu.Lock()
+	for b.inflight > 0 && b.callbacks == 0 && !b.closed {
+		b.cond.Wait()
+	}
+	b.closed = true
+	b.s.CancelAll(nil)
+	b.cond.Broadcast()
+	b.mu.Unlock()
+	<-b.exited
+}
+
+func (b *batcher) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
+// join adds a sequence; ErrClosed once the model is closing.
+func (b *batcher) join(req sched.Request) (*sched.Seq, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	q, err := b.s.Add(req)
+	if err != nil {
+		return nil, fmt.Errorf("modrun: %w", err)
+	}
+	b.inflight++
+	b.cond.Broadcast()
+	return q, nil
+}
+
+// leave ends q (when it runs still) and counts its Generate out.
+func (b *batcher) leave(q *sched.Seq) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.s.Cancel(q)
+	b.inflight--
+	b.cond.Broadcast()
+}
+
+// inCallback brackets a token callback, for close.
+func (b *batcher) inCallback(fn func() error) error {
+	b.mu.Lock()
+	b.callbacks++
+	b.cond.Broadcast()
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.callbacks--
+		b.mu.Unlock()
+	}()
+	return fn()
+}
+
+// seqEvent is what the stepping goroutine tells a batched Generate: a
+// token ran (ran), a token was drawn (drawn), or the sequence ended (done).
+type seqEvent struct {
+	kind   int // evRan, evDrawn, evDone
+	pos    int
+	routes []mod.Route
+	id     int32
+	lp     engine.Token // a drawn token's log-probabilities
+}
+
+const (
+	evRan = iota
+	evDrawn
+	evDone
+)
+
+// seqEvents queue events without blocking the stepping goroutine.
+type seqEvents struct {
+	mu     sync.Mutex
+	list   []seqEvent
+	signal chan struct{} // capacity 1: events are waiting
+}
+
+func (e *seqEvents) push(ev seqEvent) {
+	e.mu.Lock()
+	e.list = append(e.list, ev)
+	e.mu.Unlock()
+	select {
+	case e.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (e *seqEvents) take() []seqEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := e.list
+	e.list = nil
+	return out
+}
+
+// lpSampler is a session's sampler, with the drawn token's
+// log-probabilities taken from the same logits.
+type lpSampler struct {
+	s        *engine.Sampler
+	logProbs bool
+	top      int
+	last     engine.Token
+}
+
+func (l *lpSampler) Sample(logits []float32) int32 {
+	id := l.s.Sample(logits)
+	if l.logProbs {
+		l.last.LogProb, l.last.Top = engine.LogProbs(logits, id, l.top)
+	}
+	return id
+}
+
+// generateBatched is Generate on the batcher: the session's sequence plus
+// ids as one scheduler sequence, its tokens delivered to fn on this
+// goroutine in order, each once it has run (the last new one before).
+func (s *Session) generateBatched(ctx context.Context, ids []int32, so engine.SamplerOptions, opts GenerateOptions, fn func(Token) error) (Result, error) {
+	b := s.m.batch
+	held := len(s.fed) + len(s.pending)
+	seq := slices.Concat(s.fed, s.pending, ids)
+	sampler, err := engine.NewSampler(so)
+	if err != nil {
+		return Result{}, err
+	}
+	for _, id := range seq {
+		sampler.Accept(id) // the repetition penalty sees the history and the prompt
+	}
+	lps := &lpSampler{s: sampler, logProbs: opts.LogProbs, top: opts.TopLogProbs}
+	ev := &seqEvents{signal: make(chan struct{}, 1)}
+	reuse := len(s.fed) // the session's own tokens: it delivered them, so no routes are owed
+	if reuse == 0 {
+		reuse = -1
+	}
+	req := sched.Request{Prompt: seq, MaxTokens: opts.MaxTokens, Stop: s.m.tok.EndOfGeneration(), Sampler: lps, ReuseAtMost: reuse,
+		OnToken: func(id int32) error { ev.push(seqEvent{kind: evDrawn, id: id, lp: lps.last}); return nil },
+		OnRun:   func(pos int, routes []mod.Route) { ev.push(seqEvent{kind: evRan, pos: pos, routes: routes}) },
+		OnDone:  func() { ev.push(seqEvent{kind: evDone}) },
+	}
+	q, err := b.join(req)
+	if err != nil {
+		return Result{}, err
+	}
+	defer b.leave(q)
+
+	start := time.Now()
+	res := Result{Timing: Timing{PromptTokens: len(ids)}}
+	var drawn []seqEvent
+	ran := map[int][]mod.Route{}
+	ranTo := len(s.fed) // positions below have run
+	next := held        // the next position to deliver
+	finished := false
+	routesOn := fn != nil && !s.m.noRoutes
+	// keep records what the session holds when the call ends: the tokens
+	// run and delivered, and a last drawn token delivered but not run.
+	keep := func(pending bool) {
+		all := seq
+		for _, d := range drawn {
+			all = append(all, d.id)
+		}
+		n := min(ranTo, next)
+		s.fed = slices.Clone(all[:n])
+		s.pending = nil
+		if pending && next > n {
+			s.pending = []int32{all[n]}
+		} else if n < held { // the old pending token did not run
+			s.pending = slices.Clone(all[n:held])
+		}
+	}
+	deliver := func(pos int, last bool) error {
+		var id int32
+		t := Token{Pos: pos}
+		if pos < len(seq) {
+			id, t.Prompt = seq[pos], true
+		} else {
+			d := drawn[pos-len(seq)]
+			id, t.LogProb, t.TopLogProbs = d.id, d.lp.LogProb, d.lp.Top
+			res.Tokens++
+		}
+		if !last && routesOn {
+			t.Routes = ran[pos]
+		}
+		text, err := s.dec.Push(id)
+		if err != nil {
+			return fmt.Errorf("modrun: %w", err)
+		}
+		if fn == nil {
+			return nil
+		}
+		t.ID, t.Text = id, string(text)
+		return b.inCallback(func() error { return s.m.lendDuring(func() error { return fn(t) }) })
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			keep(false)
+			return res, ctx.Err()
+		case <-ev.signal:
+		}
+		for _, e := range ev.take() {
+			switch e.kind {
+			case evRan:
+				ran[e.pos] = e.routes
+				s.count(e.pos, e.routes)
+			case evDrawn:
+				if len(drawn) == 0 {
+					res.Prefill = time.Since(start)
+				}
+				drawn = append(drawn, e)
+			case evDone:
+				finished = true
+			}
+		}
+		for {
+			if _, ok := ran[ranTo]; !ok {
+				break
+			}
+			ranTo++
+		}
+		for next < ranTo && next < len(seq)+len(drawn) && !b.isClosed() && ctx.Err() == nil {
+			err := deliver(next, false)
+			next++
+			if err != nil {
+				keep(false)
+				return s.stopped(res, err)
+			}
+		}
+		if b.isClosed() { // by a callback, or by Close after it
+			keep(false)
+			return res, ErrClosed
+		}
+		if err := ctx.Err(); err != nil { // seen between tokens, as the loop of the runner sees it
+			keep(false)
+			return res, err
+		}
+		if !finished {
+			continue
+		}
+		res.Decode = time.Since(start) - res.Prefill
+		res.DecodeSteps = max(0, res.Tokens-1)
+		switch q.Stop {
+		case sched.StopEOS:
+			res.Stop = StopEOS
+		case sched.StopMaxTokens, sched.StopContextFull:
+			res.Stop = StopMaxTokens
+			if q.Stop == sched.StopContextFull {
+				res.Stop = StopContextFull
+			}
+			if next < len(seq)+len(drawn) { // the last drawn token, not run
+				if err := deliver(next, true); err != nil {
+					next++
+					keep(true)
+					return s.stopped(res, err)
+				}
+				next++
+			}
+		case sched.StopError:
+			keep(false)
+			return res, fmt.Errorf("modrun: %w", q.Err)
+		default: // cancelled by Close
+			keep(false)
+			return res, ErrClosed
+		}
+		keep(true)
+		res.Tail = string(s.dec.Flush())
+		res.Layers = slices.Clone(s.layers)
+		return res, nil
+	}
+}
+
+// stopped ends a batched Generate whose callback returned err: ErrStop is
+// a clean stop.
+func (s *Session) stopped(res Result, err error) (Result, error) {
+	res.Layers = slices.Clone(s.layers)
+	if errors.Is(err, ErrStop) {
+		res.Stop = StopCallback
+		return res, nil
+	}
+	if s.m.batch.isClosed() {
+		return res, ErrClosed
+	}
+	return res, err
+}
+
+// count adds a token's routing to the session's per-layer counts, once per
+// position of its sequence.
+func (s *Session) count(pos int, routes []mod.Route) {
+	if pos < s.counted || routes == nil {
+		return
+	}
+	s.counted = pos + 1
+	if s.layers == nil {
+		for _, r := range routes {
+			s.layers = append(s.layers, LayerStat{Layer: r.Layer})
+		}
+	}
+	for j, r := range routes {
+		s.layers[j].Seen++
+		if r.Selected {
+			s.layers[j].Selected++
+		}
+	}
+}
