@@ -70,13 +70,16 @@ func TestParallelSessionsShareSteps(t *testing.T) {
 	}
 	got := make([][]turnOut, len(convs))
 	var wg sync.WaitGroup
+	start := make(chan struct{}) // the conversations start together, to overlap
 	for i, c := range convs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			<-start
 			got[i] = converse(t, m, c)
 		}()
 	}
+	close(start)
 	wg.Wait()
 	for i := range convs {
 		for j := range convs[i] {
@@ -101,7 +104,7 @@ func TestParallelSessionsShareSteps(t *testing.T) {
 	}
 	st := m.batch.s.Stats()
 	t.Logf("%d steps (%d shared, up to %d sequences), %d rows, %d tokens reused from the sessions' caches", st.Steps, st.SharedSteps, st.MaxSeqsInStep, st.Rows, st.ReusedTokens)
-	assert.Greater(t, 3*st.SharedSteps, st.Steps, "sessions shared steps (a third at least: goroutines start and end at their own times)")
+	assert.Greater(t, 2*st.SharedSteps, st.Steps, "sessions shared most steps")
 	assert.GreaterOrEqual(t, st.MaxSeqsInStep, 4)
 	assert.Positive(t, st.ReusedTokens, "later turns did not feed their history again")
 	require.NoError(t, m.Close())
