@@ -35,6 +35,7 @@ type BenchResult struct {
 	Wall              time.Duration // from the first request sent to the last stream's end
 	TTFT              []time.Duration
 	Errors            int
+	FirstError        string // the first failed request's reason
 }
 
 // TokensPerSecond is the aggregate streaming rate.
@@ -95,6 +96,9 @@ func Bench(ctx context.Context, o BenchOptions) (BenchResult, error) {
 	}
 	wg.Wait()
 	res.Wall = time.Since(start)
+	if firstErr != nil {
+		res.FirstError = firstErr.Error()
+	}
 	if res.Errors == o.Clients*o.Requests {
 		return res, fmt.Errorf("server: bench: every request failed: %w", firstErr)
 	}
@@ -121,7 +125,7 @@ func benchRequest(ctx context.Context, url, key string, body []byte) (time.Durat
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	sent := time.Now()
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := benchClient.Do(req)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -162,6 +166,11 @@ func benchRequest(ctx context.Context, url, key string, body []byte) (time.Durat
 	}
 	return 0, 0, errors.New(url + ": the stream ended without data: [DONE]")
 }
+
+// benchClient opens a connection per request: llama-server closes idle
+// keep-alive connections, and a POST on one it just closed fails (Go does
+// not retry a POST); both servers are measured alike.
+var benchClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
 func firstModel(ctx context.Context, base, key string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)

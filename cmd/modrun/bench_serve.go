@@ -45,14 +45,15 @@ func benchServeMain(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --requests %d, -n %d: each must be 1 or more", errUsage, *requests, *n)
 	}
 	type row struct {
-		Clients   int     `json:"clients"`
-		Requests  int     `json:"requests"`
-		Tokens    int     `json:"tokens"`
-		Errors    int     `json:"errors"`
-		WallS     float64 `json:"wall_s"`
-		TokPerS   float64 `json:"tok_per_s"`
-		TTFTP50MS float64 `json:"ttft_p50_ms"`
-		TTFTP99MS float64 `json:"ttft_p99_ms"`
+		Clients    int     `json:"clients"`
+		Requests   int     `json:"requests"`
+		Tokens     int     `json:"tokens"`
+		Errors     int     `json:"errors"`
+		WallS      float64 `json:"wall_s"`
+		TokPerS    float64 `json:"tok_per_s"`
+		TTFTP50MS  float64 `json:"ttft_p50_ms"`
+		TTFTP99MS  float64 `json:"ttft_p99_ms"`
+		FirstError string  `json:"first_error,omitempty"`
 	}
 	var rows []row
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -67,10 +68,13 @@ func benchServeMain(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--url %s: %w", *url, err)
 		}
 		r := row{Clients: c, Requests: c * *requests, Tokens: res.Tokens, Errors: res.Errors, WallS: res.Wall.Seconds(),
-			TokPerS: res.TokensPerSecond(), TTFTP50MS: ms(res.TTFTQuantile(0.5)), TTFTP99MS: ms(res.TTFTQuantile(0.99))}
+			TokPerS: res.TokensPerSecond(), TTFTP50MS: ms(res.TTFTQuantile(0.5)), TTFTP99MS: ms(res.TTFTQuantile(0.99)), FirstError: res.FirstError}
 		rows = append(rows, r)
 		if !*asJSON {
 			fmt.Fprintf(stdout, "%8d %9d %7d %7d %10.1f %12.1f %12.1f\n", r.Clients, r.Requests, r.Tokens, r.Errors, r.TokPerS, r.TTFTP50MS, r.TTFTP99MS)
+			if r.FirstError != "" {
+				fmt.Fprintf(stdout, "         first error: %s\n", r.FirstError)
+			}
 		}
 	}
 	if *asJSON {
