@@ -121,30 +121,31 @@ func (p Profile) Fit(v Variant, spec []uint32) []uint32 {
 	return spec
 }
 
-// Fallback is p with the choice that made kernel variant name replaced by
-// its safe variant, for when the self-check finds the kernel wrong on the
+// Fallback is p with the choice that made kernel variant v replaced by its
+// safe variant, for when the self-check finds the kernel wrong on the
 // device, and what the safe variant is called, for the message; ok is false
-// when name is already the safe variant (nothing to fall back to):
+// when v is already the safe variant (nothing to fall back to):
 //   - a subgroup matvec: the profile's shared-memory matvec (no subgroups);
 //   - router_score_sg, route_decode*_sg: the shared-memory tree variants;
 //   - decode_attend (fused attention): decode_kv and decode_attention;
 //   - decode_attention_split (flash-decoding): the single-pass kernel.
-func (p Profile) Fallback(name string) (fb Profile, safe string, ok bool) {
+func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 	fb = p
 	switch {
-	case strings.HasPrefix(name, "matvec_") && strings.Contains(name, ReduceSubgroup):
+	case v.Op == "matvec" && v.Reduce == ReduceSubgroup:
 		s := p.Safe()
 		fb.MatvecReduce, fb.MatvecSpec = s.MatvecReduce, s.MatvecSpec
-		return fb, strings.Replace(name, ReduceSubgroup, ReduceShared, 1), true
-	case strings.HasPrefix(name, "router_score_sg"), strings.HasPrefix(name, "route_decode") && strings.HasSuffix(name, "_sg"):
+		return fb, MatvecFusedName(v.Type, ReduceShared, v.Fusion), true
+	case (v.Op == "router_score" || v.Op == "route_decode" || v.Op == "route_decode_pred") && v.Reduce == ReduceSubgroup:
 		fb.RoutingShared = true // the score and route plans read it (ScoreDevice)
-		return fb, strings.TrimSuffix(name, "_sg"), true
-	case strings.HasPrefix(name, "decode_attend") && p.FuseAttention:
+		return fb, strings.TrimSuffix(v.Name, ReduceSubgroup), true
+	case v.Op == "decode_attend" && p.FuseAttention:
 		fb.FuseAttention = false
 		return fb, "decode_kv + decode_attention", true
-	case strings.HasPrefix(name, "decode_attention_split") && p.AttentionChunk != 0:
+	case v.Op == "decode_attention_split" && p.AttentionChunk != 0:
 		fb.AttentionChunk = 0
-		return fb, strings.Replace(name, "_split", "", 1), true
+		kv, _ := ParseKV(v.Type)
+		return fb, DecodeAttentionName(kv), true
 	}
 	return p, "", false
 }

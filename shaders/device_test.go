@@ -57,7 +57,7 @@ func TestOnlySubgroupVariantsNeedAFeature(t *testing.T) {
 		}
 		subgroupKernels = append(subgroupKernels, v.Name)
 		assert.Equal(t, []string{"subgroup_arithmetic"}, nd.Features, v.Name)
-		fb, safe, ok := NewProfile(smallGPU).Fallback(v.Name)
+		fb, safe, ok := NewProfile(smallGPU).Fallback(v)
 		require.True(t, ok, "%s has a fallback", v.Name)
 		sv, err := Lookup(safe)
 		require.NoError(t, err, "%s falls back to a kernel of the table", v.Name)
@@ -208,8 +208,13 @@ func TestSubgroupSizeFor(t *testing.T) {
 // the safe variants have nothing to fall back to.
 func TestFallback(t *testing.T) {
 	p := NewProfile(smallGPU)
+	fallback := func(name string) (Profile, string, bool) {
+		v, err := Lookup(name)
+		require.NoError(t, err)
+		return p.Fallback(v)
+	}
 	require.Equal(t, ReduceSubgroup, p.MatvecReduce)
-	fb, safe, ok := p.Fallback(MatvecFusedName(MatvecQ4_K, ReduceSubgroup, FuseAdd))
+	fb, safe, ok := fallback(MatvecFusedName(MatvecQ4_K, ReduceSubgroup, FuseAdd))
 	require.True(t, ok)
 	assert.Equal(t, MatvecFusedName(MatvecQ4_K, ReduceShared, FuseAdd), safe)
 	assert.Equal(t, ReduceShared, fb.MatvecReduce)
@@ -217,7 +222,7 @@ func TestFallback(t *testing.T) {
 	name, _ := fb.Matvec(MatvecQ4_K, FuseAdd, 1, 4096)
 	assert.Equal(t, safe, name)
 
-	fb, safe, ok = p.Fallback("route_decode_pred_sg")
+	fb, safe, ok = fallback("route_decode_pred_sg")
 	require.True(t, ok)
 	assert.Equal(t, "route_decode_pred", safe)
 	assert.Equal(t, ReduceSubgroup, fb.MatvecReduce, "matvec keeps its subgroups")
@@ -225,16 +230,16 @@ func TestFallback(t *testing.T) {
 	assert.Equal(t, "route_decode_pred", RouteDecodeVariant(fb.ScoreDevice(), true, true))
 	assert.Equal(t, "route_decode_pred_sg", RouteDecodeVariant(p.ScoreDevice(), true, true))
 
-	fb, _, ok = p.Fallback("decode_attend_f16")
+	fb, _, ok = fallback("decode_attend_f16")
 	require.True(t, ok)
 	assert.False(t, fb.FuseAttention)
-	fb, safe, ok = p.Fallback("decode_attention_split")
+	fb, safe, ok = fallback(DecodeAttentionSplitName(KVF16))
 	require.True(t, ok)
-	assert.Equal(t, "decode_attention", safe)
+	assert.Equal(t, DecodeAttentionName(KVF16), safe)
 	assert.Equal(t, uint32(1), fb.AttentionSplits(4096))
 
 	for _, name := range []string{"rmsnorm", MatvecFusedName(MatvecQ8_0, ReduceShared, FuseNorm), "router_score", "topk"} {
-		_, _, ok := p.Fallback(name)
+		_, _, ok := fallback(name)
 		assert.False(t, ok, name)
 	}
 }

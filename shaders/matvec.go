@@ -42,6 +42,7 @@ func MatvecFusedName(typ, reduce, fuse string) string { return MatvecName(typ, r
 func matvecFusedVariant(typ, reduce, fuse string) Variant {
 	v := matvecVariant(typ, reduce)
 	v.Name += fuse
+	v.Fusion = fuse
 	switch fuse {
 	case FuseAdd:
 		v.Defines = append(v.Defines, "ADD")
@@ -66,6 +67,7 @@ func matvecVariant(typ, reduce string) Variant {
 	}
 	v := Variant{
 		Name: MatvecName(typ, reduce), Source: "matvec.comp", Defines: append([]string(nil), wt.Defines...),
+		Op: "matvec", Type: typ, Reduce: reduce,
 		Bindings: []Binding{
 			{"w", Read, wt.Shape},
 			{"x", Read, "[n][cols] f32"},

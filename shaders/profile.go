@@ -149,7 +149,7 @@ func NewProfile(d Device) Profile {
 	case d.CPU:
 		p.LoopCap, p.KV, p.AttentionChunk, p.FuseNorm, p.FuseAttention = LavapipeLoopIterations, KVF32, 0, false, false
 		p.MatvecReduce, p.MatvecSpec = ReduceShared, []uint32{64, 1, 1}
-	case d.SubgroupArithmetic && sg >= 4 && sg <= 128 && sg&(sg-1) == 0 && matvecRowsPerGroup*sg <= p.MaxWorkGroupInvocations:
+	case subgroupsUsable(d.SubgroupArithmetic, sg, 128) && matvecRowsPerGroup*sg <= p.MaxWorkGroupInvocations:
 		p.MatvecReduce, p.MatvecSpec = ReduceSubgroup, []uint32{matvecRowsPerGroup * sg, sg, 1}
 	default:
 		p.MatvecReduce, p.MatvecSpec = ReduceShared, []uint32{128, 32, 1}

@@ -169,7 +169,7 @@ func routingVariants() []Variant {
 
 func scoreVariant(name string, defines []string) Variant {
 	return Variant{
-		Name: name, Source: "router.comp", Defines: defines,
+		Name: name, Source: "router.comp", Defines: defines, Op: "router_score", Reduce: reduceOf(defines),
 		Bindings: []Binding{
 			{"w", Read, "[rows][cols] f32"},
 			{"bias", Read, "[1] f32 (any buffer when hasBias is 0)"},
@@ -182,9 +182,17 @@ func scoreVariant(name string, defines []string) Variant {
 	}
 }
 
+// reduceOf is the reduction of a routing variant compiled with defines.
+func reduceOf(defines []string) string {
+	if slices.Contains(defines, "SUBGROUP") {
+		return ReduceSubgroup
+	}
+	return ReduceShared
+}
+
 func routeDecodeVariant(name string, defines []string) Variant {
 	v := Variant{
-		Name: name, Source: "route_decode.comp", Defines: defines,
+		Name: name, Source: "route_decode.comp", Defines: defines, Op: "route_decode", Reduce: reduceOf(defines),
 		Bindings: []Binding{
 			{"w", Read, "[nEmbd] f32"},
 			{"bias", Read, "[1] f32 (any buffer when hasBias is 0)"},
@@ -199,6 +207,7 @@ func routeDecodeVariant(name string, defines []string) Variant {
 		Notes: "dispatch (1, 1, 1); Spec: RouteDecodeSpec; _sg needs subgroup arithmetic",
 	}
 	if slices.Contains(defines, "PREDICTOR") {
+		v.Op = "route_decode_pred"
 		v.Bindings = append(v.Bindings,
 			Binding{"h", Read, "[predHidden] f32: SiLU(W1 x), router_score with RouterActSiLU"},
 			Binding{"w2", Read, "[predHidden] f32"},
@@ -224,11 +233,10 @@ type ScorePlan struct {
 	Groups  [3]uint32
 }
 
-// subgroupOK says whether the device's subgroups suit the _sg variants: a
-// power of two that divides every workgroup size used here (64 and up).
+// subgroupOK says whether the device's subgroups suit the _sg variants:
+// they must divide every workgroup size used here (64 and up).
 func (d ScoreDevice) subgroupOK() bool {
-	s := d.SubgroupSize
-	return d.SubgroupArithmetic && s >= 4 && s <= 64 && s&(s-1) == 0
+	return subgroupsUsable(d.SubgroupArithmetic, d.SubgroupSize, 64)
 }
 
 // PlanScore plans router_score over n tokens and rows rows of cols columns

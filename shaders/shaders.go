@@ -59,6 +59,14 @@ type Variant struct {
 	LocalSizeSpec bool
 	Spec          []uint32 // default specialization constants, constant_id i
 	Notes         string   // what the caller must know
+
+	// What the variant computes, for a caller that chooses by it rather
+	// than by its name (the engine's self-check, Fallback). Set on the
+	// families a device's profile chooses between; empty on the others.
+	Op     string // the op: "matvec", "router_score", "route_decode", "route_decode_pred", "decode_attention", ...
+	Type   string // the weight type it reads (MatvecTypes), or its KV cache type ("f16", "f32")
+	Fusion string // a matvec's fusion (MatvecFusions)
+	Reduce string // how its invocations sum: ReduceShared or ReduceSubgroup
 }
 
 // PushBytes is the size of the push-constant block.

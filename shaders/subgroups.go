@@ -136,3 +136,13 @@ func SubgroupSizeFor(f SubgroupFacts) (size uint32, require bool) {
 	}
 	return DispatchSubgroupSize(f.Vendor, f.Reported, f.Min, f.Max), false
 }
+
+// subgroupsUsable is the one rule for a subgroup kernel on a device with
+// subgroups of size: the device has subgroup arithmetic, and size is a
+// power of two from 4 up to largest, the caller's bound (the biggest
+// subgroup its workgroups hold a whole number of: 128 for matvec, whose
+// workgroup is sized from the subgroup; 64 for the routing kernels, whose
+// smallest workgroup is 64).
+func subgroupsUsable(arithmetic bool, size, largest uint32) bool {
+	return arithmetic && size >= 4 && size <= largest && size&(size-1) == 0
+}

@@ -3,6 +3,7 @@ package shaders
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 )
 
 // Weight types on the GPU: the one table that says, for each ggml weight
@@ -99,6 +100,49 @@ func WeightForGGML(ggml string) (WeightType, bool) {
 	}
 	return WeightType{}, false
 }
+
+// Matrix is a weight matrix as the device holds it: the one answer the
+// engine's upload, its fit check and its batched graph take of shaders for
+// each matrix (DeviceMatrix).
+type Matrix struct {
+	Type       WeightType // its kernels' type; Type.Name is the variants' suffix
+	Rows, Cols int
+	RowBytes   int    // a row in the device layout, at most (RowBytes)
+	Matmul     string // the matmul variant that reads it
+	Embed      string // the embedding lookup's, when it is a token table
+}
+
+// DeviceMatrix is the device layout of a rows x cols matrix of ggml's type
+// ggml ("Q4_K"; "F32" for one decoded at load). The error says why the GPU
+// cannot hold it: no kernel reads the type, or the columns are not whole
+// blocks.
+func DeviceMatrix(ggml string, rows, cols int) (Matrix, error) {
+	wt, ok := WeightForGGML(ggml)
+	if !ok {
+		var names []string
+		for _, wt := range WeightTypes {
+			names = append(names, wt.GGML)
+		}
+		return Matrix{}, fmt.Errorf("type %s has no GPU kernel (%s do)", ggml, strings.Join(names, ", "))
+	}
+	if cols%wt.Block != 0 {
+		return Matrix{}, fmt.Errorf("%s with %d columns, not a multiple of its block of %d", ggml, cols, wt.Block)
+	}
+	rowBytes, err := RowBytes(wt.Name, cols)
+	if err != nil {
+		return Matrix{}, err
+	}
+	return Matrix{Type: wt, Rows: rows, Cols: cols, RowBytes: rowBytes, Matmul: MatmulName(wt.Name), Embed: EmbedName(wt.Name)}, nil
+}
+
+// Bytes is rows of the matrix, the file's ggml bytes data, in the device
+// layout (MatvecBytes).
+func (m Matrix) Bytes(data []byte, rows int) ([]byte, error) {
+	return MatvecBytes(m.Type.Name, data, rows, m.Cols)
+}
+
+// DeviceBytes bounds what the whole matrix takes on the device.
+func (m Matrix) DeviceBytes() uint64 { return uint64(m.Rows) * uint64(m.RowBytes) }
 
 // MatmulName is matmul's variant for weight type typ (MatvecTypes).
 func MatmulName(typ string) string { return "matmul_" + typ }

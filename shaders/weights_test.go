@@ -118,3 +118,35 @@ func TestWeightTypes(t *testing.T) {
 	_, err := MatvecBytes("q9_9", nil, 1, 1)
 	assert.Error(t, err)
 }
+
+// DeviceMatrix is the one answer for a matrix: its kernels' type, a row's
+// device size (RowBytes), its matmul and embed variants (which exist), and
+// Bytes is MatvecBytes of its type; a type without kernels or a ragged row
+// is refused, naming the type.
+func TestDeviceMatrix(t *testing.T) {
+	for _, wt := range WeightTypes {
+		cols := 4 * 256
+		mx, err := DeviceMatrix(wt.GGML, 3, cols)
+		require.NoError(t, err, wt.GGML)
+		assert.Equal(t, wt.Name, mx.Type.Name)
+		rb, err := RowBytes(wt.Name, cols)
+		require.NoError(t, err)
+		assert.Equal(t, rb, mx.RowBytes, wt.GGML)
+		assert.Equal(t, uint64(3*rb), mx.DeviceBytes())
+		for _, name := range []string{mx.Matmul, mx.Embed} {
+			_, err := Lookup(name)
+			assert.NoError(t, err, "%s: %s", wt.GGML, name)
+		}
+		data := make([]byte, 3*cols/wt.Block*wt.BlockBytes)
+		got, err := mx.Bytes(data, 3)
+		require.NoError(t, err)
+		want, err := MatvecBytes(wt.Name, data, 3, cols)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, wt.GGML)
+		assert.LessOrEqual(t, len(got), 3*mx.RowBytes, "%s: RowBytes bounds the layout", wt.GGML)
+	}
+	_, err := DeviceMatrix("IQ4_XS", 3, 256)
+	assert.ErrorContains(t, err, "type IQ4_XS has no GPU kernel (F32, ")
+	_, err = DeviceMatrix("Q4_K", 3, 300)
+	assert.ErrorContains(t, err, "Q4_K with 300 columns, not a multiple of its block of 256")
+}

@@ -1,6 +1,8 @@
 package vulkan
 
 import (
+	"slices"
+
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/vk"
@@ -43,15 +45,15 @@ type batchActs struct {
 	partO, partML        *vk.Buffer // attention's key-tile partial results (batchAttentionOps)
 }
 
-// matmulKernel is matmul for weights of type typ, with the device's tiles.
-func matmulKernel(ks *kernels, typ string) (*kernel, error) {
-	return ks.get(shaders.MatmulName(typ), ks.prof.Matmul().Constants())
+// matmulKernel is the matmul that reads matrix mx, with the device's tiles.
+func matmulKernel(ks *kernels, mx shaders.Matrix) (*kernel, error) {
+	return ks.get(mx.Matmul, ks.prof.Matmul().Constants())
 }
 
 // matRows is rows [r0, r1) of m bound for matmul: the part of each of m's
 // pieces that holds some of them.
 func matRows(ks *kernels, m mat, r0, r1 uint32) (batchMat, error) {
-	mm, err := matmulKernel(ks, m.typ)
+	mm, err := matmulKernel(ks, m.mx)
 	if err != nil {
 		return batchMat{}, err
 	}
@@ -122,19 +124,39 @@ func (m batchMat) opsInPieces(maxRange, align uint64, x, y *vk.Buffer, n int) []
 	return ops
 }
 
+// splitRows is the one range splitter: how many of n rows of rowBytes
+// each one binding takes when a binding must stay within maxRange (the
+// profile's maxStorageBufferRange; 0: no limit), in a multiple of step
+// rows. It is n when all fit; ok is false when not even step rows do.
+// Weight pieces (pieceRows), row-wise matmuls and losses (rowsPerPiece)
+// and attention's row groups (attentionGroupRows) all split by it.
+func splitRows(maxRange uint64, n int, rowBytes uint64, step int) (per int, ok bool) {
+	if maxRange == 0 || uint64(n)*rowBytes <= maxRange {
+		return n, true
+	}
+	per = int(maxRange / rowBytes / uint64(step) * uint64(step))
+	return per, per > 0
+}
+
+// alignedStep is the fewest rows after which a binding of rows of each of
+// rowBytes starts at a multiple of align again.
+func alignedStep(align uint64, rowBytes ...uint64) int {
+	align = max(align, 1)
+	step := uint64(1)
+	for _, b := range rowBytes {
+		step = lcm(step, align/gcd(align, b))
+	}
+	return int(step)
+}
+
 // rowsPerPiece is how many of n rows one piece binds when each binding of
 // rows of rowBytes must stay within maxRange and start at a multiple of
-// align: a multiple of the rows after which every binding's offset is
-// aligned, as many as fit. It is n when all fit (or maxRange is 0), and n
-// too when not even one step fits: one piece, which the recorder then
-// refuses by name.
+// align (splitRows by the widest, in alignedStep rows). It is n too when
+// not even one step fits: one piece, which the recorder then refuses by
+// name.
 func rowsPerPiece(maxRange, align uint64, n int, rowBytes ...uint64) int {
-	step, widest := uint64(1), uint64(0)
-	for _, b := range rowBytes {
-		step, widest = lcm(step, align/gcd(align, b)), max(widest, b)
-	}
-	per := int(maxRange / widest / step * step)
-	if maxRange == 0 || per <= 0 || per > n {
+	per, ok := splitRows(maxRange, n, slices.Max(rowBytes), alignedStep(align, rowBytes...))
+	if !ok {
 		return n
 	}
 	return per

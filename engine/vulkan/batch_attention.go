@@ -53,10 +53,10 @@ func (r *Runner) attentionGroupRows(n, entries uint32) uint32 {
 	if attentionRange != 0 {
 		limit = attentionRange
 	}
-	if limit == 0 || uint64(n)*perRow <= limit {
-		return n
+	if per, ok := splitRows(limit, int(n), perRow, 64); ok {
+		return uint32(per)
 	}
-	return uint32(max(1, limit/perRow/64) * 64)
+	return 64 // over the range: the recorder refuses it by name
 }
 
 // attentionRange, when not 0, replaces the binding range in

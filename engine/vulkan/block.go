@@ -1,7 +1,9 @@
 package vulkan
 
 import (
+	"fmt"
 	"math"
+	"slices"
 
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
@@ -68,9 +70,9 @@ func (r *Runner) routedBlockOf(mlpOut *vk.Buffer) routedBlock {
 }
 
 // blockOps are the dispatches of block l of pass p on br's rows.
-func (r *Runner) blockOps(p pass, l int, br blockRows, rb routedBlock) ([]op, error) {
+func (r *Runner) blockOps(p *frame, l int, br blockRows, rb routedBlock) ([]op, error) {
 	var ops []op
-	for _, stage := range []func(pass, int, blockRows, routedBlock) ([]op, error){
+	for _, stage := range []func(*frame, int, blockRows, routedBlock) ([]op, error){
 		r.attentionInput, r.attention, r.attentionOutput, r.mlpInput, r.mlpOutput,
 	} {
 		o, err := stage(p, l, br, rb)
@@ -93,53 +95,71 @@ func (r *Runner) rmsnormOp(x, w, out *vk.Buffer, n int) (op, error) {
 		rd(x, 0, 0), rd(w, 0, 0), wr(out, 0, 0)), nil
 }
 
-// normedMatvec is the decode step's stack s on rmsnorm(x) with weight w,
-// into y: the norm folded into each matvec (FuseNorm), or its own dispatch
-// into act.xn.
-func (r *Runner) normedMatvec(s stack, x, w, y *vk.Buffer) ([]op, error) {
-	if !r.ks.prof.FuseNorm {
-		norm, err := r.rmsnormOp(x, w, r.act.xn, 1)
-		if err != nil {
-			return nil, err
-		}
-		return append([]op{norm}, s.ops(r.act.xn, y)...), nil
-	}
+// normedOps are the decode step's plan steps (shaders.Profile's
+// AttentionInput, GateUp, Head) on one row x with RMSNorm weight w: a norm
+// into p.xn, stack s's matvecs into y (on p.xn after a norm, else on x
+// with the step's fusion, which may norm it), and the other roles by
+// other, the stage's own.
+func (r *Runner) normedOps(p *frame, steps []shaders.Step, s stack, x, w, y *vk.Buffer, other func(shaders.Step) (op, error)) ([]op, error) {
 	var ops []op
-	for i, m := range s.mvs {
-		k, err := r.ks.matvec(m.typ, shaders.FuseNorm, int(m.cols))
-		if err != nil {
-			return nil, err
+	in := x
+	for _, st := range steps {
+		switch st.Role {
+		case shaders.RoleNorm:
+			norm, err := r.rmsnormOp(x, w, p.xn, 1)
+			if err != nil {
+				return nil, err
+			}
+			ops, in = append(ops, norm), p.xn
+		case shaders.RoleMatvec:
+			for i, m := range s.mvs {
+				k := m.mv // made with FuseNone at upload
+				if st.Fusion != shaders.FuseNone {
+					var err error
+					if k, err = r.ks.matvec(m.typ, st.Fusion, int(m.cols)); err != nil {
+						return nil, err
+					}
+				}
+				ops = append(ops, m.fusedOps(k, st.Fusion, in, y, s.mvOff[i], w, r.c.RMSEps)...)
+			}
+		default:
+			o, err := other(st)
+			if err != nil {
+				return nil, err
+			}
+			ops = append(ops, o)
 		}
-		ops = append(ops, m.fusedOps(k, shaders.FuseNorm, x, y, s.mvOff[i], w, r.c.RMSEps)...)
 	}
 	return ops, nil
 }
 
-// attentionInput: q, k and v of the normed rows (act.qkv; a batch's a.q,
-// a.k, a.v).
-func (r *Runner) attentionInput(p pass, l int, br blockRows, _ routedBlock) ([]op, error) {
-	b := &r.w.blocks[l]
+// noOther is normedOps' other for a plan of norms and matvecs only.
+func noOther(st shaders.Step) (op, error) {
+	return op{}, fmt.Errorf("vulkan: no step %v here", st.Role)
+}
+
+// attentionInput: q, k and v of the normed rows (the decode step's stacked
+// p.qkv; a batch's p.q, p.k, p.v).
+func (r *Runner) attentionInput(p *frame, l int, br blockRows, _ routedBlock) ([]op, error) {
+	lf := &p.layers[l]
 	if p.step {
-		return r.normedMatvec(b.qkv, br.x, b.attnNorm, r.act.qkv)
+		return r.normedOps(p, r.ks.prof.AttentionInput(), lf.w.qkv, br.x, lf.w.attnNorm, p.qkv, noOther)
 	}
-	a, eb := &r.pf.a, &r.pf.blocks[l]
-	norm, err := r.rmsnormOp(br.x, b.attnNorm, a.xn, br.n)
+	norm, err := r.rmsnormOp(br.x, lf.w.attnNorm, p.xn, br.n)
 	if err != nil {
 		return nil, err
 	}
-	ops := append([]op{norm}, eb.q.ops(a.xn, a.q, br.n)...)
-	ops = append(ops, eb.k.ops(a.xn, a.k, br.n)...)
-	return append(ops, eb.v.ops(a.xn, a.v, br.n)...), nil
+	ops := append([]op{norm}, lf.mm.q.ops(p.xn, p.q, br.n)...)
+	ops = append(ops, lf.mm.k.ops(p.xn, p.k, br.n)...)
+	return append(ops, lf.mm.v.ops(p.xn, p.v, br.n)...), nil
 }
 
-// attention: RoPE, the cache append and attention, into act.att (a
-// batch's a.att).
-func (r *Runner) attention(p pass, l int, br blockRows, rb routedBlock) ([]op, error) {
+// attention: RoPE, the cache append and attention, into p.att.
+func (r *Runner) attention(p *frame, l int, br blockRows, rb routedBlock) ([]op, error) {
 	if p.step {
-		return r.decodeAttention(l, rb)
+		return r.decodeAttention(p, l, rb)
 	}
 	c := r.c
-	a := &r.pf.a
 	nu := uint32(br.n)
 	rope, err := r.ks.get("rope", nil)
 	if err != nil {
@@ -149,10 +169,10 @@ func (r *Runner) attention(p pass, l int, br blockRows, rb routedBlock) ([]op, e
 		return newOp(rope, shaders.RopePush{HeadDim: uint32(c.HeadDim), NHead: uint32(heads), N: nu}, shaders.Groups(nu),
 			rd(x, 0, 0), rd(br.ropePos, 0, 0), rd(r.w.ropeFreq, 0, 0), wr(out, 0, 0))
 	}
-	ops := []op{ropeOp(a.q, a.qr, c.NHead), ropeOp(a.k, a.kr, c.NKVHead)}
-	att := attentionArgs{n: nu, maxRows: uint32(br.maxRows), q: a.qr, qPos: br.pos, partO: a.partO, partML: a.partML, out: a.att}
+	ops := []op{ropeOp(p.q, p.qr, c.NHead), ropeOp(p.k, p.kr, c.NKVHead)}
+	att := attentionArgs{n: nu, maxRows: uint32(br.maxRows), q: p.qr, qPos: br.pos, partO: p.partO, partML: p.partML, out: p.att}
 	if r.evalMode { // no cache: attention among the n rows, causal by position
-		att.entries, att.kv, att.k, att.v, att.kPos = nu, shaders.KVF32, a.kr, a.v, br.pos
+		att.entries, att.kv, att.k, att.v, att.kPos = nu, shaders.KVF32, p.kr, p.v, br.pos
 	} else {
 		kc := r.cache[l]
 		kv, err := r.ks.get(shaders.PrefillKVName(r.kv), nil)
@@ -166,7 +186,7 @@ func (r *Runner) attention(p pass, l int, br blockRows, rb routedBlock) ([]op, e
 		push := shaders.PrefillPush{N: nu, KVDim: uint32(c.KVDim()), Layer: uint32(l), MaxEntries: uint32(r.ctx)}
 		ops = append(ops,
 			newOp(kv, push, shaders.Groups(nu),
-				rd(a.kr, 0, 0), rd(a.v, 0, 0), rd(br.pos, 0, 0), rd(br.rows, 0, 0), rd(r.counts, 0, 0),
+				rd(p.kr, 0, 0), rd(p.v, 0, 0), rd(br.pos, 0, 0), rd(br.rows, 0, 0), rd(r.counts, 0, 0),
 				wr(kc.k, 0, 0), wr(kc.v, 0, 0), wr(kc.pos, 0, 0)),
 			newOp(count, push, [3]uint32{1, 1, 1}, rd(br.rows, 0, 0), rw(r.counts, 0, 0)))
 		att.entries, att.layer, att.counts, att.kv, att.k, att.v, att.kPos = uint32(r.ctx), uint32(l), r.counts, r.kv, kc.k, kc.v, kc.pos
@@ -178,68 +198,61 @@ func (r *Runner) attention(p pass, l int, br blockRows, rb routedBlock) ([]op, e
 	return append(ops, attOps...), nil
 }
 
-// decodeAttention is the decode step's attention stage: decode_attend in
-// one dispatch (FuseAttention), or decode_kv (RoPE and the append) and
-// attention over the cache, single-pass or, with a split profile,
-// flash-decoding's two passes (the cache in r.attnSplits chunks, a
+// decodeAttention is the decode step's attention stage, the profile's
+// plan (shaders.Profile.DecodeAttention): decode_attend in one dispatch,
+// or decode_kv (RoPE and the append) and attention over the cache in one
+// pass or flash-decoding's two (the cache in r.attnSplits chunks, a
 // workgroup each, then their merge). A routed block of compact positions
 // turns by the layer's entry count (the Compact push constant).
-func (r *Runner) decodeAttention(l int, rb routedBlock) ([]op, error) {
+func (r *Runner) decodeAttention(p *frame, l int, rb routedBlock) ([]op, error) {
 	c := r.c
-	a := &r.act
-	b := &r.w.blocks[l]
+	b := p.layers[l].w
 	kc := r.cache[l]
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
 	kOff, vOff := uint32(b.qkv.part[1]/4), uint32(b.qkv.part[2]/4)
-	if r.ks.prof.FuseAttention {
-		attend, err := r.ks.get(shaders.DecodeAttendName(r.kv), shaders.DecodeAttendSpec(r.attnSplits))
+	nh, hd := uint32(c.NHead), uint32(c.HeadDim)
+	qB := 4 * uint64(c.NHead*c.HeadDim)
+	attnPush := shaders.DecodeAttentionPush{N: 1, Layer: uint32(l), NHead: nh, NKVHead: uint32(c.NKVHead), HeadDim: hd, Scale: scale}
+	inputs := []vk.Bind{rd(p.qkv, 0, qB), rd(kc.k, 0, 0), rd(kc.v, 0, 0), rd(kc.pos, 0, 0), rd(r.tokPos, 0, 0), rd(r.counts, 0, 0)}
+	inputs = inputs[:len(inputs):len(inputs)] // each append below copies
+	var ops []op
+	for _, st := range r.ks.prof.DecodeAttention(r.kv, r.ctx) {
+		k, err := r.ks.get(st.Variant, st.Spec)
 		if err != nil {
 			return nil, err
 		}
-		return []op{newOp(attend, shaders.DecodeAttendPush{HeadDim: uint32(c.HeadDim), NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
-			KOff: kOff, VOff: vOff, Layer: uint32(l), MaxEntries: uint32(r.ctx), Scale: scale, Compact: rb.compact()},
-			shaders.DecodeAttendGroups(uint32(c.NHead), r.attnSplits),
-			rd(a.qkv, 0, 0), rd(r.tokPos, 0, 0), rd(r.w.ropeFreq, 0, 0), rw(kc.k, 0, 0), rw(kc.v, 0, 0), rw(kc.pos, 0, 0), rw(r.counts, 0, 0),
-			rw(a.part, 0, 0), rw(a.done, 0, 0), wr(a.att, 0, 4*uint64(c.NHead*c.HeadDim)))}, nil
+		var o op
+		switch st.Role {
+		case shaders.RoleAttend:
+			o = newOp(k, shaders.DecodeAttendPush{HeadDim: hd, NHead: nh, NKVHead: uint32(c.NKVHead),
+				KOff: kOff, VOff: vOff, Layer: uint32(l), MaxEntries: uint32(r.ctx), Scale: scale, Compact: rb.compact()},
+				shaders.DecodeAttendGroups(nh, r.attnSplits),
+				rd(p.qkv, 0, 0), rd(r.tokPos, 0, 0), rd(r.w.ropeFreq, 0, 0), rw(kc.k, 0, 0), rw(kc.v, 0, 0), rw(kc.pos, 0, 0), rw(r.counts, 0, 0),
+				rw(p.part, 0, 0), rw(p.done, 0, 0), wr(p.att, 0, qB))
+		case shaders.RoleKV:
+			o = newOp(k, shaders.DecodeKVPush{HeadDim: hd, NHead: nh, NKVHead: uint32(c.NKVHead),
+				KOff: kOff, VOff: vOff, Layer: uint32(l), MaxEntries: uint32(r.ctx), Compact: rb.compact()},
+				[3]uint32{1, 1, 1},
+				rw(p.qkv, 0, 0), rd(r.tokPos, 0, 0), rd(r.w.ropeFreq, 0, 0), wr(kc.k, 0, 0), wr(kc.v, 0, 0), wr(kc.pos, 0, 0), rw(r.counts, 0, 0))
+		case shaders.RoleAttention:
+			o = newOp(k, attnPush, shaders.AttentionGroups(1, nh), append(inputs, wr(p.att, 0, qB))...)
+		case shaders.RoleAttentionSplit:
+			o = newOp(k, attnPush, shaders.DecodeAttentionSplitGroups(1, nh, r.attnSplits), append(inputs, wr(p.part, 0, 0))...)
+		case shaders.RoleCombine:
+			o = newOp(k, shaders.DecodeAttentionCombinePush{N: 1, NHead: nh, HeadDim: hd, Splits: r.attnSplits}, shaders.Groups(nh),
+				rd(p.part, 0, 0), wr(p.att, 0, qB))
+		default:
+			return nil, fmt.Errorf("vulkan: decode attention: no step %v", st.Role)
+		}
+		ops = append(ops, o)
 	}
-	kv, err := r.ks.get(shaders.DecodeKVName(r.kv), nil)
-	if err != nil {
-		return nil, err
-	}
-	attn, err := r.ks.get(shaders.DecodeAttentionName(r.kv), nil)
-	if err != nil {
-		return nil, err
-	}
-	ops := []op{newOp(kv, shaders.DecodeKVPush{HeadDim: uint32(c.HeadDim), NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
-		KOff: kOff, VOff: vOff, Layer: uint32(l), MaxEntries: uint32(r.ctx), Compact: rb.compact()},
-		[3]uint32{1, 1, 1},
-		rw(a.qkv, 0, 0), rd(r.tokPos, 0, 0), rd(r.w.ropeFreq, 0, 0), wr(kc.k, 0, 0), wr(kc.v, 0, 0), wr(kc.pos, 0, 0), rw(r.counts, 0, 0))}
-	qB := 4 * uint64(c.NHead*c.HeadDim)
-	push := shaders.DecodeAttentionPush{N: 1, Layer: uint32(l), NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead),
-		HeadDim: uint32(c.HeadDim), Scale: scale}
-	inputs := []vk.Bind{rd(a.qkv, 0, qB), rd(kc.k, 0, 0), rd(kc.v, 0, 0), rd(kc.pos, 0, 0), rd(r.tokPos, 0, 0), rd(r.counts, 0, 0)}
-	if r.attnSplits <= 1 {
-		return append(ops, newOp(attn, push, shaders.AttentionGroups(1, uint32(c.NHead)), append(inputs, wr(a.att, 0, qB))...)), nil
-	}
-	split, err := r.ks.get(shaders.DecodeAttentionSplitName(r.kv), shaders.DecodeAttentionSplitSpec(r.attnSplits))
-	if err != nil {
-		return nil, err
-	}
-	combine, err := r.ks.get("decode_attention_combine", nil)
-	if err != nil {
-		return nil, err
-	}
-	nh, hd := uint32(c.NHead), uint32(c.HeadDim)
-	return append(ops,
-		newOp(split, push, shaders.DecodeAttentionSplitGroups(1, nh, r.attnSplits), append(inputs, wr(a.part, 0, 0))...),
-		newOp(combine, shaders.DecodeAttentionCombinePush{N: 1, NHead: nh, HeadDim: hd, Splits: r.attnSplits}, shaders.Groups(nh),
-			rd(a.part, 0, 0), wr(a.att, 0, qB))), nil
+	return ops, nil
 }
 
-// residual is x += W in: the decode step's matvec with the add folded in
-// (FuseAdd), a batch's matmul into a.ob and add; with add false, only W in
-// into out (a batch: a.ob), for mod_residual's gate to scale.
-func (r *Runner) residual(p pass, m mat, bm batchMat, in *vk.Buffer, br blockRows, add bool, out *vk.Buffer) ([]op, error) {
+// residual is x += W in: the decode step's matvec m with the add folded in
+// (FuseAdd), a batch's matmul bm into p.ob and add; with add false, only
+// W in into out (a batch: p.ob), for mod_residual's gate to scale.
+func (r *Runner) residual(p *frame, m mat, bm batchMat, in *vk.Buffer, br blockRows, add bool, out *vk.Buffer) ([]op, error) {
 	if p.step {
 		if !add {
 			return m.ops(in, out, 0), nil
@@ -250,8 +263,7 @@ func (r *Runner) residual(p pass, m mat, bm batchMat, in *vk.Buffer, br blockRow
 		}
 		return m.fusedOps(k, shaders.FuseAdd, in, br.x, 0, nil, 0), nil
 	}
-	a := &r.pf.a
-	ops := bm.ops(in, a.ob, br.n)
+	ops := bm.ops(in, p.ob, br.n)
 	if !add {
 		return ops, nil
 	}
@@ -260,66 +272,60 @@ func (r *Runner) residual(p pass, m mat, bm batchMat, in *vk.Buffer, br blockRow
 		return nil, err
 	}
 	nd := uint32(br.n * r.c.NEmbd)
-	return append(ops, newOp(k, shaders.AddPush{N: nd}, shaders.Groups((nd+255)/256), rd(br.x, 0, 0), rd(a.ob, 0, 0), wr(br.x, 0, 0))), nil
+	return append(ops, newOp(k, shaders.AddPush{N: nd}, shaders.Groups((nd+255)/256), rd(br.x, 0, 0), rd(p.ob, 0, 0), wr(br.x, 0, 0))), nil
 }
 
 // attentionOutput: x += Wo att.
-func (r *Runner) attentionOutput(p pass, l int, br blockRows, _ routedBlock) ([]op, error) {
-	var bm batchMat
-	att := r.act.att
-	if !p.step {
-		bm, att = r.pf.blocks[l].o, r.pf.a.att
-	}
-	return r.residual(p, r.w.blocks[l].o, bm, att, br, true, nil)
+func (r *Runner) attentionOutput(p *frame, l int, br blockRows, _ routedBlock) ([]op, error) {
+	lf := &p.layers[l]
+	return r.residual(p, lf.w.o, lf.mm.o, p.att, br, true, nil)
 }
 
-// mlpInput: SwiGLU(Wg xn, Wu xn) of the normed rows, into act.h (a
-// batch's a.h).
-func (r *Runner) mlpInput(p pass, l int, br blockRows, _ routedBlock) ([]op, error) {
+// mlpInput: SwiGLU(Wg xn, Wu xn) of the normed rows, into p.h.
+func (r *Runner) mlpInput(p *frame, l int, br blockRows, _ routedBlock) ([]op, error) {
 	c := r.c
-	b := &r.w.blocks[l]
-	swiglu, err := r.ks.get("swiglu", nil)
-	if err != nil {
-		return nil, err
-	}
+	b, eb := p.layers[l].w, &p.layers[l].mm
 	if !p.step {
-		a, eb := &r.pf.a, &r.pf.blocks[l]
-		norm, err := r.rmsnormOp(br.x, b.ffnNorm, a.xn, br.n)
+		swiglu, err := r.ks.get("swiglu", nil)
 		if err != nil {
 			return nil, err
 		}
-		ops := append([]op{norm}, eb.gate.ops(a.xn, a.gate, br.n)...)
-		ops = append(ops, eb.up.ops(a.xn, a.up, br.n)...)
+		norm, err := r.rmsnormOp(br.x, b.ffnNorm, p.xn, br.n)
+		if err != nil {
+			return nil, err
+		}
+		ops := append([]op{norm}, eb.gate.ops(p.xn, p.gate, br.n)...)
+		ops = append(ops, eb.up.ops(p.xn, p.up, br.n)...)
 		nf := uint32(br.n * c.NFF)
-		return append(ops, newOp(swiglu, shaders.SwiGLUPush{N: nf}, shaders.ElementGroups(nf), rd(a.gate, 0, 0), rd(a.up, 0, 0), wr(a.h, 0, 0))), nil
+		return append(ops, newOp(swiglu, shaders.SwiGLUPush{N: nf}, shaders.ElementGroups(nf), rd(p.gate, 0, 0), rd(p.up, 0, 0), wr(p.h, 0, 0))), nil
 	}
-	a := &r.act
 	ffB := 4 * uint64(c.NFF)
-	if gu := b.gateUp; r.ks.prof.FuseNorm && len(gu.mvs) == 1 && len(gu.mvs[0].pieces) == 1 && gu.part[1] == ffB {
-		// gate and up are one matrix [2*nFF][nEmbd]: norm, both matvecs and
-		// SwiGLU in one dispatch.
-		m := gu.mvs[0]
-		k, err := r.ks.matvec(m.typ, shaders.FuseNormSwiGLU, int(m.cols))
-		if err != nil {
-			return nil, err
+	gu := b.gateUp
+	// Gate and up one matrix [2*nFF][nEmbd] in one piece: the plan may
+	// norm, multiply and gate in one dispatch, straight into h.
+	stacked := len(gu.mvs) == 1 && len(gu.mvs[0].pieces) == 1 && gu.part[1] == ffB
+	steps := r.ks.prof.GateUp(stacked)
+	y := p.h
+	swigluOp := func(st shaders.Step) (op, error) {
+		if st.Role != shaders.RoleSwiGLU {
+			return noOther(st)
 		}
-		return m.fusedOps(k, shaders.FuseNormSwiGLU, br.x, a.h, 0, b.ffnNorm, c.RMSEps), nil
+		swiglu, err := r.ks.get(st.Variant, st.Spec)
+		if err != nil {
+			return op{}, err
+		}
+		return newOp(swiglu, shaders.SwiGLUPush{N: uint32(c.NFF)}, shaders.ElementGroups(uint32(c.NFF)),
+			rd(p.gu, gu.part[0], ffB), rd(p.gu, gu.part[1], ffB), wr(p.h, 0, ffB)), nil
 	}
-	ops, err := r.normedMatvec(b.gateUp, br.x, b.ffnNorm, a.gu)
-	if err != nil {
-		return nil, err
+	if slices.ContainsFunc(steps, func(st shaders.Step) bool { return st.Role == shaders.RoleSwiGLU }) {
+		y = p.gu
 	}
-	return append(ops, newOp(swiglu, shaders.SwiGLUPush{N: uint32(c.NFF)}, shaders.ElementGroups(uint32(c.NFF)),
-		rd(a.gu, b.gateUp.part[0], ffB), rd(a.gu, b.gateUp.part[1], ffB), wr(a.h, 0, ffB))), nil
+	return r.normedOps(p, steps, gu, br.x, b.ffnNorm, y, swigluOp)
 }
 
 // mlpOutput: x += Wd h, or with a gated MLP (rb.mlpOut) Wd h alone into
 // rb.mlpOut, which mod_residual scales and adds.
-func (r *Runner) mlpOutput(p pass, l int, br blockRows, rb routedBlock) ([]op, error) {
-	var bm batchMat
-	h := r.act.h
-	if !p.step {
-		bm, h = r.pf.blocks[l].down, r.pf.a.h
-	}
-	return r.residual(p, r.w.blocks[l].down, bm, h, br, rb.mlpOut == nil, rb.mlpOut)
+func (r *Runner) mlpOutput(p *frame, l int, br blockRows, rb routedBlock) ([]op, error) {
+	lf := &p.layers[l]
+	return r.residual(p, lf.w.down, lf.mm.down, p.h, br, rb.mlpOut == nil, rb.mlpOut)
 }

@@ -3,7 +3,9 @@ package vulkan
 import (
 	"testing"
 
+	"github.com/modrun/modrun/shaders"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestOpsInPieces: the output matmul of a long window is cut into pieces of
@@ -13,7 +15,9 @@ import (
 // for more, and over the range). A matrix in two pieces takes two ops per
 // piece of rows.
 func TestOpsInPieces(t *testing.T) {
-	k := &kernel{spec: []uint32{128, 64, 64, 16, 8, 4}}
+	v, err := shaders.Lookup(shaders.MatmulName(shaders.MatvecF32))
+	require.NoError(t, err)
+	k := &kernel{v: v, spec: []uint32{128, 64, 64, 16, 8, 4}}
 	const maxRange, align = 128 << 20, 256
 	for _, sh := range []struct{ vocab, cols uint32 }{{32000, 288}, {128256, 2048}, {128256, 72}, {1001, 36}} {
 		m := batchMat{mm: k, rows: sh.vocab, cols: sh.cols, parts: []matPart{{rows: sh.vocab, wRows: sh.vocab}}}

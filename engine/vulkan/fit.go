@@ -72,8 +72,10 @@ func kvBytesPerToken(c mod.Config, kv shaders.KV) uint64 {
 	return uint64(c.NLayer) * (2*kv.ElementBytes()*uint64(c.KVDim()) + 4)
 }
 
-// weightBytes is what the model's tensors take: about what their upload
-// takes (a repacking moves bytes, it adds few).
+// weightBytes is what the model's tensors take on the device: decoded F32
+// tensors as they are, the others as shaders.DeviceMatrix lays them out
+// (the sub-block layouts take a little more than the file; a type no
+// kernel reads counts its file bytes, and the upload then refuses it).
 func weightBytes(w *mod.Weights) uint64 {
 	mats := []*mod.Mat{&w.TokenEmbd, &w.OutputNorm}
 	if w.Output.Name != w.TokenEmbd.Name { // not tied
@@ -88,9 +90,16 @@ func weightBytes(w *mod.Weights) uint64 {
 	}
 	var n uint64
 	for _, m := range mats {
-		if m != nil {
-			f32, packed := m.Data()
-			n += 4*uint64(len(f32)) + uint64(len(packed))
+		if m == nil {
+			continue
+		}
+		f32, packed := m.Data()
+		if f32 != nil {
+			n += 4 * uint64(len(f32))
+		} else if mx, err := shaders.DeviceMatrix(m.Type.String(), m.Rows, m.Cols); err == nil {
+			n += mx.DeviceBytes()
+		} else {
+			n += uint64(len(packed))
 		}
 	}
 	return n

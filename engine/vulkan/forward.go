@@ -61,29 +61,25 @@ type pass struct {
 func stepPass(copyLogits bool) pass { return pass{n: 1, step: true, copyLogits: copyLogits} }
 
 // recordForward records pass p.
-func (r *Runner) recordForward(p pass) (*vk.Recorder, error) {
+func (r *Runner) recordForward(ps pass) (*vk.Recorder, error) {
 	rec := r.dev.NewRecorder()
-	tok, x := r.tok, r.act.x
-	rows := blockRows{x: x, n: 1, maxRows: 1, pos: r.tokPos, ropePos: r.tokPos}
-	if !p.step {
-		a := &r.pf.a
-		tok, x = r.pf.tok, a.x
-		rows = blockRows{x: x, n: p.n, maxRows: p.n, pos: a.pos, ropePos: a.pos, rows: r.pf.rows}
-		rec.Fill(r.pf.rows, 0, 4, uint32(p.n)) // the dense layers' append count
+	p := r.frameOf(ps)
+	if p.appendCount != nil {
+		rec.Fill(p.appendCount, 0, 4, uint32(p.n))
 	}
 	embed, err := r.ks.get(r.w.tokenEmbd.embedKernel(), nil)
 	if err != nil {
 		return rec, err
 	}
-	r.dispatchAll(rec, r.w.tokenEmbd.embedOps(embed, tok, x, p.n))
+	r.dispatchAll(rec, r.w.tokenEmbd.embedOps(embed, p.tok, p.x, p.n))
 	routed := 0 // routed layers so far: the trace's index
-	for l := range r.w.blocks {
-		if r.w.blocks[l].router != nil {
+	for l := range p.layers {
+		if p.layers[l].w.router != nil {
 			err = r.recordRouted(rec, p, l, routed)
 			routed++
 		} else {
 			var ops []op
-			ops, err = r.blockOps(p, l, rows, routedBlock{})
+			ops, err = r.blockOps(p, l, p.rows, routedBlock{})
 			r.dispatchAll(rec, ops)
 		}
 		if err != nil {
@@ -96,85 +92,12 @@ func (r *Runner) recordForward(p pass) (*vk.Recorder, error) {
 	return rec, rec.Err()
 }
 
-// recordHead records pass p's head: every row's logits or losses, or the
-// last row's logits and their argmax (bestHost), as the decode step ends.
-func (r *Runner) recordHead(rec *vk.Recorder, p pass) error {
-	c := r.c
-	a := &r.act
-	if p.head != headLast {
-		pf := r.pf
-		return r.recordRowsHead(rec, p.head, pf.output, pf.a.x, pf.a.xn, p.n, pf.heads[p.head])
-	}
-	dB := 4 * uint64(c.NEmbd)
-	if !p.step { // the last row, where the decode step's head reads it
-		rec.Copy(r.pf.a.x, a.x, uint64(p.n-1)*dB, 0, dB)
-		r.timestamp(rec, "copy")
-	}
-	argmax, err := r.ks.row("argmax", c.NVocab)
-	if err != nil {
-		return err
-	}
-	vB := 4 * uint64(c.NVocab)
-	out := r.w.output
-	var ops []op
-	if r.ks.prof.FuseNorm {
-		k, err := r.ks.matvec(out.typ, shaders.FuseNorm, int(out.cols))
-		if err != nil {
-			return err
-		}
-		ops = out.fusedOps(k, shaders.FuseNorm, a.x, a.logits, 0, r.w.outputNorm, c.RMSEps)
-	} else {
-		norm, err := r.rmsnormOp(a.x, r.w.outputNorm, a.xn, 1)
-		if err != nil {
-			return err
-		}
-		ops = append([]op{norm}, out.ops(a.xn, a.logits, 0)...)
-	}
-	r.dispatchAll(rec, ops)
-	r.dispatch(rec, newOp(argmax, shaders.ArgmaxPush{Cols: uint32(c.NVocab), N: 1}, shaders.RowGroups(1, argmax.spec),
-		rd(a.logits, 0, vB), wr(r.bestHost, 0, 0)))
-	if p.copyLogits {
-		rec.Copy(a.logits, r.logitsHost, 0, 0, vB)
-		r.timestamp(rec, "copy")
-	}
-	return nil
-}
-
-// routedBufs are the buffers of a routed layer in a pass.
-type routedBufs struct {
-	x, xs        *vk.Buffer // [n][nEmbd] the rows; the selected rows, gathered (the block's rows)
-	score, pred  *vk.Buffer // [n] f32 router and predictor scores
-	hidden       *vk.Buffer // the MLP predictor's hidden layer
-	idx          *vk.Buffer // [n] u32 the selected rows, ascending (mod_residual's sel)
-	count        *vk.Buffer // [1] u32 how many
-	selected     *vk.Buffer // [n] u32 each row's decision (the trace's)
-	pos, ropePos *vk.Buffer // [n] u32 the selected rows' positions, and RoPE's (compact ones with mod.PositionsCompact)
-	mlpOut       *vk.Buffer // a gated MLP's output (mod.GateTargetMLP)
-}
-
-// routedBufsOf is layer l's routedBufs in pass p.
-func (r *Runner) routedBufsOf(p pass, l int) routedBufs {
-	if p.step {
-		ro := &r.routes[l]
-		return routedBufs{x: r.act.x, xs: r.act.xs, score: ro.score, pred: ro.pred, hidden: ro.hidden, idx: ro.idx,
-			count: ro.count, selected: ro.count, pos: r.tokPos, ropePos: r.tokPos, mlpOut: r.act.mo}
-	}
-	pf := r.pf
-	a := &pf.a
-	u := routedBufs{x: a.x, xs: a.xs, score: a.r, pred: pf.pred, hidden: pf.hidden, idx: a.keys,
-		count: a.count, selected: a.mask, pos: pf.psel, ropePos: pf.psel, mlpOut: a.ob}
-	if r.c.Positions == mod.PositionsCompact {
-		u.ropePos = pf.prope
-	}
-	return u
-}
-
 // recordRouted records routed layer l, the j-th routed one, in pass p: the
 // selector, then the block and mod_residual on the selected rows. With
 // Options.Trace each row's r, p and decision are copied to the trace.
-func (r *Runner) recordRouted(rec *vk.Recorder, p pass, l, j int) error {
+func (r *Runner) recordRouted(rec *vk.Recorder, p *frame, l, j int) error {
 	c := r.c
-	u := r.routedBufsOf(p, l)
+	u := p.layers[l].routed
 	rb := r.routedBlockOf(u.mlpOut)
 	residual, err := r.ks.get(shaders.ModResidualVariant(c.Gate, c.GateTarget), nil)
 	if err != nil {
@@ -258,7 +181,7 @@ type tableKey struct {
 // for the decode step, 1 (route_decode writes zero workgroups for 0); for
 // a batch of n, 0..n (prefill_args picks). The tables are the same for
 // every routed layer, so one is made per shape.
-func (r *Runner) routedTable(p pass, block []op, blockOn func(k, maxRows int) ([]op, error)) (*vk.Buffer, error) {
+func (r *Runner) routedTable(p *frame, block []op, blockOn func(k, maxRows int) ([]op, error)) (*vk.Buffer, error) {
 	key := tableKey{p.step, p.n}
 	if t, ok := r.tables[key]; ok {
 		return t, nil
@@ -308,8 +231,8 @@ func (r *Runner) routedArgs(l, m int) (*vk.Buffer, error) {
 // the pass's n rows to its trace buffer (Options.Trace): [nRouted][3][rows]
 // of r f32, p f32, selected u32, rows 1 for the decode step and UBatch for
 // a batch (readTrace).
-func (r *Runner) recordTraceRows(rec *vk.Recorder, p pass, j int, u routedBufs) {
-	buf, rows := r.traceBuf(p)
+func (r *Runner) recordTraceRows(rec *vk.Recorder, p *frame, j int, u routedBufs) {
+	buf, rows := p.trace, p.traceRows
 	if buf == nil {
 		return
 	}
@@ -322,18 +245,10 @@ func (r *Runner) recordTraceRows(rec *vk.Recorder, p pass, j int, u routedBufs) 
 	r.timestamp(rec, "copy")
 }
 
-// traceBuf is pass p's trace buffer and its rows (nil without Options.Trace).
-func (r *Runner) traceBuf(p pass) (*vk.Buffer, int) {
-	if p.step {
-		return r.traceHost, 1
-	}
-	return r.pf.trace, r.pf.ub
-}
-
-// readTrace appends the routing of the n rows of the pass just run to
-// r.trace (with Options.Trace; a no-op otherwise).
-func (r *Runner) readTrace(p pass) error {
-	buf, rows := r.traceBuf(p)
+// readTrace appends the routing of the n rows of the pass just run, in
+// its trace buffer buf of rows (frame.trace), to r.trace (with
+// Options.Trace; a no-op otherwise).
+func (r *Runner) readTrace(buf *vk.Buffer, rows, n int) error {
 	if r.trace == nil || buf == nil {
 		return nil
 	}
@@ -349,7 +264,7 @@ func (r *Runner) readTrace(p pass) error {
 	if r.routing == mod.RoutingPredictor {
 		field = 1
 	}
-	for i := 0; i < p.n; i++ {
+	for i := 0; i < n; i++ {
 		routes := make([]mod.Route, len(routed))
 		for j, l := range routed {
 			routes[j] = mod.Route{Layer: l, Score: math.Float32frombits(word(j, field, i)), Selected: word(j, 2, i) != 0}

@@ -52,21 +52,59 @@ func (r *Runner) newHeadBufs(head rowsHead, rows int) (headBufs, error) {
 	return hb, nil
 }
 
-// recordRowsHead records the head of every one of n rows of x (a batch's
-// residual stream): the final rmsnorm and the output matmul into
-// hb.logits, then for headLogits their copy to the host, for headLoss the
-// loss of each row's target (hb.target) into hb.loss. out is the output
-// matrix bound for matmul; xn is scratch of [n][nEmbd].
-func (r *Runner) recordRowsHead(rec *vk.Recorder, head rowsHead, out batchMat, x, xn *vk.Buffer, n int, hb headBufs) error {
+// recordHead records pass p's head: every row's logits or losses
+// (recordRowsHead), or the last row's logits and their argmax (bestHost),
+// as the decode step ends, the logits copied to the host when the pass
+// asks.
+func (r *Runner) recordHead(rec *vk.Recorder, p *frame) error {
 	c := r.c
-	nu := uint32(n)
-	norm, err := r.ks.row("rmsnorm", c.NEmbd)
+	if p.head != headLast {
+		return r.recordRowsHead(rec, p)
+	}
+	if p.last != p.x { // a batch: its last row, where the decode step's head reads it
+		dB := 4 * uint64(c.NEmbd)
+		rec.Copy(p.x, p.last, uint64(p.n-1)*dB, 0, dB)
+		r.timestamp(rec, "copy")
+	}
+	vB := 4 * uint64(c.NVocab)
+	argmaxOp := func(st shaders.Step) (op, error) {
+		if st.Role != shaders.RoleArgmax {
+			return noOther(st)
+		}
+		argmax, err := r.ks.row(st.Variant, c.NVocab)
+		if err != nil {
+			return op{}, err
+		}
+		return newOp(argmax, shaders.ArgmaxPush{Cols: uint32(c.NVocab), N: 1}, shaders.RowGroups(1, argmax.spec),
+			rd(p.logits, 0, vB), wr(r.bestHost, 0, 0)), nil
+	}
+	out := stack{mvs: []mat{r.w.output}, mvOff: []uint64{0}}
+	ops, err := r.normedOps(p, r.ks.prof.Head(), out, p.last, r.w.outputNorm, p.logits, argmaxOp)
 	if err != nil {
 		return err
 	}
-	r.dispatch(rec, newOp(norm, shaders.RMSNormPush{Cols: uint32(c.NEmbd), N: nu, Eps: c.RMSEps}, shaders.RowGroups(nu, norm.spec),
-		rd(x, 0, 0), rd(r.w.outputNorm, 0, 0), wr(xn, 0, 0)))
-	for _, o := range out.opsInPieces(r.ks.prof.MaxStorageBufferRange, r.dev.Info().Limits.MinStorageBufferOffsetAlignment, xn, hb.logits, n) {
+	r.dispatchAll(rec, ops)
+	if p.copyLogits {
+		rec.Copy(p.logits, r.logitsHost, 0, 0, vB)
+		r.timestamp(rec, "copy")
+	}
+	return nil
+}
+
+// recordRowsHead records the head of every one of a batch's n rows: the
+// final rmsnorm and the output matmul into the head's logits, then for
+// headLogits their copy to the host, for headLoss the loss of each row's
+// target (hb.target) into hb.loss.
+func (r *Runner) recordRowsHead(rec *vk.Recorder, p *frame) error {
+	c := r.c
+	n, head, hb := p.n, p.head, r.pf.heads[p.head]
+	norm, err := r.rmsnormOp(p.x, r.w.outputNorm, p.xn, n)
+	if err != nil {
+		return err
+	}
+	r.dispatch(rec, norm)
+	xn := p.xn
+	for _, o := range r.pf.output.opsInPieces(r.ks.prof.MaxStorageBufferRange, r.dev.Info().Limits.MinStorageBufferOffsetAlignment, xn, hb.logits, n) {
 		r.dispatch(rec, o)
 	}
 	switch head {

@@ -96,8 +96,29 @@ type op struct {
 	binds  []vk.Bind
 }
 
+// newOp is a dispatch of k. Each bind's access is the one its binding has
+// in the variant's table (shaders.Variant.Bindings), which the barriers
+// are derived from: a bind that says otherwise, or a count that differs,
+// is a bug in the caller, and panics here, at recording, where every test
+// that records finds it.
 func newOp(k *kernel, push any, groups [3]uint32, binds ...vk.Bind) op {
+	if err := checkBinds(k.v, binds); err != nil {
+		panic(err)
+	}
 	return op{k: k, push: vk.MustPackPush(push), groups: groups, binds: binds}
+}
+
+// checkBinds says how binds disagree with variant v's bindings, if they do.
+func checkBinds(v shaders.Variant, binds []vk.Bind) error {
+	if len(binds) != len(v.Bindings) {
+		return fmt.Errorf("vulkan: %s: %d binds for its %d bindings", v.Name, len(binds), len(v.Bindings))
+	}
+	for i, b := range binds {
+		if want := vk.Access(v.Bindings[i].Access); b.Access != want {
+			return fmt.Errorf("vulkan: %s: binding %d (%s) bound %v, the variant's is %v", v.Name, i, v.Bindings[i].Name, b.Access, want)
+		}
+	}
+	return nil
 }
 
 func (o op) record(rec *vk.Recorder) { rec.Dispatch(o.k.k, o.push, o.groups, o.binds...) }

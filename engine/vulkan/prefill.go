@@ -215,7 +215,7 @@ func (r *Runner) runPrefill(tokens []int32, head rowsHead, each func(out []float
 			return fmt.Errorf("vulkan: prefill of %d tokens at position %d: %w", n, r.pos, err)
 		}
 		r.addTimings(rec)
-		if err := r.readTrace(pass{n: n}); err != nil {
+		if err := r.readTrace(pf.trace, pf.ub, n); err != nil {
 			return fmt.Errorf("vulkan: routing of positions %d..%d: %w", r.pos, r.pos+n-1, err)
 		}
 		r.pos += n

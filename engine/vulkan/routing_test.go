@@ -211,7 +211,8 @@ func TestRoutedDispatches(t *testing.T) {
 			blockDispatches := make([]int, c.NLayer)
 			wantAll, wantIndirect, dense := 1+3, 0, 1+3 // embed; rmsnorm, output matvec, argmax
 			for l := 0; l < c.NLayer; l++ {
-				ops, err := run.blockOps(stepPass(true), l, blockRows{x: run.act.x, n: 1, maxRows: 1, pos: run.tokPos, ropePos: run.tokPos}, routedBlock{})
+				p := run.frameOf(stepPass(true))
+				ops, err := run.blockOps(p, l, p.rows, routedBlock{})
 				require.NoError(t, err)
 				blockDispatches[l] = len(ops)
 				dense += len(ops)

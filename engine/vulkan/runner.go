@@ -91,40 +91,27 @@ type Runner struct {
 	// nWeightBufs is how many of bufs uploadWeights made (MemoryStats).
 	nWeightBufs int
 
-	// The per-token inputs of the step, written by the host before each
-	// replay: host-visible, so a write is a memcpy, no transfer.
-	tok    *vk.Buffer // [1] u32 token id
-	tokPos *vk.Buffer // [1] u32 its position
 	// counts[l] is layer l's KV cache entry count, maintained by the GPU
 	// (decode_kv increments it when the layer runs on the token).
 	counts *vk.Buffer   // [nLayer] u32
 	cache  []layerCache // [nLayer]
-	act    activations  // the step's scratch
-	routes []route      // [nLayer]; zero for a dense layer
 	// args[l] is routed layer l's indirect arguments, written by its
 	// selector in every pass (routedArgs); tables the routed blocks'
 	// dispatch sizes per pass shape (routedTable).
 	args   []*vk.Buffer
 	tables map[tableKey]*vk.Buffer
-	// What the host reads after a step.
-	logitsHost *vk.Buffer // [nVocab] f32
-	bestHost   *vk.Buffer // [1] u32: argmax of the logits, on the GPU
 
-	step       *vk.Recorder // the decode step: recorded once, replayed per token
-	stepGreedy *vk.Recorder // the step without the logits' copy to the host (FeedArgmax)
-	fetch      *vk.Recorder // the logits' copy to the host alone, after a prefill (Feed)
-	pf         *prefill     // the batched prefill (prefill.go)
-	ub         int          // Options.UBatch
+	decodeStep          // the decode step's buffers and recordings (step.go)
+	pf         *prefill // the batched prefill (prefill.go)
+	ub         int      // Options.UBatch
 
 	profile     bool                     // the step has a timestamp after each command
 	conditional bool                     // routed blocks run in conditional spans (VK_EXT_conditional_rendering)
 	prof        map[string]*ProfileEntry // per label, summed over replays since New
 
-	// With Options.Trace, the step copies each routed layer's score r,
-	// predictor score p and count (0 or 1) here, and run reads them after
-	// each token into trace (readTrace).
-	traceHost *vk.Buffer    // [nRouted][3][1] r f32, p f32, selected u32
-	trace     [][]mod.Route // [tokens of the last Feed][nRouted]
+	// trace is, with Options.Trace, the routing of each token of the last
+	// Feed (readTrace); nil without it.
+	trace [][]mod.Route // [tokens of the last Feed][nRouted]
 }
 
 // layerCache is one layer's KV cache on the GPU: the first counts[l] entries
@@ -132,30 +119,6 @@ type Runner struct {
 type layerCache struct {
 	k, v *vk.Buffer // [ctx][kvDim] f32 or f16 (Runner.kv), k rotated
 	pos  *vk.Buffer // [ctx] u32 original position of each entry
-}
-
-// activations are the step's intermediate vectors (one token).
-type activations struct {
-	x      *vk.Buffer // [nEmbd] the residual stream
-	xs     *vk.Buffer // [nEmbd] a routed block's copy of x, then its output
-	xn     *vk.Buffer // [nEmbd] normed input of a matvec (without FuseNorm)
-	qkv    *vk.Buffer // q [qDim], k [kvDim], v [kvDim] (weights.block.qkv.part)
-	att    *vk.Buffer // [qDim] attention output
-	part   *vk.Buffer // [nHead][attnSplits][2+headDim] flash-decoding's partial results
-	done   *vk.Buffer // [nHead+1] u32 decode_attend's counters, zero between dispatches
-	gu     *vk.Buffer // gate [nFF], up [nFF] (weights.block.gateUp.part)
-	h      *vk.Buffer // [nFF] SwiGLU output
-	mo     *vk.Buffer // [nEmbd] a routed block's MLP output, when its gate scales it (mod.GateTargetMLP)
-	logits *vk.Buffer // [nVocab]
-}
-
-// route is a routed layer's routing state in the decode step, on the GPU.
-type route struct {
-	score  *vk.Buffer // [1] f32 router score r
-	pred   *vk.Buffer // [1] f32 predictor score p (predictor routing)
-	hidden *vk.Buffer // [predHidden] f32 SiLU(W1 x) (an MLP predictor's routing)
-	idx    *vk.Buffer // [1] u32 0: mod_residual's index list (the one token)
-	count  *vk.Buffer // [1] u32 selected tokens: 0 or 1
 }
 
 // KVType is the KV caches' element type, "f16" or "f32".
@@ -247,124 +210,24 @@ func (r *Runner) build(m *mod.Model) error {
 	return nil
 }
 
-// allocate makes the caches, the activations and the step's inputs and outputs.
+// allocate makes the KV caches and their counts, then the decode step's
+// buffers (allocateStep).
 func (r *Runner) allocate() error {
 	c := r.c
-	f32 := func(n int) uint64 { return 4 * uint64(n) }
-	kvd := c.KVDim()
 	al := &allocator{r: r}
 	must := al.buf
-	r.tok, r.tokPos = must(4, vk.HostVisible), must(4, vk.HostVisible)
-	r.logitsHost, r.bestHost = must(f32(c.NVocab), vk.HostVisible), must(4, vk.HostVisible)
-	r.counts = must(f32(c.NLayer), vk.DeviceLocal)
-	b0 := r.w.blocks[0]
-	a := &r.act
-	a.x, a.xs, a.xn = must(f32(c.NEmbd), vk.DeviceLocal), must(f32(c.NEmbd), vk.DeviceLocal), must(f32(c.NEmbd), vk.DeviceLocal)
-	a.mo = must(f32(c.NEmbd), vk.DeviceLocal)
-	a.qkv, a.att = must(b0.qkv.bytes, vk.DeviceLocal), must(f32(c.NHead*c.HeadDim), vk.DeviceLocal)
-	a.gu, a.h = must(b0.gateUp.bytes, vk.DeviceLocal), must(f32(c.NFF), vk.DeviceLocal)
-	a.logits = must(f32(c.NVocab), vk.DeviceLocal)
-	a.part = must(4*shaders.DecodeAttentionPartialFloats(1, uint32(c.NHead), uint32(c.HeadDim), r.attnSplits), vk.DeviceLocal)
-	a.done = must(4*shaders.DecodeAttendDoneWords(uint32(c.NHead)), vk.DeviceLocal)
-	if al.err == nil {
-		al.err = a.done.Upload(make([]byte, a.done.Size()), 0) // decode_attend leaves it zero after each dispatch
-	}
-	if al.err != nil {
-		return fmt.Errorf("activations: %w", al.err)
-	}
-	if r.evalMode {
-		return nil // no cache, no decode step
-	}
-	r.cache = make([]layerCache, c.NLayer)
-	r.routes = make([]route, c.NLayer)
-	for l := range r.cache {
-		kvB := r.kv.ElementBytes() * uint64(r.ctx*kvd)
-		r.cache[l] = layerCache{k: must(kvB, vk.DeviceLocal), v: must(kvB, vk.DeviceLocal),
-			pos: must(f32(r.ctx), vk.DeviceLocal)}
-		if c.Routed[l] {
-			ro := route{score: must(4, vk.DeviceLocal), pred: must(4, vk.DeviceLocal), count: must(4, vk.DeviceLocal), idx: must(4, vk.DeviceLocal)}
-			if rt := r.w.blocks[l].router; r.routing == mod.RoutingPredictor && rt.predHidden > 0 {
-				ro.hidden = must(4*uint64(rt.predHidden), vk.DeviceLocal)
-			}
-			if al.err == nil {
-				al.err = ro.idx.Upload(u32Bytes([]uint32{0}), 0)
-			}
-			r.routes[l] = ro
+	r.counts = must(4*uint64(c.NLayer), vk.DeviceLocal)
+	if !r.evalMode { // eval mode keeps no cache
+		r.cache = make([]layerCache, c.NLayer)
+		kvB := r.kv.ElementBytes() * uint64(r.ctx*c.KVDim())
+		for l := range r.cache {
+			r.cache[l] = layerCache{k: must(kvB, vk.DeviceLocal), v: must(kvB, vk.DeviceLocal), pos: must(4*uint64(r.ctx), vk.DeviceLocal)}
 		}
-	}
-	if r.trace != nil {
-		r.traceHost = must(12*uint64(len(c.RoutedLayers())), vk.HostVisible)
 	}
 	if al.err != nil {
 		return fmt.Errorf("KV caches for %d tokens: %w", r.ctx, al.err)
 	}
-	return nil
-}
-
-// Feed runs tokens after those already fed and returns the logits of the
-// last one [nVocab].
-//
-// One token runs through the recorded decode step; more go through the
-// batched prefill in chunks of up to Options.UBatch (prefill.go). Causal
-// routing decides token by token (DESIGN.md §3), so the result does not
-// depend on how the tokens are split, up to the kernels' summation orders.
-// After an error the sequence is in an unspecified state: Reset it.
-func (r *Runner) Feed(tokens []int32) ([]float32, error) {
-	if err := r.run(tokens, true); err != nil {
-		return nil, err
-	}
-	if len(tokens) > 1 { // a prefill: its last row's logits are on the device
-		if err := r.dev.Run(r.fetch); err != nil {
-			return nil, fmt.Errorf("vulkan: logits at position %d: %w", r.pos-1, err)
-		}
-	}
-	return downloadF32(r.logitsHost, r.c.NVocab)
-}
-
-// FeedArgmax is Feed for greedy decoding: it runs tokens and returns the
-// argmax of the last one's logits (lastArgmax), reading 4 bytes back
-// instead of the nVocab logits.
-func (r *Runner) FeedArgmax(tokens []int32) (int32, error) {
-	if err := r.run(tokens, false); err != nil {
-		return 0, err
-	}
-	return r.lastArgmax()
-}
-
-// run runs tokens: one through the decode step (the one that copies the
-// logits to the host when logits), more through the batched prefill.
-func (r *Runner) run(tokens []int32, logits bool) error {
-	if r.resetErr != nil {
-		return fmt.Errorf("vulkan: Reset: %w", r.resetErr)
-	}
-	if err := r.check(tokens); err != nil {
-		return err
-	}
-	if r.trace != nil {
-		r.trace = r.trace[:0]
-	}
-	if len(tokens) > 1 {
-		return r.runPrefill(tokens, headLast, nil)
-	}
-	if err := r.tok.Upload(u32Bytes([]uint32{uint32(tokens[0])}), 0); err != nil {
-		return err
-	}
-	if err := r.tokPos.Upload(u32Bytes([]uint32{uint32(r.pos)}), 0); err != nil {
-		return err
-	}
-	step := r.stepGreedy
-	if logits {
-		step = r.step
-	}
-	if err := r.dev.Run(step); err != nil {
-		return fmt.Errorf("vulkan: decode step at position %d: %w", r.pos, err)
-	}
-	r.addTimings(step)
-	if err := r.readTrace(stepPass(logits)); err != nil {
-		return fmt.Errorf("vulkan: routing of position %d: %w", r.pos, err)
-	}
-	r.pos++
-	return nil
+	return r.allocateStep()
 }
 
 // Routes is, for each token of the last Feed or FeedArgmax call, what each
@@ -388,23 +251,6 @@ func (r *Runner) check(tokens []int32) error {
 		}
 	}
 	return nil
-}
-
-// lastArgmax is the index of the largest logit of the last token fed, computed
-// on the GPU (ties to the lower index): greedy decoding without reading the
-// logits back.
-// Logits holding a NaN or an infinity give mod.ErrNonFinite, as Feed's
-// caller finds them on the CPU.
-func (r *Runner) lastArgmax() (int32, error) {
-	var raw [4]byte
-	if err := r.bestHost.Download(raw[:], 0); err != nil {
-		return 0, err
-	}
-	best := binary.LittleEndian.Uint32(raw[:])
-	if best == shaders.ArgmaxNonFinite {
-		return 0, fmt.Errorf("vulkan: %w", mod.NonFinite(r.pos-1))
-	}
-	return int32(best), nil
 }
 
 // Pos is the number of tokens fed since the last Reset.

@@ -114,7 +114,6 @@ func (r *Runner) scoreOps(l, n int, u routedBufs) ([]op, *vk.Buffer, error) {
 // before the batch: prefill_pos_compact) of a batch of n rows, at most take
 // of them selected.
 func (r *Runner) gatherOps(l, n int, take uint32, u routedBufs) ([]op, error) {
-	a := &r.pf.a
 	nu := uint32(n)
 	gather, err := r.ks.get("gather", nil)
 	if err != nil {
@@ -128,14 +127,14 @@ func (r *Runner) gatherOps(l, n int, take uint32, u routedBufs) ([]op, error) {
 			return nil, err
 		}
 		return append(ops, newOp(k, shaders.PrefillPush{N: nu}, shaders.Groups((nu+63)/64),
-			rd(u.idx, 0, 0), rd(u.count, 0, 0), rd(a.pos, 0, 0), wr(u.pos, 0, 0))), nil
+			rd(u.idx, 0, 0), rd(u.count, 0, 0), rd(u.rowPos, 0, 0), wr(u.pos, 0, 0))), nil
 	}
 	k, err := r.ks.get("prefill_pos_compact", nil)
 	if err != nil {
 		return nil, err
 	}
 	return append(ops, newOp(k, shaders.PrefillPush{N: nu, Layer: uint32(l)}, shaders.Groups((nu+63)/64),
-		rd(u.idx, 0, 0), rd(u.count, 0, 0), rd(a.pos, 0, 0), wr(u.pos, 0, 0), rd(r.counts, 0, 0), wr(u.ropePos, 0, 0))), nil
+		rd(u.idx, 0, 0), rd(u.count, 0, 0), rd(u.rowPos, 0, 0), wr(u.pos, 0, 0), rd(r.counts, 0, 0), wr(u.ropePos, 0, 0))), nil
 }
 
 // selectCausal is a batch's causal selector: the scores, compact_positive
@@ -143,8 +142,7 @@ func (r *Runner) gatherOps(l, n int, take uint32, u routedBufs) ([]op, error) {
 // decision (a row whose deciding score is not finite poisons its x,
 // mod.PoisonRows), the gather and positions, then prefill_args: the
 // block's m indirect arguments, the table's sizes for the count.
-func (r *Runner) selectCausal(p pass, l int, u routedBufs, table, args *vk.Buffer, m int) ([]op, error) {
-	a := &r.pf.a
+func (r *Runner) selectCausal(p *frame, l int, u routedBufs, table, args *vk.Buffer, m int) ([]op, error) {
 	nu := uint32(p.n)
 	ops, decide, err := r.scoreOps(l, p.n, u)
 	if err != nil {
@@ -155,7 +153,7 @@ func (r *Runner) selectCausal(p pass, l int, u routedBufs, table, args *vk.Buffe
 		return nil, err
 	}
 	ops = append(ops, newOp(compact, shaders.CompactPush{N: nu, RowsPerGroup: shaders.RoutingRowsPerGroup, Cols: uint32(r.c.NEmbd)}, [3]uint32{1, 1, 1},
-		rd(decide, 0, 0), wr(u.idx, 0, 0), wr(u.count, 0, 0), wr(a.args, 0, 0), wr(u.selected, 0, 0), rw(u.x, 0, 0)))
+		rd(decide, 0, 0), wr(u.idx, 0, 0), wr(u.count, 0, 0), wr(u.args, 0, 0), wr(u.selected, 0, 0), rw(u.x, 0, 0)))
 	g, err := r.gatherOps(l, p.n, nu, u)
 	if err != nil {
 		return nil, err
@@ -173,9 +171,7 @@ func (r *Runner) selectCausal(p pass, l int, u routedBufs, table, args *vk.Buffe
 // them (k = TopKCount(n); a row whose score is not finite poisons its x)
 // -> idx, each row's decision, count; the gather and positions; and with
 // Options.Trace the rows' routing. It returns k.
-func (r *Runner) recordTopK(rec *vk.Recorder, p pass, l, j int, u routedBufs) (int, error) {
-	pf := r.pf
-	a := &pf.a
+func (r *Runner) recordTopK(rec *vk.Recorder, p *frame, l, j int, u routedBufs) (int, error) {
 	nu := uint32(p.n)
 	ops, _, err := r.scoreOps(l, p.n, u)
 	if err != nil {
@@ -184,7 +180,7 @@ func (r *Runner) recordTopK(rec *vk.Recorder, p pass, l, j int, u routedBufs) (i
 	take := uint32(r.c.TopKCount(p.n))
 	if take == 0 { // a floor(c·n) of 0 (mod.RoundingFloor): no row goes through
 		r.dispatchAll(rec, ops)
-		if buf, _ := r.traceBuf(p); buf != nil {
+		if p.trace != nil {
 			rec.Fill(u.selected, 0, 4*uint64(p.n), 0)
 			r.recordTraceRows(rec, p, j, u)
 		}
@@ -197,11 +193,11 @@ func (r *Runner) recordTopK(rec *vk.Recorder, p pass, l, j int, u routedBufs) (i
 		case "topk":
 			binds = []vk.Bind{rd(u.score, 0, 0), wr(u.selected, 0, 0), wr(u.idx, 0, 0), rw(u.x, 0, 0)}
 		case "topk_sort":
-			binds = []vk.Bind{rd(u.score, 0, 0), wr(pf.sortKeys, 0, 0), rw(u.x, 0, 0)}
+			binds = []vk.Bind{rd(u.score, 0, 0), wr(u.sortKeys, 0, 0), rw(u.x, 0, 0)}
 		case "topk_merge_global", "topk_merge_local":
-			binds = []vk.Bind{rw(pf.sortKeys, 0, 0)}
+			binds = []vk.Bind{rw(u.sortKeys, 0, 0)}
 		case "topk_select":
-			binds = []vk.Bind{rd(pf.sortKeys, 0, 0), wr(u.selected, 0, 0)}
+			binds = []vk.Bind{rd(u.sortKeys, 0, 0), wr(u.selected, 0, 0)}
 		}
 		k, err := r.ks.get(pass.Variant, nil)
 		if err != nil {
@@ -215,7 +211,7 @@ func (r *Runner) recordTopK(rec *vk.Recorder, p pass, l, j int, u routedBufs) (i
 			return 0, err
 		}
 		ops = append(ops, newOp(k, shaders.CompactPush{N: nu, RowsPerGroup: shaders.RoutingRowsPerGroup}, [3]uint32{1, 1, 1},
-			rd(u.selected, 0, 0), wr(u.idx, 0, 0), wr(u.count, 0, 0), wr(a.args, 0, 0)))
+			rd(u.selected, 0, 0), wr(u.idx, 0, 0), wr(u.count, 0, 0), wr(u.args, 0, 0)))
 	}
 	g, err := r.gatherOps(l, p.n, take, u)
 	if err != nil {

@@ -76,7 +76,7 @@ func deviceKey(info vk.DeviceInfo) string {
 // check runs (or finds in the cache) the check of kernel k, made by ks;
 // ok is false when no check exists for its variant.
 func (ks *kernels) check(k *kernel, timed bool) (SelfCheck, bool) {
-	mk, ok := checkerFor(k.v.Name)
+	mk, ok := checkerFor(k.v)
 	if !ok {
 		return SelfCheck{}, false
 	}
@@ -87,8 +87,8 @@ func (ks *kernels) check(k *kernel, timed bool) (SelfCheck, bool) {
 		return c, true
 	}
 	checksRun++
-	c := SelfCheck{Op: checkOp(k.v.Name), Kernel: k.v.Name, Spec: k.spec, Subgroup: ks.prof.RequiredSubgroupSize(k.v)}
-	cs, err := mk(k.v.Name, k.spec)
+	c := SelfCheck{Op: checkOp(k.v), Kernel: k.v.Name, Spec: k.spec, Subgroup: ks.prof.RequiredSubgroupSize(k.v)}
+	cs, err := mk(k.v, k.spec)
 	var worst, us float64
 	if err == nil {
 		worst, us, err = runCheck(ks.dev, k, cs, timed)
@@ -127,7 +127,7 @@ func (ks *kernels) selfCheck(log io.Writer) (*shaders.Profile, error) {
 		if why == "" {
 			why = fmt.Sprintf("%.3g times its tolerance off the CPU", c.Worst)
 		}
-		next, safe, ok := fb.Fallback(k.v.Name)
+		next, safe, ok := fb.Fallback(k.v)
 		if !ok {
 			return nil, fmt.Errorf("vulkan: self-check: kernel %s fails on device %s (%s), and it has no safer variant: use --backend cpu, "+
 				"and please report `modrun devices --check`", c.Variant(), ks.dev.Info().Name, why)
@@ -279,7 +279,8 @@ func checkProfile(dev *vk.Device, prof shaders.Profile) ([]SelfCheck, error) {
 	for _, p := range picks {
 		k, err := ks.get(p.name, p.spec)
 		if err != nil {
-			out = append(out, SelfCheck{Op: checkOp(p.name), Kernel: p.name, Spec: p.spec, Err: err.Error()})
+			v, _ := shaders.Lookup(p.name) // the zero Variant when there is none: checkOp names it
+			out = append(out, SelfCheck{Op: checkOp(v), Kernel: p.name, Spec: p.spec, Err: err.Error()})
 			continue
 		}
 		c, _ := ks.check(k, true)

@@ -106,8 +106,12 @@ func (in attnInput) bufs() []checkBuf {
 
 // decodeAttentionCase: out = softmax(scale q.k) v per row and head over
 // the entries each row sees (layer 1's count of the counts buffer).
-func decodeAttentionCase(name string, spec []uint32) (checkCase, error) {
-	kv, split, _ := decodeAttentionOf(name)
+func decodeAttentionCase(v shaders.Variant, spec []uint32) (checkCase, error) {
+	kv, err := shaders.ParseKV(v.Type)
+	if err != nil {
+		return checkCase{}, err
+	}
+	split := v.Op == "decode_attention_split"
 	in := newAttnInput(min(40, int(spec[1])&^1), kv == shaders.KVF16)
 	push := shaders.DecodeAttentionPush{N: attnRows, Layer: 1, NHead: attnHeads, NKVHead: attnKVHeads,
 		HeadDim: uint32(in.hd), Scale: in.scale}
@@ -124,7 +128,7 @@ func decodeAttentionCase(name string, spec []uint32) (checkCase, error) {
 			}
 		}
 		bufs := append(in.bufs(), checkBuf{data: make([]byte, 4*len(want)), want: want, bound: bound})
-		return checkCase{op: checkOp(name), push: push, groups: shaders.AttentionGroups(attnRows, attnHeads), bufs: bufs}, nil
+		return checkCase{op: checkOp(v), push: push, groups: shaders.AttentionGroups(attnRows, attnHeads), bufs: bufs}, nil
 	}
 	splits := int(spec[2])
 	per := (attnEntries + splits - 1) / splits
@@ -146,6 +150,6 @@ func decodeAttentionCase(name string, spec []uint32) (checkCase, error) {
 		}
 	}
 	bufs := append(in.bufs(), checkBuf{data: make([]byte, 4*n), want: want, bound: bound})
-	return checkCase{op: checkOp(name), push: push,
+	return checkCase{op: checkOp(v), push: push,
 		groups: shaders.DecodeAttentionSplitGroups(attnRows, attnHeads, uint32(splits)), bufs: bufs}, nil
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strings"
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
@@ -16,70 +15,39 @@ import (
 // workgroup size divides) and the CPU's result for it, from mod's
 // reference operations on the same (quantized) data.
 
-// checkerFor is the case maker of variant name's family; ok is false for a
-// kernel the self-check does not cover (those whose variant does not
+// checkerFor is the case maker of variant v's op (v.Op); ok is false for
+// a kernel the self-check does not cover (those whose variant does not
 // depend on the device's subgroups or limits).
-func checkerFor(name string) (mk func(name string, spec []uint32) (checkCase, error), ok bool) {
-	if _, _, ok := matvecOf(name); ok {
+func checkerFor(v shaders.Variant) (mk func(v shaders.Variant, spec []uint32) (checkCase, error), ok bool) {
+	switch v.Op {
+	case "matvec":
 		return matvecCase, true
-	}
-	switch name {
-	case "router_score", "router_score_sg":
+	case "router_score":
 		return routerScoreCase, true
-	case "route_decode", "route_decode_sg", "route_decode_pred", "route_decode_pred_sg":
+	case "route_decode", "route_decode_pred":
 		return routeDecodeCase, true
-	}
-	if _, _, ok := decodeAttentionOf(name); ok {
+	case "decode_attention", "decode_attention_split":
 		return decodeAttentionCase, true
 	}
 	return nil, false
 }
 
-// decodeAttentionOf finds a decode attention variant's KV cache type and
-// whether it is the split pass.
-func decodeAttentionOf(name string) (kv shaders.KV, split, ok bool) {
-	for _, kv := range shaders.KVTypes {
-		switch name {
-		case shaders.DecodeAttentionName(kv):
-			return kv, false, true
-		case shaders.DecodeAttentionSplitName(kv):
-			return kv, true, true
-		}
-	}
-	return shaders.KVDefault, false, false
-}
-
-// matvecOf finds a matvec variant's weight type and fusion.
-func matvecOf(name string) (typ, fuse string, ok bool) {
-	for _, t := range shaders.MatvecTypes {
-		for _, r := range []string{shaders.ReduceShared, shaders.ReduceSubgroup} {
-			for _, f := range shaders.MatvecFusions {
-				if shaders.MatvecFusedName(t, r, f) == name {
-					return t, f, true
-				}
-			}
-		}
-	}
-	return "", "", false
-}
-
 // checkOp names what a checked variant computes.
-func checkOp(name string) string {
-	if typ, fuse, ok := matvecOf(name); ok {
-		return "matvec " + typ + map[string]string{shaders.FuseNone: "", shaders.FuseAdd: " add", shaders.FuseNorm: " norm",
-			shaders.FuseNormSwiGLU: " norm swiglu"}[fuse]
-	}
-	switch {
-	case name == "router_score" || name == "router_score_sg":
+func checkOp(v shaders.Variant) string {
+	switch v.Op {
+	case "matvec":
+		return "matvec " + v.Type + map[string]string{shaders.FuseNone: "", shaders.FuseAdd: " add", shaders.FuseNorm: " norm",
+			shaders.FuseNormSwiGLU: " norm swiglu"}[v.Fusion]
+	case "router_score":
 		return "router score"
-	case strings.HasPrefix(name, "route_decode"):
+	case "route_decode", "route_decode_pred":
 		return "routing decision"
+	case "decode_attention":
+		return "attention " + v.Type
+	case "decode_attention_split":
+		return "attention split " + v.Type
 	}
-	kv, split, _ := decodeAttentionOf(name)
-	if split {
-		return "attention split " + kv.String()
-	}
-	return "attention " + kv.String()
+	return v.Name
 }
 
 const (
@@ -108,8 +76,8 @@ func dotAbs(a, b []float32) (dot, abs float64) {
 
 // matvecCase: y = W x with W in the variant's type, fused as the variant
 // is, over 2 workgroups' rows and 3 more.
-func matvecCase(name string, spec []uint32) (checkCase, error) {
-	typ, fuse, _ := matvecOf(name)
+func matvecCase(v shaders.Variant, spec []uint32) (checkCase, error) {
+	typ, fuse := v.Type, v.Fusion
 	wt, err := shaders.Weight(typ)
 	if err != nil {
 		return checkCase{}, err
@@ -127,7 +95,7 @@ func matvecCase(name string, spec []uint32) (checkCase, error) {
 	if fuse == shaders.FuseNormSwiGLU {
 		wRows = 2 * rows // gate, then up
 	}
-	rng := rand.New(rand.NewPCG(uint64(len(name)), 25))
+	rng := rand.New(rand.NewPCG(uint64(len(v.Name)), 25))
 	ggml, err := gguf.Quantize(ggmlType, randVec(rng, wRows*checkCols, -1, 1))
 	if err != nil {
 		return checkCase{}, err
@@ -172,14 +140,14 @@ func matvecCase(name string, spec []uint32) (checkCase, error) {
 	if fuse == shaders.FuseNorm || fuse == shaders.FuseNormSwiGLU {
 		bufs = append(bufs, checkBuf{data: f32Bytes(normw)})
 	}
-	return checkCase{op: checkOp(name), push: shaders.MatvecPush{Rows: uint32(rows), Cols: checkCols, N: 1, Eps: checkEps},
+	return checkCase{op: checkOp(v), push: shaders.MatvecPush{Rows: uint32(rows), Cols: checkCols, N: 1, Eps: checkEps},
 		groups: shaders.MatvecGroups(uint32(rows), spec), bufs: bufs}, nil
 }
 
 // routerScoreCase: y = SiLU(W x + bias) for 3 tokens and 5 rows of 300
 // columns (the predictor's hidden layer; the score is the same sum without
 // the SiLU).
-func routerScoreCase(name string, spec []uint32) (checkCase, error) {
+func routerScoreCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 	const n, rows, cols = 3, 5, 300
 	rng := rand.New(rand.NewPCG(3, 25))
 	w, x, bias := randVec(rng, rows*cols, -1, 1), randVec(rng, n*cols, -1, 1), randVec(rng, 1, -1, 1)
@@ -192,7 +160,7 @@ func routerScoreCase(name string, spec []uint32) (checkCase, error) {
 		}
 	}
 	per := spec[0] / spec[1]
-	return checkCase{op: checkOp(name),
+	return checkCase{op: checkOp(v),
 		push:   shaders.RouterPush{N: n, Rows: rows, Cols: cols, HasBias: 1, Act: shaders.RouterActSiLU},
 		groups: shaders.Groups((n*rows + per - 1) / per),
 		bufs: []checkBuf{{data: f32Bytes(w)}, {data: f32Bytes(bias)}, {data: f32Bytes(x)},
@@ -204,9 +172,9 @@ func routerScoreCase(name string, spec []uint32) (checkCase, error) {
 // deciding score of about 1 (selected): the score r, the count 1, x copied
 // to xs and left as it is, and the indirect arguments set to the block's
 // groups; with a predictor, p = w2 . h + b decides.
-func routeDecodeCase(name string, spec []uint32) (checkCase, error) {
+func routeDecodeCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 	const nEmbd, predHidden, m = 300, 37, 3
-	pred := name == "route_decode_pred" || name == "route_decode_pred_sg"
+	pred := v.Op == "route_decode_pred"
 	rng := rand.New(rand.NewPCG(4, 25))
 	w, x := randVec(rng, nEmbd, -1, 1), randVec(rng, nEmbd, -1, 1)
 	d, a := dotAbs(w, x)
@@ -234,9 +202,9 @@ func routeDecodeCase(name string, spec []uint32) (checkCase, error) {
 			checkBuf{data: f32Bytes(pb)})
 	}
 	if len(bufs) != map[bool]int{false: 8, true: 12}[pred] {
-		return checkCase{}, fmt.Errorf("%s: %d bindings in the check", name, len(bufs))
+		return checkCase{}, fmt.Errorf("%s: %d bindings in the check", v.Name, len(bufs))
 	}
-	return checkCase{op: checkOp(name), push: push, groups: [3]uint32{1, 1, 1}, bufs: bufs}, nil
+	return checkCase{op: checkOp(v), push: push, groups: [3]uint32{1, 1, 1}, bufs: bufs}, nil
 }
 
 func f32Bits(x []float32) []uint32 {

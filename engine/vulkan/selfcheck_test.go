@@ -132,7 +132,7 @@ func TestSelfCheckCached(t *testing.T) {
 	run := newRunner(t, dev, m, mod.RoutingRouter)
 	checked := 0
 	for _, k := range run.ks.made {
-		if _, ok := checkerFor(k.v.Name); ok {
+		if _, ok := checkerFor(k.v); ok {
 			checked++
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
@@ -51,8 +50,9 @@ type router struct {
 // mat is a weight matrix with the matvec kernel of its type.
 type mat struct {
 	name       string
-	buf        *vk.Buffer // [rows] rows in the type's device layout (shaders.MatvecBytes); pieces[0].buf
-	typ        string     // shaders.MatvecTypes: the kernel variants' suffix
+	buf        *vk.Buffer     // [rows] rows in the type's device layout (shaders.MatvecBytes); pieces[0].buf
+	mx         shaders.Matrix // its device layout: type, row size, matmul and embed variants
+	typ        string         // mx.Type.Name, shaders.MatvecTypes: the kernel variants' suffix
 	mv         *kernel
 	rows, cols uint32
 	// pieces are the matrix's row ranges, each in its own buffer: one, or
@@ -204,37 +204,32 @@ func (r *Runner) uploadBlock(g *block, b *mod.Block) error {
 }
 
 // matBytes is m's data in the file's layout (F32 for every type the
-// loader decodes), and its type's suffix (shaders.MatvecTypes).
-func matBytes(m *mod.Mat) ([]byte, string, error) {
-	f, packed := m.Data()
-	if f != nil {
-		return f32Bytes(f), shaders.MatvecF32, nil
+// loader decodes), and how the device holds it (shaders.DeviceMatrix).
+func matBytes(m *mod.Mat) ([]byte, shaders.Matrix, error) {
+	data, ggml := deviceInput(m)
+	mx, err := shaders.DeviceMatrix(ggml, m.Rows, m.Cols)
+	if err != nil {
+		return nil, mx, fmt.Errorf("vulkan: tensor %q: %w", m.Name, err)
 	}
-	wt, ok := shaders.WeightForGGML(m.Type.String())
-	if !ok {
-		return nil, "", fmt.Errorf("vulkan: tensor %q: type %s has no GPU kernel (%s do)", m.Name, m.Type, gpuTypeNames())
-	}
-	if m.Cols%wt.Block != 0 {
-		return nil, "", fmt.Errorf("vulkan: tensor %q: %s with %d columns, not a multiple of its block of %d", m.Name, m.Type, m.Cols, wt.Block)
-	}
-	return packed, wt.Name, nil
+	return data, mx, nil
 }
 
-// gpuTypeNames lists the weight types the kernels read, for messages.
-func gpuTypeNames() string {
-	var names []string
-	for _, wt := range shaders.WeightTypes {
-		names = append(names, wt.GGML)
+// deviceInput is m's bytes as the upload takes them, and their ggml type:
+// the file's, or F32 for a tensor the loader decoded.
+func deviceInput(m *mod.Mat) ([]byte, string) {
+	f, packed := m.Data()
+	if f != nil {
+		return f32Bytes(f), "F32"
 	}
-	return strings.Join(names, ", ")
+	return packed, m.Type.String()
 }
 
 func (r *Runner) uploadMat(m *mod.Mat) (mat, error) {
-	data, typ, err := matBytes(m)
+	data, mx, err := matBytes(m)
 	if err != nil {
 		return mat{}, err
 	}
-	return r.newMat(m.Name, typ, data, m.Rows, m.Cols)
+	return r.newMat(m.Name, mx, data)
 }
 
 // newMat uploads a matrix of the file's bytes data in its type's device
@@ -243,25 +238,22 @@ func (r *Runner) uploadMat(m *mod.Mat) (mat, error) {
 // sub-block layout), which matmul and embed read too. A matrix over the
 // device's maxStorageBufferRange is uploaded in pieces of whole rows
 // (pieceRows), each a matrix of its own.
-func (r *Runner) newMat(name, typ string, data []byte, rows, cols int) (mat, error) {
-	mv, err := r.ks.matvec(typ, shaders.FuseNone, cols)
+func (r *Runner) newMat(name string, mx shaders.Matrix, data []byte) (mat, error) {
+	rows, cols := mx.Rows, mx.Cols
+	mv, err := r.ks.matvec(mx.Type.Name, shaders.FuseNone, cols)
 	if err != nil {
 		return mat{}, err
 	}
-	m := mat{name: name, typ: typ, mv: mv, rows: uint32(rows), cols: uint32(cols)}
+	m := mat{name: name, mx: mx, typ: mx.Type.Name, mv: mv, rows: uint32(rows), cols: uint32(cols)}
 	rowBytes := len(data) / rows // in the file
-	devRow, err := shaders.RowBytes(typ, cols)
-	if err != nil {
-		return mat{}, fmt.Errorf("vulkan: tensor %q: %w", name, err)
-	}
-	per, err := r.pieceRows(devRow, rows)
+	per, err := r.pieceRows(mx.RowBytes, rows)
 	if err != nil {
 		return mat{}, fmt.Errorf("vulkan: tensor %q: %w", name, err)
 	}
 	for row0 := 0; row0 < rows; row0 += per {
 		n := min(per, rows-row0)
 		part := data[row0*rowBytes : (row0+n)*rowBytes]
-		if part, err = shaders.MatvecBytes(typ, part, n, cols); err != nil {
+		if part, err = mx.Bytes(part, n); err != nil {
 			return mat{}, fmt.Errorf("vulkan: tensor %q: %w", name, err)
 		}
 		pieceName := name
@@ -285,12 +277,9 @@ func (r *Runner) newMat(name, typ string, data []byte, rows, cols int) (mat, err
 // binds its slice of y at an aligned offset).
 func (r *Runner) pieceRows(rowBytes, rows int) (int, error) {
 	limit := r.ks.prof.MaxStorageBufferRange
-	if limit == 0 || uint64(rowBytes*rows) <= limit {
-		return rows, nil
-	}
-	step := int(max(r.dev.Info().Limits.MinStorageBufferOffsetAlignment/4, 1))
-	per := int(limit/uint64(rowBytes)) / step * step
-	if per == 0 {
+	step := alignedStep(r.dev.Info().Limits.MinStorageBufferOffsetAlignment, 4) // y's f32 outputs
+	per, ok := splitRows(limit, rows, uint64(rowBytes), step)
+	if !ok {
 		return 0, fmt.Errorf("%d rows of %d bytes: not %d of them fit in maxStorageBufferRange %d", rows, rowBytes, step, limit)
 	}
 	return per, nil
@@ -309,7 +298,7 @@ func (m mat) embedOps(k *kernel, tok, out *vk.Buffer, n int) []op {
 }
 
 // embedKernel is the embed variant that reads m's layout.
-func (m mat) embedKernel() string { return shaders.EmbedName(m.typ) }
+func (m mat) embedKernel() string { return m.mx.Embed }
 
 // uploadStack uploads ms (same columns) as a stack.
 func (r *Runner) uploadStack(aligned bool, ms ...*mod.Mat) (stack, error) {
@@ -317,17 +306,17 @@ func (r *Runner) uploadStack(aligned bool, ms ...*mod.Mat) (stack, error) {
 	var s stack
 	var datas [][]byte
 	fuse := true
-	var typ0 string
+	var ggml0 string
 	var off uint64
 	for i, m := range ms {
-		data, typ, err := matBytes(m)
+		data, mx, err := matBytes(m)
 		if err != nil {
 			return s, err
 		}
 		if i == 0 {
-			typ0 = typ
+			ggml0 = mx.Type.GGML
 		}
-		fuse = fuse && typ == typ0 && (!aligned || off%align == 0)
+		fuse = fuse && mx.Type.GGML == ggml0 && (!aligned || off%align == 0)
 		datas = append(datas, data)
 		s.part = append(s.part, off)
 		off += 4 * uint64(m.Rows)
@@ -339,7 +328,11 @@ func (r *Runner) uploadStack(aligned bool, ms ...*mod.Mat) (stack, error) {
 			all = append(all, d...)
 			rows += ms[i].Rows
 		}
-		m, err := r.newMat(ms[0].Name+"+", typ0, all, rows, ms[0].Cols)
+		mx, err := shaders.DeviceMatrix(ggml0, rows, ms[0].Cols)
+		if err != nil {
+			return s, fmt.Errorf("vulkan: tensor %q: %w", ms[0].Name+"+", err)
+		}
+		m, err := r.newMat(ms[0].Name+"+", mx, all)
 		if err != nil {
 			return s, err
 		}
