@@ -152,11 +152,6 @@ func parsePerplexityFlags(args []string, stderr io.Writer) (*perplexityFlags, er
 	if err := f.opts.Check(); err != nil {
 		return nil, optionError(err)
 	}
-	if isBackend(f.compare) {
-		if err := deviceFlag(f.mf.device, f.mf.backend, f.compare); err != nil {
-			return nil, err
-		}
-	}
 	if err := inputFile("-m", f.mf.path); err != nil {
 		return nil, err
 	}
