@@ -9,13 +9,17 @@
 // BX, DX, R10-R13. Its integer sums go to two or four accumulators (Y7-Y10)
 // in turn, so that VPDPWSSD's latency overlaps.
 
-// Q4KBLOCK: d·xd·Σ_j sc_j·Σ u·x − dmin·xd·Σ_j m_j·(bs_2j + bs_2j+1).
-// The 6-bit scales and mins are unpacked in general registers as
-// scaleMinK4 does (bytes 0-3 scales 0-3, 4-7 mins 0-3, 8-11 the low
-// nibbles of 4-7 whose top 2 bits are the spare bits of bytes 0-7), then
-// widened: Y4 the 8 scales as int16 in both 128-bit lanes (VPSHUFB with
-// q4kShuf picks scale j into every lane), Y5 each min in both halves of a
-// dword so that VPMADDWD with the sums pairs them.
+// Q4KBLOCK: d·xd·Σ_j sc_j·Σ u·x − dmin·xd·Σ_j m_j·(bs_2j + bs_2j+1);
+// Q4KSCALES its scales, its mins' term, and the integer sums cleared.
+// The 6-bit scales and mins (scaleMinK4: bytes 0-3 scales 0-3, 4-7 mins
+// 0-3, 8-11 the low nibbles of 4-7, whose top 2 bits are the spare bits
+// of bytes 0-7) are unpacked in one register, as bytes: two shuffles put
+// each byte's low part (k4Lo, masked by k4Mask, the high nibbles shifted
+// down by 4 and masked by k4Nib) and top bits (k4Hi, shifted down by 2
+// and masked to bits 4-5) in place, giving sc 0-7 then m 0-7; Y4 holds
+// them in both 128-bit lanes, where q4kShuf picks scale j as an int16
+// into every lane and k4Mins each min into both halves of a dword, so
+// that VPMADDWD with the sums pairs them.
 #define Q4KSCALES \
 	MOVL (SI), AX; \
 	VMOVD AX, X1; \
@@ -25,36 +29,18 @@
 	VBROADCASTSS X1, Y13; \
 	VMOVSHDUP X1, X3; \
 	VBROADCASTSS X3, Y14; \
-	MOVL 4(SI), AX; \
-	MOVL 8(SI), BX; \
-	MOVL 12(SI), DX; \
-	MOVL AX, R10; \
-	ANDL $0x3f3f3f3f, R10; \
-	MOVL BX, R11; \
-	ANDL $0x3f3f3f3f, R11; \
-	MOVL DX, R12; \
-	ANDL $0x0f0f0f0f, R12; \
-	SHRL $6, AX; \
-	ANDL $0x03030303, AX; \
-	SHLL $4, AX; \
-	ORL AX, R12; \
-	SHRL $4, DX; \
-	ANDL $0x0f0f0f0f, DX; \
-	SHRL $6, BX; \
-	ANDL $0x03030303, BX; \
-	SHLL $4, BX; \
-	ORL BX, DX; \
-	SHLQ $32, R12; \
-	ORQ R12, R10; \
-	SHLQ $32, DX; \
-	ORQ DX, R11; \
-	VMOVQ R10, X4; \
-	VPMOVZXBW X4, X4; \
+	VMOVDQU 4(SI), X4; \
+	VPSHUFB k4Lo<>(SB), X4, X1; \
+	VPSHUFB k4Hi<>(SB), X4, X2; \
+	VPAND k4Mask<>(SB), X1, X3; \
+	VPSRLW $4, X1, X1; \
+	VPAND k4Nib<>(SB), X1, X1; \
+	VPOR X3, X1, X1; \
+	VPSRLW $2, X2, X2; \
+	VPAND q6kHigh<>(SB), X2, X2; \
+	VPOR X2, X1, X4; \
 	VINSERTI128 $1, X4, Y4, Y4; \
-	VMOVQ R11, X5; \
-	VPMOVZXBD X5, Y5; \
-	VPSLLD $16, Y5, Y6; \
-	VPOR Y6, Y5, Y5; \
+	VPSHUFB k4Mins<>(SB), Y4, Y5; \
 	VPMADDWD (R9), Y5, Y5; \
 	VCVTDQ2PS Y5, Y5; \
 	VFNMADD231PS Y5, Y14, Y0; \
@@ -220,42 +206,62 @@
 	RET
 
 // The shuffles (a static copy in each file that includes this one):
-// q4kShuf, 32 bytes for each scale j, its int16 in every lane; q6kShuf,
+// q4kShuf, 32 bytes for each scale j, its byte as an int16 in every
+// lane; k4Lo, k4Hi, k4Mask, k4Nib and k4Mins, Q4KSCALES's; q6kShuf,
 // for each k of 4, word 2k in the low lane and 2k+1 in the high one;
 // q6kHigh, Q6_K's high bits' mask.
-DATA q4kShuf<>+0(SB)/8, $0x0100010001000100
-DATA q4kShuf<>+8(SB)/8, $0x0100010001000100
-DATA q4kShuf<>+16(SB)/8, $0x0100010001000100
-DATA q4kShuf<>+24(SB)/8, $0x0100010001000100
-DATA q4kShuf<>+32(SB)/8, $0x0302030203020302
-DATA q4kShuf<>+40(SB)/8, $0x0302030203020302
-DATA q4kShuf<>+48(SB)/8, $0x0302030203020302
-DATA q4kShuf<>+56(SB)/8, $0x0302030203020302
-DATA q4kShuf<>+64(SB)/8, $0x0504050405040504
-DATA q4kShuf<>+72(SB)/8, $0x0504050405040504
-DATA q4kShuf<>+80(SB)/8, $0x0504050405040504
-DATA q4kShuf<>+88(SB)/8, $0x0504050405040504
-DATA q4kShuf<>+96(SB)/8, $0x0706070607060706
-DATA q4kShuf<>+104(SB)/8, $0x0706070607060706
-DATA q4kShuf<>+112(SB)/8, $0x0706070607060706
-DATA q4kShuf<>+120(SB)/8, $0x0706070607060706
-DATA q4kShuf<>+128(SB)/8, $0x0908090809080908
-DATA q4kShuf<>+136(SB)/8, $0x0908090809080908
-DATA q4kShuf<>+144(SB)/8, $0x0908090809080908
-DATA q4kShuf<>+152(SB)/8, $0x0908090809080908
-DATA q4kShuf<>+160(SB)/8, $0x0b0a0b0a0b0a0b0a
-DATA q4kShuf<>+168(SB)/8, $0x0b0a0b0a0b0a0b0a
-DATA q4kShuf<>+176(SB)/8, $0x0b0a0b0a0b0a0b0a
-DATA q4kShuf<>+184(SB)/8, $0x0b0a0b0a0b0a0b0a
-DATA q4kShuf<>+192(SB)/8, $0x0d0c0d0c0d0c0d0c
-DATA q4kShuf<>+200(SB)/8, $0x0d0c0d0c0d0c0d0c
-DATA q4kShuf<>+208(SB)/8, $0x0d0c0d0c0d0c0d0c
-DATA q4kShuf<>+216(SB)/8, $0x0d0c0d0c0d0c0d0c
-DATA q4kShuf<>+224(SB)/8, $0x0f0e0f0e0f0e0f0e
-DATA q4kShuf<>+232(SB)/8, $0x0f0e0f0e0f0e0f0e
-DATA q4kShuf<>+240(SB)/8, $0x0f0e0f0e0f0e0f0e
-DATA q4kShuf<>+248(SB)/8, $0x0f0e0f0e0f0e0f0e
+DATA q4kShuf<>+0(SB)/8, $0x8000800080008000
+DATA q4kShuf<>+8(SB)/8, $0x8000800080008000
+DATA q4kShuf<>+16(SB)/8, $0x8000800080008000
+DATA q4kShuf<>+24(SB)/8, $0x8000800080008000
+DATA q4kShuf<>+32(SB)/8, $0x8001800180018001
+DATA q4kShuf<>+40(SB)/8, $0x8001800180018001
+DATA q4kShuf<>+48(SB)/8, $0x8001800180018001
+DATA q4kShuf<>+56(SB)/8, $0x8001800180018001
+DATA q4kShuf<>+64(SB)/8, $0x8002800280028002
+DATA q4kShuf<>+72(SB)/8, $0x8002800280028002
+DATA q4kShuf<>+80(SB)/8, $0x8002800280028002
+DATA q4kShuf<>+88(SB)/8, $0x8002800280028002
+DATA q4kShuf<>+96(SB)/8, $0x8003800380038003
+DATA q4kShuf<>+104(SB)/8, $0x8003800380038003
+DATA q4kShuf<>+112(SB)/8, $0x8003800380038003
+DATA q4kShuf<>+120(SB)/8, $0x8003800380038003
+DATA q4kShuf<>+128(SB)/8, $0x8004800480048004
+DATA q4kShuf<>+136(SB)/8, $0x8004800480048004
+DATA q4kShuf<>+144(SB)/8, $0x8004800480048004
+DATA q4kShuf<>+152(SB)/8, $0x8004800480048004
+DATA q4kShuf<>+160(SB)/8, $0x8005800580058005
+DATA q4kShuf<>+168(SB)/8, $0x8005800580058005
+DATA q4kShuf<>+176(SB)/8, $0x8005800580058005
+DATA q4kShuf<>+184(SB)/8, $0x8005800580058005
+DATA q4kShuf<>+192(SB)/8, $0x8006800680068006
+DATA q4kShuf<>+200(SB)/8, $0x8006800680068006
+DATA q4kShuf<>+208(SB)/8, $0x8006800680068006
+DATA q4kShuf<>+216(SB)/8, $0x8006800680068006
+DATA q4kShuf<>+224(SB)/8, $0x8007800780078007
+DATA q4kShuf<>+232(SB)/8, $0x8007800780078007
+DATA q4kShuf<>+240(SB)/8, $0x8007800780078007
+DATA q4kShuf<>+248(SB)/8, $0x8007800780078007
 GLOBL q4kShuf<>(SB), RODATA|NOPTR, $256
+
+DATA k4Lo<>+0(SB)/8, $0x0b0a090803020100
+DATA k4Lo<>+8(SB)/8, $0x0b0a090807060504
+GLOBL k4Lo<>(SB), RODATA|NOPTR, $16
+DATA k4Hi<>+0(SB)/8, $0x0302010080808080
+DATA k4Hi<>+8(SB)/8, $0x0706050480808080
+GLOBL k4Hi<>(SB), RODATA|NOPTR, $16
+DATA k4Mask<>+0(SB)/8, $0x0f0f0f0f3f3f3f3f
+DATA k4Mask<>+8(SB)/8, $0x000000003f3f3f3f
+GLOBL k4Mask<>(SB), RODATA|NOPTR, $16
+DATA k4Nib<>+0(SB)/8, $0x0000000000000000
+DATA k4Nib<>+8(SB)/8, $0x0f0f0f0f00000000
+GLOBL k4Nib<>(SB), RODATA|NOPTR, $16
+
+DATA k4Mins<>+0(SB)/8, $0x8009800980088008
+DATA k4Mins<>+8(SB)/8, $0x800b800b800a800a
+DATA k4Mins<>+16(SB)/8, $0x800d800d800c800c
+DATA k4Mins<>+24(SB)/8, $0x800f800f800e800e
+GLOBL k4Mins<>(SB), RODATA|NOPTR, $32
 
 DATA q6kShuf<>+0(SB)/8, $0x0100010001000100
 DATA q6kShuf<>+8(SB)/8, $0x0100010001000100

@@ -140,3 +140,54 @@ func loadWeights(m *mod.Model) (*weights, error) {
 	}
 	return w, err
 }
+
+// bytes is the memory the matrix's weights take for the kernels: the
+// file's bytes for a K-quant kept in its blocks, the repacked arrays
+// otherwise (an F32 matrix's decoded floats are mod's, counted once).
+func (w *matrix) bytes() int64 {
+	switch w.kind {
+	case kindK:
+		return int64(len(w.raw))
+	case kindQ8:
+		return int64(len(w.q8) + 4*len(w.d))
+	case kindQ4:
+		return int64(len(w.q4) + 4*len(w.d))
+	case kindF32:
+		return int64(4 * len(w.f32))
+	case kindF16:
+		return int64(2 * len(w.f16))
+	}
+	_, packed := w.src.Data()
+	return int64(len(packed))
+}
+
+// WeightBytes is the memory the runner's weight matrices take, the token
+// embedding included (read a row at a time from the file's bytes): about
+// the file's size where every matrix keeps its file type (Q8_0 and Q4_0
+// repacked at the same size, Q4_K, Q5_K and Q6_K in their blocks), and
+// about twice the file's 4- and 5-bit bytes where a type is requantized to
+// Q8_0 (Q2_K, Q3_K, Q4_1, Q5_0, Q5_1).
+func (r *Runner) WeightBytes() int64 {
+	seen := map[*matrix]bool{}
+	var n int64
+	add := func(m *matrix) {
+		if m != nil && !seen[m] {
+			seen[m] = true
+			n += m.bytes()
+		}
+	}
+	add(r.w.output)
+	for _, b := range r.w.blocks {
+		for _, m := range []*matrix{b.q, b.k, b.v, b.o, b.gate, b.up, b.down, b.predUp} {
+			add(m)
+		}
+	}
+	// A tied classifier kept in the file's bytes shares them with the embedding.
+	f32, packed := r.m.Weights.TokenEmbd.Data()
+	_, out := r.m.Weights.Output.Data()
+	tied := len(packed) > 0 && len(out) > 0 && &packed[0] == &out[0]
+	if !tied || (r.w.output.kind != kindK && r.w.output.kind != kindRows) {
+		n += int64(len(packed) + 4*len(f32))
+	}
+	return n
+}
