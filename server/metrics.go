@@ -35,7 +35,7 @@ func newMetrics() *metrics {
 	m.promptTokens = prometheus.NewCounter(prometheus.CounterOpts{Name: "modrun_prompt_tokens_total", Help: "Prompt tokens run (BOS and chat template included)."})
 	m.completionTokens = prometheus.NewCounter(prometheus.CounterOpts{Name: "modrun_completion_tokens_total", Help: "Tokens generated."})
 	m.queue = prometheus.NewGauge(prometheus.GaugeOpts{Name: "modrun_queue_depth", Help: "Requests waiting for a generation slot (--parallel); beyond --queue they get 503."})
-	m.active = prometheus.NewGauge(prometheus.GaugeOpts{Name: "modrun_active_sequences", Help: "Requests holding a generation slot, each one sequence. The model runs one sequence at a time until batching lands; the others wait for its turn."})
+	m.active = prometheus.NewGauge(prometheus.GaugeOpts{Name: "modrun_active_sequences", Help: "Requests holding a generation slot, each one sequence. On the CPU backend they share steps; on Vulkan they take turns."})
 	m.kvTokens = prometheus.NewGauge(prometheus.GaugeOpts{Name: "modrun_kv_cache_tokens", Help: "Positions of the KV cache holding the sequence the model last ran. There are no KV blocks yet: one contiguous cache of modrun_kv_cache_capacity_tokens, which a paged cache (batching) will replace."})
 	m.kvLimit = prometheus.NewGauge(prometheus.GaugeOpts{Name: "modrun_kv_cache_capacity_tokens", Help: "Positions the KV cache holds: the context length."})
 	m.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "modrun_time_to_first_token_seconds", Help: "From a request's arrival to its first generated token (queueing and prompt included).",

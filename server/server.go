@@ -6,9 +6,9 @@
 // It uses the root modrun API and nothing below it. One request is one
 // Session (a Chat for /v1/chat/completions); up to Config.Parallel run at
 // once, and up to Config.Queue more wait for a slot, beyond which a request
-// gets 503 with Retry-After. Today the Model runs one sequence at a time and
-// its sessions take turns; when it runs many at once (batching), nothing
-// here changes.
+// gets 503 with Retry-After. A Model opened with Options.Parallel on the
+// CPU backend runs those sessions in shared steps; on Vulkan they take
+// turns. Nothing here depends on which.
 package server
 
 import (
