@@ -295,3 +295,15 @@ func dotQ5KSIMD(w []byte, x []int8, xd []float32, bs []int16) float32 {
 func dotQ6KSIMD(w []byte, x []int8, xd []float32, bs []int16) float32 {
 	return kDotSIMD(q6kDotAVX2, q6kDotVNNI, 210, w, x, xd, bs)
 }
+
+//go:noescape
+func quantizeKAVX2(q *int8, d *float32, bs *int16, x *float32, nk int)
+
+func quantizeKSIMD(q []int8, d []float32, bs []int16, x []float32) {
+	nk := len(d)
+	if nk == 0 {
+		return
+	}
+	_, _, _ = q[nk*kLen-1], bs[nk*16-1], x[nk*kLen-1]
+	quantizeKAVX2(&q[0], &d[0], &bs[0], &x[0], nk)
+}

@@ -58,3 +58,5 @@ func dotQ6KSIMD(w []byte, x []int8, xd []float32, bs []int16) float32 {
 func dotQ5KSIMD(w []byte, x []int8, xd []float32, bs []int16) float32 {
 	return dotKGo(gguf.TypeQ5_K, w, x, xd, bs)
 }
+
+func quantizeKSIMD(q []int8, d []float32, bs []int16, x []float32) { quantizeKGo(q, d, bs, x) }

@@ -185,6 +185,14 @@ func dotKGo(t gguf.TensorType, w []byte, x []int8, xd []float32, bs []int16) flo
 // A block holding a NaN or an infinity gets a NaN scale, so that every
 // dot with it is NaN (as quantizeRow).
 func quantizeK(q []int8, d []float32, bs []int16, x []float32) {
+	if useSIMD {
+		quantizeKSIMD(q, d, bs, x)
+		return
+	}
+	quantizeKGo(q, d, bs, x)
+}
+
+func quantizeKGo(q []int8, d []float32, bs []int16, x []float32) {
 	for k := range d {
 		xs, qs := x[k*kLen:(k+1)*kLen], q[k*kLen:(k+1)*kLen]
 		var amax float32

@@ -70,33 +70,41 @@ func TestKDot(t *testing.T) {
 	})
 }
 
-// quantizeK rounds each element to the nearest step of its block's
-// max|x|/127, and its sums are those of its quants.
+// quantizeK, on every path, rounds each element to the nearest step of
+// its block's max|x|/127 (both paths give the same bytes), its sums are
+// those of its quants, and a block holding a NaN gets a NaN scale.
 func TestQuantizeK(t *testing.T) {
 	g := rand.New(rand.NewPCG(23, 24))
-	x := randF32(g, 2*kLen)
-	clear(x[kLen:])
-	q, d, bs := make([]int8, len(x)), make([]float32, 2), make([]int16, len(x)/16)
-	quantizeK(q, d, bs, x)
-	var amax float32
-	for _, v := range x[:kLen] {
-		amax = max(amax, v, -v)
-	}
-	require.InDelta(t, amax/127, d[0], 1e-9)
-	assert.Zero(t, d[1])
-	for i, v := range x {
-		assert.InDelta(t, v, float32(q[i])*d[i/kLen], float64(d[i/kLen])/2+1e-7, "element %d", i)
-	}
-	for gi := range bs {
-		var s int16
-		for _, v := range q[16*gi : 16*gi+16] {
-			s += int16(v)
+	kernelPaths(t, func(t *testing.T) {
+		x := randF32(g, 3*kLen)
+		clear(x[kLen : 2*kLen])
+		q, d, bs := make([]int8, len(x)), make([]float32, 3), make([]int16, len(x)/16)
+		quantizeK(q, d, bs, x)
+		qGo, dGo, bsGo := make([]int8, len(x)), make([]float32, 3), make([]int16, len(x)/16)
+		quantizeKGo(qGo, dGo, bsGo, x)
+		assert.Equal(t, qGo, q)
+		assert.Equal(t, dGo, d)
+		var amax float32
+		for _, v := range x[:kLen] {
+			amax = max(amax, v, -v)
 		}
-		assert.Equal(t, s, bs[gi], "group %d", gi)
-	}
-	x[3] = float32(math.NaN())
-	quantizeK(q, d, bs, x)
-	assert.True(t, math.IsNaN(float64(d[0])), "a NaN block's scale is NaN")
+		require.InDelta(t, amax/127, d[0], 1e-9)
+		assert.Zero(t, d[1])
+		for i, v := range x {
+			assert.InDelta(t, v, float32(q[i])*d[i/kLen], float64(d[i/kLen])/2+1e-7, "element %d", i)
+		}
+		for gi := range bs {
+			var s int16
+			for _, v := range q[16*gi : 16*gi+16] {
+				s += int16(v)
+			}
+			require.Equal(t, s, bs[gi], "group %d", gi)
+		}
+		x[2*kLen+3] = float32(math.NaN())
+		quantizeK(q, d, bs, x)
+		assert.True(t, math.IsNaN(float64(d[2])), "a NaN block's scale is NaN")
+		assert.False(t, math.IsNaN(float64(d[0])), "the block before it is finite")
+	})
 }
 
 // matmul of K-quant matrices, on every path: four tokens or more with VNNI

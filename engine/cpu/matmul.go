@@ -81,12 +81,12 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 		var q8 []int8       // kindQ4: four rows unpacked to int8
 		var rows3 []float32 // kindF16, kindRows: three rows decoded
 		var tile kTileBuf   // kindK: four rows unpacked
+		if w.kind == kindK {
+			matmulK(out, x, w, lo, hi, 0, n, &tile)
+			return
+		}
 		for t0 := 0; t0 < n; t0 += tokenTile {
 			t1 := min(n, t0+tokenTile)
-			if w.kind == kindK {
-				matmulK(out, x, w, lo, hi, t0, t1, &tile)
-				continue
-			}
 			i := lo
 			if w.kind == kindQ8 { // four rows at a time, each activation row loaded once for them
 				var four [4]float32
