@@ -154,5 +154,5 @@ func TestParallelKVBudget(t *testing.T) {
 	require.NoError(t, err)
 	defer small.Close()
 	_, err = small.NewSession().Generate(context.Background(), "Once", GenerateOptions{MaxTokens: 4}, nil)
-	assert.ErrorContains(t, err, "--kv-budget")
+	assert.ErrorContains(t, err, "KV budget")
 }

@@ -224,7 +224,7 @@ func (s *Scheduler) Add(req Request) (*Seq, error) {
 	// A sequence alone must fit, with one more block per table for a step's
 	// reservation and a copied page.
 	if need := PagesFor(l, 1, longest+2*s.opts.BlockTokens, s.opts.BlockTokens); need > s.pool.Pages() {
-		return nil, fmt.Errorf("sched: a sequence of up to %d tokens may need %d KV pages, more than the budget's %d (raise --kv-budget or lower --ctx)", longest, need, s.pool.Pages())
+		return nil, fmt.Errorf("sched: a sequence of up to %d tokens may need %d KV pages, more than the KV budget's %d pages (raise the budget, modrun.Options.KVBudget, or lower the context length)", longest, need, s.pool.Pages())
 	}
 	q := &Seq{ID: s.nextID, req: req, tokens: slices.Clone(req.Prompt)}
 	s.nextID++

@@ -159,7 +159,7 @@ func TestAddRefuses(t *testing.T) {
 	s, err := New(f, Options{BlockTokens: 4, Pages: 8})
 	require.NoError(t, err)
 	_, err = s.Add(Request{Prompt: []int32{1, 2, 3}})
-	assert.ErrorContains(t, err, "--kv-budget")
+	assert.ErrorContains(t, err, "KV budget")
 	_, err = s.Add(Request{})
 	assert.ErrorContains(t, err, "empty prompt")
 	_, err = s.Add(Request{Prompt: []int32{10}, MaxTokens: 1})
