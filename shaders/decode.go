@@ -103,7 +103,7 @@ func decodeKVVariant(kv KV) Variant {
 		elem, defines = "f16 (pairs in u32 words)", []string{"KV_F16"}
 	}
 	return Variant{
-		Name: DecodeKVName(kv), Source: "decode_kv.comp", Defines: defines, Op: "decode_kv", Type: kv.String(),
+		Name: DecodeKVName(kv), Source: "decode_kv.comp", Defines: defines, Op: OpDecodeKV, Type: kv.String(),
 		Bindings: []Binding{
 			{"qkv", ReadWrite, "q [nHead*headDim] (rotated in place), k at kOff, v at vOff, f32"},
 			{"pos", Read, "[1] u32 the token's original position"},
@@ -127,7 +127,7 @@ func decodeAttentionVariant(kv KV) Variant {
 		bindings[2].Shape = "[entries][nKVHead*headDim] f16 (pairs in u32 words)"
 	}
 	return Variant{
-		Name: DecodeAttentionName(kv), Source: "decode_attention.comp", Defines: defines, Op: "decode_attention", Type: kv.String(),
+		Name: DecodeAttentionName(kv), Source: "decode_attention.comp", Defines: defines, Op: OpDecodeAttention, Type: kv.String(),
 		Bindings: append(bindings,
 			Binding{"counts", Read, "[nLayer] u32: entries = counts[layer]"},
 			Binding{"out", Write, "[n][nHead*headDim] f32"}),
@@ -146,7 +146,7 @@ func decodeAttendVariant(kv KV) Variant {
 		elem, defines = "f16 (pairs in u32 words)", []string{"KV_F16"}
 	}
 	return Variant{
-		Name: DecodeAttendName(kv), Source: "decode_attend.comp", Defines: defines, Op: "decode_attend", Type: kv.String(),
+		Name: DecodeAttendName(kv), Source: "decode_attend.comp", Defines: defines, Op: OpDecodeAttend, Type: kv.String(),
 		Bindings: []Binding{
 			{"qkv", Read, "q [nHead*headDim], k at kOff, v at vOff, f32, not rotated"},
 			{"pos", Read, "[1] u32 the token's original position"},
@@ -169,7 +169,7 @@ func decodeAttendVariant(kv KV) Variant {
 // in chunks, a workgroup each, partial results out.
 func decodeAttentionSplitVariant(kv KV) Variant {
 	v := decodeAttentionVariant(kv)
-	v.Name, v.Op = DecodeAttentionSplitName(kv), "decode_attention_split"
+	v.Name, v.Op = DecodeAttentionSplitName(kv), OpDecodeAttentionSplit
 	v.Defines = append(v.Defines, "SPLIT")
 	v.Bindings[len(v.Bindings)-1] = Binding{"part", Write, "[n][nHead][splits][2+headDim] f32: each chunk's max, sum, unnormalized output"}
 	v.Spec = DecodeAttentionSplitSpec(16)

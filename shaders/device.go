@@ -132,17 +132,17 @@ func (p Profile) Fit(v Variant, spec []uint32) []uint32 {
 func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 	fb = p
 	switch {
-	case v.Op == "matvec" && v.Reduce == ReduceSubgroup:
+	case v.Op == OpMatvec && v.Reduce == ReduceSubgroup:
 		s := p.Safe()
 		fb.MatvecReduce, fb.MatvecSpec = s.MatvecReduce, s.MatvecSpec
 		return fb, MatvecFusedName(v.Type, ReduceShared, v.Fusion), true
-	case (v.Op == "router_score" || v.Op == "route_decode" || v.Op == "route_decode_pred") && v.Reduce == ReduceSubgroup:
+	case (v.Op == OpRouterScore || v.Op == OpRouteDecode || v.Op == OpRouteDecodePred) && v.Reduce == ReduceSubgroup:
 		fb.RoutingShared = true // the score and route plans read it (ScoreDevice)
 		return fb, strings.TrimSuffix(v.Name, ReduceSubgroup), true
-	case v.Op == "decode_attend" && p.FuseAttention:
+	case v.Op == OpDecodeAttend && p.FuseAttention:
 		fb.FuseAttention = false
 		return fb, "decode_kv + decode_attention", true
-	case v.Op == "decode_attention_split" && p.AttentionChunk != 0:
+	case v.Op == OpDecodeAttentionSplit && p.AttentionChunk != 0:
 		fb.AttentionChunk = 0
 		kv, _ := ParseKV(v.Type)
 		return fb, DecodeAttentionName(kv), true

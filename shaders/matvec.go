@@ -67,7 +67,7 @@ func matvecVariant(typ, reduce string) Variant {
 	}
 	v := Variant{
 		Name: MatvecName(typ, reduce), Source: "matvec.comp", Defines: append([]string(nil), wt.Defines...),
-		Op: "matvec", Type: typ, Reduce: reduce,
+		Op: OpMatvec, Type: typ, Reduce: reduce,
 		Bindings: []Binding{
 			{"w", Read, wt.Shape},
 			{"x", Read, "[n][cols] f32"},

@@ -169,7 +169,7 @@ func routingVariants() []Variant {
 
 func scoreVariant(name string, defines []string) Variant {
 	return Variant{
-		Name: name, Source: "router.comp", Defines: defines, Op: "router_score", Reduce: reduceOf(defines),
+		Name: name, Source: "router.comp", Defines: defines, Op: OpRouterScore, Reduce: reduceOf(defines),
 		Bindings: []Binding{
 			{"w", Read, "[rows][cols] f32"},
 			{"bias", Read, "[1] f32 (any buffer when hasBias is 0)"},
@@ -192,7 +192,7 @@ func reduceOf(defines []string) string {
 
 func routeDecodeVariant(name string, defines []string) Variant {
 	v := Variant{
-		Name: name, Source: "route_decode.comp", Defines: defines, Op: "route_decode", Reduce: reduceOf(defines),
+		Name: name, Source: "route_decode.comp", Defines: defines, Op: OpRouteDecode, Reduce: reduceOf(defines),
 		Bindings: []Binding{
 			{"w", Read, "[nEmbd] f32"},
 			{"bias", Read, "[1] f32 (any buffer when hasBias is 0)"},
@@ -207,7 +207,7 @@ func routeDecodeVariant(name string, defines []string) Variant {
 		Notes: "dispatch (1, 1, 1); Spec: RouteDecodeSpec; _sg needs subgroup arithmetic",
 	}
 	if slices.Contains(defines, "PREDICTOR") {
-		v.Op = "route_decode_pred"
+		v.Op = OpRouteDecodePred
 		v.Bindings = append(v.Bindings,
 			Binding{"h", Read, "[predHidden] f32: SiLU(W1 x), router_score with RouterActSiLU"},
 			Binding{"w2", Read, "[predHidden] f32"},

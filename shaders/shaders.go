@@ -63,11 +63,23 @@ type Variant struct {
 	// What the variant computes, for a caller that chooses by it rather
 	// than by its name (the engine's self-check, Fallback). Set on the
 	// families a device's profile chooses between; empty on the others.
-	Op     string // the op: "matvec", "router_score", "route_decode", "route_decode_pred", "decode_attention", ...
+	Op     string // the op (the Op* constants)
 	Type   string // the weight type it reads (MatvecTypes), or its KV cache type ("f16", "f32")
 	Fusion string // a matvec's fusion (MatvecFusions)
 	Reduce string // how its invocations sum: ReduceShared or ReduceSubgroup
 }
+
+// The ops a Variant names in Op.
+const (
+	OpMatvec               = "matvec"
+	OpRouterScore          = "router_score"
+	OpRouteDecode          = "route_decode"
+	OpRouteDecodePred      = "route_decode_pred" // deciding on the predictor's score
+	OpDecodeKV             = "decode_kv"
+	OpDecodeAttention      = "decode_attention"
+	OpDecodeAttentionSplit = "decode_attention_split"
+	OpDecodeAttend         = "decode_attend"
+)
 
 // PushBytes is the size of the push-constant block.
 func (v Variant) PushBytes() int {

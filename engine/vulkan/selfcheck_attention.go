@@ -111,7 +111,7 @@ func decodeAttentionCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 	if err != nil {
 		return checkCase{}, err
 	}
-	split := v.Op == "decode_attention_split"
+	split := v.Op == shaders.OpDecodeAttentionSplit
 	in := newAttnInput(min(40, int(spec[1])&^1), kv == shaders.KVF16)
 	push := shaders.DecodeAttentionPush{N: attnRows, Layer: 1, NHead: attnHeads, NKVHead: attnKVHeads,
 		HeadDim: uint32(in.hd), Scale: in.scale}

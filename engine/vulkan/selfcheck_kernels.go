@@ -20,13 +20,13 @@ import (
 // depend on the device's subgroups or limits).
 func checkerFor(v shaders.Variant) (mk func(v shaders.Variant, spec []uint32) (checkCase, error), ok bool) {
 	switch v.Op {
-	case "matvec":
+	case shaders.OpMatvec:
 		return matvecCase, true
-	case "router_score":
+	case shaders.OpRouterScore:
 		return routerScoreCase, true
-	case "route_decode", "route_decode_pred":
+	case shaders.OpRouteDecode, shaders.OpRouteDecodePred:
 		return routeDecodeCase, true
-	case "decode_attention", "decode_attention_split":
+	case shaders.OpDecodeAttention, shaders.OpDecodeAttentionSplit:
 		return decodeAttentionCase, true
 	}
 	return nil, false
@@ -35,16 +35,16 @@ func checkerFor(v shaders.Variant) (mk func(v shaders.Variant, spec []uint32) (c
 // checkOp names what a checked variant computes.
 func checkOp(v shaders.Variant) string {
 	switch v.Op {
-	case "matvec":
+	case shaders.OpMatvec:
 		return "matvec " + v.Type + map[string]string{shaders.FuseNone: "", shaders.FuseAdd: " add", shaders.FuseNorm: " norm",
 			shaders.FuseNormSwiGLU: " norm swiglu"}[v.Fusion]
-	case "router_score":
+	case shaders.OpRouterScore:
 		return "router score"
-	case "route_decode", "route_decode_pred":
+	case shaders.OpRouteDecode, shaders.OpRouteDecodePred:
 		return "routing decision"
-	case "decode_attention":
+	case shaders.OpDecodeAttention:
 		return "attention " + v.Type
-	case "decode_attention_split":
+	case shaders.OpDecodeAttentionSplit:
 		return "attention split " + v.Type
 	}
 	return v.Name
@@ -174,7 +174,7 @@ func routerScoreCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 // groups; with a predictor, p = w2 . h + b decides.
 func routeDecodeCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 	const nEmbd, predHidden, m = 300, 37, 3
-	pred := v.Op == "route_decode_pred"
+	pred := v.Op == shaders.OpRouteDecodePred
 	rng := rand.New(rand.NewPCG(4, 25))
 	w, x := randVec(rng, nEmbd, -1, 1), randVec(rng, nEmbd, -1, 1)
 	d, a := dotAbs(w, x)
