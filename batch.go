@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/modrun/modrun/engine"
-	"github.com/modrun/modrun/engine/cpu"
 	"github.com/modrun/modrun/engine/sched"
 	"github.com/modrun/modrun/mod"
 )
@@ -25,7 +24,6 @@ import (
 // tokens run. Under memory pressure the cache may have evicted them, and
 // they run again: the same tokens, at the cost of a prefill.
 type batcher struct {
-	st *cpu.Stepper
 	mu sync.Mutex // guards everything below, and the scheduler
 	// cond wakes the stepping goroutine (work or closing) and Close (no
 	// Generate left, or a callback running).
@@ -37,10 +35,10 @@ type batcher struct {
 	exited    chan struct{}
 }
 
-func newBatcher(m *mod.Model, routing mod.Routing, opts Options, ctxLen int) (*batcher, error) {
-	st, err := cpu.NewStepper(m, routing, cpu.Options{ContextLen: ctxLen})
-	if err != nil {
-		return nil, err
+func newBatcher(backend *engine.Backend, opts Options, ctxLen int) (*batcher, error) {
+	st := engine.StepperOf(backend) // the backend runner's weights, shared
+	if st == nil {
+		return nil, fmt.Errorf("modrun: backend %s has no batched step", backend.Name)
 	}
 	const bt = 16
 	pages := sched.PagesFor(st.Layout(), opts.Parallel, ctxLen+2*bt, bt)
@@ -54,7 +52,7 @@ func newBatcher(m *mod.Model, routing mod.Routing, opts Options, ctxLen int) (*b
 	if err != nil {
 		return nil, fmt.Errorf("modrun: %w", err)
 	}
-	b := &batcher{st: st, s: s, exited: make(chan struct{})}
+	b := &batcher{s: s, exited: make(chan struct{})}
 	b.cond = sync.NewCond(&b.mu)
 	go b.loop()
 	return b, nil

@@ -230,7 +230,7 @@ func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Rout
 		model.info.GPUWeights, model.info.GPUKVCache, model.info.GPUScratch = s.Weights, s.KVCache, s.Scratch
 	}
 	if opts.Parallel > 1 && backend.Name == BackendCPU {
-		if model.batch, err = newBatcher(m, routing, opts, ctxLen); err != nil {
+		if model.batch, err = newBatcher(backend, opts, ctxLen); err != nil {
 			backend.Close()
 			return nil, err
 		}

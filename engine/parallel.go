@@ -151,3 +151,17 @@ func (b *ParallelBench) Result() ParallelResult {
 	}
 	return b.rounds[0]
 }
+
+// StepperOf is a step runner over the CPU backend b's weights, shared with
+// its runner; nil on another backend (Vulkan has no step runner yet).
+func StepperOf(b *Backend) *cpu.Stepper {
+	c, ok := b.Runner.(cpuRunner)
+	if !ok {
+		return nil
+	}
+	st, err := c.Runner.Stepper()
+	if err != nil {
+		return nil
+	}
+	return st
+}

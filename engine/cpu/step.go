@@ -38,13 +38,23 @@ type pageRow struct {
 
 // NewStepper prepares m for batched steps with causal routing r.
 func NewStepper(m *mod.Model, r mod.Routing, o Options) (*Stepper, error) {
-	if r == mod.RoutingTopK && m.Config.IsMoD() {
-		return nil, fmt.Errorf("cpu: batched steps decode with causal routing (router or predictor), not top-k")
-	}
 	run, err := New(m, r, o)
 	if err != nil {
 		return nil, err
 	}
+	return run.Stepper()
+}
+
+// Stepper is a step runner that shares r's weights (and its context
+// length and routing): a model's single-sequence runner and its batched
+// steps hold the weights once. It has its own scratch memory and pages.
+func (r *Runner) Stepper() (*Stepper, error) {
+	m := r.m
+	if r.routing == mod.RoutingTopK && m.Config.IsMoD() {
+		return nil, fmt.Errorf("cpu: batched steps decode with causal routing (router or predictor), not top-k")
+	}
+	run := &Runner{m: m, c: r.c, routing: r.routing, ctx: r.ctx, ub: r.ub, pool: r.pool, w: r.w, rope: r.rope, routed: r.routed}
+	run.Reset()
 	st := &Stepper{r: run, layer: make([]int, m.Config.NLayer), kvd: m.Config.KVDim()}
 	nd, nr := 0, 0
 	for l := range st.layer {
