@@ -36,10 +36,11 @@ var layers = map[string][]string{
 	"":              {"*"}, // the root package: the Go API for embedding
 	// The HTTP server: through the root API (TestServerImportsTheAPI
 	// checks its direct imports), so transitively what the API uses.
-	"server":    {"", "engine", "engine/...", "mod", "mod/...", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
-	"cmd/...":   {"*"},
-	"bench/...": {"*"},
-	"train/...": {"*"},
+	"server":      {"", "engine", "engine/...", "mod", "mod/...", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
+	"server/fuzz": {"server", "", "engine", "engine/...", "mod", "mod/...", "vk", "shaders", "gguf", "tokenizer", "internal/..."}, // the server's fuzz target
+	"cmd/...":     {"*"},
+	"bench/...":   {"*"},
+	"train/...":   {"*"},
 
 	// The tests' reader of the API's routing map (the API draws maps; only
 	// tests read them back).

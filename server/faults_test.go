@@ -3,9 +3,12 @@ package server
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -173,4 +176,79 @@ func TestShutdownCancels(t *testing.T) {
 	last := evs[len(evs)-1]
 	assert.Contains(t, last["error"].(map[string]any)["message"], "shutting down")
 	assert.NoError(t, <-served)
+}
+
+// TestShutdownUnderLoad: SIGTERM's path (Shutdown) while 16 clients
+// stream request after request: every stream that began ends whole with
+// [DONE] and its text is the greedy one, new connections are refused, and
+// nothing is left running.
+func TestShutdownUnderLoad(t *testing.T) {
+	m := model(t)
+	_, want := greedy(t, "Once upon a time", 24)
+	checkGoroutines(t)
+	s := New(Config{ModelName: "m", Parallel: 4, Queue: 64})
+	s.SetModel(m)
+	url, served := serveOn(t, s)
+	var done, refused atomic.Int64
+	bad := make(chan string, 64)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"Once upon a time","max_tokens":24,"stream":true}`))
+				if err != nil {
+					refused.Add(1)
+					return // the listener is closed
+				}
+				text, finished := streamText(resp)
+				resp.Body.Close()
+				switch {
+				case resp.StatusCode == http.StatusServiceUnavailable:
+				case !finished || text != want:
+					bad <- fmt.Sprintf("status %d, finished %v: %q", resp.StatusCode, finished, text)
+					return
+				default:
+					done.Add(1)
+				}
+			}
+		}()
+	}
+	require.Eventually(t, func() bool { return done.Load() >= 8 }, 30*time.Second, 5*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	assert.NoError(t, s.Shutdown(ctx), "everything in flight drained within the grace period")
+	wg.Wait()
+	close(bad)
+	for b := range bad {
+		t.Error(b)
+	}
+	assert.Equal(t, int64(16), refused.Load(), "each client ends on a refused connection")
+	assert.NoError(t, <-served)
+}
+
+// streamText reads a completions stream: its text, and whether it ended
+// with [DONE].
+func streamText(resp *http.Response) (string, bool) {
+	sc := bufio.NewScanner(resp.Body)
+	var text strings.Builder
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if data == "[DONE]" {
+			return text.String(), true
+		}
+		var chunk struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal([]byte(data), &chunk) == nil && len(chunk.Choices) > 0 {
+			text.WriteString(chunk.Choices[0].Text)
+		}
+	}
+	return text.String(), false
 }

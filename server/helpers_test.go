@@ -42,7 +42,12 @@ func model(t testing.TB) *modrun.Model {
 // closed (and checked for leaked goroutines) at the end of the test.
 func testServer(t *testing.T, cfg Config) (*Server, *httptest.Server) {
 	t.Helper()
-	m := model(t)
+	return testServerOn(t, model(t), cfg)
+}
+
+// testServerOn is testServer with the model m.
+func testServerOn(t *testing.T, m *modrun.Model, cfg Config) (*Server, *httptest.Server) {
+	t.Helper()
 	checkGoroutines(t)
 	if cfg.ModelName == "" {
 		cfg.ModelName = "tinystories-mod"

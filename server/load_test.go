@@ -9,18 +9,33 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modrun/modrun"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// TestLoad: 32 streaming clients at once, 3 requests each, to the shipped
+// TestLoad: 32 streaming clients at once, 2 requests each, to the shipped
 // MoD model: no errors, and each greedy stream's text equals the same
 // request run alone (no token lost, duplicated or taken from another
-// sequence). It logs p50/p99 time to first token and the aggregate
-// tokens/s (a bound check, not a benchmark: modrun bench serve measures).
+// sequence), whether the model's sessions take turns or share steps
+// (Options.Parallel: batching; the server is the same). It logs p50/p99
+// time to first token and the aggregate tokens/s (a bound check, not a
+// benchmark: modrun bench serve measures).
 func TestLoad(t *testing.T) {
-	const clients, perClient, maxTokens = 32, 3, 24
-	s, hs := testServer(t, Config{Parallel: 4, Queue: clients})
+	batched, err := modrun.Open(shipped, modrun.Options{Backend: modrun.BackendCPU, Parallel: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, batched.Close()) })
+	for _, c := range []struct {
+		name string
+		m    *modrun.Model
+	}{{"turns", model(t)}, {"shared steps", batched}} {
+		t.Run(c.name, func(t *testing.T) { load(t, c.m) })
+	}
+}
+
+func load(t *testing.T, m *modrun.Model) {
+	const clients, perClient, maxTokens = 32, 2, 16
+	s, hs := testServerOn(t, m, Config{Parallel: 4, Queue: clients})
 	prompts := []string{"Once upon a time", "The little dog", "One day, Lily", "Tom had a red ball", "The sun was", "Mom said", "In the park", "A big bird"}
 	want := map[string]string{}
 	for _, p := range prompts {

@@ -35,9 +35,9 @@ func newMetrics() *metrics {
 	m.promptTokens = prometheus.NewCounter(prometheus.CounterOpts{Name: "modrun_prompt_tokens_total", Help: "Prompt tokens run (BOS and chat template included)."})
 	m.completionTokens = prometheus.NewCounter(prometheus.CounterOpts{Name: "modrun_completion_tokens_total", Help: "Tokens generated."})
 	m.queue = prometheus.NewGauge(prometheus.GaugeOpts{Name: "modrun_queue_depth", Help: "Requests waiting for a generation slot (--parallel); beyond --queue they get 503."})
-	m.active = prometheus.NewGauge(prometheus.GaugeOpts{Name: "modrun_active_sequences", Help: "Requests holding a generation slot, each one sequence. On the CPU backend they share steps; on Vulkan they take turns."})
-	m.kvTokens = prometheus.NewGauge(prometheus.GaugeOpts{Name: "modrun_kv_cache_tokens", Help: "Positions of the KV cache holding the sequence the model last ran. There are no KV blocks yet: one contiguous cache of modrun_kv_cache_capacity_tokens, which a paged cache (batching) will replace."})
-	m.kvLimit = prometheus.NewGauge(prometheus.GaugeOpts{Name: "modrun_kv_cache_capacity_tokens", Help: "Positions the KV cache holds: the context length."})
+	m.active = prometheus.NewGauge(prometheus.GaugeOpts{Name: "modrun_active_sequences", Help: "Requests holding a generation slot, each one sequence. The model runs one sequence at a time until batching lands; the others wait for its turn."})
+	m.kvTokens = prometheus.NewGauge(prometheus.GaugeOpts{Name: "modrun_kv_cache_tokens", Help: "Position of the last token a request ran: the length of the sequence the model last ran."})
+	m.kvLimit = prometheus.NewGauge(prometheus.GaugeOpts{Name: "modrun_kv_cache_capacity_tokens", Help: "Positions one sequence's KV cache holds: the context length."})
 	m.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "modrun_time_to_first_token_seconds", Help: "From a request's arrival to its first generated token (queueing and prompt included).",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)})
 	m.interToken = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "modrun_inter_token_seconds", Help: "Between consecutive generated tokens of a request.",
@@ -55,9 +55,18 @@ func newMetrics() *metrics {
 func (m *metrics) handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }
 
 // ready records the model's shape: the context length and the routed
-// layers (their series exist from the start, at 0).
-func (m *metrics) ready(info modrun.Info) {
+// layers (their series exist from the start, at 0), and reads its KV page
+// pool at each scrape when it has one (modrun serve --parallel above 1 on
+// the CPU backend); without one the blocks are 0 and the cache is one
+// contiguous sequence, modrun_kv_cache_tokens.
+func (m *metrics) ready(model *modrun.Model) {
+	info := model.Info()
 	m.kvLimit.Set(float64(info.ContextLen))
+	inUse := func() float64 { n, _, _ := model.KVPages(); return float64(n) }
+	total := func() float64 { _, n, _ := model.KVPages(); return float64(n) }
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "modrun_kv_blocks_in_use", Help: "KV cache pages holding some sequence's keys and values (their prefix cache included)."}, inUse),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "modrun_kv_blocks_total", Help: "KV cache pages in the pool (0: no pool, one sequence at a time)."}, total))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.layers = append([]int(nil), info.RoutedLayers...)

@@ -6,9 +6,9 @@
 // It uses the root modrun API and nothing below it. One request is one
 // Session (a Chat for /v1/chat/completions); up to Config.Parallel run at
 // once, and up to Config.Queue more wait for a slot, beyond which a request
-// gets 503 with Retry-After. A Model opened with Options.Parallel on the
-// CPU backend runs those sessions in shared steps; on Vulkan they take
-// turns. Nothing here depends on which.
+// gets 503 with Retry-After. A Model opened with Options.Parallel runs its
+// sessions in shared steps (the CPU backend); otherwise they take turns.
+// Either way this package does the same.
 package server
 
 import (
@@ -107,7 +107,7 @@ func New(cfg Config) *Server {
 // caller closes m after Shutdown.
 func (s *Server) SetModel(m *modrun.Model) {
 	s.info = m.Info()
-	s.metrics.ready(s.info)
+	s.metrics.ready(m)
 	s.model.Store(m)
 }
 

@@ -32,7 +32,7 @@ func serveMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	cf.register(fs)
 	host := fs.String("host", "127.0.0.1", "listen on address `H` (0.0.0.0: every interface)")
 	port := fs.Int("port", 8080, "listen on TCP port `P` (0: any free port, printed)")
-	parallel := fs.Int("parallel", 1, "requests generating at once `N` (each one sequence; on the CPU backend they share steps, on Vulkan they take turns)")
+	parallel := fs.Int("parallel", 1, "requests generating at once `N`, each one sequence: in shared steps on the CPU backend (Vulkan and reference: in turns)")
 	queue := fs.Int("queue", 0, "requests waiting for a slot `N` beyond --parallel, then 503 with Retry-After (0 = 4 x --parallel)")
 	template := fs.String("chat-template", "", "chat template `NAME` for /v1/chat/completions: "+strings.Join(api.ChatTemplates(), " | ")+
 		" (default: recognised from the file's tokenizer.chat_template)")
@@ -68,7 +68,9 @@ func serveMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err := cf.apiOptions(&opts); err != nil {
 		return err
 	}
-	opts.Parallel = *parallel // the CPU backend's slots share steps (modrun.Options.Parallel)
+	// --parallel sessions at once: in shared steps on the CPU backend
+	// (batching); Vulkan and the reference backend take turns.
+	opts.Parallel = *parallel
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(mf.path), ".gguf")
 	}

@@ -1,0 +1,17 @@
+package modrun
+
+// KVPages says how the parallel sessions' KV page pool (Options.Parallel
+// above 1 on the CPU backend) is used: pages holding some session's keys
+// and values, of total, each blockTokens tokens. Without a pool (sessions
+// take turns on one contiguous cache) all three are 0. A server's metrics
+// read it.
+func (m *Model) KVPages() (inUse, total, blockTokens int) {
+	b := m.batch
+	if b == nil {
+		return 0, 0, 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.s.Pool()
+	return p.Pages() - p.Free(), p.Pages(), p.BlockTokens()
+}
