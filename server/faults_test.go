@@ -82,8 +82,9 @@ func TestQueueFull(t *testing.T) {
 		queued <- resp.StatusCode
 	}()
 	require.Eventually(t, func() bool { return testutil.ToFloat64(s.metrics.queue) == 1 }, 10*time.Second, 5*time.Millisecond)
-	resp, err := http.Post(hs.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"Once","max_tokens":2}`))
-	require.NoError(t, err)
+	impatient := &http.Client{Timeout: 10 * time.Second} // a request queued instead fails, not hangs
+	resp, err := impatient.Post(hs.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"Once","max_tokens":2}`))
+	require.NoError(t, err, "the request beyond the queue is answered at once")
 	resp.Body.Close()
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	assert.Equal(t, "2", resp.Header.Get("Retry-After"))
