@@ -261,6 +261,9 @@ func kTile(w *matrix, i int, q []int8, a, b []float32) {
 			case gguf.TypeQ4_K:
 				scalesQ4K(src, &blk)
 				nibblesQ4K(q[base:base+kLen], src[16:144])
+			case gguf.TypeQ5_K:
+				scalesQ4K(src, &blk)
+				quantsQ5K(q[base:base+kLen], src)
 			case gguf.TypeQ6_K:
 				scalesQ6K(src, &blk)
 				quantsQ6K(q[base:base+kLen], src)
@@ -276,7 +279,8 @@ func kTile(w *matrix, i int, q []int8, a, b []float32) {
 	}
 }
 
-// scalesQ4K is unpackQ4K without the quants.
+// scalesQ4K is unpackQ4K without the quants (and Q5_K's, whose scales
+// and mins are laid out alike).
 func scalesQ4K(blk []byte, b *kBlock) {
 	b.d, b.dm = half(blk), half(blk[2:])
 	for j := range 8 {
@@ -305,6 +309,22 @@ func nibblesQ4K(dst []int8, qs []byte) {
 			v := le.Uint64(qs[32*c+h:])
 			le.PutUint64(out[64*c+h:], v&nib8)
 			le.PutUint64(out[64*c+32+h:], v>>4&nib8)
+		}
+	}
+}
+
+// quantsQ5K writes Q5_K's 256 quants as int8, eight at a time: Q4_K's
+// nibbles (qs at 48), with bit j of qh byte l as bit 4 of element 32j+l.
+func quantsQ5K(dst []int8, blk []byte) {
+	const b0 = 0x0101010101010101
+	le := binary.LittleEndian
+	out := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(dst))), len(dst))
+	qh, qs := blk[16:48], blk[48:176]
+	for c := range 4 {
+		for h := 0; h < 32; h += 8 {
+			v, hb := le.Uint64(qs[32*c+h:]), le.Uint64(qh[h:])
+			le.PutUint64(out[64*c+h:], v&nib8|(hb>>(2*c)&b0)<<4)
+			le.PutUint64(out[64*c+32+h:], v>>4&nib8|(hb>>(2*c+1)&b0)<<4)
 		}
 	}
 }
