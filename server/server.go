@@ -100,6 +100,10 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, slots: make(chan struct{}, cfg.Parallel), metrics: newMetrics(), log: log.New(cfg.Log, "", log.LstdFlags)}
 	s.stop, s.cancel = context.WithCancel(context.Background())
 	s.handler = s.routes()
+	// Made here, not in Serve: a Shutdown that comes before Serve has
+	// started (a signal during loading) must find it, and then Serve
+	// returns at once.
+	s.http = &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
 	return s
 }
 
@@ -118,7 +122,6 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // Serve accepts connections on l until Shutdown; it returns nil after a
 // Shutdown and the listener's error otherwise.
 func (s *Server) Serve(l net.Listener) error {
-	s.http = &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
 	if err := s.http.Serve(l); !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("server: %w", err)
 	}
@@ -131,10 +134,7 @@ func (s *Server) Serve(l net.Listener) error {
 // when every request finished by itself, and ctx's error when some were
 // cancelled.
 func (s *Server) Shutdown(ctx context.Context) error {
-	var err error
-	if s.http != nil {
-		err = s.http.Shutdown(ctx)
-	}
+	err := s.http.Shutdown(ctx)
 	done := make(chan struct{})
 	go func() { s.inflight.Wait(); close(done) }()
 	select {
@@ -144,9 +144,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.cancel() // what still runs ends within a token
 	<-done
-	if s.http != nil {
-		s.http.Close() // streams whose handlers returned, still open
-	}
+	s.http.Close() // streams whose handlers returned, still open
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return fmt.Errorf("server: shutdown: in-flight requests cancelled after the grace period: %w", err)
 	}
