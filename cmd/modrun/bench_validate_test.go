@@ -55,4 +55,8 @@ func TestBenchRefusesAPlantedError(t *testing.T) {
 	code, stdout, stderr = modrun(t, append(args, "--validate", "0")...)
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "| no (--validate 0) | — | — | — | — |")
+
+	code, _, stderr = modrun(t, "bench", "--synthetic", "stories260k", "--validate", "-1")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--validate -1: want a number of tokens, or 0 for none")
 }
