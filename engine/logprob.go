@@ -17,16 +17,7 @@ type TokenLogProb struct {
 // LogProbs is the log-probability of token id under logits [nVocab], and
 // the top most likely tokens (most likely first, ties to the lower id).
 func LogProbs(logits []float32, id int32, top int) (float32, []TokenLogProb) {
-	hi := float32(math.Inf(-1))
-	for _, v := range logits {
-		hi = max(hi, v)
-	}
-	var sum float64
-	for _, v := range logits {
-		sum += math.Exp(float64(v - hi))
-	}
-	// log p(i) = logits[i] - (hi + log sum exp(logits - hi)), the stable form.
-	norm := hi + float32(math.Log(sum))
+	norm := float32(logSumExp(logits)) // log p(i) = logits[i] - log Σ exp(logits)
 	lp := float32(math.Inf(-1))
 	if id >= 0 && int(id) < len(logits) {
 		lp = logits[id] - norm

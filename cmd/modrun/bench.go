@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -107,15 +106,7 @@ func benchMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		}
 	}
 	rep := newBenchReport(args, f.o, devices, rows)
-	if f.asJSON {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if _, err := stdout.Write(append(b, '\n')); err != nil {
-			return err
-		}
-	} else if _, err := io.WriteString(stdout, rep.markdown()); err != nil {
+	if err := writeReport(stdout, f.asJSON, rep, rep.markdown()); err != nil {
 		return err
 	}
 	if f.out != "" {

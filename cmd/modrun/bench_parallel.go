@@ -123,15 +123,7 @@ func benchParallel(f *benchFlags, models []*benchModel, args []string, stdout, s
 			FirstTokenVsSingle:  res.TimeToFirstToken / single.TimeToFirstToken})
 	}
 	text := rep.markdown()
-	if f.asJSON {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if _, err := stdout.Write(append(b, '\n')); err != nil {
-			return err
-		}
-	} else if _, err := io.WriteString(stdout, text); err != nil {
+	if err := writeReport(stdout, f.asJSON, rep, text); err != nil {
 		return err
 	}
 	if f.out != "" {

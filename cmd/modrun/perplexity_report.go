@@ -33,15 +33,21 @@ type compareReport struct {
 }
 
 func (rep *perplexityReport) write(w io.Writer, asJSON bool) error {
-	if asJSON {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(append(b, '\n'))
+	return writeReport(w, asJSON, rep, rep.text())
+}
+
+// writeReport writes a command's report: with --json, v as one indented
+// JSON document; otherwise its text.
+func writeReport(w io.Writer, asJSON bool, v any, text string) error {
+	if !asJSON {
+		_, err := io.WriteString(w, text)
 		return err
 	}
-	_, err := io.WriteString(w, rep.text())
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
 	return err
 }
 
