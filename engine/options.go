@@ -116,16 +116,78 @@ func (o BackendOptions) Check() error {
 	return nil
 }
 
+// Flags say which command line's flags stand behind a BackendOptions, for
+// what only flags have: CheckFlags.
+type Flags struct {
+	// Backends are the backends the command opens, bench's --backends run
+	// side by side; none: the options' Name alone (--backend).
+	Backends []string
+	// UBatch says the command has --ubatch, whose default is the number
+	// (DefaultUBatch): 0 is no value of the flag, as it is of UBatch.
+	UBatch bool
+}
+
+// CheckFlags is the one check of the options a command line's flags fill,
+// before any model loads (a context length against the model is CheckFor's):
+// what Check refuses, and what only flags have. --device picks a Vulkan
+// device, so one of the backends must be vulkan, or auto, which it then
+// means; --ubatch has no 0. A wrong flag is an *OptionError.
+func (o BackendOptions) CheckFlags(f Flags) error {
+	if err := o.Check(); err != nil {
+		return err
+	}
+	if f.UBatch && o.UBatch < 1 {
+		return &OptionError{Option: "prompt batch (UBatch)", Flag: "--ubatch", Value: fmt.Sprint(o.UBatch), Problem: ": must be at least 1"}
+	}
+	if o.Device < 0 {
+		return nil
+	}
+	backends := f.Backends
+	if len(backends) == 0 {
+		backends = []string{o.Name}
+	}
+	for _, b := range backends {
+		if b == BackendVulkan || b == BackendAuto {
+			return nil
+		}
+	}
+	return &OptionError{Option: "device", Flag: "--device", Value: fmt.Sprint(o.Device),
+		Problem: fmt.Sprintf(" picks a Vulkan device, but the backend is %s: drop --device, or use --backend vulkan", strings.Join(backends, ","))}
+}
+
+// ParseBackends reads a comma-separated list of the backends to run side by
+// side (bench's --backends): cpu, reference or vulkan each (auto is no one
+// backend to measure). An unknown name is an *OptionError.
+func ParseBackends(list string) ([]string, error) {
+	var names []string
+	for _, name := range strings.Split(list, ",") {
+		switch name = strings.TrimSpace(name); name {
+		case BackendCPU, BackendReference, BackendVulkan:
+			names = append(names, name)
+		default:
+			return nil, &OptionError{Option: "backends", Flag: "--backends", Problem: fmt.Sprintf(": %q is not cpu, reference or vulkan", name)}
+		}
+	}
+	return names, nil
+}
+
 // OptionError is a BackendOptions field that Check refuses.
 type OptionError struct {
 	Option  string // the option in words, as Error names it: "KV type"
 	Flag    string // the command line's flag for it: "--kv-type"
-	Value   string // the value given, quoted when a string: "\"q8\""
+	Value   string // the value given, quoted when a string: "\"q8\""; "" when Problem names it
 	Problem string // what is wrong, after the value: " is not f16 or f32"
 }
 
 // Error names the option in words: `KV type "q8" is not f16 or f32`.
-func (e *OptionError) Error() string { return e.Option + " " + e.Value + e.Problem }
+func (e *OptionError) Error() string { return e.say(e.Option) }
 
 // FlagError names the option by its flag: `--kv-type "q8" is not f16 or f32`.
-func (e *OptionError) FlagError() string { return e.Flag + " " + e.Value + e.Problem }
+func (e *OptionError) FlagError() string { return e.say(e.Flag) }
+
+func (e *OptionError) say(name string) string {
+	if e.Value == "" {
+		return name + e.Problem
+	}
+	return name + " " + e.Value + e.Problem
+}

@@ -35,3 +35,66 @@ func TestBackendOptionsCheck(t *testing.T) {
 		assert.Equal(t, tc.flags, oe.FlagError())
 	}
 }
+
+// TestBackendOptionsCheckFlags: what only a command line's flags have is
+// refused naming the flag: a --device none of the backends can use, and a
+// --ubatch under 1 where the command has the flag; Check's own errors come
+// first, and the API's UBatch 0 (the default) passes without the flag.
+func TestBackendOptionsCheckFlags(t *testing.T) {
+	for _, tc := range []struct {
+		o BackendOptions
+		f Flags
+	}{
+		{BackendOptions{Name: BackendCPU, Device: -1}, Flags{Backends: []string{BackendCPU}}},
+		{BackendOptions{Name: BackendAuto, Device: 0}, Flags{Backends: []string{BackendAuto}}},
+		{BackendOptions{Name: BackendCPU, Device: 1}, Flags{Backends: []string{BackendCPU, BackendVulkan}}},
+		{BackendOptions{Name: BackendCPU, Device: -1, UBatch: 1}, Flags{UBatch: true}},
+		{BackendOptions{Name: BackendCPU, Device: -1}, Flags{}},
+	} {
+		assert.NoError(t, tc.o.CheckFlags(tc.f), "%+v %+v", tc.o, tc.f)
+	}
+	for _, tc := range []struct {
+		o          BackendOptions
+		f          Flags
+		err, flags string
+	}{
+		{BackendOptions{Name: BackendCPU, Device: 0}, Flags{Backends: []string{BackendCPU}},
+			"device 0 picks a Vulkan device, but the backend is cpu: drop --device, or use --backend vulkan",
+			"--device 0 picks a Vulkan device, but the backend is cpu: drop --device, or use --backend vulkan"},
+		{BackendOptions{Name: BackendReference, Device: 2}, Flags{},
+			"device 2 picks a Vulkan device, but the backend is reference: drop --device, or use --backend vulkan",
+			"--device 2 picks a Vulkan device, but the backend is reference: drop --device, or use --backend vulkan"},
+		{BackendOptions{Name: BackendCPU, Device: 3}, Flags{Backends: []string{BackendCPU, BackendReference}},
+			"device 3 picks a Vulkan device, but the backend is cpu,reference: drop --device, or use --backend vulkan",
+			"--device 3 picks a Vulkan device, but the backend is cpu,reference: drop --device, or use --backend vulkan"},
+		{BackendOptions{Name: BackendAuto}, Flags{UBatch: true},
+			"prompt batch (UBatch) 0: must be at least 1", "--ubatch 0: must be at least 1"},
+		{BackendOptions{Name: BackendVulkan, Device: -4}, Flags{Backends: []string{BackendVulkan}},
+			"device -4: want a device index, 0 or more (modrun devices lists them), or -1 for the default",
+			"--device -4: want a device index, 0 or more (modrun devices lists them), or -1 for the default"},
+		{BackendOptions{Name: BackendAuto, UBatch: -2}, Flags{UBatch: true},
+			"prompt batch (UBatch) -2: must be positive (or 0: the backend's default)", "--ubatch -2: must be positive (or 0: the backend's default)"},
+	} {
+		err := tc.o.CheckFlags(tc.f)
+		var oe *OptionError
+		require.True(t, errors.As(err, &oe), "%+v %+v: %v", tc.o, tc.f, err)
+		assert.EqualError(t, err, tc.err)
+		assert.Equal(t, tc.flags, oe.FlagError())
+	}
+}
+
+// TestParseBackends: bench's --backends is a comma-separated list of cpu,
+// reference and vulkan (spaces around a name dropped); anything else,
+// auto and an empty name included, is an OptionError naming the flag.
+func TestParseBackends(t *testing.T) {
+	names, err := ParseBackends("cpu, vulkan,reference")
+	require.NoError(t, err)
+	assert.Equal(t, []string{BackendCPU, BackendVulkan, BackendReference}, names)
+	for _, tc := range []struct{ list, bad string }{{"cpu,gpu", "gpu"}, {"auto", "auto"}, {"cpu,", ""}} {
+		_, err := ParseBackends(tc.list)
+		var oe *OptionError
+		require.True(t, errors.As(err, &oe), "%q: %v", tc.list, err)
+		assert.EqualError(t, err, `backends: "`+tc.bad+`" is not cpu, reference or vulkan`)
+		assert.Equal(t, `--backends: "`+tc.bad+`" is not cpu, reference or vulkan`, oe.FlagError())
+	}
+}

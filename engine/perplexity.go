@@ -82,7 +82,7 @@ func (o PerplexityOptions) Check() error {
 		}
 		if o.Routing != mod.RoutingTopK {
 			return &OptionError{Option: "capacity", Flag: "--capacity",
-				Problem: fmt.Sprintf("sets the fraction of --routing topk; --routing %s routes by sign, with no fraction", o.Routing)}
+				Problem: fmt.Sprintf(" sets the fraction of --routing topk; --routing %s routes by sign, with no fraction", o.Routing)}
 		}
 	}
 	return nil

@@ -167,13 +167,8 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	if f.save != "" && len(f.shapes) == 0 {
 		return nil, fmt.Errorf("%w: --save writes synthetic models: give --synthetic", errUsage)
 	}
-	for _, name := range strings.Split(*backends, ",") {
-		switch name = strings.TrimSpace(name); name {
-		case engine.BackendCPU, engine.BackendReference, engine.BackendVulkan:
-			f.backends = append(f.backends, name)
-		default:
-			return nil, fmt.Errorf("%w: --backends: %q is not cpu, reference or vulkan", errUsage, name)
-		}
+	if f.backends, err = engine.ParseBackends(*backends); err != nil {
+		return nil, flagError(err)
 	}
 	f.routingSet = flagSet(fs, "routing")
 	for _, name := range strings.Split(*routing, ",") {
@@ -208,10 +203,8 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 // or built: the cache flags, --device, every shape, and every path read or
 // written.
 func (f *benchFlags) check(fs *flag.FlagSet) error {
-	if err := f.cache.check(); err != nil {
-		return err
-	}
-	if err := deviceFlag(f.device, f.backends...); err != nil {
+	o := engine.BackendOptions{Name: f.backends[0], Device: f.device, ContextLen: f.cache.ctx, KVType: f.cache.kvType, UBatch: f.cache.ubatch}
+	if err := checkFlags(o, engine.Flags{Backends: f.backends, UBatch: true}); err != nil {
 		return err
 	}
 	for _, spec := range f.shapes {

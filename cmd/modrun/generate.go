@@ -61,22 +61,16 @@ func (cf cacheFlags) options(o *engine.BackendOptions, m *mod.Model) error {
 	return flagError(o.CheckFor(m.Config))
 }
 
-// check refuses a negative --ctx, an unknown --kv-type (engine's check of
-// the options) and a --ubatch under 1: the flag has no 0, its default is
-// the number.
+// check refuses a negative --ctx, an unknown --kv-type and a --ubatch
+// under 1 (engine's check of the flags).
 func (cf cacheFlags) check() error {
-	if err := checkOptions(engine.BackendOptions{Name: engine.BackendAuto, ContextLen: cf.ctx, KVType: cf.kvType, UBatch: cf.ubatch}); err != nil {
-		return err
-	}
-	if cf.ubatch < 1 {
-		return fmt.Errorf("%w: --ubatch %d: must be at least 1", errUsage, cf.ubatch)
-	}
-	return nil
+	return checkFlags(engine.BackendOptions{Name: engine.BackendAuto, Device: -1, ContextLen: cf.ctx, KVType: cf.kvType, UBatch: cf.ubatch},
+		engine.Flags{UBatch: true})
 }
 
-// checkOptions is engine's check of the options the flags fill, its error
+// checkFlags is engine's check of the options the flags fill, its error
 // a usage error that names the flag.
-func checkOptions(o engine.BackendOptions) error { return flagError(o.Check()) }
+func checkFlags(o engine.BackendOptions, f engine.Flags) error { return flagError(o.CheckFlags(f)) }
 
 // flagError is an error of engine's checks of the options as the command
 // line says it: an *engine.OptionError is a usage error naming its flag.
@@ -113,10 +107,7 @@ func (mf *modelFlags) check(accepted ...mod.Routing) (mod.Routing, error) {
 	if mf.path == "" {
 		return 0, fmt.Errorf("%w: -m FILE.gguf is required", errUsage)
 	}
-	if err := checkOptions(engine.BackendOptions{Name: mf.backend}); err != nil {
-		return 0, err
-	}
-	if err := deviceFlag(mf.device, mf.backend); err != nil {
+	if err := checkFlags(engine.BackendOptions{Name: mf.backend, Device: mf.device}, engine.Flags{}); err != nil {
 		return 0, err
 	}
 	if mf.device >= 0 && mf.backend == engine.BackendAuto {

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/mod"
 )
 
@@ -76,26 +75,6 @@ func plainPathError(err error) error {
 		return pe.Err
 	}
 	return err
-}
-
-// deviceFlag checks --device against the backends it would apply to: it
-// picks a Vulkan device, so it needs one of them to be Vulkan (auto may pick
-// Vulkan), and it is an index (modrun devices lists them), or -1, the
-// default. The device list itself is checked when the backend opens
-// (--device 99: no such device).
-func deviceFlag(device int, backends ...string) error {
-	if device == -1 {
-		return nil
-	}
-	if device < 0 {
-		return fmt.Errorf("%w: --device %d: want a device index, 0 or more (modrun devices lists them), or -1 for the default", errUsage, device)
-	}
-	for _, b := range backends {
-		if b == engine.BackendVulkan || b == engine.BackendAuto {
-			return nil
-		}
-	}
-	return fmt.Errorf("%w: --device %d picks a Vulkan device, but the backend is %s: drop --device, or use --backend vulkan", errUsage, device, strings.Join(backends, ","))
 }
 
 // routingFlag parses --routing, listing in its error only what the command
