@@ -207,6 +207,7 @@ func (s *Session) generateBatched(ctx context.Context, ids []int32, so engine.Sa
 	if err != nil {
 		return Result{}, err
 	}
+	sampler.Ban(s.banned(opts))
 	for _, id := range seq {
 		sampler.Accept(id) // the repetition penalty sees the history and the prompt
 	}

@@ -113,6 +113,12 @@ type GenerateOptions struct {
 	LogProbs    bool
 	TopLogProbs int
 
+	// IgnoreEOS never draws the end-of-generation tokens (EOS, end of
+	// turn): their logits count as -Inf, as llama.cpp's ignore_eos has it,
+	// so generation runs to MaxTokens or the context's end. Log-probabilities
+	// stay the raw logits'.
+	IgnoreEOS bool
+
 	// PromptTokens, when not nil, is the prompt as token ids, run as they
 	// are (no BOS added); Generate's prompt text must then be "".
 	PromptTokens []int32
@@ -306,7 +312,7 @@ func (s *Session) promptTokens(prompt string, opts GenerateOptions) ([]int32, er
 func (s *Session) loopOptions(ctx context.Context, so engine.SamplerOptions, opts GenerateOptions, pending []int32, fn func(Token) error) engine.GenerateOptions {
 	return engine.GenerateOptions{
 		MaxTokens: opts.MaxTokens, EOS: -1, EndOfTurn: s.m.tok.EndOfGeneration(), Sampler: so, Chunk: s.m.backend.PromptChunk(),
-		Pending: pending, History: s.fed, Routes: fn != nil && !s.m.noRoutes,
+		Pending: pending, History: s.fed, Routes: fn != nil && !s.m.noRoutes, Ban: s.banned(opts),
 		LogProbs: opts.LogProbs, TopLogProbs: opts.TopLogProbs,
 		BeforeFeed: func() error {
 			if s.m.isClosed() { // by the callback
@@ -334,6 +340,15 @@ func (s *Session) loopOptions(ctx context.Context, so engine.SamplerOptions, opt
 			return s.m.lendDuring(func() error { return fn(tok) })
 		},
 	}
+}
+
+// banned is what the sampler never draws: with IgnoreEOS, the
+// end-of-generation tokens.
+func (s *Session) banned(opts GenerateOptions) []int32 {
+	if !opts.IgnoreEOS {
+		return nil
+	}
+	return s.m.tok.EndOfGeneration()
 }
 
 // restore makes the runner hold this session's sequence: a runner that ran

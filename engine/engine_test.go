@@ -139,6 +139,16 @@ func TestGenerateStops(t *testing.T) {
 	assert.Equal(t, []int32{5, 6}, res.Tokens)
 	assert.Equal(t, StopEOS, res.Stop)
 
+	banned := opts // ignore_eos: EOS is never drawn, and generation goes on
+	banned.Ban, banned.MaxTokens = []int32{2}, 6
+	res, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 10}, []int32{1}, banned)
+	require.NoError(t, err)
+	assert.Equal(t, StopMaxTokens, res.Stop)
+	require.Len(t, res.Tokens, 6)
+	assert.Equal(t, []int32{5, 6, 7}, res.Tokens[:3])
+	assert.NotContains(t, res.Tokens, int32(2))
+	assert.Equal(t, []int32{4, 4}, res.Tokens[4:])
+
 	opts.MaxTokens = 2
 	res, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 10}, []int32{1}, opts)
 	require.NoError(t, err)

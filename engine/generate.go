@@ -35,6 +35,9 @@ type GenerateOptions struct {
 	// Llama 3's <|eot_id|> (tokenizer.Tokenizer.EndOfGeneration).
 	EndOfTurn []int32
 	Sampler   SamplerOptions
+	// Ban lists ids the sampler never draws (Sampler.Ban): the API's
+	// IgnoreEOS bans the end-of-generation tokens.
+	Ban []int32
 	// Chunk is the most prompt tokens one Feed runs (Backend.PromptChunk);
 	// 0 = the whole prompt at once. Cancelling is seen between chunks.
 	Chunk int
@@ -141,12 +144,13 @@ func Continue(ctx context.Context, r Runner, prompt []int32, opts GenerateOption
 	if err != nil {
 		return res, err
 	}
+	sampler.Ban(opts.Ban)
 	for _, id := range opts.History {
 		sampler.Accept(id)
 	}
 	inner := unwrap(r)
 	greedy, argmax := inner.(GreedyFeeder)
-	argmax = argmax && pureGreedy(opts.Sampler) && !opts.LogProbs
+	argmax = argmax && pureGreedy(opts.Sampler) && !opts.LogProbs && len(opts.Ban) == 0
 	tracer, _ := inner.(RoutingTracer)
 	// feed runs tokens; with sample it also chooses the next token (and
 	// with opts.LogProbs sets nextLP to its log-probabilities).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 )
 
@@ -53,6 +54,7 @@ type Sampler struct {
 	recent  []int32
 	cands   []candidate
 	scratch []float32
+	banned  []int32 // never drawn (Ban)
 }
 
 type candidate struct {
@@ -79,10 +81,19 @@ func (s *Sampler) Accept(id int32) {
 	}
 }
 
+// Ban makes Sample never draw ids: their logits count as -Inf, as
+// llama.cpp's ignore_eos biases the end-of-generation tokens.
+func (s *Sampler) Ban(ids []int32) { s.banned = slices.Clone(ids) }
+
 // Sample draws the next token from logits (left unchanged) and accepts it.
 func (s *Sampler) Sample(logits []float32) int32 {
 	l := append(s.scratch[:0], logits...)
 	s.scratch = l
+	for _, id := range s.banned {
+		if int(id) < len(l) {
+			l[id] = float32(math.Inf(-1))
+		}
+	}
 	if s.opts.RepeatPenalty != 1 {
 		for _, id := range s.recent {
 			if l[id] > 0 {

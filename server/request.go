@@ -10,7 +10,7 @@ import (
 )
 
 // sampling is what chat and completion requests share: OpenAI's fields and
-// llama.cpp's extensions (top_k, min_p, repeat_penalty).
+// llama.cpp's extensions (top_k, min_p, repeat_penalty, ignore_eos).
 type sampling struct {
 	Model               string         `json:"model"`
 	MaxTokens           *int           `json:"max_tokens"`
@@ -21,6 +21,7 @@ type sampling struct {
 	MinP                *float64       `json:"min_p"`
 	RepeatPenalty       *float64       `json:"repeat_penalty"`
 	Seed                *int64         `json:"seed"`
+	IgnoreEOS           bool           `json:"ignore_eos"` // llama.cpp's: EOS is never drawn
 	Stop                stopList       `json:"stop"`
 	N                   *int           `json:"n"`
 	Stream              bool           `json:"stream"`
@@ -192,6 +193,7 @@ func (r *sampling) genOptions(info modrun.Info, modelName string, defaultMax int
 	if r.Seed != nil {
 		o.Seed = uint64(*r.Seed)
 	}
+	o.IgnoreEOS = r.IgnoreEOS
 	for i, s := range r.Stop {
 		if s == "" {
 			return o, badRequest("stop", "invalid_value", "stop[%d] is empty", i)
