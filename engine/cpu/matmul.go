@@ -85,6 +85,11 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 			matmulK(out, x, w, lo, hi, 0, n, &tile)
 			return
 		}
+		if w.kind == kindL {
+			var tb legacyTileBuf
+			matmulLegacy(out, x, w, lo, hi, n, &tb)
+			return
+		}
 		for t0 := 0; t0 < n; t0 += tokenTile {
 			t1 := min(n, t0+tokenTile)
 			i := lo

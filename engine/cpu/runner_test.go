@@ -53,10 +53,10 @@ var relTol = map[gguf.TensorType]float64{
 	gguf.TypeF16:  1e-4,
 	gguf.TypeQ8_0: QuantizedRelTol,
 	gguf.TypeQ4_0: QuantizedRelTol,
-	// Q4_1 is requantized to Q8_0 at load (matrix.requantize), and stands
-	// for the other types that are, since that does not depend on the
-	// type. tiny's widths are not whole K-quant blocks, so its Q4_K is
-	// requantized too; TestKMatrix runs the native K-quants.
+	// Q4_1 dots in its own blocks (legacy.go; TestLegacyMatrix runs Q5_0
+	// and Q5_1 too). tiny's widths are not whole K-quant blocks, so its
+	// Q4_K is requantized to Q8_0 at load (matrix.requantize) and stands
+	// for the types that are; TestKMatrix runs the native K-quants.
 	gguf.TypeQ4_1: QuantizedRelTol,
 	gguf.TypeQ4_K: QuantizedRelTol,
 }
@@ -322,15 +322,15 @@ func TestFeedArgmax(t *testing.T) {
 	assert.ErrorContains(t, err, "outside the vocabulary")
 }
 
-// A Q2_K, Q3_K or legacy-quantized matrix other than Q8_0 and Q4_0 is
-// requantized to Q8_0 at load (TestKMatrix has the native K-quants): each weight within half a step (max|w|/254 of its block of 32) of
+// A Q2_K or Q3_K matrix is requantized to Q8_0 at load (TestKMatrix has
+// the native K-quants, TestLegacyMatrix Q4_1, Q5_0 and Q5_1): each weight within half a step (max|w|/254 of its block of 32) of
 // its exact decoded value, each block's largest weight exact to rounding,
 // and a block holding a NaN a NaN block (so a poisoned weight still shows).
 func TestRequantize(t *testing.T) {
 	g := rand.New(rand.NewPCG(9, 10))
 	const rows, cols = 3, 512
 	src := randF32(g, rows*cols)
-	for _, typ := range []gguf.TensorType{gguf.TypeQ3_K, gguf.TypeQ2_K, gguf.TypeQ5_1} {
+	for _, typ := range []gguf.TensorType{gguf.TypeQ3_K, gguf.TypeQ2_K} {
 		data, err := gguf.Quantize(typ, src)
 		require.NoError(t, err)
 		m, err := mod.NewMat("w", typ, []uint64{cols, rows}, data)
@@ -350,16 +350,16 @@ func TestRequantize(t *testing.T) {
 			}
 		}
 	}
-	// Two Q4_1 rows (one row would be a vector, decoded at load), the
-	// first's second block (bytes 20-39: d, m, 16 bytes of nibbles) with a
-	// NaN scale.
-	data, err := gguf.Quantize(gguf.TypeQ4_1, src[:2*cols])
+	// Two Q2_K rows (one row would be a vector, decoded at load), the
+	// first's first block of 256 (bytes 0-83: scales, quants, d at 80)
+	// with a NaN scale: its eight blocks of 32 are NaN, the ninth not.
+	data, err := gguf.Quantize(gguf.TypeQ2_K, src[:2*cols])
 	require.NoError(t, err)
-	data[20], data[21] = 0x00, 0x7e // f16 NaN
-	m, err := mod.NewMat("w", gguf.TypeQ4_1, []uint64{cols, 2}, data)
+	data[80], data[81] = 0x00, 0x7e // f16 NaN
+	m, err := mod.NewMat("w", gguf.TypeQ2_K, []uint64{cols, 2}, data)
 	require.NoError(t, err)
 	w, err := newMatrix(&m)
 	require.NoError(t, err)
-	assert.True(t, math.IsNaN(float64(w.d[1])), "block 1 holds the NaN")
-	assert.False(t, math.IsNaN(float64(w.d[0])), "block 0 is finite")
+	assert.True(t, math.IsNaN(float64(w.d[7])), "block 7 holds the NaN")
+	assert.False(t, math.IsNaN(float64(w.d[8])), "block 8 is finite")
 }

@@ -18,6 +18,7 @@ const (
 	kindF16              // half rows
 	kindRows             // BF16 and ragged rows: each row decoded by mod.Mat.Row, then dotted in float32
 	kindK                // a K-quant in the file's blocks (kquant.go); Q8_K activations
+	kindL                // Q4_1, Q5_0, Q5_1 in the file's blocks (legacy.go); quantized activations
 )
 
 // matrix is a weight matrix [rows][cols] repacked for the kernels: the
@@ -34,11 +35,13 @@ type matrix struct {
 	f16        []uint16  // kindF16: [rows*cols]
 	src        *mod.Mat  // kindRows: decoded a row at a time
 	ktype      gguf.TensorType
-	raw        []byte // kindK: [rows][cols/256] blocks of ktype, the file's bytes
+	raw        []byte // kindK, kindL: [rows][cols/256 or /32] blocks of ktype, the file's bytes
 }
 
 // quantized says whether the matrix dots with quantized activations.
-func (w *matrix) quantized() bool { return w.kind == kindQ8 || w.kind == kindQ4 || w.kind == kindK }
+func (w *matrix) quantized() bool {
+	return w.kind == kindQ8 || w.kind == kindQ4 || w.kind == kindK || w.kind == kindL
+}
 
 // newMatrix repacks a weight matrix of mod.
 func newMatrix(m *mod.Mat) (*matrix, error) {
@@ -78,14 +81,16 @@ func newMatrix(m *mod.Mat) (*matrix, error) {
 		}
 	case kBlockBytes[m.Type] > 0 && m.Cols%kLen == 0 && kNative[m.Type]:
 		w.kind, w.ktype, w.raw = kindK, m.Type, packed
+	case legacyTypes[m.Type].bytes > 0 && m.Cols%blockLen == 0:
+		w.kind, w.ktype, w.raw = kindL, m.Type, packed
 	case m.Type.BlockSize() > 1 && m.Cols%blockLen == 0:
 		w.requantize(m)
 	}
 	return w, nil
 }
 
-// requantize stores a matrix of another quantized type (Q2_K, Q3_K,
-// Q4_1, Q5_0, Q5_1) as Q8_0 for the int8 kernels: each row decoded
+// requantize stores a matrix of another quantized type (Q2_K, Q3_K)
+// as Q8_0 for the int8 kernels: each row decoded
 // exactly, then every block of 32 quantized as the activations are
 // (quantizeRow: d = max|w|/127, a NaN or infinity kept as a NaN block).
 // Decoding those types a row at a time in every product ran Q4_K_M at
@@ -146,7 +151,7 @@ func loadWeights(m *mod.Model) (*weights, error) {
 // otherwise (an F32 matrix's decoded floats are mod's, counted once).
 func (w *matrix) bytes() int64 {
 	switch w.kind {
-	case kindK:
+	case kindK, kindL:
 		return int64(len(w.raw))
 	case kindQ8:
 		return int64(len(w.q8) + 4*len(w.d))
@@ -164,9 +169,9 @@ func (w *matrix) bytes() int64 {
 // WeightBytes is the memory the runner's weight matrices take, the token
 // embedding included (read a row at a time from the file's bytes): about
 // the file's size where every matrix keeps its file type (Q8_0 and Q4_0
-// repacked at the same size, Q4_K, Q5_K and Q6_K in their blocks), and
-// about twice the file's 4- and 5-bit bytes where a type is requantized to
-// Q8_0 (Q2_K, Q3_K, Q4_1, Q5_0, Q5_1).
+// repacked at the same size; Q4_K, Q5_K, Q6_K, Q4_1, Q5_0 and Q5_1 in
+// their blocks), and about three times the file's 2- and 3-bit bytes where
+// a type is requantized to Q8_0 (Q2_K, Q3_K).
 func (r *Runner) WeightBytes() int64 {
 	seen := map[*matrix]bool{}
 	var n int64
@@ -186,7 +191,7 @@ func (r *Runner) WeightBytes() int64 {
 	f32, packed := r.m.Weights.TokenEmbd.Data()
 	_, out := r.m.Weights.Output.Data()
 	tied := len(packed) > 0 && len(out) > 0 && &packed[0] == &out[0]
-	if !tied || (r.w.output.kind != kindK && r.w.output.kind != kindRows) {
+	if k := r.w.output.kind; !tied || (k != kindK && k != kindL && k != kindRows) {
 		n += int64(len(packed) + 4*len(f32))
 	}
 	return n
