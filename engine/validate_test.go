@@ -162,7 +162,7 @@ func TestToleranceFor(t *testing.T) {
 	for _, c := range []struct {
 		typ  gguf.TensorType
 		want ValidationTolerance
-	}{{gguf.TypeF32, tolFloat}, {gguf.TypeQ8_0, tolCPU8}, {gguf.TypeQ4_0, tolCPU8}, {gguf.TypeQ4_K, tolCPUOther}, {gguf.TypeQ5_1, tolCPUOther}} {
+	}{{gguf.TypeF32, tolFloat}, {gguf.TypeQ8_0, tolCPU8}, {gguf.TypeQ4_0, tolCPU8}, {gguf.TypeQ4_K, tolCPUOther}, {gguf.TypeQ3_K, tolCPUOther}, {gguf.TypeQ5_1, tolCPU8}} {
 		m := buildSynth(t, c.typ, 0)
 		b, _, err := OpenBackend(m.Model, mod.RoutingRouter, BackendOptions{Name: BackendCPU, ContextLen: 16})
 		require.NoError(t, err)
