@@ -41,6 +41,9 @@ type blockRows struct {
 	n, maxRows   int
 	pos, ropePos *vk.Buffer
 	rows         *vk.Buffer
+	// In a step of many sequences (frame.paged): each row's entry in its
+	// table of the layer and the table's offset (pagedFrame).
+	ent, toff *vk.Buffer
 }
 
 // routedBlock is how a routed block differs from a dense one in the public
@@ -170,6 +173,10 @@ func (r *Runner) attention(p *frame, l int, br blockRows, rb routedBlock) ([]op,
 			rd(x, 0, 0), rd(br.ropePos, 0, 0), rd(r.w.ropeFreq, 0, 0), wr(out, 0, 0))
 	}
 	ops := []op{ropeOp(p.q, p.qr, c.NHead), ropeOp(p.k, p.kr, c.NKVHead)}
+	if p.paged != nil { // a step of many sequences: each row's own pages
+		paged, err := r.pagedAttentionOps(p, l, br)
+		return append(ops, paged...), err
+	}
 	att := attentionArgs{n: nu, maxRows: uint32(br.maxRows), q: p.qr, qPos: br.pos, partO: p.partO, partML: p.partML, out: p.att}
 	if r.evalMode { // no cache: attention among the n rows, causal by position
 		att.entries, att.kv, att.k, att.v, att.kPos = nu, shaders.KVF32, p.kr, p.v, br.pos

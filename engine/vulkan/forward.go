@@ -62,8 +62,12 @@ func stepPass(copyLogits bool) pass { return pass{n: 1, step: true, copyLogits: 
 
 // recordForward records pass p.
 func (r *Runner) recordForward(ps pass) (*vk.Recorder, error) {
+	return r.recordFrame(r.frameOf(ps))
+}
+
+// recordFrame records the pass of frame p.
+func (r *Runner) recordFrame(p *frame) (*vk.Recorder, error) {
 	rec := r.dev.NewRecorder()
-	p := r.frameOf(ps)
 	if p.appendCount != nil {
 		rec.Fill(p.appendCount, 0, 4, uint32(p.n))
 	}
@@ -111,7 +115,7 @@ func (r *Runner) recordRouted(rec *vk.Recorder, p *frame, l, j int) error {
 	// blockOn is the block and the gated residual on k selected rows of
 	// at most maxRows.
 	blockOn := func(k, maxRows int) ([]op, error) {
-		br := blockRows{x: u.xs, n: k, maxRows: maxRows, pos: u.pos, ropePos: u.ropePos, rows: u.count}
+		br := blockRows{x: u.xs, n: k, maxRows: maxRows, pos: u.pos, ropePos: u.ropePos, rows: u.count, ent: u.ent, toff: u.toff}
 		ops, err := r.blockOps(p, l, br, rb)
 		if err != nil {
 			return nil, err
@@ -172,8 +176,9 @@ func (r *Runner) recordRouted(rec *vk.Recorder, p *frame, l, j int) error {
 
 // tableKey names a routed block's dispatch-size table: the pass's shape.
 type tableKey struct {
-	step bool
-	n    int
+	step  bool
+	n     int
+	paged bool // a step of many sequences (its attention differs)
 }
 
 // routedTable is the dispatch sizes of a routed block (block: its m
@@ -182,7 +187,7 @@ type tableKey struct {
 // a batch of n, 0..n (prefill_args picks). The tables are the same for
 // every routed layer, so one is made per shape.
 func (r *Runner) routedTable(p *frame, block []op, blockOn func(k, maxRows int) ([]op, error)) (*vk.Buffer, error) {
-	key := tableKey{p.step, p.n}
+	key := tableKey{p.step, p.n, p.paged != nil}
 	if t, ok := r.tables[key]; ok {
 		return t, nil
 	}

@@ -49,6 +49,9 @@ type frame struct {
 	// Options.Trace.
 	trace     *vk.Buffer
 	traceRows int
+	// paged, in a step of many sequences (stepper.go), is where their keys
+	// and values live and how each row finds its own; nil otherwise.
+	paged *pagedFrame
 }
 
 // layerFrame is layer l of a pass: its weights, bound for the pass's
@@ -72,6 +75,9 @@ type routedBufs struct {
 	// A batch's: every row's position (the gather's source), compact_mask's
 	// indirect arguments and top-k's sort keys over many rows.
 	rowPos, args, sortKeys *vk.Buffer
+	// A step's (pagedFrame): the selected rows' entries in the layer's
+	// tables and their tables' offsets.
+	ent, toff *vk.Buffer
 }
 
 // frameOf is pass p's frame.

@@ -58,6 +58,9 @@ func (r *Runner) newHeadBufs(head rowsHead, rows int) (headBufs, error) {
 // asks.
 func (r *Runner) recordHead(rec *vk.Recorder, p *frame) error {
 	c := r.c
+	if p.paged != nil {
+		return r.recordPagedHead(rec, p)
+	}
 	if p.head != headLast {
 		return r.recordRowsHead(rec, p)
 	}

@@ -173,8 +173,8 @@ func (r *Runner) dropRecording() {
 			return // the table serves it too
 		}
 	}
-	if t, ok := r.tables[tableKey{false, old.n}]; ok {
-		delete(r.tables, tableKey{false, old.n})
+	if t, ok := r.tables[tableKey{false, old.n, false}]; ok {
+		delete(r.tables, tableKey{false, old.n, false})
 		r.freeBuffer(t)
 	}
 }

@@ -101,9 +101,10 @@ type Runner struct {
 	args   []*vk.Buffer
 	tables map[tableKey]*vk.Buffer
 
-	decodeStep          // the decode step's buffers and recordings (step.go)
-	pf         *prefill // the batched prefill (prefill.go)
-	ub         int      // Options.UBatch
+	decodeStep            // the decode step's buffers and recordings (step.go)
+	pf         *prefill   // the batched prefill (prefill.go)
+	steppers   []*Stepper // step runners on the runner's weights (stepper.go): their recordings close with it
+	ub         int        // Options.UBatch
 
 	profile     bool                     // the step has a timestamp after each command
 	conditional bool                     // routed blocks run in conditional spans (VK_EXT_conditional_rendering)
@@ -316,9 +317,12 @@ func (r *Runner) Close() {
 			pr.rec.Close()
 		}
 	}
+	for _, st := range r.steppers {
+		st.dropRecordings()
+	}
 	r.ks.Close()
 	for _, b := range r.bufs {
 		b.Close()
 	}
-	r.bufs, r.step, r.stepGreedy, r.fetch, r.pf, r.dev = nil, nil, nil, nil, nil, nil
+	r.bufs, r.step, r.stepGreedy, r.fetch, r.pf, r.dev, r.steppers = nil, nil, nil, nil, nil, nil, nil
 }

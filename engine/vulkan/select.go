@@ -154,7 +154,12 @@ func (r *Runner) selectCausal(p *frame, l int, u routedBufs, table, args *vk.Buf
 	}
 	ops = append(ops, newOp(compact, shaders.CompactPush{N: nu, RowsPerGroup: shaders.RoutingRowsPerGroup, Cols: uint32(r.c.NEmbd)}, [3]uint32{1, 1, 1},
 		rd(decide, 0, 0), wr(u.idx, 0, 0), wr(u.count, 0, 0), wr(u.args, 0, 0), wr(u.selected, 0, 0), rw(u.x, 0, 0)))
-	g, err := r.gatherOps(l, p.n, nu, u)
+	var g []op
+	if p.paged != nil {
+		g, err = r.pagedGatherOps(p, l, u)
+	} else {
+		g, err = r.gatherOps(l, p.n, nu, u)
+	}
 	if err != nil {
 		return nil, err
 	}

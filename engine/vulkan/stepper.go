@@ -1,0 +1,535 @@
+package vulkan
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/modrun/modrun/engine/sched"
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/shaders"
+	"github.com/modrun/modrun/vk"
+)
+
+// Stepper runs the scheduler's steps (sched.StepRunner) on the runner's
+// device and weights: one forward pass over the rows of many sequences
+// (decode rows and prompt chunks), the forward recorder's batch pass
+// (forward.go) with a paged KV cache (docs/batching-gpu.md). The keys and
+// values of every sequence live in one pool of pages (engine/sched's page
+// ids); each row carries its position, its dense table's offset in the
+// step's tables and, per routed layer, its table's offset and length
+// before the step. A dense layer writes each row's keys and values at its
+// position in its own table and attends entries 0..pos of it
+// (paged_kv, paged_attention, then attention_merge); a routed layer
+// decides per row causally over the whole step (compact_positive, as a
+// prefill chunk), gathers the selected rows, gives each its entry in its
+// sequence's compact table (paged_entries: the table's length plus the
+// sequence's selected rows before it in the step), runs the block on them
+// by indirect dispatch and scatters back. The step's composition is data
+// in host-visible buffers, so a recording serves every step of its row
+// count and logits count (at most maxRecordings kept). The head runs on
+// the rows that want logits only (gathered), and only theirs come back,
+// with every row's routing (the trace: 12 bytes a routed layer and row).
+//
+// It shares the runner's weights, kernels and matmul views; its scratch,
+// pool and recordings are its own, and are freed with the runner. Like
+// the runner it is not safe for concurrent use, nor for use at the same
+// time as the runner.
+type Stepper struct {
+	r       *Runner
+	nRouted int
+	ub      int // rows a step at most
+	bt      int // entries a page (0 until Reserve)
+	pages   int // pages the pool holds
+	seqs    int // rows wanting logits a step at most (the logits buffers)
+	words   int // u32 the tables buffer holds
+
+	a                  batchActs
+	tok                *vk.Buffer // [ub] u32 host-visible
+	pred, hidden       *vk.Buffer // a routed layer's predictor score, its MLP's hidden layer
+	psel, prope, trace *vk.Buffer // the selected rows' positions and RoPE's; [nRouted][3][ub] the routing
+	pf                 pagedFrame
+
+	recs map[[2]int]*vk.Recorder // by (rows, rows wanting logits)
+	err  error                   // a failed CopyPage, reported by the next Step
+	out  []float32               // [k][nVocab] the last step's logits
+}
+
+// pagedFrame is a step's paged state on the device (frame.paged).
+type pagedFrame struct {
+	k, v      *vk.Buffer // the pool: [pages*bt][kvDim] of the runner's KV type
+	tables    *vk.Buffer // host-visible: the step's sequences' block tables, concatenated
+	rowSeq    *vk.Buffer // [ub] u32 host-visible: each row's dense table's offset (also its sequence's key)
+	rmeta     *vk.Buffer // [ub][nRouted][2] u32 host-visible: each routed table's offset and length before the step
+	rows      *vk.Buffer // [1] u32 the step's rows, filled by the recording
+	ent, toff *vk.Buffer // [ub] u32 a routed layer's selected rows' entries and tables' offsets
+	width     []uint32   // [nLayer] pages per block of layer l's table
+	layer     []uint32   // [nLayer] l's index in its table (dense), or among the routed layers
+	bt        uint32
+	// The head: the rows wanting logits (gathered), their logits on the
+	// device and the host.
+	lrows, lcount *vk.Buffer // [seqs] u32, [1] u32 host-visible
+	logits, host  *vk.Buffer // [seqs][nVocab]
+	nLogits       int        // rows wanting logits in this recording
+}
+
+// Stepper is a step runner on r's device and weights for steps of up to
+// Options.UBatch rows (the scheduler's BatchTokens must not pass it:
+// MaxRows) of which up to seqs want logits (more grow its buffers). Reserve
+// makes its page pool before the first step.
+func (r *Runner) Stepper(seqs int) (*Stepper, error) {
+	if r.evalMode {
+		return nil, fmt.Errorf("vulkan: an eval-mode runner has no steps")
+	}
+	c := r.c
+	st := &Stepper{r: r, ub: r.pf.ub, seqs: max(1, seqs), recs: map[[2]int]*vk.Recorder{}}
+	pf := &st.pf
+	pf.width, pf.layer = make([]uint32, c.NLayer), make([]uint32, c.NLayer)
+	nDense := uint32(0)
+	for l := range c.NLayer {
+		if c.Routed[l] {
+			pf.width[l], pf.layer[l] = 1, uint32(st.nRouted)
+			st.nRouted++
+		} else {
+			pf.layer[l] = nDense
+			nDense++
+		}
+	}
+	for l := range c.NLayer {
+		if !c.Routed[l] {
+			pf.width[l] = nDense
+		}
+	}
+	if g := r.attentionGroupRows(uint32(st.ub), uint32(r.ctx)); int(g) < st.ub {
+		return nil, fmt.Errorf("vulkan: attention's partial results of a step of %d rows pass a binding's range: lower UBatch", st.ub)
+	}
+	al := &allocator{r: r}
+	must := al.buf
+	ub, dev, host := uint64(st.ub), vk.DeviceLocal, vk.HostVisible
+	st.a = r.newBatchActs(must, st.ub)
+	a := &st.a
+	a.pos, st.tok = must(4*ub, host), must(4*ub, host)
+	a.r, a.mask, a.count, a.args, a.keys = must(4*ub, dev), must(4*ub, dev), must(4, dev), must(12, dev), must(4*ub, dev)
+	st.pred, st.psel, st.prope = must(4*ub, dev), must(4*ub, dev), must(4*ub, dev)
+	if r.routing == mod.RoutingPredictor && c.PredictorHidden > 0 {
+		st.hidden = must(4*ub*uint64(c.PredictorHidden), dev)
+	}
+	if st.nRouted > 0 {
+		st.trace = must(12*ub*uint64(st.nRouted), host)
+	}
+	a.partO, a.partML = r.batchAttentionParts(must, st.ub, r.ctx)
+	pf.rowSeq, pf.rmeta = must(4*ub, host), must(8*ub*uint64(max(1, st.nRouted)), host)
+	pf.rows, pf.ent, pf.toff = must(4, dev), must(4*ub, dev), must(4*ub, dev)
+	pf.lrows, pf.lcount = must(4*ub, host), must(4, host)
+	if al.err != nil {
+		return nil, fmt.Errorf("vulkan: a step's scratch of %d rows: %w", st.ub, al.err)
+	}
+	if err := st.growLogits(st.seqs); err != nil {
+		return nil, err
+	}
+	r.steppers = append(r.steppers, st)
+	return st, nil
+}
+
+// Layout is the model as the scheduler sees it.
+func (st *Stepper) Layout() sched.Layout {
+	c := st.r.c
+	return sched.Layout{DenseLayers: c.NLayer - st.nRouted, RoutedLayers: st.nRouted, ContextLen: st.r.ctx, NVocab: c.NVocab}
+}
+
+// MaxRows is the most rows a step takes (Options.UBatch).
+func (st *Stepper) MaxRows() int { return st.ub }
+
+// PageBytes is the device memory of one page of blockTokens entries.
+func (st *Stepper) PageBytes(blockTokens int) int {
+	return 2 * blockTokens * st.r.c.KVDim() * int(st.r.kv.ElementBytes())
+}
+
+// Reserve makes the pool hold pages pages of blockTokens entries (the
+// scheduler's pool); a pool already as large is kept.
+func (st *Stepper) Reserve(pages, blockTokens int) error {
+	if pages <= 0 || blockTokens <= 0 {
+		return fmt.Errorf("vulkan: a pool of %d pages of %d entries: both must be positive", pages, blockTokens)
+	}
+	if st.bt != 0 && blockTokens != st.bt {
+		return fmt.Errorf("vulkan: pages of %d entries, the stepper's hold %d", blockTokens, st.bt)
+	}
+	if pages <= st.pages {
+		return nil
+	}
+	size := uint64(pages) * uint64(st.PageBytes(blockTokens)) / 2
+	if lim := st.r.ks.prof.MaxStorageBufferRange; lim != 0 && size > lim {
+		return fmt.Errorf("vulkan: a pool of %d pages is %d bytes of keys, over the device's binding range %d: lower the KV budget", pages, size, lim)
+	}
+	al := &allocator{r: st.r}
+	k, v := al.buf(size, vk.DeviceLocal), al.buf(size, vk.DeviceLocal)
+	if al.err != nil {
+		return fmt.Errorf("vulkan: a KV pool of %d pages: %w", pages, al.err)
+	}
+	st.dropRecordings()
+	if st.pf.k != nil {
+		st.r.freeBuffer(st.pf.k)
+		st.r.freeBuffer(st.pf.v)
+	}
+	st.pf.k, st.pf.v, st.pages, st.bt, st.pf.bt = k, v, pages, blockTokens, uint32(blockTokens)
+	return nil
+}
+
+// HeldPages is the pages the pool holds.
+func (st *Stepper) HeldPages() int { return st.pages }
+
+// CopyPage copies page src's entries into dst (an error shows at the next
+// Step).
+func (st *Stepper) CopyPage(dst, src int32) {
+	if st.err != nil {
+		return
+	}
+	if int(dst) >= st.pages || int(src) >= st.pages || dst < 0 || src < 0 {
+		st.err = fmt.Errorf("vulkan: copy of page %d to %d: the pool holds %d", src, dst, st.pages)
+		return
+	}
+	pb := uint64(st.PageBytes(st.bt)) / 2
+	rec := st.r.dev.NewRecorder()
+	defer rec.Close()
+	rec.Copy(st.pf.k, st.pf.k, uint64(src)*pb, uint64(dst)*pb, pb)
+	rec.Copy(st.pf.v, st.pf.v, uint64(src)*pb, uint64(dst)*pb, pb)
+	if err := st.r.dev.Run(rec); err != nil {
+		st.err = fmt.Errorf("vulkan: copy of page %d to %d: %w", src, dst, err)
+	}
+}
+
+// growLogits makes the head's buffers hold k rows' logits.
+func (st *Stepper) growLogits(k int) error {
+	pf := &st.pf
+	if pf.logits != nil && k <= st.seqs {
+		return nil
+	}
+	k = max(k, st.seqs)
+	al := &allocator{r: st.r}
+	vB := 4 * uint64(k) * uint64(st.r.c.NVocab)
+	logits, host := al.buf(vB, vk.DeviceLocal), al.buf(vB, vk.HostVisible)
+	if al.err != nil {
+		return fmt.Errorf("vulkan: the logits of %d rows: %w", k, al.err)
+	}
+	st.dropRecordings()
+	if pf.logits != nil {
+		st.r.freeBuffer(pf.logits)
+		st.r.freeBuffer(pf.host)
+	}
+	pf.logits, pf.host, st.seqs = logits, host, k
+	return nil
+}
+
+// growTables makes the tables buffer hold words u32.
+func (st *Stepper) growTables(words int) error {
+	if st.pf.tables != nil && words <= st.words {
+		return nil
+	}
+	words = max(words, 2*st.words, 256)
+	t, err := st.r.buffer(4*uint64(words), vk.HostVisible)
+	if err != nil {
+		return fmt.Errorf("vulkan: block tables of %d pages: %w", words, err)
+	}
+	st.dropRecordings()
+	if st.pf.tables != nil {
+		st.r.freeBuffer(st.pf.tables)
+	}
+	st.pf.tables, st.words = t, words
+	return nil
+}
+
+func (st *Stepper) dropRecordings() {
+	for k, rec := range st.recs {
+		rec.Close()
+		delete(st.recs, k)
+	}
+}
+
+// recording is the step's recording for n rows of which k want logits,
+// made at its first use.
+func (st *Stepper) recording(n, k int) (*vk.Recorder, error) {
+	key := [2]int{n, k}
+	if rec, ok := st.recs[key]; ok {
+		return rec, nil
+	}
+	if len(st.recs) >= max(1, maxRecordings) {
+		for old, rec := range st.recs { // any one: a steady load reuses a few
+			rec.Close()
+			delete(st.recs, old)
+			break
+		}
+	}
+	rec, err := st.r.recordFrame(st.frame(n, k))
+	if err != nil {
+		if rec != nil {
+			rec.Close()
+		}
+		return nil, fmt.Errorf("vulkan: a step of %d rows: %w", n, err)
+	}
+	st.recs[key] = rec
+	return rec, nil
+}
+
+// frame is the frame of a step of n rows of which k want logits: the
+// batch pass's buffers (the runner's matmul views, the stepper's scratch)
+// and the paged state.
+func (st *Stepper) frame(n, k int) *frame {
+	r, a := st.r, &st.a
+	pf := st.pf
+	pf.nLogits = k
+	f := &frame{pass: pass{n: n}, tok: st.tok,
+		rows:        blockRows{x: a.x, n: n, maxRows: n, pos: a.pos, ropePos: a.pos, rows: pf.rows, ent: a.pos, toff: pf.rowSeq},
+		appendCount: pf.rows, x: a.x, xs: a.xs, xn: a.xn, att: a.att, h: a.h, ob: a.ob,
+		q: a.q, qr: a.qr, k: a.k, kr: a.kr, v: a.v, gate: a.gate, up: a.up, partO: a.partO, partML: a.partML,
+		trace: st.trace, traceRows: st.ub, paged: &pf}
+	f.layers = make([]layerFrame, len(r.w.blocks))
+	for l := range f.layers {
+		f.layers[l].w, f.layers[l].mm = &r.w.blocks[l], r.pf.blocks[l]
+		if r.w.blocks[l].router != nil {
+			f.layers[l].routed = routedBufs{x: a.x, xs: a.xs, score: a.r, pred: st.pred, hidden: st.hidden, idx: a.keys,
+				count: a.count, selected: a.mask, pos: st.psel, ropePos: st.prope, mlpOut: a.ob,
+				rowPos: a.pos, args: a.args, ent: pf.ent, toff: pf.toff}
+		}
+	}
+	return f
+}
+
+// Step runs rows (sched.StepRunner).
+func (st *Stepper) Step(rows []sched.Row, bt int) (logits []float32, routes [][]mod.Route, err error) {
+	r, c := st.r, st.r.c
+	if st.err != nil {
+		err, st.err = st.err, nil
+		return nil, nil, err
+	}
+	switch n := len(rows); {
+	case st.bt == 0:
+		return nil, nil, fmt.Errorf("vulkan: a step before the pool is made (Stepper.Reserve)")
+	case bt != st.bt:
+		return nil, nil, fmt.Errorf("vulkan: pages of %d entries, the stepper's hold %d", bt, st.bt)
+	case n == 0:
+		return nil, nil, fmt.Errorf("vulkan: a step of no rows")
+	case n > st.ub:
+		return nil, nil, fmt.Errorf("vulkan: a step of %d rows, over the stepper's %d (UBatch)", n, st.ub)
+	}
+	n, nr := len(rows), st.nRouted
+	tok, pos, seq := make([]uint32, n), make([]uint32, n), make([]uint32, n)
+	rmeta := make([]uint32, 2*n*max(1, nr))
+	var words, lrows []uint32
+	table := func(t *sched.Table) (uint32, error) {
+		off := uint32(len(words))
+		for _, pg := range t.Pages {
+			if pg < 0 || int(pg) >= st.pages {
+				return 0, fmt.Errorf("vulkan: page %d of a table is outside the pool's %d", pg, st.pages)
+			}
+			words = append(words, uint32(pg))
+		}
+		return off, nil
+	}
+	var prev *sched.Seq
+	for i, row := range rows {
+		if row.Token < 0 || int(row.Token) >= c.NVocab || row.Pos < 0 || row.Pos >= r.ctx {
+			return nil, nil, fmt.Errorf("vulkan: row %d: token %d at position %d is outside the vocabulary [0, %d) or the context %d", i, row.Token, row.Pos, c.NVocab, r.ctx)
+		}
+		if row.Seq != prev { // a sequence's rows are consecutive: its tables once
+			prev = row.Seq
+			if (row.Pos/bt+1)*row.Seq.Dense.Width > len(row.Seq.Dense.Pages) {
+				return nil, nil, fmt.Errorf("vulkan: row %d: position %d has no page in its table", i, row.Pos)
+			}
+			if seq[i], err = table(&row.Seq.Dense); err != nil {
+				return nil, nil, err
+			}
+			for j := range nr {
+				if rmeta[2*(i*nr+j)], err = table(&row.Seq.Routed[j]); err != nil {
+					return nil, nil, err
+				}
+				rmeta[2*(i*nr+j)+1] = uint32(row.Seq.Routed[j].Len)
+			}
+		} else {
+			seq[i] = seq[i-1]
+			copy(rmeta[2*i*nr:2*(i+1)*nr], rmeta[2*(i-1)*nr:2*i*nr])
+		}
+		tok[i], pos[i] = uint32(row.Token), uint32(row.Pos)
+		if row.Logits {
+			lrows = append(lrows, uint32(i))
+		}
+	}
+	k := len(lrows)
+	if err := st.growLogits(k); err != nil {
+		return nil, nil, err
+	}
+	if err := st.growTables(len(words)); err != nil {
+		return nil, nil, err
+	}
+	rec, err := st.recording(n, k)
+	if err != nil {
+		return nil, nil, err
+	}
+	pf := &st.pf
+	for _, up := range []struct {
+		b *vk.Buffer
+		x []uint32
+	}{{st.tok, tok}, {st.a.pos, pos}, {pf.rowSeq, seq}, {pf.rmeta, rmeta}, {pf.tables, words}, {pf.lrows, lrows}, {pf.lcount, []uint32{uint32(k)}}} {
+		if len(up.x) == 0 {
+			continue
+		}
+		if err := up.b.Upload(u32Bytes(up.x), 0); err != nil {
+			return nil, nil, fmt.Errorf("vulkan: a step's composition: %w", err)
+		}
+	}
+	if err := r.dev.Run(rec); err != nil {
+		return nil, nil, fmt.Errorf("vulkan: a step of %d rows: %w", n, err)
+	}
+	r.addTimings(rec)
+	if nr > 0 {
+		if routes, err = st.routes(rows); err != nil {
+			return nil, nil, err
+		}
+	}
+	if k == 0 {
+		return nil, routes, nil
+	}
+	st.out = grow32(st.out, k*c.NVocab)
+	if err := downloadInto(pf.host, st.out); err != nil {
+		return nil, nil, fmt.Errorf("vulkan: a step's logits: %w", err)
+	}
+	return st.out, routes, nil
+}
+
+// routes reads every row's routing from the trace ([nRouted][3][ub]: r,
+// p, selected) and advances each sequence's routed tables by the rows
+// they took.
+func (st *Stepper) routes(rows []sched.Row) ([][]mod.Route, error) {
+	n, nr, ub := len(rows), st.nRouted, st.ub
+	raw := make([]byte, 12*ub*nr)
+	if err := st.trace.Download(raw, 0); err != nil {
+		return nil, fmt.Errorf("vulkan: a step's routing: %w", err)
+	}
+	word := func(j, field, i int) uint32 { return binary.LittleEndian.Uint32(raw[4*((3*j+field)*ub+i):]) }
+	field := 0 // the score that decided
+	if st.r.routing == mod.RoutingPredictor {
+		field = 1
+	}
+	routed := st.r.c.RoutedLayers()
+	flat := make([]mod.Route, n*nr)
+	out := make([][]mod.Route, n)
+	for i := range out {
+		out[i] = flat[i*nr : (i+1)*nr]
+		for j, l := range routed {
+			sel := word(j, 2, i) != 0
+			out[i][j] = mod.Route{Layer: l, Score: math.Float32frombits(word(j, field, i)), Selected: sel}
+			if sel {
+				rows[i].Seq.Routed[j].Len++
+			}
+		}
+	}
+	return out, nil
+}
+
+// pagedGatherOps are a step's routed layer l's gather x[idx] -> xs and
+// paged_entries: the selected rows' positions, RoPE's, entries and
+// tables' offsets.
+func (r *Runner) pagedGatherOps(p *frame, l int, u routedBufs) ([]op, error) {
+	nu := uint32(p.n)
+	gather, err := r.ks.get("gather", nil)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := r.ks.get("paged_entries", nil)
+	if err != nil {
+		return nil, err
+	}
+	pf := p.paged
+	push := shaders.PagedPush{N: nu, NRouted: uint32(len(r.c.RoutedLayers())), Routed: pf.layer[l]}
+	if r.c.Positions == mod.PositionsCompact {
+		push.Compact = 1
+	}
+	return []op{
+		newOp(gather, shaders.GatherPush{NEmbd: uint32(r.c.NEmbd)}, shaders.Groups(nu), rd(u.idx, 0, 0), rd(u.count, 0, 0), rd(u.x, 0, 0), wr(u.xs, 0, 0)),
+		newOp(entries, push, shaders.Groups((nu+63)/64), rd(u.idx, 0, 0), rd(u.count, 0, 0), rd(u.rowPos, 0, 0), rd(pf.rowSeq, 0, 0),
+			rd(pf.rmeta, 0, 0), wr(u.pos, 0, 0), wr(u.ropePos, 0, 0), wr(u.ent, 0, 0), wr(u.toff, 0, 0)),
+	}, nil
+}
+
+// pagedAttentionOps are a step's layer l's keys and values written into
+// their pages (paged_kv) and attention over each row's own table
+// (paged_attention in key tiles, attention_merge), of br's rows, whose
+// q, k are rotated (p.qr, p.kr).
+func (r *Runner) pagedAttentionOps(p *frame, l int, br blockRows) ([]op, error) {
+	c, pf := r.c, p.paged
+	kvK, err := r.ks.get(shaders.PagedKVName(r.kv), nil)
+	if err != nil {
+		return nil, err
+	}
+	attK, err := r.ks.get(shaders.PagedAttentionName(r.kv), shaders.PagedAttentionSpec(uint32(c.HeadDim)))
+	if err != nil {
+		return nil, err
+	}
+	merge, err := r.ks.get("attention_merge", nil)
+	if err != nil {
+		return nil, err
+	}
+	nu, nh := uint32(br.n), uint32(c.NHead)
+	splitLen := r.attentionSplitLen()
+	splits := shaders.AttentionSplits(uint32(r.ctx), splitLen)
+	push := shaders.PagedPush{N: nu, KVDim: uint32(c.KVDim()), Width: pf.width[l], Layer: pf.layer[l], BlockTokens: pf.bt,
+		NHead: nh, NKVHead: uint32(c.NKVHead), HeadDim: uint32(c.HeadDim), Scale: float32(1 / math.Sqrt(float64(c.HeadDim))),
+		Splits: splits, SplitLen: splitLen}
+	if c.Routed[l] {
+		push.Layer = 0 // a routed layer's own table
+	}
+	return []op{
+		newOp(kvK, push, shaders.Groups(nu), rd(p.kr, 0, 0), rd(p.v, 0, 0), rd(br.rows, 0, 0), rd(br.ent, 0, 0), rd(br.toff, 0, 0),
+			rd(pf.tables, 0, 0), wr(pf.k, 0, 0), wr(pf.v, 0, 0)),
+		newOp(attK, push, shaders.PagedAttentionGroups(nu, nh, splits), rd(p.qr, 0, 0), rd(pf.k, 0, 0), rd(pf.v, 0, 0),
+			rd(br.rows, 0, 0), rd(br.ent, 0, 0), rd(br.toff, 0, 0), rd(pf.tables, 0, 0), wr(p.partO, 0, 0), wr(p.partML, 0, 0)),
+		newOp(merge, shaders.AttentionSplitPush{N: nu, NHead: nh, HeadDim: uint32(c.HeadDim), Splits: splits},
+			shaders.AttentionMergeGroups(nu, nh), rd(p.partO, 0, 0), rd(p.partML, 0, 0), wr(p.att, 0, 0)),
+	}, nil
+}
+
+// recordPagedHead records a step's head: the rows wanting logits gathered
+// (lrows), the final norm, the output matmul and the logits' copy to the
+// host.
+func (r *Runner) recordPagedHead(rec *vk.Recorder, p *frame) error {
+	pf, c := p.paged, r.c
+	k := pf.nLogits
+	if k == 0 {
+		return nil
+	}
+	gather, err := r.ks.get("gather", nil)
+	if err != nil {
+		return err
+	}
+	r.dispatch(rec, newOp(gather, shaders.GatherPush{NEmbd: uint32(c.NEmbd)}, shaders.Groups(uint32(k)),
+		rd(pf.lrows, 0, 0), rd(pf.lcount, 0, 0), rd(p.x, 0, 0), wr(p.xs, 0, 0)))
+	norm, err := r.rmsnormOp(p.xs, r.w.outputNorm, p.xn, k)
+	if err != nil {
+		return err
+	}
+	r.dispatch(rec, norm)
+	for _, o := range r.pf.output.opsInPieces(r.ks.prof.MaxStorageBufferRange, r.dev.Info().Limits.MinStorageBufferOffsetAlignment, p.xn, pf.logits, k) {
+		r.dispatch(rec, o)
+	}
+	rec.Copy(pf.logits, pf.host, 0, 0, 4*uint64(k)*uint64(c.NVocab))
+	r.timestamp(rec, "copy")
+	return nil
+}
+
+func grow32(x []float32, n int) []float32 {
+	if cap(x) < n {
+		return make([]float32, n)
+	}
+	return x[:n]
+}
+
+// downloadInto reads len(x) floats of b into x.
+func downloadInto(b *vk.Buffer, x []float32) error {
+	raw := make([]byte, 4*len(x))
+	if err := b.Download(raw, 0); err != nil {
+		return err
+	}
+	for i := range x {
+		x[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	return nil
+}

@@ -1,0 +1,183 @@
+package vulkan
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modrun/modrun/engine/sched"
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/vk"
+)
+
+// stepSolo is one sequence run alone on a Runner: the prompt in one Feed
+// (the batched prefill), then one greedy token at a time (the decode
+// step); its tokens, the logits of each draw and each position's routing.
+type stepSolo struct {
+	tokens []int32
+	logits [][]float32
+	routes [][]mod.Route
+}
+
+func runStepSolo(t *testing.T, run *Runner, req sched.Request) stepSolo {
+	t.Helper()
+	run.Reset()
+	var out stepSolo
+	feed := append([]int32(nil), req.Prompt...)
+	for {
+		logits, err := run.Feed(feed)
+		require.NoError(t, err)
+		for _, rt := range run.Routes() {
+			out.routes = append(out.routes, append([]mod.Route(nil), rt...))
+		}
+		out.logits = append(out.logits, append([]float32(nil), logits...))
+		id := int32(0)
+		for i, x := range logits {
+			if x > logits[id] {
+				id = int32(i)
+			}
+		}
+		if len(req.Stop) > 0 && id == req.Stop[0] {
+			return out
+		}
+		out.tokens = append(out.tokens, id)
+		if run.Pos() >= run.ContextLen() || len(out.tokens) >= req.MaxTokens {
+			return out
+		}
+		feed = []int32{id}
+	}
+}
+
+// stepTolVK is the logits' tolerance of a step against the solo run on
+// the same device, relative to the largest logit: the step's rows take
+// the batch kernels (matmul, paged attention: each invocation sums every
+// 16th key, then the workgroup combines) where the solo decode takes
+// matvec and decode attention, so the float sums round differently; both
+// keep F32 caches, so the difference is summation order only, as between
+// the GPU and the CPU (tolLogits, 1e-4 absolute on logits of order 10).
+const stepTolVK = 1e-4
+
+// stepModelsVK are the models the step is checked on: dense, MoD with
+// router and with predictor routing.
+func stepModelsVK(t *testing.T) []struct {
+	name    string
+	m       *mod.Model
+	routing mod.Routing
+} {
+	dense := openModel(t, "../../models/tinystories-dense.gguf")
+	modm := openModel(t, "../../models/tinystories-mod.gguf")
+	return []struct {
+		name    string
+		m       *mod.Model
+		routing mod.Routing
+	}{{"dense", dense, mod.RoutingRouter}, {"mod router", modm, mod.RoutingRouter}, {"mod predictor", modm, mod.RoutingPredictor}}
+}
+
+// Sixteen sequences of different prompt lengths join at random steps and
+// leave at different ones (their own max tokens, a stop token, two
+// cancelled), decoding and prefilling in the same steps under a small
+// --batch-tokens, on the Vulkan step runner: each sequence's greedy tokens
+// and routing decisions are its solo run's on the same device, its logits
+// within stepTolVK.
+func TestVulkanStepMatchesSolo(t *testing.T) {
+	dev := openDevice(t, true)
+	for _, sm := range stepModelsVK(t) {
+		t.Run(sm.name, func(t *testing.T) { vulkanStepMatchesSolo(t, dev, sm.m, sm.routing, 16) })
+	}
+}
+
+func vulkanStepMatchesSolo(t *testing.T, dev *vk.Device, m *mod.Model, routing mod.Routing, nSeqs int) {
+	const ctx, bt = 128, 16
+	run, err := New(dev, m, routing, Options{KVType: "f32", ContextLen: ctx, UBatch: 48})
+	require.NoError(t, err)
+	defer run.Close()
+	st, err := run.Stepper(4)
+	require.NoError(t, err)
+	pages := sched.PagesFor(st.Layout(), nSeqs, ctx, bt)
+	require.NoError(t, st.Reserve(pages, bt))
+	s, err := sched.New(st, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: st.MaxRows()})
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(3, 33))
+	nv := m.Config.NVocab
+	reqs := make([]sched.Request, nSeqs)
+	join := make([]int, nSeqs)
+	for i := range reqs {
+		prompt := []int32{1}
+		for range rng.IntN(60) {
+			prompt = append(prompt, int32(3+rng.IntN(nv-3)))
+		}
+		reqs[i] = sched.Request{Prompt: prompt, MaxTokens: 4 + rng.IntN(30), KeepLogits: true, KeepRoutes: true}
+		if i%5 == 0 {
+			reqs[i].Stop = []int32{2} // EOS may come first
+		}
+		join[i] = rng.IntN(30)
+	}
+	cancelAt := map[int]int{3: 12, 11: 25} // sequence -> step
+	seqs := make([]*sched.Seq, nSeqs)
+	for step := 0; ; step++ {
+		for i := range reqs {
+			if join[i] == step {
+				seqs[i], err = s.Add(reqs[i])
+				require.NoError(t, err)
+			}
+		}
+		for i, at := range cancelAt {
+			if at == step && i < nSeqs && seqs[i] != nil {
+				s.Cancel(seqs[i])
+			}
+		}
+		more, err := s.Step()
+		require.NoError(t, err)
+		if !more && step > 30 {
+			break
+		}
+	}
+	solo, err := New(dev, m, routing, Options{KVType: "f32", ContextLen: ctx, Trace: true})
+	require.NoError(t, err)
+	defer solo.Close()
+	worst := 0.0
+	for i, q := range seqs {
+		require.NoError(t, q.Err, "seq %d", i)
+		want := runStepSolo(t, solo, reqs[i])
+		got := q.Tokens()
+		if q.Stop == sched.StopCancel {
+			require.LessOrEqual(t, len(got), len(want.tokens))
+			want.tokens, want.logits = want.tokens[:len(got)], want.logits[:len(q.Logits)]
+		}
+		require.Equal(t, want.tokens, got, "seq %d (%s): tokens", i, q.Stop)
+		require.Len(t, q.Logits, len(want.logits), "seq %d: draws", i)
+		for j := range q.Logits {
+			worst = max(worst, relDiffVK(q.Logits[j], want.logits[j]))
+		}
+		if m.Config.IsMoD() {
+			require.NotEmpty(t, q.Routes, "seq %d: routes", i)
+		}
+		for p, rt := range q.Routes {
+			require.Less(t, p, len(want.routes))
+			for j := range rt {
+				assert.Equal(t, want.routes[p][j].Selected, rt[j].Selected, "seq %d position %d layer %d: score %g alone, %g batched", i, p, rt[j].Layer, want.routes[p][j].Score, rt[j].Score)
+			}
+		}
+	}
+	stats := s.Stats()
+	t.Logf("%d steps (%d shared), %d rows; max |Δlogit| / max |logit| against solo = %.2g", stats.Steps, stats.SharedSteps, stats.Rows, worst)
+	assert.Greater(t, stats.SharedSteps, stats.Steps/2, "most steps ran rows of several sequences")
+	assert.LessOrEqual(t, worst, stepTolVK)
+	assert.Equal(t, s.Pool().Pages(), s.Pool().Free(), "every page back")
+}
+
+// relDiffVK is max |a-b| / max |b|.
+func relDiffVK(a, b []float32) float64 {
+	var d, m float64
+	for i := range b {
+		d = max(d, math.Abs(float64(a[i])-float64(b[i])))
+		m = max(m, math.Abs(float64(b[i])))
+	}
+	if math.IsNaN(d) {
+		return math.Inf(1)
+	}
+	return d / max(m, 1e-30)
+}

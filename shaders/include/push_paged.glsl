@@ -1,0 +1,21 @@
+// push_paged.glsl: the push-constant block of the paged kernels
+// (paged.comp), mirrored in Go by shaders/paged.go (same members, same
+// order, 4-byte scalars only; TestVariantInterfaces checks both against the
+// SPIR-V).
+
+layout(push_constant) uniform PagedPush {
+	uint n;           // rows (an upper bound of rows[0] / count[0])
+	uint kvDim;       // elements of an entry: nKVHead*headDim (even)
+	uint width;       // pages per block of the table (the dense table: dense layers; a routed one: 1)
+	uint layer;       // the table's layer: page of entry e is tables[toff + (e/blockTokens)*width + layer]
+	uint blockTokens; // entries a page
+	uint nRouted;     // PAGED_ENTRIES: routed layers (rmeta's width)
+	uint routed;      // PAGED_ENTRIES: this routed layer's index among them
+	uint compact;     // PAGED_ENTRIES: 1: RoPE turns a row by its entry (mod.PositionsCompact)
+	uint nHead;       // PAGED_ATTENTION: query heads, a multiple of nKVHead
+	uint nKVHead;     // PAGED_ATTENTION: key/value heads
+	uint headDim;     // PAGED_ATTENTION: elements per head (the spec's HD)
+	float scale;      // PAGED_ATTENTION: 1/sqrt(headDim)
+	uint splits;      // PAGED_ATTENTION: key tiles per (row, head)
+	uint splitLen;    // PAGED_ATTENTION: entries per key tile
+} p;

@@ -1,0 +1,194 @@
+#version 450
+// paged: the KV cache of many sequences in one pool of pages (engine/sched's
+// pages, docs/batching-gpu.md), for a step whose rows belong to different
+// sequences (engine/vulkan/stepper.go). A page holds blockTokens entries of
+// one layer; a sequence's table of a layer lists its pages: entry e of a
+// table at word toff of tables, of width pages per block, layer layer, is
+// in page tables[toff + (e/blockTokens)*width + layer] at slot
+// e%blockTokens. Every row of a block carries its entry e (its position in a
+// dense layer, its index among the tokens that entered a routed layer) and
+// its table's offset toff; its attention sees entries 0..e of its own table:
+// every earlier entry of a table lies at an earlier position, and no other
+// sequence's entry is in it.
+//
+// PAGED_ENTRIES: for the selected rows g < count[0] of a routed layer
+//   (idx ascending), each row's entry in the layer's table: rmeta's base
+//   (the table's length before the step) plus the selected rows of the
+//   same sequence before it in the step (a sequence's rows are
+//   consecutive, so they are idx's neighbours, told apart by rowSeq), its
+//   table's offset, its original position and RoPE's (the entry with
+//   compact positions). Dispatch Groups(ceil(n / 64)).
+// PAGED_KV: row i < rows[0] of k (rotated) and v goes to its entry's page
+//   slot (KV_F16: packed halves, two to a word). Dispatch Groups(n).
+// PAGED_ATTENTION: workgroup (row i, head h, tile s) over entries
+//   [s*splitLen, min((s+1)*splitLen, ent[i]+1)) of the row's table: each
+//   invocation an online softmax over every WG-th entry, then the
+//   workgroup's combine into the tile's partial result (max, sum, output),
+//   which attention_merge combines over the tiles. A row i >= rows[0]
+//   writes nothing. Dispatch Groups(n * nHead * splits).
+#include "include/common.glsl"
+#include "include/push_paged.glsl"
+
+#if defined(PAGED_ENTRIES)
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer Idx { uint idx[]; };        // [count] selected rows, ascending
+layout(std430, binding = 1) readonly buffer Count { uint count[]; };    // [1]
+layout(std430, binding = 2) readonly buffer RowPos { uint rowPos[]; };  // [n] every row's position
+layout(std430, binding = 3) readonly buffer RowSeq { uint rowSeq[]; };  // [n] a word per sequence (its dense table's offset)
+layout(std430, binding = 4) readonly buffer RMeta { uint rmeta[]; };    // [n][nRouted][2] (table offset, length before the step)
+layout(std430, binding = 5) writeonly buffer Pos { uint pos[]; };       // [n] the selected rows' positions
+layout(std430, binding = 6) writeonly buffer RopePos { uint rpos[]; };  // [n] RoPE's positions
+layout(std430, binding = 7) writeonly buffer Ent { uint ent[]; };       // [n] their entries
+layout(std430, binding = 8) writeonly buffer Toff { uint toff[]; };     // [n] their tables' offsets
+
+void main() {
+	uint g = groupIndex() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
+	if (g >= count[0] || g >= p.n) {
+		return;
+	}
+	uint i = idx[g], seq = rowSeq[i], rank = 0u;
+	while (rank < g && rowSeq[idx[g - rank - 1u]] == seq) {
+		rank++;
+	}
+	uint m = 2u * (i * p.nRouted + p.routed);
+	uint e = rmeta[m + 1u] + rank;
+	pos[g] = rowPos[i];
+	rpos[g] = p.compact != 0u ? e : rowPos[i];
+	ent[g] = e;
+	toff[g] = rmeta[m];
+}
+
+#elif defined(PAGED_KV)
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer K { float k[]; };          // [n][kvDim], rotated
+layout(std430, binding = 1) readonly buffer V { float v[]; };          // [n][kvDim]
+layout(std430, binding = 2) readonly buffer Rows { uint rows[]; };     // [1] rows to write (<= n)
+layout(std430, binding = 3) readonly buffer Ent { uint ent[]; };       // [n] each row's entry
+layout(std430, binding = 4) readonly buffer Toff { uint toff[]; };     // [n] its table's offset
+layout(std430, binding = 5) readonly buffer Tables { uint tables[]; }; // the step's block tables
+#ifdef KV_F16
+layout(std430, binding = 6) writeonly buffer KPool { uint kc[]; };     // [pages*blockTokens][kvDim/2] half2
+layout(std430, binding = 7) writeonly buffer VPool { uint vc[]; };
+#else
+layout(std430, binding = 6) writeonly buffer KPool { float kc[]; };    // [pages*blockTokens][kvDim]
+layout(std430, binding = 7) writeonly buffer VPool { float vc[]; };
+#endif
+
+void main() {
+	uint i = groupIndex();
+	if (i >= rows[0] || i >= p.n) {
+		return;
+	}
+	uint e = ent[i];
+	uint page = tables[toff[i] + (e / p.blockTokens) * p.width + p.layer];
+	uint slot = page * p.blockTokens + e % p.blockTokens;
+	uint src = i * p.kvDim;
+#ifdef KV_F16
+	uint half_ = p.kvDim / 2u, dst = slot * half_;
+	for (uint d = gl_LocalInvocationID.x; d < half_; d += gl_WorkGroupSize.x) {
+		kc[dst + d] = packHalf2x16(vec2(k[src + 2u * d], k[src + 2u * d + 1u]));
+		vc[dst + d] = packHalf2x16(vec2(v[src + 2u * d], v[src + 2u * d + 1u]));
+	}
+#else
+	uint dst = slot * p.kvDim;
+	for (uint d = gl_LocalInvocationID.x; d < p.kvDim; d += gl_WorkGroupSize.x) {
+		kc[dst + d] = k[src + d];
+		vc[dst + d] = v[src + d];
+	}
+#endif
+}
+
+#elif defined(PAGED_ATTENTION)
+layout(local_size_x = 16, local_size_x_id = 0) in;
+layout(constant_id = 1) const uint HD = 64; // the head dimension
+const float NO_SCORE = -1e30;               // below any score, finite (see decode_attention.comp)
+
+layout(std430, binding = 0) readonly buffer Q { float q[]; };          // [n][nHead*headDim], rotated
+#ifdef KV_F16
+layout(std430, binding = 1) readonly buffer KPool { uint k[]; };       // [pages*blockTokens][kvDim/2] half2, rotated
+layout(std430, binding = 2) readonly buffer VPool { uint v[]; };
+float kAt(uint i) { return unpackHalf2x16(k[i >> 1])[i & 1u]; }
+float vAt(uint i) { return unpackHalf2x16(v[i >> 1])[i & 1u]; }
+#else
+layout(std430, binding = 1) readonly buffer KPool { float k[]; };      // [pages*blockTokens][kvDim], rotated
+layout(std430, binding = 2) readonly buffer VPool { float v[]; };
+float kAt(uint i) { return k[i]; }
+float vAt(uint i) { return v[i]; }
+#endif
+layout(std430, binding = 3) readonly buffer Rows { uint rows[]; };     // [1] query rows (<= n)
+layout(std430, binding = 4) readonly buffer Ent { uint ent[]; };       // [n] each row's entry: it sees 0..ent
+layout(std430, binding = 5) readonly buffer Toff { uint toff[]; };     // [n] its table's offset
+layout(std430, binding = 6) readonly buffer Tables { uint tables[]; }; // the step's block tables
+layout(std430, binding = 7) writeonly buffer PartO { float partO[]; }; // [n*nHead*splits][headDim]
+layout(std430, binding = 8) writeonly buffer PartML { vec2 partML[]; }; // [n*nHead*splits] (m, l)
+
+shared float sm[gl_WorkGroupSize.x], sl[gl_WorkGroupSize.x];
+shared float sacc[gl_WorkGroupSize.x * HD];
+
+void main() {
+	const uint WG = gl_WorkGroupSize.x;
+	uint tid = gl_LocalInvocationID.x;
+	uint g = groupIndex();
+	if (g >= p.n * p.nHead * p.splits) {
+		return;
+	}
+	uint s = g % p.splits, ih = g / p.splits;
+	uint h = ih % p.nHead, i = ih / p.nHead;
+	if (i >= rows[0]) {
+		return; // the whole workgroup: i is uniform
+	}
+	uint kvh = h / (p.nHead / p.nKVHead);
+	uint e0 = s * p.splitLen, e1 = min(e0 + p.splitLen, ent[i] + 1u);
+	uint base = toff[i];
+	float qr[HD], acc[HD];
+	uint qBase = i * p.nHead * HD + h * HD;
+	for (uint d = 0u; d < HD; d++) {
+		qr[d] = q[qBase + d];
+		acc[d] = 0.0;
+	}
+	float m = NO_SCORE, l = 0.0;
+	for (uint e = e0 + tid; e < e1; e += WG) {
+		uint page = tables[base + (e / p.blockTokens) * p.width + p.layer];
+		uint at = (page * p.blockTokens + e % p.blockTokens) * p.kvDim + kvh * HD;
+		float dt = 0.0;
+		for (uint d = 0u; d < HD; d++) { // in element order, as mod.Attend sums
+			dt += qr[d] * kAt(at + d);
+		}
+		float sc = dt * p.scale;
+		float mn = maxNaN(m, sc);
+		float a = exp(m - mn), pe = exp(sc - mn);
+		l = l * a + pe;
+		for (uint d = 0u; d < HD; d++) {
+			acc[d] = acc[d] * a + pe * vAt(at + d);
+		}
+		m = mn;
+	}
+	sm[tid] = m;
+	sl[tid] = l;
+	for (uint d = 0u; d < HD; d++) {
+		sacc[tid * HD + d] = acc[d];
+	}
+	barrier();
+	float mx = NO_SCORE;
+	for (uint t = 0u; t < WG; t++) {
+		mx = maxNaN(mx, sm[t]);
+	}
+	uint pb = ih * p.splits + s;
+	for (uint d = tid; d < HD; d += WG) {
+		float o = 0.0;
+		for (uint t = 0u; t < WG; t++) {
+			o += sacc[t * HD + d] * exp(sm[t] - mx);
+		}
+		partO[pb * HD + d] = o;
+	}
+	if (tid == 0u) {
+		float sum = 0.0;
+		for (uint t = 0u; t < WG; t++) {
+			sum += sl[t] * exp(sm[t] - mx);
+		}
+		partML[pb] = vec2(mx, sum);
+	}
+}
+#else
+#error "define one of PAGED_ENTRIES, PAGED_KV, PAGED_ATTENTION"
+#endif

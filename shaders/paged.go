@@ -1,0 +1,106 @@
+package shaders
+
+// The paged kernels (paged.comp): the KV cache of many sequences in one
+// pool of pages, for the steps of engine/vulkan's Stepper (a step's rows
+// belong to different sequences, each with its own block tables). Their
+// push-constant struct mirrors include/push_paged.glsl.
+
+// PagedPush is the push-constant block of every paged variant.
+type PagedPush struct {
+	N           uint32  // rows (an upper bound of the count read from a buffer)
+	KVDim       uint32  // elements of an entry, even
+	Width       uint32  // pages per block of the table
+	Layer       uint32  // the table's layer (0 for a routed layer's own table)
+	BlockTokens uint32  // entries a page
+	NRouted     uint32  // paged_entries: routed layers
+	Routed      uint32  // paged_entries: this one's index among them
+	Compact     uint32  // paged_entries: 1: RoPE at the entry (mod.PositionsCompact)
+	NHead       uint32  // paged_attention: query heads
+	NKVHead     uint32  // paged_attention: key/value heads
+	HeadDim     uint32  // paged_attention: elements per head, the spec's HD
+	Scale       float32 // paged_attention: 1/sqrt(HeadDim)
+	Splits      uint32  // paged_attention: key tiles per (row, head)
+	SplitLen    uint32  // paged_attention: entries per key tile
+}
+
+// PagedKVName and PagedAttentionName are the paged write's and attention's
+// variants for pool entries of type kv.
+func PagedKVName(kv KV) string        { return "paged_kv" + kv.suffix() }
+func PagedAttentionName(kv KV) string { return "paged_attention" + kv.suffix() }
+
+// PagedAttentionRows is paged_attention's invocations per workgroup (its
+// specialization constant 0): each walks every PagedAttentionRows-th entry
+// of the tile, and the workgroup's shared memory holds their partial
+// outputs, PagedAttentionRows x headDim floats (8 KiB at 128).
+const PagedAttentionRows = 16
+
+// PagedAttentionSpec is paged_attention's specialization constants for
+// head dimension hd.
+func PagedAttentionSpec(hd uint32) []uint32 { return []uint32{PagedAttentionRows, hd} }
+
+// PagedAttentionGroups is paged_attention's dispatch size.
+func PagedAttentionGroups(n, nHead, splits uint32) [3]uint32 { return Groups(n * nHead * splits) }
+
+func pagedKV(kv KV, defines ...string) Variant {
+	typ := kv.String()
+	return Variant{
+		Name: PagedKVName(kv), Source: "paged.comp", Defines: append([]string{"PAGED_KV"}, defines...),
+		Bindings: []Binding{
+			{"k", Read, "[n][kvDim] f32, rotated"},
+			{"v", Read, "[n][kvDim] f32"},
+			{"rows", Read, "[1] u32 rows to write (<= n)"},
+			{"ent", Read, "[n] u32 each row's entry"},
+			{"toff", Read, "[n] u32 each row's table offset in tables"},
+			{"tables", Read, "the step's block tables, u32 page ids"},
+			{"kPool", Write, "[pages*blockTokens][kvDim] " + typ},
+			{"vPool", Write, "[pages*blockTokens][kvDim] " + typ},
+		},
+		Push: PagedPush{}, LocalSize: [3]uint32{64, 1, 1},
+		Notes: "dispatch Groups(n)",
+	}
+}
+
+func pagedAttention(kv KV, defines ...string) Variant {
+	typ := kv.String()
+	return Variant{
+		Name: PagedAttentionName(kv), Source: "paged.comp", Defines: append([]string{"PAGED_ATTENTION"}, defines...),
+		Bindings: []Binding{
+			{"q", Read, "[n][nHead*headDim] f32, rotated"},
+			{"kPool", Read, "[pages*blockTokens][kvDim] " + typ},
+			{"vPool", Read, "[pages*blockTokens][kvDim] " + typ},
+			{"rows", Read, "[1] u32 query rows (<= n)"},
+			{"ent", Read, "[n] u32 each row's entry: it sees entries 0..ent of its table"},
+			{"toff", Read, "[n] u32 each row's table offset in tables"},
+			{"tables", Read, "the step's block tables, u32 page ids"},
+			{"partO", Write, "[n*nHead*splits][headDim] f32"},
+			{"partML", Write, "[n*nHead*splits][2] f32 (max, sum)"},
+		},
+		Push: PagedPush{}, LocalSize: [3]uint32{PagedAttentionRows, 1, 1}, LocalSizeSpec: true, Spec: PagedAttentionSpec(64),
+		Notes: "Spec: PagedAttentionSpec(headDim); dispatch PagedAttentionGroups(n, nHead, splits); then attention_merge",
+	}
+}
+
+func init() {
+	Variants = append(Variants,
+		pagedKV(KVF32),
+		pagedKV(KVF16, "KV_F16"),
+		pagedAttention(KVF32),
+		pagedAttention(KVF16, "KV_F16"),
+		Variant{
+			Name: "paged_entries", Source: "paged.comp", Defines: []string{"PAGED_ENTRIES"},
+			Bindings: []Binding{
+				{"idx", Read, "[count] u32 selected rows, ascending"},
+				{"count", Read, "[1] u32"},
+				{"rowPos", Read, "[n] u32 every row's position"},
+				{"rowSeq", Read, "[n] u32 a word per sequence"},
+				{"rmeta", Read, "[n][nRouted][2] u32 (table offset, length before the step)"},
+				{"pos", Write, "[n] u32 the selected rows' positions"},
+				{"ropePos", Write, "[n] u32 RoPE's positions"},
+				{"ent", Write, "[n] u32 the selected rows' entries"},
+				{"toff", Write, "[n] u32 their tables' offsets"},
+			},
+			Push: PagedPush{}, LocalSize: [3]uint32{64, 1, 1},
+			Notes: "push NRouted, Routed, Compact; dispatch Groups(ceil(n / 64))",
+		},
+	)
+}
