@@ -3,7 +3,6 @@ package cpu
 import (
 	"encoding/binary"
 	"math"
-	"unsafe"
 
 	"github.com/modrun/modrun/gguf"
 )
@@ -18,8 +17,8 @@ import (
 //
 // summed in integers up to the last two products: one float step per 256
 // weights, and the weights stay the file's bytes (decode reads half of
-// what a Q8_0 copy would). A prompt's tile of four rows is unpacked to
-// int8 with a float scale per 16 (kTile) for the Q8_0 tile kernel.
+// what a Q8_0 copy would). A prompt's tiles of four rows by four tokens
+// take the same sums from rows unpacked once per matrix (ktile.go).
 //
 // The layouts (gguf/kquant.go):
 //
@@ -219,10 +218,10 @@ func quantizeKGo(q []int8, d []float32, bs []int16, x []float32) {
 }
 
 // quantizeK fills a's Q8_K copy (kq, kd, ks) from f, once per set, split
-// over the pool; with wide, also the forms the tile kernel takes (kd32,
-// ksf).
+// over the pool; with wide, also the forms the tile kernel takes (kqT,
+// ktab: prepareTile).
 func (a *acts) quantizeK(p *pool, wide bool) {
-	nk, ng, nb := a.cols/kLen, a.cols/16, a.cols/blockLen
+	nk, ng := a.cols/kLen, a.cols/16
 	if !a.kready {
 		a.kq, a.kd, a.ks = grow(a.kq, a.n*a.cols), grow(a.kd, a.n*nk), grow(a.ks, a.n*ng)
 		p.run(a.n, max(1, 4096/a.cols), func(lo, hi int) {
@@ -233,187 +232,42 @@ func (a *acts) quantizeK(p *pool, wide bool) {
 		a.kready, a.kwide = true, false
 	}
 	if wide && !a.kwide {
-		a.kd32, a.ksf = grow(a.kd32, a.n*nb), grow(a.ksf, a.n*ng)
-		for s := range a.n {
-			for b := range nb {
-				a.kd32[s*nb+b] = a.kd[s*nk+b/8]
-			}
-			for g := range ng {
-				a.ksf[s*ng+g] = a.kd[s*nk+g/16] * float32(a.ks[s*ng+g])
-			}
-		}
+		a.prepareTile()
 		a.kwide = true
 	}
 }
 
-// kTile unpacks K-quant rows i..i+3 of w for the tile kernel: q [4][cols]
-// the integer quants, a [4][cols/16] each group's scale d·sc, b [4][cols/16]
-// its min dm·m (zero for the types without one).
-func kTile(w *matrix, i int, q []int8, a, b []float32) {
-	var blk kBlock
-	kb, nk := kBlockBytes[w.ktype], w.cols/kLen
-	for r := range 4 {
-		row := w.raw[(i+r)*nk*kb : (i+r+1)*nk*kb]
-		for k := range nk {
-			base := r*w.cols + k*kLen
-			src := row[k*kb : (k+1)*kb]
-			switch w.ktype { // the common types' quants eight at a time
-			case gguf.TypeQ4_K:
-				scalesQ4K(src, &blk)
-				nibblesQ4K(q[base:base+kLen], src[16:144])
-			case gguf.TypeQ5_K:
-				scalesQ4K(src, &blk)
-				quantsQ5K(q[base:base+kLen], src)
-			case gguf.TypeQ6_K:
-				scalesQ6K(src, &blk)
-				quantsQ6K(q[base:base+kLen], src)
-			default:
-				unpackK(w.ktype, src, &blk)
-				copy(q[base:base+kLen], blk.q[:])
-			}
-			for g := range 16 {
-				a[base/16+g] = blk.d * float32(blk.sc[g])
-				b[base/16+g] = blk.dm * float32(blk.m[g])
-			}
-		}
-	}
-}
-
-// scalesQ4K is unpackQ4K without the quants (and Q5_K's, whose scales
-// and mins are laid out alike).
-func scalesQ4K(blk []byte, b *kBlock) {
-	b.d, b.dm = half(blk), half(blk[2:])
-	for j := range 8 {
-		sc, m := scaleMinK4(j, blk[4:16])
-		b.sc[2*j], b.sc[2*j+1], b.m[2*j], b.m[2*j+1] = sc, sc, m, m
-	}
-}
-
-// scalesQ6K is unpackQ6K without the quants.
-func scalesQ6K(blk []byte, b *kBlock) {
-	b.d, b.dm = half(blk[208:]), 0
-	for g, s := range blk[192:208] {
-		b.sc[g], b.m[g] = int32(int8(s)), 0
-	}
-}
-
-const nib8 = 0x0F0F0F0F0F0F0F0F // the low nibble of 8 bytes
-
-// nibblesQ4K writes Q4_K's 256 quants (qs: each 64 elements in 32 bytes,
-// low nibbles first) as int8, eight at a time.
-func nibblesQ4K(dst []int8, qs []byte) {
-	le := binary.LittleEndian
-	out := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(dst))), len(dst))
-	for c := range 4 {
-		for h := 0; h < 32; h += 8 {
-			v := le.Uint64(qs[32*c+h:])
-			le.PutUint64(out[64*c+h:], v&nib8)
-			le.PutUint64(out[64*c+32+h:], v>>4&nib8)
-		}
-	}
-}
-
-// quantsQ5K writes Q5_K's 256 quants as int8, eight at a time: Q4_K's
-// nibbles (qs at 48), with bit j of qh byte l as bit 4 of element 32j+l.
-func quantsQ5K(dst []int8, blk []byte) {
-	const b0 = 0x0101010101010101
-	le := binary.LittleEndian
-	out := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(dst))), len(dst))
-	qh, qs := blk[16:48], blk[48:176]
-	for c := range 4 {
-		for h := 0; h < 32; h += 8 {
-			v, hb := le.Uint64(qs[32*c+h:]), le.Uint64(qh[h:])
-			le.PutUint64(out[64*c+h:], v&nib8|(hb>>(2*c)&b0)<<4)
-			le.PutUint64(out[64*c+32+h:], v>>4&nib8|(hb>>(2*c+1)&b0)<<4)
-		}
-	}
-}
-
-// quantsQ6K writes Q6_K's 256 quants minus 32 as int8, eight at a time:
-// y = u ^ 32 is u − 32 when u >= 32, and u + 32 otherwise, where u − 32 is
-// y − 64 = y | 0xC0 (y < 64): (y & 32)·6 adds that 0xC0, with no carry.
-func quantsQ6K(dst []int8, blk []byte) {
-	const c2, b5 = 0x0303030303030303, 0x2020202020202020
-	le := binary.LittleEndian
-	out := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(dst))), len(dst))
-	put := func(at int, u uint64) {
-		y := u ^ b5
-		le.PutUint64(out[at:], y|(y&b5)*6)
-	}
-	for h := range 2 {
-		ql, qh := blk[64*h:], blk[128+32*h:]
-		for l := 0; l < 32; l += 8 {
-			lo0, lo1, hi := le.Uint64(ql[l:]), le.Uint64(ql[l+32:]), le.Uint64(qh[l:])
-			put(128*h+l, lo0&nib8|(hi&c2)<<4)
-			put(128*h+32+l, lo1&nib8|(hi>>2&c2)<<4)
-			put(128*h+64+l, lo0>>4&nib8|(hi>>4&c2)<<4)
-			put(128*h+96+l, lo1>>4&nib8|(hi>>6&c2)<<4)
-		}
-	}
-}
-
-// kTiles runs unpacked K-quant rows i..i+3 (q, a, b of kTile) over x's
-// tokens t0.. in groups of four (dotQ8x4x4s16VNNI, then each product's
-// mins subtracted: Σ_g b_g·(the token's sum of group g), three rows by
-// dotF32x3x4 and the fourth by dotF32), writing out[s][i..i+3]; it returns
-// the first token it left (the last t1-t0 mod 4).
-func kTiles(out []float32, rows, i int, q []int8, a, b []float32, mins bool, x *acts, t0, t1 int) int {
-	cols, nb, ng := x.cols, x.cols/blockLen, x.cols/16
-	var sixteen [16]float32
-	var twelve [12]float32
-	s := t0
-	for ; s+4 <= t1; s += 4 {
-		dotQ8x4x4s16VNNI(q, a, x.kq[s*cols:(s+4)*cols], x.kd32[s*nb:(s+4)*nb], cols, &sixteen)
-		if mins {
-			xs := x.ksf[s*ng : (s+4)*ng]
-			dotF32x3x4(b[:3*ng], xs, ng, &twelve)
-			for t := range 4 {
-				for r := range 3 {
-					sixteen[4*t+r] -= twelve[3*t+r]
-				}
-				sixteen[4*t+3] -= dotF32(b[3*ng:4*ng], xs[t*ng:(t+1)*ng])
-			}
-		}
-		for t := range 4 {
-			copy(out[(s+t)*rows+i:(s+t)*rows+i+4], sixteen[4*t:4*t+4])
-		}
-	}
-	return s
-}
-
 // matmulK is matmul's part for a K-quant matrix w over tokens t0..t1 and
-// rows lo..hi: four tokens or more with VNNI take the tile kernel on rows
-// unpacked four at a time (into tile, a worker's buffers), the rest dotK.
+// rows lo..hi: with VNNI, whole groups of four tokens take the tile
+// kernel (kTile4x4) on rows packed four at a time (into tile, a worker's
+// buffer) once per kTileTokens tokens; the rest dotK.
 func matmulK(out []float32, x *acts, w *matrix, lo, hi, t0, t1 int, tile *kTileBuf) {
 	cols, nk, ng := w.cols, w.cols/kLen, w.cols/16
 	rb := nk * kBlockBytes[w.ktype]
-	i := lo
-	if useSIMD && useVNNI && t1-t0 >= 4 {
-		if tile.q == nil {
-			tile.q, tile.a, tile.b = make([]int8, 4*cols), make([]float32, 4*ng), make([]float32, 4*ng)
-		}
-		mins := w.ktype == gguf.TypeQ2_K || w.ktype == gguf.TypeQ4_K || w.ktype == gguf.TypeQ5_K
-		for ; i+4 <= hi; i += 4 {
-			kTile(w, i, tile.q, tile.a, tile.b)
-			for s := kTiles(out, w.rows, i, tile.q, tile.a, tile.b, mins, x, t0, t1); s < t1; s++ {
-				for r := i; r < i+4; r++ {
-					out[s*w.rows+r] = dotK(w.ktype, w.raw[r*rb:(r+1)*rb], x.kq[s*cols:(s+1)*cols], x.kd[s*nk:(s+1)*nk], x.ks[s*ng:(s+1)*ng])
+	dot := func(i, s int) {
+		out[s*w.rows+i] = dotK(w.ktype, w.raw[i*rb:(i+1)*rb], x.kq[s*cols:(s+1)*cols], x.kd[s*nk:(s+1)*nk], x.ks[s*ng:(s+1)*ng])
+	}
+	if useSIMD && useVNNI && t1-t0 >= 4 && t0%4 == 0 && kTiled(w.ktype) {
+		buf := tile.grow(nk * ktSB)
+		step := kTileTokens(cols)
+		for u0 := t0; u0 < t1; u0 += step {
+			u1 := min(t1, u0+step)
+			for i := lo; i+4 <= hi; i += 4 {
+				kPack(w, i, buf)
+				for s := kTiles(out, w.rows, i, buf, x, u0, u1); s < u1; s++ {
+					for r := i; r < i+4; r++ {
+						dot(r, s)
+					}
 				}
 			}
 		}
+		lo += (hi - lo) &^ 3
 	}
-	for ; i < hi; i++ {
-		wr := w.raw[i*rb : (i+1)*rb]
+	for i := lo; i < hi; i++ {
 		for s := t0; s < t1; s++ {
-			out[s*w.rows+i] = dotK(w.ktype, wr, x.kq[s*cols:(s+1)*cols], x.kd[s*nk:(s+1)*nk], x.ks[s*ng:(s+1)*ng])
+			dot(i, s)
 		}
 	}
-}
-
-// kTileBuf is a worker's unpacked tile of four K-quant rows (kTile).
-type kTileBuf struct {
-	q    []int8    // [4][cols]
-	a, b []float32 // [4][cols/16]
 }
 
 // dotK is dotKGo on the fastest path this CPU has for type t.

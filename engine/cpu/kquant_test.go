@@ -121,7 +121,7 @@ func TestMatmulK(t *testing.T) {
 			rows, cols := 2*rowGrain+6, 3*kLen
 			raw, deq := kRows(t, g, typ, rows, cols)
 			w := &matrix{name: typ.String(), kind: kindK, ktype: typ, rows: rows, cols: cols, raw: raw}
-			for _, n := range []int{1, 3, 4, 7, tokenTile + 6} {
+			for _, n := range []int{1, 3, 4, 7, tokenTile + 6, kTileTokens(cols) + 6} {
 				x := &acts{}
 				x.set(randF32(g, n*cols), n, cols)
 				out := make([]float32, n*rows)
@@ -131,6 +131,38 @@ func TestMatmulK(t *testing.T) {
 					for i := range rows {
 						want, scale := kWant(deq[i*cols:(i+1)*cols], x.kq[s*cols:(s+1)*cols], x.kd[s*nk:(s+1)*nk])
 						require.InDelta(t, want, float64(out[s*rows+i]), 1e-6*scale, fmt.Sprintf("%s %d tokens row %d token %d", typ, n, i, s))
+					}
+				}
+			}
+		}
+	})
+}
+
+// The prompt's tile kernel, on every path (the Go twin where there is no
+// VNNI), over 1, 3 and 5 super-blocks: each of its 16 row-token products
+// of rows packed by kPack and tokens rearranged by prepareTile equals the
+// reference of TestKDot.
+func TestKTile(t *testing.T) {
+	g := rand.New(rand.NewPCG(31, 32))
+	kernelPaths(t, func(t *testing.T) {
+		for _, typ := range []gguf.TensorType{gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K} {
+			for _, nk := range []int{1, 3, 5} {
+				cols := nk * kLen
+				raw, deq := kRows(t, g, typ, 4, cols)
+				w := &matrix{name: typ.String(), kind: kindK, ktype: typ, rows: 4, cols: cols, raw: raw}
+				f := randF32(g, 4*cols)
+				f[cols+9] = -50 // one large activation in token 1
+				x := &acts{}
+				x.set(f, 4, cols)
+				x.quantizeK(newPool(1), true)
+				buf := make([]byte, nk*ktSB)
+				kPack(w, 0, buf)
+				var out [16]float32
+				kTile4x4(buf, x.kqT, cols, x.ktab, nk, &out)
+				for r := range 4 {
+					for s := range 4 {
+						want, scale := kWant(deq[r*cols:(r+1)*cols], x.kq[s*cols:(s+1)*cols], x.kd[s*nk:(s+1)*nk])
+						assert.InDelta(t, want, float64(out[4*r+s]), 1e-6*scale, "%s %d blocks row %d token %d", typ, nk, r, s)
 					}
 				}
 			}

@@ -20,9 +20,9 @@ type acts struct {
 	kq            []int8    // [n][cols]
 	kd            []float32 // [n][cols/256]
 	ks            []int16   // [n][cols/16] each 16 quants' sum
-	kd32          []float32 // [n][cols/32] kd by block of 32, for the tile kernel
-	ksf           []float32 // [n][cols/16] ks·kd
-	kready, kwide bool      // kq, kd, ks hold f's rows; and kd32, ksf
+	kqT           []int8    // [n][cols] kq in group-lane order, for the tile kernel (ktile.go)
+	ktab          []uint32  // [n/4][cols/256][ktTab] each four tokens' bsums and scales
+	kready, kwide bool      // kq, kd, ks hold f's rows; and kqT, ktab
 }
 
 // set points a at n rows of f, dropping any quantized copy.

@@ -1,0 +1,299 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"math"
+	"unsafe"
+
+	"github.com/modrun/modrun/gguf"
+)
+
+// A prompt's K-quant products run four weight rows by four tokens at a
+// time (kTile4x4), on rows unpacked once per matrix (kPack) and tokens
+// rearranged once per set of activations (acts.quantizeK with wide).
+// Every K-quant weight is d·sc_g·q − dm·m_g with q >= 0 (Q6_K's q − 32
+// is written q and a min of 32·sc_g), so a super-block's product with
+// a token is
+//
+//	xd·(d·Σ_g sc_g·Σ_{i∈g} q_i·x_i − dm·Σ_g m_g·bsum_g)
+//
+// where both sums are integers: VPDPBUSD takes q unsigned and x signed,
+// so no sign trick and no per-group float step, and the mins meet the
+// token's group sums (bsums) in VPDPWSSD. Only the super-block's two
+// sums are scaled in float.
+//
+// The quants are in group-lane order: element 16L+4c+b of a block (group
+// L, its bytes 4c..4c+3) goes to chunk c, dword lane L, byte b, so that
+// one VPDPBUSD lane accumulates one group of 16 over the block's four
+// chunks of 64, and one VPMULLD by the rows' scales finishes them.
+
+// The layout of one super-block of a packed tile of four rows (kPack),
+// in bytes: 21 cache lines.
+const (
+	ktQ   = 0    // [4 chunks][4 rows][64] quants, unsigned, group-lane order
+	ktSc  = 1024 // [4 rows][16] int8 scales sc_g
+	ktMin = 1088 // [8 pairs][4 rows] two int16 mins: m_2k, m_2k+1
+	ktD   = 1216 // [16] float32: lane 4r+t holds row r's d
+	ktDm  = 1280 // [16] float32: lane 4r+t holds row r's dm
+	ktSB  = 1344 // one super-block
+	// A token group's table (acts.ktab), per super-block: [8 pairs][4
+	// tokens] two int16 bsums, then [4] float32 xd.
+	ktTab = 36 // uint32s
+)
+
+// kTiled says whether a K-quant type has a packed tile (kPack): the types
+// dotted natively.
+func kTiled(t gguf.TensorType) bool {
+	return t == gguf.TypeQ4_K || t == gguf.TypeQ5_K || t == gguf.TypeQ6_K
+}
+
+// groupLane writes a block's 256 bytes in group-lane order into dst at a
+// stride of 256 bytes between chunks (the chunks of one row of a tile are
+// 256 apart, those of a token 64).
+func groupLane(dst []byte, stride int, src *[kLen]byte) {
+	le := binary.LittleEndian
+	for c := range 4 {
+		d := dst[c*stride : c*stride+64]
+		for l := range 16 {
+			le.PutUint32(d[4*l:], le.Uint32(src[16*l+4*c:]))
+		}
+	}
+}
+
+// kPack unpacks K-quant rows i..i+3 of w into buf (nk·ktSB bytes) for
+// kTile4x4.
+func kPack(w *matrix, i int, buf []byte) {
+	kb, nk := kBlockBytes[w.ktype], w.cols/kLen
+	var blk kBlock
+	le := binary.LittleEndian
+	for r := range 4 {
+		row := w.raw[(i+r)*nk*kb : (i+r+1)*nk*kb]
+		for k := range nk {
+			src, sb := row[k*kb:(k+1)*kb], buf[k*ktSB:(k+1)*ktSB]
+			q := (*[4 * 256]byte)(sb[ktQ:])
+			switch w.ktype {
+			case gguf.TypeQ4_K:
+				scalesQ4K(src, &blk)
+				laneQ4K(q, r, (*[144]byte)(src))
+			case gguf.TypeQ5_K:
+				scalesQ4K(src, &blk)
+				laneQ5K(q, r, (*[176]byte)(src))
+			case gguf.TypeQ6_K:
+				scalesQ6K(src, &blk)
+				laneQ6K(q, r, (*[210]byte)(src))
+			}
+			for g := range 16 {
+				sb[ktSc+16*r+g] = byte(int8(blk.sc[g]))
+			}
+			for p := range 8 {
+				le.PutUint16(sb[ktMin+16*p+4*r:], uint16(int16(blk.m[2*p])))
+				le.PutUint16(sb[ktMin+16*p+4*r+2:], uint16(int16(blk.m[2*p+1])))
+			}
+			for t := range 4 {
+				le.PutUint32(sb[ktD+4*(4*r+t):], math.Float32bits(blk.d))
+				le.PutUint32(sb[ktDm+4*(4*r+t):], math.Float32bits(blk.dm))
+			}
+		}
+	}
+}
+
+// scalesQ4K is unpackQ4K without the quants (and Q5_K's, whose scales
+// and mins are laid out alike).
+func scalesQ4K(blk []byte, b *kBlock) {
+	b.d, b.dm = half(blk), half(blk[2:])
+	for j := range 8 {
+		sc, m := scaleMinK4(j, blk[4:16])
+		b.sc[2*j], b.sc[2*j+1], b.m[2*j], b.m[2*j+1] = sc, sc, m, m
+	}
+}
+
+// scalesQ6K is unpackQ6K without the quants, for quants left unsigned
+// (laneQ6K): the −32 becomes a min of 32·sc_g with dm = d.
+func scalesQ6K(blk []byte, b *kBlock) {
+	b.d = half(blk[208:])
+	b.dm = b.d
+	for g, s := range blk[192:208] {
+		b.sc[g] = int32(int8(s))
+		b.m[g] = 32 * b.sc[g]
+	}
+}
+
+const nib8 = 0x0F0F0F0F0F0F0F0F // the low nibble of 8 bytes
+
+// laneQ4K writes a Q4_K block's quants as row r of a packed tile's chunks
+// (q: [4 chunks][4 rows][64]) in group-lane order. Element 16L+4c+b is in
+// sub-block j = L/2 at l = 16(L%2)+4c+b: nibble j%2 of qs byte 32(j/2)+l.
+// So lanes 4P and 4P+1 of chunk c are the low nibbles of qs bytes
+// 32P+4c.. and 32P+16+4c.., lanes 4P+2 and 4P+3 their high ones.
+func laneQ4K(q *[4 * 256]byte, r int, blk *[144]byte) {
+	le := binary.LittleEndian
+	qs := blk[16:144]
+	for c := range 4 {
+		d := q[256*c+64*r : 256*c+64*r+64]
+		for p := range 4 {
+			v := uint64(le.Uint32(qs[32*p+4*c:])) | uint64(le.Uint32(qs[32*p+16+4*c:]))<<32
+			le.PutUint64(d[16*p:], v&nib8)
+			le.PutUint64(d[16*p+8:], v>>4&nib8)
+		}
+	}
+}
+
+// laneQ5K is laneQ4K for Q5_K (qs at 48), with the fifth bit of element
+// 32j+l, bit j of qh byte l, as bit 4.
+func laneQ5K(q *[4 * 256]byte, r int, blk *[176]byte) {
+	const b0 = 0x0101010101010101
+	le := binary.LittleEndian
+	qh, qs := blk[16:48], blk[48:176]
+	for c := range 4 {
+		d := q[256*c+64*r : 256*c+64*r+64]
+		h := uint64(le.Uint32(qh[4*c:])) | uint64(le.Uint32(qh[16+4*c:]))<<32
+		for p := range 4 {
+			v := uint64(le.Uint32(qs[32*p+4*c:])) | uint64(le.Uint32(qs[32*p+16+4*c:]))<<32
+			le.PutUint64(d[16*p:], v&nib8|(h>>(2*p)&b0)<<4)
+			le.PutUint64(d[16*p+8:], v>>4&nib8|(h>>(2*p+1)&b0)<<4)
+		}
+	}
+}
+
+// laneQ6K is laneQ4K for Q6_K's quants as stored, 0..63 (scalesQ6K makes
+// the −32 a min). Element 16L+4c+b is in half H = L/8, quarter s =
+// (L%8)/2, at l = 16(L%2)+4c+b: nibble s/2 of ql byte 64H+32(s%2)+l,
+// with bits 2s..2s+1 of qh byte 32H+l on top.
+func laneQ6K(q *[4 * 256]byte, r int, blk *[210]byte) {
+	const c2 = 0x0303030303030303
+	le := binary.LittleEndian
+	for c := range 4 {
+		d := q[256*c+64*r : 256*c+64*r+64]
+		for h := range 2 {
+			ql, qh := blk[64*h:64*h+64], blk[128+32*h:128+32*h+32]
+			hb := uint64(le.Uint32(qh[4*c:])) | uint64(le.Uint32(qh[16+4*c:]))<<32
+			for s := range 4 {
+				o := 32 * (s % 2)
+				v := uint64(le.Uint32(ql[o+4*c:])) | uint64(le.Uint32(ql[o+16+4*c:]))<<32
+				le.PutUint64(d[32*h+8*s:], v>>(4*(s/2))&nib8|(hb>>(2*s)&c2)<<4)
+			}
+		}
+	}
+}
+
+// prepareTile fills a's forms for kTile4x4 from its Q8_K copy: kqT, each
+// token's quants in group-lane order, and ktab, each whole group of four
+// tokens' table (ktTab a super-block: the bsums of groups 2k and 2k+1 as
+// one uint32 by pair k and token, then the four tokens' scales).
+func (a *acts) prepareTile() {
+	nk, ng := a.cols/kLen, a.cols/16
+	a.kqT, a.ktab = grow(a.kqT, a.n*a.cols), grow(a.ktab, a.n/4*nk*ktTab)
+	var lin [kLen]byte
+	for s := range a.n {
+		q := a.kq[s*a.cols : (s+1)*a.cols]
+		dst := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(a.kqT[s*a.cols:]))), a.cols)
+		for k := range nk {
+			copy(lin[:], unsafe.Slice((*byte)(unsafe.Pointer(&q[k*kLen])), kLen))
+			groupLane(dst[k*kLen:], 64, &lin)
+		}
+	}
+	for g := range a.n / 4 {
+		for k := range nk {
+			tab := a.ktab[(g*nk+k)*ktTab : (g*nk+k+1)*ktTab]
+			for t := range 4 {
+				s := 4*g + t
+				bs := a.ks[s*ng+16*k : s*ng+16*k+16]
+				for p := range 8 {
+					tab[4*p+t] = uint32(uint16(bs[2*p])) | uint32(uint16(bs[2*p+1]))<<16
+				}
+				tab[32+t] = math.Float32bits(a.kd[s*nk+k])
+			}
+		}
+	}
+}
+
+// kTile4x4 is rows r of a packed tile (w, nk super-blocks: kPack) dotted
+// with tokens t (x: four rows of nk·256 in group-lane order, xstride
+// apart; tab: their table, ktTab a super-block): out[4r+t].
+func kTile4x4(w []byte, x []int8, xstride int, tab []uint32, nk int, out *[16]float32) {
+	if nk == 0 {
+		*out = [16]float32{}
+		return
+	}
+	_, _, _ = w[nk*ktSB-1], x[3*xstride+nk*kLen-1], tab[nk*ktTab-1]
+	if useSIMD && useVNNI {
+		kTileVNNI(&w[0], &x[0], xstride, &tab[0], nk, &out[0])
+		return
+	}
+	kTile4x4Go(w, x, xstride, tab, nk, out)
+}
+
+// kTile4x4Go is kTile4x4 in Go, step by step as the VNNI kernel: exact
+// integer sums per super-block, then I·(d·xd) − M·(dm·xd) in float32.
+func kTile4x4Go(w []byte, x []int8, xstride int, tab []uint32, nk int, out *[16]float32) {
+	le := binary.LittleEndian
+	var acc [16]float32
+	for k := range nk {
+		sb, tb := w[k*ktSB:(k+1)*ktSB], tab[k*ktTab:(k+1)*ktTab]
+		for r := range 4 {
+			for t := range 4 {
+				xs := x[t*xstride+k*kLen:]
+				var isum, msum int32
+				for l := range 16 { // group l
+					var s int32
+					for c := range 4 {
+						for b := range 4 {
+							s += int32(sb[ktQ+256*c+64*r+4*l+b]) * int32(xs[64*c+4*l+b])
+						}
+					}
+					isum += int32(int8(sb[ktSc+16*r+l])) * s
+				}
+				for p := range 8 {
+					m, bs := le.Uint32(sb[ktMin+16*p+4*r:]), tb[4*p+t]
+					msum += int32(int16(m))*int32(int16(bs)) + int32(int16(m>>16))*int32(int16(bs>>16))
+				}
+				xd := math.Float32frombits(tb[32+t])
+				d := math.Float32frombits(le.Uint32(sb[ktD+4*(4*r+t):]))
+				dm := math.Float32frombits(le.Uint32(sb[ktDm+4*(4*r+t):]))
+				acc[4*r+t] += float32(isum)*(d*xd) - float32(msum)*(dm*xd)
+			}
+		}
+	}
+	*out = acc
+}
+
+// kTileTokens is how many tokens one packing of a row tile serves: their
+// activations (cols bytes each) stay within about 1 MB of L2 while the
+// packed rows stay in L1.
+func kTileTokens(cols int) int {
+	return max(4, (1<<20)/cols&^3)
+}
+
+// kTileBuf is a worker's packed tile of four K-quant rows (kPack), 64-byte
+// aligned.
+type kTileBuf struct {
+	mem []byte
+	buf []byte
+}
+
+// grow makes b.buf at least n bytes, on a cache-line boundary.
+func (b *kTileBuf) grow(n int) []byte {
+	if len(b.buf) < n {
+		b.mem = make([]byte, n+64)
+		off := int(-uintptr(unsafe.Pointer(&b.mem[0])) & 63)
+		b.buf = b.mem[off : off+n]
+	}
+	return b.buf[:n]
+}
+
+// kTiles runs the tokens t0..t1 (t0 a multiple of four; up to the last
+// whole group) through rows i..i+3 packed in buf, writing out[s][i..i+3];
+// it returns the first token it left.
+func kTiles(out []float32, rows, i int, buf []byte, x *acts, t0, t1 int) int {
+	cols, nk := x.cols, x.cols/kLen
+	var sixteen [16]float32
+	s := t0
+	for ; s+4 <= t1; s += 4 {
+		kTile4x4(buf, x.kqT[s*cols:(s+4)*cols], cols, x.ktab[s/4*nk*ktTab:(s/4+1)*nk*ktTab], nk, &sixteen)
+		for t := range 4 {
+			o := out[(s+t)*rows+i : (s+t)*rows+i+4]
+			o[0], o[1], o[2], o[3] = sixteen[t], sixteen[4+t], sixteen[8+t], sixteen[12+t]
+		}
+	}
+	return s
+}

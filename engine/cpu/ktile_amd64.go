@@ -1,0 +1,4 @@
+package cpu
+
+//go:noescape
+func kTileVNNI(w *byte, x *int8, xstride int, tab *uint32, nk int, out *float32)

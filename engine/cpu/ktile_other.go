@@ -1,0 +1,7 @@
+//go:build !amd64
+
+package cpu
+
+func kTileVNNI(w *byte, x *int8, xstride int, tab *uint32, nk int, out *float32) {
+	panic("cpu: no VNNI kernels on this architecture")
+}

@@ -1,0 +1,160 @@
+#include "textflag.h"
+
+// kTileVNNI, the prompt's K-quant tile (ktile.go): AVX-512 F, BW, VL and
+// VNNI, run where hasVNNI. Go assembler operand order: sources first,
+// destination last.
+
+// Lane i takes dword i/4: [0 x4, 1 x4, 2 x4, 3 x4].
+DATA ktQuad<>+0(SB)/8, $0
+DATA ktQuad<>+8(SB)/8, $0
+DATA ktQuad<>+16(SB)/8, $0x0000000100000001
+DATA ktQuad<>+24(SB)/8, $0x0000000100000001
+DATA ktQuad<>+32(SB)/8, $0x0000000200000002
+DATA ktQuad<>+40(SB)/8, $0x0000000200000002
+DATA ktQuad<>+48(SB)/8, $0x0000000300000003
+DATA ktQuad<>+56(SB)/8, $0x0000000300000003
+GLOBL ktQuad<>(SB), RODATA|NOPTR, $64
+
+// One row's chunk of 64 quants (unsigned) at off(SI) against the four
+// tokens' (signed, Z1-Z4): each int32 lane of a0..a3 gathers 4 products of
+// one group.
+#define KROW(off, a0, a1, a2, a3) \
+	VMOVDQU32 off(SI), Z0; \
+	VPDPBUSD Z1, Z0, a0; \
+	VPDPBUSD Z2, Z0, a1; \
+	VPDPBUSD Z3, Z0, a2; \
+	VPDPBUSD Z4, Z0, a3
+
+// Chunk c (at byte c·64 of each token, c·256 of the tile) of a super-block.
+#define KCHUNK(xo, wo0, wo1, wo2, wo3) \
+	VMOVDQU32 xo(DI), Z1; \
+	VMOVDQU32 xo(DI)(R12*1), Z2; \
+	VMOVDQU32 xo(DI)(R12*2), Z3; \
+	VMOVDQU32 xo(DI)(R13*1), Z4; \
+	KROW(wo0, Z16, Z17, Z18, Z19); \
+	KROW(wo1, Z20, Z21, Z22, Z23); \
+	KROW(wo2, Z24, Z25, Z26, Z27); \
+	KROW(wo3, Z28, Z29, Z30, Z31)
+
+// Row r's group sums times its 16 scales (int8 at off(SI)).
+#define KSCALE(off, a0, a1, a2, a3) \
+	VPMOVSXBD off(SI), Z0; \
+	VPMULLD Z0, a0, a0; \
+	VPMULLD Z0, a1, a1; \
+	VPMULLD Z0, a2, a2; \
+	VPMULLD Z0, a3, a3
+
+// a, b → a: per 128-bit block [a0+a2, a1+a3, b0+b2, b1+b3].
+#define KPAIR(a, b) \
+	VPUNPCKLQDQ b, a, Z0; \
+	VPUNPCKHQDQ b, a, a; \
+	VPADDD Z0, a, a
+
+// c, d (KPAIR's) → c: per 128-bit block [c0+c1, c2+c3, d0+d1, d2+d3].
+#define KQUAD(c, d) \
+	VSHUFPS $0x88, d, c, Z0; \
+	VSHUFPS $0xDD, d, c, c; \
+	VPADDD Z0, c, c
+
+// p, q → p: blocks [p0+p2, p1+p3, q0+q2, q1+q3].
+#define KHALF(p, q) \
+	VSHUFI32X4 $0x44, q, p, Z0; \
+	VSHUFI32X4 $0xEE, q, p, p; \
+	VPADDD Z0, p, p
+
+// Pair k of the mins (row r in dword r of 16k+ktMin(SI), token t in dword
+// t of 16k(BX)) into Z5's lane 4r+t.
+#define KMIN(k) \
+	VBROADCASTI32X4 (16*k)(BX), Z6; \
+	VPERMD (1088+16*k)(SI), Z14, Z7; \
+	VPDPWSSD Z6, Z7, Z5
+
+// func kTileVNNI(w *byte, x *int8, xstride int, tab *uint32, nk int, out *float32)
+// out[4r+t] = row r of the packed tile w (kPack: ktSB bytes a super-block)
+// · token t of x (group-lane order, tokens xstride bytes apart; tab their
+// table, ktTab uint32s a super-block), over nk super-blocks. Per
+// super-block: the 16 row-token sums of q·x by group in int32 lanes
+// (Z16-Z31, row r token t in Z16+4r+t), times the scales, reduced to one
+// vector I (lane 4r+t); the mins' sums M likewise; then the float sums
+// Z15 += I·(d·xd) − M·(dm·xd).
+TEXT ·kTileVNNI(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ xstride+16(FP), R12
+	MOVQ tab+24(FP), BX
+	MOVQ nk+32(FP), CX
+	LEAQ (R12)(R12*2), R13
+	VMOVDQU32 ktQuad<>(SB), Z14
+	VPXORD Z15, Z15, Z15
+
+ktblock:
+	TESTQ CX, CX
+	JZ    ktdone
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	VPXORD Z26, Z26, Z26
+	VPXORD Z27, Z27, Z27
+	VPXORD Z28, Z28, Z28
+	VPXORD Z29, Z29, Z29
+	VPXORD Z30, Z30, Z30
+	VPXORD Z31, Z31, Z31
+	KCHUNK(0, 0, 64, 128, 192)
+	KCHUNK(64, 256, 320, 384, 448)
+	KCHUNK(128, 512, 576, 640, 704)
+	KCHUNK(192, 768, 832, 896, 960)
+	KSCALE(1024, Z16, Z17, Z18, Z19)
+	KSCALE(1040, Z20, Z21, Z22, Z23)
+	KSCALE(1056, Z24, Z25, Z26, Z27)
+	KSCALE(1072, Z28, Z29, Z30, Z31)
+	KPAIR(Z16, Z17)
+	KPAIR(Z18, Z19)
+	KPAIR(Z20, Z21)
+	KPAIR(Z22, Z23)
+	KPAIR(Z24, Z25)
+	KPAIR(Z26, Z27)
+	KPAIR(Z28, Z29)
+	KPAIR(Z30, Z31)
+	KQUAD(Z16, Z18)
+	KQUAD(Z20, Z22)
+	KQUAD(Z24, Z26)
+	KQUAD(Z28, Z30)
+	KHALF(Z16, Z20)
+	KHALF(Z24, Z28)
+	VSHUFI32X4 $0x88, Z24, Z16, Z0
+	VSHUFI32X4 $0xDD, Z24, Z16, Z16
+	VPADDD Z0, Z16, Z16
+	VPXORD Z5, Z5, Z5
+	KMIN(0)
+	KMIN(1)
+	KMIN(2)
+	KMIN(3)
+	KMIN(4)
+	KMIN(5)
+	KMIN(6)
+	KMIN(7)
+	VCVTDQ2PS Z16, Z16
+	VCVTDQ2PS Z5, Z5
+	VBROADCASTF32X4 128(BX), Z8
+	VMULPS 1216(SI), Z8, Z9
+	VMULPS 1280(SI), Z8, Z10
+	VFMADD231PS Z9, Z16, Z15
+	VFNMADD231PS Z10, Z5, Z15
+	ADDQ $1344, SI
+	ADDQ $256, DI
+	ADDQ $144, BX
+	DECQ CX
+	JMP  ktblock
+
+ktdone:
+	MOVQ out+40(FP), DX
+	VMOVUPS Z15, (DX)
+	VZEROUPPER
+	RET
