@@ -23,11 +23,14 @@ type acts struct {
 	kqT           []int8    // [n][cols] kq in group-lane order, for the tile kernel (ktile.go)
 	ktab          []uint32  // [n/4][cols/256][ktTab] each four tokens' bsums and scales
 	kready, kwide bool      // kq, kd, ks hold f's rows; and kqT, ktab
+
+	ia     []q8iAct // [n][cols/32] for interleaved Q8_0 weights (q8i.go)
+	iready bool     // ia holds q's rows
 }
 
 // set points a at n rows of f, dropping any quantized copy.
 func (a *acts) set(f []float32, n, cols int) {
-	a.f, a.n, a.cols, a.ready, a.kready, a.kwide = f[:n*cols], n, cols, false, false, false
+	a.f, a.n, a.cols, a.ready, a.kready, a.kwide, a.iready = f[:n*cols], n, cols, false, false, false, false
 }
 
 // quantize fills q and d from f, once per set, split over the pool.
@@ -42,7 +45,7 @@ func (a *acts) quantize(p *pool) {
 			quantizeRow(a.q[s*a.cols:(s+1)*a.cols], a.d[s*nb:(s+1)*nb], a.f[s*a.cols:(s+1)*a.cols])
 		}
 	})
-	a.ready = true
+	a.ready, a.iready = true, false
 }
 
 // grow returns buf resliced to n, reallocated only when too short.
@@ -66,6 +69,14 @@ const tokenTile = 64
 // [n][w.rows]. Workers split w's rows, so each weight byte is read by one
 // core; a quantized w uses x's quantized rows.
 func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
+	if w.kind == kindQ8 && w.i16 != nil && useSIMD && useVNNI {
+		r.matmulQ8i(out, x, w)
+		return
+	}
+	rq8, rd := w.q8, w.d // kindQ8, kindQ4: the rows' quants and scales
+	if w.kind == kindQ8 {
+		rq8, rd = w.q8Rows()
+	}
 	switch {
 	case w.kind == kindK:
 		x.quantizeK(r.pool, useSIMD && useVNNI && x.n >= 4)
@@ -96,7 +107,7 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 			if w.kind == kindQ8 { // four rows at a time, each activation row loaded once for them
 				var four [4]float32
 				for ; i+4 <= hi; i += 4 {
-					wq, wd := w.q8[i*cols:(i+4)*cols], w.d[i*nb:(i+4)*nb]
+					wq, wd := rq8[i*cols:(i+4)*cols], rd[i*nb:(i+4)*nb]
 					for s := q8Tiles(out, w.rows, i, wq, wd, x, t0, t1); s < t1; s++ {
 						dotQ8x4(wq, wd, x.q[s*cols:(s+1)*cols], x.d[s*nb:(s+1)*nb], cols, &four)
 						copy(out[s*w.rows+i:s*w.rows+i+4], four[:])
@@ -113,7 +124,7 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 					q8 = make([]int8, 4*cols)
 				}
 				for ; i+4 <= hi; i += 4 {
-					wq, wd := w.q4[i*cols/2:(i+4)*cols/2], w.d[i*nb:(i+4)*nb]
+					wq, wd := w.q4[i*cols/2:(i+4)*cols/2], rd[i*nb:(i+4)*nb]
 					s := t0
 					if wide {
 						unpackQ4(q8, wq)
@@ -131,12 +142,12 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 			for ; i < hi; i++ {
 				switch w.kind {
 				case kindQ8:
-					wq, wd := w.q8[i*cols:(i+1)*cols], w.d[i*nb:(i+1)*nb]
+					wq, wd := rq8[i*cols:(i+1)*cols], rd[i*nb:(i+1)*nb]
 					for s := t0; s < t1; s++ {
 						out[s*w.rows+i] = dotQ8(wq, x.q[s*cols:(s+1)*cols], wd, x.d[s*nb:(s+1)*nb])
 					}
 				case kindQ4:
-					wq, wd := w.q4[i*cols/2:(i+1)*cols/2], w.d[i*nb:(i+1)*nb]
+					wq, wd := w.q4[i*cols/2:(i+1)*cols/2], rd[i*nb:(i+1)*nb]
 					for s := t0; s < t1; s++ {
 						out[s*w.rows+i] = dotQ4(wq, x.q[s*cols:(s+1)*cols], wd, x.d[s*nb:(s+1)*nb])
 					}

@@ -338,14 +338,15 @@ func TestRequantize(t *testing.T) {
 		w, err := newMatrix(&m)
 		require.NoError(t, err)
 		require.Equal(t, kindQ8, w.kind, typ.String())
+		q8, wd := w.q8Rows()
 		row := make([]float32, cols)
 		for i := range rows {
 			m.Row(i, row)
 			for b := range cols / blockLen {
-				d := w.d[i*cols/blockLen+b]
+				d := wd[i*cols/blockLen+b]
 				for j := range blockLen {
 					e := b*blockLen + j
-					require.InDelta(t, row[e], float32(w.q8[i*cols+e])*d, float64(d)/2+1e-6, "%s row %d element %d", typ, i, e)
+					require.InDelta(t, row[e], float32(q8[i*cols+e])*d, float64(d)/2+1e-6, "%s row %d element %d", typ, i, e)
 				}
 			}
 		}
@@ -360,6 +361,7 @@ func TestRequantize(t *testing.T) {
 	require.NoError(t, err)
 	w, err := newMatrix(&m)
 	require.NoError(t, err)
-	assert.True(t, math.IsNaN(float64(w.d[7])), "block 7 holds the NaN")
-	assert.False(t, math.IsNaN(float64(w.d[8])), "block 8 is finite")
+	_, wd := w.q8Rows()
+	assert.True(t, math.IsNaN(float64(wd[7])), "block 7 holds the NaN")
+	assert.False(t, math.IsNaN(float64(wd[8])), "block 8 is finite")
 }

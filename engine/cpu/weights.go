@@ -3,6 +3,7 @@ package cpu
 import (
 	"encoding/binary"
 	"fmt"
+	"sync"
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
@@ -35,7 +36,9 @@ type matrix struct {
 	f16        []uint16  // kindF16: [rows*cols]
 	src        *mod.Mat  // kindRows: decoded a row at a time
 	ktype      gguf.TensorType
-	raw        []byte // kindK, kindL: [rows][cols/256 or /32] blocks of ktype, the file's bytes
+	raw        []byte    // kindK, kindL: [rows][cols/256 or /32] blocks of ktype, the file's bytes
+	i16        *q8i      // kindQ8 on a VNNI CPU: interleaved by 16 rows, q8 and d nil until q8Rows
+	rowsOnce   sync.Once // q8Rows
 }
 
 // quantized says whether the matrix dots with quantized activations.
@@ -86,6 +89,7 @@ func newMatrix(m *mod.Mat) (*matrix, error) {
 	case m.Type.BlockSize() > 1 && m.Cols%blockLen == 0:
 		w.requantize(m)
 	}
+	w.interleave()
 	return w, nil
 }
 
@@ -154,7 +158,11 @@ func (w *matrix) bytes() int64 {
 	case kindK, kindL:
 		return int64(len(w.raw))
 	case kindQ8:
-		return int64(len(w.q8) + 4*len(w.d))
+		n := int64(len(w.q8) + 4*len(w.d))
+		if w.i16 != nil {
+			n += int64(len(w.i16.q) + 4*len(w.i16.d))
+		}
+		return n
 	case kindQ4:
 		return int64(len(w.q4) + 4*len(w.d))
 	case kindF32:

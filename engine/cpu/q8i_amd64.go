@@ -1,0 +1,29 @@
+package cpu
+
+//go:noescape
+func q8i16x8VNNI(w *byte, wd *float32, nb int, x *int8, xstride int, xa *q8iAct, astride int, out *float32, ostride int)
+
+//go:noescape
+func q8i16x4VNNI(w *byte, wd *float32, nb int, x *int8, xstride int, xa *q8iAct, astride int, out *float32, ostride int)
+
+//go:noescape
+func q8i16x1VNNI(w *byte, wd *float32, nb int, x *int8, xstride int, xa *q8iAct, astride int, out *float32, ostride int)
+
+// dotQ8i runs the interleaved kernel of k tokens (1, 4 or 8) over one
+// group of 16 rows (wq, wd: nb blocks), token t's 16 results at
+// out[t·ostride:]. It checks the lengths the assembly trusts.
+func dotQ8i(wq []byte, wd []float32, nb int, xq []int8, xa []q8iAct, k int, out []float32, ostride int) {
+	cols := nb * blockLen
+	_, _, _, _ = wq[nb*q8iRows*blockLen-1], wd[nb*q8iRows-1], xq[k*cols-1], xa[k*nb-1]
+	_ = out[(k-1)*ostride+q8iRows-1]
+	switch k {
+	case 8:
+		q8i16x8VNNI(&wq[0], &wd[0], nb, &xq[0], cols, &xa[0], 8*nb, &out[0], 4*ostride)
+	case 4:
+		q8i16x4VNNI(&wq[0], &wd[0], nb, &xq[0], cols, &xa[0], 8*nb, &out[0], 4*ostride)
+	case 1:
+		q8i16x1VNNI(&wq[0], &wd[0], nb, &xq[0], cols, &xa[0], 8*nb, &out[0], 4*ostride)
+	default:
+		panic("cpu: dotQ8i of 1, 4 or 8 tokens")
+	}
+}
