@@ -174,23 +174,25 @@ func (r *Runner) recordRouted(rec *vk.Recorder, p *frame, l, j int) error {
 	return nil
 }
 
-// tableKey names a routed block's dispatch-size table: the pass's shape.
+// tableKey names a routed block's dispatch-size table: the pass's shape
+// and the sizes themselves, since two routed layers' blocks differ where
+// their matrices' types do (a llama.cpp mix: Q6_K ffn_down in the last
+// layers only, attn_v apart from attn_q and attn_k), and a layer read
+// through another's table dispatches its kernels over the wrong
+// workgroups.
 type tableKey struct {
 	step  bool
 	n     int
-	paged bool // a step of many sequences (its attention differs)
+	paged bool   // a step of many sequences (its attention differs)
+	sizes string // the table's bytes
 }
 
 // routedTable is the dispatch sizes of a routed block (block: its m
 // dispatches for the pass's n rows) for each count the selector may find:
 // for the decode step, 1 (route_decode writes zero workgroups for 0); for
-// a batch of n, 0..n (prefill_args picks). The tables are the same for
-// every routed layer, so one is made per shape.
+// a batch of n, 0..n (prefill_args picks). Routed layers whose blocks
+// dispatch alike share one.
 func (r *Runner) routedTable(p *frame, block []op, blockOn func(k, maxRows int) ([]op, error)) (*vk.Buffer, error) {
-	key := tableKey{p.step, p.n, p.paged != nil}
-	if t, ok := r.tables[key]; ok {
-		return t, nil
-	}
 	first := 0
 	if p.step {
 		first = 1
@@ -209,7 +211,12 @@ func (r *Runner) routedTable(p *frame, block []op, blockOn func(k, maxRows int) 
 			sizes = append(sizes, o.groups[:]...)
 		}
 	}
-	t, err := r.upload(fmt.Sprintf("routed block dispatch sizes (%d rows)", p.n), u32Bytes(sizes))
+	raw := u32Bytes(sizes)
+	key := tableKey{p.step, p.n, p.paged != nil, string(raw)}
+	if t, ok := r.tables[key]; ok {
+		return t, nil
+	}
+	t, err := r.upload(fmt.Sprintf("routed block dispatch sizes (%d rows)", p.n), raw)
 	if err != nil {
 		return nil, err
 	}

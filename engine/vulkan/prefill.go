@@ -173,9 +173,11 @@ func (r *Runner) dropRecording() {
 			return // the table serves it too
 		}
 	}
-	if t, ok := r.tables[tableKey{false, old.n, false}]; ok {
-		delete(r.tables, tableKey{false, old.n, false})
-		r.freeBuffer(t)
+	for k, t := range r.tables {
+		if !k.step && !k.paged && k.n == old.n {
+			delete(r.tables, k)
+			r.freeBuffer(t)
+		}
 	}
 }
 

@@ -97,7 +97,7 @@ type Runner struct {
 	cache  []layerCache // [nLayer]
 	// args[l] is routed layer l's indirect arguments, written by its
 	// selector in every pass (routedArgs); tables the routed blocks'
-	// dispatch sizes per pass shape (routedTable).
+	// dispatch sizes per pass shape and block (routedTable).
 	args   []*vk.Buffer
 	tables map[tableKey]*vk.Buffer
 
