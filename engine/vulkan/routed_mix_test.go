@@ -19,7 +19,8 @@ import (
 // then the decode step token by token: after every Feed, each routed
 // layer's compact cache holds the tokens the CPU's selected and the logits
 // are the CPU's within tolLogits (both run the same requantized matrices),
-// and at the end the caches are the CPU's. When the tables were kept per
+// and at the end the caches are the CPU's; and the step runner
+// (Stepper) gives six sequences their solo runs' tokens and routing. When the tables were kept per
 // pass shape only, layer 3's decode step (12 dispatches: q|k and v apart)
 // ran over layer 1's table (10: one q|k|v matvec): decode_kv over
 // decode_attention's 8 workgroups, each matvec over another's, the last two
@@ -79,5 +80,9 @@ func TestRoutedLayersOfMixedTypes(t *testing.T) {
 			assert.True(t, sawDecodeSelect, "layer 3 selected a token in the decode step (checked, not assumed)")
 			assertCaches(t, cpu, run, tolF32)
 		})
+		// The step runner's routed blocks take their tables alike: six
+		// sequences' tokens and routing are their solo runs' (checked
+		// against the CPU above).
+		t.Run(routing.String()+"/step", func(t *testing.T) { vulkanStepMatchesSolo(t, dev, m, routing, 6) })
 	}
 }
