@@ -1,6 +1,7 @@
 package modrun
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,9 +15,10 @@ import (
 	"github.com/modrun/modrun/mod"
 )
 
-// batcher runs the sessions of a Model on the CPU backend in shared steps
-// (Options.Parallel > 1; DESIGN.md §8): one goroutine steps an
-// engine/sched scheduler over a cpu.Stepper while any sequence runs, and
+// batcher runs the sessions of a Model in shared steps (Options.Parallel >
+// 1; DESIGN.md §8): one goroutine steps an engine/sched scheduler over the
+// backend's step runner (engine.StepperOf: cpu.Stepper, vulkan.Stepper)
+// while any sequence runs, and
 // each Generate joins as one sequence. A session's next Generate is a new
 // sequence whose tokens begin with everything the session holds: the
 // prefix cache serves the full 16-token blocks of that history (it is
@@ -33,12 +35,18 @@ type batcher struct {
 	inflight  int // batched Generate calls running
 	callbacks int // token callbacks running
 	exited    chan struct{}
+	// turn, when not nil, is the model's turn on its runner, which each
+	// step takes: Vulkan's step runner shares the runner's device and
+	// scratch, so a step and LogProbs must not run at once.
+	turn chan struct{}
 }
 
-func newBatcher(backend *engine.Backend, opts Options, ctxLen int) (*batcher, error) {
-	st := engine.StepperOf(backend) // the backend runner's weights, shared
-	if st == nil {
-		return nil, fmt.Errorf("modrun: backend %s has no batched step", backend.Name)
+// newBatcher steps backend's step runner; turn is the model's turn on the
+// runner (Model.turn), which a step on Vulkan takes.
+func newBatcher(backend *engine.Backend, opts Options, ctxLen int, turn chan struct{}) (*batcher, error) {
+	st, err := engine.StepperOf(backend, opts.Parallel) // the backend runner's weights, shared
+	if err != nil {
+		return nil, fmt.Errorf("modrun: %w", err)
 	}
 	const bt = 16
 	pages := sched.PagesFor(st.Layout(), opts.Parallel, ctxLen+2*bt, bt)
@@ -48,11 +56,21 @@ func newBatcher(backend *engine.Backend, opts Options, ctxLen int) (*batcher, er
 			return nil, fmt.Errorf("modrun: KV budget %d bytes holds no %d-byte page", opts.KVBudget, st.PageBytes(bt))
 		}
 	}
-	s, err := sched.New(st, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: opts.UBatch, MaxSeqs: opts.Parallel, PrefixCache: true})
+	if err := st.Reserve(pages, bt); err != nil {
+		return nil, fmt.Errorf("modrun: %w", err)
+	}
+	batchTokens := opts.UBatch
+	if most := st.MaxRows(); most > 0 { // Vulkan: the runner's batch scratch
+		batchTokens = min(cmp.Or(batchTokens, most), most)
+	}
+	s, err := sched.New(st, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: batchTokens, MaxSeqs: opts.Parallel, PrefixCache: true})
 	if err != nil {
 		return nil, fmt.Errorf("modrun: %w", err)
 	}
 	b := &batcher{s: s, exited: make(chan struct{})}
+	if backend.Name != BackendCPU {
+		b.turn = turn
+	}
 	b.cond = sync.NewCond(&b.mu)
 	go b.loop()
 	return b, nil
@@ -71,8 +89,14 @@ func (b *batcher) loop() {
 		if b.closed {
 			return
 		}
+		if b.turn != nil {
+			b.turn <- struct{}{}
+		}
 		_, _ = b.s.Step() // a failed step ends its sequences with the error (Seq.Err)
-		b.mu.Unlock()     // let joins and cancels in: a step is shorter than the
+		if b.turn != nil {
+			<-b.turn
+		}
+		b.mu.Unlock() // let joins and cancels in: a step is shorter than the
 		runtime.Gosched() // mutex's 1 ms before it hands over to a waiter
 		b.mu.Lock()
 	}

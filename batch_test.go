@@ -46,15 +46,25 @@ func converse(t *testing.T, m *Model, turns []turn) []turnOut {
 // turns reuse its cached history instead of feeding it again, and every
 // token, its text, routing and log-probability, and every result's stop
 // and layer counts equal those of the same conversation on a model whose
-// sessions take turns.
+// sessions take turns. On the CPU and on Vulkan (lavapipe here; skipped
+// without a device).
 func TestParallelSessionsShareSteps(t *testing.T) {
-	alone, err := Open("models/tinystories-mod.gguf", Options{Backend: BackendCPU})
+	for _, backend := range []string{BackendCPU, BackendVulkan} {
+		t.Run(backend, func(t *testing.T) { parallelSessionsShareSteps(t, backend) })
+	}
+}
+
+func parallelSessionsShareSteps(t *testing.T, backend string) {
+	alone, err := Open("models/tinystories-mod.gguf", Options{Backend: backend})
+	if backend == BackendVulkan && err != nil {
+		t.Skipf("no Vulkan device: %v", err)
+	}
 	require.NoError(t, err)
 	defer alone.Close()
 	goroutines := runtime.NumGoroutine()
-	m, err := Open("models/tinystories-mod.gguf", Options{Backend: BackendCPU, Parallel: 8})
+	m, err := Open("models/tinystories-mod.gguf", Options{Backend: backend, Parallel: 8})
 	require.NoError(t, err)
-	require.NotNil(t, m.batch, "the CPU backend runs sessions in shared steps")
+	require.NotNil(t, m.batch, "the backend runs sessions in shared steps")
 	convs := make([][]turn, 8)
 	for i := range convs {
 		sampled := GenerateOptions{MaxTokens: 6 + i, Temperature: 0.8, Seed: uint64(i), LogProbs: true, TopLogProbs: 2}

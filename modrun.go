@@ -64,13 +64,13 @@ type Options struct {
 	// costs a timestamp per command: leave it off when timing generation.
 	Profile bool
 	// Parallel, above 1, lets that many sessions generate at once on the
-	// CPU backend, in shared steps: one forward pass per step over a row
-	// of each decoding session and prompt chunks of the others (at most
-	// UBatch rows), so the weights are read once for all of them, and a
-	// session's KV cache stays in a pool of pages between its calls (no
-	// re-feed). More sessions queue. 0 or 1: sessions take turns on one
-	// runner, as on Vulkan and the reference backend, which have no
-	// batched step yet.
+	// CPU and Vulkan backends, in shared steps: one forward pass per step
+	// over a row of each decoding session and prompt chunks of the others
+	// (at most UBatch rows), so the weights are read once for all of them,
+	// and a session's KV cache stays in a pool of pages between its calls
+	// (no re-feed). More sessions queue. 0 or 1: sessions take turns on one
+	// runner, as on the reference backend, which has no batched step. On
+	// Vulkan a step and LogProbs take turns on the device.
 	Parallel int
 	// KVBudget is the memory of the parallel sessions' KV page pool in
 	// bytes; 0 = enough for Parallel sequences of the whole context. A
@@ -229,8 +229,8 @@ func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Rout
 		s := ms.MemoryStats()
 		model.info.GPUWeights, model.info.GPUKVCache, model.info.GPUScratch = s.Weights, s.KVCache, s.Scratch
 	}
-	if opts.Parallel > 1 && backend.Name == BackendCPU {
-		if model.batch, err = newBatcher(backend, opts, ctxLen); err != nil {
+	if opts.Parallel > 1 && (backend.Name == BackendCPU || model.info.Backend == BackendVulkan) {
+		if model.batch, err = newBatcher(backend, opts, ctxLen, model.turn); err != nil {
 			backend.Close()
 			return nil, err
 		}

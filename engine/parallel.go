@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -12,9 +13,9 @@ import (
 )
 
 // ParallelResult is one round of `modrun bench --parallel`: P sequences
-// started together on the CPU backend's scheduler (engine/sched over
-// cpu.Stepper), each with its own PromptTokens prompt and DecodeTokens
-// greedy tokens.
+// started together on a backend's scheduler (engine/sched over the
+// backend's Stepper), each with its own PromptTokens prompt and
+// DecodeTokens greedy tokens.
 type ParallelResult struct {
 	Parallel int `json:"parallel"`
 	// AggregateDecodeRate is every sequence's decoded tokens (after its
@@ -29,39 +30,52 @@ type ParallelResult struct {
 	Steps            int     `json:"steps"`
 }
 
-// ParallelBench times P sequences at once on the CPU scheduler, one round
-// at a time (Time), so that a caller may interleave it with other rows.
+// ParallelBench times P sequences at once on a backend's scheduler, one
+// round at a time (Time), so that a caller may interleave it with other
+// rows. Close it when done.
 type ParallelBench struct {
-	st       *cpu.Stepper
+	bk       *Backend
+	st       Stepper
 	prompts  [][]int32
 	o        BenchOptions
 	rounds   []ParallelResult
 	parallel int
 	batch    int
-	solo     [][]int32 // each prompt's greedy tokens alone on a cpu.Runner
+	solo     [][]int32 // each prompt's greedy tokens alone on the backend's runner
 }
 
-// NewParallelBench prepares P sequences of m with routing: sequence i's
-// prompt is prompt's PromptTokens tokens after BOS rotated and shifted by
-// i, so that no two share a prefix or their tokens. batchTokens is --batch-tokens
-// (0: 512).
-func NewParallelBench(m *mod.Model, routing mod.Routing, prompt []int32, o BenchOptions, parallel, batchTokens int) (*ParallelBench, error) {
+// NewParallelBench prepares P sequences of m with routing on the backend
+// bo names (BackendCPU or BackendVulkan; its context length and batch are
+// set here): sequence i's prompt is prompt's
+// PromptTokens tokens after BOS rotated and shifted by i, so that no two
+// share a prefix or their tokens. batchTokens is --batch-tokens (0: 512).
+func NewParallelBench(m *mod.Model, routing mod.Routing, prompt []int32, o BenchOptions, parallel, batchTokens int, bo BackendOptions) (*ParallelBench, error) {
 	if parallel < 1 {
 		return nil, fmt.Errorf("--parallel %d: must be 1 or more", parallel)
 	}
 	if len(prompt) < o.PromptTokens || o.PromptTokens < 2 || o.DecodeTokens < 2 {
 		return nil, fmt.Errorf("engine: bench --parallel needs a prompt of 2 tokens or more (got %d of %d) and 2 decoded or more (got %d)", len(prompt), o.PromptTokens, o.DecodeTokens)
 	}
+	if bo.Name != BackendCPU && bo.Name != BackendVulkan {
+		return nil, fmt.Errorf("engine: bench --parallel runs on %s or %s, not %s", BackendCPU, BackendVulkan, bo.Name)
+	}
 	ctx := o.PromptTokens + o.DecodeTokens
-	st, err := cpu.NewStepper(m, routing, cpu.Options{ContextLen: ctx})
+	batchTokens = cmp.Or(batchTokens, DefaultUBatch)
+	bo.ContextLen, bo.UBatch = ctx, min(batchTokens, ctx)
+	bk, _, err := OpenBackend(m, routing, bo)
 	if err != nil {
 		return nil, err
 	}
-	b := &ParallelBench{st: st, o: o, parallel: parallel, batch: batchTokens}
-	solo, err := cpu.New(m, routing, cpu.Options{ContextLen: ctx})
+	st, err := StepperOf(bk, parallel)
 	if err != nil {
+		bk.Close()
 		return nil, err
 	}
+	b := &ParallelBench{bk: bk, st: st, o: o, parallel: parallel, batch: min(batchTokens, max(1, st.MaxRows()))}
+	if st.MaxRows() == 0 {
+		b.batch = batchTokens
+	}
+	solo := bk.Runner
 	for i := range parallel {
 		p := append([]int32(nil), prompt[:o.PromptTokens]...)
 		for j := 1; j < len(p); j++ { // the prompt after BOS, rotated and shifted by i
@@ -74,10 +88,18 @@ func NewParallelBench(m *mod.Model, routing mod.Routing, prompt []int32, o Bench
 		solo.Reset()
 		r, err := Continue(context.Background(), solo, p, GenerateOptions{MaxTokens: o.DecodeTokens, EOS: -1, Sampler: DefaultSampler()})
 		if err != nil {
+			bk.Close()
 			return nil, err
 		}
 		b.solo = append(b.solo, r.Tokens)
 	}
+	// One round untimed: it checks the tokens, and the first use of each
+	// step shape (Vulkan records it and compiles its kernels) falls here.
+	if err := b.Time(); err != nil {
+		bk.Close()
+		return nil, err
+	}
+	b.rounds = nil
 	return b, nil
 }
 
@@ -85,8 +107,11 @@ func NewParallelBench(m *mod.Model, routing mod.Routing, prompt []int32, o Bench
 // steps until all are done.
 func (b *ParallelBench) Time() error {
 	const bt = 16
-	s, err := sched.New(b.st, sched.Options{BlockTokens: bt, BatchTokens: b.batch,
-		Pages: sched.PagesFor(b.st.Layout(), b.parallel, b.o.PromptTokens+b.o.DecodeTokens+2*bt, bt)})
+	pages := sched.PagesFor(b.st.Layout(), b.parallel, b.o.PromptTokens+b.o.DecodeTokens+2*bt, bt)
+	if err := b.st.Reserve(pages, bt); err != nil {
+		return err
+	}
+	s, err := sched.New(b.st, sched.Options{BlockTokens: bt, BatchTokens: b.batch, Pages: pages})
 	if err != nil {
 		return err
 	}
@@ -152,16 +177,50 @@ func (b *ParallelBench) Result() ParallelResult {
 	return b.rounds[0]
 }
 
-// StepperOf is a step runner over the CPU backend b's weights, shared with
-// its runner; nil on another backend (Vulkan has no step runner yet).
-func StepperOf(b *Backend) *cpu.Stepper {
-	c, ok := b.Runner.(cpuRunner)
-	if !ok {
-		return nil
-	}
-	st, err := c.Runner.Stepper()
-	if err != nil {
-		return nil
-	}
-	return st
+// Close frees the bench's backend.
+func (b *ParallelBench) Close() { b.bk.Close() }
+
+// Stepper is a backend's step runner (sched.StepRunner) with what the
+// API's batcher and bench --parallel need of it.
+type Stepper interface {
+	sched.StepRunner
+	// PageBytes is the memory of one page of blockTokens entries.
+	PageBytes(blockTokens int) int
+	// Reserve makes room for the scheduler's pool of pages before its
+	// first step (the Vulkan pool on the device; nothing on the CPU,
+	// whose pages are made on first use).
+	Reserve(pages, blockTokens int) error
+	// MaxRows is the most rows a step takes (the scheduler's BatchTokens
+	// must not pass it); 0: any.
+	MaxRows() int
 }
+
+// StepperOf is a step runner over backend b's weights, shared with its
+// runner, for steps in which up to seqs rows want logits (more grow its
+// buffers): the CPU's cpu.Stepper, Vulkan's vulkan.Stepper (which shares
+// the runner's device and scratch too: the two must not run at once).
+// The reference backend has none.
+func StepperOf(b *Backend, seqs int) (Stepper, error) {
+	switch r := b.Runner.(type) {
+	case cpuRunner:
+		st, err := r.Runner.Stepper()
+		if err != nil {
+			return nil, err
+		}
+		return cpuStepper{st}, nil
+	case gpuRunner:
+		st, err := r.Runner.Stepper(seqs)
+		if err != nil {
+			return nil, err
+		}
+		return st, nil
+	}
+	return nil, fmt.Errorf("engine: backend %s has no batched step", b.Name)
+}
+
+// cpuStepper is the CPU's step runner as a Stepper: its pages are made on
+// first use, and a step takes any number of rows.
+type cpuStepper struct{ *cpu.Stepper }
+
+func (cpuStepper) Reserve(pages, blockTokens int) error { return nil }
+func (cpuStepper) MaxRows() int                         { return 0 }

@@ -14,16 +14,17 @@ import (
 	"github.com/modrun/modrun/engine"
 )
 
-// parallelFlags are bench's --parallel mode: P sequences at once on the
-// CPU backend's scheduler (engine/sched), against a single stream.
+// parallelFlags are bench's --parallel mode: P sequences at once on a
+// backend's scheduler (engine/sched), against a single stream.
 type parallelFlags struct {
 	list        string // --parallel 1,4,8,16
 	counts      []int
 	batchTokens int
+	backends    []string // cpu unless --backends names vulkan too or instead
 }
 
 func (p *parallelFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&p.list, "parallel", "", "comma-separated numbers of sequences `P` run at once on the CPU backend (e.g. 1,4,8,16): aggregate decode tok/s, tok/s per sequence and time to first token against a single stream")
+	fs.StringVar(&p.list, "parallel", "", "comma-separated numbers of sequences `P` run at once on the CPU backend, or on each of --backends cpu,vulkan (e.g. 1,4,8,16): aggregate decode tok/s, tok/s per sequence and time to first token against a single stream")
 	fs.IntVar(&p.batchTokens, "batch-tokens", 512, "with --parallel: rows one step runs at most (decode rows and prompt chunks)")
 }
 
@@ -46,8 +47,14 @@ func (p *parallelFlags) check(fs *flag.FlagSet, backends []string) error {
 	if p.batchTokens < 1 {
 		return fmt.Errorf("%w: --batch-tokens %d: must be positive", errUsage, p.batchTokens)
 	}
-	if flagSet(fs, "backends") && (len(backends) != 1 || backends[0] != engine.BackendCPU) {
-		return fmt.Errorf("%w: --parallel runs on the CPU backend only (Vulkan's step runner is not built yet): give --backends cpu or leave it out", errUsage)
+	p.backends = []string{engine.BackendCPU}
+	if flagSet(fs, "backends") {
+		for _, b := range backends {
+			if b != engine.BackendCPU && b != engine.BackendVulkan {
+				return fmt.Errorf("%w: --parallel runs on the cpu and vulkan backends, not %s: give --backends cpu, vulkan or cpu,vulkan", errUsage, b)
+			}
+		}
+		p.backends = backends
 	}
 	return nil
 }
@@ -79,6 +86,7 @@ type parallelRow struct {
 	*engine.ParallelBench
 	model   *benchModel
 	routing string
+	backend string
 }
 
 // benchParallel runs --parallel: each model and routing at each P, the
@@ -91,13 +99,17 @@ func benchParallel(f *benchFlags, models []*benchModel, args []string, stdout, s
 			return err
 		}
 		for _, routing := range f.routingsOf(m) {
-			for _, p := range f.par.counts {
-				fmt.Fprintf(stderr, "bench: validating %s %s at --parallel %d against each sequence alone\n", m.name, routingName(m, routing), p)
-				b, err := engine.NewParallelBench(m.model, routing, prompt, f.o, p, f.par.batchTokens)
-				if err != nil {
-					return fmt.Errorf("%s: %w", m.name, err)
+			for _, backend := range f.par.backends {
+				for _, p := range f.par.counts {
+					fmt.Fprintf(stderr, "bench: validating %s %s on %s at --parallel %d against each sequence alone\n", m.name, routingName(m, routing), backend, p)
+					bo := engine.BackendOptions{Name: backend, Device: f.device, KVType: f.cache.kvType}
+					b, err := engine.NewParallelBench(m.model, routing, prompt, f.o, p, f.par.batchTokens, bo)
+					if err != nil {
+						return fmt.Errorf("%s on %s: %w", m.name, backend, err)
+					}
+					defer b.Close()
+					rows = append(rows, parallelRow{b, m, routingName(m, routing), backend})
 				}
-				rows = append(rows, parallelRow{b, m, routingName(m, routing)})
 			}
 		}
 	}
@@ -117,7 +129,7 @@ func benchParallel(f *benchFlags, models []*benchModel, args []string, stdout, s
 		if res.Parallel == 1 {
 			single = res
 		}
-		rep.Rows = append(rep.Rows, parallelRowReport{Model: row.model.name, Routing: row.routing, Backend: engine.BackendCPU, ParallelResult: res,
+		rep.Rows = append(rep.Rows, parallelRowReport{Model: row.model.name, Routing: row.routing, Backend: row.backend, ParallelResult: res,
 			AggregateVsSingle:   res.AggregateDecodeRate / single.AggregateDecodeRate,
 			PerSequenceVsSingle: res.PerSequenceDecodeRate / single.PerSequenceDecodeRate,
 			FirstTokenVsSingle:  res.TimeToFirstToken / single.TimeToFirstToken})
@@ -146,13 +158,13 @@ func benchParallel(f *benchFlags, models []*benchModel, args []string, stdout, s
 func (rep *parallelReport) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# modrun bench --parallel\n\n%s, %s, %d CPUs. `%s`\n\n", rep.Date, rep.Machine, rep.CPUs, rep.Command)
-	fmt.Fprintf(&b, "Each sequence: a %d-token prompt, then %d greedy tokens; all start together on the CPU backend's scheduler "+
+	fmt.Fprintf(&b, "Each sequence: a %d-token prompt, then %d greedy tokens; all start together on the backend's scheduler "+
 		"(--batch-tokens %d); median of %d rounds by aggregate decode. Each sequence's tokens were checked equal to its run alone first.\n\n",
 		rep.Prompt, rep.Decode, rep.Batch, rep.Repeats)
-	b.WriteString("| model | routing | parallel | aggregate decode tok/s | x single | tok/s per sequence | x single | first token ms | x single |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| model | routing | backend | parallel | aggregate decode tok/s | x single | tok/s per sequence | x single | first token ms | x single |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rep.Rows {
-		fmt.Fprintf(&b, "| %s | %s | %d | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n", r.Model, r.Routing, r.Parallel,
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n", r.Model, r.Routing, r.Backend, r.Parallel,
 			r.AggregateDecodeRate, r.AggregateVsSingle, r.PerSequenceDecodeRate, r.PerSequenceVsSingle, r.TimeToFirstToken, r.FirstTokenVsSingle)
 	}
 	return b.String()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -11,15 +12,39 @@ import (
 // bench --parallel times P sequences at once on the CPU backend's
 // scheduler against a single stream (always measured), each sequence
 // checked against its run alone first; --json rows carry parallel and
-// aggregate_decode_tokens_per_s.
+// aggregate_decode_tokens_per_s. With --backends cpu,vulkan each backend
+// has its rows (Vulkan: lavapipe here; skipped without a device).
 func TestBenchParallel(t *testing.T) {
 	args := []string{"bench", "--synthetic", "stories260k", "--capacity", "0.25", "--parallel", "3", "--prompt", "8", "-n", "4", "--repeats", "1", "--json"}
 	code, stdout, stderr := modrun(t, args...)
 	require.Equal(t, 0, code, stderr)
+	checkParallelRows(t, stdout, []string{"cpu"})
+	if code, stdout, stderr = modrun(t, append(args, "--backends", "cpu,vulkan")...); code != 0 && strings.Contains(stderr, "Vulkan") {
+		t.Logf("no Vulkan device: %s", stderr)
+	} else {
+		require.Equal(t, 0, code, stderr)
+		checkParallelRows(t, stdout, []string{"cpu", "vulkan"})
+	}
+	assert.Contains(t, stderr, "against each sequence alone")
+
+	for _, bad := range [][]string{
+		{"--parallel", "0"}, {"--parallel", "x"}, {"--parallel", "2", "--backends", "reference"}, {"--parallel", "2", "--batch-tokens", "0"},
+	} {
+		code, _, stderr := modrun(t, append([]string{"bench", "--synthetic", "stories260k"}, bad...)...)
+		assert.Equal(t, 2, code, "%v: %s", bad, stderr)
+		assert.Contains(t, stderr, "--"+map[bool]string{true: "batch-tokens", false: "parallel"}[bad[len(bad)-2] == "--batch-tokens"], bad)
+	}
+}
+
+// checkParallelRows checks bench --parallel 3's --json rows: dense,
+// router and predictor twin, each on each backend at 1 and 3.
+func checkParallelRows(t *testing.T, stdout string, backends []string) {
+	t.Helper()
 	var rep struct {
 		Rows []struct {
 			Model     string  `json:"model"`
 			Routing   string  `json:"routing"`
+			Backend   string  `json:"backend"`
 			Parallel  int     `json:"parallel"`
 			Aggregate float64 `json:"aggregate_decode_tokens_per_s"`
 			PerSeq    float64 `json:"decode_tokens_per_s_per_sequence"`
@@ -28,23 +53,15 @@ func TestBenchParallel(t *testing.T) {
 		} `json:"rows"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
-	require.Len(t, rep.Rows, 6, "dense, router and predictor twin, each at 1 and 3")
+	require.Len(t, rep.Rows, 6*len(backends), "dense, router and predictor twin, each on each backend at 1 and 3")
 	for i, r := range rep.Rows {
 		assert.Equal(t, []int{1, 3}[i%2], r.Parallel)
+		assert.Equal(t, backends[i/2%len(backends)], r.Backend)
 		assert.Positive(t, r.Aggregate)
 		assert.Positive(t, r.PerSeq)
 		assert.Positive(t, r.TTFT)
 		if r.Parallel == 1 {
 			assert.InDelta(t, 1, r.VsSingle, 1e-9)
 		}
-	}
-	assert.Contains(t, stderr, "against each sequence alone")
-
-	for _, bad := range [][]string{
-		{"--parallel", "0"}, {"--parallel", "x"}, {"--parallel", "2", "--backends", "vulkan"}, {"--parallel", "2", "--batch-tokens", "0"},
-	} {
-		code, _, stderr := modrun(t, append([]string{"bench", "--synthetic", "stories260k"}, bad...)...)
-		assert.Equal(t, 2, code, "%v: %s", bad, stderr)
-		assert.Contains(t, stderr, "--"+map[bool]string{true: "batch-tokens", false: "parallel"}[bad[len(bad)-2] == "--batch-tokens"], bad)
 	}
 }

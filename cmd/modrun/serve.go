@@ -32,7 +32,7 @@ func serveMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	cf.register(fs)
 	host := fs.String("host", "127.0.0.1", "listen on address `H` (0.0.0.0: every interface)")
 	port := fs.Int("port", 8080, "listen on TCP port `P` (0: any free port, printed)")
-	parallel := fs.Int("parallel", 1, "requests generating at once `N`, each one sequence: in shared steps on the CPU backend (Vulkan and reference: in turns)")
+	parallel := fs.Int("parallel", 1, "requests generating at once `N`, each one sequence: in shared steps on the CPU and Vulkan backends (reference: in turns)")
 	queue := fs.Int("queue", 0, "requests waiting for a slot `N` beyond --parallel, then 503 with Retry-After (0 = 4 x --parallel)")
 	template := fs.String("chat-template", "", "chat template `NAME` for /v1/chat/completions: "+strings.Join(api.ChatTemplates(), " | ")+
 		" (default: recognised from the file's tokenizer.chat_template)")

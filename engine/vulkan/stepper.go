@@ -51,8 +51,11 @@ type Stepper struct {
 	pf                 pagedFrame
 
 	recs map[[2]int]*vk.Recorder // by (rows, rows wanting logits)
-	err  error                   // a failed CopyPage, reported by the next Step
-	out  []float32               // [k][nVocab] the last step's logits
+	// narrowed are the blocks' matmul views with a tile fit to a step of
+	// a few rows, by the step's row bucket (narrow).
+	narrowed map[uint32][]batchBlock
+	err      error     // a failed CopyPage, reported by the next Step
+	out      []float32 // [k][nVocab] the last step's logits
 }
 
 // pagedFrame is a step's paged state on the device (frame.paged).
@@ -71,6 +74,7 @@ type pagedFrame struct {
 	lrows, lcount *vk.Buffer // [seqs] u32, [1] u32 host-visible
 	logits, host  *vk.Buffer // [seqs][nVocab]
 	nLogits       int        // rows wanting logits in this recording
+	output        batchMat   // the output matrix, its matmul's tile fit to nLogits rows (narrow)
 }
 
 // Stepper is a step runner on r's device and weights for steps of up to
@@ -82,7 +86,7 @@ func (r *Runner) Stepper(seqs int) (*Stepper, error) {
 		return nil, fmt.Errorf("vulkan: an eval-mode runner has no steps")
 	}
 	c := r.c
-	st := &Stepper{r: r, ub: r.pf.ub, seqs: max(1, seqs), recs: map[[2]int]*vk.Recorder{}}
+	st := &Stepper{r: r, ub: r.pf.ub, seqs: max(1, seqs), recs: map[[2]int]*vk.Recorder{}, narrowed: map[uint32][]batchBlock{}}
 	pf := &st.pf
 	pf.width, pf.layer = make([]uint32, c.NLayer), make([]uint32, c.NLayer)
 	nDense := uint32(0)
@@ -259,7 +263,11 @@ func (st *Stepper) recording(n, k int) (*vk.Recorder, error) {
 			break
 		}
 	}
-	rec, err := st.r.recordFrame(st.frame(n, k))
+	f, err := st.frame(n, k)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := st.r.recordFrame(f)
 	if err != nil {
 		if rec != nil {
 			rec.Close()
@@ -271,12 +279,19 @@ func (st *Stepper) recording(n, k int) (*vk.Recorder, error) {
 }
 
 // frame is the frame of a step of n rows of which k want logits: the
-// batch pass's buffers (the runner's matmul views, the stepper's scratch)
-// and the paged state.
-func (st *Stepper) frame(n, k int) *frame {
+// batch pass's buffers (the runner's matmul views with tiles fit to n
+// rows, the stepper's scratch) and the paged state.
+func (st *Stepper) frame(n, k int) (*frame, error) {
 	r, a := st.r, &st.a
 	pf := st.pf
 	pf.nLogits = k
+	blocks, err := st.blocks(n)
+	if err != nil {
+		return nil, err
+	}
+	if pf.output, err = st.narrow(r.pf.output, k); err != nil {
+		return nil, err
+	}
 	f := &frame{pass: pass{n: n}, tok: st.tok,
 		rows:        blockRows{x: a.x, n: n, maxRows: n, pos: a.pos, ropePos: a.pos, rows: pf.rows, ent: a.pos, toff: pf.rowSeq},
 		appendCount: pf.rows, x: a.x, xs: a.xs, xn: a.xn, att: a.att, h: a.h, ob: a.ob,
@@ -284,14 +299,74 @@ func (st *Stepper) frame(n, k int) *frame {
 		trace: st.trace, traceRows: st.ub, paged: &pf}
 	f.layers = make([]layerFrame, len(r.w.blocks))
 	for l := range f.layers {
-		f.layers[l].w, f.layers[l].mm = &r.w.blocks[l], r.pf.blocks[l]
+		f.layers[l].w, f.layers[l].mm = &r.w.blocks[l], blocks[l]
 		if r.w.blocks[l].router != nil {
 			f.layers[l].routed = routedBufs{x: a.x, xs: a.xs, score: a.r, pred: st.pred, hidden: st.hidden, idx: a.keys,
 				count: a.count, selected: a.mask, pos: st.psel, ropePos: st.prope, mlpOut: a.ob,
 				rowPos: a.pos, args: a.args, ent: pf.ent, toff: pf.toff}
 		}
 	}
-	return f
+	return f, nil
+}
+
+// narrowSpec is the matmul tile for n rows when they are fewer than the
+// profile's tile takes (base.BM tokens): BM the power of two at or above
+// n, so that a decode step of a few sequences does not compute a whole
+// tile of padding rows (64 on the profiles: 64 times the work of one
+// row); 64 invocations, each TM tokens of TN rows. Each output sums its
+// products in the same order whatever the tile, so the results do not
+// change. ok is false when the base tile fits.
+func narrowSpec(n int, base shaders.MatmulSpec) (spec shaders.MatmulSpec, ok bool) {
+	b := uint32(1)
+	for b < uint32(n) {
+		b *= 2
+	}
+	if b >= base.BM || b > 32 {
+		return base, false
+	}
+	tm := min(b, 4)
+	return shaders.MatmulSpec{BM: b, BN: 64, BK: 32, TM: tm, TN: b / tm}, true
+}
+
+// narrow is m with its matmul's tile fit to n rows (narrowSpec).
+func (st *Stepper) narrow(m batchMat, n int) (batchMat, error) {
+	spec, ok := narrowSpec(n, st.r.ks.prof.Matmul())
+	if !ok {
+		return m, nil
+	}
+	k, err := st.r.ks.get(m.mm.v.Name, spec.Constants())
+	if err != nil {
+		return batchMat{}, err
+	}
+	m.mm = k
+	return m, nil
+}
+
+// blocks are the runner's blocks' matmul views for a step of n rows,
+// narrowed (made once per row bucket).
+func (st *Stepper) blocks(n int) ([]batchBlock, error) {
+	spec, ok := narrowSpec(n, st.r.ks.prof.Matmul())
+	if !ok {
+		return st.r.pf.blocks, nil
+	}
+	if bs, ok := st.narrowed[spec.BM]; ok {
+		return bs, nil
+	}
+	bs := make([]batchBlock, len(st.r.pf.blocks))
+	for l, b := range st.r.pf.blocks {
+		var err error
+		nb := &bs[l]
+		for _, mm := range []struct {
+			dst *batchMat
+			src batchMat
+		}{{&nb.q, b.q}, {&nb.k, b.k}, {&nb.v, b.v}, {&nb.o, b.o}, {&nb.gate, b.gate}, {&nb.up, b.up}, {&nb.down, b.down}} {
+			if *mm.dst, err = st.narrow(mm.src, n); err != nil {
+				return nil, err
+			}
+		}
+	}
+	st.narrowed[spec.BM] = bs
+	return bs, nil
 }
 
 // Step runs rows (sched.StepRunner).
@@ -507,7 +582,7 @@ func (r *Runner) recordPagedHead(rec *vk.Recorder, p *frame) error {
 		return err
 	}
 	r.dispatch(rec, norm)
-	for _, o := range r.pf.output.opsInPieces(r.ks.prof.MaxStorageBufferRange, r.dev.Info().Limits.MinStorageBufferOffsetAlignment, p.xn, pf.logits, k) {
+	for _, o := range pf.output.opsInPieces(r.ks.prof.MaxStorageBufferRange, r.dev.Info().Limits.MinStorageBufferOffsetAlignment, p.xn, pf.logits, k) {
 		r.dispatch(rec, o)
 	}
 	rec.Copy(pf.logits, pf.host, 0, 0, 4*uint64(k)*uint64(c.NVocab))
