@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -143,6 +144,10 @@ func TestMatmulK(t *testing.T) {
 // of rows packed by kPack and tokens rearranged by prepareTile equals the
 // reference of TestKDot.
 func TestKTile(t *testing.T) {
+	var b ktBlock
+	require.Equal(t, []uintptr{ktQ, ktSc, ktMin, ktD, ktDm, ktSB},
+		[]uintptr{unsafe.Offsetof(b.q), unsafe.Offsetof(b.sc), unsafe.Offsetof(b.min), unsafe.Offsetof(b.d), unsafe.Offsetof(b.dm), unsafe.Sizeof(b)},
+		"the kernel's offsets are ktBlock's")
 	g := rand.New(rand.NewPCG(31, 32))
 	kernelPaths(t, func(t *testing.T) {
 		for _, typ := range []gguf.TensorType{gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K} {

@@ -47,9 +47,8 @@ func kTiled(t gguf.TensorType) bool {
 	return t == gguf.TypeQ4_K || t == gguf.TypeQ5_K || t == gguf.TypeQ6_K
 }
 
-// groupLane writes a block's 256 bytes in group-lane order into dst at a
-// stride of 256 bytes between chunks (the chunks of one row of a tile are
-// 256 apart, those of a token 64).
+// groupLane writes a block's 256 bytes in group-lane order into dst, its
+// chunks stride bytes apart.
 func groupLane(dst []byte, stride int, src *[kLen]byte) {
 	le := binary.LittleEndian
 	for c := range 4 {
@@ -60,76 +59,73 @@ func groupLane(dst []byte, stride int, src *[kLen]byte) {
 	}
 }
 
+// ktBlock is one super-block of a packed tile of four rows (kPack), at
+// the offsets the kernel reads (ktQ ... ktDm; TestKTile checks them).
+type ktBlock struct {
+	q     [4][4][64]byte // [chunk][row]: quants, unsigned, group-lane order
+	sc    [4][16]int8    // [row][group] scales
+	min   [8][4][2]int16 // [pair][row]: the mins of groups 2k and 2k+1
+	d, dm [16]float32    // lane 4r+t: row r's
+}
+
 // kPack unpacks K-quant rows i..i+3 of w into buf (nk·ktSB bytes) for
 // kTile4x4.
 func kPack(w *matrix, i int, buf []byte) {
 	kb, nk := kBlockBytes[w.ktype], w.cols/kLen
-	var blk kBlock
-	le := binary.LittleEndian
+	_ = buf[nk*ktSB-1]
 	for r := range 4 {
 		row := w.raw[(i+r)*nk*kb : (i+r+1)*nk*kb]
 		for k := range nk {
-			src, sb := row[k*kb:(k+1)*kb], buf[k*ktSB:(k+1)*ktSB]
-			q := (*[4 * 256]byte)(sb[ktQ:])
+			src, b := row[k*kb:(k+1)*kb], (*ktBlock)(unsafe.Pointer(&buf[k*ktSB]))
+			var d, dm float32
 			switch w.ktype {
-			case gguf.TypeQ4_K:
-				scalesQ4K(src, &blk)
-				laneQ4K(q, r, (*[144]byte)(src))
-			case gguf.TypeQ5_K:
-				scalesQ4K(src, &blk)
-				laneQ5K(q, r, (*[176]byte)(src))
+			case gguf.TypeQ4_K, gguf.TypeQ5_K:
+				d, dm = half(src), half(src[2:])
+				s := (*[12]byte)(src[4:16])
+				for j := range 8 {
+					sc, m := scaleMinK4(j, s[:])
+					b.sc[r][2*j], b.sc[r][2*j+1] = int8(sc), int8(sc)
+					b.min[j][r] = [2]int16{int16(m), int16(m)}
+				}
+				if w.ktype == gguf.TypeQ4_K {
+					laneQ4K(&b.q, r, (*[144]byte)(src))
+				} else {
+					laneQ5K(&b.q, r, (*[176]byte)(src))
+				}
 			case gguf.TypeQ6_K:
-				scalesQ6K(src, &blk)
-				laneQ6K(q, r, (*[210]byte)(src))
-			}
-			for g := range 16 {
-				sb[ktSc+16*r+g] = byte(int8(blk.sc[g]))
-			}
-			for p := range 8 {
-				le.PutUint16(sb[ktMin+16*p+4*r:], uint16(int16(blk.m[2*p])))
-				le.PutUint16(sb[ktMin+16*p+4*r+2:], uint16(int16(blk.m[2*p+1])))
+				// The quants as stored, 0..63: the −32 becomes a min
+				// of 32·sc_g with dm = d.
+				d = half(src[208:])
+				dm = d
+				for g, v := range (*[16]byte)(src[192:208]) {
+					b.sc[r][g] = int8(v)
+					b.min[g/2][r][g%2] = 32 * int16(int8(v))
+				}
+				laneQ6K(&b.q, r, (*[210]byte)(src))
 			}
 			for t := range 4 {
-				le.PutUint32(sb[ktD+4*(4*r+t):], math.Float32bits(blk.d))
-				le.PutUint32(sb[ktDm+4*(4*r+t):], math.Float32bits(blk.dm))
+				b.d[4*r+t], b.dm[4*r+t] = d, dm
 			}
 		}
-	}
-}
-
-// scalesQ4K is unpackQ4K without the quants (and Q5_K's, whose scales
-// and mins are laid out alike).
-func scalesQ4K(blk []byte, b *kBlock) {
-	b.d, b.dm = half(blk), half(blk[2:])
-	for j := range 8 {
-		sc, m := scaleMinK4(j, blk[4:16])
-		b.sc[2*j], b.sc[2*j+1], b.m[2*j], b.m[2*j+1] = sc, sc, m, m
-	}
-}
-
-// scalesQ6K is unpackQ6K without the quants, for quants left unsigned
-// (laneQ6K): the −32 becomes a min of 32·sc_g with dm = d.
-func scalesQ6K(blk []byte, b *kBlock) {
-	b.d = half(blk[208:])
-	b.dm = b.d
-	for g, s := range blk[192:208] {
-		b.sc[g] = int32(int8(s))
-		b.m[g] = 32 * b.sc[g]
 	}
 }
 
 const nib8 = 0x0F0F0F0F0F0F0F0F // the low nibble of 8 bytes
 
 // laneQ4K writes a Q4_K block's quants as row r of a packed tile's chunks
-// (q: [4 chunks][4 rows][64]) in group-lane order. Element 16L+4c+b is in
+// (q: [4 chunks][4 rows][64]) in group-lane order (laneQ4KVNNI with VNNI). Element 16L+4c+b is in
 // sub-block j = L/2 at l = 16(L%2)+4c+b: nibble j%2 of qs byte 32(j/2)+l.
 // So lanes 4P and 4P+1 of chunk c are the low nibbles of qs bytes
 // 32P+4c.. and 32P+16+4c.., lanes 4P+2 and 4P+3 their high ones.
-func laneQ4K(q *[4 * 256]byte, r int, blk *[144]byte) {
+func laneQ4K(q *[4][4][64]byte, r int, blk *[144]byte) {
+	if useSIMD && useVNNI {
+		laneQ4KVNNI(&q[0][r][0], &blk[16])
+		return
+	}
 	le := binary.LittleEndian
 	qs := blk[16:144]
 	for c := range 4 {
-		d := q[256*c+64*r : 256*c+64*r+64]
+		d := q[c][r][:]
 		for p := range 4 {
 			v := uint64(le.Uint32(qs[32*p+4*c:])) | uint64(le.Uint32(qs[32*p+16+4*c:]))<<32
 			le.PutUint64(d[16*p:], v&nib8)
@@ -140,12 +136,12 @@ func laneQ4K(q *[4 * 256]byte, r int, blk *[144]byte) {
 
 // laneQ5K is laneQ4K for Q5_K (qs at 48), with the fifth bit of element
 // 32j+l, bit j of qh byte l, as bit 4.
-func laneQ5K(q *[4 * 256]byte, r int, blk *[176]byte) {
+func laneQ5K(q *[4][4][64]byte, r int, blk *[176]byte) {
 	const b0 = 0x0101010101010101
 	le := binary.LittleEndian
 	qh, qs := blk[16:48], blk[48:176]
 	for c := range 4 {
-		d := q[256*c+64*r : 256*c+64*r+64]
+		d := q[c][r][:]
 		h := uint64(le.Uint32(qh[4*c:])) | uint64(le.Uint32(qh[16+4*c:]))<<32
 		for p := range 4 {
 			v := uint64(le.Uint32(qs[32*p+4*c:])) | uint64(le.Uint32(qs[32*p+16+4*c:]))<<32
@@ -159,11 +155,11 @@ func laneQ5K(q *[4 * 256]byte, r int, blk *[176]byte) {
 // the −32 a min). Element 16L+4c+b is in half H = L/8, quarter s =
 // (L%8)/2, at l = 16(L%2)+4c+b: nibble s/2 of ql byte 64H+32(s%2)+l,
 // with bits 2s..2s+1 of qh byte 32H+l on top.
-func laneQ6K(q *[4 * 256]byte, r int, blk *[210]byte) {
+func laneQ6K(q *[4][4][64]byte, r int, blk *[210]byte) {
 	const c2 = 0x0303030303030303
 	le := binary.LittleEndian
 	for c := range 4 {
-		d := q[256*c+64*r : 256*c+64*r+64]
+		d := q[c][r][:]
 		for h := range 2 {
 			ql, qh := blk[64*h:64*h+64], blk[128+32*h:128+32*h+32]
 			hb := uint64(le.Uint32(qh[4*c:])) | uint64(le.Uint32(qh[16+4*c:]))<<32

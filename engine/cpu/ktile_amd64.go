@@ -2,3 +2,6 @@ package cpu
 
 //go:noescape
 func kTileVNNI(w *byte, x *int8, xstride int, tab *uint32, nk int, out *float32)
+
+//go:noescape
+func laneQ4KVNNI(dst *byte, qs *byte)

@@ -5,3 +5,7 @@ package cpu
 func kTileVNNI(w *byte, x *int8, xstride int, tab *uint32, nk int, out *float32) {
 	panic("cpu: no VNNI kernels on this architecture")
 }
+
+func laneQ4KVNNI(dst *byte, qs *byte) {
+	panic("cpu: no VNNI kernels on this architecture")
+}

@@ -158,3 +158,59 @@ ktdone:
 	VMOVUPS Z15, (DX)
 	VZEROUPPER
 	RET
+
+// Chunk 0's dwords of a Q4_K block's qs for laneQ4KVNNI (chunk c adds c):
+// lanes 4P..4P+3 take dwords 8P, 8P+4 (low nibbles), 8P, 8P+4 (high).
+DATA ktQ4Idx<>+0(SB)/8, $0x0000000400000000
+DATA ktQ4Idx<>+8(SB)/8, $0x0000000400000000
+DATA ktQ4Idx<>+16(SB)/8, $0x0000000c00000008
+DATA ktQ4Idx<>+24(SB)/8, $0x0000000c00000008
+DATA ktQ4Idx<>+32(SB)/8, $0x0000001400000010
+DATA ktQ4Idx<>+40(SB)/8, $0x0000001400000010
+DATA ktQ4Idx<>+48(SB)/8, $0x0000001c00000018
+DATA ktQ4Idx<>+56(SB)/8, $0x0000001c00000018
+GLOBL ktQ4Idx<>(SB), RODATA|NOPTR, $64
+
+// Their shifts: 0 for the low nibbles, 4 for the high.
+DATA ktQ4Shift<>+0(SB)/8, $0
+DATA ktQ4Shift<>+8(SB)/8, $0x0000000400000004
+DATA ktQ4Shift<>+16(SB)/8, $0
+DATA ktQ4Shift<>+24(SB)/8, $0x0000000400000004
+DATA ktQ4Shift<>+32(SB)/8, $0
+DATA ktQ4Shift<>+40(SB)/8, $0x0000000400000004
+DATA ktQ4Shift<>+48(SB)/8, $0
+DATA ktQ4Shift<>+56(SB)/8, $0x0000000400000004
+GLOBL ktQ4Shift<>(SB), RODATA|NOPTR, $64
+
+DATA ktNib<>+0(SB)/4, $0x0f0f0f0f
+GLOBL ktNib<>(SB), RODATA|NOPTR, $4
+DATA ktOne<>+0(SB)/4, $1
+GLOBL ktOne<>(SB), RODATA|NOPTR, $4
+
+// One chunk of laneQ4KVNNI: Z3 its index (then the next chunk's).
+#define KLANE4(off) \
+	VMOVDQA32 Z3, Z0; \
+	VPERMI2D Z2, Z1, Z0; \
+	VPSRLVD Z4, Z0, Z0; \
+	VPANDD Z5, Z0, Z0; \
+	VMOVDQU32 Z0, off(DI); \
+	VPADDD Z6, Z3, Z3
+
+// func laneQ4KVNNI(dst *byte, qs *byte)
+// laneQ4K: a Q4_K block's 128 bytes of quants (qs) as one row of a packed
+// tile's four chunks (dst, 256 bytes apart), in group-lane order.
+TEXT ·laneQ4KVNNI(SB), NOSPLIT, $0-16
+	MOVQ dst+0(FP), DI
+	MOVQ qs+8(FP), SI
+	VMOVDQU32 (SI), Z1
+	VMOVDQU32 64(SI), Z2
+	VMOVDQU32 ktQ4Idx<>(SB), Z3
+	VMOVDQU32 ktQ4Shift<>(SB), Z4
+	VPBROADCASTD ktNib<>(SB), Z5
+	VPBROADCASTD ktOne<>(SB), Z6
+	KLANE4(0)
+	KLANE4(256)
+	KLANE4(512)
+	KLANE4(768)
+	VZEROUPPER
+	RET
