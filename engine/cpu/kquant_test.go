@@ -283,3 +283,11 @@ func TestWeightBytes(t *testing.T) {
 		assert.LessOrEqual(t, ratio, c.max, c.scheme)
 	}
 }
+
+// halfBits is f16Table's value for every half (the NaNs' bits too).
+func TestHalfBits(t *testing.T) {
+	for h := range 1 << 16 {
+		b := []byte{byte(h), byte(h >> 8)}
+		require.Equal(t, math.Float32bits(f16Table[h]), math.Float32bits(halfBits(b)), "half %#04x", h)
+	}
+}

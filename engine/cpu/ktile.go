@@ -73,6 +73,9 @@ type ktBlock struct {
 func kPack(w *matrix, i int, buf []byte) {
 	kb, nk := kBlockBytes[w.ktype], w.cols/kLen
 	_ = buf[nk*ktSB-1]
+	if next := (i + 8) * nk * kb; useSIMD && useVNNI && next <= len(w.raw) {
+		kPrefetch(&w.raw[(i+4)*nk*kb], 4*nk*kb) // the next tile's rows, read while this one's tokens run
+	}
 	for r := range 4 {
 		row := w.raw[(i+r)*nk*kb : (i+r+1)*nk*kb]
 		for k := range nk {
@@ -80,7 +83,7 @@ func kPack(w *matrix, i int, buf []byte) {
 			var d, dm float32
 			switch w.ktype {
 			case gguf.TypeQ4_K, gguf.TypeQ5_K:
-				d, dm = half(src), half(src[2:])
+				d, dm = halfBits(src), halfBits(src[2:])
 				s := (*[12]byte)(src[4:16])
 				for j := range 8 {
 					sc, m := scaleMinK4(j, s[:])
@@ -95,7 +98,7 @@ func kPack(w *matrix, i int, buf []byte) {
 			case gguf.TypeQ6_K:
 				// The quants as stored, 0..63: the −32 becomes a min
 				// of 32·sc_g with dm = d.
-				d = half(src[208:])
+				d = halfBits(src[208:])
 				dm = d
 				for g, v := range (*[16]byte)(src[192:208]) {
 					b.sc[r][g] = int8(v)
@@ -108,6 +111,17 @@ func kPack(w *matrix, i int, buf []byte) {
 			}
 		}
 	}
+}
+
+// halfBits is half without f16Table: a scale per block and row, looked up
+// at random in a 256 kB table, missed the caches.
+func halfBits(b []byte) float32 {
+	h := uint32(binary.LittleEndian.Uint16(b))
+	e := h >> 10 & 0x1f
+	if e == 0 || e == 0x1f { // zero, subnormals, infinities, NaNs
+		return f16Table[h]
+	}
+	return math.Float32frombits(h>>15<<31 | (e+112)<<23 | (h&0x3ff)<<13)
 }
 
 const nib8 = 0x0F0F0F0F0F0F0F0F // the low nibble of 8 bytes

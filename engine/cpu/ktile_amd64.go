@@ -5,3 +5,8 @@ func kTileVNNI(w *byte, x *int8, xstride int, tab *uint32, nk int, out *float32)
 
 //go:noescape
 func laneQ4KVNNI(dst *byte, qs *byte)
+
+// kPrefetch hints n bytes from p into the caches (PREFETCHT0 a line).
+//
+//go:noescape
+func kPrefetch(p *byte, n int)

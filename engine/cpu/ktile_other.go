@@ -9,3 +9,5 @@ func kTileVNNI(w *byte, x *int8, xstride int, tab *uint32, nk int, out *float32)
 func laneQ4KVNNI(dst *byte, qs *byte) {
 	panic("cpu: no VNNI kernels on this architecture")
 }
+
+func kPrefetch(p *byte, n int) {}

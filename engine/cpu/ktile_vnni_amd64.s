@@ -214,3 +214,17 @@ TEXT ·laneQ4KVNNI(SB), NOSPLIT, $0-16
 	KLANE4(768)
 	VZEROUPPER
 	RET
+
+// func kPrefetch(p *byte, n int)
+TEXT ·kPrefetch(SB), NOSPLIT, $0-16
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	ADDQ SI, CX
+kpf:
+	CMPQ SI, CX
+	JAE  kpfdone
+	PREFETCHT0 (SI)
+	ADDQ $64, SI
+	JMP  kpf
+kpfdone:
+	RET
