@@ -87,14 +87,12 @@ var (
 	// (engine/cpu/legacy.go), so their weights carry no second rounding.
 	tolCPU8 = ValidationTolerance{Abs: 1e-3, Rel: 3e-2, Path: "cpu, 8-bit activations, Q8_0/Q4_0/Q4_1/Q5 weights",
 		Reason: "8-bit activation blocks of 32: up to 1.7% of the largest |logit| seen, 2x room"}
-	// Other quantized types add a second rounding of the same size: a type
-	// without a native kernel (Q2_K, Q3_K) has its weights requantized to
-	// Q8_0 at load; a native K-quant kernel (Q4_K, Q5_K, Q6_K: engine/cpu)
-	// instead rounds activations in blocks of 256 (ggml's Q8_K), whose
-	// largest element, and so step, is ~1.3x (Gaussian) to 2x (outlier
-	// channels) a block of 32's. Either way about twice Q8_0's error.
+	// The K-quants (Q2_K to Q6_K: engine/cpu dots them in the file's own
+	// blocks) round activations in blocks of 256 instead (ggml's Q8_K),
+	// whose largest element, and so step, is ~1.3x (Gaussian) to 2x
+	// (outlier channels) a block of 32's: about twice Q8_0's error.
 	tolCPUOther = ValidationTolerance{Abs: 1e-3, Rel: 6e-2, Path: "cpu, 8-bit activations, K-quant weights",
-		Reason: "a second rounding (weights requantized to Q8_0, or activations in blocks of 256): twice Q8_0's bound"}
+		Reason: "8-bit activation blocks of 256, a step up to twice a block of 32's: twice Q8_0's bound"}
 )
 
 // toleranceFor is the tolerance of runner b on model m: the CPU backend's

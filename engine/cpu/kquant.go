@@ -280,13 +280,11 @@ func dotK(t gguf.TensorType, w []byte, x []int8, xd []float32, bs []int16) float
 			return dotQ5KSIMD(w, x, xd, bs)
 		case gguf.TypeQ6_K:
 			return dotQ6KSIMD(w, x, xd, bs)
+		case gguf.TypeQ2_K:
+			return dotQ2KSIMD(w, x, xd, bs)
+		case gguf.TypeQ3_K:
+			return dotQ3KSIMD(w, x, xd, bs)
 		}
 	}
 	return dotKGo(t, w, x, xd, bs)
 }
-
-// kNative are the K-quants dotted in their own blocks at load: those with
-// SIMD kernels (the Q4_K_M and Q5_K_M mixes' types). Q2_K and Q3_K have
-// the Go kernel only (tested, but a Go decode is slower than Q8_0's SIMD
-// one), so they are still requantized to Q8_0 (matrix.requantize).
-var kNative = map[gguf.TensorType]bool{gguf.TypeQ4_K: true, gguf.TypeQ5_K: true, gguf.TypeQ6_K: true}

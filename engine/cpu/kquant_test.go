@@ -179,48 +179,20 @@ func TestKTile(t *testing.T) {
 // prompt), per K-quant type and Q8_0 for comparison; bytes/s counts the
 // weight bytes.
 func BenchmarkMatmulK(b *testing.B) {
-	g := rand.New(rand.NewPCG(27, 28))
-	const rows, cols = 2048, 2048
-	r := &Runner{pool: thePool()}
-	for _, typ := range []gguf.TensorType{gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K, gguf.TypeQ5_K} {
-		raw, err := gguf.Quantize(typ, randF32(g, rows*cols))
-		if err != nil {
-			b.Fatal(err)
-		}
-		src, err := mod.NewMat(typ.String(), typ, []uint64{cols, rows}, raw)
-		if err != nil {
-			b.Fatal(err)
-		}
-		w, err := newMatrix(&src)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, n := range []int{1, 128} {
-			x := &acts{}
-			f := randF32(g, n*cols)
-			out := make([]float32, n*rows)
-			b.Run(fmt.Sprintf("%s/%d", typ, n), func(b *testing.B) {
-				b.SetBytes(int64(len(raw)))
-				for i := 0; i < b.N; i++ {
-					x.set(f, n, cols)
-					r.matmul(out, x, w)
-				}
-			})
-		}
-	}
+	benchMatmul(b, 27, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K, gguf.TypeQ5_K)
 }
 
 // kShape is a synthetic shape whose widths are whole K-quant blocks (tiny's
 // 128 are not, so there the K-quants are requantized), with GQA and MoD.
 var kShape = synth.Shape{Name: "kshape", NEmbd: 256, NLayer: 4, NHead: 4, NKVHead: 2, NFF: 512, NVocab: 512, ContextLen: 128}
 
-// Q4_K, Q5_K and Q6_K matrices stay in the file's bytes (the matrix holds
-// the file's own slice: resident weights are the file's size), and models
-// of those types and of llama.cpp's Q4_K_M and Q5_K_M mixes give the
+// K-quant matrices stay in the file's bytes (the matrix holds the file's
+// own slice: resident weights are the file's size), and models of those
+// types and of llama.cpp's Q4_K_M, Q5_K_M, Q2_K and Q3_K_M mixes give the
 // reference's greedy tokens and its logits within QuantizedRelTol, on
 // every kernel path, batched prompts (the tile kernel) and decode alike.
 func TestKMatrix(t *testing.T) {
-	for _, typ := range []gguf.TensorType{gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K} {
+	for _, typ := range kTypes {
 		raw, _ := kRows(t, rand.New(rand.NewPCG(29, 30)), typ, 3, 512)
 		m, err := mod.NewMat("w", typ, []uint64{512, 3}, raw)
 		require.NoError(t, err)
@@ -235,7 +207,7 @@ func TestKMatrix(t *testing.T) {
 		m    *synth.Model
 	}
 	var models []model
-	for _, scheme := range []string{"q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m"} {
+	for _, scheme := range []string{"q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m", "q2_k", "q3_k_m"} {
 		s, err := quant.Parse(scheme)
 		require.NoError(t, err)
 		for _, capacity := range []float32{0, 0.25} {
@@ -260,15 +232,15 @@ func TestKMatrix(t *testing.T) {
 }
 
 // WeightBytes: a Q4_K_M model's matrices take its file's bytes (less the
-// header and the norms, which are not matrices: within 5%), and so do Q4_1,
-// Q5_0 and Q5_1 models' (legacy.go), where requantizing them to Q8_0 took
-// about twice (a Q2_K model's, still requantized at 9 bits a weight where
-// the file has 2.6-3.4, shows the difference the test would see).
+// header and the norms, which are not matrices: within 5%), and so do
+// Q2_K, Q4_1, Q5_0 and Q5_1 models' (klow, legacy.go), where requantizing
+// them to Q8_0 took about twice (a Q4_1 model's 1.74) to three times
+// (Q2_K's 2.69).
 func TestWeightBytes(t *testing.T) {
 	for _, c := range []struct {
 		scheme   string
 		min, max float64 // WeightBytes / the file's tensor bytes
-	}{{"q4_k_m", 0.95, 1.0}, {"q4_1", 0.95, 1.0}, {"q5_0", 0.95, 1.0}, {"q5_1", 0.95, 1.0}, {"q2_k", 2.4, 3.0}} {
+	}{{"q4_k_m", 0.95, 1.0}, {"q4_1", 0.95, 1.0}, {"q5_0", 0.95, 1.0}, {"q5_1", 0.95, 1.0}, {"q2_k", 0.95, 1.0}} {
 		s, err := quant.Parse(c.scheme)
 		require.NoError(t, err)
 		m, err := synth.Build(kShape, synth.Options{Scheme: s, Seed: 7})

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"encoding/binary"
+	"unsafe"
 
 	"github.com/modrun/modrun/gguf"
 )
@@ -94,30 +95,59 @@ func dotLegacy(t gguf.TensorType, w []byte, x []int8, xd []float32) float32 {
 // legacyTileBuf is a worker's four rows unpacked (legacyTile) and its
 // activations' block sums.
 type legacyTileBuf struct {
-	q     []int8    // [4][cols] the values u − 16 (Q5_0) or u
-	d, c  []float32 // [4][cols/32] each block's scale and, with mins, its constant
-	xsum  []float32 // [tokenTile][cols/32] xd·Σx of each activation block
-	three [3]float32
+	q    []int8    // [4][cols] the values u − 16 (Q5_0) or u
+	d, c []float32 // [4][cols/32] each block's scale and, with mins, its constant
+	xsum []float32 // [n][cols/32] xd·Σx of each activation block
 }
 
-// legacyTile unpacks rows i..i+3 of w into tb: Q5_0's quants as the signed
-// values u − 16 (its constant folded in), Q4_1's and Q5_1's as u with the
-// min in c.
+// fifthBytes[b] spreads the 8 bits of b to bit 4 of 8 bytes (bit j to
+// byte j).
+var fifthBytes = func() (t [256]uint64) {
+	for b := range t {
+		for j := range 8 {
+			t[b] |= uint64(b>>j&1) << (8*j + 4)
+		}
+	}
+	return t
+}()
+
+// legacyTile unpacks rows i..i+3 of w into tb, eight quants at a time:
+// Q5_0's as the signed values u − 16 (its constant folded in), Q4_1's and
+// Q5_1's as u with the min in c.
 func legacyTile(w *matrix, i int, tb *legacyTileBuf) {
+	const b4 = 0x1010101010101010
 	l := legacyTypes[w.ktype]
+	le := binary.LittleEndian
 	nb := w.cols / blockLen
-	var u [blockLen]uint8
+	out := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(tb.q))), len(tb.q))
 	for r := range 4 {
 		row := w.raw[(i+r)*nb*l.bytes : (i+r+1)*nb*l.bytes]
 		for b := range nb {
-			d, c := l.block(row[b*l.bytes:(b+1)*l.bytes], &u)
-			q := tb.q[r*w.cols+b*blockLen : r*w.cols+(b+1)*blockLen]
-			off := uint8(0)
-			if l.m < 0 {
-				off, c = 16, 0
+			blk := row[b*l.bytes : (b+1)*l.bytes]
+			d, c := half(blk), -16*half(blk)
+			if l.m >= 0 {
+				c = half(blk[l.m:])
 			}
-			for j, v := range u {
-				q[j] = int8(v - off)
+			var qh uint32
+			if l.qh >= 0 {
+				qh = le.Uint32(blk[l.qh:])
+			}
+			o := out[r*w.cols+b*blockLen:]
+			for h := 0; h < 16; h += 8 {
+				v := le.Uint64(blk[l.qs+h:])
+				lo := v&nib8 | fifthBytes[qh>>h&0xff]
+				hi := v>>4&nib8 | fifthBytes[qh>>(h+16)&0xff]
+				if l.m < 0 { // u − 16: bit 4 flipped, and bits 5-7 set where it is then set (u < 16)
+					lo ^= b4
+					lo |= (lo & b4) * 0x0e
+					hi ^= b4
+					hi |= (hi & b4) * 0x0e
+				}
+				le.PutUint64(o[h:], lo)
+				le.PutUint64(o[16+h:], hi)
+			}
+			if l.m < 0 {
+				c = 0
 			}
 			tb.d[r*nb+b], tb.c[r*nb+b] = d, c
 		}
@@ -126,8 +156,8 @@ func legacyTile(w *matrix, i int, tb *legacyTileBuf) {
 
 // matmulLegacy is matmul's part for a Q4_1, Q5_0 or Q5_1 matrix w over
 // tokens 0..n and rows lo..hi: four tokens or more with VNNI take the
-// Q8_0 tile kernel on rows unpacked four at a time (the mins added after:
-// Σ_b c_b·xd_b·Σx_b), the rest dotLegacy.
+// Q8_0 tile kernel on rows unpacked four at a time, once for all the
+// tokens (the mins added after: Σ_b c_b·xd_b·Σx_b), the rest dotLegacy.
 func matmulLegacy(out []float32, x *acts, w *matrix, lo, hi, n int, tb *legacyTileBuf) {
 	cols, nb := w.cols, w.cols/blockLen
 	rb := nb * legacyTypes[w.ktype].bytes
@@ -135,14 +165,14 @@ func matmulLegacy(out []float32, x *acts, w *matrix, lo, hi, n int, tb *legacyTi
 	i := lo
 	if useSIMD && useVNNI && n >= 4 {
 		tb.q, tb.d, tb.c = grow(tb.q, 4*cols), grow(tb.d, 4*nb), grow(tb.c, 4*nb)
-		tb.xsum = grow(tb.xsum, tokenTile*nb)
-		for t0 := 0; t0 < n; t0 += tokenTile {
-			t1 := min(n, t0+tokenTile)
-			if mins {
-				blockSums(tb.xsum, x, t0, t1)
-			}
-			for i = lo; i+4 <= hi; i += 4 {
-				legacyTile(w, i, tb)
+		if mins {
+			tb.xsum = grow(tb.xsum, n*nb)
+			blockSums(tb.xsum, x)
+		}
+		for ; i+4 <= hi; i += 4 {
+			legacyTile(w, i, tb)
+			for t0 := 0; t0 < n; t0 += tokenTile {
+				t1 := min(n, t0+tokenTile)
 				s := q8Tiles(out, w.rows, i, tb.q, tb.d, x, t0, t1)
 				if mins {
 					addMins(out, w.rows, i, tb, nb, t0, s)
@@ -163,18 +193,14 @@ func matmulLegacy(out []float32, x *acts, w *matrix, lo, hi, n int, tb *legacyTi
 	}
 }
 
-// blockSums writes xsum[s−t0][b] = xd_b·Σ x_b of tokens t0..t1's
-// activation blocks.
-func blockSums(xsum []float32, x *acts, t0, t1 int) {
-	nb := x.cols / blockLen
-	for s := t0; s < t1; s++ {
-		for b := range nb {
-			var v int32
-			for _, q := range x.q[s*x.cols+b*blockLen : s*x.cols+(b+1)*blockLen] {
-				v += int32(q)
-			}
-			xsum[(s-t0)*nb+b] = x.d[s*nb+b] * float32(v)
+// blockSums writes xsum[s][b] = xd_b·Σ x_b of x's activation blocks.
+func blockSums(xsum []float32, x *acts) {
+	for b, d := range x.d[:x.n*x.cols/blockLen] {
+		var v int32
+		for _, q := range x.q[b*blockLen : (b+1)*blockLen] {
+			v += int32(q)
 		}
+		xsum[b] = d * float32(v)
 	}
 }
 
@@ -183,7 +209,7 @@ func blockSums(xsum []float32, x *acts, t0, t1 int) {
 func addMins(out []float32, rows, i int, tb *legacyTileBuf, nb, t0, t1 int) {
 	var twelve [12]float32
 	for s := t0; s < t1; s += 4 {
-		xs := tb.xsum[(s-t0)*nb : (s-t0+4)*nb]
+		xs := tb.xsum[s*nb : (s+4)*nb]
 		dotF32x3x4(tb.c[:3*nb], xs, nb, &twelve)
 		for t := range 4 {
 			o := out[(s+t)*rows+i : (s+t)*rows+i+4]

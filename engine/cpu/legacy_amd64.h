@@ -4,7 +4,7 @@
 // quants Y1 and the activations Y3 (Y11 bytes of 1).
 //
 // Registers: SI the block, DI its 32 activations, R9 their scale, CX the
-// blocks left; Y0 the sum; Y8 bytes of 0x0f, Y12 fifthShuf, Y13 fifthBit,
+// blocks left; Y0 and Y10 the sums; Y7 int16 ones; Y8 bytes of 0x0f, Y12 fifthShuf, Y13 fifthBit,
 // Y14 bytes of 0x10, X15 −16.0.
 
 // LPROLOGUE loads the arguments of func(w *byte, x *int8, xd *float32, nb int) float32
@@ -15,19 +15,20 @@
 	MOVQ xd+16(FP), R9; \
 	MOVQ nb+24(FP), CX; \
 	VXORPS Y0, Y0, Y0; \
+	VXORPS Y10, Y10, Y10; \
 	VPCMPEQW Y7, Y7, Y7; \
 	VPSRLW $15, Y7, Y7; \
 	MOVL $0x0f0f0f0f, AX; \
-	MOVD AX, X8; \
+	VMOVD AX, X8; \
 	VPBROADCASTD X8, Y8; \
 	MOVL $0x01010101, AX; \
-	MOVD AX, X11; \
+	VMOVD AX, X11; \
 	VPBROADCASTD X11, Y11; \
 	VMOVDQU fifthShuf<>(SB), Y12; \
 	VMOVDQU fifthBit<>(SB), Y13; \
 	VPSLLW $4, Y11, Y14; \
 	MOVL $0xc1800000, AX; \
-	MOVD AX, X15
+	VMOVD AX, X15
 
 // NIBBLES(off): Y1 = the block's 32 nibbles (qs at off), element j in
 // byte j: bytes 0-15 the low halves, 16-31 the high.
@@ -68,12 +69,13 @@
 	VBROADCASTSS X6, Y6; \
 	VBROADCASTSS X9, Y9
 
-// LACC adds the block: Y0 += Y6·Y4 + Y9·Y5.
+// LACC adds the block: Y0 += Y6·Y4, Y10 += Y9·Y5 (two sums, so that
+// each waits on one FMA a block, not two).
 #define LACC \
 	VMOVDQU (DI), Y3; \
 	UDOTS; \
 	VFMADD231PS Y4, Y6, Y0; \
-	VFMADD231PS Y5, Y9, Y0
+	VFMADD231PS Y5, Y9, Y10
 
 // LNEXT steps to the next block of bytes b.
 #define LNEXT(b) \
@@ -82,8 +84,9 @@
 	ADDQ $4, R9; \
 	DECQ CX
 
-// LEPILOGUE returns Y0's lanes summed.
+// LEPILOGUE returns Y0's and Y10's lanes summed.
 #define LEPILOGUE \
+	VADDPS Y10, Y0, Y0; \
 	VEXTRACTF128 $1, Y0, X1; \
 	VADDPS X1, X0, X0; \
 	VHADDPS X0, X0, X0; \

@@ -160,3 +160,44 @@ func TestLegacyMatrix(t *testing.T) {
 		}
 	})
 }
+
+// A 2048×2048 matrix's product with one token (decode) and with 128 (a
+// prompt), for the types that were requantized to Q8_0 at load before
+// they had kernels of their own, and Q8_0 itself (what they ran as).
+func BenchmarkMatmulNative(b *testing.B) {
+	benchMatmul(b, 47, gguf.TypeQ8_0, gguf.TypeQ4_1, gguf.TypeQ5_0, gguf.TypeQ5_1, gguf.TypeQ2_K, gguf.TypeQ3_K)
+}
+
+// benchMatmul runs matmul of a random 2048×2048 matrix of each type with
+// 1 and 128 tokens; bytes/s counts the file's weight bytes.
+func benchMatmul(b *testing.B, seed uint64, types ...gguf.TensorType) {
+	g := rand.New(rand.NewPCG(seed, seed+1))
+	const rows, cols = 2048, 2048
+	r := &Runner{pool: thePool()}
+	for _, typ := range types {
+		raw, err := gguf.Quantize(typ, randF32(g, rows*cols))
+		if err != nil {
+			b.Fatal(err)
+		}
+		src, err := mod.NewMat(typ.String(), typ, []uint64{cols, rows}, raw)
+		if err != nil {
+			b.Fatal(err)
+		}
+		w, err := newMatrix(&src)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, n := range []int{1, 128} {
+			x := &acts{}
+			f := randF32(g, n*cols)
+			out := make([]float32, n*rows)
+			b.Run(fmt.Sprintf("%s/%d", typ, n), func(b *testing.B) {
+				b.SetBytes(int64(len(raw)))
+				for i := 0; i < b.N; i++ {
+					x.set(f, n, cols)
+					r.matmul(out, x, w)
+				}
+			})
+		}
+	}
+}

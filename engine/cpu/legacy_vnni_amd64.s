@@ -1,16 +1,15 @@
 #include "textflag.h"
 
-// UDOTS for AVX-512 VNNI (with VL): VPDPBUSD sums each 4 products of
-// unsigned quants and signed activations into an int32 lane. Y16 and Y17
-// (EVEX-only registers) keep the assembler from choosing AVX-VNNI's VEX
-// form, which CPUs with AVX-512 VNNI before Sapphire Rapids lack.
+// UDOTS for AVX-512 VNNI (with VL; the assembler encodes VPDPBUSD as
+// EVEX, not AVX-VNNI's VEX): VPDPBUSD sums each 4 products of unsigned
+// quants and signed activations into an int32 lane.
 #define UDOTS \
-	VPXORD Y16, Y16, Y16; \
-	VPDPBUSD Y3, Y1, Y16; \
-	VCVTDQ2PS Y16, Y4; \
-	VPXORD Y17, Y17, Y17; \
-	VPDPBUSD Y3, Y11, Y17; \
-	VCVTDQ2PS Y17, Y5
+	VPXOR Y4, Y4, Y4; \
+	VPDPBUSD Y3, Y1, Y4; \
+	VCVTDQ2PS Y4, Y4; \
+	VPXOR Y5, Y5, Y5; \
+	VPDPBUSD Y3, Y11, Y5; \
+	VCVTDQ2PS Y5, Y5
 
 #include "legacy_amd64.h"
 

@@ -4,13 +4,14 @@
 //   - every core, through one persistent pool of workers that split a
 //     matrix's rows (pool.go);
 //   - activations quantized to 8-bit blocks of 32 once per product, dotted
-//     in integers with Q8_0 and Q4_0 weights (kernels.go); for Q4_K, Q5_K
-//     and Q6_K to blocks of 256 (as ggml's Q8_K), dotted with the file's
-//     own blocks (kquant.go), so those weights stay the file's size; the
-//     other quantized types requantized to Q8_0 at load (weights.go); F16
+//     in integers with Q8_0 and Q4_0 weights (kernels.go) and with Q4_1,
+//     Q5_0 and Q5_1 in the file's own blocks (legacy.go); for the K-quants
+//     to blocks of 256 (as ggml's Q8_K), dotted with the file's own blocks
+//     (kquant.go, klow_*.s), so those weights stay the file's size; F16
 //     and F32 weights dot in float32, and BF16 is decoded a row at a time;
 //   - AVX2 and AVX-512 VNNI kernels chosen at run time (kernels_avx2_amd64.s,
-//     kernels_vnni_amd64.s), with portable Go ones everywhere else;
+//     kernels_vnni_amd64.s, kquant_*, klow_*, legacy_*), with portable Go
+//     ones everywhere else;
 //   - a prompt runs as one batch per chunk: weight rows are dotted with a
 //     tile of the chunk's rows while they sit in cache (4 rows by 4 tokens
 //     in VNNI for Q8_0, and for Q4_0 and the K-quants unpacked to int8; 3 rows by 4 tokens
@@ -47,13 +48,12 @@ const DefaultUBatch = 512
 // QuantizedRelTol bounds how far the logits of a model with quantized
 // weights move from the reference's, relative to the largest |logit|:
 // quantizing activations to 8 bits per block of 32 (256 for the K-quants)
-// moves each element by up to half a step of max|x|/127, and Q2_K, Q3_K
-// and the legacy types other than Q8_0 and Q4_0 are requantized to Q8_0
-// at load, a rounding of the same size. Measured on synthetic shapes
-// (TestRunnerMatchesReference and TestKMatrix log it): up to 0.32%
-// (Q8_0), 0.38% (Q4_0), 0.39% (Q4_1), 0.27% (Q4_K, Q5_K, Q6_K and the
-// Q4_K_M and Q5_K_M mixes, native); the bound leaves 2.5x room for other
-// seeds and prompts. F32 and F16 weights dot float
+// moves each element by up to half a step of max|x|/127 (weights are
+// dotted as the file holds them, not rounded again). Measured on synthetic
+// shapes (TestRunnerMatchesReference, TestKMatrix and TestLegacyMatrix log
+// it): up to 0.32% (Q8_0), 0.38% (Q4_0), 0.31% (Q4_1, Q5_0, Q5_1), 0.28%
+// (the K-quants and the Q4_K_M, Q5_K_M, Q2_K and Q3_K_M mixes); the bound
+// leaves 2.5x room for other seeds and prompts. F32 and F16 weights dot float
 // activations: float32 rounding only.
 const QuantizedRelTol = 1e-2
 

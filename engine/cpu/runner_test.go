@@ -322,46 +322,40 @@ func TestFeedArgmax(t *testing.T) {
 	assert.ErrorContains(t, err, "outside the vocabulary")
 }
 
-// A Q2_K or Q3_K matrix is requantized to Q8_0 at load (TestKMatrix has
-// the native K-quants, TestLegacyMatrix Q4_1, Q5_0 and Q5_1): each weight within half a step (max|w|/254 of its block of 32) of
-// its exact decoded value, each block's largest weight exact to rounding,
-// and a block holding a NaN a NaN block (so a poisoned weight still shows).
-func TestRequantize(t *testing.T) {
+// Every quantized type the files hold dots in its own kernels, none
+// requantized at load: Q8_0 and Q4_0 repacked (float32 scales: 36/34 and
+// 20/18 of the file's bytes), the K-quants, Q4_1, Q5_0 and Q5_1 as the
+// file's own bytes. A K-quant block with a NaN scale makes its rows' dots
+// NaN on every path (a poisoned weight still shows).
+func TestNativeTypes(t *testing.T) {
 	g := rand.New(rand.NewPCG(9, 10))
-	const rows, cols = 3, 512
+	const rows, cols = 16, 512 // VNNI CPUs interleave Q8_0 by 16 rows
 	src := randF32(g, rows*cols)
-	for _, typ := range []gguf.TensorType{gguf.TypeQ3_K, gguf.TypeQ2_K} {
+	for _, typ := range gguf.SupportedTypes {
+		if typ.BlockSize() == 1 {
+			continue
+		}
 		data, err := gguf.Quantize(typ, src)
 		require.NoError(t, err)
 		m, err := mod.NewMat("w", typ, []uint64{cols, rows}, data)
 		require.NoError(t, err)
 		w, err := newMatrix(&m)
 		require.NoError(t, err)
-		require.Equal(t, kindQ8, w.kind, typ.String())
-		q8, wd := w.q8Rows()
-		row := make([]float32, cols)
-		for i := range rows {
-			m.Row(i, row)
-			for b := range cols / blockLen {
-				d := wd[i*cols/blockLen+b]
-				for j := range blockLen {
-					e := b*blockLen + j
-					require.InDelta(t, row[e], float32(q8[i*cols+e])*d, float64(d)/2+1e-6, "%s row %d element %d", typ, i, e)
-				}
-			}
+		want := map[gguf.TensorType]float64{gguf.TypeQ8_0: 36.0 / 34, gguf.TypeQ4_0: 20.0 / 18}[typ]
+		if want == 0 {
+			want = 1
+			assert.Contains(t, []kind{kindK, kindL}, w.kind, typ.String())
 		}
+		assert.InDelta(t, want, float64(w.bytes())/float64(len(data)), 1e-9, typ.String())
 	}
-	// Two Q2_K rows (one row would be a vector, decoded at load), the
-	// first's first block of 256 (bytes 0-83: scales, quants, d at 80)
-	// with a NaN scale: its eight blocks of 32 are NaN, the ninth not.
 	data, err := gguf.Quantize(gguf.TypeQ2_K, src[:2*cols])
 	require.NoError(t, err)
-	data[80], data[81] = 0x00, 0x7e // f16 NaN
-	m, err := mod.NewMat("w", gguf.TypeQ2_K, []uint64{cols, 2}, data)
-	require.NoError(t, err)
-	w, err := newMatrix(&m)
-	require.NoError(t, err)
-	_, wd := w.q8Rows()
-	assert.True(t, math.IsNaN(float64(wd[7])), "block 7 holds the NaN")
-	assert.False(t, math.IsNaN(float64(wd[8])), "block 8 is finite")
+	data[80], data[81] = 0x00, 0x7e // row 0's first block's d: an f16 NaN
+	x := randF32(g, cols)
+	q, d, bs := make([]int8, cols), make([]float32, cols/kLen), make([]int16, cols/16)
+	quantizeK(q, d, bs, x)
+	kernelPaths(t, func(t *testing.T) {
+		assert.True(t, math.IsNaN(float64(dotK(gguf.TypeQ2_K, data[:2*84], q, d, bs))), "row 0 holds the NaN")
+		assert.False(t, math.IsNaN(float64(dotK(gguf.TypeQ2_K, data[2*84:], q, d, bs))), "row 1 is finite")
+	})
 }

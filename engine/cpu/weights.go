@@ -82,35 +82,13 @@ func newMatrix(m *mod.Mat) (*matrix, error) {
 				copy(w.q4[b*16:], blk[2:])
 			}
 		}
-	case kBlockBytes[m.Type] > 0 && m.Cols%kLen == 0 && kNative[m.Type]:
+	case kBlockBytes[m.Type] > 0 && m.Cols%kLen == 0:
 		w.kind, w.ktype, w.raw = kindK, m.Type, packed
 	case legacyTypes[m.Type].bytes > 0 && m.Cols%blockLen == 0:
 		w.kind, w.ktype, w.raw = kindL, m.Type, packed
-	case m.Type.BlockSize() > 1 && m.Cols%blockLen == 0:
-		w.requantize(m)
 	}
 	w.interleave()
 	return w, nil
-}
-
-// requantize stores a matrix of another quantized type (Q2_K, Q3_K)
-// as Q8_0 for the int8 kernels: each row decoded
-// exactly, then every block of 32 quantized as the activations are
-// (quantizeRow: d = max|w|/127, a NaN or infinity kept as a NaN block).
-// Decoding those types a row at a time in every product ran Q4_K_M at
-// 0.16x llama.cpp's decode; as Q8_0 they run at Q8_0's speed. The costs:
-// 9 bits a weight in memory (Q4_K is 4.5 in the file), and a second
-// rounding of up to max|w|/254 a weight, of the size of the activations'
-// own (QuantizedRelTol covers both).
-func (w *matrix) requantize(m *mod.Mat) {
-	nb := m.Cols / blockLen
-	w.kind = kindQ8
-	w.q8, w.d = make([]int8, m.Rows*m.Cols), make([]float32, m.Rows*nb)
-	row := make([]float32, m.Cols)
-	for i := range m.Rows {
-		m.Row(i, row)
-		quantizeRow(w.q8[i*m.Cols:(i+1)*m.Cols], w.d[i*nb:(i+1)*nb], row)
-	}
 }
 
 // weights are a model's matrices for the kernels; the vectors (norms,
@@ -176,10 +154,9 @@ func (w *matrix) bytes() int64 {
 
 // WeightBytes is the memory the runner's weight matrices take, the token
 // embedding included (read a row at a time from the file's bytes): about
-// the file's size where every matrix keeps its file type (Q8_0 and Q4_0
-// repacked at the same size; Q4_K, Q5_K, Q6_K, Q4_1, Q5_0 and Q5_1 in
-// their blocks), and about three times the file's 2- and 3-bit bytes where
-// a type is requantized to Q8_0 (Q2_K, Q3_K).
+// the file's size, since every matrix keeps its file type (Q8_0 and Q4_0
+// repacked with float32 scales, 6-11% more; the K-quants, Q4_1, Q5_0 and
+// Q5_1 in the file's own blocks).
 func (r *Runner) WeightBytes() int64 {
 	seen := map[*matrix]bool{}
 	var n int64
