@@ -254,7 +254,7 @@ func matmulK(out []float32, x *acts, w *matrix, lo, hi, t0, t1 int, tile *kTileB
 			u1 := min(t1, u0+step)
 			for i := lo; i+4 <= hi; i += 4 {
 				kPack(w, i, buf)
-				for s := kTiles(out, w.rows, i, buf, x, u0, u1); s < u1; s++ {
+				for s := kTiles(out, w.rows, i, buf, w.ktype == gguf.TypeQ4_K, x, u0, u1); s < u1; s++ {
 					for r := i; r < i+4; r++ {
 						dot(r, s)
 					}

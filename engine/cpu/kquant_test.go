@@ -140,7 +140,7 @@ func TestMatmulK(t *testing.T) {
 }
 
 // The prompt's tile kernel, on every path (the Go twin where there is no
-// VNNI), over 1, 3 and 5 super-blocks: each of its 16 row-token products
+// VNNI), over 1, 3 and 5 super-blocks, Q4_K's also narrow (KNARROW): each of its 16 row-token products
 // of rows packed by kPack and tokens rearranged by prepareTile equals the
 // reference of TestKDot.
 func TestKTile(t *testing.T) {
@@ -162,12 +162,14 @@ func TestKTile(t *testing.T) {
 				x.quantizeK(newPool(1), true)
 				buf := make([]byte, nk*ktSB)
 				kPack(w, 0, buf)
-				var out [16]float32
-				kTile4x4(buf, x.kqT, cols, x.ktab, nk, &out)
-				for r := range 4 {
-					for s := range 4 {
-						want, scale := kWant(deq[r*cols:(r+1)*cols], x.kq[s*cols:(s+1)*cols], x.kd[s*nk:(s+1)*nk])
-						assert.InDelta(t, want, float64(out[4*r+s]), 1e-6*scale, "%s %d blocks row %d token %d", typ, nk, r, s)
+				for _, narrow := range []bool{false, typ == gguf.TypeQ4_K} {
+					var out [16]float32
+					kTile4x4(buf, x.kqT, cols, x.ktab, nk, narrow, &out)
+					for r := range 4 {
+						for s := range 4 {
+							want, scale := kWant(deq[r*cols:(r+1)*cols], x.kq[s*cols:(s+1)*cols], x.kd[s*nk:(s+1)*nk])
+							assert.InDelta(t, want, float64(out[4*r+s]), 1e-6*scale, "%s %d blocks narrow %v row %d token %d", typ, nk, narrow, r, s)
+						}
 					}
 				}
 			}

@@ -219,15 +219,21 @@ func (a *acts) prepareTile() {
 
 // kTile4x4 is rows r of a packed tile (w, nk super-blocks: kPack) dotted
 // with tokens t (x: four rows of nk·256 in group-lane order, xstride
-// apart; tab: their table, ktTab a super-block): out[4r+t].
-func kTile4x4(w []byte, x []int8, xstride int, tab []uint32, nk int, out *[16]float32) {
+// apart; tab: their table, ktTab a super-block): out[4r+t]. narrow says
+// that each group's sum of q·x fits int16 (Q4_K's quants, 0..15), which
+// the VNNI kernel then scales in fewer steps.
+func kTile4x4(w []byte, x []int8, xstride int, tab []uint32, nk int, narrow bool, out *[16]float32) {
 	if nk == 0 {
 		*out = [16]float32{}
 		return
 	}
 	_, _, _ = w[nk*ktSB-1], x[3*xstride+nk*kLen-1], tab[nk*ktTab-1]
 	if useSIMD && useVNNI {
-		kTileVNNI(&w[0], &x[0], xstride, &tab[0], nk, &out[0])
+		n := 0
+		if narrow {
+			n = 1
+		}
+		kTileVNNI(&w[0], &x[0], xstride, &tab[0], nk, &out[0], n)
 		return
 	}
 	kTile4x4Go(w, x, xstride, tab, nk, out)
@@ -294,12 +300,12 @@ func (b *kTileBuf) grow(n int) []byte {
 // kTiles runs the tokens t0..t1 (t0 a multiple of four; up to the last
 // whole group) through rows i..i+3 packed in buf, writing out[s][i..i+3];
 // it returns the first token it left.
-func kTiles(out []float32, rows, i int, buf []byte, x *acts, t0, t1 int) int {
+func kTiles(out []float32, rows, i int, buf []byte, narrow bool, x *acts, t0, t1 int) int {
 	cols, nk := x.cols, x.cols/kLen
 	var sixteen [16]float32
 	s := t0
 	for ; s+4 <= t1; s += 4 {
-		kTile4x4(buf, x.kqT[s*cols:(s+4)*cols], cols, x.ktab[s/4*nk*ktTab:(s/4+1)*nk*ktTab], nk, &sixteen)
+		kTile4x4(buf, x.kqT[s*cols:(s+4)*cols], cols, x.ktab[s/4*nk*ktTab:(s/4+1)*nk*ktTab], nk, narrow, &sixteen)
 		for t := range 4 {
 			o := out[(s+t)*rows+i : (s+t)*rows+i+4]
 			o[0], o[1], o[2], o[3] = sixteen[t], sixteen[4+t], sixteen[8+t], sixteen[12+t]

@@ -15,6 +15,17 @@ DATA ktQuad<>+48(SB)/8, $0x0000000300000003
 DATA ktQuad<>+56(SB)/8, $0x0000000300000003
 GLOBL ktQuad<>(SB), RODATA|NOPTR, $64
 
+// Qword i/2 in lane i: [0, 0, 1, 1, 2, 2, 3, 3].
+DATA ktPairQ<>+0(SB)/8, $0
+DATA ktPairQ<>+8(SB)/8, $0
+DATA ktPairQ<>+16(SB)/8, $1
+DATA ktPairQ<>+24(SB)/8, $1
+DATA ktPairQ<>+32(SB)/8, $2
+DATA ktPairQ<>+40(SB)/8, $2
+DATA ktPairQ<>+48(SB)/8, $3
+DATA ktPairQ<>+56(SB)/8, $3
+GLOBL ktPairQ<>(SB), RODATA|NOPTR, $64
+
 // One row's chunk of 64 quants (unsigned) at off(SI) against the four
 // tokens' (signed, Z1-Z4): each int32 lane of a0..a3 gathers 4 products of
 // one group.
@@ -44,6 +55,21 @@ GLOBL ktQuad<>(SB), RODATA|NOPTR, $64
 	VPMULLD Z0, a2, a2; \
 	VPMULLD Z0, a3, a3
 
+// Row r's group sums (a0..a3, Q4_K's: they fit int16) times its scales
+// (int8 at off(SI)) and paired, as KSCALE then KPAIR but in six
+// instructions where those take ten and eight multiplies: a0 and a1
+// packed to words (VPACKSSDW: per 128-bit block a0's 4 then a1's 4), then
+// VPMADDWD with the scales so laid out (Z13 puts each block's 4 words in
+// both its halves) → a0: per block [a0 0+1, a0 2+3, a1 0+1, a1 2+3];
+// likewise a2, a3 → a2.
+#define KNARROW(off, a0, a1, a2, a3) \
+	VPMOVSXBW off(SI), Y0; \
+	VPERMQ Z0, Z13, Z0; \
+	VPACKSSDW a1, a0, a0; \
+	VPMADDWD Z0, a0, a0; \
+	VPACKSSDW a3, a2, a2; \
+	VPMADDWD Z0, a2, a2
+
 // a, b → a: per 128-bit block [a0+a2, a1+a3, b0+b2, b1+b3].
 #define KPAIR(a, b) \
 	VPUNPCKLQDQ b, a, Z0; \
@@ -69,22 +95,25 @@ GLOBL ktQuad<>(SB), RODATA|NOPTR, $64
 	VPERMD (1088+16*k)(SI), Z14, Z7; \
 	VPDPWSSD Z6, Z7, Z5
 
-// func kTileVNNI(w *byte, x *int8, xstride int, tab *uint32, nk int, out *float32)
+// func kTileVNNI(w *byte, x *int8, xstride int, tab *uint32, nk int, out *float32, narrow int)
 // out[4r+t] = row r of the packed tile w (kPack: ktSB bytes a super-block)
 // · token t of x (group-lane order, tokens xstride bytes apart; tab their
 // table, ktTab uint32s a super-block), over nk super-blocks. Per
 // super-block: the 16 row-token sums of q·x by group in int32 lanes
 // (Z16-Z31, row r token t in Z16+4r+t), times the scales, reduced to one
 // vector I (lane 4r+t); the mins' sums M likewise; then the float sums
-// Z15 += I·(d·xd) − M·(dm·xd).
-TEXT ·kTileVNNI(SB), NOSPLIT, $0-48
+// Z15 += I·(d·xd) − M·(dm·xd). narrow != 0 says the group sums fit int16
+// (Q4_K: 16·15·127), so that KNARROW scales them.
+TEXT ·kTileVNNI(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ x+8(FP), DI
 	MOVQ xstride+16(FP), R12
 	MOVQ tab+24(FP), BX
 	MOVQ nk+32(FP), CX
 	LEAQ (R12)(R12*2), R13
+	MOVQ narrow+48(FP), R11
 	VMOVDQU32 ktQuad<>(SB), Z14
+	VMOVDQU64 ktPairQ<>(SB), Z13
 	VPXORD Z15, Z15, Z15
 
 ktblock:
@@ -110,6 +139,8 @@ ktblock:
 	KCHUNK(64, 256, 320, 384, 448)
 	KCHUNK(128, 512, 576, 640, 704)
 	KCHUNK(192, 768, 832, 896, 960)
+	TESTQ R11, R11
+	JNZ   ktnarrow
 	KSCALE(1024, Z16, Z17, Z18, Z19)
 	KSCALE(1040, Z20, Z21, Z22, Z23)
 	KSCALE(1056, Z24, Z25, Z26, Z27)
@@ -122,6 +153,15 @@ ktblock:
 	KPAIR(Z26, Z27)
 	KPAIR(Z28, Z29)
 	KPAIR(Z30, Z31)
+	JMP   ktreduce
+
+ktnarrow:
+	KNARROW(1024, Z16, Z17, Z18, Z19)
+	KNARROW(1040, Z20, Z21, Z22, Z23)
+	KNARROW(1056, Z24, Z25, Z26, Z27)
+	KNARROW(1072, Z28, Z29, Z30, Z31)
+
+ktreduce:
 	KQUAD(Z16, Z18)
 	KQUAD(Z20, Z22)
 	KQUAD(Z24, Z26)
