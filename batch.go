@@ -96,7 +96,7 @@ func (b *batcher) loop() {
 		if b.turn != nil {
 			<-b.turn
 		}
-		b.mu.Unlock() // let joins and cancels in: a step is shorter than the
+		b.mu.Unlock()     // let joins and cancels in: a step is shorter than the
 		runtime.Gosched() // mutex's 1 ms before it hands over to a waiter
 		b.mu.Lock()
 	}
@@ -260,6 +260,9 @@ func (s *Session) generateBatched(ctx context.Context, ids []int32, so engine.Sa
 	next := held        // the next position to deliver
 	finished := false
 	routesOn := fn != nil && !s.m.noRoutes
+	// With OnRouted a new token goes out once drawn, and its routing once
+	// it has run; routedTo is the next new token whose routing is owed.
+	early, routedTo := s.onRouted(opts, fn), len(seq)
 	// keep records what the session holds when the call ends: the tokens
 	// run and delivered, and a last drawn token delivered but not run.
 	keep := func(pending bool) {
@@ -270,7 +273,7 @@ func (s *Session) generateBatched(ctx context.Context, ids []int32, so engine.Sa
 		n := min(ranTo, next)
 		s.fed = slices.Clone(all[:n])
 		s.pending = nil
-		if pending && next > n {
+		if (pending || early != nil) && next > n {
 			s.pending = []int32{all[n]}
 		} else if n < held { // the old pending token did not run
 			s.pending = slices.Clone(all[n:held])
@@ -286,7 +289,7 @@ func (s *Session) generateBatched(ctx context.Context, ids []int32, so engine.Sa
 			id, t.LogProb, t.TopLogProbs = d.id, d.lp.LogProb, d.lp.Top
 			res.Tokens++
 		}
-		if !last && routesOn {
+		if !last && routesOn && (early == nil || t.Prompt) { // early: a new token's routing goes to OnRouted
 			t.Routes = ran[pos]
 		}
 		text, err := s.dec.Push(id)
@@ -298,6 +301,13 @@ func (s *Session) generateBatched(ctx context.Context, ids []int32, so engine.Sa
 		}
 		t.ID, t.Text = id, string(text)
 		return b.inCallback(func() error { return s.m.lendDuring(func() error { return fn(t) }) })
+	}
+	// routeOut passes early the routing of the tokens delivered that ran.
+	routeOut := func() {
+		for ; early != nil && routedTo < min(ranTo, next) && !b.isClosed(); routedTo++ {
+			pos, routes := routedTo, ran[routedTo]
+			_ = b.inCallback(func() error { early(pos, routes); return nil })
+		}
 	}
 	for {
 		select {
@@ -326,13 +336,19 @@ func (s *Session) generateBatched(ctx context.Context, ids []int32, so engine.Sa
 			}
 			ranTo++
 		}
-		for next < ranTo && next < len(seq)+len(drawn) && !b.isClosed() && ctx.Err() == nil {
+		routeOut() // the tokens that ran since they went out
+		limit := ranTo
+		if early != nil && ranTo >= len(seq) {
+			limit++ // the token drawn by the step that ran the one before it
+		}
+		for next < limit && next < len(seq)+len(drawn) && !b.isClosed() && ctx.Err() == nil {
 			err := deliver(next, false)
 			next++
 			if err != nil {
 				keep(false)
 				return s.stopped(res, err)
 			}
+			routeOut() // when this goroutine fell behind, the token has run already
 		}
 		if b.isClosed() { // by a callback, or by Close after it
 			keep(false)

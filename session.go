@@ -74,7 +74,8 @@ type Token struct {
 	LogProb     float32
 	TopLogProbs []TokenLogProb
 	// Routes says, for each routed layer in order, what that layer did with
-	// the token. It is nil for a dense model, with Options.NoRoutes, and
+	// the token. It is nil for a dense model, with Options.NoRoutes, for a
+	// new token with GenerateOptions.OnRouted (which receives it), and
 	// for the last token of a generation: a drawn token runs through the model only when the next
 	// one is computed (the following Generate call of the session runs it).
 	Routes []Route
@@ -118,6 +119,15 @@ type GenerateOptions struct {
 	// so generation runs to MaxTokens or the context's end. Log-probabilities
 	// stay the raw logits'.
 	IgnoreEOS bool
+
+	// OnRouted, when set, changes when Generate's fn sees a new token: as
+	// soon as it is drawn, before it runs through the model, with its
+	// Routes nil; OnRouted then receives the token's routing once it has
+	// run (on Generate's goroutine, after fn had the token; not on a model
+	// opened with NoRoutes). A server's first token then waits for the
+	// prompt's step alone, not for the next step as well. The last new
+	// token never runs, as without it. The prompt's tokens come as before.
+	OnRouted func(pos int, routes []Route)
 
 	// PromptTokens, when not nil, is the prompt as token ids, run as they
 	// are (no BOS added); Generate's prompt text must then be "".
@@ -223,7 +233,8 @@ type LayerStat struct {
 // EOS, opts.MaxTokens, the context length, ErrStop from fn, or ctx is
 // done. fn receives every token in order: first the prompt's, then each
 // new one once it has run through the model (so its Routes are known),
-// the last new one with its Routes nil. fn runs on Generate's goroutine;
+// the last new one with its Routes nil (with opts.OnRouted: each new one
+// once drawn). fn runs on Generate's goroutine;
 // an error from it other than ErrStop ends Generate with that error.
 //
 // Cancelling ctx stops Generate within one token (in the prompt, within one
@@ -312,7 +323,7 @@ func (s *Session) promptTokens(prompt string, opts GenerateOptions) ([]int32, er
 func (s *Session) loopOptions(ctx context.Context, so engine.SamplerOptions, opts GenerateOptions, pending []int32, fn func(Token) error) engine.GenerateOptions {
 	return engine.GenerateOptions{
 		MaxTokens: opts.MaxTokens, EOS: -1, EndOfTurn: s.m.tok.EndOfGeneration(), Sampler: so, Chunk: s.m.backend.PromptChunk(),
-		Pending: pending, History: s.fed, Routes: fn != nil && !s.m.noRoutes, Ban: s.banned(opts),
+		Pending: pending, History: s.fed, Routes: fn != nil && !s.m.noRoutes, Ban: s.banned(opts), OnRouted: s.onRouted(opts, fn),
 		LogProbs: opts.LogProbs, TopLogProbs: opts.TopLogProbs,
 		BeforeFeed: func() error {
 			if s.m.isClosed() { // by the callback
@@ -339,6 +350,20 @@ func (s *Session) loopOptions(ctx context.Context, so engine.SamplerOptions, opt
 			tok := Token{ID: t.ID, Text: string(b), Pos: t.Pos, Prompt: t.Prompt, Routes: t.Routes, LogProb: t.LogProb, TopLogProbs: t.Top}
 			return s.m.lendDuring(func() error { return fn(tok) })
 		},
+	}
+}
+
+// onRouted is opts.OnRouted as the generation loops call it: on the
+// model's lend (it may use other sessions, as fn may), and not at all
+// without routes; nil when new tokens come once run.
+func (s *Session) onRouted(opts GenerateOptions, fn func(Token) error) func(int, []mod.Route) {
+	if opts.OnRouted == nil || fn == nil {
+		return nil
+	}
+	return func(pos int, routes []mod.Route) {
+		if routes != nil && !s.m.noRoutes {
+			_ = s.m.lendDuring(func() error { opts.OnRouted(pos, routes); return nil })
+		}
 	}
 }
 

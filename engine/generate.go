@@ -56,6 +56,13 @@ type GenerateOptions struct {
 	OnToken func(Token) error
 	// Routes fills Token.Routes from a RoutingTracer runner.
 	Routes bool
+	// OnRouted, when set, makes OnToken receive each new token as soon as
+	// it is drawn, before it runs (its Routes nil: the first new token then
+	// waits for the prompt's last Feed alone, not for its own as well),
+	// and OnRouted its routing once it has run (with Routes; nil routes
+	// without). A token delivered and not run, when a Feed fails or the
+	// callback stops, is Result.Pending.
+	OnRouted func(pos int, routes []mod.Route)
 	// LogProbs fills each new token's Token.LogProb, and TopLogProbs its
 	// Token.Top (the most likely tokens at its place). The logits are then
 	// read back even for greedy decoding.
@@ -253,13 +260,24 @@ func Continue(ctx context.Context, r Runner, prompt []int32, opts GenerateOption
 			res.Pending = []int32{id}
 			return stopped(deliverNew(id, pos, nil))
 		}
+		if opts.OnRouted != nil { // delivered before it runs
+			res.Pending = []int32{id} // until it has run
+			if err := deliverNew(id, pos, nil); err != nil {
+				return stopped(err)
+			}
+		}
 		next, routes, err := feed([]int32{id}, true)
 		if err != nil {
-			res.Tokens = res.Tokens[:len(res.Tokens)-1] // not delivered
+			if opts.OnRouted == nil {
+				res.Tokens = res.Tokens[:len(res.Tokens)-1] // not delivered
+			}
 			return res, err
 		}
 		res.DecodeSteps++
-		if err := deliverNew(id, pos-1, routeAt(routes, 0)); err != nil {
+		if opts.OnRouted != nil {
+			res.Pending = nil
+			opts.OnRouted(pos-1, routeAt(routes, 0))
+		} else if err := deliverNew(id, pos-1, routeAt(routes, 0)); err != nil {
 			return stopped(err)
 		}
 		id, idLP = next, nextLP

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -140,15 +141,27 @@ func streamChat(t *testing.T, url, system, prompt string, n int) (string, []modr
 		}
 		for _, raw := range mod["tokens"].([]any) {
 			tk := raw.(map[string]any)
-			var routes []modrun.Route
-			for _, r := range tk["routes"].([]any) {
-				r := r.(map[string]any)
-				routes = append(routes, modrun.Route{Score: float32(r["score"].(float64)), Selected: r["selected"].(bool)})
-			}
-			toks = append(toks, modrun.Token{Routes: routes})
+			toks = append(toks, modrun.Token{Pos: int(tk["pos"].(float64)), Routes: jsonRoutes(tk["routes"])})
+		}
+		routed, _ := mod["routed"].([]any) // tokens sent before they ran
+		for _, raw := range routed {
+			r := raw.(map[string]any)
+			i := slices.IndexFunc(toks, func(t modrun.Token) bool { return t.Pos == int(r["pos"].(float64)) })
+			require.GreaterOrEqual(t, i, 0, "routing for a token not sent: %v", r)
+			toks[i].Routes = jsonRoutes(r["routes"])
 		}
 	}
 	return answer.String(), toks
+}
+
+// jsonRoutes reads a mod chunk's routes of one token.
+func jsonRoutes(v any) []modrun.Route {
+	var routes []modrun.Route
+	for _, r := range v.([]any) {
+		r := r.(map[string]any)
+		routes = append(routes, modrun.Route{Score: float32(r["score"].(float64)), Selected: r["selected"].(bool)})
+	}
+	return routes
 }
 
 func atoi(t *testing.T, s string) int {

@@ -54,6 +54,15 @@ type (
 type modChunk struct {
 	Layers []int      `json:"layers,omitempty"`
 	Tokens []modToken `json:"tokens"`
+	// Routed is the routing of tokens sent in earlier chunks before they
+	// ran (on a model whose requests share steps a token goes out as soon
+	// as it is drawn): their positions, and routes.
+	Routed []modRouted `json:"routed,omitempty"`
+}
+
+type modRouted struct {
+	Pos    int        `json:"pos"`
+	Routes []modRoute `json:"routes"`
 }
 
 type modToken struct {
@@ -72,11 +81,15 @@ type modRoute struct {
 func modTokens(toks []modrun.Token) []modToken {
 	out := make([]modToken, 0, len(toks))
 	for _, t := range toks {
-		mt := modToken{ID: t.ID, Pos: t.Pos, Text: t.Text, Prompt: t.Prompt, Routes: []modRoute{}}
-		for _, r := range t.Routes {
-			mt.Routes = append(mt.Routes, modRoute{Score: r.Score, Selected: r.Selected})
-		}
-		out = append(out, mt)
+		out = append(out, modToken{ID: t.ID, Pos: t.Pos, Text: t.Text, Prompt: t.Prompt, Routes: modRoutes(t.Routes)})
+	}
+	return out
+}
+
+func modRoutes(rs []modrun.Route) []modRoute {
+	out := make([]modRoute, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, modRoute{Score: r.Score, Selected: r.Selected})
 	}
 	return out
 }
@@ -137,15 +150,16 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modr
 	var stream *sse
 	if req.Stream {
 		stream = newSSE(w)
+		opts.OnRouted = g.routed // each token out once drawn
 		first := true
 		g.emit = func(p piece) error {
 			if first {
 				first = false
-				if err := stream.send(s.chatChunk(resp, &chatMessageJSON{Role: modrun.RoleAssistant, Content: ptr("")}, nil, nil, promptToks, true)); err != nil {
+				if err := stream.send(s.chatChunk(resp, &chatMessageJSON{Role: modrun.RoleAssistant, Content: ptr("")}, nil, nil, promptToks, nil, true)); err != nil {
 					return err
 				}
 			}
-			return stream.send(s.chatChunk(resp, &chatMessageJSON{Content: ptr(p.text)}, s.chatLogProbs(m, p.tokens, req.LogProbs), nil, p.tokens, false))
+			return stream.send(s.chatChunk(resp, &chatMessageJSON{Content: ptr(p.text)}, s.chatLogProbs(m, p.tokens, req.LogProbs), nil, p.tokens, p.routed, false))
 		}
 	}
 	res, err := chat.Reply(ctx, msgs, modrun.ChatOptions{GenerateOptions: opts}, g.token)
@@ -174,11 +188,11 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modr
 		return nil
 	}
 	if g.newToks == 0 { // nothing streamed: the role chunk still comes
-		if err := stream.send(s.chatChunk(resp, &chatMessageJSON{Role: modrun.RoleAssistant, Content: ptr("")}, nil, nil, promptToks, true)); err != nil {
+		if err := stream.send(s.chatChunk(resp, &chatMessageJSON{Role: modrun.RoleAssistant, Content: ptr("")}, nil, nil, promptToks, nil, true)); err != nil {
 			return nil
 		}
 	}
-	if stream.send(s.chatChunk(resp, &chatMessageJSON{}, nil, &reason, nil, false)) != nil {
+	if stream.send(s.chatChunk(resp, &chatMessageJSON{}, nil, &reason, nil, g.takeLate(), false)) != nil {
 		return nil
 	}
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
@@ -194,22 +208,26 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modr
 
 // chatChunk is one streamed chunk: a delta, its tokens' log-probabilities
 // and routing, or the finish reason.
-func (s *Server) chatChunk(base chatResponse, delta *chatMessageJSON, lp *chatLogProbs, finish *string, toks []modrun.Token, first bool) chatResponse {
+func (s *Server) chatChunk(base chatResponse, delta *chatMessageJSON, lp *chatLogProbs, finish *string, toks, late []modrun.Token, first bool) chatResponse {
 	c := base
 	c.Object = "chat.completion.chunk"
 	c.Choices = []chatChoice{{Delta: delta, LogProbs: lp, FinishReason: finish}}
-	c.MoD = s.modChunk(toks, first)
+	c.MoD = s.modChunk(toks, late, first)
 	return c
 }
 
-// modChunk is the routing of toks for a chunk (nil for a dense model).
-func (s *Server) modChunk(toks []modrun.Token, first bool) *modChunk {
-	if len(s.info.RoutedLayers) == 0 || (len(toks) == 0 && !first) {
+// modChunk is the routing of toks for a chunk, and of the tokens sent
+// before that ran since (late); nil for a dense model.
+func (s *Server) modChunk(toks, late []modrun.Token, first bool) *modChunk {
+	if len(s.info.RoutedLayers) == 0 || (len(toks) == 0 && len(late) == 0 && !first) {
 		return nil
 	}
 	c := &modChunk{Tokens: modTokens(toks)}
 	if first {
 		c.Layers = s.info.RoutedLayers
+	}
+	for _, t := range late {
+		c.Routed = append(c.Routed, modRouted{Pos: t.Pos, Routes: modRoutes(t.Routes)})
 	}
 	return c
 }

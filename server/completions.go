@@ -106,6 +106,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, m *modrun.M
 	var stream *sse
 	if req.Stream {
 		stream = newSSE(w)
+		opts.OnRouted = g.routed // each token out once drawn
 		var promptToks []modrun.Token
 		g.onPrompt = func(t modrun.Token) { promptToks = append(promptToks, t) }
 		first := true
@@ -115,10 +116,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, m *modrun.M
 			if first {
 				c.Choices[0].Text = echo + p.text
 				c.Choices[0].LogProbs = joinLPs(lps, c.Choices[0].LogProbs)
-				c.MoD = s.modChunk(append(promptToks, p.tokens...), true)
+				c.MoD = s.modChunk(append(promptToks, p.tokens...), p.routed, true)
 				first = false
 			} else {
-				c.MoD = s.modChunk(p.tokens, false)
+				c.MoD = s.modChunk(p.tokens, p.routed, false)
 			}
 			return stream.send(c)
 		}
@@ -161,6 +162,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, m *modrun.M
 	}
 	c := resp
 	c.Choices = []completionChoice{{Text: "", FinishReason: &reason}}
+	c.MoD = s.modChunk(nil, g.takeLate(), false)
 	if stream.send(c) != nil {
 		return nil
 	}

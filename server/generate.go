@@ -15,6 +15,7 @@ import (
 type piece struct {
 	text   string
 	tokens []modrun.Token
+	routed []modrun.Token // the routing of tokens sent before, once they ran (Pos and Routes)
 }
 
 // generation is one request's run of the model, shared by chat and
@@ -29,6 +30,7 @@ type generation struct {
 	hook     func()    // Server.tokenHook
 
 	held     []modrun.Token // new tokens not sent yet: a stop string may start in them
+	late     []modrun.Token // the routing of tokens sent before it was known
 	heldText strings.Builder
 	out      piece // everything emitted, when emit is nil
 	prompt   int
@@ -63,6 +65,27 @@ func (g *generation) token(t modrun.Token) error {
 		g.hook()
 	}
 	return err
+}
+
+// routed is the API's OnRouted: a new token's routing once it has run
+// (the token went out before, as soon as it was drawn). It goes with the
+// next piece, or fills in the token while a stop string holds it back.
+func (g *generation) routed(pos int, routes []modrun.Route) {
+	g.metrics.routes(routes)
+	for i := range g.held {
+		if g.held[i].Pos == pos {
+			g.held[i].Routes = routes
+			return
+		}
+	}
+	g.late = append(g.late, modrun.Token{Pos: pos, Routes: routes})
+}
+
+// takeLate is the routing owed for tokens already sent, for a last chunk.
+func (g *generation) takeLate() []modrun.Token {
+	late := g.late
+	g.late = nil
+	return late
 }
 
 // release sends the held tokens that no stop string can start in (all of
@@ -120,6 +143,7 @@ func (g *generation) send(p piece) error {
 		g.out.tokens = append(g.out.tokens, p.tokens...)
 		return nil
 	}
+	p.routed = g.takeLate()
 	return g.emit(p)
 }
 
