@@ -524,24 +524,42 @@ func (s *Scheduler) book(q *Seq, rows []Row, base []int, routes [][]mod.Route) {
 	}
 }
 
+// argmaxFinite is the first index of x's largest value, and whether every
+// value is finite, in one pass: the scheduler draws every sequence's token
+// on one goroutine between steps, so with 8 sequences two passes over
+// 32000 logits each were a step's serial tail.
+func argmaxFinite(x []float32) (int32, bool) {
+	var id int32
+	best := x[0]
+	for i, v := range x {
+		if v-v != 0 { // NaN - NaN and Inf - Inf are NaN (mod.Finite)
+			return 0, false
+		}
+		if v > best {
+			best, id = v, int32(i)
+		}
+	}
+	return id, true
+}
+
 // draw samples q's next token from its logits and ends q on a stop.
 func (s *Scheduler) draw(q *Seq, logits []float32) {
-	if !mod.Finite(logits) {
+	var id int32
+	finite := true
+	if q.req.Sampler == nil {
+		id, finite = argmaxFinite(logits)
+	} else {
+		finite = mod.Finite(logits)
+	}
+	if !finite {
 		s.finish(q, StopError, fmt.Errorf("sched: %w", mod.NonFinite(q.fed-1)))
 		return
 	}
 	if q.req.KeepLogits {
 		q.Logits = append(q.Logits, slices.Clone(logits))
 	}
-	var id int32
 	if q.req.Sampler != nil {
 		id = q.req.Sampler.Sample(logits)
-	} else {
-		for i, v := range logits {
-			if v > logits[id] {
-				id = int32(i)
-			}
-		}
 	}
 	if slices.Contains(q.req.Stop, id) {
 		s.finish(q, StopEOS, nil)

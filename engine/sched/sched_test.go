@@ -2,6 +2,7 @@ package sched
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -220,4 +221,25 @@ func TestOnTokenStops(t *testing.T) {
 	assert.ErrorIs(t, q.Err, stop)
 	assert.Len(t, q.Tokens(), 3)
 	assert.Equal(t, 64, s.Pool().Free())
+}
+
+// argmaxFinite is the greedy draw's one pass: the first index of the
+// largest value (a tie keeps the first, as the separate argmax did), and
+// false for a NaN or an infinity anywhere, first or last included.
+func TestArgmaxFinite(t *testing.T) {
+	x := []float32{-3, 2, 7, 7, -1}
+	id, ok := argmaxFinite(x)
+	assert.True(t, ok)
+	assert.Equal(t, int32(2), id)
+	id, ok = argmaxFinite([]float32{-5, -4, -9})
+	assert.True(t, ok)
+	assert.Equal(t, int32(1), id, "all negative")
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+		for _, at := range []int{0, 2, len(x) - 1} {
+			y := slices.Clone(x)
+			y[at] = bad
+			_, ok := argmaxFinite(y)
+			assert.False(t, ok, "%v at %d", bad, at)
+		}
+	}
 }
