@@ -97,3 +97,23 @@ func BenchmarkStories15m(b *testing.B) {
 		m.Close()
 	}
 }
+
+// The attention kernels over one head of stories15m's shape (headDim 48,
+// keys 1152 bytes apart, as a row of 6 heads) and a 64-key context, the
+// keys in cache: scores, then the values mixed.
+func BenchmarkAttentionKernels(b *testing.B) {
+	const hd, kvd, m = 48, 288, 64
+	g := rand.New(rand.NewPCG(3, 4))
+	q, k, p := randF32(g, hd), randF32(g, m*kvd), randF32(g, m)
+	sc, out := make([]float32, m), make([]float32, hd)
+	b.Run("scores", func(b *testing.B) {
+		for range b.N {
+			scores(sc, q, k, kvd, hd, 0.5)
+		}
+	})
+	b.Run("mix", func(b *testing.B) {
+		for range b.N {
+			mix(out, k, kvd, p)
+		}
+	})
+}

@@ -214,7 +214,11 @@ q8x4done:
 
 // func f32ScoresAVX2(q, k *float32, stride, m, hd int, scale float32, out *float32)
 // out[e] = scale · q[0:hd]·k[e·stride : e·stride+hd] for e < m; hd a
-// multiple of 8, stride in floats.
+// multiple of 8, stride in floats. Four keys at a time (DI, R8, R9, R13),
+// each with its own accumulator, so their FMA chains overlap and one
+// reduction serves four; the last 1-3 keys run the same code with the
+// missing keys' pointers on the last key, storing only their own. A key's
+// sum is the same in either (its lanes reduce alone, in one order).
 TEXT ·f32ScoresAVX2(SB), NOSPLIT, $0-56
 	MOVQ q+0(FP), SI
 	MOVQ k+8(FP), DI
@@ -226,29 +230,66 @@ TEXT ·f32ScoresAVX2(SB), NOSPLIT, $0-56
 	VBROADCASTSS scale+40(FP), X13
 	MOVQ out+48(FP), AX
 
-scoreEntry:
+scoreQuad:
 	TESTQ CX, CX
 	JZ    scoreDone
+	// The group's keys: DI, R8, R9, R13, each clamped to the last key.
+	MOVQ DI, R8
+	MOVQ DI, R9
+	MOVQ DI, R13
+	CMPQ CX, $2
+	JLT  scoreKeys
+	ADDQ R10, R8
+	MOVQ R8, R9
+	MOVQ R8, R13
+	CMPQ CX, $3
+	JLT  scoreKeys
+	ADDQ R10, R9
+	MOVQ R9, R13
+	CMPQ CX, $4
+	JLT  scoreKeys
+	ADDQ R10, R13
+
+scoreKeys:
 	VXORPS Y0, Y0, Y0
-	MOVQ  R11, DX
-	XORQ  BX, BX
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   R11, DX
+	XORQ   BX, BX
 
 scoreLoop:
-	VMOVUPS (SI)(BX*1), Y1
-	VFMADD231PS (DI)(BX*1), Y1, Y0
+	VMOVUPS (SI)(BX*1), Y4
+	VFMADD231PS (DI)(BX*1), Y4, Y0
+	VFMADD231PS (R8)(BX*1), Y4, Y1
+	VFMADD231PS (R9)(BX*1), Y4, Y2
+	VFMADD231PS (R13)(BX*1), Y4, Y3
 	ADDQ $32, BX
 	DECQ DX
 	JNZ  scoreLoop
+	// [key0 0-7], [key1 0-7], ... to X0 = [key0, key1, key2, key3]
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
-	VMULSS X13, X0, X0
-	MOVSS X0, (AX)
-	ADDQ $4, AX
-	ADDQ R10, DI
-	DECQ CX
-	JMP  scoreEntry
+	VMULPS X13, X0, X0
+	CMPQ CX, $4
+	JLT  scoreTail
+	VMOVUPS X0, (AX)
+	ADDQ $16, AX
+	LEAQ (DI)(R10*4), DI
+	SUBQ $4, CX
+	JMP  scoreQuad
+
+scoreTail:
+	VMOVSS X0, (AX)
+	CMPQ CX, $2
+	JLT  scoreDone
+	VEXTRACTPS $1, X0, 4(AX)
+	CMPQ CX, $3
+	JLT  scoreDone
+	VEXTRACTPS $2, X0, 8(AX)
 
 scoreDone:
 	VZEROUPPER
@@ -256,45 +297,130 @@ scoreDone:
 
 // func f32MixAVX2(out, v *float32, stride, m, hd int, p *float32)
 // out[0:hd] = Σ_e p[e]·v[e·stride : e·stride+hd] for e < m; hd a
-// multiple of 8.
+// multiple of 8. The output is walked in pieces of 4, 2, then 1 vectors,
+// each summed over every key in registers: even keys and odd keys in two
+// sums added at the end (so every vector has two FMA chains), which is
+// the same arithmetic whatever piece a vector falls in.
 TEXT ·f32MixAVX2(SB), NOSPLIT, $0-48
 	MOVQ out+0(FP), SI
-	MOVQ v+8(FP), DI
 	MOVQ stride+16(FP), R10
 	SHLQ $2, R10
-	MOVQ m+24(FP), CX
 	MOVQ hd+32(FP), R11
-	SHRQ $3, R11
+	SHLQ $2, R11 // hd in bytes
+	XORQ R8, R8  // the piece's offset in bytes
+
+mixPiece:
+	MOVQ R11, R12
+	SUBQ R8, R12
+	JZ   mixDone
+	MOVQ v+8(FP), DI
+	ADDQ R8, DI
 	MOVQ p+40(FP), AX
-	// clear out
+	MOVQ m+24(FP), CX
 	VXORPS Y0, Y0, Y0
-	MOVQ R11, DX
-	XORQ BX, BX
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	CMPQ R12, $128
+	JGE  mix4
+	CMPQ R12, $64
+	JGE  mix2
 
-mixClear:
-	VMOVUPS Y0, (SI)(BX*1)
-	ADDQ $32, BX
-	DECQ DX
-	JNZ  mixClear
+mix1:
+	CMPQ CX, $2
+	JLT  mix1last
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 4(AX), Y9
+	VFMADD231PS (DI), Y8, Y0
+	VFMADD231PS (DI)(R10*1), Y9, Y4
+	LEAQ (DI)(R10*2), DI
+	ADDQ $8, AX
+	SUBQ $2, CX
+	JMP  mix1
 
-mixEntry:
+mix1last:
 	TESTQ CX, CX
-	JZ    mixDone
-	VBROADCASTSS (AX), Y2
-	MOVQ R11, DX
-	XORQ BX, BX
+	JZ    mix1store
+	VBROADCASTSS (AX), Y8
+	VFMADD231PS (DI), Y8, Y0
 
-mixLoop:
-	VMOVUPS (SI)(BX*1), Y1
-	VFMADD231PS (DI)(BX*1), Y2, Y1
-	VMOVUPS Y1, (SI)(BX*1)
-	ADDQ $32, BX
-	DECQ DX
-	JNZ  mixLoop
-	ADDQ $4, AX
-	ADDQ R10, DI
-	DECQ CX
-	JMP  mixEntry
+mix1store:
+	VADDPS Y4, Y0, Y0
+	VMOVUPS Y0, (SI)(R8*1)
+	ADDQ $32, R8
+	JMP  mixPiece
+
+mix2:
+	CMPQ CX, $2
+	JLT  mix2last
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 4(AX), Y9
+	VFMADD231PS (DI), Y8, Y0
+	VFMADD231PS 32(DI), Y8, Y1
+	VFMADD231PS (DI)(R10*1), Y9, Y4
+	VFMADD231PS 32(DI)(R10*1), Y9, Y5
+	LEAQ (DI)(R10*2), DI
+	ADDQ $8, AX
+	SUBQ $2, CX
+	JMP  mix2
+
+mix2last:
+	TESTQ CX, CX
+	JZ    mix2store
+	VBROADCASTSS (AX), Y8
+	VFMADD231PS (DI), Y8, Y0
+	VFMADD231PS 32(DI), Y8, Y1
+
+mix2store:
+	VADDPS Y4, Y0, Y0
+	VADDPS Y5, Y1, Y1
+	VMOVUPS Y0, (SI)(R8*1)
+	VMOVUPS Y1, 32(SI)(R8*1)
+	ADDQ $64, R8
+	JMP  mixPiece
+
+mix4:
+	CMPQ CX, $2
+	JLT  mix4last
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 4(AX), Y9
+	VFMADD231PS (DI), Y8, Y0
+	VFMADD231PS 32(DI), Y8, Y1
+	VFMADD231PS 64(DI), Y8, Y2
+	VFMADD231PS 96(DI), Y8, Y3
+	VFMADD231PS (DI)(R10*1), Y9, Y4
+	VFMADD231PS 32(DI)(R10*1), Y9, Y5
+	VFMADD231PS 64(DI)(R10*1), Y9, Y6
+	VFMADD231PS 96(DI)(R10*1), Y9, Y7
+	LEAQ (DI)(R10*2), DI
+	ADDQ $8, AX
+	SUBQ $2, CX
+	JMP  mix4
+
+mix4last:
+	TESTQ CX, CX
+	JZ    mix4store
+	VBROADCASTSS (AX), Y8
+	VFMADD231PS (DI), Y8, Y0
+	VFMADD231PS 32(DI), Y8, Y1
+	VFMADD231PS 64(DI), Y8, Y2
+	VFMADD231PS 96(DI), Y8, Y3
+
+mix4store:
+	VADDPS Y4, Y0, Y0
+	VADDPS Y5, Y1, Y1
+	VADDPS Y6, Y2, Y2
+	VADDPS Y7, Y3, Y3
+	VMOVUPS Y0, (SI)(R8*1)
+	VMOVUPS Y1, 32(SI)(R8*1)
+	VMOVUPS Y2, 64(SI)(R8*1)
+	VMOVUPS Y3, 96(SI)(R8*1)
+	ADDQ $128, R8
+	JMP  mixPiece
 
 mixDone:
 	VZEROUPPER

@@ -172,11 +172,17 @@ func TestDotX4X4(t *testing.T) {
 func TestAttentionKernels(t *testing.T) {
 	g := rand.New(rand.NewPCG(7, 8))
 	kernelPaths(t, func(t *testing.T) {
-		for _, hd := range []int{8, 12, 48, 64} {
-			const m, stride = 5, 200
+		// Head sizes that take the mix kernel's pieces of 4, 2 and 1
+		// vectors (and a width the AVX2 kernels leave to Go); key counts
+		// around the scores kernel's groups of four and the mix's pairs.
+		for _, shape := range [][2]int{{8, 5}, {12, 5}, {24, 1}, {48, 2}, {48, 3}, {48, 4}, {48, 16}, {64, 5}, {136, 7}} {
+			hd, m := shape[0], shape[1]
+			const stride = 200
 			q, k := randF32(g, hd), randF32(g, m*stride)
-			got := make([]float32, m)
+			guarded := make([]float32, m+4) // past m: untouched
+			got := guarded[:m]
 			scores(got, q, k, stride, hd, 0.5)
+			assert.Equal(t, []float32{0, 0, 0, 0}, guarded[m:], "scores hd %d: written past %d entries", hd, m)
 			for e := range got {
 				var want float64
 				for j := range hd {
@@ -185,8 +191,10 @@ func TestAttentionKernels(t *testing.T) {
 				assertClose(t, 0.5*want, got[e], fmt.Sprintf("scores hd %d entry %d", hd, e))
 			}
 			p := randF32(g, m)
-			out := randF32(g, hd) // mix overwrites it
+			guarded = randF32(g, hd+8) // mix overwrites the first hd
+			out, tail := guarded[:hd], slices.Clone(guarded[hd:])
 			mix(out, k, stride, p)
+			assert.Equal(t, tail, guarded[hd:], "mix hd %d: written past it", hd)
 			for j := range out {
 				var want float64
 				for e := range p {
