@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"encoding/binary"
-	"unsafe"
 
 	"github.com/modrun/modrun/gguf"
 )
@@ -17,8 +16,9 @@ import (
 //
 // two integer sums and one float step per 32 weights; the weights stay the
 // file's bytes (decode reads 5-6 bits a weight, where the Q8_0 copy they
-// were requantized to took 9). A prompt's four rows are unpacked to int8
-// values (legacyTile) for the Q8_0 tile kernel, the mins added after.
+// were requantized to took 9). A prompt's rows are unpacked 16 at a time
+// (legacyTile) for the interleaved Q8_0 kernel (q8i.go), the mins added
+// after.
 //
 // The layouts (gguf/quant.go): byte j of the 16 nibble bytes holds element
 // j (low half) and j+16 (high half); bit j of qh is element j's fifth bit.
@@ -92,11 +92,12 @@ func dotLegacy(t gguf.TensorType, w []byte, x []int8, xd []float32) float32 {
 	return dotLegacyGo(t, w, x, xd)
 }
 
-// legacyTileBuf is a worker's four rows unpacked (legacyTile) and its
+// legacyTileBuf is a worker's 16 rows unpacked (legacyTile) and its
 // activations' block sums.
 type legacyTileBuf struct {
-	q    []int8    // [4][cols] the values u − 16 (Q5_0) or u
-	d, c []float32 // [4][cols/32] each block's scale and, with mins, its constant
+	q    []byte    // [cols/32][8][16][4] as q8i's q (one group): u + 128, or u + 112 for Q5_0 (its −16 folded in)
+	d    []float32 // [cols/32][16] the rows' block scales
+	c    []float32 // [16][cols/32] with mins, the rows' block constants
 	xsum []float32 // [n][cols/32] xd·Σx of each activation block
 }
 
@@ -111,75 +112,83 @@ var fifthBytes = func() (t [256]uint64) {
 	return t
 }()
 
-// legacyTile unpacks rows i..i+3 of w into tb, eight quants at a time:
-// Q5_0's as the signed values u − 16 (its constant folded in), Q4_1's and
-// Q5_1's as u with the min in c.
+// legacyTile unpacks rows i..i+15 of w into tb as interleaveQ8 lays out a
+// group of Q8_0 rows (each weight +128, which the kernel's activation sums
+// cancel), eight quants at a time: the unsigned quants u, Q5_0's as
+// u − 16 with its constant folded in, Q4_1's and Q5_1's with the min in c.
 func legacyTile(w *matrix, i int, tb *legacyTileBuf) {
-	const b4 = 0x1010101010101010
+	const b80, b70 = 0x8080808080808080, 0x7070707070707070
 	l := legacyTypes[w.ktype]
 	le := binary.LittleEndian
 	nb := w.cols / blockLen
-	out := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(tb.q))), len(tb.q))
-	for r := range 4 {
-		row := w.raw[(i+r)*nb*l.bytes : (i+r+1)*nb*l.bytes]
+	var u [blockLen]byte
+	for rr := range q8iRows {
+		row := w.raw[(i+rr)*nb*l.bytes : (i+rr+1)*nb*l.bytes]
 		for b := range nb {
 			blk := row[b*l.bytes : (b+1)*l.bytes]
-			d, c := half(blk), -16*half(blk)
-			if l.m >= 0 {
-				c = half(blk[l.m:])
-			}
 			var qh uint32
 			if l.qh >= 0 {
 				qh = le.Uint32(blk[l.qh:])
 			}
-			o := out[r*w.cols+b*blockLen:]
 			for h := 0; h < 16; h += 8 {
 				v := le.Uint64(blk[l.qs+h:])
 				lo := v&nib8 | fifthBytes[qh>>h&0xff]
 				hi := v>>4&nib8 | fifthBytes[qh>>(h+16)&0xff]
-				if l.m < 0 { // u − 16: bit 4 flipped, and bits 5-7 set where it is then set (u < 16)
-					lo ^= b4
-					lo |= (lo & b4) * 0x0e
-					hi ^= b4
-					hi |= (hi & b4) * 0x0e
+				if l.m < 0 { // u + 112 = u − 16 + 128, no carry between bytes (u < 32)
+					lo, hi = lo+b70, hi+b70
+				} else {
+					lo, hi = lo|b80, hi|b80
 				}
-				le.PutUint64(o[h:], lo)
-				le.PutUint64(o[16+h:], hi)
+				le.PutUint64(u[h:], lo)
+				le.PutUint64(u[16+h:], hi)
 			}
-			if l.m < 0 {
-				c = 0
+			for c := range 8 { // bytes 4c..4c+3 of row rr at (b·8+c)·64+4rr
+				copy(tb.q[(b*8+c)*64+4*rr:], u[4*c:4*c+4])
 			}
-			tb.d[r*nb+b], tb.c[r*nb+b] = d, c
+			tb.d[b*q8iRows+rr] = half(blk)
+			if l.m >= 0 {
+				tb.c[rr*nb+b] = half(blk[l.m:])
+			}
 		}
 	}
 }
 
 // matmulLegacy is matmul's part for a Q4_1, Q5_0 or Q5_1 matrix w over
-// tokens 0..n and rows lo..hi: four tokens or more with VNNI take the
-// Q8_0 tile kernel on rows unpacked four at a time, once for all the
-// tokens (the mins added after: Σ_b c_b·xd_b·Σx_b), the rest dotLegacy.
+// tokens 0..n and rows lo..hi: with VNNI, four tokens or more take q8i's
+// interleaved kernel on rows unpacked 16 at a time, once for all the
+// tokens (the mins added after: Σ_b c_b·xd_b·Σx_b; x.q8iActs filled
+// before), the rest dotLegacy.
 func matmulLegacy(out []float32, x *acts, w *matrix, lo, hi, n int, tb *legacyTileBuf) {
 	cols, nb := w.cols, w.cols/blockLen
 	rb := nb * legacyTypes[w.ktype].bytes
 	mins := legacyTypes[w.ktype].m >= 0
 	i := lo
 	if useSIMD && useVNNI && n >= 4 {
-		tb.q, tb.d, tb.c = grow(tb.q, 4*cols), grow(tb.d, 4*nb), grow(tb.c, 4*nb)
+		tb.q, tb.d, tb.c = grow(tb.q, q8iRows*cols), grow(tb.d, q8iRows*nb), grow(tb.c, q8iRows*nb)
 		if mins {
 			tb.xsum = grow(tb.xsum, n*nb)
-			blockSums(tb.xsum, x)
+			for b, a := range x.ia[:n*nb] { // a.s is −128·Σx
+				tb.xsum[b] = a.d * float32(a.s/-128)
+			}
 		}
-		for ; i+4 <= hi; i += 4 {
+		for ; i+q8iRows <= hi; i += q8iRows {
 			legacyTile(w, i, tb)
-			for t0 := 0; t0 < n; t0 += tokenTile {
-				t1 := min(n, t0+tokenTile)
-				s := q8Tiles(out, w.rows, i, tb.q, tb.d, x, t0, t1)
-				if mins {
-					addMins(out, w.rows, i, tb, nb, t0, s)
+			for s := 0; s < n; {
+				k := 1
+				switch {
+				case n-s >= 8:
+					k = 8
+				case n-s >= 4:
+					k = 4
 				}
-				for ; s < t1; s++ {
-					for r := i; r < i+4; r++ {
-						out[s*w.rows+r] = dotLegacy(w.ktype, w.raw[r*rb:(r+1)*rb], x.q[s*cols:(s+1)*cols], x.d[s*nb:(s+1)*nb])
+				dotQ8i(tb.q, tb.d, nb, x.q[s*cols:(s+k)*cols], x.ia[s*nb:(s+k)*nb], k, out[s*w.rows+i:], w.rows)
+				s += k
+			}
+			if mins {
+				for s := range n {
+					o, xs := out[s*w.rows+i:s*w.rows+i+q8iRows], tb.xsum[s*nb:(s+1)*nb]
+					for rr := range o {
+						o[rr] += dotF32(tb.c[rr*nb:(rr+1)*nb], xs)
 					}
 				}
 			}
@@ -189,34 +198,6 @@ func matmulLegacy(out []float32, x *acts, w *matrix, lo, hi, n int, tb *legacyTi
 		wr := w.raw[i*rb : (i+1)*rb]
 		for s := range n {
 			out[s*w.rows+i] = dotLegacy(w.ktype, wr, x.q[s*cols:(s+1)*cols], x.d[s*nb:(s+1)*nb])
-		}
-	}
-}
-
-// blockSums writes xsum[s][b] = xd_b·Σ x_b of x's activation blocks.
-func blockSums(xsum []float32, x *acts) {
-	for b, d := range x.d[:x.n*x.cols/blockLen] {
-		var v int32
-		for _, q := range x.q[b*blockLen : (b+1)*blockLen] {
-			v += int32(q)
-		}
-		xsum[b] = d * float32(v)
-	}
-}
-
-// addMins adds Σ_b c_b·xsum_b to out[s][i..i+3] for tokens t0..t1 (whole
-// groups of four): three rows by dotF32x3x4 and the fourth by dotF32.
-func addMins(out []float32, rows, i int, tb *legacyTileBuf, nb, t0, t1 int) {
-	var twelve [12]float32
-	for s := t0; s < t1; s += 4 {
-		xs := tb.xsum[s*nb : (s+4)*nb]
-		dotF32x3x4(tb.c[:3*nb], xs, nb, &twelve)
-		for t := range 4 {
-			o := out[(s+t)*rows+i : (s+t)*rows+i+4]
-			for r := range 3 {
-				o[r] += twelve[3*t+r]
-			}
-			o[3] += dotF32(tb.c[3*nb:4*nb], xs[t*nb:(t+1)*nb])
 		}
 	}
 }

@@ -90,11 +90,11 @@ func TestLegacyDot(t *testing.T) {
 }
 
 // matmul of Q4_1, Q5_0 and Q5_1 matrices, on every path: four tokens or
-// more with VNNI take the Q8_0 tile kernel on rows unpacked four at a time
-// (legacyTile, the mins added after), the rest dotLegacy. Every element
-// equals TestLegacyDot's reference, for token counts around the four-token
-// groups and past a tokenTile, and row counts that leave a remainder of
-// the four-row groups, over an odd number of blocks.
+// more with VNNI take the interleaved Q8_0 kernel on rows unpacked 16 at a
+// time (legacyTile, the mins added after), the rest dotLegacy. Every
+// element equals TestLegacyDot's reference, for token counts around the
+// kernel's 8, 4 and 1 and past a tokenTile, and row counts that leave a
+// remainder of the 16-row groups, over an odd number of blocks.
 func TestMatmulLegacy(t *testing.T) {
 	g := rand.New(rand.NewPCG(43, 44))
 	r := &Runner{pool: newPool(2)}

@@ -82,6 +82,9 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 		x.quantizeK(r.pool, useSIMD && useVNNI && x.n >= 4)
 	case w.quantized():
 		x.quantize(r.pool)
+		if w.kind == kindL && useSIMD && useVNNI && x.n >= 4 {
+			x.q8iActs() // matmulLegacy's interleaved kernel
+		}
 	}
 	n, cols, nb := x.n, w.cols, w.cols/blockLen
 	r.pool.run(w.rows, rowGrain, func(lo, hi int) {
