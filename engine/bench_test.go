@@ -85,6 +85,40 @@ func TestBenchmarkTimesOneRunAtATime(t *testing.T) {
 	assert.ErrorContains(t, err, "validation failed", "a backend that disagrees is never timed")
 }
 
+// promptCounter counts the prompts fed (a Feed of more than one token).
+type promptCounter struct {
+	Runner
+	prompts int
+}
+
+func (p *promptCounter) Feed(tokens []int32) ([]float32, error) {
+	if len(tokens) > 1 {
+		p.prompts++
+	}
+	return p.Runner.Feed(tokens)
+}
+
+// Without validation, and so without the run that records and warms the
+// prompt's work, the first Time runs the prompt once untimed before its
+// timed run; later ones run it once each.
+func TestBenchmarkWarmsUpFirst(t *testing.T) {
+	m, err := mod.Open(benchModel)
+	require.NoError(t, err)
+	defer m.Close()
+	cpu, err := NewCPU(m, mod.RoutingRouter)
+	require.NoError(t, err)
+	pc := &promptCounter{Runner: cpu}
+	prompt := []int32{1, 403, 407, 261, 378, 1, 403, 407}
+	k, err := NewBenchmark(&Backend{Runner: pc, Name: "cpu"}, m, mod.RoutingRouter, prompt, BenchOptions{PromptTokens: 8, DecodeTokens: 4})
+	require.NoError(t, err)
+	assert.Zero(t, pc.prompts, "--validate 0 feeds nothing while opening")
+	require.NoError(t, k.Time())
+	assert.Equal(t, 2, pc.prompts, "the first Time: the untimed run, then the timed one")
+	require.NoError(t, k.Time())
+	assert.Equal(t, 3, pc.prompts, "the second Time: the timed run only")
+	assert.Len(t, k.prefill, 2, "two timed runs")
+}
+
 // A model too big for the CPU reference to check at length validates fewer
 // tokens, never none; a small one validates all it was asked to.
 func TestValidationFor(t *testing.T) {
