@@ -21,7 +21,7 @@ type Stepper struct {
 	r     *Runner // the weights, the scratch and the pool; r.step points back while a step runs
 	layer []int   // [nLayer] index among the dense layers, or among the routed ones
 	kvd   int
-	k, v  [][]float32 // [pages][blockTokens*kvDim], nil until first written
+	k, v  [][]float32 // [pages][nKVHead][blockTokens][headDim], nil until first written
 	bt    int
 	cur   []pageRow // the rows of the block being run
 	out   []float32 // [rows wanting logits][nVocab], reused by each step
@@ -217,13 +217,16 @@ func (st *Stepper) logits(rows []sched.Row) []float32 {
 //	out, q [n][nHead*headDim]; k, v [n][kvDim]
 func (st *Stepper) attend(l int, out, q, k, v []float32, n int) {
 	c, bt, kvd := st.r.c, st.bt, st.kvd
+	nHead, hd := c.NHead, c.HeadDim
 	for i, pr := range st.cur[:n] {
 		page, slot := pr.t.Page(pr.i, pr.e, bt)
 		st.page(page)
-		copy(st.k[page][slot*kvd:(slot+1)*kvd], k[i*kvd:(i+1)*kvd])
-		copy(st.v[page][slot*kvd:(slot+1)*kvd], v[i*kvd:(i+1)*kvd])
+		for h := range c.NKVHead { // a page is [nKVHead][bt][headDim]
+			at := (h*bt + slot) * hd
+			copy(st.k[page][at:at+hd], k[i*kvd+h*hd:i*kvd+(h+1)*hd])
+			copy(st.v[page][at:at+hd], v[i*kvd+h*hd:i*kvd+(h+1)*hd])
+		}
 	}
-	nHead, hd := c.NHead, c.HeadDim
 	qd, group := nHead*hd, nHead/c.NKVHead
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	rows := st.cur[:n]
@@ -237,17 +240,17 @@ func (st *Stepper) attend(l int, out, q, k, v []float32, n int) {
 			qi := q[i*qd+h*hd : i*qd+(h+1)*hd]
 			for e0 := 0; e0 < m; e0 += bt { // the scores, a page at a time
 				page, _ := pr.t.Page(pr.i, e0, bt)
-				scores(sc[e0:min(m, e0+bt)], qi, st.k[page][kvh*hd:], kvd, hd, scale)
+				scores(sc[e0:min(m, e0+bt)], qi, st.k[page][kvh*bt*hd:], hd, hd, scale)
 			}
 			softmax(sc[:m])
 			o := out[i*qd+h*hd : i*qd+(h+1)*hd]
 			for e0 := 0; e0 < m; e0 += bt { // the values mixed, a page at a time
 				page, _ := pr.t.Page(pr.i, e0, bt)
 				if e0 == 0 {
-					mix(o, st.v[page][kvh*hd:], kvd, sc[:min(m, bt)])
+					mix(o, st.v[page][kvh*bt*hd:], hd, sc[:min(m, bt)])
 					continue
 				}
-				mix(part, st.v[page][kvh*hd:], kvd, sc[e0:min(m, e0+bt)])
+				mix(part, st.v[page][kvh*bt*hd:], hd, sc[e0:min(m, e0+bt)])
 				addTo(o, part)
 			}
 		}
