@@ -121,7 +121,6 @@ func legacyTile(w *matrix, i int, tb *legacyTileBuf) {
 	l := legacyTypes[w.ktype]
 	le := binary.LittleEndian
 	nb := w.cols / blockLen
-	var u [blockLen]byte
 	for rr := range q8iRows {
 		row := w.raw[(i+rr)*nb*l.bytes : (i+rr+1)*nb*l.bytes]
 		for b := range nb {
@@ -139,11 +138,13 @@ func legacyTile(w *matrix, i int, tb *legacyTileBuf) {
 				} else {
 					lo, hi = lo|b80, hi|b80
 				}
-				le.PutUint64(u[h:], lo)
-				le.PutUint64(u[16+h:], hi)
-			}
-			for c := range 8 { // bytes 4c..4c+3 of row rr at (b·8+c)·64+4rr
-				copy(tb.q[(b*8+c)*64+4*rr:], u[4*c:4*c+4])
+				// bytes 4c..4c+3 of row rr at (b·8+c)·64+4rr: lo holds
+				// elements h..h+7 (c = h/4, h/4+1), hi 16+h..23+h
+				at := (b*8+h/4)*64 + 4*rr
+				le.PutUint32(tb.q[at:], uint32(lo))
+				le.PutUint32(tb.q[at+64:], uint32(lo>>32))
+				le.PutUint32(tb.q[at+4*64:], uint32(hi))
+				le.PutUint32(tb.q[at+5*64:], uint32(hi>>32))
 			}
 			tb.d[b*q8iRows+rr] = half(blk)
 			if l.m >= 0 {
