@@ -239,7 +239,7 @@ func (a *acts) quantizeK(p *pool, wide bool) {
 
 // matmulK is matmul's part for a K-quant matrix w over tokens t0..t1 and
 // rows lo..hi: with VNNI, whole groups of four tokens take the tile
-// kernel (kTile4x4) on rows packed four at a time (into tile, a worker's
+// kernel (kTileRun) on rows packed four at a time (into tile, a worker's
 // buffer) once per kTileTokens tokens; the rest dotK.
 func matmulK(out []float32, x *acts, w *matrix, lo, hi, t0, t1 int, tile *kTileBuf) {
 	cols, nk, ng := w.cols, w.cols/kLen, w.cols/16

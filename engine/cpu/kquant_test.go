@@ -140,9 +140,10 @@ func TestMatmulK(t *testing.T) {
 }
 
 // The prompt's tile kernel, on every path (the Go twin where there is no
-// VNNI), over 1, 3 and 5 super-blocks, Q4_K's also narrow (KNARROW): each of its 16 row-token products
-// of rows packed by kPack and tokens rearranged by prepareTile equals the
-// reference of TestKDot.
+// VNNI), over 1, 3 and 5 super-blocks and two groups of four tokens,
+// Q4_K's also narrow (KNARROW): each of its row-token products of rows
+// packed by kPack and tokens rearranged by prepareTile, written at its
+// token's stride, equals the reference of TestKDot.
 func TestKTile(t *testing.T) {
 	var b ktBlock
 	require.Equal(t, []uintptr{ktQ, ktSc, ktMin, ktD, ktDm, ktSB},
@@ -155,20 +156,21 @@ func TestKTile(t *testing.T) {
 				cols := nk * kLen
 				raw, deq := kRows(t, g, typ, 4, cols)
 				w := &matrix{name: typ.String(), kind: kindK, ktype: typ, rows: 4, cols: cols, raw: raw}
-				f := randF32(g, 4*cols)
+				f := randF32(g, 8*cols)
 				f[cols+9] = -50 // one large activation in token 1
 				x := &acts{}
-				x.set(f, 4, cols)
+				x.set(f, 8, cols)
 				x.quantizeK(newPool(1), true)
 				buf := make([]byte, nk*ktSB)
 				kPack(w, 0, buf)
 				for _, narrow := range []bool{false, typ == gguf.TypeQ4_K} {
-					var out [16]float32
-					kTile4x4(buf, x.kqT, cols, x.ktab, nk, narrow, &out)
+					const ostride = 6 // rows of out: a stride other than the tile's
+					out := make([]float32, 8*ostride)
+					kTileRun(buf, x.kqT, cols, x.ktab, nk, 2, narrow, out, ostride)
 					for r := range 4 {
-						for s := range 4 {
+						for s := range 8 {
 							want, scale := kWant(deq[r*cols:(r+1)*cols], x.kq[s*cols:(s+1)*cols], x.kd[s*nk:(s+1)*nk])
-							assert.InDelta(t, want, float64(out[4*r+s]), 1e-6*scale, "%s %d blocks narrow %v row %d token %d", typ, nk, narrow, r, s)
+							assert.InDelta(t, want, float64(out[s*ostride+r]), 1e-6*scale, "%s %d blocks narrow %v row %d token %d", typ, nk, narrow, r, s)
 						}
 					}
 				}

@@ -9,7 +9,7 @@ import (
 )
 
 // A prompt's K-quant products run four weight rows by four tokens at a
-// time (kTile4x4), on rows unpacked once per matrix (kPack) and tokens
+// time (kTileRun), on rows unpacked once per matrix (kPack) and tokens
 // rearranged once per set of activations (acts.quantizeK with wide).
 // Every K-quant weight is d·sc_g·q − dm·m_g with q >= 0 (Q6_K's q − 32
 // is written q and a min of 32·sc_g), so a super-block's product with
@@ -69,7 +69,7 @@ type ktBlock struct {
 }
 
 // kPack unpacks K-quant rows i..i+3 of w into buf (nk·ktSB bytes) for
-// kTile4x4.
+// kTileRun.
 func kPack(w *matrix, i int, buf []byte) {
 	kb, nk := kBlockBytes[w.ktype], w.cols/kLen
 	_ = buf[nk*ktSB-1]
@@ -186,7 +186,7 @@ func laneQ6K(q *[4][4][64]byte, r int, blk *[210]byte) {
 	}
 }
 
-// prepareTile fills a's forms for kTile4x4 from its Q8_K copy: kqT, each
+// prepareTile fills a's forms for kTileRun from its Q8_K copy: kqT, each
 // token's quants in group-lane order, and ktab, each whole group of four
 // tokens' table (ktTab a super-block: the bsums of groups 2k and 2k+1 as
 // one uint32 by pair k and token, then the four tokens' scales).
@@ -217,31 +217,40 @@ func (a *acts) prepareTile() {
 	}
 }
 
-// kTile4x4 is rows r of a packed tile (w, nk super-blocks: kPack) dotted
-// with tokens t (x: four rows of nk·256 in group-lane order, xstride
-// apart; tab: their table, ktTab a super-block): out[4r+t]. narrow says
-// that each group's sum of q·x fits int16 (Q4_K's quants, 0..15), which
-// the VNNI kernel then scales in fewer steps.
-func kTile4x4(w []byte, x []int8, xstride int, tab []uint32, nk int, narrow bool, out *[16]float32) {
-	if nk == 0 {
-		*out = [16]float32{}
+// kTileRun dots rows r of a packed tile (w, nk super-blocks: kPack) with
+// groups groups of four tokens t (x: 4·groups rows of nk·256 in
+// group-lane order, xstride apart; tab: their tables, ktTab uint32s a
+// super-block, nk a group), writing group j's at out[(4j+t)·ostride + r].
+// narrow says that each group's sum of q·x fits int16 (Q4_K's quants,
+// 0..15), which the VNNI kernel then scales in fewer steps.
+func kTileRun(w []byte, x []int8, xstride int, tab []uint32, nk, groups int, narrow bool, out []float32, ostride int) {
+	if groups == 0 {
 		return
 	}
-	_, _, _ = w[nk*ktSB-1], x[3*xstride+nk*kLen-1], tab[nk*ktTab-1]
+	if nk == 0 {
+		for s := range 4 * groups {
+			clear(out[s*ostride : s*ostride+4])
+		}
+		return
+	}
+	_, _, _, _ = w[nk*ktSB-1], x[(4*groups-1)*xstride+nk*kLen-1], tab[groups*nk*ktTab-1], out[(4*groups-1)*ostride+3]
 	if useSIMD && useVNNI {
 		n := 0
 		if narrow {
 			n = 1
 		}
-		kTileVNNI(&w[0], &x[0], xstride, &tab[0], nk, &out[0], n)
+		kTileVNNI(&w[0], &x[0], xstride, &tab[0], nk, &out[0], ostride, groups, n)
 		return
 	}
-	kTile4x4Go(w, x, xstride, tab, nk, out)
+	for j := range groups {
+		kTile4x4Go(w, x[4*j*xstride:], xstride, tab[j*nk*ktTab:], nk, out[4*j*ostride:], ostride)
+	}
 }
 
-// kTile4x4Go is kTile4x4 in Go, step by step as the VNNI kernel: exact
-// integer sums per super-block, then I·(d·xd) − M·(dm·xd) in float32.
-func kTile4x4Go(w []byte, x []int8, xstride int, tab []uint32, nk int, out *[16]float32) {
+// kTile4x4Go is one group of kTileRun in Go, step by step as the VNNI
+// kernel: exact integer sums per super-block, then I·(d·xd) − M·(dm·xd)
+// in float32.
+func kTile4x4Go(w []byte, x []int8, xstride int, tab []uint32, nk int, out []float32, ostride int) {
 	le := binary.LittleEndian
 	var acc [16]float32
 	for k := range nk {
@@ -266,11 +275,13 @@ func kTile4x4Go(w []byte, x []int8, xstride int, tab []uint32, nk int, out *[16]
 				xd := math.Float32frombits(tb[32+t])
 				d := math.Float32frombits(le.Uint32(sb[ktD+4*(4*r+t):]))
 				dm := math.Float32frombits(le.Uint32(sb[ktDm+4*(4*r+t):]))
-				acc[4*r+t] += float32(isum)*(d*xd) - float32(msum)*(dm*xd)
+				acc[4*t+r] += float32(isum)*(d*xd) - float32(msum)*(dm*xd)
 			}
 		}
 	}
-	*out = acc
+	for t := range 4 {
+		copy(out[t*ostride:t*ostride+4], acc[4*t:4*t+4])
+	}
 }
 
 // kTileTokens is how many tokens one packing of a row tile serves: their
@@ -301,15 +312,7 @@ func (b *kTileBuf) grow(n int) []byte {
 // whole group) through rows i..i+3 packed in buf, writing out[s][i..i+3];
 // it returns the first token it left.
 func kTiles(out []float32, rows, i int, buf []byte, narrow bool, x *acts, t0, t1 int) int {
-	cols, nk := x.cols, x.cols/kLen
-	var sixteen [16]float32
-	s := t0
-	for ; s+4 <= t1; s += 4 {
-		kTile4x4(buf, x.kqT[s*cols:(s+4)*cols], cols, x.ktab[s/4*nk*ktTab:(s/4+1)*nk*ktTab], nk, narrow, &sixteen)
-		for t := range 4 {
-			o := out[(s+t)*rows+i : (s+t)*rows+i+4]
-			o[0], o[1], o[2], o[3] = sixteen[t], sixteen[4+t], sixteen[8+t], sixteen[12+t]
-		}
-	}
-	return s
+	cols, nk, g := x.cols, x.cols/kLen, (t1-t0)/4
+	kTileRun(buf, x.kqT[t0*cols:], cols, x.ktab[t0/4*nk*ktTab:], nk, g, narrow, out[t0*rows+i:], rows)
+	return t0 + 4*g
 }

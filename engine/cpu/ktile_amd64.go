@@ -1,7 +1,7 @@
 package cpu
 
 //go:noescape
-func kTileVNNI(w *byte, x *int8, xstride int, tab *uint32, nk int, out *float32, narrow int)
+func kTileVNNI(w *byte, x *int8, xstride int, tab *uint32, nk int, out *float32, ostride, groups, narrow int)
 
 //go:noescape
 func laneQ4KVNNI(dst *byte, qs *byte)

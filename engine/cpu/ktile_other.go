@@ -2,7 +2,7 @@
 
 package cpu
 
-func kTileVNNI(w *byte, x *int8, xstride int, tab *uint32, nk int, out *float32, narrow int) {
+func kTileVNNI(w *byte, x *int8, xstride int, tab *uint32, nk int, out *float32, ostride, groups, narrow int) {
 	panic("cpu: no VNNI kernels on this architecture")
 }
 

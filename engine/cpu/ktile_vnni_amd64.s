@@ -95,25 +95,49 @@ GLOBL ktPairQ<>(SB), RODATA|NOPTR, $64
 	VPERMD (1088+16*k)(SI), Z14, Z7; \
 	VPDPWSSD Z6, Z7, Z5
 
-// func kTileVNNI(w *byte, x *int8, xstride int, tab *uint32, nk int, out *float32, narrow int)
-// out[4r+t] = row r of the packed tile w (kPack: ktSB bytes a super-block)
-// · token t of x (group-lane order, tokens xstride bytes apart; tab their
-// table, ktTab uint32s a super-block), over nk super-blocks. Per
+// Lane 4t+r takes lane 4r+t: [0 4 8 12, 1 5 9 13, ...].
+DATA ktTrans<>+0(SB)/8, $0x0000000400000000
+DATA ktTrans<>+8(SB)/8, $0x0000000c00000008
+DATA ktTrans<>+16(SB)/8, $0x0000000500000001
+DATA ktTrans<>+24(SB)/8, $0x0000000d00000009
+DATA ktTrans<>+32(SB)/8, $0x0000000600000002
+DATA ktTrans<>+40(SB)/8, $0x0000000e0000000a
+DATA ktTrans<>+48(SB)/8, $0x0000000700000003
+DATA ktTrans<>+56(SB)/8, $0x0000000f0000000b
+GLOBL ktTrans<>(SB), RODATA|NOPTR, $64
+
+// func kTileVNNI(w *byte, x *int8, xstride int, tab *uint32, nk int, out *float32, ostride int, groups int, narrow int)
+// Row r of the packed tile w (kPack: ktSB bytes a super-block) · token t
+// of each of groups groups of four tokens (x: group-lane order, tokens
+// xstride bytes apart, one group after another; tab their tables, ktTab
+// uint32s a super-block, one group's nk after another's) into
+// out[(4j+t)·ostride + r] for group j, over nk super-blocks. Per
 // super-block: the 16 row-token sums of q·x by group in int32 lanes
 // (Z16-Z31, row r token t in Z16+4r+t), times the scales, reduced to one
 // vector I (lane 4r+t); the mins' sums M likewise; then the float sums
 // Z15 += I·(d·xd) − M·(dm·xd). narrow != 0 says the group sums fit int16
 // (Q4_K: 16·15·127), so that KNARROW scales them.
-TEXT ·kTileVNNI(SB), NOSPLIT, $0-56
-	MOVQ w+0(FP), SI
-	MOVQ x+8(FP), DI
+TEXT ·kTileVNNI(SB), NOSPLIT, $0-72
+	MOVQ w+0(FP), R10
+	MOVQ x+8(FP), AX
 	MOVQ xstride+16(FP), R12
 	MOVQ tab+24(FP), BX
-	MOVQ nk+32(FP), CX
+	MOVQ out+40(FP), DX
+	MOVQ ostride+48(FP), R9
+	SHLQ $2, R9
+	MOVQ groups+56(FP), R8
+	MOVQ narrow+64(FP), R11
 	LEAQ (R12)(R12*2), R13
-	MOVQ narrow+48(FP), R11
 	VMOVDQU32 ktQuad<>(SB), Z14
 	VMOVDQU64 ktPairQ<>(SB), Z13
+	VMOVDQU32 ktTrans<>(SB), Z12
+
+ktgroup:
+	TESTQ R8, R8
+	JZ    ktend
+	MOVQ  R10, SI
+	MOVQ  AX, DI
+	MOVQ  nk+32(FP), CX
 	VPXORD Z15, Z15, Z15
 
 ktblock:
@@ -194,8 +218,21 @@ ktreduce:
 	JMP  ktblock
 
 ktdone:
-	MOVQ out+40(FP), DX
-	VMOVUPS Z15, (DX)
+	// Z15 by token: lane 4t+r, each token's 4 rows at out + t·ostride.
+	VPERMD Z15, Z12, Z15
+	VMOVUPS X15, (DX)
+	ADDQ R9, DX
+	VEXTRACTF32X4 $1, Z15, (DX)
+	ADDQ R9, DX
+	VEXTRACTF32X4 $2, Z15, (DX)
+	ADDQ R9, DX
+	VEXTRACTF32X4 $3, Z15, (DX)
+	ADDQ R9, DX
+	LEAQ (AX)(R12*4), AX
+	DECQ R8
+	JMP  ktgroup
+
+ktend:
 	VZEROUPPER
 	RET
 
