@@ -237,11 +237,10 @@ func (s *Session) generateBatched(ctx context.Context, ids []int32, so engine.Sa
 	}
 	lps := &lpSampler{s: sampler, logProbs: opts.LogProbs, top: opts.TopLogProbs}
 	ev := &seqEvents{signal: make(chan struct{}, 1)}
-	reuse := len(s.fed) // the session's own tokens: it delivered them, so no routes are owed
-	if reuse == 0 {
-		reuse = -1
-	}
-	req := sched.Request{Prompt: seq, MaxTokens: opts.MaxTokens, Stop: s.m.tok.EndOfGeneration(), Sampler: lps, ReuseAtMost: reuse,
+	// The prefix cache serves any cached prefix, this session's or
+	// another's (a shared system prompt, a benchmark's one prompt), with
+	// the routing its tokens had: RunReused hands it to OnRun as if they ran.
+	req := sched.Request{Prompt: seq, MaxTokens: opts.MaxTokens, Stop: s.m.tok.EndOfGeneration(), Sampler: lps, RunReused: true,
 		OnToken: func(id int32) error { ev.push(seqEvent{kind: evDrawn, id: id, lp: lps.last}); return nil },
 		OnRun:   func(pos int, routes []mod.Route) { ev.push(seqEvent{kind: evRan, pos: pos, routes: routes}) },
 		OnDone:  func() { ev.push(seqEvent{kind: evDone}) },

@@ -1,6 +1,10 @@
 package sched
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/modrun/modrun/mod"
+)
 
 // prefixCache keeps the pages of sequences' full token blocks, keyed by a
 // chain hash (block i's hash covers blocks 0..i), so that a new sequence
@@ -19,11 +23,12 @@ type prefixCache struct {
 }
 
 type prefixEntry struct {
-	parent uint64  // the hash of blocks 0..i-1 (0 for block 0)
-	tokens []int32 // [blockTokens] block i's tokens, to tell a collision
-	dense  []int32 // [(i+1)*denseWidth] pages of blocks 0..i
-	routed []Table // [routed layers] Len: entries below the block's end
-	used   uint64  // clock of the last use
+	parent uint64        // the hash of blocks 0..i-1 (0 for block 0)
+	tokens []int32       // [blockTokens] block i's tokens, to tell a collision
+	dense  []int32       // [(i+1)*denseWidth] pages of blocks 0..i
+	routed []Table       // [routed layers] Len: entries below the block's end
+	routes [][]mod.Route // [blockTokens][routed layers] the block's tokens' routing; nil for a dense model
+	used   uint64        // clock of the last use
 }
 
 func newPrefixCache() *prefixCache { return &prefixCache{entries: map[uint64]*prefixEntry{}} }
@@ -48,10 +53,12 @@ func chainHash(parent uint64, tokens []int32) uint64 {
 	return h
 }
 
-// lookup is the entry of the longest prefix of tokens, in at most
-// maxBlocks full blocks, that the cache holds; nil when none.
-func (c *prefixCache) lookup(tokens []int32, bt, maxBlocks int) (e *prefixEntry, blocks int) {
+// lookup is the entries of the longest prefix of tokens, in at most
+// maxBlocks full blocks, that the cache holds, block by block (the last
+// holds the pages of them all); empty when none.
+func (c *prefixCache) lookup(tokens []int32, bt, maxBlocks int) []*prefixEntry {
 	var parent uint64
+	var chain []*prefixEntry
 	for b := 0; b < maxBlocks && (b+1)*bt <= len(tokens); b++ {
 		block := tokens[b*bt : (b+1)*bt]
 		h := chainHash(parent, block)
@@ -59,25 +66,25 @@ func (c *prefixCache) lookup(tokens []int32, bt, maxBlocks int) (e *prefixEntry,
 		if !ok || next.parent != parent || !slices.Equal(next.tokens, block) {
 			break
 		}
-		e, blocks, parent = next, b+1, h
+		chain, parent = append(chain, next), h
 	}
-	if e != nil {
+	if len(chain) > 0 {
 		c.clock++
-		e.used = c.clock
+		chain[len(chain)-1].used = c.clock
 	}
-	return e, blocks
+	return chain
 }
 
 // add records a sequence's block i (hash h, parent's hash parent) with its
 // pages: dense pages of blocks 0..i and each routed layer's entries below
-// the block's end (counts) in its table's pages. A block already cached
-// is left as it is.
-func (c *prefixCache) add(p *Pool, h, parent uint64, tokens []int32, dense []int32, routed []Table, counts []int) {
+// the block's end (counts) in its table's pages, and its tokens' routing
+// (routes). A block already cached is left as it is.
+func (c *prefixCache) add(p *Pool, h, parent uint64, tokens []int32, dense []int32, routed []Table, counts []int, routes [][]mod.Route) {
 	if _, ok := c.entries[h]; ok {
 		return
 	}
 	bt := p.blockTokens
-	e := &prefixEntry{parent: parent, tokens: slices.Clone(tokens), dense: slices.Clone(dense), routed: make([]Table, len(routed))}
+	e := &prefixEntry{parent: parent, tokens: slices.Clone(tokens), dense: slices.Clone(dense), routed: make([]Table, len(routed)), routes: routes}
 	for _, page := range e.dense {
 		p.retain(page)
 	}

@@ -76,9 +76,13 @@ type Request struct {
 	OnRun  func(pos int, routes []mod.Route)
 	OnDone func()
 	// ReuseAtMost bounds the prompt tokens the prefix cache may serve
-	// (tokens served so do not run: no OnRun); 0 = as many as it holds,
-	// negative = none.
+	// (tokens served so do not run: no OnRun, unless RunReused); 0 = as
+	// many as it holds, negative = none.
 	ReuseAtMost int
+	// RunReused gives OnRun each prompt token the prefix cache serves,
+	// with the routing it had when it ran (the cache keeps it), before any
+	// row of the sequence runs: for a caller that owes the prompt's routing.
+	RunReused bool
 	// KeepLogits and KeepRoutes keep the logits of each draw and the
 	// routing of each token run (tests compare them with a solo run).
 	KeepLogits, KeepRoutes bool
@@ -96,6 +100,9 @@ type Seq struct {
 	out    []int32
 	done   bool
 	hashes []uint64 // chain hash of each full block fed
+	// routes is the routing of the tokens fed since the last full block
+	// (a routed model's; [positions][routed layers]), for its cache entry.
+	routes [][]mod.Route
 
 	Stop        StopReason
 	Err         error
@@ -286,7 +293,7 @@ func (s *Scheduler) free(q *Seq) {
 	for j := range q.Routed {
 		q.Routed[j].release(s.pool)
 	}
-	q.fed, q.hashes = 0, q.hashes[:0]
+	q.fed, q.hashes, q.routes = 0, q.hashes[:0], q.routes[:0]
 }
 
 // admit starts queued sequences while the parallel limit allows, each
@@ -312,10 +319,11 @@ func (s *Scheduler) reuse(q *Seq) {
 	if q.req.ReuseAtMost > 0 {
 		most = min(most, q.req.ReuseAtMost/bt)
 	}
-	e, blocks := s.prefix.lookup(q.tokens, bt, most)
-	if e == nil {
+	chain := s.prefix.lookup(q.tokens, bt, most)
+	if len(chain) == 0 {
 		return
 	}
+	e, blocks := chain[len(chain)-1], len(chain)
 	q.Dense.share(s.pool, e.dense, blocks*bt)
 	for j := range q.Routed {
 		q.Routed[j].share(s.pool, e.routed[j].Pages, e.routed[j].Len)
@@ -328,6 +336,17 @@ func (s *Scheduler) reuse(q *Seq) {
 	q.fed = blocks * bt
 	q.Reused += q.fed
 	s.stats.ReusedTokens += q.fed
+	if q.req.RunReused && q.req.OnRun != nil {
+		for b, e := range chain {
+			for i := range bt {
+				var rt []mod.Route
+				if e.routes != nil {
+					rt = slices.Clone(e.routes[i])
+				}
+				q.req.OnRun(b*bt+i, rt)
+			}
+		}
+	}
 }
 
 // Step runs one forward pass over the running sequences: a row for each
@@ -499,6 +518,11 @@ func (s *Scheduler) book(q *Seq, rows []Row, base []int, routes [][]mod.Route) {
 			q.req.OnRun(r.Pos, rt)
 		}
 	}
+	if routes != nil && s.prefix != nil { // the open block's routing, for its cache entry
+		for i := range rows {
+			q.routes = append(q.routes, slices.Clone(routes[i]))
+		}
+	}
 	if q.req.KeepRoutes && routes != nil {
 		for i, r := range rows {
 			for len(q.Routes) <= r.Pos {
@@ -517,6 +541,11 @@ func (s *Scheduler) book(q *Seq, rows []Row, base []int, routes [][]mod.Route) {
 		if s.prefix == nil {
 			continue
 		}
+		var blockRoutes [][]mod.Route // the block's routing: the first bt of the open ones
+		if len(q.routes) >= bt {
+			blockRoutes = q.routes[:bt:bt]
+			q.routes = q.routes[bt:]
+		}
 		// Each routed layer's entries below the block's end: those before
 		// the step, and the step's rows before it that the layer took.
 		end := (b + 1) * bt
@@ -531,7 +560,7 @@ func (s *Scheduler) book(q *Seq, rows []Row, base []int, routes [][]mod.Route) {
 				}
 			}
 		}
-		s.prefix.add(s.pool, h, parent, q.tokens[b*bt:end], q.Dense.Pages[:(b+1)*q.Dense.Width], q.Routed, c)
+		s.prefix.add(s.pool, h, parent, q.tokens[b*bt:end], q.Dense.Pages[:(b+1)*q.Dense.Width], q.Routed, c, blockRoutes)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/modrun/modrun/mod"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -241,5 +242,54 @@ func TestArgmaxFinite(t *testing.T) {
 			_, ok := argmaxFinite(y)
 			assert.False(t, ok, "%v at %d", bad, at)
 		}
+	}
+}
+
+// TestPrefixReuseRouting: with RunReused, a sequence that the prefix cache
+// serves sees each served token through OnRun, before any of its rows
+// runs, with the routing it had when the first sequence ran it (the blocks
+// filled over several steps: 3 rows a step, 4 tokens a block); the tokens
+// after the prefix run as usual.
+func TestPrefixReuseRouting(t *testing.T) {
+	const bt = 4
+	f := newFake(2, 3, 256, 50, 1024, bt)
+	s, err := New(f, Options{BlockTokens: bt, Pages: 1024, BatchTokens: 3, PrefixCache: true})
+	require.NoError(t, err)
+	shared := make([]int32, 21)
+	for i := range shared {
+		shared[i] = int32(i*7%49 + 1)
+	}
+	run := func(req Request) *Seq {
+		q, err := s.Add(req)
+		require.NoError(t, err)
+		for s.Busy() {
+			_, err := s.Step()
+			require.NoError(t, err)
+		}
+		return q
+	}
+	q1 := run(Request{Prompt: append(slices.Clone(shared), 7), MaxTokens: 3, KeepRoutes: true})
+	var seen []int
+	routes := map[int][]mod.Route{}
+	steps := s.Stats().Steps
+	var stepsAtReuse []int
+	q2 := run(Request{Prompt: append(slices.Clone(shared), 9, 9), MaxTokens: 3, RunReused: true,
+		OnRun: func(pos int, r []mod.Route) {
+			seen = append(seen, pos)
+			routes[pos] = r
+			if pos < 20 {
+				stepsAtReuse = append(stepsAtReuse, s.Stats().Steps)
+			}
+		}})
+	assert.Equal(t, 20, q2.Reused, "five full blocks")
+	for pos := range len(q2.tokens) - 1 { // all but the last drawn, which never ran
+		assert.Equal(t, pos, seen[pos], "each position once, in order")
+		if pos < 20 {
+			assert.Equal(t, q1.Routes[pos], routes[pos], "position %d: the routing it had", pos)
+		}
+	}
+	require.Len(t, stepsAtReuse, 20)
+	for _, at := range stepsAtReuse {
+		assert.Equal(t, steps, at, "served before any row ran")
 	}
 }

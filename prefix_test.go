@@ -1,0 +1,46 @@
+package modrun
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestParallelPromptReused: a fresh session whose prompt begins with
+// blocks another sequence ran (a server's shared system prompt, a
+// benchmark's one prompt) takes them from the prefix cache instead of
+// running them, and still delivers every prompt token with its routing:
+// the tokens, and the routing, of the first session's turn.
+func TestParallelPromptReused(t *testing.T) {
+	m, err := Open("models/tinystories-mod.gguf", Options{Backend: BackendCPU, Parallel: 2})
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, m.Close()) }()
+	const prompt = "Once upon a time there was a little girl named Lily. She loved to play in the park with her dog."
+	turn := func() []Token {
+		s := m.NewSession()
+		defer s.Close()
+		var out []Token
+		_, err := s.Generate(context.Background(), prompt, GenerateOptions{MaxTokens: 6}, func(tk Token) error {
+			out = append(out, tk)
+			return nil
+		})
+		require.NoError(t, err)
+		return out
+	}
+	first := turn()
+	before := m.batch.s.Stats().ReusedTokens
+	second := turn()
+	reused := m.batch.s.Stats().ReusedTokens - before
+	assert.GreaterOrEqual(t, reused, 16, "the prompt's full blocks came from the cache")
+	require.Equal(t, len(first), len(second))
+	for i := range first {
+		assert.Equal(t, first[i].ID, second[i].ID, "token %d", i)
+		assert.Equal(t, first[i].Prompt, second[i].Prompt, "token %d", i)
+		if first[i].Prompt {
+			require.NotNil(t, second[i].Routes, "prompt token %d has its routing", i)
+			assert.Equal(t, first[i].Routes, second[i].Routes, "prompt token %d", i)
+		}
+	}
+}
