@@ -7,8 +7,11 @@
 #   bin/modrun bench --synthetic stories15m --type q8_0 --save /tmp/s15m-q8_0.gguf --backends cpu
 #   bench/serve/vs-llama-server.sh /tmp/s15m-q8_0.gguf /tmp/llama.cpp/build/bin/llama-server OUT_DIR
 #
-# Writes OUT_DIR/{modrun,llama-server}-ROUND.json (modrun bench serve --json).
-# THREADS (default: every core) is llama-server's -t and modrun's GOMAXPROCS.
+# Writes OUT_DIR/{modrun,llama-server}-ROUND.json (modrun bench serve --json)
+# and each server's log beside it. THREADS (default: every core) is
+# llama-server's -t and modrun's GOMAXPROCS. llama-server (c392e50) aborts
+# when SIGTERM stops it ("terminate called without an active exception"):
+# the shell's "Aborted" line that follows is harmless.
 set -euo pipefail
 model=$1 llama=$2 out=$3
 rounds=${ROUNDS:-3} clients=${CLIENTS:-1,4,8} requests=${REQUESTS:-4} n=${N:-64}
