@@ -186,12 +186,7 @@ func matmulLegacy(out []float32, x *acts, w *matrix, lo, hi, n int, tb *legacyTi
 				s += k
 			}
 			if mins {
-				for s := range n {
-					o, xs := out[s*w.rows+i:s*w.rows+i+q8iRows], tb.xsum[s*nb:(s+1)*nb]
-					for rr := range o {
-						o[rr] += dotF32(tb.c[rr*nb:(rr+1)*nb], xs)
-					}
-				}
+				addMins(out, w.rows, i, tb.c, tb.xsum, nb, n)
 			}
 		}
 	}
@@ -199,6 +194,32 @@ func matmulLegacy(out []float32, x *acts, w *matrix, lo, hi, n int, tb *legacyTi
 		wr := w.raw[i*rb : (i+1)*rb]
 		for s := range n {
 			out[s*w.rows+i] = dotLegacy(w.ktype, wr, x.q[s*cols:(s+1)*cols], x.d[s*nb:(s+1)*nb])
+		}
+	}
+}
+
+// addMins adds Σ_b c_b·xsum_b to out[s][i..i+15] for tokens 0..n: rows
+// three at a time by four tokens (dotF32x3x4), the 16th row and the last
+// tokens by dotF32.
+func addMins(out []float32, rows, i int, c, xsum []float32, nb, n int) {
+	var twelve [12]float32
+	s := 0
+	for ; s+4 <= n; s += 4 {
+		xs := xsum[s*nb : (s+4)*nb]
+		for r := 0; r+3 <= q8iRows; r += 3 {
+			dotF32x3x4(c[r*nb:(r+3)*nb], xs, nb, &twelve)
+			for t := range 4 {
+				o := out[(s+t)*rows+i+r : (s+t)*rows+i+r+3]
+				o[0], o[1], o[2] = o[0]+twelve[3*t], o[1]+twelve[3*t+1], o[2]+twelve[3*t+2]
+			}
+		}
+		for t := range 4 {
+			out[(s+t)*rows+i+15] += dotF32(c[15*nb:16*nb], xs[t*nb:(t+1)*nb])
+		}
+	}
+	for ; s < n; s++ {
+		for r := range q8iRows {
+			out[s*rows+i+r] += dotF32(c[r*nb:(r+1)*nb], xsum[s*nb:(s+1)*nb])
 		}
 	}
 }
