@@ -6,7 +6,8 @@
 #
 #   bench/serve/ab-modrun.sh /tmp/modrun-before /tmp/modrun-after /tmp/s15m-q8_0.gguf OUT_DIR
 #
-# Writes OUT_DIR/{a,b}-ROUND.json (modrun bench serve --json). THREADS
+# Writes OUT_DIR/{a,b}-ROUND.json (modrun bench serve --json);
+# bench/serve/summarize.py OUT_DIR a b prints the medians and ratios. THREADS
 # (default: every core) is each server's GOMAXPROCS; PARALLEL (default 8)
 # its --parallel.
 set -euo pipefail

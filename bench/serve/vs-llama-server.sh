@@ -8,7 +8,8 @@
 #   bench/serve/vs-llama-server.sh /tmp/s15m-q8_0.gguf /tmp/llama.cpp/build/bin/llama-server OUT_DIR
 #
 # Writes OUT_DIR/{modrun,llama-server}-ROUND.json (modrun bench serve --json)
-# and each server's log beside it. THREADS (default: every core) is
+# and each server's log beside it; bench/serve/summarize.py OUT_DIR prints
+# the medians and the per-round ratios. THREADS (default: every core) is
 # llama-server's -t and modrun's GOMAXPROCS. llama-server (c392e50) aborts
 # when SIGTERM stops it ("terminate called without an active exception"):
 # the shell's "Aborted" line that follows is harmless.
