@@ -26,12 +26,12 @@ var layers = map[string][]string{
 	"internal/...":  {"internal/..."},
 	"tokenizer":     {"gguf", "internal/..."},
 	"mod":           {"gguf", "tokenizer", "internal/..."},
-	"mod/quant":     {"mod", "gguf", "internal/..."},                           // each weight matrix's type (llama.cpp's mixes)
-	"mod/convert":   {"mod", "mod/quant", "gguf", "tokenizer", "internal/..."}, // checkpoints -> GGUF
-	"mod/synth":     {"mod", "mod/quant", "gguf", "tokenizer", "internal/..."}, // random-weight models of standard shapes
-	"engine/vulkan": {"mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
-	"engine/sched":  {"mod", "gguf", "tokenizer", "internal/..."},                 // many sequences per step: pages, tables, scheduler
-	"engine/cpu":    {"engine/sched", "mod", "gguf", "tokenizer", "internal/..."}, // the fast CPU runner
+	"mod/quant":     {"mod", "gguf", "internal/..."},                                               // each weight matrix's type (llama.cpp's mixes)
+	"mod/convert":   {"mod", "mod/quant", "gguf", "tokenizer", "internal/..."},                     // checkpoints -> GGUF
+	"mod/synth":     {"mod", "mod/quant", "gguf", "tokenizer", "internal/..."},                     // random-weight models of standard shapes
+	"engine/vulkan": {"engine/sched", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."}, // Stepper runs sched's steps, as engine/cpu does
+	"engine/sched":  {"mod", "gguf", "tokenizer", "internal/..."},                                  // many sequences per step: pages, tables, scheduler
+	"engine/cpu":    {"engine/sched", "mod", "gguf", "tokenizer", "internal/..."},                  // the fast CPU runner
 	"engine":        {"engine/vulkan", "engine/cpu", "engine/sched", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
 	"":              {"*"}, // the root package: the Go API for embedding
 	// The HTTP server: through the root API (TestServerImportsTheAPI
