@@ -26,6 +26,11 @@
 //   workgroup's combine into the tile's partial result (max, sum, output),
 //   which attention_merge combines over the tiles. A row i >= rows[0]
 //   writes nothing. Dispatch Groups(n * nHead * splits).
+//
+// PAGED_SPLIT: the rows of a stacked q|k|v matvec ([n][stride]) into q, k
+//   and v ([n][...] each), as the batch kernels read them: a step of a few
+//   rows runs its products as matvecs over several vectors (the weights
+//   read once for all of them). Dispatch Groups(n).
 #include "include/common.glsl"
 #include "include/push_paged.glsl"
 
@@ -189,6 +194,27 @@ void main() {
 		partML[pb] = vec2(mx, sum);
 	}
 }
+#elif defined(PAGED_SPLIT)
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer QKV { float qkv[]; }; // [n][stride]
+layout(std430, binding = 1) writeonly buffer Q { float q[]; };    // [n][nHead*headDim]
+layout(std430, binding = 2) writeonly buffer K { float k[]; };    // [n][kvDim]
+layout(std430, binding = 3) writeonly buffer V { float v[]; };    // [n][kvDim]
+
+void main() {
+	uint i = groupIndex();
+	if (i >= p.n) {
+		return;
+	}
+	uint qd = p.nHead * p.headDim, src = i * p.stride;
+	for (uint d = gl_LocalInvocationID.x; d < qd; d += gl_WorkGroupSize.x) {
+		q[i * qd + d] = qkv[src + d];
+	}
+	for (uint d = gl_LocalInvocationID.x; d < p.kvDim; d += gl_WorkGroupSize.x) {
+		k[i * p.kvDim + d] = qkv[src + p.kOff + d];
+		v[i * p.kvDim + d] = qkv[src + p.vOff + d];
+	}
+}
 #else
-#error "define one of PAGED_ENTRIES, PAGED_KV, PAGED_ATTENTION"
+#error "define one of PAGED_ENTRIES, PAGED_KV, PAGED_ATTENTION, PAGED_SPLIT"
 #endif

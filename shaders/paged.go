@@ -21,6 +21,9 @@ type PagedPush struct {
 	Scale       float32 // paged_attention: 1/sqrt(HeadDim)
 	Splits      uint32  // paged_attention: key tiles per (row, head)
 	SplitLen    uint32  // paged_attention: entries per key tile
+	Stride      uint32  // paged_split: elements of a row of qkv
+	KOff        uint32  // paged_split: where a row's k starts in it (q at 0)
+	VOff        uint32  // paged_split: where its v starts
 }
 
 // PagedKVName and PagedAttentionName are the paged write's and attention's
@@ -86,6 +89,17 @@ func init() {
 		pagedKV(KVF16, "KV_F16"),
 		pagedAttention(KVF32),
 		pagedAttention(KVF16, "KV_F16"),
+		Variant{
+			Name: "paged_split", Source: "paged.comp", Defines: []string{"PAGED_SPLIT"},
+			Bindings: []Binding{
+				{"qkv", Read, "[n][stride] f32: q [nHead*headDim] at 0, k [kvDim] at kOff, v [kvDim] at vOff"},
+				{"q", Write, "[n][nHead*headDim] f32"},
+				{"k", Write, "[n][kvDim] f32"},
+				{"v", Write, "[n][kvDim] f32"},
+			},
+			Push: PagedPush{}, LocalSize: [3]uint32{64, 1, 1},
+			Notes: "push N, NHead, HeadDim, KVDim, Stride, KOff, VOff; dispatch Groups(n)",
+		},
 		Variant{
 			Name: "paged_entries", Source: "paged.comp", Defines: []string{"PAGED_ENTRIES"},
 			Bindings: []Binding{

@@ -75,6 +75,11 @@ type pagedFrame struct {
 	logits, host  *vk.Buffer // [seqs][nVocab]
 	nLogits       int        // rows wanting logits in this recording
 	output        batchMat   // the output matrix, its matmul's tile fit to nLogits rows (narrow)
+	// vec: the step's products run as matvecs (stepvec.go), whose stacked
+	// q|k|v go to qkv first ([maxVecRows][the stack's rows]); qkv is nil
+	// when the weights' layout does not allow it (vecFits).
+	vec bool
+	qkv *vk.Buffer
 }
 
 // Stepper is a step runner on r's device and weights for steps of up to
@@ -125,6 +130,13 @@ func (r *Runner) Stepper(seqs int) (*Stepper, error) {
 	pf.rowSeq, pf.rmeta = must(4*ub, host), must(8*ub*uint64(max(1, st.nRouted)), host)
 	pf.rows, pf.ent, pf.toff = must(4, dev), must(4*ub, dev), must(4*ub, dev)
 	pf.lrows, pf.lcount = must(4*ub, host), must(4, host)
+	if r.vecFits() {
+		rows := uint32(0)
+		for _, b := range r.w.blocks {
+			rows = max(rows, b.qkv.mvs[0].rows)
+		}
+		pf.qkv = must(4*maxVecRows*uint64(rows), dev)
+	}
 	if al.err != nil {
 		return nil, fmt.Errorf("vulkan: a step's scratch of %d rows: %w", st.ub, al.err)
 	}
@@ -284,7 +296,7 @@ func (st *Stepper) recording(n, k int) (*vk.Recorder, error) {
 func (st *Stepper) frame(n, k int) (*frame, error) {
 	r, a := st.r, &st.a
 	pf := st.pf
-	pf.nLogits = k
+	pf.nLogits, pf.vec = k, pf.qkv != nil && n <= maxVecRows
 	blocks, err := st.blocks(n)
 	if err != nil {
 		return nil, err
@@ -582,6 +594,16 @@ func (r *Runner) recordPagedHead(rec *vk.Recorder, p *frame) error {
 		return err
 	}
 	r.dispatch(rec, norm)
+	if pf.qkv != nil && k <= maxVecRows { // a few rows: one matvec pass (stepvec.go)
+		o, err := r.vecOp(r.w.output, shaders.FuseNone, p.xn, pf.logits, nil, k)
+		if err != nil {
+			return err
+		}
+		r.dispatch(rec, o)
+		rec.Copy(pf.logits, pf.host, 0, 0, 4*uint64(k)*uint64(c.NVocab))
+		r.timestamp(rec, "copy")
+		return nil
+	}
 	for _, o := range pf.output.opsInPieces(r.ks.prof.MaxStorageBufferRange, r.dev.Info().Limits.MinStorageBufferOffsetAlignment, p.xn, pf.logits, k) {
 		r.dispatch(rec, o)
 	}

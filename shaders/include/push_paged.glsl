@@ -18,4 +18,7 @@ layout(push_constant) uniform PagedPush {
 	float scale;      // PAGED_ATTENTION: 1/sqrt(headDim)
 	uint splits;      // PAGED_ATTENTION: key tiles per (row, head)
 	uint splitLen;    // PAGED_ATTENTION: entries per key tile
+	uint stride;      // PAGED_SPLIT: elements of a row of qkv
+	uint kOff;        // PAGED_SPLIT: where a row's k starts in it
+	uint vOff;        // PAGED_SPLIT: where its v starts
 } p;

@@ -1,0 +1,164 @@
+package vulkan
+
+import (
+	"github.com/modrun/modrun/shaders"
+	"github.com/modrun/modrun/vk"
+)
+
+// A step of a few rows (stepper.go) runs its products as matvecs over
+// several vectors instead of matmuls: matvec reads each weight row once
+// for up to its NB vectors (constant 2), while matmul stages and
+// dequantizes a whole weight tile per workgroup whatever the rows, so
+// that on lavapipe a matmul over 1 to 64 rows costs about what 64 do (a
+// stories15M Q8_0 step of one row: ~200 ms of matmuls, against ~15 ms of
+// the decode step's matvecs). The block's stages (block.go) take these
+// when the frame's paged.vec is set: q, k and v by the decode weights'
+// stack (one matrix: into paged.qkv, then paged_split), o and down with
+// the residual add fused (FuseAdd), gate and up with the norm and SwiGLU
+// fused when the stack allows (FuseNormSwiGLU).
+
+// maxVecRows is the most rows a step runs as matvecs: one pass of NB
+// vectors over each weight row.
+const maxVecRows = 8
+
+// vecFits says whether every matrix of the blocks and the head is one
+// piece with a stack layout the matvec path takes.
+func (r *Runner) vecFits() bool {
+	one := func(m mat) bool { return len(m.pieces) == 1 }
+	ffB := 4 * uint64(r.c.NFF)
+	for l := range r.w.blocks {
+		b := &r.w.blocks[l]
+		qkv, gu := b.qkv, b.gateUp
+		switch {
+		case !one(b.o) || !one(b.down):
+			return false
+		case len(qkv.mvs) == 1 && one(qkv.mvs[0]), len(qkv.mvs) == 3 && one(qkv.mvs[0]) && one(qkv.mvs[1]) && one(qkv.mvs[2]):
+		default:
+			return false
+		}
+		switch {
+		case len(gu.mvs) == 1 && one(gu.mvs[0]) && gu.part[1] == ffB, len(gu.mvs) == 2 && one(gu.mvs[0]) && one(gu.mvs[1]):
+		default:
+			return false
+		}
+	}
+	return one(r.w.output)
+}
+
+// vecOp is matvec m with fusion fuse over n vectors of x into y [n][rows]
+// (FuseNormSwiGLU: [n][rows/2]; FuseAdd: y += W x), with NB up to n
+// where the device's loop cap allows. At n 0 (a routed block no row
+// entered) it dispatches nothing.
+func (r *Runner) vecOp(m mat, fuse string, x, y, normw *vk.Buffer, n int) (op, error) {
+	name, spec := r.ks.prof.Matvec(m.typ, fuse, uint32(n), m.cols)
+	nb := append([]uint32(nil), spec...)
+	if len(nb) > 2 && n > 1 {
+		nb[2] = uint32(min(n, maxVecRows))
+		loops := uint32(1)
+		if fuse == shaders.FuseNormSwiGLU {
+			loops = 2
+		}
+		if cap := r.ks.prof.LoopCap; cap == 0 || loops*shaders.MatvecLoopIterations(uint32(n), m.cols, nb) <= cap {
+			spec = nb
+		}
+	}
+	k, err := r.ks.get(name, spec)
+	if err != nil {
+		return op{}, err
+	}
+	pc := m.pieces[0]
+	rows := pc.rows
+	if fuse == shaders.FuseNormSwiGLU {
+		rows /= 2
+	}
+	out := wr(y, 0, 0)
+	if fuse == shaders.FuseAdd {
+		out.Access = vk.ReadWrite
+	}
+	binds := []vk.Bind{rd(pc.buf, 0, 0), rd(x, 0, 0), out}
+	if fuse == shaders.FuseNorm || fuse == shaders.FuseNormSwiGLU {
+		binds = append(binds, rd(normw, 0, 0))
+	}
+	groups := shaders.MatvecGroups(rows, k.spec)
+	if n == 0 {
+		groups = [3]uint32{0, 1, 1}
+	}
+	return newOp(k, shaders.MatvecPush{Rows: rows, Cols: m.cols, N: uint32(n), Eps: r.c.RMSEps}, groups, binds...), nil
+}
+
+// vecAttentionInput is attentionInput by matvecs: the norm, then q, k, v.
+func (r *Runner) vecAttentionInput(p *frame, l int, br blockRows) ([]op, error) {
+	c, lf := r.c, &p.layers[l]
+	norm, err := r.rmsnormOp(br.x, lf.w.attnNorm, p.xn, br.n)
+	if err != nil {
+		return nil, err
+	}
+	ops := []op{norm}
+	s := lf.w.qkv
+	if len(s.mvs) == 3 { // three matrices: each straight into its buffer
+		for i, y := range []*vk.Buffer{p.q, p.k, p.v} {
+			o, err := r.vecOp(s.mvs[i], shaders.FuseNone, p.xn, y, nil, br.n)
+			if err != nil {
+				return nil, err
+			}
+			ops = append(ops, o)
+		}
+		return ops, nil
+	}
+	o, err := r.vecOp(s.mvs[0], shaders.FuseNone, p.xn, p.paged.qkv, nil, br.n)
+	if err != nil {
+		return nil, err
+	}
+	split, err := r.ks.get("paged_split", nil)
+	if err != nil {
+		return nil, err
+	}
+	nu := uint32(br.n)
+	push := shaders.PagedPush{N: nu, NHead: uint32(c.NHead), HeadDim: uint32(c.HeadDim), KVDim: uint32(c.KVDim()),
+		Stride: s.mvs[0].rows, KOff: uint32(s.part[1] / 4), VOff: uint32(s.part[2] / 4)}
+	return append(ops, o, newOp(split, push, shaders.Groups(nu), rd(p.paged.qkv, 0, 0), wr(p.q, 0, 0), wr(p.k, 0, 0), wr(p.v, 0, 0))), nil
+}
+
+// vecResidual is residual by a matvec: x += W in (FuseAdd), or W in alone
+// into out.
+func (r *Runner) vecResidual(m mat, in *vk.Buffer, br blockRows, add bool, out *vk.Buffer) ([]op, error) {
+	fuse, y := shaders.FuseAdd, br.x
+	if !add {
+		fuse, y = shaders.FuseNone, out
+	}
+	o, err := r.vecOp(m, fuse, in, y, nil, br.n)
+	return []op{o}, err
+}
+
+// vecMLPInput is mlpInput by matvecs: norm, gate, up and SwiGLU in one
+// (a stack of one matrix), or the norm, gate, up and swiglu.
+func (r *Runner) vecMLPInput(p *frame, l int, br blockRows) ([]op, error) {
+	b := p.layers[l].w
+	gu := b.gateUp
+	if len(gu.mvs) == 1 {
+		o, err := r.vecOp(gu.mvs[0], shaders.FuseNormSwiGLU, br.x, p.h, b.ffnNorm, br.n)
+		return []op{o}, err
+	}
+	norm, err := r.rmsnormOp(br.x, b.ffnNorm, p.xn, br.n)
+	if err != nil {
+		return nil, err
+	}
+	gate, err := r.vecOp(gu.mvs[0], shaders.FuseNone, p.xn, p.gate, nil, br.n)
+	if err != nil {
+		return nil, err
+	}
+	up, err := r.vecOp(gu.mvs[1], shaders.FuseNone, p.xn, p.up, nil, br.n)
+	if err != nil {
+		return nil, err
+	}
+	swiglu, err := r.ks.get("swiglu", nil)
+	if err != nil {
+		return nil, err
+	}
+	nf := uint32(br.n * r.c.NFF)
+	groups := shaders.ElementGroups(nf)
+	if nf == 0 {
+		groups = [3]uint32{0, 1, 1}
+	}
+	return []op{norm, gate, up, newOp(swiglu, shaders.SwiGLUPush{N: nf}, groups, rd(p.gate, 0, 0), rd(p.up, 0, 0), wr(p.h, 0, 0))}, nil
+}
