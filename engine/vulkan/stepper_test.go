@@ -58,7 +58,14 @@ func runStepSolo(t *testing.T, run *Runner, req sched.Request) stepSolo {
 // matvec and decode attention, so the float sums round differently; both
 // keep F32 caches, so the difference is summation order only, as between
 // the GPU and the CPU (tolLogits, 1e-4 absolute on logits of order 10).
-const stepTolVK = 1e-4
+//
+// With an F16 pool the keys and values are halves on both sides, yet the
+// two paths do not round them at the same points (the batched prefill and
+// the decode step against the step's paged kernels, which read every key,
+// the row's own included, back as a half): 1.8e-4 measured on the MoD
+// predictor, within a few of the half's 2^-11 relative step (4.9e-4)
+// after softmax and 9 layers; 1e-3 bounds it.
+var stepTolVK = map[string]float64{"f32": 1e-4, "f16": 1e-3}
 
 // stepModelsVK are the models the step is checked on: dense, MoD with
 // router and with predictor routing.
@@ -85,13 +92,17 @@ func stepModelsVK(t *testing.T) []struct {
 func TestVulkanStepMatchesSolo(t *testing.T) {
 	dev := openDevice(t, true)
 	for _, sm := range stepModelsVK(t) {
-		t.Run(sm.name, func(t *testing.T) { vulkanStepMatchesSolo(t, dev, sm.m, sm.routing, 16) })
+		t.Run(sm.name, func(t *testing.T) { vulkanStepMatchesSolo(t, dev, sm.m, sm.routing, "f32", 16) })
 	}
+	// The F16 pool (a GPU's default): paged_kv_f16 and paged_attention_f16,
+	// against the solo run's F16 cache (the same halves).
+	sm := stepModelsVK(t)[2]
+	t.Run(sm.name+" f16", func(t *testing.T) { vulkanStepMatchesSolo(t, dev, sm.m, sm.routing, "f16", 16) })
 }
 
-func vulkanStepMatchesSolo(t *testing.T, dev *vk.Device, m *mod.Model, routing mod.Routing, nSeqs int) {
+func vulkanStepMatchesSolo(t *testing.T, dev *vk.Device, m *mod.Model, routing mod.Routing, kv string, nSeqs int) {
 	const ctx, bt = 128, 16
-	run, err := New(dev, m, routing, Options{KVType: "f32", ContextLen: ctx, UBatch: 48})
+	run, err := New(dev, m, routing, Options{KVType: kv, ContextLen: ctx, UBatch: 48})
 	require.NoError(t, err)
 	defer run.Close()
 	st, err := run.Stepper(4)
@@ -135,7 +146,7 @@ func vulkanStepMatchesSolo(t *testing.T, dev *vk.Device, m *mod.Model, routing m
 			break
 		}
 	}
-	solo, err := New(dev, m, routing, Options{KVType: "f32", ContextLen: ctx, Trace: true})
+	solo, err := New(dev, m, routing, Options{KVType: kv, ContextLen: ctx, Trace: true})
 	require.NoError(t, err)
 	defer solo.Close()
 	worst := 0.0
@@ -165,7 +176,7 @@ func vulkanStepMatchesSolo(t *testing.T, dev *vk.Device, m *mod.Model, routing m
 	stats := s.Stats()
 	t.Logf("%d steps (%d shared), %d rows; max |Δlogit| / max |logit| against solo = %.2g", stats.Steps, stats.SharedSteps, stats.Rows, worst)
 	assert.Greater(t, stats.SharedSteps, stats.Steps/2, "most steps ran rows of several sequences")
-	assert.LessOrEqual(t, worst, stepTolVK)
+	assert.LessOrEqual(t, worst, stepTolVK[kv])
 	assert.Equal(t, s.Pool().Pages(), s.Pool().Free(), "every page back")
 }
 
@@ -180,4 +191,91 @@ func relDiffVK(a, b []float32) float64 {
 		return math.Inf(1)
 	}
 	return d / max(m, 1e-30)
+}
+
+// TestVulkanStepSoak runs the Vulkan step runner under the scheduler for
+// 300 steps of random joins, cancels and finishes on a pool too small for
+// all of them (sequences wait and are preempted) with a prefix cache that
+// half the prompts share a system prompt with (shared pages, copied
+// before a write: CopyPage): every sequence that finished gives its solo
+// run's greedy tokens and logits within stepTolVK, and every page is
+// back at the end.
+func TestVulkanStepSoak(t *testing.T) {
+	dev := openDevice(t, true)
+	m := stepModelsVK(t)[2] // MoD, predictor routing
+	const ctx, bt = 128, 16
+	run, err := New(dev, m.m, m.routing, Options{KVType: "f32", ContextLen: ctx, UBatch: 40})
+	require.NoError(t, err)
+	defer run.Close()
+	st, err := run.Stepper(4)
+	require.NoError(t, err)
+	pages := sched.PagesFor(st.Layout(), 1, ctx, bt) * 3 / 2 // room for 1.5 full contexts, 12 sequences live
+	require.NoError(t, st.Reserve(pages, bt))
+	s, err := sched.New(st, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: st.MaxRows(), PrefixCache: true})
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(11, 300))
+	nv := m.m.Config.NVocab
+	prompt := func(n int) []int32 {
+		p := []int32{1}
+		for len(p) < n {
+			p = append(p, int32(3+rng.IntN(nv-3)))
+		}
+		return p
+	}
+	system := prompt(37)
+	type running struct {
+		q   *sched.Seq
+		req sched.Request
+	}
+	var live, done []running
+	for step := 0; step < 300 || s.Busy(); step++ {
+		if step < 300 && rng.IntN(3) == 0 && len(live) < 12 {
+			p := prompt(1 + rng.IntN(40))
+			if rng.IntN(2) == 0 {
+				p = append(append([]int32(nil), system...), p[1:]...)
+			}
+			req := sched.Request{Prompt: p, MaxTokens: 1 + rng.IntN(30), KeepLogits: true}
+			q, err := s.Add(req)
+			require.NoError(t, err)
+			live = append(live, running{q, req})
+		}
+		if step < 300 && rng.IntN(30) == 0 && len(live) > 0 {
+			s.Cancel(live[rng.IntN(len(live))].q)
+		}
+		_, err := s.Step()
+		require.NoError(t, err)
+		kept := live[:0]
+		for _, r := range live {
+			if r.q.Done() {
+				done = append(done, r)
+			} else {
+				kept = append(kept, r)
+			}
+		}
+		live = kept
+	}
+	solo, err := New(dev, m.m, m.routing, Options{KVType: "f32", ContextLen: ctx})
+	require.NoError(t, err)
+	defer solo.Close()
+	checked, worst := 0, 0.0
+	for _, r := range done {
+		require.NoError(t, r.q.Err)
+		if r.q.Stop == sched.StopCancel {
+			continue
+		}
+		want := runStepSolo(t, solo, r.req)
+		assert.Equal(t, want.tokens, r.q.Tokens(), "seq %d (%s)", r.q.ID, r.q.Stop)
+		for j := range r.q.Logits {
+			worst = max(worst, relDiffVK(r.q.Logits[j], want.logits[j]))
+		}
+		checked++
+	}
+	stats := s.Stats()
+	t.Logf("%d sequences (%d checked), %d steps (%d shared), %d rows, %d waits, %d preemptions, %d reused tokens, at most %d of %d pages; max |Δlogit| / max |logit| against solo = %.2g",
+		len(done), checked, stats.Steps, stats.SharedSteps, stats.Rows, stats.Waits, stats.Preemptions, stats.ReusedTokens, stats.MaxPagesInUse, pages, worst)
+	assert.LessOrEqual(t, worst, stepTolVK["f32"])
+	assert.Positive(t, stats.Waits+stats.Preemptions, "the pool made sequences wait")
+	assert.Positive(t, stats.ReusedTokens, "the system prompt was reused")
+	s.ClearPrefix()
+	assert.Equal(t, pages, s.Pool().Free(), "no page leaked")
 }
