@@ -9,46 +9,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modrun/modrun/engine/sched"
+	"github.com/modrun/modrun/engine/sched/schedtest"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/vk"
 )
 
-// stepSolo is one sequence run alone on a Runner: the prompt in one Feed
+// runStepSolo is req alone on run (reset first): the prompt in one Feed
 // (the batched prefill), then one greedy token at a time (the decode
-// step); its tokens, the logits of each draw and each position's routing.
-type stepSolo struct {
-	tokens []int32
-	logits [][]float32
-	routes [][]mod.Route
-}
-
-func runStepSolo(t *testing.T, run *Runner, req sched.Request) stepSolo {
+// step).
+func runStepSolo(t *testing.T, run *Runner, req sched.Request) schedtest.Solo {
 	t.Helper()
 	run.Reset()
-	var out stepSolo
-	feed := append([]int32(nil), req.Prompt...)
-	for {
-		logits, err := run.Feed(feed)
-		require.NoError(t, err)
-		for _, rt := range run.Routes() {
-			out.routes = append(out.routes, append([]mod.Route(nil), rt...))
-		}
-		out.logits = append(out.logits, append([]float32(nil), logits...))
-		id := int32(0)
-		for i, x := range logits {
-			if x > logits[id] {
-				id = int32(i)
-			}
-		}
-		if len(req.Stop) > 0 && id == req.Stop[0] {
-			return out
-		}
-		out.tokens = append(out.tokens, id)
-		if run.Pos() >= run.ContextLen() || len(out.tokens) >= req.MaxTokens {
-			return out
-		}
-		feed = []int32{id}
-	}
+	return schedtest.RunSolo(t, run, req)
 }
 
 // stepTolVK is the logits' tolerance of a step against the solo run on
@@ -111,66 +83,14 @@ func vulkanStepMatchesSolo(t *testing.T, dev *vk.Device, m *mod.Model, routing m
 	require.NoError(t, st.Reserve(pages, bt))
 	s, err := sched.New(st, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: st.MaxRows()})
 	require.NoError(t, err)
-	rng := rand.New(rand.NewPCG(3, 33))
-	nv := m.Config.NVocab
-	reqs := make([]sched.Request, nSeqs)
-	join := make([]int, nSeqs)
-	for i := range reqs {
-		prompt := []int32{1}
-		for range rng.IntN(60) {
-			prompt = append(prompt, int32(3+rng.IntN(nv-3)))
-		}
-		reqs[i] = sched.Request{Prompt: prompt, MaxTokens: 4 + rng.IntN(30), KeepLogits: true, KeepRoutes: true}
-		if i%5 == 0 {
-			reqs[i].Stop = []int32{2} // EOS may come first
-		}
-		join[i] = rng.IntN(30)
-	}
-	cancelAt := map[int]int{3: 12, 11: 25} // sequence -> step
-	seqs := make([]*sched.Seq, nSeqs)
-	for step := 0; ; step++ {
-		for i := range reqs {
-			if join[i] == step {
-				seqs[i], err = s.Add(reqs[i])
-				require.NoError(t, err)
-			}
-		}
-		for i, at := range cancelAt {
-			if at == step && i < nSeqs && seqs[i] != nil {
-				s.Cancel(seqs[i])
-			}
-		}
-		more, err := s.Step()
-		require.NoError(t, err)
-		if !more && step > 30 {
-			break
-		}
-	}
+	reqs, seqs := schedtest.JoinAndLeave(t, s, m.Config.NVocab, nSeqs)
 	solo, err := New(dev, m, routing, Options{KVType: kv, ContextLen: ctx, Trace: true})
 	require.NoError(t, err)
 	defer solo.Close()
-	worst := 0.0
-	for i, q := range seqs {
-		require.NoError(t, q.Err, "seq %d", i)
-		want := runStepSolo(t, solo, reqs[i])
-		got := q.Tokens()
-		if q.Stop == sched.StopCancel {
-			require.LessOrEqual(t, len(got), len(want.tokens))
-			want.tokens, want.logits = want.tokens[:len(got)], want.logits[:len(q.Logits)]
-		}
-		require.Equal(t, want.tokens, got, "seq %d (%s): tokens", i, q.Stop)
-		require.Len(t, q.Logits, len(want.logits), "seq %d: draws", i)
-		for j := range q.Logits {
-			worst = max(worst, relDiffVK(q.Logits[j], want.logits[j]))
-		}
-		if m.Config.IsMoD() {
+	worst := schedtest.Check(t, reqs, seqs, func(req sched.Request) schedtest.Solo { return runStepSolo(t, solo, req) }, relDiffVK)
+	if m.Config.IsMoD() {
+		for i, q := range seqs {
 			require.NotEmpty(t, q.Routes, "seq %d: routes", i)
-		}
-		for p, rt := range q.Routes {
-			require.Less(t, p, len(want.routes))
-			for j := range rt {
-				assert.Equal(t, want.routes[p][j].Selected, rt[j].Selected, "seq %d position %d layer %d: score %g alone, %g batched", i, p, rt[j].Layer, want.routes[p][j].Score, rt[j].Score)
-			}
 		}
 	}
 	stats := s.Stats()
@@ -264,9 +184,9 @@ func TestVulkanStepSoak(t *testing.T) {
 			continue
 		}
 		want := runStepSolo(t, solo, r.req)
-		assert.Equal(t, want.tokens, r.q.Tokens(), "seq %d (%s)", r.q.ID, r.q.Stop)
+		assert.Equal(t, want.Tokens, r.q.Tokens(), "seq %d (%s)", r.q.ID, r.q.Stop)
 		for j := range r.q.Logits {
-			worst = max(worst, relDiffVK(r.q.Logits[j], want.logits[j]))
+			worst = max(worst, relDiffVK(r.q.Logits[j], want.Logits[j]))
 		}
 		checked++
 	}
