@@ -19,21 +19,22 @@ const module = "github.com/modrun/modrun"
 // A key ending in "/..." covers the folder and everything below it; "*"
 // allows every package but cmd and bench, which nothing may import.
 var layers = map[string][]string{
-	"gguf":          {"internal/..."},
-	"vk":            {"internal/..."},
-	"vk/vktest":     {"vk", "internal/..."}, // the tests' device helper
-	"shaders":       {"internal/..."},
-	"internal/...":  {"internal/..."},
-	"tokenizer":     {"gguf", "internal/..."},
-	"mod":           {"gguf", "tokenizer", "internal/..."},
-	"mod/quant":     {"mod", "gguf", "internal/..."},                                               // each weight matrix's type (llama.cpp's mixes)
-	"mod/convert":   {"mod", "mod/quant", "gguf", "tokenizer", "internal/..."},                     // checkpoints -> GGUF
-	"mod/synth":     {"mod", "mod/quant", "gguf", "tokenizer", "internal/..."},                     // random-weight models of standard shapes
-	"engine/vulkan": {"engine/sched", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."}, // Stepper runs sched's steps, as engine/cpu does
-	"engine/sched":  {"mod", "gguf", "tokenizer", "internal/..."},                                  // many sequences per step: pages, tables, scheduler
-	"engine/cpu":    {"engine/sched", "mod", "gguf", "tokenizer", "internal/..."},                  // the fast CPU runner
-	"engine":        {"engine/vulkan", "engine/cpu", "engine/sched", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
-	"":              {"*"}, // the root package: the Go API for embedding
+	"gguf":                   {"internal/..."},
+	"vk":                     {"internal/..."},
+	"vk/vktest":              {"vk", "internal/..."}, // the tests' device helper
+	"shaders":                {"internal/..."},
+	"internal/...":           {"internal/..."},
+	"tokenizer":              {"gguf", "internal/..."},
+	"mod":                    {"gguf", "tokenizer", "internal/..."},
+	"mod/quant":              {"mod", "gguf", "internal/..."},                                               // each weight matrix's type (llama.cpp's mixes)
+	"mod/convert":            {"mod", "mod/quant", "gguf", "tokenizer", "internal/..."},                     // checkpoints -> GGUF
+	"mod/synth":              {"mod", "mod/quant", "gguf", "tokenizer", "internal/..."},                     // random-weight models of standard shapes
+	"engine/vulkan":          {"engine/sched", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."}, // Stepper runs sched's steps, as engine/cpu does
+	"engine/sched":           {"mod", "gguf", "tokenizer", "internal/..."},                                  // many sequences per step: pages, tables, scheduler
+	"engine/sched/schedtest": {"engine/sched", "mod", "gguf", "tokenizer", "internal/..."},                  // the step runners' equality tests' driver
+	"engine/cpu":             {"engine/sched", "mod", "gguf", "tokenizer", "internal/..."},                  // the fast CPU runner
+	"engine":                 {"engine/vulkan", "engine/cpu", "engine/sched", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
+	"":                       {"*"}, // the root package: the Go API for embedding
 	// The HTTP server: through the root API (TestServerImportsTheAPI
 	// checks its direct imports), so transitively what the API uses.
 	"server":      {"", "engine", "engine/...", "mod", "mod/...", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
