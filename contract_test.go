@@ -45,7 +45,7 @@ func within(t *testing.T, what string, fn func()) {
 // Vulkan runs prompts in batches of 4, so a short prompt can be cancelled
 // half fed as a long one is on the CPU.
 func eachBackend(t *testing.T, fn func(t *testing.T, open func() *modrun.Model)) {
-	for _, name := range []string{modrun.BackendReference, modrun.BackendCPU, "cpu-parallel", modrun.BackendVulkan} {
+	for _, name := range []string{modrun.BackendReference, modrun.BackendCPU, "cpu-parallel", modrun.BackendVulkan, "vulkan-parallel"} {
 		backend, parallel := strings.CutSuffix(name, "-parallel")
 		t.Run(name, func(t *testing.T) {
 			// Batches of 4 prompt tokens, so that a cancel can cut a prompt
