@@ -238,16 +238,17 @@ func (a *acts) quantizeK(p *pool, wide bool) {
 }
 
 // matmulK is matmul's part for a K-quant matrix w over tokens t0..t1 and
-// rows lo..hi: with VNNI, whole groups of four tokens take the tile
-// kernel (kTileRun) on rows packed four at a time (into tile, a worker's
-// buffer) once per kTileTokens tokens; the rest dotK.
+// rows lo..hi: with VNNI and kTileMin tokens or more, whole groups of four
+// tokens take the tile kernel (kTileRun) on rows packed four at a time
+// (into tile, a worker's buffer) once per kTileTokens tokens; the rest
+// dotK.
 func matmulK(out []float32, x *acts, w *matrix, lo, hi, t0, t1 int, tile *kTileBuf) {
 	cols, nk, ng := w.cols, w.cols/kLen, w.cols/16
 	rb := nk * kBlockBytes[w.ktype]
 	dot := func(i, s int) {
 		out[s*w.rows+i] = dotK(w.ktype, w.raw[i*rb:(i+1)*rb], x.kq[s*cols:(s+1)*cols], x.kd[s*nk:(s+1)*nk], x.ks[s*ng:(s+1)*ng])
 	}
-	if useSIMD && useVNNI && t1-t0 >= 4 && t0%4 == 0 && kTiled(w.ktype) {
+	if useSIMD && useVNNI && t1-t0 >= kTileMin && t0%4 == 0 && kTiled(w.ktype) {
 		buf := tile.grow(nk * ktSB)
 		step := kTileTokens(cols)
 		for u0 := t0; u0 < t1; u0 += step {

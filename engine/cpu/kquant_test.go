@@ -108,12 +108,12 @@ func TestQuantizeK(t *testing.T) {
 	})
 }
 
-// matmul of K-quant matrices, on every path: four tokens or more with VNNI
-// take the tile kernel on rows unpacked four at a time (kTile, with the
-// mins subtracted after), the rest dotK. Every element equals the
-// reference of TestKDot, for token counts around the four-token groups and
-// past a tokenTile, and row counts that leave a remainder of the four-row
-// groups.
+// matmul of K-quant matrices, on every path: kTileMin tokens or more with
+// VNNI take the tile kernel on rows packed four at a time (kTileRun), the
+// rest dotK. Every element equals the reference of TestKDot, for token
+// counts below and around kTileMin and the four-token groups, past a
+// tokenTile and past kTileTokens (a second packing), and row counts that
+// leave a remainder of the four-row groups.
 func TestMatmulK(t *testing.T) {
 	g := rand.New(rand.NewPCG(25, 26))
 	r := &Runner{pool: newPool(2)}
@@ -122,7 +122,7 @@ func TestMatmulK(t *testing.T) {
 			rows, cols := 2*rowGrain+6, 3*kLen
 			raw, deq := kRows(t, g, typ, rows, cols)
 			w := &matrix{name: typ.String(), kind: kindK, ktype: typ, rows: rows, cols: cols, raw: raw}
-			for _, n := range []int{1, 3, 4, 7, tokenTile + 6, kTileTokens(cols) + 6} {
+			for _, n := range []int{1, 3, 4, 7, kTileMin, kTileMin + 3, tokenTile + 6, kTileTokens(cols) + 6} {
 				x := &acts{}
 				x.set(randF32(g, n*cols), n, cols)
 				out := make([]float32, n*rows)

@@ -79,7 +79,7 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 	}
 	switch {
 	case w.kind == kindK:
-		x.quantizeK(r.pool, useSIMD && useVNNI && x.n >= 4)
+		x.quantizeK(r.pool, useSIMD && useVNNI && x.n >= kTileMin)
 	case w.quantized():
 		x.quantize(r.pool)
 		if w.kind == kindL && useSIMD && useVNNI && x.n >= 4 {
