@@ -119,19 +119,6 @@ func dotQ8x4x4VNNI(w []int8, wd []float32, x []int8, xd []float32, cols int, out
 	q8x4x4VNNI(&w[0], cols, &wd[0], nb, &x[0], cols, &xd[0], nb, nb, &out[0], 2)
 }
 
-// dotQ8x4x4s16VNNI is dotQ8x4x4VNNI with a weight scale per 16 values (wd
-// holds four rows of cols/16): a K-quant tile unpacked by kTile. Only
-// where hasVNNI.
-func dotQ8x4x4s16VNNI(w []int8, wd []float32, x []int8, xd []float32, cols int, out *[16]float32) {
-	nb, ng := cols/blockLen, cols/16
-	if nb == 0 {
-		*out = [16]float32{}
-		return
-	}
-	_, _, _, _ = w[3*cols+cols-1], wd[3*ng+ng-1], x[3*cols+cols-1], xd[3*nb+nb-1]
-	q8x4x4VNNI(&w[0], cols, &wd[0], ng, &x[0], cols, &xd[0], nb, nb, &out[0], 4)
-}
-
 func dotQ4x4SIMD(w []byte, wd []float32, x []int8, xd []float32, cols int, out *[4]float32) {
 	nb := cols / blockLen
 	if nb == 0 {

@@ -43,10 +43,6 @@ func dotQ8x4x4VNNI(w []int8, wd []float32, x []int8, xd []float32, cols int, out
 	panic("cpu: no VNNI kernels on this architecture")
 }
 
-func dotQ8x4x4s16VNNI(w []int8, wd []float32, x []int8, xd []float32, cols int, out *[16]float32) {
-	panic("cpu: no VNNI kernels on this architecture")
-}
-
 func dotQ4KSIMD(w []byte, x []int8, xd []float32, bs []int16) float32 {
 	return dotKGo(gguf.TypeQ4_K, w, x, xd, bs)
 }
