@@ -12,6 +12,9 @@
 #   BENCH_PROMPT  prompt tokens (default 512, the batched prefill of issue 14;
 #                 stories260k, whose context is 512, gets at most 448)
 #   BENCH_ARGS    more bench flags (default: -n 64 --repeats 3)
+#   BENCH_PARALLEL_SHAPES shapes for the many-sequences rows (default:
+#                 stories15m tinyllama-1.1b llama2-7b; Q8_0, dense and MoD twin)
+#   BENCH_PARALLEL sequence counts (default 1,4,8,16; issue 33's bench --parallel)
 #   MODRUN_DEVICE the Vulkan device, as for modrun
 # A step that fails is reported as failed; the others still run, and the
 # exit status is 1 when any failed.
@@ -83,6 +86,26 @@ for shape in $shapes; do
     fi
     echo >> "$report"
   done
+done
+{
+  echo "## Bench --parallel: many sequences sharing steps on Vulkan (vulkan.Stepper)"
+  echo
+} >> "$report"
+for shape in ${BENCH_PARALLEL_SHAPES:-stories15m tinyllama-1.1b llama2-7b}; do
+  name=parallel-$shape-q8_0
+  "$here/bin/modrun" bench --synthetic "$shape" --type q8_0 --capacity 0.125 --backends vulkan \
+    --parallel "${BENCH_PARALLEL:-1,4,8,16}" --prompt 32 -n 64 --repeats 3 \
+    --out "$logs/bench-$name.md" --json-out "$logs/bench-$name.json" > /dev/null 2> "$logs/bench-$name.log"
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    echo "run.sh: bench $name: ok" >&2
+    sed -e '1s/^# .*/### '"$name"'/' "$logs/bench-$name.md" >> "$report"
+  else
+    failed=1
+    echo "run.sh: bench $name: FAILED (exit $rc)" >&2
+    { echo "### $name: FAILED (exit $rc)"; echo; echo '```'; tail -5 "$logs/bench-$name.log"; echo '```'; } >> "$report"
+  fi
+  echo >> "$report"
 done
 echo "run.sh: report in $report" >&2
 exit $failed
