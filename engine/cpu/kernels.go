@@ -238,12 +238,21 @@ func dotF16Go(w []uint16, x []float32) float32 {
 // max of |x|'s bits as integers, where a NaN tops +Inf), and an infinity
 // would scale the rest of its block to 0 and look finite.
 func quantizeRow(q []int8, d []float32, x []float32) {
+	if quantizeOverride != nil {
+		quantizeOverride(q, d, x)
+		return
+	}
 	if useSIMD {
 		quantizeRowSIMD(q, d, x)
 		return
 	}
 	quantizeRowGo(q, d, x)
 }
+
+// quantizeOverride, nil except in TestQ8LatticeNLL (q8lattice_test.go),
+// replaces quantizeRow to measure how the NLL moves with the choice among
+// equally fine 8-bit activation quantizers.
+var quantizeOverride func(q []int8, d []float32, x []float32)
 
 func quantizeRowGo(q []int8, d []float32, x []float32) {
 	for b := range d {
