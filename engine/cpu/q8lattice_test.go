@@ -1,3 +1,5 @@
+//go:build q8lattice
+
 package cpu
 
 import (
@@ -18,7 +20,9 @@ import (
 // by equally fine 8-bit quantizers that differ only in their scale
 // (max|x|/L for L in (126, 127], and ggml's F16-rounded scale). How far
 // that choice moves the ΔNLL is the size of the noise an engine's own
-// ΔNLL carries on this file. It needs MODRUN_Q8_LATTICE="FILE TWIN TEXT".
+// ΔNLL carries on this file. It needs MODRUN_Q8_LATTICE="FILE TWIN TEXT"
+// and the build tag q8lattice (go test -tags q8lattice), so that the suite
+// neither runs nor skips it.
 func TestQ8LatticeNLL(t *testing.T) {
 	var file, twin, text string
 	if _, err := fmt.Sscan(os.Getenv("MODRUN_Q8_LATTICE"), &file, &twin, &text); err != nil {
