@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/vk"
 	"github.com/stretchr/testify/require"
 )
@@ -61,6 +62,53 @@ func BenchmarkMatvec(b *testing.B) {
 					b.ReportMetric(perMatvec*1e6, "us/matvec")
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkMatvecVectors times matvec over several vectors at once, as the
+// Vulkan step runner's steps of up to 8 rows run their products
+// (engine/vulkan/stepvec.go: NB = the rows), on stories15M-shape Q8_0
+// matrices (the q|k|v stack, the FFN's gate|up and down, the head), and
+// reports the time per vector: at n 8 it should be well under n 1's when
+// each weight is loaded and dequantized once for all the vectors.
+func BenchmarkMatvecVectors(b *testing.B) {
+	dev := openDeviceWith(b, vk.InstanceOptions{})
+	p := NewProfile(deviceOf(dev))
+	for _, shape := range [][2]int{{864, 288}, {1536, 288}, {288, 768}, {32000, 288}} {
+		rows, cols := shape[0], shape[1]
+		for _, n := range []int{1, 8} {
+			b.Run(fmt.Sprintf("q8_0/%dx%d/n%d", rows, cols, n), func(b *testing.B) {
+				name, spec := p.Matvec(matvecTypeOf[gguf.TypeQ8_0], FuseNone, uint32(n), uint32(cols))
+				spec = append([]uint32(nil), spec...)
+				if len(spec) > 2 {
+					spec[2] = uint32(n)
+				}
+				v, err := Lookup(name)
+				require.NoError(b, err)
+				k := newKernel(b, dev, v, spec...)
+				c, err := newMatvecCase(gguf.TypeQ8_0, rows, cols, n, 1)
+				require.NoError(b, err)
+				if err := closeness(c.run(b, dev, k), c.want, c.scale, matvecTolerance[gguf.TypeQ8_0]); err != nil {
+					b.Fatalf("wrong before timing: %v", err)
+				}
+				wb, xb := newBuffer(b, dev, c.gpu), newBuffer(b, dev, f32bytes(c.x))
+				yb, err := dev.NewBuffer(uint64(4*rows*n), vk.DeviceLocal)
+				require.NoError(b, err)
+				defer yb.Close()
+				rec := dev.NewRecorder()
+				defer rec.Close()
+				rec.Dispatch(k, vk.MustPackPush(MatvecPush{Rows: uint32(rows), Cols: uint32(cols), N: uint32(n)}), MatvecGroups(uint32(rows), spec),
+					vk.Bind{Buf: wb, Access: vk.Read}, vk.Bind{Buf: xb, Access: vk.Read}, vk.Bind{Buf: yb, Access: vk.Write})
+				require.NoError(b, dev.Run(rec))
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if err := dev.Run(rec); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(b.Elapsed().Seconds()/float64(b.N*n)*1e6, "us/vector")
+			})
 		}
 	}
 }

@@ -431,6 +431,47 @@ void rowsPass(uint r0, uint s0) {
 #endif
 #endif
 
+#if defined(WEIGHT_Q8_0_SPLIT) && !defined(NORM)
+// rowsPass (Q8_0, unfused or with ADD) computes y for rows r0..r0+RPI-1
+// (those below p.rows; the others compute row rows-1 again and drop it) of
+// vectors s0..s0+NB-1, alone (TPR = 1), a vector at a time: each vec4 of x
+// is loaded once for the RPI rows. On lavapipe the loads of x are most of
+// a Q8_0 matvec's time (8 vec4 of x to 2 of quants a block), so that the
+// step runner's steps of up to 8 rows (NB vectors a pass) cost about as
+// many loads as a row each without it (BenchmarkMatvecVectors).
+void rowsPass(uint r0, uint s0) {
+	uint blocks = p.cols / 32u;
+	uint scales = p.rows * p.cols; // byte offset of the scales
+	for (uint k = 0u; k < NB && s0 + k < p.n; k++) {
+		uint xs = (s0 + k) * (p.cols / 4u); // the vector's first vec4
+		float acc[RPI];
+		[[unroll]] for (uint i = 0u; i < RPI; i++) {
+			acc[i] = 0.0;
+		}
+		for (uint b = 0u; b < blocks; b++) {
+			uint c = xs + 8u * b;
+			vec4 x0 = x4[c], x1 = x4[c + 1u], x2 = x4[c + 2u], x3 = x4[c + 3u];
+			vec4 x4_ = x4[c + 4u], x5 = x4[c + 5u], x6 = x4[c + 6u], x7 = x4[c + 7u];
+			[[unroll]] for (uint i = 0u; i < RPI; i++) {
+				uint blk = min(r0 + i, p.rows - 1u) * blocks + b;
+				uvec4 q0 = w4[2u * blk], q1 = w4[2u * blk + 1u];
+				float s = dot(i8x4(q0.x), x0) + dot(i8x4(q0.y), x1) + dot(i8x4(q0.z), x2) + dot(i8x4(q0.w), x3) +
+					dot(i8x4(q1.x), x4_) + dot(i8x4(q1.y), x5) + dot(i8x4(q1.z), x6) + dot(i8x4(q1.w), x7);
+				acc[i] += scaleAt(scales, blk) * s;
+			}
+		}
+		[[unroll]] for (uint i = 0u; i < RPI && r0 + i < p.rows; i++) {
+			uint at = (s0 + k) * p.rows + r0 + i;
+#ifdef ADD
+			y[at] = y[at] + acc[i];
+#else
+			y[at] = acc[i];
+#endif
+		}
+	}
+}
+#endif
+
 #ifdef REDUCE_SUBGROUP
 // A row is one subgroup (TPR = gl_SubgroupSize, which the host takes from the
 // device's subgroup size): no shared memory, no barrier, and a surplus
@@ -457,7 +498,7 @@ void main() {
 	if (RPI > 1u) { // TPR = 1: no barriers
 		uint r0 = (groupIndex() * WG + tid) * RPI;
 		for (uint s0 = 0u; s0 < p.n; s0 += NB) {
-#if defined(WEIGHT_SUBBLOCK) && !defined(NORM)
+#if (defined(WEIGHT_SUBBLOCK) || defined(WEIGHT_Q8_0_SPLIT)) && !defined(NORM)
 			rowsPass(r0, s0);
 #else
 			// Other types and fusions: the rows one after the other (correct,

@@ -260,15 +260,15 @@ func TestMatvecWorkgroupSizes(t *testing.T) {
 func TestMatvecLongLoops(t *testing.T) {
 	lp := lavapipeProfile
 	assert.Greater(t, MatvecLoopIterations(64, 1024, lp.MatvecSpec), lp.LoopCap, "the shape crosses the limit with the profile's spec")
-	name, spec := lp.Matvec(MatvecQ8_0, FuseNone, 1, 4096)
+	name, spec := lp.Matvec(MatvecF16, FuseNone, 1, 4096)
 	assert.Equal(t, lp.MatvecSpec, spec, "decode keeps the profile's spec")
-	assert.Equal(t, MatvecName(MatvecQ8_0, lp.MatvecReduce), name)
+	assert.Equal(t, MatvecName(MatvecF16, lp.MatvecReduce), name)
 	gpu := NewProfile(Device{SubgroupSize: 32, SubgroupArithmetic: true, MaxWorkGroupInvocations: 1024})
 	assert.Zero(t, gpu.LoopCap, "lavapipe's loop cap shapes lavapipe's variants only")
 	_, gspec := gpu.Matvec(MatvecQ8_0, FuseNone, 64, 1<<20)
 	assert.Equal(t, []uint32{128, 32, 1}, gspec)
 
-	for _, typ := range []string{MatvecQ4_1, MatvecQ4_K, MatvecQ6_K, MatvecQ2_K, MatvecQ3_K} {
+	for _, typ := range []string{MatvecQ8_0, MatvecQ4_1, MatvecQ4_K, MatvecQ6_K, MatvecQ2_K, MatvecQ3_K} {
 		for _, fuse := range MatvecFusions {
 			_, spec := lp.Matvec(typ, fuse, 1, 5632)
 			want := MatvecSubblockSpecCPU
@@ -276,7 +276,7 @@ func TestMatvecLongLoops(t *testing.T) {
 				want = MatvecLowBitSpecCPU
 			}
 			if fuse == FuseNone || fuse == FuseAdd {
-				assert.Equal(t, want, spec, "%s%s: the sub-block types' decode walks rows together", typ, fuse)
+				assert.Equal(t, want, spec, "%s%s: Q8_0's and the sub-block types' decode walks rows together", typ, fuse)
 			} else {
 				assert.Equal(t, lp.MatvecSpec, spec, "%s%s: a fused norm walks a row at a time", typ, fuse)
 			}
