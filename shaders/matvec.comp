@@ -431,38 +431,77 @@ void rowsPass(uint r0, uint s0) {
 #endif
 #endif
 
-#if defined(WEIGHT_Q8_0_SPLIT) && !defined(NORM)
-// rowsPass (Q8_0, unfused or with ADD) computes y for rows r0..r0+RPI-1
-// (those below p.rows; the others compute row rows-1 again and drop it) of
+#ifdef WEIGHT_Q8_0_SPLIT
+// q8Dot is block blk's dot product with the 8 vec4 of x x0..x7.
+float q8Dot(uint scales, uint blk, vec4 x0, vec4 x1, vec4 x2, vec4 x3, vec4 x4_, vec4 x5, vec4 x6, vec4 x7) {
+	uvec4 q0 = w4[2u * blk], q1 = w4[2u * blk + 1u];
+	float s = dot(i8x4(q0.x), x0) + dot(i8x4(q0.y), x1) + dot(i8x4(q0.z), x2) + dot(i8x4(q0.w), x3) +
+		dot(i8x4(q1.x), x4_) + dot(i8x4(q1.y), x5) + dot(i8x4(q1.z), x6) + dot(i8x4(q1.w), x7);
+	return scaleAt(scales, blk) * s;
+}
+
+// rowsPass (Q8_0, every fusion) computes y for rows r0..r0+RPI-1 (those
+// below p.rows; the others compute row rows-1 again and drop it) of
 // vectors s0..s0+NB-1, alone (TPR = 1), a vector at a time: each vec4 of x
-// is loaded once for the RPI rows. On lavapipe the loads of x are most of
-// a Q8_0 matvec's time (8 vec4 of x to 2 of quants a block), so that the
-// step runner's steps of up to 8 rows (NB vectors a pass) cost about as
-// many loads as a row each without it (BenchmarkMatvecVectors).
+// is loaded once for the RPI rows (and their up rows under SWIGLU). On
+// lavapipe the loads of x are most of a Q8_0 matvec's time (8 vec4 of x to
+// 2 of quants a block), so that the step runner's steps of up to 8 rows
+// (NB vectors a pass) cost about as many loads as a row each without it
+// (BenchmarkMatvecVectors). Under NORM the walk sums x^2 from the x it
+// loads and scales x by the norm weight; 1/rms is applied to the sums.
 void rowsPass(uint r0, uint s0) {
 	uint blocks = p.cols / 32u;
-	uint scales = p.rows * p.cols; // byte offset of the scales
+	uint scales = MATS * p.rows * p.cols; // byte offset of the scales
 	for (uint k = 0u; k < NB && s0 + k < p.n; k++) {
 		uint xs = (s0 + k) * (p.cols / 4u); // the vector's first vec4
 		float acc[RPI];
+#ifdef SWIGLU
+		float up[RPI];
+#endif
 		[[unroll]] for (uint i = 0u; i < RPI; i++) {
 			acc[i] = 0.0;
+#ifdef SWIGLU
+			up[i] = 0.0;
+#endif
 		}
+		float sq = 0.0;
 		for (uint b = 0u; b < blocks; b++) {
 			uint c = xs + 8u * b;
 			vec4 x0 = x4[c], x1 = x4[c + 1u], x2 = x4[c + 2u], x3 = x4[c + 3u];
 			vec4 x4_ = x4[c + 4u], x5 = x4[c + 5u], x6 = x4[c + 6u], x7 = x4[c + 7u];
+#ifdef NORM
+			sq += dot(x0, x0) + dot(x1, x1) + dot(x2, x2) + dot(x3, x3) + dot(x4_, x4_) + dot(x5, x5) + dot(x6, x6) + dot(x7, x7);
+			uint n4 = 8u * b;
+			x0 *= nw4[n4];
+			x1 *= nw4[n4 + 1u];
+			x2 *= nw4[n4 + 2u];
+			x3 *= nw4[n4 + 3u];
+			x4_ *= nw4[n4 + 4u];
+			x5 *= nw4[n4 + 5u];
+			x6 *= nw4[n4 + 6u];
+			x7 *= nw4[n4 + 7u];
+#endif
 			[[unroll]] for (uint i = 0u; i < RPI; i++) {
-				uint blk = min(r0 + i, p.rows - 1u) * blocks + b;
-				uvec4 q0 = w4[2u * blk], q1 = w4[2u * blk + 1u];
-				float s = dot(i8x4(q0.x), x0) + dot(i8x4(q0.y), x1) + dot(i8x4(q0.z), x2) + dot(i8x4(q0.w), x3) +
-					dot(i8x4(q1.x), x4_) + dot(i8x4(q1.y), x5) + dot(i8x4(q1.z), x6) + dot(i8x4(q1.w), x7);
-				acc[i] += scaleAt(scales, blk) * s;
+				uint r = min(r0 + i, p.rows - 1u);
+				acc[i] += q8Dot(scales, r * blocks + b, x0, x1, x2, x3, x4_, x5, x6, x7);
+#ifdef SWIGLU
+				up[i] += q8Dot(scales, (r + p.rows) * blocks + b, x0, x1, x2, x3, x4_, x5, x6, x7);
+#endif
 			}
 		}
+#ifdef NORM
+		// mod.RMSNorm: inv = 1/sqrt(mean(x^2) + eps), applied to the sum.
+		float inv = 1.0 / sqrt(sq / float(p.cols) + p.eps);
+#endif
 		[[unroll]] for (uint i = 0u; i < RPI && r0 + i < p.rows; i++) {
 			uint at = (s0 + k) * p.rows + r0 + i;
-#ifdef ADD
+#ifdef NORM
+			acc[i] *= inv;
+#endif
+#if defined(SWIGLU)
+			float g = acc[i];
+			y[at] = g / (1.0 + exp(-g)) * (up[i] * inv);
+#elif defined(ADD)
 			y[at] = y[at] + acc[i];
 #else
 			y[at] = acc[i];
@@ -498,7 +537,7 @@ void main() {
 	if (RPI > 1u) { // TPR = 1: no barriers
 		uint r0 = (groupIndex() * WG + tid) * RPI;
 		for (uint s0 = 0u; s0 < p.n; s0 += NB) {
-#if (defined(WEIGHT_SUBBLOCK) || defined(WEIGHT_Q8_0_SPLIT)) && !defined(NORM)
+#if (defined(WEIGHT_SUBBLOCK) && !defined(NORM)) || defined(WEIGHT_Q8_0_SPLIT)
 			rowsPass(r0, s0);
 #else
 			// Other types and fusions: the rows one after the other (correct,

@@ -188,8 +188,9 @@ func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []u
 			spec = append([]uint32(nil), MatvecLowBitSpecCPU...)
 		}
 	}
-	if typ == MatvecQ8_0 && p.CPU && (fuse == FuseNone || fuse == FuseAdd) {
-		// Q8_0's rowsPass: each load of x serves 8 rows (a stories15M-shape
+	if typ == MatvecQ8_0 && p.CPU {
+		// Q8_0's rowsPass, every fusion (the norm's sum of squares in the
+		// walk): each load of x serves 8 rows (a stories15M-shape
 		// head, 32000x288, 6.0 -> 3.5 ms a vector alone and 4.7 -> 2.3 ms a
 		// vector at 8 vectors: BenchmarkMatvecVectors on lavapipe).
 		spec = append([]uint32(nil), MatvecSubblockSpecCPU...)
