@@ -230,12 +230,14 @@ func (c *chatLoop) line(ctx context.Context, line string) error {
 	}
 	stop := api.NewStopText(c.stops)
 	stopped := false
+	var shown strings.Builder // the reply as far as it was printed
 	res, err := c.chat.Reply(ctx, msgs, opts, func(tk api.Token) error {
 		if tk.Prompt {
 			return werr
 		}
 		s, found := stop.Push(tk.Text)
 		write(s)
+		shown.WriteString(s)
 		if found {
 			stopped = true
 			return api.ErrStop
@@ -262,7 +264,15 @@ func (c *chatLoop) line(ctx context.Context, line string) error {
 	case res.Stop == api.StopContextFull:
 		fmt.Fprintln(c.stderr, "(the reply filled the context; the next turn drops the oldest ones, /reset starts a new conversation, --ctx sets its length)")
 	}
-	c.msgs = append(msgs, api.Message{Role: api.RoleAssistant, Content: res.Reply})
+	reply := res.Reply
+	if stopped {
+		// The conversation goes on with the reply the user saw, without
+		// its stop text and what was drawn after it (the next turn then
+		// runs the conversation again from its start: the session holds
+		// the tokens drawn).
+		reply = shown.String()
+	}
+	c.msgs = append(msgs, api.Message{Role: api.RoleAssistant, Content: reply})
 	return werr
 }
 

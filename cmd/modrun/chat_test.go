@@ -364,4 +364,10 @@ func TestChatStop(t *testing.T) {
 	code, out, stderr = chat(t, "Hi\n", "-m", storyModel, "--chat-template", "chatml", "-n", "12", "--stop", "Anna")
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, "\"Hey,\" \n", out)
+	// The next turn goes on from the reply as printed: the stop text and
+	// what was drawn after it are not in the conversation.
+	code, out, stderr = chat(t, "Hi\nHello\n", "-m", storyModel, "--chat-template", "chatml", "-n", "12", "--stop", "Anna", "--print-prompt")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "<|im_start|>assistant\n\"Hey,\" <|im_end|>\n<|im_start|>user\nHello<|im_end|>")
+	assert.NotContains(t, out, "Anna")
 }
