@@ -248,14 +248,14 @@ func matmulK(out []float32, x *acts, w *matrix, lo, hi, t0, t1 int, tile *kTileB
 	dot := func(i, s int) {
 		out[s*w.rows+i] = dotK(w.ktype, w.raw[i*rb:(i+1)*rb], x.kq[s*cols:(s+1)*cols], x.kd[s*nk:(s+1)*nk], x.ks[s*ng:(s+1)*ng])
 	}
-	if useSIMD && useVNNI && t1-t0 >= kTileMin && t0%4 == 0 && kTiled(w.ktype) {
+	if useSIMD && useVNNI && t1-t0 >= kTileMin && t0%4 == 0 {
 		buf := tile.grow(nk * ktSB)
 		step := kTileTokens(cols)
 		for u0 := t0; u0 < t1; u0 += step {
 			u1 := min(t1, u0+step)
 			for i := lo; i+4 <= hi; i += 4 {
 				kPack(w, i, buf)
-				for s := kTiles(out, w.rows, i, buf, w.ktype == gguf.TypeQ4_K, x, u0, u1); s < u1; s++ {
+				for s := kTiles(out, w.rows, i, buf, kNarrow(w.ktype), x, u0, u1); s < u1; s++ {
 					for r := i; r < i+4; r++ {
 						dot(r, s)
 					}

@@ -140,10 +140,11 @@ func TestMatmulK(t *testing.T) {
 }
 
 // The prompt's tile kernel, on every path (the Go twin where there is no
-// VNNI), over 1, 3 and 5 super-blocks and two groups of four tokens,
-// Q4_K's also narrow (KNARROW): each of its row-token products of rows
-// packed by kPack and tokens rearranged by prepareTile, written at its
-// token's stride, equals the reference of TestKDot.
+// VNNI), for every K-quant type, over 1, 3 and 5 super-blocks and two
+// groups of four tokens, Q2_K's, Q3_K's and Q4_K's also narrow (KNARROW):
+// each of its row-token products of rows packed by kPack and tokens
+// rearranged by prepareTile, written at its token's stride, equals the
+// reference of TestKDot.
 func TestKTile(t *testing.T) {
 	var b ktBlock
 	require.Equal(t, []uintptr{ktQ, ktSc, ktMin, ktD, ktDm, ktSB},
@@ -151,7 +152,7 @@ func TestKTile(t *testing.T) {
 		"the kernel's offsets are ktBlock's")
 	g := rand.New(rand.NewPCG(31, 32))
 	kernelPaths(t, func(t *testing.T) {
-		for _, typ := range []gguf.TensorType{gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K} {
+		for _, typ := range kTypes {
 			for _, nk := range []int{1, 3, 5} {
 				cols := nk * kLen
 				raw, deq := kRows(t, g, typ, 4, cols)
@@ -163,7 +164,7 @@ func TestKTile(t *testing.T) {
 				x.quantizeK(newPool(1), true)
 				buf := make([]byte, nk*ktSB)
 				kPack(w, 0, buf)
-				for _, narrow := range []bool{false, typ == gguf.TypeQ4_K} {
+				for _, narrow := range []bool{false, kNarrow(typ)} {
 					const ostride = 6 // rows of out: a stride other than the tile's
 					out := make([]float32, 8*ostride)
 					kTileRun(buf, x.kqT, cols, x.ktab, nk, 2, narrow, out, ostride)

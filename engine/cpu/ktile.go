@@ -12,7 +12,8 @@ import (
 // time (kTileRun), on rows unpacked once per matrix (kPack) and tokens
 // rearranged once per set of activations (acts.quantizeK with wide).
 // Every K-quant weight is d·sc_g·q − dm·m_g with q >= 0 (Q6_K's q − 32
-// is written q and a min of 32·sc_g), so a super-block's product with
+// is written q and a min of 32·sc_g, Q3_K's q − 4 likewise with 4·sc_g),
+// so a super-block's product with
 // a token is
 //
 //	xd·(d·Σ_g sc_g·Σ_{i∈g} q_i·x_i − dm·Σ_g m_g·bsum_g)
@@ -41,10 +42,11 @@ const (
 	ktTab = 36 // uint32s
 )
 
-// kTiled says whether a K-quant type has a packed tile (kPack): the types
-// dotted natively.
-func kTiled(t gguf.TensorType) bool {
-	return t == gguf.TypeQ4_K || t == gguf.TypeQ5_K || t == gguf.TypeQ6_K
+// kNarrow says whether a type's group sums of q·x fit int16 (16·q·127 with
+// q at most 15 for Q4_K, 7 for Q3_K, 3 for Q2_K), so that the VNNI tile
+// scales them in fewer steps (KNARROW).
+func kNarrow(t gguf.TensorType) bool {
+	return t == gguf.TypeQ2_K || t == gguf.TypeQ3_K || t == gguf.TypeQ4_K
 }
 
 // groupLane writes a block's 256 bytes in group-lane order into dst, its
@@ -105,6 +107,25 @@ func kPack(w *matrix, i int, buf []byte) {
 					b.min[g/2][r][g%2] = 32 * int16(int8(v))
 				}
 				laneQ6K(&b.q, r, (*[210]byte)(src))
+			case gguf.TypeQ2_K:
+				d, dm = halfBits(src[80:]), halfBits(src[82:])
+				for g, v := range src[:16] {
+					b.sc[r][g] = int8(v & 0x0f)
+					b.min[g/2][r][g%2] = int16(v >> 4)
+				}
+				laneQ2K(&b.q, r, (*[84]byte)(src))
+			case gguf.TypeQ3_K:
+				// The quants unsigned, 0..7 (the third bit set where
+				// hmask's is): the −4 becomes a min of 4·sc_g with dm = d.
+				d = halfBits(src[108:])
+				dm = d
+				sc := src[96:108]
+				for g := range 16 {
+					v := int8(sc[g%8]>>(4*(g/8))&0x0f|(sc[8+g%4]>>(2*(g/4))&3)<<4) - 32
+					b.sc[r][g] = v
+					b.min[g/2][r][g%2] = 4 * int16(v)
+				}
+				laneQ3K(&b.q, r, (*[110]byte)(src))
 			}
 			for t := range 4 {
 				b.d[4*r+t], b.dm[4*r+t] = d, dm
@@ -186,6 +207,40 @@ func laneQ6K(q *[4][4][64]byte, r int, blk *[210]byte) {
 	}
 }
 
+// laneQ2K is laneQ4K for Q2_K's 2-bit quants (qs at 16; crumbs2's
+// layout). Element 16L+4c+b is in half H = L/8, crumb s = (L%8)/2, at l =
+// 16(L%2)+4c+b: bits 2s..2s+1 of qs byte 32H+l.
+func laneQ2K(q *[4][4][64]byte, r int, blk *[84]byte) {
+	lane2(q, r, blk[16:80], nil)
+}
+
+// laneQ3K is laneQ2K for Q3_K (qs at 32) with the third bit of element
+// 32(4H+s)+l, bit 4H+s of hmask byte l, as bit 2: the quant + 4, 0..7.
+func laneQ3K(q *[4][4][64]byte, r int, blk *[110]byte) {
+	lane2(q, r, blk[32:96], blk[:32])
+}
+
+// lane2 writes 64 bytes of 2-bit quants qs (and, unless nil, their third
+// bits hmask) as row r of a packed tile's chunks, in group-lane order.
+func lane2(q *[4][4][64]byte, r int, qs, hmask []byte) {
+	const c2, b0 = 0x0303030303030303, 0x0101010101010101
+	le := binary.LittleEndian
+	_, _ = qs[63], q[3][r][63]
+	for c := range 4 {
+		d := q[c][r][:]
+		var hb uint64
+		if hmask != nil {
+			hb = uint64(le.Uint32(hmask[4*c:])) | uint64(le.Uint32(hmask[16+4*c:]))<<32
+		}
+		for h := range 2 {
+			v := uint64(le.Uint32(qs[32*h+4*c:])) | uint64(le.Uint32(qs[32*h+16+4*c:]))<<32
+			for s := range 4 {
+				le.PutUint64(d[32*h+8*s:], v>>(2*s)&c2|(hb>>(4*h+s)&b0)<<2)
+			}
+		}
+	}
+}
+
 // prepareTile fills a's forms for kTileRun from its Q8_K copy: kqT, each
 // token's quants in group-lane order, and ktab, each whole group of four
 // tokens' table (ktTab a super-block: the bsums of groups 2k and 2k+1 as
@@ -221,8 +276,8 @@ func (a *acts) prepareTile() {
 // groups groups of four tokens t (x: 4·groups rows of nk·256 in
 // group-lane order, xstride apart; tab: their tables, ktTab uint32s a
 // super-block, nk a group), writing group j's at out[(4j+t)·ostride + r].
-// narrow says that each group's sum of q·x fits int16 (Q4_K's quants,
-// 0..15), which the VNNI kernel then scales in fewer steps.
+// narrow says that each group's sum of q·x fits int16 (kNarrow), which the
+// VNNI kernel then scales in fewer steps.
 func kTileRun(w []byte, x []int8, xstride int, tab []uint32, nk, groups int, narrow bool, out []float32, ostride int) {
 	if groups == 0 {
 		return
