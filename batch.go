@@ -16,8 +16,8 @@ import (
 )
 
 // batcher runs the sessions of a Model in shared steps (Options.Parallel >
-// 1; DESIGN.md §8): one goroutine steps an engine/sched scheduler over the
-// backend's step runner (engine.StepperOf: cpu.Stepper, vulkan.Stepper)
+// 1 or PrefixCache; DESIGN.md §8): one goroutine steps an engine/sched
+// scheduler over the backend's step runner (engine.StepperOf: cpu.Stepper, vulkan.Stepper)
 // while any sequence runs, and
 // each Generate joins as one sequence. A session's next Generate is a new
 // sequence whose tokens begin with everything the session holds: the
@@ -44,12 +44,13 @@ type batcher struct {
 // newBatcher steps backend's step runner; turn is the model's turn on the
 // runner (Model.turn), which a step on Vulkan takes.
 func newBatcher(backend *engine.Backend, opts Options, ctxLen int, turn chan struct{}) (*batcher, error) {
-	st, err := engine.StepperOf(backend, opts.Parallel) // the backend runner's weights, shared
+	parallel := max(opts.Parallel, 1)
+	st, err := engine.StepperOf(backend, parallel) // the backend runner's weights, shared
 	if err != nil {
 		return nil, fmt.Errorf("modrun: %w", err)
 	}
 	const bt = 16
-	pages := sched.PagesFor(st.Layout(), opts.Parallel, ctxLen+2*bt, bt)
+	pages := sched.PagesFor(st.Layout(), parallel, ctxLen+2*bt, bt)
 	if opts.KVBudget > 0 {
 		pages = int(opts.KVBudget / int64(st.PageBytes(bt)))
 		if pages < 1 {
@@ -63,7 +64,7 @@ func newBatcher(backend *engine.Backend, opts Options, ctxLen int, turn chan str
 	if most := st.MaxRows(); most > 0 { // Vulkan: the runner's batch scratch
 		batchTokens = min(cmp.Or(batchTokens, most), most)
 	}
-	s, err := sched.New(st, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: batchTokens, MaxSeqs: opts.Parallel, PrefixCache: true})
+	s, err := sched.New(st, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: batchTokens, MaxSeqs: parallel, PrefixCache: true})
 	if err != nil {
 		return nil, fmt.Errorf("modrun: %w", err)
 	}
@@ -362,6 +363,9 @@ func (s *Session) generateBatched(ctx context.Context, ids []int32, so engine.Sa
 		}
 		res.Decode = time.Since(start) - res.Prefill
 		res.DecodeSteps = max(0, res.Tokens-1)
+		// Reused counts from the sequence's start (the session's history
+		// too), once per admission (a preempted sequence is admitted again).
+		res.CachedTokens = min(max(q.Reused-held, 0), len(ids))
 		switch q.Stop {
 		case sched.StopEOS:
 			res.Stop = StopEOS

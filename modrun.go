@@ -76,6 +76,13 @@ type Options struct {
 	// bytes; 0 = enough for Parallel sequences of the whole context. A
 	// smaller budget makes sessions wait for pages.
 	KVBudget int64
+	// PrefixCache runs sessions in shared steps on the CPU and Vulkan
+	// backends even when Parallel is 0 or 1 (one at a time then), for the
+	// pool's prefix cache: a prompt that begins with tokens any session
+	// ran before (a server's system prompt, a conversation resent with one
+	// more message) takes their keys, values and routing from the cache
+	// instead of running them again. Parallel above 1 has it always.
+	PrefixCache bool
 }
 
 // Model is a loaded model on its device. It serves any number of
@@ -100,7 +107,8 @@ type Model struct {
 	ownerSeq uint64
 	closed   bool
 	mu       sync.Mutex // guards closed and lends
-	// batch runs the sessions in shared steps (Options.Parallel > 1 on the
+	// batch runs the sessions in shared steps (Options.Parallel > 1 or
+	// PrefixCache on the
 	// CPU backend; batch.go); nil otherwise.
 	batch *batcher
 }
@@ -229,7 +237,7 @@ func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Rout
 		s := ms.MemoryStats()
 		model.info.GPUWeights, model.info.GPUKVCache, model.info.GPUScratch = s.Weights, s.KVCache, s.Scratch
 	}
-	if opts.Parallel > 1 && (backend.Name == BackendCPU || model.info.Backend == BackendVulkan) {
+	if (opts.Parallel > 1 || opts.PrefixCache) && (backend.Name == BackendCPU || model.info.Backend == BackendVulkan) {
 		if model.batch, err = newBatcher(backend, opts, ctxLen, model.turn); err != nil {
 			backend.Close()
 			return nil, err

@@ -12,28 +12,39 @@ import (
 // blocks another sequence ran (a server's shared system prompt, a
 // benchmark's one prompt) takes them from the prefix cache instead of
 // running them, and still delivers every prompt token with its routing:
-// the tokens, and the routing, of the first session's turn.
+// the tokens, and the routing, of the first session's turn. With
+// Options.PrefixCache the same holds for sessions taking turns (Parallel 1).
 func TestParallelPromptReused(t *testing.T) {
-	m, err := Open("models/tinystories-mod.gguf", Options{Backend: BackendCPU, Parallel: 2})
+	for name, opts := range map[string]Options{"parallel 2": {Backend: BackendCPU, Parallel: 2}, "prefix cache": {Backend: BackendCPU, PrefixCache: true}} {
+		t.Run(name, func(t *testing.T) { testPromptReused(t, opts) })
+	}
+}
+
+func testPromptReused(t *testing.T, opts Options) {
+	m, err := Open("models/tinystories-mod.gguf", opts)
 	require.NoError(t, err)
+	require.NotNil(t, m.batch, "the sessions run on the page pool")
 	defer func() { assert.NoError(t, m.Close()) }()
 	const prompt = "Once upon a time there was a little girl named Lily. She loved to play in the park with her dog."
-	turn := func() []Token {
+	turn := func() ([]Token, Result) {
 		s := m.NewSession()
 		defer s.Close()
 		var out []Token
-		_, err := s.Generate(context.Background(), prompt, GenerateOptions{MaxTokens: 6}, func(tk Token) error {
+		res, err := s.Generate(context.Background(), prompt, GenerateOptions{MaxTokens: 6}, func(tk Token) error {
 			out = append(out, tk)
 			return nil
 		})
 		require.NoError(t, err)
-		return out
+		return out, res
 	}
-	first := turn()
+	first, res := turn()
+	assert.Zero(t, res.CachedTokens, "nothing was cached before")
 	before := m.batch.s.Stats().ReusedTokens
-	second := turn()
+	second, res := turn()
 	reused := m.batch.s.Stats().ReusedTokens - before
 	assert.GreaterOrEqual(t, reused, 16, "the prompt's full blocks came from the cache")
+	assert.Equal(t, reused, res.CachedTokens, "the result says how many")
+	assert.Less(t, res.CachedTokens, res.PromptTokens)
 	require.Equal(t, len(first), len(second))
 	for i := range first {
 		assert.Equal(t, first[i].ID, second[i].ID, "token %d", i)

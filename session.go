@@ -207,6 +207,10 @@ type Result struct {
 	Timing
 	Stop   StopReason
 	Tokens int // new tokens delivered
+	// CachedTokens is how many of the prompt's tokens (PromptTokens) the
+	// prefix cache served instead of running them (Options.PrefixCache or
+	// Parallel above 1); they are delivered to fn all the same.
+	CachedTokens int
 	// Layers counts, per routed layer, the tokens of the session's
 	// sequence that went through it (Selected) of those it saw (Seen).
 	Layers []LayerStat

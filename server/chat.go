@@ -11,9 +11,15 @@ import (
 // Responses, as OpenAI writes them.
 type (
 	usageJSON struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-		TotalTokens      int `json:"total_tokens"`
+		PromptTokens        int                 `json:"prompt_tokens"`
+		CompletionTokens    int                 `json:"completion_tokens"`
+		TotalTokens         int                 `json:"total_tokens"`
+		PromptTokensDetails promptTokensDetails `json:"prompt_tokens_details"`
+	}
+	// promptTokensDetails.CachedTokens: of the prompt's tokens, those the
+	// prefix cache served instead of running them.
+	promptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
 	}
 	chatMessageJSON struct {
 		Role    string  `json:"role,omitempty"`
@@ -178,7 +184,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modr
 	if err != nil {
 		return s.runError(ctx, err, "messages")
 	}
-	usage := &usageJSON{PromptTokens: g.prompt, CompletionTokens: g.newToks, TotalTokens: g.prompt + g.newToks}
+	usage := g.usage(res.Result)
 	if stream == nil {
 		text := g.out.text
 		resp.Choices = []chatChoice{{Message: &chatMessageJSON{Role: modrun.RoleAssistant, Content: &text},

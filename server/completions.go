@@ -143,7 +143,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, m *modrun.M
 	if err != nil {
 		return s.runError(ctx, err, "prompt")
 	}
-	usage := &usageJSON{PromptTokens: g.prompt, CompletionTokens: g.newToks, TotalTokens: g.prompt + g.newToks}
+	usage := g.usage(res)
 	if stream == nil {
 		choice := completionChoice{Text: echo + g.out.text, FinishReason: &reason}
 		if req.LogProbs != nil {

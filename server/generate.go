@@ -175,13 +175,19 @@ func (g *generation) finish(res modrun.Result) (string, error) {
 			}
 		}
 	}
-	g.metrics.tokens(g.prompt, g.newToks)
+	g.metrics.tokens(g.prompt, g.newToks, res.CachedTokens)
 	switch {
 	case g.stopped, res.Stop == modrun.StopEOS:
 		return "stop", nil
 	default:
 		return "length", nil
 	}
+}
+
+// usage is the request's usage object once res is in.
+func (g *generation) usage(res modrun.Result) *usageJSON {
+	return &usageJSON{PromptTokens: g.prompt, CompletionTokens: g.newToks, TotalTokens: g.prompt + g.newToks,
+		PromptTokensDetails: promptTokensDetails{CachedTokens: res.CachedTokens}}
 }
 
 // runError turns the API's error of a run into the request's: a prompt

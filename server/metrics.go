@@ -17,6 +17,7 @@ type metrics struct {
 	reg               *prometheus.Registry
 	requests          *prometheus.CounterVec
 	promptTokens      prometheus.Counter
+	cachedTokens      prometheus.Counter
 	completionTokens  prometheus.Counter
 	queue, active     prometheus.Gauge
 	kvTokens, kvLimit prometheus.Gauge
@@ -32,10 +33,11 @@ func newMetrics() *metrics {
 	m := &metrics{reg: prometheus.NewRegistry(), selected: map[int]float64{}, seen: map[int]float64{}}
 	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "modrun_requests_total", Help: "HTTP requests answered, by endpoint and status."}, []string{"endpoint", "status"})
-	m.promptTokens = prometheus.NewCounter(prometheus.CounterOpts{Name: "modrun_prompt_tokens_total", Help: "Prompt tokens run (BOS and chat template included)."})
+	m.promptTokens = prometheus.NewCounter(prometheus.CounterOpts{Name: "modrun_prompt_tokens_total", Help: "Prompt tokens (BOS and chat template included), those the prefix cache served too."})
+	m.cachedTokens = prometheus.NewCounter(prometheus.CounterOpts{Name: "modrun_prompt_tokens_cached_total", Help: "Prompt tokens the prefix cache served instead of running them (counted in modrun_prompt_tokens_total too)."})
 	m.completionTokens = prometheus.NewCounter(prometheus.CounterOpts{Name: "modrun_completion_tokens_total", Help: "Tokens generated."})
 	m.queue = prometheus.NewGauge(prometheus.GaugeOpts{Name: "modrun_queue_depth", Help: "Requests waiting for a generation slot (--parallel); beyond --queue they get 503."})
-	m.active = prometheus.NewGauge(prometheus.GaugeOpts{Name: "modrun_active_sequences", Help: "Requests holding a generation slot, each one sequence. The model runs one sequence at a time until batching lands; the others wait for its turn."})
+	m.active = prometheus.NewGauge(prometheus.GaugeOpts{Name: "modrun_active_sequences", Help: "Requests holding a generation slot, each one sequence. With --parallel above 1 on the CPU and Vulkan backends they share steps; otherwise they take turns."})
 	m.kvTokens = prometheus.NewGauge(prometheus.GaugeOpts{Name: "modrun_kv_cache_tokens", Help: "Position of the last token a request ran: the length of the sequence the model last ran."})
 	m.kvLimit = prometheus.NewGauge(prometheus.GaugeOpts{Name: "modrun_kv_cache_capacity_tokens", Help: "Positions one sequence's KV cache holds: the context length."})
 	m.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "modrun_time_to_first_token_seconds", Help: "From a request's arrival to its first generated token (queueing and prompt included).",
@@ -45,7 +47,7 @@ func newMetrics() *metrics {
 	m.routedSel = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "modrun_routed_tokens_total", Help: "Tokens that went through a routed (MoD) layer's block."}, []string{"layer"})
 	m.routed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "modrun_routing_decisions_total", Help: "Tokens a routed (MoD) layer decided on."}, []string{"layer"})
 	m.routedFrac = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "modrun_routed_fraction", Help: "Fraction of the tokens a routed (MoD) layer decided on that went through its block, since the server started."}, []string{"layer"})
-	for _, c := range []prometheus.Collector{m.requests, m.promptTokens, m.completionTokens, m.queue, m.active, m.kvTokens, m.kvLimit,
+	for _, c := range []prometheus.Collector{m.requests, m.promptTokens, m.cachedTokens, m.completionTokens, m.queue, m.active, m.kvTokens, m.kvLimit,
 		m.ttft, m.interToken, m.routedSel, m.routed, m.routedFrac, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
@@ -82,8 +84,9 @@ func (m *metrics) request(endpoint string, status int) {
 	m.requests.WithLabelValues(endpoint, strconv.Itoa(status)).Inc()
 }
 
-func (m *metrics) tokens(prompt, completion int) {
+func (m *metrics) tokens(prompt, completion, cached int) {
 	m.promptTokens.Add(float64(prompt))
+	m.cachedTokens.Add(float64(cached))
 	m.completionTokens.Add(float64(completion))
 }
 

@@ -20,7 +20,7 @@ import (
 	"github.com/modrun/modrun/tokenizer"
 )
 
-const serveArgs = "-m FILE.gguf [--host H] [--port P] [--parallel N] [--queue N] [--ctx N] [--backend B] [--chat-template NAME] [--api-key K] [--cors ORIGIN] [--shutdown-timeout D]"
+const serveArgs = "-m FILE.gguf [--host H] [--port P] [--parallel N] [--prefix-cache=false] [--queue N] [--ctx N] [--backend B] [--chat-template NAME] [--api-key K] [--cors ORIGIN] [--shutdown-timeout D]"
 
 // serveMain runs the OpenAI-compatible HTTP server until SIGINT or SIGTERM,
 // then drains it (--shutdown-timeout) and exits 0.
@@ -33,6 +33,7 @@ func serveMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	host := fs.String("host", "127.0.0.1", "listen on address `H` (0.0.0.0: every interface)")
 	port := fs.Int("port", 8080, "listen on TCP port `P` (0: any free port, printed)")
 	parallel := fs.Int("parallel", 1, "requests generating at once `N`, each one sequence: in shared steps on the CPU and Vulkan backends (reference: in turns)")
+	prefix := fs.Bool("prefix-cache", true, "keep what requests ran for later prompts that begin with the same tokens (a system prompt, a conversation resent with one more message), also at --parallel 1, on the CPU and Vulkan backends; =false: every request runs its whole prompt")
 	queue := fs.Int("queue", 0, "requests waiting for a slot `N` beyond --parallel, then 503 with Retry-After (0 = 4 x --parallel)")
 	template := fs.String("chat-template", "", "chat template `NAME` for /v1/chat/completions: "+strings.Join(api.ChatTemplates(), " | ")+
 		" (default: recognised from the file's tokenizer.chat_template)")
@@ -68,9 +69,9 @@ func serveMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err := cf.apiOptions(&opts); err != nil {
 		return err
 	}
-	// --parallel sessions at once: in shared steps on the CPU backend
-	// (batching); Vulkan and the reference backend take turns.
-	opts.Parallel = *parallel
+	// --parallel sessions at once: in shared steps on the CPU and Vulkan
+	// backends (batching); the reference backend's take turns.
+	opts.Parallel, opts.PrefixCache = *parallel, *prefix
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(mf.path), ".gguf")
 	}
