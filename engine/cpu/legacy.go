@@ -17,8 +17,8 @@ import (
 // two integer sums and one float step per 32 weights; the weights stay the
 // file's bytes (decode reads 5-6 bits a weight, where the Q8_0 copy they
 // were requantized to took 9). A prompt's rows are unpacked 16 at a time
-// (legacyTile) for the interleaved Q8_0 kernel (q8i.go), the mins added
-// after.
+// (legacyTile) for the interleaved Q8_0 kernel's variant that adds each
+// block's constants in one more FMA a token (dotQ8l, q8i_vnni_amd64.s).
 //
 // The layouts (gguf/quant.go): byte j of the 16 nibble bytes holds element
 // j (low half) and j+16 (high half); bit j of qh is element j's fifth bit.
@@ -93,12 +93,20 @@ func dotLegacy(t gguf.TensorType, w []byte, x []int8, xd []float32) float32 {
 }
 
 // legacyTileBuf is a worker's 16 rows unpacked (legacyTile) and its
-// activations' block sums.
+// activations' blocks as the tile kernel reads them.
 type legacyTileBuf struct {
 	q    []byte    // [cols/32][8][16][4] as q8i's q (one group): u + 128, or u + 112 for Q5_0 (its −16 folded in)
-	d    []float32 // [cols/32][16] the rows' block scales
-	c    []float32 // [16][cols/32] with mins, the rows' block constants
-	xsum []float32 // [n][cols/32] xd·Σx of each activation block
+	d    []float32 // [cols/32][2][16] each block's 16 scales, then its 16 constants (the mins; Q5_0's zero)
+	acts []q8lAct  // [n][cols/32] the tokens' blocks
+}
+
+// q8lAct is a token's block for the legacy tile kernel: q8iAct's fields,
+// then xd·Σx, which the rows' constants multiply.
+type q8lAct struct {
+	d  float32
+	s  int32
+	xs float32
+	_  int32
 }
 
 // fifthBytes[b] spreads the 8 bits of b to bit 4 of 8 bytes (bit j to
@@ -114,9 +122,28 @@ var fifthBytes = func() (t [256]uint64) {
 
 // legacyTile unpacks rows i..i+15 of w into tb as interleaveQ8 lays out a
 // group of Q8_0 rows (each weight +128, which the kernel's activation sums
-// cancel), eight quants at a time: the unsigned quants u, Q5_0's as
-// u − 16 with its constant folded in, Q4_1's and Q5_1's with the min in c.
+// cancel), with the scales and constants by block: the unsigned quants u,
+// Q5_0's as u − 16 with its constant folded in, Q4_1's and Q5_1's with
+// the min in tb.d. With VNNI the rows' fields are gathered 16 at a time
+// (legacyTileVNNI); legacyTileGo is its twin.
 func legacyTile(w *matrix, i int, tb *legacyTileBuf) {
+	l := legacyTypes[w.ktype]
+	nb := w.cols / blockLen
+	rb := nb * l.bytes
+	if !useSIMD || !useVNNI || nb == 0 {
+		legacyTileGo(w, i, tb)
+		return
+	}
+	_, _, _ = w.raw[(i+q8iRows)*rb-1], tb.q[nb*q8iRows*blockLen-1], tb.d[2*nb*q8iRows-1]
+	bias := 0x80
+	if l.m < 0 {
+		bias = 0x70
+	}
+	legacyTileVNNI(&w.raw[i*rb], rb, nb, l.bytes, l.qs, l.qh, l.m, bias, &tb.q[0], &tb.d[0])
+}
+
+// legacyTileGo is legacyTile eight quants at a time in Go.
+func legacyTileGo(w *matrix, i int, tb *legacyTileBuf) {
 	const b80, b70 = 0x8080808080808080, 0x7070707070707070
 	l := legacyTypes[w.ktype]
 	le := binary.LittleEndian
@@ -146,31 +173,28 @@ func legacyTile(w *matrix, i int, tb *legacyTileBuf) {
 				le.PutUint32(tb.q[at+4*64:], uint32(hi))
 				le.PutUint32(tb.q[at+5*64:], uint32(hi>>32))
 			}
-			tb.d[b*q8iRows+rr] = half(blk)
+			tb.d[2*b*q8iRows+rr] = half(blk)
+			tb.d[(2*b+1)*q8iRows+rr] = 0
 			if l.m >= 0 {
-				tb.c[rr*nb+b] = half(blk[l.m:])
+				tb.d[(2*b+1)*q8iRows+rr] = half(blk[l.m:])
 			}
 		}
 	}
 }
 
 // matmulLegacy is matmul's part for a Q4_1, Q5_0 or Q5_1 matrix w over
-// tokens 0..n and rows lo..hi: with VNNI, four tokens or more take q8i's
-// interleaved kernel on rows unpacked 16 at a time, once for all the
-// tokens (the mins added after: Σ_b c_b·xd_b·Σx_b; x.q8iActs filled
-// before), the rest dotLegacy.
+// tokens 0..n and rows lo..hi: with VNNI, four tokens or more take the
+// interleaved kernel with constants (dotQ8l) on rows unpacked 16 at a
+// time, once for all the tokens (x.q8iActs filled before), the rest
+// dotLegacy.
 func matmulLegacy(out []float32, x *acts, w *matrix, lo, hi, n int, tb *legacyTileBuf) {
 	cols, nb := w.cols, w.cols/blockLen
 	rb := nb * legacyTypes[w.ktype].bytes
-	mins := legacyTypes[w.ktype].m >= 0
 	i := lo
 	if useSIMD && useVNNI && n >= 4 {
-		tb.q, tb.d, tb.c = grow(tb.q, q8iRows*cols), grow(tb.d, q8iRows*nb), grow(tb.c, q8iRows*nb)
-		if mins {
-			tb.xsum = grow(tb.xsum, n*nb)
-			for b, a := range x.ia[:n*nb] { // a.s is −128·Σx
-				tb.xsum[b] = a.d * float32(a.s/-128)
-			}
+		tb.q, tb.d, tb.acts = grow(tb.q, q8iRows*cols), grow(tb.d, 2*q8iRows*nb), grow(tb.acts, n*nb)
+		for b, a := range x.ia[:n*nb] { // a.s is −128·Σx
+			tb.acts[b] = q8lAct{d: a.d, s: a.s, xs: a.d * float32(a.s/-128)}
 		}
 		for ; i+q8iRows <= hi; i += q8iRows {
 			legacyTile(w, i, tb)
@@ -182,11 +206,8 @@ func matmulLegacy(out []float32, x *acts, w *matrix, lo, hi, n int, tb *legacyTi
 				case n-s >= 4:
 					k = 4
 				}
-				dotQ8i(tb.q, tb.d, nb, x.q[s*cols:(s+k)*cols], x.ia[s*nb:(s+k)*nb], k, out[s*w.rows+i:], w.rows)
+				dotQ8l(tb.q, tb.d, nb, x.q[s*cols:(s+k)*cols], tb.acts[s*nb:(s+k)*nb], k, out[s*w.rows+i:], w.rows)
 				s += k
-			}
-			if mins {
-				addMins(out, w.rows, i, tb.c, tb.xsum, nb, n)
 			}
 		}
 	}
@@ -194,32 +215,6 @@ func matmulLegacy(out []float32, x *acts, w *matrix, lo, hi, n int, tb *legacyTi
 		wr := w.raw[i*rb : (i+1)*rb]
 		for s := range n {
 			out[s*w.rows+i] = dotLegacy(w.ktype, wr, x.q[s*cols:(s+1)*cols], x.d[s*nb:(s+1)*nb])
-		}
-	}
-}
-
-// addMins adds Σ_b c_b·xsum_b to out[s][i..i+15] for tokens 0..n: rows
-// three at a time by four tokens (dotF32x3x4), the 16th row and the last
-// tokens by dotF32.
-func addMins(out []float32, rows, i int, c, xsum []float32, nb, n int) {
-	var twelve [12]float32
-	s := 0
-	for ; s+4 <= n; s += 4 {
-		xs := xsum[s*nb : (s+4)*nb]
-		for r := 0; r+3 <= q8iRows; r += 3 {
-			dotF32x3x4(c[r*nb:(r+3)*nb], xs, nb, &twelve)
-			for t := range 4 {
-				o := out[(s+t)*rows+i+r : (s+t)*rows+i+r+3]
-				o[0], o[1], o[2] = o[0]+twelve[3*t], o[1]+twelve[3*t+1], o[2]+twelve[3*t+2]
-			}
-		}
-		for t := range 4 {
-			out[(s+t)*rows+i+15] += dotF32(c[15*nb:16*nb], xs[t*nb:(t+1)*nb])
-		}
-	}
-	for ; s < n; s++ {
-		for r := range q8iRows {
-			out[s*rows+i+r] += dotF32(c[r*nb:(r+1)*nb], xsum[s*nb:(s+1)*nb])
 		}
 	}
 }

@@ -43,3 +43,6 @@ func dotQ50SIMD(w []byte, x []int8, xd []float32) float32 {
 func dotQ51SIMD(w []byte, x []int8, xd []float32) float32 {
 	return legacyDotSIMD(q51DotAVX2, q51DotVNNI, 24, w, x, xd)
 }
+
+//go:noescape
+func legacyTileVNNI(raw *byte, rb, nb, lb, qs, qh, m, bias int, q *byte, d *float32)

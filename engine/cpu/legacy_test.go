@@ -90,8 +90,8 @@ func TestLegacyDot(t *testing.T) {
 }
 
 // matmul of Q4_1, Q5_0 and Q5_1 matrices, on every path: four tokens or
-// more with VNNI take the interleaved Q8_0 kernel on rows unpacked 16 at a
-// time (legacyTile, the mins added after), the rest dotLegacy. Every
+// more with VNNI take the interleaved kernel with constants (dotQ8l) on
+// rows unpacked 16 at a time (legacyTile), the rest dotLegacy. Every
 // element equals TestLegacyDot's reference, for token counts around the
 // kernel's 8, 4 and 1 and past a tokenTile, and row counts that leave a
 // remainder of the 16-row groups, over an odd number of blocks.
@@ -118,6 +118,39 @@ func TestMatmulLegacy(t *testing.T) {
 			}
 		}
 	})
+}
+
+// legacyTile's gathers (legacyTileVNNI) write the bytes and floats of its
+// Go twin, for each type, over 1, 2 and 5 blocks and a tile that starts
+// past the first rows (the rows' stride is the matrix's, not the tile's).
+func TestLegacyTile(t *testing.T) {
+	if !hasVNNI {
+		t.Skipf("no AVX-512 VNNI on this CPU (%s): legacyTileVNNI does not run", Kernels())
+	}
+	savedSIMD, savedVNNI := useSIMD, useVNNI
+	t.Cleanup(func() { useSIMD, useVNNI = savedSIMD, savedVNNI })
+	g := rand.New(rand.NewPCG(48, 49))
+	for _, typ := range lTypes {
+		for _, nb := range []int{1, 2, 5} {
+			rows, cols := 2*q8iRows+5, nb*blockLen
+			raw, _ := lRows(t, g, typ, rows, cols)
+			w := &matrix{name: typ.String(), kind: kindL, ktype: typ, rows: rows, cols: cols, raw: raw}
+			for _, i := range []int{0, 13, rows - q8iRows} {
+				tiles := [2]legacyTileBuf{}
+				for p, vnni := range []bool{false, true} {
+					useSIMD, useVNNI = vnni, vnni
+					tb := &tiles[p]
+					tb.q, tb.d = make([]byte, q8iRows*cols), make([]float32, 2*q8iRows*nb)
+					for j := range tb.d {
+						tb.d[j] = float32(j) // overwritten, Q5_0's constants too
+					}
+					legacyTile(w, i, tb)
+				}
+				assert.Equal(t, tiles[0].q, tiles[1].q, "%s %d blocks rows %d..: quants", typ, nb, i)
+				assert.Equal(t, tiles[0].d, tiles[1].d, "%s %d blocks rows %d..: scales and constants", typ, nb, i)
+			}
+		}
+	}
 }
 
 // Q4_1, Q5_0 and Q5_1 matrices stay in the file's bytes (the matrix holds

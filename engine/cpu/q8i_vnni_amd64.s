@@ -188,3 +188,89 @@ x1loop:
 	VMOVUPS Z8, (BX)
 	VZEROUPPER
 	RET
+
+// The same products over a Q4_1/Q5_0/Q5_1 tile (legacyTile): each weight
+// is d·u + c, its quants u interleaved as Q8_0's are, so the kernels above
+// give d·Σu·x; the constants c (16 a block, after its 16 scales: R8
+// advances 128 a block) meet each token block's xd·Σx (q8lAct.xs, 16
+// bytes an act) in one more FMA per token and block.
+
+// LFIN4: FIN4, then each token's xs times the block's 16 constants (Z18).
+#define LFIN4(acts, z0, z1, z2, z3, f0, f1, f2, f3) \
+	FIN4(acts, z0, z1, z2, z3, f0, f1, f2, f3); \
+	VFMADD231PS.BCST 8(acts), Z18, f0; \
+	VFMADD231PS.BCST 8(acts)(DX*1), Z18, f1; \
+	VFMADD231PS.BCST 8(acts)(DX*2), Z18, f2; \
+	VFMADD231PS.BCST 8(acts)(AX*1), Z18, f3
+
+#define LSCALES \
+	VMOVUPS (R8), Z16; \
+	VMOVUPS 64(R8), Z18
+
+#define LNEXT \
+	ADDQ $512, SI; \
+	ADDQ $128, R8; \
+	ADDQ $32, DI; \
+	ADDQ $32, R10; \
+	ADDQ $16, R9; \
+	ADDQ $16, R13; \
+	DECQ CX
+
+// func q8l16x8VNNI(w *byte, wd *float32, nb int, x *int8, xstride int, xa *q8lAct, astride int, out *float32, ostride int)
+TEXT ·q8l16x8VNNI(SB), NOSPLIT, $0-72
+	ARGS
+	ZERO4(Z8, Z9, Z10, Z11)
+	ZERO4(Z12, Z13, Z14, Z15)
+
+l8loop:
+	LSCALES
+	INIT4(R9, Z0, Z1, Z2, Z3)
+	INIT4(R13, Z4, Z5, Z6, Z7)
+	BLOCK(DOT8)
+	LFIN4(R9, Z0, Z1, Z2, Z3, Z8, Z9, Z10, Z11)
+	LFIN4(R13, Z4, Z5, Z6, Z7, Z12, Z13, Z14, Z15)
+	LNEXT
+	JNZ l8loop
+
+	OUT
+	STORE4(BX, Z8, Z9, Z10, Z11)
+	STORE4(R10, Z12, Z13, Z14, Z15)
+	VZEROUPPER
+	RET
+
+// func q8l16x4VNNI(w *byte, wd *float32, nb int, x *int8, xstride int, xa *q8lAct, astride int, out *float32, ostride int)
+TEXT ·q8l16x4VNNI(SB), NOSPLIT, $0-72
+	ARGS
+	ZERO4(Z8, Z9, Z10, Z11)
+
+l4loop:
+	LSCALES
+	INIT4(R9, Z0, Z1, Z2, Z3)
+	BLOCK(DOT4)
+	LFIN4(R9, Z0, Z1, Z2, Z3, Z8, Z9, Z10, Z11)
+	LNEXT
+	JNZ l4loop
+
+	OUT
+	STORE4(BX, Z8, Z9, Z10, Z11)
+	VZEROUPPER
+	RET
+
+// func q8l16x1VNNI(w *byte, wd *float32, nb int, x *int8, xstride int, xa *q8lAct, astride int, out *float32, ostride int)
+TEXT ·q8l16x1VNNI(SB), NOSPLIT, $0-72
+	ARGS
+	VPXORD Z8, Z8, Z8
+
+l1loop:
+	LSCALES
+	VPBROADCASTD 4(R9), Z0
+	BLOCK(DOT1)
+	FIN((R9), Z0, Z8)
+	VFMADD231PS.BCST 8(R9), Z18, Z8
+	LNEXT
+	JNZ l1loop
+
+	MOVQ out+56(FP), BX
+	VMOVUPS Z8, (BX)
+	VZEROUPPER
+	RET
