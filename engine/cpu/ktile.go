@@ -109,9 +109,14 @@ func kPack(w *matrix, i int, buf []byte) {
 				laneQ6K(&b.q, r, (*[210]byte)(src))
 			case gguf.TypeQ2_K:
 				d, dm = halfBits(src[80:]), halfBits(src[82:])
-				for g, v := range src[:16] {
-					b.sc[r][g] = int8(v & 0x0f)
-					b.min[g/2][r][g%2] = int16(v >> 4)
+				// scales: each byte's low nibble; mins: its high one, by pair
+				le := binary.LittleEndian
+				lo, hi := le.Uint64(src), le.Uint64(src[8:])
+				le.PutUint64(unsafe.Slice((*byte)(unsafe.Pointer(&b.sc[r][0])), 8), lo&nib8)
+				le.PutUint64(unsafe.Slice((*byte)(unsafe.Pointer(&b.sc[r][8])), 8), hi&nib8)
+				for p := range 8 {
+					v := uint32(le.Uint16(src[2*p:]))
+					b.min[p][r] = [2]int16{int16(v >> 4 & 0x0f), int16(v >> 12)}
 				}
 				laneQ2K(&b.q, r, (*[84]byte)(src))
 			case gguf.TypeQ3_K:
@@ -221,11 +226,21 @@ func laneQ3K(q *[4][4][64]byte, r int, blk *[110]byte) {
 }
 
 // lane2 writes 64 bytes of 2-bit quants qs (and, unless nil, their third
-// bits hmask) as row r of a packed tile's chunks, in group-lane order.
+// bits hmask) as row r of a packed tile's chunks, in group-lane order
+// (lane2VNNI with VNNI: a VPERMD and a shift a chunk).
 func lane2(q *[4][4][64]byte, r int, qs, hmask []byte) {
 	const c2, b0 = 0x0303030303030303, 0x0101010101010101
 	le := binary.LittleEndian
 	_, _ = qs[63], q[3][r][63]
+	if useSIMD && useVNNI {
+		var hm *byte
+		if hmask != nil {
+			_ = hmask[31]
+			hm = &hmask[0]
+		}
+		lane2VNNI(&q[0][r][0], &qs[0], hm)
+		return
+	}
 	for c := range 4 {
 		d := q[c][r][:]
 		var hb uint64

@@ -6,6 +6,9 @@ func kTileVNNI(w *byte, x *int8, xstride int, tab *uint32, nk int, out *float32,
 //go:noescape
 func laneQ4KVNNI(dst *byte, qs *byte)
 
+//go:noescape
+func lane2VNNI(dst *byte, qs *byte, hmask *byte)
+
 // kPrefetch hints n bytes from p into the caches (PREFETCHT0 a line).
 //
 //go:noescape

@@ -10,4 +10,8 @@ func laneQ4KVNNI(dst *byte, qs *byte) {
 	panic("cpu: no VNNI kernels on this architecture")
 }
 
+func lane2VNNI(dst *byte, qs *byte, hmask *byte) {
+	panic("cpu: no VNNI kernels on this architecture")
+}
+
 func kPrefetch(p *byte, n int) {}

@@ -305,3 +305,96 @@ kpf:
 	JMP  kpf
 kpfdone:
 	RET
+
+// lane2VNNI's constants: lane L of chunk 0 takes dword 8(L/8) + 4(L%2) of
+// the 2-bit quants (chunk c adds c) shifted right by 2·((L%8)/2), and
+// dword 4(L%2) of hmask (chunk c adds c) by 4(L/8) + (L%8)/2.
+DATA kt2Idx<>+0(SB)/8, $0x0000000400000000
+DATA kt2Idx<>+8(SB)/8, $0x0000000400000000
+DATA kt2Idx<>+16(SB)/8, $0x0000000400000000
+DATA kt2Idx<>+24(SB)/8, $0x0000000400000000
+DATA kt2Idx<>+32(SB)/8, $0x0000000c00000008
+DATA kt2Idx<>+40(SB)/8, $0x0000000c00000008
+DATA kt2Idx<>+48(SB)/8, $0x0000000c00000008
+DATA kt2Idx<>+56(SB)/8, $0x0000000c00000008
+GLOBL kt2Idx<>(SB), RODATA|NOPTR, $64
+
+DATA kt2Shift<>+0(SB)/8, $0
+DATA kt2Shift<>+8(SB)/8, $0x0000000200000002
+DATA kt2Shift<>+16(SB)/8, $0x0000000400000004
+DATA kt2Shift<>+24(SB)/8, $0x0000000600000006
+DATA kt2Shift<>+32(SB)/8, $0
+DATA kt2Shift<>+40(SB)/8, $0x0000000200000002
+DATA kt2Shift<>+48(SB)/8, $0x0000000400000004
+DATA kt2Shift<>+56(SB)/8, $0x0000000600000006
+GLOBL kt2Shift<>(SB), RODATA|NOPTR, $64
+
+DATA kt3Idx<>+0(SB)/8, $0x0000000400000000
+DATA kt3Idx<>+8(SB)/8, $0x0000000400000000
+DATA kt3Idx<>+16(SB)/8, $0x0000000400000000
+DATA kt3Idx<>+24(SB)/8, $0x0000000400000000
+DATA kt3Idx<>+32(SB)/8, $0x0000000400000000
+DATA kt3Idx<>+40(SB)/8, $0x0000000400000000
+DATA kt3Idx<>+48(SB)/8, $0x0000000400000000
+DATA kt3Idx<>+56(SB)/8, $0x0000000400000000
+GLOBL kt3Idx<>(SB), RODATA|NOPTR, $64
+
+DATA kt3Shift<>+0(SB)/8, $0
+DATA kt3Shift<>+8(SB)/8, $0x0000000100000001
+DATA kt3Shift<>+16(SB)/8, $0x0000000200000002
+DATA kt3Shift<>+24(SB)/8, $0x0000000300000003
+DATA kt3Shift<>+32(SB)/8, $0x0000000400000004
+DATA kt3Shift<>+40(SB)/8, $0x0000000500000005
+DATA kt3Shift<>+48(SB)/8, $0x0000000600000006
+DATA kt3Shift<>+56(SB)/8, $0x0000000700000007
+GLOBL kt3Shift<>(SB), RODATA|NOPTR, $64
+
+DATA kt2Mask<>+0(SB)/4, $0x03030303
+GLOBL kt2Mask<>(SB), RODATA|NOPTR, $4
+DATA kt3Mask<>+0(SB)/4, $0x01010101
+GLOBL kt3Mask<>(SB), RODATA|NOPTR, $4
+
+// One chunk of lane2VNNI: Z3 its quants' index, Z8 its hmask index (then
+// the next chunk's); Z2 hmask, zero for Q2_K.
+#define KLANE2(off) \
+	VMOVDQA32 Z3, Z0; \
+	VPERMD Z1, Z0, Z0; \
+	VPSRLVD Z4, Z0, Z0; \
+	VPANDD Z5, Z0, Z0; \
+	VPERMD Z2, Z8, Z7; \
+	VPSRLVD Z9, Z7, Z7; \
+	VPANDD Z10, Z7, Z7; \
+	VPSLLD $2, Z7, Z7; \
+	VPORD Z7, Z0, Z0; \
+	VMOVDQU32 Z0, off(DI); \
+	VPADDD Z6, Z3, Z3; \
+	VPADDD Z6, Z8, Z8
+
+// func lane2VNNI(dst *byte, qs *byte, hmask *byte)
+// lane2: a block's 64 bytes of 2-bit quants (qs) and, unless hmask is
+// nil, their 32 bytes of third bits as one row of a packed tile's four
+// chunks (dst, 256 bytes apart), in group-lane order.
+TEXT ·lane2VNNI(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ qs+8(FP), SI
+	MOVQ hmask+16(FP), DX
+	VMOVDQU32 (SI), Z1
+	VPXORD Z2, Z2, Z2
+	TESTQ DX, DX
+	JZ    l2nohmask
+	VMOVDQU (DX), Y2
+
+l2nohmask:
+	VMOVDQU32 kt2Idx<>(SB), Z3
+	VMOVDQU32 kt2Shift<>(SB), Z4
+	VPBROADCASTD kt2Mask<>(SB), Z5
+	VPBROADCASTD ktOne<>(SB), Z6
+	VMOVDQU32 kt3Idx<>(SB), Z8
+	VMOVDQU32 kt3Shift<>(SB), Z9
+	VPBROADCASTD kt3Mask<>(SB), Z10
+	KLANE2(0)
+	KLANE2(256)
+	KLANE2(512)
+	KLANE2(768)
+	VZEROUPPER
+	RET
