@@ -139,6 +139,44 @@ func TestParallelKVBudget(t *testing.T) {
 	m, err := Open("models/tinystories-mod.gguf", Options{Backend: BackendCPU, Parallel: 4, ContextLen: 64, KVBudget: page * int64(info.NLayer) * 5})
 	require.NoError(t, err)
 	defer m.Close()
+	fourAtOnceMatchAlone(t, m, alone)
+	st := m.batch.s.Stats()
+	t.Logf("budget %d pages: %d waits, %d preemptions, at most %d pages", m.batch.s.Pool().Pages(), st.Waits, st.Preemptions, st.MaxPagesInUse)
+	assert.Positive(t, st.Waits+st.Preemptions, "the small budget made sessions wait")
+
+	small, err := Open("models/tinystories-mod.gguf", Options{Backend: BackendCPU, Parallel: 2, KVBudget: 4096})
+	require.NoError(t, err)
+	defer small.Close()
+	_, err = small.NewSession().Generate(context.Background(), "Once", GenerateOptions{MaxTokens: 4}, nil)
+	assert.ErrorContains(t, err, "KV budget")
+}
+
+// With KVType f16 on the CPU the sessions' pages hold halves: the same KV
+// budget holds twice the pages of f32, Info says f16, and four sessions at
+// once give the tokens of one run alone with an F16 cache.
+func TestParallelKVF16(t *testing.T) {
+	alone, err := Open("models/tinystories-mod.gguf", Options{Backend: BackendCPU, ContextLen: 64, KVType: "f16"})
+	require.NoError(t, err)
+	defer alone.Close()
+	assert.Equal(t, "f16", alone.Info().KVType)
+	const budget = 1 << 20
+	f32, err := Open("models/tinystories-mod.gguf", Options{Backend: BackendCPU, Parallel: 4, ContextLen: 64, KVBudget: budget})
+	require.NoError(t, err)
+	defer f32.Close()
+	assert.Equal(t, "f32", f32.Info().KVType)
+	m, err := Open("models/tinystories-mod.gguf", Options{Backend: BackendCPU, Parallel: 4, ContextLen: 64, KVBudget: budget, KVType: "f16"})
+	require.NoError(t, err)
+	defer m.Close()
+	assert.Equal(t, "f16", m.Info().KVType)
+	assert.Equal(t, 2*f32.batch.s.Pool().Pages(), m.batch.s.Pool().Pages(), "the budget holds twice the pages")
+
+	fourAtOnceMatchAlone(t, m, alone)
+}
+
+// fourAtOnceMatchAlone runs four sessions of m at once, each one turn of
+// 40 tokens, and checks each one's tokens are alone's.
+func fourAtOnceMatchAlone(t *testing.T, m, alone *Model) {
+	t.Helper()
 	var wg sync.WaitGroup
 	outs := make([][]turnOut, 4)
 	for i := range outs {
@@ -156,13 +194,4 @@ func TestParallelKVBudget(t *testing.T) {
 			assert.Equal(t, want[0].tokens[k].ID, outs[i][0].tokens[k].ID)
 		}
 	}
-	st := m.batch.s.Stats()
-	t.Logf("budget %d pages: %d waits, %d preemptions, at most %d pages", m.batch.s.Pool().Pages(), st.Waits, st.Preemptions, st.MaxPagesInUse)
-	assert.Positive(t, st.Waits+st.Preemptions, "the small budget made sessions wait")
-
-	small, err := Open("models/tinystories-mod.gguf", Options{Backend: BackendCPU, Parallel: 2, KVBudget: 4096})
-	require.NoError(t, err)
-	defer small.Close()
-	_, err = small.NewSession().Generate(context.Background(), "Once", GenerateOptions{MaxTokens: 4}, nil)
-	assert.ErrorContains(t, err, "KV budget")
 }

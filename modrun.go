@@ -48,9 +48,11 @@ type Options struct {
 	// ContextLen caps the sequence (and the GPU's KV caches); 0 = the
 	// model's context length.
 	ContextLen int
-	// KVType is the GPU KV cache's element type: "f16" or "f32"; "" = the
-	// device's default (f16 on a GPU, f32 on a CPU emulation such as
-	// lavapipe). The CPU backend's cache is always f32.
+	// KVType is the KV cache's element type: "f16" or "f32"; "" = the
+	// backend's default (on Vulkan f16 on a GPU, f32 on a CPU emulation
+	// such as lavapipe; f32 on the CPU backend). f16 holds half the memory
+	// per token, here and in the Parallel sessions' page pool (KVBudget
+	// holds twice the tokens). The reference backend's cache is always f32.
 	KVType string
 	// NoRoutes leaves Token.Routes nil. On Vulkan, routing is decided on
 	// the GPU and copied back for each token only for Token.Routes: a

@@ -77,7 +77,7 @@ func OpenBackend(m *mod.Model, r mod.Routing, o BackendOptions) (b *Backend, not
 			run, p.release = gpuRunner{Runner: v, m: m}, append(p.release, v.Close)
 		case p.name == BackendCPU:
 			chunk = cmp.Or(o.UBatch, DefaultCPUUBatch)
-			c, err := cpu.New(m, r, cpu.Options{ContextLen: ctx, UBatch: o.UBatch})
+			c, err := cpu.New(m, r, cpu.Options{ContextLen: ctx, UBatch: o.UBatch, KVType: o.KVType})
 			if err != nil {
 				return err
 			}
@@ -241,7 +241,7 @@ func OpenScorer(m *mod.Model, r mod.Routing, o BackendOptions) (*ScorerBackend, 
 			}
 			sc, p.release = ev, append(p.release, ev.Close)
 		case p.name == BackendCPU:
-			run, err := cpu.New(m, r, cpu.Options{ContextLen: o.ContextLen, UBatch: o.UBatch})
+			run, err := cpu.New(m, r, cpu.Options{ContextLen: o.ContextLen, UBatch: o.UBatch, KVType: o.KVType})
 			if err != nil {
 				return err
 			}

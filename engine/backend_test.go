@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modrun/modrun/engine/cpu"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/vk"
 	"github.com/stretchr/testify/assert"
@@ -45,6 +46,18 @@ func TestBackendContextAndKV(t *testing.T) {
 	require.NoError(t, err)
 	defer b.Close()
 	assert.Equal(t, 3, b.ContextLen())
+	assert.Equal(t, "f16", b.Runner.(cpuRunner).KVType(), "the CPU's cache holds halves when asked")
+	st, err := StepperOf(b, 2)
+	require.NoError(t, err)
+	assert.Equal(t, "f16", st.(cpuStepper).KVType(), "and so do its step runner's pages")
+	sc, _, err := OpenScorer(m, mod.RoutingRouter, BackendOptions{Name: BackendCPU, KVType: "f16"})
+	require.NoError(t, err)
+	defer sc.Close()
+	assert.Equal(t, "f16", sc.Scorer.(*cpu.Runner).KVType(), "and its scorer's")
+	def, _, err := OpenBackend(m, mod.RoutingRouter, BackendOptions{Name: BackendCPU})
+	require.NoError(t, err)
+	defer def.Close()
+	assert.Equal(t, "f32", def.Runner.(cpuRunner).KVType(), "f32 by default on the CPU")
 	_, err = b.Feed([]int32{1, 2, 3})
 	require.NoError(t, err)
 	_, err = b.Feed([]int32{4})

@@ -38,9 +38,11 @@ type BackendOptions struct {
 	// of its KV caches (--ctx); 0 means the model's context length, at most
 	// DefaultMaxContext. More than the model's is an error.
 	ContextLen int
-	// KVType is the GPU KV cache's element type, "f16" or "f32"
-	// (--kv-type); "" means the device's default: f16 on a GPU, f32 on a
-	// CPU emulation. Ignored on the CPU backend, whose cache is F32.
+	// KVType is the KV cache's element type, "f16" or "f32" (--kv-type);
+	// "" means the backend's default: on Vulkan f16 on a GPU and f32 on a
+	// CPU emulation, f32 on the CPU backend (whose output then equals the
+	// reference's to rounding). The reference backend's cache is always
+	// f32.
 	KVType string
 	// Trace makes the backend's Runner a RoutingTracer on Vulkan too (the
 	// CPU always is): each token's routing is copied back from the GPU.

@@ -96,6 +96,9 @@ func TestFlagErrorsComeFirst(t *testing.T) {
 		{"perplexity -f a directory", []string{"perplexity", "-m", model, "-f", dir}, 1, "-f " + dir + ": is a directory, not a file", nil},
 		{"perplexity -f empty", []string{"perplexity", "-m", model, "-f", empty}, 1, "the file has no text to score", nil},
 		{"perplexity without -m", []string{"perplexity", "-f", text}, 2, "-m FILE.gguf is required", nil},
+		{"perplexity --kv-type unknown", []string{"perplexity", "-m", missing, "-f", text, "--kv-type", "q8"}, 2, `--kv-type "q8" is not f16 or f32`, nil},
+		{"perplexity --kv-type on the reference", []string{"perplexity", "-m", missing, "-f", text, "--backend", "reference", "--kv-type", "f16"}, 2,
+			"--kv-type sets the vulkan and cpu backends' KV cache; the reference's is float32", nil},
 
 		// bench: nothing is built before its flags are checked
 		{"bench --kv-type", []string{"bench", "--synthetic", "stories260k", "--backends", "cpu", "--kv-type", "q4"}, 2, `--kv-type "q4" is not f16 or f32`, built},

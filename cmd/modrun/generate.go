@@ -47,7 +47,7 @@ func (cf *cacheFlags) register(fs *flag.FlagSet) {
 	usage := fmt.Sprintf("context length `N`: the longest sequence, and the KV cache's size; 0 = the model's, at most %d", engine.DefaultMaxContext)
 	fs.IntVar(&cf.ctx, "c", 0, usage)
 	fs.IntVar(&cf.ctx, "ctx", 0, usage)
-	fs.StringVar(&cf.kvType, "kv-type", "", "KV cache type on the GPU: f16 | f32 (default: f16 on a GPU, f32 on a CPU emulation such as lavapipe)")
+	fs.StringVar(&cf.kvType, "kv-type", "", "KV cache type: f16 | f32 (default: f16 on a GPU, f32 on the cpu backend and on a CPU emulation such as lavapipe)")
 	fs.IntVar(&cf.ubatch, "ubatch", engine.DefaultUBatch, "a prompt runs batched over chunks of at most `N` tokens (Vulkan: one graph per chunk; CPU: batched products)")
 }
 
@@ -433,6 +433,8 @@ func printStats(w io.Writer, info api.Info, res api.Result, seed uint64) {
 	if info.Backend == api.BackendVulkan {
 		fmt.Fprintf(w, "GPU memory: %s (weights %s, KV cache %s, scratch %s)\n",
 			mib(info.GPUWeights+info.GPUKVCache+info.GPUScratch), mib(info.GPUWeights), mib(info.GPUKVCache), mib(info.GPUScratch))
+	}
+	if info.Backend != api.BackendReference {
 		fmt.Fprintf(w, "KV cache: %s, %d tokens (--kv-type, --ctx)\n", info.KVType, info.ContextLen)
 	}
 	if len(info.RoutedLayers) == 0 {

@@ -35,7 +35,7 @@ type generationCommand struct {
 	stops        []string
 	threads      int
 	seed         uint64   // the sampler's seed, after open (-1 drawn from the clock)
-	gpuOnly      []string // flags given that only the Vulkan backend uses, as "--kv-type"
+	gpuOnly      []string // flags given that only the Vulkan backend uses, as "--profile"
 }
 
 // newGenerationCommand makes the flag set of command name (run or chat);
@@ -74,7 +74,8 @@ func (g *generationCommand) parse(args []string, argHint string) error {
 }
 
 // ignoredBy lists the flags given that backend (as resolved) does not use,
-// with why: the GPU's flags on a CPU backend, -t on Vulkan.
+// with why: the GPU's flags on a CPU backend, -t on Vulkan, --kv-type and
+// --ubatch on the reference.
 func (g *generationCommand) ignoredBy(backend string) []string {
 	var out []string
 	if backend == engine.BackendVulkan {
@@ -85,6 +86,9 @@ func (g *generationCommand) ignoredBy(backend string) []string {
 	}
 	for _, name := range g.gpuOnly {
 		out = append(out, fmt.Sprintf("%s applies to the vulkan backend only, not to %s", name, backend))
+	}
+	if backend == engine.BackendReference && flagSet(g.fs, "kv-type") {
+		out = append(out, "--kv-type sets the vulkan and cpu backends' KV cache; the reference's is float32")
 	}
 	if backend == engine.BackendReference && flagSet(g.fs, "ubatch") {
 		out = append(out, "--ubatch sets the vulkan and cpu backends' prompt batch; the reference runs a prompt 32 tokens at a time")
@@ -99,9 +103,6 @@ func (g *generationCommand) ignoredBy(backend string) []string {
 // notice (the CPU fallback) to stderr and returns the options of one
 // generation.
 func (g *generationCommand) open(stderr io.Writer, gpuOnly []string, set func(*api.Options) error) (*api.Model, api.GenerateOptions, error) {
-	if flagSet(g.fs, "kv-type") {
-		gpuOnly = append([]string{"--kv-type"}, gpuOnly...)
-	}
 	g.gpuOnly = gpuOnly
 	if b := g.gf.mf.backend; b != engine.BackendAuto {
 		if ignored := g.ignoredBy(b); len(ignored) > 0 {

@@ -13,13 +13,14 @@ import (
 	"github.com/modrun/modrun/mod"
 )
 
-const perplexityArgs = "-m FILE.gguf -f TEXT [--ctx N] [--routing topk|router|predictor] [--capacity C] [--backend B] [--device N] [--compare BACKEND|FILE.gguf] [--json] [--quiet]"
+const perplexityArgs = "-m FILE.gguf -f TEXT [--ctx N] [--routing topk|router|predictor] [--capacity C] [--backend B] [--device N] [--kv-type f16|f32] [--compare BACKEND|FILE.gguf] [--json] [--quiet]"
 
 // perplexityFlags are perplexity's options, parsed.
 type perplexityFlags struct {
 	mf       modelFlags
 	text     string
 	compare  string // a backend name or a model file, or ""
+	kvType   string // --kv-type: the scorer's KV cache, "" = the backend's default
 	asJSON   bool
 	quiet    bool
 	opts     engine.PerplexityOptions
@@ -55,13 +56,13 @@ func perplexityMain(args []string, _ io.Reader, stdout, stderr io.Writer) error 
 	if len(ids) == 0 {
 		return fmt.Errorf("-f %s: the file has no text to score", f.text)
 	}
-	scorer, err := f.openScorer(l.model, l.routing, f.mf.backend, window, stderr)
+	scorer, err := f.openScorer(l.model, l.routing, f.mf.backend, f.kvType, window, stderr)
 	if err != nil {
 		return err
 	}
 	defer scorer.Close()
 	rep := &perplexityReport{Model: f.mf.path, Text: f.text, Routing: routingOf(&l.model.Config, l.routing),
-		Backend: scorer.Name, Window: window, TextTokens: len(ids)}
+		Backend: scorer.Name, KVType: f.kvType, Window: window, TextTokens: len(ids)}
 	var ref *engine.ScorerBackend // --compare's scorer
 	if f.compare != "" {
 		if ref, rep.Compare, err = f.openReference(l, scorer.Name, window, stderr); err != nil {
@@ -127,6 +128,7 @@ func parsePerplexityFlags(args []string, stderr io.Writer) (*perplexityFlags, er
 	capacity := fs.Float64("capacity", 0, "override the routed fraction `C` of --routing topk, in (0, 1] (default: the model's)")
 	fs.StringVar(&f.compare, "compare", "", "also score with `BACKEND` (cpu, reference, vulkan, auto: the same model) or FILE.gguf (another model with the same vocabulary, on --backend), "+
 		"the reference, and print the ΔNLL, the mean KL divergence from the reference's next-token distributions and the top-1 agreement")
+	fs.StringVar(&f.kvType, "kv-type", "", "the KV cache's type on the cpu backend and in Vulkan's causal scoring: f16 | f32 (default f32; --compare FILE too, not --compare BACKEND)")
 	fs.BoolVar(&f.asJSON, "json", false, "print the result as one JSON document instead of its text")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar")
 	if err := parseFlags(fs, args); err != nil {
@@ -151,6 +153,12 @@ func parsePerplexityFlags(args []string, stderr io.Writer) (*perplexityFlags, er
 	}
 	if err := f.opts.Check(); err != nil {
 		return nil, optionError(err)
+	}
+	if err := checkFlags(engine.BackendOptions{Name: engine.BackendAuto, Device: -1, KVType: f.kvType}, engine.Flags{}); err != nil {
+		return nil, err
+	}
+	if f.kvType != "" && f.mf.backend == engine.BackendReference {
+		return nil, fmt.Errorf("%w: --kv-type sets the vulkan and cpu backends' KV cache; the reference's is float32", errUsage)
 	}
 	if err := inputFile("-m", f.mf.path); err != nil {
 		return nil, err
@@ -185,10 +193,10 @@ func isBackend(s string) bool {
 	return false
 }
 
-// openScorer opens m's scorer on backend, saying on stderr where auto
-// fell back.
-func (f *perplexityFlags) openScorer(m *mod.Model, r mod.Routing, backend string, window int, stderr io.Writer) (*engine.ScorerBackend, error) {
-	sc, notice, err := engine.OpenScorer(m, r, engine.BackendOptions{Name: backend, Device: f.mf.device, ContextLen: window})
+// openScorer opens m's scorer on backend with a KV cache of kvType ("":
+// the backend's default), saying on stderr where auto fell back.
+func (f *perplexityFlags) openScorer(m *mod.Model, r mod.Routing, backend, kvType string, window int, stderr io.Writer) (*engine.ScorerBackend, error) {
+	sc, notice, err := engine.OpenScorer(m, r, engine.BackendOptions{Name: backend, Device: f.mf.device, ContextLen: window, KVType: kvType})
 	if err != nil {
 		return nil, fmt.Errorf("--backend %s: %w", backend, err)
 	}
@@ -202,7 +210,7 @@ func (f *perplexityFlags) openScorer(m *mod.Model, r mod.Routing, backend string
 // another model file on the backend the scorer runs on (backend).
 func (f *perplexityFlags) openReference(l *loaded, backend string, window int, stderr io.Writer) (*engine.ScorerBackend, *compareReport, error) {
 	if isBackend(f.compare) {
-		sc, err := f.openScorer(l.model, l.routing, f.compare, window, stderr)
+		sc, err := f.openScorer(l.model, l.routing, f.compare, "", window, stderr)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--compare: %w", err)
 		}
@@ -222,7 +230,7 @@ func (f *perplexityFlags) openReference(l *loaded, backend string, window int, s
 		return nil, nil, fmt.Errorf("--compare %s: its vocabulary (%d tokens, BOS %d) is not that of %s (%d tokens, BOS %d): the two cannot score the same tokens",
 			f.compare, b, other.tok.BOS(), f.mf.path, a, l.tok.BOS())
 	}
-	sc, err := f.openScorer(other.model, other.routing, backend, window, stderr)
+	sc, err := f.openScorer(other.model, other.routing, backend, f.kvType, window, stderr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--compare %s: %w", f.compare, err)
 	}

@@ -15,8 +15,9 @@ type perplexityReport struct {
 	Text       string `json:"text"`
 	Routing    string `json:"routing"` // dense, or the routing (and top-k's capacity)
 	Backend    string `json:"backend"`
-	Window     int    `json:"window"`      // the longest window, BOS included
-	TextTokens int    `json:"text_tokens"` // the text's tokens; Tokens of them were scored
+	KVType     string `json:"kv_type,omitempty"` // --kv-type, when given
+	Window     int    `json:"window"`            // the longest window, BOS included
+	TextTokens int    `json:"text_tokens"`       // the text's tokens; Tokens of them were scored
 	engine.PerplexityResult
 	Perplexity  float64        `json:"perplexity"`
 	TokensPerS  float64        `json:"tokens_per_s"`
@@ -57,7 +58,11 @@ func writeReport(w io.Writer, asJSON bool, v any, text string) error {
 func (rep *perplexityReport) text() string {
 	var b []byte
 	p := func(format string, a ...any) { b = fmt.Appendf(b, format, a...) }
-	p("model %s, text %s, routing %s, backend %s\n", rep.Model, rep.Text, rep.Routing, rep.Backend)
+	p("model %s, text %s, routing %s, backend %s", rep.Model, rep.Text, rep.Routing, rep.Backend)
+	if rep.KVType != "" {
+		p(", %s KV cache", rep.KVType)
+	}
+	p("\n")
 	windows := "windows"
 	if rep.Windows == 1 {
 		windows = "window"

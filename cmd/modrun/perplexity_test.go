@@ -130,3 +130,29 @@ func TestPerplexityInterruptedPrintsPartial(t *testing.T) {
 		assert.Greater(t, rep["text_tokens"], 30.0)
 	}
 }
+
+// TestPerplexityKVType: --kv-type sets the scored model's cache and not
+// --compare BACKEND's: at f32 against cpu the two are the same runs (KL 0),
+// at f16 halves move the distributions, slightly (stories260K is F32).
+func TestPerplexityKVType(t *testing.T) {
+	model := shared.Path(t, "models/stories260K.gguf")
+	text := storyFile(t)
+	for _, kv := range []string{"f32", "f16"} {
+		code, out, stderr := modrun(t, "perplexity", "-m", model, "-f", text, "--ctx", "32", "--backend", "cpu", "--kv-type", kv, "--compare", "cpu", "--json")
+		require.Equal(t, 0, code, stderr)
+		var rep struct {
+			KVType  string `json:"kv_type"`
+			Compare struct {
+				MaxKL float64 `json:"max_kl"`
+			} `json:"compare"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+		assert.Equal(t, kv, rep.KVType)
+		if kv == "f32" {
+			assert.Zero(t, rep.Compare.MaxKL, "the same cache as the reference's")
+		} else {
+			assert.Positive(t, rep.Compare.MaxKL, "halves are not floats")
+			assert.Less(t, rep.Compare.MaxKL, 1e-3)
+		}
+	}
+}

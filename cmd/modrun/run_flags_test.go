@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"os"
@@ -158,10 +159,10 @@ func TestIgnoredFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"run", "-p", "x", "--backend", "cpu", "--kv-type", "f16"}, "modrun run: usage: --kv-type applies to the vulkan backend only, not to cpu\n"},
+		{[]string{"run", "-p", "x", "--backend", "reference", "--kv-type", "f16"}, "modrun run: usage: --kv-type sets the vulkan and cpu backends' KV cache; the reference's is float32\n"},
 		{[]string{"run", "-p", "x", "--backend", "reference", "--profile"}, "modrun run: usage: --profile applies to the vulkan backend only, not to reference\n"},
 		{[]string{"run", "-p", "x", "--backend", "vulkan", "-t", "2"}, "modrun run: usage: -t sets the CPU backends' threads; the vulkan backend runs on the GPU\n"},
-		{[]string{"chat", "--chat-template", "chatml", "--backend", "cpu", "--kv-type", "f32"}, "modrun chat: usage: --kv-type applies to the vulkan backend only, not to cpu\n"},
+		{[]string{"chat", "--chat-template", "chatml", "--backend", "reference", "--kv-type", "f32"}, "modrun chat: usage: --kv-type sets the vulkan and cpu backends' KV cache; the reference's is float32\n"},
 		{[]string{"run", "-p", "x", "-t", "-1"}, "modrun run: usage: -t -1: must be 0 (one per core) or positive\n"},
 		{[]string{"run", "-p", "x", "--backend", "reference", "--ubatch", "8"}, "modrun run: usage: --ubatch sets the vulkan and cpu backends' prompt batch; the reference runs a prompt 32 tokens at a time\n"},
 	} {
@@ -172,13 +173,13 @@ func TestIgnoredFlags(t *testing.T) {
 	}
 
 	// --backend auto that ends on the CPU warns instead, in one line.
-	code, out, stderr := modrun(t, "-m", model, "-p", "Once", "-n", "2", "--kv-type", "f16")
+	code, out, stderr := modrun(t, "-m", model, "-p", "Once", "-n", "2", "--profile")
 	require.Equal(t, 0, code, stderr)
 	assert.NotEmpty(t, out)
 	if !strings.Contains(stderr, "running on the CPU") {
 		t.Skipf("auto runs on a GPU here: %s", stderr)
 	}
-	assert.Contains(t, stderr, "\nmodrun run: warning: --kv-type applies to the vulkan backend only, not to cpu\n")
+	assert.Contains(t, stderr, "\nmodrun run: warning: --profile applies to the vulkan backend only, not to cpu\n")
 }
 
 // TestRunThreads: -t N runs the CPU backend on N threads (a process of its
@@ -229,4 +230,32 @@ func TestWords(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Regexp(t, `\nprefill: 1 token in \S+ \(`, stderr, "BOS alone")
 	assert.Regexp(t, `\ndecode:  1 token in \S+ \(`, stderr)
+}
+
+// TestCPUKVType: --kv-type f16 gives the CPU backend a cache of halves
+// (f32 without it), as --stats and bench's kv_type say.
+func TestCPUKVType(t *testing.T) {
+	model := shared.Path(t, "models/stories260K.gguf")
+	for _, kv := range []string{"", "f16", "f32"} {
+		args := []string{"-m", model, "-p", "Once", "-n", "4", "--backend", "cpu", "--stats"}
+		if kv != "" {
+			args = append(args, "--kv-type", kv)
+		}
+		code, out, stderr := modrun(t, args...)
+		require.Equal(t, 0, code, stderr)
+		assert.NotEmpty(t, out)
+		assert.Contains(t, stderr, "KV cache: "+cmp.Or(kv, "f32")+", ", kv)
+	}
+	code, out, stderr := modrun(t, "bench", "-m", model, "--backends", "cpu", "--kv-type", "f16", "--prompt", "8", "-n", "4", "--repeats", "1", "--json")
+	require.Equal(t, 0, code, stderr)
+	var rep struct {
+		Rows []struct {
+			KVType string `json:"kv_type"`
+		} `json:"rows"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	require.NotEmpty(t, rep.Rows, out)
+	for _, r := range rep.Rows {
+		assert.Equal(t, "f16", r.KVType)
+	}
 }

@@ -262,8 +262,8 @@ func (r *Runner) block(l int, x []float32, pos, rope []int32, mlpScale []float32
 	} else {
 		cache := &r.kv[l]
 		base := len(cache.pos)
-		cache.k = append(cache.k, s.k...)
-		cache.v = append(cache.v, s.v...)
+		cache.k.append(s.k)
+		cache.v.append(s.v)
 		cache.pos = append(cache.pos, pos...)
 		r.attend(s.att, s.q, cache.k, cache.v, base, n)
 	}
@@ -310,7 +310,7 @@ func (r *Runner) rotate(v []float32, pos int32) {
 // are the cache's last n entries, row i seeing entries [0, base+i].
 //
 //	out, q [n][nHead*headDim]; k, v [base+n][nKVHead*headDim]
-func (r *Runner) attend(out, q, k, v []float32, base, n int) {
+func (r *Runner) attend(out, q []float32, k, v kvRows, base, n int) {
 	c := r.c
 	nHead, hd := c.NHead, c.HeadDim
 	qd, kvd := nHead*hd, c.KVDim()
@@ -320,14 +320,18 @@ func (r *Runner) attend(out, q, k, v []float32, base, n int) {
 	grain := max(1, 8192/((base+n)*hd)) // jobs per share: enough work to hand off
 	r.pool.run(jobs, grain, func(lo, hi int) {
 		sc := make([]float32, base+n)
+		var buf, part []float32 // widened halves
+		if r.half {
+			buf, part = make([]float32, kvBlock*hd), make([]float32, hd)
+		}
 		for job := lo; job < hi; job++ {
 			i, h := job/nHead, job%nHead
 			kvh := h / group
 			qi := q[i*qd+h*hd : i*qd+(h+1)*hd]
 			m := base + i + 1
-			scores(sc[:m], qi, k[kvh*hd:], kvd, hd, scale)
+			k.scores(sc[:m], qi, kvh*hd, kvd, scale, buf)
 			softmax(sc[:m])
-			mix(out[i*qd+h*hd:i*qd+(h+1)*hd], v[kvh*hd:], kvd, sc[:m])
+			v.mix(out[i*qd+h*hd:i*qd+(h+1)*hd], kvh*hd, kvd, sc[:m], buf, part)
 		}
 	})
 }

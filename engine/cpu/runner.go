@@ -38,6 +38,10 @@ type Options struct {
 	ContextLen int
 	// UBatch is the longest chunk a prompt runs in; 0 means DefaultUBatch.
 	UBatch int
+	// KVType is the KV cache's element type: KVF32 ("" too), or KVF16,
+	// half the memory per token and half the bytes attention reads per
+	// decoded token, each key and value rounded to a half when written.
+	KVType string
 }
 
 // DefaultUBatch is the longest chunk of a prompt when Options.UBatch is 0,
@@ -86,6 +90,7 @@ type Runner struct {
 	w       *weights
 	rope    []float32 // [ctx][headDim/2] cos and sin pairs, as mod.RoPE computes them
 	routed  []int     // [nLayer] index among the routed layers, -1 for a dense layer
+	half    bool      // the KV cache holds halves (Options.KVType KVF16)
 
 	pos            int
 	kv             []layerKV // [nLayer]
@@ -98,8 +103,8 @@ type Runner struct {
 // layerKV is one layer's cache: compact in a routed layer (only the tokens
 // it selected), keys already rotated, in position order.
 type layerKV struct {
-	k, v []float32 // [entries][kvDim]
-	pos  []int32   // [entries] original positions
+	k, v kvRows  // [entries][kvDim]
+	pos  []int32 // [entries] original positions
 }
 
 // New prepares m for the CPU with routing r: mod.RoutingRouter or
@@ -116,11 +121,15 @@ func New(m *mod.Model, r mod.Routing, o Options) (*Runner, error) {
 	if o.ContextLen < 0 || o.UBatch < 0 {
 		return nil, fmt.Errorf("cpu: context length %d and ubatch %d must not be negative", o.ContextLen, o.UBatch)
 	}
+	half, err := parseKV(o.KVType)
+	if err != nil {
+		return nil, err
+	}
 	w, err := loadWeights(m)
 	if err != nil {
 		return nil, err
 	}
-	run := &Runner{m: m, c: c, routing: r, ctx: c.ContextLen, ub: DefaultUBatch, pool: thePool(), w: w}
+	run := &Runner{m: m, c: c, routing: r, ctx: c.ContextLen, ub: DefaultUBatch, pool: thePool(), w: w, half: half}
 	if o.ContextLen > 0 && o.ContextLen < run.ctx {
 		run.ctx = o.ContextLen
 	}
@@ -227,10 +236,15 @@ func (r *Runner) Reset() {
 	n := r.c.NLayer
 	if len(r.kv) != n {
 		r.kv = make([]layerKV, n)
+		for l := range r.kv {
+			r.kv[l].k.half, r.kv[l].v.half = r.half, r.half
+		}
 	}
 	for l := range r.kv { // keep the memory
 		c := &r.kv[l]
-		c.k, c.v, c.pos = c.k[:0], c.v[:0], c.pos[:0]
+		c.k.reset()
+		c.v.reset()
+		c.pos = c.pos[:0]
 	}
 	r.pos, r.selected, r.seen, r.trace = 0, make([]int, n), make([]int, n), nil
 }
@@ -247,8 +261,17 @@ func (r *Runner) Routed(l int) bool { return r.routed[l] >= 0 }
 func (r *Runner) Routes() [][]mod.Route { return r.trace }
 
 // KV returns layer l's cache as mod.State.KV does: keys and values
-// [entries][kvDim] and each entry's original position.
+// [entries][kvDim] and each entry's original position. A cache of halves
+// is widened to float32 (new memory).
 func (r *Runner) KV(l int) (k, v []float32, pos []int32) {
 	c := r.kv[l]
-	return c.k, c.v, c.pos
+	return c.k.floats(), c.v.floats(), c.pos
+}
+
+// KVType is the KV cache's element type, KVF16 or KVF32.
+func (r *Runner) KVType() string {
+	if r.half {
+		return KVF16
+	}
+	return KVF32
 }

@@ -21,7 +21,7 @@ type Stepper struct {
 	r     *Runner // the weights, the scratch and the pool; r.step points back while a step runs
 	layer []int   // [nLayer] index among the dense layers, or among the routed ones
 	kvd   int
-	k, v  [][]float32 // [pages][nKVHead][blockTokens][headDim], nil until first written
+	k, v  []kvRows // [pages][nKVHead][blockTokens][headDim], empty until first written
 	bt    int
 	cur   []pageRow // the rows of the block being run
 	out   []float32 // [rows wanting logits][nVocab], reused by each step
@@ -53,7 +53,7 @@ func (r *Runner) Stepper() (*Stepper, error) {
 	if r.routing == mod.RoutingTopK && m.Config.IsMoD() {
 		return nil, fmt.Errorf("cpu: batched steps decode with causal routing (router or predictor), not top-k")
 	}
-	run := &Runner{m: m, c: r.c, routing: r.routing, ctx: r.ctx, ub: r.ub, pool: r.pool, w: r.w, rope: r.rope, routed: r.routed}
+	run := &Runner{m: m, c: r.c, routing: r.routing, ctx: r.ctx, ub: r.ub, pool: r.pool, w: r.w, rope: r.rope, routed: r.routed, half: r.half}
 	run.Reset()
 	st := &Stepper{r: run, layer: make([]int, m.Config.NLayer), kvd: m.Config.KVDim()}
 	nd, nr := 0, 0
@@ -81,14 +81,21 @@ func (st *Stepper) Layout() sched.Layout {
 // QuantizedActivations is Runner.QuantizedActivations.
 func (st *Stepper) QuantizedActivations() bool { return st.r.QuantizedActivations() }
 
-// PageBytes is the memory of one page of blockTokens entries.
-func (st *Stepper) PageBytes(blockTokens int) int { return 2 * blockTokens * st.kvd * 4 }
+// PageBytes is the memory of one page of blockTokens entries: keys and
+// values, in halves with Options.KVType KVF16 (a budget then holds twice
+// the tokens).
+func (st *Stepper) PageBytes(blockTokens int) int {
+	return 2 * blockTokens * st.kvd * kvElemBytes(st.r.half)
+}
+
+// KVType is the pages' element type, KVF16 or KVF32.
+func (st *Stepper) KVType() string { return st.r.KVType() }
 
 // HeldPages is how many pages have memory now.
 func (st *Stepper) HeldPages() int {
 	n := 0
 	for _, p := range st.k {
-		if p != nil {
+		if p.f != nil || p.h != nil {
 			n++
 		}
 	}
@@ -99,17 +106,17 @@ func (st *Stepper) HeldPages() int {
 func (st *Stepper) CopyPage(dst, src int32) {
 	st.page(dst)
 	st.page(src)
-	copy(st.k[dst], st.k[src])
-	copy(st.v[dst], st.v[src])
+	st.k[dst].copyFrom(st.k[src])
+	st.v[dst].copyFrom(st.v[src])
 }
 
 // page makes page p's memory on first use.
 func (st *Stepper) page(p int32) {
 	for int(p) >= len(st.k) {
-		st.k, st.v = append(st.k, nil), append(st.v, nil)
+		st.k, st.v = append(st.k, kvRows{}), append(st.v, kvRows{})
 	}
-	if st.k[p] == nil {
-		st.k[p], st.v[p] = make([]float32, st.bt*st.kvd), make([]float32, st.bt*st.kvd)
+	if st.k[p].f == nil && st.k[p].h == nil {
+		st.k[p], st.v[p] = makeKVRows(st.r.half, st.bt*st.kvd), makeKVRows(st.r.half, st.bt*st.kvd)
 	}
 }
 
@@ -223,15 +230,18 @@ func (st *Stepper) attend(l int, out, q, k, v []float32, n int) {
 		st.page(page)
 		for h := range c.NKVHead { // a page is [nKVHead][bt][headDim]
 			at := (h*bt + slot) * hd
-			copy(st.k[page][at:at+hd], k[i*kvd+h*hd:i*kvd+(h+1)*hd])
-			copy(st.v[page][at:at+hd], v[i*kvd+h*hd:i*kvd+(h+1)*hd])
+			st.k[page].put(at, k[i*kvd+h*hd:i*kvd+(h+1)*hd])
+			st.v[page].put(at, v[i*kvd+h*hd:i*kvd+(h+1)*hd])
 		}
 	}
 	qd, group := nHead*hd, nHead/c.NKVHead
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	rows := st.cur[:n]
 	st.r.pool.run(n*nHead, 1, func(lo, hi int) {
-		var sc, part []float32
+		var sc, part, buf, part2 []float32
+		if st.r.half {
+			buf, part2 = make([]float32, kvBlock*hd), make([]float32, hd)
+		}
 		for job := lo; job < hi; job++ {
 			i, h := job/nHead, job%nHead
 			pr, kvh := rows[i], h/group
@@ -240,17 +250,17 @@ func (st *Stepper) attend(l int, out, q, k, v []float32, n int) {
 			qi := q[i*qd+h*hd : i*qd+(h+1)*hd]
 			for e0 := 0; e0 < m; e0 += bt { // the scores, a page at a time
 				page, _ := pr.t.Page(pr.i, e0, bt)
-				scores(sc[e0:min(m, e0+bt)], qi, st.k[page][kvh*bt*hd:], hd, hd, scale)
+				st.k[page].scores(sc[e0:min(m, e0+bt)], qi, kvh*bt*hd, hd, scale, buf)
 			}
 			softmax(sc[:m])
 			o := out[i*qd+h*hd : i*qd+(h+1)*hd]
 			for e0 := 0; e0 < m; e0 += bt { // the values mixed, a page at a time
 				page, _ := pr.t.Page(pr.i, e0, bt)
 				if e0 == 0 {
-					mix(o, st.v[page][kvh*bt*hd:], hd, sc[:min(m, bt)])
+					st.v[page].mix(o, kvh*bt*hd, hd, sc[:min(m, bt)], buf, part2)
 					continue
 				}
-				mix(part, st.v[page][kvh*bt*hd:], hd, sc[e0:min(m, e0+bt)])
+				st.v[page].mix(part, kvh*bt*hd, hd, sc[e0:min(m, e0+bt)], buf, part2)
 				addTo(o, part)
 			}
 		}
