@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"encoding/binary"
+	"unsafe"
 
 	"github.com/modrun/modrun/gguf"
 )
@@ -98,6 +99,11 @@ type legacyTileBuf struct {
 	q    []byte    // [cols/32][8][16][4] as q8i's q (one group): u + 128, or u + 112 for Q5_0 (its −16 folded in)
 	d    []float32 // [cols/32][2][16] each block's 16 scales, then its 16 constants (the mins; Q5_0's zero)
 	acts []q8lAct  // [n][cols/32] the tokens' blocks
+
+	// The AVX2 path's four rows (legacyRows4) and xd·Σx of each token block.
+	q8     []int8    // [4][cols]
+	d4, c4 []float32 // [4][cols/32]
+	xs     []float32 // [n][cols/32]
 }
 
 // q8lAct is a token's block for the legacy tile kernel: q8iAct's fields,
@@ -144,7 +150,6 @@ func legacyTile(w *matrix, i int, tb *legacyTileBuf) {
 
 // legacyTileGo is legacyTile eight quants at a time in Go.
 func legacyTileGo(w *matrix, i int, tb *legacyTileBuf) {
-	const b80, b70 = 0x8080808080808080, 0x7070707070707070
 	l := legacyTypes[w.ktype]
 	le := binary.LittleEndian
 	nb := w.cols / blockLen
@@ -152,19 +157,8 @@ func legacyTileGo(w *matrix, i int, tb *legacyTileBuf) {
 		row := w.raw[(i+rr)*nb*l.bytes : (i+rr+1)*nb*l.bytes]
 		for b := range nb {
 			blk := row[b*l.bytes : (b+1)*l.bytes]
-			var qh uint32
-			if l.qh >= 0 {
-				qh = le.Uint32(blk[l.qh:])
-			}
 			for h := 0; h < 16; h += 8 {
-				v := le.Uint64(blk[l.qs+h:])
-				lo := v&nib8 | fifthBytes[qh>>h&0xff]
-				hi := v>>4&nib8 | fifthBytes[qh>>(h+16)&0xff]
-				if l.m < 0 { // u + 112 = u − 16 + 128, no carry between bytes (u < 32)
-					lo, hi = lo+b70, hi+b70
-				} else {
-					lo, hi = lo|b80, hi|b80
-				}
+				lo, hi := l.biased8(blk, h)
 				// bytes 4c..4c+3 of row rr at (b·8+c)·64+4rr: lo holds
 				// elements h..h+7 (c = h/4, h/4+1), hi 16+h..23+h
 				at := (b*8+h/4)*64 + 4*rr
@@ -182,16 +176,64 @@ func legacyTileGo(w *matrix, i int, tb *legacyTileBuf) {
 	}
 }
 
+// biased8 is a block's elements h..h+7 (lo) and 16+h..23+h (hi), h 0 or
+// 8, eight bytes each: u + 128, or u + 112 for Q5_0 (its −16 folded in),
+// which is the quant's value + 128.
+func (l legacy) biased8(blk []byte, h int) (lo, hi uint64) {
+	const b80, b70 = 0x8080808080808080, 0x7070707070707070
+	var qh uint32
+	if l.qh >= 0 {
+		qh = binary.LittleEndian.Uint32(blk[l.qh:])
+	}
+	v := binary.LittleEndian.Uint64(blk[l.qs+h:])
+	lo = v&nib8 | fifthBytes[qh>>h&0xff]
+	hi = v>>4&nib8 | fifthBytes[qh>>(h+16)&0xff]
+	if l.m < 0 { // u + 112 = u − 16 + 128, no carry between bytes (u < 32)
+		return lo + b70, hi + b70
+	}
+	return lo | b80, hi | b80
+}
+
+// legacyRows4 unpacks rows i..i+3 of w into tb's q8 (the quants' values
+// as int8, −16..31, row-major), d4 (their block scales) and c4 (their
+// constants, Q4_1's and Q5_1's mins; Q5_0's are folded into its quants),
+// for the AVX2 path's four-row Q8_0 kernel (dotQ8x4).
+func legacyRows4(w *matrix, i int, tb *legacyTileBuf) {
+	const b80 = 0x8080808080808080
+	l := legacyTypes[w.ktype]
+	le := binary.LittleEndian
+	cols, nb := w.cols, w.cols/blockLen
+	out := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(tb.q8))), 4*cols)
+	for r := range 4 {
+		row := w.raw[(i+r)*nb*l.bytes : (i+r+1)*nb*l.bytes]
+		for b := range nb {
+			blk := row[b*l.bytes : (b+1)*l.bytes]
+			d := out[r*cols+b*blockLen : r*cols+(b+1)*blockLen]
+			for h := 0; h < 16; h += 8 {
+				lo, hi := l.biased8(blk, h)
+				le.PutUint64(d[h:], lo^b80)
+				le.PutUint64(d[16+h:], hi^b80)
+			}
+			tb.d4[r*nb+b] = half(blk)
+			if l.m >= 0 {
+				tb.c4[r*nb+b] = half(blk[l.m:])
+			}
+		}
+	}
+}
+
 // matmulLegacy is matmul's part for a Q4_1, Q5_0 or Q5_1 matrix w over
-// tokens 0..n and rows lo..hi: with VNNI, four tokens or more take the
+// tokens 0..n and rows lo..hi: with four tokens or more, VNNI takes the
 // interleaved kernel with constants (dotQ8l) on rows unpacked 16 at a
-// time, once for all the tokens (x.q8iActs filled before), the rest
-// dotLegacy.
+// time (x.q8iActs filled before), AVX2 the four-row Q8_0 kernel (dotQ8x4)
+// on rows unpacked four at a time with the mins added by dotF32, once for
+// all the tokens; the rest dotLegacy.
 func matmulLegacy(out []float32, x *acts, w *matrix, lo, hi, n int, tb *legacyTileBuf) {
 	cols, nb := w.cols, w.cols/blockLen
 	rb := nb * legacyTypes[w.ktype].bytes
 	i := lo
-	if useSIMD && useVNNI && n >= 4 {
+	switch {
+	case useSIMD && useVNNI && n >= 4:
 		tb.q, tb.d, tb.acts = grow(tb.q, q8iRows*cols), grow(tb.d, 2*q8iRows*nb), grow(tb.acts, n*nb)
 		for b, a := range x.ia[:n*nb] { // a.s is −128·Σx
 			tb.acts[b] = q8lAct{d: a.d, s: a.s, xs: a.d * float32(a.s/-128)}
@@ -208,6 +250,32 @@ func matmulLegacy(out []float32, x *acts, w *matrix, lo, hi, n int, tb *legacyTi
 				}
 				dotQ8l(tb.q, tb.d, nb, x.q[s*cols:(s+k)*cols], tb.acts[s*nb:(s+k)*nb], k, out[s*w.rows+i:], w.rows)
 				s += k
+			}
+		}
+	case useSIMD && n >= 4:
+		mins := legacyTypes[w.ktype].m >= 0
+		tb.q8, tb.d4, tb.c4, tb.xs = grow(tb.q8, 4*cols), grow(tb.d4, 4*nb), grow(tb.c4, 4*nb), grow(tb.xs, n*nb)
+		if mins {
+			for b := range n * nb {
+				var sum int32
+				for _, v := range x.q[b*blockLen : (b+1)*blockLen] {
+					sum += int32(v)
+				}
+				tb.xs[b] = x.d[b] * float32(sum)
+			}
+		}
+		var four [4]float32
+		for ; i+4 <= hi; i += 4 {
+			legacyRows4(w, i, tb)
+			for s := range n {
+				dotQ8x4(tb.q8, tb.d4, x.q[s*cols:(s+1)*cols], x.d[s*nb:(s+1)*nb], cols, &four)
+				o := out[s*w.rows+i : s*w.rows+i+4]
+				for r := range 4 {
+					o[r] = four[r]
+					if mins {
+						o[r] += dotF32(tb.c4[r*nb:(r+1)*nb], tb.xs[s*nb:(s+1)*nb])
+					}
+				}
 			}
 		}
 	}

@@ -90,8 +90,10 @@ func TestLegacyDot(t *testing.T) {
 }
 
 // matmul of Q4_1, Q5_0 and Q5_1 matrices, on every path: four tokens or
-// more with VNNI take the interleaved kernel with constants (dotQ8l) on
-// rows unpacked 16 at a time (legacyTile), the rest dotLegacy. Every
+// more take, with VNNI, the interleaved kernel with constants (dotQ8l) on
+// rows unpacked 16 at a time (legacyTile), with AVX2 the four-row Q8_0
+// kernel on rows unpacked four at a time (legacyRows4), the rest and the
+// Go path dotLegacy. Every
 // element equals TestLegacyDot's reference, for token counts around the
 // kernel's 8, 4 and 1 and past a tokenTile, and row counts that leave a
 // remainder of the 16-row groups, over an odd number of blocks.
