@@ -101,3 +101,58 @@ func (f *fakeRunner) Step(rows []Row, bt int) ([]float32, [][]mod.Route, error) 
 	}
 	return logits, routes, nil
 }
+
+// argmaxFake is fakeRunner as an ArgmaxRunner: an Argmax row gives the
+// argmax of the logits the fake would have given (ties to the lower id),
+// or ArgmaxNonFinite for a sequence in nonFinite; bad gives an id outside
+// the vocabulary instead. It counts the rows of each kind and which
+// sequences had Argmax rows.
+type argmaxFake struct {
+	*fakeRunner
+	nonFinite             map[int]bool
+	bad                   bool
+	argmaxRows, logitRows int
+	argmaxSeqs            map[int]bool
+}
+
+func (f *argmaxFake) StepArgmax(rows []Row, bt int) ([]float32, []int32, [][]mod.Route, error) {
+	all, routes, err := f.fakeRunner.Step(rows, bt)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if f.argmaxSeqs == nil {
+		f.argmaxSeqs = map[int]bool{}
+	}
+	nv := f.lay.NVocab
+	var logits []float32
+	var ids []int32
+	k := 0
+	for _, r := range rows {
+		if !r.Logits {
+			continue
+		}
+		x := all[k*nv : (k+1)*nv]
+		k++
+		if !r.Argmax {
+			f.logitRows++
+			logits = append(logits, x...)
+			continue
+		}
+		f.argmaxRows++
+		f.argmaxSeqs[r.Seq.ID] = true
+		id := int32(0)
+		for i, v := range x {
+			if v > x[id] {
+				id = int32(i)
+			}
+		}
+		switch {
+		case f.nonFinite[r.Seq.ID]:
+			id = ArgmaxNonFinite
+		case f.bad:
+			id = int32(nv)
+		}
+		ids = append(ids, id)
+	}
+	return logits, ids, routes, nil
+}

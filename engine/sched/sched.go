@@ -3,7 +3,6 @@ package sched
 import (
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/modrun/modrun/mod"
 )
@@ -25,6 +24,9 @@ type Row struct {
 	Pos    int
 	Token  int32
 	Logits bool
+	// Argmax (with Logits, for an ArgmaxRunner only): the logits serve
+	// only a greedy draw, so the runner gives their argmax instead of them.
+	Argmax bool
 }
 
 // StepRunner runs one forward pass over a step's rows on some backend: the
@@ -43,6 +45,23 @@ type StepRunner interface {
 	// CopyPage copies page src's entries into page dst (copy-on-write).
 	CopyPage(dst, src int32)
 }
+
+// ArgmaxRunner is a StepRunner that can draw a greedy row's token itself
+// (on its device), so that the logits of such a row need not reach the
+// host: the scheduler sets Row.Argmax on the rows of greedy sequences that
+// do not keep their logits, and calls StepArgmax instead of Step.
+type ArgmaxRunner interface {
+	StepRunner
+	// StepArgmax is Step, but for the rows with Argmax set it gives ids,
+	// one per such row in row order: the first index of the row's largest
+	// logit, or ArgmaxNonFinite when a logit is NaN or infinite. logits
+	// holds the other rows with Logits set, [k][nVocab] in row order.
+	StepArgmax(rows []Row, blockTokens int) (logits []float32, ids []int32, routes [][]mod.Route, err error)
+}
+
+// ArgmaxNonFinite is an ArgmaxRunner's id for a row whose logits are not
+// all finite.
+const ArgmaxNonFinite int32 = -1
 
 // Sampler draws a sequence's next token (engine.Sampler is one).
 type Sampler interface{ Sample(logits []float32) int32 }
@@ -162,15 +181,8 @@ type Scheduler struct {
 	nextID int
 	stats  Stats
 	rows   []Row
-	picks  []pick // a step's greedy draws (greedyPicks)
-}
-
-// pick is a greedy sequence's draw from one logits row, made before the
-// step's results are booked: greedy says it was made, id and finite are
-// argmaxFinite's.
-type pick struct {
-	id             int32
-	finite, greedy bool
+	picks  []pick       // a step's greedy draws (greedyPicks)
+	argmax ArgmaxRunner // run, when it draws greedy rows itself
 }
 
 // New is a scheduler over run with o's sizes.
@@ -189,6 +201,7 @@ func New(run StepRunner, o Options) (*Scheduler, error) {
 		return nil, err
 	}
 	s := &Scheduler{run: run, lay: run.Layout(), opts: o, pool: pool}
+	s.argmax, _ = run.(ArgmaxRunner)
 	if o.PrefixCache {
 		s.prefix = newPrefixCache()
 	}
@@ -385,7 +398,20 @@ func (s *Scheduler) Step() (bool, error) {
 	}
 	s.stats.MaxSeqsInStep = max(s.stats.MaxSeqsInStep, seqs)
 	s.stats.MaxPagesInUse = max(s.stats.MaxPagesInUse, s.pool.Pages()-s.pool.Free())
-	logits, routes, err := s.run.Step(rows, s.pool.blockTokens)
+	var (
+		logits []float32
+		ids    []int32
+		routes [][]mod.Route
+		err    error
+	)
+	if s.argmax != nil {
+		logits, ids, routes, err = s.argmax.StepArgmax(rows, s.pool.blockTokens)
+		if err == nil {
+			err = s.checkArgmax(rows, logits, ids)
+		}
+	} else {
+		logits, routes, err = s.run.Step(rows, s.pool.blockTokens)
+	}
 	if err != nil { // the backend failed: every sequence of the step ends with its error
 		for i, r := range rows {
 			if i == 0 || rows[i-1].Seq != r.Seq {
@@ -394,7 +420,7 @@ func (s *Scheduler) Step() (bool, error) {
 		}
 		return true, nil
 	}
-	s.after(rows, counts, logits, routes)
+	s.after(rows, counts, logits, ids, routes)
 	return true, nil
 }
 
@@ -420,9 +446,11 @@ func (s *Scheduler) plan() ([]Row, map[*Seq][]int) {
 			c[j] = q.Routed[j].Len
 		}
 		counts[q] = c
+		greedy := s.argmax != nil && q.req.Sampler == nil && !q.req.KeepLogits
 		for i := range n {
 			p := q.fed + i
-			rows = append(rows, Row{Seq: q, Pos: p, Token: q.tokens[p], Logits: i == n-1 && p == len(q.tokens)-1})
+			last := i == n-1 && p == len(q.tokens)-1
+			rows = append(rows, Row{Seq: q, Pos: p, Token: q.tokens[p], Logits: last, Argmax: last && greedy})
 		}
 		budget -= n
 	}
@@ -476,9 +504,9 @@ func (s *Scheduler) preemptable() *Seq {
 // after books a step's results: each sequence's fed tokens and tables, its
 // routing, its full blocks into the prefix cache, and a drawn token for
 // each sequence that gave logits.
-func (s *Scheduler) after(rows []Row, counts map[*Seq][]int, logits []float32, routes [][]mod.Route) {
-	nv, k := s.lay.NVocab, 0
-	picks := s.greedyPicks(rows, logits)
+func (s *Scheduler) after(rows []Row, counts map[*Seq][]int, logits []float32, ids []int32, routes [][]mod.Route) {
+	nv, k, d := s.lay.NVocab, 0, 0 // k: the draws, d: the logits rows
+	picks := s.greedyPicks(rows, logits, ids)
 	for lo := 0; lo < len(rows); {
 		q := rows[lo].Seq
 		hi := lo + 1
@@ -490,8 +518,13 @@ func (s *Scheduler) after(rows []Row, counts map[*Seq][]int, logits []float32, r
 		} else {
 			s.book(q, rows[lo:hi], counts[q], nil)
 		}
-		if rows[hi-1].Logits {
-			s.draw(q, logits[k*nv:(k+1)*nv], picks[k])
+		if r := rows[hi-1]; r.Logits {
+			var row []float32 // an Argmax row's logits stay on the runner
+			if !r.Argmax {
+				row = logits[d*nv : (d+1)*nv]
+				d++
+			}
+			s.draw(q, row, picks[k])
 			k++
 		}
 		lo = hi
@@ -561,98 +594,5 @@ func (s *Scheduler) book(q *Seq, rows []Row, base []int, routes [][]mod.Route) {
 			}
 		}
 		s.prefix.add(s.pool, h, parent, q.tokens[b*bt:end], q.Dense.Pages[:(b+1)*q.Dense.Width], q.Routed, c, blockRoutes)
-	}
-}
-
-// argmaxFinite is the first index of x's largest value, and whether every
-// value is finite, in one pass: the scheduler draws every sequence's token
-// on one goroutine between steps, so with 8 sequences two passes over
-// 32000 logits each were a step's serial tail.
-func argmaxFinite(x []float32) (int32, bool) {
-	var id int32
-	best := x[0]
-	for i, v := range x {
-		if v-v != 0 { // NaN - NaN and Inf - Inf are NaN (mod.Finite)
-			return 0, false
-		}
-		if v > best {
-			best, id = v, int32(i)
-		}
-	}
-	return id, true
-}
-
-// greedyPicks draws the greedy sequences' tokens of a step (the logits
-// rows in the order of the rows that asked for them), half of them on a
-// second goroutine: at 8 sequences a scan of 32000 logits each was 9% of
-// a step's CPU, all of it while the step runner's workers waited. A
-// sampler draws in draw, on this goroutine, as it may hold state.
-func (s *Scheduler) greedyPicks(rows []Row, logits []float32) []pick {
-	nv := s.lay.NVocab
-	s.picks = s.picks[:0]
-	for _, r := range rows {
-		if r.Logits {
-			s.picks = append(s.picks, pick{greedy: r.Seq.req.Sampler == nil})
-		}
-	}
-	scan := func(picks []pick, lo int) {
-		for i := range picks {
-			if picks[i].greedy {
-				k := lo + i
-				picks[i].id, picks[i].finite = argmaxFinite(logits[k*nv : (k+1)*nv])
-			}
-		}
-	}
-	n := len(s.picks)
-	if n < 2 {
-		scan(s.picks, 0)
-		return s.picks
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		scan(s.picks[n/2:], n/2)
-	}()
-	scan(s.picks[:n/2], 0)
-	wg.Wait()
-	return s.picks
-}
-
-// draw samples q's next token from its logits (a greedy one is pk, made
-// by greedyPicks) and ends q on a stop.
-func (s *Scheduler) draw(q *Seq, logits []float32, pk pick) {
-	id, finite := pk.id, pk.finite
-	if !pk.greedy {
-		finite = mod.Finite(logits)
-	}
-	if !finite {
-		s.finish(q, StopError, fmt.Errorf("sched: %w", mod.NonFinite(q.fed-1)))
-		return
-	}
-	if q.req.KeepLogits {
-		q.Logits = append(q.Logits, slices.Clone(logits))
-	}
-	if q.req.Sampler != nil {
-		id = q.req.Sampler.Sample(logits)
-	}
-	if slices.Contains(q.req.Stop, id) {
-		s.finish(q, StopEOS, nil)
-		return
-	}
-	q.out = append(q.out, id)
-	if q.req.OnToken != nil {
-		if err := q.req.OnToken(id); err != nil {
-			s.finish(q, StopCallback, err)
-			return
-		}
-	}
-	switch {
-	case q.fed >= s.lay.ContextLen:
-		s.finish(q, StopContextFull, nil)
-	case q.req.MaxTokens > 0 && len(q.out) >= q.req.MaxTokens:
-		s.finish(q, StopMaxTokens, nil)
-	default:
-		q.tokens = append(q.tokens, id)
 	}
 }

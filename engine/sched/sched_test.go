@@ -52,6 +52,7 @@ type soakCase struct {
 	batch    int
 	steps    int
 	wantWait bool
+	argmax   bool // the runner draws greedy rows itself (argmaxFake)
 }
 
 // TestSoak joins, cancels and finishes sequences at random over thousands
@@ -65,6 +66,7 @@ func TestSoak(t *testing.T) {
 		{name: "tight", pages: 260, steps: 3000, batch: 48, wantWait: true},
 		{name: "tight-prefix", pages: 260, prefix: true, steps: 3000, batch: 48, wantWait: true},
 		{name: "limit-prefix", pages: 1024, prefix: true, maxSeqs: 5, steps: 2000, batch: 32},
+		{name: "argmax-tight-prefix", pages: 260, prefix: true, steps: 2000, batch: 48, wantWait: true, argmax: true},
 	} {
 		t.Run(c.name, func(t *testing.T) { soak(t, c) })
 	}
@@ -73,7 +75,12 @@ func TestSoak(t *testing.T) {
 func soak(t *testing.T, c soakCase) {
 	const bt, ctx, vocab = 4, 96, 50
 	f := newFake(2, 3, ctx, vocab, c.pages, bt)
-	s, err := New(f, Options{BlockTokens: bt, Pages: c.pages, BatchTokens: c.batch, MaxSeqs: c.maxSeqs, PrefixCache: c.prefix})
+	var run StepRunner = f
+	af := &argmaxFake{fakeRunner: f}
+	if c.argmax {
+		run = af
+	}
+	s, err := New(run, Options{BlockTokens: bt, Pages: c.pages, BatchTokens: c.batch, MaxSeqs: c.maxSeqs, PrefixCache: c.prefix})
 	require.NoError(t, err)
 	rng := rand.New(rand.NewPCG(1, uint64(c.pages)))
 	system := make([]int32, 23) // a shared "system prompt"
@@ -143,6 +150,10 @@ func soak(t *testing.T, c soakCase) {
 	t.Logf("%d sequences (%d checked), %d steps, %d rows, %d waits, %d preemptions, %d reused tokens, %d prefix evictions, at most %d of %d pages",
 		len(done), checked, st.Steps, st.Rows, st.Waits, st.Preemptions, st.ReusedTokens, st.PrefixEvictions, st.MaxPagesInUse, c.pages)
 	assert.Greater(t, checked, 100)
+	if c.argmax {
+		assert.Positive(t, af.argmaxRows, "greedy rows drawn by the runner")
+		assert.Positive(t, af.logitRows, "sampled rows' logits")
+	}
 	if c.wantWait {
 		assert.Positive(t, st.Waits+st.Preemptions, "the tight pool made sequences wait")
 	}
@@ -292,4 +303,71 @@ func TestPrefixReuseRouting(t *testing.T) {
 	for _, at := range stepsAtReuse {
 		assert.Equal(t, steps, at, "served before any row ran")
 	}
+}
+
+// On an ArgmaxRunner the rows of greedy sequences that do not keep their
+// logits come back as their argmax (Row.Argmax), the others as logits:
+// a greedy sequence, one keeping its logits and a sampled one, sharing
+// steps, give their solo runs' tokens (on the plain fake); a non-finite
+// argmax ends its sequence with ErrNonFinite at its token, and an id
+// outside the vocabulary ends the step's sequences with an error.
+func TestArgmaxRunner(t *testing.T) {
+	const bt, ctx, vocab = 4, 64, 50
+	prompt := func(seed int) []int32 {
+		p := make([]int32, 5+seed)
+		for i := range p {
+			p[i] = int32((i*7 + seed*13) % vocab)
+		}
+		return p
+	}
+	sampler := func() Sampler { return &noisySampler{rand.New(rand.NewPCG(5, 7))} }
+	reqs := []Request{
+		{Prompt: prompt(0), MaxTokens: 12},                   // greedy: Argmax rows
+		{Prompt: prompt(1), MaxTokens: 12, KeepLogits: true}, // greedy, its logits kept: logits rows
+		{Prompt: prompt(2), MaxTokens: 12},                   // sampled below: logits rows
+		{Prompt: prompt(3), MaxTokens: 12},                   // greedy, its argmax non-finite
+	}
+	af := &argmaxFake{fakeRunner: newFake(2, 2, ctx, vocab, 512, bt), nonFinite: map[int]bool{3: true}}
+	s, err := New(af, Options{BlockTokens: bt, Pages: 512, BatchTokens: 64})
+	require.NoError(t, err)
+	seqs := make([]*Seq, len(reqs))
+	for i, req := range reqs {
+		if i == 2 {
+			req.Sampler = sampler()
+		}
+		seqs[i], err = s.Add(req)
+		require.NoError(t, err)
+	}
+	for s.Busy() {
+		_, err := s.Step()
+		require.NoError(t, err)
+	}
+	for i := range 3 {
+		req := reqs[i]
+		if i == 2 {
+			req.Sampler = sampler()
+		}
+		require.NoError(t, seqs[i].Err, "seq %d", i)
+		assert.Equal(t, solo(t, af.fakeRunner, req), seqs[i].Tokens(), "seq %d", i)
+	}
+	assert.Len(t, seqs[1].Logits, len(seqs[1].Tokens()), "the kept logits: a draw each")
+	assert.Equal(t, map[int]bool{0: true, 3: true}, af.argmaxSeqs, "Argmax rows: the greedy sequences that keep no logits only")
+	assert.Positive(t, af.logitRows)
+	assert.Equal(t, StopError, seqs[3].Stop)
+	assert.ErrorIs(t, seqs[3].Err, mod.ErrNonFinite)
+	assert.ErrorContains(t, seqs[3].Err, "at token 7", "the prompt's last token")
+	assert.Empty(t, seqs[3].Tokens())
+
+	bad := &argmaxFake{fakeRunner: newFake(2, 2, ctx, vocab, 512, bt), bad: true}
+	s, err = New(bad, Options{BlockTokens: bt, Pages: 512})
+	require.NoError(t, err)
+	q, err := s.Add(Request{Prompt: prompt(0), MaxTokens: 4})
+	require.NoError(t, err)
+	for s.Busy() {
+		_, err := s.Step()
+		require.NoError(t, err)
+	}
+	assert.Equal(t, StopError, q.Stop)
+	assert.ErrorContains(t, q.Err, "outside the vocabulary")
+	assert.Equal(t, s.Pool().Pages(), s.Pool().Free(), "every page back")
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/modrun/modrun/engine/sched"
 	"github.com/modrun/modrun/mod"
@@ -50,13 +51,32 @@ type Stepper struct {
 	psel, prope, trace *vk.Buffer // the selected rows' positions and RoPE's; [nRouted][3][ub] the routing
 	pf                 pagedFrame
 
-	recs map[[2]int]*vk.Recorder // by (rows, rows wanting logits)
+	recs map[[3]int]*vk.Recorder // by (rows, rows wanting logits, of those the argmax only)
 	// narrowed are the blocks' matmul views with a tile fit to a step of
 	// a few rows, by the step's row bucket (narrow).
 	narrowed map[uint32][]batchBlock
 	err      error     // a failed CopyPage, reported by the next Step
 	out      []float32 // [k][nVocab] the last step's logits
+	ids      []int32   // [g] the last step's argmax ids
+	raw      []byte    // the downloads' bytes
+	phases   StepPhases
 }
+
+// StepPhases is where the host's time of a stepper's steps went, summed
+// over its steps (Stepper.Phases): what a step pays besides the device's
+// work, and the device's work as the host waits for it.
+type StepPhases struct {
+	Steps, Rows int
+	Argmax      int           // rows whose argmax alone came back (StepArgmax)
+	Compose     time.Duration // the rows' composition built (positions, tables), recording looked up
+	Upload      time.Duration // the composition written to host-visible buffers
+	Run         time.Duration // the recording submitted and waited for (the device's work)
+	Routes      time.Duration // the routing trace read and decoded
+	Logits      time.Duration // the logits (and argmax) read back
+}
+
+// Phases is where the steps' host time went since the stepper was made.
+func (st *Stepper) Phases() StepPhases { return st.phases }
 
 // pagedFrame is a step's paged state on the device (frame.paged).
 type pagedFrame struct {
@@ -69,11 +89,13 @@ type pagedFrame struct {
 	width     []uint32   // [nLayer] pages per block of layer l's table
 	layer     []uint32   // [nLayer] l's index in its table (dense), or among the routed layers
 	bt        uint32
-	// The head: the rows wanting logits (gathered), their logits on the
-	// device and the host.
+	// The head: the rows wanting logits (gathered: the argmax rows first),
+	// their logits on the device and the host, the argmax rows' ids.
 	lrows, lcount *vk.Buffer // [seqs] u32, [1] u32 host-visible
 	logits, host  *vk.Buffer // [seqs][nVocab]
+	ids           *vk.Buffer // [seqs] u32 host-visible: argmax of the first nArgmax rows' logits
 	nLogits       int        // rows wanting logits in this recording
+	nArgmax       int        // of those, the first nArgmax want only their argmax (Row.Argmax)
 	output        batchMat   // the output matrix, its matmul's tile fit to nLogits rows (narrow)
 	// vec: the step's products run as matvecs (stepvec.go), whose stacked
 	// q|k|v go to qkv first ([maxVecRows][the stack's rows]); qkv is nil
@@ -91,7 +113,7 @@ func (r *Runner) Stepper(seqs int) (*Stepper, error) {
 		return nil, fmt.Errorf("vulkan: an eval-mode runner has no steps")
 	}
 	c := r.c
-	st := &Stepper{r: r, ub: r.pf.ub, seqs: max(1, seqs), recs: map[[2]int]*vk.Recorder{}, narrowed: map[uint32][]batchBlock{}}
+	st := &Stepper{r: r, ub: r.pf.ub, seqs: max(1, seqs), recs: map[[3]int]*vk.Recorder{}, narrowed: map[uint32][]batchBlock{}}
 	pf := &st.pf
 	pf.width, pf.layer = make([]uint32, c.NLayer), make([]uint32, c.NLayer)
 	nDense := uint32(0)
@@ -223,7 +245,7 @@ func (st *Stepper) growLogits(k int) error {
 	k = max(k, st.seqs)
 	al := &allocator{r: st.r}
 	vB := 4 * uint64(k) * uint64(st.r.c.NVocab)
-	logits, host := al.buf(vB, vk.DeviceLocal), al.buf(vB, vk.HostVisible)
+	logits, host, ids := al.buf(vB, vk.DeviceLocal), al.buf(vB, vk.HostVisible), al.buf(4*uint64(k), vk.HostVisible)
 	if al.err != nil {
 		return fmt.Errorf("vulkan: the logits of %d rows: %w", k, al.err)
 	}
@@ -231,8 +253,9 @@ func (st *Stepper) growLogits(k int) error {
 	if pf.logits != nil {
 		st.r.freeBuffer(pf.logits)
 		st.r.freeBuffer(pf.host)
+		st.r.freeBuffer(pf.ids)
 	}
-	pf.logits, pf.host, st.seqs = logits, host, k
+	pf.logits, pf.host, pf.ids, st.seqs = logits, host, ids, k
 	return nil
 }
 
@@ -262,9 +285,9 @@ func (st *Stepper) dropRecordings() {
 }
 
 // recording is the step's recording for n rows of which k want logits,
-// made at its first use.
-func (st *Stepper) recording(n, k int) (*vk.Recorder, error) {
-	key := [2]int{n, k}
+// the first g of those their argmax only, made at its first use.
+func (st *Stepper) recording(n, k, g int) (*vk.Recorder, error) {
+	key := [3]int{n, k, g}
 	if rec, ok := st.recs[key]; ok {
 		return rec, nil
 	}
@@ -275,7 +298,7 @@ func (st *Stepper) recording(n, k int) (*vk.Recorder, error) {
 			break
 		}
 	}
-	f, err := st.frame(n, k)
+	f, err := st.frame(n, k, g)
 	if err != nil {
 		return nil, err
 	}
@@ -290,13 +313,14 @@ func (st *Stepper) recording(n, k int) (*vk.Recorder, error) {
 	return rec, nil
 }
 
-// frame is the frame of a step of n rows of which k want logits: the
-// batch pass's buffers (the runner's matmul views with tiles fit to n
-// rows, the stepper's scratch) and the paged state.
-func (st *Stepper) frame(n, k int) (*frame, error) {
+// frame is the frame of a step of n rows of which k want logits, the
+// first g their argmax only: the batch pass's buffers (the runner's
+// matmul views with tiles fit to n rows, the stepper's scratch) and the
+// paged state.
+func (st *Stepper) frame(n, k, g int) (*frame, error) {
 	r, a := st.r, &st.a
 	pf := st.pf
-	pf.nLogits, pf.vec = k, pf.qkv != nil && n <= maxVecRows
+	pf.nLogits, pf.nArgmax, pf.vec = k, g, pf.qkv != nil && n <= maxVecRows
 	blocks, err := st.blocks(n)
 	if err != nil {
 		return nil, err
@@ -381,27 +405,44 @@ func (st *Stepper) blocks(n int) ([]batchBlock, error) {
 	return bs, nil
 }
 
-// Step runs rows (sched.StepRunner).
-func (st *Stepper) Step(rows []sched.Row, bt int) (logits []float32, routes [][]mod.Route, err error) {
+// Step runs rows (sched.StepRunner): every row with Logits gives its
+// logits.
+func (st *Stepper) Step(rows []sched.Row, bt int) ([]float32, [][]mod.Route, error) {
+	logits, _, routes, err := st.step(rows, bt, false)
+	return logits, routes, err
+}
+
+// StepArgmax runs rows (sched.ArgmaxRunner): a row with Argmax gives only
+// the argmax of its logits, found on the device (the argmax kernel, which
+// also tells a non-finite row: shaders.ArgmaxNonFinite), so that 4 bytes
+// of it come back instead of nVocab floats and the host scans nothing;
+// the other rows with Logits give their logits.
+func (st *Stepper) StepArgmax(rows []sched.Row, bt int) ([]float32, []int32, [][]mod.Route, error) {
+	return st.step(rows, bt, true)
+}
+
+// step runs rows, with argmax the rows with Argmax as StepArgmax does.
+func (st *Stepper) step(rows []sched.Row, bt int, argmax bool) (logits []float32, ids []int32, routes [][]mod.Route, err error) {
 	r, c := st.r, st.r.c
 	if st.err != nil {
 		err, st.err = st.err, nil
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	switch n := len(rows); {
 	case st.bt == 0:
-		return nil, nil, fmt.Errorf("vulkan: a step before the pool is made (Stepper.Reserve)")
+		return nil, nil, nil, fmt.Errorf("vulkan: a step before the pool is made (Stepper.Reserve)")
 	case bt != st.bt:
-		return nil, nil, fmt.Errorf("vulkan: pages of %d entries, the stepper's hold %d", bt, st.bt)
+		return nil, nil, nil, fmt.Errorf("vulkan: pages of %d entries, the stepper's hold %d", bt, st.bt)
 	case n == 0:
-		return nil, nil, fmt.Errorf("vulkan: a step of no rows")
+		return nil, nil, nil, fmt.Errorf("vulkan: a step of no rows")
 	case n > st.ub:
-		return nil, nil, fmt.Errorf("vulkan: a step of %d rows, over the stepper's %d (UBatch)", n, st.ub)
+		return nil, nil, nil, fmt.Errorf("vulkan: a step of %d rows, over the stepper's %d (UBatch)", n, st.ub)
 	}
+	t0 := time.Now()
 	n, nr := len(rows), st.nRouted
 	tok, pos, seq := make([]uint32, n), make([]uint32, n), make([]uint32, n)
 	rmeta := make([]uint32, 2*n*max(1, nr))
-	var words, lrows []uint32
+	var words, lrows, full []uint32 // lrows: the Argmax rows, then full: the other rows wanting logits
 	table := func(t *sched.Table) (uint32, error) {
 		off := uint32(len(words))
 		for _, pg := range t.Pages {
@@ -415,19 +456,19 @@ func (st *Stepper) Step(rows []sched.Row, bt int) (logits []float32, routes [][]
 	var prev *sched.Seq
 	for i, row := range rows {
 		if row.Token < 0 || int(row.Token) >= c.NVocab || row.Pos < 0 || row.Pos >= r.ctx {
-			return nil, nil, fmt.Errorf("vulkan: row %d: token %d at position %d is outside the vocabulary [0, %d) or the context %d", i, row.Token, row.Pos, c.NVocab, r.ctx)
+			return nil, nil, nil, fmt.Errorf("vulkan: row %d: token %d at position %d is outside the vocabulary [0, %d) or the context %d", i, row.Token, row.Pos, c.NVocab, r.ctx)
 		}
 		if row.Seq != prev { // a sequence's rows are consecutive: its tables once
 			prev = row.Seq
 			if (row.Pos/bt+1)*row.Seq.Dense.Width > len(row.Seq.Dense.Pages) {
-				return nil, nil, fmt.Errorf("vulkan: row %d: position %d has no page in its table", i, row.Pos)
+				return nil, nil, nil, fmt.Errorf("vulkan: row %d: position %d has no page in its table", i, row.Pos)
 			}
 			if seq[i], err = table(&row.Seq.Dense); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			for j := range nr {
 				if rmeta[2*(i*nr+j)], err = table(&row.Seq.Routed[j]); err != nil {
-					return nil, nil, err
+					return nil, nil, nil, err
 				}
 				rmeta[2*(i*nr+j)+1] = uint32(row.Seq.Routed[j].Len)
 			}
@@ -436,22 +477,28 @@ func (st *Stepper) Step(rows []sched.Row, bt int) (logits []float32, routes [][]
 			copy(rmeta[2*i*nr:2*(i+1)*nr], rmeta[2*(i-1)*nr:2*i*nr])
 		}
 		tok[i], pos[i] = uint32(row.Token), uint32(row.Pos)
-		if row.Logits {
+		switch {
+		case row.Logits && row.Argmax && argmax:
 			lrows = append(lrows, uint32(i))
+		case row.Logits:
+			full = append(full, uint32(i))
 		}
 	}
+	g := len(lrows)
+	lrows = append(lrows, full...)
 	k := len(lrows)
 	if err := st.growLogits(k); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := st.growTables(len(words)); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	rec, err := st.recording(n, k)
+	rec, err := st.recording(n, k, g)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	pf := &st.pf
+	t1 := time.Now()
 	for _, up := range []struct {
 		b *vk.Buffer
 		x []uint32
@@ -460,26 +507,51 @@ func (st *Stepper) Step(rows []sched.Row, bt int) (logits []float32, routes [][]
 			continue
 		}
 		if err := up.b.Upload(u32Bytes(up.x), 0); err != nil {
-			return nil, nil, fmt.Errorf("vulkan: a step's composition: %w", err)
+			return nil, nil, nil, fmt.Errorf("vulkan: a step's composition: %w", err)
 		}
 	}
+	t2 := time.Now()
 	if err := r.dev.Run(rec); err != nil {
-		return nil, nil, fmt.Errorf("vulkan: a step of %d rows: %w", n, err)
+		return nil, nil, nil, fmt.Errorf("vulkan: a step of %d rows: %w", n, err)
 	}
 	r.addTimings(rec)
+	t3 := time.Now()
 	if nr > 0 {
 		if routes, err = st.routes(rows); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
-	if k == 0 {
-		return nil, routes, nil
+	t4 := time.Now()
+	ph := &st.phases
+	ph.Steps, ph.Rows, ph.Argmax = ph.Steps+1, ph.Rows+n, ph.Argmax+g
+	ph.Compose += t1.Sub(t0)
+	ph.Upload += t2.Sub(t1)
+	ph.Run += t3.Sub(t2)
+	ph.Routes += t4.Sub(t3)
+	if g > 0 {
+		st.raw = growBytes(st.raw, 4*g)
+		if err := pf.ids.Download(st.raw, 0); err != nil {
+			return nil, nil, nil, fmt.Errorf("vulkan: a step's argmax: %w", err)
+		}
+		st.ids = st.ids[:0]
+		for i := range g {
+			id := int32(binary.LittleEndian.Uint32(st.raw[4*i:]))
+			if uint32(id) == shaders.ArgmaxNonFinite {
+				id = sched.ArgmaxNonFinite
+			}
+			st.ids = append(st.ids, id)
+		}
+		ids = st.ids
 	}
-	st.out = grow32(st.out, k*c.NVocab)
-	if err := downloadInto(pf.host, st.out); err != nil {
-		return nil, nil, fmt.Errorf("vulkan: a step's logits: %w", err)
+	if k > g {
+		st.out = grow32(st.out, (k-g)*c.NVocab)
+		if st.raw, err = downloadInto(pf.host, st.out, st.raw); err != nil {
+			return nil, nil, nil, fmt.Errorf("vulkan: a step's logits: %w", err)
+		}
+		logits = st.out
 	}
-	return st.out, routes, nil
+	ph.Logits += time.Since(t4)
+	return logits, ids, routes, nil
 }
 
 // routes reads every row's routing from the trace ([nRouted][3][ub]: r,
@@ -575,8 +647,8 @@ func (r *Runner) pagedAttentionOps(p *frame, l int, br blockRows) ([]op, error) 
 }
 
 // recordPagedHead records a step's head: the rows wanting logits gathered
-// (lrows), the final norm, the output matmul and the logits' copy to the
-// host.
+// (lrows), the final norm, the output matmul, then the argmax of the first
+// nArgmax rows (into ids) and the others' logits copied to the host.
 func (r *Runner) recordPagedHead(rec *vk.Recorder, p *frame) error {
 	pf, c := p.paged, r.c
 	k := pf.nLogits
@@ -600,15 +672,24 @@ func (r *Runner) recordPagedHead(rec *vk.Recorder, p *frame) error {
 			return err
 		}
 		r.dispatch(rec, o)
-		rec.Copy(pf.logits, pf.host, 0, 0, 4*uint64(k)*uint64(c.NVocab))
+	} else {
+		for _, o := range pf.output.opsInPieces(r.ks.prof.MaxStorageBufferRange, r.dev.Info().Limits.MinStorageBufferOffsetAlignment, p.xn, pf.logits, k) {
+			r.dispatch(rec, o)
+		}
+	}
+	vB, g := 4*uint64(c.NVocab), pf.nArgmax
+	if g > 0 {
+		argmax, err := r.ks.row("argmax", c.NVocab)
+		if err != nil {
+			return err
+		}
+		r.dispatch(rec, newOp(argmax, shaders.ArgmaxPush{Cols: uint32(c.NVocab), N: uint32(g)}, shaders.RowGroups(uint32(g), argmax.spec),
+			rd(pf.logits, 0, uint64(g)*vB), wr(pf.ids, 0, 0)))
+	}
+	if k > g {
+		rec.Copy(pf.logits, pf.host, uint64(g)*vB, 0, uint64(k-g)*vB)
 		r.timestamp(rec, "copy")
-		return nil
 	}
-	for _, o := range pf.output.opsInPieces(r.ks.prof.MaxStorageBufferRange, r.dev.Info().Limits.MinStorageBufferOffsetAlignment, p.xn, pf.logits, k) {
-		r.dispatch(rec, o)
-	}
-	rec.Copy(pf.logits, pf.host, 0, 0, 4*uint64(k)*uint64(c.NVocab))
-	r.timestamp(rec, "copy")
 	return nil
 }
 
@@ -619,14 +700,22 @@ func grow32(x []float32, n int) []float32 {
 	return x[:n]
 }
 
-// downloadInto reads len(x) floats of b into x.
-func downloadInto(b *vk.Buffer, x []float32) error {
-	raw := make([]byte, 4*len(x))
+// downloadInto reads len(x) floats of b into x, through raw (grown when
+// short, and returned).
+func downloadInto(b *vk.Buffer, x []float32, raw []byte) ([]byte, error) {
+	raw = growBytes(raw, 4*len(x))
 	if err := b.Download(raw, 0); err != nil {
-		return err
+		return raw, err
 	}
 	for i := range x {
 		x[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
 	}
-	return nil
+	return raw, nil
+}
+
+func growBytes(b []byte, n int) []byte {
+	if cap(b) < n {
+		return make([]byte, n)
+	}
+	return b[:n]
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/modrun/modrun/engine/sched"
 	"github.com/modrun/modrun/engine/sched/schedtest"
+	"github.com/modrun/modrun/internal/poison"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/vk"
 )
@@ -60,7 +61,9 @@ func stepModelsVK(t *testing.T) []struct {
 // cancelled), decoding and prefilling in the same steps under a small
 // --batch-tokens, on the Vulkan step runner: each sequence's greedy tokens
 // and routing decisions are its solo run's on the same device, its logits
-// within stepTolVK.
+// within stepTolVK. Every other sequence keeps no logits, so its draws
+// are the device's argmax (StepArgmax) in the same steps as the others'
+// logits.
 func TestVulkanStepMatchesSolo(t *testing.T) {
 	dev := openDevice(t, true)
 	for _, sm := range stepModelsVK(t) {
@@ -83,7 +86,7 @@ func vulkanStepMatchesSolo(t *testing.T, dev *vk.Device, m *mod.Model, routing m
 	require.NoError(t, st.Reserve(pages, bt))
 	s, err := sched.New(st, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: st.MaxRows()})
 	require.NoError(t, err)
-	reqs, seqs := schedtest.JoinAndLeave(t, s, m.Config.NVocab, nSeqs)
+	reqs, seqs := schedtest.JoinAndLeaveKeeping(t, s, m.Config.NVocab, nSeqs, func(i int) bool { return i%2 == 0 })
 	solo, err := New(dev, m, routing, Options{KVType: kv, ContextLen: ctx, Trace: true})
 	require.NoError(t, err)
 	defer solo.Close()
@@ -96,6 +99,7 @@ func vulkanStepMatchesSolo(t *testing.T, dev *vk.Device, m *mod.Model, routing m
 	stats := s.Stats()
 	t.Logf("%d steps (%d shared), %d rows; max |Δlogit| / max |logit| against solo = %.2g", stats.Steps, stats.SharedSteps, stats.Rows, worst)
 	assert.Greater(t, stats.SharedSteps, stats.Steps/2, "most steps ran rows of several sequences")
+	assert.Positive(t, st.Phases().Argmax, "greedy rows drawn on the device")
 	assert.LessOrEqual(t, worst, stepTolVK[kv])
 	assert.Equal(t, s.Pool().Pages(), s.Pool().Free(), "every page back")
 }
@@ -198,4 +202,39 @@ func TestVulkanStepSoak(t *testing.T) {
 	assert.Positive(t, stats.ReusedTokens, "the system prompt was reused")
 	s.ClearPrefix()
 	assert.Equal(t, pages, s.Pool().Free(), "no page leaked")
+}
+
+// With a NaN in a weight, a step's greedy row drawn on the device (its
+// argmax alone) and one whose logits come back both end their sequence
+// with ErrNonFinite at the prompt's last token, and draw nothing.
+func TestVulkanStepNonFinite(t *testing.T) {
+	dev := openDevice(t, true)
+	m := openModel(t, poison.Copy(t, "../../models/tinystories-dense.gguf", "blk.0.attn_q.weight", 5, float32(math.NaN())))
+	const ctx, bt = 64, 16
+	run, err := New(dev, m, mod.RoutingRouter, Options{KVType: "f32", ContextLen: ctx, UBatch: 16})
+	require.NoError(t, err)
+	defer run.Close()
+	st, err := run.Stepper(2)
+	require.NoError(t, err)
+	pages := sched.PagesFor(st.Layout(), 2, ctx, bt)
+	require.NoError(t, st.Reserve(pages, bt))
+	s, err := sched.New(st, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: st.MaxRows()})
+	require.NoError(t, err)
+	var seqs []*sched.Seq
+	for _, keep := range []bool{false, true} {
+		q, err := s.Add(sched.Request{Prompt: []int32{1, 400, 500}, MaxTokens: 4, KeepLogits: keep})
+		require.NoError(t, err)
+		seqs = append(seqs, q)
+	}
+	for s.Busy() {
+		_, err := s.Step()
+		require.NoError(t, err)
+	}
+	for i, q := range seqs {
+		assert.Equal(t, sched.StopError, q.Stop, "seq %d", i)
+		assert.ErrorIs(t, q.Err, mod.ErrNonFinite, "seq %d", i)
+		assert.ErrorContains(t, q.Err, "at token 2", "seq %d", i)
+		assert.Empty(t, q.Tokens(), "seq %d", i)
+	}
+	assert.Equal(t, 1, st.Phases().Argmax, "the first sequence's row drawn on the device")
 }

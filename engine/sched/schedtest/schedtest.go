@@ -22,6 +22,14 @@ import (
 // cancelled. Every request keeps its logits and routing.
 func JoinAndLeave(t testing.TB, s *sched.Scheduler, nv, n int) ([]sched.Request, []*sched.Seq) {
 	t.Helper()
+	return JoinAndLeaveKeeping(t, s, nv, n, func(int) bool { return true })
+}
+
+// JoinAndLeaveKeeping is JoinAndLeave where sequence i keeps its logits
+// only when keep(i) says so: the others' greedy rows may be drawn by the
+// runner (sched.ArgmaxRunner), and only their tokens are compared.
+func JoinAndLeaveKeeping(t testing.TB, s *sched.Scheduler, nv, n int, keep func(i int) bool) ([]sched.Request, []*sched.Seq) {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(3, 33))
 	reqs := make([]sched.Request, n)
 	join := make([]int, n)
@@ -30,7 +38,7 @@ func JoinAndLeave(t testing.TB, s *sched.Scheduler, nv, n int) ([]sched.Request,
 		for range rng.IntN(60) {
 			prompt = append(prompt, int32(3+rng.IntN(nv-3)))
 		}
-		reqs[i] = sched.Request{Prompt: prompt, MaxTokens: 4 + rng.IntN(30), KeepLogits: true, KeepRoutes: true}
+		reqs[i] = sched.Request{Prompt: prompt, MaxTokens: 4 + rng.IntN(30), KeepLogits: keep(i), KeepRoutes: true}
 		if i%5 == 0 {
 			reqs[i].Stop = []int32{2} // EOS may come first
 		}
@@ -107,7 +115,8 @@ func RunSolo(t testing.TB, run Feeder, req sched.Request) Solo {
 
 // Check compares each of seqs with its request run alone (solo): the
 // greedy tokens and every routing decision equal (a cancelled sequence's
-// as far as it went), and it returns the worst rel of a draw's logits.
+// as far as it went), and it returns the worst rel of a draw's logits
+// (of the requests that keep them).
 func Check(t testing.TB, reqs []sched.Request, seqs []*sched.Seq, solo func(sched.Request) Solo, rel func(got, want []float32) float64) float64 {
 	t.Helper()
 	worst := 0.0
@@ -120,6 +129,10 @@ func Check(t testing.TB, reqs []sched.Request, seqs []*sched.Seq, solo func(sche
 			want.Tokens, want.Logits = want.Tokens[:len(got)], want.Logits[:len(q.Logits)]
 		}
 		require.Equal(t, want.Tokens, got, "seq %d (%s): tokens", i, q.Stop)
+		if !reqs[i].KeepLogits {
+			require.Empty(t, q.Logits, "seq %d: logits not kept", i)
+			want.Logits = nil
+		}
 		require.Len(t, q.Logits, len(want.Logits), "seq %d: draws", i)
 		for j := range q.Logits {
 			worst = max(worst, rel(q.Logits[j], want.Logits[j]))
