@@ -16,13 +16,15 @@ import (
 
 // BenchmarkStepDecode times the Vulkan step runner's decode steps of P
 // sequences of a stories15m-shape Q8_0 model under the scheduler (32-token
-// prompts, up to 64 new tokens each, issue 33's measurement; the prompts'
-// steps untimed), reporting aggregate tok/s and where a step's time went:
+// prompts, up to 64 new tokens each, issue 33's measurement; a first round
+// and the prompts' steps untimed), reporting aggregate tok/s and where a step's time went:
 // the stepper's host phases (StepPhases: compose, upload, run = submit and
 // wait, routes, logits) and the scheduler's own (sched: the rest of a step,
 // its draws among it), in ms a step. With MODRUN_STEP_PROFILE=1 the runner
 // also times every dispatch (Options.Profile, where the device has
-// timestamps) and logs the kernels' GPU ms a step, most first.
+// timestamps) and logs the kernels' GPU ms a step, most first. Each P
+// runs twice: greedy rows drawn on the device (argmax: StepArgmax) and
+// every row's logits read back and drawn on the host (logits: Step).
 //
 //	go test ./engine/vulkan -run '^$' -bench StepDecode -benchtime 128x
 func BenchmarkStepDecode(b *testing.B) {
@@ -34,8 +36,15 @@ func BenchmarkStepDecode(b *testing.B) {
 	dev := openDevice(b, false)
 	profile := os.Getenv("MODRUN_STEP_PROFILE") == "1"
 	const ctx, bt = 96, 16
-	for _, p := range []int{1, 8} {
-		b.Run(fmt.Sprintf("P%d", p), func(b *testing.B) {
+	for _, bc := range []struct {
+		p      int
+		argmax bool
+	}{{1, true}, {1, false}, {8, true}, {8, false}} {
+		p, how := bc.p, "argmax"
+		if !bc.argmax {
+			how = "logits"
+		}
+		b.Run(fmt.Sprintf("P%d/%s", p, how), func(b *testing.B) {
 			run, err := New(dev, m.Model, mod.RoutingRouter, Options{ContextLen: ctx, UBatch: ctx, Profile: profile})
 			require.NoError(b, err)
 			defer run.Close()
@@ -43,9 +52,13 @@ func BenchmarkStepDecode(b *testing.B) {
 			require.NoError(b, err)
 			pages := sched.PagesFor(st.Layout(), p, ctx+2*bt, bt)
 			require.NoError(b, st.Reserve(pages, bt))
+			var runner sched.StepRunner = st
+			if !bc.argmax {
+				runner = logitsOnly{st} // every logits row comes back, greedy draws on the host
+			}
 			var sc *sched.Scheduler
 			start := func() {
-				sc, err = sched.New(st, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: st.MaxRows()})
+				sc, err = sched.New(runner, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: st.MaxRows()})
 				require.NoError(b, err)
 				for i := range p {
 					prompt := make([]int32, 32)
@@ -55,14 +68,17 @@ func BenchmarkStepDecode(b *testing.B) {
 					_, err := sc.Add(sched.Request{Prompt: prompt, MaxTokens: 64})
 					require.NoError(b, err)
 				}
-				for sc.Stats().Rows < 32*p { // the prompts, in steps of MaxRows
+				for sc.Stats().Rows < 32*p { // the prompts, in steps of MaxRows (with a few decode rows)
 					_, err := sc.Step()
 					require.NoError(b, err)
 				}
 			}
+			start() // a round untimed: every step shape's recording is made
+			for sc.Busy() {
+				_, err := sc.Step()
+				require.NoError(b, err)
+			}
 			start()
-			_, err = sc.Step() // the decode step's recording made untimed
-			require.NoError(b, err)
 			var ph StepPhases // the timed steps'
 			gpu, calls := map[string]uint64{}, map[string]int{}
 			var timed time.Duration
@@ -101,7 +117,7 @@ func BenchmarkStepDecode(b *testing.B) {
 			if profile {
 				for _, e := range run.Profile() { // most first over the whole run
 					if d := gpu[e.Kernel]; d > 0 {
-						b.Logf("P%d %-28s %7.3f ms a step, %5.1f calls", p, e.Kernel, float64(d)/1e6/float64(steps), float64(calls[e.Kernel])/float64(steps))
+						b.Logf("P%d %s %-28s %7.3f ms a step, %5.1f calls", p, how, e.Kernel, float64(d)/1e6/float64(steps), float64(calls[e.Kernel])/float64(steps))
 					}
 				}
 			}
@@ -133,3 +149,7 @@ func callsByKernel(r *Runner) map[string]int {
 	}
 	return out
 }
+
+// logitsOnly is a step runner without StepArgmax (sched.ArgmaxRunner), so
+// the scheduler reads every row's logits back.
+type logitsOnly struct{ sched.StepRunner }

@@ -559,7 +559,8 @@ func (st *Stepper) step(rows []sched.Row, bt int, argmax bool) (logits []float32
 // they took.
 func (st *Stepper) routes(rows []sched.Row) ([][]mod.Route, error) {
 	n, nr, ub := len(rows), st.nRouted, st.ub
-	raw := make([]byte, 12*ub*nr)
+	st.raw = growBytes(st.raw, 12*ub*nr)
+	raw := st.raw
 	if err := st.trace.Download(raw, 0); err != nil {
 		return nil, fmt.Errorf("vulkan: a step's routing: %w", err)
 	}
