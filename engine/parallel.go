@@ -61,7 +61,7 @@ func NewParallelBench(m *mod.Model, routing mod.Routing, prompt []int32, o Bench
 	}
 	ctx := o.PromptTokens + o.DecodeTokens
 	batchTokens = cmp.Or(batchTokens, DefaultUBatch)
-	bo.ContextLen, bo.UBatch = ctx, min(batchTokens, ctx)
+	bo.ContextLen, bo.UBatch = ctx, batchTokens // a solo prefill caps its chunks at ctx, a step of P sequences at P ctx
 	bk, _, err := OpenBackend(m, routing, bo)
 	if err != nil {
 		return nil, err

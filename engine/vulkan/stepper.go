@@ -1,6 +1,7 @@
 package vulkan
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -106,14 +107,14 @@ type pagedFrame struct {
 
 // Stepper is a step runner on r's device and weights for steps of up to
 // Options.UBatch rows (the scheduler's BatchTokens must not pass it:
-// MaxRows) of which up to seqs want logits (more grow its buffers). Reserve
-// makes its page pool before the first step.
+// MaxRows; stepRows) of which up to seqs want logits (more grow its
+// buffers). Reserve makes its page pool before the first step.
 func (r *Runner) Stepper(seqs int) (*Stepper, error) {
 	if r.evalMode {
 		return nil, fmt.Errorf("vulkan: an eval-mode runner has no steps")
 	}
 	c := r.c
-	st := &Stepper{r: r, ub: r.pf.ub, seqs: max(1, seqs), recs: map[[3]int]*vk.Recorder{}, narrowed: map[uint32][]batchBlock{}}
+	st := &Stepper{r: r, ub: r.stepRows(seqs), seqs: max(1, seqs), recs: map[[3]int]*vk.Recorder{}, narrowed: map[uint32][]batchBlock{}}
 	pf := &st.pf
 	pf.width, pf.layer = make([]uint32, c.NLayer), make([]uint32, c.NLayer)
 	nDense := uint32(0)
@@ -167,6 +168,18 @@ func (r *Runner) Stepper(seqs int) (*Stepper, error) {
 	}
 	r.steppers = append(r.steppers, st)
 	return st, nil
+}
+
+// stepRows is the most rows a step of up to seqs sequences takes:
+// Options.UBatch (0: DefaultUBatch), which a solo prefill's chunks cap at
+// the context length (buildPrefill) but a step, whose rows are many
+// sequences', caps at seqs contexts only. Capped at one context, 8
+// sequences' 32-token prompts took three steps of 96 rows, each sequence
+// decoding from its first token while the others' prompts ran in its
+// steps (bench --parallel's decode window held them), where the CPU's
+// step runner took them in one.
+func (r *Runner) stepRows(seqs int) int {
+	return max(r.pf.ub, min(cmp.Or(r.ub, DefaultUBatch), max(1, seqs)*r.ctx))
 }
 
 // Layout is the model as the scheduler sees it.

@@ -238,3 +238,45 @@ func TestVulkanStepNonFinite(t *testing.T) {
 	}
 	assert.Equal(t, 1, st.Phases().Argmax, "the first sequence's row drawn on the device")
 }
+
+// A step of many sequences may take more rows than one context holds:
+// four 50-token prompts (200 rows, a context of 64) run in one step when
+// UBatch allows (stepRows: a solo prefill's chunk stays at the context),
+// and every sequence's greedy tokens and logits are its solo run's.
+func TestVulkanStepRowsPastContext(t *testing.T) {
+	dev := openDevice(t, true)
+	m := stepModelsVK(t)[1] // MoD, router: the routed layers' selection over the whole step
+	const ctx, bt, seqs = 64, 16, 4
+	run, err := New(dev, m.m, m.routing, Options{KVType: "f32", ContextLen: ctx, UBatch: 256})
+	require.NoError(t, err)
+	defer run.Close()
+	st, err := run.Stepper(seqs)
+	require.NoError(t, err)
+	require.Equal(t, 4*ctx, st.MaxRows(), "seqs contexts")
+	pages := sched.PagesFor(st.Layout(), seqs, ctx+2*bt, bt)
+	require.NoError(t, st.Reserve(pages, bt))
+	s, err := sched.New(st, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: st.MaxRows()})
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(4, 64))
+	reqs := make([]sched.Request, seqs)
+	q := make([]*sched.Seq, seqs)
+	for i := range reqs {
+		p := []int32{1}
+		for len(p) < 50 {
+			p = append(p, int32(3+rng.IntN(m.m.Config.NVocab-3)))
+		}
+		reqs[i] = sched.Request{Prompt: p, MaxTokens: 8, KeepLogits: i%2 == 0, KeepRoutes: true}
+		q[i], err = s.Add(reqs[i])
+		require.NoError(t, err)
+	}
+	for s.Busy() {
+		_, err := s.Step()
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 200, st.Phases().Rows-(s.Stats().Steps-1)*seqs, "the prompts in one step, then a row a sequence")
+	solo, err := New(dev, m.m, m.routing, Options{KVType: "f32", ContextLen: ctx, Trace: true})
+	require.NoError(t, err)
+	defer solo.Close()
+	worst := schedtest.Check(t, reqs, q, func(req sched.Request) schedtest.Solo { return runStepSolo(t, solo, req) }, relDiffVK)
+	assert.LessOrEqual(t, worst, stepTolVK["f32"])
+}
