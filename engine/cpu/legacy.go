@@ -93,17 +93,15 @@ func dotLegacy(t gguf.TensorType, w []byte, x []int8, xd []float32) float32 {
 	return dotLegacyGo(t, w, x, xd)
 }
 
-// legacyTileBuf is a worker's 16 rows unpacked (legacyTile) and its
-// activations' blocks as the tile kernel reads them.
+// legacyTileBuf is a worker's 16 rows unpacked (legacyTile), or four
+// (legacyRows4).
 type legacyTileBuf struct {
-	q    []byte    // [cols/32][8][16][4] as q8i's q (one group): u + 128, or u + 112 for Q5_0 (its −16 folded in)
-	d    []float32 // [cols/32][2][16] each block's 16 scales, then its 16 constants (the mins; Q5_0's zero)
-	acts []q8lAct  // [n][cols/32] the tokens' blocks
+	q []byte    // [cols/32][8][16][4] as q8i's q (one group): u + 128, or u + 112 for Q5_0 (its −16 folded in)
+	d []float32 // [cols/32][2][16] each block's 16 scales, then its 16 constants (the mins; Q5_0's zero)
 
-	// The AVX2 path's four rows (legacyRows4) and xd·Σx of each token block.
+	// The AVX2 path's four rows (legacyRows4).
 	q8     []int8    // [4][cols]
 	d4, c4 []float32 // [4][cols/32]
-	xs     []float32 // [n][cols/32]
 }
 
 // q8lAct is a token's block for the legacy tile kernel: q8iAct's fields,
@@ -113,6 +111,21 @@ type q8lAct struct {
 	s  int32
 	xs float32
 	_  int32
+}
+
+// q8lActs fills a.la and a.lxs from a's quantized rows, once per set (not
+// per worker and product: at 128 tokens of 5632 la is 360 kB).
+func (a *acts) q8lActs() {
+	if a.lready {
+		return
+	}
+	a.q8iActs()
+	a.la, a.lxs = grow(a.la, len(a.ia)), grow(a.lxs, len(a.ia))
+	for b, v := range a.ia { // v.s is −128·Σx
+		a.lxs[b] = v.d * float32(v.s/-128)
+		a.la[b] = q8lAct{d: v.d, s: v.s, xs: a.lxs[b]}
+	}
+	a.lready = true
 }
 
 // fifthBytes[b] spreads the 8 bits of b to bit 4 of 8 bytes (bit j to
@@ -225,19 +238,16 @@ func legacyRows4(w *matrix, i int, tb *legacyTileBuf) {
 // matmulLegacy is matmul's part for a Q4_1, Q5_0 or Q5_1 matrix w over
 // tokens 0..n and rows lo..hi: with four tokens or more, VNNI takes the
 // interleaved kernel with constants (dotQ8l) on rows unpacked 16 at a
-// time (x.q8iActs filled before), AVX2 the four-row Q8_0 kernel (dotQ8x4)
-// on rows unpacked four at a time with the mins added by dotF32, once for
-// all the tokens; the rest dotLegacy.
+// time, AVX2 the four-row Q8_0 kernel (dotQ8x4) on rows unpacked four at
+// a time with the mins added after, once for all the tokens (x.q8lActs
+// filled before); the rest dotLegacy.
 func matmulLegacy(out []float32, x *acts, w *matrix, lo, hi, n int, tb *legacyTileBuf) {
 	cols, nb := w.cols, w.cols/blockLen
 	rb := nb * legacyTypes[w.ktype].bytes
 	i := lo
 	switch {
 	case useSIMD && useVNNI && n >= 4:
-		tb.q, tb.d, tb.acts = grow(tb.q, q8iRows*cols), grow(tb.d, 2*q8iRows*nb), grow(tb.acts, n*nb)
-		for b, a := range x.ia[:n*nb] { // a.s is −128·Σx
-			tb.acts[b] = q8lAct{d: a.d, s: a.s, xs: a.d * float32(a.s/-128)}
-		}
+		tb.q, tb.d = grow(tb.q, q8iRows*cols), grow(tb.d, 2*q8iRows*nb)
 		for ; i+q8iRows <= hi; i += q8iRows {
 			legacyTile(w, i, tb)
 			for s := 0; s < n; {
@@ -248,22 +258,13 @@ func matmulLegacy(out []float32, x *acts, w *matrix, lo, hi, n int, tb *legacyTi
 				case n-s >= 4:
 					k = 4
 				}
-				dotQ8l(tb.q, tb.d, nb, x.q[s*cols:(s+k)*cols], tb.acts[s*nb:(s+k)*nb], k, out[s*w.rows+i:], w.rows)
+				dotQ8l(tb.q, tb.d, nb, x.q[s*cols:(s+k)*cols], x.la[s*nb:(s+k)*nb], k, out[s*w.rows+i:], w.rows)
 				s += k
 			}
 		}
 	case useSIMD && n >= 4:
 		mins := legacyTypes[w.ktype].m >= 0
-		tb.q8, tb.d4, tb.c4, tb.xs = grow(tb.q8, 4*cols), grow(tb.d4, 4*nb), grow(tb.c4, 4*nb), grow(tb.xs, n*nb)
-		if mins {
-			for b := range n * nb {
-				var sum int32
-				for _, v := range x.q[b*blockLen : (b+1)*blockLen] {
-					sum += int32(v)
-				}
-				tb.xs[b] = x.d[b] * float32(sum)
-			}
-		}
+		tb.q8, tb.d4, tb.c4 = grow(tb.q8, 4*cols), grow(tb.d4, 4*nb), grow(tb.c4, 4*nb)
 		var four [4]float32
 		for ; i+4 <= hi; i += 4 {
 			legacyRows4(w, i, tb)
@@ -273,7 +274,7 @@ func matmulLegacy(out []float32, x *acts, w *matrix, lo, hi, n int, tb *legacyTi
 				for r := range 4 {
 					o[r] = four[r]
 					if mins {
-						o[r] += dotF32(tb.c4[r*nb:(r+1)*nb], tb.xs[s*nb:(s+1)*nb])
+						o[r] += dotF32(tb.c4[r*nb:(r+1)*nb], x.lxs[s*nb:(s+1)*nb])
 					}
 				}
 			}

@@ -24,13 +24,16 @@ type acts struct {
 	ktab          []uint32  // [n/4][cols/256][ktTab] each four tokens' bsums and scales
 	kready, kwide bool      // kq, kd, ks hold f's rows; and kqT, ktab
 
-	ia     []q8iAct // [n][cols/32] for interleaved Q8_0 weights (q8i.go)
-	iready bool     // ia holds q's rows
+	ia     []q8iAct  // [n][cols/32] for interleaved Q8_0 weights (q8i.go)
+	iready bool      // ia holds q's rows
+	la     []q8lAct  // [n][cols/32] for Q4_1/Q5_0/Q5_1 tiles (legacy.go)
+	lxs    []float32 // [n][cols/32] la's xs alone, for the AVX2 path's dotF32
+	lready bool      // la and lxs hold q's rows
 }
 
 // set points a at n rows of f, dropping any quantized copy.
 func (a *acts) set(f []float32, n, cols int) {
-	a.f, a.n, a.cols, a.ready, a.kready, a.kwide, a.iready = f[:n*cols], n, cols, false, false, false, false
+	a.f, a.n, a.cols, a.ready, a.kready, a.kwide, a.iready, a.lready = f[:n*cols], n, cols, false, false, false, false, false
 }
 
 // quantize fills q and d from f, once per set, split over the pool.
@@ -45,7 +48,7 @@ func (a *acts) quantize(p *pool) {
 			quantizeRow(a.q[s*a.cols:(s+1)*a.cols], a.d[s*nb:(s+1)*nb], a.f[s*a.cols:(s+1)*a.cols])
 		}
 	})
-	a.ready, a.iready = true, false
+	a.ready, a.iready, a.lready = true, false, false
 }
 
 // grow returns buf resliced to n, reallocated only when too short.
@@ -82,8 +85,8 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 		x.quantizeK(r.pool, useSIMD && useVNNI && x.n >= kTileMin)
 	case w.quantized():
 		x.quantize(r.pool)
-		if w.kind == kindL && useSIMD && useVNNI && x.n >= 4 {
-			x.q8iActs() // matmulLegacy's interleaved kernel
+		if w.kind == kindL && useSIMD && x.n >= 4 {
+			x.q8lActs() // matmulLegacy's tiles
 		}
 	}
 	n, cols, nb := x.n, w.cols, w.cols/blockLen
