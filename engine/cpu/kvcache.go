@@ -35,8 +35,9 @@ type kvRows struct {
 }
 
 // kvBlock is how many keys or values attention widens from halves at a
-// time: 32 rows of headDim 128 are 16 KiB of float32, which stay in L1
-// between the widening and the kernel that reads them.
+// time where no fused kernel reads them (f16Fused: the Go kernels, and a
+// headDim not a multiple of 8): 32 rows of headDim 128 are 16 KiB of
+// float32, which stay in L1 between the widening and the kernel.
 const kvBlock = 32
 
 // makeKVRows is n elements of zeros.
@@ -87,20 +88,34 @@ func (c kvRows) floats() []float32 {
 }
 
 // toHalves rounds x to halves, ties to even (overflow to infinity, as
-// ggml's and the GPU's conversions do).
+// ggml's and the GPU's conversions do): F16C's VCVTPS2PH where there is
+// SIMD, gguf.F32ToF16 elsewhere.
 func toHalves(dst []uint16, x []float32) {
+	if useSIMD {
+		toHalvesSIMD(dst, x)
+		return
+	}
+	toHalvesGo(dst, x)
+}
+
+func toHalvesGo(dst []uint16, x []float32) {
 	for i, v := range x {
 		dst[i] = gguf.F32ToF16(v)
 	}
 }
 
 // scores is the kernel scores over the len(out) keys whose element e·stride
-// starts at off: out[e] = scale·q·k_e. buf is kvBlock·len(q) floats of
-// scratch, for a cache of halves.
+// starts at off: out[e] = scale·q·k_e. Halves are widened as the F16C
+// kernel loads them (f16Fused), or a block at a time into buf, kvBlock·len(q)
+// floats of scratch.
 func (c kvRows) scores(out, q []float32, off, stride int, scale float32, buf []float32) {
 	hd := len(q)
 	if !c.half {
 		scores(out, q, c.f[off:], stride, hd, scale)
+		return
+	}
+	if f16Fused(hd) {
+		scoresF16Fused(out, q, c.h[off:], stride, scale)
 		return
 	}
 	for e0 := 0; e0 < len(out); e0 += kvBlock {
@@ -111,12 +126,17 @@ func (c kvRows) scores(out, q []float32, off, stride int, scale float32, buf []f
 }
 
 // mix is the kernel mix over the len(p) values whose element e·stride
-// starts at off: out = Σ_e p[e]·v_e. buf is kvBlock·len(out) floats and
-// part len(out) floats of scratch, for a cache of halves.
+// starts at off: out = Σ_e p[e]·v_e. Halves are widened as the F16C
+// kernel loads them (f16Fused), or a block at a time into buf,
+// kvBlock·len(out) floats, with part, len(out) floats, of scratch.
 func (c kvRows) mix(out []float32, off, stride int, p, buf, part []float32) {
 	hd := len(out)
 	if !c.half {
 		mix(out, c.f[off:], stride, p)
+		return
+	}
+	if f16Fused(hd) {
+		mixF16Fused(out, c.h[off:], stride, p)
 		return
 	}
 	for e0 := 0; e0 < len(p); e0 += kvBlock {

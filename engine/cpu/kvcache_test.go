@@ -101,44 +101,57 @@ func kvLockstep(t *testing.T, run, ref *Runner, prompt []int32, steps int) float
 
 // The cache of halves' scores and mix are the float kernels' over the
 // halves widened, on ragged lengths across kvBlock's edges and head
-// dimensions with and without an assembly kernel (hd%8), with a stride.
+// dimensions with and without the fused F16C kernels (hd%8), with a
+// stride: the same sums where a kernel reads the halves itself.
 func TestKVRowsHalf(t *testing.T) {
 	kernelPaths(t, func(t *testing.T) {
-		rng := rand.New(rand.NewPCG(3, 4))
-		for _, hd := range []int{8, 12, 64, 128} {
-			for _, m := range []int{1, 5, kvBlock - 1, kvBlock, kvBlock + 1, 3*kvBlock + 7} {
-				const heads = 2
-				stride, off := heads*hd, hd // the second of two heads
-				x := make([]float32, m*stride)
-				for i := range x {
-					x[i] = float32(rng.NormFloat64())
-				}
-				half := kvRows{half: true}
-				half.append(x)
-				wide := half.floats()
-				q, p := make([]float32, hd), make([]float32, m)
-				for i := range q {
-					q[i] = float32(rng.NormFloat64())
-				}
-				for i := range p {
-					p[i] = rng.Float32()
-				}
-				name := fmt.Sprintf("hd %d, %d rows", hd, m)
-				got, want := make([]float32, m), make([]float32, m)
-				buf, part := make([]float32, kvBlock*hd), make([]float32, hd)
-				half.scores(got, q, off, stride, 0.125, buf)
-				scores(want, q, wide[off:], stride, hd, 0.125)
-				assert.Equal(t, want, got, "%s: scores", name)
-
-				gotMix, wantMix := make([]float32, hd), make([]float32, hd)
-				half.mix(gotMix, off, stride, p, buf, part)
-				mix(wantMix, wide[off:], stride, p)
-				// The halves are mixed a block at a time and the blocks'
-				// sums added: the same products in another order.
-				assert.InDeltaSlice(t, wantMix, gotMix, 1e-5*float64(m), "%s: mix", name)
-			}
+		for _, fuse := range []bool{true, false} {
+			fuseF16 = fuse
+			t.Run(fmt.Sprintf("fuse %v", fuse), kvRowsHalf)
 		}
+		fuseF16 = true
 	})
+}
+
+func kvRowsHalf(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, hd := range []int{8, 12, 48, 56, 64, 128} { // the pieces of 1, 2 and 4 vectors
+		for _, m := range []int{1, 5, kvBlock - 1, kvBlock, kvBlock + 1, 3*kvBlock + 7} {
+			const heads = 2
+			stride, off := heads*hd, hd // the second of two heads
+			x := make([]float32, m*stride)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+			half := kvRows{half: true}
+			half.append(x)
+			wide := half.floats()
+			q, p := make([]float32, hd), make([]float32, m)
+			for i := range q {
+				q[i] = float32(rng.NormFloat64())
+			}
+			for i := range p {
+				p[i] = rng.Float32()
+			}
+			name := fmt.Sprintf("hd %d, %d rows", hd, m)
+			got, want := make([]float32, m), make([]float32, m)
+			buf, part := make([]float32, kvBlock*hd), make([]float32, hd)
+			half.scores(got, q, off, stride, 0.125, buf)
+			scores(want, q, wide[off:], stride, hd, 0.125)
+			assert.Equal(t, want, got, "%s: scores", name)
+
+			gotMix, wantMix := make([]float32, hd), make([]float32, hd)
+			half.mix(gotMix, off, stride, p, buf, part)
+			mix(wantMix, wide[off:], stride, p)
+			if f16Fused(hd) { // the float kernel's FMAs on the widened loads
+				assert.Equal(t, wantMix, gotMix, "%s: mix", name)
+				continue
+			}
+			// Widened a block at a time, the blocks' sums added: the
+			// same products in another order.
+			assert.InDeltaSlice(t, wantMix, gotMix, 1e-5*float64(m), "%s: mix", name)
+		}
+	}
 }
 
 // Sixteen sequences join and leave the step runner with an F16 cache
@@ -185,4 +198,34 @@ func TestKVTypeRefused(t *testing.T) {
 		_, err := New(m.Model, mod.RoutingRouter, Options{KVType: good})
 		assert.NoError(t, err, good)
 	}
+}
+
+// Rows are rounded to halves as gguf.F32ToF16 does (nearest, ties to
+// even; subnormal halves, overflow to infinity), on every kernel path,
+// lengths with and without a tail of the 8-lane kernel.
+func TestToHalves(t *testing.T) {
+	kernelPaths(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(5, 6))
+		edges := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 65504, 65519.996, 65520, -70000, 1e-5, -3e-7, 6e-8, 2.9e-8, 1e-40,
+			1 + 1.0/2048, 1 + 3.0/2048, 1 + 1.0/4096, float32(math.Inf(1)), float32(math.Inf(-1)), 0.1, 3.14159, -2.71828}
+		for _, n := range []int{1, 7, 8, 21, 64, 1000} {
+			x := make([]float32, n)
+			for i := range x {
+				if i < len(edges) && n >= len(edges) {
+					x[i] = edges[i]
+					continue
+				}
+				x[i] = float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(12)-6)))
+			}
+			got := make([]uint16, n)
+			toHalves(got, x)
+			for i, v := range x {
+				require.Equal(t, gguf.F32ToF16(v), got[i], "element %d of %d: %g", i, n, v)
+			}
+		}
+		nan := []float32{float32(math.NaN()), 1, 2, 3, 4, 5, 6, 7}
+		got := make([]uint16, len(nan))
+		toHalves(got, nan)
+		assert.True(t, math.IsNaN(float64(gguf.F16ToF32(got[0]))), "a NaN stays a NaN")
+	})
 }
