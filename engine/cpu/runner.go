@@ -19,6 +19,9 @@
 //   - the softmax and SwiGLU exponentiate 8 lanes at a time (EXP8);
 //   - a routed block gathers the tokens it selected and runs on them alone:
 //     a skipped token costs its router score and nothing else.
+//   - with Options.KVType KVF16, keys and values are kept as halves
+//     (kvcache.go): half the bytes attention reads per token, widened by
+//     F16C loads inside the float kernels (kvcache_amd64.s).
 //
 // Quantizing the activations moves the logits slightly away from the
 // reference's (which dots in float32): see the tests for the measured size.
