@@ -2,7 +2,9 @@ package shaders
 
 import (
 	"fmt"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/vk"
@@ -74,41 +76,71 @@ func BenchmarkMatvec(b *testing.B) {
 // each weight is loaded and dequantized once for all the vectors.
 func BenchmarkMatvecVectors(b *testing.B) {
 	dev := openDeviceWith(b, vk.InstanceOptions{})
-	p := NewProfile(deviceOf(dev))
+	prof := NewProfile(deviceOf(dev))
 	for _, shape := range [][2]int{{864, 288}, {1536, 288}, {288, 768}, {32000, 288}} {
 		rows, cols := shape[0], shape[1]
 		for _, n := range []int{1, 8} {
-			b.Run(fmt.Sprintf("q8_0/%dx%d/n%d", rows, cols, n), func(b *testing.B) {
+			for _, lanes := range []bool{false, true} {
+				p := prof
+				p.MatvecLanes = lanes
+				if lanes && !prof.MatvecLanes {
+					continue
+				}
 				name, spec := p.Matvec(matvecTypeOf[gguf.TypeQ8_0], FuseNone, uint32(n), uint32(cols))
-				spec = append([]uint32(nil), spec...)
-				if len(spec) > 2 {
-					spec[2] = uint32(n)
-				}
-				v, err := Lookup(name)
-				require.NoError(b, err)
-				k := newKernel(b, dev, v, spec...)
-				c, err := newMatvecCase(gguf.TypeQ8_0, rows, cols, n, 1)
-				require.NoError(b, err)
-				if err := closeness(c.run(b, dev, k), c.want, c.scale, matvecTolerance[gguf.TypeQ8_0]); err != nil {
-					b.Fatalf("wrong before timing: %v", err)
-				}
-				wb, xb := newBuffer(b, dev, c.gpu), newBuffer(b, dev, f32bytes(c.x))
-				yb, err := dev.NewBuffer(uint64(4*rows*n), vk.DeviceLocal)
-				require.NoError(b, err)
-				defer yb.Close()
-				rec := dev.NewRecorder()
-				defer rec.Close()
-				rec.Dispatch(k, vk.MustPackPush(MatvecPush{Rows: uint32(rows), Cols: uint32(cols), N: uint32(n)}), MatvecGroups(uint32(rows), spec),
-					vk.Bind{Buf: wb, Access: vk.Read}, vk.Bind{Buf: xb, Access: vk.Read}, vk.Bind{Buf: yb, Access: vk.Write})
-				require.NoError(b, dev.Run(rec))
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					if err := dev.Run(rec); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(b.Elapsed().Seconds()/float64(b.N*n)*1e6, "us/vector")
-			})
+				benchMatvecVectors(b, dev, p, name, spec, rows, cols, n)
+			}
 		}
 	}
+}
+
+// benchMatvecVectors is one of BenchmarkMatvecVectors's kernels (name,
+// spec: NB set to n) over a Q8_0 matrix of rows x cols and n vectors.
+func benchMatvecVectors(b *testing.B, dev *vk.Device, p Profile, name string, spec []uint32, rows, cols, n int) {
+	spec = append([]uint32(nil), spec...)
+	if len(spec) > 2 {
+		spec[2] = uint32(n)
+	}
+	benchMatvecVectorsSpec(b, dev, p, name, spec, rows, cols, n)
+}
+
+func benchMatvecVectorsSpec(b *testing.B, dev *vk.Device, p Profile, name string, spec []uint32, rows, cols, n int) {
+	b.Run(fmt.Sprintf("q8_0/%dx%d/n%d/%s%v", rows, cols, n, name, spec), func(b *testing.B) {
+		v, err := Lookup(name)
+		require.NoError(b, err)
+		k := newKernel(b, dev, v, spec...)
+		c, err := newMatvecCase(gguf.TypeQ8_0, rows, cols, n, 1)
+		require.NoError(b, err)
+		if err := closeness(c.run(b, dev, k), c.want, c.scale, matvecTolerance[gguf.TypeQ8_0]); err != nil {
+			b.Fatalf("wrong before timing: %v", err)
+		}
+		wb, xb := newBuffer(b, dev, c.gpu), newBuffer(b, dev, f32bytes(c.x))
+		yb, err := dev.NewBuffer(uint64(4*rows*n), vk.DeviceLocal)
+		require.NoError(b, err)
+		defer yb.Close()
+		rec := dev.NewRecorder()
+		defer rec.Close()
+		rec.Dispatch(k, vk.MustPackPush(MatvecPush{Rows: uint32(rows), Cols: uint32(cols), N: uint32(n)}), MatvecGroups(uint32(rows), spec),
+			vk.Bind{Buf: wb, Access: vk.Read}, vk.Bind{Buf: xb, Access: vk.Read}, vk.Bind{Buf: yb, Access: vk.Write})
+		require.NoError(b, dev.Run(rec))
+		b.ResetTimer()
+		cpu0 := cpuTime()
+		for i := 0; i < b.N; i++ {
+			if err := dev.Run(rec); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(b.Elapsed().Seconds()/float64(b.N*n)*1e6, "us/vector")
+		b.ReportMetric((cpuTime()-cpu0).Seconds()/float64(b.N*n)*1e6, "cpu-us/vector")
+	})
+}
+
+// cpuTime is the CPU time this process has used, its threads together
+// (lavapipe's workers among them): on a loaded machine a kernel's CPU
+// time varies less than its wall time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

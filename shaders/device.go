@@ -27,6 +27,8 @@ func (d Device) has(feature string) bool {
 		return d.SubgroupArithmetic
 	case "subgroup_shuffle":
 		return d.SubgroupShuffle
+	case "subgroup_ballot":
+		return d.SubgroupBallot
 	}
 	return false
 }
@@ -132,6 +134,9 @@ func (p Profile) Fit(v Variant, spec []uint32) []uint32 {
 func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 	fb = p
 	switch {
+	case v.Op == OpMatvec && v.Reduce == ReduceLanes && p.MatvecLanes:
+		fb.MatvecLanes = false
+		return fb, MatvecFusedName(v.Type, ReduceShared, v.Fusion), true
 	case v.Op == OpMatvec && v.Reduce == ReduceSubgroup:
 		s := p.Safe()
 		fb.MatvecReduce, fb.MatvecSpec = s.MatvecReduce, s.MatvecSpec

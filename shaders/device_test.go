@@ -17,6 +17,11 @@ var smallGPU = Device{SubgroupSize: 32, SubgroupArithmetic: true, SharedMemory: 
 
 // Needs reads what the formulas in the variants' notes say: the workgroup
 // and shared memory of a specialization, from the SPIR-V alone.
+// lavapipeLike is a CPU device with subgroups of 8 that broadcast and sum:
+// its profile runs Q8_0's matvecs as matvec_lanes.
+var lavapipeLike = Device{CPU: true, SubgroupSize: 8, SubgroupArithmetic: true, SubgroupBallot: true, SharedMemory: 32768,
+	MaxWorkGroupInvocations: 1024, RequireSubgroupSize: true, MaxWorkgroupSubgroups: 32}
+
 func TestNeeds(t *testing.T) {
 	mm, err := Lookup(MatmulName(MatvecQ8_0))
 	require.NoError(t, err)
@@ -44,8 +49,9 @@ func TestNeeds(t *testing.T) {
 }
 
 // The audit of the kernels against the optional features: only subgroup
-// arithmetic is ever needed, only by the subgroup variants, and each of
-// those has a variant without it of the same family.
+// arithmetic is ever needed, only by the subgroup variants (and subgroup
+// ballot by matvec_lanes, a CPU device's), and each of those has a
+// variant without it of the same family.
 func TestOnlySubgroupVariantsNeedAFeature(t *testing.T) {
 	var subgroupKernels []string
 	for _, v := range Variants {
@@ -56,21 +62,32 @@ func TestOnlySubgroupVariantsNeedAFeature(t *testing.T) {
 			continue
 		}
 		subgroupKernels = append(subgroupKernels, v.Name)
-		assert.Equal(t, []string{"subgroup_arithmetic"}, nd.Features, v.Name)
-		fb, safe, ok := NewProfile(smallGPU).Fallback(v)
+		dev := smallGPU
+		if v.Reduce == ReduceLanes {
+			want := []string{"subgroup_ballot"} // and the sums of squares of the norm
+			if v.Fusion == FuseNorm || v.Fusion == FuseNormSwiGLU {
+				want = []string{"subgroup_arithmetic", "subgroup_ballot"}
+			}
+			assert.Equal(t, want, nd.Features, v.Name)
+			dev = lavapipeLike
+		} else {
+			assert.Equal(t, []string{"subgroup_arithmetic"}, nd.Features, v.Name)
+		}
+		fb, safe, ok := NewProfile(dev).Fallback(v)
 		require.True(t, ok, "%s has a fallback", v.Name)
 		sv, err := Lookup(safe)
 		require.NoError(t, err, "%s falls back to a kernel of the table", v.Name)
 		snd, err := sv.Needs(nil)
 		require.NoError(t, err)
 		assert.False(t, snd.Subgroups, "%s's fallback %s has no subgroup operations", v.Name, safe)
-		assert.NotEqual(t, NewProfile(smallGPU), fb, v.Name)
+		assert.NotEqual(t, NewProfile(dev), fb, v.Name)
 	}
 	// The subgroup kernels are the ones DESIGN.md names, no others.
 	for _, name := range subgroupKernels {
 		assert.True(t, strings.HasPrefix(name, "matvec_") || name == "router_score_sg" || strings.HasPrefix(name, "route_decode"), name)
 	}
-	assert.Len(t, subgroupKernels, len(MatvecTypes)*len(MatvecFusions)+3, "every matvec, router_score_sg, route_decode(_pred)_sg")
+	assert.Len(t, subgroupKernels, len(MatvecTypes)*len(MatvecFusions)+len(MatvecFusions)+3,
+		"every matvec, matvec_q8_0_lanes, router_score_sg, route_decode(_pred)_sg")
 }
 
 // A device with none of the optional features, at the minimum limits, can
@@ -78,7 +95,7 @@ func TestOnlySubgroupVariantsNeedAFeature(t *testing.T) {
 func TestMinimalDeviceAllowsItsChoices(t *testing.T) {
 	bare := smallGPU
 	bare.SubgroupArithmetic, bare.SubgroupSize = false, 0
-	for name, d := range map[string]Device{"bare": bare, "small-subgroups": smallGPU} {
+	for name, d := range map[string]Device{"bare": bare, "small-subgroups": smallGPU, "lavapipe-like": lavapipeLike} {
 		p := NewProfile(d)
 		for _, typ := range MatvecTypes {
 			for _, fuse := range MatvecFusions {
@@ -237,6 +254,19 @@ func TestFallback(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, DecodeAttentionName(KVF16), safe)
 	assert.Equal(t, uint32(1), fb.AttentionSplits(4096))
+
+	// matvec_lanes on a CPU device: Q8_0's rows walk (rowsPass) instead.
+	lp := NewProfile(lavapipeLike)
+	v, err := Lookup(MatvecFusedName(MatvecQ8_0, ReduceLanes, FuseNormSwiGLU))
+	require.NoError(t, err)
+	fb, safe, ok = lp.Fallback(v)
+	require.True(t, ok)
+	assert.Equal(t, MatvecFusedName(MatvecQ8_0, ReduceShared, FuseNormSwiGLU), safe)
+	name, spec := fb.Matvec(MatvecQ8_0, FuseNormSwiGLU, 8, 288)
+	assert.Equal(t, safe, name)
+	assert.Equal(t, MatvecSubblockSpecCPU, spec)
+	_, _, ok = fb.Fallback(v)
+	assert.False(t, ok, "no second fallback")
 
 	for _, name := range []string{"rmsnorm", MatvecFusedName(MatvecQ8_0, ReduceShared, FuseNorm), "router_score", "topk"} {
 		_, _, ok := fallback(name)

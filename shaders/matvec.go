@@ -19,6 +19,11 @@ const (
 	// ReduceSubgroup is subgroupAdd over one subgroup per row: needs subgroup
 	// arithmetic, and invocations per row = the device's subgroup size.
 	ReduceSubgroup = "_sg"
+	// ReduceLanes is matvec_lanes.comp (Q8_0 only, a CPU device with
+	// subgroups of 8: MatvecLanesSpecCPU): rows an invocation, nothing to
+	// add across invocations; the 8 lanes of a subgroup load a block of x
+	// a vec4 each and share it by subgroupBroadcast.
+	ReduceLanes = "_lanes"
 )
 
 // Matvec fusions (matvec.comp): what the kernel does besides y = W x.
@@ -89,6 +94,16 @@ func matvecVariant(typ, reduce string) Variant {
 	return v
 }
 
+// matvecLanesVariant is matvec_lanes.comp with fusion fuse: matvec's
+// bindings and push constants, Q8_0 in the split layout.
+func matvecLanesVariant(fuse string) Variant {
+	v := matvecFusedVariant(MatvecQ8_0, ReduceShared, fuse)
+	v.Name, v.Source, v.Reduce = MatvecFusedName(MatvecQ8_0, ReduceLanes, fuse), "matvec_lanes.comp", ReduceLanes
+	v.LocalSize, v.Spec = [3]uint32{8, 1, 1}, append([]uint32(nil), MatvecLanesSpecCPU...)
+	v.Notes += "; a workgroup is one subgroup of 8 (the pipeline requires the size), RPI rows an invocation, NB vectors a pass"
+	return v
+}
+
 func init() {
 	for _, reduce := range []string{ReduceShared, ReduceSubgroup} {
 		for _, typ := range MatvecTypes {
@@ -96,6 +111,9 @@ func init() {
 				Variants = append(Variants, matvecFusedVariant(typ, reduce, fuse))
 			}
 		}
+	}
+	for _, fuse := range MatvecFusions {
+		Variants = append(Variants, matvecLanesVariant(fuse))
 	}
 }
 

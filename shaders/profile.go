@@ -31,6 +31,7 @@ type Device struct {
 	Storage16Bit          bool   // storageBuffer16BitAccess
 	Storage8Bit           bool   // storageBuffer8BitAccess
 	SubgroupShuffle       bool   // subgroupShuffle in compute shaders
+	SubgroupBallot        bool   // subgroupBroadcast and the ballots in compute shaders
 }
 
 // Profile is a device's kernel choices.
@@ -45,6 +46,10 @@ type Profile struct {
 	// row, vectors per pass] for one vector of a short enough row.
 	MatvecReduce string
 	MatvecSpec   []uint32
+	// MatvecLanes runs Q8_0's matvecs as matvec_lanes.comp (ReduceLanes,
+	// MatvecLanesSpecCPU), every fusion: on a CPU device whose subgroups
+	// are 8 lanes, sure, with broadcasts and sums (lavapipe).
+	MatvecLanes bool
 	// KV is the KV cache's default element type: KVF16 on GPUs (decode
 	// attention reads half the bytes, the cache takes half the memory),
 	// KVF32 on CPU devices (lavapipe), where the engine's results stay
@@ -130,6 +135,16 @@ var MatvecSubblockSpecCPU = []uint32{8, 1, 1, 8}
 // lavapipe-weight-types-decode.md).
 var MatvecLowBitSpecCPU = []uint32{8, 1, 1, 16}
 
+// MatvecLanesSpecCPU is matvec_lanes.comp's spec (ReduceLanes): a
+// workgroup of one 8-lane subgroup, 16 rows an invocation (8 under
+// FuseNormSwiGLU, which walks each row's gate and up rows: 16 again).
+// The broadcasts of x are shared by an invocation's rows, so more rows
+// cost less a row, until the sums (rows x vectors) no longer fit: on
+// lavapipe a stories15M head (32000x288) at 8 vectors took 17.6, 14.3 and
+// 11.6 ms of CPU at 8, 16 and 32 rows an invocation (12.3 at 64), but
+// 32 rows took 0.6 s to compile, per pipeline, for each vector count.
+var MatvecLanesSpecCPU = []uint32{8, 1, 1, 16}
+
 // NewProfile chooses d's kernels.
 //   - CPU devices (lavapipe): the loop cap, and an invocation per matvec row
 //     with no reduction at all (lavapipe runs a workgroup's invocations 8
@@ -149,6 +164,7 @@ func NewProfile(d Device) Profile {
 	case d.CPU:
 		p.LoopCap, p.KV, p.AttentionChunk, p.FuseNorm, p.FuseAttention = LavapipeLoopIterations, KVF32, 0, false, false
 		p.MatvecReduce, p.MatvecSpec = ReduceShared, []uint32{64, 1, 1}
+		p.MatvecLanes = sg == 8 && d.SubgroupBallot && d.SubgroupArithmetic
 	case subgroupsUsable(d.SubgroupArithmetic, sg, 128) && matvecRowsPerGroup*sg <= p.MaxWorkGroupInvocations:
 		p.MatvecReduce, p.MatvecSpec = ReduceSubgroup, []uint32{matvecRowsPerGroup * sg, sg, 1}
 	default:
@@ -186,6 +202,17 @@ func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []u
 		spec = append([]uint32(nil), MatvecSubblockSpecCPU...)
 		if f.bits < 4 {
 			spec = append([]uint32(nil), MatvecLowBitSpecCPU...)
+		}
+	}
+	if typ == MatvecQ8_0 && p.CPU && p.MatvecLanes {
+		// Each block of x loaded once a lane and shared by broadcast, each
+		// weight widened once for all the vectors (matvec_lanes.comp).
+		spec = append([]uint32(nil), MatvecLanesSpecCPU...)
+		if fuse == FuseNormSwiGLU {
+			spec[3] /= 2
+		}
+		if p.LoopCap == 0 || iters(spec) <= p.LoopCap {
+			return MatvecFusedName(typ, ReduceLanes, fuse), spec
 		}
 	}
 	if typ == MatvecQ8_0 && p.CPU {

@@ -34,6 +34,7 @@ var capabilityFeatures = map[uint32]string{
 	39:   "shader_int8",                 // Int8
 	61:   "",                            // GroupNonUniform
 	63:   "subgroup_arithmetic",         // GroupNonUniformArithmetic
+	64:   "subgroup_ballot",             // GroupNonUniformBallot
 	65:   "subgroup_shuffle",            // GroupNonUniformShuffle
 	4433: "storage_buffer_16bit_access", // StorageBuffer16BitAccess
 	4448: "storage_buffer_8bit_access",  // StorageBuffer8BitAccess

@@ -102,6 +102,7 @@ type Features struct {
 	StorageBuffer8BitAccess  bool `json:"storage_buffer_8bit_access"`
 	SubgroupArithmetic       bool `json:"subgroup_arithmetic"` // in compute shaders
 	SubgroupShuffle          bool `json:"subgroup_shuffle"`    // in compute shaders
+	SubgroupBallot           bool `json:"subgroup_ballot"`     // subgroupBroadcast and the ballots, in compute shaders
 	CooperativeMatrix        bool `json:"cooperative_matrix"`  // VK_KHR_cooperative_matrix is offered (not yet enabled)
 	// ConditionalRendering: VK_EXT_conditional_rendering (enabled when
 	// present): Recorder.BeginConditional discards dispatches on a GPU-written

@@ -197,6 +197,7 @@ func (in *Instance) deviceInfo(phys uint64, index int) DeviceInfo {
 		StorageBuffer8BitAccess:  c.sb8 != 0,
 		SubgroupArithmetic:       computeSubgroups && c.subgroup_ops&C.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT != 0,
 		SubgroupShuffle:          computeSubgroups && c.subgroup_ops&C.VK_SUBGROUP_FEATURE_SHUFFLE_BIT != 0,
+		SubgroupBallot:           computeSubgroups && c.subgroup_ops&C.VK_SUBGROUP_FEATURE_BALLOT_BIT != 0,
 		CooperativeMatrix:        c.coopmat != 0,
 		ConditionalRendering:     c.cond_render != 0,
 		SubgroupSizeControl:      c.size_control != 0,

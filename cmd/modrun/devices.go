@@ -161,6 +161,7 @@ func featureText(f vk.Features) string {
 		{"float16", f.ShaderFloat16}, {"int8", f.ShaderInt8},
 		{"16-bit storage", f.StorageBuffer16BitAccess}, {"8-bit storage", f.StorageBuffer8BitAccess},
 		{"subgroup arithmetic", f.SubgroupArithmetic}, {"subgroup shuffle", f.SubgroupShuffle},
+		{"subgroup ballot", f.SubgroupBallot},
 		{"cooperative matrix", f.CooperativeMatrix}, {"conditional rendering", f.ConditionalRendering},
 		{"subgroup size control", f.SubgroupSizeControl && f.ComputeFullSubgroups},
 	} {

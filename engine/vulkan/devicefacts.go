@@ -30,5 +30,6 @@ func deviceFacts(info vk.DeviceInfo) shaders.Device {
 		Storage16Bit:            f.StorageBuffer16BitAccess,
 		Storage8Bit:             f.StorageBuffer8BitAccess,
 		SubgroupShuffle:         f.SubgroupShuffle,
+		SubgroupBallot:          f.SubgroupBallot,
 	}
 }

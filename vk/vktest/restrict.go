@@ -39,6 +39,7 @@ var restrictable = map[string]func(*vk.DeviceInfo){
 	"storage_buffer_8bit_access":  func(d *vk.DeviceInfo) { d.Features.StorageBuffer8BitAccess = false },
 	"subgroup_arithmetic":         func(d *vk.DeviceInfo) { d.Features.SubgroupArithmetic = false },
 	"subgroup_shuffle":            func(d *vk.DeviceInfo) { d.Features.SubgroupShuffle = false },
+	"subgroup_ballot":             func(d *vk.DeviceInfo) { d.Features.SubgroupBallot = false },
 	"cooperative_matrix":          func(d *vk.DeviceInfo) { d.Features.CooperativeMatrix = false },
 	"conditional_rendering":       func(d *vk.DeviceInfo) { d.Features.ConditionalRendering = false },
 	"subgroup_size_control": func(d *vk.DeviceInfo) {
