@@ -47,7 +47,7 @@ type Profile struct {
 	MatvecReduce string
 	MatvecSpec   []uint32
 	// MatvecLanes runs Q8_0's matvecs as matvec_lanes.comp (ReduceLanes,
-	// MatvecLanesSpecCPU), every fusion: on a CPU device whose subgroups
+	// MatvecLanesSpecCPU), every fusion but the add: on a CPU device whose subgroups
 	// are 8 lanes, sure, with broadcasts and sums (lavapipe).
 	MatvecLanes bool
 	// KV is the KV cache's default element type: KVF16 on GPUs (decode
@@ -204,9 +204,12 @@ func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []u
 			spec = append([]uint32(nil), MatvecLowBitSpecCPU...)
 		}
 	}
-	if typ == MatvecQ8_0 && p.CPU && p.MatvecLanes {
+	if typ == MatvecQ8_0 && p.CPU && p.MatvecLanes && fuse != FuseAdd {
 		// Each block of x loaded once a lane and shared by broadcast, each
-		// weight widened once for all the vectors (matvec_lanes.comp).
+		// weight widened once for all the vectors (matvec_lanes.comp). Not
+		// with the residual add: in lavapipe's step of 8 rows its add
+		// variant took 44 ms a step where rowsPass's took 5.2
+		// (BenchmarkStepProfile, quiet VM; not understood yet).
 		spec = append([]uint32(nil), MatvecLanesSpecCPU...)
 		if fuse == FuseNormSwiGLU {
 			spec[3] /= 2
