@@ -85,7 +85,7 @@ func (r *Runner) matmul(out []float32, x *acts, w *matrix) {
 		x.quantizeK(r.pool, useSIMD && useVNNI && x.n >= kTileMin)
 	case w.quantized():
 		x.quantize(r.pool)
-		if w.kind == kindL && useSIMD && x.n >= 4 {
+		if w.kind == kindL && useSIMD && (x.n >= 4 || useVNNI) {
 			x.q8lActs() // matmulLegacy's tiles
 		}
 	}
