@@ -46,11 +46,21 @@ func chromium(t *testing.T) string {
 func TestWebPage(t *testing.T) {
 	exe := chromium(t)
 	_, hs := testServer(t, Config{})
+	// Chromium's helper processes may still write to its profile after
+	// the browser exits, so the profile is removed with retries, not by
+	// t.TempDir's one RemoveAll (which failed the test on it).
+	profile, mkErr := os.MkdirTemp("", "modrun-chromium-")
+	require.NoError(t, mkErr)
+	t.Cleanup(func() {
+		for try := 0; try < 50 && os.RemoveAll(profile) != nil; try++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(exe), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-quic", true), chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1200, 800),
+		chromedp.UserDataDir(profile), chromedp.WindowSize(1200, 800),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang fails, never blocks
 	defer cancel()
