@@ -1,25 +1,37 @@
 #!/usr/bin/env bash
-# run.sh [REPORT.md]: check this machine's Vulkan device with the GPU bundle
-# (built by `make gpu-bundle`): first `modrun devices --check` (every kernel
-# variant once against the CPU), then the kernel and engine tests, then the
-# standard bench set, and write one Markdown report (default report.md
-# beside this script; full logs in logs/). Needs only a Vulkan driver.
+# run.sh [--quick] [REPORT.md]: check this machine's Vulkan device with the GPU
+# bundle (built by `make gpu-bundle`): first `modrun devices --check` (every
+# kernel variant once against the CPU), then the kernel and engine tests, then
+# the bench set, and write one Markdown report (default report.md beside this
+# script; full logs in logs/). Needs only a Vulkan driver.
+#
+# --quick (or QUICK=1): what one short lease of a GPU machine can afford
+# (aim: under 8 minutes on an H100 or H200). The test binaries run side by
+# side (each its own process, so a crash or a lost driver in one cannot hide
+# the others, each under a time limit), then, one at a time so that their
+# timings do not share the GPU, the kernel benchmarks (GB/s of each matvec,
+# TFLOP/s of each matmul, where the test binary has them), the bench rows
+# the open issues are judged by (1.1B Q8_0 and Q4_K_M, 7B Q8_0 prefill and
+# decode, a 5-token prompt at 7B, --parallel 1,8,16 at 1.1B) and a
+# per-kernel --profile of a 1.1B decode. The full mode runs everything below.
 #
 #   BENCH_SHAPES  shapes to bench (default: stories260k stories15m tinyllama-1.1b llama2-7b llama3.2-1b)
 #   BENCH_TYPES   weight types (default: f16 q8_0 q4_k_m; a type this build's
-#                 --type does not list is reported as skipped: q4_k_m comes
-#                 with issue 21's quantizer)
+#                 --type does not list is reported as skipped)
 #   BENCH_PROMPT  prompt tokens (default 512, the batched prefill of issue 14;
 #                 stories260k, whose context is 512, gets at most 448)
 #   BENCH_ARGS    more bench flags (default: -n 64 --repeats 3)
 #   BENCH_PARALLEL_SHAPES shapes for the many-sequences rows (default:
 #                 stories15m tinyllama-1.1b llama2-7b; Q8_0, dense and MoD twin)
 #   BENCH_PARALLEL sequence counts (default 1,4,8,16; issue 33's bench --parallel)
+#   TEST_TIMEOUT  each test binary's limit (quick: 5m, full: 20m)
 #   MODRUN_DEVICE the Vulkan device, as for modrun
 # A step that fails is reported as failed; the others still run, and the
 # exit status is 1 when any failed.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+quick=${QUICK:-0}
+if [ "${1:-}" = --quick ]; then quick=1; shift; fi
 report=${1:-$here/report.md}
 logs=$here/logs
 mkdir -p "$logs"
@@ -44,20 +56,95 @@ failed=0
   echo "| package | result | passed | failed | skipped |"
   echo "|---|---|--:|--:|--:|"
 } > "$report"
-while read -r p name skip; do
-  bin=$here/tests/$name.test
-  log=$logs/test-$name.log
-  (cd "$here/src/$p" && "$bin" -test.v -test.count=1 -test.timeout=20m ${skip:+-test.skip "$skip"}) > "$log" 2>&1
-  rc=$?
-  pass=$(grep -c '^--- PASS' "$log"); fail=$(grep -c '^--- FAIL' "$log"); skip=$(grep -c '^--- SKIP' "$log")
-  result=ok; [ $rc -ne 0 ] && { result="FAIL (exit $rc)"; failed=1; }
+# run_tests P NAME SKIP: one test binary in its package's folder, logged.
+run_tests() {
+  local p=$1 name=$2 skip=$3
+  (cd "$here/src/$p" && timeout -k 10 "${TEST_TIMEOUT:-$([ "$quick" = 1 ] && echo 5m || echo 20m)}" \
+    "$here/tests/$name.test" -test.v -test.count=1 ${skip:+-test.skip "$skip"}) > "$logs/test-$name.log" 2>&1
+  echo $? > "$logs/test-$name.rc"
+}
+# test_row P NAME: the report's row of one test binary's log.
+test_row() {
+  local p=$1 name=$2 log=$logs/test-$2.log rc pass fail skip result
+  rc=$(cat "$logs/test-$name.rc")
+  pass=$(grep -c -- '--- PASS' "$log"); fail=$(grep -c -- '--- FAIL' "$log"); skip=$(grep -c -- '--- SKIP' "$log")
+  result=ok
+  case $rc in 0) ;; 124|137) result="TIMED OUT"; failed=1 ;; *) result="FAIL (exit $rc)"; failed=1 ;; esac
   echo "| $p | $result | $pass | $fail | $skip |" >> "$report"
   echo "run.sh: tests $p: $result ($pass passed, $fail failed, $skip skipped)" >&2
-done < "$here/tests/packages.txt"
+}
+if [ "$quick" = 1 ]; then
+  while read -r p name skip; do run_tests "$p" "$name" "$skip" & done < "$here/tests/packages.txt"
+  wait
+else
+  while read -r p name skip; do run_tests "$p" "$name" "$skip"; done < "$here/tests/packages.txt"
+fi
+while read -r p name skip; do test_row "$p" "$name"; done < "$here/tests/packages.txt"
 {
   echo
-  echo "Skips and failures are listed in logs/test-*.log (grep -- '--- SKIP\\|--- FAIL')."
+  echo "Every failure and skip, with its reason (subtests included):"
   echo
+  echo '```'
+  for f in "$logs"/test-*.log; do
+    grep -h -A3 -- '--- FAIL\|--- SKIP' "$f" | grep -v '^--$' | sed "s|^|$(basename "$f" .log): |" | head -200
+  done
+  echo '```'
+  echo
+} >> "$report"
+# bench_row NAME ARGS...: one modrun bench into the report (its Markdown),
+# or the failure and the end of its log.
+bench_row() {
+  local name=$1 rc
+  shift
+  "$here/bin/modrun" bench "$@" --out "$logs/bench-$name.md" --json-out "$logs/bench-$name.json" > /dev/null 2> "$logs/bench-$name.log"
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    echo "run.sh: bench $name: ok" >&2
+    sed -e '1s/^# .*/### '"$name"'/' "$logs/bench-$name.md" >> "$report"
+  else
+    failed=1
+    echo "run.sh: bench $name: FAILED (exit $rc)" >&2
+    { echo "### $name: FAILED (exit $rc)"; echo; echo '```'; tail -5 "$logs/bench-$name.log"; echo '```'; } >> "$report"
+  fi
+  echo >> "$report"
+}
+if [ "$quick" = 1 ]; then
+  {
+    echo "## Kernel benchmarks (shaders.test: GB/s of the matvecs, TFLOP/s of the matmuls, validated first)"
+    echo
+    echo '```'
+  } >> "$report"
+  benches=$(cd "$here/src/shaders" && "$here/tests/shaders.test" -test.list 'Benchmark(Matvec|Matmul)GPU' 2>/dev/null | grep '^Benchmark' | paste -sd'|')
+  if [ -n "$benches" ]; then
+    (cd "$here/src/shaders" && timeout -k 10 150 "$here/tests/shaders.test" -test.run '^$' -test.bench "^($benches)\$" -test.benchtime 50x) \
+      > "$logs/kernels.log" 2>&1 || { echo "kernel benchmarks: FAILED (exit $?)" >> "$report"; failed=1; }
+    grep -E '^Benchmark|FAIL|panic|SKIP|--- ' "$logs/kernels.log" >> "$report"
+  else
+    echo "this build's shaders.test has no BenchmarkMatvecGPU or BenchmarkMatmulGPU" >> "$report"
+  fi
+  { echo '```'; echo; echo "## Bench rows (quick)"; echo; } >> "$report"
+  small=${QUICK_SMALL:-tinyllama-1.1b} large=${QUICK_LARGE:-llama2-7b} # other shapes: a try-out on lavapipe
+  m11=$logs/$small-q8_0.gguf # bench --save writes the dense model here (the twin beside it, -mod)
+  [ "$small" = stories260k ] && { echo "run.sh: --quick needs a context over 512 (stories260k has 512)" >&2; exit 2; }
+  bench_row "$small-q8_0" --synthetic "$small" --type q8_0 --capacity 0.125 --routing router --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8 --save "$logs/m.gguf"
+  mv "$logs/m-$small-q8_0.gguf" "$m11" 2>/dev/null; rm -f "$logs/m-$small-q8_0-mod.gguf"
+  bench_row "$small-q4_k_m" --synthetic "$small" --type q4_k_m --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8
+  bench_row "$small-f16" --synthetic "$small" --type f16 --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0
+  bench_row "parallel-$small-q8_0" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1
+  bench_row "$large-q8_0" --synthetic "$large" --type q8_0 --backends vulkan --prompt 512 -n 32 --repeats 2 --validate 0
+  bench_row "$large-q8_0-prompt5" --synthetic "$large" --type q8_0 --backends vulkan --prompt 5 -n 16 --repeats 2 --validate 0
+  {
+    echo "## Where a $small Q8_0 decode's GPU time goes (modrun run --profile, 64 tokens)"
+    echo
+    echo '```'
+    "$here/bin/modrun" run -m "$m11" -p "Once upon a time" -n 64 --backend vulkan --profile 2>&1 >/dev/null | tail -40
+    echo '```'
+  } >> "$report"
+  rm -f "$m11"
+  echo "run.sh: report in $report" >&2
+  exit $failed
+fi
+{
   echo "## Bench: each shape, dense and its MoD twin at capacity 0.125, on Vulkan"
   echo
 } >> "$report"
@@ -73,18 +160,7 @@ for shape in $shapes; do
     prompt=$bench_prompt
     [ "$shape" = stories260k ] && [ "$prompt" -gt 448 ] && prompt=448 # its context is 512
     # shellcheck disable=SC2086
-    "$here/bin/modrun" bench --synthetic "$shape" --type "$typ" --capacity 0.125 --backends vulkan --prompt "$prompt" $bench_args \
-      --out "$logs/bench-$name.md" --json-out "$logs/bench-$name.json" > /dev/null 2> "$logs/bench-$name.log"
-    rc=$?
-    if [ $rc -eq 0 ]; then
-      echo "run.sh: bench $name: ok" >&2
-      sed -e '1s/^# /### /' "$logs/bench-$name.md" >> "$report"
-    else
-      failed=1
-      echo "run.sh: bench $name: FAILED (exit $rc)" >&2
-      { echo "### $name: FAILED (exit $rc)"; echo; echo '```'; tail -5 "$logs/bench-$name.log"; echo '```'; } >> "$report"
-    fi
-    echo >> "$report"
+    bench_row "$name" --synthetic "$shape" --type "$typ" --capacity 0.125 --backends vulkan --prompt "$prompt" $bench_args
   done
 done
 {
@@ -92,20 +168,8 @@ done
   echo
 } >> "$report"
 for shape in ${BENCH_PARALLEL_SHAPES:-stories15m tinyllama-1.1b llama2-7b}; do
-  name=parallel-$shape-q8_0
-  "$here/bin/modrun" bench --synthetic "$shape" --type q8_0 --capacity 0.125 --backends vulkan \
-    --parallel "${BENCH_PARALLEL:-1,4,8,16}" --prompt 32 -n 64 --repeats 3 \
-    --out "$logs/bench-$name.md" --json-out "$logs/bench-$name.json" > /dev/null 2> "$logs/bench-$name.log"
-  rc=$?
-  if [ $rc -eq 0 ]; then
-    echo "run.sh: bench $name: ok" >&2
-    sed -e '1s/^# .*/### '"$name"'/' "$logs/bench-$name.md" >> "$report"
-  else
-    failed=1
-    echo "run.sh: bench $name: FAILED (exit $rc)" >&2
-    { echo "### $name: FAILED (exit $rc)"; echo; echo '```'; tail -5 "$logs/bench-$name.log"; echo '```'; } >> "$report"
-  fi
-  echo >> "$report"
+  bench_row "parallel-$shape-q8_0" --synthetic "$shape" --type q8_0 --capacity 0.125 --backends vulkan \
+    --parallel "${BENCH_PARALLEL:-1,4,8,16}" --prompt 32 -n 64 --repeats 3
 done
 echo "run.sh: report in $report" >&2
 exit $failed

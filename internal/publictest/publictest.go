@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,8 +24,7 @@ var Layouts = []string{"modllama2-aux", "modllama2", "mixtureai-meta", "mixturea
 // file under t.TempDir and returns its path and the fixture's tokens.
 func Convert(t testing.TB, dir string) (path string, tokens []int32) {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0) // .../internal/publictest/publictest.go
-	testdata := filepath.Join(filepath.Dir(filepath.Dir(filepath.Dir(file))), "testdata", "convert")
+	testdata := convertDir(t)
 	root := filepath.Join(testdata, dir)
 	raw, err := os.ReadFile(filepath.Join(root, "golden.json"))
 	require.NoError(t, err)
@@ -47,4 +45,24 @@ func Convert(t testing.TB, dir string) (path string, tokens []int32) {
 	path = filepath.Join(t.TempDir(), dir+".gguf")
 	require.NoError(t, w.WriteFile(path))
 	return path, g.Tokens
+}
+
+// convertDir finds testdata/convert from the working directory up: a test
+// runs in its package's folder, which is under the repository root in a
+// checkout and under src/ in the GPU bundle (scripts/gpu-bundle.sh), whose
+// binaries are built with -trimpath, so that this file's own path (the
+// runtime.Caller way) names no folder on the machine that runs them.
+func convertDir(t testing.TB) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		p := filepath.Join(dir, "testdata", "convert")
+		if fi, err := os.Stat(filepath.Join(p, "vocab512.gguf")); err == nil && !fi.IsDir() {
+			return p
+		}
+		if filepath.Dir(dir) == dir {
+			require.FailNowf(t, "publictest: no testdata/convert/vocab512.gguf", "in %s or any folder above it", wd)
+		}
+	}
 }
