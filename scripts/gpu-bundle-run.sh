@@ -131,8 +131,10 @@ if [ "$quick" = 1 ]; then
   bench_row "$small-q4_k_m" --synthetic "$small" --type q4_k_m --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8
   bench_row "$small-f16" --synthetic "$small" --type f16 --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0
   bench_row "parallel-$small-q8_0" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1
-  bench_row "$large-q8_0" --synthetic "$large" --type q8_0 --backends vulkan --prompt 512 -n 32 --repeats 2 --validate 0
-  bench_row "$large-q8_0-prompt5" --synthetic "$large" --type q8_0 --backends vulkan --prompt 5 -n 16 --repeats 2 --validate 0
+  m7=$logs/$large-q8_0.gguf
+  bench_row "$large-q8_0" --synthetic "$large" --type q8_0 --backends vulkan --prompt 512 -n 32 --repeats 2 --validate 0 --save "$m7"
+  bench_row "$large-q8_0-prompt5" -m "$m7" --backends vulkan --prompt 5 -n 16 --repeats 3 --validate 0
+  rm -f "$m7"
   {
     echo "## Where a $small Q8_0 decode's GPU time goes (modrun run --profile, 64 tokens)"
     echo
