@@ -25,6 +25,8 @@
 #                 stories15m tinyllama-1.1b llama2-7b; Q8_0, dense and MoD twin)
 #   BENCH_PARALLEL sequence counts (default 1,4,8,16; issue 33's bench --parallel)
 #   TEST_TIMEOUT  each test binary's limit (quick: 5m, full: 20m)
+#   LAYER_DIR     a folder with the Khronos validation layer (its .so and .json):
+#                 the test binaries of VALIDATE_PKGS (default: vk shaders) run with it
 #   MODRUN_DEVICE the Vulkan device, as for modrun
 # A step that fails is reported as failed; the others still run, and the
 # exit status is 1 when any failed.
@@ -58,8 +60,12 @@ failed=0
 } > "$report"
 # run_tests P NAME SKIP: one test binary in its package's folder, logged.
 run_tests() {
-  local p=$1 name=$2 skip=$3
-  (cd "$here/src/$p" && timeout -k 10 "${TEST_TIMEOUT:-$([ "$quick" = 1 ] && echo 5m || echo 20m)}" \
+  local p=$1 name=$2 skip=$3 layer=
+  # The Khronos validation layer (synchronization validation included) for
+  # the packages in VALIDATE_PKGS, where LAYER_DIR holds it: its checks slow
+  # a test binary several times, so the engine's run without it.
+  if [ -n "${LAYER_DIR:-}" ] && [[ " ${VALIDATE_PKGS:-vk shaders} " == *" $p "* ]]; then layer=$LAYER_DIR; fi
+  (cd "$here/src/$p" && ${layer:+env VK_LAYER_PATH="$layer"} timeout -k 10 "${TEST_TIMEOUT:-$([ "$quick" = 1 ] && echo 5m || echo 20m)}" \
     "$here/tests/$name.test" -test.v -test.count=1 ${skip:+-test.skip "$skip"}) > "$logs/test-$name.log" 2>&1
   echo $? > "$logs/test-$name.rc"
 }
