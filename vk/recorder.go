@@ -76,6 +76,7 @@ const (
 	opDispatch opKind = iota
 	opCopy
 	opFill
+	opUpdate
 	opBarrier
 	opTimestamp
 	opBeginConditional
@@ -87,7 +88,7 @@ type op struct {
 	kind opKind
 
 	kernel      *Kernel // opDispatch
-	push        []byte
+	push        []byte  // push constants; opUpdate: the bytes written
 	groups      [3]uint32
 	indirect    *Buffer // nil: direct dispatch
 	indirectOff uint64
@@ -264,6 +265,24 @@ func (r *Recorder) Fill(buf *Buffer, off, n uint64, value uint32) {
 		return
 	}
 	r.add(op{kind: opFill, dst: buf, dstOff: off, n: n, value: value}, []use{
+		{buf: buf, off: off, end: off + n, write: true, stage: stageTransfer, access: accessTransferWrite},
+	})
+}
+
+// update records writing data into buf at off with vkCmdUpdateBuffer (off
+// and len(data) multiples of 4, at most 65536 bytes): a transfer whose data
+// lives in the command buffer. Unexported: only the conditional-rendering
+// diagnostic writes a predicate this way.
+func (r *Recorder) update(buf *Buffer, off uint64, data []byte) {
+	if !r.usable() || !r.checkBuffer(buf, "update") {
+		return
+	}
+	n := uint64(len(data))
+	if off%4 != 0 || n%4 != 0 || n == 0 || n > 65536 || off+n > buf.size {
+		r.fail("update of %d bytes at offset %d of a %d-byte buffer: want multiples of 4, at most 65536 bytes, inside it", n, off, buf.size)
+		return
+	}
+	r.add(op{kind: opUpdate, dst: buf, dstOff: off, n: n, push: append([]byte(nil), data...)}, []use{
 		{buf: buf, off: off, end: off + n, write: true, stage: stageTransfer, access: accessTransferWrite},
 	})
 }

@@ -410,6 +410,7 @@ typedef struct mr_device {
 	PFN_vkCmdPipelineBarrier CmdPipelineBarrier;
 	PFN_vkCmdCopyBuffer CmdCopyBuffer;
 	PFN_vkCmdFillBuffer CmdFillBuffer;
+	PFN_vkCmdUpdateBuffer CmdUpdateBuffer;
 	PFN_vkCmdWriteTimestamp CmdWriteTimestamp;
 	PFN_vkCmdResetQueryPool CmdResetQueryPool;
 	PFN_vkCreateQueryPool CreateQueryPool;
@@ -538,6 +539,7 @@ VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 	LOAD_D(in, d, CmdPipelineBarrier);
 	LOAD_D(in, d, CmdCopyBuffer);
 	LOAD_D(in, d, CmdFillBuffer);
+	LOAD_D(in, d, CmdUpdateBuffer);
 	LOAD_D(in, d, CmdWriteTimestamp);
 	LOAD_D(in, d, CmdResetQueryPool);
 	LOAD_D(in, d, CreateQueryPool);
@@ -888,6 +890,10 @@ void mr_cmd_copy(uint64_t dev, uint64_t cb, uint64_t src, uint64_t dst, uint64_t
 
 void mr_cmd_fill(uint64_t dev, uint64_t cb, uint64_t buf, uint64_t off, uint64_t n, uint32_t value) {
 	D(dev)->CmdFillBuffer(CB(cb), (VkBuffer)(uintptr_t)buf, off, n, value);
+}
+
+void mr_cmd_update(uint64_t dev, uint64_t cb, uint64_t buf, uint64_t off, uint64_t n, const void *data) {
+	D(dev)->CmdUpdateBuffer(CB(cb), (VkBuffer)(uintptr_t)buf, off, n, data);
 }
 
 void mr_cmd_barrier(uint64_t dev, uint64_t cb, uint32_t src_stages, uint32_t dst_stages,

@@ -97,6 +97,9 @@ void mr_cmd_dispatch(uint64_t dev, uint64_t cb, uint64_t pipeline, uint64_t layo
 	uint64_t indirect_buf, uint64_t indirect_off); // indirect when indirect_buf != 0
 void mr_cmd_copy(uint64_t dev, uint64_t cb, uint64_t src, uint64_t dst, uint64_t src_off, uint64_t dst_off, uint64_t n);
 void mr_cmd_fill(uint64_t dev, uint64_t cb, uint64_t buf, uint64_t off, uint64_t n, uint32_t value);
+// vkCmdUpdateBuffer: n (a multiple of 4, at most 65536) bytes of data,
+// which the command buffer keeps a copy of.
+void mr_cmd_update(uint64_t dev, uint64_t cb, uint64_t buf, uint64_t off, uint64_t n, const void *data);
 void mr_cmd_barrier(uint64_t dev, uint64_t cb, uint32_t src_stages, uint32_t dst_stages,
 	uint32_t n, const uint64_t *bufs, const uint64_t *offsets, const uint64_t *sizes,
 	const uint32_t *src_access, const uint32_t *dst_access);
