@@ -19,6 +19,13 @@
 // A DeviceInfo with features off or limits lower (vktest.Restriction) makes
 // a smaller device, for tests of what runs on small GPUs.
 //
+// The Vulkan instance is the process's: NewInstance creates it once per
+// InstanceOptions and hands out handles, because NVIDIA's driver refuses
+// vkCreateInstance after about 30 create/destroy cycles in one process
+// (InstancesCreated counts them). Devices open at once on the same physical
+// device with the same features share one VkDevice and queue, which the
+// last Close destroys.
+//
 // Typical use:
 //
 //	inst, err := vk.NewInstance(vk.InstanceOptions{})

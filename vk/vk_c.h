@@ -59,6 +59,11 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out);
 VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 	int f16, int i8, int sb16, int sb8, int cond_render, int size_control, int full_subgroups,
 	uint64_t *out, const char **call);
+// mr_clone_device makes another handle on base's VkDevice and queue, with
+// a command pool and fence of its own; submits through any handle are
+// serialized on the queue. mr_destroy_device waits idle and frees a handle;
+// base's own destroys the VkDevice, so it goes last.
+VkResult mr_clone_device(uint64_t base, uint64_t *out, const char **call);
 void mr_destroy_device(uint64_t dev); // waits idle first
 VkResult mr_wait_idle(uint64_t dev);
 
