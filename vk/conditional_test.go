@@ -36,6 +36,7 @@ type condCase struct {
 	// pattern), not by an Upload before.
 	fillY    bool
 	predKind BufferKind
+	small    bool // a 16-byte predicate buffer (TestConditionalDispatch's), not condPredBytes
 	offset   uint64
 	indirect bool // the span holds a DispatchIndirect, as the engine's do
 }
@@ -55,7 +56,11 @@ func (c condCase) String() string {
 	if c.fillY {
 		sync += ", y filled in the same cb"
 	}
-	return fmt.Sprintf("writer=%-6s pred=%-12s off=%-2d dispatch=%-8s sync=%s", c.writer, c.predKind, c.offset, dispatch, sync)
+	size := condPredBytes
+	if c.small {
+		size = 16
+	}
+	return fmt.Sprintf("writer=%-6s pred=%-12s %2dB off=%-2d dispatch=%-8s sync=%s", c.writer, c.predKind, size, c.offset, dispatch, sync)
 }
 
 // matters says whether a wrong result here is modrun's bug: the recorder's
@@ -86,6 +91,21 @@ func condCases() []condCase {
 				cs = append(cs, condCase{writer: "host", predKind: kind, offset: off, indirect: ind})
 			}
 		}
+		// Other offsets, and the 16-byte buffer: the recorder's barriers only.
+		for _, size := range []struct {
+			small bool
+			offs  []uint64
+		}{{false, []uint64{4, 12}}, {true, []uint64{0, 4, 8, 12}}} {
+			for _, off := range size.offs {
+				for _, w := range []string{"shader", "copy", "fill", "update", "host"} {
+					c := condCase{writer: w, predKind: kind, small: size.small, offset: off}
+					if w != "host" {
+						c.barrier = "derived"
+					}
+					cs = append(cs, c)
+				}
+			}
+		}
 	}
 	return cs
 }
@@ -94,11 +114,12 @@ func condCases() []condCase {
 type condRig struct {
 	dev       *Device
 	k         *Kernel
-	x, y      *Buffer // the span's axpy: y += x
-	args      *Buffer // its indirect workgroup counts
-	pred      [2]*Buffer
-	src       *Buffer // a copy's source (host-visible)
-	shaderX   *Buffer // what the predicate-writing axpy adds to the predicate
+	x, y      *Buffer    // the span's axpy: y += x
+	args      *Buffer    // its indirect workgroup counts
+	pred      [2]*Buffer // by BufferKind
+	pred16    [2]*Buffer // 16 bytes
+	src       *Buffer    // a copy's source (host-visible)
+	shaderX   *Buffer    // what the predicate-writing axpy adds to the predicate
 	n         int
 	xs        []float32
 	bufferTag map[*Buffer]string
@@ -115,6 +136,7 @@ func newCondRig(t *testing.T, dev *Device) *condRig {
 	g.x, g.y = newBuffer(t, dev, 4*n, DeviceLocal), newBuffer(t, dev, 4*n, DeviceLocal)
 	g.args = newBuffer(t, dev, 12, DeviceLocal)
 	g.pred[DeviceLocal], g.pred[HostVisible] = newBuffer(t, dev, condPredBytes, DeviceLocal), newBuffer(t, dev, condPredBytes, HostVisible)
+	g.pred16[DeviceLocal], g.pred16[HostVisible] = newBuffer(t, dev, 16, DeviceLocal), newBuffer(t, dev, 16, HostVisible)
 	g.src, g.shaderX = newBuffer(t, dev, 4, HostVisible), newBuffer(t, dev, condPredBytes, DeviceLocal)
 	g.xs = make([]float32, n)
 	for i := range g.xs {
@@ -123,7 +145,7 @@ func newCondRig(t *testing.T, dev *Device) *condRig {
 	require.NoError(t, g.x.Upload(f32bytes(g.xs), 0))
 	require.NoError(t, g.args.Upload(f32bytesU32(n/32, 1, 1), 0))
 	g.bufferTag = map[*Buffer]string{g.x: "x", g.y: "y", g.args: "args", g.pred[DeviceLocal]: "pred",
-		g.pred[HostVisible]: "pred", g.src: "src", g.shaderX: "shaderX"}
+		g.pred[HostVisible]: "pred", g.pred16[DeviceLocal]: "pred", g.pred16[HostVisible]: "pred", g.src: "src", g.shaderX: "shaderX"}
 	return g
 }
 
@@ -140,17 +162,27 @@ func (g *condRig) name(b *Buffer) string {
 // vkCmdBeginConditionalRenderingEXT.
 func (g *condRig) run(c condCase, p uint32) (y []float32, before string, err error) {
 	pred := g.pred[c.predKind]
+	if c.small {
+		pred = g.pred16[c.predKind]
+	}
+	words := int(pred.Size() / 4)
 	slot := int(c.offset / 4)
-	// The stale value is the opposite answer: a predicate read before its
-	// write lands shows as a wrong result for p = 0 as well as p = 1. The
-	// shader writer adds to it as float32, so its values are float bits.
-	stale, value := make([]uint32, condPredBytes/4), p
-	if p == 0 {
-		stale[slot] = 1
+	// Every word of the buffer starts as the opposite answer: a predicate
+	// read before its write lands, or read from another word (an offset
+	// ignored or misapplied) or as 64 bits, gives a wrong result for p = 0
+	// or p = 1. The shader writer adds to the predicate as float32, so its
+	// values are float bits.
+	stale, value := make([]uint32, words), p
+	for i := range stale {
+		if p == 0 {
+			stale[i] = 1
+		}
+		if c.writer == "shader" {
+			stale[i] = math.Float32bits(float32(stale[i]))
+		}
 	}
 	if c.writer == "shader" {
-		stale[slot] = math.Float32bits(float32(stale[slot]))
-		add := make([]float32, condPredBytes/4)
+		add := make([]float32, words)
 		add[slot] = 1 // 0 + 1 = 1.0, nonzero bits
 		if p == 0 {
 			add[slot] = -1 // 1.0 - 1.0 = +0.0, all bits 0
@@ -195,7 +227,7 @@ func (g *condRig) run(c condCase, p uint32) (y []float32, before string, err err
 		r.update(pred, c.offset, f32bytesU32(value))
 	case "shader":
 		writerStage, writerAccess = stageCompute, accessShaderWrite
-		r.Dispatch(g.k, MustPackPush(axpyPush{N: condPredBytes / 4, Scale: 1}), [3]uint32{1, 1, 1},
+		r.Dispatch(g.k, MustPackPush(axpyPush{N: uint32(words), Scale: 1}), [3]uint32{1, 1, 1},
 			Bind{Buf: g.shaderX, Access: Read}, Bind{Buf: pred, Access: ReadWrite})
 	}
 	if c.submit {
@@ -303,7 +335,7 @@ func runConditionalCases(t *testing.T, dev *Device, cases []condCase, fail bool)
 		} else if c.writer == "host" {
 			sync = "host"
 		}
-		for _, k := range []string{"writer=" + c.writer, "pred=" + c.predKind.String(), fmt.Sprintf("off=%d", c.offset),
+		for _, k := range []string{"writer=" + c.writer, "pred=" + c.predKind.String(), fmt.Sprintf("off=%d", c.offset), fmt.Sprintf("small=%v", c.small),
 			fmt.Sprintf("indirect=%v", c.indirect), "sync=" + sync, fmt.Sprintf("fillY=%v", c.fillY)} {
 			if by[k] == nil {
 				by[k] = &tally{}
