@@ -31,10 +31,10 @@ type condCase struct {
 	// MEMORY_WRITE -> MEMORY_READ|MEMORY_WRITE).
 	submit  bool
 	barrier string
-	// fillY: y is zeroed by a Fill in the span's command buffer, so the
-	// predicate's barrier also carries y's (TestConditionalDispatch's
-	// pattern), not by an Upload before.
-	fillY    bool
+	// asTest: TestConditionalDispatch's pattern: y and aux are zeroed by
+	// Fills in the span's command buffer (so the predicate's barrier also
+	// carries theirs), and the span copies x[0] to aux after its dispatch.
+	asTest   bool
 	predKind BufferKind
 	small    bool // a 16-byte predicate buffer (TestConditionalDispatch's), not condPredBytes
 	offset   uint64
@@ -53,8 +53,8 @@ func (c condCase) String() string {
 	if c.indirect {
 		dispatch = "indirect"
 	}
-	if c.fillY {
-		sync += ", y filled in the same cb"
+	if c.asTest {
+		sync += ", as TestConditionalDispatch (fills before, a copy inside)"
 	}
 	size := condPredBytes
 	if c.small {
@@ -82,7 +82,7 @@ func condCases() []condCase {
 					}
 					if w == "copy" {
 						c := base
-						c.barrier, c.fillY = "derived", true
+						c.barrier, c.asTest = "derived", true
 						cs = append(cs, c)
 					}
 					base.submit = true
@@ -120,6 +120,7 @@ type condRig struct {
 	pred16    [2]*Buffer // 16 bytes
 	src       *Buffer    // a copy's source (host-visible)
 	shaderX   *Buffer    // what the predicate-writing axpy adds to the predicate
+	aux       *Buffer    // condCase.asTest's copy destination
 	n         int
 	xs        []float32
 	bufferTag map[*Buffer]string
@@ -138,6 +139,7 @@ func newCondRig(t *testing.T, dev *Device) *condRig {
 	g.pred[DeviceLocal], g.pred[HostVisible] = newBuffer(t, dev, condPredBytes, DeviceLocal), newBuffer(t, dev, condPredBytes, HostVisible)
 	g.pred16[DeviceLocal], g.pred16[HostVisible] = newBuffer(t, dev, 16, DeviceLocal), newBuffer(t, dev, 16, HostVisible)
 	g.src, g.shaderX = newBuffer(t, dev, 4, HostVisible), newBuffer(t, dev, condPredBytes, DeviceLocal)
+	g.aux = newBuffer(t, dev, 4, DeviceLocal)
 	g.xs = make([]float32, n)
 	for i := range g.xs {
 		g.xs[i] = float32(i) + 1
@@ -145,7 +147,7 @@ func newCondRig(t *testing.T, dev *Device) *condRig {
 	require.NoError(t, g.x.Upload(f32bytes(g.xs), 0))
 	require.NoError(t, g.args.Upload(f32bytesU32(n/32, 1, 1), 0))
 	g.bufferTag = map[*Buffer]string{g.x: "x", g.y: "y", g.args: "args", g.pred[DeviceLocal]: "pred",
-		g.pred[HostVisible]: "pred", g.pred16[DeviceLocal]: "pred", g.pred16[HostVisible]: "pred", g.src: "src", g.shaderX: "shaderX"}
+		g.pred[HostVisible]: "pred", g.pred16[DeviceLocal]: "pred", g.pred16[HostVisible]: "pred", g.src: "src", g.shaderX: "shaderX", g.aux: "aux"}
 	return g
 }
 
@@ -197,7 +199,7 @@ func (g *condRig) run(c condCase, p uint32) (y []float32, before string, err err
 	if err := g.y.Upload(f32bytes(g.xs), 0); err != nil { // not 0: a Fill must do it
 		return nil, "", err
 	}
-	if !c.fillY {
+	if !c.asTest {
 		if err := g.y.Upload(make([]byte, 4*g.n), 0); err != nil {
 			return nil, "", err
 		}
@@ -210,8 +212,9 @@ func (g *condRig) run(c condCase, p uint32) (y []float32, before string, err err
 
 	r := g.dev.NewRecorder()
 	defer func() { r.Close() }()
-	if c.fillY {
+	if c.asTest {
 		r.Fill(g.y, 0, uint64(4*g.n), 0)
+		r.Fill(g.aux, 0, 4, 0)
 	}
 	writerStage, writerAccess := stageTransfer, accessTransferWrite
 	switch c.writer {
@@ -261,6 +264,9 @@ func (g *condRig) run(c condCase, p uint32) (y []float32, before string, err err
 	} else {
 		r.Dispatch(g.k, push, [3]uint32{uint32(g.n) / 32, 1, 1}, binds...)
 	}
+	if c.asTest {
+		r.Copy(g.x, g.aux, 0, 0, 4)
+	}
 	r.EndConditional()
 	before = beforeBegin(r, g.name)
 	if err := g.dev.Run(r); err != nil {
@@ -269,6 +275,15 @@ func (g *condRig) run(c condCase, p uint32) (y []float32, before string, err err
 	got := make([]byte, 4*g.n)
 	if err := g.y.Download(got, 0); err != nil {
 		return nil, before, err
+	}
+	if c.asTest {
+		aux := make([]byte, 4)
+		if err := g.aux.Download(aux, 0); err != nil {
+			return nil, before, err
+		}
+		if a := bytesF32(aux)[0]; a != g.xs[0] {
+			return nil, before, fmt.Errorf("the copy inside the span wrote %g, want %g (copies are not conditional)", a, g.xs[0])
+		}
 	}
 	return bytesF32(got), before, nil
 }
@@ -336,7 +351,7 @@ func runConditionalCases(t *testing.T, dev *Device, cases []condCase, fail bool)
 			sync = "host"
 		}
 		for _, k := range []string{"writer=" + c.writer, "pred=" + c.predKind.String(), fmt.Sprintf("off=%d", c.offset), fmt.Sprintf("small=%v", c.small),
-			fmt.Sprintf("indirect=%v", c.indirect), "sync=" + sync, fmt.Sprintf("fillY=%v", c.fillY)} {
+			fmt.Sprintf("indirect=%v", c.indirect), "sync=" + sync, fmt.Sprintf("asTest=%v", c.asTest)} {
 			if by[k] == nil {
 				by[k] = &tally{}
 				keys = append(keys, k)
