@@ -497,6 +497,11 @@ func TestConditionalPredicateBarriers(t *testing.T) {
 				assert.NotZero(t, bb.dstAccess&accessConditionalRead, "visible to the predicate read")
 			}
 			assert.True(t, found, "a buffer barrier on the predicate: %s", b.describe(g.name))
+			spans := r.Spans() // the exported view engine tests read
+			require.Len(t, spans, 1)
+			assert.Equal(t, c.srcStage, spans[0].WriterStage)
+			assert.Equal(t, b.String(), spans[0].Before)
+			assert.NoError(t, r.CheckSpans())
 			require.NoError(t, dev.Run(r))
 		})
 	}
