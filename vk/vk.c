@@ -232,15 +232,6 @@ VkResult mr_create_instance(uint32_t api, int validation, int syncval, uint64_t 
 	return VK_SUCCESS;
 }
 
-void mr_destroy_instance(uint64_t inst) {
-	mr_instance *in = (mr_instance *)(uintptr_t)inst;
-	if (in->messenger) in->DestroyDebugUtilsMessengerEXT(in->h, in->messenger, NULL);
-	in->DestroyInstance(in->h, NULL);
-	free_messages(in);
-	pthread_mutex_destroy(&in->mu);
-	free(in);
-}
-
 // ---- Physical devices ---------------------------------------------------------
 
 VkResult mr_enumerate_devices(uint64_t inst, uint32_t *count, uint64_t *out) {

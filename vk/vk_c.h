@@ -25,8 +25,8 @@ int mr_has_layer(const char *name);
 int mr_has_instance_extension(const char *layer, const char *name); // layer may be NULL
 
 // Instance. *out is an mr_instance* (function table + handle + messages).
+// It is never destroyed: the Go side keeps it for the process's life.
 VkResult mr_create_instance(uint32_t api, int validation, int syncval, uint64_t *out, const char **call);
-void mr_destroy_instance(uint64_t inst);
 char *mr_pop_message(uint64_t inst); // malloc'd, or NULL when none is queued
 
 // Physical devices.
