@@ -311,8 +311,33 @@ func (r *Recorder) BeginConditional(pred *Buffer, offset uint64) {
 	r.conditional = true
 	// The predicate's barrier also serves the span's dispatches: they
 	// usually read what the predicate's writer wrote too.
-	r.addWiden(op{kind: opBeginConditional, src: pred, srcOff: offset},
-		[]use{{buf: pred, off: offset, end: offset + 4, stage: stageConditional, access: accessConditionalRead}}, allStages)
+	b := r.track.accessWiden([]use{{buf: pred, off: offset, end: offset + 4, stage: stageConditional, access: accessConditionalRead}}, allStages)
+	if b != nil && !r.dropBarriers {
+		if b.srcStages&stageTransfer != 0 {
+			b = transferToPredicate(b)
+		}
+		r.ops = append(r.ops, op{kind: opBarrier, barrier: b})
+		r.stats.Barriers++
+		r.stats.BufferBarriers += len(b.buffers)
+	}
+	r.ops = append(r.ops, op{kind: opBeginConditional, src: pred, srcOff: offset})
+}
+
+// transferToPredicate is b, which orders transfer writes (vkCmdCopyBuffer,
+// vkCmdFillBuffer) before a conditional span, made one global memory
+// barrier from ALL_COMMANDS. NVIDIA's driver (580.159.04, H200) reads a
+// predicate that a copy or fill wrote stale through the barrier the spec
+// asks for (TRANSFER, TRANSFER_WRITE -> CONDITIONAL_RENDERING,
+// CONDITIONAL_RENDERING_READ), as buffer or global barrier and whatever
+// the destination stages; with the source stage ALL_COMMANDS it reads the
+// written value (TestConditionalDiagnostic, issue 46). The validation
+// layer finds nothing wrong with the spec's barrier: the driver is at
+// fault, and this barrier is a superset of b (it orders every earlier
+// command and makes every write visible to b's destination stages), so the
+// tracker's state after b stays true.
+func transferToPredicate(b *barrier) *barrier {
+	return &barrier{srcStages: stageAllCommands, dstStages: b.dstStages,
+		srcAccess: accessMemoryWrite, dstAccess: accessesOf(b.dstStages)}
 }
 
 // EndConditional ends the span BeginConditional started.

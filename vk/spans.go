@@ -23,8 +23,10 @@ type Span struct {
 	// vkCmdBeginConditionalRenderingEXT, spelled out ("" when none).
 	Before string
 	// Ordered: a barrier between the write and the begin waits for the
-	// writer's stage and makes its write visible to the predicate read
-	// (CONDITIONAL_RENDERING stage and access) over the predicate's range.
+	// writer's stage (ALL_COMMANDS for a transfer: see
+	// transferToPredicate) and makes its write visible to the predicate
+	// read (CONDITIONAL_RENDERING stage and access) over the predicate's
+	// range.
 	Ordered bool
 }
 
@@ -94,9 +96,14 @@ func (o *op) writes(buf *Buffer, off, end uint64) (name string, stage, access ui
 }
 
 // orders says whether b waits for stage and makes access's writes to
-// buf[off:end) visible to the conditional-rendering read.
+// buf[off:end) visible to the conditional-rendering read. A transfer's
+// write needs a source stage of ALL_COMMANDS: NVIDIA's driver reads the
+// predicate stale through a TRANSFER-stage barrier (transferToPredicate).
 func (b *barrier) orders(buf *Buffer, off, end uint64, stage, access uint32) bool {
 	const anyStage = stageAllCommands
+	if stage == stageTransfer {
+		stage = anyStage
+	}
 	if b.srcStages&(stage|anyStage) == 0 || b.dstStages&(stageConditional|anyStage) == 0 {
 		return false
 	}
