@@ -12,12 +12,22 @@ import "C"
 import (
 	"encoding/binary"
 	"fmt"
+	"sync"
 	"unsafe"
 )
 
+var devices struct {
+	sync.Mutex
+	m map[deviceKey]*sharedDevice
+}
+
 // NewDevice opens the device info describes (one of Devices(), or what
 // ChooseDevice picked) with one compute queue and every optional feature
-// that it has enabled.
+// that it has enabled. Devices open at once on the same physical device
+// with the same features share one VkDevice and queue (two models on one
+// GPU): each has its own command pool, fence, buffers and memory limit,
+// and their submits are serialized on the queue. The VkDevice is destroyed
+// when the last of them closes.
 func (in *Instance) NewDevice(info DeviceInfo) (*Device, error) {
 	if info.phys == 0 {
 		return nil, fmt.Errorf("vk: device %d (%s) was not listed by this instance's Devices", info.Index, info.Name)
@@ -25,20 +35,48 @@ func (in *Instance) NewDevice(info DeviceInfo) (*Device, error) {
 	if info.Problem != "" {
 		return nil, fmt.Errorf("vk: device %d (%s): %s", info.Index, info.Name, info.Problem)
 	}
+	if in.h == 0 {
+		return nil, fmt.Errorf("vk: device %d (%s): the instance handle is closed", info.Index, info.Name)
+	}
 	f := info.Features
+	key := deviceKey{inst: in.h, phys: info.phys, family: info.computeFamily, features: [7]bool{f.ShaderFloat16, f.ShaderInt8,
+		f.StorageBuffer16BitAccess, f.StorageBuffer8BitAccess, f.ConditionalRendering, f.SubgroupSizeControl, f.ComputeFullSubgroups}}
+	devices.Lock()
+	defer devices.Unlock()
+	sd := devices.m[key]
+	if sd == nil {
+		var h C.uint64_t
+		var call *C.char
+		r := C.mr_create_device(C.uint64_t(in.h), C.uint64_t(info.phys), C.uint32_t(info.computeFamily),
+			cbool(f.ShaderFloat16), cbool(f.ShaderInt8), cbool(f.StorageBuffer16BitAccess), cbool(f.StorageBuffer8BitAccess),
+			cbool(f.ConditionalRendering), cbool(f.SubgroupSizeControl), cbool(f.ComputeFullSubgroups), &h, &call)
+		if err := result(C.GoString(call), Result(r)); err != nil {
+			return nil, fmt.Errorf("device %d (%s): %w", info.Index, info.Name, err)
+		}
+		devicesCreated.Add(1)
+		sd = &sharedDevice{base: uint64(h)}
+		if devices.m == nil {
+			devices.m = map[deviceKey]*sharedDevice{}
+		}
+		devices.m[key] = sd
+	}
 	var h C.uint64_t
 	var call *C.char
-	r := C.mr_create_device(C.uint64_t(in.h), C.uint64_t(info.phys), C.uint32_t(info.computeFamily),
-		cbool(f.ShaderFloat16), cbool(f.ShaderInt8), cbool(f.StorageBuffer16BitAccess), cbool(f.StorageBuffer8BitAccess),
-		cbool(f.ConditionalRendering), cbool(f.SubgroupSizeControl), cbool(f.ComputeFullSubgroups), &h, &call)
-	if err := result(C.GoString(call), Result(r)); err != nil {
+	if err := result(C.GoString(call), Result(C.mr_clone_device(C.uint64_t(sd.base), &h, &call))); err != nil {
+		if sd.refs == 0 {
+			C.mr_destroy_device(C.uint64_t(sd.base))
+			delete(devices.m, key)
+		}
 		return nil, fmt.Errorf("device %d (%s): %w", info.Index, info.Name, err)
 	}
+	sd.refs++
 	live.devices.Add(1)
-	return &Device{inst: in, info: info, h: uint64(h), Timeout: DefaultTimeout}, nil
+	return &Device{inst: in, info: info, h: uint64(h), shared: sd, key: key, Timeout: DefaultTimeout}, nil
 }
 
-// Close waits for the device to finish its work and destroys it.
+// Close waits for the device (every Device sharing its VkDevice) to finish
+// its work and frees the Device: its staging buffer, command pool and
+// fence, and the VkDevice when no other Device uses it.
 func (d *Device) Close() {
 	if d == nil || d.h == 0 {
 		return
@@ -50,6 +88,12 @@ func (d *Device) Close() {
 	C.mr_destroy_device(C.uint64_t(d.h))
 	d.h = 0
 	live.devices.Add(-1)
+	devices.Lock()
+	defer devices.Unlock()
+	if d.shared.refs--; d.shared.refs == 0 {
+		C.mr_destroy_device(C.uint64_t(d.shared.base))
+		delete(devices.m, d.key)
+	}
 }
 
 // WaitIdle waits until the device has finished all submitted work.

@@ -19,6 +19,13 @@
 // A DeviceInfo with features off or limits lower (vktest.Restriction) makes
 // a smaller device, for tests of what runs on small GPUs.
 //
+// The Vulkan instance is the process's: NewInstance creates it once per
+// InstanceOptions and hands out handles, because NVIDIA's driver refuses
+// vkCreateInstance after about 30 create/destroy cycles in one process
+// (InstancesCreated counts them). Devices open at once on the same physical
+// device with the same features share one VkDevice and queue, which the
+// last Close destroys.
+//
 // Typical use:
 //
 //	inst, err := vk.NewInstance(vk.InstanceOptions{})
@@ -38,7 +45,10 @@
 // wrote, or writes what an earlier one read or wrote, gets a pipeline
 // barrier with the right stages (compute, transfer, draw-indirect for
 // DispatchIndirect arguments, conditional rendering for a
-// BeginConditional predicate); others get none. Each command buffer starts
+// BeginConditional predicate); others get none. One exception to the
+// spec's masks: a predicate written by a copy or fill is ordered from
+// ALL_COMMANDS, since NVIDIA's driver reads it stale through a TRANSFER-stage
+// barrier (transferToPredicate). Each command buffer starts
 // with one memory barrier against everything submitted before it (replays
 // included) and ends with one to the host when it wrote host-visible memory.
 // Tests run under the Khronos validation layer with synchronization

@@ -66,8 +66,24 @@ func hasSyncValidation() bool {
 	return C.mr_has_instance_extension(layer, ext) != 0
 }
 
-// NewInstance creates a Vulkan 1.2 instance. With opts.Validation, the
-// validation layer is enabled when installed (see Instance.Validating).
+// shared holds the process's Vulkan instances, one per InstanceOptions,
+// made at the first NewInstance that asks for them and never destroyed:
+// NVIDIA's driver (580.159.04) refuses vkCreateInstance with
+// VK_ERROR_INCOMPATIBLE_DRIVER after about 30 create/destroy cycles in one
+// process, so a process that opens and closes models must not cycle them.
+// The validation layer and the instance extensions are chosen when an
+// instance is made; a process asking both with and without validation (a
+// test binary's tests and benchmarks) holds two.
+var shared struct {
+	sync.Mutex
+	insts map[InstanceOptions]*sharedInstance
+}
+
+// NewInstance returns a handle on the process's Vulkan 1.2 instance for
+// opts, creating it at the first call (InstancesCreated counts those). With
+// opts.Validation, the validation layer is enabled when installed (see
+// Instance.Validating). A failed creation is not remembered: the next call
+// tries again.
 func NewInstance(opts InstanceOptions) (*Instance, error) {
 	if err := Load(); err != nil {
 		return nil, err
@@ -76,6 +92,12 @@ func NewInstance(opts InstanceOptions) (*Instance, error) {
 		return nil, fmt.Errorf("vk: the Vulkan loader is version %s, modrun needs %s: %w", v, MinAPI, ErrNoVulkan)
 	}
 	validation := opts.Validation && HasValidationLayer()
+	key := InstanceOptions{Validation: validation}
+	shared.Lock()
+	defer shared.Unlock()
+	if s := shared.insts[key]; s != nil {
+		return &Instance{h: s.h, validation: s.validation, shared: s}, nil
+	}
 	syncval := validation && hasSyncValidation()
 	var h C.uint64_t
 	var call *C.char
@@ -86,7 +108,13 @@ func NewInstance(opts InstanceOptions) (*Instance, error) {
 		}
 		return nil, err
 	}
-	return &Instance{h: uint64(h), validation: validation}, nil
+	instancesCreated.Add(1)
+	s := &sharedInstance{h: uint64(h), validation: validation}
+	if shared.insts == nil {
+		shared.insts = map[InstanceOptions]*sharedInstance{}
+	}
+	shared.insts[key] = s
+	return &Instance{h: s.h, validation: validation, shared: s}, nil
 }
 
 func cbool(b bool) C.int {
@@ -97,17 +125,20 @@ func cbool(b bool) C.int {
 }
 
 // ValidationMessages returns, and forgets, the validation layer's warnings
-// and errors since the last call. Safe for concurrent use.
+// and errors since the last call on any handle of this process's instance
+// (the instance is shared: a test that wants only its own messages reads
+// them before and after its work). Safe for concurrent use, and usable
+// after Close.
 func (in *Instance) ValidationMessages() []string {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	msgs := in.kept
-	in.kept = nil
-	if in.h == 0 {
-		return msgs
+	if in == nil || in.shared == nil {
+		return nil
 	}
+	s := in.shared
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var msgs []string
 	for {
-		m := C.mr_pop_message(C.uint64_t(in.h))
+		m := C.mr_pop_message(C.uint64_t(s.h))
 		if m == nil {
 			return msgs
 		}
@@ -116,23 +147,22 @@ func (in *Instance) ValidationMessages() []string {
 	}
 }
 
-// Close destroys the instance. Messages not yet read stay readable through
-// ValidationMessages, except those that destroying the instance itself
-// produces (the messenger is gone by then).
+// Close gives the handle back. The Vulkan instance itself lives as long as
+// the process (see NewInstance), so closing never destroys it; Devices and
+// NewDevice may not be called on a closed handle.
 func (in *Instance) Close() {
-	if in == nil || in.h == 0 {
+	if in == nil {
 		return
 	}
-	in.kept = append(in.kept, in.ValidationMessages()...)
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	C.mr_destroy_instance(C.uint64_t(in.h))
 	in.h = 0
 }
 
 // Devices lists the physical devices, in the order Vulkan reports them
 // (DeviceInfo.Index is the position).
 func (in *Instance) Devices() ([]DeviceInfo, error) {
+	if in.h == 0 {
+		return nil, fmt.Errorf("vk: Devices: the instance handle is closed")
+	}
 	var n C.uint32_t
 	if err := result("vkEnumeratePhysicalDevices", Result(C.mr_enumerate_devices(C.uint64_t(in.h), &n, nil))); err != nil {
 		return nil, err

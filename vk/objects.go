@@ -22,13 +22,13 @@ type InstanceOptions struct {
 	Validation bool
 }
 
-// Instance is a Vulkan instance: the entry point that lists devices.
-// Close it after every Device made from it.
+// Instance is a handle on the process's Vulkan instance (one per
+// InstanceOptions, made once: NewInstance): the entry point that lists
+// devices. Close it after every Device made from it.
 type Instance struct {
-	h          uint64 // mr_instance*
+	h          uint64 // mr_instance*; 0 once the handle is closed
 	validation bool   // the layer is on
-	mu         sync.Mutex
-	kept       []string // messages drained at Close
+	shared     *sharedInstance
 }
 
 // Validating says whether the validation layer is on.
@@ -50,6 +50,9 @@ type Device struct {
 	// an *OutOfMemoryError, as when the device's memory runs out: a program
 	// may leave room for others, and tests make an allocation fail midway.
 	MemoryLimit uint64
+
+	shared *sharedDevice // the VkDevice this Device is a handle on
+	key    deviceKey
 
 	staging *Buffer // host-visible, for Upload and Download of device-local buffers
 	stats   Stats
@@ -161,6 +164,44 @@ type Live struct {
 	Buffers int
 	Bytes   uint64 // the Buffers' sizes
 }
+
+// sharedInstance is one of the process's instances (NewInstance).
+// mu serializes the reading of its validation messages.
+type sharedInstance struct {
+	h          uint64 // mr_instance*
+	validation bool   // the layer is on
+	mu         sync.Mutex
+}
+
+// deviceKey says which VkDevice a Device may share: the same physical
+// device of the same instance, the same queue family and the same optional
+// features enabled (a vktest.Restriction that turns one off makes a
+// VkDevice of its own; lowered limits are checked in Go, per Device).
+type deviceKey struct {
+	inst, phys uint64
+	family     int
+	features   [7]bool
+}
+
+// sharedDevice is a VkDevice and the number of open Devices on it.
+type sharedDevice struct {
+	base uint64 // mr_device* that made the VkDevice; each Device has a clone
+	refs int
+}
+
+// instancesCreated and devicesCreated count the vkCreateInstance and
+// vkCreateDevice calls that succeeded in this process.
+var instancesCreated, devicesCreated atomic.Int64
+
+// InstancesCreated is how many Vulkan instances this process has created:
+// at most one per InstanceOptions, however many models it opens and closes
+// (NVIDIA's driver stops creating them after about 30).
+func InstancesCreated() int { return int(instancesCreated.Load()) }
+
+// DevicesCreated is how many Vulkan logical devices (VkDevice) this process
+// has created. Devices open at once on the same physical device with the
+// same features share one (NewDevice).
+func DevicesCreated() int { return int(devicesCreated.Load()) }
 
 var live struct {
 	devices, buffers atomic.Int64

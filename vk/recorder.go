@@ -76,6 +76,7 @@ const (
 	opDispatch opKind = iota
 	opCopy
 	opFill
+	opUpdate
 	opBarrier
 	opTimestamp
 	opBeginConditional
@@ -87,7 +88,7 @@ type op struct {
 	kind opKind
 
 	kernel      *Kernel // opDispatch
-	push        []byte
+	push        []byte  // push constants; opUpdate: the bytes written
 	groups      [3]uint32
 	indirect    *Buffer // nil: direct dispatch
 	indirectOff uint64
@@ -268,6 +269,24 @@ func (r *Recorder) Fill(buf *Buffer, off, n uint64, value uint32) {
 	})
 }
 
+// update records writing data into buf at off with vkCmdUpdateBuffer (off
+// and len(data) multiples of 4, at most 65536 bytes): a transfer whose data
+// lives in the command buffer. Unexported: only the conditional-rendering
+// diagnostic writes a predicate this way.
+func (r *Recorder) update(buf *Buffer, off uint64, data []byte) {
+	if !r.usable() || !r.checkBuffer(buf, "update") {
+		return
+	}
+	n := uint64(len(data))
+	if off%4 != 0 || n%4 != 0 || n == 0 || n > 65536 || off+n > buf.size {
+		r.fail("update of %d bytes at offset %d of a %d-byte buffer: want multiples of 4, at most 65536 bytes, inside it", n, off, buf.size)
+		return
+	}
+	r.add(op{kind: opUpdate, dst: buf, dstOff: off, n: n, push: append([]byte(nil), data...)}, []use{
+		{buf: buf, off: off, end: off + n, write: true, stage: stageTransfer, access: accessTransferWrite},
+	})
+}
+
 // BeginConditional starts a span of dispatches that the GPU discards when
 // the uint32 at pred[offset] is 0 when the span begins
 // (VK_EXT_conditional_rendering): a kernel may compute the predicate, and
@@ -292,8 +311,33 @@ func (r *Recorder) BeginConditional(pred *Buffer, offset uint64) {
 	r.conditional = true
 	// The predicate's barrier also serves the span's dispatches: they
 	// usually read what the predicate's writer wrote too.
-	r.addWiden(op{kind: opBeginConditional, src: pred, srcOff: offset},
-		[]use{{buf: pred, off: offset, end: offset + 4, stage: stageConditional, access: accessConditionalRead}}, allStages)
+	b := r.track.accessWiden([]use{{buf: pred, off: offset, end: offset + 4, stage: stageConditional, access: accessConditionalRead}}, allStages)
+	if b != nil && !r.dropBarriers {
+		if b.srcStages&stageTransfer != 0 {
+			b = transferToPredicate(b)
+		}
+		r.ops = append(r.ops, op{kind: opBarrier, barrier: b})
+		r.stats.Barriers++
+		r.stats.BufferBarriers += len(b.buffers)
+	}
+	r.ops = append(r.ops, op{kind: opBeginConditional, src: pred, srcOff: offset})
+}
+
+// transferToPredicate is b, which orders transfer writes (vkCmdCopyBuffer,
+// vkCmdFillBuffer) before a conditional span, made one global memory
+// barrier from ALL_COMMANDS. NVIDIA's driver (580.159.04, H200) reads a
+// predicate that a copy or fill wrote stale through the barrier the spec
+// asks for (TRANSFER, TRANSFER_WRITE -> CONDITIONAL_RENDERING,
+// CONDITIONAL_RENDERING_READ), as buffer or global barrier and whatever
+// the destination stages; with the source stage ALL_COMMANDS it reads the
+// written value (TestConditionalDiagnostic, issue 46). The validation
+// layer finds nothing wrong with the spec's barrier: the driver is at
+// fault, and this barrier is a superset of b (it orders every earlier
+// command and makes every write visible to b's destination stages), so the
+// tracker's state after b stays true.
+func transferToPredicate(b *barrier) *barrier {
+	return &barrier{srcStages: stageAllCommands, dstStages: b.dstStages,
+		srcAccess: accessMemoryWrite, dstAccess: accessesOf(b.dstStages)}
 }
 
 // EndConditional ends the span BeginConditional started.

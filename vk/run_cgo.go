@@ -135,6 +135,8 @@ func (d *Device) recordOp(cb C.uint64_t, r *Recorder, o *op) error {
 		C.mr_cmd_copy(dh, cb, C.uint64_t(o.src.buf), C.uint64_t(o.dst.buf), C.uint64_t(o.srcOff), C.uint64_t(o.dstOff), C.uint64_t(o.n))
 	case opFill:
 		C.mr_cmd_fill(dh, cb, C.uint64_t(o.dst.buf), C.uint64_t(o.dstOff), C.uint64_t(o.n), C.uint32_t(o.value))
+	case opUpdate:
+		C.mr_cmd_update(dh, cb, C.uint64_t(o.dst.buf), C.uint64_t(o.dstOff), C.uint64_t(o.n), unsafe.Pointer(&o.push[0]))
 	case opTimestamp:
 		C.mr_cmd_timestamp(dh, cb, C.uint64_t(r.queryPool), C.uint32_t(o.query))
 	case opBeginConditional:
@@ -143,6 +145,9 @@ func (d *Device) recordOp(cb C.uint64_t, r *Recorder, o *op) error {
 		C.mr_cmd_end_conditional(dh, cb)
 	case opBarrier:
 		b := o.barrier
+		if len(b.buffers) == 0 { // a global memory barrier
+			C.mr_cmd_memory_barrier(dh, cb, C.uint32_t(b.srcStages), C.uint32_t(b.dstStages), C.uint32_t(b.srcAccess), C.uint32_t(b.dstAccess))
+		}
 		for start := 0; start < len(b.buffers); start += 64 { // the C side takes 64 at a time
 			part := b.buffers[start:min(start+64, len(b.buffers))]
 			n := len(part)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -31,11 +32,24 @@ func TestSubgroupSizeSpirvIsFresh(t *testing.T) {
 // openEdited opens the default device as edit makes its DeviceInfo (a
 // feature off: a smaller device; see openDevice), or skips t when this
 // machine has no Vulkan.
+// deviceOpened: a test of this process has opened a device. After that, no
+// Vulkan is a failure, not a skip (vktest's rule; vk's tests cannot import
+// vktest).
+var deviceOpened atomic.Bool
+
+func noVulkan(t testing.TB, err error) {
+	t.Helper()
+	if deviceOpened.Load() {
+		t.Fatalf("Vulkan is gone: an earlier test of this process opened a device, now: %v", err)
+	}
+	t.Skipf("no Vulkan on this machine: %v", err)
+}
+
 func openEdited(t testing.TB, opts InstanceOptions, edit func(*DeviceInfo)) *Device {
 	t.Helper()
 	inst, err := NewInstance(opts)
 	if errors.Is(err, ErrNoVulkan) {
-		t.Skipf("no Vulkan on this machine: %v", err)
+		noVulkan(t, err)
 	}
 	require.NoError(t, err)
 	devs, err := inst.Devices()
@@ -43,7 +57,7 @@ func openEdited(t testing.TB, opts InstanceOptions, edit func(*DeviceInfo)) *Dev
 	info, err := ChooseDevice(devs, -1)
 	if errors.Is(err, ErrNoVulkan) {
 		inst.Close()
-		t.Skipf("no usable Vulkan device: %v", err)
+		noVulkan(t, err)
 	}
 	require.NoError(t, err)
 	if edit != nil {
@@ -51,6 +65,7 @@ func openEdited(t testing.TB, opts InstanceOptions, edit func(*DeviceInfo)) *Dev
 	}
 	dev, err := inst.NewDevice(info)
 	require.NoError(t, err)
+	deviceOpened.Store(true)
 	if opts.Validation && !inst.Validating() {
 		t.Logf("the validation layer is not installed (Debian: vulkan-validationlayers): running without it")
 	}

@@ -1,5 +1,10 @@
 package vk
 
+import (
+	"fmt"
+	"strings"
+)
+
 // Barrier derivation. The recorder tells the tracker, for each command, which
 // buffer ranges it reads and writes and in which pipeline stage; the tracker
 // answers with the barrier that must precede the command, or none. A barrier
@@ -67,10 +72,13 @@ type bufferBarrier struct {
 	srcAccess, dstAccess uint32
 }
 
-// barrier is one vkCmdPipelineBarrier.
+// barrier is one vkCmdPipelineBarrier: of buffer memory barriers, or, when
+// buffers is empty, of one global memory barrier with srcAccess and
+// dstAccess.
 type barrier struct {
 	srcStages, dstStages uint32
 	buffers              []bufferBarrier
+	srcAccess, dstAccess uint32 // the global memory barrier's
 }
 
 // tracker holds, per buffer, the accesses not yet ordered before every stage.
@@ -227,4 +235,72 @@ func (t *tracker) add(u use) {
 		t.hostStages |= u.stage
 		t.hostAccess |= u.access
 	}
+}
+
+// Stages and accesses the derived barriers never name; the
+// conditional-rendering diagnostic compares barriers made of them.
+const (
+	stageAllCommands  uint32 = 0x00010000
+	accessMemoryRead  uint32 = 0x00008000
+	accessMemoryWrite uint32 = 0x00010000
+)
+
+var stageNames = []struct {
+	bit  uint32
+	name string
+}{
+	{stageDrawIndirect, "DRAW_INDIRECT"}, {stageCompute, "COMPUTE_SHADER"}, {stageTransfer, "TRANSFER"},
+	{stageHost, "HOST"}, {stageAllCommands, "ALL_COMMANDS"}, {stageConditional, "CONDITIONAL_RENDERING"},
+}
+
+var accessNames = []struct {
+	bit  uint32
+	name string
+}{
+	{accessIndirectRead, "INDIRECT_COMMAND_READ"}, {accessShaderRead, "SHADER_READ"}, {accessShaderWrite, "SHADER_WRITE"},
+	{accessTransferRead, "TRANSFER_READ"}, {accessTransferWrite, "TRANSFER_WRITE"}, {accessHostRead, "HOST_READ"},
+	{accessMemoryRead, "MEMORY_READ"}, {accessMemoryWrite, "MEMORY_WRITE"}, {accessConditionalRead, "CONDITIONAL_RENDERING_READ"},
+}
+
+// flagNames spells mask as its Vulkan names joined by |, with any bit it
+// does not know in hex.
+func flagNames(mask uint32, names []struct {
+	bit  uint32
+	name string
+}) string {
+	if mask == 0 {
+		return "0"
+	}
+	var s []string
+	for _, n := range names {
+		if mask&n.bit != 0 {
+			s = append(s, n.name)
+			mask &^= n.bit
+		}
+	}
+	if mask != 0 {
+		s = append(s, fmt.Sprintf("%#x", mask))
+	}
+	return strings.Join(s, "|")
+}
+
+// String spells the barrier as vkCmdPipelineBarrier gets it, for the
+// diagnostics that print what was recorded.
+func (b *barrier) String() string { return b.describe(nil) }
+
+// describe is String with the buffers named by name (nil: by address).
+func (b *barrier) describe(name func(*Buffer) string) string {
+	if name == nil {
+		name = func(buf *Buffer) string { return fmt.Sprintf("%p", buf) }
+	}
+	var s strings.Builder
+	fmt.Fprintf(&s, "src %s -> dst %s", flagNames(b.srcStages, stageNames), flagNames(b.dstStages, stageNames))
+	if len(b.buffers) == 0 {
+		fmt.Fprintf(&s, ", memory %s -> %s", flagNames(b.srcAccess, accessNames), flagNames(b.dstAccess, accessNames))
+	}
+	for _, bb := range b.buffers {
+		fmt.Fprintf(&s, ", buffer %s [%d,%d) %s -> %s", name(bb.buf), bb.off, bb.end,
+			flagNames(bb.srcAccess, accessNames), flagNames(bb.dstAccess, accessNames))
+	}
+	return s.String()
 }

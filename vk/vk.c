@@ -232,15 +232,6 @@ VkResult mr_create_instance(uint32_t api, int validation, int syncval, uint64_t 
 	return VK_SUCCESS;
 }
 
-void mr_destroy_instance(uint64_t inst) {
-	mr_instance *in = (mr_instance *)(uintptr_t)inst;
-	if (in->messenger) in->DestroyDebugUtilsMessengerEXT(in->h, in->messenger, NULL);
-	in->DestroyInstance(in->h, NULL);
-	free_messages(in);
-	pthread_mutex_destroy(&in->mu);
-	free(in);
-}
-
 // ---- Physical devices ---------------------------------------------------------
 
 VkResult mr_enumerate_devices(uint64_t inst, uint32_t *count, uint64_t *out) {
@@ -373,6 +364,13 @@ typedef struct mr_device {
 	VkQueue queue;
 	VkCommandPool pool;
 	VkFence fence;
+	// Guards the queue (vkQueueSubmit, vkDeviceWaitIdle), which every
+	// handle cloned from this device shares: owned by the device that made
+	// the VkDevice (is_base), borrowed by its clones.
+	pthread_mutex_t *qmu;
+	int is_base;
+	uint32_t family; // the queue's
+
 	VkPhysicalDeviceMemoryProperties mem;
 	PFN_vkDestroyDevice DestroyDevice;
 	PFN_vkGetDeviceQueue GetDeviceQueue;
@@ -410,6 +408,7 @@ typedef struct mr_device {
 	PFN_vkCmdPipelineBarrier CmdPipelineBarrier;
 	PFN_vkCmdCopyBuffer CmdCopyBuffer;
 	PFN_vkCmdFillBuffer CmdFillBuffer;
+	PFN_vkCmdUpdateBuffer CmdUpdateBuffer;
 	PFN_vkCmdWriteTimestamp CmdWriteTimestamp;
 	PFN_vkCmdResetQueryPool CmdResetQueryPool;
 	PFN_vkCreateQueryPool CreateQueryPool;
@@ -538,6 +537,7 @@ VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 	LOAD_D(in, d, CmdPipelineBarrier);
 	LOAD_D(in, d, CmdCopyBuffer);
 	LOAD_D(in, d, CmdFillBuffer);
+	LOAD_D(in, d, CmdUpdateBuffer);
 	LOAD_D(in, d, CmdWriteTimestamp);
 	LOAD_D(in, d, CmdResetQueryPool);
 	LOAD_D(in, d, CreateQueryPool);
@@ -557,6 +557,7 @@ VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 		r = VK_ERROR_INITIALIZATION_FAILED;
 		goto fail;
 	}
+	d->family = family;
 	d->GetDeviceQueue(d->h, family, 0, &d->queue);
 	VkCommandPoolCreateInfo pci = {
 		.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
@@ -567,25 +568,80 @@ VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 	VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
 	*call = "vkCreateFence";
 	if ((r = d->CreateFence(d->h, &fci, NULL, &d->fence)) != VK_SUCCESS) goto fail;
+	*call = "malloc";
+	if (!(d->qmu = malloc(sizeof *d->qmu))) {
+		r = VK_ERROR_OUT_OF_HOST_MEMORY;
+		goto fail;
+	}
+	pthread_mutex_init(d->qmu, NULL);
+	d->is_base = 1;
 	*out = H(d);
 	return VK_SUCCESS;
 fail:
+	if (d->fence && d->DestroyFence) d->DestroyFence(d->h, d->fence, NULL);
 	if (d->pool && d->DestroyCommandPool) d->DestroyCommandPool(d->h, d->pool, NULL);
 	d->DestroyDevice(d->h, NULL);
 	free(d);
 	return r;
 }
 
+VkResult mr_clone_device(uint64_t base, uint64_t *out, const char **call) {
+	mr_device *b = D(base);
+	mr_device *d = malloc(sizeof *d);
+	if (!d) {
+		*call = "malloc";
+		return VK_ERROR_OUT_OF_HOST_MEMORY;
+	}
+	*d = *b; // the VkDevice, its queue, function table and memory properties
+	d->pool = VK_NULL_HANDLE;
+	d->fence = VK_NULL_HANDLE;
+	d->is_base = 0;
+	VkCommandPoolCreateInfo pci = {
+		.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+		.queueFamilyIndex = b->family,
+	};
+	*call = "vkCreateCommandPool";
+	VkResult r = d->CreateCommandPool(d->h, &pci, NULL, &d->pool);
+	if (r == VK_SUCCESS) {
+		VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+		*call = "vkCreateFence";
+		r = d->CreateFence(d->h, &fci, NULL, &d->fence);
+	}
+	if (r != VK_SUCCESS) {
+		if (d->pool) d->DestroyCommandPool(d->h, d->pool, NULL);
+		free(d);
+		return r;
+	}
+	*out = H(d);
+	return VK_SUCCESS;
+}
+
+static void wait_idle_locked(mr_device *d) {
+	pthread_mutex_lock(d->qmu);
+	d->DeviceWaitIdle(d->h);
+	pthread_mutex_unlock(d->qmu);
+}
+
 void mr_destroy_device(uint64_t dev) {
 	mr_device *d = D(dev);
-	d->DeviceWaitIdle(d->h);
+	wait_idle_locked(d);
 	d->DestroyFence(d->h, d->fence, NULL);
 	d->DestroyCommandPool(d->h, d->pool, NULL);
-	d->DestroyDevice(d->h, NULL);
+	if (d->is_base) {
+		d->DestroyDevice(d->h, NULL);
+		pthread_mutex_destroy(d->qmu);
+		free(d->qmu);
+	}
 	free(d);
 }
 
-VkResult mr_wait_idle(uint64_t dev) { return D(dev)->DeviceWaitIdle(D(dev)->h); }
+VkResult mr_wait_idle(uint64_t dev) {
+	mr_device *d = D(dev);
+	pthread_mutex_lock(d->qmu);
+	VkResult r = d->DeviceWaitIdle(d->h);
+	pthread_mutex_unlock(d->qmu);
+	return r;
+}
 
 // ---- Buffers ------------------------------------------------------------------
 
@@ -890,6 +946,10 @@ void mr_cmd_fill(uint64_t dev, uint64_t cb, uint64_t buf, uint64_t off, uint64_t
 	D(dev)->CmdFillBuffer(CB(cb), (VkBuffer)(uintptr_t)buf, off, n, value);
 }
 
+void mr_cmd_update(uint64_t dev, uint64_t cb, uint64_t buf, uint64_t off, uint64_t n, const void *data) {
+	D(dev)->CmdUpdateBuffer(CB(cb), (VkBuffer)(uintptr_t)buf, off, n, data);
+}
+
 void mr_cmd_barrier(uint64_t dev, uint64_t cb, uint32_t src_stages, uint32_t dst_stages,
 	uint32_t n, const uint64_t *bufs, const uint64_t *offsets, const uint64_t *sizes,
 	const uint32_t *src_access, const uint32_t *dst_access) {
@@ -952,7 +1012,10 @@ VkResult mr_submit_wait(uint64_t dev, uint64_t cb, uint64_t timeout_ns, const ch
 	VkResult r = d->ResetFences(d->h, 1, &d->fence);
 	if (r != VK_SUCCESS) return r;
 	*call = "vkQueueSubmit";
-	if ((r = d->QueueSubmit(d->queue, 1, &si, d->fence)) != VK_SUCCESS) return r;
+	pthread_mutex_lock(d->qmu);
+	r = d->QueueSubmit(d->queue, 1, &si, d->fence);
+	pthread_mutex_unlock(d->qmu);
+	if (r != VK_SUCCESS) return r;
 	*call = "vkWaitForFences";
 	return d->WaitForFences(d->h, 1, &d->fence, VK_TRUE, timeout_ns);
 }

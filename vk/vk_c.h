@@ -25,8 +25,8 @@ int mr_has_layer(const char *name);
 int mr_has_instance_extension(const char *layer, const char *name); // layer may be NULL
 
 // Instance. *out is an mr_instance* (function table + handle + messages).
+// It is never destroyed: the Go side keeps it for the process's life.
 VkResult mr_create_instance(uint32_t api, int validation, int syncval, uint64_t *out, const char **call);
-void mr_destroy_instance(uint64_t inst);
 char *mr_pop_message(uint64_t inst); // malloc'd, or NULL when none is queued
 
 // Physical devices.
@@ -59,6 +59,11 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out);
 VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 	int f16, int i8, int sb16, int sb8, int cond_render, int size_control, int full_subgroups,
 	uint64_t *out, const char **call);
+// mr_clone_device makes another handle on base's VkDevice and queue, with
+// a command pool and fence of its own; submits through any handle are
+// serialized on the queue. mr_destroy_device waits idle and frees a handle;
+// base's own destroys the VkDevice, so it goes last.
+VkResult mr_clone_device(uint64_t base, uint64_t *out, const char **call);
 void mr_destroy_device(uint64_t dev); // waits idle first
 VkResult mr_wait_idle(uint64_t dev);
 
@@ -97,6 +102,9 @@ void mr_cmd_dispatch(uint64_t dev, uint64_t cb, uint64_t pipeline, uint64_t layo
 	uint64_t indirect_buf, uint64_t indirect_off); // indirect when indirect_buf != 0
 void mr_cmd_copy(uint64_t dev, uint64_t cb, uint64_t src, uint64_t dst, uint64_t src_off, uint64_t dst_off, uint64_t n);
 void mr_cmd_fill(uint64_t dev, uint64_t cb, uint64_t buf, uint64_t off, uint64_t n, uint32_t value);
+// vkCmdUpdateBuffer: n (a multiple of 4, at most 65536) bytes of data,
+// which the command buffer keeps a copy of.
+void mr_cmd_update(uint64_t dev, uint64_t cb, uint64_t buf, uint64_t off, uint64_t n, const void *data);
 void mr_cmd_barrier(uint64_t dev, uint64_t cb, uint32_t src_stages, uint32_t dst_stages,
 	uint32_t n, const uint64_t *bufs, const uint64_t *offsets, const uint64_t *sizes,
 	const uint32_t *src_access, const uint32_t *dst_access);

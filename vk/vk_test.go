@@ -267,9 +267,10 @@ func TestIndirectDispatchAndHostVisible(t *testing.T) {
 
 // TestConditionalDispatch: dispatches inside a conditional span run when the
 // GPU-written predicate is nonzero and are discarded when it is 0; a copy
-// inside runs anyway. The predicate is written by a Fill in the same
-// recording (a barrier orders it before the span) and the recording is
-// replayed with each value.
+// inside runs anyway. The predicate is copied from a host-visible buffer
+// into place (offset 8) in the same recording (a barrier orders it before
+// the span) and the recording is replayed with each value. Issue 46: this
+// failed on NVIDIA (TestConditionalDiagnostic tells the causes apart).
 func TestConditionalDispatch(t *testing.T) {
 	dev := openDevice(t)
 	if !dev.Info().Features.ConditionalRendering {
