@@ -45,11 +45,7 @@ var forcedDevices = []struct {
 // specializations), with lavapipe's loop cap kept since the device still
 // has it.
 func forcedProfiles(dev *vk.Device) map[string]*shaders.Profile {
-	own := DeviceProfile(dev.Info())
-	d := deviceFacts(dev.Info())
-	d.CPU = false
-	gpu := shaders.NewProfile(d)
-	gpu.LoopCap = own.LoopCap
+	own, gpu := DeviceProfile(dev.Info()), gpuProfileOf(dev)
 	return map[string]*shaders.Profile{"own": &own, "gpu": &gpu}
 }
 

@@ -342,17 +342,34 @@ func requantize(t *testing.T, mt *mod.Mat, typ gguf.TensorType) {
 }
 
 // gpuProfileOn is the profile a GPU of d's subgroup size would get, with
-// subgroup arithmetic or without it, for d: it runs a GPU's variants on
-// lavapipe (subgroup size 8), keeping d's loop cap, which the device still
-// has.
+// subgroup arithmetic or without it, for d (shaders.GPUProfile): it runs a
+// GPU's variants on lavapipe (subgroup size 8), keeping d's loop cap,
+// which the device still has.
 func gpuProfileOn(d shaders.Device, subgroupArithmetic bool) shaders.Profile {
-	g := d
-	g.CPU, g.SubgroupArithmetic = false, subgroupArithmetic
-	p := shaders.NewProfile(g)
-	if d.CPU {
-		p.LoopCap = shaders.LavapipeLoopIterations
+	d.SubgroupArithmetic = subgroupArithmetic
+	return shaders.GPUProfile(d)
+}
+
+// profileCase is a profile a test runs under, named for its subtest.
+type profileCase struct {
+	name string
+	prof *shaders.Profile
+}
+
+// deviceProfiles are the profiles every test whose results or counts
+// depend on the profile runs under (issue 46): the device's own ("own")
+// and, on a CPU device, the profile a GPU with its facts gets ("gpu":
+// gpuProfileOf: F16 KV, fused norm and attention, attention chunks, the
+// subgroup matvec at lavapipe's size 8, no matvec_lanes), so that CI on
+// lavapipe runs what every real GPU runs. On a GPU the two are one
+// profile, run once.
+func deviceProfiles(dev *vk.Device) []profileCase {
+	own, gpu := DeviceProfile(dev.Info()), gpuProfileOf(dev)
+	out := []profileCase{{"own", &own}}
+	if own.CPU {
+		out = append(out, profileCase{"gpu", &gpu})
 	}
-	return p
+	return out
 }
 
 // testProfiles are the kernel profiles every GPU-vs-CPU test of the step

@@ -16,13 +16,10 @@ import (
 )
 
 // gpuProfileOf is the profile of a GPU with dev's facts (its subgroups as
-// they are: required where the device allows), lavapipe's loop cap kept.
+// they are: required where the device allows), lavapipe's loop cap kept
+// (shaders.GPUProfile).
 func gpuProfileOf(dev *vk.Device) shaders.Profile {
-	d := deviceFacts(dev.Info())
-	d.CPU = false
-	p := shaders.NewProfile(d)
-	p.LoopCap = DeviceProfile(dev.Info()).LoopCap
-	return p
+	return shaders.GPUProfile(deviceFacts(dev.Info()))
 }
 
 // Every kernel the device's profile picks, and a GPU's on the same device
