@@ -73,7 +73,7 @@ func TestForcedDevices(t *testing.T) {
 			for pname, prof := range forcedProfiles(dev) {
 				t.Run(pname, func(t *testing.T) {
 					opts := Options{DeviceProfile: prof, KVType: "f32", Profile: true}
-					checkAgainstCPUWith(t, dev, m, mod.RoutingRouter, tokens, opts, tolF32, tolF32)
+					checkAgainstCPUWith(t, dev, m, mod.RoutingRouter, tokens, opts)
 					checkPrefill(t, dev, pred, mod.RoutingPredictor, predTokens, opts)
 
 					run, err := New(dev, m, mod.RoutingRouter, opts)

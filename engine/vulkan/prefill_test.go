@@ -2,7 +2,6 @@ package vulkan
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -124,12 +123,13 @@ func TestPrefillSplits(t *testing.T) {
 // block matrices in Q8_0 and Q4_0 as well as the file's F32, against the
 // CPU fed the same chunks: the logits after each chunk, each token's
 // routing as Options.Trace reports it (score and decision), and the compact
-// caches. Tolerances as TestKVCacheF16 (an F16 cache) or TestPrefillSplits.
+// caches. Tolerances as TestPrefillSplits: tolLogits (the CPU runs the same
+// quantized matrices: summation order only), and the F16 cache's bound on
+// top for an F16 cache (reference_test.go), the router's and predictor's
+// scores included (a routed layer's input has been through every
+// attention before it).
 func TestPrefillProfiles(t *testing.T) {
 	dev := openDevice(t, true)
-	tolF16 := tolerance{abs: tolLogits, rel: 2e-3}
-	tolKVF16 := tolerance{abs: tolLogits, rel: 1.0 / 1024}
-	tol32 := tolerance{abs: tolLogits}
 	chunks := []int{1, 9, 4, 17} // then the rest, whole
 	for name, prof := range testProfiles(t, dev) {
 		for _, tc := range []struct {
@@ -158,15 +158,10 @@ func TestPrefillProfiles(t *testing.T) {
 					}
 				}
 				tokens := fixtureTokens(t, base+".fixture.json")["generate-"+tc.routing.String()]
-				tol, tolKV := tol32, tol32
-				if tc.kv == "f16" {
-					tol, tolKV = tolF16, tolKVF16
-				}
 				run, err := New(dev, m, tc.routing, Options{DeviceProfile: prof, KVType: tc.kv, Trace: true})
 				require.NoError(t, err)
 				defer run.Close()
-				cpu, err := m.NewState(tc.routing)
-				require.NoError(t, err)
+				cpu := newReference(t, m, tc.routing, tc.kv)
 				cpu.Trace = &mod.Trace{}
 				var worst float64
 				rest := tokens
@@ -177,29 +172,29 @@ func TestPrefillProfiles(t *testing.T) {
 					}
 					toks := rest[:n]
 					rest = rest[n:]
-					want, err := cpu.Forward(toks, false)
-					require.NoError(t, err)
+					want, tol := cpu.Forward(t, toks, false, tolF32)
 					got, err := run.Feed(toks)
 					require.NoError(t, err)
-					require.Empty(t, closeErr(want, got, tol.of(want)), "logits after %d tokens", cpu.Pos())
+					require.Empty(t, closeErr(want, got, tol), "logits after %d tokens", cpu.Pos())
 					worst = max(worst, maxAbsDiff(want, got))
 					routes := run.Routes()
 					require.Len(t, routes, n, "a route per token of the chunk")
 					for j, lt := range cpu.Trace.Layers {
-						scores := lt.RouterLogits
-						if tc.routing == mod.RoutingPredictor {
-							scores = lt.PredictorLogits
+						scores := scoresOf(lt, tc.routing)
+						scoreTol := tolLogits
+						if cpu.half != nil {
+							scoreTol = f16Bound(tolLogits, scores, scoresOf(cpu.half.Trace.Layers[j], tc.routing))
 						}
 						for row := range toks {
 							pos := cpu.Pos() - n + row
 							gr := routes[row][j]
 							require.Equal(t, lt.Layer, gr.Layer)
 							assert.Equal(t, slices.Contains(lt.Selected, pos), gr.Selected, "layer %d position %d selected", lt.Layer, pos)
-							assert.InDelta(t, scores[row], gr.Score, 1e-3+2e-3*math.Abs(float64(scores[row])), "layer %d position %d score", lt.Layer, pos)
+							assert.InDelta(t, scores[row], gr.Score, scoreTol, "layer %d position %d score", lt.Layer, pos)
 						}
 					}
 				}
-				assertCaches(t, cpu, run, tolKV)
+				cpu.assertCaches(t, run, tolF32)
 				t.Logf("%d tokens: max |logit diff| %.2g", len(tokens), worst)
 			})
 		}
