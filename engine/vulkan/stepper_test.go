@@ -33,11 +33,11 @@ func runStepSolo(t *testing.T, run *Runner, req sched.Request) schedtest.Solo {
 // F32 caches the difference is summation order only, as between the GPU
 // and the CPU (tolLogits, 1e-4 absolute on logits of order 10).
 //
-// With an F16 pool the keys and values are halves on both sides, but not
-// rounded at the same points: the paged kernels read every key, the row's
-// own included, back as a half, where the solo decode step's decode_attend
-// (the GPU profile's) attends to its own at F32, and f32 values a few ulps
-// apart round to halves a half-ulp apart where they straddle a boundary.
+// With an F16 pool the keys and values are halves on both sides, every
+// entry read as a half, the row's own included (paged_attention,
+// decode_attention, decode_attend and the batched prefill alike), but f32
+// values a few ulps apart round to halves a half-ulp apart where they
+// straddle a boundary.
 // Each side's logits are within the F16 cache's bound of the F32
 // reference (reference_test.go: its F32 path's, plus 2·max|ref16 -
 // ref32|), so step - solo is within stepTolVK plus 4·max|ref16 - ref32|
