@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,8 +24,7 @@ var Layouts = []string{"modllama2-aux", "modllama2", "mixtureai-meta", "mixturea
 // file under t.TempDir and returns its path and the fixture's tokens.
 func Convert(t testing.TB, dir string) (path string, tokens []int32) {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0) // .../internal/publictest/publictest.go
-	testdata := filepath.Join(filepath.Dir(filepath.Dir(filepath.Dir(file))), "testdata", "convert")
+	testdata := convertDir(t)
 	root := filepath.Join(testdata, dir)
 	raw, err := os.ReadFile(filepath.Join(root, "golden.json"))
 	require.NoError(t, err)
@@ -47,4 +45,24 @@ func Convert(t testing.TB, dir string) (path string, tokens []int32) {
 	path = filepath.Join(t.TempDir(), dir+".gguf")
 	require.NoError(t, w.WriteFile(path))
 	return path, g.Tokens
+}
+
+// convertDir is the repository's testdata/convert, found from the working
+// directory up: go test runs a package's tests in its folder, and the GPU
+// bundle runs each test binary in the same folder of its src/, beside a
+// copy of testdata/ (scripts/gpu-bundle.sh), where the source path that
+// runtime.Caller gives is not there (-trimpath makes it a module path).
+func convertDir(t testing.TB) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		p := filepath.Join(dir, "testdata", "convert")
+		if st, err := os.Stat(p); err == nil && st.IsDir() {
+			return p
+		}
+		if filepath.Dir(dir) == dir {
+			require.FailNowf(t, "publictest: no fixtures", "no testdata/convert in %s or a folder above it", wd)
+		}
+	}
 }
