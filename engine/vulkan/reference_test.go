@@ -28,16 +28,22 @@ import (
 // very sequence. The GPU's F16 cache holds its own f32 keys and values
 // rounded the same way: the same halves as ref16's except where the two
 // f32 values (equal within the F32 path's few ulps) straddle a rounding
-// boundary, where they are one half-ulp apart; its rounding is another
-// draw of the same error (each entry within u of itself), whose response
-// is of the size of ref16's. Hence, for each value compared (a logit, a
-// loss, a router score, a cached key or value), over the values of one
-// comparison,
+// boundary, where they are one step of the half (2u of themselves) apart. So
+// gpu - ref32 = (ref16 - ref32) + (gpu - ref16): the first is computed;
+// the second, beyond the F32 path's summation order, is the response to
+// those straddled entries. To first order a response is a sum of the
+// model's gains times the entries' errors; the straddled ones are a few
+// of all the entries, with errors of the same size and independent signs,
+// so their response is taken to be no larger than ref16 - ref32's. That
+// is a model, not a worst case (one needs the gains above), and it assumes
+// the device rounds to nearest as the reference does (packHalf2x16's
+// rounding is the driver's; toward zero would double u). Hence, for each
+// value compared (a logit, a loss, a router score, a cached key or value),
+// over the values of one comparison,
 //
 //	|gpu - ref32| <= abs + 2·max|ref16 - ref32|
 //
-// with abs the F32 path's bound (tolLogits: summation order only): ref16's
-// response once for the reference's rounding and once for the GPU's. An F32
+// with abs the F32 path's bound (tolLogits: summation order only). An F32
 // runner keeps abs alone.
 //
 // Measured on lavapipe under the GPU profile (mod-trained): |gpu - ref32|
