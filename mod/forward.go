@@ -3,6 +3,8 @@ package mod
 import (
 	"fmt"
 	"math"
+
+	"github.com/modrun/modrun/gguf"
 )
 
 // Routing chooses which tokens a routed block processes (DESIGN.md §3).
@@ -56,6 +58,12 @@ type State struct {
 	// Selected[l] and Seen[l] count, over the sequence, the tokens routed
 	// layer l processed and the tokens it saw.
 	Selected, Seen []int
+	// KVHalf stores each key and value rounded to half precision (IEEE
+	// binary16, to nearest even) before any attention reads it, the
+	// token's own included: a GPU's F16 KV cache as the Vulkan runner
+	// keeps it, so that its tests compare an F16 cache with the same
+	// arithmetic at summation-order tolerance (engine/vulkan's kvReference).
+	KVHalf bool
 	// BeforeRoute, when set, is called with routed layer l's block inputs
 	// ([n][NEmbd]) before the layer scores them, so a calibration (mod/synth)
 	// can set the layer's router from the very activations it will route.
@@ -328,6 +336,10 @@ func (s *State) block(l int, x []float32, pos, rope []int32, mlpScale []float32)
 		RoPE(q[i*qd:(i+1)*qd], p, s.rope)
 		RoPE(k[i*kvd:(i+1)*kvd], p, s.rope)
 	}
+	if s.KVHalf {
+		roundHalf(k)
+		roundHalf(v)
+	}
 	cache := &s.kv[l]
 	base := len(cache.pos)
 	cache.k = append(cache.k, k...)
@@ -356,4 +368,11 @@ func (s *State) block(l int, x []float32, pos, rope []int32, mlpScale []float32)
 		}
 	}
 	add(x, o)
+}
+
+// roundHalf rounds each of xs to the nearest half (State.KVHalf).
+func roundHalf(xs []float32) {
+	for i, x := range xs {
+		xs[i] = gguf.F16ToF32(gguf.F32ToF16(x))
+	}
 }

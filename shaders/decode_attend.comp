@@ -10,7 +10,8 @@
 // SPLITS chunks of ceil((c+1)/SPLITS). Each workgroup
 //   1. rotates its head of q, and its kv head's new k, at the token's
 //      position (rope.comp's angle), and reads the new v, into shared
-//      memory; the chunk holding entry c uses them for it, so no workgroup
+//      memory (rounded to halves with KV_F16, as the cache will hold
+//      them); the chunk holding entry c uses them for it, so no workgroup
 //      reads what another writes in this dispatch;
 //   2. if it is its kv head's first (h % (nHead/nKVHead) = 0, s = 0),
 //      appends k and v at entry c (and head 0 writes kPos[c] = pos);
@@ -109,9 +110,21 @@ void main() {
 		b = qkv[e + 1u];
 		kn[2u * i] = a * cs - b * sn;
 		kn[2u * i + 1u] = a * sn + b * cs;
+#ifdef KV_F16
+		// The token attends to its own key as the cache holds it, as the
+		// batched prefill and decode_attention do (they read it back): a
+		// token's logits then do not depend on whether it was decoded here
+		// or prefilled.
+		vec2 kh = unpackHalf2x16(packHalf2x16(vec2(kn[2u * i], kn[2u * i + 1u])));
+		kn[2u * i] = kh.x;
+		kn[2u * i + 1u] = kh.y;
+#endif
 	}
 	for (uint d = tid; d < hd; d += WG) {
 		vn[d] = qkv[p.vOff + kvh * hd + d];
+#ifdef KV_F16
+		vn[d] = unpackHalf2x16(packHalf2x16(vec2(vn[d], 0.0))).x; // its value too
+#endif
 	}
 	for (uint d = 0u; d < hd; d++) {
 		accs[d * WG + tid] = 0.0;

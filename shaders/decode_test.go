@@ -298,7 +298,8 @@ func decodeRepeat(x []uint32, n int) []uint32 {
 // sees the first's append and the done counters the first left at zero.
 // Checked: the output against attention's reference over the rotated q, the
 // old entries (as stored: rounded in F16) and the token's own k and v
-// (exact: decode_attend uses them from shared memory), at
+// (exact in F32; in F16 as the cache holds them, the halves it appended,
+// as the batched prefill and decode_attention read them), at
 // attentionTolerance plus ropeTol (the GPU's rotation against mod.RoPE);
 // the appended entry as TestDecodeKV checks decode_kv's; counts[layer]
 // incremented once per token and no other count touched; done back to 0.
@@ -357,19 +358,23 @@ func TestDecodeAttend(t *testing.T) {
 					kNew := slices.Clone(qkv[kOff : kOff+kvd])
 					mod.RoPE(kNew, int32(pos), freqs)
 					vNew := qkv[vOff : vOff+kvd]
+					n := old + step + 1
+					gotK := kvDecode(t, kv, routingDownloadU32(t, bK, words))[(n-1)*kvd : n*kvd]
+					gotV := kvDecode(t, kv, routingDownloadU32(t, bV, words))[(n-1)*kvd : n*kvd]
+					selfK, selfV := kNew, vNew
+					if kv == KVF16 {
+						selfK, selfV = gotK, gotV
+					}
 					ref := &attentionCase{n: 1, entries: len(refPos) + 1, nHead: nHead, nKVHead: nKVHead, hd: hd, q: q,
-						k: append(slices.Clone(refK), kNew...), v: append(slices.Clone(refV), vNew...),
+						k: append(slices.Clone(refK), selfK...), v: append(slices.Clone(refV), selfV...),
 						kPos: append(slices.Clone(refPos), pos), qPos: []uint32{pos}}
 					want, scale := ref.reference()
 					assert.NoError(t, closeness(download(t, out, qd), want, scale, attentionTolerance+ropeTol), "%s step %d: output", name, step)
 
-					n := old + step + 1
 					assert.Equal(t, []uint32{77, uint32(n), 88}, routingDownloadU32(t, bCounts, 3), "%s step %d: counts", name, step)
 					assert.Equal(t, make([]uint32, DecodeAttendDoneWords(nHead)), routingDownloadU32(t, bDone, int(DecodeAttendDoneWords(nHead))), "%s: done left at zero", name)
 					gotPos := routingDownloadU32(t, bKPos, maxEntries)
 					assert.Equal(t, pos, gotPos[n-1], "%s step %d: kPos", name, step)
-					gotK := kvDecode(t, kv, routingDownloadU32(t, bK, words))[(n-1)*kvd : n*kvd]
-					gotV := kvDecode(t, kv, routingDownloadU32(t, bV, words))[(n-1)*kvd : n*kvd]
 					tol := ropeTol
 					if kv == KVF16 {
 						tol += kvHalfTol

@@ -173,6 +173,20 @@ func NewProfile(d Device) Profile {
 	return p
 }
 
+// GPUProfile is the profile a GPU with d's facts gets (NewProfile of d as
+// a GPU: an F16 KV cache, fused norm and attention, attention chunks, the
+// subgroup matvec where d's subgroups allow it, never matvec_lanes), with
+// the loop cap of d's own profile, which a CPU device still has. Tests run
+// it on lavapipe so that CI runs the profile every real GPU runs; on a GPU
+// it is NewProfile(d).
+func GPUProfile(d Device) Profile {
+	g := d
+	g.CPU = false
+	p := NewProfile(g)
+	p.LoopCap = NewProfile(d).LoopCap
+	return p
+}
+
 // String names the profile's choices, for logs and test names.
 func (p Profile) String() string {
 	kind := "gpu"

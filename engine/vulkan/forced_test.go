@@ -45,11 +45,7 @@ var forcedDevices = []struct {
 // specializations), with lavapipe's loop cap kept since the device still
 // has it.
 func forcedProfiles(dev *vk.Device) map[string]*shaders.Profile {
-	own := DeviceProfile(dev.Info())
-	d := deviceFacts(dev.Info())
-	d.CPU = false
-	gpu := shaders.NewProfile(d)
-	gpu.LoopCap = own.LoopCap
+	own, gpu := DeviceProfile(dev.Info()), gpuProfileOf(dev)
 	return map[string]*shaders.Profile{"own": &own, "gpu": &gpu}
 }
 
@@ -77,7 +73,7 @@ func TestForcedDevices(t *testing.T) {
 			for pname, prof := range forcedProfiles(dev) {
 				t.Run(pname, func(t *testing.T) {
 					opts := Options{DeviceProfile: prof, KVType: "f32", Profile: true}
-					checkAgainstCPUWith(t, dev, m, mod.RoutingRouter, tokens, opts, tolF32, tolF32)
+					checkAgainstCPUWith(t, dev, m, mod.RoutingRouter, tokens, opts)
 					checkPrefill(t, dev, pred, mod.RoutingPredictor, predTokens, opts)
 
 					run, err := New(dev, m, mod.RoutingRouter, opts)

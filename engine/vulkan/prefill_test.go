@@ -2,7 +2,6 @@ package vulkan
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -49,68 +48,71 @@ func TestPrefillSplits(t *testing.T) {
 		}
 		require.NotEmpty(t, tokens, tc.model)
 		prompt, decode := tokens[:len(tokens)-3], tokens[len(tokens)-3:]
-		var sawNone, sawAll bool
-		for _, sp := range splits {
-			t.Run(tc.model+"/"+tc.routing.String()+"/"+sp.name, func(t *testing.T) {
-				run, err := New(dev, m, tc.routing, Options{UBatch: sp.ub})
-				require.NoError(t, err)
-				defer run.Close()
-				cpu, err := m.NewState(tc.routing)
-				require.NoError(t, err)
-				cpuChunks, err := m.NewState(tc.routing) // the CPU fed the same chunks
-				require.NoError(t, err)
-				var chunks []string
-				feed := func(toks []int32) {
-					before := append([]int(nil), cpu.Selected...)
-					var want []float32
-					for _, tok := range toks { // the CPU token by token
-						want, err = cpu.Forward([]int32{tok}, false)
-						require.NoError(t, err)
-					}
-					chunked, err := cpuChunks.Forward(toks, false)
+		for _, pc := range deviceProfiles(dev) {
+			var sawNone, sawAll bool
+			for _, sp := range splits {
+				t.Run(pc.name+"/"+tc.model+"/"+tc.routing.String()+"/"+sp.name, func(t *testing.T) {
+					run, err := New(dev, m, tc.routing, Options{UBatch: sp.ub, DeviceProfile: pc.prof})
 					require.NoError(t, err)
-					require.Equal(t, want, chunked, "CPU logits after %d tokens, chunked", cpu.Pos())
-					got, err := run.Feed(toks)
+					defer run.Close()
+					cpu := newReference(t, m, tc.routing, run.KVType())
+					cpuChunks, err := m.NewState(tc.routing) // the CPU fed the same chunks
 					require.NoError(t, err)
-					require.Empty(t, closeErr(want, got, tolLogits), "logits after %d tokens", cpu.Pos())
-					entries, err := run.CacheEntries()
-					require.NoError(t, err)
-					for l := range entries {
-						if !m.Config.Routed[l] {
-							assert.Equal(t, cpu.Pos(), entries[l], "dense layer %d entries", l)
-							continue
+					var chunks []string
+					var worst float64 // of the bound
+					feed := func(toks []int32) {
+						before := append([]int(nil), cpu.Selected...)
+						var want []float32
+						var tol float64
+						for _, tok := range toks { // the CPU token by token
+							want, tol = cpu.Forward(t, []int32{tok}, false, tolF32)
 						}
-						require.Equal(t, cpu.Selected[l], entries[l], "layer %d entries after %d tokens", l, cpu.Pos())
-						if len(toks) > 1 {
-							switch cpu.Selected[l] - before[l] {
-							case 0:
-								sawNone = true
-							case len(toks):
-								sawAll = true
+						chunked, err := cpuChunks.Forward(toks, false)
+						require.NoError(t, err)
+						require.Equal(t, want, chunked, "CPU logits after %d tokens, chunked", cpu.Pos())
+						got, err := run.Feed(toks)
+						require.NoError(t, err)
+						require.Empty(t, closeErr(want, got, tol), "logits after %d tokens", cpu.Pos())
+						worst = max(worst, maxAbsDiff(want, got)/tol)
+						entries, err := run.CacheEntries()
+						require.NoError(t, err)
+						for l := range entries {
+							if !m.Config.Routed[l] {
+								assert.Equal(t, cpu.Pos(), entries[l], "dense layer %d entries", l)
+								continue
+							}
+							require.Equal(t, cpu.Selected[l], entries[l], "layer %d entries after %d tokens", l, cpu.Pos())
+							if len(toks) > 1 {
+								switch cpu.Selected[l] - before[l] {
+								case 0:
+									sawNone = true
+								case len(toks):
+									sawAll = true
+								}
 							}
 						}
+						chunks = append(chunks, fmt.Sprint(len(toks)))
 					}
-					chunks = append(chunks, fmt.Sprint(len(toks)))
-				}
-				rest := prompt
-				for i := 0; len(rest) > 0; i++ {
-					n := len(rest)
-					if sp.sizes != nil {
-						n = min(n, sp.sizes[min(i, len(sp.sizes)-1)])
+					rest := prompt
+					for i := 0; len(rest) > 0; i++ {
+						n := len(rest)
+						if sp.sizes != nil {
+							n = min(n, sp.sizes[min(i, len(sp.sizes)-1)])
+						}
+						feed(rest[:n])
+						rest = rest[n:]
 					}
-					feed(rest[:n])
-					rest = rest[n:]
-				}
-				assertCaches(t, cpu, run, tolerance{abs: tolLogits})
-				for _, tok := range decode { // the decode step after a prefill
-					feed([]int32{tok})
-				}
-				t.Logf("chunks %s", strings.Join(chunks, " "))
-			})
-		}
-		if m.Config.IsMoD() {
-			assert.True(t, sawNone, "%s: some chunk had a routed layer select none", tc.model)
-			assert.True(t, sawAll, "%s: some chunk had a routed layer select all", tc.model)
+					cpu.assertCaches(t, run, tolF32)
+					for _, tok := range decode { // the decode step after a prefill
+						feed([]int32{tok})
+					}
+					t.Logf("%s cache; chunks %s; max |logit diff| %.2g of its bound", run.KVType(), strings.Join(chunks, " "), worst)
+				})
+			}
+			if m.Config.IsMoD() {
+				assert.True(t, sawNone, "%s: some chunk had a routed layer select none", tc.model)
+				assert.True(t, sawAll, "%s: some chunk had a routed layer select all", tc.model)
+			}
 		}
 	}
 }
@@ -121,12 +123,13 @@ func TestPrefillSplits(t *testing.T) {
 // block matrices in Q8_0 and Q4_0 as well as the file's F32, against the
 // CPU fed the same chunks: the logits after each chunk, each token's
 // routing as Options.Trace reports it (score and decision), and the compact
-// caches. Tolerances as TestKVCacheF16 (an F16 cache) or TestPrefillSplits.
+// caches. Tolerances as TestPrefillSplits: tolLogits (the CPU runs the same
+// quantized matrices: summation order only), and the F16 cache's bound on
+// top for an F16 cache (reference_test.go), the router's and predictor's
+// scores included (a routed layer's input has been through every
+// attention before it).
 func TestPrefillProfiles(t *testing.T) {
 	dev := openDevice(t, true)
-	tolF16 := tolerance{abs: tolLogits, rel: 2e-3}
-	tolKVF16 := tolerance{abs: tolLogits, rel: 1.0 / 1024}
-	tol32 := tolerance{abs: tolLogits}
 	chunks := []int{1, 9, 4, 17} // then the rest, whole
 	for name, prof := range testProfiles(t, dev) {
 		for _, tc := range []struct {
@@ -155,15 +158,10 @@ func TestPrefillProfiles(t *testing.T) {
 					}
 				}
 				tokens := fixtureTokens(t, base+".fixture.json")["generate-"+tc.routing.String()]
-				tol, tolKV := tol32, tol32
-				if tc.kv == "f16" {
-					tol, tolKV = tolF16, tolKVF16
-				}
 				run, err := New(dev, m, tc.routing, Options{DeviceProfile: prof, KVType: tc.kv, Trace: true})
 				require.NoError(t, err)
 				defer run.Close()
-				cpu, err := m.NewState(tc.routing)
-				require.NoError(t, err)
+				cpu := newReference(t, m, tc.routing, tc.kv)
 				cpu.Trace = &mod.Trace{}
 				var worst float64
 				rest := tokens
@@ -174,29 +172,29 @@ func TestPrefillProfiles(t *testing.T) {
 					}
 					toks := rest[:n]
 					rest = rest[n:]
-					want, err := cpu.Forward(toks, false)
-					require.NoError(t, err)
+					want, tol := cpu.Forward(t, toks, false, tolF32)
 					got, err := run.Feed(toks)
 					require.NoError(t, err)
-					require.Empty(t, closeErr(want, got, tol.of(want)), "logits after %d tokens", cpu.Pos())
+					require.Empty(t, closeErr(want, got, tol), "logits after %d tokens", cpu.Pos())
 					worst = max(worst, maxAbsDiff(want, got))
 					routes := run.Routes()
 					require.Len(t, routes, n, "a route per token of the chunk")
 					for j, lt := range cpu.Trace.Layers {
-						scores := lt.RouterLogits
-						if tc.routing == mod.RoutingPredictor {
-							scores = lt.PredictorLogits
+						scores := scoresOf(lt, tc.routing)
+						scoreTol := tolLogits
+						if cpu.half != nil {
+							scoreTol = f16Bound(tolLogits, scores, scoresOf(cpu.half.Trace.Layers[j], tc.routing))
 						}
 						for row := range toks {
 							pos := cpu.Pos() - n + row
 							gr := routes[row][j]
 							require.Equal(t, lt.Layer, gr.Layer)
 							assert.Equal(t, slices.Contains(lt.Selected, pos), gr.Selected, "layer %d position %d selected", lt.Layer, pos)
-							assert.InDelta(t, scores[row], gr.Score, 1e-3+2e-3*math.Abs(float64(scores[row])), "layer %d position %d score", lt.Layer, pos)
+							assert.InDelta(t, scores[row], gr.Score, scoreTol, "layer %d position %d score", lt.Layer, pos)
 						}
 					}
 				}
-				assertCaches(t, cpu, run, tolKV)
+				cpu.assertCaches(t, run, tolF32)
 				t.Logf("%d tokens: max |logit diff| %.2g", len(tokens), worst)
 			})
 		}
@@ -209,78 +207,84 @@ func TestPrefillProfiles(t *testing.T) {
 // partials forces three groups on a 150-token prompt, and a
 // routed layer's selected rows, whose groups past the GPU-side count are
 // empty dispatches. The logits and caches equal the CPU's, as in
-// TestPrefillSplits.
+// TestPrefillSplits (the F16 cache's bound where the profile's cache is
+// F16); under each of deviceProfiles.
 func TestPrefillAttentionGroups(t *testing.T) {
 	dev := openDevice(t, true)
 	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
 	c := m.Config
-	prof := DeviceProfile(dev.Info())
-	splits := uint64(shaders.AttentionSplits(uint32(c.ContextLen), shaders.AttentionSplitLen(uint32(c.HeadDim), prof.CPU)))
-	attentionRange = 64*4*uint64(c.NHead)*splits*uint64(c.HeadDim) + 4
-	defer func() { attentionRange = 0 }()
-	run, err := New(dev, m, mod.RoutingRouter, Options{})
-	require.NoError(t, err)
-	defer run.Close()
-	require.Equal(t, uint32(64), run.attentionGroupRows(150, uint32(run.ctx)))
 	base := fixtureTokens(t, "../../testdata/mod/mod-trained.fixture.json")["generate-router"]
 	var tokens []int32
 	for len(tokens) < 150 {
 		tokens = append(tokens, base...)
 	}
 	tokens = tokens[:150]
-	cpu, err := m.NewState(mod.RoutingRouter)
-	require.NoError(t, err)
-	want, err := cpu.Forward(tokens, false)
-	require.NoError(t, err)
-	got, err := run.Feed(tokens)
-	require.NoError(t, err)
-	require.Empty(t, closeErr(want, got, tolLogits))
-	assertCaches(t, cpu, run, tolerance{abs: tolLogits})
+	defer func() { attentionRange = 0 }()
+	for _, pc := range deviceProfiles(dev) {
+		t.Run(pc.name, func(t *testing.T) {
+			splits := uint64(shaders.AttentionSplits(uint32(c.ContextLen), pc.prof.AttentionSplitLen(uint32(c.HeadDim))))
+			attentionRange = 64*4*uint64(c.NHead)*splits*uint64(c.HeadDim) + 4
+			run, err := New(dev, m, mod.RoutingRouter, Options{DeviceProfile: pc.prof})
+			require.NoError(t, err)
+			defer run.Close()
+			require.Equal(t, uint32(64), run.attentionGroupRows(150, uint32(run.ctx)))
+			cpu := newReference(t, m, mod.RoutingRouter, run.KVType())
+			want, tol := cpu.Forward(t, tokens, false, tolF32)
+			got, err := run.Feed(tokens)
+			require.NoError(t, err)
+			require.Empty(t, closeErr(want, got, tol))
+			cpu.assertCaches(t, run, tolF32)
+			t.Logf("%s cache: max |logit diff| %.2g, its bound %.2g", run.KVType(), maxAbsDiff(want, got), tol)
+		})
+	}
 }
 
 // TestPrefillRecordingsBounded: with maxRecordings 3, chunks of many
 // lengths keep at most 3 recordings and only their lengths' dispatch-size
 // tables; the least recently used goes first (a length used again stays),
 // a dropped length is recorded again when it comes back, and the logits
-// stay the CPU's throughout.
+// stay the CPU's throughout (the F16 cache's bound where the profile's
+// cache is F16); under each of deviceProfiles.
 func TestPrefillRecordingsBounded(t *testing.T) {
 	defer func(n int) { maxRecordings = n }(maxRecordings)
 	maxRecordings = 3
 	dev := openDevice(t, true)
 	base := "../../testdata/mod/mod-trained"
 	m := openModel(t, base+".gguf")
-	run, err := New(dev, m, mod.RoutingRouter, Options{})
-	require.NoError(t, err)
-	defer run.Close()
-	cpu, err := m.NewState(mod.RoutingRouter)
-	require.NoError(t, err)
-	lengths := []int{5, 3, 7, 5, 2, 5, 3, 6, 7}
-	fresh := []bool{true, true, true, false, true, false, true, true, true} // 2 drops 3 (5 was used again), 3 drops 7, 6 drops 2, 7 drops 5
-	pos := 0
-	for i, n := range lengths {
-		toks := make([]int32, n)
-		for j := range toks {
-			toks[j] = int32(1 + (7*(pos+j)+3)%(m.Config.NVocab-1))
-		}
-		pos += n
-		before := dev.Stats().Recordings
-		want, err := cpu.Forward(toks, false)
-		require.NoError(t, err)
-		got, err := run.Feed(toks)
-		require.NoError(t, err)
-		require.Empty(t, closeErr(want, got, tolLogits), "logits after chunk %d (%d tokens)", i, n)
-		assert.Equal(t, fresh[i], dev.Stats().Recordings > before, "chunk %d of %d tokens recorded", i, n)
-		require.LessOrEqual(t, len(run.pf.recs), 3, "recordings kept after chunk %d", i)
-		for k := range run.tables {
-			if !k.step {
-				assert.Contains(t, run.pf.recs, prefillKey{k.n, headLast}, "a table of %d rows without its recording", k.n)
+	for _, pc := range deviceProfiles(dev) {
+		t.Run(pc.name, func(t *testing.T) {
+			run, err := New(dev, m, mod.RoutingRouter, Options{DeviceProfile: pc.prof})
+			require.NoError(t, err)
+			defer run.Close()
+			cpu := newReference(t, m, mod.RoutingRouter, run.KVType())
+			lengths := []int{5, 3, 7, 5, 2, 5, 3, 6, 7}
+			fresh := []bool{true, true, true, false, true, false, true, true, true} // 2 drops 3 (5 was used again), 3 drops 7, 6 drops 2, 7 drops 5
+			pos := 0
+			for i, n := range lengths {
+				toks := make([]int32, n)
+				for j := range toks {
+					toks[j] = int32(1 + (7*(pos+j)+3)%(m.Config.NVocab-1))
+				}
+				pos += n
+				before := dev.Stats().Recordings
+				want, tol := cpu.Forward(t, toks, false, tolF32)
+				got, err := run.Feed(toks)
+				require.NoError(t, err)
+				require.Empty(t, closeErr(want, got, tol), "logits after chunk %d (%d tokens)", i, n)
+				assert.Equal(t, fresh[i], dev.Stats().Recordings > before, "chunk %d of %d tokens recorded", i, n)
+				require.LessOrEqual(t, len(run.pf.recs), 3, "recordings kept after chunk %d", i)
+				for k := range run.tables {
+					if !k.step {
+						assert.Contains(t, run.pf.recs, prefillKey{k.n, headLast}, "a table of %d rows without its recording", k.n)
+					}
+				}
 			}
-		}
+			var kept []int
+			for k := range run.pf.recs {
+				kept = append(kept, k.n)
+			}
+			slices.Sort(kept)
+			assert.Equal(t, []int{3, 6, 7}, kept, "the three most recently used lengths")
+		})
 	}
-	var kept []int
-	for k := range run.pf.recs {
-		kept = append(kept, k.n)
-	}
-	slices.Sort(kept)
-	assert.Equal(t, []int{3, 6, 7}, kept, "the three most recently used lengths")
 }

@@ -78,7 +78,7 @@ func TestGeneratePublicLayouts(t *testing.T) {
 			for pname, prof := range testProfiles(t, dev) {
 				t.Run(pname, func(t *testing.T) {
 					opts := Options{DeviceProfile: prof, KVType: "f32"}
-					checkAgainstCPUWith(t, dev, m, tc.routing, tokens, opts, tolF32, tolF32)
+					checkAgainstCPUWith(t, dev, m, tc.routing, tokens, opts)
 					checkPrefill(t, dev, m, tc.routing, tokens, opts)
 					checkPrefillTrace(t, dev, m, tc.routing, tokens, opts)
 				})

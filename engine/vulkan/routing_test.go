@@ -143,7 +143,10 @@ func TestWideMoD(t *testing.T) {
 // TestGPURoutingPlans runs the routing kernels as a GPU would run them
 // (subgroupAdd, 256-wide route_decode, a subgroup per predictor row), on
 // lavapipe, which plans the tree and narrower workgroups for itself: router
-// and predictor, at nEmbd 2048 and on a fixture, against the CPU.
+// and predictor, at nEmbd 2048 and on a fixture, against the CPU; under
+// each of deviceProfiles (the device's own with RoutingAsGPU, and the GPU
+// profile, whose routing is a GPU's anyway), with the F16 cache's bound
+// where the profile's cache is F16 (reference_test.go).
 func TestGPURoutingPlans(t *testing.T) {
 	dev := openDevice(t, true)
 	if !dev.Info().Features.SubgroupArithmetic {
@@ -151,40 +154,40 @@ func TestGPURoutingPlans(t *testing.T) {
 	}
 	wide := openModel(t, wide2048.write(t))
 	fixture := openModel(t, "../../testdata/mod/mod-rand-sigmoid-pred.gguf")
-	for _, m := range []*mod.Model{wide, fixture} {
-		tokens := make([]int32, 12)
-		for i := range tokens {
-			tokens[i] = int32((i*37 + 5) % m.Config.NVocab)
-		}
-		for _, routing := range []mod.Routing{mod.RoutingRouter, mod.RoutingPredictor} {
-			t.Run(fmt.Sprintf("d%d/%s", m.Config.NEmbd, routing), func(t *testing.T) {
-				prof := DeviceProfile(dev.Info())
-				prof.RoutingAsGPU = true // the GPU's routing kernels on lavapipe
-				run, err := New(dev, m, routing, Options{DeviceProfile: &prof})
-				require.NoError(t, err)
-				t.Cleanup(run.Close)
-				cpu, err := m.NewState(routing)
-				require.NoError(t, err)
-				for i, tok := range tokens {
-					want, err := cpu.Forward([]int32{tok}, false)
+	for _, pc := range deviceProfiles(dev) {
+		for _, m := range []*mod.Model{wide, fixture} {
+			tokens := make([]int32, 12)
+			for i := range tokens {
+				tokens[i] = int32((i*37 + 5) % m.Config.NVocab)
+			}
+			for _, routing := range []mod.Routing{mod.RoutingRouter, mod.RoutingPredictor} {
+				t.Run(fmt.Sprintf("%s/d%d/%s", pc.name, m.Config.NEmbd, routing), func(t *testing.T) {
+					prof := *pc.prof
+					prof.RoutingAsGPU = true // the GPU's routing kernels on lavapipe
+					run, err := New(dev, m, routing, Options{DeviceProfile: &prof})
 					require.NoError(t, err)
-					got, err := run.Feed([]int32{tok})
-					require.NoError(t, err)
-					require.Empty(t, closeErr(want, got, tolLogits), "step %d", i)
-					entries, err := run.CacheEntries()
-					require.NoError(t, err)
-					for l := range entries {
-						if m.Config.Routed[l] {
-							require.Equal(t, cpu.Selected[l], entries[l], "step %d layer %d: routing", i, l)
+					t.Cleanup(run.Close)
+					cpu := newReference(t, m, routing, run.KVType())
+					for i, tok := range tokens {
+						want, tol := cpu.Forward(t, []int32{tok}, false, tolF32)
+						got, err := run.Feed([]int32{tok})
+						require.NoError(t, err)
+						require.Empty(t, closeErr(want, got, tol), "step %d", i)
+						entries, err := run.CacheEntries()
+						require.NoError(t, err)
+						for l := range entries {
+							if m.Config.Routed[l] {
+								require.Equal(t, cpu.Selected[l], entries[l], "step %d layer %d: routing", i, l)
+							}
 						}
 					}
-				}
-				var names []string
-				for name := range run.ks.made {
-					names = append(names, name)
-				}
-				assert.Contains(t, fmt.Sprint(names), "_sg", "the subgroup variants ran")
-			})
+					var names []string
+					for name := range run.ks.made {
+						names = append(names, name)
+					}
+					assert.Contains(t, fmt.Sprint(names), "_sg", "the subgroup variants ran")
+				})
+			}
 		}
 	}
 }
@@ -194,85 +197,94 @@ func TestGPURoutingPlans(t *testing.T) {
 // block records 1 direct dispatch (route_decode; 2 with the predictor's
 // hidden layer) and its block's and mod_residual's dispatches, all indirect on
 // route_decode's arguments; when the token skips the block, every one of
-// them has zero workgroups (checked on the arguments the GPU wrote).
+// them has zero workgroups (checked on the arguments the GPU wrote). The
+// head is the embedding and the profile's head plan (Profile.Head:
+// rmsnorm, the output matvec and argmax; the norm folded into the matvec
+// where the profile fuses norms): counted from the plan, under each of
+// deviceProfiles.
 func TestRoutedDispatches(t *testing.T) {
 	dev := openDevice(t, true)
 	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
 	c := m.Config
-	for _, routing := range []mod.Routing{mod.RoutingRouter, mod.RoutingPredictor} {
-		t.Run(routing.String(), func(t *testing.T) {
-			run := newRunner(t, dev, m, routing)
-			_, err := run.Feed([]int32{1}) // records the step
-			require.NoError(t, err)
-			fixed := 1 // route_decode
-			if routing == mod.RoutingPredictor {
-				fixed = 2 // and the predictor's hidden layer
-			}
-			blockDispatches := make([]int, c.NLayer)
-			wantAll, wantIndirect, dense := 1+3, 0, 1+3 // embed; rmsnorm, output matvec, argmax
-			for l := 0; l < c.NLayer; l++ {
-				p := run.frameOf(stepPass(true))
-				ops, err := run.blockOps(p, l, p.rows, routedBlock{})
+	for _, pc := range deviceProfiles(dev) {
+		for _, routing := range []mod.Routing{mod.RoutingRouter, mod.RoutingPredictor} {
+			t.Run(pc.name+"/"+routing.String(), func(t *testing.T) {
+				run, err := New(dev, m, routing, Options{DeviceProfile: pc.prof, KVType: "f32"})
 				require.NoError(t, err)
-				blockDispatches[l] = len(ops)
-				dense += len(ops)
-				if c.Routed[l] {
-					wantAll += fixed + len(ops) + 1 // + mod_residual
-					wantIndirect += len(ops) + 1
-				} else {
-					wantAll += len(ops)
+				t.Cleanup(run.Close)
+				_, err = run.Feed([]int32{1}) // records the step
+				require.NoError(t, err)
+				fixed := 1 // route_decode
+				if routing == mod.RoutingPredictor {
+					fixed = 2 // and the predictor's hidden layer
 				}
-			}
-			st := run.step.Stats()
-			assert.Equal(t, wantAll, st.Dispatches, "dispatches recorded")
-			assert.Equal(t, wantIndirect, st.Indirect, "indirect: every dispatch of a routed block after route_decode")
-			t.Logf("step: %d dispatches (%d indirect), %d barriers; the same model all dense would record %d",
-				st.Dispatches, st.Indirect, st.Barriers, dense)
-
-			cpu, err := m.NewState(routing)
-			require.NoError(t, err)
-			_, err = cpu.Forward([]int32{1}, false)
-			require.NoError(t, err)
-			tokens := fixtureTokens(t, "../../testdata/mod/mod-trained.fixture.json")["generate-"+routing.String()]
-			ran, skipped := 0, 0
-			for _, tok := range tokens {
-				_, err := run.Feed([]int32{tok})
-				require.NoError(t, err)
-				before := append([]int(nil), cpu.Selected...)
-				_, err = cpu.Forward([]int32{tok}, false)
-				require.NoError(t, err)
-				nonzero := st.Dispatches - st.Indirect
+				blockDispatches := make([]int, c.NLayer)
+				head := 1 + len(pc.prof.Head()) // embed; the head's plan
+				wantAll, wantIndirect, dense := head, 0, head
 				for l := 0; l < c.NLayer; l++ {
-					if !c.Routed[l] {
-						continue
-					}
-					selected := cpu.Selected[l] > before[l]
-					count := downloadU32(t, run.routes[l].count, 1)[0]
-					assert.Equal(t, map[bool]uint32{true: 1, false: 0}[selected], count, "layer %d: the GPU's decision is the CPU's", l)
-					args := downloadU32(t, run.args[l], 3*(blockDispatches[l]+1))
-					for j := 0; j < len(args); j += 3 {
-						if args[j]*args[j+1]*args[j+2] != 0 {
-							nonzero++
-						} else {
-							assert.Equal(t, []uint32{0, 1, 1}, args[j:j+3], "layer %d dispatch %d: a dispatch that does not run has (0, 1, 1)", l, j/3)
-						}
-					}
-					if selected {
-						ran++
+					p := run.frameOf(stepPass(true))
+					ops, err := run.blockOps(p, l, p.rows, routedBlock{})
+					require.NoError(t, err)
+					blockDispatches[l] = len(ops)
+					dense += len(ops)
+					if c.Routed[l] {
+						wantAll += fixed + len(ops) + 1 // + mod_residual
+						wantIndirect += len(ops) + 1
 					} else {
-						skipped++
-						for j := 0; j < len(args); j += 3 {
-							assert.Zero(t, args[j], "layer %d: a skipped token's dispatch %d runs no workgroup", l, j/3)
-						}
+						wantAll += len(ops)
 					}
 				}
-				assert.LessOrEqual(t, nonzero, st.Dispatches)
-			}
-			require.Positive(t, skipped, "some tokens skip a routed block")
-			require.Positive(t, ran, "some go through")
-			t.Logf("%d routed-block visits ran, %d skipped; a skipped visit: %d direct dispatches and %d indirect ones of zero workgroups",
-				ran, skipped, fixed, blockDispatches[1]+1)
-		})
+				st := run.step.Stats()
+				assert.Equal(t, wantAll, st.Dispatches, "dispatches recorded")
+				assert.Equal(t, wantIndirect, st.Indirect, "indirect: every dispatch of a routed block after route_decode")
+				t.Logf("step: %d dispatches (%d indirect), %d barriers; the same model all dense would record %d",
+					st.Dispatches, st.Indirect, st.Barriers, dense)
+
+				cpu, err := m.NewState(routing)
+				require.NoError(t, err)
+				_, err = cpu.Forward([]int32{1}, false)
+				require.NoError(t, err)
+				tokens := fixtureTokens(t, "../../testdata/mod/mod-trained.fixture.json")["generate-"+routing.String()]
+				ran, skipped := 0, 0
+				for _, tok := range tokens {
+					_, err := run.Feed([]int32{tok})
+					require.NoError(t, err)
+					before := append([]int(nil), cpu.Selected...)
+					_, err = cpu.Forward([]int32{tok}, false)
+					require.NoError(t, err)
+					nonzero := st.Dispatches - st.Indirect
+					for l := 0; l < c.NLayer; l++ {
+						if !c.Routed[l] {
+							continue
+						}
+						selected := cpu.Selected[l] > before[l]
+						count := downloadU32(t, run.routes[l].count, 1)[0]
+						assert.Equal(t, map[bool]uint32{true: 1, false: 0}[selected], count, "layer %d: the GPU's decision is the CPU's", l)
+						args := downloadU32(t, run.args[l], 3*(blockDispatches[l]+1))
+						for j := 0; j < len(args); j += 3 {
+							if args[j]*args[j+1]*args[j+2] != 0 {
+								nonzero++
+							} else {
+								assert.Equal(t, []uint32{0, 1, 1}, args[j:j+3], "layer %d dispatch %d: a dispatch that does not run has (0, 1, 1)", l, j/3)
+							}
+						}
+						if selected {
+							ran++
+						} else {
+							skipped++
+							for j := 0; j < len(args); j += 3 {
+								assert.Zero(t, args[j], "layer %d: a skipped token's dispatch %d runs no workgroup", l, j/3)
+							}
+						}
+					}
+					assert.LessOrEqual(t, nonzero, st.Dispatches)
+				}
+				require.Positive(t, skipped, "some tokens skip a routed block")
+				require.Positive(t, ran, "some go through")
+				t.Logf("%d routed-block visits ran, %d skipped; a skipped visit: %d direct dispatches and %d indirect ones of zero workgroups",
+					ran, skipped, fixed, blockDispatches[1]+1)
+			})
+		}
 	}
 }
 

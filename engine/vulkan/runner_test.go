@@ -231,26 +231,30 @@ var modFixtures = []fixtureCase{
 // decided there, against mod's CPU State with the same routing: the logits
 // of every step within tolLogits, the tokens each routed layer selected
 // equal after every step, and at the end each layer's compact KV cache holds
-// the CPU's entries (same positions, keys and values within tolLogits).
+// the CPU's entries (same positions, keys and values within tolLogits);
+// under each of deviceProfiles with its own KV cache, and the F16 cache's
+// bound on top where that is F16 (reference_test.go).
 func TestMoDGenerate(t *testing.T) {
 	dev := openDevice(t, true)
-	for _, tc := range modFixtures {
-		t.Run(tc.model+"/"+tc.routing.String(), func(t *testing.T) {
-			base := "../../testdata/mod/" + tc.model
-			m := openModel(t, base+".gguf")
-			require.True(t, m.Config.IsMoD())
-			seqs := fixtureTokens(t, base+".fixture.json")
-			tokens := seqs["generate-"+tc.routing.String()]
-			require.NotEmpty(t, tokens)
-			checkAgainstCPU(t, dev, m, tc.routing, tokens)
-		})
+	for _, pc := range deviceProfiles(dev) {
+		for _, tc := range modFixtures {
+			t.Run(pc.name+"/"+tc.model+"/"+tc.routing.String(), func(t *testing.T) {
+				base := "../../testdata/mod/" + tc.model
+				m := openModel(t, base+".gguf")
+				require.True(t, m.Config.IsMoD())
+				seqs := fixtureTokens(t, base+".fixture.json")
+				tokens := seqs["generate-"+tc.routing.String()]
+				require.NotEmpty(t, tokens)
+				checkAgainstCPUWith(t, dev, m, tc.routing, tokens, Options{DeviceProfile: pc.prof})
+			})
+		}
 	}
 }
 
 // checkAgainstCPU feeds tokens one at a time to the GPU and to mod's State
 // and compares logits, routing counts and, at the end, the KV caches.
 func checkAgainstCPU(t *testing.T, dev *vk.Device, m *mod.Model, routing mod.Routing, tokens []int32) {
-	checkAgainstCPUWith(t, dev, m, routing, tokens, Options{KVType: "f32"}, tolF32, tolF32)
+	checkAgainstCPUWith(t, dev, m, routing, tokens, Options{KVType: "f32"})
 }
 
 // tolerance bounds |got - want| by abs + rel * max |want| (over a step's
@@ -264,21 +268,20 @@ func (tl tolerance) of(want []float32) float64 {
 // tolF32 is tolLogits: the bound of an F32 cache.
 var tolF32 = tolerance{abs: tolLogits}
 
-// checkAgainstCPUWith is checkAgainstCPU with a runner made with opts, the
-// logits within tol and the cached keys and values within tolKV.
-func checkAgainstCPUWith(t *testing.T, dev *vk.Device, m *mod.Model, routing mod.Routing, tokens []int32, opts Options, tol, tolKV tolerance) {
+// checkAgainstCPUWith is checkAgainstCPU with a runner made with opts: the
+// logits and the cached keys and values within tolF32, and the F16 cache's
+// bound on top where the runner's cache is F16 (reference_test.go).
+func checkAgainstCPUWith(t *testing.T, dev *vk.Device, m *mod.Model, routing mod.Routing, tokens []int32, opts Options) {
 	run, err := New(dev, m, routing, opts)
 	require.NoError(t, err)
 	t.Cleanup(run.Close)
-	cpu, err := m.NewState(routing)
-	require.NoError(t, err)
+	cpu := newReference(t, m, routing, run.KVType())
 	cpu.Trace = &mod.Trace{}
-	var worst, biggest float64
+	var worst, biggest, worstOfBound float64
 	for step, tok := range tokens {
 		got, err := run.Feed([]int32{tok})
 		require.NoError(t, err)
-		want, err := cpu.Forward([]int32{tok}, false)
-		require.NoError(t, err)
+		want, tol := cpu.Forward(t, []int32{tok}, false, tolF32)
 		entries, err := run.CacheEntries()
 		require.NoError(t, err)
 		for _, lt := range cpu.Trace.Layers {
@@ -291,21 +294,22 @@ func checkAgainstCPUWith(t *testing.T, dev *vk.Device, m *mod.Model, routing mod
 					step, lt.Layer, entries[lt.Layer], cpu.Selected[lt.Layer], score, decisionMargin)
 			}
 		}
-		if msg := closeErr(want, got, tol.of(want)); msg != "" {
+		if msg := closeErr(want, got, tol); msg != "" {
 			require.Failf(t, "logits differ", "step %d: %s", step, msg)
 		}
 		worst = math.Max(worst, maxAbsDiff(want, got))
+		worstOfBound = math.Max(worstOfBound, maxAbsDiff(want, got)/tol)
 		biggest = math.Max(biggest, maxAbsDiff(want, make([]float32, len(want))))
 	}
 	var sel []string
-	kvWorst, kvBiggest := assertCaches(t, cpu, run, tolKV)
+	kvWorst, kvBiggest := cpu.assertCaches(t, run, tolF32)
 	for l := 0; l < m.Config.NLayer; l++ {
 		if _, _, pw := cpu.KV(l); m.Config.Routed[l] {
 			sel = append(sel, fmt.Sprintf("layer %d: %d of %d", l, len(pw), len(tokens)))
 		}
 	}
-	t.Logf("%d steps, max |logit diff| %.2g (max |logit| %.3g), max |k, v diff| %.2g (max |k|, |v| %.3g); selected %s",
-		len(tokens), worst, biggest, kvWorst, kvBiggest, strings.Join(sel, ", "))
+	t.Logf("%s cache, %d steps, max |logit diff| %.2g = %.2g of its bound (max |logit| %.3g), max |k, v diff| %.2g (max |k|, |v| %.3g); selected %s",
+		run.KVType(), len(tokens), worst, worstOfBound, biggest, kvWorst, kvBiggest, strings.Join(sel, ", "))
 }
 
 // assertCaches asserts that every layer's GPU cache holds the CPU's
@@ -342,17 +346,34 @@ func requantize(t *testing.T, mt *mod.Mat, typ gguf.TensorType) {
 }
 
 // gpuProfileOn is the profile a GPU of d's subgroup size would get, with
-// subgroup arithmetic or without it, for d: it runs a GPU's variants on
-// lavapipe (subgroup size 8), keeping d's loop cap, which the device still
-// has.
+// subgroup arithmetic or without it, for d (shaders.GPUProfile): it runs a
+// GPU's variants on lavapipe (subgroup size 8), keeping d's loop cap,
+// which the device still has.
 func gpuProfileOn(d shaders.Device, subgroupArithmetic bool) shaders.Profile {
-	g := d
-	g.CPU, g.SubgroupArithmetic = false, subgroupArithmetic
-	p := shaders.NewProfile(g)
-	if d.CPU {
-		p.LoopCap = shaders.LavapipeLoopIterations
+	d.SubgroupArithmetic = subgroupArithmetic
+	return shaders.GPUProfile(d)
+}
+
+// profileCase is a profile a test runs under, named for its subtest.
+type profileCase struct {
+	name string
+	prof *shaders.Profile
+}
+
+// deviceProfiles are the profiles every test whose results or counts
+// depend on the profile runs under (issue 46): the device's own ("own")
+// and, on a CPU device, the profile a GPU with its facts gets ("gpu":
+// gpuProfileOf: F16 KV, fused norm and attention, attention chunks, the
+// subgroup matvec at lavapipe's size 8, no matvec_lanes), so that CI on
+// lavapipe runs what every real GPU runs. On a GPU the two are one
+// profile, run once.
+func deviceProfiles(dev *vk.Device) []profileCase {
+	own, gpu := DeviceProfile(dev.Info()), gpuProfileOf(dev)
+	out := []profileCase{{"own", &own}}
+	if own.CPU {
+		out = append(out, profileCase{"gpu", &gpu})
 	}
-	return p
+	return out
 }
 
 // testProfiles are the kernel profiles every GPU-vs-CPU test of the step

@@ -16,45 +16,66 @@ import (
 )
 
 // gpuProfileOf is the profile of a GPU with dev's facts (its subgroups as
-// they are: required where the device allows), lavapipe's loop cap kept.
+// they are: required where the device allows), lavapipe's loop cap kept
+// (shaders.GPUProfile).
 func gpuProfileOf(dev *vk.Device) shaders.Profile {
-	d := deviceFacts(dev.Info())
-	d.CPU = false
-	p := shaders.NewProfile(d)
-	p.LoopCap = DeviceProfile(dev.Info()).LoopCap
-	return p
+	return shaders.GPUProfile(deviceFacts(dev.Info()))
 }
 
-// Every kernel the device's profile picks, and a GPU's on the same device
-// (the subgroup kernels, their size required; split attention), passes its
-// check, timed.
+// checkRows is how many rows checkProfile reports under prof, counted from
+// the profile's own plan (as checkProfile asks it): a matvec of every
+// weight type and fusion, two score plans, two routing decisions, and
+// decode attention on each cache type, plus its split pass where prof
+// splits a 2048-entry cache (AttentionSplits). Lavapipe's own profile: 52 +
+// 4 + 2 = 58; a GPU's: 52 + 4 + 4 = 60.
+func checkRows(prof shaders.Profile) (rows, attention, split int) {
+	attention = len(shaders.KVTypes)
+	if prof.AttentionSplits(2048) > 1 {
+		split = len(shaders.KVTypes)
+	}
+	return len(shaders.MatvecTypes)*len(shaders.MatvecFusions) + 2 + 2 + attention + split, attention + split, split
+}
+
+// Every kernel each of deviceProfiles picks (the device's own through
+// CheckDevice; a GPU's on the same device: the subgroup kernels, their
+// size required, and split attention) passes its check, timed, in the rows
+// the profile's plan makes (checkRows).
 func TestCheckDevice(t *testing.T) {
 	dev := openDevice(t, true)
-	own, err := CheckDevice(dev)
-	require.NoError(t, err)
-	gpu, err := checkProfile(dev, gpuProfileOf(dev))
-	require.NoError(t, err)
-	subgroups := 0
-	for _, c := range append(own, gpu...) {
-		assert.True(t, c.Pass, "%s %s: worst %.3g of its bound; %s", c.Op, c.Variant(), c.Worst, c.Err)
-		assert.Positive(t, c.USPerCall, c.Variant())
-		if strings.Contains(c.Kernel, "_sg") {
-			subgroups++
-		}
+	for _, pc := range deviceProfiles(dev) {
+		t.Run(pc.name, func(t *testing.T) {
+			check := func() ([]SelfCheck, error) { return checkProfile(dev, *pc.prof) }
+			if pc.name == "own" {
+				check = func() ([]SelfCheck, error) { return CheckDevice(dev) } // modrun devices --check
+			}
+			checks, err := check()
+			require.NoError(t, err)
+			subgroups, split := 0, 0
+			for _, c := range checks {
+				assert.True(t, c.Pass, "%s %s: worst %.3g of its bound; %s", c.Op, c.Variant(), c.Worst, c.Err)
+				assert.Positive(t, c.USPerCall, c.Variant())
+				if strings.Contains(c.Kernel, "_sg") {
+					subgroups++
+				}
+				if strings.HasPrefix(c.Kernel, "decode_attention_split") {
+					split++
+				}
+			}
+			rows, _, wantSplit := checkRows(*pc.prof)
+			assert.Len(t, checks, rows, "every matvec, two score plans, two decisions, attention on two caches (and split where %s splits)", pc.prof)
+			assert.Equal(t, wantSplit, split, "split attention on both caches where the profile splits")
+			if pc.prof.MatvecReduce == shaders.ReduceSubgroup {
+				assert.Positive(t, subgroups, "the profile's subgroup kernels were checked")
+			}
+			for _, c := range checks[:3] {
+				t.Logf("%-24s %-40s pass=%v %.1f us", c.Op, c.Variant(), c.Pass, c.USPerCall)
+			}
+		})
 	}
-	assert.Len(t, own, len(shaders.MatvecTypes)*len(shaders.MatvecFusions)+6, "every matvec, two score plans, two decisions, attention on two caches")
-	split := 0
-	for _, c := range gpu {
-		if strings.HasPrefix(c.Kernel, "decode_attention_split") {
-			split++
-		}
-	}
-	assert.Equal(t, 2, split, "the GPU profile's split attention, on both caches")
+	gpu := gpuProfileOf(dev)
+	require.Positive(t, gpu.AttentionSplits(2048)-1, "a GPU profile splits a 2048-entry cache")
 	if dev.Info().Features.SubgroupArithmetic {
-		assert.Positive(t, subgroups, "the GPU profile's subgroup kernels were checked")
-	}
-	for _, c := range gpu[:3] {
-		t.Logf("%-24s %-40s pass=%v %.1f us", c.Op, c.Variant(), c.Pass, c.USPerCall)
+		require.Equal(t, shaders.ReduceSubgroup, gpu.MatvecReduce, "a GPU profile on a device with subgroup arithmetic takes the subgroup matvec")
 	}
 }
 
@@ -149,8 +170,9 @@ func TestSelfCheckCached(t *testing.T) {
 }
 
 // On the smallest device of the forced matrix (no optional feature, 16 KiB
-// of shared memory, 256 invocations) every variant picked passes too, the
-// attention workgroup halved to fit.
+// of shared memory, 256 invocations) every variant each of deviceProfiles
+// picks passes too, the attention workgroup halved to fit, in each of the
+// attention rows the profile's plan makes (checkRows).
 func TestCheckDeviceMinimal(t *testing.T) {
 	var minimal vktest.Restriction
 	for _, fd := range forcedDevices {
@@ -159,18 +181,22 @@ func TestCheckDeviceMinimal(t *testing.T) {
 		}
 	}
 	dev := vktest.OpenRestricted(t, vk.InstanceOptions{Validation: true}, minimal)
-	own, err := CheckDevice(dev)
-	require.NoError(t, err)
-	gpu, err := checkProfile(dev, gpuProfileOf(dev))
-	require.NoError(t, err)
-	fitted := 0
-	for _, c := range append(own, gpu...) {
-		assert.True(t, c.Pass, "%s %s: worst %.3g of its bound; %s", c.Op, c.Variant(), c.Worst, c.Err)
-		assert.NotContains(t, c.Kernel, "_sg", "no subgroup kernel without subgroup arithmetic")
-		if strings.HasPrefix(c.Kernel, "decode_attention") {
-			assert.Equal(t, []uint32{16, 128}, c.Spec[:2], c.Kernel)
-			fitted++
-		}
+	for _, pc := range deviceProfiles(dev) {
+		t.Run(pc.name, func(t *testing.T) {
+			checks, err := checkProfile(dev, *pc.prof)
+			require.NoError(t, err)
+			fitted := 0
+			for _, c := range checks {
+				assert.True(t, c.Pass, "%s %s: worst %.3g of its bound; %s", c.Op, c.Variant(), c.Worst, c.Err)
+				assert.NotContains(t, c.Kernel, "_sg", "no subgroup kernel without subgroup arithmetic")
+				if strings.HasPrefix(c.Kernel, "decode_attention") {
+					assert.Equal(t, []uint32{16, 128}, c.Spec[:2], c.Kernel)
+					fitted++
+				}
+			}
+			rows, attention, _ := checkRows(*pc.prof)
+			assert.Len(t, checks, rows)
+			assert.Equal(t, attention, fitted, "attention on two caches, and split where %s splits", pc.prof)
+		})
 	}
-	assert.Equal(t, 6, fitted, "attention on two caches in both profiles, and split in the GPU's")
 }

@@ -47,22 +47,22 @@ func Convert(t testing.TB, dir string) (path string, tokens []int32) {
 	return path, g.Tokens
 }
 
-// convertDir finds testdata/convert from the working directory up: a test
-// runs in its package's folder, which is under the repository root in a
-// checkout and under src/ in the GPU bundle (scripts/gpu-bundle.sh), whose
-// binaries are built with -trimpath, so that this file's own path (the
-// runtime.Caller way) names no folder on the machine that runs them.
+// convertDir is the repository's testdata/convert, found from the working
+// directory up: go test runs a package's tests in its folder, and the GPU
+// bundle runs each test binary in the same folder of its src/, beside a
+// copy of testdata/ (scripts/gpu-bundle.sh), where the source path that
+// runtime.Caller gives is not there (-trimpath makes it a module path).
 func convertDir(t testing.TB) string {
 	t.Helper()
 	wd, err := os.Getwd()
 	require.NoError(t, err)
 	for dir := wd; ; dir = filepath.Dir(dir) {
 		p := filepath.Join(dir, "testdata", "convert")
-		if fi, err := os.Stat(filepath.Join(p, "vocab512.gguf")); err == nil && !fi.IsDir() {
+		if st, err := os.Stat(p); err == nil && st.IsDir() {
 			return p
 		}
 		if filepath.Dir(dir) == dir {
-			require.FailNowf(t, "publictest: no testdata/convert/vocab512.gguf", "in %s or any folder above it", wd)
+			require.FailNowf(t, "publictest: no fixtures", "no testdata/convert in %s or a folder above it", wd)
 		}
 	}
 }
