@@ -36,6 +36,7 @@ quick=${QUICK:-0}
 if [ "${1:-}" = --quick ]; then quick=1; shift; fi
 report=${1:-$here/report.md}
 logs=$here/logs
+[ -d "$here/shared-data" ] && export MODRUN_SHARED_DATA=$here/shared-data # gpu-bundle.sh's copy
 mkdir -p "$logs"
 shapes=${BENCH_SHAPES:-stories260k stories15m tinyllama-1.1b llama2-7b llama3.2-1b}
 types=${BENCH_TYPES:-f16 q8_0 q4_k_m}

@@ -32,6 +32,20 @@ cp example_test.go "$dir/src/" # TestExamplesOnVulkan reruns its examples from t
 # A module of its own, so that the repository's ./... (go test, go list in
 # TestImportDirection) does not take the copied example for a package.
 printf 'module modrun-gpu-bundle\n' > "$dir/go.mod"
+# The shared test data the bundle's tests read (internal/shared: models,
+# the llama.cpp quantizations, the Llama 2 vocabulary, a TinyStories text),
+# where this machine has it: the GPU machine has no ../shared/data, and
+# -trimpath leaves the tests no source path to find it from. run.sh points
+# MODRUN_SHARED_DATA at it. It is test input, never part of the repository.
+shared=${MODRUN_SHARED_DATA:-../shared/data}
+if [ -d "$shared" ]; then
+  mkdir -p "$dir/shared-data/vocab" "$dir/shared-data/tinystories"
+  cp -r "$shared/models" "$shared/quant" "$dir/shared-data/"
+  cp "$shared"/vocab/ggml-vocab-llama-spm.gguf* "$dir/shared-data/vocab/"
+  cp "$shared/tinystories/TinyStories-validation.head-hf.txt" "$dir/shared-data/tinystories/"
+else
+  echo "gpu-bundle: no shared data at $shared: the tests that read it will skip on the GPU machine" >&2
+fi
 cp scripts/gpu-bundle-run.sh "$dir/run.sh"
 git rev-parse HEAD > "$dir/COMMIT" 2>/dev/null || echo unknown > "$dir/COMMIT"
 echo "gpu-bundle: $dir ($(du -sh "$dir" | cut -f1)); on the GPU machine: $dir/run.sh [REPORT.md]"
