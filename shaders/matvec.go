@@ -24,6 +24,12 @@ const (
 	// add across invocations; the 8 lanes of a subgroup load a block of x
 	// a vec4 each and share it by subgroupBroadcast.
 	ReduceLanes = "_lanes"
+	// ReduceSubgroupRows is matvec_rows.comp (a GPU's decode: MatvecRowsTypes,
+	// rows of a multiple of 32 columns): RPS rows a subgroup, each lane a
+	// 32-weight chunk of all of them at a time, weights decoded without
+	// conversion instructions, summed by subgroupAdd. Spec: [workgroup
+	// size, the subgroup size, vectors per pass, rows per subgroup].
+	ReduceSubgroupRows = "_sgrows"
 )
 
 // Matvec fusions (matvec.comp): what the kernel does besides y = W x.
@@ -104,7 +110,66 @@ func matvecLanesVariant(fuse string) Variant {
 	return v
 }
 
+// MatvecRowsTypes are the weight types matvec_rows.comp reads: all but F32
+// (no decode matrix of a real model is F32).
+var MatvecRowsTypes = []string{MatvecF16, MatvecBF16, MatvecQ8_0, MatvecQ4_0, MatvecQ4_1, MatvecQ5_0, MatvecQ5_1,
+	MatvecQ2_K, MatvecQ3_K, MatvecQ4_K, MatvecQ5_K, MatvecQ6_K}
+
+// MatvecRowsSpec is matvec_rows's default spec on a device with subgroups
+// of sg: four subgroups a workgroup, one vector a pass, two rows a
+// subgroup.
+func MatvecRowsSpec(sg uint32) []uint32 { return []uint32{4 * sg, sg, 1, 2} }
+
+// matvecRowsVariant is matvec_rows.comp for weight type typ with fusion
+// fuse: matvec's bindings and push constants.
+func matvecRowsVariant(typ, fuse string) Variant {
+	v := matvecFusedVariant(typ, ReduceShared, fuse)
+	v.Name, v.Source, v.Reduce = MatvecFusedName(typ, ReduceSubgroupRows, fuse), "matvec_rows.comp", ReduceSubgroupRows
+	v.LocalSize, v.Spec = [3]uint32{128, 1, 1}, MatvecRowsSpec(32)
+	v.Notes = "Spec: [workgroup size, the subgroup size, vectors per pass, rows per subgroup]; dispatch MatvecGroups(rows, spec); " +
+		"cols a multiple of 32; needs subgroup arithmetic with the workgroup's subgroups all of the spec's size"
+	if fuse == FuseNorm || fuse == FuseNormSwiGLU {
+		v.Notes += "; x is RMSNorm'd with normw and MatvecPush.Eps first"
+	}
+	if fuse == FuseNormSwiGLU {
+		v.Notes += "; w is gate and up stacked (2*rows rows), y = silu(gate x) * (up x)"
+	}
+	return v
+}
+
+// matvec_rows's decodings, for BenchmarkMatvecGPU to tell on a GPU what
+// the weight conversion costs (Q8_0 and Q4_K; the variants' reduce is
+// ReduceSubgroupRows plus the suffix, their Reduce field
+// ReduceSubgroupRows):
+const (
+	// MatvecRowsI2F converts with the int-to-float instruction, as
+	// matvec.comp does (16 a clock per SM on NVIDIA).
+	MatvecRowsI2F = "_i2f"
+	// MatvecRowsInplace leaves bytes in place in the float's mantissa where
+	// they fit (scaled by 256^-t in the block's scale): fewer shifts.
+	MatvecRowsInplace = "_inplace"
+)
+
+// MatvecRowsDecodings are the decodings besides the default one.
+var MatvecRowsDecodings = map[string]string{MatvecRowsI2F: "CONVERT_I2F", MatvecRowsInplace: "MAGIC_INPLACE"}
+
 func init() {
+	for _, typ := range MatvecRowsTypes {
+		for _, fuse := range MatvecFusions {
+			Variants = append(Variants, matvecRowsVariant(typ, fuse))
+		}
+	}
+	for _, typ := range []string{MatvecQ8_0, MatvecQ4_K} {
+		for _, dec := range []string{MatvecRowsI2F, MatvecRowsInplace} {
+			for _, fuse := range MatvecFusions {
+				v := matvecRowsVariant(typ, fuse)
+				v.Name = MatvecFusedName(typ, ReduceSubgroupRows+dec, fuse)
+				v.Defines = append(v.Defines, MatvecRowsDecodings[dec])
+				v.Notes += "; decoding " + dec[1:] + " (BenchmarkMatvecGPU's alternatives)"
+				Variants = append(Variants, v)
+			}
+		}
+	}
 	for _, reduce := range []string{ReduceShared, ReduceSubgroup} {
 		for _, typ := range MatvecTypes {
 			for _, fuse := range MatvecFusions {
