@@ -137,7 +137,7 @@ func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 	case v.Op == OpMatvec && v.Reduce == ReduceLanes && p.MatvecLanes:
 		fb.MatvecLanes = false
 		return fb, MatvecFusedName(v.Type, ReduceShared, v.Fusion), true
-	case v.Op == OpMatvec && v.Reduce == ReduceSubgroupRows && p.MatvecRows:
+	case v.Op == OpMatvec && (v.Reduce == ReduceSubgroupRows || v.Reduce == ReduceSubgroupWords) && p.MatvecRows:
 		// As a failed subgroup matvec: the shared-memory tree, for every
 		// matvec (the rows kernel's fault may be the subgroups').
 		s := p.Safe()

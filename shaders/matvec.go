@@ -30,6 +30,11 @@ const (
 	// conversion instructions, summed by subgroupAdd. Spec: [workgroup
 	// size, the subgroup size, vectors per pass, rows per subgroup].
 	ReduceSubgroupRows = "_sgrows"
+	// ReduceSubgroupWords is matvec_words.comp (MatvecWordsTypes): as
+	// ReduceSubgroupRows, its lanes reading the rows in small interleaved
+	// units (8 weights) so that the loads of x are near each other; the
+	// same spec. Not chosen by a profile yet: BenchmarkMatvecGPU's.
+	ReduceSubgroupWords = "_sgwords"
 )
 
 // Matvec fusions (matvec.comp): what the kernel does besides y = W x.
@@ -116,9 +121,19 @@ var MatvecRowsTypes = []string{MatvecF16, MatvecBF16, MatvecQ8_0, MatvecQ4_0, Ma
 	MatvecQ2_K, MatvecQ3_K, MatvecQ4_K, MatvecQ5_K, MatvecQ6_K}
 
 // MatvecRowsSpec is matvec_rows's default spec on a device with subgroups
-// of sg: four subgroups a workgroup, one vector a pass, two rows a
-// subgroup.
-func MatvecRowsSpec(sg uint32) []uint32 { return []uint32{4 * sg, sg, 1, 2} }
+// of sg: four subgroups a workgroup, one vector a pass, four rows a
+// subgroup (on an H200 every quantized shape ran fastest at 4 of the 1, 2
+// and 4 measured, at NB 1, 8 and 16: gpu-results run A).
+func MatvecRowsSpec(sg uint32) []uint32 { return []uint32{4 * sg, sg, 1, 4} }
+
+// matvecRowsPicks are the types a profile with MatvecRows runs on
+// matvec_rows: the quantized ones. F16 and BF16 keep matvec.comp's
+// subgroup variant, which streamed F16 at 72-74% of the probe on an H200
+// where matvec_rows reached 45-50% (run A): its lanes read x and the
+// weights 16 bytes apart, coalesced, where matvec_rows's read 32-weight
+// chunks (64 bytes of F16) a lane apart.
+var matvecRowsPicks = []string{MatvecQ8_0, MatvecQ4_0, MatvecQ4_1, MatvecQ5_0, MatvecQ5_1,
+	MatvecQ2_K, MatvecQ3_K, MatvecQ4_K, MatvecQ5_K, MatvecQ6_K}
 
 // matvecRowsVariant is matvec_rows.comp for weight type typ with fusion
 // fuse: matvec's bindings and push constants.
@@ -145,22 +160,34 @@ const (
 	// MatvecRowsI2F converts with the int-to-float instruction, as
 	// matvec.comp does (16 a clock per SM on NVIDIA).
 	MatvecRowsI2F = "_i2f"
-	// MatvecRowsInplace leaves bytes in place in the float's mantissa where
-	// they fit (scaled by 256^-t in the block's scale): fewer shifts.
-	MatvecRowsInplace = "_inplace"
+	// MatvecRowsShift shifts each byte down before the 2^23 trick; the
+	// default leaves bytes in place in the float's mantissa where they fit
+	// (scaled by 256^-t in the block's scale): fewer shifts, 5-13% faster
+	// at 4 rows a subgroup on an H200 (gpu-results run A).
+	MatvecRowsShift = "_shift"
 )
 
 // MatvecRowsDecodings are the decodings besides the default one.
-var MatvecRowsDecodings = map[string]string{MatvecRowsI2F: "CONVERT_I2F", MatvecRowsInplace: "MAGIC_INPLACE"}
+var MatvecRowsDecodings = map[string]string{MatvecRowsI2F: "CONVERT_I2F", MatvecRowsShift: "MAGIC_SHIFT"}
+
+// MatvecWordsTypes are the weight types matvec_words.comp reads.
+var MatvecWordsTypes = []string{MatvecF16, MatvecQ8_0, MatvecQ4_1, MatvecQ4_K}
 
 func init() {
+	for _, typ := range MatvecWordsTypes {
+		for _, fuse := range MatvecFusions {
+			v := matvecRowsVariant(typ, fuse)
+			v.Name, v.Source, v.Reduce = MatvecFusedName(typ, ReduceSubgroupWords, fuse), "matvec_words.comp", ReduceSubgroupWords
+			Variants = append(Variants, v)
+		}
+	}
 	for _, typ := range MatvecRowsTypes {
 		for _, fuse := range MatvecFusions {
 			Variants = append(Variants, matvecRowsVariant(typ, fuse))
 		}
 	}
 	for _, typ := range []string{MatvecQ8_0, MatvecQ4_K} {
-		for _, dec := range []string{MatvecRowsI2F, MatvecRowsInplace} {
+		for _, dec := range []string{MatvecRowsI2F, MatvecRowsShift} {
 			for _, fuse := range MatvecFusions {
 				v := matvecRowsVariant(typ, fuse)
 				v.Name = MatvecFusedName(typ, ReduceSubgroupRows+dec, fuse)

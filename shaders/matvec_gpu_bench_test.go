@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"slices"
 	"testing"
 	"time"
 
@@ -23,11 +24,12 @@ import (
 // every candidate's validation run in seconds there. Each case runs NB =
 // 1, 8, 16 vectors in one pass, for:
 //   - own: what NewProfile picks on this device (the engine's choice);
-//   - sg: matvec.comp with a subgroup per row (a GPU profile's choice
-//     before matvec_rows);
-//   - rows-rN: matvec_rows.comp with N rows a subgroup;
-//   - rows-rN_i2f, rows-rN_inplace (Q8_0, Q4_K): its other decodings
-//     (MatvecRowsDecodings), to tell what the conversion costs.
+//   - sg (NB 1): matvec.comp with a subgroup per row (a GPU profile's
+//     choice before matvec_rows; F16's still);
+//   - rows-r4: matvec_rows.comp with 4 rows a subgroup (the quantized
+//     types' own);
+//   - words-rN (F16, Q8_0, Q4_1, Q4_K): matvec_words.comp, lanes reading
+//     the rows in interleaved units of 8 weights (matvecCandidates).
 //
 // Before timing, each kernel's output is checked against a float64
 // reference on a sample of rows (every 61st and the last), with matvec's
@@ -100,8 +102,14 @@ type matvecCandidate struct {
 }
 
 // matvecCandidates are the kernels BenchmarkMatvecGPU times for weight type
-// typ, fusion fuse and nb vectors on device d: the profile's own, matvec's
-// subgroup variant and matvec_rows at 1, 2 and 4 rows a subgroup.
+// typ, fusion fuse and nb vectors on device d: the profile's own, then
+// what H200 run A (gpu-results) left open, few enough that the whole
+// benchmark fits a GPU run of minutes: matvec.comp's subgroup variant at
+// one vector (it lost at 8 and 16 by 3-6x), matvec_rows at 4 rows a
+// subgroup (F16: the profile keeps matvec.comp) and matvec_words at 2, 4
+// and 8. Run A's other candidates (matvec_rows at 1 and 2 rows, its i2f
+// and shift decodings: the conversion did not matter) are still in the
+// table, by name.
 func matvecCandidates(d Device, typ, fuse string, nb, cols int) []matvecCandidate {
 	withNB := func(spec []uint32) []uint32 {
 		s := append([]uint32(nil), spec...)
@@ -119,16 +127,13 @@ func matvecCandidates(d Device, typ, fuse string, nb, cols int) []matvecCandidat
 		}
 	}
 	sg := d.SubgroupSize
-	add(matvecCandidate{"sg", MatvecFusedName(typ, ReduceSubgroup, fuse), []uint32{4 * sg, sg, uint32(nb)}})
-	for _, rps := range []uint32{1, 2, 4} {
-		add(matvecCandidate{fmt.Sprintf("rows-r%d", rps), MatvecFusedName(typ, ReduceSubgroupRows, fuse), []uint32{4 * sg, sg, uint32(nb), rps}})
+	if nb == 1 {
+		add(matvecCandidate{"sg", MatvecFusedName(typ, ReduceSubgroup, fuse), []uint32{4 * sg, sg, uint32(nb)}})
 	}
-	if typ == MatvecQ8_0 || typ == MatvecQ4_K { // the other decodings: what the conversion costs
-		for _, c := range []struct {
-			dec string
-			rps uint32
-		}{{MatvecRowsI2F, 2}, {MatvecRowsInplace, 2}, {MatvecRowsInplace, 4}} {
-			add(matvecCandidate{fmt.Sprintf("rows-r%d%s", c.rps, c.dec), MatvecFusedName(typ, ReduceSubgroupRows+c.dec, fuse), []uint32{4 * sg, sg, uint32(nb), c.rps}})
+	add(matvecCandidate{"rows-r4", MatvecFusedName(typ, ReduceSubgroupRows, fuse), []uint32{4 * sg, sg, uint32(nb), 4}})
+	if slices.Contains(MatvecWordsTypes, typ) { // lanes in interleaved units
+		for _, rps := range []uint32{2, 4, 8} {
+			add(matvecCandidate{fmt.Sprintf("words-r%d", rps), MatvecFusedName(typ, ReduceSubgroupWords, fuse), []uint32{4 * sg, sg, uint32(nb), rps}})
 		}
 	}
 	return out
@@ -338,7 +343,7 @@ func (c *matvecGPUCase) bench(b *testing.B, dev *vk.Device, cand matvecCandidate
 		b.Fatalf("%s%v: wrong before timing: %v", cand.name, cand.spec, err)
 	}
 
-	const perRun = 16
+	const perRun = 8
 	rec := dev.NewRecorder()
 	defer rec.Close()
 	for i := 0; i < perRun; i++ {

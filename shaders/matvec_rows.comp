@@ -16,8 +16,12 @@
 //     float 8388608 + b, exactly, and one subtraction of 8388608 (+128 for
 //     Q8_0's signed bytes, flipped by ^0x80; + the type's zero point) makes
 //     the value exactly, before any product: the 2^23-sized floats are
-//     never summed. A weight then costs a shift-and-mask, an add, its scale
-//     and NB multiply-adds, and the NB vectors share each decoded weight.
+//     never summed. Bytes that fit are left in place (2^23 + 256^t b, the
+//     scale taking 256^-t); MAGIC_SHIFT shifts each down instead and
+//     CONVERT_I2F converts, for the bench. A weight then costs a mask, an
+//     add, its scale and NB multiply-adds, and the NB vectors share each
+//     decoded weight. (On an H200 the three decodings ran at the same
+//     speed within 13%: the conversion is not what bounds this kernel.)
 //   - The row's sums are added by subgroupAdd (TPR, constant 1, must be the
 //     device's subgroup size); no shared memory, no barrier.
 // Rows must be a whole number of 32-weight chunks (cols % 32 == 0: every
@@ -128,7 +132,7 @@ vec4 weights4(Chunk k, uint j) {
 	uint raw = j < 4u ? k.a[j] : k.b[j - 4u];
 #if defined(CONVERT_I2F)
 	return vec4(ivec4(uvec4(raw) << uvec4(24u, 16u, 8u, 0u)) >> 24) * k.s.x;
-#elif defined(MAGIC_INPLACE)
+#elif !defined(MAGIC_SHIFT)
 	// Bytes 1 and 3 stay at bits 8..15 (of u and of u >> 16): 2^23 + 256 (b + 128),
 	// exact; the scale takes the 1/256, a power of two, so the products are
 	// the same floats. One and-or a byte, a shift a pair.
@@ -136,7 +140,7 @@ vec4 weights4(Chunk k, uint j) {
 	vec4 q = uintBitsToFloat(uvec4(u & 0xffu, u & 0xff00u, v & 0xffu, v & 0xff00u) | MAGIC) -
 		vec4(8388736.0, 8421376.0, 8388736.0, 8421376.0);
 	return q * (k.s.x * vec4(1.0, 1.0 / 256.0, 1.0, 1.0 / 256.0));
-#else
+#else // MAGIC_SHIFT: each byte shifted down first
 	uint u = raw ^ 0x80808080u; // b + 128, unsigned
 	return (magic4(u) - 8388736.0) * k.s.x;
 #endif
@@ -149,13 +153,13 @@ vec4 weights4(Chunk k, uint j) {
 	vec2 sm = j < 4u ? k.s.xy : k.s.zw;
 #if defined(CONVERT_I2F)
 	return sbQ(u) * sm.x - (sm.x * float(SB_ZERO) + sm.y);
-#elif defined(MAGIC_INPLACE)
+#elif !defined(MAGIC_SHIFT)
 	// Values are below 128: bytes 0..2 stay in place (2^23 + 256^t q, exact);
 	// the scale takes 256^-t. Byte 3 is shifted down.
 	const vec4 at = vec4(1.0, 256.0, 65536.0, 1.0);
 	vec4 q = uintBitsToFloat(uvec4(u & 0xffu, u & 0xff00u, u & 0xff0000u, u >> 24) | MAGIC) - (8388608.0 + float(SB_ZERO) * at);
 	return q * (sm.x / at) - sm.y;
-#else
+#else // MAGIC_SHIFT
 	vec4 q = magic4(u) - (8388608.0 + float(SB_ZERO));
 	return q * sm.x - sm.y;
 #endif

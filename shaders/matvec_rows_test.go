@@ -17,7 +17,8 @@ func matvecRowsSpecs(sg uint32) [][]uint32 {
 	return [][]uint32{MatvecRowsSpec(sg), {sg, sg, 1, 1}, {4 * sg, sg, 4, 3}, {2 * sg, sg, 2, 4}}
 }
 
-// TestMatvecRows checks matvec_rows (every type it reads, every fusion)
+// TestMatvecRows checks matvec_rows and matvec_words (every type they
+// read, every fusion)
 // against the float64 reference, on ragged row counts and rows of odd
 // chunk counts per lane, with the tolerances of matvec's tests: it
 // decodes each weight as the reference does (an exact integer, times its
@@ -50,7 +51,10 @@ func TestMatvecRows(t *testing.T) {
 				reduces := []string{ReduceSubgroupRows}
 				if (typ == gguf.TypeQ8_0 || typ == gguf.TypeQ4_K) && si == 2 && (fuse == FuseNone || fuse == FuseNormSwiGLU) {
 					// the bench's other decodings (MatvecRowsDecodings), on one spec
-					reduces = append(reduces, ReduceSubgroupRows+MatvecRowsI2F, ReduceSubgroupRows+MatvecRowsInplace)
+					reduces = append(reduces, ReduceSubgroupRows+MatvecRowsI2F, ReduceSubgroupRows+MatvecRowsShift)
+				}
+				if slices.Contains(MatvecWordsTypes, name) {
+					reduces = append(reduces, ReduceSubgroupWords)
 				}
 				for _, reduce := range reduces {
 					v, err := Lookup(MatvecFusedName(name, reduce, fuse))

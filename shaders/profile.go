@@ -53,11 +53,11 @@ type Profile struct {
 	// MatvecLanesSpecCPU), every fusion but the add: on a CPU device whose subgroups
 	// are 8 lanes, sure, with broadcasts and sums (lavapipe).
 	MatvecLanes bool
-	// MatvecRows runs the matvecs of MatvecRowsTypes with rows of a
-	// multiple of 32 columns as matvec_rows.comp (ReduceSubgroupRows,
-	// MatvecRowsSpec): on GPUs with subgroup arithmetic, whose decode
-	// matvec.comp leaves bound by its per-weight conversions (issue 42,
-	// docs/matvec-cost.md).
+	// MatvecRows runs the quantized matvecs (matvecRowsPicks) with rows of
+	// a multiple of 32 columns as matvec_rows.comp (ReduceSubgroupRows,
+	// MatvecRowsSpec): on GPUs with subgroup arithmetic, where it streamed
+	// Q8_0 at 2.2-3.9x and Q4_K at 3.1-3.8x matvec.comp's rate on an H200
+	// (issue 42, docs/matvec-cost.md).
 	MatvecRows bool
 	// KV is the KV cache's default element type: KVF16 on GPUs (decode
 	// attention reads half the bytes, the cache takes half the memory),
@@ -210,7 +210,7 @@ func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []u
 	// Swiglu walks two rows (a norm sums x^2 inside the walk).
 	loops := map[string]uint32{FuseNone: 1, FuseAdd: 1, FuseNorm: 1, FuseNormSwiGLU: 2}[fuse]
 	iters := func(spec []uint32) uint32 { return loops * MatvecLoopIterations(n, cols, spec) }
-	if p.MatvecRows && cols%32 == 0 && slices.Contains(MatvecRowsTypes, typ) {
+	if p.MatvecRows && cols%32 == 0 && slices.Contains(matvecRowsPicks, typ) {
 		return MatvecFusedName(typ, ReduceSubgroupRows, fuse), MatvecRowsSpec(p.SubgroupSize)
 	}
 	spec = append([]uint32(nil), p.MatvecSpec...)
@@ -249,6 +249,20 @@ func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []u
 		spec[1] *= 2
 	}
 	return MatvecFusedName(typ, ReduceShared, fuse), spec
+}
+
+// VecRows is the most rows (sequences) a batched step runs as matvecs of
+// NB vectors, reading each weight once, before it takes the matmul, which
+// re-reads the weights per tile of rows: 16 with matvec_rows (its NB = 16
+// pass costs about 2.5 single-vector passes by docs/matvec-cost.md, where
+// the matmul took 1.6 ms a call at 7B on an H200, ~200x what the probe
+// takes to read the same weights), 8 otherwise (lavapipe's measured choice: the
+// step runner's steps of up to 8 rows, engine/vulkan/stepvec.go).
+func (p Profile) VecRows() int {
+	if p.MatvecRows {
+		return 16
+	}
+	return 8
 }
 
 // Flash-decoding's chunks on a GPU: one per attentionChunk entries of the

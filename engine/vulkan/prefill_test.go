@@ -249,7 +249,7 @@ func TestPrefillRecordingsBounded(t *testing.T) {
 	dev := openDevice(t, true)
 	base := "../../testdata/mod/mod-trained"
 	m := openModel(t, base+".gguf")
-	run, err := New(dev, m, mod.RoutingRouter, Options{})
+	run, err := New(dev, m, mod.RoutingRouter, Options{PromptSteps: -1}) // every chunk a prefill
 	require.NoError(t, err)
 	defer run.Close()
 	cpu, err := m.NewState(mod.RoutingRouter)
