@@ -131,11 +131,11 @@ func (r *Runner) record() error {
 // Feed runs tokens after those already fed and returns the logits of the
 // last one [nVocab].
 //
-// Up to Options.PromptSteps tokens run through the recorded decode step, one at a
-// time; more go through the batched prefill in chunks of up to
-// Options.UBatch (prefill.go). Causal
-// routing decides token by token (DESIGN.md §3), so the result does not
-// depend on how the tokens are split, up to the kernels' summation orders.
+// Up to Options.PromptSteps tokens run through the recorded decode step,
+// one at a time; more go through the batched prefill in chunks of up to
+// Options.UBatch (prefill.go). Causal routing decides token by token
+// (DESIGN.md §3), so the result does not depend on how the tokens are
+// split, up to the kernels' summation orders.
 // After an error the sequence is in an unspecified state: Reset it.
 func (r *Runner) Feed(tokens []int32) ([]float32, error) {
 	if err := r.run(tokens, true); err != nil {
@@ -159,9 +159,9 @@ func (r *Runner) FeedArgmax(tokens []int32) (int32, error) {
 	return r.lastArgmax()
 }
 
-// run runs tokens: up to Options.PromptSteps through the decode step (the last
-// through the one that copies the logits to the host when logits), more
-// through the batched prefill.
+// run runs tokens: up to Options.PromptSteps through the decode step (the
+// last through the one that copies the logits to the host when logits),
+// more through the batched prefill.
 func (r *Runner) run(tokens []int32, logits bool) error {
 	if r.resetErr != nil {
 		return fmt.Errorf("vulkan: Reset: %w", r.resetErr)
@@ -190,8 +190,9 @@ func (r *Runner) run(tokens []int32, logits bool) error {
 // same for 1 to 64 rows. Measured: a 5-token prompt at 7B Q8_0 took 224
 // matmuls of 1.6 ms (362 ms) on an H200, where a decode step took 15 ms
 // (1.1B: 42 ms against 3.7); on lavapipe a stories15M matmul pass cost
-// ~200 ms against ~15 ms a step. So up to 8 tokens a step each wins on
-// every device measured (docs/matvec-cost.md, issue 42 item 4). Causal
+// ~200 ms against ~15 ms a step, and tinystories-mod's 5-token prompt
+// took 33 ms token by token against the prefill's 105 (medians of 8). So
+// up to 8 tokens a step each wins on every device measured (docs/matvec-cost.md, issue 42 item 4). Causal
 // routing decides token by token either way (DESIGN.md §3).
 const DefaultPromptSteps = 8
 
