@@ -86,7 +86,7 @@ func TestOnlySubgroupVariantsNeedAFeature(t *testing.T) {
 	for _, name := range subgroupKernels {
 		assert.True(t, strings.HasPrefix(name, "matvec_") || name == "router_score_sg" || strings.HasPrefix(name, "route_decode"), name)
 	}
-	assert.Len(t, subgroupKernels, len(MatvecTypes)*len(MatvecFusions)+(len(MatvecRowsTypes)+len(MatvecWordsTypes)+2*len(MatvecRowsDecodings))*len(MatvecFusions)+len(MatvecFusions)+3,
+	assert.Len(t, subgroupKernels, len(MatvecTypes)*len(MatvecFusions)+(len(MatvecRowsTypes)+2*len(MatvecWordsTypes)+2*len(MatvecRowsDecodings))*len(MatvecFusions)+len(MatvecFusions)+3,
 		"every matvec, matvec_rows, matvec_q8_0_lanes, router_score_sg, route_decode(_pred)_sg")
 }
 

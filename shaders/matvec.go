@@ -170,6 +170,10 @@ const (
 // MatvecRowsDecodings are the decodings besides the default one.
 var MatvecRowsDecodings = map[string]string{MatvecRowsI2F: "CONVERT_I2F", MatvecRowsShift: "MAGIC_SHIFT"}
 
+// MatvecWordsFixed names matvec_words's variants with NB 1 and 4 rows a
+// subgroup compiled in (its reduce is ReduceSubgroupWords plus it).
+const MatvecWordsFixed = "_fixed"
+
 // MatvecWordsTypes are the weight types matvec_words.comp reads.
 var MatvecWordsTypes = []string{MatvecF16, MatvecQ8_0, MatvecQ4_1, MatvecQ4_K}
 
@@ -179,6 +183,13 @@ func init() {
 			v := matvecRowsVariant(typ, fuse)
 			v.Name, v.Source, v.Reduce = MatvecFusedName(typ, ReduceSubgroupWords, fuse), "matvec_words.comp", ReduceSubgroupWords
 			Variants = append(Variants, v)
+			// NB 1 and 4 rows a subgroup as compile-time constants (spec
+			// [4 sg, sg, 1, 4] only): BenchmarkMatvecGPU's words-r4-fixed.
+			f := v
+			f.Name = MatvecFusedName(typ, ReduceSubgroupWords+MatvecWordsFixed, fuse)
+			f.Defines = append(append([]string(nil), v.Defines...), "FIXED_NB_RPS")
+			f.Notes += "; NB 1 and 4 rows a subgroup fixed: spec [4*sg, sg, 1, 4]"
+			Variants = append(Variants, f)
 		}
 	}
 	for _, typ := range MatvecRowsTypes {

@@ -29,7 +29,10 @@ import (
 //   - rows-r4: matvec_rows.comp with 4 rows a subgroup (the quantized
 //     types' own);
 //   - words-rN (F16, Q8_0, Q4_1, Q4_K): matvec_words.comp, lanes reading
-//     the rows in interleaved units of 8 weights (matvecCandidates).
+//     the rows in interleaved units of 8 weights (matvecCandidates);
+//   - words-r4-fixed (NB 1): the same with NB and the rows a subgroup
+//     compiled in, not specialization constants: whether the driver keeps
+//     arrays sized by those in memory.
 //
 // Before timing, each kernel's output is checked against a float64
 // reference on a sample of rows (every 61st and the last), with matvec's
@@ -134,6 +137,9 @@ func matvecCandidates(d Device, typ, fuse string, nb, cols int) []matvecCandidat
 	if slices.Contains(MatvecWordsTypes, typ) { // lanes in interleaved units
 		for _, rps := range []uint32{2, 4, 8} {
 			add(matvecCandidate{fmt.Sprintf("words-r%d", rps), MatvecFusedName(typ, ReduceSubgroupWords, fuse), []uint32{4 * sg, sg, uint32(nb), rps}})
+		}
+		if nb == 1 {
+			add(matvecCandidate{"words-r4-fixed", MatvecFusedName(typ, ReduceSubgroupWords+MatvecWordsFixed, fuse), []uint32{4 * sg, sg, 1, 4}})
 		}
 	}
 	return out
