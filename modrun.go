@@ -285,6 +285,7 @@ type ProfileEntry struct {
 	Kernel string // the shader variant's name, e.g. "matvec_f32"
 	Calls  int
 	NS     uint64 // GPU nanoseconds
+	Bytes  uint64 // matvecs: the weight bytes their calls read, summed; 0 for other kernels
 }
 
 // Profile is the GPU time per kernel, most first, with Options.Profile on

@@ -137,9 +137,15 @@ func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 	case v.Op == OpMatvec && v.Reduce == ReduceLanes && p.MatvecLanes:
 		fb.MatvecLanes = false
 		return fb, MatvecFusedName(v.Type, ReduceShared, v.Fusion), true
+	case v.Op == OpMatvec && (v.Reduce == ReduceSubgroupRows || v.Reduce == ReduceSubgroupWords) && p.MatvecRows:
+		// As a failed subgroup matvec: the shared-memory tree, for every
+		// matvec (the rows kernel's fault may be the subgroups').
+		s := p.Safe()
+		fb.MatvecRows, fb.MatvecReduce, fb.MatvecSpec = false, s.MatvecReduce, s.MatvecSpec
+		return fb, MatvecFusedName(v.Type, ReduceShared, v.Fusion), true
 	case v.Op == OpMatvec && v.Reduce == ReduceSubgroup:
 		s := p.Safe()
-		fb.MatvecReduce, fb.MatvecSpec = s.MatvecReduce, s.MatvecSpec
+		fb.MatvecRows, fb.MatvecReduce, fb.MatvecSpec = false, s.MatvecReduce, s.MatvecSpec
 		return fb, MatvecFusedName(v.Type, ReduceShared, v.Fusion), true
 	case (v.Op == OpRouterScore || v.Op == OpRouteDecode || v.Op == OpRouteDecodePred) && v.Reduce == ReduceSubgroup:
 		fb.RoutingShared = true // the score and route plans read it (ScoreDevice)

@@ -86,8 +86,8 @@ func TestOnlySubgroupVariantsNeedAFeature(t *testing.T) {
 	for _, name := range subgroupKernels {
 		assert.True(t, strings.HasPrefix(name, "matvec_") || name == "router_score_sg" || strings.HasPrefix(name, "route_decode"), name)
 	}
-	assert.Len(t, subgroupKernels, len(MatvecTypes)*len(MatvecFusions)+len(MatvecFusions)+3,
-		"every matvec, matvec_q8_0_lanes, router_score_sg, route_decode(_pred)_sg")
+	assert.Len(t, subgroupKernels, len(MatvecTypes)*len(MatvecFusions)+(len(MatvecRowsTypes)+2*len(MatvecWordsTypes)+2*len(MatvecRowsDecodings))*len(MatvecFusions)+len(MatvecFusions)+3,
+		"every matvec, matvec_rows, matvec_q8_0_lanes, router_score_sg, route_decode(_pred)_sg")
 }
 
 // A device with none of the optional features, at the minimum limits, can
@@ -238,6 +238,16 @@ func TestFallback(t *testing.T) {
 	assert.True(t, fb.SubgroupArithmetic, "the score kernels keep their subgroups")
 	name, _ := fb.Matvec(MatvecQ4_K, FuseAdd, 1, 4096)
 	assert.Equal(t, safe, name)
+
+	// matvec_rows: the same fallback, the subgroup matvecs all go.
+	require.True(t, p.MatvecRows)
+	fb, safe, ok = fallback(MatvecFusedName(MatvecQ8_0, ReduceSubgroupRows, FuseNormSwiGLU))
+	require.True(t, ok)
+	assert.Equal(t, MatvecFusedName(MatvecQ8_0, ReduceShared, FuseNormSwiGLU), safe)
+	name, _ = fb.Matvec(MatvecQ8_0, FuseNormSwiGLU, 1, 4096)
+	assert.Equal(t, safe, name)
+	_, _, ok = fb.Fallback(Variant{Op: OpMatvec, Reduce: ReduceSubgroupRows})
+	assert.False(t, ok, "no second fallback")
 
 	fb, safe, ok = fallback("route_decode_pred_sg")
 	require.True(t, ok)

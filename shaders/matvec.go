@@ -24,6 +24,17 @@ const (
 	// add across invocations; the 8 lanes of a subgroup load a block of x
 	// a vec4 each and share it by subgroupBroadcast.
 	ReduceLanes = "_lanes"
+	// ReduceSubgroupRows is matvec_rows.comp (a GPU's decode: MatvecRowsTypes,
+	// rows of a multiple of 32 columns): RPS rows a subgroup, each lane a
+	// 32-weight chunk of all of them at a time, weights decoded without
+	// conversion instructions, summed by subgroupAdd. Spec: [workgroup
+	// size, the subgroup size, vectors per pass, rows per subgroup].
+	ReduceSubgroupRows = "_sgrows"
+	// ReduceSubgroupWords is matvec_words.comp (MatvecWordsTypes): as
+	// ReduceSubgroupRows, its lanes reading the rows in small interleaved
+	// units (8 weights) so that the loads of x are near each other; the
+	// same spec. Not chosen by a profile yet: BenchmarkMatvecGPU's.
+	ReduceSubgroupWords = "_sgwords"
 )
 
 // Matvec fusions (matvec.comp): what the kernel does besides y = W x.
@@ -104,7 +115,99 @@ func matvecLanesVariant(fuse string) Variant {
 	return v
 }
 
+// MatvecRowsTypes are the weight types matvec_rows.comp reads: all but F32
+// (no decode matrix of a real model is F32).
+var MatvecRowsTypes = []string{MatvecF16, MatvecBF16, MatvecQ8_0, MatvecQ4_0, MatvecQ4_1, MatvecQ5_0, MatvecQ5_1,
+	MatvecQ2_K, MatvecQ3_K, MatvecQ4_K, MatvecQ5_K, MatvecQ6_K}
+
+// MatvecRowsSpec is matvec_rows's default spec on a device with subgroups
+// of sg: four subgroups a workgroup, one vector a pass, four rows a
+// subgroup (on an H200 every quantized shape ran fastest at 4 of the 1, 2
+// and 4 measured, at NB 1, 8 and 16: gpu-results run A).
+func MatvecRowsSpec(sg uint32) []uint32 { return []uint32{4 * sg, sg, 1, 4} }
+
+// matvecRowsPicks are the types a profile with MatvecRows runs on
+// matvec_rows: the quantized ones. F16 and BF16 keep matvec.comp's
+// subgroup variant, which streamed F16 at 72-74% of the probe on an H200
+// where matvec_rows reached 45-50% (run A): its lanes read x and the
+// weights 16 bytes apart, coalesced, where matvec_rows's read 32-weight
+// chunks (64 bytes of F16) a lane apart.
+var matvecRowsPicks = []string{MatvecQ8_0, MatvecQ4_0, MatvecQ4_1, MatvecQ5_0, MatvecQ5_1,
+	MatvecQ2_K, MatvecQ3_K, MatvecQ4_K, MatvecQ5_K, MatvecQ6_K}
+
+// matvecRowsVariant is matvec_rows.comp for weight type typ with fusion
+// fuse: matvec's bindings and push constants.
+func matvecRowsVariant(typ, fuse string) Variant {
+	v := matvecFusedVariant(typ, ReduceShared, fuse)
+	v.Name, v.Source, v.Reduce = MatvecFusedName(typ, ReduceSubgroupRows, fuse), "matvec_rows.comp", ReduceSubgroupRows
+	v.LocalSize, v.Spec = [3]uint32{128, 1, 1}, MatvecRowsSpec(32)
+	v.Notes = "Spec: [workgroup size, the subgroup size, vectors per pass, rows per subgroup]; dispatch MatvecGroups(rows, spec); " +
+		"cols a multiple of 32; needs subgroup arithmetic with the workgroup's subgroups all of the spec's size"
+	if fuse == FuseNorm || fuse == FuseNormSwiGLU {
+		v.Notes += "; x is RMSNorm'd with normw and MatvecPush.Eps first"
+	}
+	if fuse == FuseNormSwiGLU {
+		v.Notes += "; w is gate and up stacked (2*rows rows), y = silu(gate x) * (up x)"
+	}
+	return v
+}
+
+// matvec_rows's decodings, for BenchmarkMatvecGPU to tell on a GPU what
+// the weight conversion costs (Q8_0 and Q4_K; the variants' reduce is
+// ReduceSubgroupRows plus the suffix, their Reduce field
+// ReduceSubgroupRows):
+const (
+	// MatvecRowsI2F converts with the int-to-float instruction, as
+	// matvec.comp does (16 a clock per SM on NVIDIA).
+	MatvecRowsI2F = "_i2f"
+	// MatvecRowsShift shifts each byte down before the 2^23 trick; the
+	// default leaves bytes in place in the float's mantissa where they fit
+	// (scaled by 256^-t in the block's scale): fewer shifts, 5-13% faster
+	// at 4 rows a subgroup on an H200 (gpu-results run A).
+	MatvecRowsShift = "_shift"
+)
+
+// MatvecRowsDecodings are the decodings besides the default one.
+var MatvecRowsDecodings = map[string]string{MatvecRowsI2F: "CONVERT_I2F", MatvecRowsShift: "MAGIC_SHIFT"}
+
+// MatvecWordsFixed names matvec_words's variants with NB 1 and 4 rows a
+// subgroup compiled in (its reduce is ReduceSubgroupWords plus it).
+const MatvecWordsFixed = "_fixed"
+
+// MatvecWordsTypes are the weight types matvec_words.comp reads.
+var MatvecWordsTypes = []string{MatvecF16, MatvecQ8_0, MatvecQ4_1, MatvecQ4_K}
+
 func init() {
+	for _, typ := range MatvecWordsTypes {
+		for _, fuse := range MatvecFusions {
+			v := matvecRowsVariant(typ, fuse)
+			v.Name, v.Source, v.Reduce = MatvecFusedName(typ, ReduceSubgroupWords, fuse), "matvec_words.comp", ReduceSubgroupWords
+			Variants = append(Variants, v)
+			// NB 1 and 4 rows a subgroup as compile-time constants (spec
+			// [4 sg, sg, 1, 4] only): BenchmarkMatvecGPU's words-r4-fixed.
+			f := v
+			f.Name = MatvecFusedName(typ, ReduceSubgroupWords+MatvecWordsFixed, fuse)
+			f.Defines = append(append([]string(nil), v.Defines...), "FIXED_NB_RPS")
+			f.Notes += "; NB 1 and 4 rows a subgroup fixed: spec [4*sg, sg, 1, 4]"
+			Variants = append(Variants, f)
+		}
+	}
+	for _, typ := range MatvecRowsTypes {
+		for _, fuse := range MatvecFusions {
+			Variants = append(Variants, matvecRowsVariant(typ, fuse))
+		}
+	}
+	for _, typ := range []string{MatvecQ8_0, MatvecQ4_K} {
+		for _, dec := range []string{MatvecRowsI2F, MatvecRowsShift} {
+			for _, fuse := range MatvecFusions {
+				v := matvecRowsVariant(typ, fuse)
+				v.Name = MatvecFusedName(typ, ReduceSubgroupRows+dec, fuse)
+				v.Defines = append(v.Defines, MatvecRowsDecodings[dec])
+				v.Notes += "; decoding " + dec[1:] + " (BenchmarkMatvecGPU's alternatives)"
+				Variants = append(Variants, v)
+			}
+		}
+	}
 	for _, reduce := range []string{ReduceShared, ReduceSubgroup} {
 		for _, typ := range MatvecTypes {
 			for _, fuse := range MatvecFusions {

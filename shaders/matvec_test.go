@@ -265,7 +265,11 @@ func TestMatvecLongLoops(t *testing.T) {
 	assert.Equal(t, MatvecName(MatvecF16, lp.MatvecReduce), name)
 	gpu := NewProfile(Device{SubgroupSize: 32, SubgroupArithmetic: true, MaxWorkGroupInvocations: 1024})
 	assert.Zero(t, gpu.LoopCap, "lavapipe's loop cap shapes lavapipe's variants only")
-	_, gspec := gpu.Matvec(MatvecQ8_0, FuseNone, 64, 1<<20)
+	gname, gspec := gpu.Matvec(MatvecQ8_0, FuseNone, 64, 1<<20)
+	assert.Equal(t, MatvecName(MatvecQ8_0, ReduceSubgroupRows), gname)
+	assert.Equal(t, MatvecRowsSpec(32), gspec)
+	gpu.MatvecRows = false
+	_, gspec = gpu.Matvec(MatvecQ8_0, FuseNone, 64, 1<<20)
 	assert.Equal(t, []uint32{128, 32, 1}, gspec)
 
 	for _, typ := range []string{MatvecQ8_0, MatvecQ4_1, MatvecQ4_K, MatvecQ6_K, MatvecQ2_K, MatvecQ3_K} {

@@ -1,6 +1,9 @@
 package shaders
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Device profiles (DESIGN.md §6): the facts of a device that shape its
 // kernels, and the variant and specialization each kernel gets from them.
@@ -50,6 +53,12 @@ type Profile struct {
 	// MatvecLanesSpecCPU), every fusion but the add: on a CPU device whose subgroups
 	// are 8 lanes, sure, with broadcasts and sums (lavapipe).
 	MatvecLanes bool
+	// MatvecRows runs the quantized matvecs (matvecRowsPicks) with rows of
+	// a multiple of 32 columns as matvec_rows.comp (ReduceSubgroupRows,
+	// MatvecRowsSpec): on GPUs with subgroup arithmetic, where it streamed
+	// Q8_0 at 2.2-3.9x and Q4_K at 3.1-3.8x matvec.comp's rate on an H200
+	// (issue 42, docs/matvec-cost.md).
+	MatvecRows bool
 	// KV is the KV cache's default element type: KVF16 on GPUs (decode
 	// attention reads half the bytes, the cache takes half the memory),
 	// KVF32 on CPU devices (lavapipe), where the engine's results stay
@@ -167,6 +176,7 @@ func NewProfile(d Device) Profile {
 		p.MatvecLanes = sg == 8 && d.SubgroupBallot && d.SubgroupArithmetic
 	case subgroupsUsable(d.SubgroupArithmetic, sg, 128) && matvecRowsPerGroup*sg <= p.MaxWorkGroupInvocations:
 		p.MatvecReduce, p.MatvecSpec = ReduceSubgroup, []uint32{matvecRowsPerGroup * sg, sg, 1}
+		p.MatvecRows = true
 	default:
 		p.MatvecReduce, p.MatvecSpec = ReduceShared, []uint32{128, 32, 1}
 	}
@@ -197,6 +207,9 @@ func (p Profile) String() string {
 	if p.MatvecReduce == ReduceSubgroup {
 		red = "subgroup"
 	}
+	if p.MatvecRows {
+		red += "+rows"
+	}
 	return fmt.Sprintf("%s/sg%d/matvec-%s%v/loopcap%d/kv-%s/attention-chunk%d", kind, p.SubgroupSize, red, p.MatvecSpec, p.LoopCap, p.KV, p.AttentionChunk)
 }
 
@@ -211,6 +224,9 @@ func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []u
 	// Swiglu walks two rows (a norm sums x^2 inside the walk).
 	loops := map[string]uint32{FuseNone: 1, FuseAdd: 1, FuseNorm: 1, FuseNormSwiGLU: 2}[fuse]
 	iters := func(spec []uint32) uint32 { return loops * MatvecLoopIterations(n, cols, spec) }
+	if p.MatvecRows && cols%32 == 0 && slices.Contains(matvecRowsPicks, typ) {
+		return MatvecFusedName(typ, ReduceSubgroupRows, fuse), MatvecRowsSpec(p.SubgroupSize)
+	}
 	spec = append([]uint32(nil), p.MatvecSpec...)
 	if f, sub := subblockOf[typ]; sub && p.CPU && (fuse == FuseNone || fuse == FuseAdd) {
 		spec = append([]uint32(nil), MatvecSubblockSpecCPU...)
@@ -247,6 +263,20 @@ func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []u
 		spec[1] *= 2
 	}
 	return MatvecFusedName(typ, ReduceShared, fuse), spec
+}
+
+// VecRows is the most rows (sequences) a batched step runs as matvecs of
+// NB vectors, reading each weight once, before it takes the matmul, which
+// re-reads the weights per tile of rows: 16 with matvec_rows (its NB = 16
+// pass costs about 2.5 single-vector passes by docs/matvec-cost.md, where
+// the matmul took 1.6 ms a call at 7B on an H200, ~200x what the probe
+// takes to read the same weights), 8 otherwise (lavapipe's measured choice: the
+// step runner's steps of up to 8 rows, engine/vulkan/stepvec.go).
+func (p Profile) VecRows() int {
+	if p.MatvecRows {
+		return 16
+	}
+	return 8
 }
 
 // Flash-decoding's chunks on a GPU: one per attentionChunk entries of the

@@ -414,10 +414,16 @@ func printProfile(w io.Writer, info api.Info, entries []api.ProfileEntry) {
 	for _, e := range entries {
 		total += e.NS
 	}
-	fmt.Fprintf(w, "%-20s %8s %10s %10s %6s\n", "kernel", "calls", "total ms", "us/call", "%")
+	// MB/call and GB/s: a matvec's weights (decode's bound is the rate
+	// they stream at: docs/matvec-cost.md); "-" for other kernels.
+	fmt.Fprintf(w, "%-20s %8s %10s %10s %6s %9s %8s\n", "kernel", "calls", "total ms", "us/call", "%", "MB/call", "GB/s")
 	for _, e := range entries {
-		fmt.Fprintf(w, "%-20s %8d %10.3f %10.2f %5.1f%%\n", e.Kernel, e.Calls, float64(e.NS)/1e6,
-			float64(e.NS)/1e3/float64(e.Calls), 100*float64(e.NS)/float64(total))
+		mb, gbs := "-", "-"
+		if e.Bytes > 0 && e.NS > 0 {
+			mb, gbs = fmt.Sprintf("%.2f", float64(e.Bytes)/1e6/float64(e.Calls)), fmt.Sprintf("%.1f", float64(e.Bytes)/float64(e.NS))
+		}
+		fmt.Fprintf(w, "%-20s %8d %10.3f %10.2f %5.1f%% %9s %8s\n", e.Kernel, e.Calls, float64(e.NS)/1e6,
+			float64(e.NS)/1e3/float64(e.Calls), 100*float64(e.NS)/float64(total), mb, gbs)
 	}
 	fmt.Fprintf(w, "%-20s %8s %10.3f\n", "GPU total", "", float64(total)/1e6)
 }

@@ -226,8 +226,11 @@ func TestGenerateProfile(t *testing.T) {
 	if err := vk.Load(); err != nil {
 		t.Skipf("no Vulkan loader: %v", err)
 	}
-	_, plain, _ := modrun(t, "-m", model, "-p", "Once upon", "-n", "10", "--backend", "vulkan")
-	code, out, stderr := modrun(t, "-m", model, "-p", "Once upon", "-n", "10", "--backend", "vulkan", "--profile")
+	// A prompt past 8 tokens, so that it goes through the batched prefill
+	// (shorter ones run token by token through the decode step).
+	const prompt = "Once upon a time there was a little girl named Lily"
+	_, plain, _ := modrun(t, "-m", model, "-p", prompt, "-n", "10", "--backend", "vulkan")
+	code, out, stderr := modrun(t, "-m", model, "-p", prompt, "-n", "10", "--backend", "vulkan", "--profile")
 	if code != 0 && strings.Contains(stderr, "no Vulkan device") {
 		t.Skipf("no Vulkan device: %s", stderr)
 	}
@@ -236,11 +239,14 @@ func TestGenerateProfile(t *testing.T) {
 	if strings.Contains(stderr, "cannot write GPU timestamps") {
 		t.Skipf("the device has no timestamps: %s", stderr)
 	}
-	assert.Regexp(t, `kernel +calls +total ms +us/call +%`, stderr)
-	// 1 BOS + 2 prompt tokens in one batched prefill (one embed), then 9
-	// fed back: 10 embeds. A GPU's profile picks the subgroup matvec, fused
-	// with the norms and residual adds, decode_attend and the F16 cache.
-	assert.Regexp(t, `\nmatvec_f32(_sg)?(_add|_norm|_norm_swiglu)? +\d+ +[\d.]+ +[\d.]+ +[\d.]+%`, stderr)
+	assert.Regexp(t, `kernel +calls +total ms +us/call +% +MB/call +GB/s`, stderr)
+	// BOS and the prompt in one batched prefill (one embed), then 9 fed
+	// back: 10 embeds. A GPU's profile picks the subgroup matvec, fused
+	// with the norms and residual adds, decode_attend and the F16 cache. A
+	// matvec's row ends with its weights' MB per call and GB/s, another
+	// kernel's with dashes.
+	assert.Regexp(t, `\nmatvec_f32(_sg)?(_add|_norm|_norm_swiglu)? +\d+ +[\d.]+ +[\d.]+ +[\d.]+% +[\d.]+ +[\d.]+\n`, stderr)
+	assert.Regexp(t, `\nembed_f32 +10 +[\d.]+ +[\d.]+ +[\d.]+% +- +-\n`, stderr)
 	assert.Regexp(t, `\nembed_f32 +10 `, stderr)
 	assert.Regexp(t, `\nmatmul_f32 +\d+ `, stderr)
 	assert.Regexp(t, `\ndecode_atten(tion|d)(_f16)? +\d+ `, stderr)

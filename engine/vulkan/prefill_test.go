@@ -253,7 +253,7 @@ func TestPrefillRecordingsBounded(t *testing.T) {
 	m := openModel(t, base+".gguf")
 	for _, pc := range deviceProfiles(dev) {
 		t.Run(pc.name, func(t *testing.T) {
-			run, err := New(dev, m, mod.RoutingRouter, Options{DeviceProfile: pc.prof})
+			run, err := New(dev, m, mod.RoutingRouter, Options{DeviceProfile: pc.prof, PromptSteps: -1})
 			require.NoError(t, err)
 			defer run.Close()
 			cpu := newReference(t, m, mod.RoutingRouter, run.KVType())

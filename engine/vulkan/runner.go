@@ -47,9 +47,14 @@ type Options struct {
 	// command: leave it off when timing the whole step. Ignored on a device
 	// without timestamps (vk.DeviceInfo.Timestamps).
 	Profile bool
-	// UBatch is the longest chunk of a batched prefill (a Feed of more than
-	// one token, prefill.go); 0 means DefaultUBatch.
+	// UBatch is the longest chunk of a batched prefill (a Feed of more
+	// than PromptSteps tokens, prefill.go); 0 means DefaultUBatch.
 	UBatch int
+	// PromptSteps is the most tokens a Feed runs through the decode step,
+	// one at a time, instead of the batched prefill (step.go); 0 means
+	// DefaultPromptSteps, negative 1 (a Feed of 2 tokens or more is a
+	// prefill: tests of the prefill's recordings set it).
+	PromptSteps int
 	// NoConditional records a skipped routed block as indirect dispatches of
 	// zero workgroups only, even on a device with
 	// VK_EXT_conditional_rendering, where by default the block's dispatches
@@ -101,14 +106,16 @@ type Runner struct {
 	args   []*vk.Buffer
 	tables map[tableKey]*vk.Buffer
 
-	decodeStep            // the decode step's buffers and recordings (step.go)
-	pf         *prefill   // the batched prefill (prefill.go)
-	steppers   []*Stepper // step runners on the runner's weights (stepper.go): their recordings close with it
-	ub         int        // Options.UBatch
+	decodeStep             // the decode step's buffers and recordings (step.go)
+	pf          *prefill   // the batched prefill (prefill.go)
+	steppers    []*Stepper // step runners on the runner's weights (stepper.go): their recordings close with it
+	ub          int        // Options.UBatch
+	promptSteps int        // Options.PromptSteps, resolved
 
-	profile     bool                     // the step has a timestamp after each command
-	conditional bool                     // routed blocks run in conditional spans (VK_EXT_conditional_rendering)
-	prof        map[string]*ProfileEntry // per label, summed over replays since New
+	profile     bool                      // the step has a timestamp after each command
+	conditional bool                      // routed blocks run in conditional spans (VK_EXT_conditional_rendering)
+	prof        map[string]*ProfileEntry  // per label, summed over replays since New
+	profBytes   map[*vk.Recorder][]uint64 // per recording, each timestamp's command's weight bytes (timestampBytes)
 
 	// trace is, with Options.Trace, the routing of each token of the last
 	// Feed (readTrace); nil without it.
@@ -152,7 +159,9 @@ func openRunner(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Run
 	ks := newKernels(dev, opts.DeviceProfile)
 	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: ks, args: make([]*vk.Buffer, c.NLayer), tables: map[tableKey]*vk.Buffer{},
 		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{},
-		conditional: dev.Info().Features.ConditionalRendering && !opts.NoConditional, ub: opts.UBatch}
+		profBytes:   map[*vk.Recorder][]uint64{},
+		conditional: dev.Info().Features.ConditionalRendering && !opts.NoConditional, ub: opts.UBatch,
+		promptSteps: resolvePromptSteps(opts.PromptSteps)}
 	if opts.Trace && c.IsMoD() {
 		run.trace = [][]mod.Route{} // non-nil: tracing
 	}

@@ -3,6 +3,7 @@ package vulkan
 import (
 	"sort"
 
+	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/vk"
 )
 
@@ -14,6 +15,10 @@ type ProfileEntry struct {
 	Kernel string // the shader variant's name, e.g. "matvec_f32"
 	Calls  int    // commands replayed; an indirect dispatch of 0 groups counts
 	NS     uint64 // GPU nanoseconds
+	// Bytes is, for a matvec, the bytes of weights its calls read, summed
+	// (Bytes/NS is its weights' GB/s: decode's figure of merit, issue 42);
+	// 0 for other kernels, whose reads the bindings do not tell exactly.
+	Bytes uint64
 }
 
 // Profile is the GPU time per kernel, most first (ties by name); nil unless
@@ -44,7 +49,8 @@ func (r *Runner) addTimings(rec *vk.Recorder) {
 	if !r.profile {
 		return
 	}
-	for _, t := range rec.Timings() {
+	bytes := r.profBytes[rec]
+	for i, t := range rec.Timings() {
 		e := r.prof[t.Label]
 		if e == nil {
 			e = &ProfileEntry{Kernel: t.Label}
@@ -52,14 +58,34 @@ func (r *Runner) addTimings(rec *vk.Recorder) {
 		}
 		e.Calls++
 		e.NS += uint64(t.NS)
+		if i < len(bytes) {
+			e.Bytes += bytes[i]
+		}
 	}
 }
 
 // timestamp ends a profiled command under label.
-func (r *Runner) timestamp(rec *vk.Recorder, label string) {
+func (r *Runner) timestamp(rec *vk.Recorder, label string) { r.timestampBytes(rec, label, 0) }
+
+// timestampBytes is timestamp for a command that reads bytes of weights
+// (opBytes).
+func (r *Runner) timestampBytes(rec *vk.Recorder, label string, bytes uint64) {
 	if r.profile {
 		rec.Timestamp(label)
+		r.profBytes[rec] = append(r.profBytes[rec], bytes)
 	}
+}
+
+// opBytes is the bytes of weights op reads: a matvec's weights binding
+// (binding 0), whole; 0 for other ops.
+func opBytes(o op) uint64 {
+	if o.k.v.Op != shaders.OpMatvec || len(o.binds) == 0 {
+		return 0
+	}
+	if b := o.binds[0]; b.Size != 0 {
+		return b.Size
+	}
+	return o.binds[0].Buf.Size() - o.binds[0].Offset
 }
 
 // MemoryStats is the GPU memory the runner holds, in bytes, by use.

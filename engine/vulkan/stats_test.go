@@ -22,7 +22,7 @@ func TestProfile(t *testing.T) {
 	// A CPU device's profile on any device, so the kernels (and their
 	// names) are the same everywhere.
 	cpuProf := shaders.NewProfile(shaders.Device{CPU: true, SubgroupSize: dev.Info().Limits.SubgroupSize})
-	run, err := New(dev, m, mod.RoutingRouter, Options{Profile: true, DeviceProfile: &cpuProf})
+	run, err := New(dev, m, mod.RoutingRouter, Options{Profile: true, DeviceProfile: &cpuProf, PromptSteps: -1})
 	require.NoError(t, err)
 	t.Cleanup(run.Close)
 
@@ -55,6 +55,12 @@ func TestProfile(t *testing.T) {
 	assert.Equal(t, submits, byKernel["embed_f32"].Calls, "one embed per submit")
 	assert.Equal(t, submits, byKernel["argmax"].Calls, "one argmax per submit")
 	assert.Equal(t, 2*submits, byKernel["mod_residual_sigmoid"].Calls, "one mod_residual per routed layer per submit")
+	// A matvec's bytes are its weights' (the o and down matrices for the
+	// add: at least o's d x d F32 a call); other kernels have none.
+	c := m.Config
+	assert.GreaterOrEqual(t, byKernel["matvec_f32_add"].Bytes, uint64(byKernel["matvec_f32_add"].Calls*4*c.NEmbd*c.NEmbd))
+	assert.Zero(t, byKernel["rmsnorm"].Bytes)
+	assert.Zero(t, byKernel["matmul_f32"].Bytes)
 	assert.Positive(t, total)
 	assert.LessOrEqual(t, total, uint64(wall.Nanoseconds()), "GPU time within the wall time")
 

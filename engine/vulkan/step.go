@@ -131,16 +131,17 @@ func (r *Runner) record() error {
 // Feed runs tokens after those already fed and returns the logits of the
 // last one [nVocab].
 //
-// One token runs through the recorded decode step; more go through the
-// batched prefill in chunks of up to Options.UBatch (prefill.go). Causal
-// routing decides token by token (DESIGN.md §3), so the result does not
-// depend on how the tokens are split, up to the kernels' summation orders.
+// Up to Options.PromptSteps tokens run through the recorded decode step,
+// one at a time; more go through the batched prefill in chunks of up to
+// Options.UBatch (prefill.go). Causal routing decides token by token
+// (DESIGN.md §3), so the result does not depend on how the tokens are
+// split, up to the kernels' summation orders.
 // After an error the sequence is in an unspecified state: Reset it.
 func (r *Runner) Feed(tokens []int32) ([]float32, error) {
 	if err := r.run(tokens, true); err != nil {
 		return nil, err
 	}
-	if len(tokens) > 1 { // a prefill: its last row's logits are on the device
+	if len(tokens) > r.promptSteps { // a prefill: its last row's logits are on the device
 		if err := r.dev.Run(r.fetch); err != nil {
 			return nil, fmt.Errorf("vulkan: logits at position %d: %w", r.pos-1, err)
 		}
@@ -158,8 +159,9 @@ func (r *Runner) FeedArgmax(tokens []int32) (int32, error) {
 	return r.lastArgmax()
 }
 
-// run runs tokens: one through the decode step (the one that copies the
-// logits to the host when logits), more through the batched prefill.
+// run runs tokens: up to Options.PromptSteps through the decode step (the
+// last through the one that copies the logits to the host when logits),
+// more through the batched prefill.
 func (r *Runner) run(tokens []int32, logits bool) error {
 	if r.resetErr != nil {
 		return fmt.Errorf("vulkan: Reset: %w", r.resetErr)
@@ -170,10 +172,45 @@ func (r *Runner) run(tokens []int32, logits bool) error {
 	if r.trace != nil {
 		r.trace = r.trace[:0]
 	}
-	if len(tokens) > 1 {
+	if len(tokens) > r.promptSteps {
 		return r.runPrefill(tokens, headLast, nil)
 	}
-	if err := r.tok.Upload(u32Bytes([]uint32{uint32(tokens[0])}), 0); err != nil {
+	for i, t := range tokens {
+		if err := r.runStep(t, logits && i == len(tokens)-1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DefaultPromptSteps is the most tokens a Feed runs through the decode
+// step, one at a time, rather than the batched prefill, unless
+// Options.PromptSteps says otherwise: each step reads the weights
+// once at the matvec's rate, while the prefill's matmuls cost about the
+// same for 1 to 64 rows. Measured: a 5-token prompt at 7B Q8_0 took 224
+// matmuls of 1.6 ms (362 ms) on an H200, where a decode step took 15 ms
+// (1.1B: 42 ms against 3.7); on lavapipe a stories15M matmul pass cost
+// ~200 ms against ~15 ms a step, and tinystories-mod's 5-token prompt
+// took 33 ms token by token against the prefill's 105 (medians of 8). So
+// up to 8 tokens a step each wins on every device measured (docs/matvec-cost.md, issue 42 item 4). Causal
+// routing decides token by token either way (DESIGN.md §3).
+const DefaultPromptSteps = 8
+
+// resolvePromptSteps is Options.PromptSteps with its defaults applied.
+func resolvePromptSteps(n int) int {
+	switch {
+	case n == 0:
+		return DefaultPromptSteps
+	case n < 0:
+		return 1
+	}
+	return n
+}
+
+// runStep runs one token through the recorded decode step (the one that
+// copies the logits to the host when logits).
+func (r *Runner) runStep(token int32, logits bool) error {
+	if err := r.tok.Upload(u32Bytes([]uint32{uint32(token)}), 0); err != nil {
 		return err
 	}
 	if err := r.tokPos.Upload(u32Bytes([]uint32{uint32(r.pos)}), 0); err != nil {

@@ -99,7 +99,7 @@ type pagedFrame struct {
 	nArgmax       int        // of those, the first nArgmax want only their argmax (Row.Argmax)
 	output        batchMat   // the output matrix, its matmul's tile fit to nLogits rows (narrow)
 	// vec: the step's products run as matvecs (stepvec.go), whose stacked
-	// q|k|v go to qkv first ([maxVecRows][the stack's rows]); qkv is nil
+	// q|k|v go to qkv first ([vecRows][the stack's rows]); qkv is nil
 	// when the weights' layout does not allow it (vecFits).
 	vec bool
 	qkv *vk.Buffer
@@ -158,7 +158,7 @@ func (r *Runner) Stepper(seqs int) (*Stepper, error) {
 		for _, b := range r.w.blocks {
 			rows = max(rows, b.qkv.mvs[0].rows)
 		}
-		pf.qkv = must(4*maxVecRows*uint64(rows), dev)
+		pf.qkv = must(4*uint64(r.vecRows())*uint64(rows), dev)
 	}
 	if al.err != nil {
 		return nil, fmt.Errorf("vulkan: a step's scratch of %d rows: %w", st.ub, al.err)
@@ -333,7 +333,7 @@ func (st *Stepper) recording(n, k, g int) (*vk.Recorder, error) {
 func (st *Stepper) frame(n, k, g int) (*frame, error) {
 	r, a := st.r, &st.a
 	pf := st.pf
-	pf.nLogits, pf.nArgmax, pf.vec = k, g, pf.qkv != nil && n <= maxVecRows
+	pf.nLogits, pf.nArgmax, pf.vec = k, g, pf.qkv != nil && n <= r.vecRows()
 	blocks, err := st.blocks(n)
 	if err != nil {
 		return nil, err
@@ -680,7 +680,7 @@ func (r *Runner) recordPagedHead(rec *vk.Recorder, p *frame) error {
 		return err
 	}
 	r.dispatch(rec, norm)
-	if pf.qkv != nil && k <= maxVecRows { // a few rows: one matvec pass (stepvec.go)
+	if pf.qkv != nil && k <= r.vecRows() { // a few rows: one matvec pass (stepvec.go)
 		o, err := r.vecOp(r.w.output, shaders.FuseNone, p.xn, pf.logits, nil, k)
 		if err != nil {
 			return err

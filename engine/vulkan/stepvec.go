@@ -17,9 +17,10 @@ import (
 // the residual add fused (FuseAdd), gate and up with the norm and SwiGLU
 // fused when the stack allows (FuseNormSwiGLU).
 
-// maxVecRows is the most rows a step runs as matvecs: one pass of NB
-// vectors over each weight row.
-const maxVecRows = 8
+// vecRows is the most rows a step runs as matvecs on this runner's
+// device: one pass of NB vectors over each weight row (the profile's
+// VecRows).
+func (r *Runner) vecRows() int { return r.ks.prof.VecRows() }
 
 // vecFits says whether every matrix of the blocks and the head is one
 // piece with a stack layout the matvec path takes.
@@ -53,7 +54,7 @@ func (r *Runner) vecOp(m mat, fuse string, x, y, normw *vk.Buffer, n int) (op, e
 	name, spec := r.ks.prof.Matvec(m.typ, fuse, uint32(n), m.cols)
 	nb := append([]uint32(nil), spec...)
 	if len(nb) > 2 && n > 1 {
-		nb[2] = uint32(min(n, maxVecRows))
+		nb[2] = uint32(min(n, r.vecRows()))
 		loops := uint32(1)
 		if fuse == shaders.FuseNormSwiGLU {
 			loops = 2
