@@ -121,14 +121,19 @@ if [ "$quick" = 1 ]; then
     echo
     echo '```'
   } >> "$report"
-  benches=$(cd "$here/src/shaders" && "$here/tests/shaders.test" -test.list 'Benchmark(Matvec|Matmul)GPU' 2>/dev/null | grep '^Benchmark' | paste -sd'|')
-  if [ -n "$benches" ]; then
-    (cd "$here/src/shaders" && timeout -k 10 150 "$here/tests/shaders.test" -test.run '^$' -test.bench "^($benches)\$" -test.benchtime 50x) \
-      > "$logs/kernels.log" 2>&1 || { echo "kernel benchmarks: FAILED (exit $?)" >> "$report"; failed=1; }
-    grep -E '^Benchmark|FAIL|panic|SKIP|--- ' "$logs/kernels.log" >> "$report"
-  else
-    echo "this build's shaders.test has no BenchmarkMatvecGPU or BenchmarkMatmulGPU" >> "$report"
-  fi
+  # kernel_bench NAME FILTER BENCHTIME LIMIT: one benchmark of shaders.test,
+  # its -test.bench filter narrowed to what a quick run can afford.
+  kernel_bench() {
+    if ! (cd "$here/src/shaders" && "$here/tests/shaders.test" -test.list "^$1\$" 2>/dev/null | grep -q "^$1\$"); then
+      echo "this build's shaders.test has no $1" >> "$report"
+      return
+    fi
+    (cd "$here/src/shaders" && timeout -k 10 "$4" "$here/tests/shaders.test" -test.run '^$' -test.bench "$2" -test.benchtime "$3") \
+      > "$logs/kernels-$1.log" 2>&1 || { echo "$1: FAILED or cut at ${4}s (exit $?)" >> "$report"; failed=1; }
+    grep -E '^Benchmark|FAIL|panic|SKIP|--- |probe' "$logs/kernels-$1.log" >> "$report"
+  }
+  kernel_bench BenchmarkMatvecGPU "${QUICK_MATVEC:-BenchmarkMatvecGPU/^7b-(gateup-swiglu|qkv-norm)\$/^(F16|Q8_0|Q4_K)\$}" 30x 120
+  kernel_bench BenchmarkMatmulGPU "${QUICK_MATMUL:-BenchmarkMatmulGPU}" 10x 90
   { echo '```'; echo; echo "## Bench rows (quick)"; echo; } >> "$report"
   small=${QUICK_SMALL:-tinyllama-1.1b} large=${QUICK_LARGE:-llama2-7b} # other shapes: a try-out on lavapipe
   m11=$logs/$small-q8_0.gguf # bench --save writes the dense model here (the twin beside it, -mod)
@@ -136,7 +141,6 @@ if [ "$quick" = 1 ]; then
   bench_row "$small-q8_0" --synthetic "$small" --type q8_0 --capacity 0.125 --routing router --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8 --save "$logs/m.gguf"
   mv "$logs/m-$small-q8_0.gguf" "$m11" 2>/dev/null; rm -f "$logs/m-$small-q8_0-mod.gguf"
   bench_row "$small-q4_k_m" --synthetic "$small" --type q4_k_m --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8
-  bench_row "$small-f16" --synthetic "$small" --type f16 --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0
   bench_row "parallel-$small-q8_0" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1
   m7=$logs/$large-q8_0.gguf
   bench_row "$large-q8_0" --synthetic "$large" --type q8_0 --backends vulkan --prompt 512 -n 32 --repeats 2 --validate 0 --save "$m7"
