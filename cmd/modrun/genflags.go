@@ -171,7 +171,9 @@ func (sf *samplingFlags) register(fs *flag.FlagSet) {
 	fs.Func("top-p", "keep the most likely tokens up to probability `P` (default 1 = all)", floatFlag(&so.TopP))
 	fs.Func("min-p", "drop tokens less likely than `P` times the best (default 0 = none)", floatFlag(&so.MinP))
 	fs.Func("repeat-penalty", "penalty `R` on the last --repeat-last-n tokens (default 1 = off)", floatFlag(&so.RepeatPenalty))
-	fs.IntVar(&so.RepeatLastN, "repeat-last-n", so.RepeatLastN, "tokens the repetition penalty looks back at")
+	fs.IntVar(&so.RepeatLastN, "repeat-last-n", so.RepeatLastN, "tokens the penalties look back at")
+	fs.Func("presence-penalty", "subtract `P` from the logit of each token among the last --repeat-last-n (default 0 = off)", floatFlag(&so.PresencePenalty))
+	fs.Func("frequency-penalty", "subtract `F` times its count there from each recent token's logit (default 0 = off)", floatFlag(&so.FrequencyPenalty))
 	fs.Int64Var(&sf.seed, "seed", -1, "random seed; -1 picks one from the clock")
 }
 
