@@ -118,7 +118,7 @@ func TestShutdownDrains(t *testing.T) {
 	s.SetModel(m)
 	started, release := hold(s)
 	url, served := serveOn(t, s)
-	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"Once upon a time","max_tokens":30,"stream":true}`))
+	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"Once upon a time","temperature":0,"max_tokens":30,"stream":true}`))
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	<-started
@@ -198,7 +198,7 @@ func TestShutdownUnderLoad(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"Once upon a time","max_tokens":24,"stream":true}`))
+				resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"Once upon a time","temperature":0,"max_tokens":24,"stream":true}`))
 				if err != nil {
 					refused.Add(1)
 					return // the listener is closed

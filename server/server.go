@@ -30,9 +30,13 @@ import (
 
 // Config is how a Server runs. The zero value of each field has a default.
 type Config struct {
-	// ModelName is the model's id in /v1/models and responses; a request
-	// naming another model gets 400. "" = "modrun".
+	// ModelName is the model's id in /v1/models and responses. "" = "modrun".
 	ModelName string
+	// StrictModel answers a request naming another model 404
+	// model_not_found, as OpenAI's API does; by default a one-model server
+	// serves whatever name a client sends, as llama-server does (tools that
+	// send a fixed name, "gpt-4o-mini", work unchanged).
+	StrictModel bool
 	// ChatTemplate names the chat template (modrun.ChatTemplates) for a
 	// model file without its own; "" = the file's.
 	ChatTemplate string
@@ -229,6 +233,16 @@ type modelDetail struct {
 func detail(i modrun.Info) modelDetail {
 	return modelDetail{Arch: i.Arch, ContextLen: i.ContextLen, NVocab: i.NVocab, NLayer: i.NLayer,
 		RoutedLayers: append([]int{}, i.RoutedLayers...), Backend: i.Backend, Device: i.Device}
+}
+
+// checkModel is a request's model name checked: any name goes, unless
+// Config.StrictModel, where another model's name is OpenAI's 404.
+func (s *Server) checkModel(name string) error {
+	if !s.cfg.StrictModel || name == s.cfg.ModelName {
+		return nil
+	}
+	return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
+		Message: fmt.Sprintf("The model `%s` does not exist: this server serves %q (GET /v1/models; modrun serve --strict-model)", name, s.cfg.ModelName)}
 }
 
 // admit waits for a generation slot: at once when one is free, in the

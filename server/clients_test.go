@@ -1,0 +1,207 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/modrun/modrun"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// What OpenAI's clients expect of the server (issue 45), asked through the
+// official Go client.
+
+func chatParams(extra func(*openai.ChatCompletionNewParams)) openai.ChatCompletionNewParams {
+	p := openai.ChatCompletionNewParams{Model: "tinystories-mod", MaxTokens: openai.Int(48),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Once upon a time")}}
+	if extra != nil {
+		extra(&p)
+	}
+	return p
+}
+
+// A request without seed draws afresh each time, and one without
+// temperature samples at OpenAI's default of 1 (not greedy): three
+// requests give more than one text, as a chat front-end's "regenerate"
+// needs. The same seed gives the same text again. The web page's request
+// (temperature 0.8, no seed) is one of these.
+func TestSamplingDefaultsFollowOpenAI(t *testing.T) {
+	_, hs := testServer(t, Config{})
+	c := client(hs.URL)
+	ctx := context.Background()
+	texts := func(p openai.ChatCompletionNewParams) map[string]bool {
+		out := map[string]bool{}
+		for range 3 {
+			res, err := c.Chat.Completions.New(ctx, p)
+			require.NoError(t, err)
+			out[res.Choices[0].Message.Content] = true
+		}
+		return out
+	}
+	greedy := texts(chatParams(func(p *openai.ChatCompletionNewParams) { p.Temperature = openai.Float(0) }))
+	assert.Len(t, greedy, 1, "temperature 0 is greedy")
+	assert.Greater(t, len(texts(chatParams(nil))), 1, "no temperature, no seed: sampled at T=1, a fresh seed each")
+	assert.Greater(t, len(texts(chatParams(func(p *openai.ChatCompletionNewParams) { p.Temperature = openai.Float(2) }))), 1)
+	assert.Greater(t, len(texts(chatParams(func(p *openai.ChatCompletionNewParams) { p.Temperature = openai.Float(0.8) }))), 1, "the web page's request")
+	seeded := texts(chatParams(func(p *openai.ChatCompletionNewParams) { p.Seed = openai.Int(42) }))
+	assert.Len(t, seeded, 1, "a seed repeats")
+	for text := range seeded {
+		assert.False(t, greedy[text], "seeded at T=1 is not greedy: %q", text)
+	}
+
+	// Completions too.
+	outs := map[string]bool{}
+	for range 3 {
+		res, err := c.Completions.New(ctx, openai.CompletionNewParams{Model: "tinystories-mod", MaxTokens: openai.Int(48),
+			Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}})
+		require.NoError(t, err)
+		outs[res.Choices[0].Text] = true
+	}
+	assert.Greater(t, len(outs), 1)
+}
+
+// Chat refuses max_tokens 0 and max_completion_tokens 0 as OpenAI does (a
+// 400 naming the field), where it generated until the context was full.
+func TestChatMaxTokensZero(t *testing.T) {
+	_, hs := testServer(t, Config{})
+	c := client(hs.URL)
+	for _, p := range []openai.ChatCompletionNewParams{
+		chatParams(func(p *openai.ChatCompletionNewParams) { p.MaxTokens = openai.Int(0) }),
+		chatParams(func(p *openai.ChatCompletionNewParams) {
+			p.MaxTokens = param.Opt[int64]{}
+			p.MaxCompletionTokens = openai.Int(0)
+		}),
+	} {
+		_, err := c.Chat.Completions.New(context.Background(), p)
+		var apiErr *openai.Error
+		require.True(t, errors.As(err, &apiErr), "%v", err)
+		assert.Equal(t, http.StatusBadRequest, apiErr.StatusCode)
+		assert.Equal(t, "integer_below_min_value", apiErr.Code)
+		name := "max_tokens"
+		if p.MaxCompletionTokens.Valid() {
+			name = "max_completion_tokens"
+		}
+		assert.Equal(t, name, apiErr.Param)
+		assert.Contains(t, apiErr.Message, name+" 0: must be at least 1")
+	}
+}
+
+// By default any model name is served (a one-model server, as
+// llama-server does: tools that send "gpt-4o-mini" work); with
+// StrictModel another name is OpenAI's 404 model_not_found, which the
+// client raises as a not-found error.
+func TestModelNames(t *testing.T) {
+	ctx := context.Background()
+	_, hs := testServer(t, Config{})
+	free := client(hs.URL)
+	res, err := free.Chat.Completions.New(ctx, chatParams(func(p *openai.ChatCompletionNewParams) { p.Model = "gpt-4o-mini"; p.MaxTokens = openai.Int(2) }))
+	require.NoError(t, err)
+	assert.Equal(t, "tinystories-mod", res.Model, "the response names the model that answered")
+
+	_, strict := testServer(t, Config{StrictModel: true})
+	c := client(strict.URL)
+	_, err = c.Chat.Completions.New(ctx, chatParams(func(p *openai.ChatCompletionNewParams) { p.Model = "gpt-4o-mini" }))
+	var apiErr *openai.Error
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	assert.Equal(t, http.StatusNotFound, apiErr.StatusCode)
+	assert.Equal(t, "model_not_found", apiErr.Code)
+	assert.Equal(t, "model", apiErr.Param)
+	assert.Equal(t, "invalid_request_error", apiErr.Type)
+	assert.Contains(t, apiErr.Message, "gpt-4o-mini")
+	_, err = c.Completions.New(ctx, openai.CompletionNewParams{Model: "davinci-002", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("x")}})
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	assert.Equal(t, http.StatusNotFound, apiErr.StatusCode)
+	_, err = c.Chat.Completions.New(ctx, chatParams(func(p *openai.ChatCompletionNewParams) { p.MaxTokens = openai.Int(2) }))
+	assert.NoError(t, err, "its own name")
+}
+
+// An array of prompts runs as concurrent sequences (three slots held at
+// once with Parallel 3, on a model whose sessions share steps), each its
+// own choice indexed as the prompts, each what that prompt alone gives;
+// text prompts and token-id prompts alike.
+func TestPromptArray(t *testing.T) {
+	batched, err := modrun.Open(shipped, modrun.Options{Backend: modrun.BackendCPU, Parallel: 3})
+	require.NoError(t, err)
+	t.Cleanup(func() { batched.Close() })
+	s, hs := testServerOn(t, batched, Config{Parallel: 3})
+	var mu sync.Mutex
+	most := 0
+	s.tokenHook = func() {
+		mu.Lock()
+		most = max(most, len(s.slots))
+		mu.Unlock()
+	}
+	c := client(hs.URL)
+	prompts := []string{"Once upon a time", "The cat", "Lily and Tom went to the park", "One day"}
+	want := make([]string, len(prompts))
+	ids := make([][]int64, len(prompts))
+	for i, p := range prompts {
+		_, want[i] = greedy(t, p, 12)
+		toks, err := batched.Tokenize(p, true)
+		require.NoError(t, err)
+		for _, id := range toks {
+			ids[i] = append(ids[i], int64(id))
+		}
+	}
+	for _, prompt := range []openai.CompletionNewParamsPromptUnion{{OfArrayOfStrings: prompts}, {OfArrayOfTokenArrays: ids}} {
+		res, err := c.Completions.New(context.Background(), openai.CompletionNewParams{Model: "tinystories-mod", Prompt: prompt,
+			MaxTokens: openai.Int(12), Temperature: openai.Float(0)})
+		require.NoError(t, err)
+		require.Len(t, res.Choices, len(prompts))
+		for i, ch := range res.Choices {
+			assert.Equal(t, int64(i), ch.Index)
+			assert.Equal(t, want[i], ch.Text, "prompt %d", i)
+			assert.Equal(t, openai.CompletionChoiceFinishReasonLength, ch.FinishReason)
+		}
+		assert.Equal(t, int64(12*len(prompts)), res.Usage.CompletionTokens)
+	}
+	assert.Equal(t, 3, most, "three prompts generated at once")
+
+	// A streamed array is refused, naming the prompt.
+	stream := c.Completions.NewStreaming(context.Background(), openai.CompletionNewParams{Model: "tinystories-mod",
+		Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfStrings: prompts}})
+	for stream.Next() {
+	}
+	var apiErr *openai.Error
+	require.True(t, errors.As(stream.Err(), &apiErr), "%v", stream.Err())
+	assert.Equal(t, "prompt", apiErr.Param)
+}
+
+// lm-evaluation-harness's loglikelihood request: an array of prompts with
+// echo, logprobs and max_tokens 0 gets, per prompt and indexed as they
+// are, the prompt's text and its tokens' log-probabilities (the first
+// null), nothing generated, finish_reason "length", as OpenAI answers.
+func TestEvalHarnessRequest(t *testing.T) {
+	_, hs := testServer(t, Config{Parallel: 2})
+	c := client(hs.URL)
+	ctx := context.Background()
+	prompts := []string{"Once upon a time there was", "The little dog ran"}
+	res, err := c.Completions.New(ctx, openai.CompletionNewParams{Model: "davinci-002", Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfStrings: prompts},
+		MaxTokens: openai.Int(0), Echo: openai.Bool(true), Logprobs: openai.Int(1), Temperature: openai.Float(0), Seed: openai.Int(1234)})
+	require.NoError(t, err)
+	require.Len(t, res.Choices, 2)
+	prompted := 0
+	for i, ch := range res.Choices {
+		assert.Equal(t, int64(i), ch.Index)
+		assert.Equal(t, prompts[i], ch.Text)
+		assert.Equal(t, openai.CompletionChoiceFinishReasonLength, ch.FinishReason)
+		ids, err := model(t).Tokenize(prompts[i], true)
+		require.NoError(t, err)
+		prompted += len(ids)
+		scored, err := model(t).LogProbs(ctx, ids, 1)
+		require.NoError(t, err)
+		require.Len(t, ch.Logprobs.TokenLogprobs, len(ids))
+		assert.Contains(t, ch.Logprobs.JSON.TokenLogprobs.Raw(), "[null,")
+		for j, st := range scored {
+			assert.InDelta(t, st.LogProb, ch.Logprobs.TokenLogprobs[j+1], 1e-6, "prompt %d token %d", i, j+1)
+		}
+	}
+	assert.Equal(t, int64(0), res.Usage.CompletionTokens)
+	assert.Equal(t, int64(prompted), res.Usage.PromptTokens)
+}
