@@ -3,13 +3,18 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modrun/modrun"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -204,4 +209,116 @@ func TestEvalHarnessRequest(t *testing.T) {
 	}
 	assert.Equal(t, int64(0), res.Usage.CompletionTokens)
 	assert.Equal(t, int64(prompted), res.Usage.PromptTokens)
+}
+
+// The penalties and logit_bias a client sends are applied, not ignored: a
+// bias of +100 makes every token that one, and strong penalties change a
+// greedy answer.
+func TestPenaltiesApplied(t *testing.T) {
+	_, hs := testServer(t, Config{})
+	c := client(hs.URL)
+	ctx := context.Background()
+	params := func(f func(*openai.CompletionNewParams)) openai.CompletionNewParams {
+		p := openai.CompletionNewParams{Model: "tinystories-mod", MaxTokens: openai.Int(40), Temperature: openai.Float(0),
+			Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}}
+		f(&p)
+		return p
+	}
+	text := strings.Repeat(tokenText(model(t), 300), 3)
+	res, err := c.Completions.New(ctx, params(func(p *openai.CompletionNewParams) {
+		p.MaxTokens, p.LogitBias = openai.Int(3), map[string]int64{"300": 100}
+	}))
+	require.NoError(t, err)
+	assert.Equal(t, text, res.Choices[0].Text)
+	plain, err := c.Completions.New(ctx, params(func(*openai.CompletionNewParams) {}))
+	require.NoError(t, err)
+	for _, f := range []func(*openai.CompletionNewParams){
+		func(p *openai.CompletionNewParams) { p.FrequencyPenalty = openai.Float(2) },
+		func(p *openai.CompletionNewParams) { p.PresencePenalty = openai.Float(2) },
+	} {
+		pen, err := c.Completions.New(ctx, params(f))
+		require.NoError(t, err)
+		assert.NotEqual(t, plain.Choices[0].Text, pen.Choices[0].Text)
+	}
+	status, body := post(t, hs.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":40,"temperature":0,"repeat_penalty":1.5}`)
+	require.Equal(t, http.StatusOK, status, "%v", body)
+	assert.NotEqual(t, plain.Choices[0].Text, body["choices"].([]any)[0].(map[string]any)["text"])
+}
+
+// A wrong method on a known path is 405 with Allow (not 404), the page's
+// favicon is 204 (not a 404 in the log), and a field of the wrong type is
+// named in JSON's words, never Go's.
+func TestMethodsAndMessages(t *testing.T) {
+	_, hs := testServer(t, Config{})
+	do := func(method, path, body string) (*http.Response, string) {
+		r, err := http.NewRequest(method, hs.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(r)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp, string(b)
+	}
+	for _, c := range []struct{ method, path, allow string }{
+		{"GET", "/v1/chat/completions", "POST"},
+		{"GET", "/v1/completions", "POST"},
+		{"POST", "/v1/models", "GET"},
+		{"DELETE", "/health", "GET, HEAD"},
+		{"POST", "/", "GET, HEAD"},
+	} {
+		resp, body := do(c.method, c.path, "")
+		assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, "%s %s", c.method, c.path)
+		assert.Equal(t, c.allow, resp.Header.Get("Allow"), "%s %s", c.method, c.path)
+		assert.Contains(t, body, `"code":"method_not_allowed"`)
+	}
+	resp, _ := do("GET", "/nothing", "")
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+	resp, _ = do("GET", "/favicon.ico", "")
+	assert.Equal(t, http.StatusNoContent, resp.StatusCode)
+
+	for _, c := range []struct{ path, body, message string }{
+		{"/v1/chat/completions", `{"messages":5}`, "messages: must be an array, not a number"},
+		{"/v1/chat/completions", `[1,2]`, "the body must be a JSON object, not an array"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"temperature":"hot"}`, "temperature: must be a number, not a string"},
+		{"/v1/completions", `{"prompt":"x","max_tokens":1.5}`, "max_tokens: must be an integer, not a number 1.5"},
+		{"/v1/completions", `{"prompt":"x","echo":"yes"}`, "echo: must be a boolean, not a string"},
+		{"/v1/completions", `{"prompt":"x","stream_options":[]}`, "stream_options: must be an object, not an array"},
+	} {
+		status, out := post(t, hs.URL+c.path, c.body)
+		assert.Equal(t, http.StatusBadRequest, status)
+		assert.Equal(t, c.message, out["error"].(map[string]any)["message"], c.body)
+	}
+}
+
+// /metrics counts the tokens a request generated before its client went
+// away (they ran all the same), and modrun_kv_cache_tokens never reads
+// more than the capacity, also when a generation fills the context.
+func TestMetricsCountWhatRan(t *testing.T) {
+	var logs syncBuffer
+	s, hs := testServer(t, Config{Log: &logs})
+	started, release := hold(s)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, "POST", hs.URL+"/v1/completions", strings.NewReader(longStream))
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	<-started
+	cancel()
+	resp.Body.Close()
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "POST /v1/completions 499") }, 10*time.Second, 10*time.Millisecond)
+	var prompt, completion int
+	_, err = fmt.Sscanf(logs.String()[strings.Index(logs.String(), "499 tokens="):], "499 tokens=%d+%d", &prompt, &completion)
+	require.NoError(t, err, logs.String())
+	require.Positive(t, completion)
+	assert.Equal(t, float64(completion), testutil.ToFloat64(s.metrics.completionTokens), "the disconnected request's tokens are counted")
+	assert.Equal(t, float64(prompt), testutil.ToFloat64(s.metrics.promptTokens))
+
+	s.tokenHook = nil
+	status, out := post(t, hs.URL+"/v1/completions", `{"prompt":"Once","max_tokens":512,"ignore_eos":true}`)
+	require.Equal(t, http.StatusOK, status, "%v", out)
+	assert.Equal(t, 512.0, testutil.ToFloat64(s.metrics.kvLimit))
+	assert.Equal(t, 512.0, testutil.ToFloat64(s.metrics.kvTokens), "full, not 513")
 }

@@ -157,8 +157,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
+	allow := map[string][]string{} // path -> its methods, for a 405's Allow
 	api := func(pattern string, h func(w http.ResponseWriter, r *http.Request, m *modrun.Model) error) {
 		mux.Handle(pattern, s.apiHandler(h))
+		method, path, _ := strings.Cut(pattern, " ")
+		allow[path] = append(allow[path], method)
 	}
 	api("POST /v1/chat/completions", s.chatCompletions)
 	api("POST /v1/completions", s.completions)
@@ -168,7 +171,19 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /health", s.health)
 	mux.Handle("GET /metrics", s.metrics.handler())
 	mux.Handle("GET /{$}", webPage())
+	// Browsers ask for a favicon with every page: no content, not a 404
+	// in the log.
+	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	for _, p := range []string{"/health", "/metrics", "/", "/favicon.ico"} {
+		allow[p] = append(allow[p], "GET", "HEAD")
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if methods, ok := allow[r.URL.Path]; ok { // a known path, another method
+			w.Header().Set("Allow", strings.Join(methods, ", "))
+			writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+				Message: fmt.Sprintf("%s %s: this endpoint takes %s", r.Method, r.URL.Path, strings.Join(methods, " or "))})
+			return
+		}
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "not_found_error", Message: fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path)})
 	})
 	return s.logged(s.cors(mux))
@@ -339,7 +354,7 @@ func (s *Server) logged(next http.Handler) http.Handler {
 // that scanners cannot grow the label set.
 func endpoint(path string) string {
 	switch path {
-	case "/v1/chat/completions", "/v1/completions", "/v1/models", "/tokenize", "/detokenize", "/health", "/metrics", "/":
+	case "/v1/chat/completions", "/v1/completions", "/v1/models", "/tokenize", "/detokenize", "/health", "/metrics", "/", "/favicon.ico":
 		return path
 	}
 	if strings.HasPrefix(path, "/v1/") {
