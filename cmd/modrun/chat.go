@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	api "github.com/modrun/modrun"
 	"github.com/modrun/modrun/gguf"
@@ -205,6 +206,21 @@ func (c *chatLoop) line(ctx context.Context, line string) error {
 			return err
 		}
 		fmt.Fprintln(c.stderr, "(conversation reset)")
+		return nil
+	}
+	if !utf8.ValidString(line) {
+		// One bad line (a Latin-1 file piped in) costs its turn, not the chat;
+		// the offset is in what was typed, not in the template's text.
+		bad := len(line)
+		for i, r := range line {
+			if r == utf8.RuneError {
+				if _, size := utf8.DecodeRuneInString(line[i:]); size == 1 {
+					bad = i
+					break
+				}
+			}
+		}
+		fmt.Fprintf(c.stderr, "(the line is not valid UTF-8 at byte %d of what was typed; the turn was not sent)\n", bad)
 		return nil
 	}
 	msgs := append(slices.Clone(c.msgs), api.Message{Role: api.RoleUser, Content: line})

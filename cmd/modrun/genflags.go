@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strings"
 	"time"
 
 	api "github.com/modrun/modrun"
@@ -62,11 +63,16 @@ func (g *generationCommand) parse(args []string, argHint string) error {
 	if err := parseFlags(g.fs, args); err != nil {
 		return err
 	}
+	if g.n == -1 || g.n == -2 {
+		g.n = 0 // llama.cpp's "until the end" (-1) and "until the context is full" (-2): modrun's 0 is both
+	}
 	switch {
+	case g.fs.NArg() > 0 && g.gf.mf.path == "" && strings.HasSuffix(g.fs.Arg(0), ".gguf"):
+		return fmt.Errorf("%w: unexpected argument %q: the model goes with -m: modrun %s -m %s ...", errUsage, g.fs.Arg(0), g.fs.Name(), g.fs.Arg(0))
 	case g.fs.NArg() > 0:
 		return fmt.Errorf("%w: unexpected argument %q (%s)", errUsage, g.fs.Arg(0), argHint)
 	case g.n < 0:
-		return fmt.Errorf("%w: -n %d: must be 0 or positive", errUsage, g.n)
+		return fmt.Errorf("%w: -n %d: must be -1 (until the end), 0 (the same) or positive", errUsage, g.n)
 	case g.threads < 0:
 		return fmt.Errorf("%w: -t %d: must be 0 (one per core) or positive", errUsage, g.threads)
 	}
@@ -108,6 +114,11 @@ func (g *generationCommand) open(stderr io.Writer, gpuOnly []string, set func(*a
 		if ignored := g.ignoredBy(b); len(ignored) > 0 {
 			return nil, api.GenerateOptions{}, fmt.Errorf("%w: %s", errUsage, ignored[0])
 		}
+	}
+	if cores := runtime.NumCPU(); g.threads > cores {
+		// More threads than cores only makes them wait for each other.
+		fmt.Fprintf(stderr, "modrun %s: -t %d: this machine has %d cores; using %d\n", g.fs.Name(), g.threads, cores, cores)
+		g.threads = cores
 	}
 	if g.threads > 0 {
 		runtime.GOMAXPROCS(g.threads) // read once, when the CPU backend starts its workers
