@@ -133,3 +133,26 @@ func TestChatRefusesANonUTF8Line(t *testing.T) {
 	assert.Equal(t, "(the line is not valid UTF-8 at byte 3 of what was typed; the turn was not sent)\n", stderr)
 	assert.Equal(t, 2, strings.Count(out, "\n"), "two replies: %q", out)
 }
+
+// Perplexity on a CPU emulation of Vulkan (lavapipe) warns first that a
+// long text takes minutes there (the threshold lowered for a short text).
+func TestPerplexityWarnsOnLavapipe(t *testing.T) {
+	old := lavapipeQuick
+	lavapipeQuick = 100
+	t.Cleanup(func() { lavapipeQuick = old })
+	text := filepath.Join(t.TempDir(), "story.txt")
+	story, err := os.ReadFile("../../models/tinystories-valid.txt")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(text, story[:1000], 0o644))
+	code, out, stderr := modrun(t, "perplexity", "-m", shippedMoD, "-f", text, "--backend", "vulkan", "--ctx", "128")
+	if code != 0 && strings.Contains(stderr, "Vulkan") {
+		t.Skipf("no Vulkan device: %s", stderr)
+	}
+	require.Equal(t, 0, code, stderr)
+	first, _, _ := strings.Cut(stderr, "\n")
+	if !strings.Contains(out, "llvmpipe") && !strings.Contains(out, "SwiftShader") {
+		assert.NotContains(t, stderr, "CPU emulation", "a GPU: no warning")
+		return
+	}
+	assert.Regexp(t, `^modrun perplexity: llvmpipe \(LLVM [0-9.]+, [0-9]+ bits\) is a CPU emulation: [0-9]+ tokens will take minutes there \(--backend cpu is much faster\)$`, first)
+}
