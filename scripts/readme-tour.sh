@@ -117,7 +117,7 @@ while IFS= read -r c; do
   ran=$((ran + 1))
   if grep -q "no such file or directory" "$work/out" && [ "$v" != fail ]; then
     echo "FAIL (a missing file): $c"; sed 's/^/    /' "$work/out" | tail -5; failed=$((failed + 1))
-  elif [ "$v" = fail ] && { [ $status -eq 1 ] || [ $status -eq 2 ] || [ $status -eq 0 ] && grep -q '"error"' "$work/out"; }; then
+  elif [ "$v" = fail ] && { [ $status -eq 1 ] || [ $status -eq 2 ] || { [ $status -eq 0 ] && grep -q '"error"' "$work/out"; }; }; then
     echo "ok   (the error it shows): $c"
   elif [ "$v" != fail ] && [ $status -eq 0 ]; then
     echo "ok   $c"
