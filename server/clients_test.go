@@ -1,10 +1,13 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
 	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -297,4 +300,49 @@ func TestKVCacheTokensCapped(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, "%v", out)
 	assert.Equal(t, 512.0, testutil.ToFloat64(s.metrics.kvLimit))
 	assert.Equal(t, 512.0, testutil.ToFloat64(s.metrics.kvTokens), "full, not 513")
+}
+
+// The README's streamed chat example is what the server sends: its chunks'
+// choices and tokens, chunk for chunk (the README elides ids, times and
+// most routing with "...").
+func TestReadmeSSEExample(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	_, after, ok := strings.Cut(string(readme), "$ curl -sN http://127.0.0.1:8080/v1/chat/completions")
+	require.True(t, ok)
+	_, body, ok := strings.Cut(after, "-d '")
+	require.True(t, ok)
+	body, after, _ = strings.Cut(body, "'\n")
+	example, _, _ := strings.Cut(after, "```")
+	var shown []string
+	for _, l := range strings.Split(example, "\n") {
+		if strings.HasPrefix(l, "data: {") {
+			shown = append(shown, l)
+		}
+	}
+	require.GreaterOrEqual(t, len(shown), 3)
+
+	_, hs := testServer(t, Config{})
+	resp, err := http.Post(hs.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var sent []string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "data: {") {
+			sent = append(sent, sc.Text())
+		}
+	}
+	require.GreaterOrEqual(t, len(sent), len(shown))
+	choices := regexp.MustCompile(`"choices":\[\{"index":0,"delta":\{[^}]*\}`)
+	tokens := regexp.MustCompile(`"tokens":\[\{"id":\d+,"pos":\d+,"text":"[^"]*"`)
+	for i := 1; i < len(shown); i++ { // the first chunk's prompt routing is elided
+		j := i
+		if i == len(shown)-1 {
+			j = len(sent) - 1 // the finish: the README skips the chunks between
+		}
+		assert.Equal(t, choices.FindString(shown[i]), choices.FindString(sent[j]), "chunk %d", i)
+		assert.Equal(t, tokens.FindString(shown[i]), tokens.FindString(sent[j]), "chunk %d", i)
+	}
 }

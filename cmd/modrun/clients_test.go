@@ -156,3 +156,21 @@ func TestPerplexityWarnsOnLavapipe(t *testing.T) {
 	}
 	assert.Regexp(t, `^modrun perplexity: llvmpipe \(LLVM [0-9.]+, [0-9]+ bits\) is a CPU emulation: [0-9]+ tokens will take minutes there \(--backend cpu is much faster\)$`, first)
 }
+
+// The README's `modrun devices` example starts as the command prints it
+// on lavapipe (the device it was taken on; a GPU machine prints its own).
+func TestReadmeDevicesHeader(t *testing.T) {
+	code, out, stderr := modrun(t, "devices")
+	if code != 0 || !strings.HasPrefix(out, "* 0: llvmpipe") {
+		t.Skipf("not lavapipe alone (exit %d): %s%s", code, out, stderr)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	_, example, ok := strings.Cut(string(readme), "$ bin/modrun devices\n")
+	require.True(t, ok)
+	lines := strings.Split(out, "\n")
+	shown := strings.Split(example, "\n")
+	for i := 0; i < 3; i++ { // the header, type and driver lines; the README elides the rest
+		assert.Equal(t, shown[i], lines[i], "line %d", i)
+	}
+}
