@@ -56,7 +56,7 @@ EOF
 # on purpose), "serve", "slow" (not with --fast) or "skip: REASON".
 verdict() {
   case $1 in
-    *huggingface.co* | *tinyllama-1.1b-chat* | *Llama-3.2-1B-Instruct*) echo "skip: a file from a hub (the network)" ;;
+    *huggingface.co* | *tinyllama-1.1b-chat* | *Llama-3.2-1B-Instruct* | *TinyStoriesV2-GPT4-valid.txt* | *runs/retro/*) echo "skip: a file from a hub (the network), or made from one" ;;
     make\ test* | make\ demo* | make\ fixtures* | make\ gpu-bundle*) echo "skip: installs packages (apt-get) or runs the whole suite; CI runs it" ;;
     *-fuzz\ *) echo "skip: fuzzes until stopped" ;;
     bin/modrun-viewer*) echo "skip: a window (GUI)" ;;

@@ -174,3 +174,15 @@ func TestReadmeDevicesHeader(t *testing.T) {
 		assert.Equal(t, shown[i], lines[i], "line %d", i)
 	}
 }
+
+// tokenize --sep encodes each document on its own (BOS-first with --bos),
+// as a process per document would, in one process (train.py's corpus).
+func TestTokenizeSep(t *testing.T) {
+	model := "../../models/stories260K.gguf"
+	code, out, stderr := modrunStdin(t, "Once upon a time\x1eThe cat sat\x1e", "tokenize", "-m", model, "--bos", "--sep", "\x1e")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "1 403 407 261 378 1 291 280 294 262 294\n", out)
+	code, _, stderr = modrunStdin(t, "1 2", "tokenize", "-m", model, "--decode", "--sep", ",")
+	assert.Equal(t, 2, code)
+	assert.Equal(t, "modrun tokenize: usage: --sep splits text to encode; --decode reads ids\n", stderr)
+}
