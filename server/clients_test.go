@@ -169,6 +169,28 @@ func TestPromptArray(t *testing.T) {
 	}
 	assert.Equal(t, 3, most, "three prompts generated at once")
 
+	// Sampled with a seed, a prompt gives the same text alone and in an
+	// array (each prompt uses the seed); without one each draws afresh.
+	sampled := func(prompts []string, seed bool) []string {
+		p := openai.CompletionNewParams{Model: "tinystories-mod", Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfStrings: prompts},
+			MaxTokens: openai.Int(24), Temperature: openai.Float(1)}
+		if seed {
+			p.Seed = openai.Int(7)
+		}
+		res, err := c.Completions.New(context.Background(), p)
+		require.NoError(t, err)
+		var out []string
+		for _, ch := range res.Choices {
+			out = append(out, ch.Text)
+		}
+		return out
+	}
+	alone := sampled(prompts[1:2], true)
+	assert.Equal(t, alone[0], sampled(prompts, true)[1])
+	assert.Equal(t, alone[0], sampled(prompts[:2], true)[1])
+	same := sampled([]string{"Once upon a time", "Once upon a time", "Once upon a time"}, false)
+	assert.False(t, same[0] == same[1] && same[1] == same[2], "three draws, not one: %q", same)
+
 	// A streamed array is refused, naming the prompt.
 	stream := c.Completions.NewStreaming(context.Background(), openai.CompletionNewParams{Model: "tinystories-mod",
 		Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfStrings: prompts}})

@@ -127,8 +127,8 @@ func (s *Server) promptIDs(m *modrun.Model, p prompt, i, maxTokens int) ([]int32
 // completeAll runs the prompts concurrently: up to Config.Parallel
 // workers, each holding a generation slot while it takes prompts in turn.
 // The first worker waits in the queue as any request does (503 when it is
-// full); the others only take slots that are free or come free, so an
-// array never fails where one prompt would not. Usage sums the prompts'.
+// full); the others only take slots free at the start, so an array never
+// fails, nor waits, where one prompt would not. Usage sums the prompts'.
 func (s *Server) completeAll(ctx context.Context, m *modrun.Model, req *completionRequest, opts modrun.GenerateOptions, prompts [][]int32, start time.Time) ([]completionChoice, *usageJSON, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -144,9 +144,13 @@ func (s *Server) completeAll(ctx context.Context, m *modrun.Model, req *completi
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			release, err := s.admit(ctx)
+			admit := s.admit
+			if w > 0 { // the others' slots are a bonus (worker 0 alone does all): free ones only
+				admit = s.tryAdmit
+			}
+			release, err := admit(ctx)
 			if err != nil {
-				if w == 0 { // the others' slots are a bonus: worker 0 alone does all
+				if w == 0 {
 					cancel(err)
 				}
 				return

@@ -288,6 +288,18 @@ func (s *Server) admit(ctx context.Context) (release func(), err error) {
 	}
 }
 
+// tryAdmit takes a generation slot if one is free now, and otherwise
+// fails at once (no queueing: a prompt array's extra workers).
+func (s *Server) tryAdmit(ctx context.Context) (release func(), err error) {
+	select {
+	case s.slots <- struct{}{}:
+		s.metrics.active.Inc()
+		return func() { <-s.slots; s.metrics.active.Dec() }, nil
+	default:
+		return nil, errors.New("server: no free slot")
+	}
+}
+
 // requestContext is r's context, also cancelled when Shutdown's grace
 // period ends.
 func (s *Server) requestContext(r *http.Request) (context.Context, context.CancelFunc) {
