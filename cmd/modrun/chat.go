@@ -21,7 +21,7 @@ const chatArgs = "-m FILE.gguf [--system TEXT] [--chat-template NAME] [--print-p
 // chatMain talks with a chat model: on a terminal, a prompt line per turn;
 // with stdin piped, each line is a user turn.
 func chatMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	g := newGenerationCommand("chat", chatArgs, "new tokens per reply at most (0 = until the model ends its turn or the context is full)",
+	g := newGenerationCommand("chat", chatArgs, "new tokens per reply at most (0, or llama.cpp's -1, = until the model ends its turn or the context is full)",
 		"read special-token text in --system, such as <|eot_id|>, as those tokens (what is typed stays plain text always)", stderr)
 	fs := g.fs
 	system := fs.String("system", "", "system message `TEXT` that opens the conversation")

@@ -168,7 +168,7 @@ const generateArgs = "-m FILE.gguf (-p PROMPT | -f FILE) [-n N] [--temp T] [--to
 // generateMain is modrun's default command: generate text from a prompt,
 // through the embedding API (package modrun).
 func generateMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	g := newGenerationCommand("run", generateArgs, "new tokens at most (0 = until EOS or the context is full)",
+	g := newGenerationCommand("run", generateArgs, "new tokens at most (0, or llama.cpp's -1, = until EOS or the context is full)",
 		"read special-token text in the prompt, such as <|eot_id|>, as those tokens (default: plain text)", stderr)
 	fs := g.fs
 	fs.Lookup("seed").Usage += " (printed with --stats and --json)"
