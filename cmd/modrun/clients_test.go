@@ -40,7 +40,7 @@ func TestLlamaCppFlags(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	require.Equal(t, want, out)
 	code, out, stderr = modrun(t, "--model", shippedMoD, "--prompt", "Once upon a time", "--n-predict", "8", "--ctx-size", "128",
-		"--threads", "1", "-ngl", "0", "--batch-size", "64")
+		"--threads", "1", "-ngl", "0", "--batch-size", "64", "-ub", "32", "-s", "5")
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, want, out)
 	assert.Empty(t, stderr, "-ngl 0 is the CPU: no fallback notice")
@@ -98,7 +98,7 @@ func TestHelpToStdout(t *testing.T) {
 	code, out, stderr = modrun(t, "run", "-h")
 	assert.Equal(t, 0, code)
 	assert.Empty(t, stderr)
-	assert.Contains(t, out, "  llama.cpp's names work too: -b (--ubatch), --batch-size (--ubatch), --ctx-size (--ctx), --file (-f), --gpu-layers (-ngl), --model (-m), --n-gpu-layers (-ngl), --n-predict (-n), --predict (-n), --prompt (-p), --threads (-t), --ubatch-size (--ubatch)\n")
+	assert.Contains(t, out, "  llama.cpp's names work too: -b (--ubatch), --batch-size (--ubatch), --ctx-size (--ctx), --file (-f), --gpu-layers (-ngl), --model (-m), --n-gpu-layers (-ngl), --n-predict (-n), --predict (-n), --prompt (-p), -s (--seed), --threads (-t), -ub (--ubatch), --ubatch-size (--ubatch)\n")
 	code, _, stderr = modrun(t)
 	assert.Equal(t, 2, code, "no command at all is a usage error")
 	assert.NotEmpty(t, stderr)

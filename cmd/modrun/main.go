@@ -180,7 +180,7 @@ func (h *helpError) Unwrap() error { return flag.ErrHelp }
 // where the command has the flag: a llama.cpp command line works as typed.
 var llamaAliases = map[string]string{
 	"model": "m", "prompt": "p", "n-predict": "n", "predict": "n", "ctx-size": "ctx",
-	"threads": "t", "file": "f", "batch-size": "ubatch", "b": "ubatch", "ubatch-size": "ubatch",
+	"threads": "t", "file": "f", "batch-size": "ubatch", "b": "ubatch", "ubatch-size": "ubatch", "ub": "ubatch", "s": "seed",
 	"n-gpu-layers": "ngl", "gpu-layers": "ngl",
 }
 
@@ -202,7 +202,7 @@ func llamaNames(fs *flag.FlagSet) []string {
 
 // dashed is a flag's name as it is written: -m, --ctx.
 func dashed(name string) string {
-	if len(name) == 1 || name == "ngl" { // llama.cpp writes -ngl with one dash
+	if len(name) == 1 || name == "ngl" || name == "ub" { // llama.cpp writes -ngl and -ub with one dash
 
 		return "-" + name
 	}
