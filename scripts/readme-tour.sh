@@ -68,6 +68,9 @@ verdict() {
   esac
 }
 
+# main is the tour; wrapped so that bash reads the whole script before it
+# runs (an edit to this file during a run does not break the run).
+main() {
 if [ "$mode" = --list ]; then
   extract "$repo/README.md" | while IFS= read -r c; do printf '%-60s %s\n' "$(verdict "$c")" "$c"; done
   exit 0
@@ -127,3 +130,6 @@ while IFS= read -r c; do
 done <"$work/commands"
 echo "readme-tour: $ran run, $failed failed, $skipped skipped ($mode)"
 [ $failed -eq 0 ]
+}
+
+main "$@"
