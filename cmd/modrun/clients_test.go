@@ -63,6 +63,7 @@ func TestLlamaCppFlags(t *testing.T) {
 		{[]string{"-m", shippedMoD, "--ctx", "x"}, "modrun run: usage: invalid value \"x\" for flag --ctx: parse error (modrun run -h lists the flags)\n"},
 		{[]string{"-m", shippedMoD, "-ctx", "x"}, "modrun run: usage: invalid value \"x\" for flag -ctx: parse error (modrun run -h lists the flags)\n"},
 		{[]string{"-m", shippedMoD, "-n", "-3"}, "modrun run: usage: -n -3: must be -1 (until the end), 0 (the same) or positive\n"},
+		{[]string{"-m", shippedMoD, "--n-predict", "-3"}, "modrun run: usage: --n-predict -3: must be -1 (until the end), 0 (the same) or positive\n"},
 		{[]string{"-m", shippedMoD, "-ngl", "0", "--backend", "vulkan"}, "modrun run: usage: -ngl 0 (no GPU layers) and --backend vulkan: use one\n"},
 		{[]string{"run", shippedMoD, "Once"}, "modrun run: usage: unexpected argument \"" + shippedMoD + "\": the model goes with -m: modrun run -m " + shippedMoD + " ...\n"},
 		{[]string{"run", "-m", shippedMoD, "Once", "upon"}, "modrun run: usage: unexpected argument \"Once\" (quote the prompt: -p \"...\")\n"},

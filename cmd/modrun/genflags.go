@@ -72,7 +72,7 @@ func (g *generationCommand) parse(args []string, argHint string) error {
 	case g.fs.NArg() > 0:
 		return fmt.Errorf("%w: unexpected argument %q (%s)", errUsage, g.fs.Arg(0), argHint)
 	case g.n < 0:
-		return fmt.Errorf("%w: -n %d: must be -1 (until the end), 0 (the same) or positive", errUsage, g.n)
+		return fmt.Errorf("%w: %s %d: must be -1 (until the end), 0 (the same) or positive", errUsage, asTyped(g.fs, "n"), g.n)
 	case g.threads < 0:
 		return fmt.Errorf("%w: -t %d: must be 0 (one per core) or positive", errUsage, g.threads)
 	}
@@ -117,7 +117,7 @@ func (g *generationCommand) open(stderr io.Writer, gpuOnly []string, set func(*a
 	}
 	if cores := runtime.NumCPU(); g.threads > cores {
 		// More threads than cores only makes them wait for each other.
-		fmt.Fprintf(stderr, "modrun %s: -t %d: this machine has %d cores; using %d\n", g.fs.Name(), g.threads, cores, cores)
+		fmt.Fprintf(stderr, "modrun %s: %s %d: this machine has %d cores; using %d\n", g.fs.Name(), asTyped(g.fs, "t"), g.threads, cores, cores)
 		g.threads = cores
 	}
 	if g.threads > 0 {

@@ -221,6 +221,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	fs.SetOutput(io.Discard)
 	defer fs.SetOutput(out)
 	args, typed := canonicalFlags(fs, args)
+	typedFlags.Store(fs, typed)
 	var positional []string
 	for {
 		err := fs.Parse(args)
@@ -246,6 +247,21 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	}
 	// Parse again to leave the positional arguments in fs.Args().
 	return fs.Parse(append([]string{"--"}, positional...))
+}
+
+// typedFlags holds, per flag set parsed, how each flag was typed
+// (canonicalFlags), for the commands' own errors about a flag's value.
+var typedFlags sync.Map // *flag.FlagSet -> map[string]string
+
+// asTyped is flag name as the user typed it ("--n-predict" for -n), or
+// as modrun writes it when it was not given.
+func asTyped(fs *flag.FlagSet, name string) string {
+	if m, ok := typedFlags.Load(fs); ok {
+		if typed, ok := m.(map[string]string)[name]; ok {
+			return typed
+		}
+	}
+	return dashed(name)
 }
 
 // replaceFlag replaces flag (as "-name") in msg by as, where it stands as
