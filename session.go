@@ -101,8 +101,14 @@ type GenerateOptions struct {
 	TopP          float32 // keep the smallest set with probability >= p; 0 (or 1) = all
 	MinP          float32 // drop tokens less likely than MinP times the most likely
 	RepeatPenalty float32 // > 1 penalises the last RepeatLastN tokens; 0 (or 1) = off
-	RepeatLastN   int     // tokens the penalty looks at; 0 = 64, negative = none
-	Seed          uint64  // the same seed, options and model give the same tokens
+	RepeatLastN   int     // tokens the penalties look at; 0 = 64, negative = none
+	// FrequencyPenalty (per occurrence) and PresencePenalty (once) are
+	// subtracted from the logits of the last RepeatLastN tokens, as
+	// OpenAI's and llama.cpp's are; 0 = off.
+	FrequencyPenalty float32
+	PresencePenalty  float32
+	LogitBias        map[int32]float32 // added to those tokens' logits first (OpenAI's logit_bias)
+	Seed             uint64            // the same seed, options and model give the same tokens
 	// Sampler, when set, is used as it is instead of the fields above: every
 	// option explicit, none read as a default (the command line passes its
 	// flags' this way, checked once by SamplerOptions.Check).
@@ -150,7 +156,8 @@ type SamplerOptions = engine.SamplerOptions
 // their zero values read as defaults.
 func (o GenerateOptions) sampler() (engine.SamplerOptions, error) {
 	so := engine.SamplerOptions{Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, MinP: o.MinP,
-		RepeatPenalty: o.RepeatPenalty, RepeatLastN: o.RepeatLastN, Seed: o.Seed}
+		RepeatPenalty: o.RepeatPenalty, RepeatLastN: o.RepeatLastN, FrequencyPenalty: o.FrequencyPenalty,
+		PresencePenalty: o.PresencePenalty, LogitBias: o.LogitBias, Seed: o.Seed}
 	if o.Sampler != nil {
 		so = *o.Sampler
 	} else {

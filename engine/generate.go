@@ -157,7 +157,7 @@ func Continue(ctx context.Context, r Runner, prompt []int32, opts GenerateOption
 	}
 	inner := unwrap(r)
 	greedy, argmax := inner.(GreedyFeeder)
-	argmax = argmax && pureGreedy(opts.Sampler) && !opts.LogProbs && len(opts.Ban) == 0
+	argmax = argmax && opts.Sampler.Greedy() && !opts.LogProbs && len(opts.Ban) == 0
 	tracer, _ := inner.(RoutingTracer)
 	// feed runs tokens; with sample it also chooses the next token (and
 	// with opts.LogProbs sets nextLP to its log-probabilities).
@@ -301,10 +301,4 @@ func unwrap(r Runner) Runner {
 		return b.Runner
 	}
 	return r
-}
-
-// pureGreedy says whether o draws the argmax of the raw logits: temperature
-// 0 and no repetition penalty (top-k, top-p and min-p keep the argmax).
-func pureGreedy(o SamplerOptions) bool {
-	return o.Temperature == 0 && o.RepeatPenalty == 1
 }

@@ -11,16 +11,25 @@ import (
 )
 
 // SamplerOptions choose how the next token is drawn from the logits. The
-// filters apply in llama.cpp's order: repetition penalty, top-k, top-p,
-// min-p, then temperature and the draw.
+// filters apply in llama.cpp's order: logit bias, the penalties, top-k,
+// top-p, min-p, then temperature and the draw.
 type SamplerOptions struct {
 	Temperature   float32 // 0 = greedy (argmax)
 	TopK          int     // keep the k most likely tokens; 0 = all
 	TopP          float32 // keep the smallest set with probability >= p; 1 = all
 	MinP          float32 // drop tokens less likely than MinP times the most likely; 0 = none
 	RepeatPenalty float32 // divide positive (multiply negative) logits of recent tokens; 1 = off
-	RepeatLastN   int     // how many recent tokens the penalty looks at
-	Seed          uint64  // the same seed, options and logits give the same tokens
+	RepeatLastN   int     // how many recent tokens the penalties look at
+	// FrequencyPenalty and PresencePenalty are OpenAI's (llama.cpp's
+	// penalties too): a token's logit loses FrequencyPenalty times its
+	// count among the last RepeatLastN tokens, and PresencePenalty once
+	// when it is there at all; 0 = off.
+	FrequencyPenalty float32
+	PresencePenalty  float32
+	// LogitBias is added to the logits of its tokens before anything else
+	// (OpenAI's logit_bias; -Inf bans a token). Nil = none.
+	LogitBias map[int32]float32
+	Seed      uint64 // the same seed, options and logits give the same tokens
 }
 
 // DefaultSampler is greedy decoding.
@@ -43,8 +52,28 @@ func (o SamplerOptions) Check() error {
 		return fmt.Errorf("--repeat-penalty %g: must be positive (1 = off)", o.RepeatPenalty)
 	case o.RepeatLastN < 0:
 		return fmt.Errorf("--repeat-last-n %d: must be 0 or positive", o.RepeatLastN)
+	case !(o.FrequencyPenalty >= -2 && o.FrequencyPenalty <= 2):
+		return fmt.Errorf("--frequency-penalty %g: must be in [-2, 2] (0 = off)", o.FrequencyPenalty)
+	case !(o.PresencePenalty >= -2 && o.PresencePenalty <= 2):
+		return fmt.Errorf("--presence-penalty %g: must be in [-2, 2] (0 = off)", o.PresencePenalty)
+	}
+	for id, b := range o.LogitBias {
+		if id < 0 || math.IsNaN(float64(b)) || math.IsInf(float64(b), 1) {
+			return fmt.Errorf("logit bias %g for token %d: want a token id >= 0 and a number or -Inf", b, id)
+		}
 	}
 	return nil
+}
+
+// Greedy says whether o draws the argmax of the raw logits: temperature 0
+// and nothing that moves a logit (top-k, top-p and min-p keep the argmax).
+func (o SamplerOptions) Greedy() bool {
+	return o.Temperature == 0 && o.RepeatPenalty == 1 && o.FrequencyPenalty == 0 && o.PresencePenalty == 0 && len(o.LogitBias) == 0
+}
+
+// penalised says whether any penalty looks at the recent tokens.
+func (o SamplerOptions) penalised() bool {
+	return o.RepeatPenalty != 1 || o.FrequencyPenalty != 0 || o.PresencePenalty != 0
 }
 
 // Sampler draws tokens; it remembers what it drew for the repetition penalty.
@@ -55,6 +84,7 @@ type Sampler struct {
 	cands   []candidate
 	scratch []float32
 	banned  []int32 // never drawn (Ban)
+	counts  map[int32]int
 }
 
 type candidate struct {
@@ -94,14 +124,13 @@ func (s *Sampler) Sample(logits []float32) int32 {
 			l[id] = float32(math.Inf(-1))
 		}
 	}
-	if s.opts.RepeatPenalty != 1 {
-		for _, id := range s.recent {
-			if l[id] > 0 {
-				l[id] /= s.opts.RepeatPenalty
-			} else {
-				l[id] *= s.opts.RepeatPenalty
-			}
+	for id, b := range s.opts.LogitBias {
+		if int(id) < len(l) { // a bias beyond this vocabulary moves nothing, as OpenAI's
+			l[id] += b
 		}
+	}
+	if s.opts.penalised() {
+		s.penalise(l)
 	}
 	var id int32
 	if s.opts.Temperature == 0 {
@@ -111,6 +140,30 @@ func (s *Sampler) Sample(logits []float32) int32 {
 	}
 	s.Accept(id)
 	return id
+}
+
+// penalise applies the penalties to l as llama.cpp does: once per distinct
+// recent token for the repetition penalty and presence, and per occurrence
+// for frequency.
+func (s *Sampler) penalise(l []float32) {
+	if s.counts == nil {
+		s.counts = map[int32]int{}
+	}
+	clear(s.counts)
+	for _, id := range s.recent {
+		if int(id) < len(l) {
+			s.counts[id]++
+		}
+	}
+	o := s.opts
+	for id, n := range s.counts {
+		if l[id] > 0 {
+			l[id] /= o.RepeatPenalty
+		} else {
+			l[id] *= o.RepeatPenalty
+		}
+		l[id] -= float32(n)*o.FrequencyPenalty + o.PresencePenalty
+	}
 }
 
 func (s *Sampler) draw(l []float32) int32 {

@@ -110,7 +110,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modr
 	if err := decode(r.Body, &req); err != nil {
 		return err
 	}
-	opts, err := req.genOptions(s.info, s.cfg.ModelName, 0)
+	if err := s.checkModel(req.Model); err != nil {
+		return err
+	}
+	opts, err := req.genOptions(s.info, 0, 1) // OpenAI's chat refuses max_tokens 0
 	if err != nil {
 		return err
 	}
