@@ -36,6 +36,7 @@ type generationCommand struct {
 	threads      int
 	seed         uint64   // the sampler's seed, after open (-1 drawn from the clock)
 	gpuOnly      []string // flags given that only the Vulkan backend uses, as "--profile"
+	grammar      *grammarFlags
 }
 
 // newGenerationCommand makes the flag set of command name (run or chat);
@@ -53,6 +54,7 @@ func newGenerationCommand(name, argsUsage, nHelp, parseSpecialHelp string, stder
 		return nil
 	})
 	g.fs.IntVar(&g.threads, "t", 0, "threads `N` of the CPU backends (default 0: one per core)")
+	g.grammar = registerGrammarFlags(g.fs)
 	return g
 }
 
@@ -70,7 +72,7 @@ func (g *generationCommand) parse(args []string, argHint string) error {
 	case g.threads < 0:
 		return fmt.Errorf("%w: -t %d: must be 0 (one per core) or positive", errUsage, g.threads)
 	}
-	return nil
+	return g.grammar.compile()
 }
 
 // ignoredBy lists the flags given that backend (as resolved) does not use,
@@ -122,6 +124,7 @@ func (g *generationCommand) open(stderr io.Writer, gpuOnly []string, set func(*a
 	g.seed = so.Seed
 	opts := generateOptions(so, g.n)
 	opts.ParseSpecial = g.parseSpecial
+	opts.Grammar = g.grammar.g
 	return model, opts, nil
 }
 

@@ -2,7 +2,8 @@ package grammar
 
 // JSONGBNF is a grammar of any JSON object, as a json_object response
 // format asks (llama.cpp's grammars/json.gbnf, with its bounds: whitespace
-// runs and number digits are bounded so that a model cannot stall the text
+// runs and number digits are bounded (exponents to two digits, so that a
+// number fits a float64) so that a model cannot stall the text
 // in an endless run of blanks or digits).
 const JSONGBNF = `root   ::= object
 value  ::= object | array | string | number | ("true" | "false" | "null") ws
@@ -25,7 +26,7 @@ string ::=
     "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) # escapes
   )* "\"" ws
 
-number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,4})? ws
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})? ws
 
 # Optional space: at most one newline and 20 blanks.
 ws ::= | " " | "\n" [ \t]{0,20}
