@@ -114,6 +114,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modr
 	if err != nil {
 		return err
 	}
+	if err := req.applyFormat(&opts); err != nil {
+		return err
+	}
 	if len(req.Messages) == 0 {
 		return badRequest("messages", "invalid_value", "messages is empty: give at least one message")
 	}

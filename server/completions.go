@@ -50,6 +50,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, m *modrun.M
 	if err != nil {
 		return err
 	}
+	if err := req.applyFormat(&opts); err != nil {
+		return err
+	}
 	switch {
 	case req.Prompt.count == 0:
 		return badRequest("prompt", "invalid_value", "prompt is missing: give a string or an array of token ids")

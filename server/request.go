@@ -26,6 +26,8 @@ type sampling struct {
 	N                   *int           `json:"n"`
 	Stream              bool           `json:"stream"`
 	StreamOptions       *streamOptions `json:"stream_options"`
+	// ResponseFormat constrains the answer to JSON (format.go).
+	ResponseFormat *responseFormat `json:"response_format"`
 }
 
 type streamOptions struct {
