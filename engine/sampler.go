@@ -142,12 +142,23 @@ func (s *Sampler) Sample(logits []float32) int32 {
 }
 
 // constrained draws from l among the tokens the constraint allows and
-// passes the token to it. A greedy draw first asks about the argmax alone:
-// when it is allowed it is the allowed tokens' argmax too, and the mask is
-// not needed.
+// passes the token to it. Where it is exact, a draw first asks about one
+// token alone, and needs the mask (a walk over the vocabulary) only when
+// that token is refused: greedy, the argmax (when allowed, it is the
+// allowed tokens' argmax too); at a temperature with no top-k, top-p or
+// min-p, a draw from all tokens (kept when allowed, else drawn again from
+// the allowed ones: p(t)/P(allowed) either way, the masked distribution).
+// Inside a JSON string, where the mask is widest, the first draw is
+// nearly always allowed.
 func (s *Sampler) constrained(l []float32) int32 {
-	if s.opts.Temperature == 0 {
+	switch {
+	case s.opts.Temperature == 0:
 		if id := argmax(l); s.constraint.Allowed(id) {
+			s.accept(id)
+			return id
+		}
+	case (s.opts.TopK == 0 || s.opts.TopK >= len(l)) && s.opts.TopP >= 1 && s.opts.MinP == 0:
+		if id := s.draw(l); s.constraint.Allowed(id) {
 			s.accept(id)
 			return id
 		}

@@ -18,7 +18,7 @@ import (
 
 // maxMasks is how many masks a Matcher keeps; past it the cache starts
 // over (a mask is the vocabulary's size in bits).
-const maxMasks = 64
+const maxMasks = 1024
 
 type stackNode struct{ pos, below int32 }
 
