@@ -83,3 +83,15 @@ func JSONSchemaGrammar(schema []byte) (*Grammar, error) {
 func JSONGrammar() *Grammar { return jsonGrammar() }
 
 var jsonGrammar = sync.OnceValue(grammar.JSON)
+
+// JSONSchemaGBNF is the GBNF of JSONSchemaGrammar's grammar with its
+// rules renamed under name (the start rule is name, the others name-...),
+// to be used inside a larger grammar given to ParseGrammar: a server's
+// tool call wraps each function's arguments so.
+func JSONSchemaGBNF(schema []byte, name string) (string, error) {
+	src, err := grammar.SchemaRules(schema, name)
+	if err != nil {
+		return "", fmt.Errorf("modrun: %w", err)
+	}
+	return src, nil
+}

@@ -3,7 +3,6 @@ package modrun_test
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,7 +10,6 @@ import (
 	"github.com/modrun/modrun"
 	"github.com/modrun/modrun/engine/grammar"
 	"github.com/modrun/modrun/gguf"
-	"github.com/modrun/modrun/mod/synth"
 	"github.com/modrun/modrun/tokenizer"
 )
 
@@ -25,16 +23,7 @@ const benchSchema = `{"type":"array","items":{"type":"object","properties":{"nam
 // decode step is 1 - with/without. Each output is first checked to be
 // JSON of the schema's prefix (the generation stops at 128 tokens).
 func BenchmarkGrammarDecode(b *testing.B) {
-	sh, err := synth.ParseShape("stories15m")
-	require.NoError(b, err)
-	sm, err := synth.Build(sh, synth.Options{Type: gguf.TypeF32, Seed: 1})
-	require.NoError(b, err)
-	path := filepath.Join(b.TempDir(), "stories15m.gguf")
-	require.NoError(b, sm.Save(path))
-	sm.Close()
-	m, err := modrun.Open(path, modrun.Options{Backend: modrun.BackendCPU})
-	require.NoError(b, err)
-	defer m.Close()
+	m := synthModel(b, "stories15m", modrun.Options{Backend: modrun.BackendCPU})
 	g, err := modrun.JSONSchemaGrammar([]byte(benchSchema))
 	require.NoError(b, err)
 	const n = 128
@@ -74,16 +63,7 @@ func BenchmarkGrammarDecode(b *testing.B) {
 // time (a request's). Against BenchmarkGrammarDecode's decode step it is
 // the grammar's share of a step, without the model's noise.
 func BenchmarkGrammarStep(b *testing.B) {
-	sh, err := synth.ParseShape("stories15m")
-	require.NoError(b, err)
-	sm, err := synth.Build(sh, synth.Options{Type: gguf.TypeF32, Seed: 1})
-	require.NoError(b, err)
-	path := filepath.Join(b.TempDir(), "stories15m.gguf")
-	require.NoError(b, sm.Save(path))
-	sm.Close()
-	m, err := modrun.Open(path, modrun.Options{Backend: modrun.BackendCPU})
-	require.NoError(b, err)
-	defer m.Close()
+	m := synthModel(b, "stories15m", modrun.Options{Backend: modrun.BackendCPU})
 	g, err := modrun.JSONSchemaGrammar([]byte(benchSchema))
 	require.NoError(b, err)
 	s := m.NewSession()
@@ -96,7 +76,7 @@ func BenchmarkGrammarStep(b *testing.B) {
 	})
 	require.NoError(b, err)
 	s.Close()
-	f, err := gguf.Open(path)
+	f, err := gguf.Open(m.Info().Path)
 	require.NoError(b, err)
 	tok, err := tokenizer.FromGGUF(f)
 	f.Close()

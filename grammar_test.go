@@ -26,7 +26,7 @@ const (
 
 // synthModel saves a random-weight model of shape spec (mod/synth) and
 // opens it.
-func synthModel(t *testing.T, spec string, opts modrun.Options) *modrun.Model {
+func synthModel(t testing.TB, spec string, opts modrun.Options) *modrun.Model {
 	t.Helper()
 	sh, err := synth.ParseShape(spec)
 	require.NoError(t, err)

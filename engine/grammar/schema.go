@@ -689,3 +689,61 @@ func (c *schemaCompiler) integerType(s *object, at string) (string, error) {
 	}
 	return "", unsupported(at, "minimum", fmt.Sprintf("%v: only 0 or 1", m))
 }
+
+// SchemaRules is SchemaGBNF with every rule renamed under name: the
+// schema's start rule is name itself, the others name-..., so that the
+// rules of several schemas can go into one grammar (a tool call's
+// arguments, one schema per function).
+func SchemaRules(schema []byte, name string) (string, error) {
+	src, err := SchemaGBNF(schema)
+	if err != nil {
+		return "", err
+	}
+	return renameRules(src, name), nil
+}
+
+// renameRules prefixes every rule name of GBNF src (outside literals,
+// classes, repetition counts and comments) with prefix-, root becoming
+// prefix.
+func renameRules(src, prefix string) string {
+	var b strings.Builder
+	for i := 0; i < len(src); {
+		c := src[i]
+		switch {
+		case c == '"' || c == '[' || c == '{':
+			end := map[byte]byte{'"': '"', '[': ']', '{': '}'}[c]
+			j := i + 1
+			for j < len(src) && src[j] != end {
+				if src[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			j = min(j+1, len(src))
+			b.WriteString(src[i:j])
+			i = j
+		case c == '#':
+			j := i
+			for j < len(src) && src[j] != '\n' {
+				j++
+			}
+			b.WriteString(src[i:j])
+			i = j
+		case isNameChar(c):
+			j := i
+			for j < len(src) && isNameChar(src[j]) {
+				j++
+			}
+			if src[i:j] == "root" {
+				b.WriteString(prefix)
+			} else {
+				b.WriteString(prefix + "-" + src[i:j])
+			}
+			i = j
+		default:
+			b.WriteByte(c)
+			i++
+		}
+	}
+	return b.String()
+}

@@ -97,3 +97,16 @@ func TestSchemaRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestSchemaRules: two schemas' renamed rules live in one grammar.
+func TestSchemaRules(t *testing.T) {
+	a, err := SchemaRules([]byte(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`), "fa")
+	require.NoError(t, err)
+	b, err := SchemaRules([]byte(`{"enum":["x{1}", "[y]", "#z"]}`), "fb")
+	require.NoError(t, err)
+	g := mustParse(t, "root ::= \"a\" fa | \"b\" fb\n"+a+b)
+	assert.True(t, matches(g, `a{"n": 3}`))
+	assert.True(t, matches(g, `b"x{1}"`))
+	assert.True(t, matches(g, `b"#z"`))
+	assert.False(t, matches(g, `a"x{1}"`))
+}
