@@ -196,6 +196,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modr
 					first = false
 					delta.Role = modrun.RoleAssistant
 				}
+				if delta.Role == "" && len(delta.ToolCalls) == 0 && len(s.info.RoutedLayers) == 0 {
+					return nil // a call's markup: nothing to say (a MoD model's chunk carries the tokens' routing)
+				}
 				return stream.send(s.chatChunk(resp, delta, s.chatLogProbs(m, p.tokens, req.LogProbs), nil, p.tokens, p.routed, false))
 			})
 		}
