@@ -11,19 +11,34 @@ import (
 	"github.com/modrun/modrun/engine/grammar"
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/tokenizer"
+	"github.com/modrun/modrun/vk"
 )
 
 // benchSchema lets a generation run for as many tokens as the benchmark
 // asks: an array of 100 to 1000 small records.
 const benchSchema = `{"type":"array","items":{"type":"object","properties":{"name":{"type":"string","maxLength":12},"age":{"type":"integer","minimum":0},"tags":{"type":"array","items":{"enum":["a","b","c"]},"maxItems":3}},"required":["name","age"],"additionalProperties":false},"minItems":100,"maxItems":1000}`
 
-// BenchmarkGrammarDecode: decode tokens/s on the CPU backend of a
-// random-weight stories15M (32,000 tokens), with and without a JSON-schema
+// BenchmarkGrammarDecode: decode tokens/s on the CPU and Vulkan backends
+// of a random-weight stories15M (32,000 tokens), with and without a JSON-schema
 // grammar, greedy and sampled at temperature 1. The grammar's share of a
 // decode step is 1 - with/without. Each output is first checked to be
 // JSON of the schema's prefix (the generation stops at 128 tokens).
 func BenchmarkGrammarDecode(b *testing.B) {
-	m := synthModel(b, "stories15m", modrun.Options{Backend: modrun.BackendCPU})
+	for _, backend := range []string{modrun.BackendCPU, modrun.BackendVulkan} {
+		b.Run(backend, func(b *testing.B) { benchGrammarDecode(b, backend) })
+	}
+}
+
+func benchGrammarDecode(b *testing.B, backend string) {
+	if backend == modrun.BackendVulkan {
+		if err := vk.Load(); err != nil {
+			b.Skipf("no Vulkan loader: %v", err)
+		}
+	}
+	m := synthModel(b, "stories15m", modrun.Options{Backend: backend})
+	if m.Info().Backend != backend {
+		b.Skipf("%s: not available (%s)", backend, m.Info().Backend)
+	}
 	g, err := modrun.JSONSchemaGrammar([]byte(benchSchema))
 	require.NoError(b, err)
 	const n = 128
