@@ -42,9 +42,9 @@ type Matcher struct {
 	trans  [][256]int32
 	state  int32 // the current set
 
-	masks map[int32][]uint64 // by set
-	seen  []uint32           // dedup stamps, by node
-	stamp uint32
+	masks  map[int32][]uint64 // by set
+	seen   []uint32           // dedup stamps, by node
+	stamp  uint32
 	buf    []int32
 	frames []struct{ e, end, sid int32 }
 }
