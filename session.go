@@ -126,6 +126,16 @@ type GenerateOptions struct {
 	// stay the raw logits'.
 	IgnoreEOS bool
 
+	// Grammar, when set, constrains the new tokens to its language
+	// (ParseGrammar, JSONSchemaGrammar): each token keeps the text a prefix
+	// of a sentence, and the generation ends only where a sentence does.
+	// GrammarGBNF is the same given as GBNF text, compiled by the call.
+	// The grammar starts at this call's first new token; with MaxTokens or
+	// the context's end a sentence may be left unfinished (Result.Stop
+	// says so).
+	Grammar     *Grammar
+	GrammarGBNF string
+
 	// OnRouted, when set, changes when Generate's fn sees a new token: as
 	// soon as it is drawn, before it runs through the model, with its
 	// Routes nil; OnRouted then receives the token's routing once it has
@@ -266,6 +276,10 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 	if err != nil {
 		return Result{}, err
 	}
+	constraint, err := opts.constraint(s.m)
+	if err != nil {
+		return Result{}, err
+	}
 	ids, err := s.promptTokens(prompt, opts)
 	if err != nil {
 		return Result{}, err
@@ -285,7 +299,7 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 		return Result{}, &PromptLengthError{Tokens: len(ids), Held: have, ContextLen: s.m.ctxLen}
 	}
 	if s.m.batch != nil { // sessions share steps (batch.go)
-		return s.generateBatched(ctx, ids, so, opts, fn)
+		return s.generateBatched(ctx, ids, so, constraint, opts, fn)
 	}
 	release, err := s.m.acquire(ctx)
 	if err != nil {
@@ -297,7 +311,11 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 	}
 	pending := s.pending
 	s.pending = nil
-	er, err := engine.Continue(ctx, s.m.backend.Runner, ids, s.loopOptions(ctx, so, opts, pending, fn))
+	lo := s.loopOptions(ctx, so, opts, pending, fn)
+	if constraint != nil {
+		lo.Constraint = constraint
+	}
+	er, err := engine.Continue(ctx, s.m.backend.Runner, ids, lo)
 	s.pending = er.Pending
 	res := Result{Timing: er.Timing, Stop: er.Stop, Tokens: len(er.Tokens), Tail: string(s.dec.Flush())}
 	if !s.m.isClosed() { // a callback may have closed it

@@ -59,6 +59,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, m *modrun.M
 		return err
 	}
 	n := req.Prompt.count()
+	if err := req.applyFormat(&opts); err != nil {
+		return err
+	}
 	switch {
 	case n == 0:
 		return badRequest("prompt", "invalid_value", "prompt is missing: give a string, an array of token ids, or an array of one of those")

@@ -40,7 +40,7 @@ func TestBadRequests(t *testing.T) {
 		{"empty messages", chat, `{"messages":[]}`, "messages", "invalid_value"},
 		{"no messages", chat, `{}`, "messages", "invalid_value"},
 		{"unknown role", chat, `{"messages":[{"role":"user","content":"a"},{"role":"wizard","content":"b"}]}`, "messages[1].role", "invalid_value"},
-		{"tool role", chat, `{"messages":[{"role":"tool","content":"b"}]}`, "messages[0].role", "invalid_value"},
+		{"function role", chat, `{"messages":[{"role":"function","content":"b"}]}`, "messages[0].role", "invalid_value"}, // OpenAI's old role; tool messages are taken (tools_test.go)
 		{"temperature out of range", chat, `{"temperature":-1,` + msgs + `}`, "temperature", "invalid_value"},
 		{"top_p out of range", compl, `{"prompt":"x","top_p":1.5}`, "top_p", "invalid_value"},
 		{"top_logprobs too many", chat, `{"logprobs":true,"top_logprobs":21,` + msgs + `}`, "top_logprobs", "invalid_value"},

@@ -32,6 +32,8 @@ type sampling struct {
 	N                   *int               `json:"n"`
 	Stream              bool               `json:"stream"`
 	StreamOptions       *streamOptions     `json:"stream_options"`
+	// ResponseFormat constrains the answer to JSON (format.go).
+	ResponseFormat *responseFormat `json:"response_format"`
 }
 
 type streamOptions struct {
@@ -44,11 +46,18 @@ type chatRequest struct {
 	Messages    []chatMessage `json:"messages"`
 	LogProbs    bool          `json:"logprobs"`
 	TopLogProbs *int          `json:"top_logprobs"`
+	// OpenAI's function calling (tools.go).
+	Tools             []toolJSON      `json:"tools"`
+	ToolChoice        json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
 }
 
 type chatMessage struct {
 	Role    string      `json:"role"`
 	Content chatContent `json:"content"`
+	// An assistant's calls, and a tool message's answer to one (tools.go).
+	ToolCalls  []toolCallJSON `json:"tool_calls"`
+	ToolCallID string         `json:"tool_call_id"`
 }
 
 // completionRequest is POST /v1/completions's body.

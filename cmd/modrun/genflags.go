@@ -37,6 +37,7 @@ type generationCommand struct {
 	threads      int
 	seed         uint64   // the sampler's seed, after open (-1 drawn from the clock)
 	gpuOnly      []string // flags given that only the Vulkan backend uses, as "--profile"
+	grammar      *grammarFlags
 }
 
 // newGenerationCommand makes the flag set of command name (run or chat);
@@ -54,6 +55,7 @@ func newGenerationCommand(name, argsUsage, nHelp, parseSpecialHelp string, stder
 		return nil
 	})
 	g.fs.IntVar(&g.threads, "t", 0, "threads `N` of the CPU backends (default 0: one per core)")
+	g.grammar = registerGrammarFlags(g.fs)
 	return g
 }
 
@@ -76,7 +78,7 @@ func (g *generationCommand) parse(args []string, argHint string) error {
 	case g.threads < 0:
 		return fmt.Errorf("%w: -t %d: must be 0 (one per core) or positive", errUsage, g.threads)
 	}
-	return nil
+	return g.grammar.compile()
 }
 
 // ignoredBy lists the flags given that backend (as resolved) does not use,
@@ -133,6 +135,7 @@ func (g *generationCommand) open(stderr io.Writer, gpuOnly []string, set func(*a
 	g.seed = so.Seed
 	opts := generateOptions(so, g.n)
 	opts.ParseSpecial = g.parseSpecial
+	opts.Grammar = g.grammar.g
 	return model, opts, nil
 }
 
