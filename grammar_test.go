@@ -3,7 +3,9 @@ package modrun_test
 import (
 	"context"
 	"encoding/json"
+	goparser "go/parser"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -163,4 +165,38 @@ func TestGrammarOptionErrors(t *testing.T) {
 	assert.ErrorContains(t, err, "Grammar and GrammarGBNF are both set")
 	_, err = modrun.JSONSchemaGrammar([]byte(`{"type":"object","minProperties":1}`))
 	assert.ErrorContains(t, err, `"minProperties" is not supported`)
+}
+
+// TestGBNFSamplesFromSynth: at temperature 1, over seeds, random-weight
+// models of both vocabulary kinds write only sentences of a GBNF with
+// counted repetition and classes (a regular expression checks them) and of
+// an arithmetic grammar (Go's expression parser checks them).
+func TestGBNFSamplesFromSynth(t *testing.T) {
+	rep := `root ::= word ("," " "? word){0,5} "."
+word ::= [a-zA-Z_] [a-zA-Z0-9_]{0,7} | [α-ω]{1,3} | "<" [^<>\n]{1,10} ">"
+`
+	repRE := regexp.MustCompile(`^(?:W)(?:, ?(?:W)){0,5}\.$`)
+	repRE = regexp.MustCompile(strings.ReplaceAll(repRE.String(), "W", `[a-zA-Z_][a-zA-Z0-9_]{0,7}|[α-ω]{1,3}|<[^<>\n]{1,10}>`))
+	arith := `root ::= term (" "? [-+*/] " "? term){0,6}
+term ::= number | "(" number " "? [-+*/] " "? number ")"
+number ::= ("0" | [1-9] [0-9]{0,3}) ("." [0-9]{1,3})?
+`
+	for _, spec := range []string{spmSynth, bpeSynth} {
+		m := synthModel(t, spec, modrun.Options{Backend: modrun.BackendCPU})
+		for _, tc := range []struct {
+			src   string
+			valid func(string) bool
+		}{
+			{rep, repRE.MatchString},
+			{arith, func(s string) bool { _, err := goparser.ParseExpr(s); return err == nil }},
+		} {
+			g, err := modrun.ParseGrammar(tc.src)
+			require.NoError(t, err)
+			for seed := uint64(0); seed < 20; seed++ {
+				text, res := generate(t, m, "x", modrun.GenerateOptions{Temperature: 1, Seed: seed, MaxTokens: 200, Grammar: g})
+				require.Equal(t, modrun.StopEOS, res.Stop, "%s seed %d: %q", spec, seed, text)
+				assert.True(t, tc.valid(text), "%s seed %d: %q", spec, seed, text)
+			}
+		}
+	}
 }
