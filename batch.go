@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/modrun/modrun/engine"
+	"github.com/modrun/modrun/engine/grammar"
 	"github.com/modrun/modrun/engine/sched"
 	"github.com/modrun/modrun/mod"
 )
@@ -224,7 +225,7 @@ func (l *lpSampler) Sample(logits []float32) int32 {
 // generateBatched is Generate on the batcher: the session's sequence plus
 // ids as one scheduler sequence, its tokens delivered to fn on this
 // goroutine in order, each once it has run (the last new one before).
-func (s *Session) generateBatched(ctx context.Context, ids []int32, so engine.SamplerOptions, opts GenerateOptions, fn func(Token) error) (Result, error) {
+func (s *Session) generateBatched(ctx context.Context, ids []int32, so engine.SamplerOptions, constraint *grammar.Matcher, opts GenerateOptions, fn func(Token) error) (Result, error) {
 	b := s.m.batch
 	held := len(s.fed) + len(s.pending)
 	seq := slices.Concat(s.fed, s.pending, ids)
@@ -233,6 +234,9 @@ func (s *Session) generateBatched(ctx context.Context, ids []int32, so engine.Sa
 		return Result{}, err
 	}
 	sampler.Ban(s.banned(opts))
+	if constraint != nil { // this sequence's own grammar state, advanced by its draws
+		sampler.Constrain(constraint)
+	}
 	for _, id := range seq {
 		sampler.Accept(id) // the repetition penalty sees the history and the prompt
 	}
@@ -392,6 +396,9 @@ func (s *Session) generateBatched(ctx context.Context, ids []int32, so engine.Sa
 		keep(true)
 		res.Tail = string(s.dec.Flush())
 		res.Layers = slices.Clone(s.layers)
+		if err := sampler.Err(); err != nil {
+			return res, fmt.Errorf("modrun: %w", err)
+		}
 		return res, nil
 	}
 }

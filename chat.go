@@ -19,6 +19,7 @@ const (
 	RoleSystem    = tokenizer.RoleSystem
 	RoleUser      = tokenizer.RoleUser
 	RoleAssistant = tokenizer.RoleAssistant
+	RoleIPython   = tokenizer.RoleIPython // a tool's result, on the llama3 template
 )
 
 // ChatTemplates lists the chat template names NewChat takes.

@@ -9,6 +9,7 @@ require (
 	github.com/nlpodyssey/gopickle v0.2.0
 	github.com/openai/openai-go/v3 v3.44.0
 	github.com/prometheus/client_golang v1.22.0
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/stretchr/testify v1.12.1
 	golang.org/x/image v0.18.0
 )

@@ -32,8 +32,9 @@ var layers = map[string][]string{
 	"engine/vulkan":          {"engine/sched", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."}, // Stepper runs sched's steps, as engine/cpu does
 	"engine/sched":           {"mod", "gguf", "tokenizer", "internal/..."},                                  // many sequences per step: pages, tables, scheduler
 	"engine/sched/schedtest": {"engine/sched", "mod", "gguf", "tokenizer", "internal/..."},                  // the step runners' equality tests' driver
+	"engine/grammar":         {"tokenizer", "gguf", "internal/..."},                                         // grammars, JSON schemas, token masks
 	"engine/cpu":             {"engine/sched", "mod", "gguf", "tokenizer", "internal/..."},                  // the fast CPU runner
-	"engine":                 {"engine/vulkan", "engine/cpu", "engine/sched", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
+	"engine":                 {"engine/grammar", "engine/vulkan", "engine/cpu", "engine/sched", "mod", "vk", "shaders", "gguf", "tokenizer", "internal/..."},
 	"":                       {"*"}, // the root package: the Go API for embedding
 	// The HTTP server: through the root API (TestServerImportsTheAPI
 	// checks its direct imports), so transitively what the API uses.

@@ -113,6 +113,8 @@ type Model struct {
 	// PrefixCache on the
 	// CPU backend; batch.go); nil otherwise.
 	batch *batcher
+
+	grammar grammarVocab // for GenerateOptions.Grammar
 }
 
 // Info says what a Model is and where it runs.

@@ -101,8 +101,14 @@ type GenerateOptions struct {
 	TopP          float32 // keep the smallest set with probability >= p; 0 (or 1) = all
 	MinP          float32 // drop tokens less likely than MinP times the most likely
 	RepeatPenalty float32 // > 1 penalises the last RepeatLastN tokens; 0 (or 1) = off
-	RepeatLastN   int     // tokens the penalty looks at; 0 = 64, negative = none
-	Seed          uint64  // the same seed, options and model give the same tokens
+	RepeatLastN   int     // tokens the penalties look at; 0 = 64, negative = none
+	// FrequencyPenalty (per occurrence) and PresencePenalty (once) are
+	// subtracted from the logits of the last RepeatLastN tokens, as
+	// OpenAI's and llama.cpp's are; 0 = off.
+	FrequencyPenalty float32
+	PresencePenalty  float32
+	LogitBias        map[int32]float32 // added to those tokens' logits first (OpenAI's logit_bias)
+	Seed             uint64            // the same seed, options and model give the same tokens
 	// Sampler, when set, is used as it is instead of the fields above: every
 	// option explicit, none read as a default (the command line passes its
 	// flags' this way, checked once by SamplerOptions.Check).
@@ -119,6 +125,16 @@ type GenerateOptions struct {
 	// so generation runs to MaxTokens or the context's end. Log-probabilities
 	// stay the raw logits'.
 	IgnoreEOS bool
+
+	// Grammar, when set, constrains the new tokens to its language
+	// (ParseGrammar, JSONSchemaGrammar): each token keeps the text a prefix
+	// of a sentence, and the generation ends only where a sentence does.
+	// GrammarGBNF is the same given as GBNF text, compiled by the call.
+	// The grammar starts at this call's first new token; with MaxTokens or
+	// the context's end a sentence may be left unfinished (Result.Stop
+	// says so).
+	Grammar     *Grammar
+	GrammarGBNF string
 
 	// OnRouted, when set, changes when Generate's fn sees a new token: as
 	// soon as it is drawn, before it runs through the model, with its
@@ -150,7 +166,8 @@ type SamplerOptions = engine.SamplerOptions
 // their zero values read as defaults.
 func (o GenerateOptions) sampler() (engine.SamplerOptions, error) {
 	so := engine.SamplerOptions{Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, MinP: o.MinP,
-		RepeatPenalty: o.RepeatPenalty, RepeatLastN: o.RepeatLastN, Seed: o.Seed}
+		RepeatPenalty: o.RepeatPenalty, RepeatLastN: o.RepeatLastN, FrequencyPenalty: o.FrequencyPenalty,
+		PresencePenalty: o.PresencePenalty, LogitBias: o.LogitBias, Seed: o.Seed}
 	if o.Sampler != nil {
 		so = *o.Sampler
 	} else {
@@ -259,6 +276,10 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 	if err != nil {
 		return Result{}, err
 	}
+	constraint, err := opts.constraint(s.m)
+	if err != nil {
+		return Result{}, err
+	}
 	ids, err := s.promptTokens(prompt, opts)
 	if err != nil {
 		return Result{}, err
@@ -278,7 +299,7 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 		return Result{}, &PromptLengthError{Tokens: len(ids), Held: have, ContextLen: s.m.ctxLen}
 	}
 	if s.m.batch != nil { // sessions share steps (batch.go)
-		return s.generateBatched(ctx, ids, so, opts, fn)
+		return s.generateBatched(ctx, ids, so, constraint, opts, fn)
 	}
 	release, err := s.m.acquire(ctx)
 	if err != nil {
@@ -290,7 +311,11 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 	}
 	pending := s.pending
 	s.pending = nil
-	er, err := engine.Continue(ctx, s.m.backend.Runner, ids, s.loopOptions(ctx, so, opts, pending, fn))
+	lo := s.loopOptions(ctx, so, opts, pending, fn)
+	if constraint != nil {
+		lo.Constraint = constraint
+	}
+	er, err := engine.Continue(ctx, s.m.backend.Runner, ids, lo)
 	s.pending = er.Pending
 	res := Result{Timing: er.Timing, Stop: er.Stop, Tokens: len(er.Tokens), Tail: string(s.dec.Flush())}
 	if !s.m.isClosed() { // a callback may have closed it

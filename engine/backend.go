@@ -207,8 +207,11 @@ func (c cpuRunner) RoutingStats() []LayerStat {
 // ScorerBackend is a Scorer on the chosen device. Close releases it.
 type ScorerBackend struct {
 	Scorer
-	Name    string
-	release []func()
+	Name string
+	// Emulated says the Vulkan device is a CPU emulation (lavapipe): a
+	// long text takes minutes there, where the CPU backend is faster.
+	Emulated bool
+	release  []func()
 }
 
 // Close frees the scorer and the device.
@@ -258,7 +261,8 @@ func OpenScorer(m *mod.Model, r mod.Routing, o BackendOptions) (*ScorerBackend, 
 	if err != nil {
 		return nil, "", err
 	}
-	return &ScorerBackend{Scorer: sc, Name: p.name, release: p.release}, notice, nil
+	emulated := p.dev != nil && p.dev.Info().Type == vk.CPU
+	return &ScorerBackend{Scorer: sc, Name: p.name, Emulated: emulated, release: p.release}, notice, nil
 }
 
 // gpuRunner adds the routing counts to the Vulkan runner: a routed layer's

@@ -275,3 +275,50 @@ func TestPerplexityWindows(t *testing.T) {
 	_, err = Perplexity(u, text, 1, 6, nil)
 	assert.ErrorContains(t, err, "window 6 must be in [2, 5]")
 }
+
+// The frequency and presence penalties subtract from the logits of recent
+// tokens as llama.cpp's do (frequency per occurrence, presence once), the
+// repetition penalty applies once per distinct token, and logit bias is
+// added before them; any of them turns off the argmax shortcut.
+func TestPenaltiesAndLogitBias(t *testing.T) {
+	sample := func(f func(*SamplerOptions), recent []int32, logits []float32) int32 {
+		o := DefaultSampler()
+		f(&o)
+		s := newSampler(t, o)
+		for _, id := range recent {
+			s.Accept(id)
+		}
+		assert.False(t, o.Greedy(), "%+v", o)
+		return s.Sample(logits)
+	}
+	twice := []int32{0, 0}
+	assert.Equal(t, int32(1), sample(func(o *SamplerOptions) { o.FrequencyPenalty = 0.5 }, twice, []float32{3, 2.1}), "3 - 2*0.5 = 2 < 2.1")
+	assert.Equal(t, int32(0), sample(func(o *SamplerOptions) { o.PresencePenalty = 0.5 }, twice, []float32{3, 2.1}), "3 - 0.5 (once) = 2.5 > 2.1")
+	assert.Equal(t, int32(0), sample(func(o *SamplerOptions) { o.RepeatPenalty = 1.2 }, twice, []float32{3, 2.1}), "3/1.2 = 2.5 (once, not 3/1.44) > 2.1")
+	assert.Equal(t, int32(1), sample(func(o *SamplerOptions) { o.FrequencyPenalty = -1 }, []int32{1}, []float32{3, 2.1}), "a negative penalty favours the recent: 2.1 + 1 > 3")
+	assert.Equal(t, int32(0), sample(func(o *SamplerOptions) { o.FrequencyPenalty, o.RepeatLastN = 0.5, 1 }, []int32{0, 1}, []float32{3, 2.1}),
+		"only the last RepeatLastN tokens count: 1 is penalised, 0 is not")
+	assert.Equal(t, int32(1), sample(func(o *SamplerOptions) { o.LogitBias = map[int32]float32{1: 1} }, nil, []float32{3, 2.1}), "2.1 + 1 > 3")
+	assert.Equal(t, int32(1), sample(func(o *SamplerOptions) { o.LogitBias = map[int32]float32{0: float32(math.Inf(-1)), 9: 50} }, nil, []float32{3, 2.1}),
+		"-Inf bans 0; a token beyond the vocabulary is ignored")
+	// Sampled (T=1), a bias of -100 leaves the token out for good.
+	o := DefaultSampler()
+	o.Temperature, o.Seed, o.LogitBias = 1, 3, map[int32]float32{1: -100}
+	s := newSampler(t, o)
+	for range 1000 {
+		require.Equal(t, int32(0), s.Sample([]float32{0, 0}))
+	}
+	for _, c := range []struct {
+		f    func(*SamplerOptions)
+		want string
+	}{
+		{func(o *SamplerOptions) { o.FrequencyPenalty = 2.5 }, "--frequency-penalty 2.5: must be in [-2, 2]"},
+		{func(o *SamplerOptions) { o.PresencePenalty = float32(math.NaN()) }, "--presence-penalty NaN"},
+		{func(o *SamplerOptions) { o.LogitBias = map[int32]float32{-1: 1} }, "token -1"},
+	} {
+		o := DefaultSampler()
+		c.f(&o)
+		_, err := NewSampler(o)
+		assert.ErrorContains(t, err, c.want)
+	}
+}

@@ -38,6 +38,10 @@ type GenerateOptions struct {
 	// Ban lists ids the sampler never draws (Sampler.Ban): the API's
 	// IgnoreEOS bans the end-of-generation tokens.
 	Ban []int32
+	// Constraint, when set, restricts the new tokens to those it allows
+	// (Sampler.Constrain): a grammar. The runner then gives its logits
+	// even for greedy decoding.
+	Constraint Constraint
 	// Chunk is the most prompt tokens one Feed runs (Backend.PromptChunk);
 	// 0 = the whole prompt at once. Cancelling is seen between chunks.
 	Chunk int
@@ -152,12 +156,15 @@ func Continue(ctx context.Context, r Runner, prompt []int32, opts GenerateOption
 		return res, err
 	}
 	sampler.Ban(opts.Ban)
+	if opts.Constraint != nil {
+		sampler.Constrain(opts.Constraint)
+	}
 	for _, id := range opts.History {
 		sampler.Accept(id)
 	}
 	inner := unwrap(r)
 	greedy, argmax := inner.(GreedyFeeder)
-	argmax = argmax && pureGreedy(opts.Sampler) && !opts.LogProbs && len(opts.Ban) == 0
+	argmax = argmax && opts.Sampler.Greedy() && !opts.LogProbs && len(opts.Ban) == 0 && opts.Constraint == nil
 	tracer, _ := inner.(RoutingTracer)
 	// feed runs tokens; with sample it also chooses the next token (and
 	// with opts.LogProbs sets nextLP to its log-probabilities).
@@ -179,6 +186,7 @@ func Continue(ctx context.Context, r Runner, prompt []int32, opts GenerateOption
 				err = mod.NonFinite(pos + len(tokens) - 1)
 			} else if err == nil && sample {
 				next = sampler.Sample(logits)
+				err = sampler.Err()
 				if opts.LogProbs {
 					nextLP.LogProb, nextLP.Top = LogProbs(logits, next, opts.TopLogProbs)
 				}
@@ -301,10 +309,4 @@ func unwrap(r Runner) Runner {
 		return b.Runner
 	}
 	return r
-}
-
-// pureGreedy says whether o draws the argmax of the raw logits: temperature
-// 0 and no repetition penalty (top-k, top-p and min-p keep the argmax).
-func pureGreedy(o SamplerOptions) bool {
-	return o.Temperature == 0 && o.RepeatPenalty == 1
 }

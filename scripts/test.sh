@@ -17,6 +17,10 @@ go vet ./...
 # One torch thread: two are slower on a 2-core machine shared with go test.
 OMP_NUM_THREADS=1 /usr/bin/python3 -m unittest discover -s train -p 'test_*.py'
 
+# The README's quick commands, as written, in a fresh clone elsewhere (the
+# committed tree): a command needing a file no clone has fails here.
+scripts/readme-tour.sh --fast
+
 go build -o bin/testsum ./internal/testsum
 set +e
 go test -race -json -count=1 ./... | bin/testsum

@@ -22,8 +22,9 @@ type (
 		CachedTokens int `json:"cached_tokens"`
 	}
 	chatMessageJSON struct {
-		Role    string  `json:"role,omitempty"`
-		Content *string `json:"content,omitempty"`
+		Role      string         `json:"role,omitempty"`
+		Content   *string        `json:"content,omitempty"`
+		ToolCalls []toolCallJSON `json:"tool_calls,omitempty"`
 	}
 	chatChoice struct {
 		Index        int              `json:"index"`
@@ -110,8 +111,14 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modr
 	if err := decode(r.Body, &req); err != nil {
 		return err
 	}
-	opts, err := req.genOptions(s.info, s.cfg.ModelName, 0)
+	if err := s.checkModel(req.Model); err != nil {
+		return err
+	}
+	opts, err := req.genOptions(s.info, 0, 1) // OpenAI's chat refuses max_tokens 0
 	if err != nil {
+		return err
+	}
+	if err := req.applyFormat(&opts); err != nil {
 		return err
 	}
 	if len(req.Messages) == 0 {
@@ -120,7 +127,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modr
 	msgs := make([]modrun.Message, len(req.Messages))
 	for i, msg := range req.Messages {
 		role, ok := chatRoles[msg.Role]
-		if !ok {
+		if !ok && msg.Role != "tool" { // tool messages: toolMessages below
 			return badRequest(fmt.Sprintf("messages[%d].role", i), "invalid_value", "messages[%d].role %q: the chat template knows system, user and assistant", i, msg.Role)
 		}
 		msgs[i] = modrun.Message{Role: role, Content: string(msg.Content)}
@@ -140,6 +147,24 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modr
 		return badRequest("messages", "no_chat_template", "%v (start the server with --chat-template NAME)", err)
 	}
 	defer chat.Close()
+	tools, err := req.planTools(chat.Template())
+	if err != nil {
+		return err
+	}
+	if len(req.Tools) > 0 || usesTools(req.Messages) {
+		format, ok := toolFormats[chat.Template()]
+		if !ok {
+			return badRequest("messages", "unsupported_template", "tool calls and tool messages: the chat template %q has no tool-call format (llama3 and chatml have)", chat.Template())
+		}
+		if msgs, err = toolMessages(format, req.Tools, req.Messages); err != nil {
+			return err
+		}
+	}
+	if tools != nil {
+		if opts.Grammar, err = tools.grammar(); err != nil {
+			return err
+		}
+	}
 
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
@@ -154,6 +179,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modr
 	var promptToks []modrun.Token
 	g.onPrompt = func(t modrun.Token) { promptToks = append(promptToks, t) }
 	var stream *sse
+	var calls *callParser // the streamed answer's tool calls
 	if req.Stream {
 		stream = newSSE(w)
 		opts.OnRouted = g.routed // each token out once drawn
@@ -166,6 +192,18 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modr
 				}
 			}
 			return stream.send(s.chatChunk(resp, &chatMessageJSON{Content: ptr(p.text)}, s.chatLogProbs(m, p.tokens, req.LogProbs), nil, p.tokens, p.routed, false))
+		}
+		if tools != nil {
+			g.emit, calls = tools.stream(g.emit, func(delta *chatMessageJSON, p piece) error {
+				if first {
+					first = false
+					delta.Role = modrun.RoleAssistant
+				}
+				if delta.Role == "" && len(delta.ToolCalls) == 0 && len(s.info.RoutedLayers) == 0 {
+					return nil // a call's markup: nothing to say (a MoD model's chunk carries the tokens' routing)
+				}
+				return stream.send(s.chatChunk(resp, delta, s.chatLogProbs(m, p.tokens, req.LogProbs), nil, p.tokens, p.routed, false))
+			})
 		}
 	}
 	res, err := chat.Reply(ctx, msgs, modrun.ChatOptions{GenerateOptions: opts}, g.token)
@@ -185,9 +223,21 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modr
 		return s.runError(ctx, err, "messages")
 	}
 	usage := g.usage(res.Result)
+	if calls != nil && len(calls.calls) > 0 && reason == "stop" {
+		reason = "tool_calls"
+	}
 	if stream == nil {
 		text := g.out.text
-		resp.Choices = []chatChoice{{Message: &chatMessageJSON{Role: modrun.RoleAssistant, Content: &text},
+		msg := &chatMessageJSON{Role: modrun.RoleAssistant, Content: &text}
+		if tools != nil {
+			if msg.ToolCalls = tools.answer(text); len(msg.ToolCalls) > 0 {
+				msg.Content = nil
+				if reason == "stop" {
+					reason = "tool_calls"
+				}
+			}
+		}
+		resp.Choices = []chatChoice{{Message: msg,
 			LogProbs: s.chatLogProbs(m, g.out.tokens, req.LogProbs), FinishReason: &reason}}
 		resp.Usage = usage
 		writeJSON(w, http.StatusOK, resp)

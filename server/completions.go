@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/modrun/modrun"
@@ -37,26 +39,34 @@ type (
 )
 
 // completions answers POST /v1/completions: a prompt of text or token ids
-// (run as given), and with echo the prompt comes back first, with its own
-// tokens' log-probabilities when logprobs is set (what an evaluation
-// harness's log-likelihood needs; max_tokens 0 then generates nothing).
+// (run as given), or an array of them, each its own sequence run
+// concurrently (in shared steps on a model opened with Parallel) and its
+// own choice, indexed as the prompts are. With echo the prompt comes back
+// first, with its own tokens' log-probabilities when logprobs is set
+// (what an evaluation harness's log-likelihood needs; max_tokens 0 then
+// generates nothing).
 func (s *Server) completions(w http.ResponseWriter, r *http.Request, m *modrun.Model) error {
 	start := time.Now()
 	var req completionRequest
 	if err := decode(r.Body, &req); err != nil {
 		return err
 	}
-	opts, err := req.genOptions(s.info, s.cfg.ModelName, 16) // OpenAI's default for completions
+	if err := s.checkModel(req.Model); err != nil {
+		return err
+	}
+	opts, err := req.genOptions(s.info, 16, 0) // OpenAI's default for completions; 0 scores an echoed prompt
 	if err != nil {
 		return err
 	}
+	n := req.Prompt.count()
+	if err := req.applyFormat(&opts); err != nil {
+		return err
+	}
 	switch {
-	case req.Prompt.count == 0:
-		return badRequest("prompt", "invalid_value", "prompt is missing: give a string or an array of token ids")
-	case req.Prompt.count > 1:
-		return badRequest("prompt", "invalid_value", "%d prompts: this server takes one prompt per request", req.Prompt.count)
-	case req.Prompt.isIDs && len(req.Prompt.ids) == 0:
-		return badRequest("prompt", "invalid_value", "prompt is an empty array of token ids")
+	case n == 0:
+		return badRequest("prompt", "invalid_value", "prompt is missing: give a string, an array of token ids, or an array of one of those")
+	case n > 1 && req.Stream:
+		return badRequest("prompt", "invalid_value", "%d prompts with stream: this server streams one prompt per request (send the prompts without stream, or one request each)", n)
 	}
 	top := 0
 	if req.LogProbs != nil {
@@ -66,29 +76,170 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, m *modrun.M
 		top = *req.LogProbs
 		opts.LogProbs, opts.TopLogProbs = true, top
 	}
-	ids := req.Prompt.ids
-	if !req.Prompt.isIDs {
-		if ids, err = m.Tokenize(req.Prompt.text, true); err != nil {
-			return badRequest("prompt", "invalid_value", "%v", err)
+	prompts := make([][]int32, n)
+	for i := range prompts {
+		if prompts[i], err = s.promptIDs(m, req.Prompt, i, opts.MaxTokens); err != nil {
+			return err
 		}
 	}
-	for i, id := range ids {
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	if req.Stream {
+		return s.completeStream(ctx, w, r, m, &req, opts, prompts[0], start)
+	}
+	choices, usage, err := s.completeAll(ctx, m, &req, opts, prompts, start)
+	u := requestUsage(r.Context())
+	u.prompt, u.completion = usage.PromptTokens, usage.CompletionTokens
+	if err != nil {
+		return s.runError(ctx, err, "prompt")
+	}
+	writeJSON(w, http.StatusOK, completionResponse{ID: newID("cmpl"), Object: "text_completion", Created: time.Now().Unix(),
+		Model: s.cfg.ModelName, Choices: choices, Usage: usage})
+	return nil
+}
+
+// promptIDs is prompt i's token ids, checked against the vocabulary and
+// the context; an error names it as prompt[i] when there are several.
+func (s *Server) promptIDs(m *modrun.Model, p prompt, i, maxTokens int) ([]int32, error) {
+	name := "prompt"
+	if p.count() > 1 {
+		name = fmt.Sprintf("prompt[%d]", i)
+	}
+	var ids []int32
+	if p.isIDs {
+		if ids = p.ids[i]; len(ids) == 0 {
+			return nil, badRequest("prompt", "invalid_value", "%s is an empty array of token ids", name)
+		}
+	} else {
+		var err error
+		if ids, err = m.Tokenize(p.texts[i], true); err != nil {
+			return nil, badRequest("prompt", "invalid_value", "%s: %v", name, err)
+		}
+	}
+	for j, id := range ids {
 		if id < 0 || int(id) >= s.info.NVocab {
-			return badRequest("prompt", "invalid_value", "prompt[%d]: token %d is outside the vocabulary [0, %d)", i, id, s.info.NVocab)
+			return nil, badRequest("prompt", "invalid_value", "%s[%d]: token %d is outside the vocabulary [0, %d)", name, j, id, s.info.NVocab)
 		}
 	}
-	if n := len(ids); n > s.info.ContextLen || (n == s.info.ContextLen && opts.MaxTokens > 0) {
-		return badRequest("prompt", "context_length_exceeded", "the prompt has %d tokens; the context length is %d", n, s.info.ContextLen)
+	if n := len(ids); n > s.info.ContextLen || (n == s.info.ContextLen && maxTokens > 0) {
+		return nil, badRequest("prompt", "context_length_exceeded", "%s has %d tokens; the context length is %d", name, n, s.info.ContextLen)
 	}
+	return ids, nil
+}
+
+// completeAll runs the prompts concurrently: up to Config.Parallel
+// workers, each holding a generation slot while it takes prompts in turn.
+// The first worker waits in the queue as any request does (503 when it is
+// full); the others only take slots free at the start, so an array never
+// fails, nor waits, where one prompt would not. Usage sums the prompts'.
+func (s *Server) completeAll(ctx context.Context, m *modrun.Model, req *completionRequest, opts modrun.GenerateOptions, prompts [][]int32, start time.Time) ([]completionChoice, *usageJSON, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	choices := make([]completionChoice, len(prompts))
+	usages := make([]usageJSON, len(prompts))
+	next := make(chan int, len(prompts))
+	for i := range prompts {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for w := range min(len(prompts), s.cfg.Parallel) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			admit := s.admit
+			if w > 0 { // the others' slots are a bonus (worker 0 alone does all): free ones only
+				admit = s.tryAdmit
+			}
+			release, err := admit(ctx)
+			if err != nil {
+				if w == 0 {
+					cancel(err)
+				}
+				return
+			}
+			defer release()
+			for i := range next {
+				o := opts
+				if req.Seed == nil {
+					o.Seed += uint64(i) // a fresh draw for each prompt, not n copies of one
+				}
+				c, u, err := s.completeOne(ctx, m, req, o, prompts[i], start)
+				c.Index = i
+				choices[i], usages[i] = c, u
+				if err != nil {
+					cancel(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total := &usageJSON{}
+	for _, u := range usages {
+		total.PromptTokens += u.PromptTokens
+		total.CompletionTokens += u.CompletionTokens
+		total.PromptTokensDetails.CachedTokens += u.PromptTokensDetails.CachedTokens
+	}
+	total.TotalTokens = total.PromptTokens + total.CompletionTokens
+	if err := context.Cause(ctx); err != nil {
+		return nil, total, err
+	}
+	return choices, total, nil
+}
+
+// completeOne runs one prompt, not streamed: its choice and usage (the
+// tokens counted so far when it fails).
+func (s *Server) completeOne(ctx context.Context, m *modrun.Model, req *completionRequest, opts modrun.GenerateOptions, ids []int32, start time.Time) (completionChoice, usageJSON, error) {
 	var echo string
+	var err error
+	if req.Echo {
+		if echo, err = m.Detokenize(ids); err != nil {
+			return completionChoice{}, usageJSON{}, badRequest("prompt", "invalid_value", "%v", err)
+		}
+	}
+	var lps *completionLogProbs
+	if req.Echo && req.LogProbs != nil {
+		if lps, err = promptLogProbs(ctx, m, ids, opts.TopLogProbs); err != nil {
+			return completionChoice{}, usageJSON{}, err
+		}
+	}
+	g := &generation{stops: req.Stop, metrics: s.metrics, start: start, hook: s.tokenHook}
+	var res modrun.Result
+	if opts.MaxTokens > 0 {
+		opts.PromptTokens = ids
+		sess := m.NewSession()
+		defer sess.Close()
+		if res, err = sess.Generate(ctx, "", opts, g.token); err != nil {
+			g.count(0)
+			return completionChoice{}, *g.usage(res), err
+		}
+	} else {
+		g.prompt = len(ids)
+		res.Stop = modrun.StopMaxTokens
+	}
+	reason, err := g.finish(res)
+	if err != nil {
+		return completionChoice{}, *g.usage(res), err
+	}
+	choice := completionChoice{Text: echo + g.out.text, FinishReason: &reason}
+	if req.LogProbs != nil {
+		choice.LogProbs = joinLPs(lps, completionLPs(m, g.out.tokens, true, len(echo)))
+	}
+	return choice, *g.usage(res), nil
+}
+
+// completeStream runs one prompt streamed: the echo (and its logprobs)
+// with the first chunk, a chunk per piece, the finish, and the usage when
+// stream_options asks.
+func (s *Server) completeStream(ctx context.Context, w http.ResponseWriter, r *http.Request, m *modrun.Model, req *completionRequest, opts modrun.GenerateOptions, ids []int32, start time.Time) error {
+	var echo string
+	var err error
 	if req.Echo {
 		if echo, err = m.Detokenize(ids); err != nil {
 			return badRequest("prompt", "invalid_value", "%v", err)
 		}
 	}
-
-	ctx, cancel := s.requestContext(r)
-	defer cancel()
 	release, err := s.admit(ctx)
 	if err != nil {
 		return s.runError(ctx, err, "prompt")
@@ -97,32 +248,29 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, m *modrun.M
 
 	var lps *completionLogProbs
 	if req.Echo && req.LogProbs != nil {
-		if lps, err = promptLogProbs(ctx, m, ids, top); err != nil {
+		if lps, err = promptLogProbs(ctx, m, ids, opts.TopLogProbs); err != nil {
 			return s.runError(ctx, err, "prompt")
 		}
 	}
 	resp := completionResponse{ID: newID("cmpl"), Object: "text_completion", Created: time.Now().Unix(), Model: s.cfg.ModelName}
 	g := &generation{stops: req.Stop, metrics: s.metrics, start: start, hook: s.tokenHook}
-	var stream *sse
-	if req.Stream {
-		stream = newSSE(w)
-		opts.OnRouted = g.routed // each token out once drawn
-		var promptToks []modrun.Token
-		g.onPrompt = func(t modrun.Token) { promptToks = append(promptToks, t) }
-		first := true
-		g.emit = func(p piece) error {
-			c := resp
-			c.Choices = []completionChoice{{Text: p.text, LogProbs: completionLPs(m, p.tokens, req.LogProbs != nil, len(echo))}}
-			if first {
-				c.Choices[0].Text = echo + p.text
-				c.Choices[0].LogProbs = joinLPs(lps, c.Choices[0].LogProbs)
-				c.MoD = s.modChunk(append(promptToks, p.tokens...), p.routed, true)
-				first = false
-			} else {
-				c.MoD = s.modChunk(p.tokens, p.routed, false)
-			}
-			return stream.send(c)
+	stream := newSSE(w)
+	opts.OnRouted = g.routed // each token out once drawn
+	var promptToks []modrun.Token
+	g.onPrompt = func(t modrun.Token) { promptToks = append(promptToks, t) }
+	first := true
+	g.emit = func(p piece) error {
+		c := resp
+		c.Choices = []completionChoice{{Text: p.text, LogProbs: completionLPs(m, p.tokens, req.LogProbs != nil, len(echo))}}
+		if first {
+			c.Choices[0].Text = echo + p.text
+			c.Choices[0].LogProbs = joinLPs(lps, c.Choices[0].LogProbs)
+			c.MoD = s.modChunk(append(promptToks, p.tokens...), p.routed, true)
+			first = false
+		} else {
+			c.MoD = s.modChunk(p.tokens, p.routed, false)
 		}
+		return stream.send(c)
 	}
 	var res modrun.Result
 	if opts.MaxTokens > 0 {
@@ -144,15 +292,6 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, m *modrun.M
 		return s.runError(ctx, err, "prompt")
 	}
 	usage := g.usage(res)
-	if stream == nil {
-		choice := completionChoice{Text: echo + g.out.text, FinishReason: &reason}
-		if req.LogProbs != nil {
-			choice.LogProbs = joinLPs(lps, completionLPs(m, g.out.tokens, true, len(echo)))
-		}
-		resp.Choices, resp.Usage = []completionChoice{choice}, usage
-		writeJSON(w, http.StatusOK, resp)
-		return nil
-	}
 	if g.newToks == 0 && echo != "" { // nothing generated: the echo still comes
 		c := resp
 		c.Choices = []completionChoice{{Text: echo, LogProbs: lps}}

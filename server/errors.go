@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -92,11 +93,11 @@ func decode(body io.Reader, v any) error {
 		switch {
 		case errors.As(err, &typ) && typ.Field != "":
 			field := strings.TrimPrefix(typ.Field, "sampling.") // the embedded struct's fields are the request's
-			return badRequest(field, "invalid_type", "%s: a JSON %s is not a %s", field, typ.Value, typeName(typ.Type.String()))
+			return badRequest(field, "invalid_type", "%s: must be %s, not %s", field, jsonType(typ.Type), withArticle(typ.Value))
 		case errors.As(err, &syn):
 			return badRequest("", "invalid_json", "the body is not valid JSON: %v (at byte %d)", err, syn.Offset)
 		case errors.As(err, &typ):
-			return badRequest("", "invalid_json", "the body must be a JSON object, not a %s", typ.Value)
+			return badRequest("", "invalid_json", "the body must be a JSON object, not %s", withArticle(typ.Value))
 		default:
 			var fe *fieldError
 			if errors.As(err, &fe) {
@@ -108,17 +109,34 @@ func decode(body io.Reader, v any) error {
 	return nil
 }
 
-// typeName says a Go type as JSON would.
-func typeName(goType string) string {
-	switch goType {
-	case "string":
-		return "string"
-	case "bool":
-		return "boolean"
-	case "int", "int64", "int32", "uint64", "float64", "float32", "*int", "*float64", "*int64":
-		return "number"
+// jsonType says what JSON value a Go type takes, with its article: "an
+// array", "a number" (never a Go type's name, which a client cannot read).
+func jsonType(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
 	}
-	return goType
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "an object"
+}
+
+// withArticle is a JSON value's kind ("array", "number 1.5") after its
+// article.
+func withArticle(v string) string {
+	if v != "" && strings.ContainsRune("aeiou", rune(v[0])) {
+		return "an " + v
+	}
+	return "a " + v
 }
 
 // fieldError is a custom decoder's error about one field.

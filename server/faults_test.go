@@ -61,6 +61,13 @@ func TestDisconnectCancels(t *testing.T) {
 	assert.Zero(t, testutil.ToFloat64(s.metrics.active), "the slot is free")
 	completed := testutil.ToFloat64(s.metrics.completionTokens)
 	assert.Less(t, completed, 10.0, "the generation stopped within a token or so of the disconnect, not at max_tokens 400")
+	// The tokens it ran count in /metrics as in its log line.
+	var prompt, completion int
+	_, err = fmt.Sscanf(logs.String()[strings.Index(logs.String(), "499 tokens="):], "499 tokens=%d+%d", &prompt, &completion)
+	require.NoError(t, err, logs.String())
+	require.Positive(t, completion)
+	assert.Equal(t, float64(completion), completed, "the disconnected request's tokens are counted")
+	assert.Equal(t, float64(prompt), testutil.ToFloat64(s.metrics.promptTokens))
 	status, _ := post(t, hs.URL+"/v1/completions", `{"prompt":"Once","max_tokens":3}`)
 	assert.Equal(t, http.StatusOK, status)
 }
@@ -118,7 +125,7 @@ func TestShutdownDrains(t *testing.T) {
 	s.SetModel(m)
 	started, release := hold(s)
 	url, served := serveOn(t, s)
-	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"Once upon a time","max_tokens":30,"stream":true}`))
+	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"Once upon a time","temperature":0,"max_tokens":30,"stream":true}`))
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	<-started
@@ -198,7 +205,7 @@ func TestShutdownUnderLoad(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"Once upon a time","max_tokens":24,"stream":true}`))
+				resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"Once upon a time","temperature":0,"max_tokens":24,"stream":true}`))
 				if err != nil {
 					refused.Add(1)
 					return // the listener is closed

@@ -37,12 +37,13 @@ type generation struct {
 	newToks  int
 	last     time.Time
 	stopped  bool // a stop string ended it
+	counted  bool // in /metrics (count)
 }
 
 // token is the API's callback: it runs on the generating goroutine.
 func (g *generation) token(t modrun.Token) error {
 	g.metrics.routes(t.Routes)
-	g.metrics.kvTokens.Set(float64(t.Pos + 1))
+	g.metrics.kv(t.Pos)
 	if t.Prompt {
 		g.prompt++
 		if g.onPrompt != nil {
@@ -175,12 +176,21 @@ func (g *generation) finish(res modrun.Result) (string, error) {
 			}
 		}
 	}
-	g.metrics.tokens(g.prompt, g.newToks, res.CachedTokens)
+	g.count(res.CachedTokens)
 	switch {
 	case g.stopped, res.Stop == modrun.StopEOS:
 		return "stop", nil
 	default:
 		return "length", nil
+	}
+}
+
+// count adds the generation's tokens to /metrics, once: when it finished,
+// or when it failed (a client gone mid-stream ran its tokens all the same).
+func (g *generation) count(cached int) {
+	if !g.counted {
+		g.counted = true
+		g.metrics.tokens(g.prompt, g.newToks, cached)
 	}
 }
 
@@ -214,6 +224,7 @@ func (s *Server) runError(ctx context.Context, err error, param string) error {
 func (s *Server) failed(r *http.Request, g *generation, stream *sse, err error) error {
 	u := requestUsage(r.Context())
 	u.prompt, u.completion = g.prompt, g.newToks
+	g.count(0)
 	if stream == nil || !stream.started {
 		return err
 	}

@@ -27,6 +27,7 @@ type metrics struct {
 	mu                sync.Mutex
 	selected, seen    map[int]float64 // per routed layer, for routedFrac
 	layers            []int
+	contextLen        int
 }
 
 func newMetrics() *metrics {
@@ -64,6 +65,7 @@ func (m *metrics) handler() http.Handler { return promhttp.HandlerFor(m.reg, pro
 func (m *metrics) ready(model *modrun.Model) {
 	info := model.Info()
 	m.kvLimit.Set(float64(info.ContextLen))
+	m.contextLen = info.ContextLen
 	inUse := func() float64 { n, _, _ := model.KVPages(); return float64(n) }
 	total := func() float64 { _, n, _ := model.KVPages(); return float64(n) }
 	m.reg.MustRegister(
@@ -88,6 +90,13 @@ func (m *metrics) tokens(prompt, completion, cached int) {
 	m.promptTokens.Add(float64(prompt))
 	m.cachedTokens.Add(float64(cached))
 	m.completionTokens.Add(float64(completion))
+}
+
+// kv records the position of a token delivered: the cache holds it and
+// those before, except that a last token drawn at the context's end never
+// runs, so the count stops at the capacity.
+func (m *metrics) kv(pos int) {
+	m.kvTokens.Set(float64(min(pos+1, m.contextLen)))
 }
 
 // routes counts one token's routing decisions (one per routed layer).

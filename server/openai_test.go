@@ -114,14 +114,14 @@ func TestOpenAIClientChat(t *testing.T) {
 func TestOpenAIClientError(t *testing.T) {
 	_, hs := testServer(t, Config{})
 	c := client(hs.URL)
-	_, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "gpt-4o",
+	_, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "gpt-4o", Temperature: openai.Float(3),
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
 	var apiErr *openai.Error
 	require.True(t, errors.As(err, &apiErr), "%v", err)
 	assert.Equal(t, http.StatusBadRequest, apiErr.StatusCode)
-	assert.Equal(t, "model", apiErr.Param)
-	assert.Equal(t, "model_not_found", apiErr.Code)
-	assert.Contains(t, apiErr.Message, `"tinystories-mod"`)
+	assert.Equal(t, "temperature", apiErr.Param)
+	assert.Equal(t, "invalid_value", apiErr.Code)
+	assert.Contains(t, apiErr.Message, "temperature 3: must be in [0, 2]")
 
 	models, err := c.Models.List(context.Background())
 	require.NoError(t, err)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"strconv"
 
 	"github.com/modrun/modrun"
 )
@@ -12,20 +14,26 @@ import (
 // sampling is what chat and completion requests share: OpenAI's fields and
 // llama.cpp's extensions (top_k, min_p, repeat_penalty, ignore_eos).
 type sampling struct {
-	Model               string         `json:"model"`
-	MaxTokens           *int           `json:"max_tokens"`
-	MaxCompletionTokens *int           `json:"max_completion_tokens"`
-	Temperature         *float64       `json:"temperature"`
-	TopP                *float64       `json:"top_p"`
-	TopK                *int           `json:"top_k"`
-	MinP                *float64       `json:"min_p"`
-	RepeatPenalty       *float64       `json:"repeat_penalty"`
-	Seed                *int64         `json:"seed"`
-	IgnoreEOS           bool           `json:"ignore_eos"` // llama.cpp's: EOS is never drawn
-	Stop                stopList       `json:"stop"`
-	N                   *int           `json:"n"`
-	Stream              bool           `json:"stream"`
-	StreamOptions       *streamOptions `json:"stream_options"`
+	Model               string             `json:"model"`
+	MaxTokens           *int               `json:"max_tokens"`
+	MaxCompletionTokens *int               `json:"max_completion_tokens"`
+	Temperature         *float64           `json:"temperature"`
+	TopP                *float64           `json:"top_p"`
+	TopK                *int               `json:"top_k"`
+	MinP                *float64           `json:"min_p"`
+	RepeatPenalty       *float64           `json:"repeat_penalty"`
+	RepeatLastN         *int               `json:"repeat_last_n"` // llama.cpp's: 0 = none, -1 = the context
+	FrequencyPenalty    *float64           `json:"frequency_penalty"`
+	PresencePenalty     *float64           `json:"presence_penalty"`
+	LogitBias           map[string]float64 `json:"logit_bias"` // token id (as a string) -> bias in [-100, 100]
+	Seed                *int64             `json:"seed"`
+	IgnoreEOS           bool               `json:"ignore_eos"` // llama.cpp's: EOS is never drawn
+	Stop                stopList           `json:"stop"`
+	N                   *int               `json:"n"`
+	Stream              bool               `json:"stream"`
+	StreamOptions       *streamOptions     `json:"stream_options"`
+	// ResponseFormat constrains the answer to JSON (format.go).
+	ResponseFormat *responseFormat `json:"response_format"`
 }
 
 type streamOptions struct {
@@ -38,11 +46,18 @@ type chatRequest struct {
 	Messages    []chatMessage `json:"messages"`
 	LogProbs    bool          `json:"logprobs"`
 	TopLogProbs *int          `json:"top_logprobs"`
+	// OpenAI's function calling (tools.go).
+	Tools             []toolJSON      `json:"tools"`
+	ToolChoice        json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
 }
 
 type chatMessage struct {
 	Role    string      `json:"role"`
 	Content chatContent `json:"content"`
+	// An assistant's calls, and a tool message's answer to one (tools.go).
+	ToolCalls  []toolCallJSON `json:"tool_calls"`
+	ToolCallID string         `json:"tool_call_id"`
 }
 
 // completionRequest is POST /v1/completions's body.
@@ -105,47 +120,48 @@ func (c *chatContent) UnmarshalJSON(b []byte) error {
 }
 
 // prompt is /v1/completions's prompt: a string, token ids, or an array of
-// one of those (n > 1 prompts are refused: one request, one sequence).
+// one of those (each its own sequence and choice).
 type prompt struct {
-	text  string
-	ids   []int32
+	texts []string
+	ids   [][]int32
 	isIDs bool
-	count int // prompts given
 }
+
+// count is how many prompts were given.
+func (p prompt) count() int { return max(len(p.texts), len(p.ids)) }
 
 func (p *prompt) UnmarshalJSON(b []byte) error {
 	var s string
 	if json.Unmarshal(b, &s) == nil {
-		*p = prompt{text: s, count: 1}
+		*p = prompt{texts: []string{s}}
 		return nil
 	}
 	var ids []int32
-	if json.Unmarshal(b, &ids) == nil {
-		*p = prompt{ids: ids, isIDs: true, count: 1}
+	if json.Unmarshal(b, &ids) == nil && len(ids) > 0 {
+		*p = prompt{ids: [][]int32{ids}, isIDs: true}
 		return nil
 	}
 	var texts []string
-	if json.Unmarshal(b, &texts) == nil && len(texts) > 0 {
-		*p = prompt{text: texts[0], count: len(texts)}
+	if json.Unmarshal(b, &texts) == nil {
+		*p = prompt{texts: texts}
 		return nil
 	}
 	var idLists [][]int32
-	if json.Unmarshal(b, &idLists) == nil && len(idLists) > 0 {
-		*p = prompt{ids: idLists[0], isIDs: true, count: len(idLists)}
+	if json.Unmarshal(b, &idLists) == nil {
+		*p = prompt{ids: idLists, isIDs: true}
 		return nil
 	}
 	return &fieldError{"prompt", "must be a string, an array of token ids, or an array of one of those"}
 }
 
 // genOptions checks the sampling fields against the model and turns them
-// into the API's options. defaultMax applies when neither max_tokens field
-// is given (0 = until EOS or the context is full).
-func (r *sampling) genOptions(info modrun.Info, modelName string, defaultMax int) (modrun.GenerateOptions, error) {
-	var o modrun.GenerateOptions
-	if r.Model != "" && r.Model != modelName {
-		return o, &apiError{Status: 400, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
-			Message: fmt.Sprintf("model %q: this server serves %q (GET /v1/models)", r.Model, modelName)}
-	}
+// into the API's options, with OpenAI's defaults: temperature 1, top_p 1
+// and a fresh random seed unless the request gives one. defaultMax applies
+// when neither max_tokens field is given (0 = until EOS or the context is
+// full); minMax is the least either may be (OpenAI's chat wants 1, its
+// completions take 0).
+func (r *sampling) genOptions(info modrun.Info, defaultMax, minMax int) (modrun.GenerateOptions, error) {
+	o := modrun.GenerateOptions{Temperature: 1, TopP: 1, Seed: rand.Uint64()}
 	if r.N != nil && *r.N != 1 {
 		return o, badRequest("n", "invalid_value", "n %d: this server makes one choice per request (n = 1); send more requests instead", *r.N)
 	}
@@ -157,7 +173,10 @@ func (r *sampling) genOptions(info modrun.Info, modelName string, defaultMax int
 		if f.v == nil {
 			continue
 		}
-		if *f.v < 0 || *f.v > info.ContextLen {
+		if *f.v < minMax {
+			return o, badRequest(f.name, "integer_below_min_value", "%s %d: must be at least %d", f.name, *f.v, minMax)
+		}
+		if *f.v > info.ContextLen {
 			return o, badRequest(f.name, "invalid_value", "%s %d: must be in [0, %d], the context length", f.name, *f.v, info.ContextLen)
 		}
 		o.MaxTokens = *f.v
@@ -183,6 +202,37 @@ func (r *sampling) genOptions(info modrun.Info, modelName string, defaultMax int
 	}
 	if err := num("repeat_penalty", r.RepeatPenalty, 0, 10, &o.RepeatPenalty); err != nil {
 		return o, err
+	}
+	if err := num("frequency_penalty", r.FrequencyPenalty, -2, 2, &o.FrequencyPenalty); err != nil {
+		return o, err
+	}
+	if err := num("presence_penalty", r.PresencePenalty, -2, 2, &o.PresencePenalty); err != nil {
+		return o, err
+	}
+	if n := r.RepeatLastN; n != nil {
+		switch {
+		case *n < -1:
+			return o, badRequest("repeat_last_n", "invalid_value", "repeat_last_n %d: must be 0 (none), -1 (the context) or positive", *n)
+		case *n == 0:
+			o.RepeatLastN = -1 // the API's "none"
+		case *n == -1:
+			o.RepeatLastN = info.ContextLen
+		default:
+			o.RepeatLastN = *n
+		}
+	}
+	if len(r.LogitBias) > 0 {
+		o.LogitBias = make(map[int32]float32, len(r.LogitBias))
+		for k, v := range r.LogitBias {
+			id, err := strconv.ParseInt(k, 10, 32)
+			if err != nil || id < 0 || int(id) >= info.NVocab {
+				return o, badRequest("logit_bias", "invalid_value", "logit_bias: key %q is not a token id in [0, %d)", k, info.NVocab)
+			}
+			if math.IsNaN(v) || v < -100 || v > 100 {
+				return o, badRequest("logit_bias", "invalid_value", "logit_bias[%s] %g: must be in [-100, 100]", k, v)
+			}
+			o.LogitBias[int32(id)] = float32(v)
+		}
 	}
 	if r.TopK != nil {
 		if *r.TopK < 0 || *r.TopK > info.NVocab {

@@ -30,9 +30,13 @@ import (
 
 // Config is how a Server runs. The zero value of each field has a default.
 type Config struct {
-	// ModelName is the model's id in /v1/models and responses; a request
-	// naming another model gets 400. "" = "modrun".
+	// ModelName is the model's id in /v1/models and responses. "" = "modrun".
 	ModelName string
+	// StrictModel answers a request naming another model 404
+	// model_not_found, as OpenAI's API does; by default a one-model server
+	// serves whatever name a client sends, as llama-server does (tools that
+	// send a fixed name, "gpt-4o-mini", work unchanged).
+	StrictModel bool
 	// ChatTemplate names the chat template (modrun.ChatTemplates) for a
 	// model file without its own; "" = the file's.
 	ChatTemplate string
@@ -153,8 +157,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
+	allow := map[string][]string{} // path -> its methods, for a 405's Allow
 	api := func(pattern string, h func(w http.ResponseWriter, r *http.Request, m *modrun.Model) error) {
 		mux.Handle(pattern, s.apiHandler(h))
+		method, path, _ := strings.Cut(pattern, " ")
+		allow[path] = append(allow[path], method)
 	}
 	api("POST /v1/chat/completions", s.chatCompletions)
 	api("POST /v1/completions", s.completions)
@@ -164,7 +171,19 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /health", s.health)
 	mux.Handle("GET /metrics", s.metrics.handler())
 	mux.Handle("GET /{$}", webPage())
+	// Browsers ask for a favicon with every page: no content, not a 404
+	// in the log.
+	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	for _, p := range []string{"/health", "/metrics", "/", "/favicon.ico"} {
+		allow[p] = append(allow[p], "GET", "HEAD")
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if methods, ok := allow[r.URL.Path]; ok { // a known path, another method
+			w.Header().Set("Allow", strings.Join(methods, ", "))
+			writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+				Message: fmt.Sprintf("%s %s: this endpoint takes %s", r.Method, r.URL.Path, strings.Join(methods, " or "))})
+			return
+		}
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "not_found_error", Message: fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path)})
 	})
 	return s.logged(s.cors(mux))
@@ -231,6 +250,16 @@ func detail(i modrun.Info) modelDetail {
 		RoutedLayers: append([]int{}, i.RoutedLayers...), Backend: i.Backend, Device: i.Device}
 }
 
+// checkModel is a request's model name checked: any name goes, unless
+// Config.StrictModel, where another model's name is OpenAI's 404.
+func (s *Server) checkModel(name string) error {
+	if !s.cfg.StrictModel || name == s.cfg.ModelName {
+		return nil
+	}
+	return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
+		Message: fmt.Sprintf("The model `%s` does not exist: this server serves %q (GET /v1/models; modrun serve --strict-model)", name, s.cfg.ModelName)}
+}
+
 // admit waits for a generation slot: at once when one is free, in the
 // queue while it has room (until ctx is done), and otherwise not at all
 // (503). release gives the slot back.
@@ -256,6 +285,18 @@ func (s *Server) admit(ctx context.Context) (release func(), err error) {
 		return release, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+}
+
+// tryAdmit takes a generation slot if one is free now, and otherwise
+// fails at once (no queueing: a prompt array's extra workers).
+func (s *Server) tryAdmit(ctx context.Context) (release func(), err error) {
+	select {
+	case s.slots <- struct{}{}:
+		s.metrics.active.Inc()
+		return func() { <-s.slots; s.metrics.active.Dec() }, nil
+	default:
+		return nil, errors.New("server: no free slot")
 	}
 }
 
@@ -325,7 +366,7 @@ func (s *Server) logged(next http.Handler) http.Handler {
 // that scanners cannot grow the label set.
 func endpoint(path string) string {
 	switch path {
-	case "/v1/chat/completions", "/v1/completions", "/v1/models", "/tokenize", "/detokenize", "/health", "/metrics", "/":
+	case "/v1/chat/completions", "/v1/completions", "/v1/models", "/tokenize", "/detokenize", "/health", "/metrics", "/", "/favicon.ico":
 		return path
 	}
 	if strings.HasPrefix(path, "/v1/") {

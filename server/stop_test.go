@@ -20,7 +20,7 @@ func TestStopStrings(t *testing.T) {
 	require.Positive(t, i, full)
 	for _, stop := range []string{"girl", "irl nam", "l"} {
 		want := full[:strings.Index(full, stop)]
-		body := `{"prompt":"Once upon a time","max_tokens":40,"stop":["zzz","` + stop + `"]}`
+		body := `{"prompt":"Once upon a time","temperature":0,"max_tokens":40,"stop":["zzz","` + stop + `"]}`
 		status, out := post(t, hs.URL+"/v1/completions", body)
 		require.Equal(t, http.StatusOK, status, "%v", out)
 		ch := out["choices"].([]any)[0].(map[string]any)
@@ -42,7 +42,7 @@ func TestStopStrings(t *testing.T) {
 		assert.Equal(t, "stop", reason)
 	}
 	// A stop string that never comes holds nothing back at the end.
-	status, out := post(t, hs.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":40,"stop":"Lily!!"}`)
+	status, out := post(t, hs.URL+"/v1/completions", `{"prompt":"Once upon a time","temperature":0,"max_tokens":40,"stop":"Lily!!"}`)
 	require.Equal(t, http.StatusOK, status)
 	assert.Equal(t, full, out["choices"].([]any)[0].(map[string]any)["text"])
 }

@@ -26,6 +26,9 @@ const (
 	RoleSystem    = "system"
 	RoleUser      = "user"
 	RoleAssistant = "assistant"
+	// RoleIPython is Llama 3.1's role of a tool's result (the llama3
+	// family only).
+	RoleIPython = "ipython"
 )
 
 // Message is one turn of a conversation.
@@ -252,8 +255,9 @@ func (c ChatTemplate) RenderPrompt(msgs []Message, addGenerationPrompt bool) (Ch
 		return ChatPrompt{}, errors.New("tokenizer: a ChatTemplate must come from NewChatTemplate")
 	}
 	for i, m := range msgs {
-		switch m.Role {
-		case RoleSystem, RoleUser, RoleAssistant:
+		switch {
+		case m.Role == RoleSystem, m.Role == RoleUser, m.Role == RoleAssistant:
+		case m.Role == RoleIPython && c.Name == "llama3":
 		default:
 			return ChatPrompt{}, fmt.Errorf("tokenizer: message %d: role %q is not %s, %s or %s", i, m.Role, RoleSystem, RoleUser, RoleAssistant)
 		}

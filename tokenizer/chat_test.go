@@ -236,3 +236,18 @@ func TestDecodeSpecial(t *testing.T) {
 		assert.Error(t, err)
 	}
 }
+
+// TestIPythonRole: Llama 3.1's tool results render as ipython messages;
+// the other families refuse the role.
+func TestIPythonRole(t *testing.T) {
+	msgs := []Message{{Role: RoleUser, Content: "Weather?"}, {Role: RoleAssistant, Content: `{"name": "w", "parameters": {}}`}, {Role: RoleIPython, Content: `{"t": 21}`}}
+	l3, err := NewChatTemplate("llama3", "<|begin_of_text|>", "")
+	require.NoError(t, err)
+	text, err := l3.Render(msgs, true)
+	require.NoError(t, err)
+	assert.Contains(t, text, "<|start_header_id|>ipython<|end_header_id|>\n\n{\"t\": 21}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
+	cm, err := NewChatTemplate("chatml", "", "")
+	require.NoError(t, err)
+	_, err = cm.Render(msgs, true)
+	assert.ErrorContains(t, err, `role "ipython"`)
+}

@@ -1,14 +1,15 @@
 #!/usr/bin/python3
 """Train a MoD Llama (or its dense baseline) on TinyStories.
 
-Text is tokenized by the Go tokenizer (`bin/modrun tokenize`, one story at a
-time with BOS), so Python and Go agree by construction; ids are cached beside
-the output. Validation uses TinyStories-validation.head-hf.txt only, never for
+Text is tokenized by the Go tokenizer (`bin/modrun tokenize --sep`: one process
+a file, each story on its own with BOS), so Python and Go agree by construction;
+ids are cached in --cache (default ~/.cache/modrun/train, or $XDG_CACHE_HOME's),
+by a hash of the text and the vocabulary, so a second run starts at once. Validation uses TinyStories-validation.head-hf.txt only, never for
 training.
 
   /usr/bin/python3 train/train.py --out runs/mod --steps 2000           # from scratch
   /usr/bin/python3 train/train.py --out runs/retro \\
-      --init ../shared/data/models/stories260K.gguf --steps 500          # retrofit routers
+      --init models/stories260K.gguf --steps 500                         # retrofit routers
   /usr/bin/python3 train/train.py --out runs/spm --spm-vocab 4096       # own SentencePiece vocab
 
 The vocabulary is stories260K.gguf's 512 tokens unless --vocab names another
@@ -30,7 +31,6 @@ import shutil
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -47,7 +47,7 @@ TRAIN_FILES = [
     os.path.join(DATA, "tinystories", "TinyStoriesV2-GPT4-train.head-1727stories.txt"),
 ]
 VAL_FILE = os.path.join(DATA, "tinystories", "TinyStories-validation.head-hf.txt")
-VOCAB = os.path.join(DATA, "models", "stories260K.gguf")
+VOCAB = os.path.join(ROOT, "models", "stories260K.gguf")  # shipped with the repository
 
 
 # ---- data -------------------------------------------------------------------
@@ -74,16 +74,18 @@ def tokenize_file(path, vocab, modrun, cache_dir):
         return np.fromfile(out, dtype="<u2")
     stories = split_stories(raw.decode("utf-8"), path)
 
-    def one(story):
-        r = subprocess.run([modrun, "tokenize", "-m", vocab, "--bos"], input=story.encode(),
-                           capture_output=True, check=False)
-        if r.returncode != 0:
-            raise RuntimeError(f"{modrun} tokenize failed on {path}: {r.stderr.decode().strip()}")
-        return [int(t) for t in r.stdout.split()]
-
-    with ThreadPoolExecutor(4) as ex:
-        ids = [t for s in ex.map(one, stories) for t in s]
-    arr = np.array(ids, dtype="<u2")
+    # One modrun process for the whole file: the stories go in separated by
+    # ASCII's record separator, and each is tokenized on its own, BOS-first
+    # (a process a story took minutes for a few thousand stories).
+    sep = "\x1e"
+    if any(sep in s for s in stories):
+        raise ValueError(f"{path}: a story holds the record separator U+001E")
+    print(f"tokenizing {path}: {len(stories)} stories ...", flush=True)
+    r = subprocess.run([modrun, "tokenize", "-m", vocab, "--bos", "--sep", sep], input=sep.join(stories).encode(),
+                       capture_output=True, check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"{modrun} tokenize failed on {path}: {r.stderr.decode().strip()}")
+    arr = np.array([int(t) for t in r.stdout.split()], dtype="<u2")
     os.makedirs(cache_dir, exist_ok=True)
     arr.tofile(out + ".tmp")
     os.replace(out + ".tmp", out)
@@ -404,6 +406,16 @@ def parser():
 
 
 def main(argv=None):
+    try:
+        run(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C ends a run without a traceback; checkpoints written at each
+        # eval stay (--resume continues from OUT/resume.pt).
+        print("\ntrain.py: interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+def run(argv):
     a = parser().parse_args(argv)
     if not a.out:
         parser().error("--out is required")

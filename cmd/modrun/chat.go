@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	api "github.com/modrun/modrun"
 	"github.com/modrun/modrun/gguf"
@@ -20,7 +21,7 @@ const chatArgs = "-m FILE.gguf [--system TEXT] [--chat-template NAME] [--print-p
 // chatMain talks with a chat model: on a terminal, a prompt line per turn;
 // with stdin piped, each line is a user turn.
 func chatMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	g := newGenerationCommand("chat", chatArgs, "new tokens per reply at most (0 = until the model ends its turn or the context is full)",
+	g := newGenerationCommand("chat", chatArgs, "new tokens per reply at most (0, or llama.cpp's -1, = until the model ends its turn or the context is full)",
 		"read special-token text in --system, such as <|eot_id|>, as those tokens (what is typed stays plain text always)", stderr)
 	fs := g.fs
 	system := fs.String("system", "", "system message `TEXT` that opens the conversation")
@@ -205,6 +206,21 @@ func (c *chatLoop) line(ctx context.Context, line string) error {
 			return err
 		}
 		fmt.Fprintln(c.stderr, "(conversation reset)")
+		return nil
+	}
+	if !utf8.ValidString(line) {
+		// One bad line (a Latin-1 file piped in) costs its turn, not the chat;
+		// the offset is in what was typed, not in the template's text.
+		bad := len(line)
+		for i, r := range line {
+			if r == utf8.RuneError {
+				if _, size := utf8.DecodeRuneInString(line[i:]); size == 1 {
+					bad = i
+					break
+				}
+			}
+		}
+		fmt.Fprintf(c.stderr, "(the line is not valid UTF-8 at byte %d of what was typed; the turn was not sent)\n", bad)
 		return nil
 	}
 	msgs := append(slices.Clone(c.msgs), api.Message{Role: api.RoleUser, Content: line})

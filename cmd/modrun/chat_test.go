@@ -56,7 +56,7 @@ func TestChatBadInput(t *testing.T) {
 		{[]string{"-m", storyModel}, 1, "has no chat template (tokenizer.chat_template); name one (chatml, llama2, llama3, zephyr) with --chat-template"},
 		{[]string{"-m", storyModel, "--chat-template", "alpaca"}, 2, `--chat-template "alpaca" is unknown (known: chatml, llama2, llama3, zephyr)`},
 		{[]string{"--chat-template", "chatml"}, 2, "-m FILE.gguf is required"},
-		{[]string{"-m", storyModel, "--chat-template", "chatml", "-n", "-1"}, 2, "-n -1: must be 0 or positive"},
+		{[]string{"-m", storyModel, "--chat-template", "chatml", "-n", "-3"}, 2, "-n -3: must be -1 (until the end), 0 (the same) or positive"},
 		{[]string{"-m", storyModel, "--chat-template", "chatml", "hello"}, 2, `unexpected argument "hello"`},
 		{[]string{"-m", storyModel, "--chat-template", "chatml", "--seed", "-2"}, 2, "--seed -2: want 0 or more, or -1"},
 		{[]string{"-m", storyModel, "--chat-template", "chatml", "--top-p", "0"}, 2, "--top-p 0: must be in (0, 1]"},

@@ -74,7 +74,7 @@ func TestFlagErrorsComeFirst(t *testing.T) {
 		{"run --temp Inf", []string{"-m", missing, "-p", "x", "--temp", "Inf"}, 2, `"Inf" is not a finite number`, nil},
 		{"run --temp NaN", []string{"-m", missing, "-p", "x", "--temp", "NaN"}, 2, `"NaN" is not a finite number`, nil},
 		{"run --top-p 1e39", []string{"-m", missing, "-p", "x", "--top-p", "1e39"}, 2, `"1e39" is not a finite number`, nil},
-		{"run unknown flag", []string{"-m", missing, "--bogus"}, 2, "modrun run: usage: flag provided but not defined: -bogus (modrun run -h lists the flags)", []string{"-ubatch"}},
+		{"run unknown flag", []string{"-m", missing, "--bogus"}, 2, "modrun run: usage: flag provided but not defined: --bogus (modrun run -h lists the flags)", []string{"-ubatch"}},
 		{"run --seed below -1", []string{"-m", missing, "-p", "x", "--seed", "-5"}, 2, "--seed -5: want 0 or more, or -1 for one from the clock", nil},
 		{"run bad -n", []string{"-m", missing, "-n", "lots"}, 2, `invalid value "lots" for flag -n`, nil},
 		{"run prompt not UTF-8", []string{"-m", missing, "-p", "caf\xe9"}, 2, "-p: the prompt is not valid UTF-8", nil},
@@ -130,7 +130,7 @@ func TestFlagErrorsComeFirst(t *testing.T) {
 		{"inspect a directory", []string{"inspect", dir}, 1, dir, nil},
 		{"inspect empty", []string{"inspect", empty}, 1, "0 bytes is too short for a GGUF header", nil},
 		{"inspect --full without --json", []string{"inspect", "--full", missing}, 2, "--full needs --json", []string{missing}},
-		{"inspect unknown flag", []string{"inspect", "--bogus", model}, 2, "modrun inspect: usage: flag provided but not defined: -bogus", []string{"-json"}},
+		{"inspect unknown flag", []string{"inspect", "--bogus", model}, 2, "modrun inspect: usage: flag provided but not defined: --bogus", []string{"-json"}},
 		{"devices argument", []string{"devices", "all"}, 2, "devices takes no arguments", nil},
 		{"unknown command", []string{"srve"}, 2, `modrun: unknown command "srve"`, nil},
 	})
@@ -223,9 +223,9 @@ func TestContextZeroIsTheModels(t *testing.T) {
 	model := shared.Path(t, "models/stories260K.gguf")
 	code, _, stderr := modrun(t, "-m", model, "-p", "x", "-n", "2", "--ctx", "0", "--backend", "cpu")
 	require.Equal(t, 0, code, stderr)
-	_, _, help := modrun(t, "run", "-h")
+	_, help, _ := modrun(t, "run", "-h")
 	assert.Contains(t, help, "0 = the model's")
-	_, _, help = modrun(t, "perplexity", "-h")
+	_, help, _ = modrun(t, "perplexity", "-h")
 	assert.Contains(t, help, "0 = the model's context length")
 }
 
@@ -262,7 +262,7 @@ func TestErrorsAreOneLine(t *testing.T) {
 		{[]string{"devices", "extra"}, "modrun devices: usage: devices takes no arguments, got 1\n"},
 		{[]string{"convert", "-i", "x.pt"}, "modrun convert: usage: -i, --vocab and -o are required (modrun convert -h lists the flags)\n"},
 		{[]string{"frobnicate"}, "modrun: unknown command \"frobnicate\" (modrun -h lists the commands)\n"},
-		{[]string{"run", "--frobnicate"}, "modrun run: usage: flag provided but not defined: -frobnicate (modrun run -h lists the flags)\n"},
+		{[]string{"run", "--frobnicate"}, "modrun run: usage: flag provided but not defined: --frobnicate (modrun run -h lists the flags)\n"},
 	} {
 		code, out, stderr := modrun(t, c.args...)
 		assert.Equal(t, 2, code, "%q", c.args)

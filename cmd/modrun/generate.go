@@ -25,6 +25,7 @@ type modelFlags struct {
 	backend string
 	device  int
 	routing string
+	ngl     int // llama.cpp's -ngl: 0 = the CPU; otherwise no effect
 }
 
 func (mf *modelFlags) register(fs *flag.FlagSet, defaultRouting, routingHelp string) {
@@ -32,6 +33,7 @@ func (mf *modelFlags) register(fs *flag.FlagSet, defaultRouting, routingHelp str
 	fs.StringVar(&mf.backend, "backend", "auto", "auto (a Vulkan GPU if any, else the CPU) | cpu (fast: all cores, SIMD) | reference (mod's plain Go forward pass, the oracle) | vulkan (any Vulkan device, lavapipe too)")
 	fs.IntVar(&mf.device, "device", -1, "Vulkan device `N`, as modrun devices lists them; with --backend auto it means vulkan. -1: $MODRUN_DEVICE or the best")
 	fs.StringVar(&mf.routing, "routing", defaultRouting, routingHelp)
+	fs.IntVar(&mf.ngl, "ngl", -1, "llama.cpp's GPU layers `N`: modrun runs the whole model on one backend, so 0 means --backend cpu and any other N changes nothing")
 }
 
 // cacheFlags are the KV cache and prompt batch flags of the commands that
@@ -110,6 +112,14 @@ func (mf *modelFlags) check(accepted ...mod.Routing) (mod.Routing, error) {
 	if err := checkFlags(engine.BackendOptions{Name: mf.backend, Device: mf.device}, engine.Flags{}); err != nil {
 		return 0, err
 	}
+	if mf.ngl == 0 { // llama.cpp's "no layers on the GPU"
+		if mf.backend != engine.BackendAuto && mf.backend != engine.BackendCPU && mf.backend != engine.BackendReference {
+			return 0, fmt.Errorf("%w: -ngl 0 (no GPU layers) and --backend %s: use one", errUsage, mf.backend)
+		}
+		if mf.backend == engine.BackendAuto {
+			mf.backend = engine.BackendCPU
+		}
+	}
 	if mf.device >= 0 && mf.backend == engine.BackendAuto {
 		mf.backend = engine.BackendVulkan // the device named, not a fallback to the CPU
 	}
@@ -158,7 +168,7 @@ const generateArgs = "-m FILE.gguf (-p PROMPT | -f FILE) [-n N] [--temp T] [--to
 // generateMain is modrun's default command: generate text from a prompt,
 // through the embedding API (package modrun).
 func generateMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	g := newGenerationCommand("run", generateArgs, "new tokens at most (0 = until EOS or the context is full)",
+	g := newGenerationCommand("run", generateArgs, "new tokens at most (0, or llama.cpp's -1, = until EOS or the context is full)",
 		"read special-token text in the prompt, such as <|eot_id|>, as those tokens (default: plain text)", stderr)
 	fs := g.fs
 	fs.Lookup("seed").Usage += " (printed with --stats and --json)"
@@ -213,6 +223,9 @@ func generateMain(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 	if err := promptFits(model, *prompt, promptFlag(*promptFile), opts.ParseSpecial, info.ContextLen); err != nil {
 		return err
 	}
+	if !flagSet(fs, "p") && *promptFile == "" {
+		fmt.Fprintln(stderr, "modrun run: no prompt (-p or -f): generating from BOS alone")
+	}
 
 	out := &runOutput{w: stdout, stop: api.NewStopText(g.stops), noPrompt: *noDisplay || *asJSON, quiet: *asJSON, keepTokens: *routingMap != "" || *asJSON}
 	session := model.NewSession()
@@ -239,7 +252,11 @@ func generateMain(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 		}
 	}
 	if *stats {
-		printStats(stderr, info, res, g.seed)
+		seed := fmt.Sprintf("seed %d", g.seed)
+		if opts.Sampler.Greedy() {
+			seed = "greedy" // no draw: a seed would change nothing
+		}
+		printStats(stderr, info, res, seed)
 	}
 	if *profile && info.Backend == api.BackendVulkan {
 		printProfile(stderr, info, model.Profile())
@@ -428,12 +445,13 @@ func printProfile(w io.Writer, info api.Info, entries []api.ProfileEntry) {
 	fmt.Fprintf(w, "%-20s %8s %10.3f\n", "GPU total", "", float64(total)/1e6)
 }
 
-func printStats(w io.Writer, info api.Info, res api.Result, seed uint64) {
+// printStats prints --stats; seed is "seed N", or "greedy" where none is used.
+func printStats(w io.Writer, info api.Info, res api.Result, seed string) {
 	backend := info.Backend
 	if backend == api.BackendVulkan {
 		backend += ": " + info.Device
 	}
-	fmt.Fprintf(w, "backend %s, seed %d, stop: %s\n", backend, seed, res.Stop)
+	fmt.Fprintf(w, "backend %s, %s, stop: %s\n", backend, seed, res.Stop)
 	fmt.Fprintf(w, "prefill: %s in %v (%.1f tokens/s)\n", count(res.PromptTokens, "token"), res.Prefill.Round(time.Microsecond), res.PrefillRate())
 	fmt.Fprintf(w, "decode:  %s in %v (%.1f tokens/s)\n", count(res.DecodeSteps, "token"), res.Decode.Round(time.Microsecond), res.DecodeRate())
 	if info.Backend == api.BackendVulkan {

@@ -57,7 +57,7 @@ func TestGenerateBadInput(t *testing.T) {
 		{[]string{"-m", model, "-p", "x", "--temp", "-1"}, 2, "--temp -1: must be 0 (greedy) or positive"},
 		{[]string{"-m", model, "-p", "x", "--top-p", "0"}, 2, "--top-p 0: must be in (0, 1]"},
 		{[]string{"-m", model, "-p", "x", "--backend", "gpu"}, 2, `--backend "gpu" is not auto, cpu, reference or vulkan`},
-		{[]string{"-m", model, "-p", "x", "-n", "-3"}, 2, "-n -3: must be 0 or positive"},
+		{[]string{"-m", model, "-p", "x", "-n", "-3"}, 2, "-n -3: must be -1 (until the end), 0 (the same) or positive"},
 		{[]string{"-m", model, "-p", "x", "stray"}, 2, `unexpected argument "stray"`},
 		{[]string{"-m", model, "-p", "x", "--kv-type", "q8"}, 2, `--kv-type "q8" is not f16 or f32`},
 		{[]string{"-m", model, "-p", "x", "--ubatch", "0"}, 2, `--ubatch 0: must be at least 1`},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strings"
 	"time"
 
 	api "github.com/modrun/modrun"
@@ -36,6 +37,7 @@ type generationCommand struct {
 	threads      int
 	seed         uint64   // the sampler's seed, after open (-1 drawn from the clock)
 	gpuOnly      []string // flags given that only the Vulkan backend uses, as "--profile"
+	grammar      *grammarFlags
 }
 
 // newGenerationCommand makes the flag set of command name (run or chat);
@@ -53,6 +55,7 @@ func newGenerationCommand(name, argsUsage, nHelp, parseSpecialHelp string, stder
 		return nil
 	})
 	g.fs.IntVar(&g.threads, "t", 0, "threads `N` of the CPU backends (default 0: one per core)")
+	g.grammar = registerGrammarFlags(g.fs)
 	return g
 }
 
@@ -62,15 +65,20 @@ func (g *generationCommand) parse(args []string, argHint string) error {
 	if err := parseFlags(g.fs, args); err != nil {
 		return err
 	}
+	if g.n == -1 || g.n == -2 {
+		g.n = 0 // llama.cpp's "until the end" (-1) and "until the context is full" (-2): modrun's 0 is both
+	}
 	switch {
+	case g.fs.NArg() > 0 && g.gf.mf.path == "" && strings.HasSuffix(g.fs.Arg(0), ".gguf"):
+		return fmt.Errorf("%w: unexpected argument %q: the model goes with -m: modrun %s -m %s ...", errUsage, g.fs.Arg(0), g.fs.Name(), g.fs.Arg(0))
 	case g.fs.NArg() > 0:
 		return fmt.Errorf("%w: unexpected argument %q (%s)", errUsage, g.fs.Arg(0), argHint)
 	case g.n < 0:
-		return fmt.Errorf("%w: -n %d: must be 0 or positive", errUsage, g.n)
+		return fmt.Errorf("%w: %s %d: must be -1 (until the end), 0 (the same) or positive", errUsage, asTyped(g.fs, "n"), g.n)
 	case g.threads < 0:
 		return fmt.Errorf("%w: -t %d: must be 0 (one per core) or positive", errUsage, g.threads)
 	}
-	return nil
+	return g.grammar.compile()
 }
 
 // ignoredBy lists the flags given that backend (as resolved) does not use,
@@ -109,6 +117,11 @@ func (g *generationCommand) open(stderr io.Writer, gpuOnly []string, set func(*a
 			return nil, api.GenerateOptions{}, fmt.Errorf("%w: %s", errUsage, ignored[0])
 		}
 	}
+	if cores := runtime.NumCPU(); g.threads > cores {
+		// More threads than cores only makes them wait for each other.
+		fmt.Fprintf(stderr, "modrun %s: %s %d: this machine has %d cores; using %d\n", g.fs.Name(), asTyped(g.fs, "t"), g.threads, cores, cores)
+		g.threads = cores
+	}
 	if g.threads > 0 {
 		runtime.GOMAXPROCS(g.threads) // read once, when the CPU backend starts its workers
 	}
@@ -122,6 +135,7 @@ func (g *generationCommand) open(stderr io.Writer, gpuOnly []string, set func(*a
 	g.seed = so.Seed
 	opts := generateOptions(so, g.n)
 	opts.ParseSpecial = g.parseSpecial
+	opts.Grammar = g.grammar.g
 	return model, opts, nil
 }
 
@@ -171,7 +185,9 @@ func (sf *samplingFlags) register(fs *flag.FlagSet) {
 	fs.Func("top-p", "keep the most likely tokens up to probability `P` (default 1 = all)", floatFlag(&so.TopP))
 	fs.Func("min-p", "drop tokens less likely than `P` times the best (default 0 = none)", floatFlag(&so.MinP))
 	fs.Func("repeat-penalty", "penalty `R` on the last --repeat-last-n tokens (default 1 = off)", floatFlag(&so.RepeatPenalty))
-	fs.IntVar(&so.RepeatLastN, "repeat-last-n", so.RepeatLastN, "tokens the repetition penalty looks back at")
+	fs.IntVar(&so.RepeatLastN, "repeat-last-n", so.RepeatLastN, "tokens the penalties look back at")
+	fs.Func("presence-penalty", "subtract `P` from the logit of each token among the last --repeat-last-n (default 0 = off)", floatFlag(&so.PresencePenalty))
+	fs.Func("frequency-penalty", "subtract `F` times its count there from each recent token's logit (default 0 = off)", floatFlag(&so.FrequencyPenalty))
 	fs.Int64Var(&sf.seed, "seed", -1, "random seed; -1 picks one from the clock")
 }
 

@@ -61,6 +61,10 @@ func perplexityMain(args []string, _ io.Reader, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer scorer.Close()
+	if scorer.Emulated && len(ids) > lavapipeQuick {
+		fmt.Fprintf(stderr, "modrun perplexity: %s is a CPU emulation: %d tokens will take minutes there (--backend cpu is much faster)\n",
+			strings.TrimPrefix(scorer.Name, "vulkan: "), len(ids))
+	}
 	rep := &perplexityReport{Model: f.mf.path, Text: f.text, Routing: routingOf(&l.model.Config, l.routing),
 		Backend: scorer.Name, KVType: f.kvType, Window: window, TextTokens: len(ids)}
 	var ref *engine.ScorerBackend // --compare's scorer
@@ -183,6 +187,12 @@ func optionError(err error) error {
 	}
 	return err
 }
+
+// lavapipeQuick is the most tokens a CPU emulation of Vulkan scores without
+// a warning: lavapipe scores 180-1,100 tokens/s (eval mode the slower), so
+// models/tinystories-valid.txt's 47,529 take minutes where 4,096 take
+// seconds. A var: a test lowers it.
+var lavapipeQuick = 4096
 
 // isBackend says whether --compare's value names a backend, not a file.
 func isBackend(s string) bool {

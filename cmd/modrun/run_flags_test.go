@@ -86,7 +86,7 @@ func TestRunStopAndNoDisplayPrompt(t *testing.T) {
 	}
 	code, _, stderr := modrun(t, "-m", model, "-p", "x", "--stop", "")
 	assert.Equal(t, 2, code)
-	assert.Contains(t, stderr, `invalid value "" for flag -stop: want some text`)
+	assert.Contains(t, stderr, `invalid value "" for flag --stop: want some text`)
 }
 
 // runJSONOf runs modrun --json and decodes its one document.
@@ -214,14 +214,14 @@ func TestVersion(t *testing.T) {
 
 // TestWords: what --help and -h say, and --stats's counts, read right.
 func TestWords(t *testing.T) {
-	code, _, usage := modrun(t, "--help")
+	code, usage, _ := modrun(t, "--help")
 	require.Equal(t, 0, code)
 	assert.Contains(t, usage, "  convert    a checkpoint (train/'s, the public MoD code's, Meta's or Hugging Face's Llama) + its config -> GGUF\n")
-	code, _, help := modrun(t, "chat", "-h")
+	code, help, _ := modrun(t, "chat", "-h")
 	require.Equal(t, 0, code)
 	assert.NotContains(t, help, "--stats", "chat has no --stats")
 	assert.Contains(t, help, "random seed; -1 picks one from the clock (default -1)\n")
-	code, _, help = modrun(t, "run", "-h")
+	code, help, _ = modrun(t, "run", "-h")
 	require.Equal(t, 0, code)
 	assert.Contains(t, help, "random seed; -1 picks one from the clock (printed with --stats and --json) (default -1)\n")
 

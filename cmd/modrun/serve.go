@@ -20,7 +20,7 @@ import (
 	"github.com/modrun/modrun/tokenizer"
 )
 
-const serveArgs = "-m FILE.gguf [--host H] [--port P] [--parallel N] [--prefix-cache=false] [--queue N] [--ctx N] [--backend B] [--chat-template NAME] [--api-key K] [--cors ORIGIN] [--shutdown-timeout D]"
+const serveArgs = "-m FILE.gguf [--host H] [--port P] [--parallel N] [--prefix-cache=false] [--queue N] [--ctx N] [--backend B] [--chat-template NAME] [--name ID] [--strict-model] [--api-key K] [--cors ORIGIN] [--shutdown-timeout D]"
 
 // serveMain runs the OpenAI-compatible HTTP server until SIGINT or SIGTERM,
 // then drains it (--shutdown-timeout) and exits 0.
@@ -40,6 +40,7 @@ func serveMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	apiKey := fs.String("api-key", "", "require `KEY` as a Bearer token on the API (401 otherwise; the page, /health and /metrics stay open)")
 	cors := fs.String("cors", "", "allow browser pages from `ORIGIN` (\"*\" for any) to call the API")
 	name := fs.String("name", "", "the model's id in /v1/models (default: the file's base name)")
+	strict := fs.Bool("strict-model", false, "answer a request naming another model 404 model_not_found, as OpenAI does (default: serve any name, as llama-server does)")
 	grace := fs.Duration("shutdown-timeout", 10*time.Second, "on SIGINT or SIGTERM, let requests in flight finish for `D`, then cancel them")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -88,7 +89,7 @@ func serveMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--host %s --port %d: %w", *host, *port, err)
 	}
 	srv := server.New(server.Config{ModelName: *name, ChatTemplate: *template, Parallel: *parallel, Queue: *queue,
-		APIKey: *apiKey, CORS: *cors, Log: stderr})
+		APIKey: *apiKey, CORS: *cors, Log: stderr, StrictModel: *strict})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	fmt.Fprintf(stderr, "modrun serve: http://%s (loading %s; /health says 503 until ready)\n", l.Addr(), mf.path)

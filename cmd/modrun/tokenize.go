@@ -25,6 +25,7 @@ func tokenizeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 	bos := fs.Bool("bos", false, "prepend the BOS token")
 	parseSpecial := fs.Bool("parse-special", false, "read special-token text such as <s> or <|eot_id|> as those tokens (default: plain text)")
 	pieces := fs.Bool("pieces", false, "print one token a line: its id, a tab and its text, quoted")
+	sep := fs.String("sep", "", "the input is documents separated by `TEXT`, each tokenized on its own (with --bos, each BOS-first) and their ids joined: one process for a corpus of stories")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -37,6 +38,8 @@ func tokenizeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: --decode takes none of --out, --bos, --parse-special, --pieces", errUsage)
 	case *special && !*decode:
 		return fmt.Errorf("%w: --special goes with --decode (to encode special-token text as tokens, use --parse-special)", errUsage)
+	case *decode && *sep != "":
+		return fmt.Errorf("%w: --sep splits text to encode; --decode reads ids", errUsage)
 	case *pieces && *out != "":
 		return fmt.Errorf("%w: --pieces prints, --out writes a file: use one", errUsage)
 	}
@@ -60,9 +63,23 @@ func tokenizeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 	if *decode {
 		return decodeIDs(tok, string(input), *special, stdout)
 	}
-	ids, err := encodeText(tok, string(input), *bos, *parseSpecial)
-	if err != nil {
-		return err
+	docs := []string{string(input)}
+	if *sep != "" {
+		docs = strings.Split(string(input), *sep)
+	}
+	var ids []int32
+	for i, doc := range docs {
+		if *sep != "" && doc == "" {
+			continue // separators at the ends, or two in a row
+		}
+		got, err := encodeText(tok, doc, *bos, *parseSpecial)
+		if err != nil {
+			if len(docs) > 1 {
+				return fmt.Errorf("document %d: %w", i+1, err)
+			}
+			return err
+		}
+		ids = append(ids, got...)
 	}
 	switch {
 	case *out != "":

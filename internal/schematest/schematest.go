@@ -1,0 +1,47 @@
+// Package schematest holds the grammar tests' JSON schemas
+// (engine/grammar/testdata/schemas) and their independent validator,
+// santhosh-tekuri/jsonschema, for the tests of every package that
+// constrains generation to a schema.
+package schematest
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/stretchr/testify/require"
+)
+
+// Files are the test schemas by name (the file name without .json).
+func Files(t testing.TB) map[string][]byte {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0) // .../internal/schematest/schematest.go
+	root := filepath.Dir(filepath.Dir(filepath.Dir(file)))
+	paths, err := filepath.Glob(filepath.Join(root, "engine", "grammar", "testdata", "schemas", "*.json"))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(paths), 20, "the test schemas")
+	out := map[string][]byte{}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		out[strings.TrimSuffix(filepath.Base(p), ".json")] = b
+	}
+	return out
+}
+
+// Validator compiles schema with formats asserted (date, uuid, ...).
+func Validator(t testing.TB, name string, schema []byte) *jsonschema.Schema {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
+	require.NoError(t, err)
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	require.NoError(t, c.AddResource(name+".json", doc))
+	s, err := c.Compile(name + ".json")
+	require.NoError(t, err)
+	return s
+}
