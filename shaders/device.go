@@ -29,6 +29,8 @@ func (d Device) has(feature string) bool {
 		return d.SubgroupShuffle
 	case "subgroup_ballot":
 		return d.SubgroupBallot
+	case "vulkan_memory_model", "cooperative_matrix_nv":
+		return d.CooperativeMatrixNV // vk's CooperativeMatrixNV includes the memory model
 	}
 	return false
 }

@@ -32,6 +32,10 @@ type Device struct {
 	Storage8Bit           bool   // storageBuffer8BitAccess
 	SubgroupShuffle       bool   // subgroupShuffle in compute shaders
 	SubgroupBallot        bool   // subgroupBroadcast and the ballots in compute shaders
+	// CooperativeMatrixNV: VK_NV_cooperative_matrix enabled with the
+	// 16x16x16 f16 -> f32 shape (vk.Features.CooperativeMatrixNV, which
+	// includes vulkanMemoryModel and shaderFloat16): matmul_coop runs.
+	CooperativeMatrixNV bool
 }
 
 // Profile is a device's kernel choices.
