@@ -95,11 +95,64 @@ void stage4(bool isW, uint at, vec4 v) {
 	}
 }
 
+// WGS is the workgroup size (constant 0 must be 32 * NSG); WQ and XQ are
+// how many quads of W's and X's slices an invocation stages a step.
+const uint WGS = 32u * NSG;
+const uint WQ = (BN * (BK / 4u) + WGS - 1u) / WGS;
+const uint XQ = (BM * (BK / 4u) + WGS - 1u) / WGS;
+
+// loadStep reads this invocation's quads of W[r0 .. r0+BN][k0 .. k0+BK]
+// and X[s0 .. s0+BM][k0 .. k0+BK] (zero past the edges): quad i of a slice
+// is row i / (BK/4), columns 4*(i % (BK/4)) .., so neighbouring
+// invocations read neighbouring words of a row.
+void loadStep(uint k0, uint r0, uint s0, uint tid, out vec4 wreg[WQ], out vec4 xreg[XQ]) {
+	for (uint q = 0u; q < WQ; q++) {
+		uint i = tid + q * WGS;
+		uint rr = i / (BK / 4u), kq = i % (BK / 4u);
+		uint r = r0 + rr;
+		wreg[q] = i < BN * (BK / 4u) && r < p.rows ? loadWeightQuad(p.wRow0 + r, k0 + 4u * kq) : vec4(0.0);
+	}
+	for (uint q = 0u; q < XQ; q++) {
+		uint i = tid + q * WGS;
+		uint ss = i / (BK / 4u), kq = i % (BK / 4u);
+		uint s = s0 + ss, c = k0 + 4u * kq;
+		vec4 v = vec4(0.0);
+		if (i < BM * (BK / 4u) && s < p.n) {
+			uint e = s * p.cols + c;
+			if (c + 4u <= p.cols) {
+				v = vec4(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
+			} else {
+				for (uint t = 0u; t < 4u; t++) {
+					if (c + t < p.cols) {
+						v[t] = x[e + t];
+					}
+				}
+			}
+		}
+		xreg[q] = v;
+	}
+}
+
+// storeStep writes the quads loadStep read into the shared tiles.
+void storeStep(uint tid, vec4 wreg[WQ], vec4 xreg[XQ]) {
+	for (uint q = 0u; q < WQ; q++) {
+		uint i = tid + q * WGS;
+		if (i < BN * (BK / 4u)) {
+			stage4(true, (i / (BK / 4u)) * BKP + 4u * (i % (BK / 4u)), wreg[q]);
+		}
+	}
+	for (uint q = 0u; q < XQ; q++) {
+		uint i = tid + q * WGS;
+		if (i < BM * (BK / 4u)) {
+			stage4(false, (i / (BK / 4u)) * BKP + 4u * (i % (BK / 4u)), xreg[q]);
+		}
+	}
+}
+
 void main() {
 #ifdef WEIGHT_SUBBLOCK
 	sbInit(p.wRows * (p.cols / 32u));
 #endif
-	const uint WG = gl_WorkGroupSize.x;
 	uint tid = gl_LocalInvocationID.x;
 #ifdef EMULATE_COOPMAT
 	uint sg = tid / 32u, lane = tid % 32u;
@@ -122,34 +175,17 @@ void main() {
 	}
 #endif
 
+	// The next step's slices are loaded into registers while this step's
+	// are multiplied (software pipelining): the loads' latency hides
+	// behind the tile product instead of stalling before each barrier.
+	vec4 wreg[WQ], xreg[XQ];
+	loadStep(0u, r0, s0, tid, wreg, xreg);
 	for (uint k0 = 0u; k0 < p.cols; k0 += BK) {
-		// Stage W[r0 .. r0+BN][k0 .. k0+BK]: neighbouring invocations take
-		// neighbouring quads of a row, neighbouring words in memory.
-		for (uint i = tid; i < BN * (BK / 4u); i += WG) {
-			uint rr = i / (BK / 4u), kq = i % (BK / 4u);
-			uint r = r0 + rr;
-			stage4(true, rr * BKP + 4u * kq, r < p.rows ? loadWeightQuad(p.wRow0 + r, k0 + 4u * kq) : vec4(0.0));
-		}
-		// Stage X[s0 .. s0+BM][k0 .. k0+BK].
-		for (uint i = tid; i < BM * (BK / 4u); i += WG) {
-			uint ss = i / (BK / 4u), kq = i % (BK / 4u);
-			uint s = s0 + ss, c = k0 + 4u * kq;
-			vec4 v = vec4(0.0);
-			if (s < p.n) {
-				uint e = s * p.cols + c;
-				if (c + 4u <= p.cols) {
-					v = vec4(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
-				} else {
-					for (uint t = 0u; t < 4u; t++) {
-						if (c + t < p.cols) {
-							v[t] = x[e + t];
-						}
-					}
-				}
-			}
-			stage4(false, ss * BKP + 4u * kq, v);
-		}
+		storeStep(tid, wreg, xreg);
 		barrier(); // the tiles are complete before anyone reads them
+		if (k0 + BK < p.cols) {
+			loadStep(k0 + BK, r0, s0, tid, wreg, xreg);
+		}
 		for (uint kk = 0u; kk < BK; kk += 16u) {
 #ifdef EMULATE_COOPMAT
 			for (uint ti = 0u; ti < TI; ti++) {

@@ -61,11 +61,18 @@ var matmulCandidates = []matmulCandidate{
 	tiledCandidate("tiled-128x128", MatmulSpec{BM: 128, BN: 128, BK: 16, TM: 8, TN: 8}),
 	tiledCandidate("tiled-32x128", MatmulSpec{BM: 32, BN: 128, BK: 16, TM: 4, TN: 4}),
 	tiledCandidate("tiled-16x64", MatmulSpec{BM: 16, BN: 64, BK: 32, TM: 2, TN: 4}),
+	tiledCandidate("tiled-8x32", MatmulSpec{BM: 8, BN: 32, BK: 32, TM: 1, TN: 4}),
 	coopCandidate("coop-emu-64x64", MatmulCoopSpecGPU, true),
 	coopCandidate("coop-emu-16x128", MatmulCoopSpecFew, true),
 	coopCandidate("coop-64x64", MatmulCoopSpecGPU, false),
 	coopCandidate("coop-128x128", MatmulCoopSpecWide, false),
 	coopCandidate("coop-16x128", MatmulCoopSpecFew, false),
+	// Few rows: narrower tiles of rows make more workgroups (a 7B FFN's
+	// 11008 rows are 86 tiles of 128 for 132 SMs) and longer steps fewer
+	// barriers.
+	coopCandidate("coop-16x64-k64", MatmulCoopSpec{BM: 16, BN: 64, BK: 64, WM: 16, WN: 16}, false),
+	coopCandidate("coop-32x64", MatmulCoopSpec{BM: 32, BN: 64, BK: 32, WM: 16, WN: 32}, false),
+	coopCandidate("coop-128x64", MatmulCoopSpec{BM: 128, BN: 64, BK: 32, WM: 32, WN: 32}, false),
 }
 
 // matmulBenchData is one (type, shape)'s buffers on the device and the
