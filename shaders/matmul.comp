@@ -33,6 +33,10 @@
 // a few times per step, so cols up to 16384 are safe there
 // (TestMatmulLongRows).
 //
+// MATMUL_PREFETCH (the matmul_pf variants) loads each step's slices into
+// registers during the previous step's products (software pipelining), a
+// candidate for GPUs (BenchmarkMatmulGPU) that the engine does not pick yet.
+//
 // Specialization constants (MatmulSpec.Constants): 0 WG = (BM/TM)*(BN/TN)
 // invocations, 1 BM, 2 BN, 3 BK (a multiple of 4: W is loaded in quads), 4 TM,
 // 5 TN. Dispatch MatmulGroups(rows, n, spec): x over row tiles, y over token
@@ -68,11 +72,50 @@ shared vec4 ws[(BK / 4u) * BN];
 
 #include "include/matmul_weights.glsl"
 
+// stageW is quad i of the step's W slice, W[r0 + i%BN][k0 + 4*(i/BN) ..]
+// (zero past the rows): ws[i] in the column-major layout above.
+vec4 stageW(uint i, uint r0, uint k0) {
+	uint rr = i % BN, kq = i / BN;
+	uint r = r0 + rr;
+	return r < p.rows ? loadWeightQuad(p.wRow0 + r, k0 + 4u * kq) : vec4(0.0);
+}
+
+// stageX is quad i of the step's X slice, X[s0 + i%BM][k0 + 4*(i/BM) ..]
+// (zero past the tokens and the columns): xs[i].
+vec4 stageX(uint i, uint s0, uint k0) {
+	uint ss = i % BM, kq = i / BM;
+	uint s = s0 + ss, c = k0 + 4u * kq;
+	vec4 v = vec4(0.0);
+	if (s < p.n) {
+		uint e = s * p.cols + c;
+		if (c + 4u <= p.cols) {
+			v = vec4(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
+		} else {
+			for (uint t = 0u; t < 4u; t++) {
+				if (c + t < p.cols) {
+					v[t] = x[e + t];
+				}
+			}
+		}
+	}
+	return v;
+}
+
+#ifdef MATMUL_PREFETCH
+// WG is the workgroup size (constant 0 is (BM/TM)*(BN/TN)); WQ and XQ the
+// quads of W's and X's slices an invocation stages a step.
+const uint WG = (BM / TM) * (BN / TN);
+const uint WQ = (BN * (BK / 4u) + WG - 1u) / WG;
+const uint XQ = (BM * (BK / 4u) + WG - 1u) / WG;
+#endif
+
 void main() {
 #ifdef WEIGHT_SUBBLOCK
 	sbInit(p.wRows * (p.cols / 32u));
 #endif
+#ifndef MATMUL_PREFETCH
 	const uint WG = gl_WorkGroupSize.x;
+#endif
 	const uint NTX = BN / TN; // invocations across the tile's rows
 	const uint NTY = BM / TM; // invocations across the tile's tokens
 	uint tid = gl_LocalInvocationID.x;
@@ -87,35 +130,51 @@ void main() {
 	for (uint i = 0u; i < TM * TN; i++) {
 		acc[i] = 0.0;
 	}
+#ifdef MATMUL_PREFETCH
+	// The next step's quads are loaded into registers while this step's
+	// tiles multiply, so the loads' latency hides behind the products.
+	vec4 wreg[WQ], xreg[XQ];
+	for (uint q = 0u; q < WQ; q++) {
+		wreg[q] = tid + q * WG < BN * (BK / 4u) ? stageW(tid + q * WG, r0, 0u) : vec4(0.0);
+	}
+	for (uint q = 0u; q < XQ; q++) {
+		xreg[q] = tid + q * WG < BM * (BK / 4u) ? stageX(tid + q * WG, s0, 0u) : vec4(0.0);
+	}
+#endif
 	for (uint k0 = 0u; k0 < p.cols; k0 += BK) {
-		// Stage W[r0 .. r0+BN][k0 .. k0+BK] in quads; neighbouring
-		// invocations take neighbouring rows, so the shared writes do not
-		// collide.
+#ifdef MATMUL_PREFETCH
+		for (uint q = 0u; q < WQ; q++) {
+			if (tid + q * WG < BN * (BK / 4u)) {
+				ws[tid + q * WG] = wreg[q];
+			}
+		}
+		for (uint q = 0u; q < XQ; q++) {
+			if (tid + q * WG < BM * (BK / 4u)) {
+				xs[tid + q * WG] = xreg[q];
+			}
+		}
+		barrier(); // the tiles are complete before anyone reads them
+		if (k0 + BK < p.cols) {
+			for (uint q = 0u; q < WQ; q++) {
+				wreg[q] = tid + q * WG < BN * (BK / 4u) ? stageW(tid + q * WG, r0, k0 + BK) : vec4(0.0);
+			}
+			for (uint q = 0u; q < XQ; q++) {
+				xreg[q] = tid + q * WG < BM * (BK / 4u) ? stageX(tid + q * WG, s0, k0 + BK) : vec4(0.0);
+			}
+		}
+#else
+		// Stage W[r0 .. r0+BN][k0 .. k0+BK] in quads (quad i is ws[i]);
+		// neighbouring invocations take neighbouring rows, so the shared
+		// writes do not collide.
 		for (uint i = tid; i < BN * (BK / 4u); i += WG) {
-			uint rr = i % BN, kq = i / BN;
-			uint r = r0 + rr;
-			ws[kq * BN + rr] = r < p.rows ? loadWeightQuad(p.wRow0 + r, k0 + 4u * kq) : vec4(0.0);
+			ws[i] = stageW(i, r0, k0);
 		}
 		// Stage X[s0 .. s0+BM][k0 .. k0+BK] in quads.
 		for (uint i = tid; i < BM * (BK / 4u); i += WG) {
-			uint ss = i % BM, kq = i / BM;
-			uint s = s0 + ss, c = k0 + 4u * kq;
-			vec4 v = vec4(0.0);
-			if (s < p.n) {
-				uint e = s * p.cols + c;
-				if (c + 4u <= p.cols) {
-					v = vec4(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
-				} else {
-					for (uint t = 0u; t < 4u; t++) {
-						if (c + t < p.cols) {
-							v[t] = x[e + t];
-						}
-					}
-				}
-			}
-			xs[kq * BM + ss] = v;
+			xs[i] = stageX(i, s0, k0);
 		}
 		barrier(); // the tiles are complete before anyone reads them
+#endif
 		for (uint kq = 0u; kq < BK / 4u; kq++) {
 			vec4 a[TM], b[TN];
 			for (uint j = 0u; j < TM; j++) {

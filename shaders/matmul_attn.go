@@ -59,6 +59,13 @@ func (s MatmulSpec) Check() error {
 	return nil
 }
 
+// MatmulGroupsOf is the dispatch size for rows of W and n tokens of
+// either matmul (matmul.comp or matmul_coop.comp) from its specialization
+// constants: both have BM at 1 and BN at 2, a workgroup per tile.
+func MatmulGroupsOf(rows, n uint32, spec []uint32) [3]uint32 {
+	return [3]uint32{(rows + spec[2] - 1) / spec[2], (n + spec[1] - 1) / spec[1], 1}
+}
+
 // MatmulGroups is matmul's dispatch size for rows of W and n tokens.
 func MatmulGroups(rows, n uint32, s MatmulSpec) [3]uint32 {
 	return [3]uint32{(rows + s.BN - 1) / s.BN, (n + s.BM - 1) / s.BM, 1}
@@ -101,9 +108,17 @@ func attentionInputs() []Binding {
 	}
 }
 
+// MatmulPrefetchName is matmul.comp's variant for weight type typ that
+// loads the next step's slices during the products (MATMUL_PREFETCH): a
+// GPU candidate BenchmarkMatmulGPU measures, not yet picked by a profile.
+func MatmulPrefetchName(typ string) string { return "matmul_pf_" + typ }
+
 func init() {
 	for _, wt := range WeightTypes {
 		Variants = append(Variants, matmulVariant(MatmulName(wt.Name), wt.Defines, wt.Shape))
+	}
+	for _, wt := range WeightTypes {
+		Variants = append(Variants, matmulVariant(MatmulPrefetchName(wt.Name), append(append([]string(nil), wt.Defines...), "MATMUL_PREFETCH"), wt.Shape))
 	}
 }
 
@@ -281,6 +296,7 @@ func init() {
 			} else {
 				v.Notes += "; needs VK_NV_cooperative_matrix (Device.CooperativeMatrixNV) and a subgroup size of 32"
 			}
+			v.Op, v.Type = OpMatmulCoop, wt.Name // the self-check covers it (Profile.Fallback)
 			Variants = append(Variants, v)
 		}
 	}

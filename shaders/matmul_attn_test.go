@@ -209,6 +209,26 @@ func TestMatmul(t *testing.T) {
 	}
 }
 
+// TestMatmulPrefetch is TestMatmul's check of the prefetching variants
+// (MATMUL_PREFETCH), every weight type and spec, ragged shapes.
+func TestMatmulPrefetch(t *testing.T) {
+	dev := openDevice(t)
+	for _, typ := range matmulTypes {
+		v, err := Lookup(MatmulPrefetchName(matvecTypeOf[typ]))
+		require.NoError(t, err)
+		for si, spec := range matmulSpecs {
+			k := newKernel(t, dev, v, spec.Constants()...)
+			cols := testCols(typ)[si%len(testCols(typ))]
+			for _, sh := range []struct{ rows, n int }{{13, 5}, {130, 70}} {
+				c := newMatmulCase(t, typ, sh.rows, cols, sh.n, int64(sh.rows*1000+cols*10+sh.n))
+				if err := closeness(c.run(t, dev, k, spec), c.want, c.scale, matmulTolerance[typ]); err != nil {
+					t.Errorf("%s/%+v/%dx%d/n%d: %v", typ, spec, sh.rows, cols, sh.n, err)
+				}
+			}
+		}
+	}
+}
+
 // TestMatmulLongRows runs rows of 16384 columns (Llama-3-8B's nFF is 14336)
 // with every spec: lavapipe silently ends an invocation's loops after 65535
 // iterations in all (llvmpipe's loop limiter), which a kernel looping too

@@ -117,3 +117,34 @@ func TestMatmulCoopSpec(t *testing.T) {
 	require.NoError(t, err)
 	assert.NoError(t, NewProfile(Device{CPU: true}).Allows(emu, nil))
 }
+
+// The profile takes the tensor-core matmul on a GPU with the NV shape and
+// subgroups of 32, not elsewhere, and its fallback is matmul.comp.
+func TestMatmulCoopProfile(t *testing.T) {
+	gpu := Device{SubgroupSize: 32, SubgroupArithmetic: true, Float16: true, CooperativeMatrixNV: true}
+	p := NewProfile(gpu)
+	require.True(t, p.MatmulCoop)
+	name, spec := p.MatmulKernel(MatvecQ4_K)
+	assert.Equal(t, "matmul_coop_q4_k", name)
+	assert.Equal(t, MatmulCoopSpecGPU.Constants(), spec)
+	assert.Equal(t, [3]uint32{3, 2, 1}, MatmulGroupsOf(130, 65, spec))
+	v, err := Lookup(name)
+	require.NoError(t, err)
+	fb, safe, ok := p.Fallback(v)
+	require.True(t, ok)
+	assert.Equal(t, "matmul_q4_k", safe)
+	assert.False(t, fb.MatmulCoop)
+	name, spec = fb.MatmulKernel(MatvecQ4_K)
+	assert.Equal(t, "matmul_q4_k", name)
+	assert.Equal(t, MatmulSpecGPU.Constants(), spec)
+	_, _, ok = fb.Fallback(v)
+	assert.False(t, ok, "nothing further to fall back to")
+
+	for _, d := range []Device{
+		{SubgroupSize: 32, Float16: true},                                       // no extension
+		{SubgroupSize: 64, Float16: true, CooperativeMatrixNV: true},            // a 64-wide subgroup
+		{CPU: true, SubgroupSize: 32, Float16: true, CooperativeMatrixNV: true}, // a CPU device
+	} {
+		assert.False(t, NewProfile(d).MatmulCoop, "%+v", d)
+	}
+}

@@ -47,6 +47,10 @@ func tiledCandidate(name string, s MatmulSpec) matmulCandidate {
 	return matmulCandidate{name: name, variant: MatmulName, spec: s.Constants(), groups: matmulGroupsOf(s)}
 }
 
+func prefetchCandidate(name string, s MatmulSpec) matmulCandidate {
+	return matmulCandidate{name: name, variant: MatmulPrefetchName, spec: s.Constants(), groups: matmulGroupsOf(s)}
+}
+
 func coopCandidate(name string, s MatmulCoopSpec, emulate bool) matmulCandidate {
 	return matmulCandidate{name: name, variant: func(typ string) string { return MatmulCoopName(typ, emulate) },
 		spec: s.Constants(), groups: matmulCoopGroupsOf(s), coop: !emulate, cpuOnly: emulate, tol: matmulCoopTolerance}
@@ -62,6 +66,10 @@ var matmulCandidates = []matmulCandidate{
 	tiledCandidate("tiled-32x128", MatmulSpec{BM: 32, BN: 128, BK: 16, TM: 4, TN: 4}),
 	tiledCandidate("tiled-16x64", MatmulSpec{BM: 16, BN: 64, BK: 32, TM: 2, TN: 4}),
 	tiledCandidate("tiled-8x32", MatmulSpec{BM: 8, BN: 32, BK: 32, TM: 1, TN: 4}),
+	prefetchCandidate("tiled-pf-64x64", MatmulSpecGPU),
+	prefetchCandidate("tiled-pf-128x128", MatmulSpec{BM: 128, BN: 128, BK: 16, TM: 8, TN: 8}),
+	prefetchCandidate("tiled-pf-64x128-k32", MatmulSpec{BM: 64, BN: 128, BK: 32, TM: 8, TN: 8}),
+	prefetchCandidate("tiled-pf-16x64", MatmulSpec{BM: 16, BN: 64, BK: 32, TM: 2, TN: 4}),
 	coopCandidate("coop-emu-64x64", MatmulCoopSpecGPU, true),
 	coopCandidate("coop-emu-16x128", MatmulCoopSpecFew, true),
 	coopCandidate("coop-64x64", MatmulCoopSpecGPU, false),

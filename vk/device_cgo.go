@@ -31,7 +31,7 @@ func (in *Instance) NewDevice(info DeviceInfo) (*Device, error) {
 	r := C.mr_create_device(C.uint64_t(in.h), C.uint64_t(info.phys), C.uint32_t(info.computeFamily),
 		cbool(f.ShaderFloat16), cbool(f.ShaderInt8), cbool(f.StorageBuffer16BitAccess), cbool(f.StorageBuffer8BitAccess),
 		cbool(f.ConditionalRendering), cbool(f.SubgroupSizeControl), cbool(f.ComputeFullSubgroups),
-		cbool(f.VulkanMemoryModel), cbool(f.CooperativeMatrixNV), &h, &call)
+		cbool(f.VulkanMemoryModel && f.CooperativeMatrixNV), cbool(f.CooperativeMatrixNV), &h, &call)
 	if err := result(C.GoString(call), Result(r)); err != nil {
 		return nil, fmt.Errorf("device %d (%s): %w", info.Index, info.Name, err)
 	}

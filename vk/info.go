@@ -110,7 +110,11 @@ type Features struct {
 	// declare the Vulkan memory model): what shaders' matmul_coop needs.
 	// Enabled, with the extension, when true.
 	CooperativeMatrixNV bool `json:"cooperative_matrix_nv"`
-	// VulkanMemoryModel: the Vulkan 1.2 feature (enabled when present).
+	// VulkanMemoryModel: the Vulkan 1.2 features vulkanMemoryModel and
+	// vulkanMemoryModelDeviceScope (the other kernels' atomics and
+	// barriers use the device scope, which the memory model without it
+	// forbids). Enabled only with CooperativeMatrixNV, whose shaders
+	// declare the model: no other kernel needs it.
 	VulkanMemoryModel bool `json:"vulkan_memory_model"`
 	// ConditionalRendering: VK_EXT_conditional_rendering (enabled when
 	// present): Recorder.BeginConditional discards dispatches on a GPU-written

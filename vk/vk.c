@@ -322,7 +322,7 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out) {
 		out->i8 = f12.shaderInt8;
 		out->sb16 = f11.storageBuffer16BitAccess;
 		out->sb8 = f12.storageBuffer8BitAccess;
-		out->vmm = f12.vulkanMemoryModel;
+		out->vmm = f12.vulkanMemoryModel && f12.vulkanMemoryModelDeviceScope; // the device scope: the other kernels' atomics and barriers use it
 	}
 
 	VkPhysicalDeviceMemoryProperties mem;
@@ -476,6 +476,7 @@ VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 		.shaderInt8 = i8 ? VK_TRUE : VK_FALSE,
 		.storageBuffer8BitAccess = sb8 ? VK_TRUE : VK_FALSE,
 		.vulkanMemoryModel = vmm ? VK_TRUE : VK_FALSE,
+		.vulkanMemoryModelDeviceScope = vmm ? VK_TRUE : VK_FALSE,
 	};
 	VkPhysicalDeviceVulkan11Features f11 = {
 		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,

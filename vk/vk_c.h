@@ -49,7 +49,7 @@ typedef struct mr_device_info {
 	uint32_t max_workgroup_subgroups, required_subgroup_stages; // its properties; 0 when not offered
 	uint32_t size_control, full_subgroups; // its features subgroupSizeControl, computeFullSubgroups
 	uint32_t f16, i8, sb16, sb8, coopmat;
-	uint32_t vmm; // vulkanMemoryModel
+	uint32_t vmm; // vulkanMemoryModel with vulkanMemoryModelDeviceScope
 	uint32_t coopmat_nv; // VK_NV_cooperative_matrix, its cooperativeMatrix feature and f16 x f16 -> f32 16x16x16 at subgroup scope
 	uint32_t cond_render; // VK_EXT_conditional_rendering with its conditionalRendering feature
 	int32_t compute_family; // -1: none

@@ -377,13 +377,21 @@ func narrowSpec(n int, base shaders.MatmulSpec) (spec shaders.MatmulSpec, ok boo
 	return shaders.MatmulSpec{BM: b, BN: 64, BK: 32, TM: tm, TN: b / tm}, true
 }
 
-// narrow is m with its matmul's tile fit to n rows (narrowSpec).
+// narrow is m with its matmul's tile fit to n rows (narrowSpec; the
+// tensor-core matmul's 16-token tile, MatmulCoopSpecFew, for up to 16).
 func (st *Stepper) narrow(m batchMat, n int) (batchMat, error) {
 	spec, ok := narrowSpec(n, st.r.ks.prof.Matmul())
 	if !ok {
 		return m, nil
 	}
-	k, err := st.r.ks.get(m.mm.v.Name, spec.Constants())
+	constants := spec.Constants()
+	if m.mm.v.Op == shaders.OpMatmulCoop {
+		if n > 16 {
+			return m, nil
+		}
+		constants = shaders.MatmulCoopSpecFew.Constants()
+	}
+	k, err := st.r.ks.get(m.mm.v.Name, constants)
 	if err != nil {
 		return batchMat{}, err
 	}
