@@ -83,44 +83,61 @@ var matmulCandidates = []matmulCandidate{
 	coopCandidate("coop-128x64", MatmulCoopSpec{BM: 128, BN: 64, BK: 32, WM: 32, WN: 32}, false),
 }
 
+// matmulBenchWeights is one (type, rows, cols) weight on the device, and
+// the values it decodes to (for the references): shared by the token
+// counts of a shape, so a 7B FFN of Q4_K is quantized once.
+type matmulBenchWeights struct {
+	buf     *vk.Buffer
+	bytes   int
+	decoded []float32 // [rows][cols]
+}
+
 // matmulBenchData is one (type, shape)'s buffers on the device and the
 // reference for a few of its tokens.
 type matmulBenchData struct {
-	w, x         *vk.Buffer
-	weightBytes  int
-	tokens       []int       // the tokens checked
-	want, scale  [][]float64 // [token of tokens][row]: sum W*x in float64, sum |W*x|
-	rows, cols   int
-	n            int
-	ggmlTypeName string
+	w, x        *vk.Buffer
+	weightBytes int
+	tokens      []int       // the tokens checked
+	want, scale [][]float64 // [token of tokens][row]: sum W*x in float64, sum |W*x|
+	rows, cols  int
+	n           int
 }
 
-// newMatmulBenchData makes the data in b; its buffers last as long as owner
-// (the whole benchmark: every candidate reads them).
-func newMatmulBenchData(b, owner *testing.B, dev *vk.Device, typ gguf.TensorType, sh matmulBenchShape) *matmulBenchData {
+// matmulBenchUpload is data in a device buffer that lasts as long as owner
+// (the whole benchmark: every candidate reads it), made in b.
+func matmulBenchUpload(b, owner *testing.B, dev *vk.Device, data []byte) *vk.Buffer {
+	buf, err := dev.NewBuffer(uint64(len(data)), vk.DeviceLocal)
+	require.NoError(b, err)
+	owner.Cleanup(buf.Close)
+	require.NoError(b, buf.Upload(data, 0))
+	return buf
+}
+
+func newMatmulBenchWeights(b, owner *testing.B, dev *vk.Device, typ gguf.TensorType, rows, cols int) *matmulBenchWeights {
 	b.Helper()
-	upload := func(data []byte) *vk.Buffer {
-		buf, err := dev.NewBuffer(uint64(len(data)), vk.DeviceLocal)
-		require.NoError(b, err)
-		owner.Cleanup(buf.Close)
-		require.NoError(b, buf.Upload(data, 0))
-		return buf
-	}
-	rng := rand.New(rand.NewSource(int64(sh.rows*7 + sh.cols*3 + sh.n)))
-	src := make([]float32, sh.rows*sh.cols)
+	rng := rand.New(rand.NewSource(int64(rows*7 + cols*3)))
+	src := make([]float32, rows*cols)
 	for i := range src {
 		src[i] = float32(rng.NormFloat64())
 	}
 	raw, err := gguf.Quantize(typ, src)
 	require.NoError(b, err)
 	require.NoError(b, gguf.Dequantize(typ, raw, src)) // src is now what the kernels multiply by
-	layout := matmulLayout(b, typ, raw, sh.rows, sh.cols)
+	layout := matmulLayout(b, typ, raw, rows, cols)
+	return &matmulBenchWeights{buf: matmulBenchUpload(b, owner, dev, layout), bytes: len(layout), decoded: src}
+}
+
+// newMatmulBenchData makes n tokens of x for weights w and the reference
+// on a few of them (all rows).
+func newMatmulBenchData(b, owner *testing.B, dev *vk.Device, w *matmulBenchWeights, sh matmulBenchShape) *matmulBenchData {
+	b.Helper()
+	rng := rand.New(rand.NewSource(int64(sh.n*5 + sh.cols)))
 	x := make([]float32, sh.n*sh.cols)
 	for i := range x {
 		x[i] = float32(rng.NormFloat64())
 	}
-	d := &matmulBenchData{w: upload(layout), x: upload(f32bytes(x)), weightBytes: len(layout),
-		rows: sh.rows, cols: sh.cols, n: sh.n, ggmlTypeName: typ.String()}
+	d := &matmulBenchData{w: w.buf, x: matmulBenchUpload(b, owner, dev, f32bytes(x)), weightBytes: w.bytes,
+		rows: sh.rows, cols: sh.cols, n: sh.n}
 	seen := map[int]bool{}
 	for _, s := range []int{0, 1, sh.n / 2, sh.n - 1} {
 		if s < 0 || s >= sh.n || seen[s] {
@@ -130,9 +147,8 @@ func newMatmulBenchData(b, owner *testing.B, dev *vk.Device, typ gguf.TensorType
 		want, scale := make([]float64, sh.rows), make([]float64, sh.rows)
 		xs := x[s*sh.cols : (s+1)*sh.cols]
 		for r := 0; r < sh.rows; r++ {
-			wr := src[r*sh.cols : (r+1)*sh.cols]
 			var sum, abs float64
-			for j, wv := range wr {
+			for j, wv := range w.decoded[r*sh.cols : (r+1)*sh.cols] {
 				t := float64(wv) * float64(xs[j])
 				sum += t
 				abs += math.Abs(t)
@@ -175,7 +191,11 @@ func BenchmarkMatmulGPU(b *testing.B) {
 		typ gguf.TensorType
 		sh  matmulBenchShape
 	}
-	data := map[key]*matmulBenchData{}
+	type wkey struct {
+		typ        gguf.TensorType
+		rows, cols int
+	}
+	data, weights := map[key]*matmulBenchData{}, map[wkey]*matmulBenchWeights{}
 	owner := b
 	for _, cand := range matmulCandidates {
 		for _, typ := range matmulBenchTypes {
@@ -190,7 +210,12 @@ func BenchmarkMatmulGPU(b *testing.B) {
 					}
 					d := data[key{typ, sh}]
 					if d == nil {
-						d = newMatmulBenchData(b, owner, dev, typ, sh)
+						w := weights[wkey{typ, sh.rows, sh.cols}]
+						if w == nil {
+							w = newMatmulBenchWeights(b, owner, dev, typ, sh.rows, sh.cols)
+							weights[wkey{typ, sh.rows, sh.cols}] = w
+						}
+						d = newMatmulBenchData(b, owner, dev, w, sh)
 						data[key{typ, sh}] = d
 					}
 					runMatmulCandidate(b, dev, cand, typ, d)
