@@ -83,6 +83,6 @@ func TestRoutedLayersOfMixedTypes(t *testing.T) {
 		// The step runner's routed blocks take their tables alike: six
 		// sequences' tokens and routing are their solo runs' (checked
 		// against the CPU above).
-		t.Run(routing.String()+"/step", func(t *testing.T) { vulkanStepMatchesSolo(t, dev, m, routing, "f32", 6) })
+		t.Run(routing.String()+"/step", func(t *testing.T) { vulkanStepMatchesSolo(t, dev, m, routing, "f32", 6, nil) })
 	}
 }
