@@ -54,7 +54,13 @@ layout(constant_id = 4) const uint TM = 8;  // tokens per invocation, divides BM
 layout(constant_id = 5) const uint TN = 4;  // rows per invocation, divides BN
 
 layout(std430, binding = 0) readonly buffer Weights { uint w[]; }; // [wRows] rows, F32/F16, or split Q8_0/Q4_0
-layout(std430, binding = 1) readonly buffer X { float x[]; };      // [n][cols]
+layout(std430, binding = 1) readonly buffer X { float x[]; }; // [n][cols]
+// The same bindings as wide words: a quad of x, two words of W, one load
+// each where cols is a multiple of 4 (every quad is then 16-byte aligned in
+// x and 8-byte aligned in an F16/BF16 W; the engine binds x at offsets of
+// whole rows).
+layout(std430, binding = 0) readonly buffer Weights2 { uvec2 w2[]; };
+layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };     // [n][ldy], columns yOff..yOff+rows written
 
 #include "include/weights.glsl"
@@ -88,7 +94,9 @@ vec4 stageX(uint i, uint s0, uint k0) {
 	vec4 v = vec4(0.0);
 	if (s < p.n) {
 		uint e = s * p.cols + c;
-		if (c + 4u <= p.cols) {
+		if ((p.cols & 3u) == 0u && c < p.cols) { // the quad is all in (c + 4 <= cols), and e a multiple of 4
+			v = x4[e >> 2];
+		} else if (c + 4u <= p.cols) {
 			v = vec4(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
 		} else {
 			for (uint t = 0u; t < 4u; t++) {

@@ -32,10 +32,16 @@
 // the models modrun runs stay far below it (llama.cpp's tensor-core path
 // makes the same conversion).
 //
+// The loops over a subgroup's tiles and an invocation's staged quads are
+// unrolled ([[unroll]]; their bounds are specialization constants): arrays
+// of cooperative matrices and registers indexed by a loop that is not are
+// kept in memory.
+//
 // Specialization constants (MatmulCoopSpec.Constants): 0 WG = 32 *
 // (BM/WM) * (BN/WN), 1 BM, 2 BN, 3 BK, 4 WM, 5 WN (BK, WM, WN multiples of
 // 16). Dispatch MatmulCoopGroups(rows, n, spec).
 #include "include/common.glsl"
+#extension GL_EXT_control_flow_attributes : require
 #ifndef EMULATE_COOPMAT
 #extension GL_NV_cooperative_matrix : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -53,7 +59,13 @@ layout(constant_id = 4) const uint WM = 32; // tokens per subgroup, a multiple o
 layout(constant_id = 5) const uint WN = 32; // rows per subgroup, a multiple of 16
 
 layout(std430, binding = 0) readonly buffer Weights { uint w[]; };
-layout(std430, binding = 1) readonly buffer X { float x[]; };  // [n][cols]
+layout(std430, binding = 1) readonly buffer X { float x[]; }; // [n][cols]
+// The same bindings as wide words: a quad of x, two words of W, one load
+// each where cols is a multiple of 4 (every quad is then 16-byte aligned in
+// x and 8-byte aligned in an F16/BF16 W; the engine binds x at offsets of
+// whole rows).
+layout(std430, binding = 0) readonly buffer Weights2 { uvec2 w2[]; };
+layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
 layout(std430, binding = 2) writeonly buffer Y { float y[]; }; // [n][ldy]
 
 #include "include/weights.glsl"
@@ -106,20 +118,22 @@ const uint XQ = (BM * (BK / 4u) + WGS - 1u) / WGS;
 // is row i / (BK/4), columns 4*(i % (BK/4)) .., so neighbouring
 // invocations read neighbouring words of a row.
 void loadStep(uint k0, uint r0, uint s0, uint tid, out vec4 wreg[WQ], out vec4 xreg[XQ]) {
-	for (uint q = 0u; q < WQ; q++) {
+	[[unroll]] for (uint q = 0u; q < WQ; q++) {
 		uint i = tid + q * WGS;
 		uint rr = i / (BK / 4u), kq = i % (BK / 4u);
 		uint r = r0 + rr;
 		wreg[q] = i < BN * (BK / 4u) && r < p.rows ? loadWeightQuad(p.wRow0 + r, k0 + 4u * kq) : vec4(0.0);
 	}
-	for (uint q = 0u; q < XQ; q++) {
+	[[unroll]] for (uint q = 0u; q < XQ; q++) {
 		uint i = tid + q * WGS;
 		uint ss = i / (BK / 4u), kq = i % (BK / 4u);
 		uint s = s0 + ss, c = k0 + 4u * kq;
 		vec4 v = vec4(0.0);
 		if (i < BM * (BK / 4u) && s < p.n) {
 			uint e = s * p.cols + c;
-			if (c + 4u <= p.cols) {
+			if ((p.cols & 3u) == 0u && c < p.cols) { // the quad is all in (c + 4 <= cols), and e a multiple of 4
+				v = x4[e >> 2];
+			} else if (c + 4u <= p.cols) {
 				v = vec4(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
 			} else {
 				for (uint t = 0u; t < 4u; t++) {
@@ -135,13 +149,13 @@ void loadStep(uint k0, uint r0, uint s0, uint tid, out vec4 wreg[WQ], out vec4 x
 
 // storeStep writes the quads loadStep read into the shared tiles.
 void storeStep(uint tid, vec4 wreg[WQ], vec4 xreg[XQ]) {
-	for (uint q = 0u; q < WQ; q++) {
+	[[unroll]] for (uint q = 0u; q < WQ; q++) {
 		uint i = tid + q * WGS;
 		if (i < BN * (BK / 4u)) {
 			stage4(true, (i / (BK / 4u)) * BKP + 4u * (i % (BK / 4u)), wreg[q]);
 		}
 	}
-	for (uint q = 0u; q < XQ; q++) {
+	[[unroll]] for (uint q = 0u; q < XQ; q++) {
 		uint i = tid + q * WGS;
 		if (i < BM * (BK / 4u)) {
 			stage4(false, (i / (BK / 4u)) * BKP + 4u * (i % (BK / 4u)), xreg[q]);
@@ -170,7 +184,7 @@ void main() {
 	}
 #else
 	fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[TI * TJ];
-	for (uint i = 0u; i < TI * TJ; i++) {
+	[[unroll]] for (uint i = 0u; i < TI * TJ; i++) {
 		acc[i] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
 	}
 #endif
@@ -186,10 +200,10 @@ void main() {
 		if (k0 + BK < p.cols) {
 			loadStep(k0 + BK, r0, s0, tid, wreg, xreg);
 		}
-		for (uint kk = 0u; kk < BK; kk += 16u) {
+		[[unroll]] for (uint kk = 0u; kk < BK; kk += 16u) {
 #ifdef EMULATE_COOPMAT
-			for (uint ti = 0u; ti < TI; ti++) {
-				for (uint tj = 0u; tj < TJ; tj++) {
+			[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
+				[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
 					uint a = (sgM * WM + 16u * ti + lane / 2u) * BKP + kk;
 					for (uint e = 0u; e < 8u; e++) {
 						uint b = (sgN * WN + 16u * tj + (lane % 2u) * 8u + e) * BKP + kk;
@@ -204,14 +218,14 @@ void main() {
 #else
 			fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> am[TI];
 			fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> bm[TJ];
-			for (uint ti = 0u; ti < TI; ti++) {
+			[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
 				coopMatLoadNV(am[ti], xs, (sgM * WM + 16u * ti) * BKP + kk, BKP, false);
 			}
-			for (uint tj = 0u; tj < TJ; tj++) {
+			[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
 				coopMatLoadNV(bm[tj], ws, (sgN * WN + 16u * tj) * BKP + kk, BKP, true);
 			}
-			for (uint ti = 0u; ti < TI; ti++) {
-				for (uint tj = 0u; tj < TJ; tj++) {
+			[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
+				[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
 					acc[ti * TJ + tj] = coopMatMulAddNV(am[ti], bm[tj], acc[ti * TJ + tj]);
 				}
 			}
@@ -223,8 +237,8 @@ void main() {
 	// Each tile through the subgroup's scratch: lane reads row lane/2,
 	// columns (lane%2)*8 .. +8 (what the emulation's lane holds).
 	uint m = lane / 2u, nc = (lane % 2u) * 8u;
-	for (uint ti = 0u; ti < TI; ti++) {
-		for (uint tj = 0u; tj < TJ; tj++) {
+	[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
+		[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
 #ifdef EMULATE_COOPMAT
 			for (uint e = 0u; e < 8u; e++) {
 				cs[sg * 256u + m * 16u + nc + e] = acc[(ti * TJ + tj) * 8u + e];

@@ -1,6 +1,7 @@
 // matmul_weights.glsl: loadWeightQuad, the matmuls' reader of four
 // consecutive weights of a row in any weight type (matmul.comp and
-// matmul_coop.comp). Include after include/weights.glsl (and
+// matmul_coop.comp). The kernel declares binding 0 also as uvec2 w2[] (F16
+// and BF16 quads in one load). Include after include/weights.glsl (and
 // include/subblock.glsl for WEIGHT_SUBBLOCK), with the matmul push block as p.
 
 // loadWeightQuad is W[r][c..c+3], zero past cols; c is a multiple of 4.
@@ -22,7 +23,17 @@ vec4 loadWeightQuad(uint r, uint c) {
 #define ONE(e) loadF16(e)
 #endif
 	uint e = r * p.cols + c;
-	if ((p.cols & 1u) == 0u && c + 4u <= p.cols) { // e is even: two whole words
+	if ((p.cols & 3u) == 0u) { // e is a multiple of 4: two whole words, 8-byte aligned
+		if (c >= p.cols) { // a quad is all in or all out
+			return v;
+		}
+		uvec2 u = w2[e >> 2];
+#ifdef WEIGHT_BF16
+		v = vec4(unpackBF16x2(u.x), unpackBF16x2(u.y));
+#else
+		v = vec4(unpackHalf2x16(u.x), unpackHalf2x16(u.y));
+#endif
+	} else if ((p.cols & 1u) == 0u && c + 4u <= p.cols) { // e is even: two whole words
 		v = vec4(PAIR(e / 2u), PAIR(e / 2u + 1u));
 	} else {
 		for (uint t = 0u; t < 4u; t++) {
