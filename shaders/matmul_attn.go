@@ -241,7 +241,8 @@ var (
 	MatmulCoopSpecWide = MatmulCoopSpec{BM: 128, BN: 128, BK: 32, WM: 32, WN: 64}
 	// MatmulCoopSpecFew: a 16-token tile, for a handful of rows (a short
 	// prompt, a decode step of many sequences): one pass over the weights
-	// for up to 16 tokens.
+	// for up to 16 tokens. Not picked: on an H200 matmul.comp's narrow
+	// tiles were faster there for F16 and Q8_0 (Stepper.narrow).
 	MatmulCoopSpecFew = MatmulCoopSpec{BM: 16, BN: 128, BK: 32, WM: 16, WN: 32}
 )
 

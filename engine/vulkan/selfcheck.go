@@ -276,10 +276,10 @@ func checkProfile(dev *vk.Device, prof shaders.Profile) ([]SelfCheck, error) {
 			picks = append(picks, pick{shaders.DecodeAttentionSplitName(kv), shaders.DecodeAttentionSplitSpec(splits)})
 		}
 	}
-	if prof.MatmulCoop { // the tensor-core matmul, at its prefill and few-row tiles
+	if prof.MatmulCoop { // the tensor-core matmul
 		for _, typ := range shaders.MatvecTypes {
 			name, spec := prof.MatmulKernel(typ)
-			picks = append(picks, pick{name, spec}, pick{name, shaders.MatmulCoopSpecFew.Constants()})
+			picks = append(picks, pick{name, spec})
 		}
 	}
 	var out []SelfCheck

@@ -377,21 +377,21 @@ func narrowSpec(n int, base shaders.MatmulSpec) (spec shaders.MatmulSpec, ok boo
 	return shaders.MatmulSpec{BM: b, BN: 64, BK: 32, TM: tm, TN: b / tm}, true
 }
 
-// narrow is m with its matmul's tile fit to n rows (narrowSpec; the
-// tensor-core matmul's 16-token tile, MatmulCoopSpecFew, for up to 16).
+// narrow is m with its matmul's tile fit to n rows (narrowSpec). Under
+// the tensor-core matmul the narrow tiles are matmul.comp's too: on an
+// H200 (BenchmarkMatmulGPU, gpu-results run A) a 16x64 f32 tile took 5
+// to 32 rows of a 7B FFN in F16 and Q8_0 at 1.6-2x the speed of the best
+// tensor-core tile (16x128), which only Q4_K's decoding favoured.
 func (st *Stepper) narrow(m batchMat, n int) (batchMat, error) {
 	spec, ok := narrowSpec(n, st.r.ks.prof.Matmul())
 	if !ok {
 		return m, nil
 	}
-	constants := spec.Constants()
+	name := m.mm.v.Name
 	if m.mm.v.Op == shaders.OpMatmulCoop {
-		if n > 16 {
-			return m, nil
-		}
-		constants = shaders.MatmulCoopSpecFew.Constants()
+		name = shaders.MatmulName(m.mm.v.Type)
 	}
-	k, err := st.r.ks.get(m.mm.v.Name, constants)
+	k, err := st.r.ks.get(name, spec.Constants())
 	if err != nil {
 		return batchMat{}, err
 	}

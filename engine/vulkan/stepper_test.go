@@ -74,11 +74,11 @@ func TestVulkanStepMatchesSolo(t *testing.T) {
 	// against the solo run's F16 cache (the same halves).
 	sm := stepModelsVK(t)[2]
 	t.Run(sm.name+" f16", func(t *testing.T) { vulkanStepMatchesSolo(t, dev, sm.m, sm.routing, "f16", 16, nil) })
-	// The tensor-core matmul's tiling, its product emulated: the steps of
-	// up to 16 rows take its 16-token tile (Stepper.narrow), the solo
-	// run's prompts the 64-token one. The solo run decodes through the f32
-	// matvec where the step's rows take the matmul's f16 operands, so the
-	// logits agree within stepTolCoop, the tokens and routing exactly.
+	// The tensor-core matmul's profile, its product emulated: steps of up
+	// to 32 rows take matmul.comp's narrow tiles (Stepper.narrow), wider
+	// ones and the solo run's prompts the tensor-core tiles, whose f16
+	// operands put the logits within stepTolCoop of the solo run's, the
+	// tokens and routing equal.
 	coop := DeviceProfile(dev.Info())
 	coop.MatmulCoop, coop.MatmulCoopEmulate = true, true
 	t.Run(sm.name+" matmul-coop-emulated", func(t *testing.T) { vulkanStepMatchesSolo(t, dev, sm.m, sm.routing, "f32", 16, &coop) })
