@@ -379,9 +379,11 @@ func narrowSpec(n int, base shaders.MatmulSpec) (spec shaders.MatmulSpec, ok boo
 
 // narrow is m with its matmul's tile fit to n rows (narrowSpec). Under
 // the tensor-core matmul the narrow tiles are matmul.comp's too: on an
-// H200 (BenchmarkMatmulGPU, gpu-results run A) a 16x64 f32 tile took 5
-// to 32 rows of a 7B FFN in F16 and Q8_0 at 1.6-2x the speed of the best
-// tensor-core tile (16x128), which only Q4_K's decoding favoured.
+// H200 (BenchmarkMatmulGPU, gpu-results run A, at 195623a) a 16x64 f32
+// tile took 5, 16 and 32 rows of a 7B FFN in F16 and Q8_0 at 1.2-1.6x
+// the speed of the best tensor-core tile (64x64); in Q4_K the 16x128
+// tensor-core tile was 1.6x faster at 5 and 16 rows (not followed: one
+// run, and F16 and Q8_0 are the decode-step acceptance's types).
 func (st *Stepper) narrow(m batchMat, n int) (batchMat, error) {
 	spec, ok := narrowSpec(n, st.r.ks.prof.Matmul())
 	if !ok {
