@@ -29,6 +29,8 @@ func (d Device) has(feature string) bool {
 		return d.SubgroupShuffle
 	case "subgroup_ballot":
 		return d.SubgroupBallot
+	case "vulkan_memory_model", "cooperative_matrix_nv":
+		return d.CooperativeMatrixNV // vk's CooperativeMatrixNV includes the memory model
 	}
 	return false
 }
@@ -130,7 +132,8 @@ func (p Profile) Fit(v Variant, spec []uint32) []uint32 {
 //   - a subgroup matvec: the profile's shared-memory matvec (no subgroups);
 //   - router_score_sg, route_decode*_sg: the shared-memory tree variants;
 //   - decode_attend (fused attention): decode_kv and decode_attention;
-//   - decode_attention_split (flash-decoding): the single-pass kernel.
+//   - decode_attention_split (flash-decoding): the single-pass kernel;
+//   - matmul_coop (tensor cores): matmul.comp's tiles.
 func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 	fb = p
 	switch {
@@ -153,6 +156,9 @@ func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 	case v.Op == OpDecodeAttend && p.FuseAttention:
 		fb.FuseAttention = false
 		return fb, "decode_kv + decode_attention", true
+	case v.Op == OpMatmulCoop && p.MatmulCoop:
+		fb.MatmulCoop = false
+		return fb, MatmulName(v.Type), true
 	case v.Op == OpDecodeAttentionSplit && p.AttentionChunk != 0:
 		fb.AttentionChunk = 0
 		kv, _ := ParseKV(v.Type)

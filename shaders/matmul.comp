@@ -33,6 +33,10 @@
 // a few times per step, so cols up to 16384 are safe there
 // (TestMatmulLongRows).
 //
+// MATMUL_PREFETCH (the matmul_pf variants) loads each step's slices into
+// registers during the previous step's products (software pipelining), a
+// candidate for GPUs (BenchmarkMatmulGPU) that the engine does not pick yet.
+//
 // Specialization constants (MatmulSpec.Constants): 0 WG = (BM/TM)*(BN/TN)
 // invocations, 1 BM, 2 BN, 3 BK (a multiple of 4: W is loaded in quads), 4 TM,
 // 5 TN. Dispatch MatmulGroups(rows, n, spec): x over row tiles, y over token
@@ -50,7 +54,13 @@ layout(constant_id = 4) const uint TM = 8;  // tokens per invocation, divides BM
 layout(constant_id = 5) const uint TN = 4;  // rows per invocation, divides BN
 
 layout(std430, binding = 0) readonly buffer Weights { uint w[]; }; // [wRows] rows, F32/F16, or split Q8_0/Q4_0
-layout(std430, binding = 1) readonly buffer X { float x[]; };      // [n][cols]
+layout(std430, binding = 1) readonly buffer X { float x[]; }; // [n][cols]
+// The same bindings as wide words: a quad of x, two words of W, one load
+// each where cols is a multiple of 4 (every quad is then 16-byte aligned in
+// x and 8-byte aligned in an F16/BF16 W; the engine binds x at offsets of
+// whole rows).
+layout(std430, binding = 0) readonly buffer Weights2 { uvec2 w2[]; };
+layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };     // [n][ldy], columns yOff..yOff+rows written
 
 #include "include/weights.glsl"
@@ -66,70 +76,54 @@ layout(std430, binding = 2) writeonly buffer Y { float y[]; };     // [n][ldy], 
 shared vec4 xs[(BK / 4u) * BM];
 shared vec4 ws[(BK / 4u) * BN];
 
-// loadWeightQuad is W[r][c..c+3], zero past cols; c is a multiple of 4.
-vec4 loadWeightQuad(uint r, uint c) {
+#include "include/matmul_weights.glsl"
+
+// stageW is quad i of the step's W slice, W[r0 + i%BN][k0 + 4*(i/BN) ..]
+// (zero past the rows): ws[i] in the column-major layout above.
+vec4 stageW(uint i, uint r0, uint k0) {
+	uint rr = i % BN, kq = i / BN;
+	uint r = r0 + rr;
+	return r < p.rows ? loadWeightQuad(p.wRow0 + r, k0 + 4u * kq) : vec4(0.0);
+}
+
+// stageX is quad i of the step's X slice, X[s0 + i%BM][k0 + 4*(i/BM) ..]
+// (zero past the tokens and the columns): xs[i].
+vec4 stageX(uint i, uint s0, uint k0) {
+	uint ss = i % BM, kq = i / BM;
+	uint s = s0 + ss, c = k0 + 4u * kq;
 	vec4 v = vec4(0.0);
-#if defined(WEIGHT_F32)
-	uint e = r * p.cols + c;
-	for (uint t = 0u; t < 4u; t++) {
-		if (c + t < p.cols) {
-			v[t] = loadF32(e + t);
-		}
-	}
-#elif defined(WEIGHT_F16) || defined(WEIGHT_BF16)
-#ifdef WEIGHT_BF16
-#define PAIR(j) loadBF16Pair(j)
-#define ONE(e) loadBF16(e)
-#else
-#define PAIR(j) loadF16Pair(j)
-#define ONE(e) loadF16(e)
-#endif
-	uint e = r * p.cols + c;
-	if ((p.cols & 1u) == 0u && c + 4u <= p.cols) { // e is even: two whole words
-		v = vec4(PAIR(e / 2u), PAIR(e / 2u + 1u));
-	} else {
-		for (uint t = 0u; t < 4u; t++) {
-			if (c + t < p.cols) {
-				v[t] = ONE(e + t);
+	if (s < p.n) {
+		uint e = s * p.cols + c;
+		if ((p.cols & 3u) == 0u && c < p.cols) { // the quad is all in (c + 4 <= cols), and e a multiple of 4
+			v = x4[e >> 2];
+		} else if (c + 4u <= p.cols) {
+			v = vec4(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
+		} else {
+			for (uint t = 0u; t < 4u; t++) {
+				if (c + t < p.cols) {
+					v[t] = x[e + t];
+				}
 			}
 		}
 	}
-#elif defined(WEIGHT_Q8_0_SPLIT)
-	if (c < p.cols) { // cols is a multiple of 32: a quad is all in or all out
-		// Quants [wRows][cols] int8, then scales [wRows][cols/32] f16: the
-		// quad is one aligned word, and its block is q / 32.
-		uint q = r * p.cols + c;
-		int s = int(w[q >> 2]);
-		ivec4 iv = ivec4(bitfieldExtract(s, 0, 8), bitfieldExtract(s, 8, 8), bitfieldExtract(s, 16, 8), bitfieldExtract(s, 24, 8));
-		v = loadHalf(p.wRows * p.cols + 2u * (q >> 5)) * vec4(iv);
-	}
-#elif defined(WEIGHT_Q4_0_SPLIT)
-	if (c < p.cols) {
-		// Nibble bytes [wRows][cols/2], then scales [wRows][cols/32] f16.
-		// Block byte i holds element i in its low nibble and i+16 in its
-		// high one, each stored as q+8: the quad's 4 elements are 4
-		// consecutive bytes' low (i < 16) or high nibbles, one aligned word.
-		uint blk = r * (p.cols / 32u) + c / 32u, i = c % 32u;
-		uint word = w[(16u * blk + (i & 15u)) >> 2] >> (i >= 16u ? 4u : 0u);
-		vec4 nib = vec4(float(word & 15u), float((word >> 8) & 15u), float((word >> 16) & 15u), float(word >> 24 & 15u));
-		v = loadHalf(p.wRows * p.cols / 2u + 2u * blk) * (nib - 8.0);
-	}
-#elif defined(WEIGHT_SUBBLOCK)
-	if (c < p.cols) { // cols is a multiple of 32: a quad is all in or all out
-		uint q = r * p.cols + c;
-		v = sbDequant(q >> 5, (q & 31u) >> 2);
-	}
-#else
-#error "define a weight type: WEIGHT_F32, WEIGHT_F16, WEIGHT_BF16, WEIGHT_Q8_0_SPLIT, WEIGHT_Q4_0_SPLIT, WEIGHT_SUBBLOCK"
-#endif
 	return v;
 }
+
+#ifdef MATMUL_PREFETCH
+// WG is the workgroup size (constant 0 is (BM/TM)*(BN/TN)); WQ and XQ the
+// quads of W's and X's slices an invocation stages a step.
+const uint WG = (BM / TM) * (BN / TN);
+const uint WQ = (BN * (BK / 4u) + WG - 1u) / WG;
+const uint XQ = (BM * (BK / 4u) + WG - 1u) / WG;
+#endif
 
 void main() {
 #ifdef WEIGHT_SUBBLOCK
 	sbInit(p.wRows * (p.cols / 32u));
 #endif
+#ifndef MATMUL_PREFETCH
 	const uint WG = gl_WorkGroupSize.x;
+#endif
 	const uint NTX = BN / TN; // invocations across the tile's rows
 	const uint NTY = BM / TM; // invocations across the tile's tokens
 	uint tid = gl_LocalInvocationID.x;
@@ -144,35 +138,51 @@ void main() {
 	for (uint i = 0u; i < TM * TN; i++) {
 		acc[i] = 0.0;
 	}
+#ifdef MATMUL_PREFETCH
+	// The next step's quads are loaded into registers while this step's
+	// tiles multiply, so the loads' latency hides behind the products.
+	vec4 wreg[WQ], xreg[XQ];
+	for (uint q = 0u; q < WQ; q++) {
+		wreg[q] = tid + q * WG < BN * (BK / 4u) ? stageW(tid + q * WG, r0, 0u) : vec4(0.0);
+	}
+	for (uint q = 0u; q < XQ; q++) {
+		xreg[q] = tid + q * WG < BM * (BK / 4u) ? stageX(tid + q * WG, s0, 0u) : vec4(0.0);
+	}
+#endif
 	for (uint k0 = 0u; k0 < p.cols; k0 += BK) {
-		// Stage W[r0 .. r0+BN][k0 .. k0+BK] in quads; neighbouring
-		// invocations take neighbouring rows, so the shared writes do not
-		// collide.
+#ifdef MATMUL_PREFETCH
+		for (uint q = 0u; q < WQ; q++) {
+			if (tid + q * WG < BN * (BK / 4u)) {
+				ws[tid + q * WG] = wreg[q];
+			}
+		}
+		for (uint q = 0u; q < XQ; q++) {
+			if (tid + q * WG < BM * (BK / 4u)) {
+				xs[tid + q * WG] = xreg[q];
+			}
+		}
+		barrier(); // the tiles are complete before anyone reads them
+		if (k0 + BK < p.cols) {
+			for (uint q = 0u; q < WQ; q++) {
+				wreg[q] = tid + q * WG < BN * (BK / 4u) ? stageW(tid + q * WG, r0, k0 + BK) : vec4(0.0);
+			}
+			for (uint q = 0u; q < XQ; q++) {
+				xreg[q] = tid + q * WG < BM * (BK / 4u) ? stageX(tid + q * WG, s0, k0 + BK) : vec4(0.0);
+			}
+		}
+#else
+		// Stage W[r0 .. r0+BN][k0 .. k0+BK] in quads (quad i is ws[i]);
+		// neighbouring invocations take neighbouring rows, so the shared
+		// writes do not collide.
 		for (uint i = tid; i < BN * (BK / 4u); i += WG) {
-			uint rr = i % BN, kq = i / BN;
-			uint r = r0 + rr;
-			ws[kq * BN + rr] = r < p.rows ? loadWeightQuad(p.wRow0 + r, k0 + 4u * kq) : vec4(0.0);
+			ws[i] = stageW(i, r0, k0);
 		}
 		// Stage X[s0 .. s0+BM][k0 .. k0+BK] in quads.
 		for (uint i = tid; i < BM * (BK / 4u); i += WG) {
-			uint ss = i % BM, kq = i / BM;
-			uint s = s0 + ss, c = k0 + 4u * kq;
-			vec4 v = vec4(0.0);
-			if (s < p.n) {
-				uint e = s * p.cols + c;
-				if (c + 4u <= p.cols) {
-					v = vec4(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
-				} else {
-					for (uint t = 0u; t < 4u; t++) {
-						if (c + t < p.cols) {
-							v[t] = x[e + t];
-						}
-					}
-				}
-			}
-			xs[kq * BM + ss] = v;
+			xs[i] = stageX(i, s0, k0);
 		}
 		barrier(); // the tiles are complete before anyone reads them
+#endif
 		for (uint kq = 0u; kq < BK / 4u; kq++) {
 			vec4 a[TM], b[TN];
 			for (uint j = 0u; j < TM; j++) {

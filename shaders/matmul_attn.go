@@ -59,6 +59,13 @@ func (s MatmulSpec) Check() error {
 	return nil
 }
 
+// MatmulGroupsOf is the dispatch size for rows of W and n tokens of
+// either matmul (matmul.comp or matmul_coop.comp) from its specialization
+// constants: both have BM at 1 and BN at 2, a workgroup per tile.
+func MatmulGroupsOf(rows, n uint32, spec []uint32) [3]uint32 {
+	return [3]uint32{(rows + spec[2] - 1) / spec[2], (n + spec[1] - 1) / spec[1], 1}
+}
+
 // MatmulGroups is matmul's dispatch size for rows of W and n tokens.
 func MatmulGroups(rows, n uint32, s MatmulSpec) [3]uint32 {
 	return [3]uint32{(rows + s.BN - 1) / s.BN, (n + s.BM - 1) / s.BM, 1}
@@ -101,9 +108,17 @@ func attentionInputs() []Binding {
 	}
 }
 
+// MatmulPrefetchName is matmul.comp's variant for weight type typ that
+// loads the next step's slices during the products (MATMUL_PREFETCH): a
+// GPU candidate BenchmarkMatmulGPU measures, not yet picked by a profile.
+func MatmulPrefetchName(typ string) string { return "matmul_pf_" + typ }
+
 func init() {
 	for _, wt := range WeightTypes {
 		Variants = append(Variants, matmulVariant(MatmulName(wt.Name), wt.Defines, wt.Shape))
+	}
+	for _, wt := range WeightTypes {
+		Variants = append(Variants, matmulVariant(MatmulPrefetchName(wt.Name), append(append([]string(nil), wt.Defines...), "MATMUL_PREFETCH"), wt.Shape))
 	}
 }
 
@@ -205,4 +220,85 @@ func init() {
 			Notes: "dispatch AttentionMergeGroups(n, nHead)",
 		},
 	)
+}
+
+// MatmulCoopSpec is matmul_coop's specialization constants: a workgroup
+// computes a tile of BM tokens by BN rows of W, BK columns per step, each
+// subgroup of 32 a block of WM tokens by WN rows in 16x16 tiles (BK, WM, WN
+// multiples of 16).
+type MatmulCoopSpec struct{ BM, BN, BK, WM, WN uint32 }
+
+// MatmulCoopSubgroup is the subgroup size matmul_coop is written for: the
+// NVIDIA cooperative matrices' (and the emulation's groups of invocations).
+const MatmulCoopSubgroup = 32
+
+var (
+	// MatmulCoopSpecGPU: 4 subgroups of 2x2 tiles on a 64x64 tile (not yet
+	// measured: BenchmarkMatmulGPU compares it with the others).
+	MatmulCoopSpecGPU = MatmulCoopSpec{BM: 64, BN: 64, BK: 32, WM: 32, WN: 32}
+	// MatmulCoopSpecWide: 8 subgroups of 2x4 tiles on a 128x128 tile, for
+	// long prompts (each staged value serves twice the products).
+	MatmulCoopSpecWide = MatmulCoopSpec{BM: 128, BN: 128, BK: 32, WM: 32, WN: 64}
+	// MatmulCoopSpecFew: a 16-token tile, for a handful of rows (a short
+	// prompt, a decode step of many sequences): one pass over the weights
+	// for up to 16 tokens. Not picked: on an H200 matmul.comp's narrow
+	// tiles were faster there for F16 and Q8_0 (Stepper.narrow).
+	MatmulCoopSpecFew = MatmulCoopSpec{BM: 16, BN: 128, BK: 32, WM: 16, WN: 32}
+)
+
+// Subgroups is the number of subgroups of a workgroup.
+func (s MatmulCoopSpec) Subgroups() uint32 { return (s.BM / s.WM) * (s.BN / s.WN) }
+
+// Invocations is the workgroup size.
+func (s MatmulCoopSpec) Invocations() uint32 { return MatmulCoopSubgroup * s.Subgroups() }
+
+// Constants is the spec as specialization constants 0..5 (constant 0 is the
+// workgroup size).
+func (s MatmulCoopSpec) Constants() []uint32 {
+	return []uint32{s.Invocations(), s.BM, s.BN, s.BK, s.WM, s.WN}
+}
+
+// Check says whether the tiles divide as the kernel needs.
+func (s MatmulCoopSpec) Check() error {
+	switch {
+	case s.BK == 0 || s.WM == 0 || s.WN == 0 || s.BK%16 != 0 || s.WM%16 != 0 || s.WN%16 != 0:
+		return fmt.Errorf("shaders: matmul_coop spec %+v: BK, WM and WN must be positive multiples of 16", s)
+	case s.BM%s.WM != 0 || s.BN%s.WN != 0:
+		return fmt.Errorf("shaders: matmul_coop spec %+v: WM must divide BM and WN divide BN", s)
+	}
+	return nil
+}
+
+// MatmulCoopGroups is matmul_coop's dispatch size for rows of W and n
+// tokens: x over row tiles, y over token tiles.
+func MatmulCoopGroups(rows, n uint32, s MatmulCoopSpec) [3]uint32 {
+	return [3]uint32{(rows + s.BN - 1) / s.BN, (n + s.BM - 1) / s.BM, 1}
+}
+
+// MatmulCoopName is matmul_coop's variant for weight type typ: the
+// tensor-core kernel, or with emulate its tile product in plain arithmetic
+// (every device runs it; tests run it on lavapipe).
+func MatmulCoopName(typ string, emulate bool) string {
+	if emulate {
+		return "matmul_coop_emu_" + typ
+	}
+	return "matmul_coop_" + typ
+}
+
+func init() {
+	for _, wt := range WeightTypes {
+		for _, emulate := range []bool{false, true} {
+			v := matmulVariant(MatmulCoopName(wt.Name, emulate), wt.Defines, wt.Shape)
+			v.Source, v.Spec = "matmul_coop.comp", MatmulCoopSpecGPU.Constants()
+			v.Notes = "Spec: MatmulCoopSpec.Constants() (MatmulCoopSpecGPU, ...); dispatch MatmulCoopGroups(rows, n, spec); " +
+				"bind w with its size rounded up to 4 (vk buffers are); cols a multiple of the type's block (WeightType.Block)"
+			if emulate {
+				v.Defines = append(append([]string(nil), wt.Defines...), "EMULATE_COOPMAT")
+			} else {
+				v.Notes += "; needs VK_NV_cooperative_matrix (Device.CooperativeMatrixNV) and a subgroup size of 32"
+			}
+			v.Op, v.Type = OpMatmulCoop, wt.Name // the self-check covers it (Profile.Fallback)
+			Variants = append(Variants, v)
+		}
+	}
 }

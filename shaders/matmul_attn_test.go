@@ -102,7 +102,12 @@ func newMatmulCase(t testing.TB, typ gguf.TensorType, rows, cols, n int, seed in
 // run computes the case on the GPU with kernel k made from spec, the
 // matrix bound whole.
 func (c *matmulCase) run(t testing.TB, dev *vk.Device, k *vk.Kernel, spec MatmulSpec) []float32 {
-	return c.runParts(t, dev, k, spec, nil, false)
+	return c.runParts(t, dev, k, matmulGroupsOf(spec), nil, false)
+}
+
+// matmulGroupsOf is matmul's dispatch size for spec, as runParts takes it.
+func matmulGroupsOf(spec MatmulSpec) func(rows, n uint32) [3]uint32 {
+	return func(rows, n uint32) [3]uint32 { return MatmulGroups(rows, n, spec) }
 }
 
 // runParts computes the case in parts of rows: the rows from cuts[i] to
@@ -110,7 +115,9 @@ func (c *matmulCase) run(t testing.TB, dev *vk.Device, k *vk.Kernel, spec Matmul
 // With pieces each part is a matrix of its own in its own buffer (a matrix
 // bound in pieces), else each reads its rows of the whole matrix's binding
 // from WRow0 (a stack's parts).
-func (c *matmulCase) runParts(t testing.TB, dev *vk.Device, k *vk.Kernel, spec MatmulSpec, cuts []int, pieces bool) []float32 {
+// groups is the dispatch size of rows and n tokens (matmul's or
+// matmul_coop's, for k's spec).
+func (c *matmulCase) runParts(t testing.TB, dev *vk.Device, k *vk.Kernel, groups func(rows, n uint32) [3]uint32, cuts []int, pieces bool) []float32 {
 	t.Helper()
 	xb := newBuffer(t, dev, f32bytes(c.x))
 	defer xb.Close()
@@ -134,7 +141,7 @@ func (c *matmulCase) runParts(t testing.TB, dev *vk.Device, k *vk.Kernel, spec M
 			defer wb.Close()
 			push.WRow0, push.WRows = 0, uint32(r1-r0)
 		}
-		rec.Dispatch(k, vk.MustPackPush(push), MatmulGroups(push.Rows, uint32(c.n), spec),
+		rec.Dispatch(k, vk.MustPackPush(push), groups(push.Rows, uint32(c.n)),
 			vk.Bind{Buf: wb, Access: vk.Read}, vk.Bind{Buf: xb, Access: vk.Read}, vk.Bind{Buf: yb, Access: vk.Write})
 	}
 	require.NoError(t, dev.Run(rec))
@@ -202,6 +209,26 @@ func TestMatmul(t *testing.T) {
 	}
 }
 
+// TestMatmulPrefetch is TestMatmul's check of the prefetching variants
+// (MATMUL_PREFETCH), every weight type and spec, ragged shapes.
+func TestMatmulPrefetch(t *testing.T) {
+	dev := openDevice(t)
+	for _, typ := range matmulTypes {
+		v, err := Lookup(MatmulPrefetchName(matvecTypeOf[typ]))
+		require.NoError(t, err)
+		for si, spec := range matmulSpecs {
+			k := newKernel(t, dev, v, spec.Constants()...)
+			cols := testCols(typ)[si%len(testCols(typ))]
+			for _, sh := range []struct{ rows, n int }{{13, 5}, {130, 70}} {
+				c := newMatmulCase(t, typ, sh.rows, cols, sh.n, int64(sh.rows*1000+cols*10+sh.n))
+				if err := closeness(c.run(t, dev, k, spec), c.want, c.scale, matmulTolerance[typ]); err != nil {
+					t.Errorf("%s/%+v/%dx%d/n%d: %v", typ, spec, sh.rows, cols, sh.n, err)
+				}
+			}
+		}
+	}
+}
+
 // TestMatmulLongRows runs rows of 16384 columns (Llama-3-8B's nFF is 14336)
 // with every spec: lavapipe silently ends an invocation's loops after 65535
 // iterations in all (llvmpipe's loop limiter), which a kernel looping too
@@ -237,7 +264,7 @@ func TestMatmulParts(t *testing.T) {
 		k := newKernel(t, dev, v, spec.Constants()...)
 		c := newMatmulCase(t, typ, 77, testCols(typ)[1], 9, 7796)
 		for _, pieces := range []bool{false, true} {
-			got := c.runParts(t, dev, k, spec, []int{5, 40, 41}, pieces)
+			got := c.runParts(t, dev, k, matmulGroupsOf(spec), []int{5, 40, 41}, pieces)
 			if err := closeness(got, c.want, c.scale, matmulTolerance[typ]); err != nil {
 				t.Errorf("%s pieces=%v: %v", typ, pieces, err)
 			}

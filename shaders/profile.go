@@ -35,6 +35,10 @@ type Device struct {
 	Storage8Bit           bool   // storageBuffer8BitAccess
 	SubgroupShuffle       bool   // subgroupShuffle in compute shaders
 	SubgroupBallot        bool   // subgroupBroadcast and the ballots in compute shaders
+	// CooperativeMatrixNV: VK_NV_cooperative_matrix enabled with the
+	// 16x16x16 f16 -> f32 shape (vk.Features.CooperativeMatrixNV, which
+	// includes vulkanMemoryModel and shaderFloat16): matmul_coop runs.
+	CooperativeMatrixNV bool
 }
 
 // Profile is a device's kernel choices.
@@ -89,6 +93,15 @@ type Profile struct {
 	// self-check's fallback when their subgroup variants fail on a device
 	// (Fallback), which leaves the matvecs' subgroups alone.
 	RoutingShared bool
+	// MatmulCoop runs the matmuls on tensor cores (matmul_coop,
+	// MatmulCoopSpecGPU): on GPUs with VK_NV_cooperative_matrix's 16x16x16
+	// f16 -> f32 shape and subgroups of 32. The self-check's fallback
+	// turns it off (matmul.comp's tiles).
+	MatmulCoop bool
+	// MatmulCoopEmulate runs matmul_coop with its tile product emulated
+	// (EMULATE_COOPMAT) where MatmulCoop is set: tests run the tensor-core
+	// kernel's tiling through the engine on lavapipe.
+	MatmulCoopEmulate bool
 	// RoutingAsGPU plans the router score and routing decision kernels as
 	// for a GPU (wide workgroups, subgroups where sure) on a CPU device:
 	// tests run the GPU configuration of the routing on lavapipe.
@@ -180,6 +193,7 @@ func NewProfile(d Device) Profile {
 	default:
 		p.MatvecReduce, p.MatvecSpec = ReduceShared, []uint32{128, 32, 1}
 	}
+	p.MatmulCoop = !d.CPU && d.CooperativeMatrixNV && sg == MatmulCoopSubgroup
 	return p
 }
 
@@ -210,7 +224,11 @@ func (p Profile) String() string {
 	if p.MatvecRows {
 		red += "+rows"
 	}
-	return fmt.Sprintf("%s/sg%d/matvec-%s%v/loopcap%d/kv-%s/attention-chunk%d", kind, p.SubgroupSize, red, p.MatvecSpec, p.LoopCap, p.KV, p.AttentionChunk)
+	s := fmt.Sprintf("%s/sg%d/matvec-%s%v/loopcap%d/kv-%s/attention-chunk%d", kind, p.SubgroupSize, red, p.MatvecSpec, p.LoopCap, p.KV, p.AttentionChunk)
+	if p.MatmulCoop {
+		s += "/matmul-coop"
+	}
+	return s
 }
 
 // Matvec is the matvec variant and specialization for n vectors of cols
@@ -316,7 +334,18 @@ func (p Profile) Row(name string, cols uint32) []uint32 {
 	return []uint32{tpr, tpr}
 }
 
-// Matmul is matmul's tiles for the device.
+// MatmulKernel is the matmul variant for weights of type typ (a
+// WeightTypes name) and its specialization: matmul_coop where the profile
+// has MatmulCoop, else matmul.comp with the tiles of Matmul. Both take
+// matmul's push constants, and their dispatch is MatmulGroupsOf(spec).
+func (p Profile) MatmulKernel(typ string) (name string, spec []uint32) {
+	if p.MatmulCoop {
+		return MatmulCoopName(typ, p.MatmulCoopEmulate), MatmulCoopSpecGPU.Constants()
+	}
+	return MatmulName(typ), p.Matmul().Constants()
+}
+
+// Matmul is matmul.comp's tiles for the device.
 func (p Profile) Matmul() MatmulSpec {
 	if p.CPU {
 		return MatmulSpecCPU

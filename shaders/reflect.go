@@ -38,6 +38,8 @@ var capabilityFeatures = map[uint32]string{
 	65:   "subgroup_shuffle",            // GroupNonUniformShuffle
 	4433: "storage_buffer_16bit_access", // StorageBuffer16BitAccess
 	4448: "storage_buffer_8bit_access",  // StorageBuffer8BitAccess
+	5345: "vulkan_memory_model",         // VulkanMemoryModel
+	5357: "cooperative_matrix_nv",       // CooperativeMatrixNV
 }
 
 // SPIR-V opcodes, decorations and constants read here (SPIR-V 1.5).

@@ -79,6 +79,7 @@ const (
 	OpDecodeAttention      = "decode_attention"
 	OpDecodeAttentionSplit = "decode_attention_split"
 	OpDecodeAttend         = "decode_attend"
+	OpMatmulCoop           = "matmul_coop" // the tensor-core matmul (and its emulation)
 )
 
 // PushBytes is the size of the push-constant block.

@@ -39,8 +39,9 @@ func (in *Instance) NewDevice(info DeviceInfo) (*Device, error) {
 		return nil, fmt.Errorf("vk: device %d (%s): the instance handle is closed", info.Index, info.Name)
 	}
 	f := info.Features
-	key := deviceKey{inst: in.h, phys: info.phys, family: info.computeFamily, features: [7]bool{f.ShaderFloat16, f.ShaderInt8,
-		f.StorageBuffer16BitAccess, f.StorageBuffer8BitAccess, f.ConditionalRendering, f.SubgroupSizeControl, f.ComputeFullSubgroups}}
+	key := deviceKey{inst: in.h, phys: info.phys, family: info.computeFamily, features: [9]bool{f.ShaderFloat16, f.ShaderInt8,
+		f.StorageBuffer16BitAccess, f.StorageBuffer8BitAccess, f.ConditionalRendering, f.SubgroupSizeControl, f.ComputeFullSubgroups,
+		f.VulkanMemoryModel && f.CooperativeMatrixNV, f.CooperativeMatrixNV}}
 	devices.Lock()
 	defer devices.Unlock()
 	sd := devices.m[key]
@@ -49,7 +50,8 @@ func (in *Instance) NewDevice(info DeviceInfo) (*Device, error) {
 		var call *C.char
 		r := C.mr_create_device(C.uint64_t(in.h), C.uint64_t(info.phys), C.uint32_t(info.computeFamily),
 			cbool(f.ShaderFloat16), cbool(f.ShaderInt8), cbool(f.StorageBuffer16BitAccess), cbool(f.StorageBuffer8BitAccess),
-			cbool(f.ConditionalRendering), cbool(f.SubgroupSizeControl), cbool(f.ComputeFullSubgroups), &h, &call)
+			cbool(f.ConditionalRendering), cbool(f.SubgroupSizeControl), cbool(f.ComputeFullSubgroups),
+			cbool(f.VulkanMemoryModel && f.CooperativeMatrixNV), cbool(f.CooperativeMatrixNV), &h, &call)
 		if err := result(C.GoString(call), Result(r)); err != nil {
 			return nil, fmt.Errorf("device %d (%s): %w", info.Index, info.Name, err)
 		}

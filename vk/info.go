@@ -104,6 +104,18 @@ type Features struct {
 	SubgroupShuffle          bool `json:"subgroup_shuffle"`    // in compute shaders
 	SubgroupBallot           bool `json:"subgroup_ballot"`     // subgroupBroadcast and the ballots, in compute shaders
 	CooperativeMatrix        bool `json:"cooperative_matrix"`  // VK_KHR_cooperative_matrix is offered (not yet enabled)
+	// CooperativeMatrixNV: VK_NV_cooperative_matrix with its
+	// cooperativeMatrix feature, the 16x16x16 f16 x f16 -> f32 shape at
+	// subgroup scope, shaderFloat16 and vulkanMemoryModel (its shaders
+	// declare the Vulkan memory model): what shaders' matmul_coop needs.
+	// Enabled, with the extension, when true.
+	CooperativeMatrixNV bool `json:"cooperative_matrix_nv"`
+	// VulkanMemoryModel: the Vulkan 1.2 features vulkanMemoryModel and
+	// vulkanMemoryModelDeviceScope (the other kernels' atomics and
+	// barriers use the device scope, which the memory model without it
+	// forbids). Enabled only with CooperativeMatrixNV, whose shaders
+	// declare the model: no other kernel needs it.
+	VulkanMemoryModel bool `json:"vulkan_memory_model"`
 	// ConditionalRendering: VK_EXT_conditional_rendering (enabled when
 	// present): Recorder.BeginConditional discards dispatches on a GPU-written
 	// predicate, so a skipped routed block costs no dispatch at all.

@@ -229,6 +229,8 @@ func (in *Instance) deviceInfo(phys uint64, index int) DeviceInfo {
 		SubgroupShuffle:          computeSubgroups && c.subgroup_ops&C.VK_SUBGROUP_FEATURE_SHUFFLE_BIT != 0,
 		SubgroupBallot:           computeSubgroups && c.subgroup_ops&C.VK_SUBGROUP_FEATURE_BALLOT_BIT != 0,
 		CooperativeMatrix:        c.coopmat != 0,
+		CooperativeMatrixNV:      c.coopmat_nv != 0 && c.vmm != 0 && c.f16 != 0,
+		VulkanMemoryModel:        c.vmm != 0,
 		ConditionalRendering:     c.cond_render != 0,
 		SubgroupSizeControl:      c.size_control != 0,
 		ComputeFullSubgroups:     c.full_subgroups != 0,

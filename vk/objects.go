@@ -180,7 +180,7 @@ type sharedInstance struct {
 type deviceKey struct {
 	inst, phys uint64
 	family     int
-	features   [7]bool
+	features   [9]bool
 }
 
 // sharedDevice is a VkDevice and the number of open Devices on it.

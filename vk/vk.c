@@ -245,6 +245,31 @@ VkResult mr_enumerate_devices(uint64_t inst, uint32_t *count, uint64_t *out) {
 	return r;
 }
 
+// coopmat_nv_usable: VK_NV_cooperative_matrix (offered) has its
+// cooperativeMatrix feature and the shape matmul_coop.comp uses, 16x16x16
+// f16 x f16 -> f32 at subgroup scope.
+static int coopmat_nv_usable(mr_instance *in, VkPhysicalDevice pd) {
+	VkPhysicalDeviceCooperativeMatrixFeaturesNV cm = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+	VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &cm};
+	in->GetPhysicalDeviceFeatures2(pd, &f2);
+	PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV props =
+		(PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)gipa(in->h, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
+	if (!cm.cooperativeMatrix || !props) return 0;
+	uint32_t n = 0;
+	if (props(pd, &n, NULL) != VK_SUCCESS || n == 0) return 0;
+	VkCooperativeMatrixPropertiesNV *p = calloc(n, sizeof *p);
+	if (!p) return 0;
+	for (uint32_t i = 0; i < n; i++) p[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+	int ok = 0;
+	if (props(pd, &n, p) >= 0)
+		for (uint32_t i = 0; i < n && !ok; i++)
+			ok = p[i].MSize == 16 && p[i].NSize == 16 && p[i].KSize == 16 && p[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+				p[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV && p[i].CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+				p[i].DType == VK_COMPONENT_TYPE_FLOAT32_NV && p[i].scope == VK_SCOPE_SUBGROUP_NV;
+	free(p);
+	return ok;
+}
+
 void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out) {
 	mr_instance *in = (mr_instance *)(uintptr_t)inst;
 	VkPhysicalDevice pd = (VkPhysicalDevice)(uintptr_t)phys;
@@ -288,6 +313,7 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out) {
 		out->i8 = f12.shaderInt8;
 		out->sb16 = f11.storageBuffer16BitAccess;
 		out->sb8 = f12.storageBuffer8BitAccess;
+		out->vmm = f12.vulkanMemoryModel && f12.vulkanMemoryModelDeviceScope; // the device scope: the other kernels' atomics and barriers use it
 	}
 
 	VkPhysicalDeviceMemoryProperties mem;
@@ -323,6 +349,7 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out) {
 		if (e && in->EnumerateDeviceExtensionProperties(pd, NULL, &ne, e) >= 0)
 			for (uint32_t i = 0; i < ne; i++)
 				if (strcmp(e[i].extensionName, "VK_KHR_cooperative_matrix") == 0) out->coopmat = 1;
+				else if (strcmp(e[i].extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) == 0) out->coopmat_nv = 1;
 				else if (strcmp(e[i].extensionName, VK_EXT_CONDITIONAL_RENDERING_EXTENSION_NAME) == 0) out->cond_render = 1;
 				else if (strcmp(e[i].extensionName, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME) == 0) sizeControl = 1;
 		free(e);
@@ -346,6 +373,7 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out) {
 		out->size_control = scf.subgroupSizeControl ? 1 : 0;
 		out->full_subgroups = scf.computeFullSubgroups ? 1 : 0;
 	}
+	if (out->coopmat_nv) out->coopmat_nv = coopmat_nv_usable(in, pd);
 	if (out->cond_render && p->apiVersion >= VK_API_VERSION_1_2) { // offered: is its feature there?
 		VkPhysicalDeviceConditionalRenderingFeaturesEXT cr = {
 			.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_CONDITIONAL_RENDERING_FEATURES_EXT};
@@ -430,7 +458,7 @@ typedef struct mr_device {
 
 VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 	int f16, int i8, int sb16, int sb8, int cond_render, int size_control, int full_subgroups,
-	uint64_t *out, const char **call) {
+	int vmm, int coopmat_nv, uint64_t *out, const char **call) {
 	mr_instance *in = (mr_instance *)(uintptr_t)inst;
 	VkPhysicalDevice pd = (VkPhysicalDevice)(uintptr_t)phys;
 	mr_device *d = calloc(1, sizeof *d);
@@ -446,6 +474,8 @@ VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 		.shaderFloat16 = f16 ? VK_TRUE : VK_FALSE,
 		.shaderInt8 = i8 ? VK_TRUE : VK_FALSE,
 		.storageBuffer8BitAccess = sb8 ? VK_TRUE : VK_FALSE,
+		.vulkanMemoryModel = vmm ? VK_TRUE : VK_FALSE,
+		.vulkanMemoryModelDeviceScope = vmm ? VK_TRUE : VK_FALSE,
 	};
 	VkPhysicalDeviceVulkan11Features f11 = {
 		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
@@ -475,8 +505,17 @@ VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 		.subgroupSizeControl = size_control ? VK_TRUE : VK_FALSE,
 		.computeFullSubgroups = full_subgroups ? VK_TRUE : VK_FALSE,
 	};
-	const char *exts[2];
+	VkPhysicalDeviceCooperativeMatrixFeaturesNV cm = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
+		.cooperativeMatrix = VK_TRUE,
+	};
+	const char *exts[3];
 	uint32_t nexts = 0;
+	if (coopmat_nv) {
+		cm.pNext = feats.pNext;
+		feats.pNext = &cm;
+		exts[nexts++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
+	}
 	if (cond_render) {
 		cr.pNext = feats.pNext;
 		feats.pNext = &cr;

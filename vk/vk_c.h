@@ -49,6 +49,8 @@ typedef struct mr_device_info {
 	uint32_t max_workgroup_subgroups, required_subgroup_stages; // its properties; 0 when not offered
 	uint32_t size_control, full_subgroups; // its features subgroupSizeControl, computeFullSubgroups
 	uint32_t f16, i8, sb16, sb8, coopmat;
+	uint32_t vmm; // vulkanMemoryModel with vulkanMemoryModelDeviceScope
+	uint32_t coopmat_nv; // VK_NV_cooperative_matrix, its cooperativeMatrix feature and f16 x f16 -> f32 16x16x16 at subgroup scope
 	uint32_t cond_render; // VK_EXT_conditional_rendering with its conditionalRendering feature
 	int32_t compute_family; // -1: none
 } mr_device_info;
@@ -58,7 +60,7 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out);
 // properties, command pool, fence).
 VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 	int f16, int i8, int sb16, int sb8, int cond_render, int size_control, int full_subgroups,
-	uint64_t *out, const char **call);
+	int vmm, int coopmat_nv, uint64_t *out, const char **call);
 // mr_clone_device makes another handle on base's VkDevice and queue, with
 // a command pool and fence of its own; submits through any handle are
 // serialized on the queue. mr_destroy_device waits idle and frees a handle;

@@ -162,7 +162,8 @@ func featureText(f vk.Features) string {
 		{"16-bit storage", f.StorageBuffer16BitAccess}, {"8-bit storage", f.StorageBuffer8BitAccess},
 		{"subgroup arithmetic", f.SubgroupArithmetic}, {"subgroup shuffle", f.SubgroupShuffle},
 		{"subgroup ballot", f.SubgroupBallot},
-		{"cooperative matrix", f.CooperativeMatrix}, {"conditional rendering", f.ConditionalRendering},
+		{"cooperative matrix", f.CooperativeMatrix}, {"cooperative matrix NV", f.CooperativeMatrixNV},
+		{"conditional rendering", f.ConditionalRendering},
 		{"subgroup size control", f.SubgroupSizeControl && f.ComputeFullSubgroups},
 	} {
 		state := "no"

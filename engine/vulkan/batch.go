@@ -45,9 +45,10 @@ type batchActs struct {
 	partO, partML        *vk.Buffer // attention's key-tile partial results (batchAttentionOps)
 }
 
-// matmulKernel is the matmul that reads matrix mx, with the device's tiles.
+// matmulKernel is the matmul that reads matrix mx, the device's
+// (shaders.Profile.MatmulKernel: tensor cores where it has them).
 func matmulKernel(ks *kernels, mx shaders.Matrix) (*kernel, error) {
-	return ks.get(mx.Matmul, ks.prof.Matmul().Constants())
+	return ks.get(ks.prof.MatmulKernel(mx.Type.Name))
 }
 
 // matRows is rows [r0, r1) of m bound for matmul: the part of each of m's
@@ -95,7 +96,7 @@ func (m batchMat) ops(x, y *vk.Buffer, n int) []op {
 	for _, pt := range m.parts {
 		ops = append(ops, newOp(m.mm, shaders.MatmulPush{Rows: pt.rows, Cols: m.cols, N: uint32(n), WRow0: pt.wRow0, WRows: pt.wRows,
 			LdY: m.rows, YOff: pt.yOff},
-			shaders.MatmulGroups(pt.rows, uint32(n), shaders.MatmulSpec{BM: m.mm.spec[1], BN: m.mm.spec[2], BK: m.mm.spec[3], TM: m.mm.spec[4], TN: m.mm.spec[5]}),
+			shaders.MatmulGroupsOf(pt.rows, uint32(n), m.mm.spec),
 			rd(pt.buf, 0, 0), rd(x, 0, 0), wr(y, 0, 0)))
 	}
 	return ops

@@ -31,5 +31,6 @@ func deviceFacts(info vk.DeviceInfo) shaders.Device {
 		Storage8Bit:             f.StorageBuffer8BitAccess,
 		SubgroupShuffle:         f.SubgroupShuffle,
 		SubgroupBallot:          f.SubgroupBallot,
+		CooperativeMatrixNV:     f.CooperativeMatrixNV,
 	}
 }

@@ -241,7 +241,8 @@ func timeDispatch(dev *vk.Device, k *kernel, push []byte, groups [3]uint32, bind
 // device's profile picks for a model's decode (matvec of every weight type
 // and fusion, the router score and the routing decision with and without
 // a predictor, decode attention on F32 and F16 caches, split when the
-// profile splits), checked against the CPU and timed.
+// profile splits; the tensor-core matmul where the profile has it),
+// checked against the CPU and timed.
 func CheckDevice(dev *vk.Device) ([]SelfCheck, error) {
 	return checkProfile(dev, DeviceProfile(dev.Info()))
 }
@@ -273,6 +274,12 @@ func checkProfile(dev *vk.Device, prof shaders.Profile) ([]SelfCheck, error) {
 		picks = append(picks, pick{shaders.DecodeAttentionName(kv), nil})
 		if splits := prof.AttentionSplits(2048); splits > 1 {
 			picks = append(picks, pick{shaders.DecodeAttentionSplitName(kv), shaders.DecodeAttentionSplitSpec(splits)})
+		}
+	}
+	if prof.MatmulCoop { // the tensor-core matmul
+		for _, typ := range shaders.MatvecTypes {
+			name, spec := prof.MatmulKernel(typ)
+			picks = append(picks, pick{name, spec})
 		}
 	}
 	var out []SelfCheck

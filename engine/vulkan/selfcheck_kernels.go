@@ -28,6 +28,8 @@ func checkerFor(v shaders.Variant) (mk func(v shaders.Variant, spec []uint32) (c
 		return routeDecodeCase, true
 	case shaders.OpDecodeAttention, shaders.OpDecodeAttentionSplit:
 		return decodeAttentionCase, true
+	case shaders.OpMatmulCoop:
+		return matmulCoopCase, true
 	}
 	return nil, false
 }
@@ -46,6 +48,8 @@ func checkOp(v shaders.Variant) string {
 		return "attention " + v.Type
 	case shaders.OpDecodeAttentionSplit:
 		return "attention split " + v.Type
+	case shaders.OpMatmulCoop:
+		return "matmul " + v.Type + " tensor cores"
 	}
 	return v.Name
 }
@@ -213,4 +217,56 @@ func f32Bits(x []float32) []uint32 {
 		b[i] = math.Float32bits(v)
 	}
 	return b
+}
+
+// checkCoopTol is the tensor-core matmul's bound relative to the sum of
+// |terms|: its operands are rounded to f16 (2^-11 of each with
+// round-to-nearest, 2^-10 truncated), so a product is off by up to about
+// 2^-9 of itself; checkTol covers the f32 sums. A wrong tile or lane
+// layout is off by whole terms.
+const checkCoopTol = 2e-3 + checkTol
+
+// matmulCoopCase: Y = X W^T on tensor cores for two workgroups' rows and 3
+// more, and a token tile and 3 more tokens (ragged in both, so the edges
+// are checked too), over checkCols columns.
+func matmulCoopCase(v shaders.Variant, spec []uint32) (checkCase, error) {
+	wt, err := shaders.Weight(v.Type)
+	if err != nil {
+		return checkCase{}, err
+	}
+	ggmlType, err := gguf.ParseTensorType(wt.GGML)
+	if err != nil {
+		return checkCase{}, err
+	}
+	n, rows := int(spec[1])+3, 2*int(spec[2])+3
+	rng := rand.New(rand.NewPCG(uint64(len(v.Name)), 43))
+	ggml, err := gguf.Quantize(ggmlType, randVec(rng, rows*checkCols, -1, 1))
+	if err != nil {
+		return checkCase{}, err
+	}
+	devBytes, err := shaders.MatvecBytes(v.Type, ggml, rows, checkCols)
+	if err != nil {
+		return checkCase{}, err
+	}
+	m, err := mod.NewMat("self-check", ggmlType, []uint64{checkCols, uint64(rows)}, ggml)
+	if err != nil {
+		return checkCase{}, err
+	}
+	x := randVec(rng, n*checkCols, -1, 1)
+	want, bound, y0 := make([]float32, n*rows), make([]float64, n*rows), make([]float32, n*rows)
+	row := make([]float32, checkCols)
+	for r := range rows {
+		m.Row(r, row)
+		for s := range n {
+			d, a := dotAbs(row, x[s*checkCols:(s+1)*checkCols])
+			want[s*rows+r], bound[s*rows+r] = float32(d), checkCoopTol*a+1e-6
+		}
+	}
+	for i := range y0 {
+		y0[i] = float32(math.NaN()) // an output the kernel skips shows
+	}
+	return checkCase{op: checkOp(v),
+		push:   shaders.MatmulPush{Rows: uint32(rows), Cols: checkCols, N: uint32(n), WRows: uint32(rows), LdY: uint32(rows)},
+		groups: shaders.MatmulGroupsOf(uint32(rows), uint32(n), spec),
+		bufs:   []checkBuf{{data: devBytes}, {data: f32Bytes(x)}, {data: f32Bytes(y0), want: want, bound: bound}}}, nil
 }

@@ -200,3 +200,32 @@ func TestCheckDeviceMinimal(t *testing.T) {
 		})
 	}
 }
+
+// The tensor-core matmul's self-check case, run with the emulated product
+// on lavapipe (which has no cooperative matrices): its input, reference,
+// bound and dispatch are right, at the prefill and the few-row tiles, so a
+// failure on a GPU is the tensor-core product's. The case also fails a
+// kernel that skips a token tile (a dispatch one workgroup short).
+func TestMatmulCoopCheckCase(t *testing.T) {
+	dev := openDevice(t, true)
+	prof := DeviceProfile(dev.Info())
+	ks := newKernels(dev, &prof)
+	defer ks.Close()
+	for _, typ := range []string{shaders.MatvecF16, shaders.MatvecQ8_0, shaders.MatvecQ4_K} {
+		real, err := shaders.Lookup(shaders.MatmulCoopName(typ, false))
+		require.NoError(t, err)
+		for _, spec := range [][]uint32{shaders.MatmulCoopSpecGPU.Constants(), shaders.MatmulCoopSpecFew.Constants()} {
+			k, err := ks.get(shaders.MatmulCoopName(typ, true), spec)
+			require.NoError(t, err)
+			c, err := matmulCoopCase(real, spec)
+			require.NoError(t, err)
+			worst, _, err := runCheck(dev, k, c, false)
+			require.NoError(t, err)
+			assert.LessOrEqual(t, worst, 1.0, "%s %v", typ, spec)
+			c.groups[1]-- // the last token tile left out
+			worst, _, err = runCheck(dev, k, c, false)
+			require.NoError(t, err)
+			assert.Greater(t, worst, 1.0, "%s %v: a skipped tile passed", typ, spec)
+		}
+	}
+}

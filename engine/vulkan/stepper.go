@@ -377,13 +377,23 @@ func narrowSpec(n int, base shaders.MatmulSpec) (spec shaders.MatmulSpec, ok boo
 	return shaders.MatmulSpec{BM: b, BN: 64, BK: 32, TM: tm, TN: b / tm}, true
 }
 
-// narrow is m with its matmul's tile fit to n rows (narrowSpec).
+// narrow is m with its matmul's tile fit to n rows (narrowSpec). Under
+// the tensor-core matmul the narrow tiles are matmul.comp's too: on an
+// H200 (BenchmarkMatmulGPU, gpu-results run A, at 195623a) a 16x64 f32
+// tile took 5, 16 and 32 rows of a 7B FFN in F16 and Q8_0 at 1.2-1.6x
+// the speed of the best tensor-core tile (64x64); in Q4_K the 16x128
+// tensor-core tile was 1.6x faster at 5 and 16 rows (not followed: one
+// run, and F16 and Q8_0 are the decode-step acceptance's types).
 func (st *Stepper) narrow(m batchMat, n int) (batchMat, error) {
 	spec, ok := narrowSpec(n, st.r.ks.prof.Matmul())
 	if !ok {
 		return m, nil
 	}
-	k, err := st.r.ks.get(m.mm.v.Name, spec.Constants())
+	name := m.mm.v.Name
+	if m.mm.v.Op == shaders.OpMatmulCoop {
+		name = shaders.MatmulName(m.mm.v.Type)
+	}
+	k, err := st.r.ks.get(name, spec.Constants())
 	if err != nil {
 		return batchMat{}, err
 	}

@@ -41,7 +41,11 @@ var restrictable = map[string]func(*vk.DeviceInfo){
 	"subgroup_shuffle":            func(d *vk.DeviceInfo) { d.Features.SubgroupShuffle = false },
 	"subgroup_ballot":             func(d *vk.DeviceInfo) { d.Features.SubgroupBallot = false },
 	"cooperative_matrix":          func(d *vk.DeviceInfo) { d.Features.CooperativeMatrix = false },
-	"conditional_rendering":       func(d *vk.DeviceInfo) { d.Features.ConditionalRendering = false },
+	"cooperative_matrix_nv":       func(d *vk.DeviceInfo) { d.Features.CooperativeMatrixNV = false },
+	"vulkan_memory_model": func(d *vk.DeviceInfo) {
+		d.Features.VulkanMemoryModel, d.Features.CooperativeMatrixNV = false, false
+	},
+	"conditional_rendering": func(d *vk.DeviceInfo) { d.Features.ConditionalRendering = false },
 	"subgroup_size_control": func(d *vk.DeviceInfo) {
 		d.Features.SubgroupSizeControl, d.Features.ComputeFullSubgroups = false, false
 		d.Limits.RequiredSubgroupSizeCompute = false

@@ -1,0 +1,263 @@
+#version 450
+// matmul_coop: matmul.comp's product (Y[s][yOff + r] = W[wRow0 + r] . X[s]
+// for r < rows, s < n; the same bindings, push constants and weight
+// layouts) with the tile product on tensor cores: VK_NV_cooperative_matrix,
+// f16 x f16 -> f32 in 16x16x16 steps, a subgroup of 32 per block of
+// WM tokens by WN rows.
+//
+// A workgroup owns BM tokens by BN rows and walks the columns BK at a time.
+// Each step it stages the BM x BK slice of X and the BN x BK slice of W
+// (dequantized once by loadWeightQuad) in shared memory as f16, row by row
+// with BKP = BK + 8 elements a row (16-byte aligned rows, as the
+// cooperative loads need, and not a multiple of the banks). Between two
+// barriers every subgroup multiplies its (WM/16) x (WN/16) 16x16 tiles:
+// X's rows are the A operand (row-major), W's rows B's columns (B = W^T,
+// column-major). At the end each tile goes through shared memory (a 16x16
+// f32 scratch per subgroup) to Y, where tokens and rows past n and rows
+// are dropped: n, rows and cols need not be multiples of the tile.
+//
+// EMULATE_COOPMAT does the same with the tile product in plain arithmetic
+// over the same shared tiles: the staged values are still rounded to f16,
+// each invocation of a group of 32 (a "subgroup" by its index, whatever the
+// device's subgroups) holds the 8 accumulators of a 16x16 tile that the
+// final write reads back (row lane/2, columns (lane%2)*8 .. +8), and the
+// sums run in f32 as the tensor cores' do. It needs no optional feature, so
+// lavapipe runs it: the staging, indexing and edges are tested in CI
+// against the CPU, and only coopMatMulAddNV itself is left to the device
+// (the engine's self-check and the GPU benchmark).
+//
+// Precision: X and the decoded W are rounded to f16 (a relative error of
+// 2^-11 each with round-to-nearest), summed in f32. Values past f16's range
+// (65504) would overflow: weights never come near it, and activations of
+// the models modrun runs stay far below it (llama.cpp's tensor-core path
+// makes the same conversion).
+//
+// The loops over a subgroup's tiles and an invocation's staged quads are
+// unrolled ([[unroll]]; their bounds are specialization constants): arrays
+// of cooperative matrices and registers indexed by a loop that is not are
+// kept in memory.
+//
+// Specialization constants (MatmulCoopSpec.Constants): 0 WG = 32 *
+// (BM/WM) * (BN/WN), 1 BM, 2 BN, 3 BK, 4 WM, 5 WN (BK, WM, WN multiples of
+// 16). Dispatch MatmulCoopGroups(rows, n, spec).
+#include "include/common.glsl"
+#extension GL_EXT_control_flow_attributes : require
+#ifndef EMULATE_COOPMAT
+#extension GL_NV_cooperative_matrix : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_shader_subgroup_basic : require
+#endif
+#define OP_MATMUL
+#include "include/push_matmul_attn.glsl"
+
+layout(local_size_x = 128, local_size_x_id = 0) in;
+layout(constant_id = 1) const uint BM = 64; // tokens per tile
+layout(constant_id = 2) const uint BN = 64; // rows of W per tile
+layout(constant_id = 3) const uint BK = 32; // columns per step, a multiple of 16
+layout(constant_id = 4) const uint WM = 32; // tokens per subgroup, a multiple of 16
+layout(constant_id = 5) const uint WN = 32; // rows per subgroup, a multiple of 16
+
+layout(std430, binding = 0) readonly buffer Weights { uint w[]; };
+layout(std430, binding = 1) readonly buffer X { float x[]; }; // [n][cols]
+// The same bindings as wide words: a quad of x, two words of W, one load
+// each where cols is a multiple of 4 (every quad is then 16-byte aligned in
+// x and 8-byte aligned in an F16/BF16 W; the engine binds x at offsets of
+// whole rows).
+layout(std430, binding = 0) readonly buffer Weights2 { uvec2 w2[]; };
+layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
+layout(std430, binding = 2) writeonly buffer Y { float y[]; }; // [n][ldy]
+
+#include "include/weights.glsl"
+#ifdef WEIGHT_SUBBLOCK
+#include "include/subblock.glsl"
+#endif
+#include "include/matmul_weights.glsl"
+
+const uint BKP = BK + 8u;              // shared elements per staged row
+const uint TI = WM / 16u;              // tiles per subgroup across tokens
+const uint TJ = WN / 16u;              // tiles per subgroup across rows
+const uint SGN = BN / WN;              // subgroups across the rows
+const uint NSG = (BM / WM) * (BN / WN); // subgroups per workgroup
+
+#ifdef EMULATE_COOPMAT
+// f32 holding f16-rounded values: the same numbers the tensor cores see.
+#define SH float
+float toSH(float v) { return unpackHalf2x16(packHalf2x16(vec2(v, 0.0))).x; }
+#else
+#define SH float16_t
+SH toSH(float v) { return float16_t(v); }
+#endif
+
+shared SH xs[BM * BKP]; // [token][k]
+shared SH ws[BN * BKP]; // [row][k]
+shared float cs[NSG * 256u]; // a 16x16 f32 tile per subgroup, row-major [token][row]
+
+void stage4(bool isW, uint at, vec4 v) {
+	if (isW) {
+		ws[at] = toSH(v.x);
+		ws[at + 1u] = toSH(v.y);
+		ws[at + 2u] = toSH(v.z);
+		ws[at + 3u] = toSH(v.w);
+	} else {
+		xs[at] = toSH(v.x);
+		xs[at + 1u] = toSH(v.y);
+		xs[at + 2u] = toSH(v.z);
+		xs[at + 3u] = toSH(v.w);
+	}
+}
+
+// WGS is the workgroup size (constant 0 must be 32 * NSG); WQ and XQ are
+// how many quads of W's and X's slices an invocation stages a step.
+const uint WGS = 32u * NSG;
+const uint WQ = (BN * (BK / 4u) + WGS - 1u) / WGS;
+const uint XQ = (BM * (BK / 4u) + WGS - 1u) / WGS;
+
+// loadStep reads this invocation's quads of W[r0 .. r0+BN][k0 .. k0+BK]
+// and X[s0 .. s0+BM][k0 .. k0+BK] (zero past the edges): quad i of a slice
+// is row i / (BK/4), columns 4*(i % (BK/4)) .., so neighbouring
+// invocations read neighbouring words of a row.
+void loadStep(uint k0, uint r0, uint s0, uint tid, out vec4 wreg[WQ], out vec4 xreg[XQ]) {
+	[[unroll]] for (uint q = 0u; q < WQ; q++) {
+		uint i = tid + q * WGS;
+		uint rr = i / (BK / 4u), kq = i % (BK / 4u);
+		uint r = r0 + rr;
+		wreg[q] = i < BN * (BK / 4u) && r < p.rows ? loadWeightQuad(p.wRow0 + r, k0 + 4u * kq) : vec4(0.0);
+	}
+	[[unroll]] for (uint q = 0u; q < XQ; q++) {
+		uint i = tid + q * WGS;
+		uint ss = i / (BK / 4u), kq = i % (BK / 4u);
+		uint s = s0 + ss, c = k0 + 4u * kq;
+		vec4 v = vec4(0.0);
+		if (i < BM * (BK / 4u) && s < p.n) {
+			uint e = s * p.cols + c;
+			if ((p.cols & 3u) == 0u && c < p.cols) { // the quad is all in (c + 4 <= cols), and e a multiple of 4
+				v = x4[e >> 2];
+			} else if (c + 4u <= p.cols) {
+				v = vec4(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
+			} else {
+				for (uint t = 0u; t < 4u; t++) {
+					if (c + t < p.cols) {
+						v[t] = x[e + t];
+					}
+				}
+			}
+		}
+		xreg[q] = v;
+	}
+}
+
+// storeStep writes the quads loadStep read into the shared tiles.
+void storeStep(uint tid, vec4 wreg[WQ], vec4 xreg[XQ]) {
+	[[unroll]] for (uint q = 0u; q < WQ; q++) {
+		uint i = tid + q * WGS;
+		if (i < BN * (BK / 4u)) {
+			stage4(true, (i / (BK / 4u)) * BKP + 4u * (i % (BK / 4u)), wreg[q]);
+		}
+	}
+	[[unroll]] for (uint q = 0u; q < XQ; q++) {
+		uint i = tid + q * WGS;
+		if (i < BM * (BK / 4u)) {
+			stage4(false, (i / (BK / 4u)) * BKP + 4u * (i % (BK / 4u)), xreg[q]);
+		}
+	}
+}
+
+void main() {
+#ifdef WEIGHT_SUBBLOCK
+	sbInit(p.wRows * (p.cols / 32u));
+#endif
+	uint tid = gl_LocalInvocationID.x;
+#ifdef EMULATE_COOPMAT
+	uint sg = tid / 32u, lane = tid % 32u;
+#else
+	uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
+#endif
+	uint sgM = sg / SGN, sgN = sg % SGN;
+	uint r0 = gl_WorkGroupID.x * BN;
+	uint s0 = gl_WorkGroupID.y * BM;
+
+#ifdef EMULATE_COOPMAT
+	float acc[TI * TJ * 8u];
+	for (uint i = 0u; i < TI * TJ * 8u; i++) {
+		acc[i] = 0.0;
+	}
+#else
+	fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[TI * TJ];
+	[[unroll]] for (uint i = 0u; i < TI * TJ; i++) {
+		acc[i] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+	}
+#endif
+
+	// The next step's slices are loaded into registers while this step's
+	// are multiplied (software pipelining): the loads' latency hides
+	// behind the tile product instead of stalling before each barrier.
+	vec4 wreg[WQ], xreg[XQ];
+	loadStep(0u, r0, s0, tid, wreg, xreg);
+	for (uint k0 = 0u; k0 < p.cols; k0 += BK) {
+		storeStep(tid, wreg, xreg);
+		barrier(); // the tiles are complete before anyone reads them
+		if (k0 + BK < p.cols) {
+			loadStep(k0 + BK, r0, s0, tid, wreg, xreg);
+		}
+		[[unroll]] for (uint kk = 0u; kk < BK; kk += 16u) {
+#ifdef EMULATE_COOPMAT
+			[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
+				[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
+					uint a = (sgM * WM + 16u * ti + lane / 2u) * BKP + kk;
+					for (uint e = 0u; e < 8u; e++) {
+						uint b = (sgN * WN + 16u * tj + (lane % 2u) * 8u + e) * BKP + kk;
+						float sum = acc[(ti * TJ + tj) * 8u + e];
+						for (uint q = 0u; q < 16u; q++) {
+							sum += xs[a + q] * ws[b + q];
+						}
+						acc[(ti * TJ + tj) * 8u + e] = sum;
+					}
+				}
+			}
+#else
+			fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> am[TI];
+			fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> bm[TJ];
+			[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
+				coopMatLoadNV(am[ti], xs, (sgM * WM + 16u * ti) * BKP + kk, BKP, false);
+			}
+			[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
+				coopMatLoadNV(bm[tj], ws, (sgN * WN + 16u * tj) * BKP + kk, BKP, true);
+			}
+			[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
+				[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
+					acc[ti * TJ + tj] = coopMatMulAddNV(am[ti], bm[tj], acc[ti * TJ + tj]);
+				}
+			}
+#endif
+		}
+		barrier(); // everyone is done reading before the next step overwrites
+	}
+
+	// Each tile through the subgroup's scratch: lane reads row lane/2,
+	// columns (lane%2)*8 .. +8 (what the emulation's lane holds).
+	uint m = lane / 2u, nc = (lane % 2u) * 8u;
+	[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
+		[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
+#ifdef EMULATE_COOPMAT
+			for (uint e = 0u; e < 8u; e++) {
+				cs[sg * 256u + m * 16u + nc + e] = acc[(ti * TJ + tj) * 8u + e];
+			}
+#else
+			coopMatStoreNV(acc[ti * TJ + tj], cs, sg * 256u, 16u, false);
+			subgroupMemoryBarrierShared();
+			subgroupBarrier();
+#endif
+			uint s = s0 + sgM * WM + 16u * ti + m;
+			for (uint e = 0u; e < 8u; e++) {
+				uint r = r0 + sgN * WN + 16u * tj + nc + e;
+				if (s < p.n && r < p.rows) {
+					y[s * p.ldy + p.yOff + r] = cs[sg * 256u + m * 16u + nc + e];
+				}
+			}
+#ifndef EMULATE_COOPMAT
+			subgroupBarrier(); // read before the next tile's store
+#endif
+		}
+	}
+}

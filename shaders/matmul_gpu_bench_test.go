@@ -1,0 +1,292 @@
+package shaders
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/vk"
+	"github.com/stretchr/testify/require"
+)
+
+// matmulBenchShape is one product of BenchmarkMatmulGPU: n tokens through
+// a rows x cols weight (cols inputs, rows outputs).
+type matmulBenchShape struct{ n, rows, cols int }
+
+// The prefill shapes of the 1.1B (2048, 5632) and 7B (4096, 11008) models
+// at 512 tokens, and the 7B FFN at a handful of rows (a 5-token prompt, a
+// decode step of 16 or 32 sequences), where one pass over the weights
+// should be the cost.
+var matmulGPUShapes = []matmulBenchShape{
+	{512, 2048, 2048}, {512, 5632, 2048}, {512, 2048, 5632},
+	{512, 4096, 4096}, {512, 11008, 4096},
+	{5, 11008, 4096}, {16, 11008, 4096}, {32, 11008, 4096},
+}
+
+// On a CPU device (lavapipe) the same candidates on tiny shapes: a check
+// that the benchmark and its kernels run, not a speed that means much.
+var matmulCPUShapes = []matmulBenchShape{{5, 64, 256}, {33, 96, 256}}
+
+var matmulBenchTypes = []gguf.TensorType{gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_K}
+
+// matmulCandidate is one kernel and tile BenchmarkMatmulGPU times.
+type matmulCandidate struct {
+	name    string
+	variant func(typ string) string
+	spec    []uint32
+	groups  func(rows, n uint32) [3]uint32
+	coop    bool // needs VK_NV_cooperative_matrix
+	cpuOnly bool // the emulated product: run on CPU devices only (slow, and the GPU has the real one)
+	tol     float64
+}
+
+func tiledCandidate(name string, s MatmulSpec) matmulCandidate {
+	return matmulCandidate{name: name, variant: MatmulName, spec: s.Constants(), groups: matmulGroupsOf(s)}
+}
+
+func prefetchCandidate(name string, s MatmulSpec) matmulCandidate {
+	return matmulCandidate{name: name, variant: MatmulPrefetchName, spec: s.Constants(), groups: matmulGroupsOf(s)}
+}
+
+func coopCandidate(name string, s MatmulCoopSpec, emulate bool) matmulCandidate {
+	return matmulCandidate{name: name, variant: func(typ string) string { return MatmulCoopName(typ, emulate) },
+		spec: s.Constants(), groups: matmulCoopGroupsOf(s), coop: !emulate, cpuOnly: emulate, tol: matmulCoopTolerance}
+}
+
+// matmulCandidates: matmul.comp with its presets and wider or narrower
+// tiles, then matmul_coop (last: a tensor-core kernel that a driver
+// mishandles should not take the other figures with it).
+var matmulCandidates = []matmulCandidate{
+	tiledCandidate("tiled-64x64", MatmulSpecGPU),
+	tiledCandidate("tiled-cpu-64x32", MatmulSpecCPU),
+	tiledCandidate("tiled-128x128", MatmulSpec{BM: 128, BN: 128, BK: 16, TM: 8, TN: 8}),
+	tiledCandidate("tiled-32x128", MatmulSpec{BM: 32, BN: 128, BK: 16, TM: 4, TN: 4}),
+	tiledCandidate("tiled-16x64", MatmulSpec{BM: 16, BN: 64, BK: 32, TM: 2, TN: 4}),
+	tiledCandidate("tiled-8x32", MatmulSpec{BM: 8, BN: 32, BK: 32, TM: 1, TN: 4}),
+	prefetchCandidate("tiled-pf-64x64", MatmulSpecGPU),
+	prefetchCandidate("tiled-pf-128x128", MatmulSpec{BM: 128, BN: 128, BK: 16, TM: 8, TN: 8}),
+	prefetchCandidate("tiled-pf-64x128-k32", MatmulSpec{BM: 64, BN: 128, BK: 32, TM: 8, TN: 8}),
+	prefetchCandidate("tiled-pf-16x64", MatmulSpec{BM: 16, BN: 64, BK: 32, TM: 2, TN: 4}),
+	coopCandidate("coop-emu-64x64", MatmulCoopSpecGPU, true),
+	coopCandidate("coop-emu-16x128", MatmulCoopSpecFew, true),
+	coopCandidate("coop-64x64", MatmulCoopSpecGPU, false),
+	coopCandidate("coop-128x128", MatmulCoopSpecWide, false),
+	coopCandidate("coop-16x128", MatmulCoopSpecFew, false),
+	// Few rows: narrower tiles of rows make more workgroups (a 7B FFN's
+	// 11008 rows are 86 tiles of 128 for 132 SMs) and longer steps fewer
+	// barriers.
+	coopCandidate("coop-16x64-k64", MatmulCoopSpec{BM: 16, BN: 64, BK: 64, WM: 16, WN: 16}, false),
+	coopCandidate("coop-32x64", MatmulCoopSpec{BM: 32, BN: 64, BK: 32, WM: 16, WN: 32}, false),
+	coopCandidate("coop-128x64", MatmulCoopSpec{BM: 128, BN: 64, BK: 32, WM: 32, WN: 32}, false),
+}
+
+// matmulBenchWeights is one (type, rows, cols) weight on the device, and
+// the values it decodes to (for the references): shared by the token
+// counts of a shape, so a 7B FFN of Q4_K is quantized once.
+type matmulBenchWeights struct {
+	buf     *vk.Buffer
+	bytes   int
+	decoded []float32 // [rows][cols]
+}
+
+// matmulBenchData is one (type, shape)'s buffers on the device and the
+// reference for a few of its tokens.
+type matmulBenchData struct {
+	w, x        *vk.Buffer
+	weightBytes int
+	tokens      []int       // the tokens checked
+	want, scale [][]float64 // [token of tokens][row]: sum W*x in float64, sum |W*x|
+	rows, cols  int
+	n           int
+}
+
+// matmulBenchUpload is data in a device buffer that lasts as long as owner
+// (the whole benchmark: every candidate reads it), made in b.
+func matmulBenchUpload(b, owner *testing.B, dev *vk.Device, data []byte) *vk.Buffer {
+	buf, err := dev.NewBuffer(uint64(len(data)), vk.DeviceLocal)
+	require.NoError(b, err)
+	owner.Cleanup(buf.Close)
+	require.NoError(b, buf.Upload(data, 0))
+	return buf
+}
+
+func newMatmulBenchWeights(b, owner *testing.B, dev *vk.Device, typ gguf.TensorType, rows, cols int) *matmulBenchWeights {
+	b.Helper()
+	rng := rand.New(rand.NewSource(int64(rows*7 + cols*3)))
+	src := make([]float32, rows*cols)
+	for i := range src {
+		src[i] = float32(rng.NormFloat64())
+	}
+	raw, err := gguf.Quantize(typ, src)
+	require.NoError(b, err)
+	require.NoError(b, gguf.Dequantize(typ, raw, src)) // src is now what the kernels multiply by
+	layout := matmulLayout(b, typ, raw, rows, cols)
+	return &matmulBenchWeights{buf: matmulBenchUpload(b, owner, dev, layout), bytes: len(layout), decoded: src}
+}
+
+// newMatmulBenchData makes n tokens of x for weights w and the reference
+// on a few of them (all rows).
+func newMatmulBenchData(b, owner *testing.B, dev *vk.Device, w *matmulBenchWeights, sh matmulBenchShape) *matmulBenchData {
+	b.Helper()
+	rng := rand.New(rand.NewSource(int64(sh.n*5 + sh.cols)))
+	x := make([]float32, sh.n*sh.cols)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	d := &matmulBenchData{w: w.buf, x: matmulBenchUpload(b, owner, dev, f32bytes(x)), weightBytes: w.bytes,
+		rows: sh.rows, cols: sh.cols, n: sh.n}
+	seen := map[int]bool{}
+	for _, s := range []int{0, 1, sh.n / 2, sh.n - 1} {
+		if s < 0 || s >= sh.n || seen[s] {
+			continue
+		}
+		seen[s] = true
+		want, scale := make([]float64, sh.rows), make([]float64, sh.rows)
+		xs := x[s*sh.cols : (s+1)*sh.cols]
+		for r := 0; r < sh.rows; r++ {
+			var sum, abs float64
+			for j, wv := range w.decoded[r*sh.cols : (r+1)*sh.cols] {
+				t := float64(wv) * float64(xs[j])
+				sum += t
+				abs += math.Abs(t)
+			}
+			want[r], scale[r] = sum, abs
+		}
+		d.tokens, d.want, d.scale = append(d.tokens, s), append(d.want, want), append(d.scale, scale)
+	}
+	return d
+}
+
+// BenchmarkMatmulGPU times every matmul candidate (matmulCandidates) on
+// prefill shapes for F16, Q8_0 and Q4_K weights, and reports TFLOP/s, the
+// time of one call, and the weight bytes read per second at one pass over
+// the weights (the bound for a handful of rows). Each candidate's output
+// is checked first against a float64 reference on a few tokens (all rows):
+// a kernel that is wrong fails its sub-benchmark and is not timed. On a
+// GPU it runs matmulGPUShapes; the tensor-core candidates need
+// VK_NV_cooperative_matrix and skip, saying so, without it. On a CPU
+// device (lavapipe) it runs tiny shapes, with the emulated tensor-core
+// product in place of the real one. Run it on a GPU from the compiled
+// test binary:
+//
+//	go test -c -o shaders.test ./shaders
+//	./shaders.test -test.run '^$' -test.bench BenchmarkMatmulGPU -test.benchtime 20x
+//
+// A timed run is the candidate's dispatch repeated until it takes about
+// 2 ms (the call's time is the run's divided by the repeats), so one
+// submission's overhead weighs little.
+func BenchmarkMatmulGPU(b *testing.B) {
+	dev := openDeviceWith(b, vk.InstanceOptions{})
+	info := dev.Info()
+	cpu := info.Type == vk.CPU
+	shapes := matmulGPUShapes
+	if cpu {
+		shapes = matmulCPUShapes
+	}
+	b.Logf("device %s (%s), cooperative_matrix_nv %v", info.Name, info.Type, info.Features.CooperativeMatrixNV)
+	type key struct {
+		typ gguf.TensorType
+		sh  matmulBenchShape
+	}
+	type wkey struct {
+		typ        gguf.TensorType
+		rows, cols int
+	}
+	data, weights := map[key]*matmulBenchData{}, map[wkey]*matmulBenchWeights{}
+	owner := b
+	for _, cand := range matmulCandidates {
+		for _, typ := range matmulBenchTypes {
+			for _, sh := range shapes {
+				name := fmt.Sprintf("%s/%s/n%d/%dx%d", cand.name, typ, sh.n, sh.rows, sh.cols)
+				b.Run(name, func(b *testing.B) {
+					switch {
+					case cand.cpuOnly && !cpu:
+						b.Skip("the emulated product is for CPU devices; this GPU times the real kernels")
+					case cand.coop && !info.Features.CooperativeMatrixNV:
+						b.Skip("the device lacks VK_NV_cooperative_matrix (16x16x16 f16 -> f32 at subgroup scope)")
+					}
+					d := data[key{typ, sh}]
+					if d == nil {
+						w := weights[wkey{typ, sh.rows, sh.cols}]
+						if w == nil {
+							w = newMatmulBenchWeights(b, owner, dev, typ, sh.rows, sh.cols)
+							weights[wkey{typ, sh.rows, sh.cols}] = w
+						}
+						d = newMatmulBenchData(b, owner, dev, w, sh)
+						data[key{typ, sh}] = d
+					}
+					runMatmulCandidate(b, dev, cand, typ, d)
+				})
+			}
+		}
+	}
+}
+
+func runMatmulCandidate(b *testing.B, dev *vk.Device, cand matmulCandidate, typ gguf.TensorType, d *matmulBenchData) {
+	v, err := Lookup(cand.variant(matvecTypeOf[typ]))
+	require.NoError(b, err)
+	k, err := dev.NewKernel(v.SPIRV(), vk.KernelSpec{Name: v.Name, Bindings: len(v.Bindings),
+		PushConstantBytes: v.PushBytes(), Specialization: cand.spec})
+	if err != nil {
+		b.Fatalf("%s: the driver refused the kernel: %v", v.Name, err)
+	}
+	defer k.Close()
+	rows, cols, n := uint32(d.rows), uint32(d.cols), uint32(d.n)
+	yb, err := dev.NewBuffer(uint64(4*d.rows*d.n), vk.DeviceLocal)
+	require.NoError(b, err)
+	defer yb.Close()
+	record := func(reps int) *vk.Recorder {
+		rec := dev.NewRecorder()
+		for i := 0; i < reps; i++ {
+			rec.Dispatch(k, vk.MustPackPush(matmulWhole(rows, cols, n)), cand.groups(rows, n),
+				vk.Bind{Buf: d.w, Access: vk.Read}, vk.Bind{Buf: d.x, Access: vk.Read}, vk.Bind{Buf: yb, Access: vk.Write})
+		}
+		return rec
+	}
+
+	// Checked first: NaN in y shows an output the kernel skipped.
+	check := dev.NewRecorder()
+	defer check.Close()
+	check.Fill(yb, 0, yb.Size(), 0x7fc00000)
+	require.NoError(b, dev.Run(check))
+	one := record(1)
+	defer one.Close()
+	start := time.Now()
+	require.NoError(b, dev.Run(one))
+	first := time.Since(start)
+	got := download(b, yb, d.n*d.rows)
+	// The f32 kernels' sums: at most cols roundings of 2^-24 of the sum of
+	// |terms| each (the running sum's worst case); the tensor-core kernels
+	// add their f16 rounding (matmulCoopTolerance).
+	tol := cand.tol + float64(d.cols)*math.Pow(2, -24) + 1e-6
+	for i, s := range d.tokens {
+		if err := closeness(got[s*d.rows:(s+1)*d.rows], d.want[i], d.scale[i], tol); err != nil {
+			b.Fatalf("%s: token %d of %d wrong before timing: %v", v.Name, s, d.n, err)
+		}
+	}
+
+	// Repeats for about 2 ms a run, from the checked call's time (which
+	// includes a submission: an underestimate of the repeats, never over).
+	reps := 1
+	if first > 0 {
+		reps = int(min(200, max(1, (2*time.Millisecond)/first)))
+	}
+	rec := record(reps)
+	defer rec.Close()
+	require.NoError(b, dev.Run(rec)) // records
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := dev.Run(rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+	call := b.Elapsed().Seconds() / float64(b.N*reps)
+	flops := 2 * float64(d.rows) * float64(d.cols) * float64(d.n)
+	b.ReportMetric(flops/call/1e12, "TFLOP/s")
+	b.ReportMetric(call*1e6, "us/call")
+	b.ReportMetric(float64(d.weightBytes)/call/1e9, "weight-GB/s")
+	b.ReportMetric(float64(reps), "reps")
+}
