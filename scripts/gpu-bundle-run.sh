@@ -25,6 +25,7 @@
 #                 stories15m tinyllama-1.1b llama2-7b; Q8_0, dense and MoD twin)
 #   BENCH_PARALLEL sequence counts (default 1,4,8,16; issue 33's bench --parallel)
 #   TEST_TIMEOUT  each test binary's limit (quick: 5m, full: 20m)
+#   BENCH_LIMIT   each bench row's limit in seconds (default 240)
 #   LAYER_DIR     a folder with the Khronos validation layer (its .so and .json):
 #                 the test binaries of VALIDATE_PKGS (default: vk shaders) run with it
 #   MODRUN_DEVICE the Vulkan device, as for modrun
@@ -103,7 +104,7 @@ while read -r p name skip; do test_row "$p" "$name"; done < "$here/tests/package
 bench_row() {
   local name=$1 rc
   shift
-  "$here/bin/modrun" bench "$@" --out "$logs/bench-$name.md" --json-out "$logs/bench-$name.json" > /dev/null 2> "$logs/bench-$name.log"
+  timeout -k 5 "${BENCH_LIMIT:-240}" "$here/bin/modrun" bench "$@" --out "$logs/bench-$name.md" --json-out "$logs/bench-$name.json" > /dev/null 2> "$logs/bench-$name.log"
   rc=$?
   if [ $rc -eq 0 ]; then
     echo "run.sh: bench $name: ok" >&2
@@ -116,6 +117,18 @@ bench_row() {
   echo >> "$report"
 }
 if [ "$quick" = 1 ]; then
+  { echo "## Bench rows (quick)"; echo; } >> "$report"
+  small=${QUICK_SMALL:-tinyllama-1.1b} large=${QUICK_LARGE:-llama2-7b} # other shapes: a try-out on lavapipe
+  m11=$logs/$small-q8_0.gguf # bench --save writes the dense model here (the twin beside it, -mod)
+  [ "$small" = stories260k ] && { echo "run.sh: --quick needs a context over 512 (stories260k has 512)" >&2; exit 2; }
+  bench_row "$small-q8_0" --synthetic "$small" --type q8_0 --capacity 0.125 --routing router --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8 --save "$logs/m.gguf"
+  mv "$logs/m-$small-q8_0.gguf" "$m11" 2>/dev/null; rm -f "$logs/m-$small-q8_0-mod.gguf"
+  bench_row "$small-q4_k_m" --synthetic "$small" --type q4_k_m --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8
+  bench_row "parallel-$small-q8_0" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1
+  m7=$logs/$large-q8_0.gguf
+  bench_row "$large-q8_0" --synthetic "$large" --type q8_0 --backends vulkan --prompt 512 -n 32 --repeats 2 --validate 0 --save "$m7"
+  bench_row "$large-q8_0-prompt5" -m "$m7" --backends vulkan --prompt 5 -n 16 --repeats 3 --validate 0
+  rm -f "$m7"
   {
     echo "## Kernel benchmarks (shaders.test: GB/s of the matvecs, TFLOP/s of the matmuls, validated first)"
     echo
@@ -132,20 +145,9 @@ if [ "$quick" = 1 ]; then
       > "$logs/kernels-$1.log" 2>&1 || { echo "$1: FAILED or cut at ${4}s (exit $?)" >> "$report"; failed=1; }
     grep -E '^Benchmark|FAIL|panic|SKIP|--- |probe' "$logs/kernels-$1.log" >> "$report"
   }
-  kernel_bench BenchmarkMatvecGPU "${QUICK_MATVEC:-BenchmarkMatvecGPU/^7b-(gateup-swiglu|qkv-norm)\$/^(F16|Q8_0|Q4_K)\$}" 30x 120
-  kernel_bench BenchmarkMatmulGPU "${QUICK_MATMUL:-BenchmarkMatmulGPU}" 10x 90
-  { echo '```'; echo; echo "## Bench rows (quick)"; echo; } >> "$report"
-  small=${QUICK_SMALL:-tinyllama-1.1b} large=${QUICK_LARGE:-llama2-7b} # other shapes: a try-out on lavapipe
-  m11=$logs/$small-q8_0.gguf # bench --save writes the dense model here (the twin beside it, -mod)
-  [ "$small" = stories260k ] && { echo "run.sh: --quick needs a context over 512 (stories260k has 512)" >&2; exit 2; }
-  bench_row "$small-q8_0" --synthetic "$small" --type q8_0 --capacity 0.125 --routing router --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8 --save "$logs/m.gguf"
-  mv "$logs/m-$small-q8_0.gguf" "$m11" 2>/dev/null; rm -f "$logs/m-$small-q8_0-mod.gguf"
-  bench_row "$small-q4_k_m" --synthetic "$small" --type q4_k_m --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8
-  bench_row "parallel-$small-q8_0" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1
-  m7=$logs/$large-q8_0.gguf
-  bench_row "$large-q8_0" --synthetic "$large" --type q8_0 --backends vulkan --prompt 512 -n 32 --repeats 2 --validate 0 --save "$m7"
-  bench_row "$large-q8_0-prompt5" -m "$m7" --backends vulkan --prompt 5 -n 16 --repeats 3 --validate 0
-  rm -f "$m7"
+  kernel_bench BenchmarkMatvecGPU "${QUICK_MATVEC:-BenchmarkMatvecGPU/^7b-(gateup-swiglu|qkv-norm)\$/^(F16|Q8_0|Q4_K)\$}" 30x 90
+  kernel_bench BenchmarkMatmulGPU "${QUICK_MATMUL:-BenchmarkMatmulGPU/^(tiled-64x64|tiled-128x128|coop-64x64|coop-16x64-k64)\$/}" 10x 60
+  { echo '```'; echo; } >> "$report"
   {
     echo "## Where a $small Q8_0 decode's GPU time goes (modrun run --profile, 64 tokens)"
     echo
