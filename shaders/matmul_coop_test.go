@@ -121,7 +121,7 @@ func TestMatmulCoopSpec(t *testing.T) {
 // The profile takes the tensor-core matmul on a GPU with the NV shape and
 // subgroups of 32, not elsewhere, and its fallback is matmul.comp.
 func TestMatmulCoopProfile(t *testing.T) {
-	gpu := Device{SubgroupSize: 32, SubgroupArithmetic: true, Float16: true, CooperativeMatrixNV: true}
+	gpu := Device{SubgroupSize: 32, SubgroupArithmetic: true, Float16: true, CooperativeMatrixNV: true, TensorCores: true}
 	p := NewProfile(gpu)
 	require.True(t, p.MatmulCoop)
 	name, spec := p.MatmulKernel(MatvecQ4_K)
@@ -141,9 +141,10 @@ func TestMatmulCoopProfile(t *testing.T) {
 	assert.False(t, ok, "nothing further to fall back to")
 
 	for _, d := range []Device{
-		{SubgroupSize: 32, Float16: true},                                       // no extension
-		{SubgroupSize: 64, Float16: true, CooperativeMatrixNV: true},            // a 64-wide subgroup
-		{CPU: true, SubgroupSize: 32, Float16: true, CooperativeMatrixNV: true}, // a CPU device
+		{SubgroupSize: 32, Float16: true, CooperativeMatrixNV: true},                               // not asked for (MODRUN_TENSOR_CORES)
+		{SubgroupSize: 32, Float16: true, TensorCores: true},                                       // no extension
+		{SubgroupSize: 64, Float16: true, CooperativeMatrixNV: true, TensorCores: true},            // a 64-wide subgroup
+		{CPU: true, SubgroupSize: 32, Float16: true, CooperativeMatrixNV: true, TensorCores: true}, // a CPU device
 	} {
 		assert.False(t, NewProfile(d).MatmulCoop, "%+v", d)
 	}

@@ -39,6 +39,13 @@ type Device struct {
 	// 16x16x16 f16 -> f32 shape (vk.Features.CooperativeMatrixNV, which
 	// includes vulkanMemoryModel and shaderFloat16): matmul_coop runs.
 	CooperativeMatrixNV bool
+	// TensorCores: the user asked for the tensor-core matmul where the
+	// device has it (MODRUN_TENSOR_CORES=1, read by the engine). Off by
+	// default: its f16 operands move prefill and eval logits by about 1e-3
+	// relative against the CPU reference (the H200 run of 2026-11-27 failed
+	// the f32-bound tests that way), for 1.3-1.8x the f32 tiles' speed
+	// there (bench/results/2026-11-27-h200-nvidia-580.md).
+	TensorCores bool
 }
 
 // Profile is a device's kernel choices.
@@ -193,7 +200,7 @@ func NewProfile(d Device) Profile {
 	default:
 		p.MatvecReduce, p.MatvecSpec = ReduceShared, []uint32{128, 32, 1}
 	}
-	p.MatmulCoop = !d.CPU && d.CooperativeMatrixNV && sg == MatmulCoopSubgroup
+	p.MatmulCoop = !d.CPU && d.CooperativeMatrixNV && sg == MatmulCoopSubgroup && d.TensorCores
 	return p
 }
 

@@ -3,6 +3,7 @@ package vulkan
 import (
 	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/vk"
+	"os"
 )
 
 // deviceFacts is what shaders.NewProfile needs of a device: the subgroup
@@ -32,5 +33,6 @@ func deviceFacts(info vk.DeviceInfo) shaders.Device {
 		SubgroupShuffle:         f.SubgroupShuffle,
 		SubgroupBallot:          f.SubgroupBallot,
 		CooperativeMatrixNV:     f.CooperativeMatrixNV,
+		TensorCores:             os.Getenv("MODRUN_TENSOR_CORES") == "1",
 	}
 }
