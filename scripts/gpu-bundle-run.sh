@@ -26,6 +26,7 @@
 #   BENCH_PARALLEL sequence counts (default 1,4,8,16; issue 33's bench --parallel)
 #   TEST_TIMEOUT  each test binary's limit (quick: 5m, full: 20m)
 #   BENCH_LIMIT   each bench row's limit in seconds (default 240)
+#   QUICK_BENCH=0 --quick runs the tests and nothing after them
 #   LAYER_DIR     a folder with the Khronos validation layer (its .so and .json):
 #                 the test binaries of VALIDATE_PKGS (default: vk shaders) run with it
 #   MODRUN_DEVICE the Vulkan device, as for modrun
@@ -67,7 +68,10 @@ run_tests() {
   # the packages in VALIDATE_PKGS, where LAYER_DIR holds it: its checks slow
   # a test binary several times, so the engine's run without it.
   if [ -n "${LAYER_DIR:-}" ] && [[ " ${VALIDATE_PKGS:-vk shaders} " == *" $p "* ]]; then layer=$LAYER_DIR; fi
-  (cd "$here/src/$p" && ${layer:+env VK_LAYER_PATH="$layer"} timeout -k 10 "${TEST_TIMEOUT:-$([ "$quick" = 1 ] && echo 5m || echo 20m)}" \
+  # LD_LIBRARY_PATH too: the layer's manifest names its library without a
+  # folder, which the loader looks up as a system library, not beside the
+  # manifest (on the H200, VK_LAYER_PATH alone gave VK_ERROR_LAYER_NOT_PRESENT).
+  (cd "$here/src/$p" && ${layer:+env VK_LAYER_PATH="$layer" LD_LIBRARY_PATH="$layer${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"} timeout -k 10 "${TEST_TIMEOUT:-$([ "$quick" = 1 ] && echo 5m || echo 20m)}" \
     "$here/tests/$name.test" -test.v -test.count=1 ${skip:+-test.skip "$skip"}) > "$logs/test-$name.log" 2>&1
   echo $? > "$logs/test-$name.rc"
 }
@@ -116,6 +120,10 @@ bench_row() {
   fi
   echo >> "$report"
 }
+if [ "$quick" = 1 ] && [ "${QUICK_BENCH:-1}" = 0 ]; then # tests only
+  echo "run.sh: report in $report" >&2
+  exit $failed
+fi
 if [ "$quick" = 1 ]; then
   { echo "## Bench rows (quick)"; echo; } >> "$report"
   small=${QUICK_SMALL:-tinyllama-1.1b} large=${QUICK_LARGE:-llama2-7b} # other shapes: a try-out on lavapipe

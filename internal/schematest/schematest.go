@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -19,9 +18,7 @@ import (
 // Files are the test schemas by name (the file name without .json).
 func Files(t testing.TB) map[string][]byte {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0) // .../internal/schematest/schematest.go
-	root := filepath.Dir(filepath.Dir(filepath.Dir(file)))
-	paths, err := filepath.Glob(filepath.Join(root, "engine", "grammar", "testdata", "schemas", "*.json"))
+	paths, err := filepath.Glob(filepath.Join(schemaDir(t), "*.json"))
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(paths), 20, "the test schemas")
 	out := map[string][]byte{}
@@ -44,4 +41,22 @@ func Validator(t testing.TB, name string, schema []byte) *jsonschema.Schema {
 	s, err := c.Compile(name + ".json")
 	require.NoError(t, err)
 	return s
+}
+
+// schemaDir finds engine/grammar/testdata/schemas from the working directory
+// up (a test runs in its package's folder; the GPU bundle's -trimpath
+// binaries know no source path, as publictest's convertDir explains).
+func schemaDir(t testing.TB) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		p := filepath.Join(dir, "engine", "grammar", "testdata", "schemas")
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			return p
+		}
+		if filepath.Dir(dir) == dir {
+			require.FailNowf(t, "schematest: no engine/grammar/testdata/schemas", "in %s or any folder above it", wd)
+		}
+	}
 }
