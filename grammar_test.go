@@ -74,6 +74,9 @@ func TestJSONSchemaSamplesFromSynth(t *testing.T) {
 		{spmSynth, 50},
 		{bpeSynth, 6},
 	} {
+		if raceEnabled { // 1,100 generations take minutes under the race detector: every schema still runs
+			tc.seeds = max(tc.seeds/10, 2)
+		}
 		m := synthModel(t, tc.spec, modrun.Options{Backend: modrun.BackendCPU})
 		for name, schema := range schematest.Files(t) {
 			if name == "16-map" { // keys of any length: a random model draws " once in hundreds of tokens (engine/grammar's test samples it)
@@ -192,7 +195,11 @@ number ::= ("0" | [1-9] [0-9]{0,3}) ("." [0-9]{1,3})?
 		} {
 			g, err := modrun.ParseGrammar(tc.src)
 			require.NoError(t, err)
-			for seed := uint64(0); seed < 20; seed++ {
+			seeds := uint64(20)
+			if raceEnabled {
+				seeds = 4
+			}
+			for seed := uint64(0); seed < seeds; seed++ {
 				text, res := generate(t, m, "x", modrun.GenerateOptions{Temperature: 1, Seed: seed, MaxTokens: 200, Grammar: g})
 				require.Equal(t, modrun.StopEOS, res.Stop, "%s seed %d: %q", spec, seed, text)
 				assert.True(t, tc.valid(text), "%s seed %d: %q", spec, seed, text)
