@@ -61,6 +61,18 @@ func TestOnlySubgroupVariantsNeedAFeature(t *testing.T) {
 			assert.Empty(t, nd.Features, "%s needs features without subgroups", v.Name)
 			continue
 		}
+		if v.Op == OpMatmulCoop && !strings.Contains(v.Name, "_emu_") {
+			// The tensor-core matmul: its extension, halves and the memory
+			// model, at subgroup scope; its fallback is matmul.comp.
+			assert.Equal(t, []string{"cooperative_matrix_nv", "shader_float16", "vulkan_memory_model"}, nd.Features, v.Name)
+			dev := smallGPU
+			dev.Float16, dev.CooperativeMatrixNV, dev.TensorCores = true, true, true
+			fb, safe, ok := NewProfile(dev).Fallback(v)
+			require.True(t, ok, "%s has a fallback", v.Name)
+			assert.Equal(t, "matmul_"+strings.TrimPrefix(v.Name, "matmul_coop_"), safe)
+			assert.False(t, fb.MatmulCoop, v.Name)
+			continue
+		}
 		subgroupKernels = append(subgroupKernels, v.Name)
 		dev := smallGPU
 		if v.Reduce == ReduceLanes {
