@@ -98,7 +98,8 @@ while read -r p name skip; do test_row "$p" "$name"; done < "$here/tests/package
   echo
   echo '```'
   for f in "$logs"/test-*.log; do
-    grep -h -A3 -- '--- FAIL\|--- SKIP' "$f" | grep -v '^--$' | sed "s|^|$(basename "$f" .log): |" | head -200
+    # go test -v prints a test's messages (a skip's reason) before its --- line
+    grep -h -B4 -- '--- FAIL\|--- SKIP' "$f" | grep -v '^--$\|^=== \|--- PASS' | sed "s|^|$(basename "$f" .log): |" | head -200
   done
   echo '```'
   echo
