@@ -68,7 +68,8 @@ def tokenize_file(path, vocab, modrun, cache_dir):
     tokenized by `modrun tokenize`; cached by content hash."""
     with open(path, "rb") as fh:
         raw = fh.read()
-    key = hashlib.sha256(raw + open(vocab, "rb").read()).hexdigest()[:16]
+    with open(vocab, "rb") as fh:
+        key = hashlib.sha256(raw + fh.read()).hexdigest()[:16]
     out = os.path.join(cache_dir, f"{os.path.basename(path)}.{key}.ids.bin")
     if os.path.exists(out):
         return np.fromfile(out, dtype="<u2")
