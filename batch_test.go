@@ -64,7 +64,7 @@ func parallelSessionsShareSteps(t *testing.T, backend string) {
 	goroutines := runtime.NumGoroutine()
 	m, err := Open("models/tinystories-mod.gguf", Options{Backend: backend, Parallel: 8})
 	require.NoError(t, err)
-	require.NotNil(t, m.batch, "the backend runs sessions in shared steps")
+	require.True(t, m.loop.Batched(), "the backend runs sessions in shared steps")
 	convs := make([][]turn, 8)
 	for i := range convs {
 		sampled := GenerateOptions{MaxTokens: 6 + i, Temperature: 0.8, Seed: uint64(i), LogProbs: true, TopLogProbs: 2}
@@ -112,7 +112,7 @@ func parallelSessionsShareSteps(t *testing.T, backend string) {
 			assert.Equal(t, w.res.Layers, g.res.Layers, "conversation %d turn %d", i, j)
 		}
 	}
-	st := m.batch.s.Stats()
+	st := m.loop.Stats()
 	t.Logf("%d steps (%d shared, up to %d sequences), %d rows, %d tokens reused from the sessions' caches", st.Steps, st.SharedSteps, st.MaxSeqsInStep, st.Rows, st.ReusedTokens)
 	// How many steps the sessions share depends on how their goroutines
 	// overlap in time: most of them on a 2-core machine, 40 of 99 on the
@@ -144,8 +144,8 @@ func TestParallelKVBudget(t *testing.T) {
 	require.NoError(t, err)
 	defer m.Close()
 	fourAtOnceMatchAlone(t, m, alone)
-	st := m.batch.s.Stats()
-	t.Logf("budget %d pages: %d waits, %d preemptions, at most %d pages", m.batch.s.Pool().Pages(), st.Waits, st.Preemptions, st.MaxPagesInUse)
+	st := m.loop.Stats()
+	t.Logf("budget %d pages: %d waits, %d preemptions, at most %d pages", m.loop.PoolPages(), st.Waits, st.Preemptions, st.MaxPagesInUse)
 	assert.Positive(t, st.Waits+st.Preemptions, "the small budget made sessions wait")
 
 	small, err := Open("models/tinystories-mod.gguf", Options{Backend: BackendCPU, Parallel: 2, KVBudget: 4096})
@@ -172,7 +172,7 @@ func TestParallelKVF16(t *testing.T) {
 	require.NoError(t, err)
 	defer m.Close()
 	assert.Equal(t, "f16", m.Info().KVType)
-	assert.Equal(t, 2*f32.batch.s.Pool().Pages(), m.batch.s.Pool().Pages(), "the budget holds twice the pages")
+	assert.Equal(t, 2*f32.loop.PoolPages(), m.loop.PoolPages(), "the budget holds twice the pages")
 
 	fourAtOnceMatchAlone(t, m, alone)
 }

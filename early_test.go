@@ -14,13 +14,19 @@ import (
 // only after fn had it: the order proves the early delivery), on a model
 // whose sessions take turns and on one that shares steps. The tokens, the
 // routing and the session's next turn are those of the same conversation
-// without it.
+// without it. Each conversation has a model of its own, so that both run
+// their tokens in the same steps: a sequence that takes the runner over
+// from another runs the tokens they share again in other steps (one
+// batch), whose rounding moves the router scores in their last bits.
 func TestOnRouted(t *testing.T) {
 	for _, parallel := range []int{0, 2} {
 		t.Run(fmt.Sprintf("parallel %d", parallel), func(t *testing.T) {
-			m, err := Open("models/tinystories-mod.gguf", Options{Backend: BackendCPU, Parallel: parallel})
-			require.NoError(t, err)
-			defer func() { assert.NoError(t, m.Close()) }()
+			model := func() *Model {
+				m, err := Open("models/tinystories-mod.gguf", Options{Backend: BackendCPU, Parallel: parallel})
+				require.NoError(t, err)
+				t.Cleanup(func() { assert.NoError(t, m.Close()) })
+				return m
+			}
 			type event struct {
 				routed bool
 				pos    int
@@ -41,7 +47,7 @@ func TestOnRouted(t *testing.T) {
 				require.NoError(t, err)
 				return out
 			}
-			plain, early := m.NewSession(), m.NewSession()
+			plain, early := model().NewSession(), model().NewSession()
 			defer plain.Close()
 			defer early.Close()
 			for _, prompt := range []string{"Once upon a time", " Then the dog"} {

@@ -6,12 +6,5 @@ package modrun
 // take turns on one contiguous cache) all three are 0. A server's metrics
 // read it.
 func (m *Model) KVPages() (inUse, total, blockTokens int) {
-	b := m.batch
-	if b == nil {
-		return 0, 0, 0
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	p := b.s.Pool()
-	return p.Pages() - p.Free(), p.Pages(), p.BlockTokens()
+	return m.loop.Pages()
 }

@@ -99,20 +99,14 @@ type Model struct {
 	ctxLen   int
 	noRoutes bool
 
-	// turn is held by the call using the runner, lends are the runner
-	// lent out while token callbacks run, innermost last (hold.go).
-	turn  chan struct{}
-	lends []*lend // under mu
-	// owner is the session whose sequence the runner holds, as of that
-	// session's Reset count ownerSeq (under turn).
-	owner    *Session
-	ownerSeq uint64
-	closed   bool
-	mu       sync.Mutex // guards closed and lends
-	// batch runs the sessions in shared steps (Options.Parallel > 1 or
-	// PrefixCache on the
-	// CPU backend; batch.go); nil otherwise.
-	batch *batcher
+	// turn is held by whatever uses the runner: each step of the
+	// generation loop, LogProbs, Profile and Close (acquire).
+	turn   chan struct{}
+	closed bool
+	mu     sync.Mutex // guards closed
+	// loop runs every Generate as a sequence of one scheduler: one at a
+	// time on the runner, or Options.Parallel at once in shared steps.
+	loop *engine.Loop
 
 	grammar grammarVocab // for GenerateOptions.Grammar
 }
@@ -241,11 +235,11 @@ func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Rout
 		s := ms.MemoryStats()
 		model.info.GPUWeights, model.info.GPUKVCache, model.info.GPUScratch = s.Weights, s.KVCache, s.Scratch
 	}
-	if (opts.Parallel > 1 || opts.PrefixCache) && (backend.Name == BackendCPU || model.info.Backend == BackendVulkan) {
-		if model.batch, err = newBatcher(backend, opts, ctxLen, model.turn); err != nil {
-			backend.Close()
-			return nil, err
-		}
+	model.loop, err = engine.NewLoop(backend, engine.LoopOptions{Parallel: opts.Parallel, PrefixCache: opts.PrefixCache,
+		KVBudget: opts.KVBudget, UBatch: opts.UBatch, ContextLen: ctxLen, NVocab: c.NVocab, Turn: model.turn})
+	if err != nil {
+		backend.Close()
+		return nil, fmt.Errorf("modrun: %w", err)
 	}
 	return model, nil
 }
@@ -321,8 +315,8 @@ var ErrClosed = errors.New("modrun: closed")
 // error if that is done). A second Close and
 // the methods of a closed model's sessions return ErrClosed.
 func (m *Model) Close() error {
-	if m.batch != nil && !m.isClosed() {
-		m.batch.close()
+	if !m.isClosed() {
+		m.loop.Close()
 	}
 	release, err := m.acquire(context.Background())
 	if err != nil {
@@ -333,7 +327,6 @@ func (m *Model) Close() error {
 	m.closed = true
 	m.mu.Unlock()
 	m.backend.Close()
-	m.owner = nil
 	if err := m.m.Close(); err != nil {
 		return fmt.Errorf("modrun: %w", err)
 	}
@@ -344,4 +337,22 @@ func (m *Model) isClosed() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.closed
+}
+
+// acquire takes the model's turn on its runner for one call, waiting while
+// a step of the generation loop or another call holds it, until ctx is
+// done. A token callback never holds it (the loop takes it per step), so
+// its calls wait for a step at most. It returns ErrClosed once the model
+// is closed; otherwise the caller must call release when done.
+func (m *Model) acquire(ctx context.Context) (release func(), err error) {
+	select {
+	case m.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if m.isClosed() {
+		<-m.turn
+		return nil, ErrClosed
+	}
+	return func() { <-m.turn }, nil
 }

@@ -40,9 +40,9 @@ func TestPenaltiesOnEveryBackend(t *testing.T) {
 					continue
 				}
 				require.NoError(t, err)
-				name := fmt.Sprintf("parallel %d (shared steps: %v)", parallel, m.batch != nil)
+				name := fmt.Sprintf("parallel %d (shared steps: %v)", parallel, m.loop.Batched())
 				if parallel > 0 {
-					require.NotNil(t, m.batch, "%s: the sessions share the scheduler's steps", backend)
+					require.True(t, m.loop.Batched(), "%s: the sessions share the scheduler's steps", backend)
 				}
 				greedy := ids(converse(t, m, []turn{{prompt, plain}}))
 				assert.Equal(t, []int32{300, 300, 300, 300, 300, 300}, ids(converse(t, m, []turn{{prompt, biased}})), name)

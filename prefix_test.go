@@ -23,7 +23,7 @@ func TestParallelPromptReused(t *testing.T) {
 func testPromptReused(t *testing.T, opts Options) {
 	m, err := Open("models/tinystories-mod.gguf", opts)
 	require.NoError(t, err)
-	require.NotNil(t, m.batch, "the sessions run on the page pool")
+	require.True(t, m.loop.Batched(), "the sessions run on the page pool")
 	defer func() { assert.NoError(t, m.Close()) }()
 	const prompt = "Once upon a time there was a little girl named Lily. She loved to play in the park with her dog."
 	turn := func() ([]Token, Result) {
@@ -39,9 +39,9 @@ func testPromptReused(t *testing.T, opts Options) {
 	}
 	first, res := turn()
 	assert.Zero(t, res.CachedTokens, "nothing was cached before")
-	before := m.batch.s.Stats().ReusedTokens
+	before := m.loop.Stats().ReusedTokens
 	second, res := turn()
-	reused := m.batch.s.Stats().ReusedTokens - before
+	reused := m.loop.Stats().ReusedTokens - before
 	assert.GreaterOrEqual(t, reused, 16, "the prompt's full blocks came from the cache")
 	assert.Equal(t, reused, res.CachedTokens, "the result says how many")
 	assert.Less(t, res.CachedTokens, res.PromptTokens)

@@ -62,7 +62,7 @@ func (m *Model) LogProbs(ctx context.Context, tokens []int32, top int) ([]Scored
 		return nil, err
 	}
 	defer release()
-	m.owner = nil // the runner runs this sequence: a session restores its own next time
+	m.loop.RunnerUsed() // the runner runs this sequence: a session's runs again next time
 	n := m.info.NVocab
 	out := make([]ScoredToken, len(tokens)-1)
 	score := func(i int, logits []float32) { // logits [nVocab] after tokens[:i+1]

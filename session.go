@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/modrun/modrun/engine"
+	"github.com/modrun/modrun/engine/grammar"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/tokenizer"
 )
@@ -25,11 +26,8 @@ type Session struct {
 	fed     []int32 // every token the runner has run for this session, in order
 	pending []int32 // the last token drawn and delivered but not run yet (0 or 1)
 	dec     *tokenizer.StreamDecoder
-	// resets counts Reset and Close: the runner holds this session's
-	// sequence only if it was fed since the last one (Model.owner).
-	resets uint64
-	// On the batcher (batch.go): per routed layer, the tokens of the
-	// sequence that went through, counted up to position counted.
+	// Per routed layer, the tokens of the sequence that went through,
+	// counted up to position counted.
 	layers  []LayerStat
 	counted int
 }
@@ -262,7 +260,8 @@ type LayerStat struct {
 // batch: Options.UBatch on Vulkan and the CPU, 32 tokens on the reference);
 // it returns ctx's error, and the session holds the tokens run so far
 // (Tokens): a later Generate continues after them, with more prompt or none.
-// The loop is engine's (engine.Continue), the one bench times.
+// The loop is engine's (engine.Loop), the one bench times and the server
+// runs.
 func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOptions, fn func(Token) error) (Result, error) {
 	if ctx == nil {
 		return Result{}, errors.New("modrun: Generate: nil context (context.Background() is the one that never ends)")
@@ -289,39 +288,62 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 			return Result{}, fmt.Errorf("modrun: the prompt is empty and there is nothing to continue from; give some text")
 		}
 		// The last call stopped before it drew a token (cancelled in its
-		// prompt): run the last token again to draw one. The runner must
-		// first forget it, so the session's sequence is restored.
+		// prompt): run the last token again to draw one (the runner holds
+		// it, but not its logits: the loop runs the sequence up to it again).
 		s.pending = []int32{s.fed[len(s.fed)-1]}
 		s.fed = s.fed[:len(s.fed)-1]
-		s.resets++
 	}
 	if have := len(s.fed) + len(s.pending); have+len(ids) > s.m.ctxLen {
 		return Result{}, &PromptLengthError{Tokens: len(ids), Held: have, ContextLen: s.m.ctxLen}
 	}
-	if s.m.batch != nil { // sessions share steps (batch.go)
-		return s.generateBatched(ctx, ids, so, constraint, opts, fn)
+	return s.generate(ctx, ids, so, constraint, opts, fn)
+}
+
+// generate runs the session's sequence and ids as one sequence of the
+// model's generation loop (engine.Loop): the tokens the session holds
+// first (not delivered again; the runner or the prefix cache may hold
+// them), then ids and the new tokens, each delivered to fn on this
+// goroutine with its text.
+func (s *Session) generate(ctx context.Context, ids []int32, so engine.SamplerOptions, constraint *grammar.Matcher, opts GenerateOptions, fn func(Token) error) (Result, error) {
+	var fnErr error // fn's own error, returned as it is
+	eo := engine.GenerateOptions{
+		MaxTokens: opts.MaxTokens, EOS: -1, EndOfTurn: s.m.tok.EndOfGeneration(), Sampler: so, Ban: s.banned(opts),
+		LogProbs: opts.LogProbs, TopLogProbs: opts.TopLogProbs, Held: len(s.fed) + len(s.pending), Routes: fn != nil && !s.m.noRoutes,
+		OnRun: s.count,
+		OnToken: func(t engine.Token) error {
+			text, err := s.dec.Push(t.ID)
+			if err != nil {
+				return fmt.Errorf("modrun: %w", err)
+			}
+			if fn == nil {
+				return nil
+			}
+			fnErr = fn(Token{ID: t.ID, Text: string(text), Pos: t.Pos, Prompt: t.Prompt, Routes: t.Routes, LogProb: t.LogProb, TopLogProbs: t.Top})
+			return fnErr
+		},
 	}
-	release, err := s.m.acquire(ctx)
-	if err != nil {
-		return Result{}, err
+	if constraint != nil { // this sequence's own grammar state, advanced by its draws
+		eo.Constraint = constraint
 	}
-	defer release()
-	if err := s.restore(ctx); err != nil {
-		return Result{}, err
+	if opts.OnRouted != nil && fn != nil {
+		eo.OnRouted = opts.OnRouted
 	}
-	pending := s.pending
-	s.pending = nil
-	lo := s.loopOptions(ctx, so, opts, pending, fn)
-	if constraint != nil {
-		lo.Constraint = constraint
+	er, err := s.m.loop.Generate(ctx, slices.Concat(s.fed, s.pending, ids), eo)
+	s.fed, s.pending = er.Fed, er.Pending
+	res := Result{Timing: er.Timing, Stop: er.Stop, Tokens: len(er.Tokens), CachedTokens: er.CachedTokens, Tail: string(s.dec.Flush())}
+	res.Layers = slices.Clone(s.layers)
+	if res.Layers == nil && er.RoutingStats != nil { // untraced (NoRoutes): the runner's own counts
+		for _, st := range er.RoutingStats {
+			res.Layers = append(res.Layers, LayerStat(st))
+		}
 	}
-	er, err := engine.Continue(ctx, s.m.backend.Runner, ids, lo)
-	s.pending = er.Pending
-	res := Result{Timing: er.Timing, Stop: er.Stop, Tokens: len(er.Tokens), Tail: string(s.dec.Flush())}
-	if !s.m.isClosed() { // a callback may have closed it
-		res.Layers = s.m.layerStats()
+	switch {
+	case err == nil, err == fnErr, errors.Is(err, ctx.Err()):
+		return res, err
+	case errors.Is(err, engine.ErrClosed):
+		return res, ErrClosed
 	}
-	return res, err
+	return res, fmt.Errorf("modrun: %w", err)
 }
 
 // promptTokens is the prompt as token ids: opts.PromptTokens as given, or
@@ -345,57 +367,6 @@ func (s *Session) promptTokens(prompt string, opts GenerateOptions) ([]int32, er
 	return slices.Clone(opts.PromptTokens), nil
 }
 
-// loopOptions set engine's generation loop for one Generate call of the
-// session: its pending token and history, and the hooks that keep the
-// session's sequence (fed), restore the runner to it after a callback ran
-// another session, decode each token's text and pass it to fn.
-func (s *Session) loopOptions(ctx context.Context, so engine.SamplerOptions, opts GenerateOptions, pending []int32, fn func(Token) error) engine.GenerateOptions {
-	return engine.GenerateOptions{
-		MaxTokens: opts.MaxTokens, EOS: -1, EndOfTurn: s.m.tok.EndOfGeneration(), Sampler: so, Chunk: s.m.backend.PromptChunk(),
-		Pending: pending, History: s.fed, Routes: fn != nil && !s.m.noRoutes, Ban: s.banned(opts), OnRouted: s.onRouted(opts, fn),
-		LogProbs: opts.LogProbs, TopLogProbs: opts.TopLogProbs,
-		BeforeFeed: func() error {
-			if s.m.isClosed() { // by the callback
-				return ErrClosed
-			}
-			return s.restore(ctx) // the callback may have run another session
-		},
-		AfterFeed: func(tokens []int32, err error) error {
-			if err != nil {
-				s.m.owner = nil // the runner's sequence is unknown now: restore it next time
-				return fmt.Errorf("modrun: %w", err)
-			}
-			s.fed = append(s.fed, tokens...)
-			return nil
-		},
-		OnToken: func(t engine.Token) error {
-			b, err := s.dec.Push(t.ID)
-			if err != nil {
-				return fmt.Errorf("modrun: %w", err)
-			}
-			if fn == nil {
-				return nil
-			}
-			tok := Token{ID: t.ID, Text: string(b), Pos: t.Pos, Prompt: t.Prompt, Routes: t.Routes, LogProb: t.LogProb, TopLogProbs: t.Top}
-			return s.m.lendDuring(func() error { return fn(tok) })
-		},
-	}
-}
-
-// onRouted is opts.OnRouted as the generation loops call it: on the
-// model's lend (it may use other sessions, as fn may), and not at all
-// without routes; nil when new tokens come once run.
-func (s *Session) onRouted(opts GenerateOptions, fn func(Token) error) func(int, []mod.Route) {
-	if opts.OnRouted == nil || fn == nil {
-		return nil
-	}
-	return func(pos int, routes []mod.Route) {
-		if routes != nil && !s.m.noRoutes {
-			_ = s.m.lendDuring(func() error { opts.OnRouted(pos, routes); return nil })
-		}
-	}
-}
-
 // banned is what the sampler never draws: with IgnoreEOS, the
 // end-of-generation tokens.
 func (s *Session) banned(opts GenerateOptions) []int32 {
@@ -403,43 +374,6 @@ func (s *Session) banned(opts GenerateOptions) []int32 {
 		return nil
 	}
 	return s.m.tok.EndOfGeneration()
-}
-
-// restore makes the runner hold this session's sequence: a runner that ran
-// another session since (or this one before its Reset) is reset and fed
-// this one's tokens again (causal routing gives the same caches however the
-// tokens are split). The caller holds the runner (Model.acquire).
-func (s *Session) restore(ctx context.Context) error {
-	if s.m.owner == s && s.m.ownerSeq == s.resets {
-		return nil
-	}
-	r := s.m.backend.Runner
-	r.Reset()
-	s.m.owner, s.m.ownerSeq = s, s.resets
-	chunk := max(1, s.m.backend.PromptChunk())
-	for i := 0; i < len(s.fed); i += chunk {
-		if err := ctx.Err(); err != nil {
-			s.m.owner = nil
-			return err
-		}
-		if _, err := r.Feed(s.fed[i:min(i+chunk, len(s.fed))]); err != nil {
-			s.m.owner = nil
-			return fmt.Errorf("modrun: restoring the session: %w", err)
-		}
-	}
-	return nil
-}
-
-func (m *Model) layerStats() []LayerStat {
-	rs, ok := m.backend.Runner.(engine.RoutingStatser)
-	if !ok {
-		return nil
-	}
-	var out []LayerStat
-	for _, st := range rs.RoutingStats() {
-		out = append(out, LayerStat(st))
-	}
-	return out
 }
 
 // Tokens is the session's sequence: every token run or delivered since the
@@ -464,7 +398,6 @@ func (s *Session) Reset() error {
 	s.fed, s.pending = nil, nil
 	s.dec = s.m.tok.NewStreamDecoder()
 	s.layers, s.counted = nil, 0
-	s.resets++ // the runner no longer holds this sequence (restore)
 	return nil
 }
 
@@ -479,6 +412,25 @@ func (s *Session) Close() error {
 	defer leave()
 	s.closed.Store(true)
 	s.fed, s.pending = nil, nil
-	s.resets++
 	return nil
+}
+
+// count adds a token's routing to the session's per-layer counts, once per
+// position of its sequence.
+func (s *Session) count(pos int, routes []mod.Route) {
+	if pos < s.counted || routes == nil {
+		return
+	}
+	s.counted = pos + 1
+	if s.layers == nil {
+		for _, r := range routes {
+			s.layers = append(s.layers, LayerStat{Layer: r.Layer})
+		}
+	}
+	for j, r := range routes {
+		s.layers[j].Seen++
+		if r.Selected {
+			s.layers[j].Selected++
+		}
+	}
 }

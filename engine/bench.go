@@ -147,16 +147,16 @@ func NewBenchmark(b *Backend, m *mod.Model, routing mod.Routing, prompt []int32,
 // run among the timed ones pulls the median down (a router model's
 // 64-token prefill on lavapipe: 1040-1160 tok/s cold, 1400-2235 warm).
 func (k *Benchmark) Time() error {
-	opts := GenerateOptions{MaxTokens: k.o.DecodeTokens, EOS: -1, Sampler: DefaultSampler(), Chunk: k.b.PromptChunk()}
+	opts := GenerateOptions{MaxTokens: k.o.DecodeTokens, EOS: -1, Sampler: DefaultSampler()}
 	if !k.warm {
 		warm := opts
 		warm.MaxTokens = min(2, opts.MaxTokens)
-		if _, err := Generate(context.Background(), k.b, k.prompt, warm); err != nil {
+		if _, err := Generate(context.Background(), k.b, k.m.Config.NVocab, k.prompt, warm); err != nil {
 			return err
 		}
 		k.warm = true
 	}
-	r, err := Generate(context.Background(), k.b, k.prompt, opts)
+	r, err := Generate(context.Background(), k.b, k.m.Config.NVocab, k.prompt, opts)
 	if err != nil {
 		return err
 	}

@@ -127,21 +127,21 @@ func (f *fakeRunner) Reset()          { f.pos = 0 }
 func TestGenerateStops(t *testing.T) {
 	next := []int32{5, 6, 7, 2, 4, 4, 4, 4, 4, 4}
 	opts := GenerateOptions{EOS: 2, Sampler: DefaultSampler()}
-	res, err := Generate(context.Background(), &fakeRunner{next: next, ctx: 10}, []int32{1}, opts)
+	res, err := Generate(context.Background(), &fakeRunner{next: next, ctx: 10}, 8, []int32{1}, opts)
 	require.NoError(t, err)
 	assert.Equal(t, []int32{5, 6, 7}, res.Tokens)
 	assert.Equal(t, StopEOS, res.Stop)
 
 	turn := opts
 	turn.EndOfTurn = []int32{9, 7} // an end-of-turn id stops as EOS does
-	res, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 10}, []int32{1}, turn)
+	res, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 10}, 8, []int32{1}, turn)
 	require.NoError(t, err)
 	assert.Equal(t, []int32{5, 6}, res.Tokens)
 	assert.Equal(t, StopEOS, res.Stop)
 
 	banned := opts // ignore_eos: EOS is never drawn, and generation goes on
 	banned.Ban, banned.MaxTokens = []int32{2}, 6
-	res, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 10}, []int32{1}, banned)
+	res, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 10}, 8, []int32{1}, banned)
 	require.NoError(t, err)
 	assert.Equal(t, StopMaxTokens, res.Stop)
 	require.Len(t, res.Tokens, 6)
@@ -150,13 +150,13 @@ func TestGenerateStops(t *testing.T) {
 	assert.Equal(t, []int32{4, 4}, res.Tokens[4:])
 
 	opts.MaxTokens = 2
-	res, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 10}, []int32{1}, opts)
+	res, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 10}, 8, []int32{1}, opts)
 	require.NoError(t, err)
 	assert.Equal(t, []int32{5, 6}, res.Tokens)
 	assert.Equal(t, StopMaxTokens, res.Stop)
 
 	opts.MaxTokens, opts.EOS = 0, -1
-	res, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 4}, []int32{1, 1}, opts)
+	res, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 4}, 8, []int32{1, 1}, opts)
 	require.NoError(t, err)
 	assert.Equal(t, StopContextFull, res.Stop)
 	assert.Len(t, res.Tokens, 3, "2 prompt + 2 fed tokens fill the context of 4; the third drawn token is the last")
@@ -172,14 +172,14 @@ func TestGenerateStops(t *testing.T) {
 		}
 		return nil
 	}
-	res, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 10}, []int32{1}, opts)
+	res, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 10}, 8, []int32{1}, opts)
 	require.NoError(t, err)
 	assert.Equal(t, StopCallback, res.Stop)
 	assert.Equal(t, streamed, res.Tokens)
 
-	_, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 3}, []int32{1, 1, 1, 1}, opts)
+	_, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 3}, 8, []int32{1, 1, 1, 1}, opts)
 	assert.ErrorContains(t, err, "the prompt has 4 tokens, more than the context length 3")
-	_, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 3}, nil, opts)
+	_, err = Generate(context.Background(), &fakeRunner{next: next, ctx: 3}, 8, nil, opts)
 	assert.ErrorContains(t, err, "empty prompt")
 }
 
@@ -205,11 +205,11 @@ func (g *greedyFake) FeedArgmax(tokens []int32) (int32, error) {
 // the argmax (same tokens, no logits); any other sampler reads the logits.
 func TestGenerateGreedyFeeder(t *testing.T) {
 	next := []int32{5, 6, 7, 2, 4, 4, 4, 4, 4, 4}
-	want, err := Generate(context.Background(), &fakeRunner{next: next, ctx: 10}, []int32{1}, GenerateOptions{EOS: 2, Sampler: DefaultSampler()})
+	want, err := Generate(context.Background(), &fakeRunner{next: next, ctx: 10}, 8, []int32{1}, GenerateOptions{EOS: 2, Sampler: DefaultSampler()})
 	require.NoError(t, err)
 
 	g := &greedyFake{fakeRunner: fakeRunner{next: next, ctx: 10}}
-	got, err := Generate(context.Background(), g, []int32{1}, GenerateOptions{EOS: 2, Sampler: DefaultSampler()})
+	got, err := Generate(context.Background(), g, 8, []int32{1}, GenerateOptions{EOS: 2, Sampler: DefaultSampler()})
 	require.NoError(t, err)
 	assert.Equal(t, want.Tokens, got.Tokens)
 	assert.Equal(t, StopEOS, got.Stop)
@@ -218,7 +218,7 @@ func TestGenerateGreedyFeeder(t *testing.T) {
 
 	// Inside a Backend (as bench runs it), the runner's argmax still runs.
 	g = &greedyFake{fakeRunner: fakeRunner{next: next, ctx: 10}}
-	got, err = Generate(context.Background(), &Backend{Runner: g, Name: "fake"}, []int32{1}, GenerateOptions{EOS: 2, Sampler: DefaultSampler()})
+	got, err = Generate(context.Background(), &Backend{Runner: g, Name: "fake"}, 8, []int32{1}, GenerateOptions{EOS: 2, Sampler: DefaultSampler()})
 	require.NoError(t, err)
 	assert.Equal(t, want.Tokens, got.Tokens)
 	assert.Equal(t, 0, g.feeds)
@@ -229,7 +229,7 @@ func TestGenerateGreedyFeeder(t *testing.T) {
 		{Temperature: 0.5, TopP: 1, RepeatPenalty: 1, Seed: 1}, // a draw
 	} {
 		g := &greedyFake{fakeRunner: fakeRunner{next: next, ctx: 10}}
-		_, err := Generate(context.Background(), g, []int32{1}, GenerateOptions{EOS: 2, Sampler: so})
+		_, err := Generate(context.Background(), g, 8, []int32{1}, GenerateOptions{EOS: 2, Sampler: so})
 		require.NoError(t, err)
 		assert.Equal(t, 0, g.argmaxFeeds, "%+v", so)
 		assert.Positive(t, g.feeds, "%+v", so)
@@ -244,7 +244,7 @@ func TestGenerateStories260K(t *testing.T) {
 	defer m.Close()
 	r, err := NewCPU(m, mod.RoutingRouter)
 	require.NoError(t, err)
-	res, err := Generate(context.Background(), r, []int32{1}, GenerateOptions{MaxTokens: 200, EOS: -1, Sampler: DefaultSampler()})
+	res, err := Generate(context.Background(), r, m.Config.NVocab, []int32{1}, GenerateOptions{MaxTokens: 200, EOS: -1, Sampler: DefaultSampler()})
 	require.NoError(t, err)
 	require.Len(t, res.Tokens, 200)
 	assert.Equal(t, []int32{403, 407, 261}, res.Tokens[:3])

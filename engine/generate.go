@@ -3,25 +3,25 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
+	"github.com/modrun/modrun/engine/sched"
 	"github.com/modrun/modrun/mod"
 )
 
-// The generation loop: the one that the API (modrun.Session.Generate, and
-// through it the command line) and bench run, so that bench times what
-// users run.
+// What a generation is asked and what it gives: the options of
+// Loop.Generate, the tokens it delivers, its result and timing.
 
-// StopReason says why generation ended.
-type StopReason string
+// StopReason says why generation ended: the scheduler's, one type for
+// every layer (modrun.StopReason too).
+type StopReason = sched.StopReason
 
 const (
-	StopEOS         StopReason = "eos"          // the model produced end-of-sequence (or end-of-turn)
-	StopMaxTokens   StopReason = "max-tokens"   // the requested number of tokens was produced
-	StopContextFull StopReason = "context-full" // the sequence reached the context length
-	StopCallback    StopReason = "stopped"      // OnToken returned ErrStop
+	StopEOS         = sched.StopEOS         // the model produced end-of-sequence (or end-of-turn)
+	StopMaxTokens   = sched.StopMaxTokens   // the requested number of tokens was produced
+	StopContextFull = sched.StopContextFull // the sequence reached the context length
+	StopCallback    = sched.StopCallback    // OnToken returned ErrStop
 )
 
 // ErrStop, returned by OnToken, ends generation without an error.
@@ -42,16 +42,13 @@ type GenerateOptions struct {
 	// (Sampler.Constrain): a grammar. The runner then gives its logits
 	// even for greedy decoding.
 	Constraint Constraint
-	// Chunk is the most prompt tokens one Feed runs (Backend.PromptChunk);
-	// 0 = the whole prompt at once. Cancelling is seen between chunks.
-	Chunk int
-	// Pending are tokens that an earlier call drew and delivered without
-	// running them (its Result.Pending): they run before the prompt, and
-	// OnToken does not see them again.
-	Pending []int32
-	// History are the tokens the runner's sequence holds already: the
-	// repetition penalty looks back over them as over the prompt.
-	History []int32
+	// Held is how many of the sequence's first tokens earlier calls
+	// delivered (a session's history, and a token an earlier call drew and
+	// delivered without running it, its Result.Pending): OnToken does not
+	// see them again, the repetition penalty looks back over them as over
+	// the prompt, and a step runner that holds them (or the prefix cache)
+	// does not run them again.
+	Held int
 	// OnToken receives every token in order, each once it has run through
 	// the model: the prompt's (Token.Prompt), then each new one. The last
 	// new one comes before it runs, when generation stops at MaxTokens or
@@ -60,11 +57,16 @@ type GenerateOptions struct {
 	OnToken func(Token) error
 	// Routes fills Token.Routes from a RoutingTracer runner.
 	Routes bool
+	// OnRun, when set, sees each token of the sequence that ran (or that
+	// the prefix cache served), with its routing (nil untraced), on
+	// Generate's goroutine before the token is delivered: the API counts
+	// each layer's tokens with it.
+	OnRun func(pos int, routes []mod.Route)
 	// OnRouted, when set, makes OnToken receive each new token as soon as
 	// it is drawn, before it runs (its Routes nil: the first new token then
 	// waits for the prompt's last Feed alone, not for its own as well),
 	// and OnRouted its routing once it has run (with Routes; nil routes
-	// without). A token delivered and not run, when a Feed fails or the
+	// without). A token delivered and not run, when a step fails or the
 	// callback stops, is Result.Pending.
 	OnRouted func(pos int, routes []mod.Route)
 	// LogProbs fills each new token's Token.LogProb, and TopLogProbs its
@@ -72,21 +74,13 @@ type GenerateOptions struct {
 	// read back even for greedy decoding.
 	LogProbs    bool
 	TopLogProbs int
-	// BeforeFeed runs before each Feed: the API makes the runner hold its
-	// session's sequence again (a token callback may have run another
-	// session on it), and refuses a model closed meanwhile.
-	BeforeFeed func() error
-	// AfterFeed sees each Feed's tokens and error (non-finite logits
-	// included), and generation goes on with the error it returns: the API
-	// records the tokens its session ran.
-	AfterFeed func(tokens []int32, err error) error
 }
 
 // Token is one token of the sequence as OnToken receives it.
 type Token struct {
 	ID     int32
 	Pos    int  // its position in the sequence
-	Prompt bool // a token of the prompt (or of Pending), not a new one
+	Prompt bool // a token of the prompt, not a new one
 	// Routes says what each routed layer did with the token (with
 	// GenerateOptions.Routes); nil for a token that has not run.
 	Routes []mod.Route
@@ -121,175 +115,35 @@ type Result struct {
 	Timing
 	Tokens []int32 // the new tokens delivered (not the prompt), EOS excluded
 	Stop   StopReason
-	// Pending is the last new token when generation stopped before running
-	// it (StopMaxTokens, StopContextFull): a continuation runs it first
-	// (GenerateOptions.Pending).
-	Pending []int32
+	// Fed and Pending are the sequence as the call leaves it, for a
+	// continuation (whose sequence begins with them, all Held): Fed the
+	// tokens that ran and were delivered, Pending a token delivered but
+	// not run (the last new one at StopMaxTokens and StopContextFull, and
+	// after a failed step or a stop from the callback with OnRouted).
+	Fed, Pending []int32
+	// CachedTokens is how many of the prompt's tokens the prefix cache
+	// served instead of running them.
+	CachedTokens int
+	// RoutingStats are the step runner's own per-layer counts over the
+	// sequence when it ended (a RunnerStepper's runner keeps them even
+	// without tracing); nil otherwise.
+	RoutingStats []LayerStat
 }
 
-// Generate starts a fresh sequence on r (Reset) and continues it with
-// prompt (Continue).
-func Generate(ctx context.Context, r Runner, prompt []int32, opts GenerateOptions) (Result, error) {
-	r.Reset()
-	return Continue(ctx, r, prompt, opts)
-}
-
-// Continue runs opts.Pending and prompt after the tokens r holds, then
-// draws tokens until EOS, MaxTokens, the context length, ErrStop from
-// OnToken, or ctx is done (seen before each Feed: between the prompt's
-// chunks and between tokens; it returns ctx's error). With a pure greedy
-// sampler and a GreedyFeeder it lets the runner take the argmax.
-func Continue(ctx context.Context, r Runner, prompt []int32, opts GenerateOptions) (res Result, err error) {
-	res.PromptTokens = len(prompt)
-	toRun := append(slices.Clone(opts.Pending), prompt...)
-	pos := r.Pos()
-	switch n := r.ContextLen(); {
-	case len(toRun) == 0:
-		return res, fmt.Errorf("engine: empty prompt (add BOS to start from nothing)")
-	case pos == 0 && len(toRun) > n:
-		return res, fmt.Errorf("engine: the prompt has %d tokens, more than the context length %d", len(toRun), n)
-	case pos+len(toRun) > n:
-		return res, fmt.Errorf("engine: the prompt has %d tokens; after the sequence's %d that is more than the context length %d", len(toRun), pos, n)
+// Generate runs prompt as a fresh sequence on r (Reset first) through a
+// Loop of its own that steps r (RunnerStepper), for tools and tests that
+// hold a bare Runner; r's logits have nVocab entries.
+func Generate(ctx context.Context, r Runner, nVocab int, prompt []int32, opts GenerateOptions) (Result, error) {
+	b, ok := r.(*Backend)
+	if !ok {
+		b = &Backend{Runner: r, Name: "runner"}
 	}
-	sampler, err := NewSampler(opts.Sampler)
+	l, err := NewLoop(b, LoopOptions{ContextLen: r.ContextLen(), NVocab: nVocab})
 	if err != nil {
-		return res, err
+		return Result{}, err
 	}
-	sampler.Ban(opts.Ban)
-	if opts.Constraint != nil {
-		sampler.Constrain(opts.Constraint)
-	}
-	for _, id := range opts.History {
-		sampler.Accept(id)
-	}
-	inner := unwrap(r)
-	greedy, argmax := inner.(GreedyFeeder)
-	argmax = argmax && opts.Sampler.Greedy() && !opts.LogProbs && len(opts.Ban) == 0 && opts.Constraint == nil
-	tracer, _ := inner.(RoutingTracer)
-	// feed runs tokens; with sample it also chooses the next token (and
-	// with opts.LogProbs sets nextLP to its log-probabilities).
-	var nextLP Token
-	feed := func(tokens []int32, sample bool) (next int32, routes [][]mod.Route, err error) {
-		if err := ctx.Err(); err != nil {
-			return 0, nil, err
-		}
-		if opts.BeforeFeed != nil {
-			if err := opts.BeforeFeed(); err != nil {
-				return 0, nil, err
-			}
-		}
-		if argmax {
-			next, err = greedy.FeedArgmax(tokens) // the same token, and no logits to read back
-		} else {
-			var logits []float32
-			if logits, err = r.Feed(tokens); err == nil && !mod.Finite(logits) {
-				err = mod.NonFinite(pos + len(tokens) - 1)
-			} else if err == nil && sample {
-				next = sampler.Sample(logits)
-				err = sampler.Err()
-				if opts.LogProbs {
-					nextLP.LogProb, nextLP.Top = LogProbs(logits, next, opts.TopLogProbs)
-				}
-			}
-		}
-		if opts.AfterFeed != nil {
-			err = opts.AfterFeed(tokens, err)
-		}
-		if err != nil {
-			return 0, nil, err
-		}
-		pos += len(tokens)
-		if opts.Routes && tracer != nil {
-			routes = tracer.Routes()
-		}
-		return next, routes, nil
-	}
-	deliver := func(id int32, pos int, prompt bool, routes []mod.Route) error {
-		if opts.OnToken == nil {
-			return nil
-		}
-		return opts.OnToken(Token{ID: id, Pos: pos, Prompt: prompt, Routes: routes})
-	}
-	var idLP Token // id's log-probabilities (nextLP when id was drawn)
-	deliverNew := func(id int32, pos int, routes []mod.Route) error {
-		if opts.OnToken == nil {
-			return nil
-		}
-		return opts.OnToken(Token{ID: id, Pos: pos, Routes: routes, LogProb: idLP.LogProb, Top: idLP.Top})
-	}
-	stopped := func(err error) (Result, error) { // ErrStop from OnToken is a clean stop
-		if errors.Is(err, ErrStop) {
-			res.Stop = StopCallback
-			return res, nil
-		}
-		return res, err
-	}
-
-	start := time.Now()
-	chunk := opts.Chunk
-	if chunk <= 0 {
-		chunk = len(toRun)
-	}
-	var id int32
-	for i := 0; i < len(toRun); i += chunk {
-		part := toRun[i:min(i+chunk, len(toRun))]
-		for _, tok := range part {
-			sampler.Accept(tok) // the repetition penalty sees the prompt
-		}
-		next, routes, err := feed(part, i+chunk >= len(toRun))
-		if err != nil {
-			return res, err
-		}
-		for j, tok := range part {
-			if i+j < len(opts.Pending) {
-				continue // delivered by the call that drew it
-			}
-			if err := deliver(tok, pos-len(part)+j, true, routeAt(routes, j)); err != nil {
-				return stopped(err)
-			}
-		}
-		id, idLP = next, nextLP
-	}
-	res.Prefill = time.Since(start)
-	start = time.Now()
-	defer func() { res.Decode = time.Since(start) }()
-	for {
-		if (opts.EOS >= 0 && id == opts.EOS) || slices.Contains(opts.EndOfTurn, id) {
-			res.Stop = StopEOS
-			return res, nil
-		}
-		res.Tokens = append(res.Tokens, id)
-		full := pos >= r.ContextLen()
-		if full || (opts.MaxTokens > 0 && len(res.Tokens) >= opts.MaxTokens) {
-			res.Stop = StopMaxTokens
-			if full {
-				res.Stop = StopContextFull
-			}
-			res.Pending = []int32{id}
-			return stopped(deliverNew(id, pos, nil))
-		}
-		if opts.OnRouted != nil { // delivered before it runs
-			res.Pending = []int32{id} // until it has run
-			if err := deliverNew(id, pos, nil); err != nil {
-				return stopped(err)
-			}
-		}
-		next, routes, err := feed([]int32{id}, true)
-		if err != nil {
-			if opts.OnRouted == nil {
-				res.Tokens = res.Tokens[:len(res.Tokens)-1] // not delivered
-			}
-			return res, err
-		}
-		res.DecodeSteps++
-		if opts.OnRouted != nil {
-			res.Pending = nil
-			opts.OnRouted(pos-1, routeAt(routes, 0))
-		} else if err := deliverNew(id, pos-1, routeAt(routes, 0)); err != nil {
-			return stopped(err)
-		}
-		id, idLP = next, nextLP
-	}
+	defer l.Close()
+	return l.Generate(ctx, prompt, opts)
 }
 
 // routeAt is token i's routes of a Feed's, a copy (nil past them).

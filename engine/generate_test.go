@@ -32,24 +32,31 @@ func (f *tracingFake) Routes() [][]mod.Route {
 	return out
 }
 
-// TestContinueDelivers: the loop runs Pending and the prompt in chunks of
-// Chunk, after the tokens the runner holds; OnToken gets each prompt token
-// once it has run (Pending's not again), with its position and routes,
-// then each new token once it has run, and the last one (MaxTokens) before
-// it runs, without routes: it is Result.Pending.
-func TestContinueDelivers(t *testing.T) {
+// TestLoopDelivers: a sequence whose first tokens the runner holds (a
+// continuation: Held of them delivered before) runs the rest in chunks of
+// UBatch; OnToken gets each prompt token once it has run (the held ones
+// not again), with its position and routes, then each new token once it
+// has run, and the last one (MaxTokens) before it runs, without routes:
+// it is Result.Pending.
+func TestLoopDelivers(t *testing.T) {
 	next := []int32{0, 0, 0, 0, 0, 5, 6, 7, 4, 4, 4, 4}
 	f := &tracingFake{fakeRunner: fakeRunner{next: next, ctx: 12}}
-	_, err := f.Feed([]int32{3, 3}) // the sequence so far
+	l, err := NewLoop(&Backend{Runner: f, Name: "fake"}, LoopOptions{UBatch: 2, ContextLen: 12, NVocab: 8})
 	require.NoError(t, err)
+	defer l.Close()
+	first, err := l.Generate(context.Background(), []int32{3, 3}, GenerateOptions{EOS: -1, MaxTokens: 1, Sampler: DefaultSampler()})
+	require.NoError(t, err)
+	assert.Equal(t, []int32{3, 3}, first.Fed, "the runner holds the sequence so far")
+	assert.Equal(t, []int32{0}, first.Pending, "the token drawn, delivered and not run")
 	f.feeds = nil
 	var got []Token
-	res, err := Continue(context.Background(), f, []int32{1, 2, 3}, GenerateOptions{
-		EOS: -1, MaxTokens: 3, Sampler: DefaultSampler(), Chunk: 2, Pending: []int32{9}, Routes: true,
+	seq := []int32{3, 3, 4, 1, 2, 3} // what the runner holds, a token delivered and not run, the prompt
+	res, err := l.Generate(context.Background(), seq, GenerateOptions{
+		EOS: -1, MaxTokens: 3, Sampler: DefaultSampler(), Held: 3, Routes: true,
 		OnToken: func(tk Token) error { got = append(got, tk); return nil },
 	})
 	require.NoError(t, err)
-	assert.Equal(t, [][]int32{{9, 1}, {2, 3}, {5}, {6}}, f.feeds, "Pending first, chunks of 2, then each new token")
+	assert.Equal(t, [][]int32{{4, 1}, {2, 3}, {5}, {6}}, f.feeds, "the held tokens skipped, chunks of 2, then each new token")
 	route := func(id int32) []mod.Route { return []mod.Route{{Layer: 1, Score: float32(id), Selected: id%2 == 1}} }
 	assert.Equal(t, []Token{
 		{ID: 1, Pos: 3, Prompt: true, Routes: route(1)},
@@ -60,74 +67,64 @@ func TestContinueDelivers(t *testing.T) {
 		{ID: 7, Pos: 8}, // drawn, not run
 	}, got)
 	assert.Equal(t, []int32{5, 6, 7}, res.Tokens)
+	assert.Equal(t, []int32{3, 3, 4, 1, 2, 3, 5, 6}, res.Fed)
 	assert.Equal(t, []int32{7}, res.Pending)
 	assert.Equal(t, StopMaxTokens, res.Stop)
-	assert.Equal(t, 3, res.PromptTokens, "the prompt's tokens, not Pending's")
+	assert.Equal(t, 3, res.PromptTokens, "the prompt's tokens, not the held ones")
+	assert.Zero(t, res.CachedTokens, "the held tokens are not the prompt's")
 	assert.Equal(t, 2, res.DecodeSteps)
 
-	_, err = Continue(context.Background(), f, make([]int32, 5), GenerateOptions{EOS: -1, Sampler: DefaultSampler()})
-	assert.EqualError(t, err, "engine: the prompt has 5 tokens; after the sequence's 8 that is more than the context length 12")
+	// A new sequence that shares the held one's start only starts the
+	// runner again and runs the shared part anew (not delivered as run:
+	// the prompt's tokens the runner held count as cached).
+	f.feeds = nil
+	res, err = l.Generate(context.Background(), []int32{3, 3, 6}, GenerateOptions{EOS: -1, MaxTokens: 1, Sampler: DefaultSampler()})
+	require.NoError(t, err)
+	assert.Equal(t, [][]int32{{3, 3}, {6}}, f.feeds, "rewound to the shared start, then the new token")
+	assert.Equal(t, []int32{3, 3, 6}, res.Fed)
+	assert.Equal(t, 2, res.CachedTokens)
+
+	_, err = l.Generate(context.Background(), make([]int32, 13), GenerateOptions{EOS: -1, Sampler: DefaultSampler()})
+	assert.EqualError(t, err, "sched: the prompt has 13 tokens, more than the context length 12")
 }
 
-// TestContinueHooks: ctx is looked at before each Feed (between the
-// prompt's chunks), BeforeFeed runs before each and its error ends the
-// loop, and AfterFeed sees each Feed's tokens and error and decides what
-// the loop goes on with.
-func TestContinueHooks(t *testing.T) {
-	next := []int32{5, 5, 5, 5, 6, 7, 2}
+// failingFake fails the Feed of one token.
+type failingFake struct{ fakeRunner }
+
+func (f *failingFake) Feed(tokens []int32) ([]float32, error) {
+	if len(tokens) == 1 {
+		return nil, errors.New("the runner failed")
+	}
+	return f.fakeRunner.Feed(tokens)
+}
+
+// TestLoopCancelAndFailure: a cancelled context ends Generate with its
+// error, the sequence holding the tokens run and delivered; a failed step
+// ends it with the step's error, the token that failed to run not
+// delivered.
+func TestLoopCancelAndFailure(t *testing.T) {
+	next := []int32{5, 5, 5, 5, 6, 7, 2, 2, 2, 2}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	f := &tracingFake{fakeRunner: fakeRunner{next: next, ctx: 10}}
-	var before int
-	var after [][]int32
-	opts := GenerateOptions{EOS: 2, Sampler: DefaultSampler(), Chunk: 2,
-		BeforeFeed: func() error { before++; return nil },
-		AfterFeed: func(tokens []int32, err error) error {
-			after = append(after, tokens)
-			return err
-		},
+	opts := GenerateOptions{EOS: 2, Sampler: DefaultSampler(),
 		OnToken: func(tk Token) error {
 			if tk.Pos == 0 {
-				cancel() // seen before the next chunk runs
+				cancel()
 			}
 			return nil
 		},
 	}
-	_, err := Generate(ctx, f, []int32{1, 1, 1, 1}, opts)
+	res, err := Generate(ctx, f, 8, []int32{1, 1, 1, 1}, opts)
 	assert.ErrorIs(t, err, context.Canceled)
-	assert.Equal(t, [][]int32{{1, 1}}, f.feeds, "the second chunk never ran")
-	assert.Equal(t, 1, before)
-	assert.Equal(t, [][]int32{{1, 1}}, after)
+	assert.Equal(t, []int32{1}, res.Fed, "the one token delivered")
+	assert.Empty(t, res.Tokens)
 
-	f = &tracingFake{fakeRunner: fakeRunner{next: next, ctx: 10}}
-	opts.OnToken, before, after = nil, 0, nil
-	res, err := Generate(context.Background(), f, []int32{1, 1, 1, 1}, opts)
-	require.NoError(t, err)
-	assert.Equal(t, []int32{5, 6, 7}, res.Tokens)
-	assert.Equal(t, len(f.feeds), before)
-	assert.Equal(t, f.feeds, after)
-
-	refused := errors.New("closed")
-	opts.BeforeFeed = func() error {
-		if before++; before == 2 {
-			return refused
-		}
-		return nil
-	}
-	before = 0
-	_, err = Generate(context.Background(), &tracingFake{fakeRunner: fakeRunner{next: next, ctx: 10}}, []int32{1, 1, 1, 1}, opts)
-	assert.ErrorIs(t, err, refused)
-
-	opts.BeforeFeed = nil
-	opts.AfterFeed = func(tokens []int32, err error) error {
-		if len(tokens) == 1 {
-			return errors.New("the runner failed")
-		}
-		return err
-	}
-	res, err = Generate(context.Background(), &tracingFake{fakeRunner: fakeRunner{next: next, ctx: 10}}, []int32{1, 1, 1, 1}, opts)
+	opts.OnToken = nil
+	res, err = Generate(context.Background(), &failingFake{fakeRunner{next: next, ctx: 10}}, 8, []int32{1, 1, 1, 1}, opts)
 	assert.EqualError(t, err, "the runner failed")
 	assert.Empty(t, res.Tokens, "the first new token failed to run: not delivered")
+	assert.Equal(t, []int32{1, 1, 1, 1}, res.Fed)
 }
 
 // fixedRunner gives the same logits after every Feed.
@@ -141,32 +138,33 @@ func (f *fixedRunner) Feed(tokens []int32) ([]float32, error) {
 	return append([]float32(nil), f.logits...), nil
 }
 
-// TestContinueRepetitionWindow: the repetition penalty looks back over
-// History and the prompt alike when it draws the first new token.
-func TestContinueRepetitionWindow(t *testing.T) {
+// TestLoopRepetitionWindow: the repetition penalty looks back over the
+// held tokens and the prompt alike when it draws the first new token.
+func TestLoopRepetitionWindow(t *testing.T) {
 	so := DefaultSampler()
 	so.RepeatPenalty = 4 // token 5's 1 becomes 0.25, under token 6's 0.5
 	draw := func(history, prompt []int32) int32 {
 		f := &fixedRunner{fakeRunner: fakeRunner{ctx: 8}, logits: []float32{0, 0, 0, 0, 0, 1, 0.5, 0}}
-		res, err := Generate(context.Background(), f, prompt, GenerateOptions{EOS: -1, MaxTokens: 1, Sampler: so, History: history})
+		seq := append(append([]int32(nil), history...), prompt...)
+		res, err := Generate(context.Background(), f, 8, seq, GenerateOptions{EOS: -1, MaxTokens: 1, Sampler: so, Held: len(history)})
 		require.NoError(t, err)
 		return res.Tokens[0]
 	}
 	assert.Equal(t, int32(5), draw(nil, []int32{1}))
-	assert.Equal(t, int32(6), draw([]int32{5}, []int32{1}), "5 is in History")
+	assert.Equal(t, int32(6), draw([]int32{5}, []int32{1}), "5 is held")
 	assert.Equal(t, int32(6), draw(nil, []int32{1, 5}), "5 is in the prompt")
 }
 
-// TestContinueLogProbs: with LogProbs each new token carries its
+// TestLoopLogProbs: with LogProbs each new token carries its
 // log-probability under the raw logits and the most likely tokens there;
 // prompt tokens carry none.
-func TestContinueLogProbs(t *testing.T) {
+func TestLoopLogProbs(t *testing.T) {
 	logits := []float32{0, 0, 0, 0, 0, 1, 0.5, 0}
 	f := &fixedRunner{fakeRunner: fakeRunner{ctx: 8}, logits: logits}
 	var got []Token
 	so := DefaultSampler()
 	so.RepeatPenalty = 4 // the sampler draws 6 after 5 is penalised; log-probs stay the raw logits'
-	_, err := Continue(context.Background(), f, []int32{1, 5}, GenerateOptions{
+	_, err := Generate(context.Background(), f, 8, []int32{1, 5}, GenerateOptions{
 		EOS: -1, MaxTokens: 2, Sampler: so, LogProbs: true, TopLogProbs: 2,
 		OnToken: func(tk Token) error { got = append(got, tk); return nil },
 	})

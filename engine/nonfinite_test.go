@@ -32,7 +32,7 @@ func TestNonFiniteNeverHides(t *testing.T) {
 			assertPerplexityNaN(t, m, backend, name, mod.RoutingTopK, mod.RoutingRouter)
 			b, _, err := OpenBackend(m, mod.RoutingRouter, BackendOptions{Name: backend, Device: -1})
 			require.NoError(t, err, name)
-			assertGenerateStops(t, b, name)
+			assertGenerateStops(t, b, m.Config.NVocab, name)
 			b.Close()
 		})
 	}
@@ -71,7 +71,7 @@ func TestRouterNaNNeverHides(t *testing.T) {
 				require.NoError(t, err, name)
 				assert.False(t, mod.Finite(logits), "%s: %d-token prompt: finite logits", name, len(prompt))
 			}
-			assertGenerateStops(t, b, name)
+			assertGenerateStops(t, b, m.Config.NVocab, name)
 			b.Close()
 		})
 	}
@@ -110,12 +110,12 @@ func assertPerplexityNaN(t *testing.T, m *mod.Model, backend, name string, routi
 // assertGenerateStops: generating from a 3-token prompt, greedy (a
 // GreedyFeeder's own argmax) or sampled, stops at the prompt's last token
 // with ErrNonFinite and yields no token.
-func assertGenerateStops(t *testing.T, b *Backend, name string) {
+func assertGenerateStops(t *testing.T, b *Backend, nVocab int, name string) {
 	t.Helper()
 	for _, temp := range []float32{0, 0.8} {
 		o := DefaultSampler()
 		o.Temperature = temp
-		res, err := Generate(context.Background(), b, []int32{1, 30, 40}, GenerateOptions{Sampler: o, MaxTokens: 5, EOS: -1})
+		res, err := Generate(context.Background(), b, nVocab, []int32{1, 30, 40}, GenerateOptions{Sampler: o, MaxTokens: 5, EOS: -1})
 		assert.ErrorIs(t, err, mod.ErrNonFinite, "%s, temperature %v", name, temp)
 		assert.ErrorContains(t, err, "non-finite logits at token 2", name)
 		assert.Empty(t, res.Tokens, name)

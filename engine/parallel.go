@@ -86,7 +86,7 @@ func NewParallelBench(m *mod.Model, routing mod.Routing, prompt []int32, o Bench
 		// batched ones must equal (the equality the tests check, here on
 		// the benched model).
 		solo.Reset()
-		r, err := Continue(context.Background(), solo, p, GenerateOptions{MaxTokens: o.DecodeTokens, EOS: -1, Sampler: DefaultSampler()})
+		r, err := Generate(context.Background(), solo, m.Config.NVocab, p, GenerateOptions{MaxTokens: o.DecodeTokens, EOS: -1, Sampler: DefaultSampler()})
 		if err != nil {
 			bk.Close()
 			return nil, err

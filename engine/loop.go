@@ -1,0 +1,527 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/modrun/modrun/engine/sched"
+	"github.com/modrun/modrun/mod"
+)
+
+// The generation loop: every generation (the API's Session.Generate and
+// through it the command line and the server, and bench) is a sequence in
+// one scheduler (engine/sched) that a goroutine of the Loop steps while
+// any sequence runs; each Generate call joins as one sequence and receives
+// its tokens in order on its own goroutine. A Loop of one sequence at a
+// time steps the backend's runner itself (RunnerStepper); one of several
+// steps the backend's batched step runner (StepperOf) over a page pool.
+
+// ErrClosed is returned by a Loop's Generate once the Loop is closed.
+var ErrClosed = errors.New("engine: the generation loop is closed")
+
+// LoopOptions size a Loop.
+type LoopOptions struct {
+	// Parallel is how many sequences run at once; up to 1 (and on the
+	// reference backend, which has no batched step) they take turns on the
+	// runner (RunnerStepper).
+	Parallel int
+	// PrefixCache runs the batched step runner even for one sequence at a
+	// time, for its prefix cache: the full 16-token blocks of a sequence
+	// that an earlier one ran are not run again. Parallel above 1 has it
+	// always.
+	PrefixCache bool
+	KVBudget    int64 // bytes of the page pool; 0 = enough for Parallel sequences of the context
+	UBatch      int   // rows a step takes at most; 0 = the backend's prompt chunk (or 512)
+	ContextLen  int   // the longest sequence
+	NVocab      int
+	// Turn is the backend's runner's turn, which every step of a step
+	// runner that shares the runner's state takes (the RunnerStepper, and
+	// Vulkan's, which shares its device and scratch): another user of the
+	// runner (eval mode) takes it too, between steps. Nil: steps take none.
+	Turn chan struct{}
+}
+
+// BlockTokens is the size of a page of the batched step runner's pool.
+const BlockTokens = 16
+
+// Loop runs generations as sequences of one scheduler (see above).
+type Loop struct {
+	mu sync.Mutex // guards everything below, and the scheduler
+	// cond wakes the stepping goroutine (work or closing) and Close (no
+	// Generate left, or a callback running).
+	cond      *sync.Cond
+	s         *sched.Scheduler
+	st        sched.StepRunner
+	runner    *RunnerStepper // st, when it is the runner's
+	closed    bool
+	inflight  int // Generate calls running
+	callbacks int // token callbacks running
+	exited    chan struct{}
+	turn      chan struct{}
+}
+
+// NewLoop is a Loop over backend b (its runner, or a step runner sharing
+// its weights) with o's sizes; it steps on a goroutine of its own until
+// Close.
+func NewLoop(b *Backend, o LoopOptions) (*Loop, error) {
+	if o.Parallel < 0 || o.KVBudget < 0 || o.UBatch < 0 {
+		return nil, fmt.Errorf("engine: parallel sequences %d, KV budget %d and batch %d must not be negative", o.Parallel, o.KVBudget, o.UBatch)
+	}
+	parallel := max(o.Parallel, 1)
+	l := &Loop{exited: make(chan struct{}), turn: o.Turn}
+	l.cond = sync.NewCond(&l.mu)
+	so := sched.Options{BlockTokens: BlockTokens, MaxSeqs: parallel}
+	var st Stepper
+	if parallel > 1 || o.PrefixCache {
+		st, _ = StepperOf(b, parallel) // nil: the reference, which has none
+	}
+	if st == nil {
+		l.runner = NewRunnerStepper(b, o.NVocab, cmp.Or(b.PromptChunk(), o.UBatch, DefaultUBatch))
+		l.st, so.MaxSeqs = l.runner, 1
+		so.BatchTokens = cmp.Or(b.PromptChunk(), o.UBatch, DefaultUBatch)
+		so.Pages = sched.PagesFor(l.runner.Layout(), 1, o.ContextLen+2*BlockTokens, BlockTokens) // bookkeeping only
+	} else {
+		pages := sched.PagesFor(st.Layout(), parallel, o.ContextLen+2*BlockTokens, BlockTokens)
+		if o.KVBudget > 0 {
+			pages = int(o.KVBudget / int64(st.PageBytes(BlockTokens)))
+			if pages < 1 {
+				return nil, fmt.Errorf("engine: KV budget %d bytes holds no %d-byte page", o.KVBudget, st.PageBytes(BlockTokens))
+			}
+		}
+		if err := st.Reserve(pages, BlockTokens); err != nil {
+			return nil, err
+		}
+		so.BatchTokens = o.UBatch
+		if most := st.MaxRows(); most > 0 { // Vulkan: the runner's batch scratch
+			so.BatchTokens = min(cmp.Or(so.BatchTokens, most), most)
+		}
+		so.Pages, so.PrefixCache = pages, true
+		l.st = st
+		if _, cpu := b.Runner.(cpuRunner); cpu {
+			l.turn = nil // the CPU's step runner shares the weights only
+		}
+	}
+	s, err := sched.New(l.st, so)
+	if err != nil {
+		return nil, err
+	}
+	l.s = s
+	go l.loop()
+	return l, nil
+}
+
+// loop steps while a sequence runs or waits; sequences join and leave
+// between steps (Generate and Close take mu).
+func (l *Loop) loop() {
+	defer close(l.exited)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for {
+		for !l.closed && !l.s.Busy() {
+			l.cond.Wait()
+		}
+		if l.closed {
+			return
+		}
+		if l.turn != nil {
+			l.turn <- struct{}{}
+		}
+		_, _ = l.s.Step() // a failed step ends its sequences with the error (Seq.Err)
+		if l.turn != nil {
+			<-l.turn
+		}
+		l.mu.Unlock()     // let joins and cancels in: a step is shorter than the
+		runtime.Gosched() // mutex's 1 ms before it hands over to a waiter
+		l.mu.Lock()
+	}
+}
+
+// Close waits for the Generate calls to end (unless a token callback
+// runs: Close from one closes at once), ends every sequence and stops the
+// stepping goroutine. The backend stays open.
+func (l *Loop) Close() {
+	l.mu.Lock()
+	for l.inflight > 0 && l.callbacks == 0 && !l.closed {
+		l.cond.Wait()
+	}
+	l.closed = true
+	l.s.CancelAll(nil)
+	l.cond.Broadcast()
+	l.mu.Unlock()
+	<-l.exited
+}
+
+// Closed says whether Close has begun.
+func (l *Loop) Closed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+// RunnerUsed tells a Loop that steps the runner itself that the runner ran
+// something else (eval mode), so that the sequence it held is gone. The
+// caller holds the Loop's turn.
+func (l *Loop) RunnerUsed() {
+	if l.runner != nil {
+		l.runner.Forget()
+	}
+}
+
+// Batched says whether the loop steps the backend's batched step runner
+// (sequences share steps, over a page pool with a prefix cache) rather
+// than the runner itself.
+func (l *Loop) Batched() bool { return l.runner == nil }
+
+// Pages says how the batched step runner's page pool is used (all 0 for a
+// Loop that steps the runner).
+func (l *Loop) Pages() (inUse, total, blockTokens int) {
+	if l.runner != nil {
+		return 0, 0, 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.s.Pool()
+	return p.Pages() - p.Free(), p.Pages(), p.BlockTokens()
+}
+
+// Stats is what the scheduler did so far.
+func (l *Loop) Stats() sched.Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.s.Stats()
+}
+
+// PoolPages is the size of the page pool.
+func (l *Loop) PoolPages() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.s.Pool().Pages()
+}
+
+// join adds a sequence; ErrClosed once the loop is closing.
+func (l *Loop) join(req sched.Request) (*sched.Seq, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, ErrClosed
+	}
+	q, err := l.s.Add(req)
+	if err != nil {
+		return nil, err
+	}
+	l.inflight++
+	l.cond.Broadcast()
+	return q, nil
+}
+
+// leave ends q (when it runs still) and counts its Generate out.
+func (l *Loop) leave(q *sched.Seq) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.s.Cancel(q)
+	l.inflight--
+	l.cond.Broadcast()
+}
+
+// inCallback brackets a token callback, for Close.
+func (l *Loop) inCallback(fn func() error) error {
+	l.mu.Lock()
+	l.callbacks++
+	l.cond.Broadcast()
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.callbacks--
+		l.mu.Unlock()
+	}()
+	return fn()
+}
+
+// seqEvent is what the stepping goroutine tells a Generate call: a token
+// ran (evRan), a token was drawn (evDrawn), or the sequence ended (evDone),
+// and when.
+type seqEvent struct {
+	kind   int
+	at     time.Time
+	pos    int
+	routes []mod.Route
+	id     int32
+	lp     Token       // a drawn token's log-probabilities
+	stats  []LayerStat // at evDone: the RunnerStepper's counts,
+	reused int         // and the tokens it held already
+}
+
+const (
+	evRan = iota
+	evDrawn
+	evDone
+)
+
+// seqEvents queue events without blocking the stepping goroutine.
+type seqEvents struct {
+	mu     sync.Mutex
+	list   []seqEvent
+	signal chan struct{} // capacity 1: events are waiting
+}
+
+func (e *seqEvents) push(ev seqEvent) {
+	ev.at = time.Now()
+	e.mu.Lock()
+	e.list = append(e.list, ev)
+	e.mu.Unlock()
+	select {
+	case e.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (e *seqEvents) take() []seqEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := e.list
+	e.list = nil
+	return out
+}
+
+// lpSampler is a sequence's sampler, with the drawn token's
+// log-probabilities taken from the same logits.
+type lpSampler struct {
+	s        *Sampler
+	logProbs bool
+	top      int
+	last     Token
+}
+
+func (l *lpSampler) Sample(logits []float32) int32 {
+	id := l.s.Sample(logits)
+	if l.logProbs {
+		l.last.LogProb, l.last.Top = LogProbs(logits, id, l.top)
+	}
+	return id
+}
+
+// Generate runs seq as one sequence of the loop and draws tokens after it
+// until a stop token, opts.MaxTokens, the context length, ErrStop from
+// OnToken, or ctx is done. seq is the whole sequence: its first opts.Held
+// tokens were delivered by earlier calls (a session's history, and a token
+// delivered but not run), the rest is the prompt. OnToken receives the
+// prompt's tokens and then each new one in order on this goroutine, each
+// once it has run through the model, the last new one before when
+// generation stops at MaxTokens or the context length (Result.Pending),
+// every new one as soon as drawn with OnRouted. Cancelling ctx is seen
+// between steps; Generate then returns ctx's error, and Result.Fed and
+// Pending say what the sequence holds.
+func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) (res Result, err error) {
+	held := opts.Held
+	if held < 0 || held > len(seq) {
+		return res, fmt.Errorf("engine: %d tokens held of a sequence of %d", held, len(seq))
+	}
+	res.PromptTokens = len(seq) - held
+	sampler, err := NewSampler(opts.Sampler)
+	if err != nil {
+		return res, err
+	}
+	sampler.Ban(opts.Ban)
+	if opts.Constraint != nil { // this sequence's own grammar state, advanced by its draws
+		sampler.Constrain(opts.Constraint)
+	}
+	for _, id := range seq {
+		sampler.Accept(id) // the repetition penalty sees the history and the prompt
+	}
+	lps := &lpSampler{s: sampler, logProbs: opts.LogProbs, top: opts.TopLogProbs}
+	ev := &seqEvents{signal: make(chan struct{}, 1)}
+	stop := slices.Clone(opts.EndOfTurn)
+	if opts.EOS >= 0 {
+		stop = append(stop, opts.EOS)
+	}
+	// The prefix cache serves any cached prefix, this sequence's or
+	// another's (a shared system prompt, a benchmark's one prompt), with
+	// the routing its tokens had: RunReused hands it to OnRun as if they ran.
+	req := sched.Request{Prompt: seq, MaxTokens: opts.MaxTokens, Stop: stop, RunReused: true,
+		OnToken: func(id int32) error { ev.push(seqEvent{kind: evDrawn, id: id, lp: lps.last}); return nil },
+		OnRun:   func(pos int, routes []mod.Route) { ev.push(seqEvent{kind: evRan, pos: pos, routes: routes}) },
+	}
+	var q *sched.Seq
+	req.OnDone = func() {
+		e := seqEvent{kind: evDone}
+		// Ended by a step (which holds the turn, and the runner holds this
+		// sequence): the runner's own counts over it.
+		if l.runner != nil && q.Stop != sched.StopCancel && q.Stop != sched.StopError {
+			e.stats, e.reused = l.runner.RoutingStats(), l.runner.Reused()
+		}
+		ev.push(e)
+	}
+	// A greedy draw of the raw logits is the runner's argmax on the device
+	// (sched.ArgmaxRunner): no logits read back.
+	if !opts.Sampler.Greedy() || opts.LogProbs || len(opts.Ban) > 0 || opts.Constraint != nil {
+		req.Sampler = lps
+	}
+	start := time.Now()
+	q, err = l.join(req)
+	if err != nil {
+		return res, err
+	}
+	defer l.leave(q)
+
+	var (
+		drawn    []seqEvent
+		first    time.Time // the first draw
+		ran      = map[int][]mod.Route{}
+		ranTo    = 0    // positions below have run
+		next     = held // the next position to deliver
+		finished bool
+		doneAt   time.Time
+		reused   int // the RunnerStepper's
+		// With OnRouted a new token goes out once drawn, and its routing
+		// once it has run; routedTo is the next new token whose routing
+		// is owed.
+		early    = opts.OnRouted
+		routedTo = len(seq)
+	)
+	// keep records what the sequence holds when the call ends: the tokens
+	// run and delivered, and a last drawn token delivered but not run.
+	keep := func(pending bool) {
+		all := slices.Clone(seq)
+		for _, d := range drawn {
+			all = append(all, d.id)
+		}
+		n := min(ranTo, next)
+		res.Fed, res.Pending = all[:n], nil
+		if (pending || early != nil) && next > n {
+			res.Pending = all[n : n+1]
+		} else if n < held { // the old pending token did not run
+			res.Pending = all[n:held]
+		}
+	}
+	stopped := func(err error) (Result, error) { // ErrStop from OnToken is a clean stop
+		if errors.Is(err, ErrStop) {
+			res.Stop = StopCallback
+			return res, nil
+		}
+		if l.Closed() {
+			return res, ErrClosed
+		}
+		return res, err
+	}
+	deliver := func(pos int, last bool) error {
+		t := Token{Pos: pos}
+		if pos < len(seq) {
+			t.ID, t.Prompt = seq[pos], true
+		} else {
+			d := drawn[pos-len(seq)]
+			t.ID, t.LogProb, t.Top = d.id, d.lp.LogProb, d.lp.Top
+			res.Tokens = append(res.Tokens, d.id)
+		}
+		if !last && opts.Routes && (early == nil || t.Prompt) { // early: a new token's routing goes to OnRouted
+			t.Routes = ran[pos]
+		}
+		if opts.OnToken == nil {
+			return nil
+		}
+		return l.inCallback(func() error { return opts.OnToken(t) })
+	}
+	// routeOut passes early the routing of the tokens delivered that ran.
+	routeOut := func() {
+		for ; early != nil && routedTo < min(ranTo, next) && !l.Closed(); routedTo++ {
+			pos, routes := routedTo, ran[routedTo]
+			if !opts.Routes || routes == nil {
+				continue
+			}
+			_ = l.inCallback(func() error { early(pos, routes); return nil })
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			keep(false)
+			return res, ctx.Err()
+		case <-ev.signal:
+		}
+		for _, e := range ev.take() {
+			switch e.kind {
+			case evRan:
+				ran[e.pos] = e.routes
+				if opts.OnRun != nil {
+					opts.OnRun(e.pos, e.routes)
+				}
+			case evDrawn:
+				if len(drawn) == 0 {
+					first = e.at
+				}
+				drawn = append(drawn, e)
+			case evDone:
+				finished, doneAt, res.RoutingStats = true, e.at, e.stats
+				reused = e.reused
+			}
+		}
+		for {
+			if _, ok := ran[ranTo]; !ok {
+				break
+			}
+			ranTo++
+		}
+		routeOut() // the tokens that ran since they went out
+		limit := ranTo
+		if early != nil && ranTo >= len(seq) {
+			limit++ // the token drawn by the step that ran the one before it
+		}
+		for next < limit && next < len(seq)+len(drawn) && !l.Closed() && ctx.Err() == nil {
+			err := deliver(next, false)
+			next++
+			if err != nil {
+				keep(false)
+				return stopped(err)
+			}
+			routeOut() // when this goroutine fell behind, the token has run already
+		}
+		if l.Closed() { // by a callback, or by Close after it
+			keep(false)
+			return res, ErrClosed
+		}
+		if err := ctx.Err(); err != nil { // seen between tokens
+			keep(false)
+			return res, err
+		}
+		if !finished {
+			continue
+		}
+		if !first.IsZero() {
+			res.Prefill = first.Sub(start)
+			res.Decode = doneAt.Sub(first)
+		}
+		res.DecodeSteps = max(0, len(drawn)-1)
+		// Reused counts from the sequence's start (the history too), once
+		// per admission (a preempted sequence is admitted again).
+		res.CachedTokens = min(max(max(q.Reused, reused)-held, 0), res.PromptTokens)
+		res.Stop = q.Stop
+		switch q.Stop {
+		case sched.StopEOS:
+		case sched.StopMaxTokens, sched.StopContextFull:
+			if next < len(seq)+len(drawn) { // the last drawn token, not run
+				if err := deliver(next, true); err != nil {
+					next++
+					keep(true)
+					return stopped(err)
+				}
+				next++
+			}
+		case sched.StopError:
+			keep(false)
+			return res, q.Err
+		default: // cancelled by Close
+			keep(false)
+			return res, ErrClosed
+		}
+		keep(true)
+		if err := sampler.Err(); err != nil {
+			return res, err
+		}
+		return res, nil
+	}
+}

@@ -1,0 +1,195 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/modrun/modrun/engine/sched"
+	"github.com/modrun/modrun/mod"
+)
+
+// RunnerStepper is a Runner as the scheduler's step runner: the step of
+// one sequence at a time, for a Loop with no sequences in parallel (a
+// Model without Options.Parallel, bench, bench --parallel 1) and for the
+// backends without a batched step (the reference). A one-row step is the
+// runner's own decode step (Vulkan's recorded once, the argmax on the
+// device for a greedy row), so a single stream loses nothing to the
+// scheduler.
+//
+// The runner holds one sequence, which the stepper remembers (its tokens
+// and their routing): a sequence that begins with the tokens it holds (a
+// session's next call, its history first) skips them, and one that does
+// not makes it start again (Reset) and run the shared part anew (causal
+// routing gives the same caches however the tokens are split). The
+// scheduler's pages go unused: the runner keeps its own cache, so the
+// Layout has one dense table and no routed ones, and CopyPage is never
+// called (no prefix cache).
+type RunnerStepper struct {
+	r      Runner
+	greedy GreedyFeeder  // r's, when it takes the argmax itself
+	tracer RoutingTracer // r's, when it traces routing
+	stats  RoutingStatser
+	held   []int32       // the tokens the runner holds, in order
+	routes [][]mod.Route // each held token's routing (nil entries untraced)
+	seq    *sched.Seq    // the sequence being run
+	valid  int           // the held tokens that are seq's (the rest may be another's)
+	reused int           // seq's tokens that were held already and did not run
+	chunk  int           // the most tokens one Feed takes
+	lay    sched.Layout
+}
+
+// NewRunnerStepper steps r, whose Feed takes up to chunk tokens (a
+// Backend's runner is unwrapped: its own methods, FeedArgmax and Routes,
+// are what make a step fast and traced).
+func NewRunnerStepper(r Runner, nVocab, chunk int) *RunnerStepper {
+	inner := unwrap(r)
+	a := &RunnerStepper{r: inner, chunk: max(1, chunk), lay: sched.Layout{DenseLayers: 1, ContextLen: inner.ContextLen(), NVocab: nVocab}}
+	a.greedy, _ = inner.(GreedyFeeder)
+	a.tracer, _ = inner.(RoutingTracer)
+	a.stats, _ = inner.(RoutingStatser)
+	inner.Reset()
+	return a
+}
+
+// Forget says the runner was used otherwise (eval mode's LogProbs ran on
+// it): the next sequence starts it again.
+func (a *RunnerStepper) Forget() {
+	a.r.Reset()
+	a.held, a.routes, a.seq, a.valid = a.held[:0], a.routes[:0], nil, 0
+}
+
+func (a *RunnerStepper) Layout() sched.Layout { return a.lay }
+
+// CopyPage is never called: a Loop over a RunnerStepper has no prefix
+// cache, whose shared pages are what gets copied.
+func (a *RunnerStepper) CopyPage(dst, src int32) {}
+
+// Reused is how many of the running sequence's tokens the runner held
+// already, so that they did not run again.
+func (a *RunnerStepper) Reused() int { return a.reused }
+
+// RoutingStats are the runner's counts over the sequence it holds.
+func (a *RunnerStepper) RoutingStats() []LayerStat {
+	if a.stats == nil {
+		return nil
+	}
+	return a.stats.RoutingStats()
+}
+
+// Step runs each sequence's rows in turn (a Loop over a RunnerStepper
+// runs one sequence at a time, so there is one).
+func (a *RunnerStepper) Step(rows []sched.Row, blockTokens int) ([]float32, [][]mod.Route, error) {
+	logits, _, routes, err := a.step(rows, false)
+	return logits, routes, err
+}
+
+// StepArgmax is Step with the greedy rows' tokens drawn by the runner
+// (sched.ArgmaxRunner); without a GreedyFeeder it takes the argmax here.
+func (a *RunnerStepper) StepArgmax(rows []sched.Row, blockTokens int) ([]float32, []int32, [][]mod.Route, error) {
+	return a.step(rows, true)
+}
+
+func (a *RunnerStepper) step(rows []sched.Row, useArgmax bool) (logits []float32, ids []int32, routes [][]mod.Route, err error) {
+	for lo := 0; lo < len(rows); {
+		hi := lo + 1
+		for hi < len(rows) && rows[hi].Seq == rows[lo].Seq {
+			hi++
+		}
+		l, id, rt, err := a.run(rows[lo:hi], useArgmax)
+		if err != nil {
+			a.Forget() // what the runner holds after a failed Feed is unknown
+			return nil, nil, nil, err
+		}
+		logits = append(logits, l...)
+		if last := rows[hi-1]; useArgmax && last.Argmax {
+			ids = append(ids, id)
+		}
+		routes = append(routes, rt...) // a row's nil without routing (a dense model, NoRoutes)
+		lo = hi
+	}
+	return logits, ids, routes, nil
+}
+
+// run runs the rows of one sequence: those the runner holds already are
+// skipped (their routing remembered), the rest fed.
+func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32, id int32, routes [][]mod.Route, err error) {
+	if q := rows[0].Seq; a.seq != q {
+		a.seq, a.valid, a.reused = q, 0, 0 // a new sequence: the held tokens it repeats are kept
+	}
+	if rows[0].Pos != a.valid {
+		return nil, 0, nil, fmt.Errorf("engine: a step from position %d after the sequence's %d tokens", rows[0].Pos, a.valid)
+	}
+	// Skip the rows the runner holds, but a last one that wants logits:
+	// those are gone once a later token ran.
+	skip := 0
+	for ; skip < len(rows); skip++ {
+		r := rows[skip]
+		if r.Pos >= len(a.held) || a.held[r.Pos] != r.Token || r.Logits {
+			break
+		}
+		routes = append(routes, a.routes[r.Pos])
+	}
+	a.valid += skip
+	a.reused += skip
+	if skip == len(rows) {
+		return nil, 0, routes, nil
+	}
+	feed := rows[skip:]
+	if p := feed[0].Pos; p < len(a.held) { // the runner holds other tokens from here
+		if err := a.rewind(p); err != nil {
+			return nil, 0, nil, err
+		}
+	}
+	tokens := make([]int32, len(feed))
+	for i, r := range feed {
+		tokens[i] = r.Token
+	}
+	last := feed[len(feed)-1]
+	switch {
+	case !last.Logits:
+		_, err = a.r.Feed(tokens) // a prompt chunk before the last
+	case useArgmax && last.Argmax && a.greedy != nil:
+		id, err = a.greedy.FeedArgmax(tokens)
+	default:
+		logits, err = a.r.Feed(tokens)
+		if err == nil && useArgmax && last.Argmax { // a runner without its own argmax
+			l := logits
+			id, logits = sched.ArgmaxNonFinite, nil
+			if mod.Finite(l) {
+				id = argmax(l)
+			}
+		}
+	}
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	var traced [][]mod.Route
+	if a.tracer != nil {
+		traced = a.tracer.Routes()
+	}
+	for i, r := range feed {
+		var rt []mod.Route
+		if i < len(traced) {
+			rt = slices.Clone(traced[i])
+		}
+		a.held = append(a.held, r.Token)
+		a.routes = append(a.routes, rt)
+		routes = append(routes, rt)
+	}
+	a.valid += len(feed)
+	return logits, id, routes, nil
+}
+
+// rewind makes the runner hold its first p tokens only: it starts again
+// and runs them anew (a Runner cannot drop tokens), their routing kept.
+func (a *RunnerStepper) rewind(p int) error {
+	held := a.held[:p]
+	a.r.Reset()
+	for i := 0; i < p; i += a.chunk {
+		if _, err := a.r.Feed(held[i:min(i+a.chunk, p)]); err != nil {
+			return fmt.Errorf("engine: running the sequence's first %d tokens again: %w", p, err)
+		}
+	}
+	a.held, a.routes = held, a.routes[:p]
+	return nil
+}
