@@ -1,5 +1,3 @@
-// Package engine runs models: the Runner interface that each backend
-// implements, the sampler, the Generate loop and perplexity scoring.
 package engine
 
 import (
