@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/mod/synth"
 )
@@ -61,7 +62,7 @@ func TestCompareFigures(t *testing.T) {
 		}
 		kl = append(kl, k)
 		sameTop := 0.0
-		if argmax(r) == argmax(s) {
+		if stats.Argmax(r) == stats.Argmax(s) {
 			sameTop = 1
 		}
 		same = append(same, sameTop)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 )
 
@@ -119,24 +120,6 @@ type PerplexityResult struct {
 // Perplexity is exp(NLL).
 func (r PerplexityResult) Perplexity() float64 { return math.Exp(r.NLL) }
 
-// moments accumulates a sample's mean and the standard error of that mean.
-type moments struct {
-	n          int
-	sum, sumSq float64
-}
-
-func (m *moments) add(x float64) { m.n++; m.sum += x; m.sumSq += x * x }
-func (m *moments) mean() float64 { return m.sum / float64(max(m.n, 1)) }
-
-// stderr is sqrt(variance / (n-1)), 0 for fewer than 2 values.
-func (m *moments) stderr() float64 {
-	if m.n < 2 {
-		return 0
-	}
-	mean := m.mean()
-	return math.Sqrt(math.Max(m.sumSq/float64(m.n)-mean*mean, 0) / float64(m.n-1))
-}
-
 // windows calls each with the windows of text: each is BOS followed by the
 // next window-1 tokens of the text, and every one of those tokens is
 // scored given what precedes it in its window. So each token of the text
@@ -177,7 +160,7 @@ func PerplexityContext(ctx context.Context, sc Scorer, text []int32, bos int32, 
 	if window < 2 || window > sc.ContextLen() {
 		return res, fmt.Errorf("engine: window %d must be in [2, %d] (the context length)", window, sc.ContextLen())
 	}
-	var m moments
+	var m stats.Moments
 	err := windows(ctx, text, bos, window, func(seq, chunk []int32) error {
 		if ls, ok := lossScorer(sc); ok {
 			losses, err := ls.Losses(seq)
@@ -185,7 +168,7 @@ func PerplexityContext(ctx context.Context, sc Scorer, text []int32, bos int32, 
 				return err
 			}
 			for _, l := range losses { // position i's loss is of seq[i+1] = chunk[i]
-				m.add(float64(l))
+				m.Add(float64(l))
 			}
 		} else {
 			logits, err := sc.Score(seq)
@@ -194,11 +177,11 @@ func PerplexityContext(ctx context.Context, sc Scorer, text []int32, bos int32, 
 			}
 			v := sc.NVocab()
 			for i, next := range chunk { // logits of position i predict seq[i+1] = chunk[i]
-				m.add(nll(logits[i*v:(i+1)*v], next))
+				m.Add(nll(logits[i*v:(i+1)*v], next))
 			}
 		}
 		res.Windows++
-		res.Tokens, res.NLL, res.NLLErr = m.n, m.mean(), m.stderr()
+		res.Tokens, res.NLL, res.NLLErr = m.N, m.Mean(), m.Stderr()
 		if progress != nil {
 			progress(res.Tokens, len(text))
 		}
@@ -209,5 +192,5 @@ func PerplexityContext(ctx context.Context, sc Scorer, text []int32, bos int32, 
 
 // nll is -log softmax(logits)[target], computed stably in float64.
 func nll(logits []float32, target int32) float64 {
-	return logSumExp(logits) - float64(logits[target])
+	return stats.LogSumExp(logits) - float64(logits[target])
 }

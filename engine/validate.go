@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 )
 
@@ -180,7 +181,7 @@ type stepComparison struct {
 
 // compareStep compares one step's logits, in float64.
 func compareStep(want, got []float32) stepComparison {
-	s := stepComparison{wantTop: argmax(want), gotTop: argmax(got), finite: true}
+	s := stepComparison{wantTop: stats.Argmax(want), gotTop: stats.Argmax(got), finite: true}
 	for i := range want {
 		g := float64(got[i])
 		if math.IsNaN(g) || math.IsInf(g, 0) {
@@ -279,16 +280,3 @@ func (w *routingWatch) after(tol ValidationTolerance) (nearTie bool, err error) 
 // klDivergence is KL(p || q) of the distributions softmax(p) and
 // softmax(q) of two logit vectors, in nats, computed in float64.
 func klDivergence(p, q []float32) float64 { return compareToken(p, q, 0).kl }
-
-// logSumExp is log Σ exp(x_i), computed stably in float64.
-func logSumExp(x []float32) float64 {
-	mx := math.Inf(-1)
-	for _, v := range x {
-		mx = math.Max(mx, float64(v))
-	}
-	var sum float64
-	for _, v := range x {
-		sum += math.Exp(float64(v) - mx)
-	}
-	return mx + math.Log(sum)
-}
