@@ -120,13 +120,15 @@ type PerplexityResult struct {
 // Perplexity is exp(NLL).
 func (r PerplexityResult) Perplexity() float64 { return math.Exp(r.NLL) }
 
-// windows calls each with the windows of text: each is BOS followed by the
+// Windows calls each with the windows of text: each is BOS followed by the
 // next window-1 tokens of the text, and every one of those tokens is
 // scored given what precedes it in its window. So each token of the text
 // is scored exactly once, and each window is an independent sequence, as
-// in training. ctx is checked between windows: when it ends, windows
-// returns its error, and the windows done so far stand.
-func windows(ctx context.Context, text []int32, bos int32, window int, each func(seq, chunk []int32) error) error {
+// in training. ctx is checked between windows: when it ends, Windows
+// returns its error, and the windows done so far stand. Perplexity scores
+// by it; it is exported so that bench.Compare (perplexity --compare)
+// scores exactly Perplexity's windows.
+func Windows(ctx context.Context, text []int32, bos int32, window int, each func(seq, chunk []int32) error) error {
 	if len(text) == 0 {
 		return fmt.Errorf("engine: no tokens to score")
 	}
@@ -145,7 +147,7 @@ func windows(ctx context.Context, text []int32, bos int32, window int, each func
 }
 
 // Perplexity scores text (token ids without BOS) in windows of at most
-// window tokens (windows). A LossScorer computes the losses on its device,
+// window tokens (Windows). A LossScorer computes the losses on its device,
 // and only they come back; another scorer's logits are read back and its
 // losses summed here in float64. progress, if not nil, is called after
 // each window with the tokens scored so far.
@@ -161,7 +163,7 @@ func PerplexityContext(ctx context.Context, sc Scorer, text []int32, bos int32, 
 		return res, fmt.Errorf("engine: window %d must be in [2, %d] (the context length)", window, sc.ContextLen())
 	}
 	var m stats.Moments
-	err := windows(ctx, text, bos, window, func(seq, chunk []int32) error {
+	err := Windows(ctx, text, bos, window, func(seq, chunk []int32) error {
 		if ls, ok := lossScorer(sc); ok {
 			losses, err := ls.Losses(seq)
 			if err != nil {

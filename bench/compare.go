@@ -1,10 +1,11 @@
-package engine
+package bench
 
 import (
 	"context"
 	"fmt"
 	"math"
 
+	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/internal/stats"
 )
 
@@ -51,17 +52,17 @@ func (r CompareResult) RefPerplexity() float64 { return math.Exp(r.RefNLL) }
 // So a window costs two n × nVocab float downloads and that much host
 // memory for each scorer. When ctx ends, the windows compared so far stand
 // with ctx's error.
-func Compare(ctx context.Context, sc, ref Scorer, text []int32, bos int32, window int, progress func(done, total int)) (CompareResult, error) {
+func Compare(ctx context.Context, sc, ref engine.Scorer, text []int32, bos int32, window int, progress func(done, total int)) (CompareResult, error) {
 	var res CompareResult
 	if sc.NVocab() != ref.NVocab() {
-		return res, fmt.Errorf("engine: the scorers' vocabularies differ: %d and %d tokens", sc.NVocab(), ref.NVocab())
+		return res, fmt.Errorf("bench: the scorers' vocabularies differ: %d and %d tokens", sc.NVocab(), ref.NVocab())
 	}
 	if n := min(sc.ContextLen(), ref.ContextLen()); window < 2 || window > n {
-		return res, fmt.Errorf("engine: window %d must be in [2, %d] (the context length)", window, n)
+		return res, fmt.Errorf("bench: window %d must be in [2, %d] (the context length)", window, n)
 	}
 	v := sc.NVocab()
 	var nll, refNLL, delta, kl, top1 stats.Moments
-	err := windows(ctx, text, bos, window, func(seq, chunk []int32) error {
+	err := engine.Windows(ctx, text, bos, window, func(seq, chunk []int32) error {
 		want, err := ref.Score(seq)
 		if err != nil {
 			return fmt.Errorf("reference: %w", err)

@@ -1,12 +1,12 @@
-package engine
+package bench
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"slices"
 	"time"
 
+	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/engine/sched"
 	"github.com/modrun/modrun/mod"
 )
@@ -29,48 +29,48 @@ type ParallelResult struct {
 	Steps            int     `json:"steps"`
 }
 
-// ParallelBench times P sequences at once on a backend's scheduler, one
+// Parallel times P sequences at once on a backend's scheduler, one
 // round at a time (Time), so that a caller may interleave it with other
 // rows. Close it when done.
-type ParallelBench struct {
-	bk       *Backend
-	st       Stepper
+type Parallel struct {
+	bk       *engine.Backend
+	st       engine.Stepper
 	prompts  [][]int32
-	o        BenchOptions
+	o        Options
 	rounds   []ParallelResult
 	parallel int
 	batch    int
 	solo     [][]int32 // each prompt's greedy tokens alone on the backend's runner
 }
 
-// NewParallelBench prepares P sequences of m with routing on the backend
+// NewParallel prepares P sequences of m with routing on the backend
 // bo names (BackendCPU or BackendVulkan; its context length and batch are
 // set here): sequence i's prompt is prompt's
 // PromptTokens tokens after BOS rotated and shifted by i, so that no two
 // share a prefix or their tokens. batchTokens is --batch-tokens (0: 512).
-func NewParallelBench(m *mod.Model, routing mod.Routing, prompt []int32, o BenchOptions, parallel, batchTokens int, bo BackendOptions) (*ParallelBench, error) {
+func NewParallel(m *mod.Model, routing mod.Routing, prompt []int32, o Options, parallel, batchTokens int, bo engine.BackendOptions) (*Parallel, error) {
 	if parallel < 1 {
 		return nil, fmt.Errorf("--parallel %d: must be 1 or more", parallel)
 	}
 	if len(prompt) < o.PromptTokens || o.PromptTokens < 2 || o.DecodeTokens < 2 {
-		return nil, fmt.Errorf("engine: bench --parallel needs a prompt of 2 tokens or more (got %d of %d) and 2 decoded or more (got %d)", len(prompt), o.PromptTokens, o.DecodeTokens)
+		return nil, fmt.Errorf("bench: --parallel needs a prompt of 2 tokens or more (got %d of %d) and 2 decoded or more (got %d)", len(prompt), o.PromptTokens, o.DecodeTokens)
 	}
-	if bo.Name != BackendCPU && bo.Name != BackendVulkan {
-		return nil, fmt.Errorf("engine: bench --parallel runs on %s or %s, not %s", BackendCPU, BackendVulkan, bo.Name)
+	if bo.Name != engine.BackendCPU && bo.Name != engine.BackendVulkan {
+		return nil, fmt.Errorf("bench: --parallel runs on %s or %s, not %s", engine.BackendCPU, engine.BackendVulkan, bo.Name)
 	}
 	ctx := o.PromptTokens + o.DecodeTokens
-	batchTokens = cmp.Or(batchTokens, DefaultUBatch)
+	batchTokens = cmp.Or(batchTokens, engine.DefaultUBatch)
 	bo.ContextLen, bo.UBatch = ctx, batchTokens // a solo prefill caps its chunks at ctx, a step of P sequences at P ctx
-	bk, _, err := OpenBackend(m, routing, bo)
+	bk, _, err := engine.OpenBackend(m, routing, bo)
 	if err != nil {
 		return nil, err
 	}
-	st, err := StepperOf(bk, parallel)
+	st, err := engine.StepperOf(bk, parallel)
 	if err != nil {
 		bk.Close()
 		return nil, err
 	}
-	b := &ParallelBench{bk: bk, st: st, o: o, parallel: parallel, batch: min(batchTokens, max(1, st.MaxRows()))}
+	b := &Parallel{bk: bk, st: st, o: o, parallel: parallel, batch: min(batchTokens, max(1, st.MaxRows()))}
 	if st.MaxRows() == 0 {
 		b.batch = batchTokens
 	}
@@ -84,8 +84,7 @@ func NewParallelBench(m *mod.Model, routing mod.Routing, prompt []int32, o Bench
 		// The validation: each sequence's greedy tokens alone, which the
 		// batched ones must equal (the equality the tests check, here on
 		// the benched model).
-		solo.Reset()
-		r, err := Continue(context.Background(), solo, p, GenerateOptions{MaxTokens: o.DecodeTokens, EOS: -1, Sampler: DefaultSampler()})
+		r, err := generate(solo, p, o.DecodeTokens, 0)
 		if err != nil {
 			bk.Close()
 			return nil, err
@@ -104,7 +103,7 @@ func NewParallelBench(m *mod.Model, routing mod.Routing, prompt []int32, o Bench
 
 // Time runs one round: every sequence joins at once, and the scheduler
 // steps until all are done.
-func (b *ParallelBench) Time() error {
+func (b *Parallel) Time() error {
 	const bt = 16
 	pages := sched.PagesFor(b.st.Layout(), b.parallel, b.o.PromptTokens+b.o.DecodeTokens+2*bt, bt)
 	if err := b.st.Reserve(pages, bt); err != nil {
@@ -145,21 +144,21 @@ func (b *ParallelBench) Time() error {
 			return q.Err
 		}
 		if !slices.Equal(q.Tokens(), b.solo[i]) {
-			return fmt.Errorf("engine: bench --parallel %d: sequence %d's greedy tokens differ from its run alone (%v, alone %v): not timed", b.parallel, i, q.Tokens(), b.solo[i])
+			return fmt.Errorf("bench: --parallel %d: sequence %d's greedy tokens differ from its run alone (%v, alone %v): not timed", b.parallel, i, q.Tokens(), b.solo[i])
 		}
 		n := len(q.Tokens()) - 1
 		decoded += n
 		firstAll, endAll = min(firstAll, first[i]), max(endAll, end[i])
-		res.PerSequenceDecodeRate += rate(n, end[i]-first[i]) / float64(b.parallel)
+		res.PerSequenceDecodeRate += decodeRate(n, end[i]-first[i]) / float64(b.parallel)
 		res.TimeToFirstToken += float64(first[i].Microseconds()) / 1e3 / float64(b.parallel)
 	}
-	res.AggregateDecodeRate = rate(decoded, endAll-firstAll)
+	res.AggregateDecodeRate = decodeRate(decoded, endAll-firstAll)
 	b.rounds = append(b.rounds, res)
 	return nil
 }
 
 // Result is the round with the median aggregate decode rate.
-func (b *ParallelBench) Result() ParallelResult {
+func (b *Parallel) Result() ParallelResult {
 	if len(b.rounds) == 0 {
 		return ParallelResult{Parallel: b.parallel}
 	}
@@ -177,4 +176,10 @@ func (b *ParallelBench) Result() ParallelResult {
 }
 
 // Close frees the bench's backend.
-func (b *ParallelBench) Close() { b.bk.Close() }
+func (b *Parallel) Close() { b.bk.Close() }
+
+// decodeRate is n tokens decoded in d, per second, as engine's Timing
+// counts a decode (0 when there is none).
+func decodeRate(n int, d time.Duration) float64 {
+	return engine.Timing{DecodeSteps: n, Decode: d}.DecodeRate()
+}

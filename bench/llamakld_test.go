@@ -1,6 +1,6 @@
 //go:build llamakld
 
-package engine
+package bench
 
 import (
 	"encoding/binary"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 )
@@ -42,7 +43,7 @@ func TestLlamaKLD(t *testing.T) {
 	if len(args) < 5 {
 		t.Skip(`a measurement: MODRUN_LLAMA_KLD="kq-T.gguf twin-T.gguf base-T.kld l-file-T.f32 l-twin-T.gguf [cpu|reference]"`)
 	}
-	backend := BackendCPU
+	backend := engine.BackendCPU
 	if len(args) > 5 {
 		backend = args[5]
 	}
@@ -177,7 +178,7 @@ func modrunLogits(t *testing.T, path, backend string, b *kldBase) []float32 {
 	require.NoError(t, err)
 	defer m.Close()
 	require.Equal(t, b.nVocab, m.Config.NVocab, "%s: vocabulary", path)
-	sc, _, err := OpenScorer(m, mod.RoutingTopK, BackendOptions{Name: backend, ContextLen: b.nCtx})
+	sc, _, err := engine.OpenScorer(m, mod.RoutingTopK, engine.BackendOptions{Name: backend, ContextLen: b.nCtx})
 	require.NoError(t, err, fmt.Sprintf("%s on %s", path, backend))
 	defer sc.Close()
 	bos := b.tokens[0]
