@@ -40,6 +40,6 @@ for t in "${types[@]}"; do
 	echo "== kq-$t, llama.cpp KV $kv; llama-perplexity --kl-divergence printed:"
 	grep -E "Mean ln\(PPL|Mean    KLD|Same top p:|RMS Δp" "$dir/kld-$t-$kv.log"
 	(cd "$root" && MODRUN_LLAMA_KLD="$file $twin $base $dir/l-file-$t-$kv.f32 $dir/l-twin-$t-$kv.f32 ${BACKEND:-cpu}" \
-		GOMAXPROCS=1 nice -n 19 go test -tags llamakld ./engine/ -run TestLlamaKLD -v -count=1 -timeout 30m |
+		GOMAXPROCS=1 nice -n 19 go test -tags llamakld ./bench/ -run TestLlamaKLD -v -count=1 -timeout 30m |
 		grep -E "KL|ok|FAIL" | sed 's/^ *llamakld_test.go:[0-9]*: //')
 done

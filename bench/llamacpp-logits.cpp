@@ -1,3 +1,7 @@
+//go:build ignore
+
+// (The build line: this folder is also Go package bench, and go build refuses a C++
+// file in a package that does not use cgo.)
 // Measurement only (not part of modrun, built by hand by bench/cpu-quant-kld.sh). Runs a model through
 // llama.cpp over the windows of a llama-perplexity --kl-divergence-base file
 // (its tokens; BOS replacing each window's first token, as llama-perplexity

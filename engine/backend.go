@@ -184,6 +184,20 @@ func onVulkan(device int, gpuOnly bool, open func(*place) error) (*place, string
 	return p, "", nil
 }
 
+// OnVulkanDevice opens the Vulkan device that BackendOptions{Name:
+// BackendVulkan, Device: device} runs on (a CPU emulation too), calls f
+// with its name ("vulkan: NAME") and the device, and closes it. It is
+// exported for what measures the device itself and opens no model:
+// bench's bandwidth probe.
+func OnVulkanDevice(device int, f func(name string, dev *vk.Device) error) error {
+	p, _, err := onVulkan(device, false, func(p *place) error { return f(p.name, p.dev) })
+	if err != nil {
+		return err
+	}
+	p.close()
+	return nil
+}
+
 // CPUKernels names the kernels the CPU backend runs on this machine:
 // "avx2+avx512-vnni", "avx2", or "go" (the portable ones).
 func CPUKernels() string { return cpu.Kernels() }

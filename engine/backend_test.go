@@ -12,6 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// benchModel is a small trained MoD model (its routed layers take some
+// tokens and skip others), the one bench's tests time too.
+const benchModel = "../testdata/mod/mod-trained.gguf"
+
 // TestBackendContextAndKV: BackendOptions.ContextLen sizes the runner (the
 // default is the model's context, at most DefaultMaxContext), out-of-range
 // values and unknown KV cache types are refused, and the CPU runner stops

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/modrun/modrun/internal/shared"
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -198,7 +199,7 @@ func (g *greedyFake) Feed(tokens []int32) ([]float32, error) {
 func (g *greedyFake) FeedArgmax(tokens []int32) (int32, error) {
 	g.argmaxFeeds++
 	l, err := g.fakeRunner.Feed(tokens)
-	return argmax(l), err
+	return stats.Argmax(l), err
 }
 
 // TestGenerateGreedyFeeder: a pure greedy sampler lets a GreedyFeeder take

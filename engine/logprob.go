@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"math"
 	"slices"
+
+	"github.com/modrun/modrun/internal/stats"
 )
 
 // TokenLogProb is one token's log-probability (natural log) under the
@@ -17,7 +19,7 @@ type TokenLogProb struct {
 // LogProbs is the log-probability of token id under logits [nVocab], and
 // the top most likely tokens (most likely first, ties to the lower id).
 func LogProbs(logits []float32, id int32, top int) (float32, []TokenLogProb) {
-	norm := float32(logSumExp(logits)) // log p(i) = logits[i] - log Σ exp(logits)
+	norm := float32(stats.LogSumExp(logits)) // log p(i) = logits[i] - log Σ exp(logits)
 	lp := float32(math.Inf(-1))
 	if id >= 0 && int(id) < len(logits) {
 		lp = logits[id] - norm

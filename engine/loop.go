@@ -173,6 +173,18 @@ func (l *Loop) RunnerUsed() {
 	}
 }
 
+// Forget makes the next sequences run from their first token: the
+// prefix cache emptied, the runner's sequence forgotten (bench's rounds
+// time the same work each). Nothing else may use the runner meanwhile.
+func (l *Loop) Forget() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.s.ClearPrefix()
+	if l.runner != nil {
+		l.runner.Forget()
+	}
+}
+
 // Batched says whether the loop steps the backend's batched step runner
 // (sequences share steps, over a page pool with a prefix cache) rather
 // than the runner itself.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 )
 
@@ -119,31 +120,15 @@ type PerplexityResult struct {
 // Perplexity is exp(NLL).
 func (r PerplexityResult) Perplexity() float64 { return math.Exp(r.NLL) }
 
-// moments accumulates a sample's mean and the standard error of that mean.
-type moments struct {
-	n          int
-	sum, sumSq float64
-}
-
-func (m *moments) add(x float64) { m.n++; m.sum += x; m.sumSq += x * x }
-func (m *moments) mean() float64 { return m.sum / float64(max(m.n, 1)) }
-
-// stderr is sqrt(variance / (n-1)), 0 for fewer than 2 values.
-func (m *moments) stderr() float64 {
-	if m.n < 2 {
-		return 0
-	}
-	mean := m.mean()
-	return math.Sqrt(math.Max(m.sumSq/float64(m.n)-mean*mean, 0) / float64(m.n-1))
-}
-
-// windows calls each with the windows of text: each is BOS followed by the
+// Windows calls each with the windows of text: each is BOS followed by the
 // next window-1 tokens of the text, and every one of those tokens is
 // scored given what precedes it in its window. So each token of the text
 // is scored exactly once, and each window is an independent sequence, as
-// in training. ctx is checked between windows: when it ends, windows
-// returns its error, and the windows done so far stand.
-func windows(ctx context.Context, text []int32, bos int32, window int, each func(seq, chunk []int32) error) error {
+// in training. ctx is checked between windows: when it ends, Windows
+// returns its error, and the windows done so far stand. Perplexity scores
+// by it; it is exported so that bench.Compare (perplexity --compare)
+// scores exactly Perplexity's windows.
+func Windows(ctx context.Context, text []int32, bos int32, window int, each func(seq, chunk []int32) error) error {
 	if len(text) == 0 {
 		return fmt.Errorf("engine: no tokens to score")
 	}
@@ -162,7 +147,7 @@ func windows(ctx context.Context, text []int32, bos int32, window int, each func
 }
 
 // Perplexity scores text (token ids without BOS) in windows of at most
-// window tokens (windows). A LossScorer computes the losses on its device,
+// window tokens (Windows). A LossScorer computes the losses on its device,
 // and only they come back; another scorer's logits are read back and its
 // losses summed here in float64. progress, if not nil, is called after
 // each window with the tokens scored so far.
@@ -177,15 +162,15 @@ func PerplexityContext(ctx context.Context, sc Scorer, text []int32, bos int32, 
 	if window < 2 || window > sc.ContextLen() {
 		return res, fmt.Errorf("engine: window %d must be in [2, %d] (the context length)", window, sc.ContextLen())
 	}
-	var m moments
-	err := windows(ctx, text, bos, window, func(seq, chunk []int32) error {
+	var m stats.Moments
+	err := Windows(ctx, text, bos, window, func(seq, chunk []int32) error {
 		if ls, ok := lossScorer(sc); ok {
 			losses, err := ls.Losses(seq)
 			if err != nil {
 				return err
 			}
 			for _, l := range losses { // position i's loss is of seq[i+1] = chunk[i]
-				m.add(float64(l))
+				m.Add(float64(l))
 			}
 		} else {
 			logits, err := sc.Score(seq)
@@ -194,11 +179,11 @@ func PerplexityContext(ctx context.Context, sc Scorer, text []int32, bos int32, 
 			}
 			v := sc.NVocab()
 			for i, next := range chunk { // logits of position i predict seq[i+1] = chunk[i]
-				m.add(nll(logits[i*v:(i+1)*v], next))
+				m.Add(nll(logits[i*v:(i+1)*v], next))
 			}
 		}
 		res.Windows++
-		res.Tokens, res.NLL, res.NLLErr = m.n, m.mean(), m.stderr()
+		res.Tokens, res.NLL, res.NLLErr = m.N, m.Mean(), m.Stderr()
 		if progress != nil {
 			progress(res.Tokens, len(text))
 		}
@@ -209,5 +194,5 @@ func PerplexityContext(ctx context.Context, sc Scorer, text []int32, bos int32, 
 
 // nll is -log softmax(logits)[target], computed stably in float64.
 func nll(logits []float32, target int32) float64 {
-	return logSumExp(logits) - float64(logits[target])
+	return stats.LogSumExp(logits) - float64(logits[target])
 }

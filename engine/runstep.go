@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/modrun/modrun/engine/sched"
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 )
 
@@ -156,7 +157,7 @@ func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32,
 			l := logits
 			id, logits = sched.ArgmaxNonFinite, nil
 			if mod.Finite(l) {
-				id = argmax(l)
+				id = stats.Argmax(l)
 			}
 		}
 	}

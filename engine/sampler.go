@@ -1,5 +1,3 @@
-// Package engine runs models: the Runner interface that each backend
-// implements, the sampler, the Generate loop and perplexity scoring.
 package engine
 
 import (
@@ -9,6 +7,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/modrun/modrun/internal/stats"
 )
 
 // SamplerOptions choose how the next token is drawn from the logits. The
@@ -162,7 +162,7 @@ func (s *Sampler) Sample(logits []float32) int32 {
 	case s.constraint != nil:
 		id = s.constrained(l)
 	case s.opts.Temperature == 0:
-		id = argmax(l)
+		id = stats.Argmax(l)
 	default:
 		id = s.draw(l)
 	}
@@ -206,7 +206,7 @@ func (s *Sampler) penalise(l []float32) {
 func (s *Sampler) constrained(l []float32) int32 {
 	switch {
 	case s.opts.Temperature == 0:
-		if id := argmax(l); s.constraint.Allowed(id) {
+		if id := stats.Argmax(l); s.constraint.Allowed(id) {
 			s.accept(id)
 			return id
 		}
@@ -222,7 +222,7 @@ func (s *Sampler) constrained(l []float32) int32 {
 	mask := s.mask[:(len(l)+63)/64]
 	if s.constraint.Mask(mask) == 0 { // the grammar cannot go on: draw as without it
 		s.err = errors.New("engine: the grammar allows no token of the vocabulary here")
-		return argmax(l)
+		return stats.Argmax(l)
 	}
 	allowed := int32(-1)
 	finite := false
@@ -242,7 +242,7 @@ func (s *Sampler) constrained(l []float32) int32 {
 	case !finite: // Ban removed every allowed token (IgnoreEOS where only the end may come): the grammar wins
 		id = allowed
 	case s.opts.Temperature == 0:
-		id = argmax(l)
+		id = stats.Argmax(l)
 	default:
 		id = s.draw(l)
 	}
@@ -265,7 +265,7 @@ func (s *Sampler) draw(l []float32) int32 {
 		}
 	}
 	if len(c) == 0 {
-		return argmax(l)
+		return stats.Argmax(l)
 	}
 	// Stable, largest first: the order sort.SliceStable gave, without its
 	// reflection (at 128,256 tokens that sort was most of a step).
@@ -322,14 +322,4 @@ func softmaxCands(c []candidate, temp float32) {
 	for i := range c {
 		c[i].p = float32(float64(c[i].p) / sum)
 	}
-}
-
-func argmax(x []float32) int32 {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return int32(best)
 }

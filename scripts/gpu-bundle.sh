@@ -16,7 +16,7 @@ go build "${flags[@]}" -o "$dir/bin/modrun" ./cmd/modrun
 # relative paths of its fixtures (../../testdata/...) resolve as in the repo.
 # The root package (the API) runs without its two tests that call the go
 # command, which the GPU machine lacks.
-pkgs=(vk shaders engine engine/vulkan cmd/modrun .)
+pkgs=(vk shaders engine engine/vulkan bench cmd/modrun .)
 : > "$dir/tests/packages.txt"
 for p in "${pkgs[@]}"; do
   name=$(echo "$p" | tr / _ | sed 's/^\.$/root/')

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modrun/modrun/bench"
 	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/mod/quant"
@@ -41,7 +42,7 @@ type benchFlags struct {
 	routingSet    bool
 	device        int
 	cache         cacheFlags
-	o             engine.BenchOptions
+	o             bench.Options
 	out, json     string
 	asJSON        bool // --json: the report as JSON on stdout instead of its text
 	par           parallelFlags
@@ -69,9 +70,9 @@ func benchMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	// The yardstick first, on an otherwise idle device: how fast each
 	// backend's device reads memory.
-	var devices []engine.Bandwidth
+	var devices []bench.Bandwidth
 	for _, name := range f.backends {
-		bw, err := engine.ProbeBandwidth(engine.BackendOptions{Name: name, Device: f.device})
+		bw, err := bench.ProbeBandwidth(engine.BackendOptions{Name: name, Device: f.device})
 		if err != nil {
 			return fmt.Errorf("--backends %s: bandwidth probe: %w", name, err)
 		}
@@ -363,11 +364,11 @@ var plantError func(engine.Runner) engine.Runner
 // benchRow is one model with one routing on one backend, validated and
 // ready to time.
 type benchRow struct {
-	*engine.Benchmark
+	*bench.Benchmark
 	model   *benchModel
 	routing mod.Routing
 	backend string
-	device  engine.Bandwidth
+	device  bench.Bandwidth
 	b       *engine.Backend
 }
 
@@ -377,7 +378,7 @@ func (row *benchRow) close() {
 	}
 }
 
-func (f *benchFlags) openBenchRow(m *benchModel, routing mod.Routing, backend string, bw engine.Bandwidth) (_ *benchRow, err error) {
+func (f *benchFlags) openBenchRow(m *benchModel, routing mod.Routing, backend string, bw bench.Bandwidth) (_ *benchRow, err error) {
 	if routing == mod.RoutingPredictor && m.model.Config.IsMoD() && !m.model.Config.HasPredictor() {
 		return nil, fmt.Errorf("--routing predictor: %s has no predictor", m.name)
 	}
@@ -398,8 +399,8 @@ func (f *benchFlags) openBenchRow(m *benchModel, routing mod.Routing, backend st
 		row.close()
 		return nil, err
 	}
-	o = engine.ValidationFor(o, engine.Params(m.model))
-	if row.Benchmark, err = engine.NewBenchmark(row.b, m.model, routing, prompt, o); err != nil {
+	o = bench.ValidationFor(o, bench.Params(m.model))
+	if row.Benchmark, err = bench.NewBenchmark(row.b, m.model, routing, prompt, o); err != nil {
 		row.close()
 		return nil, fmt.Errorf("%s on %s: %w", m.name, row.b.Name, err)
 	}

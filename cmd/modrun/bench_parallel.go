@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modrun/modrun/bench"
 	"github.com/modrun/modrun/engine"
 )
 
@@ -76,14 +77,14 @@ type parallelRowReport struct {
 	Model   string `json:"model"`
 	Routing string `json:"routing"`
 	Backend string `json:"backend"`
-	engine.ParallelResult
+	bench.ParallelResult
 	AggregateVsSingle   float64 `json:"aggregate_decode_vs_single"`
 	PerSequenceVsSingle float64 `json:"per_sequence_decode_vs_single"`
 	FirstTokenVsSingle  float64 `json:"time_to_first_token_vs_single"`
 }
 
 type parallelRow struct {
-	*engine.ParallelBench
+	*bench.Parallel
 	model   *benchModel
 	routing string
 	backend string
@@ -103,7 +104,7 @@ func benchParallel(f *benchFlags, models []*benchModel, args []string, stdout, s
 				for _, p := range f.par.counts {
 					fmt.Fprintf(stderr, "bench: validating %s %s on %s at --parallel %d against each sequence alone\n", m.name, routingName(m, routing), backend, p)
 					bo := engine.BackendOptions{Name: backend, Device: f.device, KVType: f.cache.kvType}
-					b, err := engine.NewParallelBench(m.model, routing, prompt, f.o, p, f.par.batchTokens, bo)
+					b, err := bench.NewParallel(m.model, routing, prompt, f.o, p, f.par.batchTokens, bo)
 					if err != nil {
 						return fmt.Errorf("%s on %s: %w", m.name, backend, err)
 					}
@@ -123,7 +124,7 @@ func benchParallel(f *benchFlags, models []*benchModel, args []string, stdout, s
 	rep := parallelReport{Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Command: "modrun bench " + strings.Join(args, " "),
 		Machine: runtime.GOOS + "/" + runtime.GOARCH, CPUs: runtime.NumCPU(), Prompt: f.o.PromptTokens, Decode: f.o.DecodeTokens,
 		Repeats: f.o.Repeats, Batch: f.par.batchTokens}
-	var single engine.ParallelResult
+	var single bench.ParallelResult
 	for _, row := range rows {
 		res := row.Result()
 		if res.Parallel == 1 {

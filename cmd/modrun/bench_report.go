@@ -8,22 +8,22 @@ import (
 	"strings"
 	"time"
 
-	"github.com/modrun/modrun/engine"
+	"github.com/modrun/modrun/bench"
 )
 
 // benchReport is what `modrun bench` prints (Markdown) and writes (--out,
 // --json): the machine, each device with its probed bandwidth, and a row
 // per model, routing and backend.
 type benchReport struct {
-	Date    string             `json:"date"`
-	Command string             `json:"command"`
-	Machine string             `json:"machine"`
-	CPUs    int                `json:"cpus"`
-	Devices []engine.Bandwidth `json:"devices"`
-	Prompt  int                `json:"prompt_tokens"`
-	Decode  int                `json:"decode_tokens"`
-	Repeats int                `json:"repeats"`
-	Rows    []benchRowReport   `json:"rows"`
+	Date    string            `json:"date"`
+	Command string            `json:"command"`
+	Machine string            `json:"machine"`
+	CPUs    int               `json:"cpus"`
+	Devices []bench.Bandwidth `json:"devices"`
+	Prompt  int               `json:"prompt_tokens"`
+	Decode  int               `json:"decode_tokens"`
+	Repeats int               `json:"repeats"`
+	Rows    []benchRowReport  `json:"rows"`
 }
 
 type benchRowReport struct {
@@ -32,7 +32,7 @@ type benchRowReport struct {
 	Baseline string `json:"baseline"`        // the model its ratios are against
 	Routing  string `json:"routing"`         // dense, router or predictor
 	Backend  string `json:"backend"`
-	engine.BenchResult
+	bench.Result
 	VsBaseline             float64 `json:"decode_vs_baseline"`        // decode rate / the baseline's on this backend
 	IdealVsBaseline        float64 `json:"ideal_decode_vs_baseline"`  // the baseline's decode bytes / this row's
 	PrefillVsBaseline      float64 `json:"prefill_vs_baseline"`       // prefill rate / the baseline's on this backend
@@ -40,7 +40,7 @@ type benchRowReport struct {
 	PercentOfProbe         float64 `json:"effective_percent_of_probe"`
 }
 
-func newBenchReport(args []string, o engine.BenchOptions, devices []engine.Bandwidth, rows []*benchRow) *benchReport {
+func newBenchReport(args []string, o bench.Options, devices []bench.Bandwidth, rows []*benchRow) *benchReport {
 	rep := &benchReport{
 		Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Command: "modrun bench " + strings.Join(args, " "),
 		Machine: runtime.GOOS + "/" + runtime.GOARCH, CPUs: runtime.NumCPU(), Devices: devices,
@@ -49,7 +49,7 @@ func newBenchReport(args []string, o engine.BenchOptions, devices []engine.Bandw
 	for _, row := range rows {
 		res := row.Result()
 		r := benchRowReport{Model: row.model.name, Shape: row.model.shape, Baseline: row.model.baseline.name,
-			Routing: routingName(row.model, row.routing), Backend: row.backend, BenchResult: res}
+			Routing: routingName(row.model, row.routing), Backend: row.backend, Result: res}
 		if base := baselineRow(rows, row); base != nil {
 			b := base.Result()
 			r.VsBaseline = res.DecodeRate / b.DecodeRate

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modrun/modrun/bench"
 	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/mod"
 )
@@ -95,8 +96,8 @@ func perplexityMain(args []string, _ io.Reader, stdout, stderr io.Writer) error 
 		res, err = engine.PerplexityContext(interrupt, scorer, ids, l.tok.BOS(), window, progress)
 		rep.PerplexityResult = res
 	} else {
-		var res engine.CompareResult
-		res, err = engine.Compare(interrupt, scorer, ref, ids, l.tok.BOS(), window, progress)
+		var res bench.CompareResult
+		res, err = bench.Compare(interrupt, scorer, ref, ids, l.tok.BOS(), window, progress)
 		rep.PerplexityResult = engine.PerplexityResult{Tokens: res.Tokens, Windows: res.Windows, NLL: res.NLL, NLLErr: res.NLLErr}
 		rep.Compare.CompareResult = &res
 	}

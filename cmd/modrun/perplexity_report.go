@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/modrun/modrun/bench"
 	"github.com/modrun/modrun/engine"
 )
 
@@ -30,7 +31,7 @@ type compareReport struct {
 	With    string `json:"with"`    // --compare's value
 	Backend string `json:"backend"` // the reference's backend
 	Model   string `json:"model"`   // the reference's model file
-	*engine.CompareResult
+	*bench.CompareResult
 }
 
 func (rep *perplexityReport) write(w io.Writer, asJSON bool) error {

@@ -25,7 +25,7 @@ import (
 // more than the elements: measured (TestKVF16 logs it) 2.2e-5 on the
 // synthetic F32 models, 1.2e-3 to 2.4e-3 on the shipped trained ones
 // (F32, over 96 positions). The bound leaves 2x room over the worst;
-// engine's validation allows 2e-3 + 1e-3 absolute (engine/validate.go
+// bench's validation allows 2e-3 + 1e-3 absolute (bench/validate.go
 // tolF16KV), Vulkan's test of its F16 cache 2e-3 + 1e-4.
 const kvF16RelTol = 5e-3
 

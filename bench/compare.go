@@ -1,9 +1,12 @@
-package engine
+package bench
 
 import (
 	"context"
 	"fmt"
 	"math"
+
+	"github.com/modrun/modrun/engine"
+	"github.com/modrun/modrun/internal/stats"
 )
 
 // CompareResult is a scorer against a reference scorer over the same text
@@ -49,17 +52,17 @@ func (r CompareResult) RefPerplexity() float64 { return math.Exp(r.RefNLL) }
 // So a window costs two n × nVocab float downloads and that much host
 // memory for each scorer. When ctx ends, the windows compared so far stand
 // with ctx's error.
-func Compare(ctx context.Context, sc, ref Scorer, text []int32, bos int32, window int, progress func(done, total int)) (CompareResult, error) {
+func Compare(ctx context.Context, sc, ref engine.Scorer, text []int32, bos int32, window int, progress func(done, total int)) (CompareResult, error) {
 	var res CompareResult
 	if sc.NVocab() != ref.NVocab() {
-		return res, fmt.Errorf("engine: the scorers' vocabularies differ: %d and %d tokens", sc.NVocab(), ref.NVocab())
+		return res, fmt.Errorf("bench: the scorers' vocabularies differ: %d and %d tokens", sc.NVocab(), ref.NVocab())
 	}
 	if n := min(sc.ContextLen(), ref.ContextLen()); window < 2 || window > n {
-		return res, fmt.Errorf("engine: window %d must be in [2, %d] (the context length)", window, n)
+		return res, fmt.Errorf("bench: window %d must be in [2, %d] (the context length)", window, n)
 	}
 	v := sc.NVocab()
-	var nll, refNLL, delta, kl, top1 moments
-	err := windows(ctx, text, bos, window, func(seq, chunk []int32) error {
+	var nll, refNLL, delta, kl, top1 stats.Moments
+	err := engine.Windows(ctx, text, bos, window, func(seq, chunk []int32) error {
 		want, err := ref.Score(seq)
 		if err != nil {
 			return fmt.Errorf("reference: %w", err)
@@ -70,22 +73,22 @@ func Compare(ctx context.Context, sc, ref Scorer, text []int32, bos int32, windo
 		}
 		for i, next := range chunk { // logits of position i predict seq[i+1] = chunk[i]
 			t := compareToken(want[i*v:(i+1)*v], got[i*v:(i+1)*v], next)
-			nll.add(t.nll)
-			refNLL.add(t.refNLL)
-			delta.add(t.nll - t.refNLL)
-			kl.add(t.kl)
-			top1.add(float64(t.sameTop))
+			nll.Add(t.nll)
+			refNLL.Add(t.refNLL)
+			delta.Add(t.nll - t.refNLL)
+			kl.Add(t.kl)
+			top1.Add(float64(t.sameTop))
 			res.MaxKL = math.Max(res.MaxKL, t.kl)
 		}
 		res.Windows++
-		res.Tokens = nll.n
-		res.NLL, res.NLLErr = nll.mean(), nll.stderr()
-		res.RefNLL, res.RefNLLErr = refNLL.mean(), refNLL.stderr()
-		res.DeltaNLL, res.DeltaNLLErr = delta.mean(), delta.stderr()
-		res.MeanKL, res.MeanKLErr = kl.mean(), kl.stderr()
-		res.Top1 = top1.mean()
-		if top1.n > 1 {
-			res.Top1Err = math.Sqrt(res.Top1 * (1 - res.Top1) / float64(top1.n-1))
+		res.Tokens = nll.N
+		res.NLL, res.NLLErr = nll.Mean(), nll.Stderr()
+		res.RefNLL, res.RefNLLErr = refNLL.Mean(), refNLL.Stderr()
+		res.DeltaNLL, res.DeltaNLLErr = delta.Mean(), delta.Stderr()
+		res.MeanKL, res.MeanKLErr = kl.Mean(), kl.Stderr()
+		res.Top1 = top1.Mean()
+		if top1.N > 1 {
+			res.Top1Err = math.Sqrt(res.Top1 * (1 - res.Top1) / float64(top1.N-1))
 		}
 		if progress != nil {
 			progress(res.Tokens, len(text))
@@ -105,7 +108,7 @@ type tokenComparison struct {
 // compareToken compares the next-token distributions of one position, in
 // float64: one pass for each maximum and normalizer, one for KL.
 func compareToken(want, got []float32, next int32) tokenComparison {
-	lw, lg := logSumExp(want), logSumExp(got)
+	lw, lg := stats.LogSumExp(want), stats.LogSumExp(got)
 	var t tokenComparison
 	for i := range want {
 		a := float64(want[i]) - lw // log p_i, the reference
@@ -114,7 +117,7 @@ func compareToken(want, got []float32, next int32) tokenComparison {
 	}
 	t.kl = math.Max(t.kl, 0) // rounding can leave a tiny negative sum
 	t.nll, t.refNLL = lg-float64(got[next]), lw-float64(want[next])
-	if argmax(want) == argmax(got) {
+	if stats.Argmax(want) == stats.Argmax(got) {
 		t.sameTop = 1
 	}
 	return t

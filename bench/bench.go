@@ -1,15 +1,17 @@
-package engine
+package bench
 
 import (
 	"context"
 	"fmt"
 	"sort"
 
+	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/mod"
 )
 
-// BenchOptions size one benchmark.
-type BenchOptions struct {
+// Options size one benchmark: modrun bench's --prompt, -n, --repeats and
+// --validate.
+type Options struct {
 	PromptTokens int // tokens prefilled
 	DecodeTokens int // tokens decoded after the prompt
 	Repeats      int // runs timed; the median is reported
@@ -33,7 +35,7 @@ const validationFLOPs = 4e11
 // ValidateTokens decoded after ValidatePrompt prompt tokens, as many as
 // fit validationFLOPs of CPU reference work, at most the whole prompt and
 // o.ValidateTokens, and never fewer than 4 tokens in all.
-func ValidationFor(o BenchOptions, params int64) BenchOptions {
+func ValidationFor(o Options, params int64) Options {
 	o.ValidatePrompt = o.PromptTokens
 	if o.ValidateTokens == 0 {
 		return o
@@ -56,8 +58,8 @@ func Params(m *mod.Model) int64 {
 	return n
 }
 
-// BenchResult is one model on one backend.
-type BenchResult struct {
+// Result is one model on one backend.
+type Result struct {
 	Backend        string  `json:"backend"`
 	PrefillRate    float64 `json:"prefill_tokens_per_s"`   // tokens/s, median over repeats
 	DecodeRate     float64 `json:"decode_tokens_per_s"`    // tokens/s, median over repeats
@@ -85,12 +87,12 @@ type BenchResult struct {
 // machine then falls on every row alike instead of on whichever row ran
 // while it lasted.
 type Benchmark struct {
-	b               *Backend
+	b               *engine.Backend
 	m               *mod.Model
 	routing         mod.Routing
 	prompt          []int32
-	o               BenchOptions
-	res             BenchResult
+	o               Options
+	res             Result
 	prefill, decode []float64
 	warm            bool // the untimed run is done
 }
@@ -98,7 +100,7 @@ type Benchmark struct {
 // NewBenchmark checks the options and validates b against the CPU
 // reference (validate.go); a backend whose results no rounding of its path
 // explains is an error and is never timed.
-func NewBenchmark(b *Backend, m *mod.Model, routing mod.Routing, prompt []int32, o BenchOptions) (*Benchmark, error) {
+func NewBenchmark(b *engine.Backend, m *mod.Model, routing mod.Routing, prompt []int32, o Options) (*Benchmark, error) {
 	if o.ValidatePrompt <= 0 || o.ValidatePrompt > o.PromptTokens {
 		o.ValidatePrompt = o.PromptTokens
 	}
@@ -117,18 +119,18 @@ func NewBenchmark(b *Backend, m *mod.Model, routing mod.Routing, prompt []int32,
 		kv = "f16"
 	}
 	k := &Benchmark{b: b, m: m, routing: routing, o: o,
-		res: BenchResult{Backend: b.Name, ValidatePrompt: o.ValidatePrompt, ValidateTokens: o.ValidateTokens, KVType: kv}}
+		res: Result{Backend: b.Name, ValidatePrompt: o.ValidatePrompt, ValidateTokens: o.ValidateTokens, KVType: kv}}
 	if len(prompt) < o.PromptTokens || o.PromptTokens < 1 {
-		return k, fmt.Errorf("engine: bench needs a prompt of %d tokens, got %d", o.PromptTokens, len(prompt))
+		return k, fmt.Errorf("bench: needs a prompt of %d tokens, got %d", o.PromptTokens, len(prompt))
 	}
 	k.prompt = prompt[:o.PromptTokens]
 	if o.PromptTokens+max(o.DecodeTokens, o.ValidateTokens) > b.ContextLen() {
-		return k, fmt.Errorf("engine: %d prompt + %d decoded tokens pass the context length %d", o.PromptTokens, o.DecodeTokens, b.ContextLen())
+		return k, fmt.Errorf("bench: %d prompt + %d decoded tokens pass the context length %d", o.PromptTokens, o.DecodeTokens, b.ContextLen())
 	}
 	if o.ValidateTokens == 0 {
 		return k, nil
 	}
-	ref, err := NewCPU(m, routing)
+	ref, err := engine.NewCPU(m, routing)
 	if err != nil {
 		return k, err
 	}
@@ -147,16 +149,13 @@ func NewBenchmark(b *Backend, m *mod.Model, routing mod.Routing, prompt []int32,
 // run among the timed ones pulls the median down (a router model's
 // 64-token prefill on lavapipe: 1040-1160 tok/s cold, 1400-2235 warm).
 func (k *Benchmark) Time() error {
-	opts := GenerateOptions{MaxTokens: k.o.DecodeTokens, EOS: -1, Sampler: DefaultSampler()}
 	if !k.warm {
-		warm := opts
-		warm.MaxTokens = min(2, opts.MaxTokens)
-		if _, err := Generate(context.Background(), k.b, k.m.Config.NVocab, k.prompt, warm); err != nil {
+		if _, err := generate(k.b, k.m.Config.NVocab, k.prompt, min(2, k.o.DecodeTokens)); err != nil {
 			return err
 		}
 		k.warm = true
 	}
-	r, err := Generate(context.Background(), k.b, k.m.Config.NVocab, k.prompt, opts)
+	r, err := generate(k.b, k.m.Config.NVocab, k.prompt, k.o.DecodeTokens)
 	if err != nil {
 		return err
 	}
@@ -166,7 +165,7 @@ func (k *Benchmark) Time() error {
 
 // Result gives the medians of the timed runs so far (zero before the first)
 // and, for a MoD model, the share of tokens each routed layer took in the last.
-func (k *Benchmark) Result() BenchResult {
+func (k *Benchmark) Result() Result {
 	res := k.res
 	if len(k.decode) > 0 {
 		res.PrefillRate, res.DecodeRate = median(k.prefill), median(k.decode)
@@ -175,7 +174,7 @@ func (k *Benchmark) Result() BenchResult {
 		return res
 	}
 	var routed []float64 // [NLayer] share of the tokens each routed layer took
-	if rs, ok := k.b.Runner.(RoutingStatser); ok && k.m.Config.IsMoD() {
+	if rs, ok := k.b.Runner.(engine.RoutingStatser); ok && k.m.Config.IsMoD() {
 		routed = make([]float64, k.m.Config.NLayer)
 		for _, s := range rs.RoutingStats() {
 			routed[s.Layer] = float64(s.Selected) / float64(max(1, s.Seen))
@@ -193,4 +192,16 @@ func median(x []float64) float64 {
 	s := append([]float64(nil), x...)
 	sort.Float64s(s)
 	return s[len(s)/2]
+}
+
+// generate runs prompt as a fresh sequence on b's runner, then decodes n
+// greedy tokens with no EOS: through the generation loop that modrun and
+// the API run with one sequence at a time (engine.Loop over the runner's
+// own steps). It is bench's one call into
+// engine's generation loop, so that a change of that loop is one edit
+// here: Benchmark.Time times it, and NewParallel takes each sequence's
+// tokens alone from it.
+func generate(b *engine.Backend, nVocab int, prompt []int32, n int) (engine.Result, error) {
+	return engine.Generate(context.Background(), b, nVocab, prompt,
+		engine.GenerateOptions{MaxTokens: n, EOS: -1, Sampler: engine.DefaultSampler()})
 }

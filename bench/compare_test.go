@@ -1,4 +1,4 @@
-package engine
+package bench
 
 import (
 	"context"
@@ -8,7 +8,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/internal/stats"
+	"github.com/modrun/modrun/internal/synthtest"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/mod/synth"
 )
@@ -29,7 +32,7 @@ func (s *tableScorer) Score(tokens []int32) ([]float32, error) {
 	return out, nil
 }
 func (s *tableScorer) ContextLen() int { return 4 }
-func (s *tableScorer) NVocab() int     { return 2 }
+func (s *tableScorer) NVocab() int     { return len(s.rows[0]) }
 
 // Compare's figures on two scorers computed by hand: per token the NLLs of
 // both, KL(reference || scorer), the top-1 agreement, and the standard
@@ -61,7 +64,7 @@ func TestCompareFigures(t *testing.T) {
 		}
 		kl = append(kl, k)
 		sameTop := 0.0
-		if argmax(r) == argmax(s) {
+		if stats.Argmax(r) == stats.Argmax(s) {
 			sameTop = 1
 		}
 		same = append(same, sameTop)
@@ -104,27 +107,14 @@ func TestCompareFigures(t *testing.T) {
 	assert.Zero(t, self.DeltaNLL)
 	assert.Equal(t, 1.0, self.Top1)
 
-	_, err = Compare(context.Background(), sc, &uniformScorer{}, text, 1, 4, nil)
+	_, err = Compare(context.Background(), sc, &tableScorer{rows: [][]float32{make([]float32, 10)}}, text, 1, 4, nil)
 	assert.ErrorContains(t, err, "the scorers' vocabularies differ: 2 and 10 tokens")
 }
 
-// An interrupt between windows returns what was scored, with ctx's error;
-// the plain path and the comparison alike.
-func TestPerplexityInterrupted(t *testing.T) {
+// An interrupt between windows returns what was compared, with ctx's
+// error (engine's TestPerplexityInterrupted: the plain path).
+func TestCompareInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	u := &uniformScorer{}
-	text := []int32{3, 4, 5, 6, 7, 8, 9, 3, 4, 5}
-	res, err := PerplexityContext(ctx, u, text, 1, 5, func(done, total int) {
-		if done >= 4 {
-			cancel()
-		}
-	})
-	assert.ErrorIs(t, err, context.Canceled)
-	assert.Equal(t, 1, res.Windows, "the window scored before the interrupt")
-	assert.Equal(t, 4, res.Tokens)
-	assert.InDelta(t, math.Log(10), res.NLL, 1e-12)
-
-	ctx, cancel = context.WithCancel(context.Background())
 	ref := &tableScorer{rows: [][]float32{{0, 0}, {0, 2}}}
 	cmp, err := Compare(ctx, ref, ref, []int32{0, 1, 1, 0, 1, 1, 0}, 1, 4, func(int, int) { cancel() })
 	assert.ErrorIs(t, err, context.Canceled)
@@ -132,57 +122,25 @@ func TestPerplexityInterrupted(t *testing.T) {
 	assert.Equal(t, 3, cmp.Tokens)
 }
 
-// The options' checks, without the model and against it.
-func TestPerplexityOptions(t *testing.T) {
-	one, half, zero := 1.0, 0.5, 0.0
-	for _, c := range []struct {
-		o    PerplexityOptions
-		flag string
-	}{
-		{PerplexityOptions{Window: -3}, "--ctx -3: must be at least 2 (BOS and one token to score), or 0: the model's"},
-		{PerplexityOptions{Window: 1}, "--ctx 1: must be at least 2"},
-		{PerplexityOptions{Capacity: &zero, Routing: mod.RoutingTopK}, "--capacity 0: want a fraction in (0, 1]"},
-		{PerplexityOptions{Capacity: &half, Routing: mod.RoutingRouter}, "--capacity sets the fraction of --routing topk; --routing router routes by sign"},
-	} {
-		err := c.o.Check()
-		var oe *OptionError
-		require.ErrorAs(t, err, &oe, c.flag)
-		assert.Contains(t, oe.FlagError(), c.flag)
-	}
-	require.NoError(t, PerplexityOptions{Window: 2, Capacity: &one, Routing: mod.RoutingTopK}.Check())
-
-	m, err := synth.Build(tiny, synth.Options{Seed: 5, Capacity: 0.25, Type: gguf.TypeF32})
-	require.NoError(t, err)
-	defer m.Close()
-	w, err := PerplexityOptions{Routing: mod.RoutingTopK, Capacity: &half}.Apply(m.Model)
-	require.NoError(t, err)
-	assert.Equal(t, tiny.ContextLen, w, "0: the model's context length")
-	assert.Equal(t, float32(0.5), m.Config.Capacity)
-	_, err = PerplexityOptions{Window: tiny.ContextLen + 1, Routing: mod.RoutingTopK}.Apply(m.Model)
-	var oe *OptionError
-	require.ErrorAs(t, err, &oe)
-	assert.Contains(t, oe.FlagError(), "--ctx 129: must be in [2, 128] (the context length of")
-}
-
 // The CPU backend against the reference on a Q8_0 model: the scorer's NLL
 // is Perplexity's, and the distributions are near (8-bit activations),
 // while a different model (another seed) is far.
 func TestCompareBackends(t *testing.T) {
-	m := buildSynth(t, gguf.TypeQ8_0, 0)
-	other, err := synth.Build(tiny, synth.Options{Type: gguf.TypeQ8_0, Seed: 6})
+	m := synthtest.Build(t, gguf.TypeQ8_0, 0)
+	other, err := synth.Build(synthtest.Tiny, synth.Options{Type: gguf.TypeQ8_0, Seed: 6})
 	require.NoError(t, err)
 	defer other.Close()
-	open := func(m *mod.Model, name string) *ScorerBackend {
-		sc, _, err := OpenScorer(m, mod.RoutingTopK, BackendOptions{Name: name})
+	open := func(m *mod.Model, name string) *engine.ScorerBackend {
+		sc, _, err := engine.OpenScorer(m, mod.RoutingTopK, engine.BackendOptions{Name: name})
 		require.NoError(t, err)
 		t.Cleanup(sc.Close)
 		return sc
 	}
-	cpu, ref := open(m.Model, BackendCPU), open(m.Model, BackendReference)
+	cpu, ref := open(m.Model, engine.BackendCPU), open(m.Model, engine.BackendReference)
 	text := []int32{80, 111, 122, 259, 101, 120, 259, 40, 99, 80, 111, 122, 259, 101, 120, 259, 40, 99, 101, 120}
 	res, err := Compare(context.Background(), cpu, ref, text, 1, 8, nil)
 	require.NoError(t, err)
-	alone, err := Perplexity(cpu, text, 1, 8, nil)
+	alone, err := engine.Perplexity(cpu, text, 1, 8, nil)
 	require.NoError(t, err)
 	assert.InDelta(t, alone.NLL, res.NLL, 1e-9)
 	assert.InDelta(t, alone.NLLErr, res.NLLErr, 1e-9)
@@ -191,7 +149,7 @@ func TestCompareBackends(t *testing.T) {
 	assert.GreaterOrEqual(t, res.Top1, 0.9)
 	t.Logf("cpu vs reference, Q8_0: %+v", res)
 
-	far, err := Compare(context.Background(), open(other.Model, BackendReference), ref, text, 1, 8, nil)
+	far, err := Compare(context.Background(), open(other.Model, engine.BackendReference), ref, text, 1, 8, nil)
 	require.NoError(t, err)
 	assert.Greater(t, far.MeanKL, 100*res.MeanKL)
 	t.Logf("another model vs the reference: %+v", far)

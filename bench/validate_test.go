@@ -1,4 +1,4 @@
-package engine
+package bench
 
 import (
 	"math"
@@ -7,7 +7,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/internal/synthtest"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/mod/quant"
 	"github.com/modrun/modrun/mod/synth"
@@ -87,7 +89,7 @@ func TestKLDivergence(t *testing.T) {
 // planted corrupts a real backend's logits as a broken kernel would, keeping
 // the backend's path (its 8-bit activations) and so its tolerance.
 type planted struct {
-	Runner
+	engine.Runner
 	corrupt func(logits, previous []float32)
 	prev    []float32
 }
@@ -119,7 +121,7 @@ func (p *planted) QuantizedActivations() bool {
 func TestBenchRefusesPlantedErrors(t *testing.T) {
 	q4km, err := quant.Parse("q4_k_m")
 	require.NoError(t, err)
-	random, err := synth.Build(tiny, synth.Options{Scheme: q4km, Seed: 5})
+	random, err := synth.Build(synthtest.Tiny, synth.Options{Scheme: q4km, Seed: 5})
 	require.NoError(t, err)
 	defer random.Close()
 	trained, err := mod.Open(benchModel)
@@ -136,7 +138,7 @@ func TestBenchRefusesPlantedErrors(t *testing.T) {
 		},
 	}
 	for name, m := range map[string]*mod.Model{"random q4_k_m": random.Model, "trained": trained} {
-		b, _, err := OpenBackend(m, mod.RoutingRouter, BackendOptions{Name: BackendCPU, ContextLen: 64})
+		b, _, err := engine.OpenBackend(m, mod.RoutingRouter, engine.BackendOptions{Name: engine.BackendCPU, ContextLen: 64})
 		require.NoError(t, err)
 		defer b.Close()
 		tol := toleranceFor(b.Runner, m)
@@ -144,12 +146,12 @@ func TestBenchRefusesPlantedErrors(t *testing.T) {
 			require.Equal(t, tolCPUOther, tol, "the loosest tolerance")
 		}
 		prompt := []int32{1, 80, 111, 122, 259, 101, 120, 259}
-		o := BenchOptions{PromptTokens: 8, DecodeTokens: 4, ValidateTokens: 8}
+		o := Options{PromptTokens: 8, DecodeTokens: 4, ValidateTokens: 8}
 		k, err := NewBenchmark(b, m, mod.RoutingRouter, prompt, o)
 		require.NoError(t, err, "%s uncorrupted", name)
 		t.Logf("%s uncorrupted (%s): %+v", name, tol.Path, k.Result().Validation)
 		for what, corrupt := range corruptions {
-			bad := &Backend{Runner: &planted{Runner: b.Runner, corrupt: corrupt}, Name: "cpu"}
+			bad := &engine.Backend{Runner: &planted{Runner: b.Runner, corrupt: corrupt}, Name: "cpu"}
 			k, err := NewBenchmark(bad, m, mod.RoutingRouter, prompt, o)
 			assert.ErrorContains(t, err, "validation failed", "%s, %s", name, what)
 			t.Logf("%s, %s: %v; %+v", name, what, err, k.Result().Validation)
@@ -163,14 +165,14 @@ func TestToleranceFor(t *testing.T) {
 		typ  gguf.TensorType
 		want ValidationTolerance
 	}{{gguf.TypeF32, tolFloat}, {gguf.TypeQ8_0, tolCPU8}, {gguf.TypeQ4_0, tolCPU8}, {gguf.TypeQ4_K, tolCPUOther}, {gguf.TypeQ3_K, tolCPUOther}, {gguf.TypeQ5_1, tolCPU8}} {
-		m := buildSynth(t, c.typ, 0)
-		b, _, err := OpenBackend(m.Model, mod.RoutingRouter, BackendOptions{Name: BackendCPU, ContextLen: 16})
+		m := synthtest.Build(t, c.typ, 0)
+		b, _, err := engine.OpenBackend(m.Model, mod.RoutingRouter, engine.BackendOptions{Name: engine.BackendCPU, ContextLen: 16})
 		require.NoError(t, err)
 		assert.Equal(t, c.want, toleranceFor(b.Runner, m.Model), c.typ.String())
 		b.Close()
 	}
-	m := buildSynth(t, gguf.TypeQ8_0, 0)
-	ref, err := NewCPU(m.Model, mod.RoutingRouter)
+	m := synthtest.Build(t, gguf.TypeQ8_0, 0)
+	ref, err := engine.NewCPU(m.Model, mod.RoutingRouter)
 	require.NoError(t, err)
 	assert.Equal(t, tolFloat, toleranceFor(ref, m.Model), "the reference itself")
 }
@@ -183,8 +185,8 @@ type routed struct {
 	scores []float32
 }
 
-func (r *routed) RoutingStats() []LayerStat {
-	return []LayerStat{{Layer: 1, Selected: r.counts[r.i-1], Seen: r.i}}
+func (r *routed) RoutingStats() []engine.LayerStat {
+	return []engine.LayerStat{{Layer: 1, Selected: r.counts[r.i-1], Seen: r.i}}
 }
 func (r *routed) Routes() [][]mod.Route {
 	return [][]mod.Route{{{Layer: 1, Score: r.scores[r.i-1], Selected: r.scores[r.i-1] > 0}}}

@@ -1,4 +1,4 @@
-package engine
+package bench
 
 import (
 	"strings"
@@ -7,7 +7,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/internal/synthtest"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/vk"
 )
@@ -22,14 +24,15 @@ import (
 // destroys them). 100, not 1,000: an open costs ~35-110 ms on lavapipe
 // (vk's TestOneInstancePerProcess opens 1,000 devices). The first and the
 // last model still give the CPU's tokens, and every Close frees what its
-// model held.
+// model held. (It is here, not in engine, for validate: the check that the
+// models' logits are the CPU reference's.)
 func TestManyModelsOneInstance(t *testing.T) {
 	const opens = 100
-	m := buildSynth(t, gguf.TypeF16, 0.25)
-	ref, err := NewCPU(m.Model, mod.RoutingRouter)
+	m := synthtest.Build(t, gguf.TypeF16, 0.25)
+	ref, err := engine.NewCPU(m.Model, mod.RoutingRouter)
 	require.NoError(t, err)
 	prompt := []int32{1, 80, 111, 122, 259, 101}
-	resident, _, err := OpenBackend(m.Model, mod.RoutingRouter, BackendOptions{Name: BackendVulkan})
+	resident, _, err := engine.OpenBackend(m.Model, mod.RoutingRouter, engine.BackendOptions{Name: engine.BackendVulkan})
 	if err != nil && strings.Contains(err.Error(), "no Vulkan") {
 		t.Skipf("no Vulkan device: %v", err)
 	}
@@ -38,7 +41,7 @@ func TestManyModelsOneInstance(t *testing.T) {
 	before, live, devices := vk.InstancesCreated(), vk.LiveObjects(), vk.DevicesCreated()
 	var first int
 	for i := 0; i < opens; i++ {
-		b, _, err := OpenBackend(m.Model, mod.RoutingRouter, BackendOptions{Name: BackendVulkan})
+		b, _, err := engine.OpenBackend(m.Model, mod.RoutingRouter, engine.BackendOptions{Name: engine.BackendVulkan})
 		require.NoError(t, err, "open %d", i)
 		if i == 0 {
 			first = vk.InstancesCreated()

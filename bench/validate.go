@@ -1,14 +1,16 @@
-package engine
+package bench
 
 import (
 	"fmt"
 	"math"
 
+	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 )
 
-// Bench validates a backend by statistics of its next-token distributions
+// bench validates a backend by statistics of its next-token distributions
 // against the CPU reference's, over a prompt and the greedy tokens after it
 // (the reference's token fed to both, so that one flipped near-tie does not
 // send the two down different texts). It reports top-1 agreement, the mean
@@ -98,7 +100,7 @@ var (
 // toleranceFor is the tolerance of runner b on model m: the CPU backend's
 // 8-bit activations by the model's weight types, an F16 KV cache, or
 // float32 arithmetic.
-func toleranceFor(b Runner, m *mod.Model) ValidationTolerance {
+func toleranceFor(b engine.Runner, m *mod.Model) ValidationTolerance {
 	if q, ok := b.(interface{ QuantizedActivations() bool }); ok && q.QuantizedActivations() {
 		for _, t := range m.File.Tensors {
 			switch t.Type {
@@ -119,7 +121,7 @@ func toleranceFor(b Runner, m *mod.Model) ValidationTolerance {
 // validate decodes greedily on both runners in lockstep from prompt, feeding
 // the reference's token to both, for o.ValidateTokens tokens, and returns
 // the statistics of the steps; an error if a step is out of tol.
-func validate(b Runner, ref Runner, prompt []int32, steps int, tol ValidationTolerance) (ValidationStats, error) {
+func validate(b engine.Runner, ref engine.Runner, prompt []int32, steps int, tol ValidationTolerance) (ValidationStats, error) {
 	var st ValidationStats
 	b.Reset()
 	ref.Reset()
@@ -137,7 +139,7 @@ func validate(b Runner, ref Runner, prompt []int32, steps int, tol ValidationTol
 		if !st.RoutingNearTie {
 			tie, err := watch.after(tol)
 			if err != nil {
-				return st, fmt.Errorf("engine: validation failed at step %d: %w", step, err)
+				return st, fmt.Errorf("bench: validation failed at step %d: %w", step, err)
 			}
 			st.RoutingNearTie, st.RoutingNearTieStep = tie, step
 		}
@@ -153,7 +155,7 @@ func validate(b Runner, ref Runner, prompt []int32, steps int, tol ValidationTol
 		}
 		st.Top1Agreement = 1 - float64(st.Flips)/float64(st.Steps)
 		if err := s.check(tol, st.RoutingNearTie); err != nil {
-			return st, fmt.Errorf("engine: validation failed at step %d (%s tolerance, logit error D = %g + %g × largest |logit|: %s): %w",
+			return st, fmt.Errorf("bench: validation failed at step %d (%s tolerance, logit error D = %g + %g × largest |logit|: %s): %w",
 				step, tol.Path, tol.Abs, tol.Rel, tol.Reason, err)
 		}
 		if step == steps {
@@ -180,7 +182,7 @@ type stepComparison struct {
 
 // compareStep compares one step's logits, in float64.
 func compareStep(want, got []float32) stepComparison {
-	s := stepComparison{wantTop: argmax(want), gotTop: argmax(got), finite: true}
+	s := stepComparison{wantTop: stats.Argmax(want), gotTop: stats.Argmax(got), finite: true}
 	for i := range want {
 		g := float64(got[i])
 		if math.IsNaN(g) || math.IsInf(g, 0) {
@@ -222,18 +224,18 @@ func (s stepComparison) check(tol ValidationTolerance, diverged bool) error {
 // 0 may go the other way on another path, a near-tie as a greedy token's
 // is; one whose score is far from 0 may not.
 type routingWatch struct {
-	b, ref RoutingStatser
-	trace  RoutingTracer
+	b, ref engine.RoutingStatser
+	trace  engine.RoutingTracer
 	diff   map[int]int     // per routed layer: the backend's count minus the reference's
 	scale  map[int]float64 // per routed layer: the largest |score| seen
 }
 
 // newRoutingWatch watches b against ref where both report their routing
 // (a MoD model); nil otherwise.
-func newRoutingWatch(b, ref Runner) *routingWatch {
-	bs, ok1 := b.(RoutingStatser)
-	rs, ok2 := ref.(RoutingStatser)
-	tr, ok3 := ref.(RoutingTracer)
+func newRoutingWatch(b, ref engine.Runner) *routingWatch {
+	bs, ok1 := b.(engine.RoutingStatser)
+	rs, ok2 := ref.(engine.RoutingStatser)
+	tr, ok3 := ref.(engine.RoutingTracer)
 	if !ok1 || !ok2 || !ok3 {
 		return nil
 	}
@@ -279,16 +281,3 @@ func (w *routingWatch) after(tol ValidationTolerance) (nearTie bool, err error) 
 // klDivergence is KL(p || q) of the distributions softmax(p) and
 // softmax(q) of two logit vectors, in nats, computed in float64.
 func klDivergence(p, q []float32) float64 { return compareToken(p, q, 0).kl }
-
-// logSumExp is log Σ exp(x_i), computed stably in float64.
-func logSumExp(x []float32) float64 {
-	mx := math.Inf(-1)
-	for _, v := range x {
-		mx = math.Max(mx, float64(v))
-	}
-	var sum float64
-	for _, v := range x {
-		sum += math.Exp(float64(v) - mx)
-	}
-	return mx + math.Log(sum)
-}

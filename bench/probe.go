@@ -1,4 +1,4 @@
-package engine
+package bench
 
 import (
 	"fmt"
@@ -7,7 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/engine/vulkan"
+	"github.com/modrun/modrun/vk"
 )
 
 // Bandwidth is how fast a backend's device streams memory, measured by a
@@ -22,26 +24,25 @@ type Bandwidth struct {
 // ProbeBandwidth measures the read bandwidth of the device that backend
 // name (cpu or vulkan) runs on: on Vulkan a kernel reads a large buffer
 // (vulkan.ProbeBandwidth), on the CPU every core sums its share of one.
-func ProbeBandwidth(o BackendOptions) (Bandwidth, error) {
+func ProbeBandwidth(o engine.BackendOptions) (Bandwidth, error) {
 	switch o.Name {
-	case BackendCPU, BackendReference:
+	case engine.BackendCPU, engine.BackendReference:
 		return probeCPU(), nil
-	case BackendVulkan:
+	case engine.BackendVulkan:
 		var out Bandwidth
-		p, _, err := onVulkan(o.Device, false, func(p *place) error {
-			bw, err := vulkan.ProbeBandwidth(p.dev)
-			info := p.dev.Info()
-			out = Bandwidth{Device: p.name, Driver: info.DriverName + " " + info.DriverInfo, GBps: bw.GBps,
+		err := engine.OnVulkanDevice(o.Device, func(name string, dev *vk.Device) error {
+			bw, err := vulkan.ProbeBandwidth(dev)
+			info := dev.Info()
+			out = Bandwidth{Device: name, Driver: info.DriverName + " " + info.DriverInfo, GBps: bw.GBps,
 				Method: fmt.Sprintf("probe kernel: %d MiB read %d times, %s, median of runs", bw.Bytes>>20, bw.Passes, bw.Timer)}
 			return err
 		})
 		if err != nil {
 			return Bandwidth{}, err
 		}
-		p.close()
 		return out, nil
 	}
-	return Bandwidth{}, fmt.Errorf("engine: bandwidth probe: backend %q is not cpu, reference or vulkan", o.Name)
+	return Bandwidth{}, fmt.Errorf("bench: bandwidth probe: backend %q is not cpu, reference or vulkan", o.Name)
 }
 
 // probeCPU reads a 256 MiB buffer with one goroutine per CPU, as the CPU
@@ -82,6 +83,6 @@ func probeCPU() Bandwidth {
 	}
 	sort.Float64s(rates)
 	_ = sink
-	return Bandwidth{Device: BackendCPU, Driver: runtime.Version(), GBps: rates[len(rates)/2],
+	return Bandwidth{Device: engine.BackendCPU, Driver: runtime.Version(), GBps: rates[len(rates)/2],
 		Method: fmt.Sprintf("Go probe: 256 MiB summed by %d goroutines, median of 5", workers)}
 }

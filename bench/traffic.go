@@ -1,4 +1,4 @@
-package engine
+package bench
 
 import (
 	"github.com/modrun/modrun/mod"

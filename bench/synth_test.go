@@ -1,4 +1,4 @@
-package engine
+package bench
 
 import (
 	"strings"
@@ -7,22 +7,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/internal/synthtest"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/mod/synth"
 	"github.com/modrun/modrun/tokenizer"
 )
-
-// tiny is a synthetic shape with GQA and widths the quantized types take.
-var tiny = synth.Shape{Name: "tiny", NEmbd: 128, NLayer: 4, NHead: 4, NKVHead: 2, NFF: 256, NVocab: 600, ContextLen: 128}
-
-func buildSynth(t *testing.T, typ gguf.TensorType, capacity float32) *synth.Model {
-	t.Helper()
-	m, err := synth.Build(tiny, synth.Options{Type: typ, Seed: 5, Capacity: capacity})
-	require.NoError(t, err)
-	t.Cleanup(func() { m.Close() })
-	return m
-}
 
 // A synthetic model and its twin give the CPU's greedy tokens and logits
 // on Vulkan, with router and predictor routing: what bench validates
@@ -30,18 +21,18 @@ func buildSynth(t *testing.T, typ gguf.TensorType, capacity float32) *synth.Mode
 func TestSyntheticModelsOnVulkanEqualTheCPU(t *testing.T) {
 	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ8_0} {
 		for _, capacity := range []float32{0, 0.25} {
-			m := buildSynth(t, typ, capacity)
+			m := synthtest.Build(t, typ, capacity)
 			routings := []mod.Routing{mod.RoutingRouter}
 			if capacity > 0 {
 				routings = append(routings, mod.RoutingPredictor)
 			}
 			for _, r := range routings {
-				b, _, err := OpenBackend(m.Model, r, BackendOptions{Name: BackendVulkan})
+				b, _, err := engine.OpenBackend(m.Model, r, engine.BackendOptions{Name: engine.BackendVulkan})
 				if err != nil && strings.Contains(err.Error(), "no Vulkan") {
 					t.Skipf("no Vulkan device: %v", err)
 				}
 				require.NoError(t, err)
-				ref, err := NewCPU(m.Model, r)
+				ref, err := engine.NewCPU(m.Model, r)
 				require.NoError(t, err)
 				prompt := []int32{1, 80, 111, 122, 259, 101, 120, 259, 40, 99}
 				// F32 weights: the GPU sums in other orders, a few ulps of
@@ -78,12 +69,12 @@ func TestSyntheticLlama3OnVulkanEqualsTheCPU(t *testing.T) {
 		prompt, err := tok.EncodeWith("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhello there<|eot_id|>"+
 			"<|start_header_id|>assistant<|end_header_id|>\n\n", tokenizer.EncodeOptions{ParseSpecial: true})
 		require.NoError(t, err)
-		b, _, err := OpenBackend(m.Model, mod.RoutingRouter, BackendOptions{Name: BackendVulkan})
+		b, _, err := engine.OpenBackend(m.Model, mod.RoutingRouter, engine.BackendOptions{Name: engine.BackendVulkan})
 		if err != nil && strings.Contains(err.Error(), "no Vulkan") {
 			t.Skipf("no Vulkan device: %v", err)
 		}
 		require.NoError(t, err)
-		ref, err := NewCPU(m.Model, mod.RoutingRouter)
+		ref, err := engine.NewCPU(m.Model, mod.RoutingRouter)
 		require.NoError(t, err)
 		st, err := validate(b, ref, prompt, 6, tolFloat)
 		b.Close()
@@ -98,9 +89,9 @@ func TestSyntheticLlama3OnVulkanEqualsTheCPU(t *testing.T) {
 // tested in mod) the KV entries attended to: every entry of the context in
 // a dense layer, a routed layer's share of them with the chance it attends.
 func TestDecodeTraffic(t *testing.T) {
-	dense := buildSynth(t, gguf.TypeQ8_0, 0)
-	twin := buildSynth(t, gguf.TypeQ8_0, 0.25)
-	kvEntry := float64(2 * tiny.NKVHead * (tiny.NEmbd / tiny.NHead) * 2) // F16 entries
+	dense := synthtest.Build(t, gguf.TypeQ8_0, 0)
+	twin := synthtest.Build(t, gguf.TypeQ8_0, 0.25)
+	kvEntry := float64(2 * synthtest.Tiny.NKVHead * (synthtest.Tiny.NEmbd / synthtest.Tiny.NHead) * 2) // F16 entries
 	d := DecodeTrafficOf(dense.Model, mod.RoutingRouter, nil, 10, 2)
 	assert.Equal(t, dense.WeightBytesPerToken(mod.RoutingRouter, nil), d.WeightBytes)
 	assert.InDelta(t, 4*10*kvEntry, d.KVBytes, 1e-6)
@@ -114,13 +105,13 @@ func TestDecodeTraffic(t *testing.T) {
 
 // Each backend's probe reports a rate and how it got it.
 func TestProbeBandwidth(t *testing.T) {
-	cpu, err := ProbeBandwidth(BackendOptions{Name: BackendCPU})
+	cpu, err := ProbeBandwidth(engine.BackendOptions{Name: engine.BackendCPU})
 	require.NoError(t, err)
 	assert.Positive(t, cpu.GBps)
 	assert.Equal(t, "cpu", cpu.Device)
-	_, err = ProbeBandwidth(BackendOptions{Name: "metal"})
+	_, err = ProbeBandwidth(engine.BackendOptions{Name: "metal"})
 	assert.ErrorContains(t, err, `backend "metal" is not cpu, reference or vulkan`)
-	gpu, err := ProbeBandwidth(BackendOptions{Name: BackendVulkan, Device: -1})
+	gpu, err := ProbeBandwidth(engine.BackendOptions{Name: engine.BackendVulkan, Device: -1})
 	if err != nil && strings.Contains(err.Error(), "no Vulkan") {
 		t.Skipf("no Vulkan device: %v", err)
 	}

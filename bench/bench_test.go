@@ -1,8 +1,9 @@
-package engine
+package bench
 
 import (
 	"testing"
 
+	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/mod"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -12,7 +13,7 @@ const benchModel = "../testdata/mod/mod-trained.gguf"
 
 // skewed is a runner whose logits are off by delta from its inner runner's.
 type skewed struct {
-	Runner
+	engine.Runner
 	delta float32
 }
 
@@ -28,12 +29,12 @@ func TestBenchValidatesBeforeTiming(t *testing.T) {
 	m, err := mod.Open(benchModel)
 	require.NoError(t, err)
 	defer m.Close()
-	cpu, err := NewCPU(m, mod.RoutingRouter)
+	cpu, err := engine.NewCPU(m, mod.RoutingRouter)
 	require.NoError(t, err)
 	prompt := []int32{1, 403, 407, 261, 378, 1, 403, 407}
-	o := BenchOptions{PromptTokens: 8, DecodeTokens: 8, Repeats: 1, ValidateTokens: 4}
+	o := Options{PromptTokens: 8, DecodeTokens: 8, Repeats: 1, ValidateTokens: 4}
 
-	res, err := bench(&Backend{Runner: cpu, Name: "cpu"}, m, mod.RoutingRouter, prompt, o)
+	res, err := bench(&engine.Backend{Runner: cpu, Name: "cpu"}, m, mod.RoutingRouter, prompt, o)
 	require.NoError(t, err)
 	assert.Positive(t, res.DecodeRate)
 	assert.Positive(t, res.PrefillRate)
@@ -44,17 +45,17 @@ func TestBenchValidatesBeforeTiming(t *testing.T) {
 
 	// Logits off by 0-0.02 on float32 arithmetic's path, whose bound is
 	// 1e-3 + 1e-4 of the largest |logit|.
-	_, err = bench(&Backend{Runner: skewed{cpu, 0.01}, Name: "skewed"}, m, mod.RoutingRouter, prompt, o)
+	_, err = bench(&engine.Backend{Runner: skewed{cpu, 0.01}, Name: "skewed"}, m, mod.RoutingRouter, prompt, o)
 	assert.ErrorContains(t, err, "validation failed at step 0 (float32 arithmetic tolerance")
 	assert.ErrorContains(t, err, "the next-token distribution is KL")
 
 	o.ValidateTokens = 0
-	res, err = bench(&Backend{Runner: skewed{cpu, 0.01}, Name: "skewed"}, m, mod.RoutingRouter, prompt, o)
+	res, err = bench(&engine.Backend{Runner: skewed{cpu, 0.01}, Name: "skewed"}, m, mod.RoutingRouter, prompt, o)
 	require.NoError(t, err, "--validate 0: nothing validated")
 	assert.Zero(t, res.Validation.Steps)
 	o.ValidateTokens = 4
 
-	_, err = bench(&Backend{Runner: cpu, Name: "cpu"}, m, mod.RoutingRouter, prompt[:3], o)
+	_, err = bench(&engine.Backend{Runner: cpu, Name: "cpu"}, m, mod.RoutingRouter, prompt[:3], o)
 	assert.ErrorContains(t, err, "needs a prompt of 8 tokens")
 }
 
@@ -62,12 +63,12 @@ func TestBenchmarkTimesOneRunAtATime(t *testing.T) {
 	m, err := mod.Open(benchModel)
 	require.NoError(t, err)
 	defer m.Close()
-	cpu, err := NewCPU(m, mod.RoutingRouter)
+	cpu, err := engine.NewCPU(m, mod.RoutingRouter)
 	require.NoError(t, err)
 	prompt := []int32{1, 403, 407, 261, 378, 1, 403, 407}
-	o := BenchOptions{PromptTokens: 8, DecodeTokens: 8, ValidateTokens: 4}
+	o := Options{PromptTokens: 8, DecodeTokens: 8, ValidateTokens: 4}
 
-	k, err := NewBenchmark(&Backend{Runner: cpu, Name: "cpu"}, m, mod.RoutingRouter, prompt, o)
+	k, err := NewBenchmark(&engine.Backend{Runner: cpu, Name: "cpu"}, m, mod.RoutingRouter, prompt, o)
 	require.NoError(t, err)
 	res := k.Result()
 	assert.Zero(t, res.DecodeRate, "validated, not yet timed")
@@ -81,13 +82,13 @@ func TestBenchmarkTimesOneRunAtATime(t *testing.T) {
 	assert.Positive(t, res.PrefillRate)
 	assert.Len(t, res.RoutedPercent, 2)
 
-	_, err = NewBenchmark(&Backend{Runner: skewed{cpu, 0.01}, Name: "skewed"}, m, mod.RoutingRouter, prompt, o)
+	_, err = NewBenchmark(&engine.Backend{Runner: skewed{cpu, 0.01}, Name: "skewed"}, m, mod.RoutingRouter, prompt, o)
 	assert.ErrorContains(t, err, "validation failed", "a backend that disagrees is never timed")
 }
 
 // promptCounter counts the prompts fed (a Feed of more than one token).
 type promptCounter struct {
-	Runner
+	engine.Runner
 	prompts int
 }
 
@@ -105,11 +106,11 @@ func TestBenchmarkWarmsUpFirst(t *testing.T) {
 	m, err := mod.Open(benchModel)
 	require.NoError(t, err)
 	defer m.Close()
-	cpu, err := NewCPU(m, mod.RoutingRouter)
+	cpu, err := engine.NewCPU(m, mod.RoutingRouter)
 	require.NoError(t, err)
 	pc := &promptCounter{Runner: cpu}
 	prompt := []int32{1, 403, 407, 261, 378, 1, 403, 407}
-	k, err := NewBenchmark(&Backend{Runner: pc, Name: "cpu"}, m, mod.RoutingRouter, prompt, BenchOptions{PromptTokens: 8, DecodeTokens: 4})
+	k, err := NewBenchmark(&engine.Backend{Runner: pc, Name: "cpu"}, m, mod.RoutingRouter, prompt, Options{PromptTokens: 8, DecodeTokens: 4})
 	require.NoError(t, err)
 	assert.Zero(t, pc.prompts, "--validate 0 feeds nothing while opening")
 	require.NoError(t, k.Time())
@@ -122,7 +123,7 @@ func TestBenchmarkWarmsUpFirst(t *testing.T) {
 // A model too big for the CPU reference to check at length validates fewer
 // tokens, never none; a small one validates all it was asked to.
 func TestValidationFor(t *testing.T) {
-	o := BenchOptions{PromptTokens: 64, ValidateTokens: 16}
+	o := Options{PromptTokens: 64, ValidateTokens: 16}
 	small := ValidationFor(o, 15e6)
 	assert.Equal(t, 64, small.ValidatePrompt)
 	assert.Equal(t, 16, small.ValidateTokens)
@@ -137,7 +138,7 @@ func TestValidationFor(t *testing.T) {
 // bench validates then times backend b running model m: first greedy
 // decoding against the CPU reference (same tokens, logits within tolerance;
 // a backend that disagrees is not timed), then prefill and decode speeds.
-func bench(b *Backend, m *mod.Model, routing mod.Routing, prompt []int32, o BenchOptions) (BenchResult, error) {
+func bench(b *engine.Backend, m *mod.Model, routing mod.Routing, prompt []int32, o Options) (Result, error) {
 	k, err := NewBenchmark(b, m, routing, prompt, o)
 	if err != nil {
 		return k.Result(), err

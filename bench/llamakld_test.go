@@ -1,6 +1,6 @@
 //go:build llamakld
 
-package engine
+package bench
 
 import (
 	"encoding/binary"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/modrun/modrun/engine"
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 )
 
@@ -41,7 +43,7 @@ func TestLlamaKLD(t *testing.T) {
 	if len(args) < 5 {
 		t.Skip(`a measurement: MODRUN_LLAMA_KLD="kq-T.gguf twin-T.gguf base-T.kld l-file-T.f32 l-twin-T.gguf [cpu|reference]"`)
 	}
-	backend := BackendCPU
+	backend := engine.BackendCPU
 	if len(args) > 5 {
 		backend = args[5]
 	}
@@ -65,20 +67,20 @@ func TestLlamaKLD(t *testing.T) {
 	v := base.nVocab
 	targets := base.targets()
 	for _, p := range pairs {
-		var kl, dnll, dp, top1, nllT moments
+		var kl, dnll, dp, top1, nllT stats.Moments
 		maxKL := 0.0
 		for i, y := range targets {
 			c := compareToken(p.base[i*v:(i+1)*v], p.test[i*v:(i+1)*v], y)
-			kl.add(c.kl)
+			kl.Add(c.kl)
 			maxKL = math.Max(maxKL, c.kl)
-			dnll.add(c.nll - c.refNLL)
-			nllT.add(c.refNLL)
-			dp.add(math.Exp(-c.nll) - math.Exp(-c.refNLL))
-			top1.add(float64(c.sameTop))
+			dnll.Add(c.nll - c.refNLL)
+			nllT.Add(c.refNLL)
+			dp.Add(math.Exp(-c.nll) - math.Exp(-c.refNLL))
+			top1.Add(float64(c.sameTop))
 		}
 		t.Logf("%-34s n %d  KL %.4e ± %.2e (max %.3e)  top-1 %.4f%%  ΔNLL %+.6f ± %.6f  RMS Δp %.3e  base PPL %.4f",
-			p.name, kl.n, kl.mean(), kl.stderr(), maxKL, 100*top1.mean(), dnll.mean(), dnll.stderr(),
-			math.Sqrt(dp.sumSq/float64(dp.n)), math.Exp(nllT.mean()))
+			p.name, kl.N, kl.Mean(), kl.Stderr(), maxKL, 100*top1.Mean(), dnll.Mean(), dnll.Stderr(),
+			math.Sqrt(dp.SumSq/float64(dp.N)), math.Exp(nllT.Mean()))
 	}
 	// llama.cpp's own estimate, against the 16-bit base, for modrun's file
 	// and llama.cpp's: what llama-perplexity --kl-divergence prints.
@@ -86,11 +88,11 @@ func TestLlamaKLD(t *testing.T) {
 		name string
 		test []float32
 	}{{"16-bit base -> llama.cpp file", lF}, {"16-bit base -> modrun file", mF}} {
-		var kl moments
+		var kl stats.Moments
 		for i := range targets {
-			kl.add(base.kl16(i, p.test[i*v:(i+1)*v]))
+			kl.Add(base.kl16(i, p.test[i*v:(i+1)*v]))
 		}
-		t.Logf("%-34s KL %.4e ± %.2e (llama-perplexity's formula)", p.name, kl.mean(), kl.stderr())
+		t.Logf("%-34s KL %.4e ± %.2e (llama-perplexity's formula)", p.name, kl.Mean(), kl.Stderr())
 	}
 }
 
@@ -146,7 +148,7 @@ func (b *kldBase) kl16(i int, test []float32) float64 {
 	row := b.rows[i*b.nv : (i+1)*b.nv]
 	scale := math.Float32frombits(uint32(row[0]) | uint32(row[1])<<16)
 	minLP := math.Float32frombits(uint32(row[2]) | uint32(row[3])<<16)
-	lse := logSumExp(test)
+	lse := stats.LogSumExp(test)
 	var s float64
 	for j, q := range row[4 : 4+b.nVocab] {
 		lp := float64(scale*float32(q) + minLP)
@@ -176,7 +178,7 @@ func modrunLogits(t *testing.T, path, backend string, b *kldBase) []float32 {
 	require.NoError(t, err)
 	defer m.Close()
 	require.Equal(t, b.nVocab, m.Config.NVocab, "%s: vocabulary", path)
-	sc, _, err := OpenScorer(m, mod.RoutingTopK, BackendOptions{Name: backend, ContextLen: b.nCtx})
+	sc, _, err := engine.OpenScorer(m, mod.RoutingTopK, engine.BackendOptions{Name: backend, ContextLen: b.nCtx})
 	require.NoError(t, err, fmt.Sprintf("%s on %s", path, backend))
 	defer sc.Close()
 	bos := b.tokens[0]

@@ -1,0 +1,50 @@
+// Package stats holds the arithmetic that engine's scoring and sampling and
+// bench's measurements (validation against the CPU reference, perplexity
+// --compare) both do: a logit vector's log-sum-exp and argmax, and a
+// sample's mean with the standard error of that mean. One copy, so that a
+// figure bench reports is computed as engine computes it.
+package stats
+
+import "math"
+
+// LogSumExp is log Σ exp(x_i), computed stably in float64.
+func LogSumExp(x []float32) float64 {
+	mx := math.Inf(-1)
+	for _, v := range x {
+		mx = math.Max(mx, float64(v))
+	}
+	var sum float64
+	for _, v := range x {
+		sum += math.Exp(float64(v) - mx)
+	}
+	return mx + math.Log(sum)
+}
+
+// Argmax is the index of x's largest element, the lowest of a tie.
+func Argmax(x []float32) int32 {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+// Moments accumulates a sample's mean and the standard error of that mean.
+type Moments struct {
+	N          int
+	Sum, SumSq float64
+}
+
+func (m *Moments) Add(x float64) { m.N++; m.Sum += x; m.SumSq += x * x }
+func (m *Moments) Mean() float64 { return m.Sum / float64(max(m.N, 1)) }
+
+// Stderr is sqrt(variance / (n-1)), 0 for fewer than 2 values.
+func (m *Moments) Stderr() float64 {
+	if m.N < 2 {
+		return 0
+	}
+	mean := m.Mean()
+	return math.Sqrt(math.Max(m.SumSq/float64(m.N)-mean*mean, 0) / float64(m.N-1))
+}
