@@ -1,12 +1,10 @@
 package modrun
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -166,34 +164,6 @@ func Open(path string, opts Options) (*Model, error) {
 	return model, nil
 }
 
-// check validates opts and turns them into engine's.
-func (o Options) check() (engine.BackendOptions, mod.Routing, error) {
-	bo := engine.BackendOptions{Name: cmp.Or(o.Backend, BackendAuto), Device: -1, ContextLen: o.ContextLen, KVType: o.KVType,
-		Trace: !o.NoRoutes, Profile: o.Profile, UBatch: o.UBatch}
-	if err := bo.Check(); err != nil {
-		return bo, 0, fmt.Errorf("modrun: %w", err)
-	}
-	if o.Parallel < 0 || o.KVBudget < 0 {
-		return bo, 0, fmt.Errorf("modrun: parallel sequences %d and KV budget %d must not be negative", o.Parallel, o.KVBudget)
-	}
-	if o.Device != "" {
-		d, err := strconv.Atoi(o.Device)
-		if err != nil || d < 0 {
-			return bo, 0, fmt.Errorf("modrun: device %q is not a device index (modrun devices lists them)", o.Device)
-		}
-		bo.Device = d
-	}
-	routing := mod.RoutingRouter
-	switch o.Routing {
-	case "", RoutingRouter:
-	case RoutingPredictor:
-		routing = mod.RoutingPredictor
-	default:
-		return bo, 0, fmt.Errorf("modrun: routing %q is not router or predictor", o.Routing)
-	}
-	return bo, routing, nil
-}
-
 func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Routing) (*Model, error) {
 	c := m.Config
 	if opts.Routing == "" && c.IsMoD() {
@@ -278,7 +248,13 @@ type ContextLengthError struct {
 }
 
 func (e *ContextLengthError) Error() string {
-	return fmt.Sprintf("modrun: context length %d: must be in [1, %d], the context length of %s", e.Asked, e.Model, e.Path)
+	return fmt.Sprintf("modrun: ContextLen %d: must be in [1, %d], the context length of %s", e.Asked, e.Model, e.Path)
+}
+
+// Unwrap is the error as an *OptionError, for a caller that names
+// ContextLen its own way (OptionError.Named).
+func (e *ContextLengthError) Unwrap() error {
+	return &OptionError{Option: "ContextLen", Value: fmt.Sprint(e.Asked), Problem: fmt.Sprintf(": must be in [1, %d] (the context length of the model)", e.Model)}
 }
 
 // ProfileEntry is the GPU time of one kernel (or "copy") over every token
