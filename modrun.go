@@ -173,8 +173,8 @@ func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Rout
 		return nil, fmt.Errorf("modrun: %s has no predictor (%s = 0): %w",
 			m.Path, mod.ArchKey(c.Arch, mod.KeyPredictorHidden), ErrNoPredictor)
 	}
-	if bo.CheckFor(c) != nil {
-		return nil, &ContextLengthError{Path: m.Path, Asked: opts.ContextLen, Model: c.ContextLen}
+	if err := bo.CheckFor(c); err != nil {
+		return nil, &ContextLengthError{Path: m.Path, Asked: opts.ContextLen, Model: c.ContextLen, err: err}
 	}
 	tok, err := tokenizer.FromGGUF(m.File)
 	if err != nil {
@@ -245,17 +245,16 @@ var ErrNoPredictor = errors.New("use router routing")
 type ContextLengthError struct {
 	Path         string
 	Asked, Model int
+	err          error // the *OptionError of the check (Unwrap)
 }
 
 func (e *ContextLengthError) Error() string {
 	return fmt.Sprintf("modrun: ContextLen %d: must be in [1, %d], the context length of %s", e.Asked, e.Model, e.Path)
 }
 
-// Unwrap is the error as an *OptionError, for a caller that names
-// ContextLen its own way (OptionError.Named).
-func (e *ContextLengthError) Unwrap() error {
-	return &OptionError{Option: "ContextLen", Value: fmt.Sprint(e.Asked), Problem: fmt.Sprintf(": must be in [1, %d] (the context length of the model)", e.Model)}
-}
+// Unwrap is engine's check's *OptionError (ContextLen), for a caller that
+// names the option its own way (OptionError.Named).
+func (e *ContextLengthError) Unwrap() error { return e.err }
 
 // ProfileEntry is the GPU time of one kernel (or "copy") over every token
 // since Open.

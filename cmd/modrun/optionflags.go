@@ -36,7 +36,6 @@ var optionFlags = map[string]string{
 	"FrequencyPenalty": "frequency-penalty",
 	"PresencePenalty":  "presence-penalty",
 	"Seed":             "seed",
-	"GrammarGBNF":      "grammar",
 }
 
 // flagError is an error of the API's or engine's checks of the options as
