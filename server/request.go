@@ -278,7 +278,6 @@ var jsonFields = map[string]string{
 	"FrequencyPenalty": "frequency_penalty",
 	"PresencePenalty":  "presence_penalty",
 	"LogitBias":        "logit_bias",
-	"Seed":             "seed",
 }
 
 // checkOptions is the API's check of o (GenerateOptions.Check) before

@@ -35,7 +35,6 @@ var optionFlags = map[string]string{
 	"RepeatLastN":      "repeat-last-n",
 	"FrequencyPenalty": "frequency-penalty",
 	"PresencePenalty":  "presence-penalty",
-	"Seed":             "seed",
 }
 
 // flagError is an error of the API's or engine's checks of the options as
