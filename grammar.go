@@ -1,7 +1,6 @@
 package modrun
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 
@@ -39,19 +38,10 @@ func (m *Model) grammarVocab() (*grammar.Vocab, error) {
 	return g.v, g.err
 }
 
-// constraint is the grammar state for one Generate call of opts: nil
-// without a grammar.
-func (o GenerateOptions) constraint(m *Model) (*grammar.Matcher, error) {
-	g := o.Grammar
-	switch {
-	case g != nil && o.GrammarGBNF != "":
-		return nil, errors.New("modrun: Grammar and GrammarGBNF are both set: give one")
-	case o.GrammarGBNF != "":
-		var err error
-		if g, err = grammar.Parse(o.GrammarGBNF); err != nil {
-			return nil, fmt.Errorf("modrun: GrammarGBNF: %w", err)
-		}
-	case g == nil:
+// constraint is the grammar state of g (GenerateOptions.check's) for one
+// Generate call: nil without a grammar.
+func (m *Model) constraint(g *Grammar) (*grammar.Matcher, error) {
+	if g == nil {
 		return nil, nil
 	}
 	v, err := m.grammarVocab()

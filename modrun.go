@@ -1,12 +1,10 @@
 package modrun
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -160,34 +158,6 @@ func Open(path string, opts Options) (*Model, error) {
 	return model, nil
 }
 
-// check validates opts and turns them into engine's.
-func (o Options) check() (engine.BackendOptions, mod.Routing, error) {
-	bo := engine.BackendOptions{Name: cmp.Or(o.Backend, BackendAuto), Device: -1, ContextLen: o.ContextLen, KVType: o.KVType,
-		Trace: !o.NoRoutes, Profile: o.Profile, UBatch: o.UBatch}
-	if err := bo.Check(); err != nil {
-		return bo, 0, fmt.Errorf("modrun: %w", err)
-	}
-	if o.Parallel < 0 || o.KVBudget < 0 {
-		return bo, 0, fmt.Errorf("modrun: parallel sequences %d and KV budget %d must not be negative", o.Parallel, o.KVBudget)
-	}
-	if o.Device != "" {
-		d, err := strconv.Atoi(o.Device)
-		if err != nil || d < 0 {
-			return bo, 0, fmt.Errorf("modrun: device %q is not a device index (modrun devices lists them)", o.Device)
-		}
-		bo.Device = d
-	}
-	routing := mod.RoutingRouter
-	switch o.Routing {
-	case "", RoutingRouter:
-	case RoutingPredictor:
-		routing = mod.RoutingPredictor
-	default:
-		return bo, 0, fmt.Errorf("modrun: routing %q is not router or predictor", o.Routing)
-	}
-	return bo, routing, nil
-}
-
 func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Routing) (*Model, error) {
 	c := m.Config
 	if opts.Routing == "" && c.IsMoD() {
@@ -197,8 +167,8 @@ func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Rout
 		return nil, fmt.Errorf("modrun: %s has no predictor (%s = 0): %w",
 			m.Path, mod.ArchKey(c.Arch, mod.KeyPredictorHidden), ErrNoPredictor)
 	}
-	if bo.CheckFor(c) != nil {
-		return nil, &ContextLengthError{Path: m.Path, Asked: opts.ContextLen, Model: c.ContextLen}
+	if err := bo.CheckFor(c); err != nil {
+		return nil, &ContextLengthError{Path: m.Path, Asked: opts.ContextLen, Model: c.ContextLen, err: err}
 	}
 	tok, err := tokenizer.FromGGUF(m.File)
 	if err != nil {
@@ -269,11 +239,16 @@ var ErrNoPredictor = errors.New("use router routing")
 type ContextLengthError struct {
 	Path         string
 	Asked, Model int
+	err          error // the *OptionError of the check (Unwrap)
 }
 
 func (e *ContextLengthError) Error() string {
-	return fmt.Sprintf("modrun: context length %d: must be in [1, %d], the context length of %s", e.Asked, e.Model, e.Path)
+	return fmt.Sprintf("modrun: ContextLen %d: must be in [1, %d], the context length of %s", e.Asked, e.Model, e.Path)
 }
+
+// Unwrap is engine's check's *OptionError (ContextLen), for a caller that
+// names the option its own way (OptionError.Named).
+func (e *ContextLengthError) Unwrap() error { return e.err }
 
 // ProfileEntry is the GPU time of one kernel (or "copy") over every token
 // since Open.

@@ -267,7 +267,7 @@ func TestSampling(t *testing.T) {
 	assert.Equal(t, gen(5), gen(5))
 	assert.NotEqual(t, gen(5), gen(6))
 	_, err := m.NewSession().Generate(context.Background(), "x", modrun.GenerateOptions{Temperature: -1}, nil)
-	assert.ErrorContains(t, err, "--temp -1")
+	assert.ErrorContains(t, err, "Temperature -1: must be 0 (greedy) or positive")
 }
 
 // TestExactSampler: GenerateOptions.Sampler is used as it is: the same
@@ -290,7 +290,7 @@ func TestExactSampler(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEqual(t, exact, penalised, "the fields' RepeatLastN 0 is 64 tokens of penalty")
 	_, err = gen(modrun.GenerateOptions{Sampler: &modrun.SamplerOptions{RepeatPenalty: 1}})
-	assert.ErrorContains(t, err, "--top-p 0: must be in (0, 1]")
+	assert.ErrorContains(t, err, "TopP 0: must be in (0, 1]")
 }
 
 func TestOpenErrors(t *testing.T) {
@@ -299,12 +299,12 @@ func TestOpenErrors(t *testing.T) {
 		opts modrun.Options
 		want string
 	}{
-		{shipped, modrun.Options{Backend: "gpu"}, `backend "gpu" is not auto, cpu, reference or vulkan`},
-		{shipped, modrun.Options{Device: "first"}, `device "first" is not a device index`},
-		{shipped, modrun.Options{Routing: "topk"}, `routing "topk" is not router or predictor`},
-		{shipped, modrun.Options{KVType: "q8"}, `KV type "q8" is not f16 or f32`},
-		{shipped, modrun.Options{ContextLen: 100000}, "context length 100000: must be in [1, 512], the context length of " + shipped},
-		{shipped, modrun.Options{ContextLen: -1}, "context length -1"},
+		{shipped, modrun.Options{Backend: "gpu"}, `Backend "gpu" is not auto, cpu, reference or vulkan`},
+		{shipped, modrun.Options{Device: "first"}, `Device "first" is not a device index`},
+		{shipped, modrun.Options{Routing: "topk"}, `Routing "topk" is not router or predictor`},
+		{shipped, modrun.Options{KVType: "q8"}, `KVType "q8" is not f16 or f32`},
+		{shipped, modrun.Options{ContextLen: 100000}, "ContextLen 100000: must be in [1, 512], the context length of " + shipped},
+		{shipped, modrun.Options{ContextLen: -1}, "ContextLen -1"},
 		{"testdata/mod/mod-rand-identity-bias.gguf", modrun.Options{Routing: modrun.RoutingPredictor}, "has no predictor"},
 		{filepath.Join(t.TempDir(), "none.gguf"), modrun.Options{}, "none.gguf"},
 	} {

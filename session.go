@@ -160,40 +160,6 @@ type GenerateOptions struct {
 // (GenerateOptions.Sampler): engine's, which the command line's flags fill.
 type SamplerOptions = engine.SamplerOptions
 
-// sampler is the sampler's options for o: o.Sampler, or o's fields with
-// their zero values read as defaults.
-func (o GenerateOptions) sampler() (engine.SamplerOptions, error) {
-	so := engine.SamplerOptions{Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, MinP: o.MinP,
-		RepeatPenalty: o.RepeatPenalty, RepeatLastN: o.RepeatLastN, FrequencyPenalty: o.FrequencyPenalty,
-		PresencePenalty: o.PresencePenalty, LogitBias: o.LogitBias, Seed: o.Seed}
-	if o.Sampler != nil {
-		so = *o.Sampler
-	} else {
-		if so.TopP == 0 {
-			so.TopP = 1
-		}
-		if so.RepeatPenalty == 0 {
-			so.RepeatPenalty = 1
-		}
-		switch {
-		case so.RepeatLastN == 0:
-			so.RepeatLastN = engine.DefaultSampler().RepeatLastN
-		case so.RepeatLastN < 0:
-			so.RepeatLastN = 0
-		}
-	}
-	if o.MaxTokens < 0 {
-		return so, fmt.Errorf("modrun: MaxTokens %d: must be 0 (no limit) or positive", o.MaxTokens)
-	}
-	if o.TopLogProbs < 0 || o.TopLogProbs > MaxTopLogProbs {
-		return so, fmt.Errorf("modrun: TopLogProbs %d: must be in [0, %d]", o.TopLogProbs, MaxTopLogProbs)
-	}
-	if err := so.Check(); err != nil {
-		return so, fmt.Errorf("modrun: %w", err)
-	}
-	return so, nil
-}
-
 // StopReason says why a generation ended.
 type StopReason = engine.StopReason
 
@@ -271,11 +237,11 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 		return Result{}, err
 	}
 	defer leave()
-	so, err := opts.sampler()
+	so, g, err := opts.check()
 	if err != nil {
 		return Result{}, err
 	}
-	constraint, err := opts.constraint(s.m)
+	constraint, err := s.m.constraint(g)
 	if err != nil {
 		return Result{}, err
 	}

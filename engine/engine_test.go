@@ -95,11 +95,11 @@ func TestSamplerOptionsAreChecked(t *testing.T) {
 		f    func(*SamplerOptions)
 		want string
 	}{
-		{func(o *SamplerOptions) { o.Temperature = -1 }, "--temp -1"},
-		{func(o *SamplerOptions) { o.TopP = 0 }, "--top-p 0"},
-		{func(o *SamplerOptions) { o.MinP = 1 }, "--min-p 1"},
-		{func(o *SamplerOptions) { o.TopK = -2 }, "--top-k -2"},
-		{func(o *SamplerOptions) { o.RepeatPenalty = 0 }, "--repeat-penalty 0"},
+		{func(o *SamplerOptions) { o.Temperature = -1 }, "Temperature -1: must be 0 (greedy) or positive"},
+		{func(o *SamplerOptions) { o.TopP = 0 }, "TopP 0: must be in (0, 1]"},
+		{func(o *SamplerOptions) { o.MinP = 1 }, "MinP 1: must be in [0, 1)"},
+		{func(o *SamplerOptions) { o.TopK = -2 }, "TopK -2: must be 0 (off) or positive"},
+		{func(o *SamplerOptions) { o.RepeatPenalty = 0 }, "RepeatPenalty 0: must be positive (1 = off)"},
 	} {
 		o := DefaultSampler()
 		c.f(&o)
@@ -313,9 +313,9 @@ func TestPenaltiesAndLogitBias(t *testing.T) {
 		f    func(*SamplerOptions)
 		want string
 	}{
-		{func(o *SamplerOptions) { o.FrequencyPenalty = 2.5 }, "--frequency-penalty 2.5: must be in [-2, 2]"},
-		{func(o *SamplerOptions) { o.PresencePenalty = float32(math.NaN()) }, "--presence-penalty NaN"},
-		{func(o *SamplerOptions) { o.LogitBias = map[int32]float32{-1: 1} }, "token -1"},
+		{func(o *SamplerOptions) { o.FrequencyPenalty = 2.5 }, "FrequencyPenalty 2.5: must be in [-2, 2]"},
+		{func(o *SamplerOptions) { o.PresencePenalty = float32(math.NaN()) }, "PresencePenalty NaN"},
+		{func(o *SamplerOptions) { o.LogitBias = map[int32]float32{-1: 1} }, "LogitBias[-1] 1: want a token id >= 0"},
 	} {
 		o := DefaultSampler()
 		c.f(&o)

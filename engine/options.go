@@ -76,10 +76,10 @@ func (o BackendOptions) contextLen(m *mod.Model) (int, error) {
 // CheckFor checks what o asks of a model with config c, after Check: a
 // context length no longer than the model's. It is the one check of the
 // options against a model (OpenBackend, the API's Open and the command
-// line call it); a wrong field is an *OptionError.
+// line call it); a wrong field is an *OptionError naming it.
 func (o BackendOptions) CheckFor(c mod.Config) error {
 	if o.ContextLen < 0 || o.ContextLen > c.ContextLen {
-		return &OptionError{Option: "context length", Flag: "--ctx", Value: fmt.Sprint(o.ContextLen),
+		return &OptionError{Option: "ContextLen", Value: fmt.Sprint(o.ContextLen),
 			Problem: fmt.Sprintf(": must be in [1, %d] (the context length of the model)", c.ContextLen)}
 	}
 	return nil
@@ -94,26 +94,26 @@ func (o BackendOptions) namedDevice() bool {
 
 // Check validates o's fields on their own (ContextLen against a model is
 // CheckFor's): the one check of the options behind the API's Options
-// and the command line's flags. A wrong field is an *OptionError, which
-// names it as the API does and, by FlagError, as the command line does.
+// and the command line's flags. A wrong field is an *OptionError naming
+// the field; the command line says it by its flag (OptionError.Named).
 func (o BackendOptions) Check() error {
 	switch o.Name {
 	case BackendAuto, BackendCPU, BackendReference, BackendVulkan:
 	default:
-		return &OptionError{Option: "backend", Flag: "--backend", Value: fmt.Sprintf("%q", o.Name), Problem: " is not " + backendNames}
+		return &OptionError{Option: "Name", Value: fmt.Sprintf("%q", o.Name), Problem: " is not " + backendNames}
 	}
 	if o.Device < -1 {
-		return &OptionError{Option: "device", Flag: "--device", Value: fmt.Sprint(o.Device),
+		return &OptionError{Option: "Device", Value: fmt.Sprint(o.Device),
 			Problem: ": want a device index, 0 or more (modrun devices lists them), or -1 for the default"}
 	}
 	if o.ContextLen < 0 {
-		return &OptionError{Option: "context length", Flag: "--ctx", Value: fmt.Sprint(o.ContextLen), Problem: ": must be positive (or 0: the model's)"}
+		return &OptionError{Option: "ContextLen", Value: fmt.Sprint(o.ContextLen), Problem: ": must be positive (or 0: the model's)"}
 	}
 	if o.UBatch < 0 {
-		return &OptionError{Option: "prompt batch (UBatch)", Flag: "--ubatch", Value: fmt.Sprint(o.UBatch), Problem: ": must be positive (or 0: the backend's default)"}
+		return &OptionError{Option: "UBatch", Value: fmt.Sprint(o.UBatch), Problem: ": must be positive (or 0: the backend's default)"}
 	}
 	if _, err := shaders.ParseKV(o.KVType); err != nil {
-		return &OptionError{Option: "KV type", Flag: "--kv-type", Value: fmt.Sprintf("%q", o.KVType), Problem: " is not f16 or f32"}
+		return &OptionError{Option: "KVType", Value: fmt.Sprintf("%q", o.KVType), Problem: " is not f16 or f32"}
 	}
 	return nil
 }
@@ -139,7 +139,7 @@ func (o BackendOptions) CheckFlags(f Flags) error {
 		return err
 	}
 	if f.UBatch && o.UBatch < 1 {
-		return &OptionError{Option: "prompt batch (UBatch)", Flag: "--ubatch", Value: fmt.Sprint(o.UBatch), Problem: ": must be at least 1"}
+		return &OptionError{Option: "UBatch", Value: fmt.Sprint(o.UBatch), Problem: ": must be at least 1"}
 	}
 	if o.Device < 0 {
 		return nil
@@ -153,7 +153,7 @@ func (o BackendOptions) CheckFlags(f Flags) error {
 			return nil
 		}
 	}
-	return &OptionError{Option: "device", Flag: "--device", Value: fmt.Sprint(o.Device),
+	return &OptionError{Option: "Device", Value: fmt.Sprint(o.Device),
 		Problem: fmt.Sprintf(" picks a Vulkan device, but the backend is %s: drop --device, or use --backend vulkan", strings.Join(backends, ","))}
 }
 
@@ -167,27 +167,30 @@ func ParseBackends(list string) ([]string, error) {
 		case BackendCPU, BackendReference, BackendVulkan:
 			names = append(names, name)
 		default:
-			return nil, &OptionError{Option: "backends", Flag: "--backends", Problem: fmt.Sprintf(": %q is not cpu, reference or vulkan", name)}
+			return nil, &OptionError{Option: "Backends", Problem: fmt.Sprintf(": %q is not cpu, reference or vulkan", name)}
 		}
 	}
 	return names, nil
 }
 
-// OptionError is a BackendOptions field that Check refuses.
+// OptionError is an option that a check refuses (BackendOptions,
+// SamplerOptions, PerplexityOptions, and the API's options), named by its
+// Go field as the API's user writes it: Error says `KVType "q8" is not f16
+// or f32`. A command line or a server that fills the options from its
+// flags or fields says the same by its own name for the option (Named),
+// so each option's rule is written once.
 type OptionError struct {
-	Option  string // the option in words, as Error names it: "KV type"
-	Flag    string // the command line's flag for it: "--kv-type"
+	Option  string // the field: "KVType", "Temperature"
 	Value   string // the value given, quoted when a string: "\"q8\""; "" when Problem names it
-	Problem string // what is wrong, after the value: " is not f16 or f32"
+	Problem string // what is wrong, after the value: " is not f16 or f32", ": must be positive"
 }
 
-// Error names the option in words: `KV type "q8" is not f16 or f32`.
-func (e *OptionError) Error() string { return e.say(e.Option) }
+// Error names the option by its field: `KVType "q8" is not f16 or f32`.
+func (e *OptionError) Error() string { return e.Named(e.Option) }
 
-// FlagError names the option by its flag: `--kv-type "q8" is not f16 or f32`.
-func (e *OptionError) FlagError() string { return e.say(e.Flag) }
-
-func (e *OptionError) say(name string) string {
+// Named is the error with the option called name instead of its field: a
+// flag (`--kv-type "q8" is not f16 or f32`) or a request's JSON field.
+func (e *OptionError) Named(name string) string {
 	if e.Value == "" {
 		return name + e.Problem
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -9,7 +10,7 @@ import (
 )
 
 // TestBackendOptionsCheck: Check refuses each wrong field with an
-// OptionError that names it in words (the API) and by its flag (the
+// OptionError that names its field (the API) and, by Named, its flag (the
 // command line), and passes the defaults and every accepted value.
 func TestBackendOptionsCheck(t *testing.T) {
 	for _, o := range []BackendOptions{
@@ -22,17 +23,17 @@ func TestBackendOptionsCheck(t *testing.T) {
 		o          BackendOptions
 		err, flags string
 	}{
-		{BackendOptions{Name: "gpu"}, `backend "gpu" is not auto, cpu, reference or vulkan`, `--backend "gpu" is not auto, cpu, reference or vulkan`},
-		{BackendOptions{}, `backend "" is not auto, cpu, reference or vulkan`, `--backend "" is not auto, cpu, reference or vulkan`},
-		{BackendOptions{Name: BackendCPU, ContextLen: -1}, "context length -1: must be positive (or 0: the model's)", "--ctx -1: must be positive (or 0: the model's)"},
-		{BackendOptions{Name: BackendCPU, UBatch: -3}, "prompt batch (UBatch) -3: must be positive (or 0: the backend's default)", "--ubatch -3: must be positive (or 0: the backend's default)"},
-		{BackendOptions{Name: BackendVulkan, KVType: "q8"}, `KV type "q8" is not f16 or f32`, `--kv-type "q8" is not f16 or f32`},
+		{BackendOptions{Name: "gpu"}, `Name "gpu" is not auto, cpu, reference or vulkan`, `--backend "gpu" is not auto, cpu, reference or vulkan`},
+		{BackendOptions{}, `Name "" is not auto, cpu, reference or vulkan`, `--backend "" is not auto, cpu, reference or vulkan`},
+		{BackendOptions{Name: BackendCPU, ContextLen: -1}, "ContextLen -1: must be positive (or 0: the model's)", "--ctx -1: must be positive (or 0: the model's)"},
+		{BackendOptions{Name: BackendCPU, UBatch: -3}, "UBatch -3: must be positive (or 0: the backend's default)", "--ubatch -3: must be positive (or 0: the backend's default)"},
+		{BackendOptions{Name: BackendVulkan, KVType: "q8"}, `KVType "q8" is not f16 or f32`, `--kv-type "q8" is not f16 or f32`},
 	} {
 		err := tc.o.Check()
 		var oe *OptionError
 		require.True(t, errors.As(err, &oe), "%+v: %v", tc.o, err)
 		assert.EqualError(t, err, tc.err)
-		assert.Equal(t, tc.flags, oe.FlagError())
+		assert.Equal(t, tc.flags, oe.Named(strings.SplitN(tc.flags, " ", 2)[0]))
 	}
 }
 
@@ -59,27 +60,27 @@ func TestBackendOptionsCheckFlags(t *testing.T) {
 		err, flags string
 	}{
 		{BackendOptions{Name: BackendCPU, Device: 0}, Flags{Backends: []string{BackendCPU}},
-			"device 0 picks a Vulkan device, but the backend is cpu: drop --device, or use --backend vulkan",
+			"Device 0 picks a Vulkan device, but the backend is cpu: drop --device, or use --backend vulkan",
 			"--device 0 picks a Vulkan device, but the backend is cpu: drop --device, or use --backend vulkan"},
 		{BackendOptions{Name: BackendReference, Device: 2}, Flags{},
-			"device 2 picks a Vulkan device, but the backend is reference: drop --device, or use --backend vulkan",
+			"Device 2 picks a Vulkan device, but the backend is reference: drop --device, or use --backend vulkan",
 			"--device 2 picks a Vulkan device, but the backend is reference: drop --device, or use --backend vulkan"},
 		{BackendOptions{Name: BackendCPU, Device: 3}, Flags{Backends: []string{BackendCPU, BackendReference}},
-			"device 3 picks a Vulkan device, but the backend is cpu,reference: drop --device, or use --backend vulkan",
+			"Device 3 picks a Vulkan device, but the backend is cpu,reference: drop --device, or use --backend vulkan",
 			"--device 3 picks a Vulkan device, but the backend is cpu,reference: drop --device, or use --backend vulkan"},
 		{BackendOptions{Name: BackendAuto}, Flags{UBatch: true},
-			"prompt batch (UBatch) 0: must be at least 1", "--ubatch 0: must be at least 1"},
+			"UBatch 0: must be at least 1", "--ubatch 0: must be at least 1"},
 		{BackendOptions{Name: BackendVulkan, Device: -4}, Flags{Backends: []string{BackendVulkan}},
-			"device -4: want a device index, 0 or more (modrun devices lists them), or -1 for the default",
+			"Device -4: want a device index, 0 or more (modrun devices lists them), or -1 for the default",
 			"--device -4: want a device index, 0 or more (modrun devices lists them), or -1 for the default"},
 		{BackendOptions{Name: BackendAuto, UBatch: -2}, Flags{UBatch: true},
-			"prompt batch (UBatch) -2: must be positive (or 0: the backend's default)", "--ubatch -2: must be positive (or 0: the backend's default)"},
+			"UBatch -2: must be positive (or 0: the backend's default)", "--ubatch -2: must be positive (or 0: the backend's default)"},
 	} {
 		err := tc.o.CheckFlags(tc.f)
 		var oe *OptionError
 		require.True(t, errors.As(err, &oe), "%+v %+v: %v", tc.o, tc.f, err)
 		assert.EqualError(t, err, tc.err)
-		assert.Equal(t, tc.flags, oe.FlagError())
+		assert.Equal(t, tc.flags, oe.Named(strings.SplitN(tc.flags, " ", 2)[0]))
 	}
 }
 
@@ -94,7 +95,7 @@ func TestParseBackends(t *testing.T) {
 		_, err := ParseBackends(tc.list)
 		var oe *OptionError
 		require.True(t, errors.As(err, &oe), "%q: %v", tc.list, err)
-		assert.EqualError(t, err, `backends: "`+tc.bad+`" is not cpu, reference or vulkan`)
-		assert.Equal(t, `--backends: "`+tc.bad+`" is not cpu, reference or vulkan`, oe.FlagError())
+		assert.EqualError(t, err, `Backends: "`+tc.bad+`" is not cpu, reference or vulkan`)
+		assert.Equal(t, `--backends: "`+tc.bad+`" is not cpu, reference or vulkan`, oe.Named("--backends"))
 	}
 }

@@ -75,14 +75,14 @@ type PerplexityOptions struct {
 // Check validates o without the model. A wrong field is an *OptionError.
 func (o PerplexityOptions) Check() error {
 	if o.Window < 0 || o.Window == 1 {
-		return &OptionError{Option: "window", Flag: "--ctx", Value: fmt.Sprint(o.Window), Problem: ": must be at least 2 (BOS and one token to score), or 0: the model's"}
+		return &OptionError{Option: "Window", Value: fmt.Sprint(o.Window), Problem: ": must be at least 2 (BOS and one token to score), or 0: the model's"}
 	}
 	if c := o.Capacity; c != nil {
 		if !(*c > 0 && *c <= 1) {
-			return &OptionError{Option: "capacity", Flag: "--capacity", Value: fmt.Sprint(*c), Problem: ": want a fraction in (0, 1]"}
+			return &OptionError{Option: "Capacity", Value: fmt.Sprint(*c), Problem: ": want a fraction in (0, 1]"}
 		}
 		if o.Routing != mod.RoutingTopK {
-			return &OptionError{Option: "capacity", Flag: "--capacity",
+			return &OptionError{Option: "Capacity",
 				Problem: fmt.Sprintf(" sets the fraction of --routing topk; --routing %s routes by sign, with no fraction", o.Routing)}
 		}
 	}
@@ -103,7 +103,7 @@ func (o PerplexityOptions) Apply(m *mod.Model) (int, error) {
 		return cfg.ContextLen, nil
 	}
 	if o.Window > cfg.ContextLen {
-		return 0, &OptionError{Option: "window", Flag: "--ctx", Value: fmt.Sprint(o.Window),
+		return 0, &OptionError{Option: "Window", Value: fmt.Sprint(o.Window),
 			Problem: fmt.Sprintf(": must be in [2, %d] (the context length of %s)", cfg.ContextLen, m.Path)}
 	}
 	return o.Window, nil

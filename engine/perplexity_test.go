@@ -38,15 +38,15 @@ func TestPerplexityOptions(t *testing.T) {
 		o    PerplexityOptions
 		flag string
 	}{
-		{PerplexityOptions{Window: -3}, "--ctx -3: must be at least 2 (BOS and one token to score), or 0: the model's"},
-		{PerplexityOptions{Window: 1}, "--ctx 1: must be at least 2"},
-		{PerplexityOptions{Capacity: &zero, Routing: mod.RoutingTopK}, "--capacity 0: want a fraction in (0, 1]"},
-		{PerplexityOptions{Capacity: &half, Routing: mod.RoutingRouter}, "--capacity sets the fraction of --routing topk; --routing router routes by sign"},
+		{PerplexityOptions{Window: -3}, "Window -3: must be at least 2 (BOS and one token to score), or 0: the model's"},
+		{PerplexityOptions{Window: 1}, "Window 1: must be at least 2"},
+		{PerplexityOptions{Capacity: &zero, Routing: mod.RoutingTopK}, "Capacity 0: want a fraction in (0, 1]"},
+		{PerplexityOptions{Capacity: &half, Routing: mod.RoutingRouter}, "Capacity sets the fraction of --routing topk; --routing router routes by sign"},
 	} {
 		err := c.o.Check()
 		var oe *OptionError
 		require.ErrorAs(t, err, &oe, c.flag)
-		assert.Contains(t, oe.FlagError(), c.flag)
+		assert.Contains(t, oe.Error(), c.flag)
 	}
 	require.NoError(t, PerplexityOptions{Window: 2, Capacity: &one, Routing: mod.RoutingTopK}.Check())
 
@@ -60,5 +60,5 @@ func TestPerplexityOptions(t *testing.T) {
 	_, err = PerplexityOptions{Window: synthtest.Tiny.ContextLen + 1, Routing: mod.RoutingTopK}.Apply(m.Model)
 	var oe *OptionError
 	require.ErrorAs(t, err, &oe)
-	assert.Contains(t, oe.FlagError(), "--ctx 129: must be in [2, 128] (the context length of")
+	assert.Contains(t, oe.Error(), "Window 129: must be in [2, 128] (the context length of")
 }

@@ -38,29 +38,35 @@ func DefaultSampler() SamplerOptions {
 	return SamplerOptions{TopP: 1, RepeatPenalty: 1, RepeatLastN: 64}
 }
 
-// Check reports the first option out of its range, named as its flag.
+// Check reports the first option out of its range, an *OptionError
+// naming its field: the one check of the sampling options, which the API,
+// the command line and the server all call (each names the option its
+// own way: OptionError.Named).
 func (o SamplerOptions) Check() error {
+	bad := func(option string, v any, problem string) error {
+		return &OptionError{Option: option, Value: fmt.Sprint(v), Problem: problem}
+	}
 	switch {
 	case o.Temperature < 0 || math.IsNaN(float64(o.Temperature)):
-		return fmt.Errorf("--temp %g: must be 0 (greedy) or positive", o.Temperature)
+		return bad("Temperature", o.Temperature, ": must be 0 (greedy) or positive")
 	case o.TopK < 0:
-		return fmt.Errorf("--top-k %d: must be 0 (off) or positive", o.TopK)
+		return bad("TopK", o.TopK, ": must be 0 (off) or positive")
 	case !(o.TopP > 0 && o.TopP <= 1):
-		return fmt.Errorf("--top-p %g: must be in (0, 1]", o.TopP)
+		return bad("TopP", o.TopP, ": must be in (0, 1]")
 	case !(o.MinP >= 0 && o.MinP < 1):
-		return fmt.Errorf("--min-p %g: must be in [0, 1)", o.MinP)
+		return bad("MinP", o.MinP, ": must be in [0, 1)")
 	case !(o.RepeatPenalty > 0):
-		return fmt.Errorf("--repeat-penalty %g: must be positive (1 = off)", o.RepeatPenalty)
+		return bad("RepeatPenalty", o.RepeatPenalty, ": must be positive (1 = off)")
 	case o.RepeatLastN < 0:
-		return fmt.Errorf("--repeat-last-n %d: must be 0 or positive", o.RepeatLastN)
+		return bad("RepeatLastN", o.RepeatLastN, ": must be 0 or positive")
 	case !(o.FrequencyPenalty >= -2 && o.FrequencyPenalty <= 2):
-		return fmt.Errorf("--frequency-penalty %g: must be in [-2, 2] (0 = off)", o.FrequencyPenalty)
+		return bad("FrequencyPenalty", o.FrequencyPenalty, ": must be in [-2, 2] (0 = off)")
 	case !(o.PresencePenalty >= -2 && o.PresencePenalty <= 2):
-		return fmt.Errorf("--presence-penalty %g: must be in [-2, 2] (0 = off)", o.PresencePenalty)
+		return bad("PresencePenalty", o.PresencePenalty, ": must be in [-2, 2] (0 = off)")
 	}
 	for id, b := range o.LogitBias {
 		if id < 0 || math.IsNaN(float64(b)) || math.IsInf(float64(b), 1) {
-			return fmt.Errorf("logit bias %g for token %d: want a token id >= 0 and a number or -Inf", b, id)
+			return &OptionError{Option: "LogitBias", Problem: fmt.Sprintf("[%d] %g: want a token id >= 0 and a number or -Inf", id, b)}
 		}
 	}
 	return nil

@@ -133,13 +133,13 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modr
 		msgs[i] = modrun.Message{Role: role, Content: string(msg.Content)}
 	}
 	if req.TopLogProbs != nil {
-		if *req.TopLogProbs < 0 || *req.TopLogProbs > modrun.MaxTopLogProbs {
-			return badRequest("top_logprobs", "invalid_value", "top_logprobs %d: must be in [0, %d]", *req.TopLogProbs, modrun.MaxTopLogProbs)
+		opts.TopLogProbs = *req.TopLogProbs
+		if err := checkOptions(opts, "top_logprobs"); err != nil {
+			return err
 		}
-		if !req.LogProbs {
+		if !req.LogProbs { // OpenAI's rule; the API fills TopLogProbs only with LogProbs too
 			return badRequest("top_logprobs", "invalid_value", "top_logprobs needs logprobs: true")
 		}
-		opts.TopLogProbs = *req.TopLogProbs
 	}
 	opts.LogProbs = req.LogProbs
 	chat, err := m.NewChat(s.cfg.ChatTemplate)

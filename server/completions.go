@@ -68,13 +68,11 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, m *modrun.M
 	case n > 1 && req.Stream:
 		return badRequest("prompt", "invalid_value", "%d prompts with stream: this server streams one prompt per request (send the prompts without stream, or one request each)", n)
 	}
-	top := 0
 	if req.LogProbs != nil {
-		if *req.LogProbs < 0 || *req.LogProbs > modrun.MaxTopLogProbs {
-			return badRequest("logprobs", "invalid_value", "logprobs %d: must be in [0, %d]", *req.LogProbs, modrun.MaxTopLogProbs)
+		opts.LogProbs, opts.TopLogProbs = true, *req.LogProbs
+		if err := checkOptions(opts, "logprobs"); err != nil { // the legacy logprobs is the number of alternatives
+			return err
 		}
-		top = *req.LogProbs
-		opts.LogProbs, opts.TopLogProbs = true, top
 	}
 	prompts := make([][]int32, n)
 	for i := range prompts {

@@ -3,8 +3,8 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"strconv"
 
@@ -154,12 +154,15 @@ func (p *prompt) UnmarshalJSON(b []byte) error {
 	return &fieldError{"prompt", "must be a string, an array of token ids, or an array of one of those"}
 }
 
-// genOptions checks the sampling fields against the model and turns them
-// into the API's options, with OpenAI's defaults: temperature 1, top_p 1
-// and a fresh random seed unless the request gives one. defaultMax applies
-// when neither max_tokens field is given (0 = until EOS or the context is
-// full); minMax is the least either may be (OpenAI's chat wants 1, its
-// completions take 0).
+// genOptions maps the sampling fields onto the API's options, with
+// OpenAI's defaults: temperature 1, top_p 1 and a fresh random seed unless
+// the request gives one. defaultMax applies when neither max_tokens field
+// is given (0 = until EOS or the context is full); minMax is the least
+// either may be (OpenAI's chat wants 1, its completions take 0). The API
+// checks the options (checkOptions); this server refuses on its own only
+// what the request's encoding has and the API's options do not (n,
+// max_tokens against the context, logit_bias's keys and repeat_last_n's
+// -1, stop), and the bounds of serverLimits.
 func (r *sampling) genOptions(info modrun.Info, defaultMax, minMax int) (modrun.GenerateOptions, error) {
 	o := modrun.GenerateOptions{Temperature: 1, TopP: 1, Seed: rand.Uint64()}
 	if r.N != nil && *r.N != 1 {
@@ -181,33 +184,19 @@ func (r *sampling) genOptions(info modrun.Info, defaultMax, minMax int) (modrun.
 		}
 		o.MaxTokens = *f.v
 	}
-	num := func(name string, v *float64, lo, hi float64, set *float32) error {
-		if v == nil {
-			return nil
+	if err := r.checkLimits(info); err != nil {
+		return o, err
+	}
+	for _, f := range []struct {
+		v   *float64
+		set *float32
+	}{
+		{r.Temperature, &o.Temperature}, {r.TopP, &o.TopP}, {r.MinP, &o.MinP}, {r.RepeatPenalty, &o.RepeatPenalty},
+		{r.FrequencyPenalty, &o.FrequencyPenalty}, {r.PresencePenalty, &o.PresencePenalty},
+	} {
+		if f.v != nil {
+			*f.set = float32(*f.v)
 		}
-		if math.IsNaN(*v) || *v < lo || *v > hi {
-			return badRequest(name, "invalid_value", "%s %g: must be in [%g, %g]", name, *v, lo, hi)
-		}
-		*set = float32(*v)
-		return nil
-	}
-	if err := num("temperature", r.Temperature, 0, 2, &o.Temperature); err != nil {
-		return o, err
-	}
-	if err := num("top_p", r.TopP, 0, 1, &o.TopP); err != nil {
-		return o, err
-	}
-	if err := num("min_p", r.MinP, 0, 1, &o.MinP); err != nil {
-		return o, err
-	}
-	if err := num("repeat_penalty", r.RepeatPenalty, 0, 10, &o.RepeatPenalty); err != nil {
-		return o, err
-	}
-	if err := num("frequency_penalty", r.FrequencyPenalty, -2, 2, &o.FrequencyPenalty); err != nil {
-		return o, err
-	}
-	if err := num("presence_penalty", r.PresencePenalty, -2, 2, &o.PresencePenalty); err != nil {
-		return o, err
 	}
 	if n := r.RepeatLastN; n != nil {
 		switch {
@@ -228,16 +217,10 @@ func (r *sampling) genOptions(info modrun.Info, defaultMax, minMax int) (modrun.
 			if err != nil || id < 0 || int(id) >= info.NVocab {
 				return o, badRequest("logit_bias", "invalid_value", "logit_bias: key %q is not a token id in [0, %d)", k, info.NVocab)
 			}
-			if math.IsNaN(v) || v < -100 || v > 100 {
-				return o, badRequest("logit_bias", "invalid_value", "logit_bias[%s] %g: must be in [-100, 100]", k, v)
-			}
 			o.LogitBias[int32(id)] = float32(v)
 		}
 	}
 	if r.TopK != nil {
-		if *r.TopK < 0 || *r.TopK > info.NVocab {
-			return o, badRequest("top_k", "invalid_value", "top_k %d: must be in [0, %d], the vocabulary", *r.TopK, info.NVocab)
-		}
 		o.TopK = *r.TopK
 	}
 	if r.Seed != nil {
@@ -252,5 +235,68 @@ func (r *sampling) genOptions(info modrun.Info, defaultMax, minMax int) (modrun.
 	if len(r.Stop) > 16 {
 		return o, badRequest("stop", "invalid_value", "%d stop strings: at most 16", len(r.Stop))
 	}
-	return o, nil
+	return o, checkOptions(o, "")
+}
+
+// checkLimits refuses the values this server bounds more narrowly than the
+// API does: OpenAI's temperature in [0, 2] and logit_bias in [-100, 100],
+// a repeat_penalty up to 10 and a top_k up to the vocabulary, as this
+// server has always taken. The rest of each field's range is the API's.
+func (r *sampling) checkLimits(info modrun.Info) error {
+	for _, f := range []struct {
+		name string
+		v    *float64
+		hi   float64
+	}{{"temperature", r.Temperature, 2}, {"repeat_penalty", r.RepeatPenalty, 10}} {
+		if f.v != nil && *f.v > f.hi { // below 0 is the API's to refuse; 0 is in both ranges
+			return badRequest(f.name, "invalid_value", "%s %g: must be in [0, %g]", f.name, *f.v, f.hi)
+		}
+	}
+	for k, v := range r.LogitBias {
+		if v < -100 || v > 100 {
+			return badRequest("logit_bias", "invalid_value", "logit_bias[%s] %g: must be in [-100, 100]", k, v)
+		}
+	}
+	if r.TopK != nil && *r.TopK > info.NVocab {
+		return badRequest("top_k", "invalid_value", "top_k %d: must be at most %d, the vocabulary", *r.TopK, info.NVocab)
+	}
+	return nil
+}
+
+// jsonFields is the request's field of each option the API's check names
+// by its Go field (modrun.OptionError): the server fills the options from
+// the request and says their errors in the client's words. TopLogProbs is
+// each endpoint's own (checkOptions).
+var jsonFields = map[string]string{
+	"MaxTokens":        "max_tokens",
+	"Temperature":      "temperature",
+	"TopK":             "top_k",
+	"TopP":             "top_p",
+	"MinP":             "min_p",
+	"RepeatPenalty":    "repeat_penalty",
+	"RepeatLastN":      "repeat_last_n",
+	"FrequencyPenalty": "frequency_penalty",
+	"PresencePenalty":  "presence_penalty",
+	"LogitBias":        "logit_bias",
+}
+
+// checkOptions is the API's check of o (GenerateOptions.Check) before
+// anything runs: a refused option is a 400 naming the request's field,
+// topLogProbs the endpoint's for TopLogProbs (chat's top_logprobs,
+// completions' logprobs). An option no field fills is this server's bug:
+// a 500.
+func checkOptions(o modrun.GenerateOptions, topLogProbs string) error {
+	err := o.Check()
+	var oe *modrun.OptionError
+	if !errors.As(err, &oe) {
+		return err
+	}
+	field, ok := jsonFields[oe.Option]
+	if oe.Option == "TopLogProbs" && topLogProbs != "" {
+		field, ok = topLogProbs, true
+	}
+	if !ok {
+		return err
+	}
+	return badRequest(field, "invalid_value", "%s", oe.Named(field))
 }

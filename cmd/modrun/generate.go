@@ -74,16 +74,6 @@ func (cf cacheFlags) check() error {
 // a usage error that names the flag.
 func checkFlags(o engine.BackendOptions, f engine.Flags) error { return flagError(o.CheckFlags(f)) }
 
-// flagError is an error of engine's checks of the options as the command
-// line says it: an *engine.OptionError is a usage error naming its flag.
-func flagError(err error) error {
-	var oe *engine.OptionError
-	if errors.As(err, &oe) {
-		return fmt.Errorf("%w: %s", errUsage, oe.FlagError())
-	}
-	return err
-}
-
 // apiOptions sets the API's context length and KV cache type; the API
 // checks the context length against the model's.
 func (cf cacheFlags) apiOptions(o *api.Options) error {
@@ -403,9 +393,8 @@ func (mf *modelFlags) options() (api.Options, error) {
 // routingSet says whether --routing was given on the command line.
 func (mf *modelFlags) open(opts api.Options, routingSet bool) (*api.Model, error) {
 	model, err := api.Open(mf.path, opts)
-	var ctxErr *api.ContextLengthError
-	if errors.As(err, &ctxErr) {
-		return nil, fmt.Errorf("%w: --ctx %d: must be in [1, %d] (the context length of the model)", errUsage, ctxErr.Asked, ctxErr.Model)
+	if errors.As(err, new(*api.OptionError)) { // --ctx longer than the model's (api.ContextLengthError), or another option
+		return nil, flagError(err)
 	}
 	if errors.Is(err, api.ErrNoPredictor) {
 		return nil, fmt.Errorf("--routing predictor: %s has no predictor (%s = 0); use --routing router", mf.path, mod.ArchKey(mod.ArchMoD, mod.KeyPredictorHidden))

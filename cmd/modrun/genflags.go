@@ -202,8 +202,8 @@ func (sf *samplingFlags) options() (engine.SamplerOptions, error) {
 		seed = time.Now().UnixNano() & (1<<62 - 1)
 	}
 	so.Seed = uint64(seed)
-	if err := so.Check(); err != nil {
-		return so, fmt.Errorf("%w: %v", errUsage, err)
+	if err := so.Check(); err != nil { // the API's check (GenerateOptions.Sampler), before the model loads
+		return so, flagError(err)
 	}
 	return so, nil
 }

@@ -44,7 +44,7 @@ func perplexityMain(args []string, _ io.Reader, stdout, stderr io.Writer) error 
 	defer l.model.Close()
 	window, err := f.opts.Apply(l.model)
 	if err != nil {
-		return optionError(err)
+		return flagError(err)
 	}
 	raw, err := os.ReadFile(f.text)
 	if err != nil {
@@ -157,7 +157,7 @@ func parsePerplexityFlags(args []string, stderr io.Writer) (*perplexityFlags, er
 		f.needsMoD = fmt.Sprintf("--capacity %g", *capacity)
 	}
 	if err := f.opts.Check(); err != nil {
-		return nil, optionError(err)
+		return nil, flagError(err)
 	}
 	if err := checkFlags(engine.BackendOptions{Name: engine.BackendAuto, Device: -1, KVType: f.kvType}, engine.Flags{}); err != nil {
 		return nil, err
@@ -177,16 +177,6 @@ func parsePerplexityFlags(args []string, stderr io.Writer) (*perplexityFlags, er
 		}
 	}
 	return f, nil
-}
-
-// optionError is engine's refusal of an option as a usage error naming
-// its flag.
-func optionError(err error) error {
-	var oe *engine.OptionError
-	if errors.As(err, &oe) {
-		return fmt.Errorf("%w: %s", errUsage, oe.FlagError())
-	}
-	return err
 }
 
 // lavapipeQuick is the most tokens a CPU emulation of Vulkan scores without
@@ -235,7 +225,7 @@ func (f *perplexityFlags) openReference(l *loaded, backend string, window int, s
 	}
 	defer other.model.Close() // the scorer has what it needs
 	if _, err := f.opts.Apply(other.model); err != nil {
-		return nil, nil, fmt.Errorf("--compare %s: %w", f.compare, optionError(err))
+		return nil, nil, fmt.Errorf("--compare %s: %w", f.compare, flagError(err))
 	}
 	if a, b := l.model.Config.NVocab, other.model.Config.NVocab; a != b || l.tok.BOS() != other.tok.BOS() {
 		return nil, nil, fmt.Errorf("--compare %s: its vocabulary (%d tokens, BOS %d) is not that of %s (%d tokens, BOS %d): the two cannot score the same tokens",
