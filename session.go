@@ -94,6 +94,13 @@ type Route = mod.Route
 type GenerateOptions struct {
 	MaxTokens int // new tokens at most; 0 = until EOS or the context is full
 
+	// Stop ends the generation at the first of these strings in the new
+	// tokens' text (Result.Stop is StopString): fn never sees it nor what
+	// follows; the token it starts in comes with its Text cut before it.
+	// A token whose text may begin one reaches fn once the next ones show
+	// whether it does (stop.go).
+	Stop []string
+
 	// Sampling, in llama.cpp's order: repetition penalty, top-k, top-p,
 	// min-p, temperature. Zero values mean off.
 	Temperature   float32 // 0 = greedy (argmax)
@@ -251,8 +258,8 @@ type LayerStat struct {
 
 // Generate runs prompt after the session's sequence (a fresh session
 // starts with BOS when the tokenizer asks for one) and generates until
-// EOS, opts.MaxTokens, the context length, ErrStop from fn, or ctx is
-// done. fn receives every token in order: first the prompt's, then each
+// EOS, opts.MaxTokens, the context length, one of opts.Stop, ErrStop from
+// fn, or ctx is done. fn receives every token in order: first the prompt's, then each
 // new one once it has run through the model (so its Routes are known),
 // the last new one with its Routes nil (with opts.OnRouted: each new one
 // once drawn). fn runs on Generate's goroutine;
@@ -264,6 +271,14 @@ type LayerStat struct {
 // (Tokens): a later Generate continues after them, with more prompt or none.
 // The loop is engine's (engine.Continue), the one bench times.
 func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOptions, fn func(Token) error) (Result, error) {
+	opts, fn, stops, err := withStops(opts, fn)
+	if err != nil {
+		return Result{}, err
+	}
+	return stops.finish(s.generate(ctx, prompt, opts, fn))
+}
+
+func (s *Session) generate(ctx context.Context, prompt string, opts GenerateOptions, fn func(Token) error) (Result, error) {
 	if ctx == nil {
 		return Result{}, errors.New("modrun: Generate: nil context (context.Background() is the one that never ends)")
 	}

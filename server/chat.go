@@ -175,7 +175,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modr
 	defer release()
 
 	resp := chatResponse{ID: newID("chatcmpl"), Object: "chat.completion", Created: time.Now().Unix(), Model: s.cfg.ModelName}
-	g := &generation{stops: req.Stop, metrics: s.metrics, start: start, hook: s.tokenHook}
+	g := &generation{metrics: s.metrics, start: start, hook: s.tokenHook}
 	var promptToks []modrun.Token
 	g.onPrompt = func(t modrun.Token) { promptToks = append(promptToks, t) }
 	var stream *sse

@@ -204,7 +204,7 @@ func (s *Server) completeOne(ctx context.Context, m *modrun.Model, req *completi
 			return completionChoice{}, usageJSON{}, err
 		}
 	}
-	g := &generation{stops: req.Stop, metrics: s.metrics, start: start, hook: s.tokenHook}
+	g := &generation{metrics: s.metrics, start: start, hook: s.tokenHook}
 	var res modrun.Result
 	if opts.MaxTokens > 0 {
 		opts.PromptTokens = ids
@@ -253,7 +253,7 @@ func (s *Server) completeStream(ctx context.Context, w http.ResponseWriter, r *h
 		}
 	}
 	resp := completionResponse{ID: newID("cmpl"), Object: "text_completion", Created: time.Now().Unix(), Model: s.cfg.ModelName}
-	g := &generation{stops: req.Stop, metrics: s.metrics, start: start, hook: s.tokenHook}
+	g := &generation{metrics: s.metrics, start: start, hook: s.tokenHook}
 	stream := newSSE(w)
 	opts.OnRouted = g.routed // each token out once drawn
 	var promptToks []modrun.Token

@@ -252,5 +252,6 @@ func (r *sampling) genOptions(info modrun.Info, defaultMax, minMax int) (modrun.
 	if len(r.Stop) > 16 {
 		return o, badRequest("stop", "invalid_value", "%d stop strings: at most 16", len(r.Stop))
 	}
+	o.Stop = r.Stop
 	return o, nil
 }

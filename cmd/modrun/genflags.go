@@ -136,6 +136,7 @@ func (g *generationCommand) open(stderr io.Writer, gpuOnly []string, set func(*a
 	opts := generateOptions(so, g.n)
 	opts.ParseSpecial = g.parseSpecial
 	opts.Grammar = g.grammar.g
+	opts.Stop = g.stops
 	return model, opts, nil
 }
 
