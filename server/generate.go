@@ -124,6 +124,9 @@ func (g *generation) count(cached int) {
 	}
 }
 
+// served is the request's tokens so far, for its log line.
+func (g *generation) served() served { return served{prompt: g.prompt, completion: g.newToks} }
+
 // usage is the request's usage object once res is in.
 func (g *generation) usage(res modrun.Result) *usageJSON {
 	return &usageJSON{PromptTokens: g.prompt, CompletionTokens: g.newToks, TotalTokens: g.prompt + g.newToks,
@@ -151,21 +154,20 @@ func (s *Server) runError(ctx context.Context, err error, param string) error {
 // far go to its log line, and a stream already started gets an error
 // event (its status is 200 already; the log line says 499 when the client
 // went away, 503 when the shutdown cancelled it).
-func (s *Server) failed(r *http.Request, g *generation, stream *sse, err error) error {
-	u := requestUsage(r.Context())
-	u.prompt, u.completion = g.prompt, g.newToks
+func (s *Server) failed(g *generation, stream *sse, err error) (served, error) {
+	used := g.served()
 	g.count(0)
 	if stream == nil || !stream.started {
-		return err
+		return used, err
 	}
-	u.status = http.StatusInternalServerError
+	used.status = http.StatusInternalServerError
 	var ae *apiError
 	switch {
 	case errors.Is(err, errClientGone):
-		u.status = 499
+		used.status = 499
 	case errors.As(err, &ae):
-		u.status = ae.Status
+		used.status = ae.Status
 	}
 	stream.failed(err)
-	return nil
+	return used, nil
 }
