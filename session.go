@@ -230,7 +230,7 @@ var ErrStop = engine.ErrStop
 type Result struct {
 	Timing
 	Stop   StopReason
-	Tokens int // new tokens delivered
+	Tokens int // new tokens delivered (with Stop, also those drawn past the stop string, which fn never sees)
 	// CachedTokens is how many of the prompt's tokens (PromptTokens) the
 	// prefix cache served instead of running them (Options.PrefixCache or
 	// Parallel above 1); they are delivered to fn all the same.

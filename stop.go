@@ -43,8 +43,10 @@ func withStops(opts GenerateOptions, fn func(Token) error) (GenerateOptions, fun
 		}
 	}
 	m := &stopMatcher{stops: opts.Stop, fn: fn, onRouted: opts.OnRouted, last: -1}
-	if opts.OnRouted != nil {
+	if opts.OnRouted != nil && fn != nil { // without fn, Generate never calls OnRouted
 		opts.OnRouted = m.routed
+	} else {
+		opts.OnRouted = nil
 	}
 	return opts, m.token, m, nil
 }

@@ -1,7 +1,10 @@
 package modrun
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -206,4 +209,90 @@ func TestPartialStop(t *testing.T) {
 	assert.Equal(t, 0, partialStop("abc", []string{"x"}))
 	assert.Equal(t, 2, partialStop("abcde", []string{"dex", "cdx", "e!"}))
 	assert.Equal(t, 0, partialStop("", []string{"ab"}))
+}
+
+// TestGenerateStop: Session.Generate with Stop, on a model whose sessions
+// take turns and on one that shares steps, with and without OnRouted: fn
+// has the tokens of the same generation without it up to the one the stop
+// string starts in (cut there), each with its routing, and Result.Stop
+// says StopString.
+func TestGenerateStop(t *testing.T) {
+	for _, parallel := range []int{0, 2} {
+		m, err := Open("models/tinystories-mod.gguf", Options{Backend: BackendCPU, Parallel: parallel})
+		require.NoError(t, err)
+		defer func() { assert.NoError(t, m.Close()) }()
+		for _, early := range []bool{false, true} {
+			t.Run(fmt.Sprintf("parallel %d early %v", parallel, early), func(t *testing.T) {
+				gen := func(stop []string) ([]Token, map[int][]Route, Result) {
+					s := m.NewSession()
+					defer s.Close()
+					var toks []Token
+					routes := map[int][]Route{}
+					opts := GenerateOptions{MaxTokens: 30, Stop: stop}
+					if early {
+						opts.OnRouted = func(pos int, rs []Route) { routes[pos] = rs }
+					}
+					res, err := s.Generate(context.Background(), "Once upon a time", opts, func(tk Token) error {
+						if !tk.Prompt {
+							toks = append(toks, tk)
+							if tk.Routes != nil {
+								routes[tk.Pos] = tk.Routes
+							}
+						}
+						return nil
+					})
+					require.NoError(t, err)
+					return toks, routes, res
+				}
+				want, wantRoutes, _ := gen(nil)
+				require.Len(t, want, 30)
+				// A stop string from the second byte of a token into the
+				// next one's text: the first token is held, then cut.
+				text, k, start := "", -1, 0
+				for _, tk := range want {
+					text += tk.Text
+				}
+				for i := 3; i < len(want)-1 && k < 0; i++ {
+					if len(want[i].Text) < 2 || len(want[i+1].Text) < 2 {
+						continue
+					}
+					off := len(tokensText(want[:i]))
+					if strings.Index(text, text[off+1:off+len(want[i].Text)+2]) == off+1 {
+						k, start = i, off
+					}
+				}
+				require.Positive(t, k, "a stop string for the test in %q", text)
+				stop := text[start+1 : start+len(want[k].Text)+2]
+				got, gotRoutes, res := gen([]string{"zzz", stop})
+				assert.Equal(t, StopString, res.Stop)
+				assert.Equal(t, text[:start+1], tokensText(got), "stop %q", stop)
+				require.Len(t, got, k+1)
+				for i, tk := range got {
+					assert.Equal(t, want[i].ID, tk.ID, "token %d", i)
+					if i < k {
+						require.NotNil(t, gotRoutes[tk.Pos], "token %d's routing", i)
+						assert.Equal(t, wantRoutes[tk.Pos], gotRoutes[tk.Pos], "token %d's routing", i)
+					}
+				}
+				assert.Equal(t, want[k].Text[:1], got[k].Text, "the token the stop string starts in, cut")
+				assert.Equal(t, k+2, res.Tokens, "the tokens generated: through the one that completes the stop string")
+
+				// Without fn the stop string ends the generation all the same.
+				s := m.NewSession()
+				defer s.Close()
+				res, err := s.Generate(context.Background(), "Once upon a time", GenerateOptions{MaxTokens: 30, Stop: []string{stop}}, nil)
+				require.NoError(t, err)
+				assert.Equal(t, StopString, res.Stop)
+				assert.Equal(t, k+2, res.Tokens)
+			})
+		}
+	}
+}
+
+func tokensText(toks []Token) string {
+	s := ""
+	for _, tk := range toks {
+		s += tk.Text
+	}
+	return s
 }
