@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // StopString is Result.Stop when one of GenerateOptions.Stop ended the
@@ -40,6 +41,9 @@ func withStops(opts GenerateOptions, fn func(Token) error) (GenerateOptions, fun
 	for i, s := range opts.Stop {
 		if s == "" {
 			return opts, fn, nil, fmt.Errorf("modrun: Stop[%d] is empty: a stop string needs some text", i)
+		}
+		if !utf8.ValidString(s) { // it could match inside a character of the text and cut it
+			return opts, fn, nil, fmt.Errorf("modrun: Stop[%d] %q is not valid UTF-8", i, s)
 		}
 	}
 	m := &stopMatcher{stops: opts.Stop, fn: fn, onRouted: opts.OnRouted, last: -1}
