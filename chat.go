@@ -109,8 +109,8 @@ var ErrTurnTooLong = errors.New("modrun: chat: the turn does not fit in the cont
 // holds, only the rest is fed. Any other msgs start the session afresh.
 //
 // The answer ends at the model's end of turn (or EOS), opts.MaxTokens,
-// the context length, or when ctx is done; it is returned whole (as far as
-// it got) in ChatResult.Reply.
+// one of opts.Stop (not part of the answer), the context length, or when
+// ctx is done; it is returned whole (as far as it got) in ChatResult.Reply.
 func (c *Chat) Reply(ctx context.Context, msgs []Message, opts ChatOptions, fn func(Token) error) (ChatResult, error) {
 	if len(msgs) == 0 {
 		return ChatResult{}, errors.New("modrun: chat: no messages")
@@ -149,9 +149,10 @@ func (c *Chat) Reply(ctx context.Context, msgs []Message, opts ChatOptions, fn f
 	})
 	reply.WriteString(res.Tail)
 	out := ChatResult{Result: res, Reply: reply.String(), Prompt: turn.prompt.Text, Dropped: turn.dropped, Shifted: turn.fresh && turn.dropped > 0}
-	if promptTokens < turn.tokens {
-		// The prompt did not run whole: the session's sequence is not
-		// the conversation any more.
+	if promptTokens < turn.tokens || res.Stop == StopString {
+		// The prompt did not run whole, or the session holds what was
+		// drawn past a stop string: its sequence is not the conversation
+		// any more, and the next Reply runs it afresh.
 		c.stale = true
 		return out, err
 	}

@@ -92,6 +92,13 @@ type Route = mod.Route
 type GenerateOptions struct {
 	MaxTokens int // new tokens at most; 0 = until EOS or the context is full
 
+	// Stop ends the generation at the first of these strings in the new
+	// tokens' text (Result.Stop is StopString): fn never sees it nor what
+	// follows; the token it starts in comes with its Text cut before it.
+	// A token whose text may begin one reaches fn once the next ones show
+	// whether it does (stop.go).
+	Stop []string
+
 	// Sampling, in llama.cpp's order: repetition penalty, top-k, top-p,
 	// min-p, temperature. Zero values mean off.
 	Temperature   float32 // 0 = greedy (argmax)
@@ -169,6 +176,9 @@ const (
 	StopMaxTokens   = engine.StopMaxTokens   // MaxTokens were generated
 	StopContextFull = engine.StopContextFull // the sequence reached the context length
 	StopCallback    = engine.StopCallback    // the callback returned ErrStop
+	// StopString: one of GenerateOptions.Stop ended the generation (the
+	// one type of end reason has the root's own value too).
+	StopString StopReason = "stop-string"
 )
 
 // ErrNonFinite is wrapped by Generate's error when the model's logits hold
@@ -187,7 +197,7 @@ var ErrStop = engine.ErrStop
 type Result struct {
 	Timing
 	Stop   StopReason
-	Tokens int // new tokens delivered
+	Tokens int // new tokens delivered (with Stop, also those drawn past the stop string, which fn never sees)
 	// CachedTokens is how many of the prompt's tokens (PromptTokens) the
 	// prefix cache served instead of running them (Options.PrefixCache or
 	// Parallel above 1); they are delivered to fn all the same.
@@ -215,8 +225,8 @@ type LayerStat struct {
 
 // Generate runs prompt after the session's sequence (a fresh session
 // starts with BOS when the tokenizer asks for one) and generates until
-// EOS, opts.MaxTokens, the context length, ErrStop from fn, or ctx is
-// done. fn receives every token in order: first the prompt's, then each
+// EOS, opts.MaxTokens, the context length, one of opts.Stop, ErrStop from
+// fn, or ctx is done. fn receives every token in order: first the prompt's, then each
 // new one once it has run through the model (so its Routes are known),
 // the last new one with its Routes nil (with opts.OnRouted: each new one
 // once drawn). fn runs on Generate's goroutine;
@@ -236,7 +246,16 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 	if err != nil {
 		return Result{}, err
 	}
-	defer leave()
+	defer leave() // after the stop matcher's last tokens went to fn
+	opts, fn, stops, err := withStops(opts, fn)
+	if err != nil {
+		return Result{}, err
+	}
+	return stops.finish(s.generate(ctx, prompt, opts, fn))
+}
+
+// generate checks the options and the prompt, then runs them.
+func (s *Session) generate(ctx context.Context, prompt string, opts GenerateOptions, fn func(Token) error) (Result, error) {
 	so, g, err := opts.check()
 	if err != nil {
 		return Result{}, err
@@ -262,15 +281,15 @@ func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOpti
 	if have := len(s.fed) + len(s.pending); have+len(ids) > s.m.ctxLen {
 		return Result{}, &PromptLengthError{Tokens: len(ids), Held: have, ContextLen: s.m.ctxLen}
 	}
-	return s.generate(ctx, ids, so, constraint, opts, fn)
+	return s.run(ctx, ids, so, constraint, opts, fn)
 }
 
-// generate runs the session's sequence and ids as one sequence of the
+// run runs the session's sequence and ids as one sequence of the
 // model's generation loop (engine.Loop): the tokens the session holds
 // first (not delivered again; the runner or the prefix cache may hold
 // them), then ids and the new tokens, each delivered to fn on this
 // goroutine with its text.
-func (s *Session) generate(ctx context.Context, ids []int32, so engine.SamplerOptions, constraint *grammar.Matcher, opts GenerateOptions, fn func(Token) error) (Result, error) {
+func (s *Session) run(ctx context.Context, ids []int32, so engine.SamplerOptions, constraint *grammar.Matcher, opts GenerateOptions, fn func(Token) error) (Result, error) {
 	var fnErr error // fn's own error, returned as it is
 	eo := engine.GenerateOptions{
 		MaxTokens: opts.MaxTokens, EOS: -1, EndOfTurn: s.m.tok.EndOfGeneration(), Sampler: so, Ban: s.banned(opts),

@@ -105,64 +105,64 @@ func modRoutes(rs []modrun.Route) []modRoute {
 // newer name for system.
 var chatRoles = map[string]string{"system": modrun.RoleSystem, "developer": modrun.RoleSystem, "user": modrun.RoleUser, "assistant": modrun.RoleAssistant}
 
-func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modrun.Model) error {
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modrun.Model) (served, error) {
 	start := time.Now()
 	var req chatRequest
 	if err := decode(r.Body, &req); err != nil {
-		return err
+		return served{}, err
 	}
 	if err := s.checkModel(req.Model); err != nil {
-		return err
+		return served{}, err
 	}
 	opts, err := req.genOptions(s.info, 0, 1) // OpenAI's chat refuses max_tokens 0
 	if err != nil {
-		return err
+		return served{}, err
 	}
 	if err := req.applyFormat(&opts); err != nil {
-		return err
+		return served{}, err
 	}
 	if len(req.Messages) == 0 {
-		return badRequest("messages", "invalid_value", "messages is empty: give at least one message")
+		return served{}, badRequest("messages", "invalid_value", "messages is empty: give at least one message")
 	}
 	msgs := make([]modrun.Message, len(req.Messages))
 	for i, msg := range req.Messages {
 		role, ok := chatRoles[msg.Role]
 		if !ok && msg.Role != "tool" { // tool messages: toolMessages below
-			return badRequest(fmt.Sprintf("messages[%d].role", i), "invalid_value", "messages[%d].role %q: the chat template knows system, user and assistant", i, msg.Role)
+			return served{}, badRequest(fmt.Sprintf("messages[%d].role", i), "invalid_value", "messages[%d].role %q: the chat template knows system, user and assistant", i, msg.Role)
 		}
 		msgs[i] = modrun.Message{Role: role, Content: string(msg.Content)}
 	}
 	if req.TopLogProbs != nil {
 		opts.TopLogProbs = *req.TopLogProbs
 		if err := checkOptions(opts, "top_logprobs"); err != nil {
-			return err
+			return served{}, err
 		}
 		if !req.LogProbs { // OpenAI's rule; the API fills TopLogProbs only with LogProbs too
-			return badRequest("top_logprobs", "invalid_value", "top_logprobs needs logprobs: true")
+			return served{}, badRequest("top_logprobs", "invalid_value", "top_logprobs needs logprobs: true")
 		}
 	}
 	opts.LogProbs = req.LogProbs
 	chat, err := m.NewChat(s.cfg.ChatTemplate)
 	if err != nil {
-		return badRequest("messages", "no_chat_template", "%v (start the server with --chat-template NAME)", err)
+		return served{}, badRequest("messages", "no_chat_template", "%v (start the server with --chat-template NAME)", err)
 	}
 	defer chat.Close()
 	tools, err := req.planTools(chat.Template())
 	if err != nil {
-		return err
+		return served{}, err
 	}
 	if len(req.Tools) > 0 || usesTools(req.Messages) {
 		format, ok := toolFormats[chat.Template()]
 		if !ok {
-			return badRequest("messages", "unsupported_template", "tool calls and tool messages: the chat template %q has no tool-call format (llama3 and chatml have)", chat.Template())
+			return served{}, badRequest("messages", "unsupported_template", "tool calls and tool messages: the chat template %q has no tool-call format (llama3 and chatml have)", chat.Template())
 		}
 		if msgs, err = toolMessages(format, req.Tools, req.Messages); err != nil {
-			return err
+			return served{}, err
 		}
 	}
 	if tools != nil {
 		if opts.Grammar, err = tools.grammar(); err != nil {
-			return err
+			return served{}, err
 		}
 	}
 
@@ -170,12 +170,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modr
 	defer cancel()
 	release, err := s.admit(ctx)
 	if err != nil {
-		return s.runError(ctx, err, "messages")
+		return served{}, s.runError(ctx, err, "messages")
 	}
 	defer release()
 
 	resp := chatResponse{ID: newID("chatcmpl"), Object: "chat.completion", Created: time.Now().Unix(), Model: s.cfg.ModelName}
-	g := &generation{stops: req.Stop, metrics: s.metrics, start: start, hook: s.tokenHook}
+	g := &generation{metrics: s.metrics, start: start, hook: s.tokenHook}
 	var promptToks []modrun.Token
 	g.onPrompt = func(t modrun.Token) { promptToks = append(promptToks, t) }
 	var stream *sse
@@ -207,22 +207,20 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modr
 		}
 	}
 	res, err := chat.Reply(ctx, msgs, modrun.ChatOptions{GenerateOptions: opts}, g.token)
-	u := requestUsage(r.Context())
-	u.prompt, u.completion = g.prompt, g.newToks
 	if err != nil && g.prompt == 0 && ctx.Err() == nil {
 		if e := s.runError(ctx, err, "messages"); e != err {
-			return e
+			return served{prompt: g.prompt, completion: g.newToks}, e
 		}
-		return badRequest("messages", "invalid_value", "%v", err) // the template refused the conversation
+		return served{prompt: g.prompt, completion: g.newToks}, badRequest("messages", "invalid_value", "%v", err) // the template refused the conversation
 	}
 	if err != nil {
-		return s.failed(r, g, stream, s.runError(ctx, err, "messages"))
+		return s.failed(g, stream, s.runError(ctx, err, "messages"))
 	}
 	reason, err := g.finish(res.Result)
 	if err != nil {
-		return s.runError(ctx, err, "messages")
+		return g.served(), s.runError(ctx, err, "messages")
 	}
-	usage := g.usage(res.Result)
+	usage, used := g.usage(res.Result), g.served()
 	if calls != nil && len(calls.calls) > 0 && reason == "stop" {
 		reason = "tool_calls"
 	}
@@ -241,25 +239,25 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, m *modr
 			LogProbs: s.chatLogProbs(m, g.out.tokens, req.LogProbs), FinishReason: &reason}}
 		resp.Usage = usage
 		writeJSON(w, http.StatusOK, resp)
-		return nil
+		return used, nil
 	}
 	if g.newToks == 0 { // nothing streamed: the role chunk still comes
 		if err := stream.send(s.chatChunk(resp, &chatMessageJSON{Role: modrun.RoleAssistant, Content: ptr("")}, nil, nil, promptToks, nil, true)); err != nil {
-			return nil
+			return used, nil
 		}
 	}
 	if stream.send(s.chatChunk(resp, &chatMessageJSON{}, nil, &reason, nil, g.takeLate(), false)) != nil {
-		return nil
+		return used, nil
 	}
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
 		last := resp
 		last.Object, last.Choices, last.Usage = "chat.completion.chunk", []chatChoice{}, usage
 		if stream.send(last) != nil {
-			return nil
+			return used, nil
 		}
 	}
 	_ = stream.done()
-	return nil
+	return used, nil
 }
 
 // chatChunk is one streamed chunk: a delta, its tokens' log-probabilities

@@ -45,55 +45,54 @@ type (
 // first, with its own tokens' log-probabilities when logprobs is set
 // (what an evaluation harness's log-likelihood needs; max_tokens 0 then
 // generates nothing).
-func (s *Server) completions(w http.ResponseWriter, r *http.Request, m *modrun.Model) error {
+func (s *Server) completions(w http.ResponseWriter, r *http.Request, m *modrun.Model) (served, error) {
 	start := time.Now()
 	var req completionRequest
 	if err := decode(r.Body, &req); err != nil {
-		return err
+		return served{}, err
 	}
 	if err := s.checkModel(req.Model); err != nil {
-		return err
+		return served{}, err
 	}
 	opts, err := req.genOptions(s.info, 16, 0) // OpenAI's default for completions; 0 scores an echoed prompt
 	if err != nil {
-		return err
+		return served{}, err
 	}
 	n := req.Prompt.count()
 	if err := req.applyFormat(&opts); err != nil {
-		return err
+		return served{}, err
 	}
 	switch {
 	case n == 0:
-		return badRequest("prompt", "invalid_value", "prompt is missing: give a string, an array of token ids, or an array of one of those")
+		return served{}, badRequest("prompt", "invalid_value", "prompt is missing: give a string, an array of token ids, or an array of one of those")
 	case n > 1 && req.Stream:
-		return badRequest("prompt", "invalid_value", "%d prompts with stream: this server streams one prompt per request (send the prompts without stream, or one request each)", n)
+		return served{}, badRequest("prompt", "invalid_value", "%d prompts with stream: this server streams one prompt per request (send the prompts without stream, or one request each)", n)
 	}
 	if req.LogProbs != nil {
 		opts.LogProbs, opts.TopLogProbs = true, *req.LogProbs
 		if err := checkOptions(opts, "logprobs"); err != nil { // the legacy logprobs is the number of alternatives
-			return err
+			return served{}, err
 		}
 	}
 	prompts := make([][]int32, n)
 	for i := range prompts {
 		if prompts[i], err = s.promptIDs(m, req.Prompt, i, opts.MaxTokens); err != nil {
-			return err
+			return served{}, err
 		}
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	if req.Stream {
-		return s.completeStream(ctx, w, r, m, &req, opts, prompts[0], start)
+		return s.completeStream(ctx, w, m, &req, opts, prompts[0], start)
 	}
 	choices, usage, err := s.completeAll(ctx, m, &req, opts, prompts, start)
-	u := requestUsage(r.Context())
-	u.prompt, u.completion = usage.PromptTokens, usage.CompletionTokens
+	used := served{prompt: usage.PromptTokens, completion: usage.CompletionTokens}
 	if err != nil {
-		return s.runError(ctx, err, "prompt")
+		return used, s.runError(ctx, err, "prompt")
 	}
 	writeJSON(w, http.StatusOK, completionResponse{ID: newID("cmpl"), Object: "text_completion", Created: time.Now().Unix(),
 		Model: s.cfg.ModelName, Choices: choices, Usage: usage})
-	return nil
+	return used, nil
 }
 
 // promptIDs is prompt i's token ids, checked against the vocabulary and
@@ -202,7 +201,7 @@ func (s *Server) completeOne(ctx context.Context, m *modrun.Model, req *completi
 			return completionChoice{}, usageJSON{}, err
 		}
 	}
-	g := &generation{stops: req.Stop, metrics: s.metrics, start: start, hook: s.tokenHook}
+	g := &generation{metrics: s.metrics, start: start, hook: s.tokenHook}
 	var res modrun.Result
 	if opts.MaxTokens > 0 {
 		opts.PromptTokens = ids
@@ -230,28 +229,28 @@ func (s *Server) completeOne(ctx context.Context, m *modrun.Model, req *completi
 // completeStream runs one prompt streamed: the echo (and its logprobs)
 // with the first chunk, a chunk per piece, the finish, and the usage when
 // stream_options asks.
-func (s *Server) completeStream(ctx context.Context, w http.ResponseWriter, r *http.Request, m *modrun.Model, req *completionRequest, opts modrun.GenerateOptions, ids []int32, start time.Time) error {
+func (s *Server) completeStream(ctx context.Context, w http.ResponseWriter, m *modrun.Model, req *completionRequest, opts modrun.GenerateOptions, ids []int32, start time.Time) (served, error) {
 	var echo string
 	var err error
 	if req.Echo {
 		if echo, err = m.Detokenize(ids); err != nil {
-			return badRequest("prompt", "invalid_value", "%v", err)
+			return served{}, badRequest("prompt", "invalid_value", "%v", err)
 		}
 	}
 	release, err := s.admit(ctx)
 	if err != nil {
-		return s.runError(ctx, err, "prompt")
+		return served{}, s.runError(ctx, err, "prompt")
 	}
 	defer release()
 
 	var lps *completionLogProbs
 	if req.Echo && req.LogProbs != nil {
 		if lps, err = promptLogProbs(ctx, m, ids, opts.TopLogProbs); err != nil {
-			return s.runError(ctx, err, "prompt")
+			return served{}, s.runError(ctx, err, "prompt")
 		}
 	}
 	resp := completionResponse{ID: newID("cmpl"), Object: "text_completion", Created: time.Now().Unix(), Model: s.cfg.ModelName}
-	g := &generation{stops: req.Stop, metrics: s.metrics, start: start, hook: s.tokenHook}
+	g := &generation{metrics: s.metrics, start: start, hook: s.tokenHook}
 	stream := newSSE(w)
 	opts.OnRouted = g.routed // each token out once drawn
 	var promptToks []modrun.Token
@@ -277,40 +276,38 @@ func (s *Server) completeStream(ctx context.Context, w http.ResponseWriter, r *h
 		defer sess.Close()
 		res, err = sess.Generate(ctx, "", opts, g.token)
 		if err != nil {
-			return s.failed(r, g, stream, s.runError(ctx, err, "prompt"))
+			return s.failed(g, stream, s.runError(ctx, err, "prompt"))
 		}
 	} else {
 		g.prompt = len(ids)
 		res.Stop = modrun.StopMaxTokens
 	}
-	u := requestUsage(r.Context())
-	u.prompt, u.completion = g.prompt, g.newToks
 	reason, err := g.finish(res)
 	if err != nil {
-		return s.runError(ctx, err, "prompt")
+		return g.served(), s.runError(ctx, err, "prompt")
 	}
-	usage := g.usage(res)
+	usage, used := g.usage(res), g.served()
 	if g.newToks == 0 && echo != "" { // nothing generated: the echo still comes
 		c := resp
 		c.Choices = []completionChoice{{Text: echo, LogProbs: lps}}
 		if stream.send(c) != nil {
-			return nil
+			return used, nil
 		}
 	}
 	c := resp
 	c.Choices = []completionChoice{{Text: "", FinishReason: &reason}}
 	c.MoD = s.modChunk(nil, g.takeLate(), false)
 	if stream.send(c) != nil {
-		return nil
+		return used, nil
 	}
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
 		c.Choices, c.Usage = []completionChoice{}, usage
 		if stream.send(c) != nil {
-			return nil
+			return used, nil
 		}
 	}
 	_ = stream.done()
-	return nil
+	return used, nil
 }
 
 // promptLogProbs is the echoed prompt's logprobs: each token's given those

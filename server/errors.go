@@ -35,7 +35,7 @@ func badRequest(param, code, format string, args ...any) *apiError {
 // writeError writes err as OpenAI's error object: an apiError as it says,
 // a too-large body as 413, a cancelled request as 499 (nobody reads it),
 // anything else as 500.
-func writeError(w http.ResponseWriter, err error) {
+func writeError(w http.ResponseWriter, err error) int {
 	var ae *apiError
 	var tooLarge *http.MaxBytesError
 	switch {
@@ -65,6 +65,7 @@ func writeError(w http.ResponseWriter, err error) {
 		b.Code = &ae.Code
 	}
 	writeJSON(w, ae.Status, map[string]body{"error": b})
+	return ae.Status
 }
 
 var errClientGone = errors.New("server: the client went away")

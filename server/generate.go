@@ -11,7 +11,7 @@ import (
 )
 
 // piece is text ready to go out and the new tokens it comes from (the last
-// one's text may be cut short by a stop string; Result.Tail has none).
+// one's text cut short by a stop string; Result.Tail has none).
 type piece struct {
 	text   string
 	tokens []modrun.Token
@@ -19,25 +19,22 @@ type piece struct {
 }
 
 // generation is one request's run of the model, shared by chat and
-// completions: it counts tokens, keeps stop strings out of the text, and
-// hands each piece to emit as soon as no stop string can start in it.
+// completions: it counts tokens and hands each piece to emit as it comes.
+// The request's stop strings are the API's (GenerateOptions.Stop): it
+// keeps them, and what may begin one, from the tokens until it is clear.
 type generation struct {
-	stops    []string
 	emit     func(piece) error  // nil: collect in out
 	onPrompt func(modrun.Token) // each prompt token, for the routing map
 	metrics  *metrics
 	start    time.Time // the request's arrival, for time to first token
 	hook     func()    // Server.tokenHook
 
-	held     []modrun.Token // new tokens not sent yet: a stop string may start in them
-	late     []modrun.Token // the routing of tokens sent before it was known
-	heldText strings.Builder
-	out      piece // everything emitted, when emit is nil
-	prompt   int
-	newToks  int
-	last     time.Time
-	stopped  bool // a stop string ended it
-	counted  bool // in /metrics (count)
+	late    []modrun.Token // the routing of tokens sent before it was known
+	out     piece          // everything emitted, when emit is nil
+	prompt  int
+	newToks int
+	last    time.Time
+	counted bool // in /metrics (count)
 }
 
 // token is the API's callback: it runs on the generating goroutine.
@@ -59,9 +56,7 @@ func (g *generation) token(t modrun.Token) error {
 	}
 	g.last = now
 	g.newToks++
-	g.held = append(g.held, t)
-	g.heldText.WriteString(t.Text)
-	err := g.release(false)
+	err := g.send(piece{text: t.Text, tokens: []modrun.Token{t}})
 	if g.hook != nil {
 		g.hook()
 	}
@@ -70,15 +65,9 @@ func (g *generation) token(t modrun.Token) error {
 
 // routed is the API's OnRouted: a new token's routing once it has run
 // (the token went out before, as soon as it was drawn). It goes with the
-// next piece, or fills in the token while a stop string holds it back.
+// next piece.
 func (g *generation) routed(pos int, routes []modrun.Route) {
 	g.metrics.routes(routes)
-	for i := range g.held {
-		if g.held[i].Pos == pos {
-			g.held[i].Routes = routes
-			return
-		}
-	}
 	g.late = append(g.late, modrun.Token{Pos: pos, Routes: routes})
 }
 
@@ -87,55 +76,6 @@ func (g *generation) takeLate() []modrun.Token {
 	late := g.late
 	g.late = nil
 	return late
-}
-
-// release sends the held tokens that no stop string can start in (all of
-// them when final). Finding a stop string sends the text before it and
-// ends the generation (modrun.ErrStop).
-func (g *generation) release(final bool) error {
-	text := g.heldText.String()
-	cut, found := len(text), false
-	for _, s := range g.stops {
-		if i := strings.Index(text, s); i >= 0 && i < cut {
-			cut, found = i, true
-		}
-	}
-	if !found && !final {
-		cut = len(text) - partialStop(text, g.stops)
-	}
-	// Send the tokens whose text ends by cut; with a stop string, also
-	// the one it starts in, its text cut short.
-	var p piece
-	n, end := 0, 0
-	for _, t := range g.held {
-		if end+len(t.Text) > cut && !found {
-			break
-		}
-		if end >= cut && found && len(t.Text) > 0 {
-			break
-		}
-		t.Text = t.Text[:min(len(t.Text), cut-end)]
-		end += len(t.Text)
-		p.text += t.Text
-		p.tokens = append(p.tokens, t)
-		n++
-	}
-	rest := g.held[n:]
-	g.held = append(g.held[:0:0], rest...)
-	g.heldText.Reset()
-	if !found {
-		g.heldText.WriteString(text[end:])
-	}
-	if len(p.tokens) > 0 || p.text != "" {
-		if err := g.send(p); err != nil {
-			return err
-		}
-	}
-	if found {
-		g.stopped, g.held = true, nil
-		return modrun.ErrStop
-	}
-	return nil
 }
 
 func (g *generation) send(p piece) error {
@@ -148,40 +88,30 @@ func (g *generation) send(p piece) error {
 	return g.emit(p)
 }
 
-// partialStop is the length of text's longest suffix that begins some
-// stop string (and so must wait for the next token).
-func partialStop(text string, stops []string) int {
-	longest := 0
-	for _, s := range stops {
-		for k := min(len(s)-1, len(text)); k > longest; k-- {
-			if strings.HasSuffix(text, s[:k]) {
-				longest = k
-				break
-			}
-		}
-	}
-	return longest
-}
-
-// finish sends what is held after the API returned (res.Tail too) and
-// says why the generation ended, as OpenAI's finish_reason.
+// finish sends what is left after the API returned (res.Tail) and says
+// why the generation ended, as OpenAI's finish_reason.
 func (g *generation) finish(res modrun.Result) (string, error) {
-	if !g.stopped {
-		if err := g.release(true); err != nil && !errors.Is(err, modrun.ErrStop) {
+	if res.Tail != "" {
+		if err := g.send(piece{text: res.Tail}); err != nil {
 			return "", err
 		}
-		if res.Tail != "" && !g.stopped {
-			if err := g.send(piece{text: res.Tail}); err != nil {
-				return "", err
-			}
-		}
 	}
+	// The tokens drawn past a stop string never came to token(); they
+	// were generated all the same.
+	g.newToks = max(g.newToks, res.Tokens)
 	g.count(res.CachedTokens)
-	switch {
-	case g.stopped, res.Stop == modrun.StopEOS:
-		return "stop", nil
+	return finishReason(res.Stop), nil
+}
+
+// finishReason is OpenAI's finish_reason for why a generation ended: "stop"
+// at the model's end or a stop string, "length" at max_tokens or the
+// context's end.
+func finishReason(why modrun.StopReason) string {
+	switch why {
+	case modrun.StopEOS, modrun.StopString:
+		return "stop"
 	default:
-		return "length", nil
+		return "length"
 	}
 }
 
@@ -193,6 +123,9 @@ func (g *generation) count(cached int) {
 		g.metrics.tokens(g.prompt, g.newToks, cached)
 	}
 }
+
+// served is the request's tokens so far, for its log line.
+func (g *generation) served() served { return served{prompt: g.prompt, completion: g.newToks} }
 
 // usage is the request's usage object once res is in.
 func (g *generation) usage(res modrun.Result) *usageJSON {
@@ -221,21 +154,20 @@ func (s *Server) runError(ctx context.Context, err error, param string) error {
 // far go to its log line, and a stream already started gets an error
 // event (its status is 200 already; the log line says 499 when the client
 // went away, 503 when the shutdown cancelled it).
-func (s *Server) failed(r *http.Request, g *generation, stream *sse, err error) error {
-	u := requestUsage(r.Context())
-	u.prompt, u.completion = g.prompt, g.newToks
+func (s *Server) failed(g *generation, stream *sse, err error) (served, error) {
+	used := g.served()
 	g.count(0)
 	if stream == nil || !stream.started {
-		return err
+		return used, err
 	}
-	u.status = http.StatusInternalServerError
+	used.status = http.StatusInternalServerError
 	var ae *apiError
 	switch {
 	case errors.Is(err, errClientGone):
-		u.status = 499
+		used.status = 499
 	case errors.As(err, &ae):
-		u.status = ae.Status
+		used.status = ae.Status
 	}
 	stream.failed(err)
-	return nil
+	return used, nil
 }

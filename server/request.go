@@ -235,6 +235,7 @@ func (r *sampling) genOptions(info modrun.Info, defaultMax, minMax int) (modrun.
 	if len(r.Stop) > 16 {
 		return o, badRequest("stop", "invalid_value", "%d stop strings: at most 16", len(r.Stop))
 	}
+	o.Stop = r.Stop
 	return o, checkOptions(o, "")
 }
 

@@ -158,8 +158,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	allow := map[string][]string{} // path -> its methods, for a 405's Allow
-	api := func(pattern string, h func(w http.ResponseWriter, r *http.Request, m *modrun.Model) error) {
-		mux.Handle(pattern, s.apiHandler(h))
+	api := func(pattern string, h func(w http.ResponseWriter, r *http.Request, m *modrun.Model) (served, error)) {
+		mux.Handle(pattern, s.logged(s.apiHandler(h)))
 		method, path, _ := strings.Cut(pattern, " ")
 		allow[path] = append(allow[path], method)
 	}
@@ -168,60 +168,63 @@ func (s *Server) routes() http.Handler {
 	api("POST /tokenize", s.tokenize)
 	api("POST /detokenize", s.detokenize)
 	api("GET /v1/models", s.models)
-	mux.HandleFunc("GET /health", s.health)
-	mux.Handle("GET /metrics", s.metrics.handler())
-	mux.Handle("GET /{$}", webPage())
+	mux.Handle("GET /health", s.logged(route(s.health)))
+	mux.Handle("GET /metrics", s.logged(s.metrics.handler()))
+	mux.Handle("GET /{$}", s.logged(webPage()))
 	// Browsers ask for a favicon with every page: no content, not a 404
 	// in the log.
-	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.Handle("GET /favicon.ico", s.logged(route(func(w http.ResponseWriter, r *http.Request) served {
+		w.WriteHeader(http.StatusNoContent)
+		return served{status: http.StatusNoContent}
+	})))
 	for _, p := range []string{"/health", "/metrics", "/", "/favicon.ico"} {
 		allow[p] = append(allow[p], "GET", "HEAD")
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("/", s.logged(route(func(w http.ResponseWriter, r *http.Request) served {
 		if methods, ok := allow[r.URL.Path]; ok { // a known path, another method
 			w.Header().Set("Allow", strings.Join(methods, ", "))
-			writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
-				Message: fmt.Sprintf("%s %s: this endpoint takes %s", r.Method, r.URL.Path, strings.Join(methods, " or "))})
-			return
+			return served{status: writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+				Message: fmt.Sprintf("%s %s: this endpoint takes %s", r.Method, r.URL.Path, strings.Join(methods, " or "))})}
 		}
-		writeError(w, &apiError{Status: http.StatusNotFound, Type: "not_found_error", Message: fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path)})
-	})
-	return s.logged(s.cors(mux))
+		return served{status: writeError(w, &apiError{Status: http.StatusNotFound, Type: "not_found_error", Message: fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path)})}
+	})))
+	return s.cors(mux)
 }
 
 // apiHandler wraps an API endpoint: the API key, the body limit, the
 // model's readiness, the request counted in flight (Shutdown waits for it),
 // and its error written as OpenAI's error object.
-func (s *Server) apiHandler(h func(w http.ResponseWriter, r *http.Request, m *modrun.Model) error) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func (s *Server) apiHandler(h func(w http.ResponseWriter, r *http.Request, m *modrun.Model) (served, error)) route {
+	return func(w http.ResponseWriter, r *http.Request) served {
 		if s.cfg.APIKey != "" && r.Header.Get("Authorization") != "Bearer "+s.cfg.APIKey {
-			writeError(w, &apiError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key",
-				Message: "a valid API key is required: Authorization: Bearer KEY (modrun serve --api-key)"})
-			return
+			return served{status: writeError(w, &apiError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key",
+				Message: "a valid API key is required: Authorization: Bearer KEY (modrun serve --api-key)"})}
 		}
 		m := s.model.Load()
 		if m == nil {
-			writeError(w, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "loading", Message: "the model is loading"})
-			return
+			return served{status: writeError(w, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "loading", Message: "the model is loading"})}
 		}
 		s.inflight.Add(1)
 		defer s.inflight.Done()
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
-		if err := h(w, r, m); err != nil {
-			writeError(w, err)
+		used, err := h(w, r, m)
+		if err != nil {
+			used.status = writeError(w, err)
 		}
-	})
+		return used
+	}
 }
 
-func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+func (s *Server) health(w http.ResponseWriter, r *http.Request) served {
 	if s.model.Load() == nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "loading"})
-		return
+		return served{status: http.StatusServiceUnavailable}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return served{}
 }
 
-func (s *Server) models(w http.ResponseWriter, r *http.Request, m *modrun.Model) error {
+func (s *Server) models(w http.ResponseWriter, r *http.Request, m *modrun.Model) (served, error) {
 	type model struct {
 		ID      string      `json:"id"`
 		Object  string      `json:"object"`
@@ -231,7 +234,7 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request, m *modrun.Model)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []model{{
 		ID: s.cfg.ModelName, Object: "model", Created: time.Now().Unix(), OwnedBy: "modrun", Meta: detail(s.info)}}})
-	return nil
+	return served{}, nil
 }
 
 // modelDetail is /v1/models's extra about the model (clients ignore it).
@@ -312,6 +315,10 @@ func (s *Server) cors(next http.Handler) http.Handler {
 	if s.cfg.CORS == "" {
 		return next
 	}
+	preflight := s.logged(route(func(w http.ResponseWriter, r *http.Request) served {
+		w.WriteHeader(http.StatusNoContent)
+		return served{status: http.StatusNoContent}
+	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Access-Control-Allow-Origin", s.cfg.CORS)
@@ -321,44 +328,54 @@ func (s *Server) cors(next http.Handler) http.Handler {
 			h.Add("Vary", "Origin")
 		}
 		if r.Method == http.MethodOptions {
-			w.WriteHeader(http.StatusNoContent)
+			preflight.ServeHTTP(w, r)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
+// served is what a handler did, for the request's log line and /metrics:
+// the status it answered (0: 200; a stream that failed after its 200 says
+// how it ended: 499 for a client gone), and the tokens it ran.
+type served struct{ status, prompt, completion int }
+
+// route is a handler that says what it did.
+type route func(w http.ResponseWriter, r *http.Request) served
+
+func (h route) ServeHTTP(w http.ResponseWriter, r *http.Request) { h(w, r) }
+
 // logged writes one line per request (method, path, status, tokens, ms),
 // counts it in /metrics, and turns a handler's panic into a 500 for that
-// request alone.
+// request alone. A route says its status; another handler answers 200
+// (the page, /metrics) or panics.
 func (s *Server) logged(next http.Handler) http.Handler {
+	h, ok := next.(route)
+	if !ok {
+		h = func(w http.ResponseWriter, r *http.Request) served { next.ServeHTTP(w, r); return served{} }
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &recorder{ResponseWriter: w}
-		r = r.WithContext(context.WithValue(r.Context(), usageKey{}, &rec.usage))
+		var used served
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
 					panic(p)
 				}
 				s.log.Printf("panic in %s %s: %v\n%s", r.Method, r.URL.Path, p, debug.Stack())
-				if !rec.wrote {
-					writeError(rec, &apiError{Status: http.StatusInternalServerError, Type: "server_error", Message: "internal error (logged by the server)"})
-				}
-				rec.status = http.StatusInternalServerError
+				// Where the handler had answered already (a stream), the
+				// connection keeps that status and the error goes nowhere.
+				used = served{status: writeError(w, &apiError{Status: http.StatusInternalServerError, Type: "server_error", Message: "internal error (logged by the server)"})}
 			}
-			status := rec.status
+			status := used.status
 			if status == 0 {
 				status = http.StatusOK
 			}
-			if rec.usage.status != 0 {
-				status = rec.usage.status
-			}
 			ms := time.Since(start).Milliseconds()
-			s.log.Printf("%s %s %d tokens=%d+%d %dms", r.Method, r.URL.Path, status, rec.usage.prompt, rec.usage.completion, ms)
+			s.log.Printf("%s %s %d tokens=%d+%d %dms", r.Method, r.URL.Path, status, used.prompt, used.completion, ms)
 			s.metrics.request(endpoint(r.URL.Path), status)
 		}()
-		next.ServeHTTP(rec, r)
+		used = h(w, r)
 	})
 }
 
@@ -374,49 +391,5 @@ func endpoint(path string) string {
 	}
 	return "other"
 }
-
-// usage is a request's token counts, for its log line, and its status
-// when a stream already sent 200 failed.
-type usage struct{ prompt, completion, status int }
-
-type usageKey struct{}
-
-func requestUsage(ctx context.Context) *usage {
-	if u, ok := ctx.Value(usageKey{}).(*usage); ok {
-		return u
-	}
-	return &usage{}
-}
-
-// recorder keeps a response's status for the log line.
-type recorder struct {
-	http.ResponseWriter
-	status int
-	wrote  bool
-	usage  usage
-}
-
-func (r *recorder) WriteHeader(code int) {
-	if !r.wrote {
-		r.status, r.wrote = code, true
-	}
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *recorder) Write(b []byte) (int, error) {
-	if !r.wrote {
-		r.status, r.wrote = http.StatusOK, true
-	}
-	return r.ResponseWriter.Write(b)
-}
-
-// Flush passes on to the connection: SSE needs it.
-func (r *recorder) Flush() {
-	if f, ok := r.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 var idCounter atomic.Uint64

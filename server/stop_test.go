@@ -46,9 +46,3 @@ func TestStopStrings(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 	assert.Equal(t, full, out["choices"].([]any)[0].(map[string]any)["text"])
 }
-
-func TestPartialStop(t *testing.T) {
-	assert.Equal(t, 0, partialStop("abc", []string{"x"}))
-	assert.Equal(t, 2, partialStop("abcde", []string{"dex", "cdx", "e!"}))
-	assert.Equal(t, 0, partialStop("", []string{"ab"}))
-}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 )
@@ -12,13 +13,12 @@ import (
 // behind it is cancelled.
 type sse struct {
 	w       http.ResponseWriter
-	f       http.Flusher
+	rc      *http.ResponseController // flushes through any wrapper that has Unwrap
 	started bool
 }
 
 func newSSE(w http.ResponseWriter) *sse {
-	f, _ := w.(http.Flusher)
-	return &sse{w: w, f: f}
+	return &sse{w: w, rc: http.NewResponseController(w)}
 }
 
 func (s *sse) start() {
@@ -48,8 +48,8 @@ func (s *sse) write(line string) error {
 	if _, err := s.w.Write([]byte(line)); err != nil {
 		return errClientGone
 	}
-	if s.f != nil {
-		s.f.Flush()
+	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return errClientGone
 	}
 	return nil
 }

@@ -47,7 +47,7 @@ func chatMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer chat.Close()
-	c := &chatLoop{chat: chat, gen: gen, stops: g.stops, printPrompt: *printPrompt, specialSystem: g.parseSpecial, stdout: stdout, stderr: stderr}
+	c := &chatLoop{chat: chat, gen: gen, printPrompt: *printPrompt, specialSystem: g.parseSpecial, stdout: stdout, stderr: stderr}
 	if *system != "" {
 		c.system = []api.Message{{Role: api.RoleSystem, Content: *system}}
 	}
@@ -88,8 +88,7 @@ func fileChatTemplate(path, name string) error {
 // chatLoop is one conversation on the command line.
 type chatLoop struct {
 	chat          *api.Chat
-	gen           api.GenerateOptions
-	stops         []string // --stop
+	gen           api.GenerateOptions // with --stop's strings: the API keeps them from the reply
 	printPrompt   bool
 	specialSystem bool          // --parse-special
 	system        []api.Message // the --system message, if any
@@ -244,19 +243,9 @@ func (c *chatLoop) line(ctx context.Context, line string) error {
 		}
 		fmt.Fprintf(c.stderr, "(the context is full: dropped the oldest %s, kept %s)\n", count(dropped, "message"), kept)
 	}
-	stop := api.NewStopText(c.stops)
-	stopped := false
-	var shown strings.Builder // the reply as far as it was printed
 	res, err := c.chat.Reply(ctx, msgs, opts, func(tk api.Token) error {
-		if tk.Prompt {
-			return werr
-		}
-		s, found := stop.Push(tk.Text)
-		write(s)
-		shown.WriteString(s)
-		if found {
-			stopped = true
-			return api.ErrStop
+		if !tk.Prompt {
+			write(tk.Text)
 		}
 		return werr
 	})
@@ -264,13 +253,7 @@ func (c *chatLoop) line(ctx context.Context, line string) error {
 		fmt.Fprintf(c.stderr, "(%s; the turn was not sent: shorten it, or raise --ctx)\n", strings.TrimPrefix(err.Error(), "modrun: chat: "))
 		return nil
 	}
-	if !stopped {
-		s, found := stop.Push(res.Tail)
-		if !found {
-			s += stop.Flush()
-		}
-		write(s)
-	}
+	write(res.Tail)
 	write("\n")
 	switch {
 	case errors.Is(err, context.Canceled):
@@ -280,15 +263,11 @@ func (c *chatLoop) line(ctx context.Context, line string) error {
 	case res.Stop == api.StopContextFull:
 		fmt.Fprintln(c.stderr, "(the reply filled the context; the next turn drops the oldest ones, /reset starts a new conversation, --ctx sets its length)")
 	}
-	reply := res.Reply
-	if stopped {
-		// The conversation goes on with the reply the user saw, without
-		// its stop text and what was drawn after it (the next turn then
-		// runs the conversation again from its start: the session holds
-		// the tokens drawn).
-		reply = shown.String()
-	}
-	c.msgs = append(msgs, api.Message{Role: api.RoleAssistant, Content: reply})
+	// The conversation goes on with the reply as printed: after a stop
+	// string, without it and what was drawn after it (the next turn then
+	// runs the conversation again from its start: the session holds the
+	// tokens drawn).
+	c.msgs = append(msgs, api.Message{Role: api.RoleAssistant, Content: res.Reply})
 	return werr
 }
 

@@ -217,7 +217,7 @@ func generateMain(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr, "modrun run: no prompt (-p or -f): generating from BOS alone")
 	}
 
-	out := &runOutput{w: stdout, stop: api.NewStopText(g.stops), noPrompt: *noDisplay || *asJSON, quiet: *asJSON, keepTokens: *routingMap != "" || *asJSON}
+	out := &runOutput{w: stdout, noPrompt: *noDisplay || *asJSON, quiet: *asJSON, keepTokens: *routingMap != "" || *asJSON}
 	session := model.NewSession()
 	defer session.Close()
 	watchingInterrupt.Store(true)
@@ -297,16 +297,15 @@ func readPromptFile(path string, stdin io.Reader) (string, error) {
 const maxPromptBytes = 64 << 20
 
 // runOutput writes run's text as it comes: the prompt unless noPrompt, the
-// generated text cut at a stop string (held back while it may be one),
-// nothing at all when quiet (--json). It keeps the tokens when asked.
+// generated text (the API cuts it at a --stop string), nothing at all when
+// quiet (--json). It keeps the tokens when asked.
 type runOutput struct {
 	w               io.Writer
-	stop            *api.StopText
 	noPrompt, quiet bool
 	keepTokens      bool
 	tokens          []api.Token
-	text            strings.Builder // the generated text, cut at a stop
-	wrote, stopped  bool
+	text            strings.Builder // the generated text
+	wrote           bool
 	err             error
 }
 
@@ -328,28 +327,17 @@ func (o *runOutput) token(t api.Token) error {
 			o.write(t.Text)
 		}
 	default:
-		s, found := o.stop.Push(t.Text)
-		o.text.WriteString(s)
-		o.write(s)
-		if found {
-			o.stopped = true
-			return api.ErrStop
-		}
+		o.text.WriteString(t.Text)
+		o.write(t.Text)
 	}
 	return o.err
 }
 
-// end writes what was held back and the last newline.
+// end writes the text held back at the end of a character, and the last
+// newline.
 func (o *runOutput) end(res api.Result, err error) {
-	if !o.stopped {
-		s, found := o.stop.Push(res.Tail)
-		o.stopped = found
-		if !found {
-			s += o.stop.Flush()
-		}
-		o.text.WriteString(s)
-		o.write(s)
-	}
+	o.text.WriteString(res.Tail)
+	o.write(res.Tail)
 	if o.err == nil && !o.quiet && (err == nil || o.wrote) {
 		_, o.err = io.WriteString(o.w, "\n")
 	}

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	api "github.com/modrun/modrun"
 	"github.com/modrun/modrun/engine"
@@ -50,6 +51,9 @@ func newGenerationCommand(name, argsUsage, nHelp, parseSpecialHelp string, stder
 	g.fs.Func("stop", "stop at `TEXT`, which is not printed (repeatable: the first found stops)", func(v string) error {
 		if v == "" {
 			return fmt.Errorf("want some text")
+		}
+		if !utf8.ValidString(v) {
+			return fmt.Errorf("want UTF-8 text")
 		}
 		g.stops = append(g.stops, v)
 		return nil
@@ -136,6 +140,7 @@ func (g *generationCommand) open(stderr io.Writer, gpuOnly []string, set func(*a
 	opts := generateOptions(so, g.n)
 	opts.ParseSpecial = g.parseSpecial
 	opts.Grammar = g.grammar.g
+	opts.Stop = g.stops
 	return model, opts, nil
 }
 

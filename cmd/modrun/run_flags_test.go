@@ -89,6 +89,14 @@ func TestRunStopAndNoDisplayPrompt(t *testing.T) {
 	assert.Contains(t, stderr, `invalid value "" for flag --stop: want some text`)
 }
 
+// TestRunStopNotUTF8: a --stop that is not UTF-8 (it could match inside a
+// character) is a usage error naming the flag.
+func TestRunStopNotUTF8(t *testing.T) {
+	code, _, stderr := modrun(t, "-m", shared.Path(t, "models/stories260K.gguf"), "-p", "x", "--stop", "\xe2\x82")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, `invalid value "\xe2\x82" for flag --stop: want UTF-8 text`)
+}
+
 // runJSONOf runs modrun --json and decodes its one document.
 func runJSONOf(t *testing.T, args ...string) runJSON {
 	t.Helper()

@@ -41,9 +41,6 @@ func writeRunJSON(w io.Writer, prompt string, out *runOutput, info api.Info, res
 		Backend: info.Backend, Device: info.Device, Seed: seed, Routing: []layerJSON{},
 		Timings: timingsJSON{PrefillMS: ms(res.Prefill.Seconds()), DecodeMS: ms(res.Decode.Seconds()), PromptTokens: res.PromptTokens,
 			DecodeSteps: res.DecodeSteps, PrefillPerSec: res.PrefillRate(), DecodePerSec: res.DecodeRate()}}
-	if out.stopped {
-		doc.Stop = "stop-string"
-	}
 	for _, t := range out.tokens {
 		if t.Prompt {
 			doc.PromptTokens = append(doc.PromptTokens, t.ID)
