@@ -184,6 +184,38 @@ func TestCallDuringCallback(t *testing.T) {
 	})
 }
 
+// TestEvalDuringCallback: LogProbs from a token callback takes the
+// runner between two steps of the generation (the loop holds the turn per
+// step, never across a callback, and nothing is lent), scores as it does
+// alone, and the generation goes on as if alone: on a model whose
+// sessions take turns on the runner, the running sequence is run again
+// before its next step.
+func TestEvalDuringCallback(t *testing.T) {
+	eachBackend(t, func(t *testing.T, open func() *modrun.Model) {
+		m := open()
+		want := ids(t, m, "Once upon", 8)
+		other := ids(t, m, "Lily", 4)
+		wantLP, err := m.LogProbs(context.Background(), other, 2)
+		require.NoError(t, err)
+		var got []int32
+		var lp []modrun.ScoredToken
+		within(t, "LogProbs from a callback", func() {
+			_, err = m.NewSession().Generate(context.Background(), "Once upon", modrun.GenerateOptions{MaxTokens: 8}, func(tk modrun.Token) error {
+				got = append(got, tk.ID)
+				if !tk.Prompt && lp == nil {
+					var err error
+					lp, err = m.LogProbs(context.Background(), other, 2)
+					assert.NoError(t, err)
+				}
+				return nil
+			})
+		})
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "the generation went on as if alone")
+		assert.Equal(t, wantLP, lp, "scored as alone")
+	})
+}
+
 // TestCloseModelFromCallback: Model.Close from a callback closes at once,
 // and the Generate running the callback returns ErrClosed.
 func TestCloseModelFromCallback(t *testing.T) {

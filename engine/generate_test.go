@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/modrun/modrun/mod"
 	"github.com/stretchr/testify/assert"
@@ -179,4 +181,62 @@ func TestLoopLogProbs(t *testing.T) {
 		assert.Equal(t, wantTop, tk.Top)
 		assert.Equal(t, int32(5), tk.Top[0].ID, "the raw logits' most likely token, not the penalised draw")
 	}
+}
+
+// pausingFake is a tracingFake whose Feed that reaches position at waits
+// for proceed, having closed reached.
+type pausingFake struct {
+	tracingFake
+	at               int
+	reached, proceed chan struct{}
+}
+
+func (f *pausingFake) Feed(tokens []int32) ([]float32, error) {
+	l, err := f.tracingFake.Feed(tokens)
+	if f.pos == f.at && f.reached != nil {
+		close(f.reached)
+		f.reached = nil
+		<-f.proceed
+	}
+	return l, err
+}
+
+// TestLoopRunnerUsedMidSequence: when the runner runs something else
+// between two steps of a sequence (eval mode, Model.LogProbs, under the
+// loop's turn), the sequence's next step runs its tokens again first, and
+// the generation comes out as if alone.
+func TestLoopRunnerUsedMidSequence(t *testing.T) {
+	next := []int32{5, 5, 6, 7, 3, 4, 5, 6, 7, 1, 1, 1}
+	want, err := Generate(context.Background(), &fakeRunner{next: next, ctx: 12}, 8, []int32{1, 2}, GenerateOptions{EOS: -1, MaxTokens: 6, Sampler: DefaultSampler()})
+	require.NoError(t, err)
+
+	f := &pausingFake{tracingFake: tracingFake{fakeRunner: fakeRunner{next: next, ctx: 12}}, at: 4, reached: make(chan struct{}), proceed: make(chan struct{})}
+	turn := make(chan struct{}, 1)
+	l, err := NewLoop(&Backend{Runner: f, Name: "fake"}, LoopOptions{ContextLen: 12, NVocab: 8, Turn: turn})
+	require.NoError(t, err)
+	defer l.Close()
+	done := make(chan struct{})
+	var got Result
+	go func() {
+		defer close(done)
+		got, err = l.Generate(context.Background(), []int32{1, 2}, GenerateOptions{EOS: -1, MaxTokens: 6, Sampler: DefaultSampler()})
+	}()
+	<-f.reached // the step that runs position 3 holds the turn
+	go func() {
+		time.Sleep(20 * time.Millisecond) // this goroutine waits for the turn first
+		close(f.proceed)
+	}()
+	turn <- struct{}{} // as Model.LogProbs takes the runner, between two steps
+	f.Reset()
+	_, ferr := f.tracingFake.Feed([]int32{4, 4, 4})
+	require.NoError(t, ferr)
+	l.RunnerUsed()
+	<-turn
+	<-done
+	require.NoError(t, err)
+	assert.Equal(t, want.Tokens, got.Tokens)
+	i := slices.IndexFunc(f.feeds, func(x []int32) bool { return slices.Equal(x, []int32{4, 4, 4}) })
+	require.GreaterOrEqual(t, i, 0, "the other use ran")
+	require.Greater(t, len(f.feeds), i+1)
+	assert.Equal(t, []int32{1, 2, 5, 6}, f.feeds[i+1], "the sequence so far, run again before its next token")
 }

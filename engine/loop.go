@@ -165,11 +165,12 @@ func (l *Loop) Closed() bool {
 }
 
 // RunnerUsed tells a Loop that steps the runner itself that the runner ran
-// something else (eval mode), so that the sequence it held is gone. The
-// caller holds the Loop's turn.
+// something else (eval mode), so that the sequence it held is gone: a
+// running sequence's next step runs it again first. The caller holds the
+// Loop's turn (no step runs).
 func (l *Loop) RunnerUsed() {
 	if l.runner != nil {
-		l.runner.Forget()
+		l.runner.Lost()
 	}
 }
 

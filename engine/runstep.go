@@ -35,6 +35,7 @@ type RunnerStepper struct {
 	seq    *sched.Seq    // the sequence being run
 	valid  int           // the held tokens that are seq's (the rest may be another's)
 	reused int           // seq's tokens that were held already and did not run
+	lost   bool          // the runner holds none of them now (Lost)
 	chunk  int           // the most tokens one Feed takes
 	lay    sched.Layout
 }
@@ -52,12 +53,17 @@ func NewRunnerStepper(r Runner, nVocab, chunk int) *RunnerStepper {
 	return a
 }
 
-// Forget says the runner was used otherwise (eval mode's LogProbs ran on
-// it): the next sequence starts it again.
+// Forget drops the sequence the runner holds: the next one runs from its
+// first token (bench's rounds each time the same work).
 func (a *RunnerStepper) Forget() {
 	a.r.Reset()
-	a.held, a.routes, a.seq, a.valid = a.held[:0], a.routes[:0], nil, 0
+	a.held, a.routes, a.seq, a.valid, a.lost = a.held[:0], a.routes[:0], nil, 0, false
 }
+
+// Lost says the runner was used otherwise (eval mode's LogProbs ran on it,
+// perhaps from a token callback while a sequence runs): its next Feed
+// first runs the tokens it held again.
+func (a *RunnerStepper) Lost() { a.lost = true }
 
 func (a *RunnerStepper) Layout() sched.Layout { return a.lay }
 
@@ -136,7 +142,7 @@ func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32,
 		return nil, 0, routes, nil
 	}
 	feed := rows[skip:]
-	if p := feed[0].Pos; p < len(a.held) { // the runner holds other tokens from here
+	if p := feed[0].Pos; p < len(a.held) || a.lost { // the runner holds other tokens from here
 		if err := a.rewind(p); err != nil {
 			return nil, 0, nil, err
 		}
@@ -191,6 +197,6 @@ func (a *RunnerStepper) rewind(p int) error {
 			return fmt.Errorf("engine: running the sequence's first %d tokens again: %w", p, err)
 		}
 	}
-	a.held, a.routes = held, a.routes[:p]
+	a.held, a.routes, a.lost = held, a.routes[:p], false
 	return nil
 }
