@@ -21,26 +21,28 @@
 //
 // # The contract
 //
-// A Model serves its Sessions one Generate call at a time: a call from
-// another goroutine waits its turn (or its ctx). With Options.Parallel
-// above 1 on the CPU backend, up to that many Generate calls run at once
-// instead, in shared steps (more queue), each giving the tokens it would
-// alone; Model.Close then waits for them (or, from a callback, ends them
-// with ErrClosed). Vulkan and the reference backend take turns whatever
-// Parallel says, for now. A Session takes one call
-// of its methods at a time: a second concurrent call returns ErrBusy.
-// Beyond that, misuse gives an error at once, never a hang:
+// A Model runs every Generate call as a sequence of one generation loop
+// (engine.Loop): with Options.Parallel up to 1, one sequence at a time on
+// the runner (a call from another goroutine queues behind the running
+// one, or waits for its ctx); with Parallel above 1 on the CPU and Vulkan,
+// up to that many at once in shared steps (more queue), each giving the
+// tokens it would alone. The loop steps on a goroutine of its own and
+// never waits for a token callback: a generation runs on while its
+// callback works, and its tokens wait for the callback in order.
+// Model.Close waits for the running calls (or, from a callback, ends them
+// with ErrClosed). A Session takes one call of its methods at a time: a
+// second concurrent call returns ErrBusy. Beyond that, misuse gives an
+// error at once, never a hang:
 //   - From inside a token callback, every method either works or returns
-//     ErrBusy at once; none waits on the Generate running the callback.
-//     The callback's own session returns ErrBusy (Generate, Tokens, Reset,
-//     Close). Everything else works: another session's Generate (it runs in
-//     the callback's place, and the outer generation restores its sequence
-//     after), Reset and Close; Model.Close (the outer Generate then returns
-//     ErrClosed); Model.Profile, Tokenize, NewSession. The runner is idle
-//     while a callback runs and is lent to the calls made then: a call
-//     another goroutine starts in that window runs in the callback's place
-//     too, and the generation resumes after it. A call already waiting when
-//     the callback began waits for the whole generation.
+//     ErrBusy at once; none waits on the callback. The callback's own
+//     session returns ErrBusy (Generate, Tokens, Reset, Close). Everything
+//     else works: another session's Generate (it queues behind the running
+//     sequence, which the loop runs on meanwhile, so it returns once both
+//     have run), Reset and Close; Model.Close (the outer Generate then
+//     returns ErrClosed); LogProbs and Profile, which take the runner
+//     between two steps of the loop (nothing is ever lent: the loop holds
+//     the runner for one step at a time, never across a callback, so a call
+//     from any goroutine is served the same way), Tokenize, NewSession.
 //   - A Session's Reset, Close and Tokens never wait for another session.
 //   - Every method of a closed Session, of the Sessions of a closed Model,
 //     and of a closed Model returns ErrClosed (a second Close included).

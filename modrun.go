@@ -68,9 +68,14 @@ type Options struct {
 	// over a row of each decoding session and prompt chunks of the others
 	// (at most UBatch rows), so the weights are read once for all of them,
 	// and a session's KV cache stays in a pool of pages between its calls
-	// (no re-feed). More sessions queue. 0 or 1: sessions take turns on one
-	// runner, as on the reference backend, which has no batched step. On
-	// Vulkan a step and LogProbs take turns on the device.
+	// (no re-feed). More sessions queue. 0 or 1: one session at a time,
+	// stepped on the runner itself (its recorded decode step, the argmax
+	// on the device), which keeps the last session's tokens: its next call
+	// runs only its new ones, another session's runs its own again. The
+	// reference backend, which has no batched step, runs that way whatever
+	// Parallel says. Either way every Generate is a sequence of one
+	// generation loop (engine.Loop), and a step and LogProbs take turns on
+	// the runner.
 	Parallel int
 	// KVBudget is the memory of the parallel sessions' KV page pool in
 	// bytes; 0 = enough for Parallel sequences of the whole context. A
@@ -86,8 +91,9 @@ type Options struct {
 }
 
 // Model is a loaded model on its device. It serves any number of
-// Sessions, one Generate call at a time: a call waits while another
-// session's runs (the package doc has the whole contract). Close it when
+// Sessions, each Generate call a sequence of its generation loop: one at
+// a time, or Options.Parallel at once (the package doc has the whole
+// contract). Close it when
 // done.
 type Model struct {
 	m        *mod.Model
@@ -282,10 +288,10 @@ func (m *Model) Profile() []ProfileEntry {
 // of the Sessions of a closed Model.
 var ErrClosed = errors.New("modrun: closed")
 
-// Close waits for a Generate call in progress (cancel its context to hurry
-// it), then frees the device's objects and the model's file. Called while
-// a token callback runs (from it, or from another goroutine in that
-// window: hold.go), it closes at once, and the Generate call that runs the
+// Close waits for the Generate calls in progress (cancel their contexts to
+// hurry them), then frees the device's objects and the model's file.
+// Called while a token callback runs (from it, or from another goroutine
+// in that window), it closes at once, and the Generate call that runs the
 // callback returns ErrClosed when the callback returns (its context's
 // error if that is done). A second Close and
 // the methods of a closed model's sessions return ErrClosed.

@@ -42,7 +42,8 @@ type ScoredToken struct {
 // out[i] is tokens[i+1] given tokens[:i+1], with the top most likely tokens
 // there (at most MaxTopLogProbs). This is what an evaluation harness's
 // log-likelihood asks for (OpenAI's echo with logprobs). It takes the
-// model's turn as Generate does; sessions restore their sequences after.
+// runner between two steps of the generation loop; a sequence that was
+// running on the runner runs again before its next step.
 func (m *Model) LogProbs(ctx context.Context, tokens []int32, top int) ([]ScoredToken, error) {
 	switch {
 	case len(tokens) < 2:

@@ -8,7 +8,7 @@ import (
 )
 
 // Stepper is a backend's step runner (sched.StepRunner) with what the
-// API's batcher and bench --parallel need of it.
+// generation loop (Loop) needs of it.
 type Stepper interface {
 	sched.StepRunner
 	// PageBytes is the memory of one page of blockTokens entries.
