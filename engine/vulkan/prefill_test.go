@@ -55,7 +55,7 @@ func TestPrefillSplits(t *testing.T) {
 					run, err := New(dev, m, tc.routing, Options{UBatch: sp.ub, DeviceProfile: pc.prof})
 					require.NoError(t, err)
 					defer run.Close()
-					cpu := newReference(t, m, tc.routing, run.KVType())
+					cpu := runReference(t, m, tc.routing, run)
 					cpuChunks, err := m.NewState(tc.routing) // the CPU fed the same chunks
 					require.NoError(t, err)
 					var chunks []string
@@ -171,7 +171,7 @@ func TestPrefillProfiles(t *testing.T) {
 				run, err := New(dev, m, tc.routing, Options{DeviceProfile: prof, KVType: tc.kv, Trace: true})
 				require.NoError(t, err)
 				defer run.Close()
-				cpu := newReferenceOf(t, m, tc.routing, tc.kv, prof.MatmulCoop)
+				cpu := runReference(t, m, tc.routing, run)
 				cpu.Trace = &mod.Trace{}
 				var worst, ofBound float64
 				rest := tokens
@@ -239,7 +239,7 @@ func TestPrefillAttentionGroups(t *testing.T) {
 			require.NoError(t, err)
 			defer run.Close()
 			require.Equal(t, uint32(64), run.attentionGroupRows(150, uint32(run.ctx)))
-			cpu := newReference(t, m, mod.RoutingRouter, run.KVType())
+			cpu := runReference(t, m, mod.RoutingRouter, run)
 			want, tol := cpu.Forward(t, tokens, false, tolF32)
 			got, err := run.Feed(tokens)
 			require.NoError(t, err)
@@ -267,7 +267,7 @@ func TestPrefillRecordingsBounded(t *testing.T) {
 			run, err := New(dev, m, mod.RoutingRouter, Options{DeviceProfile: pc.prof, PromptSteps: -1})
 			require.NoError(t, err)
 			defer run.Close()
-			cpu := newReference(t, m, mod.RoutingRouter, run.KVType())
+			cpu := runReference(t, m, mod.RoutingRouter, run)
 			lengths := []int{5, 3, 7, 5, 2, 5, 3, 6, 7}
 			fresh := []bool{true, true, true, false, true, false, true, true, true} // 2 drops 3 (5 was used again), 3 drops 7, 6 drops 2, 7 drops 5
 			pos := 0

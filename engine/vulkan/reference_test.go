@@ -110,6 +110,14 @@ func newReference(t testing.TB, m *mod.Model, routing mod.Routing, kv string) *r
 	return newReferenceOf(t, m, routing, kv, false)
 }
 
+// runReference is the reference of run: its cache type, and the
+// tensor-core matmul's roundings where its profile takes it (a GPU's with
+// MODRUN_TENSOR_CORES=1, after the self-check at open).
+func runReference(t testing.TB, m *mod.Model, routing mod.Routing, run *Runner) *reference {
+	t.Helper()
+	return newReferenceOf(t, m, routing, run.KVType(), run.ks.prof.MatmulCoop)
+}
+
 // newReferenceOf is newReference for a runner whose prefill matmuls round
 // their operands to halves when coop (Profile.MatmulCoop).
 func newReferenceOf(t testing.TB, m *mod.Model, routing mod.Routing, kv string, coop bool) *reference {
