@@ -64,6 +64,15 @@ type State struct {
 	// keeps it, so that its tests compare an F16 cache with the same
 	// arithmetic at summation-order tolerance (engine/vulkan's kvReference).
 	KVHalf bool
+	// MatmulHalf rounds both operands of every block matrix product (q, k,
+	// v, o, gate, up, down) and of the output head to the nearest half
+	// before multiplying, the sums in float32: a GPU's tensor-core matmul
+	// (f16 x f16 -> f32) as the Vulkan runner's cooperative-matrix profile
+	// runs prefill, so that its tests derive that profile's bound from the
+	// rounding's effect on this very sequence, as KVHalf's (engine/vulkan's
+	// reference). The router and predictor are not rounded: the runner's
+	// routing kernels multiply in f32.
+	MatmulHalf bool
 	// BeforeRoute, when set, is called with routed layer l's block inputs
 	// ([n][NEmbd]) before the layer scores them, so a calibration (mod/synth)
 	// can set the layer's router from the very activations it will route.
@@ -175,7 +184,7 @@ func (s *State) Forward(tokens []int32, all bool) ([]float32, error) {
 		hidden, n = hidden[(n-1)*c.NEmbd:], 1
 	}
 	logits := make([]float32, n*c.NVocab)
-	MatMul(logits, hidden, &w.Output, n)
+	s.matMul(logits, hidden, &w.Output, n)
 	return logits, nil
 }
 
@@ -329,9 +338,9 @@ func (s *State) block(l int, x []float32, pos, rope []int32, mlpScale []float32)
 		RMSNorm(xn[i*d:(i+1)*d], x[i*d:(i+1)*d], b.AttnNorm.Vec(), c.RMSEps)
 	}
 	q, k, v := make([]float32, n*qd), make([]float32, n*kvd), make([]float32, n*kvd)
-	MatMul(q, xn, &b.Q, n)
-	MatMul(k, xn, &b.K, n)
-	MatMul(v, xn, &b.V, n)
+	s.matMul(q, xn, &b.Q, n)
+	s.matMul(k, xn, &b.K, n)
+	s.matMul(v, xn, &b.V, n)
 	for i, p := range rope {
 		RoPE(q[i*qd:(i+1)*qd], p, s.rope)
 		RoPE(k[i*kvd:(i+1)*kvd], p, s.rope)
@@ -349,19 +358,19 @@ func (s *State) block(l int, x []float32, pos, rope []int32, mlpScale []float32)
 	att := make([]float32, n*qd)
 	Attend(att, q, cache.k, cache.v, base, n, c.NHead, c.NKVHead, c.HeadDim)
 	o := make([]float32, n*d)
-	MatMul(o, att, &b.O, n)
+	s.matMul(o, att, &b.O, n)
 	add(x, o)
 
 	for i := 0; i < n; i++ {
 		RMSNorm(xn[i*d:(i+1)*d], x[i*d:(i+1)*d], b.FFNNorm.Vec(), c.RMSEps)
 	}
 	gt, up := make([]float32, n*c.NFF), make([]float32, n*c.NFF)
-	MatMul(gt, xn, &b.Gate, n)
-	MatMul(up, xn, &b.Up, n)
+	s.matMul(gt, xn, &b.Gate, n)
+	s.matMul(up, xn, &b.Up, n)
 	for i := range gt {
 		gt[i] = SiLU(gt[i]) * up[i] // SwiGLU
 	}
-	MatMul(o, gt, &b.Down, n)
+	s.matMul(o, gt, &b.Down, n)
 	for i, g := range mlpScale {
 		for e := range o[i*d : (i+1)*d] {
 			o[i*d+e] *= g
@@ -370,7 +379,37 @@ func (s *State) block(l int, x []float32, pos, rope []int32, mlpScale []float32)
 	add(x, o)
 }
 
-// roundHalf rounds each of xs to the nearest half (State.KVHalf).
+// matMul is MatMul, or with MatmulHalf the product of x and w rounded to
+// halves (matMulHalf).
+func (s *State) matMul(out, x []float32, w *Mat, n int) {
+	if s.MatmulHalf {
+		matMulHalf(out, x, w, n)
+		return
+	}
+	MatMul(out, x, w, n)
+}
+
+// matMulHalf is MatMul of x and w's decoded rows each rounded to the
+// nearest half (State.MatmulHalf). The products of two halves are exact in
+// float32 (22 significant bits), as on the tensor cores; the sums are
+// float32's.
+func matMulHalf(out, x []float32, w *Mat, n int) {
+	xh := append([]float32(nil), x[:n*w.Cols]...)
+	roundHalf(xh)
+	parallelFor(w.Rows, w.Rows*w.Cols*n, func(lo, hi int) {
+		row := make([]float32, w.Cols)
+		for i := lo; i < hi; i++ {
+			w.Row(i, row)
+			roundHalf(row)
+			for s := 0; s < n; s++ {
+				out[s*w.Rows+i] = DotF32(row, xh[s*w.Cols:(s+1)*w.Cols])
+			}
+		}
+	})
+}
+
+// roundHalf rounds each of xs to the nearest half (State.KVHalf,
+// State.MatmulHalf).
 func roundHalf(xs []float32) {
 	for i, x := range xs {
 		xs[i] = gguf.F16ToF32(gguf.F32ToF16(x))

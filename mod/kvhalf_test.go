@@ -16,21 +16,9 @@ import (
 func TestKVHalf(t *testing.T) {
 	m := defaultTestModel().open(t)
 	tokens := randomTokens(29, m.Config.NVocab, 3)
-	full, err := m.NewState(RoutingRouter)
-	require.NoError(t, err)
-	want, err := full.Forward(tokens, true)
-	require.NoError(t, err)
+	want, _ := chunkedLogits(t, m, tokens, len(tokens), func(*State) {}) // f32
 	logits := func(chunk int) ([]float32, *State) {
-		s, err := m.NewState(RoutingRouter)
-		require.NoError(t, err)
-		s.KVHalf = true
-		var out []float32
-		for i := 0; i < len(tokens); i += chunk {
-			got, err := s.Forward(tokens[i:min(i+chunk, len(tokens))], true)
-			require.NoError(t, err)
-			out = append(out, got...)
-		}
-		return out, s
+		return chunkedLogits(t, m, tokens, chunk, func(s *State) { s.KVHalf = true })
 	}
 	whole, s := logits(len(tokens))
 	for l := 0; l < m.Config.NLayer; l++ {
@@ -48,4 +36,20 @@ func TestKVHalf(t *testing.T) {
 	assert.Less(t, diff, 16*biggest/2048, "by a few of the half's relative steps (2^-11) of the largest logit")
 	byToken, _ := logits(1)
 	assert.Equal(t, whole, byToken, "token by token as in one call")
+}
+
+// chunkedLogits feeds tokens to a new State (router routing) set up by set,
+// chunk tokens a call, and returns every token's logits and the State.
+func chunkedLogits(t *testing.T, m *Model, tokens []int32, chunk int, set func(*State)) ([]float32, *State) {
+	t.Helper()
+	s, err := m.NewState(RoutingRouter)
+	require.NoError(t, err)
+	set(s)
+	var out []float32
+	for i := 0; i < len(tokens); i += chunk {
+		got, err := s.Forward(tokens[i:min(i+chunk, len(tokens))], true)
+		require.NoError(t, err)
+		out = append(out, got...)
+	}
+	return out, s
 }

@@ -48,25 +48,6 @@ layout(std430, binding = 3) buffer K { uint k[]; };                   // [maxEnt
 layout(std430, binding = 4) buffer V { uint v[]; };                   // [maxEntries][nKVHead*headDim/2] f16 pairs
 float kAt(uint i) { return unpackHalf2x16(k[i >> 1])[i & 1u]; }
 float vAt(uint i) { return unpackHalf2x16(v[i >> 1])[i & 1u]; }
-
-// toHalf is x rounded to the nearest half, ties to even, as packHalf2x16
-// stores it: in integer and exact float steps, because NVIDIA's compiler
-// (driver 580.159.04, H200) folds unpackHalf2x16(packHalf2x16(x)) to x:
-// TestDecodeAttend's first step there returned the own value unrounded
-// (0.84199 where the half is 0.84180). Halves' subnormals (below 2^-14)
-// are steps of 2^-24; past 65504 a half is infinite.
-float toHalf(float x) {
-	uint u = floatBitsToUint(x);
-	uint a = u & 0x7FFFFFFFu;
-	if (a >= 0x477FF000u) { // 65520 and up: rounds past the largest half (NaN stays NaN)
-		return a > 0x7F800000u ? x : uintBitsToFloat((u & 0x80000000u) | 0x7F800000u);
-	}
-	if (a < 0x38800000u) { // below 2^-14: x * 2^24 is exact, roundEven rounds ties to even
-		return uintBitsToFloat((u & 0x80000000u) | floatBitsToUint(roundEven(uintBitsToFloat(a) * 16777216.0) / 16777216.0));
-	}
-	a = (a + 0x0FFFu + ((a >> 13u) & 1u)) & 0xFFFFE000u; // ten bits of mantissa, ties to even
-	return uintBitsToFloat((u & 0x80000000u) | a);
-}
 #else
 layout(std430, binding = 3) buffer K { float k[]; };                  // [maxEntries][nKVHead*headDim], rotated
 layout(std430, binding = 4) buffer V { float v[]; };                  // [maxEntries][nKVHead*headDim]

@@ -291,6 +291,14 @@ func decodeRepeat(x []uint32, n int) []uint32 {
 	return out
 }
 
+// decodeAttendBinds are decode_attend's bindings in order, each with the
+// access the kernel makes.
+func decodeAttendBinds(qkv, pos, freq, k, v, kPos, counts, part, done, out *vk.Buffer) []vk.Bind {
+	return []vk.Bind{denseBind(qkv, vk.Read), denseBind(pos, vk.Read), denseBind(freq, vk.Read),
+		denseBind(k, vk.ReadWrite), denseBind(v, vk.ReadWrite), denseBind(kPos, vk.ReadWrite), denseBind(counts, vk.ReadWrite),
+		denseBind(part, vk.ReadWrite), denseBind(done, vk.ReadWrite), denseBind(out, vk.Write)}
+}
+
 // TestDecodeAttend: decode_attend, a step's whole attention in one dispatch,
 // over caches of c = 0, 16, 299 and 2099 old entries (contexts of 1, 17,
 // 300 and 2100 with the token's own), split into 1, 4 and 16 chunks, with
@@ -346,10 +354,7 @@ func TestDecodeAttend(t *testing.T) {
 					rec := dev.NewRecorder()
 					rec.Dispatch(k, vk.MustPackPush(DecodeAttendPush{HeadDim: hd, NHead: nHead, NKVHead: nKVHead, KOff: uint32(kOff), VOff: uint32(vOff),
 						Layer: layer, MaxEntries: uint32(maxEntries), Scale: float32(1 / math.Sqrt(hd))}),
-						DecodeAttendGroups(nHead, splits),
-						denseBind(bQKV, vk.Read), denseBind(bPos, vk.Read), denseBind(bFreq, vk.Read),
-						denseBind(bK, vk.ReadWrite), denseBind(bV, vk.ReadWrite), denseBind(bKPos, vk.ReadWrite), denseBind(bCounts, vk.ReadWrite),
-						denseBind(bPart, vk.ReadWrite), denseBind(bDone, vk.ReadWrite), denseBind(out, vk.Write))
+						DecodeAttendGroups(nHead, splits), decodeAttendBinds(bQKV, bPos, bFreq, bK, bV, bKPos, bCounts, bPart, bDone, out)...)
 					require.NoError(t, dev.Run(rec))
 					rec.Close()
 

@@ -81,9 +81,12 @@ const uint SGN = BN / WN;              // subgroups across the rows
 const uint NSG = (BM / WM) * (BN / WN); // subgroups per workgroup
 
 #ifdef EMULATE_COOPMAT
-// f32 holding f16-rounded values: the same numbers the tensor cores see.
+// f32 holding f16-rounded values: the same numbers the tensor cores see
+// (toHalf, in integer steps: a compiler may fold
+// unpackHalf2x16(packHalf2x16(v)) to v, as NVIDIA's does, and the
+// emulation would then test f32 operands).
 #define SH float
-float toSH(float v) { return unpackHalf2x16(packHalf2x16(vec2(v, 0.0))).x; }
+float toSH(float v) { return toHalf(v); }
 #else
 #define SH float16_t
 SH toSH(float v) { return float16_t(v); }

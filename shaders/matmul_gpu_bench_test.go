@@ -53,7 +53,17 @@ func prefetchCandidate(name string, s MatmulSpec) matmulCandidate {
 
 func coopCandidate(name string, s MatmulCoopSpec, emulate bool) matmulCandidate {
 	return matmulCandidate{name: name, variant: func(typ string) string { return MatmulCoopName(typ, emulate) },
-		spec: s.Constants(), groups: matmulCoopGroupsOf(s), coop: !emulate, cpuOnly: emulate, tol: matmulCoopTolerance}
+		spec: s.Constants(), groups: matmulCoopGroupsOf(s), coop: !emulate, cpuOnly: emulate, tol: coopBenchOperands(emulate)}
+}
+
+// coopBenchOperands is the tensor-core kernels' operand rounding in the
+// benchmark's check (coopOperands): to nearest in the emulation (toHalf),
+// toward zero at worst on the tensor cores (the driver's conversion).
+func coopBenchOperands(emulate bool) float64 {
+	if emulate {
+		return coopOperands(1.0 / 2048)
+	}
+	return coopOperands(1.0 / 1024)
 }
 
 // matmulCandidates: matmul.comp with its presets and wider or narrower
@@ -260,7 +270,7 @@ func runMatmulCandidate(b *testing.B, dev *vk.Device, cand matmulCandidate, typ 
 	got := download(b, yb, d.n*d.rows)
 	// The f32 kernels' sums: at most cols roundings of 2^-24 of the sum of
 	// |terms| each (the running sum's worst case); the tensor-core kernels
-	// add their f16 rounding (matmulCoopTolerance).
+	// add their f16 rounding (coopBenchOperands).
 	tol := cand.tol + float64(d.cols)*math.Pow(2, -24) + 1e-6
 	for i, s := range d.tokens {
 		if err := closeness(got[s*d.rows:(s+1)*d.rows], d.want[i], d.scale[i], tol); err != nil {

@@ -167,7 +167,7 @@ func TestGPURoutingPlans(t *testing.T) {
 					run, err := New(dev, m, routing, Options{DeviceProfile: &prof})
 					require.NoError(t, err)
 					t.Cleanup(run.Close)
-					cpu := newReference(t, m, routing, run.KVType())
+					cpu := runReference(t, m, routing, run)
 					for i, tok := range tokens {
 						want, tol := cpu.Forward(t, []int32{tok}, false, tolF32)
 						got, err := run.Feed([]int32{tok})

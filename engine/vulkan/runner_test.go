@@ -275,7 +275,7 @@ func checkAgainstCPUWith(t *testing.T, dev *vk.Device, m *mod.Model, routing mod
 	run, err := New(dev, m, routing, opts)
 	require.NoError(t, err)
 	t.Cleanup(run.Close)
-	cpu := newReference(t, m, routing, run.KVType())
+	cpu := runReference(t, m, routing, run)
 	cpu.Trace = &mod.Trace{}
 	var worst, biggest, worstOfBound float64
 	for step, tok := range tokens {

@@ -37,7 +37,7 @@ func TestScoreCausal(t *testing.T) {
 					run, err := New(dev, m, tc.routing, Options{UBatch: ub, DeviceProfile: pc.prof})
 					require.NoError(t, err)
 					defer run.Close()
-					want, tol := newReference(t, m, tc.routing, run.KVType()).Forward(t, tokens, true, tolF32)
+					want, tol := runReference(t, m, tc.routing, run).Forward(t, tokens, true, tolF32)
 					got, err := run.Score(tokens)
 					require.NoError(t, err)
 					require.Empty(t, closeErr(want, got, tol))

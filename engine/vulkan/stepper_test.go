@@ -42,7 +42,7 @@ func runStepSolo(t *testing.T, run *Runner, req sched.Request) schedtest.Solo {
 // reference (reference_test.go: its F32 path's, plus 2·max|ref16 -
 // ref32|), so step - solo is within stepTolVK plus 4·max|ref16 - ref32|
 // (relative, as stepTolVK), ref16 and ref32 run on each solo sequence
-// (f16StepBound).
+// (halfStepBound; the same for the tensor-core matmul's rounded operands).
 const stepTolVK = 1e-4
 
 // stepModelsVK are the models the step is checked on: dense, MoD with
@@ -91,8 +91,10 @@ func TestVulkanStepMatchesSolo(t *testing.T) {
 	// The tensor-core matmul's profile, its product emulated: steps of up
 	// to 32 rows take matmul.comp's narrow tiles (Stepper.narrow), wider
 	// ones and the solo run's prompts the tensor-core tiles, whose f16
-	// operands put the logits within stepTolCoop of the solo run's, the
-	// tokens and routing equal.
+	// operands put each side's logits within 2·max|refHalf - ref32| of the
+	// f32 reference's (reference_test.go, with mod.State.MatmulHalf), so
+	// within stepTolVK + 4·that of each other, as an F16 pool's; the tokens
+	// and routing equal.
 	sm := stepModelsVK(t)[2]
 	coop := DeviceProfile(dev.Info())
 	coop.MatmulCoop, coop.MatmulCoopEmulate = true, true
@@ -115,10 +117,11 @@ func vulkanStepMatchesSolo(t *testing.T, dev *vk.Device, prof *shaders.Profile, 
 	require.NoError(t, err)
 	defer solo.Close()
 	tol := stepTolVK
+	coop := prof != nil && prof.MatmulCoop
 	worst := schedtest.Check(t, reqs, seqs, func(req sched.Request) schedtest.Solo {
 		out := runStepSolo(t, solo, req)
-		if kv == "f16" {
-			tol = max(tol, stepTolVK+4*f16StepBound(t, m, routing, req, out))
+		if kv == "f16" || coop {
+			tol = max(tol, stepTolVK+4*halfStepBound(t, m, routing, req, out, kv, coop))
 		}
 		return out
 	}, relDiffVK)
@@ -131,18 +134,16 @@ func vulkanStepMatchesSolo(t *testing.T, dev *vk.Device, prof *shaders.Profile, 
 	t.Logf("%d steps (%d shared), %d rows; max |Δlogit| / max |logit| against solo = %.2g, bound %.2g", stats.Steps, stats.SharedSteps, stats.Rows, worst, tol)
 	assert.Greater(t, stats.SharedSteps, stats.Steps/2, "most steps ran rows of several sequences")
 	assert.Positive(t, st.Phases().Argmax, "greedy rows drawn on the device")
-	if prof != nil && prof.MatmulCoop {
-		tol = max(tol, stepTolCoop)
-	}
 	assert.LessOrEqual(t, worst, tol)
 	assert.Equal(t, s.Pool().Pages(), s.Pool().Free(), "every page back")
 }
 
-// f16StepBound is max|ref16 - ref32| / max|ref32| over the draws of solo,
-// req's solo run: the F16 cache's effect on its logits, relative as
-// relDiffVK, from the reference fed the same tokens with each cache.
-func f16StepBound(t *testing.T, m *mod.Model, routing mod.Routing, req sched.Request, solo schedtest.Solo) float64 {
-	ref := newReference(t, m, routing, "f16")
+// halfStepBound is max|ref16 - ref32| / max|ref32| over the draws of solo,
+// req's solo run: the effect of the runner's halves (an F16 cache kv, the
+// tensor-core matmul's operands with coop) on its logits, relative as
+// relDiffVK, from the reference fed the same tokens with and without them.
+func halfStepBound(t *testing.T, m *mod.Model, routing mod.Routing, req sched.Request, solo schedtest.Solo, kv string, coop bool) float64 {
+	ref := newReferenceOf(t, m, routing, kv, coop)
 	worst := 0.0
 	feed := req.Prompt
 	for j := range solo.Logits {
@@ -157,11 +158,6 @@ func f16StepBound(t *testing.T, m *mod.Model, routing mod.Routing, req sched.Req
 	}
 	return worst
 }
-
-// stepTolCoop is stepTolVK under the tensor-core matmul's profile: its
-// f16 operands against the solo decode's f32 matvec (measured 1.2e-3 with
-// the emulated product; TestPrefillProfiles' tolCoop is the same 4e-3).
-const stepTolCoop = 4e-3
 
 // relDiffVK is max |a-b| / max |b|.
 func relDiffVK(a, b []float32) float64 {

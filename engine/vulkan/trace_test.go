@@ -25,7 +25,7 @@ func TestTraceMatchesState(t *testing.T) {
 				run, err := New(dev, m, routing, Options{Trace: true, DeviceProfile: pc.prof})
 				require.NoError(t, err)
 				defer run.Close()
-				ref := newReference(t, m, routing, run.KVType())
+				ref := runReference(t, m, routing, run)
 				ref.Trace = &mod.Trace{}
 				ref.Forward(t, prompt, false, tolF32)
 				_, err = run.FeedArgmax(prompt)

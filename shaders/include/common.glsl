@@ -16,3 +16,27 @@ uint groupIndex() {
 float maxNaN(float a, float b) {
 	return isnan(a) || isnan(b) ? a + b : max(a, b);
 }
+
+// toHalf is x rounded to the nearest half (IEEE binary16), ties to even,
+// as packHalf2x16 stores it, returned as a float: for a kernel that uses a
+// value as an F16 store will hold it (decode_attend's own key and value)
+// or as f16 arithmetic would see it (matmul_coop's emulated tile product).
+// It works in integer and exact float steps, never through
+// unpackHalf2x16(packHalf2x16(x)): NVIDIA's compiler (driver 580.159.04,
+// H200) folds that round trip to x (TestDecodeAttend's first step there
+// returned its own value unrounded, 0.84199 where the half is 0.84180).
+// shaders' TestToHalf checks it value for value against Go's conversion
+// in every kernel that uses it. Halves' subnormals (below 2^-14) are steps
+// of 2^-24; 65520 and past round to infinity (65504 is the largest half).
+float toHalf(float x) {
+	uint u = floatBitsToUint(x);
+	uint a = u & 0x7FFFFFFFu;
+	if (a >= 0x477FF000u) { // 65520 and up: rounds past the largest half (NaN stays NaN)
+		return a > 0x7F800000u ? x : uintBitsToFloat((u & 0x80000000u) | 0x7F800000u);
+	}
+	if (a < 0x38800000u) { // below 2^-14: x * 2^24 is exact, roundEven rounds ties to even
+		return uintBitsToFloat((u & 0x80000000u) | floatBitsToUint(roundEven(uintBitsToFloat(a) * 16777216.0) / 16777216.0));
+	}
+	a = (a + 0x0FFFu + ((a >> 13u) & 1u)) & 0xFFFFE000u; // ten bits of mantissa, ties to even
+	return uintBitsToFloat((u & 0x80000000u) | a);
+}
