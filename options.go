@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/engine/grammar"
@@ -100,6 +101,14 @@ func (o GenerateOptions) check() (engine.SamplerOptions, *Grammar, error) {
 	}
 	if err := so.Check(); err != nil {
 		return bad(err)
+	}
+	for _, stop := range o.Stop {
+		switch {
+		case stop == "":
+			return bad(&OptionError{Option: "Stop", Value: `""`, Problem: " is empty: give some text"})
+		case !utf8.ValidString(stop): // it could match inside a character of the text and cut it
+			return bad(&OptionError{Option: "Stop", Value: strconv.Quote(stop), Problem: " is not valid UTF-8"})
+		}
 	}
 	g := o.Grammar
 	switch {

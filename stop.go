@@ -2,9 +2,7 @@ package modrun
 
 import (
 	"errors"
-	"fmt"
 	"strings"
-	"unicode/utf8"
 )
 
 // stopMatcher applies GenerateOptions.Stop to one generation, as
@@ -34,13 +32,8 @@ func withStops(opts GenerateOptions, fn func(Token) error) (GenerateOptions, fun
 	if len(opts.Stop) == 0 {
 		return opts, fn, nil, nil
 	}
-	for i, s := range opts.Stop {
-		if s == "" {
-			return opts, fn, nil, fmt.Errorf("modrun: Stop[%d] is empty: a stop string needs some text", i)
-		}
-		if !utf8.ValidString(s) { // it could match inside a character of the text and cut it
-			return opts, fn, nil, fmt.Errorf("modrun: Stop[%d] %q is not valid UTF-8", i, s)
-		}
+	if _, _, err := opts.check(); err != nil { // a bad stop string among them, before it is used
+		return opts, fn, nil, err
 	}
 	m := &stopMatcher{stops: opts.Stop, fn: fn, onRouted: opts.OnRouted, last: -1}
 	if opts.OnRouted != nil && fn != nil { // without fn, Generate never calls OnRouted

@@ -195,9 +195,9 @@ func TestStopMatcherCallerEnds(t *testing.T) {
 
 func TestStopEmpty(t *testing.T) {
 	_, _, _, err := withStops(GenerateOptions{Stop: []string{"a", ""}}, nil)
-	assert.EqualError(t, err, "modrun: Stop[1] is empty: a stop string needs some text")
+	assert.EqualError(t, err, `modrun: Stop "" is empty: give some text`)
 	_, _, _, err = withStops(GenerateOptions{Stop: []string{"\xe2\x82"}}, nil)
-	assert.EqualError(t, err, `modrun: Stop[0] "\xe2\x82" is not valid UTF-8`)
+	assert.EqualError(t, err, `modrun: Stop "\xe2\x82" is not valid UTF-8`)
 	opts, fn, m, err := withStops(GenerateOptions{}, nil)
 	require.NoError(t, err)
 	assert.Nil(t, fn)

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modrun/modrun/engine/sched"
@@ -53,9 +54,10 @@ const BlockTokens = 16
 // Loop runs generations as sequences of one scheduler (see above).
 type Loop struct {
 	mu sync.Mutex // guards everything below, and the scheduler
-	// cond wakes the stepping goroutine (work or closing) and Close (no
-	// Generate left, or a callback running).
+	// cond wakes Close (no Generate left, or a callback running); kick
+	// (capacity 1) the stepping goroutine (wake).
 	cond      *sync.Cond
+	kick      chan struct{}
 	s         *sched.Scheduler
 	st        sched.StepRunner
 	runner    *RunnerStepper // st, when it is the runner's
@@ -74,7 +76,7 @@ func NewLoop(b *Backend, o LoopOptions) (*Loop, error) {
 		return nil, fmt.Errorf("engine: parallel sequences %d, KV budget %d and batch %d must not be negative", o.Parallel, o.KVBudget, o.UBatch)
 	}
 	parallel := max(o.Parallel, 1)
-	l := &Loop{exited: make(chan struct{}), turn: o.Turn}
+	l := &Loop{exited: make(chan struct{}), turn: o.Turn, kick: make(chan struct{}, 1)}
 	l.cond = sync.NewCond(&l.mu)
 	so := sched.Options{BlockTokens: BlockTokens, MaxSeqs: parallel}
 	var st Stepper
@@ -123,8 +125,10 @@ func (l *Loop) loop() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for {
-		for !l.closed && !l.s.Busy() {
-			l.cond.Wait()
+		for !l.closed && !l.s.Runnable() { // idle, or every sequence waits for its caller
+			l.mu.Unlock()
+			<-l.kick
+			l.mu.Lock()
 		}
 		if l.closed {
 			return
@@ -154,6 +158,7 @@ func (l *Loop) Close() {
 	l.s.CancelAll(nil)
 	l.cond.Broadcast()
 	l.mu.Unlock()
+	l.wake()
 	<-l.exited
 }
 
@@ -229,7 +234,7 @@ func (l *Loop) join(req sched.Request) (*sched.Seq, error) {
 		return nil, err
 	}
 	l.inflight++
-	l.cond.Broadcast()
+	l.wake()
 	return q, nil
 }
 
@@ -239,7 +244,18 @@ func (l *Loop) leave(q *sched.Seq) {
 	defer l.mu.Unlock()
 	l.s.Cancel(q)
 	l.inflight--
-	l.cond.Broadcast()
+	l.cond.Broadcast() // Close waits for no Generate left
+	l.wake()
+}
+
+// wake tells the stepping goroutine to look again (work came, a paused
+// sequence's caller caught up, or closing), without waiting for a step
+// in flight.
+func (l *Loop) wake() {
+	select {
+	case l.kick <- struct{}{}:
+	default: // one is pending: the stepping goroutine looks again anyway
+	}
 }
 
 // inCallback brackets a token callback, for Close.
@@ -349,6 +365,14 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 	}
 	lps := &lpSampler{s: sampler, logProbs: opts.LogProbs, top: opts.TopLogProbs}
 	ev := &seqEvents{signal: make(chan struct{}, 1)}
+	// The loop runs a sequence at most one step ahead of its caller: a
+	// token is drawn while the one before is delivered, never more, so
+	// that cancelling or stopping from the callback ends it within a token
+	// (and wastes one step at most), and a slow caller (a client reading a
+	// stream) holds back its own sequence only. Counted in new tokens: the
+	// drawn (on the stepping goroutine) and the delivered.
+	var drawnN, deliveredN atomic.Int64
+	const ahead = 2 // token N+1 is drawn by the step that runs N, which goes out after
 	stop := slices.Clone(opts.EndOfTurn)
 	if opts.EOS >= 0 {
 		stop = append(stop, opts.EOS)
@@ -357,8 +381,13 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 	// another's (a shared system prompt, a benchmark's one prompt), with
 	// the routing its tokens had: RunReused hands it to OnRun as if they ran.
 	req := sched.Request{Prompt: seq, MaxTokens: opts.MaxTokens, Stop: stop, RunReused: true,
-		OnToken: func(id int32) error { ev.push(seqEvent{kind: evDrawn, id: id, lp: lps.last}); return nil },
-		OnRun:   func(pos int, routes []mod.Route) { ev.push(seqEvent{kind: evRan, pos: pos, routes: routes}) },
+		OnToken: func(id int32) error {
+			drawnN.Add(1)
+			ev.push(seqEvent{kind: evDrawn, id: id, lp: lps.last})
+			return nil
+		},
+		Paused: func() bool { return drawnN.Load()-deliveredN.Load() >= ahead },
+		OnRun:  func(pos int, routes []mod.Route) { ev.push(seqEvent{kind: evRan, pos: pos, routes: routes}) },
 	}
 	var q *sched.Seq
 	req.OnDone = func() {
@@ -430,6 +459,9 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 			d := drawn[pos-len(seq)]
 			t.ID, t.LogProb, t.Top = d.id, d.lp.LogProb, d.lp.Top
 			res.Tokens = append(res.Tokens, d.id)
+			if drawnN.Load()-deliveredN.Add(1) < ahead {
+				l.wake() // its next step may run while the callback has this token
+			}
 		}
 		if !last && opts.Routes && (early == nil || t.Prompt) { // early: a new token's routing goes to OnRouted
 			t.Routes = ran[pos]

@@ -42,18 +42,22 @@ type (
 		Bytes       []int         `json:"bytes"`
 		TopLogProbs []chatLogProb `json:"top_logprobs"`
 	}
-	chatResponse struct {
-		ID      string       `json:"id"`
-		Object  string       `json:"object"`
-		Created int64        `json:"created"`
-		Model   string       `json:"model"`
-		Choices []chatChoice `json:"choices"`
-		Usage   *usageJSON   `json:"usage,omitempty"`
-		// MoD is modrun's extension: the tokens' routing (OpenAI's
-		// clients ignore it).
-		MoD *modChunk `json:"mod,omitempty"`
-	}
+	chatResponse = response[chatChoice]
 )
+
+// response is a chat or completion response, or a streamed chunk of one:
+// OpenAI's envelope around the endpoint's choices.
+type response[C any] struct {
+	ID      string     `json:"id"`
+	Object  string     `json:"object"`
+	Created int64      `json:"created"`
+	Model   string     `json:"model"`
+	Choices []C        `json:"choices"`
+	Usage   *usageJSON `json:"usage,omitempty"`
+	// MoD is modrun's extension: the tokens' routing (OpenAI's clients
+	// ignore it).
+	MoD *modChunk `json:"mod,omitempty"`
+}
 
 // modChunk carries tokens' routing decisions in a streamed chunk: Layers
 // (the routed blocks, in the first chunk) and, per token, each routed

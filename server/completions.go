@@ -27,15 +27,7 @@ type (
 		TopLogProbs   []map[string]float32 `json:"top_logprobs"`
 		TextOffset    []int                `json:"text_offset"`
 	}
-	completionResponse struct {
-		ID      string             `json:"id"`
-		Object  string             `json:"object"`
-		Created int64              `json:"created"`
-		Model   string             `json:"model"`
-		Choices []completionChoice `json:"choices"`
-		Usage   *usageJSON         `json:"usage,omitempty"`
-		MoD     *modChunk          `json:"mod,omitempty"`
-	}
+	completionResponse = response[completionChoice]
 )
 
 // completions answers POST /v1/completions: a prompt of text or token ids

@@ -227,12 +227,7 @@ func (r *sampling) genOptions(info modrun.Info, defaultMax, minMax int) (modrun.
 		o.Seed = uint64(*r.Seed)
 	}
 	o.IgnoreEOS = r.IgnoreEOS
-	for i, s := range r.Stop {
-		if s == "" {
-			return o, badRequest("stop", "invalid_value", "stop[%d] is empty", i)
-		}
-	}
-	if len(r.Stop) > 16 {
+	if len(r.Stop) > 16 { // this server's limit (OpenAI's is 4); each string is the API's to check
 		return o, badRequest("stop", "invalid_value", "%d stop strings: at most 16", len(r.Stop))
 	}
 	o.Stop = r.Stop
@@ -279,6 +274,7 @@ var jsonFields = map[string]string{
 	"FrequencyPenalty": "frequency_penalty",
 	"PresencePenalty":  "presence_penalty",
 	"LogitBias":        "logit_bias",
+	"Stop":             "stop",
 }
 
 // checkOptions is the API's check of o (GenerateOptions.Check) before

@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	api "github.com/modrun/modrun"
 	"github.com/modrun/modrun/engine"
@@ -49,13 +48,7 @@ func newGenerationCommand(name, argsUsage, nHelp, parseSpecialHelp string, stder
 	g.fs.IntVar(&g.n, "n", 256, nHelp)
 	g.fs.BoolVar(&g.parseSpecial, "parse-special", false, parseSpecialHelp)
 	g.fs.Func("stop", "stop at `TEXT`, which is not printed (repeatable: the first found stops)", func(v string) error {
-		if v == "" {
-			return fmt.Errorf("want some text")
-		}
-		if !utf8.ValidString(v) {
-			return fmt.Errorf("want UTF-8 text")
-		}
-		g.stops = append(g.stops, v)
+		g.stops = append(g.stops, v) // checked as GenerateOptions.Stop
 		return nil
 	})
 	g.fs.IntVar(&g.threads, "t", 0, "threads `N` of the CPU backends (default 0: one per core)")
@@ -81,6 +74,9 @@ func (g *generationCommand) parse(args []string, argHint string) error {
 		return fmt.Errorf("%w: %s %d: must be -1 (until the end), 0 (the same) or positive", errUsage, asTyped(g.fs, "n"), g.n)
 	case g.threads < 0:
 		return fmt.Errorf("%w: -t %d: must be 0 (one per core) or positive", errUsage, g.threads)
+	}
+	if err := (api.GenerateOptions{Stop: g.stops}).Check(); err != nil { // the API's check of --stop, before the model loads
+		return flagError(err)
 	}
 	return g.grammar.compile()
 }

@@ -35,6 +35,7 @@ var optionFlags = map[string]string{
 	"RepeatLastN":      "repeat-last-n",
 	"FrequencyPenalty": "frequency-penalty",
 	"PresencePenalty":  "presence-penalty",
+	"Stop":             "stop",
 }
 
 // flagError is an error of the API's or engine's checks of the options as

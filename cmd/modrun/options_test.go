@@ -93,6 +93,9 @@ func badOptions() []badOption {
 			field: "logprobs", path: compl, body: `"logprobs":21`}, // the legacy logprobs is TopLogProbs
 		{option: "GrammarGBNF", gen: gen(func(o *api.GenerateOptions) { o.GrammarGBNF = `root ::= "a` })},
 		{option: "GrammarGBNF", gen: gen(func(o *api.GenerateOptions) { o.Grammar, o.GrammarGBNF = api.JSONGrammar(), `root ::= "a"` })},
+		{option: "Stop", gen: gen(func(o *api.GenerateOptions) { o.Stop = []string{"."}; o.Stop = append(o.Stop, "") }),
+			flag: "--stop", args: []string{"--stop", ""}, field: "stop", path: chat, body: `"stop":["x",""]`},
+		{option: "Stop", gen: gen(func(o *api.GenerateOptions) { o.Stop = []string{"\xff"} }), flag: "--stop", args: []string{"--stop", "a\xff"}},
 		{option: "Seed", flag: "--seed", args: []string{"--seed", "-5"}}, // the command line's -1 is from the clock
 
 		{option: "Backend", open: open(func(o *api.Options) { o.Backend = "gpu" }), flag: "--backend", args: []string{"--backend", "gpu"}},

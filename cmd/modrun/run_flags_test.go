@@ -86,7 +86,7 @@ func TestRunStopAndNoDisplayPrompt(t *testing.T) {
 	}
 	code, _, stderr := modrun(t, "-m", model, "-p", "x", "--stop", "")
 	assert.Equal(t, 2, code)
-	assert.Contains(t, stderr, `invalid value "" for flag --stop: want some text`)
+	assert.Contains(t, stderr, `--stop "" is empty: give some text`)
 }
 
 // TestRunStopNotUTF8: a --stop that is not UTF-8 (it could match inside a
@@ -94,7 +94,7 @@ func TestRunStopAndNoDisplayPrompt(t *testing.T) {
 func TestRunStopNotUTF8(t *testing.T) {
 	code, _, stderr := modrun(t, "-m", shared.Path(t, "models/stories260K.gguf"), "-p", "x", "--stop", "\xe2\x82")
 	assert.Equal(t, 2, code)
-	assert.Contains(t, stderr, `invalid value "\xe2\x82" for flag --stop: want UTF-8 text`)
+	assert.Contains(t, stderr, `--stop "\xe2\x82" is not valid UTF-8`)
 }
 
 // runJSONOf runs modrun --json and decodes its one document.

@@ -105,6 +105,11 @@ type Request struct {
 	// KeepLogits and KeepRoutes keep the logits of each draw and the
 	// routing of each token run (tests compare them with a solo run).
 	KeepLogits, KeepRoutes bool
+	// Paused, when set, holds the sequence back while it decodes and
+	// Paused returns true (its caller is behind with the tokens drawn): it
+	// takes no row, keeps its pages, and does not count as waiting for
+	// them. Runnable says whether a step would run anything.
+	Paused func() bool
 }
 
 // Seq is one sequence in the scheduler.
@@ -216,6 +221,20 @@ func (s *Scheduler) Stats() Stats { return s.stats }
 
 // Busy says whether a sequence is running or queued.
 func (s *Scheduler) Busy() bool { return len(s.active)+len(s.queue) > 0 }
+
+// Runnable says whether a step would run a row: a running sequence not
+// paused (Request.Paused), or a queued one that may start.
+func (s *Scheduler) Runnable() bool {
+	if len(s.queue) > 0 && (s.opts.MaxSeqs == 0 || len(s.active) < s.opts.MaxSeqs) {
+		return true
+	}
+	return slices.ContainsFunc(s.active, func(q *Seq) bool { return !q.paused() })
+}
+
+// paused says whether q decodes and its caller holds it back.
+func (q *Seq) paused() bool {
+	return q.req.Paused != nil && len(q.tokens)-q.fed == 1 && q.req.Paused()
+}
 
 // CachedPages is how many pages the prefix cache holds.
 func (s *Scheduler) CachedPages() int {
@@ -366,13 +385,16 @@ func (s *Scheduler) reuse(q *Seq) {
 // decoding one, then prompt chunks of those still prefilling, up to
 // BatchTokens rows. A sequence whose pages cannot be had waits (when none
 // can, the latest started is preempted). It returns false when no
-// sequence is running or queued.
+// sequence is running or queued, or every running one is paused.
 func (s *Scheduler) Step() (bool, error) {
 	s.admit()
 	if len(s.active) == 0 {
 		return false, nil
 	}
 	rows, counts := s.plan()
+	if len(rows) == 0 && !slices.ContainsFunc(s.active, func(q *Seq) bool { return !q.paused() }) {
+		return false, nil // every running sequence is paused: nothing to run
+	}
 	for tries := 0; len(rows) == 0; tries++ { // every sequence waits: take the latest one's pages
 		victim := s.preemptable()
 		if victim == nil || tries > len(s.active) {
@@ -455,7 +477,7 @@ func (s *Scheduler) plan() ([]Row, map[*Seq][]int) {
 		budget -= n
 	}
 	for _, q := range s.active { // decoding sequences first: a row each
-		if len(q.tokens)-q.fed == 1 {
+		if len(q.tokens)-q.fed == 1 && !q.paused() {
 			take(q)
 		}
 	}
