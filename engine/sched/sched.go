@@ -108,7 +108,11 @@ type Request struct {
 	// Paused, when set, holds the sequence back while it decodes and
 	// Paused returns true (its caller is behind with the tokens drawn): it
 	// takes no row, keeps its pages, and does not count as waiting for
-	// them. Runnable says whether a step would run anything.
+	// them. Runnable says whether a step would run anything. A sequence
+	// is never held back while another waits to start (at MaxSeqs): it
+	// runs on to its end and makes room, so that a caller that waits for
+	// that other sequence (a token callback that generates) is not waited
+	// for in turn.
 	Paused func() bool
 }
 
@@ -228,12 +232,13 @@ func (s *Scheduler) Runnable() bool {
 	if len(s.queue) > 0 && (s.opts.MaxSeqs == 0 || len(s.active) < s.opts.MaxSeqs) {
 		return true
 	}
-	return slices.ContainsFunc(s.active, func(q *Seq) bool { return !q.paused() })
+	return slices.ContainsFunc(s.active, func(q *Seq) bool { return !s.paused(q) })
 }
 
-// paused says whether q decodes and its caller holds it back.
-func (q *Seq) paused() bool {
-	return q.req.Paused != nil && len(q.tokens)-q.fed == 1 && q.req.Paused()
+// paused says whether q decodes and its caller holds it back (never while
+// a sequence waits to start: Request.Paused).
+func (s *Scheduler) paused(q *Seq) bool {
+	return q.req.Paused != nil && len(s.queue) == 0 && len(q.tokens)-q.fed == 1 && q.req.Paused()
 }
 
 // CachedPages is how many pages the prefix cache holds.
@@ -392,7 +397,7 @@ func (s *Scheduler) Step() (bool, error) {
 		return false, nil
 	}
 	rows, counts := s.plan()
-	if len(rows) == 0 && !slices.ContainsFunc(s.active, func(q *Seq) bool { return !q.paused() }) {
+	if len(rows) == 0 && !slices.ContainsFunc(s.active, func(q *Seq) bool { return !s.paused(q) }) {
 		return false, nil // every running sequence is paused: nothing to run
 	}
 	for tries := 0; len(rows) == 0; tries++ { // every sequence waits: take the latest one's pages
@@ -477,7 +482,7 @@ func (s *Scheduler) plan() ([]Row, map[*Seq][]int) {
 		budget -= n
 	}
 	for _, q := range s.active { // decoding sequences first: a row each
-		if len(q.tokens)-q.fed == 1 && !q.paused() {
+		if len(q.tokens)-q.fed == 1 && !s.paused(q) {
 			take(q)
 		}
 	}

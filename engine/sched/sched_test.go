@@ -371,3 +371,42 @@ func TestArgmaxRunner(t *testing.T) {
 	assert.ErrorContains(t, q.Err, "outside the vocabulary")
 	assert.Equal(t, s.Pool().Pages(), s.Pool().Free(), "every page back")
 }
+
+// TestPaused: a decoding sequence whose Paused says so takes no row and
+// keeps its pages; with every running sequence paused a step runs nothing
+// and Runnable is false; it goes on once Paused lets it; and a sequence
+// waiting to start (at MaxSeqs) makes the paused one run on to its end.
+func TestPaused(t *testing.T) {
+	f := newFake(1, 1, 64, 50, 256, 4)
+	s, err := New(f, Options{BlockTokens: 4, Pages: 256, MaxSeqs: 1})
+	require.NoError(t, err)
+	hold := false
+	a, err := s.Add(Request{Prompt: []int32{1, 2, 3}, MaxTokens: 6, Paused: func() bool { return hold }})
+	require.NoError(t, err)
+	_, err = s.Step() // the prompt, and a drawn token
+	require.NoError(t, err)
+	require.Len(t, a.Tokens(), 1)
+	hold = true
+	assert.False(t, s.Runnable(), "the one sequence is paused")
+	ran, err := s.Step()
+	require.NoError(t, err)
+	assert.False(t, ran, "nothing to run")
+	assert.Len(t, a.Tokens(), 1)
+	assert.Zero(t, a.Preemptions, "a paused sequence keeps its pages")
+	hold = false
+	require.True(t, s.Runnable())
+	_, err = s.Step()
+	require.NoError(t, err)
+	assert.Len(t, a.Tokens(), 2, "it goes on")
+
+	hold = true
+	b, err := s.Add(Request{Prompt: []int32{4, 5}, MaxTokens: 2})
+	require.NoError(t, err)
+	assert.True(t, s.Runnable(), "a sequence waits to start: the paused one runs on")
+	for s.Busy() {
+		_, err := s.Step()
+		require.NoError(t, err)
+	}
+	assert.Len(t, a.Tokens(), 6, "the paused sequence ran to its end, making room")
+	assert.Len(t, b.Tokens(), 2)
+}
