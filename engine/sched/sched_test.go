@@ -403,10 +403,11 @@ func TestPaused(t *testing.T) {
 	b, err := s.Add(Request{Prompt: []int32{4, 5}, MaxTokens: 2})
 	require.NoError(t, err)
 	assert.True(t, s.Runnable(), "a sequence waits to start: the paused one runs on")
-	for s.Busy() {
+	for i := 0; s.Busy() && i < 100; i++ {
 		_, err := s.Step()
 		require.NoError(t, err)
 	}
+	require.False(t, s.Busy(), "both ran to their ends")
 	assert.Len(t, a.Tokens(), 6, "the paused sequence ran to its end, making room")
 	assert.Len(t, b.Tokens(), 2)
 }
