@@ -179,6 +179,15 @@ func (l *Loop) RunnerUsed() {
 	}
 }
 
+// runnerStats are the runner's counts over q, when the runner holds it.
+func (l *Loop) runnerStats(q *sched.Seq) []LayerStat {
+	if l.turn != nil {
+		l.turn <- struct{}{}
+		defer func() { <-l.turn }()
+	}
+	return l.runner.StatsOf(q)
+}
+
 // Forget makes the next sequences run from their first token: the
 // prefix cache emptied, the runner's sequence forgotten (bench's rounds
 // time the same work each). Nothing else may use the runner meanwhile.
@@ -365,14 +374,20 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 	}
 	lps := &lpSampler{s: sampler, logProbs: opts.LogProbs, top: opts.TopLogProbs}
 	ev := &seqEvents{signal: make(chan struct{}, 1)}
-	// The loop runs a sequence at most one step ahead of its caller: a
-	// token is drawn while the one before is delivered, never more, so
-	// that cancelling or stopping from the callback ends it within a token
-	// (and wastes one step at most), and a slow caller (a client reading a
-	// stream) holds back its own sequence only. Counted in new tokens: the
-	// drawn (on the stepping goroutine) and the delivered.
+	// The loop runs a sequence no further than its caller: a step runs a
+	// new token only once OnToken has returned for every token delivered
+	// (as a loop that feeds a token, delivers it and feeds the next does),
+	// so that cancelling or stopping from the callback ends it at that
+	// token, the runner having run no more, and a slow caller (a client
+	// reading a stream) holds back its own sequence only. Counted in new
+	// tokens: the drawn (on the stepping goroutine) and the delivered
+	// whose callback returned. A new token goes out once it has run, so
+	// the draw after it comes first (ahead 2); with OnRouted once drawn.
 	var drawnN, deliveredN atomic.Int64
-	const ahead = 2 // token N+1 is drawn by the step that runs N, which goes out after
+	ahead := int64(2)
+	if opts.OnRouted != nil {
+		ahead = 1
+	}
 	stop := slices.Clone(opts.EndOfTurn)
 	if opts.EOS >= 0 {
 		stop = append(stop, opts.EOS)
@@ -410,6 +425,11 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 		return res, err
 	}
 	defer l.leave(q)
+	defer func() { // ended early: the runner's counts, taken before q leaves
+		if res.RoutingStats == nil && l.runner != nil {
+			res.RoutingStats = l.runnerStats(q)
+		}
+	}()
 
 	var (
 		drawn    []seqEvent
@@ -451,7 +471,7 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 		}
 		return res, err
 	}
-	deliver := func(pos int, last bool) error {
+	deliver := func(pos int, last bool) (err error) {
 		t := Token{Pos: pos}
 		if pos < len(seq) {
 			t.ID, t.Prompt = seq[pos], true
@@ -459,9 +479,11 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 			d := drawn[pos-len(seq)]
 			t.ID, t.LogProb, t.Top = d.id, d.lp.LogProb, d.lp.Top
 			res.Tokens = append(res.Tokens, d.id)
-			if drawnN.Load()-deliveredN.Add(1) < ahead {
-				l.wake() // its next step may run while the callback has this token
-			}
+			defer func() { // once the callback returned, and the generation goes on
+				if err == nil && drawnN.Load()-deliveredN.Add(1) < ahead {
+					l.wake()
+				}
+			}()
 		}
 		if !last && opts.Routes && (early == nil || t.Prompt) { // early: a new token's routing goes to OnRouted
 			t.Routes = ran[pos]
@@ -469,7 +491,8 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 		if opts.OnToken == nil {
 			return nil
 		}
-		return l.inCallback(func() error { return opts.OnToken(t) })
+		err = l.inCallback(func() error { return opts.OnToken(t) })
+		return err
 	}
 	// routeOut passes early the routing of the tokens delivered that ran.
 	routeOut := func() {

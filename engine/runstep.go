@@ -75,6 +75,14 @@ func (a *RunnerStepper) CopyPage(dst, src int32) {}
 // already, so that they did not run again.
 func (a *RunnerStepper) Reused() int { return a.reused }
 
+// StatsOf is RoutingStats when the runner holds q (nil otherwise).
+func (a *RunnerStepper) StatsOf(q *sched.Seq) []LayerStat {
+	if a.seq != q || a.lost {
+		return nil
+	}
+	return a.RoutingStats()
+}
+
 // RoutingStats are the runner's counts over the sequence it holds.
 func (a *RunnerStepper) RoutingStats() []LayerStat {
 	if a.stats == nil {
