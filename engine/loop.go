@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -17,11 +16,15 @@ import (
 
 // The generation loop: every generation (the API's Session.Generate and
 // through it the command line and the server, and bench) is a sequence in
-// one scheduler (engine/sched) that a goroutine of the Loop steps while
-// any sequence runs; each Generate call joins as one sequence and receives
-// its tokens in order on its own goroutine. A Loop of one sequence at a
-// time steps the backend's runner itself (RunnerStepper); one of several
-// steps the backend's batched step runner (StepperOf) over a page pool.
+// one scheduler (engine/sched); each Generate call joins as one sequence
+// and receives its tokens in order on its own goroutine. The callers step
+// the scheduler: a Generate call whose sequence waits for a step runs it
+// (for every sequence in it) unless another call is running one, so that
+// a stream alone runs on its caller's goroutine, step and callback in
+// turn, with no goroutine in between, and sequences that share steps have
+// them run by whichever caller is free. A Loop of one sequence at a time
+// steps the backend's runner itself (RunnerStepper); one of several steps
+// the backend's batched step runner (StepperOf) over a page pool.
 
 // ErrClosed is returned by a Loop's Generate once the Loop is closed.
 var ErrClosed = errors.New("engine: the generation loop is closed")
@@ -54,29 +57,30 @@ const BlockTokens = 16
 // Loop runs generations as sequences of one scheduler (see above).
 type Loop struct {
 	mu sync.Mutex // guards everything below, and the scheduler
-	// cond wakes Close (no Generate left, or a callback running); kick
-	// (capacity 1) the stepping goroutine (wake).
-	cond      *sync.Cond
-	kick      chan struct{}
+	// cond wakes Close (no Generate left, or a callback running).
+	cond *sync.Cond
+	// stepper (capacity 1) is held by the caller running a step; stepped
+	// is closed (and replaced) when a step ran or the loop changed (a
+	// sequence left, Close), waking the callers that wait for one.
+	stepper   chan struct{}
+	stepped   chan struct{}
 	s         *sched.Scheduler
 	st        sched.StepRunner
 	runner    *RunnerStepper // st, when it is the runner's
 	closed    bool
 	inflight  int // Generate calls running
 	callbacks int // token callbacks running
-	exited    chan struct{}
 	turn      chan struct{}
 }
 
 // NewLoop is a Loop over backend b (its runner, or a step runner sharing
-// its weights) with o's sizes; it steps on a goroutine of its own until
-// Close.
+// its weights) with o's sizes.
 func NewLoop(b *Backend, o LoopOptions) (*Loop, error) {
 	if o.Parallel < 0 || o.KVBudget < 0 || o.UBatch < 0 {
 		return nil, fmt.Errorf("engine: parallel sequences %d, KV budget %d and batch %d must not be negative", o.Parallel, o.KVBudget, o.UBatch)
 	}
 	parallel := max(o.Parallel, 1)
-	l := &Loop{exited: make(chan struct{}), turn: o.Turn, kick: make(chan struct{}, 1)}
+	l := &Loop{turn: o.Turn, stepper: make(chan struct{}, 1), stepped: make(chan struct{})}
 	l.cond = sync.NewCond(&l.mu)
 	so := sched.Options{BlockTokens: BlockTokens, MaxSeqs: parallel}
 	var st Stepper
@@ -114,52 +118,61 @@ func NewLoop(b *Backend, o LoopOptions) (*Loop, error) {
 		return nil, err
 	}
 	l.s = s
-	go l.loop()
 	return l, nil
 }
 
-// loop steps while a sequence runs or waits; sequences join and leave
-// between steps (Generate and Close take mu).
-func (l *Loop) loop() {
-	defer close(l.exited)
+// step runs one step for the sequences that can run, unless another
+// caller is running one or none can; it says whether it ran one. A failed
+// step ends its sequences with the error (Seq.Err).
+func (l *Loop) step() bool {
+	select {
+	case l.stepper <- struct{}{}:
+	default:
+		return false // another caller steps: its step wakes this one after
+	}
+	defer func() { <-l.stepper }()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for {
-		for !l.closed && !l.s.Runnable() { // idle, or every sequence waits for its caller
-			l.mu.Unlock()
-			<-l.kick
-			l.mu.Lock()
-		}
-		if l.closed {
-			return
-		}
-		if l.turn != nil {
-			l.turn <- struct{}{}
-		}
-		_, _ = l.s.Step() // a failed step ends its sequences with the error (Seq.Err)
-		if l.turn != nil {
-			<-l.turn
-		}
-		l.mu.Unlock()     // let joins and cancels in: a step is shorter than the
-		runtime.Gosched() // mutex's 1 ms before it hands over to a waiter
-		l.mu.Lock()
+	if l.closed || !l.s.Runnable() {
+		return false
 	}
+	if l.turn != nil {
+		l.turn <- struct{}{}
+	}
+	_, _ = l.s.Step()
+	if l.turn != nil {
+		<-l.turn
+	}
+	l.changed()
+	return true
+}
+
+// changed wakes the callers waiting for a step (the caller holds mu).
+func (l *Loop) changed() {
+	close(l.stepped)
+	l.stepped = make(chan struct{})
+}
+
+// waitStep is the channel closed at the next step or change.
+func (l *Loop) waitStep() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stepped
 }
 
 // Close waits for the Generate calls to end (unless a token callback
-// runs: Close from one closes at once), ends every sequence and stops the
-// stepping goroutine. The backend stays open.
+// runs: Close from one closes at once) and ends every sequence; no step
+// runs after it. The backend stays open.
 func (l *Loop) Close() {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	for l.inflight > 0 && l.callbacks == 0 && !l.closed {
 		l.cond.Wait()
 	}
 	l.closed = true
 	l.s.CancelAll(nil)
 	l.cond.Broadcast()
-	l.mu.Unlock()
-	l.wake()
-	<-l.exited
+	l.changed()
 }
 
 // Closed says whether Close has begun.
@@ -243,7 +256,6 @@ func (l *Loop) join(req sched.Request) (*sched.Seq, error) {
 		return nil, err
 	}
 	l.inflight++
-	l.wake()
 	return q, nil
 }
 
@@ -254,17 +266,7 @@ func (l *Loop) leave(q *sched.Seq) {
 	l.s.Cancel(q)
 	l.inflight--
 	l.cond.Broadcast() // Close waits for no Generate left
-	l.wake()
-}
-
-// wake tells the stepping goroutine to look again (work came, a paused
-// sequence's caller caught up, or closing), without waiting for a step
-// in flight.
-func (l *Loop) wake() {
-	select {
-	case l.kick <- struct{}{}:
-	default: // one is pending: the stepping goroutine looks again anyway
-	}
+	l.changed()        // a sequence waiting to start may now
 }
 
 // inCallback brackets a token callback, for Close.
@@ -404,12 +406,11 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 		Paused: func() bool { return drawnN.Load()-deliveredN.Load() >= ahead },
 		OnRun:  func(pos int, routes []mod.Route) { ev.push(seqEvent{kind: evRan, pos: pos, routes: routes}) },
 	}
-	var q *sched.Seq
-	req.OnDone = func() {
+	req.OnDone = func(why sched.StopReason) {
 		e := seqEvent{kind: evDone}
 		// Ended by a step (which holds the turn, and the runner holds this
 		// sequence): the runner's own counts over it.
-		if l.runner != nil && q.Stop != sched.StopCancel && q.Stop != sched.StopError {
+		if l.runner != nil && why != sched.StopCancel && why != sched.StopError {
 			e.stats, e.reused = l.runner.RoutingStats(), l.runner.Reused()
 		}
 		ev.push(e)
@@ -420,7 +421,7 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 		req.Sampler = lps
 	}
 	start := time.Now()
-	q, err = l.join(req)
+	q, err := l.join(req)
 	if err != nil {
 		return res, err
 	}
@@ -480,8 +481,8 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 			t.ID, t.LogProb, t.Top = d.id, d.lp.LogProb, d.lp.Top
 			res.Tokens = append(res.Tokens, d.id)
 			defer func() { // once the callback returned, and the generation goes on
-				if err == nil && drawnN.Load()-deliveredN.Add(1) < ahead {
-					l.wake()
+				if err == nil {
+					deliveredN.Add(1)
 				}
 			}()
 		}
@@ -509,7 +510,18 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 		case <-ctx.Done():
 			keep(false)
 			return res, ctx.Err()
-		case <-ev.signal:
+		case <-ev.signal: // events to take
+		default: // none: run a step (this sequence's, or one it waits behind), or wait for one
+			stepped := l.waitStep()
+			if !l.step() {
+				select {
+				case <-ctx.Done():
+					keep(false)
+					return res, ctx.Err()
+				case <-ev.signal:
+				case <-stepped:
+				}
+			}
 		}
 		for _, e := range ev.take() {
 			switch e.kind {

@@ -89,11 +89,13 @@ type Request struct {
 	// sequence (StopCallback, Seq.Err holds it).
 	OnToken func(id int32) error
 	// OnRun sees each token once it has run (its position, and its routing
-	// [routed layers], nil for a dense model), OnDone the sequence's end;
+	// [routed layers], nil for a dense model), OnDone the sequence's end
+	// and why (Seq.Stop: OnDone may run before the caller of Add has the
+	// Seq, on the goroutine of whoever steps);
 	// both run on the stepping goroutine, between steps: they must not
 	// block.
 	OnRun  func(pos int, routes []mod.Route)
-	OnDone func()
+	OnDone func(why StopReason)
 	// ReuseAtMost bounds the prompt tokens the prefix cache may serve
 	// (tokens served so do not run: no OnRun, unless RunReused); 0 = as
 	// many as it holds, negative = none.
@@ -307,7 +309,7 @@ func (s *Scheduler) finish(q *Seq, why StopReason, err error) {
 	s.queue = slices.DeleteFunc(s.queue, func(a *Seq) bool { return a == q })
 	s.stats.FinishedSeqs++
 	if q.req.OnDone != nil {
-		q.req.OnDone()
+		q.req.OnDone(why)
 	}
 }
 
