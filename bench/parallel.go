@@ -107,14 +107,20 @@ func (b *Parallel) Time() error {
 	before := b.loop.Stats().Steps
 	results := make([]engine.Result, b.parallel)
 	errs := make([]error, b.parallel)
-	var wg sync.WaitGroup
+	var wg, ready sync.WaitGroup
+	start := make(chan struct{}) // the calls begin together, as the old rounds' sequences joined a step
 	for i, p := range b.prompts {
 		wg.Add(1)
+		ready.Add(1)
 		go func() {
 			defer wg.Done()
+			ready.Done()
+			<-start
 			results[i], errs[i] = b.loop.Generate(context.Background(), p, engine.GenerateOptions{MaxTokens: b.o.DecodeTokens, EOS: -1, Sampler: engine.DefaultSampler()})
 		}()
 	}
+	ready.Wait()
+	close(start)
 	wg.Wait()
 	res := ParallelResult{Parallel: b.parallel, Steps: b.loop.Stats().Steps - before}
 	// Each sequence's first token came at its Prefill, its last at

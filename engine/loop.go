@@ -17,14 +17,15 @@ import (
 // The generation loop: every generation (the API's Session.Generate and
 // through it the command line and the server, and bench) is a sequence in
 // one scheduler (engine/sched); each Generate call joins as one sequence
-// and receives its tokens in order on its own goroutine. The callers step
-// the scheduler: a Generate call whose sequence waits for a step runs it
-// (for every sequence in it) unless another call is running one, so that
-// a stream alone runs on its caller's goroutine, step and callback in
-// turn, with no goroutine in between, and sequences that share steps have
-// them run by whichever caller is free. A Loop of one sequence at a time
-// steps the backend's runner itself (RunnerStepper); one of several steps
-// the backend's batched step runner (StepperOf) over a page pool.
+// and receives its tokens in order on its own goroutine. A Loop of one
+// sequence at a time steps the backend's runner itself (RunnerStepper),
+// and its callers run the steps: a Generate call whose sequence waits for
+// one runs it, so that a stream runs on its caller's goroutine, step and
+// callback in turn, with no goroutine in between (a call that generates
+// from inside a callback steps the sequences it waits behind). A Loop of
+// several steps the backend's batched step runner (StepperOf) over a page
+// pool on a goroutine of its own, which steps while any sequence can run
+// and never waits for a caller.
 
 // ErrClosed is returned by a Loop's Generate once the Loop is closed.
 var ErrClosed = errors.New("engine: the generation loop is closed")
@@ -59,11 +60,14 @@ type Loop struct {
 	mu sync.Mutex // guards everything below, and the scheduler
 	// cond wakes Close (no Generate left, or a callback running).
 	cond *sync.Cond
-	// stepper (capacity 1) is held by the caller running a step; stepped
-	// is closed (and replaced) when a step ran or the loop changed (a
-	// sequence left, Close), waking the callers that wait for one.
+	// stepper (capacity 1) is held by whoever runs a step; stepped is
+	// closed (and replaced) when a step ran or the loop changed (a
+	// sequence came or left, Close), waking whoever waits for one: the
+	// callers of a Loop over the runner, the stepping goroutine of a
+	// batched one (exited when it has stopped).
 	stepper   chan struct{}
 	stepped   chan struct{}
+	exited    chan struct{}
 	s         *sched.Scheduler
 	st        sched.StepRunner
 	runner    *RunnerStepper // st, when it is the runner's
@@ -118,7 +122,26 @@ func NewLoop(b *Backend, o LoopOptions) (*Loop, error) {
 		return nil, err
 	}
 	l.s = s
+	if l.runner == nil {
+		l.exited = make(chan struct{})
+		go l.loop()
+	}
 	return l, nil
+}
+
+// loop is a batched Loop's stepping goroutine: it steps while a sequence
+// can run, until Close.
+func (l *Loop) loop() {
+	defer close(l.exited)
+	for {
+		stepped := l.waitStep()
+		if !l.step() {
+			if l.Closed() {
+				return
+			}
+			<-stepped // a sequence came, or Close
+		}
+	}
 }
 
 // step runs one step for the sequences that can run, unless another
@@ -173,6 +196,11 @@ func (l *Loop) Close() {
 	l.s.CancelAll(nil)
 	l.cond.Broadcast()
 	l.changed()
+	if l.exited != nil {
+		l.mu.Unlock()
+		<-l.exited
+		l.mu.Lock()
+	}
 }
 
 // Closed says whether Close has begun.
@@ -256,6 +284,7 @@ func (l *Loop) join(req sched.Request) (*sched.Seq, error) {
 		return nil, err
 	}
 	l.inflight++
+	l.changed() // a batched loop's stepping goroutine may wait for work
 	return q, nil
 }
 
@@ -385,6 +414,10 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 	// tokens: the drawn (on the stepping goroutine) and the delivered
 	// whose callback returned. A new token goes out once it has run, so
 	// the draw after it comes first (ahead 2); with OnRouted once drawn.
+	// Sequences that share steps are not held back: the caller that runs
+	// a step is one of them, and a step that waited for each of the
+	// others to take its tokens first (on a machine whose cores the step
+	// itself keeps busy) would run them a few rows a step.
 	var drawnN, deliveredN atomic.Int64
 	ahead := int64(2)
 	if opts.OnRouted != nil {
@@ -403,8 +436,10 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 			ev.push(seqEvent{kind: evDrawn, id: id, lp: lps.last})
 			return nil
 		},
-		Paused: func() bool { return drawnN.Load()-deliveredN.Load() >= ahead },
-		OnRun:  func(pos int, routes []mod.Route) { ev.push(seqEvent{kind: evRan, pos: pos, routes: routes}) },
+		OnRun: func(pos int, routes []mod.Route) { ev.push(seqEvent{kind: evRan, pos: pos, routes: routes}) },
+	}
+	if l.runner != nil {
+		req.Paused = func() bool { return drawnN.Load()-deliveredN.Load() >= ahead }
 	}
 	req.OnDone = func(why sched.StopReason) {
 		e := seqEvent{kind: evDone}
@@ -513,7 +548,7 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 		case <-ev.signal: // events to take
 		default: // none: run a step (this sequence's, or one it waits behind), or wait for one
 			stepped := l.waitStep()
-			if !l.step() {
+			if l.runner == nil || !l.step() { // a batched loop steps on its own goroutine
 				select {
 				case <-ctx.Done():
 					keep(false)
