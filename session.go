@@ -316,8 +316,9 @@ func (s *Session) run(ctx context.Context, ids []int32, so engine.SamplerOptions
 	er, err := s.m.loop.Generate(ctx, slices.Concat(s.fed, s.pending, ids), eo)
 	s.fed, s.pending = er.Fed, er.Pending
 	res := Result{Timing: er.Timing, Stop: er.Stop, Tokens: len(er.Tokens), CachedTokens: er.CachedTokens, Tail: string(s.dec.Flush())}
-	res.Layers = slices.Clone(s.layers)
-	if res.Layers == nil && er.RoutingStats != nil { // untraced (NoRoutes): the runner's own counts
+	res.Layers = slices.Clone(s.layers) // counted from the routing of each token run
+	if er.RoutingStats != nil {         // the runner's own counts over the sequence (it holds it alone)
+		res.Layers = nil
 		for _, st := range er.RoutingStats {
 			res.Layers = append(res.Layers, LayerStat(st))
 		}

@@ -84,7 +84,7 @@ func NewLoop(b *Backend, o LoopOptions) (*Loop, error) {
 		return nil, fmt.Errorf("engine: parallel sequences %d, KV budget %d and batch %d must not be negative", o.Parallel, o.KVBudget, o.UBatch)
 	}
 	parallel := max(o.Parallel, 1)
-	l := &Loop{turn: o.Turn, stepper: make(chan struct{}, 1), stepped: make(chan struct{})}
+	l := &Loop{turn: o.Turn, stepper: make(chan struct{}, 1)}
 	l.cond = sync.NewCond(&l.mu)
 	so := sched.Options{BlockTokens: BlockTokens, MaxSeqs: parallel}
 	var st Stepper
@@ -170,16 +170,23 @@ func (l *Loop) step() bool {
 	return true
 }
 
-// changed wakes the callers waiting for a step (the caller holds mu).
+// changed wakes whoever waits for a step or a change (the caller holds
+// mu).
 func (l *Loop) changed() {
-	close(l.stepped)
-	l.stepped = make(chan struct{})
+	if l.stepped != nil {
+		close(l.stepped)
+		l.stepped = nil
+	}
 }
 
-// waitStep is the channel closed at the next step or change.
+// waitStep is the channel closed at the next step or change (made when
+// someone waits: a stream alone steps without it).
 func (l *Loop) waitStep() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.stepped == nil {
+		l.stepped = make(chan struct{})
+	}
 	return l.stepped
 }
 
@@ -430,7 +437,7 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 	// The prefix cache serves any cached prefix, this sequence's or
 	// another's (a shared system prompt, a benchmark's one prompt), with
 	// the routing its tokens had: RunReused hands it to OnRun as if they ran.
-	req := sched.Request{Prompt: seq, MaxTokens: opts.MaxTokens, Stop: stop, RunReused: true,
+	req := sched.Request{Prompt: seq, MaxTokens: opts.MaxTokens, Stop: stop, RunReused: true, NoRoutes: !opts.Routes, RoutesFrom: held,
 		OnToken: func(id int32) error {
 			drawnN.Add(1)
 			ev.push(seqEvent{kind: evDrawn, id: id, lp: lps.last})
@@ -547,8 +554,11 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 			return res, ctx.Err()
 		case <-ev.signal: // events to take
 		default: // none: run a step (this sequence's, or one it waits behind), or wait for one
+			if l.runner != nil && l.step() {
+				break
+			}
 			stepped := l.waitStep()
-			if l.runner == nil || !l.step() { // a batched loop steps on its own goroutine
+			if l.runner == nil || !l.step() { // a batched loop steps on its own goroutine; a change after waitStep closes stepped
 				select {
 				case <-ctx.Done():
 					keep(false)

@@ -31,7 +31,8 @@ type RunnerStepper struct {
 	tracer RoutingTracer // r's, when it traces routing
 	stats  RoutingStatser
 	held   []int32       // the tokens the runner holds, in order
-	routes [][]mod.Route // each held token's routing (nil entries untraced)
+	routes [][]mod.Route // each held token's routing (nil for a dense model)
+	traced []bool        // whether routes holds it (not fetched for a sequence that wanted none)
 	seq    *sched.Seq    // the sequence being run
 	valid  int           // the held tokens that are seq's (the rest may be another's)
 	reused int           // seq's tokens that were held already and did not run
@@ -57,7 +58,7 @@ func NewRunnerStepper(r Runner, nVocab, chunk int) *RunnerStepper {
 // first token (bench's rounds each time the same work).
 func (a *RunnerStepper) Forget() {
 	a.r.Reset()
-	a.held, a.routes, a.seq, a.valid, a.lost = a.held[:0], a.routes[:0], nil, 0, false
+	a.held, a.routes, a.traced, a.seq, a.valid, a.lost = a.held[:0], a.routes[:0], a.traced[:0], nil, 0, false
 }
 
 // Lost says the runner was used otherwise (eval mode's LogProbs ran on it,
@@ -136,11 +137,12 @@ func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32,
 	}
 	// Skip the rows the runner holds, but a last one that wants logits:
 	// those are gone once a later token ran.
+	q := rows[0].Seq
 	skip := 0
 	for ; skip < len(rows); skip++ {
 		r := rows[skip]
-		if r.Pos >= len(a.held) || a.held[r.Pos] != r.Token || r.Logits {
-			break
+		if r.Pos >= len(a.held) || a.held[r.Pos] != r.Token || r.Logits || (a.tracer != nil && q.WantsRoutes(r.Pos) && !a.traced[r.Pos]) {
+			break // a held token whose routing is wanted and was not fetched runs again
 		}
 		routes = append(routes, a.routes[r.Pos])
 	}
@@ -179,7 +181,8 @@ func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32,
 		return nil, 0, nil, err
 	}
 	var traced [][]mod.Route
-	if a.tracer != nil {
+	want := a.tracer != nil && q.WantsRoutes(last.Pos)
+	if want { // a GPU runner copies the routing back for it: only when wanted
 		traced = a.tracer.Routes()
 	}
 	for i, r := range feed {
@@ -189,6 +192,7 @@ func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32,
 		}
 		a.held = append(a.held, r.Token)
 		a.routes = append(a.routes, rt)
+		a.traced = append(a.traced, want)
 		routes = append(routes, rt)
 	}
 	a.valid += len(feed)
@@ -205,6 +209,6 @@ func (a *RunnerStepper) rewind(p int) error {
 			return fmt.Errorf("engine: running the sequence's first %d tokens again: %w", p, err)
 		}
 	}
-	a.held, a.routes, a.lost = held, a.routes[:p], false
+	a.held, a.routes, a.traced, a.lost = held, a.routes[:p], a.traced[:p], false
 	return nil
 }

@@ -107,6 +107,12 @@ type Request struct {
 	// KeepLogits and KeepRoutes keep the logits of each draw and the
 	// routing of each token run (tests compare them with a solo run).
 	KeepLogits, KeepRoutes bool
+	// NoRoutes says the caller wants no row's routing, RoutesFrom none
+	// before that position (a continuation's tokens delivered before): a
+	// step runner for which fetching it costs (the runner's own steps on
+	// a GPU) may leave those nil (Seq.WantsRoutes).
+	NoRoutes   bool
+	RoutesFrom int
 	// Paused, when set, holds the sequence back while it decodes and
 	// Paused returns true (its caller is behind with the tokens drawn): it
 	// takes no row, keeps its pages, and does not count as waiting for
@@ -143,6 +149,10 @@ type Seq struct {
 	Reused      int           // prompt tokens taken from the prefix cache instead of run
 	Ran         int           // rows it ran (recomputed ones included)
 }
+
+// WantsRoutes says whether the caller wants the routing of the token at
+// pos (Request.NoRoutes, RoutesFrom).
+func (q *Seq) WantsRoutes(pos int) bool { return !q.req.NoRoutes && pos >= q.req.RoutesFrom }
 
 // Tokens are the new tokens drawn, stop tokens excluded.
 func (q *Seq) Tokens() []int32 { return q.out }
