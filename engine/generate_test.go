@@ -189,13 +189,14 @@ type pausingFake struct {
 	tracingFake
 	at               int
 	reached, proceed chan struct{}
+	paused           bool // the Feed goroutine's own
 }
 
 func (f *pausingFake) Feed(tokens []int32) ([]float32, error) {
 	l, err := f.tracingFake.Feed(tokens)
-	if f.pos == f.at && f.reached != nil {
+	if f.pos == f.at && !f.paused {
+		f.paused = true
 		close(f.reached)
-		f.reached = nil
 		<-f.proceed
 	}
 	return l, err
