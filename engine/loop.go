@@ -504,13 +504,19 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 			res.Pending = all[n:held]
 		}
 	}
+	closedErr := func() error { // Close ended the call: its context's error when that is done too
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return ErrClosed
+	}
 	stopped := func(err error) (Result, error) { // ErrStop from OnToken is a clean stop
 		if errors.Is(err, ErrStop) {
 			res.Stop = StopCallback
 			return res, nil
 		}
 		if l.Closed() {
-			return res, ErrClosed
+			return res, closedErr()
 		}
 		return res, err
 	}
@@ -605,13 +611,13 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 			}
 			routeOut() // when this goroutine fell behind, the token has run already
 		}
-		if l.Closed() { // by a callback, or by Close after it
-			keep(false)
-			return res, ErrClosed
-		}
 		if err := ctx.Err(); err != nil { // seen between tokens
 			keep(false)
 			return res, err
+		}
+		if l.Closed() { // by a callback, or by Close after it
+			keep(false)
+			return res, ErrClosed
 		}
 		if !finished {
 			continue
@@ -641,7 +647,7 @@ func (l *Loop) Generate(ctx context.Context, seq []int32, opts GenerateOptions) 
 			return res, q.Err
 		default: // cancelled by Close
 			keep(false)
-			return res, ErrClosed
+			return res, closedErr()
 		}
 		keep(true)
 		if err := sampler.Err(); err != nil {
