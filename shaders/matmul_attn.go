@@ -277,7 +277,8 @@ func MatmulCoopGroups(rows, n uint32, s MatmulCoopSpec) [3]uint32 {
 
 // MatmulCoopName is matmul_coop's variant for weight type typ: the
 // tensor-core kernel, or with emulate its tile product in plain arithmetic
-// (every device runs it; tests run it on lavapipe).
+// (every device runs it; tests run it on lavapipe). Its operands are
+// rounded to halves (MatmulCoopHiloName's keep f32's precision).
 func MatmulCoopName(typ string, emulate bool) string {
 	if emulate {
 		return "matmul_coop_emu_" + typ
@@ -285,20 +286,42 @@ func MatmulCoopName(typ string, emulate bool) string {
 	return "matmul_coop_" + typ
 }
 
+// MatmulCoopHiloName is matmul_coop's COOP_HILO variant for weight type
+// typ: each operand split into a high and a low half, three tensor-core
+// products a step (two for F16 weights), f32's precision within 2^-21
+// (matmul_coop.comp): the engine's tensor-core matmul unless
+// Profile.MatmulCoopHalf.
+func MatmulCoopHiloName(typ string, emulate bool) string {
+	if emulate {
+		return "matmul_coop_hilo_emu_" + typ
+	}
+	return "matmul_coop_hilo_" + typ
+}
+
 func init() {
 	for _, wt := range WeightTypes {
-		for _, emulate := range []bool{false, true} {
-			v := matmulVariant(MatmulCoopName(wt.Name, emulate), wt.Defines, wt.Shape)
-			v.Source, v.Spec = "matmul_coop.comp", MatmulCoopSpecGPU.Constants()
-			v.Notes = "Spec: MatmulCoopSpec.Constants() (MatmulCoopSpecGPU, ...); dispatch MatmulCoopGroups(rows, n, spec); " +
-				"bind w with its size rounded up to 4 (vk buffers are); cols a multiple of the type's block (WeightType.Block)"
-			if emulate {
-				v.Defines = append(append([]string(nil), wt.Defines...), "EMULATE_COOPMAT")
-			} else {
-				v.Notes += "; needs VK_NV_cooperative_matrix (Device.CooperativeMatrixNV) and a subgroup size of 32"
+		for _, hilo := range []bool{false, true} {
+			for _, emulate := range []bool{false, true} {
+				name := MatmulCoopName(wt.Name, emulate)
+				if hilo {
+					name = MatmulCoopHiloName(wt.Name, emulate)
+				}
+				v := matmulVariant(name, wt.Defines, wt.Shape)
+				v.Source, v.Spec = "matmul_coop.comp", MatmulCoopSpecGPU.Constants()
+				v.Notes = "Spec: MatmulCoopSpec.Constants() (MatmulCoopSpecGPU, ...); dispatch MatmulCoopGroups(rows, n, spec); " +
+					"bind w with its size rounded up to 4 (vk buffers are); cols a multiple of the type's block (WeightType.Block)"
+				v.Defines = append([]string(nil), wt.Defines...)
+				if hilo {
+					v.Defines = append(v.Defines, "COOP_HILO")
+				}
+				if emulate {
+					v.Defines = append(v.Defines, "EMULATE_COOPMAT")
+				} else {
+					v.Notes += "; needs VK_NV_cooperative_matrix (Device.CooperativeMatrixNV) and a subgroup size of 32"
+				}
+				v.Op, v.Type = OpMatmulCoop, wt.Name // the self-check covers it (Profile.Fallback)
+				Variants = append(Variants, v)
 			}
-			v.Op, v.Type = OpMatmulCoop, wt.Name // the self-check covers it (Profile.Fallback)
-			Variants = append(Variants, v)
 		}
 	}
 }

@@ -32,6 +32,23 @@
 // the models modrun runs stay far below it (llama.cpp's tensor-core path
 // makes the same conversion).
 //
+// COOP_HILO (the matmul_coop_hilo variants, the engine's default on tensor
+// cores) keeps f32's precision instead: each staged value v is split into
+// two halves, hi = v rounded to a half (toHalf, in integer steps, so no
+// compiler can fold it away) and lo = v - hi (exact in f32) rounded to a
+// half, and each 16x16x16 step takes three products, Xhi.Whi + Xhi.Wlo +
+// Xlo.Whi, into the f32 accumulators: hi + lo is v within 2^-22 of itself
+// (and 2^-25 absolute where lo is a subnormal half), and the product left
+// out, Xlo.Wlo, is within 2^-22 of X.W. An F16 weight is its own hi (lo is
+// 0): two products. The tensor cores have an order of magnitude more
+// throughput than these tiles use (27-53 of ~990 TFLOP/s on the H200,
+// bench/results/2026-11-27-h200-nvidia-580.md), so the extra products cost
+// shared memory traffic and registers, not tensor time: measured on a GPU
+// by BenchmarkMatmulGPU's coop-hilo candidates. The emulation stores each
+// (hi, lo) as one packHalf2x16 word (both exact halves, so the round trip
+// is exact): the same shared bytes as the f32 emulation, within lavapipe's
+// shared memory.
+//
 // The loops over a subgroup's tiles and an invocation's staged quads are
 // unrolled ([[unroll]]; their bounds are specialization constants): arrays
 // of cooperative matrices and registers indexed by a loop that is not are
@@ -80,6 +97,10 @@ const uint TJ = WN / 16u;              // tiles per subgroup across rows
 const uint SGN = BN / WN;              // subgroups across the rows
 const uint NSG = (BM / WM) * (BN / WN); // subgroups per workgroup
 
+#if defined(COOP_HILO) && !defined(WEIGHT_F16)
+#define W_LO // the weights have a low half (an F16 weight is its own high half)
+#endif
+
 #ifdef EMULATE_COOPMAT
 // f32 holding f16-rounded values: the same numbers the tensor cores see
 // (toHalf, in integer steps: a compiler may fold
@@ -92,22 +113,58 @@ float toSH(float v) { return toHalf(v); }
 SH toSH(float v) { return float16_t(v); }
 #endif
 
-shared SH xs[BM * BKP]; // [token][k]
+#if defined(COOP_HILO) && defined(EMULATE_COOPMAT)
+shared uint xs[BM * BKP]; // [token][k]: packHalf2x16(hi, lo)
+shared uint ws[BN * BKP]; // [row][k]: packHalf2x16(hi, lo)
+#else
+shared SH xs[BM * BKP]; // [token][k] (COOP_HILO: the high halves)
 shared SH ws[BN * BKP]; // [row][k]
+#endif
+#if defined(COOP_HILO) && !defined(EMULATE_COOPMAT)
+shared SH xl[BM * BKP]; // the low halves
+#ifdef W_LO
+shared SH wl[BN * BKP];
+#endif
+#endif
 shared float cs[NSG * 256u]; // a 16x16 f32 tile per subgroup, row-major [token][row]
 
-void stage4(bool isW, uint at, vec4 v) {
+// stage1 stores v at element at of W's tile (isW) or X's.
+void stage1(bool isW, uint at, float v) {
+#ifdef COOP_HILO
+	float hi = toHalf(v);
+	float lo = v - hi; // exact: hi is v with its low mantissa bits rounded off
+#ifdef EMULATE_COOPMAT
+	uint word = packHalf2x16(vec2(hi, toHalf(lo))); // two exact halves: an exact round trip
 	if (isW) {
-		ws[at] = toSH(v.x);
-		ws[at + 1u] = toSH(v.y);
-		ws[at + 2u] = toSH(v.z);
-		ws[at + 3u] = toSH(v.w);
+		ws[at] = word;
 	} else {
-		xs[at] = toSH(v.x);
-		xs[at + 1u] = toSH(v.y);
-		xs[at + 2u] = toSH(v.z);
-		xs[at + 3u] = toSH(v.w);
+		xs[at] = word;
 	}
+#else
+	if (isW) {
+		ws[at] = SH(hi); // exact
+#ifdef W_LO
+		wl[at] = SH(lo);
+#endif
+	} else {
+		xs[at] = SH(hi);
+		xl[at] = SH(lo);
+	}
+#endif
+#else
+	if (isW) {
+		ws[at] = toSH(v);
+	} else {
+		xs[at] = toSH(v);
+	}
+#endif
+}
+
+void stage4(bool isW, uint at, vec4 v) {
+	stage1(isW, at, v.x);
+	stage1(isW, at + 1u, v.y);
+	stage1(isW, at + 2u, v.z);
+	stage1(isW, at + 3u, v.w);
 }
 
 // WGS is the workgroup size (constant 0 must be 32 * NSG); WQ and XQ are
@@ -212,7 +269,12 @@ void main() {
 						uint b = (sgN * WN + 16u * tj + (lane % 2u) * 8u + e) * BKP + kk;
 						float sum = acc[(ti * TJ + tj) * 8u + e];
 						for (uint q = 0u; q < 16u; q++) {
+#ifdef COOP_HILO
+							vec2 xa = unpackHalf2x16(xs[a + q]), wb = unpackHalf2x16(ws[b + q]);
+							sum += xa.x * wb.x + (xa.x * wb.y + xa.y * wb.x);
+#else
 							sum += xs[a + q] * ws[b + q];
+#endif
 						}
 						acc[(ti * TJ + tj) * 8u + e] = sum;
 					}
@@ -227,6 +289,34 @@ void main() {
 			[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
 				coopMatLoadNV(bm[tj], ws, (sgN * WN + 16u * tj) * BKP + kk, BKP, true);
 			}
+#ifdef COOP_HILO
+			// The small products first: they are summed before the large
+			// one meets the accumulator.
+			{
+				fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> al[TI];
+				[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
+					coopMatLoadNV(al[ti], xl, (sgM * WM + 16u * ti) * BKP + kk, BKP, false);
+				}
+				[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
+					[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
+						acc[ti * TJ + tj] = coopMatMulAddNV(al[ti], bm[tj], acc[ti * TJ + tj]);
+					}
+				}
+			}
+#ifdef W_LO
+			{
+				fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> bl[TJ];
+				[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
+					coopMatLoadNV(bl[tj], wl, (sgN * WN + 16u * tj) * BKP + kk, BKP, true);
+				}
+				[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
+					[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
+						acc[ti * TJ + tj] = coopMatMulAddNV(am[ti], bl[tj], acc[ti * TJ + tj]);
+					}
+				}
+			}
+#endif
+#endif
 			[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
 				[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
 					acc[ti * TJ + tj] = coopMatMulAddNV(am[ti], bm[tj], acc[ti * TJ + tj]);

@@ -2,6 +2,7 @@ package shaders
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 
@@ -95,6 +96,95 @@ func TestMatmulCoopEmulated(t *testing.T) {
 	}
 }
 
+// matmulCoopHiloBound bounds matmul_coop_hilo's emulated product against
+// the CPU reference over cols columns, relative to sum_j |W[r][j] * x[s][j]|
+// (closeness's scale), derived as matmulCoopBound; hiloAbs adds the part
+// that is absolute:
+//   - each operand v is staged as hi = v rounded to a half (exact) and lo,
+//     v - hi (exact in f32, within u = 2^-11 of v) rounded to a half: hi +
+//     lo is within u² of v, or 2^-25 where lo is a subnormal half (steps of
+//     2^-24); a sub-block weight may be an f32 ulp off the reference's first;
+//   - a term is hi_a·hi_b + hi_a·lo_b + lo_a·hi_b: the left-out lo_a·lo_b is
+//     within u²(1+u)² of |ab|, so the term is within about 3u²(1+u)² of
+//     |ab| (times the weight's ulp) and 2^-25·(|a|+|b|) (hiloAbs);
+//   - the three products are exact in f32 (11 significant bits each), and
+//     the kernel's sums (two a term, cols terms) are off by at most
+//     gamma_(3·cols) of the products' absolute sum, at most (1 + 3u) of the
+//     scale; the reference's own sum by gamma_(cols+2) of the scale.
+func matmulCoopHiloBound(cols int) float64 {
+	gamma := func(n int) float64 { return float64(n) * ulp32 / (1 - float64(n)*ulp32) }
+	const u = 1.0 / 2048
+	operands := (1+ulp32)*(1+3*u*u*(1+u)*(1+u)) - 1
+	return operands + gamma(3*cols)*(1+3*u) + gamma(cols+2)
+}
+
+// hiloAbs is the absolute part of matmul_coop_hilo's bound for output (s,
+// r) of c: 2^-25·(1 + 2^-10) per |a| + |b| of its terms, the low halves'
+// subnormal rounding (matmulCoopHiloBound).
+func (c *matmulCase) hiloAbs(t testing.TB) []float64 {
+	wf := make([]float32, c.rows*c.cols)
+	require.NoError(t, gguf.Dequantize(c.typ, c.w, wf))
+	rowAbs := make([]float64, c.rows)
+	for r := range rowAbs {
+		for _, v := range wf[r*c.cols : (r+1)*c.cols] {
+			rowAbs[r] += math.Abs(float64(v))
+		}
+	}
+	out := make([]float64, c.n*c.rows)
+	for s := 0; s < c.n; s++ {
+		var xAbs float64
+		for _, v := range c.x[s*c.cols : (s+1)*c.cols] {
+			xAbs += math.Abs(float64(v))
+		}
+		for r := range rowAbs {
+			out[s*c.rows+r] = (1.0 / (1 << 25)) * (1 + 1.0/1024) * (xAbs + rowAbs[r])
+		}
+	}
+	return out
+}
+
+// hiloClose is closeness for matmul_coop_hilo: within rel of the scale plus
+// the absolute part, for every output; "" when so.
+func hiloClose(got []float32, want, scale, abs []float64, rel float64) error {
+	for i := range got {
+		d := math.Abs(float64(got[i]) - want[i])
+		if math.IsNaN(d) || d > rel*scale[i]+abs[i] {
+			return fmt.Errorf("output %d: %g, want %g (off %.3g; bound %.3g)", i, got[i], want[i], d, rel*scale[i]+abs[i])
+		}
+	}
+	return nil
+}
+
+// TestMatmulCoopHiloEmulated is TestMatmulCoopEmulated for the hilo
+// kernel, the engine's tensor-core matmul: f32's precision (the derived
+// bound, some 3000x tighter than the f16 kernel's), every weight type,
+// ragged shapes, at the GPU and few-row tiles and the index-exercising ones.
+func TestMatmulCoopHiloEmulated(t *testing.T) {
+	dev := openDevice(t)
+	rowsList := []int{1, 13, 67, 130}
+	nList := []int{1, 5, 33, 70}
+	for _, typ := range matmulTypes {
+		v, err := Lookup(MatmulCoopHiloName(matvecTypeOf[typ], true))
+		require.NoError(t, err)
+		var stats errStats
+		for si, spec := range matmulCoopSpecs {
+			k := newKernel(t, dev, v, spec.Constants()...)
+			for ci, cols := range testCols(typ) {
+				for ri, rows := range testRows(typ, rowsList) {
+					n := nList[(si+ci+ri)%len(nList)]
+					c := newMatmulCase(t, typ, rows, cols, n, int64(rows*1000+cols*10+n))
+					got := c.runParts(t, dev, k, matmulCoopGroupsOf(spec), nil, false)
+					stats.add(got, c.want, c.scale)
+					if err := hiloClose(got, c.want, c.scale, c.hiloAbs(t), matmulCoopHiloBound(cols)); err != nil {
+						t.Errorf("%s/%+v/%dx%d/n%d: %v", typ, spec, rows, cols, n, err)
+					}
+				}
+			}
+		}
+		t.Logf("%s: %v (bound %.4g at %d columns)", typ, stats, matmulCoopHiloBound(slices.Max(testCols(typ))), slices.Max(testCols(typ)))
+	}
+}
+
 // TestMatmulCoopParts is TestMatmulParts for matmul_coop (emulated): row
 // ranges of one binding (WRow0) or of buffers of their own, each writing
 // its columns of one y (LdY, YOff).
@@ -153,7 +243,7 @@ func TestMatmulCoopProfile(t *testing.T) {
 	p := NewProfile(gpu)
 	require.True(t, p.MatmulCoop)
 	name, spec := p.MatmulKernel(MatvecQ4_K)
-	assert.Equal(t, "matmul_coop_q4_k", name)
+	assert.Equal(t, "matmul_coop_hilo_q4_k", name, "f32's precision by default")
 	assert.Equal(t, MatmulCoopSpecGPU.Constants(), spec)
 	assert.Equal(t, [3]uint32{3, 2, 1}, MatmulGroupsOf(130, 65, spec))
 	v, err := Lookup(name)
@@ -168,8 +258,14 @@ func TestMatmulCoopProfile(t *testing.T) {
 	_, _, ok = fb.Fallback(v)
 	assert.False(t, ok, "nothing further to fall back to")
 
+	half := gpu
+	half.TensorCoresHalf = true
+	name, _ = NewProfile(half).MatmulKernel(MatvecQ4_K)
+	assert.Equal(t, "matmul_coop_q4_k", name, "MODRUN_TENSOR_CORES=f16")
+	assert.Contains(t, NewProfile(half).String(), "/matmul-coop-f16")
+
 	for _, d := range []Device{
-		{SubgroupSize: 32, Float16: true, CooperativeMatrixNV: true},                               // not asked for (MODRUN_TENSOR_CORES)
+		{SubgroupSize: 32, Float16: true, CooperativeMatrixNV: true},                               // turned off (MODRUN_TENSOR_CORES=0)
 		{SubgroupSize: 32, Float16: true, TensorCores: true},                                       // no extension
 		{SubgroupSize: 64, Float16: true, CooperativeMatrixNV: true, TensorCores: true},            // a 64-wide subgroup
 		{CPU: true, SubgroupSize: 32, Float16: true, CooperativeMatrixNV: true, TensorCores: true}, // a CPU device

@@ -56,6 +56,22 @@ func coopCandidate(name string, s MatmulCoopSpec, emulate bool) matmulCandidate 
 		spec: s.Constants(), groups: matmulCoopGroupsOf(s), coop: !emulate, cpuOnly: emulate, tol: coopBenchOperands(emulate)}
 }
 
+// coopHiloCandidate is coopCandidate for the hilo kernel (COOP_HILO: f32's
+// precision from three products a step), the engine's default.
+func coopHiloCandidate(name string, s MatmulCoopSpec, emulate bool) matmulCandidate {
+	c := coopCandidate(name, s, emulate)
+	c.variant = func(typ string) string { return MatmulCoopHiloName(typ, emulate) }
+	u := 1.0 / 1024 // toward zero at worst on the tensor cores
+	if emulate {
+		u = 1.0 / 2048
+	}
+	// A term within 3u²(1+u)² of itself (matmulCoopHiloBound), and u²
+	// more for the low halves that are subnormals (2^-24 of the other
+	// operand: well under that at the benchmark's magnitudes).
+	c.tol = (1+ulp32)*(1+4*u*u*(1+u)*(1+u)) - 1
+	return c
+}
+
 // coopBenchOperands is the tensor-core kernels' operand rounding in the
 // benchmark's check (coopOperands): to nearest in the emulation (toHalf),
 // toward zero at worst on the tensor cores (the driver's conversion).
@@ -82,7 +98,10 @@ var matmulCandidates = []matmulCandidate{
 	prefetchCandidate("tiled-pf-16x64", MatmulSpec{BM: 16, BN: 64, BK: 32, TM: 2, TN: 4}),
 	coopCandidate("coop-emu-64x64", MatmulCoopSpecGPU, true),
 	coopCandidate("coop-emu-16x128", MatmulCoopSpecFew, true),
+	coopHiloCandidate("coop-hilo-emu-64x64", MatmulCoopSpecGPU, true),
 	coopCandidate("coop-64x64", MatmulCoopSpecGPU, false),
+	coopHiloCandidate("coop-hilo-64x64", MatmulCoopSpecGPU, false),
+	coopHiloCandidate("coop-hilo-16x128", MatmulCoopSpecFew, false),
 	coopCandidate("coop-128x128", MatmulCoopSpecWide, false),
 	coopCandidate("coop-16x128", MatmulCoopSpecFew, false),
 	// Few rows: narrower tiles of rows make more workgroups (a 7B FFN's

@@ -39,13 +39,18 @@ type Device struct {
 	// 16x16x16 f16 -> f32 shape (vk.Features.CooperativeMatrixNV, which
 	// includes vulkanMemoryModel and shaderFloat16): matmul_coop runs.
 	CooperativeMatrixNV bool
-	// TensorCores: the user asked for the tensor-core matmul where the
-	// device has it (MODRUN_TENSOR_CORES=1, read by the engine). Off by
-	// default: its f16 operands move prefill and eval logits by about 1e-3
-	// relative against the CPU reference (the H200 run of 2026-11-27 failed
-	// the f32-bound tests that way), for 1.3-1.8x the f32 tiles' speed
-	// there (bench/results/2026-11-27-h200-nvidia-580.md).
+	// TensorCores: the tensor-core matmul may run where the device has it:
+	// the default (the engine reads MODRUN_TENSOR_CORES: 0 turns it off).
+	// Its default kernel keeps f32's precision (matmul_coop_hilo: each
+	// operand a high and a low half, three products); until 2026-11-28 it
+	// rounded its operands to halves, which moved prefill and eval logits
+	// by about 1e-3 relative against the CPU reference (the H200 run of
+	// 2026-11-27 failed the f32-bound tests that way), and it was opt-in.
 	TensorCores bool
+	// TensorCoresHalf: the user asked for the tensor-core matmul with its
+	// operands rounded to halves, one product a step (MODRUN_TENSOR_CORES
+	// =f16): llama.cpp's arithmetic, for speed comparisons.
+	TensorCoresHalf bool
 }
 
 // Profile is a device's kernel choices.
@@ -109,6 +114,10 @@ type Profile struct {
 	// (EMULATE_COOPMAT) where MatmulCoop is set: tests run the tensor-core
 	// kernel's tiling through the engine on lavapipe.
 	MatmulCoopEmulate bool
+	// MatmulCoopHalf takes matmul_coop with its operands rounded to halves
+	// (one product a step: Device.TensorCoresHalf) where MatmulCoop is
+	// set, in place of the hilo kernel's f32 precision.
+	MatmulCoopHalf bool
 	// RoutingAsGPU plans the router score and routing decision kernels as
 	// for a GPU (wide workgroups, subgroups where sure) on a CPU device:
 	// tests run the GPU configuration of the routing on lavapipe.
@@ -200,7 +209,8 @@ func NewProfile(d Device) Profile {
 	default:
 		p.MatvecReduce, p.MatvecSpec = ReduceShared, []uint32{128, 32, 1}
 	}
-	p.MatmulCoop = !d.CPU && d.CooperativeMatrixNV && sg == MatmulCoopSubgroup && d.TensorCores
+	p.MatmulCoop = !d.CPU && d.CooperativeMatrixNV && sg == MatmulCoopSubgroup && (d.TensorCores || d.TensorCoresHalf)
+	p.MatmulCoopHalf = p.MatmulCoop && d.TensorCoresHalf
 	return p
 }
 
@@ -234,6 +244,9 @@ func (p Profile) String() string {
 	s := fmt.Sprintf("%s/sg%d/matvec-%s%v/loopcap%d/kv-%s/attention-chunk%d", kind, p.SubgroupSize, red, p.MatvecSpec, p.LoopCap, p.KV, p.AttentionChunk)
 	if p.MatmulCoop {
 		s += "/matmul-coop"
+		if p.MatmulCoopHalf {
+			s += "-f16"
+		}
 	}
 	return s
 }
@@ -343,11 +356,15 @@ func (p Profile) Row(name string, cols uint32) []uint32 {
 
 // MatmulKernel is the matmul variant for weights of type typ (a
 // WeightTypes name) and its specialization: matmul_coop where the profile
-// has MatmulCoop, else matmul.comp with the tiles of Matmul. Both take
-// matmul's push constants, and their dispatch is MatmulGroupsOf(spec).
+// has MatmulCoop (its hilo kernel unless MatmulCoopHalf), else matmul.comp
+// with the tiles of Matmul. Both take matmul's push constants, and their
+// dispatch is MatmulGroupsOf(spec).
 func (p Profile) MatmulKernel(typ string) (name string, spec []uint32) {
 	if p.MatmulCoop {
-		return MatmulCoopName(typ, p.MatmulCoopEmulate), MatmulCoopSpecGPU.Constants()
+		if p.MatmulCoopHalf {
+			return MatmulCoopName(typ, p.MatmulCoopEmulate), MatmulCoopSpecGPU.Constants()
+		}
+		return MatmulCoopHiloName(typ, p.MatmulCoopEmulate), MatmulCoopSpecGPU.Constants()
 	}
 	return MatmulName(typ), p.Matmul().Constants()
 }

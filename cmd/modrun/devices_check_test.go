@@ -20,7 +20,7 @@ func TestDevicesCheck(t *testing.T) {
 	code, out, stderr := modrun(t, "devices", "--check")
 	require.Equal(t, 0, code, stderr)
 	require.Regexp(t, `(?m)^    check:\n      kernel +variant +result +us/call$`, out)
-	rows := regexp.MustCompile(`(?m)^      (matvec|router|routing|attention) .+$`).FindAllString(out, -1)
+	rows := regexp.MustCompile(`(?m)^      (matvec|router|routing|attention|matmul) .+$`).FindAllString(out, -1)
 	assert.GreaterOrEqual(t, len(rows), 50, "a row per matvec type and fusion, and the routing kernels")
 	for _, row := range rows {
 		assert.Regexp(t, ` pass +\d+\.\d$`, row)

@@ -1,10 +1,28 @@
 package vulkan
 
 import (
+	"fmt"
+	"os"
+
 	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/vk"
-	"os"
 )
+
+// tensorCoresEnv is MODRUN_TENSOR_CORES: unset or 1, the tensor-core
+// matmul where the device has it (its f32-precision kernel); 0, never;
+// f16, the tensor-core matmul with its operands rounded to halves.
+func tensorCoresEnv() (on, half bool, err error) {
+	switch v := os.Getenv("MODRUN_TENSOR_CORES"); v {
+	case "", "1":
+		return true, false, nil
+	case "0":
+		return false, false, nil
+	case "f16":
+		return true, true, nil
+	default:
+		return true, false, fmt.Errorf("vulkan: MODRUN_TENSOR_CORES=%q: want 1 (the default: tensor cores at f32 precision), 0 (off) or f16 (operands rounded to halves)", v)
+	}
+}
 
 // deviceFacts is what shaders.NewProfile needs of a device: the subgroup
 // size its subgroup kernels may count on (shaders.SubgroupSizeFor: one the
@@ -13,6 +31,7 @@ import (
 // features and its limits. A vktest.Restriction shows here as a smaller device.
 func deviceFacts(info vk.DeviceInfo) shaders.Device {
 	l, f := info.Limits, info.Features
+	tc, tcHalf, _ := tensorCoresEnv() // New refuses a value it does not know
 	sg, require := shaders.SubgroupSizeFor(shaders.SubgroupFacts{Vendor: info.VendorID, Reported: l.SubgroupSize,
 		Min: l.MinSubgroupSize, Max: l.MaxSubgroupSize,
 		Control: f.SubgroupSizeControl && f.ComputeFullSubgroups && l.RequiredSubgroupSizeCompute})
@@ -33,6 +52,7 @@ func deviceFacts(info vk.DeviceInfo) shaders.Device {
 		SubgroupShuffle:         f.SubgroupShuffle,
 		SubgroupBallot:          f.SubgroupBallot,
 		CooperativeMatrixNV:     f.CooperativeMatrixNV,
-		TensorCores:             os.Getenv("MODRUN_TENSOR_CORES") == "1",
+		TensorCores:             tc,
+		TensorCoresHalf:         tcHalf,
 	}
 }

@@ -133,14 +133,18 @@ func TestPrefillProfiles(t *testing.T) {
 	chunks := []int{1, 9, 4, 17} // then the rest, whole
 	profiles := testProfiles(t, dev)
 	// The tensor-core matmul's tiling with its product emulated (lavapipe
-	// has no cooperative matrices). Every matmul rounds its operands to
-	// f16 (2^-11 of each), which moves what follows more than an F16
-	// cache alone does: the bound is the reference's with its matmuls'
-	// operands rounded too (reference_test.go), for logits, router scores
-	// and caches, the routing decisions still equal.
+	// has no cooperative matrices). Its default, hilo kernel keeps f32's
+	// precision: the f32 bounds. With MODRUN_TENSOR_CORES=f16 every matmul
+	// rounds its operands to f16 (2^-11 of each), which moves what follows
+	// more than an F16 cache alone does: the bound is the reference's with
+	// its matmuls' operands rounded too (reference_test.go), for logits,
+	// router scores and caches, the routing decisions still equal.
 	coop := *profiles["own"]
 	coop.MatmulCoop, coop.MatmulCoopEmulate = true, true
 	profiles["own-matmul-coop-emulated"] = &coop
+	coopHalf := coop
+	coopHalf.MatmulCoopHalf = true
+	profiles["own-matmul-coop-f16-emulated"] = &coopHalf
 	for name, prof := range profiles {
 		for _, tc := range []struct {
 			model   string

@@ -111,11 +111,12 @@ func newReference(t testing.TB, m *mod.Model, routing mod.Routing, kv string) *r
 }
 
 // runReference is the reference of run: its cache type, and the
-// tensor-core matmul's roundings where its profile takes it (a GPU's with
-// MODRUN_TENSOR_CORES=1, after the self-check at open).
+// tensor-core matmul's roundings where its profile takes the f16-operand
+// kernel (MODRUN_TENSOR_CORES=f16, after the self-check at open; the
+// default hilo kernel keeps f32's precision, and its products are f32's).
 func runReference(t testing.TB, m *mod.Model, routing mod.Routing, run *Runner) *reference {
 	t.Helper()
-	return newReferenceOf(t, m, routing, run.KVType(), run.ks.prof.MatmulCoop)
+	return newReferenceOf(t, m, routing, run.KVType(), run.ks.prof.MatmulCoop && run.ks.prof.MatmulCoopHalf)
 }
 
 // newReferenceOf is newReference for a runner whose prefill matmuls round

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
@@ -219,6 +220,29 @@ func f32Bits(x []float32) []uint32 {
 	return b
 }
 
+// checkCoopHiloTol is the hilo tensor-core matmul's (matmul_coop.comp's
+// COOP_HILO) bound relative to the sum of |terms|, beyond checkTol's f32
+// sums: each operand is a high and a low half within u² of itself (u =
+// 2^-10 with the driver's conversion truncating) and the product of the
+// low halves is left out, so a term is off by at most about 3u² = 2.9e-6
+// of itself; 4e-6 leaves room. (Where a low half is a subnormal, up to
+// 2^-24 of the other operand more: under 2.4e-7 of a term of the case's x,
+// at least 0.5, and weights but for a few near 0; checkTol's share, 1e-4,
+// dwarfs both, and a kernel that rounds its operands is off by 2.2e-4.)
+const checkCoopHiloTol = 4e-6 + checkTol
+
+// hiloCheckInput is n values h + 0.45·2^-11 with h a random half in
+// [0.5, 1) (a step of 2^-11 there): rounded to a half (to nearest or
+// toward zero) each loses 0.45·2^-11, 2.2-4.4e-4 of itself; split into
+// high and low halves, nothing.
+func hiloCheckInput(rng *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(1024+rng.IntN(1024))/2048 + 0.45/2048
+	}
+	return x
+}
+
 // checkCoopTol is the tensor-core matmul's bound relative to the sum of
 // |terms|: its operands are rounded to f16 (2^-11 of each with
 // round-to-nearest, 2^-10 truncated), so a product is off by up to about
@@ -240,7 +264,18 @@ func matmulCoopCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 	}
 	n, rows := int(spec[1])+3, 2*int(spec[2])+3
 	rng := rand.New(rand.NewPCG(uint64(len(v.Name)), 43))
-	ggml, err := gguf.Quantize(ggmlType, randVec(rng, rows*checkCols, -1, 1))
+	// The hilo kernel's case must fail a kernel that rounds its operands
+	// to halves (a compiler that folded the split away, or the f16
+	// kernel): its weights are positive and its x values halves plus 0.45
+	// of the half's step below them (hiloCheckInput), so that rounding
+	// takes 2.2-4.4e-4 off every term, in the same direction: more than
+	// checkCoopHiloTol of the sum of |terms|.
+	hilo := strings.HasPrefix(v.Name, "matmul_coop_hilo_")
+	wlo := float32(-1)
+	if hilo {
+		wlo = 0.05
+	}
+	ggml, err := gguf.Quantize(ggmlType, randVec(rng, rows*checkCols, wlo, 1))
 	if err != nil {
 		return checkCase{}, err
 	}
@@ -253,13 +288,18 @@ func matmulCoopCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 		return checkCase{}, err
 	}
 	x := randVec(rng, n*checkCols, -1, 1)
+	tol := checkCoopTol
+	if hilo {
+		tol = checkCoopHiloTol
+		x = hiloCheckInput(rng, n*checkCols)
+	}
 	want, bound, y0 := make([]float32, n*rows), make([]float64, n*rows), make([]float32, n*rows)
 	row := make([]float32, checkCols)
 	for r := range rows {
 		m.Row(r, row)
 		for s := range n {
 			d, a := dotAbs(row, x[s*checkCols:(s+1)*checkCols])
-			want[s*rows+r], bound[s*rows+r] = float32(d), checkCoopTol*a+1e-6
+			want[s*rows+r], bound[s*rows+r] = float32(d), tol*a+1e-6
 		}
 	}
 	for i := range y0 {

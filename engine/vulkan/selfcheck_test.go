@@ -26,14 +26,22 @@ func gpuProfileOf(dev *vk.Device) shaders.Profile {
 // the profile's own plan (as checkProfile asks it): a matvec of every
 // weight type and fusion, two score plans, two routing decisions, and
 // decode attention on each cache type, plus its split pass where prof
-// splits a 2048-entry cache (AttentionSplits). Lavapipe's own profile: 52 +
-// 4 + 2 = 58; a GPU's: 52 + 4 + 4 = 60.
+// splits a 2048-entry cache (AttentionSplits), and the tensor-core matmul
+// of every weight type where prof takes it (MatmulCoop). Lavapipe's own
+// profile: 52 + 4 + 2 = 58; a GPU's: 52 + 4 + 4 = 60; an NVIDIA GPU's,
+// with tensor cores: 60 + 13 = 73 (its "own" profile; lavapipe's emulated
+// tensor-core product takes 150 ms a call there, too slow to time 13 of
+// in CI: TestMatmulCoopHiloCheckCase runs their cases untimed).
 func checkRows(prof shaders.Profile) (rows, attention, split int) {
 	attention = len(shaders.KVTypes)
 	if prof.AttentionSplits(2048) > 1 {
 		split = len(shaders.KVTypes)
 	}
-	return len(shaders.MatvecTypes)*len(shaders.MatvecFusions) + 2 + 2 + attention + split, attention + split, split
+	rows = len(shaders.MatvecTypes)*len(shaders.MatvecFusions) + 2 + 2 + attention + split
+	if prof.MatmulCoop {
+		rows += len(shaders.MatvecTypes)
+	}
+	return rows, attention, split
 }
 
 // Every kernel each of deviceProfiles picks (the device's own through
@@ -228,4 +236,56 @@ func TestMatmulCoopCheckCase(t *testing.T) {
 			assert.Greater(t, worst, 1.0, "%s %v: a skipped tile passed", typ, spec)
 		}
 	}
+}
+
+// The hilo tensor-core matmul's self-check case (matmul_coop_hilo, the
+// default on tensor cores), with the emulated products on lavapipe: the
+// hilo kernel passes it at f32's bound, and the f16-operand kernel, what a
+// compiler that folded the split away would run, fails it, so a device
+// that loses the precision falls back instead of passing.
+func TestMatmulCoopHiloCheckCase(t *testing.T) {
+	dev := openDevice(t, true)
+	prof := DeviceProfile(dev.Info())
+	ks := newKernels(dev, &prof)
+	defer ks.Close()
+	for _, typ := range []string{shaders.MatvecF16, shaders.MatvecQ8_0, shaders.MatvecQ4_K, shaders.MatvecBF16} {
+		real, err := shaders.Lookup(shaders.MatmulCoopHiloName(typ, false))
+		require.NoError(t, err)
+		for _, spec := range [][]uint32{shaders.MatmulCoopSpecGPU.Constants(), shaders.MatmulCoopSpecFew.Constants()} {
+			c, err := matmulCoopCase(real, spec)
+			require.NoError(t, err)
+			hilo, err := ks.get(shaders.MatmulCoopHiloName(typ, true), spec)
+			require.NoError(t, err)
+			worst, _, err := runCheck(dev, hilo, c, false)
+			require.NoError(t, err)
+			assert.LessOrEqual(t, worst, 1.0, "%s %v: the hilo kernel", typ, spec)
+			t.Logf("%s %v: hilo %.3g of the bound", typ, spec, worst)
+			half, err := ks.get(shaders.MatmulCoopName(typ, true), spec)
+			require.NoError(t, err)
+			worst, _, err = runCheck(dev, half, c, false)
+			require.NoError(t, err)
+			assert.Greater(t, worst, 1.0, "%s %v: the f16-operand kernel passed the hilo case", typ, spec)
+			t.Logf("%s %v: f16 operands %.3g of the bound", typ, spec, worst)
+		}
+	}
+}
+
+// MODRUN_TENSOR_CORES: unset and 1 the hilo tensor-core matmul where the
+// device has it, 0 none, f16 the f16-operand kernel; anything else is
+// refused by name when a runner opens.
+func TestTensorCoresEnv(t *testing.T) {
+	for _, tc := range []struct {
+		v        string
+		on, half bool
+	}{{"", true, false}, {"1", true, false}, {"0", false, false}, {"f16", true, true}} {
+		t.Setenv("MODRUN_TENSOR_CORES", tc.v)
+		on, half, err := tensorCoresEnv()
+		require.NoError(t, err, tc.v)
+		assert.Equal(t, []bool{tc.on, tc.half}, []bool{on, half}, "%q", tc.v)
+	}
+	dev := openDevice(t, false)
+	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+	t.Setenv("MODRUN_TENSOR_CORES", "yes")
+	_, err := New(dev, m, mod.RoutingRouter, Options{})
+	assert.ErrorContains(t, err, `MODRUN_TENSOR_CORES="yes"`)
 }

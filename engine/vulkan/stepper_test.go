@@ -90,15 +90,19 @@ func TestVulkanStepMatchesSolo(t *testing.T) {
 	}
 	// The tensor-core matmul's profile, its product emulated: steps of up
 	// to 32 rows take matmul.comp's narrow tiles (Stepper.narrow), wider
-	// ones and the solo run's prompts the tensor-core tiles, whose f16
-	// operands put each side's logits within 2·max|refHalf - ref32| of the
-	// f32 reference's (reference_test.go, with mod.State.MatmulHalf), so
-	// within stepTolVK + 4·that of each other, as an F16 pool's; the tokens
-	// and routing equal.
+	// ones and the solo run's prompts the tensor-core tiles. The default,
+	// hilo kernel keeps f32's precision: stepTolVK. The f16-operand kernel
+	// (MODRUN_TENSOR_CORES=f16) puts each side's logits within
+	// 2·max|refHalf - ref32| of the f32 reference's (reference_test.go,
+	// with mod.State.MatmulHalf), so within stepTolVK + 4·that of each
+	// other, as an F16 pool's; the tokens and routing equal.
 	sm := stepModelsVK(t)[2]
 	coop := DeviceProfile(dev.Info())
 	coop.MatmulCoop, coop.MatmulCoopEmulate = true, true
 	t.Run("matmul-coop-emulated/"+sm.name, func(t *testing.T) { vulkanStepMatchesSolo(t, dev, &coop, sm.m, sm.routing, "f32", 16) })
+	coopHalf := coop
+	coopHalf.MatmulCoopHalf = true
+	t.Run("matmul-coop-f16-emulated/"+sm.name, func(t *testing.T) { vulkanStepMatchesSolo(t, dev, &coopHalf, sm.m, sm.routing, "f32", 16) })
 }
 
 func vulkanStepMatchesSolo(t *testing.T, dev *vk.Device, prof *shaders.Profile, m *mod.Model, routing mod.Routing, kv string, nSeqs int) {
@@ -117,7 +121,7 @@ func vulkanStepMatchesSolo(t *testing.T, dev *vk.Device, prof *shaders.Profile, 
 	require.NoError(t, err)
 	defer solo.Close()
 	tol := stepTolVK
-	coop := prof != nil && prof.MatmulCoop
+	coop := prof != nil && prof.MatmulCoop && prof.MatmulCoopHalf // hilo's operands are f32's
 	worst := schedtest.Check(t, reqs, seqs, func(req sched.Request) schedtest.Solo {
 		out := runStepSolo(t, solo, req)
 		if kv == "f16" || coop {
