@@ -41,7 +41,7 @@ func checkRows(prof shaders.Profile) (rows, attention, split int) {
 	if prof.MatmulCoop {
 		rows += len(shaders.MatvecTypes)
 	}
-	return rows, attention, split
+	return rows, attention + split, split
 }
 
 // Every kernel each of deviceProfiles picks (the device's own through
