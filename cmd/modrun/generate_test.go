@@ -239,17 +239,36 @@ func TestGenerateProfile(t *testing.T) {
 	if strings.Contains(stderr, "cannot write GPU timestamps") {
 		t.Skipf("the device has no timestamps: %s", stderr)
 	}
-	assert.Regexp(t, `kernel +calls +total ms +us/call +% +MB/call +GB/s`, stderr)
+	assert.Regexp(t, `(?m)^peaks \(compute probe\): fp32 [\d.e+-]+ TFLOP/s, tensor (none \(.+\)|[\d.e+-]+ TFLOP/s)\n`, stderr)
+	assert.Regexp(t, `kernel +calls +total ms +us/call +% +MB/call +GB/s +FLOP/call +TFLOP/s +path +of peak\n`, stderr)
 	// BOS and the prompt in one batched prefill (one embed), then 9 fed
 	// back: 10 embeds. A GPU's profile picks the subgroup matvec, fused
 	// with the norms and residual adds, decode_attend and the F16 cache. A
-	// matvec's row ends with its weights' MB per call and GB/s, another
-	// kernel's with dashes.
-	assert.Regexp(t, `\nmatvec_f32(_sg)?(_add|_norm|_norm_swiglu)? +\d+ +[\d.]+ +[\d.]+ +[\d.]+% +[\d.]+ +[\d.]+\n`, stderr)
-	assert.Regexp(t, `\nembed_f32 +10 +[\d.]+ +[\d.]+ +[\d.]+% +- +-\n`, stderr)
-	assert.Regexp(t, `\nembed_f32 +10 `, stderr)
-	assert.Regexp(t, `\nmatmul_f32 +\d+ `, stderr)
-	assert.Regexp(t, `\ndecode_atten(tion|d)(_f16)? +\d+ `, stderr)
+	// matvec's row has its weights' MB per call and GB/s, and like the
+	// matmuls and attention its FLOPs per call, TFLOP/s, path and share of
+	// that path's peak; another kernel's row has dashes.
+	num := `[\d.]+[kMGT]?`
+	assert.Regexp(t, `\nmatvec_f32(_sg)?(_add|_norm|_norm_swiglu)? +\d+ +[\d.]+ +[\d.]+ +[\d.]+% +[\d.]+ +[\d.]+ +`+num+` +[\d.e+-]+ +fp32 +[\d.]+%\n`, stderr)
+	assert.Regexp(t, `\nembed_f32 +10 +[\d.]+ +[\d.]+ +[\d.]+% +- +- +- +- +- +-\n`, stderr)
+	assert.Regexp(t, `\nmatmul_f32 +\d+ .* fp32 +[\d.]+%\n`, stderr)
+	assert.Regexp(t, `\ndecode_atten(tion|d)(_f16)? +\d+ .* fp32 +[\d.]+%\n`, stderr)
+	assert.Regexp(t, `\nattention_split_counts(_f16)? +\d+ .* fp32 +[\d.]+%\n`, stderr)
+	// The columns agree: FLOP/call over us/call is TFLOP/s, and TFLOP/s
+	// over the fp32 peak is the share (each printed to 3 digits).
+	peak, err := strconv.ParseFloat(regexp.MustCompile(`fp32 ([\d.e+-]+) TFLOP/s`).FindStringSubmatch(stderr)[1], 64)
+	require.NoError(t, err)
+	row := regexp.MustCompile(`(?m)^(\S+) +\d+ +[\d.]+ +([\d.]+) +[\d.]+% +\S+ +\S+ +([\d.]+)([kMGT]?) +([\d.e+-]+) +fp32 +([\d.]+)%$`)
+	rows := row.FindAllStringSubmatch(stderr, -1)
+	assert.GreaterOrEqual(t, len(rows), 4, "matmul, matvec and attention rows:\n%s", stderr)
+	for _, m := range rows {
+		usCall, _ := strconv.ParseFloat(m[2], 64)
+		flop, _ := strconv.ParseFloat(m[3], 64)
+		flop *= map[string]float64{"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[m[4]]
+		tflops, _ := strconv.ParseFloat(m[5], 64)
+		ofPeak, _ := strconv.ParseFloat(m[6], 64)
+		assert.InEpsilon(t, flop/usCall/1e6, tflops, 0.02, "%s: FLOP/call / us/call", m[1])
+		assert.InDelta(t, 100*tflops/peak, ofPeak, 0.05+0.02*ofPeak, "%s: TFLOP/s / peak", m[1])
+	}
 	assert.Regexp(t, `\nGPU total +[\d.]+\n`, stderr)
 }
 
