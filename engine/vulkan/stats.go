@@ -100,10 +100,19 @@ func (r *Runner) timestamp(rec *vk.Recorder, label string) { r.timestampCmd(rec,
 // its FLOPs are not counted).
 func (r *Runner) timestampOp(rec *vk.Recorder, o op, direct bool) {
 	c := profCmd{bytes: opBytes(o)}
-	if direct {
+	if direct && !rowGroup(o) {
 		c.cost, c.counted = shaders.KernelCost(o.k.v.Name, o.push)
 	}
 	r.timestampCmd(rec, o.k.v.Name, c)
+}
+
+// rowGroup says whether o is a batched attention over one group of a
+// pass's rows (batchAttentionOps binds q and qPos in part where the
+// partial results would pass a binding's range): its push constants say
+// how many rows, not where they start, so the keys they attend to are not
+// counted.
+func rowGroup(o op) bool {
+	return o.k.v.Source == "attention_split.comp" && len(o.binds) > 4 && o.binds[4].Size != 0
 }
 
 func (r *Runner) timestampCmd(rec *vk.Recorder, label string, c profCmd) {

@@ -196,4 +196,30 @@ func TestProfileFLOPs(t *testing.T) {
 			assert.Equal(t, e.Calls, e.FLOPCalls, e.Kernel)
 		}
 	}
+
+	// Attention in groups of 64 rows (a binding range too small for the
+	// partial results of all): a group's push constants do not say where
+	// its rows start, so its keys are not counted.
+	defer func() { attentionRange = 0 }()
+	splits := uint64(shaders.AttentionSplits(uint32(c.ContextLen), cpuProf.AttentionSplitLen(uint32(c.HeadDim))))
+	attentionRange = 64*4*uint64(c.NHead)*splits*uint64(c.HeadDim) + 4
+	grouped, err := New(dev, m, mod.RoutingRouter, Options{Profile: true, DeviceProfile: &cpuProf})
+	require.NoError(t, err)
+	t.Cleanup(grouped.Close)
+	require.Equal(t, uint32(64), grouped.attentionGroupRows(100, uint32(grouped.ctx)))
+	tokens := make([]int32, 100)
+	for i := range tokens {
+		tokens[i] = int32(300 + i)
+	}
+	_, err = grouped.Feed(tokens)
+	require.NoError(t, err)
+	found := false
+	for _, e := range grouped.Profile() {
+		if e.Kernel == "attention_split_counts" {
+			found = true
+			assert.Greater(t, e.Calls, 1, "groups of rows")
+			assert.Zero(t, e.FLOPCalls, "grouped rows")
+		}
+	}
+	assert.True(t, found, "attention_split_counts ran")
 }
