@@ -44,7 +44,7 @@ func printProfile(w io.Writer, info api.Info, entries []api.ProfileEntry, peaks 
 		total += e.NS
 		width = max(width, len(e.Kernel))
 	}
-	fmt.Fprintf(w, "%-*s %8s %10s %10s %6s %9s %8s %10s %9s %6s %7s\n", width, "kernel", "calls", "total ms", "us/call", "%",
+	fmt.Fprintf(w, "%-*s %8s %10s %10s %6s %9s %8s %10s %10s %6s %7s\n", width, "kernel", "calls", "total ms", "us/call", "%",
 		"MB/call", "GB/s", "FLOP/call", "TFLOP/s", "path", "of peak")
 	partial := 0
 	for _, e := range entries {
@@ -66,7 +66,7 @@ func printProfile(w io.Writer, info api.Info, entries []api.ProfileEntry, peaks 
 				}
 			}
 		}
-		fmt.Fprintf(w, "%-*s %8d %10.3f %10.2f %5.1f%% %9s %8s %10s %9s %6s %7s\n", width, e.Kernel, e.Calls, float64(e.NS)/1e6,
+		fmt.Fprintf(w, "%-*s %8d %10.3f %10.2f %5.1f%% %9s %8s %10s %10s %6s %7s\n", width, e.Kernel, e.Calls, float64(e.NS)/1e6,
 			float64(e.NS)/1e3/float64(e.Calls), 100*float64(e.NS)/float64(total), mb, gbs, flop, tflops, path, ofPeak)
 	}
 	fmt.Fprintf(w, "%-*s %8s %10.3f\n", width, "GPU total", "", float64(total)/1e6)
