@@ -60,8 +60,11 @@ type costRule struct {
 // costRules: a new kernel family is one row. A split-K matmul whose partial
 // products go to a reduce kernel would be {"matmul_split_", PathShader,
 // pushCost(matmulCost)} when it takes MatmulPush (its FLOPs are the whole
-// product's, wherever the sums end up); its reduce kernel moves partial
-// sums, has no row, and prints "-". Order matters: longer prefixes first.
+// product's, wherever the sums end up; a push block of its own needs its
+// own cost function), and its reduce kernel, which adds partial sums,
+// {"matmul_reduce", PathShader, nil}, so that "matmul_" does not count it
+// as a product (TestKernelCostCoversVariants fails until it has a row).
+// The first matching row decides: longer prefixes first.
 var costRules = []costRule{
 	{"matmul_coop_emu_", PathShader, pushCost(matmulCost)}, // the tile product emulated in shader arithmetic
 	{"matmul_coop_", PathTensor, pushCost(matmulCost)},
