@@ -48,7 +48,7 @@ type ProbeFlopsPush struct {
 // there) and probe_coop's (ACCS and UNROLL).
 const (
 	ProbeFMAChains        = 8
-	ProbeFMAUnroll        = 4
+	ProbeFMAUnroll        = 8
 	ProbeFMALocalSize     = 256
 	ProbeCoopAccumulators = 8
 	ProbeCoopUnroll       = 2

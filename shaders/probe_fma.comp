@@ -20,7 +20,7 @@ layout(local_size_x = 256) in;
 layout(std430, binding = 0) writeonly buffer Out { float outv[]; }; // [groups*256]
 
 const uint CHAINS = 8u; // ProbeFMAChains
-const uint UNROLL = 4u; // ProbeFMAUnroll
+const uint UNROLL = 8u; // ProbeFMAUnroll
 
 void main() {
 	float x[CHAINS];

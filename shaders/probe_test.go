@@ -97,10 +97,10 @@ func TestProbeFMACounts(t *testing.T) {
 	v, err := Lookup("probe_coop")
 	require.NoError(t, err)
 	assert.Equal(t, uint32(32*ProbeCoopSubgroups), v.LocalSize[0])
-	// By hand: 3 groups of 256 invocations, 8 chains of 4 steps a trip, 5 trips, 2 FLOPs a step.
-	assert.Equal(t, uint64(3*256*8*4*5*2), ProbeFMAFLOPs(3, 5))
+	// By hand: 3 groups of 256 invocations, 8 chains of 8 steps a trip, 5 trips, 2 FLOPs a step.
+	assert.Equal(t, uint64(3*256*8*8*5*2), ProbeFMAFLOPs(3, 5))
 	assert.Equal(t, uint64(3*4*8*2*5*8192), ProbeCoopFLOPs(3, 5))
-	assert.Equal(t, float32(0+1+2+3+4+5+6+7+8*4*5), ProbeFMAResult(5))
+	assert.Equal(t, float32(0+1+2+3+4+5+6+7+8*8*5), ProbeFMAResult(5))
 
 	dev := openDevice(t)
 	fmaV, err := Lookup("probe_fma")
