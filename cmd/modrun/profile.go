@@ -17,8 +17,9 @@ import (
 // MB/call and GB/s: a matvec's weights (decode's bound is the rate they
 // stream at: docs/matvec-cost.md). FLOP/call and TFLOP/s: the products'
 // arithmetic (shaders.KernelCost: matmuls, matvecs, attention), over the
-// calls whose rows the host sized; "*" marks a kernel some of whose calls
-// were not counted (a routed block's indirect dispatches). path and of
+// calls whose rows the host placed; "*" marks a kernel some of whose calls
+// were not counted (a routed block's indirect dispatches, attention in
+// groups of rows: vulkan.ProfileEntry.FLOPCalls). path and of
 // peak: the arithmetic the products ran on (fp32: shader FMAs; tensor:
 // cooperative matrices) and the rate's share of that path's probed peak.
 // "-" where a kernel has none of these.
@@ -71,7 +72,7 @@ func printProfile(w io.Writer, info api.Info, entries []api.ProfileEntry, peaks 
 	}
 	fmt.Fprintf(w, "%-*s %8s %10.3f\n", width, "GPU total", "", float64(total)/1e6)
 	if partial > 0 {
-		fmt.Fprintf(w, "* FLOP/call and TFLOP/s over the calls whose rows the host sized: a routed block's dispatches are sized on the GPU and not counted\n")
+		fmt.Fprintf(w, "* FLOP/call and TFLOP/s over the calls whose rows the host placed: not a routed block's dispatches (sized on the GPU), nor attention in groups of rows\n")
 	}
 }
 
