@@ -22,8 +22,9 @@ type ProfileEntry struct {
 	// FLOPs is the arithmetic of the calls whose work the host knows
 	// (shaders.KernelCost), FLOPCalls how many they are and FLOPNS their GPU
 	// time: FLOPs/FLOPNS is the kernel's rate. A routed block's indirect
-	// dispatches (their row count is on the GPU) are not among them, nor a
-	// kernel whose FLOPs are not counted (FLOPCalls 0).
+	// dispatches (their row count is on the GPU) and attention over a group
+	// of the rows (rowGroup) are not among them, nor any call of a kernel
+	// whose FLOPs are not counted (FLOPCalls 0).
 	FLOPs     uint64
 	FLOPCalls int
 	FLOPNS    uint64
