@@ -263,6 +263,13 @@ type ProfileEntry struct {
 	Calls  int
 	NS     uint64 // GPU nanoseconds
 	Bytes  uint64 // matvecs: the weight bytes their calls read, summed; 0 for other kernels
+	// FLOPs is the arithmetic of the FLOPCalls calls whose work the host
+	// knows (matmuls, matvecs, attention; not a routed block's indirect
+	// dispatches), FLOPNS their GPU time: FLOPs/FLOPNS is the kernel's rate.
+	FLOPs     uint64
+	FLOPCalls int
+	FLOPNS    uint64
+	Path      string // where the products ran: "fp32" (shader arithmetic) or "tensor" (tensor cores); "" when not counted
 }
 
 // Profile is the GPU time per kernel, most first, with Options.Profile on

@@ -9,6 +9,7 @@ import (
 
 	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/engine/vulkan"
+	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/vk"
 )
 
@@ -85,4 +86,47 @@ func probeCPU() Bandwidth {
 	_ = sink
 	return Bandwidth{Device: engine.BackendCPU, Driver: runtime.Version(), GBps: rates[len(rates)/2],
 		Method: fmt.Sprintf("Go probe: 256 MiB summed by %d goroutines, median of 5", workers)}
+}
+
+// Peaks is how fast a backend's device computes, measured by the compute
+// probes on that device (vulkan.ProbeCompute): the yardsticks of a
+// prefill row's TFLOP/s, one per path the products may take.
+type Peaks struct {
+	Device       string  `json:"device"`
+	FP32TFLOPs   float64 `json:"fp32_tflops"`             // shader FP32 FMAs; 0: not measured (the CPU backends)
+	TensorTFLOPs float64 `json:"tensor_tflops,omitempty"` // tensor cores (cooperative matrices); 0: absent
+	NoTensor     string  `json:"no_tensor,omitempty"`     // why there is no tensor figure
+	Method       string  `json:"method"`
+}
+
+// Of is the peak of path p (shaders.Path) in TFLOP/s, 0 when not measured.
+func (p Peaks) Of(path shaders.Path) float64 {
+	return vulkan.Peaks{FP32TFLOPs: p.FP32TFLOPs, TensorTFLOPs: p.TensorTFLOPs}.Of(path)
+}
+
+// ProbeCompute measures the compute peaks of the device that backend o
+// runs on: on Vulkan the FP32 and tensor-core probes; the CPU backends have
+// no compute probe (their rows' share of a peak is left out).
+func ProbeCompute(o engine.BackendOptions) (Peaks, error) {
+	switch o.Name {
+	case engine.BackendCPU, engine.BackendReference:
+		return Peaks{Device: o.Name, Method: "no compute probe on the CPU backends"}, nil
+	case engine.BackendVulkan:
+		var out Peaks
+		err := engine.OnVulkanDevice(o.Device, func(name string, dev *vk.Device) error {
+			pk, err := vulkan.ProbeCompute(dev)
+			method := "probe_fma (FP32 FMA chains in registers)"
+			if pk.TensorTFLOPs > 0 {
+				method += ", probe_coop (16x16x16 f16 tensor-core products in registers)"
+			}
+			out = Peaks{Device: name, FP32TFLOPs: pk.FP32TFLOPs, TensorTFLOPs: pk.TensorTFLOPs, NoTensor: pk.NoTensor,
+				Method: fmt.Sprintf("probe kernels: %s; %s, median of runs", method, pk.Timer)}
+			return err
+		})
+		if err != nil {
+			return Peaks{}, err
+		}
+		return out, nil
+	}
+	return Peaks{}, fmt.Errorf("bench: compute probe: backend %q is not cpu, reference or vulkan", o.Name)
 }

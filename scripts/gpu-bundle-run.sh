@@ -13,7 +13,9 @@
 # TFLOP/s of each matmul, where the test binary has them), the bench rows
 # the open issues are judged by (1.1B Q8_0 and Q4_K_M, 7B Q8_0 prefill and
 # decode, a 5-token prompt at 7B, --parallel 1,8,16 at 1.1B) and a
-# per-kernel --profile of a 1.1B decode. The full mode runs everything below.
+# per-kernel --profile of a 1.1B decode and of a 512-token prefill (with the
+# compute probe's peaks, and each kernel's TFLOP/s and share of its path's
+# peak). The full mode runs everything below.
 #
 #   BENCH_SHAPES  shapes to bench (default: stories260k stories15m tinyllama-1.1b llama2-7b llama3.2-1b)
 #   BENCH_TYPES   weight types (default: f16 q8_0 q4_k_m; a type this build's
@@ -166,6 +168,20 @@ if [ "$quick" = 1 ]; then
     echo
     echo '```'
     "$here/bin/modrun" run -m "$m11" -p "Once upon a time" -n 64 --backend vulkan --profile 2>&1 >/dev/null | tail -40
+    echo '```'
+    echo
+  } >> "$report"
+  # A prefill's profile: a prompt of 512 tokens with BOS (the synthetic
+  # models' vocabulary has a token per byte: 510 bytes; --stats prints the
+  # count) in one batch, one token generated. The profile's first line is
+  # the compute probe's peaks; each kernel's TFLOP/s and share of its
+  # path's peak follow.
+  for _ in $(seq 40); do printf 'Once upon a time there was a little girl named Lily. '; done | head -c 510 > "$logs/prompt-512.txt"
+  {
+    echo "## Where a $small Q8_0 prefill's GPU time goes (modrun run --profile --stats, a 512-token prompt, 1 token)"
+    echo
+    echo '```'
+    "$here/bin/modrun" run -m "$m11" -f "$logs/prompt-512.txt" -n 1 --backend vulkan --stats --profile 2>&1 >/dev/null | tail -40
     echo '```'
   } >> "$report"
   rm -f "$m11"

@@ -73,6 +73,13 @@ func TestOnlySubgroupVariantsNeedAFeature(t *testing.T) {
 			assert.False(t, fb.MatmulCoop, v.Name)
 			continue
 		}
+		if v.Name == "probe_coop" {
+			// The tensor-core probe: the matmul's features, and no fallback:
+			// vulkan.ProbeCompute runs it only where the device has them,
+			// and says why there is no tensor peak elsewhere.
+			assert.Equal(t, []string{"cooperative_matrix_nv", "shader_float16", "vulkan_memory_model"}, nd.Features, v.Name)
+			continue
+		}
 		subgroupKernels = append(subgroupKernels, v.Name)
 		dev := smallGPU
 		if v.Reduce == ReduceLanes {

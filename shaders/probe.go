@@ -36,3 +36,63 @@ func init() {
 		},
 	)
 }
+
+// ProbeFlopsPush is the push-constant block of probe_fma and probe_coop.
+type ProbeFlopsPush struct {
+	Iterations uint32  // trips of the main loop
+	A          float32 // each step is x = x*A + B; 1 and 1 make the result an exact count of the steps
+	B          float32
+}
+
+// probe_fma's shape (probe_fma.comp's CHAINS and UNROLL; a test reads them
+// there) and probe_coop's (ACCS and UNROLL).
+const (
+	ProbeFMAChains        = 8
+	ProbeFMAUnroll        = 8
+	ProbeFMALocalSize     = 256
+	ProbeCoopAccumulators = 8
+	ProbeCoopUnroll       = 2
+	ProbeCoopSubgroups    = 4 // subgroups of 32 a workgroup
+)
+
+// ProbeFMAFLOPs is the FLOPs of a probe_fma dispatch of groups workgroups
+// and iterations trips: 2 per FMA.
+func ProbeFMAFLOPs(groups, iterations uint32) uint64 {
+	return 2 * ProbeFMAChains * ProbeFMAUnroll * uint64(iterations) * ProbeFMALocalSize * uint64(groups)
+}
+
+// ProbeFMAResult is what every invocation of probe_fma writes with A = B =
+// 1: chain c ends at c + ProbeFMAUnroll*iterations.
+func ProbeFMAResult(iterations uint32) float32 {
+	return float32(ProbeFMAChains*(ProbeFMAChains-1)/2 + ProbeFMAChains*ProbeFMAUnroll*int(iterations))
+}
+
+// ProbeCoopFLOPs is the FLOPs of a probe_coop dispatch: a 16x16x16
+// product is 2*16*16*16.
+func ProbeCoopFLOPs(groups, iterations uint32) uint64 {
+	return 2 * 16 * 16 * 16 * ProbeCoopAccumulators * ProbeCoopUnroll * uint64(iterations) * ProbeCoopSubgroups * uint64(groups)
+}
+
+// ProbeCoopResult is every element probe_coop stores with A = B = 1.
+func ProbeCoopResult(iterations uint32) float32 {
+	return float32(16 * ProbeCoopAccumulators * ProbeCoopUnroll * int(iterations))
+}
+
+func init() {
+	Variants = append(Variants,
+		Variant{
+			Name: "probe_fma", Source: "probe_fma.comp",
+			Bindings:  []Binding{{"out", Write, "[groups*256] f32: each invocation's sum of its chains"}},
+			Push:      ProbeFlopsPush{},
+			LocalSize: [3]uint32{ProbeFMALocalSize, 1, 1},
+			Notes:     "FP32 FMA chains in registers; ProbeFMAFLOPs(groups, iterations) a dispatch",
+		},
+		Variant{
+			Name: "probe_coop", Source: "probe_coop.comp",
+			Bindings:  []Binding{{"out", Write, "[groups*4][256] f32: each subgroup's accumulators summed"}},
+			Push:      ProbeFlopsPush{},
+			LocalSize: [3]uint32{32 * ProbeCoopSubgroups, 1, 1},
+			Notes:     "tensor-core products in registers; needs VK_NV_cooperative_matrix and a subgroup size of 32; ProbeCoopFLOPs(groups, iterations) a dispatch",
+		},
+	)
+}

@@ -2,6 +2,10 @@ package shaders
 
 import (
 	"encoding/binary"
+	"math"
+	"os"
+	"regexp"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -63,6 +67,58 @@ func TestProbeFillsAndReads(t *testing.T) {
 			assert.Equal(t, magic, binary.LittleEndian.Uint32(got), "the fold of element 123 is stored")
 		} else {
 			assert.Equal(t, uint32(0xEEEEEEEE), binary.LittleEndian.Uint32(got), "no fold matches: nothing stored")
+		}
+	}
+}
+
+// shaderConst is the value of `const uint NAME = Vu;` in a .comp source.
+func shaderConst(t *testing.T, source, name string) int {
+	t.Helper()
+	src, err := os.ReadFile(source)
+	require.NoError(t, err)
+	m := regexp.MustCompile(`const uint ` + name + ` = (\d+)u;`).FindSubmatch(src)
+	require.NotNil(t, m, "%s declares no const uint %s", source, name)
+	v, err := strconv.Atoi(string(m[1]))
+	require.NoError(t, err)
+	return v
+}
+
+// The compute probes' FLOP formulas count the loops their shaders run: the
+// constants are the shaders' own, and probe_fma with a = b = 1 ends every
+// chain at an exact count of its steps, so a dispatch that ran fewer (or
+// more) steps than ProbeFMAFLOPs counts writes another sum. probe_coop
+// needs tensor cores (not on lavapipe): its constants are checked here, its
+// result by vulkan.ProbeCompute on the device.
+func TestProbeFMACounts(t *testing.T) {
+	assert.Equal(t, ProbeFMAChains, shaderConst(t, "probe_fma.comp", "CHAINS"))
+	assert.Equal(t, ProbeFMAUnroll, shaderConst(t, "probe_fma.comp", "UNROLL"))
+	assert.Equal(t, ProbeCoopAccumulators, shaderConst(t, "probe_coop.comp", "ACCS"))
+	assert.Equal(t, ProbeCoopUnroll, shaderConst(t, "probe_coop.comp", "UNROLL"))
+	v, err := Lookup("probe_coop")
+	require.NoError(t, err)
+	assert.Equal(t, uint32(32*ProbeCoopSubgroups), v.LocalSize[0])
+	// By hand: 3 groups of 256 invocations, 8 chains of 8 steps a trip, 5 trips, 2 FLOPs a step.
+	assert.Equal(t, uint64(3*256*8*8*5*2), ProbeFMAFLOPs(3, 5))
+	assert.Equal(t, uint64(3*4*8*2*5*8192), ProbeCoopFLOPs(3, 5))
+	assert.Equal(t, float32(0+1+2+3+4+5+6+7+8*8*5), ProbeFMAResult(5))
+
+	dev := openDevice(t)
+	fmaV, err := Lookup("probe_fma")
+	require.NoError(t, err)
+	k := newKernel(t, dev, fmaV)
+	for _, c := range []struct{ groups, iterations uint32 }{{1, 0}, {3, 5}, {2, 1000}} {
+		n := c.groups * ProbeFMALocalSize
+		out := newBuffer(t, dev, make([]byte, 4*n))
+		rec := dev.NewRecorder()
+		rec.Dispatch(k, vk.MustPackPush(ProbeFlopsPush{Iterations: c.iterations, A: 1, B: 1}), [3]uint32{c.groups, 1, 1},
+			vk.Bind{Buf: out, Access: vk.Write})
+		require.NoError(t, dev.Run(rec))
+		rec.Close()
+		got := make([]byte, 4*n)
+		require.NoError(t, out.Download(got, 0))
+		want := ProbeFMAResult(c.iterations)
+		for i := uint32(0); i < n; i++ {
+			require.Equal(t, want, math.Float32frombits(binary.LittleEndian.Uint32(got[4*i:])), "%d groups, %d iterations: invocation %d", c.groups, c.iterations, i)
 		}
 	}
 }

@@ -69,14 +69,21 @@ func benchMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return benchParallel(f, models, args, stdout, stderr)
 	}
 	// The yardstick first, on an otherwise idle device: how fast each
-	// backend's device reads memory.
+	// backend's device reads memory and computes.
 	var devices []bench.Bandwidth
+	var peaks []bench.Peaks
 	for _, name := range f.backends {
 		bw, err := bench.ProbeBandwidth(engine.BackendOptions{Name: name, Device: f.device})
 		if err != nil {
 			return fmt.Errorf("--backends %s: bandwidth probe: %w", name, err)
 		}
 		devices = append(devices, bw)
+		pk, err := bench.ProbeCompute(engine.BackendOptions{Name: name, Device: f.device})
+		if err != nil { // the rows still run: only their share of a peak is lost
+			fmt.Fprintf(stderr, "bench: --backends %s: compute probe: %v\n", name, err)
+			pk = bench.Peaks{Device: bw.Device, Method: "compute probe failed: " + err.Error()}
+		}
+		peaks = append(peaks, pk)
 	}
 	// Every row is opened and validated first; then the timed runs go round
 	// by round over all rows, so that load on a shared machine falls on
@@ -91,7 +98,7 @@ func benchMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		for _, routing := range f.routingsOf(m) {
 			for i, name := range f.backends {
 				fmt.Fprintf(stderr, "bench: validating %s %s on %s\n", m.name, routingName(m, routing), name)
-				row, err := f.openBenchRow(m, routing, name, devices[i])
+				row, err := f.openBenchRow(m, routing, name, devices[i], peaks[i])
 				if err != nil {
 					return err
 				}
@@ -106,7 +113,7 @@ func benchMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	rep := newBenchReport(args, f.o, devices, rows)
+	rep := newBenchReport(args, f.o, devices, peaks, rows)
 	if err := writeReport(stdout, f.asJSON, rep, rep.markdown()); err != nil {
 		return err
 	}
@@ -369,6 +376,7 @@ type benchRow struct {
 	routing mod.Routing
 	backend string
 	device  bench.Bandwidth
+	peaks   bench.Peaks
 	b       *engine.Backend
 }
 
@@ -378,11 +386,11 @@ func (row *benchRow) close() {
 	}
 }
 
-func (f *benchFlags) openBenchRow(m *benchModel, routing mod.Routing, backend string, bw bench.Bandwidth) (_ *benchRow, err error) {
+func (f *benchFlags) openBenchRow(m *benchModel, routing mod.Routing, backend string, bw bench.Bandwidth, pk bench.Peaks) (_ *benchRow, err error) {
 	if routing == mod.RoutingPredictor && m.model.Config.IsMoD() && !m.model.Config.HasPredictor() {
 		return nil, fmt.Errorf("--routing predictor: %s has no predictor", m.name)
 	}
-	row := &benchRow{model: m, routing: routing, backend: backend, device: bw}
+	row := &benchRow{model: m, routing: routing, backend: backend, device: bw, peaks: pk}
 	bo := engine.BackendOptions{Name: backend, Device: f.device}
 	if err := f.cache.options(&bo, m.model); err != nil {
 		return nil, err

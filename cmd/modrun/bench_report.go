@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/modrun/modrun/bench"
+	"github.com/modrun/modrun/shaders"
 )
 
 // benchReport is what `modrun bench` prints (Markdown) and writes (--out,
@@ -20,6 +21,7 @@ type benchReport struct {
 	Machine string            `json:"machine"`
 	CPUs    int               `json:"cpus"`
 	Devices []bench.Bandwidth `json:"devices"`
+	Peaks   []bench.Peaks     `json:"compute_peaks"` // each backend's compute probe, in the order of Devices
 	Prompt  int               `json:"prompt_tokens"`
 	Decode  int               `json:"decode_tokens"`
 	Repeats int               `json:"repeats"`
@@ -38,12 +40,19 @@ type benchRowReport struct {
 	PrefillVsBaseline      float64 `json:"prefill_vs_baseline"`       // prefill rate / the baseline's on this backend
 	IdealPrefillVsBaseline float64 `json:"ideal_prefill_vs_baseline"` // the baseline's prefill FLOPs / this row's
 	PercentOfProbe         float64 `json:"effective_percent_of_probe"`
+	// PrefillTFLOPs is the prefill's arithmetic rate: PrefillFLOPs (per
+	// token) times PrefillRate; PrefillPath the path its matmuls took
+	// ("fp32", "tensor"; "" on the CPU backends) and PrefillPercentOfPeak
+	// its share of that path's probed peak (0 where none was measured).
+	PrefillTFLOPs        float64 `json:"prefill_tflops"`
+	PrefillPath          string  `json:"prefill_path,omitempty"`
+	PrefillPercentOfPeak float64 `json:"prefill_percent_of_peak,omitempty"`
 }
 
-func newBenchReport(args []string, o bench.Options, devices []bench.Bandwidth, rows []*benchRow) *benchReport {
+func newBenchReport(args []string, o bench.Options, devices []bench.Bandwidth, peaks []bench.Peaks, rows []*benchRow) *benchReport {
 	rep := &benchReport{
 		Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Command: "modrun bench " + strings.Join(args, " "),
-		Machine: runtime.GOOS + "/" + runtime.GOARCH, CPUs: runtime.NumCPU(), Devices: devices,
+		Machine: runtime.GOOS + "/" + runtime.GOARCH, CPUs: runtime.NumCPU(), Devices: devices, Peaks: peaks,
 		Prompt: o.PromptTokens, Decode: o.DecodeTokens, Repeats: o.Repeats,
 	}
 	for _, row := range rows {
@@ -59,6 +68,14 @@ func newBenchReport(args []string, o bench.Options, devices []bench.Bandwidth, r
 		}
 		if row.device.GBps > 0 {
 			r.PercentOfProbe = 100 * res.EffectiveGBps / row.device.GBps
+		}
+		r.PrefillTFLOPs = res.PrefillFLOPs * res.PrefillRate / 1e12
+		if mp, ok := row.b.Runner.(interface{ MatmulPath() shaders.Path }); ok {
+			path := mp.MatmulPath()
+			r.PrefillPath = string(path)
+			if peak := row.peaks.Of(path); peak > 0 {
+				r.PrefillPercentOfPeak = 100 * r.PrefillTFLOPs / peak
+			}
 		}
 		rep.Rows = append(rep.Rows, r)
 	}
@@ -83,19 +100,33 @@ func (rep *benchReport) markdown() string {
 	for _, d := range rep.Devices {
 		fmt.Fprintf(&b, "| %s | %s | %s | %.1f GB/s | %s |\n", backendOf(d.Device), d.Device, d.Driver, d.GBps, d.Method)
 	}
+	fmt.Fprintf(&b, "\n| backend | device | FP32 peak (probe) | tensor peak (probe) | how |\n|---|---|---|---|---|\n")
+	for _, p := range rep.Peaks {
+		fp32, tensor := "—", "—"
+		if p.FP32TFLOPs > 0 {
+			fp32 = fmt.Sprintf("%.3g TFLOP/s", p.FP32TFLOPs)
+		}
+		if p.TensorTFLOPs > 0 {
+			tensor = fmt.Sprintf("%.3g TFLOP/s", p.TensorTFLOPs)
+		} else if p.NoTensor != "" {
+			tensor = "none: " + p.NoTensor
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", backendOf(p.Device), p.Device, fp32, tensor, p.Method)
+	}
 	fmt.Fprintf(&b, "\nEach row was validated before anything was timed, against the CPU reference over the prompt's last token and the greedy tokens after it "+
 		"(the `validated` column: tokens decoded after prompt tokens; fewer where the CPU reference is slow): "+
 		"`top-1` is the share of next-token distributions whose most likely token is the reference's, `KL` their mean and largest KL divergence from the reference's (nats), `Δlogit` the largest logit difference (and its share of the step's largest |logit|). "+
 		"A row is refused only for what its path's rounding cannot explain (a distribution moved, or a decisive greedy token changed, beyond the path's logit bound), never for a near-tie. "+
 		"Rates are medians of %d runs, taken round by round over all rows: prefill of %d tokens, decode of %d. "+
 		"Effective bandwidth is the bytes a decode token must read (each weight it uses once, the KV entries it attends to, at the mean context of the decode) times tokens/s; "+
+		"`prefill TFLOP/s` is the model's FLOPs per prompt token (at the prompt's mean position, the routed layers' seen shares) times prefill tokens/s, `of peak` its share of the probed peak of the path its matmuls took (fp32: shader arithmetic; tensor: cooperative matrices). "+
 		"`× base` is a rate against the baseline model on the same backend (a MoD twin's dense model), `ideal ×` the ratio of the baseline's cost per token to this row's (FLOPs in prefill, bytes in decode), `of ideal` the share of that achieved.\n\n",
 		rep.Repeats, rep.Prompt, rep.Decode)
 	if rep.Repeats < minRepeatsOfIdeal {
 		fmt.Fprintf(&b, "`of ideal` is left out: it needs --repeats %d or more, since one run's ratio of two rates is noise (it read 149%% once).\n\n", minRepeatsOfIdeal)
 	}
-	fmt.Fprintf(&b, "| model | routing | backend | prefill tok/s | × base | ideal × | decode tok/s | × base | ideal × | of ideal | eff. GB/s | %% of probe | routed %% per layer | validated | top-1 | mean KL | max KL | max Δlogit |\n")
-	fmt.Fprintf(&b, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|--:|--:|--:|--:|\n")
+	fmt.Fprintf(&b, "| model | routing | backend | prefill tok/s | prefill TFLOP/s | of peak | × base | ideal × | decode tok/s | × base | ideal × | of ideal | eff. GB/s | %% of probe | routed %% per layer | validated | top-1 | mean KL | max KL | max Δlogit |\n")
+	fmt.Fprintf(&b, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|--:|--:|--:|--:|\n")
 	for _, r := range rep.Rows {
 		pvs, pideal, vs, ideal, of := "—", "—", "—", "—", "—"
 		if r.Model != r.Baseline && r.VsBaseline > 0 {
@@ -104,6 +135,10 @@ func (rep *benchReport) markdown() string {
 			if rep.Repeats >= minRepeatsOfIdeal {
 				of = fmt.Sprintf("%.0f%%", 100*r.VsBaseline/r.IdealVsBaseline)
 			}
+		}
+		ofPeak := "—"
+		if r.PrefillPercentOfPeak > 0 {
+			ofPeak = fmt.Sprintf("%.1f%% %s", r.PrefillPercentOfPeak, r.PrefillPath)
 		}
 		validated, top1, meanKL, maxKL, dlogit := "no (--validate 0)", "—", "—", "—", "—"
 		if v := r.Validation; v.Steps > 0 {
@@ -117,8 +152,8 @@ func (rep *benchReport) markdown() string {
 			top1 = fmt.Sprintf("%.0f%%", 100*v.Top1Agreement)
 			meanKL, maxKL, dlogit = fmt.Sprintf("%.2g", v.MeanKL), fmt.Sprintf("%.2g", v.MaxKL), fmt.Sprintf("%.2g (%.2g%%)", v.MaxLogitDiff, 100*v.MaxRelLogitDiff)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %s | %s | %.1f | %s | %s | %s | %.2f | %.1f | %s | %s | %s | %s | %s | %s |\n",
-			r.Model, r.Routing, r.Backend+" ("+r.KVType+" KV)", r.PrefillRate, pvs, pideal, r.DecodeRate, vs, ideal, of,
+		fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.3g | %s | %s | %s | %.1f | %s | %s | %s | %.2f | %.1f | %s | %s | %s | %s | %s | %s |\n",
+			r.Model, r.Routing, r.Backend+" ("+r.KVType+" KV)", r.PrefillRate, r.PrefillTFLOPs, ofPeak, pvs, pideal, r.DecodeRate, vs, ideal, of,
 			r.EffectiveGBps, r.PercentOfProbe, percents(r.RoutedPercent), validated, top1, meanKL, maxKL, dlogit)
 	}
 	return b.String()

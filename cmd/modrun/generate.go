@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	api "github.com/modrun/modrun"
+	"github.com/modrun/modrun/bench"
 	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/internal/pngfile"
 	"github.com/modrun/modrun/mod"
@@ -249,7 +250,14 @@ func generateMain(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 		printStats(stderr, info, res, seed)
 	}
 	if *profile && info.Backend == api.BackendVulkan {
-		printProfile(stderr, info, model.Profile())
+		entries := model.Profile()
+		var peaks *bench.Peaks
+		var probeErr error
+		if len(entries) > 0 { // the peaks a kernel's rate is a share of, on the same device
+			pk, err := bench.ProbeCompute(engine.BackendOptions{Name: engine.BackendVulkan, Device: g.gf.mf.device})
+			peaks, probeErr = &pk, err
+		}
+		printProfile(stderr, info, entries, peaks, probeErr)
 	}
 	if *routingMap != "" {
 		if err := pngfile.Write(*routingMap, api.RoutingMap(out.tokens, len(info.RoutedLayers))); err != nil {
@@ -395,31 +403,6 @@ func (mf *modelFlags) open(opts api.Options, routingSet bool) (*api.Model, error
 		return nil, fmt.Errorf("--routing %s: %s is a dense model (architecture %q); it has no routers", mf.routing, mf.path, info.Arch)
 	}
 	return model, nil
-}
-
-// printProfile prints the GPU time per kernel, or why there is none (on
-// Vulkan: a CPU backend's is the warning of generationCommand.open).
-func printProfile(w io.Writer, info api.Info, entries []api.ProfileEntry) {
-	if len(entries) == 0 {
-		fmt.Fprintf(w, "profile: backend vulkan: %s cannot write GPU timestamps\n", info.Device)
-		return
-	}
-	var total uint64
-	for _, e := range entries {
-		total += e.NS
-	}
-	// MB/call and GB/s: a matvec's weights (decode's bound is the rate
-	// they stream at: docs/matvec-cost.md); "-" for other kernels.
-	fmt.Fprintf(w, "%-20s %8s %10s %10s %6s %9s %8s\n", "kernel", "calls", "total ms", "us/call", "%", "MB/call", "GB/s")
-	for _, e := range entries {
-		mb, gbs := "-", "-"
-		if e.Bytes > 0 && e.NS > 0 {
-			mb, gbs = fmt.Sprintf("%.2f", float64(e.Bytes)/1e6/float64(e.Calls)), fmt.Sprintf("%.1f", float64(e.Bytes)/float64(e.NS))
-		}
-		fmt.Fprintf(w, "%-20s %8d %10.3f %10.2f %5.1f%% %9s %8s\n", e.Kernel, e.Calls, float64(e.NS)/1e6,
-			float64(e.NS)/1e3/float64(e.Calls), 100*float64(e.NS)/float64(total), mb, gbs)
-	}
-	fmt.Fprintf(w, "%-20s %8s %10.3f\n", "GPU total", "", float64(total)/1e6)
 }
 
 // printStats prints --stats; seed is "seed N", or "greedy" where none is used.

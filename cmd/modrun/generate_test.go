@@ -239,17 +239,36 @@ func TestGenerateProfile(t *testing.T) {
 	if strings.Contains(stderr, "cannot write GPU timestamps") {
 		t.Skipf("the device has no timestamps: %s", stderr)
 	}
-	assert.Regexp(t, `kernel +calls +total ms +us/call +% +MB/call +GB/s`, stderr)
+	assert.Regexp(t, `(?m)^peaks \(compute probe\): fp32 [\d.e+-]+ TFLOP/s, tensor (none \(.+\)|[\d.e+-]+ TFLOP/s)\n`, stderr)
+	assert.Regexp(t, `kernel +calls +total ms +us/call +% +MB/call +GB/s +FLOP/call +TFLOP/s +path +of peak\n`, stderr)
 	// BOS and the prompt in one batched prefill (one embed), then 9 fed
 	// back: 10 embeds. A GPU's profile picks the subgroup matvec, fused
 	// with the norms and residual adds, decode_attend and the F16 cache. A
-	// matvec's row ends with its weights' MB per call and GB/s, another
-	// kernel's with dashes.
-	assert.Regexp(t, `\nmatvec_f32(_sg)?(_add|_norm|_norm_swiglu)? +\d+ +[\d.]+ +[\d.]+ +[\d.]+% +[\d.]+ +[\d.]+\n`, stderr)
-	assert.Regexp(t, `\nembed_f32 +10 +[\d.]+ +[\d.]+ +[\d.]+% +- +-\n`, stderr)
-	assert.Regexp(t, `\nembed_f32 +10 `, stderr)
-	assert.Regexp(t, `\nmatmul_f32 +\d+ `, stderr)
-	assert.Regexp(t, `\ndecode_atten(tion|d)(_f16)? +\d+ `, stderr)
+	// matvec's row has its weights' MB per call and GB/s, and like the
+	// matmuls and attention its FLOPs per call, TFLOP/s, path and share of
+	// that path's peak; another kernel's row has dashes.
+	num := `[\d.]+[kMGT]?`
+	assert.Regexp(t, `\nmatvec_f32(_sg)?(_add|_norm|_norm_swiglu)? +\d+ +[\d.]+ +[\d.]+ +[\d.]+% +[\d.]+ +[\d.]+ +`+num+` +[\d.e+-]+ +fp32 +[\d.]+%\n`, stderr)
+	assert.Regexp(t, `\nembed_f32 +10 +[\d.]+ +[\d.]+ +[\d.]+% +- +- +- +- +- +-\n`, stderr)
+	assert.Regexp(t, `\nmatmul_f32 +\d+ .* fp32 +[\d.]+%\n`, stderr)
+	assert.Regexp(t, `\ndecode_atten(tion|d)(_f16)? +\d+ .* fp32 +[\d.]+%\n`, stderr)
+	assert.Regexp(t, `\nattention_split_counts(_f16)? +\d+ .* fp32 +[\d.]+%\n`, stderr)
+	// The columns agree: FLOP/call over us/call is TFLOP/s, and TFLOP/s
+	// over the fp32 peak is the share (each printed to 3 digits).
+	peak, err := strconv.ParseFloat(regexp.MustCompile(`fp32 ([\d.e+-]+) TFLOP/s`).FindStringSubmatch(stderr)[1], 64)
+	require.NoError(t, err)
+	row := regexp.MustCompile(`(?m)^(\S+) +\d+ +[\d.]+ +([\d.]+) +[\d.]+% +\S+ +\S+ +([\d.]+)([kMGT]?) +([\d.e+-]+) +fp32 +([\d.]+)%$`)
+	rows := row.FindAllStringSubmatch(stderr, -1)
+	assert.GreaterOrEqual(t, len(rows), 4, "matmul, matvec and attention rows:\n%s", stderr)
+	for _, m := range rows {
+		usCall, _ := strconv.ParseFloat(m[2], 64)
+		flop, _ := strconv.ParseFloat(m[3], 64)
+		flop *= map[string]float64{"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[m[4]]
+		tflops, _ := strconv.ParseFloat(m[5], 64)
+		ofPeak, _ := strconv.ParseFloat(m[6], 64)
+		assert.InEpsilon(t, flop/usCall/1e6, tflops, 0.02, "%s: FLOP/call / us/call", m[1])
+		assert.InDelta(t, 100*tflops/peak, ofPeak, 0.05+0.02*ofPeak, "%s: TFLOP/s / peak", m[1])
+	}
 	assert.Regexp(t, `\nGPU total +[\d.]+\n`, stderr)
 }
 
@@ -259,7 +278,7 @@ func TestBench(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "| "+modTrained+" | router | cpu (f32 KV) | ")
 	assert.Contains(t, stdout, "| "+modTrained+" | predictor | cpu (f32 KV) | ")
-	assert.Regexp(t, `\| `+regexp.QuoteMeta(modNoPredict)+` \| router \| cpu \(f32 KV\) \| \d+ \| — \| — \| [\d.]+ \| — \| — \| — \| [\d.]+ \| [\d.]+ \| \d+, \d+ \| 16 after 8 \| 100% \| [\d.e-]+ \| [\d.e-]+ \| (0|[\d.]+e-0[6-9]) \(`, stdout) // F32 weights: float32 rounding only
+	assert.Regexp(t, `\| `+regexp.QuoteMeta(modNoPredict)+` \| router \| cpu \(f32 KV\) \| \d+ \| [\d.e+-]+ \| — \| — \| — \| [\d.]+ \| — \| — \| — \| [\d.]+ \| [\d.]+ \| \d+, \d+ \| 16 after 8 \| 100% \| [\d.e-]+ \| [\d.e-]+ \| (0|[\d.]+e-0[6-9]) \(`, stdout) // F32 weights: float32 rounding only
 	assert.NotContains(t, stdout, "| "+modNoPredict+" | predictor", "a model without a predictor is benched with the router alone")
 	written, err := os.ReadFile(out)
 	require.NoError(t, err)
@@ -291,8 +310,8 @@ func TestBenchSynthetic(t *testing.T) {
 		"--prompt", "16", "-n", "16", "--repeats", "1", "--save", save, "--json-out", js)
 	require.Equal(t, 0, code, stderr)
 	assert.Regexp(t, `\| cpu \| cpu \| go[\d.]+ \| [\d.]+ GB/s \| Go probe`, stdout)
-	assert.Regexp(t, `\| stories260k-q8_0 \| dense \| cpu \(f32 KV\) \| \d+ \| — \| — \| [\d.]+ \| — \| — \| — \| [\d.]+ \| [\d.]+ \| dense \| 16 after 16 \| 100% \| [\d.e-]+ \| [\d.e-]+ \| 0\.0\d+ \(`, stdout) // 8-bit activations
-	assert.Regexp(t, `\| stories260k-q8_0-mod \| router \| cpu \(f32 KV\) \| \d+ \| [\d.]+ \| 1\.\d\d \| [\d.]+ \| [\d.]+ \| 1\.\d\d \| — \| [\d.]+ \| [\d.]+ \| \d+, \d+ \| 16 after 16 \| 100% \| [\d.e-]+ \| [\d.e-]+ \| 0\.0\d+ \(`, stdout)
+	assert.Regexp(t, `\| stories260k-q8_0 \| dense \| cpu \(f32 KV\) \| \d+ \| [\d.e+-]+ \| — \| — \| — \| [\d.]+ \| — \| — \| — \| [\d.]+ \| [\d.]+ \| dense \| 16 after 16 \| 100% \| [\d.e-]+ \| [\d.e-]+ \| 0\.0\d+ \(`, stdout) // 8-bit activations
+	assert.Regexp(t, `\| stories260k-q8_0-mod \| router \| cpu \(f32 KV\) \| \d+ \| [\d.e+-]+ \| — \| [\d.]+ \| 1\.\d\d \| [\d.]+ \| [\d.]+ \| 1\.\d\d \| — \| [\d.]+ \| [\d.]+ \| \d+, \d+ \| 16 after 16 \| 100% \| [\d.e-]+ \| [\d.e-]+ \| 0\.0\d+ \(`, stdout)
 	assert.Contains(t, stdout, "| stories260k-q8_0-mod | predictor | cpu (f32 KV) |")
 	assert.Contains(t, stdout, "`of ideal` is left out: it needs --repeats 3 or more", "one run's share of the ideal is noise")
 
@@ -305,6 +324,14 @@ func TestBenchSynthetic(t *testing.T) {
 	assert.Greater(t, rep.Rows[1].IdealVsBaseline, 1.0, "the twin reads fewer bytes per token")
 	assert.Greater(t, rep.Rows[1].IdealPrefillVsBaseline, 1.0, "and does less arithmetic")
 	assert.Positive(t, rep.Rows[0].EffectiveGBps)
+	// Prefill TFLOP/s is the model's FLOPs per token times tokens/s; the
+	// CPU backends have no compute probe, so no path and no share of one.
+	assert.InEpsilon(t, rep.Rows[0].PrefillFLOPs*rep.Rows[0].PrefillRate/1e12, rep.Rows[0].PrefillTFLOPs, 1e-9)
+	assert.Empty(t, rep.Rows[0].PrefillPath)
+	assert.Zero(t, rep.Rows[0].PrefillPercentOfPeak)
+	require.Len(t, rep.Peaks, 1)
+	assert.Equal(t, "cpu", rep.Peaks[0].Device)
+	assert.Regexp(t, `\| cpu \| cpu \| — \| — \| no compute probe on the CPU backends \|`, stdout)
 
 	// --json prints the same report as one document on stdout instead.
 	code, stdout, stderr = modrun(t, "bench", "--synthetic", "stories260k", "--backends", "cpu", "--prompt", "16", "-n", "16", "--repeats", "1", "--json")
@@ -324,6 +351,35 @@ func TestBenchSynthetic(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "architecture:  llama-mod\n")
 	assert.Contains(t, out, "blk.3.mod_pred_up.weight")
+}
+
+// TestBenchPeaks: on Vulkan the bench probes the device's FP32 peak (and
+// says why there is no tensor one on lavapipe), and a prefill row's
+// TFLOP/s is a share of the peak of the path its matmuls took.
+func TestBenchPeaks(t *testing.T) {
+	if err := vk.Load(); err != nil {
+		t.Skipf("no Vulkan loader: %v", err)
+	}
+	code, stdout, stderr := modrun(t, "bench", "--synthetic", "stories260k", "--type", "f32", "--backends", "vulkan",
+		"--prompt", "16", "-n", "4", "--repeats", "1", "--validate", "0", "--json")
+	if code != 0 && strings.Contains(stderr, "no Vulkan device") {
+		t.Skipf("no Vulkan device: %s", stderr)
+	}
+	require.Equal(t, 0, code, stderr)
+	var rep benchReport
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+	require.Len(t, rep.Peaks, 1)
+	pk := rep.Peaks[0]
+	assert.Positive(t, pk.FP32TFLOPs)
+	assert.True(t, pk.TensorTFLOPs > 0 || pk.NoTensor != "", "a tensor peak, or why there is none: %+v", pk)
+	require.Len(t, rep.Rows, 1)
+	r := rep.Rows[0]
+	require.Contains(t, []string{"fp32", "tensor"}, r.PrefillPath)
+	peak := pk.FP32TFLOPs
+	if r.PrefillPath == "tensor" {
+		peak = pk.TensorTFLOPs
+	}
+	assert.InEpsilon(t, 100*r.PrefillTFLOPs/peak, r.PrefillPercentOfPeak, 1e-9)
 }
 
 // TestPerplexityOnVulkan: eval mode and causal routing (router, predictor:

@@ -166,7 +166,7 @@ func (r *Runner) recordRouted(rec *vk.Recorder, p *frame, l, j int) error {
 	}
 	for i, o := range block {
 		rec.DispatchIndirect(o.k.k, o.push, args, 12*uint64(i), o.binds...)
-		r.timestampBytes(rec, o.k.v.Name, opBytes(o))
+		r.timestampOp(rec, o, false)
 	}
 	if r.conditional {
 		rec.EndConditional()
@@ -289,7 +289,7 @@ func (r *Runner) readTrace(buf *vk.Buffer, rows, n int) error {
 // dispatch records o, then its timestamp when profiling.
 func (r *Runner) dispatch(rec *vk.Recorder, o op) {
 	o.record(rec)
-	r.timestampBytes(rec, o.k.v.Name, opBytes(o))
+	r.timestampOp(rec, o, true)
 }
 
 // dispatchAll dispatches ops in order.

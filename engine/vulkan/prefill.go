@@ -216,7 +216,7 @@ func (r *Runner) runPrefill(tokens []int32, head rowsHead, each func(out []float
 		if err := r.dev.Run(rec); err != nil {
 			return fmt.Errorf("vulkan: prefill of %d tokens at position %d: %w", n, r.pos, err)
 		}
-		r.addTimings(rec)
+		r.addTimings(rec, r.pos)
 		if err := r.readTrace(pf.trace, pf.ub, n); err != nil {
 			return fmt.Errorf("vulkan: routing of positions %d..%d: %w", r.pos, r.pos+n-1, err)
 		}

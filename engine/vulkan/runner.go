@@ -112,10 +112,10 @@ type Runner struct {
 	ub          int        // Options.UBatch
 	promptSteps int        // Options.PromptSteps, resolved
 
-	profile     bool                      // the step has a timestamp after each command
-	conditional bool                      // routed blocks run in conditional spans (VK_EXT_conditional_rendering)
-	prof        map[string]*ProfileEntry  // per label, summed over replays since New
-	profBytes   map[*vk.Recorder][]uint64 // per recording, each timestamp's command's weight bytes (timestampBytes)
+	profile     bool                       // the step has a timestamp after each command
+	conditional bool                       // routed blocks run in conditional spans (VK_EXT_conditional_rendering)
+	prof        map[string]*ProfileEntry   // per label, summed over replays since New
+	profCmds    map[*vk.Recorder][]profCmd // per recording, what each timestamp's command reads and computes (timestampOp)
 
 	// trace is, with Options.Trace, the routing of each token of the last
 	// Feed (readTrace); nil without it.
@@ -162,7 +162,7 @@ func openRunner(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Run
 	ks := newKernels(dev, opts.DeviceProfile)
 	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: ks, args: make([]*vk.Buffer, c.NLayer), tables: map[tableKey]*vk.Buffer{},
 		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{},
-		profBytes:   map[*vk.Recorder][]uint64{},
+		profCmds:    map[*vk.Recorder][]profCmd{},
 		conditional: dev.Info().Features.ConditionalRendering && !opts.NoConditional, ub: opts.UBatch,
 		promptSteps: resolvePromptSteps(opts.PromptSteps)}
 	if opts.Trace && c.IsMoD() {

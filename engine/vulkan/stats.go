@@ -19,6 +19,16 @@ type ProfileEntry struct {
 	// (Bytes/NS is its weights' GB/s: decode's figure of merit, issue 42);
 	// 0 for other kernels, whose reads the bindings do not tell exactly.
 	Bytes uint64
+	// FLOPs is the arithmetic of the calls whose work the host knows
+	// (shaders.KernelCost), FLOPCalls how many they are and FLOPNS their GPU
+	// time: FLOPs/FLOPNS is the kernel's rate. A routed block's indirect
+	// dispatches (their row count is on the GPU) and attention over a group
+	// of the rows (rowGroup) are not among them, nor any call of a kernel
+	// whose FLOPs are not counted (FLOPCalls 0).
+	FLOPs     uint64
+	FLOPCalls int
+	FLOPNS    uint64
+	Path      string // the products' arithmetic (shaders.Path): "fp32" or "tensor"; "" when not counted
 }
 
 // Profile is the GPU time per kernel, most first (ties by name); nil unless
@@ -44,12 +54,23 @@ func (r *Runner) Profile() []ProfileEntry {
 	return out
 }
 
-// addTimings adds the last replay's timestamps to the profile.
-func (r *Runner) addTimings(rec *vk.Recorder) {
+// profCmd is what the profile knows of a timestamped command besides its
+// time.
+type profCmd struct {
+	bytes   uint64       // weight bytes read (opBytes)
+	cost    shaders.Cost // its arithmetic, when counted
+	counted bool
+}
+
+// addTimings adds the last replay's timestamps to the profile; start is the
+// position of the replay's first row (the keys a causal row attends to when
+// its count lives on the GPU: shaders.Cost.PerStart), or -1 when the
+// replay's rows have no one start (a step of many sequences).
+func (r *Runner) addTimings(rec *vk.Recorder, start int) {
 	if !r.profile {
 		return
 	}
-	bytes := r.profBytes[rec]
+	cmds := r.profCmds[rec]
 	for i, t := range rec.Timings() {
 		e := r.prof[t.Label]
 		if e == nil {
@@ -58,21 +79,47 @@ func (r *Runner) addTimings(rec *vk.Recorder) {
 		}
 		e.Calls++
 		e.NS += uint64(t.NS)
-		if i < len(bytes) {
-			e.Bytes += bytes[i]
+		if i >= len(cmds) {
+			continue
+		}
+		c := cmds[i]
+		e.Bytes += c.bytes
+		if c.counted && (start >= 0 || c.cost.PerStart == 0) {
+			e.FLOPs += c.cost.At(uint32(max(start, 0)))
+			e.FLOPCalls++
+			e.FLOPNS += uint64(t.NS)
+			e.Path = string(c.cost.Path)
 		}
 	}
 }
 
 // timestamp ends a profiled command under label.
-func (r *Runner) timestamp(rec *vk.Recorder, label string) { r.timestampBytes(rec, label, 0) }
+func (r *Runner) timestamp(rec *vk.Recorder, label string) { r.timestampCmd(rec, label, profCmd{}) }
 
-// timestampBytes is timestamp for a command that reads bytes of weights
-// (opBytes).
-func (r *Runner) timestampBytes(rec *vk.Recorder, label string, bytes uint64) {
+// timestampOp ends op o's command; direct says whether o was dispatched with
+// its own workgroup counts (an indirect dispatch's rows are on the GPU, so
+// its FLOPs are not counted).
+func (r *Runner) timestampOp(rec *vk.Recorder, o op, direct bool) {
+	c := profCmd{bytes: opBytes(o)}
+	if direct && !rowGroup(o) {
+		c.cost, c.counted = shaders.KernelCost(o.k.v.Name, o.push)
+	}
+	r.timestampCmd(rec, o.k.v.Name, c)
+}
+
+// rowGroup says whether o is a batched attention over one group of a
+// pass's rows (batchAttentionOps binds q and qPos in part where the
+// partial results would pass a binding's range): its push constants say
+// how many rows, not where they start, so the keys they attend to are not
+// counted.
+func rowGroup(o op) bool {
+	return o.k.v.Source == "attention_split.comp" && len(o.binds) > 4 && o.binds[4].Size != 0
+}
+
+func (r *Runner) timestampCmd(rec *vk.Recorder, label string, c profCmd) {
 	if r.profile {
 		rec.Timestamp(label)
-		r.profBytes[rec] = append(r.profBytes[rec], bytes)
+		r.profCmds[rec] = append(r.profCmds[rec], c)
 	}
 }
 
@@ -119,4 +166,15 @@ func (r *Runner) MemoryStats() MemoryStats {
 		}
 	}
 	return m
+}
+
+// MatmulPath is the arithmetic the runner's prefill matmuls run on: the
+// tensor cores where its profile took the cooperative-matrix matmul
+// (after the self-check), shader FP32 otherwise. A prefill's TFLOP/s is a
+// share of that path's peak (ProbeCompute).
+func (r *Runner) MatmulPath() shaders.Path {
+	if r.ks.prof.MatmulCoop {
+		return shaders.PathTensor
+	}
+	return shaders.PathShader
 }

@@ -63,6 +63,19 @@ func TestProfile(t *testing.T) {
 	assert.Zero(t, byKernel["matmul_f32"].Bytes)
 	assert.Positive(t, total)
 	assert.LessOrEqual(t, total, uint64(wall.Nanoseconds()), "GPU time within the wall time")
+	// FLOPs: counted for the matmuls and matvecs the host sizes, never for
+	// a routed block's indirect dispatches (decode: every routed layer's
+	// matvecs) nor for kernels that only move data.
+	for _, e := range prof {
+		assert.LessOrEqual(t, e.FLOPCalls, e.Calls, e.Kernel)
+		assert.LessOrEqual(t, e.FLOPNS, e.NS, e.Kernel)
+		assert.Equal(t, e.FLOPCalls > 0, e.FLOPs > 0, e.Kernel)
+	}
+	assert.Positive(t, byKernel["matmul_f32"].FLOPCalls)
+	assert.Equal(t, "fp32", byKernel["matmul_f32"].Path)
+	assert.Less(t, byKernel["matvec_f32_add"].FLOPCalls, byKernel["matvec_f32_add"].Calls, "a routed layer's matvecs are indirect")
+	assert.Zero(t, byKernel["rmsnorm"].FLOPCalls)
+	assert.Zero(t, byKernel["copy"].FLOPCalls)
 
 	plain := newRunner(t, dev, m, mod.RoutingRouter)
 	assert.Nil(t, plain.Profile(), "no profile unless asked for")
@@ -136,4 +149,77 @@ func TestFeedArgmax(t *testing.T) {
 	assert.Equal(t, want, got)
 	_, err := run.FeedArgmax([]int32{-1})
 	assert.ErrorContains(t, err, "outside the vocabulary")
+}
+
+// TestProfileFLOPs: a dense model's attention FLOPs in the profile are the
+// hand count of a causal row's keys (4*headDim per head and key), through a
+// prefill at position 0, two decode steps and a second prefill (each
+// replay's own start), and an F32 matvec's FLOPs are half its weight bytes
+// (2 per weight, 4 bytes each): push constants and bindings agree.
+func TestProfileFLOPs(t *testing.T) {
+	dev := openDevice(t, true)
+	if !dev.Info().Timestamps() {
+		t.Skipf("%s cannot write timestamps", dev.Info().Name)
+	}
+	m := openModel(t, "../../testdata/mod/dense-rand.gguf")
+	c := m.Config
+	require.Empty(t, c.RoutedLayers(), "a dense model")
+	cpuProf := shaders.NewProfile(shaders.Device{CPU: true, SubgroupSize: dev.Info().Limits.SubgroupSize})
+	run, err := New(dev, m, mod.RoutingRouter, Options{Profile: true, DeviceProfile: &cpuProf, PromptSteps: -1})
+	require.NoError(t, err)
+	t.Cleanup(run.Close)
+
+	_, err = run.Feed([]int32{1, 400, 401, 402, 403}) // positions 0-4: 1+2+3+4+5 keys
+	require.NoError(t, err)
+	for _, tok := range []int32{404, 405} { // positions 5 and 6: 6 and 7 keys
+		_, err = run.FeedArgmax([]int32{tok})
+		require.NoError(t, err)
+	}
+	_, err = run.Feed([]int32{406, 407, 408}) // positions 7-9: 8+9+10 keys
+	require.NoError(t, err)
+
+	byKernel := map[string]ProfileEntry{}
+	for _, e := range run.Profile() {
+		byKernel[e.Kernel] = e
+	}
+	perKey := uint64(4 * c.NHead * c.HeadDim)
+	layers := uint64(c.NLayer)
+	split := byKernel["attention_split_counts"]
+	assert.Equal(t, layers*(1+2+3+4+5+8+9+10)*perKey, split.FLOPs, "prefill attention")
+	assert.Equal(t, split.Calls, split.FLOPCalls)
+	dec := byKernel["decode_attention"]
+	assert.Equal(t, layers*(6+7)*perKey, dec.FLOPs, "decode attention")
+	assert.Equal(t, dec.Calls, dec.FLOPCalls)
+	for _, e := range byKernel {
+		if len(e.Kernel) > 10 && e.Kernel[:10] == "matvec_f32" {
+			assert.Equal(t, e.Bytes/2, e.FLOPs, "%s: 2 FLOPs per 4-byte weight", e.Kernel)
+			assert.Equal(t, e.Calls, e.FLOPCalls, e.Kernel)
+		}
+	}
+
+	// Attention in groups of 64 rows (a binding range too small for the
+	// partial results of all): a group's push constants do not say where
+	// its rows start, so its keys are not counted.
+	defer func() { attentionRange = 0 }()
+	splits := uint64(shaders.AttentionSplits(uint32(c.ContextLen), cpuProf.AttentionSplitLen(uint32(c.HeadDim))))
+	attentionRange = 64*4*uint64(c.NHead)*splits*uint64(c.HeadDim) + 4
+	grouped, err := New(dev, m, mod.RoutingRouter, Options{Profile: true, DeviceProfile: &cpuProf})
+	require.NoError(t, err)
+	t.Cleanup(grouped.Close)
+	require.Equal(t, uint32(64), grouped.attentionGroupRows(100, uint32(grouped.ctx)))
+	tokens := make([]int32, 100)
+	for i := range tokens {
+		tokens[i] = int32(300 + i)
+	}
+	_, err = grouped.Feed(tokens)
+	require.NoError(t, err)
+	found := false
+	for _, e := range grouped.Profile() {
+		if e.Kernel == "attention_split_counts" {
+			found = true
+			assert.Greater(t, e.Calls, 1, "groups of rows")
+			assert.Zero(t, e.FLOPCalls, "grouped rows")
+		}
+	}
+	assert.True(t, found, "attention_split_counts ran")
 }

@@ -223,7 +223,7 @@ func (r *Runner) runStep(token int32, logits bool) error {
 	if err := r.dev.Run(step); err != nil {
 		return fmt.Errorf("vulkan: decode step at position %d: %w", r.pos, err)
 	}
-	r.addTimings(step)
+	r.addTimings(step, r.pos)
 	if err := r.readTrace(r.traceHost, 1, 1); err != nil {
 		return fmt.Errorf("vulkan: routing of position %d: %w", r.pos, err)
 	}

@@ -537,7 +537,7 @@ func (st *Stepper) step(rows []sched.Row, bt int, argmax bool) (logits []float32
 	if err := r.dev.Run(rec); err != nil {
 		return nil, nil, nil, fmt.Errorf("vulkan: a step of %d rows: %w", n, err)
 	}
-	r.addTimings(rec)
+	r.addTimings(rec, -1) // rows of many sequences: no one start
 	t3 := time.Now()
 	if nr > 0 {
 		if routes, err = st.routes(rows); err != nil {
