@@ -67,6 +67,10 @@ type costRule struct {
 // The first matching row decides: longer prefixes first.
 var costRules = []costRule{
 	{"matmul_coop_emu_", PathShader, pushCost(matmulCost)}, // the tile product emulated in shader arithmetic
+	{"matmul_coop_hilo_emu_", PathShader, pushCost(matmulCost)},
+	// The hilo kernel's FLOPs are the product's (2·n·rows·cols), not the
+	// three tensor products it takes for them: its share of the tensor peak
+	// is of useful work.
 	{"matmul_coop_", PathTensor, pushCost(matmulCost)},
 	{"matmul_", PathShader, pushCost(matmulCost)}, // matmul_<type>, matmul_pf_<type>
 	{"matvec_", PathShader, pushCost(matvecCost)},
