@@ -44,11 +44,15 @@ func (p Profile) normed() []Step {
 func (p Profile) AttentionInput() []Step { return p.normed() }
 
 // DecodeAttention is the decode step's attention over a cache of kv
-// entries holding ctx of them: decode_attend alone (FuseAttention), else
-// decode_kv, then decode_attention in one pass, or its split pass and the
-// combine when the cache splits (AttentionSplits).
-func (p Profile) DecodeAttention(kv KV, ctx int) []Step {
+// entries holding ctx of them, for heads of hd elements: decode_attend_keys
+// (AttendKeys) or decode_attend alone (FuseAttention), else decode_kv, then
+// decode_attention in one pass, or its split pass and the combine when the
+// cache splits (AttentionSplits).
+func (p Profile) DecodeAttention(kv KV, ctx int, hd uint32) []Step {
 	splits := p.AttentionSplits(ctx)
+	if p.FuseAttention && p.AttendKeys {
+		return []Step{{Role: RoleAttend, Variant: DecodeAttendKeysName(kv), Spec: DecodeAttendKeysSpec(hd, splits)}}
+	}
 	if p.FuseAttention {
 		return []Step{{Role: RoleAttend, Variant: DecodeAttendName(kv), Spec: DecodeAttendSpec(splits)}}
 	}
