@@ -6,7 +6,6 @@ import (
 	"math/rand"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/vk"
@@ -142,24 +141,7 @@ func (in *decodeAttendBenchInput) bench(b *testing.B, dev *vk.Device, k *vk.Kern
 	for i := 0; i < perRun; i++ {
 		rec.Dispatch(k, in.push, groups, binds...)
 	}
-	rec.Timestamp("attend")
-	require.NoError(b, dev.Run(rec)) // warm
-	var gpuNS float64
-	b.ResetTimer()
-	start := time.Now()
-	for i := 0; i < b.N; i++ {
-		if err := dev.Run(rec); err != nil {
-			b.Fatal(err)
-		}
-		if t := rec.Timings(); len(t) == 1 {
-			gpuNS += t[0].NS
-		}
-	}
-	ns := float64(time.Since(start).Nanoseconds())
-	if gpuNS > 0 {
-		ns = gpuNS
-	}
-	perCall := ns / float64(b.N*perRun)
+	perCall := timeReplays(b, dev, rec) / perRun
 	b.ReportMetric(perCall/1e3, "us/call")
 	b.ReportMetric(in.cacheBytes/perCall, "cache-GB/s")
 }
