@@ -247,6 +247,17 @@ func TestDecodeDispatches(t *testing.T) {
 				}
 				got := run.step.Stats().Dispatches
 				assert.Equal(t, head+m.Config.NLayer*perBlock, got, "%s, fused attention %t, %d chunks", name, p.FuseAttention, run.attnSplits)
+				sc := run.StepCounts()
+				assert.Equal(t, got, sc.Dispatches)
+				assert.Equal(t, run.step.Stats().Barriers, sc.Barriers)
+				require.Len(t, sc.BlockDispatches, m.Config.NLayer)
+				require.Len(t, sc.BlockBarriers, m.Config.NLayer)
+				blockBarriers := 0
+				for l := range sc.BlockDispatches {
+					assert.Equal(t, perBlock, sc.BlockDispatches[l], "block %d", l)
+					blockBarriers += sc.BlockBarriers[l]
+				}
+				t.Logf("%s, fused attention %t: %d barriers = %v per block + %d", name, p.FuseAttention, sc.Barriers, sc.BlockBarriers, sc.Barriers-blockBarriers)
 				if p.FuseNorm && p.FuseAttention {
 					assert.LessOrEqual(t, got, 3+5*m.Config.NLayer, "DESIGN.md §6: at most 5 per dense block plus 3")
 				}

@@ -34,7 +34,10 @@ type decodeStep struct {
 	// each token into the runner's trace (readTrace).
 	traceHost *vk.Buffer // [nRouted][3][1] r f32, p f32, selected u32
 
-	step       *vk.Recorder // the decode step: recorded once, replayed per token
+	step *vk.Recorder // the decode step: recorded once, replayed per token
+	// stepBlocks are step's commands block by block (StepCounts): what
+	// recording each layer added to the recorder's counts.
+	stepBlocks []vk.Stats
 	stepGreedy *vk.Recorder // the step without the logits' copy to the host (FeedArgmax)
 	fetch      *vk.Recorder // the logits' copy to the host alone, after a prefill (Feed)
 }
@@ -117,9 +120,11 @@ func (r *Runner) allocateStep() error {
 // record records the decode step (both recordings) and the logits' fetch.
 func (r *Runner) record() error {
 	var err error
-	if r.step, err = r.recordForward(stepPass(true)); err != nil {
+	f := r.frameOf(stepPass(true))
+	if r.step, err = r.recordFrame(f); err != nil {
 		return err
 	}
+	r.stepBlocks = f.blockStats
 	if r.stepGreedy, err = r.recordForward(stepPass(false)); err != nil {
 		return err
 	}
@@ -246,4 +251,30 @@ func (r *Runner) lastArgmax() (int32, error) {
 		return 0, fmt.Errorf("vulkan: %w", mod.NonFinite(r.pos-1))
 	}
 	return int32(best), nil
+}
+
+// StepCounts are the commands of the recorded decode step, replayed once
+// per token (issue 42 item 6: each dispatch, and the barrier before it,
+// costs a few microseconds on a GPU however little it does).
+type StepCounts struct {
+	Dispatches int // the whole step: the embedding, every block, the head
+	Barriers   int // its pipeline barriers (vk derives one before a command that depends on an earlier one)
+	// BlockDispatches and BlockBarriers are each block's, in layer order
+	// (a routed block's with its selector and gated residual).
+	BlockDispatches, BlockBarriers []int
+}
+
+// StepCounts counts the decode step's commands (the recording Feed
+// replays, with the logits' copy to the host).
+func (r *Runner) StepCounts() StepCounts {
+	if r.step == nil {
+		return StepCounts{}
+	}
+	st := r.step.Stats()
+	sc := StepCounts{Dispatches: st.Dispatches, Barriers: st.Barriers}
+	for _, b := range r.stepBlocks {
+		sc.BlockDispatches = append(sc.BlockDispatches, b.Dispatches)
+		sc.BlockBarriers = append(sc.BlockBarriers, b.Barriers)
+	}
+	return sc
 }
