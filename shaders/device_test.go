@@ -135,6 +135,7 @@ func TestMinimalDeviceAllowsItsChoices(t *testing.T) {
 		for _, hd := range []uint32{64, 128} {
 			checkAllowed(t, p, name, "attention_split", AttentionSplitSpec(hd))
 		}
+		checkAllowed(t, p, name, "argmax_wide", ArgmaxWideSpec)
 		for _, row := range []string{"rmsnorm", "nll", "argmax"} {
 			checkAllowed(t, p, name, row, p.Row(row, 32000))
 		}

@@ -76,7 +76,14 @@ func (p Profile) GateUp(stacked bool) []Step {
 }
 
 // Head is the decode step's head: the output matvec on the normed last
-// row, and the logits' argmax.
+// row, and the logits' argmax: argmax_wide (a row over many workgroups) on
+// GPUs, where argmax's one workgroup a row took 59 us a call at a
+// vocabulary of 32,000 on an H200; argmax on CPU devices, whose threads a
+// row's one workgroup already fills and where the hand-off would be one
+// more pass (RowSpecCPU's measurements).
 func (p Profile) Head() []Step {
+	if !p.CPU {
+		return append(p.normed(), Step{Role: RoleArgmax, Variant: "argmax_wide", Spec: ArgmaxWideSpec})
+	}
 	return append(p.normed(), Step{Role: RoleArgmax, Variant: "argmax"})
 }

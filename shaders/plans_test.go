@@ -38,10 +38,12 @@ func TestPlans(t *testing.T) {
 	assert.Equal(t, []Role{RoleMatvec, RoleSwiGLU}, roles(gpu.GateUp(false)))
 	assert.Equal(t, FuseNorm, gpu.GateUp(false)[0].Fusion)
 	assert.Equal(t, []Role{RoleMatvec, RoleArgmax}, roles(gpu.Head()))
+	assert.Equal(t, "argmax_wide", gpu.Head()[1].Variant, "a GPU: a row over many workgroups")
 
 	cpu := NewProfile(Device{CPU: true, SubgroupSize: 8})
 	assert.Equal(t, []Role{RoleKV, RoleAttention}, roles(cpu.DecodeAttention(KVF32, 4096, 64)))
 	assert.Equal(t, []Role{RoleNorm, RoleMatvec, RoleSwiGLU}, roles(cpu.GateUp(true)), "no norm folding: no fused SwiGLU")
 	assert.Equal(t, FuseNone, cpu.AttentionInput()[1].Fusion)
 	assert.Equal(t, []Role{RoleNorm, RoleMatvec, RoleArgmax}, roles(cpu.Head()))
+	assert.Equal(t, "argmax", cpu.Head()[2].Variant)
 }

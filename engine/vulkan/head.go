@@ -74,6 +74,14 @@ func (r *Runner) recordHead(rec *vk.Recorder, p *frame) error {
 		if st.Role != shaders.RoleArgmax {
 			return noOther(st)
 		}
+		if st.Variant == "argmax_wide" {
+			argmax, err := r.ks.get(st.Variant, st.Spec)
+			if err != nil {
+				return op{}, err
+			}
+			return newOp(argmax, shaders.ArgmaxPush{Cols: uint32(c.NVocab), N: 1}, shaders.ArgmaxWideGroups(1, uint32(c.NVocab), argmax.spec),
+				rd(p.logits, 0, vB), wr(r.bestHost, 0, 0), rw(r.act.amaxPart, 0, 0), rw(r.act.amaxDone, 0, 0)), nil
+		}
 		argmax, err := r.ks.row(st.Variant, c.NVocab)
 		if err != nil {
 			return op{}, err

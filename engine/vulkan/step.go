@@ -55,6 +55,10 @@ type activations struct {
 	h      *vk.Buffer // [nFF] SwiGLU output
 	mo     *vk.Buffer // [nEmbd] a routed block's MLP output, when its gate scales it (mod.GateTargetMLP)
 	logits *vk.Buffer // [nVocab]
+	// argmax_wide's scratch (the head's argmax on a GPU profile): each
+	// workgroup's winner, and the count of workgroups done, zero between
+	// dispatches.
+	amaxPart, amaxDone *vk.Buffer
 }
 
 // route is a routed layer's routing state in the decode step, on the GPU.
@@ -85,8 +89,13 @@ func (r *Runner) allocateStep() error {
 	a.logits = must(f32(c.NVocab), vk.DeviceLocal)
 	a.part = must(4*shaders.DecodeAttentionPartialFloats(1, uint32(c.NHead), uint32(c.HeadDim), r.attnSplits), vk.DeviceLocal)
 	a.done = must(4*shaders.DecodeAttendDoneWords(uint32(c.NHead)), vk.DeviceLocal)
+	a.amaxPart = must(4*shaders.ArgmaxWidePartWords(1, uint32(c.NVocab), shaders.ArgmaxWideSpec), vk.DeviceLocal)
+	a.amaxDone = must(4, vk.DeviceLocal)
 	if al.err == nil {
 		al.err = a.done.Upload(make([]byte, a.done.Size()), 0) // decode_attend leaves it zero after each dispatch
+	}
+	if al.err == nil {
+		al.err = a.amaxDone.Upload(make([]byte, 4), 0) // argmax_wide leaves it zero after each dispatch
 	}
 	if al.err != nil {
 		return fmt.Errorf("activations: %w", al.err)
