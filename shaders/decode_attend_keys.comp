@@ -162,14 +162,19 @@ void main() {
 					dot += qs[i].y * kn[i].y;
 				}
 				s = dot * p.scale;
-			} else if (kPos[e] <= ps) { // else a later token: masked
+			} else {
+				// The key's loads do not wait for its position, one round
+				// trip off the critical path: the mask is applied after (a
+				// masked key is read for nothing, rare in a decode step,
+				// whose cache entries precede the token).
+				bool visible = kPos[e] <= ps;
 				uint w = e * kvw + kvb;
 				for (uint i = 0u; i < HALF; i++) {
 					vec2 kk = kPair(w + i);
 					dot += qs[i].x * kk.x;
 					dot += qs[i].y * kk.y;
 				}
-				s = dot * p.scale;
+				s = visible ? dot * p.scale : MASKED; // a later token: masked
 			}
 		}
 		sc[tid] = s;
