@@ -341,7 +341,8 @@ func TestDecodeAttend(t *testing.T) {
 // TestDecodeAttendKeys: decode_attend_keys over ragged shapes, against the
 // CPU reference (checkDecodeAttend): contexts of 1, 2, 31, 33, 70 and 257
 // (old entries 0, 1, 30, 32, 69, 256: less than a tile of the workgroup,
-// one past it, several tiles), heads of 64 and 128, query heads per kv head
+// one past it, several tiles), heads of 64, 96 (pairs not a power of two)
+// and 128, query heads per kv head
 // 1, 4 and 8, F32 and F16 caches, a cache in 1, 3 and 16 chunks (more
 // chunks than entries too), some old entries masked (positions past the
 // token's).
@@ -350,7 +351,7 @@ func TestDecodeAttendKeys(t *testing.T) {
 	type heads struct{ nHead, nKVHead int }
 	for _, kv := range KVTypes {
 		v := routingLookup(t, DecodeAttendKeysName(kv))
-		for _, hd := range []int{64, 128} {
+		for _, hd := range []int{64, 96, 128} {
 			for _, splits := range []uint32{1, 3, 16} {
 				k := newKernel(t, dev, v, DecodeAttendKeysSpec(uint32(hd), splits)...)
 				for i, hs := range []heads{{2, 2}, {8, 2}, {8, 1}} {
@@ -366,6 +367,56 @@ func TestDecodeAttendKeys(t *testing.T) {
 							old: old, later: later, splits: splits})
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestDecodeAttendFull: with the cache full (counts[layer] = maxEntries),
+// decode_attend and decode_attend_keys append nothing (the cache and the
+// count unchanged) and the token attends over the old entries alone, as
+// the CPU's attention over them (BenchmarkDecodeAttendGPU's steady state).
+func TestDecodeAttendFull(t *testing.T) {
+	dev := openDevice(t)
+	const nHead, nKVHead, hd, old = 4, 2, 64, 40
+	qd, kvd := nHead*hd, nKVHead*hd
+	freqs := ropeTable(t, hd, "llama3.2+linear4")
+	for _, kv := range KVTypes {
+		for _, kern := range decodeAttendKernels {
+			for _, splits := range []uint32{1, 4} {
+				name := fmt.Sprintf("%s/splits%d", kern.name(kv), splits)
+				k := newKernel(t, dev, routingLookup(t, kern.name(kv)), kern.spec(hd, splits)...)
+				c := newAttentionCase(1, old, nHead, nKVHead, hd, 3, 11)
+				kRaw, kRounded := kvEncode(t, kv, c.k)
+				vRaw, vRounded := kvEncode(t, kv, c.v)
+				words := old * kvd * int(kv.ElementBytes()) / 4
+				bK, bV := decodeBuffer(t, dev, kRaw, words), decodeBuffer(t, dev, vRaw, words)
+				bKPos := newBuffer(t, dev, denseU32Bytes(c.kPos))
+				bCounts := newBuffer(t, dev, denseU32Bytes([]uint32{old}))
+				bDone := newBuffer(t, dev, denseU32Bytes(make([]uint32, DecodeAttendDoneWords(nHead))))
+				pos := c.kPos[old-1] + 1
+				qkv := denseNormals(rand.New(rand.NewSource(5)), qd+2*kvd, 3)
+				out := denseNaNBuffer(t, dev, qd)
+				rec := dev.NewRecorder()
+				rec.Dispatch(k, vk.MustPackPush(DecodeAttendPush{HeadDim: hd, NHead: nHead, NKVHead: nKVHead, KOff: uint32(qd), VOff: uint32(qd + kvd),
+					MaxEntries: old, Scale: float32(1 / math.Sqrt(hd))}),
+					DecodeAttendGroups(nHead, splits), decodeAttendBinds(newBuffer(t, dev, f32bytes(qkv)), newBuffer(t, dev, denseU32Bytes([]uint32{pos})),
+						newBuffer(t, dev, denseU32Bytes(RopeFreqs(freqs))), bK, bV, bKPos, bCounts,
+						denseNaNBuffer(t, dev, nHead*int(splits)*(2+hd)), bDone, out)...)
+				require.NoError(t, dev.Run(rec))
+				rec.Close()
+				q := slices.Clone(qkv[:qd])
+				mod.RoPE(q, int32(pos), freqs)
+				ref := &attentionCase{n: 1, entries: old, nHead: nHead, nKVHead: nKVHead, hd: hd, q: q, k: kRounded, v: vRounded,
+					kPos: c.kPos, qPos: []uint32{pos}}
+				want, scale := ref.reference()
+				assert.NoError(t, closeness(download(t, out, qd), want, scale, attentionTolerance+ropeTol), "%s: output", name)
+				assert.Equal(t, []uint32{old}, routingDownloadU32(t, bCounts, 1), "%s: the count", name)
+				assert.Equal(t, c.kPos, routingDownloadU32(t, bKPos, old), "%s: kPos", name)
+				gotK, gotV := routingDownloadU32(t, bK, words), routingDownloadU32(t, bV, words)
+				assert.Equal(t, kRaw, denseU32Bytes(gotK), "%s: the keys", name)
+				assert.Equal(t, vRaw, denseU32Bytes(gotV), "%s: the values", name)
+				assert.Equal(t, make([]uint32, DecodeAttendDoneWords(nHead)), routingDownloadU32(t, bDone, int(DecodeAttendDoneWords(nHead))), "%s: done", name)
 			}
 		}
 	}
