@@ -91,10 +91,9 @@ func DecodeAttendSpec(splits uint32) []uint32 { return DecodeAttentionSplitSpec(
 // DecodeAttendKeysSpec is decode_attend_keys's specialization constants
 // for heads of hd elements (the model's, exactly: its loops are of that
 // constant length) and splits chunks: [WG, hd, splits], WG the larger of
-// 64, hd/2 (an invocation per output pair) and splits (one per chunk's
-// weight in the merge).
+// 64 and hd/2 (an invocation per output pair).
 func DecodeAttendKeysSpec(hd, splits uint32) []uint32 {
-	return []uint32{max(64, hd/2, splits), hd, splits}
+	return []uint32{max(64, hd/2), hd, splits}
 }
 
 // DecodeAttendGroups is decode_attend's dispatch size: a workgroup per

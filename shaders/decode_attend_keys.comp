@@ -24,8 +24,8 @@
 // result needs no reduction across invocations: invocation 0 writes the
 // max and sum, each invocation its pair. The merge of the chunks by the
 // last workgroup of a head, the append, RoPE and the count are
-// decode_attend's (see there), the chunk's weights exp(m_s - max) computed
-// once each instead of once per element.
+// decode_attend's (see there), but for the merge's loads, all issued at
+// once (SPLITS is a constant) and merged in registers.
 //
 // Masked entries (kPos > the token's position) score MASKED, below
 // NO_SCORE, and add nothing; a NaN score becomes the max and spreads, as in
@@ -33,7 +33,7 @@
 // cache will hold them (toHalf, never unpackHalf2x16(packHalf2x16(x)),
 // which NVIDIA's compiler folds away: include/common.glsl).
 //
-// Specialization constants: 0 WG (>= HD/2, >= SPLITS), 1 HD (the model's
+// Specialization constants: 0 WG (>= HD/2), 1 HD (the model's
 // headDim exactly: the push constant's headDim is not read), 2 SPLITS
 // (DecodeAttendKeysSpec). Dispatch DecodeAttendGroups(nHead, splits). done
 // must start at zero.
@@ -70,7 +70,6 @@ shared vec2 qs[HALF];  // this head's q, rotated, in pairs
 shared vec2 kn[HALF];  // the token's k of this kv head, rotated (as the cache holds it)
 shared vec2 vn[HALF];  // the token's v of this kv head (as the cache holds it)
 shared float sc[gl_WorkGroupSize.x]; // the tile's scores
-shared float wts[SPLITS]; // the merge: each chunk's weight exp(m_s - max)
 shared bool last;    // this workgroup merges its head
 
 const float NO_SCORE = -1e30; // as decode_attend.comp
@@ -226,24 +225,32 @@ void main() {
 	}
 	memoryBarrierBuffer();
 	uint base = h * SPLITS * stride;
-	float gm = part[base];
-	for (uint s = 1u; s < SPLITS; s++) {
-		gm = maxNaN(gm, part[base + s * stride]);
-	}
-	for (uint s = tid; s < SPLITS; s += WG) {
-		wts[s] = exp(part[base + s * stride] - gm);
-	}
-	barrier();
-	float gl = 0.0;
-	for (uint s = 0u; s < SPLITS; s++) {
-		gl += part[base + s * stride + 1u] * wts[s];
-	}
-	for (uint d = tid; d < HD; d += WG) {
-		float o = 0.0;
+	if (tid < HALF) {
+		// Every chunk's max, sum and output pair loaded at once (SPLITS is
+		// a constant: independent loads, one round trip), then merged in
+		// registers: no shared weights, no barrier.
+		float ms[SPLITS], ls[SPLITS];
+		vec2 os[SPLITS];
 		for (uint s = 0u; s < SPLITS; s++) {
-			o += part[base + s * stride + 2u + d] * wts[s];
+			uint b = base + s * stride;
+			ms[s] = part[b];
+			ls[s] = part[b + 1u];
+			os[s] = vec2(part[b + 2u + 2u * tid], part[b + 3u + 2u * tid]);
 		}
-		out_[h * HD + d] = gl == 0.0 ? 0.0 : o / gl; // never negative; NaN stays
+		float gm = ms[0];
+		for (uint s = 1u; s < SPLITS; s++) {
+			gm = maxNaN(gm, ms[s]);
+		}
+		float gl = 0.0;
+		vec2 o = vec2(0.0);
+		for (uint s = 0u; s < SPLITS; s++) {
+			float w = exp(ms[s] - gm);
+			gl += ls[s] * w;
+			o += os[s] * w;
+		}
+		vec2 r = gl == 0.0 ? vec2(0.0) : o / gl; // never negative; NaN stays
+		out_[h * HD + 2u * tid] = r.x;
+		out_[h * HD + 2u * tid + 1u] = r.y;
 	}
 	if (tid == 0u) {
 		done[h] = 0u;
