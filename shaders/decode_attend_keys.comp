@@ -74,6 +74,7 @@ shared bool last;    // this workgroup merges its head
 
 const float NO_SCORE = -1e30; // as decode_attend.comp
 const float MASKED = -3e38;   // a masked entry's score: below NO_SCORE, adds nothing
+const uint VBATCH = 8u;       // entries a batch of the value loop
 
 void main() {
 	const uint WG = gl_WorkGroupSize.x;
@@ -189,15 +190,22 @@ void main() {
 			l *= a;
 			acc *= a;
 			m = mt;
-			for (uint j = 0u; j < n; j++) {
-				float sj = sc[j];
-				if (sj <= MASKED) {
-					continue; // masked (a NaN compares false and is added)
+			// The entries in batches of VBATCH, a loop of constant length
+			// the driver unrolls: a batch's value loads are independent, in
+			// flight together, where a loop of n entries one at a time
+			// would wait on each at a long context.
+			for (uint j0 = 0u; j0 < n; j0 += VBATCH) {
+				for (uint k = 0u; k < VBATCH; k++) {
+					uint j = j0 + k;
+					float sj = j < n ? sc[j] : MASKED;
+					if (sj <= MASKED) {
+						continue; // masked, or past the tile (a NaN compares false and is added)
+					}
+					float pe = exp(sj - m);
+					l += pe;
+					uint ej = t0 + j;
+					acc += pe * (ej == c ? vn[i] : vPair(ej * kvw + kvb + i));
 				}
-				float pe = exp(sj - m);
-				l += pe;
-				uint ej = t0 + j;
-				acc += pe * (ej == c ? vn[i] : vPair(ej * kvw + kvb + i));
 			}
 		}
 		barrier(); // sc is free for the next tile
