@@ -1,6 +1,7 @@
 #version 450
 // decode_attend_keys: decode_attend (the same bindings, push constants,
-// dispatch, part and done, and the same results) with its keys spread over
+// dispatch, part and done, and its results up to the order of the sums:
+// the same tests bound both) with its keys spread over
 // the workgroup's invocations and its loops of constant length, for GPUs,
 // where decode_attend is latency-bound at short contexts
 // (docs/decode-attention-cost.md: 25 us a call on an H200 at 70 entries).
@@ -19,7 +20,8 @@
 //      takes the tile's max of sc (a loop over the tile's entries, no
 //      reduction tree), rescales its running sum and pair as the online
 //      softmax does, and adds exp(score - max) * v for each entry, its v
-//      pair a coalesced load beside its neighbours'.
+//      pair a coalesced load beside its neighbours', in batches of VBATCH
+//      entries whose loads are in flight together.
 // Every invocation of step 2 holds the same max and sum, so the chunk's
 // result needs no reduction across invocations: invocation 0 writes the
 // max and sum, each invocation its pair. The merge of the chunks by the
