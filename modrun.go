@@ -143,6 +143,11 @@ type Info struct {
 	FileBytes uint64 // the GGUF file, memory-mapped
 	// GPU memory held on Vulkan (zero on the CPU), in bytes.
 	GPUWeights, GPUKVCache, GPUScratch uint64
+	// The recorded decode step's commands on Vulkan (zero on the CPU): its
+	// dispatches and pipeline barriers per token, and each block's, in
+	// layer order.
+	StepDispatches, StepBarriers   int
+	BlockDispatches, BlockBarriers []int
 }
 
 // Open loads the GGUF model at path and opens it on the device opts choose.
@@ -211,6 +216,11 @@ func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Rout
 		s := ms.MemoryStats()
 		model.info.GPUWeights, model.info.GPUKVCache, model.info.GPUScratch = s.Weights, s.KVCache, s.Scratch
 	}
+	if sc, ok := backend.Runner.(engine.StepCountser); ok {
+		c := sc.StepCounts()
+		model.info.StepDispatches, model.info.StepBarriers = c.Dispatches, c.Barriers
+		model.info.BlockDispatches, model.info.BlockBarriers = c.BlockDispatches, c.BlockBarriers
+	}
 	model.loop, err = engine.NewLoop(backend, engine.LoopOptions{Parallel: opts.Parallel, PrefixCache: opts.PrefixCache,
 		KVBudget: opts.KVBudget, UBatch: opts.UBatch, ContextLen: ctxLen, NVocab: c.NVocab, Turn: model.turn})
 	if err != nil {
@@ -224,6 +234,8 @@ func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Rout
 func (m *Model) Info() Info {
 	info := m.info
 	info.RoutedLayers = append([]int(nil), info.RoutedLayers...)
+	info.BlockDispatches = append([]int(nil), info.BlockDispatches...)
+	info.BlockBarriers = append([]int(nil), info.BlockBarriers...)
 	return info
 }
 

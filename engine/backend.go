@@ -22,6 +22,12 @@ type GPUMemoryStatser interface {
 	MemoryStats() vulkan.MemoryStats
 }
 
+// StepCountser is a Runner that counts the commands of its recorded decode
+// step (the Vulkan backend).
+type StepCountser interface {
+	StepCounts() vulkan.StepCounts
+}
+
 // Backend is a Runner on the chosen device. Close releases the device.
 type Backend struct {
 	Runner
@@ -281,8 +287,8 @@ func OpenScorer(m *mod.Model, r mod.Routing, o BackendOptions) (*ScorerBackend, 
 
 // gpuRunner adds the routing counts to the Vulkan runner: a routed layer's
 // compact cache holds exactly the tokens it selected. The runner's
-// FeedArgmax, Profile and MemoryStats make it a GreedyFeeder, a Profiler and
-// a GPUMemoryStatser.
+// FeedArgmax, Profile, MemoryStats and StepCounts make it a GreedyFeeder, a
+// Profiler, a GPUMemoryStatser and a StepCountser.
 type gpuRunner struct {
 	*vulkan.Runner
 	m *mod.Model

@@ -10,7 +10,8 @@
 # side (each its own process, so a crash or a lost driver in one cannot hide
 # the others, each under a time limit), then, one at a time so that their
 # timings do not share the GPU, the kernel benchmarks (GB/s of each matvec,
-# TFLOP/s of each matmul, where the test binary has them), the bench rows
+# TFLOP/s of each matmul, us per call of decode attention, where the test
+# binary has them), the bench rows
 # the open issues are judged by (1.1B Q8_0 and Q4_K_M, 7B Q8_0 prefill and
 # decode, a 5-token prompt at 7B, --parallel 1,8,16 at 1.1B) and a
 # per-kernel --profile of a 1.1B decode and of a 512-token prefill (with the
@@ -145,7 +146,7 @@ if [ "$quick" = 1 ]; then
   bench_row "$large-q8_0-prompt5" -m "$m7" --backends vulkan --prompt 5 -n 16 --repeats 3 --validate 0
   rm -f "$m7"
   {
-    echo "## Kernel benchmarks (shaders.test: GB/s of the matvecs, TFLOP/s of the matmuls, validated first)"
+    echo "## Kernel benchmarks (shaders.test: GB/s of the matvecs, TFLOP/s of the matmuls, us/call of decode attention, validated first)"
     echo
     echo '```'
   } >> "$report"
@@ -162,6 +163,8 @@ if [ "$quick" = 1 ]; then
   }
   kernel_bench BenchmarkMatvecGPU "${QUICK_MATVEC:-BenchmarkMatvecGPU/^7b-(gateup-swiglu|qkv-norm)\$/^(F16|Q8_0|Q4_K)\$}" 30x 90
   kernel_bench BenchmarkMatmulGPU "${QUICK_MATMUL:-BenchmarkMatmulGPU/^(tiled-64x64|tiled-128x128|coop-64x64|coop-hilo-64x64|coop-16x64-k64)\$/}" 10x 60
+  # decode attention, decode_attend against decode_attend_keys at contexts 70, 512, 4096 (issue 42 item 5)
+  kernel_bench BenchmarkDecodeAttendGPU "${QUICK_ATTEND:-BenchmarkDecodeAttendGPU}" 50x 60
   { echo '```'; echo; } >> "$report"
   {
     echo "## Where a $small Q8_0 decode's GPU time goes (modrun run --profile, 64 tokens)"

@@ -10,7 +10,7 @@ package shaders
 // A decode step's dense layer (engine/vulkan), on a GPU profile, 5 dispatches:
 //
 //	matvec_*_norm q|k|v           x                 -> qkv (RMSNorm folded in)
-//	decode_attend                 qkv, pos, cache   -> att; k, v, pos appended at counts[layer]++
+//	decode_attend(_keys)          qkv, pos, cache   -> att; k, v, pos appended at counts[layer]++
 //	matvec_*_add o                att               -> x += o
 //	matvec_*_norm_swiglu gate|up  x                 -> h (RMSNorm and SwiGLU folded in)
 //	matvec_*_add down             h                 -> x += down
@@ -87,6 +87,14 @@ type DecodeAttendPush struct {
 // DecodeAttendSpec is decode_attend's specialization constants for splits
 // chunks: AttentionSpec's, then SPLITS.
 func DecodeAttendSpec(splits uint32) []uint32 { return DecodeAttentionSplitSpec(splits) }
+
+// DecodeAttendKeysSpec is decode_attend_keys's specialization constants
+// for heads of hd elements (the model's, exactly: its loops are of that
+// constant length) and splits chunks: [WG, hd, splits], WG the larger of
+// 64 and hd/2 (an invocation per output pair).
+func DecodeAttendKeysSpec(hd, splits uint32) []uint32 {
+	return []uint32{max(64, hd/2), hd, splits}
+}
 
 // DecodeAttendGroups is decode_attend's dispatch size: a workgroup per
 // (head, chunk).
@@ -167,6 +175,16 @@ func decodeAttendVariant(kv KV) Variant {
 
 // decodeAttentionSplitVariant is flash-decoding's first pass: the entries
 // in chunks, a workgroup each, partial results out.
+func decodeAttendKeysVariant(kv KV) Variant {
+	v := decodeAttendVariant(kv)
+	v.Name, v.Source = DecodeAttendKeysName(kv), "decode_attend_keys.comp"
+	v.LocalSize, v.Spec = [3]uint32{64, 1, 1}, DecodeAttendKeysSpec(64, 16)
+	v.Notes = "decode_attend with the keys across invocations and loops of constant length (GPUs); one token; " +
+		"Spec [workgroup size, headDim exactly, splits] (DecodeAttendKeysSpec); dispatch DecodeAttendGroups(nHead, splits), " +
+		"or indirectly in a routed block; done zero-filled once (DecodeAttendDoneWords)"
+	return v
+}
+
 func decodeAttentionSplitVariant(kv KV) Variant {
 	v := decodeAttentionVariant(kv)
 	v.Name, v.Op = DecodeAttentionSplitName(kv), OpDecodeAttentionSplit
@@ -184,6 +202,7 @@ func init() {
 		decodeAttentionVariant(KVF32), decodeAttentionVariant(KVF16),
 		decodeAttentionSplitVariant(KVF32), decodeAttentionSplitVariant(KVF16),
 		decodeAttendVariant(KVF32), decodeAttendVariant(KVF16),
+		decodeAttendKeysVariant(KVF32), decodeAttendKeysVariant(KVF16),
 		Variant{
 			Name: "decode_attention_combine", Source: "decode_attention_combine.comp",
 			Bindings: []Binding{

@@ -299,103 +299,224 @@ func decodeAttendBinds(qkv, pos, freq, k, v, kPos, counts, part, done, out *vk.B
 		denseBind(part, vk.ReadWrite), denseBind(done, vk.ReadWrite), denseBind(out, vk.Write)}
 }
 
-// TestDecodeAttend: decode_attend, a step's whole attention in one dispatch,
-// over caches of c = 0, 16, 299 and 2099 old entries (contexts of 1, 17,
-// 300 and 2100 with the token's own), split into 1, 4 and 16 chunks, with
-// F32 and F16 caches. Two tokens are run, one submit each, so the second
-// sees the first's append and the done counters the first left at zero.
-// Checked: the output against attention's reference over the rotated q, the
-// old entries (as stored: rounded in F16) and the token's own k and v
-// (exact in F32; in F16 as the cache holds them, the halves it appended,
-// as the batched prefill and decode_attention read them), at
-// attentionTolerance plus ropeTol (the GPU's rotation against mod.RoPE);
-// the appended entry as TestDecodeKV checks decode_kv's; counts[layer]
-// incremented once per token and no other count touched; done back to 0.
+// decodeAttendKernels are the two kernels of a fused decode attention:
+// decode_attend and decode_attend_keys (the GPU profile's), each with its
+// specialization for heads of hd and splits chunks.
+var decodeAttendKernels = []struct {
+	name func(KV) string
+	spec func(hd, splits uint32) []uint32
+}{
+	{DecodeAttendName, func(_, splits uint32) []uint32 { return DecodeAttendSpec(splits) }},
+	{DecodeAttendKeysName, DecodeAttendKeysSpec},
+}
+
+// decodeAttendShape is one case of a fused decode attention: heads, the
+// old entries before the token and how many of them lie after its
+// position (masked), the cache's chunks.
+type decodeAttendShape struct {
+	nHead, nKVHead, hd int
+	old, later         int // old entries; the last later of them at positions past the token's
+	splits             uint32
+}
+
+// TestDecodeAttend: decode_attend and decode_attend_keys, a step's whole
+// attention in one dispatch, over caches of c = 0, 16, 299 and 2099 old
+// entries (contexts of 1, 17, 300 and 2100 with the token's own), split
+// into 1, 4 and 16 chunks, with F32 and F16 caches (checkDecodeAttend).
 func TestDecodeAttend(t *testing.T) {
 	dev := openDevice(t)
-	const nHead, nKVHead, hd = 4, 2, 64
+	for _, kv := range KVTypes {
+		for _, kern := range decodeAttendKernels {
+			v := routingLookup(t, kern.name(kv))
+			for _, splits := range []uint32{1, 4, 16} {
+				k := newKernel(t, dev, v, kern.spec(64, splits)...)
+				for _, old := range []int{0, 16, 299, 2099} {
+					checkDecodeAttend(t, dev, k, v.Name, kv, decodeAttendShape{nHead: 4, nKVHead: 2, hd: 64, old: old, splits: splits})
+				}
+			}
+		}
+	}
+}
+
+// TestDecodeAttendKeys: decode_attend_keys over ragged shapes, against the
+// CPU reference (checkDecodeAttend): contexts of 1, 2, 31, 33, 70 and 257
+// (old entries 0, 1, 30, 32, 69, 256: less than a tile of the workgroup,
+// one past it, several tiles), heads of 64, 96 (pairs not a power of two)
+// and 128, query heads per kv head
+// 1, 4 and 8, F32 and F16 caches, a cache in 1, 3 and 16 chunks (more
+// chunks than entries too), some old entries masked (positions past the
+// token's).
+func TestDecodeAttendKeys(t *testing.T) {
+	dev := openDevice(t)
+	type heads struct{ nHead, nKVHead int }
+	for _, kv := range KVTypes {
+		v := routingLookup(t, DecodeAttendKeysName(kv))
+		for _, hd := range []int{64, 96, 128} {
+			for _, splits := range []uint32{1, 3, 16} {
+				k := newKernel(t, dev, v, DecodeAttendKeysSpec(uint32(hd), splits)...)
+				for i, hs := range []heads{{2, 2}, {8, 2}, {8, 1}} {
+					for j, old := range []int{0, 1, 30, 32, 69, 256} {
+						if (i+j)%2 == 1 && old > 40 {
+							continue // the long contexts at half the head shapes: lavapipe's time
+						}
+						later := 0
+						if old >= 30 {
+							later = old / 10
+						}
+						checkDecodeAttend(t, dev, k, v.Name, kv, decodeAttendShape{nHead: hs.nHead, nKVHead: hs.nKVHead, hd: hd,
+							old: old, later: later, splits: splits})
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestDecodeAttendFull: with the cache full (counts[layer] = maxEntries),
+// decode_attend and decode_attend_keys append nothing (the cache and the
+// count unchanged) and the token attends over the old entries alone, as
+// the CPU's attention over them (BenchmarkDecodeAttendGPU's steady state).
+func TestDecodeAttendFull(t *testing.T) {
+	dev := openDevice(t)
+	const nHead, nKVHead, hd, old = 4, 2, 64, 40
+	qd, kvd := nHead*hd, nKVHead*hd
+	freqs := ropeTable(t, hd, "llama3.2+linear4")
+	for _, kv := range KVTypes {
+		for _, kern := range decodeAttendKernels {
+			for _, splits := range []uint32{1, 4} {
+				name := fmt.Sprintf("%s/splits%d", kern.name(kv), splits)
+				k := newKernel(t, dev, routingLookup(t, kern.name(kv)), kern.spec(hd, splits)...)
+				c := newAttentionCase(1, old, nHead, nKVHead, hd, 3, 11)
+				kRaw, kRounded := kvEncode(t, kv, c.k)
+				vRaw, vRounded := kvEncode(t, kv, c.v)
+				words := old * kvd * int(kv.ElementBytes()) / 4
+				bK, bV := decodeBuffer(t, dev, kRaw, words), decodeBuffer(t, dev, vRaw, words)
+				bKPos := newBuffer(t, dev, denseU32Bytes(c.kPos))
+				bCounts := newBuffer(t, dev, denseU32Bytes([]uint32{old}))
+				bDone := newBuffer(t, dev, denseU32Bytes(make([]uint32, DecodeAttendDoneWords(nHead))))
+				pos := c.kPos[old-1] + 1
+				qkv := denseNormals(rand.New(rand.NewSource(5)), qd+2*kvd, 3)
+				out := denseNaNBuffer(t, dev, qd)
+				rec := dev.NewRecorder()
+				rec.Dispatch(k, vk.MustPackPush(DecodeAttendPush{HeadDim: hd, NHead: nHead, NKVHead: nKVHead, KOff: uint32(qd), VOff: uint32(qd + kvd),
+					MaxEntries: old, Scale: float32(1 / math.Sqrt(hd))}),
+					DecodeAttendGroups(nHead, splits), decodeAttendBinds(newBuffer(t, dev, f32bytes(qkv)), newBuffer(t, dev, denseU32Bytes([]uint32{pos})),
+						newBuffer(t, dev, denseU32Bytes(RopeFreqs(freqs))), bK, bV, bKPos, bCounts,
+						denseNaNBuffer(t, dev, nHead*int(splits)*(2+hd)), bDone, out)...)
+				require.NoError(t, dev.Run(rec))
+				rec.Close()
+				q := slices.Clone(qkv[:qd])
+				mod.RoPE(q, int32(pos), freqs)
+				ref := &attentionCase{n: 1, entries: old, nHead: nHead, nKVHead: nKVHead, hd: hd, q: q, k: kRounded, v: vRounded,
+					kPos: c.kPos, qPos: []uint32{pos}}
+				want, scale := ref.reference()
+				assert.NoError(t, closeness(download(t, out, qd), want, scale, attentionTolerance+ropeTol), "%s: output", name)
+				assert.Equal(t, []uint32{old}, routingDownloadU32(t, bCounts, 1), "%s: the count", name)
+				assert.Equal(t, c.kPos, routingDownloadU32(t, bKPos, old), "%s: kPos", name)
+				gotK, gotV := routingDownloadU32(t, bK, words), routingDownloadU32(t, bV, words)
+				assert.Equal(t, kRaw, denseU32Bytes(gotK), "%s: the keys", name)
+				assert.Equal(t, vRaw, denseU32Bytes(gotV), "%s: the values", name)
+				assert.Equal(t, make([]uint32, DecodeAttendDoneWords(nHead)), routingDownloadU32(t, bDone, int(DecodeAttendDoneWords(nHead))), "%s: done", name)
+			}
+		}
+	}
+}
+
+// checkDecodeAttend runs kernel k (decode_attend's bindings) for two
+// tokens of shape sh, one submit each, so the second sees the first's
+// append and the done counters the first left at zero. Checked: the output
+// against attention's reference over the rotated q, the old entries (as
+// stored: rounded in F16) and the token's own k and v (exact in F32; in
+// F16 as the cache holds them, the halves it appended, as the batched
+// prefill and decode_attention read them), at attentionTolerance plus
+// ropeTol (the GPU's rotation against mod.RoPE); the appended entry as
+// TestDecodeKV checks decode_kv's; counts[layer] incremented once per token
+// and no other count touched; done back to 0.
+func checkDecodeAttend(t *testing.T, dev *vk.Device, k *vk.Kernel, kernel string, kv KV, sh decodeAttendShape) {
+	t.Helper()
+	nHead, nKVHead, hd, old, splits := sh.nHead, sh.nKVHead, sh.hd, sh.old, sh.splits
 	const layer = 1
 	qd, kvd := nHead*hd, nKVHead*hd
 	kOff, vOff := qd+3, qd+3+kvd+1 // unaligned element offsets, as a qkv stack may give
 	freqs := ropeTable(t, hd, "llama3.2+linear4")
-	for _, kv := range KVTypes {
-		v := routingLookup(t, DecodeAttendName(kv))
-		for _, splits := range []uint32{1, 4, 16} {
-			k := newKernel(t, dev, v, DecodeAttendSpec(splits)...)
-			for _, old := range []int{0, 16, 299, 2099} {
-				name := fmt.Sprintf("kv%s/splits%d/old%d", kv, splits, old)
-				rng := rand.New(rand.NewSource(int64(old) + int64(splits)))
-				maxEntries := old + 3
-				// The old entries: random keys (already rotated) and values,
-				// at ascending positions with gaps (a routed layer's).
-				c := newAttentionCase(1, max(old, 1), nHead, nKVHead, hd, 3, int64(old)+7)
-				oldK, oldV, oldPos := c.k[:old*kvd], c.v[:old*kvd], c.kPos[:old]
-				kRaw, kRounded := kvEncode(t, kv, oldK)
-				vRaw, vRounded := kvEncode(t, kv, oldV)
-				words := maxEntries * kvd * int(kv.ElementBytes()) / 4
-				bK, bV := decodeBuffer(t, dev, kRaw, words), decodeBuffer(t, dev, vRaw, words)
-				bKPos := newBuffer(t, dev, denseU32Bytes(append(slices.Clone(oldPos), decodeRepeat([]uint32{0xdeadbeef}, maxEntries-old)...)))
-				bCounts := newBuffer(t, dev, denseU32Bytes([]uint32{77, uint32(old), 88}))
-				bFreq := newBuffer(t, dev, denseU32Bytes(RopeFreqs(freqs)))
-				bPart := denseNaNBuffer(t, dev, nHead*int(splits)*(2+hd))
-				bDone := newBuffer(t, dev, denseU32Bytes(make([]uint32, DecodeAttendDoneWords(nHead))))
-				pos := uint32(0)
-				if old > 0 {
-					pos = oldPos[old-1] + 2
-				}
-				refK, refV, refPos := slices.Clone(kRounded), slices.Clone(vRounded), slices.Clone(oldPos)
-				for step := 0; step < 2; step++ {
-					qkv := denseNormals(rng, vOff+kvd, 1)
-					for i := 0; i < qd; i++ {
-						qkv[i] *= 3 // sharpen the softmax, as newAttentionCase
-					}
-					bQKV, bPos := newBuffer(t, dev, f32bytes(qkv)), newBuffer(t, dev, denseU32Bytes([]uint32{pos}))
-					out := denseNaNBuffer(t, dev, qd)
-					rec := dev.NewRecorder()
-					rec.Dispatch(k, vk.MustPackPush(DecodeAttendPush{HeadDim: hd, NHead: nHead, NKVHead: nKVHead, KOff: uint32(kOff), VOff: uint32(vOff),
-						Layer: layer, MaxEntries: uint32(maxEntries), Scale: float32(1 / math.Sqrt(hd))}),
-						DecodeAttendGroups(nHead, splits), decodeAttendBinds(bQKV, bPos, bFreq, bK, bV, bKPos, bCounts, bPart, bDone, out)...)
-					require.NoError(t, dev.Run(rec))
-					rec.Close()
+	name := fmt.Sprintf("%s/kv%s/heads%d:%d/hd%d/splits%d/old%d", kernel, kv, nHead, nKVHead, hd, splits, old)
+	rng := rand.New(rand.NewSource(int64(old) + int64(splits) + int64(hd) + int64(nHead)))
+	maxEntries := old + 3
+	// The old entries: random keys (already rotated) and values,
+	// at ascending positions with gaps (a routed layer's).
+	c := newAttentionCase(1, max(old, 1), nHead, nKVHead, hd, 3, int64(old)+7)
+	oldK, oldV, oldPos := c.k[:old*kvd], c.v[:old*kvd], c.kPos[:old]
+	kRaw, kRounded := kvEncode(t, kv, oldK)
+	vRaw, vRounded := kvEncode(t, kv, oldV)
+	words := maxEntries * kvd * int(kv.ElementBytes()) / 4
+	bK, bV := decodeBuffer(t, dev, kRaw, words), decodeBuffer(t, dev, vRaw, words)
+	pos := uint32(0)
+	if old > sh.later {
+		pos = oldPos[old-sh.later-1] + 2
+	}
+	for e := old - sh.later; e < old; e++ {
+		oldPos[e] = pos + 100 + uint32(e) // past both tokens: masked
+	}
+	bKPos := newBuffer(t, dev, denseU32Bytes(append(slices.Clone(oldPos), decodeRepeat([]uint32{0xdeadbeef}, maxEntries-old)...)))
+	bCounts := newBuffer(t, dev, denseU32Bytes([]uint32{77, uint32(old), 88}))
+	bFreq := newBuffer(t, dev, denseU32Bytes(RopeFreqs(freqs)))
+	bPart := denseNaNBuffer(t, dev, nHead*int(splits)*(2+hd))
+	bDone := newBuffer(t, dev, denseU32Bytes(make([]uint32, DecodeAttendDoneWords(uint32(nHead)))))
+	refK, refV, refPos := slices.Clone(kRounded), slices.Clone(vRounded), slices.Clone(oldPos)
+	for step := 0; step < 2; step++ {
+		qkv := denseNormals(rng, vOff+kvd, 1)
+		for i := 0; i < qd; i++ {
+			qkv[i] *= 3 // sharpen the softmax, as newAttentionCase
+		}
+		bQKV, bPos := newBuffer(t, dev, f32bytes(qkv)), newBuffer(t, dev, denseU32Bytes([]uint32{pos}))
+		out := denseNaNBuffer(t, dev, qd)
+		rec := dev.NewRecorder()
+		rec.Dispatch(k, vk.MustPackPush(DecodeAttendPush{HeadDim: uint32(hd), NHead: uint32(nHead), NKVHead: uint32(nKVHead), KOff: uint32(kOff), VOff: uint32(vOff),
+			Layer: layer, MaxEntries: uint32(maxEntries), Scale: float32(1 / math.Sqrt(float64(hd)))}),
+			DecodeAttendGroups(uint32(nHead), splits), decodeAttendBinds(bQKV, bPos, bFreq, bK, bV, bKPos, bCounts, bPart, bDone, out)...)
+		require.NoError(t, dev.Run(rec))
+		rec.Close()
 
-					q := slices.Clone(qkv[:qd])
-					mod.RoPE(q, int32(pos), freqs)
-					kNew := slices.Clone(qkv[kOff : kOff+kvd])
-					mod.RoPE(kNew, int32(pos), freqs)
-					vNew := qkv[vOff : vOff+kvd]
-					n := old + step + 1
-					gotK := kvDecode(t, kv, routingDownloadU32(t, bK, words))[(n-1)*kvd : n*kvd]
-					gotV := kvDecode(t, kv, routingDownloadU32(t, bV, words))[(n-1)*kvd : n*kvd]
-					selfK, selfV := kNew, vNew
-					if kv == KVF16 {
-						selfK, selfV = gotK, gotV
-					}
-					ref := &attentionCase{n: 1, entries: len(refPos) + 1, nHead: nHead, nKVHead: nKVHead, hd: hd, q: q,
-						k: append(slices.Clone(refK), selfK...), v: append(slices.Clone(refV), selfV...),
-						kPos: append(slices.Clone(refPos), pos), qPos: []uint32{pos}}
-					want, scale := ref.reference()
-					assert.NoError(t, closeness(download(t, out, qd), want, scale, attentionTolerance+ropeTol), "%s step %d: output", name, step)
+		q := slices.Clone(qkv[:qd])
+		mod.RoPE(q, int32(pos), freqs)
+		kNew := slices.Clone(qkv[kOff : kOff+kvd])
+		mod.RoPE(kNew, int32(pos), freqs)
+		vNew := qkv[vOff : vOff+kvd]
+		n := old + step + 1
+		gotK := kvDecode(t, kv, routingDownloadU32(t, bK, words))[(n-1)*kvd : n*kvd]
+		gotV := kvDecode(t, kv, routingDownloadU32(t, bV, words))[(n-1)*kvd : n*kvd]
+		selfK, selfV := kNew, vNew
+		if kv == KVF16 {
+			selfK, selfV = gotK, gotV
+		}
+		ref := &attentionCase{n: 1, entries: len(refPos) + 1, nHead: nHead, nKVHead: nKVHead, hd: hd, q: q,
+			k: append(slices.Clone(refK), selfK...), v: append(slices.Clone(refV), selfV...),
+			kPos: append(slices.Clone(refPos), pos), qPos: []uint32{pos}}
+		want, scale := ref.reference()
+		assert.NoError(t, closeness(download(t, out, qd), want, scale, attentionTolerance+ropeTol), "%s step %d: output", name, step)
 
-					assert.Equal(t, []uint32{77, uint32(n), 88}, routingDownloadU32(t, bCounts, 3), "%s step %d: counts", name, step)
-					assert.Equal(t, make([]uint32, DecodeAttendDoneWords(nHead)), routingDownloadU32(t, bDone, int(DecodeAttendDoneWords(nHead))), "%s: done left at zero", name)
-					gotPos := routingDownloadU32(t, bKPos, maxEntries)
-					assert.Equal(t, pos, gotPos[n-1], "%s step %d: kPos", name, step)
-					tol := ropeTol
-					if kv == KVF16 {
-						tol += kvHalfTol
-					}
-					w, s := ropeScale(kNew)
-					assert.NoError(t, closeness(gotK, w, s, tol), "%s step %d: appended k", name, step)
-					vw, vs := make([]float64, kvd), make([]float64, kvd)
-					for i, x := range vNew {
-						vw[i], vs[i] = float64(x), math.Abs(float64(x))
-					}
-					assert.NoError(t, closeness(gotV, vw, vs, tol), "%s step %d: appended v", name, step)
-					// The next token attends over this one as the cache holds it.
-					refK, refV, refPos = append(refK, gotK...), append(refV, gotV...), append(refPos, pos)
-					pos += 3
-				}
+		assert.Equal(t, []uint32{77, uint32(n), 88}, routingDownloadU32(t, bCounts, 3), "%s step %d: counts", name, step)
+		assert.Equal(t, make([]uint32, DecodeAttendDoneWords(uint32(nHead))), routingDownloadU32(t, bDone, int(DecodeAttendDoneWords(uint32(nHead)))), "%s: done left at zero", name)
+		gotPos := routingDownloadU32(t, bKPos, maxEntries)
+		assert.Equal(t, pos, gotPos[n-1], "%s step %d: kPos", name, step)
+		tol := ropeTol
+		if kv == KVF16 {
+			tol += kvHalfTol
+		}
+		w, s := ropeScale(kNew)
+		assert.NoError(t, closeness(gotK, w, s, tol), "%s step %d: appended k", name, step)
+		vw, vs := make([]float64, kvd), make([]float64, kvd)
+		for i, x := range vNew {
+			vw[i], vs[i] = float64(x), math.Abs(float64(x))
+			if kv == KVF16 {
+				// Below 2^-14 a half is a subnormal, in absolute steps of
+				// 2^-24: kvHalfTol of 2^-14 is half a step, its rounding.
+				vs[i] = max(vs[i], 1.0/16384)
 			}
 		}
+		assert.NoError(t, closeness(gotV, vw, vs, tol), "%s step %d: appended v", name, step)
+		// The next token attends over this one as the cache holds it.
+		refK, refV, refPos = append(refK, gotK...), append(refV, gotV...), append(refPos, pos)
+		pos += 3
 	}
 }

@@ -62,6 +62,28 @@ type ArgmaxPush struct {
 	N    uint32 // rows: x is [N][Cols], out is [N]
 }
 
+// ArgmaxWideSpec is argmax_wide's specialization on GPUs: workgroups of
+// 256, 4 columns an invocation (a 32,000-entry row in 32 workgroups).
+var ArgmaxWideSpec = []uint32{256, 4}
+
+// argmaxWideGroupsPerRow is how many workgroups argmax_wide gives a row of
+// cols with spec.
+func argmaxWideGroupsPerRow(cols uint32, spec []uint32) uint32 {
+	span := spec[0] * spec[1]
+	return (cols + span - 1) / span
+}
+
+// ArgmaxWideGroups is argmax_wide's dispatch size for n rows of cols.
+func ArgmaxWideGroups(n, cols uint32, spec []uint32) [3]uint32 {
+	return Groups(n * argmaxWideGroupsPerRow(cols, spec))
+}
+
+// ArgmaxWidePartWords is the size of argmax_wide's part scratch, in u32
+// words, for n rows of cols.
+func ArgmaxWidePartWords(n, cols uint32, spec []uint32) uint64 {
+	return 2 * uint64(n) * uint64(argmaxWideGroupsPerRow(cols, spec))
+}
+
 // Row-kernel specialization constants (rmsnorm, nll, argmax):
 // [workgroup size, invocations per row]; a workgroup takes size/per-row rows.
 var (
@@ -205,6 +227,18 @@ func init() {
 			{"x", Read, "[n][cols] f32"},
 			{"out", Write, "[n] u32"},
 		}, ArgmaxPush{}, ""),
+		Variant{
+			Name: "argmax_wide", Source: "argmax_wide.comp",
+			Bindings: []Binding{
+				{"x", Read, "[n][cols] f32"},
+				{"out", Write, "[n] u32"},
+				{"part", ReadWrite, "[n][groups][2] u32 scratch: each workgroup's winner (value bits, index)"},
+				{"done", ReadWrite, "[n] u32 scratch, zero before and after"},
+			},
+			Push: ArgmaxPush{}, LocalSize: [3]uint32{256, 1, 1}, LocalSizeSpec: true, Spec: ArgmaxWideSpec,
+			Notes: "argmax with a row over many workgroups, the last merging (GPUs); Spec [workgroup size, columns per invocation]; " +
+				"dispatch ArgmaxWideGroups(n, cols, spec); part ArgmaxWidePartWords, done n words zero-filled once",
+		},
 		Variant{
 			Name: "rope", Source: "rope.comp",
 			Bindings: []Binding{

@@ -370,7 +370,7 @@ func argmaxRun(t testing.TB, dev *vk.Device, k *vk.Kernel, cols, n int, seed int
 	x := make([]float32, 0, n*cols)
 	for r := 0; r < n; r++ {
 		row := denseNormals(rng, cols, 3)
-		switch r % 4 {
+		switch r % 6 {
 		case 0:
 			a, b := rng.Intn(cols), rng.Intn(cols)
 			row[a], row[b] = 20, 20
@@ -420,6 +420,37 @@ func argmaxRun(t testing.TB, dev *vk.Device, k *vk.Kernel, cols, n int, seed int
 			return got, want, scale
 		},
 	}
+}
+
+// TestArgmaxWide: argmax_wide, a row over many workgroups and the last
+// merging, against mod.TopKIndices (ties to the lower index) and NONFINITE
+// for rows with a NaN or an infinity (argmaxRun's rows: a tie of two
+// maxima, a constant row, the last column, all -inf, a NaN, +inf), over
+// rows of one workgroup's columns or less, one more, and many (100,000 at
+// [64 1]: 1,563 workgroups a row, more than a workgroup's invocations, so
+// the merge loops). Each case runs twice: the second finds done as the
+// first left it, zero, which is checked too.
+func TestArgmaxWide(t *testing.T) {
+	dev := openDevice(t)
+	ks := denseKernels{dev: dev, v: denseLookup(t, "argmax_wide")}
+	var w denseWorst
+	for _, sh := range [][2]int{{1, 1}, {6, 7}, {1024, 6}, {1025, 7}, {32000, 6}, {100000, 1}} {
+		for _, spec := range [][]uint32{ArgmaxWideSpec, {64, 1}, {32, 3}} {
+			name := fmt.Sprintf("spec%v/%dx%d", spec, sh[1], sh[0])
+			cols, n := uint32(sh[0]), uint32(sh[1])
+			run := argmaxRun(t, dev, ks.get(t, spec), sh[0], sh[1], int64(sh[0]+sh[1]))
+			run.groups = ArgmaxWideGroups(n, cols, spec)
+			done := newBuffer(t, dev, denseU32Bytes(make([]uint32, n)))
+			run.binds = append(run.binds, denseBind(denseNaNBuffer(t, dev, int(ArgmaxWidePartWords(n, cols, spec))), vk.ReadWrite), denseBind(done, vk.ReadWrite))
+			for i := 0; i < 2; i++ {
+				if err := run.run(t, dev, &w); err != nil {
+					t.Errorf("%s run %d: %v", name, i, err)
+				}
+				assert.Equal(t, make([]uint32, n), denseDownloadU32(t, done, int(n)), "%s run %d: done left at zero", name, i)
+			}
+		}
+	}
+	w.log(t, 0)
 }
 
 func TestArgmax(t *testing.T) {

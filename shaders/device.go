@@ -131,6 +131,7 @@ func (p Profile) Fit(v Variant, spec []uint32) []uint32 {
 // when v is already the safe variant (nothing to fall back to):
 //   - a subgroup matvec: the profile's shared-memory matvec (no subgroups);
 //   - router_score_sg, route_decode*_sg: the shared-memory tree variants;
+//   - decode_attend_keys: decode_attend;
 //   - decode_attend (fused attention): decode_kv and decode_attention;
 //   - decode_attention_split (flash-decoding): the single-pass kernel;
 //   - matmul_coop (tensor cores): matmul.comp's tiles.
@@ -153,6 +154,10 @@ func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 	case (v.Op == OpRouterScore || v.Op == OpRouteDecode || v.Op == OpRouteDecodePred) && v.Reduce == ReduceSubgroup:
 		fb.RoutingShared = true // the score and route plans read it (ScoreDevice)
 		return fb, strings.TrimSuffix(v.Name, ReduceSubgroup), true
+	case v.Op == OpDecodeAttend && v.Source == "decode_attend_keys.comp" && p.AttendKeys:
+		fb.AttendKeys = false
+		kv, _ := ParseKV(v.Type)
+		return fb, DecodeAttendName(kv), true
 	case v.Op == OpDecodeAttend && p.FuseAttention:
 		fb.FuseAttention = false
 		return fb, "decode_kv + decode_attention", true

@@ -134,11 +134,15 @@ func TestMinimalDeviceAllowsItsChoices(t *testing.T) {
 		for _, kv := range KVTypes {
 			checkAllowed(t, p, name, DecodeAttentionName(kv), nil)
 			checkAllowed(t, p, name, DecodeAttendName(kv), DecodeAttendSpec(p.AttentionSplits(2048)))
+			for _, hd := range []uint32{64, 128} {
+				checkAllowed(t, p, name, DecodeAttendKeysName(kv), DecodeAttendKeysSpec(hd, p.AttentionSplits(2048)))
+			}
 			checkAllowed(t, p, name, DecodeAttentionSplitName(kv), DecodeAttentionSplitSpec(p.AttentionSplits(2048)))
 		}
 		for _, hd := range []uint32{64, 128} {
 			checkAllowed(t, p, name, "attention_split", AttentionSplitSpec(hd))
 		}
+		checkAllowed(t, p, name, "argmax_wide", ArgmaxWideSpec)
 		for _, row := range []string{"rmsnorm", "nll", "argmax"} {
 			checkAllowed(t, p, name, row, p.Row(row, 32000))
 		}
@@ -276,6 +280,10 @@ func TestFallback(t *testing.T) {
 	assert.Equal(t, "route_decode_pred", RouteDecodeVariant(fb.ScoreDevice(), true, true))
 	assert.Equal(t, "route_decode_pred_sg", RouteDecodeVariant(p.ScoreDevice(), true, true))
 
+	fb, safe, ok = fallback(DecodeAttendKeysName(KVF16))
+	require.True(t, ok)
+	assert.Equal(t, DecodeAttendName(KVF16), safe)
+	assert.Equal(t, DecodeAttendName(KVF16), fb.DecodeAttention(KVF16, 4096, 64)[0].Variant)
 	fb, _, ok = fallback("decode_attend_f16")
 	require.True(t, ok)
 	assert.False(t, fb.FuseAttention)

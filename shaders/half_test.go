@@ -97,7 +97,7 @@ func halfMismatches(x, got []float32) string {
 //   - matmul_coop's emulated tile product (EMULATE_COOPMAT), which stages X
 //     and W as halves: with one column and W = [1], y[s] = toHalf(x[s]) · 1
 //     summed with the tile's zero padding, exactly;
-//   - decode_attend's own value with an F16 cache, on an empty cache: the
+//   - decode_attend's and decode_attend_keys's own value with an F16 cache, on an empty cache: the
 //     token attends to itself alone (softmax weight exp(0) = 1), so its
 //     output is its value as the cache will hold it, exactly.
 //
@@ -121,39 +121,41 @@ func TestToHalf(t *testing.T) {
 		}
 	})
 
-	t.Run("decode_attend_f16", func(t *testing.T) {
-		const nHead, hd, splits = 8, 128, 4 // a chunk of 1024 values a dispatch
-		qd := nHead * hd
-		kOff, vOff := qd, 2*qd // one kv head per head: head h outputs its own value
-		k := newKernel(t, dev, routingLookup(t, DecodeAttendName(KVF16)), DecodeAttendSpec(splits)...)
-		freqs := ropeTable(t, hd, "llama3.2+linear4")
-		bFreq := newBuffer(t, dev, denseU32Bytes(RopeFreqs(freqs)))
-		var got []float32
-		for at := 0; at < len(x); at += qd {
-			qkv := make([]float32, 3*qd) // q and k zero: every score 0
-			copy(qkv[vOff:], x[at:at+qd])
-			words := qd / 2
-			bK, bV := decodeBuffer(t, dev, nil, words), decodeBuffer(t, dev, nil, words)
-			bKPos := newBuffer(t, dev, denseU32Bytes([]uint32{0}))
-			bCounts := newBuffer(t, dev, denseU32Bytes([]uint32{0}))
-			bPart := denseNaNBuffer(t, dev, nHead*splits*(2+hd))
-			bDone := newBuffer(t, dev, denseU32Bytes(make([]uint32, DecodeAttendDoneWords(nHead))))
-			bQKV, bPos := newBuffer(t, dev, f32bytes(qkv)), newBuffer(t, dev, denseU32Bytes([]uint32{0}))
-			out := denseNaNBuffer(t, dev, qd)
-			rec := dev.NewRecorder()
-			rec.Dispatch(k, vk.MustPackPush(DecodeAttendPush{HeadDim: hd, NHead: nHead, NKVHead: nHead, KOff: uint32(kOff), VOff: uint32(vOff),
-				MaxEntries: 1, Scale: float32(1 / math.Sqrt(hd))}),
-				DecodeAttendGroups(nHead, splits), decodeAttendBinds(bQKV, bPos, bFreq, bK, bV, bKPos, bCounts, bPart, bDone, out)...)
-			require.NoError(t, dev.Run(rec))
-			rec.Close()
-			got = append(got, download(t, out, qd)...)
-			// The appended value is the same half, through packHalf2x16.
-			if msg := halfMismatches(x[at:at+qd], kvDecode(t, KVF16, routingDownloadU32(t, bV, words))); msg != "" {
-				t.Errorf("the appended values: %s", msg)
+	for _, kern := range decodeAttendKernels {
+		t.Run(kern.name(KVF16), func(t *testing.T) {
+			const nHead, hd, splits = 8, 128, 4 // a chunk of 1024 values a dispatch
+			qd := nHead * hd
+			kOff, vOff := qd, 2*qd // one kv head per head: head h outputs its own value
+			k := newKernel(t, dev, routingLookup(t, kern.name(KVF16)), kern.spec(hd, splits)...)
+			freqs := ropeTable(t, hd, "llama3.2+linear4")
+			bFreq := newBuffer(t, dev, denseU32Bytes(RopeFreqs(freqs)))
+			var got []float32
+			for at := 0; at < len(x); at += qd {
+				qkv := make([]float32, 3*qd) // q and k zero: every score 0
+				copy(qkv[vOff:], x[at:at+qd])
+				words := qd / 2
+				bK, bV := decodeBuffer(t, dev, nil, words), decodeBuffer(t, dev, nil, words)
+				bKPos := newBuffer(t, dev, denseU32Bytes([]uint32{0}))
+				bCounts := newBuffer(t, dev, denseU32Bytes([]uint32{0}))
+				bPart := denseNaNBuffer(t, dev, nHead*splits*(2+hd))
+				bDone := newBuffer(t, dev, denseU32Bytes(make([]uint32, DecodeAttendDoneWords(nHead))))
+				bQKV, bPos := newBuffer(t, dev, f32bytes(qkv)), newBuffer(t, dev, denseU32Bytes([]uint32{0}))
+				out := denseNaNBuffer(t, dev, qd)
+				rec := dev.NewRecorder()
+				rec.Dispatch(k, vk.MustPackPush(DecodeAttendPush{HeadDim: hd, NHead: nHead, NKVHead: nHead, KOff: uint32(kOff), VOff: uint32(vOff),
+					MaxEntries: 1, Scale: float32(1 / math.Sqrt(hd))}),
+					DecodeAttendGroups(nHead, splits), decodeAttendBinds(bQKV, bPos, bFreq, bK, bV, bKPos, bCounts, bPart, bDone, out)...)
+				require.NoError(t, dev.Run(rec))
+				rec.Close()
+				got = append(got, download(t, out, qd)...)
+				// The appended value is the same half, through packHalf2x16.
+				if msg := halfMismatches(x[at:at+qd], kvDecode(t, KVF16, routingDownloadU32(t, bV, words))); msg != "" {
+					t.Errorf("the appended values: %s", msg)
+				}
 			}
-		}
-		if msg := halfMismatches(x, got); msg != "" {
-			t.Errorf("the output: %s", msg)
-		}
-	})
+			if msg := halfMismatches(x, got); msg != "" {
+				t.Errorf("the output: %s", msg)
+			}
+		})
+	}
 }

@@ -70,6 +70,7 @@ func DecodeKVName(kv KV) string             { return "decode_kv" + kv.suffix() }
 func DecodeAttentionName(kv KV) string      { return "decode_attention" + kv.suffix() }
 func DecodeAttentionSplitName(kv KV) string { return "decode_attention_split" + kv.suffix() }
 func DecodeAttendName(kv KV) string         { return "decode_attend" + kv.suffix() }
+func DecodeAttendKeysName(kv KV) string     { return "decode_attend_keys" + kv.suffix() }
 
 // PrefillKVName is the batched KV append's variant for cache entries of
 // type kv.

@@ -35,7 +35,7 @@ func TestParseKV(t *testing.T) {
 func TestKVNames(t *testing.T) {
 	for _, kv := range KVTypes {
 		for _, name := range []string{DecodeKVName(kv), DecodeAttentionName(kv), DecodeAttentionSplitName(kv),
-			DecodeAttendName(kv), PrefillKVName(kv), AttentionSplitName(kv, true)} {
+			DecodeAttendName(kv), DecodeAttendKeysName(kv), PrefillKVName(kv), AttentionSplitName(kv, true)} {
 			_, err := Lookup(name)
 			assert.NoError(t, err, "%v: %s is in Variants", kv, name)
 		}

@@ -44,11 +44,15 @@ func (p Profile) normed() []Step {
 func (p Profile) AttentionInput() []Step { return p.normed() }
 
 // DecodeAttention is the decode step's attention over a cache of kv
-// entries holding ctx of them: decode_attend alone (FuseAttention), else
-// decode_kv, then decode_attention in one pass, or its split pass and the
-// combine when the cache splits (AttentionSplits).
-func (p Profile) DecodeAttention(kv KV, ctx int) []Step {
+// entries holding ctx of them, for heads of hd elements: decode_attend_keys
+// (AttendKeys) or decode_attend alone (FuseAttention), else decode_kv, then
+// decode_attention in one pass, or its split pass and the combine when the
+// cache splits (AttentionSplits).
+func (p Profile) DecodeAttention(kv KV, ctx int, hd uint32) []Step {
 	splits := p.AttentionSplits(ctx)
+	if p.FuseAttention && p.AttendKeys {
+		return []Step{{Role: RoleAttend, Variant: DecodeAttendKeysName(kv), Spec: DecodeAttendKeysSpec(hd, splits)}}
+	}
 	if p.FuseAttention {
 		return []Step{{Role: RoleAttend, Variant: DecodeAttendName(kv), Spec: DecodeAttendSpec(splits)}}
 	}
@@ -72,7 +76,14 @@ func (p Profile) GateUp(stacked bool) []Step {
 }
 
 // Head is the decode step's head: the output matvec on the normed last
-// row, and the logits' argmax.
+// row, and the logits' argmax: argmax_wide (a row over many workgroups) on
+// GPUs, where argmax's one workgroup a row took 59 us a call at a
+// vocabulary of 32,000 on an H200; argmax on CPU devices, whose threads a
+// row's one workgroup already fills and where the hand-off would be one
+// more pass (RowSpecCPU's measurements).
 func (p Profile) Head() []Step {
+	if !p.CPU {
+		return append(p.normed(), Step{Role: RoleArgmax, Variant: "argmax_wide", Spec: ArgmaxWideSpec})
+	}
 	return append(p.normed(), Step{Role: RoleArgmax, Variant: "argmax"})
 }

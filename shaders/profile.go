@@ -100,6 +100,12 @@ type Profile struct {
 	// whose profile keeps the single-pass kernels (no atomics to trust to
 	// a software rasterizer's scheduling when nothing is gained).
 	FuseAttention bool
+	// AttendKeys runs FuseAttention's dispatch as decode_attend_keys (the
+	// keys across invocations, loops of the head's constant length) rather
+	// than decode_attend: on GPUs, where decode_attend's per-key loops of
+	// cache loads made it latency-bound, 25 us a layer on an H200 at 70
+	// entries (docs/decode-attention-cost.md). CPU devices do not fuse.
+	AttendKeys bool
 	// RoutingShared makes the router score and routing decision kernels
 	// use the shared-memory tree even where subgroups are sure: the
 	// self-check's fallback when their subgroup variants fail on a device
@@ -193,14 +199,14 @@ var MatvecLanesSpecCPU = []uint32{8, 1, 1, 16}
 //     subgroupAdd, matvecRowsPerGroup rows per workgroup.
 //   - other GPUs: 32 invocations per row summed in shared memory.
 func NewProfile(d Device) Profile {
-	p := Profile{Device: d, KV: KVF16, AttentionChunk: attentionChunk, FuseNorm: true, FuseAttention: true}
+	p := Profile{Device: d, KV: KVF16, AttentionChunk: attentionChunk, FuseNorm: true, FuseAttention: true, AttendKeys: true}
 	if d.MaxWorkGroupInvocations == 0 {
 		p.MaxWorkGroupInvocations = 128 // Vulkan's minimum
 	}
 	sg := d.SubgroupSize
 	switch {
 	case d.CPU:
-		p.LoopCap, p.KV, p.AttentionChunk, p.FuseNorm, p.FuseAttention = LavapipeLoopIterations, KVF32, 0, false, false
+		p.LoopCap, p.KV, p.AttentionChunk, p.FuseNorm, p.FuseAttention, p.AttendKeys = LavapipeLoopIterations, KVF32, 0, false, false, false
 		p.MatvecReduce, p.MatvecSpec = ReduceShared, []uint32{64, 1, 1}
 		p.MatvecLanes = sg == 8 && d.SubgroupBallot && d.SubgroupArithmetic
 	case subgroupsUsable(d.SubgroupArithmetic, sg, 128) && matvecRowsPerGroup*sg <= p.MaxWorkGroupInvocations:

@@ -421,6 +421,9 @@ func printStats(w io.Writer, info api.Info, res api.Result, seed string) {
 	if info.Backend != api.BackendReference {
 		fmt.Fprintf(w, "KV cache: %s, %d tokens (--kv-type, --ctx)\n", info.KVType, info.ContextLen)
 	}
+	if info.StepDispatches > 0 {
+		fmt.Fprintln(w, stepCounts(info))
+	}
 	if len(info.RoutedLayers) == 0 {
 		return
 	}
@@ -436,6 +439,30 @@ func printStats(w io.Writer, info api.Info, res api.Result, seed string) {
 		}
 		fmt.Fprintf(w, "  layer %2d: %4d of %4d tokens went through (%.1f%%)\n", s.Layer, s.Selected, s.Seen, 100*frac)
 	}
+}
+
+// stepCounts is the --stats line of the decode step's commands on Vulkan:
+// dispatches and barriers per token, per block (a range when the blocks
+// differ: a routed block has its selector and gated residual) and outside
+// the blocks (the embedding and the head).
+func stepCounts(info api.Info) string {
+	span := func(xs []int) (string, int) {
+		if len(xs) == 0 {
+			return "0", 0
+		}
+		lo, hi, sum := xs[0], xs[0], 0
+		for _, x := range xs {
+			lo, hi, sum = min(lo, x), max(hi, x), sum+x
+		}
+		if lo == hi {
+			return fmt.Sprint(lo), sum
+		}
+		return fmt.Sprintf("%d-%d", lo, hi), sum
+	}
+	bd, sd := span(info.BlockDispatches)
+	bb, sb := span(info.BlockBarriers)
+	return fmt.Sprintf("decode step: %d dispatches/token, %d barriers/token (a block: %s dispatches, %s barriers; embedding and head: %d, %d)",
+		info.StepDispatches, info.StepBarriers, bd, bb, info.StepDispatches-sd, info.StepBarriers-sb)
 }
 
 // count is n of noun: "1 token", "2 tokens".

@@ -192,6 +192,18 @@ func TestGenerateOnVulkan(t *testing.T) {
 		assert.Equal(t, string(want), kvOut, "--kv-type %s", kv)
 	}
 	assert.Regexp(t, `GPU memory: [\d.]+ MiB \(weights [\d.]+ MiB, KV cache [\d.]+ MiB, scratch [\d.]+ MiB\)`, stderr)
+	// The decode step's commands: the 5 dense blocks' and the rest's add
+	// up (lavapipe's profile: 9 a block; a GPU's: 5).
+	counts := regexp.MustCompile(`decode step: (\d+) dispatches/token, (\d+) barriers/token \(a block: (\d+) dispatches, (\d+) barriers; embedding and head: (\d+), (\d+)\)`).FindStringSubmatch(stderr)
+	if assert.NotNil(t, counts, stderr) {
+		n := make([]int, len(counts))
+		for i := 1; i < len(counts); i++ {
+			n[i], _ = strconv.Atoi(counts[i])
+		}
+		assert.Equal(t, n[1], 5*n[3]+n[5], "dispatches")
+		assert.Equal(t, n[2], 5*n[4]+n[6], "barriers")
+		assert.Contains(t, []int{5, 9}, n[3], "a dense block's dispatches")
+	}
 	// A long prompt tells the same story whether it runs token by token
 	// (--ubatch 1), in batches of 7, or whole (the default 512).
 	prompt := string(want[:300])

@@ -226,7 +226,7 @@ func (r *Runner) decodeAttention(p *frame, l int, rb routedBlock) ([]op, error) 
 	inputs := []vk.Bind{rd(p.qkv, 0, qB), rd(kc.k, 0, 0), rd(kc.v, 0, 0), rd(kc.pos, 0, 0), rd(r.tokPos, 0, 0), rd(r.counts, 0, 0)}
 	inputs = inputs[:len(inputs):len(inputs)] // each append below copies
 	var ops []op
-	for _, st := range r.ks.prof.DecodeAttention(r.kv, r.ctx) {
+	for _, st := range r.ks.prof.DecodeAttention(r.kv, r.ctx, hd) {
 		k, err := r.ks.get(st.Variant, st.Spec)
 		if err != nil {
 			return nil, err

@@ -118,9 +118,10 @@ func TestKVCacheF16(t *testing.T) {
 // entries of the capacity, capped): the 37 tokens make chunks of 1 to 3
 // entries, and the routed layers' shorter caches leave some empty; in
 // dense and routed (indirectly dispatched) blocks, under each GPU profile
-// forced onto this device, with both cache types, fused into decode_attend
-// (one dispatch, the merge by the last workgroup) and not (decode_kv, the
-// split pass and the combine pass). Tolerance as without the
+// forced onto this device, with both cache types, fused into one dispatch
+// (the merge by the last workgroup) by decode_attend_keys (the GPU
+// profile's) and by decode_attend (its fallback), and not fused (decode_kv,
+// the split pass and the combine pass). Tolerance as without the
 // split (tolF32), and the F16 cache's bound for F16 (reference_test.go):
 // the chunks are one more level of the same online-softmax merge.
 func TestSplitAttention(t *testing.T) {
@@ -129,11 +130,11 @@ func TestSplitAttention(t *testing.T) {
 		if prof.AttentionChunk == 0 {
 			continue // a CPU profile never splits
 		}
-		for _, fuse := range []bool{true, false} {
+		for _, fuse := range []string{"keys", "attend", "apart"} {
 			split := *prof
-			split.AttentionChunk, split.FuseAttention = 4, fuse
+			split.AttentionChunk, split.FuseAttention, split.AttendKeys = 4, fuse != "apart", fuse == "keys"
 			for _, kv := range []string{"f32", "f16"} {
-				t.Run(fmt.Sprintf("%s/fused-%t/%s", name, fuse, kv), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%s/fused-%s/%s", name, fuse, kv), func(t *testing.T) {
 					m := openModel(t, "../../testdata/mod/mod-trained.gguf")
 					run, err := New(dev, m, mod.RoutingRouter, Options{DeviceProfile: &split})
 					require.NoError(t, err)
@@ -246,6 +247,17 @@ func TestDecodeDispatches(t *testing.T) {
 				}
 				got := run.step.Stats().Dispatches
 				assert.Equal(t, head+m.Config.NLayer*perBlock, got, "%s, fused attention %t, %d chunks", name, p.FuseAttention, run.attnSplits)
+				sc := run.StepCounts()
+				assert.Equal(t, got, sc.Dispatches)
+				assert.Equal(t, run.step.Stats().Barriers, sc.Barriers)
+				require.Len(t, sc.BlockDispatches, m.Config.NLayer)
+				require.Len(t, sc.BlockBarriers, m.Config.NLayer)
+				blockBarriers := 0
+				for l := range sc.BlockDispatches {
+					assert.Equal(t, perBlock, sc.BlockDispatches[l], "block %d", l)
+					blockBarriers += sc.BlockBarriers[l]
+				}
+				t.Logf("%s, fused attention %t: %d barriers = %v per block + %d", name, p.FuseAttention, sc.Barriers, sc.BlockBarriers, sc.Barriers-blockBarriers)
 				if p.FuseNorm && p.FuseAttention {
 					assert.LessOrEqual(t, got, 3+5*m.Config.NLayer, "DESIGN.md §6: at most 5 per dense block plus 3")
 				}

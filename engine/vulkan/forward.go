@@ -78,6 +78,7 @@ func (r *Runner) recordFrame(p *frame) (*vk.Recorder, error) {
 	r.dispatchAll(rec, r.w.tokenEmbd.embedOps(embed, p.tok, p.x, p.n))
 	routed := 0 // routed layers so far: the trace's index
 	for l := range p.layers {
+		before := rec.Stats()
 		if p.layers[l].w.router != nil {
 			err = r.recordRouted(rec, p, l, routed)
 			routed++
@@ -89,6 +90,8 @@ func (r *Runner) recordFrame(p *frame) (*vk.Recorder, error) {
 		if err != nil {
 			return rec, fmt.Errorf("layer %d: %w", l, err)
 		}
+		after := rec.Stats()
+		p.blockStats = append(p.blockStats, vk.Stats{Dispatches: after.Dispatches - before.Dispatches, Barriers: after.Barriers - before.Barriers})
 	}
 	if err := r.recordHead(rec, p); err != nil {
 		return rec, err

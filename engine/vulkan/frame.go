@@ -17,8 +17,11 @@ import (
 // frame is pass p's buffers and weights.
 type frame struct {
 	pass
-	tok  *vk.Buffer // [n] u32 the rows' token ids
-	rows blockRows  // the dense layers' block rows: all n of x
+	// blockStats are what recording each layer added to the recorder's
+	// counts (recordFrame; the decode step's StepCounts).
+	blockStats []vk.Stats
+	tok        *vk.Buffer // [n] u32 the rows' token ids
+	rows       blockRows  // the dense layers' block rows: all n of x
 	// appendCount, when not nil, is set to n before the blocks run: a
 	// batch's dense layers append that many rows to their caches (the
 	// decode step's one row is counted by decode_kv).

@@ -74,12 +74,7 @@ func (r *Runner) recordHead(rec *vk.Recorder, p *frame) error {
 		if st.Role != shaders.RoleArgmax {
 			return noOther(st)
 		}
-		argmax, err := r.ks.row(st.Variant, c.NVocab)
-		if err != nil {
-			return op{}, err
-		}
-		return newOp(argmax, shaders.ArgmaxPush{Cols: uint32(c.NVocab), N: 1}, shaders.RowGroups(1, argmax.spec),
-			rd(p.logits, 0, vB), wr(r.bestHost, 0, 0)), nil
+		return r.argmaxOp(st, p.logits, r.bestHost, 1, r.act.amaxPart, r.act.amaxDone)
 	}
 	out := stack{mvs: []mat{r.w.output}, mvOff: []uint64{0}}
 	ops, err := r.normedOps(p, r.ks.prof.Head(), out, p.last, r.w.outputNorm, p.logits, argmaxOp)
@@ -92,6 +87,27 @@ func (r *Runner) recordHead(rec *vk.Recorder, p *frame) error {
 		r.timestamp(rec, "copy")
 	}
 	return nil
+}
+
+// argmaxOp is plan step st, the argmax of n rows of logits into out: the
+// profile's variant, argmax_wide with its scratch part and done
+// (ArgmaxWidePartWords of n rows; done n words, zero) or argmax.
+func (r *Runner) argmaxOp(st shaders.Step, logits, out *vk.Buffer, n int, part, done *vk.Buffer) (op, error) {
+	cols, nu := uint32(r.c.NVocab), uint32(n)
+	vB := 4 * uint64(cols) * uint64(n)
+	if st.Variant == "argmax_wide" {
+		argmax, err := r.ks.get(st.Variant, st.Spec)
+		if err != nil {
+			return op{}, err
+		}
+		return newOp(argmax, shaders.ArgmaxPush{Cols: cols, N: nu}, shaders.ArgmaxWideGroups(nu, cols, argmax.spec),
+			rd(logits, 0, vB), wr(out, 0, 0), rw(part, 0, 0), rw(done, 0, 0)), nil
+	}
+	argmax, err := r.ks.row(st.Variant, int(cols))
+	if err != nil {
+		return op{}, err
+	}
+	return newOp(argmax, shaders.ArgmaxPush{Cols: cols, N: nu}, shaders.RowGroups(nu, argmax.spec), rd(logits, 0, vB), wr(out, 0, 0)), nil
 }
 
 // recordRowsHead records the head of every one of a batch's n rows: the

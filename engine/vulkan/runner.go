@@ -276,11 +276,13 @@ func (r *Runner) ContextLen() int { return r.ctx }
 // themselves are left, unread).
 func (r *Runner) Reset() {
 	r.pos = 0
-	// decode_attend's counters are zero after every complete step; zeroed
-	// here too, in case a step failed half-way.
+	// decode_attend's and argmax_wide's counters are zero after every
+	// complete step; zeroed here too, in case a step failed half-way.
 	err := r.counts.Upload(make([]byte, 4*r.c.NLayer), 0)
-	if err == nil {
-		err = r.act.done.Upload(make([]byte, r.act.done.Size()), 0)
+	for _, b := range []*vk.Buffer{r.act.done, r.act.amaxDone} {
+		if err == nil {
+			err = b.Upload(make([]byte, b.Size()), 0)
+		}
 	}
 	// Only a broken device (lost, or timed out) fails here; the next Feed
 	// reports it.

@@ -127,28 +127,38 @@ func TestMemoryStats(t *testing.T) {
 }
 
 // TestFeedArgmax: FeedArgmax returns the argmax of the logits Feed returns
-// for the same sequence.
+// for the same sequence, under each profile (a GPU's: argmax_wide, the
+// row over many workgroups; the second sequence finds its counter as the
+// first left it).
 func TestFeedArgmax(t *testing.T) {
 	dev := openDevice(t, true)
 	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
-	run := newRunner(t, dev, m, mod.RoutingRouter)
-	seq := []int32{1, 400, 401, 402, 403}
-	var want []int32
-	for _, tok := range seq {
-		logits, err := run.Feed([]int32{tok})
-		require.NoError(t, err)
-		want = append(want, argmax(logits))
+	for _, pc := range deviceProfiles(dev) {
+		t.Run(pc.name, func(t *testing.T) {
+			run, err := New(dev, m, mod.RoutingRouter, Options{KVType: "f32", DeviceProfile: pc.prof})
+			require.NoError(t, err)
+			t.Cleanup(run.Close)
+			seq := []int32{1, 400, 401, 402, 403}
+			var want []int32
+			for _, tok := range seq {
+				logits, err := run.Feed([]int32{tok})
+				require.NoError(t, err)
+				want = append(want, argmax(logits))
+			}
+			for i := 0; i < 2; i++ {
+				run.Reset()
+				var got []int32
+				for _, tok := range seq {
+					id, err := run.FeedArgmax([]int32{tok})
+					require.NoError(t, err)
+					got = append(got, id)
+				}
+				assert.Equal(t, want, got, "sequence %d", i)
+			}
+			_, err = run.FeedArgmax([]int32{-1})
+			assert.ErrorContains(t, err, "outside the vocabulary")
+		})
 	}
-	run.Reset()
-	var got []int32
-	for _, tok := range seq {
-		id, err := run.FeedArgmax([]int32{tok})
-		require.NoError(t, err)
-		got = append(got, id)
-	}
-	assert.Equal(t, want, got)
-	_, err := run.FeedArgmax([]int32{-1})
-	assert.ErrorContains(t, err, "outside the vocabulary")
 }
 
 // TestProfileFLOPs: a dense model's attention FLOPs in the profile are the

@@ -34,7 +34,10 @@ type decodeStep struct {
 	// each token into the runner's trace (readTrace).
 	traceHost *vk.Buffer // [nRouted][3][1] r f32, p f32, selected u32
 
-	step       *vk.Recorder // the decode step: recorded once, replayed per token
+	step *vk.Recorder // the decode step: recorded once, replayed per token
+	// stepBlocks are step's commands block by block (StepCounts): what
+	// recording each layer added to the recorder's counts.
+	stepBlocks []vk.Stats
 	stepGreedy *vk.Recorder // the step without the logits' copy to the host (FeedArgmax)
 	fetch      *vk.Recorder // the logits' copy to the host alone, after a prefill (Feed)
 }
@@ -52,6 +55,10 @@ type activations struct {
 	h      *vk.Buffer // [nFF] SwiGLU output
 	mo     *vk.Buffer // [nEmbd] a routed block's MLP output, when its gate scales it (mod.GateTargetMLP)
 	logits *vk.Buffer // [nVocab]
+	// argmax_wide's scratch (the head's argmax on a GPU profile): each
+	// workgroup's winner, and the count of workgroups done, zero between
+	// dispatches.
+	amaxPart, amaxDone *vk.Buffer
 }
 
 // route is a routed layer's routing state in the decode step, on the GPU.
@@ -82,8 +89,13 @@ func (r *Runner) allocateStep() error {
 	a.logits = must(f32(c.NVocab), vk.DeviceLocal)
 	a.part = must(4*shaders.DecodeAttentionPartialFloats(1, uint32(c.NHead), uint32(c.HeadDim), r.attnSplits), vk.DeviceLocal)
 	a.done = must(4*shaders.DecodeAttendDoneWords(uint32(c.NHead)), vk.DeviceLocal)
+	a.amaxPart = must(4*shaders.ArgmaxWidePartWords(1, uint32(c.NVocab), shaders.ArgmaxWideSpec), vk.DeviceLocal)
+	a.amaxDone = must(4, vk.DeviceLocal)
 	if al.err == nil {
 		al.err = a.done.Upload(make([]byte, a.done.Size()), 0) // decode_attend leaves it zero after each dispatch
+	}
+	if al.err == nil {
+		al.err = a.amaxDone.Upload(make([]byte, 4), 0) // argmax_wide leaves it zero after each dispatch
 	}
 	if al.err != nil {
 		return fmt.Errorf("activations: %w", al.err)
@@ -117,9 +129,11 @@ func (r *Runner) allocateStep() error {
 // record records the decode step (both recordings) and the logits' fetch.
 func (r *Runner) record() error {
 	var err error
-	if r.step, err = r.recordForward(stepPass(true)); err != nil {
+	f := r.frameOf(stepPass(true))
+	if r.step, err = r.recordFrame(f); err != nil {
 		return err
 	}
+	r.stepBlocks = f.blockStats
 	if r.stepGreedy, err = r.recordForward(stepPass(false)); err != nil {
 		return err
 	}
@@ -246,4 +260,30 @@ func (r *Runner) lastArgmax() (int32, error) {
 		return 0, fmt.Errorf("vulkan: %w", mod.NonFinite(r.pos-1))
 	}
 	return int32(best), nil
+}
+
+// StepCounts are the commands of the recorded decode step, replayed once
+// per token (issue 42 item 6: each dispatch, and the barrier before it,
+// costs a few microseconds on a GPU however little it does).
+type StepCounts struct {
+	Dispatches int // the whole step: the embedding, every block, the head
+	Barriers   int // its pipeline barriers (vk derives one before a command that depends on an earlier one)
+	// BlockDispatches and BlockBarriers are each block's, in layer order
+	// (a routed block's with its selector and gated residual).
+	BlockDispatches, BlockBarriers []int
+}
+
+// StepCounts counts the decode step's commands (the recording Feed
+// replays, with the logits' copy to the host).
+func (r *Runner) StepCounts() StepCounts {
+	if r.step == nil {
+		return StepCounts{}
+	}
+	st := r.step.Stats()
+	sc := StepCounts{Dispatches: st.Dispatches, Barriers: st.Barriers}
+	for _, b := range r.stepBlocks {
+		sc.BlockDispatches = append(sc.BlockDispatches, b.Dispatches)
+		sc.BlockBarriers = append(sc.BlockBarriers, b.Barriers)
+	}
+	return sc
 }

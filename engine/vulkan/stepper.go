@@ -98,6 +98,11 @@ type pagedFrame struct {
 	nLogits       int        // rows wanting logits in this recording
 	nArgmax       int        // of those, the first nArgmax want only their argmax (Row.Argmax)
 	output        batchMat   // the output matrix, its matmul's tile fit to nLogits rows (narrow)
+
+	// argmax_wide's scratch for seqs rows (a GPU profile's argmax): each
+	// workgroup's winner, and each row's count of workgroups done, zero
+	// between dispatches.
+	amaxPart, amaxDone *vk.Buffer
 	// vec: the step's products run as matvecs (stepvec.go), whose stacked
 	// q|k|v go to qkv first ([vecRows][the stack's rows]); qkv is nil
 	// when the weights' layout does not allow it (vecFits).
@@ -259,16 +264,21 @@ func (st *Stepper) growLogits(k int) error {
 	al := &allocator{r: st.r}
 	vB := 4 * uint64(k) * uint64(st.r.c.NVocab)
 	logits, host, ids := al.buf(vB, vk.DeviceLocal), al.buf(vB, vk.HostVisible), al.buf(4*uint64(k), vk.HostVisible)
+	amaxPart := al.buf(4*shaders.ArgmaxWidePartWords(uint32(k), uint32(st.r.c.NVocab), shaders.ArgmaxWideSpec), vk.DeviceLocal)
+	amaxDone := al.buf(4*uint64(k), vk.DeviceLocal)
+	if al.err == nil {
+		al.err = amaxDone.Upload(make([]byte, 4*k), 0) // argmax_wide leaves it zero after each dispatch
+	}
 	if al.err != nil {
 		return fmt.Errorf("vulkan: the logits of %d rows: %w", k, al.err)
 	}
 	st.dropRecordings()
 	if pf.logits != nil {
-		st.r.freeBuffer(pf.logits)
-		st.r.freeBuffer(pf.host)
-		st.r.freeBuffer(pf.ids)
+		for _, b := range []*vk.Buffer{pf.logits, pf.host, pf.ids, pf.amaxPart, pf.amaxDone} {
+			st.r.freeBuffer(b)
+		}
 	}
-	pf.logits, pf.host, pf.ids, st.seqs = logits, host, ids, k
+	pf.logits, pf.host, pf.ids, pf.amaxPart, pf.amaxDone, st.seqs = logits, host, ids, amaxPart, amaxDone, k
 	return nil
 }
 
@@ -703,12 +713,12 @@ func (r *Runner) recordPagedHead(rec *vk.Recorder, p *frame) error {
 	}
 	vB, g := 4*uint64(c.NVocab), pf.nArgmax
 	if g > 0 {
-		argmax, err := r.ks.row("argmax", c.NVocab)
+		head := r.ks.prof.Head()
+		o, err := r.argmaxOp(head[len(head)-1], pf.logits, pf.ids, g, pf.amaxPart, pf.amaxDone)
 		if err != nil {
 			return err
 		}
-		r.dispatch(rec, newOp(argmax, shaders.ArgmaxPush{Cols: uint32(c.NVocab), N: uint32(g)}, shaders.RowGroups(uint32(g), argmax.spec),
-			rd(pf.logits, 0, uint64(g)*vB), wr(pf.ids, 0, 0)))
+		r.dispatch(rec, o)
 	}
 	if k > g {
 		rec.Copy(pf.logits, pf.host, uint64(g)*vB, 0, uint64(k-g)*vB)

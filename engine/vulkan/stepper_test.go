@@ -265,37 +265,42 @@ func TestVulkanStepSoak(t *testing.T) {
 
 // With a NaN in a weight, a step's greedy row drawn on the device (its
 // argmax alone) and one whose logits come back both end their sequence
-// with ErrNonFinite at the prompt's last token, and draw nothing.
+// with ErrNonFinite at the prompt's last token, and draw nothing; under
+// each of deviceProfiles (a GPU's argmax is argmax_wide).
 func TestVulkanStepNonFinite(t *testing.T) {
 	dev := openDevice(t, true)
 	m := openModel(t, poison.Copy(t, "../../models/tinystories-dense.gguf", "blk.0.attn_q.weight", 5, float32(math.NaN())))
-	const ctx, bt = 64, 16
-	run, err := New(dev, m, mod.RoutingRouter, Options{KVType: "f32", ContextLen: ctx, UBatch: 16})
-	require.NoError(t, err)
-	defer run.Close()
-	st, err := run.Stepper(2)
-	require.NoError(t, err)
-	pages := sched.PagesFor(st.Layout(), 2, ctx, bt)
-	require.NoError(t, st.Reserve(pages, bt))
-	s, err := sched.New(st, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: st.MaxRows()})
-	require.NoError(t, err)
-	var seqs []*sched.Seq
-	for _, keep := range []bool{false, true} {
-		q, err := s.Add(sched.Request{Prompt: []int32{1, 400, 500}, MaxTokens: 4, KeepLogits: keep})
-		require.NoError(t, err)
-		seqs = append(seqs, q)
+	for _, pc := range deviceProfiles(dev) {
+		t.Run(pc.name, func(t *testing.T) {
+			const ctx, bt = 64, 16
+			run, err := New(dev, m, mod.RoutingRouter, Options{KVType: "f32", ContextLen: ctx, UBatch: 16, DeviceProfile: pc.prof})
+			require.NoError(t, err)
+			defer run.Close()
+			st, err := run.Stepper(2)
+			require.NoError(t, err)
+			pages := sched.PagesFor(st.Layout(), 2, ctx, bt)
+			require.NoError(t, st.Reserve(pages, bt))
+			s, err := sched.New(st, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: st.MaxRows()})
+			require.NoError(t, err)
+			var seqs []*sched.Seq
+			for _, keep := range []bool{false, true} {
+				q, err := s.Add(sched.Request{Prompt: []int32{1, 400, 500}, MaxTokens: 4, KeepLogits: keep})
+				require.NoError(t, err)
+				seqs = append(seqs, q)
+			}
+			for s.Busy() {
+				_, err := s.Step()
+				require.NoError(t, err)
+			}
+			for i, q := range seqs {
+				assert.Equal(t, sched.StopError, q.Stop, "seq %d", i)
+				assert.ErrorIs(t, q.Err, mod.ErrNonFinite, "seq %d", i)
+				assert.ErrorContains(t, q.Err, "at token 2", "seq %d", i)
+				assert.Empty(t, q.Tokens(), "seq %d", i)
+			}
+			assert.Equal(t, 1, st.Phases().Argmax, "the first sequence's row drawn on the device")
+		})
 	}
-	for s.Busy() {
-		_, err := s.Step()
-		require.NoError(t, err)
-	}
-	for i, q := range seqs {
-		assert.Equal(t, sched.StopError, q.Stop, "seq %d", i)
-		assert.ErrorIs(t, q.Err, mod.ErrNonFinite, "seq %d", i)
-		assert.ErrorContains(t, q.Err, "at token 2", "seq %d", i)
-		assert.Empty(t, q.Tokens(), "seq %d", i)
-	}
-	assert.Equal(t, 1, st.Phases().Argmax, "the first sequence's row drawn on the device")
 }
 
 // A step of many sequences may take more rows than one context holds:
