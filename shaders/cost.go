@@ -79,6 +79,7 @@ var costRules = []costRule{
 	{"decode_attention_split", PathShader, pushCost(decodeAttentionCost)},
 	{"decode_attention_combine", PathShader, nil},
 	{"decode_attention", PathShader, pushCost(decodeAttentionCost)},
+	{"decode_attend_keys", PathShader, pushCost(decodeAttendCost)}, // decode_attend's push and arithmetic, keys across invocations
 	{"decode_attend", PathShader, pushCost(decodeAttendCost)},
 }
 
