@@ -109,6 +109,13 @@ type Profile struct {
 	// (EMULATE_COOPMAT) where MatmulCoop is set: tests run the tensor-core
 	// kernel's tiling through the engine on lavapipe.
 	MatmulCoopEmulate bool
+	// MatmulSplitTarget is the workgroups a matmul should have in flight:
+	// a grid of fewer (a few tokens' row tiles) is split along K
+	// (MatmulSplit) into slices summed by matmul_reduce. GPUs:
+	// shaders.MatmulSplitTarget. 0 on CPU devices (lavapipe), whose
+	// handful of threads every grid already fills, where a split only
+	// adds a pass.
+	MatmulSplitTarget uint32
 	// RoutingAsGPU plans the router score and routing decision kernels as
 	// for a GPU (wide workgroups, subgroups where sure) on a CPU device:
 	// tests run the GPU configuration of the routing on lavapipe.
@@ -201,6 +208,9 @@ func NewProfile(d Device) Profile {
 		p.MatvecReduce, p.MatvecSpec = ReduceShared, []uint32{128, 32, 1}
 	}
 	p.MatmulCoop = !d.CPU && d.CooperativeMatrixNV && sg == MatmulCoopSubgroup && d.TensorCores
+	if !d.CPU {
+		p.MatmulSplitTarget = MatmulSplitTarget
+	}
 	return p
 }
 
