@@ -40,7 +40,7 @@
 // Split-K (p.kSplit != 0, MatmulSplitGroups): workgroup z walks columns
 // [z*kSplit, min(cols, (z+1)*kSplit)) only, a multiple of BK, and writes
 // its partial sums to y as [splits][n][rows] (ldy and yOff unused);
-// matmul_reduce.comp then sums the slices in order into the real y. At a
+// splitk_reduce.comp then sums the slices in order into the real y. At a
 // few tokens the grid is rows/BN workgroups (172 for a 7B FFN's 11008 rows
 // at BN 64: about one per SM of an H200), each walking all of K serially;
 // slices give the GPU several times as many in flight (Profile.MatmulSplit,
@@ -53,7 +53,7 @@
 // subgroup's loads cover whole runs of a few rows. Both write the same
 // shared layout, whose column stride BNP = BN + PADW pads the stores of the
 // second order onto different banks (the product loop reads consecutive
-// rows either way).
+// rows either way; the first order needs no padding and has none).
 //
 // Specialization constants (MatmulSpec.Constants): 0 WG = (BM/TM)*(BN/TN)
 // invocations, 1 BM, 2 BN, 3 BK (a multiple of 4: W is loaded in quads), 4 TM,
@@ -94,8 +94,10 @@ layout(std430, binding = 2) writeonly buffer Y { float y[]; };     // [n][ldy], 
 // the inner loop's main cost).
 // BNP pads W's columns so that WALONG's stores, BK/4 quads of a row to
 // neighbouring invocations, fall on distinct banks in each group of 8
-// 16-byte stores: a column stride of BN + 32/BK quads (BN a multiple of 8).
-const uint PADW = (32u + BK - 1u) / BK;
+// 16-byte stores: a column stride of BN + 32/BK quads (BN a multiple of
+// 8). The row order (WALONG 0) keeps the unpadded layout it was measured
+// with (lavapipe's).
+const uint PADW = WALONG * ((32u + BK - 1u) / BK);
 const uint BNP = BN + PADW;
 shared vec4 xs[(BK / 4u) * BM];
 shared vec4 ws[(BK / 4u) * BNP];

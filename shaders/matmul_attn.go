@@ -19,7 +19,7 @@ type MatmulPush struct {
 	// KSplit is the columns of each K slice of a split-K dispatch
 	// (MatmulSplitGroups: workgroup z walks slice z, a multiple of the
 	// spec's BK), whose y is then [splits][N][Rows] partial sums for
-	// matmul_reduce (LdY and YOff unused); 0 walks all of K into y.
+	// splitk_reduce (LdY and YOff unused); 0 walks all of K into y.
 	KSplit uint32
 }
 
@@ -61,8 +61,15 @@ func (s MatmulSpec) Constants() []uint32 {
 }
 
 // SharedBytes is the shared memory a workgroup uses: the two staged tiles,
-// W's with its columns padded by 32/BK quads (matmul.comp's PADW).
-func (s MatmulSpec) SharedBytes() uint32 { return 4 * s.BK * (s.BM + s.BN + (32+s.BK-1)/s.BK) }
+// W's with its columns padded by 32/BK quads under Along (matmul.comp's
+// PADW).
+func (s MatmulSpec) SharedBytes() uint32 {
+	pad := uint32(0)
+	if s.Along {
+		pad = (32 + s.BK - 1) / s.BK
+	}
+	return 4 * s.BK * (s.BM + s.BN + pad)
+}
 
 // Check says whether the tiles divide as the kernel needs.
 func (s MatmulSpec) Check() error {
@@ -96,7 +103,7 @@ func MatmulSplitGroups(rows, n uint32, spec []uint32, splits uint32) [3]uint32 {
 	return g
 }
 
-// MatmulReducePush is matmul_reduce's push-constant block.
+// MatmulReducePush is splitk_reduce's push-constant block.
 type MatmulReducePush struct {
 	Rows   uint32 // outputs per token
 	N      uint32 // tokens
@@ -105,12 +112,12 @@ type MatmulReducePush struct {
 	YOff   uint32 // the column of y that output 0 goes to
 }
 
-// MatmulReduceGroups is matmul_reduce's dispatch size: an invocation per
+// MatmulReduceGroups is splitk_reduce's dispatch size: an invocation per
 // output, 256 a workgroup.
 func MatmulReduceGroups(rows, n uint32) [3]uint32 { return ElementGroups(rows * n) }
 
 // Split-K (matmul.comp, matmul_coop.comp with MatmulPush.KSplit, then
-// matmul_reduce): at a few tokens a matmul's grid is its row tiles alone,
+// splitk_reduce): at a few tokens a matmul's grid is its row tiles alone,
 // rows/BN workgroups (172 for a 7B FFN's 11008 rows at BN 64), about one
 // per SM of an H100/H200's 132, each walking all of K serially with two
 // barriers a step: one memory round trip at a time per SM, nothing else
@@ -199,7 +206,7 @@ func matmulVariant(name string, defines []string, weightShape string) Variant {
 		LocalSizeSpec: true,
 		Spec:          MatmulSpecGPU.Constants(),
 		Notes: "Spec: MatmulSpec.Constants() (MatmulSpecGPU, MatmulSpecCPU); dispatch MatmulGroups(rows, n, spec), " +
-			"or with KSplit (Profile.MatmulSplit) MatmulSplitGroups into y = [splits][n][rows] partials, then matmul_reduce; " +
+			"or with KSplit (Profile.MatmulSplit) MatmulSplitGroups into y = [splits][n][rows] partials, then splitk_reduce; " +
 			"bind w with its size rounded up to 4 (vk buffers are); cols a multiple of the type's block (WeightType.Block)",
 	}
 }
@@ -215,8 +222,8 @@ func attentionInputs() []Binding {
 	}
 }
 
-// MatmulReduceName is the split-K matmuls' second pass (matmul_reduce.comp).
-const MatmulReduceName = "matmul_reduce"
+// MatmulReduceName is the split-K matmuls' second pass (splitk_reduce.comp).
+const MatmulReduceName = "splitk_reduce"
 
 // MatmulPrefetchName is matmul.comp's variant for weight type typ that
 // loads the next step's slices during the products (MATMUL_PREFETCH): a
@@ -228,7 +235,7 @@ func init() {
 		Variants = append(Variants, matmulVariant(MatmulName(wt.Name), wt.Defines, wt.Shape))
 	}
 	Variants = append(Variants, Variant{
-		Name: MatmulReduceName, Source: "matmul_reduce.comp",
+		Name: MatmulReduceName, Source: "splitk_reduce.comp",
 		Bindings: []Binding{
 			{"part", Read, "[splits][n][rows] f32, a split matmul's partial sums"},
 			{"y", Write, "[n][ldy] f32, columns [yOff, yOff+rows)"},

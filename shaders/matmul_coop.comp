@@ -39,7 +39,7 @@
 //
 // Split-K as matmul.comp's (p.kSplit != 0: workgroup z walks its slice of
 // the columns, a multiple of BK, and writes partial sums [splits][n][rows]
-// to y for matmul_reduce.comp). W is already staged along its rows here
+// to y for splitk_reduce.comp). W is already staged along its rows here
 // (loadStep: neighbouring invocations read neighbouring words of a row).
 //
 // Specialization constants (MatmulCoopSpec.Constants): 0 WG = 32 *

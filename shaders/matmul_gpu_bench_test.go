@@ -43,7 +43,7 @@ type matmulCandidate struct {
 	tol     float64
 	// split cuts K as a GPU profile does (matmulBenchSplit: MatmulSplit
 	// with MatmulSplitTarget, on every device) into the slices' partial
-	// sums and matmul_reduce; shapes whose grid is full enough stay whole.
+	// sums and splitk_reduce; shapes whose grid is full enough stay whole.
 	split bool
 }
 

@@ -58,7 +58,7 @@ func splitSlices(cols, granule int) []int {
 
 // runSplit computes the case with kernel k (constants spec) cut into K
 // slices of kSplit columns (0: unsplit, straight into y) and summed by
-// matmul_reduce (reduce), in parts of rows at cuts as runParts does (each
+// splitk_reduce (reduce), in parts of rows at cuts as runParts does (each
 // part its own split dispatch and reduce into its columns of one y).
 func (c *matmulCase) runSplit(t testing.TB, dev *vk.Device, k, reduce *vk.Kernel, spec []uint32, kSplit int, cuts []int) []float32 {
 	t.Helper()
@@ -100,7 +100,7 @@ func (c *matmulCase) runSplit(t testing.TB, dev *vk.Device, k, reduce *vk.Kernel
 }
 
 // TestMatmulSplit runs the split-K matmuls (MatmulPush.KSplit, then
-// matmul_reduce) against the CPU reference: every weight type, W staged
+// splitk_reduce) against the CPU reference: every weight type, W staged
 // by rows and along them, the tensor-core kernel's emulated product, token
 // counts 1, 5, 16, 17 and 33, rows and columns that are not multiples of
 // the tiles, and 1, 2, 3 slices and slices that leave a short last one.

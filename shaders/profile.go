@@ -111,7 +111,7 @@ type Profile struct {
 	MatmulCoopEmulate bool
 	// MatmulSplitTarget is the workgroups a matmul should have in flight:
 	// a grid of fewer (a few tokens' row tiles) is split along K
-	// (MatmulSplit) into slices summed by matmul_reduce. GPUs:
+	// (MatmulSplit) into slices summed by splitk_reduce. GPUs:
 	// shaders.MatmulSplitTarget. 0 on CPU devices (lavapipe), whose
 	// handful of threads every grid already fills, where a split only
 	// adds a pass.

@@ -1,5 +1,5 @@
 #version 450
-// matmul_reduce: y[s*ldy + yOff + r] = sum over z of part[z][s][r], for
+// splitk_reduce: y[s*ldy + yOff + r] = sum over z of part[z][s][r], for
 // s < n, r < rows: the second pass of a split-K matmul (matmul.comp and
 // matmul_coop.comp with kSplit set write each K slice's partial sums to
 // part). The slices are summed in order z = 0, 1, ..., so a split product
