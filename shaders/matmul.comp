@@ -118,10 +118,11 @@ vec4 stageW(uint i, uint r0, uint k0) {
 	return r < p.rows ? loadWeightQuad(p.wRow0 + r, k0 + 4u * q.y) : vec4(0.0);
 }
 
-// wSlot is where quad i of the W slice goes in ws.
+// wSlot is where quad i of the W slice goes in ws: i itself in the row
+// order (unpadded: kq*BN + rr).
 uint wSlot(uint i) {
 	uvec2 q = wQuad(i);
-	return q.y * BNP + q.x;
+	return WALONG != 0u ? q.y * BNP + q.x : i;
 }
 
 // stageX is quad i of the step's X slice, X[s0 + i%BM][k0 + 4*(i/BM) ..]
