@@ -113,6 +113,10 @@ var matmulCandidates = []matmulCandidate{
 	splitCandidate("split-along-16x64", tiledCandidate("", alongSpec(MatmulSpec{BM: 16, BN: 64, BK: 32, TM: 4, TN: 4}))),
 	splitCandidate("split-along-32x64", tiledCandidate("", alongSpec(MatmulSpec{BM: 32, BN: 64, BK: 32, TM: 4, TN: 8}))),
 	splitCandidate("split-16x64", tiledCandidate("", MatmulSpec{BM: 16, BN: 64, BK: 32, TM: 4, TN: 4})),
+	// The same with the next step's loads in flight during the products
+	// (MATMUL_PREFETCH), as matmul_coop does: not the engine's pick yet.
+	splitCandidate("split-along-pf-8x64", prefetchCandidate("", alongSpec(MatmulSpec{BM: 8, BN: 64, BK: 32, TM: 4, TN: 2}))),
+	splitCandidate("split-along-pf-16x64", prefetchCandidate("", alongSpec(MatmulSpec{BM: 16, BN: 64, BK: 32, TM: 4, TN: 4}))),
 	coopCandidate("coop-emu-64x64", MatmulCoopSpecGPU, true),
 	coopCandidate("coop-emu-16x128", MatmulCoopSpecFew, true),
 	coopCandidate("coop-64x64", MatmulCoopSpecGPU, false),
