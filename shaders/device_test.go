@@ -25,7 +25,7 @@ var lavapipeLike = Device{CPU: true, SubgroupSize: 8, SubgroupArithmetic: true, 
 func TestNeeds(t *testing.T) {
 	mm, err := Lookup(MatmulName(MatvecQ8_0))
 	require.NoError(t, err)
-	for _, s := range []MatmulSpec{MatmulSpecGPU, MatmulSpecCPU} {
+	for _, s := range []MatmulSpec{MatmulSpecGPU, MatmulSpecCPU, alongSpec(MatmulSpecGPU), alongSpec(MatmulSpec{BM: 8, BN: 64, BK: 32, TM: 4, TN: 2})} {
 		nd, err := mm.Needs(s.Constants())
 		require.NoError(t, err)
 		assert.Equal(t, s.Invocations(), nd.Invocations, "matmul %+v", s)

@@ -37,10 +37,28 @@
 // registers during the previous step's products (software pipelining), a
 // candidate for GPUs (BenchmarkMatmulGPU) that the engine does not pick yet.
 //
+// Split-K (p.kSplit != 0, MatmulSplitGroups): workgroup z walks columns
+// [z*kSplit, min(cols, (z+1)*kSplit)) only, a multiple of BK, and writes
+// its partial sums to y as [splits][n][rows] (ldy and yOff unused);
+// splitk_reduce.comp then sums the slices in order into the real y. At a
+// few tokens the grid is rows/BN workgroups (172 for a 7B FFN's 11008 rows
+// at BN 64: about one per SM of an H200), each walking all of K serially;
+// slices give the GPU several times as many in flight (Profile.MatmulSplit,
+// docs/matmul-cost.md).
+//
+// W's staging order (constant 6, WALONG): 0 gives neighbouring invocations
+// neighbouring ROWS of W (quad i is row i%BN), whose addresses are a row
+// apart, a cache line per invocation per load; 1 gives them neighbouring
+// quads ALONG a row (quad i is row i/(BK/4), columns 4*(i%(BK/4))), so a
+// subgroup's loads cover whole runs of a few rows. Both write the same
+// shared layout, whose column stride BNP = BN + PADW pads the stores of the
+// second order onto different banks (the product loop reads consecutive
+// rows either way; the first order needs no padding and has none).
+//
 // Specialization constants (MatmulSpec.Constants): 0 WG = (BM/TM)*(BN/TN)
 // invocations, 1 BM, 2 BN, 3 BK (a multiple of 4: W is loaded in quads), 4 TM,
-// 5 TN. Dispatch MatmulGroups(rows, n, spec): x over row tiles, y over token
-// tiles.
+// 5 TN, 6 WALONG. Dispatch MatmulGroups(rows, n, spec): x over row tiles, y
+// over token tiles (MatmulSplitGroups: z over K slices).
 #include "include/common.glsl"
 #define OP_MATMUL
 #include "include/push_matmul_attn.glsl"
@@ -52,6 +70,7 @@ layout(constant_id = 2) const uint BN = 64; // rows of W per tile
 layout(constant_id = 3) const uint BK = 16; // columns per step, a multiple of 4
 layout(constant_id = 4) const uint TM = 8;  // tokens per invocation, divides BM
 layout(constant_id = 5) const uint TN = 4;  // rows per invocation, divides BN
+layout(constant_id = 6) const uint WALONG = 0; // 1: W staged along its rows (see above)
 
 layout(std430, binding = 0) readonly buffer Weights { uint w[]; }; // [wRows] rows, F32/F16, or split Q8_0/Q4_0
 layout(std430, binding = 1) readonly buffer X { float x[]; }; // [n][cols]
@@ -73,17 +92,37 @@ layout(std430, binding = 2) writeonly buffer Y { float y[]; };     // [n][ldy], 
 // are neighbouring vec4s: one 16-byte load serves four multiply-adds (on
 // lavapipe a shared load whose address differs per invocation is a gather,
 // the inner loop's main cost).
+// BNP pads W's columns so that WALONG's stores, BK/4 quads of a row to
+// neighbouring invocations, fall on distinct banks in each group of 8
+// 16-byte stores: a column stride of BN + 32/BK quads (BN a multiple of
+// 8). The row order (WALONG 0) keeps the unpadded layout it was measured
+// with (lavapipe's).
+const uint PADW = WALONG * ((32u + BK - 1u) / BK);
+const uint BNP = BN + PADW;
 shared vec4 xs[(BK / 4u) * BM];
-shared vec4 ws[(BK / 4u) * BN];
+shared vec4 ws[(BK / 4u) * BNP];
 
 #include "include/matmul_weights.glsl"
 
-// stageW is quad i of the step's W slice, W[r0 + i%BN][k0 + 4*(i/BN) ..]
-// (zero past the rows): ws[i] in the column-major layout above.
+// wQuad is quad i of the step's W slice as (row in the tile, quad of
+// columns): by rows (WALONG 0) or along them (1).
+uvec2 wQuad(uint i) {
+	return WALONG != 0u ? uvec2(i / (BK / 4u), i % (BK / 4u)) : uvec2(i % BN, i / BN);
+}
+
+// stageW is quad i of the step's W slice, W[r0 + rr][k0 + 4*kq ..] for
+// (rr, kq) = wQuad(i) (zero past the rows), which goes to ws[kq*BNP + rr].
 vec4 stageW(uint i, uint r0, uint k0) {
-	uint rr = i % BN, kq = i / BN;
-	uint r = r0 + rr;
-	return r < p.rows ? loadWeightQuad(p.wRow0 + r, k0 + 4u * kq) : vec4(0.0);
+	uvec2 q = wQuad(i);
+	uint r = r0 + q.x;
+	return r < p.rows ? loadWeightQuad(p.wRow0 + r, k0 + 4u * q.y) : vec4(0.0);
+}
+
+// wSlot is where quad i of the W slice goes in ws: i itself in the row
+// order (unpadded: kq*BN + rr).
+uint wSlot(uint i) {
+	uvec2 q = wQuad(i);
+	return WALONG != 0u ? q.y * BNP + q.x : i;
 }
 
 // stageX is quad i of the step's X slice, X[s0 + i%BM][k0 + 4*(i/BM) ..]
@@ -134,6 +173,13 @@ void main() {
 	uint tx = tid % NTX;
 	uint ty = tid / NTX;
 
+	// The columns this workgroup walks: all, or its K slice.
+	uint kBegin = 0u, kEnd = p.cols;
+	if (p.kSplit != 0u) {
+		kBegin = gl_WorkGroupID.z * p.kSplit;
+		kEnd = min(p.cols, kBegin + p.kSplit);
+	}
+
 	float acc[TM * TN]; // [token][row]
 	for (uint i = 0u; i < TM * TN; i++) {
 		acc[i] = 0.0;
@@ -143,17 +189,17 @@ void main() {
 	// tiles multiply, so the loads' latency hides behind the products.
 	vec4 wreg[WQ], xreg[XQ];
 	for (uint q = 0u; q < WQ; q++) {
-		wreg[q] = tid + q * WG < BN * (BK / 4u) ? stageW(tid + q * WG, r0, 0u) : vec4(0.0);
+		wreg[q] = tid + q * WG < BN * (BK / 4u) ? stageW(tid + q * WG, r0, kBegin) : vec4(0.0);
 	}
 	for (uint q = 0u; q < XQ; q++) {
-		xreg[q] = tid + q * WG < BM * (BK / 4u) ? stageX(tid + q * WG, s0, 0u) : vec4(0.0);
+		xreg[q] = tid + q * WG < BM * (BK / 4u) ? stageX(tid + q * WG, s0, kBegin) : vec4(0.0);
 	}
 #endif
-	for (uint k0 = 0u; k0 < p.cols; k0 += BK) {
+	for (uint k0 = kBegin; k0 < kEnd; k0 += BK) {
 #ifdef MATMUL_PREFETCH
 		for (uint q = 0u; q < WQ; q++) {
 			if (tid + q * WG < BN * (BK / 4u)) {
-				ws[tid + q * WG] = wreg[q];
+				ws[wSlot(tid + q * WG)] = wreg[q];
 			}
 		}
 		for (uint q = 0u; q < XQ; q++) {
@@ -162,7 +208,7 @@ void main() {
 			}
 		}
 		barrier(); // the tiles are complete before anyone reads them
-		if (k0 + BK < p.cols) {
+		if (k0 + BK < kEnd) {
 			for (uint q = 0u; q < WQ; q++) {
 				wreg[q] = tid + q * WG < BN * (BK / 4u) ? stageW(tid + q * WG, r0, k0 + BK) : vec4(0.0);
 			}
@@ -171,11 +217,9 @@ void main() {
 			}
 		}
 #else
-		// Stage W[r0 .. r0+BN][k0 .. k0+BK] in quads (quad i is ws[i]);
-		// neighbouring invocations take neighbouring rows, so the shared
-		// writes do not collide.
+		// Stage W[r0 .. r0+BN][k0 .. k0+BK] in quads (quad i at wSlot(i)).
 		for (uint i = tid; i < BN * (BK / 4u); i += WG) {
-			ws[i] = stageW(i, r0, k0);
+			ws[wSlot(i)] = stageW(i, r0, k0);
 		}
 		// Stage X[s0 .. s0+BM][k0 .. k0+BK] in quads.
 		for (uint i = tid; i < BM * (BK / 4u); i += WG) {
@@ -189,7 +233,7 @@ void main() {
 				a[j] = xs[kq * BM + ty + j * NTY];
 			}
 			for (uint i = 0u; i < TN; i++) {
-				b[i] = ws[kq * BN + tx + i * NTX];
+				b[i] = ws[kq * BNP + tx + i * NTX];
 			}
 			for (uint j = 0u; j < TM; j++) {
 				for (uint i = 0u; i < TN; i++) {
@@ -204,7 +248,11 @@ void main() {
 		for (uint i = 0u; i < TN; i++) {
 			uint r = r0 + tx + i * NTX;
 			if (s < p.n && r < p.rows) {
-				y[s * p.ldy + p.yOff + r] = acc[j * TN + i];
+				if (p.kSplit != 0u) { // this slice's partial sum, [z][s][r]
+					y[(gl_WorkGroupID.z * p.n + s) * p.rows + r] = acc[j * TN + i];
+				} else {
+					y[s * p.ldy + p.yOff + r] = acc[j * TN + i];
+				}
 			}
 		}
 	}

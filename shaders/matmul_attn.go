@@ -16,12 +16,23 @@ type MatmulPush struct {
 	WRows uint32 // rows in W's binding (the split layouts' scales follow them)
 	LdY   uint32 // elements per y row: y is [N][LdY]
 	YOff  uint32 // the column of y that row WRow0's output goes to
+	// KSplit is the columns of each K slice of a split-K dispatch
+	// (MatmulSplitGroups: workgroup z walks slice z, a multiple of the
+	// spec's BK), whose y is then [splits][N][Rows] partial sums for
+	// splitk_reduce (LdY and YOff unused); 0 walks all of K into y.
+	KSplit uint32
 }
 
 // MatmulSpec is matmul's specialization constants: a workgroup computes a
 // tile of BM tokens by BN rows of W, BK columns per step (a multiple of 4),
-// each invocation TM tokens by TN rows.
-type MatmulSpec struct{ BM, BN, BK, TM, TN uint32 }
+// each invocation TM tokens by TN rows. Along stages W with neighbouring
+// invocations on neighbouring quads of a row (coalesced loads: a few rows'
+// runs of bytes per subgroup load) instead of on neighbouring rows (a row
+// apart: a cache line per invocation per load).
+type MatmulSpec struct {
+	BM, BN, BK, TM, TN uint32
+	Along              bool
+}
 
 var (
 	// MatmulSpecGPU suits GPUs: 128 invocations (every device has them),
@@ -42,11 +53,23 @@ func (s MatmulSpec) Invocations() uint32 { return (s.BM / s.TM) * (s.BN / s.TN) 
 // Constants is the spec as specialization constants 0..5 (constant 0 is the
 // workgroup size).
 func (s MatmulSpec) Constants() []uint32 {
-	return []uint32{s.Invocations(), s.BM, s.BN, s.BK, s.TM, s.TN}
+	along := uint32(0)
+	if s.Along {
+		along = 1
+	}
+	return []uint32{s.Invocations(), s.BM, s.BN, s.BK, s.TM, s.TN, along}
 }
 
-// SharedBytes is the shared memory a workgroup uses: the two staged tiles.
-func (s MatmulSpec) SharedBytes() uint32 { return 4 * s.BK * (s.BM + s.BN) }
+// SharedBytes is the shared memory a workgroup uses: the two staged tiles,
+// W's with its columns padded by 32/BK quads under Along (matmul.comp's
+// PADW).
+func (s MatmulSpec) SharedBytes() uint32 {
+	pad := uint32(0)
+	if s.Along {
+		pad = (32 + s.BK - 1) / s.BK
+	}
+	return 4 * s.BK * (s.BM + s.BN + pad)
+}
 
 // Check says whether the tiles divide as the kernel needs.
 func (s MatmulSpec) Check() error {
@@ -71,6 +94,96 @@ func MatmulGroups(rows, n uint32, s MatmulSpec) [3]uint32 {
 	return [3]uint32{(rows + s.BN - 1) / s.BN, (n + s.BM - 1) / s.BM, 1}
 }
 
+// MatmulSplitGroups is the dispatch size of either matmul split into
+// splits K slices (MatmulPush.KSplit): MatmulGroupsOf's grid, z over the
+// slices.
+func MatmulSplitGroups(rows, n uint32, spec []uint32, splits uint32) [3]uint32 {
+	g := MatmulGroupsOf(rows, n, spec)
+	g[2] = max(1, splits)
+	return g
+}
+
+// MatmulReducePush is splitk_reduce's push-constant block.
+type MatmulReducePush struct {
+	Rows   uint32 // outputs per token
+	N      uint32 // tokens
+	Splits uint32 // K slices: part is [Splits][N][Rows]
+	LdY    uint32 // elements per y row
+	YOff   uint32 // the column of y that output 0 goes to
+}
+
+// MatmulReduceGroups is splitk_reduce's dispatch size: an invocation per
+// output, 256 a workgroup.
+func MatmulReduceGroups(rows, n uint32) [3]uint32 { return ElementGroups(rows * n) }
+
+// Split-K (matmul.comp, matmul_coop.comp with MatmulPush.KSplit, then
+// splitk_reduce): at a few tokens a matmul's grid is its row tiles alone,
+// rows/BN workgroups (172 for a 7B FFN's 11008 rows at BN 64), about one
+// per SM of an H100/H200's 132, each walking all of K serially with two
+// barriers a step: one memory round trip at a time per SM, nothing else
+// in flight. Cutting K into slices multiplies the workgroups.
+const (
+	// MatmulSplitTarget is the workgroups a GPU profile's matmul aims to
+	// have in flight: about 8 per SM of a 132-SM H100/H200. By Little's
+	// law the probe's 4.49 TB/s at a loaded memory latency of about 1 us
+	// needs ~34 KB in flight per SM; a few-token workgroup stages 2-4 KB
+	// of W a step (64 rows x 32 columns of Q8_0 or F16), so it takes
+	// about 8 resident workgroups an SM, which their size allows (64-128
+	// invocations, 8-9 KiB of shared memory each; docs/matmul-cost.md).
+	// A grid of row tiles x token tiles under it is split into
+	// ceil(target/grid) slices, at most MatmulMaxSplits.
+	MatmulSplitTarget = 1024
+	// MatmulMaxSplits bounds the slices: each adds n x rows f32 partials
+	// written and read once (at 5 tokens of 11008 rows, 440 KB a slice
+	// against a 48 MB Q8_0 weight), and the reduce's loop.
+	MatmulMaxSplits = 8
+	// matmulMinSteps is the fewest BK steps a slice takes: a shorter one
+	// spends more on its start (the first load, the barriers) and on
+	// writing its partials than on its weights.
+	matmulMinSteps = 4
+)
+
+// MatmulSplit is how a matmul of n tokens through rows x cols weights with
+// spec (either matmul's constants: BM at 1, BN at 2, BK at 3) and weights
+// in blocks of block columns is cut along K on this profile: splits slices
+// of slice columns each (the last may be shorter), slice a multiple of BK
+// and of block. splits is 1 (slice = cols) when the profile does not split
+// (MatmulSplitTarget 0: CPU devices, where workgroups already outnumber
+// the threads and a split only adds a pass) or the grid is big enough.
+func (p Profile) MatmulSplit(rows, cols, n uint32, spec []uint32, block uint32) (splits, slice uint32) {
+	if p.MatmulSplitTarget == 0 || n == 0 || len(spec) < 4 {
+		return 1, cols
+	}
+	grid := ((rows + spec[2] - 1) / spec[2]) * ((n + spec[1] - 1) / spec[1])
+	if grid == 0 || grid >= p.MatmulSplitTarget {
+		return 1, cols
+	}
+	want := min(MatmulMaxSplits, (p.MatmulSplitTarget+grid-1)/grid)
+	g := lcm32(spec[3], max(1, block))
+	up := func(v uint32) uint32 { return (v + g - 1) / g * g }
+	slice = max(up((cols+want-1)/want), up(matmulMinSteps*spec[3]))
+	if slice >= cols {
+		return 1, cols
+	}
+	return (cols + slice - 1) / slice, slice
+}
+
+func lcm32(a, b uint32) uint32 {
+	x, y := a, b
+	for y != 0 {
+		x, y = y, x%y
+	}
+	return a / x * b
+}
+
+// MatmulSplitScratch is the most bytes of partial sums a split matmul of
+// this profile writes with a tile of bm tokens by bn rows: splits x n x
+// rows floats, where splits x (row tiles x token tiles) stays under twice
+// the target (a split is chosen only for a grid under it, and rounds up).
+func (p Profile) MatmulSplitScratch(bm, bn uint32) uint64 {
+	return 4 * 2 * uint64(p.MatmulSplitTarget) * uint64(bm) * uint64(bn)
+}
+
 // AttentionSpec is decode_attention's specialization constants: [workgroup
 // size, MAX_HD]. Shared memory is 4*(MAX_HD*(WG+1) + 2*WG) bytes: 16.6 KiB
 // here. MAX_HD is also the largest head the engine takes.
@@ -92,7 +205,8 @@ func matmulVariant(name string, defines []string, weightShape string) Variant {
 		LocalSize:     [3]uint32{128, 1, 1},
 		LocalSizeSpec: true,
 		Spec:          MatmulSpecGPU.Constants(),
-		Notes: "Spec: MatmulSpec.Constants() (MatmulSpecGPU, MatmulSpecCPU); dispatch MatmulGroups(rows, n, spec); " +
+		Notes: "Spec: MatmulSpec.Constants() (MatmulSpecGPU, MatmulSpecCPU); dispatch MatmulGroups(rows, n, spec), " +
+			"or with KSplit (Profile.MatmulSplit) MatmulSplitGroups into y = [splits][n][rows] partials, then splitk_reduce; " +
 			"bind w with its size rounded up to 4 (vk buffers are); cols a multiple of the type's block (WeightType.Block)",
 	}
 }
@@ -108,6 +222,9 @@ func attentionInputs() []Binding {
 	}
 }
 
+// MatmulReduceName is the split-K matmuls' second pass (splitk_reduce.comp).
+const MatmulReduceName = "splitk_reduce"
+
 // MatmulPrefetchName is matmul.comp's variant for weight type typ that
 // loads the next step's slices during the products (MATMUL_PREFETCH): a
 // GPU candidate BenchmarkMatmulGPU measures, not yet picked by a profile.
@@ -117,6 +234,15 @@ func init() {
 	for _, wt := range WeightTypes {
 		Variants = append(Variants, matmulVariant(MatmulName(wt.Name), wt.Defines, wt.Shape))
 	}
+	Variants = append(Variants, Variant{
+		Name: MatmulReduceName, Source: "splitk_reduce.comp",
+		Bindings: []Binding{
+			{"part", Read, "[splits][n][rows] f32, a split matmul's partial sums"},
+			{"y", Write, "[n][ldy] f32, columns [yOff, yOff+rows)"},
+		},
+		Push: MatmulReducePush{}, LocalSize: [3]uint32{256, 1, 1},
+		Notes: "dispatch MatmulReduceGroups(rows, n); sums the slices in order z = 0..splits-1",
+	})
 	for _, wt := range WeightTypes {
 		Variants = append(Variants, matmulVariant(MatmulPrefetchName(wt.Name), append(append([]string(nil), wt.Defines...), "MATMUL_PREFETCH"), wt.Shape))
 	}

@@ -54,6 +54,11 @@
 // of cooperative matrices and registers indexed by a loop that is not are
 // kept in memory.
 //
+// Split-K as matmul.comp's (p.kSplit != 0: workgroup z walks its slice of
+// the columns, a multiple of BK, and writes partial sums [splits][n][rows]
+// to y for splitk_reduce.comp). W is already staged along its rows here
+// (loadStep: neighbouring invocations read neighbouring words of a row).
+//
 // Specialization constants (MatmulCoopSpec.Constants): 0 WG = 32 *
 // (BM/WM) * (BN/WN), 1 BM, 2 BN, 3 BK, 4 WM, 5 WN (BK, WM, WN multiples of
 // 16). Dispatch MatmulCoopGroups(rows, n, spec).
@@ -252,12 +257,18 @@ void main() {
 	// The next step's slices are loaded into registers while this step's
 	// are multiplied (software pipelining): the loads' latency hides
 	// behind the tile product instead of stalling before each barrier.
+	// The columns this workgroup walks: all, or its K slice.
+	uint kBegin = 0u, kEnd = p.cols;
+	if (p.kSplit != 0u) {
+		kBegin = gl_WorkGroupID.z * p.kSplit;
+		kEnd = min(p.cols, kBegin + p.kSplit);
+	}
 	vec4 wreg[WQ], xreg[XQ];
-	loadStep(0u, r0, s0, tid, wreg, xreg);
-	for (uint k0 = 0u; k0 < p.cols; k0 += BK) {
+	loadStep(kBegin, r0, s0, tid, wreg, xreg);
+	for (uint k0 = kBegin; k0 < kEnd; k0 += BK) {
 		storeStep(tid, wreg, xreg);
 		barrier(); // the tiles are complete before anyone reads them
-		if (k0 + BK < p.cols) {
+		if (k0 + BK < kEnd) {
 			loadStep(k0 + BK, r0, s0, tid, wreg, xreg);
 		}
 		[[unroll]] for (uint kk = 0u; kk < BK; kk += 16u) {
@@ -345,7 +356,11 @@ void main() {
 			for (uint e = 0u; e < 8u; e++) {
 				uint r = r0 + sgN * WN + 16u * tj + nc + e;
 				if (s < p.n && r < p.rows) {
-					y[s * p.ldy + p.yOff + r] = cs[sg * 256u + m * 16u + nc + e];
+					if (p.kSplit != 0u) { // this slice's partial sum, [z][s][r]
+						y[(gl_WorkGroupID.z * p.n + s) * p.rows + r] = cs[sg * 256u + m * 16u + nc + e];
+					} else {
+						y[s * p.ldy + p.yOff + r] = cs[sg * 256u + m * 16u + nc + e];
+					}
 				}
 			}
 #ifndef EMULATE_COOPMAT

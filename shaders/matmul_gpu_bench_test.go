@@ -41,6 +41,26 @@ type matmulCandidate struct {
 	coop    bool // needs VK_NV_cooperative_matrix
 	cpuOnly bool // the emulated product: run on CPU devices only (slow, and the GPU has the real one)
 	tol     float64
+	// split cuts K as a GPU profile does (matmulBenchSplit: MatmulSplit
+	// with MatmulSplitTarget, on every device) into the slices' partial
+	// sums and splitk_reduce; shapes whose grid is full enough stay whole.
+	split bool
+}
+
+// matmulBenchSplit is the profile whose split plan the split candidates
+// take: a GPU's (MatmulSplitTarget), on lavapipe too.
+var matmulBenchSplit = Profile{MatmulSplitTarget: MatmulSplitTarget}
+
+// splitCandidate is c cut along K as a GPU profile cuts it.
+func splitCandidate(name string, c matmulCandidate) matmulCandidate {
+	c.name, c.split = name, true
+	return c
+}
+
+// alongSpec is s with W staged along its rows (coalesced loads).
+func alongSpec(s MatmulSpec) MatmulSpec {
+	s.Along = true
+	return s
 }
 
 func tiledCandidate(name string, s MatmulSpec) matmulCandidate {
@@ -96,6 +116,23 @@ var matmulCandidates = []matmulCandidate{
 	prefetchCandidate("tiled-pf-128x128", MatmulSpec{BM: 128, BN: 128, BK: 16, TM: 8, TN: 8}),
 	prefetchCandidate("tiled-pf-64x128-k32", MatmulSpec{BM: 64, BN: 128, BK: 32, TM: 8, TN: 8}),
 	prefetchCandidate("tiled-pf-16x64", MatmulSpec{BM: 16, BN: 64, BK: 32, TM: 2, TN: 4}),
+	// Few rows (issue 43): W staged along its rows (coalesced), K split
+	// into slices for more workgroups in flight (MatmulSplit: the GPU
+	// profile's plan, which leaves n=512 whole at 11008 rows), and the
+	// engine's narrow tiles (narrowSpec in engine/vulkan: BM 8 at 5
+	// tokens, 16 at 16, 32 at 32, each with 64 invocations) with both.
+	tiledCandidate("tiled-along-64x64", alongSpec(MatmulSpecGPU)),
+	splitCandidate("split-64x64", tiledCandidate("", MatmulSpecGPU)),
+	splitCandidate("split-along-64x64", tiledCandidate("", alongSpec(MatmulSpecGPU))),
+	tiledCandidate("tiled-along-16x64", alongSpec(MatmulSpec{BM: 16, BN: 64, BK: 32, TM: 4, TN: 4})),
+	splitCandidate("split-along-8x64", tiledCandidate("", alongSpec(MatmulSpec{BM: 8, BN: 64, BK: 32, TM: 4, TN: 2}))),
+	splitCandidate("split-along-16x64", tiledCandidate("", alongSpec(MatmulSpec{BM: 16, BN: 64, BK: 32, TM: 4, TN: 4}))),
+	splitCandidate("split-along-32x64", tiledCandidate("", alongSpec(MatmulSpec{BM: 32, BN: 64, BK: 32, TM: 4, TN: 8}))),
+	splitCandidate("split-16x64", tiledCandidate("", MatmulSpec{BM: 16, BN: 64, BK: 32, TM: 4, TN: 4})),
+	// The same with the next step's loads in flight during the products
+	// (MATMUL_PREFETCH), as matmul_coop does: not the engine's pick yet.
+	splitCandidate("split-along-pf-8x64", prefetchCandidate("", alongSpec(MatmulSpec{BM: 8, BN: 64, BK: 32, TM: 4, TN: 2}))),
+	splitCandidate("split-along-pf-16x64", prefetchCandidate("", alongSpec(MatmulSpec{BM: 16, BN: 64, BK: 32, TM: 4, TN: 4}))),
 	coopCandidate("coop-emu-64x64", MatmulCoopSpecGPU, true),
 	coopCandidate("coop-emu-16x128", MatmulCoopSpecFew, true),
 	coopHiloCandidate("coop-hilo-emu-64x64", MatmulCoopSpecGPU, true),
@@ -110,6 +147,11 @@ var matmulCandidates = []matmulCandidate{
 	coopCandidate("coop-16x64-k64", MatmulCoopSpec{BM: 16, BN: 64, BK: 64, WM: 16, WN: 16}, false),
 	coopCandidate("coop-32x64", MatmulCoopSpec{BM: 32, BN: 64, BK: 32, WM: 16, WN: 32}, false),
 	coopCandidate("coop-128x64", MatmulCoopSpec{BM: 128, BN: 64, BK: 32, WM: 32, WN: 32}, false),
+	// The tensor-core kernels cut along K as well.
+	splitCandidate("coop-emu-split-16x128", coopCandidate("", MatmulCoopSpecFew, true)),
+	splitCandidate("coop-split-64x64", coopCandidate("", MatmulCoopSpecGPU, false)),
+	splitCandidate("coop-split-16x128", coopCandidate("", MatmulCoopSpecFew, false)),
+	splitCandidate("coop-split-16x64-k64", coopCandidate("", MatmulCoopSpec{BM: 16, BN: 64, BK: 64, WM: 16, WN: 16}, false)),
 }
 
 // matmulBenchWeights is one (type, rows, cols) weight on the device, and
@@ -267,11 +309,36 @@ func runMatmulCandidate(b *testing.B, dev *vk.Device, cand matmulCandidate, typ 
 	yb, err := dev.NewBuffer(uint64(4*d.rows*d.n), vk.DeviceLocal)
 	require.NoError(b, err)
 	defer yb.Close()
+	splits, slice := uint32(1), cols
+	if cand.split {
+		splits, slice = matmulBenchSplit.MatmulSplit(rows, cols, n, cand.spec, uint32(typ.BlockSize()))
+	}
+	b.Logf("%s: %d K slice(s) of %d columns", v.Name, splits, slice)
+	var reduce *vk.Kernel
+	scratch := yb
+	if splits > 1 {
+		rv, err := Lookup(MatmulReduceName)
+		require.NoError(b, err)
+		reduce, err = dev.NewKernel(rv.SPIRV(), vk.KernelSpec{Name: rv.Name, Bindings: len(rv.Bindings), PushConstantBytes: rv.PushBytes()})
+		require.NoError(b, err)
+		defer reduce.Close()
+		scratch, err = dev.NewBuffer(4*uint64(splits)*uint64(d.rows*d.n), vk.DeviceLocal)
+		require.NoError(b, err)
+		defer scratch.Close()
+	}
 	record := func(reps int) *vk.Recorder {
 		rec := dev.NewRecorder()
+		w, x, y := vk.Bind{Buf: d.w, Access: vk.Read}, vk.Bind{Buf: d.x, Access: vk.Read}, vk.Bind{Buf: yb, Access: vk.Write}
 		for i := 0; i < reps; i++ {
-			rec.Dispatch(k, vk.MustPackPush(matmulWhole(rows, cols, n)), cand.groups(rows, n),
-				vk.Bind{Buf: d.w, Access: vk.Read}, vk.Bind{Buf: d.x, Access: vk.Read}, vk.Bind{Buf: yb, Access: vk.Write})
+			if splits <= 1 {
+				rec.Dispatch(k, vk.MustPackPush(matmulWhole(rows, cols, n)), cand.groups(rows, n), w, x, y)
+				continue
+			}
+			push := matmulWhole(rows, cols, n)
+			push.KSplit = slice
+			rec.Dispatch(k, vk.MustPackPush(push), MatmulSplitGroups(rows, n, cand.spec, splits), w, x, vk.Bind{Buf: scratch, Access: vk.Write})
+			rec.Dispatch(reduce, vk.MustPackPush(MatmulReducePush{Rows: rows, N: n, Splits: splits, LdY: rows}), MatmulReduceGroups(rows, n),
+				vk.Bind{Buf: scratch, Access: vk.Read}, y)
 		}
 		return rec
 	}
@@ -318,4 +385,5 @@ func runMatmulCandidate(b *testing.B, dev *vk.Device, cand matmulCandidate, typ 
 	b.ReportMetric(call*1e6, "us/call")
 	b.ReportMetric(float64(d.weightBytes)/call/1e9, "weight-GB/s")
 	b.ReportMetric(float64(reps), "reps")
+	b.ReportMetric(float64(splits), "splits")
 }

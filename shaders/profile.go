@@ -124,6 +124,13 @@ type Profile struct {
 	// (one product a step: Device.TensorCoresHalf) where MatmulCoop is
 	// set, in place of the hilo kernel's f32 precision.
 	MatmulCoopHalf bool
+	// MatmulSplitTarget is the workgroups a matmul should have in flight:
+	// a grid of fewer (a few tokens' row tiles) is split along K
+	// (MatmulSplit) into slices summed by splitk_reduce. GPUs:
+	// shaders.MatmulSplitTarget. 0 on CPU devices (lavapipe), whose
+	// handful of threads every grid already fills, where a split only
+	// adds a pass.
+	MatmulSplitTarget uint32
 	// RoutingAsGPU plans the router score and routing decision kernels as
 	// for a GPU (wide workgroups, subgroups where sure) on a CPU device:
 	// tests run the GPU configuration of the routing on lavapipe.
@@ -217,6 +224,9 @@ func NewProfile(d Device) Profile {
 	}
 	p.MatmulCoop = !d.CPU && d.CooperativeMatrixNV && sg == MatmulCoopSubgroup && (d.TensorCores || d.TensorCoresHalf)
 	p.MatmulCoopHalf = p.MatmulCoop && d.TensorCoresHalf
+	if !d.CPU {
+		p.MatmulSplitTarget = MatmulSplitTarget
+	}
 	return p
 }
 

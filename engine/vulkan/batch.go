@@ -19,7 +19,54 @@ import (
 type batchMat struct {
 	mm         *kernel
 	rows, cols uint32 // outputs per token, columns
+	block      uint32 // the weight type's block of columns (a K slice is whole blocks)
 	parts      []matPart
+	sk         *splitK // the runner's split-K matmul (nil: never split)
+}
+
+// splitK is what a runner's split-K matmuls share: the profile that plans
+// the slices (shaders.Profile.MatmulSplit), splitk_reduce, and the scratch
+// of partial sums every split matmul of a pass writes and its reduce reads
+// (one at a time: the derived barriers order each reuse after the last
+// reduce's reads).
+type splitK struct {
+	prof    *shaders.Profile
+	reduce  *kernel
+	scratch *vk.Buffer
+}
+
+// newSplitK makes the runner's split-K state when its profile splits
+// (nil when it does not: CPU devices), with a scratch for the most partial
+// sums a split of the profile's tiles writes (MatmulSplitScratch of the
+// widest tile it may take: the profile's matmul, or the tensor cores').
+func (r *Runner) newSplitK(must func(uint64, vk.BufferKind) *vk.Buffer) (*splitK, error) {
+	prof := &r.ks.prof
+	if prof.MatmulSplitTarget == 0 {
+		return nil, nil
+	}
+	reduce, err := r.ks.get(shaders.MatmulReduceName, nil)
+	if err != nil {
+		return nil, err
+	}
+	_, spec := prof.MatmulKernel(shaders.MatvecF32)
+	mm := prof.Matmul()
+	bytes := max(prof.MatmulSplitScratch(spec[1], spec[2]), prof.MatmulSplitScratch(mm.BM, mm.BN))
+	return &splitK{prof: prof, reduce: reduce, scratch: must(bytes, vk.DeviceLocal)}, nil
+}
+
+// splits is how m's part of rows is cut along K for n of at most maxRows
+// rows: the plan for maxRows (a routed block's dispatches are recorded for
+// its bound, and each count's sizes come from a table, so the cut may not
+// depend on the count), kept only when its partial sums fit the scratch.
+func (m batchMat) splits(rows uint32, n, maxRows int) (splits, slice uint32) {
+	if m.sk == nil {
+		return 1, m.cols
+	}
+	splits, slice = m.sk.prof.MatmulSplit(rows, m.cols, uint32(max(n, maxRows)), m.mm.spec, m.block)
+	if splits <= 1 || 4*uint64(splits)*uint64(max(n, maxRows))*uint64(rows) > m.sk.scratch.Size() {
+		return 1, m.cols
+	}
+	return splits, slice
 }
 
 // matPart is the rows of an batchMat in one buffer: rows of them from row
@@ -58,7 +105,7 @@ func matRows(ks *kernels, m mat, r0, r1 uint32) (batchMat, error) {
 	if err != nil {
 		return batchMat{}, err
 	}
-	em := batchMat{mm: mm, rows: r1 - r0, cols: m.cols}
+	em := batchMat{mm: mm, rows: r1 - r0, cols: m.cols, block: uint32(m.mx.Type.Block), sk: ks.split}
 	for _, pc := range m.pieces {
 		a, b := max(r0, pc.row0), min(r1, pc.row0+pc.rows)
 		if a < b {
@@ -90,14 +137,30 @@ func stackParts(ks *kernels, s stack, ms ...*mod.Mat) ([]batchMat, error) {
 	return out, nil
 }
 
-// ops is Y = X W^T for n rows of x: y is [n][m.rows].
-func (m batchMat) ops(x, y *vk.Buffer, n int) []op {
+// ops is Y = X W^T for n rows of x, of at most maxRows (a routed block's
+// bound; else n): y is [n][m.rows]. A part the profile splits along K
+// (splitK) is two dispatches: the matmul's slices into the scratch, and
+// splitk_reduce into y.
+func (m batchMat) ops(x, y *vk.Buffer, n, maxRows int) []op {
+	return m.opsBound(rd(x, 0, 0), wr(y, 0, 0), n, maxRows)
+}
+
+// opsBound is ops with x and y bound as given (opsInPieces binds ranges).
+func (m batchMat) opsBound(x, y vk.Bind, n, maxRows int) []op {
 	var ops []op
 	for _, pt := range m.parts {
-		ops = append(ops, newOp(m.mm, shaders.MatmulPush{Rows: pt.rows, Cols: m.cols, N: uint32(n), WRow0: pt.wRow0, WRows: pt.wRows,
-			LdY: m.rows, YOff: pt.yOff},
-			shaders.MatmulGroupsOf(pt.rows, uint32(n), m.mm.spec),
-			rd(pt.buf, 0, 0), rd(x, 0, 0), wr(y, 0, 0)))
+		push := shaders.MatmulPush{Rows: pt.rows, Cols: m.cols, N: uint32(n), WRow0: pt.wRow0, WRows: pt.wRows,
+			LdY: m.rows, YOff: pt.yOff}
+		splits, slice := m.splits(pt.rows, n, maxRows)
+		if splits <= 1 {
+			ops = append(ops, newOp(m.mm, push, shaders.MatmulGroupsOf(pt.rows, uint32(n), m.mm.spec), rd(pt.buf, 0, 0), x, y))
+			continue
+		}
+		push.KSplit = slice
+		ops = append(ops,
+			newOp(m.mm, push, shaders.MatmulSplitGroups(pt.rows, uint32(n), m.mm.spec, splits), rd(pt.buf, 0, 0), x, wr(m.sk.scratch, 0, 0)),
+			newOp(m.sk.reduce, shaders.MatmulReducePush{Rows: pt.rows, N: uint32(n), Splits: splits, LdY: m.rows, YOff: pt.yOff},
+				shaders.MatmulReduceGroups(pt.rows, uint32(n)), rd(m.sk.scratch, 0, 0), y))
 	}
 	return ops
 }
@@ -116,11 +179,7 @@ func (m batchMat) opsInPieces(maxRange, align uint64, x, y *vk.Buffer, n int) []
 	var ops []op
 	for i := 0; i < n; i += per {
 		k := min(per, n-i)
-		for _, o := range m.ops(x, y, k) {
-			o.binds[1] = rd(x, uint64(i)*xRow, uint64(k)*xRow)
-			o.binds[2] = wr(y, uint64(i)*yRow, uint64(k)*yRow)
-			ops = append(ops, o)
-		}
+		ops = append(ops, m.opsBound(rd(x, uint64(i)*xRow, uint64(k)*xRow), wr(y, uint64(i)*yRow, uint64(k)*yRow), k, k)...)
 	}
 	return ops
 }

@@ -155,9 +155,9 @@ func (r *Runner) attentionInput(p *frame, l int, br blockRows, _ routedBlock) ([
 	if err != nil {
 		return nil, err
 	}
-	ops := append([]op{norm}, lf.mm.q.ops(p.xn, p.q, br.n)...)
-	ops = append(ops, lf.mm.k.ops(p.xn, p.k, br.n)...)
-	return append(ops, lf.mm.v.ops(p.xn, p.v, br.n)...), nil
+	ops := append([]op{norm}, lf.mm.q.ops(p.xn, p.q, br.n, br.maxRows)...)
+	ops = append(ops, lf.mm.k.ops(p.xn, p.k, br.n, br.maxRows)...)
+	return append(ops, lf.mm.v.ops(p.xn, p.v, br.n, br.maxRows)...), nil
 }
 
 // attention: RoPE, the cache append and attention, into p.att.
@@ -276,7 +276,7 @@ func (r *Runner) residual(p *frame, m mat, bm batchMat, in *vk.Buffer, br blockR
 		}
 		return m.fusedOps(k, shaders.FuseAdd, in, br.x, 0, nil, 0), nil
 	}
-	ops := bm.ops(in, p.ob, br.n)
+	ops := bm.ops(in, p.ob, br.n, br.maxRows)
 	if !add {
 		return ops, nil
 	}
@@ -310,8 +310,8 @@ func (r *Runner) mlpInput(p *frame, l int, br blockRows, _ routedBlock) ([]op, e
 		if err != nil {
 			return nil, err
 		}
-		ops := append([]op{norm}, eb.gate.ops(p.xn, p.gate, br.n)...)
-		ops = append(ops, eb.up.ops(p.xn, p.up, br.n)...)
+		ops := append([]op{norm}, eb.gate.ops(p.xn, p.gate, br.n, br.maxRows)...)
+		ops = append(ops, eb.up.ops(p.xn, p.up, br.n, br.maxRows)...)
 		nf := uint32(br.n * c.NFF)
 		return append(ops, newOp(swiglu, shaders.SwiGLUPush{N: nf}, shaders.ElementGroups(nf), rd(p.gate, 0, 0), rd(p.up, 0, 0), wr(p.h, 0, 0))), nil
 	}

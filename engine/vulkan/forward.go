@@ -62,7 +62,30 @@ func stepPass(copyLogits bool) pass { return pass{n: 1, step: true, copyLogits: 
 
 // recordForward records pass p.
 func (r *Runner) recordForward(ps pass) (*vk.Recorder, error) {
-	return r.recordFrame(r.frameOf(ps))
+	f, err := r.forwardFrame(ps)
+	if err != nil {
+		return nil, err
+	}
+	return r.recordFrame(f)
+}
+
+// forwardFrame is pass p's frame as recordForward records it.
+func (r *Runner) forwardFrame(ps pass) (*frame, error) {
+	f := r.frameOf(ps)
+	if !ps.step && !r.ks.prof.CPU {
+		// A GPU's prefill chunk or eval window of a few rows takes the
+		// narrow tiles a decode step of as many sequences takes
+		// (narrowSpec): at 5 tokens a 64-token tile multiplies 59 rows of
+		// padding. Lavapipe's profile keeps its one tile.
+		bs, err := r.narrowBlocks(ps.n)
+		if err != nil {
+			return nil, err
+		}
+		for l := range f.layers {
+			f.layers[l].mm = bs[l]
+		}
+	}
+	return f, nil
 }
 
 // recordFrame records the pass of frame p.

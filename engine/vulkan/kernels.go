@@ -20,6 +20,9 @@ type kernels struct {
 	dev  *vk.Device
 	prof shaders.Profile // picks each kernel's variant and specialization
 	made map[string]*kernel
+	// split is the runner's split-K matmul state (newSplitK), which
+	// matRows gives every matrix bound for matmul; nil: never split.
+	split *splitK
 }
 
 // newKernels makes the kernels of dev with profile prof, or with the

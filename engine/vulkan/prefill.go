@@ -52,7 +52,11 @@ type prefill struct {
 	recs     map[prefillKey]*prefillRec // at most maxRecordings
 	tick     uint64                     // counts chunk runs, for recs' last use
 	output   batchMat                   // the output matrix bound for matmul (every row's logits)
-	heads    map[rowsHead]headBufs      // every row's head (Score, Losses), made at its first use
+	// narrowed are the blocks' matmul views with a tile fit to a pass of
+	// a few rows (a decode step of a few sequences, a GPU's short prompt),
+	// by the tile's BM (Runner.narrowBlocks).
+	narrowed map[uint32][]batchBlock
+	heads    map[rowsHead]headBufs // every row's head (Score, Losses), made at its first use
 }
 
 // buildPrefill binds the weights for matmul and makes the chunk scratch.
@@ -62,8 +66,18 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 		ub = DefaultUBatch
 	}
 	ub = min(ub, r.ctx)
-	pf := &prefill{ub: ub, recs: map[prefillKey]*prefillRec{}, heads: map[rowsHead]headBufs{}}
+	pf := &prefill{ub: ub, recs: map[prefillKey]*prefillRec{}, heads: map[rowsHead]headBufs{}, narrowed: map[uint32][]batchBlock{}}
 	ks := r.ks
+	al := &allocator{r: r}
+	// The split-K scratch first: matRows hands it to every matrix.
+	sk, err := r.newSplitK(al.buf)
+	if err != nil {
+		return err
+	}
+	if al.err != nil {
+		return al.err
+	}
+	ks.split = sk
 	pf.blocks = make([]batchBlock, len(r.w.blocks))
 	for l := range r.w.blocks {
 		b, mb := &r.w.blocks[l], &m.Weights.Blocks[l]
@@ -84,12 +98,10 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 			return err
 		}
 	}
-	var err error
 	if pf.output, err = matRows(ks, r.w.output, 0, r.w.output.rows); err != nil {
 		return err
 	}
 	f32 := func(n int) uint64 { return 4 * uint64(n) }
-	al := &allocator{r: r}
 	must := al.buf
 	dev := vk.DeviceLocal
 	pf.a = r.newBatchActs(must, ub)

@@ -52,15 +52,12 @@ type Stepper struct {
 	psel, prope, trace *vk.Buffer // the selected rows' positions and RoPE's; [nRouted][3][ub] the routing
 	pf                 pagedFrame
 
-	recs map[[3]int]*vk.Recorder // by (rows, rows wanting logits, of those the argmax only)
-	// narrowed are the blocks' matmul views with a tile fit to a step of
-	// a few rows, by the step's row bucket (narrow).
-	narrowed map[uint32][]batchBlock
-	err      error     // a failed CopyPage, reported by the next Step
-	out      []float32 // [k][nVocab] the last step's logits
-	ids      []int32   // [g] the last step's argmax ids
-	raw      []byte    // the downloads' bytes
-	phases   StepPhases
+	recs   map[[3]int]*vk.Recorder // by (rows, rows wanting logits, of those the argmax only)
+	err    error                   // a failed CopyPage, reported by the next Step
+	out    []float32               // [k][nVocab] the last step's logits
+	ids    []int32                 // [g] the last step's argmax ids
+	raw    []byte                  // the downloads' bytes
+	phases StepPhases
 }
 
 // StepPhases is where the host's time of a stepper's steps went, summed
@@ -119,7 +116,7 @@ func (r *Runner) Stepper(seqs int) (*Stepper, error) {
 		return nil, fmt.Errorf("vulkan: an eval-mode runner has no steps")
 	}
 	c := r.c
-	st := &Stepper{r: r, ub: r.stepRows(seqs), seqs: max(1, seqs), recs: map[[3]int]*vk.Recorder{}, narrowed: map[uint32][]batchBlock{}}
+	st := &Stepper{r: r, ub: r.stepRows(seqs), seqs: max(1, seqs), recs: map[[3]int]*vk.Recorder{}}
 	pf := &st.pf
 	pf.width, pf.layer = make([]uint32, c.NLayer), make([]uint32, c.NLayer)
 	nDense := uint32(0)
@@ -344,11 +341,11 @@ func (st *Stepper) frame(n, k, g int) (*frame, error) {
 	r, a := st.r, &st.a
 	pf := st.pf
 	pf.nLogits, pf.nArgmax, pf.vec = k, g, pf.qkv != nil && n <= r.vecRows()
-	blocks, err := st.blocks(n)
+	blocks, err := r.narrowBlocks(n)
 	if err != nil {
 		return nil, err
 	}
-	if pf.output, err = st.narrow(r.pf.output, k); err != nil {
+	if pf.output, err = r.narrow(r.pf.output, k); err != nil {
 		return nil, err
 	}
 	f := &frame{pass: pass{n: n}, tok: st.tok,
@@ -374,8 +371,11 @@ func (st *Stepper) frame(n, k, g int) (*frame, error) {
 // tile of padding rows (64 on the profiles: 64 times the work of one
 // row); 64 invocations, each TM tokens of TN rows. Each output sums its
 // products in the same order whatever the tile, so the results do not
-// change. ok is false when the base tile fits.
-func narrowSpec(n int, base shaders.MatmulSpec) (spec shaders.MatmulSpec, ok bool) {
+// change. With along the tile stages W along its rows (MatmulSpec.Along:
+// coalesced loads, for GPUs, whose few rows are bound by those loads);
+// lavapipe keeps the tiles it was measured with. ok is false when the
+// base tile fits.
+func narrowSpec(n int, base shaders.MatmulSpec, along bool) (spec shaders.MatmulSpec, ok bool) {
 	b := uint32(1)
 	for b < uint32(n) {
 		b *= 2
@@ -384,7 +384,12 @@ func narrowSpec(n int, base shaders.MatmulSpec) (spec shaders.MatmulSpec, ok boo
 		return base, false
 	}
 	tm := min(b, 4)
-	return shaders.MatmulSpec{BM: b, BN: 64, BK: 32, TM: tm, TN: b / tm}, true
+	return shaders.MatmulSpec{BM: b, BN: 64, BK: 32, TM: tm, TN: b / tm, Along: along}, true
+}
+
+// narrowOn is narrowSpec on the runner's profile: along on GPUs.
+func (r *Runner) narrowOn(n int) (shaders.MatmulSpec, bool) {
+	return narrowSpec(n, r.ks.prof.Matmul(), !r.ks.prof.CPU)
 }
 
 // narrow is m with its matmul's tile fit to n rows (narrowSpec). Under
@@ -394,8 +399,8 @@ func narrowSpec(n int, base shaders.MatmulSpec) (spec shaders.MatmulSpec, ok boo
 // the speed of the best tensor-core tile (64x64); in Q4_K the 16x128
 // tensor-core tile was 1.6x faster at 5 and 16 rows (not followed: one
 // run, and F16 and Q8_0 are the decode-step acceptance's types).
-func (st *Stepper) narrow(m batchMat, n int) (batchMat, error) {
-	spec, ok := narrowSpec(n, st.r.ks.prof.Matmul())
+func (r *Runner) narrow(m batchMat, n int) (batchMat, error) {
+	spec, ok := r.narrowOn(n)
 	if !ok {
 		return m, nil
 	}
@@ -403,7 +408,7 @@ func (st *Stepper) narrow(m batchMat, n int) (batchMat, error) {
 	if m.mm.v.Op == shaders.OpMatmulCoop {
 		name = shaders.MatmulName(m.mm.v.Type)
 	}
-	k, err := st.r.ks.get(name, spec.Constants())
+	k, err := r.ks.get(name, spec.Constants())
 	if err != nil {
 		return batchMat{}, err
 	}
@@ -411,30 +416,30 @@ func (st *Stepper) narrow(m batchMat, n int) (batchMat, error) {
 	return m, nil
 }
 
-// blocks are the runner's blocks' matmul views for a step of n rows,
-// narrowed (made once per row bucket).
-func (st *Stepper) blocks(n int) ([]batchBlock, error) {
-	spec, ok := narrowSpec(n, st.r.ks.prof.Matmul())
+// narrowBlocks are the runner's blocks' matmul views for a pass of n rows,
+// narrowed (made once per tile: r.pf.narrowed).
+func (r *Runner) narrowBlocks(n int) ([]batchBlock, error) {
+	spec, ok := r.narrowOn(n)
 	if !ok {
-		return st.r.pf.blocks, nil
+		return r.pf.blocks, nil
 	}
-	if bs, ok := st.narrowed[spec.BM]; ok {
+	if bs, ok := r.pf.narrowed[spec.BM]; ok {
 		return bs, nil
 	}
-	bs := make([]batchBlock, len(st.r.pf.blocks))
-	for l, b := range st.r.pf.blocks {
+	bs := make([]batchBlock, len(r.pf.blocks))
+	for l, b := range r.pf.blocks {
 		var err error
 		nb := &bs[l]
 		for _, mm := range []struct {
 			dst *batchMat
 			src batchMat
 		}{{&nb.q, b.q}, {&nb.k, b.k}, {&nb.v, b.v}, {&nb.o, b.o}, {&nb.gate, b.gate}, {&nb.up, b.up}, {&nb.down, b.down}} {
-			if *mm.dst, err = st.narrow(mm.src, n); err != nil {
+			if *mm.dst, err = r.narrow(mm.src, n); err != nil {
 				return nil, err
 			}
 		}
 	}
-	st.narrowed[spec.BM] = bs
+	r.pf.narrowed[spec.BM] = bs
 	return bs, nil
 }
 

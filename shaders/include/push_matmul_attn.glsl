@@ -13,6 +13,17 @@ layout(push_constant) uniform MatmulPush {
 	uint wRows; // rows in W's binding (where the split layouts' scales start)
 	uint ldy;   // elements per y row: y is [n][ldy]
 	uint yOff;  // the column of y that row wRow0's output goes to
+	uint kSplit; // columns per K slice (workgroup z walks slice z; y is [splits][n][rows] partials); 0: all of K into y
+} p;
+#endif
+
+#ifdef OP_MATMUL_REDUCE
+layout(push_constant) uniform MatmulReducePush {
+	uint rows;   // outputs per token
+	uint n;      // tokens
+	uint splits; // K slices: part is [splits][n][rows]
+	uint ldy;    // elements per y row
+	uint yOff;   // the column of y that output 0 goes to
 } p;
 #endif
 
