@@ -37,6 +37,12 @@ func splitKernels(typ gguf.TensorType) []splitKernel {
 		{"prefetch-along-16x24-k4", MatmulPrefetchName, along.Constants(), tol},
 		{"coop-emu-16x32", func(t string) string { return MatmulCoopName(t, true) },
 			MatmulCoopSpec{BM: 16, BN: 32, BK: 16, WM: 16, WN: 16}.Constants(), matmulCoopBound},
+		// The hilo kernel (the engine's on tensor cores), split as the
+		// engine splits it; its bound plus 2^-22 of the scale for the low
+		// halves' subnormal rounding (at these normal-distributed values
+		// far less: TestMatmulCoopHiloEmulated bounds that part exactly).
+		{"coop-hilo-emu-16x32", func(t string) string { return MatmulCoopHiloName(t, true) },
+			MatmulCoopSpec{BM: 16, BN: 32, BK: 16, WM: 16, WN: 16}.Constants(), func(cols int) float64 { return matmulCoopHiloBound(cols) + 1.0/(1<<22) }},
 	}
 }
 
