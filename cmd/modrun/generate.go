@@ -252,12 +252,15 @@ func generateMain(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 	if *profile && info.Backend == api.BackendVulkan {
 		entries := model.Profile()
 		var peaks *bench.Peaks
-		var probeErr error
-		if len(entries) > 0 { // the peaks a kernel's rate is a share of, on the same device
-			pk, err := bench.ProbeCompute(engine.BackendOptions{Name: engine.BackendVulkan, Device: g.gf.mf.device})
+		var probeErr, bwErr error
+		var bw bench.Bandwidth
+		if len(entries) > 0 { // the peaks and bandwidth a kernel's rates are shares of, on the same device
+			o := engine.BackendOptions{Name: engine.BackendVulkan, Device: g.gf.mf.device}
+			pk, err := bench.ProbeCompute(o)
 			peaks, probeErr = &pk, err
+			bw, bwErr = bench.ProbeBandwidth(o)
 		}
-		printProfile(stderr, info, entries, peaks, probeErr)
+		printProfile(stderr, info, entries, peaks, probeErr, bw, bwErr)
 	}
 	if *routingMap != "" {
 		if err := pngfile.Write(*routingMap, api.RoutingMap(out.tokens, len(info.RoutedLayers))); err != nil {

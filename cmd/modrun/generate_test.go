@@ -252,7 +252,8 @@ func TestGenerateProfile(t *testing.T) {
 		t.Skipf("the device has no timestamps: %s", stderr)
 	}
 	assert.Regexp(t, `(?m)^peaks \(compute probe\): fp32 [\d.e+-]+ TFLOP/s, tensor (none \(.+\)|[\d.e+-]+ TFLOP/s)\n`, stderr)
-	assert.Regexp(t, `kernel +calls +total ms +us/call +% +MB/call +GB/s +FLOP/call +TFLOP/s +path +of peak\n`, stderr)
+	assert.Regexp(t, `(?m)^bandwidth \(probe\): [\d.]+ GB/s read\n`, stderr)
+	assert.Regexp(t, `kernel +calls +total ms +us/call +% +MB/call +GB/s +of BW +FLOP/call +TFLOP/s +path +of peak\n`, stderr)
 	// BOS and the prompt in one batched prefill (one embed), then 9 fed
 	// back: 10 embeds. A GPU's profile picks the subgroup matvec, fused
 	// with the norms and residual adds, decode_attend and the F16 cache. A
@@ -260,8 +261,8 @@ func TestGenerateProfile(t *testing.T) {
 	// matmuls and attention its FLOPs per call, TFLOP/s, path and share of
 	// that path's peak; another kernel's row has dashes.
 	num := `[\d.]+[kMGT]?`
-	assert.Regexp(t, `\nmatvec_f32(_sg)?(_add|_norm|_norm_swiglu)? +\d+ +[\d.]+ +[\d.]+ +[\d.]+% +[\d.]+ +[\d.]+ +`+num+` +[\d.e+-]+ +fp32 +[\d.]+%\n`, stderr)
-	assert.Regexp(t, `\nembed_f32 +10 +[\d.]+ +[\d.]+ +[\d.]+% +- +- +- +- +- +-\n`, stderr)
+	assert.Regexp(t, `\nmatvec_f32(_sg)?(_add|_norm|_norm_swiglu)? +\d+ +[\d.]+ +[\d.]+ +[\d.]+% +[\d.]+ +[\d.]+ +[\d.]+% +`+num+` +[\d.e+-]+ +fp32 +[\d.]+%\n`, stderr)
+	assert.Regexp(t, `\nembed_f32 +10 +[\d.]+ +[\d.]+ +[\d.]+% +- +- +- +- +- +- +-\n`, stderr)
 	assert.Regexp(t, `\nmatmul_f32 +\d+ .* fp32 +[\d.]+%\n`, stderr)
 	assert.Regexp(t, `\ndecode_atten(tion|d)(_f16)? +\d+ .* fp32 +[\d.]+%\n`, stderr)
 	assert.Regexp(t, `\nattention_split_counts(_f16)? +\d+ .* fp32 +[\d.]+%\n`, stderr)
@@ -269,7 +270,7 @@ func TestGenerateProfile(t *testing.T) {
 	// over the fp32 peak is the share (each printed to 3 digits).
 	peak, err := strconv.ParseFloat(regexp.MustCompile(`fp32 ([\d.e+-]+) TFLOP/s`).FindStringSubmatch(stderr)[1], 64)
 	require.NoError(t, err)
-	row := regexp.MustCompile(`(?m)^(\S+) +\d+ +[\d.]+ +([\d.]+) +[\d.]+% +\S+ +\S+ +([\d.]+)([kMGT]?) +([\d.e+-]+) +fp32 +([\d.]+)%$`)
+	row := regexp.MustCompile(`(?m)^(\S+) +\d+ +[\d.]+ +([\d.]+) +[\d.]+% +\S+ +\S+ +\S+ +([\d.]+)([kMGT]?) +([\d.e+-]+) +fp32 +([\d.]+)%$`)
 	rows := row.FindAllStringSubmatch(stderr, -1)
 	assert.GreaterOrEqual(t, len(rows), 4, "matmul, matvec and attention rows:\n%s", stderr)
 	for _, m := range rows {
@@ -282,6 +283,17 @@ func TestGenerateProfile(t *testing.T) {
 		assert.InDelta(t, 100*tflops/peak, ofPeak, 0.05+0.02*ofPeak, "%s: TFLOP/s / peak", m[1])
 	}
 	assert.Regexp(t, `\nGPU total +[\d.]+\n`, stderr)
+	// of BW is GB/s over the probe's rate.
+	bwRate, err := strconv.ParseFloat(regexp.MustCompile(`bandwidth \(probe\): ([\d.]+) GB/s`).FindStringSubmatch(stderr)[1], 64)
+	require.NoError(t, err)
+	bwRows := regexp.MustCompile(`(?m)^(\S+) +\d+ +[\d.]+ +[\d.]+ +[\d.]+% +[\d.]+ +([\d.]+) +([\d.]+)% `).FindAllStringSubmatch(stderr, -1)
+	assert.NotEmpty(t, bwRows, "matvec rows with a bandwidth share:\n%s", stderr)
+	for _, m := range bwRows {
+		gbs, _ := strconv.ParseFloat(m[2], 64)
+		of, _ := strconv.ParseFloat(m[3], 64)
+		// GB/s is printed to 0.1 and the share to 0.1%: both roundings.
+		assert.InDelta(t, 100*gbs/bwRate, of, 100*0.05/bwRate+0.05, "%s: GB/s / probe", m[1])
+	}
 }
 
 func TestBench(t *testing.T) {

@@ -12,10 +12,13 @@ import (
 
 // printProfile prints the GPU time per kernel, or why there is none (on
 // Vulkan: a CPU backend's is the warning of generationCommand.open), with
-// the compute probe's peaks (nil, or probeErr, when it did not run).
+// the compute probe's peaks (nil, or probeErr, when it did not run) and
+// the bandwidth probe's read rate (0 when it did not run).
 //
 // MB/call and GB/s: a matvec's weights (decode's bound is the rate they
-// stream at: docs/matvec-cost.md). FLOP/call and TFLOP/s: the products'
+// stream at: docs/matvec-cost.md); of BW: that rate's share of the
+// bandwidth probe's (issue 42: where each kernel stands against its
+// bound). FLOP/call and TFLOP/s: the products'
 // arithmetic (shaders.KernelCost: matmuls, matvecs, attention), over the
 // calls whose rows the host placed; "*" marks a kernel some of whose calls
 // were not counted (a routed block's indirect dispatches, attention in
@@ -23,7 +26,7 @@ import (
 // peak: the arithmetic the products ran on (fp32: shader FMAs; tensor:
 // cooperative matrices) and the rate's share of that path's probed peak.
 // "-" where a kernel has none of these.
-func printProfile(w io.Writer, info api.Info, entries []api.ProfileEntry, peaks *bench.Peaks, probeErr error) {
+func printProfile(w io.Writer, info api.Info, entries []api.ProfileEntry, peaks *bench.Peaks, probeErr error, bw bench.Bandwidth, bwErr error) {
 	if len(entries) == 0 {
 		fmt.Fprintf(w, "profile: backend vulkan: %s cannot write GPU timestamps\n", info.Device)
 		return
@@ -39,19 +42,30 @@ func printProfile(w io.Writer, info api.Info, entries []api.ProfileEntry, peaks 
 		}
 		fmt.Fprintf(w, "peaks (compute probe): fp32 %.3g TFLOP/s, tensor %s\n", peaks.FP32TFLOPs, tensor)
 	}
+	switch {
+	case bwErr != nil:
+		fmt.Fprintf(w, "bandwidth: the probe failed (no share of it below): %v\n", bwErr)
+		bw.GBps = 0
+	case bw.GBps > 0:
+		fmt.Fprintf(w, "bandwidth (probe): %.1f GB/s read\n", bw.GBps)
+	}
 	var total uint64
 	width := len("GPU total")
 	for _, e := range entries {
 		total += e.NS
 		width = max(width, len(e.Kernel))
 	}
-	fmt.Fprintf(w, "%-*s %8s %10s %10s %6s %9s %8s %10s %10s %6s %7s\n", width, "kernel", "calls", "total ms", "us/call", "%",
-		"MB/call", "GB/s", "FLOP/call", "TFLOP/s", "path", "of peak")
+	fmt.Fprintf(w, "%-*s %8s %10s %10s %6s %9s %8s %6s %10s %10s %6s %7s\n", width, "kernel", "calls", "total ms", "us/call", "%",
+		"MB/call", "GB/s", "of BW", "FLOP/call", "TFLOP/s", "path", "of peak")
 	partial := 0
 	for _, e := range entries {
-		mb, gbs := "-", "-"
+		mb, gbs, ofBW := "-", "-", "-"
 		if e.Bytes > 0 && e.NS > 0 {
-			mb, gbs = fmt.Sprintf("%.2f", float64(e.Bytes)/1e6/float64(e.Calls)), fmt.Sprintf("%.1f", float64(e.Bytes)/float64(e.NS))
+			rate := float64(e.Bytes) / float64(e.NS)
+			mb, gbs = fmt.Sprintf("%.2f", float64(e.Bytes)/1e6/float64(e.Calls)), fmt.Sprintf("%.1f", rate)
+			if bw.GBps > 0 {
+				ofBW = fmt.Sprintf("%.1f%%", 100*rate/bw.GBps)
+			}
 		}
 		flop, tflops, path, ofPeak := "-", "-", "-", "-"
 		if e.FLOPCalls > 0 && e.FLOPNS > 0 {
@@ -67,8 +81,8 @@ func printProfile(w io.Writer, info api.Info, entries []api.ProfileEntry, peaks 
 				}
 			}
 		}
-		fmt.Fprintf(w, "%-*s %8d %10.3f %10.2f %5.1f%% %9s %8s %10s %10s %6s %7s\n", width, e.Kernel, e.Calls, float64(e.NS)/1e6,
-			float64(e.NS)/1e3/float64(e.Calls), 100*float64(e.NS)/float64(total), mb, gbs, flop, tflops, path, ofPeak)
+		fmt.Fprintf(w, "%-*s %8d %10.3f %10.2f %5.1f%% %9s %8s %6s %10s %10s %6s %7s\n", width, e.Kernel, e.Calls, float64(e.NS)/1e6,
+			float64(e.NS)/1e3/float64(e.Calls), 100*float64(e.NS)/float64(total), mb, gbs, ofBW, flop, tflops, path, ofPeak)
 	}
 	fmt.Fprintf(w, "%-*s %8s %10.3f\n", width, "GPU total", "", float64(total)/1e6)
 	if partial > 0 {
