@@ -30,12 +30,18 @@
 #   TEST_TIMEOUT  each test binary's limit (quick: 5m, full: 20m)
 #   BENCH_LIMIT   each bench row's limit in seconds (default 240)
 #   QUICK_BENCH=0 --quick runs the tests and nothing after them
+#   QUICK_DEADLINE --quick's budget in seconds from its start (default 540):
+#                 each step after the tests gets at most what is left, and a
+#                 step that would start with under 15 s left is skipped and
+#                 named in the report, so the report is complete inside one
+#                 device call (the device tool allows 600 s a command)
 #   LAYER_DIR     a folder with the Khronos validation layer (its .so and .json):
 #                 the test binaries of VALIDATE_PKGS (default: vk shaders) run with it
 #   MODRUN_DEVICE the Vulkan device, as for modrun
 # A step that fails is reported as failed; the others still run, and the
 # exit status is 1 when any failed.
 set -uo pipefail
+started=$(date +%s)
 here=$(cd "$(dirname "$0")" && pwd)
 quick=${QUICK:-0}
 if [ "${1:-}" = --quick ]; then quick=1; shift; fi
@@ -107,20 +113,40 @@ while read -r p name skip; do test_row "$p" "$name"; done < "$here/tests/package
   echo '```'
   echo
 } >> "$report"
+# limit L: L seconds, or in quick mode what is left of QUICK_DEADLINE if
+# that is less; 0 when under 15 s are left (the step is then skipped).
+limit() {
+  local l=$1 left
+  if [ "$quick" = 1 ]; then
+    left=$(( ${QUICK_DEADLINE:-540} - ($(date +%s) - started) ))
+    [ "$left" -lt 15 ] && { echo 0; return; }
+    [ "$left" -lt "$l" ] && l=$left
+  fi
+  echo "$l"
+}
+# skipped NAME: a step the quick mode's deadline left no time for.
+skipped() {
+  echo "run.sh: $1: skipped (QUICK_DEADLINE ${QUICK_DEADLINE:-540} s reached)" >&2
+  { echo "### $1: skipped: the quick mode's deadline (QUICK_DEADLINE=${QUICK_DEADLINE:-540} s) was reached"; echo; } >> "$report"
+}
 # bench_row NAME ARGS...: one modrun bench into the report (its Markdown),
 # or the failure and the end of its log.
 bench_row() {
-  local name=$1 rc
+  local name=$1 rc lim
   shift
-  timeout -k 5 "${BENCH_LIMIT:-240}" "$here/bin/modrun" bench "$@" --out "$logs/bench-$name.md" --json-out "$logs/bench-$name.json" > /dev/null 2> "$logs/bench-$name.log"
+  lim=$(limit "${BENCH_LIMIT:-240}")
+  [ "$lim" = 0 ] && { skipped "bench $name"; return; }
+  timeout -k 5 "$lim" "$here/bin/modrun" bench "$@" --out "$logs/bench-$name.md" --json-out "$logs/bench-$name.json" > /dev/null 2> "$logs/bench-$name.log"
   rc=$?
   if [ $rc -eq 0 ]; then
     echo "run.sh: bench $name: ok" >&2
     sed -e '1s/^# .*/### '"$name"'/' "$logs/bench-$name.md" >> "$report"
   else
     failed=1
-    echo "run.sh: bench $name: FAILED (exit $rc)" >&2
-    { echo "### $name: FAILED (exit $rc)"; echo; echo '```'; tail -5 "$logs/bench-$name.log"; echo '```'; } >> "$report"
+    local why="FAILED (exit $rc)"
+    [ $rc -eq 124 ] && why="cut at its limit of $lim s (exit 124)"
+    echo "run.sh: bench $name: $why" >&2
+    { echo "### $name: $why"; echo; echo '```'; tail -5 "$logs/bench-$name.log"; echo '```'; } >> "$report"
   fi
   echo >> "$report"
 }
@@ -153,6 +179,10 @@ if [ "$quick" = 1 ]; then
   # kernel_bench NAME FILTER BENCHTIME LIMIT: one benchmark of shaders.test,
   # its -test.bench filter narrowed to what a quick run can afford.
   kernel_bench() {
+    local lim
+    lim=$(limit "$4")
+    [ "$lim" = 0 ] && { echo "$1: skipped: the quick mode's deadline (QUICK_DEADLINE) was reached" >> "$report"; return; }
+    set -- "$1" "$2" "$3" "$lim"
     if ! (cd "$here/src/shaders" && "$here/tests/shaders.test" -test.list "^$1\$" 2>/dev/null | grep -q "^$1\$"); then
       echo "this build's shaders.test has no $1" >> "$report"
       return
@@ -170,7 +200,10 @@ if [ "$quick" = 1 ]; then
     echo "## Where a $small Q8_0 decode's GPU time goes (modrun run --profile, 64 tokens)"
     echo
     echo '```'
-    "$here/bin/modrun" run -m "$m11" -p "Once upon a time" -n 64 --backend vulkan --profile 2>&1 >/dev/null | tail -40
+    lim=$(limit 60)
+    if [ "$lim" = 0 ]; then echo "skipped: the quick mode's deadline (QUICK_DEADLINE) was reached"; else
+      timeout -k 5 "$lim" "$here/bin/modrun" run -m "$m11" -p "Once upon a time" -n 64 --backend vulkan --profile 2>&1 >/dev/null | tail -40
+    fi
     echo '```'
     echo
   } >> "$report"
@@ -184,7 +217,10 @@ if [ "$quick" = 1 ]; then
     echo "## Where a $small Q8_0 prefill's GPU time goes (modrun run --profile --stats, a 512-token prompt, 1 token)"
     echo
     echo '```'
-    "$here/bin/modrun" run -m "$m11" -f "$logs/prompt-512.txt" -n 1 --backend vulkan --stats --profile 2>&1 >/dev/null | tail -40
+    lim=$(limit 60)
+    if [ "$lim" = 0 ]; then echo "skipped: the quick mode's deadline (QUICK_DEADLINE) was reached"; else
+      timeout -k 5 "$lim" "$here/bin/modrun" run -m "$m11" -f "$logs/prompt-512.txt" -n 1 --backend vulkan --stats --profile 2>&1 >/dev/null | tail -40
+    fi
     echo '```'
   } >> "$report"
   rm -f "$m11"
