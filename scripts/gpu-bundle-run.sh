@@ -167,6 +167,10 @@ if [ "$quick" = 1 ]; then
   MODRUN_TENSOR_CORES=0 bench_row "$small-q8_0-no-tensor-cores" -m "$m11" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 0
   bench_row "$small-q4_k_m" --synthetic "$small" --type q4_k_m --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8
   bench_row "parallel-$small-q8_0" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1
+  # The same with every step of 2+ rows on the matmul's narrow, split tiles
+  # instead of one matvec pass of up to 16 vectors: which is cheaper at 8
+  # and 16 rows is this row against the one above.
+  MODRUN_VEC_ROWS=1 bench_row "parallel-$small-q8_0-vec-rows-1" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1
   m7=$logs/large-$large-q8_0.gguf
   bench_row "$large-q8_0" --synthetic "$large" --type q8_0 --backends vulkan --prompt 512 -n 32 --repeats 2 --validate 0 --save "$m7"
   bench_row "$large-q8_0-prompt5" -m "$m7" --backends vulkan --prompt 5 -n 16 --repeats 3 --validate 0

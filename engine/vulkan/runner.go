@@ -111,6 +111,7 @@ type Runner struct {
 	steppers    []*Stepper // step runners on the runner's weights (stepper.go): their recordings close with it
 	ub          int        // Options.UBatch
 	promptSteps int        // Options.PromptSteps, resolved
+	vecRowsEnv  int        // MODRUN_VEC_ROWS (vecRowsEnv); 0: the profile's
 
 	profile     bool                       // the step has a timestamp after each command
 	conditional bool                       // routed blocks run in conditional spans (VK_EXT_conditional_rendering)
@@ -160,18 +161,22 @@ func openRunner(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Run
 		return nil, fmt.Errorf("vulkan: %s: head dimension %d is over the attention kernel's %d", m.Path, c.HeadDim, shaders.AttentionSpec[1])
 	}
 	ks := newKernels(dev, opts.DeviceProfile)
+	vecRows, err := vecRowsEnv(ks.prof)
+	if err != nil {
+		ks.Close()
+		return nil, err
+	}
 	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: ks, args: make([]*vk.Buffer, c.NLayer), tables: map[tableKey]*vk.Buffer{},
 		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{},
 		profCmds:    map[*vk.Recorder][]profCmd{},
 		conditional: dev.Info().Features.ConditionalRendering && !opts.NoConditional, ub: opts.UBatch,
-		promptSteps: resolvePromptSteps(opts.PromptSteps)}
+		promptSteps: resolvePromptSteps(opts.PromptSteps), vecRowsEnv: vecRows}
 	if opts.Trace && c.IsMoD() {
 		run.trace = [][]mod.Route{} // non-nil: tracing
 	}
 	if opts.ContextLen > 0 && opts.ContextLen < run.ctx {
 		run.ctx = opts.ContextLen
 	}
-	var err error
 	if run.kv, err = shaders.ParseKV(opts.KVType); err != nil {
 		run.Close()
 		return nil, fmt.Errorf("vulkan: %w", err)

@@ -344,3 +344,23 @@ func TestVulkanStepRowsPastContext(t *testing.T) {
 	worst := schedtest.Check(t, reqs, q, func(req sched.Request) schedtest.Solo { return runStepSolo(t, solo, req) }, relDiffVK)
 	assert.LessOrEqual(t, worst, stepTolVK)
 }
+
+// MODRUN_VEC_ROWS caps the rows a step runs as matvecs: at 1 every step
+// of several sequences takes the matmul (on lavapipe its tiles; on a GPU
+// its narrow, split ones), and the steps still match the solo runs.
+// Values past the device's most, or not numbers, are refused by name.
+func TestVecRowsEnv(t *testing.T) {
+	dev := openDevice(t, false)
+	sm := stepModelsVK(t)[0]
+	for _, v := range []string{"x", "-1", "17", "1.5"} {
+		t.Setenv("MODRUN_VEC_ROWS", v)
+		_, err := New(dev, sm.m, sm.routing, Options{})
+		assert.ErrorContains(t, err, "MODRUN_VEC_ROWS", "%q", v)
+	}
+	t.Setenv("MODRUN_VEC_ROWS", "1")
+	run, err := New(dev, sm.m, sm.routing, Options{})
+	require.NoError(t, err)
+	assert.Equal(t, 1, run.vecRows())
+	run.Close()
+	vulkanStepMatchesSolo(t, dev, nil, sm.m, sm.routing, "f32", 8)
+}

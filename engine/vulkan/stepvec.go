@@ -1,6 +1,10 @@
 package vulkan
 
 import (
+	"fmt"
+	"os"
+	"strconv"
+
 	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/vk"
 )
@@ -19,8 +23,32 @@ import (
 
 // vecRows is the most rows a step runs as matvecs on this runner's
 // device: one pass of NB vectors over each weight row (the profile's
-// VecRows).
-func (r *Runner) vecRows() int { return r.ks.prof.VecRows() }
+// VecRows, or fewer by MODRUN_VEC_ROWS).
+func (r *Runner) vecRows() int {
+	if r.vecRowsEnv > 0 {
+		return r.vecRowsEnv
+	}
+	return r.ks.prof.VecRows()
+}
+
+// vecRowsEnv is MODRUN_VEC_ROWS: unset, 0 (the profile's VecRows); else
+// the most rows a batched step runs as matvecs, from 1 to the profile's
+// VecRows, the wider steps taking the matmul (its narrow, split tiles on
+// a GPU). A measuring knob: the GPU bundle's quick mode runs `bench
+// --parallel` with it beside the default, since whether 8 or 16 rows are
+// cheaper as one matvec pass or as split tiles is a GPU's to say
+// (docs/matvec-cost.md, docs/matmul-cost.md).
+func vecRowsEnv(prof shaders.Profile) (int, error) {
+	v := os.Getenv("MODRUN_VEC_ROWS")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > prof.VecRows() {
+		return 0, fmt.Errorf("vulkan: MODRUN_VEC_ROWS=%q: want a number of rows from 1 to %d (this device's most), or 0 for that default", v, prof.VecRows())
+	}
+	return n, nil
+}
 
 // vecFits says whether every matrix of the blocks and the head is one
 // piece with a stack layout the matvec path takes.
