@@ -162,9 +162,12 @@ if [ "$quick" = 1 ]; then
   bench_row "$small-q8_0" --synthetic "$small" --type q8_0 --capacity 0.125 --routing router --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8 --save "$logs/m.gguf"
   mv "$logs/m-$small-q8_0.gguf" "$m11" 2>/dev/null; rm -f "$logs/m-$small-q8_0-mod.gguf"
   # The tensor-core matmul: the default (hilo, f32's precision) above; the
-  # f16-operand kernel and none, for what each costs, same file.
+  # f16-operand kernel and none, for what each costs, same file. Without
+  # tensor cores the f32 tiles: the pipelined tile (the default), then the
+  # tiles before it (MODRUN_MATMUL_PIPE=0).
   MODRUN_TENSOR_CORES=f16 bench_row "$small-q8_0-tensor-cores-f16" -m "$m11" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 0
   MODRUN_TENSOR_CORES=0 bench_row "$small-q8_0-no-tensor-cores" -m "$m11" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 0
+  MODRUN_TENSOR_CORES=0 MODRUN_MATMUL_PIPE=0 bench_row "$small-q8_0-no-tensor-cores-no-pipe" -m "$m11" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 0
   bench_row "$small-q4_k_m" --synthetic "$small" --type q4_k_m --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8
   bench_row "parallel-$small-q8_0" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1
   # The same with every step of 2+ rows on the matmul's narrow, split tiles
@@ -196,7 +199,7 @@ if [ "$quick" = 1 ]; then
     grep -E '^Benchmark|FAIL|panic|SKIP|--- |probe' "$logs/kernels-$1.log" >> "$report"
   }
   kernel_bench BenchmarkMatvecGPU "${QUICK_MATVEC:-BenchmarkMatvecGPU/^7b-(gateup-swiglu|qkv-norm)\$/^(F16|Q8_0|Q4_K)\$}" 30x 90
-  kernel_bench BenchmarkMatmulGPU "${QUICK_MATMUL:-BenchmarkMatmulGPU/^(tiled-64x64|tiled-128x128|coop-64x64|coop-hilo-64x64|coop-16x64-k64)\$/}" 10x 60
+  kernel_bench BenchmarkMatmulGPU "${QUICK_MATMUL:-BenchmarkMatmulGPU/^(tiled-64x64|pipe-128x64|split-pipe-128x64|pipe-128x128|coop-64x64|coop-hilo-64x64|coop-16x64-k64)\$/}" 10x 75
   # decode attention, decode_attend against decode_attend_keys at contexts 70, 512, 4096 (issue 42 item 5)
   kernel_bench BenchmarkDecodeAttendGPU "${QUICK_ATTEND:-BenchmarkDecodeAttendGPU}" 50x 60
   { echo '```'; echo; } >> "$report"

@@ -134,7 +134,8 @@ func (p Profile) Fit(v Variant, spec []uint32) []uint32 {
 //   - decode_attend_keys: decode_attend;
 //   - decode_attend (fused attention): decode_kv and decode_attention;
 //   - decode_attention_split (flash-decoding): the single-pass kernel;
-//   - matmul_coop (tensor cores): matmul.comp's tiles.
+//   - matmul_coop (tensor cores): matmul.comp's tiles;
+//   - matmul_pf (the pipelined tile): matmul.comp's MatmulSpecGPU tiles.
 func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 	fb = p
 	switch {
@@ -163,6 +164,9 @@ func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 		return fb, "decode_kv + decode_attention", true
 	case v.Op == OpMatmulCoop && p.MatmulCoop:
 		fb.MatmulCoop = false
+		return fb, fb.Matmul().Kernel(v.Type), true
+	case v.Op == OpMatmulPipe && p.MatmulPipe:
+		fb.MatmulPipe = false
 		return fb, MatmulName(v.Type), true
 	case v.Op == OpDecodeAttentionSplit && p.AttentionChunk != 0:
 		fb.AttentionChunk = 0

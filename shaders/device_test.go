@@ -23,9 +23,10 @@ var lavapipeLike = Device{CPU: true, SubgroupSize: 8, SubgroupArithmetic: true, 
 	MaxWorkGroupInvocations: 1024, RequireSubgroupSize: true, MaxWorkgroupSubgroups: 32}
 
 func TestNeeds(t *testing.T) {
-	mm, err := Lookup(MatmulName(MatvecQ8_0))
-	require.NoError(t, err)
-	for _, s := range []MatmulSpec{MatmulSpecGPU, MatmulSpecCPU, alongSpec(MatmulSpecGPU), alongSpec(MatmulSpec{BM: 8, BN: 64, BK: 32, TM: 4, TN: 2})} {
+	for _, s := range []MatmulSpec{MatmulSpecGPU, MatmulSpecCPU, alongSpec(MatmulSpecGPU), alongSpec(MatmulSpec{BM: 8, BN: 64, BK: 32, TM: 4, TN: 2}),
+		MatmulSpecPipe, {BM: 12, BN: 40, BK: 12, TM: 3, TN: 5, Pipe: true}} {
+		mm, err := Lookup(s.Kernel(MatvecQ8_0))
+		require.NoError(t, err)
 		nd, err := mm.Needs(s.Constants())
 		require.NoError(t, err)
 		assert.Equal(t, s.Invocations(), nd.Invocations, "matmul %+v", s)
@@ -309,4 +310,58 @@ func TestFallback(t *testing.T) {
 		_, _, ok := fallback(name)
 		assert.False(t, ok, name)
 	}
+}
+
+// The pipelined matmul tile is a GPU profile's where the limits hold it,
+// not a CPU device's nor one turned off by the user, and its self-check
+// fallback is the earlier tiles; the tensor cores' fallback is then the
+// pipelined tile.
+func TestMatmulPipeProfile(t *testing.T) {
+	gpu := smallGPU
+	gpu.SharedMemory, gpu.MaxWorkGroupInvocations = 49152, 1024 // an NVIDIA GPU's limits
+	p := NewProfile(gpu)
+	require.True(t, p.MatmulPipe)
+	assert.Equal(t, MatmulSpecPipe, p.Matmul())
+	name, spec := p.MatmulKernel(MatvecQ8_0)
+	assert.Equal(t, "matmul_pf_q8_0", name)
+	assert.Equal(t, MatmulSpecPipe.Constants(), spec)
+
+	off := gpu
+	off.NoMatmulPipe = true
+	assert.False(t, NewProfile(off).MatmulPipe, "MODRUN_MATMUL_PIPE=0")
+	assert.Equal(t, MatmulSpecGPU, NewProfile(off).Matmul())
+	assert.False(t, NewProfile(smallGPU).MatmulPipe, "16 KiB of shared memory cannot hold the 24.5 KiB tile")
+	few := gpu
+	few.MaxWorkGroupInvocations = 128
+	assert.False(t, NewProfile(few).MatmulPipe, "256 invocations over the device's 128")
+	assert.False(t, NewProfile(lavapipeLike).MatmulPipe, "a CPU device keeps its tiles")
+	assert.True(t, GPUProfile(lavapipeLike).MatmulPipe, "the GPU profile on lavapipe's 32 KiB runs it in CI")
+
+	v, err := Lookup(MatmulPrefetchName(MatvecQ8_0))
+	require.NoError(t, err)
+	assert.Equal(t, OpMatmulPipe, v.Op)
+	assert.False(t, assertSafeMatmul(t, p, v, MatvecQ8_0).MatmulPipe)
+
+	gpu.Float16, gpu.CooperativeMatrixNV, gpu.TensorCores = true, true, true
+	coop, err := Lookup(MatmulCoopHiloName(MatvecQ8_0, false))
+	require.NoError(t, err)
+	_, safe, ok := NewProfile(gpu).Fallback(coop)
+	require.True(t, ok)
+	assert.Equal(t, "matmul_pf_q8_0", safe, "the tensor cores fall back to the pipelined tile")
+}
+
+// assertSafeMatmul checks that p's self-check fallback for matmul variant v
+// is matmul.comp's MatmulSpecGPU tiles for weights of type typ, with
+// nothing further to fall back to, and returns the fallback profile.
+func assertSafeMatmul(t *testing.T, p Profile, v Variant, typ string) Profile {
+	t.Helper()
+	fb, safe, ok := p.Fallback(v)
+	require.True(t, ok, v.Name)
+	assert.Equal(t, MatmulName(typ), safe)
+	name, spec := fb.MatmulKernel(typ)
+	assert.Equal(t, MatmulName(typ), name)
+	assert.Equal(t, MatmulSpecGPU.Constants(), spec)
+	_, _, ok = fb.Fallback(v)
+	assert.False(t, ok, "nothing further to fall back to")
+	return fb
 }

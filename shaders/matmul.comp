@@ -46,19 +46,31 @@
 // slices give the GPU several times as many in flight (Profile.MatmulSplit,
 // docs/matmul-cost.md).
 //
-// W's staging order (constant 6, WALONG): 0 gives neighbouring invocations
-// neighbouring ROWS of W (quad i is row i%BN), whose addresses are a row
-// apart, a cache line per invocation per load; 1 gives them neighbouring
-// quads ALONG a row (quad i is row i/(BK/4), columns 4*(i%(BK/4))), so a
-// subgroup's loads cover whole runs of a few rows. Both write the same
-// shared layout, whose column stride BNP = BN + PADW pads the stores of the
-// second order onto different banks (the product loop reads consecutive
-// rows either way; the first order needs no padding and has none).
+// The staging order (constant 6, WALONG): 0 gives neighbouring invocations
+// neighbouring ROWS of W (quad i is row i%BN) and neighbouring tokens of X
+// (quad i is token i%BM), whose addresses are a row apart, a cache line per
+// invocation per load; 1 gives them neighbouring quads ALONG a row of each
+// (quad i is row or token i/(BK/4), columns 4*(i%(BK/4))), so a subgroup's
+// loads cover whole runs of a few rows. Both write the same shared layout,
+// whose column strides BNP = BN + PADW and BMP = BM + PADW pad the stores
+// of the second order onto different banks (the product loop reads
+// consecutive rows either way; the first order needs no padding and has
+// none). The H200 measured the row order at 3.3-5.5 TFLOP/s for Q8_0 and
+// 12-19 for F16 at 512 tokens (two loads a quad, each 32 lines a subgroup;
+// docs/matmul-cost.md).
+//
+// Double buffering (constant 7, DBUF, the prefetch variants only): two
+// copies of each staged tile, so a step's stores go to the copy the last
+// step did not read and one barrier a step suffices where the single copy
+// needs two (every invocation must be done reading before it is
+// overwritten). The matmul_pf variants with WALONG and DBUF are the
+// pipelined tile (MatmulSpec.Pipe): loads in flight during the products,
+// coalesced, one barrier a step.
 //
 // Specialization constants (MatmulSpec.Constants): 0 WG = (BM/TM)*(BN/TN)
 // invocations, 1 BM, 2 BN, 3 BK (a multiple of 4: W is loaded in quads), 4 TM,
-// 5 TN, 6 WALONG. Dispatch MatmulGroups(rows, n, spec): x over row tiles, y
-// over token tiles (MatmulSplitGroups: z over K slices).
+// 5 TN, 6 WALONG, 7 DBUF. Dispatch MatmulGroups(rows, n, spec): x over row
+// tiles, y over token tiles (MatmulSplitGroups: z over K slices).
 #include "include/common.glsl"
 #define OP_MATMUL
 #include "include/push_matmul_attn.glsl"
@@ -70,7 +82,8 @@ layout(constant_id = 2) const uint BN = 64; // rows of W per tile
 layout(constant_id = 3) const uint BK = 16; // columns per step, a multiple of 4
 layout(constant_id = 4) const uint TM = 8;  // tokens per invocation, divides BM
 layout(constant_id = 5) const uint TN = 4;  // rows per invocation, divides BN
-layout(constant_id = 6) const uint WALONG = 0; // 1: W staged along its rows (see above)
+layout(constant_id = 6) const uint WALONG = 0; // 1: W and X staged along their rows (see above)
+layout(constant_id = 7) const uint DBUF = 0; // 1: two copies of the staged tiles (MATMUL_PREFETCH only)
 
 layout(std430, binding = 0) readonly buffer Weights { uint w[]; }; // [wRows] rows, F32/F16, or split Q8_0/Q4_0
 layout(std430, binding = 1) readonly buffer X { float x[]; }; // [n][cols]
@@ -92,15 +105,19 @@ layout(std430, binding = 2) writeonly buffer Y { float y[]; };     // [n][ldy], 
 // are neighbouring vec4s: one 16-byte load serves four multiply-adds (on
 // lavapipe a shared load whose address differs per invocation is a gather,
 // the inner loop's main cost).
-// BNP pads W's columns so that WALONG's stores, BK/4 quads of a row to
-// neighbouring invocations, fall on distinct banks in each group of 8
-// 16-byte stores: a column stride of BN + 32/BK quads (BN a multiple of
-// 8). The row order (WALONG 0) keeps the unpadded layout it was measured
-// with (lavapipe's).
+// BNP and BMP pad the columns so that WALONG's stores, BK/4 quads of a
+// row to neighbouring invocations, fall on distinct banks in each group of
+// 8 16-byte stores: a column stride of BN + 32/BK quads (BN and BM
+// multiples of 8). The row order (WALONG 0) keeps the unpadded layout it
+// was measured with (lavapipe's). Under DBUF each array holds two copies,
+// XSZ and WSZ vec4s apart.
 const uint PADW = WALONG * ((32u + BK - 1u) / BK);
 const uint BNP = BN + PADW;
-shared vec4 xs[(BK / 4u) * BM];
-shared vec4 ws[(BK / 4u) * BNP];
+const uint BMP = BM + PADW;
+const uint XSZ = (BK / 4u) * BMP;
+const uint WSZ = (BK / 4u) * BNP;
+shared vec4 xs[(1u + DBUF) * XSZ];
+shared vec4 ws[(1u + DBUF) * WSZ];
 
 #include "include/matmul_weights.glsl"
 
@@ -125,10 +142,25 @@ uint wSlot(uint i) {
 	return WALONG != 0u ? q.y * BNP + q.x : i;
 }
 
-// stageX is quad i of the step's X slice, X[s0 + i%BM][k0 + 4*(i/BM) ..]
-// (zero past the tokens and the columns): xs[i].
+// xQuad is quad i of the step's X slice as (token in the tile, quad of
+// columns): by tokens (WALONG 0) or along the rows (1).
+uvec2 xQuad(uint i) {
+	return WALONG != 0u ? uvec2(i / (BK / 4u), i % (BK / 4u)) : uvec2(i % BM, i / BM);
+}
+
+// xSlot is where quad i of the X slice goes in xs: i itself in the token
+// order (unpadded: kq*BM + ss).
+uint xSlot(uint i) {
+	uvec2 q = xQuad(i);
+	return WALONG != 0u ? q.y * BMP + q.x : i;
+}
+
+// stageX is quad i of the step's X slice, X[s0 + ss][k0 + 4*kq ..] for
+// (ss, kq) = xQuad(i) (zero past the tokens and the columns), which goes
+// to xs[xSlot(i)].
 vec4 stageX(uint i, uint s0, uint k0) {
-	uint ss = i % BM, kq = i / BM;
+	uvec2 q = xQuad(i);
+	uint ss = q.x, kq = q.y;
 	uint s = s0 + ss, c = k0 + 4u * kq;
 	vec4 v = vec4(0.0);
 	if (s < p.n) {
@@ -154,6 +186,21 @@ vec4 stageX(uint i, uint s0, uint k0) {
 const uint WG = (BM / TM) * (BN / TN);
 const uint WQ = (BN * (BK / 4u) + WG - 1u) / WG;
 const uint XQ = (BM * (BK / 4u) + WG - 1u) / WG;
+
+// storeTiles writes an invocation's prefetched quads to copy c of the
+// staged tiles.
+void storeTiles(vec4 wreg[WQ], vec4 xreg[XQ], uint tid, uint c) {
+	for (uint q = 0u; q < WQ; q++) {
+		if (tid + q * WG < BN * (BK / 4u)) {
+			ws[c * WSZ + wSlot(tid + q * WG)] = wreg[q];
+		}
+	}
+	for (uint q = 0u; q < XQ; q++) {
+		if (tid + q * WG < BM * (BK / 4u)) {
+			xs[c * XSZ + xSlot(tid + q * WG)] = xreg[q];
+		}
+	}
+}
 #endif
 
 void main() {
@@ -194,20 +241,21 @@ void main() {
 	for (uint q = 0u; q < XQ; q++) {
 		xreg[q] = tid + q * WG < BM * (BK / 4u) ? stageX(tid + q * WG, s0, kBegin) : vec4(0.0);
 	}
+	// cur is the copy of the tiles this step reads (0 without DBUF). With
+	// DBUF the first step's tiles are stored here, and each step stores
+	// the next one's into the other copy after its products.
+	uint cur = 0u;
+	if (DBUF != 0u) {
+		storeTiles(wreg, xreg, tid, 0u);
+		barrier(); // the first tiles are complete before anyone reads them
+	}
 #endif
 	for (uint k0 = kBegin; k0 < kEnd; k0 += BK) {
 #ifdef MATMUL_PREFETCH
-		for (uint q = 0u; q < WQ; q++) {
-			if (tid + q * WG < BN * (BK / 4u)) {
-				ws[wSlot(tid + q * WG)] = wreg[q];
-			}
+		if (DBUF == 0u) {
+			storeTiles(wreg, xreg, tid, 0u);
+			barrier(); // the tiles are complete before anyone reads them
 		}
-		for (uint q = 0u; q < XQ; q++) {
-			if (tid + q * WG < BM * (BK / 4u)) {
-				xs[tid + q * WG] = xreg[q];
-			}
-		}
-		barrier(); // the tiles are complete before anyone reads them
 		if (k0 + BK < kEnd) {
 			for (uint q = 0u; q < WQ; q++) {
 				wreg[q] = tid + q * WG < BN * (BK / 4u) ? stageW(tid + q * WG, r0, k0 + BK) : vec4(0.0);
@@ -216,24 +264,26 @@ void main() {
 				xreg[q] = tid + q * WG < BM * (BK / 4u) ? stageX(tid + q * WG, s0, k0 + BK) : vec4(0.0);
 			}
 		}
+		uint xb = cur * XSZ, wb = cur * WSZ;
 #else
 		// Stage W[r0 .. r0+BN][k0 .. k0+BK] in quads (quad i at wSlot(i)).
 		for (uint i = tid; i < BN * (BK / 4u); i += WG) {
 			ws[wSlot(i)] = stageW(i, r0, k0);
 		}
-		// Stage X[s0 .. s0+BM][k0 .. k0+BK] in quads.
+		// Stage X[s0 .. s0+BM][k0 .. k0+BK] in quads (quad i at xSlot(i)).
 		for (uint i = tid; i < BM * (BK / 4u); i += WG) {
-			xs[i] = stageX(i, s0, k0);
+			xs[xSlot(i)] = stageX(i, s0, k0);
 		}
 		barrier(); // the tiles are complete before anyone reads them
+		const uint xb = 0u, wb = 0u;
 #endif
 		for (uint kq = 0u; kq < BK / 4u; kq++) {
 			vec4 a[TM], b[TN];
 			for (uint j = 0u; j < TM; j++) {
-				a[j] = xs[kq * BM + ty + j * NTY];
+				a[j] = xs[xb + kq * BMP + ty + j * NTY];
 			}
 			for (uint i = 0u; i < TN; i++) {
-				b[i] = ws[kq * BNP + tx + i * NTX];
+				b[i] = ws[wb + kq * BNP + tx + i * NTX];
 			}
 			for (uint j = 0u; j < TM; j++) {
 				for (uint i = 0u; i < TN; i++) {
@@ -241,7 +291,17 @@ void main() {
 				}
 			}
 		}
-		barrier(); // everyone is done reading before the next step overwrites
+#ifdef MATMUL_PREFETCH
+		if (DBUF != 0u) {
+			// The other copy was last read a step ago, before the barrier
+			// that ended it: storing into it now races with no reader.
+			if (k0 + BK < kEnd) {
+				storeTiles(wreg, xreg, tid, cur ^ 1u);
+			}
+			cur ^= 1u;
+		}
+#endif
+		barrier(); // DBUF: the next tiles are complete; else everyone is done reading before they are overwritten
 	}
 	for (uint j = 0u; j < TM; j++) {
 		uint s = s0 + ty + j * NTY;

@@ -25,13 +25,15 @@ type MatmulPush struct {
 
 // MatmulSpec is matmul's specialization constants: a workgroup computes a
 // tile of BM tokens by BN rows of W, BK columns per step (a multiple of 4),
-// each invocation TM tokens by TN rows. Along stages W with neighbouring
-// invocations on neighbouring quads of a row (coalesced loads: a few rows'
-// runs of bytes per subgroup load) instead of on neighbouring rows (a row
-// apart: a cache line per invocation per load).
+// each invocation TM tokens by TN rows. Along stages W and X with
+// neighbouring invocations on neighbouring quads of a row (coalesced loads:
+// a few rows' runs of bytes per subgroup load) instead of on neighbouring
+// rows (a row apart: a cache line per invocation per load). Pipe takes the
+// prefetching variant (matmul_pf: the next step's loads in flight during
+// the products) with two copies of the staged tiles (one barrier a step).
 type MatmulSpec struct {
 	BM, BN, BK, TM, TN uint32
-	Along              bool
+	Along, Pipe        bool
 }
 
 var (
@@ -45,30 +47,54 @@ var (
 	// 0.8) but not in a later run: the noise there is as large as the
 	// differences, so the choice is not settled.
 	MatmulSpecCPU = MatmulSpec{BM: 64, BN: 32, BK: 32, TM: 8, TN: 4}
+	// MatmulSpecPipe is the pipelined tile a GPU profile takes without
+	// tensor cores (Profile.MatmulPipe): 128 tokens by 64 rows, 256
+	// invocations of 8x4 outputs, loads coalesced and in flight during the
+	// products, one barrier a step; 24.5 KiB of shared memory (lavapipe's
+	// 32 KiB holds it, so CI runs it under the GPU profile; a 128x128 tile
+	// would need 33). Chosen by the cost model in docs/matmul-cost.md, not
+	// measured on a GPU yet: 3/4 of the staged bytes per FMA of
+	// MatmulSpecGPU and a quarter of its cache lines per staged byte, whose
+	// row-order staging the H200 measured at 3.3-5.5 TFLOP/s for Q8_0.
+	MatmulSpecPipe = MatmulSpec{BM: 128, BN: 64, BK: 16, TM: 8, TN: 4, Along: true, Pipe: true}
 )
+
+// Kernel is the matmul.comp variant the spec runs for weights of type typ:
+// matmul_pf_<typ> under Pipe, else matmul_<typ>.
+func (s MatmulSpec) Kernel(typ string) string {
+	if s.Pipe {
+		return MatmulPrefetchName(typ)
+	}
+	return MatmulName(typ)
+}
 
 // Invocations is the workgroup size: one invocation per TM x TN outputs.
 func (s MatmulSpec) Invocations() uint32 { return (s.BM / s.TM) * (s.BN / s.TN) }
 
-// Constants is the spec as specialization constants 0..5 (constant 0 is the
-// workgroup size).
+// Constants is the spec as specialization constants 0..7 (constant 0 is the
+// workgroup size, 6 WALONG, 7 DBUF).
 func (s MatmulSpec) Constants() []uint32 {
-	along := uint32(0)
-	if s.Along {
-		along = 1
+	b := func(v bool) uint32 {
+		if v {
+			return 1
+		}
+		return 0
 	}
-	return []uint32{s.Invocations(), s.BM, s.BN, s.BK, s.TM, s.TN, along}
+	return []uint32{s.Invocations(), s.BM, s.BN, s.BK, s.TM, s.TN, b(s.Along), b(s.Pipe)}
 }
 
 // SharedBytes is the shared memory a workgroup uses: the two staged tiles,
-// W's with its columns padded by 32/BK quads under Along (matmul.comp's
-// PADW).
+// their columns padded by 32/BK quads each under Along (matmul.comp's
+// PADW), twice over under Pipe.
 func (s MatmulSpec) SharedBytes() uint32 {
-	pad := uint32(0)
+	pad, copies := uint32(0), uint32(1)
 	if s.Along {
 		pad = (32 + s.BK - 1) / s.BK
 	}
-	return 4 * s.BK * (s.BM + s.BN + pad)
+	if s.Pipe {
+		copies = 2
+	}
+	return copies * 4 * s.BK * (s.BM + s.BN + 2*pad)
 }
 
 // Check says whether the tiles divide as the kernel needs.
@@ -151,14 +177,20 @@ const (
 // (MatmulSplitTarget 0: CPU devices, where workgroups already outnumber
 // the threads and a split only adds a pass) or the grid is big enough.
 func (p Profile) MatmulSplit(rows, cols, n uint32, spec []uint32, block uint32) (splits, slice uint32) {
-	if p.MatmulSplitTarget == 0 || n == 0 || len(spec) < 4 {
+	return p.MatmulSplitAtMost(rows, cols, n, spec, block, MatmulMaxSplits)
+}
+
+// MatmulSplitAtMost is MatmulSplit with at most most slices (a caller's
+// scratch for the partial sums holds no more).
+func (p Profile) MatmulSplitAtMost(rows, cols, n uint32, spec []uint32, block, most uint32) (splits, slice uint32) {
+	if p.MatmulSplitTarget == 0 || n == 0 || len(spec) < 4 || most < 2 {
 		return 1, cols
 	}
 	grid := ((rows + spec[2] - 1) / spec[2]) * ((n + spec[1] - 1) / spec[1])
 	if grid == 0 || grid >= p.MatmulSplitTarget {
 		return 1, cols
 	}
-	want := min(MatmulMaxSplits, (p.MatmulSplitTarget+grid-1)/grid)
+	want := min(MatmulMaxSplits, most, (p.MatmulSplitTarget+grid-1)/grid)
 	g := lcm32(spec[3], max(1, block))
 	up := func(v uint32) uint32 { return (v + g - 1) / g * g }
 	slice = max(up((cols+want-1)/want), up(matmulMinSteps*spec[3]))
@@ -226,13 +258,16 @@ func attentionInputs() []Binding {
 const MatmulReduceName = "splitk_reduce"
 
 // MatmulPrefetchName is matmul.comp's variant for weight type typ that
-// loads the next step's slices during the products (MATMUL_PREFETCH): a
-// GPU candidate BenchmarkMatmulGPU measures, not yet picked by a profile.
+// loads the next step's slices during the products (MATMUL_PREFETCH): with
+// Along and DBUF the pipelined tile a GPU profile takes (MatmulSpecPipe,
+// self-checked as OpMatmulPipe).
 func MatmulPrefetchName(typ string) string { return "matmul_pf_" + typ }
 
 func init() {
 	for _, wt := range WeightTypes {
-		Variants = append(Variants, matmulVariant(MatmulName(wt.Name), wt.Defines, wt.Shape))
+		v := matmulVariant(MatmulName(wt.Name), wt.Defines, wt.Shape)
+		v.Type = wt.Name // no Op: the safe tiles, not self-checked
+		Variants = append(Variants, v)
 	}
 	Variants = append(Variants, Variant{
 		Name: MatmulReduceName, Source: "splitk_reduce.comp",
@@ -244,7 +279,9 @@ func init() {
 		Notes: "dispatch MatmulReduceGroups(rows, n); sums the slices in order z = 0..splits-1",
 	})
 	for _, wt := range WeightTypes {
-		Variants = append(Variants, matmulVariant(MatmulPrefetchName(wt.Name), append(append([]string(nil), wt.Defines...), "MATMUL_PREFETCH"), wt.Shape))
+		v := matmulVariant(MatmulPrefetchName(wt.Name), append(append([]string(nil), wt.Defines...), "MATMUL_PREFETCH"), wt.Shape)
+		v.Op, v.Type = OpMatmulPipe, wt.Name
+		Variants = append(Variants, v)
 	}
 }
 

@@ -209,14 +209,26 @@ func TestMatmul(t *testing.T) {
 	}
 }
 
+// pipeSpecs are the pipelined tile (double-buffered, staged along the
+// rows) and tiles that exercise its index arithmetic the way matmulSpecs do
+// the plain kernel's, with and without Along.
+var pipeSpecs = []MatmulSpec{
+	MatmulSpecPipe,
+	{BM: 8, BN: 24, BK: 4, TM: 2, TN: 3, Along: true, Pipe: true},
+	{BM: 16, BN: 16, BK: 8, TM: 1, TN: 1, Pipe: true},
+	{BM: 12, BN: 40, BK: 12, TM: 3, TN: 5, Along: true, Pipe: true},
+	{BM: 64, BN: 64, BK: 16, TM: 8, TN: 4, Along: true, Pipe: true},
+}
+
 // TestMatmulPrefetch is TestMatmul's check of the prefetching variants
-// (MATMUL_PREFETCH), every weight type and spec, ragged shapes.
+// (MATMUL_PREFETCH), every weight type and spec, single and double
+// buffered (pipeSpecs), ragged shapes.
 func TestMatmulPrefetch(t *testing.T) {
 	dev := openDevice(t)
 	for _, typ := range matmulTypes {
 		v, err := Lookup(MatmulPrefetchName(matvecTypeOf[typ]))
 		require.NoError(t, err)
-		for si, spec := range matmulSpecs {
+		for si, spec := range append(append([]MatmulSpec(nil), matmulSpecs...), pipeSpecs...) {
 			k := newKernel(t, dev, v, spec.Constants()...)
 			cols := testCols(typ)[si%len(testCols(typ))]
 			for _, sh := range []struct{ rows, n int }{{13, 5}, {130, 70}} {
@@ -238,10 +250,16 @@ func TestMatmulLongRows(t *testing.T) {
 	for _, typ := range matmulTypes {
 		v, err := Lookup(matmulVariantOf(typ))
 		require.NoError(t, err)
+		pf, err := Lookup(MatmulPrefetchName(matvecTypeOf[typ]))
+		require.NoError(t, err)
 		c := newMatmulCase(t, typ, 5, 16384, 3, 16384)
 		var stats errStats
-		for _, spec := range matmulSpecs {
-			got := c.run(t, dev, newKernel(t, dev, v, spec.Constants()...), spec)
+		for _, spec := range append(append([]MatmulSpec(nil), matmulSpecs...), MatmulSpecPipe) {
+			kv := v
+			if spec.Pipe {
+				kv = pf
+			}
+			got := c.run(t, dev, newKernel(t, dev, kv, spec.Constants()...), spec)
 			stats.add(got, c.want, c.scale)
 			if err := closeness(got, c.want, c.scale, matmulTolerance[typ]); err != nil {
 				t.Errorf("%s/%+v/5x16384/n3: %v", typ, spec, err)
@@ -278,7 +296,15 @@ func TestMatmulSpec(t *testing.T) {
 		assert.LessOrEqual(t, s.SharedBytes(), uint32(16<<10), "%+v: shared memory (every device has 16 KiB)", s)
 		assert.LessOrEqual(t, s.Invocations(), uint32(128), "%+v: workgroup size (every device has 128)", s)
 	}
-	assert.Equal(t, []uint32{128, 64, 64, 16, 8, 4, 0}, MatmulSpecGPU.Constants())
+	assert.Equal(t, []uint32{128, 64, 64, 16, 8, 4, 0, 0}, MatmulSpecGPU.Constants())
+	// The pipelined tile: 256 invocations (every desktop GPU's limit is
+	// 1024) in lavapipe's 32 KiB, so CI runs it under the GPU profile.
+	require.NoError(t, MatmulSpecPipe.Check())
+	assert.Equal(t, []uint32{256, 128, 64, 16, 8, 4, 1, 1}, MatmulSpecPipe.Constants())
+	assert.Equal(t, uint32(2*4*16*(128+64+2*2)), MatmulSpecPipe.SharedBytes(), "two copies, both tiles' columns padded by 2 quads")
+	assert.LessOrEqual(t, MatmulSpecPipe.SharedBytes(), uint32(32<<10))
+	assert.Equal(t, "matmul_pf_q8_0", MatmulSpecPipe.Kernel("q8_0"))
+	assert.Equal(t, "matmul_q8_0", MatmulSpecGPU.Kernel("q8_0"))
 	assert.Error(t, MatmulSpec{BM: 8, BN: 8, BK: 6, TM: 2, TN: 2}.Check(), "BK not a multiple of 4")
 	assert.Error(t, MatmulSpec{BM: 8, BN: 8, BK: 8, TM: 3, TN: 2}.Check(), "TM does not divide BM")
 	assert.Error(t, MatmulSpec{BM: 8, BN: 8, BK: 8, TM: 2, TN: 0}.Check())

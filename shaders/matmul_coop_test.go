@@ -248,15 +248,7 @@ func TestMatmulCoopProfile(t *testing.T) {
 	assert.Equal(t, [3]uint32{3, 2, 1}, MatmulGroupsOf(130, 65, spec))
 	v, err := Lookup(name)
 	require.NoError(t, err)
-	fb, safe, ok := p.Fallback(v)
-	require.True(t, ok)
-	assert.Equal(t, "matmul_q4_k", safe)
-	assert.False(t, fb.MatmulCoop)
-	name, spec = fb.MatmulKernel(MatvecQ4_K)
-	assert.Equal(t, "matmul_q4_k", name)
-	assert.Equal(t, MatmulSpecGPU.Constants(), spec)
-	_, _, ok = fb.Fallback(v)
-	assert.False(t, ok, "nothing further to fall back to")
+	assert.False(t, assertSafeMatmul(t, p, v, MatvecQ4_K).MatmulCoop)
 
 	half := gpu
 	half.TensorCoresHalf = true

@@ -71,6 +71,13 @@ func prefetchCandidate(name string, s MatmulSpec) matmulCandidate {
 	return matmulCandidate{name: name, variant: MatmulPrefetchName, spec: s.Constants(), groups: matmulGroupsOf(s)}
 }
 
+// pipeCandidate is a pipelined tile (MatmulSpec.Pipe: matmul_pf, two
+// copies of the staged tiles).
+func pipeCandidate(name string, s MatmulSpec) matmulCandidate {
+	s.Along, s.Pipe = true, true
+	return matmulCandidate{name: name, variant: s.Kernel, spec: s.Constants(), groups: matmulGroupsOf(s)}
+}
+
 func coopCandidate(name string, s MatmulCoopSpec, emulate bool) matmulCandidate {
 	return matmulCandidate{name: name, variant: func(typ string) string { return MatmulCoopName(typ, emulate) },
 		spec: s.Constants(), groups: matmulCoopGroupsOf(s), coop: !emulate, cpuOnly: emulate, tol: coopBenchOperands(emulate)}
@@ -133,6 +140,15 @@ var matmulCandidates = []matmulCandidate{
 	// (MATMUL_PREFETCH), as matmul_coop does: not the engine's pick yet.
 	splitCandidate("split-along-pf-8x64", prefetchCandidate("", alongSpec(MatmulSpec{BM: 8, BN: 64, BK: 32, TM: 4, TN: 2}))),
 	splitCandidate("split-along-pf-16x64", prefetchCandidate("", alongSpec(MatmulSpec{BM: 16, BN: 64, BK: 32, TM: 4, TN: 4}))),
+	// The pipelined tile (MatmulSpecPipe: the GPU profile's without tensor
+	// cores, issue 43 item 1), split as the engine splits it, and its
+	// wider and deeper neighbours (the 33 KiB ones skip on lavapipe's 32).
+	pipeCandidate("pipe-128x64", MatmulSpecPipe),
+	splitCandidate("split-pipe-128x64", pipeCandidate("", MatmulSpecPipe)),
+	pipeCandidate("pipe-64x128", MatmulSpec{BM: 64, BN: 128, BK: 16, TM: 4, TN: 8}),
+	pipeCandidate("pipe-128x128-k8", MatmulSpec{BM: 128, BN: 128, BK: 8, TM: 8, TN: 8}),
+	pipeCandidate("pipe-128x128", MatmulSpec{BM: 128, BN: 128, BK: 16, TM: 8, TN: 8}),
+	pipeCandidate("pipe-64x64-k32", MatmulSpec{BM: 64, BN: 64, BK: 32, TM: 8, TN: 4}),
 	coopCandidate("coop-emu-64x64", MatmulCoopSpecGPU, true),
 	coopCandidate("coop-emu-16x128", MatmulCoopSpecFew, true),
 	coopHiloCandidate("coop-hilo-emu-64x64", MatmulCoopSpecGPU, true),
@@ -299,6 +315,12 @@ func BenchmarkMatmulGPU(b *testing.B) {
 func runMatmulCandidate(b *testing.B, dev *vk.Device, cand matmulCandidate, typ gguf.TensorType, d *matmulBenchData) {
 	v, err := Lookup(cand.variant(matvecTypeOf[typ]))
 	require.NoError(b, err)
+	nd, err := v.Needs(cand.spec)
+	require.NoError(b, err)
+	if lim := dev.Info().Limits; nd.SharedBytes > lim.MaxComputeSharedMemorySize || nd.Invocations > lim.MaxComputeWorkGroupInvocations {
+		b.Skipf("%s %v needs %d bytes of shared memory and %d invocations: the device has %d and %d", v.Name, cand.spec,
+			nd.SharedBytes, nd.Invocations, lim.MaxComputeSharedMemorySize, lim.MaxComputeWorkGroupInvocations)
+	}
 	k, err := dev.NewKernel(v.SPIRV(), vk.KernelSpec{Name: v.Name, Bindings: len(v.Bindings),
 		PushConstantBytes: v.PushBytes(), Specialization: cand.spec})
 	if err != nil {

@@ -51,6 +51,10 @@ type Device struct {
 	// operands rounded to halves, one product a step (MODRUN_TENSOR_CORES
 	// =f16): llama.cpp's arithmetic, for speed comparisons.
 	TensorCoresHalf bool
+	// NoMatmulPipe: the user turned the pipelined matmul tile off
+	// (MODRUN_MATMUL_PIPE=0, read by the engine): a GPU profile without
+	// tensor cores takes MatmulSpecGPU's tiles as before 2026-11-28.
+	NoMatmulPipe bool
 }
 
 // Profile is a device's kernel choices.
@@ -124,6 +128,12 @@ type Profile struct {
 	// (one product a step: Device.TensorCoresHalf) where MatmulCoop is
 	// set, in place of the hilo kernel's f32 precision.
 	MatmulCoopHalf bool
+	// MatmulPipe takes the pipelined tile (MatmulSpecPipe: matmul_pf with
+	// W and X staged along their rows and two copies of the tiles) for
+	// matmul.comp's products: on GPUs whose limits allow its 256
+	// invocations and 25 KiB of shared memory, unless Device.NoMatmulPipe.
+	// The self-check's fallback turns it off (MatmulSpecGPU's tiles).
+	MatmulPipe bool
 	// MatmulSplitTarget is the workgroups a matmul should have in flight:
 	// a grid of fewer (a few tokens' row tiles) is split along K
 	// (MatmulSplit) into slices summed by splitk_reduce. GPUs:
@@ -226,6 +236,9 @@ func NewProfile(d Device) Profile {
 	p.MatmulCoopHalf = p.MatmulCoop && d.TensorCoresHalf
 	if !d.CPU {
 		p.MatmulSplitTarget = MatmulSplitTarget
+		ps := MatmulSpecPipe
+		p.MatmulPipe = !d.NoMatmulPipe && ps.Invocations() <= p.MaxWorkGroupInvocations &&
+			(!d.limitsKnown() || ps.SharedBytes() <= d.SharedMemory)
 	}
 	return p
 }
@@ -263,6 +276,8 @@ func (p Profile) String() string {
 		if p.MatmulCoopHalf {
 			s += "-f16"
 		}
+	} else if p.MatmulPipe {
+		s += "/matmul-pipe"
 	}
 	return s
 }
@@ -373,8 +388,9 @@ func (p Profile) Row(name string, cols uint32) []uint32 {
 // MatmulKernel is the matmul variant for weights of type typ (a
 // WeightTypes name) and its specialization: matmul_coop where the profile
 // has MatmulCoop (its hilo kernel unless MatmulCoopHalf), else matmul.comp
-// with the tiles of Matmul. Both take matmul's push constants, and their
-// dispatch is MatmulGroupsOf(spec).
+// with the tiles of Matmul (its prefetching variant for the pipelined
+// tile). Both take matmul's push constants, and their dispatch is
+// MatmulGroupsOf(spec).
 func (p Profile) MatmulKernel(typ string) (name string, spec []uint32) {
 	if p.MatmulCoop {
 		if p.MatmulCoopHalf {
@@ -382,13 +398,17 @@ func (p Profile) MatmulKernel(typ string) (name string, spec []uint32) {
 		}
 		return MatmulCoopHiloName(typ, p.MatmulCoopEmulate), MatmulCoopSpecGPU.Constants()
 	}
-	return MatmulName(typ), p.Matmul().Constants()
+	s := p.Matmul()
+	return s.Kernel(typ), s.Constants()
 }
 
 // Matmul is matmul.comp's tiles for the device.
 func (p Profile) Matmul() MatmulSpec {
-	if p.CPU {
+	switch {
+	case p.CPU:
 		return MatmulSpecCPU
+	case p.MatmulPipe:
+		return MatmulSpecPipe
 	}
 	return MatmulSpecGPU
 }

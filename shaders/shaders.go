@@ -80,6 +80,7 @@ const (
 	OpDecodeAttentionSplit = "decode_attention_split"
 	OpDecodeAttend         = "decode_attend"
 	OpMatmulCoop           = "matmul_coop" // the tensor-core matmul (and its emulation)
+	OpMatmulPipe           = "matmul_pipe" // matmul.comp's prefetching variants (the pipelined tile)
 )
 
 // PushBytes is the size of the push-constant block.

@@ -38,7 +38,8 @@ type splitK struct {
 // newSplitK makes the runner's split-K state when its profile splits
 // (nil when it does not: CPU devices), with a scratch for the most partial
 // sums a split of the profile's tiles writes (MatmulSplitScratch of the
-// widest tile it may take: the profile's matmul, or the tensor cores').
+// widest tile it may take: the profile's matmul, or the tensor cores'), at
+// most splitScratchMax: a wider split takes fewer slices (splits).
 func (r *Runner) newSplitK(must func(uint64, vk.BufferKind) *vk.Buffer) (*splitK, error) {
 	prof := &r.ks.prof
 	if prof.MatmulSplitTarget == 0 {
@@ -50,23 +51,26 @@ func (r *Runner) newSplitK(must func(uint64, vk.BufferKind) *vk.Buffer) (*splitK
 	}
 	_, spec := prof.MatmulKernel(shaders.MatvecF32)
 	mm := prof.Matmul()
-	bytes := max(prof.MatmulSplitScratch(spec[1], spec[2]), prof.MatmulSplitScratch(mm.BM, mm.BN))
+	bytes := min(splitScratchMax, max(prof.MatmulSplitScratch(spec[1], spec[2]), prof.MatmulSplitScratch(mm.BM, mm.BN)))
 	return &splitK{prof: prof, reduce: reduce, scratch: must(bytes, vk.DeviceLocal)}, nil
 }
+
+// splitScratchMax bounds the split-K scratch: the pipelined tile's plan
+// (128 x 64) could write 64 MiB of partial sums (a 7B FFN's 11008 rows at
+// 512 tokens in 3 slices: 68 MB), the tensor cores' 32 MiB.
+const splitScratchMax = 32 << 20
 
 // splits is how m's part of rows is cut along K for n of at most maxRows
 // rows: the plan for maxRows (a routed block's dispatches are recorded for
 // its bound, and each count's sizes come from a table, so the cut may not
-// depend on the count), kept only when its partial sums fit the scratch.
+// depend on the count), in no more slices than the scratch holds.
 func (m batchMat) splits(rows uint32, n, maxRows int) (splits, slice uint32) {
 	if m.sk == nil {
 		return 1, m.cols
 	}
-	splits, slice = m.sk.prof.MatmulSplit(rows, m.cols, uint32(max(n, maxRows)), m.mm.spec, m.block)
-	if splits <= 1 || 4*uint64(splits)*uint64(max(n, maxRows))*uint64(rows) > m.sk.scratch.Size() {
-		return 1, m.cols
-	}
-	return splits, slice
+	per := 4 * uint64(max(n, maxRows)) * uint64(rows) // one slice's partial sums
+	most := uint32(min(m.sk.scratch.Size()/max(per, 1), shaders.MatmulMaxSplits))
+	return m.sk.prof.MatmulSplitAtMost(rows, m.cols, uint32(max(n, maxRows)), m.mm.spec, m.block, most)
 }
 
 // matPart is the rows of an batchMat in one buffer: rows of them from row

@@ -24,6 +24,20 @@ func tensorCoresEnv() (on, half bool, err error) {
 	}
 }
 
+// matmulPipeEnv is MODRUN_MATMUL_PIPE: unset or 1, the pipelined matmul
+// tile where a GPU profile allows it (shaders.MatmulSpecPipe); 0, the
+// tiles before it (MatmulSpecGPU), for comparing the two on a device.
+func matmulPipeEnv() (on bool, err error) {
+	switch v := os.Getenv("MODRUN_MATMUL_PIPE"); v {
+	case "", "1":
+		return true, nil
+	case "0":
+		return false, nil
+	default:
+		return true, fmt.Errorf("vulkan: MODRUN_MATMUL_PIPE=%q: want 1 (the default: the pipelined matmul tile on GPUs) or 0 (the tiles before it)", v)
+	}
+}
+
 // deviceFacts is what shaders.NewProfile needs of a device: the subgroup
 // size its subgroup kernels may count on (shaders.SubgroupSizeFor: one the
 // pipelines require where VK_EXT_subgroup_size_control allows, one the
@@ -31,7 +45,9 @@ func tensorCoresEnv() (on, half bool, err error) {
 // features and its limits. A vktest.Restriction shows here as a smaller device.
 func deviceFacts(info vk.DeviceInfo) shaders.Device {
 	l, f := info.Limits, info.Features
-	tc, tcHalf, _ := tensorCoresEnv() // New refuses a value it does not know
+	// openRunner refuses a value either does not know.
+	tc, tcHalf, _ := tensorCoresEnv()
+	pipe, _ := matmulPipeEnv()
 	sg, require := shaders.SubgroupSizeFor(shaders.SubgroupFacts{Vendor: info.VendorID, Reported: l.SubgroupSize,
 		Min: l.MinSubgroupSize, Max: l.MaxSubgroupSize,
 		Control: f.SubgroupSizeControl && f.ComputeFullSubgroups && l.RequiredSubgroupSizeCompute})
@@ -54,5 +70,6 @@ func deviceFacts(info vk.DeviceInfo) shaders.Device {
 		CooperativeMatrixNV:     f.CooperativeMatrixNV,
 		TensorCores:             tc,
 		TensorCoresHalf:         tcHalf,
+		NoMatmulPipe:            !pipe,
 	}
 }

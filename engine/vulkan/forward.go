@@ -133,6 +133,20 @@ func (r *Runner) recordRouted(rec *vk.Recorder, p *frame, l, j int) error {
 	if err != nil {
 		return err
 	}
+	if !p.step && !r.ks.prof.CPU {
+		// The block's matmuls on a tile fit to the rows it takes
+		// (narrowSpec): top-k's count, or the capacity's share of the rows
+		// that causal routing expects. Only the speed rides on the guess:
+		// a causal count over it takes more token tiles (the grid is the
+		// table's, by count), under it less padding than the chunk's tile.
+		bs, err := r.narrowBlocks(max(1, c.TopKCount(p.n)))
+		if err != nil {
+			return err
+		}
+		chunk := p.layers[l].mm
+		p.layers[l].mm = bs[l]
+		defer func() { p.layers[l].mm = chunk }()
+	}
 	d, nu := uint32(c.NEmbd), uint32(p.n)
 	resBinds := []vk.Bind{rw(u.x, 0, 0), rd(u.xs, 0, 0), rd(u.idx, 0, 0), rd(u.score, 0, 0)}
 	if rb.mlpOut != nil {

@@ -276,7 +276,7 @@ func checkProfile(dev *vk.Device, prof shaders.Profile) ([]SelfCheck, error) {
 			picks = append(picks, pick{shaders.DecodeAttentionSplitName(kv), shaders.DecodeAttentionSplitSpec(splits)})
 		}
 	}
-	if prof.MatmulCoop { // the tensor-core matmul
+	if prof.MatmulCoop || prof.MatmulPipe { // the tensor-core matmul, or the pipelined tile
 		for _, typ := range shaders.MatvecTypes {
 			name, spec := prof.MatmulKernel(typ)
 			picks = append(picks, pick{name, spec})

@@ -29,8 +29,8 @@ func checkerFor(v shaders.Variant) (mk func(v shaders.Variant, spec []uint32) (c
 		return routeDecodeCase, true
 	case shaders.OpDecodeAttention, shaders.OpDecodeAttentionSplit:
 		return decodeAttentionCase, true
-	case shaders.OpMatmulCoop:
-		return matmulCoopCase, true
+	case shaders.OpMatmulCoop, shaders.OpMatmulPipe:
+		return matmulCase, true
 	}
 	return nil, false
 }
@@ -51,6 +51,8 @@ func checkOp(v shaders.Variant) string {
 		return "attention split " + v.Type
 	case shaders.OpMatmulCoop:
 		return "matmul " + v.Type + " tensor cores"
+	case shaders.OpMatmulPipe:
+		return "matmul " + v.Type + " pipelined"
 	}
 	return v.Name
 }
@@ -250,10 +252,13 @@ func hiloCheckInput(rng *rand.Rand, n int) []float32 {
 // layout is off by whole terms.
 const checkCoopTol = 2e-3 + checkTol
 
-// matmulCoopCase: Y = X W^T on tensor cores for two workgroups' rows and 3
-// more, and a token tile and 3 more tokens (ragged in both, so the edges
-// are checked too), over checkCols columns.
-func matmulCoopCase(v shaders.Variant, spec []uint32) (checkCase, error) {
+// matmulCase: Y = X W^T on tensor cores (OpMatmulCoop) or by the
+// pipelined tile (OpMatmulPipe, at checkTol: f32 arithmetic) for two
+// workgroups' rows and 3 more, and a token tile and 3 more tokens (ragged
+// in both, so the edges are checked too), over checkCols columns: 32 of
+// the pipelined tile's steps, so both copies of its tiles are read and
+// rewritten many times.
+func matmulCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 	wt, err := shaders.Weight(v.Type)
 	if err != nil {
 		return checkCase{}, err
@@ -289,6 +294,9 @@ func matmulCoopCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 	}
 	x := randVec(rng, n*checkCols, -1, 1)
 	tol := checkCoopTol
+	if v.Op == shaders.OpMatmulPipe {
+		tol = checkTol
+	}
 	if hilo {
 		tol = checkCoopHiloTol
 		x = hiloCheckInput(rng, n*checkCols)

@@ -26,19 +26,20 @@ func gpuProfileOf(dev *vk.Device) shaders.Profile {
 // the profile's own plan (as checkProfile asks it): a matvec of every
 // weight type and fusion, two score plans, two routing decisions, and
 // decode attention on each cache type, plus its split pass where prof
-// splits a 2048-entry cache (AttentionSplits), and the tensor-core matmul
-// of every weight type where prof takes it (MatmulCoop). Lavapipe's own
-// profile: 52 + 4 + 2 = 58; a GPU's: 52 + 4 + 4 = 60; an NVIDIA GPU's,
-// with tensor cores: 60 + 13 = 73 (its "own" profile; lavapipe's emulated
-// tensor-core product takes 150 ms a call there, too slow to time 13 of
-// in CI: TestMatmulCoopHiloCheckCase runs their cases untimed).
+// splits a 2048-entry cache (AttentionSplits), and the matmul of every
+// weight type where prof takes a checked one (the tensor cores' or the
+// pipelined tile: MatmulCoop, MatmulPipe). Lavapipe's own profile: 52 + 4
+// + 2 = 58; a GPU's: 52 + 4 + 4 + 13 = 73 (the pipelined tile, or on an
+// NVIDIA GPU the tensor cores; lavapipe's emulated tensor-core product
+// takes 150 ms a call there, too slow to time 13 of in CI:
+// TestMatmulCoopHiloCheckCase runs their cases untimed).
 func checkRows(prof shaders.Profile) (rows, attention, split int) {
 	attention = len(shaders.KVTypes)
 	if prof.AttentionSplits(2048) > 1 {
 		split = len(shaders.KVTypes)
 	}
 	rows = len(shaders.MatvecTypes)*len(shaders.MatvecFusions) + 2 + 2 + attention + split
-	if prof.MatmulCoop {
+	if prof.MatmulCoop || prof.MatmulPipe {
 		rows += len(shaders.MatvecTypes)
 	}
 	return rows, attention + split, split
@@ -225,7 +226,7 @@ func TestMatmulCoopCheckCase(t *testing.T) {
 		for _, spec := range [][]uint32{shaders.MatmulCoopSpecGPU.Constants(), shaders.MatmulCoopSpecFew.Constants()} {
 			k, err := ks.get(shaders.MatmulCoopName(typ, true), spec)
 			require.NoError(t, err)
-			c, err := matmulCoopCase(real, spec)
+			c, err := matmulCase(real, spec)
 			require.NoError(t, err)
 			worst, _, err := runCheck(dev, k, c, false)
 			require.NoError(t, err)
@@ -252,7 +253,7 @@ func TestMatmulCoopHiloCheckCase(t *testing.T) {
 		real, err := shaders.Lookup(shaders.MatmulCoopHiloName(typ, false))
 		require.NoError(t, err)
 		for _, spec := range [][]uint32{shaders.MatmulCoopSpecGPU.Constants(), shaders.MatmulCoopSpecFew.Constants()} {
-			c, err := matmulCoopCase(real, spec)
+			c, err := matmulCase(real, spec)
 			require.NoError(t, err)
 			hilo, err := ks.get(shaders.MatmulCoopHiloName(typ, true), spec)
 			require.NoError(t, err)
@@ -288,4 +289,31 @@ func TestTensorCoresEnv(t *testing.T) {
 	t.Setenv("MODRUN_TENSOR_CORES", "yes")
 	_, err := New(dev, m, mod.RoutingRouter, Options{})
 	assert.ErrorContains(t, err, `MODRUN_TENSOR_CORES="yes"`)
+}
+
+// MODRUN_MATMUL_PIPE: unset or 1 keeps the pipelined tile where a GPU
+// profile allows it, 0 takes the tiles before it (the device's facts say
+// so), anything else is refused by name when a runner opens.
+func TestMatmulPipeEnv(t *testing.T) {
+	dev := openDevice(t, false)
+	for _, tc := range []struct {
+		v  string
+		on bool
+	}{{"", true}, {"1", true}, {"0", false}} {
+		t.Setenv("MODRUN_MATMUL_PIPE", tc.v)
+		on, err := matmulPipeEnv()
+		require.NoError(t, err, tc.v)
+		assert.Equal(t, tc.on, on, "%q", tc.v)
+		gpu := shaders.GPUProfile(deviceFacts(dev.Info()))
+		assert.Equal(t, tc.on, gpu.MatmulPipe, "%q: the GPU profile on this device (its limits hold the tile)", tc.v)
+		if dev.Info().Type == vk.CPU {
+			assert.False(t, DeviceProfile(dev.Info()).MatmulPipe, "%q: a CPU device's own profile keeps its tiles", tc.v)
+		} else {
+			assert.Equal(t, tc.on, DeviceProfile(dev.Info()).MatmulPipe, "%q: a GPU's own profile", tc.v)
+		}
+	}
+	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+	t.Setenv("MODRUN_MATMUL_PIPE", "on")
+	_, err := New(dev, m, mod.RoutingRouter, Options{})
+	assert.ErrorContains(t, err, `MODRUN_MATMUL_PIPE="on"`)
 }

@@ -373,23 +373,39 @@ func (st *Stepper) frame(n, k, g int) (*frame, error) {
 // products in the same order whatever the tile, so the results do not
 // change. With along the tile stages W along its rows (MatmulSpec.Along:
 // coalesced loads, for GPUs, whose few rows are bound by those loads);
-// lavapipe keeps the tiles it was measured with. ok is false when the
-// base tile fits.
+// lavapipe keeps the tiles it was measured with. Under the pipelined tile
+// (128 tokens) 33-64 rows take narrowPipe, half its padding. ok is false
+// when the base tile fits.
 func narrowSpec(n int, base shaders.MatmulSpec, along bool) (spec shaders.MatmulSpec, ok bool) {
 	b := uint32(1)
 	for b < uint32(n) {
 		b *= 2
 	}
-	if b >= base.BM || b > 32 {
+	if b >= base.BM {
+		return base, false
+	}
+	if b > 32 {
+		if base.Pipe && b <= narrowPipe.BM {
+			return narrowPipe, true
+		}
 		return base, false
 	}
 	tm := min(b, 4)
 	return shaders.MatmulSpec{BM: b, BN: 64, BK: 32, TM: tm, TN: b / tm, Along: along}, true
 }
 
-// narrowOn is narrowSpec on the runner's profile: along on GPUs.
+// narrowPipe is the pipelined tile at 64 tokens: 128 invocations of 8x4,
+// 16.9 KiB of shared memory.
+var narrowPipe = shaders.MatmulSpec{BM: 64, BN: 64, BK: 16, TM: 8, TN: 4, Along: true, Pipe: true}
+
+// narrowOn is narrowSpec on the runner's profile: along on GPUs. Under
+// the tensor cores 33-64 rows stay on their 64-token tile.
 func (r *Runner) narrowOn(n int) (shaders.MatmulSpec, bool) {
-	return narrowSpec(n, r.ks.prof.Matmul(), !r.ks.prof.CPU)
+	base := r.ks.prof.Matmul()
+	if r.ks.prof.MatmulCoop {
+		base.Pipe = false
+	}
+	return narrowSpec(n, base, !r.ks.prof.CPU)
 }
 
 // narrow is m with its matmul's tile fit to n rows (narrowSpec). Under
@@ -404,11 +420,7 @@ func (r *Runner) narrow(m batchMat, n int) (batchMat, error) {
 	if !ok {
 		return m, nil
 	}
-	name := m.mm.v.Name
-	if m.mm.v.Op == shaders.OpMatmulCoop {
-		name = shaders.MatmulName(m.mm.v.Type)
-	}
-	k, err := r.ks.get(name, spec.Constants())
+	k, err := r.ks.get(spec.Kernel(m.mm.v.Type), spec.Constants())
 	if err != nil {
 		return batchMat{}, err
 	}

@@ -364,3 +364,31 @@ func TestVecRowsEnv(t *testing.T) {
 	run.Close()
 	vulkanStepMatchesSolo(t, dev, nil, sm.m, sm.routing, "f32", 8)
 }
+
+// narrowSpec fits the tile to a few rows: the power of two at or above n
+// up to 32 on any base, 33-64 rows on the pipelined tile's 64-token
+// variant (never on the others, nor past the base's own tile).
+func TestNarrowSpec(t *testing.T) {
+	pipe := shaders.MatmulSpecPipe
+	for _, tc := range []struct {
+		n    int
+		base shaders.MatmulSpec
+		want shaders.MatmulSpec
+		ok   bool
+	}{
+		{5, shaders.MatmulSpecGPU, shaders.MatmulSpec{BM: 8, BN: 64, BK: 32, TM: 4, TN: 2, Along: true}, true},
+		{16, pipe, shaders.MatmulSpec{BM: 16, BN: 64, BK: 32, TM: 4, TN: 4, Along: true}, true},
+		{1, pipe, shaders.MatmulSpec{BM: 1, BN: 64, BK: 32, TM: 1, TN: 1, Along: true}, true},
+		{33, pipe, narrowPipe, true},
+		{64, pipe, narrowPipe, true},
+		{65, pipe, pipe, false},
+		{40, shaders.MatmulSpecGPU, shaders.MatmulSpecGPU, false},
+		{40, shaders.MatmulSpec{BM: 128, BN: 64, BK: 16, TM: 8, TN: 4}, shaders.MatmulSpec{BM: 128, BN: 64, BK: 16, TM: 8, TN: 4}, false},
+	} {
+		got, ok := narrowSpec(tc.n, tc.base, true)
+		assert.Equal(t, tc.ok, ok, "n=%d base %+v", tc.n, tc.base)
+		assert.Equal(t, tc.want, got, "n=%d base %+v", tc.n, tc.base)
+		require.NoError(t, got.Check())
+	}
+	assert.Equal(t, "matmul_pf_q4_k", narrowPipe.Kernel("q4_k"))
+}
