@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/modrun/modrun/internal/shared"
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -30,16 +31,6 @@ func loadGreedyVector(t *testing.T) greedyVector {
 	require.Len(t, g.IDs, 200)
 	require.Len(t, g.Logits, 4)
 	return g
-}
-
-func argmax(x []float32) int32 {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return int32(best)
 }
 
 // TestStories260KGreedy: the dense reference reproduces llama2.c token for
@@ -64,7 +55,7 @@ func TestStories260KGreedy(t *testing.T) {
 		if step < len(g.Logits) {
 			assertClose(t, g.Logits[step], logits, 1e-4, "logits after step %d", step)
 		}
-		tok = argmax(logits)
+		tok = stats.Argmax(logits)
 		got = append(got, tok)
 	}
 	assert.Equal(t, g.IDs, got)

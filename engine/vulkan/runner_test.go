@@ -11,6 +11,7 @@ import (
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/internal/shared"
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/tokenizer"
@@ -93,16 +94,6 @@ func maxAbsDiff(a, b []float32) float64 {
 	return m
 }
 
-func argmax(x []float32) int32 {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return int32(best)
-}
-
 // greedyVector is ../shared/data/models/stories260K_greedy200_ids.json
 // (see mod/stories_test.go).
 type greedyVector struct {
@@ -146,7 +137,7 @@ func TestStories260KGreedy(t *testing.T) {
 			require.Failf(t, "logits differ", "step %d: %s", step, msg)
 		}
 		worst = math.Max(worst, maxAbsDiff(want, got))
-		require.Equal(t, argmax(want), best, "step %d: GPU argmax", step)
+		require.Equal(t, stats.Argmax(want), best, "step %d: GPU argmax", step)
 		tok = best
 		ids = append(ids, tok)
 	}
