@@ -12,6 +12,7 @@ import (
 	"math/rand"
 	"testing"
 
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/vk"
 	"github.com/stretchr/testify/assert"
@@ -292,17 +293,10 @@ func nllRun(t testing.TB, dev *vk.Device, k *vk.Kernel, cols, n int, seed int64)
 	want, scale := make([]float64, n), make([]float64, n)
 	for r := 0; r < n; r++ {
 		row := x[r*cols : (r+1)*cols]
-		mx := math.Inf(-1)
-		for _, v := range row {
-			mx = math.Max(mx, float64(v))
-		}
-		var sum float64
-		for _, v := range row {
-			sum += math.Exp(float64(v) - mx)
-		}
-		xt := float64(row[target[r]])
-		want[r] = math.Log(sum) + mx - xt
-		scale[r] = math.Abs(math.Log(sum)) + math.Abs(mx) + math.Abs(xt)
+		mx := float64(row[stats.Argmax(row)])
+		lse, xt := stats.LogSumExp(row), float64(row[target[r]]) // lse - mx: log sum exp(row - max)
+		want[r] = lse - xt
+		scale[r] = math.Abs(lse-mx) + math.Abs(mx) + math.Abs(xt)
 	}
 	xb := newBuffer(t, dev, f32bytes(x))
 	out := denseNaNBuffer(t, dev, n)
