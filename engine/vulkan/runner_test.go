@@ -94,23 +94,12 @@ func maxAbsDiff(a, b []float32) float64 {
 	return m
 }
 
-// greedyVector is ../shared/data/models/stories260K_greedy200_ids.json
-// (see mod/stories_test.go).
-type greedyVector struct {
-	BOS int32   `json:"bos"`
-	IDs []int32 `json:"greedy_token_ids"`
-}
-
 // TestStories260KGreedy: 200 greedy tokens of stories260K on the GPU are
 // llama2.c's, the GPU's argmax is the CPU's, and the logits are within
 // tolLogits of the CPU reference at every step.
 func TestStories260KGreedy(t *testing.T) {
 	path := shared.Path(t, "models/stories260K.gguf")
-	raw, err := os.ReadFile(shared.Path(t, "models/stories260K_greedy200_ids.json"))
-	require.NoError(t, err)
-	var g greedyVector
-	require.NoError(t, json.Unmarshal(raw, &g))
-	require.Len(t, g.IDs, 200)
+	g := shared.Stories260KGreedy(t)
 
 	dev := openDevice(t, true)
 	m := openModel(t, path)
