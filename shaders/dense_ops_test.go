@@ -42,8 +42,8 @@ func ropeRun(t testing.TB, dev *vk.Device, k *vk.Kernel, headDim, nHead, n, step
 	return &denseRun{
 		k: k, push: RopePush{HeadDim: uint32(headDim), NHead: uint32(nHead), N: uint32(n)},
 		groups: Groups(uint32(n)),
-		binds: []vk.Bind{denseBind(xb, vk.Read), denseBind(newBuffer(t, dev, denseU32Bytes(pos)), vk.Read),
-			denseBind(newBuffer(t, dev, denseU32Bytes(RopeFreqs(freqs))), vk.Read), denseBind(out, vk.Write)},
+		binds: []vk.Bind{denseBind(xb, vk.Read), denseBind(newBuffer(t, dev, u32bytes(pos)), vk.Read),
+			denseBind(newBuffer(t, dev, u32bytes(RopeFreqs(freqs))), vk.Read), denseBind(out, vk.Write)},
 		bytes: 4 * 2 * n * width, tol: ropeTol,
 		result: func() ([]float32, []float64, []float64) {
 			w, s := ropeScale(want)
@@ -241,7 +241,7 @@ func modResidualRun(t testing.TB, dev *vk.Device, k *vk.Kernel, gate, target str
 	xb := newBuffer(t, dev, f32bytes(x))
 	kk := sel + pad
 	binds := []vk.Bind{denseBind(xb, vk.ReadWrite), denseBind(newBuffer(t, dev, f32bytes(o)), vk.Read),
-		denseBind(newBuffer(t, dev, denseU32Bytes(selected)), vk.Read), denseBind(newBuffer(t, dev, f32bytes(r)), vk.Read)}
+		denseBind(newBuffer(t, dev, u32bytes(selected)), vk.Read), denseBind(newBuffer(t, dev, f32bytes(r)), vk.Read)}
 	if target == mod.GateTargetMLP {
 		binds = append(binds, denseBind(newBuffer(t, dev, f32bytes(m)), vk.Read))
 	}

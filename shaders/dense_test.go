@@ -6,7 +6,6 @@ package shaders
 // lookup in embed_test.go, the benchmarks in dense_bench_test.go.
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand"
@@ -162,25 +161,6 @@ func denseLookup(t testing.TB, name string) Variant {
 	v, err := Lookup(name)
 	require.NoError(t, err)
 	return v
-}
-
-func denseU32Bytes(x []uint32) []byte {
-	b := make([]byte, 4*len(x))
-	for i, v := range x {
-		binary.LittleEndian.PutUint32(b[4*i:], v)
-	}
-	return b
-}
-
-func denseDownloadU32(t testing.TB, b *vk.Buffer, n int) []uint32 {
-	t.Helper()
-	raw := make([]byte, 4*n)
-	require.NoError(t, b.Download(raw, 0))
-	x := make([]uint32, n)
-	for i := range x {
-		x[i] = binary.LittleEndian.Uint32(raw[4*i:])
-	}
-	return x
 }
 
 // denseNaNBuffer is an output of n floats, NaN before the kernel runs, so an
@@ -403,7 +383,7 @@ func argmaxRun(t testing.TB, dev *vk.Device, k *vk.Kernel, cols, n int, seed int
 		binds:  []vk.Bind{denseBind(xb, vk.Read), denseBind(out, vk.Write)},
 		bytes:  4 * n * cols, tol: 0,
 		result: func() ([]float32, []float64, []float64) {
-			idx := denseDownloadU32(t, out, n)
+			idx := downloadU32(t, out, n)
 			got := make([]float32, n)
 			for i, v := range idx {
 				got[i] = float32(v) // exact: indices < 2^24
@@ -434,13 +414,13 @@ func TestArgmaxWide(t *testing.T) {
 			cols, n := uint32(sh[0]), uint32(sh[1])
 			run := argmaxRun(t, dev, ks.get(t, spec), sh[0], sh[1], int64(sh[0]+sh[1]))
 			run.groups = ArgmaxWideGroups(n, cols, spec)
-			done := newBuffer(t, dev, denseU32Bytes(make([]uint32, n)))
+			done := newBuffer(t, dev, u32bytes(make([]uint32, n)))
 			run.binds = append(run.binds, denseBind(denseNaNBuffer(t, dev, int(ArgmaxWidePartWords(n, cols, spec))), vk.ReadWrite), denseBind(done, vk.ReadWrite))
 			for i := 0; i < 2; i++ {
 				if err := run.run(t, dev, &w); err != nil {
 					t.Errorf("%s run %d: %v", name, i, err)
 				}
-				assert.Equal(t, make([]uint32, n), denseDownloadU32(t, done, int(n)), "%s run %d: done left at zero", name, i)
+				assert.Equal(t, make([]uint32, n), downloadU32(t, done, int(n)), "%s run %d: done left at zero", name, i)
 			}
 		}
 	}

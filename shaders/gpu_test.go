@@ -70,6 +70,18 @@ func download(t testing.TB, b *vk.Buffer, n int) []float32 {
 	return x
 }
 
+// downloadU32 is the first n words of b (n may be 0: it reads one word).
+func downloadU32(t testing.TB, b *vk.Buffer, n int) []uint32 {
+	t.Helper()
+	raw := make([]byte, 4*max(n, 1))
+	require.NoError(t, b.Download(raw, 0))
+	x := make([]uint32, n)
+	for i := range x {
+		x[i] = binary.LittleEndian.Uint32(raw[4*i:])
+	}
+	return x
+}
+
 // closeness compares got with want element by element: element i is bad when
 // |got-want| > tol*scale[i] (scale: the size of the terms that were summed,
 // so the bound is relative to what rounding could lose). On failure it reports

@@ -38,7 +38,7 @@ func BenchmarkRoutingTopK(b *testing.B) {
 				ks.record(rec, bufs, uint32(n), uint32(k))
 			}
 			require.NoError(b, dev.Run(rec)) // records
-			if err := routingExact(routingDownloadU32(b, bufs.idx, k), routingU32(want)); err != nil {
+			if err := routingExact(downloadU32(b, bufs.idx, k), routingU32(want)); err != nil {
 				b.Fatalf("wrong before timing: %v", err)
 			}
 			cpu := routingCPUTime(func() { mod.TopKIndices(scores, k) })
@@ -66,7 +66,7 @@ func BenchmarkRoutingCompact(b *testing.B) {
 	mask := routingMask(sel, n)
 	rec := dev.NewRecorder()
 	defer rec.Close()
-	mb := newBuffer(b, dev, routingU32Bytes(mask))
+	mb := newBuffer(b, dev, u32bytes(mask))
 	idx, count, args := routingBuffer(b, dev, nil, n, 0), routingBuffer(b, dev, nil, 1, 0), routingBuffer(b, dev, nil, 3, 0)
 	for i := 0; i < perRun; i++ {
 		rec.Dispatch(k, vk.MustPackPush(CompactPush{N: n, RowsPerGroup: 1}), [3]uint32{1, 1, 1},
@@ -74,7 +74,7 @@ func BenchmarkRoutingCompact(b *testing.B) {
 			vk.Bind{Buf: count, Access: vk.Write}, vk.Bind{Buf: args, Access: vk.Write})
 	}
 	require.NoError(b, dev.Run(rec))
-	if err := routingExact(routingDownloadU32(b, idx, len(sel)), routingU32(sel)); err != nil {
+	if err := routingExact(downloadU32(b, idx, len(sel)), routingU32(sel)); err != nil {
 		b.Fatalf("wrong before timing: %v", err)
 	}
 	out := make([]uint32, 0, n)

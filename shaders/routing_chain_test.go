@@ -67,9 +67,9 @@ func TestGatherScatter(t *testing.T) {
 						want, scale := residualRef(x, o, r, sel, d, gate)
 
 						xb, rb, ob := newBuffer(t, dev, f32bytes(x)), newBuffer(t, dev, f32bytes(r)), newBuffer(t, dev, f32bytes(o))
-						idx := newBuffer(t, dev, routingU32Bytes(routingU32(sel)))
-						count := newBuffer(t, dev, routingU32Bytes([]uint32{uint32(ks)}))
-						args := newBuffer(t, dev, routingU32Bytes(routingArgs(ks, RoutingRowsPerGroup)))
+						idx := newBuffer(t, dev, u32bytes(routingU32(sel)))
+						count := newBuffer(t, dev, u32bytes([]uint32{uint32(ks)}))
+						args := newBuffer(t, dev, u32bytes(routingArgs(ks, RoutingRowsPerGroup)))
 						rec := dev.NewRecorder()
 						xs := routingBuffer(t, dev, rec, n*d, 0x7fc00000)
 						gBinds := []vk.Bind{{Buf: idx, Access: vk.Read}, {Buf: count, Access: vk.Read},
@@ -237,7 +237,7 @@ func (st *routingStep) check(t *testing.T, dev *vk.Device, routing mod.Routing, 
 	switch routing {
 	case mod.RoutingTopK:
 		sel = mod.TopKIndices(r, st.k)
-		assert.NoError(t, routingExact(routingDownloadU32(t, st.idxTopk, st.k), routingU32(sel)), "topk idx")
+		assert.NoError(t, routingExact(downloadU32(t, st.idxTopk, st.k), routingU32(sel)), "topk idx")
 	case mod.RoutingRouter:
 		sel = routingPositive(r)
 	case mod.RoutingPredictor:
@@ -258,10 +258,10 @@ func (st *routingStep) check(t *testing.T, dev *vk.Device, routing mod.Routing, 
 	}
 	t.Logf("%d of %d tokens selected", len(sel), n)
 	count := len(sel)
-	assert.Equal(t, []uint32{uint32(count)}, routingDownloadU32(t, st.count, 1), "count")
-	assert.Equal(t, routingArgs(count, RoutingRowsPerGroup), routingDownloadU32(t, st.args, 3), "indirect arguments")
-	assert.NoError(t, routingExact(routingDownloadU32(t, st.mask, n), routingMask(sel, n)), "mask")
-	assert.NoError(t, routingExact(routingDownloadU32(t, st.idx, count), routingU32(sel)), "idx")
+	assert.Equal(t, []uint32{uint32(count)}, downloadU32(t, st.count, 1), "count")
+	assert.Equal(t, routingArgs(count, RoutingRowsPerGroup), downloadU32(t, st.args, 3), "indirect arguments")
+	assert.NoError(t, routingExact(downloadU32(t, st.mask, n), routingMask(sel, n)), "mask")
+	assert.NoError(t, routingExact(downloadU32(t, st.idx, count), routingU32(sel)), "idx")
 
 	o := make([]float32, count*d) // the stand-in block: o = xs + xs
 	for j, i := range sel {

@@ -308,7 +308,7 @@ func (c routeDecodeCase) run(t *testing.T, dev *vk.Device, k *vk.Kernel, name st
 	x := newBuffer(t, dev, f32bytes(c.x))
 	binds := []vk.Bind{{Buf: newBuffer(t, dev, f32bytes(c.w)), Access: vk.Read}, {Buf: newBuffer(t, dev, f32bytes(bias)), Access: vk.Read},
 		{Buf: x, Access: vk.ReadWrite}, {Buf: xs, Access: vk.Write}, {Buf: r, Access: vk.Write},
-		{Buf: count, Access: vk.Write}, {Buf: newBuffer(t, dev, routingU32Bytes(groupsTable)), Access: vk.Read}, {Buf: args, Access: vk.Write}}
+		{Buf: count, Access: vk.Write}, {Buf: newBuffer(t, dev, u32bytes(groupsTable)), Access: vk.Read}, {Buf: args, Access: vk.Write}}
 	push := RouteDecodePush{NEmbd: uint32(d), HasBias: hasBias, M: uint32(m)}
 	var p *vk.Buffer
 	if pred {
@@ -356,8 +356,8 @@ func (c routeDecodeCase) run(t *testing.T, dev *vk.Device, k *vk.Kernel, name st
 	if sel {
 		wantCount, wantArgs = 1, groupsTable
 	}
-	assert.Equal(t, []uint32{wantCount}, routingDownloadU32(t, count, 1), "%s: count (score %g, GPU %g)", name, score, gotScore)
-	assert.Equal(t, wantArgs, routingDownloadU32(t, args, 3*m), "%s: indirect arguments", name)
+	assert.Equal(t, []uint32{wantCount}, downloadU32(t, count, 1), "%s: count (score %g, GPU %g)", name, score, gotScore)
+	assert.Equal(t, wantArgs, downloadU32(t, args, 3*m), "%s: indirect arguments", name)
 	if mod.Poisons(score) { // the skip path must not hide a broken score: x and xs become NaN (mod.PoisonRows)
 		for what, got := range map[string][]float32{"x": download(t, x, d), "xs": download(t, xs, d)} {
 			for e, v := range got {
@@ -387,7 +387,7 @@ func BenchmarkScores(b *testing.B) {
 	w, w1, w2, x := routingNormal(rng, d, 0.03), routingNormal(rng, h*d, 0.03), routingNormal(rng, h, 1), routingNormal(rng, d, 1)
 	wb, w1b, w2b, xb := newBuffer(b, dev, f32bytes(w)), newBuffer(b, dev, f32bytes(w1)), newBuffer(b, dev, f32bytes(w2)), newBuffer(b, dev, f32bytes(x))
 	bias := newBuffer(b, dev, f32bytes([]float32{0.1}))
-	groups := newBuffer(b, dev, routingU32Bytes(make([]uint32, 3*12)))
+	groups := newBuffer(b, dev, u32bytes(make([]uint32, 3*12)))
 	out, hid, xs := routingBuffer(b, dev, nil, 1, 0), routingBuffer(b, dev, nil, h, 0), routingBuffer(b, dev, nil, d, 0)
 	count, args, p := routingBuffer(b, dev, nil, 1, 0), routingBuffer(b, dev, nil, 3*12, 0), routingBuffer(b, dev, nil, 1, 0)
 	_, rWant, rScale := routerRef(b, w, x, nil, 1, d)
