@@ -325,6 +325,36 @@ func requantize(t *testing.T, mt *mod.Mat, typ gguf.TensorType) {
 	*mt = q
 }
 
+// weightMix is a weight type for each block matrix and for the token
+// embedding.
+type weightMix struct {
+	q, k, v, o, gate, up, down gguf.TensorType
+	embd                       gguf.TensorType
+}
+
+// requantize makes w's matrices mix's types: every block's, the token
+// embedding (and the output tied to it), and an untied output as F16.
+func (mix weightMix) requantize(t *testing.T, w *mod.Weights) {
+	t.Helper()
+	tied := w.Output.Name == w.TokenEmbd.Name
+	requantize(t, &w.TokenEmbd, mix.embd)
+	if tied {
+		w.Output = w.TokenEmbd
+	} else {
+		requantize(t, &w.Output, gguf.TypeF16)
+	}
+	for l := range w.Blocks {
+		b := &w.Blocks[l]
+		requantize(t, &b.Q, mix.q)
+		requantize(t, &b.K, mix.k)
+		requantize(t, &b.V, mix.v)
+		requantize(t, &b.O, mix.o)
+		requantize(t, &b.Gate, mix.gate)
+		requantize(t, &b.Up, mix.up)
+		requantize(t, &b.Down, mix.down) // 172 columns: not a multiple of 32 for Q8_0
+	}
+}
+
 // gpuProfileOn is the profile a GPU of d's subgroup size would get, with
 // subgroup arithmetic or without it, for d (shaders.GPUProfile): it runs a
 // GPU's variants on lavapipe (subgroup size 8), keeping d's loop cap,
