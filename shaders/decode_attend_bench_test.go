@@ -71,11 +71,11 @@ func BenchmarkDecodeAttendGPU(b *testing.B) {
 				name  string
 				spec  []uint32
 			}{
-				{"old", DecodeAttendName(kv), prof.Fit(routingLookup(b, DecodeAttendName(kv)), DecodeAttendSpec(splits))},
+				{"old", DecodeAttendName(kv), prof.Fit(lookup(b, DecodeAttendName(kv)), DecodeAttendSpec(splits))},
 				{"keys", DecodeAttendKeysName(kv), DecodeAttendKeysSpec(uint32(sh.hd), splits)},
 			} {
 				b.Run(fmt.Sprintf("%s%v", kern.label, kern.spec), func(b *testing.B) {
-					k := newKernel(b, dev, routingLookup(b, kern.name), kern.spec...)
+					k := newKernel(b, dev, lookup(b, kern.name), kern.spec...)
 					in.bench(b, dev, k, splits)
 				})
 			}

@@ -72,7 +72,7 @@ func kvEncode(t testing.TB, kv KV, x []float32) ([]byte, []float32) {
 func TestDecodeKV(t *testing.T) {
 	dev := openDevice(t)
 	for _, kv := range KVTypes {
-		k := newKernel(t, dev, routingLookup(t, DecodeKVName(kv)))
+		k := newKernel(t, dev, lookup(t, DecodeKVName(kv)))
 		var worst float64
 		for i, tc := range []struct {
 			headDim, nHead, nKVHead int
@@ -181,7 +181,7 @@ func maxRelPair(got []float32, want, scale []float64) float64 {
 func TestDecodeAttention(t *testing.T) {
 	dev := openDevice(t)
 	for _, kv := range KVTypes {
-		k := newKernel(t, dev, routingLookup(t, DecodeAttentionName(kv)))
+		k := newKernel(t, dev, lookup(t, DecodeAttentionName(kv)))
 		for i, sh := range []struct{ n, entries, nHead, nKVHead, hd int }{
 			{1, 1, 8, 4, 8},
 			{1, 37, 8, 4, 8},
@@ -214,9 +214,9 @@ func TestDecodeAttention(t *testing.T) {
 // TestDecodeAttention.
 func TestDecodeAttentionSplit(t *testing.T) {
 	dev := openDevice(t)
-	combine := newKernel(t, dev, routingLookup(t, "decode_attention_combine"))
+	combine := newKernel(t, dev, lookup(t, "decode_attention_combine"))
 	for _, kv := range KVTypes {
-		v := routingLookup(t, DecodeAttentionSplitName(kv))
+		v := lookup(t, DecodeAttentionSplitName(kv))
 		for _, splits := range []uint32{1, 4, 7, 16} {
 			k := newKernel(t, dev, v, DecodeAttentionSplitSpec(splits)...)
 			for i, sh := range []struct{ n, entries, nHead, nKVHead, hd int }{
@@ -327,7 +327,7 @@ func TestDecodeAttend(t *testing.T) {
 	dev := openDevice(t)
 	for _, kv := range KVTypes {
 		for _, kern := range decodeAttendKernels {
-			v := routingLookup(t, kern.name(kv))
+			v := lookup(t, kern.name(kv))
 			for _, splits := range []uint32{1, 4, 16} {
 				k := newKernel(t, dev, v, kern.spec(64, splits)...)
 				for _, old := range []int{0, 16, 299, 2099} {
@@ -350,7 +350,7 @@ func TestDecodeAttendKeys(t *testing.T) {
 	dev := openDevice(t)
 	type heads struct{ nHead, nKVHead int }
 	for _, kv := range KVTypes {
-		v := routingLookup(t, DecodeAttendKeysName(kv))
+		v := lookup(t, DecodeAttendKeysName(kv))
 		for _, hd := range []int{64, 96, 128} {
 			for _, splits := range []uint32{1, 3, 16} {
 				k := newKernel(t, dev, v, DecodeAttendKeysSpec(uint32(hd), splits)...)
@@ -385,7 +385,7 @@ func TestDecodeAttendFull(t *testing.T) {
 		for _, kern := range decodeAttendKernels {
 			for _, splits := range []uint32{1, 4} {
 				name := fmt.Sprintf("%s/splits%d", kern.name(kv), splits)
-				k := newKernel(t, dev, routingLookup(t, kern.name(kv)), kern.spec(hd, splits)...)
+				k := newKernel(t, dev, lookup(t, kern.name(kv)), kern.spec(hd, splits)...)
 				c := newAttentionCase(1, old, nHead, nKVHead, hd, 3, 11)
 				kRaw, kRounded := kvEncode(t, kv, c.k)
 				vRaw, vRounded := kvEncode(t, kv, c.v)

@@ -156,13 +156,6 @@ func (w *denseWorst) log(t *testing.T, tol float64) {
 	t.Logf("max abs err %.3g; max err/scale %.3g (tolerance %g)", w.abs, w.ofScale, tol)
 }
 
-func denseLookup(t testing.TB, name string) Variant {
-	t.Helper()
-	v, err := Lookup(name)
-	require.NoError(t, err)
-	return v
-}
-
 // denseNaNBuffer is an output of n floats, NaN before the kernel runs, so an
 // element it skips shows.
 func denseNaNBuffer(t testing.TB, dev *vk.Device, n int) *vk.Buffer {
@@ -232,7 +225,7 @@ func rmsnormRun(t testing.TB, dev *vk.Device, k *vk.Kernel, cols, n int, inPlace
 
 func TestRMSNorm(t *testing.T) {
 	dev := openDevice(t)
-	ks := denseKernels{dev: dev, v: denseLookup(t, "rmsnorm")}
+	ks := denseKernels{dev: dev, v: lookup(t, "rmsnorm")}
 	var w denseWorst
 	for _, sh := range [][2]int{{1, 1}, {7, 3}, {64, 5}, {257, 2}, {576, 9}, {4096, 2}, {40000, 1}} {
 		for _, spec := range denseRowSpecs("rmsnorm", sh[0]) {
@@ -291,7 +284,7 @@ func nllRun(t testing.TB, dev *vk.Device, k *vk.Kernel, cols, n int, seed int64)
 
 func TestNLL(t *testing.T) {
 	dev := openDevice(t)
-	ks := denseKernels{dev: dev, v: denseLookup(t, "nll")}
+	ks := denseKernels{dev: dev, v: lookup(t, "nll")}
 	var w denseWorst
 	for _, sh := range [][2]int{{1, 1}, {7, 3}, {100, 4}, {513, 3}, {32000, 2}} {
 		for _, spec := range denseRowSpecs("nll", sh[0]) {
@@ -321,7 +314,7 @@ func TestNLLNonFinite(t *testing.T) {
 	for _, spec := range [][]uint32{RowSpecGPU, RowSpecCPU} {
 		out := denseNaNBuffer(t, dev, n)
 		rec := dev.NewRecorder()
-		k := newKernel(t, dev, denseLookup(t, "nll"), spec...)
+		k := newKernel(t, dev, lookup(t, "nll"), spec...)
 		rec.Dispatch(k, vk.MustPackPush(NLLPush{Cols: cols, N: n}), RowGroups(n, spec),
 			denseBind(newBuffer(t, dev, f32bytes(x)), vk.Read), denseBind(newBuffer(t, dev, u32bytes(target)), vk.Read), denseBind(out, vk.Write))
 		require.NoError(t, dev.Run(rec))
@@ -406,7 +399,7 @@ func argmaxRun(t testing.TB, dev *vk.Device, k *vk.Kernel, cols, n int, seed int
 // first left it, zero, which is checked too.
 func TestArgmaxWide(t *testing.T) {
 	dev := openDevice(t)
-	ks := denseKernels{dev: dev, v: denseLookup(t, "argmax_wide")}
+	ks := denseKernels{dev: dev, v: lookup(t, "argmax_wide")}
 	var w denseWorst
 	for _, sh := range [][2]int{{1, 1}, {6, 7}, {1024, 6}, {1025, 7}, {32000, 6}, {100000, 1}} {
 		for _, spec := range [][]uint32{ArgmaxWideSpec, {64, 1}, {32, 3}} {
@@ -429,7 +422,7 @@ func TestArgmaxWide(t *testing.T) {
 
 func TestArgmax(t *testing.T) {
 	dev := openDevice(t)
-	ks := denseKernels{dev: dev, v: denseLookup(t, "argmax")}
+	ks := denseKernels{dev: dev, v: lookup(t, "argmax")}
 	var w denseWorst
 	for _, sh := range [][2]int{{1, 6}, {7, 6}, {512, 7}, {1000, 6}, {32000, 6}, {100000, 1}} {
 		for _, spec := range append(denseRowSpecs("argmax", sh[0]), []uint32{64, 64}, []uint32{256, 256}) {

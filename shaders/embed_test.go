@@ -113,7 +113,7 @@ func TestEmbed(t *testing.T) {
 	var w denseWorst
 	for _, v := range variants {
 		typ := v.typ
-		k := newKernel(t, dev, denseLookup(t, v.name))
+		k := newKernel(t, dev, lookup(t, v.name))
 		for _, sh := range shapes[typ] {
 			for _, n := range []int{1, 2, 9} {
 				// Split at row 8: 8 rows of any type here are a multiple of

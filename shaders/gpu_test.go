@@ -28,6 +28,14 @@ func openDeviceWith(t testing.TB, opts vk.InstanceOptions) *vk.Device {
 	return vktest.Open(t, opts)
 }
 
+// lookup is the variant named name.
+func lookup(t testing.TB, name string) Variant {
+	t.Helper()
+	v, err := Lookup(name)
+	require.NoError(t, err)
+	return v
+}
+
 // newKernel makes v's kernel, with spec overriding its default
 // specialization constants when given.
 func newKernel(t testing.TB, dev *vk.Device, v Variant, spec ...uint32) *vk.Kernel {

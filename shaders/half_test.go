@@ -126,7 +126,7 @@ func TestToHalf(t *testing.T) {
 			const nHead, hd, splits = 8, 128, 4 // a chunk of 1024 values a dispatch
 			qd := nHead * hd
 			kOff, vOff := qd, 2*qd // one kv head per head: head h outputs its own value
-			k := newKernel(t, dev, routingLookup(t, kern.name(KVF16)), kern.spec(hd, splits)...)
+			k := newKernel(t, dev, lookup(t, kern.name(KVF16)), kern.spec(hd, splits)...)
 			freqs := ropeTable(t, hd, "llama3.2+linear4")
 			bFreq := newBuffer(t, dev, u32bytes(RopeFreqs(freqs)))
 			var got []float32

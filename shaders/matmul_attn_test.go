@@ -449,8 +449,8 @@ func (b *attentionBuffers) close() {
 // attention_merge in key tiles of splitLen.
 func (c *attentionCase) runTiled(t testing.TB, dev *vk.Device, splitLen, sorted uint32) []float32 {
 	t.Helper()
-	split := newKernel(t, dev, routingLookup(t, "attention_split"), AttentionSplitSpec(uint32(c.hd))...)
-	merge := newKernel(t, dev, routingLookup(t, "attention_merge"))
+	split := newKernel(t, dev, lookup(t, "attention_split"), AttentionSplitSpec(uint32(c.hd))...)
+	merge := newKernel(t, dev, lookup(t, "attention_merge"))
 	return c.runSplit(t, dev, split, merge, splitLen, false, false, sorted)
 }
 

@@ -21,9 +21,9 @@ import (
 // free (GLSL does not fix it).
 func TestPrefillKV(t *testing.T) {
 	dev := openDevice(t)
-	count := newKernel(t, dev, routingLookup(t, "prefill_count"))
+	count := newKernel(t, dev, lookup(t, "prefill_count"))
 	for _, kv := range KVTypes {
-		k := newKernel(t, dev, routingLookup(t, PrefillKVName(kv)))
+		k := newKernel(t, dev, lookup(t, PrefillKVName(kv)))
 		for _, tc := range []struct {
 			kvd, n, rows, base, maxEntries int
 		}{
@@ -106,7 +106,7 @@ func TestPrefillKV(t *testing.T) {
 // TestPrefillPos: pos[j] = chunkPos[idx[j]] for j < count, nothing past it.
 func TestPrefillPos(t *testing.T) {
 	dev := openDevice(t)
-	k := newKernel(t, dev, routingLookup(t, "prefill_pos"))
+	k := newKernel(t, dev, lookup(t, "prefill_pos"))
 	for _, tc := range []struct{ n, count int }{{1, 0}, {1, 1}, {5, 3}, {64, 64}, {200, 131}} {
 		rng := rand.New(rand.NewSource(int64(tc.n)))
 		cpos := make([]uint32, tc.n)
@@ -141,7 +141,7 @@ func TestPrefillPos(t *testing.T) {
 // the n dispatches, counts 0, some, the largest and past it.
 func TestPrefillArgs(t *testing.T) {
 	dev := openDevice(t)
-	k := newKernel(t, dev, routingLookup(t, "prefill_args"))
+	k := newKernel(t, dev, lookup(t, "prefill_args"))
 	const m, maxCount = 70, 5 // more dispatches than invocations
 	table := make([]uint32, 3*m*(maxCount+1))
 	for i := range table {

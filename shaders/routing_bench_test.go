@@ -28,7 +28,7 @@ func BenchmarkRoutingTopK(b *testing.B) {
 		b.Run(fmt.Sprintf("n%d/wg%d", bc.n, bc.wg), func(b *testing.B) {
 			n, k := bc.n, mod.TopK(0.125, bc.n)
 			ks := newTopkKernels(b, dev)
-			ks["topk"] = newKernel(b, dev, routingLookup(b, "topk"), bc.wg, TopkLocal)
+			ks["topk"] = newKernel(b, dev, lookup(b, "topk"), bc.wg, TopkLocal)
 			scores := topkScores("ties", n, rand.New(rand.NewSource(1)))
 			want := mod.TopKIndices(scores, k)
 			rec := dev.NewRecorder()
@@ -61,7 +61,7 @@ func BenchmarkRoutingTopK(b *testing.B) {
 func BenchmarkRoutingCompact(b *testing.B) {
 	dev := openDeviceWith(b, vk.InstanceOptions{})
 	const n, perRun = 2048, 8
-	k := newKernel(b, dev, routingLookup(b, "compact_mask"))
+	k := newKernel(b, dev, lookup(b, "compact_mask"))
 	sel := mod.TopKIndices(topkScores("random", n, rand.New(rand.NewSource(1))), mod.TopK(0.125, n))
 	mask := routingMask(sel, n)
 	rec := dev.NewRecorder()

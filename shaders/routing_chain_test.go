@@ -42,10 +42,10 @@ func residualRef(x, o, r []float32, sel []int, d int, gate string) (want, scale 
 
 func TestGatherScatter(t *testing.T) {
 	dev := openDevice(t)
-	kGather := newKernel(t, dev, routingLookup(t, "gather"))
+	kGather := newKernel(t, dev, lookup(t, "gather"))
 	kScatter := map[string]*vk.Kernel{ // the gated residual: mod_residual, DESIGN.md §3's target
-		mod.GateSigmoid:  newKernel(t, dev, denseLookup(t, ModResidualVariant(mod.GateSigmoid, mod.GateTargetBlock))),
-		mod.GateIdentity: newKernel(t, dev, denseLookup(t, ModResidualVariant(mod.GateIdentity, mod.GateTargetBlock))),
+		mod.GateSigmoid:  newKernel(t, dev, lookup(t, ModResidualVariant(mod.GateSigmoid, mod.GateTargetBlock))),
+		mod.GateIdentity: newKernel(t, dev, lookup(t, ModResidualVariant(mod.GateIdentity, mod.GateTargetBlock))),
 	}
 	for _, n := range routingSizes {
 		for _, d := range []int{1, 7, 64, 100} {
@@ -129,15 +129,15 @@ func TestRoutingEndToEnd(t *testing.T) {
 	ks := newTopkKernels(t, dev)
 	sdev := scoreDevice(dev)
 	rPlan, upPlan, downPlan := PlanScore(sdev, n, 1, d, true), PlanScore(sdev, n, d/2, d, true), PlanScore(sdev, n, 1, d/2, true)
-	kRouter := newKernel(t, dev, routingLookup(t, rPlan.Variant), rPlan.Spec...)
-	kUp := newKernel(t, dev, routingLookup(t, upPlan.Variant), upPlan.Spec...)
-	kDown := newKernel(t, dev, routingLookup(t, downPlan.Variant), downPlan.Spec...)
-	kPos := newKernel(t, dev, routingLookup(t, "compact_positive"))
-	kGather := newKernel(t, dev, routingLookup(t, "gather"))
-	kAdd := newKernel(t, dev, routingLookup(t, "add"))
+	kRouter := newKernel(t, dev, lookup(t, rPlan.Variant), rPlan.Spec...)
+	kUp := newKernel(t, dev, lookup(t, upPlan.Variant), upPlan.Spec...)
+	kDown := newKernel(t, dev, lookup(t, downPlan.Variant), downPlan.Spec...)
+	kPos := newKernel(t, dev, lookup(t, "compact_positive"))
+	kGather := newKernel(t, dev, lookup(t, "gather"))
+	kAdd := newKernel(t, dev, lookup(t, "add"))
 	kScatter := map[string]*vk.Kernel{ // the gated residual: mod_residual, DESIGN.md §3's target
-		mod.GateSigmoid:  newKernel(t, dev, denseLookup(t, ModResidualVariant(mod.GateSigmoid, mod.GateTargetBlock))),
-		mod.GateIdentity: newKernel(t, dev, denseLookup(t, ModResidualVariant(mod.GateIdentity, mod.GateTargetBlock))),
+		mod.GateSigmoid:  newKernel(t, dev, lookup(t, ModResidualVariant(mod.GateSigmoid, mod.GateTargetBlock))),
+		mod.GateIdentity: newKernel(t, dev, lookup(t, ModResidualVariant(mod.GateIdentity, mod.GateTargetBlock))),
 	}
 	for _, tc := range []struct {
 		routing mod.Routing

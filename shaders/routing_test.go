@@ -319,8 +319,8 @@ func TestTopKPasses(t *testing.T) {
 
 func TestCompact(t *testing.T) {
 	dev := openDevice(t)
-	kMask := newKernel(t, dev, routingLookup(t, "compact_mask"))
-	kPos := newKernel(t, dev, routingLookup(t, "compact_positive"))
+	kMask := newKernel(t, dev, lookup(t, "compact_mask"))
+	kPos := newKernel(t, dev, lookup(t, "compact_positive"))
 	// 70000 all selected: more than 65535 workgroups of one row, so the
 	// arguments need a second dimension.
 	sizes := append(append([]int{}, routingSizes...), 70000)
@@ -426,7 +426,7 @@ func TestTopKPoisons(t *testing.T) {
 // mod.PoisonRows does, and leaves every other row as it was.
 func TestCompactDecisionBits(t *testing.T) {
 	dev := openDevice(t)
-	k := newKernel(t, dev, routingLookup(t, "compact_positive"))
+	k := newKernel(t, dev, lookup(t, "compact_positive"))
 	bits := []uint32{
 		0x00000001, 0x00000002, 0x007fffff, 0x00800000, 0x3f800000, 0x7f7fffff, 0x7f800000, // > 0: denormals to +Inf
 		0x00000000, 0x80000000, 0x80000001, 0x807fffff, 0xbf800000, 0xff800000, // +0, -0, negative denormals, -1, -Inf
@@ -487,11 +487,4 @@ func routingNilIfEmpty(x []int) []int {
 		return nil
 	}
 	return x
-}
-
-func routingLookup(t testing.TB, name string) Variant {
-	t.Helper()
-	v, err := Lookup(name)
-	require.NoError(t, err)
-	return v
 }

@@ -89,7 +89,7 @@ func runScore(t testing.TB, dev *vk.Device, k *vk.Kernel, spec []uint32, push Ro
 func TestRouterScore(t *testing.T) {
 	dev := openDevice(t)
 	for _, sc := range scoreSpecs {
-		k := newKernel(t, dev, routingLookup(t, sc.variant), sc.spec...)
+		k := newKernel(t, dev, lookup(t, sc.variant), sc.spec...)
 		for _, n := range []int{1, 2, 37, 513} {
 			for _, d := range scoreWidths {
 				if !scoreUsable(dev, sc.variant, sc.spec, d) || (n == 513 && sc.spec[1] > 64) {
@@ -124,7 +124,7 @@ func TestRouterScore(t *testing.T) {
 func TestPredictorScore(t *testing.T) {
 	dev := openDevice(t)
 	for _, sc := range scoreSpecs {
-		k := newKernel(t, dev, routingLookup(t, sc.variant), sc.spec...)
+		k := newKernel(t, dev, lookup(t, sc.variant), sc.spec...)
 		for _, n := range []int{1, 3} {
 			for _, d := range []int{8, 36, 1000, 2048, 2050} {
 				h := d / 2
@@ -275,7 +275,7 @@ func TestRouteDecode(t *testing.T) {
 		for _, wg := range []uint32{64, 256} {
 			ks := map[bool]*vk.Kernel{}
 			for _, pred := range []bool{false, true} {
-				ks[pred] = newKernel(t, dev, routingLookup(t, RouteDecodeVariant(sd, pred, sg)), wg)
+				ks[pred] = newKernel(t, dev, lookup(t, RouteDecodeVariant(sd, pred, sg)), wg)
 			}
 			for _, c := range cases {
 				name := fmt.Sprintf("sg%v/wg%d/%s", sg, wg, c.name)
@@ -396,10 +396,10 @@ func BenchmarkScores(b *testing.B) {
 			continue
 		}
 		rPlan, upPlan := PlanScore(sd, 1, 1, d, sg), PlanScore(sd, 1, h, d, sg)
-		kr := newKernel(b, dev, routingLookup(b, rPlan.Variant), rPlan.Spec...)
-		kUp := newKernel(b, dev, routingLookup(b, upPlan.Variant), upPlan.Spec...)
-		kDec := newKernel(b, dev, routingLookup(b, RouteDecodeVariant(sd, false, sg)), RouteDecodeSpec(sd)...)
-		kDecP := newKernel(b, dev, routingLookup(b, RouteDecodeVariant(sd, true, sg)), RouteDecodeSpec(sd)...)
+		kr := newKernel(b, dev, lookup(b, rPlan.Variant), rPlan.Spec...)
+		kUp := newKernel(b, dev, lookup(b, upPlan.Variant), upPlan.Spec...)
+		kDec := newKernel(b, dev, lookup(b, RouteDecodeVariant(sd, false, sg)), RouteDecodeSpec(sd)...)
+		kDecP := newKernel(b, dev, lookup(b, RouteDecodeVariant(sd, true, sg)), RouteDecodeSpec(sd)...)
 		decode := func(rec *vk.Recorder, k *vk.Kernel, predHidden uint32) {
 			binds := []vk.Bind{{Buf: wb, Access: vk.Read}, {Buf: bias, Access: vk.Read}, {Buf: xb, Access: vk.ReadWrite}, {Buf: xs, Access: vk.Write},
 				{Buf: out, Access: vk.Write}, {Buf: count, Access: vk.Write}, {Buf: groups, Access: vk.Read}, {Buf: args, Access: vk.Write}}
