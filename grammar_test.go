@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	goparser "go/parser"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -14,9 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modrun/modrun"
-	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/internal/schematest"
-	"github.com/modrun/modrun/mod/synth"
+	"github.com/modrun/modrun/internal/synthtest"
 )
 
 // The random-weight shapes of the grammar tests: a SentencePiece
@@ -30,14 +28,7 @@ const (
 // opens it.
 func synthModel(t testing.TB, spec string, opts modrun.Options) *modrun.Model {
 	t.Helper()
-	sh, err := synth.ParseShape(spec)
-	require.NoError(t, err)
-	sm, err := synth.Build(sh, synth.Options{Type: gguf.TypeF32, Seed: 3})
-	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "synth.gguf")
-	require.NoError(t, sm.Save(path))
-	sm.Close()
-	m, err := modrun.Open(path, opts)
+	m, err := modrun.Open(synthtest.Save(t, spec), opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { m.Close() })
 	return m

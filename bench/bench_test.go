@@ -11,6 +11,18 @@ import (
 
 const benchModel = "../testdata/mod/mod-trained.gguf"
 
+// benchCPU opens benchModel (closed when t ends) with its CPU runner, and
+// an 8-token prompt of its vocabulary.
+func benchCPU(t *testing.T) (*mod.Model, *engine.CPU, []int32) {
+	t.Helper()
+	m, err := mod.Open(benchModel)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	cpu, err := engine.NewCPU(m, mod.RoutingRouter)
+	require.NoError(t, err)
+	return m, cpu, []int32{1, 403, 407, 261, 378, 1, 403, 407}
+}
+
 // skewed is a runner whose logits are off by delta from its inner runner's.
 type skewed struct {
 	engine.Runner
@@ -26,12 +38,7 @@ func (s skewed) Feed(tokens []int32) ([]float32, error) {
 }
 
 func TestBenchValidatesBeforeTiming(t *testing.T) {
-	m, err := mod.Open(benchModel)
-	require.NoError(t, err)
-	defer m.Close()
-	cpu, err := engine.NewCPU(m, mod.RoutingRouter)
-	require.NoError(t, err)
-	prompt := []int32{1, 403, 407, 261, 378, 1, 403, 407}
+	m, cpu, prompt := benchCPU(t)
 	o := Options{PromptTokens: 8, DecodeTokens: 8, Repeats: 1, ValidateTokens: 4}
 
 	res, err := bench(&engine.Backend{Runner: cpu, Name: "cpu"}, m, mod.RoutingRouter, prompt, o)
@@ -60,12 +67,7 @@ func TestBenchValidatesBeforeTiming(t *testing.T) {
 }
 
 func TestBenchmarkTimesOneRunAtATime(t *testing.T) {
-	m, err := mod.Open(benchModel)
-	require.NoError(t, err)
-	defer m.Close()
-	cpu, err := engine.NewCPU(m, mod.RoutingRouter)
-	require.NoError(t, err)
-	prompt := []int32{1, 403, 407, 261, 378, 1, 403, 407}
+	m, cpu, prompt := benchCPU(t)
 	o := Options{PromptTokens: 8, DecodeTokens: 8, ValidateTokens: 4}
 
 	k, err := NewBenchmark(&engine.Backend{Runner: cpu, Name: "cpu"}, m, mod.RoutingRouter, prompt, o)
@@ -103,13 +105,8 @@ func (p *promptCounter) Feed(tokens []int32) ([]float32, error) {
 // prompt's work, the first Time runs the prompt once untimed before its
 // timed run; later ones run it once each.
 func TestBenchmarkWarmsUpFirst(t *testing.T) {
-	m, err := mod.Open(benchModel)
-	require.NoError(t, err)
-	defer m.Close()
-	cpu, err := engine.NewCPU(m, mod.RoutingRouter)
-	require.NoError(t, err)
+	m, cpu, prompt := benchCPU(t)
 	pc := &promptCounter{Runner: cpu}
-	prompt := []int32{1, 403, 407, 261, 378, 1, 403, 407}
 	k, err := NewBenchmark(&engine.Backend{Runner: pc, Name: "cpu"}, m, mod.RoutingRouter, prompt, Options{PromptTokens: 8, DecodeTokens: 4})
 	require.NoError(t, err)
 	assert.Zero(t, pc.prompts, "--validate 0 feeds nothing while opening")

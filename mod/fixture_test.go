@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -120,7 +121,7 @@ func checkFixtureCase(t *testing.T, m *Model, c fixtureCase) {
 		logits, hidden = append(logits, out...), append(hidden, tr.Hidden...)
 		mergeTraces(traces, tr)
 		for i := len(c.Prompt); i < len(c.Tokens); i++ {
-			assert.Equal(t, c.Tokens[i], argmax(out[len(out)-m.Config.NVocab:]), "greedy token %d", i)
+			assert.Equal(t, c.Tokens[i], stats.Argmax(out[len(out)-m.Config.NVocab:]), "greedy token %d", i)
 			out, err = s.Forward(c.Tokens[i:i+1], true)
 			require.NoError(t, err)
 			logits, hidden = append(logits, out...), append(hidden, tr.Hidden...)

@@ -1,52 +1,22 @@
 package mod
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/modrun/modrun/internal/shared"
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// greedyVector is ../shared/data/models/stories260K_greedy200_ids.json: 200
-// greedy ids after BOS from an independent numpy float32 llama2.c, and the
-// logits (rounded to 5 decimals) after BOS and after each of the first 3 ids.
-type greedyVector struct {
-	BOS    int32       `json:"bos"`
-	IDs    []int32     `json:"greedy_token_ids"`
-	Logits [][]float32 `json:"logits"`
-}
-
-func loadGreedyVector(t *testing.T) greedyVector {
-	raw, err := os.ReadFile(shared.Path(t, "models/stories260K_greedy200_ids.json"))
-	require.NoError(t, err)
-	var g greedyVector
-	require.NoError(t, json.Unmarshal(raw, &g))
-	require.Len(t, g.IDs, 200)
-	require.Len(t, g.Logits, 4)
-	return g
-}
-
-func argmax(x []float32) int32 {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return int32(best)
-}
 
 // TestStories260KGreedy: the dense reference reproduces llama2.c token for
 // token. Logit tolerance 1e-4: the vector is rounded to 5 decimals (5e-6) and
 // float32 sums in another order differ by ~1e-6 at these magnitudes (|x| < 20).
 func TestStories260KGreedy(t *testing.T) {
-	g := loadGreedyVector(t)
+	g := shared.Stories260KGreedy(t)
 	m, err := Open(shared.Path(t, "models/stories260K.gguf"))
 	require.NoError(t, err)
 	defer m.Close()
@@ -64,7 +34,7 @@ func TestStories260KGreedy(t *testing.T) {
 		if step < len(g.Logits) {
 			assertClose(t, g.Logits[step], logits, 1e-4, "logits after step %d", step)
 		}
-		tok = argmax(logits)
+		tok = stats.Argmax(logits)
 		got = append(got, tok)
 	}
 	assert.Equal(t, g.IDs, got)

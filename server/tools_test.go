@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"path/filepath"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
@@ -13,9 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modrun/modrun"
-	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/internal/schematest"
-	"github.com/modrun/modrun/mod/synth"
+	"github.com/modrun/modrun/internal/synthtest"
 )
 
 const weatherSchema = `{"type":"object","properties":{"location":{"type":"string","maxLength":20},"unit":{"type":"string","enum":["celsius","fahrenheit"]}},"required":["location"],"additionalProperties":false}`
@@ -25,14 +23,7 @@ const timeSchema = `{"type":"object","properties":{"zone":{"type":"string","enum
 // shipped model's 512 tokens of context hold no tool descriptions.
 func synthModel(t *testing.T, spec string) *modrun.Model {
 	t.Helper()
-	sh, err := synth.ParseShape(spec)
-	require.NoError(t, err)
-	sm, err := synth.Build(sh, synth.Options{Type: gguf.TypeF32, Seed: 3})
-	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "synth.gguf")
-	require.NoError(t, sm.Save(path))
-	sm.Close()
-	m, err := modrun.Open(path, modrun.Options{Backend: modrun.BackendCPU})
+	m, err := modrun.Open(synthtest.Save(t, spec), modrun.Options{Backend: modrun.BackendCPU})
 	require.NoError(t, err)
 	t.Cleanup(func() { m.Close() })
 	return m

@@ -81,7 +81,7 @@ func (c *attentionCase) splitRecorder(t testing.TB, dev *vk.Device, split, merge
 // each with Sorted 0 and 1 (the caches ascend).
 func TestAttentionSplit(t *testing.T) {
 	dev := openDevice(t)
-	merge := newKernel(t, dev, routingLookup(t, "attention_merge"))
+	merge := newKernel(t, dev, lookup(t, "attention_merge"))
 	cases := []struct {
 		n, entries, nHead, nKVHead, hd int
 		qScale                         float64
@@ -101,7 +101,7 @@ func TestAttentionSplit(t *testing.T) {
 		f16 := strings.HasSuffix(variant, "_f16")
 		var stats errStats
 		for i, tc := range cases {
-			split := newKernel(t, dev, routingLookup(t, variant), AttentionSplitSpec(uint32(tc.hd))...)
+			split := newKernel(t, dev, lookup(t, variant), AttentionSplitSpec(uint32(tc.hd))...)
 			name := fmt.Sprintf("%s/n%d/entries%d/heads%d:%d/hd%d/q%g/tile%d", variant, tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.qScale, tc.splitLen)
 			c := newAttentionCase(tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.qScale, int64(i))
 			if i == 1 {

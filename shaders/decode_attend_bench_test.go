@@ -71,11 +71,11 @@ func BenchmarkDecodeAttendGPU(b *testing.B) {
 				name  string
 				spec  []uint32
 			}{
-				{"old", DecodeAttendName(kv), prof.Fit(routingLookup(b, DecodeAttendName(kv)), DecodeAttendSpec(splits))},
+				{"old", DecodeAttendName(kv), prof.Fit(lookup(b, DecodeAttendName(kv)), DecodeAttendSpec(splits))},
 				{"keys", DecodeAttendKeysName(kv), DecodeAttendKeysSpec(uint32(sh.hd), splits)},
 			} {
 				b.Run(fmt.Sprintf("%s%v", kern.label, kern.spec), func(b *testing.B) {
-					k := newKernel(b, dev, routingLookup(b, kern.name), kern.spec...)
+					k := newKernel(b, dev, lookup(b, kern.name), kern.spec...)
 					in.bench(b, dev, k, splits)
 				})
 			}
@@ -106,12 +106,12 @@ func newDecodeAttendBenchInput(b *testing.B, dev *vk.Device, kv KV, sh decodeAtt
 	ref := &attentionCase{n: 1, entries: sh.ctx, nHead: sh.nHead, nKVHead: sh.nKVHead, hd: sh.hd, q: q,
 		k: kRounded, v: vRounded, kPos: c.kPos, qPos: []uint32{pos}}
 	in := &decodeAttendBenchInput{sh: sh,
-		qkv: newBuffer(b, dev, f32bytes(qkv)), pos: newBuffer(b, dev, denseU32Bytes([]uint32{pos})),
-		freq: newBuffer(b, dev, denseU32Bytes(RopeFreqs(freqs))),
-		k:    newBuffer(b, dev, kRaw), v: newBuffer(b, dev, vRaw), kPos: newBuffer(b, dev, denseU32Bytes(c.kPos)),
-		counts: newBuffer(b, dev, denseU32Bytes([]uint32{uint32(sh.ctx)})),
+		qkv: newBuffer(b, dev, f32bytes(qkv)), pos: newBuffer(b, dev, u32bytes([]uint32{pos})),
+		freq: newBuffer(b, dev, u32bytes(RopeFreqs(freqs))),
+		k:    newBuffer(b, dev, kRaw), v: newBuffer(b, dev, vRaw), kPos: newBuffer(b, dev, u32bytes(c.kPos)),
+		counts: newBuffer(b, dev, u32bytes([]uint32{uint32(sh.ctx)})),
 		part:   denseNaNBuffer(b, dev, sh.nHead*int(splits)*(2+sh.hd)),
-		done:   newBuffer(b, dev, denseU32Bytes(make([]uint32, DecodeAttendDoneWords(uint32(sh.nHead))))),
+		done:   newBuffer(b, dev, u32bytes(make([]uint32, DecodeAttendDoneWords(uint32(sh.nHead))))),
 		out:    denseNaNBuffer(b, dev, qd),
 		push: vk.MustPackPush(DecodeAttendPush{HeadDim: uint32(sh.hd), NHead: uint32(sh.nHead), NKVHead: uint32(sh.nKVHead),
 			KOff: uint32(kOff), VOff: uint32(vOff), MaxEntries: uint32(sh.ctx), Scale: float32(1 / math.Sqrt(float64(sh.hd)))}),
@@ -133,7 +133,7 @@ func (in *decodeAttendBenchInput) bench(b *testing.B, dev *vk.Device, k *vk.Kern
 	if err := closeness(download(b, in.out, qd), in.want, in.scale, attentionTolerance+ropeTol); err != nil {
 		b.Fatalf("wrong before timing: %v", err)
 	}
-	require.Equal(b, []uint32{uint32(in.sh.ctx)}, routingDownloadU32(b, in.counts, 1), "no append: the count stays")
+	require.Equal(b, []uint32{uint32(in.sh.ctx)}, downloadU32(b, in.counts, 1), "no append: the count stays")
 
 	const perRun = 32 // a decode step's layers, one after another
 	rec := dev.NewRecorder()

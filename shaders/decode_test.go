@@ -38,7 +38,7 @@ var decodeNaNWord = math.Float32bits(float32(math.NaN()))
 // kvDecode decodes a downloaded cache of words: floats (F32) or pairs of
 // halves (F16).
 func kvDecode(t testing.TB, kv KV, words []uint32) []float32 {
-	raw := denseU32Bytes(words)
+	raw := u32bytes(words)
 	if kv == KVF32 {
 		out := make([]float32, len(words))
 		for i, w := range words {
@@ -72,7 +72,7 @@ func kvEncode(t testing.TB, kv KV, x []float32) ([]byte, []float32) {
 func TestDecodeKV(t *testing.T) {
 	dev := openDevice(t)
 	for _, kv := range KVTypes {
-		k := newKernel(t, dev, routingLookup(t, DecodeKVName(kv)))
+		k := newKernel(t, dev, lookup(t, DecodeKVName(kv)))
 		var worst float64
 		for i, tc := range []struct {
 			headDim, nHead, nKVHead int
@@ -98,13 +98,13 @@ func TestDecodeKV(t *testing.T) {
 			const layer, nLayer = 1, 3
 			counts := []uint32{77, tc.count, 88}
 			bQKV := newBuffer(t, dev, f32bytes(qkv))
-			bPos := newBuffer(t, dev, denseU32Bytes([]uint32{tc.pos}))
-			bFreq := newBuffer(t, dev, denseU32Bytes(RopeFreqs(freqs)))
+			bPos := newBuffer(t, dev, u32bytes([]uint32{tc.pos}))
+			bFreq := newBuffer(t, dev, u32bytes(RopeFreqs(freqs)))
 			capEntries := int(tc.maxEntries) + 1 // one entry past the end, which must stay NaN
 			words := capEntries * kvd * int(kv.ElementBytes()) / 4
 			bK, bV := decodeBuffer(t, dev, nil, words), decodeBuffer(t, dev, nil, words)
-			bKPos := newBuffer(t, dev, denseU32Bytes(decodeRepeat([]uint32{0xdeadbeef}, capEntries)))
-			bCounts := newBuffer(t, dev, denseU32Bytes(counts))
+			bKPos := newBuffer(t, dev, u32bytes(decodeRepeat([]uint32{0xdeadbeef}, capEntries)))
+			bCounts := newBuffer(t, dev, u32bytes(counts))
 			rec := dev.NewRecorder()
 			rec.Dispatch(k, vk.MustPackPush(DecodeKVPush{HeadDim: uint32(tc.headDim), NHead: uint32(tc.nHead), NKVHead: uint32(tc.nKVHead),
 				KOff: uint32(kOff), VOff: uint32(vOff), Layer: layer, MaxEntries: tc.maxEntries}), [3]uint32{1, 1, 1},
@@ -123,10 +123,10 @@ func TestDecodeKV(t *testing.T) {
 			assert.Equal(t, qkv[qd:], gotQKV[qd:], "%s: k and v are left", name)
 			worst = math.Max(worst, maxRelPair(gotQKV[:qd], w, s))
 
-			rawK, rawV := routingDownloadU32(t, bK, words), routingDownloadU32(t, bV, words)
+			rawK, rawV := downloadU32(t, bK, words), downloadU32(t, bV, words)
 			gotK, gotV := kvDecode(t, kv, rawK), kvDecode(t, kv, rawV)
-			gotPos := routingDownloadU32(t, bKPos, capEntries)
-			gotCounts := routingDownloadU32(t, bCounts, nLayer)
+			gotPos := downloadU32(t, bKPos, capEntries)
+			gotCounts := downloadU32(t, bCounts, nLayer)
 			c := int(tc.count)
 			if tc.count >= tc.maxEntries {
 				assert.Equal(t, counts, gotCounts, "%s: a full cache keeps its count", name)
@@ -181,7 +181,7 @@ func maxRelPair(got []float32, want, scale []float64) float64 {
 func TestDecodeAttention(t *testing.T) {
 	dev := openDevice(t)
 	for _, kv := range KVTypes {
-		k := newKernel(t, dev, routingLookup(t, DecodeAttentionName(kv)))
+		k := newKernel(t, dev, lookup(t, DecodeAttentionName(kv)))
 		for i, sh := range []struct{ n, entries, nHead, nKVHead, hd int }{
 			{1, 1, 8, 4, 8},
 			{1, 37, 8, 4, 8},
@@ -214,9 +214,9 @@ func TestDecodeAttention(t *testing.T) {
 // TestDecodeAttention.
 func TestDecodeAttentionSplit(t *testing.T) {
 	dev := openDevice(t)
-	combine := newKernel(t, dev, routingLookup(t, "decode_attention_combine"))
+	combine := newKernel(t, dev, lookup(t, "decode_attention_combine"))
 	for _, kv := range KVTypes {
-		v := routingLookup(t, DecodeAttentionSplitName(kv))
+		v := lookup(t, DecodeAttentionSplitName(kv))
 		for _, splits := range []uint32{1, 4, 7, 16} {
 			k := newKernel(t, dev, v, DecodeAttentionSplitSpec(splits)...)
 			for i, sh := range []struct{ n, entries, nHead, nKVHead, hd int }{
@@ -274,9 +274,9 @@ func newDecodeAttentionInputs(t *testing.T, dev *vk.Device, kv KV, n, entries, n
 			denseBind(newBuffer(t, dev, f32bytes(c.q)), vk.Read),
 			denseBind(decodeBuffer(t, dev, kRaw, capWords), vk.Read),
 			denseBind(decodeBuffer(t, dev, vRaw, capWords), vk.Read),
-			denseBind(newBuffer(t, dev, denseU32Bytes(kPos)), vk.Read),
-			denseBind(newBuffer(t, dev, denseU32Bytes(c.qPos)), vk.Read),
-			denseBind(newBuffer(t, dev, denseU32Bytes([]uint32{5, 6, uint32(entries), 7})), vk.Read),
+			denseBind(newBuffer(t, dev, u32bytes(kPos)), vk.Read),
+			denseBind(newBuffer(t, dev, u32bytes(c.qPos)), vk.Read),
+			denseBind(newBuffer(t, dev, u32bytes([]uint32{5, 6, uint32(entries), 7})), vk.Read),
 		},
 		want: want, scale: scale,
 	}
@@ -327,7 +327,7 @@ func TestDecodeAttend(t *testing.T) {
 	dev := openDevice(t)
 	for _, kv := range KVTypes {
 		for _, kern := range decodeAttendKernels {
-			v := routingLookup(t, kern.name(kv))
+			v := lookup(t, kern.name(kv))
 			for _, splits := range []uint32{1, 4, 16} {
 				k := newKernel(t, dev, v, kern.spec(64, splits)...)
 				for _, old := range []int{0, 16, 299, 2099} {
@@ -350,7 +350,7 @@ func TestDecodeAttendKeys(t *testing.T) {
 	dev := openDevice(t)
 	type heads struct{ nHead, nKVHead int }
 	for _, kv := range KVTypes {
-		v := routingLookup(t, DecodeAttendKeysName(kv))
+		v := lookup(t, DecodeAttendKeysName(kv))
 		for _, hd := range []int{64, 96, 128} {
 			for _, splits := range []uint32{1, 3, 16} {
 				k := newKernel(t, dev, v, DecodeAttendKeysSpec(uint32(hd), splits)...)
@@ -385,23 +385,23 @@ func TestDecodeAttendFull(t *testing.T) {
 		for _, kern := range decodeAttendKernels {
 			for _, splits := range []uint32{1, 4} {
 				name := fmt.Sprintf("%s/splits%d", kern.name(kv), splits)
-				k := newKernel(t, dev, routingLookup(t, kern.name(kv)), kern.spec(hd, splits)...)
+				k := newKernel(t, dev, lookup(t, kern.name(kv)), kern.spec(hd, splits)...)
 				c := newAttentionCase(1, old, nHead, nKVHead, hd, 3, 11)
 				kRaw, kRounded := kvEncode(t, kv, c.k)
 				vRaw, vRounded := kvEncode(t, kv, c.v)
 				words := old * kvd * int(kv.ElementBytes()) / 4
 				bK, bV := decodeBuffer(t, dev, kRaw, words), decodeBuffer(t, dev, vRaw, words)
-				bKPos := newBuffer(t, dev, denseU32Bytes(c.kPos))
-				bCounts := newBuffer(t, dev, denseU32Bytes([]uint32{old}))
-				bDone := newBuffer(t, dev, denseU32Bytes(make([]uint32, DecodeAttendDoneWords(nHead))))
+				bKPos := newBuffer(t, dev, u32bytes(c.kPos))
+				bCounts := newBuffer(t, dev, u32bytes([]uint32{old}))
+				bDone := newBuffer(t, dev, u32bytes(make([]uint32, DecodeAttendDoneWords(nHead))))
 				pos := c.kPos[old-1] + 1
 				qkv := denseNormals(rand.New(rand.NewSource(5)), qd+2*kvd, 3)
 				out := denseNaNBuffer(t, dev, qd)
 				rec := dev.NewRecorder()
 				rec.Dispatch(k, vk.MustPackPush(DecodeAttendPush{HeadDim: hd, NHead: nHead, NKVHead: nKVHead, KOff: uint32(qd), VOff: uint32(qd + kvd),
 					MaxEntries: old, Scale: float32(1 / math.Sqrt(hd))}),
-					DecodeAttendGroups(nHead, splits), decodeAttendBinds(newBuffer(t, dev, f32bytes(qkv)), newBuffer(t, dev, denseU32Bytes([]uint32{pos})),
-						newBuffer(t, dev, denseU32Bytes(RopeFreqs(freqs))), bK, bV, bKPos, bCounts,
+					DecodeAttendGroups(nHead, splits), decodeAttendBinds(newBuffer(t, dev, f32bytes(qkv)), newBuffer(t, dev, u32bytes([]uint32{pos})),
+						newBuffer(t, dev, u32bytes(RopeFreqs(freqs))), bK, bV, bKPos, bCounts,
 						denseNaNBuffer(t, dev, nHead*int(splits)*(2+hd)), bDone, out)...)
 				require.NoError(t, dev.Run(rec))
 				rec.Close()
@@ -411,12 +411,12 @@ func TestDecodeAttendFull(t *testing.T) {
 					kPos: c.kPos, qPos: []uint32{pos}}
 				want, scale := ref.reference()
 				assert.NoError(t, closeness(download(t, out, qd), want, scale, attentionTolerance+ropeTol), "%s: output", name)
-				assert.Equal(t, []uint32{old}, routingDownloadU32(t, bCounts, 1), "%s: the count", name)
-				assert.Equal(t, c.kPos, routingDownloadU32(t, bKPos, old), "%s: kPos", name)
-				gotK, gotV := routingDownloadU32(t, bK, words), routingDownloadU32(t, bV, words)
-				assert.Equal(t, kRaw, denseU32Bytes(gotK), "%s: the keys", name)
-				assert.Equal(t, vRaw, denseU32Bytes(gotV), "%s: the values", name)
-				assert.Equal(t, make([]uint32, DecodeAttendDoneWords(nHead)), routingDownloadU32(t, bDone, int(DecodeAttendDoneWords(nHead))), "%s: done", name)
+				assert.Equal(t, []uint32{old}, downloadU32(t, bCounts, 1), "%s: the count", name)
+				assert.Equal(t, c.kPos, downloadU32(t, bKPos, old), "%s: kPos", name)
+				gotK, gotV := downloadU32(t, bK, words), downloadU32(t, bV, words)
+				assert.Equal(t, kRaw, u32bytes(gotK), "%s: the keys", name)
+				assert.Equal(t, vRaw, u32bytes(gotV), "%s: the values", name)
+				assert.Equal(t, make([]uint32, DecodeAttendDoneWords(nHead)), downloadU32(t, bDone, int(DecodeAttendDoneWords(nHead))), "%s: done", name)
 			}
 		}
 	}
@@ -457,18 +457,18 @@ func checkDecodeAttend(t *testing.T, dev *vk.Device, k *vk.Kernel, kernel string
 	for e := old - sh.later; e < old; e++ {
 		oldPos[e] = pos + 100 + uint32(e) // past both tokens: masked
 	}
-	bKPos := newBuffer(t, dev, denseU32Bytes(append(slices.Clone(oldPos), decodeRepeat([]uint32{0xdeadbeef}, maxEntries-old)...)))
-	bCounts := newBuffer(t, dev, denseU32Bytes([]uint32{77, uint32(old), 88}))
-	bFreq := newBuffer(t, dev, denseU32Bytes(RopeFreqs(freqs)))
+	bKPos := newBuffer(t, dev, u32bytes(append(slices.Clone(oldPos), decodeRepeat([]uint32{0xdeadbeef}, maxEntries-old)...)))
+	bCounts := newBuffer(t, dev, u32bytes([]uint32{77, uint32(old), 88}))
+	bFreq := newBuffer(t, dev, u32bytes(RopeFreqs(freqs)))
 	bPart := denseNaNBuffer(t, dev, nHead*int(splits)*(2+hd))
-	bDone := newBuffer(t, dev, denseU32Bytes(make([]uint32, DecodeAttendDoneWords(uint32(nHead)))))
+	bDone := newBuffer(t, dev, u32bytes(make([]uint32, DecodeAttendDoneWords(uint32(nHead)))))
 	refK, refV, refPos := slices.Clone(kRounded), slices.Clone(vRounded), slices.Clone(oldPos)
 	for step := 0; step < 2; step++ {
 		qkv := denseNormals(rng, vOff+kvd, 1)
 		for i := 0; i < qd; i++ {
 			qkv[i] *= 3 // sharpen the softmax, as newAttentionCase
 		}
-		bQKV, bPos := newBuffer(t, dev, f32bytes(qkv)), newBuffer(t, dev, denseU32Bytes([]uint32{pos}))
+		bQKV, bPos := newBuffer(t, dev, f32bytes(qkv)), newBuffer(t, dev, u32bytes([]uint32{pos}))
 		out := denseNaNBuffer(t, dev, qd)
 		rec := dev.NewRecorder()
 		rec.Dispatch(k, vk.MustPackPush(DecodeAttendPush{HeadDim: uint32(hd), NHead: uint32(nHead), NKVHead: uint32(nKVHead), KOff: uint32(kOff), VOff: uint32(vOff),
@@ -483,8 +483,8 @@ func checkDecodeAttend(t *testing.T, dev *vk.Device, k *vk.Kernel, kernel string
 		mod.RoPE(kNew, int32(pos), freqs)
 		vNew := qkv[vOff : vOff+kvd]
 		n := old + step + 1
-		gotK := kvDecode(t, kv, routingDownloadU32(t, bK, words))[(n-1)*kvd : n*kvd]
-		gotV := kvDecode(t, kv, routingDownloadU32(t, bV, words))[(n-1)*kvd : n*kvd]
+		gotK := kvDecode(t, kv, downloadU32(t, bK, words))[(n-1)*kvd : n*kvd]
+		gotV := kvDecode(t, kv, downloadU32(t, bV, words))[(n-1)*kvd : n*kvd]
 		selfK, selfV := kNew, vNew
 		if kv == KVF16 {
 			selfK, selfV = gotK, gotV
@@ -495,9 +495,9 @@ func checkDecodeAttend(t *testing.T, dev *vk.Device, k *vk.Kernel, kernel string
 		want, scale := ref.reference()
 		assert.NoError(t, closeness(download(t, out, qd), want, scale, attentionTolerance+ropeTol), "%s step %d: output", name, step)
 
-		assert.Equal(t, []uint32{77, uint32(n), 88}, routingDownloadU32(t, bCounts, 3), "%s step %d: counts", name, step)
-		assert.Equal(t, make([]uint32, DecodeAttendDoneWords(uint32(nHead))), routingDownloadU32(t, bDone, int(DecodeAttendDoneWords(uint32(nHead)))), "%s: done left at zero", name)
-		gotPos := routingDownloadU32(t, bKPos, maxEntries)
+		assert.Equal(t, []uint32{77, uint32(n), 88}, downloadU32(t, bCounts, 3), "%s step %d: counts", name, step)
+		assert.Equal(t, make([]uint32, DecodeAttendDoneWords(uint32(nHead))), downloadU32(t, bDone, int(DecodeAttendDoneWords(uint32(nHead)))), "%s: done left at zero", name)
+		gotPos := downloadU32(t, bKPos, maxEntries)
 		assert.Equal(t, pos, gotPos[n-1], "%s step %d: kPos", name, step)
 		tol := ropeTol
 		if kv == KVF16 {

@@ -39,7 +39,7 @@ func BenchmarkDense(b *testing.B) {
 		return time.Since(start).Seconds() / float64(reps*perRun)
 	}
 	var w denseWorst
-	addK := newKernel(b, dev, denseLookup(b, "add"))
+	addK := newKernel(b, dev, lookup(b, "add"))
 	const addN = 4 << 20
 	a := newBuffer(b, dev, f32bytes(make([]float32, addN)))
 	add := &denseRun{k: addK, push: AddPush{N: addN}, groups: Groups(addN / 256),
@@ -71,22 +71,22 @@ func BenchmarkDense(b *testing.B) {
 			spec []uint32
 		}{{"gpu-spec", RowSpecGPU}, {"cpu-spec", lavapipeProfile.Row(rc.name, uint32(rc.cols))}} {
 			cases = append(cases, benchCase{fmt.Sprintf("%s/%dx%d/%s", rc.name, rc.n, rc.cols, sp.name), func(b *testing.B) *denseRun {
-				return rowRun[rc.name](b, newKernel(b, dev, denseLookup(b, rc.name), sp.spec...), rc.cols, rc.n)
+				return rowRun[rc.name](b, newKernel(b, dev, lookup(b, rc.name), sp.spec...), rc.cols, rc.n)
 			}})
 		}
 	}
 	cases = append(cases,
 		benchCase{"rope/64x32x128", func(b *testing.B) *denseRun {
-			return ropeRun(b, dev, newKernel(b, dev, denseLookup(b, "rope")), 128, 32, 64, 1, ropeTable(b, 128, "llama3.2"), false, 1)
+			return ropeRun(b, dev, newKernel(b, dev, lookup(b, "rope")), 128, 32, 64, 1, ropeTable(b, 128, "llama3.2"), false, 1)
 		}},
 		benchCase{"swiglu/64x11008", func(b *testing.B) *denseRun {
-			return swigluRun(b, dev, newKernel(b, dev, denseLookup(b, "swiglu")), 64*11008, false, 1)
+			return swigluRun(b, dev, newKernel(b, dev, lookup(b, "swiglu")), 64*11008, false, 1)
 		}},
 		benchCase{"mod_residual_sigmoid/512x4096/k64", func(b *testing.B) *denseRun {
-			return modResidualRun(b, dev, newKernel(b, dev, denseLookup(b, "mod_residual_sigmoid")), mod.GateSigmoid, mod.GateTargetBlock, 4096, 512, 64, 0, 1)
+			return modResidualRun(b, dev, newKernel(b, dev, lookup(b, "mod_residual_sigmoid")), mod.GateSigmoid, mod.GateTargetBlock, 4096, 512, 64, 0, 1)
 		}},
 		benchCase{"embed_f16/64/4096x4096", func(b *testing.B) *denseRun {
-			_, r := embedRun(b, dev, newKernel(b, dev, denseLookup(b, "embed_f16")), gguf.TypeF16, 4096, 4096, 64, 0, 1, false)
+			_, r := embedRun(b, dev, newKernel(b, dev, lookup(b, "embed_f16")), gguf.TypeF16, 4096, 4096, 64, 0, 1, false)
 			return r
 		}},
 	)

@@ -42,8 +42,8 @@ func ropeRun(t testing.TB, dev *vk.Device, k *vk.Kernel, headDim, nHead, n, step
 	return &denseRun{
 		k: k, push: RopePush{HeadDim: uint32(headDim), NHead: uint32(nHead), N: uint32(n)},
 		groups: Groups(uint32(n)),
-		binds: []vk.Bind{denseBind(xb, vk.Read), denseBind(newBuffer(t, dev, denseU32Bytes(pos)), vk.Read),
-			denseBind(newBuffer(t, dev, denseU32Bytes(RopeFreqs(freqs))), vk.Read), denseBind(out, vk.Write)},
+		binds: []vk.Bind{denseBind(xb, vk.Read), denseBind(newBuffer(t, dev, u32bytes(pos)), vk.Read),
+			denseBind(newBuffer(t, dev, u32bytes(RopeFreqs(freqs))), vk.Read), denseBind(out, vk.Write)},
 		bytes: 4 * 2 * n * width, tol: ropeTol,
 		result: func() ([]float32, []float64, []float64) {
 			w, s := ropeScale(want)
@@ -90,7 +90,7 @@ func ropeTable(t testing.TB, headDim int, kind string) []float64 {
 
 func TestRoPE(t *testing.T) {
 	dev := openDevice(t)
-	k := newKernel(t, dev, denseLookup(t, "rope"))
+	k := newKernel(t, dev, lookup(t, "rope"))
 	var w denseWorst
 	for i, sh := range [][3]int{{2, 1, 1}, {6, 5, 4}, {8, 3, 5}, {64, 4, 7}, {128, 2, 3}, {256, 3, 2}} { // 256: more pairs than invocations
 		for _, step := range []int{1, 37, 3000, 300000} { // positions up to ~2e6
@@ -113,7 +113,7 @@ func TestRoPE(t *testing.T) {
 // are untouched.
 func TestRoPEIntoCache(t *testing.T) {
 	dev := openDevice(t)
-	k := newKernel(t, dev, denseLookup(t, "rope"))
+	k := newKernel(t, dev, lookup(t, "rope"))
 	const headDim, nHead, n, entries, at = 64, 2, 3, 8, 3
 	width := headDim * nHead // 512 bytes a row: any device's offset alignment divides it
 	r := ropeRun(t, dev, k, headDim, nHead, n, 100, ropeTable(t, headDim, "llama2"), false, 1)
@@ -162,7 +162,7 @@ func swigluRun(t testing.TB, dev *vk.Device, k *vk.Kernel, n int, inPlace bool, 
 
 func TestSwiGLU(t *testing.T) {
 	dev := openDevice(t)
-	k := newKernel(t, dev, denseLookup(t, "swiglu"))
+	k := newKernel(t, dev, lookup(t, "swiglu"))
 	var w denseWorst
 	for _, n := range []int{1, 255, 256, 257, 100003} {
 		for _, inPlace := range []bool{false, true} {
@@ -182,13 +182,13 @@ func TestDenseGrid2D(t *testing.T) {
 	var w denseWorst
 	spec := []uint32{8, 8}
 	require.Equal(t, uint32(2), RowGroups(65537, spec)[1])
-	r := rmsnormRun(t, dev, newKernel(t, dev, denseLookup(t, "rmsnorm"), spec...), 5, 65537, false, 1)
+	r := rmsnormRun(t, dev, newKernel(t, dev, lookup(t, "rmsnorm"), spec...), 5, 65537, false, 1)
 	if err := r.run(t, dev, &w); err != nil {
 		t.Errorf("rmsnorm, 65537 rows: %v", err)
 	}
 	n := 65535*256 + 77
 	require.Equal(t, uint32(2), ElementGroups(uint32(n))[1])
-	if err := swigluRun(t, dev, newKernel(t, dev, denseLookup(t, "swiglu")), n, true, 2).run(t, dev, &w); err != nil {
+	if err := swigluRun(t, dev, newKernel(t, dev, lookup(t, "swiglu")), n, true, 2).run(t, dev, &w); err != nil {
 		t.Errorf("swiglu, %d elements: %v", n, err)
 	}
 	w.log(t, max(rmsnormTol, swigluTol))
@@ -241,7 +241,7 @@ func modResidualRun(t testing.TB, dev *vk.Device, k *vk.Kernel, gate, target str
 	xb := newBuffer(t, dev, f32bytes(x))
 	kk := sel + pad
 	binds := []vk.Bind{denseBind(xb, vk.ReadWrite), denseBind(newBuffer(t, dev, f32bytes(o)), vk.Read),
-		denseBind(newBuffer(t, dev, denseU32Bytes(selected)), vk.Read), denseBind(newBuffer(t, dev, f32bytes(r)), vk.Read)}
+		denseBind(newBuffer(t, dev, u32bytes(selected)), vk.Read), denseBind(newBuffer(t, dev, f32bytes(r)), vk.Read)}
 	if target == mod.GateTargetMLP {
 		binds = append(binds, denseBind(newBuffer(t, dev, f32bytes(m)), vk.Read))
 	}
@@ -273,7 +273,7 @@ func TestModResidual(t *testing.T) {
 	var w denseWorst
 	for _, target := range []string{mod.GateTargetBlock, mod.GateTargetOutput, mod.GateTargetMLP} {
 		for _, gate := range []string{mod.GateSigmoid, mod.GateIdentity} {
-			k := newKernel(t, dev, denseLookup(t, ModResidualVariant(gate, target)))
+			k := newKernel(t, dev, lookup(t, ModResidualVariant(gate, target)))
 			for _, sh := range [][3]int{{1, 1, 1}, {7, 5, 2}, {64, 16, 4}, {257, 9, 9}, {576, 33, 5}} { // cols, n, k
 				for _, pad := range []int{0, 3} {
 					name := fmt.Sprintf("%s/%s/%dx%d/k%d/pad%d", target, gate, sh[1], sh[0], sh[2], pad)

@@ -6,12 +6,12 @@ package shaders
 // lookup in embed_test.go, the benchmarks in dense_bench_test.go.
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand"
 	"testing"
 
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/vk"
 	"github.com/stretchr/testify/assert"
@@ -156,32 +156,6 @@ func (w *denseWorst) log(t *testing.T, tol float64) {
 	t.Logf("max abs err %.3g; max err/scale %.3g (tolerance %g)", w.abs, w.ofScale, tol)
 }
 
-func denseLookup(t testing.TB, name string) Variant {
-	t.Helper()
-	v, err := Lookup(name)
-	require.NoError(t, err)
-	return v
-}
-
-func denseU32Bytes(x []uint32) []byte {
-	b := make([]byte, 4*len(x))
-	for i, v := range x {
-		binary.LittleEndian.PutUint32(b[4*i:], v)
-	}
-	return b
-}
-
-func denseDownloadU32(t testing.TB, b *vk.Buffer, n int) []uint32 {
-	t.Helper()
-	raw := make([]byte, 4*n)
-	require.NoError(t, b.Download(raw, 0))
-	x := make([]uint32, n)
-	for i := range x {
-		x[i] = binary.LittleEndian.Uint32(raw[4*i:])
-	}
-	return x
-}
-
 // denseNaNBuffer is an output of n floats, NaN before the kernel runs, so an
 // element it skips shows.
 func denseNaNBuffer(t testing.TB, dev *vk.Device, n int) *vk.Buffer {
@@ -251,7 +225,7 @@ func rmsnormRun(t testing.TB, dev *vk.Device, k *vk.Kernel, cols, n int, inPlace
 
 func TestRMSNorm(t *testing.T) {
 	dev := openDevice(t)
-	ks := denseKernels{dev: dev, v: denseLookup(t, "rmsnorm")}
+	ks := denseKernels{dev: dev, v: lookup(t, "rmsnorm")}
 	var w denseWorst
 	for _, sh := range [][2]int{{1, 1}, {7, 3}, {64, 5}, {257, 2}, {576, 9}, {4096, 2}, {40000, 1}} {
 		for _, spec := range denseRowSpecs("rmsnorm", sh[0]) {
@@ -292,17 +266,10 @@ func nllRun(t testing.TB, dev *vk.Device, k *vk.Kernel, cols, n int, seed int64)
 	want, scale := make([]float64, n), make([]float64, n)
 	for r := 0; r < n; r++ {
 		row := x[r*cols : (r+1)*cols]
-		mx := math.Inf(-1)
-		for _, v := range row {
-			mx = math.Max(mx, float64(v))
-		}
-		var sum float64
-		for _, v := range row {
-			sum += math.Exp(float64(v) - mx)
-		}
-		xt := float64(row[target[r]])
-		want[r] = math.Log(sum) + mx - xt
-		scale[r] = math.Abs(math.Log(sum)) + math.Abs(mx) + math.Abs(xt)
+		mx := float64(row[stats.Argmax(row)])
+		lse, xt := stats.LogSumExp(row), float64(row[target[r]]) // lse - mx: log sum exp(row - max)
+		want[r] = lse - xt
+		scale[r] = math.Abs(lse-mx) + math.Abs(mx) + math.Abs(xt)
 	}
 	xb := newBuffer(t, dev, f32bytes(x))
 	out := denseNaNBuffer(t, dev, n)
@@ -317,7 +284,7 @@ func nllRun(t testing.TB, dev *vk.Device, k *vk.Kernel, cols, n int, seed int64)
 
 func TestNLL(t *testing.T) {
 	dev := openDevice(t)
-	ks := denseKernels{dev: dev, v: denseLookup(t, "nll")}
+	ks := denseKernels{dev: dev, v: lookup(t, "nll")}
 	var w denseWorst
 	for _, sh := range [][2]int{{1, 1}, {7, 3}, {100, 4}, {513, 3}, {32000, 2}} {
 		for _, spec := range denseRowSpecs("nll", sh[0]) {
@@ -347,7 +314,7 @@ func TestNLLNonFinite(t *testing.T) {
 	for _, spec := range [][]uint32{RowSpecGPU, RowSpecCPU} {
 		out := denseNaNBuffer(t, dev, n)
 		rec := dev.NewRecorder()
-		k := newKernel(t, dev, denseLookup(t, "nll"), spec...)
+		k := newKernel(t, dev, lookup(t, "nll"), spec...)
 		rec.Dispatch(k, vk.MustPackPush(NLLPush{Cols: cols, N: n}), RowGroups(n, spec),
 			denseBind(newBuffer(t, dev, f32bytes(x)), vk.Read), denseBind(newBuffer(t, dev, u32bytes(target)), vk.Read), denseBind(out, vk.Write))
 		require.NoError(t, dev.Run(rec))
@@ -409,7 +376,7 @@ func argmaxRun(t testing.TB, dev *vk.Device, k *vk.Kernel, cols, n int, seed int
 		binds:  []vk.Bind{denseBind(xb, vk.Read), denseBind(out, vk.Write)},
 		bytes:  4 * n * cols, tol: 0,
 		result: func() ([]float32, []float64, []float64) {
-			idx := denseDownloadU32(t, out, n)
+			idx := downloadU32(t, out, n)
 			got := make([]float32, n)
 			for i, v := range idx {
 				got[i] = float32(v) // exact: indices < 2^24
@@ -432,7 +399,7 @@ func argmaxRun(t testing.TB, dev *vk.Device, k *vk.Kernel, cols, n int, seed int
 // first left it, zero, which is checked too.
 func TestArgmaxWide(t *testing.T) {
 	dev := openDevice(t)
-	ks := denseKernels{dev: dev, v: denseLookup(t, "argmax_wide")}
+	ks := denseKernels{dev: dev, v: lookup(t, "argmax_wide")}
 	var w denseWorst
 	for _, sh := range [][2]int{{1, 1}, {6, 7}, {1024, 6}, {1025, 7}, {32000, 6}, {100000, 1}} {
 		for _, spec := range [][]uint32{ArgmaxWideSpec, {64, 1}, {32, 3}} {
@@ -440,13 +407,13 @@ func TestArgmaxWide(t *testing.T) {
 			cols, n := uint32(sh[0]), uint32(sh[1])
 			run := argmaxRun(t, dev, ks.get(t, spec), sh[0], sh[1], int64(sh[0]+sh[1]))
 			run.groups = ArgmaxWideGroups(n, cols, spec)
-			done := newBuffer(t, dev, denseU32Bytes(make([]uint32, n)))
+			done := newBuffer(t, dev, u32bytes(make([]uint32, n)))
 			run.binds = append(run.binds, denseBind(denseNaNBuffer(t, dev, int(ArgmaxWidePartWords(n, cols, spec))), vk.ReadWrite), denseBind(done, vk.ReadWrite))
 			for i := 0; i < 2; i++ {
 				if err := run.run(t, dev, &w); err != nil {
 					t.Errorf("%s run %d: %v", name, i, err)
 				}
-				assert.Equal(t, make([]uint32, n), denseDownloadU32(t, done, int(n)), "%s run %d: done left at zero", name, i)
+				assert.Equal(t, make([]uint32, n), downloadU32(t, done, int(n)), "%s run %d: done left at zero", name, i)
 			}
 		}
 	}
@@ -455,7 +422,7 @@ func TestArgmaxWide(t *testing.T) {
 
 func TestArgmax(t *testing.T) {
 	dev := openDevice(t)
-	ks := denseKernels{dev: dev, v: denseLookup(t, "argmax")}
+	ks := denseKernels{dev: dev, v: lookup(t, "argmax")}
 	var w denseWorst
 	for _, sh := range [][2]int{{1, 6}, {7, 6}, {512, 7}, {1000, 6}, {32000, 6}, {100000, 1}} {
 		for _, spec := range append(denseRowSpecs("argmax", sh[0]), []uint32{64, 64}, []uint32{256, 256}) {

@@ -55,7 +55,7 @@ func embedRun(t testing.TB, dev *vk.Device, k *vk.Kernel, typ gguf.TensorType, v
 		table, err = MatvecBytes(matvecTypeOf[typ], table, vocab, cols)
 		require.NoError(t, err)
 	}
-	wb, tb, out := newBuffer(t, dev, table), newBuffer(t, dev, denseU32Bytes(tok)), denseNaNBuffer(t, dev, n*cols)
+	wb, tb, out := newBuffer(t, dev, table), newBuffer(t, dev, u32bytes(tok)), denseNaNBuffer(t, dev, n*cols)
 	piece := func(base, rows int) *denseRun {
 		return &denseRun{
 			k: k, push: EmbedPush{Cols: uint32(cols), N: uint32(n), RowBase: uint32(base), Rows: uint32(rows)},
@@ -113,7 +113,7 @@ func TestEmbed(t *testing.T) {
 	var w denseWorst
 	for _, v := range variants {
 		typ := v.typ
-		k := newKernel(t, dev, denseLookup(t, v.name))
+		k := newKernel(t, dev, lookup(t, v.name))
 		for _, sh := range shapes[typ] {
 			for _, n := range []int{1, 2, 9} {
 				// Split at row 8: 8 rows of any type here are a multiple of

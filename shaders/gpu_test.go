@@ -28,6 +28,14 @@ func openDeviceWith(t testing.TB, opts vk.InstanceOptions) *vk.Device {
 	return vktest.Open(t, opts)
 }
 
+// lookup is the variant named name.
+func lookup(t testing.TB, name string) Variant {
+	t.Helper()
+	v, err := Lookup(name)
+	require.NoError(t, err)
+	return v
+}
+
 // newKernel makes v's kernel, with spec overriding its default
 // specialization constants when given.
 func newKernel(t testing.TB, dev *vk.Device, v Variant, spec ...uint32) *vk.Kernel {
@@ -66,6 +74,18 @@ func download(t testing.TB, b *vk.Buffer, n int) []float32 {
 	x := make([]float32, n)
 	for i := range x {
 		x[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	return x
+}
+
+// downloadU32 is the first n words of b (n may be 0: it reads one word).
+func downloadU32(t testing.TB, b *vk.Buffer, n int) []uint32 {
+	t.Helper()
+	raw := make([]byte, 4*max(n, 1))
+	require.NoError(t, b.Download(raw, 0))
+	x := make([]uint32, n)
+	for i := range x {
+		x[i] = binary.LittleEndian.Uint32(raw[4*i:])
 	}
 	return x
 }

@@ -126,20 +126,20 @@ func TestToHalf(t *testing.T) {
 			const nHead, hd, splits = 8, 128, 4 // a chunk of 1024 values a dispatch
 			qd := nHead * hd
 			kOff, vOff := qd, 2*qd // one kv head per head: head h outputs its own value
-			k := newKernel(t, dev, routingLookup(t, kern.name(KVF16)), kern.spec(hd, splits)...)
+			k := newKernel(t, dev, lookup(t, kern.name(KVF16)), kern.spec(hd, splits)...)
 			freqs := ropeTable(t, hd, "llama3.2+linear4")
-			bFreq := newBuffer(t, dev, denseU32Bytes(RopeFreqs(freqs)))
+			bFreq := newBuffer(t, dev, u32bytes(RopeFreqs(freqs)))
 			var got []float32
 			for at := 0; at < len(x); at += qd {
 				qkv := make([]float32, 3*qd) // q and k zero: every score 0
 				copy(qkv[vOff:], x[at:at+qd])
 				words := qd / 2
 				bK, bV := decodeBuffer(t, dev, nil, words), decodeBuffer(t, dev, nil, words)
-				bKPos := newBuffer(t, dev, denseU32Bytes([]uint32{0}))
-				bCounts := newBuffer(t, dev, denseU32Bytes([]uint32{0}))
+				bKPos := newBuffer(t, dev, u32bytes([]uint32{0}))
+				bCounts := newBuffer(t, dev, u32bytes([]uint32{0}))
 				bPart := denseNaNBuffer(t, dev, nHead*splits*(2+hd))
-				bDone := newBuffer(t, dev, denseU32Bytes(make([]uint32, DecodeAttendDoneWords(nHead))))
-				bQKV, bPos := newBuffer(t, dev, f32bytes(qkv)), newBuffer(t, dev, denseU32Bytes([]uint32{0}))
+				bDone := newBuffer(t, dev, u32bytes(make([]uint32, DecodeAttendDoneWords(nHead))))
+				bQKV, bPos := newBuffer(t, dev, f32bytes(qkv)), newBuffer(t, dev, u32bytes([]uint32{0}))
 				out := denseNaNBuffer(t, dev, qd)
 				rec := dev.NewRecorder()
 				rec.Dispatch(k, vk.MustPackPush(DecodeAttendPush{HeadDim: hd, NHead: nHead, NKVHead: nHead, KOff: uint32(kOff), VOff: uint32(vOff),
@@ -149,7 +149,7 @@ func TestToHalf(t *testing.T) {
 				rec.Close()
 				got = append(got, download(t, out, qd)...)
 				// The appended value is the same half, through packHalf2x16.
-				if msg := halfMismatches(x[at:at+qd], kvDecode(t, KVF16, routingDownloadU32(t, bV, words))); msg != "" {
+				if msg := halfMismatches(x[at:at+qd], kvDecode(t, KVF16, downloadU32(t, bV, words))); msg != "" {
 					t.Errorf("the appended values: %s", msg)
 				}
 			}

@@ -103,8 +103,8 @@ func BenchmarkMatmul(b *testing.B) {
 func BenchmarkAttention(b *testing.B) {
 	dev := openDeviceWith(b, vk.InstanceOptions{})
 	const nHead, nKVHead, hd = 8, 4, 64
-	split := newKernel(b, dev, routingLookup(b, "attention_split"), AttentionSplitSpec(hd)...)
-	merge := newKernel(b, dev, routingLookup(b, "attention_merge"))
+	split := newKernel(b, dev, lookup(b, "attention_split"), AttentionSplitSpec(hd)...)
+	merge := newKernel(b, dev, lookup(b, "attention_merge"))
 	for _, sh := range []struct{ n, entries int }{{1, 512}, {128, 128}} {
 		b.Run(fmt.Sprintf("n%d/entries%d/heads%d:%d/hd%d", sh.n, sh.entries, nHead, nKVHead, hd), func(b *testing.B) {
 			c := newAttentionCase(sh.n, sh.entries, nHead, nKVHead, hd, 1, 1)

@@ -118,6 +118,22 @@ func matmulGroupsOf(spec MatmulSpec) func(rows, n uint32) [3]uint32 {
 // groups is the dispatch size of rows and n tokens (matmul's or
 // matmul_coop's, for k's spec).
 func (c *matmulCase) runParts(t testing.TB, dev *vk.Device, k *vk.Kernel, groups func(rows, n uint32) [3]uint32, cuts []int, pieces bool) []float32 {
+	return c.runPartsSplit(t, dev, k, groups, cuts, pieces, nil)
+}
+
+// matmulSplitK is how a split run cuts K (runSplit): into slices of
+// kSplit columns (MatmulPush.KSplit), each slice's partial sums written to
+// a scratch buffer and summed into y by reduce (splitk_reduce); spec is
+// the matmul kernel's constants.
+type matmulSplitK struct {
+	reduce *vk.Kernel
+	spec   []uint32
+	kSplit int
+}
+
+// runPartsSplit is runParts, each part split along K by split when it is
+// not nil: the part's split dispatch, then its reduce into its columns of y.
+func (c *matmulCase) runPartsSplit(t testing.TB, dev *vk.Device, k *vk.Kernel, groups func(rows, n uint32) [3]uint32, cuts []int, pieces bool, split *matmulSplitK) []float32 {
 	t.Helper()
 	xb := newBuffer(t, dev, f32bytes(c.x))
 	defer xb.Close()
@@ -127,6 +143,15 @@ func (c *matmulCase) runParts(t testing.TB, dev *vk.Device, k *vk.Kernel, groups
 	rec := dev.NewRecorder()
 	defer rec.Close()
 	rec.Fill(yb, 0, yb.Size(), 0x7fc00000) // NaN: an output the kernel skips shows
+	var scratch *vk.Buffer
+	splits := 0
+	if split != nil {
+		splits = (c.cols + split.kSplit - 1) / split.kSplit
+		scratch, err = dev.NewBuffer(uint64(4*splits*c.n*c.rows), vk.DeviceLocal)
+		require.NoError(t, err)
+		defer scratch.Close()
+		rec.Fill(scratch, 0, scratch.Size(), 0x7fc00000) // and a partial nobody writes
+	}
 	bounds := append(append([]int{0}, cuts...), c.rows)
 	rowBytes := len(c.w) / c.rows
 	whole := newBuffer(t, dev, matmulLayout(t, c.typ, c.w, c.rows, c.cols))
@@ -141,8 +166,15 @@ func (c *matmulCase) runParts(t testing.TB, dev *vk.Device, k *vk.Kernel, groups
 			defer wb.Close()
 			push.WRow0, push.WRows = 0, uint32(r1-r0)
 		}
-		rec.Dispatch(k, vk.MustPackPush(push), groups(push.Rows, uint32(c.n)),
-			vk.Bind{Buf: wb, Access: vk.Read}, vk.Bind{Buf: xb, Access: vk.Read}, vk.Bind{Buf: yb, Access: vk.Write})
+		w, x, y := vk.Bind{Buf: wb, Access: vk.Read}, vk.Bind{Buf: xb, Access: vk.Read}, vk.Bind{Buf: yb, Access: vk.Write}
+		if split == nil {
+			rec.Dispatch(k, vk.MustPackPush(push), groups(push.Rows, push.N), w, x, y)
+			continue
+		}
+		push.KSplit = uint32(split.kSplit)
+		rec.Dispatch(k, vk.MustPackPush(push), MatmulSplitGroups(push.Rows, push.N, split.spec, uint32(splits)), w, x, vk.Bind{Buf: scratch, Access: vk.Write})
+		rec.Dispatch(split.reduce, vk.MustPackPush(MatmulReducePush{Rows: push.Rows, N: push.N, Splits: uint32(splits), LdY: push.LdY, YOff: push.YOff}),
+			MatmulReduceGroups(push.Rows, push.N), vk.Bind{Buf: scratch, Access: vk.Read}, y)
 	}
 	require.NoError(t, dev.Run(rec))
 	return download(t, yb, c.n*c.rows)
@@ -443,8 +475,8 @@ func (b *attentionBuffers) close() {
 // attention_merge in key tiles of splitLen.
 func (c *attentionCase) runTiled(t testing.TB, dev *vk.Device, splitLen, sorted uint32) []float32 {
 	t.Helper()
-	split := newKernel(t, dev, routingLookup(t, "attention_split"), AttentionSplitSpec(uint32(c.hd))...)
-	merge := newKernel(t, dev, routingLookup(t, "attention_merge"))
+	split := newKernel(t, dev, lookup(t, "attention_split"), AttentionSplitSpec(uint32(c.hd))...)
+	merge := newKernel(t, dev, lookup(t, "attention_merge"))
 	return c.runSplit(t, dev, split, merge, splitLen, false, false, sorted)
 }
 

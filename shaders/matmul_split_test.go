@@ -70,41 +70,11 @@ func splitSlices(cols, granule int) []int {
 // part its own split dispatch and reduce into its columns of one y).
 func (c *matmulCase) runSplit(t testing.TB, dev *vk.Device, k, reduce *vk.Kernel, spec []uint32, kSplit int, cuts []int) []float32 {
 	t.Helper()
-	xb := newBuffer(t, dev, f32bytes(c.x))
-	defer xb.Close()
-	yb, err := dev.NewBuffer(uint64(4*c.n*c.rows), vk.DeviceLocal)
-	require.NoError(t, err)
-	defer yb.Close()
-	splits := 1
-	if kSplit > 0 {
-		splits = (c.cols + kSplit - 1) / kSplit
+	groups := func(rows, n uint32) [3]uint32 { return MatmulGroupsOf(rows, n, spec) }
+	if kSplit == 0 {
+		return c.runParts(t, dev, k, groups, cuts, false)
 	}
-	scratch, err := dev.NewBuffer(uint64(4*splits*c.n*c.rows), vk.DeviceLocal)
-	require.NoError(t, err)
-	defer scratch.Close()
-	whole := newBuffer(t, dev, matmulLayout(t, c.typ, c.w, c.rows, c.cols))
-	defer whole.Close()
-	rec := dev.NewRecorder()
-	defer rec.Close()
-	rec.Fill(yb, 0, yb.Size(), 0x7fc00000)           // NaN: an output nobody writes shows
-	rec.Fill(scratch, 0, scratch.Size(), 0x7fc00000) // and a partial nobody writes
-	bounds := append(append([]int{0}, cuts...), c.rows)
-	for i := 0; i+1 < len(bounds); i++ {
-		r0, r1 := bounds[i], bounds[i+1]
-		push := MatmulPush{Rows: uint32(r1 - r0), Cols: uint32(c.cols), N: uint32(c.n), WRow0: uint32(r0), WRows: uint32(c.rows),
-			LdY: uint32(c.rows), YOff: uint32(r0), KSplit: uint32(kSplit)}
-		w := vk.Bind{Buf: whole, Access: vk.Read}
-		x := vk.Bind{Buf: xb, Access: vk.Read}
-		if kSplit == 0 {
-			rec.Dispatch(k, vk.MustPackPush(push), MatmulGroupsOf(push.Rows, push.N, spec), w, x, vk.Bind{Buf: yb, Access: vk.Write})
-			continue
-		}
-		rec.Dispatch(k, vk.MustPackPush(push), MatmulSplitGroups(push.Rows, push.N, spec, uint32(splits)), w, x, vk.Bind{Buf: scratch, Access: vk.Write})
-		rec.Dispatch(reduce, vk.MustPackPush(MatmulReducePush{Rows: push.Rows, N: push.N, Splits: uint32(splits), LdY: push.LdY, YOff: push.YOff}),
-			MatmulReduceGroups(push.Rows, push.N), vk.Bind{Buf: scratch, Access: vk.Read}, vk.Bind{Buf: yb, Access: vk.Write})
-	}
-	require.NoError(t, dev.Run(rec))
-	return download(t, yb, c.n*c.rows)
+	return c.runPartsSplit(t, dev, k, groups, cuts, false, &matmulSplitK{reduce: reduce, spec: spec, kSplit: kSplit})
 }
 
 // TestMatmulSplit runs the split-K matmuls (MatmulPush.KSplit, then

@@ -21,9 +21,9 @@ import (
 // free (GLSL does not fix it).
 func TestPrefillKV(t *testing.T) {
 	dev := openDevice(t)
-	count := newKernel(t, dev, routingLookup(t, "prefill_count"))
+	count := newKernel(t, dev, lookup(t, "prefill_count"))
 	for _, kv := range KVTypes {
-		k := newKernel(t, dev, routingLookup(t, PrefillKVName(kv)))
+		k := newKernel(t, dev, lookup(t, PrefillKVName(kv)))
 		for _, tc := range []struct {
 			kvd, n, rows, base, maxEntries int
 		}{
@@ -48,12 +48,12 @@ func TestPrefillKV(t *testing.T) {
 			capEntries := tc.maxEntries + 1
 			const layer = 1
 			bK, bV := newBuffer(t, dev, f32bytes(kk)), newBuffer(t, dev, f32bytes(vv))
-			bPos := newBuffer(t, dev, denseU32Bytes(pos))
-			bRows := newBuffer(t, dev, denseU32Bytes([]uint32{uint32(tc.rows)}))
-			bCounts := newBuffer(t, dev, denseU32Bytes([]uint32{7, uint32(tc.base), 9}))
+			bPos := newBuffer(t, dev, u32bytes(pos))
+			bRows := newBuffer(t, dev, u32bytes([]uint32{uint32(tc.rows)}))
+			bCounts := newBuffer(t, dev, u32bytes([]uint32{7, uint32(tc.base), 9}))
 			fill := decodeRepeat([]uint32{0xdeadbeef}, capEntries*words)
-			bKC, bVC := newBuffer(t, dev, denseU32Bytes(fill)), newBuffer(t, dev, denseU32Bytes(fill))
-			bKPos := newBuffer(t, dev, denseU32Bytes(decodeRepeat([]uint32{0xdeadbeef}, capEntries)))
+			bKC, bVC := newBuffer(t, dev, u32bytes(fill)), newBuffer(t, dev, u32bytes(fill))
+			bKPos := newBuffer(t, dev, u32bytes(decodeRepeat([]uint32{0xdeadbeef}, capEntries)))
 			push := vk.MustPackPush(PrefillPush{N: uint32(tc.n), KVDim: uint32(tc.kvd), Layer: layer, MaxEntries: uint32(tc.maxEntries)})
 			rec := dev.NewRecorder()
 			rec.Dispatch(k, push, Groups(uint32(tc.n)),
@@ -64,8 +64,8 @@ func TestPrefillKV(t *testing.T) {
 			rec.Close()
 
 			appended := min(tc.rows, max(0, tc.maxEntries-tc.base))
-			assert.Equal(t, []uint32{7, uint32(tc.base + appended), 9}, routingDownloadU32(t, bCounts, 3), "%s: counts", name)
-			gotPos := routingDownloadU32(t, bKPos, capEntries)
+			assert.Equal(t, []uint32{7, uint32(tc.base + appended), 9}, downloadU32(t, bCounts, 3), "%s: counts", name)
+			gotPos := downloadU32(t, bKPos, capEntries)
 			for c := range capEntries {
 				want := uint32(0xdeadbeef)
 				if i := c - tc.base; i >= 0 && i < appended {
@@ -78,7 +78,7 @@ func TestPrefillKV(t *testing.T) {
 				src  []float32
 				buf  *vk.Buffer
 			}{{"k", kk, bKC}, {"v", vv, bVC}} {
-				got := routingDownloadU32(t, kc.buf, capEntries*words)
+				got := downloadU32(t, kc.buf, capEntries*words)
 				for c := range capEntries {
 					i := c - tc.base
 					for w := range words {
@@ -106,7 +106,7 @@ func TestPrefillKV(t *testing.T) {
 // TestPrefillPos: pos[j] = chunkPos[idx[j]] for j < count, nothing past it.
 func TestPrefillPos(t *testing.T) {
 	dev := openDevice(t)
-	k := newKernel(t, dev, routingLookup(t, "prefill_pos"))
+	k := newKernel(t, dev, lookup(t, "prefill_pos"))
 	for _, tc := range []struct{ n, count int }{{1, 0}, {1, 1}, {5, 3}, {64, 64}, {200, 131}} {
 		rng := rand.New(rand.NewSource(int64(tc.n)))
 		cpos := make([]uint32, tc.n)
@@ -118,15 +118,15 @@ func TestPrefillPos(t *testing.T) {
 		for j, i := range idx {
 			idxU[j] = uint32(i)
 		}
-		bIdx, bCount := newBuffer(t, dev, denseU32Bytes(idxU)), newBuffer(t, dev, denseU32Bytes([]uint32{uint32(tc.count)}))
-		bCPos := newBuffer(t, dev, denseU32Bytes(cpos))
-		bPos := newBuffer(t, dev, denseU32Bytes(decodeRepeat([]uint32{0xdeadbeef}, tc.n)))
+		bIdx, bCount := newBuffer(t, dev, u32bytes(idxU)), newBuffer(t, dev, u32bytes([]uint32{uint32(tc.count)}))
+		bCPos := newBuffer(t, dev, u32bytes(cpos))
+		bPos := newBuffer(t, dev, u32bytes(decodeRepeat([]uint32{0xdeadbeef}, tc.n)))
 		rec := dev.NewRecorder()
 		rec.Dispatch(k, vk.MustPackPush(PrefillPush{N: uint32(tc.n)}), Groups(uint32(tc.n+63)/64),
 			denseBind(bIdx, vk.Read), denseBind(bCount, vk.Read), denseBind(bCPos, vk.Read), denseBind(bPos, vk.Write))
 		require.NoError(t, dev.Run(rec))
 		rec.Close()
-		got := routingDownloadU32(t, bPos, tc.n)
+		got := downloadU32(t, bPos, tc.n)
 		for j := range tc.n {
 			want := uint32(0xdeadbeef)
 			if j < tc.count {
@@ -141,22 +141,22 @@ func TestPrefillPos(t *testing.T) {
 // the n dispatches, counts 0, some, the largest and past it.
 func TestPrefillArgs(t *testing.T) {
 	dev := openDevice(t)
-	k := newKernel(t, dev, routingLookup(t, "prefill_args"))
+	k := newKernel(t, dev, lookup(t, "prefill_args"))
 	const m, maxCount = 70, 5 // more dispatches than invocations
 	table := make([]uint32, 3*m*(maxCount+1))
 	for i := range table {
 		table[i] = uint32(i*7 + 1)
 	}
-	bTable := newBuffer(t, dev, denseU32Bytes(table))
+	bTable := newBuffer(t, dev, u32bytes(table))
 	for _, count := range []int{0, 2, maxCount, maxCount + 3} {
-		bCount := newBuffer(t, dev, denseU32Bytes([]uint32{uint32(count)}))
-		bArgs := newBuffer(t, dev, denseU32Bytes(make([]uint32, 3*m)))
+		bCount := newBuffer(t, dev, u32bytes([]uint32{uint32(count)}))
+		bArgs := newBuffer(t, dev, u32bytes(make([]uint32, 3*m)))
 		rec := dev.NewRecorder()
 		rec.Dispatch(k, vk.MustPackPush(PrefillPush{N: m, MaxEntries: maxCount}), Groups((m+63)/64),
 			denseBind(bCount, vk.Read), denseBind(bTable, vk.Read), denseBind(bArgs, vk.Write))
 		require.NoError(t, dev.Run(rec))
 		rec.Close()
 		c := min(count, maxCount)
-		assert.Equal(t, table[3*m*c:3*m*(c+1)], routingDownloadU32(t, bArgs, 3*m), "count %d", count)
+		assert.Equal(t, table[3*m*c:3*m*(c+1)], downloadU32(t, bArgs, 3*m), "count %d", count)
 	}
 }

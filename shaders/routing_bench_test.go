@@ -28,7 +28,7 @@ func BenchmarkRoutingTopK(b *testing.B) {
 		b.Run(fmt.Sprintf("n%d/wg%d", bc.n, bc.wg), func(b *testing.B) {
 			n, k := bc.n, mod.TopK(0.125, bc.n)
 			ks := newTopkKernels(b, dev)
-			ks["topk"] = newKernel(b, dev, routingLookup(b, "topk"), bc.wg, TopkLocal)
+			ks["topk"] = newKernel(b, dev, lookup(b, "topk"), bc.wg, TopkLocal)
 			scores := topkScores("ties", n, rand.New(rand.NewSource(1)))
 			want := mod.TopKIndices(scores, k)
 			rec := dev.NewRecorder()
@@ -38,7 +38,7 @@ func BenchmarkRoutingTopK(b *testing.B) {
 				ks.record(rec, bufs, uint32(n), uint32(k))
 			}
 			require.NoError(b, dev.Run(rec)) // records
-			if err := routingExact(routingDownloadU32(b, bufs.idx, k), routingU32(want)); err != nil {
+			if err := routingExact(downloadU32(b, bufs.idx, k), routingU32(want)); err != nil {
 				b.Fatalf("wrong before timing: %v", err)
 			}
 			cpu := routingCPUTime(func() { mod.TopKIndices(scores, k) })
@@ -61,12 +61,12 @@ func BenchmarkRoutingTopK(b *testing.B) {
 func BenchmarkRoutingCompact(b *testing.B) {
 	dev := openDeviceWith(b, vk.InstanceOptions{})
 	const n, perRun = 2048, 8
-	k := newKernel(b, dev, routingLookup(b, "compact_mask"))
+	k := newKernel(b, dev, lookup(b, "compact_mask"))
 	sel := mod.TopKIndices(topkScores("random", n, rand.New(rand.NewSource(1))), mod.TopK(0.125, n))
 	mask := routingMask(sel, n)
 	rec := dev.NewRecorder()
 	defer rec.Close()
-	mb := newBuffer(b, dev, routingU32Bytes(mask))
+	mb := newBuffer(b, dev, u32bytes(mask))
 	idx, count, args := routingBuffer(b, dev, nil, n, 0), routingBuffer(b, dev, nil, 1, 0), routingBuffer(b, dev, nil, 3, 0)
 	for i := 0; i < perRun; i++ {
 		rec.Dispatch(k, vk.MustPackPush(CompactPush{N: n, RowsPerGroup: 1}), [3]uint32{1, 1, 1},
@@ -74,7 +74,7 @@ func BenchmarkRoutingCompact(b *testing.B) {
 			vk.Bind{Buf: count, Access: vk.Write}, vk.Bind{Buf: args, Access: vk.Write})
 	}
 	require.NoError(b, dev.Run(rec))
-	if err := routingExact(routingDownloadU32(b, idx, len(sel)), routingU32(sel)); err != nil {
+	if err := routingExact(downloadU32(b, idx, len(sel)), routingU32(sel)); err != nil {
 		b.Fatalf("wrong before timing: %v", err)
 	}
 	out := make([]uint32, 0, n)

@@ -42,10 +42,10 @@ func residualRef(x, o, r []float32, sel []int, d int, gate string) (want, scale 
 
 func TestGatherScatter(t *testing.T) {
 	dev := openDevice(t)
-	kGather := newKernel(t, dev, routingLookup(t, "gather"))
+	kGather := newKernel(t, dev, lookup(t, "gather"))
 	kScatter := map[string]*vk.Kernel{ // the gated residual: mod_residual, DESIGN.md §3's target
-		mod.GateSigmoid:  newKernel(t, dev, denseLookup(t, ModResidualVariant(mod.GateSigmoid, mod.GateTargetBlock))),
-		mod.GateIdentity: newKernel(t, dev, denseLookup(t, ModResidualVariant(mod.GateIdentity, mod.GateTargetBlock))),
+		mod.GateSigmoid:  newKernel(t, dev, lookup(t, ModResidualVariant(mod.GateSigmoid, mod.GateTargetBlock))),
+		mod.GateIdentity: newKernel(t, dev, lookup(t, ModResidualVariant(mod.GateIdentity, mod.GateTargetBlock))),
 	}
 	for _, n := range routingSizes {
 		for _, d := range []int{1, 7, 64, 100} {
@@ -67,9 +67,9 @@ func TestGatherScatter(t *testing.T) {
 						want, scale := residualRef(x, o, r, sel, d, gate)
 
 						xb, rb, ob := newBuffer(t, dev, f32bytes(x)), newBuffer(t, dev, f32bytes(r)), newBuffer(t, dev, f32bytes(o))
-						idx := newBuffer(t, dev, routingU32Bytes(routingU32(sel)))
-						count := newBuffer(t, dev, routingU32Bytes([]uint32{uint32(ks)}))
-						args := newBuffer(t, dev, routingU32Bytes(routingArgs(ks, RoutingRowsPerGroup)))
+						idx := newBuffer(t, dev, u32bytes(routingU32(sel)))
+						count := newBuffer(t, dev, u32bytes([]uint32{uint32(ks)}))
+						args := newBuffer(t, dev, u32bytes(routingArgs(ks, RoutingRowsPerGroup)))
 						rec := dev.NewRecorder()
 						xs := routingBuffer(t, dev, rec, n*d, 0x7fc00000)
 						gBinds := []vk.Bind{{Buf: idx, Access: vk.Read}, {Buf: count, Access: vk.Read},
@@ -129,15 +129,15 @@ func TestRoutingEndToEnd(t *testing.T) {
 	ks := newTopkKernels(t, dev)
 	sdev := scoreDevice(dev)
 	rPlan, upPlan, downPlan := PlanScore(sdev, n, 1, d, true), PlanScore(sdev, n, d/2, d, true), PlanScore(sdev, n, 1, d/2, true)
-	kRouter := newKernel(t, dev, routingLookup(t, rPlan.Variant), rPlan.Spec...)
-	kUp := newKernel(t, dev, routingLookup(t, upPlan.Variant), upPlan.Spec...)
-	kDown := newKernel(t, dev, routingLookup(t, downPlan.Variant), downPlan.Spec...)
-	kPos := newKernel(t, dev, routingLookup(t, "compact_positive"))
-	kGather := newKernel(t, dev, routingLookup(t, "gather"))
-	kAdd := newKernel(t, dev, routingLookup(t, "add"))
+	kRouter := newKernel(t, dev, lookup(t, rPlan.Variant), rPlan.Spec...)
+	kUp := newKernel(t, dev, lookup(t, upPlan.Variant), upPlan.Spec...)
+	kDown := newKernel(t, dev, lookup(t, downPlan.Variant), downPlan.Spec...)
+	kPos := newKernel(t, dev, lookup(t, "compact_positive"))
+	kGather := newKernel(t, dev, lookup(t, "gather"))
+	kAdd := newKernel(t, dev, lookup(t, "add"))
 	kScatter := map[string]*vk.Kernel{ // the gated residual: mod_residual, DESIGN.md §3's target
-		mod.GateSigmoid:  newKernel(t, dev, denseLookup(t, ModResidualVariant(mod.GateSigmoid, mod.GateTargetBlock))),
-		mod.GateIdentity: newKernel(t, dev, denseLookup(t, ModResidualVariant(mod.GateIdentity, mod.GateTargetBlock))),
+		mod.GateSigmoid:  newKernel(t, dev, lookup(t, ModResidualVariant(mod.GateSigmoid, mod.GateTargetBlock))),
+		mod.GateIdentity: newKernel(t, dev, lookup(t, ModResidualVariant(mod.GateIdentity, mod.GateTargetBlock))),
 	}
 	for _, tc := range []struct {
 		routing mod.Routing
@@ -237,7 +237,7 @@ func (st *routingStep) check(t *testing.T, dev *vk.Device, routing mod.Routing, 
 	switch routing {
 	case mod.RoutingTopK:
 		sel = mod.TopKIndices(r, st.k)
-		assert.NoError(t, routingExact(routingDownloadU32(t, st.idxTopk, st.k), routingU32(sel)), "topk idx")
+		assert.NoError(t, routingExact(downloadU32(t, st.idxTopk, st.k), routingU32(sel)), "topk idx")
 	case mod.RoutingRouter:
 		sel = routingPositive(r)
 	case mod.RoutingPredictor:
@@ -258,10 +258,10 @@ func (st *routingStep) check(t *testing.T, dev *vk.Device, routing mod.Routing, 
 	}
 	t.Logf("%d of %d tokens selected", len(sel), n)
 	count := len(sel)
-	assert.Equal(t, []uint32{uint32(count)}, routingDownloadU32(t, st.count, 1), "count")
-	assert.Equal(t, routingArgs(count, RoutingRowsPerGroup), routingDownloadU32(t, st.args, 3), "indirect arguments")
-	assert.NoError(t, routingExact(routingDownloadU32(t, st.mask, n), routingMask(sel, n)), "mask")
-	assert.NoError(t, routingExact(routingDownloadU32(t, st.idx, count), routingU32(sel)), "idx")
+	assert.Equal(t, []uint32{uint32(count)}, downloadU32(t, st.count, 1), "count")
+	assert.Equal(t, routingArgs(count, RoutingRowsPerGroup), downloadU32(t, st.args, 3), "indirect arguments")
+	assert.NoError(t, routingExact(downloadU32(t, st.mask, n), routingMask(sel, n)), "mask")
+	assert.NoError(t, routingExact(downloadU32(t, st.idx, count), routingU32(sel)), "idx")
 
 	o := make([]float32, count*d) // the stand-in block: o = xs + xs
 	for j, i := range sel {

@@ -1,7 +1,6 @@
 package shaders
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -42,25 +41,6 @@ var (
 		mod.GateIdentity: map[bool]float64{true: 0, false: 1e-6}[runtime.GOARCH == "amd64"],
 	}
 )
-
-func routingU32Bytes(x []uint32) []byte {
-	b := make([]byte, 4*len(x))
-	for i, v := range x {
-		binary.LittleEndian.PutUint32(b[4*i:], v)
-	}
-	return b
-}
-
-func routingDownloadU32(t testing.TB, b *vk.Buffer, n int) []uint32 {
-	t.Helper()
-	raw := make([]byte, 4*max(n, 1))
-	require.NoError(t, b.Download(raw, 0))
-	x := make([]uint32, n)
-	for i := range x {
-		x[i] = binary.LittleEndian.Uint32(raw[4*i:])
-	}
-	return x
-}
 
 // routingBuffer is a device-local buffer of n uint32 filled with fill by rec.
 func routingBuffer(t testing.TB, dev *vk.Device, rec *vk.Recorder, n int, fill uint32) *vk.Buffer {
@@ -305,14 +285,14 @@ func TestTopK(t *testing.T) {
 				b := newTopkBuffers(t, dev, rec, scores)
 				ks.record(rec, b, uint32(n), uint32(k))
 				require.NoError(t, dev.Run(rec), name)
-				if err := routingExact(routingDownloadU32(t, b.mask, n), routingMask(want, n)); err != nil {
+				if err := routingExact(downloadU32(t, b.mask, n), routingMask(want, n)); err != nil {
 					t.Errorf("%s: mask: %v", name, err)
 				}
-				if err := routingExact(routingDownloadU32(t, b.idx, k), routingU32(want)); err != nil {
+				if err := routingExact(downloadU32(t, b.idx, k), routingU32(want)); err != nil {
 					t.Errorf("%s: idx: %v", name, err)
 				}
 				if n > TopkLocal {
-					assert.Equal(t, []uint32{uint32(k)}, routingDownloadU32(t, b.count, 1), "%s: count", name)
+					assert.Equal(t, []uint32{uint32(k)}, downloadU32(t, b.count, 1), "%s: count", name)
 				}
 				rec.Close()
 			}
@@ -339,8 +319,8 @@ func TestTopKPasses(t *testing.T) {
 
 func TestCompact(t *testing.T) {
 	dev := openDevice(t)
-	kMask := newKernel(t, dev, routingLookup(t, "compact_mask"))
-	kPos := newKernel(t, dev, routingLookup(t, "compact_positive"))
+	kMask := newKernel(t, dev, lookup(t, "compact_mask"))
+	kPos := newKernel(t, dev, lookup(t, "compact_positive"))
 	// 70000 all selected: more than 65535 workgroups of one row, so the
 	// arguments need a second dimension.
 	sizes := append(append([]int{}, routingSizes...), 70000)
@@ -378,17 +358,17 @@ func TestCompact(t *testing.T) {
 							vk.Bind{Buf: args, Access: vk.Write}, vk.Bind{Buf: mask, Access: vk.Write},
 							vk.Bind{Buf: routingBuffer(t, dev, rec, 1, 0), Access: vk.ReadWrite}) // no rows (Cols 0): every score is finite
 					} else {
-						mask = newBuffer(t, dev, routingU32Bytes(routingMask(sel, n)))
+						mask = newBuffer(t, dev, u32bytes(routingMask(sel, n)))
 						rec.Dispatch(kMask, push, [3]uint32{1, 1, 1}, vk.Bind{Buf: mask, Access: vk.Read},
 							vk.Bind{Buf: idx, Access: vk.Write}, vk.Bind{Buf: count, Access: vk.Write}, vk.Bind{Buf: args, Access: vk.Write})
 					}
 					require.NoError(t, dev.Run(rec), name)
-					if err := routingExact(routingDownloadU32(t, idx, len(sel)), routingU32(sel)); err != nil {
+					if err := routingExact(downloadU32(t, idx, len(sel)), routingU32(sel)); err != nil {
 						t.Errorf("%s: idx: %v", name, err)
 					}
-					assert.Equal(t, []uint32{uint32(len(sel))}, routingDownloadU32(t, count, 1), "%s: count", name)
-					assert.Equal(t, routingArgs(len(sel), rpg), routingDownloadU32(t, args, 3), "%s: indirect arguments", name)
-					if err := routingExact(routingDownloadU32(t, mask, n), routingMask(sel, n)); err != nil {
+					assert.Equal(t, []uint32{uint32(len(sel))}, downloadU32(t, count, 1), "%s: count", name)
+					assert.Equal(t, routingArgs(len(sel), rpg), downloadU32(t, args, 3), "%s: indirect arguments", name)
+					if err := routingExact(downloadU32(t, mask, n), routingMask(sel, n)); err != nil {
 						t.Errorf("%s: mask: %v", name, err)
 					}
 					rec.Close()
@@ -446,7 +426,7 @@ func TestTopKPoisons(t *testing.T) {
 // mod.PoisonRows does, and leaves every other row as it was.
 func TestCompactDecisionBits(t *testing.T) {
 	dev := openDevice(t)
-	k := newKernel(t, dev, routingLookup(t, "compact_positive"))
+	k := newKernel(t, dev, lookup(t, "compact_positive"))
 	bits := []uint32{
 		0x00000001, 0x00000002, 0x007fffff, 0x00800000, 0x3f800000, 0x7f7fffff, 0x7f800000, // > 0: denormals to +Inf
 		0x00000000, 0x80000000, 0x80000001, 0x807fffff, 0xbf800000, 0xff800000, // +0, -0, negative denormals, -1, -Inf
@@ -490,14 +470,14 @@ func TestCompactDecisionBits(t *testing.T) {
 				assert.Equal(t, wantRow, row, "n%d: score %#08x: row %d", n, math.Float32bits(scores[i]), i)
 			}
 		}
-		got := routingDownloadU32(t, mask, n)
+		got := downloadU32(t, mask, n)
 		for i, s := range scores {
 			if (got[i] == 1) != mod.Selects(s) || got[i] > 1 {
 				t.Errorf("n%d: score %#08x: mask %d, mod.Selects %v", n, math.Float32bits(s), got[i], mod.Selects(s))
 			}
 		}
-		assert.Equal(t, []uint32{uint32(len(want))}, routingDownloadU32(t, count, 1), "n%d: count", n)
-		assert.NoError(t, routingExact(routingDownloadU32(t, idx, len(want)), routingU32(want)), "n%d: idx", n)
+		assert.Equal(t, []uint32{uint32(len(want))}, downloadU32(t, count, 1), "n%d: count", n)
+		assert.NoError(t, routingExact(downloadU32(t, idx, len(want)), routingU32(want)), "n%d: idx", n)
 		rec.Close()
 	}
 }
@@ -507,11 +487,4 @@ func routingNilIfEmpty(x []int) []int {
 		return nil
 	}
 	return x
-}
-
-func routingLookup(t testing.TB, name string) Variant {
-	t.Helper()
-	v, err := Lookup(name)
-	require.NoError(t, err)
-	return v
 }

@@ -89,7 +89,7 @@ func runScore(t testing.TB, dev *vk.Device, k *vk.Kernel, spec []uint32, push Ro
 func TestRouterScore(t *testing.T) {
 	dev := openDevice(t)
 	for _, sc := range scoreSpecs {
-		k := newKernel(t, dev, routingLookup(t, sc.variant), sc.spec...)
+		k := newKernel(t, dev, lookup(t, sc.variant), sc.spec...)
 		for _, n := range []int{1, 2, 37, 513} {
 			for _, d := range scoreWidths {
 				if !scoreUsable(dev, sc.variant, sc.spec, d) || (n == 513 && sc.spec[1] > 64) {
@@ -124,7 +124,7 @@ func TestRouterScore(t *testing.T) {
 func TestPredictorScore(t *testing.T) {
 	dev := openDevice(t)
 	for _, sc := range scoreSpecs {
-		k := newKernel(t, dev, routingLookup(t, sc.variant), sc.spec...)
+		k := newKernel(t, dev, lookup(t, sc.variant), sc.spec...)
 		for _, n := range []int{1, 3} {
 			for _, d := range []int{8, 36, 1000, 2048, 2050} {
 				h := d / 2
@@ -275,7 +275,7 @@ func TestRouteDecode(t *testing.T) {
 		for _, wg := range []uint32{64, 256} {
 			ks := map[bool]*vk.Kernel{}
 			for _, pred := range []bool{false, true} {
-				ks[pred] = newKernel(t, dev, routingLookup(t, RouteDecodeVariant(sd, pred, sg)), wg)
+				ks[pred] = newKernel(t, dev, lookup(t, RouteDecodeVariant(sd, pred, sg)), wg)
 			}
 			for _, c := range cases {
 				name := fmt.Sprintf("sg%v/wg%d/%s", sg, wg, c.name)
@@ -308,7 +308,7 @@ func (c routeDecodeCase) run(t *testing.T, dev *vk.Device, k *vk.Kernel, name st
 	x := newBuffer(t, dev, f32bytes(c.x))
 	binds := []vk.Bind{{Buf: newBuffer(t, dev, f32bytes(c.w)), Access: vk.Read}, {Buf: newBuffer(t, dev, f32bytes(bias)), Access: vk.Read},
 		{Buf: x, Access: vk.ReadWrite}, {Buf: xs, Access: vk.Write}, {Buf: r, Access: vk.Write},
-		{Buf: count, Access: vk.Write}, {Buf: newBuffer(t, dev, routingU32Bytes(groupsTable)), Access: vk.Read}, {Buf: args, Access: vk.Write}}
+		{Buf: count, Access: vk.Write}, {Buf: newBuffer(t, dev, u32bytes(groupsTable)), Access: vk.Read}, {Buf: args, Access: vk.Write}}
 	push := RouteDecodePush{NEmbd: uint32(d), HasBias: hasBias, M: uint32(m)}
 	var p *vk.Buffer
 	if pred {
@@ -356,8 +356,8 @@ func (c routeDecodeCase) run(t *testing.T, dev *vk.Device, k *vk.Kernel, name st
 	if sel {
 		wantCount, wantArgs = 1, groupsTable
 	}
-	assert.Equal(t, []uint32{wantCount}, routingDownloadU32(t, count, 1), "%s: count (score %g, GPU %g)", name, score, gotScore)
-	assert.Equal(t, wantArgs, routingDownloadU32(t, args, 3*m), "%s: indirect arguments", name)
+	assert.Equal(t, []uint32{wantCount}, downloadU32(t, count, 1), "%s: count (score %g, GPU %g)", name, score, gotScore)
+	assert.Equal(t, wantArgs, downloadU32(t, args, 3*m), "%s: indirect arguments", name)
 	if mod.Poisons(score) { // the skip path must not hide a broken score: x and xs become NaN (mod.PoisonRows)
 		for what, got := range map[string][]float32{"x": download(t, x, d), "xs": download(t, xs, d)} {
 			for e, v := range got {
@@ -387,7 +387,7 @@ func BenchmarkScores(b *testing.B) {
 	w, w1, w2, x := routingNormal(rng, d, 0.03), routingNormal(rng, h*d, 0.03), routingNormal(rng, h, 1), routingNormal(rng, d, 1)
 	wb, w1b, w2b, xb := newBuffer(b, dev, f32bytes(w)), newBuffer(b, dev, f32bytes(w1)), newBuffer(b, dev, f32bytes(w2)), newBuffer(b, dev, f32bytes(x))
 	bias := newBuffer(b, dev, f32bytes([]float32{0.1}))
-	groups := newBuffer(b, dev, routingU32Bytes(make([]uint32, 3*12)))
+	groups := newBuffer(b, dev, u32bytes(make([]uint32, 3*12)))
 	out, hid, xs := routingBuffer(b, dev, nil, 1, 0), routingBuffer(b, dev, nil, h, 0), routingBuffer(b, dev, nil, d, 0)
 	count, args, p := routingBuffer(b, dev, nil, 1, 0), routingBuffer(b, dev, nil, 3*12, 0), routingBuffer(b, dev, nil, 1, 0)
 	_, rWant, rScale := routerRef(b, w, x, nil, 1, d)
@@ -396,10 +396,10 @@ func BenchmarkScores(b *testing.B) {
 			continue
 		}
 		rPlan, upPlan := PlanScore(sd, 1, 1, d, sg), PlanScore(sd, 1, h, d, sg)
-		kr := newKernel(b, dev, routingLookup(b, rPlan.Variant), rPlan.Spec...)
-		kUp := newKernel(b, dev, routingLookup(b, upPlan.Variant), upPlan.Spec...)
-		kDec := newKernel(b, dev, routingLookup(b, RouteDecodeVariant(sd, false, sg)), RouteDecodeSpec(sd)...)
-		kDecP := newKernel(b, dev, routingLookup(b, RouteDecodeVariant(sd, true, sg)), RouteDecodeSpec(sd)...)
+		kr := newKernel(b, dev, lookup(b, rPlan.Variant), rPlan.Spec...)
+		kUp := newKernel(b, dev, lookup(b, upPlan.Variant), upPlan.Spec...)
+		kDec := newKernel(b, dev, lookup(b, RouteDecodeVariant(sd, false, sg)), RouteDecodeSpec(sd)...)
+		kDecP := newKernel(b, dev, lookup(b, RouteDecodeVariant(sd, true, sg)), RouteDecodeSpec(sd)...)
 		decode := func(rec *vk.Recorder, k *vk.Kernel, predHidden uint32) {
 			binds := []vk.Bind{{Buf: wb, Access: vk.Read}, {Buf: bias, Access: vk.Read}, {Buf: xb, Access: vk.ReadWrite}, {Buf: xs, Access: vk.Write},
 				{Buf: out, Access: vk.Write}, {Buf: count, Access: vk.Write}, {Buf: groups, Access: vk.Read}, {Buf: args, Access: vk.Write}}

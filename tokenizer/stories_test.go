@@ -1,10 +1,10 @@
 package tokenizer
 
 import (
-	"encoding/json"
 	"os"
 	"testing"
 
+	"github.com/modrun/modrun/internal/shared"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -16,14 +16,7 @@ func TestStories260KDecode(t *testing.T) {
 	tok := loadGGUF(t, "models/stories260K.gguf")
 	require.Equal(t, 512, tok.NVocab())
 
-	raw, err := os.ReadFile(sharedData(t, "models/stories260K_greedy200_ids.json"))
-	require.NoError(t, err)
-	var vec struct {
-		BOS int32   `json:"bos"`
-		IDs []int32 `json:"greedy_token_ids"`
-	}
-	require.NoError(t, json.Unmarshal(raw, &vec))
-	require.Len(t, vec.IDs, 200)
+	vec := shared.Stories260KGreedy(t)
 	require.Equal(t, vec.BOS, tok.BOS())
 
 	want, err := os.ReadFile(sharedData(t, "models/stories260K_greedy200_expected.txt"))

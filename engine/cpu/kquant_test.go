@@ -207,11 +207,7 @@ func TestKMatrix(t *testing.T) {
 		_, packed := m.Data()
 		assert.Same(t, &packed[0], &w.raw[0], "%s: the file's bytes, not a copy", typ)
 	}
-	type model struct {
-		name string
-		m    *synth.Model
-	}
-	var models []model
+	var models []namedModel
 	for _, scheme := range []string{"q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m", "q2_k", "q3_k_m"} {
 		s, err := quant.Parse(scheme)
 		require.NoError(t, err)
@@ -219,14 +215,29 @@ func TestKMatrix(t *testing.T) {
 			m, err := synth.Build(kShape, synth.Options{Scheme: s, Seed: 7, Capacity: capacity})
 			require.NoError(t, err)
 			t.Cleanup(func() { m.Close() })
-			models = append(models, model{fmt.Sprintf("%s capacity %g", scheme, capacity), m})
+			models = append(models, namedModel{fmt.Sprintf("%s capacity %g", scheme, capacity), m})
 		}
 	}
+	lockstepModels(t, models, kindK)
+}
+
+// namedModel is a synthetic model and the name its checks print.
+type namedModel struct {
+	name string
+	m    *synth.Model
+}
+
+// lockstepModels checks each model on every kernel path: its matrices
+// take the kernels of kind want (block 0's up projection stands for
+// them), and the runner gives the reference's greedy tokens and its logits
+// within QuantizedRelTol (lockstep, 12 steps after prompt).
+func lockstepModels(t *testing.T, models []namedModel, want kind) {
+	t.Helper()
 	kernelPaths(t, func(t *testing.T) {
 		for _, m := range models {
 			run, err := New(m.m.Model, mod.RoutingRouter, Options{})
 			require.NoError(t, err)
-			require.Equal(t, kindK, run.w.blocks[0].up.kind, m.name)
+			require.Equal(t, want, run.w.blocks[0].up.kind, m.name)
 			ref, err := m.m.NewState(mod.RoutingRouter)
 			require.NoError(t, err)
 			worst := lockstep(t, run, ref, prompt, 12)

@@ -12,6 +12,7 @@ import (
 	"github.com/modrun/modrun/engine/sched"
 	"github.com/modrun/modrun/engine/sched/schedtest"
 	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 )
 
@@ -87,8 +88,8 @@ func kvLockstep(t *testing.T, run, ref *Runner, prompt []int32, steps int) float
 		want, err := ref.Feed(feed)
 		require.NoError(t, err)
 		worst = math.Max(worst, relDiff(got, want))
-		next := argmax(want)
-		require.Equal(t, next, argmax(got), "greedy token at step %d", step)
+		next := stats.Argmax(want)
+		require.Equal(t, next, stats.Argmax(got), "greedy token at step %d", step)
 		for i, rt := range ref.Routes() {
 			for j := range rt {
 				require.Equal(t, rt[j].Selected, run.Routes()[i][j].Selected, "step %d token %d layer %d", step, i, rt[j].Layer)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
-	"github.com/modrun/modrun/mod/synth"
 )
 
 // lTypes are the types of legacy.go.
@@ -172,28 +171,13 @@ func TestLegacyMatrix(t *testing.T) {
 		assert.Same(t, &packed[0], &w.raw[0], "%s: the file's bytes, not a copy", typ)
 		assert.Equal(t, int64(len(packed)), w.bytes(), typ.String())
 	}
-	type model struct {
-		name string
-		m    *synth.Model
-	}
-	var models []model
+	var models []namedModel
 	for _, typ := range lTypes {
 		for _, capacity := range []float32{0, 0.25} {
-			models = append(models, model{fmt.Sprintf("%s capacity %g", typ, capacity), buildSynth(t, tiny, typ, capacity)})
+			models = append(models, namedModel{fmt.Sprintf("%s capacity %g", typ, capacity), buildSynth(t, tiny, typ, capacity)})
 		}
 	}
-	kernelPaths(t, func(t *testing.T) {
-		for _, m := range models {
-			run, err := New(m.m.Model, mod.RoutingRouter, Options{})
-			require.NoError(t, err)
-			require.Equal(t, kindL, run.w.blocks[0].up.kind, m.name)
-			ref, err := m.m.NewState(mod.RoutingRouter)
-			require.NoError(t, err)
-			worst := lockstep(t, run, ref, prompt, 12)
-			t.Logf("%s: max |Δlogit| / max |logit| = %.2g", m.name, worst)
-			assert.LessOrEqual(t, worst, QuantizedRelTol, m.name)
-		}
-	})
+	lockstepModels(t, models, kindL)
 }
 
 // A 2048×2048 matrix's product with one token (decode) and with 128 (a

@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 )
 
@@ -187,13 +188,7 @@ func (r *Runner) FeedArgmax(tokens []int32) (int32, error) {
 	if !mod.Finite(logits) {
 		return 0, fmt.Errorf("cpu: %w", mod.NonFinite(r.pos-1))
 	}
-	best := 0
-	for i, v := range logits {
-		if v > logits[best] {
-			best = i
-		}
-	}
-	return int32(best), nil
+	return stats.Argmax(logits), nil
 }
 
 // Score runs tokens as one sequence from position 0 (it Resets the

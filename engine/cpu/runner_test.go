@@ -13,6 +13,7 @@ import (
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/internal/shared"
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/mod/synth"
 )
@@ -90,8 +91,8 @@ func lockstep(t *testing.T, run *Runner, ref *mod.State, prompt []int32, steps i
 	var worst float64
 	for step := 0; ; step++ {
 		worst = math.Max(worst, relDiff(got, want))
-		next := argmax(want)
-		require.Equal(t, next, argmax(got), "greedy token at step %d", step)
+		next := stats.Argmax(want)
+		require.Equal(t, next, stats.Argmax(got), "greedy token at step %d", step)
 		if step == steps {
 			return worst
 		}
@@ -109,16 +110,6 @@ func relDiff(got, want []float32) float64 {
 		scale = math.Max(scale, math.Abs(float64(want[i])))
 	}
 	return diff / scale
-}
-
-func argmax(v []float32) int32 {
-	best := 0
-	for i, x := range v {
-		if x > v[best] {
-			best = i
-		}
-	}
-	return int32(best)
 }
 
 var prompt = []int32{1, 80, 111, 122, 259, 101, 120, 259, 40, 99, 300, 17, 45, 260, 500, 3}
@@ -307,7 +298,7 @@ func TestFeedArgmax(t *testing.T) {
 	next, err := b.FeedArgmax(prompt)
 	require.NoError(t, err)
 	for step := range 8 {
-		require.Equal(t, argmax(logits), next, "step %d", step)
+		require.Equal(t, stats.Argmax(logits), next, "step %d", step)
 		logits, err = a.Feed([]int32{next})
 		require.NoError(t, err)
 		next, err = b.FeedArgmax([]int32{next})

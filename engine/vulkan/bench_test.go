@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/modrun/modrun/internal/shared"
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
 	"github.com/stretchr/testify/require"
@@ -43,7 +44,7 @@ func BenchmarkDecode(b *testing.B) {
 			got, err := run.Feed([]int32{tok})
 			require.NoError(b, err)
 			require.Empty(b, closeErr(want, got, tolLogits), "step %d", i)
-			tok = argmax(want)
+			tok = stats.Argmax(want)
 		}
 		b.Run(bc.name+"/vulkan", func(b *testing.B) {
 			for i := 0; i < b.N; i++ {

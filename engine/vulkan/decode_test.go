@@ -27,25 +27,8 @@ func TestQuantizedWeights(t *testing.T) {
 		for _, embd := range []gguf.TensorType{gguf.TypeQ8_0, gguf.TypeQ4_0} {
 			t.Run(fmt.Sprintf("%s/embd-%s", name, embd), func(t *testing.T) {
 				m := openModel(t, "../../testdata/mod/mod-trained.gguf")
-				w := m.Weights
-				quantize := func(mt *mod.Mat, typ gguf.TensorType) { requantize(t, mt, typ) }
-				tied := w.Output.Name == w.TokenEmbd.Name
-				quantize(&w.TokenEmbd, embd)
-				if tied {
-					w.Output = w.TokenEmbd
-				} else {
-					quantize(&w.Output, gguf.TypeF16)
-				}
-				for l := range w.Blocks {
-					b := &w.Blocks[l]
-					quantize(&b.Q, gguf.TypeF16)
-					quantize(&b.K, gguf.TypeQ8_0)
-					quantize(&b.V, gguf.TypeQ4_0)
-					quantize(&b.O, gguf.TypeQ8_0)
-					quantize(&b.Gate, gguf.TypeQ4_0)
-					quantize(&b.Up, gguf.TypeQ8_0)
-					quantize(&b.Down, gguf.TypeF16) // 172 columns: not a multiple of 32 for Q8_0
-				}
+				f16, q8, q4 := gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0
+				weightMix{q: f16, k: q8, v: q4, o: q8, gate: q4, up: q8, down: f16, embd: embd}.requantize(t, m.Weights)
 				tokens := fixtureTokens(t, "../../testdata/mod/mod-trained.fixture.json")["generate-router"]
 				checkAgainstCPUWith(t, dev, m, mod.RoutingRouter, tokens, Options{DeviceProfile: prof, KVType: "f32"})
 			})

@@ -234,36 +234,17 @@ func TestEvalWeightTypes(t *testing.T) {
 	dev := openDevice(t, true)
 	f16, q8, q4 := gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0
 	for _, tc := range []struct {
-		name                       string
-		q, k, v, o, gate, up, down gguf.TensorType
-		embd                       gguf.TensorType
+		name string
+		weightMix
 	}{
-		{"q8_0-stacked", q8, q8, q8, q8, q8, q8, f16, q8},
-		{"q4_0-stacked", q4, q4, q4, q4, q4, q4, f16, q4},
-		{"f16-stacked", f16, f16, f16, f16, f16, f16, f16, f16},
-		{"mixed", f16, q8, f16, q8, f16, q4, f16, q8},
+		{"q8_0-stacked", weightMix{q8, q8, q8, q8, q8, q8, f16, q8}},
+		{"q4_0-stacked", weightMix{q4, q4, q4, q4, q4, q4, f16, q4}},
+		{"f16-stacked", weightMix{f16, f16, f16, f16, f16, f16, f16, f16}},
+		{"mixed", weightMix{f16, q8, f16, q8, f16, q4, f16, q8}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := openModel(t, "../../testdata/mod/mod-trained.gguf")
-			w := m.Weights
-			quantize := func(mt *mod.Mat, typ gguf.TensorType) { requantize(t, mt, typ) }
-			tied := w.Output.Name == w.TokenEmbd.Name
-			quantize(&w.TokenEmbd, tc.embd)
-			if tied {
-				w.Output = w.TokenEmbd
-			} else {
-				quantize(&w.Output, f16)
-			}
-			for l := range w.Blocks {
-				b := &w.Blocks[l]
-				quantize(&b.Q, tc.q)
-				quantize(&b.K, tc.k)
-				quantize(&b.V, tc.v)
-				quantize(&b.O, tc.o)
-				quantize(&b.Gate, tc.gate)
-				quantize(&b.Up, tc.up)
-				quantize(&b.Down, tc.down) // 172 columns: not a multiple of 32 for Q8_0
-			}
+			tc.requantize(t, m.Weights)
 			e := newEvaluator(t, dev, m)
 			b := e.r.pf.blocks[0]
 			stacked := tc.q == tc.k && tc.k == tc.v
@@ -275,7 +256,7 @@ func TestEvalWeightTypes(t *testing.T) {
 			assert.Empty(t, closeErr(cpu, got, tolLogits))
 			gotSel := selected(e)
 			assert.Equal(t, cpuSel, gotSel)
-			t.Logf("max |logit diff| vs CPU %.2g (types %s; logit[0] %.6g)", maxAbsDiff(cpu, got), w.Blocks[0].K.Type, got[0])
+			t.Logf("max |logit diff| vs CPU %.2g (types %s; logit[0] %.6g)", maxAbsDiff(cpu, got), m.Weights.Blocks[0].K.Type, got[0])
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -160,7 +161,7 @@ func TestLargeVocabulary(t *testing.T) {
 		require.NoError(t, err)
 		best, err := run.FeedArgmax([]int32{tok})
 		require.NoError(t, err)
-		require.Equal(t, argmax(want), best, "step %d: the GPU's argmax", step)
+		require.Equal(t, stats.Argmax(want), best, "step %d: the GPU's argmax", step)
 	}
 	run.Reset()
 	got, err := run.Feed(tokens)

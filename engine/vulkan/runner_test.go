@@ -11,6 +11,7 @@ import (
 
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/internal/shared"
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/tokenizer"
@@ -93,33 +94,12 @@ func maxAbsDiff(a, b []float32) float64 {
 	return m
 }
 
-func argmax(x []float32) int32 {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return int32(best)
-}
-
-// greedyVector is ../shared/data/models/stories260K_greedy200_ids.json
-// (see mod/stories_test.go).
-type greedyVector struct {
-	BOS int32   `json:"bos"`
-	IDs []int32 `json:"greedy_token_ids"`
-}
-
 // TestStories260KGreedy: 200 greedy tokens of stories260K on the GPU are
 // llama2.c's, the GPU's argmax is the CPU's, and the logits are within
 // tolLogits of the CPU reference at every step.
 func TestStories260KGreedy(t *testing.T) {
 	path := shared.Path(t, "models/stories260K.gguf")
-	raw, err := os.ReadFile(shared.Path(t, "models/stories260K_greedy200_ids.json"))
-	require.NoError(t, err)
-	var g greedyVector
-	require.NoError(t, json.Unmarshal(raw, &g))
-	require.Len(t, g.IDs, 200)
+	g := shared.Stories260KGreedy(t)
 
 	dev := openDevice(t, true)
 	m := openModel(t, path)
@@ -146,7 +126,7 @@ func TestStories260KGreedy(t *testing.T) {
 			require.Failf(t, "logits differ", "step %d: %s", step, msg)
 		}
 		worst = math.Max(worst, maxAbsDiff(want, got))
-		require.Equal(t, argmax(want), best, "step %d: GPU argmax", step)
+		require.Equal(t, stats.Argmax(want), best, "step %d: GPU argmax", step)
 		tok = best
 		ids = append(ids, tok)
 	}
@@ -343,6 +323,36 @@ func requantize(t *testing.T, mt *mod.Mat, typ gguf.TensorType) {
 	q, err := mod.NewMat(mt.Name, typ, []uint64{uint64(mt.Cols), uint64(mt.Rows)}, data)
 	require.NoError(t, err)
 	*mt = q
+}
+
+// weightMix is a weight type for each block matrix and for the token
+// embedding.
+type weightMix struct {
+	q, k, v, o, gate, up, down gguf.TensorType
+	embd                       gguf.TensorType
+}
+
+// requantize makes w's matrices mix's types: every block's, the token
+// embedding (and the output tied to it), and an untied output as F16.
+func (mix weightMix) requantize(t *testing.T, w *mod.Weights) {
+	t.Helper()
+	tied := w.Output.Name == w.TokenEmbd.Name
+	requantize(t, &w.TokenEmbd, mix.embd)
+	if tied {
+		w.Output = w.TokenEmbd
+	} else {
+		requantize(t, &w.Output, gguf.TypeF16)
+	}
+	for l := range w.Blocks {
+		b := &w.Blocks[l]
+		requantize(t, &b.Q, mix.q)
+		requantize(t, &b.K, mix.k)
+		requantize(t, &b.V, mix.v)
+		requantize(t, &b.O, mix.o)
+		requantize(t, &b.Gate, mix.gate)
+		requantize(t, &b.Up, mix.up)
+		requantize(t, &b.Down, mix.down) // 172 columns: not a multiple of 32 for Q8_0
+	}
 }
 
 // gpuProfileOn is the profile a GPU of d's subgroup size would get, with

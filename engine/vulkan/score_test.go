@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -75,16 +76,9 @@ func assertLosses(t *testing.T, want []float32, tokens []int32, losses []float32
 // refNLL is -log softmax(row)[target] in float64 (engine.Perplexity's
 // nll), and the sizes of its terms, |log sum exp| + |max| + |row[target]|.
 func refNLL(row []float32, target int32) (nll, terms float64) {
-	mx := math.Inf(-1)
-	for _, x := range row {
-		mx = math.Max(mx, float64(x))
-	}
-	var sum float64
-	for _, x := range row {
-		sum += math.Exp(float64(x) - mx)
-	}
-	xt := float64(row[target])
-	return math.Log(sum) + mx - xt, math.Abs(math.Log(sum)) + math.Abs(mx) + math.Abs(xt)
+	mx := float64(row[stats.Argmax(row)])
+	lse, xt := stats.LogSumExp(row), float64(row[target]) // lse - mx: log sum exp(row - max)
+	return lse - xt, math.Abs(lse-mx) + math.Abs(mx) + math.Abs(xt)
 }
 
 // lossTol is the nll kernel's relative bound (shaders' nllTol).

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/tokenizer"
@@ -138,7 +139,7 @@ func TestSelfCheckCatchesWrongSubgroupSize(t *testing.T) {
 		require.NoError(t, err)
 		var ids []int32
 		for len(ids) < 24 {
-			ids = append(ids, argmax(logits))
+			ids = append(ids, stats.Argmax(logits))
 			logits, err = feed(ids[len(ids)-1:])
 			require.NoError(t, err)
 		}

@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/modrun/modrun/engine/sched"
 	"github.com/modrun/modrun/engine/sched/schedtest"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/vk"
@@ -28,7 +27,7 @@ func TestConditionalSpansOrdered(t *testing.T) {
 	m := openModel(t, "../../models/tinystories-mod.gguf")
 	for _, routing := range []mod.Routing{mod.RoutingRouter, mod.RoutingPredictor} {
 		t.Run(routing.String(), func(t *testing.T) {
-			const ctx, bt = 128, 16
+			const ctx = 128
 			run, err := New(dev, m, routing, Options{KVType: "f32", ContextLen: ctx, UBatch: 48})
 			require.NoError(t, err)
 			defer run.Close()
@@ -40,12 +39,7 @@ func TestConditionalSpansOrdered(t *testing.T) {
 			_, err = run.FeedArgmax([]int32{45})
 			require.NoError(t, err)
 
-			st, err := run.Stepper(2)
-			require.NoError(t, err)
-			pages := sched.PagesFor(st.Layout(), 2, ctx, bt)
-			require.NoError(t, st.Reserve(pages, bt))
-			s, err := sched.New(st, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: st.MaxRows()})
-			require.NoError(t, err)
+			st, s := stepScheduler(t, run, 2, 2, ctx)
 			schedtest.JoinAndLeaveKeeping(t, s, m.Config.NVocab, 2, func(i int) bool { return i == 0 })
 
 			recs := map[string]*vk.Recorder{"decode step": run.step, "greedy decode step": run.stepGreedy}

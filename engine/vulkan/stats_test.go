@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
 	"github.com/stretchr/testify/assert"
@@ -143,7 +144,7 @@ func TestFeedArgmax(t *testing.T) {
 			for _, tok := range seq {
 				logits, err := run.Feed([]int32{tok})
 				require.NoError(t, err)
-				want = append(want, argmax(logits))
+				want = append(want, stats.Argmax(logits))
 			}
 			for i := 0; i < 2; i++ {
 				run.Reset()

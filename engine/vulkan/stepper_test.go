@@ -25,6 +25,24 @@ func runStepSolo(t *testing.T, run *Runner, req sched.Request) schedtest.Solo {
 	return schedtest.RunSolo(t, run, req)
 }
 
+// stepBT is the tokens a page of the step tests' pools holds.
+const stepBT = 16
+
+// stepScheduler is run's step runner for up to seqs sequences a step, its
+// device pool reserved for poolSeqs sequences of poolTokens tokens each in
+// pages of stepBT, and a scheduler over it that steps up to the runner's
+// MaxRows rows at once.
+func stepScheduler(t testing.TB, run *Runner, seqs, poolSeqs, poolTokens int) (*Stepper, *sched.Scheduler) {
+	t.Helper()
+	st, err := run.Stepper(seqs)
+	require.NoError(t, err)
+	pages := sched.PagesFor(st.Layout(), poolSeqs, poolTokens, stepBT)
+	require.NoError(t, st.Reserve(pages, stepBT))
+	s, err := sched.New(st, sched.Options{BlockTokens: stepBT, Pages: pages, BatchTokens: st.MaxRows()})
+	require.NoError(t, err)
+	return st, s
+}
+
 // stepTolVK is the logits' tolerance of a step against the solo run on
 // the same device, relative to the largest logit: the step's rows take
 // the batch kernels (matmul, paged attention: each invocation sums every
@@ -106,16 +124,11 @@ func TestVulkanStepMatchesSolo(t *testing.T) {
 }
 
 func vulkanStepMatchesSolo(t *testing.T, dev *vk.Device, prof *shaders.Profile, m *mod.Model, routing mod.Routing, kv string, nSeqs int) {
-	const ctx, bt = 128, 16
+	const ctx = 128
 	run, err := New(dev, m, routing, Options{KVType: kv, ContextLen: ctx, UBatch: 48, DeviceProfile: prof})
 	require.NoError(t, err)
 	defer run.Close()
-	st, err := run.Stepper(4)
-	require.NoError(t, err)
-	pages := sched.PagesFor(st.Layout(), nSeqs, ctx, bt)
-	require.NoError(t, st.Reserve(pages, bt))
-	s, err := sched.New(st, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: st.MaxRows()})
-	require.NoError(t, err)
+	st, s := stepScheduler(t, run, 4, nSeqs, ctx)
 	reqs, seqs := schedtest.JoinAndLeaveKeeping(t, s, m.Config.NVocab, nSeqs, func(i int) bool { return i%2 == 0 })
 	solo, err := New(dev, m, routing, Options{KVType: kv, ContextLen: ctx, Trace: true, DeviceProfile: prof})
 	require.NoError(t, err)
@@ -272,16 +285,11 @@ func TestVulkanStepNonFinite(t *testing.T) {
 	m := openModel(t, poison.Copy(t, "../../models/tinystories-dense.gguf", "blk.0.attn_q.weight", 5, float32(math.NaN())))
 	for _, pc := range deviceProfiles(dev) {
 		t.Run(pc.name, func(t *testing.T) {
-			const ctx, bt = 64, 16
+			const ctx = 64
 			run, err := New(dev, m, mod.RoutingRouter, Options{KVType: "f32", ContextLen: ctx, UBatch: 16, DeviceProfile: pc.prof})
 			require.NoError(t, err)
 			defer run.Close()
-			st, err := run.Stepper(2)
-			require.NoError(t, err)
-			pages := sched.PagesFor(st.Layout(), 2, ctx, bt)
-			require.NoError(t, st.Reserve(pages, bt))
-			s, err := sched.New(st, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: st.MaxRows()})
-			require.NoError(t, err)
+			st, s := stepScheduler(t, run, 2, 2, ctx)
 			var seqs []*sched.Seq
 			for _, keep := range []bool{false, true} {
 				q, err := s.Add(sched.Request{Prompt: []int32{1, 400, 500}, MaxTokens: 4, KeepLogits: keep})
@@ -310,17 +318,12 @@ func TestVulkanStepNonFinite(t *testing.T) {
 func TestVulkanStepRowsPastContext(t *testing.T) {
 	dev := openDevice(t, true)
 	m := stepModelsVK(t)[1] // MoD, router: the routed layers' selection over the whole step
-	const ctx, bt, seqs = 64, 16, 4
+	const ctx, seqs = 64, 4
 	run, err := New(dev, m.m, m.routing, Options{KVType: "f32", ContextLen: ctx, UBatch: 256})
 	require.NoError(t, err)
 	defer run.Close()
-	st, err := run.Stepper(seqs)
-	require.NoError(t, err)
+	st, s := stepScheduler(t, run, seqs, seqs, ctx+2*stepBT)
 	require.Equal(t, 4*ctx, st.MaxRows(), "seqs contexts")
-	pages := sched.PagesFor(st.Layout(), seqs, ctx+2*bt, bt)
-	require.NoError(t, st.Reserve(pages, bt))
-	s, err := sched.New(st, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: st.MaxRows()})
-	require.NoError(t, err)
 	rng := rand.New(rand.NewPCG(4, 64))
 	reqs := make([]sched.Request, seqs)
 	q := make([]*sched.Seq, seqs)

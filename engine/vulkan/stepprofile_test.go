@@ -60,13 +60,7 @@ func stepProfile(b *testing.B, dev *vk.Device, m *mod.Model, n int, prof *shader
 	run, err := New(dev, m, mod.RoutingRouter, Options{ContextLen: 128, Profile: true, DeviceProfile: prof})
 	require.NoError(b, err)
 	defer run.Close()
-	st, err := run.Stepper(n)
-	require.NoError(b, err)
-	const bt = 16
-	pages := sched.PagesFor(st.Layout(), n, 128, bt)
-	require.NoError(b, st.Reserve(pages, bt))
-	s, err := sched.New(st, sched.Options{BlockTokens: bt, Pages: pages, BatchTokens: st.MaxRows()})
-	require.NoError(b, err)
+	_, s := stepScheduler(b, run, n, n, 128)
 	var seqs []*sched.Seq
 	for i := range n {
 		prompt := make([]int32, 32)

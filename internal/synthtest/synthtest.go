@@ -1,9 +1,11 @@
 // Package synthtest builds the small synthetic model that the tests of
 // engine and bench share (mod/synth's generator at the tiny shape), so that
-// both run the same model without a copy of its shape in each.
+// both run the same model without a copy of its shape in each; and saves
+// the random-weight models of the grammar and server tests (Save).
 package synthtest
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -23,4 +25,19 @@ func Build(t testing.TB, typ gguf.TensorType, capacity float32) *synth.Model {
 	require.NoError(t, err)
 	t.Cleanup(func() { m.Close() })
 	return m
+}
+
+// Save builds a random-weight model of shape spec (synth.ParseShape: a
+// preset and/or key=value sizes) with F32 weights (seed 3), saves it under
+// t.TempDir and returns its path.
+func Save(t testing.TB, spec string) string {
+	t.Helper()
+	sh, err := synth.ParseShape(spec)
+	require.NoError(t, err)
+	sm, err := synth.Build(sh, synth.Options{Type: gguf.TypeF32, Seed: 3})
+	require.NoError(t, err)
+	defer sm.Close()
+	path := filepath.Join(t.TempDir(), "synth.gguf")
+	require.NoError(t, sm.Save(path))
+	return path
 }
