@@ -177,6 +177,9 @@ if [ "$quick" = 1 ]; then
   m7=$logs/large-$large-q8_0.gguf
   bench_row "$large-q8_0" --synthetic "$large" --type q8_0 --backends vulkan --prompt 512 -n 32 --repeats 2 --validate 0 --save "$m7"
   bench_row "$large-q8_0-prompt5" -m "$m7" --backends vulkan --prompt 5 -n 16 --repeats 3 --validate 0
+  # The same prompt as one batched prefill (the few-row split tiles) in
+  # place of five decode steps: which is sooner to the first token.
+  MODRUN_PROMPT_STEPS=1 bench_row "$large-q8_0-prompt5-prefill" -m "$m7" --backends vulkan --prompt 5 -n 16 --repeats 3 --validate 0
   rm -f "$m7"
   {
     echo "## Kernel benchmarks (shaders.test: GB/s of the matvecs, TFLOP/s of the matmuls, us/call of decode attention, validated first)"

@@ -52,8 +52,9 @@ type Options struct {
 	UBatch int
 	// PromptSteps is the most tokens a Feed runs through the decode step,
 	// one at a time, instead of the batched prefill (step.go); 0 means
-	// DefaultPromptSteps, negative 1 (a Feed of 2 tokens or more is a
-	// prefill: tests of the prefill's recordings set it).
+	// DefaultPromptSteps (or MODRUN_PROMPT_STEPS: promptStepsEnv), negative
+	// 1 (a Feed of 2 tokens or more is a prefill: tests of the prefill's
+	// recordings set it).
 	PromptSteps int
 	// NoConditional records a skipped routed block as indirect dispatches of
 	// zero workgroups only, even on a device with
@@ -169,11 +170,16 @@ func openRunner(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Run
 		ks.Close()
 		return nil, err
 	}
+	promptSteps, err := promptStepsEnv(opts.PromptSteps)
+	if err != nil {
+		ks.Close()
+		return nil, err
+	}
 	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: ks, args: make([]*vk.Buffer, c.NLayer), tables: map[tableKey]*vk.Buffer{},
 		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{},
 		profCmds:    map[*vk.Recorder][]profCmd{},
 		conditional: dev.Info().Features.ConditionalRendering && !opts.NoConditional, ub: opts.UBatch,
-		promptSteps: resolvePromptSteps(opts.PromptSteps), vecRowsEnv: vecRows}
+		promptSteps: promptSteps, vecRowsEnv: vecRows}
 	if opts.Trace && c.IsMoD() {
 		run.trace = [][]mod.Route{} // non-nil: tracing
 	}

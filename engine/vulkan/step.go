@@ -3,6 +3,8 @@ package vulkan
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
+	"strconv"
 
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
@@ -219,6 +221,25 @@ func resolvePromptSteps(n int) int {
 		return 1
 	}
 	return n
+}
+
+// promptStepsEnv is the runner's prompt steps: Options.PromptSteps where
+// set, else MODRUN_PROMPT_STEPS, else DefaultPromptSteps. The variable is
+// a measuring knob, a number of tokens from 1 (a prompt of 2 or more is a
+// batched prefill): the GPU bundle's quick mode runs a 5-token prompt at
+// 7B with it at 1 beside the default, since on a GPU profile the prefill's
+// few-row tiles, split along K (docs/matmul-cost.md), may now beat five
+// decode steps. Anything else is refused by name.
+func promptStepsEnv(opt int) (int, error) {
+	v := os.Getenv("MODRUN_PROMPT_STEPS")
+	if opt != 0 || v == "" {
+		return resolvePromptSteps(opt), nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("vulkan: MODRUN_PROMPT_STEPS=%q: want the most prompt tokens run one at a time through the decode step, 1 or more (the default is %d)", v, DefaultPromptSteps)
+	}
+	return n, nil
 }
 
 // runStep runs one token through the recorded decode step (the one that

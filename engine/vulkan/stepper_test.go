@@ -368,6 +368,33 @@ func TestVecRowsEnv(t *testing.T) {
 	vulkanStepMatchesSolo(t, dev, nil, sm.m, sm.routing, "f32", 8)
 }
 
+// MODRUN_PROMPT_STEPS sets how many prompt tokens run one at a time where
+// Options.PromptSteps does not (an explicit option wins); a count under 1
+// or not a number is refused by name when a runner opens.
+func TestPromptStepsEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env       string
+		opt, want int
+	}{{"", 0, DefaultPromptSteps}, {"1", 0, 1}, {"3", 0, 3}, {"1", -1, 1}, {"3", 5, 5}, {"x", 2, 2}} {
+		t.Setenv("MODRUN_PROMPT_STEPS", tc.env)
+		got, err := promptStepsEnv(tc.opt)
+		require.NoError(t, err, "%q, option %d", tc.env, tc.opt)
+		assert.Equal(t, tc.want, got, "%q, option %d", tc.env, tc.opt)
+	}
+	dev := openDevice(t, false)
+	sm := stepModelsVK(t)[0]
+	for _, v := range []string{"x", "0", "-1", "1.5"} {
+		t.Setenv("MODRUN_PROMPT_STEPS", v)
+		_, err := New(dev, sm.m, sm.routing, Options{})
+		assert.ErrorContains(t, err, "MODRUN_PROMPT_STEPS", "%q", v)
+	}
+	t.Setenv("MODRUN_PROMPT_STEPS", "1")
+	run, err := New(dev, sm.m, sm.routing, Options{})
+	require.NoError(t, err)
+	assert.Equal(t, 1, run.promptSteps)
+	run.Close()
+}
+
 // narrowSpec fits the tile to a few rows: the power of two at or above n
 // up to 32 on any base, 33-64 rows on the pipelined tile's 64-token
 // variant (never on the others, nor past the base's own tile).
