@@ -202,7 +202,7 @@ if [ "$quick" = 1 ]; then
     grep -E '^Benchmark|FAIL|panic|SKIP|--- |probe' "$logs/kernels-$1.log" >> "$report"
   }
   kernel_bench BenchmarkMatvecGPU "${QUICK_MATVEC:-BenchmarkMatvecGPU/^7b-(gateup-swiglu|qkv-norm)\$/^(F16|Q8_0|Q4_K)\$}" 30x 90
-  kernel_bench BenchmarkMatmulGPU "${QUICK_MATMUL:-BenchmarkMatmulGPU/^(tiled-64x64|pipe-128x64|split-pipe-128x64|pipe-128x128|coop-64x64|coop-hilo-64x64|coop-16x64-k64)\$/}" 10x 75
+  kernel_bench BenchmarkMatmulGPU "${QUICK_MATMUL:-BenchmarkMatmulGPU/^(tiled-64x64|pipe-128x64|split-pipe-128x64|pipe-128x128|coop-64x64|coop-hilo-64x64|coop-pk-64x64|coop-hilo-pk-64x64|coop-16x64-k64)\$/}" 10x 90
   # decode attention, decode_attend against decode_attend_keys at contexts 70, 512, 4096 (issue 42 item 5)
   kernel_bench BenchmarkDecodeAttendGPU "${QUICK_ATTEND:-BenchmarkDecodeAttendGPU}" 50x 60
   { echo '```'; echo; } >> "$report"

@@ -70,7 +70,7 @@ func TestOnlySubgroupVariantsNeedAFeature(t *testing.T) {
 			dev.Float16, dev.CooperativeMatrixNV, dev.TensorCores = true, true, true
 			fb, safe, ok := NewProfile(dev).Fallback(v)
 			require.True(t, ok, "%s has a fallback", v.Name)
-			assert.Equal(t, "matmul_"+strings.TrimPrefix(strings.TrimPrefix(v.Name, "matmul_coop_"), "hilo_"), safe)
+			assert.Equal(t, MatmulName(v.Type), safe)
 			assert.False(t, fb.MatmulCoop, v.Name)
 			continue
 		}

@@ -1,6 +1,9 @@
 package shaders
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // The prefill matrix-matrix product (matmul.comp) and causal attention over a
 // compact KV cache for batches of rows (attention_split.comp): their push-constant structs, mirroring
@@ -461,30 +464,60 @@ func MatmulCoopHiloName(typ string, emulate bool) string {
 	return "matmul_coop_hilo_" + typ
 }
 
+// MatmulCoopPackedName is matmul_coop's COOP_PACKED variant for weight
+// type typ (hilo: with COOP_HILO; emulate: its product emulated, which
+// only the hilo kernel has): the staged tiles in quads, packed conversions,
+// and the hilo split by a mask (matmul_coop.comp). Bench candidates
+// (BenchmarkMatmulGPU's coop-pk-*), for MatmulCoopPackedTypes only; no
+// profile takes them yet.
+func MatmulCoopPackedName(typ string, hilo, emulate bool) string {
+	switch {
+	case hilo && emulate:
+		return "matmul_coop_hilo_emu_pk_" + typ
+	case hilo:
+		return "matmul_coop_hilo_pk_" + typ
+	}
+	return "matmul_coop_pk_" + typ
+}
+
+// MatmulCoopPackedTypes are the weight types with COOP_PACKED variants:
+// BenchmarkMatmulGPU's.
+var MatmulCoopPackedTypes = []string{MatvecF16, MatvecQ8_0, MatvecQ4_K}
+
 func init() {
 	for _, wt := range WeightTypes {
-		for _, hilo := range []bool{false, true} {
-			for _, emulate := range []bool{false, true} {
-				name := MatmulCoopName(wt.Name, emulate)
-				if hilo {
-					name = MatmulCoopHiloName(wt.Name, emulate)
-				}
-				v := matmulVariant(name, wt.Defines, wt.Shape)
-				v.Source, v.Spec = "matmul_coop.comp", MatmulCoopSpecGPU.Constants()
-				v.Notes = "Spec: MatmulCoopSpec.Constants() (MatmulCoopSpecGPU, ...); dispatch MatmulCoopGroups(rows, n, spec); " +
-					"bind w with its size rounded up to 4 (vk buffers are); cols a multiple of the type's block (WeightType.Block)"
-				v.Defines = append([]string(nil), wt.Defines...)
-				if hilo {
-					v.Defines = append(v.Defines, "COOP_HILO")
-				}
-				if emulate {
-					v.Defines = append(v.Defines, "EMULATE_COOPMAT")
-				} else {
-					v.Notes += "; needs VK_NV_cooperative_matrix (Device.CooperativeMatrixNV) and a subgroup size of 32"
-				}
-				v.Op, v.Type = OpMatmulCoop, wt.Name // the self-check covers it (Profile.Fallback)
-				Variants = append(Variants, v)
+		for _, c := range []struct{ hilo, emulate, packed bool }{
+			{false, false, false}, {false, true, false}, {true, false, false}, {true, true, false},
+			{false, false, true}, {true, false, true}, {true, true, true},
+		} {
+			if c.packed && !slices.Contains(MatmulCoopPackedTypes, wt.Name) {
+				continue
 			}
+			name := MatmulCoopName(wt.Name, c.emulate)
+			switch {
+			case c.packed:
+				name = MatmulCoopPackedName(wt.Name, c.hilo, c.emulate)
+			case c.hilo:
+				name = MatmulCoopHiloName(wt.Name, c.emulate)
+			}
+			v := matmulVariant(name, wt.Defines, wt.Shape)
+			v.Source, v.Spec = "matmul_coop.comp", MatmulCoopSpecGPU.Constants()
+			v.Notes = "Spec: MatmulCoopSpec.Constants() (MatmulCoopSpecGPU, ...); dispatch MatmulCoopGroups(rows, n, spec); " +
+				"bind w with its size rounded up to 4 (vk buffers are); cols a multiple of the type's block (WeightType.Block)"
+			v.Defines = append([]string(nil), wt.Defines...)
+			if c.hilo {
+				v.Defines = append(v.Defines, "COOP_HILO")
+			}
+			if c.packed {
+				v.Defines = append(v.Defines, "COOP_PACKED")
+			}
+			if c.emulate {
+				v.Defines = append(v.Defines, "EMULATE_COOPMAT")
+			} else {
+				v.Notes += "; needs VK_NV_cooperative_matrix (Device.CooperativeMatrixNV) and a subgroup size of 32"
+			}
+			v.Op, v.Type = OpMatmulCoop, wt.Name // the self-check covers it (Profile.Fallback)
+			Variants = append(Variants, v)
 		}
 	}
 }

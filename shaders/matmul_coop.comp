@@ -49,6 +49,20 @@
 // is exact): the same shared bytes as the f32 emulation, within lavapipe's
 // shared memory.
 //
+// COOP_PACKED (the matmul_coop_pk and matmul_coop_hilo_pk variants, bench
+// candidates: docs/matmul-cost.md): the staged tiles as arrays of quads of
+// halves (uvec2: two packHalf2x16 words), a quad converted and stored at
+// once (two packed conversions, one 8-byte store, where the scalar kernel
+// converts and stores each half alone), the cooperative loads reading
+// those arrays (offsets and strides in quads); and under COOP_HILO hi split off by a mask, v's low
+// 13 mantissa bits cleared (exact in a half from 2^-14 up;
+// truncated to the halves' subnormal steps of 2^-24 below), in place of
+// toHalf's integer rounding: hi is v truncated, so lo is within 2^-10 of v
+// (2^-11 rounded) from 2^-14 up and under 2^-24 below, the bounds a
+// driver converting toward zero already has. The emulation takes the same
+// split (its lo rounded by toHalf), so CI checks that arithmetic; the
+// vector arrays' loads only a GPU runs.
+//
 // The loops over a subgroup's tiles and an invocation's staged quads are
 // unrolled ([[unroll]]; their bounds are specialization constants): arrays
 // of cooperative matrices and registers indexed by a loop that is not are
@@ -118,6 +132,19 @@ float toSH(float v) { return toHalf(v); }
 SH toSH(float v) { return float16_t(v); }
 #endif
 
+#if defined(COOP_PACKED) && !defined(EMULATE_COOPMAT)
+#define PK // the tiles in quads
+// Quads of halves as two packHalf2x16 words (glslang 11's coopMatLoadNV
+// takes uint vectors, not f16vec4).
+shared uvec2 xs[BM * BKP / 4u]; // [token][k/4] (COOP_HILO: the high halves)
+shared uvec2 ws[BN * BKP / 4u]; // [row][k/4]
+#ifdef COOP_HILO
+shared uvec2 xl[BM * BKP / 4u]; // the low halves
+#ifdef W_LO
+shared uvec2 wl[BN * BKP / 4u];
+#endif
+#endif
+#else
 #if defined(COOP_HILO) && defined(EMULATE_COOPMAT)
 shared uint xs[BM * BKP]; // [token][k]: packHalf2x16(hi, lo)
 shared uint ws[BN * BKP]; // [row][k]: packHalf2x16(hi, lo)
@@ -131,12 +158,31 @@ shared SH xl[BM * BKP]; // the low halves
 shared SH wl[BN * BKP];
 #endif
 #endif
+#endif
+// LD is the cooperative loads' unit: a quad of the tiles under PK.
+#ifdef PK
+const uint LD = 4u;
+#else
+const uint LD = 1u;
+#endif
 shared float cs[NSG * 256u]; // a 16x16 f32 tile per subgroup, row-major [token][row]
 
+// hiOf is v's high half as stage1 splits it: rounded to the nearest half
+// (toHalf), or under COOP_PACKED truncated: by a mask from 2^-14 up, to a
+// multiple of 2^-24 below (both exact: v times 2^24 is).
+float hiOf(float v) {
+#ifdef COOP_PACKED
+	return abs(v) >= 6.103515625e-05 ? uintBitsToFloat(floatBitsToUint(v) & 0xFFFFE000u) : trunc(v * 16777216.0) / 16777216.0;
+#else
+	return toHalf(v);
+#endif
+}
+
+#ifndef PK
 // stage1 stores v at element at of W's tile (isW) or X's.
 void stage1(bool isW, uint at, float v) {
 #ifdef COOP_HILO
-	float hi = toHalf(v);
+	float hi = hiOf(v);
 	float lo = v - hi; // exact: hi is v with its low mantissa bits rounded off
 #ifdef EMULATE_COOPMAT
 	uint word = packHalf2x16(vec2(hi, toHalf(lo))); // two exact halves: an exact round trip
@@ -165,11 +211,45 @@ void stage1(bool isW, uint at, float v) {
 #endif
 }
 
+#endif
+
+#ifdef PK
+// halves4 is v as four halves in two words (packHalf2x16: one packed
+// conversion a pair where the device has it).
+uvec2 halves4(vec4 v) {
+	return uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw));
+}
+#endif
+
 void stage4(bool isW, uint at, vec4 v) {
+#ifdef PK
+	// at is a multiple of 4 (BKP and the quads' columns are).
+#ifdef COOP_HILO
+	vec4 hi = mix(trunc(v * 16777216.0) / 16777216.0, uintBitsToFloat(floatBitsToUint(v) & 0xFFFFE000u),
+		greaterThanEqual(abs(v), vec4(6.103515625e-05))); // hiOf, four at once
+	vec4 lo = v - hi; // exact
+	if (isW) {
+		ws[at >> 2] = halves4(hi); // exact
+#ifdef W_LO
+		wl[at >> 2] = halves4(lo);
+#endif
+	} else {
+		xs[at >> 2] = halves4(hi);
+		xl[at >> 2] = halves4(lo);
+	}
+#else
+	if (isW) {
+		ws[at >> 2] = halves4(v);
+	} else {
+		xs[at >> 2] = halves4(v);
+	}
+#endif
+#else
 	stage1(isW, at, v.x);
 	stage1(isW, at + 1u, v.y);
 	stage1(isW, at + 2u, v.z);
 	stage1(isW, at + 3u, v.w);
+#endif
 }
 
 // WGS is the workgroup size (constant 0 must be 32 * NSG); WQ and XQ are
@@ -295,10 +375,10 @@ void main() {
 			fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> am[TI];
 			fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> bm[TJ];
 			[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
-				coopMatLoadNV(am[ti], xs, (sgM * WM + 16u * ti) * BKP + kk, BKP, false);
+				coopMatLoadNV(am[ti], xs, ((sgM * WM + 16u * ti) * BKP + kk) / LD, BKP / LD, false);
 			}
 			[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
-				coopMatLoadNV(bm[tj], ws, (sgN * WN + 16u * tj) * BKP + kk, BKP, true);
+				coopMatLoadNV(bm[tj], ws, ((sgN * WN + 16u * tj) * BKP + kk) / LD, BKP / LD, true);
 			}
 #ifdef COOP_HILO
 			// The small products first: they are summed before the large
@@ -306,7 +386,7 @@ void main() {
 			{
 				fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> al[TI];
 				[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
-					coopMatLoadNV(al[ti], xl, (sgM * WM + 16u * ti) * BKP + kk, BKP, false);
+					coopMatLoadNV(al[ti], xl, ((sgM * WM + 16u * ti) * BKP + kk) / LD, BKP / LD, false);
 				}
 				[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
 					[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
@@ -318,7 +398,7 @@ void main() {
 			{
 				fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> bl[TJ];
 				[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
-					coopMatLoadNV(bl[tj], wl, (sgN * WN + 16u * tj) * BKP + kk, BKP, true);
+					coopMatLoadNV(bl[tj], wl, ((sgN * WN + 16u * tj) * BKP + kk) / LD, BKP / LD, true);
 				}
 				[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
 					[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {

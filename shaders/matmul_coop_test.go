@@ -112,9 +112,18 @@ func TestMatmulCoopEmulated(t *testing.T) {
 //     gamma_(3·cols) of the products' absolute sum, at most (1 + 3u) of the
 //     scale; the reference's own sum by gamma_(cols+2) of the scale.
 func matmulCoopHiloBound(cols int) float64 {
+	return matmulCoopHiloBoundSplit(cols, 1.0/2048)
+}
+
+// matmulCoopHiloBoundSplit is matmulCoopHiloBound with lo within uh of v
+// (2^-11 where hi is v rounded, 2^-10 where it is truncated: COOP_PACKED's
+// mask), lo itself rounded to within u = 2^-11: hi + lo within uh·u of v,
+// the left-out lo_a·lo_b within uh² of |ab|, so a term within
+// (2·uh·u + uh²)(1+uh)² of |ab| (3u²(1+u)² where uh = u).
+func matmulCoopHiloBoundSplit(cols int, uh float64) float64 {
 	gamma := func(n int) float64 { return float64(n) * ulp32 / (1 - float64(n)*ulp32) }
 	const u = 1.0 / 2048
-	operands := (1+ulp32)*(1+3*u*u*(1+u)*(1+u)) - 1
+	operands := (1+ulp32)*(1+(2*uh*u+uh*uh)*(1+uh)*(1+uh)) - 1
 	return operands + gamma(3*cols)*(1+3*u) + gamma(cols+2)
 }
 
@@ -163,25 +172,35 @@ func TestMatmulCoopHiloEmulated(t *testing.T) {
 	dev := openDevice(t)
 	rowsList := []int{1, 13, 67, 130}
 	nList := []int{1, 5, 33, 70}
+	type kernel struct {
+		name string
+		uh   float64 // lo within uh of v: hi rounded (toHalf) or truncated (COOP_PACKED's mask)
+	}
 	for _, typ := range matmulTypes {
-		v, err := Lookup(MatmulCoopHiloName(matvecTypeOf[typ], true))
-		require.NoError(t, err)
-		var stats errStats
-		for si, spec := range matmulCoopSpecs {
-			k := newKernel(t, dev, v, spec.Constants()...)
-			for ci, cols := range testCols(typ) {
-				for ri, rows := range testRows(typ, rowsList) {
-					n := nList[(si+ci+ri)%len(nList)]
-					c := newMatmulCase(t, typ, rows, cols, n, int64(rows*1000+cols*10+n))
-					got := c.runParts(t, dev, k, matmulCoopGroupsOf(spec), nil, false)
-					stats.add(got, c.want, c.scale)
-					if err := hiloClose(got, c.want, c.scale, c.hiloAbs(t), matmulCoopHiloBound(cols)); err != nil {
-						t.Errorf("%s/%+v/%dx%d/n%d: %v", typ, spec, rows, cols, n, err)
+		kernels := []kernel{{MatmulCoopHiloName(matvecTypeOf[typ], true), 1.0 / 2048}}
+		if slices.Contains(MatmulCoopPackedTypes, matvecTypeOf[typ]) {
+			kernels = append(kernels, kernel{MatmulCoopPackedName(matvecTypeOf[typ], true, true), 1.0 / 1024})
+		}
+		for _, kk := range kernels {
+			v, err := Lookup(kk.name)
+			require.NoError(t, err)
+			var stats errStats
+			for si, spec := range matmulCoopSpecs {
+				k := newKernel(t, dev, v, spec.Constants()...)
+				for ci, cols := range testCols(typ) {
+					for ri, rows := range testRows(typ, rowsList) {
+						n := nList[(si+ci+ri)%len(nList)]
+						c := newMatmulCase(t, typ, rows, cols, n, int64(rows*1000+cols*10+n))
+						got := c.runParts(t, dev, k, matmulCoopGroupsOf(spec), nil, false)
+						stats.add(got, c.want, c.scale)
+						if err := hiloClose(got, c.want, c.scale, c.hiloAbs(t), matmulCoopHiloBoundSplit(cols, kk.uh)); err != nil {
+							t.Errorf("%s/%s/%+v/%dx%d/n%d: %v", kk.name, typ, spec, rows, cols, n, err)
+						}
 					}
 				}
 			}
+			t.Logf("%s: %v (bound %.4g at %d columns)", kk.name, stats, matmulCoopHiloBoundSplit(slices.Max(testCols(typ)), kk.uh), slices.Max(testCols(typ)))
 		}
-		t.Logf("%s: %v (bound %.4g at %d columns)", typ, stats, matmulCoopHiloBound(slices.Max(testCols(typ))), slices.Max(testCols(typ)))
 	}
 }
 

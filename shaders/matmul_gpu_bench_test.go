@@ -99,6 +99,22 @@ func coopHiloCandidate(name string, s MatmulCoopSpec, emulate bool) matmulCandid
 	return c
 }
 
+// coopPackedCandidate is the COOP_PACKED kernel (matmul_coop.comp: the
+// tiles in quads, packed conversions; with hilo the split by a mask), for
+// MatmulCoopPackedTypes (matmulBenchTypes).
+func coopPackedCandidate(name string, s MatmulCoopSpec, hilo, emulate bool) matmulCandidate {
+	c := coopCandidate(name, s, emulate)
+	if hilo {
+		c = coopHiloCandidate(name, s, emulate)
+		if emulate { // hi truncated (2^-10), lo rounded to nearest (2^-11): matmulCoopHiloBoundSplit's operands, and u² for subnormal lows as above
+			const uh, u = 1.0 / 1024, 1.0 / 2048
+			c.tol = (1+ulp32)*(1+(2*uh*u+uh*uh+u*u)*(1+uh)*(1+uh)) - 1
+		}
+	}
+	c.variant = func(typ string) string { return MatmulCoopPackedName(typ, hilo, emulate) }
+	return c
+}
+
 // coopBenchOperands is the tensor-core kernels' operand rounding in the
 // benchmark's check (coopOperands): to nearest in the emulation (toHalf),
 // toward zero at worst on the tensor cores (the driver's conversion).
@@ -154,6 +170,11 @@ var matmulCandidates = []matmulCandidate{
 	coopHiloCandidate("coop-hilo-emu-64x64", MatmulCoopSpecGPU, true),
 	coopCandidate("coop-64x64", MatmulCoopSpecGPU, false),
 	coopHiloCandidate("coop-hilo-64x64", MatmulCoopSpecGPU, false),
+	// The same with the tiles in quads and packed conversions (and the
+	// hilo split by a mask): docs/matmul-cost.md's staging diagnosis.
+	coopPackedCandidate("coop-hilo-emu-pk-64x64", MatmulCoopSpecGPU, true, true),
+	coopPackedCandidate("coop-pk-64x64", MatmulCoopSpecGPU, false, false),
+	coopPackedCandidate("coop-hilo-pk-64x64", MatmulCoopSpecGPU, true, false),
 	coopHiloCandidate("coop-hilo-16x128", MatmulCoopSpecFew, false),
 	coopCandidate("coop-128x128", MatmulCoopSpecWide, false),
 	coopCandidate("coop-16x128", MatmulCoopSpecFew, false),
