@@ -159,6 +159,32 @@ if [ "$quick" = 1 ]; then
   small=${QUICK_SMALL:-tinyllama-1.1b} large=${QUICK_LARGE:-llama2-7b} # other shapes: a try-out on lavapipe
   m11=$logs/$small-q8_0.gguf # bench --save writes the dense model here (the twin beside it, -mod)
   [ "$small" = stories260k ] && { echo "run.sh: --quick needs a context over 512 (stories260k has 512)" >&2; exit 2; }
+  # kernel_bench NAME FILTER BENCHTIME LIMIT [LOG]: one benchmark of
+  # shaders.test, its -test.bench filter narrowed to what a quick run can
+  # afford, logged to kernels-LOG.log (LOG defaults to NAME).
+  kernel_bench() {
+    local lim
+    lim=$(limit "$4")
+    [ "$lim" = 0 ] && { echo "$1: skipped: the quick mode's deadline (QUICK_DEADLINE) was reached" >> "$report"; return; }
+    set -- "$1" "$2" "$3" "$lim" "${5:-$1}"
+    if ! (cd "$here/src/shaders" && "$here/tests/shaders.test" -test.list "^$1\$" 2>/dev/null | grep -q "^$1\$"); then
+      echo "this build's shaders.test has no $1" >> "$report"
+      return
+    fi
+    (cd "$here/src/shaders" && timeout -k 10 "$4" "$here/tests/shaders.test" -test.run '^$' -test.bench "$2" -test.benchtime "$3") \
+      > "$logs/kernels-${5:-$1}.log" 2>&1 || { echo "$1: FAILED or cut at ${4}s (exit $?)" >> "$report"; failed=1; }
+    grep -E '^Benchmark|FAIL|panic|SKIP|--- |probe' "$logs/kernels-${5:-$1}.log" >> "$report"
+  }
+  # ref_row WHEN: one kernel row that every GPU runs, timed before the
+  # bench rows and again after the kernel benchmarks: the H200's runs A and
+  # B differed 2x on the same kernels, and a drift between the two rows
+  # says the clocks or a co-tenant moved during this run.
+  ref_row() {
+    { echo "## Reference row ($1): the same kernel at both ends of the run"; echo; echo '```'; } >> "$report"
+    kernel_bench BenchmarkMatmulGPU 'BenchmarkMatmulGPU/^tiled-64x64$/^F16$/^n512/4096x4096$' 10x 30 "ref-$1"
+    { echo '```'; echo; } >> "$report"
+  }
+  ref_row before
   bench_row "$small-q8_0" --synthetic "$small" --type q8_0 --capacity 0.125 --routing router --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8 --save "$logs/m.gguf"
   mv "$logs/m-$small-q8_0.gguf" "$m11" 2>/dev/null; rm -f "$logs/m-$small-q8_0-mod.gguf"
   # The tensor-core matmul: the default (hilo, f32's precision) above; the
@@ -186,26 +212,12 @@ if [ "$quick" = 1 ]; then
     echo
     echo '```'
   } >> "$report"
-  # kernel_bench NAME FILTER BENCHTIME LIMIT: one benchmark of shaders.test,
-  # its -test.bench filter narrowed to what a quick run can afford.
-  kernel_bench() {
-    local lim
-    lim=$(limit "$4")
-    [ "$lim" = 0 ] && { echo "$1: skipped: the quick mode's deadline (QUICK_DEADLINE) was reached" >> "$report"; return; }
-    set -- "$1" "$2" "$3" "$lim"
-    if ! (cd "$here/src/shaders" && "$here/tests/shaders.test" -test.list "^$1\$" 2>/dev/null | grep -q "^$1\$"); then
-      echo "this build's shaders.test has no $1" >> "$report"
-      return
-    fi
-    (cd "$here/src/shaders" && timeout -k 10 "$4" "$here/tests/shaders.test" -test.run '^$' -test.bench "$2" -test.benchtime "$3") \
-      > "$logs/kernels-$1.log" 2>&1 || { echo "$1: FAILED or cut at ${4}s (exit $?)" >> "$report"; failed=1; }
-    grep -E '^Benchmark|FAIL|panic|SKIP|--- |probe' "$logs/kernels-$1.log" >> "$report"
-  }
   kernel_bench BenchmarkMatvecGPU "${QUICK_MATVEC:-BenchmarkMatvecGPU/^7b-(gateup-swiglu|qkv-norm)\$/^(F16|Q8_0|Q4_K)\$}" 30x 90
   kernel_bench BenchmarkMatmulGPU "${QUICK_MATMUL:-BenchmarkMatmulGPU/^(tiled-64x64|pipe-128x64|split-pipe-128x64|pipe-128x128|coop-64x64|coop-hilo-64x64|coop-pk-64x64|coop-hilo-pk-64x64|coop-16x64-k64)\$/}" 10x 90
   # decode attention, decode_attend against decode_attend_keys at contexts 70, 512, 4096 (issue 42 item 5)
   kernel_bench BenchmarkDecodeAttendGPU "${QUICK_ATTEND:-BenchmarkDecodeAttendGPU}" 50x 60
   { echo '```'; echo; } >> "$report"
+  ref_row after
   {
     echo "## Where a $small Q8_0 decode's GPU time goes (modrun run --profile, 64 tokens)"
     echo
