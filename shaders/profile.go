@@ -42,7 +42,7 @@ type Device struct {
 	// TensorCores: the tensor-core matmul may run where the device has it:
 	// the default (the engine reads MODRUN_TENSOR_CORES: 0 turns it off).
 	// Its default kernel keeps f32's precision (matmul_coop_hilo: each
-	// operand a high and a low half, three products); until 2026-11-28 it
+	// operand a high and a low half, three products); before the hilo kernel it
 	// rounded its operands to halves, which moved prefill and eval logits
 	// by about 1e-3 relative against the CPU reference (the H200 run of
 	// 2026-11-27 failed the f32-bound tests that way), and it was opt-in.
@@ -53,7 +53,7 @@ type Device struct {
 	TensorCoresHalf bool
 	// NoMatmulPipe: the user turned the pipelined matmul tile off
 	// (MODRUN_MATMUL_PIPE=0, read by the engine): a GPU profile without
-	// tensor cores takes MatmulSpecGPU's tiles as before 2026-11-28.
+	// tensor cores takes MatmulSpecGPU's tiles, as before the pipelined one.
 	NoMatmulPipe bool
 }
 
@@ -131,7 +131,7 @@ type Profile struct {
 	// MatmulPipe takes the pipelined tile (MatmulSpecPipe: matmul_pf with
 	// W and X staged along their rows and two copies of the tiles) for
 	// matmul.comp's products: on GPUs whose limits allow its 256
-	// invocations and 25 KiB of shared memory, unless Device.NoMatmulPipe.
+	// invocations and 24.5 KiB of shared memory, unless Device.NoMatmulPipe.
 	// The self-check's fallback turns it off (MatmulSpecGPU's tiles).
 	MatmulPipe bool
 	// MatmulSplitTarget is the workgroups a matmul should have in flight:
