@@ -39,9 +39,10 @@ func (in *Instance) NewDevice(info DeviceInfo) (*Device, error) {
 		return nil, fmt.Errorf("vk: device %d (%s): the instance handle is closed", info.Index, info.Name)
 	}
 	f := info.Features
-	key := deviceKey{inst: in.h, phys: info.phys, family: info.computeFamily, features: [9]bool{f.ShaderFloat16, f.ShaderInt8,
+	stats := in.kernelStats && f.PipelineExecutableInfo
+	key := deviceKey{inst: in.h, phys: info.phys, family: info.computeFamily, features: [10]bool{f.ShaderFloat16, f.ShaderInt8,
 		f.StorageBuffer16BitAccess, f.StorageBuffer8BitAccess, f.ConditionalRendering, f.SubgroupSizeControl, f.ComputeFullSubgroups,
-		f.VulkanMemoryModel && f.CooperativeMatrixNV, f.CooperativeMatrixNV}}
+		f.VulkanMemoryModel && f.CooperativeMatrixNV, f.CooperativeMatrixNV, stats}}
 	devices.Lock()
 	defer devices.Unlock()
 	sd := devices.m[key]
@@ -51,7 +52,7 @@ func (in *Instance) NewDevice(info DeviceInfo) (*Device, error) {
 		r := C.mr_create_device(C.uint64_t(in.h), C.uint64_t(info.phys), C.uint32_t(info.computeFamily),
 			cbool(f.ShaderFloat16), cbool(f.ShaderInt8), cbool(f.StorageBuffer16BitAccess), cbool(f.StorageBuffer8BitAccess),
 			cbool(f.ConditionalRendering), cbool(f.SubgroupSizeControl), cbool(f.ComputeFullSubgroups),
-			cbool(f.VulkanMemoryModel && f.CooperativeMatrixNV), cbool(f.CooperativeMatrixNV), &h, &call)
+			cbool(f.VulkanMemoryModel && f.CooperativeMatrixNV), cbool(f.CooperativeMatrixNV), cbool(stats), &h, &call)
 		if err := result(C.GoString(call), Result(r)); err != nil {
 			return nil, fmt.Errorf("device %d (%s): %w", info.Index, info.Name, err)
 		}
@@ -366,4 +367,42 @@ func (k *Kernel) Close() {
 	}
 	C.mr_destroy_kernel(C.uint64_t(k.dev.h), C.uint64_t(k.dsl), C.uint64_t(k.layout), C.uint64_t(k.pipeline))
 	k.dsl, k.layout, k.pipeline = 0, 0, 0
+}
+
+// Statistics are the kernel's compiler statistics as its driver reports
+// them (VK_KHR_pipeline_executable_properties): registers, spills,
+// instructions, occupancy, under names the driver chooses (RADV: "VGPRs",
+// "Spilled VGPRs", "Subgroups per SIMD"). The device must come from an
+// instance with InstanceOptions.KernelStatistics and offer the extension.
+func (k *Kernel) Statistics() ([]KernelStatistic, error) {
+	if k == nil || k.pipeline == 0 {
+		return nil, fmt.Errorf("vk: kernel statistics of a closed kernel")
+	}
+	if !k.dev.key.features[statsFeature] {
+		return nil, fmt.Errorf("vk: kernel %q: no statistics: device %d (%s) was not opened with InstanceOptions.KernelStatistics, or does not offer VK_KHR_pipeline_executable_properties",
+			k.spec.Name, k.dev.info.Index, k.dev.info.Name)
+	}
+	var n C.uint32_t
+	var call *C.char
+	if err := result(C.GoString(call), Result(C.mr_kernel_stats(C.uint64_t(k.dev.h), C.uint64_t(k.pipeline), nil, 0, &n, &call))); err != nil {
+		return nil, fmt.Errorf("kernel %q: %w", k.spec.Name, err)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	raw := (*C.mr_stat)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.mr_stat{}))))
+	if raw == nil {
+		return nil, fmt.Errorf("kernel %q: statistics: out of host memory", k.spec.Name)
+	}
+	defer C.free(unsafe.Pointer(raw))
+	cap := n
+	if err := result(C.GoString(call), Result(C.mr_kernel_stats(C.uint64_t(k.dev.h), C.uint64_t(k.pipeline), raw, cap, &n, &call))); err != nil {
+		return nil, fmt.Errorf("kernel %q: %w", k.spec.Name, err)
+	}
+	out := make([]KernelStatistic, 0, min(n, cap))
+	for _, s := range unsafe.Slice(raw, min(n, cap)) {
+		out = append(out, KernelStatistic{Executable: C.GoString(&s.exec[0]), Name: C.GoString(&s.name[0]),
+			Description: C.GoString(&s.desc[0]), Value: float64(s.value)})
+	}
+	return out, nil
 }

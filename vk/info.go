@@ -127,6 +127,11 @@ type Features struct {
 	// DeviceInfo.CanRequireSubgroupSize).
 	SubgroupSizeControl  bool `json:"subgroup_size_control"`
 	ComputeFullSubgroups bool `json:"compute_full_subgroups"`
+	// PipelineExecutableInfo: VK_KHR_pipeline_executable_properties with
+	// its pipelineExecutableInfo feature: the driver reports each
+	// pipeline's compiler statistics. Enabled only on a device opened from
+	// an instance with InstanceOptions.KernelStatistics.
+	PipelineExecutableInfo bool `json:"pipeline_executable_info"`
 }
 
 // Timestamps says whether the compute queue can write timestamps.

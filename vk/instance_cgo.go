@@ -12,6 +12,7 @@ import "C"
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"unsafe"
 )
@@ -92,11 +93,11 @@ func NewInstance(opts InstanceOptions) (*Instance, error) {
 		return nil, fmt.Errorf("vk: the Vulkan loader is version %s, modrun needs %s: %w", v, MinAPI, ErrNoVulkan)
 	}
 	validation := opts.Validation && HasValidationLayer()
-	key := InstanceOptions{Validation: validation}
+	key := InstanceOptions{Validation: validation} // KernelStatistics is the devices' concern: one VkInstance for both
 	shared.Lock()
 	defer shared.Unlock()
 	if s := shared.insts[key]; s != nil {
-		return &Instance{h: s.h, validation: s.validation, shared: s}, nil
+		return &Instance{h: s.h, validation: s.validation, kernelStats: opts.KernelStatistics, shared: s}, nil
 	}
 	syncval := validation && hasSyncValidation()
 	var h C.uint64_t
@@ -114,7 +115,7 @@ func NewInstance(opts InstanceOptions) (*Instance, error) {
 		shared.insts = map[InstanceOptions]*sharedInstance{}
 	}
 	shared.insts[key] = s
-	return &Instance{h: s.h, validation: validation, shared: s}, nil
+	return &Instance{h: s.h, validation: validation, kernelStats: opts.KernelStatistics, shared: s}, nil
 }
 
 func cbool(b bool) C.int {
@@ -212,6 +213,12 @@ func (in *Instance) deviceInfo(phys uint64, index int) DeviceInfo {
 		phys:          phys,
 		computeFamily: int(c.compute_family),
 	}
+	if p := float64(d.Limits.TimestampPeriod); math.IsNaN(p) || math.IsInf(p, 0) || p <= 0 {
+		// A period that converts no tick to time (RADV's null device says
+		// +Inf): no timestamps, rather than durations of Inf or NaN (and
+		// JSON that cannot encode them).
+		d.Limits.TimestampPeriod, d.Limits.TimestampValidBits = 0, 0
+	}
 	if int(c._type) < len(deviceTypes) {
 		d.Type = deviceTypes[c._type]
 	}
@@ -234,6 +241,7 @@ func (in *Instance) deviceInfo(phys uint64, index int) DeviceInfo {
 		ConditionalRendering:     c.cond_render != 0,
 		SubgroupSizeControl:      c.size_control != 0,
 		ComputeFullSubgroups:     c.full_subgroups != 0,
+		PipelineExecutableInfo:   c.exec_props != 0,
 	}
 	d.Problem = problem(d.APIVersion, d.computeFamily)
 	return d

@@ -20,15 +20,22 @@ type InstanceOptions struct {
 	// hazard), and collects its messages (see Instance.ValidationMessages).
 	// Tests set it.
 	Validation bool
+	// KernelStatistics keeps each kernel's compiler statistics (registers,
+	// spills, instructions: Kernel.Statistics) on the devices it opens that
+	// offer VK_KHR_pipeline_executable_properties
+	// (Features.PipelineExecutableInfo). Off by default: a driver may
+	// compile more slowly while it keeps them.
+	KernelStatistics bool
 }
 
 // Instance is a handle on the process's Vulkan instance (one per
 // InstanceOptions, made once: NewInstance): the entry point that lists
 // devices. Close it after every Device made from it.
 type Instance struct {
-	h          uint64 // mr_instance*; 0 once the handle is closed
-	validation bool   // the layer is on
-	shared     *sharedInstance
+	h           uint64 // mr_instance*; 0 once the handle is closed
+	validation  bool   // the layer is on
+	kernelStats bool   // InstanceOptions.KernelStatistics
+	shared      *sharedInstance
 }
 
 // Validating says whether the validation layer is on.
@@ -147,6 +154,18 @@ type Kernel struct {
 	dsl, layout, pipeline uint64
 }
 
+// KernelStatistic is one compiler statistic of a kernel (Kernel.Statistics).
+type KernelStatistic struct {
+	Executable  string  // the pipeline's executable (a compute pipeline has one; RADV: "Compute Shader")
+	Name        string  // the driver's name for it: "VGPRs", "Spilled VGPRs"
+	Description string  // the driver's words for it
+	Value       float64 // booleans are 0 or 1
+}
+
+// statsFeature is the index in deviceKey.features of "kernel statistics
+// kept" (InstanceOptions.KernelStatistics on a device that offers them).
+const statsFeature = 9
+
 // Spec is what the kernel was made from.
 func (k *Kernel) Spec() KernelSpec { return k.spec }
 
@@ -180,7 +199,7 @@ type sharedInstance struct {
 type deviceKey struct {
 	inst, phys uint64
 	family     int
-	features   [9]bool
+	features   [10]bool
 }
 
 // sharedDevice is a VkDevice and the number of open Devices on it.

@@ -37,3 +37,6 @@ func (b *Buffer) Upload([]byte, uint64) error                   { return errNoCg
 func (b *Buffer) Download([]byte, uint64) error                 { return errNoCgo }
 func (k *Kernel) Close()                                        {}
 func (r *Recorder) Close()                                      {}
+
+// Statistics reports that this build cannot use Vulkan.
+func (k *Kernel) Statistics() ([]KernelStatistic, error) { return nil, errNoCgo }

@@ -352,6 +352,7 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out) {
 				else if (strcmp(e[i].extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) == 0) out->coopmat_nv = 1;
 				else if (strcmp(e[i].extensionName, VK_EXT_CONDITIONAL_RENDERING_EXTENSION_NAME) == 0) out->cond_render = 1;
 				else if (strcmp(e[i].extensionName, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME) == 0) sizeControl = 1;
+				else if (strcmp(e[i].extensionName, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME) == 0) out->exec_props = 1;
 		free(e);
 	}
 	if (sizeControl) { // the sizes a compute dispatch's subgroups may have
@@ -374,6 +375,13 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out) {
 		out->full_subgroups = scf.computeFullSubgroups ? 1 : 0;
 	}
 	if (out->coopmat_nv) out->coopmat_nv = coopmat_nv_usable(in, pd);
+	if (out->exec_props) { // offered: is its feature there?
+		VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR ep = {
+			.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
+		VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &ep};
+		in->GetPhysicalDeviceFeatures2(pd, &f2);
+		out->exec_props = ep.pipelineExecutableInfo ? 1 : 0;
+	}
 	if (out->cond_render && p->apiVersion >= VK_API_VERSION_1_2) { // offered: is its feature there?
 		VkPhysicalDeviceConditionalRenderingFeaturesEXT cr = {
 			.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_CONDITIONAL_RENDERING_FEATURES_EXT};
@@ -392,6 +400,16 @@ typedef struct mr_device {
 	VkQueue queue;
 	VkCommandPool pool;
 	VkFence fence;
+	// no_queue: the VkDevice could not make a fence (Mesa's
+	// RADV_FORCE_FAMILY null device, which compiles pipelines and runs
+	// nothing). It is still made, for its compiler; every submit through
+	// it or its clones returns fence_err, and nothing waits on its queue
+	// (RADV's null device crashes in vkDeviceWaitIdle).
+	int no_queue;
+	VkResult fence_err;
+	// capture_stats: pipelines are made with their compiler statistics
+	// kept (VK_KHR_pipeline_executable_properties enabled).
+	int capture_stats;
 	// Guards the queue (vkQueueSubmit, vkDeviceWaitIdle), which every
 	// handle cloned from this device shares: owned by the device that made
 	// the VkDevice (is_base), borrowed by its clones.
@@ -450,6 +468,9 @@ typedef struct mr_device {
 	// VK_EXT_conditional_rendering, NULL unless enabled.
 	PFN_vkCmdBeginConditionalRenderingEXT CmdBeginConditionalRenderingEXT;
 	PFN_vkCmdEndConditionalRenderingEXT CmdEndConditionalRenderingEXT;
+	// VK_KHR_pipeline_executable_properties, NULL unless capture_stats.
+	PFN_vkGetPipelineExecutablePropertiesKHR GetPipelineExecutablePropertiesKHR;
+	PFN_vkGetPipelineExecutableStatisticsKHR GetPipelineExecutableStatisticsKHR;
 } mr_device;
 
 #define D(dev) ((mr_device *)(uintptr_t)(dev))
@@ -458,7 +479,7 @@ typedef struct mr_device {
 
 VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 	int f16, int i8, int sb16, int sb8, int cond_render, int size_control, int full_subgroups,
-	int vmm, int coopmat_nv, uint64_t *out, const char **call) {
+	int vmm, int coopmat_nv, int exec_stats, uint64_t *out, const char **call) {
 	mr_instance *in = (mr_instance *)(uintptr_t)inst;
 	VkPhysicalDevice pd = (VkPhysicalDevice)(uintptr_t)phys;
 	mr_device *d = calloc(1, sizeof *d);
@@ -509,8 +530,17 @@ VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
 		.cooperativeMatrix = VK_TRUE,
 	};
-	const char *exts[3];
+	VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR ep = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
+		.pipelineExecutableInfo = VK_TRUE,
+	};
+	const char *exts[4];
 	uint32_t nexts = 0;
+	if (exec_stats) {
+		ep.pNext = feats.pNext;
+		feats.pNext = &ep;
+		exts[nexts++] = VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
+	}
 	if (coopmat_nv) {
 		cm.pNext = feats.pNext;
 		feats.pNext = &cm;
@@ -591,6 +621,11 @@ VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 		LOAD_D(in, d, CmdBeginConditionalRenderingEXT);
 		LOAD_D(in, d, CmdEndConditionalRenderingEXT);
 	}
+	if (exec_stats) {
+		LOAD_D(in, d, GetPipelineExecutablePropertiesKHR);
+		LOAD_D(in, d, GetPipelineExecutableStatisticsKHR);
+		d->capture_stats = 1;
+	}
 	if (missing) {
 		*call = "vkGetDeviceProcAddr";
 		r = VK_ERROR_INITIALIZATION_FAILED;
@@ -606,7 +641,10 @@ VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 	if ((r = d->CreateCommandPool(d->h, &pci, NULL, &d->pool)) != VK_SUCCESS) goto fail;
 	VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
 	*call = "vkCreateFence";
-	if ((r = d->CreateFence(d->h, &fci, NULL, &d->fence)) != VK_SUCCESS) goto fail;
+	if ((d->fence_err = d->CreateFence(d->h, &fci, NULL, &d->fence)) != VK_SUCCESS) {
+		d->fence = VK_NULL_HANDLE;
+		d->no_queue = 1;
+	}
 	*call = "malloc";
 	if (!(d->qmu = malloc(sizeof *d->qmu))) {
 		r = VK_ERROR_OUT_OF_HOST_MEMORY;
@@ -641,7 +679,7 @@ VkResult mr_clone_device(uint64_t base, uint64_t *out, const char **call) {
 	};
 	*call = "vkCreateCommandPool";
 	VkResult r = d->CreateCommandPool(d->h, &pci, NULL, &d->pool);
-	if (r == VK_SUCCESS) {
+	if (r == VK_SUCCESS && !d->no_queue) {
 		VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
 		*call = "vkCreateFence";
 		r = d->CreateFence(d->h, &fci, NULL, &d->fence);
@@ -656,6 +694,7 @@ VkResult mr_clone_device(uint64_t base, uint64_t *out, const char **call) {
 }
 
 static void wait_idle_locked(mr_device *d) {
+	if (d->no_queue) return;
 	pthread_mutex_lock(d->qmu);
 	d->DeviceWaitIdle(d->h);
 	pthread_mutex_unlock(d->qmu);
@@ -664,7 +703,7 @@ static void wait_idle_locked(mr_device *d) {
 void mr_destroy_device(uint64_t dev) {
 	mr_device *d = D(dev);
 	wait_idle_locked(d);
-	d->DestroyFence(d->h, d->fence, NULL);
+	if (d->fence) d->DestroyFence(d->h, d->fence, NULL);
 	d->DestroyCommandPool(d->h, d->pool, NULL);
 	if (d->is_base) {
 		d->DestroyDevice(d->h, NULL);
@@ -676,6 +715,7 @@ void mr_destroy_device(uint64_t dev) {
 
 VkResult mr_wait_idle(uint64_t dev) {
 	mr_device *d = D(dev);
+	if (d->no_queue) return VK_SUCCESS; // nothing was submitted: nothing to wait for
 	pthread_mutex_lock(d->qmu);
 	VkResult r = d->DeviceWaitIdle(d->h);
 	pthread_mutex_unlock(d->qmu);
@@ -822,6 +862,7 @@ VkResult mr_create_kernel(uint64_t dev, const uint32_t *code, size_t code_bytes,
 		},
 		.layout = layout,
 	};
+	if (d->capture_stats) pci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
 	*call = "vkCreateComputePipelines";
 	r = d->CreateComputePipelines(d->h, VK_NULL_HANDLE, 1, &pci, NULL, &pipeline);
 done:
@@ -836,6 +877,64 @@ done:
 	}
 	free(b);
 	free(entries);
+	return r;
+}
+
+// mr_kernel_stats writes up to cap of the pipeline's compiler statistics,
+// every executable's in turn, into out and their count into *n
+// (VK_KHR_pipeline_executable_properties: a device made with exec_stats).
+VkResult mr_kernel_stats(uint64_t dev, uint64_t pipeline, mr_stat *out, uint32_t cap, uint32_t *n, const char **call) {
+	mr_device *d = D(dev);
+	*n = 0;
+	VkPipelineInfoKHR pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR, .pipeline = (VkPipeline)(uintptr_t)pipeline};
+	uint32_t ne = 0;
+	*call = "vkGetPipelineExecutablePropertiesKHR";
+	VkResult r = d->GetPipelineExecutablePropertiesKHR(d->h, &pi, &ne, NULL);
+	if (r != VK_SUCCESS) return r;
+	VkPipelineExecutablePropertiesKHR *props = calloc(ne ? ne : 1, sizeof *props);
+	if (!props) {
+		*call = "calloc";
+		return VK_ERROR_OUT_OF_HOST_MEMORY;
+	}
+	for (uint32_t e = 0; e < ne; e++) props[e].sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR;
+	if ((r = d->GetPipelineExecutablePropertiesKHR(d->h, &pi, &ne, props)) < 0) goto done;
+	for (uint32_t e = 0; e < ne; e++) {
+		VkPipelineExecutableInfoKHR ei = {.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, .pipeline = pi.pipeline, .executableIndex = e};
+		uint32_t ns = 0;
+		*call = "vkGetPipelineExecutableStatisticsKHR";
+		if ((r = d->GetPipelineExecutableStatisticsKHR(d->h, &ei, &ns, NULL)) != VK_SUCCESS) goto done;
+		VkPipelineExecutableStatisticKHR *st = calloc(ns ? ns : 1, sizeof *st);
+		if (!st) {
+			*call = "calloc";
+			r = VK_ERROR_OUT_OF_HOST_MEMORY;
+			goto done;
+		}
+		for (uint32_t i = 0; i < ns; i++) st[i].sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR;
+		if ((r = d->GetPipelineExecutableStatisticsKHR(d->h, &ei, &ns, st)) < 0) {
+			free(st);
+			goto done;
+		}
+		for (uint32_t i = 0; i < ns; i++, (*n)++) {
+			if (*n >= cap) continue;
+			mr_stat *o = &out[*n];
+			memset(o, 0, sizeof *o);
+			strncpy(o->exec, props[e].name, sizeof o->exec - 1);
+			strncpy(o->name, st[i].name, sizeof o->name - 1);
+			strncpy(o->desc, st[i].description, sizeof o->desc - 1);
+			o->format = st[i].format;
+			switch (st[i].format) {
+			case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: o->value = st[i].value.b32; break;
+			case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: o->value = (double)st[i].value.i64; break;
+			case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR: o->value = (double)st[i].value.u64; break;
+			case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR: o->value = st[i].value.f64; break;
+			default: break;
+			}
+		}
+		free(st);
+	}
+	r = VK_SUCCESS;
+done:
+	free(props);
 	return r;
 }
 
@@ -1047,6 +1146,10 @@ VkResult mr_submit_wait(uint64_t dev, uint64_t cb, uint64_t timeout_ns, const ch
 		.commandBufferCount = 1,
 		.pCommandBuffers = &c,
 	};
+	if (d->no_queue) {
+		*call = "vkCreateFence";
+		return d->fence_err;
+	}
 	*call = "vkResetFences";
 	VkResult r = d->ResetFences(d->h, 1, &d->fence);
 	if (r != VK_SUCCESS) return r;

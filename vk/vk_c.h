@@ -52,6 +52,7 @@ typedef struct mr_device_info {
 	uint32_t vmm; // vulkanMemoryModel with vulkanMemoryModelDeviceScope
 	uint32_t coopmat_nv; // VK_NV_cooperative_matrix, its cooperativeMatrix feature and f16 x f16 -> f32 16x16x16 at subgroup scope
 	uint32_t cond_render; // VK_EXT_conditional_rendering with its conditionalRendering feature
+	uint32_t exec_props; // VK_KHR_pipeline_executable_properties with its pipelineExecutableInfo feature
 	int32_t compute_family; // -1: none
 } mr_device_info;
 void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out);
@@ -60,7 +61,7 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out);
 // properties, command pool, fence).
 VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 	int f16, int i8, int sb16, int sb8, int cond_render, int size_control, int full_subgroups,
-	int vmm, int coopmat_nv, uint64_t *out, const char **call);
+	int vmm, int coopmat_nv, int exec_stats, uint64_t *out, const char **call);
 // mr_clone_device makes another handle on base's VkDevice and queue, with
 // a command pool and fence of its own; submits through any handle are
 // serialized on the queue. mr_destroy_device waits idle and frees a handle;
@@ -82,6 +83,15 @@ VkResult mr_create_kernel(uint64_t dev, const uint32_t *code, size_t code_bytes,
 	uint32_t bindings, uint32_t push_bytes, const uint32_t *spec, uint32_t nspec, uint32_t subgroup_size,
 	uint64_t *dsl, uint64_t *layout, uint64_t *pipeline, const char **call);
 void mr_destroy_kernel(uint64_t dev, uint64_t dsl, uint64_t layout, uint64_t pipeline);
+// A compiler statistic of a kernel (VkPipelineExecutableStatisticKHR of
+// executable exec), its value as a double whatever its format (a
+// VkPipelineExecutableStatisticFormatKHR).
+typedef struct mr_stat {
+	char exec[VK_MAX_DESCRIPTION_SIZE], name[VK_MAX_DESCRIPTION_SIZE], desc[VK_MAX_DESCRIPTION_SIZE];
+	uint32_t format;
+	double value;
+} mr_stat;
+VkResult mr_kernel_stats(uint64_t dev, uint64_t pipeline, mr_stat *out, uint32_t cap, uint32_t *n, const char **call);
 
 // Descriptor pools and sets.
 VkResult mr_create_descriptor_pool(uint64_t dev, uint32_t sets, uint32_t descriptors, uint64_t *pool);

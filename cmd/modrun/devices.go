@@ -165,6 +165,7 @@ func featureText(f vk.Features) string {
 		{"cooperative matrix", f.CooperativeMatrix}, {"cooperative matrix NV", f.CooperativeMatrixNV},
 		{"conditional rendering", f.ConditionalRendering},
 		{"subgroup size control", f.SubgroupSizeControl && f.ComputeFullSubgroups},
+		{"kernel statistics", f.PipelineExecutableInfo},
 	} {
 		state := "no"
 		if x.on {
