@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
+	"strings"
 )
 
 // matvec, the decode matrix-vector product (matvec.comp): one variant per
@@ -182,13 +183,15 @@ func init() {
 		for _, fuse := range MatvecFusions {
 			v := matvecRowsVariant(typ, fuse)
 			v.Name, v.Source, v.Reduce = MatvecFusedName(typ, ReduceSubgroupWords, fuse), "matvec_words.comp", ReduceSubgroupWords
+			v.Spec = append(v.Spec, 4) // and units in flight a lane (Profile.MatvecBatch: fewer at many vectors)
+			v.Notes = strings.Replace(v.Notes, "rows per subgroup]", "rows per subgroup, units a lane loads ahead per row]", 1)
 			Variants = append(Variants, v)
 			// NB 1 and 4 rows a subgroup as compile-time constants (spec
 			// [4 sg, sg, 1, 4] only): BenchmarkMatvecGPU's words-r4-fixed.
 			f := v
 			f.Name = MatvecFusedName(typ, ReduceSubgroupWords+MatvecWordsFixed, fuse)
 			f.Defines = append(append([]string(nil), v.Defines...), "FIXED_NB_RPS")
-			f.Notes += "; NB 1 and 4 rows a subgroup fixed: spec [4*sg, sg, 1, 4]"
+			f.Notes += "; NB 1, 4 rows a subgroup and 4 units fixed: spec [4*sg, sg, 1, 4, 4]"
 			Variants = append(Variants, f)
 		}
 	}

@@ -23,13 +23,17 @@ import (
 // on a CPU device (lavapipe) tiny ones, so that the benchmark's code and
 // every candidate's validation run in seconds there. Each case runs NB =
 // 1, 8, 16 vectors in one pass, for:
-//   - own: what NewProfile picks on this device (the engine's choice);
+//   - own: what NewProfile picks on this device (the engine's choice: at
+//     NB > 1 a batched step's, Profile.MatvecBatch);
+//   - decode (NB > 1): the decode step's kernel with NB vectors, what
+//     batched steps ran before MatvecBatch;
 //   - sg (NB 1): matvec.comp with a subgroup per row (a GPU profile's
 //     choice before matvec_rows; F16's still);
 //   - rows-r4: matvec_rows.comp with 4 rows a subgroup (the quantized
-//     types' own);
+//     types' decode kernel);
 //   - words-rN (F16, Q8_0, Q4_1, Q4_K): matvec_words.comp, lanes reading
-//     the rows in interleaved units of 8 weights (matvecCandidates);
+//     the rows in interleaved units of 8 weights (matvecCandidates), 4
+//     units in flight; words-rN-uU (NB 8 and 16) with U of them;
 //   - words-r4-fixed (NB 1): the same with NB and the rows a subgroup
 //     compiled in, not specialization constants: whether the driver keeps
 //     arrays sized by those in memory.
@@ -105,7 +109,9 @@ type matvecCandidate struct {
 }
 
 // matvecCandidates are the kernels BenchmarkMatvecGPU times for weight type
-// typ, fusion fuse and nb vectors on device d: the profile's own, then
+// typ, fusion fuse and nb vectors on device d: the profile's own (at nb > 1
+// a batched step's, Profile.MatvecBatch, with the decode step's kernel at
+// nb beside it as "decode", what batched steps ran before), then
 // what H200 run A (gpu-results) left open, few enough that the whole
 // benchmark fits a GPU run of minutes: matvec.comp's subgroup variant at
 // one vector (it lost at 8 and 16 by 3-6x), matvec_rows at 4 rows a
@@ -122,24 +128,36 @@ func matvecCandidates(d Device, typ, fuse string, nb, cols int) []matvecCandidat
 		return s
 	}
 	own := NewProfile(d)
-	name, spec := own.Matvec(typ, fuse, uint32(nb), uint32(cols))
-	out := []matvecCandidate{{"own-" + name, name, withNB(spec)}}
+	name, spec := own.MatvecBatch(typ, fuse, uint32(nb), uint32(nb), uint32(cols))
+	out := []matvecCandidate{{"own-" + name, name, spec}}
 	add := func(c matvecCandidate) { // what the profile picks is timed once, as own
 		if c.name != out[0].name || fmt.Sprint(c.spec) != fmt.Sprint(out[0].spec) {
 			out = append(out, c)
 		}
 	}
+	name, spec = own.Matvec(typ, fuse, uint32(nb), uint32(cols))
+	add(matvecCandidate{"decode-" + name, name, withNB(spec)})
 	sg := d.SubgroupSize
 	if nb == 1 {
 		add(matvecCandidate{"sg", MatvecFusedName(typ, ReduceSubgroup, fuse), []uint32{4 * sg, sg, uint32(nb)}})
 	}
 	add(matvecCandidate{"rows-r4", MatvecFusedName(typ, ReduceSubgroupRows, fuse), []uint32{4 * sg, sg, uint32(nb), 4}})
 	if slices.Contains(MatvecWordsTypes, typ) { // lanes in interleaved units
-		for _, rps := range []uint32{2, 4, 8} {
-			add(matvecCandidate{fmt.Sprintf("words-r%d", rps), MatvecFusedName(typ, ReduceSubgroupWords, fuse), []uint32{4 * sg, sg, uint32(nb), rps}})
+		rpss := []uint32{2, 4, 8}
+		if nb > 1 {
+			rpss = rpss[:2] // 8 rows a subgroup lost to 2 and 4 at 8 and 16 vectors by 2-5x on the H200 (run B)
+		}
+		for _, rps := range rpss {
+			// 4 units in flight, the default, said (the profile's batched pick says it: timed once)
+			add(matvecCandidate{fmt.Sprintf("words-r%d", rps), MatvecFusedName(typ, ReduceSubgroupWords, fuse), []uint32{4 * sg, sg, uint32(nb), rps, 4}})
 		}
 		if nb == 1 {
 			add(matvecCandidate{"words-r4-fixed", MatvecFusedName(typ, ReduceSubgroupWords+MatvecWordsFixed, fuse), []uint32{4 * sg, sg, 1, 4}})
+		}
+		if u := matvecUnroll(uint32(nb)); u < 4 { // fewer units in flight: fewer registers (docs/matvec-cost.md, "Registers")
+			for _, rps := range []uint32{2, 4} {
+				add(matvecCandidate{fmt.Sprintf("words-r%d-u%d", rps, u), MatvecFusedName(typ, ReduceSubgroupWords, fuse), []uint32{4 * sg, sg, uint32(nb), rps, u}})
+			}
 		}
 	}
 	return out

@@ -157,7 +157,7 @@ func (c *matvecCase) run(t testing.TB, dev *vk.Device, k *vk.Kernel) []float32 {
 func deviceOf(dev *vk.Device) Device {
 	info := dev.Info()
 	l := info.Limits
-	return Device{CPU: info.Type == vk.CPU, SubgroupSize: DispatchSubgroupSize(info.VendorID, l.SubgroupSize, l.MinSubgroupSize, l.MaxSubgroupSize),
+	return Device{CPU: info.Type == vk.CPU, Vendor: info.VendorID, SubgroupSize: DispatchSubgroupSize(info.VendorID, l.SubgroupSize, l.MinSubgroupSize, l.MaxSubgroupSize),
 		SubgroupArithmetic: info.Features.SubgroupArithmetic, SubgroupBallot: info.Features.SubgroupBallot, SharedMemory: info.Limits.MaxComputeSharedMemorySize,
 		MaxWorkGroupInvocations: info.Limits.MaxComputeWorkGroupInvocations, MaxStorageBufferRange: info.Limits.MaxStorageBufferRange}
 }

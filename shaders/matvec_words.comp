@@ -25,18 +25,25 @@ layout(local_size_x = 128, local_size_x_id = 0) in;
 layout(constant_id = 1) const uint TPR = 32; // the subgroup size
 #ifdef FIXED_NB_RPS
 // The bench's check of whether arrays sized by specialization constants
-// cost (a driver that does not unroll them keeps acc[] in memory): NB 1
-// and 4 rows a subgroup fixed at compile time; the spec must say the same.
+// cost (a driver that does not unroll them keeps acc[] in memory): NB 1,
+// 4 rows a subgroup and UNROLL 4 fixed at compile time; the spec must say
+// the same.
 const uint NB = 1u;
 const uint RPS = 4u;
+const uint UNROLL = 4u;
 layout(constant_id = 2) const uint NB_SPEC = 1;  // declared for the table's spec, unused
 layout(constant_id = 3) const uint RPS_SPEC = 4;
+layout(constant_id = 4) const uint UNROLL_SPEC = 4;
 #else
 layout(constant_id = 2) const uint NB = 1;   // vectors a pass
 layout(constant_id = 3) const uint RPS = 4;  // rows a subgroup
+// Units a lane loads per loop step, per row, all in flight together: 4 for
+// one vector (the loads are the work); with many vectors each unit's
+// products take NB times longer, and its UNROLL * RW units held in
+// registers beside the RW * NB sums make it spill (docs/matvec-cost.md,
+// "Registers").
+layout(constant_id = 4) const uint UNROLL = 4;
 #endif
-
-const uint UNROLL = 4u; // units a lane loads per loop step, per row
 
 layout(std430, binding = 0) readonly buffer Weights { uint w[]; };
 layout(std430, binding = 0) readonly buffer Weights2 { uvec2 w2[]; };

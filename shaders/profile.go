@@ -294,7 +294,9 @@ func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []u
 	loops := map[string]uint32{FuseNone: 1, FuseAdd: 1, FuseNorm: 1, FuseNormSwiGLU: 2}[fuse]
 	iters := func(spec []uint32) uint32 { return loops * MatvecLoopIterations(n, cols, spec) }
 	if p.MatvecRows && cols%32 == 0 && slices.Contains(matvecRowsPicks, typ) {
-		return MatvecFusedName(typ, ReduceSubgroupRows, fuse), MatvecRowsSpec(p.SubgroupSize)
+		spec = MatvecRowsSpec(p.SubgroupSize)
+		spec[3] = p.rowsPerSubgroup(fuse, 1)
+		return MatvecFusedName(typ, ReduceSubgroupRows, fuse), spec
 	}
 	spec = append([]uint32(nil), p.MatvecSpec...)
 	if f, sub := subblockOf[typ]; sub && p.CPU && (fuse == FuseNone || fuse == FuseAdd) {
@@ -346,6 +348,94 @@ func (p Profile) VecRows() int {
 		return 16
 	}
 	return 8
+}
+
+// matvecBatchWords are the types a GPU profile's batched steps run on
+// matvec_words: those the H200 measured it on (run B), where it beat the
+// profile's own kernel at 8 and 16 vectors on every shape it ran (7B
+// q|k|v with the norm, gate|up with SwiGLU), 1.1-7.9x (docs/matvec-cost.md,
+// "Registers"). Q4_1, which it also reads, was not
+// measured and keeps matvec_rows.
+var matvecBatchWords = []string{MatvecF16, MatvecQ8_0, MatvecQ4_K}
+
+// MatvecBatch is Matvec's kernel for a batched step's n vectors of cols,
+// taken up to nb a pass (VecRows, or MODRUN_VEC_ROWS) where the loop cap
+// allows (else Matvec's own spec, a vector a pass). On a GPU profile with
+// MatvecRows, the types of matvecBatchWords take matvec_words walking 4
+// rows (4 rows a subgroup; 2 under SwiGLU, whose rows are a gate and an up
+// row): the sums (rows walked x vectors) and the units loaded ahead share
+// the registers, and matvec_rows at 4 rows a subgroup, the decode step's
+// kernel, spills past 4 vectors (RADV's compiler for RDNA3 counts 110-940
+// spilled registers at 8 and 16 under SwiGLU; on the H200 8 vectors cost
+// 9x one). Units in flight: 4 on NVIDIA, the configuration the H200
+// measured; elsewhere matvecUnroll(nb), which spills less.
+func (p Profile) MatvecBatch(typ, fuse string, n, nb, cols uint32) (name string, spec []uint32) {
+	name, own := p.Matvec(typ, fuse, n, cols)
+	if n <= 1 || len(own) <= 2 {
+		return name, own
+	}
+	nb = max(min(n, nb), 1)
+	spec = append([]uint32(nil), own...)
+	spec[2] = nb
+	if v, err := Lookup(name); err == nil && v.Reduce == ReduceSubgroupRows {
+		spec[3] = p.rowsPerSubgroup(fuse, nb)
+	}
+	if p.MatvecRows && cols%32 == 0 && slices.Contains(matvecBatchWords, typ) {
+		walk, unroll := uint32(4), matvecUnroll(nb)
+		switch {
+		case p.Vendor == VendorNVIDIA:
+			unroll = 4
+		case typ == MatvecQ4_K && nb >= 16:
+			// Q4_K's units (4 registers) and decode: 9 spilled
+			// registers at 4 rows on RDNA3, none at 2
+			// (TestBatchedMatvecRegistersRDNA3).
+			walk = 2
+		}
+		rps := walk
+		if fuse == FuseNormSwiGLU {
+			rps = max(walk/2, 1)
+		}
+		name = MatvecFusedName(typ, ReduceSubgroupWords, fuse)
+		spec = []uint32{matvecRowsPerGroup * p.SubgroupSize, p.SubgroupSize, nb, rps, unroll}
+	}
+	loops := uint32(1)
+	if fuse == FuseNormSwiGLU {
+		loops = 2
+	}
+	if p.LoopCap != 0 && loops*MatvecLoopIterations(n, cols, spec) > p.LoopCap {
+		return p.Matvec(typ, fuse, n, cols)
+	}
+	return name, spec
+}
+
+// rowsPerSubgroup is matvec_rows's rows a subgroup at nb vectors a pass
+// under fusion fuse: 4 on NVIDIA, what the H200 measured fastest at 1 and
+// 16 vectors (run A: 474 us a 7B gate|up pass at 16 against 510 at 2 and
+// 804 at 1). Elsewhere the rows walked (twice the rows under SwiGLU) times
+// the vectors stay within 16 sums, and at most 4 rows are walked: RADV's
+// compiler for RDNA3 spills 15-47 registers for the sub-block types at 4
+// rows under SwiGLU at one vector, and 21-943 at 16 vectors, none this way
+// (TestMatvecRegistersRDNA3).
+func (p Profile) rowsPerSubgroup(fuse string, nb uint32) uint32 {
+	if p.Vendor == VendorNVIDIA {
+		return 4
+	}
+	rps := min(4, 16/max(nb, 1))
+	if fuse == FuseNormSwiGLU {
+		rps /= 2
+	}
+	return max(rps, 1)
+}
+
+// matvecUnroll is matvec_words's units in flight a lane (constant 4) at nb
+// vectors a pass: 4 at up to 4 vectors, then fewer as each unit's products
+// grow (2 at 8, 1 at 16), so that a lane holds about 16 vector-units of
+// work a step. With them RADV's RDNA3 compiler spills nothing at 8 and 16
+// vectors for F16 and Q8_0 walking 4 rows (Q4_K: 9 registers at 16),
+// where 4 units spilled up to 69 (bench/results/2026-11-27-radv-gfx1100-
+// kernel-stats.md).
+func matvecUnroll(nb uint32) uint32 {
+	return max(1, min(4, 16/max(nb, 1)))
 }
 
 // Flash-decoding's chunks on a GPU: one per attentionChunk entries of the

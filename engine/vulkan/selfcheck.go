@@ -247,43 +247,59 @@ func CheckDevice(dev *vk.Device) ([]SelfCheck, error) {
 	return checkProfile(dev, DeviceProfile(dev.Info()))
 }
 
-// checkProfile is CheckDevice with profile prof.
-func checkProfile(dev *vk.Device, prof shaders.Profile) ([]SelfCheck, error) {
-	ks := newKernels(dev, &prof)
-	defer ks.Close()
-	type pick struct {
-		name string
-		spec []uint32
-	}
+// pick is a kernel a profile picks: a variant and its spec (nil: the
+// variant's), and what for.
+type pick struct {
+	name, use string
+	spec      []uint32
+}
+
+// profilePicks are the kernels checkProfile checks under prof.
+func profilePicks(prof shaders.Profile) []pick {
 	var picks []pick
 	for _, typ := range shaders.MatvecTypes {
 		for _, fuse := range shaders.MatvecFusions {
 			name, spec := prof.Matvec(typ, fuse, 1, 4096)
-			picks = append(picks, pick{name, spec})
+			picks = append(picks, pick{name, "decode", spec})
+		}
+	}
+	for _, typ := range shaders.MatvecTypes { // a batched step's, where it differs: 8 vectors a pass
+		for _, fuse := range shaders.MatvecFusions {
+			name, spec := prof.MatvecBatch(typ, fuse, 8, 8, 4096)
+			if own, _ := prof.Matvec(typ, fuse, 8, 4096); name != own {
+				picks = append(picks, pick{name, "batched step of 8", spec})
+			}
 		}
 	}
 	for _, n := range []uint32{1, 64} { // the decode score; the predictor's hidden layer
 		plan := prof.Score(n, 1, 4096)
-		picks = append(picks, pick{plan.Variant, plan.Spec})
+		picks = append(picks, pick{plan.Variant, "router score", plan.Spec})
 	}
 	for _, pred := range []bool{false, true} {
 		name, spec := prof.RouteDecode(pred)
-		picks = append(picks, pick{name, spec})
+		picks = append(picks, pick{name, "routing decision", spec})
 	}
 	for _, kv := range shaders.KVTypes { // ks.get fits the workgroup to the device
-		picks = append(picks, pick{shaders.DecodeAttentionName(kv), nil})
+		picks = append(picks, pick{shaders.DecodeAttentionName(kv), "decode attention", nil})
 		if splits := prof.AttentionSplits(2048); splits > 1 {
-			picks = append(picks, pick{shaders.DecodeAttentionSplitName(kv), shaders.DecodeAttentionSplitSpec(splits)})
+			picks = append(picks, pick{shaders.DecodeAttentionSplitName(kv), "decode attention, split", shaders.DecodeAttentionSplitSpec(splits)})
 		}
 	}
 	if prof.MatmulCoop || prof.MatmulPipe { // the tensor-core matmul, or the pipelined tile
 		for _, typ := range shaders.MatvecTypes {
 			name, spec := prof.MatmulKernel(typ)
-			picks = append(picks, pick{name, spec})
+			picks = append(picks, pick{name, "prefill matmul", spec})
 		}
 	}
+	return picks
+}
+
+// checkProfile is CheckDevice with profile prof.
+func checkProfile(dev *vk.Device, prof shaders.Profile) ([]SelfCheck, error) {
+	ks := newKernels(dev, &prof)
+	defer ks.Close()
 	var out []SelfCheck
-	for _, p := range picks {
+	for _, p := range profilePicks(prof) {
 		k, err := ks.get(p.name, p.spec)
 		if err != nil {
 			v, _ := shaders.Lookup(p.name) // the zero Variant when there is none: checkOp names it
@@ -292,6 +308,52 @@ func checkProfile(dev *vk.Device, prof shaders.Profile) ([]SelfCheck, error) {
 		}
 		c, _ := ks.check(k, true)
 		out = append(out, c)
+	}
+	return out, nil
+}
+
+// KernelStats is a kernel the device's profile picks with its driver's
+// compiler statistics (vk.Kernel.Statistics): registers, spills,
+// instructions, occupancy, as the driver names them.
+type KernelStats struct {
+	Kernel string               `json:"kernel"`
+	Spec   []uint32             `json:"spec"`
+	Use    string               `json:"use"` // "decode", "batched step of 16", "prefill matmul"
+	Stats  []vk.KernelStatistic `json:"stats,omitempty"`
+	Err    string               `json:"error,omitempty"`
+}
+
+// KernelStatistics is `modrun devices --kernel-stats`: CheckDevice's kernels,
+// and a batched step's matvecs at 16 vectors, compiled on dev (opened from
+// an instance with vk.InstanceOptions.KernelStatistics) with what its
+// compiler reports of each. Nothing runs: RADV's null device (RADV_FORCE_
+// FAMILY) answers for an AMD GPU that is not there.
+func KernelStatistics(dev *vk.Device) ([]KernelStats, error) {
+	if !dev.Info().Features.PipelineExecutableInfo {
+		return nil, fmt.Errorf("vulkan: device %d (%s) does not report kernel statistics (VK_KHR_pipeline_executable_properties)", dev.Info().Index, dev.Info().Name)
+	}
+	prof := DeviceProfile(dev.Info())
+	ks := newKernels(dev, &prof)
+	defer ks.Close()
+	picks := profilePicks(prof)
+	for _, typ := range shaders.MatvecTypes {
+		for _, fuse := range shaders.MatvecFusions {
+			name, spec := prof.MatvecBatch(typ, fuse, 16, 16, 4096)
+			picks = append(picks, pick{name, "batched step of 16", spec})
+		}
+	}
+	var out []KernelStats
+	for _, p := range picks {
+		row := KernelStats{Kernel: p.name, Spec: p.spec, Use: p.use}
+		k, err := ks.get(p.name, p.spec)
+		if err == nil {
+			row.Spec = k.spec
+			row.Stats, err = k.k.Statistics()
+		}
+		if err != nil {
+			row.Err = err.Error()
+		}
+		out = append(out, row)
 	}
 	return out, nil
 }

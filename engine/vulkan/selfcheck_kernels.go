@@ -115,39 +115,50 @@ func matvecCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 	if err != nil {
 		return checkCase{}, err
 	}
-	x, normw := randVec(rng, checkCols, -1, 1), randVec(rng, checkCols, 0.5, 1.5)
+	// One vector, or where the spec takes NB > 1 a pass (a batched step's
+	// kernel, Profile.MatvecBatch) NB + 1: a full pass and a ragged one.
+	n := 1
+	if len(spec) > 2 && spec[2] > 1 {
+		n = int(spec[2]) + 1
+	}
+	x, normw := randVec(rng, n*checkCols, -1, 1), randVec(rng, checkCols, 0.5, 1.5)
 	xn := x
 	if fuse == shaders.FuseNorm || fuse == shaders.FuseNormSwiGLU {
-		xn = make([]float32, checkCols)
-		mod.RMSNorm(xn, x, normw, checkEps)
-	}
-	y0 := make([]float32, rows)
-	if fuse == shaders.FuseAdd {
-		y0 = randVec(rng, rows, -1, 1)
-	}
-	want, bound := make([]float32, rows), make([]float64, rows)
-	row := make([]float32, checkCols)
-	dot := func(r int) (float64, float64) {
-		m.Row(r, row)
-		return dotAbs(row, xn)
-	}
-	for r := range rows {
-		d, a := dot(r)
-		if fuse == shaders.FuseNormSwiGLU {
-			u, ua := dot(rows + r)
-			g := float32(d)
-			want[r] = mod.SiLU(g) * float32(u)
-			bound[r] = checkTol*(1.1*a*math.Abs(u)+math.Abs(float64(mod.SiLU(g)))*ua) + 1e-6
-			continue
+		xn = make([]float32, n*checkCols)
+		for i := range n {
+			mod.RMSNorm(xn[i*checkCols:(i+1)*checkCols], x[i*checkCols:(i+1)*checkCols], normw, checkEps)
 		}
-		want[r] = y0[r] + float32(d)
-		bound[r] = checkTol*(a+math.Abs(float64(y0[r]))) + 1e-6
+	}
+	y0 := make([]float32, n*rows)
+	if fuse == shaders.FuseAdd {
+		y0 = randVec(rng, n*rows, -1, 1)
+	}
+	want, bound := make([]float32, n*rows), make([]float64, n*rows)
+	row := make([]float32, checkCols)
+	for i := range n {
+		dot := func(r int) (float64, float64) {
+			m.Row(r, row)
+			return dotAbs(row, xn[i*checkCols:(i+1)*checkCols])
+		}
+		for r := range rows {
+			at := i*rows + r
+			d, a := dot(r)
+			if fuse == shaders.FuseNormSwiGLU {
+				u, ua := dot(rows + r)
+				g := float32(d)
+				want[at] = mod.SiLU(g) * float32(u)
+				bound[at] = checkTol*(1.1*a*math.Abs(u)+math.Abs(float64(mod.SiLU(g)))*ua) + 1e-6
+				continue
+			}
+			want[at] = y0[at] + float32(d)
+			bound[at] = checkTol*(a+math.Abs(float64(y0[at]))) + 1e-6
+		}
 	}
 	bufs := []checkBuf{{data: devBytes}, {data: f32Bytes(x)}, {data: f32Bytes(y0), want: want, bound: bound}}
 	if fuse == shaders.FuseNorm || fuse == shaders.FuseNormSwiGLU {
 		bufs = append(bufs, checkBuf{data: f32Bytes(normw)})
 	}
-	return checkCase{op: checkOp(v), push: shaders.MatvecPush{Rows: uint32(rows), Cols: checkCols, N: 1, Eps: checkEps},
+	return checkCase{op: checkOp(v), push: shaders.MatvecPush{Rows: uint32(rows), Cols: checkCols, N: uint32(n), Eps: checkEps},
 		groups: shaders.MatvecGroups(uint32(rows), spec), bufs: bufs}, nil
 }
 

@@ -29,8 +29,11 @@ func gpuProfileOf(dev *vk.Device) shaders.Profile {
 // decode attention on each cache type, plus its split pass where prof
 // splits a 2048-entry cache (AttentionSplits), and the matmul of every
 // weight type where prof takes a checked one (the tensor cores' or the
-// pipelined tile: MatmulCoop, MatmulPipe). Lavapipe's own profile: 52 + 4
-// + 2 = 58; a GPU's: 52 + 4 + 4 + 13 = 73 (the pipelined tile, or on an
+// pipelined tile: MatmulCoop, MatmulPipe), and a batched step's matvec
+// where its kernel differs from the decode's (Profile.MatvecBatch at 8
+// vectors: matvec_words for F16, Q8_0 and Q4_K on a GPU profile, 12).
+// Lavapipe's own profile: 52 + 4 + 2 = 58; a GPU's: 52 + 12 + 4 + 4 + 13
+// = 85 (the pipelined tile, or on an
 // NVIDIA GPU the tensor cores; lavapipe's emulated tensor-core product
 // takes 150 ms a call there, too slow to time 13 of in CI:
 // TestMatmulCoopHiloCheckCase runs their cases untimed).
@@ -40,6 +43,14 @@ func checkRows(prof shaders.Profile) (rows, attention, split int) {
 		split = len(shaders.KVTypes)
 	}
 	rows = len(shaders.MatvecTypes)*len(shaders.MatvecFusions) + 2 + 2 + attention + split
+	for _, typ := range shaders.MatvecTypes {
+		for _, fuse := range shaders.MatvecFusions {
+			batch, _ := prof.MatvecBatch(typ, fuse, 8, 8, 4096)
+			if own, _ := prof.Matvec(typ, fuse, 8, 4096); batch != own {
+				rows++
+			}
+		}
+	}
 	if prof.MatmulCoop || prof.MatmulPipe {
 		rows += len(shaders.MatvecTypes)
 	}

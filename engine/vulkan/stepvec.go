@@ -79,18 +79,7 @@ func (r *Runner) vecFits() bool {
 // where the device's loop cap allows. At n 0 (a routed block no row
 // entered) it dispatches nothing.
 func (r *Runner) vecOp(m mat, fuse string, x, y, normw *vk.Buffer, n int) (op, error) {
-	name, spec := r.ks.prof.Matvec(m.typ, fuse, uint32(n), m.cols)
-	nb := append([]uint32(nil), spec...)
-	if len(nb) > 2 && n > 1 {
-		nb[2] = uint32(min(n, r.vecRows()))
-		loops := uint32(1)
-		if fuse == shaders.FuseNormSwiGLU {
-			loops = 2
-		}
-		if cap := r.ks.prof.LoopCap; cap == 0 || loops*shaders.MatvecLoopIterations(uint32(n), m.cols, nb) <= cap {
-			spec = nb
-		}
-	}
+	name, spec := r.ks.prof.MatvecBatch(m.typ, fuse, uint32(n), uint32(r.vecRows()), m.cols)
 	k, err := r.ks.get(name, spec)
 	if err != nil {
 		return op{}, err

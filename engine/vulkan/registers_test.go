@@ -1,0 +1,76 @@
+package vulkan
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/modrun/modrun/shaders"
+	"github.com/modrun/modrun/vk"
+	"github.com/modrun/modrun/vk/vktest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// spills is k's spilled registers as its driver counts them (RADV: vector
+// and scalar), and its statistics for the log.
+func spills(t *testing.T, k *kernel) (float64, string) {
+	t.Helper()
+	stats, err := k.k.Statistics()
+	require.NoError(t, err)
+	var n float64
+	var seen bool
+	var parts []string
+	for _, s := range stats {
+		switch s.Name {
+		case "Spilled VGPRs", "Spilled SGPRs":
+			n += s.Value
+			seen = true
+		}
+		switch s.Name {
+		case "VGPRs", "Spilled VGPRs", "Subgroups per SIMD", "Instructions":
+			parts = append(parts, fmt.Sprintf("%s %g", s.Name, s.Value))
+		}
+	}
+	require.True(t, seen, "%s: the driver reports no spills: %v", k.v.Name, stats)
+	return n, strings.Join(parts, ", ")
+}
+
+// TestMatvecRegistersRDNA3: every matvec the profile modrun takes on an
+// RDNA3 GPU picks, the decode step's (one vector) and a batched step's (2
+// to 16 vectors a pass, Profile.MatvecBatch), for every weight type and
+// fusion, compiles without a spilled register with AMD's compiler (RADV's
+// null gfx1100 device: no GPU needed). The NVIDIA profile's choice there
+// (4 rows a subgroup, 8 and 16 vectors: what batched steps ran before)
+// spills under SwiGLU: the test of the statistics' sense.
+func TestMatvecRegistersRDNA3(t *testing.T) {
+	if !vktest.OnNullRADV(t, "gfx1100") {
+		return
+	}
+	dev := vktest.Open(t, vk.InstanceOptions{KernelStatistics: true})
+	prof := DeviceProfile(dev.Info())
+	require.True(t, prof.MatvecRows, "the profile on RDNA3: %s", prof)
+	t.Logf("profile: %s", prof)
+	ks := newKernels(dev, &prof)
+	defer ks.Close()
+	for _, typ := range shaders.MatvecTypes {
+		for _, fuse := range shaders.MatvecFusions {
+			for _, nb := range []uint32{1, 2, 4, 8, 16} {
+				name, spec := prof.MatvecBatch(typ, fuse, nb, 16, 4096)
+				k, err := ks.get(name, spec)
+				require.NoError(t, err)
+				n, log := spills(t, k)
+				t.Logf("%s%v: %s", name, k.spec, log)
+				assert.Zero(t, n, "%s%v spills", name, k.spec)
+			}
+		}
+	}
+	for _, nb := range []uint32{8, 16} {
+		name := shaders.MatvecFusedName(shaders.MatvecQ8_0, shaders.ReduceSubgroupRows, shaders.FuseNormSwiGLU)
+		k, err := ks.get(name, []uint32{4 * prof.SubgroupSize, prof.SubgroupSize, nb, 4})
+		require.NoError(t, err)
+		n, log := spills(t, k)
+		t.Logf("before: %s%v: %s", name, k.spec, log)
+		assert.Positive(t, n, "%s%v: the decode kernel at %d vectors", name, k.spec, nb)
+	}
+}
