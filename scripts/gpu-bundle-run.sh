@@ -65,6 +65,16 @@ failed=0
   "$here/bin/modrun" devices --check 2>&1 || { echo "devices --check: FAILED (exit $?)"; failed=1; }
   echo '```'
   echo
+  # What the driver's compiler says of each kernel the profile picks
+  # (registers, spills): whether a batched step's matvec spills here
+  # (docs/matvec-cost.md, "Registers"). A driver without the statistics
+  # is noted, not a failure.
+  echo "## Kernel statistics (modrun devices --kernel-stats)"
+  echo
+  echo '```'
+  "$here/bin/modrun" devices --kernel-stats 2>&1 || echo "devices --kernel-stats: exit $? (a driver without VK_KHR_pipeline_executable_properties says so above)"
+  echo '```'
+  echo
   echo "## Tests"
   echo
   echo "| package | result | passed | failed | skipped |"

@@ -61,7 +61,7 @@ verdict() {
     *-fuzz\ *) echo "skip: fuzzes until stopped" ;;
     bin/modrun-viewer*) echo "skip: a window (GUI)" ;;
     "go test -bench"* | "go test -run '^\$' -bench"*) echo "slow" ;;
-    *"inspect /tmp/cut.gguf"* | *"/nonexistent.gguf"* | *"--device 1"* | *'"wizard"'*) echo "fail" ;;
+    *"inspect /tmp/cut.gguf"* | *"/nonexistent.gguf"* | *"--device 1"* | *'"wizard"'* | "bin/modrun devices --kernel-stats") echo "fail" ;;
     *" serve "*) echo "serve" ;;
     *train/train.py* | *runs/retro/* | *"--backend vulkan"* | *"--backends vulkan"* | *"--backends cpu,vulkan"* | *"bench --synthetic stories15m"* | *"bench --synthetic d=2048"* | *"bench --synthetic tinyllama-1.1b"* | *"bench --synthetic llama3.2-1b"* | *"/tmp/llama3.2-1b.gguf"* | *"--parallel 1,4,8,16"* | *"devices --check"* | *modllama2.gguf*--routing\ topk* | "bin/modrun bench -m models"*) echo "slow" ;;
     *) echo "run" ;;

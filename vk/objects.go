@@ -156,10 +156,10 @@ type Kernel struct {
 
 // KernelStatistic is one compiler statistic of a kernel (Kernel.Statistics).
 type KernelStatistic struct {
-	Executable  string  // the pipeline's executable (a compute pipeline has one; RADV: "Compute Shader")
-	Name        string  // the driver's name for it: "VGPRs", "Spilled VGPRs"
-	Description string  // the driver's words for it
-	Value       float64 // booleans are 0 or 1
+	Executable  string  `json:"executable"`  // the pipeline's executable (a compute pipeline has one; RADV: "Compute Shader")
+	Name        string  `json:"name"`        // the driver's name for it: "VGPRs", "Spilled VGPRs"
+	Description string  `json:"description"` // the driver's words for it
+	Value       float64 `json:"value"`       // booleans are 0 or 1
 }
 
 // statsFeature is the index in deviceKey.features of "kernel statistics

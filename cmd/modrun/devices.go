@@ -14,16 +14,17 @@ import (
 )
 
 func devicesMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("devices", "[--json] [--check]", stderr)
+	fs := newFlags("devices", "[--json] [--check] [--kernel-stats]", stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of text")
 	check := fs.Bool("check", false, "run every kernel variant each usable device's profile picks once, against the CPU, and time it")
+	stats := fs.Bool("kernel-stats", false, "compile every kernel each usable device's profile picks and print what its compiler reports (registers, spills), where the driver tells (VK_KHR_pipeline_executable_properties)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: devices takes no arguments, got %d", errUsage, fs.NArg())
 	}
-	inst, err := vk.NewInstance(vk.InstanceOptions{})
+	inst, err := vk.NewInstance(vk.InstanceOptions{KernelStatistics: *stats})
 	if err != nil {
 		return err
 	}
@@ -45,6 +46,9 @@ func devicesMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		dr := deviceReport{DeviceInfo: d, Default: def}
 		if *check && d.Problem == "" {
 			dr.Checks, dr.CheckError = checkDevice(inst, d)
+		}
+		if *stats && d.Problem == "" {
+			dr.KernelStats, dr.KernelStatsError = kernelStats(inst, d)
 		}
 		r.Devices = append(r.Devices, dr)
 	}
@@ -68,7 +72,10 @@ func devicesMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	} else if err := r.writeText(stdout); err != nil {
 		return err
 	}
-	return r.checkFailures()
+	if err := r.checkFailures(); err != nil {
+		return err
+	}
+	return r.kernelStatsFailures()
 }
 
 // devicesReport is what `modrun devices` prints; its JSON form is --json.
@@ -87,8 +94,11 @@ type deviceReport struct {
 	vk.DeviceInfo
 	Default bool `json:"default"`
 	// With --check, every kernel variant's check (devices_check.go).
-	Checks     []vulkan.SelfCheck `json:"checks,omitempty"`
-	CheckError string             `json:"check_error,omitempty"` // the device could not be opened for it
+	Checks []vulkan.SelfCheck `json:"checks,omitempty"`
+	// KernelStats: --kernel-stats; KernelStatsError: why there are none.
+	KernelStats      []vulkan.KernelStats `json:"kernel_stats,omitempty"`
+	KernelStatsError string               `json:"kernel_stats_error,omitempty"`
+	CheckError       string               `json:"check_error,omitempty"` // the device could not be opened for it
 }
 
 func (r *devicesReport) writeText(w io.Writer) error {
@@ -132,6 +142,9 @@ func (r *devicesReport) writeText(w io.Writer) error {
 			return err
 		}
 		if err := d.writeChecks(w); err != nil {
+			return err
+		}
+		if err := d.writeKernelStats(w); err != nil {
 			return err
 		}
 	}
