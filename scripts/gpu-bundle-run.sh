@@ -218,7 +218,7 @@ if [ "$quick" = 1 ]; then
   MODRUN_PROMPT_STEPS=1 bench_row "$large-q8_0-prompt5-prefill" -m "$m7" --backends vulkan --prompt 5 -n 16 --repeats 3 --validate 0
   rm -f "$m7"
   {
-    echo "## Kernel benchmarks (shaders.test: GB/s of the matvecs, TFLOP/s of the matmuls, us/call of decode attention, validated first)"
+    echo "## Kernel benchmarks (shaders.test: GB/s of the matvecs, TFLOP/s of the matmuls, us/call of decode and prefill attention, validated first)"
     echo
     echo '```'
   } >> "$report"
@@ -226,6 +226,8 @@ if [ "$quick" = 1 ]; then
   kernel_bench BenchmarkMatmulGPU "${QUICK_MATMUL:-BenchmarkMatmulGPU/^(tiled-64x64|pipe-128x64|split-pipe-128x64|pipe-128x128|coop-64x64|coop-hilo-64x64|coop-pk-64x64|coop-hilo-pk-64x64|coop-16x64-k64)\$/}" 10x 90
   # decode attention, decode_attend against decode_attend_keys at contexts 70, 512, 4096 (issue 42 item 5)
   kernel_bench BenchmarkDecodeAttendGPU "${QUICK_ATTEND:-BenchmarkDecodeAttendGPU}" 50x 60
+  # a 512-token prefill's attention, one invocation a query row against 2-8 lanes a row (issue 43 item 4)
+  kernel_bench BenchmarkPrefillAttentionGPU "${QUICK_PREFILL_ATTN:-BenchmarkPrefillAttentionGPU}" 20x 60
   { echo '```'; echo; } >> "$report"
   ref_row after
   {

@@ -30,10 +30,25 @@
 //   m_s, L = sum l_s exp(m_s - M), out[d] = sum o_s[d] exp(m_s - M) / L; a
 //   row that sees no entry (L = 0) gets 0. Dispatch Groups(n * nHead).
 //
-// Specialization constants (AttentionSplitSpec): 0 WG (rows per
-// workgroup), 1 HD (the head dimension, exactly: the register arrays and
-// their loops have constant bounds), 2 BKEYS (keys staged at a time: the
-// shared tiles are 2*BKEYS*HD floats). ATTN_MERGE takes only WG.
+// ATTN_LANES (with ATTN_SPLIT): LPR invocations a query row, lanes of one
+//   subgroup, each holding the quads d4 = lane, lane + LPR, ... of the
+//   row's query and output: an invocation keeps 2*HD/LPR floats of them in
+//   registers instead of 2*HD (at HD 128, 256: past NVIDIA's 255 registers
+//   a thread; RADV's compiler for RDNA3 spilled 631 registers, 178 at HD 64:
+//   docs/decode-attention-cost.md). A score is the lanes' partial sums
+//   (each over its quads in order) added by subgroupShuffleXor, the same
+//   sum in every lane of the row. Rows per workgroup: WG / LPR.
+//
+// Specialization constants (AttentionSplitSpec, Profile.AttentionSplit): 0
+// WG (rows per workgroup; with ATTN_LANES invocations, LPR a row), 1 HD
+// (the head dimension, exactly: the register arrays and their loops have
+// constant bounds), 2 BKEYS (keys staged at a time: the shared tiles are
+// 2*BKEYS*HD floats), 3 LPR (ATTN_LANES: lanes a row, a power of 2 up to
+// the subgroup size). ATTN_MERGE takes only WG.
+#if defined(ATTN_LANES)
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
 #include "include/common.glsl"
 #define OP_ATTENTION_SPLIT
 #include "include/push_matmul_attn.glsl"
@@ -44,6 +59,11 @@ const float NO_SCORE = -1e30; // below any score, finite (see decode_attention.c
 #if defined(ATTN_SPLIT)
 layout(constant_id = 1) const uint HD = 64;     // the head dimension
 layout(constant_id = 2) const uint BKEYS = 32;  // keys staged at a time
+#ifdef ATTN_LANES
+layout(constant_id = 3) const uint LPR = 4;     // lanes a row
+#else
+const uint LPR = 1u;
+#endif
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };         // [n][nHead*headDim], rotated
 #ifdef KV_F16
@@ -65,6 +85,7 @@ layout(std430, binding = 7) writeonly buffer PartML { vec2 partML[]; }; // [n*nH
 
 
 const uint HD4 = (HD + 3u) / 4u; // quads of the head, the last zero-padded
+const uint HDL = (HD4 + LPR - 1u) / LPR; // quads a lane holds: lane c has c, c + LPR, ...
 
 // The staged keys and values in quads: one 16-byte load serves four
 // multiply-adds (on lavapipe each shared load is a gather).
@@ -75,14 +96,23 @@ shared uint lastPos;         // the latest position of the block's rows
 
 void main() {
 	const uint WG = gl_WorkGroupSize.x;
+	const uint ROWS = WG / LPR;
 	uint tid = gl_LocalInvocationID.x;
+#ifdef ATTN_LANES
+	// A row's lanes are LPR neighbours in one subgroup.
+	uint lane = gl_SubgroupInvocationID % LPR;
+	uint row = gl_SubgroupID * (gl_SubgroupSize / LPR) + gl_SubgroupInvocationID / LPR;
+#else
+	const uint lane = 0u;
+	uint row = tid;
+#endif
 	uint g = groupIndex();
-	uint blocks = (p.n + WG - 1u) / WG;
+	uint blocks = (p.n + ROWS - 1u) / ROWS;
 	if (g >= blocks * p.nHead * p.splits) {
 		return; // the whole workgroup: g is uniform
 	}
 	uint s = g % p.splits, bh = g / p.splits;
-	uint h = bh % p.nHead, i = (bh / p.nHead) * WG + tid;
+	uint h = bh % p.nHead, i = (bh / p.nHead) * ROWS + row;
 	bool live = i < p.n;
 	uint kvh = h / (p.nHead / p.nKVHead);
 	uint kvd = p.nKVHead * HD;
@@ -93,21 +123,26 @@ void main() {
 #endif
 	uint e0 = s * p.splitLen, e1 = min(e0 + p.splitLen, entries);
 
-	vec4 qr[HD4], acc[HD4];
+	vec4 qr[HDL], acc[HDL];
 	uint qp = 0u;
 	if (tid == 0u) {
 		lastPos = 0u;
 	}
 	barrier();
-	for (uint d4 = 0u; d4 < HD4; d4++) {
-		qr[d4] = vec4(0.0);
-		acc[d4] = vec4(0.0);
+	for (uint c = 0u; c < HDL; c++) {
+		qr[c] = vec4(0.0);
+		acc[c] = vec4(0.0);
 	}
 	if (live) {
 		qp = qPos[i];
 		uint qBase = i * p.nHead * HD + h * HD;
-		for (uint d = 0u; d < HD; d++) {
-			qr[d / 4u][d % 4u] = q[qBase + d];
+		for (uint c = 0u; c < HDL; c++) {
+			for (uint t = 0u; t < 4u; t++) {
+				uint d = 4u * (lane + LPR * c) + t;
+				if (d < HD) {
+					qr[c][t] = q[qBase + d];
+				}
+			}
 		}
 		atomicMax(lastPos, qp);
 	}
@@ -153,13 +188,21 @@ void main() {
 				// In element order, as mod.Attend sums: a score of 100 or
 				// more moves its probability by its rounding (ulps of 1e-5).
 				float dt = 0.0;
-				for (uint d4 = 0u; d4 < HD4; d4++) {
-					vec4 kq = kt[j * HD4 + d4];
-					dt += qr[d4].x * kq.x;
-					dt += qr[d4].y * kq.y;
-					dt += qr[d4].z * kq.z;
-					dt += qr[d4].w * kq.w;
+				for (uint c = 0u; c < HDL; c++) {
+					uint d4 = lane + LPR * c;
+					if (LPR == 1u || d4 < HD4) {
+						vec4 kq = kt[j * HD4 + d4];
+						dt += qr[c].x * kq.x;
+						dt += qr[c].y * kq.y;
+						dt += qr[c].z * kq.z;
+						dt += qr[c].w * kq.w;
+					}
 				}
+#ifdef ATTN_LANES
+				for (uint o = 1u; o < LPR; o <<= 1) { // a row's lanes share a subgroup
+					dt += subgroupShuffleXor(dt, o);
+				}
+#endif
 				sc[j] = dt * p.scale;
 				bm = maxNaN(bm, sc[j]);
 			}
@@ -167,8 +210,8 @@ void main() {
 				float mn = maxNaN(m, bm);
 				float a = exp(m - mn);
 				l *= a;
-				for (uint d4 = 0u; d4 < HD4; d4++) {
-					acc[d4] *= a;
+				for (uint c = 0u; c < HDL; c++) {
+					acc[c] *= a;
 				}
 				m = mn;
 				for (uint j = 0u; j < jn; j++) {
@@ -177,8 +220,11 @@ void main() {
 					}
 					float pe = exp(sc[j] - m);
 					l += pe;
-					for (uint d4 = 0u; d4 < HD4; d4++) {
-						acc[d4] += pe * vt[j * HD4 + d4];
+					for (uint c = 0u; c < HDL; c++) {
+						uint d4 = lane + LPR * c;
+						if (LPR == 1u || d4 < HD4) {
+							acc[c] += pe * vt[j * HD4 + d4];
+						}
 					}
 				}
 			}
@@ -190,10 +236,17 @@ void main() {
 	}
 	if (live) {
 		uint pb = (i * p.nHead + h) * p.splits + s;
-		for (uint d = 0u; d < HD; d++) {
-			partO[pb * HD + d] = acc[d / 4u][d % 4u];
+		for (uint c = 0u; c < HDL; c++) {
+			for (uint t = 0u; t < 4u; t++) {
+				uint d = 4u * (lane + LPR * c) + t;
+				if (d < HD) {
+					partO[pb * HD + d] = acc[c][t];
+				}
+			}
 		}
-		partML[pb] = vec2(m, l);
+		if (lane == 0u) {
+			partML[pb] = vec2(m, l);
+		}
 	}
 }
 

@@ -3,6 +3,8 @@ package shaders
 import (
 	"fmt"
 	"math"
+	"math/bits"
+	"slices"
 	"strings"
 	"testing"
 
@@ -97,12 +99,39 @@ func TestAttentionSplit(t *testing.T) {
 		{2, 5000, 2, 1, 128, 1, AttentionSplitLen(128, true)}, // many tiles of the largest head
 		{33, 200, 2, 1, 6, 1, 200},                            // one tile of more keys than are staged at a time
 	}
-	for _, variant := range []string{"attention_split", "attention_split_counts", "attention_split_counts_f16"} {
+	// Each variant one invocation a row, and the ATTN_LANES ones with 2, 4
+	// and 8 lanes a row where the subgroups hold them (lavapipe's 8: all):
+	// heads of fewer quads than lanes leave lanes idle.
+	type run struct {
+		variant string
+		lpr     uint32
+	}
+	var runs []run
+	for _, kv := range []KV{KVF32, KVF16} {
+		for _, counts := range []bool{false, true} {
+			if kv == KVF16 && !counts {
+				continue // no such variant: an eval window's cache is F32
+			}
+			runs = append(runs, run{AttentionSplitName(kv, counts), 1})
+			d := deviceOf(dev)
+			for _, lpr := range []uint32{2, 4, 8} {
+				if d.SubgroupShuffle && d.SubgroupSize >= lpr {
+					runs = append(runs, run{AttentionSplitLanesName(kv, counts), lpr})
+				}
+			}
+		}
+	}
+	for _, r := range runs {
+		variant := r.variant
 		f16 := strings.HasSuffix(variant, "_f16")
 		var stats errStats
 		for i, tc := range cases {
-			split := newKernel(t, dev, lookup(t, variant), AttentionSplitSpec(uint32(tc.hd))...)
-			name := fmt.Sprintf("%s/n%d/entries%d/heads%d:%d/hd%d/q%g/tile%d", variant, tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.qScale, tc.splitLen)
+			spec := AttentionSplitSpec(uint32(tc.hd))
+			if r.lpr > 1 {
+				spec = AttentionSplitLanesSpec(uint32(tc.hd), r.lpr)
+			}
+			split := newKernel(t, dev, lookup(t, variant), spec...)
+			name := fmt.Sprintf("%s%v/n%d/entries%d/heads%d:%d/hd%d/q%g/tile%d", variant, spec, tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.qScale, tc.splitLen)
 			c := newAttentionCase(tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.qScale, int64(i))
 			if i == 1 {
 				// Every entry moves one position later and row 0 sits at
@@ -117,16 +146,63 @@ func TestAttentionSplit(t *testing.T) {
 				roundToHalf(t, c.v)
 			}
 			want, scale := c.reference()
+			if r.lpr > 1 {
+				scale = c.lanesScale(scale, r.lpr)
+			}
 			for _, sorted := range []uint32{0, 1} { // the cases' kPos ascend
-				got := c.runSplit(t, dev, split, merge, tc.splitLen, variant != "attention_split", f16, sorted)
+				got := c.runSplit(t, dev, split, merge, tc.splitLen, strings.Contains(variant, "_counts"), f16, sorted)
 				stats.add(got, want, scale)
 				if err := closeness(got, want, scale, attentionTolerance); err != nil {
 					t.Errorf("%s/sorted%d: %v", name, sorted, err)
 				}
 			}
 		}
-		t.Logf("%s: %v (tolerance %g)", variant, stats, attentionTolerance)
+		t.Logf("%s, %d lanes a row: %v (tolerance %g)", variant, r.lpr, stats, attentionTolerance)
 	}
+}
+
+// lanesScale is scale widened for attention_split's ATTN_LANES variants
+// with lpr lanes a row, whose scores sum in another order than the oracle's
+// (mod.Attend: element by element; a lane: its 4*ceil(hd/4/lpr) elements
+// in order, then log2(lpr) sums across lanes). Each order's float32 sum of
+// hd products is within gamma(terms) * sum_d |q_d k_d| of the exact one
+// (gamma(n) = n u / (1 - n u), u = 2^-24: Higham, Accuracy and Stability
+// of Numerical Algorithms, 3.1), so a score may differ by delta = (gamma(hd)
+// + gamma(lane terms)) * max_e sum_d |q_d k_e,d| / sqrt(hd). Every score
+// moved by up to delta moves each probability by a factor within
+// exp(+-2 delta), so an output by at most (exp(2 delta) - 1) sum_e p_e
+// |v_e[d]|: that much is added to attentionTolerance, per row and head.
+func (c *attentionCase) lanesScale(scale []float64, lpr uint32) []float64 {
+	gamma := func(n int) float64 {
+		u := math.Ldexp(1, -24)
+		return float64(n) * u / (1 - float64(n)*u)
+	}
+	quads := (c.hd + 3) / 4
+	laneTerms := 4*((quads+int(lpr)-1)/int(lpr)) + bits.Len32(lpr) - 1
+	qd, kvd := c.nHead*c.hd, c.nKVHead*c.hd
+	out := slices.Clone(scale)
+	for i := range c.n {
+		for h := range c.nHead {
+			kvh := h / (c.nHead / c.nKVHead)
+			var maxAbs float64
+			for e, pos := range c.kPos {
+				if pos > c.qPos[i] {
+					continue
+				}
+				var sum float64
+				for d := range c.hd {
+					sum += math.Abs(float64(c.q[i*qd+h*c.hd+d]) * float64(c.k[e*kvd+kvh*c.hd+d]))
+				}
+				maxAbs = math.Max(maxAbs, sum)
+			}
+			delta := (gamma(c.hd) + gamma(laneTerms)) * maxAbs / math.Sqrt(float64(c.hd))
+			widen := 1 + math.Expm1(2*delta)/attentionTolerance
+			for d := range c.hd {
+				out[i*qd+h*c.hd+d] *= widen
+			}
+		}
+	}
+	return out
 }
 
 // roundToHalf rounds x to IEEE halves, in place.

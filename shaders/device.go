@@ -168,6 +168,10 @@ func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 	case v.Op == OpMatmulPipe && p.MatmulPipe:
 		fb.MatmulPipe = false
 		return fb, MatmulName(v.Type), true
+	case v.Op == OpAttentionLanes && p.AttentionLanes:
+		fb.AttentionLanes = false
+		kv, _ := ParseKV(v.Type)
+		return fb, AttentionSplitName(kv, strings.Contains(v.Name, "_counts")), true
 	case v.Op == OpDecodeAttentionSplit && p.AttentionChunk != 0:
 		fb.AttentionChunk = 0
 		kv, _ := ParseKV(v.Type)

@@ -90,6 +90,9 @@ func TestOnlySubgroupVariantsNeedAFeature(t *testing.T) {
 			}
 			assert.Equal(t, want, nd.Features, v.Name)
 			dev = lavapipeLike
+		} else if v.Op == OpAttentionLanes { // a row's lanes add their partial scores by shuffles
+			assert.Equal(t, []string{"subgroup_shuffle"}, nd.Features, v.Name)
+			dev.SubgroupShuffle = true
 		} else {
 			assert.Equal(t, []string{"subgroup_arithmetic"}, nd.Features, v.Name)
 		}
@@ -104,10 +107,11 @@ func TestOnlySubgroupVariantsNeedAFeature(t *testing.T) {
 	}
 	// The subgroup kernels are the ones DESIGN.md names, no others.
 	for _, name := range subgroupKernels {
-		assert.True(t, strings.HasPrefix(name, "matvec_") || name == "router_score_sg" || strings.HasPrefix(name, "route_decode"), name)
+		assert.True(t, strings.HasPrefix(name, "matvec_") || name == "router_score_sg" || strings.HasPrefix(name, "route_decode") ||
+			strings.HasPrefix(name, "attention_split") && strings.Contains(name, "_lanes"), name)
 	}
-	assert.Len(t, subgroupKernels, len(MatvecTypes)*len(MatvecFusions)+(len(MatvecRowsTypes)+2*len(MatvecWordsTypes)+2*len(MatvecRowsDecodings))*len(MatvecFusions)+len(MatvecFusions)+3,
-		"every matvec, matvec_rows, matvec_q8_0_lanes, router_score_sg, route_decode(_pred)_sg")
+	assert.Len(t, subgroupKernels, len(MatvecTypes)*len(MatvecFusions)+(len(MatvecRowsTypes)+2*len(MatvecWordsTypes)+2*len(MatvecRowsDecodings))*len(MatvecFusions)+len(MatvecFusions)+3+3,
+		"every matvec, matvec_rows, matvec_q8_0_lanes, router_score_sg, route_decode(_pred)_sg, attention_split's three lanes variants")
 }
 
 // A device with none of the optional features, at the minimum limits, can

@@ -88,3 +88,12 @@ func AttentionSplitName(kv KV, counts bool) string {
 	}
 	return "attention_split" + kv.suffix()
 }
+
+// AttentionSplitLanesName is AttentionSplitName's variant with several
+// invocations a query row (ATTN_LANES: Profile.AttentionSplit).
+func AttentionSplitLanesName(kv KV, counts bool) string {
+	if counts {
+		return "attention_split_counts_lanes" + kv.suffix()
+	}
+	return "attention_split_lanes" + kv.suffix()
+}

@@ -311,6 +311,26 @@ const AttentionSplitRows = 32
 // least every Vulkan device has.
 const attentionSharedBytes = 16384
 
+// AttentionSplitLanes is the lanes a query row of attention_split's
+// ATTN_LANES variants at head dimension hd: one per 32 dimensions (each
+// lane then keeps 64 floats of the row's query and output in registers,
+// where one invocation a row keeps 2*hd), a power of 2 up to 8; 1 below
+// 64 dimensions.
+func AttentionSplitLanes(hd uint32) uint32 {
+	lpr := uint32(1)
+	for lpr < 8 && 32*lpr*2 <= hd {
+		lpr *= 2
+	}
+	return lpr
+}
+
+// AttentionSplitLanesSpec is the ATTN_LANES variants' specialization
+// constants for head dimension hd with lpr lanes a row: [32*lpr
+// invocations (AttentionSplitRows rows), hd, keys staged, lpr].
+func AttentionSplitLanesSpec(hd, lpr uint32) []uint32 {
+	return []uint32{AttentionSplitRows * lpr, hd, AttentionSplitKeys(hd), lpr}
+}
+
 // AttentionSplitKeys is how many keys attention_split stages at a time for
 // head dimension hd: as many as fit, with their values and positions, in
 // 16 KiB of shared memory, at most 64.
@@ -371,10 +391,21 @@ func init() {
 			Notes: "Spec: AttentionSplitSpec(headDim); dispatch AttentionSplitGroups(n, nHead, splits); then attention_merge",
 		}
 	}
+	lanes := func(v Variant, kv KV) Variant {
+		v.Defines = append(v.Defines, "ATTN_LANES")
+		v.Op, v.Type = OpAttentionLanes, kv.String()
+		v.Spec = AttentionSplitLanesSpec(64, 1) // the compiled 32 invocations, a row each: the profile's spec sets the lanes
+		v.Notes = "Spec: AttentionSplitLanesSpec(headDim, lanes); needs subgroup shuffles, subgroups of at least lanes; " +
+			"dispatch AttentionSplitGroups(n, nHead, splits); then attention_merge"
+		return v
+	}
 	Variants = append(Variants,
 		split(AttentionSplitName(KVF32, false)),
 		split(AttentionSplitName(KVF32, true), "ATTN_COUNTS"),
 		split(AttentionSplitName(KVF16, true), "ATTN_COUNTS", "KV_F16"),
+		lanes(split(AttentionSplitLanesName(KVF32, false)), KVF32),
+		lanes(split(AttentionSplitLanesName(KVF32, true), "ATTN_COUNTS"), KVF32),
+		lanes(split(AttentionSplitLanesName(KVF16, true), "ATTN_COUNTS", "KV_F16"), KVF16),
 		Variant{
 			Name: "attention_merge", Source: "attention_split.comp", Defines: []string{"ATTN_MERGE"},
 			Bindings: []Binding{

@@ -158,7 +158,8 @@ func deviceOf(dev *vk.Device) Device {
 	info := dev.Info()
 	l := info.Limits
 	return Device{CPU: info.Type == vk.CPU, Vendor: info.VendorID, SubgroupSize: DispatchSubgroupSize(info.VendorID, l.SubgroupSize, l.MinSubgroupSize, l.MaxSubgroupSize),
-		SubgroupArithmetic: info.Features.SubgroupArithmetic, SubgroupBallot: info.Features.SubgroupBallot, SharedMemory: info.Limits.MaxComputeSharedMemorySize,
+		SubgroupArithmetic: info.Features.SubgroupArithmetic, SubgroupBallot: info.Features.SubgroupBallot, SubgroupShuffle: info.Features.SubgroupShuffle,
+		SharedMemory:            info.Limits.MaxComputeSharedMemorySize,
 		MaxWorkGroupInvocations: info.Limits.MaxComputeWorkGroupInvocations, MaxStorageBufferRange: info.Limits.MaxStorageBufferRange}
 }
 

@@ -110,6 +110,13 @@ type Profile struct {
 	// cache loads made it latency-bound, 25 us a layer on an H200 at 70
 	// entries (docs/decode-attention-cost.md). CPU devices do not fuse.
 	AttendKeys bool
+	// AttentionLanes runs the prefill's attention with several invocations
+	// a query row (attention_split's ATTN_LANES variants, Profile.
+	// AttentionSplit): on GPUs whose subgroups shuffle, where one
+	// invocation a row held 2*hd floats of registers (RADV's RDNA3
+	// compiler spilled 178 at hd 64, 631 at 128). Off on CPU devices and
+	// as its self-check's fallback.
+	AttentionLanes bool
 	// RoutingShared makes the router score and routing decision kernels
 	// use the shared-memory tree even where subgroups are sure: the
 	// self-check's fallback when their subgroup variants fail on a device
@@ -232,6 +239,7 @@ func NewProfile(d Device) Profile {
 	default:
 		p.MatvecReduce, p.MatvecSpec = ReduceShared, []uint32{128, 32, 1}
 	}
+	p.AttentionLanes = !d.CPU && d.SubgroupShuffle && sg > 0
 	p.MatmulCoop = !d.CPU && d.CooperativeMatrixNV && sg == MatmulCoopSubgroup && (d.TensorCores || d.TensorCoresHalf)
 	p.MatmulCoopHalf = p.MatmulCoop && d.TensorCoresHalf
 	if !d.CPU {
@@ -278,6 +286,9 @@ func (p Profile) String() string {
 		}
 	} else if p.MatmulPipe {
 		s += "/matmul-pipe"
+	}
+	if p.AttentionLanes {
+		s += "/attention-lanes"
 	}
 	return s
 }
@@ -436,6 +447,24 @@ func (p Profile) rowsPerSubgroup(fuse string, nb uint32) uint32 {
 // kernel-stats.md).
 func matvecUnroll(nb uint32) uint32 {
 	return max(1, min(4, 16/max(nb, 1)))
+}
+
+// AttentionSplit is the prefill's (and an eval window's) attention kernel,
+// attention_split, for a KV cache of kv (counts: its entry count on the
+// GPU) at head dimension hd, and its spec. A GPU profile whose subgroups
+// shuffle takes the ATTN_LANES variant, AttentionSplitLanes(hd) invocations
+// a query row, where it has lanes to spare: with one invocation a row the
+// row's query and output take 2*hd floats of registers, which RADV's
+// compiler for RDNA3 spilled (178 registers at hd 64, 631 at 128) and
+// NVIDIA's 255 a thread cannot hold at 128 (docs/decode-attention-cost.md).
+// Elsewhere (lavapipe's own profile, or AttentionLanes off)
+// AttentionSplitSpec.
+func (p Profile) AttentionSplit(kv KV, counts bool, hd uint32) (name string, spec []uint32) {
+	lpr := AttentionSplitLanes(hd)
+	if p.AttentionLanes && lpr > 1 && p.SubgroupSize >= lpr && AttentionSplitRows*lpr <= p.MaxWorkGroupInvocations {
+		return AttentionSplitLanesName(kv, counts), AttentionSplitLanesSpec(hd, lpr)
+	}
+	return AttentionSplitName(kv, counts), AttentionSplitSpec(hd)
 }
 
 // Flash-decoding's chunks on a GPU: one per attentionChunk entries of the

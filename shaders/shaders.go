@@ -79,8 +79,9 @@ const (
 	OpDecodeAttention      = "decode_attention"
 	OpDecodeAttentionSplit = "decode_attention_split"
 	OpDecodeAttend         = "decode_attend"
-	OpMatmulCoop           = "matmul_coop" // the tensor-core matmul (and its emulation)
-	OpMatmulPipe           = "matmul_pipe" // matmul.comp's prefetching variants (the pipelined tile)
+	OpMatmulCoop           = "matmul_coop"     // the tensor-core matmul (and its emulation)
+	OpMatmulPipe           = "matmul_pipe"     // matmul.comp's prefetching variants (the pipelined tile)
+	OpAttentionLanes       = "attention_lanes" // attention_split's ATTN_LANES variants (lanes a query row)
 )
 
 // PushBytes is the size of the push-constant block.

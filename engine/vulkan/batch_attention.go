@@ -82,7 +82,7 @@ func (r *Runner) batchAttentionOps(a attentionArgs) ([]op, error) {
 	if counts == nil {
 		counts = a.qPos // unread: any buffer
 	}
-	split, err := r.ks.get(shaders.AttentionSplitName(a.kv, a.counts != nil), shaders.AttentionSplitSpec(uint32(c.HeadDim)))
+	split, err := r.ks.get(r.ks.prof.AttentionSplit(a.kv, a.counts != nil, uint32(c.HeadDim)))
 	if err != nil {
 		return nil, err
 	}

@@ -74,3 +74,38 @@ func TestMatvecRegistersRDNA3(t *testing.T) {
 		assert.Positive(t, n, "%s%v: the decode kernel at %d vectors", name, k.spec, nb)
 	}
 }
+
+// TestAttentionRegistersRDNA3: the prefill's attention the RDNA3 profile
+// picks (Profile.AttentionSplit: lanes a query row) compiles without a
+// spilled register with AMD's compiler at head dimensions 64 and 128, for
+// every cache it reads; one invocation a row, the kernel before, spills
+// at both (it holds 2*hd floats of query and output).
+func TestAttentionRegistersRDNA3(t *testing.T) {
+	if !vktest.OnNullRADV(t, "gfx1100") {
+		return
+	}
+	dev := vktest.Open(t, vk.InstanceOptions{KernelStatistics: true})
+	prof := DeviceProfile(dev.Info())
+	ks := newKernels(dev, &prof)
+	defer ks.Close()
+	for _, hd := range []uint32{64, 128} {
+		for _, c := range []struct {
+			kv     shaders.KV
+			counts bool
+		}{{shaders.KVF32, false}, {shaders.KVF32, true}, {shaders.KVF16, true}} {
+			name, spec := prof.AttentionSplit(c.kv, c.counts, hd)
+			require.Equal(t, shaders.AttentionSplitLanesName(c.kv, c.counts), name, "the RDNA3 profile takes lanes a row")
+			k, err := ks.get(name, spec)
+			require.NoError(t, err)
+			n, log := spills(t, k)
+			t.Logf("%s%v: %s", name, k.spec, log)
+			assert.Zero(t, n, "%s%v spills", name, k.spec)
+
+			before, err := ks.get(shaders.AttentionSplitName(c.kv, c.counts), shaders.AttentionSplitSpec(hd))
+			require.NoError(t, err)
+			n, log = spills(t, before)
+			t.Logf("before: %s%v: %s", before.v.Name, before.spec, log)
+			assert.Positive(t, n, "%s%v: one invocation a row", before.v.Name, before.spec)
+		}
+	}
+}

@@ -342,6 +342,20 @@ func KernelStatistics(dev *vk.Device) ([]KernelStats, error) {
 			picks = append(picks, pick{name, "batched step of 16", spec})
 		}
 	}
+	// Attention at both head dimensions modrun's models have (64: TinyLlama,
+	// stories15M; 128: Llama 2 7B, Llama 3): the prefill's, whose registers
+	// hold a query row and its accumulator (docs/decode-attention-cost.md),
+	// and the fused decode attention where the profile fuses it.
+	for _, hd := range []uint32{64, 128} {
+		for _, kv := range shaders.KVTypes {
+			name, spec := prof.AttentionSplit(kv, true, hd)
+			picks = append(picks, pick{name, fmt.Sprintf("prefill attention, head dim %d", hd), spec})
+			if prof.FuseAttention && prof.AttendKeys {
+				picks = append(picks, pick{shaders.DecodeAttendKeysName(kv), fmt.Sprintf("decode attention, fused, head dim %d", hd),
+					shaders.DecodeAttendKeysSpec(hd, prof.AttentionSplits(2048))})
+			}
+		}
+	}
 	var out []KernelStats
 	for _, p := range picks {
 		row := KernelStats{Kernel: p.name, Spec: p.spec, Use: p.use}
