@@ -285,6 +285,16 @@ func profilePicks(prof shaders.Profile) []pick {
 			picks = append(picks, pick{shaders.DecodeAttentionSplitName(kv), "decode attention, split", shaders.DecodeAttentionSplitSpec(splits)})
 		}
 	}
+	if prof.AttentionLanes { // a prefill's attention at Llama's head dimension, lanes a row where the profile takes them
+		for _, c := range []struct {
+			kv     shaders.KV
+			counts bool
+		}{{shaders.KVF32, false}, {shaders.KVF32, true}, {shaders.KVF16, true}} {
+			if name, spec := prof.AttentionSplit(c.kv, c.counts, 128); name == shaders.AttentionSplitLanesName(c.kv, c.counts) {
+				picks = append(picks, pick{name, "prefill attention", spec})
+			}
+		}
+	}
 	if prof.MatmulCoop || prof.MatmulPipe { // the tensor-core matmul, or the pipelined tile
 		for _, typ := range shaders.MatvecTypes {
 			name, spec := prof.MatmulKernel(typ)

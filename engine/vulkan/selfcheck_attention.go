@@ -153,3 +153,42 @@ func decodeAttentionCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 	return checkCase{op: checkOp(v), push: push,
 		groups: shaders.DecodeAttentionSplitGroups(attnRows, attnHeads, uint32(splits)), bufs: bufs}, nil
 }
+
+// attentionLanesCase: attention_split's ATTN_LANES variants (a prefill's
+// attention, lanes a query row summing their partial scores by subgroup
+// shuffles) on the check's rows, heads and cache, in 2 key tiles (row 0
+// sees none of the second), checked on their partial results: each
+// (row, head, tile)'s max m, sum l and unnormalised output, against chunk's
+// reference and bounds. The head dimension is the spec's (the kernel's
+// exactly).
+func attentionLanesCase(v shaders.Variant, spec []uint32) (checkCase, error) {
+	kv, err := shaders.ParseKV(v.Type)
+	if err != nil {
+		return checkCase{}, err
+	}
+	const splits, splitLen = 2, (attnEntries + 1) / 2
+	in := newAttnInput(int(spec[1]), kv == shaders.KVF16)
+	push := shaders.AttentionSplitPush{N: attnRows, Entries: attnEntries, NHead: attnHeads, NKVHead: attnKVHeads,
+		HeadDim: uint32(in.hd), Scale: in.scale, Layer: 1, Splits: splits, SplitLen: splitLen, Sorted: 1}
+	rows := attnRows * attnHeads * splits
+	wantO, boundO := make([]float32, rows*in.hd), make([]float64, rows*in.hd)
+	wantML, boundML := make([]float32, 2*rows), make([]float64, 2*rows)
+	for i := range attnRows {
+		for h := range attnHeads {
+			for s := range splits {
+				first := s * splitLen
+				m, l, acc, mb, lb, ab := in.chunk(i, h, first, min(first+splitLen, attnEntries))
+				o := (i*attnHeads+h)*splits + s
+				wantML[2*o], boundML[2*o] = float32(m), mb+checkTol*math.Abs(m)
+				wantML[2*o+1], boundML[2*o+1] = float32(l), lb
+				for d := range acc {
+					wantO[o*in.hd+d], boundO[o*in.hd+d] = float32(acc[d]), ab[d]
+				}
+			}
+		}
+	}
+	bufs := append(in.bufs(),
+		checkBuf{data: make([]byte, 4*len(wantO)), want: wantO, bound: boundO},
+		checkBuf{data: make([]byte, 4*len(wantML)), want: wantML, bound: boundML})
+	return checkCase{op: checkOp(v), push: push, groups: shaders.AttentionSplitGroups(attnRows, attnHeads, splits), bufs: bufs}, nil
+}

@@ -31,6 +31,8 @@ func checkerFor(v shaders.Variant) (mk func(v shaders.Variant, spec []uint32) (c
 		return decodeAttentionCase, true
 	case shaders.OpMatmulCoop, shaders.OpMatmulPipe:
 		return matmulCase, true
+	case shaders.OpAttentionLanes:
+		return attentionLanesCase, true
 	}
 	return nil, false
 }
@@ -53,6 +55,8 @@ func checkOp(v shaders.Variant) string {
 		return "matmul " + v.Type + " tensor cores"
 	case shaders.OpMatmulPipe:
 		return "matmul " + v.Type + " pipelined"
+	case shaders.OpAttentionLanes:
+		return "prefill attention " + v.Type + " lanes"
 	}
 	return v.Name
 }

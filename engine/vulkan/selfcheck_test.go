@@ -31,9 +31,11 @@ func gpuProfileOf(dev *vk.Device) shaders.Profile {
 // weight type where prof takes a checked one (the tensor cores' or the
 // pipelined tile: MatmulCoop, MatmulPipe), and a batched step's matvec
 // where its kernel differs from the decode's (Profile.MatvecBatch at 8
-// vectors: matvec_words for F16, Q8_0 and Q4_K on a GPU profile, 12).
-// Lavapipe's own profile: 52 + 4 + 2 = 58; a GPU's: 52 + 12 + 4 + 4 + 13
-// = 85 (the pipelined tile, or on an
+// vectors: matvec_words for F16, Q8_0 and Q4_K on a GPU profile, 12), and
+// a prefill's attention at head dimension 128 for each of its 3 caches
+// where the profile takes lanes a row (AttentionLanes).
+// Lavapipe's own profile: 52 + 4 + 2 = 58; a GPU's: 52 + 12 + 4 + 4 + 3 +
+// 13 = 88 (the pipelined tile, or on an
 // NVIDIA GPU the tensor cores; lavapipe's emulated tensor-core product
 // takes 150 ms a call there, too slow to time 13 of in CI:
 // TestMatmulCoopHiloCheckCase runs their cases untimed).
@@ -50,6 +52,9 @@ func checkRows(prof shaders.Profile) (rows, attention, split int) {
 				rows++
 			}
 		}
+	}
+	if name, _ := prof.AttentionSplit(shaders.KVF16, true, 128); name == shaders.AttentionSplitLanesName(shaders.KVF16, true) {
+		rows += 3
 	}
 	if prof.MatmulCoop || prof.MatmulPipe {
 		rows += len(shaders.MatvecTypes)
