@@ -57,6 +57,7 @@ func (d deviceReport) writeChecks(w io.Writer) error {
 // failed (the exit status is then 1), or nil.
 func (r *devicesReport) checkFailures() error {
 	var bad []string
+	report := false
 	for _, d := range r.Devices {
 		n := 0
 		for _, c := range d.Checks {
@@ -64,12 +65,22 @@ func (r *devicesReport) checkFailures() error {
 				n++
 			}
 		}
-		if n > 0 || d.CheckError != "" {
+		switch {
+		case (n > 0 || d.CheckError != "") && d.DeviceLocalBytes == 0:
+			// Nothing can run without memory: a compile-only device such
+			// as RADV's null one (RADV_FORCE_FAMILY), not a GPU to report.
+			bad = append(bad, fmt.Sprintf("device %d (%s): %d of %d kernels failed: it has no device memory, so nothing runs there (a compile-only device, such as RADV's null device: devices --kernel-stats is what it answers)",
+				d.Index, d.Name, n, len(d.Checks)))
+		case n > 0 || d.CheckError != "":
 			bad = append(bad, fmt.Sprintf("device %d (%s): %d of %d kernels failed", d.Index, d.Name, n, len(d.Checks)))
+			report = true
 		}
 	}
 	if len(bad) == 0 {
 		return nil
+	}
+	if !report {
+		return fmt.Errorf("devices --check: %v", bad)
 	}
 	return fmt.Errorf("devices --check: %v: please report this output (README.md, Supported GPUs)", bad)
 }

@@ -51,7 +51,7 @@ func TestDevicesCheck(t *testing.T) {
 // A failed check is in the table with how far off it was, and makes the
 // exit status 1 with a line naming the device.
 func TestDevicesCheckFailure(t *testing.T) {
-	r := devicesReport{Devices: []deviceReport{{DeviceInfo: vk.DeviceInfo{Index: 1, Name: "Some GPU"}, Checks: []vulkan.SelfCheck{
+	r := devicesReport{Devices: []deviceReport{{DeviceInfo: vk.DeviceInfo{Index: 1, Name: "Some GPU", DeviceLocalBytes: 8 << 30}, Checks: []vulkan.SelfCheck{
 		{Op: "matvec q8_0", Kernel: "matvec_q8_0_sg", Spec: []uint32{128, 32, 1}, Subgroup: 32, Pass: true, USPerCall: 3.5},
 		{Op: "matvec q8_0 add", Kernel: "matvec_q8_0_sg_add", Spec: []uint32{128, 32, 1}, Subgroup: 32, Worst: 412, USPerCall: 3.6},
 		{Op: "router score", Kernel: "router_score_sg", Spec: []uint32{128, 32}, Err: "vkCreateComputePipelines: VK_ERROR_UNKNOWN"},
@@ -68,4 +68,14 @@ func TestDevicesCheckFailure(t *testing.T) {
 	assert.Contains(t, err.Error(), "please report this output")
 	r.Devices[0].Checks = r.Devices[0].Checks[:1]
 	assert.NoError(t, r.checkFailures())
+
+	// A device without memory (RADV's null device) fails every kernel by
+	// its allocation: said as such, not as a GPU to report.
+	r.Devices[0].DeviceLocalBytes = 0
+	r.Devices[0].Checks = append(r.Devices[0].Checks, vulkan.SelfCheck{Op: "matvec f32", Kernel: "matvec_f32_sg",
+		Err: "host-visible buffer of 22528 bytes: vk: vkAllocateMemory (no suitable memory type): VK_ERROR_FEATURE_NOT_PRESENT"})
+	err = r.checkFailures()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "it has no device memory, so nothing runs there")
+	assert.NotContains(t, err.Error(), "please report")
 }
