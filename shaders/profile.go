@@ -301,9 +301,7 @@ func (p Profile) String() string {
 // million) split the vectors over several dispatches, or use matmul, which
 // is meant for many vectors.
 func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []uint32) {
-	// Swiglu walks two rows (a norm sums x^2 inside the walk).
-	loops := map[string]uint32{FuseNone: 1, FuseAdd: 1, FuseNorm: 1, FuseNormSwiGLU: 2}[fuse]
-	iters := func(spec []uint32) uint32 { return loops * MatvecLoopIterations(n, cols, spec) }
+	iters := func(spec []uint32) uint32 { return matvecWalks(fuse) * MatvecLoopIterations(n, cols, spec) }
 	if p.MatvecRows && cols%32 == 0 && slices.Contains(matvecRowsPicks, typ) {
 		spec = MatvecRowsSpec(p.SubgroupSize)
 		spec[3] = p.rowsPerSubgroup(fuse, 1)
@@ -388,7 +386,7 @@ func (p Profile) MatvecBatch(typ, fuse string, n, nb, cols uint32) (name string,
 	nb = max(min(n, nb), 1)
 	spec = append([]uint32(nil), own...)
 	spec[2] = nb
-	if v, err := Lookup(name); err == nil && v.Reduce == ReduceSubgroupRows {
+	if name == MatvecFusedName(typ, ReduceSubgroupRows, fuse) {
 		spec[3] = p.rowsPerSubgroup(fuse, nb)
 	}
 	if p.MatvecRows && cols%32 == 0 && slices.Contains(matvecBatchWords, typ) {
@@ -399,21 +397,13 @@ func (p Profile) MatvecBatch(typ, fuse string, n, nb, cols uint32) (name string,
 		case typ == MatvecQ4_K && nb >= 16:
 			// Q4_K's units (4 registers) and decode: 9 spilled
 			// registers at 4 rows on RDNA3, none at 2
-			// (TestBatchedMatvecRegistersRDNA3).
+			// (TestMatvecRegistersRDNA3).
 			walk = 2
 		}
-		rps := walk
-		if fuse == FuseNormSwiGLU {
-			rps = max(walk/2, 1)
-		}
 		name = MatvecFusedName(typ, ReduceSubgroupWords, fuse)
-		spec = []uint32{matvecRowsPerGroup * p.SubgroupSize, p.SubgroupSize, nb, rps, unroll}
+		spec = []uint32{matvecRowsPerGroup * p.SubgroupSize, p.SubgroupSize, nb, max(walk/matvecWalks(fuse), 1), unroll}
 	}
-	loops := uint32(1)
-	if fuse == FuseNormSwiGLU {
-		loops = 2
-	}
-	if p.LoopCap != 0 && loops*MatvecLoopIterations(n, cols, spec) > p.LoopCap {
+	if p.LoopCap != 0 && matvecWalks(fuse)*MatvecLoopIterations(n, cols, spec) > p.LoopCap {
 		return p.Matvec(typ, fuse, n, cols)
 	}
 	return name, spec
@@ -431,11 +421,17 @@ func (p Profile) rowsPerSubgroup(fuse string, nb uint32) uint32 {
 	if p.Vendor == VendorNVIDIA {
 		return 4
 	}
-	rps := min(4, 16/max(nb, 1))
+	return max(min(4, 16/max(nb, 1))/matvecWalks(fuse), 1)
+}
+
+// matvecWalks is how many rows a matvec walks for each row it writes under
+// fusion fuse: 2 under SwiGLU (a gate and an up row), else 1 (a norm sums
+// x^2 inside the walk).
+func matvecWalks(fuse string) uint32 {
 	if fuse == FuseNormSwiGLU {
-		rps /= 2
+		return 2
 	}
-	return max(rps, 1)
+	return 1
 }
 
 // matvecUnroll is matvec_words's units in flight a lane (constant 4) at nb

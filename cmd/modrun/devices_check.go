@@ -16,16 +16,23 @@ import (
 
 // checkDevice opens d and checks it.
 func checkDevice(inst *vk.Instance, d vk.DeviceInfo) ([]vulkan.SelfCheck, string) {
+	return onDevice(inst, d, vulkan.CheckDevice)
+}
+
+// onDevice opens d, runs f on it and closes it: f's result, and why it
+// failed ("" when it did not), for a device's line of the report.
+func onDevice[T any](inst *vk.Instance, d vk.DeviceInfo, f func(*vk.Device) (T, error)) (T, string) {
 	dev, err := inst.NewDevice(d)
 	if err != nil {
-		return nil, err.Error()
+		var zero T
+		return zero, err.Error()
 	}
 	defer dev.Close()
-	checks, err := vulkan.CheckDevice(dev)
+	out, err := f(dev)
 	if err != nil {
-		return checks, err.Error()
+		return out, err.Error()
 	}
-	return checks, ""
+	return out, ""
 }
 
 // writeChecks writes d's check table: kernel, variant, pass or FAIL (with

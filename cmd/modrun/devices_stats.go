@@ -17,16 +17,7 @@ import (
 
 // kernelStats opens d with statistics kept and reads them.
 func kernelStats(inst *vk.Instance, d vk.DeviceInfo) ([]vulkan.KernelStats, string) {
-	dev, err := inst.NewDevice(d)
-	if err != nil {
-		return nil, err.Error()
-	}
-	defer dev.Close()
-	stats, err := vulkan.KernelStatistics(dev)
-	if err != nil {
-		return stats, err.Error()
-	}
-	return stats, ""
+	return onDevice(inst, d, vulkan.KernelStatistics)
 }
 
 // writeKernelStats writes d's kernels, a line each: the kernel and its

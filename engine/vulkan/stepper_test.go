@@ -355,11 +355,7 @@ func TestVulkanStepRowsPastContext(t *testing.T) {
 func TestVecRowsEnv(t *testing.T) {
 	dev := openDevice(t, false)
 	sm := stepModelsVK(t)[0]
-	for _, v := range []string{"x", "-1", "17", "1.5"} {
-		t.Setenv("MODRUN_VEC_ROWS", v)
-		_, err := New(dev, sm.m, sm.routing, Options{})
-		assert.ErrorContains(t, err, "MODRUN_VEC_ROWS", "%q", v)
-	}
+	assertEnvRefused(t, dev, sm.m, sm.routing, "MODRUN_VEC_ROWS", "x", "-1", "17", "1.5")
 	t.Setenv("MODRUN_VEC_ROWS", "1")
 	run, err := New(dev, sm.m, sm.routing, Options{})
 	require.NoError(t, err)
@@ -383,11 +379,7 @@ func TestPromptStepsEnv(t *testing.T) {
 	}
 	dev := openDevice(t, false)
 	sm := stepModelsVK(t)[0]
-	for _, v := range []string{"x", "0", "-1", "1.5"} {
-		t.Setenv("MODRUN_PROMPT_STEPS", v)
-		_, err := New(dev, sm.m, sm.routing, Options{})
-		assert.ErrorContains(t, err, "MODRUN_PROMPT_STEPS", "%q", v)
-	}
+	assertEnvRefused(t, dev, sm.m, sm.routing, "MODRUN_PROMPT_STEPS", "x", "0", "-1", "1.5")
 	t.Setenv("MODRUN_PROMPT_STEPS", "1")
 	run, err := New(dev, sm.m, sm.routing, Options{})
 	require.NoError(t, err)
@@ -421,4 +413,15 @@ func TestNarrowSpec(t *testing.T) {
 		require.NoError(t, got.Check())
 	}
 	assert.Equal(t, "matmul_pf_q4_k", narrowPipe.Kernel("q4_k"))
+}
+
+// assertEnvRefused: with environment variable name set to each of values,
+// opening a runner of m fails naming the variable.
+func assertEnvRefused(t *testing.T, dev *vk.Device, m *mod.Model, routing mod.Routing, name string, values ...string) {
+	t.Helper()
+	for _, v := range values {
+		t.Setenv(name, v)
+		_, err := New(dev, m, routing, Options{})
+		assert.ErrorContains(t, err, name, "%q", v)
+	}
 }
