@@ -97,6 +97,8 @@ func halfMismatches(x, got []float32) string {
 //   - matmul_coop's emulated tile product (EMULATE_COOPMAT), which stages X
 //     and W as halves: with one column and W = [1], y[s] = toHalf(x[s]) · 1
 //     summed with the tile's zero padding, exactly;
+//   - split_halves (the COOP_XSPLIT matmuls' X): the high half is x
+//     rounded, the low half x minus it rounded;
 //   - decode_attend's and decode_attend_keys's own value with an F16 cache, on an empty cache: the
 //     token attends to itself alone (softmax weight exp(0) = 1), so its
 //     output is its value as the cache will hold it, exactly.
@@ -118,6 +120,29 @@ func TestToHalf(t *testing.T) {
 			if msg := halfMismatches(x, got); msg != "" {
 				t.Errorf("%+v: %s", spec, msg)
 			}
+		}
+	})
+
+	// split_halves: each word's high half is x rounded, its low half x
+	// minus that (exact in f32) rounded, both as Go rounds them.
+	t.Run(SplitHalvesName, func(t *testing.T) {
+		k := newKernel(t, dev, lookup(t, SplitHalvesName))
+		bx, out := newBuffer(t, dev, f32bytes(x)), denseNaNBuffer(t, dev, len(x))
+		rec := dev.NewRecorder()
+		defer rec.Close()
+		rec.Dispatch(k, vk.MustPackPush(AddPush{N: uint32(len(x))}), Groups(uint32((len(x)+255)/256)), vk.Bind{Buf: bx, Access: vk.Read}, vk.Bind{Buf: out, Access: vk.Write})
+		require.NoError(t, dev.Run(rec))
+		words := downloadU32(t, out, len(x))
+		hi, lo, rest := make([]float32, len(x)), make([]float32, len(x)), make([]float32, len(x))
+		for i, w := range words {
+			hi[i], lo[i] = gguf.F16ToF32(uint16(w)), gguf.F16ToF32(uint16(w>>16))
+			rest[i] = x[i] - gguf.F16ToF32(gguf.F32ToF16(x[i]))
+		}
+		if msg := halfMismatches(x, hi); msg != "" {
+			t.Errorf("the high halves: %s", msg)
+		}
+		if msg := halfMismatches(rest, lo); msg != "" {
+			t.Errorf("the low halves: %s", msg)
 		}
 	})
 

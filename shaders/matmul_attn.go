@@ -511,21 +511,51 @@ func MatmulCoopPackedName(typ string, hilo, emulate bool) string {
 	return "matmul_coop_pk_" + typ
 }
 
+// MatmulCoopXSplitName is the packed hilo kernel reading X already split
+// into halves (COOP_XSPLIT: a word packHalf2x16(hi, lo) per element, made
+// by SplitHalvesName's pass), for weight type typ (emulate: its product
+// emulated). Bench candidates (BenchmarkMatmulGPU's coop-hilo-pk-xs-*,
+// the split's pass timed with it), for MatmulCoopPackedTypes only; no
+// profile takes them yet.
+func MatmulCoopXSplitName(typ string, emulate bool) string {
+	if emulate {
+		return "matmul_coop_hilo_emu_pk_xs_" + typ
+	}
+	return "matmul_coop_hilo_pk_xs_" + typ
+}
+
+// SplitHalvesName is the pass that splits f32 values into two halves each
+// (split_halves.comp), for the COOP_XSPLIT kernels' X.
+const SplitHalvesName = "split_halves"
+
 // MatmulCoopPackedTypes are the weight types with COOP_PACKED variants:
 // BenchmarkMatmulGPU's.
 var MatmulCoopPackedTypes = []string{MatvecF16, MatvecQ8_0, MatvecQ4_K}
 
 func init() {
+	Variants = append(Variants, Variant{
+		Name: SplitHalvesName, Source: "split_halves.comp",
+		Bindings: []Binding{
+			{"x", Read, "[n] f32"},
+			{"out", Write, "[n] u32: packHalf2x16(hi, lo), hi = x to the nearest half, lo = x - hi to the nearest half"},
+		},
+		Push:      AddPush{},
+		LocalSize: [3]uint32{256, 1, 1},
+		Notes:     "dispatch Groups(ceil(n / 256)); the COOP_XSPLIT matmuls' X (MatmulCoopXSplitName)",
+	})
 	for _, wt := range WeightTypes {
-		for _, c := range []struct{ hilo, emulate, packed bool }{
-			{false, false, false}, {false, true, false}, {true, false, false}, {true, true, false},
-			{false, false, true}, {true, false, true}, {true, true, true},
+		for _, c := range []struct{ hilo, emulate, packed, xsplit bool }{
+			{false, false, false, false}, {false, true, false, false}, {true, false, false, false}, {true, true, false, false},
+			{false, false, true, false}, {true, false, true, false}, {true, true, true, false},
+			{true, false, true, true}, {true, true, true, true},
 		} {
 			if c.packed && !slices.Contains(MatmulCoopPackedTypes, wt.Name) {
 				continue
 			}
 			name := MatmulCoopName(wt.Name, c.emulate)
 			switch {
+			case c.xsplit:
+				name = MatmulCoopXSplitName(wt.Name, c.emulate)
 			case c.packed:
 				name = MatmulCoopPackedName(wt.Name, c.hilo, c.emulate)
 			case c.hilo:
@@ -541,6 +571,10 @@ func init() {
 			}
 			if c.packed {
 				v.Defines = append(v.Defines, "COOP_PACKED")
+			}
+			if c.xsplit {
+				v.Defines = append(v.Defines, "COOP_XSPLIT")
+				v.Bindings[1].Shape = "[n][cols] u32: packHalf2x16(hi, lo) of f32 x (split_halves)"
 			}
 			if c.emulate {
 				v.Defines = append(v.Defines, "EMULATE_COOPMAT")

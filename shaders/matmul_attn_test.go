@@ -65,6 +65,9 @@ type matmulCase struct {
 	w             []byte    // ggml bytes
 	x             []float32 // [n][cols]
 	want, scale   []float64 // [n][rows]: mod.MatMul, and sum |w*x|
+	// xprep, when set, is a pass over x (split_halves) whose output the
+	// kernel reads as its x: a word per element.
+	xprep *vk.Kernel
 }
 
 func newMatmulCase(t testing.TB, typ gguf.TensorType, rows, cols, n int, seed int64) *matmulCase {
@@ -143,6 +146,14 @@ func (c *matmulCase) runPartsSplit(t testing.TB, dev *vk.Device, k *vk.Kernel, g
 	rec := dev.NewRecorder()
 	defer rec.Close()
 	rec.Fill(yb, 0, yb.Size(), 0x7fc00000) // NaN: an output the kernel skips shows
+	if c.xprep != nil {
+		words, err := dev.NewBuffer(uint64(4*len(c.x)), vk.DeviceLocal)
+		require.NoError(t, err)
+		defer words.Close()
+		rec.Dispatch(c.xprep, vk.MustPackPush(AddPush{N: uint32(len(c.x))}), Groups(uint32((len(c.x)+255)/256)),
+			vk.Bind{Buf: xb, Access: vk.Read}, vk.Bind{Buf: words, Access: vk.Write})
+		xb = words
+	}
 	var scratch *vk.Buffer
 	splits := 0
 	if split != nil {

@@ -63,6 +63,16 @@
 // split (its lo rounded by toHalf), so CI checks that arithmetic; the
 // vector arrays' loads only a GPU runs.
 //
+// COOP_XSPLIT (with COOP_HILO and COOP_PACKED: the matmul_coop_hilo_pk_xs
+// variants, bench candidates) reads X already split, a word per element
+// holding packHalf2x16(hi, lo) (split_halves.comp, one pass over X for
+// every tile of rows that stages it): the staging moves the halves into
+// the hi and lo tiles with integer ops and converts nothing of X, where
+// the hilo kernel splits and converts each staged value of X again in
+// every workgroup along the rows (docs/matmul-cost.md: the conversions
+// are the diagnosed bound). X's halves are rounded to nearest, within the
+// packed kernel's bound for truncated ones.
+//
 // The loops over a subgroup's tiles and an invocation's staged quads are
 // unrolled ([[unroll]]; their bounds are specialization constants): arrays
 // of cooperative matrices and registers indexed by a loop that is not are
@@ -94,14 +104,27 @@ layout(constant_id = 3) const uint BK = 32; // columns per step, a multiple of 1
 layout(constant_id = 4) const uint WM = 32; // tokens per subgroup, a multiple of 16
 layout(constant_id = 5) const uint WN = 32; // rows per subgroup, a multiple of 16
 
+#if defined(COOP_XSPLIT) && !(defined(COOP_HILO) && defined(COOP_PACKED))
+#error "COOP_XSPLIT is a variant of the packed hilo kernel"
+#endif
 layout(std430, binding = 0) readonly buffer Weights { uint w[]; };
+#ifdef COOP_XSPLIT
+layout(std430, binding = 1) readonly buffer X { uint x[]; }; // [n][cols]: packHalf2x16(hi, lo)
+#else
 layout(std430, binding = 1) readonly buffer X { float x[]; }; // [n][cols]
+#endif
 // The same bindings as wide words: a quad of x, two words of W, one load
 // each where cols is a multiple of 4 (every quad is then 16-byte aligned in
 // x and 8-byte aligned in an F16/BF16 W; the engine binds x at offsets of
 // whole rows).
 layout(std430, binding = 0) readonly buffer Weights2 { uvec2 w2[]; };
+#ifdef COOP_XSPLIT
+layout(std430, binding = 1) readonly buffer X4 { uvec4 x4[]; };
+#define XQUAD uvec4
+#else
 layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
+#define XQUAD vec4
+#endif
 layout(std430, binding = 2) writeonly buffer Y { float y[]; }; // [n][ldy]
 
 #include "include/weights.glsl"
@@ -252,6 +275,23 @@ void stage4(bool isW, uint at, vec4 v) {
 #endif
 }
 
+#ifdef COOP_XSPLIT
+// stageXWords stores four elements of X, each a word packHalf2x16(hi, lo),
+// at element at of X's tiles: the high halves into xs, the low into xl.
+void stageXWords(uint at, uvec4 v) {
+#ifdef PK
+	xs[at >> 2] = uvec2((v.x & 0xFFFFu) | (v.y << 16), (v.z & 0xFFFFu) | (v.w << 16));
+	xl[at >> 2] = uvec2((v.x >> 16) | (v.y & 0xFFFF0000u), (v.z >> 16) | (v.w & 0xFFFF0000u));
+#else
+	// The emulation's tiles hold the same words (hi, lo).
+	xs[at] = v.x;
+	xs[at + 1u] = v.y;
+	xs[at + 2u] = v.z;
+	xs[at + 3u] = v.w;
+#endif
+}
+#endif
+
 // WGS is the workgroup size (constant 0 must be 32 * NSG); WQ and XQ are
 // how many quads of W's and X's slices an invocation stages a step.
 const uint WGS = 32u * NSG;
@@ -262,7 +302,7 @@ const uint XQ = (BM * (BK / 4u) + WGS - 1u) / WGS;
 // and X[s0 .. s0+BM][k0 .. k0+BK] (zero past the edges): quad i of a slice
 // is row i / (BK/4), columns 4*(i % (BK/4)) .., so neighbouring
 // invocations read neighbouring words of a row.
-void loadStep(uint k0, uint r0, uint s0, uint tid, out vec4 wreg[WQ], out vec4 xreg[XQ]) {
+void loadStep(uint k0, uint r0, uint s0, uint tid, out vec4 wreg[WQ], out XQUAD xreg[XQ]) {
 	[[unroll]] for (uint q = 0u; q < WQ; q++) {
 		uint i = tid + q * WGS;
 		uint rr = i / (BK / 4u), kq = i % (BK / 4u);
@@ -273,13 +313,13 @@ void loadStep(uint k0, uint r0, uint s0, uint tid, out vec4 wreg[WQ], out vec4 x
 		uint i = tid + q * WGS;
 		uint ss = i / (BK / 4u), kq = i % (BK / 4u);
 		uint s = s0 + ss, c = k0 + 4u * kq;
-		vec4 v = vec4(0.0);
+		XQUAD v = XQUAD(0);
 		if (i < BM * (BK / 4u) && s < p.n) {
 			uint e = s * p.cols + c;
 			if ((p.cols & 3u) == 0u && c < p.cols) { // the quad is all in (c + 4 <= cols), and e a multiple of 4
 				v = x4[e >> 2];
 			} else if (c + 4u <= p.cols) {
-				v = vec4(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
+				v = XQUAD(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
 			} else {
 				for (uint t = 0u; t < 4u; t++) {
 					if (c + t < p.cols) {
@@ -293,7 +333,7 @@ void loadStep(uint k0, uint r0, uint s0, uint tid, out vec4 wreg[WQ], out vec4 x
 }
 
 // storeStep writes the quads loadStep read into the shared tiles.
-void storeStep(uint tid, vec4 wreg[WQ], vec4 xreg[XQ]) {
+void storeStep(uint tid, vec4 wreg[WQ], XQUAD xreg[XQ]) {
 	[[unroll]] for (uint q = 0u; q < WQ; q++) {
 		uint i = tid + q * WGS;
 		if (i < BN * (BK / 4u)) {
@@ -303,7 +343,11 @@ void storeStep(uint tid, vec4 wreg[WQ], vec4 xreg[XQ]) {
 	[[unroll]] for (uint q = 0u; q < XQ; q++) {
 		uint i = tid + q * WGS;
 		if (i < BM * (BK / 4u)) {
+#ifdef COOP_XSPLIT
+			stageXWords((i / (BK / 4u)) * BKP + 4u * (i % (BK / 4u)), xreg[q]);
+#else
 			stage4(false, (i / (BK / 4u)) * BKP + 4u * (i % (BK / 4u)), xreg[q]);
+#endif
 		}
 	}
 }
@@ -343,7 +387,8 @@ void main() {
 		kBegin = gl_WorkGroupID.z * p.kSplit;
 		kEnd = min(p.cols, kBegin + p.kSplit);
 	}
-	vec4 wreg[WQ], xreg[XQ];
+	vec4 wreg[WQ];
+	XQUAD xreg[XQ];
 	loadStep(kBegin, r0, s0, tid, wreg, xreg);
 	for (uint k0 = kBegin; k0 < kEnd; k0 += BK) {
 		storeStep(tid, wreg, xreg);

@@ -167,19 +167,26 @@ func hiloClose(got []float32, want, scale, abs []float64, rel float64) error {
 // TestMatmulCoopHiloEmulated is TestMatmulCoopEmulated for the hilo
 // kernel, the engine's tensor-core matmul: f32's precision (the derived
 // bound, some 3000x tighter than the f16 kernel's), every weight type,
-// ragged shapes, at the GPU and few-row tiles and the index-exercising ones.
+// ragged shapes, at the GPU and few-row tiles and the index-exercising ones;
+// and for the packed types the packed kernel and the one that reads X split
+// by split_halves (COOP_XSPLIT).
 func TestMatmulCoopHiloEmulated(t *testing.T) {
 	dev := openDevice(t)
 	rowsList := []int{1, 13, 67, 130}
 	nList := []int{1, 5, 33, 70}
 	type kernel struct {
-		name string
-		uh   float64 // lo within uh of v: hi rounded (toHalf) or truncated (COOP_PACKED's mask)
+		name   string
+		uh     float64 // lo within uh of v: hi rounded (toHalf) or truncated (COOP_PACKED's mask)
+		xsplit bool    // x split into halves first (split_halves; COOP_XSPLIT)
 	}
+	xprep := newKernel(t, dev, lookup(t, SplitHalvesName))
 	for _, typ := range matmulTypes {
-		kernels := []kernel{{MatmulCoopHiloName(matvecTypeOf[typ], true), 1.0 / 2048}}
+		kernels := []kernel{{MatmulCoopHiloName(matvecTypeOf[typ], true), 1.0 / 2048, false}}
 		if slices.Contains(MatmulCoopPackedTypes, matvecTypeOf[typ]) {
-			kernels = append(kernels, kernel{MatmulCoopPackedName(matvecTypeOf[typ], true, true), 1.0 / 1024})
+			// X split to nearest in the xsplit kernel: within the
+			// truncated split's bound.
+			kernels = append(kernels, kernel{MatmulCoopPackedName(matvecTypeOf[typ], true, true), 1.0 / 1024, false},
+				kernel{MatmulCoopXSplitName(matvecTypeOf[typ], true), 1.0 / 1024, true})
 		}
 		for _, kk := range kernels {
 			v, err := Lookup(kk.name)
@@ -191,6 +198,9 @@ func TestMatmulCoopHiloEmulated(t *testing.T) {
 					for ri, rows := range testRows(typ, rowsList) {
 						n := nList[(si+ci+ri)%len(nList)]
 						c := newMatmulCase(t, typ, rows, cols, n, int64(rows*1000+cols*10+n))
+						if kk.xsplit {
+							c.xprep = xprep
+						}
 						got := c.runParts(t, dev, k, matmulCoopGroupsOf(spec), nil, false)
 						stats.add(got, c.want, c.scale)
 						if err := hiloClose(got, c.want, c.scale, c.hiloAbs(t), matmulCoopHiloBoundSplit(cols, kk.uh)); err != nil {

@@ -45,6 +45,10 @@ type matmulCandidate struct {
 	// with MatmulSplitTarget, on every device) into the slices' partial
 	// sums and splitk_reduce; shapes whose grid is full enough stay whole.
 	split bool
+	// xsplit: x goes through split_halves first (COOP_XSPLIT), that pass
+	// timed with the product (once a call: an engine would split an x once
+	// for the several products that read it).
+	xsplit bool
 }
 
 // matmulBenchSplit is the profile whose split plan the split candidates
@@ -115,6 +119,16 @@ func coopPackedCandidate(name string, s MatmulCoopSpec, hilo, emulate bool) matm
 	return c
 }
 
+// coopXSplitCandidate is the packed hilo kernel reading x split by
+// split_halves (COOP_XSPLIT), for MatmulCoopPackedTypes: x's halves
+// rounded to nearest, within the packed candidate's bound.
+func coopXSplitCandidate(name string, s MatmulCoopSpec, emulate bool) matmulCandidate {
+	c := coopPackedCandidate(name, s, true, emulate)
+	c.variant = func(typ string) string { return MatmulCoopXSplitName(typ, emulate) }
+	c.xsplit = true
+	return c
+}
+
 // coopBenchOperands is the tensor-core kernels' operand rounding in the
 // benchmark's check (coopOperands): to nearest in the emulation (toHalf),
 // toward zero at worst on the tensor cores (the driver's conversion).
@@ -175,6 +189,10 @@ var matmulCandidates = []matmulCandidate{
 	coopPackedCandidate("coop-hilo-emu-pk-64x64", MatmulCoopSpecGPU, true, true),
 	coopPackedCandidate("coop-pk-64x64", MatmulCoopSpecGPU, false, false),
 	coopPackedCandidate("coop-hilo-pk-64x64", MatmulCoopSpecGPU, true, false),
+	// And with x split into halves once, by its own pass, instead of in
+	// every workgroup that stages it (COOP_XSPLIT).
+	coopXSplitCandidate("coop-hilo-emu-pk-xs-64x64", MatmulCoopSpecGPU, true),
+	coopXSplitCandidate("coop-hilo-pk-xs-64x64", MatmulCoopSpecGPU, false),
 	coopHiloCandidate("coop-hilo-16x128", MatmulCoopSpecFew, false),
 	coopCandidate("coop-128x128", MatmulCoopSpecWide, false),
 	coopCandidate("coop-16x128", MatmulCoopSpecFew, false),
@@ -369,10 +387,27 @@ func runMatmulCandidate(b *testing.B, dev *vk.Device, cand matmulCandidate, typ 
 		require.NoError(b, err)
 		defer scratch.Close()
 	}
+	var xprep *vk.Kernel
+	xWords := d.x
+	if cand.xsplit {
+		xv, err := Lookup(SplitHalvesName)
+		require.NoError(b, err)
+		xprep, err = dev.NewKernel(xv.SPIRV(), vk.KernelSpec{Name: xv.Name, Bindings: len(xv.Bindings), PushConstantBytes: xv.PushBytes()})
+		require.NoError(b, err)
+		defer xprep.Close()
+		xWords, err = dev.NewBuffer(d.x.Size(), vk.DeviceLocal)
+		require.NoError(b, err)
+		defer xWords.Close()
+	}
 	record := func(reps int) *vk.Recorder {
 		rec := dev.NewRecorder()
-		w, x, y := vk.Bind{Buf: d.w, Access: vk.Read}, vk.Bind{Buf: d.x, Access: vk.Read}, vk.Bind{Buf: yb, Access: vk.Write}
+		w, x, y := vk.Bind{Buf: d.w, Access: vk.Read}, vk.Bind{Buf: xWords, Access: vk.Read}, vk.Bind{Buf: yb, Access: vk.Write}
 		for i := 0; i < reps; i++ {
+			if xprep != nil {
+				elems := uint32(d.n * d.cols)
+				rec.Dispatch(xprep, vk.MustPackPush(AddPush{N: elems}), Groups((elems+255)/256),
+					vk.Bind{Buf: d.x, Access: vk.Read}, vk.Bind{Buf: xWords, Access: vk.Write})
+			}
 			if splits <= 1 {
 				rec.Dispatch(k, vk.MustPackPush(matmulWhole(rows, cols, n)), cand.groups(rows, n), w, x, y)
 				continue
