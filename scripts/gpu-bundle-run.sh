@@ -38,6 +38,9 @@
 #   LAYER_DIR     a folder with the Khronos validation layer (its .so and .json):
 #                 the test binaries of VALIDATE_PKGS (default: vk shaders) run with it
 #   MODRUN_DEVICE the Vulkan device, as for modrun
+#   MODRUN_SRC    where the tests' fixtures are when the bundle has no src/
+#                 (the packed bundle, DIR.tar.xz): a checkout of the
+#                 repository, by default the folder run.sh is started from
 # A step that fails is reported as failed; the others still run, and the
 # exit status is 1 when any failed.
 set -uo pipefail
@@ -48,7 +51,20 @@ if [ "${1:-}" = --quick ]; then quick=1; shift; fi
 report=${1:-$here/report.md}
 logs=$here/logs
 [ -d "$here/shared-data" ] && export MODRUN_SHARED_DATA=$here/shared-data # gpu-bundle.sh's copy
+# Each test binary runs in its package's folder of src: the bundle's copy
+# of the fixtures, or, in the packed bundle (which leaves it out), a
+# checkout of the repository, which holds them at the same paths.
+src=$here/src
+if [ ! -d "$src" ]; then
+  src=${MODRUN_SRC:-$PWD}
+  if [ ! -d "$src/testdata" ] || ! grep -qs '^module github.com/modrun/modrun$' "$src/go.mod"; then
+    echo "run.sh: $here has no src/ (a packed bundle) and $src is not a checkout of modrun: start run.sh in one, or set MODRUN_SRC" >&2
+    exit 2
+  fi
+fi
 mkdir -p "$logs"
+# An earlier run's figures must not stand in for a step this one skips.
+rm -f "$logs"/times.md "$logs"/bench-* "$logs"/llama-* "$logs"/kernels-*
 shapes=${BENCH_SHAPES:-stories260k stories15m tinyllama-1.1b llama2-7b llama3.2-1b}
 types=${BENCH_TYPES:-f16 q8_0 q4_k_m}
 bench_prompt=${BENCH_PROMPT:-512}
@@ -57,7 +73,7 @@ failed=0
 {
   echo "# modrun GPU bundle report, $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo
-  echo "Commit $(cat "$here/COMMIT"), on $(uname -srm), $(nproc) CPUs."
+  echo "Commit $(cat "$here/COMMIT"), on $(uname -srm), $(nproc) CPUs; the tests' fixtures from $src."
   echo
   echo "## Devices and the kernel self-check (modrun devices --check)"
   echo
@@ -90,7 +106,7 @@ run_tests() {
   # LD_LIBRARY_PATH too: the layer's manifest names its library without a
   # folder, which the loader looks up as a system library, not beside the
   # manifest (on the H200, VK_LAYER_PATH alone gave VK_ERROR_LAYER_NOT_PRESENT).
-  (cd "$here/src/$p" && ${layer:+env VK_LAYER_PATH="$layer" LD_LIBRARY_PATH="$layer${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"} timeout -k 10 "${TEST_TIMEOUT:-$([ "$quick" = 1 ] && echo 5m || echo 20m)}" \
+  (cd "$src/$p" && ${layer:+env VK_LAYER_PATH="$layer" LD_LIBRARY_PATH="$layer${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"} timeout -k 10 "${TEST_TIMEOUT:-$([ "$quick" = 1 ] && echo 5m || echo 20m)}" \
     "$here/tests/$name.test" -test.v -test.count=1 ${skip:+-test.skip "$skip"}) > "$logs/test-$name.log" 2>&1
   echo $? > "$logs/test-$name.rc"
 }
@@ -111,6 +127,7 @@ else
   while read -r p name skip; do run_tests "$p" "$name" "$skip"; done < "$here/tests/packages.txt"
 fi
 while read -r p name skip; do test_row "$p" "$name"; done < "$here/tests/packages.txt"
+echo "| devices --check, --kernel-stats and the tests | $(( $(date +%s) - started )) |" >> "$logs/times.md"
 {
   echo
   echo "Every failure and skip, with its reason (subtests included):"
@@ -139,10 +156,14 @@ skipped() {
   echo "run.sh: $1: skipped (QUICK_DEADLINE ${QUICK_DEADLINE:-540} s reached)" >&2
   { echo "### $1: skipped: the quick mode's deadline (QUICK_DEADLINE=${QUICK_DEADLINE:-540} s) was reached"; echo; } >> "$report"
 }
+# took NAME T0: the seconds since T0 that step NAME took, for the report's
+# last table (what each step costs, to size the next run's deadline).
+took() { echo "| $1 | $(( $(date +%s) - $2 )) |" >> "$logs/times.md"; }
 # bench_row NAME ARGS...: one modrun bench into the report (its Markdown),
 # or the failure and the end of its log.
 bench_row() {
-  local name=$1 rc lim
+  local name=$1 rc lim t0
+  t0=$(date +%s)
   shift
   lim=$(limit "${BENCH_LIMIT:-240}")
   [ "$lim" = 0 ] && { skipped "bench $name"; return; }
@@ -159,6 +180,83 @@ bench_row() {
     { echo "### $name: $why"; echo; echo '```'; tail -5 "$logs/bench-$name.log"; echo '```'; } >> "$report"
   fi
   echo >> "$report"
+  took "bench $name" "$t0"
+}
+# jnum FILE KEY [N]: the Nth (default 1st) number under KEY in a JSON or
+# JSON-lines FILE (modrun bench --json-out, llama-bench -oe jsonl); empty
+# when absent. The files' keys are unique enough for it: no JSON parser
+# on a machine that has only a Vulkan driver.
+jnum() {
+  [ -f "$1" ] || return 0
+  grep -o "\"$2\": *-\?[0-9][0-9.e+-]*" "$1" | sed -n "${3:-1}p" | sed 's/.*: *//'
+}
+# llama_ts FILE PROMPT GEN: llama-bench's avg tokens/s of the test with
+# n_prompt PROMPT and n_gen GEN in its jsonl FILE.
+llama_ts() {
+  [ -f "$1" ] || return 0
+  grep "\"n_prompt\": $2, \"n_gen\": $3," "$1" | grep -o '"avg_ts": [0-9.e+-]*' | head -1 | sed 's/.*: //'
+}
+# llama_stg FILE B: llama-batched-bench's S_TG (aggregate decode tok/s) at B sequences.
+llama_stg() {
+  [ -f "$1" ] || return 0
+  awk -F'|' -v b="$2" '$4 ~ /^ *[0-9]+ *$/ && $4 + 0 == b { print $9 + 0; exit }' "$1"
+}
+# The quick mode's summary: each of issue 42's and 43's accepted figures,
+# as this run measured it, beside llama.cpp's where the bundle has it. The
+# absolute goals are the issues' H200 figures; on another GPU only the
+# ratios are the test.
+acceptance() {
+  local d=$logs/bench-$small-q8_0.json q4=$logs/bench-$small-q4_k_m.json l=$logs/bench-$lq8.json
+  local p=$logs/bench-parallel-$small-q8_0.json p5=$logs/bench-$lq8-prompt5.json nt=$logs/bench-$small-q8_0-no-tensor-cores.json
+  local ld=$logs/llama-$small-q8_0.jsonl lq=$logs/llama-$small-q4_k_m.jsonl ll=$logs/llama-$lq8.jsonl lb=$logs/llama-batched-$small-q8_0.md
+  local dec pre dec4 pre4 dec7 pre7 gb7 probe7 ttft ttft1 f0 f1 pmod a1 a8 a16 pre_nt
+  dec=$(jnum "$d" decode_tokens_per_s); pre=$(jnum "$d" prefill_tokens_per_s)
+  pmod=$(jnum "$d" prefill_tokens_per_s 2); f0=$(jnum "$d" prefill_flops_per_token); f1=$(jnum "$d" prefill_flops_per_token 2)
+  dec4=$(jnum "$q4" decode_tokens_per_s); pre4=$(jnum "$q4" prefill_tokens_per_s)
+  dec7=$(jnum "$l" decode_tokens_per_s); pre7=$(jnum "$l" prefill_tokens_per_s)
+  gb7=$(jnum "$l" effective_gbps); probe7=$(jnum "$l" read_gbps)
+  ttft=$(jnum "$p5" prefill_tokens_per_s); ttft1=$(jnum "$logs/bench-$lq8-prompt5-prefill.json" prefill_tokens_per_s)
+  pre_nt=$(jnum "$nt" prefill_tokens_per_s)
+  a1=$(jnum "$p" aggregate_decode_tokens_per_s 1); a8=$(jnum "$p" aggregate_decode_tokens_per_s 2); a16=$(jnum "$p" aggregate_decode_tokens_per_s 3)
+  # row GOAL WHAT MODRUN LLAMA TEST [-]: one line; TEST is an awk condition
+  # on m (modrun's figure) and l (llama.cpp's); the verdict is "-" when a
+  # figure it needs is missing. A sixth argument "-": the two figures are
+  # each engine's own ratio, not to be divided.
+  row() {
+    local verdict=-
+    if [ -z "$5" ]; then verdict="(no goal: the figures beside each other)"
+    elif [ -n "$3" ] && { [ -n "$4" ] || [[ "$5" != *l* ]]; }; then
+      verdict=$(awk -v m="$3" -v l="${4:-0}" "BEGIN { print (($5) ? \"met\" : \"NOT met\") }")
+    fi
+    printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$2" "$(awk -v v="$3" 'BEGIN { if (v == "") print "-"; else printf "%.4g", v }')" \
+      "$(awk -v v="$4" 'BEGIN { if (v == "") print "-"; else printf "%.4g", v }')" \
+      "$(awk -v m="$3" -v l="$4" -v x="${6:-}" 'BEGIN { if (x == "-" || m == "" || l == "" || l == 0) print "-"; else printf "%.2fx", m / l }')" "$verdict"
+  }
+  ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b == 0) print ""; else print a / b }'; }
+  echo "## Acceptance figures (issues 42 and 43), from this run's rows above"
+  echo
+  echo "The absolute goals are the issues' H200 figures (on an H100 only the ratios are the test); llama.cpp's"
+  echo "column is empty when the bundle was built without LLAMA_CPP_BIN. Prefill and decode in tok/s."
+  echo
+  echo "| issue: goal | figure | modrun | llama.cpp | modrun / llama.cpp | verdict |"
+  echo "|---|---|--:|--:|--:|---|"
+  row "42: 1.1B Q8_0 decode >= 1,500 (H200)" "$small Q8_0 decode" "$dec" "$(llama_ts "$ld" 0 128)" 'm >= 1500'
+  row "42: 7B Q8_0 decode >= 60% of the probe" "$large Q8_0 decode share of the probe" "$(ratio "$gb7" "$probe7")" "" 'm >= 0.6'
+  row "42: 7B Q8_0 decode >= 375 (H200)" "$large Q8_0 decode" "$dec7" "$(llama_ts "$ll" 0 128)" 'm >= 375'
+  row "42: Q4_K_M decode >= Q8_0's" "$small Q4_K_M decode / Q8_0's" "$(ratio "$dec4" "$dec")" "" 'm >= 1'
+  row "42: 8 sequences >= 5x one" "$small Q8_0 aggregate at 8 / at 1" "$(ratio "$a8" "$a1")" "$(ratio "$(llama_stg "$lb" 8)" "$(llama_stg "$lb" 1)")" 'm >= 5' -
+  row "(beside it)" "$small Q8_0 aggregate decode at 8 sequences" "$a8" "$(llama_stg "$lb" 8)" ''
+  row "42: 16 sequences >= 8x one" "$small Q8_0 aggregate at 16 / at 1" "$(ratio "$a16" "$a1")" "$(ratio "$(llama_stg "$lb" 16)" "$(llama_stg "$lb" 1)")" 'm >= 8' -
+  row "(beside it)" "$small Q8_0 aggregate decode at 16 sequences" "$a16" "$(llama_stg "$lb" 16)" ''
+  row "42: 5-token prompt at 7B: first token < 50 ms" "ms to the first token (default; MODRUN_PROMPT_STEPS=1: $(awk -v r="$ttft1" 'BEGIN { if (r == "") print "-"; else printf "%.1f", 5000 / r }'))" "$(awk -v r="$ttft" 'BEGIN { if (r != "") print 5000 / r }')" "" 'm < 50'
+  row "43: 1.1B Q8_0 pp512 >= 41,000 (H200) and >= 1.5x" "$small Q8_0 prefill 512" "$pre" "$(llama_ts "$ld" 512 0)" 'm >= 41000 && m >= 1.5 * l'
+  row "43: 1.1B Q4_K_M pp512 >= 1.5x" "$small Q4_K_M prefill 512" "$pre4" "$(llama_ts "$lq" 512 0)" 'm >= 1.5 * l'
+  row "43: 7B Q8_0 pp512 >= 10,000 (H200) and >= 1.5x" "$large Q8_0 prefill 512" "$pre7" "$(llama_ts "$ll" 512 0)" 'm >= 10000 && m >= 1.5 * l'
+  row "43: MoD twin prefill >= 90% of its ideal" "twin's speed-up over dense / ideal ($(awk -v a="$f0" -v b="$f1" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2fx", a / b }'))" \
+    "$(ratio "$(ratio "$pmod" "$pre")" "$(ratio "$f0" "$f1")")" "" 'm >= 0.9'
+  row "43: without tensor cores >= 1.0x" "$small Q8_0 prefill 512, MODRUN_TENSOR_CORES=0" "$pre_nt" "$(llama_ts "$ld" 512 0)" 'm >= l'
+  row "43: 16 rows no slower than 8" "$small Q8_0 aggregate at 16 / at 8" "$(ratio "$a16" "$a8")" "" 'm >= 1'
+  echo
 }
 if [ "$quick" = 1 ] && [ "${QUICK_BENCH:-1}" = 0 ]; then # tests only
   echo "run.sh: report in $report" >&2
@@ -167,23 +265,27 @@ fi
 if [ "$quick" = 1 ]; then
   { echo "## Bench rows (quick)"; echo; } >> "$report"
   small=${QUICK_SMALL:-tinyllama-1.1b} large=${QUICK_LARGE:-llama2-7b} # other shapes: a try-out on lavapipe
+  lq8=$large-q8_0 # the large model's rows (named apart when a try-out makes both shapes one)
+  [ "$large" = "$small" ] && lq8=$large-q8_0-large
   m11=$logs/$small-q8_0.gguf # bench --save writes the dense model here (the twin beside it, -mod)
   [ "$small" = stories260k ] && { echo "run.sh: --quick needs a context over 512 (stories260k has 512)" >&2; exit 2; }
   # kernel_bench NAME FILTER BENCHTIME LIMIT [LOG]: one benchmark of
   # shaders.test, its -test.bench filter narrowed to what a quick run can
   # afford, logged to kernels-LOG.log (LOG defaults to NAME).
   kernel_bench() {
-    local lim
+    local lim t0
+    t0=$(date +%s)
     lim=$(limit "$4")
     [ "$lim" = 0 ] && { echo "$1: skipped: the quick mode's deadline (QUICK_DEADLINE) was reached" >> "$report"; return; }
     set -- "$1" "$2" "$3" "$lim" "${5:-$1}"
-    if ! (cd "$here/src/shaders" && "$here/tests/shaders.test" -test.list "^$1\$" 2>/dev/null | grep -q "^$1\$"); then
+    if ! (cd "$src/shaders" && "$here/tests/shaders.test" -test.list "^$1\$" 2>/dev/null | grep -q "^$1\$"); then
       echo "this build's shaders.test has no $1" >> "$report"
       return
     fi
-    (cd "$here/src/shaders" && timeout -k 10 "$4" "$here/tests/shaders.test" -test.run '^$' -test.bench "$2" -test.benchtime "$3") \
+    (cd "$src/shaders" && timeout -k 10 "$4" "$here/tests/shaders.test" -test.run '^$' -test.bench "$2" -test.benchtime "$3") \
       > "$logs/kernels-${5:-$1}.log" 2>&1 || { echo "$1: FAILED or cut at ${4}s (exit $?)" >> "$report"; failed=1; }
     grep -E '^Benchmark|FAIL|panic|SKIP|--- |probe' "$logs/kernels-${5:-$1}.log" >> "$report"
+    took "${5:-$1}" "$t0"
   }
   # ref_row WHEN: one kernel row that every GPU runs, timed before the
   # bench rows and again after the kernel benchmarks: the H200's runs A and
@@ -194,9 +296,50 @@ if [ "$quick" = 1 ]; then
     kernel_bench BenchmarkMatmulGPU 'BenchmarkMatmulGPU/^tiled-64x64$/^F16$/^n512/4096x4096$' 10x 30 "ref-$1"
     { echo '```'; echo; } >> "$report"
   }
+  # llama.cpp beside modrun, where the bundle has it (gpu-bundle.sh's
+  # LLAMA_CPP_BIN): the issues' measuring stick on the same files, in the
+  # same run. A failure of it is reported, not counted as modrun's.
+  llama=$here/llama.cpp
+  [ -x "$llama/llama-bench" ] || llama=
+  # llama_step WHAT NAME TITLE CMD...: one llama.cpp run under the step
+  # limit, timed; its output to logs/llama-NAME.{out,log}, the table lines
+  # of both (partial when it was cut) to logs/llama-NAME.md and into the
+  # report's section TITLE, with the failure's last lines if it failed.
+  llama_step() {
+    local what=$1 name=$2 title=$3 lim rc t0 log
+    shift 3
+    [ -n "$llama" ] || return 0
+    t0=$(date +%s) log=$logs/llama-$name
+    lim=$(limit "${BENCH_LIMIT:-240}")
+    [ "$lim" = 0 ] && { skipped "$what $name"; return; }
+    timeout -k 5 "$lim" "$@" > "$log.out" 2> "$log.log"
+    rc=$?
+    cat "$log.out" "$log.log" | grep '^|' > "$log.md"
+    { echo "### llama.cpp $(cat "$llama/COMMIT") beside it: $title"; echo; } >> "$report"
+    if [ $rc -ne 0 ]; then
+      { echo "$what FAILED (exit $rc; not counted as modrun's failure):"; echo '```'; tail -5 "$log.log"; echo '```'; echo; } >> "$report"
+    fi
+    { cat "$log.md"; echo; } >> "$report"
+    echo "run.sh: $what $name: $([ $rc -eq 0 ] && echo ok || echo "exit $rc")" >&2
+    took "$what $name" "$t0"
+  }
+  # llama_row NAME FILE: llama-bench's pp512 and tg128 of FILE, KV f16 as
+  # modrun's; its figures (jsonl) to logs/llama-NAME.jsonl.
+  llama_row() {
+    llama_step llama-bench "$1" "llama-bench -p 512 -n 128 -ngl 99 -r ${LLAMA_REPEATS:-3}, $1" \
+      "$llama/llama-bench" -m "$2" -p 512 -n 128 -ngl 99 -r "${LLAMA_REPEATS:-3}" -o md -oe jsonl
+    [ -f "$logs/llama-$1.log" ] && grep '^{"build_commit"' "$logs/llama-$1.log" > "$logs/llama-$1.jsonl"
+  }
+  # llama_batched_row NAME FILE: llama-batched-bench at 1, 8 and 16
+  # sequences, 32-token prompts and 64 new tokens each, as bench --parallel.
+  llama_batched_row() {
+    llama_step llama-batched-bench "batched-$1" "llama-batched-bench -npp 32 -ntg 64 -npl 1,8,16 -ngl 99, $1 (S_TG: aggregate decode tok/s)" \
+      "$llama/llama-batched-bench" -m "$2" -c 4096 -b 2048 -ub 512 -npp 32 -ntg 64 -npl 1,8,16 -ngl 99
+  }
   ref_row before
   bench_row "$small-q8_0" --synthetic "$small" --type q8_0 --capacity 0.125 --routing router --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8 --save "$logs/m.gguf"
   mv "$logs/m-$small-q8_0.gguf" "$m11" 2>/dev/null; rm -f "$logs/m-$small-q8_0-mod.gguf"
+  llama_row "$small-q8_0" "$m11"
   # The tensor-core matmul: the default (hilo, f32's precision) above; the
   # f16-operand kernel and none, for what each costs, same file. Without
   # tensor cores the f32 tiles: the pipelined tile (the default), then the
@@ -204,26 +347,33 @@ if [ "$quick" = 1 ]; then
   MODRUN_TENSOR_CORES=f16 bench_row "$small-q8_0-tensor-cores-f16" -m "$m11" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 0
   MODRUN_TENSOR_CORES=0 bench_row "$small-q8_0-no-tensor-cores" -m "$m11" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 0
   MODRUN_TENSOR_CORES=0 MODRUN_MATMUL_PIPE=0 bench_row "$small-q8_0-no-tensor-cores-no-pipe" -m "$m11" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 0
-  bench_row "$small-q4_k_m" --synthetic "$small" --type q4_k_m --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8
+  bench_row "$small-q4_k_m" --synthetic "$small" --type q4_k_m --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8 ${llama:+--save "$logs/$small-q4_k_m.gguf"}
+  llama_row "$small-q4_k_m" "$logs/$small-q4_k_m.gguf"
+  rm -f "$logs/$small-q4_k_m.gguf"
   bench_row "parallel-$small-q8_0" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1
+  llama_batched_row "$small-q8_0" "$m11"
   # The same with every step of 2+ rows on the matmul's narrow, split tiles
   # instead of one matvec pass of up to 16 vectors: which is cheaper at 8
   # and 16 rows is this row against the one above.
   MODRUN_VEC_ROWS=1 bench_row "parallel-$small-q8_0-vec-rows-1" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1
   m7=$logs/large-$large-q8_0.gguf
-  bench_row "$large-q8_0" --synthetic "$large" --type q8_0 --backends vulkan --prompt 512 -n 32 --repeats 2 --validate 0 --save "$m7"
-  bench_row "$large-q8_0-prompt5" -m "$m7" --backends vulkan --prompt 5 -n 16 --repeats 3 --validate 0
+  bench_row "$lq8" --synthetic "$large" --type q8_0 --backends vulkan --prompt 512 -n 32 --repeats 2 --validate 0 --save "$m7"
+  llama_row "$lq8" "$m7"
+  bench_row "$lq8-prompt5" -m "$m7" --backends vulkan --prompt 5 -n 16 --repeats 3 --validate 0
   # The same prompt as one batched prefill (the few-row split tiles) in
   # place of five decode steps: which is sooner to the first token.
-  MODRUN_PROMPT_STEPS=1 bench_row "$large-q8_0-prompt5-prefill" -m "$m7" --backends vulkan --prompt 5 -n 16 --repeats 3 --validate 0
+  MODRUN_PROMPT_STEPS=1 bench_row "$lq8-prompt5-prefill" -m "$m7" --backends vulkan --prompt 5 -n 16 --repeats 3 --validate 0
   rm -f "$m7"
   {
     echo "## Kernel benchmarks (shaders.test: GB/s of the matvecs, TFLOP/s of the matmuls, us/call of decode and prefill attention, validated first)"
     echo
     echo '```'
   } >> "$report"
+  # what a dispatch costs beyond its work: dependent (a barrier before
+  # each), independent, and a submission's round trip (issue 42 item 6)
+  kernel_bench BenchmarkDispatchGPU BenchmarkDispatchGPU 50x 30
   kernel_bench BenchmarkMatvecGPU "${QUICK_MATVEC:-BenchmarkMatvecGPU/^7b-(gateup-swiglu|qkv-norm)\$/^(F16|Q8_0|Q4_K)\$}" 30x 90
-  kernel_bench BenchmarkMatmulGPU "${QUICK_MATMUL:-BenchmarkMatmulGPU/^(tiled-64x64|pipe-128x64|split-pipe-128x64|pipe-128x128|coop-64x64|coop-hilo-64x64|coop-pk-64x64|coop-hilo-pk-64x64|coop-16x64-k64)\$/}" 10x 90
+  kernel_bench BenchmarkMatmulGPU "${QUICK_MATMUL:-BenchmarkMatmulGPU/^(tiled-64x64|pipe-128x64|split-pipe-128x64|pipe-128x128|coop-64x64|coop-hilo-64x64|coop-pk-64x64|coop-hilo-pk-64x64|coop-hilo-pk-xs-64x64|coop-16x64-k64)\$/}" 10x 90
   # decode attention, decode_attend against decode_attend_keys at contexts 70, 512, 4096 (issue 42 item 5)
   kernel_bench BenchmarkDecodeAttendGPU "${QUICK_ATTEND:-BenchmarkDecodeAttendGPU}" 50x 60
   # a 512-token prefill's attention, one invocation a query row against 2-8 lanes a row (issue 43 item 4)
@@ -258,6 +408,9 @@ if [ "$quick" = 1 ]; then
     echo '```'
   } >> "$report"
   rm -f "$m11"
+  acceptance >> "$report"
+  { echo "## Step times (seconds; the whole quick mode: $(( $(date +%s) - started )) s of QUICK_DEADLINE=${QUICK_DEADLINE:-540})"; echo
+    echo "| step | s |"; echo "|---|--:|"; cat "$logs/times.md" 2>/dev/null; echo; } >> "$report"
   echo "run.sh: report in $report" >&2
   exit $failed
 fi

@@ -5,10 +5,26 @@
 # package that runs kernels (go test -c), the fixtures they read, laid out
 # as in the repository, and run.sh (scripts/gpu-bundle-run.sh), which runs
 # the tests and the standard bench set and writes one Markdown report.
+#
+# It also packs DIR.tar.xz, the bundle without src/ (the fixtures, which a
+# checkout of the repository holds at the same paths: run.sh finds them in
+# MODRUN_SRC or the folder it is started from), for a GPU machine that a
+# checkout is copied to with a size limit (the device tool: 64 MiB for the
+# checkout and what travels with it). One xz stream with a dictionary
+# larger than the binaries, so that their common code is stored once: 112
+# MB of binaries pack to ~11 MB, where packing each alone gives ~26.
+# GPU_BUNDLE_PACK=0 skips it (the pack takes about a minute).
+#
+# LLAMA_CPP_BIN=DIR (llama.cpp's build/bin, a Vulkan build) puts its
+# llama-bench and llama-batched-bench in the bundle, and the quick mode
+# then runs them beside modrun on the same files: the issues' measuring
+# stick, side by side in one run (LLAMA_CPP_COMMIT names its commit in the
+# report). Never part of modrun: a copy of a measuring stick built in /tmp
+# (README, "Checking a GPU machine").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-bin/gpu-bundle}
-rm -rf "$dir"
+rm -rf "$dir" "$dir.tar.xz"
 mkdir -p "$dir/bin" "$dir/tests"
 flags=(-trimpath -ldflags "-s -w")
 go build "${flags[@]}" -o "$dir/bin/modrun" ./cmd/modrun
@@ -41,12 +57,39 @@ printf 'module modrun-gpu-bundle\n' > "$dir/go.mod"
 shared=${MODRUN_SHARED_DATA:-../shared/data}
 if [ -d "$shared" ]; then
   mkdir -p "$dir/shared-data/vocab" "$dir/shared-data/tinystories"
-  cp -r "$shared/models" "$shared/quant" "$dir/shared-data/"
+  cp -r "$shared/models" "$dir/shared-data/"
+  # The quantizations but the F32 original (8 MB), which only CPU tests
+  # read (perplexity --compare, the gguf package's quantizer checks).
+  mkdir -p "$dir/shared-data/quant"
+  find "$shared/quant" -maxdepth 1 -type f ! -name 'kq-f32.gguf' -exec cp {} "$dir/shared-data/quant/" \;
   cp "$shared"/vocab/ggml-vocab-llama-spm.gguf* "$dir/shared-data/vocab/"
   cp "$shared/tinystories/TinyStories-validation.head-hf.txt" "$dir/shared-data/tinystories/"
 else
   echo "gpu-bundle: no shared data at $shared: the tests that read it will skip on the GPU machine" >&2
 fi
+if [ -n "${LLAMA_CPP_BIN:-}" ]; then
+  mkdir -p "$dir/llama.cpp"
+  for b in llama-bench llama-batched-bench; do
+    [ -x "$LLAMA_CPP_BIN/$b" ] || { echo "gpu-bundle: LLAMA_CPP_BIN=$LLAMA_CPP_BIN has no $b (build it: README, \"Checking a GPU machine\")" >&2; exit 1; }
+    cp "$LLAMA_CPP_BIN/$b" "$dir/llama.cpp/"
+  done
+  strip "$dir"/llama.cpp/* 2>/dev/null || true
+  # Its commit, for the report: LLAMA_CPP_COMMIT, or its checkout's (a
+  # source tree without .git, as `git archive` makes, has none).
+  echo "${LLAMA_CPP_COMMIT:-$(git -C "$LLAMA_CPP_BIN/../.." rev-parse --short HEAD 2>/dev/null || echo unknown)}" > "$dir/llama.cpp/COMMIT"
+  # A build that links its libraries dynamically needs them beside it.
+  if ldd "$dir/llama.cpp/llama-bench" | grep -q 'libllama\|libggml'; then
+    echo "gpu-bundle: $LLAMA_CPP_BIN/llama-bench links libllama/libggml dynamically: build llama.cpp with -DBUILD_SHARED_LIBS=OFF" >&2
+    exit 1
+  fi
+fi
 cp scripts/gpu-bundle-run.sh "$dir/run.sh"
 git rev-parse HEAD > "$dir/COMMIT" 2>/dev/null || echo unknown > "$dir/COMMIT"
 echo "gpu-bundle: $dir ($(du -sh "$dir" | cut -f1)); on the GPU machine: $dir/run.sh [REPORT.md]"
+if [ "${GPU_BUNDLE_PACK:-1}" != 0 ]; then
+  # -T1: one block, so the dictionary spans every binary.
+  tar -C "$(dirname "$dir")" --exclude="$(basename "$dir")/src" --exclude="$(basename "$dir")/logs" -cf - "$(basename "$dir")" |
+    xz -T1 --lzma2=preset=9,dict=192MiB > "$dir.tar.xz.tmp"
+  mv "$dir.tar.xz.tmp" "$dir.tar.xz"
+  echo "gpu-bundle: packed $dir.tar.xz ($(du -m "$dir.tar.xz" | cut -f1) MiB, without src/); on a machine with a checkout: tar -xJf $dir.tar.xz -C /tmp && MODRUN_SRC=CHECKOUT /tmp/$(basename "$dir")/run.sh --quick REPORT.md"
+fi
