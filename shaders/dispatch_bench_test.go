@@ -21,6 +21,11 @@ import (
 //     kernel's included;
 //   - independent: the same dispatches, each writing a buffer of its own
 //     (no barrier): what the barrier adds is the difference;
+//   - handoff: the dependent chain as stages of one dispatch
+//     (stage_chain.comp), each stage's workgroups waiting for the stage
+//     before through an atomic count: us/stage against dependent's
+//     us/dispatch says whether fusing a decode block's dispatches that way
+//     would pay;
 //   - submit: one dispatch a submission, wall clock: the host's round
 //     trip (submit, fence, wait) that each token pays once.
 //
@@ -56,16 +61,9 @@ func BenchmarkDispatchGPU(b *testing.B) {
 				}
 				return rec
 			}
-			check := chain()
-			require.NoError(b, dev.Run(check))
-			check.Close()
-			got := download(b, acc, n)
-			require.Equal(b, float32(perRun), got[0], "the chain's first element")
-			require.Equal(b, float32(perRun), got[n-1], "the chain's last element")
-			rec := chain()
-			defer rec.Close()
-			b.ReportMetric(timeReplays(b, dev, rec)/float64(perRun)/1e3, "us/dispatch")
-			b.ReportMetric(float64(rec.Stats().Barriers), "barriers")
+			runOnce(b, dev, chain)
+			requireEnds(b, download(b, acc, n), perRun)
+			timeChain(b, dev, chain, perRun, "us/dispatch")
 		})
 		b.Run(fmt.Sprintf("independent/groups%d", groups), func(b *testing.B) {
 			outs := make([]*vk.Buffer, perRun)
@@ -80,14 +78,38 @@ func BenchmarkDispatchGPU(b *testing.B) {
 				}
 				return rec
 			}
-			check := spread()
-			require.NoError(b, dev.Run(check))
-			check.Close()
-			require.Equal(b, float32(2), download(b, outs[perRun-1], n)[n-1], "the last dispatch's output")
-			rec := spread()
-			defer rec.Close()
-			b.ReportMetric(timeReplays(b, dev, rec)/float64(perRun)/1e3, "us/dispatch")
-			b.ReportMetric(float64(rec.Stats().Barriers), "barriers")
+			runOnce(b, dev, spread)
+			requireEnds(b, download(b, outs[perRun-1], n), 2)
+			timeChain(b, dev, spread, perRun, "us/dispatch")
+		})
+	}
+	// handoff: the dependent chain as stages of one dispatch (stage_chain),
+	// each waiting for the whole stage before through an atomic count.
+	for _, groups := range groupsList {
+		b.Run(fmt.Sprintf("handoff/groups%d", groups), func(b *testing.B) {
+			n := groups * 256
+			even, odd := newBuffer(b, dev, f32bytes(make([]float32, n))), newBuffer(b, dev, f32bytes(make([]float32, n)))
+			count := newBuffer(b, dev, u32bytes(make([]uint32, perRun+1)))
+			k := newKernel(b, dev, lookup(b, StageChainName))
+			chain := func() *vk.Recorder {
+				rec := dev.NewRecorder()
+				rec.Dispatch(k, vk.MustPackPush(AddPush{N: uint32(n)}), [3]uint32{uint32(perRun * groups), 1, 1},
+					vk.Bind{Buf: even, Access: vk.ReadWrite}, vk.Bind{Buf: odd, Access: vk.ReadWrite}, vk.Bind{Buf: count, Access: vk.ReadWrite})
+				return rec
+			}
+			if perRun*groups > int(dev.Info().Limits.MaxComputeWorkGroupCount[0]) {
+				b.Skipf("%d workgroups along x: the device allows %d", perRun*groups, dev.Info().Limits.MaxComputeWorkGroupCount[0])
+			}
+			runOnce(b, dev, chain)
+			counts := downloadU32(b, count, perRun+1)
+			require.Zero(b, counts[perRun], "a stage gave up waiting for the one before (the driver does not start workgroups in order)")
+			require.Equal(b, make([]uint32, perRun), counts[:perRun], "the last workgroup zeroes the counts")
+			last := even // perRun stages from even: an even count ends in even
+			if perRun%2 == 1 {
+				last = odd
+			}
+			requireEnds(b, download(b, last, n), perRun)
+			timeChain(b, dev, chain, perRun, "us/stage")
 		})
 	}
 	b.Run("submit", func(b *testing.B) {
@@ -107,4 +129,27 @@ func BenchmarkDispatchGPU(b *testing.B) {
 		}
 		b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N)/1e3, "us/submit")
 	})
+}
+
+// runOnce runs a recording of record once (the check before timing).
+func runOnce(b *testing.B, dev *vk.Device, record func() *vk.Recorder) {
+	rec := record()
+	defer rec.Close()
+	require.NoError(b, dev.Run(rec))
+}
+
+// requireEnds checks a chain's output at both ends.
+func requireEnds(b *testing.B, got []float32, want int) {
+	require.Equal(b, float32(want), got[0], "the output's first element")
+	require.Equal(b, float32(want), got[len(got)-1], "the output's last element")
+}
+
+// timeChain times a fresh recording of record, steps dependent or
+// independent steps a run, and reports the time of one step as unit and
+// the recording's barriers.
+func timeChain(b *testing.B, dev *vk.Device, record func() *vk.Recorder, steps int, unit string) {
+	rec := record()
+	defer rec.Close()
+	b.ReportMetric(timeReplays(b, dev, rec)/float64(steps)/1e3, unit)
+	b.ReportMetric(float64(rec.Stats().Barriers), "barriers")
 }

@@ -18,6 +18,10 @@ func ProbeGroups(n uint32) [3]uint32 {
 	return [3]uint32{min(MaxGroupsX, max(1, (n+256*ProbeIterations-1)/(256*ProbeIterations))), 1, 1}
 }
 
+// StageChainName is the benchmark kernel whose stages hand on to each
+// other inside one dispatch (stage_chain.comp).
+const StageChainName = "stage_chain"
+
 func init() {
 	Variants = append(Variants,
 		Variant{
@@ -26,6 +30,18 @@ func init() {
 			Push:      ProbePush{},
 			LocalSize: [3]uint32{256, 1, 1},
 			Notes:     "writes a pattern over the buffer; dispatch ProbeGroups(n)",
+		},
+		Variant{
+			Name: StageChainName, Source: "stage_chain.comp",
+			Bindings: []Binding{
+				{"even", ReadWrite, "[n] f32: the even stages' source, zero first"},
+				{"odd", ReadWrite, "[n] f32: the odd stages' source"},
+				{"count", ReadWrite, "[stages + 1] u32: zero first (the kernel leaves it so), then the stall flag"},
+			},
+			Push:      AddPush{},
+			LocalSize: [3]uint32{256, 1, 1},
+			Notes: "a benchmark kernel: stages dependent stages in one dispatch of stages * n/256 workgroups, " +
+				"handed on by atomic counts (BenchmarkDispatchGPU); n a multiple of 256",
 		},
 		Variant{
 			Name: "probe_read", Source: "probe.comp",
