@@ -260,7 +260,7 @@ func generateMain(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 			peaks, probeErr = &pk, err
 			bw, bwErr = bench.ProbeBandwidth(o)
 		}
-		printProfile(stderr, info, entries, peaks, probeErr, bw, bwErr)
+		printProfile(stderr, info, entries, peaks, probeErr, bw, bwErr, res.Prefill+res.Decode)
 	}
 	if *routingMap != "" {
 		if err := pngfile.Write(*routingMap, api.RoutingMap(out.tokens, len(info.RoutedLayers))); err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -283,6 +284,16 @@ func TestGenerateProfile(t *testing.T) {
 		assert.InDelta(t, 100*tflops/peak, ofPeak, 0.05+0.02*ofPeak, "%s: TFLOP/s / peak", m[1])
 	}
 	assert.Regexp(t, `\nGPU total +[\d.]+\n`, stderr)
+	// The kernels' share of the generation's wall time: GPU total over it.
+	gpu, err := strconv.ParseFloat(regexp.MustCompile(`\nGPU total +([\d.]+)\n`).FindStringSubmatch(stderr)[1], 64)
+	require.NoError(t, err)
+	m := regexp.MustCompile(`\nwall \(prefill and decode\) ([\d.]+) ms: the kernels ([\d.]+)% of it; the rest \(([\d.]+) ms\) is no kernel's: barriers, launches, the host\n`).FindStringSubmatch(stderr)
+	require.NotNil(t, m, stderr)
+	wall, _ := strconv.ParseFloat(m[1], 64)
+	share, _ := strconv.ParseFloat(m[2], 64)
+	rest, _ := strconv.ParseFloat(m[3], 64)
+	assert.InDelta(t, 100*gpu/wall, share, 0.06, "the kernels' share")
+	assert.InDelta(t, math.Max(0, wall-gpu), rest, 0.002, "the rest")
 	// of BW is GB/s over the probe's rate.
 	bwRate, err := strconv.ParseFloat(regexp.MustCompile(`bandwidth \(probe\): ([\d.]+) GB/s`).FindStringSubmatch(stderr)[1], 64)
 	require.NoError(t, err)

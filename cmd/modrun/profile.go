@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"strings"
+	"time"
 
 	api "github.com/modrun/modrun"
 	"github.com/modrun/modrun/bench"
@@ -26,7 +28,12 @@ import (
 // peak: the arithmetic the products ran on (fp32: shader FMAs; tensor:
 // cooperative matrices) and the rate's share of that path's probed peak.
 // "-" where a kernel has none of these.
-func printProfile(w io.Writer, info api.Info, entries []api.ProfileEntry, peaks *bench.Peaks, probeErr error, bw bench.Bandwidth, bwErr error) {
+//
+// wall is the generation's time (prefill and decode) when known: the
+// kernels' share of it is the GPU's busy time, and the rest is what no
+// timestamp covers, each dispatch's barrier and launch and the host
+// between steps (docs/decode-attention-cost.md, "What a dispatch costs").
+func printProfile(w io.Writer, info api.Info, entries []api.ProfileEntry, peaks *bench.Peaks, probeErr error, bw bench.Bandwidth, bwErr error, wall time.Duration) {
 	if len(entries) == 0 {
 		fmt.Fprintf(w, "profile: backend vulkan: %s cannot write GPU timestamps\n", info.Device)
 		return
@@ -85,6 +92,10 @@ func printProfile(w io.Writer, info api.Info, entries []api.ProfileEntry, peaks 
 			float64(e.NS)/1e3/float64(e.Calls), 100*float64(e.NS)/float64(total), mb, gbs, ofBW, flop, tflops, path, ofPeak)
 	}
 	fmt.Fprintf(w, "%-*s %8s %10.3f\n", width, "GPU total", "", float64(total)/1e6)
+	if wall > 0 {
+		fmt.Fprintf(w, "wall (prefill and decode) %.3f ms: the kernels %.1f%% of it; the rest (%.3f ms) is no kernel's: barriers, launches, the host\n",
+			float64(wall)/1e6, 100*float64(total)/float64(wall), math.Max(0, float64(wall)-float64(total))/1e6)
+	}
 	if partial > 0 {
 		fmt.Fprintf(w, "* FLOP/call and TFLOP/s over the calls whose rows the host placed: not a routed block's dispatches (sized on the GPU), nor attention in groups of rows\n")
 	}
