@@ -84,33 +84,19 @@ func BenchmarkDispatchGPU(b *testing.B) {
 		})
 	}
 	// handoff: the dependent chain as stages of one dispatch (stage_chain),
-	// each waiting for the whole stage before through an atomic count.
-	for _, groups := range groupsList {
-		b.Run(fmt.Sprintf("handoff/groups%d", groups), func(b *testing.B) {
-			n := groups * 256
-			even, odd := newBuffer(b, dev, f32bytes(make([]float32, n))), newBuffer(b, dev, f32bytes(make([]float32, n)))
-			count := newBuffer(b, dev, u32bytes(make([]uint32, perRun+1)))
-			k := newKernel(b, dev, lookup(b, StageChainName))
-			chain := func() *vk.Recorder {
-				rec := dev.NewRecorder()
-				rec.Dispatch(k, vk.MustPackPush(AddPush{N: uint32(n)}), [3]uint32{uint32(perRun * groups), 1, 1},
-					vk.Bind{Buf: even, Access: vk.ReadWrite}, vk.Bind{Buf: odd, Access: vk.ReadWrite}, vk.Bind{Buf: count, Access: vk.ReadWrite})
-				return rec
+	// each waiting for the whole stage before through an atomic count;
+	// handoff-dispatch: a stage a dispatch, no barrier between them
+	// (vk.Handoff), the same waits.
+	for _, perDispatch := range []bool{false, true} {
+		for _, groups := range groupsList {
+			name := "handoff"
+			if perDispatch {
+				name = "handoff-dispatch"
 			}
-			if perRun*groups > int(dev.Info().Limits.MaxComputeWorkGroupCount[0]) {
-				b.Skipf("%d workgroups along x: the device allows %d", perRun*groups, dev.Info().Limits.MaxComputeWorkGroupCount[0])
-			}
-			runOnce(b, dev, chain)
-			counts := downloadU32(b, count, perRun+1)
-			require.Zero(b, counts[perRun], "a stage gave up waiting for the one before (the driver does not start workgroups in order)")
-			require.Equal(b, make([]uint32, perRun), counts[:perRun], "the last workgroup zeroes the counts")
-			last := even // perRun stages from even: an even count ends in even
-			if perRun%2 == 1 {
-				last = odd
-			}
-			requireEnds(b, download(b, last, n), perRun)
-			timeChain(b, dev, chain, perRun, "us/stage")
-		})
+			b.Run(fmt.Sprintf("%s/groups%d", name, groups), func(b *testing.B) {
+				benchHandoff(b, dev, groups, perRun, perDispatch)
+			})
+		}
 	}
 	b.Run("submit", func(b *testing.B) {
 		out := denseNaNBuffer(b, dev, 256)
@@ -152,4 +138,41 @@ func timeChain(b *testing.B, dev *vk.Device, record func() *vk.Recorder, steps i
 	defer rec.Close()
 	b.ReportMetric(timeReplays(b, dev, rec)/float64(steps)/1e3, unit)
 	b.ReportMetric(float64(rec.Stats().Barriers), "barriers")
+}
+
+// benchHandoff checks, then times, a chain of perRun stages of groups
+// workgroups handed on by atomic counts (stage_chain.comp): in one
+// dispatch, or a stage a dispatch with no barrier between them.
+func benchHandoff(b *testing.B, dev *vk.Device, groups, perRun int, perDispatch bool) {
+	n := groups * 256
+	even, odd := newBuffer(b, dev, f32bytes(make([]float32, n))), newBuffer(b, dev, f32bytes(make([]float32, n)))
+	count := newBuffer(b, dev, u32bytes(make([]uint32, perRun+1)))
+	handoff := vk.ReadWrite | vk.Handoff
+	binds := []vk.Bind{{Buf: even, Access: handoff}, {Buf: odd, Access: handoff}, {Buf: count, Access: handoff}}
+	chain := func() *vk.Recorder {
+		rec := dev.NewRecorder()
+		if perDispatch {
+			k := newKernel(b, dev, lookup(b, StageChainName+"_dispatch"))
+			for s := 0; s < perRun; s++ {
+				rec.Dispatch(k, vk.MustPackPush(StageChainPush{N: uint32(n), Stage: uint32(s), Stages: uint32(perRun)}), Groups(uint32(groups)), binds...)
+			}
+			return rec
+		}
+		k := newKernel(b, dev, lookup(b, StageChainName))
+		rec.Dispatch(k, vk.MustPackPush(AddPush{N: uint32(n)}), [3]uint32{uint32(perRun * groups), 1, 1}, binds...)
+		return rec
+	}
+	if !perDispatch && perRun*groups > int(dev.Info().Limits.MaxComputeWorkGroupCount[0]) {
+		b.Skipf("%d workgroups along x: the device allows %d", perRun*groups, dev.Info().Limits.MaxComputeWorkGroupCount[0])
+	}
+	runOnce(b, dev, chain)
+	counts := downloadU32(b, count, perRun+1)
+	require.Zero(b, counts[perRun], "a stage gave up waiting for the one before (the driver does not start workgroups in order)")
+	require.Equal(b, make([]uint32, perRun), counts[:perRun], "the last workgroup zeroes the counts")
+	last := even // perRun stages from even: an even count ends in even
+	if perRun%2 == 1 {
+		last = odd
+	}
+	requireEnds(b, download(b, last, n), perRun)
+	timeChain(b, dev, chain, perRun, "us/stage")
 }

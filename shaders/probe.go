@@ -19,8 +19,16 @@ func ProbeGroups(n uint32) [3]uint32 {
 }
 
 // StageChainName is the benchmark kernel whose stages hand on to each
-// other inside one dispatch (stage_chain.comp).
+// other inside one dispatch (stage_chain.comp); StageChainName + "_dispatch"
+// is a stage a dispatch, handed on the same way with no barrier between.
 const StageChainName = "stage_chain"
+
+// stageChainBindings are both stage_chain variants' bindings.
+var stageChainBindings = []Binding{
+	{"even", ReadWrite, "[n] f32: the even stages' source, zero first"},
+	{"odd", ReadWrite, "[n] f32: the odd stages' source"},
+	{"count", ReadWrite, "[stages + 1] u32: zero first (the kernel leaves it so), then the stall flag"},
+}
 
 func init() {
 	Variants = append(Variants,
@@ -33,15 +41,19 @@ func init() {
 		},
 		Variant{
 			Name: StageChainName, Source: "stage_chain.comp",
-			Bindings: []Binding{
-				{"even", ReadWrite, "[n] f32: the even stages' source, zero first"},
-				{"odd", ReadWrite, "[n] f32: the odd stages' source"},
-				{"count", ReadWrite, "[stages + 1] u32: zero first (the kernel leaves it so), then the stall flag"},
-			},
+			Bindings:  stageChainBindings,
 			Push:      AddPush{},
 			LocalSize: [3]uint32{256, 1, 1},
 			Notes: "a benchmark kernel: stages dependent stages in one dispatch of stages * n/256 workgroups, " +
 				"handed on by atomic counts (BenchmarkDispatchGPU); n a multiple of 256",
+		},
+		Variant{
+			Name: StageChainName + "_dispatch", Source: "stage_chain.comp", Defines: []string{"PER_DISPATCH"},
+			Bindings:  stageChainBindings,
+			Push:      StageChainPush{},
+			LocalSize: [3]uint32{256, 1, 1},
+			Notes: "a benchmark kernel: stage Stage of a chain, n/256 workgroups a dispatch, the dispatches bound with vk.Handoff " +
+				"(no barrier between them: each waits on the count of the one before; BenchmarkDispatchGPU)",
 		},
 		Variant{
 			Name: "probe_read", Source: "probe.comp",

@@ -16,3 +16,11 @@ type MatvecPush struct {
 type AddPush struct {
 	N uint32 // elements
 }
+
+// StageChainPush is stage_chain_dispatch's push-constant block: one stage
+// of the chain a dispatch.
+type StageChainPush struct {
+	N      uint32 // elements (256 a workgroup)
+	Stage  uint32 // this dispatch's stage
+	Stages uint32 // the chain's stages
+}

@@ -20,8 +20,17 @@
 // the wait gives up after SPIN_LIMIT polls and sets count[STAGES] to 1:
 // the output is then wrong and the benchmark says so, rather than the
 // device hanging.
+//
+// PER_DISPATCH (stage_chain_dispatch): one stage a dispatch, its index in
+// the push constants, the dispatches recorded with no barrier between them
+// (vk's Handoff access): the same wait and count between dispatches, so
+// that what a barrier costs can be told from what a launch costs.
 #include "include/common.glsl"
+#ifdef PER_DISPATCH
+#define OP_STAGE_CHAIN
+#else
 #define OP_ADD
+#endif
 #include "include/push.glsl"
 
 layout(local_size_x = 256) in;
@@ -37,8 +46,13 @@ const uint SPIN_LIMIT = 1u << 16; // polls: ~0.1 s at most a stage on a GPU, so 
 void main() {
 	uint l = gl_LocalInvocationID.x;
 	uint groups = p.n / 256u;
+#ifdef PER_DISPATCH
+	uint stages = p.stages;
+	uint s = p.stage, g = gl_WorkGroupID.x;
+#else
 	uint stages = gl_NumWorkGroups.x / groups;
 	uint s = gl_WorkGroupID.x / groups, g = gl_WorkGroupID.x % groups;
+#endif
 	if (s > 0u) {
 		if (l == 0u) {
 			for (uint it = 0u; atomicAdd(count[s - 1u], 0u) < groups; it++) {

@@ -199,6 +199,38 @@ func TestBarriersDerived(t *testing.T) {
 	assert.Equal(t, 11, r.Stats().Dispatches)
 }
 
+// TestHandoffBarriers: commands that both bind a buffer with Handoff get
+// no barrier between them for it (their kernels order it); any other
+// command after them, or before, gets its barrier as always.
+func TestHandoffBarriers(t *testing.T) {
+	d := fakeDevice()
+	k := &Kernel{dev: d, spec: KernelSpec{Name: "k", Bindings: 2}}
+	a, b, c := fakeBuffer(d, 1024, DeviceLocal), fakeBuffer(d, 1024, DeviceLocal), fakeBuffer(d, 1024, DeviceLocal)
+	g := [3]uint32{1, 1, 1}
+	r := d.NewRecorder()
+	n := func() int { return r.Stats().Barriers }
+
+	r.Dispatch(k, nil, g, Bind{Buf: b, Access: Read}, Bind{Buf: a, Access: ReadWrite | Handoff})
+	r.Dispatch(k, nil, g, Bind{Buf: b, Access: Read}, Bind{Buf: a, Access: ReadWrite | Handoff})
+	r.Dispatch(k, nil, g, Bind{Buf: b, Access: Read}, Bind{Buf: a, Access: Write | Handoff})
+	assert.Equal(t, 0, n(), "RAW, WAR and WAW on a between Handoff uses: the kernels order them")
+	r.Dispatch(k, nil, g, Bind{Buf: a, Access: Read}, Bind{Buf: c, Access: Write})
+	require.Equal(t, 1, n(), "a plain read of what the handoff chain wrote")
+	assert.Equal(t, []bufferBarrier{{buf: a, off: 0, end: 1024, srcAccess: accessShaderRead | accessShaderWrite, dstAccess: accessShaderRead | accessShaderWrite}},
+		barriers(r)[0].buffers)
+	r.Dispatch(k, nil, g, Bind{Buf: b, Access: Read}, Bind{Buf: a, Access: ReadWrite | Handoff})
+	assert.Equal(t, 2, n(), "a Handoff write after a plain read: WAR, a barrier")
+	r.Dispatch(k, nil, g, Bind{Buf: a, Access: Write}, Bind{Buf: c, Access: Read})
+	assert.Equal(t, 3, n(), "a plain write after a Handoff one: WAW, a barrier")
+	require.NoError(t, r.Err())
+
+	bad := d.NewRecorder()
+	bad.Dispatch(k, nil, g, Bind{Buf: b, Access: Read}, Bind{Buf: a, Access: Handoff})
+	assert.ErrorContains(t, bad.Err(), "k binding 1: access Access(4): want Read, Write or ReadWrite (with Handoff or not)")
+	assert.Equal(t, "read-write handoff", (ReadWrite | Handoff).String())
+	assert.Equal(t, "read handoff", (Read | Handoff).String())
+}
+
 // TestConditionalBarriers: a conditional span's predicate, written by a
 // kernel, needs a barrier into the conditional-rendering stage; that one
 // barrier also orders the kernel's other writes before the span's

@@ -13,7 +13,21 @@ const (
 	ReadWrite = Read | Write
 )
 
+const (
+	// Handoff, with Read, Write or both: the kernels order this binding
+	// themselves against the command before that bound it with Handoff
+	// (the later one's workgroups wait on an atomic count that the earlier
+	// one's raise after their writes, through coherent buffers), so no
+	// barrier goes between the two. Commands that bind it otherwise get
+	// their barriers as always. Vulkan promises no forward progress to a
+	// waiting workgroup: the kernels must bound their waits.
+	Handoff Access = 4
+)
+
 func (a Access) String() string {
+	if a&Handoff != 0 && a&^Handoff != 0 {
+		return (a &^ Handoff).String() + " handoff"
+	}
 	switch a {
 	case Read:
 		return "read"
@@ -200,8 +214,8 @@ func (r *Recorder) dispatch(o op) {
 			b.Size = b.Buf.size - b.Offset
 		}
 		switch {
-		case b.Access&ReadWrite == 0 || b.Access&^ReadWrite != 0:
-			r.fail("%s: access %v: want Read, Write or ReadWrite", what, b.Access)
+		case b.Access&ReadWrite == 0 || b.Access&^(ReadWrite|Handoff) != 0:
+			r.fail("%s: access %v: want Read, Write or ReadWrite (with Handoff or not)", what, b.Access)
 			return
 		case b.Offset%lim.MinStorageBufferOffsetAlignment != 0:
 			r.fail("%s: offset %d is not a multiple of minStorageBufferOffsetAlignment %d", what, b.Offset, lim.MinStorageBufferOffsetAlignment)
@@ -213,7 +227,7 @@ func (r *Recorder) dispatch(o op) {
 			r.fail("%s: %d bytes exceed maxStorageBufferRange %d: bind the tensor in pieces", what, b.Size, lim.MaxStorageBufferRange)
 			return
 		}
-		u := use{buf: b.Buf, off: b.Offset, end: b.Offset + b.Size, stage: stageCompute}
+		u := use{buf: b.Buf, off: b.Offset, end: b.Offset + b.Size, stage: stageCompute, handoff: b.Access&Handoff != 0}
 		if b.Access&Read != 0 {
 			u.access |= accessShaderRead
 		}

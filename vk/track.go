@@ -14,7 +14,8 @@ import (
 //   - writes what an earlier command read (WAR: the read must finish first,
 //     or it sees the new value), or
 //   - writes what an earlier command wrote (WAW: the writes must land in order),
-// and no barrier recorded since already ordered the two.
+// and no barrier recorded since already ordered the two, and the two did
+// not both bind it with Handoff (the kernels order those themselves).
 
 // Pipeline stages and access masks: the VkPipelineStageFlagBits and
 // VkAccessFlagBits values (the Vulkan spec fixes them).
@@ -55,6 +56,7 @@ type use struct {
 	write    bool
 	stage    uint32
 	access   uint32
+	handoff  bool // Access Handoff: ordered by the kernels against an earlier Handoff use
 }
 
 // entry is an earlier access still tracked. synced holds the stages that a
@@ -112,7 +114,7 @@ func (t *tracker) accessWiden(uses []use, widen uint32) *barrier {
 	var b barrier
 	for _, u := range uses {
 		for _, e := range t.entries[u.buf] {
-			if !overlaps(e.use, u) || e.synced&u.stage != 0 || (!e.write && !u.write) {
+			if !overlaps(e.use, u) || e.synced&u.stage != 0 || (!e.write && !u.write) || (e.handoff && u.handoff) {
 				continue
 			}
 			src := uint32(0) // WAR: an execution dependency is enough

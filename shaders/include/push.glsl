@@ -17,3 +17,11 @@ layout(push_constant) uniform AddPush {
 	uint n; // elements
 } p;
 #endif
+
+#ifdef OP_STAGE_CHAIN
+layout(push_constant) uniform StageChainPush {
+	uint n;      // elements (256 a workgroup)
+	uint stage;  // this dispatch's stage
+	uint stages; // the chain's stages
+} p;
+#endif
