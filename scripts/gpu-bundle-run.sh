@@ -263,7 +263,6 @@ if [ "$quick" = 1 ] && [ "${QUICK_BENCH:-1}" = 0 ]; then # tests only
   exit $failed
 fi
 if [ "$quick" = 1 ]; then
-  { echo "## Bench rows (quick)"; echo; } >> "$report"
   small=${QUICK_SMALL:-tinyllama-1.1b} large=${QUICK_LARGE:-llama2-7b} # other shapes: a try-out on lavapipe
   lq8=$large-q8_0 # the large model's rows (named apart when a try-out makes both shapes one)
   [ "$large" = "$small" ] && lq8=$large-q8_0-large
@@ -337,6 +336,14 @@ if [ "$quick" = 1 ]; then
       "$llama/llama-batched-bench" -m "$2" -c 4096 -b 2048 -ub 512 -npp 32 -ntg 64 -npl 1,8,16 -ngl 99
   }
   ref_row before
+  # What a dispatch costs beyond its work (issue 42 item 6): dependent (a
+  # barrier before each), independent, handed on by atomic counts in one
+  # dispatch or across dispatches without barriers, and a submission's
+  # round trip. Seconds, and what the decode targets hinge on
+  # (docs/decode-attention-cost.md), so before the rows a deadline may cut.
+  { echo "## What a dispatch costs (BenchmarkDispatchGPU)"; echo; echo '```'; } >> "$report"
+  kernel_bench BenchmarkDispatchGPU BenchmarkDispatchGPU 50x 30
+  { echo '```'; echo; echo "## Bench rows (quick)"; echo; } >> "$report"
   bench_row "$small-q8_0" --synthetic "$small" --type q8_0 --capacity 0.125 --routing router --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8 --save "$logs/m.gguf"
   mv "$logs/m-$small-q8_0.gguf" "$m11" 2>/dev/null; rm -f "$logs/m-$small-q8_0-mod.gguf"
   llama_row "$small-q8_0" "$m11"
@@ -369,9 +376,6 @@ if [ "$quick" = 1 ]; then
     echo
     echo '```'
   } >> "$report"
-  # what a dispatch costs beyond its work: dependent (a barrier before
-  # each), independent, and a submission's round trip (issue 42 item 6)
-  kernel_bench BenchmarkDispatchGPU BenchmarkDispatchGPU 50x 30
   kernel_bench BenchmarkMatvecGPU "${QUICK_MATVEC:-BenchmarkMatvecGPU/^7b-(gateup-swiglu|qkv-norm)\$/^(F16|Q8_0|Q4_K)\$}" 30x 90
   kernel_bench BenchmarkMatmulGPU "${QUICK_MATMUL:-BenchmarkMatmulGPU/^(tiled-64x64|pipe-128x64|split-pipe-128x64|pipe-128x128|coop-64x64|coop-hilo-64x64|coop-pk-64x64|coop-hilo-pk-64x64|coop-hilo-pk-xs-64x64|coop-16x64-k64)\$/}" 10x 90
   # decode attention, decode_attend against decode_attend_keys at contexts 70, 512, 4096 (issue 42 item 5)
