@@ -30,6 +30,9 @@
 #   TEST_TIMEOUT  each test binary's limit (quick: 5m, full: 20m)
 #   BENCH_LIMIT   each bench row's limit in seconds (default 240)
 #   QUICK_BENCH=0 --quick runs the tests and nothing after them
+#   QUICK_TESTS=0 --quick runs no test binary (devices --check still runs):
+#                 the whole deadline for the rows and benchmarks, the tests
+#                 in a call of their own (QUICK_BENCH=0)
 #   QUICK_DEADLINE --quick's budget in seconds from its start (default 540):
 #                 each step after the tests gets at most what is left, and a
 #                 step that would start with under 15 s left is skipped and
@@ -120,26 +123,32 @@ test_row() {
   echo "| $p | $result | $pass | $fail | $skip |" >> "$report"
   echo "run.sh: tests $p: $result ($pass passed, $fail failed, $skip skipped)" >&2
 }
-if [ "$quick" = 1 ]; then
-  while read -r p name skip; do run_tests "$p" "$name" "$skip" & done < "$here/tests/packages.txt"
-  wait
+if [ "$quick" = 1 ] && [ "${QUICK_TESTS:-1}" = 0 ]; then
+  { echo "| (not run: QUICK_TESTS=0; QUICK_BENCH=0 runs them alone) | | | | |"; echo; } >> "$report"
+  rm -f "$logs"/test-*
+  echo "| devices --check and --kernel-stats (no tests) | $(( $(date +%s) - started )) |" >> "$logs/times.md"
 else
-  while read -r p name skip; do run_tests "$p" "$name" "$skip"; done < "$here/tests/packages.txt"
+  if [ "$quick" = 1 ]; then
+    while read -r p name skip; do run_tests "$p" "$name" "$skip" & done < "$here/tests/packages.txt"
+    wait
+  else
+    while read -r p name skip; do run_tests "$p" "$name" "$skip"; done < "$here/tests/packages.txt"
+  fi
+  while read -r p name skip; do test_row "$p" "$name"; done < "$here/tests/packages.txt"
+  echo "| devices --check, --kernel-stats and the tests | $(( $(date +%s) - started )) |" >> "$logs/times.md"
+  {
+    echo
+    echo "Every failure and skip, with its reason (subtests included):"
+    echo
+    echo '```'
+    for f in "$logs"/test-*.log; do
+      # go test -v prints a test's messages (a skip's reason) before its --- line
+      grep -h -B4 -- '--- FAIL\|--- SKIP' "$f" | grep -v '^--$\|^=== \|--- PASS' | sed "s|^|$(basename "$f" .log): |" | head -200
+    done
+    echo '```'
+    echo
+  } >> "$report"
 fi
-while read -r p name skip; do test_row "$p" "$name"; done < "$here/tests/packages.txt"
-echo "| devices --check, --kernel-stats and the tests | $(( $(date +%s) - started )) |" >> "$logs/times.md"
-{
-  echo
-  echo "Every failure and skip, with its reason (subtests included):"
-  echo
-  echo '```'
-  for f in "$logs"/test-*.log; do
-    # go test -v prints a test's messages (a skip's reason) before its --- line
-    grep -h -B4 -- '--- FAIL\|--- SKIP' "$f" | grep -v '^--$\|^=== \|--- PASS' | sed "s|^|$(basename "$f" .log): |" | head -200
-  done
-  echo '```'
-  echo
-} >> "$report"
 # limit L: L seconds, or in quick mode what is left of QUICK_DEADLINE if
 # that is less; 0 when under 15 s are left (the step is then skipped).
 limit() {
