@@ -14,7 +14,7 @@ import (
 // ordered after the one before by a barrier, and on the H200 (run B) a
 // 1.1B token took 2.55 ms where its kernels' timestamps summed to 1.81:
 // ~6.6 us for each of its 113 dispatches, the host's round trip included
-// (docs/decode-attention-cost.md). Three sub-benchmarks separate it:
+// (docs/decode-attention-cost.md). Its sub-benchmarks separate it:
 //   - dependent: perRun dispatches of add, in place (each reads what the
 //     one before wrote, so vk puts a barrier between them), one submission,
 //     GPU timestamps: us/dispatch is a dependent dispatch's cost, a tiny
@@ -26,6 +26,9 @@ import (
 //     before through an atomic count: us/stage against dependent's
 //     us/dispatch says whether fusing a decode block's dispatches that way
 //     would pay;
+//   - handoff-dispatch: a stage a dispatch (stage_chain_dispatch), the
+//     same waits, no barrier between the dispatches (vk.Handoff): a
+//     launch's cost without the barrier's;
 //   - submit: one dispatch a submission, wall clock: the host's round
 //     trip (submit, fence, wait) that each token pays once.
 //
@@ -149,16 +152,19 @@ func benchHandoff(b *testing.B, dev *vk.Device, groups, perRun int, perDispatch 
 	count := newBuffer(b, dev, u32bytes(make([]uint32, perRun+1)))
 	handoff := vk.ReadWrite | vk.Handoff
 	binds := []vk.Bind{{Buf: even, Access: handoff}, {Buf: odd, Access: handoff}, {Buf: count, Access: handoff}}
+	name := StageChainName
+	if perDispatch {
+		name += "_dispatch"
+	}
+	k := newKernel(b, dev, lookup(b, name))
 	chain := func() *vk.Recorder {
 		rec := dev.NewRecorder()
 		if perDispatch {
-			k := newKernel(b, dev, lookup(b, StageChainName+"_dispatch"))
 			for s := 0; s < perRun; s++ {
 				rec.Dispatch(k, vk.MustPackPush(StageChainPush{N: uint32(n), Stage: uint32(s), Stages: uint32(perRun)}), Groups(uint32(groups)), binds...)
 			}
 			return rec
 		}
-		k := newKernel(b, dev, lookup(b, StageChainName))
 		rec.Dispatch(k, vk.MustPackPush(AddPush{N: uint32(n)}), [3]uint32{uint32(perRun * groups), 1, 1}, binds...)
 		return rec
 	}

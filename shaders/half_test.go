@@ -130,7 +130,7 @@ func TestToHalf(t *testing.T) {
 		bx, out := newBuffer(t, dev, f32bytes(x)), denseNaNBuffer(t, dev, len(x))
 		rec := dev.NewRecorder()
 		defer rec.Close()
-		rec.Dispatch(k, vk.MustPackPush(AddPush{N: uint32(len(x))}), Groups(uint32((len(x)+255)/256)), vk.Bind{Buf: bx, Access: vk.Read}, vk.Bind{Buf: out, Access: vk.Write})
+		recordSplitHalves(rec, k, bx, out, uint32(len(x)))
 		require.NoError(t, dev.Run(rec))
 		words := downloadU32(t, out, len(x))
 		hi, lo, rest := make([]float32, len(x)), make([]float32, len(x)), make([]float32, len(x))

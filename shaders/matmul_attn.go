@@ -541,7 +541,7 @@ func init() {
 		},
 		Push:      AddPush{},
 		LocalSize: [3]uint32{256, 1, 1},
-		Notes:     "dispatch Groups(ceil(n / 256)); the COOP_XSPLIT matmuls' X (MatmulCoopXSplitName)",
+		Notes:     "dispatch ElementGroups(n); the COOP_XSPLIT matmuls' X (MatmulCoopXSplitName)",
 	})
 	for _, wt := range WeightTypes {
 		for _, c := range []struct{ hilo, emulate, packed, xsplit bool }{

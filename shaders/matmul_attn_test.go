@@ -150,8 +150,7 @@ func (c *matmulCase) runPartsSplit(t testing.TB, dev *vk.Device, k *vk.Kernel, g
 		words, err := dev.NewBuffer(uint64(4*len(c.x)), vk.DeviceLocal)
 		require.NoError(t, err)
 		defer words.Close()
-		rec.Dispatch(c.xprep, vk.MustPackPush(AddPush{N: uint32(len(c.x))}), Groups(uint32((len(c.x)+255)/256)),
-			vk.Bind{Buf: xb, Access: vk.Read}, vk.Bind{Buf: words, Access: vk.Write})
+		recordSplitHalves(rec, c.xprep, xb, words, uint32(len(c.x)))
 		xb = words
 	}
 	var scratch *vk.Buffer
@@ -603,4 +602,10 @@ func TestAttentionMasked(t *testing.T) {
 	assert.True(t, sawNone, "some row sees no entry")
 	assert.True(t, sawSome, "some row sees some entries, not all")
 	t.Logf("%v (tolerance %g)", stats, attentionTolerance)
+}
+
+// recordSplitHalves records split_halves (kernel k) over n values of x
+// into words, a packHalf2x16(hi, lo) each: the COOP_XSPLIT matmuls' x.
+func recordSplitHalves(rec *vk.Recorder, k *vk.Kernel, x, words *vk.Buffer, n uint32) {
+	rec.Dispatch(k, vk.MustPackPush(AddPush{N: n}), ElementGroups(n), vk.Bind{Buf: x, Access: vk.Read}, vk.Bind{Buf: words, Access: vk.Write})
 }

@@ -404,9 +404,7 @@ func runMatmulCandidate(b *testing.B, dev *vk.Device, cand matmulCandidate, typ 
 		w, x, y := vk.Bind{Buf: d.w, Access: vk.Read}, vk.Bind{Buf: xWords, Access: vk.Read}, vk.Bind{Buf: yb, Access: vk.Write}
 		for i := 0; i < reps; i++ {
 			if xprep != nil {
-				elems := uint32(d.n * d.cols)
-				rec.Dispatch(xprep, vk.MustPackPush(AddPush{N: elems}), Groups((elems+255)/256),
-					vk.Bind{Buf: d.x, Access: vk.Read}, vk.Bind{Buf: xWords, Access: vk.Write})
+				recordSplitHalves(rec, xprep, d.x, xWords, uint32(d.n*d.cols))
 			}
 			if splits <= 1 {
 				rec.Dispatch(k, vk.MustPackPush(matmulWhole(rows, cols, n)), cand.groups(rows, n), w, x, y)
