@@ -23,11 +23,12 @@
 #include "include/common.glsl"
 #define OP_ARGMAX
 #include "include/push_dense.glsl"
+#include "include/handoff.glsl"
 
 layout(local_size_x = 256, local_size_x_id = 0) in;
 layout(constant_id = 1) const uint PER = 4; // columns per invocation
 
-layout(std430, binding = 0) readonly buffer X { float x[]; };      // [n][cols]
+layout(std430, binding = 0) HANDOFF_COHERENT readonly buffer X { float x[]; }; // [n][cols]
 layout(std430, binding = 1) writeonly buffer Out { uint out_[]; }; // [n]
 layout(std430, binding = 2) coherent buffer Part { uint part[]; }; // [n][groups][2]: a winner's value bits and index
 layout(std430, binding = 3) coherent buffer Done { uint done[]; }; // [n] workgroups done, zero between dispatches
@@ -118,3 +119,4 @@ void main() {
 		done[r] = 0u;
 	}
 }
+#include "include/handoff_main.glsl"

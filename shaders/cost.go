@@ -88,6 +88,13 @@ var costRules = []costRule{
 // kernel whose FLOPs are not counted (see above) or a push block that is
 // not its variant's.
 func KernelCost(name string, push []byte) (c Cost, ok bool) {
+	if base, cut := strings.CutSuffix(name, HandoffSuffix); cut { // its base's arithmetic, before the hand-off's push constants
+		hb := binary.Size(HandoffPush{})
+		if len(push) < hb {
+			return Cost{}, false
+		}
+		name, push = base, push[:len(push)-hb]
+	}
 	for _, r := range costRules {
 		if !strings.HasPrefix(name, r.prefix) {
 			continue

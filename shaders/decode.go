@@ -203,6 +203,7 @@ func init() {
 		decodeAttentionSplitVariant(KVF32), decodeAttentionSplitVariant(KVF16),
 		decodeAttendVariant(KVF32), decodeAttendVariant(KVF16),
 		decodeAttendKeysVariant(KVF32), decodeAttendKeysVariant(KVF16),
+		handoffVariant(decodeAttendKeysVariant(KVF32)), handoffVariant(decodeAttendKeysVariant(KVF16)),
 		Variant{
 			Name: "decode_attention_combine", Source: "decode_attention_combine.comp",
 			Bindings: []Binding{

@@ -42,13 +42,14 @@
 #include "include/common.glsl"
 #define OP_DECODE_ATTEND
 #include "include/push_decode.glsl"
+#include "include/handoff.glsl"
 
 layout(local_size_x = 64, local_size_x_id = 0) in;
 layout(constant_id = 1) const uint HD = 64;
 layout(constant_id = 2) const uint SPLITS = 16;
 const uint HALF = HD / 2u;
 
-layout(std430, binding = 0) readonly buffer QKV { float qkv[]; };     // q [nHead*HD], k at kOff, v at vOff, raw
+layout(std430, binding = 0) HANDOFF_COHERENT readonly buffer QKV { float qkv[]; }; // q [nHead*HD], k at kOff, v at vOff, raw
 layout(std430, binding = 1) readonly buffer Pos { uint pos[]; };      // [1] the token's original position
 layout(std430, binding = 2) readonly buffer Freq { uvec2 freq[]; };   // [HD/2] from RopeFreqs
 #ifdef KV_F16
@@ -270,3 +271,4 @@ void main() {
 		}
 	}
 }
+#include "include/handoff_main.glsl"

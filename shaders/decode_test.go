@@ -308,6 +308,8 @@ var decodeAttendKernels = []struct {
 }{
 	{DecodeAttendName, func(_, splits uint32) []uint32 { return DecodeAttendSpec(splits) }},
 	{DecodeAttendKeysName, DecodeAttendKeysSpec},
+	// The GPU profile's with its hand-off (withHandoff: the same checks).
+	{func(kv KV) string { return DecodeAttendKeysName(kv) + HandoffSuffix }, DecodeAttendKeysSpec},
 }
 
 // decodeAttendShape is one case of a fused decode attention: heads, the
@@ -471,9 +473,11 @@ func checkDecodeAttend(t *testing.T, dev *vk.Device, k *vk.Kernel, kernel string
 		bQKV, bPos := newBuffer(t, dev, f32bytes(qkv)), newBuffer(t, dev, u32bytes([]uint32{pos}))
 		out := denseNaNBuffer(t, dev, qd)
 		rec := dev.NewRecorder()
-		rec.Dispatch(k, vk.MustPackPush(DecodeAttendPush{HeadDim: uint32(hd), NHead: uint32(nHead), NKVHead: uint32(nKVHead), KOff: uint32(kOff), VOff: uint32(vOff),
+		groups := DecodeAttendGroups(uint32(nHead), splits)
+		push, binds := withHandoff(t, dev, k, vk.MustPackPush(DecodeAttendPush{HeadDim: uint32(hd), NHead: uint32(nHead), NKVHead: uint32(nKVHead), KOff: uint32(kOff), VOff: uint32(vOff),
 			Layer: layer, MaxEntries: uint32(maxEntries), Scale: float32(1 / math.Sqrt(float64(hd)))}),
-			DecodeAttendGroups(uint32(nHead), splits), decodeAttendBinds(bQKV, bPos, bFreq, bK, bV, bKPos, bCounts, bPart, bDone, out)...)
+			groups, decodeAttendBinds(bQKV, bPos, bFreq, bK, bV, bKPos, bCounts, bPart, bDone, out))
+		rec.Dispatch(k, push, groups, binds...)
 		require.NoError(t, dev.Run(rec))
 		rec.Close()
 

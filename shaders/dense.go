@@ -211,6 +211,20 @@ func ModResidualVariant(gate, target string) string {
 	return name + "_" + gate
 }
 
+// argmaxWide is argmax_wide (a GPU profile's head).
+var argmaxWide = Variant{
+	Name: "argmax_wide", Source: "argmax_wide.comp",
+	Bindings: []Binding{
+		{"x", Read, "[n][cols] f32"},
+		{"out", Write, "[n] u32"},
+		{"part", ReadWrite, "[n][groups][2] u32 scratch: each workgroup's winner (value bits, index)"},
+		{"done", ReadWrite, "[n] u32 scratch, zero before and after"},
+	},
+	Push: ArgmaxPush{}, LocalSize: [3]uint32{256, 1, 1}, LocalSizeSpec: true, Spec: ArgmaxWideSpec,
+	Notes: "argmax with a row over many workgroups, the last merging (GPUs); Spec [workgroup size, columns per invocation]; " +
+		"dispatch ArgmaxWideGroups(n, cols, spec); part ArgmaxWidePartWords, done n words zero-filled once",
+}
+
 func init() {
 	Variants = append(Variants,
 		rowVariant("rmsnorm", "rmsnorm.comp", []Binding{
@@ -227,18 +241,7 @@ func init() {
 			{"x", Read, "[n][cols] f32"},
 			{"out", Write, "[n] u32"},
 		}, ArgmaxPush{}, ""),
-		Variant{
-			Name: "argmax_wide", Source: "argmax_wide.comp",
-			Bindings: []Binding{
-				{"x", Read, "[n][cols] f32"},
-				{"out", Write, "[n] u32"},
-				{"part", ReadWrite, "[n][groups][2] u32 scratch: each workgroup's winner (value bits, index)"},
-				{"done", ReadWrite, "[n] u32 scratch, zero before and after"},
-			},
-			Push: ArgmaxPush{}, LocalSize: [3]uint32{256, 1, 1}, LocalSizeSpec: true, Spec: ArgmaxWideSpec,
-			Notes: "argmax with a row over many workgroups, the last merging (GPUs); Spec [workgroup size, columns per invocation]; " +
-				"dispatch ArgmaxWideGroups(n, cols, spec); part ArgmaxWidePartWords, done n words zero-filled once",
-		},
+		argmaxWide, handoffVariant(argmaxWide),
 		Variant{
 			Name: "rope", Source: "rope.comp",
 			Bindings: []Binding{

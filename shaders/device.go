@@ -139,6 +139,9 @@ func (p Profile) Fit(v Variant, spec []uint32) []uint32 {
 func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 	fb = p
 	switch {
+	case IsHandoff(v) && p.Handoff:
+		fb.Handoff = false // the barriers back: the base kernel itself is checked on its own
+		return fb, HandoffBase(v.Name), true
 	case v.Op == OpMatvec && v.Reduce == ReduceLanes && p.MatvecLanes:
 		fb.MatvecLanes = false
 		return fb, MatvecFusedName(v.Type, ReduceShared, v.Fusion), true

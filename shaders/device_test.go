@@ -110,8 +110,9 @@ func TestOnlySubgroupVariantsNeedAFeature(t *testing.T) {
 		assert.True(t, strings.HasPrefix(name, "matvec_") || name == "router_score_sg" || strings.HasPrefix(name, "route_decode") ||
 			strings.HasPrefix(name, "attention_split") && strings.Contains(name, "_lanes"), name)
 	}
-	assert.Len(t, subgroupKernels, len(MatvecTypes)*len(MatvecFusions)+(len(MatvecRowsTypes)+2*len(MatvecWordsTypes)+2*len(MatvecRowsDecodings))*len(MatvecFusions)+len(MatvecFusions)+3+3,
-		"every matvec, matvec_rows, matvec_q8_0_lanes, router_score_sg, route_decode(_pred)_sg, attention_split's three lanes variants")
+	assert.Len(t, subgroupKernels, len(MatvecTypes)*len(MatvecFusions)+(len(MatvecRowsTypes)+2*len(MatvecWordsTypes)+2*len(MatvecRowsDecodings))*len(MatvecFusions)+len(MatvecFusions)+3+3+
+		len(HandoffMatvecTypes)*len(handoffMatvecFusions),
+		"every matvec, matvec_rows, matvec_q8_0_lanes, router_score_sg, route_decode(_pred)_sg, attention_split's three lanes variants, the handoff matvecs")
 }
 
 // A device with none of the optional features, at the minimum limits, can

@@ -200,6 +200,11 @@ func init() {
 			Variants = append(Variants, matvecRowsVariant(typ, fuse))
 		}
 	}
+	for _, typ := range HandoffMatvecTypes {
+		for _, fuse := range handoffMatvecFusions {
+			Variants = append(Variants, handoffVariant(matvecRowsVariant(typ, fuse)))
+		}
+	}
 	for _, typ := range []string{MatvecQ8_0, MatvecQ4_K} {
 		for _, dec := range []string{MatvecRowsI2F, MatvecRowsShift} {
 			for _, fuse := range MatvecFusions {

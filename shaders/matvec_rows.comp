@@ -33,6 +33,7 @@
 #include "include/common.glsl"
 #define OP_MATVEC
 #include "include/push.glsl"
+#include "include/handoff.glsl"
 
 layout(local_size_x = 128, local_size_x_id = 0) in;
 layout(constant_id = 1) const uint TPR = 32; // the subgroup size: lanes of a row group
@@ -41,9 +42,9 @@ layout(constant_id = 3) const uint RPS = 2;  // rows a subgroup
 
 layout(std430, binding = 0) readonly buffer Weights { uint w[]; };
 layout(std430, binding = 0) readonly buffer Weights4 { uvec4 w4[]; };
-layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };        // [n][cols]
+layout(std430, binding = 1) HANDOFF_COHERENT readonly buffer X4 { vec4 x4[]; }; // [n][cols]
 #ifdef ADD
-layout(std430, binding = 2) buffer Y { float y[]; };                  // [n][rows], added to
+layout(std430, binding = 2) HANDOFF_COHERENT buffer Y { float y[]; }; // [n][rows], added to
 #else
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };        // [n][rows]
 #endif
@@ -242,3 +243,4 @@ void main() {
 		}
 	}
 }
+#include "include/handoff_main.glsl"

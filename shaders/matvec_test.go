@@ -506,8 +506,9 @@ func runFused(t *testing.T, dev *vk.Device, k *vk.Kernel, c *matvecCase, fuse st
 	}
 	rec := dev.NewRecorder()
 	defer rec.Close()
-	rec.Dispatch(k, vk.MustPackPush(MatvecPush{Rows: uint32(rows), Cols: uint32(c.cols), N: uint32(c.n), Eps: eps}),
-		MatvecGroups(uint32(rows), k.Spec().Specialization), binds...)
+	groups := MatvecGroups(uint32(rows), k.Spec().Specialization)
+	push, binds := withHandoff(t, dev, k, vk.MustPackPush(MatvecPush{Rows: uint32(rows), Cols: uint32(c.cols), N: uint32(c.n), Eps: eps}), groups, binds)
+	rec.Dispatch(k, push, groups, binds...)
 	require.NoError(t, dev.Run(rec))
 	return download(t, yb, c.n*rows), want, scale
 }

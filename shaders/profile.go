@@ -152,6 +152,13 @@ type Profile struct {
 	// for a GPU (wide workgroups, subgroups where sure) on a CPU device:
 	// tests run the GPU configuration of the routing on lavapipe.
 	RoutingAsGPU bool
+	// Handoff records the decode step's dense blocks and head with their
+	// handoff variants (handoff.go): no pipeline barrier between them,
+	// each kernel waiting on the count of the one before instead. Off on
+	// every device until a GPU run measures it (docs/decode-attention-
+	// cost.md, "Dispatches without barriers"); MODRUN_HANDOFF=1 turns it
+	// on (engine/vulkan), and a failed self-check turns it off.
+	Handoff bool
 }
 
 // ScoreDevice is what PlanScore and RouteDecodeVariant are told of the
@@ -289,6 +296,9 @@ func (p Profile) String() string {
 	}
 	if p.AttentionLanes {
 		s += "/attention-lanes"
+	}
+	if p.Handoff {
+		s += "/handoff"
 	}
 	return s
 }

@@ -9,6 +9,11 @@ layout(push_constant) uniform MatvecPush {
 	uint cols; // columns of W = elements of each x (Q8_0: a multiple of 32)
 	uint n;    // vectors: x is [n][cols], y is [n][rows]
 	float eps; // NORM variants: added to mean(x^2) (layer_norm_rms_epsilon)
+#ifdef HANDOFF
+	uint handWait; // HANDOFF variants (include/handoff.glsl): the slot of the dispatch to wait for, 0 none
+	uint handNeed; // its workgroups
+	uint handSlot; // this dispatch's slot
+#endif
 } p;
 #endif
 

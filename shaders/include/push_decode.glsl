@@ -53,5 +53,10 @@ layout(push_constant) uniform DecodeAttendPush {
 	uint maxEntries; // entries the cache holds; an append past it is dropped
 	float scale;     // score multiplier, 1/sqrt(headDim)
 	uint compact;    // 1: RoPE at the layer's entry count (mod.PositionsCompact), not pos[0]
+#ifdef HANDOFF
+	uint handWait; // HANDOFF variants (include/handoff.glsl): the slot of the dispatch to wait for, 0 none
+	uint handNeed; // its workgroups
+	uint handSlot; // this dispatch's slot
+#endif
 } p;
 #endif

@@ -55,5 +55,10 @@ layout(push_constant) uniform EmbedPush {
 layout(push_constant) uniform ArgmaxPush {
 	uint cols; // elements per row (nVocab)
 	uint n;    // rows: x is [n][cols], out is [n]
+#ifdef HANDOFF
+	uint handWait; // HANDOFF variants (include/handoff.glsl): the slot of the dispatch to wait for, 0 none
+	uint handNeed; // its workgroups
+	uint handSlot; // this dispatch's slot
+#endif
 } p;
 #endif
