@@ -218,7 +218,7 @@ acceptance() {
   local d=$logs/bench-$small-q8_0.json q4=$logs/bench-$small-q4_k_m.json l=$logs/bench-$lq8.json
   local p=$logs/bench-parallel-$small-q8_0.json p5=$logs/bench-$lq8-prompt5.json nt=$logs/bench-$small-q8_0-no-tensor-cores.json
   local ld=$logs/llama-$small-q8_0.jsonl lq=$logs/llama-$small-q4_k_m.jsonl ll=$logs/llama-$lq8.jsonl lb=$logs/llama-batched-$small-q8_0.md
-  local dec pre dec4 pre4 dec7 pre7 gb7 probe7 ttft ttft1 f0 f1 pmod a1 a8 a16 pre_nt
+  local dec pre dec4 pre4 dec7 pre7 gb7 probe7 ttft ttft1 f0 f1 pmod a1 a8 a16 pre_nt hdec hdec4 hdec7 hgb7
   dec=$(jnum "$d" decode_tokens_per_s); pre=$(jnum "$d" prefill_tokens_per_s)
   pmod=$(jnum "$d" prefill_tokens_per_s 2); f0=$(jnum "$d" prefill_flops_per_token); f1=$(jnum "$d" prefill_flops_per_token 2)
   dec4=$(jnum "$q4" decode_tokens_per_s); pre4=$(jnum "$q4" prefill_tokens_per_s)
@@ -226,6 +226,8 @@ acceptance() {
   gb7=$(jnum "$l" effective_gbps); probe7=$(jnum "$l" read_gbps)
   ttft=$(jnum "$p5" prefill_tokens_per_s); ttft1=$(jnum "$logs/bench-$lq8-prompt5-prefill.json" prefill_tokens_per_s)
   pre_nt=$(jnum "$nt" prefill_tokens_per_s)
+  hdec=$(jnum "$logs/bench-$small-q8_0-handoff.json" decode_tokens_per_s); hdec4=$(jnum "$logs/bench-$small-q4_k_m-handoff.json" decode_tokens_per_s)
+  hdec7=$(jnum "$logs/bench-$lq8-handoff.json" decode_tokens_per_s); hgb7=$(jnum "$logs/bench-$lq8-handoff.json" effective_gbps)
   a1=$(jnum "$p" aggregate_decode_tokens_per_s 1); a8=$(jnum "$p" aggregate_decode_tokens_per_s 2); a16=$(jnum "$p" aggregate_decode_tokens_per_s 3)
   # row GOAL WHAT MODRUN LLAMA TEST [-]: one line; TEST is an awk condition
   # on m (modrun's figure) and l (llama.cpp's); the verdict is "-" when a
@@ -257,6 +259,9 @@ acceptance() {
   row "(beside it)" "$small Q8_0 aggregate decode at 8 sequences" "$a8" "$(llama_stg "$lb" 8)" ''
   row "42: 16 sequences >= 8x one" "$small Q8_0 aggregate at 16 / at 1" "$(ratio "$a16" "$a1")" "$(ratio "$(llama_stg "$lb" 16)" "$(llama_stg "$lb" 1)")" 'm >= 8' -
   row "(beside it)" "$small Q8_0 aggregate decode at 16 sequences" "$a16" "$(llama_stg "$lb" 16)" ''
+  row "42 (hand-off): 1.1B Q8_0 decode >= 1,500 (H200)" "$small Q8_0 decode, MODRUN_HANDOFF=1 (x$(awk -v a="$hdec" -v b="$dec" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default)" "$hdec" "$(llama_ts "$ld" 0 128)" 'm >= 1500'
+  row "42 (hand-off): 7B Q8_0 decode >= 375 (H200)" "$large Q8_0 decode, MODRUN_HANDOFF=1 (x$(awk -v a="$hdec7" -v b="$dec7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default; $(awk -v a="$hgb7" -v b="$probe7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.0f%%", 100 * a / b }') of the probe)" "$hdec7" "$(llama_ts "$ll" 0 128)" 'm >= 375'
+  row "42 (hand-off): Q4_K_M decode >= Q8_0's" "$small Q4_K_M / Q8_0 decode, both MODRUN_HANDOFF=1" "$(ratio "$hdec4" "$hdec")" "" 'm >= 1'
   row "42: 5-token prompt at 7B: first token < 50 ms" "ms to the first token (default; MODRUN_PROMPT_STEPS=1: $(awk -v r="$ttft1" 'BEGIN { if (r == "") print "-"; else printf "%.1f", 5000 / r }'))" "$(awk -v r="$ttft" 'BEGIN { if (r != "") print 5000 / r }')" "" 'm < 50'
   row "43: 1.1B Q8_0 pp512 >= 41,000 (H200) and >= 1.5x" "$small Q8_0 prefill 512" "$pre" "$(llama_ts "$ld" 512 0)" 'm >= 41000 && m >= 1.5 * l'
   row "43: 1.1B Q4_K_M pp512 >= 1.5x" "$small Q4_K_M prefill 512" "$pre4" "$(llama_ts "$lq" 512 0)" 'm >= 1.5 * l'
@@ -355,6 +360,11 @@ if [ "$quick" = 1 ]; then
   { echo '```'; echo; echo "## Bench rows (quick)"; echo; } >> "$report"
   bench_row "$small-q8_0" --synthetic "$small" --type q8_0 --capacity 0.125 --routing router --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8 --save "$logs/m.gguf"
   mv "$logs/m-$small-q8_0.gguf" "$m11" 2>/dev/null; rm -f "$logs/m-$small-q8_0-mod.gguf"
+  # The same decode with the step's kernels handing off to each other
+  # without barriers (MODRUN_HANDOFF=1, issue 42 item 6), its tokens
+  # validated against the CPU: what the barriers cost is this row against
+  # the one above.
+  MODRUN_HANDOFF=1 bench_row "$small-q8_0-handoff" -m "$m11" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8
   llama_row "$small-q8_0" "$m11"
   # The tensor-core matmul: the default (hilo, f32's precision) above; the
   # f16-operand kernel and none, for what each costs, same file. Without
@@ -363,7 +373,8 @@ if [ "$quick" = 1 ]; then
   MODRUN_TENSOR_CORES=f16 bench_row "$small-q8_0-tensor-cores-f16" -m "$m11" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 0
   MODRUN_TENSOR_CORES=0 bench_row "$small-q8_0-no-tensor-cores" -m "$m11" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 0
   MODRUN_TENSOR_CORES=0 MODRUN_MATMUL_PIPE=0 bench_row "$small-q8_0-no-tensor-cores-no-pipe" -m "$m11" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 0
-  bench_row "$small-q4_k_m" --synthetic "$small" --type q4_k_m --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8 ${llama:+--save "$logs/$small-q4_k_m.gguf"}
+  bench_row "$small-q4_k_m" --synthetic "$small" --type q4_k_m --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8 --save "$logs/$small-q4_k_m.gguf"
+  MODRUN_HANDOFF=1 bench_row "$small-q4_k_m-handoff" -m "$logs/$small-q4_k_m.gguf" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8
   llama_row "$small-q4_k_m" "$logs/$small-q4_k_m.gguf"
   rm -f "$logs/$small-q4_k_m.gguf"
   bench_row "parallel-$small-q8_0" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1
@@ -374,6 +385,7 @@ if [ "$quick" = 1 ]; then
   MODRUN_VEC_ROWS=1 bench_row "parallel-$small-q8_0-vec-rows-1" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1
   m7=$logs/large-$large-q8_0.gguf
   bench_row "$lq8" --synthetic "$large" --type q8_0 --backends vulkan --prompt 512 -n 32 --repeats 2 --validate 0 --save "$m7"
+  MODRUN_HANDOFF=1 bench_row "$lq8-handoff" -m "$m7" --backends vulkan --prompt 512 -n 32 --repeats 2 --validate 0
   llama_row "$lq8" "$m7"
   bench_row "$lq8-prompt5" -m "$m7" --backends vulkan --prompt 5 -n 16 --repeats 3 --validate 0
   # The same prompt as one batched prefill (the few-row split tiles) in
@@ -400,6 +412,15 @@ if [ "$quick" = 1 ]; then
     lim=$(limit 60)
     if [ "$lim" = 0 ]; then echo "skipped: the quick mode's deadline (QUICK_DEADLINE) was reached"; else
       timeout -k 5 "$lim" "$here/bin/modrun" run -m "$m11" -p "Once upon a time" -n 64 --backend vulkan --profile 2>&1 >/dev/null | tail -40
+    fi
+    echo '```'
+    echo
+    echo "## The same with the hand-off (MODRUN_HANDOFF=1): the kernels' share of the wall time, without barriers"
+    echo
+    echo '```'
+    lim=$(limit 60)
+    if [ "$lim" = 0 ]; then echo "skipped: the quick mode's deadline (QUICK_DEADLINE) was reached"; else
+      MODRUN_HANDOFF=1 timeout -k 5 "$lim" "$here/bin/modrun" run -m "$m11" -p "Once upon a time" -n 64 --backend vulkan --profile 2>&1 >/dev/null | tail -40
     fi
     echo '```'
     echo

@@ -93,13 +93,14 @@ func NewInstance(opts InstanceOptions) (*Instance, error) {
 		return nil, fmt.Errorf("vk: the Vulkan loader is version %s, modrun needs %s: %w", v, MinAPI, ErrNoVulkan)
 	}
 	validation := opts.Validation && HasValidationLayer()
-	key := InstanceOptions{Validation: validation} // KernelStatistics is the devices' concern: one VkInstance for both
+	// KernelStatistics is the devices' concern: one VkInstance for both.
+	key := InstanceOptions{Validation: validation, NoSyncValidation: validation && opts.NoSyncValidation}
 	shared.Lock()
 	defer shared.Unlock()
 	if s := shared.insts[key]; s != nil {
 		return &Instance{h: s.h, validation: s.validation, kernelStats: opts.KernelStatistics, shared: s}, nil
 	}
-	syncval := validation && hasSyncValidation()
+	syncval := validation && !opts.NoSyncValidation && hasSyncValidation()
 	var h C.uint64_t
 	var call *C.char
 	r := Result(C.mr_create_instance(C.uint32_t(MinAPI), cbool(validation), cbool(syncval), &h, &call))

@@ -20,6 +20,11 @@ type InstanceOptions struct {
 	// hazard), and collects its messages (see Instance.ValidationMessages).
 	// Tests set it.
 	Validation bool
+	// NoSyncValidation leaves synchronization validation off under
+	// Validation: for recordings whose kernels order some commands
+	// themselves (Access Handoff), where it would report each barrier
+	// left out on purpose as a hazard. The rest of the layer's checks stay.
+	NoSyncValidation bool
 	// KernelStatistics keeps each kernel's compiler statistics (registers,
 	// spills, instructions: Kernel.Statistics) on the devices it opens that
 	// offer VK_KHR_pipeline_executable_properties

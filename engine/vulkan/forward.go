@@ -91,6 +91,8 @@ func (r *Runner) forwardFrame(ps pass) (*frame, error) {
 // recordFrame records the pass of frame p.
 func (r *Runner) recordFrame(p *frame) (*vk.Recorder, error) {
 	rec := r.dev.NewRecorder()
+	r.beginHandoff(rec, p)
+	defer delete(r.handRecs, rec) // endHandoff's, on an error too
 	if p.appendCount != nil {
 		rec.Fill(p.appendCount, 0, 4, uint32(p.n))
 	}
@@ -117,6 +119,9 @@ func (r *Runner) recordFrame(p *frame) (*vk.Recorder, error) {
 		p.blockStats = append(p.blockStats, vk.Stats{Dispatches: after.Dispatches - before.Dispatches, Barriers: after.Barriers - before.Barriers})
 	}
 	if err := r.recordHead(rec, p); err != nil {
+		return rec, err
+	}
+	if err := r.endHandoff(rec); err != nil {
 		return rec, err
 	}
 	return rec, rec.Err()
@@ -328,6 +333,7 @@ func (r *Runner) readTrace(buf *vk.Buffer, rows, n int) error {
 
 // dispatch records o, then its timestamp when profiling.
 func (r *Runner) dispatch(rec *vk.Recorder, o op) {
+	o = r.handoffOp(rec, o)
 	o.record(rec)
 	r.timestampOp(rec, o, true)
 }

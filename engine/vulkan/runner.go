@@ -114,10 +114,11 @@ type Runner struct {
 	promptSteps int        // Options.PromptSteps, resolved
 	vecRowsEnv  int        // MODRUN_VEC_ROWS (vecRowsEnv); 0: the profile's
 
-	profile     bool                       // the step has a timestamp after each command
-	conditional bool                       // routed blocks run in conditional spans (VK_EXT_conditional_rendering)
-	prof        map[string]*ProfileEntry   // per label, summed over replays since New
-	profCmds    map[*vk.Recorder][]profCmd // per recording, what each timestamp's command reads and computes (timestampOp)
+	profile     bool                         // the step has a timestamp after each command
+	conditional bool                         // routed blocks run in conditional spans (VK_EXT_conditional_rendering)
+	prof        map[string]*ProfileEntry     // per label, summed over replays since New
+	profCmds    map[*vk.Recorder][]profCmd   // per recording, what each timestamp's command reads and computes (timestampOp)
+	handRecs    map[*vk.Recorder]*handoffRec // the decode step's hand-off while it is recorded (handoff.go)
 
 	// trace is, with Options.Trace, the routing of each token of the last
 	// Feed (readTrace); nil without it.
@@ -165,6 +166,12 @@ func openRunner(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Run
 		return nil, fmt.Errorf("vulkan: %s: head dimension %d is over the attention kernel's %d", m.Path, c.HeadDim, shaders.AttentionSpec[1])
 	}
 	ks := newKernels(dev, opts.DeviceProfile)
+	if opts.DeviceProfile == nil { // the device's own; a given one (a test's, the self-check's fallback) is kept
+		if err := handoffEnv(&ks.prof); err != nil {
+			ks.Close()
+			return nil, err
+		}
+	}
 	vecRows, err := vecRowsEnv(ks.prof)
 	if err != nil {
 		ks.Close()
@@ -177,7 +184,7 @@ func openRunner(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Run
 	}
 	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: ks, args: make([]*vk.Buffer, c.NLayer), tables: map[tableKey]*vk.Buffer{},
 		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{},
-		profCmds:    map[*vk.Recorder][]profCmd{},
+		profCmds: map[*vk.Recorder][]profCmd{}, handRecs: map[*vk.Recorder]*handoffRec{},
 		conditional: dev.Info().Features.ConditionalRendering && !opts.NoConditional, ub: opts.UBatch,
 		promptSteps: promptSteps, vecRowsEnv: vecRows}
 	if opts.Trace && c.IsMoD() {
@@ -293,8 +300,8 @@ func (r *Runner) Reset() {
 	// decode_attend's and argmax_wide's counters are zero after every
 	// complete step; zeroed here too, in case a step failed half-way.
 	err := r.counts.Upload(make([]byte, 4*r.c.NLayer), 0)
-	for _, b := range []*vk.Buffer{r.act.done, r.act.amaxDone} {
-		if err == nil {
+	for _, b := range []*vk.Buffer{r.act.done, r.act.amaxDone, r.handHost} {
+		if err == nil && b != nil {
 			err = b.Upload(make([]byte, b.Size()), 0)
 		}
 	}

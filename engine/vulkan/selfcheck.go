@@ -244,7 +244,11 @@ func timeDispatch(dev *vk.Device, k *kernel, push []byte, groups [3]uint32, bind
 // profile splits; the tensor-core matmul where the profile has it),
 // checked against the CPU and timed.
 func CheckDevice(dev *vk.Device) ([]SelfCheck, error) {
-	return checkProfile(dev, DeviceProfile(dev.Info()))
+	prof := DeviceProfile(dev.Info())
+	if err := handoffEnv(&prof); err != nil {
+		return nil, err
+	}
+	return checkProfile(dev, prof)
 }
 
 // pick is a kernel a profile picks: a variant and its spec (nil: the
@@ -268,6 +272,16 @@ func profilePicks(prof shaders.Profile) []pick {
 			name, spec := prof.MatvecBatch(typ, fuse, 8, 8, 4096)
 			if own, _ := prof.Matvec(typ, fuse, 8, 4096); name != own {
 				picks = append(picks, pick{name, "batched step of 8", spec})
+			}
+		}
+	}
+	if prof.Handoff { // the decode step's matvecs that hand off (handoff.go)
+		for _, typ := range shaders.HandoffMatvecTypes {
+			for _, fuse := range []string{shaders.FuseNorm, shaders.FuseNormSwiGLU, shaders.FuseAdd} {
+				name, spec := prof.Matvec(typ, fuse, 1, 4096)
+				if h, ok := shaders.HandoffName(name); ok {
+					picks = append(picks, pick{h, "decode, handed off", spec})
+				}
 			}
 		}
 	}
@@ -343,6 +357,9 @@ func KernelStatistics(dev *vk.Device) ([]KernelStats, error) {
 		return nil, fmt.Errorf("vulkan: device %d (%s) does not report kernel statistics (VK_KHR_pipeline_executable_properties)", dev.Info().Index, dev.Info().Name)
 	}
 	prof := DeviceProfile(dev.Info())
+	if err := handoffEnv(&prof); err != nil {
+		return nil, err
+	}
 	ks := newKernels(dev, &prof)
 	defer ks.Close()
 	picks := profilePicks(prof)

@@ -20,6 +20,9 @@ import (
 // a kernel the self-check does not cover (those whose variant does not
 // depend on the device's subgroups or limits).
 func checkerFor(v shaders.Variant) (mk func(v shaders.Variant, spec []uint32) (checkCase, error), ok bool) {
+	if shaders.IsHandoff(v) {
+		return handoffChecker(v)
+	}
 	switch v.Op {
 	case shaders.OpMatvec:
 		return matvecCase, true

@@ -35,6 +35,9 @@ type decodeStep struct {
 	// predictor score p and count (0 or 1) here, and run reads them after
 	// each token into the runner's trace (readTrace).
 	traceHost *vk.Buffer // [nRouted][3][1] r f32, p f32, selected u32
+	// With the profile's Handoff (handoff.go): the step's counts of
+	// workgroups done and its stall flag, and the flag copied for the host.
+	hand, handHost *vk.Buffer
 
 	step *vk.Recorder // the decode step: recorded once, replayed per token
 	// stepBlocks are step's commands block by block (StepCounts): what
@@ -121,6 +124,9 @@ func (r *Runner) allocateStep() error {
 	}
 	if r.trace != nil {
 		r.traceHost = must(12*uint64(len(c.RoutedLayers())), vk.HostVisible)
+	}
+	if r.ks.prof.Handoff {
+		r.hand, r.handHost = must(4*handoffWords(c.NLayer), vk.DeviceLocal), must(4, vk.HostVisible)
 	}
 	if al.err != nil {
 		return fmt.Errorf("the decode step's buffers: %w", al.err)
@@ -256,6 +262,9 @@ func (r *Runner) runStep(token int32, logits bool) error {
 		step = r.step
 	}
 	if err := r.dev.Run(step); err != nil {
+		return fmt.Errorf("vulkan: decode step at position %d: %w", r.pos, err)
+	}
+	if err := r.checkHandoff(); err != nil {
 		return fmt.Errorf("vulkan: decode step at position %d: %w", r.pos, err)
 	}
 	r.addTimings(step, r.pos)
