@@ -41,7 +41,10 @@ layout(std430, binding = 1) coherent buffer Odd { float odd[]; };   // [n]: of o
 // the last workgroup sets them back to zero), then the stall flag.
 layout(std430, binding = 2) coherent buffer Count { uint count[]; };
 
-const uint SPIN_LIMIT = 1u << 16; // polls: ~0.1 s at most a stage on a GPU, so a driver that stalls ends the chain in seconds
+// Polls: ~15-30 ms at most a stage on a GPU, so a driver that stalls ends
+// the chain in seconds; under lavapipe's loop budget (65535 iterations a
+// shader, past which loops stop unflagged), as include/handoff.glsl's.
+const uint SPIN_LIMIT = 1u << 15;
 
 void main() {
 	uint l = gl_LocalInvocationID.x;
