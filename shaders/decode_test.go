@@ -400,11 +400,12 @@ func TestDecodeAttendFull(t *testing.T) {
 				qkv := denseNormals(rand.New(rand.NewSource(5)), qd+2*kvd, 3)
 				out := denseNaNBuffer(t, dev, qd)
 				rec := dev.NewRecorder()
-				rec.Dispatch(k, vk.MustPackPush(DecodeAttendPush{HeadDim: hd, NHead: nHead, NKVHead: nKVHead, KOff: uint32(qd), VOff: uint32(qd + kvd),
+				push, binds := withHandoff(t, dev, k, vk.MustPackPush(DecodeAttendPush{HeadDim: hd, NHead: nHead, NKVHead: nKVHead, KOff: uint32(qd), VOff: uint32(qd + kvd),
 					MaxEntries: old, Scale: float32(1 / math.Sqrt(hd))}),
 					DecodeAttendGroups(nHead, splits), decodeAttendBinds(newBuffer(t, dev, f32bytes(qkv)), newBuffer(t, dev, u32bytes([]uint32{pos})),
 						newBuffer(t, dev, u32bytes(RopeFreqs(freqs))), bK, bV, bKPos, bCounts,
-						denseNaNBuffer(t, dev, nHead*int(splits)*(2+hd)), bDone, out)...)
+						denseNaNBuffer(t, dev, nHead*int(splits)*(2+hd)), bDone, out))
+				rec.Dispatch(k, push, DecodeAttendGroups(nHead, splits), binds...)
 				require.NoError(t, dev.Run(rec))
 				rec.Close()
 				q := slices.Clone(qkv[:qd])

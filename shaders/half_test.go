@@ -167,9 +167,10 @@ func TestToHalf(t *testing.T) {
 				bQKV, bPos := newBuffer(t, dev, f32bytes(qkv)), newBuffer(t, dev, u32bytes([]uint32{0}))
 				out := denseNaNBuffer(t, dev, qd)
 				rec := dev.NewRecorder()
-				rec.Dispatch(k, vk.MustPackPush(DecodeAttendPush{HeadDim: hd, NHead: nHead, NKVHead: nHead, KOff: uint32(kOff), VOff: uint32(vOff),
+				push, binds := withHandoff(t, dev, k, vk.MustPackPush(DecodeAttendPush{HeadDim: hd, NHead: nHead, NKVHead: nHead, KOff: uint32(kOff), VOff: uint32(vOff),
 					MaxEntries: 1, Scale: float32(1 / math.Sqrt(hd))}),
-					DecodeAttendGroups(nHead, splits), decodeAttendBinds(bQKV, bPos, bFreq, bK, bV, bKPos, bCounts, bPart, bDone, out)...)
+					DecodeAttendGroups(nHead, splits), decodeAttendBinds(bQKV, bPos, bFreq, bK, bV, bKPos, bCounts, bPart, bDone, out))
+				rec.Dispatch(k, push, DecodeAttendGroups(nHead, splits), binds...)
 				require.NoError(t, dev.Run(rec))
 				rec.Close()
 				got = append(got, download(t, out, qd)...)
