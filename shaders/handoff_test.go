@@ -120,16 +120,18 @@ func TestMatvecHandoff(t *testing.T) {
 	const eps = 1e-5
 	spec := MatvecRowsSpec(d.SubgroupSize)
 	for _, typ := range HandoffMatvecTypes {
+		var gt gguf.TensorType
+		found := false
+		for g, name := range matvecTypeOf {
+			if name == typ {
+				gt, found = g, true
+			}
+		}
+		require.True(t, found, "%s: a GGUF type", typ)
 		for _, fuse := range handoffMatvecFusions {
 			base := lookup(t, MatvecFusedName(typ, ReduceSubgroupRows, fuse))
 			h := lookup(t, base.Name+HandoffSuffix)
 			kb, kh := newKernel(t, dev, base, spec...), newKernel(t, dev, h, spec...)
-			gt := gguf.TypeQ8_0
-			for g, name := range matvecTypeOf {
-				if name == typ {
-					gt = g
-				}
-			}
 			rows := 67
 			wRows := rows
 			if fuse == FuseNormSwiGLU {

@@ -57,8 +57,6 @@ func maxStepDispatches(nLayer int) int { return 16*nLayer + 16 }
 
 // handoffRec is the hand-off's state while a step is recorded.
 type handoffRec struct {
-	buf        *vk.Buffer
-	slots      uint32 // slots the buffer has (handoffWords - 1)
 	next       uint32 // the next dispatch's slot
 	wait, need uint32 // the last handoff dispatch's slot and workgroups
 	err        error
@@ -72,16 +70,16 @@ func (r *Runner) beginHandoff(rec *vk.Recorder, p *frame) {
 		return
 	}
 	rec.Fill(r.hand, 0, r.hand.Size(), 0)
-	r.handRecs[rec] = &handoffRec{buf: r.hand, slots: uint32(r.hand.Size()/4) - 1, next: 1}
+	r.handRecs[rec] = &handoffRec{next: 1}
 }
 
-// endHandoff ends rec's hand-off: the stall flag copied to the host.
+// endHandoff ends rec's hand-off: the stall flag copied to the host
+// (recordFrame forgets rec's state after).
 func (r *Runner) endHandoff(rec *vk.Recorder) error {
 	h := r.handRecs[rec]
 	if h == nil {
 		return nil
 	}
-	delete(r.handRecs, rec)
 	if h.err != nil {
 		return h.err
 	}
@@ -106,8 +104,8 @@ func (r *Runner) handoffOp(rec *vk.Recorder, o op) op {
 		h.err = err
 		return o
 	}
-	if h.next > h.slots {
-		h.err = fmt.Errorf("vulkan: the decode step's hand-off has %d slots, and the step more dispatches", h.slots)
+	if slots := uint32(r.hand.Size()/4) - 1; h.next > slots {
+		h.err = fmt.Errorf("vulkan: the decode step's hand-off has %d slots, and the step more dispatches", slots)
 		return o
 	}
 	slot := h.next
@@ -119,7 +117,7 @@ func (r *Runner) handoffOp(rec *vk.Recorder, o op) op {
 		b.Access |= vk.Handoff
 		binds = append(binds, b)
 	}
-	binds = append(binds, vk.Bind{Buf: h.buf, Access: vk.ReadWrite | vk.Handoff})
+	binds = append(binds, vk.Bind{Buf: r.hand, Access: vk.ReadWrite | vk.Handoff})
 	h.wait, h.need = slot, o.groups[0]*o.groups[1]*o.groups[2]
 	return op{k: k, push: push, groups: o.groups, binds: binds}
 }

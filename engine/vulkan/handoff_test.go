@@ -178,14 +178,19 @@ func TestHandoffSelfCheck(t *testing.T) {
 	}
 	with := *prof
 	with.Handoff = true
-	checks, err := checkProfile(dev, with)
-	require.NoError(t, err)
+	ks := newKernels(dev, &with)
+	defer ks.Close()
 	found := 0
-	for _, c := range checks {
-		if shaders.IsHandoff(shaders.Variant{Name: c.Kernel}) {
-			found++
-			assert.True(t, c.Pass, "%s: %s", c.Variant(), c.Err)
+	for _, p := range profilePicks(with) { // devices --check's list; only the handoff picks run (the others have their own tests)
+		if !shaders.IsHandoff(shaders.Variant{Name: p.name}) {
+			continue
 		}
+		found++
+		k, err := ks.get(p.name, p.spec)
+		require.NoError(t, err)
+		c, ok := ks.check(k, false)
+		require.True(t, ok, "%s has a check", p.name)
+		assert.True(t, c.Pass, "%s: %s", c.Variant(), c.Err)
 	}
 	assert.Equal(t, len(shaders.HandoffMatvecTypes)*3, found, "every handoff matvec")
 }

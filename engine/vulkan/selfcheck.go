@@ -277,7 +277,7 @@ func profilePicks(prof shaders.Profile) []pick {
 	}
 	if prof.Handoff { // the decode step's matvecs that hand off (handoff.go)
 		for _, typ := range shaders.HandoffMatvecTypes {
-			for _, fuse := range []string{shaders.FuseNorm, shaders.FuseNormSwiGLU, shaders.FuseAdd} {
+			for _, fuse := range shaders.MatvecFusions { // those with a handoff variant
 				name, spec := prof.Matvec(typ, fuse, 1, 4096)
 				if h, ok := shaders.HandoffName(name); ok {
 					picks = append(picks, pick{h, "decode, handed off", spec})
