@@ -74,10 +74,11 @@ func TestOnlySubgroupVariantsNeedAFeature(t *testing.T) {
 			assert.False(t, fb.MatmulCoop, v.Name)
 			continue
 		}
-		if v.Name == "probe_coop" {
-			// The tensor-core probe: the matmul's features, and no fallback:
-			// vulkan.ProbeCompute runs it only where the device has them,
-			// and says why there is no tensor peak elsewhere.
+		if v.Name == "probe_coop" || v.Name == MatmulDirectName(false, false) || v.Name == MatmulDirectName(true, false) {
+			// The tensor-core probe and the direct matmul's bench
+			// candidates: the matmul's features, and no fallback:
+			// vulkan.ProbeCompute and BenchmarkMatmulGPU run them only
+			// where the device has them, and say so elsewhere.
 			assert.Equal(t, []string{"cooperative_matrix_nv", "shader_float16", "vulkan_memory_model"}, nd.Features, v.Name)
 			continue
 		}

@@ -1,0 +1,142 @@
+package shaders
+
+import "fmt"
+
+// PlanesPush is planes.comp's push-constant block (include/push_direct.glsl).
+type PlanesPush struct {
+	Rows  uint32 // rows of the matrix written (from WRow0); rows past it are zero
+	Cols  uint32 // its columns (a weight type's block divides it)
+	WRow0 uint32 // the first row read, of the binding's
+	WRows uint32 // rows in the binding (where the split layouts' scales start)
+	RowsP uint32 // rows of each plane
+	ColsP uint32 // halves a plane's row, a multiple of 4
+	LoOff uint32 // quads from the hi plane's start to the lo plane's (the hilo variants)
+}
+
+// MatmulDirectPush is matmul_direct.comp's push-constant block.
+type MatmulDirectPush struct {
+	Rows  uint32 // outputs per token written
+	N     uint32 // tokens written
+	ColsP uint32 // halves a plane's row (W's and X's), a multiple of 32
+	LdY   uint32 // elements per y row
+	YOff  uint32 // the column of y that row 0's output goes to
+	WLo   uint32 // the hilo kernel: W's lo plane in 8-half units from the binding's start; 0: none
+	XLo   uint32 // the hilo kernel: X's lo plane in 8-half units from the binding's start
+}
+
+// MatmulDirectSpec is matmul_direct's specialization constants: a
+// workgroup computes BM tokens by BN rows, each subgroup of 32 a block of
+// WM tokens by WN rows in 16x16 tiles (WM, WN multiples of 16).
+type MatmulDirectSpec struct{ BM, BN, WM, WN uint32 }
+
+// MatmulDirectSpecGPU: 4 subgroups of 2x4 tiles on a 64x128 tile (not yet
+// measured: BenchmarkMatmulGPU's direct-* candidates compare it).
+var MatmulDirectSpecGPU = MatmulDirectSpec{BM: 64, BN: 128, WM: 32, WN: 64}
+
+// Subgroups is the number of subgroups of a workgroup.
+func (s MatmulDirectSpec) Subgroups() uint32 { return (s.BM / s.WM) * (s.BN / s.WN) }
+
+// Constants is the spec as specialization constants 0..4 (constant 0 is the
+// workgroup size).
+func (s MatmulDirectSpec) Constants() []uint32 {
+	return []uint32{MatmulCoopSubgroup * s.Subgroups(), s.BM, s.BN, s.WM, s.WN}
+}
+
+// Check says whether the tiles divide as the kernel needs.
+func (s MatmulDirectSpec) Check() error {
+	switch {
+	case s.WM == 0 || s.WN == 0 || s.WM%16 != 0 || s.WN%16 != 0:
+		return fmt.Errorf("shaders: matmul_direct spec %+v: WM and WN must be positive multiples of 16", s)
+	case s.BM%s.WM != 0 || s.BN%s.WN != 0:
+		return fmt.Errorf("shaders: matmul_direct spec %+v: WM must divide BM and WN divide BN", s)
+	}
+	return nil
+}
+
+// Pad is the planes' shape for rows of W, n tokens and cols columns: rows
+// and tokens padded to whole workgroup tiles, columns to 32 (the kernel's
+// step).
+func (s MatmulDirectSpec) Pad(rows, n, cols uint32) (rowsP, nP, colsP uint32) {
+	return roundUp(rows, s.BN), roundUp(n, s.BM), roundUp(cols, 32)
+}
+
+func roundUp(v, m uint32) uint32 { return (v + m - 1) / m * m }
+
+// MatmulDirectGroups is matmul_direct's dispatch for rows of W and n
+// tokens: x over row tiles, y over token tiles.
+func MatmulDirectGroups(rows, n uint32, s MatmulDirectSpec) [3]uint32 {
+	return [3]uint32{(rows + s.BN - 1) / s.BN, (n + s.BM - 1) / s.BM, 1}
+}
+
+// PlanesGroups is planes' dispatch for planes of rowsP x colsP halves (an
+// invocation a quad).
+func PlanesGroups(rowsP, colsP uint32) [3]uint32 { return ElementGroups(rowsP * colsP / 4) }
+
+// PlanesName is planes.comp's variant for weight type typ (F32 for X):
+// the high halves only, or with hilo the low halves too.
+func PlanesName(typ string, hilo bool) string {
+	if hilo {
+		return "planes_hilo_" + typ
+	}
+	return "planes_" + typ
+}
+
+// MatmulDirectName is matmul_direct.comp's variant: its operands' high
+// halves only or (hilo) f32's precision from three products, on tensor
+// cores or (emulate) in plain arithmetic (every device runs it; CI does).
+// Bench candidates (BenchmarkMatmulGPU's direct-*): no profile takes them
+// yet.
+func MatmulDirectName(hilo, emulate bool) string {
+	name := "matmul_direct"
+	if hilo {
+		name += "_hilo"
+	}
+	if emulate {
+		name += "_emu"
+	}
+	return name
+}
+
+func init() {
+	for _, wt := range WeightTypes {
+		for _, hilo := range []bool{false, true} {
+			v := Variant{
+				Name: PlanesName(wt.Name, hilo), Source: "planes.comp", Defines: append([]string(nil), wt.Defines...),
+				Bindings: []Binding{
+					{"w", Read, wt.Shape + " (X: [n][cols] f32)"},
+					{"planes", Write, "[rowsP][colsP] halves (two a word): hi, then at loOff quads lo (hilo)"},
+				},
+				Push: PlanesPush{}, LocalSize: [3]uint32{256, 1, 1},
+				Notes: "dispatch PlanesGroups(rowsP, colsP); matmul_direct's operands (MatmulDirectSpec.Pad)",
+			}
+			if hilo {
+				v.Defines = append(v.Defines, "PLANES_HILO")
+			}
+			Variants = append(Variants, v)
+		}
+	}
+	for _, hilo := range []bool{false, true} {
+		for _, emulate := range []bool{false, true} {
+			v := Variant{
+				Name: MatmulDirectName(hilo, emulate), Source: "matmul_direct.comp",
+				Bindings: []Binding{
+					{"w", Read, "planes of W (planes.comp): [rowsP][colsP] halves, lo at wLo"},
+					{"x", Read, "planes of X: [nP][colsP] halves, lo at xLo"},
+					{"y", Write, "[n][ldy] f32, columns [yOff, yOff+rows)"},
+				},
+				Push: MatmulDirectPush{}, LocalSize: [3]uint32{128, 1, 1}, LocalSizeSpec: true,
+				Spec:  MatmulDirectSpecGPU.Constants(),
+				Notes: "Spec: MatmulDirectSpec.Constants(); dispatch MatmulDirectGroups(rows, n, spec); planes padded by MatmulDirectSpec.Pad",
+			}
+			if hilo {
+				v.Defines = append(v.Defines, "DIRECT_HILO")
+			}
+			if emulate {
+				v.Defines = append(v.Defines, "EMULATE_COOPMAT")
+			} else {
+				v.Notes += "; needs VK_NV_cooperative_matrix (Device.CooperativeMatrixNV) and a subgroup size of 32"
+			}
+			Variants = append(Variants, v)
+		}
+	}
+}

@@ -1,0 +1,215 @@
+package shaders
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/vk"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// matmulDirectSpecs are the preset and tiles that exercise the index
+// arithmetic: one subgroup, subgroups across rows only, across tokens and
+// rows, and several 16x16 tiles a subgroup.
+var matmulDirectSpecs = []MatmulDirectSpec{
+	MatmulDirectSpecGPU,
+	{BM: 16, BN: 16, WM: 16, WN: 16},
+	{BM: 16, BN: 48, WM: 16, WN: 16},
+	{BM: 32, BN: 32, WM: 32, WN: 16},
+}
+
+// directKernels are the three passes of one direct matmul: W's planes (its
+// weight type's planes variant), X's (planes_f32) and the product.
+type directKernels struct {
+	wPlanes, xPlanes, product *vk.Kernel
+	spec                      MatmulDirectSpec
+	hilo                      bool // f32's precision: X's lo plane, and W's where it has one
+	wLo                       bool // W has a lo plane (every type but F16 under hilo)
+}
+
+func newDirectKernels(t testing.TB, dev *vk.Device, typ gguf.TensorType, spec MatmulDirectSpec, hilo, emulate bool) *directKernels {
+	t.Helper()
+	require.NoError(t, spec.Check())
+	wLo := hilo && typ != gguf.TypeF16 // an F16 weight is its own high half
+	return &directKernels{
+		wPlanes: newKernel(t, dev, lookup(t, PlanesName(matvecTypeOf[typ], wLo))),
+		xPlanes: newKernel(t, dev, lookup(t, PlanesName(MatvecF32, hilo))),
+		product: newKernel(t, dev, lookup(t, MatmulDirectName(hilo, emulate)), spec.Constants()...),
+		spec:    spec, hilo: hilo, wLo: wLo,
+	}
+}
+
+// directPlanes are the scratch planes of one product.
+type directPlanes struct {
+	w, x              *vk.Buffer
+	wQuads, xQuads    uint32 // quads of halves a plane
+	rowsP, nP, colsP  uint32
+	rows, n, cols, r0 uint32
+}
+
+func (d *directKernels) newPlanes(t testing.TB, dev *vk.Device, r0, rows, n, cols int) *directPlanes {
+	t.Helper()
+	pl := &directPlanes{rows: uint32(rows), n: uint32(n), cols: uint32(cols), r0: uint32(r0)}
+	pl.rowsP, pl.nP, pl.colsP = d.spec.Pad(pl.rows, pl.n, pl.cols)
+	pl.wQuads, pl.xQuads = pl.rowsP*pl.colsP/4, pl.nP*pl.colsP/4
+	planes := func(quads uint32, lo bool) *vk.Buffer {
+		if lo {
+			quads *= 2
+		}
+		b, err := dev.NewBuffer(8*uint64(quads), vk.DeviceLocal)
+		require.NoError(t, err)
+		t.Cleanup(b.Close)
+		return b
+	}
+	pl.w, pl.x = planes(pl.wQuads, d.wLo), planes(pl.xQuads, d.hilo)
+	return pl
+}
+
+// record records rows r0 .. r0+rows of w (a binding of wRows rows) times
+// the n tokens of x into columns r0 .. of y (ldy a row): both planes
+// passes, then the product.
+func (d *directKernels) record(rec *vk.Recorder, pl *directPlanes, w *vk.Buffer, wRows int, x, y *vk.Buffer, ldy int) {
+	wp := PlanesPush{Rows: pl.rows, Cols: pl.cols, WRow0: pl.r0, WRows: uint32(wRows), RowsP: pl.rowsP, ColsP: pl.colsP}
+	xp := PlanesPush{Rows: pl.n, Cols: pl.cols, WRows: pl.n, RowsP: pl.nP, ColsP: pl.colsP}
+	push := MatmulDirectPush{Rows: pl.rows, N: pl.n, ColsP: pl.colsP, LdY: uint32(ldy), YOff: pl.r0}
+	if d.wLo {
+		wp.LoOff, push.WLo = pl.wQuads, pl.wQuads/2 // quads, and 8-half units
+	}
+	if d.hilo {
+		xp.LoOff, push.XLo = pl.xQuads, pl.xQuads/2
+	}
+	rec.Dispatch(d.wPlanes, vk.MustPackPush(wp), PlanesGroups(pl.rowsP, pl.colsP), vk.Bind{Buf: w, Access: vk.Read}, vk.Bind{Buf: pl.w, Access: vk.Write})
+	rec.Dispatch(d.xPlanes, vk.MustPackPush(xp), PlanesGroups(pl.nP, pl.colsP), vk.Bind{Buf: x, Access: vk.Read}, vk.Bind{Buf: pl.x, Access: vk.Write})
+	rec.Dispatch(d.product, vk.MustPackPush(push), MatmulDirectGroups(pl.rows, pl.n, d.spec),
+		vk.Bind{Buf: pl.w, Access: vk.Read}, vk.Bind{Buf: pl.x, Access: vk.Read}, vk.Bind{Buf: y, Access: vk.Write})
+}
+
+// runDirect computes c by the direct kernels, its rows in parts cut at
+// cuts (each part's planes read from the whole matrix's binding at WRow0,
+// each writing its columns of one y).
+func (c *matmulCase) runDirect(t testing.TB, dev *vk.Device, d *directKernels, cuts []int) []float32 {
+	t.Helper()
+	xb := newBuffer(t, dev, f32bytes(c.x))
+	defer xb.Close()
+	wb := newBuffer(t, dev, matmulLayout(t, c.typ, c.w, c.rows, c.cols))
+	defer wb.Close()
+	yb, err := dev.NewBuffer(uint64(4*c.n*c.rows), vk.DeviceLocal)
+	require.NoError(t, err)
+	defer yb.Close()
+	rec := dev.NewRecorder()
+	defer rec.Close()
+	rec.Fill(yb, 0, yb.Size(), 0x7fc00000) // NaN: an output the kernel skips shows
+	bounds := append(append([]int{0}, cuts...), c.rows)
+	for i := 0; i+1 < len(bounds); i++ {
+		pl := d.newPlanes(t, dev, bounds[i], bounds[i+1]-bounds[i], c.n, c.cols)
+		d.record(rec, pl, wb, c.rows, xb, yb, c.rows)
+	}
+	require.NoError(t, dev.Run(rec))
+	return download(t, yb, c.n*c.rows)
+}
+
+// TestMatmulDirectEmulated runs the direct matmul with its tile product
+// emulated (EMULATE_COOPMAT: the planes passes as they are, the product's
+// tile indexing and edges, in plain arithmetic) against the CPU reference:
+// every weight type, rows, columns and token counts that are not
+// multiples of the tiles, the rows in parts of one binding too, with the
+// operands' high halves only (matmulCoopBound: both rounded to nearest)
+// and with f32's precision (hilo: matmulCoopHiloBound, the same split as
+// matmul_coop_hilo's).
+func TestMatmulDirectEmulated(t *testing.T) {
+	dev := openDevice(t)
+	rowsList := []int{1, 13, 67, 130}
+	nList := []int{1, 5, 33, 70}
+	for _, typ := range matmulTypes {
+		for _, hilo := range []bool{false, true} {
+			var stats errStats
+			bound := func(cols int) float64 {
+				if hilo {
+					return matmulCoopHiloBound(cols)
+				}
+				return matmulCoopBound(cols)
+			}
+			for si, spec := range matmulDirectSpecs {
+				d := newDirectKernels(t, dev, typ, spec, hilo, true)
+				for ci, cols := range testCols(typ) {
+					for ri, rows := range testRows(typ, rowsList) {
+						n := nList[(si+ci+ri)%len(nList)]
+						name := fmt.Sprintf("%s/hilo=%v/%+v/%dx%d/n%d", typ, hilo, spec, rows, cols, n)
+						c := newMatmulCase(t, typ, rows, cols, n, int64(rows*1000+cols*10+n))
+						var cuts []int
+						if si == 1 && rows > 13 {
+							cuts = []int{13} // a part that starts at row 13 of the binding
+						}
+						got := c.runDirect(t, dev, d, cuts)
+						stats.add(got, c.want, c.scale)
+						var err error
+						if hilo {
+							err = hiloClose(got, c.want, c.scale, c.hiloAbs(t), bound(cols))
+						} else {
+							err = closeness(got, c.want, c.scale, bound(cols))
+						}
+						if err != nil {
+							t.Errorf("%s: %v", name, err)
+						}
+					}
+				}
+			}
+			t.Logf("%s hilo=%v: %v (bound %.4g at %d columns)", typ, hilo, stats, bound(slices.Max(testCols(typ))), slices.Max(testCols(typ)))
+		}
+	}
+}
+
+// TestPlanes checks planes.comp value for value: X's planes (planes_f32,
+// with and without the lo plane) hold toHalf(x) and toHalf(x - hi) at
+// [r][c], zeros in the padding, and an F16 weight's hi plane is the weight.
+func TestPlanes(t *testing.T) {
+	dev := openDevice(t)
+	const rows, cols, rowsP, colsP = 5, 7, 16, 32
+	x := make([]float32, rows*cols)
+	for i := range x {
+		x[i] = float32(i)*0.3711 - 5.123 + float32(i%3)*1e-6
+	}
+	xb := newBuffer(t, dev, f32bytes(x))
+	defer xb.Close()
+	for _, hilo := range []bool{false, true} {
+		k := newKernel(t, dev, lookup(t, PlanesName(MatvecF32, hilo)))
+		quads := uint32(rowsP * colsP / 4)
+		out, err := dev.NewBuffer(8*2*uint64(quads), vk.DeviceLocal)
+		require.NoError(t, err)
+		defer out.Close()
+		rec := dev.NewRecorder()
+		rec.Fill(out, 0, out.Size(), 0x7fc07fc0) // NaN halves: a place nobody writes shows
+		push := PlanesPush{Rows: rows, Cols: cols, WRows: rows, RowsP: rowsP, ColsP: colsP}
+		if hilo {
+			push.LoOff = quads
+		}
+		rec.Dispatch(k, vk.MustPackPush(push), PlanesGroups(rowsP, colsP), vk.Bind{Buf: xb, Access: vk.Read}, vk.Bind{Buf: out, Access: vk.Write})
+		require.NoError(t, dev.Run(rec))
+		rec.Close()
+		words := downloadU32(t, out, int(2*2*quads))
+		half := func(plane, r, c int) uint16 {
+			h := plane*rowsP*colsP + r*colsP + c
+			return uint16(words[h/2] >> (16 * (h % 2)))
+		}
+		for r := 0; r < rowsP; r++ {
+			for c := 0; c < colsP; c++ {
+				var v float32
+				if r < rows && c < cols {
+					v = x[r*cols+c]
+				}
+				hi := gguf.F32ToF16(v)
+				require.Equal(t, hi, half(0, r, c), "hi[%d][%d] of %g", r, c, v)
+				if hilo {
+					lo := gguf.F32ToF16(v - gguf.F16ToF32(hi))
+					require.Equal(t, lo, half(1, r, c), "lo[%d][%d] of %g", r, c, v)
+				}
+			}
+		}
+		if !hilo {
+			assert.Equal(t, uint16(0x7fc0), half(1, 0, 0), "no lo plane without hilo")
+		}
+	}
+}
