@@ -72,6 +72,12 @@ var costRules = []costRule{
 	// three tensor products it takes for them: its share of the tensor peak
 	// is of useful work.
 	{"matmul_coop_", PathTensor, pushCost(matmulCost)},
+	// The direct matmul: the same count (its columns padded to 32, as the
+	// planes are: every model's are already), and its planes passes none.
+	{"matmul_direct_emu", PathShader, pushCost(directCost)},
+	{"matmul_direct_hilo_emu", PathShader, pushCost(directCost)},
+	{"matmul_direct", PathTensor, pushCost(directCost)},
+	{"planes_", PathShader, nil},
 	{"matmul_", PathShader, pushCost(matmulCost)}, // matmul_<type>, matmul_pf_<type>
 	{"matvec_", PathShader, pushCost(matvecCost)},
 	{"attention_split_counts", PathShader, pushCost(attentionSplitCountsCost)},
@@ -126,6 +132,10 @@ func pushCost[P any](f func(name string, p P) Cost) func(string, []byte) (Cost, 
 
 func matmulCost(_ string, p MatmulPush) Cost {
 	return Cost{FLOPs: 2 * uint64(p.N) * uint64(p.Rows) * uint64(p.Cols)}
+}
+
+func directCost(_ string, p MatmulDirectPush) Cost {
+	return Cost{FLOPs: 2 * uint64(p.N) * uint64(p.Rows) * uint64(p.ColsP)}
 }
 
 func matvecCost(name string, p MatvecPush) Cost {

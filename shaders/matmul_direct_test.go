@@ -72,17 +72,33 @@ func (d *directKernels) newPlanes(t testing.TB, dev *vk.Device, r0, rows, n, col
 // the n tokens of x into columns r0 .. of y (ldy a row): both planes
 // passes, then the product.
 func (d *directKernels) record(rec *vk.Recorder, pl *directPlanes, w *vk.Buffer, wRows int, x, y *vk.Buffer, ldy int) {
+	d.recordPlanes(rec, pl, w, wRows, x)
+	d.recordProduct(rec, pl, y, ldy)
+}
+
+// recordPlanes records W's and X's planes passes.
+func (d *directKernels) recordPlanes(rec *vk.Recorder, pl *directPlanes, w *vk.Buffer, wRows int, x *vk.Buffer) {
 	wp := PlanesPush{Rows: pl.rows, Cols: pl.cols, WRow0: pl.r0, WRows: uint32(wRows), RowsP: pl.rowsP, ColsP: pl.colsP}
 	xp := PlanesPush{Rows: pl.n, Cols: pl.cols, WRows: pl.n, RowsP: pl.nP, ColsP: pl.colsP}
-	push := MatmulDirectPush{Rows: pl.rows, N: pl.n, ColsP: pl.colsP, LdY: uint32(ldy), YOff: pl.r0}
 	if d.wLo {
-		wp.LoOff, push.WLo = pl.wQuads, pl.wQuads/2 // quads, and 8-half units
+		wp.LoOff = pl.wQuads
 	}
 	if d.hilo {
-		xp.LoOff, push.XLo = pl.xQuads, pl.xQuads/2
+		xp.LoOff = pl.xQuads
 	}
 	rec.Dispatch(d.wPlanes, vk.MustPackPush(wp), PlanesGroups(pl.rowsP, pl.colsP), vk.Bind{Buf: w, Access: vk.Read}, vk.Bind{Buf: pl.w, Access: vk.Write})
 	rec.Dispatch(d.xPlanes, vk.MustPackPush(xp), PlanesGroups(pl.nP, pl.colsP), vk.Bind{Buf: x, Access: vk.Read}, vk.Bind{Buf: pl.x, Access: vk.Write})
+}
+
+// recordProduct records the product of the planes into y (ldy a row).
+func (d *directKernels) recordProduct(rec *vk.Recorder, pl *directPlanes, y *vk.Buffer, ldy int) {
+	push := MatmulDirectPush{Rows: pl.rows, N: pl.n, ColsP: pl.colsP, LdY: uint32(ldy), YOff: pl.r0}
+	if d.wLo {
+		push.WLo = pl.wQuads / 2 // 8-half units
+	}
+	if d.hilo {
+		push.XLo = pl.xQuads / 2
+	}
 	rec.Dispatch(d.product, vk.MustPackPush(push), MatmulDirectGroups(pl.rows, pl.n, d.spec),
 		vk.Bind{Buf: pl.w, Access: vk.Read}, vk.Bind{Buf: pl.x, Access: vk.Read}, vk.Bind{Buf: y, Access: vk.Write})
 }

@@ -49,6 +49,12 @@ type matmulCandidate struct {
 	// timed with the product (once a call: an engine would split an x once
 	// for the several products that read it).
 	xsplit bool
+	// direct: matmul_direct with this tile over planes of W and X
+	// (planes.comp); hilo its f32-precision variant; prep times the planes
+	// passes with each call (else they run once, before the timing: W's
+	// planes kept, as an engine could keep them resident).
+	direct     *MatmulDirectSpec
+	hilo, prep bool
 }
 
 // matmulBenchSplit is the profile whose split plan the split candidates
@@ -129,6 +135,23 @@ func coopXSplitCandidate(name string, s MatmulCoopSpec, emulate bool) matmulCand
 	return c
 }
 
+// directCandidate is matmul_direct (emulate: its product in plain
+// arithmetic, for CPU devices) over planes made by planes.comp, the planes
+// timed with each call where prep is set. Its operands are rounded to
+// nearest by the planes pass (toHalf), not by a driver's conversion; the
+// bound still allows 2^-10 a rounding on the tensor cores, whose f32 sums
+// need not round as an f32 addition does.
+func directCandidate(name string, s MatmulDirectSpec, hilo, emulate, prep bool) matmulCandidate {
+	c := coopCandidate(name, MatmulCoopSpecGPU, emulate)
+	if hilo {
+		c = coopHiloCandidate(name, MatmulCoopSpecGPU, emulate)
+	}
+	c.variant = func(string) string { return MatmulDirectName(hilo, emulate) }
+	c.spec, c.groups = s.Constants(), func(rows, n uint32) [3]uint32 { return MatmulDirectGroups(rows, n, s) }
+	c.direct, c.hilo, c.prep = &s, hilo, prep
+	return c
+}
+
 // coopBenchOperands is the tensor-core kernels' operand rounding in the
 // benchmark's check (coopOperands): to nearest in the emulation (toHalf),
 // toward zero at worst on the tensor cores (the driver's conversion).
@@ -179,6 +202,15 @@ var matmulCandidates = []matmulCandidate{
 	pipeCandidate("pipe-128x128-k8", MatmulSpec{BM: 128, BN: 128, BK: 8, TM: 8, TN: 8}),
 	pipeCandidate("pipe-128x128", MatmulSpec{BM: 128, BN: 128, BK: 16, TM: 8, TN: 8}),
 	pipeCandidate("pipe-64x64-k32", MatmulSpec{BM: 64, BN: 64, BK: 32, TM: 8, TN: 4}),
+	// Tiles straight from memory (matmul_direct over planes of halves):
+	// the planes made once (W's kept resident) or with each call (prep).
+	directCandidate("direct-emu-64x128", MatmulDirectSpecGPU, false, true, true),
+	directCandidate("direct-hilo-emu-64x128", MatmulDirectSpecGPU, true, true, true),
+	directCandidate("direct-64x128", MatmulDirectSpecGPU, false, false, false),
+	directCandidate("direct-hilo-64x128", MatmulDirectSpecGPU, true, false, false),
+	directCandidate("direct-hilo-prep-64x128", MatmulDirectSpecGPU, true, false, true),
+	directCandidate("direct-hilo-32x64", MatmulDirectSpec{BM: 32, BN: 64, WM: 16, WN: 32}, true, false, false),
+	directCandidate("direct-128x128", MatmulDirectSpec{BM: 128, BN: 128, WM: 64, WN: 64}, false, false, false),
 	coopCandidate("coop-emu-64x64", MatmulCoopSpecGPU, true),
 	coopCandidate("coop-emu-16x128", MatmulCoopSpecFew, true),
 	coopHiloCandidate("coop-hilo-emu-64x64", MatmulCoopSpecGPU, true),
@@ -352,6 +384,10 @@ func BenchmarkMatmulGPU(b *testing.B) {
 }
 
 func runMatmulCandidate(b *testing.B, dev *vk.Device, cand matmulCandidate, typ gguf.TensorType, d *matmulBenchData) {
+	if cand.direct != nil {
+		runDirectCandidate(b, dev, cand, typ, d)
+		return
+	}
 	v, err := Lookup(cand.variant(matvecTypeOf[typ]))
 	require.NoError(b, err)
 	nd, err := v.Needs(cand.spec)
@@ -419,6 +455,13 @@ func runMatmulCandidate(b *testing.B, dev *vk.Device, cand matmulCandidate, typ 
 		return rec
 	}
 
+	checkAndTimeMatmul(b, dev, v.Name, cand.tol, d, yb, record, splits)
+}
+
+// checkAndTimeMatmul checks one call of record's against d's reference
+// (y is yb, tol the kernel's operand rounding beyond the f32 sums), then
+// times record's repeats and reports the metrics of BenchmarkMatmulGPU.
+func checkAndTimeMatmul(b *testing.B, dev *vk.Device, name string, opTol float64, d *matmulBenchData, yb *vk.Buffer, record func(reps int) *vk.Recorder, splits uint32) {
 	// Checked first: NaN in y shows an output the kernel skipped.
 	check := dev.NewRecorder()
 	defer check.Close()
@@ -433,10 +476,10 @@ func runMatmulCandidate(b *testing.B, dev *vk.Device, cand matmulCandidate, typ 
 	// The f32 kernels' sums: at most cols roundings of 2^-24 of the sum of
 	// |terms| each (the running sum's worst case); the tensor-core kernels
 	// add their f16 rounding (coopBenchOperands).
-	tol := cand.tol + float64(d.cols)*math.Pow(2, -24) + 1e-6
+	tol := opTol + float64(d.cols)*math.Pow(2, -24) + 1e-6
 	for i, s := range d.tokens {
 		if err := closeness(got[s*d.rows:(s+1)*d.rows], d.want[i], d.scale[i], tol); err != nil {
-			b.Fatalf("%s: token %d of %d wrong before timing: %v", v.Name, s, d.n, err)
+			b.Fatalf("%s: token %d of %d wrong before timing: %v", name, s, d.n, err)
 		}
 	}
 
@@ -462,4 +505,34 @@ func runMatmulCandidate(b *testing.B, dev *vk.Device, cand matmulCandidate, typ 
 	b.ReportMetric(float64(d.weightBytes)/call/1e9, "weight-GB/s")
 	b.ReportMetric(float64(reps), "reps")
 	b.ReportMetric(float64(splits), "splits")
+}
+
+// runDirectCandidate is runMatmulCandidate for the direct matmul: W's and
+// X's planes, then the product, checked and timed as the others are.
+func runDirectCandidate(b *testing.B, dev *vk.Device, cand matmulCandidate, typ gguf.TensorType, d *matmulBenchData) {
+	dk := newDirectKernels(b, dev, typ, *cand.direct, cand.hilo, cand.cpuOnly)
+	pl := dk.newPlanes(b, dev, 0, d.rows, d.n, d.cols)
+	yb, err := dev.NewBuffer(uint64(4*d.rows*d.n), vk.DeviceLocal)
+	require.NoError(b, err)
+	defer yb.Close()
+	name := MatmulDirectName(cand.hilo, cand.cpuOnly)
+	b.Logf("%s: planes of W %dx%d and X %dx%d halves (lo planes: W %v, X %v), made %s", name, pl.rowsP, pl.colsP, pl.nP, pl.colsP,
+		dk.wLo, dk.hilo, map[bool]string{true: "with each call", false: "once, before the timing"}[cand.prep])
+	if !cand.prep {
+		rec := dev.NewRecorder()
+		dk.recordPlanes(rec, pl, d.w, d.rows, d.x)
+		require.NoError(b, dev.Run(rec))
+		rec.Close()
+	}
+	record := func(reps int) *vk.Recorder {
+		rec := dev.NewRecorder()
+		for i := 0; i < reps; i++ {
+			if cand.prep {
+				dk.recordPlanes(rec, pl, d.w, d.rows, d.x)
+			}
+			dk.recordProduct(rec, pl, yb, d.rows)
+		}
+		return rec
+	}
+	checkAndTimeMatmul(b, dev, name, cand.tol, d, yb, record, 1)
 }
