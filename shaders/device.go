@@ -165,6 +165,9 @@ func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 	case v.Op == OpDecodeAttend && p.FuseAttention:
 		fb.FuseAttention = false
 		return fb, "decode_kv + decode_attention", true
+	case v.Op == OpMatmulDirect && p.MatmulDirect:
+		fb.MatmulDirect = false
+		return fb, "matmul_coop (the staged tiles)", true
 	case v.Op == OpMatmulCoop && p.MatmulCoop:
 		fb.MatmulCoop = false
 		return fb, fb.Matmul().Kernel(v.Type), true

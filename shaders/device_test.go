@@ -74,11 +74,24 @@ func TestOnlySubgroupVariantsNeedAFeature(t *testing.T) {
 			assert.False(t, fb.MatmulCoop, v.Name)
 			continue
 		}
-		if v.Name == "probe_coop" || v.Name == MatmulDirectName(false, false) || v.Name == MatmulDirectName(true, false) {
-			// The tensor-core probe and the direct matmul's bench
-			// candidates: the matmul's features, and no fallback:
-			// vulkan.ProbeCompute and BenchmarkMatmulGPU run them only
-			// where the device has them, and say so elsewhere.
+		if v.Op == OpMatmulDirect && !strings.HasSuffix(v.Name, "_emu") {
+			// The direct tensor-core matmul: the same features; its
+			// fallback is the staged tensor-core kernel.
+			assert.Equal(t, []string{"cooperative_matrix_nv", "shader_float16", "vulkan_memory_model"}, nd.Features, v.Name)
+			dev := smallGPU
+			dev.Float16, dev.CooperativeMatrixNV, dev.TensorCores, dev.MatmulDirect = true, true, true, true
+			prof := NewProfile(dev)
+			require.True(t, prof.MatmulDirect, "the device asked for it")
+			fb, _, ok := prof.Fallback(v)
+			require.True(t, ok, "%s has a fallback", v.Name)
+			assert.False(t, fb.MatmulDirect, v.Name)
+			assert.True(t, fb.MatmulCoop, v.Name)
+			continue
+		}
+		if v.Name == "probe_coop" {
+			// The tensor-core probe: the matmul's features, and no fallback:
+			// vulkan.ProbeCompute runs it only where the device has them,
+			// and says why there is no tensor peak elsewhere.
 			assert.Equal(t, []string{"cooperative_matrix_nv", "shader_float16", "vulkan_memory_model"}, nd.Features, v.Name)
 			continue
 		}

@@ -29,6 +29,11 @@ type MatmulDirectPush struct {
 // WM tokens by WN rows in 16x16 tiles (WM, WN multiples of 16).
 type MatmulDirectSpec struct{ BM, BN, WM, WN uint32 }
 
+// MatmulDirectMinRows is the fewest rows a GPU profile's direct matmul
+// takes (Profile.MatmulDirectMin): below it W's planes pass, a read of W
+// and a write of two bytes a weight a plane, costs more than the product.
+const MatmulDirectMinRows = 64
+
 // MatmulDirectSpecGPU: 4 subgroups of 2x4 tiles on a 64x128 tile (not yet
 // measured: BenchmarkMatmulGPU's direct-* candidates compare it).
 var MatmulDirectSpecGPU = MatmulDirectSpec{BM: 64, BN: 128, WM: 32, WN: 64}
@@ -84,8 +89,8 @@ func PlanesName(typ string, hilo bool) string {
 // MatmulDirectName is matmul_direct.comp's variant: its operands' high
 // halves only or (hilo) f32's precision from three products, on tensor
 // cores or (emulate) in plain arithmetic (every device runs it; CI does).
-// Bench candidates (BenchmarkMatmulGPU's direct-*): no profile takes them
-// yet.
+// The engine's under Profile.MatmulDirect (MODRUN_MATMUL_DIRECT=1), and
+// BenchmarkMatmulGPU's direct-* candidates.
 func MatmulDirectName(hilo, emulate bool) string {
 	name := "matmul_direct"
 	if hilo {
@@ -136,6 +141,7 @@ func init() {
 			} else {
 				v.Notes += "; needs VK_NV_cooperative_matrix (Device.CooperativeMatrixNV) and a subgroup size of 32"
 			}
+			v.Op = OpMatmulDirect // the self-check covers it (Profile.Fallback)
 			Variants = append(Variants, v)
 		}
 	}

@@ -51,6 +51,10 @@ type Device struct {
 	// operands rounded to halves, one product a step (MODRUN_TENSOR_CORES
 	// =f16): llama.cpp's arithmetic, for speed comparisons.
 	TensorCoresHalf bool
+	// MatmulDirect: the user asked for the direct tensor-core matmul
+	// (MODRUN_MATMUL_DIRECT=1, read by the engine): planes of halves made
+	// once per matrix, tiles loaded straight from them (matmul_direct).
+	MatmulDirect bool
 	// NoMatmulPipe: the user turned the pipelined matmul tile off
 	// (MODRUN_MATMUL_PIPE=0, read by the engine): a GPU profile without
 	// tensor cores takes MatmulSpecGPU's tiles, as before the pipelined one.
@@ -135,6 +139,17 @@ type Profile struct {
 	// (one product a step: Device.TensorCoresHalf) where MatmulCoop is
 	// set, in place of the hilo kernel's f32 precision.
 	MatmulCoopHalf bool
+	// MatmulDirect runs a matmul of MatmulDirectMin rows or more as
+	// matmul_direct where MatmulCoop is set: W's and X's planes of halves
+	// (planes.comp, into the runner's scratch), then the product with its
+	// tiles loaded straight from them, no shared staging (the hilo product
+	// unless MatmulCoopHalf; emulated under MatmulCoopEmulate). Only where
+	// the device asked (Device.MatmulDirect): a measuring knob until a GPU
+	// says it is faster. Fewer rows keep matmul_coop (W's planes pass
+	// would cost more than the product saves). The self-check's fallback
+	// turns it off.
+	MatmulDirect    bool
+	MatmulDirectMin uint32
 	// MatmulPipe takes the pipelined tile (MatmulSpecPipe: matmul_pf with
 	// W and X staged along their rows and two copies of the tiles) for
 	// matmul.comp's products: on GPUs whose limits allow its 256
@@ -249,6 +264,7 @@ func NewProfile(d Device) Profile {
 	p.AttentionLanes = !d.CPU && d.SubgroupShuffle && sg > 0
 	p.MatmulCoop = !d.CPU && d.CooperativeMatrixNV && sg == MatmulCoopSubgroup && (d.TensorCores || d.TensorCoresHalf)
 	p.MatmulCoopHalf = p.MatmulCoop && d.TensorCoresHalf
+	p.MatmulDirect, p.MatmulDirectMin = p.MatmulCoop && d.MatmulDirect, MatmulDirectMinRows
 	if !d.CPU {
 		p.MatmulSplitTarget = MatmulSplitTarget
 		ps := MatmulSpecPipe
@@ -288,6 +304,9 @@ func (p Profile) String() string {
 	s := fmt.Sprintf("%s/sg%d/matvec-%s%v/loopcap%d/kv-%s/attention-chunk%d", kind, p.SubgroupSize, red, p.MatvecSpec, p.LoopCap, p.KV, p.AttentionChunk)
 	if p.MatmulCoop {
 		s += "/matmul-coop"
+		if p.MatmulDirect {
+			s += "-direct"
+		}
 		if p.MatmulCoopHalf {
 			s += "-f16"
 		}
@@ -525,6 +544,25 @@ func (p Profile) MatmulKernel(typ string) (name string, spec []uint32) {
 	}
 	s := p.Matmul()
 	return s.Kernel(typ), s.Constants()
+}
+
+// DirectMatmul is what the direct matmul of weights of type typ takes
+// (Profile.MatmulDirect): the planes variants of W (with a lo plane where
+// wLo) and of X (with one where hilo), the product and its tiles.
+type DirectMatmul struct {
+	WPlanes, XPlanes, Product string
+	Spec                      MatmulDirectSpec
+	WLo, Hilo                 bool
+}
+
+// MatmulDirectKernels is the direct matmul for weights of type typ: the
+// hilo product (f32's precision) unless MatmulCoopHalf, emulated under
+// MatmulCoopEmulate. An F16 weight is its own high half: no lo plane.
+func (p Profile) MatmulDirectKernels(typ string) DirectMatmul {
+	hilo := !p.MatmulCoopHalf
+	wLo := hilo && typ != MatvecF16
+	return DirectMatmul{WPlanes: PlanesName(typ, wLo), XPlanes: PlanesName(MatvecF32, hilo), Product: MatmulDirectName(hilo, p.MatmulCoopEmulate),
+		Spec: MatmulDirectSpecGPU, WLo: wLo, Hilo: hilo}
 }
 
 // Matmul is matmul.comp's tiles for the device.

@@ -82,6 +82,7 @@ const (
 	OpMatmulCoop           = "matmul_coop"     // the tensor-core matmul (and its emulation)
 	OpMatmulPipe           = "matmul_pipe"     // matmul.comp's prefetching variants (the pipelined tile)
 	OpAttentionLanes       = "attention_lanes" // attention_split's ATTN_LANES variants (lanes a query row)
+	OpMatmulDirect         = "matmul_direct"   // the direct tensor-core matmul over planes of halves (and its emulation)
 )
 
 // PushBytes is the size of the push-constant block.

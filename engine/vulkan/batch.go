@@ -22,6 +22,99 @@ type batchMat struct {
 	block      uint32 // the weight type's block of columns (a K slice is whole blocks)
 	parts      []matPart
 	sk         *splitK // the runner's split-K matmul (nil: never split)
+	// dm is the runner's direct matmul (nil: the profile has none), dw
+	// the planes kernel of this matrix's weight type.
+	dm   *directMM
+	dw   *kernel
+	dwLo bool // dw writes a lo plane too
+}
+
+// directMM is what a runner's direct matmuls share (shaders.Profile.
+// MatmulDirect): X's planes kernel, the product, and the scratch planes of
+// W and X, which every direct matmul of a pass writes and its product
+// reads (one at a time: the derived barriers order each reuse after the
+// last product's reads). A matmul whose planes would not fit them (the
+// output head's vocabulary rows) keeps matmul_coop.
+type directMM struct {
+	prof         *shaders.Profile
+	xPlanes, mul *kernel
+	spec         shaders.MatmulDirectSpec
+	hilo         bool
+	w, x         *vk.Buffer // the scratch planes
+}
+
+// newDirectMM makes the runner's direct matmul when its profile has one
+// (nil when not), with scratch planes for the largest of a block's
+// matrices (rows x cols, each padded to the tiles) and X's of up to ub rows
+// of up to xCols columns.
+func (r *Runner) newDirectMM(must func(uint64, vk.BufferKind) *vk.Buffer, ub int, mats [][2]int, xCols int) (*directMM, error) {
+	prof := &r.ks.prof
+	if !prof.MatmulDirect {
+		return nil, nil
+	}
+	dk := prof.MatmulDirectKernels(shaders.MatvecF32)
+	xk, err := r.ks.get(dk.XPlanes, nil)
+	if err != nil {
+		return nil, err
+	}
+	mul, err := r.ks.get(dk.Product, dk.Spec.Constants())
+	if err != nil {
+		return nil, err
+	}
+	var wBytes uint64
+	for _, rc := range mats {
+		rowsP, _, colsP := dk.Spec.Pad(uint32(rc[0]), 1, uint32(rc[1]))
+		wBytes = max(wBytes, directPlaneBytes(rowsP, colsP, dk.Hilo))
+	}
+	_, nP, colsP := dk.Spec.Pad(1, uint32(ub), uint32(xCols))
+	return &directMM{prof: prof, xPlanes: xk, mul: mul, spec: dk.Spec, hilo: dk.Hilo,
+		w: must(wBytes, vk.DeviceLocal), x: must(directPlaneBytes(nP, colsP, dk.Hilo), vk.DeviceLocal)}, nil
+}
+
+// directPlaneBytes is the size of rows x cols planes of halves: one, or
+// two with lo.
+func directPlaneBytes(rows, cols uint32, lo bool) uint64 {
+	b := 2 * uint64(rows) * uint64(cols)
+	if lo {
+		b *= 2
+	}
+	return b
+}
+
+// directOps is the direct matmul of part pt of m for n rows of x, of at
+// most maxRows (a routed block's bound), into y, or nil when it does not
+// take it: fewer than the profile's MatmulDirectMin, or planes over the
+// scratch, at maxRows (a routed block records the same dispatches for each
+// of its counts, so the choice may not depend on the count).
+func (m batchMat) directOps(pt matPart, x, y vk.Bind, n, maxRows int) []op {
+	dm := m.dm
+	bound := uint32(max(n, maxRows))
+	if dm == nil || bound < dm.prof.MatmulDirectMin {
+		return nil
+	}
+	_, nMax, _ := dm.spec.Pad(pt.rows, bound, m.cols)
+	rowsP, nP, colsP := dm.spec.Pad(pt.rows, uint32(n), m.cols)
+	wLo := m.dwLo
+	wBytes, xBytes := directPlaneBytes(rowsP, colsP, wLo), directPlaneBytes(nP, colsP, dm.hilo)
+	if wBytes > dm.w.Size() || directPlaneBytes(nMax, colsP, dm.hilo) > dm.x.Size() {
+		return nil
+	}
+	xBytes = max(xBytes, 4) // a routed block's count of 0 binds a word
+	wQuads, xQuads := rowsP*colsP/4, nP*colsP/4
+	wp := shaders.PlanesPush{Rows: pt.rows, Cols: m.cols, WRow0: pt.wRow0, WRows: pt.wRows, RowsP: rowsP, ColsP: colsP}
+	xp := shaders.PlanesPush{Rows: uint32(n), Cols: m.cols, WRows: uint32(n), RowsP: nP, ColsP: colsP}
+	push := shaders.MatmulDirectPush{Rows: pt.rows, N: uint32(n), ColsP: colsP, LdY: m.rows, YOff: pt.yOff}
+	if wLo {
+		wp.LoOff, push.WLo = wQuads, wQuads/2 // quads; 8-half units
+	}
+	if dm.hilo {
+		xp.LoOff, push.XLo = xQuads, xQuads/2
+	}
+	return []op{
+		newOp(m.dw, wp, shaders.PlanesGroups(rowsP, colsP), rd(pt.buf, 0, 0), wr(dm.w, 0, wBytes)),
+		newOp(dm.xPlanes, xp, shaders.PlanesGroups(nP, colsP), x, wr(dm.x, 0, xBytes)),
+		newOp(dm.mul, push, shaders.MatmulDirectGroups(pt.rows, uint32(n), dm.spec), rd(dm.w, 0, wBytes), rd(dm.x, 0, xBytes), y),
+	}
 }
 
 // splitK is what a runner's split-K matmuls share: the profile that plans
@@ -110,6 +203,13 @@ func matRows(ks *kernels, m mat, r0, r1 uint32) (batchMat, error) {
 		return batchMat{}, err
 	}
 	em := batchMat{mm: mm, rows: r1 - r0, cols: m.cols, block: uint32(m.mx.Type.Block), sk: ks.split}
+	if ks.direct != nil {
+		dk := ks.prof.MatmulDirectKernels(m.mx.Type.Name)
+		if em.dw, err = ks.get(dk.WPlanes, nil); err != nil {
+			return batchMat{}, err
+		}
+		em.dm, em.dwLo = ks.direct, dk.WLo
+	}
 	for _, pc := range m.pieces {
 		a, b := max(r0, pc.row0), min(r1, pc.row0+pc.rows)
 		if a < b {
@@ -153,6 +253,10 @@ func (m batchMat) ops(x, y *vk.Buffer, n, maxRows int) []op {
 func (m batchMat) opsBound(x, y vk.Bind, n, maxRows int) []op {
 	var ops []op
 	for _, pt := range m.parts {
+		if d := m.directOps(pt, x, y, n, maxRows); d != nil {
+			ops = append(ops, d...)
+			continue
+		}
 		push := shaders.MatmulPush{Rows: pt.rows, Cols: m.cols, N: uint32(n), WRow0: pt.wRow0, WRows: pt.wRows,
 			LdY: m.rows, YOff: pt.yOff}
 		splits, slice := m.splits(pt.rows, n, maxRows)

@@ -38,6 +38,23 @@ func matmulPipeEnv() (on bool, err error) {
 	}
 }
 
+// matmulDirectEnv is MODRUN_MATMUL_DIRECT: unset or 0, the tensor-core
+// matmul stages its tiles in shared memory (matmul_coop); 1, a prefill's
+// matmuls of shaders.MatmulDirectMinRows rows or more make planes of halves
+// and load their tiles straight from them (matmul_direct), where the
+// device runs the tensor-core matmul. A measuring knob until a GPU has
+// timed it.
+func matmulDirectEnv() (on bool, err error) {
+	switch v := os.Getenv("MODRUN_MATMUL_DIRECT"); v {
+	case "", "0":
+		return false, nil
+	case "1":
+		return true, nil
+	default:
+		return false, fmt.Errorf("vulkan: MODRUN_MATMUL_DIRECT=%q: want 1 (the tensor-core matmul's tiles loaded straight from planes of halves) or 0 (staged in shared memory: the default)", v)
+	}
+}
+
 // deviceFacts is what shaders.NewProfile needs of a device: the subgroup
 // size its subgroup kernels may count on (shaders.SubgroupSizeFor: one the
 // pipelines require where VK_EXT_subgroup_size_control allows, one the
@@ -48,6 +65,7 @@ func deviceFacts(info vk.DeviceInfo) shaders.Device {
 	// openRunner refuses a value either does not know.
 	tc, tcHalf, _ := tensorCoresEnv()
 	pipe, _ := matmulPipeEnv()
+	direct, _ := matmulDirectEnv()
 	sg, require := shaders.SubgroupSizeFor(shaders.SubgroupFacts{Vendor: info.VendorID, Reported: l.SubgroupSize,
 		Min: l.MinSubgroupSize, Max: l.MaxSubgroupSize,
 		Control: f.SubgroupSizeControl && f.ComputeFullSubgroups && l.RequiredSubgroupSizeCompute})
@@ -71,5 +89,6 @@ func deviceFacts(info vk.DeviceInfo) shaders.Device {
 		TensorCores:             tc,
 		TensorCoresHalf:         tcHalf,
 		NoMatmulPipe:            !pipe,
+		MatmulDirect:            direct,
 	}
 }

@@ -23,6 +23,9 @@ type kernels struct {
 	// split is the runner's split-K matmul state (newSplitK), which
 	// matRows gives every matrix bound for matmul; nil: never split.
 	split *splitK
+	// direct is the runner's direct matmul (newDirectMM), which matRows
+	// gives every matrix bound for matmul; nil: none.
+	direct *directMM
 }
 
 // newKernels makes the kernels of dev with profile prof, or with the

@@ -78,6 +78,16 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 		return al.err
 	}
 	ks.split = sk
+	// And the direct matmul's planes, for the block's matrices.
+	dm, err := r.newDirectMM(al.buf, ub, [][2]int{{c.NHead * c.HeadDim, c.NEmbd}, {c.NKVHead * c.HeadDim, c.NEmbd},
+		{c.NEmbd, c.NHead * c.HeadDim}, {c.NFF, c.NEmbd}, {c.NEmbd, c.NFF}}, max(c.NEmbd, c.NFF, c.NHead*c.HeadDim))
+	if err != nil {
+		return err
+	}
+	if al.err != nil {
+		return al.err
+	}
+	ks.direct = dm
 	pf.blocks = make([]batchBlock, len(r.w.blocks))
 	for l := range r.w.blocks {
 		b, mb := &r.w.blocks[l], &m.Weights.Blocks[l]

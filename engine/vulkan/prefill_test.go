@@ -145,6 +145,15 @@ func TestPrefillProfiles(t *testing.T) {
 	coopHalf := coop
 	coopHalf.MatmulCoopHalf = true
 	profiles["own-matmul-coop-f16-emulated"] = &coopHalf
+	// The direct matmul (MODRUN_MATMUL_DIRECT=1) at every row count: the
+	// planes passes and the product's tiles, its product emulated, within
+	// the same bounds as the staged kernel's.
+	direct := coop
+	direct.MatmulDirect, direct.MatmulDirectMin = true, 0
+	profiles["own-matmul-direct-emulated"] = &direct
+	directHalf := coopHalf
+	directHalf.MatmulDirect, directHalf.MatmulDirectMin = true, 0
+	profiles["own-matmul-direct-f16-emulated"] = &directHalf
 	for name, prof := range profiles {
 		for _, tc := range []struct {
 			model   string

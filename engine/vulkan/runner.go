@@ -162,6 +162,9 @@ func openRunner(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Run
 	if _, err := matmulPipeEnv(); err != nil {
 		return nil, err
 	}
+	if _, err := matmulDirectEnv(); err != nil {
+		return nil, err
+	}
 	if c.HeadDim > int(shaders.AttentionSpec[1]) {
 		return nil, fmt.Errorf("vulkan: %s: head dimension %d is over the attention kernel's %d", m.Path, c.HeadDim, shaders.AttentionSpec[1])
 	}

@@ -315,6 +315,10 @@ func profilePicks(prof shaders.Profile) []pick {
 			picks = append(picks, pick{name, "prefill matmul", spec})
 		}
 	}
+	if prof.MatmulDirect { // and its direct product over planes (MODRUN_MATMUL_DIRECT=1)
+		dk := prof.MatmulDirectKernels(shaders.MatvecF32)
+		picks = append(picks, pick{dk.Product, "prefill matmul, direct", dk.Spec.Constants()})
+	}
 	return picks
 }
 

@@ -1,6 +1,7 @@
 package vulkan
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -36,6 +37,8 @@ func checkerFor(v shaders.Variant) (mk func(v shaders.Variant, spec []uint32) (c
 		return matmulCase, true
 	case shaders.OpAttentionLanes:
 		return attentionLanesCase, true
+	case shaders.OpMatmulDirect:
+		return directCase, true
 	}
 	return nil, false
 }
@@ -60,6 +63,11 @@ func checkOp(v shaders.Variant) string {
 		return "matmul " + v.Type + " pipelined"
 	case shaders.OpAttentionLanes:
 		return "prefill attention " + v.Type + " lanes"
+	case shaders.OpMatmulDirect:
+		if strings.Contains(v.Name, "_hilo") {
+			return "matmul direct tensor cores"
+		}
+		return "matmul direct f16 tensor cores"
 	}
 	return v.Name
 }
@@ -335,4 +343,73 @@ func matmulCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 		push:   shaders.MatmulPush{Rows: uint32(rows), Cols: checkCols, N: uint32(n), WRows: uint32(rows), LdY: uint32(rows)},
 		groups: shaders.MatmulGroupsOf(uint32(rows), uint32(n), spec),
 		bufs:   []checkBuf{{data: devBytes}, {data: f32Bytes(x)}, {data: f32Bytes(y0), want: want, bound: bound}}}, nil
+}
+
+// directCase: Y = X W^T by the direct matmul's product (matmul_direct)
+// for two workgroups' rows and 3 more, and a token tile and 3 more tokens,
+// over checkCols columns, from planes of halves made here (as planes.comp
+// makes them: hi rounded to nearest, lo the rest rounded): the product and
+// its tile loads are what a device may get wrong; the planes pass is plain
+// arithmetic that CI checks value for value. The hilo product's case is
+// the hilo matmul's (hiloCheckInput: a kernel that drops the low halves
+// fails it); the f16 one's bound is checkCoopTol.
+func directCase(v shaders.Variant, spec []uint32) (checkCase, error) {
+	ds := shaders.MatmulDirectSpec{BM: spec[1], BN: spec[2], WM: spec[3], WN: spec[4]}
+	if err := ds.Check(); err != nil {
+		return checkCase{}, err
+	}
+	hilo := strings.Contains(v.Name, "_hilo")
+	n, rows := int(ds.BM)+3, 2*int(ds.BN)+3
+	rowsP, nP, colsP := ds.Pad(uint32(rows), uint32(n), checkCols)
+	rng := rand.New(rand.NewPCG(uint64(len(v.Name)), 47))
+	wlo, tol := float32(-1), checkCoopTol
+	if hilo {
+		wlo, tol = 0.05, checkCoopHiloTol
+	}
+	w := randVec(rng, rows*checkCols, wlo, 1)
+	x := randVec(rng, n*checkCols, -1, 1)
+	if hilo {
+		x = hiloCheckInput(rng, n*checkCols)
+	}
+	wPlanes, wQuads := directPlanes(w, rows, checkCols, rowsP, colsP, hilo)
+	xPlanes, xQuads := directPlanes(x, n, checkCols, nP, colsP, hilo)
+	push := shaders.MatmulDirectPush{Rows: uint32(rows), N: uint32(n), ColsP: colsP, LdY: uint32(rows)}
+	if hilo {
+		push.WLo, push.XLo = wQuads/2, xQuads/2
+	}
+	want, bound, y0 := make([]float32, n*rows), make([]float64, n*rows), make([]float32, n*rows)
+	for r := range rows {
+		for s := range n {
+			d, a := dotAbs(w[r*checkCols:(r+1)*checkCols], x[s*checkCols:(s+1)*checkCols])
+			want[s*rows+r], bound[s*rows+r] = float32(d), tol*a+1e-6
+		}
+	}
+	for i := range y0 {
+		y0[i] = float32(math.NaN()) // an output the kernel skips shows
+	}
+	return checkCase{op: checkOp(v), push: push, groups: shaders.MatmulDirectGroups(uint32(rows), uint32(n), ds),
+		bufs: []checkBuf{{data: wPlanes}, {data: xPlanes}, {data: f32Bytes(y0), want: want, bound: bound}}}, nil
+}
+
+// directPlanes is m (rows x cols) as planes.comp writes it: [rowsP][colsP]
+// halves, hi then (lo) lo, zero padded; quads is a plane's size in quads.
+func directPlanes(m []float32, rows, cols int, rowsP, colsP uint32, lo bool) (b []byte, quads uint32) {
+	plane := int(rowsP * colsP)
+	planes := 1
+	if lo {
+		planes = 2
+	}
+	b = make([]byte, 2*plane*planes)
+	for r := range rows {
+		for c := range cols {
+			v := m[r*cols+c]
+			hi := gguf.F32ToF16(v)
+			at := r*int(colsP) + c
+			binary.LittleEndian.PutUint16(b[2*at:], hi)
+			if lo {
+				binary.LittleEndian.PutUint16(b[2*(plane+at):], gguf.F32ToF16(v-gguf.F16ToF32(hi)))
+			}
+		}
+	}
+	return b, uint32(plane / 4)
 }

@@ -334,3 +334,69 @@ func TestMatmulPipeEnv(t *testing.T) {
 	_, err := New(dev, m, mod.RoutingRouter, Options{})
 	assert.ErrorContains(t, err, `MODRUN_MATMUL_PIPE="on"`)
 }
+
+// The direct matmul's self-check case (matmul_direct's product over planes
+// of halves), with the emulated product on lavapipe: the hilo product
+// passes its case at f32's bound and the f16 product its own, the f16
+// product fails the hilo case (a device that drops the low halves falls
+// back), and a dispatch one token tile short fails either, so a failure on
+// a GPU is the tensor-core product's or its tile loads'.
+func TestMatmulDirectCheckCase(t *testing.T) {
+	dev := openDevice(t, true)
+	prof := DeviceProfile(dev.Info())
+	ks := newKernels(dev, &prof)
+	defer ks.Close()
+	for _, spec := range []shaders.MatmulDirectSpec{shaders.MatmulDirectSpecGPU, {BM: 16, BN: 32, WM: 16, WN: 16}} {
+		for _, hilo := range []bool{false, true} {
+			real, err := shaders.Lookup(shaders.MatmulDirectName(hilo, false))
+			require.NoError(t, err)
+			c, err := directCase(real, spec.Constants())
+			require.NoError(t, err)
+			k, err := ks.get(shaders.MatmulDirectName(hilo, true), spec.Constants())
+			require.NoError(t, err)
+			worst, _, err := runCheck(dev, k, c, false)
+			require.NoError(t, err)
+			assert.LessOrEqual(t, worst, 1.0, "%+v hilo=%v", spec, hilo)
+			t.Logf("%+v hilo=%v: %.3g of the bound", spec, hilo, worst)
+			if hilo {
+				half, err := ks.get(shaders.MatmulDirectName(false, true), spec.Constants())
+				require.NoError(t, err)
+				worst, _, err = runCheck(dev, half, c, false)
+				require.NoError(t, err)
+				assert.Greater(t, worst, 1.0, "%+v: the f16 product passed the hilo case", spec)
+			}
+			c.groups[1]-- // the last token tile left out
+			worst, _, err = runCheck(dev, k, c, false)
+			require.NoError(t, err)
+			assert.Greater(t, worst, 1.0, "%+v hilo=%v: a skipped tile passed", spec, hilo)
+		}
+	}
+}
+
+// MODRUN_MATMUL_DIRECT: unset or 0 keeps the staged tensor-core matmul, 1
+// takes the direct one where the device runs the tensor-core matmul (the
+// device's facts say so; a device without it is unchanged), anything else
+// is refused by name when a runner opens.
+func TestMatmulDirectEnv(t *testing.T) {
+	dev := openDevice(t, false)
+	for _, tc := range []struct {
+		v  string
+		on bool
+	}{{"", false}, {"0", false}, {"1", true}} {
+		t.Setenv("MODRUN_MATMUL_DIRECT", tc.v)
+		on, err := matmulDirectEnv()
+		require.NoError(t, err, tc.v)
+		assert.Equal(t, tc.on, on, "%q", tc.v)
+		facts := deviceFacts(dev.Info())
+		assert.Equal(t, tc.on, facts.MatmulDirect, "%q", tc.v)
+		facts.CPU, facts.CooperativeMatrixNV, facts.SubgroupSize, facts.TensorCores = false, true, shaders.MatmulCoopSubgroup, true
+		p := shaders.NewProfile(facts)
+		assert.Equal(t, tc.on, p.MatmulDirect, "%q: a GPU with tensor cores", tc.v)
+		facts.CooperativeMatrixNV = false
+		assert.False(t, shaders.NewProfile(facts).MatmulDirect, "%q: a GPU without them", tc.v)
+	}
+	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+	t.Setenv("MODRUN_MATMUL_DIRECT", "yes")
+	_, err := New(dev, m, mod.RoutingRouter, Options{})
+	assert.ErrorContains(t, err, `MODRUN_MATMUL_DIRECT="yes"`)
+}

@@ -234,3 +234,61 @@ func TestProfileFLOPs(t *testing.T) {
 	}
 	assert.True(t, found, "attention_split_counts ran")
 }
+
+// TestProfileMatmulDirect: under a profile with the direct matmul
+// (MODRUN_MATMUL_DIRECT=1; its product emulated here), a prompt of
+// MatmulDirectMin rows or more runs the blocks' matmuls as W's and X's
+// planes passes and matmul_direct's product (FLOPs counted for the
+// product only), while the output head, whose planes would pass the
+// block-sized scratch, and a shorter prompt keep the staged tensor-core
+// kernel. The logits are the staged kernel's (both emulations sum the same
+// three products in the same order: equal here; TestPrefillProfiles
+// checks them against the CPU at every row count).
+func TestProfileMatmulDirect(t *testing.T) {
+	dev := openDevice(t, true)
+	if !dev.Info().Timestamps() {
+		t.Skipf("%s cannot write timestamps", dev.Info().Name)
+	}
+	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+	prof := DeviceProfile(dev.Info())
+	prof.MatmulCoop, prof.MatmulCoopEmulate = true, true
+	direct := prof
+	direct.MatmulDirect, direct.MatmulDirectMin = true, shaders.MatmulDirectMinRows
+	prompt := make([]int32, 9+shaders.MatmulDirectMinRows+5)
+	for i := range prompt {
+		prompt[i] = int32(300 + i)
+	}
+	var logits [2][]float32
+	for i, p := range []*shaders.Profile{&prof, &direct} {
+		run, err := New(dev, m, mod.RoutingRouter, Options{Profile: true, DeviceProfile: p, PromptSteps: -1})
+		require.NoError(t, err)
+		defer run.Close()
+		_, err = run.Feed(prompt[:9]) // under MatmulDirectMin
+		require.NoError(t, err)
+		byKernel := map[string]ProfileEntry{}
+		for _, e := range run.Profile() {
+			byKernel[e.Kernel] = e
+		}
+		assert.NotContains(t, byKernel, shaders.MatmulDirectName(true, true), "%s: 9 rows", p)
+		logits[i], err = run.Feed(prompt[9:])
+		require.NoError(t, err)
+		byKernel = map[string]ProfileEntry{}
+		for _, e := range run.Profile() {
+			byKernel[e.Kernel] = e
+		}
+		if p == &prof {
+			assert.NotContains(t, byKernel, shaders.MatmulDirectName(true, true), "%s", p)
+			continue
+		}
+		dense := m.Config.NLayer - len(m.Config.RoutedLayers())
+		mul := byKernel[shaders.MatmulDirectName(true, true)]
+		assert.GreaterOrEqual(t, mul.Calls, 7*dense, "q, k, v, o, gate, up and down of each dense block")
+		assert.Equal(t, 7*dense, mul.FLOPCalls, "the dense blocks' products' FLOPs counted (a routed block's count is on the GPU)")
+		assert.Equal(t, 2*mul.Calls, byKernel[shaders.PlanesName(shaders.MatvecF32, true)].Calls, "W's and X's planes a product (F32 weights: one variant)")
+		assert.Zero(t, byKernel[shaders.PlanesName(shaders.MatvecF32, true)].FLOPCalls, "a planes pass counts no FLOPs")
+		assert.Positive(t, byKernel[shaders.MatmulCoopHiloName(shaders.MatvecF32, true)].Calls, "the output head and the 9-row chunk stay staged")
+	}
+	d := maxAbsDiff(logits[0], logits[1])
+	assert.LessOrEqual(t, d, 1e-3, "the direct and staged kernels' logits")
+	t.Logf("max |logit diff| direct against staged: %.3g", d)
+}
