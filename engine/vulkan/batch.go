@@ -84,7 +84,7 @@ func directPlaneBytes(rows, cols uint32, lo bool) uint64 {
 // directOps is the direct matmul of part pt of m for n rows of x, of at
 // most maxRows (a routed block's bound), into y, or nil when it does not
 // take it: fewer than the profile's MatmulDirectMin, or planes over the
-// scratch, at maxRows (a routed block records the same dispatches for each
+// scratch or a binding's range, at maxRows (a routed block records the same dispatches for each
 // of its counts, so the choice may not depend on the count).
 func (m batchMat) directOps(pt matPart, x, y vk.Bind, n, maxRows int) []op {
 	dm := m.dm
@@ -96,8 +96,12 @@ func (m batchMat) directOps(pt matPart, x, y vk.Bind, n, maxRows int) []op {
 	rowsP, nP, colsP := dm.spec.Pad(pt.rows, uint32(n), m.cols)
 	wLo := m.dwLo
 	wBytes, xBytes := directPlaneBytes(rowsP, colsP, wLo), directPlaneBytes(nP, colsP, dm.hilo)
-	if wBytes > dm.w.Size() || directPlaneBytes(nMax, colsP, dm.hilo) > dm.x.Size() {
+	xMax := directPlaneBytes(nMax, colsP, dm.hilo)
+	if wBytes > dm.w.Size() || xMax > dm.x.Size() {
 		return nil
+	}
+	if lim := dm.prof.MaxStorageBufferRange; lim != 0 && (wBytes > lim || xMax > lim) {
+		return nil // a binding the device could not span: the staged kernel binds W as it is
 	}
 	xBytes = max(xBytes, 4) // a routed block's count of 0 binds a word
 	wQuads, xQuads := rowsP*colsP/4, nP*colsP/4
