@@ -121,6 +121,12 @@ func TestVulkanStepMatchesSolo(t *testing.T) {
 	coopHalf := coop
 	coopHalf.MatmulCoopHalf = true
 	t.Run("matmul-coop-f16-emulated/"+sm.name, func(t *testing.T) { vulkanStepMatchesSolo(t, dev, &coopHalf, sm.m, sm.routing, "f32", 16) })
+	// The direct matmul (MODRUN_MATMUL_DIRECT=1) at every row count: each
+	// step's and prompt's matmuls through the planes, hilo, within the same
+	// bound.
+	direct := coop
+	direct.MatmulDirect, direct.MatmulDirectMin = true, 0
+	t.Run("matmul-direct-emulated/"+sm.name, func(t *testing.T) { vulkanStepMatchesSolo(t, dev, &direct, sm.m, sm.routing, "f32", 16) })
 }
 
 func vulkanStepMatchesSolo(t *testing.T, dev *vk.Device, prof *shaders.Profile, m *mod.Model, routing mod.Routing, kv string, nSeqs int) {
