@@ -84,14 +84,23 @@ failed=0
   "$here/bin/modrun" devices --check 2>&1 || { echo "devices --check: FAILED (exit $?)"; failed=1; }
   echo '```'
   echo
+  # The opt-in kernels on this device (the decode step's hand-off variants,
+  # the direct tensor-core matmul's product): checked with the rest, so a
+  # failure here is theirs (the knobs are off by default).
+  echo "## The same with the opt-in kernels (MODRUN_HANDOFF=1 MODRUN_MATMUL_DIRECT=1 modrun devices --check)"
+  echo
+  echo '```'
+  MODRUN_HANDOFF=1 MODRUN_MATMUL_DIRECT=1 "$here/bin/modrun" devices --check 2>&1 || echo "devices --check with the opt-in kernels: FAILED (exit $?)"
+  echo '```'
+  echo
   # What the driver's compiler says of each kernel the profile picks
   # (registers, spills): whether a batched step's matvec spills here
   # (docs/matvec-cost.md, "Registers"). A driver without the statistics
   # is noted, not a failure.
-  echo "## Kernel statistics (modrun devices --kernel-stats)"
+  echo "## Kernel statistics (MODRUN_HANDOFF=1 MODRUN_MATMUL_DIRECT=1 modrun devices --kernel-stats: the opt-in kernels too)"
   echo
   echo '```'
-  "$here/bin/modrun" devices --kernel-stats 2>&1 || echo "devices --kernel-stats: exit $? (a driver without VK_KHR_pipeline_executable_properties says so above)"
+  MODRUN_HANDOFF=1 MODRUN_MATMUL_DIRECT=1 "$here/bin/modrun" devices --kernel-stats 2>&1 || echo "devices --kernel-stats: exit $? (a driver without VK_KHR_pipeline_executable_properties says so above)"
   echo '```'
   echo
   echo "## Tests"
