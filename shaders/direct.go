@@ -10,7 +10,7 @@ type PlanesPush struct {
 	WRows uint32 // rows in the binding (where the split layouts' scales start)
 	RowsP uint32 // rows of each plane
 	ColsP uint32 // halves a plane's row, a multiple of 4
-	LoOff uint32 // quads from the hi plane's start to the lo plane's (the hilo variants)
+	LoOff uint32 // 8-half units from the hi plane's start to the lo plane's (the hilo variants): PlaneUnits
 }
 
 // MatmulDirectPush is matmul_direct.comp's push-constant block.
@@ -67,6 +67,22 @@ func (s MatmulDirectSpec) Pad(rows, n, cols uint32) (rowsP, nP, colsP uint32) {
 
 func roundUp(v, m uint32) uint32 { return (v + m - 1) / m * m }
 
+// PlaneUnits is a rows x cols plane of halves in 8-half units (a uvec4):
+// the unit of every lo plane's offset (PlanesPush.LoOff, MatmulDirectPush's
+// WLo and XLo), the lo plane following the hi one. cols is a multiple of
+// 32 (Pad).
+func PlaneUnits(rows, cols uint32) uint32 { return rows * cols / 8 }
+
+// PlanesBytes is the size of rows x cols planes of halves: the hi plane,
+// and with lo the lo plane after it.
+func PlanesBytes(rows, cols uint32, lo bool) uint64 {
+	b := 2 * uint64(rows) * uint64(cols)
+	if lo {
+		b *= 2
+	}
+	return b
+}
+
 // MatmulDirectGroups is matmul_direct's dispatch for rows of W and n
 // tokens: x over row tiles, y over token tiles.
 func MatmulDirectGroups(rows, n uint32, s MatmulDirectSpec) [3]uint32 {
@@ -109,7 +125,7 @@ func init() {
 				Name: PlanesName(wt.Name, hilo), Source: "planes.comp", Defines: append([]string(nil), wt.Defines...),
 				Bindings: []Binding{
 					{"w", Read, wt.Shape + " (X: [n][cols] f32)"},
-					{"planes", Write, "[rowsP][colsP] halves (two a word): hi, then at loOff quads lo (hilo)"},
+					{"planes", Write, "[rowsP][colsP] halves (two a word): hi, then at loOff 8-half units lo (hilo)"},
 				},
 				Push: PlanesPush{}, LocalSize: [3]uint32{256, 1, 1},
 				Notes: "dispatch PlanesGroups(rowsP, colsP); matmul_direct's operands (MatmulDirectSpec.Pad)",

@@ -45,7 +45,6 @@ func newDirectKernels(t testing.TB, dev *vk.Device, typ gguf.TensorType, spec Ma
 // directPlanes are the scratch planes of one product.
 type directPlanes struct {
 	w, x              *vk.Buffer
-	wQuads, xQuads    uint32 // quads of halves a plane
 	rowsP, nP, colsP  uint32
 	rows, n, cols, r0 uint32
 }
@@ -54,17 +53,13 @@ func (d *directKernels) newPlanes(t testing.TB, dev *vk.Device, r0, rows, n, col
 	t.Helper()
 	pl := &directPlanes{rows: uint32(rows), n: uint32(n), cols: uint32(cols), r0: uint32(r0)}
 	pl.rowsP, pl.nP, pl.colsP = d.spec.Pad(pl.rows, pl.n, pl.cols)
-	pl.wQuads, pl.xQuads = pl.rowsP*pl.colsP/4, pl.nP*pl.colsP/4
-	planes := func(quads uint32, lo bool) *vk.Buffer {
-		if lo {
-			quads *= 2
-		}
-		b, err := dev.NewBuffer(8*uint64(quads), vk.DeviceLocal)
+	planes := func(rows uint32, lo bool) *vk.Buffer {
+		b, err := dev.NewBuffer(PlanesBytes(rows, pl.colsP, lo), vk.DeviceLocal)
 		require.NoError(t, err)
 		t.Cleanup(b.Close)
 		return b
 	}
-	pl.w, pl.x = planes(pl.wQuads, d.wLo), planes(pl.xQuads, d.hilo)
+	pl.w, pl.x = planes(pl.rowsP, d.wLo), planes(pl.nP, d.hilo)
 	return pl
 }
 
@@ -81,10 +76,10 @@ func (d *directKernels) recordPlanes(rec *vk.Recorder, pl *directPlanes, w *vk.B
 	wp := PlanesPush{Rows: pl.rows, Cols: pl.cols, WRow0: pl.r0, WRows: uint32(wRows), RowsP: pl.rowsP, ColsP: pl.colsP}
 	xp := PlanesPush{Rows: pl.n, Cols: pl.cols, WRows: pl.n, RowsP: pl.nP, ColsP: pl.colsP}
 	if d.wLo {
-		wp.LoOff = pl.wQuads
+		wp.LoOff = PlaneUnits(pl.rowsP, pl.colsP)
 	}
 	if d.hilo {
-		xp.LoOff = pl.xQuads
+		xp.LoOff = PlaneUnits(pl.nP, pl.colsP)
 	}
 	rec.Dispatch(d.wPlanes, vk.MustPackPush(wp), PlanesGroups(pl.rowsP, pl.colsP), vk.Bind{Buf: w, Access: vk.Read}, vk.Bind{Buf: pl.w, Access: vk.Write})
 	rec.Dispatch(d.xPlanes, vk.MustPackPush(xp), PlanesGroups(pl.nP, pl.colsP), vk.Bind{Buf: x, Access: vk.Read}, vk.Bind{Buf: pl.x, Access: vk.Write})
@@ -94,10 +89,10 @@ func (d *directKernels) recordPlanes(rec *vk.Recorder, pl *directPlanes, w *vk.B
 func (d *directKernels) recordProduct(rec *vk.Recorder, pl *directPlanes, y *vk.Buffer, ldy int) {
 	push := MatmulDirectPush{Rows: pl.rows, N: pl.n, ColsP: pl.colsP, LdY: uint32(ldy), YOff: pl.r0}
 	if d.wLo {
-		push.WLo = pl.wQuads / 2 // 8-half units
+		push.WLo = PlaneUnits(pl.rowsP, pl.colsP)
 	}
 	if d.hilo {
-		push.XLo = pl.xQuads / 2
+		push.XLo = PlaneUnits(pl.nP, pl.colsP)
 	}
 	rec.Dispatch(d.product, vk.MustPackPush(push), MatmulDirectGroups(pl.rows, pl.n, d.spec),
 		vk.Bind{Buf: pl.w, Access: vk.Read}, vk.Bind{Buf: pl.x, Access: vk.Read}, vk.Bind{Buf: y, Access: vk.Write})
@@ -192,20 +187,19 @@ func TestPlanes(t *testing.T) {
 	defer xb.Close()
 	for _, hilo := range []bool{false, true} {
 		k := newKernel(t, dev, lookup(t, PlanesName(MatvecF32, hilo)))
-		quads := uint32(rowsP * colsP / 4)
-		out, err := dev.NewBuffer(8*2*uint64(quads), vk.DeviceLocal)
+		out, err := dev.NewBuffer(PlanesBytes(rowsP, colsP, true), vk.DeviceLocal)
 		require.NoError(t, err)
 		defer out.Close()
 		rec := dev.NewRecorder()
 		rec.Fill(out, 0, out.Size(), 0x7fc07fc0) // NaN halves: a place nobody writes shows
 		push := PlanesPush{Rows: rows, Cols: cols, WRows: rows, RowsP: rowsP, ColsP: colsP}
 		if hilo {
-			push.LoOff = quads
+			push.LoOff = PlaneUnits(rowsP, colsP)
 		}
 		rec.Dispatch(k, vk.MustPackPush(push), PlanesGroups(rowsP, colsP), vk.Bind{Buf: xb, Access: vk.Read}, vk.Bind{Buf: out, Access: vk.Write})
 		require.NoError(t, dev.Run(rec))
 		rec.Close()
-		words := downloadU32(t, out, int(2*2*quads))
+		words := downloadU32(t, out, int(PlanesBytes(rowsP, colsP, true)/4))
 		half := func(plane, r, c int) uint16 {
 			h := plane*rowsP*colsP + r*colsP + c
 			return uint16(words[h/2] >> (16 * (h % 2)))

@@ -11,7 +11,8 @@
 //
 // An invocation writes a quad of a row (four halves, two words) of each
 // plane: rows r < rowsP, columns 4q < colsP. The lo plane starts loOff
-// quads after the hi plane's start (0: no lo plane, PLANES_HILO unset).
+// 8-half units after the hi plane's start (the unit of matmul_direct's
+// wLo and xLo: shaders.PlaneUnits; 0: no lo plane, PLANES_HILO unset).
 // M's rows wRow0 .. wRow0+rows of its binding are read (loadWeightQuad:
 // every weight type matmul.comp reads); rows past rows and columns past
 // cols are zero.
@@ -51,6 +52,6 @@ void main() {
 #ifdef PLANES_HILO
 	vec4 d = v - hi; // exact: hi is v with its low mantissa bits rounded off
 	vec4 lo = vec4(toHalf(d.x), toHalf(d.y), toHalf(d.z), toHalf(d.w));
-	planes[p.loOff + i] = uvec2(packHalf2x16(lo.xy), packHalf2x16(lo.zw));
+	planes[2u * p.loOff + i] = uvec2(packHalf2x16(lo.xy), packHalf2x16(lo.zw));
 #endif
 }

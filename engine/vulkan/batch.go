@@ -64,21 +64,11 @@ func (r *Runner) newDirectMM(must func(uint64, vk.BufferKind) *vk.Buffer, ub int
 	var wBytes uint64
 	for _, rc := range mats {
 		rowsP, _, colsP := dk.Spec.Pad(uint32(rc[0]), 1, uint32(rc[1]))
-		wBytes = max(wBytes, directPlaneBytes(rowsP, colsP, dk.Hilo))
+		wBytes = max(wBytes, shaders.PlanesBytes(rowsP, colsP, dk.Hilo))
 	}
 	_, nP, colsP := dk.Spec.Pad(1, uint32(ub), uint32(xCols))
 	return &directMM{prof: prof, xPlanes: xk, mul: mul, spec: dk.Spec, hilo: dk.Hilo,
-		w: must(wBytes, vk.DeviceLocal), x: must(directPlaneBytes(nP, colsP, dk.Hilo), vk.DeviceLocal)}, nil
-}
-
-// directPlaneBytes is the size of rows x cols planes of halves: one, or
-// two with lo.
-func directPlaneBytes(rows, cols uint32, lo bool) uint64 {
-	b := 2 * uint64(rows) * uint64(cols)
-	if lo {
-		b *= 2
-	}
-	return b
+		w: must(wBytes, vk.DeviceLocal), x: must(shaders.PlanesBytes(nP, colsP, dk.Hilo), vk.DeviceLocal)}, nil
 }
 
 // directOps is the direct matmul of part pt of m for n rows of x, of at
@@ -94,9 +84,8 @@ func (m batchMat) directOps(pt matPart, x, y vk.Bind, n, maxRows int) []op {
 	}
 	_, nMax, _ := dm.spec.Pad(pt.rows, bound, m.cols)
 	rowsP, nP, colsP := dm.spec.Pad(pt.rows, uint32(n), m.cols)
-	wLo := m.dwLo
-	wBytes, xBytes := directPlaneBytes(rowsP, colsP, wLo), directPlaneBytes(nP, colsP, dm.hilo)
-	xMax := directPlaneBytes(nMax, colsP, dm.hilo)
+	wBytes, xBytes := shaders.PlanesBytes(rowsP, colsP, m.dwLo), shaders.PlanesBytes(nP, colsP, dm.hilo)
+	xMax := shaders.PlanesBytes(nMax, colsP, dm.hilo)
 	if wBytes > dm.w.Size() || xMax > dm.x.Size() {
 		return nil
 	}
@@ -104,15 +93,16 @@ func (m batchMat) directOps(pt matPart, x, y vk.Bind, n, maxRows int) []op {
 		return nil // a binding the device could not span: the staged kernel binds W as it is
 	}
 	xBytes = max(xBytes, 4) // a routed block's count of 0 binds a word
-	wQuads, xQuads := rowsP*colsP/4, nP*colsP/4
 	wp := shaders.PlanesPush{Rows: pt.rows, Cols: m.cols, WRow0: pt.wRow0, WRows: pt.wRows, RowsP: rowsP, ColsP: colsP}
 	xp := shaders.PlanesPush{Rows: uint32(n), Cols: m.cols, WRows: uint32(n), RowsP: nP, ColsP: colsP}
 	push := shaders.MatmulDirectPush{Rows: pt.rows, N: uint32(n), ColsP: colsP, LdY: m.rows, YOff: pt.yOff}
-	if wLo {
-		wp.LoOff, push.WLo = wQuads, wQuads/2 // quads; 8-half units
+	if m.dwLo {
+		wp.LoOff = shaders.PlaneUnits(rowsP, colsP)
+		push.WLo = wp.LoOff
 	}
 	if dm.hilo {
-		xp.LoOff, push.XLo = xQuads, xQuads/2
+		xp.LoOff = shaders.PlaneUnits(nP, colsP)
+		push.XLo = xp.LoOff
 	}
 	return []op{
 		newOp(m.dw, wp, shaders.PlanesGroups(rowsP, colsP), rd(pt.buf, 0, 0), wr(dm.w, 0, wBytes)),

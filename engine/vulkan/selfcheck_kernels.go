@@ -371,11 +371,11 @@ func directCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 	if hilo {
 		x = hiloCheckInput(rng, n*checkCols)
 	}
-	wPlanes, wQuads := directPlanes(w, rows, checkCols, rowsP, colsP, hilo)
-	xPlanes, xQuads := directPlanes(x, n, checkCols, nP, colsP, hilo)
+	wPlanes := directPlanes(w, rows, checkCols, rowsP, colsP, hilo)
+	xPlanes := directPlanes(x, n, checkCols, nP, colsP, hilo)
 	push := shaders.MatmulDirectPush{Rows: uint32(rows), N: uint32(n), ColsP: colsP, LdY: uint32(rows)}
 	if hilo {
-		push.WLo, push.XLo = wQuads/2, xQuads/2
+		push.WLo, push.XLo = shaders.PlaneUnits(rowsP, colsP), shaders.PlaneUnits(nP, colsP)
 	}
 	want, bound, y0 := make([]float32, n*rows), make([]float64, n*rows), make([]float32, n*rows)
 	for r := range rows {
@@ -392,14 +392,10 @@ func directCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 }
 
 // directPlanes is m (rows x cols) as planes.comp writes it: [rowsP][colsP]
-// halves, hi then (lo) lo, zero padded; quads is a plane's size in quads.
-func directPlanes(m []float32, rows, cols int, rowsP, colsP uint32, lo bool) (b []byte, quads uint32) {
+// halves, hi then (lo) lo, zero padded.
+func directPlanes(m []float32, rows, cols int, rowsP, colsP uint32, lo bool) []byte {
 	plane := int(rowsP * colsP)
-	planes := 1
-	if lo {
-		planes = 2
-	}
-	b = make([]byte, 2*plane*planes)
+	b := make([]byte, shaders.PlanesBytes(rowsP, colsP, lo))
 	for r := range rows {
 		for c := range cols {
 			v := m[r*cols+c]
@@ -411,5 +407,5 @@ func directPlanes(m []float32, rows, cols int, rowsP, colsP uint32, lo bool) (b 
 			}
 		}
 	}
-	return b, uint32(plane / 4)
+	return b
 }

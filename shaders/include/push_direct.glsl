@@ -11,7 +11,7 @@ layout(push_constant) uniform PlanesPush {
 	uint wRows; // rows in the binding (where the split layouts' scales start)
 	uint rowsP; // rows of each plane
 	uint colsP; // halves a plane's row, a multiple of 4
-	uint loOff; // quads from the hi plane's start to the lo plane's (PLANES_HILO)
+	uint loOff; // 8-half units from the hi plane's start to the lo plane's (PLANES_HILO)
 } p;
 #endif
 
