@@ -154,6 +154,11 @@ func TestPrefillProfiles(t *testing.T) {
 	directHalf := coopHalf
 	directHalf.MatmulDirect, directHalf.MatmulDirectMin = true, 0
 	profiles["own-matmul-direct-f16-emulated"] = &directHalf
+	// And under the profile a GPU gets (F16 KV cache, fused norm and
+	// attention, split attention), as an NVIDIA GPU runs it.
+	gpuDirect := *profiles["gpu-shared"]
+	gpuDirect.MatmulCoop, gpuDirect.MatmulCoopEmulate, gpuDirect.MatmulDirect, gpuDirect.MatmulDirectMin = true, true, true, 0
+	profiles["gpu-shared-matmul-direct-emulated"] = &gpuDirect
 	for name, prof := range profiles {
 		for _, tc := range []struct {
 			model   string
