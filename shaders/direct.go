@@ -22,6 +22,11 @@ type MatmulDirectPush struct {
 	YOff  uint32 // the column of y that row 0's output goes to
 	WLo   uint32 // the hilo kernel: W's lo plane in 8-half units from the binding's start; 0: none
 	XLo   uint32 // the hilo kernel: X's lo plane in 8-half units from the binding's start
+	// KSplit is the columns of each K slice (a multiple of 32) of a
+	// split product (MatmulDirectSplitGroups: workgroup z walks slice z
+	// into y = [splits][N][Rows] partial sums for splitk_reduce; LdY and
+	// YOff unused); 0 walks all of K into y.
+	KSplit uint32
 }
 
 // MatmulDirectSpec is matmul_direct's specialization constants: a
@@ -87,6 +92,58 @@ func PlanesBytes(rows, cols uint32, lo bool) uint64 {
 // tokens: x over row tiles, y over token tiles.
 func MatmulDirectGroups(rows, n uint32, s MatmulDirectSpec) [3]uint32 {
 	return [3]uint32{(rows + s.BN - 1) / s.BN, (n + s.BM - 1) / s.BM, 1}
+}
+
+// MatmulDirectSplitGroups is matmul_direct's dispatch split into splits K
+// slices (MatmulDirectPush.KSplit): MatmulDirectGroups' grid, z over the
+// slices.
+func MatmulDirectSplitGroups(rows, n uint32, s MatmulDirectSpec, splits uint32) [3]uint32 {
+	g := MatmulDirectGroups(rows, n, s)
+	g[2] = max(1, splits)
+	return g
+}
+
+const (
+	// MatmulDirectSplitTarget is the workgroups a direct product aims to
+	// have in flight: about 3 an SM of a 132-SM H100/H200, what its
+	// registers allow (~170 a thread with hilo: docs/matmul-cost.md). A
+	// workgroup of the GPU preset (64 tokens x 128 rows) makes the 1.1B
+	// model's 2048-row matrices at 512 tokens a grid of 128, one
+	// workgroup an SM (4 warps to hide each step's L2 round trip), its
+	// 256-row K and V a grid of 16, and a routed block's 64 rows at
+	// capacity 1/8 a grid of 16 and of 2. A grid of under half the target
+	// is cut along K into target/grid slices (at most MatmulMaxSplits),
+	// whose partial sums splitk_reduce adds: 8 bytes a token a row a slice
+	// written and read, against 2 x 32 FMAs a token a row a slice step.
+	MatmulDirectSplitTarget = 384
+	// MatmulDirectMinSlice is a GPU profile's fewest columns of a slice
+	// (Profile.MatmulDirectSlice): 8 steps of 32, so a workgroup's start
+	// (the first tiles' round trip) and its partial sums' write stay under
+	// its products.
+	MatmulDirectMinSlice = 256
+)
+
+// MatmulDirectSplit is how the direct product of n tokens through rows of
+// W with colsP columns of planes (a multiple of 32) and tile s is cut
+// along K on this profile, in at most most slices (the scratch for the
+// partial sums holds no more): splits slices of slice columns each (the
+// last may be shorter), slice a multiple of 32. splits is 1 (slice =
+// colsP) on a profile that does not split (MatmulSplitTarget 0: CPU
+// devices) or where the grid is big enough.
+func (p Profile) MatmulDirectSplit(rows, n, colsP uint32, s MatmulDirectSpec, most uint32) (splits, slice uint32) {
+	if p.MatmulSplitTarget == 0 || n == 0 || most < 2 || s.BM == 0 || s.BN == 0 {
+		return 1, colsP
+	}
+	grid := ((rows + s.BN - 1) / s.BN) * ((n + s.BM - 1) / s.BM)
+	want := min(MatmulMaxSplits, most, MatmulDirectSplitTarget/max(grid, 1))
+	if grid == 0 || want < 2 {
+		return 1, colsP
+	}
+	slice = max(roundUp((colsP+want-1)/want, 32), roundUp(max(p.MatmulDirectSlice, 32), 32))
+	if slice >= colsP {
+		return 1, colsP
+	}
+	return (colsP + slice - 1) / slice, slice
 }
 
 // PlanesGroups is planes' dispatch for planes of rowsP x colsP halves (an

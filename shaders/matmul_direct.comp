@@ -34,6 +34,12 @@
 // coopMatMulAddNV are left to a GPU (the benchmark validates before it
 // times).
 //
+// With kSplit set, workgroup z walks columns [z kSplit, (z+1) kSplit) of
+// K only and writes its partial sums to y = [splits][n][rows] (ldy and
+// yOff unused), which splitk_reduce sums in order, as matmul.comp's
+// split-K: at a few token tiles the grid is too small to fill a GPU
+// (Profile.MatmulDirectSplit).
+//
 // Specialization constants (MatmulDirectSpec.Constants): 0 WG = 32 *
 // (BM/WM) * (BN/WN), 1 BM, 2 BN, 3 WM, 4 WN (WM, WN multiples of 16).
 // Dispatch MatmulDirectGroups(rows, n, spec); the planes' rowsP and nP are
@@ -93,6 +99,11 @@ void main() {
 	uint r0 = gl_WorkGroupID.x * BN + sgN * WN; // this subgroup's first row
 	uint s0 = gl_WorkGroupID.y * BM + sgM * WM; // and first token
 	uint m = lane / 2u, nc = (lane % 2u) * 8u;  // the tile element a lane writes: row m, columns nc ..
+	uint k0 = 0u, k1 = p.colsP;                 // the columns this workgroup walks
+	if (p.kSplit != 0u) {
+		k0 = gl_WorkGroupID.z * p.kSplit;
+		k1 = min(p.colsP, k0 + p.kSplit);
+	}
 
 #ifdef EMULATE_COOPMAT
 	float acc[TI * TJ * 8u];
@@ -102,7 +113,7 @@ void main() {
 #ifdef DIRECT_HILO
 	uint xLo = 8u * p.xLo, wLo = 8u * p.wLo; // in halves
 #endif
-	for (uint k = 0u; k < p.colsP; k++) {
+	for (uint k = k0; k < k1; k++) {
 		[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
 			uint a = (s0 + 16u * ti + m) * p.colsP + k;
 			float xh = halfX(a);
@@ -186,11 +197,11 @@ void main() {
 		} \
 	}
 #endif
-	LOAD(0, 0u)
-	for (uint k = 0u; k < p.colsP; k += 32u) {
+	LOAD(0, k0)
+	for (uint k = k0; k < k1; k += 32u) {
 		LOAD(1, k + 16u)
 		MULTIPLY(0)
-		if (k + 32u < p.colsP) {
+		if (k + 32u < k1) {
 			LOAD(0, k + 32u)
 		}
 		MULTIPLY(1)
@@ -211,10 +222,12 @@ void main() {
 			subgroupBarrier();
 #endif
 			uint s = s0 + 16u * ti + m;
+			// [n][ldy] from yOff, or slice z's [n][rows] partial sums
+			uint at = p.kSplit != 0u ? (gl_WorkGroupID.z * p.n + s) * p.rows : s * p.ldy + p.yOff;
 			for (uint e = 0u; e < 8u; e++) {
 				uint r = r0 + 16u * tj + nc + e;
 				if (s < p.n && r < p.rows) {
-					y[s * p.ldy + p.yOff + r] = cs[sg * 256u + m * 16u + nc + e];
+					y[at + r] = cs[sg * 256u + m * 16u + nc + e];
 				}
 			}
 #ifndef EMULATE_COOPMAT

@@ -25,6 +25,7 @@ var matmulDirectSpecs = []MatmulDirectSpec{
 // weight type's planes variant), X's (planes_f32) and the product.
 type directKernels struct {
 	wPlanes, xPlanes, product *vk.Kernel
+	reduce                    *vk.Kernel // splitk_reduce, for split products
 	spec                      MatmulDirectSpec
 	hilo                      bool // f32's precision: X's lo plane, and W's where it has one
 	wLo                       bool // W has a lo plane (every type but F16 under hilo)
@@ -38,15 +39,29 @@ func newDirectKernels(t testing.TB, dev *vk.Device, typ gguf.TensorType, spec Ma
 		wPlanes: newKernel(t, dev, lookup(t, PlanesName(matvecTypeOf[typ], wLo))),
 		xPlanes: newKernel(t, dev, lookup(t, PlanesName(MatvecF32, hilo))),
 		product: newKernel(t, dev, lookup(t, MatmulDirectName(hilo, emulate)), spec.Constants()...),
+		reduce:  newKernel(t, dev, lookup(t, MatmulReduceName)),
 		spec:    spec, hilo: hilo, wLo: wLo,
 	}
 }
 
-// directPlanes are the scratch planes of one product.
+// directPlanes are the scratch planes of one product, and its partial
+// sums where it is split along K (splits slices of slice columns).
 type directPlanes struct {
-	w, x              *vk.Buffer
+	w, x, part        *vk.Buffer
 	rowsP, nP, colsP  uint32
 	rows, n, cols, r0 uint32
+	splits, slice     uint32
+}
+
+// split cuts pl's product into slices of slice columns (a multiple of
+// 32), with a buffer for their partial sums.
+func (pl *directPlanes) split(t testing.TB, dev *vk.Device, slice uint32) {
+	t.Helper()
+	pl.splits, pl.slice = (pl.colsP+slice-1)/slice, slice
+	b, err := dev.NewBuffer(4*uint64(pl.splits)*uint64(pl.n)*uint64(pl.rows), vk.DeviceLocal)
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	pl.part = b
 }
 
 func (d *directKernels) newPlanes(t testing.TB, dev *vk.Device, r0, rows, n, cols int) *directPlanes {
@@ -94,14 +109,22 @@ func (d *directKernels) recordProduct(rec *vk.Recorder, pl *directPlanes, y *vk.
 	if d.hilo {
 		push.XLo = PlaneUnits(pl.nP, pl.colsP)
 	}
-	rec.Dispatch(d.product, vk.MustPackPush(push), MatmulDirectGroups(pl.rows, pl.n, d.spec),
-		vk.Bind{Buf: pl.w, Access: vk.Read}, vk.Bind{Buf: pl.x, Access: vk.Read}, vk.Bind{Buf: y, Access: vk.Write})
+	w, x := vk.Bind{Buf: pl.w, Access: vk.Read}, vk.Bind{Buf: pl.x, Access: vk.Read}
+	if pl.splits <= 1 {
+		rec.Dispatch(d.product, vk.MustPackPush(push), MatmulDirectGroups(pl.rows, pl.n, d.spec), w, x, vk.Bind{Buf: y, Access: vk.Write})
+		return
+	}
+	push.KSplit = pl.slice
+	rec.Dispatch(d.product, vk.MustPackPush(push), MatmulDirectSplitGroups(pl.rows, pl.n, d.spec, pl.splits), w, x, vk.Bind{Buf: pl.part, Access: vk.Write})
+	rec.Dispatch(d.reduce, vk.MustPackPush(MatmulReducePush{Rows: pl.rows, N: pl.n, Splits: pl.splits, LdY: uint32(ldy), YOff: pl.r0}),
+		MatmulReduceGroups(pl.rows, pl.n), vk.Bind{Buf: pl.part, Access: vk.Read}, vk.Bind{Buf: y, Access: vk.Write})
 }
 
 // runDirect computes c by the direct kernels, its rows in parts cut at
 // cuts (each part's planes read from the whole matrix's binding at WRow0,
-// each writing its columns of one y).
-func (c *matmulCase) runDirect(t testing.TB, dev *vk.Device, d *directKernels, cuts []int) []float32 {
+// each writing its columns of one y), each part's product split along K
+// into slices of slice columns where slice is set.
+func (c *matmulCase) runDirect(t testing.TB, dev *vk.Device, d *directKernels, cuts []int, slice uint32) []float32 {
 	t.Helper()
 	xb := newBuffer(t, dev, f32bytes(c.x))
 	defer xb.Close()
@@ -116,6 +139,9 @@ func (c *matmulCase) runDirect(t testing.TB, dev *vk.Device, d *directKernels, c
 	bounds := append(append([]int{0}, cuts...), c.rows)
 	for i := 0; i+1 < len(bounds); i++ {
 		pl := d.newPlanes(t, dev, bounds[i], bounds[i+1]-bounds[i], c.n, c.cols)
+		if slice != 0 && slice < pl.colsP {
+			pl.split(t, dev, slice)
+		}
 		d.record(rec, pl, wb, c.rows, xb, yb, c.rows)
 	}
 	require.NoError(t, dev.Run(rec))
@@ -126,10 +152,13 @@ func (c *matmulCase) runDirect(t testing.TB, dev *vk.Device, d *directKernels, c
 // emulated (EMULATE_COOPMAT: the planes passes as they are, the product's
 // tile indexing and edges, in plain arithmetic) against the CPU reference:
 // every weight type, rows, columns and token counts that are not
-// multiples of the tiles, the rows in parts of one binding too, with the
-// operands' high halves only (matmulCoopBound: both rounded to nearest)
-// and with f32's precision (hilo: matmulCoopHiloBound, the same split as
-// matmul_coop_hilo's).
+// multiples of the tiles, the rows in parts of one binding too, K whole
+// and split into slices (1, 2 or 3 steps of 32 columns, the last slice
+// shorter where they do not divide), with the operands' high halves only
+// (matmulCoopBound: both rounded to nearest) and with f32's precision
+// (hilo: matmulCoopHiloBound, the same split as matmul_coop_hilo's). A
+// split sum restarts at each slice: still within the bound, which holds
+// for any order of the f32 sums.
 func TestMatmulDirectEmulated(t *testing.T) {
 	dev := openDevice(t)
 	rowsList := []int{1, 13, 67, 130}
@@ -137,6 +166,7 @@ func TestMatmulDirectEmulated(t *testing.T) {
 	for _, typ := range matmulTypes {
 		for _, hilo := range []bool{false, true} {
 			var stats errStats
+			split := 0 // the cases whose K was cut into slices
 			bound := func(cols int) float64 {
 				if hilo {
 					return matmulCoopHiloBound(cols)
@@ -148,13 +178,17 @@ func TestMatmulDirectEmulated(t *testing.T) {
 				for ci, cols := range testCols(typ) {
 					for ri, rows := range testRows(typ, rowsList) {
 						n := nList[(si+ci+ri)%len(nList)]
-						name := fmt.Sprintf("%s/hilo=%v/%+v/%dx%d/n%d", typ, hilo, spec, rows, cols, n)
+						slice := []uint32{0, 32, 64, 96}[(si+2*ci+ri)%4]
+						name := fmt.Sprintf("%s/hilo=%v/%+v/%dx%d/n%d/slice%d", typ, hilo, spec, rows, cols, n, slice)
 						c := newMatmulCase(t, typ, rows, cols, n, int64(rows*1000+cols*10+n))
 						var cuts []int
 						if si == 1 && rows > 13 {
 							cuts = []int{13} // a part that starts at row 13 of the binding
 						}
-						got := c.runDirect(t, dev, d, cuts)
+						got := c.runDirect(t, dev, d, cuts, slice)
+						if slice != 0 && roundUp(uint32(cols), 32) > slice {
+							split++
+						}
 						stats.add(got, c.want, c.scale)
 						var err error
 						if hilo {
@@ -168,7 +202,8 @@ func TestMatmulDirectEmulated(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("%s hilo=%v: %v (bound %.4g at %d columns)", typ, hilo, stats, bound(slices.Max(testCols(typ))), slices.Max(testCols(typ)))
+			assert.Positive(t, split, "%s hilo=%v: no case split K", typ, hilo)
+			t.Logf("%s hilo=%v: %v (bound %.4g at %d columns; %d cases split)", typ, hilo, stats, bound(slices.Max(testCols(typ))), slices.Max(testCols(typ)), split)
 		}
 	}
 }
@@ -220,6 +255,47 @@ func TestPlanes(t *testing.T) {
 		}
 		if !hilo {
 			assert.Equal(t, uint16(0x7fc0), half(1, 0, 0), "no lo plane without hilo")
+		}
+	}
+}
+
+// TestMatmulDirectSplit checks the direct product's cut along K on a GPU
+// profile at the shapes it is for: the 1.1B model's matrices at 512
+// tokens (2048-row grids of 128 cut in 3, 256-row K and V in 8, the FFN's
+// 5632 rows whole), a routed block's 64 rows, the 7B's (whole), the
+// scratch's and the slice's limits, and no cut on a CPU device.
+func TestMatmulDirectSplit(t *testing.T) {
+	gpu := NewProfile(Device{SubgroupSize: 32, SubgroupArithmetic: true, CooperativeMatrixNV: true, TensorCores: true, MatmulDirect: true})
+	require.True(t, gpu.MatmulDirect, "the GPU profile takes the direct matmul")
+	require.Equal(t, uint32(MatmulDirectMinSlice), gpu.MatmulDirectSlice)
+	cpu := NewProfile(Device{CPU: true, SubgroupSize: 8})
+	s := MatmulDirectSpecGPU
+	for _, tc := range []struct {
+		name                 string
+		prof                 Profile
+		rows, n, colsP, most uint32
+		splits, slice        uint32
+	}{
+		{"1.1B q, 512 tokens", gpu, 2048, 512, 2048, 8, 3, 704},
+		{"1.1B k, 512 tokens", gpu, 256, 512, 2048, 8, 8, 256},
+		{"1.1B gate, 512 tokens", gpu, 5632, 512, 2048, 8, 1, 2048},
+		{"1.1B down, 512 tokens", gpu, 2048, 512, 5632, 8, 3, 1888},
+		{"1.1B q, routed 64", gpu, 2048, 64, 2048, 8, 8, 256},
+		{"1.1B k, routed 64", gpu, 256, 64, 2048, 8, 8, 256},
+		{"7B q, 512 tokens", gpu, 4096, 512, 4096, 8, 1, 4096},
+		{"7B q, routed 64", gpu, 4096, 64, 4096, 8, 8, 512},
+		{"the scratch holds 2", gpu, 256, 512, 2048, 2, 2, 1024},
+		{"the scratch holds 1", gpu, 256, 512, 2048, 1, 1, 2048},
+		{"under a slice's columns", gpu, 64, 64, 256, 8, 1, 256},
+		{"slices of 256, the last shorter", gpu, 128, 64, 832, 8, 4, 256},
+		{"CPU device", cpu, 256, 512, 2048, 8, 1, 2048},
+	} {
+		splits, slice := tc.prof.MatmulDirectSplit(tc.rows, tc.n, tc.colsP, s, tc.most)
+		assert.Equal(t, [2]uint32{tc.splits, tc.slice}, [2]uint32{splits, slice}, tc.name)
+		if splits > 1 { // the slices cover K, each a multiple of 32, none empty
+			assert.Zero(t, slice%32, tc.name)
+			assert.Less(t, (splits-1)*slice, tc.colsP, tc.name)
+			assert.GreaterOrEqual(t, splits*slice, tc.colsP, tc.name)
 		}
 	}
 }

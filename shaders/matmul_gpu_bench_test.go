@@ -24,6 +24,11 @@ var matmulGPUShapes = []matmulBenchShape{
 	{512, 2048, 2048}, {512, 5632, 2048}, {512, 2048, 5632},
 	{512, 4096, 4096}, {512, 11008, 4096},
 	{5, 11008, 4096}, {16, 11008, 4096}, {32, 11008, 4096},
+	// The 1.1B model's K and V (256 rows) at 512 tokens, and a routed
+	// block's q at capacity 1/8 of 512 tokens: grids too small to fill a
+	// GPU with the direct product's 64x128 tiles (16 workgroups each)
+	// unless cut along K.
+	{512, 256, 2048}, {64, 2048, 2048},
 }
 
 // On a CPU device (lavapipe) the same candidates on tiny shapes: a check
@@ -211,6 +216,10 @@ var matmulCandidates = []matmulCandidate{
 	directCandidate("direct-hilo-prep-64x128", MatmulDirectSpecGPU, true, false, true),
 	directCandidate("direct-hilo-32x64", MatmulDirectSpec{BM: 32, BN: 64, WM: 16, WN: 32}, true, false, false),
 	directCandidate("direct-128x128", MatmulDirectSpec{BM: 128, BN: 128, WM: 64, WN: 64}, false, false, false),
+	// Cut along K as the engine cuts the direct product (Profile.
+	// MatmulDirectSplit), the slices summed by splitk_reduce (timed).
+	splitCandidate("direct-hilo-emu-split-64x128", directCandidate("", MatmulDirectSpecGPU, true, true, true)),
+	splitCandidate("direct-hilo-split-64x128", directCandidate("", MatmulDirectSpecGPU, true, false, false)),
 	coopCandidate("coop-emu-64x64", MatmulCoopSpecGPU, true),
 	coopCandidate("coop-emu-16x128", MatmulCoopSpecFew, true),
 	coopHiloCandidate("coop-hilo-emu-64x64", MatmulCoopSpecGPU, true),
@@ -512,6 +521,16 @@ func checkAndTimeMatmul(b *testing.B, dev *vk.Device, name string, opTol float64
 func runDirectCandidate(b *testing.B, dev *vk.Device, cand matmulCandidate, typ gguf.TensorType, d *matmulBenchData) {
 	dk := newDirectKernels(b, dev, typ, *cand.direct, cand.hilo, cand.cpuOnly)
 	pl := dk.newPlanes(b, dev, 0, d.rows, d.n, d.cols)
+	if cand.split { // the engine's plan on a GPU; on a CPU device slices of a step, so its tiny shapes split too
+		prof := matmulBenchSplit
+		prof.MatmulDirectSlice = MatmulDirectMinSlice
+		if dev.Info().Type == vk.CPU {
+			prof.MatmulDirectSlice = 32
+		}
+		if splits, slice := prof.MatmulDirectSplit(pl.rows, pl.n, pl.colsP, *cand.direct, MatmulMaxSplits); splits > 1 {
+			pl.split(b, dev, slice)
+		}
+	}
 	yb, err := dev.NewBuffer(uint64(4*d.rows*d.n), vk.DeviceLocal)
 	require.NoError(b, err)
 	defer yb.Close()
@@ -534,5 +553,6 @@ func runDirectCandidate(b *testing.B, dev *vk.Device, cand matmulCandidate, typ 
 		}
 		return rec
 	}
-	checkAndTimeMatmul(b, dev, name, cand.tol, d, yb, record, 1)
+	b.Logf("%s: %d K slice(s) of %d columns", name, max(pl.splits, 1), map[bool]uint32{true: pl.slice, false: pl.colsP}[pl.splits > 1])
+	checkAndTimeMatmul(b, dev, name, cand.tol, d, yb, record, max(pl.splits, 1))
 }

@@ -150,6 +150,10 @@ type Profile struct {
 	// turns it off.
 	MatmulDirect    bool
 	MatmulDirectMin uint32
+	// MatmulDirectSlice is the fewest columns of a K slice of a split
+	// direct product (MatmulDirectSplit): MatmulDirectMinSlice on GPUs;
+	// tests lower it to split their small models' matrices.
+	MatmulDirectSlice uint32
 	// MatmulPipe takes the pipelined tile (MatmulSpecPipe: matmul_pf with
 	// W and X staged along their rows and two copies of the tiles) for
 	// matmul.comp's products: on GPUs whose limits allow its 256
@@ -264,7 +268,7 @@ func NewProfile(d Device) Profile {
 	p.AttentionLanes = !d.CPU && d.SubgroupShuffle && sg > 0
 	p.MatmulCoop = !d.CPU && d.CooperativeMatrixNV && sg == MatmulCoopSubgroup && (d.TensorCores || d.TensorCoresHalf)
 	p.MatmulCoopHalf = p.MatmulCoop && d.TensorCoresHalf
-	p.MatmulDirect, p.MatmulDirectMin = p.MatmulCoop && d.MatmulDirect, MatmulDirectMinRows
+	p.MatmulDirect, p.MatmulDirectMin, p.MatmulDirectSlice = p.MatmulCoop && d.MatmulDirect, MatmulDirectMinRows, MatmulDirectMinSlice
 	if !d.CPU {
 		p.MatmulSplitTarget = MatmulSplitTarget
 		ps := MatmulSpecPipe

@@ -76,7 +76,11 @@ func (r *Runner) newDirectMM(must func(uint64, vk.BufferKind) *vk.Buffer, ub int
 // take it: fewer than the profile's MatmulDirectMin, or planes over the
 // scratch or a binding's range, at maxRows (a routed block records the same dispatches for each
 // of its counts, so the choice may not depend on the count).
-func (m batchMat) directOps(pt matPart, x, y vk.Bind, n, maxRows int) []op {
+//
+// xReady says that the scratch already holds X's planes for these rows of
+// x and m's columns (an earlier product of x's, sameXOps): the X planes
+// pass is left out.
+func (m batchMat) directOps(pt matPart, x, y vk.Bind, n, maxRows int, xReady bool) []op {
 	dm := m.dm
 	bound := uint32(max(n, maxRows))
 	if dm == nil || bound < dm.prof.MatmulDirectMin {
@@ -104,11 +108,33 @@ func (m batchMat) directOps(pt matPart, x, y vk.Bind, n, maxRows int) []op {
 		xp.LoOff = shaders.PlaneUnits(nP, colsP)
 		push.XLo = xp.LoOff
 	}
-	return []op{
-		newOp(m.dw, wp, shaders.PlanesGroups(rowsP, colsP), rd(pt.buf, 0, 0), wr(dm.w, 0, wBytes)),
-		newOp(dm.xPlanes, xp, shaders.PlanesGroups(nP, colsP), x, wr(dm.x, 0, xBytes)),
-		newOp(dm.mul, push, shaders.MatmulDirectGroups(pt.rows, uint32(n), dm.spec), rd(dm.w, 0, wBytes), rd(dm.x, 0, xBytes), y),
+	ops := []op{newOp(m.dw, wp, shaders.PlanesGroups(rowsP, colsP), rd(pt.buf, 0, 0), wr(dm.w, 0, wBytes))}
+	if !xReady {
+		ops = append(ops, newOp(dm.xPlanes, xp, shaders.PlanesGroups(nP, colsP), x, wr(dm.x, 0, xBytes)))
 	}
+	planes := []vk.Bind{rd(dm.w, 0, wBytes), rd(dm.x, 0, xBytes)}
+	splits, slice := m.directSplits(pt.rows, colsP, bound)
+	if splits <= 1 {
+		return append(ops, newOp(dm.mul, push, shaders.MatmulDirectGroups(pt.rows, uint32(n), dm.spec), append(planes, y)...))
+	}
+	push.KSplit = slice
+	return append(ops,
+		newOp(dm.mul, push, shaders.MatmulDirectSplitGroups(pt.rows, uint32(n), dm.spec, splits), append(planes, wr(m.sk.scratch, 0, 0))...),
+		newOp(m.sk.reduce, shaders.MatmulReducePush{Rows: pt.rows, N: uint32(n), Splits: splits, LdY: m.rows, YOff: pt.yOff},
+			shaders.MatmulReduceGroups(pt.rows, uint32(n)), rd(m.sk.scratch, 0, 0), y))
+}
+
+// directSplits is how the direct product of rows of m over colsP columns
+// of planes is cut along K for at most bound rows of x
+// (shaders.Profile.MatmulDirectSplit, planned for the bound as splits
+// is), in no more slices than the split-K scratch holds.
+func (m batchMat) directSplits(rows, colsP, bound uint32) (splits, slice uint32) {
+	if m.sk == nil {
+		return 1, colsP
+	}
+	per := 4 * uint64(bound) * uint64(rows) // one slice's partial sums
+	most := uint32(min(m.sk.scratch.Size()/max(per, 1), shaders.MatmulMaxSplits))
+	return m.dm.prof.MatmulDirectSplit(rows, bound, colsP, m.dm.spec, most)
 }
 
 // splitK is what a runner's split-K matmuls share: the profile that plans
@@ -243,12 +269,40 @@ func (m batchMat) ops(x, y *vk.Buffer, n, maxRows int) []op {
 	return m.opsBound(rd(x, 0, 0), wr(y, 0, 0), n, maxRows)
 }
 
+// sameXOps is Y_i = X W_i^T for each (W_i, Y_i) of mys, in order, all
+// over the same n rows of x (of at most maxRows), as ops would make them
+// one by one, except that the direct matmul makes X's planes once for the
+// products that follow (q, k and v; gate and up): the first product's
+// planes are still in the scratch, since only X planes passes write it.
+func sameXOps(x *vk.Buffer, n, maxRows int, mys ...matOut) []op {
+	var ops []op
+	ready := map[uint32]bool{} // columns whose planes of x the scratch holds
+	for _, my := range mys {
+		ops = append(ops, my.m.opsReady(rd(x, 0, 0), wr(my.y, 0, 0), n, maxRows, ready)...)
+	}
+	return ops
+}
+
+// matOut is a matrix and the buffer its products go to.
+type matOut struct {
+	m batchMat
+	y *vk.Buffer
+}
+
 // opsBound is ops with x and y bound as given (opsInPieces binds ranges).
 func (m batchMat) opsBound(x, y vk.Bind, n, maxRows int) []op {
+	return m.opsReady(x, y, n, maxRows, map[uint32]bool{})
+}
+
+// opsReady is opsBound where ready names the columns for which the direct
+// matmul's scratch already holds X's planes of these rows of x, and gets
+// m's columns when a part of m writes them.
+func (m batchMat) opsReady(x, y vk.Bind, n, maxRows int, ready map[uint32]bool) []op {
 	var ops []op
 	for _, pt := range m.parts {
-		if d := m.directOps(pt, x, y, n, maxRows); d != nil {
+		if d := m.directOps(pt, x, y, n, maxRows, ready[m.cols]); d != nil {
 			ops = append(ops, d...)
+			ready[m.cols] = true
 			continue
 		}
 		push := shaders.MatmulPush{Rows: pt.rows, Cols: m.cols, N: uint32(n), WRow0: pt.wRow0, WRows: pt.wRows,

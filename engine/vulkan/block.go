@@ -155,9 +155,7 @@ func (r *Runner) attentionInput(p *frame, l int, br blockRows, _ routedBlock) ([
 	if err != nil {
 		return nil, err
 	}
-	ops := append([]op{norm}, lf.mm.q.ops(p.xn, p.q, br.n, br.maxRows)...)
-	ops = append(ops, lf.mm.k.ops(p.xn, p.k, br.n, br.maxRows)...)
-	return append(ops, lf.mm.v.ops(p.xn, p.v, br.n, br.maxRows)...), nil
+	return append([]op{norm}, sameXOps(p.xn, br.n, br.maxRows, matOut{lf.mm.q, p.q}, matOut{lf.mm.k, p.k}, matOut{lf.mm.v, p.v})...), nil
 }
 
 // attention: RoPE, the cache append and attention, into p.att.
@@ -310,8 +308,7 @@ func (r *Runner) mlpInput(p *frame, l int, br blockRows, _ routedBlock) ([]op, e
 		if err != nil {
 			return nil, err
 		}
-		ops := append([]op{norm}, eb.gate.ops(p.xn, p.gate, br.n, br.maxRows)...)
-		ops = append(ops, eb.up.ops(p.xn, p.up, br.n, br.maxRows)...)
+		ops := append([]op{norm}, sameXOps(p.xn, br.n, br.maxRows, matOut{eb.gate, p.gate}, matOut{eb.up, p.up})...)
 		nf := uint32(br.n * c.NFF)
 		return append(ops, newOp(swiglu, shaders.SwiGLUPush{N: nf}, shaders.ElementGroups(nf), rd(p.gate, 0, 0), rd(p.up, 0, 0), wr(p.h, 0, 0))), nil
 	}

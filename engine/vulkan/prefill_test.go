@@ -155,9 +155,13 @@ func TestPrefillProfiles(t *testing.T) {
 	directHalf.MatmulDirect, directHalf.MatmulDirectMin = true, 0
 	profiles["own-matmul-direct-f16-emulated"] = &directHalf
 	// And under the profile a GPU gets (F16 KV cache, fused norm and
-	// attention, split attention), as an NVIDIA GPU runs it.
+	// attention, split attention), as an NVIDIA GPU runs it, its products
+	// cut along K (these models' small grids always are on a GPU profile;
+	// a slice of one step, so their 64 and 172 columns make 2 and 6
+	// slices) and summed by splitk_reduce.
 	gpuDirect := *profiles["gpu-shared"]
 	gpuDirect.MatmulCoop, gpuDirect.MatmulCoopEmulate, gpuDirect.MatmulDirect, gpuDirect.MatmulDirectMin = true, true, true, 0
+	gpuDirect.MatmulDirectSlice = 32
 	profiles["gpu-shared-matmul-direct-emulated"] = &gpuDirect
 	for name, prof := range profiles {
 		for _, tc := range []struct {

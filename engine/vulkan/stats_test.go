@@ -238,7 +238,8 @@ func TestProfileFLOPs(t *testing.T) {
 // TestProfileMatmulDirect: under a profile with the direct matmul
 // (MODRUN_MATMUL_DIRECT=1; its product emulated here), a prompt of
 // MatmulDirectMin rows or more runs the blocks' matmuls as W's and X's
-// planes passes and matmul_direct's product (FLOPs counted for the
+// planes passes (X's shared by the products of one input: q, k and v;
+// gate and up) and matmul_direct's product (FLOPs counted for the
 // product only), while the output head, whose planes would pass the
 // block-sized scratch, and a shorter prompt keep the staged tensor-core
 // kernel. The logits are the staged kernel's (both emulations sum the same
@@ -284,11 +285,64 @@ func TestProfileMatmulDirect(t *testing.T) {
 		mul := byKernel[shaders.MatmulDirectName(true, true)]
 		assert.GreaterOrEqual(t, mul.Calls, 7*dense, "q, k, v, o, gate, up and down of each dense block")
 		assert.Equal(t, 7*dense, mul.FLOPCalls, "the dense blocks' products' FLOPs counted (a routed block's count is on the GPU)")
-		assert.Equal(t, 2*mul.Calls, byKernel[shaders.PlanesName(shaders.MatvecF32, true)].Calls, "W's and X's planes a product (F32 weights: one variant)")
+		// W's planes a product, X's once for q, k and v, once for gate and
+		// up, and once each for o and down (F32 weights: one variant).
+		assert.Equal(t, mul.Calls+mul.Calls/7*4, byKernel[shaders.PlanesName(shaders.MatvecF32, true)].Calls, "planes passes: 7 of W's and 4 of X's a block")
 		assert.Zero(t, byKernel[shaders.PlanesName(shaders.MatvecF32, true)].FLOPCalls, "a planes pass counts no FLOPs")
 		assert.Positive(t, byKernel[shaders.MatmulCoopHiloName(shaders.MatvecF32, true)].Calls, "the output head and the 9-row chunk stay staged")
 	}
 	d := maxAbsDiff(logits[0], logits[1])
 	assert.LessOrEqual(t, d, 1e-3, "the direct and staged kernels' logits")
 	t.Logf("max |logit diff| direct against staged: %.3g", d)
+}
+
+// TestProfileMatmulDirectSplit: under a GPU's profile the direct products
+// whose grid is small are cut along K (shaders.Profile.MatmulDirectSplit;
+// a slice of one step here, so every product of this model's 64 and 172
+// columns is), each followed by splitk_reduce, with the product's FLOPs
+// counted once, as unsplit; the logits within a few f32 roundings of the
+// unsplit product's (a slice's sum restarts from zero: the order
+// differs).
+func TestProfileMatmulDirectSplit(t *testing.T) {
+	dev := openDevice(t, true)
+	if !dev.Info().Timestamps() {
+		t.Skipf("%s cannot write timestamps", dev.Info().Name)
+	}
+	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+	whole := gpuProfileOn(DeviceProfile(dev.Info()).Device, false)
+	whole.MatmulCoop, whole.MatmulCoopEmulate, whole.MatmulDirect, whole.MatmulDirectMin = true, true, true, 0
+	split := whole
+	split.MatmulDirectSlice = 32
+	prompt := make([]int32, 21)
+	for i := range prompt {
+		prompt[i] = int32(300 + i)
+	}
+	dense := m.Config.NLayer - len(m.Config.RoutedLayers())
+	var logits [2][]float32
+	var flops [2]uint64
+	for i, p := range []*shaders.Profile{&whole, &split} {
+		run, err := New(dev, m, mod.RoutingRouter, Options{Profile: true, DeviceProfile: p, PromptSteps: -1})
+		require.NoError(t, err)
+		defer run.Close()
+		logits[i], err = run.Feed(prompt)
+		require.NoError(t, err)
+		byKernel := map[string]ProfileEntry{}
+		for _, e := range run.Profile() {
+			byKernel[e.Kernel] = e
+		}
+		mul := byKernel[shaders.MatmulDirectName(true, true)]
+		assert.GreaterOrEqual(t, mul.Calls, 7*dense, "%s: q, k, v, o, gate, up and down of each dense block", p)
+		flops[i] = mul.FLOPs
+		reduce := byKernel[shaders.MatmulReduceName].Calls
+		if p == &whole {
+			assert.Zero(t, reduce, "slices of 256 columns or more: none of this model's products is cut")
+			continue
+		}
+		assert.Equal(t, mul.Calls, reduce, "a reduce after each product")
+	}
+	assert.Positive(t, flops[0])
+	assert.Equal(t, flops[0], flops[1], "the split products' FLOPs counted once")
+	d := maxAbsDiff(logits[0], logits[1])
+	assert.LessOrEqual(t, d, 1e-3, "the split and whole products' logits")
+	t.Logf("max |logit diff| split against whole: %.3g", d)
 }

@@ -124,9 +124,13 @@ func TestVulkanStepMatchesSolo(t *testing.T) {
 	// The direct matmul (MODRUN_MATMUL_DIRECT=1) at every row count: each
 	// step's and prompt's matmuls through the planes, hilo, within the same
 	// bound.
-	direct := coop
-	direct.MatmulDirect, direct.MatmulDirectMin = true, 0
-	t.Run("matmul-direct-emulated/"+sm.name, func(t *testing.T) { vulkanStepMatchesSolo(t, dev, &direct, sm.m, sm.routing, "f32", 16) })
+	// Under a GPU's profile, so that the products are cut along K (a
+	// slice of one step) as a GPU cuts its small grids: a routed block's
+	// cut is planned for its bound, whatever its count.
+	direct := gpuProfileOn(coop.Device, false)
+	direct.MatmulCoop, direct.MatmulCoopEmulate = true, true
+	direct.MatmulDirect, direct.MatmulDirectMin, direct.MatmulDirectSlice = true, 0, 32
+	t.Run("matmul-direct-split-emulated/"+sm.name, func(t *testing.T) { vulkanStepMatchesSolo(t, dev, &direct, sm.m, sm.routing, "f32", 16) })
 }
 
 func vulkanStepMatchesSolo(t *testing.T, dev *vk.Device, prof *shaders.Profile, m *mod.Model, routing mod.Routing, kv string, nSeqs int) {

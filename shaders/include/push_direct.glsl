@@ -24,5 +24,6 @@ layout(push_constant) uniform MatmulDirectPush {
 	uint yOff;  // the column of y that row 0's output goes to
 	uint wLo;   // DIRECT_HILO: W's lo plane, in 8-half units from the binding's start; 0: none (F16 weights are their own hi)
 	uint xLo;   // DIRECT_HILO: X's lo plane, in 8-half units from the binding's start
+	uint kSplit; // halves of K a slice (a multiple of 32): workgroup z writes slice z's partial sums to y = [splits][n][rows]; 0: all of K into y
 } p;
 #endif
