@@ -227,7 +227,7 @@ acceptance() {
   local d=$logs/bench-$small-q8_0.json q4=$logs/bench-$small-q4_k_m.json l=$logs/bench-$lq8.json
   local p=$logs/bench-parallel-$small-q8_0.json p5=$logs/bench-$lq8-prompt5.json nt=$logs/bench-$small-q8_0-no-tensor-cores.json
   local ld=$logs/llama-$small-q8_0.jsonl lq=$logs/llama-$small-q4_k_m.jsonl ll=$logs/llama-$lq8.jsonl lb=$logs/llama-batched-$small-q8_0.md
-  local dec pre dec4 pre4 dec7 pre7 gb7 probe7 ttft ttft1 f0 f1 pmod a1 a8 a16 pre_nt hdec hdec4 hdec7 hgb7 dpre dpre7
+  local dec pre dec4 pre4 dec7 pre7 gb7 probe7 ttft ttft1 f0 f1 pmod a1 a8 a16 pre_nt hdec hdec4 hdec7 hgb7 dpre dpre7 dpmod
   dec=$(jnum "$d" decode_tokens_per_s); pre=$(jnum "$d" prefill_tokens_per_s)
   pmod=$(jnum "$d" prefill_tokens_per_s 2); f0=$(jnum "$d" prefill_flops_per_token); f1=$(jnum "$d" prefill_flops_per_token 2)
   dec4=$(jnum "$q4" decode_tokens_per_s); pre4=$(jnum "$q4" prefill_tokens_per_s)
@@ -238,6 +238,7 @@ acceptance() {
   hdec=$(jnum "$logs/bench-$small-q8_0-handoff.json" decode_tokens_per_s); hdec4=$(jnum "$logs/bench-$small-q4_k_m-handoff.json" decode_tokens_per_s)
   hdec7=$(jnum "$logs/bench-$lq8-handoff.json" decode_tokens_per_s); hgb7=$(jnum "$logs/bench-$lq8-handoff.json" effective_gbps)
   dpre=$(jnum "$logs/bench-$small-q8_0-direct.json" prefill_tokens_per_s); dpre7=$(jnum "$logs/bench-$lq8-direct.json" prefill_tokens_per_s)
+  dpmod=$(jnum "$logs/bench-$small-q8_0-mod-direct.json" prefill_tokens_per_s)
   a1=$(jnum "$p" aggregate_decode_tokens_per_s 1); a8=$(jnum "$p" aggregate_decode_tokens_per_s 2); a16=$(jnum "$p" aggregate_decode_tokens_per_s 3)
   # row GOAL WHAT MODRUN LLAMA TEST [-]: one line; TEST is an awk condition
   # on m (modrun's figure) and l (llama.cpp's); the verdict is "-" when a
@@ -280,6 +281,8 @@ acceptance() {
   row "43 (direct): 7B Q8_0 pp512 >= 10,000 (H200) and >= 1.5x" "$large Q8_0 prefill 512, MODRUN_MATMUL_DIRECT=1 (x$(awk -v a="$dpre7" -v b="$pre7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default)" "$dpre7" "$(llama_ts "$ll" 512 0)" 'm >= 10000 && m >= 1.5 * l'
   row "43: MoD twin prefill >= 90% of its ideal" "twin's speed-up over dense / ideal ($(awk -v a="$f0" -v b="$f1" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2fx", a / b }'))" \
     "$(ratio "$(ratio "$pmod" "$pre")" "$(ratio "$f0" "$f1")")" "" 'm >= 0.9'
+  row "43 (direct): MoD twin prefill >= 90% of its ideal" "twin's speed-up over dense / ideal, both MODRUN_MATMUL_DIRECT=1 (twin $(awk -v v="$dpmod" 'BEGIN { if (v == "") print "-"; else printf "%.0f", v }') tok/s)" \
+    "$(ratio "$(ratio "$dpmod" "$dpre")" "$(ratio "$f0" "$f1")")" "" 'm >= 0.9'
   row "43: without tensor cores >= 1.0x" "$small Q8_0 prefill 512, MODRUN_TENSOR_CORES=0" "$pre_nt" "$(llama_ts "$ld" 512 0)" 'm >= l'
   row "43: 16 rows no slower than 8" "$small Q8_0 aggregate at 16 / at 8" "$(ratio "$a16" "$a8")" "" 'm >= 1'
   echo
@@ -293,6 +296,7 @@ if [ "$quick" = 1 ]; then
   lq8=$large-q8_0 # the large model's rows (named apart when a try-out makes both shapes one)
   [ "$large" = "$small" ] && lq8=$large-q8_0-large
   m11=$logs/$small-q8_0.gguf # bench --save writes the dense model here (the twin beside it, -mod)
+  m11mod=$logs/$small-q8_0-mod.gguf
   [ "$small" = stories260k ] && { echo "run.sh: --quick needs a context over 512 (stories260k has 512)" >&2; exit 2; }
   # kernel_bench NAME FILTER BENCHTIME LIMIT [LOG]: one benchmark of
   # shaders.test, its -test.bench filter narrowed to what a quick run can
@@ -371,7 +375,7 @@ if [ "$quick" = 1 ]; then
   kernel_bench BenchmarkDispatchGPU BenchmarkDispatchGPU 50x 30
   { echo '```'; echo; echo "## Bench rows (quick)"; echo; } >> "$report"
   bench_row "$small-q8_0" --synthetic "$small" --type q8_0 --capacity 0.125 --routing router --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8 --save "$logs/m.gguf"
-  mv "$logs/m-$small-q8_0.gguf" "$m11" 2>/dev/null; rm -f "$logs/m-$small-q8_0-mod.gguf"
+  mv "$logs/m-$small-q8_0.gguf" "$m11" 2>/dev/null; mv "$logs/m-$small-q8_0-mod.gguf" "$m11mod" 2>/dev/null
   # The same decode with the step's kernels handing off to each other
   # without barriers (MODRUN_HANDOFF=1, issue 42 item 6), its tokens
   # validated against the CPU: what the barriers cost is this row against
@@ -390,6 +394,11 @@ if [ "$quick" = 1 ]; then
   # matmul), its tokens validated against the CPU: this row against the
   # default's prefill says whether the staging was the bound.
   MODRUN_MATMUL_DIRECT=1 bench_row "$small-q8_0-direct" -m "$m11" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 4
+  # And its MoD twin: the routed blocks' products at 64 of 512 rows, the
+  # grids the direct product cuts along K (the twin's speed-up over the
+  # dense model on this path is this row against the one above).
+  MODRUN_MATMUL_DIRECT=1 bench_row "$small-q8_0-mod-direct" -m "$m11mod" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 0
+  rm -f "$m11mod"
   bench_row "$small-q4_k_m" --synthetic "$small" --type q4_k_m --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8 --save "$logs/$small-q4_k_m.gguf"
   MODRUN_HANDOFF=1 bench_row "$small-q4_k_m-handoff" -m "$logs/$small-q4_k_m.gguf" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8
   llama_row "$small-q4_k_m" "$logs/$small-q4_k_m.gguf"
@@ -456,6 +465,15 @@ if [ "$quick" = 1 ]; then
     lim=$(limit 60)
     if [ "$lim" = 0 ]; then echo "skipped: the quick mode's deadline (QUICK_DEADLINE) was reached"; else
       timeout -k 5 "$lim" "$here/bin/modrun" run -m "$m11" -f "$logs/prompt-512.txt" -n 1 --backend vulkan --stats --profile 2>&1 >/dev/null | tail -40
+    fi
+    echo '```'
+    echo
+    echo "## The same with the direct tensor-core matmul (MODRUN_MATMUL_DIRECT=1): the planes passes and the product apart"
+    echo
+    echo '```'
+    lim=$(limit 60)
+    if [ "$lim" = 0 ]; then echo "skipped: the quick mode's deadline (QUICK_DEADLINE) was reached"; else
+      MODRUN_MATMUL_DIRECT=1 timeout -k 5 "$lim" "$here/bin/modrun" run -m "$m11" -f "$logs/prompt-512.txt" -n 1 --backend vulkan --stats --profile 2>&1 >/dev/null | tail -40
     fi
     echo '```'
   } >> "$report"
