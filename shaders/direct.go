@@ -104,18 +104,23 @@ func MatmulDirectSplitGroups(rows, n uint32, s MatmulDirectSpec, splits uint32) 
 }
 
 const (
-	// MatmulDirectSplitTarget is the workgroups a direct product aims to
-	// have in flight: about 3 an SM of a 132-SM H100/H200, what its
-	// registers allow (~170 a thread with hilo: docs/matmul-cost.md). A
-	// workgroup of the GPU preset (64 tokens x 128 rows) makes the 1.1B
-	// model's 2048-row matrices at 512 tokens a grid of 128, one
-	// workgroup an SM (4 warps to hide each step's L2 round trip), its
-	// 256-row K and V a grid of 16, and a routed block's 64 rows at
-	// capacity 1/8 a grid of 16 and of 2. A grid of under half the target
-	// is cut along K into target/grid slices (at most MatmulMaxSplits),
-	// whose partial sums splitk_reduce adds: 8 bytes a token a row a slice
+	// MatmulDirectGroupsPerUnit is how many of the GPU preset's
+	// workgroups (4 warps of ~180 registers a thread with hilo:
+	// docs/matmul-cost.md) an SM holds at once: 2, by registers (a
+	// workgroup takes 23,000 of an SM's 65,536).
+	MatmulDirectGroupsPerUnit = 2
+	// MatmulDirectSplitTarget is Profile.MatmulDirectSlots where the
+	// device does not say how many compute units it has: 2 workgroups an
+	// SM of a 132-SM H100 SXM or H200. A workgroup of the GPU preset (64
+	// tokens x 128 rows) makes the 1.1B model's 2048-row matrices at 512
+	// tokens a grid of 128, under one workgroup an SM (4 warps to hide
+	// each step's L2 round trip), its 256-row K and V a grid of 16, and a
+	// routed block's 64 rows at capacity 1/8 a grid of 16 and of 2. A
+	// grid of at most half the slots is cut along K into slots/grid
+	// slices (at most MatmulMaxSplits), one wave of workgroups, whose
+	// partial sums splitk_reduce adds: 8 bytes a token a row a slice
 	// written and read, against 2 x 32 FMAs a token a row a slice step.
-	MatmulDirectSplitTarget = 384
+	MatmulDirectSplitTarget = 264
 	// MatmulDirectMinSlice is a GPU profile's fewest columns of a slice
 	// (Profile.MatmulDirectSlice): 8 steps of 32, so a workgroup's start
 	// (the first tiles' round trip) and its partial sums' write stay under
@@ -135,7 +140,11 @@ func (p Profile) MatmulDirectSplit(rows, n, colsP uint32, s MatmulDirectSpec, mo
 		return 1, colsP
 	}
 	grid := ((rows + s.BN - 1) / s.BN) * ((n + s.BM - 1) / s.BM)
-	want := min(MatmulMaxSplits, most, MatmulDirectSplitTarget/max(grid, 1))
+	slots := p.MatmulDirectSlots
+	if slots == 0 {
+		slots = MatmulDirectSplitTarget
+	}
+	want := min(MatmulMaxSplits, most, slots/max(grid, 1))
 	if grid == 0 || want < 2 {
 		return 1, colsP
 	}

@@ -261,14 +261,23 @@ func TestPlanes(t *testing.T) {
 
 // TestMatmulDirectSplit checks the direct product's cut along K on a GPU
 // profile at the shapes it is for: the 1.1B model's matrices at 512
-// tokens (2048-row grids of 128 cut in 3, 256-row K and V in 8, the FFN's
+// tokens (2048-row grids of 128 cut in 2, 256-row K and V in 8, the FFN's
 // 5632 rows whole), a routed block's 64 rows, the 7B's (whole), the
-// scratch's and the slice's limits, and no cut on a CPU device.
+// scratch's and the slice's limits, GPUs that say how many SMs they have
+// (132: the same as the default; 28: fewer slices; 114: the 2048-row grids
+// of 128 fill its 228 slots better whole than in 2 waves), and no cut on
+// a CPU device.
 func TestMatmulDirectSplit(t *testing.T) {
 	gpu := NewProfile(Device{SubgroupSize: 32, SubgroupArithmetic: true, CooperativeMatrixNV: true, TensorCores: true, MatmulDirect: true})
 	require.True(t, gpu.MatmulDirect, "the GPU profile takes the direct matmul")
 	require.Equal(t, uint32(MatmulDirectMinSlice), gpu.MatmulDirectSlice)
 	cpu := NewProfile(Device{CPU: true, SubgroupSize: 8})
+	gpuSMs := func(sms uint32) Profile {
+		p := NewProfile(Device{SubgroupSize: 32, SubgroupArithmetic: true, CooperativeMatrixNV: true, TensorCores: true, MatmulDirect: true, ComputeUnits: sms})
+		require.Equal(t, MatmulDirectGroupsPerUnit*sms, p.MatmulDirectSlots)
+		return p
+	}
+	require.Equal(t, uint32(MatmulDirectSplitTarget), gpu.MatmulDirectSlots, "a GPU that does not say its SMs")
 	s := MatmulDirectSpecGPU
 	for _, tc := range []struct {
 		name                 string
@@ -276,10 +285,13 @@ func TestMatmulDirectSplit(t *testing.T) {
 		rows, n, colsP, most uint32
 		splits, slice        uint32
 	}{
-		{"1.1B q, 512 tokens", gpu, 2048, 512, 2048, 8, 3, 704},
+		{"1.1B q, 512 tokens", gpu, 2048, 512, 2048, 8, 2, 1024},
+		{"1.1B q, 512 tokens, 132 SMs", gpuSMs(132), 2048, 512, 2048, 8, 2, 1024},
+		{"1.1B q, 512 tokens, 114 SMs", gpuSMs(114), 2048, 512, 2048, 8, 1, 2048},
+		{"1.1B k, 512 tokens, 28 SMs", gpuSMs(28), 256, 512, 2048, 8, 3, 704},
 		{"1.1B k, 512 tokens", gpu, 256, 512, 2048, 8, 8, 256},
 		{"1.1B gate, 512 tokens", gpu, 5632, 512, 2048, 8, 1, 2048},
-		{"1.1B down, 512 tokens", gpu, 2048, 512, 5632, 8, 3, 1888},
+		{"1.1B down, 512 tokens", gpu, 2048, 512, 5632, 8, 2, 2816},
 		{"1.1B q, routed 64", gpu, 2048, 64, 2048, 8, 8, 256},
 		{"1.1B k, routed 64", gpu, 256, 64, 2048, 8, 8, 256},
 		{"7B q, 512 tokens", gpu, 4096, 512, 4096, 8, 1, 4096},

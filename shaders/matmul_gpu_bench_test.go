@@ -524,6 +524,9 @@ func runDirectCandidate(b *testing.B, dev *vk.Device, cand matmulCandidate, typ 
 	if cand.split { // the engine's plan on a GPU; on a CPU device slices of a step, so its tiny shapes split too
 		prof := matmulBenchSplit
 		prof.MatmulDirectSlice = MatmulDirectMinSlice
+		if cu := dev.Info().Limits.ComputeUnits; cu > 0 { // as NewProfile plans for this GPU
+			prof.MatmulDirectSlots = MatmulDirectGroupsPerUnit * cu
+		}
 		if dev.Info().Type == vk.CPU {
 			prof.MatmulDirectSlice = 32
 		}

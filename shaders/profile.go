@@ -21,6 +21,7 @@ type Device struct {
 	SharedMemory            uint32 // maxComputeSharedMemorySize, bytes
 	MaxWorkGroupInvocations uint32 // maxComputeWorkGroupInvocations
 	MaxStorageBufferRange   uint64 // bytes one binding may span
+	ComputeUnits            uint32 // SMs or CUs (vk.Limits.ComputeUnits); 0 when the device does not say
 
 	// The device facts device.go reads (Allows, RequiredSubgroupSize).
 	Vendor uint32 // PCI vendor ID: its row of Vendors
@@ -154,6 +155,11 @@ type Profile struct {
 	// direct product (MatmulDirectSplit): MatmulDirectMinSlice on GPUs;
 	// tests lower it to split their small models' matrices.
 	MatmulDirectSlice uint32
+	// MatmulDirectSlots is how many of the direct product's workgroups
+	// the GPU holds at once (MatmulDirectSplit fills them in one wave):
+	// MatmulDirectGroupsPerUnit a compute unit where the device says how
+	// many it has, else MatmulDirectSplitTarget.
+	MatmulDirectSlots uint32
 	// MatmulPipe takes the pipelined tile (MatmulSpecPipe: matmul_pf with
 	// W and X staged along their rows and two copies of the tiles) for
 	// matmul.comp's products: on GPUs whose limits allow its 256
@@ -269,6 +275,10 @@ func NewProfile(d Device) Profile {
 	p.MatmulCoop = !d.CPU && d.CooperativeMatrixNV && sg == MatmulCoopSubgroup && (d.TensorCores || d.TensorCoresHalf)
 	p.MatmulCoopHalf = p.MatmulCoop && d.TensorCoresHalf
 	p.MatmulDirect, p.MatmulDirectMin, p.MatmulDirectSlice = p.MatmulCoop && d.MatmulDirect, MatmulDirectMinRows, MatmulDirectMinSlice
+	p.MatmulDirectSlots = MatmulDirectSplitTarget
+	if d.ComputeUnits > 0 {
+		p.MatmulDirectSlots = MatmulDirectGroupsPerUnit * d.ComputeUnits
+	}
 	if !d.CPU {
 		p.MatmulSplitTarget = MatmulSplitTarget
 		ps := MatmulSpecPipe

@@ -90,6 +90,10 @@ type Limits struct {
 	// RequiredSubgroupSizeCompute: the compute stage is among
 	// requiredSubgroupSizeStages, so a compute pipeline may require a size.
 	RequiredSubgroupSizeCompute bool `json:"required_subgroup_size_compute,omitempty"`
+	// ComputeUnits is the device's SMs (NVIDIA: VK_NV_shader_sm_builtins)
+	// or CUs (AMD: VK_AMD_shader_core_properties), what a grid must fill;
+	// 0 when the device does not say (lavapipe, Intel).
+	ComputeUnits uint32 `json:"compute_units,omitempty"`
 }
 
 // Features are the optional capabilities modrun may use. Each is enabled on

@@ -210,6 +210,7 @@ func (in *Instance) deviceInfo(phys uint64, index int) DeviceInfo {
 			MaxSubgroupSize:                 uint32(c.max_subgroup),
 			MaxComputeWorkgroupSubgroups:    uint32(c.max_workgroup_subgroups),
 			RequiredSubgroupSizeCompute:     c.required_subgroup_stages&C.VK_SHADER_STAGE_COMPUTE_BIT != 0,
+			ComputeUnits:                    uint32(c.compute_units),
 		},
 		phys:          phys,
 		computeFamily: int(c.compute_family),

@@ -343,7 +343,7 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out) {
 	}
 
 	uint32_t ne = 0;
-	int sizeControl = 0;
+	int sizeControl = 0, smBuiltins = 0, amdCore = 0, amdCore2 = 0;
 	if (in->EnumerateDeviceExtensionProperties(pd, NULL, &ne, NULL) == VK_SUCCESS && ne > 0) {
 		VkExtensionProperties *e = calloc(ne, sizeof *e);
 		if (e && in->EnumerateDeviceExtensionProperties(pd, NULL, &ne, e) >= 0)
@@ -353,7 +353,24 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out) {
 				else if (strcmp(e[i].extensionName, VK_EXT_CONDITIONAL_RENDERING_EXTENSION_NAME) == 0) out->cond_render = 1;
 				else if (strcmp(e[i].extensionName, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME) == 0) sizeControl = 1;
 				else if (strcmp(e[i].extensionName, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME) == 0) out->exec_props = 1;
+				else if (strcmp(e[i].extensionName, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME) == 0) smBuiltins = 1;
+				else if (strcmp(e[i].extensionName, VK_AMD_SHADER_CORE_PROPERTIES_EXTENSION_NAME) == 0) amdCore = 1;
+				else if (strcmp(e[i].extensionName, VK_AMD_SHADER_CORE_PROPERTIES_2_EXTENSION_NAME) == 0) amdCore2 = 1;
 		free(e);
+	}
+	if (smBuiltins) { // NVIDIA: its SMs
+		VkPhysicalDeviceShaderSMBuiltinsPropertiesNV sm = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
+		VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sm};
+		in->GetPhysicalDeviceProperties2(pd, &p2);
+		out->compute_units = sm.shaderSMCount;
+	} else if (amdCore) { // AMD: its CUs, the active ones where the driver says
+		VkPhysicalDeviceShaderCorePropertiesAMD core = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_AMD};
+		VkPhysicalDeviceShaderCoreProperties2AMD core2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_2_AMD};
+		if (amdCore2) core.pNext = &core2;
+		VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &core};
+		in->GetPhysicalDeviceProperties2(pd, &p2);
+		out->compute_units = amdCore2 && core2.activeComputeUnitCount > 0 ? core2.activeComputeUnitCount
+			: core.shaderEngineCount * core.shaderArraysPerEngineCount * core.computeUnitsPerShaderArray;
 	}
 	if (sizeControl) { // the sizes a compute dispatch's subgroups may have
 		VkPhysicalDeviceSubgroupSizeControlPropertiesEXT sc = {

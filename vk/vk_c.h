@@ -53,6 +53,11 @@ typedef struct mr_device_info {
 	uint32_t coopmat_nv; // VK_NV_cooperative_matrix, its cooperativeMatrix feature and f16 x f16 -> f32 16x16x16 at subgroup scope
 	uint32_t cond_render; // VK_EXT_conditional_rendering with its conditionalRendering feature
 	uint32_t exec_props; // VK_KHR_pipeline_executable_properties with its pipelineExecutableInfo feature
+	// compute_units: the device's SMs (VK_NV_shader_sm_builtins' shaderSMCount)
+	// or CUs (VK_AMD_shader_core_properties2's activeComputeUnitCount, else
+	// VK_AMD_shader_core_properties' engines x arrays x CUs an array); 0 when
+	// the device does not say.
+	uint32_t compute_units;
 	int32_t compute_family; // -1: none
 } mr_device_info;
 void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out);

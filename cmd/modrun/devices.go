@@ -130,6 +130,13 @@ func (r *devicesReport) writeText(w io.Writer) error {
 			l.MaxComputeWorkGroupInvocations, l.MaxComputeWorkGroupSize, l.MaxComputeWorkGroupCount,
 			humanBytes(uint64(l.MaxComputeSharedMemorySize)), l.SubgroupSize)
 		fmt.Fprintf(tw, "    subgroups:\t%s\n", subgroupLine(d.DeviceInfo))
+		if l.ComputeUnits > 0 { // what a grid must fill (the split matmuls' plans)
+			unit := "CUs"
+			if d.VendorID == 0x10de {
+				unit = "SMs"
+			}
+			fmt.Fprintf(tw, "    cores:\t%d %s\n", l.ComputeUnits, unit)
+		}
 		fmt.Fprintf(tw, "    buffers:\t%s per binding, offsets aligned to %d, %d bytes of push constants\n",
 			humanBytes(l.MaxStorageBufferRange), l.MinStorageBufferOffsetAlignment, l.MaxPushConstantsSize)
 		if d.Timestamps() {

@@ -76,6 +76,7 @@ func deviceFacts(info vk.DeviceInfo) shaders.Device {
 		SharedMemory:            l.MaxComputeSharedMemorySize,
 		MaxWorkGroupInvocations: l.MaxComputeWorkGroupInvocations,
 		MaxStorageBufferRange:   l.MaxStorageBufferRange,
+		ComputeUnits:            l.ComputeUnits,
 		Vendor:                  info.VendorID,
 		RequireSubgroupSize:     require,
 		MaxWorkgroupSubgroups:   l.MaxComputeWorkgroupSubgroups,
