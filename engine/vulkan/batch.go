@@ -27,6 +27,10 @@ type batchMat struct {
 	dm   *directMM
 	dw   *kernel
 	dwLo bool // dw writes a lo plane too
+	// halves: the weights are F16, rows of halves as a hi plane holds
+	// them, so a part whose rows and padding lie in its binding is its own
+	// plane (directOps binds it and skips W's planes pass).
+	halves bool
 }
 
 // directMM is what a runner's direct matmuls share (shaders.Profile.
@@ -41,6 +45,7 @@ type directMM struct {
 	spec         shaders.MatmulDirectSpec
 	hilo         bool
 	w, x         *vk.Buffer // the scratch planes
+	align        uint64     // minStorageBufferOffsetAlignment: an F16 part bound as its own plane starts at a multiple
 }
 
 // newDirectMM makes the runner's direct matmul when its profile has one
@@ -67,7 +72,7 @@ func (r *Runner) newDirectMM(must func(uint64, vk.BufferKind) *vk.Buffer, ub int
 		wBytes = max(wBytes, shaders.PlanesBytes(rowsP, colsP, dk.Hilo))
 	}
 	_, nP, colsP := dk.Spec.Pad(1, uint32(ub), uint32(xCols))
-	return &directMM{prof: prof, xPlanes: xk, mul: mul, spec: dk.Spec, hilo: dk.Hilo,
+	return &directMM{prof: prof, xPlanes: xk, mul: mul, spec: dk.Spec, hilo: dk.Hilo, align: max(1, r.dev.Info().Limits.MinStorageBufferOffsetAlignment),
 		w: must(wBytes, vk.DeviceLocal), x: must(shaders.PlanesBytes(nP, colsP, dk.Hilo), vk.DeviceLocal)}, nil
 }
 
@@ -90,10 +95,15 @@ func (m batchMat) directOps(pt matPart, x, y vk.Bind, n, maxRows int, xReady boo
 	rowsP, nP, colsP := dm.spec.Pad(pt.rows, uint32(n), m.cols)
 	wBytes, xBytes := shaders.PlanesBytes(rowsP, colsP, m.dwLo), shaders.PlanesBytes(nP, colsP, dm.hilo)
 	xMax := shaders.PlanesBytes(nMax, colsP, dm.hilo)
-	if wBytes > dm.w.Size() || xMax > dm.x.Size() {
+	lim := dm.prof.MaxStorageBufferRange
+	if lim == 0 {
+		lim = ^uint64(0)
+	}
+	own, isOwn := m.ownPlane(pt, rowsP, colsP, lim)
+	if (!isOwn && wBytes > dm.w.Size()) || xMax > dm.x.Size() {
 		return nil
 	}
-	if lim := dm.prof.MaxStorageBufferRange; lim != 0 && (wBytes > lim || xMax > lim) {
+	if wBytes > lim || xMax > lim {
 		return nil // a binding the device could not span: the staged kernel binds W as it is
 	}
 	xBytes = max(xBytes, 4) // a routed block's count of 0 binds a word
@@ -108,11 +118,15 @@ func (m batchMat) directOps(pt matPart, x, y vk.Bind, n, maxRows int, xReady boo
 		xp.LoOff = shaders.PlaneUnits(nP, colsP)
 		push.XLo = xp.LoOff
 	}
-	ops := []op{newOp(m.dw, wp, shaders.PlanesGroups(rowsP, colsP), rd(pt.buf, 0, 0), wr(dm.w, 0, wBytes))}
+	var ops []op
+	planes := []vk.Bind{own, rd(dm.x, 0, xBytes)}
+	if !isOwn {
+		ops = append(ops, newOp(m.dw, wp, shaders.PlanesGroups(rowsP, colsP), rd(pt.buf, 0, 0), wr(dm.w, 0, wBytes)))
+		planes[0] = rd(dm.w, 0, wBytes)
+	}
 	if !xReady {
 		ops = append(ops, newOp(dm.xPlanes, xp, shaders.PlanesGroups(nP, colsP), x, wr(dm.x, 0, xBytes)))
 	}
-	planes := []vk.Bind{rd(dm.w, 0, wBytes), rd(dm.x, 0, xBytes)}
 	splits, slice := m.directSplits(pt.rows, colsP, bound)
 	if splits <= 1 {
 		return append(ops, newOp(dm.mul, push, shaders.MatmulDirectGroups(pt.rows, uint32(n), dm.spec), append(planes, y)...))
@@ -122,6 +136,24 @@ func (m batchMat) directOps(pt matPart, x, y vk.Bind, n, maxRows int, xReady boo
 		newOp(dm.mul, push, shaders.MatmulDirectSplitGroups(pt.rows, uint32(n), dm.spec, splits), append(planes, wr(m.sk.scratch, 0, 0))...),
 		newOp(m.sk.reduce, shaders.MatmulReducePush{Rows: pt.rows, N: uint32(n), Splits: splits, LdY: m.rows, YOff: pt.yOff},
 			shaders.MatmulReduceGroups(pt.rows, uint32(n)), rd(m.sk.scratch, 0, 0), y))
+}
+
+// ownPlane is part pt of F16 weights bound as its own hi plane of rowsP x
+// colsP halves (no lo plane: F16 weights are exact halves), where it can
+// be: rows of colsP halves (the columns a multiple of the kernel's step),
+// the padding rows past pt's readable in its binding (what the product
+// computes from them goes to rows it does not write: an output row reads
+// only its own row of W), the binding's start aligned and its span within
+// lim. ok is false where W's planes pass must make the plane.
+func (m batchMat) ownPlane(pt matPart, rowsP, colsP uint32, lim uint64) (b vk.Bind, ok bool) {
+	if !m.halves || m.cols != colsP || pt.wRow0+rowsP > pt.wRows {
+		return vk.Bind{}, false
+	}
+	off, size := 2*uint64(pt.wRow0)*uint64(m.cols), shaders.PlanesBytes(rowsP, colsP, false)
+	if off%m.dm.align != 0 || size > lim {
+		return vk.Bind{}, false
+	}
+	return rd(pt.buf, off, size), true
 }
 
 // directSplits is how the direct product of rows of m over colsP columns
@@ -228,7 +260,7 @@ func matRows(ks *kernels, m mat, r0, r1 uint32) (batchMat, error) {
 		if em.dw, err = ks.get(dk.WPlanes, nil); err != nil {
 			return batchMat{}, err
 		}
-		em.dm, em.dwLo = ks.direct, dk.WLo
+		em.dm, em.dwLo, em.halves = ks.direct, dk.WLo, m.mx.Type.Name == shaders.MatvecF16
 	}
 	for _, pc := range m.pieces {
 		a, b := max(r0, pc.row0), min(r1, pc.row0+pc.rows)

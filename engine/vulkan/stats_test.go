@@ -4,9 +4,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
+	"github.com/modrun/modrun/vk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -345,4 +347,90 @@ func TestProfileMatmulDirectSplit(t *testing.T) {
 	d := maxAbsDiff(logits[0], logits[1])
 	assert.LessOrEqual(t, d, 1e-3, "the split and whole products' logits")
 	t.Logf("max |logit diff| split against whole: %.3g", d)
+}
+
+// TestMatmulDirectF16OwnPlane: with F16 weights the direct matmul binds
+// a part of a matrix as its own hi plane where its padding rows lie in its
+// binding (here q, the first of the q|k|v stack, and gate, the first of
+// gate|up: 2 of a block's 7 products), reading the rows after it as
+// padding, and makes W's planes for the rest; the logits are the staged
+// tensor-core kernel's (the same two products of the same halves), which
+// the CPU checks elsewhere.
+func TestMatmulDirectF16OwnPlane(t *testing.T) {
+	dev := openDevice(t, true)
+	if !dev.Info().Timestamps() {
+		t.Skipf("%s cannot write timestamps", dev.Info().Name)
+	}
+	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+	for l := range m.Weights.Blocks {
+		b := &m.Weights.Blocks[l]
+		for _, mt := range []*mod.Mat{&b.Q, &b.K, &b.V, &b.O, &b.Gate, &b.Up, &b.Down} {
+			requantize(t, mt, gguf.TypeF16)
+		}
+	}
+	staged := gpuProfileOn(DeviceProfile(dev.Info()).Device, false)
+	staged.MatmulCoop, staged.MatmulCoopEmulate = true, true
+	direct := staged
+	direct.MatmulDirect, direct.MatmulDirectMin = true, 0
+	prompt := make([]int32, 21)
+	for i := range prompt {
+		prompt[i] = int32(300 + i)
+	}
+	var logits [2][]float32
+	for i, p := range []*shaders.Profile{&staged, &direct} {
+		run, err := New(dev, m, mod.RoutingRouter, Options{Profile: true, DeviceProfile: p, PromptSteps: -1})
+		require.NoError(t, err)
+		defer run.Close()
+		logits[i], err = run.Feed(prompt)
+		require.NoError(t, err)
+		if p == &staged {
+			continue
+		}
+		byKernel := map[string]ProfileEntry{}
+		for _, e := range run.Profile() {
+			byKernel[e.Kernel] = e
+		}
+		mul := byKernel[shaders.MatmulDirectName(true, true)].Calls
+		require.Positive(t, mul)
+		require.Zero(t, mul%7, "7 products a block")
+		assert.Equal(t, mul/7*5, byKernel[shaders.PlanesName(shaders.MatvecF16, false)].Calls,
+			"W's planes for k, v, o, up and down; q and gate their own")
+	}
+	d := maxAbsDiff(logits[0], logits[1])
+	assert.LessOrEqual(t, d, 1e-3, "the direct and staged kernels' logits")
+	t.Logf("max |logit diff| direct (F16 parts as their own planes) against staged: %.3g", d)
+}
+
+// TestOwnPlane: which parts of F16 weights the direct matmul binds as
+// their own hi plane, and where: a part from row wRow0 of its binding
+// starts 2*wRow0*cols bytes in and spans rowsP rows of cols halves, when
+// those rows lie in the binding, the columns are whole steps of 32, the
+// start is aligned and the span within the device's range.
+func TestOwnPlane(t *testing.T) {
+	buf := &vk.Buffer{}
+	dm := &directMM{align: 256}
+	f16 := batchMat{cols: 2048, dm: dm, halves: true}
+	for _, tc := range []struct {
+		name         string
+		m            batchMat
+		pt           matPart
+		rowsP, colsP uint32
+		lim          uint64
+		ok           bool
+		offset, size uint64
+	}{
+		{"q of a 2048+256+256 stack", f16, matPart{buf: buf, wRow0: 0, wRows: 2560, rows: 2048}, 2048, 2048, 1 << 32, true, 0, 2 * 2048 * 2048},
+		{"k after it", f16, matPart{buf: buf, wRow0: 2048, wRows: 2560, rows: 256}, 256, 2048, 1 << 32, true, 2 * 2048 * 2048, 2 * 256 * 2048},
+		{"v: its padding past the binding", f16, matPart{buf: buf, wRow0: 2304, wRows: 2560, rows: 200}, 384, 2048, 1 << 32, false, 0, 0},
+		{"not F16", batchMat{cols: 2048, dm: dm}, matPart{buf: buf, wRows: 2560, rows: 2048}, 2048, 2048, 1 << 32, false, 0, 0},
+		{"columns not whole steps", batchMat{cols: 2040, dm: dm, halves: true}, matPart{buf: buf, wRows: 2560, rows: 2048}, 2048, 2048, 1 << 32, false, 0, 0},
+		{"start not aligned", batchMat{cols: 32, dm: dm, halves: true}, matPart{buf: buf, wRow0: 3, wRows: 200, rows: 64}, 128, 32, 1 << 32, false, 0, 0},
+		{"over the range", f16, matPart{buf: buf, wRows: 2560, rows: 2048}, 2048, 2048, 2*2048*2048 - 1, false, 0, 0},
+	} {
+		b, ok := tc.m.ownPlane(tc.pt, tc.rowsP, tc.colsP, tc.lim)
+		require.Equal(t, tc.ok, ok, tc.name)
+		if ok {
+			assert.Equal(t, vk.Bind{Buf: buf, Offset: tc.offset, Size: tc.size, Access: vk.Read}, b, tc.name)
+		}
+	}
 }
