@@ -227,7 +227,7 @@ acceptance() {
   local d=$logs/bench-$small-q8_0.json q4=$logs/bench-$small-q4_k_m.json l=$logs/bench-$lq8.json
   local p=$logs/bench-parallel-$small-q8_0.json p5=$logs/bench-$lq8-prompt5.json nt=$logs/bench-$small-q8_0-no-tensor-cores.json
   local ld=$logs/llama-$small-q8_0.jsonl lq=$logs/llama-$small-q4_k_m.jsonl ll=$logs/llama-$lq8.jsonl lb=$logs/llama-batched-$small-q8_0.md
-  local dec pre dec4 pre4 dec7 pre7 gb7 probe7 ttft ttft1 f0 f1 pmod a1 a8 a16 pre_nt hdec hdec4 hdec7 hgb7 dpre dpre7 dpmod
+  local dec pre dec4 pre4 dec7 pre7 gb7 probe7 ttft ttft1 f0 f1 pmod a1 a8 a16 pre_nt hdec hdec4 hdec7 hgb7 dpre dpre7 dpmod dpres
   dec=$(jnum "$d" decode_tokens_per_s); pre=$(jnum "$d" prefill_tokens_per_s)
   pmod=$(jnum "$d" prefill_tokens_per_s 2); f0=$(jnum "$d" prefill_flops_per_token); f1=$(jnum "$d" prefill_flops_per_token 2)
   dec4=$(jnum "$q4" decode_tokens_per_s); pre4=$(jnum "$q4" prefill_tokens_per_s)
@@ -239,6 +239,7 @@ acceptance() {
   hdec7=$(jnum "$logs/bench-$lq8-handoff.json" decode_tokens_per_s); hgb7=$(jnum "$logs/bench-$lq8-handoff.json" effective_gbps)
   dpre=$(jnum "$logs/bench-$small-q8_0-direct.json" prefill_tokens_per_s); dpre7=$(jnum "$logs/bench-$lq8-direct.json" prefill_tokens_per_s)
   dpmod=$(jnum "$logs/bench-$small-q8_0-mod-direct.json" prefill_tokens_per_s)
+  dpres=$(jnum "$logs/bench-$small-q8_0-direct-resident.json" prefill_tokens_per_s)
   a1=$(jnum "$p" aggregate_decode_tokens_per_s 1); a8=$(jnum "$p" aggregate_decode_tokens_per_s 2); a16=$(jnum "$p" aggregate_decode_tokens_per_s 3)
   # row GOAL WHAT MODRUN LLAMA TEST [-]: one line; TEST is an awk condition
   # on m (modrun's figure) and l (llama.cpp's); the verdict is "-" when a
@@ -278,6 +279,7 @@ acceptance() {
   row "43: 1.1B Q4_K_M pp512 >= 1.5x" "$small Q4_K_M prefill 512" "$pre4" "$(llama_ts "$lq" 512 0)" 'm >= 1.5 * l'
   row "43: 7B Q8_0 pp512 >= 10,000 (H200) and >= 1.5x" "$large Q8_0 prefill 512" "$pre7" "$(llama_ts "$ll" 512 0)" 'm >= 10000 && m >= 1.5 * l'
   row "43 (direct): 1.1B Q8_0 pp512 >= 41,000 (H200) and >= 1.5x" "$small Q8_0 prefill 512, MODRUN_MATMUL_DIRECT=1 (x$(awk -v a="$dpre" -v b="$pre" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default)" "$dpre" "$(llama_ts "$ld" 512 0)" 'm >= 41000 && m >= 1.5 * l'
+  row "43 (direct, resident): 1.1B Q8_0 pp512 >= 41,000 (H200) and >= 1.5x" "$small Q8_0 prefill 512, MODRUN_MATMUL_DIRECT=resident (x$(awk -v a="$dpres" -v b="$dpre" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') MODRUN_MATMUL_DIRECT=1)" "$dpres" "$(llama_ts "$ld" 512 0)" 'm >= 41000 && m >= 1.5 * l'
   row "43 (direct): 7B Q8_0 pp512 >= 10,000 (H200) and >= 1.5x" "$large Q8_0 prefill 512, MODRUN_MATMUL_DIRECT=1 (x$(awk -v a="$dpre7" -v b="$pre7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default)" "$dpre7" "$(llama_ts "$ll" 512 0)" 'm >= 10000 && m >= 1.5 * l'
   row "43: MoD twin prefill >= 90% of its ideal" "twin's speed-up over dense / ideal ($(awk -v a="$f0" -v b="$f1" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2fx", a / b }'))" \
     "$(ratio "$(ratio "$pmod" "$pre")" "$(ratio "$f0" "$f1")")" "" 'm >= 0.9'
@@ -394,6 +396,9 @@ if [ "$quick" = 1 ]; then
   # matmul), its tokens validated against the CPU: this row against the
   # default's prefill says whether the staging was the bound.
   MODRUN_MATMUL_DIRECT=1 bench_row "$small-q8_0-direct" -m "$m11" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 4
+  # With the weights' planes made at load and kept: the planes pass over
+  # the weights is this row against the one above.
+  MODRUN_MATMUL_DIRECT=resident bench_row "$small-q8_0-direct-resident" -m "$m11" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 4
   # And its MoD twin: the routed blocks' products at 64 of 512 rows, the
   # grids the direct product cuts along K (the twin's speed-up over the
   # dense model on this path is this row against the one above).

@@ -166,7 +166,7 @@ func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 		fb.FuseAttention = false
 		return fb, "decode_kv + decode_attention", true
 	case v.Op == OpMatmulDirect && p.MatmulDirect:
-		fb.MatmulDirect = false
+		fb.MatmulDirect, fb.MatmulDirectResident = false, false
 		return fb, "matmul_coop (the staged tiles)", true
 	case v.Op == OpMatmulCoop && p.MatmulCoop:
 		fb.MatmulCoop = false

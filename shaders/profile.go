@@ -56,6 +56,10 @@ type Device struct {
 	// (MODRUN_MATMUL_DIRECT=1, read by the engine): planes of halves made
 	// once per matrix, tiles loaded straight from them (matmul_direct).
 	MatmulDirect bool
+	// MatmulDirectResident: and W's planes made once, at load, and kept
+	// (MODRUN_MATMUL_DIRECT=resident): no planes pass over the weights at
+	// each prefill, for 4 bytes a weight of device memory.
+	MatmulDirectResident bool
 	// NoMatmulPipe: the user turned the pipelined matmul tile off
 	// (MODRUN_MATMUL_PIPE=0, read by the engine): a GPU profile without
 	// tensor cores takes MatmulSpecGPU's tiles, as before the pipelined one.
@@ -160,6 +164,12 @@ type Profile struct {
 	// MatmulDirectGroupsPerUnit a compute unit where the device says how
 	// many it has, else MatmulDirectSplitTarget.
 	MatmulDirectSlots uint32
+	// MatmulDirectResident keeps every block matrix's planes of W (the
+	// direct matmul's operand) on the device from load, where the device
+	// asked (Device.MatmulDirectResident): a prefill then makes only X's
+	// planes. Memory: 4 bytes a weight (2 for F16 and where the product
+	// takes the high halves only), beside the weights.
+	MatmulDirectResident bool
 	// MatmulPipe takes the pipelined tile (MatmulSpecPipe: matmul_pf with
 	// W and X staged along their rows and two copies of the tiles) for
 	// matmul.comp's products: on GPUs whose limits allow its 256
@@ -275,6 +285,7 @@ func NewProfile(d Device) Profile {
 	p.MatmulCoop = !d.CPU && d.CooperativeMatrixNV && sg == MatmulCoopSubgroup && (d.TensorCores || d.TensorCoresHalf)
 	p.MatmulCoopHalf = p.MatmulCoop && d.TensorCoresHalf
 	p.MatmulDirect, p.MatmulDirectMin, p.MatmulDirectSlice = p.MatmulCoop && d.MatmulDirect, MatmulDirectMinRows, MatmulDirectMinSlice
+	p.MatmulDirectResident = p.MatmulDirect && d.MatmulDirectResident
 	p.MatmulDirectSlots = MatmulDirectSplitTarget
 	if d.ComputeUnits > 0 {
 		p.MatmulDirectSlots = MatmulDirectGroupsPerUnit * d.ComputeUnits
@@ -320,6 +331,9 @@ func (p Profile) String() string {
 		s += "/matmul-coop"
 		if p.MatmulDirect {
 			s += "-direct"
+			if p.MatmulDirectResident {
+				s += "-resident"
+			}
 		}
 		if p.MatmulCoopHalf {
 			s += "-f16"

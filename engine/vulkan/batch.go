@@ -1,6 +1,7 @@
 package vulkan
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/modrun/modrun/mod"
@@ -66,8 +67,11 @@ func (r *Runner) newDirectMM(must func(uint64, vk.BufferKind) *vk.Buffer, ub int
 	if err != nil {
 		return nil, err
 	}
-	var wBytes uint64
+	wBytes := uint64(4) // with resident planes (residentPlanes) no direct matmul makes W's
 	for _, rc := range mats {
+		if prof.MatmulDirectResident {
+			break
+		}
 		rowsP, _, colsP := dk.Spec.Pad(uint32(rc[0]), 1, uint32(rc[1]))
 		wBytes = max(wBytes, shaders.PlanesBytes(rowsP, colsP, dk.Hilo))
 	}
@@ -100,6 +104,9 @@ func (m batchMat) directOps(pt matPart, x, y vk.Bind, n, maxRows int, xReady boo
 		lim = ^uint64(0)
 	}
 	own, isOwn := m.ownPlane(pt, rowsP, colsP, lim)
+	if !isOwn && pt.planes != nil {
+		own, isOwn = rd(pt.planes, 0, wBytes), true
+	}
 	if (!isOwn && wBytes > dm.w.Size()) || xMax > dm.x.Size() {
 		return nil
 	}
@@ -107,12 +114,10 @@ func (m batchMat) directOps(pt matPart, x, y vk.Bind, n, maxRows int, xReady boo
 		return nil // a binding the device could not span: the staged kernel binds W as it is
 	}
 	xBytes = max(xBytes, 4) // a routed block's count of 0 binds a word
-	wp := shaders.PlanesPush{Rows: pt.rows, Cols: m.cols, WRow0: pt.wRow0, WRows: pt.wRows, RowsP: rowsP, ColsP: colsP}
 	xp := shaders.PlanesPush{Rows: uint32(n), Cols: m.cols, WRows: uint32(n), RowsP: nP, ColsP: colsP}
 	push := shaders.MatmulDirectPush{Rows: pt.rows, N: uint32(n), ColsP: colsP, LdY: m.rows, YOff: pt.yOff}
 	if m.dwLo {
-		wp.LoOff = shaders.PlaneUnits(rowsP, colsP)
-		push.WLo = wp.LoOff
+		push.WLo = shaders.PlaneUnits(rowsP, colsP)
 	}
 	if dm.hilo {
 		xp.LoOff = shaders.PlaneUnits(nP, colsP)
@@ -121,7 +126,7 @@ func (m batchMat) directOps(pt matPart, x, y vk.Bind, n, maxRows int, xReady boo
 	var ops []op
 	planes := []vk.Bind{own, rd(dm.x, 0, xBytes)}
 	if !isOwn {
-		ops = append(ops, newOp(m.dw, wp, shaders.PlanesGroups(rowsP, colsP), rd(pt.buf, 0, 0), wr(dm.w, 0, wBytes)))
+		ops = append(ops, m.wPlanesOp(pt, dm.w, rowsP, colsP))
 		planes[0] = rd(dm.w, 0, wBytes)
 	}
 	if !xReady {
@@ -136,6 +141,62 @@ func (m batchMat) directOps(pt matPart, x, y vk.Bind, n, maxRows int, xReady boo
 		newOp(dm.mul, push, shaders.MatmulDirectSplitGroups(pt.rows, uint32(n), dm.spec, splits), append(planes, wr(m.sk.scratch, 0, 0))...),
 		newOp(m.sk.reduce, shaders.MatmulReducePush{Rows: pt.rows, N: uint32(n), Splits: splits, LdY: m.rows, YOff: pt.yOff},
 			shaders.MatmulReduceGroups(pt.rows, uint32(n)), rd(m.sk.scratch, 0, 0), y))
+}
+
+// wPlanesOp is W's planes pass over part pt of m into dst: rowsP x colsP
+// halves, and the lo plane after them where m's type has one.
+func (m batchMat) wPlanesOp(pt matPart, dst *vk.Buffer, rowsP, colsP uint32) op {
+	wp := shaders.PlanesPush{Rows: pt.rows, Cols: m.cols, WRow0: pt.wRow0, WRows: pt.wRows, RowsP: rowsP, ColsP: colsP}
+	if m.dwLo {
+		wp.LoOff = shaders.PlaneUnits(rowsP, colsP)
+	}
+	return newOp(m.dw, wp, shaders.PlanesGroups(rowsP, colsP), rd(pt.buf, 0, 0), wr(dst, 0, shaders.PlanesBytes(rowsP, colsP, m.dwLo)))
+}
+
+// residentPlanes makes every block matrix's W planes once, in buffers of
+// their own that its parts keep (matPart.planes), so that a prefill's
+// direct matmuls make X's planes only (Profile.MatmulDirectResident). A
+// part that is its own plane (F16: ownPlane) or whose planes a binding
+// could not span gets none. It returns the bytes the planes take.
+func (r *Runner) residentPlanes(blocks []batchBlock) (uint64, error) {
+	lim := r.ks.prof.MaxStorageBufferRange
+	if lim == 0 {
+		lim = ^uint64(0)
+	}
+	rec := r.dev.NewRecorder()
+	defer rec.Close()
+	var ops []op
+	var total uint64
+	for l := range blocks {
+		b := &blocks[l]
+		for _, m := range []*batchMat{&b.q, &b.k, &b.v, &b.o, &b.gate, &b.up, &b.down} {
+			if m.dm == nil {
+				continue
+			}
+			for i := range m.parts {
+				pt := &m.parts[i]
+				rowsP, _, colsP := m.dm.spec.Pad(pt.rows, 1, m.cols)
+				size := shaders.PlanesBytes(rowsP, colsP, m.dwLo)
+				if _, own := m.ownPlane(*pt, rowsP, colsP, lim); own || size > lim {
+					continue
+				}
+				buf, err := r.buffer(size, vk.DeviceLocal)
+				if err != nil {
+					return total, fmt.Errorf("vulkan: the resident planes of layer %d's weights (%d bytes so far; MODRUN_MATMUL_DIRECT=resident): %w", l, total, err)
+				}
+				pt.planes, total = buf, total+size
+				ops = append(ops, m.wPlanesOp(*pt, buf, rowsP, colsP))
+			}
+		}
+	}
+	if len(ops) == 0 {
+		return 0, nil
+	}
+	r.dispatchAll(rec, ops)
+	if err := r.dev.Run(rec); err != nil {
+		return total, fmt.Errorf("vulkan: making the weights' resident planes: %w", err)
+	}
+	return total, nil
 }
 
 // ownPlane is part pt of F16 weights bound as its own hi plane of rowsP x
@@ -223,6 +284,10 @@ func (m batchMat) splits(rows uint32, n, maxRows int) (splits, slice uint32) {
 type matPart struct {
 	buf                      *vk.Buffer
 	wRow0, wRows, rows, yOff uint32
+	// planes are the part's W planes made at load and kept
+	// (Profile.MatmulDirectResident: residentPlanes); nil where each
+	// direct matmul makes them.
+	planes *vk.Buffer
 }
 
 type batchBlock struct {

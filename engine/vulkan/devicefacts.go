@@ -42,16 +42,19 @@ func matmulPipeEnv() (on bool, err error) {
 // matmul stages its tiles in shared memory (matmul_coop); 1, a prefill's
 // matmuls of shaders.MatmulDirectMinRows rows or more make planes of halves
 // and load their tiles straight from them (matmul_direct), where the
-// device runs the tensor-core matmul. A measuring knob until a GPU has
+// device runs the tensor-core matmul; resident, the same with the weights'
+// planes made once at load and kept. A measuring knob until a GPU has
 // timed it.
-func matmulDirectEnv() (on bool, err error) {
+func matmulDirectEnv() (on, resident bool, err error) {
 	switch v := os.Getenv("MODRUN_MATMUL_DIRECT"); v {
 	case "", "0":
-		return false, nil
+		return false, false, nil
 	case "1":
-		return true, nil
+		return true, false, nil
+	case "resident":
+		return true, true, nil
 	default:
-		return false, fmt.Errorf("vulkan: MODRUN_MATMUL_DIRECT=%q: want 1 (the tensor-core matmul's tiles loaded straight from planes of halves) or 0 (staged in shared memory: the default)", v)
+		return false, false, fmt.Errorf("vulkan: MODRUN_MATMUL_DIRECT=%q: want 1 (the tensor-core matmul's tiles loaded straight from planes of halves), resident (the same, the weights' planes kept from load: 4 bytes a weight more) or 0 (staged in shared memory: the default)", v)
 	}
 }
 
@@ -65,7 +68,7 @@ func deviceFacts(info vk.DeviceInfo) shaders.Device {
 	// openRunner refuses a value either does not know.
 	tc, tcHalf, _ := tensorCoresEnv()
 	pipe, _ := matmulPipeEnv()
-	direct, _ := matmulDirectEnv()
+	direct, resident, _ := matmulDirectEnv()
 	sg, require := shaders.SubgroupSizeFor(shaders.SubgroupFacts{Vendor: info.VendorID, Reported: l.SubgroupSize,
 		Min: l.MinSubgroupSize, Max: l.MaxSubgroupSize,
 		Control: f.SubgroupSizeControl && f.ComputeFullSubgroups && l.RequiredSubgroupSizeCompute})
@@ -91,5 +94,6 @@ func deviceFacts(info vk.DeviceInfo) shaders.Device {
 		TensorCoresHalf:         tcHalf,
 		NoMatmulPipe:            !pipe,
 		MatmulDirect:            direct,
+		MatmulDirectResident:    resident,
 	}
 }

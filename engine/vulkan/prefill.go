@@ -57,6 +57,9 @@ type prefill struct {
 	// by the tile's BM (Runner.narrowBlocks).
 	narrowed map[uint32][]batchBlock
 	heads    map[rowsHead]headBufs // every row's head (Score, Losses), made at its first use
+	// residentBytes are the weights' planes kept on the device
+	// (Profile.MatmulDirectResident), 0 without them.
+	residentBytes uint64
 }
 
 // buildPrefill binds the weights for matmul and makes the chunk scratch.
@@ -110,6 +113,11 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 	}
 	if pf.output, err = matRows(ks, r.w.output, 0, r.w.output.rows); err != nil {
 		return err
+	}
+	if dm != nil && r.ks.prof.MatmulDirectResident {
+		if pf.residentBytes, err = r.residentPlanes(pf.blocks); err != nil {
+			return err
+		}
 	}
 	f32 := func(n int) uint64 { return 4 * uint64(n) }
 	must := al.buf

@@ -154,6 +154,11 @@ func TestPrefillProfiles(t *testing.T) {
 	directHalf := coopHalf
 	directHalf.MatmulDirect, directHalf.MatmulDirectMin = true, 0
 	profiles["own-matmul-direct-f16-emulated"] = &directHalf
+	// With the weights' planes made at load and kept
+	// (MODRUN_MATMUL_DIRECT=resident).
+	resident := direct
+	resident.MatmulDirectResident = true
+	profiles["own-matmul-direct-resident-emulated"] = &resident
 	// And under the profile a GPU gets (F16 KV cache, fused norm and
 	// attention, split attention), as an NVIDIA GPU runs it, its products
 	// cut along K (these models' small grids always are on a GPU profile;

@@ -162,7 +162,7 @@ func openRunner(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Run
 	if _, err := matmulPipeEnv(); err != nil {
 		return nil, err
 	}
-	if _, err := matmulDirectEnv(); err != nil {
+	if _, _, err := matmulDirectEnv(); err != nil {
 		return nil, err
 	}
 	if c.HeadDim > int(shaders.AttentionSpec[1]) {

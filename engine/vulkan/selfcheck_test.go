@@ -375,25 +375,27 @@ func TestMatmulDirectCheckCase(t *testing.T) {
 
 // MODRUN_MATMUL_DIRECT: unset or 0 keeps the staged tensor-core matmul, 1
 // takes the direct one where the device runs the tensor-core matmul (the
-// device's facts say so; a device without it is unchanged), anything else
-// is refused by name when a runner opens.
+// device's facts say so; a device without it is unchanged), resident the
+// same with the weights' planes kept, anything else is refused by name
+// when a runner opens.
 func TestMatmulDirectEnv(t *testing.T) {
 	dev := openDevice(t, false)
 	for _, tc := range []struct {
-		v  string
-		on bool
-	}{{"", false}, {"0", false}, {"1", true}} {
+		v            string
+		on, resident bool
+	}{{"", false, false}, {"0", false, false}, {"1", true, false}, {"resident", true, true}} {
 		t.Setenv("MODRUN_MATMUL_DIRECT", tc.v)
-		on, err := matmulDirectEnv()
+		on, resident, err := matmulDirectEnv()
 		require.NoError(t, err, tc.v)
-		assert.Equal(t, tc.on, on, "%q", tc.v)
+		assert.Equal(t, [2]bool{tc.on, tc.resident}, [2]bool{on, resident}, "%q", tc.v)
 		facts := deviceFacts(dev.Info())
-		assert.Equal(t, tc.on, facts.MatmulDirect, "%q", tc.v)
+		assert.Equal(t, [2]bool{tc.on, tc.resident}, [2]bool{facts.MatmulDirect, facts.MatmulDirectResident}, "%q", tc.v)
 		facts.CPU, facts.CooperativeMatrixNV, facts.SubgroupSize, facts.TensorCores = false, true, shaders.MatmulCoopSubgroup, true
 		p := shaders.NewProfile(facts)
-		assert.Equal(t, tc.on, p.MatmulDirect, "%q: a GPU with tensor cores", tc.v)
+		assert.Equal(t, [2]bool{tc.on, tc.resident}, [2]bool{p.MatmulDirect, p.MatmulDirectResident}, "%q: a GPU with tensor cores", tc.v)
 		facts.CooperativeMatrixNV = false
-		assert.False(t, shaders.NewProfile(facts).MatmulDirect, "%q: a GPU without them", tc.v)
+		p = shaders.NewProfile(facts)
+		assert.False(t, p.MatmulDirect || p.MatmulDirectResident, "%q: a GPU without them", tc.v)
 	}
 	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
 	t.Setenv("MODRUN_MATMUL_DIRECT", "yes")

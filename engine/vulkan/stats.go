@@ -137,7 +137,7 @@ func opBytes(o op) uint64 {
 
 // MemoryStats is the GPU memory the runner holds, in bytes, by use.
 type MemoryStats struct {
-	Weights uint64 // the model's tensors as uploaded (and the RoPE table)
+	Weights uint64 // the model's tensors as uploaded (and the RoPE table; with MODRUN_MATMUL_DIRECT=resident their planes of halves)
 	KVCache uint64 // every layer's keys, values and positions, for ContextLen tokens
 	Scratch uint64 // activations, routing state, the step's inputs and outputs
 }
@@ -164,6 +164,10 @@ func (r *Runner) MemoryStats() MemoryStats {
 			m.KVCache += b.Size()
 			m.Scratch -= b.Size()
 		}
+	}
+	if r.pf != nil { // the weights' resident planes, made after the scratch
+		m.Weights += r.pf.residentBytes
+		m.Scratch -= r.pf.residentBytes
 	}
 	return m
 }

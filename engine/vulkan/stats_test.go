@@ -306,32 +306,17 @@ func TestProfileMatmulDirect(t *testing.T) {
 // unsplit product's (a slice's sum restarts from zero: the order
 // differs).
 func TestProfileMatmulDirectSplit(t *testing.T) {
-	dev := openDevice(t, true)
-	if !dev.Info().Timestamps() {
-		t.Skipf("%s cannot write timestamps", dev.Info().Name)
-	}
-	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+	dev, m := timedModel(t, nil)
 	whole := gpuProfileOn(DeviceProfile(dev.Info()).Device, false)
 	whole.MatmulCoop, whole.MatmulCoopEmulate, whole.MatmulDirect, whole.MatmulDirectMin = true, true, true, 0
 	split := whole
 	split.MatmulDirectSlice = 32
-	prompt := make([]int32, 21)
-	for i := range prompt {
-		prompt[i] = int32(300 + i)
-	}
 	dense := m.Config.NLayer - len(m.Config.RoutedLayers())
 	var logits [2][]float32
 	var flops [2]uint64
 	for i, p := range []*shaders.Profile{&whole, &split} {
-		run, err := New(dev, m, mod.RoutingRouter, Options{Profile: true, DeviceProfile: p, PromptSteps: -1})
-		require.NoError(t, err)
-		defer run.Close()
-		logits[i], err = run.Feed(prompt)
-		require.NoError(t, err)
-		byKernel := map[string]ProfileEntry{}
-		for _, e := range run.Profile() {
-			byKernel[e.Kernel] = e
-		}
+		var byKernel map[string]ProfileEntry
+		logits[i], byKernel, _ = feedProfiled(t, dev, m, p)
 		mul := byKernel[shaders.MatmulDirectName(true, true)]
 		assert.GreaterOrEqual(t, mul.Calls, 7*dense, "%s: q, k, v, o, gate, up and down of each dense block", p)
 		flops[i] = mul.FLOPs
@@ -357,46 +342,22 @@ func TestProfileMatmulDirectSplit(t *testing.T) {
 // tensor-core kernel's (the same two products of the same halves), which
 // the CPU checks elsewhere.
 func TestMatmulDirectF16OwnPlane(t *testing.T) {
-	dev := openDevice(t, true)
-	if !dev.Info().Timestamps() {
-		t.Skipf("%s cannot write timestamps", dev.Info().Name)
-	}
-	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
-	for l := range m.Weights.Blocks {
-		b := &m.Weights.Blocks[l]
-		for _, mt := range []*mod.Mat{&b.Q, &b.K, &b.V, &b.O, &b.Gate, &b.Up, &b.Down} {
-			requantize(t, mt, gguf.TypeF16)
-		}
-	}
+	dev, m := timedModel(t, func(b *mod.Block) map[*mod.Mat]gguf.TensorType {
+		return map[*mod.Mat]gguf.TensorType{&b.Q: gguf.TypeF16, &b.K: gguf.TypeF16, &b.V: gguf.TypeF16, &b.O: gguf.TypeF16,
+			&b.Gate: gguf.TypeF16, &b.Up: gguf.TypeF16, &b.Down: gguf.TypeF16}
+	})
 	staged := gpuProfileOn(DeviceProfile(dev.Info()).Device, false)
 	staged.MatmulCoop, staged.MatmulCoopEmulate = true, true
 	direct := staged
 	direct.MatmulDirect, direct.MatmulDirectMin = true, 0
-	prompt := make([]int32, 21)
-	for i := range prompt {
-		prompt[i] = int32(300 + i)
-	}
-	var logits [2][]float32
-	for i, p := range []*shaders.Profile{&staged, &direct} {
-		run, err := New(dev, m, mod.RoutingRouter, Options{Profile: true, DeviceProfile: p, PromptSteps: -1})
-		require.NoError(t, err)
-		defer run.Close()
-		logits[i], err = run.Feed(prompt)
-		require.NoError(t, err)
-		if p == &staged {
-			continue
-		}
-		byKernel := map[string]ProfileEntry{}
-		for _, e := range run.Profile() {
-			byKernel[e.Kernel] = e
-		}
-		mul := byKernel[shaders.MatmulDirectName(true, true)].Calls
-		require.Positive(t, mul)
-		require.Zero(t, mul%7, "7 products a block")
-		assert.Equal(t, mul/7*5, byKernel[shaders.PlanesName(shaders.MatvecF16, false)].Calls,
-			"W's planes for k, v, o, up and down; q and gate their own")
-	}
-	d := maxAbsDiff(logits[0], logits[1])
+	want, _, _ := feedProfiled(t, dev, m, &staged)
+	got, byKernel, _ := feedProfiled(t, dev, m, &direct)
+	mul := byKernel[shaders.MatmulDirectName(true, true)].Calls
+	require.Positive(t, mul)
+	require.Zero(t, mul%7, "7 products a block")
+	assert.Equal(t, mul/7*5, byKernel[shaders.PlanesName(shaders.MatvecF16, false)].Calls,
+		"W's planes for k, v, o, up and down; q and gate their own")
+	d := maxAbsDiff(want, got)
 	assert.LessOrEqual(t, d, 1e-3, "the direct and staged kernels' logits")
 	t.Logf("max |logit diff| direct (F16 parts as their own planes) against staged: %.3g", d)
 }
@@ -433,4 +394,91 @@ func TestOwnPlane(t *testing.T) {
 			assert.Equal(t, vk.Bind{Buf: buf, Offset: tc.offset, Size: tc.size, Access: vk.Read}, b, tc.name)
 		}
 	}
+}
+
+// TestMatmulDirectResident: with the weights' planes made at load and kept
+// (MODRUN_MATMUL_DIRECT=resident), a prefill makes X's planes only (4 a
+// block) and no W planes, the planes count among the weights' memory (4
+// bytes a weight of Q8_0, 2 of F16 (no lo plane), padded to whole tiles:
+// what residentPlanes reports), and the logits are bit for bit those of the
+// direct matmul that makes W's planes each time (the same planes, the same
+// products).
+func TestMatmulDirectResident(t *testing.T) {
+	dev, m := timedModel(t, func(b *mod.Block) map[*mod.Mat]gguf.TensorType {
+		return map[*mod.Mat]gguf.TensorType{&b.Q: gguf.TypeQ8_0, &b.K: gguf.TypeQ8_0, &b.V: gguf.TypeQ8_0, &b.O: gguf.TypeQ8_0,
+			&b.Gate: gguf.TypeQ8_0, &b.Up: gguf.TypeQ8_0,
+			&b.Down: gguf.TypeF16} // its 172 columns are no whole Q8_0 blocks
+	})
+	direct := DeviceProfile(dev.Info())
+	direct.MatmulCoop, direct.MatmulCoopEmulate, direct.MatmulDirect, direct.MatmulDirectMin = true, true, true, 0
+	resident := direct
+	resident.MatmulDirectResident = true
+	var logits [2][]float32
+	var weights [2]uint64
+	for i, p := range []*shaders.Profile{&direct, &resident} {
+		var byKernel map[string]ProfileEntry
+		var run *Runner
+		logits[i], byKernel, run = feedProfiled(t, dev, m, p)
+		weights[i] = run.MemoryStats().Weights
+		mul := byKernel[shaders.MatmulDirectName(true, true)].Calls
+		require.Positive(t, mul)
+		wPlanes := byKernel[shaders.PlanesName(shaders.MatvecQ8_0, true)].Calls + byKernel[shaders.PlanesName(shaders.MatvecF16, false)].Calls
+		assert.Equal(t, mul/7*4, byKernel[shaders.PlanesName(shaders.MatvecF32, true)].Calls, "%s: X's planes, 4 a block", p)
+		if p == &resident {
+			assert.Zero(t, wPlanes, "no W planes in a prefill")
+			continue
+		}
+		assert.Equal(t, mul, wPlanes, "W's planes a product")
+	}
+	c := m.Config
+	var want uint64
+	for _, rc := range [][2]int{{c.NHead * c.HeadDim, c.NEmbd}, {c.NKVHead * c.HeadDim, c.NEmbd}, {c.NKVHead * c.HeadDim, c.NEmbd},
+		{c.NEmbd, c.NHead * c.HeadDim}, {c.NFF, c.NEmbd}, {c.NFF, c.NEmbd}, {c.NEmbd, c.NFF}} {
+		rowsP, _, colsP := shaders.MatmulDirectSpecGPU.Pad(uint32(rc[0]), 1, uint32(rc[1]))
+		want += shaders.PlanesBytes(rowsP, colsP, rc[1] != c.NFF) // down (F16): hi only
+	}
+	assert.Equal(t, want*uint64(c.NLayer), weights[1]-weights[0], "the planes among the weights' memory")
+	assert.Equal(t, logits[0], logits[1], "the same planes, the same products")
+}
+
+// timedModel is the device (tests that need its timestamps skip without
+// them) and the trained MoD fixture, its block matrices requantized by
+// typeOf where it names a type.
+func timedModel(t *testing.T, typeOf func(b *mod.Block) map[*mod.Mat]gguf.TensorType) (*vk.Device, *mod.Model) {
+	t.Helper()
+	dev := openDevice(t, true)
+	if !dev.Info().Timestamps() {
+		t.Skipf("%s cannot write timestamps", dev.Info().Name)
+	}
+	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+	for l := range m.Weights.Blocks {
+		if typeOf == nil {
+			break
+		}
+		for mt, typ := range typeOf(&m.Weights.Blocks[l]) {
+			requantize(t, mt, typ)
+		}
+	}
+	return dev, m
+}
+
+// feedProfiled feeds prompt (21 tokens from 300) to a new runner of m
+// under p with the profile on, and returns the logits, the profile by
+// kernel, and the runner (closed with the test).
+func feedProfiled(t *testing.T, dev *vk.Device, m *mod.Model, p *shaders.Profile) ([]float32, map[string]ProfileEntry, *Runner) {
+	t.Helper()
+	prompt := make([]int32, 21)
+	for i := range prompt {
+		prompt[i] = int32(300 + i)
+	}
+	run, err := New(dev, m, mod.RoutingRouter, Options{Profile: true, DeviceProfile: p, PromptSteps: -1})
+	require.NoError(t, err)
+	t.Cleanup(run.Close)
+	logits, err := run.Feed(prompt)
+	require.NoError(t, err)
+	byKernel := map[string]ProfileEntry{}
+	for _, e := range run.Profile() {
+		byKernel[e.Kernel] = e
+	}
+	return logits, byKernel, run
 }
