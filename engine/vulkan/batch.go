@@ -192,7 +192,9 @@ func (r *Runner) residentPlanes(blocks []batchBlock) (uint64, error) {
 	if len(ops) == 0 {
 		return 0, nil
 	}
-	r.dispatchAll(rec, ops)
+	for _, o := range ops { // once, at load: not the profile's (no timestamps)
+		o.record(rec)
+	}
 	if err := r.dev.Run(rec); err != nil {
 		return total, fmt.Errorf("vulkan: making the weights' resident planes: %w", err)
 	}
