@@ -437,51 +437,35 @@ if [ "$quick" = 1 ]; then
   kernel_bench BenchmarkPrefillAttentionGPU "${QUICK_PREFILL_ATTN:-BenchmarkPrefillAttentionGPU}" 20x 60
   { echo '```'; echo; } >> "$report"
   ref_row after
-  {
-    echo "## Where a $small Q8_0 decode's GPU time goes (modrun run --profile, 64 tokens)"
-    echo
-    echo '```'
-    lim=$(limit 60)
-    if [ "$lim" = 0 ]; then echo "skipped: the quick mode's deadline (QUICK_DEADLINE) was reached"; else
-      timeout -k 5 "$lim" "$here/bin/modrun" run -m "$m11" -p "Once upon a time" -n 64 --backend vulkan --profile 2>&1 >/dev/null | tail -40
-    fi
-    echo '```'
-    echo
-    echo "## The same with the hand-off (MODRUN_HANDOFF=1): the kernels' share of the wall time, without barriers"
-    echo
-    echo '```'
-    lim=$(limit 60)
-    if [ "$lim" = 0 ]; then echo "skipped: the quick mode's deadline (QUICK_DEADLINE) was reached"; else
-      MODRUN_HANDOFF=1 timeout -k 5 "$lim" "$here/bin/modrun" run -m "$m11" -p "Once upon a time" -n 64 --backend vulkan --profile 2>&1 >/dev/null | tail -40
-    fi
-    echo '```'
-    echo
-  } >> "$report"
+  # profile_section TITLE [VAR=VALUE ...] -- ARGS...: `modrun run ARGS
+  # --backend vulkan` with the environment given, under the step limit,
+  # the last 40 lines of its profile in a code block of the report.
+  profile_section() {
+    local title=$1 lim envs=()
+    shift
+    while [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    { echo "## $title"; echo; echo '```'
+      lim=$(limit 60)
+      if [ "$lim" = 0 ]; then echo "skipped: the quick mode's deadline (QUICK_DEADLINE) was reached"; else
+        env "${envs[@]}" timeout -k 5 "$lim" "$here/bin/modrun" run "$@" --backend vulkan 2>&1 >/dev/null | tail -40
+      fi
+      echo '```'; echo; } >> "$report"
+  }
+  profile_section "Where a $small Q8_0 decode's GPU time goes (modrun run --profile, 64 tokens)" \
+    -- -m "$m11" -p "Once upon a time" -n 64 --profile
+  profile_section "The same with the hand-off (MODRUN_HANDOFF=1): the kernels' share of the wall time, without barriers" \
+    MODRUN_HANDOFF=1 -- -m "$m11" -p "Once upon a time" -n 64 --profile
   # A prefill's profile: a prompt of 512 tokens with BOS (the synthetic
   # models' vocabulary has a token per byte: 510 bytes; --stats prints the
   # count) in one batch, one token generated. The profile's first line is
   # the compute probe's peaks; each kernel's TFLOP/s and share of its
   # path's peak follow.
   for _ in $(seq 40); do printf 'Once upon a time there was a little girl named Lily. '; done | head -c 510 > "$logs/prompt-512.txt"
-  {
-    echo "## Where a $small Q8_0 prefill's GPU time goes (modrun run --profile --stats, a 512-token prompt, 1 token)"
-    echo
-    echo '```'
-    lim=$(limit 60)
-    if [ "$lim" = 0 ]; then echo "skipped: the quick mode's deadline (QUICK_DEADLINE) was reached"; else
-      timeout -k 5 "$lim" "$here/bin/modrun" run -m "$m11" -f "$logs/prompt-512.txt" -n 1 --backend vulkan --stats --profile 2>&1 >/dev/null | tail -40
-    fi
-    echo '```'
-    echo
-    echo "## The same with the direct tensor-core matmul (MODRUN_MATMUL_DIRECT=1): the planes passes and the product apart"
-    echo
-    echo '```'
-    lim=$(limit 60)
-    if [ "$lim" = 0 ]; then echo "skipped: the quick mode's deadline (QUICK_DEADLINE) was reached"; else
-      MODRUN_MATMUL_DIRECT=1 timeout -k 5 "$lim" "$here/bin/modrun" run -m "$m11" -f "$logs/prompt-512.txt" -n 1 --backend vulkan --stats --profile 2>&1 >/dev/null | tail -40
-    fi
-    echo '```'
-  } >> "$report"
+  profile_section "Where a $small Q8_0 prefill's GPU time goes (modrun run --profile --stats, a 512-token prompt, 1 token)" \
+    -- -m "$m11" -f "$logs/prompt-512.txt" -n 1 --stats --profile
+  profile_section "The same with the direct tensor-core matmul (MODRUN_MATMUL_DIRECT=1): the planes passes and the product apart" \
+    MODRUN_MATMUL_DIRECT=1 -- -m "$m11" -f "$logs/prompt-512.txt" -n 1 --stats --profile
   rm -f "$m11"
   acceptance >> "$report"
   { echo "## Step times (seconds; the whole quick mode: $(( $(date +%s) - started )) s of QUICK_DEADLINE=${QUICK_DEADLINE:-540})"; echo

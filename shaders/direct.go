@@ -139,7 +139,8 @@ func (p Profile) MatmulDirectSplit(rows, n, colsP uint32, s MatmulDirectSpec, mo
 	if p.MatmulSplitTarget == 0 || n == 0 || most < 2 || s.BM == 0 || s.BN == 0 {
 		return 1, colsP
 	}
-	grid := ((rows + s.BN - 1) / s.BN) * ((n + s.BM - 1) / s.BM)
+	g := MatmulDirectGroups(rows, n, s)
+	grid := g[0] * g[1]
 	slots := p.MatmulDirectSlots
 	if slots == 0 {
 		slots = MatmulDirectSplitTarget

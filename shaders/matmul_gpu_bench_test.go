@@ -522,11 +522,7 @@ func runDirectCandidate(b *testing.B, dev *vk.Device, cand matmulCandidate, typ 
 	dk := newDirectKernels(b, dev, typ, *cand.direct, cand.hilo, cand.cpuOnly)
 	pl := dk.newPlanes(b, dev, 0, d.rows, d.n, d.cols)
 	if cand.split { // the engine's plan on a GPU; on a CPU device slices of a step, so its tiny shapes split too
-		prof := matmulBenchSplit
-		prof.MatmulDirectSlice = MatmulDirectMinSlice
-		if cu := dev.Info().Limits.ComputeUnits; cu > 0 { // as NewProfile plans for this GPU
-			prof.MatmulDirectSlots = MatmulDirectGroupsPerUnit * cu
-		}
+		prof := NewProfile(Device{ComputeUnits: dev.Info().Limits.ComputeUnits}) // a GPU's plan, for this device's compute units
 		if dev.Info().Type == vk.CPU {
 			prof.MatmulDirectSlice = 32
 		}

@@ -68,16 +68,24 @@ func (r *Runner) newDirectMM(must func(uint64, vk.BufferKind) *vk.Buffer, ub int
 		return nil, err
 	}
 	wBytes := uint64(4) // with resident planes (residentPlanes) no direct matmul makes W's
-	for _, rc := range mats {
-		if prof.MatmulDirectResident {
-			break
+	if !prof.MatmulDirectResident {
+		for _, rc := range mats {
+			rowsP, _, colsP := dk.Spec.Pad(uint32(rc[0]), 1, uint32(rc[1]))
+			wBytes = max(wBytes, shaders.PlanesBytes(rowsP, colsP, dk.Hilo))
 		}
-		rowsP, _, colsP := dk.Spec.Pad(uint32(rc[0]), 1, uint32(rc[1]))
-		wBytes = max(wBytes, shaders.PlanesBytes(rowsP, colsP, dk.Hilo))
 	}
 	_, nP, colsP := dk.Spec.Pad(1, uint32(ub), uint32(xCols))
 	return &directMM{prof: prof, xPlanes: xk, mul: mul, spec: dk.Spec, hilo: dk.Hilo, align: max(1, r.dev.Info().Limits.MinStorageBufferOffsetAlignment),
 		w: must(wBytes, vk.DeviceLocal), x: must(shaders.PlanesBytes(nP, colsP, dk.Hilo), vk.DeviceLocal)}, nil
+}
+
+// bindLimit is the most bytes one binding of the planes may span: the
+// device's maxStorageBufferRange (no limit where the profile has none).
+func (dm *directMM) bindLimit() uint64 {
+	if lim := dm.prof.MaxStorageBufferRange; lim != 0 {
+		return lim
+	}
+	return ^uint64(0)
 }
 
 // directOps is the direct matmul of part pt of m for n rows of x, of at
@@ -99,15 +107,13 @@ func (m batchMat) directOps(pt matPart, x, y vk.Bind, n, maxRows int, xReady boo
 	rowsP, nP, colsP := dm.spec.Pad(pt.rows, uint32(n), m.cols)
 	wBytes, xBytes := shaders.PlanesBytes(rowsP, colsP, m.dwLo), shaders.PlanesBytes(nP, colsP, dm.hilo)
 	xMax := shaders.PlanesBytes(nMax, colsP, dm.hilo)
-	lim := dm.prof.MaxStorageBufferRange
-	if lim == 0 {
-		lim = ^uint64(0)
+	lim := dm.bindLimit()
+	// W's planes already made: the F16 weights themselves, or kept from load.
+	wPlanes, made := m.ownPlane(pt, rowsP, colsP, lim)
+	if !made && pt.planes != nil {
+		wPlanes, made = rd(pt.planes, 0, wBytes), true
 	}
-	own, isOwn := m.ownPlane(pt, rowsP, colsP, lim)
-	if !isOwn && pt.planes != nil {
-		own, isOwn = rd(pt.planes, 0, wBytes), true
-	}
-	if (!isOwn && wBytes > dm.w.Size()) || xMax > dm.x.Size() {
+	if (!made && wBytes > dm.w.Size()) || xMax > dm.x.Size() {
 		return nil
 	}
 	if wBytes > lim || xMax > lim {
@@ -124,11 +130,11 @@ func (m batchMat) directOps(pt matPart, x, y vk.Bind, n, maxRows int, xReady boo
 		push.XLo = xp.LoOff
 	}
 	var ops []op
-	planes := []vk.Bind{own, rd(dm.x, 0, xBytes)}
-	if !isOwn {
+	if !made {
 		ops = append(ops, m.wPlanesOp(pt, dm.w, rowsP, colsP))
-		planes[0] = rd(dm.w, 0, wBytes)
+		wPlanes = rd(dm.w, 0, wBytes)
 	}
+	planes := []vk.Bind{wPlanes, rd(dm.x, 0, xBytes)}
 	if !xReady {
 		ops = append(ops, newOp(dm.xPlanes, xp, shaders.PlanesGroups(nP, colsP), x, wr(dm.x, 0, xBytes)))
 	}
@@ -159,10 +165,6 @@ func (m batchMat) wPlanesOp(pt matPart, dst *vk.Buffer, rowsP, colsP uint32) op 
 // part that is its own plane (F16: ownPlane) or whose planes a binding
 // could not span gets none. It returns the bytes the planes take.
 func (r *Runner) residentPlanes(blocks []batchBlock) (uint64, error) {
-	lim := r.ks.prof.MaxStorageBufferRange
-	if lim == 0 {
-		lim = ^uint64(0)
-	}
 	rec := r.dev.NewRecorder()
 	defer rec.Close()
 	var ops []op
@@ -173,6 +175,7 @@ func (r *Runner) residentPlanes(blocks []batchBlock) (uint64, error) {
 			if m.dm == nil {
 				continue
 			}
+			lim := m.dm.bindLimit()
 			for i := range m.parts {
 				pt := &m.parts[i]
 				rowsP, _, colsP := m.dm.spec.Pad(pt.rows, 1, m.cols)
