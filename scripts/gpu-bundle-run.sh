@@ -85,22 +85,23 @@ failed=0
   echo '```'
   echo
   # The opt-in kernels on this device (the decode step's hand-off variants,
-  # the direct tensor-core matmul's product): checked with the rest, so a
-  # failure here is theirs (the knobs are off by default).
-  echo "## The same with the opt-in kernels (MODRUN_HANDOFF=1 MODRUN_MATMUL_DIRECT=1 modrun devices --check)"
+  # the direct tensor-core matmul's product, the prefill's attention on
+  # tensor cores): checked with the rest, so a failure here is theirs (the
+  # knobs are off by default).
+  echo "## The same with the opt-in kernels (MODRUN_HANDOFF=1 MODRUN_MATMUL_DIRECT=1 MODRUN_ATTENTION_COOP=1 modrun devices --check)"
   echo
   echo '```'
-  MODRUN_HANDOFF=1 MODRUN_MATMUL_DIRECT=1 "$here/bin/modrun" devices --check 2>&1 || echo "devices --check with the opt-in kernels: FAILED (exit $?)"
+  MODRUN_HANDOFF=1 MODRUN_MATMUL_DIRECT=1 MODRUN_ATTENTION_COOP=1 "$here/bin/modrun" devices --check 2>&1 || echo "devices --check with the opt-in kernels: FAILED (exit $?)"
   echo '```'
   echo
   # What the driver's compiler says of each kernel the profile picks
   # (registers, spills): whether a batched step's matvec spills here
   # (docs/matvec-cost.md, "Registers"). A driver without the statistics
   # is noted, not a failure.
-  echo "## Kernel statistics (MODRUN_HANDOFF=1 MODRUN_MATMUL_DIRECT=1 modrun devices --kernel-stats: the opt-in kernels too)"
+  echo "## Kernel statistics (MODRUN_HANDOFF=1 MODRUN_MATMUL_DIRECT=1 MODRUN_ATTENTION_COOP=1 modrun devices --kernel-stats: the opt-in kernels too)"
   echo
   echo '```'
-  MODRUN_HANDOFF=1 MODRUN_MATMUL_DIRECT=1 "$here/bin/modrun" devices --kernel-stats 2>&1 || echo "devices --kernel-stats: exit $? (a driver without VK_KHR_pipeline_executable_properties says so above)"
+  MODRUN_HANDOFF=1 MODRUN_MATMUL_DIRECT=1 MODRUN_ATTENTION_COOP=1 "$here/bin/modrun" devices --kernel-stats 2>&1 || echo "devices --kernel-stats: exit $? (a driver without VK_KHR_pipeline_executable_properties says so above)"
   echo '```'
   echo
   echo "## Tests"
@@ -240,6 +241,9 @@ acceptance() {
   dpre=$(jnum "$logs/bench-$small-q8_0-direct.json" prefill_tokens_per_s); dpre7=$(jnum "$logs/bench-$lq8-direct.json" prefill_tokens_per_s)
   dpmod=$(jnum "$logs/bench-$small-q8_0-mod-direct.json" prefill_tokens_per_s)
   dpres=$(jnum "$logs/bench-$small-q8_0-direct-resident.json" prefill_tokens_per_s)
+  local apre apre7 p2k ap2k
+  apre=$(jnum "$logs/bench-$small-q8_0-attn-coop.json" prefill_tokens_per_s); apre7=$(jnum "$logs/bench-$lq8-attn-coop.json" prefill_tokens_per_s)
+  p2k=$(jnum "$logs/bench-$small-q8_0-p2000.json" prefill_tokens_per_s); ap2k=$(jnum "$logs/bench-$small-q8_0-p2000-attn-coop.json" prefill_tokens_per_s)
   a1=$(jnum "$p" aggregate_decode_tokens_per_s 1); a8=$(jnum "$p" aggregate_decode_tokens_per_s 2); a16=$(jnum "$p" aggregate_decode_tokens_per_s 3)
   # row GOAL WHAT MODRUN LLAMA TEST [-]: one line; TEST is an awk condition
   # on m (modrun's figure) and l (llama.cpp's); the verdict is "-" when a
@@ -285,6 +289,9 @@ acceptance() {
     "$(ratio "$(ratio "$pmod" "$pre")" "$(ratio "$f0" "$f1")")" "" 'm >= 0.9'
   row "43 (direct): MoD twin prefill >= 90% of its ideal" "twin's speed-up over dense / ideal, both MODRUN_MATMUL_DIRECT=1 (twin $(awk -v v="$dpmod" 'BEGIN { if (v == "") print "-"; else printf "%.0f", v }') tok/s)" \
     "$(ratio "$(ratio "$dpmod" "$dpre")" "$(ratio "$f0" "$f1")")" "" 'm >= 0.9'
+  row "43 (attention on tensor cores): 1.1B Q8_0 pp512 >= 41,000 (H200) and >= 1.5x" "$small Q8_0 prefill 512, MODRUN_ATTENTION_COOP=1 (x$(awk -v a="$apre" -v b="$pre" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default)" "$apre" "$(llama_ts "$ld" 512 0)" 'm >= 41000 && m >= 1.5 * l'
+  row "43 (attention on tensor cores): 7B Q8_0 pp512 >= 10,000 (H200) and >= 1.5x" "$large Q8_0 prefill 512, MODRUN_ATTENTION_COOP=1 (x$(awk -v a="$apre7" -v b="$pre7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default)" "$apre7" "$(llama_ts "$ll" 512 0)" 'm >= 10000 && m >= 1.5 * l'
+  row "43 item 4: a long prompt's prefill" "$small Q8_0 prefill 2000, MODRUN_ATTENTION_COOP=1 / the default ($(awk -v v="$p2k" 'BEGIN { if (v == "") print "-"; else printf "%.0f", v }') tok/s)" "$(ratio "$ap2k" "$p2k")" "" ''
   row "43: without tensor cores >= 1.0x" "$small Q8_0 prefill 512, MODRUN_TENSOR_CORES=0" "$pre_nt" "$(llama_ts "$ld" 512 0)" 'm >= l'
   row "43: 16 rows no slower than 8" "$small Q8_0 aggregate at 16 / at 8" "$(ratio "$a16" "$a8")" "" 'm >= 1'
   echo
@@ -404,6 +411,13 @@ if [ "$quick" = 1 ]; then
   # dense model on this path is this row against the one above).
   MODRUN_MATMUL_DIRECT=1 bench_row "$small-q8_0-mod-direct" -m "$m11mod" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 0
   rm -f "$m11mod"
+  # The prefill's attention on tensor cores (MODRUN_ATTENTION_COOP=1,
+  # issue 43 item 4), its tokens validated against the CPU at 512; then a
+  # 2000-token prompt (the 2048 context's most with 16 tokens after it),
+  # where attention is a larger share of the prefill, with and without it.
+  MODRUN_ATTENTION_COOP=1 bench_row "$small-q8_0-attn-coop" -m "$m11" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 4
+  bench_row "$small-q8_0-p2000" -m "$m11" --backends vulkan --prompt 2000 -n 16 --repeats 2 --validate 0
+  MODRUN_ATTENTION_COOP=1 bench_row "$small-q8_0-p2000-attn-coop" -m "$m11" --backends vulkan --prompt 2000 -n 16 --repeats 2 --validate 0
   bench_row "$small-q4_k_m" --synthetic "$small" --type q4_k_m --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8 --save "$logs/$small-q4_k_m.gguf"
   MODRUN_HANDOFF=1 bench_row "$small-q4_k_m-handoff" -m "$logs/$small-q4_k_m.gguf" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8
   llama_row "$small-q4_k_m" "$logs/$small-q4_k_m.gguf"
@@ -418,6 +432,7 @@ if [ "$quick" = 1 ]; then
   bench_row "$lq8" --synthetic "$large" --type q8_0 --backends vulkan --prompt 512 -n 32 --repeats 2 --validate 0 --save "$m7"
   MODRUN_HANDOFF=1 bench_row "$lq8-handoff" -m "$m7" --backends vulkan --prompt 512 -n 32 --repeats 2 --validate 0
   MODRUN_MATMUL_DIRECT=1 bench_row "$lq8-direct" -m "$m7" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 0
+  MODRUN_ATTENTION_COOP=1 bench_row "$lq8-attn-coop" -m "$m7" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 0
   llama_row "$lq8" "$m7"
   bench_row "$lq8-prompt5" -m "$m7" --backends vulkan --prompt 5 -n 16 --repeats 3 --validate 0
   # The same prompt as one batched prefill (the few-row split tiles) in
@@ -433,7 +448,7 @@ if [ "$quick" = 1 ]; then
   kernel_bench BenchmarkMatmulGPU "${QUICK_MATMUL:-BenchmarkMatmulGPU/^(tiled-64x64|pipe-128x64|split-pipe-128x64|pipe-128x128|coop-64x64|coop-hilo-64x64|coop-pk-64x64|coop-hilo-pk-64x64|coop-hilo-pk-xs-64x64|direct-64x128|direct-hilo-64x128|direct-hilo-prep-64x128|direct-hilo-split-64x128)\$/}" 10x 110
   # decode attention, decode_attend against decode_attend_keys at contexts 70, 512, 4096 (issue 42 item 5)
   kernel_bench BenchmarkDecodeAttendGPU "${QUICK_ATTEND:-BenchmarkDecodeAttendGPU}" 50x 60
-  # a 512-token prefill's attention, one invocation a query row against 2-8 lanes a row (issue 43 item 4)
+  # a 512- and 2048-token prefill's attention, one invocation a query row against 2-8 lanes a row and the tensor cores' (issue 43 item 4)
   kernel_bench BenchmarkPrefillAttentionGPU "${QUICK_PREFILL_ATTN:-BenchmarkPrefillAttentionGPU}" 20x 60
   { echo '```'; echo; } >> "$report"
   ref_row after

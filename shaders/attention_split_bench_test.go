@@ -16,8 +16,10 @@ type prefillAttentionShape struct {
 }
 
 // prefillAttentionGPUShapes: TinyLlama-1.1B's heads (32 over 4 kv heads of
-// 64) and Llama-2-7B's (32 of 128), a 512-token prompt: #43's pp512.
-var prefillAttentionGPUShapes = []prefillAttentionShape{{"1.1b", 32, 4, 64, 512}, {"7b", 32, 32, 128, 512}}
+// 64) and Llama-2-7B's (32 of 128), a 512-token prompt (#43's pp512) and a
+// 2048-token one (a long prompt: 16 times the attention of 512, item 4).
+var prefillAttentionGPUShapes = []prefillAttentionShape{{"1.1b", 32, 4, 64, 512}, {"7b", 32, 32, 128, 512},
+	{"1.1b", 32, 4, 64, 2048}, {"7b", 32, 32, 128, 2048}}
 
 // prefillAttentionCPUShapes are tiny, so that the benchmark's code and its
 // validation run in seconds on lavapipe.
@@ -30,10 +32,12 @@ var prefillAttentionCPUShapes = []prefillAttentionShape{{"tiny", 4, 2, 64, 48}}
 // (Profile.AttentionSplit takes AttentionSplitLanes(hd): one lane per 32
 // dimensions). One invocation a row holds 2*hd floats of query and output
 // in registers: at hd 128 past NVIDIA's 255 a thread
-// (docs/decode-attention-cost.md). Each candidate is first checked on 64
-// of the prompt's rows against the CPU reference (mod.Attend, at
-// attentionTolerance, widened by lanesScale for the lanes' order of
-// summation). Reported: us/call and TFLOP/s (2 FLOPs a multiply-add, scores
+// (docs/decode-attention-cost.md). On a device with VK_NV_cooperative_matrix
+// a "coop" candidate runs attention_coop (both products on tensor cores:
+// MODRUN_ATTENTION_COOP=1), on a CPU device its emulation ("coop-emu").
+// Each candidate is first checked on 64 of the prompt's rows against the
+// CPU reference (mod.Attend, at attentionTolerance, widened by lanesScale
+// for the lanes' order of summation, coopScale for the tensor cores'). Reported: us/call and TFLOP/s (2 FLOPs a multiply-add, scores
 // and values, over the entries each row sees).
 //
 // Run from the compiled test binary on a GPU machine:
@@ -61,6 +65,14 @@ func BenchmarkPrefillAttentionGPU(b *testing.B) {
 				cands = append(cands, cand{fmt.Sprintf("lanes%d", lpr), AttentionSplitLanesName(KVF16, true), lpr, AttentionSplitLanesSpec(hd, lpr)})
 			}
 		}
+		// attention_coop (both products on tensor cores, MODRUN_ATTENTION_COOP=1)
+		// where the device has them; its emulation on a CPU device, to
+		// prove the candidate's code (its speed there means nothing).
+		if d.CooperativeMatrixNV && d.SubgroupSize == MatmulCoopSubgroup && AttentionCoopHeads(hd) {
+			cands = append(cands, cand{"coop", AttentionCoopName(false), 0, AttentionCoopSpec(hd)})
+		} else if d.CPU && AttentionCoopHeads(hd) {
+			cands = append(cands, cand{"coop-emu", AttentionCoopName(true), 0, AttentionCoopSpec(hd)})
+		}
 		check := newAttentionCase(min(64, sh.n), sh.n, sh.nHead, sh.nKVHead, sh.hd, 1, 7) // the prompt's last 64 rows
 		roundToHalf(b, check.k)
 		roundToHalf(b, check.v)
@@ -76,10 +88,16 @@ func BenchmarkPrefillAttentionGPU(b *testing.B) {
 				if c.lpr > 1 {
 					sc = check.lanesScale(scale, c.lpr)
 				}
-				if err := closeness(check.runSplit(b, dev, split, merge, splitLen, true, true, 1), want, sc, attentionTolerance); err != nil {
+				groups := func(n, nHead, splits uint32) [3]uint32 {
+					return AttentionSplitGroupsOf(c.name, c.spec, n, nHead, splits)
+				}
+				if IsAttentionCoop(c.name) {
+					sc = check.coopScale(scale)
+				}
+				if err := closeness(check.runSplit(b, dev, split, merge, splitLen, true, true, 1, groups), want, sc, attentionTolerance); err != nil {
 					b.Fatalf("wrong before timing: %v", err)
 				}
-				rec, _ := timed.splitRecorder(b, dev, split, merge, splitLen, true, true, 1)
+				rec, _ := timed.splitRecorder(b, dev, split, merge, splitLen, true, true, 1, groups)
 				perCall := timeReplays(b, dev, rec)
 				b.ReportMetric(perCall/1e3, "us/call")
 				b.ReportMetric(flops/perCall/1e3, "TFLOP/s")

@@ -15,18 +15,22 @@ import (
 
 // runSplit computes c with attention_split (or attention_split_counts, the
 // entry count in counts[1] and entries only a bound) and attention_merge, in
-// key tiles of splitLen.
-func (c *attentionCase) runSplit(t testing.TB, dev *vk.Device, split, merge *vk.Kernel, splitLen uint32, counts, f16 bool, sorted uint32) []float32 {
+// key tiles of splitLen. groups is the split kernel's dispatch size (nil:
+// attention_split's, AttentionSplitGroups).
+func (c *attentionCase) runSplit(t testing.TB, dev *vk.Device, split, merge *vk.Kernel, splitLen uint32, counts, f16 bool, sorted uint32, groups func(n, nHead, splits uint32) [3]uint32) []float32 {
 	t.Helper()
-	rec, out := c.splitRecorder(t, dev, split, merge, splitLen, counts, f16, sorted)
+	rec, out := c.splitRecorder(t, dev, split, merge, splitLen, counts, f16, sorted, groups)
 	require.NoError(t, dev.Run(rec))
 	return download(t, out, c.n*c.nHead*c.hd)
 }
 
 // splitRecorder is runSplit's recording (its buffers freed at the test's
 // end) and the output buffer it fills.
-func (c *attentionCase) splitRecorder(t testing.TB, dev *vk.Device, split, merge *vk.Kernel, splitLen uint32, counts, f16 bool, sorted uint32) (*vk.Recorder, *vk.Buffer) {
+func (c *attentionCase) splitRecorder(t testing.TB, dev *vk.Device, split, merge *vk.Kernel, splitLen uint32, counts, f16 bool, sorted uint32, groups func(n, nHead, splits uint32) [3]uint32) (*vk.Recorder, *vk.Buffer) {
 	t.Helper()
+	if groups == nil {
+		groups = AttentionSplitGroups
+	}
 	b := c.upload(t, dev)
 	t.Cleanup(b.close)
 	if f16 { // the cache as halves (c's keys and values are already rounded to them)
@@ -66,10 +70,37 @@ func (c *attentionCase) splitRecorder(t testing.TB, dev *vk.Device, split, merge
 	rec.Fill(b.out, 0, b.out.Size(), 0x7fc00000)
 	r := func(x *vk.Buffer) vk.Bind { return vk.Bind{Buf: x, Access: vk.Read} }
 	w := func(x *vk.Buffer) vk.Bind { return vk.Bind{Buf: x, Access: vk.Write} }
-	rec.Dispatch(split, push, AttentionSplitGroups(uint32(c.n), uint32(c.nHead), splits),
+	rec.Dispatch(split, push, groups(uint32(c.n), uint32(c.nHead), splits),
 		r(b.q), r(b.k), r(b.v), r(b.kPos), r(b.qPos), r(bCounts), w(partO), w(partML))
 	rec.Dispatch(merge, push, AttentionMergeGroups(uint32(c.n), uint32(c.nHead)), r(partO), r(partML), w(b.out))
 	return rec, b.out
+}
+
+// splitCase is a batched attention problem of TestAttentionSplit and
+// TestAttentionCoopEmulated: n query rows over a cache of entries, heads
+// and KV heads of hd, q times qScale, in key tiles of splitLen.
+type splitCase struct {
+	n, entries, nHead, nKVHead, hd int
+	qScale                         float64
+	splitLen                       uint32
+}
+
+func (tc splitCase) String() string {
+	return fmt.Sprintf("n%d/entries%d/heads%d:%d/hd%d/q%g/tile%d", tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.qScale, tc.splitLen)
+}
+
+// build makes the case's inputs from seed; with nothingSeen every entry
+// moves one position later and row 0 sits at position 0, before all of
+// them: it sees none (zeros).
+func (tc splitCase) build(seed int64, nothingSeen bool) *attentionCase {
+	c := newAttentionCase(tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.qScale, seed)
+	if nothingSeen {
+		c.qPos[0] = 0
+		for e := range c.kPos {
+			c.kPos[e]++
+		}
+	}
+	return c
 }
 
 // TestAttentionSplit: attention in key tiles against mod.Attend, at
@@ -84,11 +115,7 @@ func (c *attentionCase) splitRecorder(t testing.TB, dev *vk.Device, split, merge
 func TestAttentionSplit(t *testing.T) {
 	dev := openDevice(t)
 	merge := newKernel(t, dev, lookup(t, "attention_merge"))
-	cases := []struct {
-		n, entries, nHead, nKVHead, hd int
-		qScale                         float64
-		splitLen                       uint32
-	}{
+	cases := []splitCase{
 		{1, 1, 1, 1, 8, 1, 1},
 		{5, 5, 2, 1, 8, 1, 3},
 		{7, 100, 6, 3, 16, 1, 7},
@@ -131,16 +158,8 @@ func TestAttentionSplit(t *testing.T) {
 				spec = AttentionSplitLanesSpec(uint32(tc.hd), r.lpr)
 			}
 			split := newKernel(t, dev, lookup(t, variant), spec...)
-			name := fmt.Sprintf("%s%v/n%d/entries%d/heads%d:%d/hd%d/q%g/tile%d", variant, spec, tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.qScale, tc.splitLen)
-			c := newAttentionCase(tc.n, tc.entries, tc.nHead, tc.nKVHead, tc.hd, tc.qScale, int64(i))
-			if i == 1 {
-				// Every entry moves one position later and row 0 sits at
-				// position 0, before all of them: it sees none (zeros).
-				c.qPos[0] = 0
-				for e := range c.kPos {
-					c.kPos[e]++
-				}
-			}
+			name := fmt.Sprintf("%s%v/%v", variant, spec, tc)
+			c := tc.build(int64(i), i == 1)
 			if f16 {
 				roundToHalf(t, c.k)
 				roundToHalf(t, c.v)
@@ -150,7 +169,7 @@ func TestAttentionSplit(t *testing.T) {
 				scale = c.lanesScale(scale, r.lpr)
 			}
 			for _, sorted := range []uint32{0, 1} { // the cases' kPos ascend
-				got := c.runSplit(t, dev, split, merge, tc.splitLen, strings.Contains(variant, "_counts"), f16, sorted)
+				got := c.runSplit(t, dev, split, merge, tc.splitLen, strings.Contains(variant, "_counts"), f16, sorted, nil)
 				stats.add(got, want, scale)
 				if err := closeness(got, want, scale, attentionTolerance); err != nil {
 					t.Errorf("%s/sorted%d: %v", name, sorted, err)

@@ -174,6 +174,9 @@ func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 	case v.Op == OpMatmulPipe && p.MatmulPipe:
 		fb.MatmulPipe = false
 		return fb, MatmulName(v.Type), true
+	case v.Op == OpAttentionCoop && p.AttentionCoop:
+		fb.AttentionCoop = false
+		return fb, "attention_split", true
 	case v.Op == OpAttentionLanes && p.AttentionLanes:
 		fb.AttentionLanes = false
 		kv, _ := ParseKV(v.Type)

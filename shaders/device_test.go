@@ -88,6 +88,21 @@ func TestOnlySubgroupVariantsNeedAFeature(t *testing.T) {
 			assert.True(t, fb.MatmulCoop, v.Name)
 			continue
 		}
+		if v.Op == OpAttentionCoop && !strings.HasSuffix(v.Name, "_emu") {
+			// The prefill's attention on tensor cores: the same features;
+			// its fallback is attention_split, under the same profile.
+			assert.Equal(t, []string{"cooperative_matrix_nv", "shader_float16", "vulkan_memory_model"}, nd.Features, v.Name)
+			dev := smallGPU
+			dev.Float16, dev.CooperativeMatrixNV, dev.TensorCores, dev.AttentionCoop = true, true, true, true
+			prof := NewProfile(dev)
+			require.True(t, prof.AttentionCoop, "the device asked for it")
+			fb, safe, ok := prof.Fallback(v)
+			require.True(t, ok, "%s has a fallback", v.Name)
+			assert.Equal(t, "attention_split", safe)
+			assert.False(t, fb.AttentionCoop, v.Name)
+			assert.True(t, fb.MatmulCoop, v.Name)
+			continue
+		}
 		if v.Name == "probe_coop" {
 			// The tensor-core probe: the matmul's features, and no fallback:
 			// vulkan.ProbeCompute runs it only where the device has them,

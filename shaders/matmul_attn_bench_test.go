@@ -109,7 +109,7 @@ func BenchmarkAttention(b *testing.B) {
 		b.Run(fmt.Sprintf("n%d/entries%d/heads%d:%d/hd%d", sh.n, sh.entries, nHead, nKVHead, hd), func(b *testing.B) {
 			c := newAttentionCase(sh.n, sh.entries, nHead, nKVHead, hd, 1, 1)
 			want, scale := c.reference()
-			rec, out := c.splitRecorder(b, dev, split, merge, AttentionSplitLen(hd, true), false, false, 1)
+			rec, out := c.splitRecorder(b, dev, split, merge, AttentionSplitLen(hd, true), false, false, 1, nil)
 			require.NoError(b, dev.Run(rec))
 			if err := closeness(download(b, out, sh.n*nHead*hd), want, scale, attentionTolerance); err != nil {
 				b.Fatalf("wrong before timing: %v", err)

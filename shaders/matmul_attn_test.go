@@ -487,7 +487,7 @@ func (c *attentionCase) runTiled(t testing.TB, dev *vk.Device, splitLen, sorted 
 	t.Helper()
 	split := newKernel(t, dev, lookup(t, "attention_split"), AttentionSplitSpec(uint32(c.hd))...)
 	merge := newKernel(t, dev, lookup(t, "attention_merge"))
-	return c.runSplit(t, dev, split, merge, splitLen, false, false, sorted)
+	return c.runSplit(t, dev, split, merge, splitLen, false, false, sorted, nil)
 }
 
 // TestAttention checks attention_split and attention_merge against

@@ -60,6 +60,11 @@ type Device struct {
 	// (MODRUN_MATMUL_DIRECT=resident): no planes pass over the weights at
 	// each prefill, for 4 bytes a weight of device memory.
 	MatmulDirectResident bool
+	// AttentionCoop: the user asked for the prefill's attention on tensor
+	// cores (MODRUN_ATTENTION_COOP=1, read by the engine): attention_coop
+	// where the device runs the tensor-core matmul. A measuring knob until
+	// a GPU has timed it.
+	AttentionCoop bool
 	// NoMatmulPipe: the user turned the pipelined matmul tile off
 	// (MODRUN_MATMUL_PIPE=0, read by the engine): a GPU profile without
 	// tensor cores takes MatmulSpecGPU's tiles, as before the pipelined one.
@@ -170,6 +175,13 @@ type Profile struct {
 	// planes. Memory: 4 bytes a weight (2 for F16 and where the product
 	// takes the high halves only), beside the weights.
 	MatmulDirectResident bool
+	// AttentionCoop runs the prefill's attention over an F16 generate-mode
+	// cache as attention_coop (both products on tensor cores, f32's
+	// precision from a high and a low half of Q and of P; emulated under
+	// MatmulCoopEmulate) where MatmulCoop is set, the device asked
+	// (Device.AttentionCoop) and the head fits (AttentionCoopHeads). The
+	// self-check's fallback turns it off (attention_split).
+	AttentionCoop bool
 	// MatmulPipe takes the pipelined tile (MatmulSpecPipe: matmul_pf with
 	// W and X staged along their rows and two copies of the tiles) for
 	// matmul.comp's products: on GPUs whose limits allow its 256
@@ -286,6 +298,7 @@ func NewProfile(d Device) Profile {
 	p.MatmulCoopHalf = p.MatmulCoop && d.TensorCoresHalf
 	p.MatmulDirect, p.MatmulDirectMin, p.MatmulDirectSlice = p.MatmulCoop && d.MatmulDirect, MatmulDirectMinRows, MatmulDirectMinSlice
 	p.MatmulDirectResident = p.MatmulDirect && d.MatmulDirectResident
+	p.AttentionCoop = p.MatmulCoop && d.AttentionCoop
 	p.MatmulDirectSlots = MatmulDirectSplitTarget
 	if d.ComputeUnits > 0 {
 		p.MatmulDirectSlots = MatmulDirectGroupsPerUnit * d.ComputeUnits
@@ -343,6 +356,9 @@ func (p Profile) String() string {
 	}
 	if p.AttentionLanes {
 		s += "/attention-lanes"
+	}
+	if p.AttentionCoop {
+		s += "/attention-coop"
 	}
 	if p.Handoff {
 		s += "/handoff"
@@ -511,8 +527,15 @@ func matvecUnroll(nb uint32) uint32 {
 // compiler for RDNA3 spilled (178 registers at hd 64, 631 at 128) and
 // NVIDIA's 255 a thread cannot hold at 128 (docs/decode-attention-cost.md).
 // Elsewhere (lavapipe's own profile, or AttentionLanes off)
-// AttentionSplitSpec.
+// AttentionSplitSpec. Under AttentionCoop an F16 generate-mode cache's
+// attention at a head of whole 16-wide tiles up to 128 takes
+// attention_coop (the emulated one within the loop cap, where the
+// profile has one). Dispatch AttentionSplitGroupsOf(name, spec, ...).
 func (p Profile) AttentionSplit(kv KV, counts bool, hd uint32) (name string, spec []uint32) {
+	if p.AttentionCoop && kv == KVF16 && counts && AttentionCoopHeads(hd) &&
+		(p.LoopCap == 0 || AttentionCoopLoopIterations(hd, p.AttentionSplitLen(hd)) <= p.LoopCap) {
+		return AttentionCoopName(p.MatmulCoopEmulate), AttentionCoopSpec(hd)
+	}
 	lpr := AttentionSplitLanes(hd)
 	if p.AttentionLanes && lpr > 1 && p.SubgroupSize >= lpr && AttentionSplitRows*lpr <= p.MaxWorkGroupInvocations {
 		return AttentionSplitLanesName(kv, counts), AttentionSplitLanesSpec(hd, lpr)

@@ -62,6 +62,8 @@ const (
 	rOpSpecConstant       = 50
 	rOpSpecConstantComp   = 51
 	rOpSpecConstantOp     = 52
+	rOpCoopMatLengthNV    = 5362 // OpCooperativeMatrixLengthNV
+	rOpCoopMatLengthKHR   = 4460 // OpCooperativeMatrixLengthKHR
 	rOpVariable           = 59
 	rOpDecorate           = 71
 	rDecBuiltIn           = 11
@@ -259,6 +261,9 @@ func (e *specEval) step(in []uint32) error {
 		}
 		e.values[ops[1]] = vals
 	case rOpSpecConstantOp:
+		if ops[2] == rOpCoopMatLengthNV || ops[2] == rOpCoopMatLengthKHR {
+			break // the device's count of a matrix's elements an invocation holds: unknown here, never an array's length
+		}
 		v, err := e.specOp(ops[2], ops[3:])
 		if err != nil {
 			return fmt.Errorf("spec constant %d: %w", ops[1], err)

@@ -83,6 +83,7 @@ const (
 	OpMatmulPipe           = "matmul_pipe"     // matmul.comp's prefetching variants (the pipelined tile)
 	OpAttentionLanes       = "attention_lanes" // attention_split's ATTN_LANES variants (lanes a query row)
 	OpMatmulDirect         = "matmul_direct"   // the direct tensor-core matmul over planes of halves (and its emulation)
+	OpAttentionCoop        = "attention_coop"  // the prefill's attention on tensor cores (and its emulation)
 )
 
 // PushBytes is the size of the push-constant block.

@@ -82,7 +82,8 @@ func (r *Runner) batchAttentionOps(a attentionArgs) ([]op, error) {
 	if counts == nil {
 		counts = a.qPos // unread: any buffer
 	}
-	split, err := r.ks.get(r.ks.prof.AttentionSplit(a.kv, a.counts != nil, uint32(c.HeadDim)))
+	splitName, splitSpec := r.ks.prof.AttentionSplit(a.kv, a.counts != nil, uint32(c.HeadDim))
+	split, err := r.ks.get(splitName, splitSpec)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +110,7 @@ func (r *Runner) batchAttentionOps(a attentionArgs) ([]op, error) {
 			out = wr(a.out, uint64(i0)*qB, g*qB)
 		}
 		ops = append(ops,
-			newOp(split, push, shaders.AttentionSplitGroups(rows, uint32(c.NHead), splits),
+			newOp(split, push, shaders.AttentionSplitGroupsOf(splitName, splitSpec, rows, uint32(c.NHead), splits),
 				q, rd(a.k, 0, 0), rd(a.v, 0, 0), rd(a.kPos, 0, 0), qPos, rd(counts, 0, 0),
 				wr(a.partO, 0, 0), wr(a.partML, 0, 0)),
 			newOp(merge, push, shaders.AttentionMergeGroups(rows, uint32(c.NHead)),

@@ -58,6 +58,22 @@ func matmulDirectEnv() (on, resident bool, err error) {
 	}
 }
 
+// attentionCoopEnv is MODRUN_ATTENTION_COOP: unset or 0, the prefill's
+// attention on the shader cores (attention_split); 1, its products on
+// tensor cores (attention_coop) where the device runs the tensor-core
+// matmul, for an F16 cache at a head of whole 16-wide tiles up to 128. A
+// measuring knob until a GPU has timed it.
+func attentionCoopEnv() (on bool, err error) {
+	switch v := os.Getenv("MODRUN_ATTENTION_COOP"); v {
+	case "", "0":
+		return false, nil
+	case "1":
+		return true, nil
+	default:
+		return false, fmt.Errorf("vulkan: MODRUN_ATTENTION_COOP=%q: want 1 (the prefill's attention on tensor cores) or 0 (on the shader cores: the default)", v)
+	}
+}
+
 // deviceFacts is what shaders.NewProfile needs of a device: the subgroup
 // size its subgroup kernels may count on (shaders.SubgroupSizeFor: one the
 // pipelines require where VK_EXT_subgroup_size_control allows, one the
@@ -69,6 +85,7 @@ func deviceFacts(info vk.DeviceInfo) shaders.Device {
 	tc, tcHalf, _ := tensorCoresEnv()
 	pipe, _ := matmulPipeEnv()
 	direct, resident, _ := matmulDirectEnv()
+	attnCoop, _ := attentionCoopEnv()
 	sg, require := shaders.SubgroupSizeFor(shaders.SubgroupFacts{Vendor: info.VendorID, Reported: l.SubgroupSize,
 		Min: l.MinSubgroupSize, Max: l.MaxSubgroupSize,
 		Control: f.SubgroupSizeControl && f.ComputeFullSubgroups && l.RequiredSubgroupSizeCompute})
@@ -95,5 +112,6 @@ func deviceFacts(info vk.DeviceInfo) shaders.Device {
 		NoMatmulPipe:            !pipe,
 		MatmulDirect:            direct,
 		MatmulDirectResident:    resident,
+		AttentionCoop:           attnCoop,
 	}
 }

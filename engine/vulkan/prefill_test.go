@@ -201,14 +201,8 @@ func TestPrefillProfiles(t *testing.T) {
 				cpu := runReference(t, m, tc.routing, run)
 				cpu.Trace = &mod.Trace{}
 				var worst, ofBound float64
-				rest := tokens
-				for i := 0; len(rest) > 0; i++ {
-					n := len(rest)
-					if i < len(chunks) {
-						n = min(n, chunks[i])
-					}
-					toks := rest[:n]
-					rest = rest[n:]
+				for _, toks := range cutChunks(tokens, chunks) {
+					n := len(toks)
 					want, tol := cpu.Forward(t, toks, false, tolF32)
 					got, err := run.Feed(toks)
 					require.NoError(t, err)
@@ -237,6 +231,21 @@ func TestPrefillProfiles(t *testing.T) {
 			})
 		}
 	}
+}
+
+// cutChunks cuts tokens into chunks of the given lengths, then the rest
+// whole (fewer where tokens run out).
+func cutChunks(tokens []int32, lengths []int) [][]int32 {
+	var out [][]int32
+	for i := 0; len(tokens) > 0; i++ {
+		n := len(tokens)
+		if i < len(lengths) {
+			n = min(n, lengths[i])
+		}
+		out = append(out, tokens[:n])
+		tokens = tokens[n:]
+	}
+	return out
 }
 
 // TestPrefillAttentionGroups: when attention's partial results over a

@@ -165,6 +165,9 @@ func openRunner(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Run
 	if _, _, err := matmulDirectEnv(); err != nil {
 		return nil, err
 	}
+	if _, err := attentionCoopEnv(); err != nil {
+		return nil, err
+	}
 	if c.HeadDim > int(shaders.AttentionSpec[1]) {
 		return nil, fmt.Errorf("vulkan: %s: head dimension %d is over the attention kernel's %d", m.Path, c.HeadDim, shaders.AttentionSpec[1])
 	}

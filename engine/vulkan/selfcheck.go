@@ -309,6 +309,13 @@ func profilePicks(prof shaders.Profile) []pick {
 			}
 		}
 	}
+	if prof.AttentionCoop { // the prefill's attention on tensor cores (MODRUN_ATTENTION_COOP=1), at both of Llama's head dimensions
+		for _, hd := range []uint32{64, 128} {
+			if name, spec := prof.AttentionSplit(shaders.KVF16, true, hd); shaders.IsAttentionCoop(name) {
+				picks = append(picks, pick{name, fmt.Sprintf("prefill attention, head dim %d", hd), spec})
+			}
+		}
+	}
 	if prof.MatmulCoop || prof.MatmulPipe { // the tensor-core matmul, or the pipelined tile
 		for _, typ := range shaders.MatvecTypes {
 			name, spec := prof.MatmulKernel(typ)

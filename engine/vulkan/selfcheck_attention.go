@@ -156,8 +156,10 @@ func decodeAttentionCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 
 // attentionLanesCase: attention_split's ATTN_LANES variants (a prefill's
 // attention, lanes a query row summing their partial scores by subgroup
-// shuffles) on the check's rows, heads and cache, in 2 key tiles (row 0
-// sees none of the second), checked on their partial results: each
+// shuffles) and attention_coop (its products on tensor cores, over an F16
+// cache: the check's halves) on the check's rows, heads and cache, in 2
+// key tiles (row 0 sees none of the second), checked on their partial
+// results: each
 // (row, head, tile)'s max m, sum l and unnormalised output, against chunk's
 // reference and bounds. The head dimension is the spec's (the kernel's
 // exactly).
@@ -190,5 +192,5 @@ func attentionLanesCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 	bufs := append(in.bufs(),
 		checkBuf{data: make([]byte, 4*len(wantO)), want: wantO, bound: boundO},
 		checkBuf{data: make([]byte, 4*len(wantML)), want: wantML, bound: boundML})
-	return checkCase{op: checkOp(v), push: push, groups: shaders.AttentionSplitGroups(attnRows, attnHeads, splits), bufs: bufs}, nil
+	return checkCase{op: checkOp(v), push: push, groups: shaders.AttentionSplitGroupsOf(v.Name, spec, attnRows, attnHeads, splits), bufs: bufs}, nil
 }

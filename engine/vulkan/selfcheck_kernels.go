@@ -35,7 +35,7 @@ func checkerFor(v shaders.Variant) (mk func(v shaders.Variant, spec []uint32) (c
 		return decodeAttentionCase, true
 	case shaders.OpMatmulCoop, shaders.OpMatmulPipe:
 		return matmulCase, true
-	case shaders.OpAttentionLanes:
+	case shaders.OpAttentionLanes, shaders.OpAttentionCoop:
 		return attentionLanesCase, true
 	case shaders.OpMatmulDirect:
 		return directCase, true
@@ -63,6 +63,8 @@ func checkOp(v shaders.Variant) string {
 		return "matmul " + v.Type + " pipelined"
 	case shaders.OpAttentionLanes:
 		return "prefill attention " + v.Type + " lanes"
+	case shaders.OpAttentionCoop:
+		return "prefill attention " + v.Type + " tensor cores"
 	case shaders.OpMatmulDirect:
 		if strings.Contains(v.Name, "_hilo") {
 			return "matmul direct tensor cores"

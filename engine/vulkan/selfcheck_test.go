@@ -33,7 +33,8 @@ func gpuProfileOf(dev *vk.Device) shaders.Profile {
 // where its kernel differs from the decode's (Profile.MatvecBatch at 8
 // vectors: matvec_words for F16, Q8_0 and Q4_K on a GPU profile, 12), and
 // a prefill's attention at head dimension 128 for each of its 3 caches
-// where the profile takes lanes a row (AttentionLanes).
+// where the profile takes lanes a row (AttentionLanes), and on tensor
+// cores at 64 and 128 where it takes them (AttentionCoop, 2).
 // Lavapipe's own profile: 52 + 4 + 2 = 58; a GPU's: 52 + 12 + 4 + 4 + 3 +
 // 13 = 88 (the pipelined tile, or on an
 // NVIDIA GPU the tensor cores; lavapipe's emulated tensor-core product
@@ -58,6 +59,11 @@ func checkRows(prof shaders.Profile) (rows, attention, split int) {
 	}
 	if prof.MatmulCoop || prof.MatmulPipe {
 		rows += len(shaders.MatvecTypes)
+	}
+	for _, hd := range []uint32{64, 128} { // the tensor-core attention (AttentionCoop) at both head dimensions
+		if name, _ := prof.AttentionSplit(shaders.KVF16, true, hd); prof.AttentionCoop && shaders.IsAttentionCoop(name) {
+			rows++
+		}
 	}
 	return rows, attention + split, split
 }
