@@ -1,7 +1,7 @@
 #version 450
 // attention_coop: attention_split's key-tile pass (attention_split.comp:
-// the same bindings, push constants, partial results and attention_merge
-// after it) with the two products of flash attention on tensor cores
+// the same bindings, push constants, partial results, partO written only
+// where a row saw a key, and attention_merge after it) with the two products of flash attention on tensor cores
 // (VK_NV_cooperative_matrix, f16 x f16 -> f32, 16x16x16), over an F16
 // generate-mode cache (KV_F16 and ATTN_COUNTS: its keys and values are
 // halves already, so they are exact operands).
@@ -129,6 +129,13 @@ void main() {
 	uint kvd8 = p.nKVHead * H8; // a cache entry in uvec4s
 	uint entries = min(counts[p.layer], p.entries);
 	uint e0 = s * p.splitLen, e1 = min(e0 + p.splitLen, entries);
+	uint pb = (i * p.nHead + h) * p.splits + s;
+	if (e0 >= entries) { // a tile past the cache's count (uniform): nothing to see, partO left as it was
+		if (live && side == 0u) {
+			partML[pb] = vec2(NO_SCORE, 0.0);
+		}
+		return;
+	}
 	uint qp = live ? qPos[i] : 0u;
 	uint qBase = i * p.nHead * HD + h * HD;
 	uint sgS = sg * 16u * BC; // this subgroup's scores
@@ -323,7 +330,6 @@ void main() {
 	pairSh[u] = l;
 	SG_SYNC();
 	l += pairSh[u ^ 1u];
-	uint pb = (i * p.nHead + h) * p.splits + s;
 	[[unroll]] for (uint t = 0u; t < HT; t++) {
 #ifndef EMULATE_COOPMAT
 		coopMatStoreNV(oacc[t], ss, sgS, 16u, false);
@@ -335,7 +341,7 @@ void main() {
 #else
 			float o = ss[sgS + r * 16u + 8u * side + e];
 #endif
-			if (live) {
+			if (live && l != 0.0) { // l = 0: no key seen, partO left as it was (attention_merge skips it)
 				partO[pb * HD + 16u * t + 8u * side + e] = o * (1.0 / PSCALE);
 			}
 		}

@@ -18,7 +18,11 @@
 //   state is rescaled once to the block's max and each key takes one exp.
 //   The tile's partial result of each row is its max m_s,
 //   sum l_s and the unnormalised output o_s[d] = sum_e exp(score_e - m_s)
-//   v[e][d]. With Sorted (kPos ascends: every cache here) a row stops at
+//   v[e][d], written only where the tile saw a key (l != 0: a tile past
+//   the cache's count, or before a row's position, leaves partO as it was
+//   and writes (m, l) = (NO_SCORE, 0), which attention_merge skips: at a
+//   long context's bound most tiles of a prompt are). With Sorted (kPos
+//   ascends: every cache here) a row stops at
 //   its first later entry, and the workgroup at the first staged block that
 //   none of its rows sees. With ATTN_COUNTS the entry count is
 //   counts[layer] (the generate-mode cache, whose count the GPU keeps);
@@ -27,8 +31,9 @@
 //   shaders.KVF16: prefill_kv_f16, decode_kv_f16). Dispatch
 //   AttentionSplitGroups(n, nHead, splits).
 // ATTN_MERGE: workgroup (row, head) combines the splits partials: M = max
-//   m_s, L = sum l_s exp(m_s - M), out[d] = sum o_s[d] exp(m_s - M) / L; a
-//   row that sees no entry (L = 0) gets 0. Dispatch Groups(n * nHead).
+//   m_s, L = sum l_s exp(m_s - M), out[d] = sum o_s[d] exp(m_s - M) / L,
+//   reading o_s only where l_s != 0; a row that sees no entry (L = 0) gets
+//   0. Dispatch Groups(n * nHead).
 //
 // ATTN_LANES (with ATTN_SPLIT): LPR invocations a query row, lanes of one
 //   subgroup, each holding the quads d4 = lane, lane + LPR, ... of the
@@ -122,6 +127,13 @@ void main() {
 	uint entries = p.entries;
 #endif
 	uint e0 = s * p.splitLen, e1 = min(e0 + p.splitLen, entries);
+	uint pb = (i * p.nHead + h) * p.splits + s;
+	if (e0 >= entries) { // a tile past the cache's count (uniform): nothing to see
+		if (live && lane == 0u) {
+			partML[pb] = vec2(NO_SCORE, 0.0);
+		}
+		return;
+	}
 
 	vec4 qr[HDL], acc[HDL];
 	uint qp = 0u;
@@ -234,8 +246,7 @@ void main() {
 			break;
 		}
 	}
-	if (live) {
-		uint pb = (i * p.nHead + h) * p.splits + s;
+	if (live && l != 0.0) { // l = 0: no key seen, and partO is left as it was (attention_merge skips it); a NaN l writes
 		for (uint c = 0u; c < HDL; c++) {
 			for (uint t = 0u; t < 4u; t++) {
 				uint d = 4u * (lane + LPR * c) + t;
@@ -244,9 +255,9 @@ void main() {
 				}
 			}
 		}
-		if (lane == 0u) {
-			partML[pb] = vec2(m, l);
-		}
+	}
+	if (live && lane == 0u) {
+		partML[pb] = vec2(m, l);
 	}
 }
 
@@ -275,7 +286,10 @@ void main() {
 	for (uint d = gl_LocalInvocationID.x; d < hd; d += WG) {
 		float o = 0.0;
 		for (uint s = 0u; s < p.splits; s++) {
-			o += partO[(pb + s) * hd + d] * exp(partML[pb + s].x - mx);
+			vec2 ml = partML[pb + s];
+			if (ml.y != 0.0) { // a tile that saw no key left its partO unwritten (its o is 0); a NaN sum is read
+				o += partO[(pb + s) * hd + d] * exp(ml.x - mx);
+			}
 		}
 		out_[ih * hd + d] = sum == 0.0 ? 0.0 : o / sum; // never negative; NaN stays
 	}

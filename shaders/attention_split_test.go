@@ -48,7 +48,7 @@ func (c *attentionCase) splitRecorder(t testing.TB, dev *vk.Device, split, merge
 	var cnt []uint32
 	if counts {
 		cnt = []uint32{0, entries, 0}
-		entries += 5 // a bound past the count: the entries beyond must not be read
+		entries += 5 + splitLen // a bound past the count, by a whole tile: the entries beyond must not be read, the tile past them is empty
 	} else {
 		cnt = []uint32{0}
 	}
@@ -68,6 +68,10 @@ func (c *attentionCase) splitRecorder(t testing.TB, dev *vk.Device, split, merge
 	rec := dev.NewRecorder()
 	t.Cleanup(rec.Close)
 	rec.Fill(b.out, 0, b.out.Size(), 0x7fc00000)
+	// NaN partials: a tile that saw no key leaves its partO as it was, and
+	// the merge must not read it (nor a (m, l) the kernel failed to write).
+	rec.Fill(partO, 0, partO.Size(), 0x7fc00000)
+	rec.Fill(partML, 0, partML.Size(), 0x7fc00000)
 	r := func(x *vk.Buffer) vk.Bind { return vk.Bind{Buf: x, Access: vk.Read} }
 	w := func(x *vk.Buffer) vk.Bind { return vk.Bind{Buf: x, Access: vk.Write} }
 	rec.Dispatch(split, push, groups(uint32(c.n), uint32(c.nHead), splits),
