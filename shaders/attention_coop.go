@@ -58,6 +58,22 @@ func AttentionCoopLoopIterations(hd, splitLen uint32) uint32 {
 	return hd + 2*(hd/16*8) + blocks*(1+stage+scores+softmax+pv) + 8
 }
 
+// attentionCoopFits says whether attention_coop (its emulation under
+// MatmulCoopEmulate) takes heads of hd on p's device: AttentionCoopHeads,
+// its workgroup and shared memory within the device's limits, and its
+// loops within the loop cap at the profile's key tiles.
+func (p Profile) attentionCoopFits(hd uint32) bool {
+	if !AttentionCoopHeads(hd) || (p.LoopCap != 0 && AttentionCoopLoopIterations(hd, p.AttentionSplitLen(hd)) > p.LoopCap) {
+		return false
+	}
+	v, err := Lookup(AttentionCoopName(p.MatmulCoopEmulate))
+	if err != nil {
+		return false
+	}
+	nd, err := v.Needs(AttentionCoopSpec(hd))
+	return err == nil && (!p.limitsKnown() || nd.SharedBytes <= p.SharedMemory && nd.Invocations <= p.MaxWorkGroupInvocations)
+}
+
 // AttentionSplitGroupsOf is the dispatch size of Profile.AttentionSplit's
 // kernel name with spec over n rows, nHead heads and splits key tiles:
 // attention_coop's workgroups take 16 rows a subgroup, attention_split's

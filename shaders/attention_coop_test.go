@@ -153,6 +153,13 @@ func TestAttentionCoopPlan(t *testing.T) {
 			require.False(t, IsAttentionCoop(fbName), "the fallback's kernel")
 		}
 	}
+	// A device of 32 KiB of shared memory holds it at 64, not at 128.
+	small := gpu
+	small.AttentionCoop, small.SharedMemory = true, 32768
+	for hd, want := range map[uint32]bool{64: true, 128: false} {
+		name, _ := NewProfile(small).AttentionSplit(KVF16, true, hd)
+		require.Equal(t, want, IsAttentionCoop(name), "32 KiB, hd %d", hd)
+	}
 	// Emulated under a profile whose tests emulate the tensor cores.
 	d := gpu
 	d.AttentionCoop = true

@@ -532,8 +532,7 @@ func matvecUnroll(nb uint32) uint32 {
 // attention_coop (the emulated one within the loop cap, where the
 // profile has one). Dispatch AttentionSplitGroupsOf(name, spec, ...).
 func (p Profile) AttentionSplit(kv KV, counts bool, hd uint32) (name string, spec []uint32) {
-	if p.AttentionCoop && kv == KVF16 && counts && AttentionCoopHeads(hd) &&
-		(p.LoopCap == 0 || AttentionCoopLoopIterations(hd, p.AttentionSplitLen(hd)) <= p.LoopCap) {
+	if p.AttentionCoop && kv == KVF16 && counts && p.attentionCoopFits(hd) {
 		return AttentionCoopName(p.MatmulCoopEmulate), AttentionCoopSpec(hd)
 	}
 	lpr := AttentionSplitLanes(hd)
