@@ -21,8 +21,9 @@ func AttentionCoopName(emulate bool) string {
 // IsAttentionCoop says whether variant name is attention_coop's.
 func IsAttentionCoop(name string) bool { return strings.HasPrefix(name, "attention_coop") }
 
-// AttentionCoopGroupsPerSubgroup: a subgroup of attention_coop takes 16
-// query rows (one tile's); a workgroup AttentionCoopSubgroups of them.
+// AttentionCoopSubgroups is attention_coop's subgroups a workgroup, each
+// taking 16 query rows (one tile's); AttentionCoopKeys its keys staged at
+// a time.
 const (
 	AttentionCoopSubgroups = 4
 	AttentionCoopKeys      = 32 // keys staged at a time (two 16-key tiles)

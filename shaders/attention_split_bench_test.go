@@ -37,8 +37,9 @@ var prefillAttentionCPUShapes = []prefillAttentionShape{{"tiny", 4, 2, 64, 48}}
 // MODRUN_ATTENTION_COOP=1), on a CPU device its emulation ("coop-emu").
 // Each candidate is first checked on 64 of the prompt's rows against the
 // CPU reference (mod.Attend, at attentionTolerance, widened by lanesScale
-// for the lanes' order of summation, coopScale for the tensor cores'). Reported: us/call and TFLOP/s (2 FLOPs a multiply-add, scores
-// and values, over the entries each row sees).
+// for the lanes' order of summation, coopScale for the tensor cores').
+// Reported: us/call and TFLOP/s (2 FLOPs a multiply-add, scores and
+// values, over the entries each row sees).
 //
 // Run from the compiled test binary on a GPU machine:
 //

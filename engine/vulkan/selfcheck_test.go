@@ -61,7 +61,7 @@ func checkRows(prof shaders.Profile) (rows, attention, split int) {
 		rows += len(shaders.MatvecTypes)
 	}
 	for _, hd := range []uint32{64, 128} { // the tensor-core attention (AttentionCoop) at both head dimensions
-		if name, _ := prof.AttentionSplit(shaders.KVF16, true, hd); prof.AttentionCoop && shaders.IsAttentionCoop(name) {
+		if name, _ := prof.AttentionSplit(shaders.KVF16, true, hd); shaders.IsAttentionCoop(name) {
 			rows++
 		}
 	}
