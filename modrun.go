@@ -139,6 +139,11 @@ type Info struct {
 	// Notice says why BackendAuto runs on the CPU ("" otherwise): no Vulkan,
 	// or only a software one. The command line prints it.
 	Notice string
+	// Tuning is what the tuning file gave this model on this device (Vulkan
+	// only; `modrun tune`): its knobs, each the environment overrides
+	// marked, then the file, as "MODRUN_HANDOFF=1 (PATH)" ("defaults" where
+	// the defaults were fastest); "" where the file has no entry for them.
+	Tuning string
 
 	FileBytes uint64 // the GGUF file, memory-mapped
 	// GPU memory held on Vulkan (zero on the CPU), in bytes.
@@ -211,6 +216,9 @@ func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Rout
 	}
 	if k, ok := backend.Runner.(interface{ KVType() string }); ok {
 		model.info.KVType = k.KVType()
+	}
+	if backend.TuningFile != "" {
+		model.info.Tuning = fmt.Sprintf("%s (%s)", backend.Tuned.Describe(), backend.TuningFile)
 	}
 	if ms, ok := backend.Runner.(engine.GPUMemoryStatser); ok {
 		s := ms.MemoryStats()

@@ -163,6 +163,10 @@ func (k *Benchmark) Time() error {
 	return nil
 }
 
+// Reset forgets the timed runs (the warm-up stays done): the next Result
+// is of the runs after it (modrun tune times one row against several).
+func (k *Benchmark) Reset() { k.prefill, k.decode = nil, nil }
+
 // Result gives the medians of the timed runs so far (zero before the first)
 // and, for a MoD model, the share of tokens each routed layer took in the last.
 func (k *Benchmark) Result() Result {

@@ -31,9 +31,15 @@ type StepCountser interface {
 // Backend is a Runner on the chosen device. Close releases the device.
 type Backend struct {
 	Runner
-	Name    string // "cpu", "reference", or "vulkan: DEVICE NAME"
-	chunk   int    // PromptChunk
-	release []func()
+	Name string // "cpu", "reference", or "vulkan: DEVICE NAME"
+	// Tuned are the knobs the tuning file gave the runner (the
+	// environment's variables override them: Knobs.Describe says which),
+	// and TuningFile that file: empty where it gave none
+	// (BackendOptions.Knobs).
+	Tuned      vulkan.Knobs
+	TuningFile string
+	chunk      int // PromptChunk
+	release    []func()
 }
 
 // referenceChunk bounds how many prompt tokens the reference backend runs
@@ -72,13 +78,22 @@ func OpenBackend(m *mod.Model, r mod.Routing, o BackendOptions) (b *Backend, not
 	}
 	var run Runner
 	var chunk int
+	var tuned vulkan.Knobs
+	var tuning string
 	p, notice, err := choose(o, func(p *place) error {
 		switch {
 		case p.dev != nil:
 			chunk = cmp.Or(o.UBatch, DefaultUBatch)
-			v, err := vulkan.New(p.dev, m, r, vulkan.Options{Profile: o.Profile, Trace: o.Trace, ContextLen: ctx, KVType: o.KVType, UBatch: o.UBatch})
+			knobs, path, err := o.knobsFor(p.dev, m)
 			if err != nil {
 				return err
+			}
+			v, err := vulkan.New(p.dev, m, r, vulkan.Options{Profile: o.Profile, Trace: o.Trace, ContextLen: ctx, KVType: o.KVType, UBatch: o.UBatch, Knobs: knobs})
+			if err != nil {
+				return err
+			}
+			if path != "" {
+				tuned, tuning = knobs, path
 			}
 			run, p.release = gpuRunner{Runner: v, m: m}, append(p.release, v.Close)
 		case p.name == BackendCPU:
@@ -101,7 +116,7 @@ func OpenBackend(m *mod.Model, r mod.Routing, o BackendOptions) (b *Backend, not
 	if err != nil {
 		return nil, "", err
 	}
-	return &Backend{Runner: run, Name: p.name, chunk: chunk, release: p.release}, notice, nil
+	return &Backend{Runner: run, Name: p.name, Tuned: tuned, TuningFile: tuning, chunk: chunk, release: p.release}, notice, nil
 }
 
 // place is where a backend runs: a CPU backend (dev nil), or a Vulkan
@@ -252,13 +267,21 @@ func OpenScorer(m *mod.Model, r mod.Routing, o BackendOptions) (*ScorerBackend, 
 			// Scoring is for accuracy: an F32 cache, as eval mode's
 			// attention and the CPU's, unless asked otherwise.
 			kv := cmp.Or(o.KVType, shaders.KVF32.String())
-			run, err := vulkan.New(p.dev, m, r, vulkan.Options{UBatch: o.UBatch, KVType: kv, ContextLen: o.ContextLen})
+			knobs, _, err := o.knobsFor(p.dev, m)
+			if err != nil {
+				return err
+			}
+			run, err := vulkan.New(p.dev, m, r, vulkan.Options{UBatch: o.UBatch, KVType: kv, ContextLen: o.ContextLen, Knobs: knobs})
 			if err != nil {
 				return err
 			}
 			sc, p.release = run, append(p.release, run.Close)
 		case p.dev != nil:
-			ev, err := vulkan.NewEvaluator(p.dev, m, vulkan.Options{ContextLen: o.ContextLen})
+			knobs, _, err := o.knobsFor(p.dev, m)
+			if err != nil {
+				return err
+			}
+			ev, err := vulkan.NewEvaluator(p.dev, m, vulkan.Options{ContextLen: o.ContextLen, Knobs: knobs})
 			if err != nil {
 				return err
 			}

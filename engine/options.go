@@ -47,6 +47,25 @@ type BackendOptions struct {
 	// Trace makes the backend's Runner a RoutingTracer on Vulkan too (the
 	// CPU always is): each token's routing is copied back from the GPU.
 	Trace bool
+	// Knobs set the Vulkan engine's measuring knobs (vulkan.Knobs; the
+	// environment's variables over them); nil means the tuning file's for
+	// the model and device, if it has them (vulkan.TunedKnobs: what
+	// `modrun tune` measured), and an empty Knobs none of it. Ignored on
+	// the CPU.
+	Knobs vulkan.Knobs
+}
+
+// knobsFor are the knobs of a runner of m on dev: o.Knobs, or the tuning
+// file's (and the file; "" where none apply).
+func (o BackendOptions) knobsFor(dev *vk.Device, m *mod.Model) (vulkan.Knobs, string, error) {
+	if o.Knobs != nil {
+		return o.Knobs, "", nil
+	}
+	k, path, err := vulkan.TunedKnobs(dev.Info(), m)
+	if err != nil {
+		return nil, "", fmt.Errorf("engine: %w", err)
+	}
+	return k, path, nil
 }
 
 // DefaultUBatch is the longest prompt batch on Vulkan when

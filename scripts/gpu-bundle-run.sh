@@ -54,6 +54,10 @@ if [ "${1:-}" = --quick ]; then quick=1; shift; fi
 report=${1:-$here/report.md}
 logs=$here/logs
 [ -d "$here/shared-data" ] && export MODRUN_SHARED_DATA=$here/shared-data # gpu-bundle.sh's copy
+# Every row runs the engine's defaults and the knobs it names: a tuning
+# file on this machine (modrun tune) must not change them. The quick
+# mode's tune step writes its own, to logs/tuning.json.
+export MODRUN_TUNING=off
 # Each test binary runs in its package's folder of src: the bundle's copy
 # of the fixtures, or, in the packed bundle (which leaves it out), a
 # checkout of the repository, which holds them at the same paths.
@@ -484,6 +488,23 @@ if [ "$quick" = 1 ]; then
     -- -m "$m11" -f "$logs/prompt-512.txt" -n 1 --stats --profile
   profile_section "The same with the direct tensor-core matmul (MODRUN_MATMUL_DIRECT=1): the planes passes and the product apart" \
     MODRUN_MATMUL_DIRECT=1 -- -m "$m11" -f "$logs/prompt-512.txt" -n 1 --stats --profile
+  # modrun tune on the 1.1B Q8_0: each knob timed against the knobs kept so
+  # far, round by round, every candidate validated first: what the rows
+  # above compare one knob at a time, decided in one run (docs/tuning.md).
+  t0=$(date +%s)
+  lim=$(limit 150)
+  { echo "## modrun tune on $small Q8_0 (--prompt 512 -n 32 --rounds 3 --validate 4)"; echo; } >> "$report"
+  if [ "$lim" = 0 ]; then skipped "tune $small-q8_0"; echo "skipped: the quick mode's deadline (QUICK_DEADLINE) was reached" >> "$report"; else
+    timeout -k 5 "$lim" "$here/bin/modrun" tune -m "$m11" --prompt 512 -n 32 --rounds 3 --validate 4 --file "$logs/tuning.json" > "$logs/tune.md" 2> "$logs/tune.log"
+    rc=$?
+    if [ $rc -eq 0 ]; then sed -e '1d' "$logs/tune.md" >> "$report"; else
+      failed=1
+      { echo "tune FAILED (exit $rc):"; echo '```'; tail -5 "$logs/tune.log"; echo '```'; } >> "$report"
+    fi
+    echo "run.sh: tune $small-q8_0: $([ $rc -eq 0 ] && echo ok || echo "exit $rc")" >&2
+    took "tune $small-q8_0" "$t0"
+  fi
+  echo >> "$report"
   rm -f "$m11"
   acceptance >> "$report"
   { echo "## Step times (seconds; the whole quick mode: $(( $(date +%s) - started )) s of QUICK_DEADLINE=${QUICK_DEADLINE:-540})"; echo

@@ -427,10 +427,13 @@ func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []u
 // step runner's steps of up to 8 rows, engine/vulkan/stepvec.go).
 func (p Profile) VecRows() int {
 	if p.MatvecRows {
-		return 16
+		return VecRowsMost
 	}
 	return 8
 }
+
+// VecRowsMost is the most rows any profile's VecRows runs as matvecs.
+const VecRowsMost = 16
 
 // matvecBatchWords are the types a GPU profile's batched steps run on
 // matvec_words: those the H200 measured it on (run B), where it beat the

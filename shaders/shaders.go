@@ -20,10 +20,13 @@ package shaders
 //go:generate go run gen.go
 
 import (
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"fmt"
 	"reflect"
 	"slices"
+	"sync"
 )
 
 //go:embed spv
@@ -150,3 +153,23 @@ func Groups(n uint32) [3]uint32 {
 	}
 	return [3]uint32{MaxGroupsX, (n + MaxGroupsX - 1) / MaxGroupsX, 1}
 }
+
+// BuildID names this build's kernels: a hash of every variant's name,
+// source name and SPIR-V, so that what was measured with one set of
+// kernels (a tuning, engine/vulkan/tuning.go) is not applied to another.
+func BuildID() string {
+	buildIDOnce.Do(func() {
+		h := sha256.New()
+		for _, v := range Variants {
+			fmt.Fprintf(h, "%s\x00%s\x00%d\x00", v.Name, v.Source, len(v.SPIRV()))
+			h.Write(v.SPIRV())
+		}
+		buildID = hex.EncodeToString(h.Sum(nil))[:16]
+	})
+	return buildID
+}
+
+var (
+	buildIDOnce sync.Once
+	buildID     string
+)

@@ -427,6 +427,9 @@ func printStats(w io.Writer, info api.Info, res api.Result, seed string) {
 	if info.StepDispatches > 0 {
 		fmt.Fprintln(w, stepCounts(info))
 	}
+	if info.Tuning != "" {
+		fmt.Fprintf(w, "tuning: %s (modrun tune)\n", info.Tuning)
+	}
 	if len(info.RoutedLayers) == 0 {
 		return
 	}

@@ -29,6 +29,7 @@ var commands = []command{
 	{"perplexity", "score a text file: NLL per token and perplexity", perplexityMain},
 	{"serve", "an OpenAI-compatible HTTP server with a web page of the live routing map", serveMain},
 	{"bench", "prefill and decode tokens/s per model and backend, validated first", benchMain},
+	{"tune", "time the Vulkan engine's kernel choices for a model on this device and keep the fastest", tuneMain},
 	{"inspect", "print a GGUF file's metadata, tokenizer and tensors", inspectMain},
 	{"tokenize", "text on stdin -> token ids (or ids -> text with --decode)", tokenizeMain},
 	{"devices", "list the Vulkan devices, their limits and features", devicesMain},

@@ -28,7 +28,7 @@ func coopAttentionProfile(prof shaders.Profile) *shaders.Profile {
 func TestAttentionCoopCheckCase(t *testing.T) {
 	dev := openDevice(t, true)
 	prof := coopAttentionProfile(DeviceProfile(dev.Info()))
-	ks := newKernels(dev, prof)
+	ks := newKernels(dev, prof, nil)
 	defer ks.Close()
 	real, err := shaders.Lookup(shaders.AttentionCoopName(false))
 	require.NoError(t, err)
@@ -62,10 +62,10 @@ func TestAttentionCoopEnv(t *testing.T) {
 		on bool
 	}{{"", false}, {"0", false}, {"1", true}} {
 		t.Setenv("MODRUN_ATTENTION_COOP", tc.v)
-		on, err := attentionCoopEnv()
+		on, err := attentionCoopEnv(nil)
 		require.NoError(t, err, tc.v)
 		assert.Equal(t, tc.on, on, "%q", tc.v)
-		facts := deviceFacts(dev.Info())
+		facts := deviceFacts(dev.Info(), nil)
 		assert.Equal(t, tc.on, facts.AttentionCoop, "%q", tc.v)
 		facts.CPU, facts.CooperativeMatrixNV, facts.SubgroupSize, facts.TensorCores = false, true, shaders.MatmulCoopSubgroup, true
 		assert.Equal(t, tc.on, shaders.NewProfile(facts).AttentionCoop, "%q: a GPU with tensor cores", tc.v)

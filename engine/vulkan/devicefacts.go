@@ -2,7 +2,6 @@ package vulkan
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/vk"
@@ -11,8 +10,12 @@ import (
 // tensorCoresEnv is MODRUN_TENSOR_CORES: unset or 1, the tensor-core
 // matmul where the device has it (its f32-precision kernel); 0, never;
 // f16, the tensor-core matmul with its operands rounded to halves.
-func tensorCoresEnv() (on, half bool, err error) {
-	switch v := os.Getenv("MODRUN_TENSOR_CORES"); v {
+func tensorCoresEnv(k Knobs) (on, half bool, err error) {
+	return parseTensorCores(k.get("MODRUN_TENSOR_CORES"))
+}
+
+func parseTensorCores(v string) (on, half bool, err error) {
+	switch v {
 	case "", "1":
 		return true, false, nil
 	case "0":
@@ -27,8 +30,10 @@ func tensorCoresEnv() (on, half bool, err error) {
 // matmulPipeEnv is MODRUN_MATMUL_PIPE: unset or 1, the pipelined matmul
 // tile where a GPU profile allows it (shaders.MatmulSpecPipe); 0, the
 // tiles before it (MatmulSpecGPU), for comparing the two on a device.
-func matmulPipeEnv() (on bool, err error) {
-	switch v := os.Getenv("MODRUN_MATMUL_PIPE"); v {
+func matmulPipeEnv(k Knobs) (on bool, err error) { return parseMatmulPipe(k.get("MODRUN_MATMUL_PIPE")) }
+
+func parseMatmulPipe(v string) (on bool, err error) {
+	switch v {
 	case "", "1":
 		return true, nil
 	case "0":
@@ -45,8 +50,12 @@ func matmulPipeEnv() (on bool, err error) {
 // device runs the tensor-core matmul; resident, the same with the weights'
 // planes made once at load and kept. A measuring knob until a GPU has
 // timed it.
-func matmulDirectEnv() (on, resident bool, err error) {
-	switch v := os.Getenv("MODRUN_MATMUL_DIRECT"); v {
+func matmulDirectEnv(k Knobs) (on, resident bool, err error) {
+	return parseMatmulDirect(k.get("MODRUN_MATMUL_DIRECT"))
+}
+
+func parseMatmulDirect(v string) (on, resident bool, err error) {
+	switch v {
 	case "", "0":
 		return false, false, nil
 	case "1":
@@ -63,8 +72,12 @@ func matmulDirectEnv() (on, resident bool, err error) {
 // tensor cores (attention_coop) where the device runs the tensor-core
 // matmul, for an F16 cache at a head of whole 16-wide tiles up to 128. A
 // measuring knob until a GPU has timed it.
-func attentionCoopEnv() (on bool, err error) {
-	switch v := os.Getenv("MODRUN_ATTENTION_COOP"); v {
+func attentionCoopEnv(k Knobs) (on bool, err error) {
+	return parseAttentionCoop(k.get("MODRUN_ATTENTION_COOP"))
+}
+
+func parseAttentionCoop(v string) (on bool, err error) {
+	switch v {
 	case "", "0":
 		return false, nil
 	case "1":
@@ -79,13 +92,13 @@ func attentionCoopEnv() (on bool, err error) {
 // pipelines require where VK_EXT_subgroup_size_control allows, one the
 // device always has, else 0 and no subgroup kernels), its optional
 // features and its limits. A vktest.Restriction shows here as a smaller device.
-func deviceFacts(info vk.DeviceInfo) shaders.Device {
+func deviceFacts(info vk.DeviceInfo, k Knobs) shaders.Device {
 	l, f := info.Limits, info.Features
 	// openRunner refuses a value either does not know.
-	tc, tcHalf, _ := tensorCoresEnv()
-	pipe, _ := matmulPipeEnv()
-	direct, resident, _ := matmulDirectEnv()
-	attnCoop, _ := attentionCoopEnv()
+	tc, tcHalf, _ := tensorCoresEnv(k)
+	pipe, _ := matmulPipeEnv(k)
+	direct, resident, _ := matmulDirectEnv(k)
+	attnCoop, _ := attentionCoopEnv(k)
 	sg, require := shaders.SubgroupSizeFor(shaders.SubgroupFacts{Vendor: info.VendorID, Reported: l.SubgroupSize,
 		Min: l.MinSubgroupSize, Max: l.MaxSubgroupSize,
 		Control: f.SubgroupSizeControl && f.ComputeFullSubgroups && l.RequiredSubgroupSizeCompute})

@@ -3,7 +3,6 @@ package vulkan
 import (
 	"encoding/binary"
 	"fmt"
-	"os"
 
 	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/vk"
@@ -32,8 +31,13 @@ import (
 // choice; "1" on; "0" off. A measuring knob: the GPU bundle's quick mode
 // runs the decode rows with it beside the default, since what a barrier
 // costs against a wait is a GPU's to say.
-func handoffEnv(prof *shaders.Profile) error {
-	switch v := os.Getenv("MODRUN_HANDOFF"); v {
+func handoffEnv(prof *shaders.Profile, k Knobs) error {
+	return setHandoff(prof, k.get("MODRUN_HANDOFF"))
+}
+
+// setHandoff applies MODRUN_HANDOFF's value v to prof.
+func setHandoff(prof *shaders.Profile, v string) error {
+	switch v {
 	case "":
 	case "1":
 		prof.Handoff = true

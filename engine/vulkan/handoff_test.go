@@ -178,7 +178,7 @@ func TestHandoffSelfCheck(t *testing.T) {
 	}
 	with := *prof
 	with.Handoff = true
-	ks := newKernels(dev, &with)
+	ks := newKernels(dev, &with, nil)
 	defer ks.Close()
 	found := 0
 	for _, p := range profilePicks(with) { // devices --check's list; only the handoff picks run (the others have their own tests)

@@ -29,9 +29,9 @@ type kernels struct {
 }
 
 // newKernels makes the kernels of dev with profile prof, or with the
-// device's own (DeviceProfile) when prof is nil.
-func newKernels(dev *vk.Device, prof *shaders.Profile) *kernels {
-	p := DeviceProfile(dev.Info())
+// device's own under knobs k (deviceFacts) when prof is nil.
+func newKernels(dev *vk.Device, prof *shaders.Profile, k Knobs) *kernels {
+	p := shaders.NewProfile(deviceFacts(dev.Info(), k))
 	if prof != nil {
 		p = *prof
 	}
@@ -43,7 +43,21 @@ func newKernels(dev *vk.Device, prof *shaders.Profile) *kernels {
 // on, features, limits, whether it is a CPU emulation with lavapipe's loop
 // cap).
 func DeviceProfile(info vk.DeviceInfo) shaders.Profile {
-	return shaders.NewProfile(deviceFacts(info))
+	return shaders.NewProfile(deviceFacts(info, nil))
+}
+
+// ProfileWith is the profile a runner opened on a device with knobs k
+// (Options.Knobs, the environment over them) runs: DeviceProfile's under
+// the knobs, the decode step's hand-off included. Knobs that change
+// nothing on a device leave it equal to the default's (`modrun tune`
+// skips those).
+func ProfileWith(info vk.DeviceInfo, k Knobs) (shaders.Profile, error) {
+	if err := checkKnobs(k); err != nil {
+		return shaders.Profile{}, err
+	}
+	p := shaders.NewProfile(deviceFacts(info, k))
+	err := handoffEnv(&p, k)
+	return p, err
 }
 
 // get returns variant name with spec (nil: the variant's default).

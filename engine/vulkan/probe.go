@@ -38,7 +38,7 @@ func ProbeBandwidth(dev *vk.Device) (Bandwidth, error) {
 	if size < 1<<20 {
 		return Bandwidth{}, fmt.Errorf("vulkan: probe: %s offers only %d bytes", info.Name, size)
 	}
-	ks := newKernels(dev, nil)
+	ks := newKernels(dev, nil, nil)
 	defer ks.Close()
 	fill, err := ks.get("probe_fill", nil)
 	if err != nil {

@@ -59,7 +59,7 @@ const (
 func ProbeCompute(dev *vk.Device) (Peaks, error) {
 	info := dev.Info()
 	prof := DeviceProfile(info)
-	ks := newKernels(dev, nil)
+	ks := newKernels(dev, nil, nil)
 	defer ks.Close()
 	pk := Peaks{Timer: "wall clock"}
 	if info.Timestamps() {

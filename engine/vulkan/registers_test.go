@@ -51,7 +51,7 @@ func TestMatvecRegistersRDNA3(t *testing.T) {
 	prof := DeviceProfile(dev.Info())
 	require.True(t, prof.MatvecRows, "the profile on RDNA3: %s", prof)
 	t.Logf("profile: %s", prof)
-	ks := newKernels(dev, &prof)
+	ks := newKernels(dev, &prof, nil)
 	defer ks.Close()
 	for _, typ := range shaders.MatvecTypes {
 		for _, fuse := range shaders.MatvecFusions {
@@ -86,7 +86,7 @@ func TestAttentionRegistersRDNA3(t *testing.T) {
 	}
 	dev := vktest.Open(t, vk.InstanceOptions{KernelStatistics: true})
 	prof := DeviceProfile(dev.Info())
-	ks := newKernels(dev, &prof)
+	ks := newKernels(dev, &prof, nil)
 	defer ks.Close()
 	for _, hd := range []uint32{64, 128} {
 		for _, c := range []struct {

@@ -67,6 +67,11 @@ type Options struct {
 	// copies per routed layer and token: leave it off when only speed matters.
 	Trace bool
 
+	// Knobs set the engine's measuring knobs (knobs.go): what `modrun
+	// tune` chose for this device and model, the environment's variables
+	// over them. Nil leaves every knob to the environment.
+	Knobs Knobs
+
 	// SelfCheckLog is where the self-check at load writes a line for each
 	// kernel that failed and what it fell back to (selfcheck.go); nil
 	// means os.Stderr.
@@ -113,6 +118,7 @@ type Runner struct {
 	ub          int        // Options.UBatch
 	promptSteps int        // Options.PromptSteps, resolved
 	vecRowsEnv  int        // MODRUN_VEC_ROWS (vecRowsEnv); 0: the profile's
+	knobs       Knobs      // Options.Knobs
 
 	profile     bool                         // the step has a timestamp after each command
 	conditional bool                         // routed blocks run in conditional spans (VK_EXT_conditional_rendering)
@@ -135,6 +141,13 @@ type layerCache struct {
 // KVType is the KV caches' element type, "f16" or "f32".
 func (r *Runner) KVType() string { return r.kv.String() }
 
+// Knobs are the knobs the runner was opened with (Options.Knobs; the
+// environment's variables override them).
+func (r *Runner) Knobs() Knobs { return r.knobs }
+
+// DeviceInfo describes the runner's device.
+func (r *Runner) DeviceInfo() vk.DeviceInfo { return r.dev.Info() }
+
 // New uploads m's weights to dev and records the decode step, for causal
 // routing r (mod.RoutingRouter or mod.RoutingPredictor; dense models ignore
 // it). m may be closed afterwards: the runner keeps no reference to its
@@ -156,34 +169,25 @@ func openRunner(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Run
 	if _, err := m.NewState(r); err != nil { // the model has what r needs
 		return nil, err
 	}
-	if _, _, err := tensorCoresEnv(); err != nil {
-		return nil, err
-	}
-	if _, err := matmulPipeEnv(); err != nil {
-		return nil, err
-	}
-	if _, _, err := matmulDirectEnv(); err != nil {
-		return nil, err
-	}
-	if _, err := attentionCoopEnv(); err != nil {
+	if err := checkKnobs(opts.Knobs); err != nil {
 		return nil, err
 	}
 	if c.HeadDim > int(shaders.AttentionSpec[1]) {
 		return nil, fmt.Errorf("vulkan: %s: head dimension %d is over the attention kernel's %d", m.Path, c.HeadDim, shaders.AttentionSpec[1])
 	}
-	ks := newKernels(dev, opts.DeviceProfile)
+	ks := newKernels(dev, opts.DeviceProfile, opts.Knobs)
 	if opts.DeviceProfile == nil { // the device's own; a given one (a test's, the self-check's fallback) is kept
-		if err := handoffEnv(&ks.prof); err != nil {
+		if err := handoffEnv(&ks.prof, opts.Knobs); err != nil {
 			ks.Close()
 			return nil, err
 		}
 	}
-	vecRows, err := vecRowsEnv(ks.prof)
+	vecRows, err := vecRowsEnv(ks.prof, opts.Knobs)
 	if err != nil {
 		ks.Close()
 		return nil, err
 	}
-	promptSteps, err := promptStepsEnv(opts.PromptSteps)
+	promptSteps, err := promptStepsEnv(opts.PromptSteps, opts.Knobs)
 	if err != nil {
 		ks.Close()
 		return nil, err
@@ -192,7 +196,7 @@ func openRunner(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Run
 		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{},
 		profCmds: map[*vk.Recorder][]profCmd{}, handRecs: map[*vk.Recorder]*handoffRec{},
 		conditional: dev.Info().Features.ConditionalRendering && !opts.NoConditional, ub: opts.UBatch,
-		promptSteps: promptSteps, vecRowsEnv: vecRows}
+		promptSteps: promptSteps, vecRowsEnv: vecRows, knobs: opts.Knobs}
 	if opts.Trace && c.IsMoD() {
 		run.trace = [][]mod.Route{} // non-nil: tracing
 	}

@@ -245,7 +245,7 @@ func timeDispatch(dev *vk.Device, k *kernel, push []byte, groups [3]uint32, bind
 // checked against the CPU and timed.
 func CheckDevice(dev *vk.Device) ([]SelfCheck, error) {
 	prof := DeviceProfile(dev.Info())
-	if err := handoffEnv(&prof); err != nil {
+	if err := handoffEnv(&prof, nil); err != nil {
 		return nil, err
 	}
 	return checkProfile(dev, prof)
@@ -331,7 +331,7 @@ func profilePicks(prof shaders.Profile) []pick {
 
 // checkProfile is CheckDevice with profile prof.
 func checkProfile(dev *vk.Device, prof shaders.Profile) ([]SelfCheck, error) {
-	ks := newKernels(dev, &prof)
+	ks := newKernels(dev, &prof, nil)
 	defer ks.Close()
 	var out []SelfCheck
 	for _, p := range profilePicks(prof) {
@@ -368,10 +368,10 @@ func KernelStatistics(dev *vk.Device) ([]KernelStats, error) {
 		return nil, fmt.Errorf("vulkan: device %d (%s) does not report kernel statistics (VK_KHR_pipeline_executable_properties)", dev.Info().Index, dev.Info().Name)
 	}
 	prof := DeviceProfile(dev.Info())
-	if err := handoffEnv(&prof); err != nil {
+	if err := handoffEnv(&prof, nil); err != nil {
 		return nil, err
 	}
-	ks := newKernels(dev, &prof)
+	ks := newKernels(dev, &prof, nil)
 	defer ks.Close()
 	picks := profilePicks(prof)
 	for _, typ := range shaders.MatvecTypes {

@@ -20,7 +20,7 @@ import (
 // they are: required where the device allows), lavapipe's loop cap kept
 // (shaders.GPUProfile).
 func gpuProfileOf(dev *vk.Device) shaders.Profile {
-	return shaders.GPUProfile(deviceFacts(dev.Info()))
+	return shaders.GPUProfile(deviceFacts(dev.Info(), nil))
 }
 
 // checkRows is how many rows checkProfile reports under prof, counted from
@@ -126,7 +126,7 @@ func TestSelfCheckCatchesWrongSubgroupSize(t *testing.T) {
 	if !info.Features.SubgroupArithmetic || info.Limits.SubgroupSize != 8 {
 		t.Skipf("the test fakes 16 on a device with subgroups of 8 (lavapipe); this one has %d", info.Limits.SubgroupSize)
 	}
-	d := deviceFacts(info)
+	d := deviceFacts(info, nil)
 	d.CPU, d.SubgroupSize, d.RequireSubgroupSize = false, 16, false
 	liar := shaders.NewProfile(d)
 	liar.LoopCap = shaders.LavapipeLoopIterations
@@ -241,7 +241,7 @@ func TestCheckDeviceMinimal(t *testing.T) {
 func TestMatmulCoopCheckCase(t *testing.T) {
 	dev := openDevice(t, true)
 	prof := DeviceProfile(dev.Info())
-	ks := newKernels(dev, &prof)
+	ks := newKernels(dev, &prof, nil)
 	defer ks.Close()
 	for _, typ := range []string{shaders.MatvecF16, shaders.MatvecQ8_0, shaders.MatvecQ4_K} {
 		real, err := shaders.Lookup(shaders.MatmulCoopName(typ, false))
@@ -270,7 +270,7 @@ func TestMatmulCoopCheckCase(t *testing.T) {
 func TestMatmulCoopHiloCheckCase(t *testing.T) {
 	dev := openDevice(t, true)
 	prof := DeviceProfile(dev.Info())
-	ks := newKernels(dev, &prof)
+	ks := newKernels(dev, &prof, nil)
 	defer ks.Close()
 	for _, typ := range []string{shaders.MatvecF16, shaders.MatvecQ8_0, shaders.MatvecQ4_K, shaders.MatvecBF16} {
 		real, err := shaders.Lookup(shaders.MatmulCoopHiloName(typ, false))
@@ -303,7 +303,7 @@ func TestTensorCoresEnv(t *testing.T) {
 		on, half bool
 	}{{"", true, false}, {"1", true, false}, {"0", false, false}, {"f16", true, true}} {
 		t.Setenv("MODRUN_TENSOR_CORES", tc.v)
-		on, half, err := tensorCoresEnv()
+		on, half, err := tensorCoresEnv(nil)
 		require.NoError(t, err, tc.v)
 		assert.Equal(t, []bool{tc.on, tc.half}, []bool{on, half}, "%q", tc.v)
 	}
@@ -324,10 +324,10 @@ func TestMatmulPipeEnv(t *testing.T) {
 		on bool
 	}{{"", true}, {"1", true}, {"0", false}} {
 		t.Setenv("MODRUN_MATMUL_PIPE", tc.v)
-		on, err := matmulPipeEnv()
+		on, err := matmulPipeEnv(nil)
 		require.NoError(t, err, tc.v)
 		assert.Equal(t, tc.on, on, "%q", tc.v)
-		gpu := shaders.GPUProfile(deviceFacts(dev.Info()))
+		gpu := shaders.GPUProfile(deviceFacts(dev.Info(), nil))
 		assert.Equal(t, tc.on, gpu.MatmulPipe, "%q: the GPU profile on this device (its limits hold the tile)", tc.v)
 		if dev.Info().Type == vk.CPU {
 			assert.False(t, DeviceProfile(dev.Info()).MatmulPipe, "%q: a CPU device's own profile keeps its tiles", tc.v)
@@ -350,7 +350,7 @@ func TestMatmulPipeEnv(t *testing.T) {
 func TestMatmulDirectCheckCase(t *testing.T) {
 	dev := openDevice(t, true)
 	prof := DeviceProfile(dev.Info())
-	ks := newKernels(dev, &prof)
+	ks := newKernels(dev, &prof, nil)
 	defer ks.Close()
 	for _, spec := range []shaders.MatmulDirectSpec{shaders.MatmulDirectSpecGPU, {BM: 16, BN: 32, WM: 16, WN: 16}} {
 		for _, hilo := range []bool{false, true} {
@@ -391,10 +391,10 @@ func TestMatmulDirectEnv(t *testing.T) {
 		on, resident bool
 	}{{"", false, false}, {"0", false, false}, {"1", true, false}, {"resident", true, true}} {
 		t.Setenv("MODRUN_MATMUL_DIRECT", tc.v)
-		on, resident, err := matmulDirectEnv()
+		on, resident, err := matmulDirectEnv(nil)
 		require.NoError(t, err, tc.v)
 		assert.Equal(t, [2]bool{tc.on, tc.resident}, [2]bool{on, resident}, "%q", tc.v)
-		facts := deviceFacts(dev.Info())
+		facts := deviceFacts(dev.Info(), nil)
 		assert.Equal(t, [2]bool{tc.on, tc.resident}, [2]bool{facts.MatmulDirect, facts.MatmulDirectResident}, "%q", tc.v)
 		facts.CPU, facts.CooperativeMatrixNV, facts.SubgroupSize, facts.TensorCores = false, true, shaders.MatmulCoopSubgroup, true
 		p := shaders.NewProfile(facts)

@@ -3,7 +3,6 @@ package vulkan
 import (
 	"encoding/binary"
 	"fmt"
-	"os"
 	"strconv"
 
 	"github.com/modrun/modrun/mod"
@@ -236,11 +235,16 @@ func resolvePromptSteps(n int) int {
 // 7B with it at 1 beside the default, since on a GPU profile the prefill's
 // few-row tiles, split along K (docs/matmul-cost.md), may now beat five
 // decode steps. Anything else is refused by name.
-func promptStepsEnv(opt int) (int, error) {
-	v := os.Getenv("MODRUN_PROMPT_STEPS")
+func promptStepsEnv(opt int, k Knobs) (int, error) {
+	v := k.get("MODRUN_PROMPT_STEPS")
 	if opt != 0 || v == "" {
 		return resolvePromptSteps(opt), nil
 	}
+	return parsePromptSteps(v)
+}
+
+// parsePromptSteps is MODRUN_PROMPT_STEPS's value v, not empty.
+func parsePromptSteps(v string) (int, error) {
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 {
 		return 0, fmt.Errorf("vulkan: MODRUN_PROMPT_STEPS=%q: want the most prompt tokens run one at a time through the decode step, 1 or more (the default is %d)", v, DefaultPromptSteps)

@@ -383,7 +383,7 @@ func TestPromptStepsEnv(t *testing.T) {
 		opt, want int
 	}{{"", 0, DefaultPromptSteps}, {"1", 0, 1}, {"3", 0, 3}, {"1", -1, 1}, {"3", 5, 5}, {"x", 2, 2}} {
 		t.Setenv("MODRUN_PROMPT_STEPS", tc.env)
-		got, err := promptStepsEnv(tc.opt)
+		got, err := promptStepsEnv(tc.opt, nil)
 		require.NoError(t, err, "%q, option %d", tc.env, tc.opt)
 		assert.Equal(t, tc.want, got, "%q, option %d", tc.env, tc.opt)
 	}

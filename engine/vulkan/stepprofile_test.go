@@ -34,7 +34,7 @@ func BenchmarkStepProfile(b *testing.B) {
 	dev := openDevice(b, false)
 	m := openModel(b, path)
 	per := map[int]map[string]float64{}
-	prof := shaders.NewProfile(deviceFacts(dev.Info()))
+	prof := shaders.NewProfile(deviceFacts(dev.Info(), nil))
 	if os.Getenv("MODRUN_STEP_PROFILE_NO_LANES") != "" {
 		prof.MatvecLanes = false
 	}

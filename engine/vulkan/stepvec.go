@@ -2,7 +2,6 @@ package vulkan
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 
 	"github.com/modrun/modrun/shaders"
@@ -38,14 +37,19 @@ func (r *Runner) vecRows() int {
 // --parallel` with it beside the default, since whether 8 or 16 rows are
 // cheaper as one matvec pass or as split tiles is a GPU's to say
 // (docs/matvec-cost.md, docs/matmul-cost.md).
-func vecRowsEnv(prof shaders.Profile) (int, error) {
-	v := os.Getenv("MODRUN_VEC_ROWS")
+func vecRowsEnv(prof shaders.Profile, k Knobs) (int, error) {
+	return parseVecRows(k.get("MODRUN_VEC_ROWS"), prof.VecRows())
+}
+
+// parseVecRows is MODRUN_VEC_ROWS's value v on a device whose profile
+// runs at most most rows as matvecs.
+func parseVecRows(v string, most int) (int, error) {
 	if v == "" {
 		return 0, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 || n > prof.VecRows() {
-		return 0, fmt.Errorf("vulkan: MODRUN_VEC_ROWS=%q: want a number of rows from 1 to %d (this device's most), or 0 for that default", v, prof.VecRows())
+	if err != nil || n < 0 || n > most {
+		return 0, fmt.Errorf("vulkan: MODRUN_VEC_ROWS=%q: want a number of rows from 1 to %d (this device's most), or 0 for that default", v, most)
 	}
 	return n, nil
 }

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modrun/modrun/engine"
+	"github.com/modrun/modrun/engine/vulkan"
+)
+
+// tuneModel is small enough for a tuning run on lavapipe in seconds.
+const tuneModel = "../../models/stories260K.gguf"
+
+// tuneArgsFor are a quick tuning run's flags.
+func tuneArgsFor(extra ...string) []string {
+	return append([]string{"tune", "-m", tuneModel, "--prompt", "16", "--short", "3", "-n", "4", "--rounds", "1", "--validate", "2"}, extra...)
+}
+
+// TestTune: tune tries every knob in order, says which have no effect on
+// the device (on lavapipe, the tensor-core ones: no cooperative
+// matrices), times the others against the base round by round, and
+// writes an entry keyed by the device, driver, kernels and model, which
+// a later run of the model takes (run --stats names it); a second run
+// replaces the entry; --dry-run writes nothing; --json is the entry.
+func TestTune(t *testing.T) {
+	needVulkan(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tuning.json")
+	code, stdout, stderr := modrun(t, tuneArgsFor("--file", file)...)
+	require.Equal(t, 0, code, stderr)
+	for _, knob := range []string{"MODRUN_TENSOR_CORES", "MODRUN_MATMUL_PIPE", "MODRUN_MATMUL_DIRECT", "MODRUN_ATTENTION_COOP", "MODRUN_HANDOFF", "MODRUN_PROMPT_STEPS"} {
+		assert.Regexp(t, regexp.MustCompile(`(?m)^\| `+knob+` \| `), stdout)
+	}
+	lavapipe := strings.Contains(stderr, "llvmpipe")
+	if lavapipe {
+		for _, knob := range []string{"MODRUN_TENSOR_CORES", "MODRUN_MATMUL_PIPE", "MODRUN_MATMUL_DIRECT", "MODRUN_ATTENTION_COOP"} {
+			assert.Regexp(t, `\| `+knob+` \| [^|]+ \| [^|]+ \| prefill \| 16 \|  \|  \|  \|  \| no \| no effect on this device \|`, stdout)
+		}
+	}
+	// The timed trials report both rows' rates and a decision.
+	assert.Regexp(t, `\| MODRUN_PROMPT_STEPS \| 1 \| [^|]+ \| prefill \| 3 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| (yes|no) \| prefill [0-9.]+x, decode [0-9.]+x: `, stdout)
+	assert.Contains(t, stdout, "written to "+file)
+
+	tu, err := vulkan.LoadTuning(file)
+	require.NoError(t, err)
+	require.Len(t, tu.Entries, 1)
+	e := tu.Entries[0]
+	assert.Len(t, e.Trials, 6)
+	assert.Contains(t, e.Model, "embd 64 ff 172 layers 5")
+	for _, tr := range e.Trials {
+		if tr.Chosen {
+			assert.Equal(t, tr.Value, e.Knobs[tr.Knob], "a knob taken is kept")
+		}
+	}
+
+	// A run of the model on the device takes the entry.
+	t.Setenv("MODRUN_TUNING", file)
+	code, _, stderr = modrun(t, "-m", tuneModel, "--backend", "vulkan", "-p", "Once", "-n", "2", "--stats")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stderr, "tuning: "+e.Knobs.Describe()+" ("+file+") (modrun tune)")
+
+	code, _, stderr = modrun(t, tuneArgsFor()...) // MODRUN_TUNING names the file
+	require.Equal(t, 0, code, stderr)
+	tu, err = vulkan.LoadTuning(file)
+	require.NoError(t, err)
+	assert.Len(t, tu.Entries, 1, "the same key: replaced")
+
+	dry := filepath.Join(dir, "dry.json")
+	code, stdout, stderr = modrun(t, tuneArgsFor("--file", dry, "--dry-run", "--json")...)
+	require.Equal(t, 0, code, stderr)
+	_, err = os.Stat(dry)
+	assert.True(t, os.IsNotExist(err), "--dry-run writes nothing")
+	var je vulkan.TuningEntry
+	require.NoError(t, json.Unmarshal([]byte(stdout), &je))
+	assert.Equal(t, e.TuningKey, je.TuningKey)
+	assert.Len(t, je.Trials, 6)
+}
+
+// TestTuneRefusesAFailingCandidate: a candidate whose runner fails its
+// validation against the CPU is reported as failed and never kept, and
+// the run goes on to the next knob.
+func TestTuneRefusesAFailingCandidate(t *testing.T) {
+	needVulkan(t)
+	plantTuneError = func(k vulkan.Knobs, r engine.Runner) engine.Runner {
+		if k["MODRUN_PROMPT_STEPS"] != "" || k["MODRUN_HANDOFF"] != "" {
+			return &stale{Runner: r}
+		}
+		return r
+	}
+	defer func() { plantTuneError = nil }()
+	file := filepath.Join(t.TempDir(), "tuning.json")
+	code, stdout, stderr := modrun(t, tuneArgsFor("--file", file, "--margin", "0")...)
+	require.Equal(t, 0, code, stderr)
+	for _, knob := range []string{"MODRUN_HANDOFF", "MODRUN_PROMPT_STEPS"} {
+		assert.Regexp(t, `\| `+knob+` \| 1 \| defaults \| [a-z]+ \| [0-9]+ \|  \|  \|  \|  \| no \| failed: [^|]*validation failed`, stdout)
+	}
+	assert.Contains(t, stdout, "kept: defaults")
+	tu, err := vulkan.LoadTuning(file)
+	require.NoError(t, err)
+	require.Len(t, tu.Entries, 1)
+	assert.Empty(t, tu.Entries[0].Knobs)
+}
+
+// TestTuneDecide: a knob is taken when its metric gains the margin and
+// its other rate does not fall by more than twice the margin.
+func TestTuneDecide(t *testing.T) {
+	for _, tc := range []struct {
+		metric       string
+		bp, bd, p, d float64
+		chosen       bool
+		why          string
+	}{
+		{"prefill", 100, 50, 110, 50, true, "prefill 1.100x, decode 1.000x: taken"},
+		{"prefill", 100, 50, 102, 60, false, "prefill 1.020x, decode 1.200x: prefill under the 3% margin"},
+		{"prefill", 100, 50, 120, 46, false, "prefill 1.200x, decode 0.920x: decode worse by more than 6%"},
+		{"prefill", 100, 50, 120, 48, true, "prefill 1.200x, decode 0.960x: taken"},
+		{"decode", 100, 50, 90, 52, false, "prefill 0.900x, decode 1.040x: prefill worse by more than 6%"},
+		{"decode", 100, 50, 100, 51, false, "prefill 1.000x, decode 1.020x: decode under the 3% margin"},
+		{"decode", 100, 50, 95, 55, true, "prefill 0.950x, decode 1.100x: taken"},
+	} {
+		tr := vulkan.TuningTrial{Metric: tc.metric, BasePrefill: tc.bp, BaseDecode: tc.bd, Prefill: tc.p, Decode: tc.d}
+		chosen, why := tuneDecide(tr, 0.03)
+		assert.Equal(t, tc.chosen, chosen, "%+v", tc)
+		assert.Equal(t, tc.why, why, "%+v", tc)
+	}
+}
+
+// TestTuneFlags: tune refuses bad flags, a knob set in the environment
+// (it would hide what tune measures) and a run with nowhere to write,
+// before anything is loaded, by name (usage errors, and a missing model
+// file as every command's).
+func TestTuneFlags(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{"", []string{"tune"}, "give a model: -m FILE.gguf"},
+		{"", []string{"tune", "-m", "nope.gguf"}, "-m nope.gguf"},
+		{"", tuneArgsFor("--rounds", "0"), "--rounds 0: must be at least 1"},
+		{"", tuneArgsFor("--prompt", "1"), "--prompt 1: must be at least 2"},
+		{"", tuneArgsFor("--margin", "1"), "--margin 1: want a fraction in [0, 1)"},
+		{"", tuneArgsFor("--kv-type", "f8"), "--kv-type"},
+		{"MODRUN_HANDOFF=1", tuneArgsFor(), "MODRUN_HANDOFF=1 is set: tune measures each knob itself"},
+		{"MODRUN_TUNING=off", tuneArgsFor(), "MODRUN_TUNING=off (or no cache folder): give --file FILE.json, or --dry-run"},
+	} {
+		if name, v, ok := strings.Cut(tc.env, "="); ok {
+			t.Setenv(name, v)
+		}
+		code, _, stderr := modrun(t, tc.args...)
+		want := 2
+		if tc.args[len(tc.args)-1] == "nope.gguf" {
+			want = 1 // a missing file, as every command says it
+		}
+		assert.Equal(t, want, code, "%v: %s", tc.args, stderr)
+		assert.Contains(t, stderr, tc.want, "%v", tc.args)
+		if name, _, ok := strings.Cut(tc.env, "="); ok {
+			os.Unsetenv(name)
+		}
+	}
+}
