@@ -56,7 +56,12 @@ var tuneTrials = []tuneTrial{
 	{knob: "MODRUN_ATTENTION_COOP", value: "1", metric: "prefill"},
 	{knob: "MODRUN_HANDOFF", value: "", metric: "decode"}, // the other of the profile's choice
 	{knob: "MODRUN_PROMPT_STEPS", value: "1", metric: "prefill", short: true},
+	{knob: "MODRUN_VEC_ROWS", metric: "parallel"}, // half the profile's VecRows, at VecRows sequences
 }
+
+// tuneParallelPrompt is the parallel trial's prompt, as the GPU bundle's
+// bench --parallel rows.
+const tuneParallelPrompt = 32
 
 func parseTuneFlags(args []string, stderr io.Writer) (*tuneFlags, error) {
 	fs := newFlags("tune", tuneArgs, stderr)
@@ -204,11 +209,15 @@ func tuneMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	return writeReport(stdout, f.asJSON, entry, tuneMarkdown(entry, path, f.dryRun))
 }
 
-// promptFor is a trial's prompt length: the short one, or --prompt within
-// the context less the decoded tokens.
+// promptFor is a trial's prompt length: the short one, the parallel
+// trial's, or --prompt (open fits it within the context less the decoded
+// tokens).
 func (t *tuner) promptFor(tr tuneTrial) int {
-	if tr.short {
+	switch {
+	case tr.short:
 		return t.f.short
+	case tr.metric == "parallel":
+		return tuneParallelPrompt
 	}
 	return t.f.prompt
 }
@@ -280,8 +289,16 @@ func (t *tuner) try(tr tuneTrial) (vulkan.TuningTrial, error) {
 		}
 		value = map[bool]string{true: "0", false: "1"}[p.Handoff]
 	}
+	parallel := 0
+	if tr.knob == "MODRUN_VEC_ROWS" { // a step of the profile's most rows as matvecs, or as the matmul
+		p, err := vulkan.ProfileWith(t.info, t.base)
+		if err != nil {
+			return vulkan.TuningTrial{}, err
+		}
+		parallel, value = p.VecRows(), fmt.Sprint(p.VecRows()/2)
+	}
 	cand := t.base.With(tr.knob, value)
-	res := vulkan.TuningTrial{Knob: tr.knob, Value: value, Base: t.base, Metric: tr.metric, Prompt: t.promptFor(tr)}
+	res := vulkan.TuningTrial{Knob: tr.knob, Value: value, Base: t.base, Metric: tr.metric, Prompt: t.promptFor(tr), Parallel: parallel}
 	differ, err := vulkan.KnobsDiffer(t.info, t.base, cand)
 	if err != nil {
 		return res, err
@@ -290,6 +307,9 @@ func (t *tuner) try(tr tuneTrial) (vulkan.TuningTrial, error) {
 		res.Why = "no effect on this device"
 		fmt.Fprintf(t.stderr, "tune: %s=%s: %s\n", tr.knob, value, res.Why)
 		return res, nil
+	}
+	if parallel > 0 {
+		return t.tryParallel(res, cand)
 	}
 	base, err := t.row(res.Prompt)
 	if err != nil {
@@ -327,9 +347,46 @@ func (t *tuner) try(tr tuneTrial) (vulkan.TuningTrial, error) {
 	return res, nil
 }
 
+// tryParallel times the base knobs against cand on res.Parallel
+// sequences at once (bench --parallel's workload: the batched steps),
+// each checked against its tokens alone first (bench.NewParallel).
+func (t *tuner) tryParallel(res vulkan.TuningTrial, cand vulkan.Knobs) (vulkan.TuningTrial, error) {
+	o := bench.Options{PromptTokens: res.Prompt, DecodeTokens: t.f.n}
+	bo := engine.BackendOptions{Name: engine.BackendVulkan, Device: t.f.mf.device, KVType: t.f.cache.kvType, Knobs: t.base}
+	t.closeRows() // the one stream's rows: their memory to the parallel ones
+	base, err := bench.NewParallel(t.m, t.routing, t.prompt, o, res.Parallel, 0, bo)
+	if err != nil {
+		return res, fmt.Errorf("tune: %s with %s, %d sequences: %w", t.f.mf.path, t.base, res.Parallel, err)
+	}
+	defer base.Close()
+	fmt.Fprintf(t.stderr, "tune: %s=%s: %d sequences, validating\n", res.Knob, res.Value, res.Parallel)
+	bo.Knobs = cand
+	c, err := bench.NewParallel(t.m, t.routing, t.prompt, o, res.Parallel, 0, bo)
+	if err != nil {
+		res.Why = "failed: " + err.Error()
+		fmt.Fprintf(t.stderr, "tune: %s=%s: %s\n", res.Knob, res.Value, res.Why)
+		return res, nil
+	}
+	defer c.Close()
+	for i := 0; i < t.f.rounds; i++ {
+		if err := base.Time(); err != nil {
+			return res, fmt.Errorf("tune: %s with %s, %d sequences: %w", t.f.mf.path, t.base, res.Parallel, err)
+		}
+		if err := c.Time(); err != nil {
+			res.Why = "failed: " + err.Error()
+			return res, nil
+		}
+	}
+	res.BaseDecode, res.Decode = base.Result().AggregateDecodeRate, c.Result().AggregateDecodeRate
+	res.Chosen, res.Why = tuneDecide(res, t.f.margin)
+	fmt.Fprintf(t.stderr, "tune: %s=%s: %s\n", res.Knob, res.Value, res.Why)
+	return res, nil
+}
+
 // tuneDecide takes a candidate whose metric beats the base's by margin or
 // more, unless its other rate falls by more than twice that (a knob for
-// one phase that costs the other more than noise).
+// one phase that costs the other more than noise). The parallel metric
+// has no other rate.
 func tuneDecide(tr vulkan.TuningTrial, margin float64) (bool, string) {
 	ratio := func(a, b float64) float64 {
 		if b <= 0 {
@@ -339,10 +396,14 @@ func tuneDecide(tr vulkan.TuningTrial, margin float64) (bool, string) {
 	}
 	pre, dec := ratio(tr.Prefill, tr.BasePrefill), ratio(tr.Decode, tr.BaseDecode)
 	gain, other, otherName := pre, dec, "decode"
-	if tr.Metric == "decode" {
-		gain, other, otherName = dec, pre, "prefill"
-	}
 	figures := fmt.Sprintf("prefill %.3fx, decode %.3fx", pre, dec)
+	switch tr.Metric {
+	case "decode":
+		gain, other, otherName = dec, pre, "prefill"
+	case "parallel": // one rate: the aggregate decode
+		gain, other = dec, 1
+		figures = fmt.Sprintf("%d sequences' decode %.3fx", tr.Parallel, dec)
+	}
 	switch {
 	case gain < 1+margin:
 		return false, fmt.Sprintf("%s: %s under the %.0f%% margin", figures, tr.Metric, 100*margin)
@@ -368,7 +429,11 @@ func tuneMarkdown(e vulkan.TuningEntry, path string, dryRun bool) string {
 		return fmt.Sprintf("%.1f", v)
 	}
 	for _, tr := range e.Trials {
-		fmt.Fprintf(&s, "| %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s |\n", tr.Knob, tr.Value, tr.Base, tr.Metric, tr.Prompt,
+		metric := tr.Metric
+		if tr.Parallel > 0 {
+			metric = fmt.Sprintf("%s, %d sequences", tr.Metric, tr.Parallel)
+		}
+		fmt.Fprintf(&s, "| %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s |\n", tr.Knob, tr.Value, tr.Base, metric, tr.Prompt,
 			rate(tr.BasePrefill), rate(tr.Prefill), rate(tr.BaseDecode), rate(tr.Decode), map[bool]string{true: "yes", false: "no"}[tr.Chosen],
 			strings.ReplaceAll(tr.Why, "|", "/"))
 	}

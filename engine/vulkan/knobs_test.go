@@ -155,6 +155,7 @@ func TestTuningFile(t *testing.T) {
 		{`{"version": 1, "entries": [{"knobs": {"MODRUN_VEC_ROWS": "x"}}]}`, `entry 0: MODRUN_VEC_ROWS="x"`},
 		{`{"version": 1, "entries": [{"knobs": {"MODRUN_FAST": "1"}}]}`, `entry 0: no knob "MODRUN_FAST"`},
 		{`{"version": 1, "entries": [], "extra": 1}`, `unknown field "extra"`},
+		{`{"version": 1, "entries": []} {}`, "more after the tuning's JSON object"},
 	} {
 		bad := filepath.Join(dir, "bad.json")
 		require.NoError(t, os.WriteFile(bad, []byte(tc.text), 0o644))
@@ -166,4 +167,34 @@ func TestTuningFile(t *testing.T) {
 		_, _, err = TunedKnobs(info, m)
 		assert.ErrorContains(t, err, bad, "a run of any model stops at a bad file")
 	}
+}
+
+// FuzzLoadTuning: whatever a tuning file holds, LoadTuning returns a
+// tuning or an error naming the file, never panics; a tuning it accepts
+// saves and loads back the same.
+func FuzzLoadTuning(f *testing.F) {
+	f.Add([]byte(`{"version": 1, "entries": [{"device": "d", "vendor_id": 1, "device_id": 2, "driver": "x 1", "build": "b", "model": "m", "knobs": {"MODRUN_HANDOFF": "1", "MODRUN_VEC_ROWS": "8"}, "date": "2026-11-28T00:00:00Z", "trials": [{"knob": "MODRUN_HANDOFF", "value": "1", "base": {}, "metric": "decode", "prompt_tokens": 512, "chosen": true, "why": "taken"}]}]}`))
+	f.Add([]byte(`{"version": 1, "entries": [{"knobs": {"MODRUN_PROMPT_STEPS": "0"}}]}`))
+	f.Add([]byte(`{"version": 1, "entries": null}`))
+	f.Add([]byte(`{"version": 1, "entries": [{"knobs": {"MODRUN_MATMUL_DIRECT": "resident"}}]} trailing`))
+	f.Add([]byte(``))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		path := filepath.Join(dir, "t.json")
+		require.NoError(t, os.WriteFile(path, b, 0o644))
+		tu, err := LoadTuning(path)
+		if err != nil {
+			require.ErrorContains(t, err, "tuning file "+path+": ")
+			return
+		}
+		again := filepath.Join(dir, "again.json")
+		require.NoError(t, tu.Save(again))
+		back, err := LoadTuning(again)
+		require.NoError(t, err)
+		assert.Equal(t, len(tu.Entries), len(back.Entries))
+		for i := range tu.Entries {
+			assert.Equal(t, tu.Entries[i].TuningKey, back.Entries[i].TuningKey)
+			assert.Equal(t, tu.Entries[i].Knobs.String(), back.Entries[i].Knobs.String())
+		}
+	})
 }

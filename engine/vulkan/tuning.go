@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -54,11 +55,16 @@ type TuningKey struct {
 // TuningTrial is one knob's comparison: the knobs chosen so far (Base)
 // against them with Knob at Value, timed round by round in one run.
 type TuningTrial struct {
-	Knob   string `json:"knob"`
-	Value  string `json:"value"`
-	Base   Knobs  `json:"base"`
-	Metric string `json:"metric"` // what decided: "prefill" or "decode" tokens/s, of Prompt tokens
-	Prompt int    `json:"prompt_tokens"`
+	Knob  string `json:"knob"`
+	Value string `json:"value"`
+	Base  Knobs  `json:"base"`
+	// Metric is what decided: "prefill" or "decode" tokens/s of one
+	// sequence with a prompt of Prompt tokens, or "parallel": the
+	// aggregate decode tokens/s of Parallel sequences at once, each with a
+	// prompt of Prompt tokens (in the Decode fields; no prefill figures).
+	Metric   string `json:"metric"`
+	Prompt   int    `json:"prompt_tokens"`
+	Parallel int    `json:"parallel,omitempty"`
 	// The medians, tokens/s, of the base and the candidate: prefill and
 	// decode.
 	BasePrefill float64 `json:"base_prefill"`
@@ -146,6 +152,9 @@ func LoadTuning(path string) (*Tuning, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(t); err != nil {
 		return nil, bad(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, bad(errors.New("more after the tuning's JSON object"))
 	}
 	if t.Version != TuningVersion {
 		return nil, bad(fmt.Errorf("version %d, this modrun reads %d", t.Version, TuningVersion))
