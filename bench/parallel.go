@@ -166,6 +166,9 @@ func (b *Parallel) Result() ParallelResult {
 	return b.rounds[0]
 }
 
+// Backend is the backend the sequences run on.
+func (b *Parallel) Backend() *engine.Backend { return b.bk }
+
 // Close frees the bench's loop and backend.
 func (b *Parallel) Close() {
 	b.loop.Close()

@@ -74,6 +74,7 @@ type parallelReport struct {
 }
 
 type parallelRowReport struct {
+	Tuning  string `json:"tuning,omitempty"` // benchRowReport's
 	Model   string `json:"model"`
 	Routing string `json:"routing"`
 	Backend string `json:"backend"`
@@ -130,7 +131,7 @@ func benchParallel(f *benchFlags, models []*benchModel, args []string, stdout, s
 		if res.Parallel == 1 {
 			single = res
 		}
-		rep.Rows = append(rep.Rows, parallelRowReport{Model: row.model.name, Routing: row.routing, Backend: row.backend, ParallelResult: res,
+		rep.Rows = append(rep.Rows, parallelRowReport{Tuning: tuningOf(row.Backend()), Model: row.model.name, Routing: row.routing, Backend: row.backend, ParallelResult: res,
 			AggregateVsSingle:   res.AggregateDecodeRate / single.AggregateDecodeRate,
 			PerSequenceVsSingle: res.PerSequenceDecodeRate / single.PerSequenceDecodeRate,
 			FirstTokenVsSingle:  res.TimeToFirstToken / single.TimeToFirstToken})
@@ -162,6 +163,11 @@ func (rep *parallelReport) markdown() string {
 	fmt.Fprintf(&b, "Each sequence: a %d-token prompt, then %d greedy tokens; all start together on the backend's scheduler "+
 		"(--batch-tokens %d); median of %d rounds by aggregate decode. Each sequence's tokens were checked equal to its run alone first.\n\n",
 		rep.Prompt, rep.Decode, rep.Batch, rep.Repeats)
+	var names, tunings []string
+	for _, r := range rep.Rows {
+		names, tunings = append(names, fmt.Sprintf("%s (%s) on %s at --parallel %d", r.Model, r.Routing, r.Backend, r.Parallel)), append(tunings, r.Tuning)
+	}
+	b.WriteString(tuningNote(names, tunings))
 	b.WriteString("| model | routing | backend | parallel | aggregate decode tok/s | x single | tok/s per sequence | x single | first token ms | x single |\n")
 	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rep.Rows {

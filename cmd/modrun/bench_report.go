@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/modrun/modrun/bench"
+	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/shaders"
 )
 
@@ -29,6 +30,9 @@ type benchReport struct {
 }
 
 type benchRowReport struct {
+	// Tuning is what the tuning file gave the row (tuningOf); "" where
+	// it gave nothing: the engine's defaults and the environment.
+	Tuning   string `json:"tuning,omitempty"`
 	Model    string `json:"model"`
 	Shape    string `json:"shape,omitempty"` // a synthetic model's shape
 	Baseline string `json:"baseline"`        // the model its ratios are against
@@ -77,9 +81,35 @@ func newBenchReport(args []string, o bench.Options, devices []bench.Bandwidth, p
 				r.PrefillPercentOfPeak = 100 * r.PrefillTFLOPs / peak
 			}
 		}
+		r.Tuning = tuningOf(row.b)
 		rep.Rows = append(rep.Rows, r)
 	}
 	return rep
+}
+
+// tuningOf is what the tuning file gave backend b ("" where nothing):
+// its knobs, each the environment overrides marked, and the file.
+func tuningOf(b *engine.Backend) string {
+	if b.TuningFile == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s (%s)", b.Tuned.Describe(), b.TuningFile)
+}
+
+// tuningNote is the reports' line for rows the tuning file gave knobs to
+// (each named by name), "" where none: a figure measured with tuned
+// knobs must say so.
+func tuningNote(names, tunings []string) string {
+	var b strings.Builder
+	for i, t := range tunings {
+		if t != "" {
+			fmt.Fprintf(&b, "- %s ran with the tuning file's knobs: %s (modrun tune; MODRUN_TUNING=off runs the defaults).\n", names[i], t)
+		}
+	}
+	if b.Len() > 0 {
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // baselineRow is the first row of row's baseline model on row's backend.
@@ -125,6 +155,11 @@ func (rep *benchReport) markdown() string {
 	if rep.Repeats < minRepeatsOfIdeal {
 		fmt.Fprintf(&b, "`of ideal` is left out: it needs --repeats %d or more, since one run's ratio of two rates is noise (it read 149%% once).\n\n", minRepeatsOfIdeal)
 	}
+	var names, tunings []string
+	for _, r := range rep.Rows {
+		names, tunings = append(names, fmt.Sprintf("%s (%s) on %s", r.Model, r.Routing, r.Backend)), append(tunings, r.Tuning)
+	}
+	b.WriteString(tuningNote(names, tunings))
 	fmt.Fprintf(&b, "| model | routing | backend | prefill tok/s | prefill TFLOP/s | of peak | × base | ideal × | decode tok/s | × base | ideal × | of ideal | eff. GB/s | %% of probe | routed %% per layer | validated | top-1 | mean KL | max KL | max Δlogit |\n")
 	fmt.Fprintf(&b, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|--:|--:|--:|--:|\n")
 	for _, r := range rep.Rows {

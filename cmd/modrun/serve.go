@@ -103,6 +103,9 @@ func serveMain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if notice := model.Info().Notice; notice != "" {
 		fmt.Fprintln(stderr, notice)
 	}
+	if t := model.Info().Tuning; t != "" {
+		fmt.Fprintf(stderr, "modrun serve: tuning: %s (modrun tune)\n", t)
+	}
 	if _, err := model.NewChat(*template); errors.Is(err, tokenizer.ErrNoChatTemplate) {
 		fmt.Fprintf(stderr, "modrun serve: %s has no chat template: /v1/chat/completions answers 400 (name one with --chat-template); /v1/completions works\n", mf.path)
 	}

@@ -69,6 +69,14 @@ func TestTune(t *testing.T) {
 	code, _, stderr = modrun(t, "-m", tuneModel, "--backend", "vulkan", "-p", "Once", "-n", "2", "--stats")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stderr, "tuning: "+e.Knobs.Describe()+" ("+file+") (modrun tune)")
+	// bench says which rows ran with tuned knobs, one stream's and --parallel's.
+	note := "ran with the tuning file's knobs: " + e.Knobs.Describe() + " (" + file + ")"
+	code, stdout, stderr = modrun(t, "bench", "-m", tuneModel, "--backends", "vulkan", "--prompt", "16", "-n", "4", "--repeats", "1", "--validate", "0")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "- "+tuneModel+" (dense) on vulkan "+note)
+	code, stdout, stderr = modrun(t, "bench", "-m", tuneModel, "--backends", "vulkan", "--prompt", "16", "-n", "4", "--repeats", "1", "--parallel", "2")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "- "+tuneModel+" (dense) on vulkan at --parallel 2 "+note)
 
 	code, _, stderr = modrun(t, tuneArgsFor()...) // MODRUN_TUNING names the file
 	require.Equal(t, 0, code, stderr)
