@@ -193,9 +193,8 @@ func tuneMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			return err
 		}
 		entry.Trials = append(entry.Trials, res)
-		if res.Chosen {
+		if res.Chosen { // try left the candidate's row as the new base's (the others closed)
 			t.base = t.base.With(res.Knob, res.Value)
-			t.closeRows()
 		}
 	}
 	entry.Knobs = t.base
@@ -322,7 +321,7 @@ func (t *tuner) try(tr tuneTrial) (vulkan.TuningTrial, error) {
 		fmt.Fprintf(t.stderr, "tune: %s=%s: %s\n", tr.knob, value, res.Why)
 		return res, nil
 	}
-	defer c.close()
+	defer func() { c.close() }() // not when it became the base (c nil)
 	base.k.Reset()
 	for i := 0; i < t.f.rounds; i++ {
 		for _, r := range []*tuneRow{base, c} {
@@ -337,7 +336,7 @@ func (t *tuner) try(tr tuneTrial) (vulkan.TuningTrial, error) {
 	}
 	b, cr := base.k.Result(), c.k.Result()
 	res.BasePrefill, res.BaseDecode, res.Prefill, res.Decode = b.PrefillRate, b.DecodeRate, cr.PrefillRate, cr.DecodeRate
-	res.Chosen, res.Why = tuneDecide(res, t.f.margin)
+	res.Chosen, res.Why = decideTrial(res, t.f.margin)
 	fmt.Fprintf(t.stderr, "tune: %s=%s: %s\n", tr.knob, value, res.Why)
 	if res.Chosen { // the candidate's row is the new base's at this prompt
 		t.closeRows()
@@ -378,10 +377,13 @@ func (t *tuner) tryParallel(res vulkan.TuningTrial, cand vulkan.Knobs) (vulkan.T
 		}
 	}
 	res.BaseDecode, res.Decode = base.Result().AggregateDecodeRate, c.Result().AggregateDecodeRate
-	res.Chosen, res.Why = tuneDecide(res, t.f.margin)
+	res.Chosen, res.Why = decideTrial(res, t.f.margin)
 	fmt.Fprintf(t.stderr, "tune: %s=%s: %s\n", res.Knob, res.Value, res.Why)
 	return res, nil
 }
+
+// decideTrial is tuneDecide; a test replaces it to take every candidate.
+var decideTrial = tuneDecide
 
 // tuneDecide takes a candidate whose metric beats the base's by margin or
 // more, unless its other rate falls by more than twice that (a knob for

@@ -120,6 +120,25 @@ func TestTuneRefusesAFailingCandidate(t *testing.T) {
 	assert.NotContains(t, tu.Entries[0].Knobs, "MODRUN_PROMPT_STEPS")
 }
 
+// TestTuneKeepsTakenRows: a candidate taken becomes the base, and its
+// row (open, validated, warm) times the next trial at the same prompt.
+func TestTuneKeepsTakenRows(t *testing.T) {
+	needVulkan(t)
+	trials, decide := tuneTrials, decideTrial
+	defer func() { tuneTrials, decideTrial = trials, decide }()
+	tuneTrials = []tuneTrial{
+		{knob: "MODRUN_PROMPT_STEPS", value: "2", metric: "prefill"},
+		{knob: "MODRUN_HANDOFF", metric: "decode"},
+		{knob: "MODRUN_PROMPT_STEPS", value: "3", metric: "prefill"},
+	}
+	decideTrial = func(vulkan.TuningTrial, float64) (bool, string) { return true, "taken (test)" }
+	code, stdout, stderr := modrun(t, tuneArgsFor("--dry-run")...)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "| MODRUN_HANDOFF | 1 | MODRUN_PROMPT_STEPS=2 | decode |")
+	assert.Contains(t, stdout, "| MODRUN_PROMPT_STEPS | 3 | MODRUN_HANDOFF=1 MODRUN_PROMPT_STEPS=2 | prefill |")
+	assert.Contains(t, stdout, "kept: MODRUN_HANDOFF=1 MODRUN_PROMPT_STEPS=3")
+}
+
 // TestTuneDecide: a knob is taken when its metric gains the margin and
 // its other rate does not fall by more than twice the margin.
 func TestTuneDecide(t *testing.T) {
