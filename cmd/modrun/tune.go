@@ -134,8 +134,9 @@ type tuner struct {
 
 // tuneRow is a backend open with some knobs, validated, ready to time.
 type tuneRow struct {
-	b *engine.Backend
-	k *bench.Benchmark
+	b      *engine.Backend
+	k      *bench.Benchmark
+	prompt int // its prompt's tokens: the one asked for, or less to fit the context
 }
 
 func (r *tuneRow) close() {
@@ -173,7 +174,8 @@ func tuneMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		t.routing = mod.RoutingPredictor // what the model was trained to route by
 	}
 	defer t.closeRows()
-	if t.prompt, err = l.tok.Encode(strings.Repeat(benchText, 1+f.prompt/30), true); err != nil {
+	longest := max(f.prompt, f.short, tuneParallelPrompt)
+	if t.prompt, err = l.tok.Encode(strings.Repeat(benchText, 1+longest/30), true); err != nil {
 		return err
 	}
 	first, err := t.row(f.prompt) // the device, and the base knobs' row
@@ -269,7 +271,7 @@ func (t *tuner) open(k vulkan.Knobs, prompt int) (*tuneRow, error) {
 		b.Close()
 		return nil, err
 	}
-	return &tuneRow{b: b, k: k2}, nil
+	return &tuneRow{b: b, k: k2, prompt: o.PromptTokens}, nil
 }
 
 // plantTuneError, set by a test only, wraps the runner of each row tune
@@ -310,18 +312,20 @@ func (t *tuner) try(tr tuneTrial) (vulkan.TuningTrial, error) {
 	if parallel > 0 {
 		return t.tryParallel(res, cand)
 	}
-	base, err := t.row(res.Prompt)
+	want := res.Prompt // the rows' key; res.Prompt becomes what they run
+	base, err := t.row(want)
 	if err != nil {
 		return res, err
 	}
 	fmt.Fprintf(t.stderr, "tune: %s=%s: validating\n", tr.knob, value)
-	c, err := t.open(cand, res.Prompt)
+	c, err := t.open(cand, want)
 	if err != nil { // a candidate that fails is never taken; the run goes on
 		res.Why = "failed: " + err.Error()
 		fmt.Fprintf(t.stderr, "tune: %s=%s: %s\n", tr.knob, value, res.Why)
 		return res, nil
 	}
 	defer func() { c.close() }() // not when it became the base (c nil)
+	res.Prompt = base.prompt
 	base.k.Reset()
 	for i := 0; i < t.f.rounds; i++ {
 		for _, r := range []*tuneRow{base, c} {
@@ -340,7 +344,7 @@ func (t *tuner) try(tr tuneTrial) (vulkan.TuningTrial, error) {
 	fmt.Fprintf(t.stderr, "tune: %s=%s: %s\n", tr.knob, value, res.Why)
 	if res.Chosen { // the candidate's row is the new base's at this prompt
 		t.closeRows()
-		t.rows[res.Prompt] = c
+		t.rows[want] = c
 		c = nil
 	}
 	return res, nil
