@@ -163,6 +163,9 @@ func (k *Benchmark) Time() error {
 	return nil
 }
 
+// Rates are the timed runs' prefill and decode tokens/s, in the order run.
+func (k *Benchmark) Rates() (prefill, decode []float64) { return k.prefill, k.decode }
+
 // Reset forgets the timed runs (the warm-up stays done): the next Result
 // is of the runs after it (modrun tune times one row against several).
 func (k *Benchmark) Reset() { k.prefill, k.decode = nil, nil }

@@ -166,6 +166,9 @@ func (b *Parallel) Result() ParallelResult {
 	return b.rounds[0]
 }
 
+// Rounds are the timed rounds, in the order run.
+func (b *Parallel) Rounds() []ParallelResult { return b.rounds }
+
 // Backend is the backend the sequences run on.
 func (b *Parallel) Backend() *engine.Backend { return b.bk }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -340,6 +341,13 @@ func (t *tuner) try(tr tuneTrial) (vulkan.TuningTrial, error) {
 	}
 	b, cr := base.k.Result(), c.k.Result()
 	res.BasePrefill, res.BaseDecode, res.Prefill, res.Decode = b.PrefillRate, b.DecodeRate, cr.PrefillRate, cr.DecodeRate
+	bp, bd := base.k.Rates()
+	cp, cd := c.k.Rates()
+	if res.Metric == "decode" {
+		bp, bd, cp, cd = bd, bp, cd, cp // the metric's rates first
+	}
+	res.Rounds, res.Wins, res.Gain = paired(bp, cp)
+	_, _, res.Other = paired(bd, cd)
 	res.Chosen, res.Why = decideTrial(res, t.f.margin)
 	fmt.Fprintf(t.stderr, "tune: %s=%s: %s\n", tr.knob, value, res.Why)
 	if res.Chosen { // the candidate's row is the new base's at this prompt
@@ -381,6 +389,15 @@ func (t *tuner) tryParallel(res vulkan.TuningTrial, cand vulkan.Knobs) (vulkan.T
 		}
 	}
 	res.BaseDecode, res.Decode = base.Result().AggregateDecodeRate, c.Result().AggregateDecodeRate
+	aggregate := func(rounds []bench.ParallelResult) []float64 {
+		var r []float64
+		for _, x := range rounds {
+			r = append(r, x.AggregateDecodeRate)
+		}
+		return r
+	}
+	res.Rounds, res.Wins, res.Gain = paired(aggregate(base.Rounds()), aggregate(c.Rounds()))
+	res.Other = 1
 	res.Chosen, res.Why = decideTrial(res, t.f.margin)
 	fmt.Fprintf(t.stderr, "tune: %s=%s: %s\n", res.Knob, res.Value, res.Why)
 	return res, nil
@@ -389,32 +406,59 @@ func (t *tuner) tryParallel(res vulkan.TuningTrial, cand vulkan.Knobs) (vulkan.T
 // decideTrial is tuneDecide; a test replaces it to take every candidate.
 var decideTrial = tuneDecide
 
-// tuneDecide takes a candidate whose metric beats the base's by margin or
-// more, unless its other rate falls by more than twice that (a knob for
-// one phase that costs the other more than noise). The parallel metric
-// has no other rate.
-func tuneDecide(tr vulkan.TuningTrial, margin float64) (bool, string) {
-	ratio := func(a, b float64) float64 {
-		if b <= 0 {
-			return 0
+// paired compares rounds run in pairs, base then candidate: how many
+// pairs, in how many the candidate was faster, and the median of the
+// candidate's rate over its base's.
+func paired(base, cand []float64) (rounds, wins int, gain float64) {
+	var ratios []float64
+	for i := range min(len(base), len(cand)) {
+		if base[i] <= 0 {
+			continue
 		}
-		return a / b
+		r := cand[i] / base[i]
+		ratios = append(ratios, r)
+		if r > 1 {
+			wins++
+		}
 	}
-	pre, dec := ratio(tr.Prefill, tr.BasePrefill), ratio(tr.Decode, tr.BaseDecode)
-	gain, other, otherName := pre, dec, "decode"
-	figures := fmt.Sprintf("prefill %.3fx, decode %.3fx", pre, dec)
+	if len(ratios) == 0 {
+		return 0, 0, 0
+	}
+	sort.Float64s(ratios)
+	return len(ratios), wins, ratios[len(ratios)/2]
+}
+
+// tuneWins is the fewest of n rounds a candidate must win: four in five
+// (all of up to 4 rounds), so that one noisy round in five cannot
+// decide, and a candidate no faster than its base (each round a coin
+// toss) is taken by chance at most 3 times in 16 with 5 rounds.
+func tuneWins(n int) int { return (4*n + 4) / 5 }
+
+// tuneDecide takes a candidate whose metric beats the base's by margin or
+// more, in the median of the rounds' ratios and in tuneWins of the
+// rounds, unless its other rate falls by more than twice the margin (a
+// knob for one phase that costs the other more than noise).
+func tuneDecide(tr vulkan.TuningTrial, margin float64) (bool, string) {
+	other := "decode"
 	switch tr.Metric {
 	case "decode":
-		gain, other, otherName = dec, pre, "prefill"
-	case "parallel": // one rate: the aggregate decode
-		gain, other = dec, 1
-		figures = fmt.Sprintf("%d sequences' decode %.3fx", tr.Parallel, dec)
+		other = "prefill"
+	case "parallel":
+		other = ""
+	}
+	figures := fmt.Sprintf("%s %.3fx, faster in %d of %d rounds", tr.Metric, tr.Gain, tr.Wins, tr.Rounds)
+	if other != "" {
+		figures += fmt.Sprintf("; %s %.3fx", other, tr.Other)
 	}
 	switch {
-	case gain < 1+margin:
-		return false, fmt.Sprintf("%s: %s under the %.0f%% margin", figures, tr.Metric, 100*margin)
-	case other < 1-2*margin:
-		return false, fmt.Sprintf("%s: %s worse by more than %.0f%%", figures, otherName, 200*margin)
+	case tr.Rounds == 0:
+		return false, "no rounds timed"
+	case tr.Gain < 1+margin:
+		return false, fmt.Sprintf("%s: under the %.0f%% margin", figures, 100*margin)
+	case tr.Wins < tuneWins(tr.Rounds):
+		return false, fmt.Sprintf("%s: fewer than %d rounds", figures, tuneWins(tr.Rounds))
+	case other != "" && tr.Other < 1-2*margin:
+		return false, fmt.Sprintf("%s: %s worse by more than %.0f%%", figures, other, 200*margin)
 	default:
 		return true, figures + ": taken"
 	}

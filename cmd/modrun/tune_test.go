@@ -45,10 +45,10 @@ func TestTune(t *testing.T) {
 		}
 	}
 	// The timed trials report both rows' rates and a decision.
-	assert.Regexp(t, `\| MODRUN_PROMPT_STEPS \| 1 \| [^|]+ \| prefill \| 3 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| (yes|no) \| prefill [0-9.]+x, decode [0-9.]+x: `, stdout)
+	assert.Regexp(t, `\| MODRUN_PROMPT_STEPS \| 1 \| [^|]+ \| prefill \| 3 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| (yes|no) \| prefill [0-9.]+x, faster in [0-3] of 1 rounds; decode [0-9.]+x: `, stdout)
 	// The parallel trial: half lavapipe's 8 vector rows, at 8 sequences.
 	if lavapipe {
-		assert.Regexp(t, `\| MODRUN_VEC_ROWS \| 4 \| [^|]+ \| parallel, 8 sequences \| 32 \|  \|  \| [0-9.]+ \| [0-9.]+ \| (yes|no) \| 8 sequences' decode [0-9.]+x`, stdout)
+		assert.Regexp(t, `\| MODRUN_VEC_ROWS \| 4 \| [^|]+ \| parallel, 8 sequences \| 32 \|  \|  \| [0-9.]+ \| [0-9.]+ \| (yes|no) \| parallel [0-9.]+x, faster in [01] of 1 rounds`, stdout)
 	}
 	assert.Contains(t, stdout, "written to "+file)
 
@@ -144,28 +144,42 @@ func TestTuneKeepsTakenRows(t *testing.T) {
 func TestTuneDecide(t *testing.T) {
 	for _, tc := range []struct {
 		metric       string
-		bp, bd, p, d float64
+		rounds, wins int
+		gain, other  float64
 		chosen       bool
 		why          string
 	}{
-		{"prefill", 100, 50, 110, 50, true, "prefill 1.100x, decode 1.000x: taken"},
-		{"prefill", 100, 50, 102, 60, false, "prefill 1.020x, decode 1.200x: prefill under the 3% margin"},
-		{"prefill", 100, 50, 120, 46, false, "prefill 1.200x, decode 0.920x: decode worse by more than 6%"},
-		{"prefill", 100, 50, 120, 48, true, "prefill 1.200x, decode 0.960x: taken"},
-		{"decode", 100, 50, 90, 52, false, "prefill 0.900x, decode 1.040x: prefill worse by more than 6%"},
-		{"decode", 100, 50, 100, 51, false, "prefill 1.000x, decode 1.020x: decode under the 3% margin"},
-		{"decode", 100, 50, 95, 55, true, "prefill 0.950x, decode 1.100x: taken"},
-		{"parallel", 0, 900, 0, 950, true, "16 sequences' decode 1.056x: taken"},
-		{"parallel", 0, 900, 0, 910, false, "16 sequences' decode 1.011x: parallel under the 3% margin"},
+		{"prefill", 5, 5, 1.10, 1.00, true, "prefill 1.100x, faster in 5 of 5 rounds; decode 1.000x: taken"},
+		{"prefill", 5, 4, 1.10, 0.95, true, "prefill 1.100x, faster in 4 of 5 rounds; decode 0.950x: taken"},
+		{"prefill", 5, 3, 1.10, 1.00, false, "prefill 1.100x, faster in 3 of 5 rounds; decode 1.000x: fewer than 4 rounds"},
+		{"prefill", 5, 5, 1.02, 1.20, false, "prefill 1.020x, faster in 5 of 5 rounds; decode 1.200x: under the 3% margin"},
+		{"prefill", 5, 5, 1.20, 0.92, false, "prefill 1.200x, faster in 5 of 5 rounds; decode 0.920x: decode worse by more than 6%"},
+		{"decode", 3, 3, 1.05, 0.90, false, "decode 1.050x, faster in 3 of 3 rounds; prefill 0.900x: prefill worse by more than 6%"},
+		{"decode", 3, 2, 1.05, 1.00, false, "decode 1.050x, faster in 2 of 3 rounds; prefill 1.000x: fewer than 3 rounds"},
+		{"parallel", 5, 4, 1.056, 1, true, "parallel 1.056x, faster in 4 of 5 rounds: taken"},
+		{"parallel", 5, 5, 1.011, 1, false, "parallel 1.011x, faster in 5 of 5 rounds: under the 3% margin"},
+		{"prefill", 0, 0, 0, 0, false, "no rounds timed"},
 	} {
-		tr := vulkan.TuningTrial{Metric: tc.metric, BasePrefill: tc.bp, BaseDecode: tc.bd, Prefill: tc.p, Decode: tc.d}
-		if tc.metric == "parallel" {
-			tr.Parallel = 16
-		}
+		tr := vulkan.TuningTrial{Metric: tc.metric, Rounds: tc.rounds, Wins: tc.wins, Gain: tc.gain, Other: tc.other}
 		chosen, why := tuneDecide(tr, 0.03)
 		assert.Equal(t, tc.chosen, chosen, "%+v", tc)
 		assert.Equal(t, tc.why, why, "%+v", tc)
 	}
+	for _, tc := range []struct {
+		base, cand   []float64
+		rounds, wins int
+		gain         float64
+	}{
+		{[]float64{100, 100, 100}, []float64{110, 90, 120}, 3, 2, 1.1},
+		{[]float64{100, 50, 0}, []float64{100, 100, 100}, 2, 1, 2}, // a base without a rate is left out
+		{nil, []float64{1}, 0, 0, 0},
+	} {
+		rounds, wins, gain := paired(tc.base, tc.cand)
+		assert.Equal(t, tc.rounds, rounds, "%v %v", tc.base, tc.cand)
+		assert.Equal(t, tc.wins, wins, "%v %v", tc.base, tc.cand)
+		assert.InDelta(t, tc.gain, gain, 1e-12, "%v %v", tc.base, tc.cand)
+	}
+	assert.Equal(t, []int{1, 2, 3, 4, 4, 5, 6}, []int{tuneWins(1), tuneWins(2), tuneWins(3), tuneWins(4), tuneWins(5), tuneWins(6), tuneWins(7)})
 }
 
 // TestTuneFlags: tune refuses bad flags, a knob set in the environment

@@ -71,8 +71,17 @@ type TuningTrial struct {
 	BaseDecode  float64 `json:"base_decode"`
 	Prefill     float64 `json:"prefill"`
 	Decode      float64 `json:"decode"`
-	Chosen      bool    `json:"chosen"`
-	Why         string  `json:"why"`
+	// What decided, round by round (each round ran the base, then the
+	// candidate): Gain is the median over the rounds of the candidate's
+	// metric over the base's in the same round, Other the same of the other
+	// rate (1 for "parallel", which has none), Wins the rounds whose
+	// candidate beat its base on the metric.
+	Rounds int     `json:"rounds"`
+	Wins   int     `json:"wins"`
+	Gain   float64 `json:"gain"`
+	Other  float64 `json:"other"`
+	Chosen bool    `json:"chosen"`
+	Why    string  `json:"why"`
 }
 
 // KeyOf is the key of model m on a device.
