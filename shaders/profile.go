@@ -69,6 +69,16 @@ type Device struct {
 	// (MODRUN_MATMUL_PIPE=0, read by the engine): a GPU profile without
 	// tensor cores takes MatmulSpecGPU's tiles, as before the pipelined one.
 	NoMatmulPipe bool
+	// NoMatvecRows: the user turned matvec_rows off (MODRUN_MATVEC_ROWS=0,
+	// read by the engine): a GPU profile's quantized matvecs take
+	// matvec.comp's subgroup kernel, as before matvec_rows, and its
+	// batched steps run at most 8 rows as matvecs. A knob for GPUs that
+	// have not timed the two (the H200's run A chose matvec_rows).
+	NoMatvecRows bool
+	// NoAttendKeys: the user turned decode_attend_keys off
+	// (MODRUN_ATTEND_KEYS=0, read by the engine): a GPU profile's fused
+	// decode attention is decode_attend, whose invocations walk the keys.
+	NoAttendKeys bool
 }
 
 // Profile is a device's kernel choices.
@@ -277,7 +287,7 @@ var MatvecLanesSpecCPU = []uint32{8, 1, 1, 16}
 //     subgroupAdd, matvecRowsPerGroup rows per workgroup.
 //   - other GPUs: 32 invocations per row summed in shared memory.
 func NewProfile(d Device) Profile {
-	p := Profile{Device: d, KV: KVF16, AttentionChunk: attentionChunk, FuseNorm: true, FuseAttention: true, AttendKeys: true}
+	p := Profile{Device: d, KV: KVF16, AttentionChunk: attentionChunk, FuseNorm: true, FuseAttention: true, AttendKeys: !d.NoAttendKeys}
 	if d.MaxWorkGroupInvocations == 0 {
 		p.MaxWorkGroupInvocations = 128 // Vulkan's minimum
 	}
@@ -289,7 +299,7 @@ func NewProfile(d Device) Profile {
 		p.MatvecLanes = sg == 8 && d.SubgroupBallot && d.SubgroupArithmetic
 	case subgroupsUsable(d.SubgroupArithmetic, sg, 128) && matvecRowsPerGroup*sg <= p.MaxWorkGroupInvocations:
 		p.MatvecReduce, p.MatvecSpec = ReduceSubgroup, []uint32{matvecRowsPerGroup * sg, sg, 1}
-		p.MatvecRows = true
+		p.MatvecRows = !d.NoMatvecRows
 	default:
 		p.MatvecReduce, p.MatvecSpec = ReduceShared, []uint32{128, 32, 1}
 	}

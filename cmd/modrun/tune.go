@@ -47,14 +47,17 @@ type tuneTrial struct {
 // tuneTrials are tried in order, each from the knobs the earlier ones
 // chose. The prefill's kernels first (their gains compound: the direct
 // matmul and the tensor-core attention run under the tensor-core matmul),
-// then the decode step, then how a short prompt runs. A value that a
-// precision knob would change (MODRUN_TENSOR_CORES=f16) is never tried:
-// tuning picks speed at the engine's own precision.
+// then the decode step's kernels and its barriers, then how a short
+// prompt runs, then how many rows a batched step runs as matvecs. A
+// value that a precision knob would change (MODRUN_TENSOR_CORES=f16) is
+// never tried: tuning picks speed at the engine's own precision.
 var tuneTrials = []tuneTrial{
 	{knob: "MODRUN_TENSOR_CORES", value: "0", metric: "prefill"},
 	{knob: "MODRUN_MATMUL_PIPE", value: "0", metric: "prefill"},
 	{knob: "MODRUN_MATMUL_DIRECT", value: "1", metric: "prefill"},
 	{knob: "MODRUN_ATTENTION_COOP", value: "1", metric: "prefill"},
+	{knob: "MODRUN_MATVEC_ROWS", value: "0", metric: "decode"},
+	{knob: "MODRUN_ATTEND_KEYS", value: "0", metric: "decode"},
 	{knob: "MODRUN_HANDOFF", value: "", metric: "decode"}, // the other of the profile's choice
 	{knob: "MODRUN_PROMPT_STEPS", value: "1", metric: "prefill", short: true},
 	{knob: "MODRUN_VEC_ROWS", metric: "parallel"}, // half the profile's VecRows, at VecRows sequences

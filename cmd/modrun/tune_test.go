@@ -23,12 +23,13 @@ func tuneArgsFor(extra ...string) []string {
 	return append([]string{"tune", "-m", tuneModel, "--prompt", "16", "--short", "3", "-n", "4", "--rounds", "1", "--validate", "2"}, extra...)
 }
 
-// TestTune: tune tries every knob in order, says which have no effect on
-// the device (on lavapipe, the tensor-core ones: no cooperative
-// matrices), times the others against the base round by round, and
-// writes an entry keyed by the device, driver, kernels and model, which
-// a later run of the model takes (run --stats names it); a second run
-// replaces the entry; --dry-run writes nothing; --json is the entry.
+// TestTune: tune tries every knob in order and says which have no effect
+// on the device (on lavapipe: the tensor-core ones, having no cooperative
+// matrices, and the GPU profile's matvec and decode attention kernels).
+// It times the others against the base round by round and writes an
+// entry keyed by the device, driver, kernels and model, which a later run
+// of the model takes (run --stats names it); a second run replaces the
+// entry; --dry-run writes nothing; --json is the entry.
 func TestTune(t *testing.T) {
 	needVulkan(t)
 	dir := t.TempDir()
@@ -40,8 +41,8 @@ func TestTune(t *testing.T) {
 	}
 	lavapipe := strings.Contains(stderr, "llvmpipe")
 	if lavapipe {
-		for _, knob := range []string{"MODRUN_TENSOR_CORES", "MODRUN_MATMUL_PIPE", "MODRUN_MATMUL_DIRECT", "MODRUN_ATTENTION_COOP"} {
-			assert.Regexp(t, `\| `+knob+` \| [^|]+ \| [^|]+ \| prefill \| 16 \|  \|  \|  \|  \| no \| no effect on this device \|`, stdout)
+		for _, knob := range []string{"MODRUN_TENSOR_CORES", "MODRUN_MATMUL_PIPE", "MODRUN_MATMUL_DIRECT", "MODRUN_ATTENTION_COOP", "MODRUN_MATVEC_ROWS", "MODRUN_ATTEND_KEYS"} {
+			assert.Regexp(t, `\| `+knob+` \| [^|]+ \| [^|]+ \| (prefill|decode) \| 16 \|  \|  \|  \|  \| no \| no effect on this device \|`, stdout)
 		}
 	}
 	// The timed trials report both rows' rates and a decision.

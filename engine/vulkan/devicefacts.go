@@ -33,14 +33,7 @@ func parseTensorCores(v string) (on, half bool, err error) {
 func matmulPipeEnv(k Knobs) (on bool, err error) { return parseMatmulPipe(k.get("MODRUN_MATMUL_PIPE")) }
 
 func parseMatmulPipe(v string) (on bool, err error) {
-	switch v {
-	case "", "1":
-		return true, nil
-	case "0":
-		return false, nil
-	default:
-		return true, fmt.Errorf("vulkan: MODRUN_MATMUL_PIPE=%q: want 1 (the default: the pipelined matmul tile on GPUs) or 0 (the tiles before it)", v)
-	}
+	return parseOnOff("MODRUN_MATMUL_PIPE", v, true, "the pipelined matmul tile on GPUs", "the tiles before it")
 }
 
 // matmulDirectEnv is MODRUN_MATMUL_DIRECT: unset or 0, the tensor-core
@@ -77,14 +70,48 @@ func attentionCoopEnv(k Knobs) (on bool, err error) {
 }
 
 func parseAttentionCoop(v string) (on bool, err error) {
+	return parseOnOff("MODRUN_ATTENTION_COOP", v, false, "the prefill's attention on tensor cores", "on the shader cores")
+}
+
+// matvecRowsEnv is MODRUN_MATVEC_ROWS: unset or 1, a GPU profile's
+// quantized matvecs as matvec_rows (the default, chosen on the H200);
+// 0, as matvec.comp's subgroup kernel (and batched steps of at most 8
+// rows as matvecs), for a GPU that has not timed the two. A measuring knob.
+func matvecRowsEnv(k Knobs) (on bool, err error) { return parseMatvecRows(k.get("MODRUN_MATVEC_ROWS")) }
+
+func parseMatvecRows(v string) (on bool, err error) {
+	return parseOnOff("MODRUN_MATVEC_ROWS", v, true, "the quantized matvecs as matvec_rows on GPUs", "as matvec.comp's subgroup kernel")
+}
+
+// attendKeysEnv is MODRUN_ATTEND_KEYS: unset or 1, a GPU profile's fused
+// decode attention as decode_attend_keys (the keys across invocations:
+// the default); 0, as decode_attend (each invocation walks keys). A
+// measuring knob until a GPU has timed the two (issue 42 item 5).
+func attendKeysEnv(k Knobs) (on bool, err error) { return parseAttendKeys(k.get("MODRUN_ATTEND_KEYS")) }
+
+func parseAttendKeys(v string) (on bool, err error) {
+	return parseOnOff("MODRUN_ATTEND_KEYS", v, true, "decode attention as decode_attend_keys on GPUs", "as decode_attend")
+}
+
+// parseOnOff is a knob of two values, name's value v: "1" (on) or "0",
+// "" its default; anything else is refused by name, saying what each
+// value does.
+func parseOnOff(name, v string, def bool, on, off string) (bool, error) {
 	switch v {
-	case "", "0":
-		return false, nil
+	case "":
+		return def, nil
 	case "1":
 		return true, nil
-	default:
-		return false, fmt.Errorf("vulkan: MODRUN_ATTENTION_COOP=%q: want 1 (the prefill's attention on tensor cores) or 0 (on the shader cores: the default)", v)
+	case "0":
+		return false, nil
 	}
+	d1, d0 := "", ""
+	if def {
+		d1 = "the default: "
+	} else {
+		d0 = ": the default"
+	}
+	return def, fmt.Errorf("vulkan: %s=%q: want 1 (%s%s) or 0 (%s%s)", name, v, d1, on, off, d0)
 }
 
 // deviceFacts is what shaders.NewProfile needs of a device: the subgroup
@@ -99,6 +126,8 @@ func deviceFacts(info vk.DeviceInfo, k Knobs) shaders.Device {
 	pipe, _ := matmulPipeEnv(k)
 	direct, resident, _ := matmulDirectEnv(k)
 	attnCoop, _ := attentionCoopEnv(k)
+	rows, _ := matvecRowsEnv(k)
+	keys, _ := attendKeysEnv(k)
 	sg, require := shaders.SubgroupSizeFor(shaders.SubgroupFacts{Vendor: info.VendorID, Reported: l.SubgroupSize,
 		Min: l.MinSubgroupSize, Max: l.MaxSubgroupSize,
 		Control: f.SubgroupSizeControl && f.ComputeFullSubgroups && l.RequiredSubgroupSizeCompute})
@@ -126,5 +155,7 @@ func deviceFacts(info vk.DeviceInfo, k Knobs) shaders.Device {
 		MatmulDirect:            direct,
 		MatmulDirectResident:    resident,
 		AttentionCoop:           attnCoop,
+		NoMatvecRows:            !rows,
+		NoAttendKeys:            !keys,
 	}
 }
