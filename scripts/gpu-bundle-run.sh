@@ -98,6 +98,14 @@ failed=0
   MODRUN_HANDOFF=1 MODRUN_MATMUL_DIRECT=1 MODRUN_ATTENTION_COOP=1 "$here/bin/modrun" devices --check 2>&1 || echo "devices --check with the opt-in kernels: FAILED (exit $?)"
   echo '```'
   echo
+  # The decode kernels modrun tune may pick instead of the defaults
+  # (matvec.comp's subgroup matvec, decode_attend): checked the same way.
+  echo "## The same with the other decode kernels (MODRUN_MATVEC_ROWS=0 MODRUN_ATTEND_KEYS=0 modrun devices --check)"
+  echo
+  echo '```'
+  MODRUN_MATVEC_ROWS=0 MODRUN_ATTEND_KEYS=0 "$here/bin/modrun" devices --check 2>&1 || echo "devices --check with the other decode kernels: FAILED (exit $?)"
+  echo '```'
+  echo
   # What the driver's compiler says of each kernel the profile picks
   # (registers, spills): whether a batched step's matvec spills here
   # (docs/matvec-cost.md, "Registers"). A driver without the statistics
