@@ -44,6 +44,7 @@ func devicesMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			r.Default = &chosen.Index
 		}
 		dr := deviceReport{DeviceInfo: d, Default: def}
+		dr.tuning()
 		if *check && d.Problem == "" {
 			dr.Checks, dr.CheckError = checkDevice(inst, d)
 		}
@@ -98,7 +99,41 @@ type deviceReport struct {
 	// KernelStats: --kernel-stats; KernelStatsError: why there are none.
 	KernelStats      []vulkan.KernelStats `json:"kernel_stats,omitempty"`
 	KernelStatsError string               `json:"kernel_stats_error,omitempty"`
-	CheckError       string               `json:"check_error,omitempty"` // the device could not be opened for it
+	// Tuned are the tuning file's entries for the device (this build's
+	// kernels; `modrun tune`), TunedStale how many more were measured with
+	// other kernels, TuningError why the file could not be read.
+	Tuned       []vulkan.TuningEntry `json:"tuned,omitempty"`
+	TunedStale  int                  `json:"tuned_stale,omitempty"`
+	TuningFile  string               `json:"tuning_file,omitempty"`
+	TuningError string               `json:"tuning_error,omitempty"`
+	CheckError  string               `json:"check_error,omitempty"` // the device could not be opened for it
+}
+
+// tuning fills d's tuning fields from the tuning file (vulkan.TuningPath).
+func (d *deviceReport) tuning() {
+	if d.TuningFile = vulkan.TuningPath(); d.TuningFile == "" {
+		return
+	}
+	t, err := vulkan.LoadTuning(d.TuningFile)
+	if err != nil {
+		d.TuningError = err.Error()
+		return
+	}
+	d.Tuned, d.TunedStale = t.ForDevice(d.DeviceInfo)
+}
+
+// writeTuning writes d's tuned lines: each model's kept knobs, and the
+// entries of other kernels, which runs do not take.
+func (d *deviceReport) writeTuning(w io.Writer) {
+	if d.TuningError != "" {
+		fmt.Fprintf(w, "    tuned:\t%s\n", d.TuningError)
+	}
+	for _, e := range d.Tuned {
+		fmt.Fprintf(w, "    tuned:\t%s: %s (%s, %s)\n", e.Model, e.Knobs, d.TuningFile, e.Date)
+	}
+	if d.TunedStale > 0 {
+		fmt.Fprintf(w, "    tuned:\t%d more in %s, measured with other kernels than this modrun's: not taken (modrun tune again)\n", d.TunedStale, d.TuningFile)
+	}
 }
 
 func (r *devicesReport) writeText(w io.Writer) error {
@@ -145,6 +180,7 @@ func (r *devicesReport) writeText(w io.Writer) error {
 			fmt.Fprintf(tw, "    timestamps:\tnone on the compute queue\n")
 		}
 		fmt.Fprintf(tw, "    features:\t%s\n", featureText(f))
+		d.writeTuning(tw)
 		if err := tw.Flush(); err != nil {
 			return err
 		}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/modrun/modrun/engine"
 	"github.com/modrun/modrun/engine/vulkan"
+	"github.com/modrun/modrun/mod"
+	"github.com/modrun/modrun/vk"
 )
 
 // tuneModel is small enough for a tuning run on lavapipe in seconds.
@@ -216,4 +218,56 @@ func TestTuneFlags(t *testing.T) {
 			os.Unsetenv(name)
 		}
 	}
+}
+
+// TestDevicesListsTuning: `modrun devices` lists the tuning file's
+// entries for each device (this build's kernels: the model and its kept
+// knobs), counts those measured with other kernels (not taken), and says
+// why a bad file could not be read.
+func TestDevicesListsTuning(t *testing.T) {
+	needVulkan(t)
+	inst, err := vk.NewInstance(vk.InstanceOptions{})
+	require.NoError(t, err)
+	devs, err := inst.Devices()
+	inst.Close()
+	require.NoError(t, err)
+	m, err := mod.Open(tuneModel)
+	require.NoError(t, err)
+	defer m.Close()
+	tu := &vulkan.Tuning{Version: vulkan.TuningVersion}
+	key := vulkan.KeyOf(devs[0], m)
+	tu.Put(vulkan.TuningEntry{TuningKey: key, Knobs: vulkan.Knobs{"MODRUN_PROMPT_STEPS": "1"}, Date: "2026-11-28T00:00:00Z"})
+	old := key
+	old.Build = "0000000000000000"
+	tu.Put(vulkan.TuningEntry{TuningKey: old, Knobs: vulkan.Knobs{"MODRUN_HANDOFF": "1"}})
+	other := key
+	other.Device += " (another)"
+	tu.Put(vulkan.TuningEntry{TuningKey: other, Knobs: vulkan.Knobs{"MODRUN_VEC_ROWS": "2"}})
+	file := filepath.Join(t.TempDir(), "tuning.json")
+	require.NoError(t, tu.Save(file))
+	t.Setenv("MODRUN_TUNING", file)
+
+	code, out, stderr := modrun(t, "devices")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "    tuned:       "+key.Model+": MODRUN_PROMPT_STEPS=1 ("+file+", 2026-11-28T00:00:00Z)\n")
+	assert.Contains(t, out, "    tuned:       1 more in "+file+", measured with other kernels than this modrun's: not taken (modrun tune again)\n")
+	assert.NotContains(t, out, "MODRUN_VEC_ROWS=2", "another device's entry")
+
+	code, out, stderr = modrun(t, "devices", "--json")
+	require.Equal(t, 0, code, stderr)
+	var r struct {
+		Devices []struct {
+			Tuned      []vulkan.TuningEntry `json:"tuned"`
+			TunedStale int                  `json:"tuned_stale"`
+		} `json:"devices"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Len(t, r.Devices[0].Tuned, 1)
+	assert.Equal(t, key, r.Devices[0].Tuned[0].TuningKey)
+	assert.Equal(t, 1, r.Devices[0].TunedStale)
+
+	require.NoError(t, os.WriteFile(file, []byte("{"), 0o644))
+	code, out, stderr = modrun(t, "devices")
+	require.Equal(t, 0, code, "a bad tuning file is shown, not fatal, in devices: %s", stderr)
+	assert.Contains(t, out, "    tuned:       vulkan: tuning file "+file+": ")
 }

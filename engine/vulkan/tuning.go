@@ -186,6 +186,24 @@ func (t *Tuning) Lookup(key TuningKey) (TuningEntry, bool) {
 	return TuningEntry{}, false
 }
 
+// ForDevice are t's entries measured on the device info describes, with
+// its driver: those of this build's kernels (the ones runs take), and
+// how many others were measured with other kernels (never taken).
+func (t *Tuning) ForDevice(info vk.DeviceInfo) (current []TuningEntry, stale int) {
+	k := KeyOf(info, &mod.Model{})
+	for _, e := range t.Entries {
+		if e.Device != k.Device || e.VendorID != k.VendorID || e.DeviceID != k.DeviceID || e.Driver != k.Driver {
+			continue
+		}
+		if e.Build == k.Build {
+			current = append(current, e)
+		} else {
+			stale++
+		}
+	}
+	return current, stale
+}
+
 // Put adds e, replacing an entry of the same key.
 func (t *Tuning) Put(e TuningEntry) {
 	for i := range t.Entries {
