@@ -286,20 +286,15 @@ var plantTuneError func(vulkan.Knobs, engine.Runner) engine.Runner
 // try runs one trial: the base knobs' row against the candidate's, round
 // by round.
 func (t *tuner) try(tr tuneTrial) (vulkan.TuningTrial, error) {
-	value := tr.value
-	if tr.knob == "MODRUN_HANDOFF" { // the other of what the profile does
-		p, err := vulkan.ProfileWith(t.info, t.base)
-		if err != nil {
-			return vulkan.TuningTrial{}, err
-		}
-		value = map[bool]string{true: "0", false: "1"}[p.Handoff]
+	p, err := vulkan.ProfileWith(t.info, t.base)
+	if err != nil {
+		return vulkan.TuningTrial{}, err
 	}
-	parallel := 0
-	if tr.knob == "MODRUN_VEC_ROWS" { // a step of the profile's most rows as matvecs, or as the matmul
-		p, err := vulkan.ProfileWith(t.info, t.base)
-		if err != nil {
-			return vulkan.TuningTrial{}, err
-		}
+	value, parallel := tr.value, 0
+	switch tr.knob {
+	case "MODRUN_HANDOFF": // the other of what the profile does
+		value = map[bool]string{true: "0", false: "1"}[p.Handoff]
+	case "MODRUN_VEC_ROWS": // a step of the profile's most rows as matvecs, or as the matmul
 		parallel, value = p.VecRows(), fmt.Sprint(p.VecRows()/2)
 	}
 	cand := t.base.With(tr.knob, value)
@@ -323,10 +318,8 @@ func (t *tuner) try(tr tuneTrial) (vulkan.TuningTrial, error) {
 	}
 	fmt.Fprintf(t.stderr, "tune: %s=%s: validating\n", tr.knob, value)
 	c, err := t.open(cand, want)
-	if err != nil { // a candidate that fails is never taken; the run goes on
-		res.Why = "failed: " + err.Error()
-		fmt.Fprintf(t.stderr, "tune: %s=%s: %s\n", tr.knob, value, res.Why)
-		return res, nil
+	if err != nil {
+		return t.failed(res, err), nil
 	}
 	defer func() { c.close() }() // not when it became the base (c nil)
 	res.Prompt = base.prompt
@@ -337,8 +330,7 @@ func (t *tuner) try(tr tuneTrial) (vulkan.TuningTrial, error) {
 				if r == base {
 					return res, fmt.Errorf("tune: %s with %s: %w", t.f.mf.path, t.base, err)
 				}
-				res.Why = "failed: " + err.Error()
-				return res, nil
+				return t.failed(res, err), nil
 			}
 		}
 	}
@@ -361,6 +353,14 @@ func (t *tuner) try(tr tuneTrial) (vulkan.TuningTrial, error) {
 	return res, nil
 }
 
+// failed is res with a candidate's failure (to open, validate or run):
+// never taken, and the run goes on to the next knob.
+func (t *tuner) failed(res vulkan.TuningTrial, err error) vulkan.TuningTrial {
+	res.Why = "failed: " + err.Error()
+	fmt.Fprintf(t.stderr, "tune: %s=%s: %s\n", res.Knob, res.Value, res.Why)
+	return res
+}
+
 // tryParallel times the base knobs against cand on res.Parallel
 // sequences at once (bench --parallel's workload: the batched steps),
 // each checked against its tokens alone first (bench.NewParallel).
@@ -377,9 +377,7 @@ func (t *tuner) tryParallel(res vulkan.TuningTrial, cand vulkan.Knobs) (vulkan.T
 	bo.Knobs = cand
 	c, err := bench.NewParallel(t.m, t.routing, t.prompt, o, res.Parallel, 0, bo)
 	if err != nil {
-		res.Why = "failed: " + err.Error()
-		fmt.Fprintf(t.stderr, "tune: %s=%s: %s\n", res.Knob, res.Value, res.Why)
-		return res, nil
+		return t.failed(res, err), nil
 	}
 	defer c.Close()
 	for i := 0; i < t.f.rounds; i++ {
@@ -387,8 +385,7 @@ func (t *tuner) tryParallel(res vulkan.TuningTrial, cand vulkan.Knobs) (vulkan.T
 			return res, fmt.Errorf("tune: %s with %s, %d sequences: %w", t.f.mf.path, t.base, res.Parallel, err)
 		}
 		if err := c.Time(); err != nil {
-			res.Why = "failed: " + err.Error()
-			return res, nil
+			return t.failed(res, err), nil
 		}
 	}
 	res.BaseDecode, res.Decode = base.Result().AggregateDecodeRate, c.Result().AggregateDecodeRate

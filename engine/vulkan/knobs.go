@@ -100,19 +100,6 @@ func (k Knobs) With(name, value string) Knobs {
 	return c
 }
 
-// Effective is what each knob of k leaves after the environment: k's
-// values that no variable overrides. A runner opened with k runs with
-// these and the environment's.
-func (k Knobs) Effective() Knobs {
-	e := Knobs{}
-	for name, v := range k {
-		if os.Getenv(name) == "" {
-			e[name] = v
-		}
-	}
-	return e
-}
-
 // knobParse checks a value, not empty, of each knob as its knob reads it
 // (a count of rows against the most any device takes: a runner checks its
 // own device's when it opens).
@@ -135,14 +122,13 @@ func checkKnobs(k Knobs) error {
 	if err := k.Check(); err != nil {
 		return err
 	}
+	in := Knobs{} // what the runner will read: the environment over k
 	for _, name := range KnobNames {
 		if v := k.get(name); v != "" {
-			if err := knobParse[name](v); err != nil {
-				return err
-			}
+			in[name] = v
 		}
 	}
-	return nil
+	return checkKnobValues(in)
 }
 
 // checkKnobValues refuses a value of k that its knob does not take, as

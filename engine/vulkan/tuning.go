@@ -86,8 +86,16 @@ type TuningTrial struct {
 
 // KeyOf is the key of model m on a device.
 func KeyOf(info vk.DeviceInfo, m *mod.Model) TuningKey {
+	k := tuningDeviceKey(info)
+	k.Model = TuningModelKey(m)
+	return k
+}
+
+// tuningDeviceKey is KeyOf without the model: the device, its driver and this
+// build's kernels.
+func tuningDeviceKey(info vk.DeviceInfo) TuningKey {
 	return TuningKey{Device: info.Name, VendorID: info.VendorID, DeviceID: info.DeviceID,
-		Driver: strings.TrimSpace(info.DriverName + " " + info.DriverInfo), Build: shaders.BuildID(), Model: TuningModelKey(m)}
+		Driver: strings.TrimSpace(info.DriverName + " " + info.DriverInfo), Build: shaders.BuildID()}
 }
 
 // TuningModelKey names what of a model decides its kernels' speed: its
@@ -190,7 +198,7 @@ func (t *Tuning) Lookup(key TuningKey) (TuningEntry, bool) {
 // its driver: those of this build's kernels (the ones runs take), and
 // how many others were measured with other kernels (never taken).
 func (t *Tuning) ForDevice(info vk.DeviceInfo) (current []TuningEntry, stale int) {
-	k := KeyOf(info, &mod.Model{})
+	k := tuningDeviceKey(info)
 	for _, e := range t.Entries {
 		if e.Device != k.Device || e.VendorID != k.VendorID || e.DeviceID != k.DeviceID || e.Driver != k.Driver {
 			continue
