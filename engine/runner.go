@@ -29,6 +29,30 @@ type GreedyFeeder interface {
 	FeedArgmax(tokens []int32) (int32, error)
 }
 
+// GreedyChainer is a GreedyFeeder that runs several greedy tokens in one
+// go, each the argmax after the one before, without the host between them
+// (Vulkan: one submission, engine/vulkan/chain.go). The RunnerStepper keeps
+// the tokens ahead of the sequence and hands them out as its steps come,
+// and Truncates the runner back where the sequence went otherwise (a stop
+// token, a stop string, the end of a request).
+type GreedyChainer interface {
+	// ChainSteps is the most tokens FeedArgmaxChain runs (1: no chain).
+	ChainSteps() int
+	// FeedArgmaxChain runs token, then up to n-1 tokens more, each the
+	// argmax after the token before, and returns their argmaxes (the
+	// first is FeedArgmax([]int32{token})'s), one for each token the
+	// runner now holds more: n of them, or fewer where the runner runs
+	// shorter chains or met non-finite logits.
+	FeedArgmaxChain(token int32, n int) ([]int32, error)
+}
+
+// Truncater is a Runner that can drop its last tokens: after Truncate(p) it
+// holds the first p, as though only they were fed since Reset. It may
+// refuse a p it cannot go back to (the caller then runs the tokens again).
+type Truncater interface {
+	Truncate(p int) error
+}
+
 // LayerStat is how many tokens one routed layer processed.
 type LayerStat struct {
 	Layer          int

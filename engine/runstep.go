@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/modrun/modrun/engine/sched"
@@ -25,12 +26,24 @@ import (
 // scheduler's pages go unused: the runner keeps its own cache, so the
 // Layout has one dense table and no routed ones, and CopyPage is never
 // called (no prefix cache).
+//
+// A greedy row of a runner that chains (GreedyChainer) runs the tokens
+// greedy decoding will ask for next in the same go, as many as the
+// runner's ChainSteps and the sequence's MaxTokens and context allow: the
+// runner holds them ahead of the sequence, with the argmax after each, and
+// the next rows that ask for them take them without running. Where the
+// sequence goes otherwise (a stop token or string, a cancelled request),
+// the tokens ahead are dropped (Truncater) when another sequence's row or
+// the routing counts need the runner.
 type RunnerStepper struct {
 	r      Runner
 	greedy GreedyFeeder  // r's, when it takes the argmax itself
+	chain  GreedyChainer // r's, when it chains greedy steps
+	trunc  Truncater     // r's, when it can drop tokens
 	tracer RoutingTracer // r's, when it traces routing
 	stats  RoutingStatser
 	held   []int32       // the tokens the runner holds, in order
+	best   []int32       // the argmax after each held token a chain ran (noBest for the others)
 	routes [][]mod.Route // each held token's routing (nil for a dense model)
 	traced []bool        // whether routes holds it (not fetched for a sequence that wanted none)
 	seq    *sched.Seq    // the sequence being run
@@ -48,6 +61,8 @@ func NewRunnerStepper(r Runner, nVocab, chunk int) *RunnerStepper {
 	inner := unwrap(r)
 	a := &RunnerStepper{r: inner, chunk: max(1, chunk), lay: sched.Layout{DenseLayers: 1, ContextLen: inner.ContextLen(), NVocab: nVocab}}
 	a.greedy, _ = inner.(GreedyFeeder)
+	a.chain, _ = inner.(GreedyChainer)
+	a.trunc, _ = inner.(Truncater)
 	a.tracer, _ = inner.(RoutingTracer)
 	a.stats, _ = inner.(RoutingStatser)
 	inner.Reset()
@@ -58,8 +73,11 @@ func NewRunnerStepper(r Runner, nVocab, chunk int) *RunnerStepper {
 // first token (bench's rounds each time the same work).
 func (a *RunnerStepper) Forget() {
 	a.r.Reset()
-	a.held, a.routes, a.traced, a.seq, a.valid, a.lost = a.held[:0], a.routes[:0], a.traced[:0], nil, 0, false
+	a.held, a.best, a.routes, a.traced, a.seq, a.valid, a.lost = a.held[:0], a.best[:0], a.routes[:0], a.traced[:0], nil, 0, false
 }
+
+// noBest marks a held token whose argmax the stepper does not know.
+const noBest = math.MinInt32
 
 // Lost says the runner was used otherwise (eval mode's LogProbs ran on it,
 // perhaps from a token callback while a sequence runs): its next Feed
@@ -84,10 +102,17 @@ func (a *RunnerStepper) StatsOf(q *sched.Seq) []LayerStat {
 	return a.RoutingStats()
 }
 
-// RoutingStats are the runner's counts over the sequence it holds.
+// RoutingStats are the runner's counts over the sequence it holds: tokens
+// a chain ran ahead of it are dropped first (nil if that fails).
 func (a *RunnerStepper) RoutingStats() []LayerStat {
 	if a.stats == nil {
 		return nil
+	}
+	if a.seq != nil && !a.lost && len(a.held) > a.valid {
+		if err := a.rewind(a.valid); err != nil {
+			a.Forget()
+			return nil
+		}
 	}
 	return a.stats.RoutingStats()
 }
@@ -136,20 +161,29 @@ func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32,
 		return nil, 0, nil, fmt.Errorf("engine: a step from position %d after the sequence's %d tokens", rows[0].Pos, a.valid)
 	}
 	// Skip the rows the runner holds, but a last one that wants logits:
-	// those are gone once a later token ran.
+	// those are gone once a later token ran (a greedy one's argmax is
+	// known when a chain ran it).
 	q := rows[0].Seq
 	skip := 0
 	for ; skip < len(rows); skip++ {
 		r := rows[skip]
-		if r.Pos >= len(a.held) || a.held[r.Pos] != r.Token || r.Logits || (a.tracer != nil && q.WantsRoutes(r.Pos) && !a.traced[r.Pos]) {
+		if r.Pos >= len(a.held) || a.held[r.Pos] != r.Token || (a.tracer != nil && q.WantsRoutes(r.Pos) && !a.traced[r.Pos]) {
 			break // a held token whose routing is wanted and was not fetched runs again
+		}
+		if r.Logits && !(useArgmax && r.Argmax && a.best[r.Pos] != noBest) {
+			break
+		}
+		if !r.Logits {
+			a.reused++ // a prompt's token; a greedy row's from a chain is no reuse
 		}
 		routes = append(routes, a.routes[r.Pos])
 	}
 	a.valid += skip
-	a.reused += skip
 	if skip == len(rows) {
-		return nil, 0, routes, nil
+		if last := rows[skip-1]; last.Logits {
+			id = a.best[last.Pos]
+		}
+		return nil, id, routes, nil
 	}
 	feed := rows[skip:]
 	if p := feed[0].Pos; p < len(a.held) || a.lost { // the runner holds other tokens from here
@@ -162,9 +196,14 @@ func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32,
 		tokens[i] = r.Token
 	}
 	last := feed[len(feed)-1]
-	switch {
+	var ahead []int32 // a chain's argmaxes after last: ahead[i] follows the token at last.Pos+i
+	switch n := a.chainSteps(q, feed); {
 	case !last.Logits:
 		_, err = a.r.Feed(tokens) // a prompt chunk before the last
+	case useArgmax && last.Argmax && n > 1:
+		if ahead, err = a.chain.FeedArgmaxChain(last.Token, n); err == nil {
+			id = ahead[0]
+		}
 	case useArgmax && last.Argmax && a.greedy != nil:
 		id, err = a.greedy.FeedArgmax(tokens)
 	default:
@@ -191,24 +230,60 @@ func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32,
 			rt = slices.Clone(traced[i])
 		}
 		a.held = append(a.held, r.Token)
+		a.best = append(a.best, noBest)
 		a.routes = append(a.routes, rt)
 		a.traced = append(a.traced, want)
 		routes = append(routes, rt)
 	}
 	a.valid += len(feed)
+	if len(ahead) > 0 {
+		a.best[len(a.best)-1] = ahead[0]
+		for i := 1; i < len(ahead); i++ { // the chain's tokens ahead of the sequence
+			var rt []mod.Route
+			if i < len(traced) {
+				rt = slices.Clone(traced[i])
+			}
+			a.held = append(a.held, ahead[i-1])
+			a.best = append(a.best, ahead[i])
+			a.routes = append(a.routes, rt)
+			a.traced = append(a.traced, want)
+		}
+	}
 	return logits, id, routes, nil
 }
 
-// rewind makes the runner hold its first p tokens only: it starts again
-// and runs them anew (a Runner cannot drop tokens), their routing kept.
+// chainSteps is how many tokens a chain runs for feed, the last rows of
+// sequence q: 1 (no chain) unless feed is one greedy row and the runner
+// chains; else as many as the runner takes in one go, the sequence may
+// still draw (MaxTokens) and the context holds.
+func (a *RunnerStepper) chainSteps(q *sched.Seq, feed []sched.Row) int {
+	if a.chain == nil || a.trunc == nil || len(feed) != 1 || !feed[0].Argmax {
+		return 1
+	}
+	n := min(a.chain.ChainSteps(), a.lay.ContextLen-feed[0].Pos)
+	if left := q.DrawsLeft(); left >= 0 {
+		n = min(n, left)
+	}
+	return max(n, 1)
+}
+
+// rewind makes the runner hold its first p tokens only: it drops the rest
+// (Truncater), or starts again and runs them anew, their routing kept.
 func (a *RunnerStepper) rewind(p int) error {
 	held := a.held[:p]
+	if a.trunc != nil && !a.lost && a.trunc.Truncate(p) == nil {
+		a.held, a.best, a.routes, a.traced = held, a.best[:p], a.routes[:p], a.traced[:p]
+		return nil
+	}
 	a.r.Reset()
 	for i := 0; i < p; i += a.chunk {
 		if _, err := a.r.Feed(held[i:min(i+a.chunk, p)]); err != nil {
 			return fmt.Errorf("engine: running the sequence's first %d tokens again: %w", p, err)
 		}
 	}
-	a.held, a.routes, a.traced, a.lost = held, a.routes[:p], a.traced[:p], false
+	a.held, a.best, a.routes, a.traced, a.lost = held, a.best[:p], a.routes[:p], a.traced[:p], false
+	for i := range a.best {
+		a.best[i] = noBest // argmaxes are kept only for a chain's tokens ahead
+	}
 	return nil
 }

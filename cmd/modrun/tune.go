@@ -47,7 +47,7 @@ type tuneTrial struct {
 // tuneTrials are tried in order, each from the knobs the earlier ones
 // chose. The prefill's kernels first (their gains compound: the direct
 // matmul and the tensor-core attention run under the tensor-core matmul),
-// then the decode step's kernels and its barriers, then how a short
+// then the decode step's kernels, its barriers and its chaining, then how a short
 // prompt runs, then how many rows a batched step runs as matvecs. A
 // value that a precision knob would change (MODRUN_TENSOR_CORES=f16) is
 // never tried: tuning picks speed at the engine's own precision.
@@ -58,9 +58,10 @@ var tuneTrials = []tuneTrial{
 	{knob: "MODRUN_ATTENTION_COOP", value: "1", metric: "prefill"},
 	{knob: "MODRUN_MATVEC_ROWS", value: "0", metric: "decode"},
 	{knob: "MODRUN_ATTEND_KEYS", value: "0", metric: "decode"},
-	{knob: "MODRUN_HANDOFF", value: "", metric: "decode"}, // the other of the profile's choice
-	{knob: "MODRUN_PROMPT_STEPS", value: "1", metric: "prefill", short: true},
-	{knob: "MODRUN_VEC_ROWS", metric: "parallel"}, // half the profile's VecRows, at VecRows sequences
+	{knob: "MODRUN_HANDOFF", value: "", metric: "decode"},                    // the other of the profile's choice
+	{knob: "MODRUN_CHAIN", value: "1", metric: "decode"},                     // greedy steps one submission each
+	{knob: "MODRUN_PROMPT_STEPS", value: "", metric: "prefill", short: true}, // the other of the runner's choice
+	{knob: "MODRUN_VEC_ROWS", metric: "parallel"},                            // half the profile's VecRows, at VecRows sequences
 }
 
 // tuneParallelPrompt is the parallel trial's prompt, as the GPU bundle's
@@ -296,6 +297,18 @@ func (t *tuner) try(tr tuneTrial) (vulkan.TuningTrial, error) {
 		value = map[bool]string{true: "0", false: "1"}[p.Handoff]
 	case "MODRUN_VEC_ROWS": // a step of the profile's most rows as matvecs, or as the matmul
 		parallel, value = p.VecRows(), fmt.Sprint(p.VecRows()/2)
+	case "MODRUN_PROMPT_STEPS": // the other of the runner's choice: one prefill, or decode steps
+		if value != "" {
+			break
+		}
+		base, err := t.row(t.promptFor(tr))
+		if err != nil {
+			return vulkan.TuningTrial{}, err
+		}
+		value = "1"
+		if ps, ok := base.b.Runner.(interface{ PromptSteps() int }); ok && ps.PromptSteps() <= 1 {
+			value = fmt.Sprint(vulkan.DefaultPromptSteps)
+		}
 	}
 	cand := t.base.With(tr.knob, value)
 	res := vulkan.TuningTrial{Knob: tr.knob, Value: value, Base: t.base, Metric: tr.metric, Prompt: t.promptFor(tr), Parallel: parallel}

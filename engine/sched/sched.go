@@ -154,6 +154,15 @@ type Seq struct {
 // pos (Request.NoRoutes, RoutesFrom).
 func (q *Seq) WantsRoutes(pos int) bool { return !q.req.NoRoutes && pos >= q.req.RoutesFrom }
 
+// DrawsLeft is how many more tokens the sequence may draw before
+// MaxTokens ends it (the next draw included), -1 without MaxTokens.
+func (q *Seq) DrawsLeft() int {
+	if q.req.MaxTokens <= 0 {
+		return -1
+	}
+	return max(0, q.req.MaxTokens-len(q.out))
+}
+
 // Tokens are the new tokens drawn, stop tokens excluded.
 func (q *Seq) Tokens() []int32 { return q.out }
 

@@ -148,7 +148,7 @@ func (r *Runner) attentionInput(p *frame, l int, br blockRows, _ routedBlock) ([
 	if p.step {
 		return r.normedOps(p, r.ks.prof.AttentionInput(), lf.w.qkv, br.x, lf.w.attnNorm, p.qkv, noOther)
 	}
-	if p.paged != nil && p.paged.vec { // a step of a few rows (stepvec.go)
+	if p.vec { // a step of a few rows (stepvec.go)
 		return r.vecAttentionInput(p, l, br)
 	}
 	norm, err := r.rmsnormOp(br.x, lf.w.attnNorm, p.xn, br.n)
@@ -261,7 +261,7 @@ func (r *Runner) decodeAttention(p *frame, l int, rb routedBlock) ([]op, error) 
 // (FuseAdd), a batch's matmul bm into p.ob and add; with add false, only
 // W in into out (a batch: p.ob), for mod_residual's gate to scale.
 func (r *Runner) residual(p *frame, m mat, bm batchMat, in *vk.Buffer, br blockRows, add bool, out *vk.Buffer) ([]op, error) {
-	if p.paged != nil && p.paged.vec { // a step of a few rows (stepvec.go)
+	if p.vec { // a step of a few rows (stepvec.go)
 		return r.vecResidual(m, in, br, add, out)
 	}
 	if p.step {
@@ -296,7 +296,7 @@ func (r *Runner) attentionOutput(p *frame, l int, br blockRows, _ routedBlock) (
 func (r *Runner) mlpInput(p *frame, l int, br blockRows, _ routedBlock) ([]op, error) {
 	c := r.c
 	b, eb := p.layers[l].w, &p.layers[l].mm
-	if p.paged != nil && p.paged.vec { // a step of a few rows (stepvec.go)
+	if p.vec { // a step of a few rows (stepvec.go)
 		return r.vecMLPInput(p, l, br)
 	}
 	if !p.step {

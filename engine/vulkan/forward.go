@@ -72,6 +72,13 @@ func (r *Runner) recordForward(ps pass) (*vk.Recorder, error) {
 // forwardFrame is pass p's frame as recordForward records it.
 func (r *Runner) forwardFrame(ps pass) (*frame, error) {
 	f := r.frameOf(ps)
+	if !ps.step && r.pf.vqkv != nil && ps.n <= r.vecRows() {
+		// A short prompt's chunk: its products as matvecs over its rows,
+		// one pass over the weights (stepvec.go), as a step of as many
+		// sequences runs them.
+		f.vec, f.vqkv = true, r.pf.vqkv
+		return f, nil
+	}
 	if !ps.step && !r.ks.prof.CPU {
 		// A GPU's prefill chunk or eval window of a few rows takes the
 		// narrow tiles a decode step of as many sequences takes
@@ -91,6 +98,15 @@ func (r *Runner) forwardFrame(ps pass) (*frame, error) {
 // recordFrame records the pass of frame p.
 func (r *Runner) recordFrame(p *frame) (*vk.Recorder, error) {
 	rec := r.dev.NewRecorder()
+	if err := r.recordFrameTo(rec, p); err != nil {
+		return rec, err
+	}
+	return rec, rec.Err()
+}
+
+// recordFrameTo records the pass of frame p at the end of rec (the greedy
+// chain records several decode steps in one recording: chain.go).
+func (r *Runner) recordFrameTo(rec *vk.Recorder, p *frame) error {
 	r.beginHandoff(rec, p)
 	defer delete(r.handRecs, rec) // endHandoff's, on an error too
 	if p.appendCount != nil {
@@ -98,7 +114,7 @@ func (r *Runner) recordFrame(p *frame) (*vk.Recorder, error) {
 	}
 	embed, err := r.ks.get(r.w.tokenEmbd.embedKernel(), nil)
 	if err != nil {
-		return rec, err
+		return err
 	}
 	r.dispatchAll(rec, r.w.tokenEmbd.embedOps(embed, p.tok, p.x, p.n))
 	routed := 0 // routed layers so far: the trace's index
@@ -113,18 +129,15 @@ func (r *Runner) recordFrame(p *frame) (*vk.Recorder, error) {
 			r.dispatchAll(rec, ops)
 		}
 		if err != nil {
-			return rec, fmt.Errorf("layer %d: %w", l, err)
+			return fmt.Errorf("layer %d: %w", l, err)
 		}
 		after := rec.Stats()
 		p.blockStats = append(p.blockStats, vk.Stats{Dispatches: after.Dispatches - before.Dispatches, Barriers: after.Barriers - before.Barriers})
 	}
 	if err := r.recordHead(rec, p); err != nil {
-		return rec, err
+		return err
 	}
-	if err := r.endHandoff(rec); err != nil {
-		return rec, err
-	}
-	return rec, rec.Err()
+	return r.endHandoff(rec)
 }
 
 // recordRouted records routed layer l, the j-th routed one, in pass p: the
@@ -309,11 +322,18 @@ func (r *Runner) readTrace(buf *vk.Buffer, rows, n int) error {
 	if r.trace == nil || buf == nil {
 		return nil
 	}
-	routed := r.c.RoutedLayers()
-	raw := make([]byte, 12*rows*len(routed))
+	raw := make([]byte, 12*rows*len(r.c.RoutedLayers()))
 	if err := buf.Download(raw, 0); err != nil {
 		return err
 	}
+	r.appendTrace(raw, rows, n)
+	return nil
+}
+
+// appendTrace appends to r.trace the routing of the first n rows of raw,
+// a trace buffer's bytes of rows ([nRouted][3][rows], frame.trace).
+func (r *Runner) appendTrace(raw []byte, rows, n int) {
+	routed := r.c.RoutedLayers()
 	word := func(j, field, i int) uint32 {
 		return binary.LittleEndian.Uint32(raw[4*((3*j+field)*rows+i):])
 	}
@@ -328,7 +348,6 @@ func (r *Runner) readTrace(buf *vk.Buffer, rows, n int) error {
 		}
 		r.trace = append(r.trace, routes)
 	}
-	return nil
 }
 
 // dispatch records o, then its timestamp when profiling.

@@ -55,6 +55,12 @@ type frame struct {
 	// paged, in a step of many sequences (stepper.go), is where their keys
 	// and values live and how each row finds its own; nil otherwise.
 	paged *pagedFrame
+	// vec: a batch of a few rows (a step of a few sequences, a short
+	// prompt's chunk) runs its products as matvecs over its rows
+	// (stepvec.go), whose stacked q|k|v go to vqkv first
+	// ([vecRows][the stack's rows]).
+	vec  bool
+	vqkv *vk.Buffer
 }
 
 // layerFrame is layer l of a pass: its weights, bound for the pass's

@@ -136,10 +136,15 @@ func (r *Runner) checkHandoff() error {
 		return err
 	}
 	if binary.LittleEndian.Uint32(raw[:]) != 0 {
-		return fmt.Errorf("a kernel's wait for the one before it gave up (MODRUN_HANDOFF's hand-off between dispatches): device %s does not start a dispatch's workgroups after the earlier dispatch's, "+
-			"and the step's results are wrong: run with MODRUN_HANDOFF=0", r.dev.Info().Name)
+		return r.stallError()
 	}
 	return nil
+}
+
+// stallError is the error of a step whose hand-off's stall flag is set.
+func (r *Runner) stallError() error {
+	return fmt.Errorf("a kernel's wait for the one before it gave up (MODRUN_HANDOFF's hand-off between dispatches): device %s does not start a dispatch's workgroups after the earlier dispatch's, "+
+		"and the step's results are wrong: run with MODRUN_HANDOFF=0", r.dev.Info().Name)
 }
 
 // handoffReady is the count the self-check presets in the slot a handoff

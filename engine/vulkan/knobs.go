@@ -33,6 +33,7 @@ var KnobNames = []string{
 	"MODRUN_HANDOFF",        // handoffEnv
 	"MODRUN_VEC_ROWS",       // vecRowsEnv
 	"MODRUN_PROMPT_STEPS",   // promptStepsEnv
+	"MODRUN_CHAIN",          // chainEnv
 }
 
 // get is knob name's value: the environment's where it is set (not
@@ -113,6 +114,7 @@ var knobParse = map[string]func(v string) error{
 	"MODRUN_HANDOFF":        func(v string) error { return setHandoff(&shaders.Profile{}, v) },
 	"MODRUN_VEC_ROWS":       func(v string) error { _, err := parseVecRows(v, shaders.VecRowsMost); return err },
 	"MODRUN_PROMPT_STEPS":   func(v string) error { _, err := parsePromptSteps(v); return err },
+	"MODRUN_CHAIN":          func(v string) error { _, err := parseChain(v); return err },
 }
 
 // checkKnobs refuses a knob k does not know and any value, from k or the
@@ -149,7 +151,7 @@ func checkKnobValues(k Knobs) error {
 // differently under knobs a and b: their profiles differ (ProfileWith, the
 // device's facts aside: a knob the device cannot act on changes only
 // those), or they set a runner's own knob (MODRUN_VEC_ROWS,
-// MODRUN_PROMPT_STEPS) differently.
+// MODRUN_PROMPT_STEPS, MODRUN_CHAIN) differently.
 func KnobsDiffer(info vk.DeviceInfo, a, b Knobs) (bool, error) {
 	pa, err := ProfileWith(info, a)
 	if err != nil {
@@ -159,8 +161,10 @@ func KnobsDiffer(info vk.DeviceInfo, a, b Knobs) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if a.get("MODRUN_VEC_ROWS") != b.get("MODRUN_VEC_ROWS") || a.get("MODRUN_PROMPT_STEPS") != b.get("MODRUN_PROMPT_STEPS") {
-		return true, nil
+	for _, own := range []string{"MODRUN_VEC_ROWS", "MODRUN_PROMPT_STEPS", "MODRUN_CHAIN"} {
+		if a.get(own) != b.get(own) {
+			return true, nil
+		}
 	}
 	pa.Device, pb.Device = shaders.Device{}, shaders.Device{}
 	return !reflect.DeepEqual(pa, pb), nil

@@ -60,6 +60,10 @@ type prefill struct {
 	// residentBytes are the weights' planes kept on the device
 	// (Profile.MatmulDirectResident), 0 without them.
 	residentBytes uint64
+	// vqkv is a chunk of a few rows' stacked q|k|v when its products run
+	// as matvecs (frame.vec: a short prompt); nil where they cannot
+	// (vecFits) and in eval mode.
+	vqkv *vk.Buffer
 }
 
 // buildPrefill binds the weights for matmul and makes the chunk scratch.
@@ -136,6 +140,9 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 	}
 	if r.trace != nil {
 		pf.trace = must(12*uint64(ub*len(c.RoutedLayers())), vk.HostVisible)
+	}
+	if !r.evalMode {
+		pf.vqkv = r.vecQKV(must)
 	}
 	a.partO, a.partML = r.batchAttentionParts(must, ub, r.ctx)
 	if al.err != nil {

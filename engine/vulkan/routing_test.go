@@ -1,7 +1,6 @@
 package vulkan
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand"
@@ -258,9 +257,9 @@ func TestRoutedDispatches(t *testing.T) {
 							continue
 						}
 						selected := cpu.Selected[l] > before[l]
-						count := downloadU32(t, run.routes[l].count, 1)[0]
+						count := mustDownloadU32(t, run.routes[l].count, 1)[0]
 						assert.Equal(t, map[bool]uint32{true: 1, false: 0}[selected], count, "layer %d: the GPU's decision is the CPU's", l)
-						args := downloadU32(t, run.args[l], 3*(blockDispatches[l]+1))
+						args := mustDownloadU32(t, run.args[l], 3*(blockDispatches[l]+1))
 						for j := 0; j < len(args); j += 3 {
 							if args[j]*args[j+1]*args[j+2] != 0 {
 								nonzero++
@@ -398,13 +397,9 @@ func validatedRunner(b *testing.B, dev *vk.Device, m *mod.Model, routing mod.Rou
 	return run
 }
 
-func downloadU32(t testing.TB, b *vk.Buffer, n int) []uint32 {
+func mustDownloadU32(t testing.TB, b *vk.Buffer, n int) []uint32 {
 	t.Helper()
-	raw := make([]byte, 4*n)
-	require.NoError(t, b.Download(raw, 0))
-	out := make([]uint32, n)
-	for i := range out {
-		out[i] = binary.LittleEndian.Uint32(raw[4*i:])
-	}
+	out, err := downloadU32(b, n)
+	require.NoError(t, err)
 	return out
 }

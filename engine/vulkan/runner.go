@@ -52,7 +52,7 @@ type Options struct {
 	UBatch int
 	// PromptSteps is the most tokens a Feed runs through the decode step,
 	// one at a time, instead of the batched prefill (step.go); 0 means
-	// DefaultPromptSteps (or MODRUN_PROMPT_STEPS: promptStepsEnv), negative
+	// MODRUN_PROMPT_STEPS, else the runner's choice (vecPrompt), negative
 	// 1 (a Feed of 2 tokens or more is a prefill: tests of the prefill's
 	// recordings set it).
 	PromptSteps int
@@ -113,6 +113,7 @@ type Runner struct {
 	tables map[tableKey]*vk.Buffer
 
 	decodeStep             // the decode step's buffers and recordings (step.go)
+	chain       chainState // the greedy chain's (chain.go)
 	pf          *prefill   // the batched prefill (prefill.go)
 	steppers    []*Stepper // step runners on the runner's weights (stepper.go): their recordings close with it
 	ub          int        // Options.UBatch
@@ -192,11 +193,16 @@ func openRunner(dev *vk.Device, m *mod.Model, r mod.Routing, opts Options) (*Run
 		ks.Close()
 		return nil, err
 	}
+	chainSteps, err := chainEnv(opts.Knobs, opts.Profile)
+	if err != nil {
+		ks.Close()
+		return nil, err
+	}
 	run := &Runner{dev: dev, c: c, routing: r, ctx: c.ContextLen, ks: ks, args: make([]*vk.Buffer, c.NLayer), tables: map[tableKey]*vk.Buffer{},
 		profile: opts.Profile && dev.Info().Timestamps(), prof: map[string]*ProfileEntry{},
 		profCmds: map[*vk.Recorder][]profCmd{}, handRecs: map[*vk.Recorder]*handoffRec{},
 		conditional: dev.Info().Features.ConditionalRendering && !opts.NoConditional, ub: opts.UBatch,
-		promptSteps: promptSteps, vecRowsEnv: vecRows, knobs: opts.Knobs}
+		promptSteps: promptSteps, vecRowsEnv: vecRows, knobs: opts.Knobs, chain: chainState{most: chainSteps}}
 	if opts.Trace && c.IsMoD() {
 		run.trace = [][]mod.Route{} // non-nil: tracing
 	}
@@ -249,6 +255,9 @@ func (r *Runner) build(m *mod.Model) error {
 	}
 	if err := r.buildPrefill(m, r.ub); err != nil {
 		return err
+	}
+	if r.promptSteps == 0 {
+		r.promptSteps = r.vecPrompt()
 	}
 	r.Reset()
 	return nil
@@ -307,6 +316,7 @@ func (r *Runner) ContextLen() int { return r.ctx }
 // themselves are left, unread).
 func (r *Runner) Reset() {
 	r.pos = 0
+	r.chain.snap = nil
 	// decode_attend's and argmax_wide's counters are zero after every
 	// complete step; zeroed here too, in case a step failed half-way.
 	err := r.counts.Upload(make([]byte, 4*r.c.NLayer), 0)
@@ -365,6 +375,10 @@ func (r *Runner) Close() {
 	for _, st := range r.steppers {
 		st.dropRecordings()
 	}
+	for _, rec := range r.chain.recs {
+		rec.Close()
+	}
+	r.chain.recs = nil
 	r.ks.Close()
 	for _, b := range r.bufs {
 		b.Close()

@@ -17,17 +17,19 @@ import (
 // profile nothing is split and the tiles are its own. The prefill tests
 // (TestPrefillSplits, TestPrefillProfiles) check the results under both
 // profiles; this test makes sure the split path is the one they ran, on
-// the test models' small matrices (the FFN down's 172 columns).
+// the test models' small matrices (the FFN down's 172 columns), with
+// MODRUN_VEC_ROWS=1 (a chunk of up to vecRows rows runs as matvecs by
+// default: that the default does so is checked last).
 func TestPrefillSplitK(t *testing.T) {
 	dev := openDevice(t, true)
 	m := openModel(t, "../../testdata/mod/dense-rand.gguf")
 	for _, pc := range deviceProfiles(dev) {
 		t.Run(pc.name, func(t *testing.T) {
-			run, err := New(dev, m, mod.RoutingRouter, Options{DeviceProfile: pc.prof})
+			run, err := New(dev, m, mod.RoutingRouter, Options{DeviceProfile: pc.prof, Knobs: Knobs{"MODRUN_VEC_ROWS": "1"}})
 			require.NoError(t, err)
 			t.Cleanup(run.Close)
 			prof := run.ks.prof
-			for _, n := range []int{1, 5, 17, 40} {
+			for _, n := range []int{2, 5, 17, 40} {
 				f, err := run.forwardFrame(pass{n: n})
 				require.NoError(t, err)
 				var ops []op
@@ -59,6 +61,14 @@ func TestPrefillSplitK(t *testing.T) {
 				if n <= 32 {
 					assert.Positive(t, along, "n=%d: narrow tiles staged along W's rows", n)
 				}
+			}
+			vec, err := New(dev, m, mod.RoutingRouter, Options{DeviceProfile: pc.prof})
+			require.NoError(t, err)
+			t.Cleanup(vec.Close)
+			for _, n := range []int{1, 5, vec.vecRows(), vec.vecRows() + 1} {
+				f, err := vec.forwardFrame(pass{n: n})
+				require.NoError(t, err)
+				assert.Equal(t, n <= vec.vecRows(), f.vec, "n=%d: a chunk of up to %d rows as matvecs", n, vec.vecRows())
 			}
 		})
 	}

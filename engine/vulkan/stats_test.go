@@ -25,7 +25,10 @@ func TestProfile(t *testing.T) {
 	// A CPU device's profile on any device, so the kernels (and their
 	// names) are the same everywhere.
 	cpuProf := shaders.NewProfile(shaders.Device{CPU: true, SubgroupSize: dev.Info().Limits.SubgroupSize})
-	run, err := New(dev, m, mod.RoutingRouter, Options{Profile: true, DeviceProfile: &cpuProf, PromptSteps: -1})
+	// The prompts through the matmuls, which this test counts
+	// (MODRUN_VEC_ROWS=1: only a 1-token chunk runs as matvecs), so that
+	// every matvec call is a decode step's, of one vector.
+	run, err := New(dev, m, mod.RoutingRouter, Options{Profile: true, DeviceProfile: &cpuProf, PromptSteps: -1, Knobs: Knobs{"MODRUN_VEC_ROWS": "1"}})
 	require.NoError(t, err)
 	t.Cleanup(run.Close)
 
@@ -178,7 +181,10 @@ func TestProfileFLOPs(t *testing.T) {
 	c := m.Config
 	require.Empty(t, c.RoutedLayers(), "a dense model")
 	cpuProf := shaders.NewProfile(shaders.Device{CPU: true, SubgroupSize: dev.Info().Limits.SubgroupSize})
-	run, err := New(dev, m, mod.RoutingRouter, Options{Profile: true, DeviceProfile: &cpuProf, PromptSteps: -1})
+	// The prompts through the matmuls, which this test counts
+	// (MODRUN_VEC_ROWS=1: only a 1-token chunk runs as matvecs), so that
+	// every matvec call is a decode step's, of one vector.
+	run, err := New(dev, m, mod.RoutingRouter, Options{Profile: true, DeviceProfile: &cpuProf, PromptSteps: -1, Knobs: Knobs{"MODRUN_VEC_ROWS": "1"}})
 	require.NoError(t, err)
 	t.Cleanup(run.Close)
 

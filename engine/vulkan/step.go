@@ -127,6 +127,7 @@ func (r *Runner) allocateStep() error {
 	if r.ks.prof.Handoff {
 		r.hand, r.handHost = must(4*handoffWords(c.NLayer), vk.DeviceLocal), must(4, vk.HostVisible)
 	}
+	r.allocateChain(al)
 	if al.err != nil {
 		return fmt.Errorf("the decode step's buffers: %w", al.err)
 	}
@@ -142,6 +143,9 @@ func (r *Runner) record() error {
 	}
 	r.stepBlocks = f.blockStats
 	if r.stepGreedy, err = r.recordForward(stepPass(false)); err != nil {
+		return err
+	}
+	if err := r.recordChains(); err != nil {
 		return err
 	}
 	r.fetch = r.dev.NewRecorder() // the logits of a prefill's last row, for Feed
@@ -205,36 +209,55 @@ func (r *Runner) run(tokens []int32, logits bool) error {
 }
 
 // DefaultPromptSteps is the most tokens a Feed runs through the decode
-// step, one at a time, rather than the batched prefill, unless
-// Options.PromptSteps says otherwise: each step reads the weights
-// once at the matvec's rate, while the prefill's matmuls cost about the
-// same for 1 to 64 rows. Measured: a 5-token prompt at 7B Q8_0 took 224
-// matmuls of 1.6 ms (362 ms) on an H200, where a decode step took 15 ms
-// (1.1B: 42 ms against 3.7); on lavapipe a stories15M matmul pass cost
-// ~200 ms against ~15 ms a step, and tinystories-mod's 5-token prompt
-// took 33 ms token by token against the prefill's 105 (medians of 8). So
-// up to 8 tokens a step each wins on every device measured (docs/matvec-cost.md, issue 42 item 4). Causal
-// routing decides token by token either way (DESIGN.md §3).
+// step, one at a time, rather than the batched prefill, on a runner whose
+// prefill cannot run a short chunk as matvecs (vecPrompt), unless
+// Options.PromptSteps says otherwise: each step reads the weights once at
+// the matvec's rate, while the prefill's matmuls cost about the same for
+// 1 to 64 rows. Measured: a 5-token prompt at 7B Q8_0 took 224 matmuls of
+// 1.6 ms (362 ms) on an H200, where a decode step took 15 ms (1.1B: 42 ms
+// against 3.7); on lavapipe a stories15M matmul pass cost ~200 ms against
+// ~15 ms a step (docs/matvec-cost.md, issue 42 item 4). Causal routing
+// decides token by token either way (DESIGN.md §3).
 const DefaultPromptSteps = 8
 
-// resolvePromptSteps is Options.PromptSteps with its defaults applied.
+// resolvePromptSteps is Options.PromptSteps with its defaults applied, 0
+// (the runner's choice, resolved once its prefill is built: vecPrompt)
+// left as it is.
 func resolvePromptSteps(n int) int {
-	switch {
-	case n == 0:
-		return DefaultPromptSteps
-	case n < 0:
+	if n < 0 {
 		return 1
 	}
 	return n
 }
 
+// vecPrompt is the prompt steps of a runner whose Options and knobs leave
+// them to it: 1 (every prompt of 2 tokens or more a prefill) where the
+// prefill runs a chunk of up to vecRows rows as matvecs, one pass over
+// the weights for all its rows (forwardFrame, stepvec.go); else
+// DefaultPromptSteps. Measured on lavapipe, a 5-token prompt's first
+// token: stories260K 3.5x, tinystories-mod 2.6x, tinystories-dense 4x and
+// stories15M 2.9x sooner as one matvec pass than as five decode steps
+// (bench/results/lavapipe-short-prompt-2026-11-28.md); on a GPU the pass
+// is bound by the weights' bytes as a step is, so it is predicted to take
+// about a step's time where the steps take five (unmeasured).
+func (r *Runner) vecPrompt() int {
+	if r.pf != nil && r.pf.vqkv != nil && r.vecRows() >= 2 {
+		return 1
+	}
+	return DefaultPromptSteps
+}
+
+// PromptSteps is the most tokens a Feed runs one at a time through the
+// decode step; a longer Feed is a batched prefill.
+func (r *Runner) PromptSteps() int { return r.promptSteps }
+
 // promptStepsEnv is the runner's prompt steps: Options.PromptSteps where
-// set, else MODRUN_PROMPT_STEPS, else DefaultPromptSteps. The variable is
-// a measuring knob, a number of tokens from 1 (a prompt of 2 or more is a
-// batched prefill): the GPU bundle's quick mode runs a 5-token prompt at
-// 7B with it at 1 beside the default, since on a GPU profile the prefill's
-// few-row tiles, split along K (docs/matmul-cost.md), may now beat five
-// decode steps. Anything else is refused by name.
+// set, else MODRUN_PROMPT_STEPS, else 0, the runner's choice (vecPrompt).
+// The variable is a measuring knob, a number of tokens from 1 (a prompt of
+// 2 or more is a batched prefill): the GPU bundle's quick mode runs a
+// 5-token prompt at 7B with it at 8 beside the default, and `modrun tune`
+// tries the other of the runner's choice. Anything else is refused by
+// name.
 func promptStepsEnv(opt int, k Knobs) (int, error) {
 	v := k.get("MODRUN_PROMPT_STEPS")
 	if opt != 0 || v == "" {
@@ -247,7 +270,7 @@ func promptStepsEnv(opt int, k Knobs) (int, error) {
 func parsePromptSteps(v string) (int, error) {
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 {
-		return 0, fmt.Errorf("vulkan: MODRUN_PROMPT_STEPS=%q: want the most prompt tokens run one at a time through the decode step, 1 or more (the default is %d)", v, DefaultPromptSteps)
+		return 0, fmt.Errorf("vulkan: MODRUN_PROMPT_STEPS=%q: want the most prompt tokens run one at a time through the decode step, 1 or more (the default is 1 where a short prompt runs as one matvec pass, else %d)", v, DefaultPromptSteps)
 	}
 	return n, nil
 }

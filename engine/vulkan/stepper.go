@@ -155,13 +155,7 @@ func (r *Runner) Stepper(seqs int) (*Stepper, error) {
 	pf.rowSeq, pf.rmeta = must(4*ub, host), must(8*ub*uint64(max(1, st.nRouted)), host)
 	pf.rows, pf.ent, pf.toff = must(4, dev), must(4*ub, dev), must(4*ub, dev)
 	pf.lrows, pf.lcount = must(4*ub, host), must(4, host)
-	if r.vecFits() {
-		rows := uint32(0)
-		for _, b := range r.w.blocks {
-			rows = max(rows, b.qkv.mvs[0].rows)
-		}
-		pf.qkv = must(4*uint64(r.vecRows())*uint64(rows), dev)
-	}
+	pf.qkv = r.vecQKV(must)
 	if al.err != nil {
 		return nil, fmt.Errorf("vulkan: a step's scratch of %d rows: %w", st.ub, al.err)
 	}
@@ -352,7 +346,7 @@ func (st *Stepper) frame(n, k, g int) (*frame, error) {
 		rows:        blockRows{x: a.x, n: n, maxRows: n, pos: a.pos, ropePos: a.pos, rows: pf.rows, ent: a.pos, toff: pf.rowSeq},
 		appendCount: pf.rows, x: a.x, xs: a.xs, xn: a.xn, att: a.att, h: a.h, ob: a.ob,
 		q: a.q, qr: a.qr, k: a.k, kr: a.kr, v: a.v, gate: a.gate, up: a.up, partO: a.partO, partML: a.partML,
-		trace: st.trace, traceRows: st.ub, paged: &pf}
+		trace: st.trace, traceRows: st.ub, paged: &pf, vec: pf.vec, vqkv: pf.qkv}
 	f.layers = make([]layerFrame, len(r.w.blocks))
 	for l := range f.layers {
 		f.layers[l].w, f.layers[l].mm = &r.w.blocks[l], blocks[l]
@@ -718,7 +712,7 @@ func (r *Runner) recordPagedHead(rec *vk.Recorder, p *frame) error {
 	}
 	r.dispatch(rec, norm)
 	if pf.qkv != nil && k <= r.vecRows() { // a few rows: one matvec pass (stepvec.go)
-		o, err := r.vecOp(r.w.output, shaders.FuseNone, p.xn, pf.logits, nil, k)
+		o, err := r.vecOp(r.w.output, shaders.FuseNone, p.xn, pf.logits, nil, k, k)
 		if err != nil {
 			return err
 		}

@@ -381,7 +381,7 @@ func TestPromptStepsEnv(t *testing.T) {
 	for _, tc := range []struct {
 		env       string
 		opt, want int
-	}{{"", 0, DefaultPromptSteps}, {"1", 0, 1}, {"3", 0, 3}, {"1", -1, 1}, {"3", 5, 5}, {"x", 2, 2}} {
+	}{{"", 0, 0}, {"1", 0, 1}, {"3", 0, 3}, {"1", -1, 1}, {"3", 5, 5}, {"x", 2, 2}} {
 		t.Setenv("MODRUN_PROMPT_STEPS", tc.env)
 		got, err := promptStepsEnv(tc.opt, nil)
 		require.NoError(t, err, "%q, option %d", tc.env, tc.opt)
@@ -390,11 +390,23 @@ func TestPromptStepsEnv(t *testing.T) {
 	dev := openDevice(t, false)
 	sm := stepModelsVK(t)[0]
 	assertEnvRefused(t, dev, sm.m, sm.routing, "MODRUN_PROMPT_STEPS", "x", "0", "-1", "1.5")
-	t.Setenv("MODRUN_PROMPT_STEPS", "1")
+	t.Setenv("MODRUN_PROMPT_STEPS", "3")
 	run, err := New(dev, sm.m, sm.routing, Options{})
 	require.NoError(t, err)
-	assert.Equal(t, 1, run.promptSteps)
+	assert.Equal(t, 3, run.PromptSteps())
 	run.Close()
+	// Unset: 1 where a short prompt runs as one matvec pass, and the steps
+	// where no chunk of 2 rows or more does.
+	t.Setenv("MODRUN_PROMPT_STEPS", "")
+	for _, tc := range []struct {
+		vecRows string
+		want    int
+	}{{"", 1}, {"1", DefaultPromptSteps}} {
+		run, err := New(dev, sm.m, sm.routing, Options{Knobs: Knobs{"MODRUN_VEC_ROWS": tc.vecRows}})
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, run.PromptSteps(), "MODRUN_VEC_ROWS=%q", tc.vecRows)
+		run.Close()
+	}
 }
 
 // narrowSpec fits the tile to a few rows: the power of two at or above n

@@ -15,8 +15,8 @@ import (
 // that on lavapipe a matmul over 1 to 64 rows costs about what 64 do (a
 // stories15M Q8_0 step of one row: ~200 ms of matmuls, against ~15 ms of
 // the decode step's matvecs). The block's stages (block.go) take these
-// when the frame's paged.vec is set: q, k and v by the decode weights'
-// stack (one matrix: into paged.qkv, then paged_split), o and down with
+// when the frame's vec is set: q, k and v by the decode weights'
+// stack (one matrix: into the frame's vqkv, then paged_split), o and down with
 // the residual add fused (FuseAdd), gate and up with the norm and SwiGLU
 // fused when the stack allows (FuseNormSwiGLU).
 
@@ -54,6 +54,20 @@ func parseVecRows(v string, most int) (int, error) {
 	return n, nil
 }
 
+// vecQKV makes a pass's buffer of stacked q|k|v for vecRows rows run as
+// matvecs (frame.vqkv), or nil where the weights' layout does not allow
+// the matvec path (vecFits).
+func (r *Runner) vecQKV(must func(uint64, vk.BufferKind) *vk.Buffer) *vk.Buffer {
+	if !r.vecFits() {
+		return nil
+	}
+	rows := uint32(0)
+	for _, b := range r.w.blocks {
+		rows = max(rows, b.qkv.mvs[0].rows)
+	}
+	return must(4*uint64(r.vecRows())*uint64(rows), vk.DeviceLocal)
+}
+
 // vecFits says whether every matrix of the blocks and the head is one
 // piece with a stack layout the matvec path takes.
 func (r *Runner) vecFits() bool {
@@ -81,9 +95,12 @@ func (r *Runner) vecFits() bool {
 // vecOp is matvec m with fusion fuse over n vectors of x into y [n][rows]
 // (FuseNormSwiGLU: [n][rows/2]; FuseAdd: y += W x), with NB up to n
 // where the device's loop cap allows. At n 0 (a routed block no row
-// entered) it dispatches nothing.
-func (r *Runner) vecOp(m mat, fuse string, x, y, normw *vk.Buffer, n int) (op, error) {
-	name, spec := r.ks.prof.MatvecBatch(m.typ, fuse, uint32(n), uint32(r.vecRows()), m.cols)
+// entered) it dispatches nothing. The kernel and its workgroups are
+// maxRows's, whatever n: a routed block's dispatches are the ones recorded
+// for all the pass's rows, sized from a table made by count (routedTable),
+// so each count's entry must be the same kernel's workgroups.
+func (r *Runner) vecOp(m mat, fuse string, x, y, normw *vk.Buffer, n, maxRows int) (op, error) {
+	name, spec := r.ks.prof.MatvecBatch(m.typ, fuse, uint32(maxRows), uint32(r.vecRows()), m.cols)
 	k, err := r.ks.get(name, spec)
 	if err != nil {
 		return op{}, err
@@ -119,7 +136,7 @@ func (r *Runner) vecAttentionInput(p *frame, l int, br blockRows) ([]op, error) 
 	s := lf.w.qkv
 	if len(s.mvs) == 3 { // three matrices: each straight into its buffer
 		for i, y := range []*vk.Buffer{p.q, p.k, p.v} {
-			o, err := r.vecOp(s.mvs[i], shaders.FuseNone, p.xn, y, nil, br.n)
+			o, err := r.vecOp(s.mvs[i], shaders.FuseNone, p.xn, y, nil, br.n, br.maxRows)
 			if err != nil {
 				return nil, err
 			}
@@ -127,7 +144,7 @@ func (r *Runner) vecAttentionInput(p *frame, l int, br blockRows) ([]op, error) 
 		}
 		return ops, nil
 	}
-	o, err := r.vecOp(s.mvs[0], shaders.FuseNone, p.xn, p.paged.qkv, nil, br.n)
+	o, err := r.vecOp(s.mvs[0], shaders.FuseNone, p.xn, p.vqkv, nil, br.n, br.maxRows)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +155,7 @@ func (r *Runner) vecAttentionInput(p *frame, l int, br blockRows) ([]op, error) 
 	nu := uint32(br.n)
 	push := shaders.PagedPush{N: nu, NHead: uint32(c.NHead), HeadDim: uint32(c.HeadDim), KVDim: uint32(c.KVDim()),
 		Stride: s.mvs[0].rows, KOff: uint32(s.part[1] / 4), VOff: uint32(s.part[2] / 4)}
-	return append(ops, o, newOp(split, push, shaders.Groups(nu), rd(p.paged.qkv, 0, 0), wr(p.q, 0, 0), wr(p.k, 0, 0), wr(p.v, 0, 0))), nil
+	return append(ops, o, newOp(split, push, shaders.Groups(nu), rd(p.vqkv, 0, 0), wr(p.q, 0, 0), wr(p.k, 0, 0), wr(p.v, 0, 0))), nil
 }
 
 // vecResidual is residual by a matvec: x += W in (FuseAdd), or W in alone
@@ -148,7 +165,7 @@ func (r *Runner) vecResidual(m mat, in *vk.Buffer, br blockRows, add bool, out *
 	if !add {
 		fuse, y = shaders.FuseNone, out
 	}
-	o, err := r.vecOp(m, fuse, in, y, nil, br.n)
+	o, err := r.vecOp(m, fuse, in, y, nil, br.n, br.maxRows)
 	return []op{o}, err
 }
 
@@ -158,18 +175,18 @@ func (r *Runner) vecMLPInput(p *frame, l int, br blockRows) ([]op, error) {
 	b := p.layers[l].w
 	gu := b.gateUp
 	if len(gu.mvs) == 1 {
-		o, err := r.vecOp(gu.mvs[0], shaders.FuseNormSwiGLU, br.x, p.h, b.ffnNorm, br.n)
+		o, err := r.vecOp(gu.mvs[0], shaders.FuseNormSwiGLU, br.x, p.h, b.ffnNorm, br.n, br.maxRows)
 		return []op{o}, err
 	}
 	norm, err := r.rmsnormOp(br.x, b.ffnNorm, p.xn, br.n)
 	if err != nil {
 		return nil, err
 	}
-	gate, err := r.vecOp(gu.mvs[0], shaders.FuseNone, p.xn, p.gate, nil, br.n)
+	gate, err := r.vecOp(gu.mvs[0], shaders.FuseNone, p.xn, p.gate, nil, br.n, br.maxRows)
 	if err != nil {
 		return nil, err
 	}
-	up, err := r.vecOp(gu.mvs[1], shaders.FuseNone, p.xn, p.up, nil, br.n)
+	up, err := r.vecOp(gu.mvs[1], shaders.FuseNone, p.xn, p.up, nil, br.n, br.maxRows)
 	if err != nil {
 		return nil, err
 	}
