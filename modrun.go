@@ -153,6 +153,11 @@ type Info struct {
 	// layer order.
 	StepDispatches, StepBarriers   int
 	BlockDispatches, BlockBarriers []int
+	// On Vulkan (zero on the CPU): the most greedy decode steps one
+	// submission runs (MODRUN_CHAIN; 1: one a submission), and the longest
+	// prompt run token by token through the decode step (MODRUN_PROMPT_STEPS;
+	// a longer one is a batched prefill).
+	ChainSteps, PromptSteps int
 }
 
 // Open loads the GGUF model at path and opens it on the device opts choose.
@@ -228,6 +233,12 @@ func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Rout
 		c := sc.StepCounts()
 		model.info.StepDispatches, model.info.StepBarriers = c.Dispatches, c.Barriers
 		model.info.BlockDispatches, model.info.BlockBarriers = c.BlockDispatches, c.BlockBarriers
+	}
+	if r, ok := backend.Runner.(interface{ ChainSteps() int }); ok {
+		model.info.ChainSteps = r.ChainSteps()
+	}
+	if r, ok := backend.Runner.(interface{ PromptSteps() int }); ok {
+		model.info.PromptSteps = r.PromptSteps()
 	}
 	model.loop, err = engine.NewLoop(backend, engine.LoopOptions{Parallel: opts.Parallel, PrefixCache: opts.PrefixCache,
 		KVBudget: opts.KVBudget, UBatch: opts.UBatch, ContextLen: ctxLen, NVocab: c.NVocab, Turn: model.turn})

@@ -427,6 +427,13 @@ func printStats(w io.Writer, info api.Info, res api.Result, seed string) {
 	if info.StepDispatches > 0 {
 		fmt.Fprintln(w, stepCounts(info))
 	}
+	if info.ChainSteps > 0 {
+		prompts := "a prompt of 2 tokens or more is a prefill"
+		if info.PromptSteps > 1 {
+			prompts = fmt.Sprintf("a prompt of up to %d tokens runs as decode steps, a longer one as a prefill", info.PromptSteps)
+		}
+		fmt.Fprintf(w, "decode: greedy tokens up to %d a submission (MODRUN_CHAIN); %s (MODRUN_PROMPT_STEPS)\n", info.ChainSteps, prompts)
+	}
 	if info.Tuning != "" {
 		fmt.Fprintf(w, "tuning: %s (modrun tune)\n", info.Tuning)
 	}
