@@ -27,10 +27,10 @@ import (
 // (engine.RunnerStepper) calls when the sequence does not go on as the
 // chain guessed: every layer's cache count is copied to the host before the
 // chain's first step and after each, so the runner can go back to any
-// position the chain passed. A routed layer's count is the one state a
-// position leaves that the host cannot work out (how many of the tokens the
-// layer took); the entries past a count are never read, and the next token
-// overwrites them.
+// position the chains passed (the last snapshotsKept of them). A routed
+// layer's count is the one state a position leaves that the host cannot
+// work out (how many of the tokens the layer took); the entries past a
+// count are never read, and the next token overwrites them.
 
 // ChainMost is the most decode steps one chain runs (MODRUN_CHAIN).
 const ChainMost = 16
@@ -282,7 +282,8 @@ func (r *Runner) FeedArgmaxChain(token int32, n int) ([]int32, error) {
 
 // keepSnapshots records the caches' counts a chain copied out: m
 // snapshots of every layer's from position start, joined to those kept
-// before when they meet (a chain right after another).
+// before when they meet (a chain right after another), the last
+// snapshotsKept of them.
 func (r *Runner) keepSnapshots(start int, counts []uint32, m int) {
 	ch, nl := &r.chain, r.c.NLayer
 	if ch.snap == nil || ch.snapStart+len(ch.snap)-1 != start {
@@ -293,7 +294,17 @@ func (r *Runner) keepSnapshots(start int, counts []uint32, m int) {
 	for i := range m {
 		ch.snap = append(ch.snap, counts[i*nl:(i+1)*nl])
 	}
+	if drop := len(ch.snap) - snapshotsKept; drop > 0 {
+		ch.snap, ch.snapStart = append([][]uint32(nil), ch.snap[drop:]...), ch.snapStart+drop
+	}
 }
+
+// snapshotsKept bounds the positions a routed model's runner can
+// Truncate back to (a long greedy generation's chains join): a sequence
+// goes another way than a chain guessed within the last chain, and a
+// continuation that shares less of the held tokens runs them again from a
+// Reset.
+const snapshotsKept = 4 * ChainMost
 
 // Truncate drops the tokens fed after the first p: the runner holds p
 // tokens, and the next Feed runs at position p. Every layer's cache count

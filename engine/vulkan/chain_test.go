@@ -197,3 +197,26 @@ func TestGreedyChainNonFinite(t *testing.T) {
 	assert.ErrorContains(t, err, "token 5")
 	assert.Equal(t, len(prompt)+3, run.Pos(), "as FeedArgmax leaves it")
 }
+
+// TestGreedyChainSnapshotsBounded: a long greedy run of joined chains on
+// a routed model keeps the last snapshotsKept positions' counts: Truncate
+// goes back that far, and refuses further.
+func TestGreedyChainSnapshotsBounded(t *testing.T) {
+	dev := openDevice(t, false)
+	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+	run, err := New(dev, m, mod.RoutingRouter, Options{KVType: "f32", Knobs: Knobs{"MODRUN_CHAIN": "16"}})
+	require.NoError(t, err)
+	t.Cleanup(run.Close)
+	n := snapshotsKept + 3*ChainMost
+	require.Less(t, n+2, run.ContextLen())
+	id, err := run.FeedArgmax([]int32{1})
+	require.NoError(t, err)
+	for run.Pos() < n {
+		ids, err := run.FeedArgmaxChain(id, ChainMost)
+		require.NoError(t, err)
+		id = ids[len(ids)-1]
+	}
+	assert.Len(t, run.chain.snap, snapshotsKept)
+	assert.ErrorContains(t, run.Truncate(run.Pos()-snapshotsKept), "known only back to position")
+	require.NoError(t, run.Truncate(run.Pos()-snapshotsKept+1))
+}
