@@ -237,9 +237,10 @@ func resolvePromptSteps(n int) int {
 // DefaultPromptSteps. Measured on lavapipe, a 5-token prompt's first
 // token: stories260K 3.5x, tinystories-mod 2.6x, tinystories-dense 4x and
 // stories15M 2.9x sooner as one matvec pass than as five decode steps
-// (bench/results/lavapipe-short-prompt-2026-11-28.md); on a GPU the pass
-// is bound by the weights' bytes as a step is, so it is predicted to take
-// about a step's time where the steps take five (unmeasured).
+// (bench/results/lavapipe-short-prompt-2026-11-28.md). On an H200 a
+// 1.1B step of 8 sequences (one pass of 8 vectors) took 2.5x a single
+// step, so a 7B 5-token prompt is predicted at ~2 steps' time where the
+// steps took five (27 ms): unmeasured.
 func (r *Runner) vecPrompt() int {
 	if r.pf != nil && r.pf.vqkv != nil && r.vecRows() >= 2 {
 		return 1
