@@ -234,7 +234,7 @@ func open(m *mod.Model, opts Options, bo engine.BackendOptions, routing mod.Rout
 		model.info.StepDispatches, model.info.StepBarriers = c.Dispatches, c.Barriers
 		model.info.BlockDispatches, model.info.BlockBarriers = c.BlockDispatches, c.BlockBarriers
 	}
-	if r, ok := backend.Runner.(interface{ ChainSteps() int }); ok {
+	if r, ok := backend.Runner.(engine.GreedyChainer); ok {
 		model.info.ChainSteps = r.ChainSteps()
 	}
 	if r, ok := backend.Runner.(interface{ PromptSteps() int }); ok {

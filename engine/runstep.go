@@ -282,8 +282,5 @@ func (a *RunnerStepper) rewind(p int) error {
 		}
 	}
 	a.held, a.best, a.routes, a.traced, a.lost = held, a.best[:p], a.routes[:p], a.traced[:p], false
-	for i := range a.best {
-		a.best[i] = noBest // argmaxes are kept only for a chain's tokens ahead
-	}
-	return nil
+	return nil // the argmaxes kept for held[:p] hold still: the same tokens ran again
 }

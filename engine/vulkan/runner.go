@@ -333,13 +333,13 @@ func (r *Runner) Reset() {
 // CacheEntries is, per layer, the number of entries in its KV cache: pos for
 // a dense layer, the tokens it selected for a routed one (read from the GPU).
 func (r *Runner) CacheEntries() ([]int, error) {
-	raw := make([]byte, 4*r.c.NLayer)
-	if err := r.counts.Download(raw, 0); err != nil {
+	counts, err := downloadU32(r.counts, r.c.NLayer)
+	if err != nil {
 		return nil, err
 	}
-	out := make([]int, r.c.NLayer)
-	for l := range out {
-		out[l] = int(binary.LittleEndian.Uint32(raw[4*l:]))
+	out := make([]int, len(counts))
+	for l, c := range counts {
+		out[l] = int(c)
 	}
 	return out, nil
 }
