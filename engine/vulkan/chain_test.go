@@ -72,7 +72,7 @@ func greedyChains(t *testing.T, run *Runner, prompt []int32, n int, lens []int) 
 // time, for a dense model, a routed one and a predictor-routed one, under
 // the device's profile and a GPU's (argmax_wide, whose winner the chain
 // copies to the next step's token), with the hand-off where the device
-// can run it; and Truncate goes back into a chain so that what runs next
+// can run it, each profile with its own KV cache (a GPU's: f16); and Truncate goes back into a chain so that what runs next
 // is what a fresh runner gives for the same tokens.
 func TestGreedyChain(t *testing.T) {
 	dev := openDevice(t, true)
@@ -94,7 +94,7 @@ func TestGreedyChain(t *testing.T) {
 		for name, prof := range profiles {
 			t.Run(mc.path[len("../../testdata/mod/"):]+"/"+name, func(t *testing.T) {
 				open := func(chain string) *Runner {
-					run, err := New(dev, m, mc.routing, Options{KVType: "f32", DeviceProfile: prof, Trace: true, Knobs: Knobs{"MODRUN_CHAIN": chain}})
+					run, err := New(dev, m, mc.routing, Options{DeviceProfile: prof, Trace: true, Knobs: Knobs{"MODRUN_CHAIN": chain}})
 					require.NoError(t, err)
 					t.Cleanup(run.Close)
 					return run
