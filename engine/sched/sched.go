@@ -201,18 +201,19 @@ type Stats struct {
 // Scheduler runs sequences in steps over one StepRunner. It is not safe
 // for concurrent use: one goroutine adds, cancels and steps.
 type Scheduler struct {
-	run    StepRunner
-	lay    Layout
-	opts   Options
-	pool   *Pool
-	prefix *prefixCache
-	queue  []*Seq // added, not yet running
-	active []*Seq // running, in the order they started
-	nextID int
-	stats  Stats
-	rows   []Row
-	picks  []pick       // a step's greedy draws (greedyPicks)
-	argmax ArgmaxRunner // run, when it draws greedy rows itself
+	run     StepRunner
+	lay     Layout
+	opts    Options
+	pool    *Pool
+	prefix  *prefixCache
+	queue   []*Seq // added, not yet running
+	active  []*Seq // running, in the order they started
+	nextID  int
+	stats   Stats
+	rows    []Row
+	picks   []pick       // a step's draws (greedyPicks, sampledPicks)
+	sampled []int        // the sampled picks' places (sampledPicks)
+	argmax  ArgmaxRunner // run, when it draws greedy rows itself
 }
 
 // New is a scheduler over run with o's sizes.
@@ -555,6 +556,7 @@ func (s *Scheduler) preemptable() *Seq {
 func (s *Scheduler) after(rows []Row, counts map[*Seq][]int, logits []float32, ids []int32, routes [][]mod.Route) {
 	nv, k, d := s.lay.NVocab, 0, 0 // k: the draws, d: the logits rows
 	picks := s.greedyPicks(rows, logits, ids)
+	s.sampledPicks(picks, logits, drawWorkers())
 	for lo := 0; lo < len(rows); {
 		q := rows[lo].Seq
 		hi := lo + 1

@@ -53,6 +53,7 @@ type soakCase struct {
 	steps    int
 	wantWait bool
 	argmax   bool // the runner draws greedy rows itself (argmaxFake)
+	workers  int  // goroutines drawing a step's sampled sequences (0: drawWorkers's)
 }
 
 // TestSoak joins, cancels and finishes sequences at random over thousands
@@ -67,6 +68,7 @@ func TestSoak(t *testing.T) {
 		{name: "tight-prefix", pages: 260, prefix: true, steps: 3000, batch: 48, wantWait: true},
 		{name: "limit-prefix", pages: 1024, prefix: true, maxSeqs: 5, steps: 2000, batch: 32},
 		{name: "argmax-tight-prefix", pages: 260, prefix: true, steps: 2000, batch: 48, wantWait: true, argmax: true},
+		{name: "draws-side-by-side", pages: 4096, steps: 1000, batch: 64, workers: 5},
 	} {
 		t.Run(c.name, func(t *testing.T) { soak(t, c) })
 	}
@@ -74,6 +76,11 @@ func TestSoak(t *testing.T) {
 
 func soak(t *testing.T, c soakCase) {
 	const bt, ctx, vocab = 4, 96, 50
+	if c.workers > 0 {
+		was := drawWorkers
+		drawWorkers = func() int { return c.workers }
+		defer func() { drawWorkers = was }()
+	}
 	f := newFake(2, 3, ctx, vocab, c.pages, bt)
 	var run StepRunner = f
 	af := &argmaxFake{fakeRunner: f}
