@@ -25,6 +25,29 @@ type Options struct {
 	// KVElemBytes is the size of a KV cache element on the backend, for
 	// the decode traffic; 0 means the backend's (2 for an F16 cache, 4 for F32).
 	KVElemBytes int
+	// Sampler draws the decoded tokens (modrun bench's --temp, --top-k,
+	// --top-p, --min-p); nil: greedy, the runner's argmax. Sequence i of
+	// --parallel draws with Seed + i.
+	Sampler *engine.SamplerOptions
+}
+
+// Sampling says how o's decoded tokens are drawn, for a report.
+func (o Options) Sampling() string {
+	if o.Sampler == nil {
+		return "greedy"
+	}
+	s := *o.Sampler
+	return fmt.Sprintf("sampled at temperature %g, top-k %d, top-p %g, min-p %g", s.Temperature, s.TopK, s.TopP, s.MinP)
+}
+
+// sampler is sequence i's sampler options.
+func (o Options) sampler(i int) engine.SamplerOptions {
+	if o.Sampler == nil {
+		return engine.DefaultSampler()
+	}
+	s := *o.Sampler
+	s.Seed += uint64(i)
+	return s
 }
 
 // validationFLOPs bounds the CPU reference's work when validating one row:
@@ -140,8 +163,8 @@ func NewBenchmark(b *engine.Backend, m *mod.Model, routing mod.Routing, prompt [
 	return k, err
 }
 
-// Time runs the benchmark once: the prompt, then o.DecodeTokens greedy
-// tokens, through the generation loop the API runs. The first call runs
+// Time runs the benchmark once: the prompt, then o.DecodeTokens tokens
+// (greedy unless o.Sampler), through the generation loop the API runs. The first call runs
 // the prompt and two tokens untimed before: a runner's first run of a
 // prompt length records its work (the Vulkan runner's chunk) and fills
 // the caches, which validation does only when it feeds the whole prompt
@@ -150,12 +173,12 @@ func NewBenchmark(b *engine.Backend, m *mod.Model, routing mod.Routing, prompt [
 // 64-token prefill on lavapipe: 1040-1160 tok/s cold, 1400-2235 warm).
 func (k *Benchmark) Time() error {
 	if !k.warm {
-		if _, err := generate(k.b, k.m.Config.NVocab, k.prompt, min(2, k.o.DecodeTokens)); err != nil {
+		if _, err := generate(k.b, k.m.Config.NVocab, k.prompt, min(2, k.o.DecodeTokens), k.o.sampler(0)); err != nil {
 			return err
 		}
 		k.warm = true
 	}
-	r, err := generate(k.b, k.m.Config.NVocab, k.prompt, k.o.DecodeTokens)
+	r, err := generate(k.b, k.m.Config.NVocab, k.prompt, k.o.DecodeTokens, k.o.sampler(0))
 	if err != nil {
 		return err
 	}
@@ -202,13 +225,13 @@ func median(x []float64) float64 {
 }
 
 // generate runs prompt as a fresh sequence on b's runner, then decodes n
-// greedy tokens with no EOS: through the generation loop that modrun and
+// tokens drawn by so with no EOS: through the generation loop that modrun and
 // the API run with one sequence at a time (engine.Loop over the runner's
 // own steps). It is bench's one call into
 // engine's generation loop, so that a change of that loop is one edit
 // here: Benchmark.Time times it, and NewParallel takes each sequence's
 // tokens alone from it.
-func generate(b *engine.Backend, nVocab int, prompt []int32, n int) (engine.Result, error) {
+func generate(b *engine.Backend, nVocab int, prompt []int32, n int, so engine.SamplerOptions) (engine.Result, error) {
 	return engine.Generate(context.Background(), b, nVocab, prompt,
-		engine.GenerateOptions{MaxTokens: n, EOS: -1, Sampler: engine.DefaultSampler()})
+		engine.GenerateOptions{MaxTokens: n, EOS: -1, Sampler: so})
 }

@@ -15,7 +15,7 @@ import (
 // ParallelResult is one round of `modrun bench --parallel`: P sequences
 // started together on a backend's scheduler (engine/sched over the
 // backend's Stepper), each with its own PromptTokens prompt and
-// DecodeTokens greedy tokens.
+// DecodeTokens tokens (greedy unless Options.Sampler).
 type ParallelResult struct {
 	Parallel int `json:"parallel"`
 	// AggregateDecodeRate is every sequence's decoded tokens (after its
@@ -74,10 +74,10 @@ func NewParallel(m *mod.Model, routing mod.Routing, prompt []int32, o Options, p
 			p[j] = int32((int(prompt[1+(j-1+3*i)%(o.PromptTokens-1)]) + i) % m.Config.NVocab)
 		}
 		b.prompts = append(b.prompts, p)
-		// The validation: each sequence's greedy tokens alone, which the
-		// batched ones must equal (the equality the tests check, here on
+		// The validation: each sequence's tokens alone (greedy, or drawn
+		// with its own seed), which the batched ones must equal (the equality the tests check, here on
 		// the benched model).
-		r, err := generate(bk, m.Config.NVocab, p, o.DecodeTokens)
+		r, err := generate(bk, m.Config.NVocab, p, o.DecodeTokens, o.sampler(i))
 		if err != nil {
 			bk.Close()
 			return nil, err
@@ -116,7 +116,7 @@ func (b *Parallel) Time() error {
 			defer wg.Done()
 			ready.Done()
 			<-start
-			results[i], errs[i] = b.loop.Generate(context.Background(), p, engine.GenerateOptions{MaxTokens: b.o.DecodeTokens, EOS: -1, Sampler: engine.DefaultSampler()})
+			results[i], errs[i] = b.loop.Generate(context.Background(), p, engine.GenerateOptions{MaxTokens: b.o.DecodeTokens, EOS: -1, Sampler: b.o.sampler(i)})
 		}()
 	}
 	ready.Wait()
@@ -135,7 +135,7 @@ func (b *Parallel) Time() error {
 			return errs[i]
 		}
 		if !slices.Equal(r.Tokens, b.solo[i]) {
-			return fmt.Errorf("bench: --parallel %d: sequence %d's greedy tokens differ from its run alone (%v, alone %v): not timed", b.parallel, i, r.Tokens, b.solo[i])
+			return fmt.Errorf("bench: --parallel %d: sequence %d's tokens differ from its run alone (%v, alone %v): not timed", b.parallel, i, r.Tokens, b.solo[i])
 		}
 		n := len(r.Tokens) - 1
 		decoded += n

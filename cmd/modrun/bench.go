@@ -46,6 +46,7 @@ type benchFlags struct {
 	out, json     string
 	asJSON        bool // --json: the report as JSON on stdout instead of its text
 	par           parallelFlags
+	so            engine.SamplerOptions // --temp, --top-k, --top-p, --min-p
 }
 
 func benchMain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
@@ -151,8 +152,26 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.BoolVar(&f.asJSON, "json", false, "print the report as one JSON document instead of its text")
 	fs.StringVar(&f.json, "json-out", "", "also write the report as JSON to `FILE` (the text still goes to --out or stdout)")
 	f.par.register(fs)
+	f.so = engine.DefaultSampler()
+	fs.Func("temp", "decode tokens drawn at temperature `T` (0 = greedy, the default), each run with the same seed", floatFlag(&f.so.Temperature))
+	fs.IntVar(&f.so.TopK, "top-k", 0, "with --temp: keep the `K` most likely tokens (0 = all)")
+	fs.Func("top-p", "with --temp: keep the most likely tokens up to probability `P` (default 1 = all)", floatFlag(&f.so.TopP))
+	fs.Func("min-p", "with --temp: drop tokens less likely than `P` times the best (default 0 = none)", floatFlag(&f.so.MinP))
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
+	}
+	if err := f.so.Check(); err != nil {
+		return nil, flagError(err)
+	}
+	if f.so.Temperature > 0 {
+		f.so.Seed = 1
+		f.o.Sampler = &f.so
+	} else {
+		for _, name := range []string{"top-k", "top-p", "min-p"} {
+			if flagSet(fs, name) {
+				return nil, fmt.Errorf("%w: --%s needs --temp above 0 (at temperature 0 a token is the argmax)", errUsage, name)
+			}
+		}
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))

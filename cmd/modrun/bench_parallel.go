@@ -62,15 +62,17 @@ func (p *parallelFlags) check(fs *flag.FlagSet, backends []string) error {
 
 // parallelReport is what bench --parallel prints and writes.
 type parallelReport struct {
-	Date    string              `json:"date"`
-	Command string              `json:"command"`
-	Machine string              `json:"machine"`
-	CPUs    int                 `json:"cpus"`
-	Prompt  int                 `json:"prompt_tokens"`
-	Decode  int                 `json:"decode_tokens"`
-	Repeats int                 `json:"repeats"`
-	Batch   int                 `json:"batch_tokens"`
-	Rows    []parallelRowReport `json:"rows"`
+	Date    string `json:"date"`
+	Command string `json:"command"`
+	Machine string `json:"machine"`
+	CPUs    int    `json:"cpus"`
+	Prompt  int    `json:"prompt_tokens"`
+	Decode  int    `json:"decode_tokens"`
+	Repeats int    `json:"repeats"`
+	Batch   int    `json:"batch_tokens"`
+	// Sampling says how the decoded tokens were drawn (bench.Options.Sampling).
+	Sampling string              `json:"sampling"`
+	Rows     []parallelRowReport `json:"rows"`
 }
 
 type parallelRowReport struct {
@@ -124,7 +126,7 @@ func benchParallel(f *benchFlags, models []*benchModel, args []string, stdout, s
 	}
 	rep := parallelReport{Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Command: "modrun bench " + strings.Join(args, " "),
 		Machine: runtime.GOOS + "/" + runtime.GOARCH, CPUs: runtime.NumCPU(), Prompt: f.o.PromptTokens, Decode: f.o.DecodeTokens,
-		Repeats: f.o.Repeats, Batch: f.par.batchTokens}
+		Repeats: f.o.Repeats, Batch: f.par.batchTokens, Sampling: f.o.Sampling()}
 	var single bench.ParallelResult
 	for _, row := range rows {
 		res := row.Result()
@@ -160,9 +162,9 @@ func benchParallel(f *benchFlags, models []*benchModel, args []string, stdout, s
 func (rep *parallelReport) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# modrun bench --parallel\n\n%s, %s, %d CPUs. `%s`\n\n", rep.Date, rep.Machine, rep.CPUs, rep.Command)
-	fmt.Fprintf(&b, "Each sequence: a %d-token prompt, then %d greedy tokens; all start together on the backend's scheduler "+
+	fmt.Fprintf(&b, "Each sequence: a %d-token prompt, then %d tokens (%s); all start together on the backend's scheduler "+
 		"(--batch-tokens %d); median of %d rounds by aggregate decode. Each sequence's tokens were checked equal to its run alone first.\n\n",
-		rep.Prompt, rep.Decode, rep.Batch, rep.Repeats)
+		rep.Prompt, rep.Decode, rep.Sampling, rep.Batch, rep.Repeats)
 	var names, tunings []string
 	for _, r := range rep.Rows {
 		names, tunings = append(names, fmt.Sprintf("%s (%s) on %s at --parallel %d", r.Model, r.Routing, r.Backend, r.Parallel)), append(tunings, r.Tuning)

@@ -36,6 +36,35 @@ func TestBenchParallel(t *testing.T) {
 	}
 }
 
+// bench --temp times sampled decoding: the report says how the tokens were
+// drawn, greedy by default; with --parallel each sequence's sampled tokens
+// are still checked equal to its run alone (its own seed), so the rows are
+// timed.
+func TestBenchSampled(t *testing.T) {
+	var rep struct {
+		Sampling string `json:"sampling"`
+		Rows     []struct {
+			Decode float64 `json:"decode_tokens_per_s"`
+		} `json:"rows"`
+	}
+	base := []string{"bench", "--synthetic", "stories260k", "--backends", "cpu", "--prompt", "8", "-n", "8", "--repeats", "1", "--json"}
+	code, stdout, stderr := modrun(t, base...)
+	require.Equal(t, 0, code, stderr)
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+	assert.Equal(t, "greedy", rep.Sampling)
+	code, stdout, stderr = modrun(t, append(base, "--temp", "0.8", "--top-k", "40")...)
+	require.Equal(t, 0, code, stderr)
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+	assert.Equal(t, "sampled at temperature 0.8, top-k 40, top-p 1, min-p 0", rep.Sampling)
+	require.Len(t, rep.Rows, 1)
+	assert.Positive(t, rep.Rows[0].Decode)
+	code, stdout, stderr = modrun(t, append(base, "--temp", "1", "--parallel", "3")...)
+	require.Equal(t, 0, code, stderr)
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+	assert.Equal(t, "sampled at temperature 1, top-k 0, top-p 1, min-p 0", rep.Sampling)
+	assert.Contains(t, stderr, "against each sequence alone")
+}
+
 // checkParallelRows checks bench --parallel 3's --json rows: dense,
 // router and predictor twin, each on each backend at 1 and 3.
 func checkParallelRows(t *testing.T, stdout string, backends []string) {

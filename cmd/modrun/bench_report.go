@@ -26,7 +26,10 @@ type benchReport struct {
 	Prompt  int               `json:"prompt_tokens"`
 	Decode  int               `json:"decode_tokens"`
 	Repeats int               `json:"repeats"`
-	Rows    []benchRowReport  `json:"rows"`
+	// Sampling says how the decoded tokens were drawn: greedy, or sampled
+	// at --temp (bench.Options.Sampling).
+	Sampling string           `json:"sampling"`
+	Rows     []benchRowReport `json:"rows"`
 }
 
 type benchRowReport struct {
@@ -57,7 +60,7 @@ func newBenchReport(args []string, o bench.Options, devices []bench.Bandwidth, p
 	rep := &benchReport{
 		Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Command: "modrun bench " + strings.Join(args, " "),
 		Machine: runtime.GOOS + "/" + runtime.GOARCH, CPUs: runtime.NumCPU(), Devices: devices, Peaks: peaks,
-		Prompt: o.PromptTokens, Decode: o.DecodeTokens, Repeats: o.Repeats,
+		Prompt: o.PromptTokens, Decode: o.DecodeTokens, Repeats: o.Repeats, Sampling: o.Sampling(),
 	}
 	for _, row := range rows {
 		res := row.Result()
@@ -147,11 +150,11 @@ func (rep *benchReport) markdown() string {
 		"(the `validated` column: tokens decoded after prompt tokens; fewer where the CPU reference is slow): "+
 		"`top-1` is the share of next-token distributions whose most likely token is the reference's, `KL` their mean and largest KL divergence from the reference's (nats), `Δlogit` the largest logit difference (and its share of the step's largest |logit|). "+
 		"A row is refused only for what its path's rounding cannot explain (a distribution moved, or a decisive greedy token changed, beyond the path's logit bound), never for a near-tie. "+
-		"Rates are medians of %d runs, taken round by round over all rows: prefill of %d tokens, decode of %d. "+
+		"Rates are medians of %d runs, taken round by round over all rows: prefill of %d tokens, decode of %d (%s). "+
 		"Effective bandwidth is the bytes a decode token must read (each weight it uses once, the KV entries it attends to, at the mean context of the decode) times tokens/s; "+
 		"`prefill TFLOP/s` is the model's FLOPs per prompt token (at the prompt's mean position, the routed layers' seen shares) times prefill tokens/s, `of peak` its share of the probed peak of the path its matmuls took (fp32: shader arithmetic; tensor: cooperative matrices). "+
 		"`× base` is a rate against the baseline model on the same backend (a MoD twin's dense model), `ideal ×` the ratio of the baseline's cost per token to this row's (FLOPs in prefill, bytes in decode), `of ideal` the share of that achieved.\n\n",
-		rep.Repeats, rep.Prompt, rep.Decode)
+		rep.Repeats, rep.Prompt, rep.Decode, rep.Sampling)
 	if rep.Repeats < minRepeatsOfIdeal {
 		fmt.Fprintf(&b, "`of ideal` is left out: it needs --repeats %d or more, since one run's ratio of two rates is noise (it read 149%% once).\n\n", minRepeatsOfIdeal)
 	}

@@ -102,6 +102,9 @@ func TestFlagErrorsComeFirst(t *testing.T) {
 
 		// bench: nothing is built before its flags are checked
 		{"bench --kv-type", []string{"bench", "--synthetic", "stories260k", "--backends", "cpu", "--kv-type", "q4"}, 2, `--kv-type "q4" is not f16 or f32`, built},
+		{"bench --top-p without --temp", []string{"bench", "--synthetic", "stories260k", "--backends", "cpu", "--top-p", "0.9"}, 2, "--top-p needs --temp above 0", built},
+		{"bench --temp negative", []string{"bench", "--synthetic", "stories260k", "--backends", "cpu", "--temp", "-1"}, 2, "--temp -1: must be 0 (greedy) or positive", built},
+		{"bench --top-p out of range", []string{"bench", "--synthetic", "stories260k", "--backends", "cpu", "--temp", "1", "--top-p", "2"}, 2, "--top-p 2: must be in (0, 1]", built},
 		{"bench --ubatch 0", []string{"bench", "--synthetic", "stories260k", "--backends", "cpu", "--ubatch", "0"}, 2, "--ubatch 0: must be at least 1", built},
 		{"bench --ctx negative", []string{"bench", "--synthetic", "stories260k", "--backends", "cpu", "--ctx", "-2"}, 2, "--ctx -2: must be positive", built},
 		{"bench --out unwritable", []string{"bench", "--synthetic", "stories260k", "--backends", "cpu", "--out", filepath.Join(noDir, "b.md")}, 1, "--out " + filepath.Join(noDir, "b.md") + ": directory " + noDir + " does not exist", built},
