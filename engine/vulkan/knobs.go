@@ -21,6 +21,15 @@ import (
 // or empty Knobs leaves every knob to the environment and its default.
 type Knobs map[string]string
 
+// KnobsRevision counts the changes of what a knob means, or of how the
+// engine chooses among the same kernels (Go code, which shaders.BuildID
+// does not see), that make an earlier measurement wrong to apply: a
+// tuning entry carries it in its build (TuningKey.Build), so that one
+// measured before such a change is not taken after it. Raise it with such
+// a change. 2: MODRUN_PROMPT_STEPS=1 runs a short prompt as one matvec
+// pass (before: the matmul's tiles), and greedy steps chain (MODRUN_CHAIN).
+const KnobsRevision = 2
+
 // KnobNames are the knobs a Knobs may hold, each the name of the variable
 // that sets it (README.md says what each does and takes).
 var KnobNames = []string{

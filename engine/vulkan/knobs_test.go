@@ -1,8 +1,10 @@
 package vulkan
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -121,7 +123,7 @@ func TestTuningFile(t *testing.T) {
 	info := openDevice(t, false).Info()
 	m := openModel(t, "../../testdata/mod/mod-rand-sigmoid-pred.gguf")
 	key := KeyOf(info, m)
-	assert.Equal(t, shaders.BuildID(), key.Build)
+	assert.Equal(t, shaders.BuildID()+".knobs"+strconv.Itoa(KnobsRevision), key.Build)
 	assert.Contains(t, key.Model, "routed ")
 	assert.Contains(t, key.Model, "predictor ")
 	tu.Put(TuningEntry{TuningKey: key, Knobs: Knobs{"MODRUN_HANDOFF": "1"}})
@@ -139,8 +141,10 @@ func TestTuningFile(t *testing.T) {
 	assert.Equal(t, Knobs{"MODRUN_PROMPT_STEPS": "1"}, e.Knobs, "the second Put replaced the first")
 	for _, change := range []func(k *TuningKey){
 		func(k *TuningKey) { k.Build = "0123456789abcdef" }, // other kernels
-		func(k *TuningKey) { k.Model += " F16:1" },          // another model
-		func(k *TuningKey) { k.DeviceID++ },                 // another device
+		func(k *TuningKey) { k.Build = shaders.BuildID() },  // these kernels, chosen among before KnobsRevision
+		func(k *TuningKey) { k.Build = fmt.Sprintf("%s.knobs%d", shaders.BuildID(), KnobsRevision-1) },
+		func(k *TuningKey) { k.Model += " F16:1" }, // another model
+		func(k *TuningKey) { k.DeviceID++ },        // another device
 	} {
 		k := key
 		change(&k)

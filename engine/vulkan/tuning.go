@@ -19,10 +19,11 @@ import (
 // The tuning file (docs/tuning.md): what `modrun tune` measured to be the
 // fastest knobs (knobs.go) for one model on one device, kept for later
 // runs. An entry applies only where everything that decided it is the
-// same: the device, its driver, modrun's kernels (shaders.BuildID) and the
-// model's shape and weight types. A kernel changed by a later modrun, a
-// driver update or another model leaves the entry unused, never applied
-// to what it was not measured on.
+// same: the device, its driver, modrun's kernels (shaders.BuildID) and
+// the engine's choices among them (KnobsRevision), and the model's shape
+// and weight types. A kernel or a knob's meaning changed by a later
+// modrun, a driver update or another model leaves the entry unused, never
+// applied to what it was not measured on.
 
 // TuningVersion is the tuning file's format.
 const TuningVersion = 1
@@ -48,7 +49,7 @@ type TuningKey struct {
 	VendorID uint32 `json:"vendor_id"`
 	DeviceID uint32 `json:"device_id"`
 	Driver   string `json:"driver"` // DriverName and DriverInfo (the version)
-	Build    string `json:"build"`  // shaders.BuildID: the kernels
+	Build    string `json:"build"`  // tuningBuild: the kernels, and how the engine chooses among them
 	Model    string `json:"model"`  // TuningModelKey
 }
 
@@ -95,8 +96,12 @@ func KeyOf(info vk.DeviceInfo, m *mod.Model) TuningKey {
 // build's kernels.
 func tuningDeviceKey(info vk.DeviceInfo) TuningKey {
 	return TuningKey{Device: info.Name, VendorID: info.VendorID, DeviceID: info.DeviceID,
-		Driver: strings.TrimSpace(info.DriverName + " " + info.DriverInfo), Build: shaders.BuildID()}
+		Driver: strings.TrimSpace(info.DriverName + " " + info.DriverInfo), Build: tuningBuild()}
 }
+
+// tuningBuild names what of this modrun a tuning was measured with: its
+// kernels (shaders.BuildID) and KnobsRevision.
+func tuningBuild() string { return fmt.Sprintf("%s.knobs%d", shaders.BuildID(), KnobsRevision) }
 
 // TuningModelKey names what of a model decides its kernels' speed: its
 // shape and how many of its tensors have each weight type. Two files of
