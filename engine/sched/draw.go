@@ -97,7 +97,7 @@ func (s *Scheduler) greedyPicks(rows []Row, logits []float32, ids []int32) []pic
 // sequence has its own Sampler, and a draw is a pass or two over its
 // logits (engine.Sampler: ~0.14 ms at 32,000 tokens, ~0.6 ms at 128,256
 // on a 2-core VM), which one after another made a step of 16 sampled
-// sequences wait 4-20 ms on this goroutine while the device waited for
+// sequences wait 2-10 ms on this goroutine while the device waited for
 // the next step. A row with a logit not finite draws nothing (draw ends
 // its sequence).
 func (s *Scheduler) sampledPicks(picks []pick, logits []float32, workers int) {
