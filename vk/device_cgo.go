@@ -193,8 +193,17 @@ func (b *Buffer) Upload(data []byte, offset uint64) error {
 	}, nil)
 }
 
-// Download copies len(dst) bytes of the buffer at offset into dst, once the
-// device has finished all submitted work.
+// Download copies len(dst) bytes of the buffer at offset into dst: what
+// every Run (and Upload) that has returned left there. A Run returns once
+// its work is done, and its recording ends with a barrier that makes its
+// writes to host-visible buffers visible to the host, so a host-visible
+// buffer is read straight from its mapping: no vkDeviceWaitIdle, which
+// cost ~28 µs a call on lavapipe (a greedy token's 4 bytes of argmax, a
+// sampled token's logits, a chain's counts each paid it) and waited for
+// the work of every Device opened on the same GPU (they share one VkDevice
+// and queue: another model's runner, a server's other loop), not this
+// buffer's. Do not Download a buffer while a Run that writes it is in
+// flight on another goroutine.
 func (b *Buffer) Download(dst []byte, offset uint64) error {
 	if err := b.checkRange("Download", offset, uint64(len(dst))); err != nil || len(dst) == 0 {
 		return err
@@ -202,9 +211,6 @@ func (b *Buffer) Download(dst []byte, offset uint64) error {
 	if b.kind == HostVisible {
 		if b.dev.broken != nil {
 			return b.dev.broken
-		}
-		if err := b.dev.WaitIdle(); err != nil {
-			return err
 		}
 		C.memcpy(unsafe.Pointer(&dst[0]), unsafe.Add(b.mapped, offset), C.size_t(len(dst)))
 		return nil
