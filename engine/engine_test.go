@@ -37,6 +37,21 @@ func TestGreedyAndFilters(t *testing.T) {
 			require.Equal(t, int32(3), s.Sample(logits), "a filter that keeps one token always draws it: %+v", oo)
 		}
 	}
+	for _, f := range []func(*SamplerOptions){ // each draw path reads the logits in place, or a copy when it writes
+		func(o *SamplerOptions) {},
+		func(o *SamplerOptions) { o.TopK, o.TopP, o.MinP = 2, 0.9, 0.01 },
+		func(o *SamplerOptions) { o.RepeatPenalty, o.LogitBias = 1.5, map[int32]float32{1: 2} },
+	} {
+		oo := o
+		f(&oo)
+		s := newSampler(t, oo)
+		s.Accept(3)
+		s.Ban([]int32{0})
+		for i := 0; i < 20; i++ {
+			s.Sample(logits)
+		}
+		assert.Equal(t, []float32{1, 3, 2, 3.5, -1}, logits, "logits are left unchanged: %+v", oo)
+	}
 }
 
 func TestSameSeedSameTokens(t *testing.T) {

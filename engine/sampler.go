@@ -149,8 +149,11 @@ func (s *Sampler) Ban(ids []int32) { s.banned = slices.Clone(ids) }
 
 // Sample draws the next token from logits (left unchanged) and accepts it.
 func (s *Sampler) Sample(logits []float32) int32 {
-	l := append(s.scratch[:0], logits...)
-	s.scratch = l
+	l := logits // read only, unless something below writes to it
+	if len(s.banned) > 0 || len(s.opts.LogitBias) > 0 || s.opts.penalised() || s.constraint != nil {
+		l = append(s.scratch[:0], logits...)
+		s.scratch = l
+	}
 	for _, id := range s.banned {
 		if int(id) < len(l) {
 			l[id] = float32(math.Inf(-1))
