@@ -11,7 +11,11 @@ import "math"
 func LogSumExp(x []float32) float64 {
 	mx := math.Inf(-1)
 	for _, v := range x {
-		mx = math.Max(mx, float64(v))
+		// Not math.Max (its NaN and ±0 cases made this pass a third of the
+		// call): a NaN is skipped here and makes the sum NaN below.
+		if float64(v) > mx {
+			mx = float64(v)
+		}
 	}
 	var sum float64
 	for _, v := range x {
