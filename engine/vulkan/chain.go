@@ -1,7 +1,6 @@
 package vulkan
 
 import (
-	"encoding/binary"
 	"fmt"
 	"strconv"
 
@@ -347,14 +346,4 @@ func (r *Runner) Truncate(p int) error {
 	return nil
 }
 
-func downloadU32(b *vk.Buffer, n int) ([]uint32, error) {
-	raw := make([]byte, 4*n)
-	if err := b.Download(raw, 0); err != nil {
-		return nil, err
-	}
-	out := make([]uint32, n)
-	for i := range out {
-		out[i] = binary.LittleEndian.Uint32(raw[4*i:])
-	}
-	return out, nil
-}
+func downloadU32(b *vk.Buffer, n int) ([]uint32, error) { return downloadWords[uint32](b, n) }

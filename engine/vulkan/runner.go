@@ -22,7 +22,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"math"
 	"unsafe"
 
 	"github.com/modrun/modrun/mod"
@@ -345,12 +344,16 @@ func (r *Runner) CacheEntries() ([]int, error) {
 	return out, nil
 }
 
-func downloadF32(b *vk.Buffer, n int) ([]float32, error) {
-	x := make([]float32, n)
+func downloadF32(b *vk.Buffer, n int) ([]float32, error) { return downloadWords[float32](b, n) }
+
+// downloadWords is b's first n 4-byte words, as the device wrote them
+// (little-endian).
+func downloadWords[T uint32 | float32](b *vk.Buffer, n int) ([]T, error) {
+	x := make([]T, n)
 	if n == 0 {
 		return x, nil
 	}
-	if littleEndianHost { // the device's floats are the host's: copied straight in
+	if littleEndianHost { // the device's words are the host's: copied straight in
 		return x, b.Download(unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*n), 0)
 	}
 	raw := make([]byte, 4*n)
@@ -358,12 +361,12 @@ func downloadF32(b *vk.Buffer, n int) ([]float32, error) {
 		return nil, err
 	}
 	for i := range x {
-		x[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		*(*uint32)(unsafe.Pointer(&x[i])) = binary.LittleEndian.Uint32(raw[4*i:])
 	}
 	return x, nil
 }
 
-// littleEndianHost says whether the host stores a float as the device
+// littleEndianHost says whether the host stores a word as the device
 // does (little-endian), so that a download needs no conversion: a sampled
 // token's logits, 128 KB at 32,000 tokens, are one copy, where a second
 // buffer and a conversion a word cost ~40 µs a token on a 2-core VM
