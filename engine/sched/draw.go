@@ -33,14 +33,14 @@ func argmaxFinite(x []float32) (int32, bool) {
 }
 
 // pick is a sequence's draw, made before the step's results are booked:
-// greedy or sampled says it was made, id and finite are argmaxFinite's
-// (or the runner's, ArgmaxRunner) or the sequence's Sampler's (id only
-// when finite); row is its logits row (-1: an Argmax row).
+// id and finite are argmaxFinite's (or the runner's, ArgmaxRunner) for a
+// greedy one, the sequence's Sampler's for the others (sampledPicks; id
+// only when finite); row is its logits row (-1: an Argmax row).
 type pick struct {
-	id                      int32
-	finite, greedy, sampled bool
-	row                     int
-	seq                     *Seq
+	id             int32
+	finite, greedy bool
+	row            int
+	seq            *Seq
 }
 
 // greedyPicks draws the greedy sequences' tokens of a step, a pick for
@@ -104,14 +104,14 @@ func (s *Scheduler) sampledPicks(picks []pick, logits []float32, workers int) {
 	nv := s.lay.NVocab
 	todo := s.sampled[:0]
 	for i, pk := range picks {
-		if !pk.greedy && pk.row >= 0 && pk.seq.req.Sampler != nil {
+		if !pk.greedy { // a Sampler's sequence (an Argmax row is greedy)
 			todo = append(todo, i)
 		}
 	}
 	s.sampled = todo
 	one := func(pk *pick) {
 		row := logits[pk.row*nv : (pk.row+1)*nv]
-		pk.sampled, pk.finite = true, mod.Finite(row)
+		pk.finite = mod.Finite(row)
 		if pk.finite {
 			pk.id = pk.seq.req.Sampler.Sample(row)
 		}
@@ -169,22 +169,16 @@ func (s *Scheduler) checkArgmax(rows []Row, logits []float32, ids []int32) error
 	return nil
 }
 
-// draw samples q's next token from its logits (a greedy one is pk, made
-// by greedyPicks) and ends q on a stop.
+// draw books q's next token, pk (made by greedyPicks and sampledPicks),
+// and ends q on a stop.
 func (s *Scheduler) draw(q *Seq, logits []float32, pk pick) {
 	id, finite := pk.id, pk.finite
-	if !pk.greedy && !pk.sampled {
-		finite = mod.Finite(logits)
-	}
 	if !finite {
 		s.finish(q, StopError, fmt.Errorf("sched: %w", mod.NonFinite(q.fed-1)))
 		return
 	}
 	if q.req.KeepLogits {
 		q.Logits = append(q.Logits, slices.Clone(logits))
-	}
-	if q.req.Sampler != nil && !pk.sampled {
-		id = q.req.Sampler.Sample(logits)
 	}
 	if slices.Contains(q.req.Stop, id) {
 		s.finish(q, StopEOS, nil)

@@ -44,9 +44,6 @@ func BenchmarkSampledPicks(b *testing.B) {
 				picks[i] = pick{row: i, seq: &Seq{req: Request{Sampler: &expSampler{rand.New(rand.NewPCG(uint64(i), 3))}}}}
 			}
 			for i := 0; i < b.N; i++ {
-				for j := range picks {
-					picks[j].sampled = false
-				}
 				s.sampledPicks(picks, logits, workers)
 			}
 		})
