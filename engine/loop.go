@@ -374,6 +374,16 @@ type lpSampler struct {
 	last     Token
 }
 
+// Plain is the sampler's (sched.DeviceSampler), but never with
+// log-probabilities: those need the logits on the host.
+func (l *lpSampler) Plain() (float32, bool) {
+	t, ok := l.s.Plain()
+	return t, ok && !l.logProbs
+}
+
+func (l *lpSampler) Uniform() float64 { return l.s.Uniform() }
+func (l *lpSampler) Drawn(id int32)   { l.s.Drawn(id) }
+
 func (l *lpSampler) Sample(logits []float32) int32 {
 	id := l.s.Sample(logits)
 	if l.logProbs {

@@ -46,6 +46,21 @@ type GreedyChainer interface {
 	FeedArgmaxChain(token int32, n int) ([]int32, error)
 }
 
+// DrawFeeder is a GreedyFeeder that can also draw a token at a
+// temperature itself (Vulkan on a GPU profile: argmax_wide's draw,
+// docs/sampling-cost.md), so that a plain sampled token (Sampler.Plain)
+// reads 4 bytes back, not the logits, as a greedy one does.
+type DrawFeeder interface {
+	// DrawsOnDevice says whether FeedDraw draws (false: it fails).
+	DrawsOnDevice() bool
+	// FeedDraw runs tokens like Feed and returns the token drawn from the
+	// last one's logits at temperature temp (above 0) with the uniform
+	// number u in [0, 1): the first id whose running sum of weights
+	// exp((l - max) / temp) passes u times their total (Sampler.drawAll),
+	// in the device's float32.
+	FeedDraw(tokens []int32, temp float32, u float64) (int32, error)
+}
+
 // Truncater is a Runner that can drop its last tokens: after Truncate(p) it
 // holds the first p, as though only they were fed since Reset. It may
 // refuse a p it cannot go back to (the caller then runs the tokens again).

@@ -38,6 +38,7 @@ import (
 type RunnerStepper struct {
 	r      Runner
 	greedy GreedyFeeder  // r's, when it takes the argmax itself
+	drawer DrawFeeder    // r's, when it draws plain sampled tokens itself
 	chain  GreedyChainer // r's, when it chains greedy steps
 	trunc  Truncater     // r's, when it can drop tokens
 	tracer RoutingTracer // r's, when it traces routing
@@ -61,6 +62,9 @@ func NewRunnerStepper(r Runner, nVocab, chunk int) *RunnerStepper {
 	inner := unwrap(r)
 	a := &RunnerStepper{r: inner, chunk: max(1, chunk), lay: sched.Layout{DenseLayers: 1, ContextLen: inner.ContextLen(), NVocab: nVocab}}
 	a.greedy, _ = inner.(GreedyFeeder)
+	if d, ok := inner.(DrawFeeder); ok && d.DrawsOnDevice() {
+		a.drawer = d
+	}
 	a.chain, _ = inner.(GreedyChainer)
 	a.trunc, _ = inner.(Truncater)
 	a.tracer, _ = inner.(RoutingTracer)
@@ -130,6 +134,10 @@ func (a *RunnerStepper) StepArgmax(rows []sched.Row, blockTokens int) ([]float32
 	return a.step(rows, true)
 }
 
+// DrawsOnDevice says whether the runner draws a row with a temperature
+// itself (sched.DrawRunner): a DrawFeeder that draws.
+func (a *RunnerStepper) DrawsOnDevice() bool { return a.drawer != nil }
+
 func (a *RunnerStepper) step(rows []sched.Row, useArgmax bool) (logits []float32, ids []int32, routes [][]mod.Route, err error) {
 	for lo := 0; lo < len(rows); {
 		hi := lo + 1
@@ -170,8 +178,8 @@ func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32,
 		if r.Pos >= len(a.held) || a.held[r.Pos] != r.Token || (a.tracer != nil && q.WantsRoutes(r.Pos) && !a.traced[r.Pos]) {
 			break // a held token whose routing is wanted and was not fetched runs again
 		}
-		if r.Logits && !(useArgmax && r.Argmax && a.best[r.Pos] != noBest) {
-			break
+		if r.Logits && !(useArgmax && r.Argmax && r.Temp == 0 && a.best[r.Pos] != noBest) {
+			break // a draw at a temperature runs: its u is its own
 		}
 		if !r.Logits {
 			a.reused++ // a prompt's token; a greedy row's from a chain is no reuse
@@ -200,6 +208,11 @@ func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32,
 	switch n := a.chainSteps(q, feed); {
 	case !last.Logits:
 		_, err = a.r.Feed(tokens) // a prompt chunk before the last
+	case useArgmax && last.Argmax && last.Temp > 0:
+		if a.drawer == nil {
+			return nil, 0, nil, fmt.Errorf("engine: a draw at temperature %g on a runner that does not draw", last.Temp)
+		}
+		id, err = a.drawer.FeedDraw(tokens, last.Temp, last.U)
 	case useArgmax && last.Argmax && n > 1:
 		if ahead, err = a.chain.FeedArgmaxChain(last.Token, n); err == nil {
 			id = ahead[0]
@@ -257,7 +270,7 @@ func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32,
 // chains; else as many as the runner takes in one go, the sequence may
 // still draw (MaxTokens) and the context holds.
 func (a *RunnerStepper) chainSteps(q *sched.Seq, feed []sched.Row) int {
-	if a.chain == nil || a.trunc == nil || len(feed) != 1 || !feed[0].Argmax {
+	if a.chain == nil || a.trunc == nil || len(feed) != 1 || !feed[0].Argmax || feed[0].Temp > 0 {
 		return 1
 	}
 	n := min(a.chain.ChainSteps(), a.lay.ContextLen-feed[0].Pos)

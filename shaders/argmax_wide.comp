@@ -17,6 +17,20 @@
 // split-K hand-off of decode_attend: each workgroup's part write is made
 // visible before its atomic, the last one reads after it).
 //
+// The draw (docs/sampling-cost.md): a row whose temperature T = draw[r][0]
+// is above 0 gets a token drawn instead, the host's engine.Sampler.drawAll
+// in float32: with M the row's largest logit and w_j = exp((x_j - M) / T),
+// the first j in id order whose running sum of weights passes u*z, where
+// u = draw[r][1] (in [0, 1], drawn by the host) and z the sum of them all;
+// a u*z that rounding leaves at or past the total gives the last column,
+// as the host does. Each workgroup also sums exp((x_j - m) / T) over its
+// columns, m its own largest, into part; the last workgroup weighs each
+// block's sum by exp((m - M) / T), finds the block where the running sum
+// passes u*z (running sums over invocations, each a run of blocks), then
+// that block's column by running sums of its weights (PER contiguous
+// columns an invocation). A row with T = 0 is the argmax, bit for bit;
+// NONFINITE holds for both.
+//
 // Specialization constants: 0 WG, 1 PER (ArgmaxWideSpec). Dispatch
 // ArgmaxWideGroups(n, cols, spec); part holds ArgmaxWidePartWords(n, cols,
 // spec) words, done n words zero-filled once.
@@ -30,15 +44,21 @@ layout(constant_id = 1) const uint PER = 4; // columns per invocation
 
 layout(std430, binding = 0) HANDOFF_COHERENT readonly buffer X { float x[]; }; // [n][cols]
 layout(std430, binding = 1) writeonly buffer Out { uint out_[]; }; // [n]
-layout(std430, binding = 2) coherent buffer Part { uint part[]; }; // [n][groups][2]: a winner's value bits and index
+layout(std430, binding = 2) coherent buffer Part { uint part[]; }; // [n][groups][3]: a winner's value bits and index, the sum's bits
 layout(std430, binding = 3) coherent buffer Done { uint done[]; }; // [n] workgroups done, zero between dispatches
+layout(std430, binding = 4) readonly buffer Draw { float draw[]; }; // [n][2]: T (0: the argmax), u
 
 const uint NONFINITE = 0xfffffffeu;
 const uint NONE = 0xffffffffu; // no column yet: loses every tie
 
 shared float bestV[gl_WorkGroupSize.x];
 shared uint bestI[gl_WorkGroupSize.x];
+shared float sums[gl_WorkGroupSize.x];
 shared bool last;
+shared uint pickT, pickT2; // the invocation whose run holds the draw's block, column (NONE: none)
+shared uint pickB; // the draw's block
+shared float pickBefore; // the running sum before it
+shared uint pickC; // the draw's column
 
 // beats says whether (v, i) wins over (bv, bi): NONFINITE beats
 // everything, NONE nothing; a tie goes to the lower index.
@@ -62,6 +82,43 @@ void fold(uint tid, float bv, uint bi) {
 	}
 }
 
+// total is the workgroup's sum of v (a shared-memory tree).
+float total(uint tid, float v) {
+	sums[tid] = v;
+	barrier();
+	for (uint width = gl_WorkGroupSize.x; width > 1u;) {
+		uint half_ = (width + 1u) / 2u;
+		if (tid < width - half_) {
+			sums[tid] += sums[tid + half_];
+		}
+		width = half_;
+		barrier();
+	}
+	float s = sums[0];
+	barrier(); // every invocation read it before sums is written again
+	return s;
+}
+
+// scan is the running sum of v up to invocation tid, inclusive; sums then
+// holds every invocation's (read it, then barrier before the next scan).
+float scan(uint tid, float v) {
+	sums[tid] = v;
+	barrier();
+	for (uint off = 1u; off < gl_WorkGroupSize.x; off <<= 1u) {
+		float a = tid >= off ? sums[tid - off] : 0.0;
+		barrier();
+		sums[tid] += a;
+		barrier();
+	}
+	return sums[tid];
+}
+
+// blockWeight is block b's sum of weights relative to the row's largest
+// logit M: its own sum, relative to its own largest, scaled.
+float blockWeight(uint at, float M, float inv) {
+	return uintBitsToFloat(part[3u * at + 2u]) * exp((uintBitsToFloat(part[3u * at]) - M) * inv);
+}
+
 void main() {
 	const uint WG = gl_WorkGroupSize.x;
 	uint tid = gl_LocalInvocationID.x;
@@ -73,6 +130,9 @@ void main() {
 		return; // a surplus workgroup of a 2D grid
 	}
 	uint base = r * p.cols;
+	float temp = draw[2u * r];
+	bool drawRow = temp > 0.0; // the same for the whole row
+	float inv = drawRow ? 1.0 / temp : 0.0;
 	float bv = 0.0;
 	uint bi = NONE;
 	for (uint k = 0u; k < PER; k++) {
@@ -88,10 +148,24 @@ void main() {
 		}
 	}
 	fold(tid, bv, bi);
-	uint at = 2u * (r * groups + s);
+	float mb = bestV[0];
+	uint ib = bestI[0];
+	float sb = 0.0;
+	if (drawRow && ib != NONFINITE) { // the block's sum of weights, relative to mb
+		float acc = 0.0;
+		for (uint k = 0u; k < PER; k++) {
+			uint j = s * span + k * WG + tid;
+			if (j < p.cols) {
+				acc += exp((x[base + j] - mb) * inv);
+			}
+		}
+		sb = total(tid, acc);
+	}
+	uint at = 3u * (r * groups + s);
 	if (tid == 0u) {
-		part[at] = floatBitsToUint(bestV[0]);
-		part[at + 1u] = bestI[0];
+		part[at] = floatBitsToUint(mb);
+		part[at + 1u] = ib;
+		part[at + 2u] = floatBitsToUint(sb);
 	}
 	memoryBarrierBuffer();
 	barrier(); // the part write precedes the atomic
@@ -106,16 +180,101 @@ void main() {
 	bv = 0.0;
 	bi = NONE;
 	for (uint t = tid; t < groups; t += WG) {
-		float v = uintBitsToFloat(part[2u * (r * groups + t)]);
-		uint i = part[2u * (r * groups + t) + 1u];
+		float v = uintBitsToFloat(part[3u * (r * groups + t)]);
+		uint i = part[3u * (r * groups + t) + 1u];
 		if (beats(v, i, bv, bi)) {
 			bv = v;
 			bi = i;
 		}
 	}
 	fold(tid, bv, bi);
+	float M = bestV[0];
+	uint best = bestI[0];
+	if (!drawRow || best == NONFINITE) {
+		if (tid == 0u) {
+			out_[r] = best;
+			done[r] = 0u;
+		}
+		return;
+	}
+	// The block: invocation t sums the blocks [b0, b1), a run of them. The
+	// running sums over invocations (scan) are not monotone to the last
+	// rounding (each is its own tree of additions), so the run is the first
+	// with weight whose running sum passes u*z, found by atomicMin, not the
+	// one whose interval holds it: exactly one, or none past the total.
+	uint per = (groups + WG - 1u) / WG;
+	uint b0 = min(groups, tid * per), b1 = min(groups, b0 + per);
+	float c = 0.0;
+	for (uint b = b0; b < b1; b++) {
+		c += blockWeight(r * groups + b, M, inv);
+	}
 	if (tid == 0u) {
-		out_[r] = bestI[0];
+		pickT = NONE;
+		pickT2 = NONE;
+	}
+	float incl = scan(tid, c);
+	float excl = tid > 0u ? sums[tid - 1u] : 0.0;
+	float target = draw[2u * r + 1u] * sums[WG - 1u];
+	if (c > 0.0 && target < incl) {
+		atomicMin(pickT, tid);
+	}
+	barrier();
+	if (pickT == NONE) { // rounding left u*z at the total: the last column, as the host
+		if (tid == 0u) {
+			out_[r] = p.cols - 1u;
+			done[r] = 0u;
+		}
+		return;
+	}
+	if (tid == pickT) {
+		float cum = excl, before = excl;
+		uint pick = b1 - 1u;
+		for (uint b = b0; b < b1; b++) {
+			float w = blockWeight(r * groups + b, M, inv);
+			before = cum;
+			pick = b;
+			if (w > 0.0 && target < cum + w) {
+				break;
+			}
+			cum += w;
+		}
+		pickB = pick;
+		pickBefore = before;
+	}
+	barrier();
+	// The column: invocation t's PER contiguous columns of the block, the
+	// first with weight whose running sum passes what is left of u*z.
+	uint blk = pickB;
+	float target2 = target - pickBefore;
+	uint j0 = blk * span + tid * PER;
+	float acc = 0.0;
+	for (uint k = 0u; k < PER; k++) {
+		if (j0 + k < p.cols) {
+			acc += exp((x[base + j0 + k] - M) * inv);
+		}
+	}
+	incl = scan(tid, acc);
+	excl = tid > 0u ? sums[tid - 1u] : 0.0;
+	if (acc > 0.0 && target2 < incl) {
+		atomicMin(pickT2, tid);
+	}
+	barrier();
+	if (tid == pickT2) {
+		float cum = excl;
+		uint col = min(p.cols, j0 + PER) - 1u;
+		for (uint k = 0u; k < PER && j0 + k < p.cols; k++) {
+			float w = exp((x[base + j0 + k] - M) * inv);
+			cum += w;
+			if (w > 0.0 && target2 < cum) {
+				col = j0 + k;
+				break;
+			}
+		}
+		pickC = col;
+	}
+	barrier();
+	if (tid == 0u) {
+		out_[r] = pickT2 != NONE ? pickC : min(p.cols, (blk + 1u) * span) - 1u; // none: rounding, the block's last
 		done[r] = 0u;
 	}
 }

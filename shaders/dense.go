@@ -1,6 +1,7 @@
 package shaders
 
 import (
+	"encoding/binary"
 	"math"
 	"math/bits"
 	"slices"
@@ -79,9 +80,35 @@ func ArgmaxWideGroups(n, cols uint32, spec []uint32) [3]uint32 {
 }
 
 // ArgmaxWidePartWords is the size of argmax_wide's part scratch, in u32
-// words, for n rows of cols.
+// words, for n rows of cols: three a workgroup (its winner's value and
+// index, its sum of weights for a draw).
 func ArgmaxWidePartWords(n, cols uint32, spec []uint32) uint64 {
-	return 2 * uint64(n) * uint64(argmaxWideGroupsPerRow(cols, spec))
+	return 3 * uint64(n) * uint64(argmaxWideGroupsPerRow(cols, spec))
+}
+
+// ArgmaxDraw is a row's draw parameters for argmax_wide (its draw
+// binding, [n][2] f32): Temp 0 is the argmax; above 0 the token is drawn
+// at that temperature with U, a uniform number in [0, 1]
+// (docs/sampling-cost.md).
+type ArgmaxDraw struct {
+	Temp, U float32
+}
+
+// DrawAt is the draw at temperature temp with the uniform number u, a
+// float64 in [0, 1) from the host's generator: u in float32, kept below 1
+// (float32(u) rounds up to 1 for u within 2^-25 of it).
+func DrawAt(temp float32, u float64) ArgmaxDraw {
+	return ArgmaxDraw{Temp: temp, U: min(max(float32(u), 0), math.Nextafter32(1, 0))}
+}
+
+// ArgmaxDrawBytes packs rows' draw parameters for the draw binding.
+func ArgmaxDrawBytes(d []ArgmaxDraw) []byte {
+	b := make([]byte, 8*len(d))
+	for i, x := range d {
+		binary.LittleEndian.PutUint32(b[8*i:], math.Float32bits(x.Temp))
+		binary.LittleEndian.PutUint32(b[8*i+4:], math.Float32bits(x.U))
+	}
+	return b
 }
 
 // Row-kernel specialization constants (rmsnorm, nll, argmax):
@@ -217,11 +244,12 @@ var argmaxWide = Variant{
 	Bindings: []Binding{
 		{"x", Read, "[n][cols] f32"},
 		{"out", Write, "[n] u32"},
-		{"part", ReadWrite, "[n][groups][2] u32 scratch: each workgroup's winner (value bits, index)"},
+		{"part", ReadWrite, "[n][groups][3] u32 scratch: each workgroup's winner (value bits, index) and sum of weights (bits)"},
 		{"done", ReadWrite, "[n] u32 scratch, zero before and after"},
+		{"draw", Read, "[n][2] f32: each row's temperature (0: the argmax) and uniform number (ArgmaxDraw)"},
 	},
 	Push: ArgmaxPush{}, LocalSize: [3]uint32{256, 1, 1}, LocalSizeSpec: true, Spec: ArgmaxWideSpec,
-	Notes: "argmax with a row over many workgroups, the last merging (GPUs); Spec [workgroup size, columns per invocation]; " +
+	Notes: "argmax with a row over many workgroups, the last merging (GPUs), or a draw at a row's temperature; Spec [workgroup size, columns per invocation]; " +
 		"dispatch ArgmaxWideGroups(n, cols, spec); part ArgmaxWidePartWords, done n words zero-filled once",
 }
 

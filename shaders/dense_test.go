@@ -421,7 +421,8 @@ func TestArgmaxWide(t *testing.T) {
 				run := argmaxRun(t, dev, k, sh[0], sh[1], int64(sh[0]+sh[1]))
 				run.groups = ArgmaxWideGroups(n, cols, spec)
 				done := newBuffer(t, dev, u32bytes(make([]uint32, n)))
-				run.binds = append(run.binds, denseBind(denseNaNBuffer(t, dev, int(ArgmaxWidePartWords(n, cols, spec))), vk.ReadWrite), denseBind(done, vk.ReadWrite))
+				greedy := newBuffer(t, dev, ArgmaxDrawBytes(make([]ArgmaxDraw, n))) // temperature 0: the argmax
+				run.binds = append(run.binds, denseBind(denseNaNBuffer(t, dev, int(ArgmaxWidePartWords(n, cols, spec))), vk.ReadWrite), denseBind(done, vk.ReadWrite), denseBind(greedy, vk.Read))
 				run.push, run.binds = withHandoff(t, dev, k, vk.MustPackPush(run.push), run.groups, run.binds)
 				for i := 0; i < 2; i++ {
 					if err := run.run(t, dev, &w); err != nil {

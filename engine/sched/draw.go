@@ -58,7 +58,11 @@ func (s *Scheduler) greedyPicks(rows []Row, logits []float32, ids []int32) []pic
 		switch {
 		case !r.Logits:
 		case r.Argmax:
-			s.picks = append(s.picks, pick{id: ids[a], finite: ids[a] != ArgmaxNonFinite, greedy: true, row: -1})
+			pk := pick{id: ids[a], finite: ids[a] != ArgmaxNonFinite, greedy: true, row: -1}
+			if r.Temp > 0 && pk.finite { // a DeviceSampler's draw, made on the runner
+				r.Seq.req.Sampler.(DeviceSampler).Drawn(pk.id)
+			}
+			s.picks = append(s.picks, pk)
 			a++
 		default:
 			greedy := r.Seq.req.Sampler == nil

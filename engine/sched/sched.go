@@ -27,6 +27,13 @@ type Row struct {
 	// Argmax (with Logits, for an ArgmaxRunner only): the logits serve
 	// only a greedy draw, so the runner gives their argmax instead of them.
 	Argmax bool
+	// Temp and U (with Argmax, for a DrawRunner only): the runner draws
+	// the token at temperature Temp (above 0) with the uniform number U
+	// in [0, 1) instead (DeviceSampler), as engine.Sampler draws without
+	// filters: the first token whose running sum of weights
+	// exp((l - max) / Temp), in id order, passes U times their total.
+	Temp float32
+	U    float64
 }
 
 // StepRunner runs one forward pass over a step's rows on some backend: the
@@ -54,9 +61,38 @@ type ArgmaxRunner interface {
 	StepRunner
 	// StepArgmax is Step, but for the rows with Argmax set it gives ids,
 	// one per such row in row order: the first index of the row's largest
-	// logit, or ArgmaxNonFinite when a logit is NaN or infinite. logits
+	// logit (a DrawRunner's row with Temp above 0: the token drawn), or
+	// ArgmaxNonFinite when a logit is NaN or infinite. logits
 	// holds the other rows with Logits set, [k][nVocab] in row order.
 	StepArgmax(rows []Row, blockTokens int) (logits []float32, ids []int32, routes [][]mod.Route, err error)
+}
+
+// DrawRunner is an ArgmaxRunner that can also draw a sampled row's token
+// itself (Row.Temp, Row.U), where DrawsOnDevice says so: the scheduler
+// then sets Argmax on the rows of sequences whose Sampler is a
+// DeviceSampler with a plain draw, and the row's id in StepArgmax is the
+// draw's (ArgmaxNonFinite as for the argmax).
+type DrawRunner interface {
+	ArgmaxRunner
+	DrawsOnDevice() bool
+}
+
+// DeviceSampler is a Sampler whose draws a DrawRunner may make
+// (docs/sampling-cost.md): a plain draw at a temperature, from a uniform
+// number the sampler hands out before the step.
+type DeviceSampler interface {
+	Sampler
+	// Plain gives the temperature of the sampler's draws when each is
+	// plain: no filter, penalty, bias, ban or constraint, nothing that
+	// reads the logits but the draw itself (ok false otherwise). It does
+	// not change for a sequence.
+	Plain() (temp float32, ok bool)
+	// Uniform takes the uniform number in [0, 1) the next draw uses, as
+	// Sample would have taken it.
+	Uniform() float64
+	// Drawn gives the sampler the token the runner drew with it, as
+	// Sample would have accepted it.
+	Drawn(id int32)
 }
 
 // ArgmaxNonFinite is an ArgmaxRunner's id for a row whose logits are not
@@ -214,6 +250,7 @@ type Scheduler struct {
 	picks   []pick       // a step's draws (greedyPicks, sampledPicks)
 	sampled []int        // the sampled picks' places (sampledPicks)
 	argmax  ArgmaxRunner // run, when it draws greedy rows itself
+	drawer  bool         // run is a DrawRunner that draws on its device
 }
 
 // New is a scheduler over run with o's sizes.
@@ -233,6 +270,9 @@ func New(run StepRunner, o Options) (*Scheduler, error) {
 	}
 	s := &Scheduler{run: run, lay: run.Layout(), opts: o, pool: pool}
 	s.argmax, _ = run.(ArgmaxRunner)
+	if d, ok := run.(DrawRunner); ok {
+		s.drawer = d.DrawsOnDevice()
+	}
 	if o.PrefixCache {
 		s.prefix = newPrefixCache()
 	}
@@ -453,6 +493,7 @@ func (s *Scheduler) Step() (bool, error) {
 		routes [][]mod.Route
 		err    error
 	)
+	s.uniforms(rows)
 	if s.argmax != nil {
 		logits, ids, routes, err = s.argmax.StepArgmax(rows, s.pool.blockTokens)
 		if err == nil {
@@ -471,6 +512,40 @@ func (s *Scheduler) Step() (bool, error) {
 	}
 	s.after(rows, counts, logits, ids, routes)
 	return true, nil
+}
+
+// onRunner says whether q's next token is drawn by the step runner: the
+// argmax of a greedy sequence on an ArgmaxRunner, a DeviceSampler's plain
+// draw on a DrawRunner that draws; never where the logits are kept.
+func (s *Scheduler) onRunner(q *Seq) bool {
+	if s.argmax == nil || q.req.KeepLogits {
+		return false
+	}
+	if q.req.Sampler == nil {
+		return true
+	}
+	ds, ok := q.req.Sampler.(DeviceSampler)
+	if !ok || !s.drawer {
+		return false
+	}
+	_, plain := ds.Plain()
+	return plain
+}
+
+// uniforms gives each of the step's Argmax rows of a DeviceSampler its
+// temperature and uniform number, taken from the sampler once the step's
+// rows are final (plan may run again when a sequence is preempted).
+func (s *Scheduler) uniforms(rows []Row) {
+	for i := range rows {
+		r := &rows[i]
+		r.Temp, r.U = 0, 0
+		if !r.Argmax || r.Seq.req.Sampler == nil {
+			continue
+		}
+		ds := r.Seq.req.Sampler.(DeviceSampler) // onRunner
+		r.Temp, _ = ds.Plain()
+		r.U = ds.Uniform()
+	}
 }
 
 // plan packs the step's rows and reserves their pages; counts are the
@@ -495,11 +570,11 @@ func (s *Scheduler) plan() ([]Row, map[*Seq][]int) {
 			c[j] = q.Routed[j].Len
 		}
 		counts[q] = c
-		greedy := s.argmax != nil && q.req.Sampler == nil && !q.req.KeepLogits
+		onRunner := s.onRunner(q)
 		for i := range n {
 			p := q.fed + i
 			last := i == n-1 && p == len(q.tokens)-1
-			rows = append(rows, Row{Seq: q, Pos: p, Token: q.tokens[p], Logits: last, Argmax: last && greedy})
+			rows = append(rows, Row{Seq: q, Pos: p, Token: q.tokens[p], Logits: last, Argmax: last && onRunner})
 		}
 		budget -= n
 	}

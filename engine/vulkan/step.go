@@ -30,6 +30,9 @@ type decodeStep struct {
 	// What the host reads after a step.
 	logitsHost *vk.Buffer // [nVocab] f32
 	bestHost   *vk.Buffer // [1] u32: argmax of the logits, on the GPU
+	// drawHost is the head's draw parameters (shaders.ArgmaxDraw, host-
+	// written): temperature 0, the argmax, but during FeedDraw.
+	drawHost *vk.Buffer
 	// With Options.Trace, the step copies each routed layer's score r,
 	// predictor score p and count (0 or 1) here, and run reads them after
 	// each token into the runner's trace (readTrace).
@@ -83,7 +86,7 @@ func (r *Runner) allocateStep() error {
 	al := &allocator{r: r}
 	must := al.buf
 	r.tok, r.tokPos = must(4, vk.HostVisible), must(4, vk.HostVisible)
-	r.logitsHost, r.bestHost = must(f32(c.NVocab), vk.HostVisible), must(4, vk.HostVisible)
+	r.logitsHost, r.bestHost, r.drawHost = must(f32(c.NVocab), vk.HostVisible), must(4, vk.HostVisible), must(8, vk.HostVisible)
 	b0 := r.w.blocks[0]
 	a := &r.act
 	a.x, a.xs, a.xn = must(f32(c.NEmbd), vk.DeviceLocal), must(f32(c.NEmbd), vk.DeviceLocal), must(f32(c.NEmbd), vk.DeviceLocal)
@@ -100,6 +103,9 @@ func (r *Runner) allocateStep() error {
 	}
 	if al.err == nil {
 		al.err = a.amaxDone.Upload(make([]byte, 4), 0) // argmax_wide leaves it zero after each dispatch
+	}
+	if al.err == nil {
+		al.err = r.drawHost.Upload(make([]byte, 8), 0) // the argmax
 	}
 	if al.err != nil {
 		return fmt.Errorf("activations: %w", al.err)
@@ -182,6 +188,35 @@ func (r *Runner) FeedArgmax(tokens []int32) (int32, error) {
 		return 0, err
 	}
 	return r.lastArgmax()
+}
+
+// DrawsOnDevice says whether FeedDraw draws (the profile's head takes
+// argmax_wide, which draws; lavapipe's argmax does not).
+func (r *Runner) DrawsOnDevice() bool {
+	head := r.ks.prof.Head()
+	return head[len(head)-1].Variant == "argmax_wide"
+}
+
+// FeedDraw is FeedArgmax with the last token's successor drawn at
+// temperature temp (above 0) with the uniform number u in [0, 1) on the
+// device: argmax_wide's draw, engine.Sampler's draw without filters in
+// float32 (docs/sampling-cost.md). 4 bytes come back, not the logits.
+// Only where DrawsOnDevice.
+func (r *Runner) FeedDraw(tokens []int32, temp float32, u float64) (int32, error) {
+	if !r.DrawsOnDevice() {
+		return 0, fmt.Errorf("vulkan: FeedDraw: the head's %s does not draw", r.ks.prof.Head()[len(r.ks.prof.Head())-1].Variant)
+	}
+	if !(temp > 0) || !(u >= 0 && u < 1) {
+		return 0, fmt.Errorf("vulkan: FeedDraw: temperature %g must be above 0 and u %g in [0, 1)", temp, u)
+	}
+	if err := r.drawHost.Upload(shaders.ArgmaxDrawBytes([]shaders.ArgmaxDraw{shaders.DrawAt(temp, u)}), 0); err != nil {
+		return 0, err
+	}
+	id, err := r.FeedArgmax(tokens)
+	if uerr := r.drawHost.Upload(make([]byte, 8), 0); err == nil { // back to the argmax, which the chains read too
+		err = uerr
+	}
+	return id, err
 }
 
 // run runs tokens: up to Options.PromptSteps through the decode step (the

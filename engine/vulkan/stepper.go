@@ -100,6 +100,10 @@ type pagedFrame struct {
 	// workgroup's winner, and each row's count of workgroups done, zero
 	// between dispatches.
 	amaxPart, amaxDone *vk.Buffer
+	// draws is [seqs] shaders.ArgmaxDraw host-visible: each argmax row's
+	// temperature and uniform number (0 and 0: the argmax), written each
+	// step (sched.Row.Temp, U).
+	draws *vk.Buffer
 	// vec: the step's products run as matvecs (stepvec.go), whose stacked
 	// q|k|v go to qkv first ([vecRows][the stack's rows]); qkv is nil
 	// when the weights' layout does not allow it (vecFits).
@@ -257,6 +261,7 @@ func (st *Stepper) growLogits(k int) error {
 	logits, host, ids := al.buf(vB, vk.DeviceLocal), al.buf(vB, vk.HostVisible), al.buf(4*uint64(k), vk.HostVisible)
 	amaxPart := al.buf(4*shaders.ArgmaxWidePartWords(uint32(k), uint32(st.r.c.NVocab), shaders.ArgmaxWideSpec), vk.DeviceLocal)
 	amaxDone := al.buf(4*uint64(k), vk.DeviceLocal)
+	draws := al.buf(8*uint64(k), vk.HostVisible)
 	if al.err == nil {
 		al.err = amaxDone.Upload(make([]byte, 4*k), 0) // argmax_wide leaves it zero after each dispatch
 	}
@@ -265,11 +270,11 @@ func (st *Stepper) growLogits(k int) error {
 	}
 	st.dropRecordings()
 	if pf.logits != nil {
-		for _, b := range []*vk.Buffer{pf.logits, pf.host, pf.ids, pf.amaxPart, pf.amaxDone} {
+		for _, b := range []*vk.Buffer{pf.logits, pf.host, pf.ids, pf.amaxPart, pf.amaxDone, pf.draws} {
 			st.r.freeBuffer(b)
 		}
 	}
-	pf.logits, pf.host, pf.ids, pf.amaxPart, pf.amaxDone, st.seqs = logits, host, ids, amaxPart, amaxDone, k
+	pf.logits, pf.host, pf.ids, pf.amaxPart, pf.amaxDone, pf.draws, st.seqs = logits, host, ids, amaxPart, amaxDone, draws, k
 	return nil
 }
 
@@ -465,6 +470,10 @@ func (st *Stepper) StepArgmax(rows []sched.Row, bt int) ([]float32, []int32, [][
 	return st.step(rows, bt, true)
 }
 
+// DrawsOnDevice says whether an Argmax row with a temperature above 0 is
+// drawn on the device (sched.DrawRunner): the head's argmax_wide draws.
+func (st *Stepper) DrawsOnDevice() bool { return st.r.DrawsOnDevice() }
+
 // step runs rows, with argmax the rows with Argmax as StepArgmax does.
 func (st *Stepper) step(rows []sched.Row, bt int, argmax bool) (logits []float32, ids []int32, routes [][]mod.Route, err error) {
 	r, c := st.r, st.r.c
@@ -487,6 +496,7 @@ func (st *Stepper) step(rows []sched.Row, bt int, argmax bool) (logits []float32
 	tok, pos, seq := make([]uint32, n), make([]uint32, n), make([]uint32, n)
 	rmeta := make([]uint32, 2*n*max(1, nr))
 	var words, lrows, full []uint32 // lrows: the Argmax rows, then full: the other rows wanting logits
+	var draws []shaders.ArgmaxDraw  // the Argmax rows' (Temp 0: the argmax)
 	table := func(t *sched.Table) (uint32, error) {
 		off := uint32(len(words))
 		for _, pg := range t.Pages {
@@ -524,6 +534,14 @@ func (st *Stepper) step(rows []sched.Row, bt int, argmax bool) (logits []float32
 		switch {
 		case row.Logits && row.Argmax && argmax:
 			lrows = append(lrows, uint32(i))
+			d := shaders.ArgmaxDraw{}
+			if row.Temp > 0 {
+				if !st.r.DrawsOnDevice() || !(row.U >= 0 && row.U < 1) {
+					return nil, nil, nil, fmt.Errorf("vulkan: row %d: a draw at temperature %g with u %g, where the head draws %t", i, row.Temp, row.U, st.r.DrawsOnDevice())
+				}
+				d = shaders.DrawAt(row.Temp, row.U)
+			}
+			draws = append(draws, d)
 		case row.Logits:
 			full = append(full, uint32(i))
 		}
@@ -536,6 +554,11 @@ func (st *Stepper) step(rows []sched.Row, bt int, argmax bool) (logits []float32
 	}
 	if err := st.growTables(len(words)); err != nil {
 		return nil, nil, nil, err
+	}
+	if len(draws) > 0 {
+		if err := st.pf.draws.Upload(shaders.ArgmaxDrawBytes(draws), 0); err != nil {
+			return nil, nil, nil, fmt.Errorf("vulkan: a step's draws: %w", err)
+		}
 	}
 	rec, err := st.recording(n, k, g)
 	if err != nil {
@@ -725,7 +748,7 @@ func (r *Runner) recordPagedHead(rec *vk.Recorder, p *frame) error {
 	vB, g := 4*uint64(c.NVocab), pf.nArgmax
 	if g > 0 {
 		head := r.ks.prof.Head()
-		o, err := r.argmaxOp(head[len(head)-1], pf.logits, pf.ids, g, pf.amaxPart, pf.amaxDone)
+		o, err := r.argmaxOp(head[len(head)-1], pf.logits, pf.ids, g, pf.amaxPart, pf.amaxDone, pf.draws)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,220 @@
+package shaders
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modrun/modrun/vk"
+)
+
+// drawRef is the token a draw at temperature temp with the uniform number
+// u takes from row, as engine.Sampler's drawAll defines it, in float64:
+// with M the largest logit and w_j = exp((x_j - M) / temp), the first j
+// whose running sum of weights passes u*z, z their total; the last column
+// when none does. margin is the distance of u*z from the nearer end of
+// j's interval, a fraction of z (an end the device has exactly, 0 and
+// past the total, does not count): float32's rounding on the device moves
+// the ends by a few millionths of z at most, so a draw with a margin above
+// drawMargin is the device's exactly.
+func drawRef(row []float32, temp float32, u float64) (id int, margin float64) {
+	m := math.Inf(-1)
+	for _, v := range row {
+		m = max(m, float64(v))
+	}
+	inv := 1 / float64(temp)
+	w := make([]float64, len(row))
+	z := 0.0
+	for j, v := range row {
+		w[j] = math.Exp((float64(v) - m) * inv)
+		z += w[j]
+	}
+	target, cum := u*z, 0.0
+	for j, x := range w {
+		if target < cum+x {
+			lo, hi := target-cum, cum+x-target
+			if j == 0 {
+				lo = math.Inf(1) // the first interval begins at 0 on the device too
+			}
+			if j == len(w)-1 {
+				hi = math.Inf(1) // past the last interval is the last column too
+			}
+			return j, min(lo, hi) / z
+		}
+		cum += x
+	}
+	return len(row) - 1, 0
+}
+
+// drawMargin is the least margin (drawRef) of a draw whose token the test
+// asks of the device: its float32 sums over 100,000 logits (a tree within
+// a workgroup, running sums over invocations) are off by ~30 roundings of
+// 6e-8 of z at the worst, a sixth of it.
+const drawMargin = 1e-5
+
+// centerOf is a uniform number that draws a token of row at temp at the
+// middle of its interval, chosen at random among those whose interval
+// holds 2*drawMargin of the total or more.
+func centerOf(rng *rand.Rand, row []float32, temp float32) float64 {
+	m := math.Inf(-1)
+	for _, v := range row {
+		m = max(m, float64(v))
+	}
+	w := make([]float64, len(row))
+	z := 0.0
+	for j, v := range row {
+		w[j] = math.Exp((float64(v) - m) / float64(temp))
+		z += w[j]
+	}
+	var wide []int
+	for j, x := range w {
+		if x/z >= 2*drawMargin {
+			wide = append(wide, j)
+		}
+	}
+	j := wide[rng.Intn(len(wide))] // the largest weight is 1/cols of z at least: a row's rows here have one
+	cum := 0.0
+	for _, x := range w[:j] {
+		cum += x
+	}
+	return (cum + w[j]/2) / z
+}
+
+// TestArgmaxWideDraw: argmax_wide's draw (a row with a temperature above
+// 0) against drawRef, over rows of one workgroup's columns or less, one
+// more, and many (100,000 at [64 1]: 1,563 workgroups a row, more than a
+// workgroup's invocations, so each invocation sums a run of blocks); rows
+// of normal logits (sigma 3 and 1), a constant row (every interval the
+// same), a peaked one (nearly all the weight on one token), a NaN
+// (NONFINITE at any temperature) and a temperature-0 row beside them (the
+// argmax); temperatures 0.3, 1 and 2. Each dispatch's rows take u at the
+// middle of a random wide interval, 0 (the first token), 1 - 2^-20 or
+// float32's largest below 1 (the last token);
+// draws whose margin is below drawMargin are not asked (u at the middle
+// of an interval always is, and the peaked row puts its peak where u = 0
+// or near 1 draws it). Each case runs twice: done stays zero.
+func TestArgmaxWideDraw(t *testing.T) {
+	dev := openDevice(t)
+	ks := denseKernels{dev: dev, v: lookup(t, "argmax_wide")}
+	kh := denseKernels{dev: dev, v: lookup(t, "argmax_wide"+HandoffSuffix)}
+	rng := rand.New(rand.NewSource(7))
+	temps := []float32{0.3, 1, 2}
+	asked, skipped := 0, 0
+	for _, cols := range []int{1, 7, 1023, 1024, 1025, 32000, 100000} {
+		for _, spec := range [][]uint32{ArgmaxWideSpec, {64, 1}, {32, 3}} {
+			for _, handoff := range []bool{false, true} {
+				if handoff && (cols == 100000 || spec[0] != ArgmaxWideSpec[0]) {
+					continue // the hand-off wraps the same code: the step's spec
+				}
+				if cols == 100000 && spec[0] != 64 {
+					continue
+				}
+				for mode := range 4 {
+					name := fmt.Sprintf("spec%v/%d/handoff%t/u%d", spec, cols, handoff, mode)
+					k := ks.get(t, spec)
+					if handoff {
+						k = kh.get(t, spec)
+					}
+					const n = 6
+					x := make([]float32, 0, n*cols)
+					draws := make([]ArgmaxDraw, n)
+					want := make([]uint32, n)
+					ask := make([]bool, n)
+					for r := range n {
+						row := denseNormals(rng, cols, 3)
+						temp := temps[(r+mode)%len(temps)]
+						switch r {
+						case 1:
+							row = denseNormals(rng, cols, 1)
+						case 2:
+							if cols <= 32000 { // 100,000 equal intervals are narrower than 2*drawMargin
+								for j := range row {
+									row[j] = 0.5
+								}
+							}
+						case 3: // peaked; at u = 0 on the first column, near 1 on the last, so that the draw's interval is wide
+							at := rng.Intn(cols)
+							switch mode {
+							case 1:
+								at = 0
+							case 2, 3:
+								at = cols - 1
+							}
+							row[at] = 20
+						}
+						var u float64
+						switch mode {
+						case 0:
+							u = centerOf(rng, row, temp)
+						case 1:
+							u = 0
+						case 2:
+							u = 1 - 1.0/(1<<20)
+						case 3:
+							u = float64(math.Nextafter32(1, 0))
+						}
+						draws[r] = ArgmaxDraw{Temp: temp, U: float32(u)}
+						id, margin := drawRef(row, temp, float64(float32(u)))
+						want[r], ask[r] = uint32(id), margin >= drawMargin
+						switch r {
+						case 4:
+							row[rng.Intn(cols)] = float32(math.NaN())
+							want[r], ask[r] = ArgmaxNonFinite, true
+						case 5:
+							draws[r].Temp = 0
+							want[r], ask[r] = uint32(argmaxOf(row)), true
+						}
+						if mode == 0 || r >= 3 {
+							require.True(t, ask[r], "%s row %d: u at the middle of an interval, or a wide first or last one", name, r)
+						}
+						x = append(x, row...)
+					}
+					xb := newBuffer(t, dev, f32bytes(x))
+					out := newBuffer(t, dev, make([]byte, 4*n))
+					part := denseNaNBuffer(t, dev, int(ArgmaxWidePartWords(n, uint32(cols), spec)))
+					done := newBuffer(t, dev, make([]byte, 4*n))
+					db := newBuffer(t, dev, ArgmaxDrawBytes(draws))
+					groups := ArgmaxWideGroups(n, uint32(cols), spec)
+					push, binds := withHandoff(t, dev, k, vk.MustPackPush(ArgmaxPush{Cols: uint32(cols), N: n}), groups,
+						[]vk.Bind{denseBind(xb, vk.Read), denseBind(out, vk.Write), denseBind(part, vk.ReadWrite), denseBind(done, vk.ReadWrite), denseBind(db, vk.Read)})
+					for i := range 2 {
+						rec := dev.NewRecorder()
+						rec.Dispatch(k, push, groups, binds...)
+						require.NoError(t, dev.Run(rec))
+						rec.Close()
+						got := downloadU32(t, out, n)
+						for r := range n {
+							if !ask[r] {
+								if i == 0 {
+									skipped++
+								}
+								continue
+							}
+							if i == 0 {
+								asked++
+							}
+							assert.Equal(t, want[r], got[r], "%s run %d row %d: T %g u %.9g", name, i, r, draws[r].Temp, draws[r].U)
+						}
+						assert.Equal(t, make([]uint32, n), downloadU32(t, done, n), "%s run %d: done left at zero", name, i)
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d draws asked, %d left with a margin under %g", asked, skipped, drawMargin)
+}
+
+// argmaxOf is the first index of row's largest value.
+func argmaxOf(row []float32) int {
+	best := 0
+	for j, v := range row {
+		if v > row[best] {
+			best = j
+		}
+	}
+	return best
+}
