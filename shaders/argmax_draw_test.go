@@ -9,48 +9,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/modrun/modrun/internal/drawref"
 	"github.com/modrun/modrun/vk"
 )
 
-// drawRef is the token a draw at temperature temp with the uniform number
-// u takes from row, as engine.Sampler's drawAll defines it, in float64:
-// with M the largest logit and w_j = exp((x_j - M) / temp), the first j
-// whose running sum of weights passes u*z, z their total; the last column
-// when none does. margin is the distance of u*z from the nearer end of
-// j's interval, a fraction of z (an end the device has exactly, 0 and
-// past the total, does not count): float32's rounding on the device moves
-// the ends by a few millionths of z at most, so a draw with a margin above
-// drawMargin is the device's exactly.
-func drawRef(row []float32, temp float32, u float64) (id int, margin float64) {
-	m := math.Inf(-1)
-	for _, v := range row {
-		m = max(m, float64(v))
-	}
-	inv := 1 / float64(temp)
-	w := make([]float64, len(row))
-	z := 0.0
-	for j, v := range row {
-		w[j] = math.Exp((float64(v) - m) * inv)
-		z += w[j]
-	}
-	target, cum := u*z, 0.0
-	for j, x := range w {
-		if target < cum+x {
-			lo, hi := target-cum, cum+x-target
-			if j == 0 {
-				lo = math.Inf(1) // the first interval begins at 0 on the device too
-			}
-			if j == len(w)-1 {
-				hi = math.Inf(1) // past the last interval is the last column too
-			}
-			return j, min(lo, hi) / z
-		}
-		cum += x
-	}
-	return len(row) - 1, 0
-}
-
-// drawMargin is the least margin (drawRef) of a draw whose token the test
+// drawMargin is the least margin (drawref.Draw) of a draw whose token the test
 // asks of the device: its float32 sums over 100,000 logits (a tree within
 // a workgroup, running sums over invocations) are off by ~30 roundings of
 // 6e-8 of z at the worst, a sixth of it.
@@ -58,34 +21,21 @@ const drawMargin = 1e-5
 
 // centerOf is a uniform number that draws a token of row at temp at the
 // middle of its interval, chosen at random among those whose interval
-// holds 2*drawMargin of the total or more.
+// holds 2*drawMargin of the total or more (the largest weight is 1/cols
+// of the total at least: the rows here have one).
 func centerOf(rng *rand.Rand, row []float32, temp float32) float64 {
-	m := math.Inf(-1)
-	for _, v := range row {
-		m = max(m, float64(v))
-	}
-	w := make([]float64, len(row))
-	z := 0.0
-	for j, v := range row {
-		w[j] = math.Exp((float64(v) - m) / float64(temp))
-		z += w[j]
-	}
+	w, z := drawref.Weights(row, temp)
 	var wide []int
 	for j, x := range w {
 		if x/z >= 2*drawMargin {
 			wide = append(wide, j)
 		}
 	}
-	j := wide[rng.Intn(len(wide))] // the largest weight is 1/cols of z at least: a row's rows here have one
-	cum := 0.0
-	for _, x := range w[:j] {
-		cum += x
-	}
-	return (cum + w[j]/2) / z
+	return drawref.Middle(row, temp, wide[rng.Intn(len(wide))])
 }
 
 // TestArgmaxWideDraw: argmax_wide's draw (a row with a temperature above
-// 0) against drawRef, over rows of one workgroup's columns or less, one
+// 0) against drawref.Draw, over rows of one workgroup's columns or less, one
 // more, and many (100,000 at [64 1]: 1,563 workgroups a row, more than a
 // workgroup's invocations, so each invocation sums a run of blocks); rows
 // of normal logits (sigma 3 and 1), a constant row (every interval the
@@ -158,7 +108,7 @@ func TestArgmaxWideDraw(t *testing.T) {
 							u = float64(math.Nextafter32(1, 0))
 						}
 						draws[r] = ArgmaxDraw{Temp: temp, U: float32(u)}
-						id, margin := drawRef(row, temp, float64(float32(u)))
+						id, margin := drawref.Draw(row, temp, float64(float32(u)))
 						want[r], ask[r] = uint32(id), margin >= drawMargin
 						switch r {
 						case 4:

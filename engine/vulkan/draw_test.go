@@ -1,0 +1,230 @@
+package vulkan
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modrun/modrun/engine/sched"
+	"github.com/modrun/modrun/internal/drawref"
+	"github.com/modrun/modrun/internal/stats"
+	"github.com/modrun/modrun/mod"
+)
+
+// drawMarginVK is the least margin (drawref.Draw) of a draw the runner
+// tests ask of the device on the same logits: the device's float32 sums
+// move an interval's ends by a few millionths of the total
+// (shaders.TestArgmaxWideDraw).
+const drawMarginVK = 1e-5
+
+// wideMiddle is the uniform number at the middle of the interval of a
+// token drawn at random among those with a weight of 1e-3 of the total or
+// more (the largest always has: the test model has 512).
+func wideMiddle(rng *rand.Rand, logits []float32, temp float32) float64 {
+	w, z := drawref.Weights(logits, temp)
+	var wide []int
+	for j, x := range w {
+		if x/z >= 1e-3 {
+			wide = append(wide, j)
+		}
+	}
+	return drawref.Middle(logits, temp, wide[rng.IntN(len(wide))])
+}
+
+// TestFeedDraw: FeedDraw's token is the draw of the logits Feed returns
+// for the same sequence (a twin runner fed the same tokens: the same
+// kernels, the same logits) at temperatures 0.5, 1 and 1.5, for the
+// prompt's prefill and the decode steps after it, with u at the middle of
+// a likely token's interval (always asked) or at random (asked where its
+// margin allows); after the draws FeedArgmax and a greedy chain give the
+// argmax again (the draw parameters are back at temperature 0). Under
+// each of deviceProfiles: a GPU's head (argmax_wide) draws, lavapipe's
+// argmax does not, and FeedDraw says so.
+func TestFeedDraw(t *testing.T) {
+	dev := openDevice(t, true)
+	m := openModel(t, "../../models/tinystories-mod.gguf")
+	for _, pc := range deviceProfiles(dev) {
+		t.Run(pc.name, func(t *testing.T) {
+			open := func() *Runner {
+				run, err := New(dev, m, mod.RoutingRouter, Options{KVType: "f32", ContextLen: 64, DeviceProfile: pc.prof})
+				require.NoError(t, err)
+				t.Cleanup(run.Close)
+				return run
+			}
+			feed, draw := open(), open()
+			if head := pc.prof.Head(); head[len(head)-1].Variant != "argmax_wide" {
+				require.False(t, draw.DrawsOnDevice())
+				_, err := draw.FeedDraw([]int32{1}, 1, 0.5)
+				require.ErrorContains(t, err, "does not draw")
+				return
+			}
+			require.True(t, draw.DrawsOnDevice())
+			_, err := draw.FeedDraw([]int32{1}, 0, 0.5)
+			require.ErrorContains(t, err, "temperature 0 must be above 0")
+			draw.Reset()
+			rng := rand.New(rand.NewPCG(5, 6))
+			tokens := []int32{1, 403, 231, 263, 93, 298} // a prompt: the prefill's head
+			asked := 0
+			for step := range 18 {
+				logits, err := feed.Feed(tokens)
+				require.NoError(t, err)
+				temp := []float32{0.5, 1, 1.5}[step%3]
+				u := rng.Float64()
+				if step%2 == 0 {
+					u = wideMiddle(rng, logits, temp)
+				}
+				id, err := draw.FeedDraw(tokens, temp, u)
+				require.NoError(t, err)
+				want, margin := drawref.Draw(logits, temp, float64(float32(u)))
+				if step%2 == 0 {
+					require.GreaterOrEqual(t, margin, drawMarginVK, "step %d: u at the middle of an interval", step)
+				}
+				if margin >= drawMarginVK {
+					asked++
+					require.Equal(t, int32(want), id, "step %d: T %g u %.9g", step, temp, u)
+				}
+				tokens = []int32{id}
+			}
+			t.Logf("%d of 18 draws asked", asked)
+			logits, err := feed.Feed(tokens)
+			require.NoError(t, err)
+			best, err := draw.FeedArgmax(tokens)
+			require.NoError(t, err)
+			require.Equal(t, stats.Argmax(logits), best, "the argmax after draws")
+			if n := draw.ChainSteps(); n > 1 {
+				ids, err := draw.FeedArgmaxChain(best, n)
+				require.NoError(t, err)
+				for i, id := range ids {
+					logits, err := feed.Feed([]int32{best})
+					require.NoError(t, err)
+					require.Equal(t, stats.Argmax(logits), id, "a chain's step %d after draws", i)
+					best = id
+				}
+			}
+		})
+	}
+}
+
+// recSampler draws at temp, with the uniform numbers of its own
+// generator, on the device (sched.DeviceSampler) or here (Sample, with
+// drawref.Draw), and records each number and token.
+type recSampler struct {
+	temp  float32
+	rng   *rand.Rand
+	us    []float64
+	ids   []int32
+	hosts int // draws made here
+}
+
+func (r *recSampler) Plain() (float32, bool) { return r.temp, true }
+
+func (r *recSampler) Uniform() float64 {
+	u := r.rng.Float64()
+	r.us = append(r.us, u)
+	return u
+}
+
+func (r *recSampler) Drawn(id int32) { r.ids = append(r.ids, id) }
+
+func (r *recSampler) Sample(logits []float32) int32 {
+	id, _ := drawref.Draw(logits, r.temp, r.Uniform())
+	r.hosts++
+	r.Drawn(int32(id))
+	return int32(id)
+}
+
+// TestVulkanStepDraws: sampled sequences drawn on the device by the
+// batched step (sched.DrawRunner: the draw rows beside greedy ones whose
+// argmax the device takes, and beside rows whose logits come back, in the
+// same steps, while other sequences prefill) each take the token of the
+// draw of their own logits: each draw is checked against drawref.Draw of
+// the logits the sequence's solo run gives when fed the same tokens,
+// where its margin is above what the batched kernels' rounding can move
+// (stepTolVK of the largest logit, over the temperature); greedy
+// sequences give their solo run's tokens. Each uniform number is taken
+// once, before its step, and each token drawn is handed to the sampler.
+// Under each of deviceProfiles: lavapipe's own head does not draw, so the
+// same sequences draw on the host there (Sample), through the same check.
+func TestVulkanStepDraws(t *testing.T) {
+	dev := openDevice(t, true)
+	m := stepModelsVK(t)[2] // MoD, predictor routing
+	for _, pc := range deviceProfiles(dev) {
+		t.Run(pc.name, func(t *testing.T) {
+			const ctx = 96
+			run, err := New(dev, m.m, m.routing, Options{KVType: "f32", ContextLen: ctx, UBatch: 40, DeviceProfile: pc.prof})
+			require.NoError(t, err)
+			defer run.Close()
+			st, s := stepScheduler(t, run, 6, 9, ctx)
+			onDevice := st.DrawsOnDevice()
+			rng := rand.New(rand.NewPCG(8, 9))
+			nv := m.m.Config.NVocab
+			var reqs []sched.Request
+			var seqs []*sched.Seq
+			var samplers []*recSampler
+			for i := range 9 {
+				prompt := []int32{1}
+				for range 1 + rng.IntN(30) {
+					prompt = append(prompt, int32(3+rng.IntN(nv-3)))
+				}
+				req := sched.Request{Prompt: prompt, MaxTokens: 8 + rng.IntN(12), KeepLogits: i%3 == 2}
+				var rs *recSampler
+				if i%3 == 0 {
+					rs = &recSampler{temp: []float32{0.7, 1, 1.3}[i/3], rng: rand.New(rand.NewPCG(uint64(i), 1))}
+					req.Sampler = rs
+				}
+				q, err := s.Add(req)
+				require.NoError(t, err)
+				reqs, seqs, samplers = append(reqs, req), append(seqs, q), append(samplers, rs)
+				_, err = s.Step() // each joins a step later: prefills beside decodes
+				require.NoError(t, err)
+			}
+			for more := true; more; {
+				more, err = s.Step()
+				require.NoError(t, err)
+			}
+			solo, err := New(dev, m.m, m.routing, Options{KVType: "f32", ContextLen: ctx, DeviceProfile: pc.prof})
+			require.NoError(t, err)
+			defer solo.Close()
+			draws, asked := 0, 0
+			for i, q := range seqs {
+				require.NoError(t, q.Err, "seq %d", i)
+				rs := samplers[i]
+				if rs == nil {
+					assert.Equal(t, runStepSolo(t, solo, reqs[i]).Tokens, q.Tokens(), "greedy seq %d", i)
+					continue
+				}
+				require.Equal(t, q.Tokens(), rs.ids, "seq %d: every token drawn reached the sampler", i)
+				require.Len(t, rs.us, len(rs.ids), "seq %d: one uniform number a draw", i)
+				if onDevice {
+					assert.Zero(t, rs.hosts, "seq %d: drawn on the device", i)
+				} else {
+					assert.Equal(t, len(rs.ids), rs.hosts, "seq %d: drawn here", i)
+				}
+				solo.Reset()
+				feed := reqs[i].Prompt
+				for j, id := range rs.ids {
+					logits, err := solo.Feed(feed)
+					require.NoError(t, err)
+					big := 0.0
+					for _, l := range logits {
+						big = max(big, math.Abs(float64(l)))
+					}
+					want, margin := drawref.Draw(logits, rs.temp, float64(float32(rs.us[j])))
+					draws++
+					if margin >= drawMarginVK+4*stepTolVK*big/float64(rs.temp) {
+						asked++
+						assert.Equal(t, int32(want), id, "seq %d draw %d: T %g u %.9g margin %.3g", i, j, rs.temp, rs.us[j], margin)
+					}
+					feed = []int32{id}
+				}
+			}
+			t.Logf("on the device %t: %d draws, %d asked; %d steps (%d shared)", onDevice, draws, asked, s.Stats().Steps, s.Stats().SharedSteps)
+			assert.Greater(t, 2*asked, draws, "most draws asked")
+			assert.Positive(t, st.Phases().Argmax, "rows drawn on the device")
+			assert.Equal(t, s.Pool().Pages(), s.Pool().Free(), "every page back")
+		})
+	}
+}

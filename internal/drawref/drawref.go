@@ -1,0 +1,64 @@
+// Package drawref is the reference of a draw at a temperature, for the
+// tests of the kernels and runners that draw on a device (argmax_wide's
+// draw, docs/sampling-cost.md): engine.Sampler's draw without filters in
+// float64, with how far the draw is from the ends of its token's
+// interval, so that a test asks a float32 device only for draws that
+// rounding cannot move.
+package drawref
+
+import "math"
+
+// Draw is the token a draw at temperature temp with the uniform number u
+// takes from logits (all finite), as engine.Sampler's drawAll defines it,
+// in float64: with M the largest logit and w_j = exp((l_j - M) / temp),
+// the first j whose running sum of weights passes u*z, z their total; the
+// last id when none does. margin is the distance of u*z from the nearer
+// end of j's interval, a fraction of z; an end a device has exactly does
+// not count: 0 before the first id, and past the last (a u*z rounding
+// leaves past the total gives the last id too). A draw past the total has
+// margin 0.
+func Draw(logits []float32, temp float32, u float64) (id int, margin float64) {
+	w, z := Weights(logits, temp)
+	target, cum := u*z, 0.0
+	for j, x := range w {
+		if target < cum+x {
+			lo, hi := target-cum, cum+x-target
+			if j == 0 {
+				lo = math.Inf(1)
+			}
+			if j == len(w)-1 {
+				hi = math.Inf(1)
+			}
+			return j, min(lo, hi) / z
+		}
+		cum += x
+	}
+	return len(logits) - 1, 0
+}
+
+// Weights are the draw's weights exp((l_j - M) / temp) and their total.
+func Weights(logits []float32, temp float32) ([]float64, float64) {
+	m := math.Inf(-1)
+	for _, v := range logits {
+		m = max(m, float64(v))
+	}
+	inv := 1 / float64(temp)
+	w := make([]float64, len(logits))
+	z := 0.0
+	for j, v := range logits {
+		w[j] = math.Exp((float64(v) - m) * inv)
+		z += w[j]
+	}
+	return w, z
+}
+
+// Middle is the uniform number that draws token j at the middle of its
+// interval.
+func Middle(logits []float32, temp float32, j int) float64 {
+	w, z := Weights(logits, temp)
+	cum := 0.0
+	for _, x := range w[:j] {
+		cum += x
+	}
+	return (cum + w[j]/2) / z
+}
