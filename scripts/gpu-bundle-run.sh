@@ -253,6 +253,7 @@ acceptance() {
   hdec7=$(jnum "$logs/bench-$lq8-handoff.json" decode_tokens_per_s); hgb7=$(jnum "$logs/bench-$lq8-handoff.json" effective_gbps)
   local cdec; cdec=$(jnum "$logs/bench-$small-q8_0-no-chain.json" decode_tokens_per_s)
   local tdec; tdec=$(jnum "$logs/bench-$small-q8_0-temp1.json" decode_tokens_per_s)
+  local pdec; pdec=$(jnum "$logs/bench-$small-q8_0-temp1-top-p.json" decode_tokens_per_s)
   dpre=$(jnum "$logs/bench-$small-q8_0-direct.json" prefill_tokens_per_s); dpre7=$(jnum "$logs/bench-$lq8-direct.json" prefill_tokens_per_s)
   dpmod=$(jnum "$logs/bench-$small-q8_0-mod-direct.json" prefill_tokens_per_s)
   dpres=$(jnum "$logs/bench-$small-q8_0-direct-resident.json" prefill_tokens_per_s)
@@ -293,7 +294,8 @@ acceptance() {
   row "42 (hand-off): 1.1B Q8_0 decode >= 1,500 (H200)" "$small Q8_0 decode, MODRUN_HANDOFF=1 (x$(awk -v a="$hdec" -v b="$dec" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default)" "$hdec" "$(llama_ts "$ld" 0 128)" 'm >= 1500'
   row "42 (hand-off): 7B Q8_0 decode >= 375 (H200)" "$large Q8_0 decode, MODRUN_HANDOFF=1 (x$(awk -v a="$hdec7" -v b="$dec7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default; $(awk -v a="$hgb7" -v b="$probe7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.0f%%", 100 * a / b }') of the probe)" "$hdec7" "$(llama_ts "$ll" 0 128)" 'm >= 375'
   row "42 (chain): the default's 4 greedy steps a submission against 1" "$small Q8_0 decode, default / MODRUN_CHAIN=1 ($(awk -v r="$cdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$dec" "$cdec")" "" ''
-  row "(sampled)" "$small Q8_0 decode at temperature 1 / greedy ($(awk -v r="$tdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$tdec" "$dec")" "" ''
+  row "(sampled)" "$small Q8_0 decode at temperature 1, drawn on the device / greedy ($(awk -v r="$tdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$tdec" "$dec")" "" ''
+  row "(sampled)" "$small Q8_0 decode at temperature 1, top-p 0.95, drawn on the host / greedy ($(awk -v r="$pdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$pdec" "$dec")" "" ''
   row "42 (hand-off): Q4_K_M decode >= Q8_0's" "$small Q4_K_M / Q8_0 decode, both MODRUN_HANDOFF=1" "$(ratio "$hdec4" "$hdec")" "" 'm >= 1'
   row "42: 5-token prompt at 7B: first token < 50 ms" "ms to the first token (default, one matvec pass; MODRUN_PROMPT_STEPS=8, five decode steps: $(awk -v r="$ttft8" 'BEGIN { if (r == "") print "-"; else printf "%.1f", 5000 / r }'); MODRUN_PROMPT_STEPS=1 MODRUN_VEC_ROWS=1, the split tiles: $(awk -v r="$ttftt" 'BEGIN { if (r == "") print "-"; else printf "%.1f", 5000 / r }'))" "$(awk -v r="$ttft" 'BEGIN { if (r != "") print 5000 / r }')" "" 'm < 50'
   row "43: 1.1B Q8_0 pp512 >= 41,000 (H200) and >= 1.5x" "$small Q8_0 prefill 512" "$pre" "$(llama_ts "$ld" 512 0)" 'm >= 41000 && m >= 1.5 * l'
@@ -412,10 +414,13 @@ if [ "$quick" = 1 ]; then
   # a token is this row against the first.
   MODRUN_CHAIN=1 bench_row "$small-q8_0-no-chain" -m "$m11" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0
   # The same decode sampled at temperature 1 (a server's default): each
-  # token's logits read back and drawn on the host, where the rows above
-  # draw on the device; what that costs a token is this row against the
-  # first (bench/results/cpu-sampler-2026-11-28.md).
+  # token drawn on the device (argmax_wide's draw, docs/sampling-cost.md),
+  # one submission a token (sampled steps do not chain); and at top-p
+  # 0.95, which needs the logits on the host: each token's logits read
+  # back and drawn there (bench/results/cpu-sampler-2026-11-28.md). What
+  # each costs a token is its row against the first.
   bench_row "$small-q8_0-temp1" -m "$m11" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0 --temp 1
+  bench_row "$small-q8_0-temp1-top-p" -m "$m11" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0 --temp 1 --top-p 0.95
   llama_row "$small-q8_0" "$m11"
   # The tensor-core matmul: the default (hilo, f32's precision) above; the
   # f16-operand kernel and none, for what each costs, same file. Without
