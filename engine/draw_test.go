@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -108,15 +109,23 @@ func (allowAll) Mask(mask []uint64) int {
 	return 64 * len(mask)
 }
 
-// countingDrawer counts a Vulkan runner's FeedDraw calls.
+// countingDrawer counts a Vulkan runner's tokens drawn on the device,
+// alone (FeedDraw) and chained (FeedDrawChain).
 type countingDrawer struct {
 	*vulkan.Runner
-	draws int
+	draws, chains int
 }
 
 func (c *countingDrawer) FeedDraw(tokens []int32, temp float32, u float64) (int32, error) {
 	c.draws++
 	return c.Runner.FeedDraw(tokens, temp, u)
+}
+
+func (c *countingDrawer) FeedDrawChain(token int32, n int, temp float32, us []float64) ([]int32, error) {
+	ids, err := c.Runner.FeedDrawChain(token, n, temp, us)
+	c.chains++
+	c.draws += len(ids)
+	return ids, err
 }
 
 // TestGenerateDrawsOnVulkan: a generation at temperature 1 on the Vulkan
@@ -125,7 +134,11 @@ func (c *countingDrawer) FeedDraw(tokens []int32, temp float32, u float64) (int3
 // on the host (log-probabilities asked: the logits read back, the same
 // seed's uniform numbers): the same logits, the draw in float32 against
 // float64, which differ only where u*z falls within rounding of an
-// interval's end (none here; lavapipe is deterministic).
+// interval's end (none here; lavapipe is deterministic). Chained (the
+// default: 4 steps a submission, each with the number the sampler hands
+// out next) and unchained (MODRUN_CHAIN=1) give the same tokens, the same
+// routing counts, and, for a stop token met inside a chain, the same
+// sequence to continue from: the continuation's tokens are the same too.
 func TestGenerateDrawsOnVulkan(t *testing.T) {
 	if err := vk.Load(); err != nil {
 		t.Skipf("no Vulkan loader: %v", err)
@@ -136,22 +149,136 @@ func TestGenerateDrawsOnVulkan(t *testing.T) {
 	defer m.Close()
 	own := vulkan.DeviceProfile(dev.Info())
 	gpu := shaders.GPUProfile(own.Device)
-	run, err := vulkan.New(dev, m, mod.RoutingRouter, vulkan.Options{DeviceProfile: &gpu})
-	require.NoError(t, err)
-	defer run.Close()
-	require.True(t, run.DrawsOnDevice())
-	c := &countingDrawer{Runner: run}
+	open := func(chain string) *countingDrawer {
+		run, err := vulkan.New(dev, m, mod.RoutingRouter, vulkan.Options{DeviceProfile: &gpu, Knobs: vulkan.Knobs{"MODRUN_CHAIN": chain}})
+		require.NoError(t, err)
+		t.Cleanup(run.Close)
+		require.True(t, run.DrawsOnDevice())
+		return &countingDrawer{Runner: run}
+	}
+	one, five := open("1"), open("5")
 	opts := DefaultSampler()
 	opts.Temperature, opts.Seed = 1, 7
 	prompt := []int32{1, 403, 407, 261}
-	onDevice, err := Generate(context.Background(), c, m.Config.NVocab, prompt, GenerateOptions{EOS: -1, MaxTokens: 24, Sampler: opts})
+	gen := func(c *countingDrawer, o GenerateOptions) Result {
+		t.Helper()
+		o.Sampler = opts
+		res, err := Generate(context.Background(), c, m.Config.NVocab, prompt, o)
+		require.NoError(t, err)
+		return res
+	}
+	free := gen(one, GenerateOptions{EOS: -1, MaxTokens: 24})
+	assert.Equal(t, len(free.Tokens), one.draws, "every token drawn on the device")
+	assert.Zero(t, one.chains)
+	onHost := gen(one, GenerateOptions{EOS: -1, MaxTokens: 24, LogProbs: true})
+	assert.Equal(t, len(free.Tokens), one.draws, "none with log-probabilities")
+	assert.Equal(t, onHost.Tokens, free.Tokens)
+	greedy, err := Generate(context.Background(), one, m.Config.NVocab, prompt, GenerateOptions{EOS: -1, MaxTokens: 24, Sampler: DefaultSampler()})
 	require.NoError(t, err)
-	assert.Equal(t, len(onDevice.Tokens), c.draws, "every token drawn on the device")
-	onHost, err := Generate(context.Background(), c, m.Config.NVocab, prompt, GenerateOptions{EOS: -1, MaxTokens: 24, Sampler: opts, LogProbs: true})
+	assert.NotEqual(t, greedy.Tokens, free.Tokens, "a draw at temperature 1, not the argmax")
+
+	chained := gen(five, GenerateOptions{EOS: -1, MaxTokens: 24})
+	assert.Equal(t, free.Tokens, chained.Tokens, "chained draws")
+	assert.Equal(t, free.RoutingStats, chained.RoutingStats)
+	assert.Positive(t, five.chains, "draws chained")
+	assert.Equal(t, len(free.Tokens), five.draws, "no draw past MaxTokens")
+
+	stop := free.Tokens[6] // met at the 7th draw: inside the second chain of 5
+	require.NotContains(t, free.Tokens[:6], stop)
+	var want, got []Result
+	for _, c := range []struct {
+		r   *countingDrawer
+		out *[]Result
+	}{{one, &want}, {five, &got}} {
+		l, err := NewLoop(&Backend{Runner: c.r, Name: "vulkan"}, LoopOptions{ContextLen: m.Config.ContextLen, NVocab: m.Config.NVocab})
+		require.NoError(t, err)
+		first, err := l.Generate(context.Background(), prompt, GenerateOptions{EOS: stop, MaxTokens: 24, Sampler: opts})
+		require.NoError(t, err)
+		next := append(append(append([]int32(nil), first.Fed...), first.Pending...), 13, 500)
+		second, err := l.Generate(context.Background(), next, GenerateOptions{EOS: -1, MaxTokens: 9, Sampler: opts, Held: len(first.Fed) + len(first.Pending)})
+		require.NoError(t, err)
+		*c.out = append(*c.out, first, second)
+		l.Close()
+	}
+	for i := range want {
+		assert.Equal(t, want[i].Tokens, got[i].Tokens, "call %d: the tokens", i)
+		assert.Equal(t, want[i].Stop, got[i].Stop, "call %d", i)
+		assert.Equal(t, want[i].Fed, got[i].Fed, "call %d", i)
+		assert.Equal(t, want[i].RoutingStats, got[i].RoutingStats, "call %d: the routing counts", i)
+	}
+	assert.Equal(t, StopEOS, got[0].Stop)
+	assert.Equal(t, free.Tokens[:6], got[0].Tokens)
+}
+
+// drawChainFake is a drawFake that also chains draws (DrawChainer) and
+// drops tokens (Truncater): a chain's token for u is int32(u * 8), as a
+// single draw's.
+type drawChainFake struct {
+	drawFake
+	chains [][]float64 // each chain's numbers
+	truncs []int
+}
+
+func (f *drawChainFake) ChainSteps() int { return 4 }
+
+func (f *drawChainFake) FeedArgmaxChain(token int32, n int) ([]int32, error) {
+	return nil, errors.New("drawChainFake: no greedy chain")
+}
+
+func (f *drawChainFake) FeedDrawChain(token int32, n int, temp float32, us []float64) ([]int32, error) {
+	f.pos += n
+	f.chains = append(f.chains, append([]float64(nil), us[:n]...))
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(us[i] * 8)
+	}
+	return ids, nil
+}
+
+func (f *drawChainFake) Truncate(p int) error {
+	f.truncs = append(f.truncs, p)
+	f.pos = p
+	return nil
+}
+
+// TestLoopChainsDraws: plain sampled rows of a runner that chains draws
+// run ahead with the numbers the sampler hands out next, each row served
+// from the chain takes the token drawn with its own number (the tokens are
+// those of draws one at a time), and a later sequence whose rows bring
+// other numbers (another seed) over the same held tokens runs again: the
+// token drawn with a number is never served to a row with another.
+func TestLoopChainsDraws(t *testing.T) {
+	f := &drawChainFake{drawFake: drawFake{fakeRunner: fakeRunner{next: make([]int32, 32), ctx: 32}}}
+	l, err := NewLoop(&Backend{Runner: f, Name: "fake"}, LoopOptions{ContextLen: 32, NVocab: 8})
 	require.NoError(t, err)
-	assert.Equal(t, len(onDevice.Tokens), c.draws, "none with log-probabilities")
-	assert.Equal(t, onHost.Tokens, onDevice.Tokens)
-	greedy, err := Generate(context.Background(), c, m.Config.NVocab, prompt, GenerateOptions{EOS: -1, MaxTokens: 24, Sampler: DefaultSampler()})
+	defer l.Close()
+	opts := DefaultSampler()
+	opts.Temperature, opts.Seed = 0.8, 1
+	prompt := []int32{1, 2}
+	res, err := l.Generate(context.Background(), prompt, GenerateOptions{EOS: -1, MaxTokens: 6, Sampler: opts})
 	require.NoError(t, err)
-	assert.NotEqual(t, greedy.Tokens, onDevice.Tokens, "a draw at temperature 1, not the argmax")
+	ref, err := NewSampler(opts)
+	require.NoError(t, err)
+	us := ref.Peek(6)
+	var want []int32
+	for _, u := range us {
+		want = append(want, int32(u*8))
+	}
+	assert.Equal(t, want, res.Tokens, "the draws one at a time would give")
+	require.NotEmpty(t, f.chains, "draws chained")
+	assert.Equal(t, us[1:5], f.chains[0], "the chain after the prompt's draw: the next four numbers")
+
+	// The runner holds the prompt and the first 5 tokens (the last drawn
+	// alone: one draw was left); the chain drew tokens 2 to 4, each
+	// after the token before, so after the first 3 it holds the 4th.
+	again := append(append([]int32(nil), prompt...), res.Tokens[:3]...)
+	other := opts
+	other.Seed = 2
+	ref2, err := NewSampler(other)
+	require.NoError(t, err)
+	u2 := ref2.Peek(1)[0]
+	require.NotEqual(t, int32(u2*8), res.Tokens[3], "the other seed draws another token here")
+	res2, err := l.Generate(context.Background(), again, GenerateOptions{EOS: -1, MaxTokens: 1, Sampler: other})
+	require.NoError(t, err)
+	assert.Equal(t, []int32{int32(u2 * 8)}, res2.Tokens, "drawn with the row's own number")
 }

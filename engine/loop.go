@@ -381,8 +381,9 @@ func (l *lpSampler) Plain() (float32, bool) {
 	return t, ok && !l.logProbs
 }
 
-func (l *lpSampler) Uniform() float64 { return l.s.Uniform() }
-func (l *lpSampler) Drawn(id int32)   { l.s.Drawn(id) }
+func (l *lpSampler) Uniform() float64     { return l.s.Uniform() }
+func (l *lpSampler) Peek(n int) []float64 { return l.s.Peek(n) }
+func (l *lpSampler) Drawn(id int32)       { l.s.Drawn(id) }
 
 func (l *lpSampler) Sample(logits []float32) int32 {
 	id := l.s.Sample(logits)

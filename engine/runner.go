@@ -61,6 +61,18 @@ type DrawFeeder interface {
 	FeedDraw(tokens []int32, temp float32, u float64) (int32, error)
 }
 
+// DrawChainer is a DrawFeeder that chains draws as a GreedyChainer chains
+// argmaxes (Vulkan: the chain's steps each with their own draw
+// parameters): FeedDrawChain runs token, then up to n-1 tokens more, each
+// drawn after the one before, ids[i] with the uniform number us[i]
+// (FeedArgmaxChain's contract otherwise). The RunnerStepper draws ahead
+// with the numbers the sequence's sampler will hand out next
+// (sched.DeviceSampler.Peek), and serves a later row only where the row's
+// number is the one drawn with.
+type DrawChainer interface {
+	FeedDrawChain(token int32, n int, temp float32, us []float64) ([]int32, error)
+}
+
 // Truncater is a Runner that can drop its last tokens: after Truncate(p) it
 // holds the first p, as though only they were fed since Reset. It may
 // refuse a p it cannot go back to (the caller then runs the tokens again).

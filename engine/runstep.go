@@ -34,17 +34,23 @@ import (
 // the next rows that ask for them take them without running. Where the
 // sequence goes otherwise (a stop token or string, a cancelled request),
 // the tokens ahead are dropped (Truncater) when another sequence's row or
-// the routing counts need the runner.
+// the routing counts need the runner. A plain sampled row of a runner that
+// chains draws (DrawChainer) does the same, each token ahead drawn with
+// the number the sequence's sampler will hand its row
+// (sched.DeviceSampler.Peek): a row is served from the chain only with
+// the number its token was drawn with.
 type RunnerStepper struct {
 	r      Runner
 	greedy GreedyFeeder  // r's, when it takes the argmax itself
 	drawer DrawFeeder    // r's, when it draws plain sampled tokens itself
+	dchain DrawChainer   // r's, when it chains draws too
 	chain  GreedyChainer // r's, when it chains greedy steps
 	trunc  Truncater     // r's, when it can drop tokens
 	tracer RoutingTracer // r's, when it traces routing
 	stats  RoutingStatser
 	held   []int32       // the tokens the runner holds, in order
-	best   []int32       // the argmax after each held token a chain ran (noBest for the others)
+	best   []int32       // the argmax (or draw) after each held token a chain ran (noBest for the others)
+	drawn  []drawKey     // what each of best was drawn with (zero: the argmax)
 	routes [][]mod.Route // each held token's routing (nil for a dense model)
 	traced []bool        // whether routes holds it (not fetched for a sequence that wanted none)
 	seq    *sched.Seq    // the sequence being run
@@ -64,6 +70,7 @@ func NewRunnerStepper(r Runner, nVocab, chunk int) *RunnerStepper {
 	a.greedy, _ = inner.(GreedyFeeder)
 	if d, ok := inner.(DrawFeeder); ok && d.DrawsOnDevice() {
 		a.drawer = d
+		a.dchain, _ = inner.(DrawChainer)
 	}
 	a.chain, _ = inner.(GreedyChainer)
 	a.trunc, _ = inner.(Truncater)
@@ -78,7 +85,17 @@ func NewRunnerStepper(r Runner, nVocab, chunk int) *RunnerStepper {
 func (a *RunnerStepper) Forget() {
 	a.r.Reset()
 	a.held, a.best, a.routes, a.traced, a.seq, a.valid, a.lost = a.held[:0], a.best[:0], a.routes[:0], a.traced[:0], nil, 0, false
+	a.drawn = a.drawn[:0]
 }
+
+// drawKey is what a row's token is drawn with: a sampled row's temperature
+// and uniform number (sched.Row.Temp, U); zero for the argmax.
+type drawKey struct {
+	temp float32
+	u    float64
+}
+
+func keyOf(r sched.Row) drawKey { return drawKey{r.Temp, r.U} }
 
 // noBest marks a held token whose argmax the stepper does not know.
 const noBest = math.MinInt32
@@ -178,8 +195,8 @@ func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32,
 		if r.Pos >= len(a.held) || a.held[r.Pos] != r.Token || (a.tracer != nil && q.WantsRoutes(r.Pos) && !a.traced[r.Pos]) {
 			break // a held token whose routing is wanted and was not fetched runs again
 		}
-		if r.Logits && !(useArgmax && r.Argmax && r.Temp == 0 && a.best[r.Pos] != noBest) {
-			break // a draw at a temperature runs: its u is its own
+		if r.Logits && !(useArgmax && r.Argmax && a.best[r.Pos] != noBest && a.drawn[r.Pos] == keyOf(r)) {
+			break // a draw a chain made with another number (or the argmax) runs again
 		}
 		if !r.Logits {
 			a.reused++ // a prompt's token; a greedy row's from a chain is no reuse
@@ -204,10 +221,18 @@ func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32,
 		tokens[i] = r.Token
 	}
 	last := feed[len(feed)-1]
-	var ahead []int32 // a chain's argmaxes after last: ahead[i] follows the token at last.Pos+i
+	var ahead []int32 // a chain's argmaxes (or draws) after last: ahead[i] follows the token at last.Pos+i
+	var us []float64  // a chain of draws' numbers: ahead[i] drawn with us[i]
 	switch n := a.chainSteps(q, feed); {
 	case !last.Logits:
 		_, err = a.r.Feed(tokens) // a prompt chunk before the last
+	case useArgmax && last.Argmax && last.Temp > 0 && n > 1:
+		// The scheduler took last.U; the sampler's next numbers are the
+		// next rows'.
+		us = append([]float64{last.U}, q.Sampler().(sched.DeviceSampler).Peek(n-1)...)
+		if ahead, err = a.dchain.FeedDrawChain(last.Token, n, last.Temp, us); err == nil {
+			id = ahead[0]
+		}
 	case useArgmax && last.Argmax && last.Temp > 0:
 		if a.drawer == nil {
 			return nil, 0, nil, fmt.Errorf("engine: a draw at temperature %g on a runner that does not draw", last.Temp)
@@ -244,6 +269,7 @@ func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32,
 		}
 		a.held = append(a.held, r.Token)
 		a.best = append(a.best, noBest)
+		a.drawn = append(a.drawn, drawKey{})
 		a.routes = append(a.routes, rt)
 		a.traced = append(a.traced, want)
 		routes = append(routes, rt)
@@ -251,6 +277,13 @@ func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32,
 	a.valid += len(feed)
 	if len(ahead) > 0 {
 		a.best[len(a.best)-1] = ahead[0]
+		key := func(i int) drawKey {
+			if us == nil {
+				return drawKey{}
+			}
+			return drawKey{last.Temp, us[i]}
+		}
+		a.drawn[len(a.drawn)-1] = key(0)
 		for i := 1; i < len(ahead); i++ { // the chain's tokens ahead of the sequence
 			var rt []mod.Route
 			if i < len(traced) {
@@ -258,6 +291,7 @@ func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32,
 			}
 			a.held = append(a.held, ahead[i-1])
 			a.best = append(a.best, ahead[i])
+			a.drawn = append(a.drawn, key(i))
 			a.routes = append(a.routes, rt)
 			a.traced = append(a.traced, want)
 		}
@@ -270,7 +304,10 @@ func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32,
 // chains; else as many as the runner takes in one go, the sequence may
 // still draw (MaxTokens) and the context holds.
 func (a *RunnerStepper) chainSteps(q *sched.Seq, feed []sched.Row) int {
-	if a.chain == nil || a.trunc == nil || len(feed) != 1 || !feed[0].Argmax || feed[0].Temp > 0 {
+	if a.chain == nil || a.trunc == nil || len(feed) != 1 || !feed[0].Argmax {
+		return 1
+	}
+	if _, ok := q.Sampler().(sched.DeviceSampler); feed[0].Temp > 0 && (a.dchain == nil || !ok) {
 		return 1
 	}
 	n := min(a.chain.ChainSteps(), a.lay.ContextLen-feed[0].Pos)
@@ -285,7 +322,7 @@ func (a *RunnerStepper) chainSteps(q *sched.Seq, feed []sched.Row) int {
 func (a *RunnerStepper) rewind(p int) error {
 	held := a.held[:p]
 	if a.trunc != nil && !a.lost && a.trunc.Truncate(p) == nil {
-		a.held, a.best, a.routes, a.traced = held, a.best[:p], a.routes[:p], a.traced[:p]
+		a.held, a.best, a.drawn, a.routes, a.traced = held, a.best[:p], a.drawn[:p], a.routes[:p], a.traced[:p]
 		return nil
 	}
 	a.r.Reset()
@@ -294,6 +331,6 @@ func (a *RunnerStepper) rewind(p int) error {
 			return fmt.Errorf("engine: running the sequence's first %d tokens again: %w", p, err)
 		}
 	}
-	a.held, a.best, a.routes, a.traced, a.lost = held, a.best[:p], a.routes[:p], a.traced[:p], false
+	a.held, a.best, a.drawn, a.routes, a.traced, a.lost = held, a.best[:p], a.drawn[:p], a.routes[:p], a.traced[:p], false
 	return nil // the argmaxes kept for held[:p] hold still: the same tokens ran again
 }

@@ -86,6 +86,7 @@ func (o SamplerOptions) penalised() bool {
 type Sampler struct {
 	opts    SamplerOptions
 	rng     *rand.Rand
+	src     *rand.PCG // rng's state (Peek copies it)
 	recent  []int32
 	cands   []candidate
 	weights []float64 // drawAll's, by token
@@ -118,7 +119,8 @@ func NewSampler(opts SamplerOptions) (*Sampler, error) {
 	if err := opts.Check(); err != nil {
 		return nil, err
 	}
-	return &Sampler{opts: opts, rng: rand.New(rand.NewPCG(opts.Seed, 0x6d6f6472756e))}, nil
+	src := rand.NewPCG(opts.Seed, 0x6d6f6472756e)
+	return &Sampler{opts: opts, rng: rand.New(src), src: src}, nil
 }
 
 // Accept records a token (of the prompt, or drawn) for the repetition penalty.
@@ -197,6 +199,19 @@ func (s *Sampler) Plain() (float32, bool) {
 // Uniform takes the uniform number in [0, 1) that s's next draw uses, as
 // Sample would: for a runner that draws on its device (Plain).
 func (s *Sampler) Uniform() float64 { return s.rng.Float64() }
+
+// Peek is the uniform numbers the next n calls of Uniform will give,
+// without taking them: a runner that draws several steps ahead (a chain)
+// draws with them, and serves each step only if its number is Peek's.
+func (s *Sampler) Peek(n int) []float64 {
+	src := *s.src
+	r := rand.New(&src)
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = r.Float64()
+	}
+	return out
+}
 
 // Drawn accepts id, drawn by a runner with Uniform's number, as Sample
 // accepts what it draws.

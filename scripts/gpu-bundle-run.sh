@@ -415,7 +415,7 @@ if [ "$quick" = 1 ]; then
   MODRUN_CHAIN=1 bench_row "$small-q8_0-no-chain" -m "$m11" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0
   # The same decode sampled at temperature 1 (a server's default): each
   # token drawn on the device (argmax_wide's draw, docs/sampling-cost.md),
-  # one submission a token (sampled steps do not chain); and at top-p
+  # chained as greedy steps are; and at top-p
   # 0.95, which needs the logits on the host: each token's logits read
   # back and drawn there (bench/results/cpu-sampler-2026-11-28.md). What
   # each costs a token is its row against the first.

@@ -90,6 +90,11 @@ type DeviceSampler interface {
 	// Uniform takes the uniform number in [0, 1) the next draw uses, as
 	// Sample would have taken it.
 	Uniform() float64
+	// Peek gives the numbers the next n Uniform calls will, without
+	// taking them: a runner that draws a sequence's next steps ahead in
+	// one go (engine.RunnerStepper's chain) serves a later row its token
+	// only where the row's U is the one it drew with.
+	Peek(n int) []float64
 	// Drawn gives the sampler the token the runner drew with it, as
 	// Sample would have accepted it.
 	Drawn(id int32)
@@ -201,6 +206,9 @@ func (q *Seq) DrawsLeft() int {
 
 // Tokens are the new tokens drawn, stop tokens excluded.
 func (q *Seq) Tokens() []int32 { return q.out }
+
+// Sampler is the sequence's Request.Sampler (nil: greedy).
+func (q *Seq) Sampler() Sampler { return q.req.Sampler }
 
 // Done says whether the sequence has ended.
 func (q *Seq) Done() bool { return q.done }

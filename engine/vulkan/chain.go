@@ -47,7 +47,15 @@ type chainState struct {
 	// and the caches' counts before the first step and after each
 	// ([most+1][nLayer]).
 	pos, best, hand, trace, counts *vk.Buffer
-	recs                           map[int]*vk.Recorder // by length (chainLengths), recorded with the decode step
+	// draws holds each step's draw parameters (shaders.ArgmaxDraw), a
+	// slot of drawStride bytes a step (storage buffers bind at aligned
+	// offsets): zeros for a greedy chain, a temperature and uniform number
+	// for a sampled one (FeedDrawChain). drawn says the slots are not all
+	// zero.
+	draws      *vk.Buffer
+	drawStride uint64
+	drawn      bool
+	recs       map[int]*vk.Recorder // by length (chainLengths), recorded with the decode step
 	// snapStart is the position of snap[0], and snap[i] the counts of
 	// every layer's cache after snapStart+i tokens: what Truncate can go
 	// back to (nil: nothing).
@@ -95,6 +103,14 @@ func (r *Runner) allocateChain(al *allocator) {
 	}
 	if r.handHost != nil {
 		ch.hand = al.buf(4*n, vk.HostVisible)
+	}
+	ch.drawStride = 8
+	if a := r.dev.Info().Limits.MinStorageBufferOffsetAlignment; a > ch.drawStride {
+		ch.drawStride = a
+	}
+	ch.draws = al.buf(n*ch.drawStride, vk.HostVisible)
+	if al.err == nil {
+		al.err = ch.draws.Upload(make([]byte, n*ch.drawStride), 0) // greedy
 	}
 	ch.recs = map[int]*vk.Recorder{}
 }
@@ -150,7 +166,9 @@ func (r *Runner) recordChain(n int) (*vk.Recorder, error) {
 			rec.Copy(r.bestHost, r.tok, 0, 0, 4)
 		}
 		rec.Copy(ch.pos, r.tokPos, 4*i, 0, 4)
-		if err := r.recordFrameTo(rec, r.frameOf(stepPass(false))); err != nil {
+		f := r.frameOf(stepPass(false))
+		f.draw = rd(ch.draws, ch.drawStride*i, 8)
+		if err := r.recordFrameTo(rec, f); err != nil {
 			rec.Close()
 			return nil, fmt.Errorf("vulkan: recording a chain of %d decode steps: %w", n, err)
 		}
@@ -171,6 +189,27 @@ func (r *Runner) recordChain(n int) (*vk.Recorder, error) {
 	return rec, nil
 }
 
+// FeedDrawChain is FeedArgmaxChain with each token drawn at temperature
+// temp with the uniform numbers us, one a step (FeedDraw's draw: ids[i]
+// with us[i]; len(us) >= n): a plain sampled sequence's next tokens, the
+// numbers its sampler will take for them (engine.Sampler.Peek).
+func (r *Runner) FeedDrawChain(token int32, n int, temp float32, us []float64) ([]int32, error) {
+	if !r.DrawsOnDevice() {
+		return nil, fmt.Errorf("vulkan: FeedDrawChain: the head's %s does not draw", r.ks.prof.Head()[len(r.ks.prof.Head())-1].Variant)
+	}
+	if len(us) < n {
+		return nil, fmt.Errorf("vulkan: a chain of %d draws with %d uniform numbers", n, len(us))
+	}
+	draws := make([]shaders.ArgmaxDraw, n)
+	for i := range draws {
+		if !(temp > 0) || !(us[i] >= 0 && us[i] < 1) {
+			return nil, fmt.Errorf("vulkan: FeedDrawChain: temperature %g must be above 0 and u %g in [0, 1)", temp, us[i])
+		}
+		draws[i] = shaders.DrawAt(temp, us[i])
+	}
+	return r.runChain(token, n, draws)
+}
+
 // FeedArgmaxChain runs token, then k-1 tokens more, each the argmax of the
 // logits before it, in one submission, k the longest chain recorded that
 // is at most n (chainLengths): it returns the k argmaxes (ids[i] follows
@@ -182,6 +221,12 @@ func (r *Runner) recordChain(n int) (*vk.Recorder, error) {
 // tokens they follow (the next call meets the error).
 // n is 1 to ChainSteps.
 func (r *Runner) FeedArgmaxChain(token int32, n int) ([]int32, error) {
+	return r.runChain(token, n, nil)
+}
+
+// runChain runs a chain of up to n steps from token, step i drawing with
+// draws[i] (nil: every step's argmax).
+func (r *Runner) runChain(token int32, n int, draws []shaders.ArgmaxDraw) ([]int32, error) {
 	if n < 1 || n > r.ChainSteps() {
 		return nil, fmt.Errorf("vulkan: a chain of %d decode steps: want 1 to %d (MODRUN_CHAIN)", n, r.ChainSteps())
 	}
@@ -192,7 +237,13 @@ func (r *Runner) FeedArgmaxChain(token int32, n int) ([]int32, error) {
 		}
 	}
 	if r.chain.recs[n] == nil {
-		id, err := r.FeedArgmax([]int32{token})
+		var id int32
+		var err error
+		if draws == nil {
+			id, err = r.FeedArgmax([]int32{token})
+		} else {
+			id, err = r.FeedDraw([]int32{token}, draws[0].Temp, float64(draws[0].U))
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -217,6 +268,16 @@ func (r *Runner) FeedArgmaxChain(token int32, n int) ([]int32, error) {
 	}
 	if err := ch.pos.Upload(u32Bytes(pos), 0); err != nil {
 		return nil, err
+	}
+	if draws != nil || ch.drawn {
+		slots := make([]byte, uint64(r.chain.most)*ch.drawStride)
+		for i, d := range draws[:min(n, len(draws))] {
+			copy(slots[uint64(i)*ch.drawStride:], shaders.ArgmaxDrawBytes([]shaders.ArgmaxDraw{d}))
+		}
+		if err := ch.draws.Upload(slots, 0); err != nil {
+			return nil, err
+		}
+		ch.drawn = draws != nil
 	}
 	if r.trace != nil {
 		r.trace = r.trace[:0]

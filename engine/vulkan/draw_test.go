@@ -40,7 +40,9 @@ func wideMiddle(rng *rand.Rand, logits []float32, temp float32) float64 {
 // prompt's prefill and the decode steps after it, with u at the middle of
 // a likely token's interval (always asked) or at random (asked where its
 // margin allows); after the draws FeedArgmax and a greedy chain give the
-// argmax again (the draw parameters are back at temperature 0). Under
+// argmax again (the draw parameters are back at temperature 0). A chain
+// of draws (FeedDrawChain) draws each step with its own number, as FeedDraw
+// does, and a greedy chain after it gives argmaxes again. Under
 // each of deviceProfiles: a GPU's head (argmax_wide) draws, lavapipe's
 // argmax does not, and FeedDraw says so.
 func TestFeedDraw(t *testing.T) {
@@ -88,22 +90,48 @@ func TestFeedDraw(t *testing.T) {
 				}
 				tokens = []int32{id}
 			}
-			t.Logf("%d of 18 draws asked", asked)
 			logits, err := feed.Feed(tokens)
 			require.NoError(t, err)
 			best, err := draw.FeedArgmax(tokens)
 			require.NoError(t, err)
 			require.Equal(t, stats.Argmax(logits), best, "the argmax after draws")
-			if n := draw.ChainSteps(); n > 1 {
+			n := draw.ChainSteps()
+			require.Greater(t, n, 1, "the GPU profile chains")
+			greedyChain := func(what string) {
 				ids, err := draw.FeedArgmaxChain(best, n)
 				require.NoError(t, err)
 				for i, id := range ids {
 					logits, err := feed.Feed([]int32{best})
 					require.NoError(t, err)
-					require.Equal(t, stats.Argmax(logits), id, "a chain's step %d after draws", i)
+					require.Equal(t, stats.Argmax(logits), id, "a greedy chain's step %d %s", i, what)
 					best = id
 				}
 			}
+			greedyChain("after draws")
+			for round := range 2 { // a chain of draws: each step with its own number
+				us := make([]float64, n)
+				for i := range us {
+					us[i] = rng.Float64()
+					if round == 1 { // far in the tail: left in the slots, they would not draw the argmax
+						us[i] = 0.99 + 0.009*rng.Float64()
+					}
+				}
+				ids, err := draw.FeedDrawChain(best, n, 1, us)
+				require.NoError(t, err)
+				require.Len(t, ids, n)
+				for i, id := range ids {
+					logits, err := feed.Feed([]int32{best})
+					require.NoError(t, err)
+					want, margin := drawref.Draw(logits, 1, float64(float32(us[i])))
+					if margin >= drawMarginVK {
+						asked++
+						require.Equal(t, int32(want), id, "round %d: a chain's draw %d", round, i)
+					}
+					best = id
+				}
+			}
+			greedyChain("after a chain of draws")
+			t.Logf("%d of %d draws asked", asked, 18+2*n)
 		})
 	}
 }
@@ -114,6 +142,7 @@ func TestFeedDraw(t *testing.T) {
 type recSampler struct {
 	temp  float32
 	rng   *rand.Rand
+	src   *rand.PCG // rng's
 	us    []float64
 	ids   []int32
 	hosts int // draws made here
@@ -125,6 +154,16 @@ func (r *recSampler) Uniform() float64 {
 	u := r.rng.Float64()
 	r.us = append(r.us, u)
 	return u
+}
+
+func (r *recSampler) Peek(n int) []float64 {
+	src := *r.src
+	g := rand.New(&src)
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = g.Float64()
+	}
+	return out
 }
 
 func (r *recSampler) Drawn(id int32) { r.ids = append(r.ids, id) }
@@ -172,7 +211,8 @@ func TestVulkanStepDraws(t *testing.T) {
 				req := sched.Request{Prompt: prompt, MaxTokens: 8 + rng.IntN(12), KeepLogits: i%3 == 2}
 				var rs *recSampler
 				if i%3 == 0 {
-					rs = &recSampler{temp: []float32{0.7, 1, 1.3}[i/3], rng: rand.New(rand.NewPCG(uint64(i), 1))}
+					src := rand.NewPCG(uint64(i), 1)
+					rs = &recSampler{temp: []float32{0.7, 1, 1.3}[i/3], rng: rand.New(src), src: src}
 					req.Sampler = rs
 				}
 				q, err := s.Add(req)

@@ -61,6 +61,9 @@ type frame struct {
 	// ([vecRows][the stack's rows]).
 	vec  bool
 	vqkv *vk.Buffer
+	// draw, when its buffer is set, is where the head's argmax reads its
+	// draw parameters (a chained step's slot); else the runner's drawHost.
+	draw vk.Bind
 }
 
 // layerFrame is layer l of a pass: its weights, bound for the pass's

@@ -74,7 +74,11 @@ func (r *Runner) recordHead(rec *vk.Recorder, p *frame) error {
 		if st.Role != shaders.RoleArgmax {
 			return noOther(st)
 		}
-		return r.argmaxOp(st, p.logits, r.bestHost, 1, r.act.amaxPart, r.act.amaxDone, r.drawHost)
+		draw := p.draw
+		if draw.Buf == nil {
+			draw = rd(r.drawHost, 0, 8)
+		}
+		return r.argmaxOp(st, p.logits, r.bestHost, 1, r.act.amaxPart, r.act.amaxDone, draw)
 	}
 	out := stack{mvs: []mat{r.w.output}, mvOff: []uint64{0}}
 	ops, err := r.normedOps(p, r.ks.prof.Head(), out, p.last, r.w.outputNorm, p.logits, argmaxOp)
@@ -94,7 +98,7 @@ func (r *Runner) recordHead(rec *vk.Recorder, p *frame) error {
 // (ArgmaxWidePartWords of n rows; done n words, zero) and each row's draw
 // parameters (draw: [n] shaders.ArgmaxDraw, temperature 0 for the argmax),
 // or argmax (no draw: DrawsOnDevice).
-func (r *Runner) argmaxOp(st shaders.Step, logits, out *vk.Buffer, n int, part, done, draw *vk.Buffer) (op, error) {
+func (r *Runner) argmaxOp(st shaders.Step, logits, out *vk.Buffer, n int, part, done *vk.Buffer, draw vk.Bind) (op, error) {
 	cols, nu := uint32(r.c.NVocab), uint32(n)
 	vB := 4 * uint64(cols) * uint64(n)
 	if st.Variant == "argmax_wide" {
@@ -103,7 +107,7 @@ func (r *Runner) argmaxOp(st shaders.Step, logits, out *vk.Buffer, n int, part, 
 			return op{}, err
 		}
 		return newOp(argmax, shaders.ArgmaxPush{Cols: cols, N: nu}, shaders.ArgmaxWideGroups(nu, cols, argmax.spec),
-			rd(logits, 0, vB), wr(out, 0, 0), rw(part, 0, 0), rw(done, 0, 0), rd(draw, 0, 8*uint64(n))), nil
+			rd(logits, 0, vB), wr(out, 0, 0), rw(part, 0, 0), rw(done, 0, 0), draw), nil
 	}
 	argmax, err := r.ks.row(st.Variant, int(cols))
 	if err != nil {

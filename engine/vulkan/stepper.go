@@ -748,7 +748,7 @@ func (r *Runner) recordPagedHead(rec *vk.Recorder, p *frame) error {
 	vB, g := 4*uint64(c.NVocab), pf.nArgmax
 	if g > 0 {
 		head := r.ks.prof.Head()
-		o, err := r.argmaxOp(head[len(head)-1], pf.logits, pf.ids, g, pf.amaxPart, pf.amaxDone, pf.draws)
+		o, err := r.argmaxOp(head[len(head)-1], pf.logits, pf.ids, g, pf.amaxPart, pf.amaxDone, rd(pf.draws, 0, 8*uint64(g)))
 		if err != nil {
 			return err
 		}
