@@ -90,10 +90,15 @@ type Result struct {
 	ValidateTokens int     `json:"validate_tokens"`        // greedy tokens validated after them (0: not validated)
 	// Validation is what validating showed against the CPU reference,
 	// within the tolerance of Tolerance's path (ValidationTolerance.Path).
-	Validation    ValidationStats `json:"validation"`
-	Tolerance     string          `json:"validation_tolerance"`
-	KVType        string          `json:"kv_type"` // the KV cache's element type: "f16" or "f32"
-	RoutedPercent []float64       `json:"routed_percent"`
+	Validation ValidationStats `json:"validation"`
+	Tolerance  string          `json:"validation_tolerance"`
+	KVType     string          `json:"kv_type"` // the KV cache's element type: "f16" or "f32"
+	// SampledOnDevice: the timed decode samples (Options.Sampler) with a
+	// plain temperature on a backend that draws it on the device
+	// (engine.Sampler.Plain, engine.Backend.DrawsOnDevice); false when it
+	// draws on the host, or is greedy.
+	SampledOnDevice bool      `json:"sampled_on_device"`
+	RoutedPercent   []float64 `json:"routed_percent"`
 	// Traffic is what a decode token reads at the mean context of the
 	// timed decode, with the routed shares seen; EffectiveGBps is that
 	// times DecodeRate, in 1e9 bytes/s.
@@ -143,6 +148,11 @@ func NewBenchmark(b *engine.Backend, m *mod.Model, routing mod.Routing, prompt [
 	}
 	k := &Benchmark{b: b, m: m, routing: routing, o: o,
 		res: Result{Backend: b.Name, ValidatePrompt: o.ValidatePrompt, ValidateTokens: o.ValidateTokens, KVType: kv}}
+	if o.Sampler != nil && b.DrawsOnDevice() {
+		if s, err := engine.NewSampler(*o.Sampler); err == nil {
+			_, k.res.SampledOnDevice = s.Plain()
+		}
+	}
 	if len(prompt) < o.PromptTokens || o.PromptTokens < 1 {
 		return k, fmt.Errorf("bench: needs a prompt of %d tokens, got %d", o.PromptTokens, len(prompt))
 	}

@@ -53,6 +53,14 @@ const referenceChunk = 32
 // reference. 0 (a Backend not opened by OpenBackend): the whole prompt.
 func (b *Backend) PromptChunk() int { return b.chunk }
 
+// DrawsOnDevice says whether b's runner draws a plain sampled token itself
+// (DrawFeeder: Vulkan on a GPU profile), as a generation does for a
+// sampler whose Plain is true.
+func (b *Backend) DrawsOnDevice() bool {
+	d, ok := b.Runner.(DrawFeeder)
+	return ok && d.DrawsOnDevice()
+}
+
 // Close frees the runner and the device, in that order.
 func (b *Backend) Close() {
 	for i := len(b.release) - 1; i >= 0; i-- {

@@ -44,7 +44,8 @@ func TestBenchSampled(t *testing.T) {
 	var rep struct {
 		Sampling string `json:"sampling"`
 		Rows     []struct {
-			Decode float64 `json:"decode_tokens_per_s"`
+			Decode   float64 `json:"decode_tokens_per_s"`
+			OnDevice *bool   `json:"sampled_on_device"`
 		} `json:"rows"`
 	}
 	base := []string{"bench", "--synthetic", "stories260k", "--backends", "cpu", "--prompt", "8", "-n", "8", "--repeats", "1", "--json"}
@@ -58,6 +59,8 @@ func TestBenchSampled(t *testing.T) {
 	assert.Equal(t, "sampled at temperature 0.8, top-k 40, top-p 1, min-p 0", rep.Sampling)
 	require.Len(t, rep.Rows, 1)
 	assert.Positive(t, rep.Rows[0].Decode)
+	require.NotNil(t, rep.Rows[0].OnDevice, "sampled_on_device reported")
+	assert.False(t, *rep.Rows[0].OnDevice, "the CPU draws on the host")
 	code, stdout, stderr = modrun(t, append(base, "--temp", "1", "--parallel", "3")...)
 	require.Equal(t, 0, code, stderr)
 	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
