@@ -168,3 +168,20 @@ func argmaxOf(row []float32) int {
 	}
 	return best
 }
+
+// TestArgmaxWideFallback: argmax_wide failing its self-check on a GPU
+// falls back to argmax (ArgmaxRow), a head that does not draw, and there
+// is nothing past that; a CPU device's profile never takes argmax_wide.
+func TestArgmaxWideFallback(t *testing.T) {
+	gpu := GPUProfile(lavapipeProfile.Device)
+	require.Equal(t, "argmax_wide", gpu.Head()[len(gpu.Head())-1].Variant)
+	fb, safe, ok := gpu.Fallback(lookup(t, "argmax_wide"))
+	require.True(t, ok)
+	assert.Contains(t, safe, "argmax")
+	assert.True(t, fb.ArgmaxRow)
+	assert.Equal(t, "argmax", fb.Head()[len(fb.Head())-1].Variant)
+	_, _, ok = fb.Fallback(lookup(t, "argmax_wide"))
+	assert.False(t, ok, "no second fallback")
+	_, _, ok = NewProfile(lavapipeProfile.Device).Fallback(lookup(t, "argmax_wide"))
+	assert.False(t, ok, "a CPU device's head is argmax already")
+}

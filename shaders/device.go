@@ -181,6 +181,9 @@ func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 		fb.AttentionLanes = false
 		kv, _ := ParseKV(v.Type)
 		return fb, AttentionSplitName(kv, strings.Contains(v.Name, "_counts")), true
+	case v.Name == "argmax_wide" && !p.CPU && !p.ArgmaxRow:
+		fb.ArgmaxRow = true
+		return fb, "argmax (sampled tokens drawn on the host)", true
 	case v.Op == OpDecodeAttentionSplit && p.AttentionChunk != 0:
 		fb.AttentionChunk = 0
 		kv, _ := ParseKV(v.Type)

@@ -80,9 +80,10 @@ func (p Profile) GateUp(stacked bool) []Step {
 // GPUs, where argmax's one workgroup a row took 59 us a call at a
 // vocabulary of 32,000 on an H200; argmax on CPU devices, whose threads a
 // row's one workgroup already fills and where the hand-off would be one
-// more pass (RowSpecCPU's measurements).
+// more pass (RowSpecCPU's measurements), and on a GPU where argmax_wide
+// failed its self-check (ArgmaxRow).
 func (p Profile) Head() []Step {
-	if !p.CPU {
+	if !p.CPU && !p.ArgmaxRow {
 		return append(p.normed(), Step{Role: RoleArgmax, Variant: "argmax_wide", Spec: ArgmaxWideSpec})
 	}
 	return append(p.normed(), Step{Role: RoleArgmax, Variant: "argmax"})

@@ -146,6 +146,11 @@ type Profile struct {
 	// self-check's fallback when their subgroup variants fail on a device
 	// (Fallback), which leaves the matvecs' subgroups alone.
 	RoutingShared bool
+	// ArgmaxRow takes argmax (a workgroup a row) for the decode head on a
+	// GPU too, where argmax_wide (which also draws sampled tokens) is the
+	// default: the self-check's fallback when argmax_wide fails on a
+	// device (Fallback). Sampled tokens are then drawn on the host.
+	ArgmaxRow bool
 	// MatmulCoop runs the matmuls on tensor cores (matmul_coop,
 	// MatmulCoopSpecGPU): on GPUs with VK_NV_cooperative_matrix's 16x16x16
 	// f16 -> f32 shape and subgroups of 32. The self-check's fallback

@@ -322,6 +322,13 @@ func profilePicks(prof shaders.Profile) []pick {
 			picks = append(picks, pick{name, "prefill matmul", spec})
 		}
 	}
+	if head := prof.Head(); head[len(head)-1].Variant == "argmax_wide" { // the decode head's argmax and draw
+		st := head[len(head)-1]
+		picks = append(picks, pick{st.Variant, "decode head", st.Spec})
+		if h, ok := shaders.HandoffName(st.Variant); ok && prof.Handoff {
+			picks = append(picks, pick{h, "decode head, handed off", st.Spec})
+		}
+	}
 	if prof.MatmulDirect { // and its direct product over planes (MODRUN_MATMUL_DIRECT=1)
 		dk := prof.MatmulDirectKernels(shaders.MatvecF32)
 		picks = append(picks, pick{dk.Product, "prefill matmul, direct", dk.Spec.Constants()})

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/internal/drawref"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
 )
@@ -23,6 +24,9 @@ import (
 func checkerFor(v shaders.Variant) (mk func(v shaders.Variant, spec []uint32) (checkCase, error), ok bool) {
 	if shaders.IsHandoff(v) {
 		return handoffChecker(v)
+	}
+	if v.Name == "argmax_wide" {
+		return argmaxWideCase, true
 	}
 	switch v.Op {
 	case shaders.OpMatvec:
@@ -65,6 +69,10 @@ func checkOp(v shaders.Variant) string {
 		return "prefill attention " + v.Type + " lanes"
 	case shaders.OpAttentionCoop:
 		return "prefill attention " + v.Type + " tensor cores"
+	case "":
+		if v.Name == "argmax_wide" {
+			return "decode head: argmax and draw"
+		}
 	case shaders.OpMatmulDirect:
 		if strings.Contains(v.Name, "_hilo") {
 			return "matmul direct tensor cores"
@@ -182,6 +190,42 @@ func matvecCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 // routerScoreCase: y = SiLU(W x + bias) for 3 tokens and 5 rows of 300
 // columns (the predictor's hidden layer; the score is the same sum without
 // the SiLU).
+// argmaxWideCase: argmax_wide over three rows of 2,500 logits (3 and 10
+// workgroups a row at [256 4] and [64 4]): the argmax of a row whose
+// largest value comes twice (the lower index wins), and two draws, at
+// temperatures 1 and 0.5, with u at the middle of the interval of a
+// likely token that is not the row's argmax (internal/drawref: a float32
+// device's rounding cannot move it); done left at zero.
+func argmaxWideCase(v shaders.Variant, spec []uint32) (checkCase, error) {
+	const n, cols = 3, 2500
+	rng := rand.New(rand.NewPCG(5, 25))
+	x := randVec(rng, n*cols, -4, 4)
+	x[700], x[1900] = 9, 9 // row 0's largest, twice
+	draws := []shaders.ArgmaxDraw{{}, {Temp: 1}, {Temp: 0.5}}
+	want := []uint32{700, 0, 0}
+	for r := 1; r < n; r++ {
+		row := x[r*cols : (r+1)*cols]
+		row[300*r], row[300*r+1000] = 9.4, 9.5 // a likely token, and the argmax after it
+		w, z := drawref.Weights(row, draws[r].Temp)
+		if w[300*r]/z < 0.1 {
+			return checkCase{}, fmt.Errorf("%s: the check's token holds %.3g of row %d's weight", v.Name, w[300*r]/z, r)
+		}
+		u := drawref.Middle(row, draws[r].Temp, 300*r)
+		draws[r].U = float32(u)
+		id, margin := drawref.Draw(row, draws[r].Temp, float64(draws[r].U))
+		if id != 300*r || margin < 0.01 {
+			return checkCase{}, fmt.Errorf("%s: the check's draw of row %d is token %d at margin %.3g", v.Name, r, id, margin)
+		}
+		want[r] = uint32(id)
+	}
+	return checkCase{op: checkOp(v), push: shaders.ArgmaxPush{Cols: cols, N: n}, groups: shaders.ArgmaxWideGroups(n, cols, spec),
+		bufs: []checkBuf{{data: f32Bytes(x)}, {data: make([]byte, 4*n), wantU32: want},
+			{data: make([]byte, 4*shaders.ArgmaxWidePartWords(n, cols, spec))},
+			{data: make([]byte, 4*n), wantU32: make([]uint32, n)},
+			{data: shaders.ArgmaxDrawBytes(draws)}},
+	}, nil
+}
+
 func routerScoreCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 	const n, rows, cols = 3, 5, 300
 	rng := rand.New(rand.NewPCG(3, 25))

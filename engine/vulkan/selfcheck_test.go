@@ -34,9 +34,11 @@ func gpuProfileOf(dev *vk.Device) shaders.Profile {
 // vectors: matvec_words for F16, Q8_0 and Q4_K on a GPU profile, 12), and
 // a prefill's attention at head dimension 128 for each of its 3 caches
 // where the profile takes lanes a row (AttentionLanes), and on tensor
-// cores at 64 and 128 where it takes them (AttentionCoop, 2).
+// cores at 64 and 128 where it takes them (AttentionCoop, 2), and the
+// decode head's argmax_wide where the profile takes it (and its handed-off
+// variant with Handoff).
 // Lavapipe's own profile: 52 + 4 + 2 = 58; a GPU's: 52 + 12 + 4 + 4 + 3 +
-// 13 = 88 (the pipelined tile, or on an
+// 13 + 1 = 89 (the pipelined tile, or on an
 // NVIDIA GPU the tensor cores; lavapipe's emulated tensor-core product
 // takes 150 ms a call there, too slow to time 13 of in CI:
 // TestMatmulCoopHiloCheckCase runs their cases untimed).
@@ -62,6 +64,12 @@ func checkRows(prof shaders.Profile) (rows, attention, split int) {
 	}
 	for _, hd := range []uint32{64, 128} { // the tensor-core attention (AttentionCoop) at both head dimensions
 		if name, _ := prof.AttentionSplit(shaders.KVF16, true, hd); shaders.IsAttentionCoop(name) {
+			rows++
+		}
+	}
+	if head := prof.Head(); head[len(head)-1].Variant == "argmax_wide" { // the decode head's argmax and draw
+		rows++
+		if prof.Handoff {
 			rows++
 		}
 	}

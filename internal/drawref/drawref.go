@@ -1,6 +1,6 @@
 // Package drawref is the reference of a draw at a temperature, for the
 // tests of the kernels and runners that draw on a device (argmax_wide's
-// draw, docs/sampling-cost.md): engine.Sampler's draw without filters in
+// draw, docs/sampling-cost.md) and for its self-check at device open: engine.Sampler's draw without filters in
 // float64, with how far the draw is from the ends of its token's
 // interval, so that a test asks a float32 device only for draws that
 // rounding cannot move.
