@@ -261,6 +261,7 @@ acceptance() {
   apre=$(jnum "$logs/bench-$small-q8_0-attn-coop.json" prefill_tokens_per_s); apre7=$(jnum "$logs/bench-$lq8-attn-coop.json" prefill_tokens_per_s)
   p2k=$(jnum "$logs/bench-$small-q8_0-plong.json" prefill_tokens_per_s); ap2k=$(jnum "$logs/bench-$small-q8_0-plong-attn-coop.json" prefill_tokens_per_s)
   a1=$(jnum "$p" aggregate_decode_tokens_per_s 1); a8=$(jnum "$p" aggregate_decode_tokens_per_s 2); a16=$(jnum "$p" aggregate_decode_tokens_per_s 3)
+  local ts16; ts16=$(jnum "$logs/bench-parallel-$small-q8_0-temp1.json" aggregate_decode_tokens_per_s 3)
   # row GOAL WHAT MODRUN LLAMA TEST [-]: one line; TEST is an awk condition
   # on m (modrun's figure) and l (llama.cpp's); the verdict is "-" when a
   # figure it needs is missing. A sixth argument "-": the two figures are
@@ -291,6 +292,7 @@ acceptance() {
   row "(beside it)" "$small Q8_0 aggregate decode at 8 sequences" "$a8" "$(llama_stg "$lb" 8)" ''
   row "42: 16 sequences >= 8x one" "$small Q8_0 aggregate at 16 / at 1" "$(ratio "$a16" "$a1")" "$(ratio "$(llama_stg "$lb" 16)" "$(llama_stg "$lb" 1)")" 'm >= 8' -
   row "(beside it)" "$small Q8_0 aggregate decode at 16 sequences" "$a16" "$(llama_stg "$lb" 16)" ''
+  row "(sampled)" "$small Q8_0 aggregate at 16 sequences, temperature 1 (drawn on the device) / greedy ($(awk -v r="$ts16" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$ts16" "$a16")" "" ''
   row "42 (hand-off): 1.1B Q8_0 decode >= 1,500 (H200)" "$small Q8_0 decode, MODRUN_HANDOFF=1 (x$(awk -v a="$hdec" -v b="$dec" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default)" "$hdec" "$(llama_ts "$ld" 0 128)" 'm >= 1500'
   row "42 (hand-off): 7B Q8_0 decode >= 375 (H200)" "$large Q8_0 decode, MODRUN_HANDOFF=1 (x$(awk -v a="$hdec7" -v b="$dec7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default; $(awk -v a="$hgb7" -v b="$probe7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.0f%%", 100 * a / b }') of the probe)" "$hdec7" "$(llama_ts "$ll" 0 128)" 'm >= 375'
   row "42 (chain): the default's 4 greedy steps a submission against 1" "$small Q8_0 decode, default / MODRUN_CHAIN=1 ($(awk -v r="$cdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$dec" "$cdec")" "" ''
@@ -462,6 +464,11 @@ if [ "$quick" = 1 ]; then
   # instead of one matvec pass of up to 16 vectors: which is cheaper at 8
   # and 16 rows is this row against the one above.
   MODRUN_VEC_ROWS=1 bench_row "parallel-$small-q8_0-vec-rows-1" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1
+  # The same sequences sampled at temperature 1 (a server's default
+  # request), each drawn on the device in the batched step
+  # (docs/sampling-cost.md): what sampling costs a step of 16 is this row
+  # against the first parallel row.
+  bench_row "parallel-$small-q8_0-temp1" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1 --temp 1
   m7=$logs/large-$large-q8_0.gguf
   bench_row "$lq8" --synthetic "$large" --type q8_0 --backends vulkan --prompt 512 -n 32 --repeats 2 --validate 0 --save "$m7"
   MODRUN_HANDOFF=1 bench_row "$lq8-handoff" -m "$m7" --backends vulkan --prompt 512 -n 32 --repeats 2 --validate 0

@@ -163,7 +163,7 @@ func (rep *parallelReport) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# modrun bench --parallel\n\n%s, %s, %d CPUs. `%s`\n\n", rep.Date, rep.Machine, rep.CPUs, rep.Command)
 	fmt.Fprintf(&b, "Each sequence: a %d-token prompt, then %d tokens (%s); all start together on the backend's scheduler "+
-		"(--batch-tokens %d); median of %d rounds by aggregate decode. Each sequence's tokens were checked equal to its run alone first.\n\n",
+		"(--batch-tokens %d); median of %d rounds by aggregate decode. Each sequence's greedy tokens were checked equal to its run alone first.\n\n",
 		rep.Prompt, rep.Decode, rep.Sampling, rep.Batch, rep.Repeats)
 	var names, tunings []string
 	for _, r := range rep.Rows {
