@@ -203,15 +203,7 @@ func (s *Sampler) Uniform() float64 { return s.rng.Float64() }
 // Peek is the uniform numbers the next n calls of Uniform will give,
 // without taking them: a runner that draws several steps ahead (a chain)
 // draws with them, and serves each step only if its number is Peek's.
-func (s *Sampler) Peek(n int) []float64 {
-	src := *s.src
-	r := rand.New(&src)
-	out := make([]float64, n)
-	for i := range out {
-		out[i] = r.Float64()
-	}
-	return out
-}
+func (s *Sampler) Peek(n int) []float64 { return stats.Ahead(s.src, n) }
 
 // Drawn accepts id, drawn by a runner with Uniform's number, as Sample
 // accepts what it draws.

@@ -31,7 +31,7 @@ func centerOf(rng *rand.Rand, row []float32, temp float32) float64 {
 			wide = append(wide, j)
 		}
 	}
-	return drawref.Middle(row, temp, wide[rng.Intn(len(wide))])
+	return drawref.Middle(w, z, wide[rng.Intn(len(wide))])
 }
 
 // TestArgmaxWideDraw: argmax_wide's draw (a row with a temperature above

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 )
 
@@ -68,13 +69,7 @@ func (s *uSampler) Uniform() float64 {
 
 func (s *uSampler) Peek(n int) []float64 {
 	s.peeked++
-	src := *s.src
-	r := rand.New(&src)
-	out := make([]float64, n)
-	for i := range out {
-		out[i] = r.Float64()
-	}
-	return out
+	return stats.Ahead(s.src, n)
 }
 
 func (s *uSampler) Drawn(id int32) { s.ids = append(s.ids, id) }

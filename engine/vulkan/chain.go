@@ -195,7 +195,7 @@ func (r *Runner) recordChain(n int) (*vk.Recorder, error) {
 // numbers its sampler will take for them (engine.Sampler.Peek).
 func (r *Runner) FeedDrawChain(token int32, n int, temp float32, us []float64) ([]int32, error) {
 	if !r.DrawsOnDevice() {
-		return nil, fmt.Errorf("vulkan: FeedDrawChain: the head's %s does not draw", r.ks.prof.Head()[len(r.ks.prof.Head())-1].Variant)
+		return nil, fmt.Errorf("vulkan: FeedDrawChain: the head's %s does not draw", r.headArgmax())
 	}
 	if len(us) < n {
 		return nil, fmt.Errorf("vulkan: a chain of %d draws with %d uniform numbers", n, len(us))

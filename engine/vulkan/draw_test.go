@@ -31,7 +31,7 @@ func wideMiddle(rng *rand.Rand, logits []float32, temp float32) float64 {
 			wide = append(wide, j)
 		}
 	}
-	return drawref.Middle(logits, temp, wide[rng.IntN(len(wide))])
+	return drawref.Middle(w, z, wide[rng.IntN(len(wide))])
 }
 
 // TestFeedDraw: FeedDraw's token is the draw of the logits Feed returns
@@ -156,15 +156,7 @@ func (r *recSampler) Uniform() float64 {
 	return u
 }
 
-func (r *recSampler) Peek(n int) []float64 {
-	src := *r.src
-	g := rand.New(&src)
-	out := make([]float64, n)
-	for i := range out {
-		out[i] = g.Float64()
-	}
-	return out
-}
+func (r *recSampler) Peek(n int) []float64 { return stats.Ahead(r.src, n) }
 
 func (r *recSampler) Drawn(id int32) { r.ids = append(r.ids, id) }
 

@@ -210,7 +210,7 @@ func argmaxWideCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 		if w[300*r]/z < 0.1 {
 			return checkCase{}, fmt.Errorf("%s: the check's token holds %.3g of row %d's weight", v.Name, w[300*r]/z, r)
 		}
-		u := drawref.Middle(row, draws[r].Temp, 300*r)
+		u := drawref.Middle(w, z, 300*r)
 		draws[r].U = float32(u)
 		id, margin := drawref.Draw(row, draws[r].Temp, float64(draws[r].U))
 		if id != 300*r || margin < 0.01 {

@@ -33,6 +33,9 @@ type decodeStep struct {
 	// drawHost is the head's draw parameters (shaders.ArgmaxDraw, host-
 	// written): temperature 0, the argmax, but during FeedDraw.
 	drawHost *vk.Buffer
+	// draws: the profile's head draws (argmax_wide; DrawsOnDevice),
+	// decided when the runner's kernels are (allocateStep).
+	draws bool
 	// With Options.Trace, the step copies each routed layer's score r,
 	// predictor score p and count (0 or 1) here, and run reads them after
 	// each token into the runner's trace (readTrace).
@@ -87,6 +90,7 @@ func (r *Runner) allocateStep() error {
 	must := al.buf
 	r.tok, r.tokPos = must(4, vk.HostVisible), must(4, vk.HostVisible)
 	r.logitsHost, r.bestHost, r.drawHost = must(f32(c.NVocab), vk.HostVisible), must(4, vk.HostVisible), must(8, vk.HostVisible)
+	r.draws = r.headArgmax() == "argmax_wide"
 	b0 := r.w.blocks[0]
 	a := &r.act
 	a.x, a.xs, a.xn = must(f32(c.NEmbd), vk.DeviceLocal), must(f32(c.NEmbd), vk.DeviceLocal), must(f32(c.NEmbd), vk.DeviceLocal)
@@ -192,9 +196,12 @@ func (r *Runner) FeedArgmax(tokens []int32) (int32, error) {
 
 // DrawsOnDevice says whether FeedDraw draws (the profile's head takes
 // argmax_wide, which draws; lavapipe's argmax does not).
-func (r *Runner) DrawsOnDevice() bool {
+func (r *Runner) DrawsOnDevice() bool { return r.draws }
+
+// headArgmax is the variant of the profile's head's argmax.
+func (r *Runner) headArgmax() string {
 	head := r.ks.prof.Head()
-	return head[len(head)-1].Variant == "argmax_wide"
+	return head[len(head)-1].Variant
 }
 
 // FeedDraw is FeedArgmax with the last token's successor drawn at
@@ -204,7 +211,7 @@ func (r *Runner) DrawsOnDevice() bool {
 // Only where DrawsOnDevice.
 func (r *Runner) FeedDraw(tokens []int32, temp float32, u float64) (int32, error) {
 	if !r.DrawsOnDevice() {
-		return 0, fmt.Errorf("vulkan: FeedDraw: the head's %s does not draw", r.ks.prof.Head()[len(r.ks.prof.Head())-1].Variant)
+		return 0, fmt.Errorf("vulkan: FeedDraw: the head's %s does not draw", r.headArgmax())
 	}
 	if !(temp > 0) || !(u >= 0 && u < 1) {
 		return 0, fmt.Errorf("vulkan: FeedDraw: temperature %g must be above 0 and u %g in [0, 1)", temp, u)

@@ -536,8 +536,8 @@ func (st *Stepper) step(rows []sched.Row, bt int, argmax bool) (logits []float32
 			lrows = append(lrows, uint32(i))
 			d := shaders.ArgmaxDraw{}
 			if row.Temp > 0 {
-				if !st.r.DrawsOnDevice() || !(row.U >= 0 && row.U < 1) {
-					return nil, nil, nil, fmt.Errorf("vulkan: row %d: a draw at temperature %g with u %g, where the head draws %t", i, row.Temp, row.U, st.r.DrawsOnDevice())
+				if !st.r.draws || !(row.U >= 0 && row.U < 1) {
+					return nil, nil, nil, fmt.Errorf("vulkan: row %d: a draw at temperature %g with u %g: the head's %s does not draw, or u is outside [0, 1)", i, row.Temp, row.U, st.r.headArgmax())
 				}
 				d = shaders.DrawAt(row.Temp, row.U)
 			}

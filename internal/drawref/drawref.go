@@ -53,9 +53,8 @@ func Weights(logits []float32, temp float32) ([]float64, float64) {
 }
 
 // Middle is the uniform number that draws token j at the middle of its
-// interval.
-func Middle(logits []float32, temp float32, j int) float64 {
-	w, z := Weights(logits, temp)
+// interval, for the weights w and total z of Weights.
+func Middle(w []float64, z float64, j int) float64 {
 	cum := 0.0
 	for _, x := range w[:j] {
 		cum += x

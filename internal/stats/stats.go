@@ -1,11 +1,15 @@
 // Package stats holds the arithmetic that engine's scoring and sampling and
 // bench's measurements (validation against the CPU reference, perplexity
 // --compare) both do: a logit vector's log-sum-exp and argmax, and a
-// sample's mean with the standard error of that mean. One copy, so that a
+// sample's mean with the standard error of that mean, and a generator's
+// numbers ahead (Ahead). One copy, so that a
 // figure bench reports is computed as engine computes it.
 package stats
 
-import "math"
+import (
+	"math"
+	"math/rand/v2"
+)
 
 // LogSumExp is log Σ exp(x_i), computed stably in float64.
 func LogSumExp(x []float32) float64 {
@@ -51,4 +55,17 @@ func (m *Moments) Stderr() float64 {
 	}
 	mean := m.Mean()
 	return math.Sqrt(math.Max(m.SumSq/float64(m.N)-mean*mean, 0) / float64(m.N-1))
+}
+
+// Ahead is the next n numbers rand.New(src).Float64 will give, without
+// taking them (a copy of src's state draws them): the uniform numbers a
+// sampler hands out next (engine.Sampler.Peek).
+func Ahead(src *rand.PCG, n int) []float64 {
+	c := *src
+	r := rand.New(&c)
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = r.Float64()
+	}
+	return out
 }
