@@ -31,6 +31,13 @@
 //   and v ([n][...] each), as the batch kernels read them: a step of a few
 //   rows runs its products as matvecs over several vectors (the weights
 //   read once for all of them). Dispatch Groups(n).
+//
+// PAGED_ADVANCE: after a step whose rows are each their sequence's only
+//   one (a chain of decode steps, engine/vulkan's Stepper.StepChain), each
+//   row's routed tables' lengths in rmeta advanced by the rows the step's
+//   routed layers took (the trace's selected words, [nRouted][3][stride]),
+//   so that the next step recorded after it writes and attends the entries
+//   the host would have given it. Dispatch Groups(ceil(n / 64)).
 #include "include/common.glsl"
 #include "include/push_paged.glsl"
 
@@ -215,6 +222,22 @@ void main() {
 		v[i * p.kvDim + d] = qkv[src + p.vOff + d];
 	}
 }
+#elif defined(PAGED_ADVANCE)
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer Trace { uint trace[]; }; // [nRouted][3][stride]: r, p, selected
+layout(std430, binding = 1) buffer RMeta { uint rmeta[]; };          // [n][nRouted][2] (table offset, length)
+
+void main() {
+	uint i = groupIndex() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
+	if (i >= p.n) {
+		return;
+	}
+	for (uint j = 0u; j < p.nRouted; j++) {
+		if (trace[(3u * j + 2u) * p.stride + i] != 0u) {
+			rmeta[2u * (i * p.nRouted + j) + 1u] += 1u;
+		}
+	}
+}
 #else
-#error "define one of PAGED_ENTRIES, PAGED_KV, PAGED_ATTENTION, PAGED_SPLIT"
+#error "define one of PAGED_ENTRIES, PAGED_KV, PAGED_ATTENTION, PAGED_SPLIT, PAGED_ADVANCE"
 #endif

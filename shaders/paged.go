@@ -12,7 +12,7 @@ type PagedPush struct {
 	Width       uint32  // pages per block of the table
 	Layer       uint32  // the table's layer (0 for a routed layer's own table)
 	BlockTokens uint32  // entries a page
-	NRouted     uint32  // paged_entries: routed layers
+	NRouted     uint32  // paged_entries, paged_advance: routed layers
 	Routed      uint32  // paged_entries: this one's index among them
 	Compact     uint32  // paged_entries: 1: RoPE at the entry (mod.PositionsCompact)
 	NHead       uint32  // paged_attention: query heads
@@ -21,7 +21,7 @@ type PagedPush struct {
 	Scale       float32 // paged_attention: 1/sqrt(HeadDim)
 	Splits      uint32  // paged_attention: key tiles per (row, head)
 	SplitLen    uint32  // paged_attention: entries per key tile
-	Stride      uint32  // paged_split: elements of a row of qkv
+	Stride      uint32  // paged_split: elements of a row of qkv; paged_advance: the trace's rows a field
 	KOff        uint32  // paged_split: where a row's k starts in it (q at 0)
 	VOff        uint32  // paged_split: where its v starts
 }
@@ -115,6 +115,15 @@ func init() {
 			},
 			Push: PagedPush{}, LocalSize: [3]uint32{64, 1, 1},
 			Notes: "push NRouted, Routed, Compact; dispatch Groups(ceil(n / 64))",
+		},
+		Variant{
+			Name: "paged_advance", Source: "paged.comp", Defines: []string{"PAGED_ADVANCE"},
+			Bindings: []Binding{
+				{"trace", Read, "[nRouted][3][stride] u32: r, p, selected"},
+				{"rmeta", ReadWrite, "[n][nRouted][2] u32 (table offset, length): each length advanced by its row's selections"},
+			},
+			Push: PagedPush{}, LocalSize: [3]uint32{64, 1, 1},
+			Notes: "a step whose rows are each their sequence's only one; push N, NRouted, Stride; dispatch Groups(ceil(n / 64))",
 		},
 	)
 }
