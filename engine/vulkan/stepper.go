@@ -57,6 +57,7 @@ type Stepper struct {
 	out    []float32               // [k][nVocab] the last step's logits
 	ids    []int32                 // [g] the last step's argmax ids
 	raw    []byte                  // the downloads' bytes
+	chain  stepChain               // StepChain's buffers and recordings (stepchain.go)
 	phases StepPhases
 }
 
@@ -66,6 +67,7 @@ type Stepper struct {
 type StepPhases struct {
 	Steps, Rows int
 	Argmax      int           // rows whose argmax alone came back (StepArgmax)
+	Chains      int           // submissions of several steps (StepChain; their steps count in Steps)
 	Compose     time.Duration // the rows' composition built (positions, tables), recording looked up
 	Upload      time.Duration // the composition written to host-visible buffers
 	Run         time.Duration // the recording submitted and waited for (the device's work)
@@ -300,6 +302,10 @@ func (st *Stepper) dropRecordings() {
 	for k, rec := range st.recs {
 		rec.Close()
 		delete(st.recs, k)
+	}
+	for k, rec := range st.chain.recs {
+		rec.Close()
+		delete(st.chain.recs, k)
 	}
 }
 
@@ -625,31 +631,11 @@ func (st *Stepper) step(rows []sched.Row, bt int, argmax bool) (logits []float32
 // p, selected) and advances each sequence's routed tables by the rows
 // they took.
 func (st *Stepper) routes(rows []sched.Row) ([][]mod.Route, error) {
-	n, nr, ub := len(rows), st.nRouted, st.ub
-	st.raw = growBytes(st.raw, 12*ub*nr)
-	raw := st.raw
-	if err := st.trace.Download(raw, 0); err != nil {
+	st.raw = growBytes(st.raw, 12*st.ub*st.nRouted)
+	if err := st.trace.Download(st.raw, 0); err != nil {
 		return nil, fmt.Errorf("vulkan: a step's routing: %w", err)
 	}
-	word := func(j, field, i int) uint32 { return binary.LittleEndian.Uint32(raw[4*((3*j+field)*ub+i):]) }
-	field := 0 // the score that decided
-	if st.r.routing == mod.RoutingPredictor {
-		field = 1
-	}
-	routed := st.r.c.RoutedLayers()
-	flat := make([]mod.Route, n*nr)
-	out := make([][]mod.Route, n)
-	for i := range out {
-		out[i] = flat[i*nr : (i+1)*nr]
-		for j, l := range routed {
-			sel := word(j, 2, i) != 0
-			out[i][j] = mod.Route{Layer: l, Score: math.Float32frombits(word(j, field, i)), Selected: sel}
-			if sel {
-				rows[i].Seq.Routed[j].Len++
-			}
-		}
-	}
-	return out, nil
+	return st.decodeRoutes(st.raw, rows), nil
 }
 
 // pagedGatherOps are a step's routed layer l's gather x[idx] -> xs and
