@@ -240,6 +240,8 @@ type Stats struct {
 	FinishedSeqs    int
 	SharedSteps     int // steps that ran rows of two sequences or more
 	MaxSeqsInStep   int
+	Chains          int // runs of several steps in one go (ChainRunner)
+	ChainedSteps    int // the steps they ran (counted in Steps too)
 }
 
 // Scheduler runs sequences in steps over one StepRunner. It is not safe
@@ -259,6 +261,11 @@ type Scheduler struct {
 	sampled []int        // the sampled picks' places (sampledPicks)
 	argmax  ArgmaxRunner // run, when it draws greedy rows itself
 	drawer  bool         // run is a DrawRunner that draws on its device
+	chain   ChainRunner  // run, when it chains decode steps
+	// Arriving, when set, says whether a sequence is about to be added
+	// (a caller waits to add one): no chain of steps then (ChainRunner),
+	// whose length the newcomer's start would wait for.
+	Arriving func() bool
 }
 
 // New is a scheduler over run with o's sizes.
@@ -280,6 +287,9 @@ func New(run StepRunner, o Options) (*Scheduler, error) {
 	s.argmax, _ = run.(ArgmaxRunner)
 	if d, ok := run.(DrawRunner); ok {
 		s.drawer = d.DrawsOnDevice()
+	}
+	if c, ok := run.(ChainRunner); ok && c.ChainSteps() > 1 {
+		s.chain = c
 	}
 	if o.PrefixCache {
 		s.prefix = newPrefixCache()
@@ -502,6 +512,10 @@ func (s *Scheduler) Step() (bool, error) {
 		err    error
 	)
 	s.uniforms(rows)
+	if n := s.chainLen(rows); n > 1 {
+		s.stepChain(rows, counts, n)
+		return true, nil
+	}
 	if s.argmax != nil {
 		logits, ids, routes, err = s.argmax.StepArgmax(rows, s.pool.blockTokens)
 		if err == nil {
