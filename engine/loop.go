@@ -57,7 +57,11 @@ const BlockTokens = 16
 
 // Loop runs generations as sequences of one scheduler (see above).
 type Loop struct {
-	mu sync.Mutex // guards everything below, and the scheduler
+	// joining counts the Generate calls on their way to add a sequence
+	// (waiting for mu): the scheduler chains no steps while one does, so
+	// that a request is not held back behind a chain it came before.
+	joining atomic.Int64
+	mu      sync.Mutex // guards everything below, and the scheduler
 	// cond wakes Close (no Generate left, or a callback running).
 	cond *sync.Cond
 	// stepper (capacity 1) is held by whoever runs a step; stepped is
@@ -122,6 +126,7 @@ func NewLoop(b *Backend, o LoopOptions) (*Loop, error) {
 		return nil, err
 	}
 	l.s = s
+	s.Arriving = func() bool { return l.joining.Load() > 0 }
 	if l.runner == nil {
 		l.exited = make(chan struct{})
 		go l.loop()
@@ -281,8 +286,10 @@ func (l *Loop) PoolPages() int {
 
 // join adds a sequence; ErrClosed once the loop is closing.
 func (l *Loop) join(req sched.Request) (*sched.Seq, error) {
+	l.joining.Add(1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.joining.Add(-1)
 	if l.closed {
 		return nil, ErrClosed
 	}
