@@ -28,6 +28,11 @@ type ParallelResult struct {
 	// first token, in milliseconds.
 	TimeToFirstToken float64 `json:"time_to_first_token_ms"`
 	Steps            int     `json:"steps"`
+	// ChainedSteps are the steps of Steps that ran in chains, several a
+	// submission (MODRUN_CHAIN: the Vulkan backend's batched steps,
+	// sched.ChainRunner; at P 1 the runner's own chain runs inside a
+	// step, and counts none).
+	ChainedSteps int `json:"chained_steps"`
 }
 
 // Parallel times P sequences at once through the generation loop a Model
@@ -119,7 +124,7 @@ func (b *Parallel) Time() error { return b.round(b.o.Sampler == nil) }
 // alone when validate, else with the bench's sampler.
 func (b *Parallel) round(validate bool) error {
 	b.loop.Forget()
-	before := b.loop.Stats().Steps
+	before := b.loop.Stats()
 	results := make([]engine.Result, b.parallel)
 	errs := make([]error, b.parallel)
 	var wg, ready sync.WaitGroup
@@ -141,7 +146,8 @@ func (b *Parallel) round(validate bool) error {
 	ready.Wait()
 	close(start)
 	wg.Wait()
-	res := ParallelResult{Parallel: b.parallel, Steps: b.loop.Stats().Steps - before}
+	after := b.loop.Stats()
+	res := ParallelResult{Parallel: b.parallel, Steps: after.Steps - before.Steps, ChainedSteps: after.ChainedSteps - before.ChainedSteps}
 	// Each sequence's first token came at its Prefill, its last at
 	// Prefill+Decode after its Generate began (the loop's own clock, at
 	// the draws); the calls began together, within a goroutine's start.

@@ -82,6 +82,8 @@ func checkParallelRows(t *testing.T, stdout string, backends []string) {
 			PerSeq    float64 `json:"decode_tokens_per_s_per_sequence"`
 			TTFT      float64 `json:"time_to_first_token_ms"`
 			VsSingle  float64 `json:"aggregate_decode_vs_single"`
+			Steps     int     `json:"steps"`
+			Chained   *int    `json:"chained_steps"`
 		} `json:"rows"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
@@ -92,6 +94,13 @@ func checkParallelRows(t *testing.T, stdout string, backends []string) {
 		assert.Positive(t, r.Aggregate)
 		assert.Positive(t, r.PerSeq)
 		assert.Positive(t, r.TTFT)
+		assert.Positive(t, r.Steps)
+		if assert.NotNil(t, r.Chained, "chained_steps") {
+			assert.LessOrEqual(t, *r.Chained, r.Steps)
+			if r.Backend == "cpu" || r.Parallel == 1 { // the CPU's steps, and the runner's own (which chains inside a step), count none
+				assert.Zero(t, *r.Chained)
+			}
+		}
 		if r.Parallel == 1 {
 			assert.InDelta(t, 1, r.VsSingle, 1e-9)
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/modrun/modrun/engine/sched"
 	"github.com/modrun/modrun/mod"
@@ -191,6 +192,7 @@ func (st *Stepper) StepChain(rows []sched.Row, steps int, us [][]float64, bt int
 		}
 		return ids, routes, nil
 	}
+	t0 := time.Now()
 	if err := st.chainRows(rows, k, us); err != nil {
 		return nil, nil, err
 	}
@@ -236,6 +238,7 @@ func (st *Stepper) StepChain(rows []sched.Row, steps int, us [][]float64, bt int
 	if err != nil {
 		return nil, nil, err
 	}
+	t1 := time.Now()
 	for _, up := range []struct {
 		b *vk.Buffer
 		x []byte
@@ -248,9 +251,11 @@ func (st *Stepper) StepChain(rows []sched.Row, steps int, us [][]float64, bt int
 			return nil, nil, fmt.Errorf("vulkan: a chain's composition: %w", err)
 		}
 	}
+	t2 := time.Now()
 	if err := r.dev.Run(rec); err != nil {
 		return nil, nil, fmt.Errorf("vulkan: a chain of %d steps of %d rows: %w", k, n, err)
 	}
+	t3 := time.Now()
 	got, err := downloadU32(ch.ids, k*ch.rows)
 	if err != nil {
 		return nil, nil, fmt.Errorf("vulkan: a chain's draws: %w", err)
@@ -279,6 +284,10 @@ func (st *Stepper) StepChain(rows []sched.Row, steps int, us [][]float64, bt int
 	}
 	ph := &st.phases
 	ph.Steps, ph.Rows, ph.Argmax, ph.Chains = ph.Steps+k, ph.Rows+k*n, ph.Argmax+k*n, ph.Chains+1
+	ph.Compose += t1.Sub(t0)
+	ph.Upload += t2.Sub(t1)
+	ph.Run += t3.Sub(t2)
+	ph.Logits += time.Since(t3) // the ids and the routing read back
 	return ids, routes, nil
 }
 
