@@ -266,6 +266,8 @@ acceptance() {
   p2k=$(jnum "$logs/bench-$small-q8_0-plong.json" prefill_tokens_per_s); ap2k=$(jnum "$logs/bench-$small-q8_0-plong-attn-coop.json" prefill_tokens_per_s)
   a1=$(jnum "$p" aggregate_decode_tokens_per_s 1); a8=$(jnum "$p" aggregate_decode_tokens_per_s 2); a16=$(jnum "$p" aggregate_decode_tokens_per_s 3)
   local ts16; ts16=$(jnum "$logs/bench-parallel-$small-q8_0-temp1.json" aggregate_decode_tokens_per_s 3)
+  local nc8 nc16; nc8=$(jnum "$logs/bench-parallel-$small-q8_0-no-chain.json" aggregate_decode_tokens_per_s 2)
+  nc16=$(jnum "$logs/bench-parallel-$small-q8_0-no-chain.json" aggregate_decode_tokens_per_s 3)
   # row GOAL WHAT MODRUN LLAMA TEST [-]: one line; TEST is an awk condition
   # on m (modrun's figure) and l (llama.cpp's); the verdict is "-" when a
   # figure it needs is missing. A sixth argument "-": the two figures are
@@ -296,6 +298,8 @@ acceptance() {
   row "(beside it)" "$small Q8_0 aggregate decode at 8 sequences" "$a8" "$(llama_stg "$lb" 8)" ''
   row "42: 16 sequences >= 8x one" "$small Q8_0 aggregate at 16 / at 1" "$(ratio "$a16" "$a1")" "$(ratio "$(llama_stg "$lb" 16)" "$(llama_stg "$lb" 1)")" 'm >= 8' -
   row "(beside it)" "$small Q8_0 aggregate decode at 16 sequences" "$a16" "$(llama_stg "$lb" 16)" ''
+  row "(batched chain)" "$small Q8_0 aggregate at 8 sequences, chained / MODRUN_CHAIN=1 ($(awk -v r="$nc8" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$a8" "$nc8")" "" ''
+  row "(batched chain)" "$small Q8_0 aggregate at 16 sequences, chained / MODRUN_CHAIN=1 ($(awk -v r="$nc16" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$a16" "$nc16")" "" ''
   row "(sampled)" "$small Q8_0 aggregate at 16 sequences, temperature 1 (drawn $where) / greedy ($(awk -v r="$ts16" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$ts16" "$a16")" "" ''
   row "42 (hand-off): 1.1B Q8_0 decode >= 1,500 (H200)" "$small Q8_0 decode, MODRUN_HANDOFF=1 (x$(awk -v a="$hdec" -v b="$dec" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default)" "$hdec" "$(llama_ts "$ld" 0 128)" 'm >= 1500'
   row "42 (hand-off): 7B Q8_0 decode >= 375 (H200)" "$large Q8_0 decode, MODRUN_HANDOFF=1 (x$(awk -v a="$hdec7" -v b="$dec7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default; $(awk -v a="$hgb7" -v b="$probe7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.0f%%", 100 * a / b }') of the probe)" "$hdec7" "$(llama_ts "$ll" 0 128)" 'm >= 375'
@@ -547,6 +551,10 @@ if [ "$quick" = 1 ]; then
     took "tune $small-q8_0" "$t0"
   fi
   echo >> "$report"
+  # The batched steps unchained (MODRUN_CHAIN=1: one submission a step)
+  # beside the first parallel row (chained: docs/batching-gpu.md); last, so
+  # that the deadline cuts it before any acceptance row.
+  MODRUN_CHAIN=1 bench_row "parallel-$small-q8_0-no-chain" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1
   rm -f "$m11"
   acceptance >> "$report"
   { echo "## Step times (seconds; the whole quick mode: $(( $(date +%s) - started )) s of QUICK_DEADLINE=${QUICK_DEADLINE:-540})"; echo
