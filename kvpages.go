@@ -8,3 +8,14 @@ package modrun
 func (m *Model) KVPages() (inUse, total, blockTokens int) {
 	return m.loop.Pages()
 }
+
+// Steps says how many forward passes the generation loop ran (a step of
+// many sessions' rows counts once) and, of them, how many ran chained,
+// several in one submission (the Vulkan backend's batched steps with
+// Options.Parallel above 1 or PrefixCache: MODRUN_CHAIN; the runner's own
+// chain, one session at a time, runs inside a step and counts none). A
+// server's metrics read it.
+func (m *Model) Steps() (steps, chained int) {
+	st := m.loop.Stats()
+	return st.Steps, st.ChainedSteps
+}

@@ -70,7 +70,11 @@ func (m *metrics) ready(model *modrun.Model) {
 	total := func() float64 { _, n, _ := model.KVPages(); return float64(n) }
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "modrun_kv_blocks_in_use", Help: "KV cache pages holding some sequence's keys and values (their prefix cache included)."}, inUse),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "modrun_kv_blocks_total", Help: "KV cache pages in the pool (0: no pool, one sequence at a time)."}, total))
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "modrun_kv_blocks_total", Help: "KV cache pages in the pool (0: no pool, one sequence at a time)."}, total),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "modrun_steps_total", Help: "Forward passes of the generation loop (a step of many requests' rows counts once)."},
+			func() float64 { n, _ := model.Steps(); return float64(n) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "modrun_chained_steps_total", Help: "Of modrun_steps_total, the decode steps run chained, several in one GPU submission (MODRUN_CHAIN: the Vulkan backend's batched steps)."},
+			func() float64 { _, n := model.Steps(); return float64(n) }))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.layers = append([]int(nil), info.RoutedLayers...)

@@ -71,4 +71,10 @@ func TestChatPrefixCache(t *testing.T) {
 	cachedTotal := regexp.MustCompile(`(?m)^modrun_prompt_tokens_cached_total (\d+)$`)
 	assert.Equal(t, strconv.Itoa(plain[1].cachedTokens), cachedTotal.FindStringSubmatch(plainMetrics)[1])
 	assert.Equal(t, strconv.Itoa(got[1].cachedTokens), cachedTotal.FindStringSubmatch(gotMetrics)[1])
+	// The loop's steps, and none chained on the CPU.
+	steps := regexp.MustCompile(`(?m)^modrun_steps_total (\d+)$`).FindStringSubmatch(gotMetrics)
+	require.NotNil(t, steps, "modrun_steps_total")
+	n, _ := strconv.Atoi(steps[1])
+	assert.Greater(t, n, 2, "steps")
+	assert.Regexp(t, `(?m)^modrun_chained_steps_total 0$`, gotMetrics)
 }
