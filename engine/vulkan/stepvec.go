@@ -125,15 +125,21 @@ func (r *Runner) vecOp(m mat, fuse string, x, y, normw *vk.Buffer, n, maxRows in
 	return newOp(k, shaders.MatvecPush{Rows: rows, Cols: m.cols, N: uint32(n), Eps: r.c.RMSEps}, groups, binds...), nil
 }
 
-// vecAttentionInput is attentionInput by matvecs: the norm, then q, k, v.
+// vecAttentionInput is attentionInput by matvecs: the norm, then q, k, v;
+// a stack of one matrix on a profile that fuses norms (FuseNorm: GPUs)
+// takes the norm into its matvec, one dispatch and barrier fewer a block.
 func (r *Runner) vecAttentionInput(p *frame, l int, br blockRows) ([]op, error) {
 	c, lf := r.c, &p.layers[l]
-	norm, err := r.rmsnormOp(br.x, lf.w.attnNorm, p.xn, br.n)
-	if err != nil {
-		return nil, err
-	}
-	ops := []op{norm}
 	s := lf.w.qkv
+	var ops []op
+	in, fuse := br.x, shaders.FuseNorm
+	if len(s.mvs) != 1 || !r.ks.prof.FuseNorm {
+		norm, err := r.rmsnormOp(br.x, lf.w.attnNorm, p.xn, br.n)
+		if err != nil {
+			return nil, err
+		}
+		ops, in, fuse = []op{norm}, p.xn, shaders.FuseNone
+	}
 	if len(s.mvs) == 3 { // three matrices: each straight into its buffer
 		for i, y := range []*vk.Buffer{p.q, p.k, p.v} {
 			o, err := r.vecOp(s.mvs[i], shaders.FuseNone, p.xn, y, nil, br.n, br.maxRows)
@@ -144,7 +150,7 @@ func (r *Runner) vecAttentionInput(p *frame, l int, br blockRows) ([]op, error) 
 		}
 		return ops, nil
 	}
-	o, err := r.vecOp(s.mvs[0], shaders.FuseNone, p.xn, p.vqkv, nil, br.n, br.maxRows)
+	o, err := r.vecOp(s.mvs[0], fuse, in, p.vqkv, lf.w.attnNorm, br.n, br.maxRows)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,44 @@
+package vulkan
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/modrun/modrun/mod"
+)
+
+// TestStepDispatches counts the batched step's dispatches a block (the
+// frame's blockStats) for a few rows, the matvec path: on lavapipe's own
+// profile a dense block is the norm, the q|k|v matvec, the split, two
+// RoPEs, the KV write, attention and its merge, o with the add, the norm
+// with gate|up and SwiGLU, and down with the add (11); a GPU's profile
+// folds the norm into the q|k|v matvec (FuseNorm: 10). A routed block
+// adds its selection, gather and scatter around the same. Each dispatch
+// costs a GPU a launch and a barrier's drain (~5-10 us on the H200,
+// docs/decode-attention-cost.md), so a block's count is its floor.
+func TestStepDispatches(t *testing.T) {
+	dev := openDevice(t, true)
+	m := openModel(t, "../../models/tinystories-mod.gguf")
+	want := map[string][2]int{"own": {11, 17}, "gpu": {10, 16}} // dense, routed
+	for _, pc := range deviceProfiles(dev) {
+		run, err := New(dev, m, mod.RoutingRouter, Options{KVType: "f32", ContextLen: 64, DeviceProfile: pc.prof})
+		require.NoError(t, err)
+		st, err := run.Stepper(4)
+		require.NoError(t, err)
+		require.NoError(t, st.Reserve(32, 16))
+		require.NoError(t, st.growTables(64))
+		for _, n := range []int{1, 4} {
+			f, err := st.frame(n, n, n)
+			require.NoError(t, err)
+			rec, err := run.recordFrame(f)
+			require.NoError(t, err)
+			rec.Close()
+			dense, routed := f.blockStats[0].Dispatches, f.blockStats[1].Dispatches
+			t.Logf("%s, %d rows: %d dispatches (a dense block %d, a routed one %d); the runner's decode step: %+v", pc.name, n, rec.Stats().Dispatches, dense, routed, run.StepCounts())
+			assert.Equal(t, want[pc.name], [2]int{dense, routed}, "%s, %d rows: a dense and a routed block's dispatches", pc.name, n)
+		}
+		run.Close()
+	}
+}
