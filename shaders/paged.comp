@@ -32,6 +32,12 @@
 //   rows runs its products as matvecs over several vectors (the weights
 //   read once for all of them). Dispatch Groups(n).
 //
+// PAGED_QKV: PAGED_SPLIT, RoPE of q and k (rope.comp's rotation, bit for
+//   bit) and PAGED_KV in one: for row i < rows[0] of a stacked q|k|v
+//   matvec's rows, q rotated into q, k rotated and v into the entry's page
+//   slot. The step's few rows (the matvec path) then take one dispatch
+//   where they took four. Dispatch Groups(n).
+//
 // PAGED_ADVANCE: after a step whose rows are each their sequence's only
 //   one (a chain of decode steps, engine/vulkan's Stepper.StepChain), each
 //   row's routed tables' lengths in rmeta advanced by the rows the step's
@@ -222,6 +228,60 @@ void main() {
 		v[i * p.kvDim + d] = qkv[src + p.vOff + d];
 	}
 }
+#elif defined(PAGED_QKV)
+#include "include/rope.glsl"
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer QKV { float qkv[]; };      // [n][stride]: q at 0, k at kOff, v at vOff
+layout(std430, binding = 1) readonly buffer RopePos { uint rpos[]; };  // [n] RoPE's positions
+layout(std430, binding = 2) readonly buffer Freq { uvec2 freq[]; };    // [headDim/2] RopeFreqs
+layout(std430, binding = 3) readonly buffer Rows { uint rows[]; };     // [1] rows to write (<= n)
+layout(std430, binding = 4) readonly buffer Ent { uint ent[]; };       // [n] each row's entry
+layout(std430, binding = 5) readonly buffer Toff { uint toff[]; };     // [n] its table's offset
+layout(std430, binding = 6) readonly buffer Tables { uint tables[]; }; // the step's block tables
+layout(std430, binding = 7) writeonly buffer Q { vec2 q[]; };          // [n][nHead*headDim/2] rotated pairs
+#ifdef KV_F16
+layout(std430, binding = 8) writeonly buffer KPool { uint kc[]; };     // [pages*blockTokens][kvDim/2] half2
+layout(std430, binding = 9) writeonly buffer VPool { uint vc[]; };
+#else
+layout(std430, binding = 8) writeonly buffer KPool { vec2 kc[]; };     // [pages*blockTokens][kvDim/2] pairs
+layout(std430, binding = 9) writeonly buffer VPool { vec2 vc[]; };
+#endif
+
+vec2 pairAt(uint at) { return vec2(qkv[at], qkv[at + 1u]); }
+
+void main() {
+	uint i = groupIndex();
+	if (i >= rows[0] || i >= p.n) {
+		return;
+	}
+	uint half_ = p.headDim / 2u, kvPairs = p.kvDim / 2u, src = i * p.stride, ps = rpos[i];
+	uint e = ent[i];
+	uint page = tables[toff[i] + (e / p.blockTokens) * p.width + p.layer];
+	uint dst = (page * p.blockTokens + e % p.blockTokens) * kvPairs; // the entry's first pair
+	for (uint j = gl_LocalInvocationID.x; j < half_; j += gl_WorkGroupSize.x) {
+		vec2 cs = ropeCosSin(ps, freq[j]);
+		for (uint h = 0u; h < p.nHead; h++) {
+			q[(i * p.nHead + h) * half_ + j] = ropeTurn(pairAt(src + h * p.headDim + 2u * j), cs);
+		}
+		for (uint h = 0u; h < p.nKVHead; h++) {
+			vec2 k = ropeTurn(pairAt(src + p.kOff + h * p.headDim + 2u * j), cs);
+#ifdef KV_F16
+			kc[dst + h * half_ + j] = packHalf2x16(k);
+#else
+			kc[dst + h * half_ + j] = k;
+#endif
+		}
+	}
+	for (uint d = gl_LocalInvocationID.x; d < kvPairs; d += gl_WorkGroupSize.x) {
+		vec2 v = pairAt(src + p.vOff + 2u * d);
+#ifdef KV_F16
+		vc[dst + d] = packHalf2x16(v);
+#else
+		vc[dst + d] = v;
+#endif
+	}
+}
+
 #elif defined(PAGED_ADVANCE)
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Trace { uint trace[]; }; // [nRouted][3][stride]: r, p, selected
@@ -239,5 +299,5 @@ void main() {
 	}
 }
 #else
-#error "define one of PAGED_ENTRIES, PAGED_KV, PAGED_ATTENTION, PAGED_SPLIT, PAGED_ADVANCE"
+#error "define one of PAGED_ENTRIES, PAGED_KV, PAGED_ATTENTION, PAGED_SPLIT, PAGED_QKV, PAGED_ADVANCE"
 #endif

@@ -31,6 +31,10 @@ type PagedPush struct {
 func PagedKVName(kv KV) string        { return "paged_kv" + kv.suffix() }
 func PagedAttentionName(kv KV) string { return "paged_attention" + kv.suffix() }
 
+// PagedQKVName is the fused split, RoPE and KV write's variant for pool
+// entries of type kv.
+func PagedQKVName(kv KV) string { return "paged_qkv" + kv.suffix() }
+
 // PagedAttentionRows is paged_attention's invocations per workgroup (its
 // specialization constant 0): each walks every PagedAttentionRows-th entry
 // of the tile, and the workgroup's shared memory holds their partial
@@ -63,6 +67,27 @@ func pagedKV(kv KV, defines ...string) Variant {
 	}
 }
 
+func pagedQKV(kv KV, defines ...string) Variant {
+	typ := kv.String()
+	return Variant{
+		Name: PagedQKVName(kv), Source: "paged.comp", Defines: append([]string{"PAGED_QKV"}, defines...),
+		Bindings: []Binding{
+			{"qkv", Read, "[n][stride] f32: q [nHead*headDim] at 0, k [kvDim] at kOff, v [kvDim] at vOff"},
+			{"ropePos", Read, "[n] u32 RoPE's positions"},
+			{"freq", Read, "[headDim/2] RopeFreqs"},
+			{"rows", Read, "[1] u32 rows to write (<= n)"},
+			{"ent", Read, "[n] u32 each row's entry"},
+			{"toff", Read, "[n] u32 each row's table offset in tables"},
+			{"tables", Read, "the step's block tables, u32 page ids"},
+			{"q", Write, "[n][nHead*headDim] f32, rotated"},
+			{"kPool", Write, "[pages*blockTokens][kvDim] " + typ + ", rotated"},
+			{"vPool", Write, "[pages*blockTokens][kvDim] " + typ},
+		},
+		Push: PagedPush{}, LocalSize: [3]uint32{64, 1, 1},
+		Notes: "push N, KVDim, Width, Layer, BlockTokens, NHead, NKVHead, HeadDim, Stride, KOff, VOff; dispatch Groups(n)",
+	}
+}
+
 func pagedAttention(kv KV, defines ...string) Variant {
 	typ := kv.String()
 	return Variant{
@@ -87,6 +112,8 @@ func init() {
 	Variants = append(Variants,
 		pagedKV(KVF32),
 		pagedKV(KVF16, "KV_F16"),
+		pagedQKV(KVF32),
+		pagedQKV(KVF16, "KV_F16"),
 		pagedAttention(KVF32),
 		pagedAttention(KVF16, "KV_F16"),
 		Variant{

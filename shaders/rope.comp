@@ -21,6 +21,7 @@
 #include "include/common.glsl"
 #define OP_ROPE
 #include "include/push_dense.glsl"
+#include "include/rope.glsl"
 
 layout(local_size_x = 64) in;
 
@@ -37,18 +38,9 @@ void main() {
 	uint half_ = p.headDim / 2u;
 	uint ps = pos[row];
 	for (uint i = gl_LocalInvocationID.x; i < half_; i += gl_WorkGroupSize.x) {
-		// turns = ps * freq mod 2^64, in units of 2^-64 turn.
-		uint carry, lo;
-		umulExtended(ps, freq[i].x, carry, lo);
-		uint hi = ps * freq[i].y + carry;
-		// As a signed fraction of a turn, in [-1/2, 1/2): the angle is in
-		// [-pi, pi), where sin and cos are precise.
-		float turns = float(int(hi)) * (1.0 / 4294967296.0) + float(lo) * (1.0 / 18446744073709551616.0);
-		float theta = turns * 6.28318530717958647692;
-		float c = cos(theta), s = sin(theta);
+		vec2 cs = ropeCosSin(ps, freq[i]);
 		for (uint h = 0u, k = row * p.nHead * half_ + i; h < p.nHead; h++, k += half_) {
-			vec2 v = x[k];
-			out_[k] = vec2(v.x * c - v.y * s, v.x * s + v.y * c);
+			out_[k] = ropeTurn(x[k], cs);
 		}
 	}
 }

@@ -163,6 +163,9 @@ func (r *Runner) attention(p *frame, l int, br blockRows, rb routedBlock) ([]op,
 	if p.step {
 		return r.decodeAttention(p, l, rb)
 	}
+	if r.stackedQKV(p, l) { // a step's few rows: split, RoPE and the KV write in one
+		return r.pagedQKVOps(p, l, br)
+	}
 	c := r.c
 	nu := uint32(br.n)
 	rope, err := r.ks.get("rope", nil)

@@ -668,12 +668,66 @@ func (r *Runner) pagedGatherOps(p *frame, l int, u routedBufs) ([]op, error) {
 // (paged_attention in key tiles, attention_merge), of br's rows, whose
 // q, k are rotated (p.qr, p.kr).
 func (r *Runner) pagedAttentionOps(p *frame, l int, br blockRows) ([]op, error) {
-	c, pf := r.c, p.paged
+	pf := p.paged
 	kvK, err := r.ks.get(shaders.PagedKVName(r.kv), nil)
 	if err != nil {
 		return nil, err
 	}
-	attK, err := r.ks.get(shaders.PagedAttentionName(r.kv), shaders.PagedAttentionSpec(uint32(c.HeadDim)))
+	push := r.pagedPush(p, l, br)
+	att, err := r.pagedAttend(p, br, push)
+	if err != nil {
+		return nil, err
+	}
+	return append([]op{newOp(kvK, push, shaders.Groups(push.N), rd(p.kr, 0, 0), rd(p.v, 0, 0), rd(br.rows, 0, 0), rd(br.ent, 0, 0), rd(br.toff, 0, 0),
+		rd(pf.tables, 0, 0), wr(pf.k, 0, 0), wr(pf.v, 0, 0))}, att...), nil
+}
+
+// stackedQKV says whether the pass's layer l leaves its q|k|v as the one
+// stacked matvec's rows (p.vqkv: a step's few rows on the matvec path),
+// for paged_qkv to split, turn and write in one dispatch (pagedQKVOps)
+// where paged_split, two ropes and paged_kv took four.
+func (r *Runner) stackedQKV(p *frame, l int) bool {
+	return p.vec && p.paged != nil && len(p.layers[l].w.qkv.mvs) == 1
+}
+
+// pagedQKVOps are pagedAttentionOps from the stacked q|k|v (stackedQKV):
+// paged_qkv (RoPE of q into p.qr, of k into its page, v into its page),
+// then the attention and merge.
+func (r *Runner) pagedQKVOps(p *frame, l int, br blockRows) ([]op, error) {
+	pf, s := p.paged, p.layers[l].w.qkv
+	k, err := r.ks.get(shaders.PagedQKVName(r.kv), nil)
+	if err != nil {
+		return nil, err
+	}
+	push := r.pagedPush(p, l, br)
+	push.Stride, push.KOff, push.VOff = s.mvs[0].rows, uint32(s.part[1]/4), uint32(s.part[2]/4)
+	att, err := r.pagedAttend(p, br, push)
+	if err != nil {
+		return nil, err
+	}
+	return append([]op{newOp(k, push, shaders.Groups(push.N), rd(p.vqkv, 0, 0), rd(br.ropePos, 0, 0), rd(r.w.ropeFreq, 0, 0),
+		rd(br.rows, 0, 0), rd(br.ent, 0, 0), rd(br.toff, 0, 0), rd(pf.tables, 0, 0), wr(p.qr, 0, 0), wr(pf.k, 0, 0), wr(pf.v, 0, 0))}, att...), nil
+}
+
+// pagedPush is the paged kernels' push constants for layer l's table and
+// br's rows.
+func (r *Runner) pagedPush(p *frame, l int, br blockRows) shaders.PagedPush {
+	c, pf := r.c, p.paged
+	splitLen := r.attentionSplitLen()
+	push := shaders.PagedPush{N: uint32(br.n), KVDim: uint32(c.KVDim()), Width: pf.width[l], Layer: pf.layer[l], BlockTokens: pf.bt,
+		NHead: uint32(c.NHead), NKVHead: uint32(c.NKVHead), HeadDim: uint32(c.HeadDim), Scale: float32(1 / math.Sqrt(float64(c.HeadDim))),
+		Splits: shaders.AttentionSplits(uint32(r.ctx), splitLen), SplitLen: splitLen}
+	if c.Routed[l] {
+		push.Layer = 0 // a routed layer's own table
+	}
+	return push
+}
+
+// pagedAttend is attention over each of br's rows' own table
+// (paged_attention in key tiles of p.qr, then attention_merge into p.att).
+func (r *Runner) pagedAttend(p *frame, br blockRows, push shaders.PagedPush) ([]op, error) {
+	pf := p.paged
+	attK, err := r.ks.get(shaders.PagedAttentionName(r.kv), shaders.PagedAttentionSpec(uint32(r.c.HeadDim)))
 	if err != nil {
 		return nil, err
 	}
@@ -681,21 +735,11 @@ func (r *Runner) pagedAttentionOps(p *frame, l int, br blockRows) ([]op, error) 
 	if err != nil {
 		return nil, err
 	}
-	nu, nh := uint32(br.n), uint32(c.NHead)
-	splitLen := r.attentionSplitLen()
-	splits := shaders.AttentionSplits(uint32(r.ctx), splitLen)
-	push := shaders.PagedPush{N: nu, KVDim: uint32(c.KVDim()), Width: pf.width[l], Layer: pf.layer[l], BlockTokens: pf.bt,
-		NHead: nh, NKVHead: uint32(c.NKVHead), HeadDim: uint32(c.HeadDim), Scale: float32(1 / math.Sqrt(float64(c.HeadDim))),
-		Splits: splits, SplitLen: splitLen}
-	if c.Routed[l] {
-		push.Layer = 0 // a routed layer's own table
-	}
+	nu, nh := push.N, push.NHead
 	return []op{
-		newOp(kvK, push, shaders.Groups(nu), rd(p.kr, 0, 0), rd(p.v, 0, 0), rd(br.rows, 0, 0), rd(br.ent, 0, 0), rd(br.toff, 0, 0),
-			rd(pf.tables, 0, 0), wr(pf.k, 0, 0), wr(pf.v, 0, 0)),
-		newOp(attK, push, shaders.PagedAttentionGroups(nu, nh, splits), rd(p.qr, 0, 0), rd(pf.k, 0, 0), rd(pf.v, 0, 0),
+		newOp(attK, push, shaders.PagedAttentionGroups(nu, nh, push.Splits), rd(p.qr, 0, 0), rd(pf.k, 0, 0), rd(pf.v, 0, 0),
 			rd(br.rows, 0, 0), rd(br.ent, 0, 0), rd(br.toff, 0, 0), rd(pf.tables, 0, 0), wr(p.partO, 0, 0), wr(p.partML, 0, 0)),
-		newOp(merge, shaders.AttentionSplitPush{N: nu, NHead: nh, HeadDim: uint32(c.HeadDim), Splits: splits},
+		newOp(merge, shaders.AttentionSplitPush{N: nu, NHead: nh, HeadDim: push.HeadDim, Splits: push.Splits},
 			shaders.AttentionMergeGroups(nu, nh), rd(p.partO, 0, 0), rd(p.partML, 0, 0), wr(p.att, 0, 0)),
 	}, nil
 }

@@ -16,7 +16,8 @@ import (
 // stories15M Q8_0 step of one row: ~200 ms of matmuls, against ~15 ms of
 // the decode step's matvecs). The block's stages (block.go) take these
 // when the frame's vec is set: q, k and v by the decode weights'
-// stack (one matrix: into the frame's vqkv, then paged_split), o and down with
+// stack (one matrix: into the frame's vqkv, then paged_split, or in a
+// paged step paged_qkv, which also turns and writes to the pages), o and down with
 // the residual add fused (FuseAdd), gate and up with the norm and SwiGLU
 // fused when the stack allows (FuseNormSwiGLU).
 
@@ -129,7 +130,7 @@ func (r *Runner) vecOp(m mat, fuse string, x, y, normw *vk.Buffer, n, maxRows in
 // a stack of one matrix on a profile that fuses norms (FuseNorm: GPUs)
 // takes the norm into its matvec, one dispatch and barrier fewer a block.
 func (r *Runner) vecAttentionInput(p *frame, l int, br blockRows) ([]op, error) {
-	c, lf := r.c, &p.layers[l]
+	lf := &p.layers[l]
 	s := lf.w.qkv
 	var ops []op
 	in, fuse := br.x, shaders.FuseNorm
@@ -154,11 +155,14 @@ func (r *Runner) vecAttentionInput(p *frame, l int, br blockRows) ([]op, error) 
 	if err != nil {
 		return nil, err
 	}
+	if r.stackedQKV(p, l) { // left stacked: paged_qkv splits it (pagedQKVOps)
+		return append(ops, o), nil
+	}
 	split, err := r.ks.get("paged_split", nil)
 	if err != nil {
 		return nil, err
 	}
-	nu := uint32(br.n)
+	nu, c := uint32(br.n), r.c
 	push := shaders.PagedPush{N: nu, NHead: uint32(c.NHead), HeadDim: uint32(c.HeadDim), KVDim: uint32(c.KVDim()),
 		Stride: s.mvs[0].rows, KOff: uint32(s.part[1] / 4), VOff: uint32(s.part[2] / 4)}
 	return append(ops, o, newOp(split, push, shaders.Groups(nu), rd(p.vqkv, 0, 0), wr(p.q, 0, 0), wr(p.k, 0, 0), wr(p.v, 0, 0))), nil
