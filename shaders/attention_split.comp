@@ -266,33 +266,14 @@ layout(std430, binding = 0) readonly buffer PartO { float partO[]; };   // [n*nH
 layout(std430, binding = 1) readonly buffer PartML { vec2 partML[]; };  // [n*nHead*splits] (m, l)
 layout(std430, binding = 2) writeonly buffer Out { float out_[]; };     // [n][nHead*headDim]
 
+#include "include/attention_merge.glsl"
+
 void main() {
-	const uint WG = gl_WorkGroupSize.x;
 	uint ih = groupIndex();
 	if (ih >= p.n * p.nHead) {
 		return;
 	}
-	uint hd = p.headDim;
-	uint pb = ih * p.splits;
-	float mx = NO_SCORE;
-	for (uint s = 0u; s < p.splits; s++) {
-		mx = maxNaN(mx, partML[pb + s].x);
-	}
-	float sum = 0.0;
-	for (uint s = 0u; s < p.splits; s++) {
-		vec2 ml = partML[pb + s];
-		sum += ml.y * exp(ml.x - mx);
-	}
-	for (uint d = gl_LocalInvocationID.x; d < hd; d += WG) {
-		float o = 0.0;
-		for (uint s = 0u; s < p.splits; s++) {
-			vec2 ml = partML[pb + s];
-			if (ml.y != 0.0) { // a tile that saw no key left its partO unwritten (its o is 0); a NaN sum is read
-				o += partO[(pb + s) * hd + d] * exp(ml.x - mx);
-			}
-		}
-		out_[ih * hd + d] = sum == 0.0 ? 0.0 : o / sum; // never negative; NaN stays
-	}
+	mergeSplits(ih, p.headDim, p.splits, gl_LocalInvocationID.x, gl_WorkGroupSize.x);
 }
 #else
 #error "define ATTN_SPLIT or ATTN_MERGE"

@@ -26,6 +26,11 @@
 //   workgroup's combine into the tile's partial result (max, sum, output),
 //   which attention_merge combines over the tiles. A row i >= rows[0]
 //   writes nothing. Dispatch Groups(n * nHead * splits).
+//   With PAGED_MERGE (paged_attend: GPUs) each tile then counts itself
+//   done for its (row, head) (an atomic in done, zero between dispatches)
+//   and the last one merges the tiles into out as attention_merge does
+//   (include/attention_merge.glsl: the same combine, bit for bit): one
+//   dispatch where two ran.
 //
 // PAGED_SPLIT: the rows of a stacked q|k|v matvec ([n][stride]) into q, k
 //   and v ([n][...] each), as the batch kernels read them: a step of a few
@@ -137,8 +142,17 @@ layout(std430, binding = 3) readonly buffer Rows { uint rows[]; };     // [1] qu
 layout(std430, binding = 4) readonly buffer Ent { uint ent[]; };       // [n] each row's entry: it sees 0..ent
 layout(std430, binding = 5) readonly buffer Toff { uint toff[]; };     // [n] its table's offset
 layout(std430, binding = 6) readonly buffer Tables { uint tables[]; }; // the step's block tables
+#ifdef PAGED_MERGE
+layout(std430, binding = 7) coherent buffer PartO { float partO[]; };  // [n*nHead*splits][headDim]
+layout(std430, binding = 8) coherent buffer PartML { vec2 partML[]; }; // [n*nHead*splits] (m, l)
+layout(std430, binding = 9) coherent buffer Done { uint done[]; };     // [n*nHead] tiles done, zero between dispatches
+layout(std430, binding = 10) writeonly buffer Out { float out_[]; };   // [n][nHead*headDim]
+#include "include/attention_merge.glsl"
+shared bool lastTile;
+#else
 layout(std430, binding = 7) writeonly buffer PartO { float partO[]; }; // [n*nHead*splits][headDim]
 layout(std430, binding = 8) writeonly buffer PartML { vec2 partML[]; }; // [n*nHead*splits] (m, l)
+#endif
 
 shared float sm[gl_WorkGroupSize.x], sl[gl_WorkGroupSize.x];
 shared float sacc[gl_WorkGroupSize.x * HD];
@@ -206,6 +220,24 @@ void main() {
 		}
 		partML[pb] = vec2(mx, sum);
 	}
+#ifdef PAGED_MERGE
+	// The last tile of row-head ih to finish merges them all (attention_merge's
+	// combine), then sets the count back to zero for the next dispatch.
+	memoryBarrierBuffer();
+	barrier(); // every invocation's partial writes precede the atomic
+	if (tid == 0u) {
+		lastTile = atomicAdd(done[ih], 1u) == p.splits - 1u;
+	}
+	barrier();
+	if (!lastTile) {
+		return;
+	}
+	memoryBarrierBuffer();
+	mergeSplits(ih, HD, p.splits, tid, WG);
+	if (tid == 0u) {
+		done[ih] = 0u;
+	}
+#endif
 }
 #elif defined(PAGED_SPLIT)
 layout(local_size_x = 64) in;

@@ -35,6 +35,10 @@ func PagedAttentionName(kv KV) string { return "paged_attention" + kv.suffix() }
 // entries of type kv.
 func PagedQKVName(kv KV) string { return "paged_qkv" + kv.suffix() }
 
+// PagedAttendName is paged_attention with its merge (PAGED_MERGE: the
+// last tile of a row-head merges) for pool entries of type kv.
+func PagedAttendName(kv KV) string { return "paged_attend" + kv.suffix() }
+
 // PagedAttentionRows is paged_attention's invocations per workgroup (its
 // specialization constant 0): each walks every PagedAttentionRows-th entry
 // of the tile, and the workgroup's shared memory holds their partial
@@ -108,6 +112,18 @@ func pagedAttention(kv KV, defines ...string) Variant {
 	}
 }
 
+func pagedAttend(kv KV, defines ...string) Variant {
+	v := pagedAttention(kv, append([]string{"PAGED_MERGE"}, defines...)...)
+	v.Name = PagedAttendName(kv)
+	v.Bindings = append(v.Bindings[:7:7],
+		Binding{"partO", ReadWrite, "[n*nHead*splits][headDim] f32 (coherent)"},
+		Binding{"partML", ReadWrite, "[n*nHead*splits][2] f32 (max, sum) (coherent)"},
+		Binding{"done", ReadWrite, "[n*nHead] u32 tiles done, zero before the dispatch and left zero"},
+		Binding{"out", Write, "[n][nHead*headDim] f32"})
+	v.Notes = "Spec: PagedAttentionSpec(headDim); dispatch PagedAttentionGroups(n, nHead, splits); the last tile of each row-head merges (no attention_merge)"
+	return v
+}
+
 func init() {
 	Variants = append(Variants,
 		pagedKV(KVF32),
@@ -116,6 +132,8 @@ func init() {
 		pagedQKV(KVF16, "KV_F16"),
 		pagedAttention(KVF32),
 		pagedAttention(KVF16, "KV_F16"),
+		pagedAttend(KVF32),
+		pagedAttend(KVF16, "KV_F16"),
 		Variant{
 			Name: "paged_split", Source: "paged.comp", Defines: []string{"PAGED_SPLIT"},
 			Bindings: []Binding{

@@ -88,14 +88,7 @@ func TestPagedQKV(t *testing.T) {
 				rec.Dispatch(kvK, pp, Groups(uint32(sh.n)), rd(kr), rd(vs), rd(rowsB), rd(entB), rd(toffB), rd(tabB), wr(k0), wr(v0))
 				rec.Dispatch(fused, pp, Groups(uint32(sh.n)), rd(qkvB), rd(posB), rd(freqB), rd(rowsB), rd(entB), rd(toffB), rd(tabB), wr(q1), wr(k1), wr(v1))
 				require.NoError(t, dev.Run(rec))
-				bits := func(x []float32) []uint32 {
-					out := make([]uint32, len(x))
-					for i, v := range x {
-						out[i] = math.Float32bits(v)
-					}
-					return out
-				}
-				want, got := bits(download(t, q0, sh.n*qd)), bits(download(t, q1, sh.n*qd))
+				want, got := f32Bits(download(t, q0, sh.n*qd)), f32Bits(download(t, q1, sh.n*qd))
 				assert.Equal(t, want[:sh.rows*qd], got[:sh.rows*qd], "q of the rows written")
 				for _, x := range got[sh.rows*qd:] {
 					require.True(t, math.IsNaN(float64(math.Float32frombits(x))), "a row past rows[0] left alone")

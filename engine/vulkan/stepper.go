@@ -106,6 +106,10 @@ type pagedFrame struct {
 	// temperature and uniform number (0 and 0: the argmax), written each
 	// step (sched.Row.Temp, U).
 	draws *vk.Buffer
+	// attDone is paged_attend's count of tiles done for each row-head
+	// ([ub][nHead] u32, zero between dispatches): a GPU profile's
+	// attention merges its tiles in the last one (FuseAttention).
+	attDone *vk.Buffer
 	// vec: the step's products run as matvecs (stepvec.go), whose stacked
 	// q|k|v go to qkv first ([vecRows][the stack's rows]); qkv is nil
 	// when the weights' layout does not allow it (vecFits).
@@ -162,6 +166,12 @@ func (r *Runner) Stepper(seqs int) (*Stepper, error) {
 	pf.rows, pf.ent, pf.toff = must(4, dev), must(4*ub, dev), must(4*ub, dev)
 	pf.lrows, pf.lcount = must(4*ub, host), must(4, host)
 	pf.qkv = r.vecQKV(must)
+	if r.ks.prof.FuseAttention {
+		pf.attDone = must(4*ub*uint64(c.NHead), dev)
+		if al.err == nil {
+			al.err = pf.attDone.Upload(make([]byte, 4*st.ub*c.NHead), 0) // paged_attend leaves it zero after each dispatch
+		}
+	}
 	if al.err != nil {
 		return nil, fmt.Errorf("vulkan: a step's scratch of %d rows: %w", st.ub, al.err)
 	}
@@ -724,10 +734,23 @@ func (r *Runner) pagedPush(p *frame, l int, br blockRows) shaders.PagedPush {
 }
 
 // pagedAttend is attention over each of br's rows' own table
-// (paged_attention in key tiles of p.qr, then attention_merge into p.att).
+// (paged_attention in key tiles of p.qr, then attention_merge into p.att;
+// on a profile that fuses attention, GPUs', paged_attend: the tiles and
+// their merge by the last one in one dispatch).
 func (r *Runner) pagedAttend(p *frame, br blockRows, push shaders.PagedPush) ([]op, error) {
 	pf := p.paged
-	attK, err := r.ks.get(shaders.PagedAttentionName(r.kv), shaders.PagedAttentionSpec(uint32(r.c.HeadDim)))
+	nu, nh := push.N, push.NHead
+	spec := shaders.PagedAttentionSpec(uint32(r.c.HeadDim))
+	if pf.attDone != nil {
+		k, err := r.ks.get(shaders.PagedAttendName(r.kv), spec)
+		if err != nil {
+			return nil, err
+		}
+		return []op{newOp(k, push, shaders.PagedAttentionGroups(nu, nh, push.Splits), rd(p.qr, 0, 0), rd(pf.k, 0, 0), rd(pf.v, 0, 0),
+			rd(br.rows, 0, 0), rd(br.ent, 0, 0), rd(br.toff, 0, 0), rd(pf.tables, 0, 0), rw(p.partO, 0, 0), rw(p.partML, 0, 0),
+			rw(pf.attDone, 0, 0), wr(p.att, 0, 0))}, nil
+	}
+	attK, err := r.ks.get(shaders.PagedAttentionName(r.kv), spec)
 	if err != nil {
 		return nil, err
 	}
@@ -735,7 +758,6 @@ func (r *Runner) pagedAttend(p *frame, br blockRows, push shaders.PagedPush) ([]
 	if err != nil {
 		return nil, err
 	}
-	nu, nh := push.N, push.NHead
 	return []op{
 		newOp(attK, push, shaders.PagedAttentionGroups(nu, nh, push.Splits), rd(p.qr, 0, 0), rd(pf.k, 0, 0), rd(pf.v, 0, 0),
 			rd(br.rows, 0, 0), rd(br.ent, 0, 0), rd(br.toff, 0, 0), rd(pf.tables, 0, 0), wr(p.partO, 0, 0), wr(p.partML, 0, 0)),
