@@ -21,10 +21,11 @@
 // PAGED_KV: row i < rows[0] of k (rotated) and v goes to its entry's page
 //   slot (KV_F16: packed halves, two to a word). Dispatch Groups(n).
 // PAGED_ATTENTION: workgroup (row i, head h, tile s) over entries
-//   [s*splitLen, min((s+1)*splitLen, ent[i]+1)) of the row's table: each
-//   invocation an online softmax over every WG-th entry, then the
-//   workgroup's combine into the tile's partial result (max, sum, output),
-//   which attention_merge combines over the tiles. A row i >= rows[0]
+//   [s*splitLen, min((s+1)*splitLen, ent[i]+1)) of the row's table, in
+//   chunks of WG entries: each invocation scores one entry of the chunk
+//   (the query in shared memory), then, online over the chunks, each
+//   keeps the output dims tid, tid+WG, ... of the tile's partial result
+//   (max, sum, output), which attention_merge combines over the tiles. A row i >= rows[0]
 //   writes nothing. Dispatch Groups(n * nHead * splits).
 //   With PAGED_MERGE (paged_attend: GPUs) each tile then counts itself
 //   done for its (row, head) (an atomic in done, zero between dispatches)
@@ -154,8 +155,12 @@ layout(std430, binding = 7) writeonly buffer PartO { float partO[]; }; // [n*nHe
 layout(std430, binding = 8) writeonly buffer PartML { vec2 partML[]; }; // [n*nHead*splits] (m, l)
 #endif
 
-shared float sm[gl_WorkGroupSize.x], sl[gl_WorkGroupSize.x];
-shared float sacc[gl_WorkGroupSize.x * HD];
+// The query in shared memory, and a chunk's scores: no invocation holds a
+// row of HD floats in registers (two such rows, the query and the output,
+// spilled on RDNA3's compiler: 115 registers at HD 64, 353 at 128).
+const uint DPI = (HD + gl_WorkGroupSize.x - 1u) / gl_WorkGroupSize.x; // output dims an invocation owns
+shared float qs[HD];
+shared float ssc[gl_WorkGroupSize.x];
 
 void main() {
 	const uint WG = gl_WorkGroupSize.x;
@@ -172,53 +177,65 @@ void main() {
 	uint kvh = h / (p.nHead / p.nKVHead);
 	uint e0 = s * p.splitLen, e1 = min(e0 + p.splitLen, ent[i] + 1u);
 	uint base = toff[i];
-	float qr[HD], acc[HD];
 	uint qBase = i * p.nHead * HD + h * HD;
-	for (uint d = 0u; d < HD; d++) {
-		qr[d] = q[qBase + d];
-		acc[d] = 0.0;
+	for (uint d = tid; d < HD; d += WG) {
+		qs[d] = q[qBase + d];
+	}
+	float acc[DPI];
+	for (uint c = 0u; c < DPI; c++) {
+		acc[c] = 0.0;
 	}
 	float m = NO_SCORE, l = 0.0;
-	for (uint e = e0 + tid; e < e1; e += WG) {
-		uint page = tables[base + (e / p.blockTokens) * p.width + p.layer];
-		uint at = (page * p.blockTokens + e % p.blockTokens) * p.kvDim + kvh * HD;
-		float dt = 0.0;
-		for (uint d = 0u; d < HD; d++) { // in element order, as mod.Attend sums
-			dt += qr[d] * kAt(at + d);
+	barrier();
+	// Chunks of WG entries: invocation t scores entry e + t, then each owns
+	// the output dims tid, tid + WG, ... of every entry of the chunk.
+	for (uint e = e0; e < e1; e += WG) { // uniform
+		uint n = min(WG, e1 - e);
+		if (tid < n) {
+			uint et = e + tid;
+			uint page = tables[base + (et / p.blockTokens) * p.width + p.layer];
+			uint at = (page * p.blockTokens + et % p.blockTokens) * p.kvDim + kvh * HD;
+			float dt = 0.0;
+			for (uint d = 0u; d < HD; d++) { // in element order, as mod.Attend sums
+				dt += qs[d] * kAt(at + d);
+			}
+			ssc[tid] = dt * p.scale;
 		}
-		float sc = dt * p.scale;
-		float mn = maxNaN(m, sc);
-		float a = exp(m - mn), pe = exp(sc - mn);
-		l = l * a + pe;
-		for (uint d = 0u; d < HD; d++) {
-			acc[d] = acc[d] * a + pe * vAt(at + d);
+		barrier();
+		float mn = m;
+		for (uint j = 0u; j < n; j++) {
+			mn = maxNaN(mn, ssc[j]);
+		}
+		float a = exp(m - mn);
+		l *= a;
+		for (uint c = 0u; c < DPI; c++) {
+			acc[c] *= a;
+		}
+		for (uint j = 0u; j < n; j++) {
+			float pe = exp(ssc[j] - mn);
+			l += pe;
+			uint ej = e + j;
+			uint page = tables[base + (ej / p.blockTokens) * p.width + p.layer];
+			uint at = (page * p.blockTokens + ej % p.blockTokens) * p.kvDim + kvh * HD;
+			for (uint c = 0u; c < DPI; c++) {
+				uint d = tid + c * WG;
+				if (d < HD) {
+					acc[c] += pe * vAt(at + d);
+				}
+			}
 		}
 		m = mn;
-	}
-	sm[tid] = m;
-	sl[tid] = l;
-	for (uint d = 0u; d < HD; d++) {
-		sacc[tid * HD + d] = acc[d];
-	}
-	barrier();
-	float mx = NO_SCORE;
-	for (uint t = 0u; t < WG; t++) {
-		mx = maxNaN(mx, sm[t]);
+		barrier(); // every invocation read the chunk's scores before the next's
 	}
 	uint pb = ih * p.splits + s;
-	for (uint d = tid; d < HD; d += WG) {
-		float o = 0.0;
-		for (uint t = 0u; t < WG; t++) {
-			o += sacc[t * HD + d] * exp(sm[t] - mx);
+	for (uint c = 0u; c < DPI; c++) {
+		uint d = tid + c * WG;
+		if (d < HD) {
+			partO[pb * HD + d] = acc[c];
 		}
-		partO[pb * HD + d] = o;
 	}
 	if (tid == 0u) {
-		float sum = 0.0;
-		for (uint t = 0u; t < WG; t++) {
-			sum += sl[t] * exp(sm[t] - mx);
-		}
-		partML[pb] = vec2(mx, sum);
+		partML[pb] = vec2(m, l);
 	}
 #ifdef PAGED_MERGE
 	// The last tile of row-head ih to finish merges them all (attention_merge's
