@@ -21,17 +21,21 @@
 // PAGED_KV: row i < rows[0] of k (rotated) and v goes to its entry's page
 //   slot (KV_F16: packed halves, two to a word). Dispatch Groups(n).
 // PAGED_ATTENTION: workgroup (row i, head h, tile s) over entries
-//   [s*splitLen, min((s+1)*splitLen, ent[i]+1)) of the row's table, in
-//   chunks of WG entries: each invocation scores one entry of the chunk
-//   (the query in shared memory), then, online over the chunks, each
-//   keeps the output dims tid, tid+WG, ... of the tile's partial result
-//   (max, sum, output), which attention_merge combines over the tiles. A row i >= rows[0]
-//   writes nothing. Dispatch Groups(n * nHead * splits).
-//   With PAGED_MERGE (paged_attend: GPUs) each tile then counts itself
-//   done for its (row, head) (an atomic in done, zero between dispatches)
-//   and the last one merges the tiles into out as attention_merge does
-//   (include/attention_merge.glsl: the same combine, bit for bit): one
-//   dispatch where two ran.
+//   [s*splitLen, min((s+1)*splitLen, ent[i]+1)) of the row's table: each
+//   invocation an online softmax over every WG-th entry, then the
+//   workgroup's combine into the tile's partial result (max, sum, output),
+//   which attention_merge combines over the tiles. A row i >= rows[0]
+//   writes nothing. Dispatch Groups(n * nHead * splits). An invocation
+//   holds a query row and an output row in registers: lavapipe's kernel.
+//   With PAGED_MERGE (paged_attend: GPUs) the tile is walked in chunks of
+//   WG entries instead: each invocation scores one entry of the chunk (the
+//   query in shared memory), then, online over the chunks, each keeps the
+//   output dims tid, tid+WG, ... (no row of HD registers: RDNA3's compiler
+//   spilled 115-353 registers on the other walk, TestPagedRegistersRDNA3);
+//   then each tile counts itself done for its (row, head) (an atomic in
+//   done, zero between dispatches) and the last one merges the tiles into
+//   out as attention_merge does (include/attention_merge.glsl: the same
+//   combine, bit for bit): one dispatch where two ran.
 //
 // PAGED_SPLIT: the rows of a stacked q|k|v matvec ([n][stride]) into q, k
 //   and v ([n][...] each), as the batch kernels read them: a step of a few
@@ -155,6 +159,7 @@ layout(std430, binding = 7) writeonly buffer PartO { float partO[]; }; // [n*nHe
 layout(std430, binding = 8) writeonly buffer PartML { vec2 partML[]; }; // [n*nHead*splits] (m, l)
 #endif
 
+#ifdef PAGED_MERGE
 // The query in shared memory, and a chunk's scores: no invocation holds a
 // row of HD floats in registers (two such rows, the query and the output,
 // spilled on RDNA3's compiler: 115 registers at HD 64, 353 at 128).
@@ -237,6 +242,78 @@ void main() {
 	if (tid == 0u) {
 		partML[pb] = vec2(m, l);
 	}
+#else
+// Each invocation an online softmax over every WG-th entry of the tile, a
+// query row and an output row in its registers: on lavapipe, where a
+// barrier costs and registers do not, 2-3x the chunks' speed (measured);
+// GPUs take paged_attend's chunks.
+shared float sm[gl_WorkGroupSize.x], sl[gl_WorkGroupSize.x];
+shared float sacc[gl_WorkGroupSize.x * HD];
+
+void main() {
+	const uint WG = gl_WorkGroupSize.x;
+	uint tid = gl_LocalInvocationID.x;
+	uint g = groupIndex();
+	if (g >= p.n * p.nHead * p.splits) {
+		return;
+	}
+	uint s = g % p.splits, ih = g / p.splits;
+	uint h = ih % p.nHead, i = ih / p.nHead;
+	if (i >= rows[0]) {
+		return; // the whole workgroup: i is uniform
+	}
+	uint kvh = h / (p.nHead / p.nKVHead);
+	uint e0 = s * p.splitLen, e1 = min(e0 + p.splitLen, ent[i] + 1u);
+	uint base = toff[i];
+	float qr[HD], acc[HD];
+	uint qBase = i * p.nHead * HD + h * HD;
+	for (uint d = 0u; d < HD; d++) {
+		qr[d] = q[qBase + d];
+		acc[d] = 0.0;
+	}
+	float m = NO_SCORE, l = 0.0;
+	for (uint e = e0 + tid; e < e1; e += WG) {
+		uint page = tables[base + (e / p.blockTokens) * p.width + p.layer];
+		uint at = (page * p.blockTokens + e % p.blockTokens) * p.kvDim + kvh * HD;
+		float dt = 0.0;
+		for (uint d = 0u; d < HD; d++) { // in element order, as mod.Attend sums
+			dt += qr[d] * kAt(at + d);
+		}
+		float sc = dt * p.scale;
+		float mn = maxNaN(m, sc);
+		float a = exp(m - mn), pe = exp(sc - mn);
+		l = l * a + pe;
+		for (uint d = 0u; d < HD; d++) {
+			acc[d] = acc[d] * a + pe * vAt(at + d);
+		}
+		m = mn;
+	}
+	sm[tid] = m;
+	sl[tid] = l;
+	for (uint d = 0u; d < HD; d++) {
+		sacc[tid * HD + d] = acc[d];
+	}
+	barrier();
+	float mx = NO_SCORE;
+	for (uint t = 0u; t < WG; t++) {
+		mx = maxNaN(mx, sm[t]);
+	}
+	uint pb = ih * p.splits + s;
+	for (uint d = tid; d < HD; d += WG) {
+		float o = 0.0;
+		for (uint t = 0u; t < WG; t++) {
+			o += sacc[t * HD + d] * exp(sm[t] - mx);
+		}
+		partO[pb * HD + d] = o;
+	}
+	if (tid == 0u) {
+		float sum = 0.0;
+		for (uint t = 0u; t < WG; t++) {
+			sum += sl[t] * exp(sm[t] - mx);
+		}
+		partML[pb] = vec2(mx, sum);
+	}
+#endif
 #ifdef PAGED_MERGE
 	// The last tile of row-head ih to finish merges them all (attention_merge's
 	// combine), then sets the count back to zero for the next dispatch.
