@@ -204,25 +204,14 @@ func (st *Stepper) StepChain(rows []sched.Row, steps int, us [][]float64, bt int
 	}
 	ch, pf := &st.chain, &st.pf
 	nr := st.nRouted
-	tok, seq := make([]uint32, n), make([]uint32, n)
+	seq, rmeta, words, err := st.tables(rows)
+	if err != nil {
+		return nil, nil, err
+	}
+	tok, lrows := make([]uint32, n), make([]uint32, n)
 	pos := make([]uint32, k*ch.rows)
 	draws := make([]shaders.ArgmaxDraw, k*ch.rows)
-	rmeta := make([]uint32, 2*n*max(1, nr))
-	lrows := make([]uint32, n)
-	var words []uint32
-	table := func(t *sched.Table) uint32 {
-		off := uint32(len(words))
-		for _, pg := range t.Pages {
-			words = append(words, uint32(pg))
-		}
-		return off
-	}
 	for i, row := range rows {
-		seq[i] = table(&row.Seq.Dense)
-		for j := range nr {
-			rmeta[2*(i*nr+j)] = table(&row.Seq.Routed[j])
-			rmeta[2*(i*nr+j)+1] = uint32(row.Seq.Routed[j].Len)
-		}
 		tok[i], lrows[i] = uint32(row.Token), uint32(i)
 		for s := range k {
 			pos[s*ch.rows+i] = uint32(row.Pos + s)
@@ -293,7 +282,7 @@ func (st *Stepper) StepChain(rows []sched.Row, steps int, us [][]float64, bt int
 
 // chainRows checks a chain's rows: each its sequence's only one, an
 // Argmax row with a uniform number a step where it draws, and room in its
-// tables for k steps.
+// tables for k steps (tables checks the pages are the pool's).
 func (st *Stepper) chainRows(rows []sched.Row, k int, us [][]float64) error {
 	seen := make(map[*sched.Seq]bool, len(rows))
 	for i, row := range rows {
@@ -312,13 +301,6 @@ func (st *Stepper) chainRows(rows []sched.Row, k int, us [][]float64) error {
 		for j, t := range q.Routed {
 			if (t.Len+k-1)/st.bt+1 > len(t.Pages) {
 				return fmt.Errorf("vulkan: chain row %d: routed layer %d's table has no page for entry %d", i, j, t.Len+k-1)
-			}
-		}
-		for _, t := range append([]sched.Table{q.Dense}, q.Routed...) {
-			for _, pg := range t.Pages {
-				if pg < 0 || int(pg) >= st.pages {
-					return fmt.Errorf("vulkan: page %d of a table is outside the pool's %d", pg, st.pages)
-				}
 			}
 		}
 		if row.Temp > 0 {

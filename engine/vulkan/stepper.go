@@ -509,42 +509,12 @@ func (st *Stepper) step(rows []sched.Row, bt int, argmax bool) (logits []float32
 	}
 	t0 := time.Now()
 	n, nr := len(rows), st.nRouted
-	tok, pos, seq := make([]uint32, n), make([]uint32, n), make([]uint32, n)
-	rmeta := make([]uint32, 2*n*max(1, nr))
-	var words, lrows, full []uint32 // lrows: the Argmax rows, then full: the other rows wanting logits
-	var draws []shaders.ArgmaxDraw  // the Argmax rows' (Temp 0: the argmax)
-	table := func(t *sched.Table) (uint32, error) {
-		off := uint32(len(words))
-		for _, pg := range t.Pages {
-			if pg < 0 || int(pg) >= st.pages {
-				return 0, fmt.Errorf("vulkan: page %d of a table is outside the pool's %d", pg, st.pages)
-			}
-			words = append(words, uint32(pg))
-		}
-		return off, nil
-	}
-	var prev *sched.Seq
+	tok, pos := make([]uint32, n), make([]uint32, n)
+	var lrows, full []uint32       // lrows: the Argmax rows, then full: the other rows wanting logits
+	var draws []shaders.ArgmaxDraw // the Argmax rows' (Temp 0: the argmax)
 	for i, row := range rows {
 		if row.Token < 0 || int(row.Token) >= c.NVocab || row.Pos < 0 || row.Pos >= r.ctx {
 			return nil, nil, nil, fmt.Errorf("vulkan: row %d: token %d at position %d is outside the vocabulary [0, %d) or the context %d", i, row.Token, row.Pos, c.NVocab, r.ctx)
-		}
-		if row.Seq != prev { // a sequence's rows are consecutive: its tables once
-			prev = row.Seq
-			if (row.Pos/bt+1)*row.Seq.Dense.Width > len(row.Seq.Dense.Pages) {
-				return nil, nil, nil, fmt.Errorf("vulkan: row %d: position %d has no page in its table", i, row.Pos)
-			}
-			if seq[i], err = table(&row.Seq.Dense); err != nil {
-				return nil, nil, nil, err
-			}
-			for j := range nr {
-				if rmeta[2*(i*nr+j)], err = table(&row.Seq.Routed[j]); err != nil {
-					return nil, nil, nil, err
-				}
-				rmeta[2*(i*nr+j)+1] = uint32(row.Seq.Routed[j].Len)
-			}
-		} else {
-			seq[i] = seq[i-1]
-			copy(rmeta[2*i*nr:2*(i+1)*nr], rmeta[2*(i-1)*nr:2*i*nr])
 		}
 		tok[i], pos[i] = uint32(row.Token), uint32(row.Pos)
 		switch {
@@ -561,6 +531,10 @@ func (st *Stepper) step(rows []sched.Row, bt int, argmax bool) (logits []float32
 		case row.Logits:
 			full = append(full, uint32(i))
 		}
+	}
+	seq, rmeta, words, err := st.tables(rows)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	g := len(lrows)
 	lrows = append(lrows, full...)
@@ -635,6 +609,47 @@ func (st *Stepper) step(rows []sched.Row, bt int, argmax bool) (logits []float32
 	}
 	ph.Logits += time.Since(t4)
 	return logits, ids, routes, nil
+}
+
+// tables is a step's composition of its rows' tables: each row's dense
+// table's offset in words (seq), each routed table's offset and length
+// before the step (rmeta, [rows][nRouted][2]), and words, every table's
+// pages, a sequence's once (its rows are consecutive). It refuses a page
+// outside the pool, and a sequence whose dense table has no page for its
+// first row's position.
+func (st *Stepper) tables(rows []sched.Row) (seq, rmeta, words []uint32, err error) {
+	n, nr, bt := len(rows), st.nRouted, st.bt
+	seq, rmeta = make([]uint32, n), make([]uint32, 2*n*max(1, nr))
+	table := func(t *sched.Table) (uint32, error) {
+		off := uint32(len(words))
+		for _, pg := range t.Pages {
+			if pg < 0 || int(pg) >= st.pages {
+				return 0, fmt.Errorf("vulkan: page %d of a table is outside the pool's %d", pg, st.pages)
+			}
+			words = append(words, uint32(pg))
+		}
+		return off, nil
+	}
+	for i, row := range rows {
+		if i > 0 && row.Seq == rows[i-1].Seq {
+			seq[i] = seq[i-1]
+			copy(rmeta[2*i*nr:2*(i+1)*nr], rmeta[2*(i-1)*nr:2*i*nr])
+			continue
+		}
+		if (row.Pos/bt+1)*row.Seq.Dense.Width > len(row.Seq.Dense.Pages) {
+			return nil, nil, nil, fmt.Errorf("vulkan: row %d: position %d has no page in its table", i, row.Pos)
+		}
+		if seq[i], err = table(&row.Seq.Dense); err != nil {
+			return nil, nil, nil, err
+		}
+		for j := range nr {
+			if rmeta[2*(i*nr+j)], err = table(&row.Seq.Routed[j]); err != nil {
+				return nil, nil, nil, err
+			}
+			rmeta[2*(i*nr+j)+1] = uint32(row.Seq.Routed[j].Len)
+		}
+	}
+	return seq, rmeta, words, nil
 }
 
 // routes reads every row's routing from the trace ([nRouted][3][ub]: r,
