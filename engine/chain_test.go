@@ -147,23 +147,14 @@ func TestGenerateChainsOnVulkan(t *testing.T) {
 	require.NoError(t, err)
 	stop := free.Tokens[6] // met at the 7th draw: inside the second chain of 5
 	require.NotContains(t, free.Tokens[:6], stop)
-	type run struct {
-		res    Result
-		tokens []Token
+	gen := func(l *Loop, seq []int32, opts GenerateOptions) routedRun {
+		opts.Sampler = DefaultSampler()
+		return generateRouted(t, l, seq, opts)
 	}
-	gen := func(l *Loop, seq []int32, opts GenerateOptions) run {
-		t.Helper()
-		var r run
-		opts.Sampler, opts.Routes = DefaultSampler(), true
-		opts.OnToken = func(tk Token) error { r.tokens = append(r.tokens, tk); return nil }
-		r.res, err = l.Generate(context.Background(), seq, opts)
-		require.NoError(t, err)
-		return r
-	}
-	var want, got []run
+	var want, got []routedRun
 	for _, c := range []struct {
 		b   *Backend
-		out *[]run
+		out *[]routedRun
 	}{{one, &want}, {five, &got}} {
 		l, err := NewLoop(c.b, LoopOptions{ContextLen: m.Config.ContextLen, NVocab: m.Config.NVocab})
 		require.NoError(t, err)
@@ -183,4 +174,23 @@ func TestGenerateChainsOnVulkan(t *testing.T) {
 	assert.Equal(t, StopEOS, got[0].res.Stop)
 	assert.Equal(t, free.Tokens[:6], got[0].res.Tokens)
 	assert.NotEmpty(t, got[0].res.RoutingStats)
+}
+
+// routedRun is a generation's result and each token delivered, with its
+// routing (generateRouted).
+type routedRun struct {
+	res    Result
+	tokens []Token
+}
+
+// generateRouted runs opts on l from seq, each token's routing asked for.
+func generateRouted(t *testing.T, l *Loop, seq []int32, opts GenerateOptions) routedRun {
+	t.Helper()
+	var r routedRun
+	opts.Routes = true
+	opts.OnToken = func(tk Token) error { r.tokens = append(r.tokens, tk); return nil }
+	var err error
+	r.res, err = l.Generate(context.Background(), seq, opts)
+	require.NoError(t, err)
+	return r
 }

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -34,24 +33,12 @@ func TestLoopChainsBatchedSteps(t *testing.T) {
 	defer m.Close()
 	own := vulkan.DeviceProfile(dev.Info())
 	gpu := shaders.GPUProfile(own.Device)
-	type run struct {
-		res    Result
-		tokens []Token
-	}
-	gen := func(l *Loop, seq []int32, opts GenerateOptions) run {
-		t.Helper()
-		var r run
-		opts.Routes = true
-		opts.OnToken = func(tk Token) error { r.tokens = append(r.tokens, tk); return nil }
-		r.res, err = l.Generate(context.Background(), seq, opts)
-		require.NoError(t, err)
-		return r
-	}
+	gen := func(l *Loop, seq []int32, opts GenerateOptions) routedRun { return generateRouted(t, l, seq, opts) }
 	greedy, sampled := DefaultSampler(), DefaultSampler()
 	sampled.Temperature, sampled.Seed = 1, 11
 	prompt := []int32{1, 403, 407, 261}
 	var stop int32 = -1
-	calls := func(chain string) ([]run, *vulkan.Stepper) {
+	calls := func(chain string) ([]routedRun, *vulkan.Stepper) {
 		v, err := vulkan.New(dev, m, mod.RoutingRouter, vulkan.Options{DeviceProfile: &gpu, Trace: true, Knobs: vulkan.Knobs{"MODRUN_CHAIN": chain}})
 		require.NoError(t, err)
 		defer v.Close()
@@ -69,7 +56,7 @@ func TestLoopChainsBatchedSteps(t *testing.T) {
 		next := append(append(append([]int32(nil), first.res.Fed...), first.res.Pending...), 13, 500)
 		second := gen(l, next, GenerateOptions{EOS: -1, MaxTokens: 9, Sampler: greedy})
 		third := gen(l, prompt, GenerateOptions{EOS: -1, MaxTokens: 23, Sampler: sampled})
-		return []run{first, second, third}, st
+		return []routedRun{first, second, third}, st
 	}
 	want, _ := calls("1")
 	got, st := calls("4")
