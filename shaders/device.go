@@ -133,6 +133,9 @@ func (p Profile) Fit(v Variant, spec []uint32) []uint32 {
 //   - router_score_sg, route_decode*_sg: the shared-memory tree variants;
 //   - decode_attend_keys: decode_attend;
 //   - decode_attend (fused attention): decode_kv and decode_attention;
+//   - paged_attend (a batched step's tiles merged by the last one):
+//     paged_attention and attention_merge (FuseAttention off, so the
+//     decode step's fused attention goes too: both hand off alike);
 //   - decode_attention_split (flash-decoding): the single-pass kernel;
 //   - matmul_coop (tensor cores): matmul.comp's tiles;
 //   - matmul_pf (the pipelined tile): matmul.comp's MatmulSpecGPU tiles.
@@ -165,6 +168,10 @@ func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 	case v.Op == OpDecodeAttend && p.FuseAttention:
 		fb.FuseAttention = false
 		return fb, "decode_kv + decode_attention", true
+	case v.Op == OpPagedAttend && p.FuseAttention:
+		fb.FuseAttention = false
+		kv, _ := ParseKV(v.Type)
+		return fb, PagedAttentionName(kv) + " + attention_merge", true
 	case v.Op == OpMatmulDirect && p.MatmulDirect:
 		fb.MatmulDirect, fb.MatmulDirectResident = false, false
 		return fb, "matmul_coop (the staged tiles)", true

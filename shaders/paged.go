@@ -114,7 +114,7 @@ func pagedAttention(kv KV, defines ...string) Variant {
 
 func pagedAttend(kv KV, defines ...string) Variant {
 	v := pagedAttention(kv, append([]string{"PAGED_MERGE"}, defines...)...)
-	v.Name = PagedAttendName(kv)
+	v.Name, v.Op, v.Type = PagedAttendName(kv), OpPagedAttend, kv.String()
 	v.Bindings = append(v.Bindings[:7:7],
 		Binding{"partO", ReadWrite, "[n*nHead*splits][headDim] f32 (coherent)"},
 		Binding{"partML", ReadWrite, "[n*nHead*splits][2] f32 (max, sum) (coherent)"},

@@ -133,3 +133,26 @@ func f32Bits(x []float32) []uint32 {
 	}
 	return out
 }
+
+// TestPagedAttendFallback: paged_attend failing its self-check on a GPU
+// falls back to paged_attention and attention_merge (FuseAttention off:
+// the decode step's fused attention, whose hand-off is the same, goes
+// with it), and there is nothing past that; a CPU device's profile never
+// fuses.
+func TestPagedAttendFallback(t *testing.T) {
+	gpu := GPUProfile(lavapipeProfile.Device)
+	require.True(t, gpu.FuseAttention)
+	for _, kv := range KVTypes {
+		v := lookup(t, PagedAttendName(kv))
+		assert.Equal(t, OpPagedAttend, v.Op)
+		fb, safe, ok := gpu.Fallback(v)
+		require.True(t, ok, kv)
+		assert.Equal(t, PagedAttentionName(kv)+" + attention_merge", safe)
+		assert.False(t, fb.FuseAttention)
+		assert.Equal(t, RoleKV, fb.DecodeAttention(kv, 2048, 64)[0].Role, "the decode step unfused too")
+		_, _, ok = fb.Fallback(v)
+		assert.False(t, ok, "no second fallback")
+		_, _, ok = NewProfile(lavapipeProfile.Device).Fallback(v)
+		assert.False(t, ok, "a CPU device's profile runs paged_attention")
+	}
+}

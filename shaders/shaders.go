@@ -82,6 +82,7 @@ const (
 	OpDecodeAttention      = "decode_attention"
 	OpDecodeAttentionSplit = "decode_attention_split"
 	OpDecodeAttend         = "decode_attend"
+	OpPagedAttend          = "paged_attend"    // a batched step's attention, its tiles merged by the last one
 	OpMatmulCoop           = "matmul_coop"     // the tensor-core matmul (and its emulation)
 	OpMatmulPipe           = "matmul_pipe"     // matmul.comp's prefetching variants (the pipelined tile)
 	OpAttentionLanes       = "attention_lanes" // attention_split's ATTN_LANES variants (lanes a query row)

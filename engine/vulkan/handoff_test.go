@@ -169,8 +169,8 @@ func TestHandoffStall(t *testing.T) {
 
 // TestHandoffSelfCheck: with the hand-off, `devices --check` and the
 // self-check at load check each handoff matvec (and the head's
-// argmax_wide) on the base's case, its wait satisfied and its count
-// checked.
+// argmax_wide, and the fused decode attention on each cache) on the
+// base's case, its wait satisfied and its count checked.
 func TestHandoffSelfCheck(t *testing.T) {
 	dev := openDevice(t, true)
 	prof, ok := testProfiles(t, dev)["gpu-subgroup"]
@@ -193,5 +193,6 @@ func TestHandoffSelfCheck(t *testing.T) {
 		require.True(t, ok, "%s has a check", p.name)
 		assert.True(t, c.Pass, "%s: %s", c.Variant(), c.Err)
 	}
-	assert.Equal(t, len(shaders.HandoffMatvecTypes)*3+1, found, "every handoff matvec, and the head's argmax_wide")
+	assert.Equal(t, len(shaders.HandoffMatvecTypes)*3+1+len(shaders.KVTypes), found,
+		"every handoff matvec, the head's argmax_wide and decode_attend_keys")
 }

@@ -252,6 +252,11 @@ func (r *Runner) build(m *mod.Model) error {
 		if err := r.record(); err != nil {
 			return err
 		}
+		if r.ks.prof.FuseAttention { // a batched step's (Stepper), made now so that the self-check at open checks it
+			if _, err := r.ks.get(shaders.PagedAttendName(r.kv), shaders.PagedAttentionSpec(uint32(r.c.HeadDim))); err != nil {
+				return err
+			}
+		}
 	}
 	if err := r.buildPrefill(m, r.ub); err != nil {
 		return err

@@ -241,7 +241,8 @@ func timeDispatch(dev *vk.Device, k *kernel, push []byte, groups [3]uint32, bind
 // device's profile picks for a model's decode (matvec of every weight type
 // and fusion, the router score and the routing decision with and without
 // a predictor, decode attention on F32 and F16 caches, split when the
-// profile splits; the tensor-core matmul where the profile has it),
+// profile splits, and fused where it fuses, with a batched step's fused
+// attention; the tensor-core matmul where the profile has it),
 // checked against the CPU and timed.
 func CheckDevice(dev *vk.Device) ([]SelfCheck, error) {
 	prof := DeviceProfile(dev.Info())
@@ -297,6 +298,16 @@ func profilePicks(prof shaders.Profile) []pick {
 		picks = append(picks, pick{shaders.DecodeAttentionName(kv), "decode attention", nil})
 		if splits := prof.AttentionSplits(2048); splits > 1 {
 			picks = append(picks, pick{shaders.DecodeAttentionSplitName(kv), "decode attention, split", shaders.DecodeAttentionSplitSpec(splits)})
+		}
+	}
+	if prof.FuseAttention { // the fused attentions at Llama 2's head dimension: the decode step's, and a batched step's
+		for _, kv := range shaders.KVTypes {
+			st := prof.DecodeAttention(kv, 2048, 128)[0]
+			picks = append(picks, pick{st.Variant, "decode attention, fused", st.Spec})
+			if h, ok := shaders.HandoffName(st.Variant); ok && prof.Handoff {
+				picks = append(picks, pick{h, "decode attention, fused, handed off", st.Spec})
+			}
+			picks = append(picks, pick{shaders.PagedAttendName(kv), "batched step attention", shaders.PagedAttentionSpec(128)})
 		}
 	}
 	if prof.AttentionLanes { // a prefill's attention at Llama's head dimension, lanes a row where the profile takes them
@@ -402,7 +413,13 @@ func KernelStatistics(dev *vk.Device) ([]KernelStats, error) {
 		}
 	}
 	var out []KernelStats
+	seen := map[string]bool{}
 	for _, p := range picks {
+		key := fmt.Sprint(p.name, p.spec)
+		if seen[key] {
+			continue // the fused decode attention at 128: a check's pick too
+		}
+		seen[key] = true
 		row := KernelStats{Kernel: p.name, Spec: p.spec, Use: p.use}
 		k, err := ks.get(p.name, p.spec)
 		if err == nil {

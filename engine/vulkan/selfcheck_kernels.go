@@ -37,6 +37,10 @@ func checkerFor(v shaders.Variant) (mk func(v shaders.Variant, spec []uint32) (c
 		return routeDecodeCase, true
 	case shaders.OpDecodeAttention, shaders.OpDecodeAttentionSplit:
 		return decodeAttentionCase, true
+	case shaders.OpDecodeAttend:
+		return decodeAttendCase, true
+	case shaders.OpPagedAttend:
+		return pagedAttendCase, true
 	case shaders.OpMatmulCoop, shaders.OpMatmulPipe:
 		return matmulCase, true
 	case shaders.OpAttentionLanes, shaders.OpAttentionCoop:
@@ -61,6 +65,13 @@ func checkOp(v shaders.Variant) string {
 		return "attention " + v.Type
 	case shaders.OpDecodeAttentionSplit:
 		return "attention split " + v.Type
+	case shaders.OpDecodeAttend:
+		if v.Source == "decode_attend_keys.comp" {
+			return "attention fused " + v.Type + " keys"
+		}
+		return "attention fused " + v.Type
+	case shaders.OpPagedAttend:
+		return "batched attention " + v.Type
 	case shaders.OpMatmulCoop:
 		return "matmul " + v.Type + " tensor cores"
 	case shaders.OpMatmulPipe:
