@@ -20,7 +20,7 @@ type deviceDrawer struct {
 
 func (d *deviceDrawer) DrawsOnDevice() bool { return true }
 
-func (d *deviceDrawer) FeedDraw(tokens []int32, temp float32, u float64) (int32, error) {
+func (d *deviceDrawer) FeedDraw(tokens []int32, temp, minP float32, u float64) (int32, error) {
 	l, err := d.Feed(tokens)
 	if err != nil {
 		return 0, err

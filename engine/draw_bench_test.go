@@ -56,7 +56,7 @@ func BenchmarkSampledToken(b *testing.B) {
 					require.NoError(b, err)
 					token = s.Sample(logits)
 				case "device":
-					token, err = run.FeedDraw([]int32{token}, opts.Temperature, s.Uniform())
+					token, err = run.FeedDraw([]int32{token}, opts.Temperature, 0, s.Uniform())
 					require.NoError(b, err)
 				case "greedy":
 					token, err = run.FeedArgmax([]int32{token})

@@ -22,6 +22,7 @@ import (
 type drawFake struct {
 	fakeRunner
 	temps []float32
+	minPs []float32
 	us    []float64
 	feeds int
 }
@@ -33,19 +34,19 @@ func (f *drawFake) Feed(tokens []int32) ([]float32, error) {
 
 func (f *drawFake) DrawsOnDevice() bool { return true }
 
-func (f *drawFake) FeedDraw(tokens []int32, temp float32, u float64) (int32, error) {
+func (f *drawFake) FeedDraw(tokens []int32, temp, minP float32, u float64) (int32, error) {
 	if _, err := f.fakeRunner.Feed(tokens); err != nil {
 		return 0, err
 	}
-	f.temps, f.us = append(f.temps, temp), append(f.us, u)
+	f.temps, f.minPs, f.us = append(f.temps, temp), append(f.minPs, minP), append(f.us, u)
 	return int32(u * 8), nil
 }
 
-// TestLoopDrawsOnDevice: a plain sampled generation (a temperature and
-// nothing else) on a runner that draws (DrawFeeder) reads no logits: each
+// TestLoopDrawsOnDevice: a plain sampled generation (a temperature, and
+// min-p or not) on a runner that draws (DrawFeeder) reads no logits: each
 // token is the runner's draw with the sampler's next uniform number, the
 // one its own draw would have taken (the same seed gives the same
-// numbers), at the sampler's temperature. Whatever needs the logits
+// numbers), at the sampler's temperature and min-p. Whatever needs the logits
 // (log-probabilities, a filter, a penalty, a bias, a ban, a grammar, a temperature
 // the device's float32 would lose) draws on the host from Feed's logits.
 func TestLoopDrawsOnDevice(t *testing.T) {
@@ -70,8 +71,16 @@ func TestLoopDrawsOnDevice(t *testing.T) {
 	}
 	assert.Equal(t, us, f.us, "the sampler's uniform numbers, in order")
 	assert.Equal(t, []float32{0.8, 0.8, 0.8, 0.8, 0.8, 0.8}, f.temps)
+	assert.Equal(t, make([]float32, 6), f.minPs)
 	assert.Equal(t, want, res.Tokens, "the runner's draws")
 	assert.Zero(t, f.feeds, "no logits read back")
+	withMinP := opts
+	withMinP.MinP = 0.1
+	f, res = gen(GenerateOptions{Sampler: withMinP})
+	assert.Equal(t, us, f.us, "min-p: the same numbers")
+	assert.Equal(t, []float32{0.1, 0.1, 0.1, 0.1, 0.1, 0.1}, f.minPs, "min-p: drawn on the runner")
+	assert.Equal(t, want, res.Tokens)
+	assert.Zero(t, f.feeds, "min-p: no logits read back")
 
 	for _, tc := range []struct {
 		name string
@@ -80,7 +89,7 @@ func TestLoopDrawsOnDevice(t *testing.T) {
 		{"log-probabilities", func(o *GenerateOptions) { o.LogProbs = true }},
 		{"top-k", func(o *GenerateOptions) { o.Sampler.TopK = 3 }},
 		{"top-p", func(o *GenerateOptions) { o.Sampler.TopP = 0.9 }},
-		{"min-p", func(o *GenerateOptions) { o.Sampler.MinP = 0.1 }},
+		{"min-p with top-p", func(o *GenerateOptions) { o.Sampler.MinP, o.Sampler.TopP = 0.1, 0.9 }},
 		{"repeat penalty", func(o *GenerateOptions) { o.Sampler.RepeatPenalty = 1.1 }},
 		{"presence penalty", func(o *GenerateOptions) { o.Sampler.PresencePenalty = 0.5 }},
 		{"logit bias", func(o *GenerateOptions) { o.Sampler.LogitBias = map[int32]float32{3: 1} }},
@@ -117,13 +126,13 @@ type countingDrawer struct {
 	draws, chains int
 }
 
-func (c *countingDrawer) FeedDraw(tokens []int32, temp float32, u float64) (int32, error) {
+func (c *countingDrawer) FeedDraw(tokens []int32, temp, minP float32, u float64) (int32, error) {
 	c.draws++
-	return c.Runner.FeedDraw(tokens, temp, u)
+	return c.Runner.FeedDraw(tokens, temp, minP, u)
 }
 
-func (c *countingDrawer) FeedDrawChain(token int32, n int, temp float32, us []float64) ([]int32, error) {
-	ids, err := c.Runner.FeedDrawChain(token, n, temp, us)
+func (c *countingDrawer) FeedDrawChain(token int32, n int, temp, minP float32, us []float64) ([]int32, error) {
+	ids, err := c.Runner.FeedDrawChain(token, n, temp, minP, us)
 	c.chains++
 	c.draws += len(ids)
 	return ids, err
@@ -160,13 +169,14 @@ func TestGenerateDrawsOnVulkan(t *testing.T) {
 	opts := DefaultSampler()
 	opts.Temperature, opts.Seed = 1, 7
 	prompt := []int32{1, 403, 407, 261}
-	gen := func(c *countingDrawer, o GenerateOptions) Result {
+	genWith := func(c *countingDrawer, so SamplerOptions, o GenerateOptions) Result {
 		t.Helper()
-		o.Sampler = opts
+		o.Sampler = so
 		res, err := Generate(context.Background(), c, m.Config.NVocab, prompt, o)
 		require.NoError(t, err)
 		return res
 	}
+	gen := func(c *countingDrawer, o GenerateOptions) Result { return genWith(c, opts, o) }
 	free := gen(one, GenerateOptions{EOS: -1, MaxTokens: 24})
 	assert.Equal(t, len(free.Tokens), one.draws, "every token drawn on the device")
 	assert.Zero(t, one.chains)
@@ -180,24 +190,45 @@ func TestGenerateDrawsOnVulkan(t *testing.T) {
 	require.NoError(t, err)
 	us := ref.Peek(24)
 	check := open("1")
-	for _, seq := range []Result{free, onHost} {
-		check.Reset()
-		feed, asked := prompt, 0
-		for i, id := range seq.Tokens {
-			logits, err := check.Feed(feed)
-			require.NoError(t, err)
-			want, margin := drawref.Draw(logits, opts.Temperature, float64(float32(us[i])))
-			if margin >= 1e-5 {
-				asked++
-				assert.Equal(t, int32(want), id, "draw %d", i)
+	// checkDraws checks each draw of seqs at min-p minP against drawref on
+	// the logits of its own sequence.
+	checkDraws := func(minP float32, seqs ...Result) {
+		for _, seq := range seqs {
+			check.Reset()
+			feed, asked := prompt, 0
+			for i, id := range seq.Tokens {
+				logits, err := check.Feed(feed)
+				require.NoError(t, err)
+				want, margin := drawref.DrawMinP(logits, opts.Temperature, minP, float64(float32(us[i])))
+				if margin >= 1e-5 {
+					asked++
+					assert.Equal(t, int32(want), id, "min-p %g: draw %d", minP, i)
+				}
+				feed = []int32{id}
 			}
-			feed = []int32{id}
+			t.Logf("min-p %g: %d of %d draws asked", minP, asked, len(seq.Tokens))
 		}
-		t.Logf("%d of %d draws asked", asked, len(seq.Tokens))
 	}
+	checkDraws(0, free, onHost)
 	if dev.Info().Type == vk.CPU {
 		assert.Equal(t, onHost.Tokens, free.Tokens, "lavapipe: the same tokens")
 	}
+	// With min-p 0.3 too: drawn on the device (chained and not), against
+	// drawref.DrawMinP and the host's draw (its kept tokens in id order).
+	withMinP := opts
+	withMinP.MinP = 0.3
+	before := one.draws
+	freeP := genWith(one, withMinP, GenerateOptions{EOS: -1, MaxTokens: 24})
+	assert.Equal(t, len(freeP.Tokens), one.draws-before, "min-p: every token drawn on the device")
+	hostP := genWith(one, withMinP, GenerateOptions{EOS: -1, MaxTokens: 24, LogProbs: true})
+	checkDraws(withMinP.MinP, freeP, hostP)
+	if dev.Info().Type == vk.CPU {
+		assert.Equal(t, hostP.Tokens, freeP.Tokens, "min-p, lavapipe: the same tokens")
+	}
+	assert.NotEqual(t, free.Tokens, freeP.Tokens, "min-p moved a draw")
+	chainedP := genWith(five, withMinP, GenerateOptions{EOS: -1, MaxTokens: 24})
+	assert.Equal(t, freeP.Tokens, chainedP.Tokens, "min-p: chained draws")
+	five.draws, five.chains = 0, 0
 	greedy, err := Generate(context.Background(), one, m.Config.NVocab, prompt, GenerateOptions{EOS: -1, MaxTokens: 24, Sampler: DefaultSampler()})
 	require.NoError(t, err)
 	assert.NotEqual(t, greedy.Tokens, free.Tokens, "a draw at temperature 1, not the argmax")
@@ -250,7 +281,7 @@ func (f *drawChainFake) FeedArgmaxChain(token int32, n int) ([]int32, error) {
 	return nil, errors.New("drawChainFake: no greedy chain")
 }
 
-func (f *drawChainFake) FeedDrawChain(token int32, n int, temp float32, us []float64) ([]int32, error) {
+func (f *drawChainFake) FeedDrawChain(token int32, n int, temp, minP float32, us []float64) ([]int32, error) {
 	f.pos += n
 	f.chains = append(f.chains, append([]float64(nil), us[:n]...))
 	ids := make([]int32, n)

@@ -182,18 +182,20 @@ func (s *Sampler) Sample(logits []float32) int32 {
 	return id
 }
 
-// Plain gives the temperature of s's draws when each is a plain draw at
-// it (sched.DeviceSampler): no top-k, top-p or min-p, no penalty, bias,
-// ban or constraint. A step runner may then draw on its device with a
-// uniform number from Uniform (docs/sampling-cost.md). Temperatures
-// outside [2^-20, 2^20] draw here: the device's float32 weights would
-// lose them (1/T overflowing, or every weight rounding to 1).
-func (s *Sampler) Plain() (float32, bool) {
+// Plain gives the temperature and min-p of s's draws when each is a
+// plain draw at them (sched.DeviceSampler): no top-k or top-p, no
+// penalty, bias, ban or constraint; min-p may be set (its kept tokens are
+// walked in id order, as the device's draw walks them). A step runner
+// may then draw on its device with a uniform number from Uniform
+// (docs/sampling-cost.md). Temperatures outside [2^-20, 2^20] draw here:
+// the device's float32 weights would lose them (1/T overflowing, or every
+// weight rounding to 1).
+func (s *Sampler) Plain() (temp, minP float32, ok bool) {
 	o := s.opts
 	t := o.Temperature
-	ok := t >= 1.0/(1<<20) && t <= 1<<20 && o.TopK == 0 && o.TopP >= 1 && o.MinP == 0 && !o.penalised() &&
+	ok = t >= 1.0/(1<<20) && t <= 1<<20 && o.TopK == 0 && o.TopP >= 1 && !o.penalised() &&
 		len(o.LogitBias) == 0 && len(s.banned) == 0 && s.constraint == nil
-	return t, ok
+	return t, o.MinP, ok
 }
 
 // Uniform takes the uniform number in [0, 1) that s's next draw uses, as

@@ -123,14 +123,9 @@ func TestArgmaxWideDraw(t *testing.T) {
 						}
 						x = append(x, row...)
 					}
-					xb := newBuffer(t, dev, f32bytes(x))
-					out := newBuffer(t, dev, make([]byte, 4*n))
-					part := denseNaNBuffer(t, dev, int(ArgmaxWidePartWords(n, uint32(cols), spec)))
-					done := newBuffer(t, dev, make([]byte, 4*n))
-					db := newBuffer(t, dev, ArgmaxDrawBytes(draws))
-					groups := ArgmaxWideGroups(n, uint32(cols), spec)
-					push, binds := withHandoff(t, dev, k, vk.MustPackPush(ArgmaxPush{Cols: uint32(cols), N: n}), groups,
-						[]vk.Bind{denseBind(xb, vk.Read), denseBind(out, vk.Write), denseBind(part, vk.ReadWrite), denseBind(done, vk.ReadWrite), denseBind(db, vk.Read)})
+					call := newArgmaxWideCall(t, dev, x, draws, cols, spec)
+					out, done, groups := call.out, call.done, call.groups
+					push, binds := withHandoff(t, dev, k, vk.MustPackPush(ArgmaxPush{Cols: uint32(cols), N: n}), groups, call.binds)
 					for i := range 2 {
 						rec := dev.NewRecorder()
 						rec.Dispatch(k, push, groups, binds...)
@@ -156,6 +151,26 @@ func TestArgmaxWideDraw(t *testing.T) {
 		}
 	}
 	t.Logf("%d draws asked, %d left with a margin under %g", asked, skipped, drawMargin)
+}
+
+// argmaxWideCall is a dispatch of argmax_wide over the rows x of cols
+// with their draw parameters: its bindings and grid, and the buffers to
+// read back (out, done).
+type argmaxWideCall struct {
+	binds     []vk.Bind
+	out, done *vk.Buffer
+	groups    [3]uint32
+}
+
+func newArgmaxWideCall(t *testing.T, dev *vk.Device, x []float32, draws []ArgmaxDraw, cols int, spec []uint32) argmaxWideCall {
+	t.Helper()
+	n := len(draws)
+	c := argmaxWideCall{out: newBuffer(t, dev, make([]byte, 4*n)), done: newBuffer(t, dev, make([]byte, 4*n)),
+		groups: ArgmaxWideGroups(uint32(n), uint32(cols), spec)}
+	part := denseNaNBuffer(t, dev, int(ArgmaxWidePartWords(uint32(n), uint32(cols), spec)))
+	c.binds = []vk.Bind{denseBind(newBuffer(t, dev, f32bytes(x)), vk.Read), denseBind(c.out, vk.Write), denseBind(part, vk.ReadWrite),
+		denseBind(c.done, vk.ReadWrite), denseBind(newBuffer(t, dev, ArgmaxDrawBytes(draws)), vk.Read)}
+	return c
 }
 
 // argmaxOf is the first index of row's largest value.
@@ -184,4 +199,87 @@ func TestArgmaxWideFallback(t *testing.T) {
 	assert.False(t, ok, "no second fallback")
 	_, _, ok = NewProfile(lavapipeProfile.Device).Fallback(lookup(t, "argmax_wide"))
 	assert.False(t, ok, "a CPU device's head is argmax already")
+}
+
+// TestArgmaxWideMinP: argmax_wide's draw with min-p (ArgmaxDraw.WithMinP)
+// against drawref.DrawMinP: rows of normal logits (sigma 3 and 1) at
+// min-p 0.05, 0.3 and 1 (only the best, and any token equal to it, kept:
+// a row with its largest value twice), beside a row drawn without min-p
+// and an argmax row in the same dispatch, over one workgroup's columns or
+// less, one more, 32,000 and 100,000 (runs of blocks an invocation); u at
+// the middle of a random wide kept interval, 0 (the first kept token) and
+// float32's largest below 1 (the last kept token: a u*z past the kept
+// total takes it, not the row's last column). Draws whose margin is
+// below drawMargin, or with a logit at the floor, are not asked.
+func TestArgmaxWideMinP(t *testing.T) {
+	dev := openDevice(t)
+	ks := denseKernels{dev: dev, v: lookup(t, "argmax_wide")}
+	rng := rand.New(rand.NewSource(11))
+	asked, skipped := 0, 0
+	for _, cols := range []int{7, 1023, 1025, 32000, 100000} {
+		spec := ArgmaxWideSpec
+		if cols == 100000 {
+			spec = []uint32{64, 1}
+		}
+		k := ks.get(t, spec)
+		for mode := range 3 {
+			name := fmt.Sprintf("spec%v/%d/u%d", spec, cols, mode)
+			const n = 6
+			x := make([]float32, 0, n*cols)
+			draws := make([]ArgmaxDraw, n)
+			want := make([]uint32, n)
+			ask := make([]bool, n)
+			for r := range n {
+				row := denseNormals(rng, cols, 3)
+				temp, minP := []float32{0.7, 1, 1.5}[(r+mode)%3], []float32{0.05, 0.3, 1, 0.05, 0, 0}[r]
+				switch r {
+				case 1:
+					row = denseNormals(rng, cols, 1)
+				case 2: // min-p 1 keeps the best, and its twin
+					a, b := rng.Intn(cols), rng.Intn(cols)
+					row[a], row[b] = 12, 12
+				}
+				w, z := drawref.WeightsMinP(row, temp, minP)
+				var u float64
+				switch mode {
+				case 0:
+					var wide []int
+					for j, v := range w {
+						if v/z >= 2*drawMargin {
+							wide = append(wide, j)
+						}
+					}
+					u = drawref.Middle(w, z, wide[rng.Intn(len(wide))])
+				case 2:
+					u = float64(math.Nextafter32(1, 0))
+				}
+				draws[r] = DrawAt(temp, u).WithMinP(minP)
+				id, margin := drawref.DrawMinP(row, temp, minP, float64(draws[r].U))
+				want[r], ask[r] = uint32(id), margin >= drawMargin
+				if r == 5 {
+					draws[r] = ArgmaxDraw{}
+					want[r], ask[r] = uint32(argmaxOf(row)), true
+				}
+				x = append(x, row...)
+			}
+			call := newArgmaxWideCall(t, dev, x, draws, cols, spec)
+			out, done := call.out, call.done
+			rec := dev.NewRecorder()
+			rec.Dispatch(k, vk.MustPackPush(ArgmaxPush{Cols: uint32(cols), N: n}), call.groups, call.binds...)
+			require.NoError(t, dev.Run(rec))
+			rec.Close()
+			got := downloadU32(t, out, n)
+			for r := range n {
+				if !ask[r] {
+					skipped++
+					continue
+				}
+				asked++
+				assert.Equal(t, want[r], got[r], "%s row %d: T %g min-p %g u %.9g", name, r, draws[r].Temp, draws[r].MinP, draws[r].U)
+			}
+			assert.Equal(t, make([]uint32, n), downloadU32(t, done, n), "%s: done left at zero", name)
+		}
+	}
+	t.Logf("%d draws asked, %d left with a margin under %g", asked, skipped, drawMargin)
+	assert.Greater(t, asked, 2*skipped, "most draws asked")
 }

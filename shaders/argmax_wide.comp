@@ -31,6 +31,16 @@
 // columns an invocation). A row with T = 0 is the argmax, bit for bit;
 // NONFINITE holds for both.
 //
+// Min-p (draw[r][2] = MinP above 0, draw[r][3] = ln(MinP) as the host
+// computes it; MinP 0: none): only the columns with
+// x_j - M >= ln(MinP) weigh, the rest weigh 0 (engine.Sampler's min-p,
+// whose kept tokens it walks in id order as here). The blocks' own sums
+// could not know M, so the last workgroup sums each block's kept weights
+// again (a block whose largest is below the floor weighs 0) into part's
+// index word, which the fold no longer needs; a draw that rounding leaves
+// past the total takes the row's last kept column, one left short in a
+// block the block's last kept column, as the host's last candidate.
+//
 // Specialization constants: 0 WG, 1 PER (ArgmaxWideSpec). Dispatch
 // ArgmaxWideGroups(n, cols, spec); part holds ArgmaxWidePartWords(n, cols,
 // spec) words, done n words zero-filled once.
@@ -46,7 +56,7 @@ layout(std430, binding = 0) HANDOFF_COHERENT readonly buffer X { float x[]; }; /
 layout(std430, binding = 1) writeonly buffer Out { uint out_[]; }; // [n]
 layout(std430, binding = 2) coherent buffer Part { uint part[]; }; // [n][groups][3]: a winner's value bits and index, the sum's bits
 layout(std430, binding = 3) coherent buffer Done { uint done[]; }; // [n] workgroups done, zero between dispatches
-layout(std430, binding = 4) readonly buffer Draw { float draw[]; }; // [n][2]: T (0: the argmax), u
+layout(std430, binding = 4) readonly buffer Draw { float draw[]; }; // [n][4]: T (0: the argmax), u, MinP (0: none), ln(MinP)
 
 const uint NONFINITE = 0xfffffffeu;
 const uint NONE = 0xffffffffu; // no column yet: loses every tie
@@ -59,6 +69,7 @@ shared uint pickT, pickT2; // the invocation whose run holds the draw's block, c
 shared uint pickB; // the draw's block
 shared float pickBefore; // the running sum before it
 shared uint pickC; // the draw's column
+shared uint rowLast, blkLast; // the row's and the block's last kept column, plus 1 (0: none yet)
 
 // beats says whether (v, i) wins over (bv, bi): NONFINITE beats
 // everything, NONE nothing; a tie goes to the lower index.
@@ -114,9 +125,19 @@ float scan(uint tid, float v) {
 }
 
 // blockWeight is block b's sum of weights relative to the row's largest
-// logit M: its own sum, relative to its own largest, scaled.
-float blockWeight(uint at, float M, float inv) {
+// logit M: its own sum, relative to its own largest, scaled; with min-p,
+// the sum of its kept weights the last workgroup wrote in the index word.
+float blockWeight(uint at, float M, float inv, bool minP) {
+	if (minP) {
+		return uintBitsToFloat(part[3u * at + 1u]);
+	}
 	return uintBitsToFloat(part[3u * at + 2u]) * exp((uintBitsToFloat(part[3u * at]) - M) * inv);
+}
+
+// weight is column value v's weight relative to M: 0 below the min-p
+// floor fl (-inf: none).
+float weight(float v, float M, float inv, float fl) {
+	return v - M >= fl ? exp((v - M) * inv) : 0.0;
 }
 
 void main() {
@@ -130,9 +151,11 @@ void main() {
 		return; // a surplus workgroup of a 2D grid
 	}
 	uint base = r * p.cols;
-	float temp = draw[2u * r];
+	float temp = draw[4u * r];
 	bool drawRow = temp > 0.0; // the same for the whole row
 	float inv = drawRow ? 1.0 / temp : 0.0;
+	bool minP = drawRow && draw[4u * r + 2u] > 0.0;
+	float fl = minP ? draw[4u * r + 3u] : uintBitsToFloat(0xff800000u); // -inf: every finite column kept
 	float bv = 0.0;
 	uint bi = NONE;
 	for (uint k = 0u; k < PER; k++) {
@@ -197,6 +220,38 @@ void main() {
 		}
 		return;
 	}
+	if (minP) {
+		// Each block's kept weights relative to M, summed again (the blocks'
+		// own sums could not know the floor), into part's index word.
+		if (tid == 0u) {
+			rowLast = best + 1u; // the argmax is kept (M - M = 0 >= fl for MinP <= 1)
+		}
+		uint keptLast = 0u;
+		for (uint b = 0u; b < groups; b++) { // uniform: part's maxima are the same for every invocation
+			uint pat = 3u * (r * groups + b);
+			float w = 0.0;
+			if (uintBitsToFloat(part[pat]) - M >= fl) {
+				uint j0 = b * span + tid * PER;
+				float acc = 0.0;
+				for (uint k = 0u; k < PER; k++) {
+					if (j0 + k < p.cols) {
+						float v = x[base + j0 + k];
+						if (v - M >= fl) {
+							acc += exp((v - M) * inv);
+							keptLast = j0 + k + 1u;
+						}
+					}
+				}
+				w = total(tid, acc);
+			}
+			if (tid == 0u) {
+				part[pat + 1u] = floatBitsToUint(w);
+			}
+		}
+		atomicMax(rowLast, keptLast);
+		memoryBarrierBuffer();
+		barrier(); // every block's weight written before any is read
+	}
 	// The block: invocation t sums the blocks [b0, b1), a run of them. The
 	// running sums over invocations (scan) are not monotone to the last
 	// rounding (each is its own tree of additions), so the run is the first
@@ -206,35 +261,38 @@ void main() {
 	uint b0 = min(groups, tid * per), b1 = min(groups, b0 + per);
 	float c = 0.0;
 	for (uint b = b0; b < b1; b++) {
-		c += blockWeight(r * groups + b, M, inv);
+		c += blockWeight(r * groups + b, M, inv, minP);
 	}
 	if (tid == 0u) {
 		pickT = NONE;
 		pickT2 = NONE;
+		blkLast = 0u;
 	}
 	float incl = scan(tid, c);
 	float excl = tid > 0u ? sums[tid - 1u] : 0.0;
-	float target = draw[2u * r + 1u] * sums[WG - 1u];
+	float target = draw[4u * r + 1u] * sums[WG - 1u];
 	if (c > 0.0 && target < incl) {
 		atomicMin(pickT, tid);
 	}
 	barrier();
-	if (pickT == NONE) { // rounding left u*z at the total: the last column, as the host
+	if (pickT == NONE) { // rounding left u*z at the total: the last (kept) column, as the host
 		if (tid == 0u) {
-			out_[r] = p.cols - 1u;
+			out_[r] = minP ? rowLast - 1u : p.cols - 1u;
 			done[r] = 0u;
 		}
 		return;
 	}
-	if (tid == pickT) {
+	if (tid == pickT) { // the first block with weight that passes; left short, the run's last with weight
 		float cum = excl, before = excl;
 		uint pick = b1 - 1u;
 		for (uint b = b0; b < b1; b++) {
-			float w = blockWeight(r * groups + b, M, inv);
-			before = cum;
-			pick = b;
-			if (w > 0.0 && target < cum + w) {
-				break;
+			float w = blockWeight(r * groups + b, M, inv, minP);
+			if (w > 0.0) {
+				before = cum;
+				pick = b;
+				if (target < cum + w) {
+					break;
+				}
 			}
 			cum += w;
 		}
@@ -248,33 +306,41 @@ void main() {
 	float target2 = target - pickBefore;
 	uint j0 = blk * span + tid * PER;
 	float acc = 0.0;
+	uint keptLast = 0u;
 	for (uint k = 0u; k < PER; k++) {
 		if (j0 + k < p.cols) {
-			acc += exp((x[base + j0 + k] - M) * inv);
+			float v = x[base + j0 + k];
+			acc += weight(v, M, inv, fl);
+			if (v - M >= fl) {
+				keptLast = j0 + k + 1u;
+			}
 		}
 	}
+	atomicMax(blkLast, keptLast);
 	incl = scan(tid, acc);
 	excl = tid > 0u ? sums[tid - 1u] : 0.0;
 	if (acc > 0.0 && target2 < incl) {
 		atomicMin(pickT2, tid);
 	}
 	barrier();
-	if (tid == pickT2) {
+	if (tid == pickT2) { // the first column with weight that passes; left short, the last with weight
 		float cum = excl;
 		uint col = min(p.cols, j0 + PER) - 1u;
 		for (uint k = 0u; k < PER && j0 + k < p.cols; k++) {
-			float w = exp((x[base + j0 + k] - M) * inv);
+			float w = weight(x[base + j0 + k], M, inv, fl);
 			cum += w;
-			if (w > 0.0 && target2 < cum) {
+			if (w > 0.0) {
 				col = j0 + k;
-				break;
+				if (target2 < cum) {
+					break;
+				}
 			}
 		}
 		pickC = col;
 	}
 	barrier();
 	if (tid == 0u) {
-		out_[r] = pickT2 != NONE ? pickC : min(p.cols, (blk + 1u) * span) - 1u; // none: rounding, the block's last
+		out_[r] = pickT2 != NONE ? pickC : blkLast - 1u; // none: rounding, the block's last (kept) column
 		done[r] = 0u;
 	}
 }

@@ -87,12 +87,18 @@ func ArgmaxWidePartWords(n, cols uint32, spec []uint32) uint64 {
 }
 
 // ArgmaxDraw is a row's draw parameters for argmax_wide (its draw
-// binding, [n][2] f32): Temp 0 is the argmax; above 0 the token is drawn
-// at that temperature with U, a uniform number in [0, 1]
-// (docs/sampling-cost.md).
+// binding, [n][4] f32, ArgmaxDrawBytesPer bytes a row): Temp 0 is the
+// argmax; above 0 the token is drawn at that temperature with U, a
+// uniform number in [0, 1] (docs/sampling-cost.md), among the tokens at
+// least MinP times as likely as the best where MinP is above 0 (min-p:
+// LnMinP is its natural log, as the host computes it). The zero value
+// is the argmax.
 type ArgmaxDraw struct {
-	Temp, U float32
+	Temp, U, MinP, LnMinP float32
 }
+
+// ArgmaxDrawBytesPer is the size of a row's draw parameters.
+const ArgmaxDrawBytesPer = 16
 
 // DrawAt is the draw at temperature temp with the uniform number u, a
 // float64 in [0, 1) from the host's generator: u in float32, kept below 1
@@ -101,12 +107,23 @@ func DrawAt(temp float32, u float64) ArgmaxDraw {
 	return ArgmaxDraw{Temp: temp, U: min(max(float32(u), 0), math.Nextafter32(1, 0))}
 }
 
+// WithMinP is d keeping only the tokens at least minP (in (0, 1]) times
+// as likely as the best; 0 keeps every token.
+func (d ArgmaxDraw) WithMinP(minP float32) ArgmaxDraw {
+	d.MinP, d.LnMinP = 0, 0
+	if minP > 0 {
+		d.MinP, d.LnMinP = minP, float32(math.Log(float64(minP)))
+	}
+	return d
+}
+
 // ArgmaxDrawBytes packs rows' draw parameters for the draw binding.
 func ArgmaxDrawBytes(d []ArgmaxDraw) []byte {
-	b := make([]byte, 8*len(d))
+	b := make([]byte, ArgmaxDrawBytesPer*len(d))
 	for i, x := range d {
-		binary.LittleEndian.PutUint32(b[8*i:], math.Float32bits(x.Temp))
-		binary.LittleEndian.PutUint32(b[8*i+4:], math.Float32bits(x.U))
+		for j, f := range []float32{x.Temp, x.U, x.MinP, x.LnMinP} {
+			binary.LittleEndian.PutUint32(b[ArgmaxDrawBytesPer*i+4*j:], math.Float32bits(f))
+		}
 	}
 	return b
 }
@@ -246,7 +263,7 @@ var argmaxWide = Variant{
 		{"out", Write, "[n] u32"},
 		{"part", ReadWrite, "[n][groups][3] u32 scratch: each workgroup's winner (value bits, index) and sum of weights (bits)"},
 		{"done", ReadWrite, "[n] u32 scratch, zero before and after"},
-		{"draw", Read, "[n][2] f32: each row's temperature (0: the argmax) and uniform number (ArgmaxDraw)"},
+		{"draw", Read, "[n][4] f32: each row's temperature (0: the argmax), uniform number and min-p (ArgmaxDraw)"},
 	},
 	Push: ArgmaxPush{}, LocalSize: [3]uint32{256, 1, 1}, LocalSizeSpec: true, Spec: ArgmaxWideSpec,
 	Notes: "argmax with a row over many workgroups, the last merging (GPUs), or a draw at a row's temperature; Spec [workgroup size, columns per invocation]; " +

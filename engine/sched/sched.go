@@ -32,8 +32,11 @@ type Row struct {
 	// in [0, 1) instead (DeviceSampler), as engine.Sampler draws without
 	// filters: the first token whose running sum of weights
 	// exp((l - max) / Temp), in id order, passes U times their total.
+	// MinP above 0 keeps only the tokens at least MinP times as likely as
+	// the best (min-p; the others weigh 0).
 	Temp float32
 	U    float64
+	MinP float32
 }
 
 // StepRunner runs one forward pass over a step's rows on some backend: the
@@ -82,11 +85,11 @@ type DrawRunner interface {
 // number the sampler hands out before the step.
 type DeviceSampler interface {
 	Sampler
-	// Plain gives the temperature of the sampler's draws when each is
-	// plain: no filter, penalty, bias, ban or constraint, nothing that
-	// reads the logits but the draw itself (ok false otherwise). It does
-	// not change for a sequence.
-	Plain() (temp float32, ok bool)
+	// Plain gives the temperature and min-p (0: none) of the sampler's
+	// draws when each is plain: no filter but min-p, no penalty, bias,
+	// ban or constraint, nothing that reads the logits but the draw itself
+	// (ok false otherwise). It does not change for a sequence.
+	Plain() (temp, minP float32, ok bool)
 	// Uniform takes the uniform number in [0, 1) the next draw uses, as
 	// Sample would have taken it.
 	Uniform() float64
@@ -550,7 +553,7 @@ func (s *Scheduler) onRunner(q *Seq) bool {
 	if !ok || !s.drawer {
 		return false
 	}
-	_, plain := ds.Plain()
+	_, _, plain := ds.Plain()
 	return plain
 }
 
@@ -560,12 +563,12 @@ func (s *Scheduler) onRunner(q *Seq) bool {
 func (s *Scheduler) uniforms(rows []Row) {
 	for i := range rows {
 		r := &rows[i]
-		r.Temp, r.U = 0, 0
+		r.Temp, r.U, r.MinP = 0, 0, 0
 		if !r.Argmax || r.Seq.req.Sampler == nil {
 			continue
 		}
 		ds := r.Seq.req.Sampler.(DeviceSampler) // onRunner
-		r.Temp, _ = ds.Plain()
+		r.Temp, r.MinP, _ = ds.Plain()
 		r.U = ds.Uniform()
 	}
 }

@@ -104,7 +104,7 @@ func (r *Runner) allocateChain(al *allocator) {
 	if r.handHost != nil {
 		ch.hand = al.buf(4*n, vk.HostVisible)
 	}
-	ch.drawStride = 8
+	ch.drawStride = shaders.ArgmaxDrawBytesPer
 	if a := r.dev.Info().Limits.MinStorageBufferOffsetAlignment; a > ch.drawStride {
 		ch.drawStride = a
 	}
@@ -167,7 +167,7 @@ func (r *Runner) recordChain(n int) (*vk.Recorder, error) {
 		}
 		rec.Copy(ch.pos, r.tokPos, 4*i, 0, 4)
 		f := r.frameOf(stepPass(false))
-		f.draw = rd(ch.draws, ch.drawStride*i, 8)
+		f.draw = rd(ch.draws, ch.drawStride*i, shaders.ArgmaxDrawBytesPer)
 		if err := r.recordFrameTo(rec, f); err != nil {
 			rec.Close()
 			return nil, fmt.Errorf("vulkan: recording a chain of %d decode steps: %w", n, err)
@@ -190,10 +190,10 @@ func (r *Runner) recordChain(n int) (*vk.Recorder, error) {
 }
 
 // FeedDrawChain is FeedArgmaxChain with each token drawn at temperature
-// temp with the uniform numbers us, one a step (FeedDraw's draw: ids[i]
-// with us[i]; len(us) >= n): a plain sampled sequence's next tokens, the
-// numbers its sampler will take for them (engine.Sampler.Peek).
-func (r *Runner) FeedDrawChain(token int32, n int, temp float32, us []float64) ([]int32, error) {
+// temp and min-p minP with the uniform numbers us, one a step (FeedDraw's
+// draw: ids[i] with us[i]; len(us) >= n): a plain sampled sequence's next
+// tokens, the numbers its sampler will take for them (engine.Sampler.Peek).
+func (r *Runner) FeedDrawChain(token int32, n int, temp, minP float32, us []float64) ([]int32, error) {
 	if !r.DrawsOnDevice() {
 		return nil, fmt.Errorf("vulkan: FeedDrawChain: the head's %s does not draw", r.headArgmax())
 	}
@@ -202,10 +202,10 @@ func (r *Runner) FeedDrawChain(token int32, n int, temp float32, us []float64) (
 	}
 	draws := make([]shaders.ArgmaxDraw, n)
 	for i := range draws {
-		if !(temp > 0) || !(us[i] >= 0 && us[i] < 1) {
-			return nil, fmt.Errorf("vulkan: FeedDrawChain: temperature %g must be above 0 and u %g in [0, 1)", temp, us[i])
+		if err := checkDraw(temp, minP, us[i]); err != nil {
+			return nil, fmt.Errorf("vulkan: FeedDrawChain: %w", err)
 		}
-		draws[i] = shaders.DrawAt(temp, us[i])
+		draws[i] = shaders.DrawAt(temp, us[i]).WithMinP(minP)
 	}
 	return r.runChain(token, n, draws)
 }
@@ -242,7 +242,7 @@ func (r *Runner) runChain(token int32, n int, draws []shaders.ArgmaxDraw) ([]int
 		if draws == nil {
 			id, err = r.FeedArgmax([]int32{token})
 		} else {
-			id, err = r.FeedDraw([]int32{token}, draws[0].Temp, float64(draws[0].U))
+			id, err = r.FeedDraw([]int32{token}, draws[0].Temp, draws[0].MinP, float64(draws[0].U))
 		}
 		if err != nil {
 			return nil, err

@@ -76,7 +76,7 @@ func (r *Runner) recordHead(rec *vk.Recorder, p *frame) error {
 		}
 		draw := p.draw
 		if draw.Buf == nil {
-			draw = rd(r.drawHost, 0, 8)
+			draw = rd(r.drawHost, 0, shaders.ArgmaxDrawBytesPer)
 		}
 		return r.argmaxOp(st, p.logits, r.bestHost, 1, r.act.amaxPart, r.act.amaxDone, draw)
 	}

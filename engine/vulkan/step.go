@@ -89,7 +89,7 @@ func (r *Runner) allocateStep() error {
 	al := &allocator{r: r}
 	must := al.buf
 	r.tok, r.tokPos = must(4, vk.HostVisible), must(4, vk.HostVisible)
-	r.logitsHost, r.bestHost, r.drawHost = must(f32(c.NVocab), vk.HostVisible), must(4, vk.HostVisible), must(8, vk.HostVisible)
+	r.logitsHost, r.bestHost, r.drawHost = must(f32(c.NVocab), vk.HostVisible), must(4, vk.HostVisible), must(shaders.ArgmaxDrawBytesPer, vk.HostVisible)
 	r.draws = r.headArgmax() == "argmax_wide"
 	b0 := r.w.blocks[0]
 	a := &r.act
@@ -109,7 +109,7 @@ func (r *Runner) allocateStep() error {
 		al.err = a.amaxDone.Upload(make([]byte, 4), 0) // argmax_wide leaves it zero after each dispatch
 	}
 	if al.err == nil {
-		al.err = r.drawHost.Upload(make([]byte, 8), 0) // the argmax
+		al.err = r.drawHost.Upload(make([]byte, shaders.ArgmaxDrawBytesPer), 0) // the argmax
 	}
 	if al.err != nil {
 		return fmt.Errorf("activations: %w", al.err)
@@ -207,23 +207,33 @@ func (r *Runner) headArgmax() string {
 // FeedDraw is FeedArgmax with the last token's successor drawn at
 // temperature temp (above 0) with the uniform number u in [0, 1) on the
 // device: argmax_wide's draw, engine.Sampler's draw without filters in
-// float32 (docs/sampling-cost.md). 4 bytes come back, not the logits.
-// Only where DrawsOnDevice.
-func (r *Runner) FeedDraw(tokens []int32, temp float32, u float64) (int32, error) {
+// float32 (docs/sampling-cost.md), or with min-p where minP is above 0
+// (in [0, 1): 0 is none). 4 bytes come back, not the logits. Only where
+// DrawsOnDevice.
+func (r *Runner) FeedDraw(tokens []int32, temp, minP float32, u float64) (int32, error) {
 	if !r.DrawsOnDevice() {
 		return 0, fmt.Errorf("vulkan: FeedDraw: the head's %s does not draw", r.headArgmax())
 	}
-	if !(temp > 0) || !(u >= 0 && u < 1) {
-		return 0, fmt.Errorf("vulkan: FeedDraw: temperature %g must be above 0 and u %g in [0, 1)", temp, u)
+	if err := checkDraw(temp, minP, u); err != nil {
+		return 0, fmt.Errorf("vulkan: FeedDraw: %w", err)
 	}
-	if err := r.drawHost.Upload(shaders.ArgmaxDrawBytes([]shaders.ArgmaxDraw{shaders.DrawAt(temp, u)}), 0); err != nil {
+	if err := r.drawHost.Upload(shaders.ArgmaxDrawBytes([]shaders.ArgmaxDraw{shaders.DrawAt(temp, u).WithMinP(minP)}), 0); err != nil {
 		return 0, err
 	}
 	id, err := r.FeedArgmax(tokens)
-	if uerr := r.drawHost.Upload(make([]byte, 8), 0); err == nil { // back to the argmax, which the chains read too
+	if uerr := r.drawHost.Upload(make([]byte, shaders.ArgmaxDrawBytesPer), 0); err == nil { // back to the argmax, which the chains read too
 		err = uerr
 	}
 	return id, err
+}
+
+// checkDraw refuses draw parameters the device's draw does not take: a
+// temperature not above 0, u outside [0, 1), min-p outside [0, 1).
+func checkDraw(temp, minP float32, u float64) error {
+	if !(temp > 0) || !(u >= 0 && u < 1) || !(minP >= 0 && minP < 1) {
+		return fmt.Errorf("temperature %g must be above 0, u %g in [0, 1) and min-p %g in [0, 1)", temp, u, minP)
+	}
+	return nil
 }
 
 // run runs tokens: up to Options.PromptSteps through the decode step (the

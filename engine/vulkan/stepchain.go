@@ -55,7 +55,7 @@ func (st *Stepper) growChain() error {
 	st.freeChain()
 	most, rows := uint64(st.ChainSteps()), uint64(st.seqs)
 	al := &allocator{r: st.r}
-	ch.pos, ch.ids, ch.draws = al.buf(4*most*rows, vk.HostVisible), al.buf(4*most*rows, vk.HostVisible), al.buf(8*most*rows, vk.HostVisible)
+	ch.pos, ch.ids, ch.draws = al.buf(4*most*rows, vk.HostVisible), al.buf(4*most*rows, vk.HostVisible), al.buf(shaders.ArgmaxDrawBytesPer*most*rows, vk.HostVisible)
 	if st.trace != nil {
 		ch.trace = al.buf(most*st.trace.Size(), vk.HostVisible)
 	}
@@ -114,7 +114,7 @@ func (st *Stepper) chainRecording(n, k int) (*vk.Recorder, error) {
 			rec.Copy(pf.ids, st.tok, 0, 0, nb)
 		}
 		rec.Copy(ch.pos, st.a.pos, s*rb, 0, nb)
-		rec.Copy(ch.draws, pf.draws, 2*s*rb, 0, 2*nb)
+		rec.Copy(ch.draws, pf.draws, shaders.ArgmaxDrawBytesPer/4*s*rb, 0, shaders.ArgmaxDrawBytesPer/4*nb)
 		f, err := st.frame(n, n, n)
 		if err != nil {
 			return fail(err)
@@ -216,7 +216,7 @@ func (st *Stepper) StepChain(rows []sched.Row, steps int, us [][]float64, bt int
 		for s := range k {
 			pos[s*ch.rows+i] = uint32(row.Pos + s)
 			if row.Temp > 0 {
-				draws[s*ch.rows+i] = shaders.DrawAt(row.Temp, us[i][s])
+				draws[s*ch.rows+i] = shaders.DrawAt(row.Temp, us[i][s]).WithMinP(row.MinP)
 			}
 		}
 	}
@@ -311,8 +311,8 @@ func (st *Stepper) chainRows(rows []sched.Row, k int, us [][]float64) error {
 				return fmt.Errorf("vulkan: chain row %d: %d uniform numbers for %d steps", i, len(us[i]), k)
 			}
 			for _, u := range us[i][:k] {
-				if !(u >= 0 && u < 1) {
-					return fmt.Errorf("vulkan: chain row %d: u %g is outside [0, 1)", i, u)
+				if err := checkDraw(row.Temp, row.MinP, u); err != nil {
+					return fmt.Errorf("vulkan: chain row %d: %w", i, err)
 				}
 			}
 		}

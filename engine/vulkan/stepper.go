@@ -273,7 +273,7 @@ func (st *Stepper) growLogits(k int) error {
 	logits, host, ids := al.buf(vB, vk.DeviceLocal), al.buf(vB, vk.HostVisible), al.buf(4*uint64(k), vk.HostVisible)
 	amaxPart := al.buf(4*shaders.ArgmaxWidePartWords(uint32(k), uint32(st.r.c.NVocab), shaders.ArgmaxWideSpec), vk.DeviceLocal)
 	amaxDone := al.buf(4*uint64(k), vk.DeviceLocal)
-	draws := al.buf(8*uint64(k), vk.HostVisible)
+	draws := al.buf(shaders.ArgmaxDrawBytesPer*uint64(k), vk.HostVisible)
 	if al.err == nil {
 		al.err = amaxDone.Upload(make([]byte, 4*k), 0) // argmax_wide leaves it zero after each dispatch
 	}
@@ -522,10 +522,13 @@ func (st *Stepper) step(rows []sched.Row, bt int, argmax bool) (logits []float32
 			lrows = append(lrows, uint32(i))
 			d := shaders.ArgmaxDraw{}
 			if row.Temp > 0 {
-				if !st.r.draws || !(row.U >= 0 && row.U < 1) {
-					return nil, nil, nil, fmt.Errorf("vulkan: row %d: a draw at temperature %g with u %g: the head's %s does not draw, or u is outside [0, 1)", i, row.Temp, row.U, st.r.headArgmax())
+				if !st.r.draws {
+					return nil, nil, nil, fmt.Errorf("vulkan: row %d: a draw at temperature %g: the head's %s does not draw", i, row.Temp, st.r.headArgmax())
 				}
-				d = shaders.DrawAt(row.Temp, row.U)
+				if err := checkDraw(row.Temp, row.MinP, row.U); err != nil {
+					return nil, nil, nil, fmt.Errorf("vulkan: row %d: %w", i, err)
+				}
+				d = shaders.DrawAt(row.Temp, row.U).WithMinP(row.MinP)
 			}
 			draws = append(draws, d)
 		case row.Logits:
@@ -815,7 +818,7 @@ func (r *Runner) recordPagedHead(rec *vk.Recorder, p *frame) error {
 	vB, g := 4*uint64(c.NVocab), pf.nArgmax
 	if g > 0 {
 		head := r.ks.prof.Head()
-		o, err := r.argmaxOp(head[len(head)-1], pf.logits, pf.ids, g, pf.amaxPart, pf.amaxDone, rd(pf.draws, 0, 8*uint64(g)))
+		o, err := r.argmaxOp(head[len(head)-1], pf.logits, pf.ids, g, pf.amaxPart, pf.amaxDone, rd(pf.draws, 0, shaders.ArgmaxDrawBytesPer*uint64(g)))
 		if err != nil {
 			return err
 		}

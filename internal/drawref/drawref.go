@@ -18,36 +18,86 @@ import "math"
 // leaves past the total gives the last id too). A draw past the total has
 // margin 0.
 func Draw(logits []float32, temp float32, u float64) (id int, margin float64) {
-	w, z := Weights(logits, temp)
+	return DrawMinP(logits, temp, 0, u)
+}
+
+// DrawMinP is Draw among the tokens at least minP times as likely as the
+// best (engine.Sampler's min-p: l_j - M >= ln(minP), in float64; minP 0:
+// all), the others weighing 0; none passing gives the last kept id. A
+// token within minPEdge of the floor (a float32 device's l_j - M may fall
+// either side of it) makes the draw's margin 0.
+func DrawMinP(logits []float32, temp, minP float32, u float64) (id int, margin float64) {
+	w, z := WeightsMinP(logits, temp, minP)
+	if minP > 0 {
+		m, fl := maxOf(logits), math.Log(float64(minP))
+		for _, v := range logits {
+			if math.Abs(float64(v)-m-fl) < minPEdge*max(1, math.Abs(m)) {
+				margin = -1
+			}
+		}
+	}
+	first, last := -1, -1
+	for j, x := range w {
+		if x > 0 {
+			if first < 0 {
+				first = j
+			}
+			last = j
+		}
+	}
 	target, cum := u*z, 0.0
 	for j, x := range w {
-		if target < cum+x {
+		if x > 0 && target < cum+x {
 			lo, hi := target-cum, cum+x-target
-			if j == 0 {
+			if j == first {
 				lo = math.Inf(1)
 			}
-			if j == len(w)-1 {
+			if j == last {
 				hi = math.Inf(1)
+			}
+			if margin < 0 {
+				return j, 0
 			}
 			return j, min(lo, hi) / z
 		}
 		cum += x
 	}
-	return len(logits) - 1, 0
+	return last, 0
+}
+
+// minPEdge is how near the min-p floor, relative to the largest logit
+// (at least 1), a logit makes a draw unaskable: float32's rounding of
+// l - M and of ln(MinP).
+const minPEdge = 1e-5
+
+func maxOf(logits []float32) float64 {
+	m := math.Inf(-1)
+	for _, v := range logits {
+		m = max(m, float64(v))
+	}
+	return m
 }
 
 // Weights are the draw's weights exp((l_j - M) / temp) and their total.
 func Weights(logits []float32, temp float32) ([]float64, float64) {
-	m := math.Inf(-1)
-	for _, v := range logits {
-		m = max(m, float64(v))
+	return WeightsMinP(logits, temp, 0)
+}
+
+// WeightsMinP are Weights with min-p: 0 for the tokens below the floor.
+func WeightsMinP(logits []float32, temp, minP float32) ([]float64, float64) {
+	m := maxOf(logits)
+	fl := math.Inf(-1)
+	if minP > 0 {
+		fl = math.Log(float64(minP))
 	}
 	inv := 1 / float64(temp)
 	w := make([]float64, len(logits))
 	z := 0.0
 	for j, v := range logits {
-		w[j] = math.Exp((float64(v) - m) * inv)
-		z += w[j]
+		if float64(v)-m >= fl {
+			w[j] = math.Exp((float64(v) - m) * inv)
+			z += w[j]
+		}
 	}
 	return w, z
 }
