@@ -150,7 +150,7 @@ func NewBenchmark(b *engine.Backend, m *mod.Model, routing mod.Routing, prompt [
 		res: Result{Backend: b.Name, ValidatePrompt: o.ValidatePrompt, ValidateTokens: o.ValidateTokens, KVType: kv}}
 	if o.Sampler != nil && b.DrawsOnDevice() {
 		if s, err := engine.NewSampler(*o.Sampler); err == nil {
-			_, _, k.res.SampledOnDevice = s.Plain()
+			_, k.res.SampledOnDevice = s.Plain()
 		}
 	}
 	if len(prompt) < o.PromptTokens || o.PromptTokens < 1 {

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modrun/modrun/engine"
+	"github.com/modrun/modrun/engine/sched"
 	"github.com/modrun/modrun/mod"
 )
 
@@ -20,7 +21,7 @@ type deviceDrawer struct {
 
 func (d *deviceDrawer) DrawsOnDevice() bool { return true }
 
-func (d *deviceDrawer) FeedDraw(tokens []int32, temp, minP float32, u float64) (int32, error) {
+func (d *deviceDrawer) FeedDraw(tokens []int32, dr sched.Draw, u float64) (int32, error) {
 	l, err := d.Feed(tokens)
 	if err != nil {
 		return 0, err
@@ -43,8 +44,8 @@ func TestSampledOnDevice(t *testing.T) {
 	m, cpu, prompt := benchCPU(t)
 	plain := engine.DefaultSampler()
 	plain.Temperature = 1
-	topP := plain
-	topP.TopP = 0.9
+	topP, topK := plain, plain
+	topP.TopP, topK.TopK = 0.9, 40
 	for _, tc := range []struct {
 		name    string
 		drawer  bool
@@ -52,7 +53,8 @@ func TestSampledOnDevice(t *testing.T) {
 		want    bool
 	}{
 		{"plain on a drawer", true, &plain, true},
-		{"top-p on a drawer", true, &topP, false},
+		{"top-p on a drawer", true, &topP, true},
+		{"top-k on a drawer", true, &topK, false},
 		{"greedy on a drawer", true, nil, false},
 		{"plain on the CPU", false, &plain, false},
 	} {

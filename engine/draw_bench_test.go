@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/modrun/modrun/engine/sched"
 	"github.com/modrun/modrun/engine/vulkan"
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
@@ -56,7 +57,7 @@ func BenchmarkSampledToken(b *testing.B) {
 					require.NoError(b, err)
 					token = s.Sample(logits)
 				case "device":
-					token, err = run.FeedDraw([]int32{token}, opts.Temperature, 0, s.Uniform())
+					token, err = run.FeedDraw([]int32{token}, sched.Draw{Temp: opts.Temperature}, s.Uniform())
 					require.NoError(b, err)
 				case "greedy":
 					token, err = run.FeedArgmax([]int32{token})

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/modrun/modrun/engine/sched"
 	"github.com/modrun/modrun/engine/vulkan"
 	"github.com/modrun/modrun/internal/drawref"
 	"github.com/modrun/modrun/mod"
@@ -23,6 +24,7 @@ type drawFake struct {
 	fakeRunner
 	temps []float32
 	minPs []float32
+	topPs []float32
 	us    []float64
 	feeds int
 }
@@ -34,19 +36,19 @@ func (f *drawFake) Feed(tokens []int32) ([]float32, error) {
 
 func (f *drawFake) DrawsOnDevice() bool { return true }
 
-func (f *drawFake) FeedDraw(tokens []int32, temp, minP float32, u float64) (int32, error) {
+func (f *drawFake) FeedDraw(tokens []int32, d sched.Draw, u float64) (int32, error) {
 	if _, err := f.fakeRunner.Feed(tokens); err != nil {
 		return 0, err
 	}
-	f.temps, f.minPs, f.us = append(f.temps, temp), append(f.minPs, minP), append(f.us, u)
+	f.temps, f.minPs, f.topPs, f.us = append(f.temps, d.Temp), append(f.minPs, d.MinP), append(f.topPs, d.TopP), append(f.us, u)
 	return int32(u * 8), nil
 }
 
 // TestLoopDrawsOnDevice: a plain sampled generation (a temperature, and
-// min-p or not) on a runner that draws (DrawFeeder) reads no logits: each
-// token is the runner's draw with the sampler's next uniform number, the
-// one its own draw would have taken (the same seed gives the same
-// numbers), at the sampler's temperature and min-p. Whatever needs the logits
+// top-p and min-p or not) on a runner that draws (DrawFeeder) reads no
+// logits: each token is the runner's draw with the sampler's next uniform
+// number, the one its own draw would have taken (the same seed gives the
+// same numbers), at the sampler's temperature, top-p and min-p. Whatever needs the logits
 // (log-probabilities, a filter, a penalty, a bias, a ban, a grammar, a temperature
 // the device's float32 would lose) draws on the host from Feed's logits.
 func TestLoopDrawsOnDevice(t *testing.T) {
@@ -79,8 +81,17 @@ func TestLoopDrawsOnDevice(t *testing.T) {
 	f, res = gen(GenerateOptions{Sampler: withMinP})
 	assert.Equal(t, us, f.us, "min-p: the same numbers")
 	assert.Equal(t, []float32{0.1, 0.1, 0.1, 0.1, 0.1, 0.1}, f.minPs, "min-p: drawn on the runner")
+	assert.Equal(t, make([]float32, 6), f.topPs)
 	assert.Equal(t, want, res.Tokens)
 	assert.Zero(t, f.feeds, "min-p: no logits read back")
+	withTopP := withMinP
+	withTopP.TopP = 0.9
+	f, res = gen(GenerateOptions{Sampler: withTopP})
+	assert.Equal(t, us, f.us, "top-p: the same numbers")
+	assert.Equal(t, []float32{0.9, 0.9, 0.9, 0.9, 0.9, 0.9}, f.topPs, "top-p: drawn on the runner")
+	assert.Equal(t, []float32{0.1, 0.1, 0.1, 0.1, 0.1, 0.1}, f.minPs, "top-p with min-p")
+	assert.Equal(t, want, res.Tokens)
+	assert.Zero(t, f.feeds, "top-p: no logits read back")
 
 	for _, tc := range []struct {
 		name string
@@ -88,8 +99,7 @@ func TestLoopDrawsOnDevice(t *testing.T) {
 	}{
 		{"log-probabilities", func(o *GenerateOptions) { o.LogProbs = true }},
 		{"top-k", func(o *GenerateOptions) { o.Sampler.TopK = 3 }},
-		{"top-p", func(o *GenerateOptions) { o.Sampler.TopP = 0.9 }},
-		{"min-p with top-p", func(o *GenerateOptions) { o.Sampler.MinP, o.Sampler.TopP = 0.1, 0.9 }},
+		{"top-k with top-p", func(o *GenerateOptions) { o.Sampler.TopK, o.Sampler.TopP = 40, 0.9 }},
 		{"repeat penalty", func(o *GenerateOptions) { o.Sampler.RepeatPenalty = 1.1 }},
 		{"presence penalty", func(o *GenerateOptions) { o.Sampler.PresencePenalty = 0.5 }},
 		{"logit bias", func(o *GenerateOptions) { o.Sampler.LogitBias = map[int32]float32{3: 1} }},
@@ -126,13 +136,13 @@ type countingDrawer struct {
 	draws, chains int
 }
 
-func (c *countingDrawer) FeedDraw(tokens []int32, temp, minP float32, u float64) (int32, error) {
+func (c *countingDrawer) FeedDraw(tokens []int32, d sched.Draw, u float64) (int32, error) {
 	c.draws++
-	return c.Runner.FeedDraw(tokens, temp, minP, u)
+	return c.Runner.FeedDraw(tokens, d, u)
 }
 
-func (c *countingDrawer) FeedDrawChain(token int32, n int, temp, minP float32, us []float64) ([]int32, error) {
-	ids, err := c.Runner.FeedDrawChain(token, n, temp, minP, us)
+func (c *countingDrawer) FeedDrawChain(token int32, n int, d sched.Draw, us []float64) ([]int32, error) {
+	ids, err := c.Runner.FeedDrawChain(token, n, d, us)
 	c.chains++
 	c.draws += len(ids)
 	return ids, err
@@ -190,44 +200,47 @@ func TestGenerateDrawsOnVulkan(t *testing.T) {
 	require.NoError(t, err)
 	us := ref.Peek(24)
 	check := open("1")
-	// checkDraws checks each draw of seqs at min-p minP against drawref on
-	// the logits of its own sequence.
-	checkDraws := func(minP float32, seqs ...Result) {
+	// checkDraws checks each draw of seqs with so's top-p and min-p
+	// against drawref on the logits of its own sequence.
+	checkDraws := func(so SamplerOptions, seqs ...Result) {
 		for _, seq := range seqs {
 			check.Reset()
 			feed, asked := prompt, 0
 			for i, id := range seq.Tokens {
 				logits, err := check.Feed(feed)
 				require.NoError(t, err)
-				want, margin := drawref.DrawMinP(logits, opts.Temperature, minP, float64(float32(us[i])))
+				want, margin := drawref.DrawFiltered(logits, opts.Temperature, so.TopP, so.MinP, float64(float32(us[i])))
 				if margin >= 1e-5 {
 					asked++
-					assert.Equal(t, int32(want), id, "min-p %g: draw %d", minP, i)
+					assert.Equal(t, int32(want), id, "top-p %g min-p %g: draw %d", so.TopP, so.MinP, i)
 				}
 				feed = []int32{id}
 			}
-			t.Logf("min-p %g: %d of %d draws asked", minP, asked, len(seq.Tokens))
+			t.Logf("top-p %g min-p %g: %d of %d draws asked", so.TopP, so.MinP, asked, len(seq.Tokens))
 		}
 	}
-	checkDraws(0, free, onHost)
+	checkDraws(opts, free, onHost)
 	if dev.Info().Type == vk.CPU {
 		assert.Equal(t, onHost.Tokens, free.Tokens, "lavapipe: the same tokens")
 	}
-	// With min-p 0.3 too: drawn on the device (chained and not), against
-	// drawref.DrawMinP and the host's draw (its kept tokens in id order).
-	withMinP := opts
-	withMinP.MinP = 0.3
-	before := one.draws
-	freeP := genWith(one, withMinP, GenerateOptions{EOS: -1, MaxTokens: 24})
-	assert.Equal(t, len(freeP.Tokens), one.draws-before, "min-p: every token drawn on the device")
-	hostP := genWith(one, withMinP, GenerateOptions{EOS: -1, MaxTokens: 24, LogProbs: true})
-	checkDraws(withMinP.MinP, freeP, hostP)
-	if dev.Info().Type == vk.CPU {
-		assert.Equal(t, hostP.Tokens, freeP.Tokens, "min-p, lavapipe: the same tokens")
+	// With min-p, top-p, and both: drawn on the device (chained and not),
+	// against drawref.DrawFiltered and the host's draw (its kept tokens in
+	// id order).
+	for _, f := range []struct{ topP, minP float32 }{{1, 0.3}, {0.8, 0}, {0.9, 0.05}} {
+		so := opts
+		so.TopP, so.MinP = f.topP, f.minP
+		before := one.draws
+		freeP := genWith(one, so, GenerateOptions{EOS: -1, MaxTokens: 24})
+		assert.Equal(t, len(freeP.Tokens), one.draws-before, "%+v: every token drawn on the device", f)
+		hostP := genWith(one, so, GenerateOptions{EOS: -1, MaxTokens: 24, LogProbs: true})
+		checkDraws(so, freeP, hostP)
+		if dev.Info().Type == vk.CPU {
+			assert.Equal(t, hostP.Tokens, freeP.Tokens, "%+v, lavapipe: the same tokens", f)
+		}
+		assert.NotEqual(t, free.Tokens, freeP.Tokens, "%+v moved a draw", f)
+		chainedP := genWith(five, so, GenerateOptions{EOS: -1, MaxTokens: 24})
+		assert.Equal(t, freeP.Tokens, chainedP.Tokens, "%+v: chained draws", f)
 	}
-	assert.NotEqual(t, free.Tokens, freeP.Tokens, "min-p moved a draw")
-	chainedP := genWith(five, withMinP, GenerateOptions{EOS: -1, MaxTokens: 24})
-	assert.Equal(t, freeP.Tokens, chainedP.Tokens, "min-p: chained draws")
 	five.draws, five.chains = 0, 0
 	greedy, err := Generate(context.Background(), one, m.Config.NVocab, prompt, GenerateOptions{EOS: -1, MaxTokens: 24, Sampler: DefaultSampler()})
 	require.NoError(t, err)
@@ -281,7 +294,7 @@ func (f *drawChainFake) FeedArgmaxChain(token int32, n int) ([]int32, error) {
 	return nil, errors.New("drawChainFake: no greedy chain")
 }
 
-func (f *drawChainFake) FeedDrawChain(token int32, n int, temp, minP float32, us []float64) ([]int32, error) {
+func (f *drawChainFake) FeedDrawChain(token int32, n int, d sched.Draw, us []float64) ([]int32, error) {
 	f.pos += n
 	f.chains = append(f.chains, append([]float64(nil), us[:n]...))
 	ids := make([]int32, n)

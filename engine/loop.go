@@ -383,9 +383,9 @@ type lpSampler struct {
 
 // Plain is the sampler's (sched.DeviceSampler), but never with
 // log-probabilities: those need the logits on the host.
-func (l *lpSampler) Plain() (float32, float32, bool) {
-	t, minP, ok := l.s.Plain()
-	return t, minP, ok && !l.logProbs
+func (l *lpSampler) Plain() (sched.Draw, bool) {
+	d, ok := l.s.Plain()
+	return d, ok && !l.logProbs
 }
 
 func (l *lpSampler) Uniform() float64     { return l.s.Uniform() }

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 
+	"github.com/modrun/modrun/engine/sched"
 	"github.com/modrun/modrun/mod"
 )
 
@@ -57,9 +58,9 @@ type DrawFeeder interface {
 	// last one's logits at temperature temp (above 0) with the uniform
 	// number u in [0, 1): the first id whose running sum of weights
 	// exp((l - max) / temp) passes u times their total (Sampler.drawAll),
-	// in the device's float32; with minP above 0, among the tokens at
-	// least minP times as likely as the best (min-p).
-	FeedDraw(tokens []int32, temp, minP float32, u float64) (int32, error)
+	// in the device's float32, over the tokens d's filters keep (top-p,
+	// min-p: Sampler.keep's, in id order); d.Temp above 0.
+	FeedDraw(tokens []int32, d sched.Draw, u float64) (int32, error)
 }
 
 // DrawChainer is a DrawFeeder that chains draws as a GreedyChainer chains
@@ -71,7 +72,7 @@ type DrawFeeder interface {
 // (sched.DeviceSampler.Peek), and serves a later row only where the row's
 // number is the one drawn with.
 type DrawChainer interface {
-	FeedDrawChain(token int32, n int, temp, minP float32, us []float64) ([]int32, error)
+	FeedDrawChain(token int32, n int, d sched.Draw, us []float64) ([]int32, error)
 }
 
 // Truncater is a Runner that can drop its last tokens: after Truncate(p) it

@@ -88,15 +88,14 @@ func (a *RunnerStepper) Forget() {
 	a.drawn = a.drawn[:0]
 }
 
-// drawKey is what a row's token is drawn with: a sampled row's
-// temperature, uniform number and min-p (sched.Row.Temp, U, MinP); zero
-// for the argmax.
+// drawKey is what a row's token is drawn with: a sampled row's draw
+// parameters and uniform number (sched.Row.Draw, U); zero for the argmax.
 type drawKey struct {
-	temp, minP float32
-	u          float64
+	d sched.Draw
+	u float64
 }
 
-func keyOf(r sched.Row) drawKey { return drawKey{r.Temp, r.MinP, r.U} }
+func keyOf(r sched.Row) drawKey { return drawKey{r.Draw, r.U} }
 
 // noBest marks a held token whose argmax the stepper does not know.
 const noBest = math.MinInt32
@@ -231,14 +230,14 @@ func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32,
 		// The scheduler took last.U; the sampler's next numbers are the
 		// next rows'.
 		us = append([]float64{last.U}, q.Sampler().(sched.DeviceSampler).Peek(n-1)...)
-		if ahead, err = a.dchain.FeedDrawChain(last.Token, n, last.Temp, last.MinP, us); err == nil {
+		if ahead, err = a.dchain.FeedDrawChain(last.Token, n, last.Draw, us); err == nil {
 			id = ahead[0]
 		}
 	case useArgmax && last.Argmax && last.Temp > 0:
 		if a.drawer == nil {
 			return nil, 0, nil, fmt.Errorf("engine: a draw at temperature %g on a runner that does not draw", last.Temp)
 		}
-		id, err = a.drawer.FeedDraw(tokens, last.Temp, last.MinP, last.U)
+		id, err = a.drawer.FeedDraw(tokens, last.Draw, last.U)
 	case useArgmax && last.Argmax && n > 1:
 		if ahead, err = a.chain.FeedArgmaxChain(last.Token, n); err == nil {
 			id = ahead[0]
@@ -282,7 +281,7 @@ func (a *RunnerStepper) run(rows []sched.Row, useArgmax bool) (logits []float32,
 			if us == nil {
 				return drawKey{}
 			}
-			return drawKey{last.Temp, last.MinP, us[i]}
+			return drawKey{last.Draw, us[i]}
 		}
 		a.drawn[len(a.drawn)-1] = key(0)
 		for i := 1; i < len(ahead); i++ { // the chain's tokens ahead of the sequence

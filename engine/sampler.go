@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	"github.com/modrun/modrun/engine/sched"
 	"github.com/modrun/modrun/internal/stats"
 )
 
@@ -182,20 +183,24 @@ func (s *Sampler) Sample(logits []float32) int32 {
 	return id
 }
 
-// Plain gives the temperature and min-p of s's draws when each is a
-// plain draw at them (sched.DeviceSampler): no top-k or top-p, no
-// penalty, bias, ban or constraint; min-p may be set (its kept tokens are
-// walked in id order, as the device's draw walks them). A step runner
-// may then draw on its device with a uniform number from Uniform
+// Plain gives the parameters of s's draws when each is a plain draw
+// (sched.DeviceSampler): a temperature, with top-p and min-p or not (the
+// kept tokens walked in id order, as the device's draw walks them); no
+// top-k, no penalty, bias, ban or constraint. A step runner may then
+// draw on its device with a uniform number from Uniform
 // (docs/sampling-cost.md). Temperatures outside [2^-20, 2^20] draw here:
 // the device's float32 weights would lose them (1/T overflowing, or every
 // weight rounding to 1).
-func (s *Sampler) Plain() (temp, minP float32, ok bool) {
+func (s *Sampler) Plain() (sched.Draw, bool) {
 	o := s.opts
 	t := o.Temperature
-	ok = t >= 1.0/(1<<20) && t <= 1<<20 && o.TopK == 0 && o.TopP >= 1 && !o.penalised() &&
+	ok := t >= 1.0/(1<<20) && t <= 1<<20 && o.TopK == 0 && !o.penalised() &&
 		len(o.LogitBias) == 0 && len(s.banned) == 0 && s.constraint == nil
-	return t, o.MinP, ok
+	d := sched.Draw{Temp: t, MinP: o.MinP}
+	if o.TopP < 1 {
+		d.TopP = o.TopP
+	}
+	return d, ok
 }
 
 // Uniform takes the uniform number in [0, 1) that s's next draw uses, as
@@ -383,11 +388,12 @@ func expNeg(x float64) float64 {
 // and the constraint's mask give -Inf: probability 0) in the order
 // largest logit first, the lower id first among equal logits. Top-k keeps
 // the first TopK of them; top-p the shortest prefix whose probability at
-// temperature 1 reaches TopP; min-p those at least MinP times as likely as
-// the best. The kept tokens come in id order where no top-k or top-p
-// moved them, else in the order those left (the same for the same
-// logits): the order of the walk, which changes which token a uniform
-// number picks, not the distribution.
+// temperature 1 reaches TopP, and every token whose logit equals the
+// last one's (so that which of equal tokens it keeps does not depend on
+// their ids); min-p those at least MinP times as likely as the best. The
+// kept tokens come in id order, the order of the walk (which changes
+// which token a uniform number picks, not the distribution): the order in
+// which a device draws them (docs/sampling-cost.md).
 //
 // None of this sorts the vocabulary: top-k is a heap of TopK, top-p a
 // selection by weight (pickCrossing). A stable sort of the candidates each
@@ -426,7 +432,15 @@ func (s *Sampler) keep(l []float32) ([]candidate, float64) {
 			c[i].w = expNeg(float64(c[i].l) - best)
 			z += c[i].w
 		}
-		c = c[:pickCrossing(c, float64(o.TopP)*z, true)+1]
+		at := pickCrossing(c, float64(o.TopP)*z, true)
+		t, n := c[at].l, at+1
+		for j := n; j < len(c); j++ { // the crossing's equals past it (c[:at] are better than it)
+			if c[j].l == t {
+				c[n], c[j] = c[j], c[n]
+				n++
+			}
+		}
+		c = c[:n]
 	}
 	if m := o.MinP; m > 0 {
 		floor := math.Log(float64(m)) // exp(l - best) >= MinP
@@ -438,6 +452,9 @@ func (s *Sampler) keep(l []float32) ([]candidate, float64) {
 			}
 		}
 		c = c[:n]
+	}
+	if o.TopK > 0 && o.TopK < len(l) || o.TopP < 1 { // they reordered the candidates
+		slices.SortFunc(c, func(a, b candidate) int { return int(a.id) - int(b.id) })
 	}
 	z, inv := 0.0, 1/float64(o.Temperature)
 	for i := range c {

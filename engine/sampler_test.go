@@ -13,9 +13,9 @@ import (
 )
 
 // referenceKeep is the filters' definition written plainly: every
-// candidate sorted (stable, largest logit first), then top-k, top-p and
-// min-p; the kept tokens in that order, with their weights at the
-// temperature, exp((l - best) / T).
+// candidate sorted (stable, largest logit first), then top-k, top-p (with
+// the tokens equal to its last) and min-p; the kept tokens in that order,
+// with their weights at the temperature, exp((l - best) / T).
 func referenceKeep(l []float32, o SamplerOptions) []candidate {
 	var c []candidate
 	for i, v := range l {
@@ -40,6 +40,9 @@ func referenceKeep(l []float32, o SamplerOptions) []candidate {
 		for i, x := range c {
 			cum += math.Exp(float64(x.l) - best)
 			if cum >= float64(o.TopP)*z {
+				for i+1 < len(c) && c[i+1].l == x.l {
+					i++
+				}
 				c = c[:i+1]
 				break
 			}
@@ -136,7 +139,8 @@ func TestSamplerMatchesReference(t *testing.T) {
 						wz += want[i].w
 					}
 					require.InEpsilon(t, wz, z, 1e-8, "%s: the weights' sum", what)
-					order := slices.Clone(kept) // the walk's order: keep's, the same for the same logits
+					order := slices.Clone(kept) // the walk's order: keep's, by id
+					require.True(t, slices.IsSortedFunc(order, byID), "%s: kept in id order", what)
 					for _, u := range us {
 						id := s.drawWith(l, func() float64 { return u })
 						wantID, cum := order[len(order)-1].id, 0.0

@@ -255,6 +255,7 @@ acceptance() {
   local tdec; tdec=$(jnum "$logs/bench-$small-q8_0-temp1.json" decode_tokens_per_s)
   local pdec; pdec=$(jnum "$logs/bench-$small-q8_0-temp1-top-p.json" decode_tokens_per_s)
   local mdec; mdec=$(jnum "$logs/bench-$small-q8_0-temp1-min-p.json" decode_tokens_per_s)
+  local kdec; kdec=$(jnum "$logs/bench-$small-q8_0-temp1-top-k.json" decode_tokens_per_s)
   # Where the temperature-1 rows drew (the row's sampled_on_device: a GPU
   # profile's head draws, lavapipe's own does not).
   local where="on the host"
@@ -306,8 +307,9 @@ acceptance() {
   row "42 (hand-off): 7B Q8_0 decode >= 375 (H200)" "$large Q8_0 decode, MODRUN_HANDOFF=1 (x$(awk -v a="$hdec7" -v b="$dec7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default; $(awk -v a="$hgb7" -v b="$probe7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.0f%%", 100 * a / b }') of the probe)" "$hdec7" "$(llama_ts "$ll" 0 128)" 'm >= 375'
   row "42 (chain): the default's 4 greedy steps a submission against 1" "$small Q8_0 decode, default / MODRUN_CHAIN=1 ($(awk -v r="$cdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$dec" "$cdec")" "" ''
   row "(sampled)" "$small Q8_0 decode at temperature 1, drawn $where / greedy ($(awk -v r="$tdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$tdec" "$dec")" "" ''
-  row "(sampled)" "$small Q8_0 decode at temperature 1, top-p 0.95, drawn on the host / greedy ($(awk -v r="$pdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$pdec" "$dec")" "" ''
+  row "(sampled)" "$small Q8_0 decode at temperature 1, top-p 0.95, drawn $where / greedy ($(awk -v r="$pdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$pdec" "$dec")" "" ''
   row "(sampled)" "$small Q8_0 decode at temperature 1, min-p 0.05, drawn $where / greedy ($(awk -v r="$mdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$mdec" "$dec")" "" ''
+  row "(sampled)" "$small Q8_0 decode at temperature 1, top-k 40, drawn on the host / greedy ($(awk -v r="$kdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$kdec" "$dec")" "" ''
   row "42 (hand-off): Q4_K_M decode >= Q8_0's" "$small Q4_K_M / Q8_0 decode, both MODRUN_HANDOFF=1" "$(ratio "$hdec4" "$hdec")" "" 'm >= 1'
   row "42: 5-token prompt at 7B: first token < 50 ms" "ms to the first token (default, one matvec pass; MODRUN_PROMPT_STEPS=8, five decode steps: $(awk -v r="$ttft8" 'BEGIN { if (r == "") print "-"; else printf "%.1f", 5000 / r }'); MODRUN_PROMPT_STEPS=1 MODRUN_VEC_ROWS=1, the split tiles: $(awk -v r="$ttftt" 'BEGIN { if (r == "") print "-"; else printf "%.1f", 5000 / r }'))" "$(awk -v r="$ttft" 'BEGIN { if (r != "") print 5000 / r }')" "" 'm < 50'
   row "43: 1.1B Q8_0 pp512 >= 41,000 (H200) and >= 1.5x" "$small Q8_0 prefill 512" "$pre" "$(llama_ts "$ld" 512 0)" 'm >= 41000 && m >= 1.5 * l'
@@ -427,15 +429,15 @@ if [ "$quick" = 1 ]; then
   MODRUN_CHAIN=1 bench_row "$small-q8_0-no-chain" -m "$m11" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0
   # The same decode sampled at temperature 1 (a server's default): each
   # token drawn on the device (argmax_wide's draw, docs/sampling-cost.md),
-  # chained as greedy steps are (and with min-p); and at top-p
-  # 0.95, which needs the logits on the host: each token's logits read
-  # back and drawn there (bench/results/cpu-sampler-2026-11-28.md). What
-  # each costs a token is its row against the first.
+  # chained as greedy steps are, and with top-p 0.95 or min-p 0.05 (the
+  # last workgroup finds top-p's cut and min-p's floor); and at top-k 40,
+  # which needs the logits on the host: each token's logits read back and
+  # drawn there (bench/results/cpu-sampler-2026-11-28.md). What each costs
+  # a token is its row against the first.
   bench_row "$small-q8_0-temp1" -m "$m11" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0 --temp 1
   bench_row "$small-q8_0-temp1-top-p" -m "$m11" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0 --temp 1 --top-p 0.95
-  # min-p 0.05 (llama.cpp's default filter): drawn on the device too, its
-  # floor found by the row's last workgroup (argmax_wide.comp).
   bench_row "$small-q8_0-temp1-min-p" -m "$m11" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0 --temp 1 --min-p 0.05
+  bench_row "$small-q8_0-temp1-top-k" -m "$m11" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0 --temp 1 --top-k 40
   llama_row "$small-q8_0" "$m11"
   # The tensor-core matmul: the default (hilo, f32's precision) above; the
   # f16-operand kernel and none, for what each costs, same file. Without

@@ -201,21 +201,23 @@ func TestArgmaxWideFallback(t *testing.T) {
 	assert.False(t, ok, "a CPU device's head is argmax already")
 }
 
-// TestArgmaxWideMinP: argmax_wide's draw with min-p (ArgmaxDraw.WithMinP)
-// against drawref.DrawMinP: rows of normal logits (sigma 3 and 1) at
-// min-p 0.05, 0.3 and 1 (only the best, and any token equal to it, kept:
-// a row with its largest value twice), beside a row drawn without min-p
-// and an argmax row in the same dispatch, over one workgroup's columns or
-// less, one more, 32,000 and 100,000 (runs of blocks an invocation); u at
-// the middle of a random wide kept interval, 0 (the first kept token) and
-// float32's largest below 1 (the last kept token: a u*z past the kept
-// total takes it, not the row's last column). Draws whose margin is
-// below drawMargin, or with a logit at the floor, are not asked.
-func TestArgmaxWideMinP(t *testing.T) {
+// TestArgmaxWideFilters: argmax_wide's draw with top-p
+// (ArgmaxDraw.WithTopP) and min-p (WithMinP), alone and together, against
+// drawref.DrawFiltered: rows of normal logits (sigma 3 and 1) at top-p
+// 0.9, 0.5 and 0.95 (the last with min-p 0.05), a row of ties (logits of 8
+// values: the cut's equals are all kept) at top-p 0.7, rows at min-p 0.05,
+// 0.3 and 1 (only the best, and its twin, kept), beside a plain draw and
+// an argmax row in the same dispatch, over one workgroup's columns or
+// less, one more, 32,000 and 100,000; u at the middle of a random wide
+// kept interval, 0 (the first kept token) and float32's largest below 1
+// (the last kept token: a u*z past the kept total takes it, not the
+// row's last column). Draws within float32's rounding of an interval's
+// end, of top-p's crossing or of min-p's floor are not asked.
+func TestArgmaxWideFilters(t *testing.T) {
 	dev := openDevice(t)
 	ks := denseKernels{dev: dev, v: lookup(t, "argmax_wide")}
-	rng := rand.New(rand.NewSource(11))
-	asked, skipped := 0, 0
+	rng := rand.New(rand.NewSource(13))
+	asked, skipped, moved := 0, 0, 0
 	for _, cols := range []int{7, 1023, 1025, 32000, 100000} {
 		spec := ArgmaxWideSpec
 		if cols == 100000 {
@@ -224,22 +226,27 @@ func TestArgmaxWideMinP(t *testing.T) {
 		k := ks.get(t, spec)
 		for mode := range 3 {
 			name := fmt.Sprintf("spec%v/%d/u%d", spec, cols, mode)
-			const n = 6
+			const n = 9
 			x := make([]float32, 0, n*cols)
 			draws := make([]ArgmaxDraw, n)
 			want := make([]uint32, n)
 			ask := make([]bool, n)
 			for r := range n {
 				row := denseNormals(rng, cols, 3)
-				temp, minP := []float32{0.7, 1, 1.5}[(r+mode)%3], []float32{0.05, 0.3, 1, 0.05, 0, 0}[r]
+				temp := []float32{0.7, 1, 1.5}[(r+mode)%3]
+				topP, minP := []float32{0.9, 0.5, 0.95, 0.7, 0, 0, 0, 0, 0}[r], []float32{0, 0, 0.05, 0, 0.05, 0.3, 1, 0, 0}[r]
 				switch r {
-				case 1:
+				case 1, 5:
 					row = denseNormals(rng, cols, 1)
-				case 2: // min-p 1 keeps the best, and its twin
+				case 3:
+					for j := range row {
+						row[j] = float32(rng.Intn(8)) / 2
+					}
+				case 6: // min-p 1 keeps the best, and its twin
 					a, b := rng.Intn(cols), rng.Intn(cols)
 					row[a], row[b] = 12, 12
 				}
-				w, z := drawref.WeightsMinP(row, temp, minP)
+				w, z := drawref.WeightsFiltered(row, temp, topP, minP)
 				var u float64
 				switch mode {
 				case 0:
@@ -253,33 +260,38 @@ func TestArgmaxWideMinP(t *testing.T) {
 				case 2:
 					u = float64(math.Nextafter32(1, 0))
 				}
-				draws[r] = DrawAt(temp, u).WithMinP(minP)
-				id, margin := drawref.DrawMinP(row, temp, minP, float64(draws[r].U))
+				draws[r] = DrawAt(temp, u).WithTopP(topP).WithMinP(minP)
+				id, margin := drawref.DrawFiltered(row, temp, topP, minP, float64(draws[r].U))
 				want[r], ask[r] = uint32(id), margin >= drawMargin
-				if r == 5 {
+				if plain, _ := drawref.Draw(row, temp, float64(draws[r].U)); plain != id {
+					moved++
+				}
+				if r == n-1 {
 					draws[r] = ArgmaxDraw{}
 					want[r], ask[r] = uint32(argmaxOf(row)), true
 				}
 				x = append(x, row...)
 			}
 			call := newArgmaxWideCall(t, dev, x, draws, cols, spec)
-			out, done := call.out, call.done
-			rec := dev.NewRecorder()
-			rec.Dispatch(k, vk.MustPackPush(ArgmaxPush{Cols: uint32(cols), N: n}), call.groups, call.binds...)
-			require.NoError(t, dev.Run(rec))
-			rec.Close()
-			got := downloadU32(t, out, n)
-			for r := range n {
-				if !ask[r] {
-					skipped++
-					continue
+			for i := range 2 {
+				rec := dev.NewRecorder()
+				rec.Dispatch(k, vk.MustPackPush(ArgmaxPush{Cols: uint32(cols), N: n}), call.groups, call.binds...)
+				require.NoError(t, dev.Run(rec))
+				rec.Close()
+				got := downloadU32(t, call.out, n)
+				for r := range n {
+					if !ask[r] {
+						skipped++
+						continue
+					}
+					asked++
+					assert.Equal(t, want[r], got[r], "%s run %d row %d: T %g top-p %g min-p %g u %.9g", name, i, r, draws[r].Temp, draws[r].TopP, draws[r].MinP, draws[r].U)
 				}
-				asked++
-				assert.Equal(t, want[r], got[r], "%s row %d: T %g min-p %g u %.9g", name, r, draws[r].Temp, draws[r].MinP, draws[r].U)
+				assert.Equal(t, make([]uint32, n), downloadU32(t, call.done, n), "%s run %d: done left at zero", name, i)
 			}
-			assert.Equal(t, make([]uint32, n), downloadU32(t, done, n), "%s: done left at zero", name)
 		}
 	}
-	t.Logf("%d draws asked, %d left with a margin under %g", asked, skipped, drawMargin)
+	t.Logf("%d draws asked, %d left with a margin under %g; the filters moved %d draws", asked, skipped, drawMargin, moved)
 	assert.Greater(t, asked, 2*skipped, "most draws asked")
+	assert.Positive(t, moved, "the filters moved draws")
 }

@@ -31,6 +31,15 @@
 // columns an invocation). A row with T = 0 is the argmax, bit for bit;
 // NONFINITE holds for both.
 //
+// Top-p (draw[r][4] = TopP in (0, 1); else none): the columns with
+// x_j >= t, t the largest logit whose columns and those above it hold
+// TopP of the row's probability at temperature 1 or more (engine.Sampler's
+// top-p, which keeps every column equal to its crossing). The last
+// workgroup finds t (topPCut: 8 ranges of the logits' order-preserving
+// bits a pass, 11 passes), each block having summed its weights at
+// temperature 1 too (part's fourth word), then draws as min-p does with
+// the columns under t weighing 0.
+//
 // Min-p (draw[r][2] = MinP above 0, draw[r][3] = ln(MinP) as the host
 // computes it; MinP 0: none): only the columns with
 // x_j - M >= ln(MinP) weigh, the rest weigh 0 (engine.Sampler's min-p,
@@ -54,9 +63,9 @@ layout(constant_id = 1) const uint PER = 4; // columns per invocation
 
 layout(std430, binding = 0) HANDOFF_COHERENT readonly buffer X { float x[]; }; // [n][cols]
 layout(std430, binding = 1) writeonly buffer Out { uint out_[]; }; // [n]
-layout(std430, binding = 2) coherent buffer Part { uint part[]; }; // [n][groups][3]: a winner's value bits and index, the sum's bits
+layout(std430, binding = 2) coherent buffer Part { uint part[]; }; // [n][groups][4]: a winner's value bits and index, the sums' bits (at T, at 1)
 layout(std430, binding = 3) coherent buffer Done { uint done[]; }; // [n] workgroups done, zero between dispatches
-layout(std430, binding = 4) readonly buffer Draw { float draw[]; }; // [n][4]: T (0: the argmax), u, MinP (0: none), ln(MinP)
+layout(std430, binding = 4) readonly buffer Draw { float draw[]; }; // [n][8]: T (0: the argmax), u, MinP (0: none), ln(MinP), TopP, unused
 
 const uint NONFINITE = 0xfffffffeu;
 const uint NONE = 0xffffffffu; // no column yet: loses every tie
@@ -70,6 +79,10 @@ shared uint pickB; // the draw's block
 shared float pickBefore; // the running sum before it
 shared uint pickC; // the draw's column
 shared uint rowLast, blkLast; // the row's and the block's last kept column, plus 1 (0: none yet)
+const uint RANGES = 8u; // topPCut's ranges a pass: 8 KB of shared memory at 256 invocations (16 would pass 16 KB with the rest)
+shared float hist[RANGES * gl_WorkGroupSize.x]; // topPCut: each invocation's mass in each range of keys
+shared uint selLo, selHi; // topPCut: the range of keys holding the cut
+shared float selAbove; // topPCut: the mass above selHi
 
 // beats says whether (v, i) wins over (bv, bi): NONFINITE beats
 // everything, NONE nothing; a tie goes to the lower index.
@@ -127,17 +140,102 @@ float scan(uint tid, float v) {
 // blockWeight is block b's sum of weights relative to the row's largest
 // logit M: its own sum, relative to its own largest, scaled; with min-p,
 // the sum of its kept weights the last workgroup wrote in the index word.
-float blockWeight(uint at, float M, float inv, bool minP) {
-	if (minP) {
-		return uintBitsToFloat(part[3u * at + 1u]);
+float blockWeight(uint at, float M, float inv, bool filtered) {
+	if (filtered) {
+		return uintBitsToFloat(part[4u * at + 1u]);
 	}
-	return uintBitsToFloat(part[3u * at + 2u]) * exp((uintBitsToFloat(part[3u * at]) - M) * inv);
+	return uintBitsToFloat(part[4u * at + 2u]) * exp((uintBitsToFloat(part[4u * at]) - M) * inv);
 }
 
-// weight is column value v's weight relative to M: 0 below the min-p
-// floor fl (-inf: none).
-float weight(float v, float M, float inv, float fl) {
-	return v - M >= fl ? exp((v - M) * inv) : 0.0;
+// kept says whether column value v is kept: at or above the min-p floor
+// fl (relative to M) and the top-p cut (-inf each: none).
+bool kept(float v, float M, float fl, float cut) { return v - M >= fl && v >= cut; }
+
+// weight is column value v's weight relative to M: 0 where not kept.
+float weight(float v, float M, float inv, float fl, float cut) {
+	return kept(v, M, fl, cut) ? exp((v - M) * inv) : 0.0;
+}
+
+// orderKey is v's bits ordered as floats are (-0 as +0: the host's
+// comparisons take them as equal); keyValue is its inverse.
+uint orderKey(float v) {
+	uint b = floatBitsToUint(v);
+	if (b == 0x80000000u) {
+		b = 0u;
+	}
+	return (b & 0x80000000u) != 0u ? ~b : b | 0x80000000u;
+}
+
+float keyValue(uint k) { return uintBitsToFloat((k & 0x80000000u) != 0u ? k & 0x7fffffffu : ~k); }
+
+// topPCut is the largest logit t of row base whose columns at or above it
+// weigh target or more at temperature 1 (weights exp(x - M)): the range
+// of keys (orderKey) that holds it, from all of them, cut into RANGES a pass,
+// the first range from the top whose running sum reaches target kept
+// (where rounding leaves none, the lowest with weight). Every invocation
+// returns it.
+float topPCut(uint tid, uint base, float M, float target) {
+	const uint WG = gl_WorkGroupSize.x;
+	if (tid == 0u) {
+		selLo = 0u;
+		selHi = orderKey(M);
+		selAbove = 0.0;
+	}
+	barrier();
+	for (uint pass = 0u; pass < 16u; pass++) { // 11 passes of 8 ranges reach one key
+		uint lo = selLo, hi = selHi;
+		if (lo == hi) {
+			break; // uniform: every invocation read the same after the barrier
+		}
+		uint step = (hi - lo) / RANGES + 1u; // range b holds the keys (hi - (b+1)*step, hi - b*step]
+		for (uint b = 0u; b < RANGES; b++) {
+			hist[b * WG + tid] = 0.0;
+		}
+		for (uint j = tid; j < p.cols; j += WG) {
+			float v = x[base + j];
+			uint k = orderKey(v);
+			if (k >= lo && k <= hi) {
+				hist[((hi - k) / step) * WG + tid] += exp(v - M);
+			}
+		}
+		barrier();
+		for (uint width = WG; width > 1u;) { // each range's sum over the invocations, a tree as total's
+			uint half_ = (width + 1u) / 2u, pairs = width - half_;
+			for (uint item = tid; item < RANGES * pairs; item += WG) {
+				uint b = item / pairs, i = item % pairs;
+				hist[b * WG + i] += hist[b * WG + i + half_];
+			}
+			width = half_;
+			barrier();
+		}
+		if (tid == 0u) {
+			float cum = selAbove, before = cum, beforeLast = cum;
+			uint pick = NONE, lastWeighed = NONE;
+			for (uint b = 0u; b < RANGES; b++) {
+				float m = hist[b * WG];
+				if (m > 0.0) {
+					lastWeighed = b;
+					beforeLast = cum;
+					if (cum + m >= target) {
+						pick = b;
+						before = cum;
+						break;
+					}
+				}
+				cum += m;
+			}
+			if (pick == NONE) {
+				pick = lastWeighed;
+				before = beforeLast;
+			}
+			uint top = hi - pick * step;
+			selHi = top;
+			selLo = top - lo < step - 1u ? lo : top - (step - 1u);
+			selAbove = before;
+		}
+		barrier();
+	}
+	return keyValue(selLo);
 }
 
 void main() {
@@ -151,11 +249,16 @@ void main() {
 		return; // a surplus workgroup of a 2D grid
 	}
 	uint base = r * p.cols;
-	float temp = draw[4u * r];
+	float temp = draw[8u * r];
 	bool drawRow = temp > 0.0; // the same for the whole row
 	float inv = drawRow ? 1.0 / temp : 0.0;
-	bool minP = drawRow && draw[4u * r + 2u] > 0.0;
-	float fl = minP ? draw[4u * r + 3u] : uintBitsToFloat(0xff800000u); // -inf: every finite column kept
+	float NEG_INF = uintBitsToFloat(0xff800000u);
+	bool minP = drawRow && draw[8u * r + 2u] > 0.0;
+	float fl = minP ? draw[8u * r + 3u] : NEG_INF; // -inf: every finite column kept
+	float tp = draw[8u * r + 4u];
+	bool topP = drawRow && tp > 0.0 && tp < 1.0;
+	bool filtered = minP || topP;
+	float cut = NEG_INF; // top-p's, found by the last workgroup
 	float bv = 0.0;
 	uint bi = NONE;
 	for (uint k = 0u; k < PER; k++) {
@@ -173,22 +276,27 @@ void main() {
 	fold(tid, bv, bi);
 	float mb = bestV[0];
 	uint ib = bestI[0];
-	float sb = 0.0;
+	float sb = 0.0, s1 = 0.0;
 	if (drawRow && ib != NONFINITE) { // the block's sum of weights, relative to mb
-		float acc = 0.0;
+		float acc = 0.0, acc1 = 0.0;
 		for (uint k = 0u; k < PER; k++) {
 			uint j = s * span + k * WG + tid;
 			if (j < p.cols) {
 				acc += exp((x[base + j] - mb) * inv);
+				acc1 += exp(x[base + j] - mb);
 			}
 		}
 		sb = total(tid, acc);
+		if (topP) { // uniform: the row's
+			s1 = total(tid, acc1);
+		}
 	}
-	uint at = 3u * (r * groups + s);
+	uint at = 4u * (r * groups + s);
 	if (tid == 0u) {
 		part[at] = floatBitsToUint(mb);
 		part[at + 1u] = ib;
 		part[at + 2u] = floatBitsToUint(sb);
+		part[at + 3u] = floatBitsToUint(s1);
 	}
 	memoryBarrierBuffer();
 	barrier(); // the part write precedes the atomic
@@ -203,8 +311,8 @@ void main() {
 	bv = 0.0;
 	bi = NONE;
 	for (uint t = tid; t < groups; t += WG) {
-		float v = uintBitsToFloat(part[3u * (r * groups + t)]);
-		uint i = part[3u * (r * groups + t) + 1u];
+		float v = uintBitsToFloat(part[4u * (r * groups + t)]);
+		uint i = part[4u * (r * groups + t) + 1u];
 		if (beats(v, i, bv, bi)) {
 			bv = v;
 			bi = i;
@@ -220,23 +328,33 @@ void main() {
 		}
 		return;
 	}
-	if (minP) {
+	if (topP) {
+		// The row's weight at temperature 1, from the blocks' own sums.
+		uint per1 = (groups + WG - 1u) / WG;
+		float z1 = 0.0;
+		for (uint b = min(groups, tid * per1); b < min(groups, tid * per1 + per1); b++) {
+			uint at1 = 4u * (r * groups + b);
+			z1 += uintBitsToFloat(part[at1 + 3u]) * exp(uintBitsToFloat(part[at1]) - M);
+		}
+		cut = topPCut(tid, base, M, tp * total(tid, z1));
+	}
+	if (filtered) {
 		// Each block's kept weights relative to M, summed again (the blocks'
-		// own sums could not know the floor), into part's index word.
+		// own sums could not know the floor or the cut), into part's index word.
 		if (tid == 0u) {
-			rowLast = best + 1u; // the argmax is kept (M - M = 0 >= fl for MinP <= 1)
+			rowLast = best + 1u; // the argmax is kept (M - M = 0 >= fl for MinP <= 1; M >= cut)
 		}
 		uint keptLast = 0u;
 		for (uint b = 0u; b < groups; b++) { // uniform: part's maxima are the same for every invocation
-			uint pat = 3u * (r * groups + b);
+			uint pat = 4u * (r * groups + b);
 			float w = 0.0;
-			if (uintBitsToFloat(part[pat]) - M >= fl) {
+			if (kept(uintBitsToFloat(part[pat]), M, fl, cut)) { // the block's largest
 				uint j0 = b * span + tid * PER;
 				float acc = 0.0;
 				for (uint k = 0u; k < PER; k++) {
 					if (j0 + k < p.cols) {
 						float v = x[base + j0 + k];
-						if (v - M >= fl) {
+						if (kept(v, M, fl, cut)) {
 							acc += exp((v - M) * inv);
 							keptLast = j0 + k + 1u;
 						}
@@ -261,7 +379,7 @@ void main() {
 	uint b0 = min(groups, tid * per), b1 = min(groups, b0 + per);
 	float c = 0.0;
 	for (uint b = b0; b < b1; b++) {
-		c += blockWeight(r * groups + b, M, inv, minP);
+		c += blockWeight(r * groups + b, M, inv, filtered);
 	}
 	if (tid == 0u) {
 		pickT = NONE;
@@ -270,14 +388,14 @@ void main() {
 	}
 	float incl = scan(tid, c);
 	float excl = tid > 0u ? sums[tid - 1u] : 0.0;
-	float target = draw[4u * r + 1u] * sums[WG - 1u];
+	float target = draw[8u * r + 1u] * sums[WG - 1u];
 	if (c > 0.0 && target < incl) {
 		atomicMin(pickT, tid);
 	}
 	barrier();
 	if (pickT == NONE) { // rounding left u*z at the total: the last (kept) column, as the host
 		if (tid == 0u) {
-			out_[r] = minP ? rowLast - 1u : p.cols - 1u;
+			out_[r] = filtered ? rowLast - 1u : p.cols - 1u;
 			done[r] = 0u;
 		}
 		return;
@@ -286,7 +404,7 @@ void main() {
 		float cum = excl, before = excl;
 		uint pick = b1 - 1u;
 		for (uint b = b0; b < b1; b++) {
-			float w = blockWeight(r * groups + b, M, inv, minP);
+			float w = blockWeight(r * groups + b, M, inv, filtered);
 			if (w > 0.0) {
 				before = cum;
 				pick = b;
@@ -310,8 +428,8 @@ void main() {
 	for (uint k = 0u; k < PER; k++) {
 		if (j0 + k < p.cols) {
 			float v = x[base + j0 + k];
-			acc += weight(v, M, inv, fl);
-			if (v - M >= fl) {
+			acc += weight(v, M, inv, fl, cut);
+			if (kept(v, M, fl, cut)) {
 				keptLast = j0 + k + 1u;
 			}
 		}
@@ -327,7 +445,7 @@ void main() {
 		float cum = excl;
 		uint col = min(p.cols, j0 + PER) - 1u;
 		for (uint k = 0u; k < PER && j0 + k < p.cols; k++) {
-			float w = weight(x[base + j0 + k], M, inv, fl);
+			float w = weight(x[base + j0 + k], M, inv, fl, cut);
 			cum += w;
 			if (w > 0.0) {
 				col = j0 + k;

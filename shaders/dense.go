@@ -80,25 +80,28 @@ func ArgmaxWideGroups(n, cols uint32, spec []uint32) [3]uint32 {
 }
 
 // ArgmaxWidePartWords is the size of argmax_wide's part scratch, in u32
-// words, for n rows of cols: three a workgroup (its winner's value and
-// index, its sum of weights for a draw).
+// words, for n rows of cols: four a workgroup (its winner's value and
+// index, its sums of weights for a draw, at the draw's temperature and at
+// 1 for top-p).
 func ArgmaxWidePartWords(n, cols uint32, spec []uint32) uint64 {
-	return 3 * uint64(n) * uint64(argmaxWideGroupsPerRow(cols, spec))
+	return 4 * uint64(n) * uint64(argmaxWideGroupsPerRow(cols, spec))
 }
 
 // ArgmaxDraw is a row's draw parameters for argmax_wide (its draw
-// binding, [n][4] f32, ArgmaxDrawBytesPer bytes a row): Temp 0 is the
+// binding, [n][8] f32, ArgmaxDrawBytesPer bytes a row): Temp 0 is the
 // argmax; above 0 the token is drawn at that temperature with U, a
-// uniform number in [0, 1] (docs/sampling-cost.md), among the tokens at
+// uniform number in [0, 1] (docs/sampling-cost.md), among the tokens of
+// top-p TopP where it is in (0, 1) (the most likely up to that
+// probability at temperature 1, and those equal to the last), and at
 // least MinP times as likely as the best where MinP is above 0 (min-p:
 // LnMinP is its natural log, as the host computes it). The zero value
 // is the argmax.
 type ArgmaxDraw struct {
-	Temp, U, MinP, LnMinP float32
+	Temp, U, MinP, LnMinP, TopP float32
 }
 
 // ArgmaxDrawBytesPer is the size of a row's draw parameters.
-const ArgmaxDrawBytesPer = 16
+const ArgmaxDrawBytesPer = 32
 
 // DrawAt is the draw at temperature temp with the uniform number u, a
 // float64 in [0, 1) from the host's generator: u in float32, kept below 1
@@ -117,11 +120,21 @@ func (d ArgmaxDraw) WithMinP(minP float32) ArgmaxDraw {
 	return d
 }
 
+// WithTopP is d keeping only top-p's tokens, topP in (0, 1); 0 or 1 keeps
+// every token.
+func (d ArgmaxDraw) WithTopP(topP float32) ArgmaxDraw {
+	d.TopP = 0
+	if topP > 0 && topP < 1 {
+		d.TopP = topP
+	}
+	return d
+}
+
 // ArgmaxDrawBytes packs rows' draw parameters for the draw binding.
 func ArgmaxDrawBytes(d []ArgmaxDraw) []byte {
 	b := make([]byte, ArgmaxDrawBytesPer*len(d))
 	for i, x := range d {
-		for j, f := range []float32{x.Temp, x.U, x.MinP, x.LnMinP} {
+		for j, f := range []float32{x.Temp, x.U, x.MinP, x.LnMinP, x.TopP} {
 			binary.LittleEndian.PutUint32(b[ArgmaxDrawBytesPer*i+4*j:], math.Float32bits(f))
 		}
 	}
@@ -263,7 +276,7 @@ var argmaxWide = Variant{
 		{"out", Write, "[n] u32"},
 		{"part", ReadWrite, "[n][groups][3] u32 scratch: each workgroup's winner (value bits, index) and sum of weights (bits)"},
 		{"done", ReadWrite, "[n] u32 scratch, zero before and after"},
-		{"draw", Read, "[n][4] f32: each row's temperature (0: the argmax), uniform number and min-p (ArgmaxDraw)"},
+		{"draw", Read, "[n][8] f32: each row's temperature (0: the argmax), uniform number, min-p and top-p (ArgmaxDraw)"},
 	},
 	Push: ArgmaxPush{}, LocalSize: [3]uint32{256, 1, 1}, LocalSizeSpec: true, Spec: ArgmaxWideSpec,
 	Notes: "argmax with a row over many workgroups, the last merging (GPUs), or a draw at a row's temperature; Spec [workgroup size, columns per invocation]; " +

@@ -120,7 +120,7 @@ func (s *Scheduler) stepChain(rows []Row, counts map[*Seq][]int, n int) {
 			if q.done {
 				continue
 			}
-			row := Row{Seq: q, Pos: r.Pos + st, Token: q.tokens[r.Pos+st], Logits: true, Argmax: true, Temp: r.Temp, MinP: r.MinP}
+			row := Row{Seq: q, Pos: r.Pos + st, Token: q.tokens[r.Pos+st], Logits: true, Argmax: true, Draw: r.Draw}
 			var rt [][]mod.Route
 			if routes != nil {
 				rt = routes[st][i : i+1]

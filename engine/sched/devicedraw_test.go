@@ -59,7 +59,7 @@ func newUSampler(nv int, plain bool, seed uint64) *uSampler {
 	return &uSampler{nv: nv, plain: plain, src: src, rng: rand.New(src)}
 }
 
-func (s *uSampler) Plain() (float32, float32, bool) { return 0.9, 0, s.plain }
+func (s *uSampler) Plain() (Draw, bool) { return Draw{Temp: 0.9}, s.plain }
 
 func (s *uSampler) Uniform() float64 {
 	u := s.rng.Float64()

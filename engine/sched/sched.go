@@ -27,16 +27,24 @@ type Row struct {
 	// Argmax (with Logits, for an ArgmaxRunner only): the logits serve
 	// only a greedy draw, so the runner gives their argmax instead of them.
 	Argmax bool
-	// Temp and U (with Argmax, for a DrawRunner only): the runner draws
-	// the token at temperature Temp (above 0) with the uniform number U
-	// in [0, 1) instead (DeviceSampler), as engine.Sampler draws without
-	// filters: the first token whose running sum of weights
-	// exp((l - max) / Temp), in id order, passes U times their total.
-	// MinP above 0 keeps only the tokens at least MinP times as likely as
-	// the best (min-p; the others weigh 0).
-	Temp float32
-	U    float64
-	MinP float32
+	// Draw and U (with Argmax, for a DrawRunner only): the runner draws
+	// the token at temperature Draw.Temp (above 0) with the uniform number
+	// U in [0, 1) instead (DeviceSampler), as engine.Sampler draws: the
+	// first token whose running sum of weights exp((l - max) / Temp), in
+	// id order over the tokens Draw's filters keep, passes U times their
+	// total.
+	Draw
+	U float64
+}
+
+// Draw is a draw's parameters on a DrawRunner: the temperature, and the
+// filters a device applies (engine.Sampler's): top-p TopP in (0, 1) (the
+// most likely tokens up to that probability at temperature 1, and those
+// equal to the last) and min-p MinP above 0 (the tokens at least MinP
+// times as likely as the best); each else none. The zero value is the
+// argmax.
+type Draw struct {
+	Temp, TopP, MinP float32
 }
 
 // StepRunner runs one forward pass over a step's rows on some backend: the
@@ -85,11 +93,11 @@ type DrawRunner interface {
 // number the sampler hands out before the step.
 type DeviceSampler interface {
 	Sampler
-	// Plain gives the temperature and min-p (0: none) of the sampler's
-	// draws when each is plain: no filter but min-p, no penalty, bias,
-	// ban or constraint, nothing that reads the logits but the draw itself
-	// (ok false otherwise). It does not change for a sequence.
-	Plain() (temp, minP float32, ok bool)
+	// Plain gives the parameters of the sampler's draws when each is
+	// plain: no filter but top-p and min-p, no penalty, bias, ban or
+	// constraint, nothing that reads the logits but the draw itself (ok
+	// false otherwise). It does not change for a sequence.
+	Plain() (d Draw, ok bool)
 	// Uniform takes the uniform number in [0, 1) the next draw uses, as
 	// Sample would have taken it.
 	Uniform() float64
@@ -553,7 +561,7 @@ func (s *Scheduler) onRunner(q *Seq) bool {
 	if !ok || !s.drawer {
 		return false
 	}
-	_, _, plain := ds.Plain()
+	_, plain := ds.Plain()
 	return plain
 }
 
@@ -563,12 +571,12 @@ func (s *Scheduler) onRunner(q *Seq) bool {
 func (s *Scheduler) uniforms(rows []Row) {
 	for i := range rows {
 		r := &rows[i]
-		r.Temp, r.U, r.MinP = 0, 0, 0
+		r.Draw, r.U = Draw{}, 0
 		if !r.Argmax || r.Seq.req.Sampler == nil {
 			continue
 		}
 		ds := r.Seq.req.Sampler.(DeviceSampler) // onRunner
-		r.Temp, r.MinP, _ = ds.Plain()
+		r.Draw, _ = ds.Plain()
 		r.U = ds.Uniform()
 	}
 }

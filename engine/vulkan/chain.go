@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/modrun/modrun/engine/sched"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/vk"
@@ -189,11 +190,11 @@ func (r *Runner) recordChain(n int) (*vk.Recorder, error) {
 	return rec, nil
 }
 
-// FeedDrawChain is FeedArgmaxChain with each token drawn at temperature
-// temp and min-p minP with the uniform numbers us, one a step (FeedDraw's
-// draw: ids[i] with us[i]; len(us) >= n): a plain sampled sequence's next
-// tokens, the numbers its sampler will take for them (engine.Sampler.Peek).
-func (r *Runner) FeedDrawChain(token int32, n int, temp, minP float32, us []float64) ([]int32, error) {
+// FeedDrawChain is FeedArgmaxChain with each token drawn as d says with
+// the uniform numbers us, one a step (FeedDraw's draw: ids[i] with us[i];
+// len(us) >= n): a plain sampled sequence's next tokens, the numbers its
+// sampler will take for them (engine.Sampler.Peek).
+func (r *Runner) FeedDrawChain(token int32, n int, d sched.Draw, us []float64) ([]int32, error) {
 	if !r.DrawsOnDevice() {
 		return nil, fmt.Errorf("vulkan: FeedDrawChain: the head's %s does not draw", r.headArgmax())
 	}
@@ -202,10 +203,10 @@ func (r *Runner) FeedDrawChain(token int32, n int, temp, minP float32, us []floa
 	}
 	draws := make([]shaders.ArgmaxDraw, n)
 	for i := range draws {
-		if err := checkDraw(temp, minP, us[i]); err != nil {
+		if err := checkDraw(d, us[i]); err != nil {
 			return nil, fmt.Errorf("vulkan: FeedDrawChain: %w", err)
 		}
-		draws[i] = shaders.DrawAt(temp, us[i]).WithMinP(minP)
+		draws[i] = argmaxDraw(d, us[i])
 	}
 	return r.runChain(token, n, draws)
 }
@@ -242,7 +243,7 @@ func (r *Runner) runChain(token int32, n int, draws []shaders.ArgmaxDraw) ([]int
 		if draws == nil {
 			id, err = r.FeedArgmax([]int32{token})
 		} else {
-			id, err = r.FeedDraw([]int32{token}, draws[0].Temp, draws[0].MinP, float64(draws[0].U))
+			id, err = r.FeedDraw([]int32{token}, sched.Draw{Temp: draws[0].Temp, TopP: draws[0].TopP, MinP: draws[0].MinP}, float64(draws[0].U))
 		}
 		if err != nil {
 			return nil, err

@@ -23,8 +23,8 @@ const drawMarginVK = 1e-5
 // wideMiddle is the uniform number at the middle of the interval of a
 // token drawn at random among those with a weight of 1e-3 of the total or
 // more (the largest always has: the test model has 512).
-func wideMiddle(rng *rand.Rand, logits []float32, temp, minP float32) float64 {
-	w, z := drawref.WeightsMinP(logits, temp, minP)
+func wideMiddle(rng *rand.Rand, logits []float32, d sched.Draw) float64 {
+	w, z := drawref.WeightsFiltered(logits, d.Temp, d.TopP, d.MinP)
 	var wide []int
 	for j, x := range w {
 		if x/z >= 1e-3 {
@@ -37,12 +37,13 @@ func wideMiddle(rng *rand.Rand, logits []float32, temp, minP float32) float64 {
 // TestFeedDraw: FeedDraw's token is the draw of the logits Feed returns
 // for the same sequence (a twin runner fed the same tokens: the same
 // kernels, the same logits) at temperatures 0.5, 1 and 1.5, for the
-// prompt's prefill and the decode steps after it, with min-p 0, 0.05 and
-// 0.2, u at the middle of a likely token's interval (always asked) or at
+// prompt's prefill and the decode steps after it, unfiltered, at min-p
+// 0.05, top-p 0.9, and top-p 0.7 with min-p 0.2, u at the middle of a
+// likely token's interval (always asked) or at
 // random (asked where its margin allows); after the draws FeedArgmax and a greedy chain give the
 // argmax again (the draw parameters are back at temperature 0). A chain
 // of draws (FeedDrawChain) draws each step with its own number, as FeedDraw
-// does (with min-p too), and a greedy chain after it gives argmaxes again.
+// does (with min-p and top-p too), and a greedy chain after it gives argmaxes again.
 // A min-p outside [0, 1) is refused by name. Under
 // each of deviceProfiles: a GPU's head (argmax_wide) draws, lavapipe's
 // argmax does not, and FeedDraw says so.
@@ -60,14 +61,14 @@ func TestFeedDraw(t *testing.T) {
 			feed, draw := open(), open()
 			if head := pc.prof.Head(); head[len(head)-1].Variant != "argmax_wide" {
 				require.False(t, draw.DrawsOnDevice())
-				_, err := draw.FeedDraw([]int32{1}, 1, 0, 0.5)
+				_, err := draw.FeedDraw([]int32{1}, sched.Draw{Temp: 1}, 0.5)
 				require.ErrorContains(t, err, "does not draw")
 				return
 			}
 			require.True(t, draw.DrawsOnDevice())
-			_, err := draw.FeedDraw([]int32{1}, 0, 0, 0.5)
+			_, err := draw.FeedDraw([]int32{1}, sched.Draw{}, 0.5)
 			require.ErrorContains(t, err, "temperature 0 must be above 0")
-			_, err = draw.FeedDraw([]int32{1}, 1, 1, 0.5)
+			_, err = draw.FeedDraw([]int32{1}, sched.Draw{Temp: 1, MinP: 1}, 0.5)
 			require.ErrorContains(t, err, "min-p 1 in [0, 1)")
 			draw.Reset()
 			rng := rand.New(rand.NewPCG(5, 6))
@@ -76,20 +77,21 @@ func TestFeedDraw(t *testing.T) {
 			for step := range 18 {
 				logits, err := feed.Feed(tokens)
 				require.NoError(t, err)
-				temp, minP := []float32{0.5, 1, 1.5}[step%3], []float32{0, 0.05, 0.2}[step/3%3]
+				d := []sched.Draw{{}, {MinP: 0.05}, {TopP: 0.9}, {TopP: 0.7, MinP: 0.2}}[step/3%4]
+				d.Temp = []float32{0.5, 1, 1.5}[step%3]
 				u := rng.Float64()
 				if step%2 == 0 {
-					u = wideMiddle(rng, logits, temp, minP)
+					u = wideMiddle(rng, logits, d)
 				}
-				id, err := draw.FeedDraw(tokens, temp, minP, u)
+				id, err := draw.FeedDraw(tokens, d, u)
 				require.NoError(t, err)
-				want, margin := drawref.DrawMinP(logits, temp, minP, float64(float32(u)))
+				want, margin := drawref.DrawFiltered(logits, d.Temp, d.TopP, d.MinP, float64(float32(u)))
 				if step%2 == 0 {
 					require.GreaterOrEqual(t, margin, drawMarginVK, "step %d: u at the middle of an interval", step)
 				}
 				if margin >= drawMarginVK {
 					asked++
-					require.Equal(t, int32(want), id, "step %d: T %g min-p %g u %.9g", step, temp, minP, u)
+					require.Equal(t, int32(want), id, "step %d: %+v u %.9g", step, d, u)
 				}
 				tokens = []int32{id}
 			}
@@ -112,7 +114,7 @@ func TestFeedDraw(t *testing.T) {
 			}
 			greedyChain("after draws")
 			filtered := 0
-			for round := range 3 { // a chain of draws: each step with its own number
+			for round := range 4 { // a chain of draws: each step with its own number
 				us := make([]float64, n)
 				for i := range us {
 					us[i] = rng.Float64()
@@ -120,14 +122,14 @@ func TestFeedDraw(t *testing.T) {
 						us[i] = 0.99 + 0.009*rng.Float64()
 					}
 				}
-				minP := []float32{0, 0, 0.1}[round] // with min-p, the tail is the last kept tokens'
-				ids, err := draw.FeedDrawChain(best, n, 1, minP, us)
+				d := []sched.Draw{{Temp: 1}, {Temp: 1}, {Temp: 1, MinP: 0.1}, {Temp: 1, TopP: 0.8}}[round] // filtered, the tail is the last kept tokens'
+				ids, err := draw.FeedDrawChain(best, n, d, us)
 				require.NoError(t, err)
 				require.Len(t, ids, n)
 				for i, id := range ids {
 					logits, err := feed.Feed([]int32{best})
 					require.NoError(t, err)
-					want, margin := drawref.DrawMinP(logits, 1, minP, float64(float32(us[i])))
+					want, margin := drawref.DrawFiltered(logits, 1, d.TopP, d.MinP, float64(float32(us[i])))
 					if plain, _ := drawref.Draw(logits, 1, float64(float32(us[i]))); plain != want {
 						filtered++
 					}
@@ -139,18 +141,17 @@ func TestFeedDraw(t *testing.T) {
 				}
 			}
 			greedyChain("after a chain of draws")
-			require.Positive(t, filtered, "min-p moved a tail draw")
-			t.Logf("%d of %d draws asked", asked, 18+3*n)
+			require.Positive(t, filtered, "min-p or top-p moved a tail draw")
+			t.Logf("%d of %d draws asked", asked, 18+4*n)
 		})
 	}
 }
 
-// recSampler draws at temp and minP, with the uniform numbers of its own
+// recSampler draws as d says, with the uniform numbers of its own
 // generator, on the device (sched.DeviceSampler) or here (Sample, with
-// drawref.DrawMinP), and records each number and token.
+// drawref.DrawFiltered), and records each number and token.
 type recSampler struct {
-	temp  float32
-	minP  float32
+	d     sched.Draw
 	rng   *rand.Rand
 	src   *rand.PCG // rng's
 	us    []float64
@@ -158,7 +159,7 @@ type recSampler struct {
 	hosts int // draws made here
 }
 
-func (r *recSampler) Plain() (float32, float32, bool) { return r.temp, r.minP, true }
+func (r *recSampler) Plain() (sched.Draw, bool) { return r.d, true }
 
 func (r *recSampler) Uniform() float64 {
 	u := r.rng.Float64()
@@ -171,7 +172,7 @@ func (r *recSampler) Peek(n int) []float64 { return stats.Ahead(r.src, n) }
 func (r *recSampler) Drawn(id int32) { r.ids = append(r.ids, id) }
 
 func (r *recSampler) Sample(logits []float32) int32 {
-	id, _ := drawref.DrawMinP(logits, r.temp, r.minP, r.Uniform())
+	id, _ := drawref.DrawFiltered(logits, r.d.Temp, r.d.TopP, r.d.MinP, r.Uniform())
 	r.hosts++
 	r.Drawn(int32(id))
 	return int32(id)
@@ -185,7 +186,8 @@ func (r *recSampler) Sample(logits []float32) int32 {
 // the logits the sequence's solo run gives when fed the same tokens,
 // where its margin is above what the batched kernels' rounding can move
 // (stepTolVK of the largest logit, over the temperature), one with
-// min-p 0.1 (asked where no logit is within that rounding of its floor);
+// min-p 0.1 (asked where no logit is within that rounding of its floor),
+// one with top-p 0.6 (asked where its crossing is not within it either);
 // greedy sequences give their solo run's tokens. Each uniform number is taken
 // once, before its step, and each token drawn is handed to the sampler.
 // Under each of deviceProfiles: lavapipe's own head does not draw, so the
@@ -215,7 +217,7 @@ func TestVulkanStepDraws(t *testing.T) {
 				var rs *recSampler
 				if i%3 == 0 {
 					src := rand.NewPCG(uint64(i), 1)
-					rs = &recSampler{temp: []float32{0.7, 1, 1.3}[i/3], minP: []float32{0, 0.1, 0}[i/3], rng: rand.New(src), src: src}
+					rs = &recSampler{d: []sched.Draw{{Temp: 0.7}, {Temp: 1, MinP: 0.1}, {Temp: 1.3, TopP: 0.6}}[i/3], rng: rand.New(src), src: src}
 					req.Sampler = rs
 				}
 				q, err := s.Add(req)
@@ -255,18 +257,22 @@ func TestVulkanStepDraws(t *testing.T) {
 					for _, l := range logits {
 						big, best = max(big, math.Abs(float64(l))), max(best, float64(l))
 					}
-					want, margin := drawref.DrawMinP(logits, rs.temp, rs.minP, float64(float32(rs.us[j])))
-					if rs.minP > 0 {
+					d := rs.d
+					want, margin := drawref.DrawFiltered(logits, d.Temp, d.TopP, d.MinP, float64(float32(rs.us[j])))
+					if d.MinP > 0 {
 						for _, l := range logits {
-							if math.Abs(float64(l)-best-math.Log(float64(rs.minP))) < 4*stepTolVK*big {
+							if math.Abs(float64(l)-best-math.Log(float64(d.MinP))) < 4*stepTolVK*big {
 								margin = 0 // the batched logits may put it either side of the floor
 							}
 						}
 					}
+					if d.TopP > 0 && drawref.TopPMargin(logits, d.TopP) < 4*stepTolVK*big {
+						margin = 0 // the batched logits' weights may cross at another logit
+					}
 					draws++
-					if margin >= drawMarginVK+4*stepTolVK*big/float64(rs.temp) {
+					if margin >= drawMarginVK+4*stepTolVK*big/float64(rs.d.Temp) {
 						asked++
-						assert.Equal(t, int32(want), id, "seq %d draw %d: T %g u %.9g margin %.3g", i, j, rs.temp, rs.us[j], margin)
+						assert.Equal(t, int32(want), id, "seq %d draw %d: T %g u %.9g margin %.3g", i, j, rs.d.Temp, rs.us[j], margin)
 					}
 					feed = []int32{id}
 				}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/modrun/modrun/engine/sched"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/shaders"
 	"github.com/modrun/modrun/vk"
@@ -206,18 +207,17 @@ func (r *Runner) headArgmax() string {
 
 // FeedDraw is FeedArgmax with the last token's successor drawn at
 // temperature temp (above 0) with the uniform number u in [0, 1) on the
-// device: argmax_wide's draw, engine.Sampler's draw without filters in
-// float32 (docs/sampling-cost.md), or with min-p where minP is above 0
-// (in [0, 1): 0 is none). 4 bytes come back, not the logits. Only where
-// DrawsOnDevice.
-func (r *Runner) FeedDraw(tokens []int32, temp, minP float32, u float64) (int32, error) {
+// device: argmax_wide's draw, engine.Sampler's draw in float32 with d's
+// filters (top-p, min-p; docs/sampling-cost.md). 4 bytes come back, not
+// the logits. Only where DrawsOnDevice.
+func (r *Runner) FeedDraw(tokens []int32, d sched.Draw, u float64) (int32, error) {
 	if !r.DrawsOnDevice() {
 		return 0, fmt.Errorf("vulkan: FeedDraw: the head's %s does not draw", r.headArgmax())
 	}
-	if err := checkDraw(temp, minP, u); err != nil {
+	if err := checkDraw(d, u); err != nil {
 		return 0, fmt.Errorf("vulkan: FeedDraw: %w", err)
 	}
-	if err := r.drawHost.Upload(shaders.ArgmaxDrawBytes([]shaders.ArgmaxDraw{shaders.DrawAt(temp, u).WithMinP(minP)}), 0); err != nil {
+	if err := r.drawHost.Upload(shaders.ArgmaxDrawBytes([]shaders.ArgmaxDraw{argmaxDraw(d, u)}), 0); err != nil {
 		return 0, err
 	}
 	id, err := r.FeedArgmax(tokens)
@@ -228,12 +228,18 @@ func (r *Runner) FeedDraw(tokens []int32, temp, minP float32, u float64) (int32,
 }
 
 // checkDraw refuses draw parameters the device's draw does not take: a
-// temperature not above 0, u outside [0, 1), min-p outside [0, 1).
-func checkDraw(temp, minP float32, u float64) error {
-	if !(temp > 0) || !(u >= 0 && u < 1) || !(minP >= 0 && minP < 1) {
-		return fmt.Errorf("temperature %g must be above 0, u %g in [0, 1) and min-p %g in [0, 1)", temp, u, minP)
+// temperature not above 0, u outside [0, 1), top-p outside [0, 1] or
+// min-p outside [0, 1).
+func checkDraw(d sched.Draw, u float64) error {
+	if !(d.Temp > 0) || !(u >= 0 && u < 1) || !(d.TopP >= 0 && d.TopP <= 1) || !(d.MinP >= 0 && d.MinP < 1) {
+		return fmt.Errorf("temperature %g must be above 0, u %g in [0, 1), top-p %g in [0, 1] and min-p %g in [0, 1)", d.Temp, u, d.TopP, d.MinP)
 	}
 	return nil
+}
+
+// argmaxDraw is argmax_wide's parameters for the draw d with u.
+func argmaxDraw(d sched.Draw, u float64) shaders.ArgmaxDraw {
+	return shaders.DrawAt(d.Temp, u).WithTopP(d.TopP).WithMinP(d.MinP)
 }
 
 // run runs tokens: up to Options.PromptSteps through the decode step (the

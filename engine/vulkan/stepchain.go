@@ -216,7 +216,7 @@ func (st *Stepper) StepChain(rows []sched.Row, steps int, us [][]float64, bt int
 		for s := range k {
 			pos[s*ch.rows+i] = uint32(row.Pos + s)
 			if row.Temp > 0 {
-				draws[s*ch.rows+i] = shaders.DrawAt(row.Temp, us[i][s]).WithMinP(row.MinP)
+				draws[s*ch.rows+i] = argmaxDraw(row.Draw, us[i][s])
 			}
 		}
 	}
@@ -311,7 +311,7 @@ func (st *Stepper) chainRows(rows []sched.Row, k int, us [][]float64) error {
 				return fmt.Errorf("vulkan: chain row %d: %d uniform numbers for %d steps", i, len(us[i]), k)
 			}
 			for _, u := range us[i][:k] {
-				if err := checkDraw(row.Temp, row.MinP, u); err != nil {
+				if err := checkDraw(row.Draw, u); err != nil {
 					return fmt.Errorf("vulkan: chain row %d: %w", i, err)
 				}
 			}

@@ -60,7 +60,7 @@ func stepChainRun(t *testing.T, dev *vk.Device, prof *shaders.Profile, m *mod.Mo
 		var rs *recSampler
 		if draw && i%2 == 1 {
 			src := rand.NewPCG(uint64(i), 7)
-			rs = &recSampler{temp: []float32{0.8, 1.2, 1}[i/2], rng: rand.New(src), src: src}
+			rs = &recSampler{d: []sched.Draw{{Temp: 0.8}, {Temp: 1.2, TopP: 0.9}, {Temp: 1, MinP: 0.05}}[i/2], rng: rand.New(src), src: src}
 			req.Sampler = rs
 		}
 		q, err := s.Add(req)

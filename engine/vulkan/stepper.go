@@ -525,10 +525,10 @@ func (st *Stepper) step(rows []sched.Row, bt int, argmax bool) (logits []float32
 				if !st.r.draws {
 					return nil, nil, nil, fmt.Errorf("vulkan: row %d: a draw at temperature %g: the head's %s does not draw", i, row.Temp, st.r.headArgmax())
 				}
-				if err := checkDraw(row.Temp, row.MinP, row.U); err != nil {
+				if err := checkDraw(row.Draw, row.U); err != nil {
 					return nil, nil, nil, fmt.Errorf("vulkan: row %d: %w", i, err)
 				}
-				d = shaders.DrawAt(row.Temp, row.U).WithMinP(row.MinP)
+				d = argmaxDraw(row.Draw, row.U)
 			}
 			draws = append(draws, d)
 		case row.Logits:

@@ -6,7 +6,11 @@
 // rounding cannot move.
 package drawref
 
-import "math"
+import (
+	"cmp"
+	"math"
+	"slices"
+)
 
 // Draw is the token a draw at temperature temp with the uniform number u
 // takes from logits (all finite), as engine.Sampler's drawAll defines it,
@@ -27,7 +31,20 @@ func Draw(logits []float32, temp float32, u float64) (id int, margin float64) {
 // token within minPEdge of the floor (a float32 device's l_j - M may fall
 // either side of it) makes the draw's margin 0.
 func DrawMinP(logits []float32, temp, minP float32, u float64) (id int, margin float64) {
-	w, z := WeightsMinP(logits, temp, minP)
+	return DrawFiltered(logits, temp, 1, minP, u)
+}
+
+// DrawFiltered is DrawMinP after top-p topP (in (0, 1); else none): the
+// tokens at or above t, the largest logit whose tokens and those above it
+// hold topP of the probability at temperature 1 or more (engine.Sampler's
+// top-p, every token equal to its crossing kept). Where topP times the
+// total lies within topPEdge of the mass above t or of that with t's
+// tokens (a float32 device may cross at the next logit), the margin is 0.
+func DrawFiltered(logits []float32, temp, topP, minP float32, u float64) (id int, margin float64) {
+	w, z := WeightsFiltered(logits, temp, topP, minP)
+	if topP > 0 && topP < 1 && TopPMargin(logits, topP) < topPEdge {
+		margin = -1
+	}
 	if minP > 0 {
 		m, fl := maxOf(logits), math.Log(float64(minP))
 		for _, v := range logits {
@@ -85,16 +102,64 @@ func Weights(logits []float32, temp float32) ([]float64, float64) {
 
 // WeightsMinP are Weights with min-p: 0 for the tokens below the floor.
 func WeightsMinP(logits []float32, temp, minP float32) ([]float64, float64) {
+	return WeightsFiltered(logits, temp, 1, minP)
+}
+
+// topPEdge is how near the crossing's ends, a fraction of the total, top-p's
+// target makes a draw unaskable: float32 sums over 100,000 weights.
+const topPEdge = 1e-5
+
+// TopPMargin is how far top-p's target lies from either end of its cut's
+// tokens' mass (the mass above the cut, and with the cut's tokens), a
+// fraction of the total at temperature 1: what a device's rounding of the
+// weights must stay under for its cut to be the same.
+func TopPMargin(logits []float32, topP float32) float64 {
+	_, margin := topPCut(logits, topP)
+	return margin
+}
+
+// topPCut is top-p's cut (DrawFiltered) and TopPMargin.
+func topPCut(logits []float32, topP float32) (cut float32, margin float64) {
+	m := maxOf(logits)
+	vals := make([]float64, 0, len(logits))
+	z := 0.0
+	for _, v := range logits {
+		vals = append(vals, float64(v))
+		z += math.Exp(float64(v) - m)
+	}
+	slices.SortFunc(vals, func(a, b float64) int { return cmp.Compare(b, a) })
+	target, above := float64(topP)*z, 0.0
+	for i := 0; i < len(vals); {
+		j, mass := i, 0.0
+		for ; j < len(vals) && vals[j] == vals[i]; j++ {
+			mass += math.Exp(vals[j] - m)
+		}
+		if above+mass >= target || j == len(vals) {
+			return float32(vals[i]), min(target-above, above+mass-target) / z
+		}
+		above += mass
+		i = j
+	}
+	return float32(m), 0
+}
+
+// WeightsFiltered are Weights after top-p topP (in (0, 1); else none) and
+// min-p minP (above 0; else none): 0 for the tokens they drop.
+func WeightsFiltered(logits []float32, temp, topP, minP float32) ([]float64, float64) {
 	m := maxOf(logits)
 	fl := math.Inf(-1)
 	if minP > 0 {
 		fl = math.Log(float64(minP))
 	}
+	cut := float32(math.Inf(-1))
+	if topP > 0 && topP < 1 {
+		cut, _ = topPCut(logits, topP)
+	}
 	inv := 1 / float64(temp)
 	w := make([]float64, len(logits))
 	z := 0.0
 	for j, v := range logits {
-		if float64(v)-m >= fl {
+		if float64(v)-m >= fl && v >= cut {
 			w[j] = math.Exp((float64(v) - m) * inv)
 			z += w[j]
 		}
