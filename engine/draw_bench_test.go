@@ -5,7 +5,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/modrun/modrun/engine/sched"
 	"github.com/modrun/modrun/engine/vulkan"
 	"github.com/modrun/modrun/gguf"
 	"github.com/modrun/modrun/mod"
@@ -18,7 +17,9 @@ import (
 // BenchmarkSampledToken is a decode token at temperature 1 on the Vulkan
 // runner under a GPU's profile, drawn three ways: "host" (Feed: the
 // logits read back, then engine.Sampler's draw), "device" (FeedDraw:
-// argmax_wide's draw, 4 bytes back) and, for scale, "greedy" (FeedArgmax).
+// argmax_wide's draw, 4 bytes back) and, for scale, "greedy" (FeedArgmax);
+// and with top-p 0.95 and min-p 0.05 on the host and the device
+// ("host-top-p", "device-top-p", "device-min-p").
 // The model is stories15M's shape cut to one layer, so that the head (a
 // 32,000-token vocabulary) is a large part of the token, as it is for a
 // 1.1B model on a GPU.
@@ -38,9 +39,15 @@ func BenchmarkSampledToken(b *testing.B) {
 	run, err := vulkan.New(dev, sm.Model, mod.RoutingRouter, vulkan.Options{DeviceProfile: &gpu, ContextLen: ctx, Knobs: vulkan.Knobs{"MODRUN_CHAIN": "1"}})
 	require.NoError(b, err)
 	defer run.Close()
-	opts := DefaultSampler()
-	opts.Temperature, opts.Seed = 1, 3
-	for _, mode := range []string{"host", "device", "greedy"} {
+	for _, mode := range []string{"host", "device", "greedy", "host-top-p", "device-top-p", "device-min-p"} {
+		opts := DefaultSampler()
+		opts.Temperature, opts.Seed = 1, 3
+		switch mode {
+		case "host-top-p", "device-top-p":
+			opts.TopP = 0.95
+		case "device-min-p":
+			opts.MinP = 0.05
+		}
 		b.Run(mode, func(b *testing.B) {
 			s, err := NewSampler(opts)
 			require.NoError(b, err)
@@ -52,12 +59,14 @@ func BenchmarkSampledToken(b *testing.B) {
 					run.Reset()
 				}
 				switch mode {
-				case "host":
+				case "host", "host-top-p":
 					logits, err := run.Feed([]int32{token})
 					require.NoError(b, err)
 					token = s.Sample(logits)
-				case "device":
-					token, err = run.FeedDraw([]int32{token}, sched.Draw{Temp: opts.Temperature}, s.Uniform())
+				case "device", "device-top-p", "device-min-p":
+					d, ok := s.Plain()
+					require.True(b, ok)
+					token, err = run.FeedDraw([]int32{token}, d, s.Uniform())
 					require.NoError(b, err)
 				case "greedy":
 					token, err = run.FeedArgmax([]int32{token})

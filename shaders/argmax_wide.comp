@@ -79,6 +79,7 @@ shared uint pickB; // the draw's block
 shared float pickBefore; // the running sum before it
 shared uint pickC; // the draw's column
 shared uint rowLast, blkLast; // the row's and the block's last kept column, plus 1 (0: none yet)
+const uint SEARCH_ILP = 8u; // topPCut's columns an invocation loads at once
 const uint RANGES = 8u; // topPCut's ranges a pass: 8 KB of shared memory at 256 invocations (16 would pass 16 KB with the rest)
 shared float hist[RANGES * gl_WorkGroupSize.x]; // topPCut: each invocation's mass in each range of keys
 shared uint selLo, selHi; // topPCut: the range of keys holding the cut
@@ -191,11 +192,20 @@ float topPCut(uint tid, uint base, float M, float target) {
 		for (uint b = 0u; b < RANGES; b++) {
 			hist[b * WG + tid] = 0.0;
 		}
-		for (uint j = tid; j < p.cols; j += WG) {
-			float v = x[base + j];
-			uint k = orderKey(v);
-			if (k >= lo && k <= hi) {
-				hist[((hi - k) / step) * WG + tid] += exp(v - M);
+		// SEARCH_ILP columns an iteration, their loads issued together: one
+		// workgroup reads the whole row each pass, so it is bound by the
+		// loads' latency, not by bandwidth.
+		for (uint j0 = tid; j0 < p.cols; j0 += SEARCH_ILP * WG) {
+			float v[SEARCH_ILP];
+			for (uint u = 0u; u < SEARCH_ILP; u++) {
+				uint j = j0 + u * WG;
+				v[u] = j < p.cols ? x[base + j] : M; // M's key is in range, but only a column adds
+			}
+			for (uint u = 0u; u < SEARCH_ILP; u++) {
+				uint k = orderKey(v[u]);
+				if (j0 + u * WG < p.cols && k >= lo && k <= hi) {
+					hist[((hi - k) / step) * WG + tid] += exp(v[u] - M);
+				}
 			}
 		}
 		barrier();
