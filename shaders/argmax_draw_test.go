@@ -205,7 +205,9 @@ func TestArgmaxWideFallback(t *testing.T) {
 // (ArgmaxDraw.WithTopP) and min-p (WithMinP), alone and together, against
 // drawref.DrawFiltered: rows of normal logits (sigma 3 and 1) at top-p
 // 0.9, 0.5 and 0.95 (the last with min-p 0.05), a row of ties (logits of 8
-// values: the cut's equals are all kept) at top-p 0.7, rows at min-p 0.05,
+// values: the cut's equals are all kept) at top-p 0.7, a row of logits in
+// [8, 16) at top-p 0.5 (the search's candidates, one exponent's, overflow
+// its list before they fit in it), rows at min-p 0.05,
 // 0.3 and 1 (only the best, and its twin, kept), beside a plain draw and
 // an argmax row in the same dispatch, over one workgroup's columns or
 // less, one more, 32,000 and 100,000; u at the middle of a random wide
@@ -226,7 +228,7 @@ func TestArgmaxWideFilters(t *testing.T) {
 		k := ks.get(t, spec)
 		for mode := range 3 {
 			name := fmt.Sprintf("spec%v/%d/u%d", spec, cols, mode)
-			const n = 9
+			const n = 10
 			x := make([]float32, 0, n*cols)
 			draws := make([]ArgmaxDraw, n)
 			want := make([]uint32, n)
@@ -234,7 +236,7 @@ func TestArgmaxWideFilters(t *testing.T) {
 			for r := range n {
 				row := denseNormals(rng, cols, 3)
 				temp := []float32{0.7, 1, 1.5}[(r+mode)%3]
-				topP, minP := []float32{0.9, 0.5, 0.95, 0.7, 0, 0, 0, 0, 0}[r], []float32{0, 0, 0.05, 0, 0.05, 0.3, 1, 0, 0}[r]
+				topP, minP := []float32{0.9, 0.5, 0.95, 0.7, 0, 0, 0, 0.5, 0, 0}[r], []float32{0, 0, 0.05, 0, 0.05, 0.3, 1, 0, 0, 0}[r]
 				switch r {
 				case 1, 5:
 					row = denseNormals(rng, cols, 1)
@@ -245,6 +247,10 @@ func TestArgmaxWideFilters(t *testing.T) {
 				case 6: // min-p 1 keeps the best, and its twin
 					a, b := rng.Intn(cols), rng.Intn(cols)
 					row[a], row[b] = 12, 12
+				case 7: // one float exponent: the search's list of candidates overflows before it fits
+					for j := range row {
+						row[j] = 8 + 8*rng.Float32()
+					}
 				}
 				w, z := drawref.WeightsFiltered(row, temp, topP, minP)
 				var u float64

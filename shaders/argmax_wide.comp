@@ -83,6 +83,10 @@ const uint SEARCH_ILP = 8u; // topPCut's columns an invocation loads at once
 const uint RANGES = 8u; // topPCut's ranges a pass: 8 KB of shared memory at 256 invocations (16 would pass 16 KB with the rest)
 shared float hist[RANGES * gl_WorkGroupSize.x]; // topPCut: each invocation's mass in each range of keys
 shared uint selLo, selHi; // topPCut: the range of keys holding the cut
+const uint CANDIDATES = 1024u; // topPCut's list of the columns still in range, once they fit (4 KB)
+shared float cand[CANDIDATES];
+shared uint candN; // topPCut: columns appended to cand (past CANDIDATES: too many)
+shared bool candOn; // topPCut: cand holds every column of the range, candN of them
 shared float selAbove; // topPCut: the mass above selHi
 
 // beats says whether (v, i) wins over (bv, bi): NONFINITE beats
@@ -175,16 +179,24 @@ float keyValue(uint k) { return uintBitsToFloat((k & 0x80000000u) != 0u ? k & 0x
 // the first range from the top whose running sum reaches target kept
 // (where rounding leaves none, the lowest with weight). Every invocation
 // returns it.
+//
+// From the fourth pass (the ranges are then one float exponent wide or
+// less), a pass over the row also appends its columns in range to cand;
+// when they fit, the passes after it read the list, not the row (the next
+// range lies inside this one).
 float topPCut(uint tid, uint base, float M, float target) {
 	const uint WG = gl_WorkGroupSize.x;
 	if (tid == 0u) {
 		selLo = 0u;
 		selHi = orderKey(M);
 		selAbove = 0.0;
+		candN = 0u;
+		candOn = false;
 	}
 	barrier();
 	for (uint pass = 0u; pass < 16u; pass++) { // 11 passes of 8 ranges reach one key
-		uint lo = selLo, hi = selHi;
+		uint lo = selLo, hi = selHi, listed = candN;
+		bool fromList = candOn, append = !candOn && pass >= 3u;
 		if (lo == hi) {
 			break; // uniform: every invocation read the same after the barrier
 		}
@@ -192,19 +204,36 @@ float topPCut(uint tid, uint base, float M, float target) {
 		for (uint b = 0u; b < RANGES; b++) {
 			hist[b * WG + tid] = 0.0;
 		}
-		// SEARCH_ILP columns an iteration, their loads issued together: one
-		// workgroup reads the whole row each pass, so it is bound by the
-		// loads' latency, not by bandwidth.
-		for (uint j0 = tid; j0 < p.cols; j0 += SEARCH_ILP * WG) {
-			float v[SEARCH_ILP];
-			for (uint u = 0u; u < SEARCH_ILP; u++) {
-				uint j = j0 + u * WG;
-				v[u] = j < p.cols ? x[base + j] : M; // M's key is in range, but only a column adds
+		barrier(); // every invocation read candN before an append changes it
+		if (fromList) {
+			for (uint i = tid; i < listed; i += WG) {
+				float v = cand[i];
+				uint k = orderKey(v);
+				if (k >= lo && k <= hi) {
+					hist[((hi - k) / step) * WG + tid] += exp(v - M);
+				}
 			}
-			for (uint u = 0u; u < SEARCH_ILP; u++) {
-				uint k = orderKey(v[u]);
-				if (j0 + u * WG < p.cols && k >= lo && k <= hi) {
-					hist[((hi - k) / step) * WG + tid] += exp(v[u] - M);
+		} else {
+			// SEARCH_ILP columns an iteration, their loads issued together: one
+			// workgroup reads the whole row, so it is bound by the loads'
+			// latency, not by bandwidth.
+			for (uint j0 = tid; j0 < p.cols; j0 += SEARCH_ILP * WG) {
+				float v[SEARCH_ILP];
+				for (uint u = 0u; u < SEARCH_ILP; u++) {
+					uint j = j0 + u * WG;
+					v[u] = j < p.cols ? x[base + j] : M; // M's key is in range, but only a column adds
+				}
+				for (uint u = 0u; u < SEARCH_ILP; u++) {
+					uint k = orderKey(v[u]);
+					if (j0 + u * WG < p.cols && k >= lo && k <= hi) {
+						hist[((hi - k) / step) * WG + tid] += exp(v[u] - M);
+						if (append) {
+							uint slot = atomicAdd(candN, 1u);
+							if (slot < CANDIDATES) {
+								cand[slot] = v[u];
+							}
+						}
+					}
 				}
 			}
 		}
@@ -242,6 +271,12 @@ float topPCut(uint tid, uint base, float M, float target) {
 			selHi = top;
 			selLo = top - lo < step - 1u ? lo : top - (step - 1u);
 			selAbove = before;
+			if (!candOn) { // the list holds every column of this range, so of the next, or is dropped
+				candOn = append && candN <= CANDIDATES;
+				if (!candOn) {
+					candN = 0u;
+				}
+			}
 		}
 		barrier();
 	}

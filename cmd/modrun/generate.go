@@ -432,7 +432,7 @@ func printStats(w io.Writer, info api.Info, res api.Result, seed string) {
 		if info.PromptSteps > 1 {
 			prompts = fmt.Sprintf("a prompt of up to %d tokens runs as decode steps, a longer one as a prefill", info.PromptSteps)
 		}
-		fmt.Fprintf(w, "decode: up to %d tokens a submission, one sequence or many (MODRUN_CHAIN: greedy ones, and plain sampled ones where the device draws); %s (MODRUN_PROMPT_STEPS)\n", info.ChainSteps, prompts)
+		fmt.Fprintf(w, "decode: up to %d tokens a submission, one sequence or many (MODRUN_CHAIN: greedy ones, and sampled ones where the device draws: a temperature, top-p, min-p); %s (MODRUN_PROMPT_STEPS)\n", info.ChainSteps, prompts)
 	}
 	if info.Tuning != "" {
 		fmt.Fprintf(w, "tuning: %s (modrun tune)\n", info.Tuning)

@@ -205,7 +205,7 @@ func TestGenerateOnVulkan(t *testing.T) {
 		assert.Equal(t, n[2], 5*n[4]+n[6], "barriers")
 		assert.Contains(t, []int{5, 9}, n[3], "a dense block's dispatches")
 	}
-	assert.Contains(t, stderr, "decode: up to 4 tokens a submission, one sequence or many (MODRUN_CHAIN: greedy ones, and plain sampled ones where the device draws); a prompt of 2 tokens or more is a prefill (MODRUN_PROMPT_STEPS)")
+	assert.Contains(t, stderr, "decode: up to 4 tokens a submission, one sequence or many (MODRUN_CHAIN: greedy ones, and sampled ones where the device draws: a temperature, top-p, min-p); a prompt of 2 tokens or more is a prefill (MODRUN_PROMPT_STEPS)")
 	// A long prompt tells the same story whether it runs token by token
 	// (--ubatch 1), in batches of 7, or whole (the default 512).
 	prompt := string(want[:300])
