@@ -22,9 +22,7 @@ import (
 // draw's temperature and u, and each Feed (logits read back).
 type drawFake struct {
 	fakeRunner
-	temps []float32
-	minPs []float32
-	topPs []float32
+	draws []sched.Draw
 	us    []float64
 	feeds int
 }
@@ -40,7 +38,7 @@ func (f *drawFake) FeedDraw(tokens []int32, d sched.Draw, u float64) (int32, err
 	if _, err := f.fakeRunner.Feed(tokens); err != nil {
 		return 0, err
 	}
-	f.temps, f.minPs, f.topPs, f.us = append(f.temps, d.Temp), append(f.minPs, d.MinP), append(f.topPs, d.TopP), append(f.us, u)
+	f.draws, f.us = append(f.draws, d), append(f.us, u)
 	return int32(u * 8), nil
 }
 
@@ -62,7 +60,6 @@ func TestLoopDrawsOnDevice(t *testing.T) {
 		require.NoError(t, err)
 		return f, res
 	}
-	f, res := gen(GenerateOptions{Sampler: opts})
 	ref, err := NewSampler(opts)
 	require.NoError(t, err)
 	var us []float64
@@ -71,27 +68,18 @@ func TestLoopDrawsOnDevice(t *testing.T) {
 		u := ref.Uniform()
 		us, want = append(us, u), append(want, int32(u*8))
 	}
-	assert.Equal(t, us, f.us, "the sampler's uniform numbers, in order")
-	assert.Equal(t, []float32{0.8, 0.8, 0.8, 0.8, 0.8, 0.8}, f.temps)
-	assert.Equal(t, make([]float32, 6), f.minPs)
-	assert.Equal(t, want, res.Tokens, "the runner's draws")
-	assert.Zero(t, f.feeds, "no logits read back")
-	withMinP := opts
-	withMinP.MinP = 0.1
-	f, res = gen(GenerateOptions{Sampler: withMinP})
-	assert.Equal(t, us, f.us, "min-p: the same numbers")
-	assert.Equal(t, []float32{0.1, 0.1, 0.1, 0.1, 0.1, 0.1}, f.minPs, "min-p: drawn on the runner")
-	assert.Equal(t, make([]float32, 6), f.topPs)
-	assert.Equal(t, want, res.Tokens)
-	assert.Zero(t, f.feeds, "min-p: no logits read back")
-	withTopP := withMinP
-	withTopP.TopP = 0.9
-	f, res = gen(GenerateOptions{Sampler: withTopP})
-	assert.Equal(t, us, f.us, "top-p: the same numbers")
-	assert.Equal(t, []float32{0.9, 0.9, 0.9, 0.9, 0.9, 0.9}, f.topPs, "top-p: drawn on the runner")
-	assert.Equal(t, []float32{0.1, 0.1, 0.1, 0.1, 0.1, 0.1}, f.minPs, "top-p with min-p")
-	assert.Equal(t, want, res.Tokens)
-	assert.Zero(t, f.feeds, "top-p: no logits read back")
+	for _, d := range []sched.Draw{{Temp: 0.8}, {Temp: 0.8, MinP: 0.1}, {Temp: 0.8, TopP: 0.9, MinP: 0.1}} {
+		so := opts // top-p 1: none (Sampler.Plain's TopP 0)
+		so.MinP = d.MinP
+		if d.TopP > 0 {
+			so.TopP = d.TopP
+		}
+		f, res := gen(GenerateOptions{Sampler: so})
+		assert.Equal(t, us, f.us, "%+v: the sampler's uniform numbers, in order", d)
+		assert.Equal(t, []sched.Draw{d, d, d, d, d, d}, f.draws, "%+v: drawn on the runner", d)
+		assert.Equal(t, want, res.Tokens, "%+v: the runner's draws", d)
+		assert.Zero(t, f.feeds, "%+v: no logits read back", d)
+	}
 
 	for _, tc := range []struct {
 		name string

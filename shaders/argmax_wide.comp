@@ -327,8 +327,11 @@ void main() {
 		for (uint k = 0u; k < PER; k++) {
 			uint j = s * span + k * WG + tid;
 			if (j < p.cols) {
-				acc += exp((x[base + j] - mb) * inv);
-				acc1 += exp(x[base + j] - mb);
+				float v = x[base + j];
+				acc += exp((v - mb) * inv);
+				if (topP) { // the row's: a plain draw takes no second exp
+					acc1 += exp(v - mb);
+				}
 			}
 		}
 		sb = total(tid, acc);

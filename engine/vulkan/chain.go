@@ -243,7 +243,7 @@ func (r *Runner) runChain(token int32, n int, draws []shaders.ArgmaxDraw) ([]int
 		if draws == nil {
 			id, err = r.FeedArgmax([]int32{token})
 		} else {
-			id, err = r.FeedDraw([]int32{token}, sched.Draw{Temp: draws[0].Temp, TopP: draws[0].TopP, MinP: draws[0].MinP}, float64(draws[0].U))
+			id, err = r.feedDraw([]int32{token}, draws[0]) // FeedDrawChain checked it
 		}
 		if err != nil {
 			return nil, err

@@ -217,7 +217,12 @@ func (r *Runner) FeedDraw(tokens []int32, d sched.Draw, u float64) (int32, error
 	if err := checkDraw(d, u); err != nil {
 		return 0, fmt.Errorf("vulkan: FeedDraw: %w", err)
 	}
-	if err := r.drawHost.Upload(shaders.ArgmaxDrawBytes([]shaders.ArgmaxDraw{argmaxDraw(d, u)}), 0); err != nil {
+	return r.feedDraw(tokens, argmaxDraw(d, u))
+}
+
+// feedDraw is FeedDraw with the head's parameters made and checked.
+func (r *Runner) feedDraw(tokens []int32, ad shaders.ArgmaxDraw) (int32, error) {
+	if err := r.drawHost.Upload(shaders.ArgmaxDrawBytes([]shaders.ArgmaxDraw{ad}), 0); err != nil {
 		return 0, err
 	}
 	id, err := r.FeedArgmax(tokens)
