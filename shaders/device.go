@@ -133,6 +133,8 @@ func (p Profile) Fit(v Variant, spec []uint32) []uint32 {
 //   - router_score_sg, route_decode*_sg: the shared-memory tree variants;
 //   - decode_attend_keys: decode_attend;
 //   - decode_attend (fused attention): decode_kv and decode_attention;
+//   - paged_attend_own (paged_qkv and paged_attend in one): the two
+//     apart (AttendOwn off);
 //   - paged_attend (a batched step's tiles merged by the last one):
 //     paged_attention and attention_merge (FuseAttention off, so the
 //     decode step's fused attention goes too: both hand off alike);
@@ -168,8 +170,12 @@ func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 	case v.Op == OpDecodeAttend && p.FuseAttention:
 		fb.FuseAttention = false
 		return fb, "decode_kv + decode_attention", true
-	case v.Op == OpPagedAttend && p.FuseAttention:
-		fb.FuseAttention = false
+	case IsAttendOwn(v) && p.AttendOwn:
+		fb.AttendOwn = false
+		kv, _ := ParseKV(v.Type)
+		return fb, PagedQKVName(kv) + " + " + PagedAttendName(kv), true
+	case v.Op == OpPagedAttend && !IsAttendOwn(v) && p.FuseAttention:
+		fb.FuseAttention, fb.AttendOwn = false, false // paged_attend_own merges as paged_attend
 		kv, _ := ParseKV(v.Type)
 		return fb, PagedAttentionName(kv) + " + attention_merge", true
 	case v.Op == OpMatmulDirect && p.MatmulDirect:

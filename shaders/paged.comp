@@ -36,6 +36,20 @@
 //   done, zero between dispatches) and the last one merges the tiles into
 //   out as attention_merge does (include/attention_merge.glsl: the same
 //   combine, bit for bit): one dispatch where two ran.
+//   With PAGED_OWN too (paged_attend_own: GPUs, a step whose rows are
+//   each their sequence's only one, as a chain of decode steps) it is
+//   paged_qkv and paged_attend in one dispatch: the rows are the stacked
+//   q|k|v matvec's raw rows, and each workgroup turns its head of q by
+//   RoPE into shared memory. The tile holding the row's own entry ent[i]
+//   also turns its kv head's k and reads its v into shared memory (rounded
+//   to halves with KV_F16, as the pool holds them) and uses them for that
+//   entry, so that no workgroup reads what another writes in the dispatch;
+//   its kv head's last query head's workgroup writes them to the entry's
+//   page slot (the last: on a device that runs workgroups in order, as
+//   lavapipe, a read of the slot by the others would see it unwritten,
+//   and the tests and the self-check fail). Every other entry a row sees was written by an earlier
+//   step (the row is its sequence's only one), so the results are
+//   paged_qkv then paged_attend's, bit for bit (TestPagedAttendOwn).
 //
 // PAGED_SPLIT: the rows of a stacked q|k|v matvec ([n][stride]) into q, k
 //   and v ([n][...] each), as the batch kernels read them: a step of a few
@@ -131,15 +145,25 @@ layout(local_size_x = 16, local_size_x_id = 0) in;
 layout(constant_id = 1) const uint HD = 64; // the head dimension
 const float NO_SCORE = -1e30;               // below any score, finite (see decode_attention.comp)
 
+#ifdef PAGED_OWN
+#include "include/rope.glsl"
+#define POOL_ACCESS                                                     // the own entry is written
+layout(std430, binding = 0) readonly buffer QKV { float qkv[]; };      // [n][stride] raw: q at 0, k at kOff, v at vOff
+layout(std430, binding = 11) readonly buffer RopePos { uint rpos[]; }; // [n] RoPE's positions
+layout(std430, binding = 12) readonly buffer Freq { uvec2 freq[]; };   // [headDim/2] RopeFreqs
+vec2 pairAt(uint at) { return vec2(qkv[at], qkv[at + 1u]); }
+#else
+#define POOL_ACCESS readonly
 layout(std430, binding = 0) readonly buffer Q { float q[]; };          // [n][nHead*headDim], rotated
+#endif
 #ifdef KV_F16
-layout(std430, binding = 1) readonly buffer KPool { uint k[]; };       // [pages*blockTokens][kvDim/2] half2, rotated
-layout(std430, binding = 2) readonly buffer VPool { uint v[]; };
+layout(std430, binding = 1) POOL_ACCESS buffer KPool { uint k[]; };    // [pages*blockTokens][kvDim/2] half2, rotated
+layout(std430, binding = 2) POOL_ACCESS buffer VPool { uint v[]; };
 float kAt(uint i) { return unpackHalf2x16(k[i >> 1])[i & 1u]; }
 float vAt(uint i) { return unpackHalf2x16(v[i >> 1])[i & 1u]; }
 #else
-layout(std430, binding = 1) readonly buffer KPool { float k[]; };      // [pages*blockTokens][kvDim], rotated
-layout(std430, binding = 2) readonly buffer VPool { float v[]; };
+layout(std430, binding = 1) POOL_ACCESS buffer KPool { float k[]; };   // [pages*blockTokens][kvDim], rotated
+layout(std430, binding = 2) POOL_ACCESS buffer VPool { float v[]; };
 float kAt(uint i) { return k[i]; }
 float vAt(uint i) { return v[i]; }
 #endif
@@ -166,6 +190,9 @@ layout(std430, binding = 8) writeonly buffer PartML { vec2 partML[]; }; // [n*nH
 const uint DPI = (HD + gl_WorkGroupSize.x - 1u) / gl_WorkGroupSize.x; // output dims an invocation owns
 shared float qs[HD];
 shared float ssc[gl_WorkGroupSize.x];
+#ifdef PAGED_OWN
+shared float kn[HD], vn[HD]; // the row's own entry of this kv head, as the pool holds it
+#endif
 
 void main() {
 	const uint WG = gl_WorkGroupSize.x;
@@ -182,10 +209,51 @@ void main() {
 	uint kvh = h / (p.nHead / p.nKVHead);
 	uint e0 = s * p.splitLen, e1 = min(e0 + p.splitLen, ent[i] + 1u);
 	uint base = toff[i];
+#ifdef PAGED_OWN
+	// paged_qkv's rotation of this head of q, and in the tile holding the
+	// row's own entry eo, of its kv head's k (v as it is); the kv head's
+	// first query head writes the entry (paged_qkv's KV write).
+	uint eo = ent[i], src = i * p.stride, ps = rpos[i];
+	bool own = eo >= e0 && eo < e1;
+	uint group = p.nHead / p.nKVHead;
+	bool writer = own && h % group == group - 1u; // the last of the kv head's: the others, before it in the grid, must not need the slot
+	uint dst = (tables[base + (eo / p.blockTokens) * p.width + p.layer] * p.blockTokens + eo % p.blockTokens) * (p.kvDim / 2u) + kvh * (HD / 2u);
+	for (uint j = tid; j < HD / 2u; j += WG) {
+		vec2 cs = ropeCosSin(ps, freq[j]);
+		vec2 qv = ropeTurn(pairAt(src + h * HD + 2u * j), cs);
+		qs[2u * j] = qv.x;
+		qs[2u * j + 1u] = qv.y;
+		if (own) {
+			vec2 kv = ropeTurn(pairAt(src + p.kOff + kvh * HD + 2u * j), cs);
+			vec2 vv = pairAt(src + p.vOff + kvh * HD + 2u * j);
+#ifdef KV_F16
+			uint kw = packHalf2x16(kv), vw = packHalf2x16(vv);
+			kv = unpackHalf2x16(kw);
+			vv = unpackHalf2x16(vw);
+			if (writer) {
+				k[dst + j] = kw;
+				v[dst + j] = vw;
+			}
+#else
+			if (writer) {
+				k[2u * (dst + j)] = kv.x;
+				k[2u * (dst + j) + 1u] = kv.y;
+				v[2u * (dst + j)] = vv.x;
+				v[2u * (dst + j) + 1u] = vv.y;
+			}
+#endif
+			kn[2u * j] = kv.x;
+			kn[2u * j + 1u] = kv.y;
+			vn[2u * j] = vv.x;
+			vn[2u * j + 1u] = vv.y;
+		}
+	}
+#else
 	uint qBase = i * p.nHead * HD + h * HD;
 	for (uint d = tid; d < HD; d += WG) {
 		qs[d] = q[qBase + d];
 	}
+#endif
 	float acc[DPI];
 	for (uint c = 0u; c < DPI; c++) {
 		acc[c] = 0.0;
@@ -201,6 +269,13 @@ void main() {
 			uint page = tables[base + (et / p.blockTokens) * p.width + p.layer];
 			uint at = (page * p.blockTokens + et % p.blockTokens) * p.kvDim + kvh * HD;
 			float dt = 0.0;
+#ifdef PAGED_OWN
+			if (et == eo) {
+				for (uint d = 0u; d < HD; d++) {
+					dt += qs[d] * kn[d];
+				}
+			} else
+#endif
 			for (uint d = 0u; d < HD; d++) { // in element order, as mod.Attend sums
 				dt += qs[d] * kAt(at + d);
 			}
@@ -222,6 +297,17 @@ void main() {
 			uint ej = e + j;
 			uint page = tables[base + (ej / p.blockTokens) * p.width + p.layer];
 			uint at = (page * p.blockTokens + ej % p.blockTokens) * p.kvDim + kvh * HD;
+#ifdef PAGED_OWN
+			if (ej == eo) { // uniform
+				for (uint c = 0u; c < DPI; c++) {
+					uint d = tid + c * WG;
+					if (d < HD) {
+						acc[c] += pe * vn[d];
+					}
+				}
+				continue;
+			}
+#endif
 			for (uint c = 0u; c < DPI; c++) {
 				uint d = tid + c * WG;
 				if (d < HD) {

@@ -1,5 +1,7 @@
 package shaders
 
+import "slices"
+
 // The paged kernels (paged.comp): the KV cache of many sequences in one
 // pool of pages, for the steps of engine/vulkan's Stepper (a step's rows
 // belong to different sequences, each with its own block tables). Their
@@ -38,6 +40,16 @@ func PagedQKVName(kv KV) string { return "paged_qkv" + kv.suffix() }
 // PagedAttendName is paged_attention with its merge (PAGED_MERGE: the
 // last tile of a row-head merges) for pool entries of type kv.
 func PagedAttendName(kv KV) string { return "paged_attend" + kv.suffix() }
+
+// PagedAttendOwnName is paged_qkv and paged_attend in one dispatch
+// (PAGED_OWN: for a step whose rows are each their sequence's only one)
+// for pool entries of type kv.
+func PagedAttendOwnName(kv KV) string { return "paged_attend_own" + kv.suffix() }
+
+// IsAttendOwn says whether v is a paged_attend_own variant.
+func IsAttendOwn(v Variant) bool {
+	return v.Op == OpPagedAttend && slices.Contains(v.Defines, "PAGED_OWN")
+}
 
 // PagedAttentionRows is paged_attention's invocations per workgroup (its
 // specialization constant 0): each walks every PagedAttentionRows-th entry
@@ -124,6 +136,22 @@ func pagedAttend(kv KV, defines ...string) Variant {
 	return v
 }
 
+func pagedAttendOwn(kv KV, defines ...string) Variant {
+	v := pagedAttend(kv, append([]string{"PAGED_OWN"}, defines...)...)
+	v.Name = PagedAttendOwnName(kv)
+	typ := kv.String()
+	v.Bindings = slices.Clone(v.Bindings)
+	v.Bindings[0] = Binding{"qkv", Read, "[n][stride] f32: q [nHead*headDim] at 0, k [kvDim] at kOff, v [kvDim] at vOff, raw"}
+	v.Bindings[1] = Binding{"kPool", ReadWrite, "[pages*blockTokens][kvDim] " + typ + ", rotated: each row's own entry written"}
+	v.Bindings[2] = Binding{"vPool", ReadWrite, "[pages*blockTokens][kvDim] " + typ + ": each row's own entry written"}
+	v.Bindings = append(v.Bindings,
+		Binding{"ropePos", Read, "[n] u32 RoPE's positions"},
+		Binding{"freq", Read, "[headDim/2] RopeFreqs"})
+	v.Notes = "rows each their sequence's only one; push as paged_attend's and Stride, KOff, VOff; Spec: PagedAttentionSpec(headDim); " +
+		"dispatch PagedAttentionGroups(n, nHead, splits); paged_qkv's RoPE and KV write, then paged_attend's attention and merge"
+	return v
+}
+
 func init() {
 	Variants = append(Variants,
 		pagedKV(KVF32),
@@ -134,6 +162,8 @@ func init() {
 		pagedAttention(KVF16, "KV_F16"),
 		pagedAttend(KVF32),
 		pagedAttend(KVF16, "KV_F16"),
+		pagedAttendOwn(KVF32),
+		pagedAttendOwn(KVF16, "KV_F16"),
 		Variant{
 			Name: "paged_split", Source: "paged.comp", Defines: []string{"PAGED_SPLIT"},
 			Bindings: []Binding{

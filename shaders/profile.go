@@ -79,6 +79,10 @@ type Device struct {
 	// (MODRUN_ATTEND_KEYS=0, read by the engine): a GPU profile's fused
 	// decode attention is decode_attend, whose invocations walk the keys.
 	NoAttendKeys bool
+	// NoAttendOwn: the user turned paged_attend_own off
+	// (MODRUN_ATTEND_OWN=0, read by the engine): a GPU profile's batched
+	// steps run paged_qkv and paged_attend apart whatever their rows.
+	NoAttendOwn bool
 }
 
 // Profile is a device's kernel choices.
@@ -134,6 +138,14 @@ type Profile struct {
 	// cache loads made it latency-bound, 25 us a layer on an H200 at 70
 	// entries (docs/decode-attention-cost.md). CPU devices do not fuse.
 	AttendKeys bool
+	// AttendOwn runs a batched step whose rows are each their sequence's
+	// only one (every sequence decoding; a chain of steps) with paged_qkv
+	// and paged_attend as one dispatch, paged_attend_own: each row's own
+	// entry turned and used from shared memory, so that no workgroup reads
+	// the pool where another writes in the dispatch. With FuseAttention,
+	// on GPUs: a dispatch and its barrier a layer fewer (a dense block 5,
+	// as the decode step's).
+	AttendOwn bool
 	// AttentionLanes runs the prefill's attention with several invocations
 	// a query row (attention_split's ATTN_LANES variants, Profile.
 	// AttentionSplit): on GPUs whose subgroups shuffle, where one
@@ -292,14 +304,14 @@ var MatvecLanesSpecCPU = []uint32{8, 1, 1, 16}
 //     subgroupAdd, matvecRowsPerGroup rows per workgroup.
 //   - other GPUs: 32 invocations per row summed in shared memory.
 func NewProfile(d Device) Profile {
-	p := Profile{Device: d, KV: KVF16, AttentionChunk: attentionChunk, FuseNorm: true, FuseAttention: true, AttendKeys: !d.NoAttendKeys}
+	p := Profile{Device: d, KV: KVF16, AttentionChunk: attentionChunk, FuseNorm: true, FuseAttention: true, AttendKeys: !d.NoAttendKeys, AttendOwn: !d.NoAttendOwn}
 	if d.MaxWorkGroupInvocations == 0 {
 		p.MaxWorkGroupInvocations = 128 // Vulkan's minimum
 	}
 	sg := d.SubgroupSize
 	switch {
 	case d.CPU:
-		p.LoopCap, p.KV, p.AttentionChunk, p.FuseNorm, p.FuseAttention, p.AttendKeys = LavapipeLoopIterations, KVF32, 0, false, false, false
+		p.LoopCap, p.KV, p.AttentionChunk, p.FuseNorm, p.FuseAttention, p.AttendKeys, p.AttendOwn = LavapipeLoopIterations, KVF32, 0, false, false, false, false
 		p.MatvecReduce, p.MatvecSpec = ReduceShared, []uint32{64, 1, 1}
 		p.MatvecLanes = sg == 8 && d.SubgroupBallot && d.SubgroupArithmetic
 	case subgroupsUsable(d.SubgroupArithmetic, sg, 128) && matvecRowsPerGroup*sg <= p.MaxWorkGroupInvocations:

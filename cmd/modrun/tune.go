@@ -62,6 +62,7 @@ var tuneTrials = []tuneTrial{
 	{knob: "MODRUN_CHAIN", value: "1", metric: "decode"},                     // greedy steps one submission each
 	{knob: "MODRUN_PROMPT_STEPS", value: "", metric: "prefill", short: true}, // the other of the runner's choice
 	{knob: "MODRUN_VEC_ROWS", metric: "parallel"},                            // half the profile's VecRows, at VecRows sequences
+	{knob: "MODRUN_ATTEND_OWN", value: "0", metric: "parallel"},              // paged_qkv and paged_attend apart, at VecRows sequences
 }
 
 // tuneParallelPrompt is the parallel trial's prompt, as the GPU bundle's
@@ -297,6 +298,8 @@ func (t *tuner) try(tr tuneTrial) (vulkan.TuningTrial, error) {
 		value = map[bool]string{true: "0", false: "1"}[p.Handoff]
 	case "MODRUN_VEC_ROWS": // a step of the profile's most rows as matvecs, or as the matmul
 		parallel, value = p.VecRows(), fmt.Sprint(p.VecRows()/2)
+	case "MODRUN_ATTEND_OWN": // decoding sequences' steps, on the matvec path where paged_attend_own serves
+		parallel = p.VecRows()
 	case "MODRUN_PROMPT_STEPS": // the other of the runner's choice: one prefill, or decode steps
 		if value != "" {
 			break

@@ -46,6 +46,8 @@ func TestTune(t *testing.T) {
 		for _, knob := range []string{"MODRUN_TENSOR_CORES", "MODRUN_MATMUL_PIPE", "MODRUN_MATMUL_DIRECT", "MODRUN_ATTENTION_COOP", "MODRUN_MATVEC_ROWS", "MODRUN_ATTEND_KEYS"} {
 			assert.Regexp(t, `\| `+knob+` \| [^|]+ \| [^|]+ \| (prefill|decode) \| 16 \|  \|  \|  \|  \| no \| no effect on this device \|`, stdout)
 		}
+		// A CPU device's batched steps never run paged_attend_own.
+		assert.Regexp(t, `\| MODRUN_ATTEND_OWN \| 0 \| [^|]+ \| parallel, 8 sequences \| 32 \|  \|  \|  \|  \| no \| no effect on this device \|`, stdout)
 	}
 	// The timed trials report both rows' rates and a decision.
 	// The short prompt's trial tries the other of the runner's choice: on

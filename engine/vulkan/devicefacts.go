@@ -93,6 +93,16 @@ func parseAttendKeys(v string) (on bool, err error) {
 	return parseOnOff("MODRUN_ATTEND_KEYS", v, true, "decode attention as decode_attend_keys on GPUs", "as decode_attend")
 }
 
+// attendOwnEnv is MODRUN_ATTEND_OWN: unset or 1, a GPU profile's batched
+// steps whose rows are each their sequence's only one run paged_qkv and
+// paged_attend as one dispatch (paged_attend_own: the default); 0, apart.
+// A measuring knob until a GPU has timed the two (issue 42 item 6).
+func attendOwnEnv(k Knobs) (on bool, err error) { return parseAttendOwn(k.get("MODRUN_ATTEND_OWN")) }
+
+func parseAttendOwn(v string) (on bool, err error) {
+	return parseOnOff("MODRUN_ATTEND_OWN", v, true, "a batched step of decoding rows with paged_attend_own on GPUs", "with paged_qkv and paged_attend apart")
+}
+
 // parseOnOff is a knob of two values, name's value v: "1" (on) or "0",
 // "" its default; anything else is refused by name, saying what each
 // value does.
@@ -128,6 +138,7 @@ func deviceFacts(info vk.DeviceInfo, k Knobs) shaders.Device {
 	attnCoop, _ := attentionCoopEnv(k)
 	rows, _ := matvecRowsEnv(k)
 	keys, _ := attendKeysEnv(k)
+	own, _ := attendOwnEnv(k)
 	sg, require := shaders.SubgroupSizeFor(shaders.SubgroupFacts{Vendor: info.VendorID, Reported: l.SubgroupSize,
 		Min: l.MinSubgroupSize, Max: l.MaxSubgroupSize,
 		Control: f.SubgroupSizeControl && f.ComputeFullSubgroups && l.RequiredSubgroupSizeCompute})
@@ -157,5 +168,6 @@ func deviceFacts(info vk.DeviceInfo, k Knobs) shaders.Device {
 		AttentionCoop:           attnCoop,
 		NoMatvecRows:            !rows,
 		NoAttendKeys:            !keys,
+		NoAttendOwn:             !own,
 	}
 }

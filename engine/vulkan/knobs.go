@@ -39,6 +39,7 @@ var KnobNames = []string{
 	"MODRUN_ATTENTION_COOP", // attentionCoopEnv
 	"MODRUN_MATVEC_ROWS",    // matvecRowsEnv
 	"MODRUN_ATTEND_KEYS",    // attendKeysEnv
+	"MODRUN_ATTEND_OWN",     // attendOwnEnv
 	"MODRUN_HANDOFF",        // handoffEnv
 	"MODRUN_VEC_ROWS",       // vecRowsEnv
 	"MODRUN_PROMPT_STEPS",   // promptStepsEnv
@@ -120,6 +121,7 @@ var knobParse = map[string]func(v string) error{
 	"MODRUN_ATTENTION_COOP": func(v string) error { _, err := parseAttentionCoop(v); return err },
 	"MODRUN_MATVEC_ROWS":    func(v string) error { _, err := parseMatvecRows(v); return err },
 	"MODRUN_ATTEND_KEYS":    func(v string) error { _, err := parseAttendKeys(v); return err },
+	"MODRUN_ATTEND_OWN":     func(v string) error { _, err := parseAttendOwn(v); return err },
 	"MODRUN_HANDOFF":        func(v string) error { return setHandoff(&shaders.Profile{}, v) },
 	"MODRUN_VEC_ROWS":       func(v string) error { _, err := parseVecRows(v, shaders.VecRowsMost); return err },
 	"MODRUN_PROMPT_STEPS":   func(v string) error { _, err := parsePromptSteps(v); return err },

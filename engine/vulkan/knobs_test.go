@@ -56,6 +56,7 @@ func TestKnobsOverEnv(t *testing.T) {
 		{Knobs{"MODRUN_PROMPT_STEPS": "0"}, `MODRUN_PROMPT_STEPS="0"`},
 		{Knobs{"MODRUN_MATVEC_ROWS": "2"}, `MODRUN_MATVEC_ROWS="2"`},
 		{Knobs{"MODRUN_ATTEND_KEYS": "no"}, `MODRUN_ATTEND_KEYS="no"`},
+		{Knobs{"MODRUN_ATTEND_OWN": "off"}, `MODRUN_ATTEND_OWN="off"`},
 		{Knobs{"MODRUN_HANDOF": "1"}, `no knob "MODRUN_HANDOF"`},
 	} {
 		_, err := New(dev, sm.m, sm.routing, Options{Knobs: tc.k})
@@ -81,6 +82,7 @@ func TestKnobsDiffer(t *testing.T) {
 		{"MODRUN_ATTENTION_COOP", "1", false, true},
 		{"MODRUN_MATVEC_ROWS", "0", false, true},
 		{"MODRUN_ATTEND_KEYS", "0", false, true},
+		{"MODRUN_ATTEND_OWN", "0", false, true},
 		{"MODRUN_HANDOFF", "1", true, true},
 		{"MODRUN_PROMPT_STEPS", "1", true, true},
 		{"MODRUN_VEC_ROWS", "4", true, true},
@@ -96,7 +98,7 @@ func TestKnobsDiffer(t *testing.T) {
 	}
 	// What the decode knobs change on the GPU: the quantized matvec's
 	// kernel (and the batched rows), and the fused attention's.
-	off, err := ProfileWith(gpu, Knobs{"MODRUN_MATVEC_ROWS": "0", "MODRUN_ATTEND_KEYS": "0"})
+	off, err := ProfileWith(gpu, Knobs{"MODRUN_MATVEC_ROWS": "0", "MODRUN_ATTEND_KEYS": "0", "MODRUN_ATTEND_OWN": "0"})
 	require.NoError(t, err)
 	rows, _ := p.Matvec(shaders.MatvecQ8_0, shaders.FuseNone, 1, 4096)
 	sg, _ := off.Matvec(shaders.MatvecQ8_0, shaders.FuseNone, 1, 4096)
@@ -105,6 +107,8 @@ func TestKnobsDiffer(t *testing.T) {
 	assert.Equal(t, []int{16, 8}, []int{p.VecRows(), off.VecRows()})
 	assert.True(t, p.AttendKeys)
 	assert.False(t, off.AttendKeys)
+	assert.True(t, p.AttendOwn)
+	assert.False(t, off.AttendOwn)
 	_, err = KnobsDiffer(gpu, Knobs{}, Knobs{"MODRUN_MATMUL_DIRECT": "2"})
 	assert.ErrorContains(t, err, "MODRUN_MATMUL_DIRECT")
 }

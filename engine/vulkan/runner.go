@@ -256,6 +256,11 @@ func (r *Runner) build(m *mod.Model) error {
 			if _, err := r.ks.get(shaders.PagedAttendName(r.kv), shaders.PagedAttentionSpec(uint32(r.c.HeadDim))); err != nil {
 				return err
 			}
+			if r.ks.prof.AttendOwn {
+				if _, err := r.ks.get(shaders.PagedAttendOwnName(r.kv), shaders.PagedAttentionSpec(uint32(r.c.HeadDim))); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	if err := r.buildPrefill(m, r.ub); err != nil {

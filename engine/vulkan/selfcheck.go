@@ -308,6 +308,9 @@ func profilePicks(prof shaders.Profile) []pick {
 				picks = append(picks, pick{h, "decode attention, fused, handed off", st.Spec})
 			}
 			picks = append(picks, pick{shaders.PagedAttendName(kv), "batched step attention", shaders.PagedAttentionSpec(128)})
+			if prof.AttendOwn {
+				picks = append(picks, pick{shaders.PagedAttendOwnName(kv), "batched step attention, rows each their sequence's only one", shaders.PagedAttentionSpec(128)})
+			}
 		}
 	}
 	if prof.AttentionLanes { // a prefill's attention at Llama's head dimension, lanes a row where the profile takes them

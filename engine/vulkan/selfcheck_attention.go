@@ -327,12 +327,21 @@ func decodeAttendCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 // output against the CPU's attention over each row's entries, and the
 // tiles' counters left at zero. The head dimension is the spec's (the
 // kernel's exactly).
+//
+// paged_attend_own (paged_qkv's RoPE and KV write in the same dispatch)
+// takes each row's raw q|k|v at odd offsets of its own stride and turns it
+// at a RoPE position other than its entry; each row's own entry (its
+// last) is its turned k and v, whose slot in the pool holds values far
+// off (1e3) until the kernel writes it, so that a workgroup reading the
+// slot instead of the turned k and v fails. Also checked with an F32
+// pool: every word of the pool, the own entries of the rows run written
+// (within the turn's rounding), the fourth row's and all the rest left.
 func pagedAttendCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 	kv, err := shaders.ParseKV(v.Type)
 	if err != nil {
 		return checkCase{}, err
 	}
-	f16 := kv == shaders.KVF16
+	f16, own := kv == shaders.KVF16, shaders.IsAttendOwn(v)
 	hd := int(spec[1])
 	const n, run, bt, width, layer, splitLen = 4, 3, 8, 2, 1, 16
 	ents := []uint32{17, attnEntries - 1, 0, 30}
@@ -352,12 +361,28 @@ func pagedAttendCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 	for j := range bound {
 		bound[j] = 1e-30
 	}
+	// paged_attend_own's rows: raw q|k|v, RoPE's positions, and the pool
+	// as it must be after the dispatch.
+	kOff, vOff := qd+1, qd+1+kvd+1
+	stride := vOff + kvd + 1
+	qkv, rpos := randVec(rng, n*stride, -2, 2), make([]uint32, n)
+	freqs := mod.RopeFrequencies(mod.Config{HeadDim: hd, RopeBase: 10000}, nil)
+	type ownEntry struct {
+		at         int // its slot in the pool
+		k, v, pair []float32
+	}
+	var owns []ownEntry // the rows run's, written by the kernel
+	selfK, selfV := selfRelF32, 0.0
+	if f16 {
+		selfK, selfV = selfRelF32+1.0/1024, 1.0/1024 // a half's step: the kernel rounds its own turn
+	}
 	for i := range n {
 		ri := newAttnInputSeed(hd, f16, uint64(200+i))
 		ri.kPos, ri.qPos = make([]uint32, attnEntries), []uint32{ents[i]}
 		for e := range ri.kPos {
 			ri.kPos[e] = uint32(e)
 		}
+		var ownAt int                                // the own entry's slot in the pool
 		toff = append(toff, uint32(len(tables)+3*i)) // gaps between the tables
 		tables = append(tables, make([]uint32, 3*i)...)
 		for b := range blocks {
@@ -368,6 +393,31 @@ func pagedAttendCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 				at := (int(page)*bt + j) * kvd
 				copy(pool[0][at:at+kvd], ri.k[e*kvd:(e+1)*kvd])
 				copy(pool[1][at:at+kvd], ri.v[e*kvd:(e+1)*kvd])
+				if e == int(ents[i]) {
+					ownAt = at
+				}
+			}
+		}
+		if own {
+			e, src := int(ents[i]), i*stride
+			rpos[i] = 3*ents[i] + 5
+			copy(qkv[src:src+qd], ri.q[:qd]) // raw; the reference's q is it turned
+			mod.RoPE(ri.q[:qd], int32(rpos[i]), freqs)
+			kNew, vNew := slices.Clone(qkv[src+kOff:src+kOff+kvd]), slices.Clone(qkv[src+vOff:src+vOff+kvd])
+			mod.RoPE(kNew, int32(rpos[i]), freqs)
+			if f16 {
+				halves(kNew)
+				halves(vNew)
+			}
+			copy(ri.k[e*kvd:], kNew)
+			copy(ri.v[e*kvd:], vNew)
+			ri.kRel, ri.vRel = make([]float64, attnEntries), make([]float64, attnEntries)
+			ri.kRel[e], ri.vRel[e] = selfK, selfV
+			for j := range kvd { // the slot until the kernel writes it: far off
+				pool[0][ownAt+j], pool[1][ownAt+j] = 1e3, -1e3
+			}
+			if i < run {
+				owns = append(owns, ownEntry{ownAt, kNew, vNew, qkv[src+kOff : src+kOff+kvd]})
 			}
 		}
 		copy(qs[i*qd:(i+1)*qd], ri.q[:qd])
@@ -403,5 +453,27 @@ func pagedAttendCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 	}
 	push := shaders.PagedPush{N: n, KVDim: uint32(kvd), Width: width, Layer: layer, BlockTokens: bt, NHead: attnHeads, NKVHead: attnKVHeads,
 		HeadDim: uint32(hd), Scale: in.scale, Splits: uint32(splits), SplitLen: splitLen}
+	if own {
+		bufs[0] = checkBuf{data: f32Bytes(qkv)}
+		if !f16 { // the pool: the own entries of the rows run written, every other word as it was
+			kWant, vWant := slices.Clone(pool[0]), slices.Clone(pool[1])
+			kBound, vBound := make([]float64, len(kWant)), make([]float64, len(vWant))
+			for j := range kBound {
+				kBound[j], vBound[j] = 1e-30, 1e-30
+			}
+			for _, o := range owns {
+				copy(kWant[o.at:], o.k)
+				copy(vWant[o.at:], o.v)
+				for j := range kvd { // a turn's error scales with its pair's size
+					pair := o.pair[j&^1:]
+					kBound[o.at+j] = selfRelF32*(math.Abs(float64(pair[0]))+math.Abs(float64(pair[1]))) + 1e-6
+				}
+			}
+			bufs[1].want, bufs[1].bound = kWant, kBound
+			bufs[2].want, bufs[2].bound = vWant, vBound
+		}
+		bufs = append(bufs, checkBuf{data: u32Bytes(rpos)}, checkBuf{data: u32Bytes(shaders.RopeFreqs(freqs))})
+		push.Stride, push.KOff, push.VOff = uint32(stride), uint32(kOff), uint32(vOff)
+	}
 	return checkCase{op: checkOp(v), push: push, groups: shaders.PagedAttentionGroups(n, attnHeads, uint32(splits)), bufs: bufs}, nil
 }

@@ -71,6 +71,9 @@ func checkOp(v shaders.Variant) string {
 		}
 		return "attention fused " + v.Type
 	case shaders.OpPagedAttend:
+		if shaders.IsAttendOwn(v) {
+			return "batched attention " + v.Type + " own entries"
+		}
 		return "batched attention " + v.Type
 	case shaders.OpMatmulCoop:
 		return "matmul " + v.Type + " tensor cores"

@@ -38,9 +38,10 @@ func gpuProfileOf(dev *vk.Device) shaders.Profile {
 // decode head's argmax_wide where the profile takes it (and its handed-off
 // variant with Handoff), and where the profile fuses attention, the
 // decode step's fused attention (and its handed-off variant with Handoff)
-// and a batched step's paged_attend on each cache.
+// and a batched step's paged_attend (and paged_attend_own with
+// AttendOwn) on each cache.
 // Lavapipe's own profile: 52 + 4 + 2 = 58; a GPU's: 52 + 12 + 4 + 4 + 3 +
-// 13 + 1 + 4 = 93 (the pipelined tile, or on an
+// 13 + 1 + 6 = 95 (the pipelined tile, or on an
 // NVIDIA GPU the tensor cores; lavapipe's emulated tensor-core product
 // takes 150 ms a call there, too slow to time 13 of in CI:
 // TestMatmulCoopHiloCheckCase runs their cases untimed).
@@ -75,9 +76,12 @@ func checkRows(prof shaders.Profile) (rows, attention, split int) {
 			rows++
 		}
 	}
-	if prof.FuseAttention { // the fused decode attention (and its handed-off variant) and paged_attend, on both caches
+	if prof.FuseAttention { // the fused decode attention (and its handed-off variant) and paged_attend (and paged_attend_own), on both caches
 		for _, kv := range shaders.KVTypes {
 			rows += 2
+			if prof.AttendOwn {
+				rows++
+			}
 			if _, ok := shaders.HandoffName(prof.DecodeAttention(kv, 2048, 128)[0].Variant); ok && prof.Handoff {
 				rows++
 			}

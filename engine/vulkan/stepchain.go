@@ -115,7 +115,7 @@ func (st *Stepper) chainRecording(n, k int) (*vk.Recorder, error) {
 		}
 		rec.Copy(ch.pos, st.a.pos, s*rb, 0, nb)
 		rec.Copy(ch.draws, pf.draws, shaders.ArgmaxDrawBytesPer/4*s*rb, 0, shaders.ArgmaxDrawBytesPer/4*nb)
-		f, err := st.frame(n, n, n)
+		f, err := st.frame(n, n, n, true) // a chain's rows are each their sequence's only one
 		if err != nil {
 			return fail(err)
 		}

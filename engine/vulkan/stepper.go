@@ -52,7 +52,7 @@ type Stepper struct {
 	psel, prope, trace *vk.Buffer // the selected rows' positions and RoPE's; [nRouted][3][ub] the routing
 	pf                 pagedFrame
 
-	recs   map[[3]int]*vk.Recorder // by (rows, rows wanting logits, of those the argmax only)
+	recs   map[[4]int]*vk.Recorder // by (rows, rows wanting logits, of those the argmax only, 1 where each row is its sequence's only one)
 	err    error                   // a failed CopyPage, reported by the next Step
 	out    []float32               // [k][nVocab] the last step's logits
 	ids    []int32                 // [g] the last step's argmax ids
@@ -110,6 +110,11 @@ type pagedFrame struct {
 	// ([ub][nHead] u32, zero between dispatches): a GPU profile's
 	// attention merges its tiles in the last one (FuseAttention).
 	attDone *vk.Buffer
+	// own: every row of the recording is its sequence's only one (each
+	// sequence decoding, a chain's steps), so that a row's attention reads
+	// no entry another row writes: on a profile with AttendOwn its q|k|v
+	// take paged_attend_own (pagedQKVOps).
+	own bool
 	// vec: the step's products run as matvecs (stepvec.go), whose stacked
 	// q|k|v go to qkv first ([vecRows][the stack's rows]); qkv is nil
 	// when the weights' layout does not allow it (vecFits).
@@ -126,7 +131,7 @@ func (r *Runner) Stepper(seqs int) (*Stepper, error) {
 		return nil, fmt.Errorf("vulkan: an eval-mode runner has no steps")
 	}
 	c := r.c
-	st := &Stepper{r: r, ub: r.stepRows(seqs), seqs: max(1, seqs), recs: map[[3]int]*vk.Recorder{}}
+	st := &Stepper{r: r, ub: r.stepRows(seqs), seqs: max(1, seqs), recs: map[[4]int]*vk.Recorder{}}
 	pf := &st.pf
 	pf.width, pf.layer = make([]uint32, c.NLayer), make([]uint32, c.NLayer)
 	nDense := uint32(0)
@@ -320,9 +325,13 @@ func (st *Stepper) dropRecordings() {
 }
 
 // recording is the step's recording for n rows of which k want logits,
-// the first g of those their argmax only, made at its first use.
-func (st *Stepper) recording(n, k, g int) (*vk.Recorder, error) {
-	key := [3]int{n, k, g}
+// the first g of those their argmax only, made at its first use; own:
+// each row is its sequence's only one (pagedFrame.own).
+func (st *Stepper) recording(n, k, g int, own bool) (*vk.Recorder, error) {
+	key := [4]int{n, k, g, 0}
+	if own {
+		key[3] = 1
+	}
 	if rec, ok := st.recs[key]; ok {
 		return rec, nil
 	}
@@ -333,7 +342,7 @@ func (st *Stepper) recording(n, k, g int) (*vk.Recorder, error) {
 			break
 		}
 	}
-	f, err := st.frame(n, k, g)
+	f, err := st.frame(n, k, g, own)
 	if err != nil {
 		return nil, err
 	}
@@ -351,11 +360,11 @@ func (st *Stepper) recording(n, k, g int) (*vk.Recorder, error) {
 // frame is the frame of a step of n rows of which k want logits, the
 // first g their argmax only: the batch pass's buffers (the runner's
 // matmul views with tiles fit to n rows, the stepper's scratch) and the
-// paged state.
-func (st *Stepper) frame(n, k, g int) (*frame, error) {
+// paged state; own: each row is its sequence's only one.
+func (st *Stepper) frame(n, k, g int, own bool) (*frame, error) {
 	r, a := st.r, &st.a
 	pf := st.pf
-	pf.nLogits, pf.nArgmax, pf.vec = k, g, pf.qkv != nil && n <= r.vecRows()
+	pf.nLogits, pf.nArgmax, pf.vec, pf.own = k, g, pf.qkv != nil && n <= r.vecRows(), own
 	blocks, err := r.narrowBlocks(n)
 	if err != nil {
 		return nil, err
@@ -553,7 +562,7 @@ func (st *Stepper) step(rows []sched.Row, bt int, argmax bool) (logits []float32
 			return nil, nil, nil, fmt.Errorf("vulkan: a step's draws: %w", err)
 		}
 	}
-	rec, err := st.recording(n, k, g)
+	rec, err := st.recording(n, k, g, ownRows(rows))
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -612,6 +621,17 @@ func (st *Stepper) step(rows []sched.Row, bt int, argmax bool) (logits []float32
 	}
 	ph.Logits += time.Since(t4)
 	return logits, ids, routes, nil
+}
+
+// ownRows says whether each of rows is its sequence's only one (a
+// sequence's rows are consecutive).
+func ownRows(rows []sched.Row) bool {
+	for i := 1; i < len(rows); i++ {
+		if rows[i].Seq == rows[i-1].Seq {
+			return false
+		}
+	}
+	return true
 }
 
 // tables is a step's composition of its rows' tables: each row's dense
@@ -720,15 +740,26 @@ func (r *Runner) stackedQKV(p *frame, l int) bool {
 
 // pagedQKVOps are pagedAttentionOps from the stacked q|k|v (stackedQKV):
 // paged_qkv (RoPE of q into p.qr, of k into its page, v into its page),
-// then the attention and merge.
+// then the attention and merge; where every row is its sequence's only
+// one (pf.own) on a profile with AttendOwn, paged_attend_own: the two in
+// one dispatch.
 func (r *Runner) pagedQKVOps(p *frame, l int, br blockRows) ([]op, error) {
 	pf, s := p.paged, p.layers[l].w.qkv
+	push := r.pagedPush(p, l, br)
+	push.Stride, push.KOff, push.VOff = s.mvs[0].rows, uint32(s.part[1]/4), uint32(s.part[2]/4)
+	if pf.own && pf.attDone != nil && r.ks.prof.AttendOwn { // rows each their sequence's only one: one dispatch
+		k, err := r.ks.get(shaders.PagedAttendOwnName(r.kv), shaders.PagedAttentionSpec(uint32(r.c.HeadDim)))
+		if err != nil {
+			return nil, err
+		}
+		return []op{newOp(k, push, shaders.PagedAttentionGroups(push.N, push.NHead, push.Splits), rd(p.vqkv, 0, 0), rw(pf.k, 0, 0), rw(pf.v, 0, 0),
+			rd(br.rows, 0, 0), rd(br.ent, 0, 0), rd(br.toff, 0, 0), rd(pf.tables, 0, 0), rw(p.partO, 0, 0), rw(p.partML, 0, 0),
+			rw(pf.attDone, 0, 0), wr(p.att, 0, 0), rd(br.ropePos, 0, 0), rd(r.w.ropeFreq, 0, 0))}, nil
+	}
 	k, err := r.ks.get(shaders.PagedQKVName(r.kv), nil)
 	if err != nil {
 		return nil, err
 	}
-	push := r.pagedPush(p, l, br)
-	push.Stride, push.KOff, push.VOff = s.mvs[0].rows, uint32(s.part[1]/4), uint32(s.part[2]/4)
 	att, err := r.pagedAttend(p, br, push)
 	if err != nil {
 		return nil, err
