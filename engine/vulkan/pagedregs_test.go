@@ -14,7 +14,8 @@ import (
 // takes compile without a spilled register with AMD's compiler (RADV's
 // null gfx1100 device) at head dimensions 64 and 128, for each pool type:
 // the attention (paged_attend: the query in shared memory, HD/16 output
-// dims an invocation), the split-RoPE-write and the write. paged_attention,
+// dims an invocation; paged_attend_own, which also turns and writes its
+// rows' own entries, alike), the split-RoPE-write and the write. paged_attention,
 // lavapipe's (a query row and an output row of registers an invocation),
 // spills there over an F16 pool (a GPU's): the test of the statistics'
 // sense.
@@ -34,6 +35,7 @@ func TestPagedRegistersRDNA3(t *testing.T) {
 				spec []uint32
 			}{
 				{shaders.PagedAttendName(kv), shaders.PagedAttentionSpec(hd)},
+				{shaders.PagedAttendOwnName(kv), shaders.PagedAttentionSpec(hd)},
 				{shaders.PagedQKVName(kv), nil},
 				{shaders.PagedKVName(kv), nil},
 			} {

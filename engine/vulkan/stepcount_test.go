@@ -21,13 +21,19 @@ import (
 // sequence's only one (every sequence decoding, a chain's steps), a GPU's
 // profile runs paged_qkv and paged_attend as one (AttendOwn:
 // paged_attend_own), 5 and 11: a dense block as many as the decode
-// step's. Each dispatch costs a GPU a launch and a barrier's drain (~5-10
-// us on the H200, docs/decode-attention-cost.md), so a block's count is
-// its floor.
+// step's. Outside the blocks: the embedding, the head's final norm and
+// output matvec (one dispatch where the profile fuses norms: a GPU's), and
+// the argmax (none where no row wants only its argmax: the logits are
+// copied); and before them the rows wanting logits gathered, unless
+// they are every row in order (all want logits, all or none only their
+// argmax): 4 and 3 then, 5 and 4 with the gather. Each dispatch costs a
+// GPU a launch and a barrier's drain (~5-10 us on the H200,
+// docs/decode-attention-cost.md), so a block's count is its floor.
 func TestStepDispatches(t *testing.T) {
 	dev := openDevice(t, true)
 	m := openModel(t, "../../models/tinystories-mod.gguf")
 	want := map[string][2][2]int{"own": {{8, 14}, {8, 14}}, "gpu": {{6, 12}, {5, 11}}} // [rows of one sequence, rows each its own][dense, routed]
+	outside := map[string]int{"own": 4, "gpu": 3}                                      // every row's logits in order
 	for _, pc := range deviceProfiles(dev) {
 		run, err := New(dev, m, mod.RoutingRouter, Options{KVType: "f32", ContextLen: 64, DeviceProfile: pc.prof})
 		require.NoError(t, err)
@@ -37,14 +43,31 @@ func TestStepDispatches(t *testing.T) {
 		require.NoError(t, st.growTables(64))
 		for _, n := range []int{1, 4} {
 			for o, own := range []bool{false, true} {
-				f, err := st.frame(n, n, n, own)
-				require.NoError(t, err)
-				rec, err := run.recordFrame(f)
-				require.NoError(t, err)
-				rec.Close()
-				dense, routed := f.blockStats[0].Dispatches, f.blockStats[1].Dispatches
-				t.Logf("%s, %d rows, own %v: %d dispatches (a dense block %d, a routed one %d); the runner's decode step: %+v", pc.name, n, own, rec.Stats().Dispatches, dense, routed, run.StepCounts())
-				assert.Equal(t, want[pc.name][o], [2]int{dense, routed}, "%s, %d rows, own %v: a dense and a routed block's dispatches", pc.name, n, own)
+				for _, kg := range [][2]int{{n, n}, {n, 0}, {1, 1}, {n, 1}} {
+					k, g := kg[0], kg[1]
+					f, err := st.frame(n, k, g, own)
+					require.NoError(t, err)
+					rec, err := run.recordFrame(f)
+					require.NoError(t, err)
+					rec.Close()
+					dense, routed := f.blockStats[0].Dispatches, f.blockStats[1].Dispatches
+					blocks := 0
+					for _, b := range f.blockStats {
+						blocks += b.Dispatches
+					}
+					t.Logf("%s, %d rows, %d with logits, %d argmax, own %v: %d dispatches (a dense block %d, a routed one %d); the runner's decode step: %+v",
+						pc.name, n, k, g, own, rec.Stats().Dispatches, dense, routed, run.StepCounts())
+					assert.Equal(t, want[pc.name][o], [2]int{dense, routed}, "%s, %d rows, own %v: a dense and a routed block's dispatches", pc.name, n, own)
+					gathered := k != n || (g != 0 && g != k)
+					wantOut := outside[pc.name]
+					if gathered {
+						wantOut++
+					}
+					if g == 0 { // no argmax: the logits copied to the host
+						wantOut--
+					}
+					assert.Equal(t, wantOut, rec.Stats().Dispatches-blocks, "%s, %d rows, %d with logits, %d argmax: outside the blocks", pc.name, n, k, g)
+				}
 			}
 		}
 		run.Close()

@@ -824,26 +824,46 @@ func (r *Runner) recordPagedHead(rec *vk.Recorder, p *frame) error {
 	if k == 0 {
 		return nil
 	}
-	gather, err := r.ks.get("gather", nil)
-	if err != nil {
-		return err
+	// The rows wanting logits, gathered: the argmax rows, then the others,
+	// each in step order; where that is every row in order (all want
+	// logits, and all or none only their argmax: every decode step of a
+	// chain, and most of the server's), they are x as it is.
+	in := p.x
+	if g := pf.nArgmax; k != p.n || (g != 0 && g != k) {
+		gather, err := r.ks.get("gather", nil)
+		if err != nil {
+			return err
+		}
+		r.dispatch(rec, newOp(gather, shaders.GatherPush{NEmbd: uint32(c.NEmbd)}, shaders.Groups(uint32(k)),
+			rd(pf.lrows, 0, 0), rd(pf.lcount, 0, 0), rd(p.x, 0, 0), wr(p.xs, 0, 0)))
+		in = p.xs
 	}
-	r.dispatch(rec, newOp(gather, shaders.GatherPush{NEmbd: uint32(c.NEmbd)}, shaders.Groups(uint32(k)),
-		rd(pf.lrows, 0, 0), rd(pf.lcount, 0, 0), rd(p.x, 0, 0), wr(p.xs, 0, 0)))
-	norm, err := r.rmsnormOp(p.xs, r.w.outputNorm, p.xn, k)
-	if err != nil {
-		return err
-	}
-	r.dispatch(rec, norm)
-	if pf.qkv != nil && k <= r.vecRows() { // a few rows: one matvec pass (stepvec.go)
-		o, err := r.vecOp(r.w.output, shaders.FuseNone, p.xn, pf.logits, nil, k, k)
+	// The final norm, then the output matrix: a few rows as one matvec
+	// pass (stepvec.go), the norm in it where the profile fuses norms (as
+	// the decode step's head: a dispatch and a barrier fewer a step).
+	vec := pf.qkv != nil && k <= r.vecRows()
+	if vec && r.ks.prof.FuseNorm {
+		o, err := r.vecOp(r.w.output, shaders.FuseNorm, in, pf.logits, r.w.outputNorm, k, k)
 		if err != nil {
 			return err
 		}
 		r.dispatch(rec, o)
 	} else {
-		for _, o := range pf.output.opsInPieces(r.ks.prof.MaxStorageBufferRange, r.dev.Info().Limits.MinStorageBufferOffsetAlignment, p.xn, pf.logits, k) {
+		norm, err := r.rmsnormOp(in, r.w.outputNorm, p.xn, k)
+		if err != nil {
+			return err
+		}
+		r.dispatch(rec, norm)
+		if vec {
+			o, err := r.vecOp(r.w.output, shaders.FuseNone, p.xn, pf.logits, nil, k, k)
+			if err != nil {
+				return err
+			}
 			r.dispatch(rec, o)
+		} else {
+			for _, o := range pf.output.opsInPieces(r.ks.prof.MaxStorageBufferRange, r.dev.Info().Limits.MinStorageBufferOffsetAlignment, p.xn, pf.logits, k) {
+				r.dispatch(rec, o)
+			}
 		}
 	}
 	vB, g := 4*uint64(c.NVocab), pf.nArgmax
