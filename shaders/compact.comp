@@ -22,6 +22,13 @@
 //                  router or predictor reaches the logits instead of passing
 //                  as a skip (mod.PoisonRows); a finite score writes nothing.
 //
+// With TABLE_ARGS (compact_positive_table) args are instead the m
+// VkDispatchIndirectCommands of a routed block's dispatches for the count:
+// args[i] = table[count][i], a table of every dispatch's workgroups for
+// each count 0..n made on the host (engine/vulkan's routedTable), as
+// prefill.comp's PREFILL_ARGS writes them, so that the block needs no
+// dispatch of its own for them.
+//
 // One workgroup does it all, so no pass waits on another: invocation t owns
 // a contiguous run of ceil(n / WG) tokens, counts its selected, an exclusive
 // scan over the WG counts in shared memory (log2 WG steps) gives where its
@@ -43,7 +50,12 @@ layout(std430, binding = 5) buffer X { float x[]; };                   // [n][co
 #endif
 layout(std430, binding = 1) writeonly buffer Idx { uint idx[]; };     // [n], the first count are valid
 layout(std430, binding = 2) writeonly buffer Count { uint count[]; }; // [1]
+#ifdef TABLE_ARGS
+layout(std430, binding = 3) writeonly buffer Args { uint args[]; };   // [m][3]: each dispatch's x, y, z workgroups
+layout(std430, binding = 6) readonly buffer Table { uint table[]; };  // [n+1][m][3] by count
+#else
 layout(std430, binding = 3) writeonly buffer Args { uint args[]; };   // [3]: x, y, z workgroups
+#endif
 
 shared uint sums[gl_WorkGroupSize.x];
 
@@ -98,11 +110,17 @@ void main() {
 	if (tid == WG - 1u) {
 		uint total = sums[tid];
 		count[0] = total;
+#ifdef TABLE_ARGS
+		for (uint j = 0u; j < 3u * p.m; j++) {
+			args[j] = table[3u * p.m * total + j];
+		}
+#else
 		// As shaders.Groups: a grid every device accepts (65535 per dimension).
 		uint groups = (total + p.rowsPerGroup - 1u) / p.rowsPerGroup;
 		uint x = min(groups, 65535u);
 		args[0] = x;
 		args[1] = groups <= 65535u ? 1u : (groups + 65534u) / 65535u;
 		args[2] = 1u;
+#endif
 	}
 }

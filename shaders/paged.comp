@@ -11,13 +11,14 @@
 // every earlier entry of a table lies at an earlier position, and no other
 // sequence's entry is in it.
 //
-// PAGED_ENTRIES: for the selected rows g < count[0] of a routed layer
-//   (idx ascending), each row's entry in the layer's table: rmeta's base
+// PAGED_GATHER: for the selected rows g < count[0] of a routed layer
+//   (idx ascending), a workgroup each: its row of x gathered into xs
+//   (gather.comp's copy), and its entry in the layer's table: rmeta's base
 //   (the table's length before the step) plus the selected rows of the
 //   same sequence before it in the step (a sequence's rows are
 //   consecutive, so they are idx's neighbours, told apart by rowSeq), its
 //   table's offset, its original position and RoPE's (the entry with
-//   compact positions). Dispatch Groups(ceil(n / 64)).
+//   compact positions). Dispatch Groups(n).
 // PAGED_KV: row i < rows[0] of k (rotated) and v goes to its entry's page
 //   slot (KV_F16: packed halves, two to a word). Dispatch Groups(n).
 // PAGED_ATTENTION: workgroup (row i, head h, tile s) over entries
@@ -71,7 +72,7 @@
 #include "include/common.glsl"
 #include "include/push_paged.glsl"
 
-#if defined(PAGED_ENTRIES)
+#if defined(PAGED_GATHER)
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Idx { uint idx[]; };        // [count] selected rows, ascending
 layout(std430, binding = 1) readonly buffer Count { uint count[]; };    // [1]
@@ -82,13 +83,23 @@ layout(std430, binding = 5) writeonly buffer Pos { uint pos[]; };       // [n] t
 layout(std430, binding = 6) writeonly buffer RopePos { uint rpos[]; };  // [n] RoPE's positions
 layout(std430, binding = 7) writeonly buffer Ent { uint ent[]; };       // [n] their entries
 layout(std430, binding = 8) writeonly buffer Toff { uint toff[]; };     // [n] their tables' offsets
+layout(std430, binding = 9) readonly buffer X { float x[]; };           // [n][stride] every row's residual
+layout(std430, binding = 10) writeonly buffer XS { float xs[]; };       // [count][stride] the selected rows'
 
 void main() {
-	uint g = groupIndex() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
+	uint g = groupIndex();
 	if (g >= count[0] || g >= p.n) {
+		return; // the whole workgroup
+	}
+	uint i = idx[g];
+	uint src = i * p.stride, dst = g * p.stride;
+	for (uint e = gl_LocalInvocationID.x; e < p.stride; e += gl_WorkGroupSize.x) {
+		xs[dst + e] = x[src + e];
+	}
+	if (gl_LocalInvocationID.x != 0u) {
 		return;
 	}
-	uint i = idx[g], seq = rowSeq[i], rank = 0u;
+	uint seq = rowSeq[i], rank = 0u;
 	while (rank < g && rowSeq[idx[g - rank - 1u]] == seq) {
 		rank++;
 	}
@@ -511,5 +522,5 @@ void main() {
 	}
 }
 #else
-#error "define one of PAGED_ENTRIES, PAGED_KV, PAGED_ATTENTION, PAGED_SPLIT, PAGED_QKV, PAGED_ADVANCE"
+#error "define one of PAGED_GATHER, PAGED_KV, PAGED_ATTENTION, PAGED_SPLIT, PAGED_QKV, PAGED_ADVANCE"
 #endif

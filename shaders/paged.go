@@ -14,16 +14,16 @@ type PagedPush struct {
 	Width       uint32  // pages per block of the table
 	Layer       uint32  // the table's layer (0 for a routed layer's own table)
 	BlockTokens uint32  // entries a page
-	NRouted     uint32  // paged_entries, paged_advance: routed layers
-	Routed      uint32  // paged_entries: this one's index among them
-	Compact     uint32  // paged_entries: 1: RoPE at the entry (mod.PositionsCompact)
+	NRouted     uint32  // paged_gather, paged_advance: routed layers
+	Routed      uint32  // paged_gather: this one's index among them
+	Compact     uint32  // paged_gather: 1: RoPE at the entry (mod.PositionsCompact)
 	NHead       uint32  // paged_attention: query heads
 	NKVHead     uint32  // paged_attention: key/value heads
 	HeadDim     uint32  // paged_attention: elements per head, the spec's HD
 	Scale       float32 // paged_attention: 1/sqrt(HeadDim)
 	Splits      uint32  // paged_attention: key tiles per (row, head)
 	SplitLen    uint32  // paged_attention: entries per key tile
-	Stride      uint32  // paged_split: elements of a row of qkv; paged_advance: the trace's rows a field
+	Stride      uint32  // paged_split: elements of a row of qkv; paged_advance: the trace's rows a field; paged_gather: of a row of x
 	KOff        uint32  // paged_split: where a row's k starts in it (q at 0)
 	VOff        uint32  // paged_split: where its v starts
 }
@@ -176,7 +176,7 @@ func init() {
 			Notes: "push N, NHead, HeadDim, KVDim, Stride, KOff, VOff; dispatch Groups(n)",
 		},
 		Variant{
-			Name: "paged_entries", Source: "paged.comp", Defines: []string{"PAGED_ENTRIES"},
+			Name: "paged_gather", Source: "paged.comp", Defines: []string{"PAGED_GATHER"},
 			Bindings: []Binding{
 				{"idx", Read, "[count] u32 selected rows, ascending"},
 				{"count", Read, "[1] u32"},
@@ -187,9 +187,11 @@ func init() {
 				{"ropePos", Write, "[n] u32 RoPE's positions"},
 				{"ent", Write, "[n] u32 the selected rows' entries"},
 				{"toff", Write, "[n] u32 their tables' offsets"},
+				{"x", Read, "[n][stride] f32 every row's residual"},
+				{"xs", Write, "[count][stride] f32 the selected rows', gathered"},
 			},
 			Push: PagedPush{}, LocalSize: [3]uint32{64, 1, 1},
-			Notes: "push NRouted, Routed, Compact; dispatch Groups(ceil(n / 64))",
+			Notes: "push N, NRouted, Routed, Compact, Stride (nEmbd); dispatch Groups(n): a workgroup a selected row",
 		},
 		Variant{
 			Name: "paged_advance", Source: "paged.comp", Defines: []string{"PAGED_ADVANCE"},

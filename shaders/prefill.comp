@@ -12,16 +12,6 @@
 //   u32), else F32. One workgroup per row: dispatch Groups(n).
 // PREFILL_COUNT: counts[layer] = min(counts[layer] + rows[0], maxEntries).
 //   Dispatch (1, 1, 1).
-// PREFILL_POS: pos[j] = chunkPos[idx[j]] for j < count[0]: the original
-//   positions of the selected rows; with COMPACT also ropePos[j] =
-//   counts[layer] + j, their compact positions (mod.PositionsCompact: a
-//   row's index among the rows that entered the layer), at which RoPE turns
-//   them (run before PREFILL_COUNT). Dispatch Groups(ceil(n / 64)).
-// PREFILL_ARGS: the indirect arguments of a routed block's n dispatches for
-//   the count of selected rows: args[i] = table[min(count, maxEntries)][i],
-//   a table of every dispatch's workgroups for each count 0..maxEntries
-//   made on the host, so a routed block runs on its selected rows only.
-//   Dispatch Groups(ceil(n / 64)).
 #include "include/common.glsl"
 #include "include/push_prefill.glsl"
 
@@ -80,40 +70,6 @@ void main() {
 	}
 }
 
-#elif defined(PREFILL_POS)
-layout(std430, binding = 0) readonly buffer Idx { uint idx[]; };         // [count] selected rows of the chunk
-layout(std430, binding = 1) readonly buffer Count { uint count[]; };     // [1]
-layout(std430, binding = 2) readonly buffer ChunkPos { uint cpos[]; };   // [n] the chunk's positions
-layout(std430, binding = 3) writeonly buffer Pos { uint pos[]; };        // [n] the selected rows' positions
-#ifdef COMPACT
-layout(std430, binding = 4) readonly buffer Counts { uint counts[]; };   // [nLayer] entries per layer
-layout(std430, binding = 5) writeonly buffer RopePos { uint rpos[]; };   // [n] the selected rows' compact positions
-#endif
-
-void main() {
-	uint j = groupIndex() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
-	if (j < count[0] && j < p.n) {
-		pos[j] = cpos[idx[j]];
-#ifdef COMPACT
-		rpos[j] = counts[p.layer] + j;
-#endif
-	}
-}
-#elif defined(PREFILL_ARGS)
-layout(std430, binding = 0) readonly buffer Count { uint count[]; };  // [1] selected rows
-layout(std430, binding = 1) readonly buffer Table { uint table[]; };  // [maxEntries+1][n][3] groups by count
-layout(std430, binding = 2) writeonly buffer Args { uint args[]; };   // [n][3] VkDispatchIndirectCommand
-
-void main() {
-	uint i = groupIndex() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
-	if (i >= p.n) {
-		return;
-	}
-	uint c = min(count[0], p.maxEntries);
-	for (uint j = 0u; j < 3u; j++) {
-		args[3u * i + j] = table[3u * (c * p.n + i) + j];
-	}
-}
 #else
-#error "define one of PREFILL_KV, PREFILL_COUNT, PREFILL_POS, PREFILL_ARGS"
+#error "define one of PREFILL_KV, PREFILL_COUNT"
 #endif

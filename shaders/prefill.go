@@ -45,39 +45,5 @@ func init() {
 			Push: PrefillPush{}, LocalSize: [3]uint32{64, 1, 1},
 			Notes: "dispatch (1, 1, 1)",
 		},
-		Variant{
-			Name: "prefill_args", Source: "prefill.comp", Defines: []string{"PREFILL_ARGS"},
-			Bindings: []Binding{
-				{"count", Read, "[1] u32 selected rows"},
-				{"table", Read, "[maxEntries+1][n][3] u32 each dispatch's workgroups for each count"},
-				{"args", Write, "[n][3] u32 VkDispatchIndirectCommand"},
-			},
-			Push: PrefillPush{}, LocalSize: [3]uint32{64, 1, 1},
-			Notes: "push N = dispatches, MaxEntries = the largest count; dispatch Groups(ceil(n / 64))",
-		},
-		Variant{
-			Name: "prefill_pos", Source: "prefill.comp", Defines: []string{"PREFILL_POS"},
-			Bindings: []Binding{
-				{"idx", Read, "[count] u32 selected rows of the chunk"},
-				{"count", Read, "[1] u32"},
-				{"chunkPos", Read, "[n] u32 the chunk's positions"},
-				{"pos", Write, "[n] u32: the first count are the selected rows' positions"},
-			},
-			Push: PrefillPush{}, LocalSize: [3]uint32{64, 1, 1},
-			Notes: "dispatch Groups(ceil(n / 64))",
-		},
-		Variant{
-			Name: "prefill_pos_compact", Source: "prefill.comp", Defines: []string{"PREFILL_POS", "COMPACT"},
-			Bindings: []Binding{
-				{"idx", Read, "[count] u32 selected rows of the chunk"},
-				{"count", Read, "[1] u32"},
-				{"chunkPos", Read, "[n] u32 the chunk's positions"},
-				{"pos", Write, "[n] u32: the first count are the selected rows' positions"},
-				{"counts", Read, "[nLayer] u32 entries per layer, before the chunk's append"},
-				{"ropePos", Write, "[n] u32: the first count are counts[layer] + j, the compact positions"},
-			},
-			Push: PrefillPush{}, LocalSize: [3]uint32{64, 1, 1},
-			Notes: "push Layer; dispatch Groups(ceil(n / 64)) before prefill_count",
-		},
 	)
 }

@@ -72,11 +72,39 @@ type CompactPush struct {
 	N            uint32 // mask (or score) entries
 	RowsPerGroup uint32 // rows one workgroup of the indirectly dispatched kernel covers (>= 1)
 	Cols         uint32 // compact_positive: elements of each row of x (nEmbd), NaN when its score is not finite
+	M            uint32 // compact_positive_table: dispatches in args and in each count's row of the table
 }
 
 // GatherPush is gather's push-constant block.
 type GatherPush struct {
 	NEmbd uint32 // elements of each row
+	Layer uint32 // gather_pos_compact: the layer's index in counts
+}
+
+// gatherPos is gather with the selected rows' positions (gather_pos), and
+// with compact their compact positions too (gather_pos_compact).
+func gatherPos(compact bool) Variant {
+	v := Variant{
+		Name: "gather_pos", Source: "gather.comp", Defines: []string{"GATHER_POS"},
+		Bindings: []Binding{
+			{"idx", Read, "[count] u32"},
+			{"count", Read, "[1] u32"},
+			{"x", Read, "[n][nEmbd] f32"},
+			{"xs", Write, "[count][nEmbd] f32"},
+			{"rowPos", Read, "[n] u32 every row's position"},
+			{"pos", Write, "[n] u32: the first count are the selected rows' positions"},
+		},
+		Push: GatherPush{}, LocalSize: [3]uint32{64, 1, 1},
+		Notes: "dispatch Groups(most rows)",
+	}
+	if compact {
+		v.Name, v.Defines = "gather_pos_compact", append(v.Defines, "COMPACT")
+		v.Bindings = append(v.Bindings,
+			Binding{"counts", Read, "[nLayer] u32 entries per layer, before the batch's append"},
+			Binding{"ropePos", Write, "[n] u32: the first count are counts[layer] + j, the compact positions"})
+		v.Notes = "push NEmbd, Layer; dispatch Groups(most rows) before prefill_count"
+	}
+	return v
 }
 
 // Routing specialization constants.
@@ -153,6 +181,22 @@ func routingVariants() []Variant {
 			Push: CompactPush{}, LocalSize: [3]uint32{256, 1, 1}, LocalSizeSpec: true, Spec: CompactSpec,
 			Notes: "dispatch (1, 1, 1): one workgroup for any n",
 		},
+		{
+			Name: "compact_positive_table", Source: "compact.comp", Defines: []string{"FROM_POSITIVE", "TABLE_ARGS"},
+			Bindings: []Binding{
+				{"scores", Read, "[n] f32: selected iff > 0"},
+				{"idx", Write, "[n] u32: the first count are the selected, ascending"},
+				{"count", Write, "[1] u32"},
+				{"args", Write, "[m][3] u32: the table's VkDispatchIndirectCommands for count"},
+				{"mask", Write, "[n] u32"},
+				poisonedX,
+				{"table", Read, "[n+1][m][3] u32: each dispatch's workgroups by count"},
+			},
+			Push: CompactPush{}, LocalSize: [3]uint32{256, 1, 1}, LocalSizeSpec: true, Spec: CompactSpec,
+			Notes: "push N, Cols, M; dispatch (1, 1, 1): one workgroup for any n; a routed block's indirect dispatches read args",
+		},
+		gatherPos(false),
+		gatherPos(true),
 		{
 			Name: "gather", Source: "gather.comp",
 			Bindings: []Binding{

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand"
 	"runtime"
+	"sort"
 	"strings"
 	"testing"
 
@@ -487,4 +488,124 @@ func routingNilIfEmpty(x []int) []int {
 		return nil
 	}
 	return x
+}
+
+// TestCompactTable: compact_positive_table writes what compact_positive
+// writes (the indices, the count, the mask, x's poisoned rows: the same
+// words), and for arguments the m dispatches' row of the table for the
+// count; n from 1 to past the workgroup's 256 invocations, none to all
+// selected, non-finite scores among them, m of 1 and 9.
+func TestCompactTable(t *testing.T) {
+	dev := openDevice(t)
+	kPos, kTab := newKernel(t, dev, lookup(t, "compact_positive")), newKernel(t, dev, lookup(t, "compact_positive_table"))
+	const cols = 3
+	for _, n := range routingSizes {
+		for _, density := range []float64{0, 0.3, 1} {
+			for _, m := range []int{1, 9} {
+				name := fmt.Sprintf("n%d/density%g/m%d", n, density, m)
+				rng := rand.New(rand.NewSource(int64(n*10 + m)))
+				scores := make([]float32, n)
+				for i := range scores {
+					switch {
+					case rng.Intn(17) == 0:
+						scores[i] = []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))}[rng.Intn(3)]
+					case rng.Float64() < density:
+						scores[i] = []float32{math.SmallestNonzeroFloat32, 1, 3.5}[rng.Intn(3)]
+					default:
+						scores[i] = []float32{0, float32(math.Copysign(0, -1)), -2}[rng.Intn(3)]
+					}
+				}
+				table := make([]uint32, (n+1)*m*3)
+				for i := range table {
+					table[i] = rng.Uint32()
+				}
+				x := make([]float32, n*cols)
+				for i := range x {
+					x[i] = float32(i%13) - 6
+				}
+				rec := dev.NewRecorder()
+				scoresB, tableB := newBuffer(t, dev, f32bytes(scores)), newBuffer(t, dev, u32bytes(table))
+				type outs struct{ idx, count, args, mask, x *vk.Buffer }
+				run := func(k *vk.Kernel, tab bool) outs {
+					o := outs{routingBuffer(t, dev, rec, n, 0xdeadbeef), routingBuffer(t, dev, rec, 1, 0xdeadbeef), routingBuffer(t, dev, rec, 3*m, 0xdeadbeef),
+						routingBuffer(t, dev, rec, n, 7), newBuffer(t, dev, f32bytes(x))}
+					binds := []vk.Bind{{Buf: scoresB, Access: vk.Read}, {Buf: o.idx, Access: vk.Write}, {Buf: o.count, Access: vk.Write},
+						{Buf: o.args, Access: vk.Write}, {Buf: o.mask, Access: vk.Write}, {Buf: o.x, Access: vk.ReadWrite}}
+					push := CompactPush{N: uint32(n), RowsPerGroup: 1, Cols: cols}
+					if tab {
+						push.M = uint32(m)
+						binds = append(binds, vk.Bind{Buf: tableB, Access: vk.Read})
+					}
+					rec.Dispatch(k, vk.MustPackPush(push), [3]uint32{1, 1, 1}, binds...)
+					return o
+				}
+				plain, tab := run(kPos, false), run(kTab, true)
+				require.NoError(t, dev.Run(rec), name)
+				rec.Close()
+				count := downloadU32(t, plain.count, 1)
+				assert.Equal(t, count, downloadU32(t, tab.count, 1), "%s: count", name)
+				c := int(count[0])
+				assert.Equal(t, downloadU32(t, plain.idx, c), downloadU32(t, tab.idx, c), "%s: idx", name)
+				assert.Equal(t, downloadU32(t, plain.mask, n), downloadU32(t, tab.mask, n), "%s: mask", name)
+				assert.Equal(t, downloadU32(t, plain.x, n*cols), downloadU32(t, tab.x, n*cols), "%s: x", name)
+				assert.Equal(t, table[3*m*c:3*m*(c+1)], downloadU32(t, tab.args, 3*m), "%s: the table's row for the count", name)
+			}
+		}
+	}
+}
+
+// TestGatherPos: gather_pos copies the selected rows as gather does
+// (xs[j] = x[idx[j]]) and writes pos[j] = rowPos[idx[j]] for j < count;
+// gather_pos_compact also ropePos[j] = counts[layer] + j; nothing past
+// count (more workgroups than rows selected, rows longer than a
+// workgroup).
+func TestGatherPos(t *testing.T) {
+	dev := openDevice(t)
+	for _, compact := range []bool{false, true} {
+		name := map[bool]string{false: "gather_pos", true: "gather_pos_compact"}[compact]
+		k := newKernel(t, dev, lookup(t, name))
+		for _, tc := range []struct{ n, count, cols int }{{1, 0, 3}, {1, 1, 3}, {5, 3, 70}, {64, 64, 8}, {200, 131, 130}} {
+			rng := rand.New(rand.NewSource(int64(tc.n)))
+			rowPos := make([]uint32, tc.n)
+			for i := range rowPos {
+				rowPos[i] = uint32(500 + 3*i)
+			}
+			perm := rng.Perm(tc.n)[:tc.count]
+			sort.Ints(perm)
+			idx := make([]uint32, tc.n)
+			for j, i := range perm {
+				idx[j] = uint32(i)
+			}
+			x := make([]float32, tc.n*tc.cols)
+			for i := range x {
+				x[i] = float32(i) + 0.5
+			}
+			counts := []uint32{7, 40, 9}
+			const layer = 1
+			rec := dev.NewRecorder()
+			xs, pos, rpos := routingBuffer(t, dev, rec, tc.n*tc.cols, 0xdeadbeef), routingBuffer(t, dev, rec, tc.n, 0xdeadbeef), routingBuffer(t, dev, rec, tc.n, 0xdeadbeef)
+			binds := []vk.Bind{denseBind(newBuffer(t, dev, u32bytes(idx)), vk.Read), denseBind(newBuffer(t, dev, u32bytes([]uint32{uint32(tc.count)})), vk.Read),
+				denseBind(newBuffer(t, dev, f32bytes(x)), vk.Read), denseBind(xs, vk.Write), denseBind(newBuffer(t, dev, u32bytes(rowPos)), vk.Read), denseBind(pos, vk.Write)}
+			if compact {
+				binds = append(binds, denseBind(newBuffer(t, dev, u32bytes(counts)), vk.Read), denseBind(rpos, vk.Write))
+			}
+			rec.Dispatch(k, vk.MustPackPush(GatherPush{NEmbd: uint32(tc.cols), Layer: layer}), Groups(uint32(tc.n)), binds...)
+			require.NoError(t, dev.Run(rec))
+			rec.Close()
+			wantXS, wantPos, wantRPos := decodeRepeat([]uint32{0xdeadbeef}, tc.n*tc.cols), decodeRepeat([]uint32{0xdeadbeef}, tc.n), decodeRepeat([]uint32{0xdeadbeef}, tc.n)
+			for j, i := range perm {
+				for e := range tc.cols {
+					wantXS[j*tc.cols+e] = math.Float32bits(x[i*tc.cols+e])
+				}
+				wantPos[j] = rowPos[i]
+				if compact {
+					wantRPos[j] = counts[layer] + uint32(j)
+				}
+			}
+			what := fmt.Sprintf("%s n%d count%d cols%d", name, tc.n, tc.count, tc.cols)
+			assert.Equal(t, wantXS, downloadU32(t, xs, tc.n*tc.cols), "%s: xs", what)
+			assert.Equal(t, wantPos, downloadU32(t, pos, tc.n), "%s: pos", what)
+			assert.Equal(t, wantRPos, downloadU32(t, rpos, tc.n), "%s: ropePos", what)
+		}
+	}
 }

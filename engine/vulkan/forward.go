@@ -248,7 +248,7 @@ type tableKey struct {
 // routedTable is the dispatch sizes of a routed block (block: its m
 // dispatches for the pass's n rows) for each count the selector may find:
 // for the decode step, 1 (route_decode writes zero workgroups for 0); for
-// a batch of n, 0..n (prefill_args picks). Routed layers whose blocks
+// a batch of n, 0..n (compact_positive_table picks). Routed layers whose blocks
 // dispatch alike share one.
 func (r *Runner) routedTable(p *frame, block []op, blockOn func(k, maxRows int) ([]op, error)) (*vk.Buffer, error) {
 	first := 0

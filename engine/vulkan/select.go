@@ -110,66 +110,47 @@ func (r *Runner) scoreOps(l, n int, u routedBufs) ([]op, *vk.Buffer, error) {
 }
 
 // gatherOps are gather x[idx] -> xs and the selected rows' positions
-// (prefill_pos; with compact positions also RoPE's, from the layer's count
-// before the batch: prefill_pos_compact) of a batch of n rows, at most take
-// of them selected.
-func (r *Runner) gatherOps(l, n int, take uint32, u routedBufs) ([]op, error) {
-	nu := uint32(n)
-	gather, err := r.ks.get("gather", nil)
+// in one dispatch (gather_pos; with compact positions also RoPE's, from
+// the layer's count before the batch: gather_pos_compact) of a batch's
+// rows, at most take of them selected.
+func (r *Runner) gatherOps(l int, take uint32, u routedBufs) ([]op, error) {
+	binds := []vk.Bind{rd(u.idx, 0, 0), rd(u.count, 0, 0), rd(u.x, 0, 0), wr(u.xs, 0, 0), rd(u.rowPos, 0, 0), wr(u.pos, 0, 0)}
+	name := "gather_pos"
+	if u.ropePos != u.pos {
+		name, binds = "gather_pos_compact", append(binds, rd(r.counts, 0, 0), wr(u.ropePos, 0, 0))
+	}
+	k, err := r.ks.get(name, nil)
 	if err != nil {
 		return nil, err
 	}
-	ops := []op{newOp(gather, shaders.GatherPush{NEmbd: uint32(r.c.NEmbd)}, shaders.Groups(take),
-		rd(u.idx, 0, 0), rd(u.count, 0, 0), rd(u.x, 0, 0), wr(u.xs, 0, 0))}
-	if u.ropePos == u.pos {
-		k, err := r.ks.get("prefill_pos", nil)
-		if err != nil {
-			return nil, err
-		}
-		return append(ops, newOp(k, shaders.PrefillPush{N: nu}, shaders.Groups((nu+63)/64),
-			rd(u.idx, 0, 0), rd(u.count, 0, 0), rd(u.rowPos, 0, 0), wr(u.pos, 0, 0))), nil
-	}
-	k, err := r.ks.get("prefill_pos_compact", nil)
-	if err != nil {
-		return nil, err
-	}
-	return append(ops, newOp(k, shaders.PrefillPush{N: nu, Layer: uint32(l)}, shaders.Groups((nu+63)/64),
-		rd(u.idx, 0, 0), rd(u.count, 0, 0), rd(u.rowPos, 0, 0), wr(u.pos, 0, 0), rd(r.counts, 0, 0), wr(u.ropePos, 0, 0))), nil
+	return []op{newOp(k, shaders.GatherPush{NEmbd: uint32(r.c.NEmbd), Layer: uint32(l)}, shaders.Groups(take), binds...)}, nil
 }
 
-// selectCausal is a batch's causal selector: the scores, compact_positive
-// (r > 0, or p > 0, on the bits as mod.Selects) -> idx, count, each row's
-// decision (a row whose deciding score is not finite poisons its x,
-// mod.PoisonRows), the gather and positions, then prefill_args: the
-// block's m indirect arguments, the table's sizes for the count.
+// selectCausal is a batch's causal selector: the scores, then
+// compact_positive_table (r > 0, or p > 0, on the bits as mod.Selects) ->
+// idx, count, each row's decision (a row whose deciding score is not
+// finite poisons its x, mod.PoisonRows), and the block's m indirect
+// arguments, the table's sizes for the count; then the gather and
+// positions.
 func (r *Runner) selectCausal(p *frame, l int, u routedBufs, table, args *vk.Buffer, m int) ([]op, error) {
 	nu := uint32(p.n)
 	ops, decide, err := r.scoreOps(l, p.n, u)
 	if err != nil {
 		return nil, err
 	}
-	compact, err := r.ks.get("compact_positive", nil)
+	compact, err := r.ks.get("compact_positive_table", nil)
 	if err != nil {
 		return nil, err
 	}
-	ops = append(ops, newOp(compact, shaders.CompactPush{N: nu, RowsPerGroup: shaders.RoutingRowsPerGroup, Cols: uint32(r.c.NEmbd)}, [3]uint32{1, 1, 1},
-		rd(decide, 0, 0), wr(u.idx, 0, 0), wr(u.count, 0, 0), wr(u.args, 0, 0), wr(u.selected, 0, 0), rw(u.x, 0, 0)))
+	ops = append(ops, newOp(compact, shaders.CompactPush{N: nu, RowsPerGroup: shaders.RoutingRowsPerGroup, Cols: uint32(r.c.NEmbd), M: uint32(m)}, [3]uint32{1, 1, 1},
+		rd(decide, 0, 0), wr(u.idx, 0, 0), wr(u.count, 0, 0), wr(args, 0, 0), wr(u.selected, 0, 0), rw(u.x, 0, 0), rd(table, 0, 0)))
 	var g []op
 	if p.paged != nil {
 		g, err = r.pagedGatherOps(p, l, u)
 	} else {
-		g, err = r.gatherOps(l, p.n, nu, u)
+		g, err = r.gatherOps(l, nu, u)
 	}
-	if err != nil {
-		return nil, err
-	}
-	argsK, err := r.ks.get("prefill_args", nil)
-	if err != nil {
-		return nil, err
-	}
-	ops = append(ops, g...)
-	return append(ops, newOp(argsK, shaders.PrefillPush{N: uint32(m), MaxEntries: nu}, shaders.Groups((uint32(m)+63)/64),
-		rd(u.count, 0, 0), rd(table, 0, 0), wr(args, 0, 0))), nil
+	return append(ops, g...), err
 }
 
 // recordTopK records eval mode's selector: the router scores, top-k of
@@ -218,7 +199,7 @@ func (r *Runner) recordTopK(rec *vk.Recorder, p *frame, l, j int, u routedBufs) 
 		ops = append(ops, newOp(k, shaders.CompactPush{N: nu, RowsPerGroup: shaders.RoutingRowsPerGroup}, [3]uint32{1, 1, 1},
 			rd(u.selected, 0, 0), wr(u.idx, 0, 0), wr(u.count, 0, 0), wr(u.args, 0, 0)))
 	}
-	g, err := r.gatherOps(l, p.n, take, u)
+	g, err := r.gatherOps(l, take, u)
 	if err != nil {
 		return 0, err
 	}

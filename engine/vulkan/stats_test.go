@@ -55,7 +55,7 @@ func TestProfile(t *testing.T) {
 	}
 	for _, k := range []string{"embed_f32", "matvec_f32", "rmsnorm", "decode_kv", "decode_attention", "swiglu", "matvec_f32_add",
 		"route_decode", "mod_residual_sigmoid", "argmax", "copy",
-		"matmul_f32", "prefill_kv_f32", "prefill_count", "prefill_pos", "gather", "compact_positive"} {
+		"matmul_f32", "prefill_kv_f32", "prefill_count", "gather_pos", "compact_positive_table"} {
 		assert.Contains(t, byKernel, k)
 	}
 	assert.Equal(t, submits, byKernel["embed_f32"].Calls, "one embed per submit")
@@ -96,7 +96,7 @@ func TestProfile(t *testing.T) {
 	for _, pe := range e.Profile() {
 		byKernel[pe.Kernel] = pe
 	}
-	for _, k := range []string{"embed_f32", "matmul_f32", "rope", "attention_split", "attention_merge", "router_score", "topk", "gather",
+	for _, k := range []string{"embed_f32", "matmul_f32", "rope", "attention_split", "attention_merge", "router_score", "topk", "gather_pos",
 		"mod_residual_sigmoid", "nll"} {
 		assert.Contains(t, byKernel, k, "eval mode")
 	}

@@ -23,9 +23,9 @@ import (
 // before the step. A dense layer writes each row's keys and values at its
 // position in its own table and attends entries 0..pos of it
 // (paged_kv, paged_attention, then attention_merge); a routed layer
-// decides per row causally over the whole step (compact_positive, as a
+// decides per row causally over the whole step (compact_positive_table, as a
 // prefill chunk), gathers the selected rows, gives each its entry in its
-// sequence's compact table (paged_entries: the table's length plus the
+// sequence's compact table (paged_gather: the table's length plus the
 // sequence's selected rows before it in the step), runs the block on them
 // by indirect dispatch and scatters back. The step's composition is data
 // in host-visible buffers, so a recording serves every step of its row
@@ -686,29 +686,22 @@ func (st *Stepper) routes(rows []sched.Row) ([][]mod.Route, error) {
 	return st.decodeRoutes(st.raw, rows), nil
 }
 
-// pagedGatherOps are a step's routed layer l's gather x[idx] -> xs and
-// paged_entries: the selected rows' positions, RoPE's, entries and
-// tables' offsets.
+// pagedGatherOps are a step's routed layer l's paged_gather: x[idx] ->
+// xs, and the selected rows' positions, RoPE's, entries and tables'
+// offsets, in one dispatch.
 func (r *Runner) pagedGatherOps(p *frame, l int, u routedBufs) ([]op, error) {
 	nu := uint32(p.n)
-	gather, err := r.ks.get("gather", nil)
-	if err != nil {
-		return nil, err
-	}
-	entries, err := r.ks.get("paged_entries", nil)
+	gather, err := r.ks.get("paged_gather", nil)
 	if err != nil {
 		return nil, err
 	}
 	pf := p.paged
-	push := shaders.PagedPush{N: nu, NRouted: uint32(len(r.c.RoutedLayers())), Routed: pf.layer[l]}
+	push := shaders.PagedPush{N: nu, NRouted: uint32(len(r.c.RoutedLayers())), Routed: pf.layer[l], Stride: uint32(r.c.NEmbd)}
 	if r.c.Positions == mod.PositionsCompact {
 		push.Compact = 1
 	}
-	return []op{
-		newOp(gather, shaders.GatherPush{NEmbd: uint32(r.c.NEmbd)}, shaders.Groups(nu), rd(u.idx, 0, 0), rd(u.count, 0, 0), rd(u.x, 0, 0), wr(u.xs, 0, 0)),
-		newOp(entries, push, shaders.Groups((nu+63)/64), rd(u.idx, 0, 0), rd(u.count, 0, 0), rd(u.rowPos, 0, 0), rd(pf.rowSeq, 0, 0),
-			rd(pf.rmeta, 0, 0), wr(u.pos, 0, 0), wr(u.ropePos, 0, 0), wr(u.ent, 0, 0), wr(u.toff, 0, 0)),
-	}, nil
+	return []op{newOp(gather, push, shaders.Groups(nu), rd(u.idx, 0, 0), rd(u.count, 0, 0), rd(u.rowPos, 0, 0), rd(pf.rowSeq, 0, 0),
+		rd(pf.rmeta, 0, 0), wr(u.pos, 0, 0), wr(u.ropePos, 0, 0), wr(u.ent, 0, 0), wr(u.toff, 0, 0), rd(u.x, 0, 0), wr(u.xs, 0, 0))}, nil
 }
 
 // pagedAttentionOps are a step's layer l's keys and values written into

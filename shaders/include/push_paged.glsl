@@ -9,16 +9,16 @@ layout(push_constant) uniform PagedPush {
 	uint width;       // pages per block of the table (the dense table: dense layers; a routed one: 1)
 	uint layer;       // the table's layer: page of entry e is tables[toff + (e/blockTokens)*width + layer]
 	uint blockTokens; // entries a page
-	uint nRouted;     // PAGED_ENTRIES, PAGED_ADVANCE: routed layers (rmeta's width)
-	uint routed;      // PAGED_ENTRIES: this routed layer's index among them
-	uint compact;     // PAGED_ENTRIES: 1: RoPE turns a row by its entry (mod.PositionsCompact)
+	uint nRouted;     // PAGED_GATHER, PAGED_ADVANCE: routed layers (rmeta's width)
+	uint routed;      // PAGED_GATHER: this routed layer's index among them
+	uint compact;     // PAGED_GATHER: 1: RoPE turns a row by its entry (mod.PositionsCompact)
 	uint nHead;       // PAGED_ATTENTION: query heads, a multiple of nKVHead
 	uint nKVHead;     // PAGED_ATTENTION: key/value heads
 	uint headDim;     // PAGED_ATTENTION: elements per head (the spec's HD)
 	float scale;      // PAGED_ATTENTION: 1/sqrt(headDim)
 	uint splits;      // PAGED_ATTENTION: key tiles per (row, head)
 	uint splitLen;    // PAGED_ATTENTION: entries per key tile
-	uint stride;      // PAGED_SPLIT: elements of a row of qkv; PAGED_ADVANCE: the trace's rows a field
+	uint stride;      // PAGED_SPLIT: elements of a row of qkv; PAGED_ADVANCE: the trace's rows a field; PAGED_GATHER: of a row of x
 	uint kOff;        // PAGED_SPLIT: where a row's k starts in it
 	uint vOff;        // PAGED_SPLIT: where its v starts
 } p;

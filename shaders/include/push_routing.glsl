@@ -40,12 +40,14 @@ layout(push_constant) uniform CompactPush {
 	uint n;            // mask (or score) entries
 	uint rowsPerGroup; // rows one workgroup of the next kernel covers
 	uint cols;         // FROM_POSITIVE: elements of each row of x (nEmbd), set to NaN when its score is not finite
+	uint m;            // TABLE_ARGS: dispatches in args and in each count's row of the table
 } p;
 #endif
 
 #ifdef OP_GATHER
 layout(push_constant) uniform GatherPush {
 	uint nEmbd; // elements of each row
+	uint layer; // GATHER_POS with COMPACT: the layer's index in counts
 } p;
 #endif
 
