@@ -58,6 +58,68 @@ type RouteDecodePush struct {
 	PredBias   uint32 // route_decode_pred*: 1 adds pb[0] to p (a linear predictor's bias); 0: pb is not read
 }
 
+// RouteRowsPush is route_rows's push-constant block.
+type RouteRowsPush struct {
+	N          uint32 // rows, at most RouteRowsMost
+	NEmbd      uint32 // elements of each row of x and xs, and of w
+	HasBias    uint32 // 1: add bias[0]; 0: the bias binding is not read
+	PredHidden uint32 // route_rows_pred: elements of each row of h, and of w2
+	M          uint32 // dispatches in args and in each count's row of the table
+	PredBias   uint32 // route_rows_pred: 1 adds pb[0] to p (a linear predictor's bias)
+	NRouted    uint32 // routed layers (rmeta's width)
+	Routed     uint32 // this routed layer's index among them
+	Compact    uint32 // 1: RoPE at the entry (mod.PositionsCompact)
+}
+
+// RouteRowsMost is the most rows route_rows takes (its shared arrays):
+// VecRowsMost, the most a batched step runs as matvecs.
+const RouteRowsMost = VecRowsMost
+
+// RouteRowsName is route_rows's variant, with predictor routing its
+// predictor's.
+func RouteRowsName(predictor bool) string {
+	if predictor {
+		return "route_rows_pred"
+	}
+	return "route_rows"
+}
+
+func routeRows(predictor bool) Variant {
+	v := Variant{
+		Name: RouteRowsName(predictor), Source: "route_rows.comp",
+		Bindings: []Binding{
+			{"w", Read, "[nEmbd] f32 mod_router.weight"},
+			{"bias", Read, "[1] f32 (any buffer when hasBias is 0)"},
+			{"x", ReadWrite, "[n][nEmbd] f32 (a row NaN when its deciding score is not finite)"},
+			{"xs", Write, "[count][nEmbd] f32 the selected rows"},
+			{"r", Write, "[n] f32 router scores"},
+			{"count", Write, "[1] u32"},
+			{"table", Read, "[n+1][m][3] u32 each dispatch's workgroups by count"},
+			{"args", Write, "[m][3] u32 VkDispatchIndirectCommand"},
+			{"idx", Write, "[n] u32: the first count are the selected, ascending"},
+			{"selected", Write, "[n] u32 0/1"},
+			{"rowPos", Read, "[n] u32 every row's position"},
+			{"rowSeq", Read, "[n] u32 a word per sequence"},
+			{"rmeta", Read, "[n][nRouted][2] u32 (table offset, length before the step)"},
+			{"pos", Write, "[n] u32 the selected rows' positions"},
+			{"ropePos", Write, "[n] u32 RoPE's positions"},
+			{"ent", Write, "[n] u32 their entries"},
+			{"toff", Write, "[n] u32 their tables' offsets"},
+		},
+		Push: RouteRowsPush{}, LocalSize: [3]uint32{64, 1, 1},
+		Notes: "a batched step's routed layer on its matvec path (n <= RouteRowsMost); dispatch (1, 1, 1)",
+	}
+	if predictor {
+		v.Defines = []string{"PREDICTOR"}
+		v.Bindings = append(v.Bindings,
+			Binding{"h", Read, "[n][predHidden] f32 SiLU(W1 x), or x for a linear predictor"},
+			Binding{"w2", Read, "[predHidden] f32"},
+			Binding{"p", Write, "[n] f32 predictor scores"},
+			Binding{"pb", Read, "[1] f32 (any buffer when predBias is 0)"})
+	}
+	return v
+}
+
 // TopkPush is the push-constant block of every topk variant.
 type TopkPush struct {
 	N      uint32 // scores
@@ -197,6 +259,8 @@ func routingVariants() []Variant {
 		},
 		gatherPos(false),
 		gatherPos(true),
+		routeRows(false),
+		routeRows(true),
 		{
 			Name: "gather", Source: "gather.comp",
 			Bindings: []Binding{

@@ -134,6 +134,9 @@ func (r *Runner) gatherOps(l int, take uint32, u routedBufs) ([]op, error) {
 // positions.
 func (r *Runner) selectCausal(p *frame, l int, u routedBufs, table, args *vk.Buffer, m int) ([]op, error) {
 	nu := uint32(p.n)
+	if p.paged != nil && p.vec && p.n <= shaders.RouteRowsMost {
+		return r.routeRowsOps(p, l, u, table, args, m)
+	}
 	ops, decide, err := r.scoreOps(l, p.n, u)
 	if err != nil {
 		return nil, err
@@ -151,6 +154,47 @@ func (r *Runner) selectCausal(p *frame, l int, u routedBufs, table, args *vk.Buf
 		g, err = r.gatherOps(l, nu, u)
 	}
 	return append(ops, g...), err
+}
+
+// routeRowsOps is a batched step's causal selector on its matvec path (a
+// few rows): route_rows scores every row (r, and with predictor routing
+// p, whose MLP's hidden layer SiLU(W1 x) runs before it), decides,
+// compacts, writes the block's indirect arguments, gathers the selected
+// rows and gives their entries, in one dispatch where the scores, the
+// compaction and paged_gather took three.
+func (r *Runner) routeRowsOps(p *frame, l int, u routedBufs, table, args *vk.Buffer, m int) ([]op, error) {
+	rt, pf := r.w.blocks[l].router, p.paged
+	d := uint32(r.c.NEmbd)
+	pred := r.routing == mod.RoutingPredictor
+	k, err := r.ks.get(shaders.RouteRowsName(pred), nil)
+	if err != nil {
+		return nil, err
+	}
+	push := shaders.RouteRowsPush{N: uint32(p.n), NEmbd: d, M: uint32(m), NRouted: uint32(len(r.c.RoutedLayers())), Routed: pf.layer[l]}
+	if rt.hasBias {
+		push.HasBias = 1
+	}
+	if r.c.Positions == mod.PositionsCompact {
+		push.Compact = 1
+	}
+	binds := []vk.Bind{rd(rt.w, 0, 0), rd(rt.bias, 0, 0), rw(u.x, 0, 0), wr(u.xs, 0, 0), wr(u.score, 0, 0), wr(u.count, 0, 0),
+		rd(table, 0, 0), wr(args, 0, 0), wr(u.idx, 0, 0), wr(u.selected, 0, 0), rd(u.rowPos, 0, 0), rd(pf.rowSeq, 0, 0),
+		rd(pf.rmeta, 0, 0), wr(u.pos, 0, 0), wr(u.ropePos, 0, 0), wr(u.ent, 0, 0), wr(u.toff, 0, 0)}
+	var ops []op
+	switch {
+	case pred && rt.pred != nil: // linear: p = w . x + b, x read as h
+		push.PredHidden, push.PredBias = d, 1
+		binds = append(binds, rd(u.x, 0, 0), rd(rt.pred, 0, 0), wr(u.pred, 0, 0), rd(rt.predBias, 0, 0))
+	case pred:
+		hidden, err := r.predictorHidden(rt, p.n, u.x, u.hidden)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, hidden)
+		push.PredHidden = rt.predHidden
+		binds = append(binds, rd(u.hidden, 0, 0), rd(rt.predDown, 0, 0), wr(u.pred, 0, 0), rd(rt.predDown, 0, 0))
+	}
+	return append(ops, newOp(k, push, [3]uint32{1, 1, 1}, binds...)), nil
 }
 
 // recordTopK records eval mode's selector: the router scores, top-k of

@@ -16,13 +16,13 @@ import (
 // dispatches), attention and its merge, o with the add, the norm with
 // gate|up and SwiGLU, and down with the add (8); a GPU's profile folds the
 // norm into the q|k|v matvec (FuseNorm) and the merge into the attention
-// (FuseAttention: paged_attend), 6. A routed block adds its router's
-// score, compact_positive_table (the selection and the block's indirect
-// arguments in one), paged_gather (the selected rows and their entries in
-// one) and the gated scatter around the same (12, 10). Where each row is
-// its sequence's only one (every sequence decoding, a chain's steps), a
-// GPU's profile runs paged_qkv and paged_attend as one (AttendOwn:
-// paged_attend_own), 5 and 9: a dense block as many as the decode step's. Outside the blocks: the embedding, the head's final norm and
+// (FuseAttention: paged_attend), 6. A routed block adds route_rows (the
+// scores, the selection, the block's indirect arguments, the gather and
+// the entries, in one dispatch on the matvec path) and the gated scatter
+// around the same (10, 8). Where each row is its sequence's only one
+// (every sequence decoding, a chain's steps), a GPU's profile runs
+// paged_qkv and paged_attend as one (AttendOwn: paged_attend_own), 5 and
+// 7: as many as the decode step's blocks. Outside the blocks: the embedding, the head's final norm and
 // output matvec (one dispatch where the profile fuses norms: a GPU's), and
 // the argmax (none where no row wants only its argmax: the logits are
 // copied); and before them the rows wanting logits gathered, unless
@@ -33,8 +33,8 @@ import (
 func TestStepDispatches(t *testing.T) {
 	dev := openDevice(t, true)
 	m := openModel(t, "../../models/tinystories-mod.gguf")
-	want := map[string][2][2]int{"own": {{8, 12}, {8, 12}}, "gpu": {{6, 10}, {5, 9}}} // [rows of one sequence, rows each its own][dense, routed]
-	outside := map[string]int{"own": 4, "gpu": 3}                                     // every row's logits in order
+	want := map[string][2][2]int{"own": {{8, 10}, {8, 10}}, "gpu": {{6, 8}, {5, 7}}} // [rows of one sequence, rows each its own][dense, routed]
+	outside := map[string]int{"own": 4, "gpu": 3}                                    // every row's logits in order
 	for _, pc := range deviceProfiles(dev) {
 		run, err := New(dev, m, mod.RoutingRouter, Options{KVType: "f32", ContextLen: 64, DeviceProfile: pc.prof})
 		require.NoError(t, err)

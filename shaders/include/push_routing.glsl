@@ -25,6 +25,20 @@ layout(push_constant) uniform RouteDecodePush {
 } p;
 #endif
 
+#ifdef OP_ROUTE_ROWS
+layout(push_constant) uniform RouteRowsPush {
+	uint n;          // rows (at most ROUTE_ROWS_MOST)
+	uint nEmbd;      // elements of each row of x and xs, and of w
+	uint hasBias;    // 1: add bias[0]; 0: the bias binding is not read
+	uint predHidden; // PREDICTOR: elements of each row of h, and of w2
+	uint m;          // dispatches in args and in each count's row of the table
+	uint predBias;   // PREDICTOR: 1 adds pb[0] to p; 0: pb is not read
+	uint nRouted;    // routed layers (rmeta's width)
+	uint routed;     // this routed layer's index among them
+	uint compact;    // 1: RoPE turns a row by its entry (mod.PositionsCompact)
+} p;
+#endif
+
 #ifdef OP_TOPK
 layout(push_constant) uniform TopkPush {
 	uint n;      // scores
