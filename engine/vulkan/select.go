@@ -48,20 +48,40 @@ func (r *Runner) selectStep(l int, u routedBufs, table, args *vk.Buffer, m int) 
 	binds := []vk.Bind{rd(rt.w, 0, 0), rd(rt.bias, 0, 0), rw(u.x, 0, 0), wr(u.xs, 0, 0), wr(u.score, 0, 0),
 		wr(u.count, 0, 0), rd(table, 0, 0), wr(args, 0, 0)}
 	var ops []op
-	switch {
-	case pred && rt.pred != nil: // linear: p = w . x + b, x read as route_decode's h
-		push.PredHidden, push.PredBias = d, 1
-		binds = append(binds, rd(u.x, 0, 0), rd(rt.pred, 0, 0), wr(u.pred, 0, 0), rd(rt.predBias, 0, 0))
-	case pred:
-		hidden, err := r.predictorHidden(rt, 1, u.x, u.hidden)
+	if pred {
+		pi, err := r.predictorInputs(rt, 1, u)
 		if err != nil {
 			return nil, err
 		}
-		ops = append(ops, hidden)
-		push.PredHidden = rt.predHidden
-		binds = append(binds, rd(u.hidden, 0, 0), rd(rt.predDown, 0, 0), wr(u.pred, 0, 0), rd(rt.predDown, 0, 0))
+		ops, binds, push.PredHidden, push.PredBias = pi.ops, append(binds, pi.binds...), pi.hidden, pi.bias
 	}
 	return append(ops, newOp(decide, push, [3]uint32{1, 1, 1}, binds...)), nil
+}
+
+// predictorInput is what a one-workgroup selector (route_decode,
+// route_rows) takes for predictor routing: the MLP's hidden layer's
+// dispatch before it, its bindings h, w2, p and pb, and its push's
+// PredHidden and PredBias.
+type predictorInput struct {
+	ops          []op
+	binds        []vk.Bind
+	hidden, bias uint32
+}
+
+// predictorInputs is predictorInput for n rows: a linear predictor
+// (mod.PredictorLinear) is p = w . x + b, with x read as h and w as w2;
+// an MLP one h = SiLU(W1 x) by router.comp first, then p = w2 . h.
+func (r *Runner) predictorInputs(rt *router, n int, u routedBufs) (predictorInput, error) {
+	if rt.pred != nil {
+		return predictorInput{binds: []vk.Bind{rd(u.x, 0, 0), rd(rt.pred, 0, 0), wr(u.pred, 0, 0), rd(rt.predBias, 0, 0)},
+			hidden: uint32(r.c.NEmbd), bias: 1}, nil
+	}
+	hidden, err := r.predictorHidden(rt, n, u.x, u.hidden)
+	if err != nil {
+		return predictorInput{}, err
+	}
+	return predictorInput{ops: []op{hidden}, binds: []vk.Bind{rd(u.hidden, 0, 0), rd(rt.predDown, 0, 0), wr(u.pred, 0, 0), rd(rt.predDown, 0, 0)},
+		hidden: rt.predHidden}, nil
 }
 
 // scoreOps are the router score r of a batch's n rows and, with predictor
@@ -181,18 +201,12 @@ func (r *Runner) routeRowsOps(p *frame, l int, u routedBufs, table, args *vk.Buf
 		rd(table, 0, 0), wr(args, 0, 0), wr(u.idx, 0, 0), wr(u.selected, 0, 0), rd(u.rowPos, 0, 0), rd(pf.rowSeq, 0, 0),
 		rd(pf.rmeta, 0, 0), wr(u.pos, 0, 0), wr(u.ropePos, 0, 0), wr(u.ent, 0, 0), wr(u.toff, 0, 0)}
 	var ops []op
-	switch {
-	case pred && rt.pred != nil: // linear: p = w . x + b, x read as h
-		push.PredHidden, push.PredBias = d, 1
-		binds = append(binds, rd(u.x, 0, 0), rd(rt.pred, 0, 0), wr(u.pred, 0, 0), rd(rt.predBias, 0, 0))
-	case pred:
-		hidden, err := r.predictorHidden(rt, p.n, u.x, u.hidden)
+	if pred {
+		pi, err := r.predictorInputs(rt, p.n, u)
 		if err != nil {
 			return nil, err
 		}
-		ops = append(ops, hidden)
-		push.PredHidden = rt.predHidden
-		binds = append(binds, rd(u.hidden, 0, 0), rd(rt.predDown, 0, 0), wr(u.pred, 0, 0), rd(rt.predDown, 0, 0))
+		ops, binds, push.PredHidden, push.PredBias = pi.ops, append(binds, pi.binds...), pi.hidden, pi.bias
 	}
 	return append(ops, newOp(k, push, [3]uint32{1, 1, 1}, binds...)), nil
 }
