@@ -10,6 +10,9 @@
 //                                          (mod.PredictorLinear): h = x,
 //                                          w2 its weight, pb its bias
 //   selected[i] = selects(bits of p[i], else r[i])   mod.Selects
+//   trace (traceRows > 0): r, p and selected of every row at the routed
+//     layer's place in the step's trace, [nRouted][3][traceRows] (what
+//     three copies after the selector wrote)
 //   x[i] = NaN when the deciding score is not finite (mod.PoisonRows)
 //   idx, count: the selected rows, ascending; args: the table's m
 //     VkDispatchIndirectCommands for count (compact.comp's TABLE_ARGS)
@@ -37,7 +40,7 @@ layout(std430, binding = 5) writeonly buffer Count { uint count[]; };  // [1]
 layout(std430, binding = 6) readonly buffer Table { uint table[]; };   // [n+1][m][3] each dispatch's workgroups by count
 layout(std430, binding = 7) writeonly buffer Args { uint args[]; };    // [m][3] VkDispatchIndirectCommand
 layout(std430, binding = 8) writeonly buffer Idx { uint idx[]; };      // [n] the first count are the selected, ascending
-layout(std430, binding = 9) writeonly buffer Sel { uint selected[]; }; // [n] 0/1
+layout(std430, binding = 9) writeonly buffer Trace { uint trace[]; }; // [nRouted][3][traceRows]: r, p (f32 bits), selected (0/1)
 layout(std430, binding = 10) readonly buffer RowPos { uint rowPos[]; }; // [n] every row's position
 layout(std430, binding = 11) readonly buffer RowSeq { uint rowSeq[]; }; // [n] a word per sequence
 layout(std430, binding = 12) readonly buffer RMeta { uint rmeta[]; };   // [n][nRouted][2] (table offset, length before the step)
@@ -48,8 +51,7 @@ layout(std430, binding = 16) writeonly buffer Toff { uint toff[]; };    // [n] t
 #if defined(PREDICTOR)
 layout(std430, binding = 17) readonly buffer H { float h[]; };      // [n][predHidden] SiLU(W1 x), or x (linear)
 layout(std430, binding = 18) readonly buffer W2 { float w2[]; };    // [predHidden] mod_pred_down.weight
-layout(std430, binding = 19) writeonly buffer P { float pOut[]; };  // [n]
-layout(std430, binding = 20) readonly buffer PB { float pb[]; };    // [1] (read when predBias)
+layout(std430, binding = 19) readonly buffer PB { float pb[]; };    // [1] (read when predBias)
 #endif
 
 shared float red[ROUTE_ROWS_MOST * gl_WorkGroupSize.x]; // [row][invocation] partial sums
@@ -115,11 +117,15 @@ void main() {
 		}
 		if (tid == 0u) {
 			r[i] = rs[i];
-#if defined(PREDICTOR)
-			pOut[i] = score;
-#endif
 			bool s = selects(bits);
-			selected[i] = s ? 1u : 0u;
+			if (p.traceRows != 0u) {
+				uint at = 3u * p.traceRows * p.routed + i;
+				trace[at] = floatBitsToUint(rs[i]);
+#if defined(PREDICTOR)
+				trace[at + p.traceRows] = bits;
+#endif
+				trace[at + 2u * p.traceRows] = s ? 1u : 0u;
+			}
 			if (i == 0u) {
 				picked = 0u;
 			}

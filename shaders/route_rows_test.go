@@ -17,8 +17,10 @@ import (
 // predictors (an MLP's w2 . h, a linear one's w . x + b), with and without
 // biases, 1 to RouteRowsMost rows of up to 3 sequences' consecutive rows,
 // some rows' scores not finite (their rows poisoned, and selected when
-// +Inf), compact positions or not: every row's scores (within float32
-// rounding), decisions and mask; the selected rows in order, their count
+// +Inf), compact positions or not: every row's router score (within
+// float32 rounding); the trace at the layer's place, r and p (within
+// float32 rounding) and the decisions, the rest of it untouched (or all of
+// it, with traceRows 0); the selected rows in order, their count
 // and the table's arguments for it; the gathered rows and every row of x,
 // bit for bit; each selected row's position, RoPE's, entry (its table's
 // length before the step plus its sequence's selected rows before it)
@@ -149,14 +151,19 @@ func TestRouteRows(t *testing.T) {
 					buf := func(b []byte) *vk.Buffer { return newBuffer(t, dev, b) }
 					xB := buf(f32bytes(x))
 					out := func(k int) *vk.Buffer { return buf(u32bytes(fill(k))) }
-					xsB, rB, countB, argsB, idxB, selB := out(n*d), out(n), out(1), out(3*m), out(n), out(n)
-					posB, rposB, entB, toffB, pB := out(n), out(n), out(n), out(n), out(n)
+					const traceRows = RouteRowsMost + 3
+					traced := n%2 == 1 // traceRows 0 for even n: no trace written
+					xsB, rB, countB, argsB, idxB, traceB := out(n*d), out(n), out(1), out(3*m), out(n), out(nRouted*3*traceRows)
+					posB, rposB, entB, toffB := out(n), out(n), out(n), out(n)
 					binds := []vk.Bind{denseBind(buf(f32bytes(w)), vk.Read), denseBind(buf(f32bytes(bias)), vk.Read), denseBind(xB, vk.ReadWrite),
 						denseBind(xsB, vk.Write), denseBind(rB, vk.Write), denseBind(countB, vk.Write), denseBind(buf(u32bytes(table)), vk.Read),
-						denseBind(argsB, vk.Write), denseBind(idxB, vk.Write), denseBind(selB, vk.Write), denseBind(buf(u32bytes(rowPos)), vk.Read),
+						denseBind(argsB, vk.Write), denseBind(idxB, vk.Write), denseBind(traceB, vk.Write), denseBind(buf(u32bytes(rowPos)), vk.Read),
 						denseBind(buf(u32bytes(rowSeq)), vk.Read), denseBind(buf(u32bytes(rmeta)), vk.Read), denseBind(posB, vk.Write),
 						denseBind(rposB, vk.Write), denseBind(entB, vk.Write), denseBind(toffB, vk.Write)}
 					push := RouteRowsPush{N: uint32(n), NEmbd: d, M: m, NRouted: nRouted, Routed: routed}
+					if traced {
+						push.TraceRows = traceRows
+					}
 					if biased {
 						push.HasBias = 1
 					}
@@ -172,8 +179,7 @@ func TestRouteRows(t *testing.T) {
 						if biased {
 							push.PredBias = 1
 						}
-						binds = append(binds, denseBind(hB, vk.Read), denseBind(buf(f32bytes(w2)), vk.Read), denseBind(pB, vk.Write),
-							denseBind(buf(f32bytes(pb)), vk.Read))
+						binds = append(binds, denseBind(hB, vk.Read), denseBind(buf(f32bytes(w2)), vk.Read), denseBind(buf(f32bytes(pb)), vk.Read))
 					}
 					rec.Dispatch(k, vk.MustPackPush(push), [3]uint32{1, 1, 1}, binds...)
 					require.NoError(t, dev.Run(rec), name)
@@ -187,10 +193,26 @@ func TestRouteRows(t *testing.T) {
 						}
 					}
 					close("r", r, download(t, rB, n))
-					if pred {
-						close("p", p, download(t, pB, n))
+					tr := downloadU32(t, traceB, nRouted*3*traceRows)
+					wantTr := fill(nRouted * 3 * traceRows)
+					if traced {
+						at := 3 * traceRows * routed
+						asF := func(x []uint32) []float32 {
+							f := make([]float32, len(x))
+							for i, v := range x {
+								f[i] = math.Float32frombits(v)
+							}
+							return f
+						}
+						close("the trace's r", r, asF(tr[at:at+n]))
+						copy(wantTr[at:], tr[at:at+n])
+						if pred {
+							close("the trace's p", p, asF(tr[at+traceRows:at+traceRows+n]))
+							copy(wantTr[at+traceRows:], tr[at+traceRows:at+traceRows+n])
+						}
+						copy(wantTr[at+2*traceRows:], selMask)
 					}
-					assert.Equal(t, selMask, downloadU32(t, selB, n), "%s: the decisions", name)
+					assert.Equal(t, wantTr, tr, "%s: the trace: the decisions, and nothing but r, p and them", name)
 					assert.Equal(t, []uint32{uint32(c)}, downloadU32(t, countB, 1), "%s: count", name)
 					assert.Equal(t, sel, downloadU32(t, idxB, n)[:c], "%s: idx", name)
 					assert.Equal(t, table[3*m*c:3*m*(c+1)], downloadU32(t, argsB, 3*m), "%s: the table's arguments for the count", name)

@@ -69,6 +69,7 @@ type RouteRowsPush struct {
 	NRouted    uint32 // routed layers (rmeta's width)
 	Routed     uint32 // this routed layer's index among them
 	Compact    uint32 // 1: RoPE at the entry (mod.PositionsCompact)
+	TraceRows  uint32 // rows a field of the trace ([nRouted][3][TraceRows]); 0: no trace written
 }
 
 // RouteRowsMost is the most rows route_rows takes (its shared arrays):
@@ -97,7 +98,7 @@ func routeRows(predictor bool) Variant {
 			{"table", Read, "[n+1][m][3] u32 each dispatch's workgroups by count"},
 			{"args", Write, "[m][3] u32 VkDispatchIndirectCommand"},
 			{"idx", Write, "[n] u32: the first count are the selected, ascending"},
-			{"selected", Write, "[n] u32 0/1"},
+			{"trace", Write, "[nRouted][3][traceRows] u32: r and p (f32 bits), selected (0/1) of every row, at this layer's place (none when traceRows is 0)"},
 			{"rowPos", Read, "[n] u32 every row's position"},
 			{"rowSeq", Read, "[n] u32 a word per sequence"},
 			{"rmeta", Read, "[n][nRouted][2] u32 (table offset, length before the step)"},
@@ -114,7 +115,6 @@ func routeRows(predictor bool) Variant {
 		v.Bindings = append(v.Bindings,
 			Binding{"h", Read, "[n][predHidden] f32 SiLU(W1 x), or x for a linear predictor"},
 			Binding{"w2", Read, "[predHidden] f32"},
-			Binding{"p", Write, "[n] f32 predictor scores"},
 			Binding{"pb", Read, "[1] f32 (any buffer when predBias is 0)"})
 	}
 	return v

@@ -218,7 +218,9 @@ func (r *Runner) recordRouted(rec *vk.Recorder, p *frame, l, j int) error {
 		return err
 	}
 	r.dispatchAll(rec, ops)
-	r.recordTraceRows(rec, p, j, u)
+	if !routesRows(p) { // route_rows writes the trace itself
+		r.recordTraceRows(rec, p, j, u)
+	}
 	if r.conditional { // count is the predicate: a block no row entered is discarded whole
 		rec.BeginConditional(u.count, 0)
 	}

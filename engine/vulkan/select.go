@@ -53,18 +53,18 @@ func (r *Runner) selectStep(l int, u routedBufs, table, args *vk.Buffer, m int) 
 		if err != nil {
 			return nil, err
 		}
-		ops, binds, push.PredHidden, push.PredBias = pi.ops, append(binds, pi.binds...), pi.hidden, pi.bias
+		ops, binds, push.PredHidden, push.PredBias = pi.ops, append(binds, pi.h, pi.w2, wr(u.pred, 0, 0), pi.pb), pi.hidden, pi.bias
 	}
 	return append(ops, newOp(decide, push, [3]uint32{1, 1, 1}, binds...)), nil
 }
 
 // predictorInput is what a one-workgroup selector (route_decode,
 // route_rows) takes for predictor routing: the MLP's hidden layer's
-// dispatch before it, its bindings h, w2, p and pb, and its push's
+// dispatch before it, its bindings h, w2 and pb, and its push's
 // PredHidden and PredBias.
 type predictorInput struct {
 	ops          []op
-	binds        []vk.Bind
+	h, w2, pb    vk.Bind
 	hidden, bias uint32
 }
 
@@ -73,15 +73,13 @@ type predictorInput struct {
 // an MLP one h = SiLU(W1 x) by router.comp first, then p = w2 . h.
 func (r *Runner) predictorInputs(rt *router, n int, u routedBufs) (predictorInput, error) {
 	if rt.pred != nil {
-		return predictorInput{binds: []vk.Bind{rd(u.x, 0, 0), rd(rt.pred, 0, 0), wr(u.pred, 0, 0), rd(rt.predBias, 0, 0)},
-			hidden: uint32(r.c.NEmbd), bias: 1}, nil
+		return predictorInput{h: rd(u.x, 0, 0), w2: rd(rt.pred, 0, 0), pb: rd(rt.predBias, 0, 0), hidden: uint32(r.c.NEmbd), bias: 1}, nil
 	}
 	hidden, err := r.predictorHidden(rt, n, u.x, u.hidden)
 	if err != nil {
 		return predictorInput{}, err
 	}
-	return predictorInput{ops: []op{hidden}, binds: []vk.Bind{rd(u.hidden, 0, 0), rd(rt.predDown, 0, 0), wr(u.pred, 0, 0), rd(rt.predDown, 0, 0)},
-		hidden: rt.predHidden}, nil
+	return predictorInput{ops: []op{hidden}, h: rd(u.hidden, 0, 0), w2: rd(rt.predDown, 0, 0), pb: rd(rt.predDown, 0, 0), hidden: rt.predHidden}, nil
 }
 
 // scoreOps are the router score r of a batch's n rows and, with predictor
@@ -154,7 +152,7 @@ func (r *Runner) gatherOps(l int, take uint32, u routedBufs) ([]op, error) {
 // positions.
 func (r *Runner) selectCausal(p *frame, l int, u routedBufs, table, args *vk.Buffer, m int) ([]op, error) {
 	nu := uint32(p.n)
-	if p.paged != nil && p.vec && p.n <= shaders.RouteRowsMost {
+	if routesRows(p) {
 		return r.routeRowsOps(p, l, u, table, args, m)
 	}
 	ops, decide, err := r.scoreOps(l, p.n, u)
@@ -176,12 +174,19 @@ func (r *Runner) selectCausal(p *frame, l int, u routedBufs, table, args *vk.Buf
 	return append(ops, g...), err
 }
 
+// routesRows says whether pass p's causal selector is route_rows: a
+// batched step's matvec path (a few rows).
+func routesRows(p *frame) bool {
+	return p.paged != nil && p.vec && p.n <= shaders.RouteRowsMost
+}
+
 // routeRowsOps is a batched step's causal selector on its matvec path (a
 // few rows): route_rows scores every row (r, and with predictor routing
 // p, whose MLP's hidden layer SiLU(W1 x) runs before it), decides,
 // compacts, writes the block's indirect arguments, gathers the selected
-// rows and gives their entries, in one dispatch where the scores, the
-// compaction and paged_gather took three.
+// rows and gives their entries, and writes the routing to the trace, in
+// one dispatch where the scores, the compaction, paged_gather and the
+// trace's copies took three dispatches and two or three copies.
 func (r *Runner) routeRowsOps(p *frame, l int, u routedBufs, table, args *vk.Buffer, m int) ([]op, error) {
 	rt, pf := r.w.blocks[l].router, p.paged
 	d := uint32(r.c.NEmbd)
@@ -197,8 +202,12 @@ func (r *Runner) routeRowsOps(p *frame, l int, u routedBufs, table, args *vk.Buf
 	if r.c.Positions == mod.PositionsCompact {
 		push.Compact = 1
 	}
+	trace := u.selected // no trace: a buffer the kernel does not write
+	if p.trace != nil {
+		trace, push.TraceRows = p.trace, uint32(p.traceRows)
+	}
 	binds := []vk.Bind{rd(rt.w, 0, 0), rd(rt.bias, 0, 0), rw(u.x, 0, 0), wr(u.xs, 0, 0), wr(u.score, 0, 0), wr(u.count, 0, 0),
-		rd(table, 0, 0), wr(args, 0, 0), wr(u.idx, 0, 0), wr(u.selected, 0, 0), rd(u.rowPos, 0, 0), rd(pf.rowSeq, 0, 0),
+		rd(table, 0, 0), wr(args, 0, 0), wr(u.idx, 0, 0), wr(trace, 0, 0), rd(u.rowPos, 0, 0), rd(pf.rowSeq, 0, 0),
 		rd(pf.rmeta, 0, 0), wr(u.pos, 0, 0), wr(u.ropePos, 0, 0), wr(u.ent, 0, 0), wr(u.toff, 0, 0)}
 	var ops []op
 	if pred {
@@ -206,7 +215,7 @@ func (r *Runner) routeRowsOps(p *frame, l int, u routedBufs, table, args *vk.Buf
 		if err != nil {
 			return nil, err
 		}
-		ops, binds, push.PredHidden, push.PredBias = pi.ops, append(binds, pi.binds...), pi.hidden, pi.bias
+		ops, binds, push.PredHidden, push.PredBias = pi.ops, append(binds, pi.h, pi.w2, pi.pb), pi.hidden, pi.bias
 	}
 	return append(ops, newOp(k, push, [3]uint32{1, 1, 1}, binds...)), nil
 }

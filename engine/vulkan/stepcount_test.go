@@ -22,7 +22,9 @@ import (
 // around the same (10, 8). Where each row is its sequence's only one
 // (every sequence decoding, a chain's steps), a GPU's profile runs
 // paged_qkv and paged_attend as one (AttendOwn: paged_attend_own), 5 and
-// 7: as many as the decode step's blocks. Outside the blocks: the embedding, the head's final norm and
+// 7: as many as the decode step's blocks, and no more barriers than
+// dispatches, since route_rows writes the routing trace itself (no copies
+// to it). Outside the blocks: the embedding, the head's final norm and
 // output matvec (one dispatch where the profile fuses norms: a GPU's), and
 // the argmax (none where no row wants only its argmax: the logits are
 // copied); and before them the rows wanting logits gathered, unless
@@ -56,8 +58,8 @@ func TestStepDispatches(t *testing.T) {
 					for _, b := range f.blockStats {
 						blocks += b.Dispatches
 					}
-					t.Logf("%s, %d rows, %d with logits, %d argmax, own %v: %d dispatches (a dense block %d, a routed one %d); the runner's decode step: %+v",
-						pc.name, n, k, g, own, rec.Stats().Dispatches, dense, routed, run.StepCounts())
+					t.Logf("%s, %d rows, %d with logits, %d argmax, own %v: %d dispatches, %d barriers (a dense block %d, a routed one %d); the runner's decode step: %+v",
+						pc.name, n, k, g, own, rec.Stats().Dispatches, rec.Stats().Barriers, dense, routed, run.StepCounts())
 					assert.Equal(t, want[pc.name][o], [2]int{dense, routed}, "%s, %d rows, own %v: a dense and a routed block's dispatches", pc.name, n, own)
 					gathered := k != n || (g != 0 && g != k)
 					wantOut := outside[pc.name]
@@ -68,6 +70,9 @@ func TestStepDispatches(t *testing.T) {
 						wantOut--
 					}
 					assert.Equal(t, wantOut, rec.Stats().Dispatches-blocks, "%s, %d rows, %d with logits, %d argmax: outside the blocks", pc.name, n, k, g)
+					if pc.name == "gpu" && own && g == k && k == n {
+						assert.LessOrEqual(t, rec.Stats().Barriers, rec.Stats().Dispatches, "at most a barrier a dispatch, as the decode step's: no trace copies")
+					}
 				}
 			}
 		}

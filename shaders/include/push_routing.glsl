@@ -36,6 +36,7 @@ layout(push_constant) uniform RouteRowsPush {
 	uint nRouted;    // routed layers (rmeta's width)
 	uint routed;     // this routed layer's index among them
 	uint compact;    // 1: RoPE turns a row by its entry (mod.PositionsCompact)
+	uint traceRows;  // rows a field of the trace ([nRouted][3][traceRows]); 0: no trace
 } p;
 #endif
 
