@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/modrun/modrun/engine/sched"
 	"github.com/modrun/modrun/mod"
 )
 
@@ -78,4 +79,15 @@ func TestStepDispatches(t *testing.T) {
 		}
 		run.Close()
 	}
+}
+
+// ownRows: a step's rows are each their sequence's only one unless two
+// share a sequence, next to each other or not (paged_attend_own would
+// then read an entry another row writes in the same dispatch).
+func TestOwnRows(t *testing.T) {
+	a, b, c := &sched.Seq{}, &sched.Seq{}, &sched.Seq{}
+	assert.True(t, ownRows([]sched.Row{{Seq: a}}))
+	assert.True(t, ownRows([]sched.Row{{Seq: a}, {Seq: b}, {Seq: c}}))
+	assert.False(t, ownRows([]sched.Row{{Seq: a}, {Seq: a}, {Seq: b}}))
+	assert.False(t, ownRows([]sched.Row{{Seq: a}, {Seq: b}, {Seq: a}}))
 }

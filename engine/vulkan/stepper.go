@@ -623,13 +623,14 @@ func (st *Stepper) step(rows []sched.Row, bt int, argmax bool) (logits []float32
 	return logits, ids, routes, nil
 }
 
-// ownRows says whether each of rows is its sequence's only one (a
-// sequence's rows are consecutive).
+// ownRows says whether each of rows is its sequence's only one.
 func ownRows(rows []sched.Row) bool {
-	for i := 1; i < len(rows); i++ {
-		if rows[i].Seq == rows[i-1].Seq {
+	seen := make(map[*sched.Seq]bool, len(rows))
+	for _, row := range rows {
+		if seen[row.Seq] {
 			return false
 		}
+		seen[row.Seq] = true
 	}
 	return true
 }
