@@ -228,7 +228,10 @@ void main() {
 	bool own = eo >= e0 && eo < e1;
 	uint group = p.nHead / p.nKVHead;
 	bool writer = own && h % group == group - 1u; // the last of the kv head's: the others, before it in the grid, must not need the slot
-	uint dst = (tables[base + (eo / p.blockTokens) * p.width + p.layer] * p.blockTokens + eo % p.blockTokens) * (p.kvDim / 2u) + kvh * (HD / 2u);
+	uint dst = 0u; // the entry's first pair of this kv head in the pool: the writer's only
+	if (writer) {
+		dst = (tables[base + (eo / p.blockTokens) * p.width + p.layer] * p.blockTokens + eo % p.blockTokens) * (p.kvDim / 2u) + kvh * (HD / 2u);
+	}
 	for (uint j = tid; j < HD / 2u; j += WG) {
 		vec2 cs = ropeCosSin(ps, freq[j]);
 		vec2 qv = ropeTurn(pairAt(src + h * HD + 2u * j), cs);
