@@ -37,7 +37,11 @@ func (o Options) Sampling() string {
 		return "greedy"
 	}
 	s := *o.Sampler
-	return fmt.Sprintf("sampled at temperature %g, top-k %d, top-p %g, min-p %g", s.Temperature, s.TopK, s.TopP, s.MinP)
+	what := fmt.Sprintf("sampled at temperature %g, top-k %d, top-p %g, min-p %g", s.Temperature, s.TopK, s.TopP, s.MinP)
+	if s.RepeatPenalty != 1 {
+		what += fmt.Sprintf(", repeat penalty %g", s.RepeatPenalty)
+	}
+	return what
 }
 
 // sampler is sequence i's sampler options.

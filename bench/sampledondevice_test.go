@@ -38,14 +38,14 @@ func (d *deviceDrawer) FeedDraw(tokens []int32, dr sched.Draw, u float64) (int32
 
 // TestSampledOnDevice: a row's sampled_on_device says whether its timed
 // decode draws on the device: a plain temperature on a backend that draws
-// it (and its timed tokens are drawn there), not a filter, not greedy
-// decoding, not a backend that does not draw.
+// it, with top-p or top-k or not (and its timed tokens are drawn there),
+// not a penalty, not greedy decoding, not a backend that does not draw.
 func TestSampledOnDevice(t *testing.T) {
 	m, cpu, prompt := benchCPU(t)
 	plain := engine.DefaultSampler()
 	plain.Temperature = 1
-	topP, topK := plain, plain
-	topP.TopP, topK.TopK = 0.9, 40
+	topP, topK, penalty := plain, plain, plain
+	topP.TopP, topK.TopK, penalty.RepeatPenalty = 0.9, 40, 1.1
 	for _, tc := range []struct {
 		name    string
 		drawer  bool
@@ -54,7 +54,8 @@ func TestSampledOnDevice(t *testing.T) {
 	}{
 		{"plain on a drawer", true, &plain, true},
 		{"top-p on a drawer", true, &topP, true},
-		{"top-k on a drawer", true, &topK, false},
+		{"top-k on a drawer", true, &topK, true},
+		{"a repeat penalty on a drawer", true, &penalty, false},
 		{"greedy on a drawer", true, nil, false},
 		{"plain on the CPU", false, &plain, false},
 	} {

@@ -18,8 +18,9 @@ import (
 // runner under a GPU's profile, drawn three ways: "host" (Feed: the
 // logits read back, then engine.Sampler's draw), "device" (FeedDraw:
 // argmax_wide's draw, 4 bytes back) and, for scale, "greedy" (FeedArgmax);
-// and with top-p 0.95 and min-p 0.05 on the host and the device
-// ("host-top-p", "device-top-p", "device-min-p").
+// and with top-p 0.95, min-p 0.05 and top-k 40 on the host and the device
+// ("host-top-p", "device-top-p", "device-min-p", "host-top-k",
+// "device-top-k"), and top-k 40 with top-p 0.95 ("device-top-k-top-p").
 // The model is stories15M's shape cut to one layer, so that the head (a
 // 32,000-token vocabulary) is a large part of the token, as it is for a
 // 1.1B model on a GPU.
@@ -39,7 +40,7 @@ func BenchmarkSampledToken(b *testing.B) {
 	run, err := vulkan.New(dev, sm.Model, mod.RoutingRouter, vulkan.Options{DeviceProfile: &gpu, ContextLen: ctx, Knobs: vulkan.Knobs{"MODRUN_CHAIN": "1"}})
 	require.NoError(b, err)
 	defer run.Close()
-	for _, mode := range []string{"host", "device", "greedy", "host-top-p", "device-top-p", "device-min-p"} {
+	for _, mode := range []string{"host", "device", "greedy", "host-top-p", "device-top-p", "device-min-p", "host-top-k", "device-top-k", "device-top-k-top-p"} {
 		opts := DefaultSampler()
 		opts.Temperature, opts.Seed = 1, 3
 		switch mode {
@@ -47,6 +48,10 @@ func BenchmarkSampledToken(b *testing.B) {
 			opts.TopP = 0.95
 		case "device-min-p":
 			opts.MinP = 0.05
+		case "host-top-k", "device-top-k":
+			opts.TopK = 40
+		case "device-top-k-top-p":
+			opts.TopK, opts.TopP = 40, 0.95
 		}
 		b.Run(mode, func(b *testing.B) {
 			s, err := NewSampler(opts)
@@ -59,11 +64,11 @@ func BenchmarkSampledToken(b *testing.B) {
 					run.Reset()
 				}
 				switch mode {
-				case "host", "host-top-p":
+				case "host", "host-top-p", "host-top-k":
 					logits, err := run.Feed([]int32{token})
 					require.NoError(b, err)
 					token = s.Sample(logits)
-				case "device", "device-top-p", "device-min-p":
+				case "device", "device-top-p", "device-min-p", "device-top-k", "device-top-k-top-p":
 					d, ok := s.Plain()
 					require.True(b, ok)
 					token, err = run.FeedDraw([]int32{token}, d, s.Uniform())

@@ -43,12 +43,13 @@ func (f *drawFake) FeedDraw(tokens []int32, d sched.Draw, u float64) (int32, err
 }
 
 // TestLoopDrawsOnDevice: a plain sampled generation (a temperature, and
-// top-p and min-p or not) on a runner that draws (DrawFeeder) reads no
-// logits: each token is the runner's draw with the sampler's next uniform
-// number, the one its own draw would have taken (the same seed gives the
-// same numbers), at the sampler's temperature, top-p and min-p. Whatever needs the logits
-// (log-probabilities, a filter, a penalty, a bias, a ban, a grammar, a temperature
-// the device's float32 would lose) draws on the host from Feed's logits.
+// top-k, top-p and min-p or not) on a runner that draws (DrawFeeder)
+// reads no logits: each token is the runner's draw with the sampler's
+// next uniform number, the one its own draw would have taken (the same
+// seed gives the same numbers), at the sampler's temperature, top-k,
+// top-p and min-p. Whatever needs the logits (log-probabilities, a
+// penalty, a bias, a ban, a grammar, a temperature the device's float32
+// would lose) draws on the host from Feed's logits.
 func TestLoopDrawsOnDevice(t *testing.T) {
 	opts := DefaultSampler()
 	opts.Temperature, opts.Seed = 0.8, 42
@@ -68,9 +69,10 @@ func TestLoopDrawsOnDevice(t *testing.T) {
 		u := ref.Uniform()
 		us, want = append(us, u), append(want, int32(u*8))
 	}
-	for _, d := range []sched.Draw{{Temp: 0.8}, {Temp: 0.8, MinP: 0.1}, {Temp: 0.8, TopP: 0.9, MinP: 0.1}} {
+	for _, d := range []sched.Draw{{Temp: 0.8}, {Temp: 0.8, MinP: 0.1}, {Temp: 0.8, TopP: 0.9, MinP: 0.1},
+		{Temp: 0.8, TopK: 3}, {Temp: 0.8, TopK: 40, TopP: 0.9}} {
 		so := opts // top-p 1: none (Sampler.Plain's TopP 0)
-		so.MinP = d.MinP
+		so.MinP, so.TopK = d.MinP, d.TopK
 		if d.TopP > 0 {
 			so.TopP = d.TopP
 		}
@@ -86,8 +88,7 @@ func TestLoopDrawsOnDevice(t *testing.T) {
 		set  func(*GenerateOptions)
 	}{
 		{"log-probabilities", func(o *GenerateOptions) { o.LogProbs = true }},
-		{"top-k", func(o *GenerateOptions) { o.Sampler.TopK = 3 }},
-		{"top-k with top-p", func(o *GenerateOptions) { o.Sampler.TopK, o.Sampler.TopP = 40, 0.9 }},
+		{"top-k with log-probabilities", func(o *GenerateOptions) { o.Sampler.TopK, o.LogProbs = 40, true }},
 		{"repeat penalty", func(o *GenerateOptions) { o.Sampler.RepeatPenalty = 1.1 }},
 		{"presence penalty", func(o *GenerateOptions) { o.Sampler.PresencePenalty = 0.5 }},
 		{"logit bias", func(o *GenerateOptions) { o.Sampler.LogitBias = map[int32]float32{3: 1} }},
@@ -188,8 +189,10 @@ func TestGenerateDrawsOnVulkan(t *testing.T) {
 	require.NoError(t, err)
 	us := ref.Peek(24)
 	check := open("1")
-	// checkDraws checks each draw of seqs with so's top-p and min-p
-	// against drawref on the logits of its own sequence.
+	// checkDraws checks each draw of seqs with so's top-k, top-p and
+	// min-p against drawref on the logits of its own sequence (top-k's
+	// only where its cut is 1e-3 or more from the next logit: the step's
+	// logits are not Feed's to the last bit on every device).
 	checkDraws := func(so SamplerOptions, seqs ...Result) {
 		for _, seq := range seqs {
 			check.Reset()
@@ -197,26 +200,29 @@ func TestGenerateDrawsOnVulkan(t *testing.T) {
 			for i, id := range seq.Tokens {
 				logits, err := check.Feed(feed)
 				require.NoError(t, err)
-				want, margin := drawref.DrawFiltered(logits, opts.Temperature, so.TopP, so.MinP, float64(float32(us[i])))
-				if margin >= 1e-5 {
+				want, margin := drawref.DrawTopK(logits, opts.Temperature, so.TopK, so.TopP, so.MinP, float64(float32(us[i])))
+				if margin >= 1e-5 && drawref.TopKMargin(logits, so.TopK) >= 1e-3 {
 					asked++
-					assert.Equal(t, int32(want), id, "top-p %g min-p %g: draw %d", so.TopP, so.MinP, i)
+					assert.Equal(t, int32(want), id, "top-k %d top-p %g min-p %g: draw %d", so.TopK, so.TopP, so.MinP, i)
 				}
 				feed = []int32{id}
 			}
-			t.Logf("top-p %g min-p %g: %d of %d draws asked", so.TopP, so.MinP, asked, len(seq.Tokens))
+			t.Logf("top-k %d top-p %g min-p %g: %d of %d draws asked", so.TopK, so.TopP, so.MinP, asked, len(seq.Tokens))
 		}
 	}
 	checkDraws(opts, free, onHost)
 	if dev.Info().Type == vk.CPU {
 		assert.Equal(t, onHost.Tokens, free.Tokens, "lavapipe: the same tokens")
 	}
-	// With min-p, top-p, and both: drawn on the device (chained and not),
-	// against drawref.DrawFiltered and the host's draw (its kept tokens in
-	// id order).
-	for _, f := range []struct{ topP, minP float32 }{{1, 0.3}, {0.8, 0}, {0.9, 0.05}} {
+	// With min-p, top-p, top-k and them together: drawn on the device
+	// (chained and not), against drawref.DrawTopK and the host's draw
+	// (its kept tokens in id order).
+	for _, f := range []struct {
+		topP, minP float32
+		topK       int
+	}{{1, 0.3, 0}, {0.8, 0, 0}, {0.9, 0.05, 0}, {1, 0, 3}, {0.9, 0, 40}} {
 		so := opts
-		so.TopP, so.MinP = f.topP, f.minP
+		so.TopP, so.MinP, so.TopK = f.topP, f.minP, f.topK
 		before := one.draws
 		freeP := genWith(one, so, GenerateOptions{EOS: -1, MaxTokens: 24})
 		assert.Equal(t, len(freeP.Tokens), one.draws-before, "%+v: every token drawn on the device", f)

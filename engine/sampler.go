@@ -184,9 +184,9 @@ func (s *Sampler) Sample(logits []float32) int32 {
 }
 
 // Plain gives the parameters of s's draws when each is a plain draw
-// (sched.DeviceSampler): a temperature, with top-p and min-p or not (the
-// kept tokens walked in id order, as the device's draw walks them); no
-// top-k, no penalty, bias, ban or constraint. A step runner may then
+// (sched.DeviceSampler): a temperature, with top-k, top-p and min-p or
+// not (the kept tokens walked in id order, as the device's draw walks
+// them); no penalty, bias, ban or constraint. A step runner may then
 // draw on its device with a uniform number from Uniform
 // (docs/sampling-cost.md). Temperatures outside [2^-20, 2^20] draw here:
 // the device's float32 weights would lose them (1/T overflowing, or every
@@ -194,9 +194,9 @@ func (s *Sampler) Sample(logits []float32) int32 {
 func (s *Sampler) Plain() (sched.Draw, bool) {
 	o := s.opts
 	t := o.Temperature
-	ok := t >= 1.0/(1<<20) && t <= 1<<20 && o.TopK == 0 && !o.penalised() &&
+	ok := t >= 1.0/(1<<20) && t <= 1<<20 && !o.penalised() &&
 		len(o.LogitBias) == 0 && len(s.banned) == 0 && s.constraint == nil
-	d := sched.Draw{Temp: t, MinP: o.MinP}
+	d := sched.Draw{Temp: t, MinP: o.MinP, TopK: o.TopK}
 	if o.TopP < 1 {
 		d.TopP = o.TopP
 	}

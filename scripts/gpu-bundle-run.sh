@@ -256,6 +256,7 @@ acceptance() {
   local pdec; pdec=$(jnum "$logs/bench-$small-q8_0-temp1-top-p.json" decode_tokens_per_s)
   local mdec; mdec=$(jnum "$logs/bench-$small-q8_0-temp1-min-p.json" decode_tokens_per_s)
   local kdec; kdec=$(jnum "$logs/bench-$small-q8_0-temp1-top-k.json" decode_tokens_per_s)
+  local rdec; rdec=$(jnum "$logs/bench-$small-q8_0-temp1-penalty.json" decode_tokens_per_s)
   # Where the temperature-1 rows drew (the row's sampled_on_device: a GPU
   # profile's head draws, lavapipe's own does not).
   local where="on the host"
@@ -309,7 +310,8 @@ acceptance() {
   row "(sampled)" "$small Q8_0 decode at temperature 1, drawn $where / greedy ($(awk -v r="$tdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$tdec" "$dec")" "" ''
   row "(sampled)" "$small Q8_0 decode at temperature 1, top-p 0.95, drawn $where / greedy ($(awk -v r="$pdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$pdec" "$dec")" "" ''
   row "(sampled)" "$small Q8_0 decode at temperature 1, min-p 0.05, drawn $where / greedy ($(awk -v r="$mdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$mdec" "$dec")" "" ''
-  row "(sampled)" "$small Q8_0 decode at temperature 1, top-k 40, drawn on the host / greedy ($(awk -v r="$kdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$kdec" "$dec")" "" ''
+  row "(sampled)" "$small Q8_0 decode at temperature 1, top-k 40, drawn $where / greedy ($(awk -v r="$kdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$kdec" "$dec")" "" ''
+  row "(sampled)" "$small Q8_0 decode at temperature 1, repeat penalty 1.1, drawn on the host / greedy ($(awk -v r="$rdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$rdec" "$dec")" "" ''
   row "42 (hand-off): Q4_K_M decode >= Q8_0's" "$small Q4_K_M / Q8_0 decode, both MODRUN_HANDOFF=1" "$(ratio "$hdec4" "$hdec")" "" 'm >= 1'
   row "42: 5-token prompt at 7B: first token < 50 ms" "ms to the first token (default, one matvec pass; MODRUN_PROMPT_STEPS=8, five decode steps: $(awk -v r="$ttft8" 'BEGIN { if (r == "") print "-"; else printf "%.1f", 5000 / r }'); MODRUN_PROMPT_STEPS=1 MODRUN_VEC_ROWS=1, the split tiles: $(awk -v r="$ttftt" 'BEGIN { if (r == "") print "-"; else printf "%.1f", 5000 / r }'))" "$(awk -v r="$ttft" 'BEGIN { if (r != "") print 5000 / r }')" "" 'm < 50'
   row "43: 1.1B Q8_0 pp512 >= 41,000 (H200) and >= 1.5x" "$small Q8_0 prefill 512" "$pre" "$(llama_ts "$ld" 512 0)" 'm >= 41000 && m >= 1.5 * l'
@@ -429,15 +431,17 @@ if [ "$quick" = 1 ]; then
   MODRUN_CHAIN=1 bench_row "$small-q8_0-no-chain" -m "$m11" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0
   # The same decode sampled at temperature 1 (a server's default): each
   # token drawn on the device (argmax_wide's draw, docs/sampling-cost.md),
-  # chained as greedy steps are, and with top-p 0.95 or min-p 0.05 (the
-  # last workgroup finds top-p's cut and min-p's floor); and at top-k 40,
-  # which needs the logits on the host: each token's logits read back and
-  # drawn there (bench/results/cpu-sampler-2026-11-28.md). What each costs
-  # a token is its row against the first.
+  # chained as greedy steps are, and with top-p 0.95, min-p 0.05 or top-k
+  # 40 (the last workgroup finds top-p's and top-k's cuts and min-p's
+  # floor); and with a repeat penalty, which needs the logits on the host:
+  # each token's logits read back and drawn there
+  # (bench/results/cpu-sampler-2026-11-28.md). What each costs a token is
+  # its row against the first.
   bench_row "$small-q8_0-temp1" -m "$m11" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0 --temp 1
   bench_row "$small-q8_0-temp1-top-p" -m "$m11" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0 --temp 1 --top-p 0.95
   bench_row "$small-q8_0-temp1-min-p" -m "$m11" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0 --temp 1 --min-p 0.05
   bench_row "$small-q8_0-temp1-top-k" -m "$m11" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0 --temp 1 --top-k 40
+  bench_row "$small-q8_0-temp1-penalty" -m "$m11" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0 --temp 1 --repeat-penalty 1.1
   llama_row "$small-q8_0" "$m11"
   # The tensor-core matmul: the default (hilo, f32's precision) above; the
   # f16-operand kernel and none, for what each costs, same file. Without

@@ -220,84 +220,194 @@ func TestArgmaxWideFilters(t *testing.T) {
 	ks := denseKernels{dev: dev, v: lookup(t, "argmax_wide")}
 	rng := rand.New(rand.NewSource(13))
 	asked, skipped, moved := 0, 0, 0
-	for _, cols := range []int{7, 1023, 1025, 32000, 100000} {
+	argmaxWideGrid(t, &ks, []int{7, 1023, 1025, 32000, 100000}, func(cols int, spec []uint32, k *vk.Kernel, mode int, name string) {
+		const n = 10
+		var rows argmaxWideRows
+		for r := range n {
+			row := denseNormals(rng, cols, 3)
+			temp := []float32{0.7, 1, 1.5}[(r+mode)%3]
+			topP, minP := []float32{0.9, 0.5, 0.95, 0.7, 0, 0, 0, 0.5, 0, 0}[r], []float32{0, 0, 0.05, 0, 0.05, 0.3, 1, 0, 0, 0}[r]
+			switch r {
+			case 1, 5:
+				row = denseNormals(rng, cols, 1)
+			case 3:
+				for j := range row {
+					row[j] = float32(rng.Intn(8)) / 2
+				}
+			case 6: // min-p 1 keeps the best, and its twin
+				a, b := rng.Intn(cols), rng.Intn(cols)
+				row[a], row[b] = 12, 12
+			case 7: // one float exponent: the search's list of candidates overflows before it fits
+				for j := range row {
+					row[j] = 8 + 8*rng.Float32()
+				}
+			}
+			id, u := rows.add(rng, row, temp, 0, topP, minP, mode, r == n-1)
+			if plain, _ := drawref.Draw(row, temp, u); plain != id {
+				moved++
+			}
+		}
+		a, sk := checkArgmaxWideRuns(t, dev, k, name, rows.x, rows.draws, rows.want, rows.ask, cols, spec)
+		asked, skipped = asked+a, skipped+sk
+	})
+	t.Logf("%d draws asked, %d left with a margin under %g; the filters moved %d draws", asked, skipped, drawMargin, moved)
+	assert.Greater(t, asked, 2*skipped, "most draws asked")
+	assert.Positive(t, moved, "the filters moved draws")
+}
+
+// TestArgmaxWideTopK: argmax_wide's draw with top-k (ArgmaxDraw.WithTopK),
+// alone and before top-p and min-p, against drawref.DrawTopK: rows of
+// normal logits at k 40, 2, 5 and cols-1; rows of ties (logits of 8
+// values, and a constant row) where the TopK-th place falls among equal
+// logits, so that only the first of them by id are kept (alone, and with
+// top-p among the kept ones); k 1 with the largest logit twice (only the
+// lower id kept); a row in one float exponent at k 300 (the search's list
+// overflows); k at and past the columns (no top-k); beside an argmax row,
+// over 7, 1,025, 32,000 and 100,000 columns; u at the middle of a random
+// wide kept interval, 0 (the first kept token) and float32's largest
+// below 1 (the last kept token). Draws within float32's rounding of an
+// interval's end or of top-p's crossing are not asked; top-k's own cut is
+// a count, exact, so every tie case is asked.
+func TestArgmaxWideTopK(t *testing.T) {
+	dev := openDevice(t)
+	ks := denseKernels{dev: dev, v: lookup(t, "argmax_wide")}
+	rng := rand.New(rand.NewSource(29))
+	asked, skipped, moved, straddled := 0, 0, 0, 0
+	argmaxWideGrid(t, &ks, []int{7, 1025, 32000, 100000}, func(cols int, spec []uint32, k *vk.Kernel, mode int, name string) {
+		const n = 12
+		var rows argmaxWideRows
+		for r := range n {
+			row := denseNormals(rng, cols, 3)
+			temp := []float32{0.7, 1, 1.5}[(r+mode)%3]
+			topK := []int{40, 40, 2, cols / 3, cols / 2, 1, cols - 1, cols, 300, 5, cols/2 + 1, 0}[r]
+			topP := []float32{0, 0.9, 0.5, 0, 0.7, 0, 0.95, 0.9, 0.5, 0, 0.3, 0}[r]
+			minP := []float32{0, 0, 0.05, 0, 0, 0, 0, 0, 0, 0.3, 0, 0}[r]
+			switch r {
+			case 1:
+				row = denseNormals(rng, cols, 1)
+			case 3, 4:
+				for j := range row {
+					row[j] = float32(rng.Intn(8)) / 2
+				}
+			case 5: // the best twice: k 1 keeps the lower id
+				a := rng.Intn(cols)
+				b := (a + 1 + rng.Intn(cols-1)) % cols
+				row[a], row[b] = 12, 12
+			case 7:
+				topK += mode // at and past the columns: no top-k
+			case 8:
+				for j := range row {
+					row[j] = 8 + 8*rng.Float32()
+				}
+			case 10:
+				for j := range row {
+					row[j] = 0.5
+				}
+			}
+			if topK > 0 && topK < cols && drawref.TopKMargin(row, topK) == 0 {
+				straddled++
+			}
+			id, u := rows.add(rng, row, temp, topK, topP, minP, mode, r == n-1)
+			if plain, _ := drawref.DrawFiltered(row, temp, topP, minP, u); plain != id {
+				moved++
+			}
+		}
+		a, sk := checkArgmaxWideRuns(t, dev, k, name, rows.x, rows.draws, rows.want, rows.ask, cols, spec)
+		asked, skipped = asked+a, skipped+sk
+	})
+	t.Logf("%d draws asked, %d left with a margin under %g; top-k moved %d draws; %d rows' TopK-th place among ties", asked, skipped, drawMargin, moved, straddled)
+	assert.Greater(t, asked, 3*skipped, "most draws asked")
+	assert.Positive(t, moved, "top-k moved draws")
+	assert.GreaterOrEqual(t, straddled, 4*3*3, "rows 3, 4, 5 and 10 put the TopK-th place among ties")
+}
+
+// checkArgmaxWideRuns dispatches argmax_wide kernel k twice over the rows
+// x with draws and asks each row r with ask[r] for want[r] (the others
+// counted skipped); done stays zero after each run.
+func checkArgmaxWideRuns(t *testing.T, dev *vk.Device, k *vk.Kernel, name string, x []float32, draws []ArgmaxDraw, want []uint32, ask []bool, cols int, spec []uint32) (asked, skipped int) {
+	t.Helper()
+	n := len(draws)
+	call := newArgmaxWideCall(t, dev, x, draws, cols, spec)
+	for i := range 2 {
+		rec := dev.NewRecorder()
+		rec.Dispatch(k, vk.MustPackPush(ArgmaxPush{Cols: uint32(cols), N: uint32(n)}), call.groups, call.binds...)
+		require.NoError(t, dev.Run(rec))
+		rec.Close()
+		got := downloadU32(t, call.out, n)
+		for r := range n {
+			if !ask[r] {
+				skipped++
+				continue
+			}
+			asked++
+			d := draws[r]
+			assert.Equal(t, want[r], got[r], "%s run %d row %d: T %g top-k %g top-p %g min-p %g u %.9g", name, i, r, d.Temp, d.TopK, d.TopP, d.MinP, d.U)
+		}
+		assert.Equal(t, make([]uint32, n), downloadU32(t, call.done, n), "%s run %d: done left at zero", name, i)
+	}
+	return asked, skipped
+}
+
+// argmaxWideGrid calls f for each of cols at argmax_wide's spec ([64 1]
+// at 100,000 columns) and each u mode 0-2, with the kernel and a name.
+func argmaxWideGrid(t *testing.T, ks *denseKernels, cols []int, f func(cols int, spec []uint32, k *vk.Kernel, mode int, name string)) {
+	for _, c := range cols {
 		spec := ArgmaxWideSpec
-		if cols == 100000 {
+		if c == 100000 {
 			spec = []uint32{64, 1}
 		}
 		k := ks.get(t, spec)
 		for mode := range 3 {
-			name := fmt.Sprintf("spec%v/%d/u%d", spec, cols, mode)
-			const n = 10
-			x := make([]float32, 0, n*cols)
-			draws := make([]ArgmaxDraw, n)
-			want := make([]uint32, n)
-			ask := make([]bool, n)
-			for r := range n {
-				row := denseNormals(rng, cols, 3)
-				temp := []float32{0.7, 1, 1.5}[(r+mode)%3]
-				topP, minP := []float32{0.9, 0.5, 0.95, 0.7, 0, 0, 0, 0.5, 0, 0}[r], []float32{0, 0, 0.05, 0, 0.05, 0.3, 1, 0, 0, 0}[r]
-				switch r {
-				case 1, 5:
-					row = denseNormals(rng, cols, 1)
-				case 3:
-					for j := range row {
-						row[j] = float32(rng.Intn(8)) / 2
-					}
-				case 6: // min-p 1 keeps the best, and its twin
-					a, b := rng.Intn(cols), rng.Intn(cols)
-					row[a], row[b] = 12, 12
-				case 7: // one float exponent: the search's list of candidates overflows before it fits
-					for j := range row {
-						row[j] = 8 + 8*rng.Float32()
-					}
-				}
-				w, z := drawref.WeightsFiltered(row, temp, topP, minP)
-				var u float64
-				switch mode {
-				case 0:
-					var wide []int
-					for j, v := range w {
-						if v/z >= 2*drawMargin {
-							wide = append(wide, j)
-						}
-					}
-					u = drawref.Middle(w, z, wide[rng.Intn(len(wide))])
-				case 2:
-					u = float64(math.Nextafter32(1, 0))
-				}
-				draws[r] = DrawAt(temp, u).WithTopP(topP).WithMinP(minP)
-				id, margin := drawref.DrawFiltered(row, temp, topP, minP, float64(draws[r].U))
-				want[r], ask[r] = uint32(id), margin >= drawMargin
-				if plain, _ := drawref.Draw(row, temp, float64(draws[r].U)); plain != id {
-					moved++
-				}
-				if r == n-1 {
-					draws[r] = ArgmaxDraw{}
-					want[r], ask[r] = uint32(argmaxOf(row)), true
-				}
-				x = append(x, row...)
-			}
-			call := newArgmaxWideCall(t, dev, x, draws, cols, spec)
-			for i := range 2 {
-				rec := dev.NewRecorder()
-				rec.Dispatch(k, vk.MustPackPush(ArgmaxPush{Cols: uint32(cols), N: n}), call.groups, call.binds...)
-				require.NoError(t, dev.Run(rec))
-				rec.Close()
-				got := downloadU32(t, call.out, n)
-				for r := range n {
-					if !ask[r] {
-						skipped++
-						continue
-					}
-					asked++
-					assert.Equal(t, want[r], got[r], "%s run %d row %d: T %g top-p %g min-p %g u %.9g", name, i, r, draws[r].Temp, draws[r].TopP, draws[r].MinP, draws[r].U)
-				}
-				assert.Equal(t, make([]uint32, n), downloadU32(t, call.done, n), "%s run %d: done left at zero", name, i)
-			}
+			f(c, spec, k, mode, fmt.Sprintf("spec%v/%d/u%d", spec, c, mode))
 		}
 	}
-	t.Logf("%d draws asked, %d left with a margin under %g; the filters moved %d draws", asked, skipped, drawMargin, moved)
-	assert.Greater(t, asked, 2*skipped, "most draws asked")
-	assert.Positive(t, moved, "the filters moved draws")
+}
+
+// modeU is the uniform number of u mode mode for weights w of total z:
+// 0 the middle of a random interval holding 2*drawMargin of z or more
+// (0.5 where none does), 1 zero (the first kept token), 2 float32's
+// largest below 1 (the last kept token).
+func modeU(rng *rand.Rand, w []float64, z float64, mode int) float64 {
+	switch mode {
+	case 0:
+		var wide []int
+		for j, v := range w {
+			if v/z >= 2*drawMargin {
+				wide = append(wide, j)
+			}
+		}
+		if len(wide) > 0 {
+			return drawref.Middle(w, z, wide[rng.Intn(len(wide))])
+		}
+		return 0.5
+	case 1:
+		return 0
+	}
+	return float64(math.Nextafter32(1, 0))
+}
+
+// argmaxWideRows are rows of logits for argmax_wide, each with its draw
+// and what it asks of the device.
+type argmaxWideRows struct {
+	x     []float32
+	draws []ArgmaxDraw
+	want  []uint32
+	ask   []bool
+}
+
+// add appends row, drawn at temp with the filters and u mode mode
+// (modeU), asking drawref.DrawTopK's token where its margin is
+// drawMargin or more; with argmax, the row's argmax instead. It returns
+// the draw's token and u (as float32 has it).
+func (rs *argmaxWideRows) add(rng *rand.Rand, row []float32, temp float32, topK int, topP, minP float32, mode int, argmax bool) (int, float64) {
+	w, z := drawref.WeightsTopK(row, temp, topK, topP, minP)
+	d := DrawAt(temp, modeU(rng, w, z, mode)).WithTopK(topK).WithTopP(topP).WithMinP(minP)
+	id, margin := drawref.DrawTopK(row, temp, topK, topP, minP, float64(d.U))
+	want, ask, u := uint32(id), margin >= drawMargin, float64(d.U)
+	if argmax {
+		d, want, ask = ArgmaxDraw{}, uint32(argmaxOf(row)), true
+	}
+	rs.x = append(rs.x, row...)
+	rs.draws, rs.want, rs.ask = append(rs.draws, d), append(rs.want, want), append(rs.ask, ask)
+	return id, u
 }

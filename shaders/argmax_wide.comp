@@ -46,9 +46,20 @@
 // whose kept tokens it walks in id order as here). The blocks' own sums
 // could not know M, so the last workgroup sums each block's kept weights
 // again (a block whose largest is below the floor weighs 0) into part's
-// index word, which the fold no longer needs; a draw that rounding leaves
+// last word, which top-p's total no longer needs; a draw that rounding leaves
 // past the total takes the row's last kept column, one left short in a
 // block the block's last kept column, as the host's last candidate.
+//
+// Top-k (draw[r][5] = TopK, an integer in [1, cols); else none): the TopK
+// columns of largest logit, the lower ids first among equal ones
+// (engine.Sampler's heap), before top-p and min-p. The last workgroup
+// finds t, the TopK-th largest logit, by the cut's search with counts
+// for masses (cutSearch: integers, exact), and c = TopK less the columns
+// above t: every column above t is kept, and of those equal to t the
+// first c in id order (kLast, the c-th of them, found only where the ties
+// straddle the TopK-th place: tieLast). Top-p then takes its target from
+// the kept set's mass at temperature 1 and searches among the kept set's
+// keys (t's columns weighing c of them), so its cut is t or above it.
 //
 // Specialization constants: 0 WG, 1 PER (ArgmaxWideSpec). Dispatch
 // ArgmaxWideGroups(n, cols, spec); part holds ArgmaxWidePartWords(n, cols,
@@ -63,9 +74,9 @@ layout(constant_id = 1) const uint PER = 4; // columns per invocation
 
 layout(std430, binding = 0) HANDOFF_COHERENT readonly buffer X { float x[]; }; // [n][cols]
 layout(std430, binding = 1) writeonly buffer Out { uint out_[]; }; // [n]
-layout(std430, binding = 2) coherent buffer Part { uint part[]; }; // [n][groups][4]: a winner's value bits and index, the sums' bits (at T, at 1)
+layout(std430, binding = 2) coherent buffer Part { uint part[]; }; // [n][groups][4]: a winner's value bits and index, the sums' bits (at T, at 1; the last word then the kept weight)
 layout(std430, binding = 3) coherent buffer Done { uint done[]; }; // [n] workgroups done, zero between dispatches
-layout(std430, binding = 4) readonly buffer Draw { float draw[]; }; // [n][8]: T (0: the argmax), u, MinP (0: none), ln(MinP), TopP, unused
+layout(std430, binding = 4) readonly buffer Draw { float draw[]; }; // [n][8]: T (0: the argmax), u, MinP (0: none), ln(MinP), TopP, TopK (0: none), unused
 
 const uint NONFINITE = 0xfffffffeu;
 const uint NONE = 0xffffffffu; // no column yet: loses every tie
@@ -88,6 +99,8 @@ shared float cand[CANDIDATES];
 shared uint candN; // topPCut: columns appended to cand (past CANDIDATES: too many)
 shared bool candOn; // topPCut: cand holds every column of the range, candN of them
 shared float selAbove; // topPCut: the mass above selHi
+shared float selMass; // cutSearch: the mass of the range picked last (one key once the search ends)
+shared uint tieAt; // tieLast: the c-th tie's column
 
 // beats says whether (v, i) wins over (bv, bi): NONFINITE beats
 // everything, NONE nothing; a tie goes to the lower index.
@@ -144,21 +157,28 @@ float scan(uint tid, float v) {
 
 // blockWeight is block b's sum of weights relative to the row's largest
 // logit M: its own sum, relative to its own largest, scaled; with min-p,
-// the sum of its kept weights the last workgroup wrote in the index word.
+// the sum of its kept weights the last workgroup wrote in the last word.
 float blockWeight(uint at, float M, float inv, bool filtered) {
 	if (filtered) {
-		return uintBitsToFloat(part[4u * at + 1u]);
+		return uintBitsToFloat(part[4u * at + 3u]);
 	}
 	return uintBitsToFloat(part[4u * at + 2u]) * exp((uintBitsToFloat(part[4u * at]) - M) * inv);
 }
 
-// kept says whether column value v is kept: at or above the min-p floor
-// fl (relative to M) and the top-p cut (-inf each: none).
-bool kept(float v, float M, float fl, float cut) { return v - M >= fl && v >= cut; }
+// Top-k's cut for the kept and weight of the last workgroup: the TopK-th
+// largest logit kT and the last column equal to it that is kept (NONE:
+// every one, or no top-k).
+float kT = 0.0;
+uint kLast = NONE;
 
-// weight is column value v's weight relative to M: 0 where not kept.
-float weight(float v, float M, float inv, float fl, float cut) {
-	return kept(v, M, fl, cut) ? exp((v - M) * inv) : 0.0;
+// kept says whether column j of value v is kept: at or above the min-p
+// floor fl (relative to M) and the cut (top-p's or top-k's; -inf: none),
+// and, equal to top-k's kT, not past kLast.
+bool kept(float v, uint j, float M, float fl, float cut) { return v - M >= fl && v >= cut && (v != kT || j <= kLast); }
+
+// weight is column j of value v's weight relative to M: 0 where not kept.
+float weight(float v, uint j, float M, float inv, float fl, float cut) {
+	return kept(v, j, M, fl, cut) ? exp((v - M) * inv) : 0.0;
 }
 
 // orderKey is v's bits ordered as floats are (-0 as +0: the host's
@@ -178,16 +198,22 @@ float keyValue(uint k) { return uintBitsToFloat((k & 0x80000000u) != 0u ? k & 0x
 // of keys (orderKey) that holds it, from all of them, cut into RANGES a pass,
 // the first range from the top whose running sum reaches target kept
 // (where rounding leaves none, the lowest with weight). Every invocation
-// returns it.
+// returns it. cutSearch is the search itself: with count, each column
+// weighs 1 (top-k's cut: the sums are integers, exact in float32 up to
+// 2^24 columns); with a floor key, the columns below it weigh nothing
+// (top-p among top-k's kept columns); with ties, the columns equal to tieV
+// weigh tieMass together, whatever their number (top-k keeps c of them).
+// selAbove is then the mass above the cut, selMass the cut's own.
 //
 // From the fourth pass (the ranges are then one float exponent wide or
 // less), a pass over the row also appends its columns in range to cand;
 // when they fit, the passes after it read the list, not the row (the next
 // range lies inside this one).
-float topPCut(uint tid, uint base, float M, float target) {
+float cutSearch(uint tid, uint base, float M, float target, bool count, uint floorKey, bool ties, float tieV, float tieMass) {
 	const uint WG = gl_WorkGroupSize.x;
 	if (tid == 0u) {
-		selLo = 0u;
+		selLo = floorKey;
+		selMass = 0.0;
 		selHi = orderKey(M);
 		selAbove = 0.0;
 		candN = 0u;
@@ -209,8 +235,8 @@ float topPCut(uint tid, uint base, float M, float target) {
 			for (uint i = tid; i < listed; i += WG) {
 				float v = cand[i];
 				uint k = orderKey(v);
-				if (k >= lo && k <= hi) {
-					hist[((hi - k) / step) * WG + tid] += exp(v - M);
+				if (k >= lo && k <= hi && !(ties && v == tieV)) {
+					hist[((hi - k) / step) * WG + tid] += count ? 1.0 : exp(v - M);
 				}
 			}
 		} else {
@@ -225,8 +251,8 @@ float topPCut(uint tid, uint base, float M, float target) {
 				}
 				for (uint u = 0u; u < SEARCH_ILP; u++) {
 					uint k = orderKey(v[u]);
-					if (j0 + u * WG < p.cols && k >= lo && k <= hi) {
-						hist[((hi - k) / step) * WG + tid] += exp(v[u] - M);
+					if (j0 + u * WG < p.cols && k >= lo && k <= hi && !(ties && v[u] == tieV)) {
+						hist[((hi - k) / step) * WG + tid] += count ? 1.0 : exp(v[u] - M);
 						if (append) {
 							uint slot = atomicAdd(candN, 1u);
 							if (slot < CANDIDATES) {
@@ -248,6 +274,12 @@ float topPCut(uint tid, uint base, float M, float target) {
 			barrier();
 		}
 		if (tid == 0u) {
+			if (ties) { // tieV's columns, c of them
+				uint k = orderKey(tieV);
+				if (k >= lo && k <= hi) {
+					hist[((hi - k) / step) * WG] += tieMass;
+				}
+			}
 			float cum = selAbove, before = cum, beforeLast = cum;
 			uint pick = NONE, lastWeighed = NONE;
 			for (uint b = 0u; b < RANGES; b++) {
@@ -267,6 +299,7 @@ float topPCut(uint tid, uint base, float M, float target) {
 				pick = lastWeighed;
 				before = beforeLast;
 			}
+			selMass = hist[pick * WG];
 			uint top = hi - pick * step;
 			selHi = top;
 			selLo = top - lo < step - 1u ? lo : top - (step - 1u);
@@ -281,6 +314,54 @@ float topPCut(uint tid, uint base, float M, float target) {
 		barrier();
 	}
 	return keyValue(selLo);
+}
+
+float topPCut(uint tid, uint base, float M, float target) {
+	return cutSearch(tid, base, M, target, false, 0u, false, 0.0, 0.0);
+}
+
+// tieLast is the column of row base's c-th column equal to t in id order
+// (c at least 1, at most their number): the blocks in order (those whose
+// largest is below t hold none), each counting its columns equal to t by
+// a scan over its invocations' PER contiguous columns, to the block where
+// the running count reaches c, then in it the invocation, then the column.
+// Every invocation returns it.
+uint tieLast(uint tid, uint base, uint groups, uint r, float t, uint c) {
+	uint span = gl_WorkGroupSize.x * PER;
+	uint seen = 0u;
+	for (uint b = 0u; b < groups; b++) { // uniform: part's maxima and the scans' totals are the same for every invocation
+		if (uintBitsToFloat(part[4u * (r * groups + b)]) < t) {
+			continue;
+		}
+		uint j0 = b * span + tid * PER, mine = 0u;
+		for (uint k = 0u; k < PER; k++) {
+			if (j0 + k < p.cols && x[base + j0 + k] == t) {
+				mine++;
+			}
+		}
+		uint incl = uint(scan(tid, float(mine)));
+		uint blockN = uint(sums[gl_WorkGroupSize.x - 1u]);
+		if (seen + blockN >= c) {
+			uint need = c - seen; // the need-th of this block's ties
+			if (mine > 0u && incl >= need && incl - mine < need) {
+				uint left = need - (incl - mine);
+				for (uint k = 0u; k < PER; k++) {
+					if (j0 + k < p.cols && x[base + j0 + k] == t) {
+						left--;
+						if (left == 0u) {
+							tieAt = j0 + k;
+							break;
+						}
+					}
+				}
+			}
+			barrier();
+			return tieAt;
+		}
+		seen += blockN;
+		barrier(); // every invocation read sums before the next scan
+	}
+	return NONE; // not reached: c is at most the ties' number
 }
 
 void main() {
@@ -302,7 +383,9 @@ void main() {
 	float fl = minP ? draw[8u * r + 3u] : NEG_INF; // -inf: every finite column kept
 	float tp = draw[8u * r + 4u];
 	bool topP = drawRow && tp > 0.0 && tp < 1.0;
-	bool filtered = minP || topP;
+	float tk = draw[8u * r + 5u];
+	bool topK = drawRow && tk >= 1.0 && tk < float(p.cols);
+	bool filtered = minP || topP || topK;
 	float cut = NEG_INF; // top-p's, found by the last workgroup
 	float bv = 0.0;
 	uint bi = NONE;
@@ -329,13 +412,13 @@ void main() {
 			if (j < p.cols) {
 				float v = x[base + j];
 				acc += exp((v - mb) * inv);
-				if (topP) { // the row's: a plain draw takes no second exp
+				if (topP && !topK) { // the row's: a plain draw takes no second exp, top-k sums its own
 					acc1 += exp(v - mb);
 				}
 			}
 		}
 		sb = total(tid, acc);
-		if (topP) { // uniform: the row's
+		if (topP && !topK) { // uniform: the row's
 			s1 = total(tid, acc1);
 		}
 	}
@@ -376,7 +459,32 @@ void main() {
 		}
 		return;
 	}
-	if (topP) {
+	if (topK) {
+		// t, the TopK-th largest, with the count above it and its own.
+		uint K = uint(tk);
+		float t = cutSearch(tid, base, M, float(K), true, 0u, false, 0.0, 0.0);
+		uint above = uint(selAbove), nTies = uint(selMass);
+		uint c = K - above; // t's columns kept: 1 to nTies
+		kT = t;
+		cut = t;
+		if (c < nTies) { // the ties straddle the TopK-th place: the first c by id
+			kLast = tieLast(tid, base, groups, r, t, c);
+		}
+		if (topP) {
+			// The kept set's weight at temperature 1: the columns above t,
+			// and c of t's.
+			float acc = 0.0;
+			for (uint j = tid; j < p.cols; j += WG) {
+				float v = x[base + j];
+				if (v > t) {
+					acc += exp(v - M);
+				}
+			}
+			float tieMass = float(c) * exp(t - M);
+			float z1 = total(tid, acc) + tieMass;
+			cut = cutSearch(tid, base, M, tp * z1, false, orderKey(t), true, t, tieMass);
+		}
+	} else if (topP) {
 		// The row's weight at temperature 1, from the blocks' own sums.
 		uint per1 = (groups + WG - 1u) / WG;
 		float z1 = 0.0;
@@ -388,21 +496,22 @@ void main() {
 	}
 	if (filtered) {
 		// Each block's kept weights relative to M, summed again (the blocks'
-		// own sums could not know the floor or the cut), into part's index word.
+		// own sums could not know the floor or the cuts), into part's last
+		// word, which the sums at temperature 1 no longer need.
 		if (tid == 0u) {
-			rowLast = best + 1u; // the argmax is kept (M - M = 0 >= fl for MinP <= 1; M >= cut)
+			rowLast = best + 1u; // the argmax is kept (M - M = 0 >= fl for MinP <= 1; M >= cut; the first of M's columns)
 		}
 		uint keptLast = 0u;
 		for (uint b = 0u; b < groups; b++) { // uniform: part's maxima are the same for every invocation
 			uint pat = 4u * (r * groups + b);
 			float w = 0.0;
-			if (kept(uintBitsToFloat(part[pat]), M, fl, cut)) { // the block's largest
+			if (kept(uintBitsToFloat(part[pat]), part[pat + 1u], M, fl, cut)) { // the block's largest, its first: a later column equal to it is past kLast where it is
 				uint j0 = b * span + tid * PER;
 				float acc = 0.0;
 				for (uint k = 0u; k < PER; k++) {
 					if (j0 + k < p.cols) {
 						float v = x[base + j0 + k];
-						if (kept(v, M, fl, cut)) {
+						if (kept(v, j0 + k, M, fl, cut)) {
 							acc += exp((v - M) * inv);
 							keptLast = j0 + k + 1u;
 						}
@@ -411,7 +520,7 @@ void main() {
 				w = total(tid, acc);
 			}
 			if (tid == 0u) {
-				part[pat + 1u] = floatBitsToUint(w);
+				part[pat + 3u] = floatBitsToUint(w);
 			}
 		}
 		atomicMax(rowLast, keptLast);
@@ -476,8 +585,8 @@ void main() {
 	for (uint k = 0u; k < PER; k++) {
 		if (j0 + k < p.cols) {
 			float v = x[base + j0 + k];
-			acc += weight(v, M, inv, fl, cut);
-			if (kept(v, M, fl, cut)) {
+			acc += weight(v, j0 + k, M, inv, fl, cut);
+			if (kept(v, j0 + k, M, fl, cut)) {
 				keptLast = j0 + k + 1u;
 			}
 		}
@@ -493,7 +602,7 @@ void main() {
 		float cum = excl;
 		uint col = min(p.cols, j0 + PER) - 1u;
 		for (uint k = 0u; k < PER && j0 + k < p.cols; k++) {
-			float w = weight(x[base + j0 + k], M, inv, fl, cut);
+			float w = weight(x[base + j0 + k], j0 + k, M, inv, fl, cut);
 			cum += w;
 			if (w > 0.0) {
 				col = j0 + k;

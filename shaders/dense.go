@@ -94,10 +94,12 @@ func ArgmaxWidePartWords(n, cols uint32, spec []uint32) uint64 {
 // top-p TopP where it is in (0, 1) (the most likely up to that
 // probability at temperature 1, and those equal to the last), and at
 // least MinP times as likely as the best where MinP is above 0 (min-p:
-// LnMinP is its natural log, as the host computes it). The zero value
-// is the argmax.
+// LnMinP is its natural log, as the host computes it), after top-k where
+// TopK is at least 1 and below the row's columns (the TopK most likely,
+// the lower ids first among equal ones; an integer, exact in float32).
+// The zero value is the argmax.
 type ArgmaxDraw struct {
-	Temp, U, MinP, LnMinP, TopP float32
+	Temp, U, MinP, LnMinP, TopP, TopK float32
 }
 
 // ArgmaxDrawBytesPer is the size of a row's draw parameters.
@@ -130,11 +132,23 @@ func (d ArgmaxDraw) WithTopP(topP float32) ArgmaxDraw {
 	return d
 }
 
+// WithTopK is d keeping only the topK most likely tokens (ties to the
+// lower ids); 0, or at least the row's columns, keeps every token.
+// Beyond 2^24, where float32 would round it, it is every token of any
+// vocabulary a device holds.
+func (d ArgmaxDraw) WithTopK(topK int) ArgmaxDraw {
+	d.TopK = 0
+	if topK > 0 && topK < 1<<24 {
+		d.TopK = float32(topK)
+	}
+	return d
+}
+
 // ArgmaxDrawBytes packs rows' draw parameters for the draw binding.
 func ArgmaxDrawBytes(d []ArgmaxDraw) []byte {
 	b := make([]byte, ArgmaxDrawBytesPer*len(d))
 	for i, x := range d {
-		for j, f := range []float32{x.Temp, x.U, x.MinP, x.LnMinP, x.TopP} {
+		for j, f := range []float32{x.Temp, x.U, x.MinP, x.LnMinP, x.TopP, x.TopK} {
 			binary.LittleEndian.PutUint32(b[ArgmaxDrawBytesPer*i+4*j:], math.Float32bits(f))
 		}
 	}

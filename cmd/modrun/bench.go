@@ -157,6 +157,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.IntVar(&f.so.TopK, "top-k", 0, "with --temp: keep the `K` most likely tokens (0 = all)")
 	fs.Func("top-p", "with --temp: keep the most likely tokens up to probability `P` (default 1 = all)", floatFlag(&f.so.TopP))
 	fs.Func("min-p", "with --temp: drop tokens less likely than `P` times the best (default 0 = none)", floatFlag(&f.so.MinP))
+	fs.Func("repeat-penalty", "with --temp: penalty `R` on the last 64 tokens (default 1 = off; each token's logits then come back to the host)", floatFlag(&f.so.RepeatPenalty))
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -167,7 +168,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 		f.so.Seed = 1
 		f.o.Sampler = &f.so
 	} else {
-		for _, name := range []string{"top-k", "top-p", "min-p"} {
+		for _, name := range []string{"top-k", "top-p", "min-p", "repeat-penalty"} {
 			if flagSet(fs, name) {
 				return nil, fmt.Errorf("%w: --%s needs --temp above 0 (at temperature 0 a token is the argmax)", errUsage, name)
 			}

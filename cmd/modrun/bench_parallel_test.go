@@ -66,6 +66,13 @@ func TestBenchSampled(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
 	assert.Equal(t, "sampled at temperature 1, top-k 0, top-p 1, min-p 0", rep.Sampling)
 	assert.Contains(t, stderr, "against each sequence alone")
+	code, stdout, stderr = modrun(t, append(base, "--temp", "1", "--repeat-penalty", "1.1")...)
+	require.Equal(t, 0, code, stderr)
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+	assert.Equal(t, "sampled at temperature 1, top-k 0, top-p 1, min-p 0, repeat penalty 1.1", rep.Sampling)
+	code, _, stderr = modrun(t, append(base, "--repeat-penalty", "1.1")...)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--repeat-penalty needs --temp above 0")
 }
 
 // checkParallelRows checks bench --parallel 3's --json rows: dense,

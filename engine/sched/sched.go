@@ -38,13 +38,15 @@ type Row struct {
 }
 
 // Draw is a draw's parameters on a DrawRunner: the temperature, and the
-// filters a device applies (engine.Sampler's): top-p TopP in (0, 1) (the
-// most likely tokens up to that probability at temperature 1, and those
-// equal to the last) and min-p MinP above 0 (the tokens at least MinP
-// times as likely as the best); each else none. The zero value is the
-// argmax.
+// filters a device applies (engine.Sampler's, in its order): top-k TopK
+// above 0 (the TopK most likely tokens, the lower ids first among equal
+// ones; at least the vocabulary: all), top-p TopP in (0, 1) (the most
+// likely tokens up to that probability at temperature 1, and those equal
+// to the last) and min-p MinP above 0 (the tokens at least MinP times as
+// likely as the best); each else none. The zero value is the argmax.
 type Draw struct {
 	Temp, TopP, MinP float32
+	TopK             int
 }
 
 // StepRunner runs one forward pass over a step's rows on some backend: the
@@ -94,7 +96,7 @@ type DrawRunner interface {
 type DeviceSampler interface {
 	Sampler
 	// Plain gives the parameters of the sampler's draws when each is
-	// plain: no filter but top-p and min-p, no penalty, bias, ban or
+	// plain: no filter but top-k, top-p and min-p, no penalty, bias, ban or
 	// constraint, nothing that reads the logits but the draw itself (ok
 	// false otherwise). It does not change for a sequence.
 	Plain() (d Draw, ok bool)

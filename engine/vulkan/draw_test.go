@@ -24,7 +24,7 @@ const drawMarginVK = 1e-5
 // token drawn at random among those with a weight of 1e-3 of the total or
 // more (the largest always has: the test model has 512).
 func wideMiddle(rng *rand.Rand, logits []float32, d sched.Draw) float64 {
-	w, z := drawref.WeightsFiltered(logits, d.Temp, d.TopP, d.MinP)
+	w, z := drawref.WeightsTopK(logits, d.Temp, d.TopK, d.TopP, d.MinP)
 	var wide []int
 	for j, x := range w {
 		if x/z >= 1e-3 {
@@ -38,12 +38,13 @@ func wideMiddle(rng *rand.Rand, logits []float32, d sched.Draw) float64 {
 // for the same sequence (a twin runner fed the same tokens: the same
 // kernels, the same logits) at temperatures 0.5, 1 and 1.5, for the
 // prompt's prefill and the decode steps after it, unfiltered, at min-p
-// 0.05, top-p 0.9, and top-p 0.7 with min-p 0.2, u at the middle of a
+// 0.05, top-p 0.9, top-p 0.7 with min-p 0.2, top-k 5, and top-k 40 with
+// top-p 0.8, u at the middle of a
 // likely token's interval (always asked) or at
 // random (asked where its margin allows); after the draws FeedArgmax and a greedy chain give the
 // argmax again (the draw parameters are back at temperature 0). A chain
 // of draws (FeedDrawChain) draws each step with its own number, as FeedDraw
-// does (with min-p and top-p too), and a greedy chain after it gives argmaxes again.
+// does (with min-p, top-p and top-k too), and a greedy chain after it gives argmaxes again.
 // A min-p outside [0, 1) is refused by name. Under
 // each of deviceProfiles: a GPU's head (argmax_wide) draws, lavapipe's
 // argmax does not, and FeedDraw says so.
@@ -74,10 +75,13 @@ func TestFeedDraw(t *testing.T) {
 			rng := rand.New(rand.NewPCG(5, 6))
 			tokens := []int32{1, 403, 231, 263, 93, 298} // a prompt: the prefill's head
 			asked := 0
+			_, err = draw.FeedDraw([]int32{1}, sched.Draw{Temp: 1, TopK: -1}, 0.5)
+			require.ErrorContains(t, err, "top-k -1 0 or more")
+			draw.Reset()
 			for step := range 18 {
 				logits, err := feed.Feed(tokens)
 				require.NoError(t, err)
-				d := []sched.Draw{{}, {MinP: 0.05}, {TopP: 0.9}, {TopP: 0.7, MinP: 0.2}}[step/3%4]
+				d := []sched.Draw{{}, {MinP: 0.05}, {TopP: 0.9}, {TopP: 0.7, MinP: 0.2}, {TopK: 5}, {TopK: 40, TopP: 0.8}}[step/3]
 				d.Temp = []float32{0.5, 1, 1.5}[step%3]
 				u := rng.Float64()
 				if step%2 == 0 {
@@ -85,11 +89,11 @@ func TestFeedDraw(t *testing.T) {
 				}
 				id, err := draw.FeedDraw(tokens, d, u)
 				require.NoError(t, err)
-				want, margin := drawref.DrawFiltered(logits, d.Temp, d.TopP, d.MinP, float64(float32(u)))
+				want, margin := drawref.DrawTopK(logits, d.Temp, d.TopK, d.TopP, d.MinP, float64(float32(u)))
 				if step%2 == 0 {
 					require.GreaterOrEqual(t, margin, drawMarginVK, "step %d: u at the middle of an interval", step)
 				}
-				if margin >= drawMarginVK {
+				if margin >= drawMarginVK && drawref.TopKMargin(logits, d.TopK) > 0 { // equal logits at top-k's cut: the twin's and the draw's ties could part
 					asked++
 					require.Equal(t, int32(want), id, "step %d: %+v u %.9g", step, d, u)
 				}
@@ -114,7 +118,7 @@ func TestFeedDraw(t *testing.T) {
 			}
 			greedyChain("after draws")
 			filtered := 0
-			for round := range 4 { // a chain of draws: each step with its own number
+			for round := range 5 { // a chain of draws: each step with its own number
 				us := make([]float64, n)
 				for i := range us {
 					us[i] = rng.Float64()
@@ -122,18 +126,18 @@ func TestFeedDraw(t *testing.T) {
 						us[i] = 0.99 + 0.009*rng.Float64()
 					}
 				}
-				d := []sched.Draw{{Temp: 1}, {Temp: 1}, {Temp: 1, MinP: 0.1}, {Temp: 1, TopP: 0.8}}[round] // filtered, the tail is the last kept tokens'
+				d := []sched.Draw{{Temp: 1}, {Temp: 1}, {Temp: 1, MinP: 0.1}, {Temp: 1, TopP: 0.8}, {Temp: 1, TopK: 5}}[round] // filtered, the tail is the last kept tokens'
 				ids, err := draw.FeedDrawChain(best, n, d, us)
 				require.NoError(t, err)
 				require.Len(t, ids, n)
 				for i, id := range ids {
 					logits, err := feed.Feed([]int32{best})
 					require.NoError(t, err)
-					want, margin := drawref.DrawFiltered(logits, 1, d.TopP, d.MinP, float64(float32(us[i])))
+					want, margin := drawref.DrawTopK(logits, 1, d.TopK, d.TopP, d.MinP, float64(float32(us[i])))
 					if plain, _ := drawref.Draw(logits, 1, float64(float32(us[i]))); plain != want {
 						filtered++
 					}
-					if margin >= drawMarginVK {
+					if margin >= drawMarginVK && drawref.TopKMargin(logits, d.TopK) > 0 {
 						asked++
 						require.Equal(t, int32(want), id, "round %d: a chain's draw %d", round, i)
 					}
@@ -141,15 +145,15 @@ func TestFeedDraw(t *testing.T) {
 				}
 			}
 			greedyChain("after a chain of draws")
-			require.Positive(t, filtered, "min-p or top-p moved a tail draw")
-			t.Logf("%d of %d draws asked", asked, 18+4*n)
+			require.Positive(t, filtered, "min-p, top-p or top-k moved a tail draw")
+			t.Logf("%d of %d draws asked", asked, 18+5*n)
 		})
 	}
 }
 
 // recSampler draws as d says, with the uniform numbers of its own
 // generator, on the device (sched.DeviceSampler) or here (Sample, with
-// drawref.DrawFiltered), and records each number and token.
+// drawref.DrawTopK), and records each number and token.
 type recSampler struct {
 	d     sched.Draw
 	rng   *rand.Rand
@@ -172,7 +176,7 @@ func (r *recSampler) Peek(n int) []float64 { return stats.Ahead(r.src, n) }
 func (r *recSampler) Drawn(id int32) { r.ids = append(r.ids, id) }
 
 func (r *recSampler) Sample(logits []float32) int32 {
-	id, _ := drawref.DrawFiltered(logits, r.d.Temp, r.d.TopP, r.d.MinP, r.Uniform())
+	id, _ := drawref.DrawTopK(logits, r.d.Temp, r.d.TopK, r.d.TopP, r.d.MinP, r.Uniform())
 	r.hosts++
 	r.Drawn(int32(id))
 	return int32(id)
@@ -187,7 +191,9 @@ func (r *recSampler) Sample(logits []float32) int32 {
 // where its margin is above what the batched kernels' rounding can move
 // (stepTolVK of the largest logit, over the temperature), one with
 // min-p 0.1 (asked where no logit is within that rounding of its floor),
-// one with top-p 0.6 (asked where its crossing is not within it either);
+// one with top-p 0.6 (asked where its crossing is not within it either),
+// one with top-k 12 and top-p 0.9 (asked where top-k's cut is not within
+// it of the next logit either, and top-p's crossing among its tokens);
 // greedy sequences give their solo run's tokens. Each uniform number is taken
 // once, before its step, and each token drawn is handed to the sampler.
 // Under each of deviceProfiles: lavapipe's own head does not draw, so the
@@ -215,9 +221,9 @@ func TestVulkanStepDraws(t *testing.T) {
 				}
 				req := sched.Request{Prompt: prompt, MaxTokens: 8 + rng.IntN(12), KeepLogits: i%3 == 2}
 				var rs *recSampler
-				if i%3 == 0 {
+				if d, ok := map[int]sched.Draw{0: {Temp: 0.7}, 1: {Temp: 1.1, TopK: 12, TopP: 0.9}, 3: {Temp: 1, MinP: 0.1}, 6: {Temp: 1.3, TopP: 0.6}}[i]; ok {
 					src := rand.NewPCG(uint64(i), 1)
-					rs = &recSampler{d: []sched.Draw{{Temp: 0.7}, {Temp: 1, MinP: 0.1}, {Temp: 1.3, TopP: 0.6}}[i/3], rng: rand.New(src), src: src}
+					rs = &recSampler{d: d, rng: rand.New(src), src: src}
 					req.Sampler = rs
 				}
 				q, err := s.Add(req)
@@ -258,7 +264,7 @@ func TestVulkanStepDraws(t *testing.T) {
 						big, best = max(big, math.Abs(float64(l))), max(best, float64(l))
 					}
 					d := rs.d
-					want, margin := drawref.DrawFiltered(logits, d.Temp, d.TopP, d.MinP, float64(float32(rs.us[j])))
+					want, margin := drawref.DrawTopK(logits, d.Temp, d.TopK, d.TopP, d.MinP, float64(float32(rs.us[j])))
 					if d.MinP > 0 {
 						for _, l := range logits {
 							if math.Abs(float64(l)-best-math.Log(float64(d.MinP))) < 4*stepTolVK*big {
@@ -266,8 +272,11 @@ func TestVulkanStepDraws(t *testing.T) {
 							}
 						}
 					}
-					if d.TopP > 0 && drawref.TopPMargin(logits, d.TopP) < 4*stepTolVK*big {
+					if d.TopP > 0 && drawref.TopPMarginTopK(logits, d.TopK, d.TopP) < 4*stepTolVK*big {
 						margin = 0 // the batched logits' weights may cross at another logit
+					}
+					if drawref.TopKMargin(logits, d.TopK) < 4*stepTolVK*big {
+						margin = 0 // the batched logits may order top-k's cut and the next the other way
 					}
 					draws++
 					if margin >= drawMarginVK+4*stepTolVK*big/float64(rs.d.Temp) {

@@ -201,37 +201,49 @@ func matvecCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 		groups: shaders.MatvecGroups(uint32(rows), spec), bufs: bufs}, nil
 }
 
-// argmaxWideCase: argmax_wide over five rows of 2,500 logits (3 and 10
+// argmaxWideCase: argmax_wide over six rows of 2,500 logits (3 and 10
 // workgroups a row at [256 4] and [64 4]): the argmax of a row whose
-// largest value comes twice (the lower index wins), and four draws, at
-// temperatures 1 and 0.5, and 2 with min-p 0.5 and with top-p 0.5, with u
-// at the middle of the interval of a likely token that is not the row's
-// argmax (internal/drawref: a float32 device's rounding cannot move it;
-// with a filter, a u at which the draw without it takes another token: at
-// T 2 the tokens it drops hold most of the weight; top-p's crossing far
-// from either end of its token); done left at zero.
+// largest value comes twice (the lower index wins), and five draws, at
+// temperatures 1 and 0.5, and 2 with min-p 0.5, with top-p 0.5 and with
+// top-k 5 where the fifth place falls among six equal logits (the first
+// three by id kept), with u at the middle of the interval of a likely
+// token that is not the row's argmax (top-k's: the last tie it keeps;
+// internal/drawref: a float32 device's rounding cannot move it; with a
+// filter, a u at which the draw without it takes another token: at T 2
+// the tokens it drops hold most of the weight; top-p's crossing far from
+// either end of its token); done left at zero.
 func argmaxWideCase(v shaders.Variant, spec []uint32) (checkCase, error) {
-	const n, cols = 5, 2500
+	const n, cols = 6, 2500
 	rng := rand.New(rand.NewPCG(5, 25))
 	x := randVec(rng, n*cols, -4, 4)
 	x[700], x[1900] = 9, 9 // row 0's largest, twice
-	draws := []shaders.ArgmaxDraw{{}, {Temp: 1}, {Temp: 0.5}, shaders.ArgmaxDraw{Temp: 2}.WithMinP(0.5), shaders.ArgmaxDraw{Temp: 2}.WithTopP(0.5)}
-	want := []uint32{700, 0, 0, 0, 0}
+	draws := []shaders.ArgmaxDraw{{}, {Temp: 1}, {Temp: 0.5}, shaders.ArgmaxDraw{Temp: 2}.WithMinP(0.5), shaders.ArgmaxDraw{Temp: 2}.WithTopP(0.5),
+		shaders.ArgmaxDraw{Temp: 2}.WithTopK(5)}
+	want := []uint32{700, 0, 0, 0, 0, 0}
 	for r := 1; r < n; r++ {
 		d := draws[r]
 		row := x[r*cols : (r+1)*cols]
-		row[300*r], row[300*r+1000] = 9.4, 9.5 // a likely token, and the argmax after it
-		w, z := drawref.WeightsFiltered(row, d.Temp, d.TopP, d.MinP)
-		if w[300*r]/z < 0.1 {
-			return checkCase{}, fmt.Errorf("%s: the check's token holds %.3g of row %d's weight", v.Name, w[300*r]/z, r)
+		tok := 300 * r
+		if d.TopK > 0 {
+			row[100], row[1100] = 9.4, 9.5
+			for _, j := range []int{50, 450, 850, 1250, 1650, 2050} {
+				row[j] = 8
+			}
+			tok = 850
+		} else {
+			row[tok], row[tok+1000] = 9.4, 9.5 // a likely token, and the argmax after it
 		}
-		u := drawref.Middle(w, z, 300*r)
+		w, z := drawref.WeightsTopK(row, d.Temp, int(d.TopK), d.TopP, d.MinP)
+		if w[tok]/z < 0.1 {
+			return checkCase{}, fmt.Errorf("%s: the check's token holds %.3g of row %d's weight", v.Name, w[tok]/z, r)
+		}
+		u := drawref.Middle(w, z, tok)
 		draws[r].U = float32(u)
-		id, margin := drawref.DrawFiltered(row, d.Temp, d.TopP, d.MinP, float64(draws[r].U))
-		if id != 300*r || margin < 0.01 {
+		id, margin := drawref.DrawTopK(row, d.Temp, int(d.TopK), d.TopP, d.MinP, float64(draws[r].U))
+		if id != tok || margin < 0.01 {
 			return checkCase{}, fmt.Errorf("%s: the check's draw of row %d is token %d at margin %.3g", v.Name, r, id, margin)
 		}
-		if plain, _ := drawref.Draw(row, d.Temp, float64(draws[r].U)); (d.MinP > 0 || d.TopP > 0) && plain == id {
+		if plain, _ := drawref.Draw(row, d.Temp, float64(draws[r].U)); (d.MinP > 0 || d.TopP > 0 || d.TopK > 0) && plain == id {
 			return checkCase{}, fmt.Errorf("%s: the check's filtered draw of row %d is the draw without the filter", v.Name, r)
 		}
 		if d.TopP > 0 && drawref.TopPMargin(row, d.TopP) < 0.01 {

@@ -233,18 +233,18 @@ func (r *Runner) feedDraw(tokens []int32, ad shaders.ArgmaxDraw) (int32, error) 
 }
 
 // checkDraw refuses draw parameters the device's draw does not take: a
-// temperature not above 0, u outside [0, 1), top-p outside [0, 1] or
-// min-p outside [0, 1).
+// temperature not above 0, u outside [0, 1), top-k below 0, top-p outside
+// [0, 1] or min-p outside [0, 1).
 func checkDraw(d sched.Draw, u float64) error {
-	if !(d.Temp > 0) || !(u >= 0 && u < 1) || !(d.TopP >= 0 && d.TopP <= 1) || !(d.MinP >= 0 && d.MinP < 1) {
-		return fmt.Errorf("temperature %g must be above 0, u %g in [0, 1), top-p %g in [0, 1] and min-p %g in [0, 1)", d.Temp, u, d.TopP, d.MinP)
+	if !(d.Temp > 0) || !(u >= 0 && u < 1) || d.TopK < 0 || !(d.TopP >= 0 && d.TopP <= 1) || !(d.MinP >= 0 && d.MinP < 1) {
+		return fmt.Errorf("temperature %g must be above 0, u %g in [0, 1), top-k %d 0 or more, top-p %g in [0, 1] and min-p %g in [0, 1)", d.Temp, u, d.TopK, d.TopP, d.MinP)
 	}
 	return nil
 }
 
 // argmaxDraw is argmax_wide's parameters for the draw d with u.
 func argmaxDraw(d sched.Draw, u float64) shaders.ArgmaxDraw {
-	return shaders.DrawAt(d.Temp, u).WithTopP(d.TopP).WithMinP(d.MinP)
+	return shaders.DrawAt(d.Temp, u).WithTopK(d.TopK).WithTopP(d.TopP).WithMinP(d.MinP)
 }
 
 // run runs tokens: up to Options.PromptSteps through the decode step (the

@@ -41,8 +41,17 @@ func DrawMinP(logits []float32, temp, minP float32, u float64) (id int, margin f
 // total lies within topPEdge of the mass above t or of that with t's
 // tokens (a float32 device may cross at the next logit), the margin is 0.
 func DrawFiltered(logits []float32, temp, topP, minP float32, u float64) (id int, margin float64) {
-	w, z := WeightsFiltered(logits, temp, topP, minP)
-	if topP > 0 && topP < 1 && TopPMargin(logits, topP) < topPEdge {
+	return DrawTopK(logits, temp, 0, topP, minP, u)
+}
+
+// DrawTopK is DrawFiltered after top-k topK (in [1, len(logits)); else
+// none): the topK largest logits, the lower ids first among equal ones
+// (engine.Sampler's heap), top-p's probabilities then being those of the
+// kept tokens. Top-k's cut is exact (a count), so it takes no margin:
+// a caller whose device computes other logits asks TopKMargin too.
+func DrawTopK(logits []float32, temp float32, topK int, topP, minP float32, u float64) (id int, margin float64) {
+	w, z := WeightsTopK(logits, temp, topK, topP, minP)
+	if topP > 0 && topP < 1 && topPCutIn(logits, topKSet(logits, topK), topP).margin < topPEdge {
 		margin = -1
 	}
 	if minP > 0 {
@@ -114,18 +123,64 @@ const topPEdge = 1e-5
 // fraction of the total at temperature 1: what a device's rounding of the
 // weights must stay under for its cut to be the same.
 func TopPMargin(logits []float32, topP float32) float64 {
-	_, margin := topPCut(logits, topP)
-	return margin
+	return TopPMarginTopK(logits, 0, topP)
 }
 
-// topPCut is top-p's cut (DrawFiltered) and TopPMargin.
-func topPCut(logits []float32, topP float32) (cut float32, margin float64) {
+// TopPMarginTopK is TopPMargin among top-k topK's tokens.
+func TopPMarginTopK(logits []float32, topK int, topP float32) float64 {
+	return topPCutIn(logits, topKSet(logits, topK), topP).margin
+}
+
+// TopKMargin is how far apart the topK-th largest logit and the next are
+// (0 where they are equal): what a device's rounding of the logits must
+// stay under for its top-k to keep the same tokens. topK outside [1,
+// len(logits)) keeps them all: +Inf.
+func TopKMargin(logits []float32, topK int) float64 {
+	if topK <= 0 || topK >= len(logits) {
+		return math.Inf(1)
+	}
+	vals := slices.Clone(logits)
+	slices.SortFunc(vals, func(a, b float32) int { return cmp.Compare(b, a) })
+	return float64(vals[topK-1]) - float64(vals[topK])
+}
+
+// topKSet marks top-k topK's tokens: the topK largest logits, the lower
+// ids first among equal ones; nil (every token) where topK is outside
+// [1, len(logits)).
+func topKSet(logits []float32, topK int) []bool {
+	if topK <= 0 || topK >= len(logits) {
+		return nil
+	}
+	ids := make([]int, len(logits))
+	for i := range ids {
+		ids[i] = i
+	}
+	slices.SortStableFunc(ids, func(a, b int) int { return cmp.Compare(logits[b], logits[a]) })
+	in := make([]bool, len(logits))
+	for _, id := range ids[:topK] {
+		in[id] = true
+	}
+	return in
+}
+
+// cutOf is top-p's cut among a set of tokens and its margin.
+type cutOf struct {
+	cut    float32
+	margin float64
+}
+
+// topPCutIn is top-p's cut (DrawTopK) among the tokens in marks (nil: all)
+// and TopPMargin: the largest logit whose tokens in the set and those
+// above it hold topP of the set's probability at temperature 1 or more.
+func topPCutIn(logits []float32, in []bool, topP float32) cutOf {
 	m := maxOf(logits)
 	vals := make([]float64, 0, len(logits))
 	z := 0.0
-	for _, v := range logits {
-		vals = append(vals, float64(v))
-		z += math.Exp(float64(v) - m)
+	for i, v := range logits {
+		if in == nil || in[i] {
+			vals = append(vals, float64(v))
+			z += math.Exp(float64(v) - m)
+		}
 	}
 	slices.SortFunc(vals, func(a, b float64) int { return cmp.Compare(b, a) })
 	target, above := float64(topP)*z, 0.0
@@ -135,17 +190,24 @@ func topPCut(logits []float32, topP float32) (cut float32, margin float64) {
 			mass += math.Exp(vals[j] - m)
 		}
 		if above+mass >= target || j == len(vals) {
-			return float32(vals[i]), min(target-above, above+mass-target) / z
+			return cutOf{float32(vals[i]), min(target-above, above+mass-target) / z}
 		}
 		above += mass
 		i = j
 	}
-	return float32(m), 0
+	return cutOf{float32(m), 0}
 }
 
 // WeightsFiltered are Weights after top-p topP (in (0, 1); else none) and
 // min-p minP (above 0; else none): 0 for the tokens they drop.
 func WeightsFiltered(logits []float32, temp, topP, minP float32) ([]float64, float64) {
+	return WeightsTopK(logits, temp, 0, topP, minP)
+}
+
+// WeightsTopK are WeightsFiltered after top-k topK (DrawTopK): 0 for the
+// tokens past its topK too.
+func WeightsTopK(logits []float32, temp float32, topK int, topP, minP float32) ([]float64, float64) {
+	in := topKSet(logits, topK)
 	m := maxOf(logits)
 	fl := math.Inf(-1)
 	if minP > 0 {
@@ -153,13 +215,13 @@ func WeightsFiltered(logits []float32, temp, topP, minP float32) ([]float64, flo
 	}
 	cut := float32(math.Inf(-1))
 	if topP > 0 && topP < 1 {
-		cut, _ = topPCut(logits, topP)
+		cut = topPCutIn(logits, in, topP).cut
 	}
 	inv := 1 / float64(temp)
 	w := make([]float64, len(logits))
 	z := 0.0
 	for j, v := range logits {
-		if float64(v)-m >= fl && v >= cut {
+		if float64(v)-m >= fl && v >= cut && (in == nil || in[j]) {
 			w[j] = math.Exp((float64(v) - m) * inv)
 			z += w[j]
 		}
