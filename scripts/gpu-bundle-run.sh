@@ -251,6 +251,9 @@ acceptance() {
   pre_nt=$(jnum "$nt" prefill_tokens_per_s)
   hdec=$(jnum "$logs/bench-$small-q8_0-handoff.json" decode_tokens_per_s); hdec4=$(jnum "$logs/bench-$small-q4_k_m-handoff.json" decode_tokens_per_s)
   hdec7=$(jnum "$logs/bench-$lq8-handoff.json" decode_tokens_per_s); hgb7=$(jnum "$logs/bench-$lq8-handoff.json" effective_gbps)
+  local ddec ddec7 dgb7
+  ddec=$(jnum "$logs/bench-$small-q8_0-dot.json" decode_tokens_per_s); ddec7=$(jnum "$logs/bench-$lq8-dot.json" decode_tokens_per_s)
+  dgb7=$(jnum "$logs/bench-$lq8-dot.json" effective_gbps)
   local cdec; cdec=$(jnum "$logs/bench-$small-q8_0-no-chain.json" decode_tokens_per_s)
   local tdec; tdec=$(jnum "$logs/bench-$small-q8_0-temp1.json" decode_tokens_per_s)
   local pdec; pdec=$(jnum "$logs/bench-$small-q8_0-temp1-top-p.json" decode_tokens_per_s)
@@ -306,6 +309,8 @@ acceptance() {
   row "(sampled)" "$small Q8_0 aggregate at 16 sequences, temperature 1 (drawn $where) / greedy ($(awk -v r="$ts16" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$ts16" "$a16")" "" ''
   row "42 (hand-off): 1.1B Q8_0 decode >= 1,500 (H200)" "$small Q8_0 decode, MODRUN_HANDOFF=1 (x$(awk -v a="$hdec" -v b="$dec" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default)" "$hdec" "$(llama_ts "$ld" 0 128)" 'm >= 1500'
   row "42 (hand-off): 7B Q8_0 decode >= 375 (H200)" "$large Q8_0 decode, MODRUN_HANDOFF=1 (x$(awk -v a="$hdec7" -v b="$dec7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default; $(awk -v a="$hgb7" -v b="$probe7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.0f%%", 100 * a / b }') of the probe)" "$hdec7" "$(llama_ts "$ll" 0 128)" 'm >= 375'
+  row "42 (dot): 1.1B Q8_0 decode >= 1,500 (H200)" "$small Q8_0 decode, MODRUN_MATVEC_DOT=1 (x$(awk -v a="$ddec" -v b="$dec" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default)" "$ddec" "$(llama_ts "$ld" 0 128)" 'm >= 1500'
+  row "42 (dot): 7B Q8_0 decode >= 375 (H200)" "$large Q8_0 decode, MODRUN_MATVEC_DOT=1 (x$(awk -v a="$ddec7" -v b="$dec7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default; $(awk -v a="$dgb7" -v b="$probe7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.0f%%", 100 * a / b }') of the probe)" "$ddec7" "$(llama_ts "$ll" 0 128)" 'm >= 375'
   row "42 (chain): the default's 4 greedy steps a submission against 1" "$small Q8_0 decode, default / MODRUN_CHAIN=1 ($(awk -v r="$cdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$dec" "$cdec")" "" ''
   row "(sampled)" "$small Q8_0 decode at temperature 1, drawn $where / greedy ($(awk -v r="$tdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$tdec" "$dec")" "" ''
   row "(sampled)" "$small Q8_0 decode at temperature 1, top-p 0.95, drawn $where / greedy ($(awk -v r="$pdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$pdec" "$dec")" "" ''
@@ -425,6 +430,7 @@ if [ "$quick" = 1 ]; then
   # validated against the CPU: what the barriers cost is this row against
   # the one above.
   MODRUN_HANDOFF=1 bench_row "$small-q8_0-handoff" -m "$m11" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8
+  MODRUN_MATVEC_DOT=1 bench_row "$small-q8_0-dot" -m "$m11" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0
   # The same decode one submission a token (MODRUN_CHAIN=1; the default
   # chains 4 greedy steps a submission): what the host's round trip costs
   # a token is this row against the first.
@@ -491,6 +497,9 @@ if [ "$quick" = 1 ]; then
   m7=$logs/large-$large-q8_0.gguf
   bench_row "$lq8" --synthetic "$large" --type q8_0 --backends vulkan --prompt 512 -n 32 --repeats 2 --validate 0 --save "$m7"
   MODRUN_HANDOFF=1 bench_row "$lq8-handoff" -m "$m7" --backends vulkan --prompt 512 -n 32 --repeats 2 --validate 0
+  # Q8_0's decode matvecs as integer dot products against x in 8 bits
+  # (matvec_dot; docs/matvec-cost.md, "Integer dot products").
+  MODRUN_MATVEC_DOT=1 bench_row "$lq8-dot" -m "$m7" --backends vulkan --prompt 512 -n 32 --repeats 2 --validate 0
   MODRUN_MATMUL_DIRECT=1 bench_row "$lq8-direct" -m "$m7" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 0
   MODRUN_ATTENTION_COOP=1 bench_row "$lq8-attn-coop" -m "$m7" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 0
   llama_row "$lq8" "$m7"

@@ -94,7 +94,7 @@ func TestKernelCostCoversVariants(t *testing.T) {
 	}
 	for _, v := range Variants {
 		switch v.Source {
-		case "matmul.comp", "matmul_coop.comp", "matmul_direct.comp", "matvec.comp", "matvec_rows.comp", "matvec_words.comp", "matvec_lanes.comp", "decode_attend.comp", "decode_attend_keys.comp", "decode_attention.comp":
+		case "matmul.comp", "matmul_coop.comp", "matmul_direct.comp", "matvec.comp", "matvec_rows.comp", "matvec_words.comp", "matvec_dot.comp", "matvec_lanes.comp", "decode_attend.comp", "decode_attend_keys.comp", "decode_attention.comp":
 			assert.True(t, counted[v.Name], "%s (%s) has no FLOP count", v.Name, v.Source)
 		case "attention_split.comp": // attention_merge combines tiles: no products
 			assert.Equal(t, v.Name != "attention_merge", counted[v.Name], v.Name)

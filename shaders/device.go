@@ -31,6 +31,8 @@ func (d Device) has(feature string) bool {
 		return d.SubgroupBallot
 	case "vulkan_memory_model", "cooperative_matrix_nv":
 		return d.CooperativeMatrixNV // vk's CooperativeMatrixNV includes the memory model
+	case "integer_dot_product":
+		return d.IntegerDotProduct
 	}
 	return false
 }
@@ -129,6 +131,7 @@ func (p Profile) Fit(v Variant, spec []uint32) []uint32 {
 // safe variant, for when the self-check finds the kernel wrong on the
 // device, and what the safe variant is called, for the message; ok is false
 // when v is already the safe variant (nothing to fall back to):
+//   - matvec_dot (integer dot products): matvec_rows;
 //   - a subgroup matvec: the profile's shared-memory matvec (no subgroups);
 //   - router_score_sg, route_decode*_sg: the shared-memory tree variants;
 //   - decode_attend_keys: decode_attend;
@@ -147,6 +150,9 @@ func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 	case IsHandoff(v) && p.Handoff:
 		fb.Handoff = false // the barriers back: the base kernel itself is checked on its own
 		return fb, HandoffBase(v.Name), true
+	case v.Op == OpMatvec && v.Reduce == ReduceSubgroupDot: // each of its fusions may fail: the flag is off after the first
+		fb.MatvecDot = false // matvec_rows, which the self-check checks on its own
+		return fb, MatvecFusedName(v.Type, ReduceSubgroupRows, v.Fusion), true
 	case v.Op == OpMatvec && v.Reduce == ReduceLanes && p.MatvecLanes:
 		fb.MatvecLanes = false
 		return fb, MatvecFusedName(v.Type, ReduceShared, v.Fusion), true

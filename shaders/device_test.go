@@ -103,6 +103,21 @@ func TestOnlySubgroupVariantsNeedAFeature(t *testing.T) {
 			assert.True(t, fb.MatmulCoop, v.Name)
 			continue
 		}
+		if v.Reduce == ReduceSubgroupDot {
+			// Integer dot products and subgroup sums; its fallback is
+			// matvec_rows (whose own fallback is the shared-memory tree).
+			assert.Equal(t, []string{"integer_dot_product", "subgroup_arithmetic"}, nd.Features, v.Name)
+			dev := smallGPU
+			dev.IntegerDotProduct, dev.MatvecDot = true, true
+			prof := NewProfile(dev)
+			require.True(t, prof.MatvecDot, "the device asked for it")
+			fb, safe, ok := prof.Fallback(v)
+			require.True(t, ok, "%s has a fallback", v.Name)
+			assert.Equal(t, MatvecFusedName(v.Type, ReduceSubgroupRows, v.Fusion), safe)
+			assert.False(t, fb.MatvecDot, v.Name)
+			assert.True(t, fb.MatvecRows, v.Name)
+			continue
+		}
 		if v.Name == "probe_coop" {
 			// The tensor-core probe: the matmul's features, and no fallback:
 			// vulkan.ProbeCompute runs it only where the device has them,

@@ -36,7 +36,21 @@ const (
 	// units (8 weights) so that the loads of x are near each other; the
 	// same spec. Not chosen by a profile yet: BenchmarkMatvecGPU's.
 	ReduceSubgroupWords = "_sgwords"
+	// ReduceSubgroupDot is matvec_dot.comp (Q8_0, one vector): as
+	// ReduceSubgroupWords, its products integer dot products against x
+	// quantized to 8 bits in shared memory; needs integer dot products.
+	// Spec: MatvecDotSpec. Chosen with Profile.MatvecDot.
+	ReduceSubgroupDot = "_sgdot"
 )
+
+// MatvecDotSpec is matvec_dot's spec for rows of cols on a device whose
+// subgroups are sg: [4 sg, sg, 1 vector, 4 rows a subgroup, 4 units in
+// flight, the shared arrays' columns]: cols rounded up to a multiple of
+// 1,024, and at least 4,096 (4.6 KB of shared memory), so that a model's
+// matrices share few pipelines and the self-check's rows fit any of them.
+func MatvecDotSpec(sg, cols uint32) []uint32 {
+	return []uint32{4 * sg, sg, 1, 4, 4, max(4096, (cols+1023)/1024*1024)}
+}
 
 // Matvec fusions (matvec.comp): what the kernel does besides y = W x.
 const (
@@ -199,6 +213,15 @@ func init() {
 		for _, fuse := range MatvecFusions {
 			Variants = append(Variants, matvecRowsVariant(typ, fuse))
 		}
+	}
+	for _, fuse := range MatvecFusions {
+		v := matvecRowsVariant(MatvecQ8_0, fuse)
+		v.Name, v.Source, v.Reduce = MatvecFusedName(MatvecQ8_0, ReduceSubgroupDot, fuse), "matvec_dot.comp", ReduceSubgroupDot
+		v.Spec = MatvecDotSpec(32, 4096)
+		v.Notes = strings.Replace(v.Notes, "vectors per pass, rows per subgroup]", "1 vector, rows per subgroup, units a lane loads ahead per row, "+
+			"columns x holds (cols or more: its quantized copy in shared memory, 1.125 bytes a column)]", 1) +
+			"; one vector (MatvecPush.N 1); x quantized to 8 bits a block of 32 as the CPU backend's activations; needs integer dot products"
+		Variants = append(Variants, v)
 	}
 	for _, typ := range HandoffMatvecTypes {
 		for _, fuse := range handoffMatvecFusions {

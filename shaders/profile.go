@@ -83,6 +83,14 @@ type Device struct {
 	// (MODRUN_ATTEND_OWN=0, read by the engine): a GPU profile's batched
 	// steps run paged_qkv and paged_attend apart whatever their rows.
 	NoAttendOwn bool
+	// IntegerDotProduct: VK_KHR_shader_integer_dot_product enabled
+	// (vk.Features.IntegerDotProduct): matvec_dot runs. Accelerated: the
+	// packed signed 4x8 dot is a hardware instruction.
+	IntegerDotProduct            bool
+	IntegerDotProductAccelerated bool
+	// MatvecDot: the user asked for matvec_dot (MODRUN_MATVEC_DOT=1, read
+	// by the engine; Profile.MatvecDot says where it runs).
+	MatvecDot bool
 }
 
 // Profile is a device's kernel choices.
@@ -107,6 +115,14 @@ type Profile struct {
 	// Q8_0 at 2.2-3.9x and Q4_K at 3.1-3.8x matvec.comp's rate on an H200
 	// (issue 42, docs/matvec-cost.md).
 	MatvecRows bool
+	// MatvecDot runs the decode's matvecs of Q8_0 weights (one vector) as
+	// matvec_dot: integer dot products against x quantized to 8 bits in
+	// each workgroup, as the CPU backend quantizes its activations (its
+	// products are the CPU backend's, not f32's). Where the user asked
+	// (MODRUN_MATVEC_DOT=1) on a GPU profile with matvec_rows, on a device
+	// with integer dot products. A measuring knob until a GPU has timed
+	// it; the self-check's fallback turns it off.
+	MatvecDot bool
 	// KV is the KV cache's default element type: KVF16 on GPUs (decode
 	// attention reads half the bytes, the cache takes half the memory),
 	// KVF32 on CPU devices (lavapipe), where the engine's results stay
@@ -321,6 +337,7 @@ func NewProfile(d Device) Profile {
 		p.MatvecReduce, p.MatvecSpec = ReduceShared, []uint32{128, 32, 1}
 	}
 	p.AttentionLanes = !d.CPU && d.SubgroupShuffle && sg > 0
+	p.MatvecDot = p.MatvecRows && d.MatvecDot && d.IntegerDotProduct
 	p.MatmulCoop = !d.CPU && d.CooperativeMatrixNV && sg == MatmulCoopSubgroup && (d.TensorCores || d.TensorCoresHalf)
 	p.MatmulCoopHalf = p.MatmulCoop && d.TensorCoresHalf
 	p.MatmulDirect, p.MatmulDirectMin, p.MatmulDirectSlice = p.MatmulCoop && d.MatmulDirect, MatmulDirectMinRows, MatmulDirectMinSlice
@@ -403,6 +420,9 @@ func (p Profile) String() string {
 func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []uint32) {
 	iters := func(spec []uint32) uint32 { return matvecWalks(fuse) * MatvecLoopIterations(n, cols, spec) }
 	if p.MatvecRows && cols%32 == 0 && slices.Contains(matvecRowsPicks, typ) {
+		if s, ok := p.matvecDotSpec(typ, fuse, n, cols); ok {
+			return MatvecFusedName(typ, ReduceSubgroupDot, fuse), s
+		}
 		spec = MatvecRowsSpec(p.SubgroupSize)
 		spec[3] = p.rowsPerSubgroup(fuse, 1)
 		return MatvecFusedName(typ, ReduceSubgroupRows, fuse), spec
@@ -443,6 +463,23 @@ func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []u
 		spec[1] *= 2
 	}
 	return MatvecFusedName(typ, ReduceShared, fuse), spec
+}
+
+// matvecDotSpec is matvec_dot's spec for a matvec of typ under fuse, n
+// vectors of cols, and whether the profile takes it: with MatvecDot, on a
+// device with integer dot products, for one vector of Q8_0 whose
+// quantized x fits the device's shared memory.
+func (p Profile) matvecDotSpec(typ, fuse string, n, cols uint32) ([]uint32, bool) {
+	if !p.MatvecDot || !p.IntegerDotProduct || typ != MatvecQ8_0 || n != 1 || cols%32 != 0 || cols == 0 {
+		return nil, false
+	}
+	spec := MatvecDotSpec(p.SubgroupSize, cols)
+	spec[3] = p.rowsPerSubgroup(fuse, 1)
+	if !p.limitsKnown() {
+		return spec, true
+	}
+	v, err := Lookup(MatvecFusedName(typ, ReduceSubgroupDot, fuse))
+	return spec, err == nil && p.Allows(v, spec) == nil
 }
 
 // VecRows is the most rows (sequences) a batched step runs as matvecs of

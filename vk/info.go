@@ -136,6 +136,16 @@ type Features struct {
 	// pipeline's compiler statistics. Enabled only on a device opened from
 	// an instance with InstanceOptions.KernelStatistics.
 	PipelineExecutableInfo bool `json:"pipeline_executable_info"`
+	// IntegerDotProduct: VK_KHR_shader_integer_dot_product with its
+	// shaderIntegerDotProduct feature (core in Vulkan 1.3, which every 1.3
+	// device has; lavapipe's runs it in software), enabled when present:
+	// SPIR-V's OpSDot on 4 packed int8 (shaders' matvec_dot).
+	// IntegerDotProductAccelerated: its property
+	// integerDotProduct4x8BitPackedSignedAccelerated, the packed signed dot
+	// a hardware instruction (NVIDIA's DP4A, AMD's v_dot4_i32_i8), not
+	// emulated.
+	IntegerDotProduct            bool `json:"integer_dot_product"`
+	IntegerDotProductAccelerated bool `json:"integer_dot_product_accelerated"`
 }
 
 // Timestamps says whether the compute queue can write timestamps.

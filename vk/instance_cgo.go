@@ -230,20 +230,22 @@ func (in *Instance) deviceInfo(phys uint64, index int) DeviceInfo {
 	}
 	computeSubgroups := c.subgroup_stages&C.VK_SHADER_STAGE_COMPUTE_BIT != 0
 	d.Features = Features{
-		ShaderFloat16:            c.f16 != 0,
-		ShaderInt8:               c.i8 != 0,
-		StorageBuffer16BitAccess: c.sb16 != 0,
-		StorageBuffer8BitAccess:  c.sb8 != 0,
-		SubgroupArithmetic:       computeSubgroups && c.subgroup_ops&C.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT != 0,
-		SubgroupShuffle:          computeSubgroups && c.subgroup_ops&C.VK_SUBGROUP_FEATURE_SHUFFLE_BIT != 0,
-		SubgroupBallot:           computeSubgroups && c.subgroup_ops&C.VK_SUBGROUP_FEATURE_BALLOT_BIT != 0,
-		CooperativeMatrix:        c.coopmat != 0,
-		CooperativeMatrixNV:      c.coopmat_nv != 0 && c.vmm != 0 && c.f16 != 0,
-		VulkanMemoryModel:        c.vmm != 0,
-		ConditionalRendering:     c.cond_render != 0,
-		SubgroupSizeControl:      c.size_control != 0,
-		ComputeFullSubgroups:     c.full_subgroups != 0,
-		PipelineExecutableInfo:   c.exec_props != 0,
+		ShaderFloat16:                c.f16 != 0,
+		ShaderInt8:                   c.i8 != 0,
+		StorageBuffer16BitAccess:     c.sb16 != 0,
+		StorageBuffer8BitAccess:      c.sb8 != 0,
+		SubgroupArithmetic:           computeSubgroups && c.subgroup_ops&C.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT != 0,
+		SubgroupShuffle:              computeSubgroups && c.subgroup_ops&C.VK_SUBGROUP_FEATURE_SHUFFLE_BIT != 0,
+		SubgroupBallot:               computeSubgroups && c.subgroup_ops&C.VK_SUBGROUP_FEATURE_BALLOT_BIT != 0,
+		CooperativeMatrix:            c.coopmat != 0,
+		CooperativeMatrixNV:          c.coopmat_nv != 0 && c.vmm != 0 && c.f16 != 0,
+		VulkanMemoryModel:            c.vmm != 0,
+		ConditionalRendering:         c.cond_render != 0,
+		SubgroupSizeControl:          c.size_control != 0,
+		ComputeFullSubgroups:         c.full_subgroups != 0,
+		PipelineExecutableInfo:       c.exec_props != 0,
+		IntegerDotProduct:            c.idot != 0,
+		IntegerDotProductAccelerated: c.idot_accel != 0,
 	}
 	d.Problem = problem(d.APIVersion, d.computeFamily)
 	return d

@@ -204,7 +204,7 @@ type sharedInstance struct {
 type deviceKey struct {
 	inst, phys uint64
 	family     int
-	features   [10]bool
+	features   [11]bool
 }
 
 // sharedDevice is a VkDevice and the number of open Devices on it.

@@ -351,6 +351,7 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out) {
 				if (strcmp(e[i].extensionName, "VK_KHR_cooperative_matrix") == 0) out->coopmat = 1;
 				else if (strcmp(e[i].extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) == 0) out->coopmat_nv = 1;
 				else if (strcmp(e[i].extensionName, VK_EXT_CONDITIONAL_RENDERING_EXTENSION_NAME) == 0) out->cond_render = 1;
+				else if (strcmp(e[i].extensionName, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME) == 0) out->idot = 1;
 				else if (strcmp(e[i].extensionName, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME) == 0) sizeControl = 1;
 				else if (strcmp(e[i].extensionName, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME) == 0) out->exec_props = 1;
 				else if (strcmp(e[i].extensionName, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME) == 0) smBuiltins = 1;
@@ -392,6 +393,18 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out) {
 		out->full_subgroups = scf.computeFullSubgroups ? 1 : 0;
 	}
 	if (out->coopmat_nv) out->coopmat_nv = coopmat_nv_usable(in, pd);
+	if (out->idot) { // offered: is its feature there, and is the packed signed 4x8 dot a hardware instruction?
+		VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR idf = {
+			.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
+		VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &idf};
+		in->GetPhysicalDeviceFeatures2(pd, &f2);
+		out->idot = idf.shaderIntegerDotProduct ? 1 : 0;
+		VkPhysicalDeviceShaderIntegerDotProductPropertiesKHR idp = {
+			.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES_KHR};
+		VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &idp};
+		in->GetPhysicalDeviceProperties2(pd, &p2);
+		out->idot_accel = out->idot && idp.integerDotProduct4x8BitPackedSignedAccelerated ? 1 : 0;
+	}
 	if (out->exec_props) { // offered: is its feature there?
 		VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR ep = {
 			.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
@@ -496,7 +509,7 @@ typedef struct mr_device {
 
 VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 	int f16, int i8, int sb16, int sb8, int cond_render, int size_control, int full_subgroups,
-	int vmm, int coopmat_nv, int exec_stats, uint64_t *out, const char **call) {
+	int vmm, int coopmat_nv, int exec_stats, int idot, uint64_t *out, const char **call) {
 	mr_instance *in = (mr_instance *)(uintptr_t)inst;
 	VkPhysicalDevice pd = (VkPhysicalDevice)(uintptr_t)phys;
 	mr_device *d = calloc(1, sizeof *d);
@@ -551,8 +564,17 @@ VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
 		.pipelineExecutableInfo = VK_TRUE,
 	};
-	const char *exts[4];
+	VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR idf = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR,
+		.shaderIntegerDotProduct = VK_TRUE,
+	};
+	const char *exts[5];
 	uint32_t nexts = 0;
+	if (idot) {
+		idf.pNext = feats.pNext;
+		feats.pNext = &idf;
+		exts[nexts++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
+	}
 	if (exec_stats) {
 		ep.pNext = feats.pNext;
 		feats.pNext = &ep;

@@ -222,10 +222,14 @@ func featureText(f vk.Features) string {
 		{"conditional rendering", f.ConditionalRendering},
 		{"subgroup size control", f.SubgroupSizeControl && f.ComputeFullSubgroups},
 		{"kernel statistics", f.PipelineExecutableInfo},
+		{"integer dot product", f.IntegerDotProduct},
 	} {
 		state := "no"
 		if x.on {
 			state = "yes"
+		}
+		if x.on && x.name == "integer dot product" && !f.IntegerDotProductAccelerated {
+			state = "yes (emulated)"
 		}
 		parts = append(parts, x.name+" "+state)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -65,6 +66,22 @@ var tuneTrials = []tuneTrial{
 	{knob: "MODRUN_ATTEND_OWN", value: "0", metric: "parallel"},              // paged_qkv and paged_attend apart, at VecRows sequences
 }
 
+// untunedKnobs are the knobs tune never tries: MODRUN_MATVEC_DOT=1
+// quantizes the decode matvecs' x to 8 bits (the CPU backend's
+// arithmetic, not f32's), a precision the user chooses.
+var untunedKnobs = []string{"MODRUN_MATVEC_DOT"}
+
+// tunedKnobs are vulkan.KnobNames less untunedKnobs: the knobs tune tries.
+func tunedKnobs() []string {
+	var out []string
+	for _, k := range vulkan.KnobNames {
+		if !slices.Contains(untunedKnobs, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // tuneParallelPrompt is the parallel trial's prompt, as the GPU bundle's
 // bench --parallel rows.
 const tuneParallelPrompt = 32
@@ -116,7 +133,7 @@ func parseTuneFlags(args []string, stderr io.Writer) (*tuneFlags, error) {
 			return nil, err
 		}
 	}
-	for _, name := range vulkan.KnobNames {
+	for _, name := range tunedKnobs() { // a precision knob set (MODRUN_MATVEC_DOT) holds for every trial
 		if v := os.Getenv(name); v != "" {
 			return nil, fmt.Errorf("%w: %s=%s is set: tune measures each knob itself (unset it; what tune keeps, the environment still overrides later)", errUsage, name, v)
 		}

@@ -38,8 +38,11 @@ func TestTune(t *testing.T) {
 	file := filepath.Join(dir, "tuning.json")
 	code, stdout, stderr := modrun(t, tuneArgsFor("--file", file)...)
 	require.Equal(t, 0, code, stderr)
-	for _, knob := range vulkan.KnobNames { // each knob is tried
+	for _, knob := range tunedKnobs() { // each knob is tried
 		assert.Regexp(t, regexp.MustCompile(`(?m)^\| `+knob+` \| `), stdout)
+	}
+	for _, knob := range untunedKnobs { // but the precision's
+		assert.NotRegexp(t, regexp.MustCompile(`(?m)^\| `+knob+` \| `), stdout)
 	}
 	lavapipe := strings.Contains(stderr, "llvmpipe")
 	if lavapipe {
@@ -63,7 +66,7 @@ func TestTune(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, tu.Entries, 1)
 	e := tu.Entries[0]
-	assert.Len(t, e.Trials, len(vulkan.KnobNames))
+	assert.Len(t, e.Trials, len(tunedKnobs()))
 	assert.Contains(t, e.Model, "embd 64 ff 172 layers 5")
 	for _, tr := range e.Trials {
 		if tr.Chosen {
@@ -99,7 +102,7 @@ func TestTune(t *testing.T) {
 	var je vulkan.TuningEntry
 	require.NoError(t, json.Unmarshal([]byte(stdout), &je))
 	assert.Equal(t, e.TuningKey, je.TuningKey)
-	assert.Len(t, je.Trials, len(vulkan.KnobNames))
+	assert.Len(t, je.Trials, len(tunedKnobs()))
 }
 
 // TestTuneRefusesAFailingCandidate: a candidate whose runner fails its

@@ -103,6 +103,17 @@ func parseAttendOwn(v string) (on bool, err error) {
 	return parseOnOff("MODRUN_ATTEND_OWN", v, true, "a batched step of decoding rows with paged_attend_own on GPUs", "with paged_qkv and paged_attend apart")
 }
 
+// matvecDotEnv is MODRUN_MATVEC_DOT: unset or 0, a GPU profile's decode
+// matvecs of Q8_0 weights convert each weight to a float (matvec_rows);
+// 1, they take integer dot products against x quantized to 8 bits in
+// each workgroup (matvec_dot), where the device has them. A measuring
+// knob until a GPU has timed the two (issue 42 item 2).
+func matvecDotEnv(k Knobs) (on bool, err error) { return parseMatvecDot(k.get("MODRUN_MATVEC_DOT")) }
+
+func parseMatvecDot(v string) (on bool, err error) {
+	return parseOnOff("MODRUN_MATVEC_DOT", v, false, "Q8_0's decode matvecs as integer dot products against x in 8 bits", "as matvec_rows's float products")
+}
+
 // parseOnOff is a knob of two values, name's value v: "1" (on) or "0",
 // "" its default; anything else is refused by name, saying what each
 // value does.
@@ -139,35 +150,39 @@ func deviceFacts(info vk.DeviceInfo, k Knobs) shaders.Device {
 	rows, _ := matvecRowsEnv(k)
 	keys, _ := attendKeysEnv(k)
 	own, _ := attendOwnEnv(k)
+	dot, _ := matvecDotEnv(k)
 	sg, require := shaders.SubgroupSizeFor(shaders.SubgroupFacts{Vendor: info.VendorID, Reported: l.SubgroupSize,
 		Min: l.MinSubgroupSize, Max: l.MaxSubgroupSize,
 		Control: f.SubgroupSizeControl && f.ComputeFullSubgroups && l.RequiredSubgroupSizeCompute})
 	return shaders.Device{
-		CPU:                     info.Type == vk.CPU,
-		SubgroupSize:            sg,
-		SubgroupArithmetic:      f.SubgroupArithmetic,
-		SharedMemory:            l.MaxComputeSharedMemorySize,
-		MaxWorkGroupInvocations: l.MaxComputeWorkGroupInvocations,
-		MaxStorageBufferRange:   l.MaxStorageBufferRange,
-		ComputeUnits:            l.ComputeUnits,
-		Vendor:                  info.VendorID,
-		RequireSubgroupSize:     require,
-		MaxWorkgroupSubgroups:   l.MaxComputeWorkgroupSubgroups,
-		Float16:                 f.ShaderFloat16,
-		Int8:                    f.ShaderInt8,
-		Storage16Bit:            f.StorageBuffer16BitAccess,
-		Storage8Bit:             f.StorageBuffer8BitAccess,
-		SubgroupShuffle:         f.SubgroupShuffle,
-		SubgroupBallot:          f.SubgroupBallot,
-		CooperativeMatrixNV:     f.CooperativeMatrixNV,
-		TensorCores:             tc,
-		TensorCoresHalf:         tcHalf,
-		NoMatmulPipe:            !pipe,
-		MatmulDirect:            direct,
-		MatmulDirectResident:    resident,
-		AttentionCoop:           attnCoop,
-		NoMatvecRows:            !rows,
-		NoAttendKeys:            !keys,
-		NoAttendOwn:             !own,
+		CPU:                          info.Type == vk.CPU,
+		SubgroupSize:                 sg,
+		SubgroupArithmetic:           f.SubgroupArithmetic,
+		SharedMemory:                 l.MaxComputeSharedMemorySize,
+		MaxWorkGroupInvocations:      l.MaxComputeWorkGroupInvocations,
+		MaxStorageBufferRange:        l.MaxStorageBufferRange,
+		ComputeUnits:                 l.ComputeUnits,
+		Vendor:                       info.VendorID,
+		RequireSubgroupSize:          require,
+		MaxWorkgroupSubgroups:        l.MaxComputeWorkgroupSubgroups,
+		Float16:                      f.ShaderFloat16,
+		Int8:                         f.ShaderInt8,
+		Storage16Bit:                 f.StorageBuffer16BitAccess,
+		Storage8Bit:                  f.StorageBuffer8BitAccess,
+		SubgroupShuffle:              f.SubgroupShuffle,
+		SubgroupBallot:               f.SubgroupBallot,
+		CooperativeMatrixNV:          f.CooperativeMatrixNV,
+		TensorCores:                  tc,
+		TensorCoresHalf:              tcHalf,
+		NoMatmulPipe:                 !pipe,
+		MatmulDirect:                 direct,
+		MatmulDirectResident:         resident,
+		AttentionCoop:                attnCoop,
+		NoMatvecRows:                 !rows,
+		NoAttendKeys:                 !keys,
+		NoAttendOwn:                  !own,
+		IntegerDotProduct:            f.IntegerDotProduct,
+		IntegerDotProductAccelerated: f.IntegerDotProductAccelerated,
+		MatvecDot:                    dot,
 	}
 }

@@ -40,6 +40,7 @@ var KnobNames = []string{
 	"MODRUN_MATVEC_ROWS",    // matvecRowsEnv
 	"MODRUN_ATTEND_KEYS",    // attendKeysEnv
 	"MODRUN_ATTEND_OWN",     // attendOwnEnv
+	"MODRUN_MATVEC_DOT",     // matvecDotEnv
 	"MODRUN_HANDOFF",        // handoffEnv
 	"MODRUN_VEC_ROWS",       // vecRowsEnv
 	"MODRUN_PROMPT_STEPS",   // promptStepsEnv
@@ -122,6 +123,7 @@ var knobParse = map[string]func(v string) error{
 	"MODRUN_MATVEC_ROWS":    func(v string) error { _, err := parseMatvecRows(v); return err },
 	"MODRUN_ATTEND_KEYS":    func(v string) error { _, err := parseAttendKeys(v); return err },
 	"MODRUN_ATTEND_OWN":     func(v string) error { _, err := parseAttendOwn(v); return err },
+	"MODRUN_MATVEC_DOT":     func(v string) error { _, err := parseMatvecDot(v); return err },
 	"MODRUN_HANDOFF":        func(v string) error { return setHandoff(&shaders.Profile{}, v) },
 	"MODRUN_VEC_ROWS":       func(v string) error { _, err := parseVecRows(v, shaders.VecRowsMost); return err },
 	"MODRUN_PROMPT_STEPS":   func(v string) error { _, err := parsePromptSteps(v); return err },

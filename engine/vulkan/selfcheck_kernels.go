@@ -120,8 +120,25 @@ func dotAbs(a, b []float32) (dot, abs float64) {
 	return dot, abs
 }
 
+// quant8Err bounds how far w·x moves when x is quantized to 8 bits as
+// matvec_dot quantizes it (blocks of 32, a step of max|x|/127, rounded to
+// the nearest): half a step of each block times its weights' magnitudes,
+// and 1% for the float32 arithmetic.
+func quant8Err(w, x []float32) float64 {
+	var e float64
+	for b := 0; b+32 <= len(x); b += 32 {
+		var amax, wa float64
+		for j := b; j < b+32; j++ {
+			amax, wa = max(amax, math.Abs(float64(x[j]))), wa+math.Abs(float64(w[j]))
+		}
+		e += amax / 254 * wa
+	}
+	return 1.01 * e
+}
+
 // matvecCase: y = W x with W in the variant's type, fused as the variant
-// is, over 2 workgroups' rows and 3 more.
+// is, over 2 workgroups' rows and 3 more. matvec_dot (x quantized to 8
+// bits) is held to the f32 bound plus the quantization's (quant8Err).
 func matvecCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 	typ, fuse := v.Type, v.Fusion
 	wt, err := shaders.Weight(typ)
@@ -174,23 +191,30 @@ func matvecCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 	}
 	want, bound := make([]float32, n*rows), make([]float64, n*rows)
 	row := make([]float32, checkCols)
+	q8 := v.Reduce == shaders.ReduceSubgroupDot // x quantized to 8 bits: quant8Err more
 	for i := range n {
-		dot := func(r int) (float64, float64) {
+		xi := xn[i*checkCols : (i+1)*checkCols]
+		dot := func(r int) (d, a, q float64) {
 			m.Row(r, row)
-			return dotAbs(row, xn[i*checkCols:(i+1)*checkCols])
+			d, a = dotAbs(row, xi)
+			if q8 {
+				q = quant8Err(row, xi)
+			}
+			return d, a, q
 		}
 		for r := range rows {
 			at := i*rows + r
-			d, a := dot(r)
+			d, a, q := dot(r)
 			if fuse == shaders.FuseNormSwiGLU {
-				u, ua := dot(rows + r)
+				u, ua, uq := dot(rows + r)
 				g := float32(d)
 				want[at] = mod.SiLU(g) * float32(u)
-				bound[at] = checkTol*(1.1*a*math.Abs(u)+math.Abs(float64(mod.SiLU(g)))*ua) + 1e-6
+				bound[at] = checkTol*(1.1*a*math.Abs(u)+math.Abs(float64(mod.SiLU(g)))*ua) + 1e-6 +
+					1.1*q*(math.Abs(u)+uq) + math.Abs(float64(mod.SiLU(g)))*uq
 				continue
 			}
 			want[at] = y0[at] + float32(d)
-			bound[at] = checkTol*(a+math.Abs(float64(y0[at]))) + 1e-6
+			bound[at] = checkTol*(a+math.Abs(float64(y0[at]))) + 1e-6 + q
 		}
 	}
 	bufs := []checkBuf{{data: devBytes}, {data: f32Bytes(x)}, {data: f32Bytes(y0), want: want, bound: bound}}
