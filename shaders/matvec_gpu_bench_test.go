@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -370,7 +371,15 @@ func (c *matvecGPUCase) bench(b *testing.B, dev *vk.Device, cand matvecCandidate
 			want, scale = append(want, c.want[s*len(c.sample)+i]), append(scale, c.scale[s*len(c.sample)+i])
 		}
 	}
-	if err := closeness(got, want, scale, matvecTolerance[c.typ]); err != nil {
+	tol := matvecTolerance[c.typ]
+	if strings.Contains(cand.name, ReduceSubgroupDot) {
+		// x quantized to 8 bits: up to half a step of each block, max|x|/254,
+		// a weight; with these rows' normal x about 1% of the terms'
+		// magnitudes at the worst, far below a wrong kernel's error
+		// (TestMatvecDot checks it against its exact reference).
+		tol = 1e-2
+	}
+	if err := closeness(got, want, scale, tol); err != nil {
 		b.Fatalf("%s%v: wrong before timing: %v", cand.name, cand.spec, err)
 	}
 

@@ -160,7 +160,8 @@ func deviceOf(dev *vk.Device) Device {
 	return Device{CPU: info.Type == vk.CPU, Vendor: info.VendorID, SubgroupSize: DispatchSubgroupSize(info.VendorID, l.SubgroupSize, l.MinSubgroupSize, l.MaxSubgroupSize),
 		SubgroupArithmetic: info.Features.SubgroupArithmetic, SubgroupBallot: info.Features.SubgroupBallot, SubgroupShuffle: info.Features.SubgroupShuffle,
 		SharedMemory:            info.Limits.MaxComputeSharedMemorySize,
-		MaxWorkGroupInvocations: info.Limits.MaxComputeWorkGroupInvocations, MaxStorageBufferRange: info.Limits.MaxStorageBufferRange}
+		MaxWorkGroupInvocations: info.Limits.MaxComputeWorkGroupInvocations, MaxStorageBufferRange: info.Limits.MaxStorageBufferRange,
+		IntegerDotProduct: info.Features.IntegerDotProduct, IntegerDotProductAccelerated: info.Features.IntegerDotProductAccelerated}
 }
 
 // matvecSpecs are the (reduction, spec) pairs every matvec test runs on this
