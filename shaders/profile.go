@@ -466,11 +466,11 @@ func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []u
 }
 
 // matvecDotSpec is matvec_dot's spec for a matvec of typ under fuse, n
-// vectors of cols, and whether the profile takes it: with MatvecDot, on a
-// device with integer dot products, for one vector of Q8_0 whose
-// quantized x fits the device's shared memory.
+// vectors of cols, and whether the profile takes it: with MatvecDot (which
+// NewProfile sets only on a device with integer dot products), for one
+// vector of Q8_0 whose quantized x fits the device's shared memory.
 func (p Profile) matvecDotSpec(typ, fuse string, n, cols uint32) ([]uint32, bool) {
-	if !p.MatvecDot || !p.IntegerDotProduct || typ != MatvecQ8_0 || n != 1 || cols%32 != 0 || cols == 0 {
+	if !p.MatvecDot || typ != MatvecQ8_0 || n != 1 || cols%32 != 0 || cols == 0 {
 		return nil, false
 	}
 	spec := MatvecDotSpec(p.SubgroupSize, cols)

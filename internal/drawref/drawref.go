@@ -50,8 +50,8 @@ func DrawFiltered(logits []float32, temp, topP, minP float32, u float64) (id int
 // kept tokens. Top-k's cut is exact (a count), so it takes no margin:
 // a caller whose device computes other logits asks TopKMargin too.
 func DrawTopK(logits []float32, temp float32, topK int, topP, minP float32, u float64) (id int, margin float64) {
-	w, z := WeightsTopK(logits, temp, topK, topP, minP)
-	if topP > 0 && topP < 1 && topPCutIn(logits, topKSet(logits, topK), topP).margin < topPEdge {
+	w, z, pMargin := weightsTopK(logits, temp, topK, topP, minP)
+	if pMargin < topPEdge {
 		margin = -1
 	}
 	if minP > 0 {
@@ -128,7 +128,8 @@ func TopPMargin(logits []float32, topP float32) float64 {
 
 // TopPMarginTopK is TopPMargin among top-k topK's tokens.
 func TopPMarginTopK(logits []float32, topK int, topP float32) float64 {
-	return topPCutIn(logits, topKSet(logits, topK), topP).margin
+	_, margin := topPCutIn(logits, topKSet(logits, topK), topP)
+	return margin
 }
 
 // TopKMargin is how far apart the topK-th largest logit and the next are
@@ -163,16 +164,10 @@ func topKSet(logits []float32, topK int) []bool {
 	return in
 }
 
-// cutOf is top-p's cut among a set of tokens and its margin.
-type cutOf struct {
-	cut    float32
-	margin float64
-}
-
 // topPCutIn is top-p's cut (DrawTopK) among the tokens in marks (nil: all)
 // and TopPMargin: the largest logit whose tokens in the set and those
 // above it hold topP of the set's probability at temperature 1 or more.
-func topPCutIn(logits []float32, in []bool, topP float32) cutOf {
+func topPCutIn(logits []float32, in []bool, topP float32) (cut float32, margin float64) {
 	m := maxOf(logits)
 	vals := make([]float64, 0, len(logits))
 	z := 0.0
@@ -190,12 +185,12 @@ func topPCutIn(logits []float32, in []bool, topP float32) cutOf {
 			mass += math.Exp(vals[j] - m)
 		}
 		if above+mass >= target || j == len(vals) {
-			return cutOf{float32(vals[i]), min(target-above, above+mass-target) / z}
+			return float32(vals[i]), min(target-above, above+mass-target) / z
 		}
 		above += mass
 		i = j
 	}
-	return cutOf{float32(m), 0}
+	return float32(m), 0
 }
 
 // WeightsFiltered are Weights after top-p topP (in (0, 1); else none) and
@@ -207,6 +202,13 @@ func WeightsFiltered(logits []float32, temp, topP, minP float32) ([]float64, flo
 // WeightsTopK are WeightsFiltered after top-k topK (DrawTopK): 0 for the
 // tokens past its topK too.
 func WeightsTopK(logits []float32, temp float32, topK int, topP, minP float32) ([]float64, float64) {
+	w, z, _ := weightsTopK(logits, temp, topK, topP, minP)
+	return w, z
+}
+
+// weightsTopK is WeightsTopK and top-p's margin among top-k's tokens
+// (TopPMarginTopK; +Inf without top-p), the set and the cut made once.
+func weightsTopK(logits []float32, temp float32, topK int, topP, minP float32) (w []float64, z, pMargin float64) {
 	in := topKSet(logits, topK)
 	m := maxOf(logits)
 	fl := math.Inf(-1)
@@ -214,19 +216,19 @@ func WeightsTopK(logits []float32, temp float32, topK int, topP, minP float32) (
 		fl = math.Log(float64(minP))
 	}
 	cut := float32(math.Inf(-1))
+	pMargin = math.Inf(1)
 	if topP > 0 && topP < 1 {
-		cut = topPCutIn(logits, in, topP).cut
+		cut, pMargin = topPCutIn(logits, in, topP)
 	}
 	inv := 1 / float64(temp)
-	w := make([]float64, len(logits))
-	z := 0.0
+	w = make([]float64, len(logits))
 	for j, v := range logits {
 		if float64(v)-m >= fl && v >= cut && (in == nil || in[j]) {
 			w[j] = math.Exp((float64(v) - m) * inv)
 			z += w[j]
 		}
 	}
-	return w, z
+	return w, z, pMargin
 }
 
 // Middle is the uniform number that draws token j at the middle of its
