@@ -254,6 +254,7 @@ acceptance() {
   local ddec ddec7 dgb7
   ddec=$(jnum "$logs/bench-$small-q8_0-dot.json" decode_tokens_per_s); ddec7=$(jnum "$logs/bench-$lq8-dot.json" decode_tokens_per_s)
   dgb7=$(jnum "$logs/bench-$lq8-dot.json" effective_gbps)
+  local ddec4; ddec4=$(jnum "$logs/bench-$small-q4_k_m-dot.json" decode_tokens_per_s)
   local cdec; cdec=$(jnum "$logs/bench-$small-q8_0-no-chain.json" decode_tokens_per_s)
   local tdec; tdec=$(jnum "$logs/bench-$small-q8_0-temp1.json" decode_tokens_per_s)
   local pdec; pdec=$(jnum "$logs/bench-$small-q8_0-temp1-top-p.json" decode_tokens_per_s)
@@ -311,6 +312,8 @@ acceptance() {
   row "42 (hand-off): 7B Q8_0 decode >= 375 (H200)" "$large Q8_0 decode, MODRUN_HANDOFF=1 (x$(awk -v a="$hdec7" -v b="$dec7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default; $(awk -v a="$hgb7" -v b="$probe7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.0f%%", 100 * a / b }') of the probe)" "$hdec7" "$(llama_ts "$ll" 0 128)" 'm >= 375'
   row "42 (dot): 1.1B Q8_0 decode >= 1,500 (H200)" "$small Q8_0 decode, MODRUN_MATVEC_DOT=1 (x$(awk -v a="$ddec" -v b="$dec" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default)" "$ddec" "$(llama_ts "$ld" 0 128)" 'm >= 1500'
   row "42 (dot): 7B Q8_0 decode >= 375 (H200)" "$large Q8_0 decode, MODRUN_MATVEC_DOT=1 (x$(awk -v a="$ddec7" -v b="$dec7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') the default; $(awk -v a="$dgb7" -v b="$probe7" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.0f%%", 100 * a / b }') of the probe)" "$ddec7" "$(llama_ts "$ll" 0 128)" 'm >= 375'
+  row "42 (dot): Q4_K_M decode >= Q8_0's" "$small Q4_K_M / Q8_0 decode, both MODRUN_MATVEC_DOT=1 (Q4_K_M x$(awk -v a="$ddec4" -v b="$dec4" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }') its default)" "$(ratio "$ddec4" "$ddec")" "" 'm >= 1'
+  row "(beside it)" "$small Q4_K_M decode, MODRUN_MATVEC_DOT=1" "$ddec4" "$(llama_ts "$lq" 0 128)" ''
   row "42 (chain): the default's 4 greedy steps a submission against 1" "$small Q8_0 decode, default / MODRUN_CHAIN=1 ($(awk -v r="$cdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$dec" "$cdec")" "" ''
   row "(sampled)" "$small Q8_0 decode at temperature 1, drawn $where / greedy ($(awk -v r="$tdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$tdec" "$dec")" "" ''
   row "(sampled)" "$small Q8_0 decode at temperature 1, top-p 0.95, drawn $where / greedy ($(awk -v r="$pdec" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$pdec" "$dec")" "" ''
@@ -481,6 +484,9 @@ if [ "$quick" = 1 ]; then
   MODRUN_ATTENTION_COOP=1 bench_row "$small-q8_0-plong-attn-coop" -m "$m11" --backends vulkan --prompt "$long" -n 16 --repeats 2 --validate 0
   bench_row "$small-q4_k_m" --synthetic "$small" --type q4_k_m --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8 --save "$logs/$small-q4_k_m.gguf"
   MODRUN_HANDOFF=1 bench_row "$small-q4_k_m-handoff" -m "$logs/$small-q4_k_m.gguf" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 8
+  # Q4_K and Q6_K as integer dot products against x in Q8_K blocks
+  # (matvec_dot, MODRUN_MATVEC_DOT=1): against the row above and Q8_0's dot row.
+  MODRUN_MATVEC_DOT=1 bench_row "$small-q4_k_m-dot" -m "$logs/$small-q4_k_m.gguf" --backends vulkan --prompt 512 -n 64 --repeats 2 --validate 0
   llama_row "$small-q4_k_m" "$logs/$small-q4_k_m.gguf"
   rm -f "$logs/$small-q4_k_m.gguf"
   bench_row "parallel-$small-q8_0" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1

@@ -36,20 +36,42 @@ const (
 	// units (8 weights) so that the loads of x are near each other; the
 	// same spec. Not chosen by a profile yet: BenchmarkMatvecGPU's.
 	ReduceSubgroupWords = "_sgwords"
-	// ReduceSubgroupDot is matvec_dot.comp (Q8_0, one vector): as
-	// ReduceSubgroupWords, its products integer dot products against x
+	// ReduceSubgroupDot is matvec_dot.comp (MatvecDotTypes, one vector):
+	// as ReduceSubgroupWords, its products integer dot products against x
 	// quantized to 8 bits in shared memory; needs integer dot products.
 	// Spec: MatvecDotSpec. Chosen with Profile.MatvecDot.
 	ReduceSubgroupDot = "_sgdot"
 )
 
-// MatvecDotSpec is matvec_dot's spec for rows of cols on a device whose
-// subgroups are sg: [4 sg, sg, 1 vector, 4 rows a subgroup, 4 units in
-// flight, the shared arrays' columns]: cols rounded up to a multiple of
-// 1,024, and at least 4,096 (4.6 KB of shared memory), so that a model's
-// matrices share few pipelines and the self-check's rows fit any of them.
-func MatvecDotSpec(sg, cols uint32) []uint32 {
-	return []uint32{4 * sg, sg, 1, 4, 4, max(4096, (cols+1023)/1024*1024)}
+// MatvecDotTypes are the weight types matvec_dot.comp reads: every
+// quantized type matvec_rows reads.
+var MatvecDotTypes = matvecRowsPicks
+
+// MatvecDotBlock is the block x is quantized in for weights of typ by
+// matvec_dot, as the CPU backend quantizes its activations for them: 256
+// for the K-quants (ggml's Q8_K), else 32.
+func MatvecDotBlock(typ string) int {
+	if f, ok := subblockOf[typ]; ok && f.super == 256 {
+		return 256
+	}
+	return 32
+}
+
+// MatvecDotSpec is matvec_dot's spec for rows of typ and cols on a device
+// whose subgroups are sg: [4 sg, sg, 1 vector, 4 rows a subgroup, units in
+// flight, the shared arrays' columns]. Units in flight: 4 of Q8_0's 8
+// weights (two words and a scale a unit), 2 of the other types' groups of
+// 32 (4 to 8 words a unit), so that a lane holds about as many registers
+// of weights. Columns: cols rounded up to a multiple of 1,024, and at
+// least 4,096 (4.6 KB of shared memory for Q8_0, 5.1 KB for the others,
+// which keep the sums of x's halves too), so that a model's matrices
+// share few pipelines and the self-check's rows fit any of them.
+func MatvecDotSpec(typ string, sg, cols uint32) []uint32 {
+	units := uint32(4)
+	if typ != MatvecQ8_0 {
+		units = 2
+	}
+	return []uint32{4 * sg, sg, 1, 4, units, max(4096, (cols+1023)/1024*1024)}
 }
 
 // Matvec fusions (matvec.comp): what the kernel does besides y = W x.
@@ -214,14 +236,16 @@ func init() {
 			Variants = append(Variants, matvecRowsVariant(typ, fuse))
 		}
 	}
-	for _, fuse := range MatvecFusions {
-		v := matvecRowsVariant(MatvecQ8_0, fuse)
-		v.Name, v.Source, v.Reduce = MatvecFusedName(MatvecQ8_0, ReduceSubgroupDot, fuse), "matvec_dot.comp", ReduceSubgroupDot
-		v.Spec = MatvecDotSpec(32, 4096)
-		v.Notes = strings.Replace(v.Notes, "vectors per pass, rows per subgroup]", "1 vector, rows per subgroup, units a lane loads ahead per row, "+
-			"columns x holds (cols or more: its quantized copy in shared memory, 1.125 bytes a column)]", 1) +
-			"; one vector (MatvecPush.N 1); x quantized to 8 bits a block of 32 as the CPU backend's activations; needs integer dot products"
-		Variants = append(Variants, v)
+	for _, typ := range MatvecDotTypes {
+		for _, fuse := range MatvecFusions {
+			v := matvecRowsVariant(typ, fuse)
+			v.Name, v.Source, v.Reduce = MatvecFusedName(typ, ReduceSubgroupDot, fuse), "matvec_dot.comp", ReduceSubgroupDot
+			v.Spec = MatvecDotSpec(typ, 32, 4096)
+			v.Notes = strings.Replace(v.Notes, "vectors per pass, rows per subgroup]", "1 vector, rows per subgroup, units a lane loads ahead per row, "+
+				"columns x holds (cols or more, a multiple of 256: its quantized copy in shared memory, 1.125 to 1.25 bytes a column)]", 1) +
+				fmt.Sprintf("; one vector (MatvecPush.N 1); x quantized to 8 bits a block of %d as the CPU backend's activations; needs integer dot products", MatvecDotBlock(typ))
+			Variants = append(Variants, v)
+		}
 	}
 	for _, typ := range HandoffMatvecTypes {
 		for _, fuse := range handoffMatvecFusions {

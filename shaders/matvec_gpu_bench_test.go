@@ -155,17 +155,22 @@ func matvecCandidates(d Device, typ, fuse string, nb, cols int) []matvecCandidat
 		if nb == 1 {
 			add(matvecCandidate{"words-r4-fixed", MatvecFusedName(typ, ReduceSubgroupWords+MatvecWordsFixed, fuse), []uint32{4 * sg, sg, 1, 4}})
 		}
-		if nb == 1 && typ == MatvecQ8_0 && d.IntegerDotProduct { // integer dot products against x in 8 bits (MODRUN_MATVEC_DOT)
-			for _, rps := range []uint32{2, 4} {
-				spec := MatvecDotSpec(sg, uint32(cols))
-				spec[3] = rps
-				add(matvecCandidate{fmt.Sprintf("dot-r%d", rps), MatvecFusedName(typ, ReduceSubgroupDot, fuse), spec})
-			}
-		}
 		if u := matvecUnroll(uint32(nb)); u < 4 { // fewer units in flight: fewer registers (docs/matvec-cost.md, "Registers")
 			for _, rps := range []uint32{2, 4} {
 				add(matvecCandidate{fmt.Sprintf("words-r%d-u%d", rps, u), MatvecFusedName(typ, ReduceSubgroupWords, fuse), []uint32{4 * sg, sg, uint32(nb), rps, u}})
 			}
+		}
+	}
+	if nb == 1 && slices.Contains(MatvecDotTypes, typ) && d.IntegerDotProduct { // integer dot products against x in 8 bits (MODRUN_MATVEC_DOT)
+		for _, rps := range []uint32{2, 4} {
+			spec := MatvecDotSpec(typ, sg, uint32(cols))
+			spec[3] = rps
+			add(matvecCandidate{fmt.Sprintf("dot-r%d", rps), MatvecFusedName(typ, ReduceSubgroupDot, fuse), spec})
+		}
+		if typ != MatvecQ8_0 { // a group a row in flight instead of 2: fewer registers
+			spec := MatvecDotSpec(typ, sg, uint32(cols))
+			spec[4] = 1
+			add(matvecCandidate{"dot-r4-u1", MatvecFusedName(typ, ReduceSubgroupDot, fuse), spec})
 		}
 	}
 	return out

@@ -115,7 +115,8 @@ type Profile struct {
 	// Q8_0 at 2.2-3.9x and Q4_K at 3.1-3.8x matvec.comp's rate on an H200
 	// (issue 42, docs/matvec-cost.md).
 	MatvecRows bool
-	// MatvecDot runs the decode's matvecs of Q8_0 weights (one vector) as
+	// MatvecDot runs the decode's matvecs of quantized weights
+	// (MatvecDotTypes: Q8_0, Q4_0 and the sub-block types; one vector) as
 	// matvec_dot: integer dot products against x quantized to 8 bits in
 	// each workgroup, as the CPU backend quantizes its activations (its
 	// products are the CPU backend's, not f32's). Where the user asked
@@ -468,12 +469,13 @@ func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []u
 // matvecDotSpec is matvec_dot's spec for a matvec of typ under fuse, n
 // vectors of cols, and whether the profile takes it: with MatvecDot (which
 // NewProfile sets only on a device with integer dot products), for one
-// vector of Q8_0 whose quantized x fits the device's shared memory.
+// vector of a quantized type (MatvecDotTypes) whose quantized x fits the
+// device's shared memory.
 func (p Profile) matvecDotSpec(typ, fuse string, n, cols uint32) ([]uint32, bool) {
-	if !p.MatvecDot || typ != MatvecQ8_0 || n != 1 || cols%32 != 0 || cols == 0 {
+	if !p.MatvecDot || !slices.Contains(MatvecDotTypes, typ) || n != 1 || cols%32 != 0 || cols == 0 {
 		return nil, false
 	}
-	spec := MatvecDotSpec(p.SubgroupSize, cols)
+	spec := MatvecDotSpec(typ, p.SubgroupSize, cols)
 	spec[3] = p.rowsPerSubgroup(fuse, 1)
 	if !p.limitsKnown() {
 		return spec, true

@@ -104,14 +104,15 @@ func parseAttendOwn(v string) (on bool, err error) {
 }
 
 // matvecDotEnv is MODRUN_MATVEC_DOT: unset or 0, a GPU profile's decode
-// matvecs of Q8_0 weights convert each weight to a float (matvec_rows);
-// 1, they take integer dot products against x quantized to 8 bits in
-// each workgroup (matvec_dot), where the device has them. A measuring
-// knob until a GPU has timed the two (issue 42 item 2).
+// matvecs of quantized weights (Q8_0, Q4_0 and the sub-block types)
+// convert each weight to a float (matvec_rows); 1, they take integer dot
+// products against x quantized to 8 bits in each workgroup (matvec_dot),
+// where the device has them. A measuring knob until a GPU has timed the
+// two (issue 42 item 2).
 func matvecDotEnv(k Knobs) (on bool, err error) { return parseMatvecDot(k.get("MODRUN_MATVEC_DOT")) }
 
 func parseMatvecDot(v string) (on bool, err error) {
-	return parseOnOff("MODRUN_MATVEC_DOT", v, false, "Q8_0's decode matvecs as integer dot products against x in 8 bits", "as matvec_rows's float products")
+	return parseOnOff("MODRUN_MATVEC_DOT", v, false, "the quantized decode matvecs as integer dot products against x in 8 bits", "as matvec_rows's float products")
 }
 
 // parseOnOff is a knob of two values, name's value v: "1" (on) or "0",

@@ -111,7 +111,8 @@ func TestAttentionRegistersRDNA3(t *testing.T) {
 }
 
 // TestMatvecDotRegistersRDNA3: matvec_dot (MODRUN_MATVEC_DOT=1), every
-// fusion, at a 4,096- and an 11,008-column row, compiles with AMD's
+// quantized type and fusion, at a 4,096- and an 11,008-column row (11,264
+// for the K-quants' blocks of 256), compiles with AMD's
 // compiler (RADV's null gfx1100 device, which has integer dot products:
 // v_dot4_i32_iu8) without a spilled register; the log says its registers.
 func TestMatvecDotRegistersRDNA3(t *testing.T) {
@@ -125,15 +126,20 @@ func TestMatvecDotRegistersRDNA3(t *testing.T) {
 	require.True(t, prof.MatvecDot, "the profile on RDNA3 with MODRUN_MATVEC_DOT=1: %s", prof)
 	ks := newKernels(dev, &prof, nil)
 	defer ks.Close()
-	for _, fuse := range shaders.MatvecFusions {
-		for _, cols := range []uint32{4096, 11008} {
-			name, spec := prof.Matvec(shaders.MatvecQ8_0, fuse, 1, cols)
-			require.Contains(t, name, shaders.ReduceSubgroupDot)
-			k, err := ks.get(name, spec)
-			require.NoError(t, err)
-			n, log := spills(t, k)
-			t.Logf("%s%v: %s", name, k.spec, log)
-			assert.Zero(t, n, "%s%v spills", name, k.spec)
+	for _, typ := range shaders.MatvecDotTypes {
+		for _, fuse := range shaders.MatvecFusions {
+			for _, cols := range []uint32{4096, 11008} {
+				if shaders.MatvecDotBlock(typ) == 256 {
+					cols = (cols + 255) / 256 * 256
+				}
+				name, spec := prof.Matvec(typ, fuse, 1, cols)
+				require.Contains(t, name, shaders.ReduceSubgroupDot)
+				k, err := ks.get(name, spec)
+				require.NoError(t, err)
+				n, log := spills(t, k)
+				t.Logf("%s%v: %s", name, k.spec, log)
+				assert.Zero(t, n, "%s%v spills", name, k.spec)
+			}
 		}
 	}
 }

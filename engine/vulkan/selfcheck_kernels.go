@@ -121,14 +121,14 @@ func dotAbs(a, b []float32) (dot, abs float64) {
 }
 
 // quant8Err bounds how far w·x moves when x is quantized to 8 bits as
-// matvec_dot quantizes it (blocks of 32, a step of max|x|/127, rounded to
+// matvec_dot quantizes it (blocks of xb, a step of max|x|/127, rounded to
 // the nearest): half a step of each block times its weights' magnitudes,
 // and 1% for the float32 arithmetic.
-func quant8Err(w, x []float32) float64 {
+func quant8Err(w, x []float32, xb int) float64 {
 	var e float64
-	for b := 0; b+32 <= len(x); b += 32 {
+	for b := 0; b+xb <= len(x); b += xb {
 		var amax, wa float64
-		for j := b; j < b+32; j++ {
+		for j := b; j < b+xb; j++ {
 			amax, wa = max(amax, math.Abs(float64(x[j]))), wa+math.Abs(float64(w[j]))
 		}
 		e += amax / 254 * wa
@@ -198,7 +198,7 @@ func matvecCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 			m.Row(r, row)
 			d, a = dotAbs(row, xi)
 			if q8 {
-				q = quant8Err(row, xi)
+				q = quant8Err(row, xi, shaders.MatvecDotBlock(typ))
 			}
 			return d, a, q
 		}

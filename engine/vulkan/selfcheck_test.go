@@ -92,11 +92,19 @@ func checkRows(prof shaders.Profile) (rows, attention, split int) {
 
 // Every kernel each of deviceProfiles picks (the device's own through
 // CheckDevice; a GPU's on the same device: the subgroup kernels, their
-// size required, and split attention) passes its check, timed, in the rows
+// size required, and split attention), and a GPU's with matvec_dot where
+// the device has integer dot products (MODRUN_MATVEC_DOT=1: every
+// quantized type's decode matvec), passes its check, timed, in the rows
 // the profile's plan makes (checkRows).
 func TestCheckDevice(t *testing.T) {
 	dev := openDevice(t, true)
-	for _, pc := range deviceProfiles(dev) {
+	cases := deviceProfiles(dev)
+	if dev.Info().Features.IntegerDotProduct && dev.Info().Features.SubgroupArithmetic {
+		dot := shaders.GPUProfile(deviceFacts(dev.Info(), Knobs{"MODRUN_MATVEC_DOT": "1"}))
+		require.True(t, dot.MatvecDot, "a GPU profile with MODRUN_MATVEC_DOT=1: %s", dot)
+		cases = append(cases, profileCase{"gpu-dot", &dot})
+	}
+	for _, pc := range cases {
 		t.Run(pc.name, func(t *testing.T) {
 			check := func() ([]SelfCheck, error) { return checkProfile(dev, *pc.prof) }
 			if pc.name == "own" {
@@ -104,7 +112,7 @@ func TestCheckDevice(t *testing.T) {
 			}
 			checks, err := check()
 			require.NoError(t, err)
-			subgroups, split := 0, 0
+			subgroups, split, dots := 0, 0, 0
 			for _, c := range checks {
 				assert.True(t, c.Pass, "%s %s: worst %.3g of its bound; %s", c.Op, c.Variant(), c.Worst, c.Err)
 				assert.Positive(t, c.USPerCall, c.Variant())
@@ -114,6 +122,12 @@ func TestCheckDevice(t *testing.T) {
 				if strings.HasPrefix(c.Kernel, "decode_attention_split") {
 					split++
 				}
+				if strings.Contains(c.Kernel, shaders.ReduceSubgroupDot) {
+					dots++
+				}
+			}
+			if pc.prof.MatvecDot {
+				assert.Equal(t, len(shaders.MatvecDotTypes)*len(shaders.MatvecFusions), dots, "every quantized type's decode matvec, every fusion, on matvec_dot")
 			}
 			rows, _, wantSplit := checkRows(*pc.prof)
 			assert.Len(t, checks, rows, "every matvec, two score plans, two decisions, attention on two caches (and split where %s splits)", pc.prof)

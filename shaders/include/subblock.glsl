@@ -45,20 +45,7 @@ void sbInit(uint groups) {
 #endif
 }
 
-// sbGroup is group g's low-bit words (SB_LOW of them, in .xy or .xyzw) and
-// high-bit words (in hi.xy).
-void sbGroup(uint g, out uvec4 lo, out uvec2 hi) {
-	lo = uvec4(0u);
-	for (uint i = 0u; i < SB_LOW; i++) {
-		lo[i] = w[g * SB_LOW + i];
-	}
-	hi = uvec2(0u);
-	for (uint h = 0u; h < SB_HIGH; h++) {
-		hi[h] = w[sbHigh + g * SB_HSTRIDE + h];
-	}
-}
-
-// sbQuad is values 4j..4j+3 of a group (lo, hi: sbGroup) as unsigned q, a
+// sbQuad is values 4j..4j+3 of a group (lo, hi: sbGroupWords) as unsigned q, a
 // byte each (value 4j+t in byte t).
 uint sbQuad(uvec4 lo, uvec2 hi, uint j) {
 #if SB_BITS >= 4
@@ -72,30 +59,55 @@ uint sbQuad(uvec4 lo, uvec2 hi, uint j) {
 	return q;
 }
 
-// sbGroupQuads is group g's 8 quads as sbQuad makes them (quad j in qa[j]
-// for j < 4, qb[j-4] after), with every index known at compile time: on a
-// CPU device (lavapipe) a vector indexed by a run-time value costs a
-// select chain per access, more than the decoding itself.
-void sbGroupQuads(uint g, out uvec4 qa, out uvec4 qb) {
+// sbGroupWords is group g's raw words: its low bits (lo, .xy for SB_LOW 2)
+// and high bits (hi, .x for one word, .xy for Q6_K's two), each load at a
+// constant place: on a CPU device (lavapipe) a vector indexed by a
+// run-time value costs a select chain per access, more than the decoding
+// itself.
+void sbGroupWords(uint g, out uvec4 lo, out uvec2 hi) {
 #if SB_BITS >= 4
-	uvec4 lo = uvec4(w[4u * g], w[4u * g + 1u], w[4u * g + 2u], w[4u * g + 3u]);
+	lo = uvec4(w[4u * g], w[4u * g + 1u], w[4u * g + 2u], w[4u * g + 3u]);
+#else
+	lo = uvec4(w[2u * g], w[2u * g + 1u], 0u, 0u);
+#endif
+	hi = uvec2(0u);
+#if SB_BITS != 4 && SB_BITS != 2
+	hi.x = w[sbHigh + g * SB_HSTRIDE];
+#endif
+#if SB_BITS == 6
+	hi.y = w[sbHigh + g * SB_HSTRIDE + 1u];
+#endif
+}
+
+// sbQuadsOf is a group's 8 quads as sbQuad makes them (quad j in qa[j] for
+// j < 4, qb[j-4] after) from its raw words (sbGroupWords).
+void sbQuadsOf(uvec4 lo, uvec2 hi, out uvec4 qa, out uvec4 qb) {
+#if SB_BITS >= 4
 	qa = lo & 0x0f0f0f0fu;
 	qb = (lo >> 4u) & 0x0f0f0f0fu;
 #else
-	uvec4 lo = uvec4(w[2u * g], w[2u * g + 1u], w[2u * g], w[2u * g + 1u]);
-	qa = (lo >> uvec4(0u, 0u, 2u, 2u)) & 0x03030303u;
-	qb = (lo >> uvec4(4u, 4u, 6u, 6u)) & 0x03030303u;
+	uvec4 l2 = lo.xyxy;
+	qa = (l2 >> uvec4(0u, 0u, 2u, 2u)) & 0x03030303u;
+	qb = (l2 >> uvec4(4u, 4u, 6u, 6u)) & 0x03030303u;
 #endif
 #if SB_BITS != 4 && SB_BITS != 2
-	uvec4 h0 = uvec4(w[sbHigh + g * SB_HSTRIDE]);
+	uvec4 h0 = uvec4(hi.x);
 	qa |= ((h0 >> uvec4(0u, 1u, 2u, 3u)) & 0x01010101u) << SB_LOW;
 	qb |= ((h0 >> uvec4(4u, 5u, 6u, 7u)) & 0x01010101u) << SB_LOW;
 #endif
 #if SB_BITS == 6
-	uvec4 h1 = uvec4(w[sbHigh + g * SB_HSTRIDE + 1u]);
+	uvec4 h1 = uvec4(hi.y);
 	qa |= ((h1 >> uvec4(0u, 1u, 2u, 3u)) & 0x01010101u) << (SB_LOW + 1u);
 	qb |= ((h1 >> uvec4(4u, 5u, 6u, 7u)) & 0x01010101u) << (SB_LOW + 1u);
 #endif
+}
+
+// sbGroupQuads is group g's 8 quads as sbQuad makes them (sbQuadsOf).
+void sbGroupQuads(uint g, out uvec4 qa, out uvec4 qb) {
+	uvec4 lo;
+	uvec2 hi;
+	sbGroupWords(g, lo, hi);
+	sbQuadsOf(lo, hi, qa, qb);
 }
 
 // sbValues is a quad's q less SB_ZERO.
@@ -126,7 +138,7 @@ vec2 sbScale(uint s) {
 vec4 sbDequant(uint g, uint j) {
 	uvec4 lo;
 	uvec2 hi;
-	sbGroup(g, lo, hi);
+	sbGroupWords(g, lo, hi);
 	vec2 s = sbScale(g * SB_SUBS + j / (8u / SB_SUBS));
 	precise vec4 v = s.x * sbValues(sbQuad(lo, hi, j)) - s.y;
 	return v;
