@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -171,8 +172,13 @@ func TestChatLlama3Header(t *testing.T) {
 	assert.Equal(t, []int32{260, 258, 'u'}, all[len(ids):len(ids)+3])
 }
 
-// interruptingWriter sends an interrupt when the n-th write comes. (It
-// has no WriteString, so io.WriteString goes through Write.)
+// interruptingWriter sends an interrupt when the n-th write comes, and
+// then holds the write (the reply's goroutine, which runs the model) for
+// 100 ms, so that the watcher that took the interrupt has cancelled the
+// reply before its next token: on a loaded machine the 40 tokens of the
+// small model could otherwise all come before the watcher ran, and the
+// reply end whole (seen once under two cores of other tests). (It has no
+// WriteString, so io.WriteString goes through Write.)
 type interruptingWriter struct {
 	buf       bytes.Buffer
 	writes, n int
@@ -183,6 +189,7 @@ func (w *interruptingWriter) Write(p []byte) (int, error) {
 	w.writes++
 	if w.writes == w.n {
 		w.interrupt <- os.Interrupt
+		time.Sleep(100 * time.Millisecond)
 	}
 	return w.buf.Write(p)
 }
