@@ -522,6 +522,10 @@ if [ "$quick" = 1 ]; then
     echo '```'
   } >> "$report"
   kernel_bench BenchmarkMatvecGPU "${QUICK_MATVEC:-BenchmarkMatvecGPU/^7b-(gateup-swiglu|qkv-norm)\$/^(F16|Q8_0|Q4_K)\$}" 30x 90
+  # one vector of a Q4_K_M file's other type (Q6_K: its down and output
+  # matrices) and Q4_K at the down projection's 11,008 columns: matvec_rows
+  # against matvec_dot's candidates (docs/matvec-cost.md, "Integer dot products")
+  kernel_bench BenchmarkMatvecGPU "${QUICK_MATVEC_DOWN:-BenchmarkMatvecGPU/^7b-down-add\$/^(Q4_K|Q6_K)\$/^nb1\$}" 30x 40 matvec-down
   kernel_bench BenchmarkMatmulGPU "${QUICK_MATMUL:-BenchmarkMatmulGPU/^(tiled-64x64|pipe-128x64|split-pipe-128x64|pipe-128x128|coop-64x64|coop-hilo-64x64|coop-pk-64x64|coop-hilo-pk-64x64|coop-hilo-pk-xs-64x64|direct-64x128|direct-hilo-64x128|direct-hilo-prep-64x128|direct-hilo-split-64x128)\$/}" 10x 110
   # decode attention, decode_attend against decode_attend_keys at contexts 70, 512, 4096 (issue 42 item 5)
   kernel_bench BenchmarkDecodeAttendGPU "${QUICK_ATTEND:-BenchmarkDecodeAttendGPU}" 50x 60

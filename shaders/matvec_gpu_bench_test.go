@@ -172,6 +172,12 @@ func matvecCandidates(d Device, typ, fuse string, nb, cols int) []matvecCandidat
 			spec[4] = 1
 			add(matvecCandidate{"dot-r4-u1", MatvecFusedName(typ, ReduceSubgroupDot, fuse), spec})
 		}
+		// 8 subgroups a workgroup: each workgroup quantizes x for twice the
+		// rows (the prologue's share of the work halved), at half the
+		// workgroups in flight.
+		spec := MatvecDotSpec(typ, sg, uint32(cols))
+		spec[0] = 8 * sg
+		add(matvecCandidate{"dot-r4-wg8", MatvecFusedName(typ, ReduceSubgroupDot, fuse), spec})
 	}
 	return out
 }
