@@ -57,21 +57,37 @@ func MatvecDotBlock(typ string) int {
 	return 32
 }
 
-// MatvecDotSpec is matvec_dot's spec for rows of typ and cols on a device
-// whose subgroups are sg: [4 sg, sg, 1 vector, 4 rows a subgroup, units in
-// flight, the shared arrays' columns]. Units in flight: 4 of Q8_0's 8
-// weights (two words and a scale a unit), 2 of the other types' groups of
-// 32 (4 to 8 words a unit), so that a lane holds about as many registers
-// of weights. Columns: cols rounded up to a multiple of 1,024, and at
-// least 4,096 (4.6 KB of shared memory for Q8_0, 5.1 KB for the others,
-// which keep the sums of x's halves too), so that a model's matrices
-// share few pipelines and the self-check's rows fit any of them.
+// MatvecDotSpec is matvec_dot's spec for one vector of rows of typ and
+// cols on a device whose subgroups are sg: [4 sg, sg, 1 vector, 4 rows a
+// subgroup, groups in flight, columns a tile]. Groups in flight: 1 of
+// Q8_0 (10 words a group), 2 of the other types (4 to 8 words), so that a
+// lane holds about as many registers of weights. The tile: cols rounded
+// up to a multiple of 1,024, and at least 4,096 (4.6 KB of shared memory
+// for Q8_0, 5.2 KB for the others, which keep the sums of x's halves too),
+// so that a model's matrices share few pipelines and the self-check's rows
+// fit any of them: one tile a row.
 func MatvecDotSpec(typ string, sg, cols uint32) []uint32 {
-	units := uint32(4)
-	if typ != MatvecQ8_0 {
-		units = 2
+	units := uint32(2)
+	if typ == MatvecQ8_0 {
+		units = 1
 	}
 	return []uint32{4 * sg, sg, 1, 4, units, max(4096, (cols+1023)/1024*1024)}
+}
+
+// MatvecDotBatchSpec is matvec_dot's spec for a batched step's nb vectors
+// a pass of cols: 4 rows walked below 8 vectors, 2 from 8 (a subgroup's
+// rows halved under SwiGLU), so that the sums (rows walked x vectors)
+// stay within 32, one group in flight a row, and tiles of up to 2,048
+// columns (at 16 vectors 42 KB of shared memory: NVIDIA's 48 KB holds
+// it). With 4 rows walked at 16 vectors RADV's compiler for RDNA3 spilled
+// 11-64 registers, and 2 at 8 vectors for Q4_1 and Q5_1 under the norm
+// (TestMatvecDotRegistersRDNA3).
+func MatvecDotBatchSpec(fuse string, sg, nb, cols uint32) []uint32 {
+	walk := uint32(4)
+	if nb >= 8 {
+		walk = 2
+	}
+	return []uint32{4 * sg, sg, nb, max(walk/matvecWalks(fuse), 1), 1, min(2048, (cols+255)/256*256)}
 }
 
 // Matvec fusions (matvec.comp): what the kernel does besides y = W x.

@@ -52,22 +52,24 @@ func ggmlTypeOf(t *testing.T, typ string) gguf.TensorType {
 	return 0
 }
 
-// TestMatvecDot checks matvec_dot (every type of MatvecDotTypes, one
-// vector, every fusion) against the float64 product of the dequantized
-// weights with x quantized as the CPU backend quantizes activations
-// (quantizeX8: with the norm, x times the norm's weight in float32,
-// quantized, the 1/rms after), so that only the order of the sums
-// differs. Q8_0 (units of 8 weights): rows of 1, 7 and 67 (the last
-// subgroup's rows short), 1, 3, 10 and 129 blocks a row (lanes with none,
-// one, two and many units). The other types (units of a 32-weight group):
-// 3 and 129 groups a row, the K-quants 1 and 17 super-blocks (x in one
-// block of 256, and many). A block of x of zeros (d 0). Specs of 4 rows a
-// subgroup with the default units in flight, one subgroup a workgroup
-// walking 1 row a unit at a time, and 3 rows a subgroup with 2 units and
-// shared arrays larger than the row. A NaN or an infinity in x makes
-// every row NaN. Integer dot products run on lavapipe in software (Vulkan
-// 1.3 has them), so the code a GPU runs is tested in CI, at subgroups of
-// 8.
+// TestMatvecDot checks matvec_dot (every type of MatvecDotTypes, every
+// fusion) against the float64 product of the dequantized weights with x
+// quantized as the CPU backend quantizes activations (quantizeX8: with
+// the norm, x times the norm's weight in float32, quantized, the 1/rms
+// after), so that only the order of the sums differs. Rows of 1, 7 and 67
+// (the last subgroup's rows short). Q8_0: 1, 3, 10 and 129 groups a row
+// (lanes with none, one, two and many groups); the other types 3 and 129,
+// the K-quants 1 and 17 super-blocks (x in one block of 256, and many). A
+// block of x of zeros (d 0). Specs: the decode's (MatvecDotSpec: one
+// tile); one subgroup a workgroup walking 1 row a group at a time in
+// tiles of 256 columns (17 tiles at 4,352); 3 rows a subgroup with 2
+// groups in flight and a tile larger than the row; and a batched step's
+// (MatvecDotBatchSpec) at 3 vectors a pass over 1, 3 and 7 vectors (one
+// ragged pass; 3 passes, the last ragged), in tiles of 512. A NaN or an
+// infinity in x makes every row NaN (every vector's, in a batch: the
+// others' sums are checked). Integer dot products run on lavapipe in
+// software (Vulkan 1.3 has them), so the code a GPU runs is tested in CI,
+// at subgroups of 8.
 func TestMatvecDot(t *testing.T) {
 	dev := openDevice(t)
 	d := deviceOf(dev)
@@ -90,43 +92,59 @@ func TestMatvecDot(t *testing.T) {
 			v, err := Lookup(MatvecFusedName(typ, ReduceSubgroupDot, fuse))
 			require.NoError(t, err)
 			for ci, cols := range colsOf {
-				for si, spec := range [][]uint32{MatvecDotSpec(typ, sg, uint32(cols)), {sg, sg, 1, 1, 1, uint32(cols)}, {2 * sg, sg, 1, 3, 2, uint32(cols) + 64}} {
-					if si > 0 && (fuse != FuseNone || ci != 1) && (typ != MatvecQ8_0 || cols != 320) {
+				wide := uint32(cols+255)/256*256 + 256
+				for si, spec := range [][]uint32{MatvecDotSpec(typ, sg, uint32(cols)), {sg, sg, 1, 1, 1, 256}, {2 * sg, sg, 1, 3, 2, wide}, MatvecDotBatchSpec(fuse, sg, 3, 512)} {
+					last := ci == len(colsOf)-1
+					if (si == 1 || si == 2) && (fuse != FuseNone || !last) && (typ != MatvecQ8_0 || cols != 320) || si == 3 && !last {
 						continue // the fusions' code is the same at every spec: fewer shapes
 					}
+					ns := []int{1}
+					if spec[2] > 1 {
+						ns = []int{1, 3, 7}
+					}
 					k := newKernel(t, dev, v, spec...)
-					for _, rows := range []int{1, 7, 67} {
-						label := fmt.Sprintf("%s%s%v/%dx%d", typ, fuse, spec, rows, cols)
-						wRows := rows
-						if fuse == FuseNormSwiGLU {
-							wRows = 2 * rows
+					for _, n := range ns {
+						for _, rows := range []int{1, 7, 67} {
+							if n > 1 && rows == 7 {
+								continue
+							}
+							label := fmt.Sprintf("%s%s%v/%dx%d/n%d", typ, fuse, spec, rows, cols, n)
+							wRows := rows
+							if fuse == FuseNormSwiGLU {
+								wRows = 2 * rows
+							}
+							mc, err := newMatvecCase(gt, wRows, cols, n, int64(rows*1000+cols+n))
+							require.NoError(t, err, label)
+							if cols > xb {
+								clear(mc.x[xb : 2*xb]) // a block of zeros: d 0
+							}
+							got, want, scale := runDot(t, dev, k, mc, fuse, rows, eps, -1)
+							if err := closeness(got, want, scale, 1e-5); err != nil {
+								t.Errorf("%s: %v", label, err)
+							}
+							checked++
 						}
-						mc, err := newMatvecCase(gt, wRows, cols, 1, int64(rows*1000+cols))
-						require.NoError(t, err, label)
-						if cols > xb {
-							clear(mc.x[xb : 2*xb]) // a block of zeros: d 0
-						}
-						got, want, scale := runDot(t, dev, k, mc, fuse, rows, eps, false)
-						if err := closeness(got, want, scale, 1e-5); err != nil {
-							t.Errorf("%s: %v", label, err)
-						}
-						checked++
 					}
 				}
 			}
-			for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
-				cols := 3 * xb
-				k := newKernel(t, dev, v, MatvecDotSpec(typ, sg, uint32(cols))...)
-				wRows := 7
-				if fuse == FuseNormSwiGLU {
-					wRows = 14
-				}
-				mc, err := newMatvecCase(gt, wRows, cols, 1, 5)
-				require.NoError(t, err)
-				mc.x[xb+38] = bad
-				got, _, _ := runDot(t, dev, k, mc, fuse, 7, eps, true)
-				for r, g := range got {
-					assert.True(t, math.IsNaN(float64(g)), "%s%s: x holding %g: row %d is %g, want NaN", typ, fuse, bad, r, g)
+			for _, spec := range [][]uint32{MatvecDotSpec(typ, sg, uint32(3*xb)), MatvecDotBatchSpec(fuse, sg, 3, 256)} {
+				for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
+					cols, n := 3*xb, int(spec[2])
+					k := newKernel(t, dev, v, spec...)
+					wRows := 7
+					if fuse == FuseNormSwiGLU {
+						wRows = 14
+					}
+					mc, err := newMatvecCase(gt, wRows, cols, n, 5)
+					require.NoError(t, err)
+					mc.x[(n-1)*cols+xb+38] = bad // the last vector's
+					got, want, scale := runDot(t, dev, k, mc, fuse, 7, eps, n-1)
+					for r, g := range got[(n-1)*7:] {
+						assert.True(t, math.IsNaN(float64(g)), "%s%s%v: x holding %g: row %d is %g, want NaN", typ, fuse, spec, bad, r, g)
+					}
+					if err := closeness(got[:(n-1)*7], want[:(n-1)*7], scale[:(n-1)*7], 1e-5); err != nil {
+						t.Errorf("%s%s%v: the finite vectors beside a %g: %v", typ, fuse, spec, bad, err)
+					}
 				}
 			}
 		}
@@ -134,15 +152,15 @@ func TestMatvecDot(t *testing.T) {
 	t.Logf("%d cases", checked)
 }
 
-// runDot runs matvec_dot's kernel k under fuse on c (rows output rows;
-// under SwiGLU c has twice them, gate then up) and returns y and the
-// reference with x quantized (quantizeX8), and each value's scale (the sum
-// of its terms' magnitudes). With skipRef the reference is not computed
-// (x not finite).
-func runDot(t *testing.T, dev *vk.Device, k *vk.Kernel, c *matvecCase, fuse string, rows int, eps float32, skipRef bool) (got []float32, want, scale []float64) {
+// runDot runs matvec_dot's kernel k under fuse on c (rows output rows of
+// c.n vectors; under SwiGLU c has twice the rows, gate then up) and
+// returns y and the reference with x quantized (quantizeX8), and each
+// value's scale (the sum of its terms' magnitudes). Vector bad's x is not
+// finite: its reference is not computed (-1: none is).
+func runDot(t *testing.T, dev *vk.Device, k *vk.Kernel, c *matvecCase, fuse string, rows int, eps float32, bad int) (got []float32, want, scale []float64) {
 	t.Helper()
 	rng := rand.New(rand.NewSource(int64(rows + c.cols)))
-	y0 := make([]float32, rows)
+	y0 := make([]float32, c.n*rows)
 	for i := range y0 {
 		y0[i] = float32(rng.NormFloat64())
 	}
@@ -150,13 +168,17 @@ func runDot(t *testing.T, dev *vk.Device, k *vk.Kernel, c *matvecCase, fuse stri
 	for i := range nw {
 		nw[i] = float32(0.5 + rng.Float64())
 	}
-	want, scale = make([]float64, rows), make([]float64, rows)
-	if !skipRef {
-		xn, inv := c.x, 1.0
+	want, scale = make([]float64, c.n*rows), make([]float64, c.n*rows)
+	for s := 0; s < c.n; s++ {
+		if s == bad {
+			continue
+		}
+		x := c.x[s*c.cols : (s+1)*c.cols]
+		xn, inv := x, 1.0
 		if fuse == FuseNorm || fuse == FuseNormSwiGLU {
 			xn = make([]float32, c.cols)
 			var ss float64
-			for j, v := range c.x {
+			for j, v := range x {
 				xn[j] = v * nw[j]
 				ss += float64(v) * float64(v)
 			}
@@ -172,16 +194,17 @@ func runDot(t *testing.T, dev *vk.Device, k *vk.Kernel, c *matvecCase, fuse stri
 			return sum * inv, abs * inv
 		}
 		for r := 0; r < rows; r++ {
+			at := s*rows + r
 			g, ga := dot(r)
 			switch fuse {
 			case FuseAdd:
-				want[r], scale[r] = float64(y0[r])+g, math.Abs(float64(y0[r]))+ga
+				want[at], scale[at] = float64(y0[at])+g, math.Abs(float64(y0[at]))+ga
 			case FuseNormSwiGLU:
 				u, ua := dot(rows + r)
 				silu := g / (1 + math.Exp(-g))
-				want[r], scale[r] = silu*u, 1.1*ga*math.Abs(u)+math.Abs(silu)*ua
+				want[at], scale[at] = silu*u, 1.1*ga*math.Abs(u)+math.Abs(silu)*ua
 			default:
-				want[r], scale[r] = g, ga
+				want[at], scale[at] = g, ga
 			}
 		}
 	}
@@ -195,28 +218,41 @@ func runDot(t *testing.T, dev *vk.Device, k *vk.Kernel, c *matvecCase, fuse stri
 	}
 	rec := dev.NewRecorder()
 	defer rec.Close()
-	rec.Dispatch(k, vk.MustPackPush(MatvecPush{Rows: uint32(rows), Cols: uint32(c.cols), N: 1, Eps: eps}), MatvecGroups(uint32(rows), k.Spec().Specialization), binds...)
+	rec.Dispatch(k, vk.MustPackPush(MatvecPush{Rows: uint32(rows), Cols: uint32(c.cols), N: uint32(c.n), Eps: eps}), MatvecGroups(uint32(rows), k.Spec().Specialization), binds...)
 	require.NoError(t, dev.Run(rec))
-	return download(t, yb, rows), want, scale
+	return download(t, yb, c.n*rows), want, scale
 }
 
 // TestMatvecDotChoice: a GPU profile takes matvec_dot only where the user
 // asked (Device.MatvecDot, MODRUN_MATVEC_DOT=1) on a device with integer
-// dot products, for one vector of a quantized type whose quantized x fits
-// the device's shared memory; else matvec_rows, as without it.
+// dot products, for a quantized type: the decode's one vector in one tile
+// where x fits the device's shared memory, else in tiles of 4,096 columns;
+// a batched step's vectors in tiles of up to 2,048, smaller where NB
+// vectors of them do not fit. Else matvec_rows (matvec_words batched), as
+// without it.
 func TestMatvecDotChoice(t *testing.T) {
 	dev := smallGPU // 16 KB of shared memory
 	dev.IntegerDotProduct, dev.MatvecDot = true, true
 	p := NewProfile(dev)
+	sg := dev.SubgroupSize
 	name, spec := p.Matvec(MatvecQ8_0, FuseNormSwiGLU, 1, 4096)
 	assert.Equal(t, MatvecFusedName(MatvecQ8_0, ReduceSubgroupDot, FuseNormSwiGLU), name)
-	assert.Equal(t, []uint32{4 * dev.SubgroupSize, dev.SubgroupSize, 1, p.rowsPerSubgroup(FuseNormSwiGLU, 1), 4, 4096}, spec)
+	assert.Equal(t, []uint32{4 * sg, sg, 1, p.rowsPerSubgroup(FuseNormSwiGLU, 1), 1, 4096}, spec)
 	_, spec = p.Matvec(MatvecQ8_0, FuseAdd, 1, 11008)
-	assert.Equal(t, uint32(11264), spec[5], "the shared arrays' columns: rounded up to 1,024")
+	assert.Equal(t, uint32(11264), spec[5], "the tile: the row rounded up to 1,024")
+	_, spec = p.Matvec(MatvecQ8_0, FuseAdd, 1, 16384)
+	assert.Equal(t, uint32(4096), spec[5], "16,384 columns past 16 KB of shared memory: tiles of 4,096")
 	for _, typ := range MatvecDotTypes[1:] {
 		name, spec := p.Matvec(typ, FuseAdd, 1, 11008)
 		assert.Equal(t, MatvecFusedName(typ, ReduceSubgroupDot, FuseAdd), name, "%s: 11,008 columns (7B's down) fit 16 KB", typ)
-		assert.Equal(t, []uint32{4 * dev.SubgroupSize, dev.SubgroupSize, 1, p.rowsPerSubgroup(FuseAdd, 1), 2, 11264}, spec, "%s: 2 groups in flight", typ)
+		assert.Equal(t, []uint32{4 * sg, sg, 1, p.rowsPerSubgroup(FuseAdd, 1), 2, 11264}, spec, "%s: 2 groups in flight", typ)
+		_, spec = p.Matvec(typ, FuseAdd, 1, 14336)
+		assert.Equal(t, uint32(4096), spec[5], "%s: 14,336 columns past 16 KB of shared memory: tiles of 4,096", typ)
+		name, spec = p.MatvecBatch(typ, FuseNormSwiGLU, 16, 8, 4096)
+		assert.Equal(t, MatvecFusedName(typ, ReduceSubgroupDot, FuseNormSwiGLU), name, "%s: a batched step", typ)
+		assert.Equal(t, []uint32{4 * sg, sg, 8, 1, 1, 1024}, spec, "%s: 8 vectors of 2,048 columns past 16 KB: tiles of 1,024; 2 rows walked, a gate and an up row", typ)
+		_, spec = p.MatvecBatch(typ, FuseNone, 3, 8, 512)
+		assert.Equal(t, []uint32{4 * sg, sg, 3, 4, 1, 512}, spec, "%s: 3 rows of 512 columns: one tile, 3 vectors", typ)
 	}
 	for _, c := range []struct {
 		what      string
@@ -225,10 +261,7 @@ func TestMatvecDotChoice(t *testing.T) {
 		dot, asks bool
 	}{
 		{"F16", MatvecF16, 1, 4096, true, true},
-		{"two vectors", MatvecQ8_0, 2, 4096, true, true},
-		{"two vectors of Q4_K", MatvecQ4_K, 2, 4096, true, true},
-		{"x past 16 KB of shared memory", MatvecQ8_0, 1, 16384, true, true},
-		{"Q4_K's x past 16 KB of shared memory", MatvecQ4_K, 1, 14336, true, true},
+		{"two vectors in Matvec (MatvecBatch's own)", MatvecQ8_0, 2, 4096, true, true},
 		{"no integer dot products", MatvecQ4_K, 1, 4096, false, true},
 		{"not asked", MatvecQ6_K, 1, 4096, true, false},
 	} {
@@ -241,4 +274,8 @@ func TestMatvecDotChoice(t *testing.T) {
 		}
 		assert.Equal(t, want, name, c.what)
 	}
+	d := dev
+	d.MatvecDot = false
+	name, _ = NewProfile(d).MatvecBatch(MatvecQ4_K, FuseNone, 8, 8, 4096)
+	assert.NotContains(t, name, ReduceSubgroupDot, "a batched step without MODRUN_MATVEC_DOT=1")
 }

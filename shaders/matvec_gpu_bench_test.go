@@ -161,6 +161,15 @@ func matvecCandidates(d Device, typ, fuse string, nb, cols int) []matvecCandidat
 			}
 		}
 	}
+	if nb > 1 && slices.Contains(MatvecDotTypes, typ) && d.IntegerDotProduct { // a batched step's, in tiles (MODRUN_MATVEC_DOT)
+		spec := MatvecDotBatchSpec(fuse, sg, uint32(nb), uint32(cols))
+		add(matvecCandidate{"dot", MatvecFusedName(typ, ReduceSubgroupDot, fuse), spec})
+		if spec[3]*matvecWalks(fuse) < 4 { // 4 rows walked: each x from shared memory serves twice the rows
+			spec = append([]uint32(nil), spec...)
+			spec[3] = max(4/matvecWalks(fuse), 1)
+			add(matvecCandidate{"dot-w4", MatvecFusedName(typ, ReduceSubgroupDot, fuse), spec})
+		}
+	}
 	if nb == 1 && slices.Contains(MatvecDotTypes, typ) && d.IntegerDotProduct { // integer dot products against x in 8 bits (MODRUN_MATVEC_DOT)
 		for _, rps := range []uint32{2, 4} {
 			spec := MatvecDotSpec(typ, sg, uint32(cols))

@@ -421,7 +421,7 @@ func (p Profile) String() string {
 func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []uint32) {
 	iters := func(spec []uint32) uint32 { return matvecWalks(fuse) * MatvecLoopIterations(n, cols, spec) }
 	if p.MatvecRows && cols%32 == 0 && slices.Contains(matvecRowsPicks, typ) {
-		if s, ok := p.matvecDotSpec(typ, fuse, n, cols); ok {
+		if s, ok := p.matvecDotSpec(typ, fuse, n, 1, cols); ok {
 			return MatvecFusedName(typ, ReduceSubgroupDot, fuse), s
 		}
 		spec = MatvecRowsSpec(p.SubgroupSize)
@@ -467,21 +467,53 @@ func (p Profile) Matvec(typ, fuse string, n, cols uint32) (name string, spec []u
 }
 
 // matvecDotSpec is matvec_dot's spec for a matvec of typ under fuse, n
-// vectors of cols, and whether the profile takes it: with MatvecDot (which
-// NewProfile sets only on a device with integer dot products), for one
-// vector of a quantized type (MatvecDotTypes) whose quantized x fits the
-// device's shared memory.
-func (p Profile) matvecDotSpec(typ, fuse string, n, cols uint32) ([]uint32, bool) {
-	if !p.MatvecDot || !slices.Contains(MatvecDotTypes, typ) || n != 1 || cols%32 != 0 || cols == 0 {
+// vectors of cols, nb of them a pass (1: the decode step's one vector),
+// and whether the profile takes it: with MatvecDot (which NewProfile sets
+// only on a device with integer dot products), for a quantized type
+// (MatvecDotTypes), in the largest tile of columns whose quantized x fits
+// the device's shared memory: the whole row (MatvecDotSpec,
+// MatvecDotBatchSpec), else tiles of 4,096 down to 256 columns.
+func (p Profile) matvecDotSpec(typ, fuse string, n, nb, cols uint32) ([]uint32, bool) {
+	if !p.MatvecDot || !slices.Contains(MatvecDotTypes, typ) || cols%32 != 0 || cols == 0 || (nb == 1 && n != 1) {
 		return nil, false
 	}
 	spec := MatvecDotSpec(typ, p.SubgroupSize, cols)
 	spec[3] = p.rowsPerSubgroup(fuse, 1)
+	if nb > 1 {
+		spec = MatvecDotBatchSpec(fuse, p.SubgroupSize, nb, cols)
+	}
 	if !p.limitsKnown() {
 		return spec, true
 	}
 	v, err := Lookup(MatvecFusedName(typ, ReduceSubgroupDot, fuse))
-	return spec, err == nil && p.Allows(v, spec) == nil
+	if err != nil {
+		return nil, false
+	}
+	for _, tile := range []uint32{spec[5], 4096, 2048, 1024, 512, 256} {
+		if tile > spec[5] {
+			continue
+		}
+		spec[5] = tile
+		if p.Allows(v, spec) == nil && (p.LoopCap == 0 || MatvecDotIterations(n, cols, spec) <= p.LoopCap) {
+			return spec, true
+		}
+	}
+	return nil, false
+}
+
+// MatvecDotIterations bounds the loop iterations one invocation of
+// matvec_dot runs for n vectors of cols with spec, every loop counted as
+// if not unrolled: per pass of NB vectors and per tile, the two
+// quantizing passes over the NB vectors' chunks (each with its NB sums of
+// squares), the walk's steps (each over the NB vectors), and the norm's
+// sum over the subgroups a vector.
+func MatvecDotIterations(n, cols uint32, spec []uint32) uint32 {
+	wg, tpr, nb, unroll, tc := spec[0], spec[1], spec[2], spec[4], spec[5]/32
+	chunks := cols / 32
+	passes, tiles := (n+nb-1)/nb, (chunks+tc-1)/tc
+	quantize := 2 * ((nb*tc + wg - 1) / wg) * (1 + nb)
+	walk := (tc + unroll*tpr - 1) / (unroll * tpr) * (1 + nb)
+	return passes * (tiles*(1+quantize+walk) + nb*(1+wg/tpr))
 }
 
 // VecRows is the most rows (sequences) a batched step runs as matvecs of
@@ -526,6 +558,12 @@ func (p Profile) MatvecBatch(typ, fuse string, n, nb, cols uint32) (name string,
 		return name, own
 	}
 	nb = max(min(n, nb), 1)
+	if s, ok := p.matvecDotSpec(typ, fuse, n, nb, cols); ok && p.MatvecRows && nb > 1 {
+		// Each decoded group of weights dotted with the nb vectors' x in 8
+		// bits: 1/4 of an OpSDot a weight and vector, where the float
+		// kernels take a multiply-add (docs/matvec-cost.md, "Batched").
+		return MatvecFusedName(typ, ReduceSubgroupDot, fuse), s
+	}
 	spec = append([]uint32(nil), own...)
 	spec[2] = nb
 	if name == MatvecFusedName(typ, ReduceSubgroupRows, fuse) {

@@ -2,6 +2,7 @@ package vulkan
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -9,7 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/modrun/modrun/engine/cpu"
+	"github.com/modrun/modrun/engine/sched"
 	"github.com/modrun/modrun/gguf"
+	"github.com/modrun/modrun/internal/stats"
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/mod/synth"
 	"github.com/modrun/modrun/shaders"
@@ -19,18 +22,25 @@ import (
 // (MODRUN_MATVEC_DOT=1: the decode's quantized matvecs as integer dot
 // products against x quantized to 8 bits) decodes as the CPU backend
 // does, which quantizes its activations the same way (blocks of 32; of
-// 256 for the K-quants): each step's logits within 2e-4 of the largest
-// logit of the CPU backend's, and nearer to them than to the CPU
-// reference's (f32 activations) by 10x or more, so that the kernels' 8-bit
-// x is what makes them differ from the reference. The models: the trained
-// MoD model with its matrices (but the down projection's, 172 columns: not
-// whole blocks) and embedding Q8_0 (on lavapipe: 4.8e-7 and 1.6e-2); a
-// synthetic MoD model of widths the K-quants take (256 and 512) with
-// every K-quant among its matrices; and the same in Q4_0 and the other
-// 32-wide types (3.2e-7 and 1.9e-3; 1.4e-7 and 1.3e-3). Integer dot products
-// run on lavapipe in software. (Until session 30 the first model's
-// matrices went back to F32 after their Q8_0 requantization, so only its
-// output took matvec_dot.)
+// 256 for the K-quants), and not as the CPU reference (f32 activations):
+// greedy runs of 8 one-token prompts, 10 draws each, the CPU backend and
+// the reference fed the GPU's tokens (dotDraws). Most draws' logits are
+// the CPU backend's to float rounding: the median draw within 1e-5 of the
+// largest logit (on lavapipe 1e-7), where the reference's median draw is
+// 100x or more further (8e-4 to 1.6e-2). Not every draw: the kernels
+// quantize x times the norm's weight and apply the norm's 1/rms to the
+// sums, the CPU backend quantizes the normed x, so an element within a
+// few ulps of a rounding tie can round the other way (one element of an
+// embedding row: 1.2e-3 of the largest logit at the K-quant model, and
+// every later draw of that sequence through its keys and values), as
+// often as one draw in ten; every draw stays within 2x the reference's
+// worst draw. The models: the trained MoD model with its matrices (but
+// the down projection's, 172 columns: not whole blocks) and embedding
+// Q8_0; a synthetic MoD model of widths the K-quants take (256 and 512)
+// with every K-quant among its matrices; and the same in Q4_0 and the
+// other 32-wide types. Integer dot products run on lavapipe in software.
+// (Until session 30 the first model's matrices went back to F32 after
+// their Q8_0 requantization, so only its output took matvec_dot.)
 func TestMatvecDotAgainstCPU(t *testing.T) {
 	dev := openDevice(t, true)
 	if !dev.Info().Features.IntegerDotProduct {
@@ -40,33 +50,21 @@ func TestMatvecDotAgainstCPU(t *testing.T) {
 	require.NoError(t, err)
 	gpu = gpuProfileOn(gpu.Device, true)
 	require.True(t, gpu.MatvecDot, "MODRUN_MATVEC_DOT=1 on a GPU profile of a device with integer dot products")
-	wide := synth.Shape{Name: "wide", NEmbd: 256, NLayer: 2, NHead: 4, NKVHead: 2, NFF: 512, NVocab: 600, ContextLen: 64}
-	synthetic := func(mix weightMix) func(t *testing.T) (*mod.Model, []int32) {
-		return func(t *testing.T) (*mod.Model, []int32) {
-			sm, err := synth.Build(wide, synth.Options{Type: gguf.TypeF32, Seed: 9, Capacity: 0.5})
-			require.NoError(t, err)
-			t.Cleanup(func() { sm.Close() })
-			mix.requantize(t, sm.Weights)
-			return sm.Model, []int32{1, 17, 230, 5, 99, 412, 3, 77, 501, 8, 64, 300}
-		}
-	}
 	for _, c := range []struct {
 		name  string
-		model func(t *testing.T) (*mod.Model, []int32)
+		model func(t *testing.T) *mod.Model
 	}{
-		{"mod-trained-q8_0", func(t *testing.T) (*mod.Model, []int32) {
+		{"mod-trained-q8_0", func(t *testing.T) *mod.Model {
 			m := openModel(t, "../../testdata/mod/mod-trained.gguf")
 			q8 := gguf.TypeQ8_0 // down's rows are 172 long: not whole blocks
 			weightMix{q: q8, k: q8, v: q8, o: q8, gate: q8, up: q8, down: gguf.TypeF32, embd: q8}.requantize(t, m.Weights)
-			return m, fixtureTokens(t, "../../testdata/mod/mod-trained.fixture.json")["generate-router"]
+			return m
 		}},
-		{"wide-k-quants", synthetic(weightMix{q: gguf.TypeQ4_K, k: gguf.TypeQ5_K, v: gguf.TypeQ6_K, o: gguf.TypeQ3_K,
-			gate: gguf.TypeQ4_K, up: gguf.TypeQ4_K, down: gguf.TypeQ2_K, embd: gguf.TypeQ8_0})},
-		{"wide-32", synthetic(weightMix{q: gguf.TypeQ4_0, k: gguf.TypeQ4_1, v: gguf.TypeQ5_0, o: gguf.TypeQ5_1,
-			gate: gguf.TypeQ4_0, up: gguf.TypeQ4_0, down: gguf.TypeQ5_1, embd: gguf.TypeQ8_0})},
+		{"wide-k-quants", func(t *testing.T) *mod.Model { return dotModel(t, kQuantMix) }},
+		{"wide-32", func(t *testing.T) *mod.Model { return dotModel(t, mix32) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			m, tokens := c.model(t)
+			m := c.model(t)
 			b := m.Weights.Blocks[0]
 			for _, mt := range []*mod.Mat{&b.Q, &b.O, &b.Gate} {
 				wt, ok := shaders.WeightForGGML(mt.Type.String())
@@ -77,28 +75,152 @@ func TestMatvecDotAgainstCPU(t *testing.T) {
 			run, err := New(dev, m, mod.RoutingRouter, Options{DeviceProfile: &gpu, KVType: "f32"})
 			require.NoError(t, err)
 			defer run.Close()
-			back, err := cpu.New(m, mod.RoutingRouter, cpu.Options{})
-			require.NoError(t, err)
-			ref, err := m.NewState(mod.RoutingRouter)
-			require.NoError(t, err)
-			var toCPU, toRef float64
-			for step, tok := range tokens {
-				got, err := run.Feed([]int32{tok})
-				require.NoError(t, err)
-				want, err := back.Feed([]int32{tok})
-				require.NoError(t, err)
-				exact, err := ref.Forward([]int32{tok}, false)
-				require.NoError(t, err)
-				big := 0.0
-				for _, v := range want {
-					big = max(big, math.Abs(float64(v)))
-				}
-				dc, dr := maxAbsDiff(want, got)/big, maxAbsDiff(exact, got)/big
-				require.LessOrEqual(t, dc, 2e-4, "step %d: the CPU backend's logits", step)
-				toCPU, toRef = max(toCPU, dc), max(toRef, dr)
+			toCPU, toRef := dotDraws(t, m, run, 8, 10)
+			worstRef := slices.Max(toRef)
+			for i, d := range toCPU {
+				require.LessOrEqual(t, d, 2*worstRef, "draw %d: within 2x the reference's worst draw of the CPU backend's logits", i)
 			}
-			t.Logf("%d steps: max |logit diff| to the CPU backend %.2g, to the reference %.2g (of the largest logit)", len(tokens), toCPU, toRef)
-			assert.Less(t, 10*toCPU, toRef, "nearer the CPU backend's 8-bit activations than the reference's f32 ones")
+			mc, mr := median(toCPU), median(toRef)
+			t.Logf("%d draws: |logit diff| to the CPU backend median %.2g max %.2g; to the reference median %.2g max %.2g (of the largest logit)",
+				len(toCPU), mc, slices.Max(toCPU), mr, worstRef)
+			assert.LessOrEqual(t, mc, 1e-5, "the median draw: the CPU backend's arithmetic")
+			assert.Less(t, 100*mc, mr, "nearer the CPU backend's 8-bit activations than the reference's f32 ones")
+		})
+	}
+}
+
+// dotDraws runs prompts one-token prompts (ids spread over the
+// vocabulary) greedily on run for draws draws each, feeds the tokens it
+// drew to the CPU backend and to the CPU reference, and returns each
+// draw's max |logit diff| to each, of the largest logit.
+func dotDraws(t *testing.T, m *mod.Model, run *Runner, prompts, draws int) (toCPU, toRef []float64) {
+	t.Helper()
+	back, err := cpu.New(m, mod.RoutingRouter, cpu.Options{})
+	require.NoError(t, err)
+	ref, err := m.NewState(mod.RoutingRouter)
+	require.NoError(t, err)
+	for p := range prompts {
+		run.Reset()
+		back.Reset()
+		ref.Reset()
+		feed := []int32{int32(3 + p*(m.Config.NVocab-3)/prompts)}
+		for range draws {
+			got, err := run.Feed(feed)
+			require.NoError(t, err)
+			want, err := back.Feed(feed)
+			require.NoError(t, err)
+			exact, err := ref.Forward(feed, false)
+			require.NoError(t, err)
+			big := 0.0
+			for _, v := range want {
+				big = max(big, math.Abs(float64(v)))
+			}
+			toCPU, toRef = append(toCPU, maxAbsDiff(want, got)/big), append(toRef, maxAbsDiff(exact, got)/big)
+			feed = []int32{stats.Argmax(got)}
+		}
+	}
+	return toCPU, toRef
+}
+
+// median is the median of v (the upper one of an even count).
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// kQuantMix and mix32 put every K-quant, and every 32-wide type, among a
+// model's matrices.
+var (
+	kQuantMix = weightMix{q: gguf.TypeQ4_K, k: gguf.TypeQ5_K, v: gguf.TypeQ6_K, o: gguf.TypeQ3_K,
+		gate: gguf.TypeQ4_K, up: gguf.TypeQ4_K, down: gguf.TypeQ2_K, embd: gguf.TypeQ8_0}
+	mix32 = weightMix{q: gguf.TypeQ4_0, k: gguf.TypeQ4_1, v: gguf.TypeQ5_0, o: gguf.TypeQ5_1,
+		gate: gguf.TypeQ4_0, up: gguf.TypeQ4_0, down: gguf.TypeQ5_1, embd: gguf.TypeQ8_0}
+)
+
+// dotModel is a synthetic MoD model (every other block routed, capacity
+// 0.5) of widths the K-quants take (256 and 512), its matrices of mix.
+func dotModel(t *testing.T, mix weightMix) *mod.Model {
+	wide := synth.Shape{Name: "wide", NEmbd: 256, NLayer: 2, NHead: 4, NKVHead: 2, NFF: 512, NVocab: 600, ContextLen: 64}
+	sm, err := synth.Build(wide, synth.Options{Type: gguf.TypeF32, Seed: 9, Capacity: 0.5})
+	require.NoError(t, err)
+	t.Cleanup(func() { sm.Close() })
+	mix.requantize(t, sm.Weights)
+	return sm.Model
+}
+
+// TestMatvecDotStepMatchesSolo: a batched step's matvecs under
+// MODRUN_MATVEC_DOT=1 (matvec_dot, several vectors a pass: each decoded
+// group of weights dotted with every row's x in 8 bits) give each row
+// what the decode step's one-vector matvec_dot gives it, which
+// TestMatvecDotAgainstCPU holds to the CPU backend. Five sequences of
+// one-token prompts step together, so that every step's rows are
+// decoding rows of a few vectors (the batched matvecs, never the
+// prefill's matmul); each sequence's greedy tokens are its solo run's on
+// the same profile, and the median draw's logits within stepTolVK of the
+// solo run's, every draw's within 5e-3 (the two paths' 8-bit x can round
+// an element the other way where it is within a few ulps of a tie: the
+// batched step normalizes x apart, its q, k and v being of three types,
+// where the decode step's matvecs apply the norm's 1/rms to their sums;
+// on lavapipe one sequence of five does, at 1.6e-3 of the largest logit),
+// for the K-quant and the 32-wide models of TestMatvecDotAgainstCPU.
+func TestMatvecDotStepMatchesSolo(t *testing.T) {
+	dev := openDevice(t, true)
+	if !dev.Info().Features.IntegerDotProduct || !dev.Info().Features.SubgroupArithmetic {
+		t.Skip("the device has no integer dot products or no subgroup arithmetic")
+	}
+	gpu, err := ProfileWith(dev.Info(), Knobs{"MODRUN_MATVEC_DOT": "1"})
+	require.NoError(t, err)
+	gpu = gpuProfileOn(gpu.Device, true)
+	for _, c := range []struct {
+		name string
+		mix  weightMix
+	}{{"wide-k-quants", kQuantMix}, {"wide-32", mix32}} {
+		t.Run(c.name, func(t *testing.T) {
+			m := dotModel(t, c.mix)
+			b := m.Weights.Blocks[0]
+			for _, mt := range []*mod.Mat{&b.Q, &b.Gate, &b.Down} {
+				wt, ok := shaders.WeightForGGML(mt.Type.String())
+				require.True(t, ok, mt.Type.String())
+				name, _ := gpu.MatvecBatch(wt.Name, shaders.FuseNone, 5, uint32(gpu.VecRows()), uint32(mt.Cols))
+				require.Contains(t, name, shaders.ReduceSubgroupDot, "a step of 5 rows of %s", mt.Name)
+			}
+			const ctx = 64
+			run, err := New(dev, m, mod.RoutingRouter, Options{DeviceProfile: &gpu, KVType: "f32", ContextLen: ctx})
+			require.NoError(t, err)
+			defer run.Close()
+			_, s := stepScheduler(t, run, 5, 5, ctx)
+			var reqs []sched.Request
+			var seqs []*sched.Seq
+			for i := range 5 {
+				req := sched.Request{Prompt: []int32{int32(10 + 97*i)}, MaxTokens: 6 + i, KeepLogits: true}
+				q, err := s.Add(req)
+				require.NoError(t, err)
+				reqs, seqs = append(reqs, req), append(seqs, q)
+			}
+			for more := true; more; {
+				more, err = s.Step()
+				require.NoError(t, err)
+			}
+			solo, err := New(dev, m, mod.RoutingRouter, Options{DeviceProfile: &gpu, KVType: "f32", ContextLen: ctx})
+			require.NoError(t, err)
+			defer solo.Close()
+			var diffs []float64
+			for i, q := range seqs {
+				require.NoError(t, q.Err, "seq %d", i)
+				want := runStepSolo(t, solo, reqs[i])
+				require.Equal(t, want.Tokens, q.Tokens(), "seq %d: the solo run's greedy tokens", i)
+				require.Len(t, q.Logits, len(want.Logits), "seq %d", i)
+				for j, got := range q.Logits {
+					d := relDiffVK(got, want.Logits[j])
+					assert.LessOrEqual(t, d, 5e-3, "seq %d draw %d: the solo run's logits", i, j)
+					diffs = append(diffs, d)
+				}
+			}
+			t.Logf("%d steps (%d shared), %d draws: |logit diff| to the solo run median %.2g max %.2g of the largest logit",
+				s.Stats().Steps, s.Stats().SharedSteps, len(diffs), median(diffs), slices.Max(diffs))
+			assert.LessOrEqual(t, median(diffs), stepTolVK, "the median draw: the same arithmetic")
+			assert.Greater(t, s.Stats().SharedSteps, 3, "steps of several sequences")
 		})
 	}
 }

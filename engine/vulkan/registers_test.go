@@ -112,7 +112,8 @@ func TestAttentionRegistersRDNA3(t *testing.T) {
 
 // TestMatvecDotRegistersRDNA3: matvec_dot (MODRUN_MATVEC_DOT=1), every
 // quantized type and fusion, at a 4,096- and an 11,008-column row (11,264
-// for the K-quants' blocks of 256), compiles with AMD's
+// for the K-quants' blocks of 256) and a batched step's 8 and 16 vectors
+// a pass of 4,096, compiles with AMD's
 // compiler (RADV's null gfx1100 device, which has integer dot products:
 // v_dot4_i32_iu8) without a spilled register; the log says its registers.
 func TestMatvecDotRegistersRDNA3(t *testing.T) {
@@ -128,11 +129,12 @@ func TestMatvecDotRegistersRDNA3(t *testing.T) {
 	defer ks.Close()
 	for _, typ := range shaders.MatvecDotTypes {
 		for _, fuse := range shaders.MatvecFusions {
-			for _, cols := range []uint32{4096, 11008} {
+			for _, c := range []struct{ n, cols uint32 }{{1, 4096}, {1, 11008}, {8, 4096}, {16, 4096}} {
+				cols := c.cols
 				if shaders.MatvecDotBlock(typ) == 256 {
 					cols = (cols + 255) / 256 * 256
 				}
-				name, spec := prof.Matvec(typ, fuse, 1, cols)
+				name, spec := prof.MatvecBatch(typ, fuse, c.n, c.n, cols)
 				require.Contains(t, name, shaders.ReduceSubgroupDot)
 				k, err := ks.get(name, spec)
 				require.NoError(t, err)

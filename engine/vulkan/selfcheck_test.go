@@ -94,7 +94,7 @@ func checkRows(prof shaders.Profile) (rows, attention, split int) {
 // CheckDevice; a GPU's on the same device: the subgroup kernels, their
 // size required, and split attention), and a GPU's with matvec_dot where
 // the device has integer dot products (MODRUN_MATVEC_DOT=1: every
-// quantized type's decode matvec), passes its check, timed, in the rows
+// quantized type's decode and batched matvec), passes its check, timed, in the rows
 // the profile's plan makes (checkRows).
 func TestCheckDevice(t *testing.T) {
 	dev := openDevice(t, true)
@@ -127,7 +127,8 @@ func TestCheckDevice(t *testing.T) {
 				}
 			}
 			if pc.prof.MatvecDot {
-				assert.Equal(t, len(shaders.MatvecDotTypes)*len(shaders.MatvecFusions), dots, "every quantized type's decode matvec, every fusion, on matvec_dot")
+				assert.Equal(t, 2*len(shaders.MatvecDotTypes)*len(shaders.MatvecFusions), dots,
+					"every quantized type's decode matvec and batched step's, every fusion, on matvec_dot")
 			}
 			rows, _, wantSplit := checkRows(*pc.prof)
 			assert.Len(t, checks, rows, "every matvec, two score plans, two decisions, attention on two caches (and split where %s splits)", pc.prof)
