@@ -36,10 +36,12 @@ const (
 	// units (8 weights) so that the loads of x are near each other; the
 	// same spec. Not chosen by a profile yet: BenchmarkMatvecGPU's.
 	ReduceSubgroupWords = "_sgwords"
-	// ReduceSubgroupDot is matvec_dot.comp (MatvecDotTypes, one vector):
-	// as ReduceSubgroupWords, its products integer dot products against x
-	// quantized to 8 bits in shared memory; needs integer dot products.
-	// Spec: MatvecDotSpec. Chosen with Profile.MatvecDot.
+	// ReduceSubgroupDot is matvec_dot.comp (MatvecDotTypes): as
+	// ReduceSubgroupWords, its products integer dot products against x
+	// quantized to 8 bits in shared memory, a tile of columns at a time;
+	// needs integer dot products. Spec: MatvecDotSpec (the decode's one
+	// vector), MatvecDotBatchSpec (a batched step's). Chosen with
+	// Profile.MatvecDot.
 	ReduceSubgroupDot = "_sgdot"
 )
 
@@ -257,9 +259,9 @@ func init() {
 			v := matvecRowsVariant(typ, fuse)
 			v.Name, v.Source, v.Reduce = MatvecFusedName(typ, ReduceSubgroupDot, fuse), "matvec_dot.comp", ReduceSubgroupDot
 			v.Spec = MatvecDotSpec(typ, 32, 4096)
-			v.Notes = strings.Replace(v.Notes, "vectors per pass, rows per subgroup]", "1 vector, rows per subgroup, units a lane loads ahead per row, "+
-				"columns x holds (cols or more, a multiple of 256: its quantized copy in shared memory, 1.125 to 1.25 bytes a column)]", 1) +
-				fmt.Sprintf("; one vector (MatvecPush.N 1); x quantized to 8 bits a block of %d as the CPU backend's activations; needs integer dot products", MatvecDotBlock(typ))
+			v.Notes = strings.Replace(v.Notes, "vectors per pass, rows per subgroup]", "vectors per pass, rows per subgroup, groups a lane loads ahead per row, "+
+				"columns a tile (a multiple of 256: x's quantized copy in shared memory holds NB vectors of it, 1.125 to 1.27 bytes a column)]", 1) +
+				fmt.Sprintf("; x quantized to 8 bits a block of %d as the CPU backend's activations; needs integer dot products", MatvecDotBlock(typ))
 			Variants = append(Variants, v)
 		}
 	}

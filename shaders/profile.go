@@ -115,9 +115,9 @@ type Profile struct {
 	// Q8_0 at 2.2-3.9x and Q4_K at 3.1-3.8x matvec.comp's rate on an H200
 	// (issue 42, docs/matvec-cost.md).
 	MatvecRows bool
-	// MatvecDot runs the decode's matvecs of quantized weights
-	// (MatvecDotTypes: Q8_0, Q4_0 and the sub-block types; one vector) as
-	// matvec_dot: integer dot products against x quantized to 8 bits in
+	// MatvecDot runs the decode's and the batched steps' matvecs of
+	// quantized weights (MatvecDotTypes: Q8_0, Q4_0 and the sub-block
+	// types) as matvec_dot: integer dot products against x quantized to 8 bits in
 	// each workgroup, as the CPU backend quantizes its activations (its
 	// products are the CPU backend's, not f32's). Where the user asked
 	// (MODRUN_MATVEC_DOT=1) on a GPU profile with matvec_rows, on a device
