@@ -273,6 +273,8 @@ acceptance() {
   p2k=$(jnum "$logs/bench-$small-q8_0-plong.json" prefill_tokens_per_s); ap2k=$(jnum "$logs/bench-$small-q8_0-plong-attn-coop.json" prefill_tokens_per_s)
   a1=$(jnum "$p" aggregate_decode_tokens_per_s 1); a8=$(jnum "$p" aggregate_decode_tokens_per_s 2); a16=$(jnum "$p" aggregate_decode_tokens_per_s 3)
   local ts16; ts16=$(jnum "$logs/bench-parallel-$small-q8_0-temp1.json" aggregate_decode_tokens_per_s 3)
+  local d8 d16; d8=$(jnum "$logs/bench-parallel-$small-q8_0-dot.json" aggregate_decode_tokens_per_s 2)
+  d16=$(jnum "$logs/bench-parallel-$small-q8_0-dot.json" aggregate_decode_tokens_per_s 3)
   local nc8 nc16; nc8=$(jnum "$logs/bench-parallel-$small-q8_0-no-chain.json" aggregate_decode_tokens_per_s 2)
   nc16=$(jnum "$logs/bench-parallel-$small-q8_0-no-chain.json" aggregate_decode_tokens_per_s 3)
   # row GOAL WHAT MODRUN LLAMA TEST [-]: one line; TEST is an awk condition
@@ -305,6 +307,8 @@ acceptance() {
   row "(beside it)" "$small Q8_0 aggregate decode at 8 sequences" "$a8" "$(llama_stg "$lb" 8)" ''
   row "42: 16 sequences >= 8x one" "$small Q8_0 aggregate at 16 / at 1" "$(ratio "$a16" "$a1")" "$(ratio "$(llama_stg "$lb" 16)" "$(llama_stg "$lb" 1)")" 'm >= 8' -
   row "(beside it)" "$small Q8_0 aggregate decode at 16 sequences" "$a16" "$(llama_stg "$lb" 16)" ''
+  row "(dot)" "$small Q8_0 aggregate at 8 sequences, MODRUN_MATVEC_DOT=1 / the default" "$(ratio "$d8" "$a8")" "" ''
+  row "(dot)" "$small Q8_0 aggregate at 16 sequences, MODRUN_MATVEC_DOT=1 / the default" "$(ratio "$d16" "$a16")" "" ''
   row "(batched chain)" "$small Q8_0 aggregate at 8 sequences, chained / MODRUN_CHAIN=1 ($(awk -v r="$nc8" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$a8" "$nc8")" "" ''
   row "(batched chain)" "$small Q8_0 aggregate at 16 sequences, chained / MODRUN_CHAIN=1 ($(awk -v r="$nc16" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$a16" "$nc16")" "" ''
   row "(sampled)" "$small Q8_0 aggregate at 16 sequences, temperature 1 (drawn $where) / greedy ($(awk -v r="$ts16" 'BEGIN { if (r == "") print "-"; else printf "%.1f", r }') tok/s)" "$(ratio "$ts16" "$a16")" "" ''
@@ -495,6 +499,11 @@ if [ "$quick" = 1 ]; then
   # instead of one matvec pass of up to 16 vectors: which is cheaper at 8
   # and 16 rows is this row against the one above.
   MODRUN_VEC_ROWS=1 bench_row "parallel-$small-q8_0-vec-rows-1" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1
+  # The same with the batched steps' matvecs (and the decode's) as integer
+  # dot products, x quantized in every workgroup (MODRUN_MATVEC_DOT=1; the
+  # cost model says that quantizing costs more than the dot products at 8
+  # and 16 rows: docs/matvec-cost.md, "Batched"): this row against the first.
+  MODRUN_MATVEC_DOT=1 bench_row "parallel-$small-q8_0-dot" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1
   # The same sequences sampled at temperature 1 (a server's default
   # request), each drawn on the device in the batched step
   # (docs/sampling-cost.md): what sampling costs a step of 16 is this row
