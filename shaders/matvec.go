@@ -65,7 +65,7 @@ func MatvecDotBlock(typ string) int {
 // Q8_0 (10 words a group), 2 of the other types (4 to 8 words), so that a
 // lane holds about as many registers of weights. The tile: cols rounded
 // up to a multiple of 1,024, and at least 4,096 (4.6 KB of shared memory
-// for Q8_0, 5.2 KB for the others, which keep the sums of x's halves too),
+// for Q8_0, 5.0-5.1 KB for the others, which keep the sums of x's halves too),
 // so that a model's matrices share few pipelines and the self-check's rows
 // fit any of them: one tile a row.
 func MatvecDotSpec(typ string, sg, cols uint32) []uint32 {
