@@ -477,10 +477,12 @@ func (p Profile) matvecDotSpec(typ, fuse string, n, nb, cols uint32) ([]uint32, 
 	if !p.MatvecDot || !slices.Contains(MatvecDotTypes, typ) || cols%32 != 0 || cols == 0 || (nb == 1 && n != 1) {
 		return nil, false
 	}
-	spec := MatvecDotSpec(typ, p.SubgroupSize, cols)
-	spec[3] = p.rowsPerSubgroup(fuse, 1)
+	var spec []uint32
 	if nb > 1 {
 		spec = MatvecDotBatchSpec(fuse, p.SubgroupSize, nb, cols)
+	} else {
+		spec = MatvecDotSpec(typ, p.SubgroupSize, cols)
+		spec[3] = p.rowsPerSubgroup(fuse, 1)
 	}
 	if !p.limitsKnown() {
 		return spec, true
@@ -489,8 +491,9 @@ func (p Profile) matvecDotSpec(typ, fuse string, n, nb, cols uint32) ([]uint32, 
 	if err != nil {
 		return nil, false
 	}
-	for _, tile := range []uint32{spec[5], 4096, 2048, 1024, 512, 256} {
-		if tile > spec[5] {
+	whole := spec[5]
+	for _, tile := range []uint32{whole, 4096, 2048, 1024, 512, 256} {
+		if tile > whole {
 			continue
 		}
 		spec[5] = tile
@@ -558,10 +561,11 @@ func (p Profile) MatvecBatch(typ, fuse string, n, nb, cols uint32) (name string,
 		return name, own
 	}
 	nb = max(min(n, nb), 1)
-	if s, ok := p.matvecDotSpec(typ, fuse, n, nb, cols); ok && p.MatvecRows && nb > 1 {
+	if s, ok := p.matvecDotSpec(typ, fuse, n, nb, cols); ok && nb > 1 {
 		// Each decoded group of weights dotted with the nb vectors' x in 8
-		// bits: 1/4 of an OpSDot a weight and vector, where the float
-		// kernels take a multiply-add (docs/matvec-cost.md, "Batched").
+		// bits. Taken under the knob so that a GPU run measures it: by the
+		// cost model each workgroup's quantizing of the nb vectors outweighs
+		// the dot products at 8 and 16 (docs/matvec-cost.md, "Batched").
 		return MatvecFusedName(typ, ReduceSubgroupDot, fuse), s
 	}
 	spec = append([]uint32(nil), own...)
