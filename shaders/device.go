@@ -131,7 +131,8 @@ func (p Profile) Fit(v Variant, spec []uint32) []uint32 {
 // safe variant, for when the self-check finds the kernel wrong on the
 // device, and what the safe variant is called, for the message; ok is false
 // when v is already the safe variant (nothing to fall back to):
-//   - matvec_dot (integer dot products): matvec_rows;
+//   - matvec_dot (integer dot products), and dot_x (x quantized for its
+//     batched variants): matvec_rows (matvec_words batched);
 //   - a subgroup matvec: the profile's shared-memory matvec (no subgroups);
 //   - router_score_sg, route_decode*_sg: the shared-memory tree variants;
 //   - decode_attend_keys: decode_attend;
@@ -153,6 +154,9 @@ func (p Profile) Fallback(v Variant) (fb Profile, safe string, ok bool) {
 	case v.Op == OpMatvec && v.Reduce == ReduceSubgroupDot: // each of its fusions may fail: the flag is off after the first
 		fb.MatvecDot = false // matvec_rows, which the self-check checks on its own
 		return fb, MatvecFusedName(v.Type, ReduceSubgroupRows, v.Fusion), true
+	case v.Op == OpDotX && p.MatvecDot: // the PREQ matvecs read what it writes: matvec_dot goes with it
+		fb.MatvecDot = false
+		return fb, "matvec_rows and matvec_words (x in floats)", true
 	case v.Op == OpMatvec && v.Reduce == ReduceLanes && p.MatvecLanes:
 		fb.MatvecLanes = false
 		return fb, MatvecFusedName(v.Type, ReduceShared, v.Fusion), true

@@ -207,6 +207,18 @@ func matvecRowsVariant(typ, fuse string) Variant {
 	return v
 }
 
+// matvecDotVariant is matvec_dot.comp's variant for weights of typ under
+// fuse.
+func matvecDotVariant(typ, fuse string) Variant {
+	v := matvecRowsVariant(typ, fuse)
+	v.Name, v.Source, v.Reduce = MatvecFusedName(typ, ReduceSubgroupDot, fuse), "matvec_dot.comp", ReduceSubgroupDot
+	v.Spec = MatvecDotSpec(typ, 32, 4096)
+	v.Notes = strings.Replace(v.Notes, "vectors per pass, rows per subgroup]", "vectors per pass, rows per subgroup, groups a lane loads ahead per row, "+
+		"columns a tile (a multiple of 256: x's quantized copy in shared memory holds NB vectors of it, 1.125 to 1.27 bytes a column)]", 1) +
+		fmt.Sprintf("; x quantized to 8 bits a block of %d as the CPU backend's activations; needs integer dot products", MatvecDotBlock(typ))
+	return v
+}
+
 // matvec_rows's decodings, for BenchmarkMatvecGPU to tell on a GPU what
 // the weight conversion costs (Q8_0 and Q4_K; the variants' reduce is
 // ReduceSubgroupRows plus the suffix, their Reduce field
@@ -256,13 +268,7 @@ func init() {
 	}
 	for _, typ := range MatvecDotTypes {
 		for _, fuse := range MatvecFusions {
-			v := matvecRowsVariant(typ, fuse)
-			v.Name, v.Source, v.Reduce = MatvecFusedName(typ, ReduceSubgroupDot, fuse), "matvec_dot.comp", ReduceSubgroupDot
-			v.Spec = MatvecDotSpec(typ, 32, 4096)
-			v.Notes = strings.Replace(v.Notes, "vectors per pass, rows per subgroup]", "vectors per pass, rows per subgroup, groups a lane loads ahead per row, "+
-				"columns a tile (a multiple of 256: x's quantized copy in shared memory holds NB vectors of it, 1.125 to 1.27 bytes a column)]", 1) +
-				fmt.Sprintf("; x quantized to 8 bits a block of %d as the CPU backend's activations; needs integer dot products", MatvecDotBlock(typ))
-			Variants = append(Variants, v)
+			Variants = append(Variants, matvecDotVariant(typ, fuse))
 		}
 	}
 	for _, typ := range HandoffMatvecTypes {

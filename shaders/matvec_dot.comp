@@ -34,6 +34,11 @@
 // cols <= XCAP is one tile. Every invocation quantizes and meets every
 // barrier, also those of a subgroup past the rows.
 //
+// PREQ (a batched step's variants, Profile.MatvecBatch): x comes quantized
+// once for the step by dot_x.comp, as this kernel would quantize it (the
+// norm's weight applied, the 1/rms not), and each tile is copied into the
+// shared arrays instead of quantized by every workgroup: the same sums.
+//
 // Spec: [workgroup size, the subgroup size, vectors a pass, rows a
 // subgroup, groups a lane loads ahead per row, columns a tile (XCAP: a
 // multiple of 256; the shared arrays hold NB vectors of it)]. cols a
@@ -62,13 +67,21 @@ int sdot4x8(uint a, uint b, spirv_literal int fmt);
 
 layout(std430, binding = 0) readonly buffer Weights { uint w[]; };
 layout(std430, binding = 0) readonly buffer Weights4 { uvec4 w4[]; };
+#ifdef PREQ
+// x as dot_x.comp quantized it for the step (DotXBytes' layout): [n][cols/4]
+// words of q, then [n][cols/32] words each of the chunks' halves' sums,
+// their blocks' scales and the sums of squares of their raw values.
+layout(std430, binding = 1) readonly buffer XQ { uint xg[]; };
+layout(std430, binding = 1) readonly buffer XQ4 { uvec4 xg4[]; };
+#else
 layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; }; // [n][cols]
+#endif
 #ifdef ADD
 layout(std430, binding = 2) buffer Y { float y[]; }; // [n][rows], added to
 #else
 layout(std430, binding = 2) writeonly buffer Y { float y[]; }; // [n][rows]
 #endif
-#ifdef NORM
+#if defined(NORM) && !defined(PREQ)
 layout(std430, binding = 3) readonly buffer NormW4 { vec4 nw4[]; }; // [cols] RMSNorm weight
 #endif
 
@@ -100,7 +113,7 @@ shared float xd[NB * XCAP / XB]; // the blocks' scales
 #ifndef WEIGHT_Q8_0_SPLIT
 shared uint xs2[NB * TC]; // each chunk's sums of q: its first 16's in the low half (int16), its last 16's high
 #endif
-#ifdef XB_WIDE
+#if defined(XB_WIDE) && !defined(PREQ)
 shared float am[NB * TC]; // each chunk's max|x|; negative when it holds a NaN or an infinity
 #endif
 #ifdef NORM
@@ -108,53 +121,23 @@ const uint SGS = gl_WorkGroupSize.x / 8u + 1u; // room for the subgroups' sums (
 shared float ssum[NB * SGS]; // each vector's sums of squares, a subgroup's at k * SGS + subgroup
 #endif
 
-// loadChunk is chunk c (values 32c..32c+31) of x's row v (times the norm's
-// weight with NORM) in val, with the sum of squares of its raw values in
-// ss; it returns their max magnitude, or -1 when one is not finite.
-float loadChunk(uint v, uint c, out vec4 val[8], out float ss) {
-	float amax = 0.0;
-	bool bad = false;
-	ss = 0.0;
-	uint at = v * (p.cols / 4u) + 8u * c;
-	[[unroll]] for (uint i = 0u; i < 8u; i++) {
-		vec4 a = x4[at + i];
-		ss += dot(a, a);
-#ifdef NORM
-		a *= nw4[8u * c + i];
-#endif
-		val[i] = a;
-		bad = bad || any(isnan(a)) || any(isinf(a));
-		vec4 m = abs(a);
-		amax = max(amax, max(max(m.x, m.y), max(m.z, m.w)));
-	}
-	return bad ? -1.0 : amax;
-}
+#ifndef PREQ
+#include "include/dotx.glsl"
 
 // storeChunk quantizes a chunk's values val into the tile's chunk sc by
-// its block's max magnitude amax (negative: the block is not finite, its
-// scale is NaN and its q do not matter), and, where the weights need
-// them, the sums of its halves' q into xs2.
+// its block's max magnitude amax (dotxQuantize), and, where the weights
+// need them, the sums of its halves' q into xs2.
 void storeChunk(uint sc, vec4 val[8], float amax) {
-	float id = amax > 0.0 ? 127.0 / amax : 0.0;
-	ivec4 s = ivec4(0);
+	uint q[8], s2;
+	dotxQuantize(val, amax, q, s2);
 	[[unroll]] for (uint i = 0u; i < 8u; i++) {
-		ivec4 q = ivec4(roundEven(val[i] * id));
-		xq[8u * sc + i] = uint(q.x & 0xff) | uint(q.y & 0xff) << 8 | uint(q.z & 0xff) << 16 | uint(q.w & 0xff) << 24;
-		if (i < 4u) {
-			s.xy += q.xy + q.zw;
-		} else {
-			s.zw += q.xy + q.zw;
-		}
+		xq[8u * sc + i] = q[i];
 	}
 #ifndef WEIGHT_Q8_0_SPLIT
-	xs2[sc] = uint((s.x + s.y) & 0xffff) | uint(s.z + s.w) << 16;
+	xs2[sc] = s2;
 #endif
 }
-
-// blockScale is x's block scale for a block of max magnitude amax.
-float blockScale(float amax) {
-	return amax < 0.0 ? uintBitsToFloat(0x7fc00000u) : amax / 127.0;
-}
+#endif
 
 // Unit is one 32-weight group of one row as loaded: Q8_0: its 32 int8 in
 // lo and hi, its scale's half in dd's low bits; Q4_0: its 16 nibble bytes
@@ -251,6 +234,41 @@ float unitDot(Unit u, XUnit x) {
 #endif
 }
 
+#ifdef PREQ
+// quantizeTile copies the tile of chunks c0.. (tc of them) of the NB
+// vectors s0.. (past the last vector n-1, n-1 again) from x's quantized
+// copy into the shared arrays, and adds each vector's chunks' sums of
+// squares to ss[k]: the chunks an invocation takes, and the order it adds
+// them in, are the other quantizeTile's, so that the two variants' sums
+// are the same.
+void quantizeTile(uint s0, uint c0, uint tc, inout float ss[NB]) {
+	uint chunks = p.cols / 32u, meta = p.n * (p.cols / 4u), nc = p.n * chunks;
+	for (uint i = gl_LocalInvocationID.x; i < NB * tc; i += gl_WorkGroupSize.x) {
+		uint k = i / tc, c = i - k * tc;
+		uint g = min(s0 + k, p.n - 1u) * chunks + c0 + c; // the chunk counted over the buffer
+		uint sc = k * TC + c;
+		uvec4 a = xg4[2u * g], b = xg4[2u * g + 1u];
+		xq[8u * sc] = a.x, xq[8u * sc + 1u] = a.y, xq[8u * sc + 2u] = a.z, xq[8u * sc + 3u] = a.w;
+		xq[8u * sc + 4u] = b.x, xq[8u * sc + 5u] = b.y, xq[8u * sc + 6u] = b.z, xq[8u * sc + 7u] = b.w;
+#ifndef WEIGHT_Q8_0_SPLIT
+		xs2[sc] = xg[meta + g];
+#endif
+#ifdef XB_WIDE
+		if ((c & 7u) == 0u) {
+			xd[sc >> 3] = uintBitsToFloat(xg[meta + nc + g]);
+		}
+#else
+		xd[sc] = uintBitsToFloat(xg[meta + nc + g]);
+#endif
+#ifdef NORM
+		float s = uintBitsToFloat(xg[meta + 2u * nc + g]);
+		[[unroll]] for (uint j = 0u; j < NB; j++) {
+			ss[j] += j == k ? s : 0.0;
+		}
+#endif
+	}
+}
+#else
 // quantizeTile quantizes the tile of chunks c0.. (tc of them) of the NB
 // vectors s0.. (past the last vector n-1, n-1 again: its sums are not
 // written) into the shared arrays, and adds each vector's sum of squares
@@ -263,7 +281,7 @@ void quantizeTile(uint s0, uint c0, uint tc, inout float ss[NB]) {
 		uint k = i / tc, c = i - k * tc;
 		vec4 val[8];
 		float s;
-		am[k * TC + c] = loadChunk(min(s0 + k, p.n - 1u), c0 + c, val, s);
+		am[k * TC + c] = dotxLoad(min(s0 + k, p.n - 1u), c0 + c, val, s);
 		[[unroll]] for (uint j = 0u; j < NB; j++) {
 			ss[j] += j == k ? s : 0.0;
 		}
@@ -273,7 +291,7 @@ void quantizeTile(uint s0, uint c0, uint tc, inout float ss[NB]) {
 		uint k = i / tc, c = i - k * tc;
 		vec4 val[8];
 		float s, amax = 0.0;
-		loadChunk(min(s0 + k, p.n - 1u), c0 + c, val, s);
+		dotxLoad(min(s0 + k, p.n - 1u), c0 + c, val, s);
 		bool bad = false;
 		[[unroll]] for (uint b = 0u; b < 8u; b++) {
 			float m = am[k * TC + (c & ~7u) + b];
@@ -282,7 +300,7 @@ void quantizeTile(uint s0, uint c0, uint tc, inout float ss[NB]) {
 		}
 		amax = bad ? -1.0 : amax;
 		if ((c & 7u) == 0u) {
-			xd[(k * TC + c) >> 3] = blockScale(amax);
+			xd[(k * TC + c) >> 3] = dotxScale(amax);
 		}
 		storeChunk(k * TC + c, val, amax);
 	}
@@ -291,15 +309,16 @@ void quantizeTile(uint s0, uint c0, uint tc, inout float ss[NB]) {
 		uint k = i / tc, c = i - k * tc;
 		vec4 val[8];
 		float s;
-		float amax = loadChunk(min(s0 + k, p.n - 1u), c0 + c, val, s);
+		float amax = dotxLoad(min(s0 + k, p.n - 1u), c0 + c, val, s);
 		[[unroll]] for (uint j = 0u; j < NB; j++) {
 			ss[j] += j == k ? s : 0.0;
 		}
-		xd[k * TC + c] = blockScale(amax);
+		xd[k * TC + c] = dotxScale(amax);
 		storeChunk(k * TC + c, val, amax);
 	}
 #endif
 }
+#endif
 
 void main() {
 #ifdef WEIGHT_SUBBLOCK

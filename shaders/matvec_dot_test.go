@@ -91,6 +91,10 @@ func TestMatvecDot(t *testing.T) {
 		for _, fuse := range MatvecFusions {
 			v, err := Lookup(MatvecFusedName(typ, ReduceSubgroupDot, fuse))
 			require.NoError(t, err)
+			vPre, err := Lookup(MatvecFusedName(typ, ReduceSubgroupDot+MatvecDotPre, fuse))
+			require.NoError(t, err)
+			vDotX, err := Lookup(DotXName(typ, fuse))
+			require.NoError(t, err)
 			for ci, cols := range colsOf {
 				wide := uint32(cols+255)/256*256 + 256
 				for si, spec := range [][]uint32{MatvecDotSpec(typ, sg, uint32(cols)), {sg, sg, 1, 1, 1, 256}, {2 * sg, sg, 1, 3, 2, wide}, MatvecDotBatchSpec(fuse, sg, 3, 512)} {
@@ -103,6 +107,10 @@ func TestMatvecDot(t *testing.T) {
 						ns = []int{1, 3, 7}
 					}
 					k := newKernel(t, dev, v, spec...)
+					var pre, dx *vk.Kernel // the batched spec: the PREQ variant too, after dot_x
+					if si == 3 {
+						pre, dx = newKernel(t, dev, vPre, spec...), newKernel(t, dev, vDotX)
+					}
 					for _, n := range ns {
 						for _, rows := range []int{1, 7, 67} {
 							if n > 1 && rows == 7 {
@@ -118,10 +126,27 @@ func TestMatvecDot(t *testing.T) {
 							if cols > xb {
 								clear(mc.x[xb : 2*xb]) // a block of zeros: d 0
 							}
-							got, want, scale := runDot(t, dev, k, mc, fuse, rows, eps, -1)
+							got, want, scale := runDot(t, dev, k, nil, mc, fuse, rows, eps, -1)
 							if err := closeness(got, want, scale, 1e-5); err != nil {
 								t.Errorf("%s: %v", label, err)
 							}
+							checked++
+							if pre == nil {
+								continue
+							}
+							gotPre, _, _ := runDot(t, dev, pre, dx, mc, fuse, rows, eps, -1)
+							if err := closeness(gotPre, want, scale, 1e-5); err != nil {
+								t.Errorf("%s, x quantized by dot_x: %v", label, err)
+							}
+							same := 0
+							for i := range got {
+								if got[i] == gotPre[i] {
+									same++
+								}
+							}
+							// The same operations on the same values: the same sums
+							// but for the compiler's freedom to contract them.
+							assert.GreaterOrEqual(t, same, len(got)*9/10, "%s: %d of %d sums equal to the in-kernel quantization's", label, same, len(got))
 							checked++
 						}
 					}
@@ -130,7 +155,10 @@ func TestMatvecDot(t *testing.T) {
 			for _, spec := range [][]uint32{MatvecDotSpec(typ, sg, uint32(3*xb)), MatvecDotBatchSpec(fuse, sg, 3, 256)} {
 				for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
 					cols, n := 3*xb, int(spec[2])
-					k := newKernel(t, dev, v, spec...)
+					k, dx := newKernel(t, dev, v, spec...), (*vk.Kernel)(nil)
+					if n > 1 { // a batched step's: x quantized by dot_x
+						k, dx = newKernel(t, dev, vPre, spec...), newKernel(t, dev, vDotX)
+					}
 					wRows := 7
 					if fuse == FuseNormSwiGLU {
 						wRows = 14
@@ -138,7 +166,7 @@ func TestMatvecDot(t *testing.T) {
 					mc, err := newMatvecCase(gt, wRows, cols, n, 5)
 					require.NoError(t, err)
 					mc.x[(n-1)*cols+xb+38] = bad // the last vector's
-					got, want, scale := runDot(t, dev, k, mc, fuse, 7, eps, n-1)
+					got, want, scale := runDot(t, dev, k, dx, mc, fuse, 7, eps, n-1)
 					for r, g := range got[(n-1)*7:] {
 						assert.True(t, math.IsNaN(float64(g)), "%s%s%v: x holding %g: row %d is %g, want NaN", typ, fuse, spec, bad, r, g)
 					}
@@ -153,11 +181,12 @@ func TestMatvecDot(t *testing.T) {
 }
 
 // runDot runs matvec_dot's kernel k under fuse on c (rows output rows of
-// c.n vectors; under SwiGLU c has twice the rows, gate then up) and
-// returns y and the reference with x quantized (quantizeX8), and each
+// c.n vectors; under SwiGLU c has twice the rows, gate then up), with x
+// quantized first by dot_x's kernel dx where it is not nil (k a PREQ
+// variant), and returns y and the reference with x quantized (quantizeX8), and each
 // value's scale (the sum of its terms' magnitudes). Vector bad's x is not
 // finite: its reference is not computed (-1: none is).
-func runDot(t *testing.T, dev *vk.Device, k *vk.Kernel, c *matvecCase, fuse string, rows int, eps float32, bad int) (got []float32, want, scale []float64) {
+func runDot(t *testing.T, dev *vk.Device, k, dx *vk.Kernel, c *matvecCase, fuse string, rows int, eps float32, bad int) (got []float32, want, scale []float64) {
 	t.Helper()
 	rng := rand.New(rand.NewSource(int64(rows + c.cols)))
 	y0 := make([]float32, c.n*rows)
@@ -209,16 +238,27 @@ func runDot(t *testing.T, dev *vk.Device, k *vk.Kernel, c *matvecCase, fuse stri
 		}
 	}
 	yb := newBuffer(t, dev, f32bytes(y0))
-	binds := []vk.Bind{{Buf: newBuffer(t, dev, c.gpu), Access: vk.Read}, {Buf: newBuffer(t, dev, f32bytes(c.x)), Access: vk.Read}, {Buf: yb, Access: vk.Write}}
-	switch fuse {
-	case FuseAdd:
-		binds[2].Access = vk.ReadWrite
-	case FuseNorm, FuseNormSwiGLU:
-		binds = append(binds, vk.Bind{Buf: newBuffer(t, dev, f32bytes(nw)), Access: vk.Read})
-	}
+	xb, nwb := newBuffer(t, dev, f32bytes(c.x)), newBuffer(t, dev, f32bytes(nw))
+	norm := fuse == FuseNorm || fuse == FuseNormSwiGLU
+	push := vk.MustPackPush(MatvecPush{Rows: uint32(rows), Cols: uint32(c.cols), N: uint32(c.n), Eps: eps})
 	rec := dev.NewRecorder()
 	defer rec.Close()
-	rec.Dispatch(k, vk.MustPackPush(MatvecPush{Rows: uint32(rows), Cols: uint32(c.cols), N: uint32(c.n), Eps: eps}), MatvecGroups(uint32(rows), k.Spec().Specialization), binds...)
+	binds := []vk.Bind{{Buf: newBuffer(t, dev, c.gpu), Access: vk.Read}, {Buf: xb, Access: vk.Read}, {Buf: yb, Access: vk.Write}}
+	if dx != nil {
+		xq := newBuffer(t, dev, make([]byte, DotXBytes(uint32(c.n), uint32(c.cols))))
+		dxBinds := []vk.Bind{{Buf: xb, Access: vk.Read}, {Buf: xq, Access: vk.Write}}
+		if norm {
+			dxBinds = append(dxBinds, vk.Bind{Buf: nwb, Access: vk.Read})
+		}
+		rec.Dispatch(dx, push, DotXGroups(uint32(c.n), uint32(c.cols)), dxBinds...)
+		binds[1].Buf = xq
+	} else if norm {
+		binds = append(binds, vk.Bind{Buf: nwb, Access: vk.Read})
+	}
+	if fuse == FuseAdd {
+		binds[2].Access = vk.ReadWrite
+	}
+	rec.Dispatch(k, push, MatvecGroups(uint32(rows), k.Spec().Specialization), binds...)
 	require.NoError(t, dev.Run(rec))
 	return download(t, yb, c.n*rows), want, scale
 }
@@ -249,7 +289,7 @@ func TestMatvecDotChoice(t *testing.T) {
 		_, spec = p.Matvec(typ, FuseAdd, 1, 14336)
 		assert.Equal(t, uint32(4096), spec[5], "%s: 14,336 columns past 16 KB of shared memory: tiles of 4,096", typ)
 		name, spec = p.MatvecBatch(typ, FuseNormSwiGLU, 16, 8, 4096)
-		assert.Equal(t, MatvecFusedName(typ, ReduceSubgroupDot, FuseNormSwiGLU), name, "%s: a batched step", typ)
+		assert.Equal(t, MatvecFusedName(typ, ReduceSubgroupDot+MatvecDotPre, FuseNormSwiGLU), name, "%s: a batched step, x quantized by dot_x", typ)
 		assert.Equal(t, []uint32{4 * sg, sg, 8, 1, 1, 1024}, spec, "%s: 8 vectors of 2,048 columns past 16 KB: tiles of 1,024; 2 rows walked, a gate and an up row", typ)
 		_, spec = p.MatvecBatch(typ, FuseNone, 3, 8, 512)
 		assert.Equal(t, []uint32{4 * sg, sg, 3, 4, 1, 512}, spec, "%s: 3 rows of 512 columns: one tile, 3 vectors", typ)
@@ -278,4 +318,118 @@ func TestMatvecDotChoice(t *testing.T) {
 	d.MatvecDot = false
 	name, _ = NewProfile(d).MatvecBatch(MatvecQ4_K, FuseNone, 8, 8, 4096)
 	assert.NotContains(t, name, ReduceSubgroupDot, "a batched step without MODRUN_MATVEC_DOT=1")
+}
+
+// TestDotX checks dot_x (a batched step's x quantized once for matvec_dot's
+// PREQ variants) against QuantizeDotX, its host mirror: blocks of 32 and
+// 256, with and without the norm's weight, 3 vectors of 256 columns (one
+// workgroup, 8 chunks) and of 8,448 (264 chunks: a second workgroup with
+// 8), a block of zeros and, in the middle vector, a NaN. q must be the
+// host's but where x*127/max|x| lies within 1e-3 of a half (a device
+// whose division is not IEEE's may round there the other way); each
+// chunk's halves' sums must be those of the kernel's own q; the scales the
+// host's to an ulp (NaN for the NaN's block), the sums of squares to 1e-6.
+func TestDotX(t *testing.T) {
+	dev := openDevice(t)
+	for _, xb := range []int{32, 256} {
+		typ := MatvecQ8_0
+		if xb == 256 {
+			typ = MatvecQ4_K
+		}
+		for _, fuse := range []string{FuseNone, FuseNorm} {
+			v, err := Lookup(DotXName(typ, fuse))
+			require.NoError(t, err)
+			k := newKernel(t, dev, v)
+			for _, cols := range []int{256, 8448} {
+				const n = 3
+				rng := rand.New(rand.NewSource(int64(xb + cols)))
+				x := make([]float32, n*cols)
+				for i := range x {
+					x[i] = float32(rng.NormFloat64() * 3)
+				}
+				clear(x[cols-xb : cols])             // vector 0's last block: zeros
+				x[cols+cols/2] = float32(math.NaN()) // vector 1: a NaN
+				var nw []float32
+				if fuse == FuseNorm {
+					nw = make([]float32, cols)
+					for i := range nw {
+						nw[i] = float32(0.5 + rng.Float64())
+					}
+				}
+				want := QuantizeDotX(x, nw, n, cols, xb)
+				xq := newBuffer(t, dev, make([]byte, DotXBytes(n, uint32(cols))))
+				binds := []vk.Bind{{Buf: newBuffer(t, dev, f32bytes(x)), Access: vk.Read}, {Buf: xq, Access: vk.Write}}
+				if nw != nil {
+					binds = append(binds, vk.Bind{Buf: newBuffer(t, dev, f32bytes(nw)), Access: vk.Read})
+				}
+				rec := dev.NewRecorder()
+				rec.Dispatch(k, vk.MustPackPush(MatvecPush{Cols: uint32(cols), N: n}), DotXGroups(n, uint32(cols)), binds...)
+				require.NoError(t, dev.Run(rec))
+				rec.Close()
+				raw := make([]byte, DotXBytes(n, uint32(cols)))
+				require.NoError(t, xq.Download(raw, 0))
+				got := make([]uint32, len(raw)/4)
+				for i := range got {
+					got[i] = uint32(raw[4*i]) | uint32(raw[4*i+1])<<8 | uint32(raw[4*i+2])<<16 | uint32(raw[4*i+3])<<24
+				}
+				chunks := cols / 32
+				meta, nc := n*cols/4, n*chunks
+				label := fmt.Sprintf("%s/%d cols", v.Name, cols)
+				ties, bad := 0, 0
+				for vi := range n {
+					for c := range chunks {
+						g := vi*chunks + c
+						d := math.Float32frombits(want[meta+nc+g])
+						gd := math.Float32frombits(got[meta+nc+g])
+						if math.IsNaN(float64(d)) {
+							if !math.IsNaN(float64(gd)) {
+								t.Errorf("%s: vector %d chunk %d: scale %g, want NaN (its block holds a NaN)", label, vi, c, gd)
+							}
+							continue
+						}
+						if u := math.Float32bits(gd) - math.Float32bits(d); gd != d && u != 1 && u != ^uint32(0) {
+							t.Errorf("%s: vector %d chunk %d: scale %g, want %g", label, vi, c, gd, d)
+						}
+						var lo, hi int32
+						for j := range 32 {
+							gq := int32(int8(got[8*g+j/4] >> (8 * (j % 4))))
+							wq := int32(int8(want[8*g+j/4] >> (8 * (j % 4))))
+							if j < 16 {
+								lo += gq
+							} else {
+								hi += gq
+							}
+							if gq == wq {
+								continue
+							}
+							xv := x[vi*cols+32*c+j]
+							if nw != nil {
+								xv *= nw[32*c+j]
+							}
+							f := float64(xv) / float64(d)
+							if gq-wq == 1 || wq-gq == 1 {
+								if math.Abs(math.Abs(f-math.Trunc(f))-0.5) < 1e-3 {
+									ties++
+									continue
+								}
+							}
+							bad++
+							if bad < 5 {
+								t.Errorf("%s: vector %d value %d: q %d, want %d (x/d %g)", label, vi, 32*c+j, gq, wq, f)
+							}
+						}
+						if s2 := uint32(lo)&0xffff | uint32(hi)<<16; got[meta+g] != s2 {
+							t.Errorf("%s: vector %d chunk %d: halves' sums %#x, its q's are %#x", label, vi, c, got[meta+g], s2)
+						}
+						gs, ws := math.Float32frombits(got[meta+2*nc+g]), math.Float32frombits(want[meta+2*nc+g])
+						if math.Abs(float64(gs-ws)) > 1e-6*math.Abs(float64(ws)) {
+							t.Errorf("%s: vector %d chunk %d: sum of squares %g, want %g", label, vi, c, gs, ws)
+						}
+					}
+				}
+				assert.Zero(t, bad, "%s: q off the host's away from a tie", label)
+				t.Logf("%s: %d q a value off the host's at a tie", label, ties)
+			}
+		}
+	}
 }

@@ -37,7 +37,12 @@ import (
 //     units in flight; words-rN-uU (NB 8 and 16) with U of them;
 //   - words-r4-fixed (NB 1): the same with NB and the rows a subgroup
 //     compiled in, not specialization constants: whether the driver keeps
-//     arrays sized by those in memory.
+//     arrays sized by those in memory;
+//   - with integer dot products, matvec_dot: dot-rN, dot-r4-u1 and
+//     dot-r4-wg8 (NB 1, the decode's); dot and dot-w4 (NB > 1, each
+//     workgroup quantizing the NB vectors), and dot-pre (NB > 1, x
+//     quantized once by dot_x, timed with it: MODRUN_MATVEC_DOT=1's
+//     batched path).
 //
 // Before timing, each kernel's output is checked against a float64
 // reference on a sample of rows (every 61st and the last), with matvec's
@@ -164,6 +169,9 @@ func matvecCandidates(d Device, typ, fuse string, nb, cols int) []matvecCandidat
 	if nb > 1 && slices.Contains(MatvecDotTypes, typ) && d.IntegerDotProduct { // a batched step's, in tiles (MODRUN_MATVEC_DOT)
 		spec := MatvecDotBatchSpec(fuse, sg, uint32(nb), uint32(cols))
 		add(matvecCandidate{"dot", MatvecFusedName(typ, ReduceSubgroupDot, fuse), spec})
+		// x quantized once by dot_x (timed with it), each workgroup
+		// copying its tiles: the knob's batched path.
+		add(matvecCandidate{"dot-pre", MatvecFusedName(typ, ReduceSubgroupDot+MatvecDotPre, fuse), spec})
 		if spec[3]*matvecWalks(fuse) < 4 { // 4 rows walked: each x from shared memory serves twice the rows
 			spec = append([]uint32(nil), spec...)
 			spec[3] = max(4/matvecWalks(fuse), 1)
@@ -350,27 +358,46 @@ func (c *matvecGPUCase) closeKernels() {
 
 // bench validates candidate cand at nb vectors, then times it.
 func (c *matvecGPUCase) bench(b *testing.B, dev *vk.Device, cand matvecCandidate, nb int, probe float64) {
-	key := fmt.Sprint(cand.name, cand.spec)
-	k, ok := c.kernels[key]
-	if !ok {
-		v, err := Lookup(cand.name)
-		require.NoError(b, err)
-		k, err = dev.NewKernel(v.SPIRV(), vk.KernelSpec{Name: v.Name, Bindings: len(v.Bindings),
-			PushConstantBytes: v.PushBytes(), Specialization: cand.spec})
-		require.NoError(b, err)
-		c.kernels[key] = k // closed with the case (closeKernels): b's cleanups run after each of its runs
+	kernel := func(name string, spec []uint32) *vk.Kernel {
+		key := fmt.Sprint(name, spec)
+		k, ok := c.kernels[key]
+		if !ok {
+			v, err := Lookup(name)
+			require.NoError(b, err)
+			k, err = dev.NewKernel(v.SPIRV(), vk.KernelSpec{Name: v.Name, Bindings: len(v.Bindings),
+				PushConstantBytes: v.PushBytes(), Specialization: spec})
+			require.NoError(b, err)
+			c.kernels[key] = k // closed with the case (closeKernels): b's cleanups run after each of its runs
+		}
+		return k
 	}
+	k := kernel(cand.name, cand.spec)
 	sh := c.sh
 	push := vk.MustPackPush(MatvecPush{Rows: uint32(sh.rows), Cols: uint32(sh.cols), N: uint32(nb), Eps: 1e-5})
 	groups := MatvecGroups(uint32(sh.rows), cand.spec)
 	xb := newBuffer(b, dev, f32bytes(c.x[:nb*sh.cols]))
 	nwb := newBuffer(b, dev, f32bytes(c.nw))
+	norm := sh.fuse == FuseNorm || sh.fuse == FuseNormSwiGLU
+	// A PREQ candidate reads x as dot_x quantizes it, dispatched before
+	// each call and timed with it.
+	var pre func(rec *vk.Recorder)
+	in := xb
+	if dx, ok := MatvecDotPreX(cand.name); ok {
+		dk := kernel(dx, nil)
+		xq := newBuffer(b, dev, make([]byte, DotXBytes(uint32(nb), uint32(sh.cols))))
+		dxBinds := []vk.Bind{{Buf: xb, Access: vk.Read}, {Buf: xq, Access: vk.Write}}
+		if norm {
+			dxBinds = append(dxBinds, vk.Bind{Buf: nwb, Access: vk.Read})
+		}
+		pre = func(rec *vk.Recorder) { rec.Dispatch(dk, push, DotXGroups(uint32(nb), uint32(sh.cols)), dxBinds...) }
+		in, norm = xq, false
+	}
 	binds := func(w, y *vk.Buffer) []vk.Bind {
-		out := []vk.Bind{{Buf: w, Access: vk.Read}, {Buf: xb, Access: vk.Read}, {Buf: y, Access: vk.Write}}
-		switch sh.fuse {
-		case FuseAdd:
+		out := []vk.Bind{{Buf: w, Access: vk.Read}, {Buf: in, Access: vk.Read}, {Buf: y, Access: vk.Write}}
+		if sh.fuse == FuseAdd {
 			out[2].Access = vk.ReadWrite
-		case FuseNorm, FuseNormSwiGLU:
+		}
+		if norm {
 			out = append(out, vk.Bind{Buf: nwb, Access: vk.Read})
 		}
 		return out
@@ -379,6 +406,9 @@ func (c *matvecGPUCase) bench(b *testing.B, dev *vk.Device, cand matvecCandidate
 	copies := len(ws)
 	yb := newBuffer(b, dev, f32bytes(c.y0[:nb*sh.rows]))
 	check := dev.NewRecorder()
+	if pre != nil {
+		pre(check)
+	}
 	check.Dispatch(k, push, groups, binds(ws[0], yb)...)
 	require.NoError(b, dev.Run(check))
 	check.Close()
@@ -407,6 +437,9 @@ func (c *matvecGPUCase) bench(b *testing.B, dev *vk.Device, cand matvecCandidate
 	rec := dev.NewRecorder()
 	defer rec.Close()
 	for i := 0; i < perRun; i++ {
+		if pre != nil {
+			pre(rec)
+		}
 		rec.Dispatch(k, push, groups, binds(ws[i%copies], yb)...)
 	}
 	perCall := timeReplays(b, dev, rec) / perRun

@@ -563,10 +563,12 @@ func (p Profile) MatvecBatch(typ, fuse string, n, nb, cols uint32) (name string,
 	nb = max(min(n, nb), 1)
 	if s, ok := p.matvecDotSpec(typ, fuse, n, nb, cols); ok && nb > 1 {
 		// Each decoded group of weights dotted with the nb vectors' x in 8
-		// bits. Taken under the knob so that a GPU run measures it: by the
-		// cost model each workgroup's quantizing of the nb vectors outweighs
-		// the dot products at 8 and 16 (docs/matvec-cost.md, "Batched").
-		return MatvecFusedName(typ, ReduceSubgroupDot, fuse), s
+		// bits, x quantized once for the step by dot_x (MatvecDotPreX: the
+		// caller dispatches it first), since each workgroup quantizing the
+		// nb vectors itself would outweigh the dot products at 8 and 16
+		// (docs/matvec-cost.md, "Batched"). Taken under the knob so that a
+		// GPU run measures it.
+		return MatvecFusedName(typ, ReduceSubgroupDot+MatvecDotPre, fuse), s
 	}
 	spec = append([]uint32(nil), own...)
 	spec[2] = nb

@@ -88,6 +88,7 @@ const (
 	OpAttentionLanes       = "attention_lanes" // attention_split's ATTN_LANES variants (lanes a query row)
 	OpMatmulDirect         = "matmul_direct"   // the direct tensor-core matmul over planes of halves (and its emulation)
 	OpAttentionCoop        = "attention_coop"  // the prefill's attention on tensor cores (and its emulation)
+	OpDotX                 = "dot_x"           // a batched step's x quantized to 8 bits once, for matvec_dot's PREQ variants
 )
 
 // PushBytes is the size of the push-constant block.

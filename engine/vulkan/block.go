@@ -265,7 +265,7 @@ func (r *Runner) decodeAttention(p *frame, l int, rb routedBlock) ([]op, error) 
 // W in into out (a batch: p.ob), for mod_residual's gate to scale.
 func (r *Runner) residual(p *frame, m mat, bm batchMat, in *vk.Buffer, br blockRows, add bool, out *vk.Buffer) ([]op, error) {
 	if p.vec { // a step of a few rows (stepvec.go)
-		return r.vecResidual(m, in, br, add, out)
+		return r.vecResidual(p, m, in, br, add, out)
 	}
 	if p.step {
 		if !add {

@@ -76,7 +76,7 @@ func (r *Runner) forwardFrame(ps pass) (*frame, error) {
 		// A short prompt's chunk: its products as matvecs over its rows,
 		// one pass over the weights (stepvec.go), as a step of as many
 		// sequences runs them.
-		f.vec, f.vqkv = true, r.pf.vqkv
+		f.vec, f.vqkv, f.vxq = true, r.pf.vqkv, r.pf.vxq
 		return f, nil
 	}
 	if !ps.step && !r.ks.prof.CPU {

@@ -61,6 +61,10 @@ type frame struct {
 	// ([vecRows][the stack's rows]).
 	vec  bool
 	vqkv *vk.Buffer
+	// vxq is where dot_x quantizes x for matvec_dot's PREQ variants on the
+	// matvec path (DotXBytes of [vecRows][the widest matrix's columns]);
+	// nil where the profile takes no matvec_dot.
+	vxq *vk.Buffer
 	// draw, when its buffer is set, is where the head's argmax reads its
 	// draw parameters (a chained step's slot); else the runner's drawHost.
 	draw vk.Bind

@@ -16,6 +16,7 @@ import (
 	"github.com/modrun/modrun/mod"
 	"github.com/modrun/modrun/mod/synth"
 	"github.com/modrun/modrun/shaders"
+	"github.com/modrun/modrun/vk"
 )
 
 // TestMatvecDotAgainstCPU: a GPU profile with matvec_dot
@@ -138,6 +139,26 @@ var (
 		gate: gguf.TypeQ4_0, up: gguf.TypeQ4_0, down: gguf.TypeQ5_1, embd: gguf.TypeQ8_0}
 )
 
+// dotMixes are the synthetic models' weight mixes of the step tests: every
+// K-quant, and the 32-wide types.
+var dotMixes = []struct {
+	name string
+	mix  weightMix
+}{{"wide-k-quants", kQuantMix}, {"wide-32", mix32}}
+
+// dotDevice is the test device and a GPU profile on it with
+// MODRUN_MATVEC_DOT=1; the test is skipped where the device has no integer
+// dot products or no subgroup arithmetic.
+func dotDevice(t *testing.T) (*vk.Device, shaders.Profile) {
+	dev := openDevice(t, true)
+	if !dev.Info().Features.IntegerDotProduct || !dev.Info().Features.SubgroupArithmetic {
+		t.Skip("the device has no integer dot products or no subgroup arithmetic")
+	}
+	gpu, err := ProfileWith(dev.Info(), Knobs{"MODRUN_MATVEC_DOT": "1"})
+	require.NoError(t, err)
+	return dev, gpuProfileOn(gpu.Device, true)
+}
+
 // dotModel is a synthetic MoD model (every other block routed, capacity
 // 0.5) of widths the K-quants take (256 and 512), its matrices of mix.
 func dotModel(t *testing.T, mix weightMix) *mod.Model {
@@ -165,17 +186,8 @@ func dotModel(t *testing.T, mix weightMix) *mod.Model {
 // on lavapipe one sequence of five does, at 1.6e-3 of the largest logit),
 // for the K-quant and the 32-wide models of TestMatvecDotAgainstCPU.
 func TestMatvecDotStepMatchesSolo(t *testing.T) {
-	dev := openDevice(t, true)
-	if !dev.Info().Features.IntegerDotProduct || !dev.Info().Features.SubgroupArithmetic {
-		t.Skip("the device has no integer dot products or no subgroup arithmetic")
-	}
-	gpu, err := ProfileWith(dev.Info(), Knobs{"MODRUN_MATVEC_DOT": "1"})
-	require.NoError(t, err)
-	gpu = gpuProfileOn(gpu.Device, true)
-	for _, c := range []struct {
-		name string
-		mix  weightMix
-	}{{"wide-k-quants", kQuantMix}, {"wide-32", mix32}} {
+	dev, gpu := dotDevice(t)
+	for _, c := range dotMixes {
 		t.Run(c.name, func(t *testing.T) {
 			m := dotModel(t, c.mix)
 			b := m.Weights.Blocks[0]
@@ -221,6 +233,56 @@ func TestMatvecDotStepMatchesSolo(t *testing.T) {
 				s.Stats().Steps, s.Stats().SharedSteps, len(diffs), median(diffs), slices.Max(diffs))
 			assert.LessOrEqual(t, median(diffs), stepTolVK, "the median draw: the same arithmetic")
 			assert.Greater(t, s.Stats().SharedSteps, 3, "steps of several sequences")
+		})
+	}
+}
+
+// TestMatvecDotQuantizesOnce: under MODRUN_MATVEC_DOT=1 a batched step's
+// block quantizes x once a product (dot_x before matvec_dot's PREQ
+// variants), and once for q, k and v where they are three matrices of
+// types that quantize x alike (quantizedOnce): the K-quant model's Q4_K,
+// Q5_K and Q6_K (blocks of 256), the 32-wide one's Q4_0, Q4_1 and Q5_0.
+// A dense block of a few rows: q|k|v, o, gate|up (one matrix: the norm
+// and SwiGLU in it) and down, 4 dot_x; every PREQ matvec reads the
+// frame's vxq, and the dispatch before each is the dot_x it reads.
+func TestMatvecDotQuantizesOnce(t *testing.T) {
+	dev, gpu := dotDevice(t)
+	for _, c := range dotMixes {
+		t.Run(c.name, func(t *testing.T) {
+			run, err := New(dev, dotModel(t, c.mix), mod.RoutingRouter, Options{DeviceProfile: &gpu, KVType: "f32", ContextLen: 64})
+			require.NoError(t, err)
+			defer run.Close()
+			require.Len(t, run.w.blocks[0].qkv.mvs, 3, "q, k and v of three types: three matrices")
+			st, err := run.Stepper(4)
+			require.NoError(t, err)
+			require.NoError(t, st.Reserve(32, 16))
+			require.NoError(t, st.growTables(64))
+			f, err := st.frame(3, 3, 3, false)
+			require.NoError(t, err)
+			require.True(t, f.vec, "3 rows: the matvec path")
+			require.NotNil(t, f.vxq)
+			require.Nil(t, run.w.blocks[0].router, "block 0 is dense")
+			ops, err := run.blockOps(f, 0, f.rows, routedBlock{})
+			require.NoError(t, err)
+			dotx, pre := 0, 0
+			for i, o := range ops {
+				if o.k.v.Op == shaders.OpDotX {
+					dotx++
+					continue
+				}
+				if _, ok := shaders.MatvecDotPreX(o.k.v.Name); ok {
+					pre++
+					assert.Same(t, f.vxq, o.binds[1].Buf, "%s reads the frame's x quantized", o.k.v.Name)
+					j := i - 1
+					for j >= 0 && ops[j].k.v.Op == shaders.OpMatvec { // q, k, v: after the one dot_x
+						j--
+					}
+					require.GreaterOrEqual(t, j, 0, "%s: no dot_x before it", o.k.v.Name)
+					assert.Equal(t, shaders.OpDotX, ops[j].k.v.Op, "%s: the dispatch before its group is dot_x", o.k.v.Name)
+				}
+			}
+			assert.Equal(t, 6, pre, "q, k, v, o, gate|up and down on matvec_dot's PREQ variants")
+			assert.Equal(t, 4, dotx, "x quantized once for q, k and v, once each for o, gate|up and down")
 		})
 	}
 }

@@ -64,6 +64,7 @@ type prefill struct {
 	// as matvecs (frame.vec: a short prompt); nil where they cannot
 	// (vecFits) and in eval mode.
 	vqkv *vk.Buffer
+	vxq  *vk.Buffer // frame.vxq for such a chunk (vecXQ)
 }
 
 // buildPrefill binds the weights for matmul and makes the chunk scratch.
@@ -142,7 +143,7 @@ func (r *Runner) buildPrefill(m *mod.Model, ub int) error {
 		pf.trace = must(12*uint64(ub*len(c.RoutedLayers())), vk.HostVisible)
 	}
 	if !r.evalMode {
-		pf.vqkv = r.vecQKV(must)
+		pf.vqkv, pf.vxq = r.vecQKV(must), r.vecXQ(must)
 	}
 	a.partO, a.partML = r.batchAttentionParts(must, ub, r.ctx)
 	if al.err != nil {

@@ -142,13 +142,14 @@ func (ks *kernels) selfCheck(log io.Writer) (*shaders.Profile, error) {
 }
 
 // checkBuf is one binding of a check: its initial contents and, for an
-// output, what it must hold after the dispatch (floats within bound, or
-// words exactly).
+// output, what it must hold after the dispatch: words exactly (wantU32,
+// from the first), and floats within bound (want, from word floatsAt).
 type checkBuf struct {
-	data    []byte
-	want    []float32
-	bound   []float64
-	wantU32 []uint32
+	data     []byte
+	want     []float32
+	bound    []float64
+	wantU32  []uint32
+	floatsAt int
 }
 
 // checkCase is one dispatch of a kernel on a small input, with the CPU's
@@ -195,7 +196,7 @@ func runCheck(dev *vk.Device, k *kernel, c checkCase, timed bool) (worst, us flo
 			return 0, 0, err
 		}
 		for j, w := range cb.want {
-			g := math.Float32frombits(binary.LittleEndian.Uint32(got[4*j:]))
+			g := math.Float32frombits(binary.LittleEndian.Uint32(got[4*(cb.floatsAt+j):]))
 			d := math.Abs(float64(g)-float64(w)) / cb.bound[j]
 			if math.IsNaN(d) {
 				d = math.Inf(1)
@@ -268,13 +269,20 @@ func profilePicks(prof shaders.Profile) []pick {
 			picks = append(picks, pick{name, "decode", spec})
 		}
 	}
+	var dotx []string
 	for _, typ := range shaders.MatvecTypes { // a batched step's, where it differs: 8 vectors a pass
 		for _, fuse := range shaders.MatvecFusions {
 			name, spec := prof.MatvecBatch(typ, fuse, 8, 8, 4096)
 			if own, _ := prof.Matvec(typ, fuse, 8, 4096); name != own {
 				picks = append(picks, pick{name, "batched step of 8", spec})
 			}
+			if dx, ok := shaders.MatvecDotPreX(name); ok && !slices.Contains(dotx, dx) {
+				dotx = append(dotx, dx)
+			}
 		}
+	}
+	for _, dx := range dotx { // what the PREQ matvecs read
+		picks = append(picks, pick{dx, "batched step: x quantized once", nil})
 	}
 	if prof.Handoff { // the decode step's matvecs that hand off (handoff.go)
 		for _, typ := range shaders.HandoffMatvecTypes {

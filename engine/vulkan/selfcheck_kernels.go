@@ -31,6 +31,8 @@ func checkerFor(v shaders.Variant) (mk func(v shaders.Variant, spec []uint32) (c
 	switch v.Op {
 	case shaders.OpMatvec:
 		return matvecCase, true
+	case shaders.OpDotX:
+		return dotXCase, true
 	case shaders.OpRouterScore:
 		return routerScoreCase, true
 	case shaders.OpRouteDecode, shaders.OpRouteDecodePred:
@@ -57,6 +59,11 @@ func checkOp(v shaders.Variant) string {
 	case shaders.OpMatvec:
 		return "matvec " + v.Type + map[string]string{shaders.FuseNone: "", shaders.FuseAdd: " add", shaders.FuseNorm: " norm",
 			shaders.FuseNormSwiGLU: " norm swiglu"}[v.Fusion]
+	case shaders.OpDotX:
+		if strings.HasSuffix(v.Name, "_norm") {
+			return "x to 8 bits, normed"
+		}
+		return "x to 8 bits"
 	case shaders.OpRouterScore:
 		return "router score"
 	case shaders.OpRouteDecode, shaders.OpRouteDecodePred:
@@ -218,11 +225,80 @@ func matvecCase(v shaders.Variant, spec []uint32) (checkCase, error) {
 		}
 	}
 	bufs := []checkBuf{{data: devBytes}, {data: f32Bytes(x)}, {data: f32Bytes(y0), want: want, bound: bound}}
-	if fuse == shaders.FuseNorm || fuse == shaders.FuseNormSwiGLU {
+	norm := fuse == shaders.FuseNorm || fuse == shaders.FuseNormSwiGLU
+	if _, pre := shaders.MatvecDotPreX(v.Name); pre {
+		// x as dot_x quantizes it (its own check: dotXCase), on the host.
+		var nw []float32
+		if norm {
+			nw = normw
+		}
+		bufs[1].data = u32Bytes(shaders.QuantizeDotX(x, nw, n, checkCols, shaders.MatvecDotBlock(typ)))
+	} else if norm {
 		bufs = append(bufs, checkBuf{data: f32Bytes(normw)})
 	}
 	return checkCase{op: checkOp(v), push: shaders.MatvecPush{Rows: uint32(rows), Cols: checkCols, N: uint32(n), Eps: checkEps},
 		groups: shaders.MatvecGroups(uint32(rows), spec), bufs: bufs}, nil
+}
+
+// dotXCase: dot_x over 3 vectors of 768 columns (blocks of 256: 3 a
+// vector; of 32: 24), the middle one's second block zeros, with the norm's
+// weight where the variant takes it: q and the halves' sums exactly
+// shaders.QuantizeDotX's (x is moved off the values where x*127/max|x|
+// falls within 1e-2 of a half, at which a division rounded otherwise than
+// IEEE's could round q the other way), the scales within 2 ulps, the sums
+// of squares within 1e-6.
+func dotXCase(v shaders.Variant, spec []uint32) (checkCase, error) {
+	const n, cols = 3, 768
+	xb := 32
+	if strings.Contains(v.Name, "_b256") {
+		xb = 256
+	}
+	norm := strings.HasSuffix(v.Name, "_norm")
+	rng := rand.New(rand.NewPCG(uint64(xb), 26))
+	x := randVec(rng, n*cols, -2, 2)
+	clear(x[cols+xb : cols+2*xb])
+	var nw []float32
+	if norm {
+		nw = randVec(rng, cols, 0.5, 1.5)
+	}
+	for b := 0; b < n*cols; b += xb { // off the ties, the block's max kept
+		var amax float32
+		for j := b; j < b+xb; j++ {
+			amax = max(amax, float32(math.Abs(float64(dotXScaled(x, nw, j, cols)))))
+		}
+		for j := b; j < b+xb; j++ {
+			a := dotXScaled(x, nw, j, cols)
+			if f := float64(a * (127 / amax)); math.Abs(math.Abs(f-math.Trunc(f))-0.5) < 1e-2 && float32(math.Abs(float64(a))) < amax {
+				x[j] *= 0.97
+			}
+		}
+	}
+	q := shaders.QuantizeDotX(x, nw, n, cols, xb)
+	words := n*cols/4 + n*cols/32 // q, then the halves' sums: exact
+	want, bound := make([]float32, len(q)-words), make([]float64, len(q)-words)
+	for i := range want {
+		want[i] = math.Float32frombits(q[words+i])
+		bound[i] = 2 * math.Abs(float64(want[i])) / (1 << 23)
+		if i >= n*cols/32 { // the sums of squares
+			bound[i] = 1e-6 * math.Abs(float64(want[i]))
+		}
+		bound[i] += 1e-30
+	}
+	out := checkBuf{data: make([]byte, 4*len(q)), wantU32: q[:words], want: want, bound: bound, floatsAt: words}
+	bufs := []checkBuf{{data: f32Bytes(x)}, out}
+	if norm {
+		bufs = append(bufs, checkBuf{data: f32Bytes(nw)})
+	}
+	return checkCase{op: checkOp(v), push: shaders.MatvecPush{Cols: cols, N: n}, groups: shaders.DotXGroups(n, cols), bufs: bufs}, nil
+}
+
+// dotXScaled is element j of x ([n][cols]) times the norm's weight nw
+// where it is not nil, in float32.
+func dotXScaled(x, nw []float32, j, cols int) float32 {
+	if nw == nil {
+		return x[j]
+	}
+	return x[j] * nw[j%cols]
 }
 
 // argmaxWideCase: argmax_wide over six rows of 2,500 logits (3 and 10

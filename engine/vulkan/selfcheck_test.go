@@ -31,7 +31,9 @@ func gpuProfileOf(dev *vk.Device) shaders.Profile {
 // weight type where prof takes a checked one (the tensor cores' or the
 // pipelined tile: MatmulCoop, MatmulPipe), and a batched step's matvec
 // where its kernel differs from the decode's (Profile.MatvecBatch at 8
-// vectors: matvec_words for F16, Q8_0 and Q4_K on a GPU profile, 12), and
+// vectors: matvec_words for F16, Q8_0 and Q4_K on a GPU profile, 12;
+// matvec_dot's PREQ variants under MODRUN_MATVEC_DOT=1, with the dot_x
+// variants they read, a row each), and
 // a prefill's attention at head dimension 128 for each of its 3 caches
 // where the profile takes lanes a row (AttentionLanes), and on tensor
 // cores at 64 and 128 where it takes them (AttentionCoop, 2), and the
@@ -51,14 +53,19 @@ func checkRows(prof shaders.Profile) (rows, attention, split int) {
 		split = len(shaders.KVTypes)
 	}
 	rows = len(shaders.MatvecTypes)*len(shaders.MatvecFusions) + 2 + 2 + attention + split
+	dotx := map[string]bool{} // dot_x's variants the batched PREQ matvecs read: a row each
 	for _, typ := range shaders.MatvecTypes {
 		for _, fuse := range shaders.MatvecFusions {
 			batch, _ := prof.MatvecBatch(typ, fuse, 8, 8, 4096)
 			if own, _ := prof.Matvec(typ, fuse, 8, 4096); batch != own {
 				rows++
 			}
+			if strings.Contains(batch, shaders.ReduceSubgroupDot+shaders.MatvecDotPre) {
+				dotx[shaders.DotXName(typ, fuse)] = true
+			}
 		}
 	}
+	rows += len(dotx)
 	if name, _ := prof.AttentionSplit(shaders.KVF16, true, 128); name == shaders.AttentionSplitLanesName(shaders.KVF16, true) {
 		rows += 3
 	}
@@ -112,7 +119,7 @@ func TestCheckDevice(t *testing.T) {
 			}
 			checks, err := check()
 			require.NoError(t, err)
-			subgroups, split, dots := 0, 0, 0
+			subgroups, split, dots, dotx := 0, 0, 0, 0
 			for _, c := range checks {
 				assert.True(t, c.Pass, "%s %s: worst %.3g of its bound; %s", c.Op, c.Variant(), c.Worst, c.Err)
 				assert.Positive(t, c.USPerCall, c.Variant())
@@ -125,10 +132,14 @@ func TestCheckDevice(t *testing.T) {
 				if strings.Contains(c.Kernel, shaders.ReduceSubgroupDot) {
 					dots++
 				}
+				if strings.HasPrefix(c.Kernel, "dot_x") {
+					dotx++
+				}
 			}
 			if pc.prof.MatvecDot {
 				assert.Equal(t, 2*len(shaders.MatvecDotTypes)*len(shaders.MatvecFusions), dots,
 					"every quantized type's decode matvec and batched step's, every fusion, on matvec_dot")
+				assert.Equal(t, 4, dotx, "dot_x in blocks of 32 and 256, with the norm's weight and without: what the batched steps' matvec_dot reads")
 			}
 			rows, _, wantSplit := checkRows(*pc.prof)
 			assert.Len(t, checks, rows, "every matvec, two score plans, two decisions, attention on two caches (and split where %s splits)", pc.prof)

@@ -120,6 +120,7 @@ type pagedFrame struct {
 	// when the weights' layout does not allow it (vecFits).
 	vec bool
 	qkv *vk.Buffer
+	xq  *vk.Buffer // frame.vxq (vecXQ)
 }
 
 // Stepper is a step runner on r's device and weights for steps of up to
@@ -170,7 +171,7 @@ func (r *Runner) Stepper(seqs int) (*Stepper, error) {
 	pf.rowSeq, pf.rmeta = must(4*ub, host), must(8*ub*uint64(max(1, st.nRouted)), host)
 	pf.rows, pf.ent, pf.toff = must(4, dev), must(4*ub, dev), must(4*ub, dev)
 	pf.lrows, pf.lcount = must(4*ub, host), must(4, host)
-	pf.qkv = r.vecQKV(must)
+	pf.qkv, pf.xq = r.vecQKV(must), r.vecXQ(must)
 	if r.ks.prof.FuseAttention {
 		pf.attDone = must(4*ub*uint64(c.NHead), dev)
 		if al.err == nil {
@@ -376,7 +377,7 @@ func (st *Stepper) frame(n, k, g int, own bool) (*frame, error) {
 		rows:        blockRows{x: a.x, n: n, maxRows: n, pos: a.pos, ropePos: a.pos, rows: pf.rows, ent: a.pos, toff: pf.rowSeq},
 		appendCount: pf.rows, x: a.x, xs: a.xs, xn: a.xn, att: a.att, h: a.h, ob: a.ob,
 		q: a.q, qr: a.qr, k: a.k, kr: a.kr, v: a.v, gate: a.gate, up: a.up, partO: a.partO, partML: a.partML,
-		trace: st.trace, traceRows: st.ub, paged: &pf, vec: pf.vec, vqkv: pf.qkv}
+		trace: st.trace, traceRows: st.ub, paged: &pf, vec: pf.vec, vqkv: pf.qkv, vxq: pf.xq}
 	f.layers = make([]layerFrame, len(r.w.blocks))
 	for l := range f.layers {
 		f.layers[l].w, f.layers[l].mm = &r.w.blocks[l], blocks[l]
@@ -837,11 +838,11 @@ func (r *Runner) recordPagedHead(rec *vk.Recorder, p *frame) error {
 	// the decode step's head: a dispatch and a barrier fewer a step).
 	vec := pf.qkv != nil && k <= r.vecRows()
 	if vec && r.ks.prof.FuseNorm {
-		o, err := r.vecOp(r.w.output, shaders.FuseNorm, in, pf.logits, r.w.outputNorm, k, k)
+		ops, err := r.vecOp(p, r.w.output, shaders.FuseNorm, in, pf.logits, r.w.outputNorm, k, k)
 		if err != nil {
 			return err
 		}
-		r.dispatch(rec, o)
+		r.dispatchAll(rec, ops)
 	} else {
 		norm, err := r.rmsnormOp(in, r.w.outputNorm, p.xn, k)
 		if err != nil {
@@ -849,11 +850,11 @@ func (r *Runner) recordPagedHead(rec *vk.Recorder, p *frame) error {
 		}
 		r.dispatch(rec, norm)
 		if vec {
-			o, err := r.vecOp(r.w.output, shaders.FuseNone, p.xn, pf.logits, nil, k, k)
+			ops, err := r.vecOp(p, r.w.output, shaders.FuseNone, p.xn, pf.logits, nil, k, k)
 			if err != nil {
 				return err
 			}
-			r.dispatch(rec, o)
+			r.dispatchAll(rec, ops)
 		} else {
 			for _, o := range pf.output.opsInPieces(r.ks.prof.MaxStorageBufferRange, r.dev.Info().Limits.MinStorageBufferOffsetAlignment, p.xn, pf.logits, k) {
 				r.dispatch(rec, o)

@@ -1,7 +1,9 @@
 package vulkan
 
 import (
+	"bytes"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/modrun/modrun/shaders"
@@ -69,6 +71,23 @@ func (r *Runner) vecQKV(must func(uint64, vk.BufferKind) *vk.Buffer) *vk.Buffer 
 	return must(4*uint64(r.vecRows())*uint64(rows), vk.DeviceLocal)
 }
 
+// vecXQ makes a pass's buffer of x quantized by dot_x for vecRows rows
+// (frame.vxq: matvec_dot's PREQ variants, Profile.MatvecBatch), as wide as
+// the widest matrix's columns, or nil where the profile takes no
+// matvec_dot (MODRUN_MATVEC_DOT unset) or the matvec path does not fit.
+func (r *Runner) vecXQ(must func(uint64, vk.BufferKind) *vk.Buffer) *vk.Buffer {
+	if !r.ks.prof.MatvecDot || !r.vecFits() {
+		return nil
+	}
+	cols := r.w.output.cols
+	for _, b := range r.w.blocks {
+		for _, m := range append(append([]mat{b.o, b.down}, b.qkv.mvs...), b.gateUp.mvs...) {
+			cols = max(cols, m.cols)
+		}
+	}
+	return must(shaders.DotXBytes(uint32(r.vecRows()), cols), vk.DeviceLocal)
+}
+
 // vecFits says whether every matrix of the blocks and the head is one
 // piece with a stack layout the matvec path takes.
 func (r *Runner) vecFits() bool {
@@ -95,16 +114,19 @@ func (r *Runner) vecFits() bool {
 
 // vecOp is matvec m with fusion fuse over n vectors of x into y [n][rows]
 // (FuseNormSwiGLU: [n][rows/2]; FuseAdd: y += W x), with NB up to n
-// where the device's loop cap allows. At n 0 (a routed block no row
-// entered) it dispatches nothing. The kernel and its workgroups are
-// maxRows's, whatever n: a routed block's dispatches are the ones recorded
-// for all the pass's rows, sized from a table made by count (routedTable),
-// so each count's entry must be the same kernel's workgroups.
-func (r *Runner) vecOp(m mat, fuse string, x, y, normw *vk.Buffer, n, maxRows int) (op, error) {
+// where the device's loop cap allows: one dispatch, or where the profile
+// takes matvec_dot's PREQ variant two, dot_x quantizing the n vectors of x
+// into p.vxq first. At n 0 (a routed block no row entered) it dispatches
+// nothing. The kernels and the matvec's workgroups are maxRows's, whatever
+// n: a routed block's dispatches are the ones recorded for all the pass's
+// rows, sized from a table made by count (routedTable), so each count's
+// entry must be the same kernels' (dot_x's workgroups are a row a vector:
+// none at 0).
+func (r *Runner) vecOp(p *frame, m mat, fuse string, x, y, normw *vk.Buffer, n, maxRows int) ([]op, error) {
 	name, spec := r.ks.prof.MatvecBatch(m.typ, fuse, uint32(maxRows), uint32(r.vecRows()), m.cols)
 	k, err := r.ks.get(name, spec)
 	if err != nil {
-		return op{}, err
+		return nil, err
 	}
 	pc := m.pieces[0]
 	rows := pc.rows
@@ -115,15 +137,34 @@ func (r *Runner) vecOp(m mat, fuse string, x, y, normw *vk.Buffer, n, maxRows in
 	if fuse == shaders.FuseAdd {
 		out.Access = vk.ReadWrite
 	}
+	push := shaders.MatvecPush{Rows: rows, Cols: m.cols, N: uint32(n), Eps: r.c.RMSEps}
+	norm := fuse == shaders.FuseNorm || fuse == shaders.FuseNormSwiGLU
+	var ops []op
 	binds := []vk.Bind{rd(pc.buf, 0, 0), rd(x, 0, 0), out}
-	if fuse == shaders.FuseNorm || fuse == shaders.FuseNormSwiGLU {
+	if dotx, pre := shaders.MatvecDotPreX(name); pre {
+		if p.vxq == nil {
+			return nil, fmt.Errorf("vulkan: %s reads x quantized by %s, and the pass has no buffer for it", name, dotx)
+		}
+		dk, err := r.ks.get(dotx, nil)
+		if err != nil {
+			return nil, err
+		}
+		dxBinds := []vk.Bind{rd(x, 0, 0), wr(p.vxq, 0, 0)}
+		if norm {
+			dxBinds = append(dxBinds, rd(normw, 0, 0))
+		}
+		dxPush := push
+		dxPush.Rows = 0 // not dot_x's: left out, so that matrices of other rows over the same x quantize it alike (quantizedOnce)
+		ops = append(ops, newOp(dk, dxPush, shaders.DotXGroups(uint32(n), m.cols), dxBinds...))
+		binds[1] = rd(p.vxq, 0, 0)
+	} else if norm {
 		binds = append(binds, rd(normw, 0, 0))
 	}
 	groups := shaders.MatvecGroups(rows, k.spec)
 	if n == 0 {
 		groups = [3]uint32{0, 1, 1}
 	}
-	return newOp(k, shaders.MatvecPush{Rows: rows, Cols: m.cols, N: uint32(n), Eps: r.c.RMSEps}, groups, binds...), nil
+	return append(ops, newOp(k, push, groups, binds...)), nil
 }
 
 // vecAttentionInput is attentionInput by matvecs: the norm, then q, k, v;
@@ -142,21 +183,26 @@ func (r *Runner) vecAttentionInput(p *frame, l int, br blockRows) ([]op, error) 
 		ops, in, fuse = []op{norm}, p.xn, shaders.FuseNone
 	}
 	if len(s.mvs) == 3 { // three matrices: each straight into its buffer
+		var first []op
 		for i, y := range []*vk.Buffer{p.q, p.k, p.v} {
-			o, err := r.vecOp(s.mvs[i], shaders.FuseNone, p.xn, y, nil, br.n, br.maxRows)
+			o, err := r.vecOp(p, s.mvs[i], shaders.FuseNone, p.xn, y, nil, br.n, br.maxRows)
 			if err != nil {
 				return nil, err
 			}
-			ops = append(ops, o)
+			if i == 0 {
+				first = o
+			}
+			ops = append(ops, quantizedOnce(first, o)...)
 		}
 		return ops, nil
 	}
-	o, err := r.vecOp(s.mvs[0], fuse, in, p.vqkv, lf.w.attnNorm, br.n, br.maxRows)
+	o, err := r.vecOp(p, s.mvs[0], fuse, in, p.vqkv, lf.w.attnNorm, br.n, br.maxRows)
 	if err != nil {
 		return nil, err
 	}
+	ops = append(ops, o...)
 	if r.stackedQKV(p, l) { // left stacked: paged_qkv splits it (pagedQKVOps)
-		return append(ops, o), nil
+		return ops, nil
 	}
 	split, err := r.ks.get("paged_split", nil)
 	if err != nil {
@@ -165,18 +211,34 @@ func (r *Runner) vecAttentionInput(p *frame, l int, br blockRows) ([]op, error) 
 	nu, c := uint32(br.n), r.c
 	push := shaders.PagedPush{N: nu, NHead: uint32(c.NHead), HeadDim: uint32(c.HeadDim), KVDim: uint32(c.KVDim()),
 		Stride: s.mvs[0].rows, KOff: uint32(s.part[1] / 4), VOff: uint32(s.part[2] / 4)}
-	return append(ops, o, newOp(split, push, shaders.Groups(nu), rd(p.vqkv, 0, 0), wr(p.q, 0, 0), wr(p.k, 0, 0), wr(p.v, 0, 0))), nil
+	return append(ops, newOp(split, push, shaders.Groups(nu), rd(p.vqkv, 0, 0), wr(p.q, 0, 0), wr(p.k, 0, 0), wr(p.v, 0, 0))), nil
+}
+
+// quantizedOnce is a later matvec's ops (vecOp's) over the same x as an
+// earlier one's, first, without its dot_x where first's quantized the
+// same x alike (the same kernel, push constants and buffers): q, k and v,
+// or gate and up, of types that quantize x in the same blocks (a llama.cpp
+// mix's Q4_K and Q6_K), read the one copy in p.vxq, which nothing writes
+// between them.
+func quantizedOnce(first, ops []op) []op {
+	if len(first) != 2 || len(ops) != 2 || &first[0] == &ops[0] {
+		return ops
+	}
+	a, b := first[0], ops[0]
+	if a.k != b.k || a.k.v.Op != shaders.OpDotX || !bytes.Equal(a.push, b.push) || a.groups != b.groups || !slices.Equal(a.binds, b.binds) {
+		return ops
+	}
+	return ops[1:]
 }
 
 // vecResidual is residual by a matvec: x += W in (FuseAdd), or W in alone
 // into out.
-func (r *Runner) vecResidual(m mat, in *vk.Buffer, br blockRows, add bool, out *vk.Buffer) ([]op, error) {
+func (r *Runner) vecResidual(p *frame, m mat, in *vk.Buffer, br blockRows, add bool, out *vk.Buffer) ([]op, error) {
 	fuse, y := shaders.FuseAdd, br.x
 	if !add {
 		fuse, y = shaders.FuseNone, out
 	}
-	o, err := r.vecOp(m, fuse, in, y, nil, br.n, br.maxRows)
-	return []op{o}, err
+	return r.vecOp(p, m, fuse, in, y, nil, br.n, br.maxRows)
 }
 
 // vecMLPInput is mlpInput by matvecs: norm, gate, up and SwiGLU in one
@@ -185,21 +247,21 @@ func (r *Runner) vecMLPInput(p *frame, l int, br blockRows) ([]op, error) {
 	b := p.layers[l].w
 	gu := b.gateUp
 	if len(gu.mvs) == 1 {
-		o, err := r.vecOp(gu.mvs[0], shaders.FuseNormSwiGLU, br.x, p.h, b.ffnNorm, br.n, br.maxRows)
-		return []op{o}, err
+		return r.vecOp(p, gu.mvs[0], shaders.FuseNormSwiGLU, br.x, p.h, b.ffnNorm, br.n, br.maxRows)
 	}
 	norm, err := r.rmsnormOp(br.x, b.ffnNorm, p.xn, br.n)
 	if err != nil {
 		return nil, err
 	}
-	gate, err := r.vecOp(gu.mvs[0], shaders.FuseNone, p.xn, p.gate, nil, br.n, br.maxRows)
+	gate, err := r.vecOp(p, gu.mvs[0], shaders.FuseNone, p.xn, p.gate, nil, br.n, br.maxRows)
 	if err != nil {
 		return nil, err
 	}
-	up, err := r.vecOp(gu.mvs[1], shaders.FuseNone, p.xn, p.up, nil, br.n, br.maxRows)
+	up, err := r.vecOp(p, gu.mvs[1], shaders.FuseNone, p.xn, p.up, nil, br.n, br.maxRows)
 	if err != nil {
 		return nil, err
 	}
+	up = quantizedOnce(gate, up)
 	swiglu, err := r.ks.get("swiglu", nil)
 	if err != nil {
 		return nil, err
@@ -209,5 +271,6 @@ func (r *Runner) vecMLPInput(p *frame, l int, br blockRows) ([]op, error) {
 	if nf == 0 {
 		groups = [3]uint32{0, 1, 1}
 	}
-	return []op{norm, gate, up, newOp(swiglu, shaders.SwiGLUPush{N: nf}, groups, rd(p.gate, 0, 0), rd(p.up, 0, 0), wr(p.h, 0, 0))}, nil
+	ops := append(append([]op{norm}, gate...), up...)
+	return append(ops, newOp(swiglu, shaders.SwiGLUPush{N: nf}, groups, rd(p.gate, 0, 0), rd(p.up, 0, 0), wr(p.h, 0, 0))), nil
 }
