@@ -500,9 +500,9 @@ if [ "$quick" = 1 ]; then
   # and 16 rows is this row against the one above.
   MODRUN_VEC_ROWS=1 bench_row "parallel-$small-q8_0-vec-rows-1" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1
   # The same with the batched steps' matvecs (and the decode's) as integer
-  # dot products, x quantized in every workgroup (MODRUN_MATVEC_DOT=1; the
-  # cost model says that quantizing costs more than the dot products at 8
-  # and 16 rows: docs/matvec-cost.md, "Batched"): this row against the first.
+  # dot products (MODRUN_MATVEC_DOT=1), the rows' x quantized once a
+  # product by dot_x, one dispatch more each (docs/matvec-cost.md,
+  # "Batched"): this row against the first.
   MODRUN_MATVEC_DOT=1 bench_row "parallel-$small-q8_0-dot" -m "$m11" --backends vulkan --parallel 1,8,16 --prompt 32 -n 64 --repeats 1
   # The same sequences sampled at temperature 1 (a server's default
   # request), each drawn on the device in the batched step

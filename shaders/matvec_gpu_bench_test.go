@@ -38,8 +38,9 @@ import (
 //   - words-r4-fixed (NB 1): the same with NB and the rows a subgroup
 //     compiled in, not specialization constants: whether the driver keeps
 //     arrays sized by those in memory;
-//   - with integer dot products, matvec_dot: dot-rN, dot-r4-u1 and
-//     dot-r4-wg8 (NB 1, the decode's); dot and dot-w4 (NB > 1, each
+//   - with integer dot products, matvec_dot: dot-rN, dot-r4-u1,
+//     dot-r4-wg8 and dot-r4-pre (NB 1, the decode's; -pre: x quantized
+//     by dot_x, timed with it); dot and dot-w4 (NB > 1, each
 //     workgroup quantizing the NB vectors), and dot-pre (NB > 1, x
 //     quantized once by dot_x, timed with it: MODRUN_MATVEC_DOT=1's
 //     batched path).
@@ -195,6 +196,10 @@ func matvecCandidates(d Device, typ, fuse string, nb, cols int) []matvecCandidat
 		spec := MatvecDotSpec(typ, sg, uint32(cols))
 		spec[0] = 8 * sg
 		add(matvecCandidate{"dot-r4-wg8", MatvecFusedName(typ, ReduceSubgroupDot, fuse), spec})
+		// x quantized once by dot_x (timed with it) instead of by each
+		// workgroup: whether the decode's prologue (~0.6 instructions a
+		// weight) is worth a dispatch more a product.
+		add(matvecCandidate{"dot-r4-pre", MatvecFusedName(typ, ReduceSubgroupDot+MatvecDotPre, fuse), MatvecDotSpec(typ, sg, uint32(cols))})
 	}
 	return out
 }
