@@ -241,13 +241,24 @@ func TestMatvecDotStepMatchesSolo(t *testing.T) {
 // block quantizes x once a product (dot_x before matvec_dot's PREQ
 // variants), and once for q, k and v where they are three matrices of
 // types that quantize x alike (quantizedOnce): the K-quant model's Q4_K,
-// Q5_K and Q6_K (blocks of 256), the 32-wide one's Q4_0, Q4_1 and Q5_0.
-// A dense block of a few rows: q|k|v, o, gate|up (one matrix: the norm
-// and SwiGLU in it) and down, 4 dot_x; every PREQ matvec reads the
-// frame's vxq, and the dispatch before each is the dot_x it reads.
+// Q5_K and Q6_K (blocks of 256), the 32-wide one's Q4_0, Q4_1 and Q5_0,
+// but not q in blocks of 32, k of 256 and v of 32 (three dot_x: k's
+// overwrote q's). A dense block of a few rows: q|k|v, o, gate|up (one
+// matrix: the norm and SwiGLU in it) and down, 4 dot_x (6 in the last);
+// every PREQ matvec reads the frame's vxq, and the dispatch before each
+// is the dot_x it reads.
 func TestMatvecDotQuantizesOnce(t *testing.T) {
 	dev, gpu := dotDevice(t)
-	for _, c := range dotMixes {
+	mixes := []struct {
+		name string
+		mix  weightMix
+		dotx int
+	}{{dotMixes[0].name, dotMixes[0].mix, 4}, {dotMixes[1].name, dotMixes[1].mix, 4},
+		// q in blocks of 32, k of 256, v of 32 again: k's dot_x overwrote
+		// q's, so v quantizes anew.
+		{"q-k-v-other-blocks", weightMix{q: gguf.TypeQ8_0, k: gguf.TypeQ4_K, v: gguf.TypeQ4_0, o: gguf.TypeQ8_0,
+			gate: gguf.TypeQ4_0, up: gguf.TypeQ4_0, down: gguf.TypeQ8_0, embd: gguf.TypeQ8_0}, 6}}
+	for _, c := range mixes {
 		t.Run(c.name, func(t *testing.T) {
 			run, err := New(dev, dotModel(t, c.mix), mod.RoutingRouter, Options{DeviceProfile: &gpu, KVType: "f32", ContextLen: 64})
 			require.NoError(t, err)
@@ -282,7 +293,7 @@ func TestMatvecDotQuantizesOnce(t *testing.T) {
 				}
 			}
 			assert.Equal(t, 6, pre, "q, k, v, o, gate|up and down on matvec_dot's PREQ variants")
-			assert.Equal(t, 4, dotx, "x quantized once for q, k and v, once each for o, gate|up and down")
+			assert.Equal(t, c.dotx, dotx, "x quantized once for q, k and v where they quantize alike, once each for o, gate|up and down")
 		})
 	}
 }

@@ -183,16 +183,20 @@ func (r *Runner) vecAttentionInput(p *frame, l int, br blockRows) ([]op, error) 
 		ops, in, fuse = []op{norm}, p.xn, shaders.FuseNone
 	}
 	if len(s.mvs) == 3 { // three matrices: each straight into its buffer
-		var first []op
+		var last []op // the last matvec's ops that quantized x into p.vxq
 		for i, y := range []*vk.Buffer{p.q, p.k, p.v} {
 			o, err := r.vecOp(p, s.mvs[i], shaders.FuseNone, p.xn, y, nil, br.n, br.maxRows)
 			if err != nil {
 				return nil, err
 			}
-			if i == 0 {
-				first = o
+			if q := quantizedOnce(last, o); len(q) == len(o) {
+				if len(o) == 2 {
+					last = o
+				}
+			} else {
+				o = q
 			}
-			ops = append(ops, quantizedOnce(first, o)...)
+			ops = append(ops, o...)
 		}
 		return ops, nil
 	}
@@ -214,17 +218,18 @@ func (r *Runner) vecAttentionInput(p *frame, l int, br blockRows) ([]op, error) 
 	return append(ops, newOp(split, push, shaders.Groups(nu), rd(p.vqkv, 0, 0), wr(p.q, 0, 0), wr(p.k, 0, 0), wr(p.v, 0, 0))), nil
 }
 
-// quantizedOnce is a later matvec's ops (vecOp's) over the same x as an
-// earlier one's, first, without its dot_x where first's quantized the
-// same x alike (the same kernel, push constants and buffers): q, k and v,
-// or gate and up, of types that quantize x in the same blocks (a llama.cpp
-// mix's Q4_K and Q6_K), read the one copy in p.vxq, which nothing writes
-// between them.
-func quantizedOnce(first, ops []op) []op {
-	if len(first) != 2 || len(ops) != 2 || &first[0] == &ops[0] {
+// quantizedOnce is a matvec's ops (vecOp's) without its dot_x where the
+// last dot_x before it, last's (the ops of the last matvec that quantized
+// into p.vxq, nil for none), quantized the same x alike (the same kernel,
+// push constants and buffers): q, k and v, or gate and up, of types that
+// quantize x in the same blocks (a llama.cpp mix's Q4_K and Q6_K) read
+// the one copy. Only the last one: a dot_x of other blocks between the
+// two overwrote it.
+func quantizedOnce(last, ops []op) []op {
+	if len(last) != 2 || len(ops) != 2 {
 		return ops
 	}
-	a, b := first[0], ops[0]
+	a, b := last[0], ops[0]
 	if a.k != b.k || a.k.v.Op != shaders.OpDotX || !bytes.Equal(a.push, b.push) || a.groups != b.groups || !slices.Equal(a.binds, b.binds) {
 		return ops
 	}
