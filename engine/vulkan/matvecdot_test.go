@@ -140,11 +140,15 @@ var (
 )
 
 // dotMixes are the synthetic models' weight mixes of the step tests: every
-// K-quant, and the 32-wide types.
+// K-quant, the 32-wide types, and gate and up of two types (Q4_K and Q6_K,
+// two matrices, as a llama.cpp Q4_K_M file's v and down).
 var dotMixes = []struct {
 	name string
 	mix  weightMix
-}{{"wide-k-quants", kQuantMix}, {"wide-32", mix32}}
+}{{"wide-k-quants", kQuantMix}, {"wide-32", mix32}, {"gate-up-apart", gateUpApartMix}}
+
+var gateUpApartMix = weightMix{q: gguf.TypeQ4_K, k: gguf.TypeQ4_K, v: gguf.TypeQ6_K, o: gguf.TypeQ4_K,
+	gate: gguf.TypeQ4_K, up: gguf.TypeQ6_K, down: gguf.TypeQ6_K, embd: gguf.TypeQ8_0}
 
 // dotDevice is the test device and a GPU profile on it with
 // MODRUN_MATVEC_DOT=1; the test is skipped where the device has no integer
@@ -181,10 +185,13 @@ func dotModel(t *testing.T, mix weightMix) *mod.Model {
 // the same profile, and the median draw's logits within stepTolVK of the
 // solo run's, every draw's within 5e-3 (the two paths' 8-bit x can round
 // an element the other way where it is within a few ulps of a tie: the
-// batched step normalizes x apart, its q, k and v being of three types,
-// where the decode step's matvecs apply the norm's 1/rms to their sums;
-// on lavapipe one sequence of five does, at 1.6e-3 of the largest logit),
-// for the K-quant and the 32-wide models of TestMatvecDotAgainstCPU.
+// attention's output, by paged_attend in a step and decode_attend alone,
+// differs in the last bits; q, k and v's x and gate and up's no longer
+// do, since dot_x quantizes x times the norm's weight as the decode's
+// matvecs do, the 1/rms after: lavapipe, every draw within 1.5e-7 of the
+// largest logit, where one sequence of five was 1.6e-3 off when the step
+// normed x first), for the K-quant and the 32-wide models of
+// TestMatvecDotAgainstCPU and gate and up of two types.
 func TestMatvecDotStepMatchesSolo(t *testing.T) {
 	dev, gpu := dotDevice(t)
 	for _, c := range dotMixes {
@@ -243,21 +250,27 @@ func TestMatvecDotStepMatchesSolo(t *testing.T) {
 // types that quantize x alike (quantizedOnce): the K-quant model's Q4_K,
 // Q5_K and Q6_K (blocks of 256), the 32-wide one's Q4_0, Q4_1 and Q5_0,
 // but not q in blocks of 32, k of 256 and v of 32 (three dot_x: k's
-// overwrote q's). A dense block of a few rows: q|k|v, o, gate|up (one
-// matrix: the norm and SwiGLU in it) and down, 4 dot_x (6 in the last);
-// every PREQ matvec reads the frame's vxq, and the dispatch before each
-// is the dot_x it reads.
+// overwrote q's). Where they quantize alike the one dot_x takes the norm's
+// weight and the matvecs the 1/rms (normedOnce: no norm dispatch), as do
+// gate and up of two types (Q4_K and Q6_K). A dense block of a few rows:
+// q|k|v, o, gate|up (one matrix: the norm and SwiGLU in it) and down, 4
+// dot_x; every PREQ matvec reads the frame's vxq, and the dispatch before
+// each is the dot_x it reads.
 func TestMatvecDotQuantizesOnce(t *testing.T) {
 	dev, gpu := dotDevice(t)
 	mixes := []struct {
-		name string
-		mix  weightMix
-		dotx int
-	}{{dotMixes[0].name, dotMixes[0].mix, 4}, {dotMixes[1].name, dotMixes[1].mix, 4},
-		// q in blocks of 32, k of 256, v of 32 again: k's dot_x overwrote
-		// q's, so v quantizes anew.
+		name        string
+		mix         weightMix
+		dotx, norms int
+		gateUpApart bool
+	}{{dotMixes[0].name, dotMixes[0].mix, 4, 0, false}, {dotMixes[1].name, dotMixes[1].mix, 4, 0, false},
+		// q in blocks of 32, k of 256, v of 32 again: the norm's own
+		// dispatch, and k's dot_x overwrote q's, so v quantizes anew.
 		{"q-k-v-other-blocks", weightMix{q: gguf.TypeQ8_0, k: gguf.TypeQ4_K, v: gguf.TypeQ4_0, o: gguf.TypeQ8_0,
-			gate: gguf.TypeQ4_0, up: gguf.TypeQ4_0, down: gguf.TypeQ8_0, embd: gguf.TypeQ8_0}, 6}}
+			gate: gguf.TypeQ4_0, up: gguf.TypeQ4_0, down: gguf.TypeQ8_0, embd: gguf.TypeQ8_0}, 6, 1, false},
+		// gate and up two matrices (Q4_K, Q6_K): one dot_x with the norm's
+		// weight for both, no norm dispatch.
+		{dotMixes[2].name, dotMixes[2].mix, 4, 0, true}}
 	for _, c := range mixes {
 		t.Run(c.name, func(t *testing.T) {
 			run, err := New(dev, dotModel(t, c.mix), mod.RoutingRouter, Options{DeviceProfile: &gpu, KVType: "f32", ContextLen: 64})
@@ -275,8 +288,12 @@ func TestMatvecDotQuantizesOnce(t *testing.T) {
 			require.Nil(t, run.w.blocks[0].router, "block 0 is dense")
 			ops, err := run.blockOps(f, 0, f.rows, routedBlock{})
 			require.NoError(t, err)
-			dotx, pre := 0, 0
+			require.Equal(t, c.gateUpApart, len(run.w.blocks[0].gateUp.mvs) == 2, "gate and up apart")
+			dotx, pre, norms := 0, 0, 0
 			for i, o := range ops {
+				if strings.HasPrefix(o.k.v.Name, "rmsnorm") {
+					norms++
+				}
 				if o.k.v.Op == shaders.OpDotX {
 					dotx++
 					continue
@@ -292,8 +309,13 @@ func TestMatvecDotQuantizesOnce(t *testing.T) {
 					assert.Equal(t, shaders.OpDotX, ops[j].k.v.Op, "%s: the dispatch before its group is dot_x", o.k.v.Name)
 				}
 			}
-			assert.Equal(t, 6, pre, "q, k, v, o, gate|up and down on matvec_dot's PREQ variants")
+			wantPre := 6
+			if c.gateUpApart {
+				wantPre = 7
+			}
+			assert.Equal(t, wantPre, pre, "q, k, v, o, gate|up (or gate and up) and down on matvec_dot's PREQ variants")
 			assert.Equal(t, c.dotx, dotx, "x quantized once for q, k and v where they quantize alike, once each for o, gate|up and down")
+			assert.Equal(t, c.norms, norms, "the norm in dot_x and the matvecs where q, k and v (gate and up) quantize alike, else a dispatch of its own")
 		})
 	}
 }

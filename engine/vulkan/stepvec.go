@@ -169,13 +169,16 @@ func (r *Runner) vecOp(p *frame, m mat, fuse string, x, y, normw *vk.Buffer, n, 
 
 // vecAttentionInput is attentionInput by matvecs: the norm, then q, k, v;
 // a stack of one matrix on a profile that fuses norms (FuseNorm: GPUs)
-// takes the norm into its matvec, one dispatch and barrier fewer a block.
+// takes the norm into its matvec, one dispatch and barrier fewer a block,
+// and so do three matrices that read x quantized alike by one dot_x with
+// the norm's weight (normedOnce).
 func (r *Runner) vecAttentionInput(p *frame, l int, br blockRows) ([]op, error) {
 	lf := &p.layers[l]
 	s := lf.w.qkv
 	var ops []op
 	in, fuse := br.x, shaders.FuseNorm
-	if len(s.mvs) != 1 || !r.ks.prof.FuseNorm {
+	normed := len(s.mvs) == 3 && r.normedOnce(s.mvs, br.maxRows)
+	if (len(s.mvs) != 1 || !r.ks.prof.FuseNorm) && !normed {
 		norm, err := r.rmsnormOp(br.x, lf.w.attnNorm, p.xn, br.n)
 		if err != nil {
 			return nil, err
@@ -183,9 +186,13 @@ func (r *Runner) vecAttentionInput(p *frame, l int, br blockRows) ([]op, error) 
 		ops, in, fuse = []op{norm}, p.xn, shaders.FuseNone
 	}
 	if len(s.mvs) == 3 { // three matrices: each straight into its buffer
+		var nw *vk.Buffer
+		if normed {
+			nw = lf.w.attnNorm
+		}
 		var last []op // the last matvec's ops that quantized x into p.vxq
 		for i, y := range []*vk.Buffer{p.q, p.k, p.v} {
-			o, err := r.vecOp(p, s.mvs[i], shaders.FuseNone, p.xn, y, nil, br.n, br.maxRows)
+			o, err := r.vecOp(p, s.mvs[i], fuse, in, y, nw, br.n, br.maxRows)
 			if err != nil {
 				return nil, err
 			}
@@ -216,6 +223,27 @@ func (r *Runner) vecAttentionInput(p *frame, l int, br blockRows) ([]op, error) 
 	push := shaders.PagedPush{N: nu, NHead: uint32(c.NHead), HeadDim: uint32(c.HeadDim), KVDim: uint32(c.KVDim()),
 		Stride: s.mvs[0].rows, KOff: uint32(s.part[1] / 4), VOff: uint32(s.part[2] / 4)}
 	return append(ops, newOp(split, push, shaders.Groups(nu), rd(p.vqkv, 0, 0), wr(p.q, 0, 0), wr(p.k, 0, 0), wr(p.v, 0, 0))), nil
+}
+
+// normedOnce says whether matrices mvs (q, k and v; gate and up), each
+// taken with the norm fused over maxRows rows, all take matvec_dot's PREQ
+// variants reading the same dot_x over as many columns: then one dot_x
+// with the norm's weight serves them all (quantizedOnce), each applying
+// the 1/rms to its sums, and the norm's own dispatch goes.
+func (r *Runner) normedOnce(mvs []mat, maxRows int) bool {
+	if !r.ks.prof.FuseNorm {
+		return false
+	}
+	var first string
+	for i, m := range mvs {
+		name, _ := r.ks.prof.MatvecBatch(m.typ, shaders.FuseNorm, uint32(maxRows), uint32(r.vecRows()), m.cols)
+		dx, ok := shaders.MatvecDotPreX(name)
+		if !ok || i > 0 && (dx != first || m.cols != mvs[0].cols) {
+			return false
+		}
+		first = dx
+	}
+	return true
 }
 
 // quantizedOnce is a matvec's ops (vecOp's) without its dot_x where the
@@ -254,15 +282,20 @@ func (r *Runner) vecMLPInput(p *frame, l int, br blockRows) ([]op, error) {
 	if len(gu.mvs) == 1 {
 		return r.vecOp(p, gu.mvs[0], shaders.FuseNormSwiGLU, br.x, p.h, b.ffnNorm, br.n, br.maxRows)
 	}
-	norm, err := r.rmsnormOp(br.x, b.ffnNorm, p.xn, br.n)
+	var ops []op
+	in, fuse, nw := br.x, shaders.FuseNorm, b.ffnNorm
+	if !r.normedOnce(gu.mvs, br.maxRows) {
+		norm, err := r.rmsnormOp(br.x, b.ffnNorm, p.xn, br.n)
+		if err != nil {
+			return nil, err
+		}
+		ops, in, fuse, nw = []op{norm}, p.xn, shaders.FuseNone, nil
+	}
+	gate, err := r.vecOp(p, gu.mvs[0], fuse, in, p.gate, nw, br.n, br.maxRows)
 	if err != nil {
 		return nil, err
 	}
-	gate, err := r.vecOp(p, gu.mvs[0], shaders.FuseNone, p.xn, p.gate, nil, br.n, br.maxRows)
-	if err != nil {
-		return nil, err
-	}
-	up, err := r.vecOp(p, gu.mvs[1], shaders.FuseNone, p.xn, p.up, nil, br.n, br.maxRows)
+	up, err := r.vecOp(p, gu.mvs[1], fuse, in, p.up, nw, br.n, br.maxRows)
 	if err != nil {
 		return nil, err
 	}
@@ -276,6 +309,6 @@ func (r *Runner) vecMLPInput(p *frame, l int, br blockRows) ([]op, error) {
 	if nf == 0 {
 		groups = [3]uint32{0, 1, 1}
 	}
-	ops := append(append([]op{norm}, gate...), up...)
+	ops = append(append(ops, gate...), up...)
 	return append(ops, newOp(swiglu, shaders.SwiGLUPush{N: nf}, groups, rd(p.gate, 0, 0), rd(p.up, 0, 0), wr(p.h, 0, 0))), nil
 }
