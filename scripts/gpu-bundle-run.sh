@@ -463,6 +463,10 @@ if [ "$quick" = 1 ]; then
   MODRUN_TENSOR_CORES=f16 bench_row "$small-q8_0-tensor-cores-f16" -m "$m11" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 0
   MODRUN_TENSOR_CORES=0 bench_row "$small-q8_0-no-tensor-cores" -m "$m11" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 0
   MODRUN_TENSOR_CORES=0 MODRUN_MATMUL_PIPE=0 bench_row "$small-q8_0-no-tensor-cores-no-pipe" -m "$m11" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 0
+  # The same tensor-core kernel through VK_KHR_cooperative_matrix (the path
+  # AMD and Intel take; NVIDIA offers both): its first run on a GPU, so its
+  # tokens are validated against the CPU and the self-check runs it at load.
+  MODRUN_COOPMAT=khr bench_row "$small-q8_0-coopmat-khr" -m "$m11" --backends vulkan --prompt 512 -n 16 --repeats 2 --validate 4
   # The tensor-core matmul's tiles loaded straight from planes of halves
   # (MODRUN_MATMUL_DIRECT=1: no shared staging, W's planes made with each
   # matmul), its tokens validated against the CPU: this row against the
@@ -535,7 +539,7 @@ if [ "$quick" = 1 ]; then
   # matrices) and Q4_K at the down projection's 11,008 columns: matvec_rows
   # against matvec_dot's candidates (docs/matvec-cost.md, "Integer dot products")
   kernel_bench BenchmarkMatvecGPU "${QUICK_MATVEC_DOWN:-BenchmarkMatvecGPU/^7b-down-add\$/^(Q4_K|Q6_K)\$/^nb1\$}" 30x 40 matvec-down
-  kernel_bench BenchmarkMatmulGPU "${QUICK_MATMUL:-BenchmarkMatmulGPU/^(tiled-64x64|pipe-128x64|split-pipe-128x64|pipe-128x128|coop-64x64|coop-hilo-64x64|coop-pk-64x64|coop-hilo-pk-64x64|coop-hilo-pk-xs-64x64|direct-64x128|direct-hilo-64x128|direct-hilo-prep-64x128|direct-hilo-split-64x128)\$/}" 10x 110
+  kernel_bench BenchmarkMatmulGPU "${QUICK_MATMUL:-BenchmarkMatmulGPU/^(tiled-64x64|pipe-128x64|split-pipe-128x64|pipe-128x128|coop-64x64|coop-hilo-64x64|coop-hilo-khr-64x64|coop-pk-64x64|coop-hilo-pk-64x64|coop-hilo-pk-xs-64x64|direct-64x128|direct-hilo-64x128|direct-hilo-prep-64x128|direct-hilo-split-64x128)\$/}" 10x 110
   # decode attention, decode_attend against decode_attend_keys at contexts 70, 512, 4096 (issue 42 item 5)
   kernel_bench BenchmarkDecodeAttendGPU "${QUICK_ATTEND:-BenchmarkDecodeAttendGPU}" 50x 60
   # a 512- and 2048-token prefill's attention, one invocation a query row against 2-8 lanes a row and the tensor cores' (issue 43 item 4)

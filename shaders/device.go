@@ -29,8 +29,12 @@ func (d Device) has(feature string) bool {
 		return d.SubgroupShuffle
 	case "subgroup_ballot":
 		return d.SubgroupBallot
-	case "vulkan_memory_model", "cooperative_matrix_nv":
-		return d.CooperativeMatrixNV // vk's CooperativeMatrixNV includes the memory model
+	case "vulkan_memory_model":
+		return d.CooperativeMatrixNV || d.CooperativeMatrixKHR // vk's CooperativeMatrixNV and KHR include the memory model
+	case "cooperative_matrix_nv":
+		return d.CooperativeMatrixNV
+	case "cooperative_matrix_khr":
+		return d.CooperativeMatrixKHR
 	case "integer_dot_product":
 		return d.IntegerDotProduct
 	}
@@ -59,13 +63,16 @@ func (p Profile) Allows(v Variant, spec []uint32) error {
 		}
 	}
 	if nd.Subgroups {
-		sg := p.SubgroupSize
+		sg, require := p.SubgroupSize, p.RequireSubgroupSize
+		if p.coop32(nd) {
+			sg, require = MatmulCoopSubgroup, true
+		}
 		switch {
 		case sg == 0:
 			return fmt.Errorf("shaders: %s depends on the subgroup size, and no size is sure on the device", v.Name)
-		case p.RequireSubgroupSize && nd.Invocations%sg != 0:
+		case require && nd.Invocations%sg != 0:
 			return fmt.Errorf("shaders: %s: a workgroup of %d is not whole subgroups of the required %d", v.Name, nd.Invocations, sg)
-		case p.RequireSubgroupSize && p.MaxWorkgroupSubgroups != 0 && nd.Invocations/sg > p.MaxWorkgroupSubgroups:
+		case require && p.MaxWorkgroupSubgroups != 0 && nd.Invocations/sg > p.MaxWorkgroupSubgroups:
 			return fmt.Errorf("shaders: %s: a workgroup of %d is %d subgroups of %d, over the device's maxComputeWorkgroupSubgroups %d",
 				v.Name, nd.Invocations, nd.Invocations/sg, sg, p.MaxWorkgroupSubgroups)
 		}
@@ -88,13 +95,24 @@ func (p Profile) Allows(v Variant, spec []uint32) error {
 // vk.KernelSpec field), 0 for none: the profile's size for a kernel with
 // subgroup operations on a device where the size is sure by requiring it.
 func (p Profile) RequiredSubgroupSize(v Variant) uint32 {
-	if !p.RequireSubgroupSize {
+	nd, err := v.Needs(nil)
+	switch {
+	case err != nil || !nd.Subgroups:
 		return 0
-	}
-	if nd, err := v.Needs(nil); err != nil || !nd.Subgroups {
+	case p.coop32(nd):
+		return MatmulCoopSubgroup
+	case !p.RequireSubgroupSize:
 		return 0
 	}
 	return p.SubgroupSize
+}
+
+// coop32 says whether a kernel that needs nd is a VK_KHR_cooperative_matrix
+// kernel whose pipeline requires subgroups of 32 on a device whose own size
+// is another (Device.Subgroup32): the KHR kernels are written for 32, as
+// NV's are.
+func (p Profile) coop32(nd Needs) bool {
+	return p.SubgroupSize != MatmulCoopSubgroup && p.Subgroup32 && slices.Contains(nd.Features, "cooperative_matrix_khr")
 }
 
 // workgroupFits are the sources whose workgroup size (constant 0) may shrink

@@ -1,7 +1,8 @@
 //go:build ignore
 
 // gen compiles every variant of the table in shaders.go to spv/NAME.spv with
-// glslc: `go generate ./shaders`. With -o DIR it writes there instead.
+// glslc (Variant.Compile: the KHR cooperative-matrix variants through
+// FixCoopKHR): `go generate ./shaders`. With -o DIR it writes there instead.
 package main
 
 import (
@@ -36,9 +37,8 @@ func run(out string) error {
 	for _, v := range shaders.Variants {
 		path := filepath.Join(out, v.Name+".spv")
 		want[v.Name+".spv"] = true
-		cmd := exec.Command(glslc, v.GlslcArgs(path)...)
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("%s: glslc %s: %v\n%s", v.Name, strings.Join(v.GlslcArgs(path), " "), err, msg)
+		if err := v.Compile(glslc, path); err != nil {
+			return err
 		}
 	}
 	// A variant removed from the table leaves no stale file behind.

@@ -495,6 +495,19 @@ func MatmulCoopHiloName(typ string, emulate bool) string {
 	return "matmul_coop_hilo_" + typ
 }
 
+// MatmulCoopKHRName is matmul_coop's variant for weight type typ through
+// VK_KHR_cooperative_matrix (COOPMAT_KHR, include/coopmat.glsl): the same
+// kernel as MatmulCoopName's (hilo: MatmulCoopHiloName's) with its
+// cooperative matrices the KHR extension's, for GPUs without NVIDIA's
+// (Profile.MatmulCoopKHR). Its tiling is the NV kernel's, which the
+// emulated variants test on lavapipe.
+func MatmulCoopKHRName(typ string, hilo bool) string {
+	if hilo {
+		return "matmul_coop_hilo_khr_" + typ
+	}
+	return "matmul_coop_khr_" + typ
+}
+
 // MatmulCoopPackedName is matmul_coop's COOP_PACKED variant for weight
 // type typ (hilo: with COOP_HILO; emulate: its product emulated, which
 // only the hilo kernel has): the staged tiles in quads, packed conversions,
@@ -544,16 +557,19 @@ func init() {
 		Notes:     "dispatch ElementGroups(n); the COOP_XSPLIT matmuls' X (MatmulCoopXSplitName)",
 	})
 	for _, wt := range WeightTypes {
-		for _, c := range []struct{ hilo, emulate, packed, xsplit bool }{
-			{false, false, false, false}, {false, true, false, false}, {true, false, false, false}, {true, true, false, false},
-			{false, false, true, false}, {true, false, true, false}, {true, true, true, false},
-			{true, false, true, true}, {true, true, true, true},
+		for _, c := range []struct{ hilo, emulate, packed, xsplit, khr bool }{
+			{false, false, false, false, false}, {false, true, false, false, false}, {true, false, false, false, false}, {true, true, false, false, false},
+			{false, false, true, false, false}, {true, false, true, false, false}, {true, true, true, false, false},
+			{true, false, true, true, false}, {true, true, true, true, false},
+			{false, false, false, false, true}, {true, false, false, false, true},
 		} {
 			if c.packed && !slices.Contains(MatmulCoopPackedTypes, wt.Name) {
 				continue
 			}
 			name := MatmulCoopName(wt.Name, c.emulate)
 			switch {
+			case c.khr:
+				name = MatmulCoopKHRName(wt.Name, c.hilo)
 			case c.xsplit:
 				name = MatmulCoopXSplitName(wt.Name, c.emulate)
 			case c.packed:
@@ -576,9 +592,13 @@ func init() {
 				v.Defines = append(v.Defines, "COOP_XSPLIT")
 				v.Bindings[1].Shape = "[n][cols] u32: packHalf2x16(hi, lo) of f32 x (split_halves)"
 			}
-			if c.emulate {
+			switch {
+			case c.emulate:
 				v.Defines = append(v.Defines, "EMULATE_COOPMAT")
-			} else {
+			case c.khr:
+				v.Defines = append(v.Defines, CoopMatKHRDefine)
+				v.Notes += "; needs VK_KHR_cooperative_matrix (Device.CooperativeMatrixKHR) and a subgroup size of 32 (Profile.RequiredSubgroupSize)"
+			default:
 				v.Notes += "; needs VK_NV_cooperative_matrix (Device.CooperativeMatrixNV) and a subgroup size of 32"
 			}
 			v.Op, v.Type = OpMatmulCoop, wt.Name // the self-check covers it (Profile.Fallback)

@@ -2,6 +2,7 @@
 // matmul_coop: matmul.comp's product (Y[s][yOff + r] = W[wRow0 + r] . X[s]
 // for r < rows, s < n; the same bindings, push constants and weight
 // layouts) with the tile product on tensor cores: VK_NV_cooperative_matrix,
+// or under COOPMAT_KHR VK_KHR_cooperative_matrix (include/coopmat.glsl),
 // f16 x f16 -> f32 in 16x16x16 steps, a subgroup of 32 per block of
 // WM tokens by WN rows.
 //
@@ -89,10 +90,10 @@
 #include "include/common.glsl"
 #extension GL_EXT_control_flow_attributes : require
 #ifndef EMULATE_COOPMAT
-#extension GL_NV_cooperative_matrix : require
-#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
-#extension GL_KHR_memory_scope_semantics : require
-#extension GL_KHR_shader_subgroup_basic : require
+#include "include/coopmat.glsl"
+#endif
+#if defined(COOPMAT_KHR) && (defined(EMULATE_COOPMAT) || defined(COOP_PACKED))
+#error "COOPMAT_KHR is for the tensor-core product of the unpacked tiles"
 #endif
 #define OP_MATMUL
 #include "include/push_matmul_attn.glsl"
@@ -372,9 +373,9 @@ void main() {
 		acc[i] = 0.0;
 	}
 #else
-	fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[TI * TJ];
+	CM_C acc[TI * TJ];
 	[[unroll]] for (uint i = 0u; i < TI * TJ; i++) {
-		acc[i] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+		acc[i] = cmFillC(0.0);
 	}
 #endif
 
@@ -417,37 +418,37 @@ void main() {
 				}
 			}
 #else
-			fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> am[TI];
-			fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> bm[TJ];
+			CM_A am[TI];
+			CM_B bm[TJ];
 			[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
-				coopMatLoadNV(am[ti], xs, ((sgM * WM + 16u * ti) * BKP + kk) / LD, BKP / LD, false);
+				CM_LOAD_A(am[ti], xs, ((sgM * WM + 16u * ti) * BKP + kk) / LD, BKP / LD);
 			}
 			[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
-				coopMatLoadNV(bm[tj], ws, ((sgN * WN + 16u * tj) * BKP + kk) / LD, BKP / LD, true);
+				CM_LOAD_B(bm[tj], ws, ((sgN * WN + 16u * tj) * BKP + kk) / LD, BKP / LD);
 			}
 #ifdef COOP_HILO
 			// The small products first: they are summed before the large
 			// one meets the accumulator.
 			{
-				fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> al[TI];
+				CM_A al[TI];
 				[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
-					coopMatLoadNV(al[ti], xl, ((sgM * WM + 16u * ti) * BKP + kk) / LD, BKP / LD, false);
+					CM_LOAD_A(al[ti], xl, ((sgM * WM + 16u * ti) * BKP + kk) / LD, BKP / LD);
 				}
 				[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
 					[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
-						acc[ti * TJ + tj] = coopMatMulAddNV(al[ti], bm[tj], acc[ti * TJ + tj]);
+						acc[ti * TJ + tj] = CM_MULADD(al[ti], bm[tj], acc[ti * TJ + tj]);
 					}
 				}
 			}
 #ifdef W_LO
 			{
-				fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> bl[TJ];
+				CM_B bl[TJ];
 				[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
-					coopMatLoadNV(bl[tj], wl, ((sgN * WN + 16u * tj) * BKP + kk) / LD, BKP / LD, true);
+					CM_LOAD_B(bl[tj], wl, ((sgN * WN + 16u * tj) * BKP + kk) / LD, BKP / LD);
 				}
 				[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
 					[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
-						acc[ti * TJ + tj] = coopMatMulAddNV(am[ti], bl[tj], acc[ti * TJ + tj]);
+						acc[ti * TJ + tj] = CM_MULADD(am[ti], bl[tj], acc[ti * TJ + tj]);
 					}
 				}
 			}
@@ -455,7 +456,7 @@ void main() {
 #endif
 			[[unroll]] for (uint ti = 0u; ti < TI; ti++) {
 				[[unroll]] for (uint tj = 0u; tj < TJ; tj++) {
-					acc[ti * TJ + tj] = coopMatMulAddNV(am[ti], bm[tj], acc[ti * TJ + tj]);
+					acc[ti * TJ + tj] = CM_MULADD(am[ti], bm[tj], acc[ti * TJ + tj]);
 				}
 			}
 #endif
@@ -473,7 +474,7 @@ void main() {
 				cs[sg * 256u + m * 16u + nc + e] = acc[(ti * TJ + tj) * 8u + e];
 			}
 #else
-			coopMatStoreNV(acc[ti * TJ + tj], cs, sg * 256u, 16u, false);
+			CM_STORE(acc[ti * TJ + tj], cs, sg * 256u, 16u);
 			subgroupMemoryBarrierShared();
 			subgroupBarrier();
 #endif

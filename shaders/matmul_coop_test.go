@@ -294,3 +294,82 @@ func TestMatmulCoopProfile(t *testing.T) {
 		assert.False(t, NewProfile(d).MatmulCoop, "%+v", d)
 	}
 }
+
+// VK_KHR_cooperative_matrix's kernels: taken where a device has the KHR
+// extension and not NV's, or where the user asked for them
+// (MODRUN_COOPMAT=khr); on a device whose subgroups are another size
+// their pipelines require 32 where they may (AMD RDNA's 64); the direct
+// matmul and the tensor-core attention stay NV's; the fallback is
+// matmul.comp's, as NV's.
+func TestMatmulCoopKHRProfile(t *testing.T) {
+	both := Device{SubgroupSize: 32, RequireSubgroupSize: true, SubgroupArithmetic: true, Float16: true,
+		CooperativeMatrixNV: true, CooperativeMatrixKHR: true, TensorCores: true, MatmulDirect: true, AttentionCoop: true}
+	p := NewProfile(both)
+	require.True(t, p.MatmulCoop)
+	assert.False(t, p.MatmulCoopKHR, "NV's where the device has both")
+	name, _ := p.MatmulKernel(MatvecQ8_0)
+	assert.Equal(t, "matmul_coop_hilo_q8_0", name)
+	probe, _ := p.CoopProbe()
+	assert.Equal(t, ProbeCoop, probe)
+	assert.True(t, p.MatmulDirect && p.AttentionCoop)
+
+	asked := both
+	asked.CoopMatKHR = true
+	p = NewProfile(asked)
+	require.True(t, p.MatmulCoop && p.MatmulCoopKHR)
+	name, spec := p.MatmulKernel(MatvecQ8_0)
+	assert.Equal(t, MatmulCoopKHRName(MatvecQ8_0, true), name)
+	assert.Equal(t, "matmul_coop_hilo_khr_q8_0", name)
+	assert.Equal(t, MatmulCoopSpecGPU.Constants(), spec)
+	assert.Contains(t, p.String(), "/matmul-coop-khr")
+	assert.False(t, p.MatmulDirect || p.AttentionCoop, "NV's kernels only")
+	probe, _ = p.CoopProbe()
+	assert.Equal(t, ProbeCoopKHR, probe)
+	v, err := Lookup(name)
+	require.NoError(t, err)
+	assert.NoError(t, p.Allows(v, nil))
+	assert.Equal(t, uint32(32), p.RequiredSubgroupSize(v))
+	assert.False(t, assertSafeMatmul(t, p, v, MatvecQ8_0).MatmulCoop)
+	half := asked
+	half.TensorCoresHalf = true
+	name, _ = NewProfile(half).MatmulKernel(MatvecQ4_K)
+	assert.Equal(t, "matmul_coop_khr_q4_k", name, "MODRUN_TENSOR_CORES=f16")
+	emu := NewProfile(asked)
+	emu.MatmulCoopEmulate = true
+	name, _ = emu.MatmulKernel(MatvecQ4_K)
+	assert.Equal(t, MatmulCoopHiloName(MatvecQ4_K, true), name, "the emulation is both extensions' tiling")
+
+	// An RDNA-like device: the KHR extension only, subgroups of 64 required
+	// for the other kernels, 32 allowed.
+	amd := Device{SubgroupSize: 64, RequireSubgroupSize: true, Subgroup32: true, SubgroupArithmetic: true, Float16: true,
+		CooperativeMatrixKHR: true, TensorCores: true, MatmulDirect: true}
+	p = NewProfile(amd)
+	require.True(t, p.MatmulCoop && p.MatmulCoopKHR)
+	assert.False(t, p.MatmulDirect)
+	name, _ = p.MatmulKernel(MatvecQ4_K)
+	v, err = Lookup(name)
+	require.NoError(t, err)
+	assert.NoError(t, p.Allows(v, nil))
+	assert.Equal(t, uint32(32), p.RequiredSubgroupSize(v), "the KHR kernels ask for 32")
+	other, err := Lookup(MatvecFusedName(MatvecQ8_0, ReduceSubgroup, FuseNone))
+	require.NoError(t, err)
+	assert.Equal(t, uint32(64), p.RequiredSubgroupSize(other), "the others keep the device's 64")
+	nv, err := Lookup(MatmulCoopHiloName(MatvecQ4_K, false))
+	require.NoError(t, err)
+	assert.ErrorContains(t, p.Allows(nv, nil), "cooperative_matrix_nv")
+	probe, _ = p.CoopProbe()
+	assert.Equal(t, ProbeCoopKHR, probe)
+
+	for _, d := range []Device{
+		{SubgroupSize: 64, RequireSubgroupSize: true, Float16: true, CooperativeMatrixKHR: true, TensorCores: true}, // 32 not allowed
+		{SubgroupSize: 64, Subgroup32: true, Float16: true, CooperativeMatrixNV: true, TensorCores: true},           // NV's need 32 as the device's size
+		{SubgroupSize: 32, Float16: true, CooperativeMatrixKHR: true},                                               // MODRUN_TENSOR_CORES=0
+		{CPU: true, SubgroupSize: 32, Float16: true, CooperativeMatrixKHR: true, TensorCores: true},                 // a CPU device
+	} {
+		assert.False(t, NewProfile(d).MatmulCoop, "%+v", d)
+	}
+	_, none := NewProfile(Device{SubgroupSize: 64, Float16: true, CooperativeMatrixKHR: true}).CoopProbe()
+	assert.Contains(t, none, "subgroups of 64")
+	_, none = NewProfile(Device{SubgroupSize: 32}).CoopProbe()
+	assert.Contains(t, none, "no VK_NV_cooperative_matrix nor VK_KHR_cooperative_matrix")
+}

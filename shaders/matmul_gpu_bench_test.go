@@ -44,6 +44,7 @@ type matmulCandidate struct {
 	spec    []uint32
 	groups  func(rows, n uint32) [3]uint32
 	coop    bool // needs VK_NV_cooperative_matrix
+	khr     bool // needs VK_KHR_cooperative_matrix (and subgroups of 32, required where the device's are another size)
 	cpuOnly bool // the emulated product: run on CPU devices only (slow, and the GPU has the real one)
 	tol     float64
 	// split cuts K as a GPU profile does (matmulBenchSplit: MatmulSplit
@@ -96,6 +97,19 @@ func pipeCandidate(name string, s MatmulSpec) matmulCandidate {
 func coopCandidate(name string, s MatmulCoopSpec, emulate bool) matmulCandidate {
 	return matmulCandidate{name: name, variant: func(typ string) string { return MatmulCoopName(typ, emulate) },
 		spec: s.Constants(), groups: matmulCoopGroupsOf(s), coop: !emulate, cpuOnly: emulate, tol: coopBenchOperands(emulate)}
+}
+
+// coopKHRCandidate is the tensor-core kernel through VK_KHR_cooperative_matrix
+// (MatmulCoopKHRName; hilo: its COOP_HILO kernel): NVIDIA offers both
+// extensions, so its GPU times the kernels AMD and Intel take beside NV's.
+func coopKHRCandidate(name string, s MatmulCoopSpec, hilo bool) matmulCandidate {
+	c := coopCandidate(name, s, false)
+	if hilo {
+		c = coopHiloCandidate(name, s, false)
+	}
+	c.coop, c.khr = false, true
+	c.variant = func(typ string) string { return MatmulCoopKHRName(typ, hilo) }
+	return c
 }
 
 // coopHiloCandidate is coopCandidate for the hilo kernel (COOP_HILO: f32's
@@ -225,6 +239,8 @@ var matmulCandidates = []matmulCandidate{
 	coopHiloCandidate("coop-hilo-emu-64x64", MatmulCoopSpecGPU, true),
 	coopCandidate("coop-64x64", MatmulCoopSpecGPU, false),
 	coopHiloCandidate("coop-hilo-64x64", MatmulCoopSpecGPU, false),
+	coopKHRCandidate("coop-khr-64x64", MatmulCoopSpecGPU, false),
+	coopKHRCandidate("coop-hilo-khr-64x64", MatmulCoopSpecGPU, true),
 	// The same with the tiles in quads and packed conversions (and the
 	// hilo split by a mask): docs/matmul-cost.md's staging diagnosis.
 	coopPackedCandidate("coop-hilo-emu-pk-64x64", MatmulCoopSpecGPU, true, true),
@@ -353,7 +369,8 @@ func BenchmarkMatmulGPU(b *testing.B) {
 	if cpu {
 		shapes = matmulCPUShapes
 	}
-	b.Logf("device %s (%s), cooperative_matrix_nv %v", info.Name, info.Type, info.Features.CooperativeMatrixNV)
+	b.Logf("device %s (%s), cooperative_matrix_nv %v, cooperative_matrix_khr %v", info.Name, info.Type,
+		info.Features.CooperativeMatrixNV, info.Features.CooperativeMatrixKHR)
 	type key struct {
 		typ gguf.TensorType
 		sh  matmulBenchShape
@@ -374,6 +391,8 @@ func BenchmarkMatmulGPU(b *testing.B) {
 						b.Skip("the emulated product is for CPU devices; this GPU times the real kernels")
 					case cand.coop && !info.Features.CooperativeMatrixNV:
 						b.Skip("the device lacks VK_NV_cooperative_matrix (16x16x16 f16 -> f32 at subgroup scope)")
+					case cand.khr && !info.Features.CooperativeMatrixKHR:
+						b.Skip("the device lacks VK_KHR_cooperative_matrix (16x16x16 f16 -> f32 at subgroup scope)")
 					}
 					d := data[key{typ, sh}]
 					if d == nil {
@@ -405,8 +424,15 @@ func runMatmulCandidate(b *testing.B, dev *vk.Device, cand matmulCandidate, typ 
 		b.Skipf("%s %v needs %d bytes of shared memory and %d invocations: the device has %d and %d", v.Name, cand.spec,
 			nd.SharedBytes, nd.Invocations, lim.MaxComputeSharedMemorySize, lim.MaxComputeWorkGroupInvocations)
 	}
+	var sg uint32
+	if lim := dev.Info().Limits; cand.khr && lim.SubgroupSize != MatmulCoopSubgroup {
+		if !lim.RequiredSubgroupSizeCompute || lim.MinSubgroupSize > MatmulCoopSubgroup || lim.MaxSubgroupSize < MatmulCoopSubgroup {
+			b.Skipf("%s needs subgroups of 32: the device's are %d and it cannot require 32", v.Name, lim.SubgroupSize)
+		}
+		sg = MatmulCoopSubgroup
+	}
 	k, err := dev.NewKernel(v.SPIRV(), vk.KernelSpec{Name: v.Name, Bindings: len(v.Bindings),
-		PushConstantBytes: v.PushBytes(), Specialization: cand.spec})
+		PushConstantBytes: v.PushBytes(), Specialization: cand.spec, RequiredSubgroupSize: sg})
 	if err != nil {
 		b.Fatalf("%s: the driver refused the kernel: %v", v.Name, err)
 	}

@@ -95,6 +95,13 @@ func ProbeFMAResult(iterations uint32) float32 {
 	return float32(ProbeFMAChains*(ProbeFMAChains-1)/2 + ProbeFMAChains*ProbeFMAUnroll*int(iterations))
 }
 
+// ProbeCoop and ProbeCoopKHR are the tensor-core probe's variants through
+// VK_NV_cooperative_matrix and VK_KHR_cooperative_matrix.
+const (
+	ProbeCoop    = "probe_coop"
+	ProbeCoopKHR = "probe_coop_khr"
+)
+
 // ProbeCoopFLOPs is the FLOPs of a probe_coop dispatch: a 16x16x16
 // product is 2*16*16*16.
 func ProbeCoopFLOPs(groups, iterations uint32) uint64 {
@@ -121,6 +128,13 @@ func init() {
 			Push:      ProbeFlopsPush{},
 			LocalSize: [3]uint32{32 * ProbeCoopSubgroups, 1, 1},
 			Notes:     "tensor-core products in registers; needs VK_NV_cooperative_matrix and a subgroup size of 32; ProbeCoopFLOPs(groups, iterations) a dispatch",
+		},
+		Variant{
+			Name: ProbeCoopKHR, Source: "probe_coop.comp", Defines: []string{CoopMatKHRDefine},
+			Bindings:  []Binding{{"out", Write, "[groups*4][256] f32: each subgroup's accumulators summed"}},
+			Push:      ProbeFlopsPush{},
+			LocalSize: [3]uint32{32 * ProbeCoopSubgroups, 1, 1},
+			Notes:     "probe_coop through VK_KHR_cooperative_matrix (include/coopmat.glsl); needs a subgroup size of 32 (Profile.RequiredSubgroupSize)",
 		},
 	)
 }

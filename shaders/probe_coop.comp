@@ -1,6 +1,7 @@
 #version 450
 // probe_coop: how fast the tensor cores multiply, the peak of matmul_coop's
-// path (VK_NV_cooperative_matrix, f16 x f16 -> f32 in 16x16x16 steps).
+// path (VK_NV_cooperative_matrix, or VK_KHR_cooperative_matrix under
+// COOPMAT_KHR: include/coopmat.glsl; f16 x f16 -> f32 in 16x16x16 steps).
 // Each subgroup of 32 holds A and B (16x16 f16) and ACCS 16x16 f32
 // accumulators in registers and runs C = A*B + C on each, UNROLL times per
 // trip, p.iterations trips: 2*16*16*16 * ACCS * UNROLL * p.iterations FLOPs
@@ -13,10 +14,7 @@
 #include "include/common.glsl"
 #include "include/push_probe_flops.glsl"
 #extension GL_EXT_control_flow_attributes : require
-#extension GL_NV_cooperative_matrix : require
-#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
-#extension GL_KHR_memory_scope_semantics : require
-#extension GL_KHR_shader_subgroup_basic : require
+#include "include/coopmat.glsl"
 
 layout(local_size_x = 128) in;
 
@@ -26,21 +24,21 @@ const uint ACCS = 8u;   // ProbeCoopAccumulators
 const uint UNROLL = 2u; // ProbeCoopUnroll
 
 void main() {
-	fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> am = fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>(float16_t(p.a));
-	fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> bm = fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>(float16_t(p.b));
-	fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[ACCS];
+	CM_A am = cmFillA(float16_t(p.a));
+	CM_B bm = cmFillB(float16_t(p.b));
+	CM_C acc[ACCS];
 	[[unroll]] for (uint i = 0u; i < ACCS; i++) {
-		acc[i] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+		acc[i] = cmFillC(0.0);
 	}
 	for (uint it = 0u; it < p.iterations; it++) {
 		[[unroll]] for (uint u = 0u; u < UNROLL; u++) {
 			[[unroll]] for (uint i = 0u; i < ACCS; i++) {
-				acc[i] = coopMatMulAddNV(am, bm, acc[i]);
+				acc[i] = CM_MULADD(am, bm, acc[i]);
 			}
 		}
 	}
 	[[unroll]] for (uint i = 1u; i < ACCS; i++) {
-		acc[0] = acc[0] + acc[i];
+		acc[0] = CM_ADD(acc[0], acc[i]);
 	}
-	coopMatStoreNV(acc[0], outv, (groupIndex() * gl_NumSubgroups + gl_SubgroupID) * 256u, 16u, false);
+	CM_STORE(acc[0], outv, (groupIndex() * gl_NumSubgroups + gl_SubgroupID) * 256u, 16u);
 }

@@ -40,6 +40,21 @@ type Device struct {
 	// 16x16x16 f16 -> f32 shape (vk.Features.CooperativeMatrixNV, which
 	// includes vulkanMemoryModel and shaderFloat16): matmul_coop runs.
 	CooperativeMatrixNV bool
+	// CooperativeMatrixKHR: VK_KHR_cooperative_matrix enabled with the
+	// same shape (vk.Features.CooperativeMatrixKHR): matmul_coop's
+	// COOPMAT_KHR variants run, where the subgroups are 32 or may be
+	// required to be (Subgroup32).
+	CooperativeMatrixKHR bool
+	// Subgroup32: a pipeline may require subgroups of 32
+	// (VK_EXT_subgroup_size_control with 32 in its compute range and full
+	// subgroups): the KHR tensor-core kernels ask for 32 on a device whose
+	// other kernels run at another size (AMD RDNA's 64).
+	Subgroup32 bool
+	// CoopMatKHR: the user asked for VK_KHR_cooperative_matrix's kernels
+	// where the device has NV's too (MODRUN_COOPMAT=khr, read by the
+	// engine): NVIDIA's drivers offer both, so an NVIDIA GPU measures the
+	// path AMD and Intel take.
+	CoopMatKHR bool
 	// TensorCores: the tensor-core matmul may run where the device has it:
 	// the default (the engine reads MODRUN_TENSOR_CORES: 0 turns it off).
 	// Its default kernel keeps f32's precision (matmul_coop_hilo: each
@@ -185,6 +200,12 @@ type Profile struct {
 	// f16 -> f32 shape and subgroups of 32. The self-check's fallback
 	// turns it off (matmul.comp's tiles).
 	MatmulCoop bool
+	// MatmulCoopKHR takes matmul_coop's VK_KHR_cooperative_matrix
+	// variants (MatmulCoopKHRName) where MatmulCoop is set: on devices
+	// with the KHR extension and not NV's, or where the user asked
+	// (Device.CoopMatKHR). The direct matmul and the tensor-core attention
+	// are NV's only: off under it.
+	MatmulCoopKHR bool
 	// MatmulCoopEmulate runs matmul_coop with its tile product emulated
 	// (EMULATE_COOPMAT) where MatmulCoop is set: tests run the tensor-core
 	// kernel's tiling through the engine on lavapipe.
@@ -339,11 +360,14 @@ func NewProfile(d Device) Profile {
 	}
 	p.AttentionLanes = !d.CPU && d.SubgroupShuffle && sg > 0
 	p.MatvecDot = p.MatvecRows && d.MatvecDot && d.IntegerDotProduct
-	p.MatmulCoop = !d.CPU && d.CooperativeMatrixNV && sg == MatmulCoopSubgroup && (d.TensorCores || d.TensorCoresHalf)
+	nv, khr := d.coopNV(), d.coopKHR()
+	tensor := !d.CPU && (d.TensorCores || d.TensorCoresHalf)
+	p.MatmulCoop = tensor && (nv || khr)
+	p.MatmulCoopKHR = tensor && khr && (!nv || d.CoopMatKHR)
 	p.MatmulCoopHalf = p.MatmulCoop && d.TensorCoresHalf
-	p.MatmulDirect, p.MatmulDirectMin, p.MatmulDirectSlice = p.MatmulCoop && d.MatmulDirect, MatmulDirectMinRows, MatmulDirectMinSlice
+	p.MatmulDirect, p.MatmulDirectMin, p.MatmulDirectSlice = p.MatmulCoop && !p.MatmulCoopKHR && d.MatmulDirect, MatmulDirectMinRows, MatmulDirectMinSlice
 	p.MatmulDirectResident = p.MatmulDirect && d.MatmulDirectResident
-	p.AttentionCoop = p.MatmulCoop && d.AttentionCoop
+	p.AttentionCoop = p.MatmulCoop && !p.MatmulCoopKHR && d.AttentionCoop
 	p.MatmulDirectSlots = MatmulDirectSplitTarget
 	if d.ComputeUnits > 0 {
 		p.MatmulDirectSlots = MatmulDirectGroupsPerUnit * d.ComputeUnits
@@ -392,6 +416,9 @@ func (p Profile) String() string {
 			if p.MatmulDirectResident {
 				s += "-resident"
 			}
+		}
+		if p.MatmulCoopKHR {
+			s += "-khr"
 		}
 		if p.MatmulCoopHalf {
 			s += "-f16"
@@ -692,6 +719,37 @@ func (p Profile) Row(name string, cols uint32) []uint32 {
 	return []uint32{tpr, tpr}
 }
 
+// coopNV says whether d runs the VK_NV_cooperative_matrix kernels: the
+// extension, and subgroups of 32 (NVIDIA's).
+func (d Device) coopNV() bool {
+	return !d.CPU && d.CooperativeMatrixNV && d.SubgroupSize == MatmulCoopSubgroup
+}
+
+// coopKHR says whether d runs the VK_KHR_cooperative_matrix kernels: the
+// extension, and subgroups of 32 or a pipeline's right to require them.
+func (d Device) coopKHR() bool {
+	return !d.CPU && d.CooperativeMatrixKHR && (d.SubgroupSize == MatmulCoopSubgroup || d.Subgroup32)
+}
+
+// CoopProbe is the tensor-core probe's variant for the device (ProbeCoop,
+// or ProbeCoopKHR where the matmuls take the KHR kernels or the device has
+// only them), or "" and why there is none. Unlike MatmulCoop it does not
+// depend on MODRUN_TENSOR_CORES: the probe says what the device has.
+func (p Profile) CoopProbe() (name, none string) {
+	nv, khr := p.coopNV(), p.coopKHR()
+	switch {
+	case p.CPU:
+		return "", "a CPU device has no tensor cores"
+	case khr && (!nv || p.CoopMatKHR):
+		return ProbeCoopKHR, ""
+	case nv:
+		return ProbeCoop, ""
+	case !p.CooperativeMatrixNV && !p.CooperativeMatrixKHR:
+		return "", "no VK_NV_cooperative_matrix nor VK_KHR_cooperative_matrix with 16x16x16 f16 -> f32"
+	}
+	return "", fmt.Sprintf("subgroups of %d, not %d (and none may be required)", p.SubgroupSize, MatmulCoopSubgroup)
+}
+
 // MatmulKernel is the matmul variant for weights of type typ (a
 // WeightTypes name) and its specialization: matmul_coop where the profile
 // has MatmulCoop (its hilo kernel unless MatmulCoopHalf), else matmul.comp
@@ -700,6 +758,9 @@ func (p Profile) Row(name string, cols uint32) []uint32 {
 // MatmulGroupsOf(spec).
 func (p Profile) MatmulKernel(typ string) (name string, spec []uint32) {
 	if p.MatmulCoop {
+		if p.MatmulCoopKHR && !p.MatmulCoopEmulate { // the emulation is both extensions' tiling
+			return MatmulCoopKHRName(typ, !p.MatmulCoopHalf), MatmulCoopSpecGPU.Constants()
+		}
 		if p.MatmulCoopHalf {
 			return MatmulCoopName(typ, p.MatmulCoopEmulate), MatmulCoopSpecGPU.Constants()
 		}

@@ -40,6 +40,7 @@ var capabilityFeatures = map[uint32]string{
 	4448: "storage_buffer_8bit_access",  // StorageBuffer8BitAccess
 	5345: "vulkan_memory_model",         // VulkanMemoryModel
 	5357: "cooperative_matrix_nv",       // CooperativeMatrixNV
+	6022: "cooperative_matrix_khr",      // CooperativeMatrixKHR
 	6018: "integer_dot_product",         // DotProductInput4x8BitPacked
 	6019: "integer_dot_product",         // DotProduct
 }

@@ -25,9 +25,7 @@ func TestSpirvIsFresh(t *testing.T) {
 	dir := t.TempDir()
 	for _, v := range Variants {
 		out := filepath.Join(dir, v.Name+".spv")
-		cmd := exec.Command(glslc, v.GlslcArgs(out)...)
-		msg, err := cmd.CombinedOutput()
-		require.NoError(t, err, "glslc %s:\n%s", strings.Join(v.GlslcArgs(out), " "), msg)
+		require.NoError(t, v.Compile(glslc, out))
 		fresh, err := os.ReadFile(out)
 		require.NoError(t, err)
 		assert.True(t, bytes.Equal(fresh, v.SPIRV()), "spv/%s.spv is stale: run go generate ./shaders", v.Name)

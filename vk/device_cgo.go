@@ -40,9 +40,10 @@ func (in *Instance) NewDevice(info DeviceInfo) (*Device, error) {
 	}
 	f := info.Features
 	stats := in.kernelStats && f.PipelineExecutableInfo
-	key := deviceKey{inst: in.h, phys: info.phys, family: info.computeFamily, features: [11]bool{f.ShaderFloat16, f.ShaderInt8,
+	coop := f.CooperativeMatrixNV || f.CooperativeMatrixKHR // their shaders declare the Vulkan memory model
+	key := deviceKey{inst: in.h, phys: info.phys, family: info.computeFamily, features: [12]bool{f.ShaderFloat16, f.ShaderInt8,
 		f.StorageBuffer16BitAccess, f.StorageBuffer8BitAccess, f.ConditionalRendering, f.SubgroupSizeControl, f.ComputeFullSubgroups,
-		f.VulkanMemoryModel && f.CooperativeMatrixNV, f.CooperativeMatrixNV, stats, f.IntegerDotProduct}}
+		f.VulkanMemoryModel && coop, f.CooperativeMatrixNV, f.CooperativeMatrixKHR, stats, f.IntegerDotProduct}}
 	devices.Lock()
 	defer devices.Unlock()
 	sd := devices.m[key]
@@ -52,7 +53,7 @@ func (in *Instance) NewDevice(info DeviceInfo) (*Device, error) {
 		r := C.mr_create_device(C.uint64_t(in.h), C.uint64_t(info.phys), C.uint32_t(info.computeFamily),
 			cbool(f.ShaderFloat16), cbool(f.ShaderInt8), cbool(f.StorageBuffer16BitAccess), cbool(f.StorageBuffer8BitAccess),
 			cbool(f.ConditionalRendering), cbool(f.SubgroupSizeControl), cbool(f.ComputeFullSubgroups),
-			cbool(f.VulkanMemoryModel && f.CooperativeMatrixNV), cbool(f.CooperativeMatrixNV), cbool(stats), cbool(f.IntegerDotProduct), &h, &call)
+			cbool(f.VulkanMemoryModel && coop), cbool(f.CooperativeMatrixNV), cbool(f.CooperativeMatrixKHR), cbool(stats), cbool(f.IntegerDotProduct), &h, &call)
 		if err := result(C.GoString(call), Result(r)); err != nil {
 			return nil, fmt.Errorf("device %d (%s): %w", info.Index, info.Name, err)
 		}

@@ -107,18 +107,25 @@ type Features struct {
 	SubgroupArithmetic       bool `json:"subgroup_arithmetic"` // in compute shaders
 	SubgroupShuffle          bool `json:"subgroup_shuffle"`    // in compute shaders
 	SubgroupBallot           bool `json:"subgroup_ballot"`     // subgroupBroadcast and the ballots, in compute shaders
-	CooperativeMatrix        bool `json:"cooperative_matrix"`  // VK_KHR_cooperative_matrix is offered (not yet enabled)
+	CooperativeMatrix        bool `json:"cooperative_matrix"`  // VK_KHR_cooperative_matrix is offered (CooperativeMatrixKHR: usable and enabled)
 	// CooperativeMatrixNV: VK_NV_cooperative_matrix with its
 	// cooperativeMatrix feature, the 16x16x16 f16 x f16 -> f32 shape at
 	// subgroup scope, shaderFloat16 and vulkanMemoryModel (its shaders
 	// declare the Vulkan memory model): what shaders' matmul_coop needs.
 	// Enabled, with the extension, when true.
 	CooperativeMatrixNV bool `json:"cooperative_matrix_nv"`
+	// CooperativeMatrixKHR: VK_KHR_cooperative_matrix with its
+	// cooperativeMatrix feature, the same shape (16x16x16 f16 x f16 -> f32
+	// at subgroup scope), shaderFloat16 and vulkanMemoryModel: what
+	// shaders' COOPMAT_KHR variants need. Enabled, with the extension,
+	// when true (beside CooperativeMatrixNV where a device has both).
+	CooperativeMatrixKHR bool `json:"cooperative_matrix_khr"`
 	// VulkanMemoryModel: the Vulkan 1.2 features vulkanMemoryModel and
 	// vulkanMemoryModelDeviceScope (the other kernels' atomics and
 	// barriers use the device scope, which the memory model without it
-	// forbids). Enabled only with CooperativeMatrixNV, whose shaders
-	// declare the model: no other kernel needs it.
+	// forbids). Enabled only with CooperativeMatrixNV or
+	// CooperativeMatrixKHR, whose shaders declare the model: no other
+	// kernel needs it.
 	VulkanMemoryModel bool `json:"vulkan_memory_model"`
 	// ConditionalRendering: VK_EXT_conditional_rendering (enabled when
 	// present): Recorder.BeginConditional discards dispatches on a GPU-written

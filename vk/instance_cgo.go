@@ -184,6 +184,18 @@ func (in *Instance) Devices() ([]DeviceInfo, error) {
 	return devs, nil
 }
 
+// coopMatKHRHeaders is the Vulkan headers' version that brought
+// VK_KHR_cooperative_matrix.
+var coopMatKHRHeaders = MakeVersion(1, 3, 255)
+
+// validationLayerVersion is the installed validation layer's specVersion
+// (0 when none is).
+func validationLayerVersion() Version {
+	name := C.CString(ValidationLayer)
+	defer C.free(unsafe.Pointer(name))
+	return Version(C.mr_layer_spec_version(name))
+}
+
 func (in *Instance) deviceInfo(phys uint64, index int) DeviceInfo {
 	var c C.mr_device_info
 	C.mr_device_info_get(C.uint64_t(in.h), C.uint64_t(phys), &c)
@@ -239,6 +251,7 @@ func (in *Instance) deviceInfo(phys uint64, index int) DeviceInfo {
 		SubgroupBallot:               computeSubgroups && c.subgroup_ops&C.VK_SUBGROUP_FEATURE_BALLOT_BIT != 0,
 		CooperativeMatrix:            c.coopmat != 0,
 		CooperativeMatrixNV:          c.coopmat_nv != 0 && c.vmm != 0 && c.f16 != 0,
+		CooperativeMatrixKHR:         c.coopmat_khr != 0 && c.vmm != 0 && c.f16 != 0,
 		VulkanMemoryModel:            c.vmm != 0,
 		ConditionalRendering:         c.cond_render != 0,
 		SubgroupSizeControl:          c.size_control != 0,
@@ -246,6 +259,13 @@ func (in *Instance) deviceInfo(phys uint64, index int) DeviceInfo {
 		PipelineExecutableInfo:       c.exec_props != 0,
 		IntegerDotProduct:            c.idot != 0,
 		IntegerDotProductAccelerated: c.idot_accel != 0,
+	}
+	// A validation layer older than the extension (Debian 12's is 1.3.239)
+	// reports its feature structure in vkCreateDevice's chain as an unknown
+	// structure, an error: a validating instance leaves it off there (and
+	// its kernels with it), so that the layer checks everything else.
+	if in.validation && d.Features.CooperativeMatrixKHR && validationLayerVersion() < coopMatKHRHeaders {
+		d.Features.CooperativeMatrixKHR = false
 	}
 	d.Problem = problem(d.APIVersion, d.computeFamily)
 	return d

@@ -169,7 +169,7 @@ type KernelStatistic struct {
 
 // statsFeature is the index in deviceKey.features of "kernel statistics
 // kept" (InstanceOptions.KernelStatistics on a device that offers them).
-const statsFeature = 9
+const statsFeature = 10
 
 // Spec is what the kernel was made from.
 func (k *Kernel) Spec() KernelSpec { return k.spec }
@@ -204,7 +204,7 @@ type sharedInstance struct {
 type deviceKey struct {
 	inst, phys uint64
 	family     int
-	features   [11]bool
+	features   [12]bool
 }
 
 // sharedDevice is a VkDevice and the number of open Devices on it.

@@ -52,6 +52,19 @@ int mr_has_layer(const char *name) {
 	return found;
 }
 
+uint32_t mr_layer_spec_version(const char *name) {
+	uint32_t n = 0;
+	if (enum_layers(&n, NULL) != VK_SUCCESS || n == 0) return 0;
+	VkLayerProperties *p = calloc(n, sizeof *p);
+	if (!p) return 0;
+	uint32_t v = 0;
+	if (enum_layers(&n, p) >= 0)
+		for (uint32_t i = 0; i < n; i++)
+			if (strcmp(p[i].layerName, name) == 0) v = p[i].specVersion;
+	free(p);
+	return v;
+}
+
 int mr_has_instance_extension(const char *layer, const char *name) {
 	uint32_t n = 0;
 	if (enum_instance_exts(layer, &n, NULL) != VK_SUCCESS || n == 0) return 0;
@@ -270,6 +283,64 @@ static int coopmat_nv_usable(mr_instance *in, VkPhysicalDevice pd) {
 	return ok;
 }
 
+// VK_KHR_cooperative_matrix came with Vulkan headers 1.3.255; Debian 12's
+// are 1.3.239. Its structures and values, from the Vulkan registry, where
+// the headers lack them (the VkComponentTypeKHR and VkScopeKHR values are
+// NV's, which the headers have).
+#ifndef VK_KHR_cooperative_matrix
+#define VK_KHR_cooperative_matrix 1
+#define VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME "VK_KHR_cooperative_matrix"
+#define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR ((VkStructureType)1000506000)
+#define VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR ((VkStructureType)1000506001)
+typedef struct VkCooperativeMatrixPropertiesKHR {
+	VkStructureType sType;
+	void *pNext;
+	uint32_t MSize;
+	uint32_t NSize;
+	uint32_t KSize;
+	VkComponentTypeNV AType;
+	VkComponentTypeNV BType;
+	VkComponentTypeNV CType;
+	VkComponentTypeNV ResultType;
+	VkBool32 saturatingAccumulation;
+	VkScopeNV scope;
+} VkCooperativeMatrixPropertiesKHR;
+typedef struct VkPhysicalDeviceCooperativeMatrixFeaturesKHR {
+	VkStructureType sType;
+	void *pNext;
+	VkBool32 cooperativeMatrix;
+	VkBool32 cooperativeMatrixRobustBufferAccess;
+} VkPhysicalDeviceCooperativeMatrixFeaturesKHR;
+typedef VkResult(VKAPI_PTR *PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR)(
+	VkPhysicalDevice, uint32_t *, VkCooperativeMatrixPropertiesKHR *);
+#endif
+
+// coopmat_khr_usable: VK_KHR_cooperative_matrix (offered) has its
+// cooperativeMatrix feature and the shape matmul_coop.comp's COOPMAT_KHR
+// variants use, 16x16x16 f16 x f16 -> f32 at subgroup scope (AMD's RDNA3
+// lists it; Intel's Arc lists 8x16x16 shapes only, NVIDIA both).
+static int coopmat_khr_usable(mr_instance *in, VkPhysicalDevice pd) {
+	VkPhysicalDeviceCooperativeMatrixFeaturesKHR cm = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
+	VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &cm};
+	in->GetPhysicalDeviceFeatures2(pd, &f2);
+	PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR props =
+		(PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR)gipa(in->h, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
+	if (!cm.cooperativeMatrix || !props) return 0;
+	uint32_t n = 0;
+	if (props(pd, &n, NULL) != VK_SUCCESS || n == 0) return 0;
+	VkCooperativeMatrixPropertiesKHR *p = calloc(n, sizeof *p);
+	if (!p) return 0;
+	for (uint32_t i = 0; i < n; i++) p[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR;
+	int ok = 0;
+	if (props(pd, &n, p) >= 0)
+		for (uint32_t i = 0; i < n && !ok; i++)
+			ok = p[i].MSize == 16 && p[i].NSize == 16 && p[i].KSize == 16 && p[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+				p[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV && p[i].CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+				p[i].ResultType == VK_COMPONENT_TYPE_FLOAT32_NV && p[i].scope == VK_SCOPE_SUBGROUP_NV;
+	free(p);
+	return ok;
+}
+
 void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out) {
 	mr_instance *in = (mr_instance *)(uintptr_t)inst;
 	VkPhysicalDevice pd = (VkPhysicalDevice)(uintptr_t)phys;
@@ -348,7 +419,7 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out) {
 		VkExtensionProperties *e = calloc(ne, sizeof *e);
 		if (e && in->EnumerateDeviceExtensionProperties(pd, NULL, &ne, e) >= 0)
 			for (uint32_t i = 0; i < ne; i++)
-				if (strcmp(e[i].extensionName, "VK_KHR_cooperative_matrix") == 0) out->coopmat = 1;
+				if (strcmp(e[i].extensionName, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME) == 0) out->coopmat = 1;
 				else if (strcmp(e[i].extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) == 0) out->coopmat_nv = 1;
 				else if (strcmp(e[i].extensionName, VK_EXT_CONDITIONAL_RENDERING_EXTENSION_NAME) == 0) out->cond_render = 1;
 				else if (strcmp(e[i].extensionName, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME) == 0) out->idot = 1;
@@ -393,6 +464,7 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out) {
 		out->full_subgroups = scf.computeFullSubgroups ? 1 : 0;
 	}
 	if (out->coopmat_nv) out->coopmat_nv = coopmat_nv_usable(in, pd);
+	if (out->coopmat) out->coopmat_khr = coopmat_khr_usable(in, pd);
 	if (out->idot) { // offered: is its feature there, and is the packed signed 4x8 dot a hardware instruction?
 		VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR idf = {
 			.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
@@ -406,7 +478,11 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out) {
 		out->idot_accel = out->idot && idp.integerDotProduct4x8BitPackedSignedAccelerated ? 1 : 0;
 	}
 	if (out->exec_props) { // offered: is its feature there?
-		VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR ep = {
+		VkPhysicalDeviceCooperativeMatrixFeaturesKHR cmk = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR,
+		.cooperativeMatrix = VK_TRUE,
+	};
+	VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR ep = {
 			.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
 		VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &ep};
 		in->GetPhysicalDeviceFeatures2(pd, &f2);
@@ -509,7 +585,7 @@ typedef struct mr_device {
 
 VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 	int f16, int i8, int sb16, int sb8, int cond_render, int size_control, int full_subgroups,
-	int vmm, int coopmat_nv, int exec_stats, int idot, uint64_t *out, const char **call) {
+	int vmm, int coopmat_nv, int coopmat_khr, int exec_stats, int idot, uint64_t *out, const char **call) {
 	mr_instance *in = (mr_instance *)(uintptr_t)inst;
 	VkPhysicalDevice pd = (VkPhysicalDevice)(uintptr_t)phys;
 	mr_device *d = calloc(1, sizeof *d);
@@ -560,6 +636,10 @@ VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
 		.cooperativeMatrix = VK_TRUE,
 	};
+	VkPhysicalDeviceCooperativeMatrixFeaturesKHR cmk = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR,
+		.cooperativeMatrix = VK_TRUE,
+	};
 	VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR ep = {
 		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
 		.pipelineExecutableInfo = VK_TRUE,
@@ -568,7 +648,7 @@ VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR,
 		.shaderIntegerDotProduct = VK_TRUE,
 	};
-	const char *exts[5];
+	const char *exts[6];
 	uint32_t nexts = 0;
 	if (idot) {
 		idf.pNext = feats.pNext;
@@ -584,6 +664,11 @@ VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 		cm.pNext = feats.pNext;
 		feats.pNext = &cm;
 		exts[nexts++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
+	}
+	if (coopmat_khr) {
+		cmk.pNext = feats.pNext;
+		feats.pNext = &cmk;
+		exts[nexts++] = VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME;
 	}
 	if (cond_render) {
 		cr.pNext = feats.pNext;

@@ -21,6 +21,7 @@
 // Loader.
 const char *mr_load(void); // NULL on success, else a static message
 uint32_t mr_instance_version(void);
+uint32_t mr_layer_spec_version(const char *name); // the layer's specVersion; 0 when absent
 int mr_has_layer(const char *name);
 int mr_has_instance_extension(const char *layer, const char *name); // layer may be NULL
 
@@ -51,6 +52,7 @@ typedef struct mr_device_info {
 	uint32_t f16, i8, sb16, sb8, coopmat;
 	uint32_t vmm; // vulkanMemoryModel with vulkanMemoryModelDeviceScope
 	uint32_t coopmat_nv; // VK_NV_cooperative_matrix, its cooperativeMatrix feature and f16 x f16 -> f32 16x16x16 at subgroup scope
+	uint32_t coopmat_khr; // VK_KHR_cooperative_matrix, the same feature and shape
 	uint32_t cond_render; // VK_EXT_conditional_rendering with its conditionalRendering feature
 	uint32_t exec_props; // VK_KHR_pipeline_executable_properties with its pipelineExecutableInfo feature
 	uint32_t idot; // VK_KHR_shader_integer_dot_product with its shaderIntegerDotProduct feature
@@ -68,7 +70,7 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out);
 // properties, command pool, fence).
 VkResult mr_create_device(uint64_t inst, uint64_t phys, uint32_t family,
 	int f16, int i8, int sb16, int sb8, int cond_render, int size_control, int full_subgroups,
-	int vmm, int coopmat_nv, int exec_stats, int idot, uint64_t *out, const char **call);
+	int vmm, int coopmat_nv, int coopmat_khr, int exec_stats, int idot, uint64_t *out, const char **call);
 // mr_clone_device makes another handle on base's VkDevice and queue, with
 // a command pool and fence of its own; submits through any handle are
 // serialized on the queue. mr_destroy_device waits idle and frees a handle;

@@ -219,6 +219,7 @@ func featureText(f vk.Features) string {
 		{"subgroup arithmetic", f.SubgroupArithmetic}, {"subgroup shuffle", f.SubgroupShuffle},
 		{"subgroup ballot", f.SubgroupBallot},
 		{"cooperative matrix", f.CooperativeMatrix}, {"cooperative matrix NV", f.CooperativeMatrixNV},
+		{"cooperative matrix KHR", f.CooperativeMatrixKHR},
 		{"conditional rendering", f.ConditionalRendering},
 		{"subgroup size control", f.SubgroupSizeControl && f.ComputeFullSubgroups},
 		{"kernel statistics", f.PipelineExecutableInfo},

@@ -54,6 +54,7 @@ type tuneTrial struct {
 // never tried: tuning picks speed at the engine's own precision.
 var tuneTrials = []tuneTrial{
 	{knob: "MODRUN_TENSOR_CORES", value: "0", metric: "prefill"},
+	{knob: "MODRUN_COOPMAT", value: "khr", metric: "prefill"}, // where a device has both extensions
 	{knob: "MODRUN_MATMUL_PIPE", value: "0", metric: "prefill"},
 	{knob: "MODRUN_MATMUL_DIRECT", value: "1", metric: "prefill"},
 	{knob: "MODRUN_ATTENTION_COOP", value: "1", metric: "prefill"},

@@ -27,6 +27,24 @@ func parseTensorCores(v string) (on, half bool, err error) {
 	}
 }
 
+// coopMatEnv is MODRUN_COOPMAT: which Vulkan extension the tensor-core
+// kernels take where a device has both (NVIDIA's drivers offer both): unset
+// or nv, VK_NV_cooperative_matrix's (the kernels measured on an H200); khr,
+// VK_KHR_cooperative_matrix's, the ones AMD and Intel GPUs take, so that
+// an NVIDIA GPU measures them too. A device with one of the two takes it
+// whatever the knob says.
+func coopMatEnv(k Knobs) (khr bool, err error) { return parseCoopMat(k.get("MODRUN_COOPMAT")) }
+
+func parseCoopMat(v string) (khr bool, err error) {
+	switch v {
+	case "", "nv":
+		return false, nil
+	case "khr":
+		return true, nil
+	}
+	return false, fmt.Errorf("vulkan: MODRUN_COOPMAT=%q: want nv (VK_NV_cooperative_matrix's kernels where the device has them: the default) or khr (VK_KHR_cooperative_matrix's)", v)
+}
+
 // matmulPipeEnv is MODRUN_MATMUL_PIPE: unset or 1, the pipelined matmul
 // tile where a GPU profile allows it (shaders.MatmulSpecPipe); 0, the
 // tiles before it (MatmulSpecGPU), for comparing the two on a device.
@@ -152,27 +170,32 @@ func deviceFacts(info vk.DeviceInfo, k Knobs) shaders.Device {
 	keys, _ := attendKeysEnv(k)
 	own, _ := attendOwnEnv(k)
 	dot, _ := matvecDotEnv(k)
+	coopKHR, _ := coopMatEnv(k)
 	sg, require := shaders.SubgroupSizeFor(shaders.SubgroupFacts{Vendor: info.VendorID, Reported: l.SubgroupSize,
 		Min: l.MinSubgroupSize, Max: l.MaxSubgroupSize,
 		Control: f.SubgroupSizeControl && f.ComputeFullSubgroups && l.RequiredSubgroupSizeCompute})
 	return shaders.Device{
-		CPU:                          info.Type == vk.CPU,
-		SubgroupSize:                 sg,
-		SubgroupArithmetic:           f.SubgroupArithmetic,
-		SharedMemory:                 l.MaxComputeSharedMemorySize,
-		MaxWorkGroupInvocations:      l.MaxComputeWorkGroupInvocations,
-		MaxStorageBufferRange:        l.MaxStorageBufferRange,
-		ComputeUnits:                 l.ComputeUnits,
-		Vendor:                       info.VendorID,
-		RequireSubgroupSize:          require,
-		MaxWorkgroupSubgroups:        l.MaxComputeWorkgroupSubgroups,
-		Float16:                      f.ShaderFloat16,
-		Int8:                         f.ShaderInt8,
-		Storage16Bit:                 f.StorageBuffer16BitAccess,
-		Storage8Bit:                  f.StorageBuffer8BitAccess,
-		SubgroupShuffle:              f.SubgroupShuffle,
-		SubgroupBallot:               f.SubgroupBallot,
-		CooperativeMatrixNV:          f.CooperativeMatrixNV,
+		CPU:                     info.Type == vk.CPU,
+		SubgroupSize:            sg,
+		SubgroupArithmetic:      f.SubgroupArithmetic,
+		SharedMemory:            l.MaxComputeSharedMemorySize,
+		MaxWorkGroupInvocations: l.MaxComputeWorkGroupInvocations,
+		MaxStorageBufferRange:   l.MaxStorageBufferRange,
+		ComputeUnits:            l.ComputeUnits,
+		Vendor:                  info.VendorID,
+		RequireSubgroupSize:     require,
+		MaxWorkgroupSubgroups:   l.MaxComputeWorkgroupSubgroups,
+		Float16:                 f.ShaderFloat16,
+		Int8:                    f.ShaderInt8,
+		Storage16Bit:            f.StorageBuffer16BitAccess,
+		Storage8Bit:             f.StorageBuffer8BitAccess,
+		SubgroupShuffle:         f.SubgroupShuffle,
+		SubgroupBallot:          f.SubgroupBallot,
+		CooperativeMatrixNV:     f.CooperativeMatrixNV,
+		CooperativeMatrixKHR:    f.CooperativeMatrixKHR,
+		Subgroup32: f.SubgroupSizeControl && f.ComputeFullSubgroups && l.RequiredSubgroupSizeCompute &&
+			l.MinSubgroupSize <= shaders.MatmulCoopSubgroup && shaders.MatmulCoopSubgroup <= l.MaxSubgroupSize,
+		CoopMatKHR:                   coopKHR,
 		TensorCores:                  tc,
 		TensorCoresHalf:              tcHalf,
 		NoMatmulPipe:                 !pipe,

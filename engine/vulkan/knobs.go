@@ -34,6 +34,7 @@ const KnobsRevision = 2
 // that sets it (README.md says what each does and takes).
 var KnobNames = []string{
 	"MODRUN_TENSOR_CORES",   // tensorCoresEnv
+	"MODRUN_COOPMAT",        // coopMatEnv
 	"MODRUN_MATMUL_PIPE",    // matmulPipeEnv
 	"MODRUN_MATMUL_DIRECT",  // matmulDirectEnv
 	"MODRUN_ATTENTION_COOP", // attentionCoopEnv
@@ -117,6 +118,7 @@ func (k Knobs) With(name, value string) Knobs {
 // own device's when it opens).
 var knobParse = map[string]func(v string) error{
 	"MODRUN_TENSOR_CORES":   func(v string) error { _, _, err := parseTensorCores(v); return err },
+	"MODRUN_COOPMAT":        func(v string) error { _, err := parseCoopMat(v); return err },
 	"MODRUN_MATMUL_PIPE":    func(v string) error { _, err := parseMatmulPipe(v); return err },
 	"MODRUN_MATMUL_DIRECT":  func(v string) error { _, _, err := parseMatmulDirect(v); return err },
 	"MODRUN_ATTENTION_COOP": func(v string) error { _, err := parseAttentionCoop(v); return err },

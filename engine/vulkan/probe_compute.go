@@ -77,22 +77,17 @@ func ProbeCompute(dev *vk.Device) (Peaks, error) {
 	if err != nil {
 		return Peaks{}, fmt.Errorf("vulkan: compute probe probe_fma: %w", err)
 	}
-	switch {
-	case prof.CPU:
-		pk.NoTensor = "a CPU device has no tensor cores"
-	case !prof.CooperativeMatrixNV:
-		pk.NoTensor = "no VK_NV_cooperative_matrix (16x16x16 f16 -> f32)"
-	case prof.SubgroupSize != shaders.MatmulCoopSubgroup:
-		pk.NoTensor = fmt.Sprintf("subgroups of %d, not %d", prof.SubgroupSize, shaders.MatmulCoopSubgroup)
-	default:
+	if name, none := prof.CoopProbe(); name == "" {
+		pk.NoTensor = none
+	} else {
 		// A failure here leaves the FP32 figure standing and says why
-		// there is no tensor one: the probe has run on no GPU yet.
-		coop, err := ks.get("probe_coop", nil)
+		// there is no tensor one.
+		coop, err := ks.get(name, nil)
 		if err == nil {
 			pk.TensorTFLOPs, err = probeRate(dev, coop, groups, groups*shaders.ProbeCoopSubgroups*256, shaders.ProbeCoopFLOPs, shaders.ProbeCoopResult)
 		}
 		if err != nil {
-			pk.TensorTFLOPs, pk.NoTensor = 0, fmt.Sprintf("probe_coop failed: %v", err)
+			pk.TensorTFLOPs, pk.NoTensor = 0, fmt.Sprintf("%s failed: %v", name, err)
 		}
 	}
 	return pk, nil

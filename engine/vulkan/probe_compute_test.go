@@ -22,7 +22,7 @@ func TestProbeCompute(t *testing.T) {
 	assert.False(t, math.IsInf(pk.FP32TFLOPs, 0) || math.IsNaN(pk.FP32TFLOPs), "%v", pk.FP32TFLOPs)
 	assert.Equal(t, pk.FP32TFLOPs, pk.Of(shaders.PathShader))
 	p := DeviceProfile(dev.Info())
-	if p.CPU || !p.CooperativeMatrixNV || p.SubgroupSize != shaders.MatmulCoopSubgroup {
+	if name, _ := p.CoopProbe(); name == "" {
 		assert.Zero(t, pk.TensorTFLOPs)
 		assert.NotEmpty(t, pk.NoTensor)
 	} else {

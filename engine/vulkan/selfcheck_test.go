@@ -427,6 +427,40 @@ func TestMatmulDirectCheckCase(t *testing.T) {
 	}
 }
 
+// MODRUN_COOPMAT: unset or nv keeps NV's tensor-core kernels on a device
+// with both extensions, khr takes the KHR extension's (a device with only
+// one takes it either way), anything else is refused by name when a runner
+// opens.
+func TestCoopMatEnv(t *testing.T) {
+	dev := openDevice(t, false)
+	for _, tc := range []struct {
+		v   string
+		khr bool
+	}{{"", false}, {"nv", false}, {"khr", true}} {
+		t.Setenv("MODRUN_COOPMAT", tc.v)
+		khr, err := coopMatEnv(nil)
+		require.NoError(t, err, tc.v)
+		assert.Equal(t, tc.khr, khr, "%q", tc.v)
+		facts := deviceFacts(dev.Info(), nil)
+		assert.Equal(t, tc.khr, facts.CoopMatKHR, "%q", tc.v)
+		facts.CPU, facts.SubgroupSize, facts.TensorCores = false, shaders.MatmulCoopSubgroup, true
+		facts.CooperativeMatrixNV, facts.CooperativeMatrixKHR = true, true
+		p := shaders.NewProfile(facts)
+		assert.True(t, p.MatmulCoop, "%q", tc.v)
+		assert.Equal(t, tc.khr, p.MatmulCoopKHR, "%q: a GPU with both", tc.v)
+		facts.CooperativeMatrixNV = false
+		p = shaders.NewProfile(facts)
+		assert.True(t, p.MatmulCoop && p.MatmulCoopKHR, "%q: a GPU with KHR's only", tc.v)
+		facts.CooperativeMatrixNV, facts.CooperativeMatrixKHR = true, false
+		p = shaders.NewProfile(facts)
+		assert.True(t, p.MatmulCoop && !p.MatmulCoopKHR, "%q: a GPU with NV's only", tc.v)
+	}
+	m := openModel(t, "../../testdata/mod/mod-trained.gguf")
+	t.Setenv("MODRUN_COOPMAT", "amd")
+	_, err := New(dev, m, mod.RoutingRouter, Options{})
+	assert.ErrorContains(t, err, `MODRUN_COOPMAT="amd"`)
+}
+
 // MODRUN_MATMUL_DIRECT: unset or 0 keeps the staged tensor-core matmul, 1
 // takes the direct one where the device runs the tensor-core matmul (the
 // device's facts say so; a device without it is unchanged), resident the

@@ -40,10 +40,13 @@ var restrictable = map[string]func(*vk.DeviceInfo){
 	"subgroup_arithmetic":         func(d *vk.DeviceInfo) { d.Features.SubgroupArithmetic = false },
 	"subgroup_shuffle":            func(d *vk.DeviceInfo) { d.Features.SubgroupShuffle = false },
 	"subgroup_ballot":             func(d *vk.DeviceInfo) { d.Features.SubgroupBallot = false },
-	"cooperative_matrix":          func(d *vk.DeviceInfo) { d.Features.CooperativeMatrix = false },
-	"cooperative_matrix_nv":       func(d *vk.DeviceInfo) { d.Features.CooperativeMatrixNV = false },
+	"cooperative_matrix": func(d *vk.DeviceInfo) {
+		d.Features.CooperativeMatrix, d.Features.CooperativeMatrixKHR = false, false
+	},
+	"cooperative_matrix_nv":  func(d *vk.DeviceInfo) { d.Features.CooperativeMatrixNV = false },
+	"cooperative_matrix_khr": func(d *vk.DeviceInfo) { d.Features.CooperativeMatrixKHR = false },
 	"vulkan_memory_model": func(d *vk.DeviceInfo) {
-		d.Features.VulkanMemoryModel, d.Features.CooperativeMatrixNV = false, false
+		d.Features.VulkanMemoryModel, d.Features.CooperativeMatrixNV, d.Features.CooperativeMatrixKHR = false, false, false
 	},
 	"conditional_rendering": func(d *vk.DeviceInfo) { d.Features.ConditionalRendering = false },
 	"subgroup_size_control": func(d *vk.DeviceInfo) {
