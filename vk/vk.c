@@ -318,7 +318,7 @@ typedef VkResult(VKAPI_PTR *PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKH
 // coopmat_khr_usable: VK_KHR_cooperative_matrix (offered) has its
 // cooperativeMatrix feature and the shape matmul_coop.comp's COOPMAT_KHR
 // variants use, 16x16x16 f16 x f16 -> f32 at subgroup scope (AMD's RDNA3
-// lists it; Intel's Arc lists 8x16x16 shapes only, NVIDIA both).
+// and NVIDIA list it; Intel's ANV lists tiles of 8 rows only).
 static int coopmat_khr_usable(mr_instance *in, VkPhysicalDevice pd) {
 	VkPhysicalDeviceCooperativeMatrixFeaturesKHR cm = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
 	VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &cm};
