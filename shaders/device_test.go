@@ -2,6 +2,7 @@ package shaders
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,12 +63,20 @@ func TestOnlySubgroupVariantsNeedAFeature(t *testing.T) {
 			assert.Empty(t, nd.Features, "%s needs features without subgroups", v.Name)
 			continue
 		}
+		khr := slices.Contains(v.Defines, CoopMatKHRDefine)
 		if v.Op == OpMatmulCoop && !strings.Contains(v.Name, "_emu_") {
-			// The tensor-core matmul: its extension, halves and the memory
-			// model, at subgroup scope; its fallback is matmul.comp.
-			assert.Equal(t, []string{"cooperative_matrix_nv", "shader_float16", "vulkan_memory_model"}, nd.Features, v.Name)
+			// The tensor-core matmul: its extension (NV's, or KHR's for
+			// the COOPMAT_KHR variants), halves and the memory model, at
+			// subgroup scope; its fallback is matmul.comp.
 			dev := smallGPU
-			dev.Float16, dev.CooperativeMatrixNV, dev.TensorCores = true, true, true
+			dev.Float16, dev.TensorCores = true, true
+			if khr {
+				assert.Equal(t, []string{"cooperative_matrix_khr", "shader_float16", "vulkan_memory_model"}, nd.Features, v.Name)
+				dev.CooperativeMatrixKHR = true
+			} else {
+				assert.Equal(t, []string{"cooperative_matrix_nv", "shader_float16", "vulkan_memory_model"}, nd.Features, v.Name)
+				dev.CooperativeMatrixNV = true
+			}
 			fb, safe, ok := NewProfile(dev).Fallback(v)
 			require.True(t, ok, "%s has a fallback", v.Name)
 			assert.Equal(t, MatmulName(v.Type), safe)
@@ -118,11 +127,13 @@ func TestOnlySubgroupVariantsNeedAFeature(t *testing.T) {
 			assert.True(t, fb.MatvecRows, v.Name)
 			continue
 		}
-		if v.Name == "probe_coop" {
+		if v.Name == ProbeCoop || v.Name == ProbeCoopKHR {
 			// The tensor-core probe: the matmul's features, and no fallback:
-			// vulkan.ProbeCompute runs it only where the device has them,
-			// and says why there is no tensor peak elsewhere.
-			assert.Equal(t, []string{"cooperative_matrix_nv", "shader_float16", "vulkan_memory_model"}, nd.Features, v.Name)
+			// vulkan.ProbeCompute runs it only where the device has them
+			// (Profile.CoopProbe), and says why there is no tensor peak
+			// elsewhere.
+			ext := map[bool]string{false: "cooperative_matrix_nv", true: "cooperative_matrix_khr"}[khr]
+			assert.Equal(t, []string{ext, "shader_float16", "vulkan_memory_model"}, nd.Features, v.Name)
 			continue
 		}
 		subgroupKernels = append(subgroupKernels, v.Name)
