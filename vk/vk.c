@@ -478,11 +478,7 @@ void mr_device_info_get(uint64_t inst, uint64_t phys, mr_device_info *out) {
 		out->idot_accel = out->idot && idp.integerDotProduct4x8BitPackedSignedAccelerated ? 1 : 0;
 	}
 	if (out->exec_props) { // offered: is its feature there?
-		VkPhysicalDeviceCooperativeMatrixFeaturesKHR cmk = {
-		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR,
-		.cooperativeMatrix = VK_TRUE,
-	};
-	VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR ep = {
+		VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR ep = {
 			.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
 		VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &ep};
 		in->GetPhysicalDeviceFeatures2(pd, &f2);
