@@ -19,10 +19,8 @@ import (
 const CoopMatKHRDefine = "COOPMAT_KHR"
 
 // SPIR-V words FixCoopKHR reads and writes.
+// (reflect.go's rOpTypeInt, rOpTypeFloat and rOpConstant besides these.)
 const (
-	kOpTypeInt         = 21
-	kOpTypeFloat       = 22
-	kOpConstant        = 43
 	kOpTypeCoopMatKHR  = 4456
 	kOpFunction        = 54
 	kScopeSubgroup     = 3
@@ -66,9 +64,9 @@ func FixCoopKHR(spv []byte) ([]byte, error) {
 		}
 		starts = append(starts, i)
 		switch {
-		case op == kOpTypeFloat && n == 3:
+		case op == rOpTypeFloat && n == 3:
 			floats[words[i+2]] = i
-		case op == kOpTypeInt && n == 4 && words[i+2] == 32 && words[i+3] == 0:
+		case op == rOpTypeInt && n == 4 && words[i+2] == 32 && words[i+3] == 0:
 			uintAt = i
 		}
 		i += n
@@ -79,7 +77,7 @@ func FixCoopKHR(spv []byte) ([]byte, error) {
 	uintType := words[uintAt+1]
 	consts := map[uint32]int{} // value -> the first OpConstant of the uint type's word
 	for _, i := range starts {
-		if words[i] == 4<<16|kOpConstant && words[i+1] == uintType {
+		if words[i] == 4<<16|rOpConstant && words[i+1] == uintType {
 			if _, ok := consts[words[i+3]]; !ok {
 				consts[words[i+3]] = i
 			}
@@ -131,7 +129,7 @@ func FixCoopKHR(spv []byte) ([]byte, error) {
 			}
 			ids[k], made[v] = bound, bound
 			bound++
-			out = append(out, 4<<16|kOpConstant, uintType, ids[k], v)
+			out = append(out, 4<<16|rOpConstant, uintType, ids[k], v)
 		}
 		moved[i] = true
 		out = append(out, 7<<16|kOpTypeCoopMatKHR, words[i+1], words[fAt+1], ids[0], ids[1], ids[2], ids[3])
@@ -140,12 +138,8 @@ func FixCoopKHR(spv []byte) ([]byte, error) {
 	if fixed == 0 {
 		return nil, fmt.Errorf("shaders: FixCoopKHR: no OpTypeCooperativeMatrixKHR in the module")
 	}
-	if len(starts) > 0 {
-		last := starts[len(starts)-1]
-		out = append(out, words[last+int(words[last]>>16):]...) // the functions
-	} else {
-		out = append(out, words[5:]...)
-	}
+	last := starts[len(starts)-1]                           // a type was fixed: there are declarations
+	out = append(out, words[last+int(words[last]>>16):]...) // the functions
 	out[3] = bound
 	b := make([]byte, 4*len(out))
 	for i, w := range out {

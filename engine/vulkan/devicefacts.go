@@ -171,30 +171,32 @@ func deviceFacts(info vk.DeviceInfo, k Knobs) shaders.Device {
 	own, _ := attendOwnEnv(k)
 	dot, _ := matvecDotEnv(k)
 	coopKHR, _ := coopMatEnv(k)
+	// Whether a pipeline may require subgroups of 32 (the KHR tensor-core kernels').
+	sg32 := f.SubgroupSizeControl && f.ComputeFullSubgroups && l.RequiredSubgroupSizeCompute &&
+		l.MinSubgroupSize <= shaders.MatmulCoopSubgroup && shaders.MatmulCoopSubgroup <= l.MaxSubgroupSize
 	sg, require := shaders.SubgroupSizeFor(shaders.SubgroupFacts{Vendor: info.VendorID, Reported: l.SubgroupSize,
 		Min: l.MinSubgroupSize, Max: l.MaxSubgroupSize,
 		Control: f.SubgroupSizeControl && f.ComputeFullSubgroups && l.RequiredSubgroupSizeCompute})
 	return shaders.Device{
-		CPU:                     info.Type == vk.CPU,
-		SubgroupSize:            sg,
-		SubgroupArithmetic:      f.SubgroupArithmetic,
-		SharedMemory:            l.MaxComputeSharedMemorySize,
-		MaxWorkGroupInvocations: l.MaxComputeWorkGroupInvocations,
-		MaxStorageBufferRange:   l.MaxStorageBufferRange,
-		ComputeUnits:            l.ComputeUnits,
-		Vendor:                  info.VendorID,
-		RequireSubgroupSize:     require,
-		MaxWorkgroupSubgroups:   l.MaxComputeWorkgroupSubgroups,
-		Float16:                 f.ShaderFloat16,
-		Int8:                    f.ShaderInt8,
-		Storage16Bit:            f.StorageBuffer16BitAccess,
-		Storage8Bit:             f.StorageBuffer8BitAccess,
-		SubgroupShuffle:         f.SubgroupShuffle,
-		SubgroupBallot:          f.SubgroupBallot,
-		CooperativeMatrixNV:     f.CooperativeMatrixNV,
-		CooperativeMatrixKHR:    f.CooperativeMatrixKHR,
-		Subgroup32: f.SubgroupSizeControl && f.ComputeFullSubgroups && l.RequiredSubgroupSizeCompute &&
-			l.MinSubgroupSize <= shaders.MatmulCoopSubgroup && shaders.MatmulCoopSubgroup <= l.MaxSubgroupSize,
+		CPU:                          info.Type == vk.CPU,
+		SubgroupSize:                 sg,
+		SubgroupArithmetic:           f.SubgroupArithmetic,
+		SharedMemory:                 l.MaxComputeSharedMemorySize,
+		MaxWorkGroupInvocations:      l.MaxComputeWorkGroupInvocations,
+		MaxStorageBufferRange:        l.MaxStorageBufferRange,
+		ComputeUnits:                 l.ComputeUnits,
+		Vendor:                       info.VendorID,
+		RequireSubgroupSize:          require,
+		MaxWorkgroupSubgroups:        l.MaxComputeWorkgroupSubgroups,
+		Float16:                      f.ShaderFloat16,
+		Int8:                         f.ShaderInt8,
+		Storage16Bit:                 f.StorageBuffer16BitAccess,
+		Storage8Bit:                  f.StorageBuffer8BitAccess,
+		SubgroupShuffle:              f.SubgroupShuffle,
+		SubgroupBallot:               f.SubgroupBallot,
+		CooperativeMatrixNV:          f.CooperativeMatrixNV,
+		CooperativeMatrixKHR:         f.CooperativeMatrixKHR,
+		Subgroup32:                   sg32,
 		CoopMatKHR:                   coopKHR,
 		TensorCores:                  tc,
 		TensorCoresHalf:              tcHalf,
